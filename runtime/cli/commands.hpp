@@ -1,0 +1,19 @@
+// The `loom` subcommands. Each takes the arguments after its name and returns an exit code;
+// errors are thrown as UsageError / ConfigError / RuntimeError and mapped to codes in main.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace loom::cli {
+
+using Args = std::vector<std::string>;
+
+int version(const Args& args);
+int plugins(const Args& args);
+int config(const Args& args);
+
+// Help text of the top-level command.
+std::string usage();
+
+}  // namespace loom::cli

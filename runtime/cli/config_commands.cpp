@@ -1,0 +1,37 @@
+// loom config check FILE, loom config show FILE
+#include <iostream>
+
+#include "cli/parse.hpp"
+#include "plugins/selection.hpp"
+
+namespace loom::cli {
+
+int config(const Args& args) {
+  po::options_description opts("loom config");
+  add_set_option(opts);
+  opts.add_options()("action", po::value<std::string>()->required(), "check | show")(
+      "file", po::value<std::string>()->required(), "config file (TOML)");
+  po::positional_options_description pos;
+  pos.add("action", 1).add("file", 1);
+  po::variables_map vm;
+  if (!parse(args, "loom config (check | show) FILE [--set section.key=value]...", opts, pos, vm))
+    return kExitOk;
+  std::string action = vm["action"].as<std::string>();
+  if (action != "check" && action != "show")
+    throw UsageError("unknown action '" + action + "': expected 'check' or 'show'");
+
+  config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
+  cfg.validate_runtime();
+  plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
+  plugins::Selection sel = plugins::resolve(cfg, reg);
+  if (action == "show") {
+    std::cout << cfg.render(sel.schemas);
+    return kExitOk;
+  }
+  std::cout << cfg.source() << ": ok";
+  for (const auto& s : sel.slots) std::cout << "; " << s.slot << " = " << s.found.desc->name;
+  std::cout << "\n";
+  return kExitOk;
+}
+
+}  // namespace loom::cli

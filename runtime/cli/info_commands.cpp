@@ -1,0 +1,137 @@
+// loom version, loom plugins [list|info NAME]
+#include <iostream>
+#include <sstream>
+
+#include "cli/parse.hpp"
+#include "config/schema.hpp"
+#include "core/json.hpp"
+#include "plugins/host.hpp"
+#include "plugins/registry.hpp"
+
+namespace loom::cli {
+
+namespace {
+
+std::string abi_of(const loom_plugin* d) {
+  return std::to_string(d->v.major) + "." + std::to_string(d->v.minor);
+}
+
+std::string kind_slot(const loom_plugin* d) {
+  std::string s = plugins::kind_name(d->kind);
+  if (d->kind == LOOM_KIND_PARALLEL) s += std::string("/") + plugins::slot_name(d->slot);
+  return s;
+}
+
+std::string plugin_json(const plugins::Found& f, bool with_options) {
+  const loom_plugin* d = f.desc;
+  std::ostringstream os;
+  os << "{\"name\": " << json_quote(d->name) << ", \"kind\": " << json_quote(plugins::kind_name(d->kind))
+     << ", \"slot\": " << json_quote(plugins::slot_name(d->slot))
+     << ", \"version\": " << json_quote(d->version ? d->version : "")
+     << ", \"abi\": " << json_quote(abi_of(d)) << ", \"path\": " << json_quote(f.library.string())
+     << ", \"summary\": " << json_quote(d->summary ? d->summary : "");
+  if (with_options) {
+    os << ", \"options\": [";
+    bool first = true;
+    for (const auto& k : config::plugin_keys(d->options)) {
+      os << (first ? "" : ", ") << "{\"name\": " << json_quote(k.name)
+         << ", \"type\": " << json_quote(config::type_name(k.type))
+         << ", \"default\": " << json_quote(k.default_toml) << ", \"help\": " << json_quote(k.help)
+         << "}";
+      first = false;
+    }
+    os << "]";
+  }
+  os << "}";
+  return os.str();
+}
+
+int list(plugins::Registry& reg, bool json) {
+  std::vector<std::string> problems;
+  std::vector<plugins::Found> found = reg.all(&problems);
+  if (json) {
+    std::cout << "[";
+    for (size_t i = 0; i < found.size(); ++i)
+      std::cout << (i ? ",\n " : "") << plugin_json(found[i], false);
+    std::cout << "]\n";
+  } else {
+    std::printf("%-14s %-20s %-9s %-5s %s\n", "NAME", "KIND/SLOT", "VERSION", "ABI", "PATH");
+    for (const auto& f : found)
+      std::printf("%-14s %-20s %-9s %-5s %s\n", f.desc->name, kind_slot(f.desc).c_str(),
+                  f.desc->version ? f.desc->version : "", abi_of(f.desc).c_str(),
+                  f.library.c_str());
+    std::printf("\nsearched:");
+    for (const auto& d : reg.dirs()) std::printf(" %s (%s)", d.path.c_str(), d.origin.c_str());
+    std::printf("\n");
+  }
+  for (const auto& p : problems) std::cerr << "loom: skipped: " << p << "\n";
+  return kExitOk;
+}
+
+int info(plugins::Registry& reg, const std::string& name, bool json) {
+  plugins::Found f = reg.find(name);
+  if (json) {
+    std::cout << plugin_json(f, true) << "\n";
+    return kExitOk;
+  }
+  const loom_plugin* d = f.desc;
+  std::printf("%s — %s\n  kind/slot: %s\n  version:   %s\n  abi:       %s\n  path:      %s\n",
+              d->name, d->summary ? d->summary : "", kind_slot(d).c_str(),
+              d->version ? d->version : "", abi_of(d).c_str(), f.library.c_str());
+  auto keys = config::plugin_keys(d->options);
+  if (keys.empty()) {
+    std::printf("  options:   none\n");
+    return kExitOk;
+  }
+  std::printf("  options ([plugins.%s]):\n", d->name);
+  for (const auto& k : keys)
+    std::printf("    %-20s %-8s default %-10s %s\n", k.name.c_str(), config::type_name(k.type),
+                k.default_toml.c_str(), k.help.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+int version(const Args&) {
+  std::printf("loom %s (plugin ABI %d.%d)\n", LOOM_VERSION_STRING, LOOM_ABI_MAJOR, LOOM_ABI_MINOR);
+  return kExitOk;
+}
+
+int plugins(const Args& args) {
+  po::options_description opts("loom plugins");
+  opts.add_options()("json", "machine-readable output")(
+      "path", po::value<std::vector<std::string>>()->composing(),
+      "also search this directory first (repeatable)")(
+      "words", po::value<std::vector<std::string>>(), "[list] | info NAME");
+  po::positional_options_description pos;
+  pos.add("words", -1);
+  po::variables_map vm;
+  if (!parse(args, "loom plugins [list | info NAME] [--json] [--path DIR]", opts, pos, vm))
+    return kExitOk;
+  std::vector<std::string> words =
+      vm.count("words") ? vm["words"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  std::vector<std::string> extra =
+      vm.count("path") ? vm["path"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  plugins::Registry reg(plugins::Registry::default_dirs(extra));
+  bool json = vm.count("json") > 0;
+  if (words.empty() || (words.size() == 1 && words[0] == "list")) return list(reg, json);
+  if (words.size() == 2 && words[0] == "info") return info(reg, words[1], json);
+  throw UsageError("usage: loom plugins [list | info NAME] [--json]");
+}
+
+}  // namespace loom::cli
+
+namespace loom::cli {
+
+std::string usage() {
+  return "usage: loom <command> [options]     (loom <command> --help for each)\n\n"
+         "commands:\n"
+         "  config check FILE      validate a config and the plugins it names\n"
+         "  config show FILE       print the resolved config with every default filled in\n"
+         "  plugins [list]         list every plugin found (--json)\n"
+         "  plugins info NAME      a plugin's options, types, defaults and help (--json)\n"
+         "  version                print the runtime and plugin ABI versions\n\n"
+         "exit codes: 0 success, 1 runtime failure, 2 usage or config error\n";
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,36 @@
+// loom: the command-line entry point. Maps each failure class to its exit code.
+#include <cstdio>
+#include <exception>
+#include <map>
+
+#include "cli/commands.hpp"
+#include "core/errors.hpp"
+
+int main(int argc, char** argv) {
+  using namespace loom;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(cli::usage().c_str(), args.empty() ? stderr : stdout);
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  static const std::map<std::string, int (*)(const cli::Args&)> commands = {
+      {"version", &cli::version}, {"--version", &cli::version},
+      {"plugins", &cli::plugins}, {"config", &cli::config},
+  };
+  std::string name = args[0];
+  args.erase(args.begin());
+  try {
+    auto it = commands.find(name);
+    if (it == commands.end()) throw UsageError("unknown command '" + name + "'; see 'loom --help'");
+    return it->second(args);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "loom: error: %s\n", e.what());
+    return kExitUsage;
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "loom: config error: %s\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom: error: %s\n", e.what());
+    return kExitRuntime;
+  }
+}

@@ -1,0 +1,277 @@
+#include "config/config.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "core/errors.hpp"
+#include "core/nearest.hpp"
+
+namespace loom::config {
+
+namespace {
+
+constexpr std::string_view kSetPrefix = "--set ";
+
+std::string location(const toml::source_region& r) {
+  std::string path = r.path ? *r.path : std::string("<input>");
+  if (path.rfind(kSetPrefix, 0) == 0) return path;
+  return path + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
+}
+
+std::string describe(const toml::node& n) {
+  std::ostringstream os;
+  os << n.type();
+  if (n.is_value()) {
+    os << " ";
+    n.visit([&](auto&& v) { os << v; });
+  }
+  return os.str();
+}
+
+// Parses a TOML value literal; `origin` names where it came from in error messages.
+toml::table parse_assignment(const std::string& key, const std::string& literal,
+                             const std::string& origin) {
+  try {
+    return toml::parse(key + " = " + literal, origin);
+  } catch (const toml::parse_error&) {
+    return {};
+  }
+}
+
+bool fits_type(const toml::node& n, ValueType t) {
+  switch (t) {
+    case ValueType::Int: return n.is_integer();
+    case ValueType::Float: return n.is_floating_point() || n.is_integer();
+    case ValueType::Bool: return n.is_boolean();
+    case ValueType::String: return n.is_string();
+    case ValueType::IntOrAuto:
+      return n.is_integer() || (n.is_string() && n.value<std::string>() == "auto");
+    case ValueType::StringList: {
+      const toml::array* a = n.as_array();
+      if (!a) return false;
+      for (const auto& e : *a)
+        if (!e.is_string()) return false;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string range_text(const KeySpec& k) {
+  bool lo = std::isfinite(k.min), hi = std::isfinite(k.max);
+  std::ostringstream os;
+  os << type_name(k.type);
+  if (lo && hi)
+    os << " in [" << k.min << ", " << k.max << "]";
+  else if (lo)
+    os << " >= " << k.min;
+  else if (hi)
+    os << " <= " << k.max;
+  return os.str();
+}
+
+void check_value(const toml::node& n, const std::string& label, const KeySpec& k) {
+  std::string head = where(n) + ": " + label + " " + k.name + ": expected ";
+  if (!fits_type(n, k.type)) throw ConfigError(head + type_name(k.type) + ", got " + describe(n));
+  if (n.is_integer() || n.is_floating_point()) {
+    double v = n.value<double>().value();
+    if (v < k.min || v > k.max) throw ConfigError(head + range_text(k) + ", got " + describe(n));
+  }
+  if (n.is_string() && !k.choices.empty()) {
+    std::string v = n.value<std::string>().value();
+    bool ok = false;
+    for (const auto& c : k.choices) ok = ok || c == v;
+    if (!ok) {
+      std::string list;
+      for (const auto& c : k.choices) list += (list.empty() ? "\"" : ", \"") + c + "\"";
+      throw ConfigError(head + "one of " + list + ", got \"" + v + "\"" +
+                        did_you_mean(v, k.choices));
+    }
+  }
+}
+
+}  // namespace
+
+std::string where(const toml::node& n) { return location(n.source()); }
+
+void check_table(toml::table& t, const std::string& label, const std::vector<KeySpec>& keys,
+                 bool allows_subtables) {
+  std::vector<std::string> names;
+  for (const auto& k : keys) names.push_back(k.name);
+  for (auto&& [key, node] : t) {
+    std::string name(key.str());
+    const KeySpec* spec = nullptr;
+    for (const auto& k : keys)
+      if (k.name == name) spec = &k;
+    if (!spec) {
+      if (allows_subtables && node.is_table()) continue;
+      throw ConfigError(location(key.source()) + ": unknown key '" + name + "' in " + label +
+                        did_you_mean(name, names));
+    }
+    check_value(node, label, *spec);
+  }
+  for (const auto& k : keys) {
+    if (t.contains(k.name)) continue;
+    toml::table parsed = parse_assignment(k.name, k.default_toml, "<default>");
+    if (!parsed.contains(k.name))
+      throw RuntimeError("bad default for " + label + " " + k.name + ": " + k.default_toml);
+    t.insert(k.name, *parsed.get(k.name));
+  }
+}
+
+Config Config::load(const std::filesystem::path& file, const std::vector<std::string>& sets) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ConfigError("cannot read config file '" + file.string() + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), file.string(), sets);
+}
+
+Config Config::parse(std::string_view text, const std::string& source_name,
+                     const std::vector<std::string>& sets) {
+  Config c;
+  c.source_ = source_name;
+  try {
+    c.root_ = toml::parse(text, source_name);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(location(e.source()) + ": " + std::string(e.description()));
+  }
+  for (const auto& s : sets) c.apply_set(s);
+  return c;
+}
+
+void Config::apply_set(const std::string& assignment) {
+  size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw UsageError("--set expects section.key=value, got '" + assignment + "'");
+  std::string path = assignment.substr(0, eq), literal = assignment.substr(eq + 1);
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    size_t dot = path.find('.', start);
+    parts.push_back(path.substr(start, dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (parts.size() < 2)
+    throw UsageError("--set expects section.key=value, got '" + assignment + "'");
+  std::string origin = std::string(kSetPrefix) + assignment;
+  toml::table parsed = parse_assignment("v", literal, origin);
+  if (!parsed.contains("v")) {  // not a TOML literal: take the text as a string, as a shell user means
+    std::string quoted = "\"";
+    for (char ch : literal) {
+      if (ch == '"' || ch == '\\') quoted += '\\';
+      quoted += ch;
+    }
+    parsed = parse_assignment("v", quoted + "\"", origin);
+    if (!parsed.contains("v")) throw UsageError("--set: cannot read value in '" + assignment + "'");
+  }
+  toml::table* t = &root_;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    toml::node* child = t->get(parts[i]);
+    if (!child) child = t->insert(parts[i], toml::table{}).first->second.as_table();
+    if (!child->is_table())
+      throw ConfigError(origin + ": '" + parts[i] + "' is a value, not a section");
+    t = child->as_table();
+  }
+  t->insert_or_assign(parts.back(), std::move(*parsed.get("v")));
+}
+
+void Config::validate_runtime() {
+  const auto& schema = runtime_schema();
+  std::vector<std::string> names;
+  for (const auto& s : schema) names.push_back(s.name);
+  for (auto&& [key, node] : root_) {
+    std::string name(key.str());
+    bool known = false;
+    for (const auto& s : schema) known = known || s.name == name;
+    if (!node.is_table())
+      throw ConfigError(location(key.source()) + ": key '" + name +
+                        "' must be inside a section such as [run]");
+    if (!known)
+      throw ConfigError(location(key.source()) + ": unknown section [" + name + "]" +
+                        did_you_mean(name, names));
+  }
+  for (const auto& s : schema) {
+    if (!root_.contains(s.name)) root_.insert(s.name, toml::table{});
+    check_table(*root_.get_as<toml::table>(s.name), "[" + s.name + "]", s.keys,
+                s.allows_subtables);
+  }
+}
+
+void Config::validate_plugin_options(const std::string& plugin, const std::vector<KeySpec>& keys) {
+  toml::table& plugins = *root_.get_as<toml::table>("plugins");
+  if (!plugins.contains(plugin)) plugins.insert(plugin, toml::table{});
+  check_table(*plugins.get_as<toml::table>(plugin),
+              "plugin '" + plugin + "' [plugins." + plugin + "]", keys, false);
+}
+
+std::vector<std::string> Config::plugin_option_tables() const {
+  std::vector<std::string> out;
+  if (const toml::table* p = root_.get_as<toml::table>("plugins"))
+    for (auto&& [key, node] : *p)
+      if (node.is_table()) out.emplace_back(key.str());
+  return out;
+}
+
+const toml::table* Config::plugin_table(const std::string& plugin) const {
+  const toml::table* p = root_.get_as<toml::table>("plugins");
+  return p ? p->get_as<toml::table>(plugin) : nullptr;
+}
+
+std::string Config::stem() const { return std::filesystem::path(source_).stem().string(); }
+
+const toml::node& Config::at(std::string_view path) const {
+  toml::node_view<const toml::node> v = root_.at_path(path);
+  if (!v) throw RuntimeError("config key '" + std::string(path) + "' is not declared");
+  return *v.node();
+}
+
+int64_t Config::i64(std::string_view path) const { return at(path).value<int64_t>().value(); }
+double Config::f64(std::string_view path) const { return at(path).value<double>().value(); }
+bool Config::boolean(std::string_view path) const { return at(path).value<bool>().value(); }
+std::string Config::str(std::string_view path) const {
+  return at(path).value<std::string>().value();
+}
+std::vector<std::string> Config::str_list(std::string_view path) const {
+  std::vector<std::string> out;
+  for (const auto& e : *at(path).as_array()) out.push_back(e.value<std::string>().value());
+  return out;
+}
+
+namespace {
+
+void render_keys(std::ostringstream& os, const toml::table& t, const std::vector<KeySpec>& keys) {
+  for (const auto& k : keys) {
+    const toml::node* n = t.get(k.name);
+    if (!n) continue;
+    std::ostringstream value;
+    n->visit([&](auto&& v) { value << v; });
+    std::string line = k.name + " = " + value.str();
+    if (line.size() < 34) line.resize(34, ' ');
+    os << line << " # " << k.help << "\n";
+  }
+}
+
+}  // namespace
+
+std::string Config::render(
+    const std::vector<std::pair<std::string, std::vector<KeySpec>>>& plugin_schemas) const {
+  std::ostringstream os;
+  os << "# resolved from " << source_ << "\n";
+  for (const auto& s : runtime_schema()) {
+    const toml::table* t = root_.get_as<toml::table>(s.name);
+    if (!t) continue;
+    os << "\n[" << s.name << "]  # " << s.help << "\n";
+    render_keys(os, *t, s.keys);
+  }
+  for (const auto& [plugin, keys] : plugin_schemas) {
+    const toml::table* t = plugin_table(plugin);
+    if (!t || keys.empty()) continue;
+    os << "\n[plugins." << plugin << "]\n";
+    render_keys(os, *t, keys);
+  }
+  return os.str();
+}
+
+}  // namespace loom::config

@@ -1,0 +1,64 @@
+// A Loom configuration: one TOML file plus --set overrides, validated against the declared
+// schemas and completed with every default, before anything runs.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "config/schema.hpp"
+
+namespace loom::config {
+
+class Config {
+ public:
+  // Parses a file (errors carry file:line:column) and applies "section.key=value" overrides.
+  static Config load(const std::filesystem::path& file, const std::vector<std::string>& sets = {});
+  // The same from text; `source_name` stands in for the file name in messages.
+  static Config parse(std::string_view text, const std::string& source_name,
+                      const std::vector<std::string>& sets = {});
+
+  // Checks the runtime's sections and fills their defaults. Throws ConfigError.
+  void validate_runtime();
+  // Checks [plugins.<plugin>] against a plugin's schema and fills its defaults.
+  void validate_plugin_options(const std::string& plugin, const std::vector<KeySpec>& keys);
+  // Subtable names under [plugins] (one per plugin given options).
+  std::vector<std::string> plugin_option_tables() const;
+
+  const toml::table& table() const { return root_; }
+  const toml::table* plugin_table(const std::string& plugin) const;
+  const std::string& source() const { return source_; }
+  std::string stem() const;  // "demo" for configs/demo.toml
+
+  // Typed reads of validated keys, by "section.key".
+  int64_t i64(std::string_view path) const;
+  double f64(std::string_view path) const;
+  bool boolean(std::string_view path) const;
+  std::string str(std::string_view path) const;
+  std::vector<std::string> str_list(std::string_view path) const;
+
+  // The resolved configuration as TOML, in schema order, each key with its help as a comment.
+  // `plugin_schemas` gives the keys of each plugin table, for ordering and help.
+  std::string render(const std::vector<std::pair<std::string, std::vector<KeySpec>>>&
+                         plugin_schemas = {}) const;
+
+ private:
+  void apply_set(const std::string& assignment);
+  const toml::node& at(std::string_view path) const;
+
+  toml::table root_;
+  std::string source_;
+};
+
+// "file:line:col" of a node, or the --set assignment that produced it.
+std::string where(const toml::node& n);
+
+// Checks one table against its keys, filling defaults; `label` names it in messages
+// ("[run]" or "plugin 'fp16' [plugins.fp16]").
+void check_table(toml::table& t, const std::string& label, const std::vector<KeySpec>& keys,
+                 bool allows_subtables);
+
+}  // namespace loom::config

@@ -1,0 +1,49 @@
+// Declared schemas: every key the runtime and each plugin accept, with type, default and help.
+// Validation, `loom config show` and `loom plugins info` all read these tables, so a key exists
+// exactly when it is declared here (or in a plugin's loom_option_spec list).
+#pragma once
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <loom/plugin.h>
+
+namespace loom::config {
+
+enum class ValueType { Int, Float, Bool, String, StringList, IntOrAuto };
+
+const char* type_name(ValueType t);
+
+struct KeySpec {
+  std::string name;
+  ValueType type;
+  std::string default_toml;  // a TOML value literal: 1, 0.5, true, "x", []
+  std::string help;
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+  std::vector<std::string> choices;  // for strings; empty = any
+};
+
+struct SectionSpec {
+  std::string name;
+  std::string help;
+  std::vector<KeySpec> keys;
+  bool allows_subtables = false;  // [plugins] holds one subtable per plugin
+};
+
+// The runtime's own sections, in the order `loom config show` prints them.
+const std::vector<SectionSpec>& runtime_schema();
+
+// A plugin's C option schema as KeySpecs (NULL schema = no options).
+std::vector<KeySpec> plugin_keys(const loom_option_spec* options);
+
+// The [plugins] keys that select a plugin for a slot, with the kind each must be.
+struct SlotKey {
+  const char* key;
+  loom_kind kind;
+  loom_slot slot;
+};
+const std::vector<SlotKey>& slot_keys();
+
+}  // namespace loom::config

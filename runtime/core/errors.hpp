@@ -1,0 +1,29 @@
+// The three ways a Loom command can fail, each with its exit code.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace loom {
+
+// Exit codes, the same for every subcommand.
+constexpr int kExitOk = 0;
+constexpr int kExitRuntime = 1;  // the job started and something failed
+constexpr int kExitUsage = 2;    // bad command line or bad configuration: nothing ran
+
+// A bad command line.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A configuration the schema rejects, or one naming something that does not exist.
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Everything else: I/O, a plugin that fails, a peer that dies.
+struct RuntimeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace loom

@@ -1,0 +1,131 @@
+#include "plugins/host.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+namespace loom::plugins {
+
+namespace {
+
+std::mutex log_mutex;
+
+void log(int32_t level, const char* plugin, const char* msg) {
+  static const char* names[] = {"debug", "info", "warn", "error"};
+  if (level < LOOM_LOG_INFO && !std::getenv("LOOM_DEBUG")) return;
+  const char* name = level >= 0 && level <= 3 ? names[level] : "log";
+  std::lock_guard<std::mutex> lock(log_mutex);
+  std::fprintf(stderr, "[%s] %s: %s\n", plugin ? plugin : "plugin", name, msg ? msg : "");
+}
+
+loom_status set_error(loom_error* err, loom_status s, const char* msg) {
+  if (err) {
+    err->status = s;
+    err->message = msg ? msg : "";
+  }
+  return s;
+}
+
+template <class T>
+loom_status read(const loom_options* o, const char* key, T* out) {
+  if (!o || !o->table || !key || !out) return LOOM_BAD_CONFIG;
+  const toml::node* n = o->table->get(key);
+  if (!n) return LOOM_BAD_CONFIG;
+  if constexpr (std::is_same_v<T, double>) {
+    if (!n->is_floating_point() && !n->is_integer()) return LOOM_BAD_CONFIG;
+    *out = n->value<double>().value();
+  } else {
+    if (!n->is<T>()) return LOOM_BAD_CONFIG;
+    *out = n->value<T>().value();
+  }
+  return LOOM_OK;
+}
+
+loom_status opt_i64(const loom_options* o, const char* key, int64_t* out) { return read(o, key, out); }
+loom_status opt_f64(const loom_options* o, const char* key, double* out) { return read(o, key, out); }
+loom_status opt_bool(const loom_options* o, const char* key, int32_t* out) {
+  bool b = false;
+  loom_status s = read(o, key, &b);
+  if (s == LOOM_OK) *out = b ? 1 : 0;
+  return s;
+}
+loom_status opt_str(const loom_options* o, const char* key, const char** out) {
+  if (!o || !o->table || !key || !out) return LOOM_BAD_CONFIG;
+  const toml::node* n = o->table->get(key);
+  if (!n || !n->is_string()) return LOOM_BAD_CONFIG;
+  *out = n->as_string()->get().c_str();
+  return LOOM_OK;
+}
+
+void* alloc(loom_device device, size_t bytes) {
+  if (device.kind != LOOM_DEVICE_CPU) return nullptr;
+  size_t rounded = (bytes + 63) / 64 * 64;
+  return std::aligned_alloc(64, rounded ? rounded : 64);
+}
+
+void release(loom_device device, void* ptr) {
+  if (device.kind == LOOM_DEVICE_CPU) std::free(ptr);
+}
+
+const void* service(const char*, uint32_t) { return nullptr; }
+
+}  // namespace
+
+loom_host& host() {
+  static loom_host h = [] {
+    loom_host t{};
+    t.v = LOOM_VERSION_OF(loom_host);
+    t.runtime_version = LOOM_VERSION_STRING;
+    t.log = &log;
+    t.set_error = &set_error;
+    t.opt_i64 = &opt_i64;
+    t.opt_f64 = &opt_f64;
+    t.opt_bool = &opt_bool;
+    t.opt_str = &opt_str;
+    t.alloc = &alloc;
+    t.free = &release;
+    t.service = &service;
+    return t;
+  }();
+  return h;
+}
+
+const char* kind_name(int32_t kind) {
+  switch (kind) {
+    case LOOM_KIND_COMM: return "comm";
+    case LOOM_KIND_PARALLEL: return "parallel";
+    case LOOM_KIND_PRECISION: return "precision";
+    case LOOM_KIND_CKPT: return "ckpt";
+  }
+  return "unknown";
+}
+
+const char* slot_name(int32_t slot) {
+  switch (slot) {
+    case LOOM_SLOT_DATA: return "data";
+    case LOOM_SLOT_TENSOR: return "tensor";
+    case LOOM_SLOT_SEQUENCE: return "sequence";
+    case LOOM_SLOT_PIPELINE: return "pipeline";
+    case LOOM_SLOT_EXPERT: return "expert";
+  }
+  return "";
+}
+
+const char* status_name(loom_status s) {
+  switch (s) {
+    case LOOM_OK: return "ok";
+    case LOOM_UNAVAILABLE: return "unavailable";
+    case LOOM_BAD_CONFIG: return "bad config";
+    case LOOM_SYSTEM: return "system error";
+    case LOOM_INTERNAL: return "internal error";
+    case LOOM_FATAL: return "fatal";
+  }
+  return "unknown status";
+}
+
+std::string describe(const loom_error& e) {
+  std::string s = status_name(e.status);
+  return e.message.empty() ? s : s + ": " + e.message;
+}
+
+}  // namespace loom::plugins

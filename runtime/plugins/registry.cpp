@@ -1,0 +1,224 @@
+#include "plugins/registry.hpp"
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <regex>
+#include <set>
+
+#include <boost/dll/library_info.hpp>
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+
+#include "core/errors.hpp"
+#include "core/nearest.hpp"
+#include "plugins/host.hpp"
+
+namespace fs = std::filesystem;
+
+namespace loom::plugins {
+
+namespace {
+
+struct Library {
+  boost::dll::shared_library lib;
+  std::vector<const loom_plugin*> plugins;
+};
+
+// Process-lifetime storage: a plugin's code must outlive every pointer it handed out, including
+// ones still referenced from static destructors, so libraries are deliberately never released.
+std::map<fs::path, Library*>& loaded() {
+  static auto* m = new std::map<fs::path, Library*>();
+  return *m;
+}
+std::mutex& loaded_mutex() {
+  static auto* m = new std::mutex();
+  return *m;
+}
+
+bool looks_like_path(const std::string& s) {
+  return s.find('/') != std::string::npos || s.ends_with(".so");
+}
+
+// The ABI majors a library was built for, read from its exported entry names.
+std::vector<int> exported_abi_majors(const fs::path& library) {
+  std::vector<int> majors;
+  try {
+    boost::dll::library_info info(library);
+    static const std::regex entry("^loom_plugin_entry_v([0-9]+)$");
+    for (const auto& sym : info.symbols()) {
+      std::smatch m;
+      if (std::regex_match(sym, m, entry)) majors.push_back(std::stoi(m[1]));
+    }
+  } catch (const std::exception&) {
+  }
+  return majors;
+}
+
+std::string file_prefix(std::optional<loom_kind> kind) {
+  return kind ? std::string("libloom-") + kind_name(*kind) + "-" : std::string("libloom-");
+}
+
+}  // namespace
+
+Registry::Registry(std::vector<SearchDir> dirs) : dirs_(std::move(dirs)) {}
+
+fs::path Registry::install_dir() {
+  return fs::path(boost::dll::this_line_location().parent_path().string()) / "loom" / "plugins";
+}
+
+std::vector<SearchDir> Registry::default_dirs(const std::vector<std::string>& config_path) {
+  std::vector<SearchDir> dirs;
+  for (const auto& p : config_path) dirs.push_back({p, "[plugins] path"});
+  if (const char* env = std::getenv("LOOM_PLUGIN_PATH")) {
+    std::string s = env;
+    for (size_t start = 0; start <= s.size();) {
+      size_t colon = s.find(':', start);
+      std::string part = s.substr(start, colon - start);
+      if (!part.empty()) dirs.push_back({part, "LOOM_PLUGIN_PATH"});
+      if (colon == std::string::npos) break;
+      start = colon + 1;
+    }
+  }
+  dirs.push_back({install_dir(), "install"});
+  return dirs;
+}
+
+const std::vector<const loom_plugin*>& Registry::load(const fs::path& library) {
+  std::error_code ec;
+  fs::path key = fs::weakly_canonical(library, ec);
+  if (ec) key = library;
+  std::lock_guard<std::mutex> lock(loaded_mutex());
+  if (auto it = loaded().find(key); it != loaded().end()) return it->second->plugins;
+
+  if (!fs::exists(key)) throw RuntimeError("plugin library '" + library.string() + "' does not exist");
+  auto lib = std::make_unique<Library>();
+  try {
+    lib->lib.load(boost::dll::fs::path(key.string()),
+                  boost::dll::load_mode::rtld_local | boost::dll::load_mode::rtld_now);
+  } catch (const std::exception& e) {
+    throw RuntimeError("cannot load plugin library '" + key.string() + "': " + e.what());
+  }
+  if (!lib->lib.has(LOOM_PLUGIN_ENTRY_V1)) {
+    std::vector<int> majors = exported_abi_majors(key);
+    if (!majors.empty())
+      throw RuntimeError("plugin library '" + key.string() + "' was built for Loom plugin ABI " +
+                         std::to_string(majors.front()) + " (exports loom_plugin_entry_v" +
+                         std::to_string(majors.front()) + "); this runtime speaks ABI " +
+                         std::to_string(LOOM_ABI_MAJOR) + "." + std::to_string(LOOM_ABI_MINOR));
+    throw RuntimeError("'" + key.string() +
+                       "' is not a Loom plugin: it exports no loom_plugin_entry_v1 symbol");
+  }
+  auto& entry = lib->lib.get<std::remove_pointer_t<loom_plugin_entry_v1_fn>>(LOOM_PLUGIN_ENTRY_V1);
+  const loom_plugin* const* descs = nullptr;
+  size_t count = 0;
+  loom_error err;
+  loom_status s = entry(&host(), &descs, &count, &err);
+  if (s != LOOM_OK)
+    throw RuntimeError("plugin library '" + key.string() + "' failed to start: " + describe(err));
+  for (size_t i = 0; i < count; ++i) {
+    const loom_plugin* d = descs[i];
+    if (!d) continue;
+    if (d->v.major != LOOM_ABI_MAJOR)
+      throw RuntimeError("plugin in '" + key.string() + "' was built for Loom plugin ABI " +
+                         std::to_string(d->v.major) + "." + std::to_string(d->v.minor) +
+                         "; this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
+                         std::to_string(LOOM_ABI_MINOR));
+    if (d->v.size < sizeof(loom_plugin) || !d->name || !d->create || !d->destroy)
+      throw RuntimeError("plugin in '" + key.string() + "' has an incomplete descriptor");
+    lib->plugins.push_back(d);
+  }
+  Library* raw = lib.release();
+  loaded()[key] = raw;
+  return raw->plugins;
+}
+
+std::vector<fs::path> Registry::candidates(std::optional<loom_kind> kind) const {
+  std::vector<fs::path> out;
+  std::set<fs::path> seen;
+  std::string prefix = file_prefix(kind);
+  for (const auto& d : dirs_) {
+    std::error_code ec;
+    if (!fs::is_directory(d.path, ec)) continue;
+    std::vector<fs::path> here;
+    for (const auto& e : fs::directory_iterator(d.path, ec)) {
+      std::string f = e.path().filename().string();
+      if (f.rfind(prefix, 0) == 0 && f.ends_with(".so")) here.push_back(e.path());
+    }
+    std::sort(here.begin(), here.end());
+    for (auto& p : here)
+      if (seen.insert(fs::weakly_canonical(p, ec)).second) out.push_back(p);
+  }
+  return out;
+}
+
+Found Registry::find(const std::string& name, std::optional<loom_kind> kind) {
+  auto matches = [&](const loom_plugin* d) {
+    return (!kind || d->kind == *kind) && (looks_like_path(name) || name == d->name);
+  };
+  if (looks_like_path(name)) {
+    for (const loom_plugin* d : load(name))
+      if (matches(d)) return {d, name};
+    throw ConfigError("plugin library '" + name + "' holds no " +
+                      (kind ? std::string(kind_name(*kind)) + " " : "") + "plugin");
+  }
+  // The conventional file name first: it loads one library instead of all of them.
+  for (const auto& d : dirs_) {
+    fs::path p = d.path / (file_prefix(kind) + name + ".so");
+    if (kind && fs::exists(p))
+      for (const loom_plugin* desc : load(p))
+        if (matches(desc)) return {desc, p};
+  }
+  std::vector<std::string> problems;
+  std::vector<Found> every = all(&problems);
+  for (const auto& f : every)
+    if (matches(f.desc)) return f;
+
+  std::vector<std::string> names;
+  std::string listing;
+  for (const auto& f : every) {
+    if (kind && f.desc->kind != *kind) continue;
+    names.push_back(f.desc->name);
+    listing += "\n  " + std::string(f.desc->name) + " (" + kind_name(f.desc->kind) + ") " +
+               f.library.string();
+  }
+  std::string msg = "no " + (kind ? std::string(kind_name(*kind)) + " " : std::string()) +
+                    "plugin named '" + name + "'" + did_you_mean(name, names) + "\nsearched:";
+  for (const auto& d : dirs_) msg += "\n  " + d.path.string() + " (" + d.origin + ")";
+  msg += "\nfound:" + (listing.empty() ? std::string(" none") : listing);
+  for (const auto& p : problems) msg += "\nskipped: " + p;
+  throw ConfigError(msg);
+}
+
+std::vector<Found> Registry::all(std::vector<std::string>* problems) {
+  std::vector<Found> out;
+  for (const auto& path : candidates(std::nullopt)) {
+    try {
+      for (const loom_plugin* d : load(path)) out.push_back({d, path});
+    } catch (const std::exception& e) {
+      if (problems) problems->push_back(e.what());
+    }
+  }
+  return out;
+}
+
+Instance::Instance(const Found& found, const loom_options* options) : desc_(found.desc) {
+  const char* why = nullptr;
+  if (desc_->score && desc_->score(&host(), &why) <= 0)
+    throw RuntimeError("plugin '" + std::string(desc_->name) + "' cannot run here: " +
+                       (why && *why ? why : "it gave no reason"));
+  loom_error err;
+  loom_status s = desc_->create(&host(), options, &self_, &err);
+  if (s != LOOM_OK) {
+    self_ = nullptr;
+    throw RuntimeError("plugin '" + std::string(desc_->name) + "' failed to start: " +
+                       describe(err));
+  }
+}
+
+Instance::~Instance() {
+  if (self_) desc_->destroy(self_);
+}
+
+}  // namespace loom::plugins

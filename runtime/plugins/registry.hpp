@@ -1,0 +1,72 @@
+// Plugin discovery and loading. A plugin is named in a config by its name ("zero2") or by a path
+// to its library. Names are looked up as libloom-<kind>-<name>.so in the search directories, then
+// by reading the descriptors of every libloom-<kind>-*.so there (one library may carry several
+// names). Libraries are loaded RTLD_LOCAL and never unloaded while the process runs.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <loom/plugin.h>
+
+namespace loom::plugins {
+
+struct SearchDir {
+  std::filesystem::path path;
+  std::string origin;  // "[plugins] path", "LOOM_PLUGIN_PATH", "install"
+};
+
+struct Found {
+  const loom_plugin* desc = nullptr;
+  std::filesystem::path library;
+};
+
+class Registry {
+ public:
+  explicit Registry(std::vector<SearchDir> dirs);
+  // [plugins] path entries, then LOOM_PLUGIN_PATH, then the install's plugin directory.
+  static std::vector<SearchDir> default_dirs(const std::vector<std::string>& config_path = {});
+  // Where the built-in plugins live: <dir of the runtime library>/loom/plugins.
+  static std::filesystem::path install_dir();
+
+  const std::vector<SearchDir>& dirs() const { return dirs_; }
+
+  // The plugin `name_or_path` of this kind (any kind when nullopt). Throws ConfigError when it
+  // is not found (listing the directories searched and the plugins that were), RuntimeError when
+  // a library cannot be used (not a plugin, ABI mismatch, failing entry).
+  Found find(const std::string& name_or_path, std::optional<loom_kind> kind = std::nullopt);
+
+  // Every plugin in the search directories. Libraries that fail to load are reported in
+  // `problems` instead of throwing.
+  std::vector<Found> all(std::vector<std::string>* problems = nullptr);
+
+  // Loads one library and returns its descriptors (cached). Throws RuntimeError.
+  const std::vector<const loom_plugin*>& load(const std::filesystem::path& library);
+
+ private:
+  std::vector<std::filesystem::path> candidates(std::optional<loom_kind> kind) const;
+  std::vector<SearchDir> dirs_;
+};
+
+// Creates and owns one plugin instance; destroys it when it goes out of scope.
+class Instance {
+ public:
+  // Checks score() first; throws RuntimeError with the plugin's own reason or message.
+  Instance(const Found& found, const loom_options* options);
+  ~Instance();
+  Instance(const Instance&) = delete;
+  Instance& operator=(const Instance&) = delete;
+
+  const loom_plugin* desc() const { return desc_; }
+  void* self() const { return self_; }
+  template <class Table>
+  const Table* table() const { return reinterpret_cast<const Table*>(desc_); }
+
+ private:
+  const loom_plugin* desc_;
+  void* self_ = nullptr;
+};
+
+}  // namespace loom::plugins

@@ -1,0 +1,73 @@
+#include "plugins/selection.hpp"
+
+#include "core/errors.hpp"
+
+namespace loom::plugins {
+
+namespace {
+
+// Re-throws a lookup failure with the config location that asked for the plugin.
+template <class F>
+auto located(const toml::node* where_node, const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const ConfigError& e) {
+    std::string at = where_node ? config::where(*where_node) + ": " : std::string();
+    throw ConfigError(at + what + ": " + e.what());
+  } catch (const RuntimeError& e) {
+    std::string at = where_node ? config::where(*where_node) + ": " : std::string();
+    throw RuntimeError(at + what + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+const SlotChoice* Selection::slot(const std::string& key) const {
+  for (const auto& s : slots)
+    if (s.slot == key) return &s;
+  return nullptr;
+}
+
+Selection resolve(config::Config& cfg, Registry& registry) {
+  cfg.validate_runtime();
+  const toml::table& plugins = *cfg.table().get_as<toml::table>("plugins");
+  Selection sel;
+  std::vector<std::string> validated;
+  auto add_schema = [&](const loom_plugin* d) {
+    std::string name = d->name;
+    for (const auto& v : validated)
+      if (v == name) return;
+    std::vector<config::KeySpec> keys = config::plugin_keys(d->options);
+    cfg.validate_plugin_options(name, keys);
+    validated.push_back(name);
+    sel.schemas.emplace_back(name, std::move(keys));
+  };
+
+  for (const auto& sk : config::slot_keys()) {
+    std::string name = cfg.str(std::string("plugins.") + sk.key);
+    if (name.empty()) continue;
+    const toml::node* node = plugins.get(sk.key);
+    Found f = located(node, "[plugins] " + std::string(sk.key),
+                      [&] { return registry.find(name, sk.kind); });
+    if (sk.kind == LOOM_KIND_PARALLEL && f.desc->slot != sk.slot)
+      throw ConfigError(config::where(*node) + ": [plugins] " + sk.key + " = \"" + name +
+                        "\" names a plugin for the " + slot_name(f.desc->slot) +
+                        " slot, not the " + slot_name(sk.slot) + " slot");
+    sel.slots.push_back({sk.key, f});
+    add_schema(f.desc);
+  }
+  // Option tables for plugins that are not selected are still checked: a typo in a table the
+  // user swaps in later should fail now, not after a day of training.
+  for (const auto& table : cfg.plugin_option_tables()) {
+    Found f = located(plugins.get(table), "[plugins." + table + "]",
+                      [&] { return registry.find(table); });
+    add_schema(f.desc);
+  }
+  return sel;
+}
+
+loom_options options_for(const config::Config& cfg, const std::string& plugin) {
+  return loom_options{cfg.plugin_table(plugin)};
+}
+
+}  // namespace loom::plugins

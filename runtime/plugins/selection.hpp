@@ -1,0 +1,34 @@
+// Resolves the plugins a configuration names: finds each slot's plugin, checks its kind and slot,
+// and validates every [plugins.<name>] option table against that plugin's declared schema.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "plugins/host.hpp"
+#include "plugins/registry.hpp"
+
+namespace loom::plugins {
+
+struct SlotChoice {
+  std::string slot;  // the [plugins] key: "precision", "data", ...
+  Found found;
+};
+
+struct Selection {
+  std::vector<SlotChoice> slots;  // only the slots the config fills
+  // Each plugin with an option table, with its keys (for `config show`).
+  std::vector<std::pair<std::string, std::vector<config::KeySpec>>> schemas;
+
+  const SlotChoice* slot(const std::string& key) const;
+};
+
+// Validates the runtime sections, then the plugins. Throws ConfigError or RuntimeError.
+Selection resolve(config::Config& cfg, Registry& registry);
+
+// The option table the ABI hands to a plugin's create().
+loom_options options_for(const config::Config& cfg, const std::string& plugin);
+
+}  // namespace loom::plugins

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every package Loom needs on Debian 12, skipping what is already present.
+# Idempotent: a second run installs nothing and does not touch the network.
+set -euo pipefail
+
+packages=(
+  build-essential g++ cmake pkg-config
+  libtomlplusplus-dev doctest-dev
+  libboost-dev libboost-program-options-dev
+  libopenblas-dev libomp-dev
+  libgloo-dev libopenmpi-dev openmpi-bin
+  fortunes-min fortunes
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "[install] all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "[install] installing: ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -q
+"${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,233 @@
+/*
+ * Loom plugin ABI, version 1.
+ *
+ * The whole boundary between the Loom runtime and a strategy plugin. Plain C11: no C++ types, no
+ * exceptions, no ownership of runtime memory crosses it. Rules that keep it stable:
+ *
+ *  - Every struct starts with a loom_version {major, minor, size}. `major` must equal
+ *    LOOM_ABI_MAJOR on both sides; a field is read only if `size` covers it (LOOM_HAS_FIELD).
+ *  - Tables are append-only within a major: new fields go at the end and bump LOOM_ABI_MINOR.
+ *  - A library exports one symbol, loom_plugin_entry_v1. A future major exports _v2 beside it.
+ *  - Strings handed to the plugin are borrowed for the duration of the call unless said otherwise;
+ *    strings the plugin hands back (names, help) must live as long as the library.
+ */
+#ifndef LOOM_PLUGIN_H
+#define LOOM_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_ABI_MAJOR 1
+#define LOOM_ABI_MINOR 0
+
+#if defined(_WIN32)
+#define LOOM_EXPORT __declspec(dllexport)
+#else
+#define LOOM_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* ---- versions and status -------------------------------------------------------------------- */
+
+typedef struct loom_version {
+  uint16_t major;
+  uint16_t minor;
+  uint32_t size; /* sizeof the enclosing struct as the producer compiled it */
+} loom_version;
+
+#define LOOM_VERSION_OF(type) \
+  { (uint16_t)LOOM_ABI_MAJOR, (uint16_t)LOOM_ABI_MINOR, (uint32_t)sizeof(type) }
+
+/* True when a struct produced by the other side is large enough to contain `field`. */
+#define LOOM_HAS_FIELD(ptr, type, field) \
+  ((ptr)->v.size >= offsetof(type, field) + sizeof(((type*)0)->field))
+
+typedef enum loom_status {
+  LOOM_OK = 0,
+  LOOM_UNAVAILABLE = 1, /* cannot run here (no device, not launched by MPI, ...) */
+  LOOM_BAD_CONFIG = 2,  /* the user's configuration is wrong; message says which key */
+  LOOM_SYSTEM = 3,      /* the OS or a library failed (I/O, socket, allocation) */
+  LOOM_INTERNAL = 4,    /* a bug: an invariant of the plugin or runtime broke */
+  LOOM_FATAL = 5        /* the job cannot continue (peer died, state corrupted) */
+} loom_status;
+
+/* Opaque error sink owned by the runtime; fill it through loom_host.set_error. */
+typedef struct loom_error loom_error;
+
+/* ---- tensors (modelled on DLPack's DLTensor, borrowed for the call) ------------------------- */
+
+typedef enum loom_dtype {
+  LOOM_F32 = 0,
+  LOOM_F64 = 1,
+  LOOM_BF16 = 2,
+  LOOM_F16 = 3,
+  LOOM_FP8_E4M3 = 4,
+  LOOM_FP8_E5M2 = 5,
+  LOOM_I32 = 6,
+  LOOM_I64 = 7,
+  LOOM_U8 = 8
+} loom_dtype;
+
+typedef enum loom_device_kind { LOOM_DEVICE_CPU = 0, LOOM_DEVICE_CUDA = 1 } loom_device_kind;
+
+typedef struct loom_device {
+  int32_t kind; /* loom_device_kind */
+  int32_t index;
+} loom_device;
+
+#define LOOM_MAX_DIMS 8
+
+typedef struct loom_tensor {
+  void* data;
+  loom_device device;
+  int32_t dtype; /* loom_dtype */
+  int32_t ndim;
+  int64_t shape[LOOM_MAX_DIMS];
+  int64_t strides[LOOM_MAX_DIMS]; /* in elements, not bytes */
+} loom_tensor;
+
+/* ---- options: each plugin declares the schema of its own [plugins.<name>] table ------------- */
+
+typedef enum loom_option_type {
+  LOOM_OPT_INT = 0,
+  LOOM_OPT_FLOAT = 1,
+  LOOM_OPT_BOOL = 2,
+  LOOM_OPT_STRING = 3
+} loom_option_type;
+
+typedef struct loom_option_spec {
+  const char* name;          /* NULL terminates the schema array */
+  int32_t type;              /* loom_option_type */
+  const char* default_value; /* written as TOML would write it: "16", "0.5", "true", "\"max\"" */
+  const char* help;
+} loom_option_spec;
+
+/* The validated, defaults-filled option table of one plugin; read it through the host. */
+typedef struct loom_options loom_options;
+
+/* ---- the host table: everything the runtime offers a plugin (append-only) ------------------ */
+
+typedef enum loom_log_level {
+  LOOM_LOG_DEBUG = 0,
+  LOOM_LOG_INFO = 1,
+  LOOM_LOG_WARN = 2,
+  LOOM_LOG_ERROR = 3
+} loom_log_level;
+
+/* Filled by later parts of the runtime; declared here so the host table's layout is fixed. */
+typedef struct loom_ops loom_ops;           /* kernel table: gemm, norms, attention, ... */
+typedef struct loom_mesh loom_mesh;         /* communicators of each mesh axis */
+typedef struct loom_params loom_params;     /* the parameter store */
+typedef struct loom_hooks loom_hooks;       /* layer hooks: pre/post forward/backward, grad_ready */
+typedef struct loom_timers loom_timers;     /* timers and trace events */
+
+typedef struct loom_host {
+  loom_version v;
+  const char* runtime_version; /* "0.1.0" */
+
+  void (*log)(int32_t level, const char* plugin, const char* msg);
+  /* Records a status and message; the host copies msg. Returns `s` so a plugin can write
+   * `return host->set_error(err, LOOM_BAD_CONFIG, "...")`. */
+  loom_status (*set_error)(loom_error* err, loom_status s, const char* msg);
+
+  /* Typed reads of a plugin's own options. Every key in the plugin's schema is present (defaults
+   * filled); a key outside the schema or of another type gives LOOM_BAD_CONFIG. */
+  loom_status (*opt_i64)(const loom_options*, const char* key, int64_t* out);
+  loom_status (*opt_f64)(const loom_options*, const char* key, double* out);
+  loom_status (*opt_bool)(const loom_options*, const char* key, int32_t* out);
+  loom_status (*opt_str)(const loom_options*, const char* key, const char** out); /* borrowed */
+
+  /* Memory on a device; aligned to at least 64 bytes. free(NULL) is a no-op. */
+  void* (*alloc)(loom_device device, size_t bytes);
+  void (*free)(loom_device device, void* ptr);
+
+  /* Runtime services, NULL until the subsystem that provides them is running. */
+  const loom_ops* ops;
+  loom_mesh* mesh;
+  loom_params* params;
+  loom_hooks* hooks;
+  loom_timers* timers;
+
+  /* Optional services looked up by name ("loom.trace", ...); NULL when absent or older than
+   * min_minor. Lets a plugin use a newer service without a new major. */
+  const void* (*service)(const char* name, uint32_t min_minor);
+} loom_host;
+
+/* ---- plugin descriptors --------------------------------------------------------------------- */
+
+typedef enum loom_kind {
+  LOOM_KIND_COMM = 0,
+  LOOM_KIND_PARALLEL = 1,
+  LOOM_KIND_PRECISION = 2,
+  LOOM_KIND_CKPT = 3
+} loom_kind;
+
+typedef enum loom_slot {
+  LOOM_SLOT_NONE = 0, /* comm, precision and ckpt plugins have one slot each: their kind */
+  LOOM_SLOT_DATA = 1,
+  LOOM_SLOT_TENSOR = 2,
+  LOOM_SLOT_SEQUENCE = 3,
+  LOOM_SLOT_PIPELINE = 4,
+  LOOM_SLOT_EXPERT = 5
+} loom_slot;
+
+/* First member of every kind-specific table, so a loom_plugin* can point at any of them. */
+typedef struct loom_plugin {
+  loom_version v;
+  int32_t kind; /* loom_kind */
+  int32_t slot; /* loom_slot */
+  const char* name;    /* what a config names: "zero2", "fp16" */
+  const char* version; /* the plugin's own version, "1.2.0" */
+  const char* summary; /* one line for `loom plugins` */
+  const loom_option_spec* options; /* NULL-name-terminated; may be NULL for none */
+
+  /* > 0: can run here (higher is preferred when several could); 0: cannot, *why_not says why. */
+  int32_t (*score)(const loom_host* host, const char** why_not);
+  loom_status (*create)(const loom_host* host, const loom_options* opts, void** self,
+                        loom_error* err);
+  void (*destroy)(void* self);
+  /* Optional extensions by name; NULL when not provided. */
+  const void* (*get_proc)(const char* name);
+} loom_plugin;
+
+/* Precision: owns the numerics of GEMM operands. The runtime calls round_operand on each operand
+ * (in place, fp32 storage) before the fp32-accumulating GEMM. */
+typedef enum loom_operand_role {
+  LOOM_OPERAND_WEIGHT = 0,
+  LOOM_OPERAND_ACTIVATION = 1,
+  LOOM_OPERAND_GRADIENT = 2
+} loom_operand_role;
+
+typedef struct loom_precision_v1 {
+  loom_plugin base;
+  /* The storage format this precision computes in (for logs and MFU peak lookup). */
+  int32_t compute_dtype; /* loom_dtype */
+  loom_status (*round_operand)(void* self, loom_tensor* t, int32_t role, loom_error* err);
+} loom_precision_v1;
+
+/* Checkpoint writer: saves and loads named byte blobs of one rank under a step directory. */
+typedef struct loom_ckpt_v1 {
+  loom_plugin base;
+  loom_status (*save)(void* self, const char* dir, const char* name, const void* data,
+                      size_t bytes, loom_error* err);
+  loom_status (*finish)(void* self, loom_error* err); /* returns when every save is durable */
+} loom_ckpt_v1;
+
+/* ---- the one exported entry ------------------------------------------------------------------ */
+
+/* Returns the library's descriptors in *out (static storage, *count entries). Called once per
+ * process; `host` stays valid for the life of the process. */
+typedef loom_status (*loom_plugin_entry_v1_fn)(const loom_host* host,
+                                               const loom_plugin* const** out, size_t* count,
+                                               loom_error* err);
+
+#define LOOM_PLUGIN_ENTRY_V1 "loom_plugin_entry_v1"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOOM_PLUGIN_H */

@@ -1,0 +1,99 @@
+// The `loom` binary end to end: output and exit codes for good and bad input.
+#include <doctest/doctest.h>
+
+#include "support/process.hpp"
+
+using loom::test::run_loom;
+using loom::test::TempDir;
+
+namespace {
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+}  // namespace
+
+TEST_CASE("version and help") {
+  auto v = run_loom("version");
+  CHECK(v.rc == 0);
+  CHECK(has(v.out, "plugin ABI 1.0"));
+  auto h = run_loom("--help");
+  CHECK(h.rc == 0);
+  CHECK(has(h.out, "config check FILE"));
+  auto none = run_loom("");
+  CHECK(none.rc == 2);
+  auto unknown = run_loom("trian x.toml");
+  CHECK(unknown.rc == 2);
+  CHECK(has(unknown.out, "unknown command 'trian'"));
+  auto sub = run_loom("config --help");
+  CHECK(sub.rc == 0);
+  CHECK(has(sub.out, "--set"));
+}
+
+TEST_CASE("loom plugins lists name, kind, versions and path; --json too") {
+  auto r = run_loom("plugins");
+  CHECK(r.rc == 0);
+  CHECK(has(r.out, "fp32"));
+  CHECK(has(r.out, "libloom-precision-fp32.so"));
+  CHECK(has(r.out, "skipped:"));
+  auto j = run_loom("plugins --json");
+  CHECK(j.rc == 0);
+  CHECK(has(j.out, "\"name\": \"fp32\", \"kind\": \"precision\""));
+  CHECK(has(j.out, "\"abi\": \"1.0\""));
+}
+
+TEST_CASE("loom plugins info prints options with types, defaults and help") {
+  auto r = run_loom("plugins info options");
+  CHECK(r.rc == 0);
+  CHECK(has(r.out, "window"));
+  CHECK(has(r.out, "integer"));
+  CHECK(has(r.out, "an integer"));
+  auto j = run_loom("plugins info options --json");
+  CHECK(has(j.out, "{\"name\": \"growth\", \"type\": \"float\", \"default\": \"2.0\""));
+  auto missing = run_loom("plugins info fp61");
+  CHECK(missing.rc == 2);
+  CHECK(has(missing.out, "did you mean 'fp32'?"));
+}
+
+TEST_CASE("config errors exit 2 with file:line:col") {
+  TempDir t;
+  auto syntax = run_loom("config check " + t.write("a.toml", "[run]\nseed = \n"));
+  CHECK(syntax.rc == 2);
+  CHECK(has(syntax.out, "a.toml:2:8:"));
+  auto typo = run_loom("config check " + t.write("b.toml", "[run]\nlog_evry = 3\n"));
+  CHECK(typo.rc == 2);
+  CHECK(has(typo.out, "b.toml:2:1: unknown key 'log_evry' in [run]; did you mean 'log_every'?"));
+  auto missing_file = run_loom("config check " + (t.path / "nope.toml").string());
+  CHECK(missing_file.rc == 2);
+  CHECK(has(missing_file.out, "cannot read config file"));
+}
+
+TEST_CASE("config check and show resolve plugins and fill defaults") {
+  TempDir t;
+  std::string f = t.write("c.toml", "[run]\nseed = 5\n[plugins]\nprecision = \"fp32\"\n");
+  auto check = run_loom("config check " + f);
+  CHECK(check.rc == 0);
+  CHECK(has(check.out, "ok; precision = fp32"));
+  auto show = run_loom("config show " + f + " --set run.seed=11 --set run.threads=2");
+  CHECK(show.rc == 0);
+  CHECK(has(show.out, "seed = 11"));
+  CHECK(has(show.out, "threads = 2"));
+  CHECK(has(show.out, "log_every = 1"));
+  auto bad_set = run_loom("config show " + f + " --set run.threads=lots");
+  CHECK(bad_set.rc == 2);
+  CHECK(has(bad_set.out, "--set run.threads=lots: [run] threads: expected integer"));
+}
+
+TEST_CASE("plugin failures at the command line") {
+  TempDir t;
+  auto not_found = run_loom("config check " + t.write("a.toml", "[plugins]\nprecision = \"bf61\"\n"));
+  CHECK(not_found.rc == 2);
+  CHECK(has(not_found.out, "a.toml:2:13: [plugins] precision: no precision plugin named 'bf61'"));
+  CHECK(has(not_found.out, "searched:"));
+  CHECK(has(not_found.out, "found:"));
+  auto abi = run_loom("config check " + t.write("b.toml", "[plugins]\nprecision = \"future\"\n"));
+  CHECK(abi.rc == 1);
+  CHECK(has(abi.out, "ABI 99.3; this runtime speaks ABI 1.0"));
+  auto junk = run_loom("config check " + t.write("c.toml", "[plugins]\nprecision = \"notaplugin\"\n"));
+  CHECK(junk.rc == 1);
+  CHECK(has(junk.out, "is not a Loom plugin"));
+}

@@ -1,0 +1,62 @@
+// Test plugins that misbehave in one way each, selected by the macro the build defines.
+#include <loom/sdk.hpp>
+
+namespace {
+
+struct Base : loom::sdk::PrecisionPlugin {
+  void round_operand(loom_tensor&, loom_operand_role) override {}
+};
+
+#if defined(LOOM_TEST_THROWS)
+struct Throws : Base {
+  static constexpr const char* name = "throws";
+  static constexpr const char* version = "0.0.1";
+  static constexpr const char* summary = "create() throws";
+  explicit Throws(const loom::sdk::Context&) {
+    throw loom::sdk::ConfigError("the flux capacitor needs 1.21 gigawatts");
+  }
+};
+LOOM_PLUGIN(loom::sdk::precision_plugin<Throws>())
+
+#elif defined(LOOM_TEST_DECLINES)
+struct Declines : Base {
+  static constexpr const char* name = "declines";
+  static constexpr const char* version = "0.0.1";
+  static constexpr const char* summary = "score() is 0";
+  static int score(const loom::sdk::Host&, std::string& why) {
+    why = "needs a device this machine does not have";
+    return 0;
+  }
+  explicit Declines(const loom::sdk::Context&) {}
+};
+LOOM_PLUGIN(loom::sdk::precision_plugin<Declines>())
+
+#elif defined(LOOM_TEST_OPTIONS)
+// Declares one option of each type and checks in create() that the host hands them back typed.
+struct Options : Base {
+  static constexpr const char* name = "options";
+  static constexpr const char* version = "0.0.1";
+  static constexpr const char* summary = "one option of each type";
+  static const loom_option_spec* options() {
+    static const loom_option_spec specs[] = {
+        {"window", LOOM_OPT_INT, "16", "an integer"},
+        {"growth", LOOM_OPT_FLOAT, "2.0", "a float"},
+        {"enabled", LOOM_OPT_BOOL, "false", "a boolean"},
+        {"mode", LOOM_OPT_STRING, "\"max\"", "a string"},
+        {nullptr, 0, nullptr, nullptr},
+    };
+    return specs;
+  }
+  explicit Options(const loom::sdk::Context& ctx) {
+    std::string seen = std::to_string(ctx.options.i64("window")) + "," +
+                       std::to_string(ctx.options.f64("growth")) + "," +
+                       (ctx.options.boolean("enabled") ? "true" : "false") + "," +
+                       ctx.options.str("mode");
+    // Reports what it read through the error path so a test can assert on it.
+    throw loom::sdk::Error(LOOM_UNAVAILABLE, "read " + seen);
+  }
+};
+LOOM_PLUGIN(loom::sdk::precision_plugin<Options>())
+#endif
+
+}  // namespace
