@@ -108,6 +108,76 @@ typedef struct loom_option_spec {
 /* The validated, defaults-filled option table of one plugin; read it through the host. */
 typedef struct loom_options loom_options;
 
+/* ---- the op table: every kernel the model and the strategies run, on one device ------------ */
+
+/* All tensors are contiguous row-major fp32 unless said otherwise; N rows of C channels, B
+ * sequences of T positions. "_bwd" kernels ACCUMULATE into parameter gradients (dw, db, dwte)
+ * and WRITE input gradients (dinp) unless named "_acc". A device fills the whole table. */
+typedef struct loom_ops {
+  loom_version v;
+  loom_device device;
+
+  /* C[M,N] = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T; lda/ldb/ldc are row strides. */
+  void (*gemm)(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+
+  /* out[b,t,:] = wte[tok[b,t],:] + wpe[t,:] (wpe may be NULL). */
+  void (*embedding_fwd)(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                        int64_t B, int64_t T, int64_t C);
+  void (*embedding_bwd)(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int64_t B, int64_t T, int64_t C);
+
+  /* LayerNorm over C; saves mean and rstd per row for backward. */
+  void (*layernorm_fwd)(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                        const float* b, int64_t N, int64_t C);
+  void (*layernorm_bwd)(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int64_t N,
+                        int64_t C);
+  /* RMSNorm over C; saves rstd per row. */
+  void (*rmsnorm_fwd)(float* out, float* rstd, const float* inp, const float* w, int64_t N,
+                      int64_t C);
+  void (*rmsnorm_bwd)(float* dinp, float* dw, const float* dout, const float* inp,
+                      const float* w, const float* rstd, int64_t N, int64_t C);
+
+  /* out[:, j] += bias[j] over N rows; dbias[j] += sum over rows of dout[:, j]. */
+  void (*bias_add)(float* out, const float* bias, int64_t N, int64_t C);
+  void (*bias_bwd)(float* dbias, const float* dout, int64_t N, int64_t C);
+
+  /* GELU, tanh form. */
+  void (*gelu_fwd)(float* out, const float* inp, int64_t n);
+  void (*gelu_bwd)(float* dinp, const float* inp, const float* dout, int64_t n);
+  /* SwiGLU: inp rows are [gate (F) | up (F)], out[:, j] = silu(gate_j) * up_j. */
+  void (*swiglu_fwd)(float* out, const float* inp, int64_t N, int64_t F);
+  void (*swiglu_bwd)(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F);
+
+  /* Causal multi-head attention. qkv rows are [q (H*D) | k (H*D) | v (H*D)], out rows H*D.
+   * Forward saves lse[b,h,t] = log sum_j exp(s_tj) (the online-softmax statistics) so backward
+   * recomputes the probabilities tile by tile; no T x T matrix is ever stored. */
+  void (*attention_fwd)(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                        int64_t H, int64_t D);
+  void (*attention_bwd)(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int64_t B, int64_t T, int64_t H, int64_t D);
+
+  /* y[i] = a[i] + b[i]; y[i] += x[i]; x[i] *= s. */
+  void (*add)(float* y, const float* a, const float* b, int64_t n);
+  void (*accumulate)(float* y, const float* x, int64_t n);
+  void (*scale)(float* x, float s, int64_t n);
+  /* sum of x[i]^2, accumulated in double. */
+  double (*sum_squares)(const float* x, int64_t n);
+
+  /* Fused softmax + cross-entropy over rows of V logits (only the first V_real are real classes;
+   * the rest are padding and get probability 0). losses[i] = lse_i - logit[i, target_i].
+   * With dloss != 0 the logits are overwritten in place with dloss * (softmax - onehot), so the
+   * probability tensor never exists beside them. Targets < 0 are ignored (loss 0, grad 0). */
+  void (*softmax_xent)(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+                       int64_t V_real, float dloss);
+
+  /* AdamW with decoupled weight decay and bias correction; `step` counts from 1. */
+  void (*adamw)(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                float beta1, float beta2, float eps, float weight_decay, int64_t step);
+} loom_ops;
+
 /* ---- the host table: everything the runtime offers a plugin (append-only) ------------------ */
 
 typedef enum loom_log_level {
@@ -118,7 +188,6 @@ typedef enum loom_log_level {
 } loom_log_level;
 
 /* Filled by later parts of the runtime; declared here so the host table's layout is fixed. */
-typedef struct loom_ops loom_ops;           /* kernel table: gemm, norms, attention, ... */
 typedef struct loom_mesh loom_mesh;         /* communicators of each mesh axis */
 typedef struct loom_params loom_params;     /* the parameter store */
 typedef struct loom_hooks loom_hooks;       /* layer hooks: pre/post forward/backward, grad_ready */

@@ -1,0 +1,52 @@
+#include <omp.h>
+
+#include <cblas.h>
+
+#include "ops/cpu/kernels.hpp"
+#include "ops/ops.hpp"
+
+namespace loom::cpu {
+
+int set_threads(int n) {
+  if (n <= 0) n = omp_get_num_procs();
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+  return n;
+}
+
+}  // namespace loom::cpu
+
+namespace loom::ops {
+
+const loom_ops* cpu() {
+  static const loom_ops table = [] {
+    loom_ops t{};
+    t.v = LOOM_VERSION_OF(loom_ops);
+    t.device = {LOOM_DEVICE_CPU, 0};
+    t.gemm = &cpu::gemm;
+    t.embedding_fwd = &cpu::embedding_fwd;
+    t.embedding_bwd = &cpu::embedding_bwd;
+    t.layernorm_fwd = &cpu::layernorm_fwd;
+    t.layernorm_bwd = &cpu::layernorm_bwd;
+    t.rmsnorm_fwd = &cpu::rmsnorm_fwd;
+    t.rmsnorm_bwd = &cpu::rmsnorm_bwd;
+    t.bias_add = &cpu::bias_add;
+    t.bias_bwd = &cpu::bias_bwd;
+    t.gelu_fwd = &cpu::gelu_fwd;
+    t.gelu_bwd = &cpu::gelu_bwd;
+    t.swiglu_fwd = &cpu::swiglu_fwd;
+    t.swiglu_bwd = &cpu::swiglu_bwd;
+    t.attention_fwd = &cpu::attention_fwd;
+    t.attention_bwd = &cpu::attention_bwd;
+    t.add = &cpu::add;
+    t.accumulate = &cpu::accumulate;
+    t.scale = &cpu::scale;
+    t.sum_squares = &cpu::sum_squares;
+    t.softmax_xent = &cpu::softmax_xent;
+    t.adamw = &cpu::adamw;
+    return t;
+  }();
+  return &table;
+}
+
+}  // namespace loom::ops

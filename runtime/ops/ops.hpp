@@ -1,0 +1,19 @@
+// The op tables of each device. The trainer and the model only ever call through a loom_ops*,
+// so which device runs a step is decided once, by [run] device.
+#pragma once
+
+#include <string>
+
+#include <loom/plugin.h>
+
+namespace loom::ops {
+
+const loom_ops* cpu();
+
+// The table for a [run] device name; throws ConfigError when that device is not built in.
+const loom_ops* for_device(const std::string& device);
+
+// Sets kernel threads for the device (CPU: OpenMP and OpenBLAS); 0 = all cores. Returns count.
+int set_threads(const std::string& device, int threads);
+
+}  // namespace loom::ops

@@ -1,0 +1,127 @@
+#include "tensor/tensor.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/errors.hpp"
+
+namespace loom {
+
+size_t dtype_size(loom_dtype dt) {
+  switch (dt) {
+    case LOOM_F64: case LOOM_I64: return 8;
+    case LOOM_F32: case LOOM_I32: return 4;
+    case LOOM_BF16: case LOOM_F16: return 2;
+    case LOOM_FP8_E4M3: case LOOM_FP8_E5M2: case LOOM_U8: return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(loom_dtype dt) {
+  switch (dt) {
+    case LOOM_F32: return "f32";
+    case LOOM_F64: return "f64";
+    case LOOM_BF16: return "bf16";
+    case LOOM_F16: return "f16";
+    case LOOM_FP8_E4M3: return "fp8_e4m3";
+    case LOOM_FP8_E5M2: return "fp8_e5m2";
+    case LOOM_I32: return "i32";
+    case LOOM_I64: return "i64";
+    case LOOM_U8: return "u8";
+  }
+  return "?";
+}
+
+namespace {
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size());
+  int64_t acc = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    s[i] = acc;
+    acc *= shape[i];
+  }
+  return s;
+}
+}  // namespace
+
+Tensor Tensor::borrow(void* data, std::vector<int64_t> shape, loom_dtype dtype) {
+  Tensor t;
+  t.data_ = data;
+  t.dtype_ = dtype;
+  t.strides_ = contiguous_strides(shape);
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::empty(std::vector<int64_t> shape, loom_dtype dtype) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  size_t bytes = (static_cast<size_t>(n) * dtype_size(dtype) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes ? bytes : 64);
+  if (!p) throw RuntimeError("out of memory allocating " + std::to_string(bytes) + " bytes");
+  Tensor t = borrow(p, std::move(shape), dtype);
+  t.owner_ = std::shared_ptr<void>(p, std::free);
+  return t;
+}
+
+Tensor Tensor::zeros(std::vector<int64_t> shape, loom_dtype dtype) {
+  Tensor t = empty(std::move(shape), dtype);
+  t.zero();
+  return t;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape_) n *= d;
+  return n;
+}
+
+bool Tensor::contiguous() const { return strides_ == contiguous_strides(shape_); }
+
+template <class T>
+T* Tensor::checked(loom_dtype want) {
+  if (dtype_ != want)
+    throw RuntimeError(std::string("tensor is ") + dtype_name(dtype_) + ", not " + dtype_name(want));
+  return static_cast<T*>(data_);
+}
+
+Tensor Tensor::reshape(std::vector<int64_t> shape) const {
+  Tensor t = *this;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (n != numel() || !contiguous())
+    throw RuntimeError("cannot reshape " + describe() + " to " + std::to_string(n) + " elements");
+  t.strides_ = contiguous_strides(shape);
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t end) const {
+  Tensor t = *this;
+  t.shape_[0] = end - begin;
+  t.data_ = static_cast<char*>(data_) + begin * strides_[0] * dtype_size(dtype_);
+  return t;
+}
+
+void Tensor::zero() { std::memset(data_, 0, bytes()); }
+
+loom_tensor Tensor::desc() const {
+  loom_tensor d{};
+  d.data = data_;
+  d.device = {LOOM_DEVICE_CPU, 0};
+  d.dtype = dtype_;
+  d.ndim = static_cast<int32_t>(shape_.size());
+  for (size_t i = 0; i < shape_.size() && i < LOOM_MAX_DIMS; ++i) {
+    d.shape[i] = shape_[i];
+    d.strides[i] = strides_[i];
+  }
+  return d;
+}
+
+std::string Tensor::describe() const {
+  std::string s = std::string(dtype_name(dtype_)) + "[";
+  for (size_t i = 0; i < shape_.size(); ++i) s += (i ? ", " : "") + std::to_string(shape_[i]);
+  return s + "]";
+}
+
+}  // namespace loom

@@ -1,0 +1,59 @@
+// A tensor: dtype, shape and strides over a shared, 64-byte-aligned buffer on one device.
+// Views (reshape, row slices) share the buffer; the C descriptor (loom_tensor) borrows it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <loom/plugin.h>
+
+namespace loom {
+
+size_t dtype_size(loom_dtype dt);
+const char* dtype_name(loom_dtype dt);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Uninitialised contiguous storage (CPU).
+  static Tensor empty(std::vector<int64_t> shape, loom_dtype dtype = LOOM_F32);
+  static Tensor zeros(std::vector<int64_t> shape, loom_dtype dtype = LOOM_F32);
+  // A tensor over memory someone else owns (e.g. a slice of a flat parameter buffer).
+  static Tensor borrow(void* data, std::vector<int64_t> shape, loom_dtype dtype = LOOM_F32);
+
+  bool defined() const { return data_ != nullptr; }
+  loom_dtype dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  const std::vector<int64_t>& strides() const { return strides_; }
+  int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
+  int64_t numel() const;
+  size_t bytes() const { return numel() * dtype_size(dtype_); }
+  bool contiguous() const;
+
+  float* f32() { return checked<float>(LOOM_F32); }
+  const float* f32() const { return const_cast<Tensor*>(this)->f32(); }
+  int32_t* i32() { return checked<int32_t>(LOOM_I32); }
+  const int32_t* i32() const { return const_cast<Tensor*>(this)->i32(); }
+  void* data() const { return data_; }
+
+  // Same buffer, new shape (contiguous only; numel must match).
+  Tensor reshape(std::vector<int64_t> shape) const;
+  // Rows [begin, end) of dimension 0.
+  Tensor rows(int64_t begin, int64_t end) const;
+  void zero();
+
+  loom_tensor desc() const;
+  std::string describe() const;  // "f32[8, 256, 384]"
+
+ private:
+  template <class T>
+  T* checked(loom_dtype want);
+  std::shared_ptr<void> owner_;
+  void* data_ = nullptr;
+  loom_dtype dtype_ = LOOM_F32;
+  std::vector<int64_t> shape_, strides_;
+};
+
+}  // namespace loom

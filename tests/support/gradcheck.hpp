@@ -1,0 +1,62 @@
+// Finite-difference gradient checks for fp32 kernels.
+//
+// The loss is L = sum_i out_i * r_i for a fixed random r, evaluated in double from the fp32
+// kernel's output. Central differences with step h on fp32 inputs have error O(h^2) plus fp32
+// rounding O(eps_f32 / h); h = 1e-2 balances them, and the stated tolerance is 2e-2 relative to
+// the larger of |numeric|, |analytic| and 1e-3 * max|analytic|.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace loom::test {
+
+inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+inline double dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+constexpr double kGradTolerance = 2e-2;
+
+// Largest relative error over up to `samples` coordinates of x. `loss()` must read x.
+template <class Loss>
+double grad_error(std::vector<float>& x, const std::vector<float>& analytic, Loss&& loss,
+                  int samples = 64, float h = 1e-2f) {
+  double amax = 0;
+  for (float a : analytic) amax = std::max(amax, static_cast<double>(std::fabs(a)));
+  double worst = 0;
+  size_t stride = std::max<size_t>(1, x.size() / samples);
+  for (size_t i = 0; i < x.size(); i += stride) {
+    float keep = x[i];
+    x[i] = keep + h;
+    double lp = loss();
+    x[i] = keep - h;
+    double lm = loss();
+    x[i] = keep;
+    double numeric = (lp - lm) / (2.0 * h);
+    double denom = std::max({std::fabs(numeric), std::fabs(static_cast<double>(analytic[i])),
+                             1e-3 * amax, 1e-6});
+    worst = std::max(worst, std::fabs(numeric - analytic[i]) / denom);
+  }
+  return worst;
+}
+
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+}  // namespace loom::test
