@@ -85,6 +85,9 @@ T* Tensor::checked(loom_dtype want) {
   return static_cast<T*>(data_);
 }
 
+template float* Tensor::checked<float>(loom_dtype);
+template int32_t* Tensor::checked<int32_t>(loom_dtype);
+
 Tensor Tensor::reshape(std::vector<int64_t> shape) const {
   Tensor t = *this;
   int64_t n = 1;

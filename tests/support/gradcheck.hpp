@@ -2,8 +2,11 @@
 //
 // The loss is L = sum_i out_i * r_i for a fixed random r, evaluated in double from the fp32
 // kernel's output. Central differences with step h on fp32 inputs have error O(h^2) plus fp32
-// rounding O(eps_f32 / h); h = 1e-2 balances them, and the stated tolerance is 2e-2 relative to
-// the larger of |numeric|, |analytic| and 1e-3 * max|analytic|.
+// rounding O(eps_f32 * |L| / h); h = 1e-2 balances them. The stated tolerance is 2e-2 relative
+// to the larger of |numeric|, |analytic| and 1e-2 * max|analytic| over the tensor: coordinates
+// whose gradient is under 1% of the tensor's largest are held to an absolute error of
+// 2e-4 * max|analytic| instead, because fp32 noise alone exceeds 2% of them. A wrong gradient
+// (a missing term, a transposed index) is off by O(1) and fails either way.
 #pragma once
 
 #include <algorithm>
@@ -47,7 +50,7 @@ double grad_error(std::vector<float>& x, const std::vector<float>& analytic, Los
     x[i] = keep;
     double numeric = (lp - lm) / (2.0 * h);
     double denom = std::max({std::fabs(numeric), std::fabs(static_cast<double>(analytic[i])),
-                             1e-3 * amax, 1e-6});
+                             1e-2 * amax, 1e-6});
     worst = std::max(worst, std::fabs(numeric - analytic[i]) / denom);
   }
   return worst;

@@ -274,6 +274,7 @@ typedef struct loom_precision_v1 {
   loom_plugin base;
   /* The storage format this precision computes in (for logs and MFU peak lookup). */
   int32_t compute_dtype; /* loom_dtype */
+  int32_t exact;         /* 1: operands pass through unchanged, so the runtime skips the calls */
   loom_status (*round_operand)(void* self, loom_tensor* t, int32_t role, loom_error* err);
 } loom_precision_v1;
 

@@ -84,7 +84,8 @@ class Plugin {
 
 class PrecisionPlugin : public Plugin {
  public:
-  // A subclass may declare `static constexpr loom_dtype compute_dtype = LOOM_BF16;` (default f32).
+  // A subclass may declare `static constexpr loom_dtype compute_dtype = LOOM_BF16;` (default f32)
+  // and `static constexpr bool exact = true;` when round_operand changes nothing.
   // Rounds an fp32 operand in place to the numbers this precision computes with.
   virtual void round_operand(loom_tensor& t, loom_operand_role role) = 0;
 };
@@ -185,6 +186,7 @@ const loom_plugin* precision_plugin() {
     t.base = detail::base<Impl>(LOOM_KIND_PRECISION, LOOM_SLOT_NONE, sizeof(loom_precision_v1));
     t.compute_dtype = LOOM_F32;
     if constexpr (requires { Impl::compute_dtype; }) t.compute_dtype = Impl::compute_dtype;
+    if constexpr (requires { Impl::exact; }) t.exact = Impl::exact ? 1 : 0;
     t.round_operand = [](void* self, loom_tensor* x, int32_t role, loom_error* err) {
       return detail::guarded(err, [&] {
         static_cast<Impl*>(self)->round_operand(*x, static_cast<loom_operand_role>(role));

@@ -1,0 +1,35 @@
+#include "gpt/gpt.hpp"
+
+#include "core/errors.hpp"
+
+namespace loom::gpt {
+
+Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows) : c_(c) {
+  scratch_ = std::make_unique<Scratch>(c_, max_rows);
+  auto emb = std::make_unique<Embedding>(c_, api, ps);
+  Param* tied = c_.tied_embeddings ? &emb->wte() : nullptr;
+  layers_.push_back(std::move(emb));
+  for (int i = 0; i < c_.n_layer; ++i)
+    layers_.push_back(std::make_unique<Block>(i, c_, api, ps, *scratch_, max_rows));
+  auto head = std::make_unique<Head>(c_, api, ps, tied, max_rows);
+  head_ = head.get();
+  layers_.push_back(std::move(head));
+  x_ = Tensor::empty({max_rows, c_.d_model});
+  dx_ = Tensor::empty({max_rows, c_.d_model});
+}
+
+double Gpt::forward(const Microbatch& mb) {
+  if (mb.rows() > x_.dim(0) || mb.T > c_.seq_len)
+    throw RuntimeError("micro-batch of " + std::to_string(mb.B) + " x " + std::to_string(mb.T) +
+                       " exceeds the model's activation capacity");
+  Tensor x = x_.rows(0, mb.rows());
+  for (auto& l : layers_) l->forward(mb, x);
+  return head_->loss_sum();
+}
+
+void Gpt::backward(const Microbatch& mb) {
+  Tensor dx = dx_.rows(0, mb.rows());
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) (*it)->backward(mb, dx);
+}
+
+}  // namespace loom::gpt

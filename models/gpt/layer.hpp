@@ -1,0 +1,31 @@
+// The unit a pipeline stage runs: a layer transforms the residual stream in place, forward and
+// backward. Embedding fills it, blocks update it, the head turns it into a loss.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tensor/tensor.hpp"
+
+namespace loom::gpt {
+
+struct Microbatch {
+  const int32_t* tokens = nullptr;   // [B, T]
+  const int32_t* targets = nullptr;  // [B, T]; null for inference (the head keeps the logits)
+  int64_t B = 0, T = 0;
+  // Gradient weight of each token's loss: 1 / (tokens in the global batch). 0 = forward only.
+  float dloss = 0.f;
+  int64_t rows() const { return B * T; }
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual const std::string& name() const = 0;
+  // x: the residual stream [B*T, C], read and written in place.
+  virtual void forward(const Microbatch& mb, Tensor& x) = 0;
+  // dx: the gradient of the residual stream, read and written in place.
+  virtual void backward(const Microbatch& mb, Tensor& dx) = 0;
+};
+
+}  // namespace loom::gpt

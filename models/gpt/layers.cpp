@@ -1,0 +1,235 @@
+#include "gpt/layers.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace loom::gpt {
+
+namespace {
+
+constexpr int64_t kVocabMultiple = 64;
+
+Tensor rows_of(const Tensor& t, int64_t rows) { return t.rows(0, rows); }
+
+Init normal(float std) { return {Init::Normal, std}; }
+constexpr Init kZeros{Init::Zeros, 0.f};
+constexpr Init kOnes{Init::Ones, 0.f};
+
+Param& declare(ParamStore& ps, LayerApi& api, std::string name, Role role,
+               std::vector<int64_t> shape, Init init, bool decay) {
+  Slice s = api.shard(role, shape);
+  return ps.declare(std::move(name), role, std::move(shape), init, decay, s);
+}
+
+int64_t local_dim0(const Param& p) { return p.local_shape[0]; }
+
+}  // namespace
+
+Scratch::Scratch(const GptConfig& c, int64_t rows) {
+  int64_t fc_out = c.mlp == "swiglu" ? 2 * c.d_ff : c.d_ff;
+  dh = Tensor::empty({rows, c.d_model});
+  dqkv = Tensor::empty({rows, 3 * c.d_model});
+  datt = Tensor::empty({rows, c.d_model});
+  dfc = Tensor::empty({rows, fc_out});
+  dact = Tensor::empty({rows, c.d_ff});
+}
+
+// ---- embedding --------------------------------------------------------------------------------
+
+Embedding::Embedding(const GptConfig& c, LayerApi& api, ParamStore& ps) : api_(api) {
+  wte_ = &declare(ps, api, "wte", Role::Vocab, {c.padded_vocab(kVocabMultiple), c.d_model},
+                  normal(c.init_std), false);
+  wpe_ = &declare(ps, api, "wpe", Role::Replicated, {c.seq_len, c.d_model}, normal(c.init_std),
+                  false);
+}
+
+void Embedding::forward(const Microbatch& mb, Tensor& x) {
+  api_.embedding(x, mb.tokens, mb.B, mb.T, *wte_, wpe_);
+}
+
+void Embedding::backward(const Microbatch& mb, Tensor& dx) {
+  api_.embedding_bwd(dx, mb.tokens, mb.B, mb.T, *wte_, wpe_);
+}
+
+// ---- transformer block ------------------------------------------------------------------------
+
+Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scratch& scratch,
+             int64_t rows)
+    : name_("block" + std::to_string(index)), c_(c), api_(api), s_(scratch) {
+  const int64_t C = c.d_model, F = c.d_ff, fc_out = c.mlp == "swiglu" ? 2 * F : F;
+  const std::string p = "h" + std::to_string(index) + ".";
+  // Residual projections are scaled by 1/sqrt(2 L) so the residual stream's variance stays
+  // bounded with depth (GPT-2).
+  const float resid_std = c.init_std / std::sqrt(2.f * c.n_layer);
+  bool ln = c.norm == "layernorm";
+  for (auto [n, tag] : {std::pair{&ln1_, "ln1"}, std::pair{&ln2_, "ln2"}}) {
+    n->w = &declare(ps, api, p + tag + ".w", Role::Replicated, {C}, kOnes, false);
+    if (ln) n->b = &declare(ps, api, p + tag + ".b", Role::Replicated, {C}, kZeros, false);
+    n->out = Tensor::empty({rows, C});
+    n->mean = Tensor::empty({rows});
+    n->rstd = Tensor::empty({rows});
+  }
+  qkv_w_ = &declare(ps, api, p + "attn.qkv.w", Role::Column, {3 * C, C}, normal(c.init_std), true);
+  qkv_b_ = &declare(ps, api, p + "attn.qkv.b", Role::Column, {3 * C}, kZeros, false);
+  proj_w_ = &declare(ps, api, p + "attn.proj.w", Role::Row, {C, C}, normal(resid_std), true);
+  proj_b_ = &declare(ps, api, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
+  fc_w_ = &declare(ps, api, p + "mlp.fc.w", Role::Column, {fc_out, C}, normal(c.init_std), true);
+  fc_b_ = &declare(ps, api, p + "mlp.fc.b", Role::Column, {fc_out}, kZeros, false);
+  out_w_ = &declare(ps, api, p + "mlp.proj.w", Role::Row, {C, F}, normal(resid_std), true);
+  out_b_ = &declare(ps, api, p + "mlp.proj.b", Role::Replicated, {C}, kZeros, false);
+
+  x_in_ = Tensor::empty({rows, C});
+  x_mid_ = Tensor::empty({rows, C});
+  qkv_ = Tensor::empty({rows, 3 * C});
+  att_ = Tensor::empty({rows, C});
+  lse_ = Tensor::empty({rows * c.n_head});
+  fc_ = Tensor::empty({rows, fc_out});
+  act_ = Tensor::empty({rows, F});
+  tmp_ = Tensor::empty({rows, C});
+}
+
+void Block::norm_fwd(Norm& n, const Tensor& x, int64_t rows) {
+  const loom_ops* o = api_.ops();
+  if (n.b)
+    o->layernorm_fwd(n.out.f32(), n.mean.f32(), n.rstd.f32(), x.f32(), n.w->value.f32(),
+                     n.b->value.f32(), rows, c_.d_model);
+  else
+    o->rmsnorm_fwd(n.out.f32(), n.rstd.f32(), x.f32(), n.w->value.f32(), rows, c_.d_model);
+}
+
+void Block::norm_bwd(Norm& n, Tensor& dinp, const Tensor& dout, const Tensor& x, int64_t rows) {
+  const loom_ops* o = api_.ops();
+  if (n.b)
+    o->layernorm_bwd(dinp.f32(), n.w->grad.f32(), n.b->grad.f32(), dout.f32(), x.f32(),
+                     n.w->value.f32(), n.mean.f32(), n.rstd.f32(), rows, c_.d_model);
+  else
+    o->rmsnorm_bwd(dinp.f32(), n.w->grad.f32(), dout.f32(), x.f32(), n.w->value.f32(),
+                   n.rstd.f32(), rows, c_.d_model);
+}
+
+// x_mid = x + proj(attn(qkv(ln1(x))));  x_out = x_mid + mlp_proj(act(fc(ln2(x_mid))))
+void Block::forward(const Microbatch& mb, Tensor& x) {
+  const loom_ops* o = api_.ops();
+  const int64_t N = mb.rows(), C = c_.d_model;
+  const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
+  std::memcpy(x_in_.data(), x.data(), N * C * sizeof(float));
+
+  norm_fwd(ln1_, x, N);
+  Tensor h1 = api_.region_enter(rows_of(ln1_.out, N));
+  Tensor qkv = rows_of(qkv_, N), att = rows_of(att_, N), y = rows_of(tmp_, N);
+  api_.linear(qkv, h1, *qkv_w_);
+  o->bias_add(qkv.f32(), qkv_b_->value.f32(), N, local_dim0(*qkv_w_));
+  o->attention_fwd(att.f32(), lse_.f32(), qkv.f32(), mb.B, mb.T, heads, c_.head_dim());
+  api_.linear(y, att, *proj_w_);
+  Tensor y_full = api_.region_exit(y);
+  o->bias_add(y_full.f32(), proj_b_->value.f32(), N, C);
+  o->accumulate(x.f32(), y_full.f32(), N * C);
+  std::memcpy(x_mid_.data(), x.data(), N * C * sizeof(float));
+
+  norm_fwd(ln2_, x, N);
+  Tensor h2 = api_.region_enter(rows_of(ln2_.out, N));
+  Tensor fc = rows_of(fc_, N), act = rows_of(act_, N);
+  api_.linear(fc, h2, *fc_w_);
+  o->bias_add(fc.f32(), fc_b_->value.f32(), N, local_dim0(*fc_w_));
+  if (c_.mlp == "swiglu")
+    o->swiglu_fwd(act.f32(), fc.f32(), N, act.dim(1));
+  else
+    o->gelu_fwd(act.f32(), fc.f32(), N * act.dim(1));
+  api_.linear(y, act, *out_w_);
+  y_full = api_.region_exit(y);
+  o->bias_add(y_full.f32(), out_b_->value.f32(), N, C);
+  o->accumulate(x.f32(), y_full.f32(), N * C);
+}
+
+void Block::backward(const Microbatch& mb, Tensor& dx) {
+  const loom_ops* o = api_.ops();
+  const int64_t N = mb.rows(), C = c_.d_model;
+  const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
+  // MLP branch: dx holds d(x_out); the residual passes it through unchanged.
+  Tensor dy = api_.region_exit_bwd(dx);
+  o->bias_bwd(out_b_->grad.f32(), dy.f32(), N, C);
+  // Scratch is sized for the full layer; views take this rank's (possibly sharded) widths.
+  Tensor act = rows_of(act_, N), fc = rows_of(fc_, N);
+  Tensor dact = Tensor::borrow(s_.dact.data(), {N, act.dim(1)});
+  api_.linear_bwd(&dact, dy, act, *out_w_);
+  Tensor dfc = Tensor::borrow(s_.dfc.data(), {N, fc.dim(1)});
+  if (c_.mlp == "swiglu")
+    o->swiglu_bwd(dfc.f32(), fc.f32(), dact.f32(), N, act.dim(1));
+  else
+    o->gelu_bwd(dfc.f32(), fc.f32(), dact.f32(), N * act.dim(1));
+  o->bias_bwd(fc_b_->grad.f32(), dfc.f32(), N, fc.dim(1));
+  Tensor h2 = api_.region_enter(rows_of(ln2_.out, N));
+  Tensor dh2 = Tensor::borrow(s_.dh.data(), {h2.dim(0), C});
+  api_.linear_bwd(&dh2, dfc, h2, *fc_w_);
+  Tensor dh2_local = api_.region_enter_bwd(dh2);
+  Tensor dnorm = rows_of(tmp_, N);
+  norm_bwd(ln2_, dnorm, dh2_local, rows_of(x_mid_, N), N);
+  o->accumulate(dx.f32(), dnorm.f32(), N * C);
+
+  // Attention branch.
+  dy = api_.region_exit_bwd(dx);
+  o->bias_bwd(proj_b_->grad.f32(), dy.f32(), N, C);
+  Tensor datt = rows_of(s_.datt, N), att = rows_of(att_, N), qkv = rows_of(qkv_, N);
+  api_.linear_bwd(&datt, dy, att, *proj_w_);
+  Tensor dqkv = Tensor::borrow(s_.dqkv.data(), {N, qkv.dim(1)});
+  o->attention_bwd(dqkv.f32(), datt.f32(), qkv.f32(), att.f32(), lse_.f32(), mb.B, mb.T, heads,
+                   c_.head_dim());
+  o->bias_bwd(qkv_b_->grad.f32(), dqkv.f32(), N, qkv.dim(1));
+  Tensor h1 = api_.region_enter(rows_of(ln1_.out, N));
+  Tensor dh1 = Tensor::borrow(s_.dh.data(), {h1.dim(0), C});
+  api_.linear_bwd(&dh1, dqkv, h1, *qkv_w_);
+  Tensor dh1_local = api_.region_enter_bwd(dh1);
+  norm_bwd(ln1_, dnorm, dh1_local, rows_of(x_in_, N), N);
+  o->accumulate(dx.f32(), dnorm.f32(), N * C);
+}
+
+// ---- head -------------------------------------------------------------------------------------
+
+Head::Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows)
+    : c_(c), api_(api) {
+  const int64_t C = c.d_model;
+  norm_w_ = &declare(ps, api, "ln_f.w", Role::Replicated, {C}, kOnes, false);
+  norm_b_ = c.norm == "layernorm"
+                ? &declare(ps, api, "ln_f.b", Role::Replicated, {C}, kZeros, false)
+                : nullptr;
+  head_w_ = tied_wte ? tied_wte
+                     : &declare(ps, api, "lm_head.w", Role::Vocab,
+                                {c.padded_vocab(kVocabMultiple), C}, normal(c.init_std), true);
+  x_in_ = Tensor::empty({rows, C});
+  h_ = Tensor::empty({rows, C});
+  mean_ = Tensor::empty({rows});
+  rstd_ = Tensor::empty({rows});
+  dh_ = Tensor::empty({rows, C});
+  logits_ = Tensor::empty({rows, head_w_->local_shape[0]});
+}
+
+// logits = norm(x) W_head^T; loss_sum = sum over tokens of cross-entropy(logits, target).
+// In training the logits buffer is overwritten by dloss * (softmax - onehot) in the same pass.
+void Head::forward(const Microbatch& mb, Tensor& x) {
+  const loom_ops* o = api_.ops();
+  const int64_t N = mb.rows(), C = c_.d_model;
+  std::memcpy(x_in_.data(), x.data(), N * C * sizeof(float));
+  Tensor h = rows_of(h_, N), logits = rows_of(logits_, N);
+  if (norm_b_)
+    o->layernorm_fwd(h.f32(), mean_.f32(), rstd_.f32(), x.f32(), norm_w_->value.f32(),
+                     norm_b_->value.f32(), N, C);
+  else
+    o->rmsnorm_fwd(h.f32(), rstd_.f32(), x.f32(), norm_w_->value.f32(), N, C);
+  api_.linear(logits, h, *head_w_);
+  loss_sum_ = mb.targets ? api_.cross_entropy(logits, mb.targets, c_.vocab_size, mb.dloss) : 0.0;
+}
+
+void Head::backward(const Microbatch& mb, Tensor& dx) {
+  const loom_ops* o = api_.ops();
+  const int64_t N = mb.rows(), C = c_.d_model;
+  Tensor h = rows_of(h_, N), dlogits = rows_of(logits_, N), dh = rows_of(dh_, N);
+  api_.linear_bwd(&dh, dlogits, h, *head_w_);
+  if (norm_b_)
+    o->layernorm_bwd(dx.f32(), norm_w_->grad.f32(), norm_b_->grad.f32(), dh.f32(), x_in_.f32(),
+                     norm_w_->value.f32(), mean_.f32(), rstd_.f32(), N, C);
+  else
+    o->rmsnorm_bwd(dx.f32(), norm_w_->grad.f32(), dh.f32(), x_in_.f32(), norm_w_->value.f32(),
+                   rstd_.f32(), N, C);
+}
+
+}  // namespace loom::gpt

@@ -1,0 +1,65 @@
+#include "parallel/layer_api.hpp"
+
+#include <cstring>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "plugins/host.hpp"
+
+namespace loom {
+
+Tensor GemmNumerics::round(const Tensor& t, loom_operand_role role) const {
+  if (exact()) return t;
+  Tensor copy = Tensor::empty(t.shape());
+  std::memcpy(copy.data(), t.data(), t.bytes());
+  loom_tensor d = copy.desc();
+  loom_error err;
+  if (table->round_operand(self, &d, role, &err) != LOOM_OK)
+    throw RuntimeError("precision plugin '" + std::string(table->base.name) +
+                       "' failed to round a GEMM operand: " + err.message);
+  return copy;
+}
+
+Slice LayerApi::shard(Role, const std::vector<int64_t>&) const { return {}; }
+
+void LayerApi::linear(Tensor& y, const Tensor& x, const Param& W) const {
+  int64_t N = x.dim(0), in = x.dim(-1), out = W.local_shape[0];
+  Tensor xr = numerics_.round(x, LOOM_OPERAND_ACTIVATION);
+  Tensor wr = numerics_.round(W.value, LOOM_OPERAND_WEIGHT);
+  ops_->gemm(0, 1, N, out, in, 1.f, xr.f32(), in, wr.f32(), in, 0.f, y.f32(), out);
+}
+
+void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W) const {
+  int64_t N = x.dim(0), in = x.dim(-1), out = W.local_shape[0];
+  Tensor dyr = numerics_.round(dy, LOOM_OPERAND_GRADIENT);
+  if (dx && dx->defined()) {
+    Tensor wr = numerics_.round(W.value, LOOM_OPERAND_WEIGHT);
+    ops_->gemm(0, 0, N, in, out, 1.f, dyr.f32(), out, wr.f32(), in, 0.f, dx->f32(), in);
+  }
+  Tensor xr = numerics_.round(x, LOOM_OPERAND_ACTIVATION);
+  ops_->gemm(1, 0, out, in, N, 1.f, dyr.f32(), out, xr.f32(), in, 1.f, W.grad.f32(), in);
+}
+
+void LayerApi::embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T,
+                         const Param& wte, const Param* wpe) const {
+  ops_->embedding_fwd(out.f32(), tokens, wte.value.f32(), wpe ? wpe->value.f32() : nullptr, B, T,
+                      wte.local_shape[1]);
+}
+
+void LayerApi::embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t B, int64_t T,
+                             Param& wte, Param* wpe) const {
+  ops_->embedding_bwd(wte.grad.f32(), wpe ? wpe->grad.f32() : nullptr, dout.f32(), tokens, B, T,
+                      wte.local_shape[1]);
+}
+
+double LayerApi::cross_entropy(Tensor& logits, const int32_t* targets, int64_t vocab_real,
+                               float dloss) const {
+  int64_t N = logits.dim(0), V = logits.dim(1);
+  std::vector<float> losses(N);
+  ops_->softmax_xent(logits.f32(), losses.data(), targets, N, V, vocab_real, dloss);
+  double sum = 0;
+  for (float l : losses) sum += l;
+  return sum;
+}
+
+}  // namespace loom

@@ -1,0 +1,111 @@
+// The whole GPT against finite differences, and sharded initialisation against the global tensor.
+#include <doctest/doctest.h>
+
+#include "gpt/gpt.hpp"
+#include "model/philox.hpp"
+#include "ops/ops.hpp"
+#include "support/gradcheck.hpp"
+
+using namespace loom;
+using namespace loom::gpt;
+using namespace loom::test;
+
+namespace {
+
+struct TinyRun {
+  GptConfig c;
+  LayerApi api{ops::cpu()};
+  ParamStore ps;
+  std::unique_ptr<Gpt> model;
+  std::vector<int32_t> tokens, targets;
+  int64_t B = 2, T = 8;
+
+  explicit TinyRun(GptConfig cfg) : c(cfg) {
+    model = std::make_unique<Gpt>(c, api, ps, B * T);
+    ps.allocate(42);
+    // Larger-than-default weights so gradients are well above finite-difference noise.
+    for (auto& p : ps.all())
+      if (p.init.kind == Init::Normal) ops::cpu()->scale(p.value.f32(), 10.f, p.value.numel());
+    std::mt19937 g(7);
+    for (int64_t i = 0; i < B * T; ++i) {
+      tokens.push_back(static_cast<int32_t>(g() % c.vocab_size));
+      targets.push_back(static_cast<int32_t>(g() % c.vocab_size));
+    }
+  }
+  Microbatch mb(float dloss) const { return {tokens.data(), targets.data(), B, T, dloss}; }
+  double loss() { return model->forward(mb(0.f)) / (B * T); }
+};
+
+void check_model(GptConfig c) {
+  TinyRun run(c);
+  run.ps.zero_grads();
+  run.model->forward(run.mb(1.f / (run.B * run.T)));
+  run.model->backward(run.mb(1.f / (run.B * run.T)));
+  for (auto& p : run.ps.all()) {
+    std::vector<float> x(p.value.f32(), p.value.f32() + p.value.numel());
+    std::vector<float> g(p.grad.f32(), p.grad.f32() + p.grad.numel());
+    auto loss = [&] {
+      std::copy(x.begin(), x.end(), p.value.f32());
+      return run.loss();
+    };
+    double err = grad_error(x, g, loss, 12, 1e-2f);
+    std::copy(x.begin(), x.end(), p.value.f32());
+    INFO("parameter " << p.name);
+    CHECK(err < kGradTolerance);
+  }
+}
+
+GptConfig tiny() {
+  GptConfig c;
+  c.n_layer = 2, c.n_head = 2, c.d_model = 16, c.d_ff = 32, c.vocab_size = 50, c.seq_len = 8;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("GPT gradients match finite differences: layernorm, gelu, tied embeddings") {
+  check_model(tiny());
+}
+
+TEST_CASE("GPT gradients match finite differences: rmsnorm, swiglu, untied head") {
+  GptConfig c = tiny();
+  c.norm = "rmsnorm", c.mlp = "swiglu", c.tied_embeddings = false;
+  check_model(c);
+}
+
+TEST_CASE("the initial loss of a fresh model is near log(vocab)") {
+  GptConfig c = tiny();
+  LayerApi api(ops::cpu());
+  ParamStore ps;
+  Gpt model(c, api, ps, 16);
+  ps.allocate(1);
+  std::vector<int32_t> tok(16, 3), tgt(16);
+  for (int i = 0; i < 16; ++i) tgt[i] = i;
+  double loss = model.forward({tok.data(), tgt.data(), 2, 8, 0.f}) / 16;
+  CHECK(loss == doctest::Approx(std::log(50.0)).epsilon(0.05));
+}
+
+TEST_CASE("a shard generated on its own equals the slice of the global tensor") {
+  ParamStore whole, shard;
+  whole.declare("w", Role::Column, {6, 4}, {Init::Normal, 1.f}, true);
+  shard.declare("w", Role::Row, {6, 4}, {Init::Normal, 1.f}, true, Slice{1, 2, 2});
+  whole.allocate(9);
+  shard.allocate(9);
+  const float* g = whole.get("w").value.f32();
+  const float* s = shard.get("w").value.f32();
+  for (int r = 0; r < 6; ++r)
+    for (int c = 0; c < 2; ++c) CHECK(s[r * 2 + c] == g[r * 4 + 2 + c]);
+  // Different names give independent streams; the same name and seed, the same numbers.
+  CounterRng a(9, "w"), b(9, "v");
+  CHECK(a.normal(0) != b.normal(0));
+  CHECK(a.normal(5) == CounterRng(9, "w").normal(5));
+}
+
+TEST_CASE("FLOPs per token follow PaLM's 6N + 12 L H Q T") {
+  GptConfig c;
+  c.n_layer = 6, c.n_head = 6, c.d_model = 384, c.d_ff = 1536, c.vocab_size = 256, c.seq_len = 256;
+  int64_t per_layer = 4 * 384 + (3 * 384 * 384 + 3 * 384) + (384 * 384 + 384) +
+                      (1536 * 384 + 1536) + (384 * 1536 + 384);
+  CHECK(c.non_embedding_params() == 6 * per_layer + 2 * 384);
+  CHECK(c.flops_per_token() == 6.0 * c.non_embedding_params() + 12.0 * 6 * 6 * 64 * 256);
+}
