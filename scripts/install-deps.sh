@@ -7,7 +7,7 @@ packages=(
   build-essential g++ cmake pkg-config
   libtomlplusplus-dev doctest-dev
   libboost-dev libboost-program-options-dev
-  libopenblas-dev libomp-dev
+  libopenblas-dev libopenblas-openmp-dev libomp-dev
   libgloo-dev libopenmpi-dev openmpi-bin
   fortunes-min fortunes
 )

@@ -12,6 +12,8 @@ using Args = std::vector<std::string>;
 int version(const Args& args);
 int plugins(const Args& args);
 int config(const Args& args);
+int train(const Args& args);
+int data(const Args& args);
 
 // Help text of the top-level command.
 std::string usage();

@@ -126,6 +126,8 @@ namespace loom::cli {
 std::string usage() {
   return "usage: loom <command> [options]     (loom <command> --help for each)\n\n"
          "commands:\n"
+         "  train FILE             train the model a config describes (--set, --run-dir)\n"
+         "  data prepare           tokenise text files into llm.c shards (--text, --out)\n"
          "  config check FILE      validate a config and the plugins it names\n"
          "  config show FILE       print the resolved config with every default filled in\n"
          "  plugins [list]         list every plugin found (--json)\n"

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   static const std::map<std::string, int (*)(const cli::Args&)> commands = {
       {"version", &cli::version}, {"--version", &cli::version},
       {"plugins", &cli::plugins}, {"config", &cli::config},
+      {"train", &cli::train},     {"data", &cli::data},
   };
   std::string name = args[0];
   args.erase(args.begin());

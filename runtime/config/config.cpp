@@ -91,6 +91,18 @@ void check_value(const toml::node& n, const std::string& label, const KeySpec& k
   }
 }
 
+// Fills the keys a [section] leaves out from its named preset (the file always wins).
+void apply_preset(toml::table& t, const SectionSpec& s) {
+  const toml::node* name = t.get("preset");
+  if (s.presets.empty() || !name || !name->is_string()) return;
+  std::string wanted = name->value<std::string>().value();
+  for (const auto& [preset, values] : s.presets) {
+    if (preset != wanted) continue;
+    for (const auto& [key, literal] : values)
+      if (!t.contains(key)) t.insert(key, *parse_assignment(key, literal, "<preset>").get(key));
+  }
+}
+
 }  // namespace
 
 std::string where(const toml::node& n) { return location(n.source()); }
@@ -194,6 +206,7 @@ void Config::validate_runtime() {
   }
   for (const auto& s : schema) {
     if (!root_.contains(s.name)) root_.insert(s.name, toml::table{});
+    apply_preset(*root_.get_as<toml::table>(s.name), s);
     check_table(*root_.get_as<toml::table>(s.name), "[" + s.name + "]", s.keys,
                 s.allows_subtables);
   }

@@ -46,6 +46,56 @@ std::vector<SectionSpec> build_schema() {
        {"cpu", "cuda"}},
       {"threads", ValueType::Int, "0", "CPU threads for kernels; 0 = all cores", 0, 4096},
       {"log_every", ValueType::Int, "1", "print a step line every N steps", 1, kInf},
+      {"peak_gflops", ValueType::Float, "0", "device peak for MFU; 0 = table or measured", 0, kInf},
+  }});
+  SectionSpec model{"model", "the network: GPT-2-style decoder", {
+      {"preset", ValueType::String, "\"\"", "fill unset keys from a preset", -kInf, kInf,
+       {"", "tiny", "small"}},
+      {"n_layer", ValueType::Int, "4", "transformer blocks", 1, 1024},
+      {"n_head", ValueType::Int, "4", "attention heads", 1, 1024},
+      {"d_model", ValueType::Int, "128", "residual stream width", 1, 65536},
+      {"d_ff", ValueType::Int, "0", "MLP hidden width; 0 = 4 * d_model", 0, 1 << 20},
+      {"vocab_size", ValueType::Int, "256", "vocabulary (256 = bytes)", 2, 1 << 20},
+      {"seq_len", ValueType::Int, "128", "context length T", 1, 1 << 20},
+      {"norm", ValueType::String, "\"layernorm\"", "layernorm | rmsnorm", -kInf, kInf,
+       {"layernorm", "rmsnorm"}},
+      {"mlp", ValueType::String, "\"gelu\"", "gelu (tanh form) | swiglu", -kInf, kInf,
+       {"gelu", "swiglu"}},
+      {"tied_embeddings", ValueType::Bool, "true", "share the token embedding with the LM head"},
+      {"init_std", ValueType::Float, "0.02", "std of weight init (residual projections / sqrt(2L))",
+       0, 10},
+  }};
+  model.presets = {
+      {"tiny", {{"n_layer", "2"}, {"n_head", "2"}, {"d_model", "64"}, {"d_ff", "256"},
+                {"vocab_size", "256"}, {"seq_len", "64"}}},
+      // GPT-2 small, 124M parameters.
+      {"small", {{"n_layer", "12"}, {"n_head", "12"}, {"d_model", "768"}, {"d_ff", "3072"},
+                 {"vocab_size", "50257"}, {"seq_len", "1024"}}},
+  };
+  s.push_back(model);
+  s.push_back({"data", "training and validation tokens", {
+      {"dir", ValueType::String, "\"data/fortunes\"",
+       "directory of train_*.bin / val_*.bin llm.c shards (loom data prepare)"},
+  }});
+  s.push_back({"train", "optimisation", {
+      {"steps", ValueType::Int, "100", "optimizer steps", 1, kInf},
+      {"global_batch", ValueType::Int, "16", "sequences per step, across all ranks", 1, kInf},
+      {"micro_batch", ValueType::Int, "0", "sequences per forward/backward; 0 = global_batch",
+       0, kInf},
+      {"lr", ValueType::Float, "6e-4", "peak learning rate", 0, 10},
+      {"min_lr_ratio", ValueType::Float, "0.1", "cosine decays to lr * this", 0, 1},
+      {"warmup_steps", ValueType::Int, "10", "linear warm-up steps", 0, kInf},
+      {"weight_decay", ValueType::Float, "0.1", "AdamW decoupled decay (matrices only)", 0, 10},
+      {"beta1", ValueType::Float, "0.9", "AdamW beta1", 0, 1},
+      {"beta2", ValueType::Float, "0.95", "AdamW beta2", 0, 1},
+      {"eps", ValueType::Float, "1e-8", "AdamW epsilon", 0, 1},
+      {"grad_clip", ValueType::Float, "1.0", "clip the global grad norm to this; 0 = off", 0, kInf},
+      {"eval_every", ValueType::Int, "50", "validation loss every N steps; 0 = never", 0, kInf},
+      {"eval_batches", ValueType::Int, "8", "validation micro-batches per evaluation", 1, kInf},
+      {"sample_every", ValueType::Int, "0", "print a text sample every N steps; 0 = never", 0, kInf},
+      {"sample_tokens", ValueType::Int, "96", "tokens per sample", 1, kInf},
+      {"sample_top_k", ValueType::Int, "8", "sample from the k likeliest tokens; 1 = greedy", 1, kInf},
+      {"sample_prompt", ValueType::String, "\"\"", "text the sample continues"},
   }});
   s.push_back({"plugins", "which plugin fills each slot; [plugins.<name>] holds its options", {
       {"path", ValueType::StringList, "[]", "extra directories searched for plugins first"},

@@ -30,6 +30,9 @@ struct SectionSpec {
   std::string help;
   std::vector<KeySpec> keys;
   bool allows_subtables = false;  // [plugins] holds one subtable per plugin
+  // Named bundles of values (key "preset"): a preset fills the keys the file leaves out, before
+  // the defaults do.
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> presets;
 };
 
 // The runtime's own sections, in the order `loom config show` prints them.

@@ -56,6 +56,29 @@ double grad_error(std::vector<float>& x, const std::vector<float>& analytic, Los
   return worst;
 }
 
+// Relative L2 error ||numeric - analytic|| / ||analytic|| over up to `samples` coordinates: the
+// whole-model check, where a tensor's coordinates mix large and tiny gradients and per-element
+// ratios would measure fp32 noise rather than the gradient. Stated tolerance: 1e-2.
+constexpr double kModelGradTolerance = 1e-2;
+template <class Loss>
+double grad_error_l2(std::vector<float>& x, const std::vector<float>& analytic, Loss&& loss,
+                     int samples = 24, float h = 1e-2f) {
+  double diff = 0, norm = 0;
+  size_t stride = std::max<size_t>(1, x.size() / samples);
+  for (size_t i = 0; i < x.size(); i += stride) {
+    float keep = x[i];
+    x[i] = keep + h;
+    double lp = loss();
+    x[i] = keep - h;
+    double lm = loss();
+    x[i] = keep;
+    double numeric = (lp - lm) / (2.0 * h);
+    diff += (numeric - analytic[i]) * (numeric - analytic[i]);
+    norm += static_cast<double>(analytic[i]) * analytic[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-9);
+}
+
 inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));

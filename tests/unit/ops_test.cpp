@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "ops/cpu/kernels.hpp"
+#include "ops/cpu/vec_math.hpp"
 #include "support/gradcheck.hpp"
 
 using namespace loom::test;
@@ -202,4 +203,19 @@ TEST_CASE("attention backward matches finite differences") {
   std::vector<float> dqkv(B * T * 3 * C);
   cpu::attention_bwd(dqkv.data(), r.data(), qkv.data(), out.data(), lse.data(), B, T, H, D);
   CHECK(grad_error(qkv, dqkv, loss, 90) < kGradTolerance);
+}
+
+TEST_CASE("vectorisable exp and tanh are accurate to fp32 rounding") {
+  double worst_exp = 0, worst_tanh = 0;
+  for (float x = -80.f; x < 80.f; x += 0.0137f) {
+    worst_exp = std::max(worst_exp, std::fabs(cpu::exp_fast(x) / std::exp(double(x)) - 1));
+    worst_tanh = std::max(worst_tanh, std::fabs(cpu::tanh_fast(x / 8) - std::tanh(double(x / 8))));
+  }
+  CHECK(worst_exp < 5e-7);
+  CHECK(worst_tanh < 5e-7);
+  CHECK(cpu::exp_fast(-100.f) == 0.f);
+  CHECK(cpu::exp_fast(-INFINITY) == 0.f);
+  CHECK(std::isnan(cpu::exp_fast(NAN)));
+  CHECK(cpu::tanh_fast(50.f) == 1.f);
+  CHECK(cpu::tanh_fast(-50.f) == -1.f);
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/cpu/kernels.hpp"
+#include "ops/cpu/vec_math.hpp"
 
 namespace loom::cpu {
 
@@ -84,10 +85,10 @@ void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t 
               if (valid <= 0) continue;
               float mx = m[r];
               for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, s[c]);
-              float alpha = std::exp(m[r] - mx);
+              float alpha = exp_fast(m[r] - mx);
               float sum = 0.f;
               for (int64_t c = 0; c < valid; ++c) {
-                s[c] = std::exp(s[c] - mx);
+                s[c] = exp_fast(s[c] - mx);
                 sum += s[c];
               }
               l[r] = l[r] * alpha + sum;
@@ -162,7 +163,7 @@ void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float
               const float* qi = hv.q.data() + i * D;
               float* dqi = dq.data() + i * D;
               for (int64_t c = 0; c < valid; ++c) {
-                float p = std::exp(s[c] - L[i]);
+                float p = exp_fast(s[c] - L[i]);
                 float ds = p * (dp[c] - delta[i]);
                 float* dvj = dv.data() + (j0 + c) * D;
                 float* dkj = dk.data() + (j0 + c) * D;

@@ -3,6 +3,7 @@
 
 #include "ops/cpu/column_reduce.hpp"
 #include "ops/cpu/kernels.hpp"
+#include "ops/cpu/vec_math.hpp"
 
 namespace loom::cpu {
 
@@ -60,7 +61,7 @@ void gelu_fwd(float* out, const float* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float x = inp[i];
-    out[i] = 0.5f * x * (1.f + std::tanh(k * (x + 0.044715f * x * x * x)));
+    out[i] = 0.5f * x * (1.f + tanh_fast(k * (x + 0.044715f * x * x * x)));
   }
 }
 
@@ -70,7 +71,7 @@ void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float x = inp[i];
-    float th = std::tanh(k * (x + 0.044715f * x * x * x));
+    float th = tanh_fast(k * (x + 0.044715f * x * x * x));
     float grad = 0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * k * (1.f + 3.f * 0.044715f * x * x);
     dinp[i] = grad * dout[i];
   }
@@ -83,7 +84,7 @@ void swiglu_fwd(float* out, const float* inp, int64_t N, int64_t F) {
     const float* g = inp + i * 2 * F;
     const float* u = g + F;
     float* o = out + i * F;
-    for (int64_t j = 0; j < F; ++j) o[j] = g[j] / (1.f + std::exp(-g[j])) * u[j];
+    for (int64_t j = 0; j < F; ++j) o[j] = g[j] * sigmoid_fast(g[j]) * u[j];
   }
 }
 
@@ -97,7 +98,7 @@ void swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int
     float* dg = dinp + i * 2 * F;
     float* du = dg + F;
     for (int64_t j = 0; j < F; ++j) {
-      float s = 1.f / (1.f + std::exp(-g[j]));
+      float s = sigmoid_fast(g[j]);
       dg[j] = d[j] * u[j] * s * (1.f + g[j] * (1.f - s));
       du[j] = d[j] * g[j] * s;
     }

@@ -2,6 +2,7 @@
 #include <limits>
 
 #include "ops/cpu/kernels.hpp"
+#include "ops/cpu/vec_math.hpp"
 
 namespace loom::cpu {
 
@@ -23,11 +24,11 @@ void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t 
     float zmax = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < V_real; ++j) zmax = std::max(zmax, z[j]);
     float sum = 0.f;
-    for (int64_t j = 0; j < V_real; ++j) sum += std::exp(z[j] - zmax);
+    for (int64_t j = 0; j < V_real; ++j) sum += exp_fast(z[j] - zmax);
     float lse = zmax + std::log(sum);
     losses[i] = lse - z[t];
     if (dloss == 0.f) continue;
-    for (int64_t j = 0; j < V_real; ++j) z[j] = dloss * std::exp(z[j] - lse);
+    for (int64_t j = 0; j < V_real; ++j) z[j] = dloss * exp_fast(z[j] - lse);
     for (int64_t j = V_real; j < V; ++j) z[j] = 0.f;
     z[t] -= dloss;
   }

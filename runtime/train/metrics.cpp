@@ -1,0 +1,44 @@
+#include "train/metrics.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/errors.hpp"
+#include "core/json.hpp"
+
+namespace loom::train {
+
+Memory process_memory() {
+  Memory m;
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    long long kb = 0;
+    if (std::sscanf(line.c_str(), "VmRSS: %lld kB", &kb) == 1) m.rss_bytes = kb * 1024;
+    if (std::sscanf(line.c_str(), "VmHWM: %lld kB", &kb) == 1) m.peak_bytes = kb * 1024;
+  }
+  return m;
+}
+
+MetricsLog::MetricsLog(const std::filesystem::path& file) : out_(file, std::ios::trunc) {
+  if (!out_) throw RuntimeError("cannot write metrics file '" + file.string() + "'");
+}
+
+void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields) {
+  std::string line = "{";
+  for (size_t i = 0; i < fields.size(); ++i) {
+    char num[40];
+    double v = fields[i].second;
+    if (!std::isfinite(v))
+      std::snprintf(num, sizeof num, "null");
+    else if (v == std::floor(v) && std::fabs(v) < 1e15)
+      std::snprintf(num, sizeof num, "%.0f", v);
+    else
+      std::snprintf(num, sizeof num, "%.9g", v);
+    line += (i ? ", " : "") + json_quote(fields[i].first) + ": " + num;
+  }
+  out_ << line << "}\n";
+  out_.flush();
+}
+
+}  // namespace loom::train

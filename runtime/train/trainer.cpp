@@ -1,0 +1,220 @@
+#include "train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "core/errors.hpp"
+#include "data/batches.hpp"
+#include "data/shards.hpp"
+#include "gpt/gpt.hpp"
+#include "ops/ops.hpp"
+#include "train/metrics.hpp"
+#include "train/peak.hpp"
+#include "train/sample.hpp"
+#include "train/schedule.hpp"
+
+namespace fs = std::filesystem;
+
+namespace loom::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Settings {
+  int64_t steps, global_batch, micro_batch, accum, eval_every, eval_batches;
+  int64_t sample_every, sample_tokens, sample_top_k, log_every;
+  std::string sample_prompt;
+  float beta1, beta2, eps, weight_decay, grad_clip;
+  LrSchedule lr;
+  uint64_t seed;
+};
+
+Settings read_settings(const config::Config& cfg) {
+  Settings s;
+  s.steps = cfg.i64("train.steps");
+  s.global_batch = cfg.i64("train.global_batch");
+  s.micro_batch = cfg.i64("train.micro_batch");
+  if (s.micro_batch == 0) s.micro_batch = s.global_batch;
+  if (s.global_batch % s.micro_batch != 0)
+    throw ConfigError("[train] global_batch = " + std::to_string(s.global_batch) +
+                      " is not a multiple of micro_batch = " + std::to_string(s.micro_batch));
+  s.accum = s.global_batch / s.micro_batch;
+  s.eval_every = cfg.i64("train.eval_every");
+  s.eval_batches = cfg.i64("train.eval_batches");
+  s.sample_every = cfg.i64("train.sample_every");
+  s.sample_tokens = cfg.i64("train.sample_tokens");
+  s.sample_top_k = cfg.i64("train.sample_top_k");
+  s.sample_prompt = cfg.str("train.sample_prompt");
+  s.log_every = cfg.i64("run.log_every");
+  s.beta1 = static_cast<float>(cfg.f64("train.beta1"));
+  s.beta2 = static_cast<float>(cfg.f64("train.beta2"));
+  s.eps = static_cast<float>(cfg.f64("train.eps"));
+  s.weight_decay = static_cast<float>(cfg.f64("train.weight_decay"));
+  s.grad_clip = static_cast<float>(cfg.f64("train.grad_clip"));
+  s.lr = {cfg.f64("train.lr"), cfg.f64("train.min_lr_ratio"), cfg.i64("train.warmup_steps"),
+          s.steps};
+  s.seed = static_cast<uint64_t>(cfg.i64("run.seed"));
+  return s;
+}
+
+std::string human(double x) {
+  char b[32];
+  if (x >= 1e6)
+    std::snprintf(b, sizeof b, "%.2fM", x / 1e6);
+  else if (x >= 1e3)
+    std::snprintf(b, sizeof b, "%.1fk", x / 1e3);
+  else
+    std::snprintf(b, sizeof b, "%.0f", x);
+  return b;
+}
+
+// Mean validation loss per token over `batches` fixed windows.
+double evaluate(gpt::Gpt& model, const data::Batches& data, int64_t batches, int64_t micro,
+                std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+  const int64_t T = data.seq_len();
+  double sum = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    data.val_batch(b * micro, micro, tok.data(), tgt.data());
+    sum += model.forward({tok.data(), tgt.data(), micro, T, 0.f});
+  }
+  return sum / static_cast<double>(batches * micro * T);
+}
+
+}  // namespace
+
+fs::path default_run_dir(const config::Config& cfg) {
+  std::string dir = cfg.str("run.dir");
+  if (!dir.empty()) return dir;
+  std::string name = cfg.str("run.name");
+  return fs::path("runs") / (name.empty() ? cfg.stem() : name);
+}
+
+TrainSummary train(config::Config& cfg, plugins::Registry&, const plugins::Selection& selection,
+                   const fs::path& run_dir) {
+  const Settings s = read_settings(cfg);
+  const gpt::GptConfig mc = gpt::from_config(cfg);
+  const std::string device = cfg.str("run.device");
+  const loom_ops* ops = ops::for_device(device);
+  const int threads = ops::set_threads(device, static_cast<int>(cfg.i64("run.threads")));
+
+  // The precision slot decides GEMM operand numerics.
+  std::unique_ptr<plugins::Instance> precision;
+  GemmNumerics numerics;
+  if (const plugins::SlotChoice* p = selection.slot("precision")) {
+    loom_options opts = plugins::options_for(cfg, p->found.desc->name);
+    precision = std::make_unique<plugins::Instance>(p->found, &opts);
+    numerics = {precision->table<loom_precision_v1>(), precision->self()};
+  }
+
+  fs::path data_dir = cfg.str("data.dir");
+  data::Batches data(data::read_split(data_dir, "train", mc.vocab_size),
+                     s.eval_every > 0 ? data::read_split(data_dir, "val", mc.vocab_size)
+                                      : std::vector<uint16_t>{},
+                     mc.seq_len, s.seed);
+  if (s.eval_every > 0 && data.val_windows() == 0)
+    throw RuntimeError("the validation split in '" + data_dir.string() +
+                       "' is shorter than one sequence");
+
+  LayerApi api(ops, numerics);
+  ParamStore params;
+  gpt::Gpt model(mc, api, params, s.micro_batch * mc.seq_len);
+  params.allocate(s.seed);
+  Tensor m = Tensor::zeros({params.numel()}), v = Tensor::zeros({params.numel()});
+
+  fs::create_directories(run_dir);
+  std::ofstream(run_dir / "config.toml") << cfg.render(selection.schemas);
+  MetricsLog log(run_dir / "metrics.jsonl");
+  Peak peak = device_peak(device, "fp32", threads, cfg.f64("run.peak_gflops"));
+  const double flops_per_token = mc.flops_per_token();
+
+  std::printf("model: %lld layers, d_model %lld, %lld heads, T %lld, vocab %lld: %s params "
+              "(%s non-embedding)\n",
+              (long long)mc.n_layer, (long long)mc.d_model, (long long)mc.n_head,
+              (long long)mc.seq_len, (long long)mc.vocab_size, human(params.numel()).c_str(),
+              human(mc.non_embedding_params()).c_str());
+  std::printf("data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of "
+              "%lld)\n",
+              human(data.train_tokens()).c_str(), data_dir.c_str(), (long long)s.global_batch,
+              (long long)mc.seq_len, (long long)s.accum, (long long)s.micro_batch);
+  std::printf("device: %s, %d threads; MFU peak %.1f GFLOP/s from %s\n", device.c_str(), threads,
+              peak.gflops, peak.source.c_str());
+  std::printf("run dir: %s\n", run_dir.c_str());
+  std::fflush(stdout);
+
+  const int64_t T = mc.seq_len, tokens_per_step = s.global_batch * T;
+  std::vector<int32_t> tok(s.micro_batch * T), tgt(s.micro_batch * T);
+  TrainSummary sum;
+  double total_time = 0;
+  for (int64_t step = 1; step <= s.steps; ++step) {
+    auto t0 = Clock::now();
+    const double lr = s.lr.at(step);
+    params.zero_grads();
+    double loss_sum = 0;
+    const float dloss = 1.f / static_cast<float>(tokens_per_step);
+    for (int64_t a = 0; a < s.accum; ++a) {
+      data.train_batch(step, a * s.micro_batch, s.micro_batch, tok.data(), tgt.data());
+      gpt::Microbatch mb{tok.data(), tgt.data(), s.micro_batch, T, dloss};
+      loss_sum += model.forward(mb);
+      model.backward(mb);
+    }
+    const double loss = loss_sum / tokens_per_step;
+    const double grad_norm = std::sqrt(ops->sum_squares(params.grads(), params.numel()));
+    if (!std::isfinite(loss) || !std::isfinite(grad_norm))
+      throw RuntimeError("step " + std::to_string(step) + ": loss " + std::to_string(loss) +
+                         ", grad norm " + std::to_string(grad_norm) + " is not finite");
+    if (s.grad_clip > 0 && grad_norm > s.grad_clip)
+      ops->scale(params.grads(), static_cast<float>(s.grad_clip / grad_norm), params.numel());
+    for (auto& p : params.all())
+      ops->adamw(p.value.f32(), p.grad.f32(), m.f32() + p.offset, v.f32() + p.offset,
+                 p.value.numel(), static_cast<float>(lr), s.beta1, s.beta2, s.eps,
+                 p.weight_decay ? s.weight_decay : 0.f, step);
+    const double step_s = seconds_since(t0);
+    total_time += step_s;
+    const double tps = tokens_per_step / step_s;
+    const double mfu = tps * flops_per_token / (peak.gflops * 1e9);
+    Memory mem = process_memory();
+
+    std::vector<std::pair<std::string, double>> fields = {
+        {"step", double(step)}, {"loss", loss}, {"grad_norm", grad_norm}, {"lr", lr},
+        {"tokens_per_s", tps},  {"mfu", mfu},   {"step_ms", step_s * 1e3},
+        {"mem_bytes", double(mem.rss_bytes)}, {"peak_mem_bytes", double(mem.peak_bytes)}};
+    std::string val_text;
+    if (s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
+      double val = evaluate(model, data, s.eval_batches, s.micro_batch, tok, tgt);
+      fields.push_back({"val_loss", val});
+      char b[48];
+      std::snprintf(b, sizeof b, " | val %.4f", val);
+      val_text = b;
+      if (sum.first_val_loss < 0) sum.first_val_loss = val;
+      sum.final_val_loss = val;
+    }
+    log.write(fields);
+    if (step == 1) sum.first_loss = loss;
+    sum.final_loss = loss;
+    if (step % s.log_every == 0 || step == s.steps || !val_text.empty())
+      std::printf("step %5lld/%lld | loss %.4f%s | grad %.3f | lr %.2e | %s tok/s | mfu %.1f%% | "
+                  "%.0f ms | mem %.0f MiB\n",
+                  (long long)step, (long long)s.steps, loss, val_text.c_str(), grad_norm, lr,
+                  human(tps).c_str(), mfu * 100, step_s * 1e3, mem.rss_bytes / 1048576.0);
+    if (s.sample_every > 0 && (step % s.sample_every == 0 || step == s.steps)) {
+      std::string text = generate(model, s.sample_prompt, s.sample_tokens, s.sample_top_k,
+                                  s.seed + step);
+      std::printf("---- sample at step %lld ----\n%s%s\n----\n", (long long)step,
+                  printable(s.sample_prompt).c_str(), printable(text).c_str());
+    }
+    std::fflush(stdout);
+  }
+  sum.steps = s.steps;
+  sum.tokens_per_s = s.steps * tokens_per_step / total_time;
+  sum.mfu = sum.tokens_per_s * flops_per_token / (peak.gflops * 1e9);
+  return sum;
+}
+
+}  // namespace loom::train

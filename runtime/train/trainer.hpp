@@ -1,0 +1,28 @@
+// The single-rank training loop: data -> micro-batches (gradient accumulation) -> global grad
+// norm and clipping -> AdamW -> metrics, with validation and text samples along the way.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "config/config.hpp"
+#include "plugins/selection.hpp"
+
+namespace loom::train {
+
+struct TrainSummary {
+  int64_t steps = 0;
+  double first_loss = 0, final_loss = 0;
+  double first_val_loss = -1, final_val_loss = -1;  // -1: never evaluated
+  double tokens_per_s = 0, mfu = 0;
+};
+
+// Trains as the config says, writing <run_dir>/metrics.jsonl and <run_dir>/config.toml.
+TrainSummary train(config::Config& cfg, plugins::Registry& registry,
+                   const plugins::Selection& selection, const std::filesystem::path& run_dir);
+
+// [run] dir, else runs/<[run] name or the config's stem>.
+std::filesystem::path default_run_dir(const config::Config& cfg);
+
+}  // namespace loom::train
