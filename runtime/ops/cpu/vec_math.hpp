@@ -14,7 +14,8 @@ namespace loom::cpu {
 // exponent bits. Below -87.3 (fp32 underflow) the result is 0, above 88.7 it saturates, and a
 // NaN stays NaN (so a diverging run is still caught by the non-finite checks).
 inline float exp_fast(float x) {
-  const float xc = std::fmin(88.7f, std::fmax(-87.3f, x));
+  float xc = x > 88.7f ? 88.7f : x;  // comparisons, not fmin/fmax: they compile to blends
+  xc = xc < -87.3f ? -87.3f : xc;       // (a NaN passes through both and poisons p)
   const float k = std::floor(xc * 1.44269504f + 0.5f);
   const float r = (xc - k * 0.693359375f) - k * -2.12194440e-4f;
   float p = 1.f / 720.f;
@@ -25,7 +26,7 @@ inline float exp_fast(float x) {
   p = p * r + 1.f;
   p = p * r + 1.f;
   const float scale = std::bit_cast<float>((static_cast<int32_t>(k) + 127) << 23);
-  return x != x ? x : (x < -87.3f ? 0.f : p * scale);
+  return x < -87.3f ? 0.f : p * scale;
 }
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1): exact limits at +-inf, absolute error ~1e-7 near 0.
