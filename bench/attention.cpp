@@ -1,0 +1,87 @@
+// bench/attention: the tiled online-softmax attention against the naive one that stores the
+// T x T probabilities, forward + backward, at T = 256, 1024, 4096 (B = 1, H = 6, D = 64).
+// Prints time, the memory each needs beyond its inputs and outputs (counted from its buffers,
+// and the rise in peak RSS measured around it), and the ratios.
+//
+//   bench_attention [--threads N] [--max-t T]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/cpu/kernels.hpp"
+#include "train/metrics.hpp"
+
+using namespace loom;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Result {
+  double seconds;
+  double extra_bytes;     // working memory the algorithm allocates
+  double peak_rise_bytes;  // measured VmHWM rise while it ran
+};
+
+Result run(bool tiled, int64_t T, int64_t H, int64_t D, int threads, const std::vector<float>& qkv,
+           const std::vector<float>& dout) {
+  const int64_t C = H * D;
+  int64_t before = train::process_memory().peak_bytes;
+  double t0 = now_s();
+  std::vector<float> out(T * C), dqkv(T * 3 * C);
+  double extra;
+  if (tiled) {
+    std::vector<float> lse(H * T);
+    cpu::attention_fwd(out.data(), lse.data(), qkv.data(), 1, T, H, D);
+    cpu::attention_bwd(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), 1, T, H, D);
+    // lse, plus per thread the head copies (q, k, v, k^T, v^T, dO, dq, dk, dv: 9 T x D) and tiles.
+    extra = 4.0 * (H * T + threads * (9.0 * T * D + T + 2 * 32 * 64 + 32 * D));
+  } else {
+    std::vector<float> probs(H * T * T);
+    cpu::attention_naive_fwd(out.data(), probs.data(), qkv.data(), 1, T, H, D);
+    cpu::attention_naive_bwd(dqkv.data(), dout.data(), qkv.data(), probs.data(), 1, T, H, D);
+    extra = 4.0 * H * T * T;
+  }
+  double sec = now_s() - t0;
+  int64_t after = train::process_memory().peak_bytes;
+  return {sec, extra, static_cast<double>(after - before)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2;
+  int64_t max_t = 4096;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--max-t")) max_t = std::atoll(argv[i + 1]);
+  }
+  cpu::set_threads(threads);
+  const int64_t H = 6, D = 64, C = H * D;
+  std::printf("attention fwd+bwd, B=1 H=%lld D=%lld, %d threads\n", (long long)H, (long long)D,
+              threads);
+  std::printf("%6s | %10s %10s %7s | %12s %12s %9s | %s\n", "T", "tiled ms", "naive ms", "speedup",
+              "tiled MiB", "naive MiB", "mem ratio", "peak RSS rise tiled / naive (MiB)");
+  for (int64_t T : {256, 1024, 4096}) {
+    if (T > max_t) break;
+    std::mt19937 g(1);
+    std::normal_distribution<float> n(0.f, 1.f);
+    std::vector<float> qkv(T * 3 * C), dout(T * C);
+    for (auto& x : qkv) x = n(g);
+    for (auto& x : dout) x = n(g);
+    // Tiled first: the peak-RSS rise of the naive run then measures its own T x T buffer.
+    Result a = run(true, T, H, D, threads, qkv, dout);
+    Result b = run(false, T, H, D, threads, qkv, dout);
+    std::printf("%6lld | %10.1f %10.1f %6.2fx | %12.2f %12.2f %8.0fx | %.1f / %.1f\n", (long long)T,
+                a.seconds * 1e3, b.seconds * 1e3, b.seconds / a.seconds, a.extra_bytes / 1048576,
+                b.extra_bytes / 1048576, b.extra_bytes / a.extra_bytes,
+                a.peak_rise_bytes / 1048576, b.peak_rise_bytes / 1048576);
+    std::fflush(stdout);
+  }
+}

@@ -1,0 +1,107 @@
+// `loom data prepare` and `loom train` end to end on a tiny model.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "support/process.hpp"
+
+using loom::test::run_loom;
+using loom::test::TempDir;
+
+namespace {
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Every value of `key` in a metrics.jsonl file, in order.
+std::vector<double> column(const std::filesystem::path& file, const std::string& key) {
+  std::ifstream in(file);
+  std::string line;
+  std::vector<double> out;
+  std::regex re("\"" + key + "\": ([-0-9.e+]+)");
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) out.push_back(std::stod(m[1]));
+  }
+  return out;
+}
+
+// A corpus with structure to learn, a tiny config, and the data prepared for it.
+struct TinySetup {
+  TempDir t;
+  std::string cfg;
+  TinySetup() {
+    std::string text;
+    for (int i = 0; i < 400; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 7) + "\n";
+    t.write("corpus.txt", text);
+    auto prep = run_loom("data prepare --text " + (t.path / "corpus.txt").string() + " --out " +
+                         (t.path / "data").string() + " --val-fraction 0.1");
+    REQUIRE_MESSAGE(prep.rc == 0, prep.out);
+    cfg = t.write("tiny.toml",
+                  "[run]\nthreads = 1\npeak_gflops = 50\n[model]\npreset = \"tiny\"\nseq_len = 32\n"
+                  "[data]\ndir = \"" + (t.path / "data").string() + "\"\n"
+                  "[train]\nsteps = 6\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2\n"
+                  "eval_every = 3\neval_batches = 2\nsample_every = 6\nsample_tokens = 20\n");
+  }
+  std::string run_dir(const std::string& name) const { return (t.path / name).string(); }
+};
+
+}  // namespace
+
+TEST_CASE("loom train runs, learns, and writes one metrics line per step") {
+  TinySetup s;
+  auto r = run_loom("train " + s.cfg + " --run-dir " + s.run_dir("run"));
+  REQUIRE_MESSAGE(r.rc == 0, r.out);
+  CHECK(has(r.out, "MFU peak 50.0 GFLOP/s from configured"));
+  CHECK(has(r.out, "---- sample at step 6 ----"));
+  auto metrics = std::filesystem::path(s.run_dir("run")) / "metrics.jsonl";
+  auto loss = column(metrics, "loss");
+  REQUIRE(loss.size() == 6);
+  CHECK(loss.front() == doctest::Approx(std::log(256.0)).epsilon(0.05));
+  CHECK(loss.back() < loss.front() - 1.0);
+  for (const char* key : {"step", "grad_norm", "lr", "tokens_per_s", "mfu", "step_ms", "mem_bytes"})
+    CHECK(column(metrics, key).size() == 6);
+  CHECK(column(metrics, "val_loss").size() == 3);  // steps 1, 3, 6
+  CHECK(std::filesystem::exists(std::filesystem::path(s.run_dir("run")) / "config.toml"));
+}
+
+TEST_CASE("gradient accumulation gives the same steps as one big micro-batch") {
+  TinySetup s;
+  auto whole = run_loom("train " + s.cfg + " --run-dir " + s.run_dir("a") + " --set train.micro_batch=4");
+  auto split = run_loom("train " + s.cfg + " --run-dir " + s.run_dir("b") + " --set train.micro_batch=1");
+  REQUIRE(whole.rc == 0);
+  REQUIRE(split.rc == 0);
+  auto la = column(std::filesystem::path(s.run_dir("a")) / "metrics.jsonl", "loss");
+  auto lb = column(std::filesystem::path(s.run_dir("b")) / "metrics.jsonl", "loss");
+  auto ga = column(std::filesystem::path(s.run_dir("a")) / "metrics.jsonl", "grad_norm");
+  auto gb = column(std::filesystem::path(s.run_dir("b")) / "metrics.jsonl", "grad_norm");
+  REQUIRE(la.size() == lb.size());
+  for (size_t i = 0; i < la.size(); ++i) {
+    CHECK(lb[i] == doctest::Approx(la[i]).epsilon(1e-5));
+    CHECK(gb[i] == doctest::Approx(ga[i]).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("training failures reach the user with the right exit code") {
+  TinySetup s;
+  auto throws = run_loom("train " + s.cfg + " --set plugins.precision=throws");
+  CHECK(throws.rc == 1);
+  CHECK(has(throws.out, "plugin 'throws' failed to start: bad config: the flux capacitor needs 1.21 gigawatts"));
+  auto declines = run_loom("train " + s.cfg + " --set plugins.precision=declines");
+  CHECK(declines.rc == 1);
+  CHECK(has(declines.out, "cannot run here: needs a device this machine does not have"));
+  auto no_data = run_loom("train " + s.cfg + " --set data.dir=/nonexistent");
+  CHECK(no_data.rc == 1);
+  CHECK(has(no_data.out, "cannot read data directory '/nonexistent'"));
+  auto bad_batch = run_loom("train " + s.cfg + " --set train.micro_batch=3");
+  CHECK(bad_batch.rc == 2);
+  CHECK(has(bad_batch.out, "global_batch = 4 is not a multiple of micro_batch = 3"));
+  auto heads = run_loom("train " + s.cfg + " --set model.n_head=3");
+  CHECK(heads.rc == 2);
+  CHECK(has(heads.out, "d_model = 64 is not divisible by n_head = 3"));
+  auto preset = run_loom("train " + s.cfg + " --set model.preset=smal");
+  CHECK(preset.rc == 2);
+  CHECK(has(preset.out, "did you mean 'small'?"));
+}
