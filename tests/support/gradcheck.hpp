@@ -33,6 +33,18 @@ inline double dot(const std::vector<float>& a, const std::vector<float>& b) {
 
 constexpr double kGradTolerance = 2e-2;
 
+// (L(x + h e_i) - L(x - h e_i)) / 2h, leaving x as it was.
+template <class Loss>
+double numeric_gradient(std::vector<float>& x, size_t i, Loss&& loss, float h) {
+  float keep = x[i];
+  x[i] = keep + h;
+  double lp = loss();
+  x[i] = keep - h;
+  double lm = loss();
+  x[i] = keep;
+  return (lp - lm) / (2.0 * h);
+}
+
 // Largest relative error over up to `samples` coordinates of x. `loss()` must read x.
 template <class Loss>
 double grad_error(std::vector<float>& x, const std::vector<float>& analytic, Loss&& loss,
@@ -42,13 +54,7 @@ double grad_error(std::vector<float>& x, const std::vector<float>& analytic, Los
   double worst = 0;
   size_t stride = std::max<size_t>(1, x.size() / samples);
   for (size_t i = 0; i < x.size(); i += stride) {
-    float keep = x[i];
-    x[i] = keep + h;
-    double lp = loss();
-    x[i] = keep - h;
-    double lm = loss();
-    x[i] = keep;
-    double numeric = (lp - lm) / (2.0 * h);
+    double numeric = numeric_gradient(x, i, loss, h);
     double denom = std::max({std::fabs(numeric), std::fabs(static_cast<double>(analytic[i])),
                              1e-2 * amax, 1e-6});
     worst = std::max(worst, std::fabs(numeric - analytic[i]) / denom);
@@ -66,13 +72,7 @@ double grad_error_l2(std::vector<float>& x, const std::vector<float>& analytic, 
   double diff = 0, norm = 0;
   size_t stride = std::max<size_t>(1, x.size() / samples);
   for (size_t i = 0; i < x.size(); i += stride) {
-    float keep = x[i];
-    x[i] = keep + h;
-    double lp = loss();
-    x[i] = keep - h;
-    double lm = loss();
-    x[i] = keep;
-    double numeric = (lp - lm) / (2.0 * h);
+    double numeric = numeric_gradient(x, i, loss, h);
     diff += (numeric - analytic[i]) * (numeric - analytic[i]);
     norm += static_cast<double>(analytic[i]) * analytic[i];
   }
