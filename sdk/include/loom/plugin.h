@@ -286,6 +286,104 @@ typedef struct loom_ckpt_v1 {
   loom_status (*finish)(void* self, loom_error* err); /* returns when every save is durable */
 } loom_ckpt_v1;
 
+/* ---- communication (comm kind) ---------------------------------------------------------------- */
+
+/* The rendezvous store, provided by the runtime: bytes under string keys, shared by every rank.
+ * get blocks until the key exists or the store's timeout passes (then LOOM_SYSTEM). */
+typedef struct loom_store {
+  loom_version v;
+  void* self;
+  loom_status (*set)(void* self, const char* key, const void* data, size_t bytes, loom_error* err);
+  /* *data is valid until the next call on this store from this thread. */
+  loom_status (*get)(void* self, const char* key, const void** data, size_t* bytes,
+                     loom_error* err);
+  loom_status (*add)(void* self, const char* key, int64_t delta, int64_t* value, loom_error* err);
+  int64_t timeout_ms;
+} loom_store;
+
+typedef struct loom_comm loom_comm; /* one communicator (a group of ranks), owned by the plugin */
+typedef struct loom_work loom_work; /* an issued asynchronous operation */
+
+typedef enum loom_reduce_op {
+  LOOM_REDUCE_SUM = 0,
+  LOOM_REDUCE_AVG = 1,
+  LOOM_REDUCE_MAX = 2,
+  LOOM_REDUCE_MIN = 3
+} loom_reduce_op;
+
+/* Every operation takes `work`: NULL runs it to completion before returning; non-NULL issues it
+ * and returns a handle at once, to be passed to wait() exactly once. Operations on one
+ * communicator complete in the order they were issued. Tensors are contiguous, on the comm's
+ * device, and must stay alive until the operation completes. A peer that is gone or silent past
+ * the timeout gives LOOM_FATAL with a message naming the operation and the peer. */
+typedef struct loom_comm_v1 {
+  loom_plugin base;
+  /* The world communicator, bootstrapped through the store. */
+  loom_status (*init)(void* self, const loom_store* store, int32_t rank, int32_t size,
+                      int64_t timeout_ms, loom_comm** out, loom_error* err);
+  /* Collective over `parent`: ranks with the same color form a new communicator, ordered by key. */
+  loom_status (*split)(void* self, loom_comm* parent, int32_t color, int32_t key, loom_comm** out,
+                       loom_error* err);
+  void (*free_comm)(void* self, loom_comm* comm);
+  int32_t (*rank)(void* self, const loom_comm* comm);
+  int32_t (*size)(void* self, const loom_comm* comm);
+
+  loom_status (*all_reduce)(void* self, loom_comm* comm, loom_tensor* buf, int32_t op,
+                            loom_work** work, loom_error* err);
+  /* in holds size * n elements; out (n) receives this rank's reduced block. */
+  loom_status (*reduce_scatter)(void* self, loom_comm* comm, const loom_tensor* in,
+                                loom_tensor* out, int32_t op, loom_work** work, loom_error* err);
+  /* in holds n elements; out (size * n) receives every rank's block in rank order. */
+  loom_status (*all_gather)(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out,
+                            loom_work** work, loom_error* err);
+  loom_status (*broadcast)(void* self, loom_comm* comm, loom_tensor* buf, int32_t root,
+                           loom_work** work, loom_error* err);
+  /* Block i of `in` goes to rank i. With counts NULL every block is numel / size elements;
+   * otherwise send_counts[i] / recv_counts[i] elements, packed in rank order. */
+  loom_status (*all_to_all)(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out,
+                            const int64_t* send_counts, const int64_t* recv_counts,
+                            loom_work** work, loom_error* err);
+  loom_status (*send)(void* self, loom_comm* comm, const loom_tensor* buf, int32_t peer,
+                      int32_t tag, loom_work** work, loom_error* err);
+  loom_status (*recv)(void* self, loom_comm* comm, loom_tensor* buf, int32_t peer, int32_t tag,
+                      loom_work** work, loom_error* err);
+  loom_status (*barrier)(void* self, loom_comm* comm, loom_error* err);
+  /* Completes and frees an issued operation. */
+  loom_status (*wait)(void* self, loom_work* work, loom_error* err);
+} loom_comm_v1;
+
+/* ---- the data slot (parallel kind, LOOM_SLOT_DATA) ------------------------------------------- */
+
+typedef struct loom_param_info {
+  const char* name;
+  int64_t offset; /* into the flat value and gradient buffers, in elements */
+  int64_t numel;
+} loom_param_info;
+
+/* What a data-parallel strategy works on: the dp communicator and the model as flat buffers. */
+typedef struct loom_data_context {
+  loom_version v;
+  const loom_comm_v1* comm;
+  void* comm_self;
+  loom_comm* dp; /* the data-parallel group */
+  float* values;
+  float* grads;
+  int64_t numel;
+  const loom_param_info* params; /* in declaration order */
+  int64_t n_params;
+} loom_data_context;
+
+typedef struct loom_data_v1 {
+  loom_plugin base;
+  loom_status (*setup)(void* self, const loom_data_context* ctx, loom_error* err);
+  /* Called during the last micro-batch's backward as each parameter's gradient becomes final. */
+  loom_status (*grad_ready)(void* self, int64_t param, loom_error* err);
+  /* Returns when every gradient is reduced (averaged over dp). Reports the time spent in
+   * communication and the part of it not hidden behind compute. */
+  loom_status (*finish_grads)(void* self, double* comm_ms, double* exposed_comm_ms,
+                              loom_error* err);
+} loom_data_v1;
+
 /* ---- the one exported entry ------------------------------------------------------------------ */
 
 /* Returns the library's descriptors in *out (static storage, *count entries). Called once per

@@ -97,6 +97,39 @@ class CkptPlugin : public Plugin {
   virtual void finish() {}
 };
 
+// A communication backend. Each operation returns a handle when `async` is true (nullptr when it
+// completed in the call); wait() completes and frees it. Throw Error(LOOM_FATAL, ...) for a dead
+// or silent peer, naming the operation and the peer.
+class CommPlugin : public Plugin {
+ public:
+  virtual loom_comm* init(const loom_store& store, int rank, int size, int64_t timeout_ms) = 0;
+  virtual loom_comm* split(loom_comm* parent, int color, int key) = 0;
+  virtual void free_comm(loom_comm* comm) = 0;
+  virtual int rank(const loom_comm* comm) = 0;
+  virtual int size(const loom_comm* comm) = 0;
+  virtual loom_work* all_reduce(loom_comm* c, loom_tensor& buf, loom_reduce_op op, bool async) = 0;
+  virtual loom_work* reduce_scatter(loom_comm* c, const loom_tensor& in, loom_tensor& out,
+                                    loom_reduce_op op, bool async) = 0;
+  virtual loom_work* all_gather(loom_comm* c, const loom_tensor& in, loom_tensor& out,
+                                bool async) = 0;
+  virtual loom_work* broadcast(loom_comm* c, loom_tensor& buf, int root, bool async) = 0;
+  virtual loom_work* all_to_all(loom_comm* c, const loom_tensor& in, loom_tensor& out,
+                                const int64_t* send_counts, const int64_t* recv_counts,
+                                bool async) = 0;
+  virtual loom_work* send(loom_comm* c, const loom_tensor& buf, int peer, int tag, bool async) = 0;
+  virtual loom_work* recv(loom_comm* c, loom_tensor& buf, int peer, int tag, bool async) = 0;
+  virtual void barrier(loom_comm* c) = 0;
+  virtual void wait(loom_work* work) = 0;
+};
+
+// A data-parallel strategy (the data slot).
+class DataPlugin : public Plugin {
+ public:
+  virtual void setup(const loom_data_context& ctx) = 0;
+  virtual void grad_ready(int64_t param) = 0;
+  virtual void finish_grads(double& comm_ms, double& exposed_comm_ms) = 0;
+};
+
 // ---- trampolines ----------------------------------------------------------------------------
 
 namespace detail {
@@ -208,6 +241,101 @@ const loom_plugin* ckpt_plugin() {
     };
     t.finish = [](void* self, loom_error* err) {
       return detail::guarded(err, [&] { static_cast<Impl*>(self)->finish(); });
+    };
+    return t;
+  }();
+  return &table.base;
+}
+
+template <class Impl>
+const loom_plugin* comm_plugin() {
+  static const loom_comm_v1 table = [] {
+    loom_comm_v1 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_COMM, LOOM_SLOT_NONE, sizeof(loom_comm_v1));
+    t.init = [](void* self, const loom_store* st, int32_t r, int32_t n, int64_t ms, loom_comm** c,
+                loom_error* e) {
+      return detail::guarded(e, [&] { *c = static_cast<Impl*>(self)->init(*st, r, n, ms); });
+    };
+    t.split = [](void* self, loom_comm* p, int32_t color, int32_t key, loom_comm** c,
+                 loom_error* e) {
+      return detail::guarded(e, [&] { *c = static_cast<Impl*>(self)->split(p, color, key); });
+    };
+    t.free_comm = [](void* self, loom_comm* c) { static_cast<Impl*>(self)->free_comm(c); };
+    t.rank = [](void* self, const loom_comm* c) { return static_cast<int32_t>(static_cast<Impl*>(self)->rank(c)); };
+    t.size = [](void* self, const loom_comm* c) { return static_cast<int32_t>(static_cast<Impl*>(self)->size(c)); };
+    t.all_reduce = [](void* self, loom_comm* c, loom_tensor* b, int32_t o, loom_work** w,
+                      loom_error* e) {
+      return detail::guarded(e, [&] {
+        loom_work* h = static_cast<Impl*>(self)->all_reduce(c, *b, static_cast<loom_reduce_op>(o), w != nullptr);
+        if (w) *w = h;
+      });
+    };
+    t.reduce_scatter = [](void* self, loom_comm* c, const loom_tensor* in, loom_tensor* o,
+                          int32_t r, loom_work** w, loom_error* e) {
+      return detail::guarded(e, [&] {
+        loom_work* h = static_cast<Impl*>(self)->reduce_scatter(c, *in, *o, static_cast<loom_reduce_op>(r), w != nullptr);
+        if (w) *w = h;
+      });
+    };
+    t.all_gather = [](void* self, loom_comm* c, const loom_tensor* in, loom_tensor* o,
+                      loom_work** w, loom_error* e) {
+      return detail::guarded(e, [&] {
+        loom_work* h = static_cast<Impl*>(self)->all_gather(c, *in, *o, w != nullptr);
+        if (w) *w = h;
+      });
+    };
+    t.broadcast = [](void* self, loom_comm* c, loom_tensor* b, int32_t root, loom_work** w,
+                     loom_error* e) {
+      return detail::guarded(e, [&] {
+        loom_work* h = static_cast<Impl*>(self)->broadcast(c, *b, root, w != nullptr);
+        if (w) *w = h;
+      });
+    };
+    t.all_to_all = [](void* self, loom_comm* c, const loom_tensor* in, loom_tensor* o,
+                      const int64_t* sc, const int64_t* rc, loom_work** w, loom_error* e) {
+      return detail::guarded(e, [&] {
+        loom_work* h = static_cast<Impl*>(self)->all_to_all(c, *in, *o, sc, rc, w != nullptr);
+        if (w) *w = h;
+      });
+    };
+    t.send = [](void* self, loom_comm* c, const loom_tensor* b, int32_t peer, int32_t tag,
+                loom_work** w, loom_error* e) {
+      return detail::guarded(e, [&] {
+        loom_work* h = static_cast<Impl*>(self)->send(c, *b, peer, tag, w != nullptr);
+        if (w) *w = h;
+      });
+    };
+    t.recv = [](void* self, loom_comm* c, loom_tensor* b, int32_t peer, int32_t tag,
+                loom_work** w, loom_error* e) {
+      return detail::guarded(e, [&] {
+        loom_work* h = static_cast<Impl*>(self)->recv(c, *b, peer, tag, w != nullptr);
+        if (w) *w = h;
+      });
+    };
+    t.barrier = [](void* self, loom_comm* c, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->barrier(c); });
+    };
+    t.wait = [](void* self, loom_work* w, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->wait(w); });
+    };
+    return t;
+  }();
+  return &table.base;
+}
+
+template <class Impl>
+const loom_plugin* data_plugin() {
+  static const loom_data_v1 table = [] {
+    loom_data_v1 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_DATA, sizeof(loom_data_v1));
+    t.setup = [](void* self, const loom_data_context* c, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->setup(*c); });
+    };
+    t.grad_ready = [](void* self, int64_t p, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->grad_ready(p); });
+    };
+    t.finish_grads = [](void* self, double* comm_ms, double* exposed, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->finish_grads(*comm_ms, *exposed); });
     };
     return t;
   }();
