@@ -27,9 +27,12 @@ double Gpt::forward(const Microbatch& mb) {
   return head_->loss_sum();
 }
 
-void Gpt::backward(const Microbatch& mb) {
+void Gpt::backward(const Microbatch& mb, const std::function<void(size_t)>& after_layer) {
   Tensor dx = dx_.rows(0, mb.rows());
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) (*it)->backward(mb, dx);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    layers_[i]->backward(mb, dx);
+    if (after_layer) after_layer(i);
+  }
 }
 
 }  // namespace loom::gpt

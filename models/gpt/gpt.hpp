@@ -2,6 +2,7 @@
 // layers over one residual stream. A pipeline stage runs a contiguous range of these layers.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -21,8 +22,9 @@ class Gpt {
 
   // Forward through every layer; returns the sum of token losses (0 without targets).
   double forward(const Microbatch& mb);
-  // Backward through every layer, accumulating into the parameter gradients.
-  void backward(const Microbatch& mb);
+  // Backward through every layer, accumulating into the parameter gradients; `after_layer(i)`
+  // runs once layer i is done (how the data slot learns which gradients are final).
+  void backward(const Microbatch& mb, const std::function<void(size_t)>& after_layer = {});
   // The head's logits of the last forward without targets: [rows, V_padded].
   const Tensor& logits() const { return head_->logits(); }
 

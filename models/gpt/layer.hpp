@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "model/params.hpp"
 #include "tensor/tensor.hpp"
 
 namespace loom::gpt {
@@ -26,6 +28,12 @@ class Layer {
   virtual void forward(const Microbatch& mb, Tensor& x) = 0;
   // dx: the gradient of the residual stream, read and written in place.
   virtual void backward(const Microbatch& mb, Tensor& dx) = 0;
+  // The parameters this layer reads (a tied embedding appears in both layers that use it); their
+  // gradients are complete once every layer listing them has run backward.
+  const std::vector<Param*>& params() const { return params_; }
+
+ protected:
+  std::vector<Param*> params_;
 };
 
 }  // namespace loom::gpt

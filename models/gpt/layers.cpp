@@ -15,10 +15,12 @@ Init normal(float std) { return {Init::Normal, std}; }
 constexpr Init kZeros{Init::Zeros, 0.f};
 constexpr Init kOnes{Init::Ones, 0.f};
 
-Param& declare(ParamStore& ps, LayerApi& api, std::string name, Role role,
-               std::vector<int64_t> shape, Init init, bool decay) {
+Param& declare(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
+               Role role, std::vector<int64_t> shape, Init init, bool decay) {
   Slice s = api.shard(role, shape);
-  return ps.declare(std::move(name), role, std::move(shape), init, decay, s);
+  Param& p = ps.declare(std::move(name), role, std::move(shape), init, decay, s);
+  owner.push_back(&p);
+  return p;
 }
 
 int64_t local_dim0(const Param& p) { return p.local_shape[0]; }
@@ -37,9 +39,9 @@ Scratch::Scratch(const GptConfig& c, int64_t rows) {
 // ---- embedding --------------------------------------------------------------------------------
 
 Embedding::Embedding(const GptConfig& c, LayerApi& api, ParamStore& ps) : api_(api) {
-  wte_ = &declare(ps, api, "wte", Role::Vocab, {c.padded_vocab(kVocabMultiple), c.d_model},
+  wte_ = &declare(ps, api, params_, "wte", Role::Vocab, {c.padded_vocab(kVocabMultiple), c.d_model},
                   normal(c.init_std), false);
-  wpe_ = &declare(ps, api, "wpe", Role::Replicated, {c.seq_len, c.d_model}, normal(c.init_std),
+  wpe_ = &declare(ps, api, params_, "wpe", Role::Replicated, {c.seq_len, c.d_model}, normal(c.init_std),
                   false);
 }
 
@@ -63,20 +65,20 @@ Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scrat
   const float resid_std = c.init_std / std::sqrt(2.f * c.n_layer);
   bool ln = c.norm == "layernorm";
   for (auto [n, tag] : {std::pair{&ln1_, "ln1"}, std::pair{&ln2_, "ln2"}}) {
-    n->w = &declare(ps, api, p + tag + ".w", Role::Replicated, {C}, kOnes, false);
-    if (ln) n->b = &declare(ps, api, p + tag + ".b", Role::Replicated, {C}, kZeros, false);
+    n->w = &declare(ps, api, params_, p + tag + ".w", Role::Replicated, {C}, kOnes, false);
+    if (ln) n->b = &declare(ps, api, params_, p + tag + ".b", Role::Replicated, {C}, kZeros, false);
     n->out = Tensor::empty({rows, C});
     n->mean = Tensor::empty({rows});
     n->rstd = Tensor::empty({rows});
   }
-  qkv_w_ = &declare(ps, api, p + "attn.qkv.w", Role::Column, {3 * C, C}, normal(c.init_std), true);
-  qkv_b_ = &declare(ps, api, p + "attn.qkv.b", Role::Column, {3 * C}, kZeros, false);
-  proj_w_ = &declare(ps, api, p + "attn.proj.w", Role::Row, {C, C}, normal(resid_std), true);
-  proj_b_ = &declare(ps, api, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
-  fc_w_ = &declare(ps, api, p + "mlp.fc.w", Role::Column, {fc_out, C}, normal(c.init_std), true);
-  fc_b_ = &declare(ps, api, p + "mlp.fc.b", Role::Column, {fc_out}, kZeros, false);
-  out_w_ = &declare(ps, api, p + "mlp.proj.w", Role::Row, {C, F}, normal(resid_std), true);
-  out_b_ = &declare(ps, api, p + "mlp.proj.b", Role::Replicated, {C}, kZeros, false);
+  qkv_w_ = &declare(ps, api, params_, p + "attn.qkv.w", Role::Column, {3 * C, C}, normal(c.init_std), true);
+  qkv_b_ = &declare(ps, api, params_, p + "attn.qkv.b", Role::Column, {3 * C}, kZeros, false);
+  proj_w_ = &declare(ps, api, params_, p + "attn.proj.w", Role::Row, {C, C}, normal(resid_std), true);
+  proj_b_ = &declare(ps, api, params_, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
+  fc_w_ = &declare(ps, api, params_, p + "mlp.fc.w", Role::Column, {fc_out, C}, normal(c.init_std), true);
+  fc_b_ = &declare(ps, api, params_, p + "mlp.fc.b", Role::Column, {fc_out}, kZeros, false);
+  out_w_ = &declare(ps, api, params_, p + "mlp.proj.w", Role::Row, {C, F}, normal(resid_std), true);
+  out_b_ = &declare(ps, api, params_, p + "mlp.proj.b", Role::Replicated, {C}, kZeros, false);
 
   x_in_ = Tensor::empty({rows, C});
   x_mid_ = Tensor::empty({rows, C});
@@ -188,12 +190,13 @@ void Block::backward(const Microbatch& mb, Tensor& dx) {
 Head::Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows)
     : c_(c), api_(api) {
   const int64_t C = c.d_model;
-  norm_w_ = &declare(ps, api, "ln_f.w", Role::Replicated, {C}, kOnes, false);
+  norm_w_ = &declare(ps, api, params_, "ln_f.w", Role::Replicated, {C}, kOnes, false);
   norm_b_ = c.norm == "layernorm"
-                ? &declare(ps, api, "ln_f.b", Role::Replicated, {C}, kZeros, false)
+                ? &declare(ps, api, params_, "ln_f.b", Role::Replicated, {C}, kZeros, false)
                 : nullptr;
+  if (tied_wte) params_.push_back(tied_wte);
   head_w_ = tied_wte ? tied_wte
-                     : &declare(ps, api, "lm_head.w", Role::Vocab,
+                     : &declare(ps, api, params_, "lm_head.w", Role::Vocab,
                                 {c.padded_vocab(kVocabMultiple), C}, normal(c.init_std), true);
   x_in_ = Tensor::empty({rows, C});
   h_ = Tensor::empty({rows, C});

@@ -14,6 +14,11 @@ int plugins(const Args& args);
 int config(const Args& args);
 int train(const Args& args);
 int data(const Args& args);
+int launch(const Args& args);
+
+// This process's command line, with argv[0] as /proc/self/exe, for re-launching it as ranks.
+void set_invocation(int argc, char** argv);
+std::vector<std::string> self_invocation();
 
 // Help text of the top-level command.
 std::string usage();

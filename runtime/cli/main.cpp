@@ -6,8 +6,24 @@
 #include "cli/commands.hpp"
 #include "core/errors.hpp"
 
+namespace loom::cli {
+namespace {
+std::vector<std::string>& invocation() {
+  static std::vector<std::string> v;
+  return v;
+}
+}  // namespace
+void set_invocation(int argc, char** argv) { invocation().assign(argv, argv + argc); }
+std::vector<std::string> self_invocation() {
+  std::vector<std::string> v = invocation();
+  if (!v.empty()) v[0] = "/proc/self/exe";
+  return v;
+}
+}  // namespace loom::cli
+
 int main(int argc, char** argv) {
   using namespace loom;
+  cli::set_invocation(argc, argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(cli::usage().c_str(), args.empty() ? stderr : stdout);
@@ -17,6 +33,7 @@ int main(int argc, char** argv) {
       {"version", &cli::version}, {"--version", &cli::version},
       {"plugins", &cli::plugins}, {"config", &cli::config},
       {"train", &cli::train},     {"data", &cli::data},
+      {"launch", &cli::launch},
   };
   std::string name = args[0];
   args.erase(args.begin());

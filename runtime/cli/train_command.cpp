@@ -2,10 +2,25 @@
 #include <cstdio>
 
 #include "cli/parse.hpp"
+#include "dist/launch.hpp"
+#include "dist/mesh.hpp"
 #include "plugins/selection.hpp"
 #include "train/trainer.hpp"
 
 namespace loom::cli {
+
+int launch(const Args& args) {
+  po::options_description opts("loom launch");
+  opts.add_options()("nproc,n", po::value<int>()->required(), "ranks to start")(
+      "command", po::value<std::vector<std::string>>()->required(), "program and its arguments");
+  po::positional_options_description pos;
+  pos.add("command", -1);
+  po::variables_map vm;
+  if (!parse(args, "loom launch --nproc N -- PROGRAM [ARGS...]", opts, pos, vm)) return kExitOk;
+  int n = vm["nproc"].as<int>();
+  if (n < 1) throw UsageError("--nproc must be at least 1");
+  return dist::spawn_local(n, vm["command"].as<std::vector<std::string>>());
+}
 
 int train(const Args& args) {
   po::options_description opts("loom train");
@@ -18,14 +33,34 @@ int train(const Args& args) {
   if (!parse(args, "loom train FILE [--set section.key=value]... [--run-dir DIR]", opts, pos, vm))
     return kExitOk;
 
-  config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
+  std::vector<std::string> overrides = sets(vm);
+  config::Config cfg = config::Config::load(vm["file"].as<std::string>(), overrides);
   cfg.validate_runtime();
+  std::optional<dist::RankEnv> env = dist::rank_from_environment();
+  const int nproc = static_cast<int>(cfg.i64("parallel.nproc"));
+  if (!env && nproc > 1) {
+    // No outer launcher: this process becomes the local launcher of nproc ranks. The config is
+    // checked here first, so a bad one fails once, not once per rank.
+    plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
+    plugins::resolve(cfg, reg);
+    dist::resolve_mesh(cfg, nproc);
+    return dist::spawn_local(nproc, self_invocation());
+  }
+  dist::RankEnv rank = env.value_or(dist::RankEnv{});
+  // Defaults that work: several ranks talk over gloo and reduce gradients with ddp.
+  if (rank.world > 1 && cfg.str("plugins.comm").empty()) overrides.push_back("plugins.comm=gloo");
+  if (rank.world > 1 && cfg.str("plugins.data").empty()) overrides.push_back("plugins.data=ddp");
+  if (overrides.size() != sets(vm).size()) {
+    cfg = config::Config::load(vm["file"].as<std::string>(), overrides);
+    cfg.validate_runtime();
+  }
   plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
   plugins::Selection sel = plugins::resolve(cfg, reg);
   std::filesystem::path run_dir =
       vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>())
                           : train::default_run_dir(cfg);
-  train::TrainSummary s = train::train(cfg, reg, sel, run_dir);
+  train::TrainSummary s = train::train(cfg, sel, rank, run_dir);
+  if (rank.rank != 0) return kExitOk;
   std::printf("done: %lld steps, train loss %.4f -> %.4f", (long long)s.steps, s.first_loss,
               s.final_loss);
   if (s.final_val_loss >= 0) std::printf(", val loss %.4f -> %.4f", s.first_val_loss, s.final_val_loss);

@@ -97,10 +97,18 @@ std::vector<SectionSpec> build_schema() {
       {"sample_top_k", ValueType::Int, "8", "sample from the k likeliest tokens; 1 = greedy", 1, kInf},
       {"sample_prompt", ValueType::String, "\"\"", "text the sample continues"},
   }});
+  s.push_back({"parallel", "the device mesh: tp (innermost) -> ep -> dp -> pp", {
+      {"nproc", ValueType::Int, "1", "ranks `loom train` spawns when no launcher started it", 1, 4096},
+      {"dp", ValueType::IntOrAuto, "\"auto\"", "data-parallel degree; auto = world / (tp pp ep)", 1, 65536},
+      {"tp", ValueType::Int, "1", "tensor-parallel degree", 1, 4096},
+      {"pp", ValueType::Int, "1", "pipeline-parallel degree", 1, 4096},
+      {"ep", ValueType::Int, "1", "expert-parallel degree", 1, 4096},
+      {"timeout_s", ValueType::Int, "60", "a collective or rendezvous silent this long fails", 1, 86400},
+  }});
   s.push_back({"plugins", "which plugin fills each slot; [plugins.<name>] holds its options", {
       {"path", ValueType::StringList, "[]", "extra directories searched for plugins first"},
-      slot_key("comm", "communication backend (gloo, mpi, nccl); \"\" = single process"),
-      slot_key("data", "data-parallel strategy (ddp, zero1, zero2, zero3)"),
+      slot_key("comm", "communication backend (gloo, mpi, nccl); \"\" = gloo when world > 1"),
+      slot_key("data", "data-parallel strategy (ddp, zero1, zero2, zero3); \"\" = ddp when dp > 1"),
       slot_key("tensor", "tensor-parallel strategy (tp)"),
       slot_key("sequence", "sequence-parallel strategy (sp)"),
       slot_key("pipeline", "pipeline schedule (gpipe, 1f1b, interleaved)"),

@@ -30,6 +30,7 @@ Param& ParamStore::declare(std::string name, Role role, std::vector<int64_t> glo
   if (slice.length >= 0) p.local_shape.at(slice.dim) = slice.length;
   p.global_shape = std::move(global_shape);
   p.slice = slice;
+  p.index = static_cast<int64_t>(params_.size());
   params_.push_back(std::move(p));
   return params_.back();
 }

@@ -40,6 +40,7 @@ struct Param {
   bool weight_decay;  // matrices decay; norms, biases and embeddings' padding do not
   std::vector<int64_t> global_shape, local_shape;
   Slice slice;
+  int64_t index = 0;   // position in declaration order
   int64_t offset = 0;  // into the flat buffers
   Tensor value, grad;
 };

@@ -69,6 +69,10 @@ void release(loom_device device, void* ptr) {
 
 const void* service(const char*, uint32_t) { return nullptr; }
 
+loom_error* error_new() { return new loom_error(); }
+void error_free(loom_error* e) { delete e; }
+const char* error_message(const loom_error* e) { return e ? e->message.c_str() : ""; }
+
 }  // namespace
 
 loom_host& host() {
@@ -85,6 +89,9 @@ loom_host& host() {
     t.alloc = &alloc;
     t.free = &release;
     t.service = &service;
+    t.error_new = &error_new;
+    t.error_free = &error_free;
+    t.error_message = &error_message;
     return t;
   }();
   return h;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <thread>
+#include <tuple>
 
 #include "core/errors.hpp"
 #include "data/batches.hpp"
@@ -13,6 +15,7 @@
 #include "train/metrics.hpp"
 #include "train/peak.hpp"
 #include "train/sample.hpp"
+#include "train/data_parallel.hpp"
 #include "train/schedule.hpp"
 
 namespace fs = std::filesystem;
@@ -40,12 +43,7 @@ Settings read_settings(const config::Config& cfg) {
   Settings s;
   s.steps = cfg.i64("train.steps");
   s.global_batch = cfg.i64("train.global_batch");
-  s.micro_batch = cfg.i64("train.micro_batch");
-  if (s.micro_batch == 0) s.micro_batch = s.global_batch;
-  if (s.global_batch % s.micro_batch != 0)
-    throw ConfigError("[train] global_batch = " + std::to_string(s.global_batch) +
-                      " is not a multiple of micro_batch = " + std::to_string(s.micro_batch));
-  s.accum = s.global_batch / s.micro_batch;
+  s.micro_batch = cfg.i64("train.micro_batch");  // 0: the whole per-rank batch at once
   s.eval_every = cfg.i64("train.eval_every");
   s.eval_batches = cfg.i64("train.eval_batches");
   s.sample_every = cfg.i64("train.sample_every");
@@ -96,13 +94,34 @@ fs::path default_run_dir(const config::Config& cfg) {
   return fs::path("runs") / (name.empty() ? cfg.stem() : name);
 }
 
-TrainSummary train(config::Config& cfg, plugins::Registry&, const plugins::Selection& selection,
-                   const fs::path& run_dir) {
-  const Settings s = read_settings(cfg);
+TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
+                   const dist::RankEnv& env, const fs::path& run_dir) {
+  Settings s = read_settings(cfg);
   const gpt::GptConfig mc = gpt::from_config(cfg);
+  const dist::MeshShape mesh = dist::resolve_mesh(cfg, env.world);
+  for (auto [degree, what] : {std::pair{mesh.tp, "tp"}, {mesh.pp, "pp"}, {mesh.ep, "ep"}})
+    if (degree > 1)
+      throw ConfigError(std::string("[parallel] ") + what + " = " + std::to_string(degree) +
+                        ": this build has no plugin for that axis yet (dp only)");
+  if (s.global_batch % mesh.dp != 0)
+    throw ConfigError("[train] global_batch = " + std::to_string(s.global_batch) +
+                      " is not a multiple of dp = " + std::to_string(mesh.dp));
+  const int64_t local_batch = s.global_batch / mesh.dp;
+  if (s.micro_batch == 0) s.micro_batch = local_batch;
+  if (local_batch % s.micro_batch != 0)
+    throw ConfigError("[train] global_batch = " + std::to_string(s.global_batch) + " over dp = " +
+                      std::to_string(mesh.dp) + " is " + std::to_string(local_batch) +
+                      " sequences per rank, not a multiple of micro_batch = " +
+                      std::to_string(s.micro_batch));
+  s.accum = local_batch / s.micro_batch;
+  const bool lead = env.rank == 0;
   const std::string device = cfg.str("run.device");
   const loom_ops* ops = ops::for_device(device);
-  const int threads = ops::set_threads(device, static_cast<int>(cfg.i64("run.threads")));
+  // Ranks on one machine share its cores unless told otherwise.
+  int threads = static_cast<int>(cfg.i64("run.threads"));
+  if (threads == 0 && env.local_world > 1)
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world);
+  threads = ops::set_threads(device, threads);
 
   // The precision slot decides GEMM operand numerics.
   std::unique_ptr<plugins::Instance> precision;
@@ -127,13 +146,23 @@ TrainSummary train(config::Config& cfg, plugins::Registry&, const plugins::Selec
   gpt::Gpt model(mc, api, params, s.micro_batch * mc.seq_len);
   params.allocate(s.seed);
   Tensor m = Tensor::zeros({params.numel()}), v = Tensor::zeros({params.numel()});
+  std::unique_ptr<DataParallel> dp;
+  if (env.world > 1) {
+    dp = std::make_unique<DataParallel>(cfg, selection, env, mesh, params, model);
+    dp->check_identical(params);
+  }
+  const int64_t first_sample = dp ? dp->dp_rank() * local_batch : 0;
 
-  fs::create_directories(run_dir);
-  std::ofstream(run_dir / "config.toml") << cfg.render(selection.schemas);
-  MetricsLog log(run_dir / "metrics.jsonl");
+  std::unique_ptr<MetricsLog> log;
+  if (lead) {
+    fs::create_directories(run_dir);
+    std::ofstream(run_dir / "config.toml") << cfg.render(selection.schemas);
+    log = std::make_unique<MetricsLog>(run_dir / "metrics.jsonl");
+  }
   Peak peak = device_peak(device, "fp32", threads, cfg.f64("run.peak_gflops"));
   const double flops_per_token = mc.flops_per_token();
 
+  if (lead) {
   std::printf("model: %lld layers, d_model %lld, %lld heads, T %lld, vocab %lld: %s params "
               "(%s non-embedding)\n",
               (long long)mc.n_layer, (long long)mc.d_model, (long long)mc.n_head,
@@ -145,8 +174,12 @@ TrainSummary train(config::Config& cfg, plugins::Registry&, const plugins::Selec
               (long long)mc.seq_len, (long long)s.accum, (long long)s.micro_batch);
   std::printf("device: %s, %d threads; MFU peak %.1f GFLOP/s from %s\n", device.c_str(), threads,
               peak.gflops, peak.source.c_str());
+  if (dp)
+    std::printf("mesh: %d ranks, %s, %lld sequences per rank per step\n", env.world,
+                mesh.describe().c_str(), (long long)local_batch);
   std::printf("run dir: %s\n", run_dir.c_str());
   std::fflush(stdout);
+  }
 
   const int64_t T = mc.seq_len, tokens_per_step = s.global_batch * T;
   std::vector<int32_t> tok(s.micro_batch * T), tgt(s.micro_batch * T);
@@ -156,15 +189,23 @@ TrainSummary train(config::Config& cfg, plugins::Registry&, const plugins::Selec
     auto t0 = Clock::now();
     const double lr = s.lr.at(step);
     params.zero_grads();
-    double loss_sum = 0;
-    const float dloss = 1.f / static_cast<float>(tokens_per_step);
+    double loss_sum = 0, comm_ms = 0, exposed_ms = 0;
+    // Each rank's loss is the mean over its own tokens; the data slot averages over dp.
+    const float dloss = 1.f / static_cast<float>(local_batch * T);
     for (int64_t a = 0; a < s.accum; ++a) {
-      data.train_batch(step, a * s.micro_batch, s.micro_batch, tok.data(), tgt.data());
+      data.train_batch(step, first_sample + a * s.micro_batch, s.micro_batch, tok.data(), tgt.data());
       gpt::Microbatch mb{tok.data(), tgt.data(), s.micro_batch, T, dloss};
       loss_sum += model.forward(mb);
-      model.backward(mb);
+      const bool last = a + 1 == s.accum;
+      model.backward(mb, [&](size_t layer) {
+        if (dp && last) dp->after_layer(layer);
+      });
     }
-    const double loss = loss_sum / tokens_per_step;
+    double loss = loss_sum / static_cast<double>(local_batch * T);
+    if (dp) {
+      std::tie(comm_ms, exposed_ms) = dp->finish();
+      loss = dp->mean_over_dp(loss);
+    }
     const double grad_norm = std::sqrt(ops->sum_squares(params.grads(), params.numel()));
     if (!std::isfinite(loss) || !std::isfinite(grad_norm))
       throw RuntimeError("step " + std::to_string(step) + ": loss " + std::to_string(loss) +
@@ -178,15 +219,16 @@ TrainSummary train(config::Config& cfg, plugins::Registry&, const plugins::Selec
     const double step_s = seconds_since(t0);
     total_time += step_s;
     const double tps = tokens_per_step / step_s;
-    const double mfu = tps * flops_per_token / (peak.gflops * 1e9);
+    const double mfu = tps * flops_per_token / (peak.gflops * 1e9 * env.world);
     Memory mem = process_memory();
 
     std::vector<std::pair<std::string, double>> fields = {
         {"step", double(step)}, {"loss", loss}, {"grad_norm", grad_norm}, {"lr", lr},
         {"tokens_per_s", tps},  {"mfu", mfu},   {"step_ms", step_s * 1e3},
-        {"mem_bytes", double(mem.rss_bytes)}, {"peak_mem_bytes", double(mem.peak_bytes)}};
+        {"mem_bytes", double(mem.rss_bytes)}, {"peak_mem_bytes", double(mem.peak_bytes)},
+        {"comm_ms", comm_ms}, {"exposed_comm_ms", exposed_ms}};
     std::string val_text;
-    if (s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
+    if (lead && s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
       double val = evaluate(model, data, s.eval_batches, s.micro_batch, tok, tgt);
       fields.push_back({"val_loss", val});
       char b[48];
@@ -195,15 +237,15 @@ TrainSummary train(config::Config& cfg, plugins::Registry&, const plugins::Selec
       if (sum.first_val_loss < 0) sum.first_val_loss = val;
       sum.final_val_loss = val;
     }
-    log.write(fields);
+    if (lead) log->write(fields);
     if (step == 1) sum.first_loss = loss;
     sum.final_loss = loss;
-    if (step % s.log_every == 0 || step == s.steps || !val_text.empty())
+    if (lead && (step % s.log_every == 0 || step == s.steps || !val_text.empty()))
       std::printf("step %5lld/%lld | loss %.4f%s | grad %.3f | lr %.2e | %s tok/s | mfu %.1f%% | "
                   "%.0f ms | mem %.0f MiB\n",
                   (long long)step, (long long)s.steps, loss, val_text.c_str(), grad_norm, lr,
                   human(tps).c_str(), mfu * 100, step_s * 1e3, mem.rss_bytes / 1048576.0);
-    if (s.sample_every > 0 && (step % s.sample_every == 0 || step == s.steps)) {
+    if (lead && s.sample_every > 0 && (step % s.sample_every == 0 || step == s.steps)) {
       std::string text = generate(model, s.sample_prompt, s.sample_tokens, s.sample_top_k,
                                   s.seed + step);
       std::printf("---- sample at step %lld ----\n%s%s\n----\n", (long long)step,
@@ -211,9 +253,10 @@ TrainSummary train(config::Config& cfg, plugins::Registry&, const plugins::Selec
     }
     std::fflush(stdout);
   }
+  if (dp) dp->barrier();  // rank 0 hosts the store: leave together
   sum.steps = s.steps;
   sum.tokens_per_s = s.steps * tokens_per_step / total_time;
-  sum.mfu = sum.tokens_per_s * flops_per_token / (peak.gflops * 1e9);
+  sum.mfu = sum.tokens_per_s * flops_per_token / (peak.gflops * 1e9 * env.world);
   return sum;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "dist/launch.hpp"
 #include "plugins/selection.hpp"
 
 namespace loom::train {
@@ -18,9 +19,10 @@ struct TrainSummary {
   double tokens_per_s = 0, mfu = 0;
 };
 
-// Trains as the config says, writing <run_dir>/metrics.jsonl and <run_dir>/config.toml.
-TrainSummary train(config::Config& cfg, plugins::Registry& registry,
-                   const plugins::Selection& selection, const std::filesystem::path& run_dir);
+// Trains as the config says, as rank env.rank of env.world. Rank 0 prints and writes
+// <run_dir>/metrics.jsonl and <run_dir>/config.toml.
+TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
+                   const dist::RankEnv& env, const std::filesystem::path& run_dir);
 
 // [run] dir, else runs/<[run] name or the config's stem>.
 std::filesystem::path default_run_dir(const config::Config& cfg);

@@ -97,7 +97,7 @@ TEST_CASE("training failures reach the user with the right exit code") {
   CHECK(has(no_data.out, "cannot read data directory '/nonexistent'"));
   auto bad_batch = run_loom("train " + s.cfg + " --set train.micro_batch=3");
   CHECK(bad_batch.rc == 2);
-  CHECK(has(bad_batch.out, "global_batch = 4 is not a multiple of micro_batch = 3"));
+  CHECK(has(bad_batch.out, "global_batch = 4 over dp = 1 is 4 sequences per rank, not a multiple of micro_batch = 3"));
   auto heads = run_loom("train " + s.cfg + " --set model.n_head=3");
   CHECK(heads.rc == 2);
   CHECK(has(heads.out, "d_model = 64 is not divisible by n_head = 3"));

@@ -38,14 +38,9 @@ class StoreAdapter : public gloo::rendezvous::Store {
  public:
   StoreAdapter(const loom_store& s, std::string prefix) : s_(s), prefix_(std::move(prefix)) {}
   void set(const std::string& key, const std::vector<char>& data) override {
-    check(s_.set(s_.self, (prefix_ + key).c_str(), data.data(), data.size(), nullptr));
+    put(s_, prefix_ + key, data.data(), data.size());
   }
-  std::vector<char> get(const std::string& key) override {
-    const void* p = nullptr;
-    size_t n = 0;
-    check(s_.get(s_.self, (prefix_ + key).c_str(), &p, &n, nullptr));
-    return std::vector<char>(static_cast<const char*>(p), static_cast<const char*>(p) + n);
-  }
+  std::vector<char> get(const std::string& key) override { return fetch(s_, prefix_ + key); }
   void wait(const std::vector<std::string>& keys) override {
     for (const auto& k : keys) get(k);
   }
@@ -53,10 +48,20 @@ class StoreAdapter : public gloo::rendezvous::Store {
     wait(keys);
   }
 
- private:
-  void check(loom_status s) {
-    if (s != LOOM_OK) throw Error(LOOM_FATAL, "rendezvous store failed");
+  static void put(const loom_store& s, const std::string& key, const void* data, size_t n) {
+    loom::sdk::ErrorBox e(host());
+    if (s.set(s.self, key.c_str(), data, n, e.get()) != LOOM_OK) e.raise("rendezvous store set");
   }
+  static std::vector<char> fetch(const loom_store& s, const std::string& key) {
+    loom::sdk::ErrorBox e(host());
+    const void* p = nullptr;
+    size_t n = 0;
+    if (s.get(s.self, key.c_str(), &p, &n, e.get()) != LOOM_OK) e.raise("rendezvous store get");
+    return std::vector<char>(static_cast<const char*>(p), static_cast<const char*>(p) + n);
+  }
+
+ private:
+  static const loom_host* host() { return loom::sdk::detail::host(); }
   const loom_store& s_;
   std::string prefix_;
 };
@@ -192,6 +197,18 @@ void from_f32(const std::vector<float>& v, const loom_tensor& t, size_t offset_e
       static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(v[offset_elems + i]);
 }
 
+// gloo's chunked ring all-reduce, then the division that turns a sum into a mean.
+template <class T>
+void reduce_in_place(Comm* c, T* data, int64_t n, loom_reduce_op op) {
+  const gloo::ReductionFunction<T>* fn = op == LOOM_REDUCE_MAX   ? gloo::ReductionFunction<T>::max
+                                         : op == LOOM_REDUCE_MIN ? gloo::ReductionFunction<T>::min
+                                                                 : gloo::ReductionFunction<T>::sum;
+  gloo::AllreduceRingChunked<T> algo(c->ctx, {data}, static_cast<int>(n), fn);
+  algo.run();
+  if (op == LOOM_REDUCE_AVG)
+    for (int64_t i = 0; i < n; ++i) data[i] /= static_cast<T>(c->size);
+}
+
 class Gloo : public loom::sdk::CommPlugin {
  public:
   static constexpr const char* name = "gloo";
@@ -236,20 +253,12 @@ class Gloo : public loom::sdk::CommPlugin {
     std::string base = p->id + "split" + std::to_string(p->splits++) + "/";
     // Publish (color, key) and read everyone's, through the store: a collective over `parent`.
     int64_t mine[2] = {color, key};
-    loom_error* no_err = nullptr;
-    auto put = [&](const std::string& k, const void* d, size_t n) {
-      if (p->store->set(p->store->self, k.c_str(), d, n, no_err) != LOOM_OK)
-        throw Error(LOOM_FATAL, "split: store set failed");
-    };
-    put(base + std::to_string(p->rank), mine, sizeof mine);
+    StoreAdapter::put(*p->store, base + std::to_string(p->rank), mine, sizeof mine);
     std::vector<std::pair<int64_t, int>> members;  // (key, parent rank)
     for (int r = 0; r < p->size; ++r) {
-      const void* d = nullptr;
-      size_t n = 0;
-      if (p->store->get(p->store->self, (base + std::to_string(r)).c_str(), &d, &n, no_err) != LOOM_OK)
-        throw Error(LOOM_FATAL, "split: timed out waiting for rank " + std::to_string(r));
+      std::vector<char> d = StoreAdapter::fetch(*p->store, base + std::to_string(r));
       int64_t theirs[2];
-      std::memcpy(theirs, d, sizeof theirs);
+      std::memcpy(theirs, d.data(), sizeof theirs);
       if (theirs[0] == color) members.push_back({theirs[1], r});
     }
     std::sort(members.begin(), members.end());
@@ -268,27 +277,17 @@ class Gloo : public loom::sdk::CommPlugin {
     Comm* c = as_comm(handle);
     loom_tensor t = buf;
     return c->run([c, t, op] {
-      int64_t n = numel(t);
-      if (n == 0 || c->size == 1) {
-        if (c->size == 1) return;
+      const int64_t n = numel(t);
+      if (n == 0 || c->size == 1) return;
+      if (t.dtype == LOOM_F64) {
+        reduce_in_place(c, static_cast<double*>(t.data), n, op);
+      } else if (t.dtype == LOOM_F32) {
+        reduce_in_place(c, static_cast<float*>(t.data), n, op);
+      } else {  // bf16: staged through fp32 so the sum does not lose bits on every hop
+        std::vector<float> staged = to_f32(t, n);
+        reduce_in_place(c, staged.data(), n, op);
+        from_f32(staged, t, 0, n);
       }
-      std::vector<float> staged;
-      float* data = static_cast<float*>(t.data);
-      if (t.dtype != LOOM_F32) {
-        staged = to_f32(t, n);
-        data = staged.data();
-      }
-      const gloo::ReductionFunction<float>* fn =
-          op == LOOM_REDUCE_MAX   ? gloo::ReductionFunction<float>::max
-          : op == LOOM_REDUCE_MIN ? gloo::ReductionFunction<float>::min
-                                  : gloo::ReductionFunction<float>::sum;
-      if (n > 0) {
-        gloo::AllreduceRingChunked<float> algo(c->ctx, {data}, static_cast<int>(n), fn);
-        algo.run();
-      }
-      if (op == LOOM_REDUCE_AVG)
-        for (int64_t i = 0; i < n; ++i) data[i] /= static_cast<float>(c->size);
-      if (t.dtype != LOOM_F32) from_f32(staged, t, 0, n);
     }, async, "all_reduce");
   }
 

@@ -223,6 +223,12 @@ typedef struct loom_host {
   /* Optional services looked up by name ("loom.trace", ...); NULL when absent or older than
    * min_minor. Lets a plugin use a newer service without a new major. */
   const void* (*service)(const char* name, uint32_t min_minor);
+
+  /* Error sinks a plugin can own, to call other tables (the comm slot, the store) and read
+   * their message back. */
+  loom_error* (*error_new)(void);
+  void (*error_free)(loom_error* err);
+  const char* (*error_message)(const loom_error* err); /* borrowed; "" when none */
 } loom_host;
 
 /* ---- plugin descriptors --------------------------------------------------------------------- */

@@ -75,6 +75,24 @@ struct Context {
   Options options;
 };
 
+// An error sink owned by the plugin, for calling other ABI tables (comm, store) and throwing
+// their message: `ErrorBox e(host); if (t->wait(s, w, e.get()) != LOOM_OK) e.raise("wait");`
+class ErrorBox {
+ public:
+  explicit ErrorBox(const loom_host* h) : h_(h), e_(h->error_new()) {}
+  ~ErrorBox() { h_->error_free(e_); }
+  ErrorBox(const ErrorBox&) = delete;
+  ErrorBox& operator=(const ErrorBox&) = delete;
+  loom_error* get() { return e_; }
+  [[noreturn]] void raise(const std::string& what, loom_status s = LOOM_FATAL) const {
+    throw Error(s, what + ": " + h_->error_message(e_));
+  }
+
+ private:
+  const loom_host* h_;
+  loom_error* e_;
+};
+
 // ---- base classes, one per kind -------------------------------------------------------------
 
 class Plugin {

@@ -1,0 +1,122 @@
+// ddp: data parallelism with bucketed, overlapped gradient all-reduce.
+//
+// Parameters are grouped, in reverse declaration order (the order backward produces them), into
+// buckets of about bucket_mb megabytes: contiguous ranges of the flat gradient buffer. During the
+// last micro-batch's backward each bucket is all-reduced (averaged over dp) the moment its last
+// gradient is final, on the comm plugin's queue, while backward carries on with earlier layers.
+// finish_grads waits for whatever is still in flight; that wait is the exposed communication.
+#include <loom/sdk.hpp>
+
+#include <chrono>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+struct Bucket {
+  int64_t begin = 0, end = 0;  // elements of the flat gradient buffer
+  int params = 0, pending = 0;
+  loom_work* work = nullptr;
+};
+
+class Ddp : public loom::sdk::DataPlugin {
+ public:
+  static constexpr const char* name = "ddp";
+  static constexpr const char* version = "1.0.0";
+  static constexpr const char* summary = "data parallel: bucketed gradient all-reduce overlapped with backward";
+  static const loom_option_spec* options() {
+    static const loom_option_spec specs[] = {
+        {"bucket_mb", LOOM_OPT_FLOAT, "25.0", "gradient bucket size in MiB"},
+        {"overlap", LOOM_OPT_BOOL, "true", "reduce buckets during backward (false: all after it)"},
+        {nullptr, 0, nullptr, nullptr},
+    };
+    return specs;
+  }
+
+  explicit Ddp(const loom::sdk::Context& ctx)
+      : host_(ctx.host),
+        bucket_bytes_(static_cast<int64_t>(ctx.options.f64("bucket_mb") * 1048576.0)),
+        overlap_(ctx.options.boolean("overlap")) {
+    if (bucket_bytes_ <= 0) throw loom::sdk::ConfigError("bucket_mb must be positive");
+  }
+
+  void setup(const loom_data_context& ctx) override {
+    ctx_ = ctx;
+    bucket_of_.assign(ctx.n_params, -1);
+    buckets_.clear();
+    // Walk parameters from last to first; params are contiguous in the flat buffer, so each
+    // bucket is one range [begin, end).
+    for (int64_t p = ctx.n_params - 1; p >= 0; --p) {
+      const loom_param_info& info = ctx.params[p];
+      if (buckets_.empty() || (buckets_.back().end - buckets_.back().begin) * 4 >= bucket_bytes_) {
+        Bucket b;
+        b.end = info.offset + info.numel;
+        b.begin = info.offset;
+        buckets_.push_back(b);
+      }
+      Bucket& b = buckets_.back();
+      b.begin = std::min(b.begin, info.offset);
+      b.end = std::max(b.end, info.offset + info.numel);
+      ++b.params;
+      bucket_of_[p] = static_cast<int>(buckets_.size()) - 1;
+    }
+    for (auto& b : buckets_) b.pending = b.params;
+    host_.info(std::to_string(buckets_.size()) + " gradient buckets of up to " +
+               std::to_string(bucket_bytes_ / 1048576.0).substr(0, 4) + " MiB over " +
+               std::to_string(ctx.comm->size(ctx.comm_self, ctx.dp)) + " dp ranks");
+  }
+
+  void grad_ready(int64_t param) override {
+    Bucket& b = buckets_.at(bucket_of_.at(param));
+    if (--b.pending == 0 && overlap_) issue(b);
+  }
+
+  void finish_grads(double& comm_ms, double& exposed_ms) override {
+    auto t0 = Clock::now();
+    for (auto& b : buckets_)
+      if (!b.work) issue(b);  // buckets whose gradients never reported ready, or overlap off
+    for (auto& b : buckets_) {
+      loom::sdk::ErrorBox err(host_.raw());
+      loom_work* w = b.work;
+      b.work = nullptr;
+      if (ctx_.comm->wait(ctx_.comm_self, w, err.get()) != LOOM_OK) err.raise("gradient all-reduce");
+      b.pending = b.params;
+    }
+    auto t1 = Clock::now();
+    exposed_ms = ms_between(t0, t1);
+    comm_ms = ms_between(first_issue_, t1);
+    issued_any_ = false;
+  }
+
+ private:
+  void issue(Bucket& b) {
+    if (!issued_any_) first_issue_ = Clock::now(), issued_any_ = true;
+    loom_tensor t{};
+    t.data = ctx_.grads + b.begin;
+    t.dtype = LOOM_F32;
+    t.ndim = 1;
+    t.shape[0] = b.end - b.begin;
+    t.strides[0] = 1;
+    loom::sdk::ErrorBox err(host_.raw());
+    if (ctx_.comm->all_reduce(ctx_.comm_self, ctx_.dp, &t, LOOM_REDUCE_AVG, &b.work, err.get()) != LOOM_OK)
+      err.raise("issuing a gradient all-reduce");
+  }
+
+  loom::sdk::Host host_;
+  int64_t bucket_bytes_;
+  bool overlap_;
+  loom_data_context ctx_{};
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucket_of_;
+  Clock::time_point first_issue_;
+  bool issued_any_ = false;
+};
+
+}  // namespace
+
+LOOM_PLUGIN(loom::sdk::data_plugin<Ddp>())

@@ -1,0 +1,71 @@
+// The runtime's side of the comm slot: the rendezvous store as the ABI's loom_store, the comm
+// plugin's world communicator, one communicator per mesh axis, and typed C++ calls that turn a
+// failed status into RuntimeError.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <loom/plugin.h>
+
+#include "dist/launch.hpp"
+#include "dist/mesh.hpp"
+#include "dist/store.hpp"
+#include "plugins/registry.hpp"
+
+namespace loom::dist {
+
+class Communicator {
+ public:
+  Communicator(const loom_comm_v1* table, void* self, loom_comm* c, std::string name)
+      : t_(table), self_(self), c_(c), name_(std::move(name)) {}
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return t_->rank(self_, c_); }
+  int size() const { return t_->size(self_, c_); }
+  loom_comm* raw() const { return c_; }
+
+  void all_reduce(loom_tensor t, loom_reduce_op op);
+  void all_gather(const loom_tensor& in, loom_tensor out);
+  void barrier();
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name);
+
+ private:
+  void check(loom_status s, const loom_error& e, const char* what) const;
+  const loom_comm_v1* t_;
+  void* self_;
+  loom_comm* c_;
+  std::string name_;
+};
+
+// Everything a rank needs to talk to the others, started in order: store, plugin, world, axes.
+class CommWorld {
+ public:
+  CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::Found& plugin,
+            const loom_options* options, int64_t timeout_ms);
+  ~CommWorld();
+
+  const RankEnv& env() const { return env_; }
+  const MeshShape& mesh() const { return mesh_; }
+  Coord coord() const { return coord_of(mesh_, env_.rank); }
+  Communicator& world() { return *world_; }
+  Communicator& axis(Axis a) { return *axes_[static_cast<int>(a)]; }
+  const loom_comm_v1* table() const { return table_; }
+  void* self() const;
+
+ private:
+  RankEnv env_;
+  MeshShape mesh_;
+  std::unique_ptr<StoreServer> server_;  // rank 0 only
+  std::unique_ptr<StoreClient> client_;
+  loom_store store_{};
+  std::unique_ptr<plugins::Instance> plugin_;
+  const loom_comm_v1* table_ = nullptr;
+  std::unique_ptr<Communicator> world_;
+  std::unique_ptr<Communicator> axes_[4];
+};
+
+}  // namespace loom::dist

@@ -1,0 +1,216 @@
+#include "dist/launch.hpp"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/errors.hpp"
+
+namespace loom::dist {
+
+namespace {
+
+std::optional<int> env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::atoi(v);
+}
+
+std::string env_str(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_signal(int s) { g_stop_signal = s; }
+
+struct Child {
+  pid_t pid = -1;
+  int out = -1;  // read end of the child's stdout+stderr
+  std::string pending;
+  bool exited = false;
+  int status = 0;
+};
+
+void flush_lines(int rank, Child& c, bool all) {
+  size_t nl;
+  while ((nl = c.pending.find('\n')) != std::string::npos) {
+    std::printf("[rank %d] %s\n", rank, c.pending.substr(0, nl).c_str());
+    c.pending.erase(0, nl + 1);
+  }
+  if (all && !c.pending.empty()) {
+    std::printf("[rank %d] %s\n", rank, c.pending.c_str());
+    c.pending.clear();
+  }
+  std::fflush(stdout);
+}
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+           strsignal(WTERMSIG(status)) + ")";
+  return "ended abnormally";
+}
+
+bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+}  // namespace
+
+std::optional<RankEnv> rank_from_environment() {
+  RankEnv e;
+  if (auto r = env_int("RANK")) {
+    e.rank = *r;
+    e.world = env_int("WORLD_SIZE").value_or(1);
+    e.local_rank = env_int("LOCAL_RANK").value_or(e.rank);
+    e.local_world = env_int("LOCAL_WORLD_SIZE").value_or(e.world);
+    e.launcher = std::getenv("LOOM_LAUNCHED") ? "loom" : "torchrun";
+  } else if (auto r = env_int("OMPI_COMM_WORLD_RANK")) {
+    e.rank = *r;
+    e.world = env_int("OMPI_COMM_WORLD_SIZE").value_or(1);
+    e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK").value_or(0);
+    e.local_world = env_int("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1);
+    e.launcher = "mpi";
+  } else if (auto r = env_int("SLURM_PROCID"); r && env_int("SLURM_NTASKS")) {
+    e.rank = *r;
+    e.world = *env_int("SLURM_NTASKS");
+    e.local_rank = env_int("SLURM_LOCALID").value_or(0);
+    e.local_world = env_int("SLURM_NTASKS_PER_NODE").value_or(e.world);
+    e.launcher = "slurm";
+  } else {
+    return std::nullopt;
+  }
+  e.master_addr = env_str("MASTER_ADDR", "127.0.0.1");
+  e.master_port = env_int("MASTER_PORT").value_or(29500);
+  return e;
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    throw RuntimeError("cannot find a free port on 127.0.0.1");
+  }
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+int spawn_local(int nproc, const std::vector<std::string>& argv) {
+  const int port = free_port();
+  const std::string addr = env_str("MASTER_ADDR", "127.0.0.1");
+  std::vector<Child> kids(nproc);
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGPIPE, SIG_IGN);
+  const pid_t launcher = getpid();
+  for (int r = 0; r < nproc; ++r) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw RuntimeError("launcher: pipe failed");
+    pid_t pid = ::fork();
+    if (pid < 0) throw RuntimeError("launcher: fork failed");
+    if (pid == 0) {
+      // The child: dies with the launcher, writes stdout and stderr into one pipe.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(1);
+      ::dup2(fds[1], 1);
+      ::dup2(fds[1], 2);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("MASTER_ADDR", addr.c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("LOOM_LAUNCHED", "1", 1);
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv(argv[0].c_str(), args.data());
+      std::fprintf(stderr, "cannot start %s: %s\n", argv[0].c_str(), std::strerror(errno));
+      _exit(127);
+    }
+    ::close(fds[1]);
+    kids[r].pid = pid;
+    kids[r].out = fds[0];
+  }
+
+  int first_failed = -1, live = nproc;
+  bool stopping = false;
+  auto stop_started = std::chrono::steady_clock::now();
+  auto stop_all = [&](int sig) {
+    for (auto& k : kids)
+      if (!k.exited) ::kill(k.pid, sig);
+  };
+  while (live > 0) {
+    std::vector<pollfd> fds;
+    std::vector<int> owner;
+    for (int r = 0; r < nproc; ++r)
+      if (kids[r].out >= 0) fds.push_back({kids[r].out, POLLIN, 0}), owner.push_back(r);
+    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
+    else ::usleep(100 * 1000);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Child& k = kids[owner[i]];
+      char buf[8192];
+      ssize_t n = ::read(k.out, buf, sizeof buf);
+      if (n > 0) {
+        k.pending.append(buf, n);
+        flush_lines(owner[i], k, false);
+      } else {
+        flush_lines(owner[i], k, true);
+        ::close(k.out);
+        k.out = -1;
+      }
+    }
+    for (int r = 0; r < nproc; ++r) {
+      Child& k = kids[r];
+      if (k.exited || ::waitpid(k.pid, &k.status, WNOHANG) != k.pid) continue;
+      k.exited = true;
+      --live;
+      if (failed(k.status) && first_failed < 0 && !stopping) {
+        first_failed = r;
+        std::fprintf(stderr, "loom: rank %d %s; stopping the other ranks\n", r,
+                     describe_exit(k.status).c_str());
+        stopping = true;
+        stop_started = std::chrono::steady_clock::now();
+        stop_all(SIGTERM);
+      }
+    }
+    if (g_stop_signal && !stopping) {
+      std::fprintf(stderr, "loom: received signal %d; stopping all ranks\n", int(g_stop_signal));
+      stopping = true;
+      stop_started = std::chrono::steady_clock::now();
+      stop_all(SIGTERM);
+    }
+    if (stopping && std::chrono::steady_clock::now() - stop_started > std::chrono::seconds(5))
+      stop_all(SIGKILL);
+  }
+  for (int r = 0; r < nproc; ++r) flush_lines(r, kids[r], true);
+  if (first_failed >= 0) {
+    std::fprintf(stderr, "loom: job failed: rank %d %s\n", first_failed,
+                 describe_exit(kids[first_failed].status).c_str());
+    return 1;
+  }
+  return g_stop_signal ? 1 : 0;
+}
+
+}  // namespace loom::dist

@@ -1,0 +1,31 @@
+// Processes: which rank this process is (from torchrun-style variables, Slurm or Open MPI), and
+// the local launcher that spawns N ranks of a command, prefixes their output, and on the first
+// failure stops the rest and names the rank. Children die with the launcher (PR_SET_PDEATHSIG),
+// so no outcome leaves an orphan.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace loom::dist {
+
+struct RankEnv {
+  int rank = 0, world = 1, local_rank = 0, local_world = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string launcher = "none";  // "loom", "torchrun", "slurm", "mpi"
+};
+
+// The rank set by an outer launcher, or nullopt when this process was started on its own.
+std::optional<RankEnv> rank_from_environment();
+
+// Runs `nproc` copies of argv (argv[0] is the program) with RANK, LOCAL_RANK, WORLD_SIZE,
+// LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, and returns the job's exit code: 0 when
+// every rank exited 0, else 1 after stopping the others.
+int spawn_local(int nproc, const std::vector<std::string>& argv);
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int free_port();
+
+}  // namespace loom::dist

@@ -1,0 +1,93 @@
+#include "dist/mesh.hpp"
+
+#include "config/config.hpp"
+#include "core/errors.hpp"
+
+namespace loom::dist {
+
+const char* axis_name(Axis a) {
+  switch (a) {
+    case Axis::TP: return "tp";
+    case Axis::EP: return "ep";
+    case Axis::DP: return "dp";
+    case Axis::PP: return "pp";
+  }
+  return "?";
+}
+
+int MeshShape::degree(Axis a) const {
+  switch (a) {
+    case Axis::TP: return tp;
+    case Axis::EP: return ep;
+    case Axis::DP: return dp;
+    case Axis::PP: return pp;
+  }
+  return 1;
+}
+
+std::string MeshShape::describe() const {
+  return "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
+         " ep=" + std::to_string(ep);
+}
+
+int Coord::along(Axis a) const {
+  switch (a) {
+    case Axis::TP: return tp;
+    case Axis::EP: return ep;
+    case Axis::DP: return dp;
+    case Axis::PP: return pp;
+  }
+  return 0;
+}
+
+MeshShape resolve_mesh(const config::Config& cfg, int world) {
+  MeshShape m;
+  m.tp = static_cast<int>(cfg.i64("parallel.tp"));
+  m.pp = static_cast<int>(cfg.i64("parallel.pp"));
+  m.ep = static_cast<int>(cfg.i64("parallel.ep"));
+  const toml::node* dp = cfg.table().at_path("parallel.dp").node();
+  int others = m.tp * m.pp * m.ep;
+  if (dp->is_string()) {
+    if (world % others != 0)
+      throw ConfigError("[parallel] tp x pp x ep = " + std::to_string(others) +
+                        " does not divide the world size " + std::to_string(world));
+    m.dp = world / others;
+  } else {
+    m.dp = static_cast<int>(dp->value<int64_t>().value());
+  }
+  if (m.world() != world)
+    throw ConfigError("[parallel] " + m.describe() + " needs " + std::to_string(m.world()) +
+                      " ranks, but the world has " + std::to_string(world) +
+                      " (set [parallel] nproc, or launch that many ranks, or use dp = \"auto\")");
+  return m;
+}
+
+Coord coord_of(const MeshShape& m, int rank) {
+  Coord c;
+  c.tp = rank % m.tp;
+  rank /= m.tp;
+  c.ep = rank % m.ep;
+  rank /= m.ep;
+  c.dp = rank % m.dp;
+  c.pp = rank / m.dp;
+  return c;
+}
+
+int rank_of(const MeshShape& m, const Coord& c) {
+  return ((c.pp * m.dp + c.dp) * m.ep + c.ep) * m.tp + c.tp;
+}
+
+Split split_for(const MeshShape& m, int rank, Axis a) {
+  Coord c = coord_of(m, rank);
+  int key = c.along(a);
+  Coord base = c;
+  switch (a) {
+    case Axis::TP: base.tp = 0; break;
+    case Axis::EP: base.ep = 0; break;
+    case Axis::DP: base.dp = 0; break;
+    case Axis::PP: base.pp = 0; break;
+  }
+  return {rank_of(m, base), key};
+}
+
+}  // namespace loom::dist

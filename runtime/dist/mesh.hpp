@@ -1,0 +1,41 @@
+// The device mesh: ranks laid out on axes tp (innermost) -> ep -> dp -> pp (outermost), so the
+// chattiest axis stays inside a node:  rank = ((pp * DP + dp) * EP + ep) * TP + tp.
+#pragma once
+
+#include <string>
+
+namespace loom::config {
+class Config;
+}
+
+namespace loom::dist {
+
+enum class Axis { TP, EP, DP, PP };
+const char* axis_name(Axis a);
+
+struct MeshShape {
+  int tp = 1, ep = 1, dp = 1, pp = 1;
+  int world() const { return tp * ep * dp * pp; }
+  int degree(Axis a) const;
+  std::string describe() const;  // "dp=2 tp=1 pp=1 ep=1"
+};
+
+struct Coord {
+  int tp = 0, ep = 0, dp = 0, pp = 0;
+  int along(Axis a) const;
+};
+
+// Degrees from [parallel] for `world` ranks; dp = "auto" takes what the others leave.
+// Throws ConfigError when the product does not match the world size.
+MeshShape resolve_mesh(const config::Config& cfg, int world);
+Coord coord_of(const MeshShape& m, int rank);
+int rank_of(const MeshShape& m, const Coord& c);
+
+// The split of the world communicator that forms `a`'s groups: ranks that differ only in their
+// coordinate on `a` share a color; the key orders them by that coordinate.
+struct Split {
+  int color, key;
+};
+Split split_for(const MeshShape& m, int rank, Axis a);
+
+}  // namespace loom::dist

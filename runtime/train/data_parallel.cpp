@@ -1,0 +1,113 @@
+#include "train/data_parallel.hpp"
+
+#include <algorithm>
+
+#include "core/errors.hpp"
+#include "plugins/host.hpp"
+
+namespace loom::train {
+
+namespace {
+
+loom_tensor scalar_f64(double* v, int64_t n = 1) {
+  loom_tensor t{};
+  t.data = v;
+  t.dtype = LOOM_F64;
+  t.ndim = 1;
+  t.shape[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
+void check(loom_status s, const loom_error& e, const std::string& what) {
+  if (s != LOOM_OK) throw RuntimeError(what + ": " + e.message);
+}
+
+}  // namespace
+
+DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& sel,
+                           const dist::RankEnv& env, const dist::MeshShape& mesh,
+                           ParamStore& params, gpt::Gpt& model) {
+  const plugins::SlotChoice* comm = sel.slot("comm");
+  const plugins::SlotChoice* data = sel.slot("data");
+  if (!comm) throw ConfigError("a run over " + std::to_string(env.world) + " ranks needs [plugins] comm");
+  if (!data) throw ConfigError("dp = " + std::to_string(mesh.dp) + " needs [plugins] data (e.g. \"ddp\")");
+  loom_options comm_opts = plugins::options_for(cfg, comm->found.desc->name);
+  world_ = std::make_unique<dist::CommWorld>(env, mesh, comm->found, &comm_opts,
+                                             cfg.i64("parallel.timeout_s") * 1000);
+
+  loom_options data_opts = plugins::options_for(cfg, data->found.desc->name);
+  data_ = std::make_unique<plugins::Instance>(data->found, &data_opts);
+  table_ = data_->table<loom_data_v1>();
+
+  for (const Param& p : params.all())
+    infos_.push_back({p.name.c_str(), p.offset, p.value.numel()});
+  // A gradient is final after the lowest-numbered layer that uses it has run backward.
+  std::vector<size_t> last_user(infos_.size(), SIZE_MAX);
+  for (size_t i = 0; i < model.layers().size(); ++i)
+    for (const Param* p : model.layers()[i]->params())
+      last_user[p->index] = std::min(last_user[p->index], i);
+  final_after_.assign(model.layers().size(), {});
+  for (size_t p = 0; p < last_user.size(); ++p)
+    if (last_user[p] != SIZE_MAX) final_after_[last_user[p]].push_back(static_cast<int64_t>(p));
+
+  loom_data_context ctx{};
+  ctx.v = LOOM_VERSION_OF(loom_data_context);
+  ctx.comm = world_->table();
+  ctx.comm_self = world_->self();
+  ctx.dp = world_->axis(dist::Axis::DP).raw();
+  ctx.values = params.values();
+  ctx.grads = params.grads();
+  ctx.numel = params.numel();
+  ctx.params = infos_.data();
+  ctx.n_params = static_cast<int64_t>(infos_.size());
+  loom_error e;
+  check(table_->setup(data_->self(), &ctx, &e), e, "data plugin setup");
+}
+
+DataParallel::~DataParallel() {
+  data_.reset();
+  world_.reset();
+}
+
+int DataParallel::dp_rank() const { return world_->coord().dp; }
+int DataParallel::dp_size() const { return world_->mesh().dp; }
+
+void DataParallel::after_layer(size_t i) {
+  for (int64_t p : final_after_[i]) {
+    loom_error e;
+    check(table_->grad_ready(data_->self(), p, &e), e, "data plugin grad_ready");
+  }
+}
+
+std::pair<double, double> DataParallel::finish() {
+  double comm = 0, exposed = 0;
+  loom_error e;
+  check(table_->finish_grads(data_->self(), &comm, &exposed, &e), e,
+        "rank " + std::to_string(world_->env().rank) + ": gradient reduction");
+  return {comm, exposed};
+}
+
+double DataParallel::mean_over_dp(double v) {
+  world_->axis(dist::Axis::DP).all_reduce(scalar_f64(&v), LOOM_REDUCE_SUM);
+  return v / dp_size();
+}
+
+void DataParallel::check_identical(const ParamStore& params) {
+  // Position-weighted sum in double: equal buffers give equal bits, and a swapped pair does not
+  // cancel out.
+  double sum = 0;
+  const float* v = const_cast<ParamStore&>(params).values();
+  for (int64_t i = 0; i < params.numel(); ++i) sum += static_cast<double>(v[i]) * static_cast<double>(i % 9973 + 1);
+  dist::Communicator& w = world_->world();
+  std::vector<double> all(w.size());
+  w.all_gather(scalar_f64(&sum), scalar_f64(all.data(), w.size()));
+  for (int r = 0; r < w.size(); ++r)
+    if (all[r] != all[0])
+      throw RuntimeError("rank " + std::to_string(r) + "'s initial parameters differ from rank 0's "
+                         "(checksum " + std::to_string(all[r]) + " vs " + std::to_string(all[0]) + ")");
+}
+
+void DataParallel::barrier() { world_->world().barrier(); }
+
+}  // namespace loom::train

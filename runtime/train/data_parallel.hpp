@@ -1,0 +1,43 @@
+// The data slot as the trainer sees it: the rank's place in the mesh, the comm world, and the
+// data-parallel plugin that reduces gradients (told, layer by layer during the last micro-batch's
+// backward, which gradients are final).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/comm.hpp"
+#include "gpt/gpt.hpp"
+#include "plugins/selection.hpp"
+
+namespace loom::train {
+
+class DataParallel {
+ public:
+  // Starts the store, the comm plugin and the mesh groups, then the data plugin over the model.
+  DataParallel(const config::Config& cfg, const plugins::Selection& sel, const dist::RankEnv& env,
+               const dist::MeshShape& mesh, ParamStore& params, gpt::Gpt& model);
+  ~DataParallel();
+
+  int dp_rank() const;
+  int dp_size() const;
+  // Tells the data plugin which gradients layer `i` finished.
+  void after_layer(size_t i);
+  // Waits for every gradient reduction; returns {comm_ms, exposed_comm_ms}.
+  std::pair<double, double> finish();
+  // Mean of a per-rank value over dp.
+  double mean_over_dp(double v);
+  // Fails when any rank's parameters differ from the others' (checksum of the flat buffer).
+  void check_identical(const ParamStore& params);
+  void barrier();
+
+ private:
+  std::unique_ptr<dist::CommWorld> world_;
+  std::unique_ptr<plugins::Instance> data_;
+  const loom_data_v1* table_ = nullptr;
+  std::vector<loom_param_info> infos_;
+  std::vector<std::vector<int64_t>> final_after_;  // layer -> params whose gradient it completes
+};
+
+}  // namespace loom::train
