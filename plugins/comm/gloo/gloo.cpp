@@ -25,8 +25,13 @@
 #include <thread>
 #include <vector>
 
+// A queued collective (done), or a posted point-to-point transfer (p2p) that completes in wait.
 struct loom_work {
   std::future<void> done;
+  std::unique_ptr<gloo::transport::UnboundBuffer> p2p;
+  bool is_send = false;
+  int peer = -1, rank = -1;
+  std::chrono::milliseconds timeout{0};
 };
 
 namespace {
@@ -395,26 +400,14 @@ class Gloo : public loom::sdk::CommPlugin {
     }, async, "all_to_all");
   }
 
+  // Point-to-point transfers are posted at once, not queued: a receive that waits on the queue
+  // would stop the matching send behind it from ever being posted.
   loom_work* send(loom_comm* handle, const loom_tensor& buf, int peer, int tag, bool async) override {
-    Comm* c = as_comm(handle);
-    loom_tensor t = buf;
-    return c->run([c, t, peer, tag] {
-      size_t bytes = numel(t) * element_size(t.dtype);
-      auto b = c->ctx->createUnboundBuffer(t.data, bytes);
-      b->send(peer, kTagSlot + static_cast<uint32_t>(tag), 0, bytes);
-      b->waitSend(c->timeout);
-    }, async, "send");
+    return post(as_comm(handle), buf, peer, tag, true, async);
   }
 
   loom_work* recv(loom_comm* handle, loom_tensor& buf, int peer, int tag, bool async) override {
-    Comm* c = as_comm(handle);
-    loom_tensor t = buf;
-    return c->run([c, t, peer, tag] {
-      size_t bytes = numel(t) * element_size(t.dtype);
-      auto b = c->ctx->createUnboundBuffer(t.data, bytes);
-      b->recv(peer, kTagSlot + static_cast<uint32_t>(tag), 0, bytes);
-      b->waitRecv(c->timeout);
-    }, async, "recv");
+    return post(as_comm(handle), buf, peer, tag, false, async);
   }
 
   void barrier(loom_comm* handle) override {
@@ -428,12 +421,49 @@ class Gloo : public loom::sdk::CommPlugin {
 
   void wait(loom_work* work) override {
     std::unique_ptr<loom_work> w(work);
-    w->done.get();
+    if (!w->p2p) {
+      w->done.get();
+      return;
+    }
+    try {
+      if (w->is_send)
+        w->p2p->waitSend(w->timeout);
+      else
+        w->p2p->waitRecv(w->timeout);
+    } catch (const std::exception& e) {
+      throw Error(LOOM_FATAL, std::string(w->is_send ? "send to" : "recv from") + " rank " +
+                                  std::to_string(w->peer) + " failed on rank " +
+                                  std::to_string(w->rank) + ": " + e.what());
+    }
   }
 
  private:
   // Point-to-point slots live far above the ones nextSlot() hands to collectives.
   static constexpr uint64_t kTagSlot = uint64_t{1} << 40;
+
+  loom_work* post(Comm* c, const loom_tensor& t, int peer, int tag, bool is_send, bool async) {
+    size_t bytes = numel(t) * element_size(t.dtype);
+    auto w = std::make_unique<loom_work>();
+    if (bytes == 0) {  // both sides know the size: nothing to move
+      std::promise<void> p;
+      p.set_value();
+      w->done = p.get_future();
+    } else {
+      w->p2p = c->ctx->createUnboundBuffer(t.data, bytes);
+      w->is_send = is_send;
+      w->peer = peer;
+      w->rank = c->rank;
+      w->timeout = c->timeout;
+      const uint64_t slot = kTagSlot + static_cast<uint32_t>(tag);
+      if (is_send)
+        w->p2p->send(peer, slot, 0, bytes);
+      else
+        w->p2p->recv(peer, slot, 0, bytes);
+    }
+    if (async) return w.release();
+    wait(w.release());
+    return nullptr;
+  }
 
   Comm* connect(const loom_store& store, const std::string& id, int rank, int size,
                 std::chrono::milliseconds timeout) {

@@ -1,0 +1,84 @@
+// Real processes over gloo on loopback: collectives, the launcher, and a rank dying mid-run.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+#include <vector>
+
+#include "support/process.hpp"
+
+using loom::test::run_loom;
+using loom::test::sh;
+using loom::test::TempDir;
+
+namespace {
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("every collective is correct on 2, 3 and 4 ranks") {
+  for (int n : {2, 3, 4}) {
+    auto r = run_loom("launch -n " + std::to_string(n) + " -- " COLLECTIVES_WORKER);
+    INFO(r.out);
+    CHECK(r.rc == 0);
+    CHECK(has(r.out, "all collectives correct on " + std::to_string(n) + " ranks"));
+    CHECK_FALSE(has(r.out, "FAILED"));
+  }
+}
+
+TEST_CASE("the launcher prefixes output and names the first rank that fails") {
+  auto r = run_loom("launch -n 3 -- /bin/sh -c 'echo hello from $RANK of $WORLD_SIZE; [ $RANK = 1 ] && sleep 1 && exit 3; sleep 30'");
+  CHECK(r.rc == 1);
+  CHECK(has(r.out, "[rank 0] hello from 0 of 3"));
+  CHECK(has(r.out, "[rank 2] hello from 2 of 3"));
+  CHECK(has(r.out, "loom: job failed: rank 1 exited with status 3"));
+}
+
+TEST_CASE("a rank killed mid-run ends the job within 30 s, naming it, with no process left") {
+  TempDir t;
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "a fault test needs some text to train on, line " + std::to_string(i) + "\n";
+  t.write("c.txt", text);
+  REQUIRE(run_loom("data prepare --text " + (t.path / "c.txt").string() + " --out " + (t.path / "d").string()).rc == 0);
+  std::string cfg = t.write("f.toml", "[run]\nthreads = 1\npeak_gflops = 10\n[model]\npreset = \"tiny\"\n"
+                                      "[data]\ndir = \"" + (t.path / "d").string() + "\"\n"
+                                      "[train]\nsteps = 100000\nglobal_batch = 4\neval_every = 0\n"
+                                      "[parallel]\nnproc = 2\n");
+  std::string log = (t.path / "log").string(), pidfile = (t.path / "pid").string();
+  // Start the job in the background; its launcher's pid goes to pidfile.
+  sh("LOOM_PLUGIN_PATH=" LOOM_TEST_PLUGIN_DIR " " LOOM_BIN " train " + cfg + " --run-dir " +
+     (t.path / "run").string() + " > " + log + " 2>&1 & echo $! > " + pidfile);
+  std::string launcher = sh("cat " + pidfile).out;
+  launcher.erase(launcher.find_last_not_of(" \n") + 1);
+  // Wait until both ranks are training (step lines appear), then kill rank 1.
+  for (int i = 0; i < 300 && !has(sh("cat " + log).out, "step "); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(has(sh("cat " + log).out, "step "));
+  std::string kids = sh("pgrep -P " + launcher).out;
+  std::vector<std::string> pids;
+  for (size_t p = 0; p < kids.size();) {
+    size_t nl = kids.find('\n', p);
+    pids.push_back(kids.substr(p, nl - p));
+    p = nl == std::string::npos ? kids.size() : nl + 1;
+  }
+  REQUIRE(pids.size() == 2);
+  auto t0 = std::chrono::steady_clock::now();
+  sh("kill -9 " + pids[1]);
+  bool gone = false;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
+    if (sh("kill -0 " + launcher).rc != 0) {
+      gone = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(gone);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
+  std::string out = sh("cat " + log).out;
+  CHECK(has(out, "rank 1 was killed by signal 9"));
+  CHECK(sh("kill -0 " + pids[0]).rc != 0);  // the surviving rank was stopped too
+  CHECK(sh("kill -0 " + pids[1]).rc != 0);
+  if (!gone) sh("kill -9 " + launcher + " " + pids[0]);
+}
