@@ -129,6 +129,7 @@ std::string usage() {
          "  train FILE             train the model a config describes (--set, --run-dir)\n"
          "  data prepare           tokenise text files into llm.c shards (--text, --out)\n"
          "  launch -n N -- CMD     run N ranks of a command with torchrun-style variables\n"
+         "  bench comm             collective bandwidth, nccl-tests style (--op, --nproc)\n"
          "  config check FILE      validate a config and the plugins it names\n"
          "  config show FILE       print the resolved config with every default filled in\n"
          "  plugins [list]         list every plugin found (--json)\n"

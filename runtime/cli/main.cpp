@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
       {"version", &cli::version}, {"--version", &cli::version},
       {"plugins", &cli::plugins}, {"config", &cli::config},
       {"train", &cli::train},     {"data", &cli::data},
-      {"launch", &cli::launch},
+      {"launch", &cli::launch},   {"bench", &cli::bench},
   };
   std::string name = args[0];
   args.erase(args.begin());

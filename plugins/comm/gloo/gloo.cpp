@@ -21,6 +21,8 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <map>
+#include <tuple>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -132,6 +134,7 @@ struct Comm {
     });
   }
   ~Comm() {
+    persistent.clear();
     {
       std::lock_guard<std::mutex> lock(m);
       stop = true;
@@ -165,6 +168,9 @@ struct Comm {
     work->done.get();
     return nullptr;
   }
+
+  // Algorithms built for persistent buffers, reused on the next call with the same buffer.
+  std::map<std::tuple<void*, int64_t, int, int>, std::unique_ptr<gloo::Algorithm>> persistent;
 
   int next(int) const { return (rank + 1) % size; }
   int prev() const { return (rank + size - 1) % size; }
@@ -202,14 +208,22 @@ void from_f32(const std::vector<float>& v, const loom_tensor& t, size_t offset_e
       static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(v[offset_elems + i]);
 }
 
-// gloo's chunked ring all-reduce, then the division that turns a sum into a mean.
+// gloo's chunked ring all-reduce, then the division that turns a sum into a mean. Building the
+// algorithm costs a quarter of a 64 MiB reduction here, so for persistent buffers it is kept.
 template <class T>
-void reduce_in_place(Comm* c, T* data, int64_t n, loom_reduce_op op) {
+void reduce_in_place(Comm* c, T* data, int64_t n, loom_reduce_op op, bool persistent) {
   const gloo::ReductionFunction<T>* fn = op == LOOM_REDUCE_MAX   ? gloo::ReductionFunction<T>::max
                                          : op == LOOM_REDUCE_MIN ? gloo::ReductionFunction<T>::min
                                                                  : gloo::ReductionFunction<T>::sum;
-  gloo::AllreduceRingChunked<T> algo(c->ctx, {data}, static_cast<int>(n), fn);
-  algo.run();
+  if (persistent) {
+    auto key = std::make_tuple(static_cast<void*>(data), n, static_cast<int>(op), static_cast<int>(sizeof(T)));
+    auto& algo = c->persistent[key];
+    if (!algo) algo = std::make_unique<gloo::AllreduceRingChunked<T>>(c->ctx, std::vector<T*>{data}, static_cast<int>(n), fn);
+    algo->run();
+  } else {
+    gloo::AllreduceRingChunked<T> algo(c->ctx, {data}, static_cast<int>(n), fn);
+    algo.run();
+  }
   if (op == LOOM_REDUCE_AVG)
     for (int64_t i = 0; i < n; ++i) data[i] /= static_cast<T>(c->size);
 }
@@ -278,19 +292,22 @@ class Gloo : public loom::sdk::CommPlugin {
   int rank(const loom_comm* c) override { return as_comm(c)->rank; }
   int size(const loom_comm* c) override { return as_comm(c)->size; }
 
-  loom_work* all_reduce(loom_comm* handle, loom_tensor& buf, loom_reduce_op op, bool async) override {
+  loom_work* all_reduce(loom_comm* handle, loom_tensor& buf, loom_reduce_op flagged_op,
+                        bool async) override {
     Comm* c = as_comm(handle);
     loom_tensor t = buf;
-    return c->run([c, t, op] {
+    const bool persistent = (flagged_op & LOOM_COMM_PERSISTENT) != 0;
+    const auto op = static_cast<loom_reduce_op>(flagged_op & ~LOOM_COMM_PERSISTENT);
+    return c->run([c, t, op, persistent] {
       const int64_t n = numel(t);
       if (n == 0 || c->size == 1) return;
       if (t.dtype == LOOM_F64) {
-        reduce_in_place(c, static_cast<double*>(t.data), n, op);
+        reduce_in_place(c, static_cast<double*>(t.data), n, op, persistent);
       } else if (t.dtype == LOOM_F32) {
-        reduce_in_place(c, static_cast<float*>(t.data), n, op);
+        reduce_in_place(c, static_cast<float*>(t.data), n, op, persistent);
       } else {  // bf16: staged through fp32 so the sum does not lose bits on every hop
         std::vector<float> staged = to_f32(t, n);
-        reduce_in_place(c, staged.data(), n, op);
+        reduce_in_place(c, staged.data(), n, op, false);
         from_f32(staged, t, 0, n);
       }
     }, async, "all_reduce");

@@ -103,7 +103,7 @@ class Ddp : public loom::sdk::DataPlugin {
     t.shape[0] = b.end - b.begin;
     t.strides[0] = 1;
     loom::sdk::ErrorBox err(host_.raw());
-    if (ctx_.comm->all_reduce(ctx_.comm_self, ctx_.dp, &t, LOOM_REDUCE_AVG, &b.work, err.get()) != LOOM_OK)
+    if (ctx_.comm->all_reduce(ctx_.comm_self, ctx_.dp, &t, LOOM_REDUCE_AVG | LOOM_COMM_PERSISTENT, &b.work, err.get()) != LOOM_OK)
       err.raise("issuing a gradient all-reduce");
   }
 

@@ -317,6 +317,11 @@ typedef enum loom_reduce_op {
   LOOM_REDUCE_MIN = 3
 } loom_reduce_op;
 
+/* OR-ed into an all_reduce op: this buffer will be reduced again, same pointer, shape and op
+ * (a gradient bucket, a bench buffer), so the backend may keep per-buffer state such as a built
+ * algorithm between calls. Every rank must pass it on the same calls. */
+#define LOOM_COMM_PERSISTENT 0x100
+
 /* Every operation takes `work`: NULL runs it to completion before returning; non-NULL issues it
  * and returns a handle at once, to be passed to wait() exactly once. Operations on one
  * communicator complete in the order they were issued. Tensors are contiguous, on the comm's

@@ -1,0 +1,56 @@
+// loom bench comm --op OP --min-bytes B --max-bytes B --nproc N [--comm gloo]
+#include <cstdio>
+
+#include "cli/parse.hpp"
+#include "config/config.hpp"
+#include "dist/comm_bench.hpp"
+#include "plugins/selection.hpp"
+
+namespace loom::cli {
+
+int bench(const Args& args) {
+  po::options_description opts("loom bench comm");
+  opts.add_options()("what", po::value<std::string>()->required(), "comm")(
+      "op", po::value<std::string>()->default_value("all_reduce"),
+      "all_reduce | all_gather | reduce_scatter | broadcast | all_to_all | sendrecv")(
+      "min-bytes", po::value<std::string>()->default_value("8"), "smallest buffer (8, 1K, 64M)")(
+      "max-bytes", po::value<std::string>()->default_value("256M"), "largest buffer")(
+      "nproc", po::value<int>()->default_value(2), "ranks to start when not under a launcher")(
+      "comm", po::value<std::string>()->default_value("gloo"), "comm plugin")(
+      "iters", po::value<int>()->default_value(20), "timed iterations per size")(
+      "warmup", po::value<int>()->default_value(5), "untimed iterations per size")(
+      "dtype", po::value<std::string>()->default_value("float"), "float | bfloat16");
+  po::positional_options_description pos;
+  pos.add("what", 1);
+  po::variables_map vm;
+  if (!parse(args, "loom bench comm [--op OP] [--min-bytes B] [--max-bytes B] [--nproc N] [--comm NAME]",
+             opts, pos, vm))
+    return kExitOk;
+  if (vm["what"].as<std::string>() != "comm")
+    throw UsageError("unknown benchmark '" + vm["what"].as<std::string>() + "': expected 'comm'");
+  dist::CommBenchOptions o;
+  o.op = vm["op"].as<std::string>();
+  o.min_bytes = dist::parse_bytes(vm["min-bytes"].as<std::string>());
+  o.max_bytes = dist::parse_bytes(vm["max-bytes"].as<std::string>());
+  o.iters = vm["iters"].as<int>();
+  o.warmup = vm["warmup"].as<int>();
+  o.dtype = vm["dtype"].as<std::string>();
+  if (o.dtype != "float" && o.dtype != "bfloat16") throw UsageError("--dtype must be float or bfloat16");
+  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes) throw UsageError("need 1 <= --min-bytes <= --max-bytes");
+
+  std::optional<dist::RankEnv> env = dist::rank_from_environment();
+  if (!env) return dist::spawn_local(vm["nproc"].as<int>(), self_invocation());
+  config::Config cfg = config::Config::parse(
+      "[plugins]\ncomm = \"" + vm["comm"].as<std::string>() + "\"\n", "--comm");
+  plugins::Registry reg(plugins::Registry::default_dirs());
+  plugins::Selection sel = plugins::resolve(cfg, reg);
+  loom_options comm_opts = plugins::options_for(cfg, sel.slot("comm")->found.desc->name);
+  dist::MeshShape mesh;
+  mesh.dp = env->world;
+  dist::CommWorld world(*env, mesh, sel.slot("comm")->found, &comm_opts, 120000);
+  dist::run_comm_bench(world, o);
+  world.world().barrier();
+  return kExitOk;
+}
+
+}  // namespace loom::cli

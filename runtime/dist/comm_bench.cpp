@@ -1,0 +1,172 @@
+#include "dist/comm_bench.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "plugins/host.hpp"
+
+namespace loom::dist {
+
+double busbw_factor(const std::string& op, int n) {
+  if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return double(n - 1) / n;
+  return 1.0;  // broadcast, sendrecv
+}
+
+int64_t parse_bytes(const std::string& s) {
+  if (s.empty()) throw UsageError("empty byte count");
+  char unit = s.back();
+  int64_t mult = unit == 'K' ? 1024 : unit == 'M' ? 1 << 20 : unit == 'G' ? 1ll << 30 : 1;
+  std::string digits = mult == 1 ? s : s.substr(0, s.size() - 1);
+  try {
+    return std::stoll(digits) * mult;
+  } catch (const std::exception&) {
+    throw UsageError("cannot read byte count '" + s + "' (examples: 8, 64K, 256M, 1G)");
+  }
+}
+
+namespace {
+
+loom_tensor view(void* data, loom_dtype dt, int64_t n) {
+  loom_tensor t{};
+  t.data = data;
+  t.dtype = dt;
+  t.ndim = 1;
+  t.shape[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
+float bf16_value(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Buffers {
+  loom_dtype dt;
+  size_t es;
+  std::vector<char> in, out;
+  void fill(int rank, int64_t n) {  // every element = rank + 1: exact in bf16 for small worlds
+    for (int64_t i = 0; i < n; ++i) put(in.data(), i, float(rank + 1));
+  }
+  void put(char* base, int64_t i, float v) {
+    if (dt == LOOM_F32) {
+      std::memcpy(base + i * 4, &v, 4);
+    } else {
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      uint16_t h = static_cast<uint16_t>(u >> 16);
+      std::memcpy(base + i * 2, &h, 2);
+    }
+  }
+  float get(const char* base, int64_t i) const {
+    if (dt == LOOM_F32) {
+      float v;
+      std::memcpy(&v, base + i * 4, 4);
+      return v;
+    }
+    uint16_t h;
+    std::memcpy(&h, base + i * 2, 2);
+    return bf16_value(h);
+  }
+};
+
+}  // namespace
+
+double run_comm_bench(CommWorld& world, const CommBenchOptions& o) {
+  const loom_comm_v1* t = world.table();
+  void* self = world.self();
+  loom_comm* c = world.world().raw();
+  const int n = world.world().size(), me = world.world().rank();
+  const loom_dtype dt = o.dtype == "bfloat16" ? LOOM_BF16 : LOOM_F32;
+  const size_t es = dt == LOOM_F32 ? 4 : 2;
+  static const char* known[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv"};
+  bool ok_op = false;
+  for (const char* k : known) ok_op = ok_op || o.op == k;
+  if (!ok_op) throw UsageError("unknown --op '" + o.op + "'");
+  if (me == 0) {
+    std::printf("# loom bench comm: %s, %d ranks, %s, warmup %d, iters %d\n", o.op.c_str(), n,
+                o.dtype.c_str(), o.warmup, o.iters);
+    std::printf("# %12s %12s %8s %6s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
+                "root", "time(us)", "algbw", "busbw", "#wrong");
+    std::printf("# %12s %12s %8s %6s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "",
+                "(GB/s)", "(GB/s)", "");
+  }
+  double bus_sum = 0;
+  int rows = 0;
+  for (int64_t size = o.min_bytes; size <= o.max_bytes; size *= 2) {
+    // size = the whole buffer; for gather/scatter-like ops that is count x n elements.
+    bool per_rank_split = o.op == "all_gather" || o.op == "reduce_scatter" || o.op == "all_to_all";
+    int64_t total = std::max<int64_t>(size / static_cast<int64_t>(es), per_rank_split ? n : 1);
+    if (per_rank_split) total = total / n * n;
+    int64_t count = per_rank_split && o.op != "all_to_all" ? total / n : total;
+    Buffers b{dt, es, std::vector<char>(total * es), std::vector<char>(total * es)};
+    auto run_once = [&] {
+      loom_error e;
+      loom_status s = LOOM_OK;
+      loom_tensor in = view(b.in.data(), dt, o.op == "all_gather" ? count : total);
+      loom_tensor out = view(b.out.data(), dt, o.op == "reduce_scatter" ? count : total);
+      // The bench reuses one buffer per size, as training reuses its gradient buckets.
+      if (o.op == "all_reduce") s = t->all_reduce(self, c, &in, LOOM_REDUCE_SUM | LOOM_COMM_PERSISTENT, nullptr, &e);
+      else if (o.op == "all_gather") s = t->all_gather(self, c, &in, &out, nullptr, &e);
+      else if (o.op == "reduce_scatter") s = t->reduce_scatter(self, c, &in, &out, LOOM_REDUCE_SUM, nullptr, &e);
+      else if (o.op == "broadcast") s = t->broadcast(self, c, &in, 0, nullptr, &e);
+      else if (o.op == "all_to_all") s = t->all_to_all(self, c, &in, &out, nullptr, nullptr, nullptr, &e);
+      else {  // sendrecv: each rank sends to the next and receives from the previous
+        loom_work *ws = nullptr, *wr = nullptr;
+        s = t->recv(self, c, &out, (me + n - 1) % n, 1, &wr, &e);
+        if (s == LOOM_OK) s = t->send(self, c, &in, (me + 1) % n, 1, &ws, &e);
+        if (s == LOOM_OK) s = t->wait(self, ws, &e);
+        if (s == LOOM_OK) s = t->wait(self, wr, &e);
+      }
+      if (s != LOOM_OK) throw RuntimeError(o.op + " failed: " + e.message);
+    };
+    // Correctness once per size, on fresh inputs.
+    b.fill(me, total);
+    run_once();
+    int64_t wrong = 0;
+    auto expect = [&](const char* base, int64_t i, float want) { wrong += b.get(base, i) != want; };
+    if (o.op == "all_reduce")
+      for (int64_t i = 0; i < total; ++i) expect(b.in.data(), i, n * (n + 1) / 2.0f);
+    else if (o.op == "reduce_scatter")
+      for (int64_t i = 0; i < count; ++i) expect(b.out.data(), i, n * (n + 1) / 2.0f);
+    else if (o.op == "all_gather")
+      for (int64_t i = 0; i < total; ++i) expect(b.out.data(), i, float(i / count + 1));
+    else if (o.op == "broadcast")
+      for (int64_t i = 0; i < total; ++i) expect(b.in.data(), i, 1.f);
+    else if (o.op == "all_to_all")
+      for (int64_t i = 0; i < total; ++i) expect(b.out.data(), i, float(i / (total / n) + 1));
+    else
+      for (int64_t i = 0; i < total; ++i) expect(b.out.data(), i, float((me + n - 1) % n + 1));
+    for (int w = 0; w < o.warmup; ++w) run_once();
+    world.world().barrier();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int it = 0; it < o.iters; ++it) run_once();
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / o.iters;
+    double stats[2] = {us, static_cast<double>(wrong)};
+    world.world().all_reduce(view(stats, LOOM_F64, 1), LOOM_REDUCE_MAX);
+    world.world().all_reduce(view(stats + 1, LOOM_F64, 1), LOOM_REDUCE_SUM);
+    double bytes = static_cast<double>(total) * es;
+    double algbw = bytes / (stats[0] * 1e-6) / 1e9, busbw = algbw * busbw_factor(o.op, n);
+    if (me == 0) {
+      const char* redop = o.op == "all_reduce" || o.op == "reduce_scatter" ? "sum" : "none";
+      const char* root = o.op == "broadcast" ? "0" : "-1";
+      std::printf("  %12.0f %12lld %8s %6s %5s %10.1f %8.3f %8.3f %7.0f\n", bytes,
+                  (long long)(o.op == "all_gather" || o.op == "reduce_scatter" ? count : total),
+                  o.dtype.c_str(), redop, root, stats[0], algbw, busbw, stats[1]);
+      std::fflush(stdout);
+    }
+    bus_sum += busbw;
+    ++rows;
+  }
+  if (me == 0) std::printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? bus_sum / rows : 0.0);
+  return rows ? bus_sum / rows : 0.0;
+}
+
+}  // namespace loom::dist

@@ -1,0 +1,29 @@
+// `loom bench comm`: collective bandwidth in nccl-tests' terms. For each size (doubling from
+// min to max bytes): warm-up, timed iterations, the slowest rank's mean time, algbw = S / t and
+// busbw = algbw x the op's factor (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
+// (n-1)/n; broadcast, sendrecv 1), and #wrong from a check of the result.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dist/comm.hpp"
+
+namespace loom::dist {
+
+struct CommBenchOptions {
+  std::string op = "all_reduce";
+  int64_t min_bytes = 8, max_bytes = 256ll << 20;
+  int warmup = 5, iters = 20;
+  std::string dtype = "float";  // float | bfloat16
+};
+
+double busbw_factor(const std::string& op, int n);
+
+// Runs on every rank of `world`; rank 0 prints the table. Returns the average busbw (GB/s).
+double run_comm_bench(CommWorld& world, const CommBenchOptions& o);
+
+// "256M", "8", "1K" -> bytes.
+int64_t parse_bytes(const std::string& s);
+
+}  // namespace loom::dist
