@@ -36,6 +36,7 @@ int bench(const Args& args) {
   o.warmup = vm["warmup"].as<int>();
   o.dtype = vm["dtype"].as<std::string>();
   if (o.dtype != "float" && o.dtype != "bfloat16") throw UsageError("--dtype must be float or bfloat16");
+  dist::check_op(o.op);
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes) throw UsageError("need 1 <= --min-bytes <= --max-bytes");
 
   std::optional<dist::RankEnv> env = dist::rank_from_environment();

@@ -11,6 +11,13 @@
 
 namespace loom::dist {
 
+void check_op(const std::string& op) {
+  static const char* known[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv"};
+  for (const char* k : known)
+    if (op == k) return;
+  throw UsageError("unknown --op '" + op + "' (all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, sendrecv)");
+}
+
 double busbw_factor(const std::string& op, int n) {
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
   if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return double(n - 1) / n;
@@ -86,10 +93,6 @@ double run_comm_bench(CommWorld& world, const CommBenchOptions& o) {
   const int n = world.world().size(), me = world.world().rank();
   const loom_dtype dt = o.dtype == "bfloat16" ? LOOM_BF16 : LOOM_F32;
   const size_t es = dt == LOOM_F32 ? 4 : 2;
-  static const char* known[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv"};
-  bool ok_op = false;
-  for (const char* k : known) ok_op = ok_op || o.op == k;
-  if (!ok_op) throw UsageError("unknown --op '" + o.op + "'");
   if (me == 0) {
     std::printf("# loom bench comm: %s, %d ranks, %s, warmup %d, iters %d\n", o.op.c_str(), n,
                 o.dtype.c_str(), o.warmup, o.iters);

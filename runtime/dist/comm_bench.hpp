@@ -19,6 +19,7 @@ struct CommBenchOptions {
 };
 
 double busbw_factor(const std::string& op, int n);
+void check_op(const std::string& op);  // UsageError for an unknown op
 
 // Runs on every rank of `world`; rank 0 prints the table. Returns the average busbw (GB/s).
 double run_comm_bench(CommWorld& world, const CommBenchOptions& o);

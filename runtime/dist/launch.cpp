@@ -206,9 +206,10 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
   }
   for (int r = 0; r < nproc; ++r) flush_lines(r, kids[r], true);
   if (first_failed >= 0) {
-    std::fprintf(stderr, "loom: job failed: rank %d %s\n", first_failed,
-                 describe_exit(kids[first_failed].status).c_str());
-    return 1;
+    const int status = kids[first_failed].status;
+    std::fprintf(stderr, "loom: job failed: rank %d %s\n", first_failed, describe_exit(status).c_str());
+    // A rank that rejected its configuration keeps the usage/config exit code.
+    return WIFEXITED(status) && WEXITSTATUS(status) == 2 ? 2 : 1;
   }
   return g_stop_signal ? 1 : 0;
 }

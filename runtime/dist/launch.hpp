@@ -22,7 +22,8 @@ std::optional<RankEnv> rank_from_environment();
 
 // Runs `nproc` copies of argv (argv[0] is the program) with RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, and returns the job's exit code: 0 when
-// every rank exited 0, else 1 after stopping the others.
+// every rank exited 0, else (after stopping the others) 2 when the first rank to fail exited 2
+// (a usage or config error), otherwise 1.
 int spawn_local(int nproc, const std::vector<std::string>& argv);
 
 // A TCP port on 127.0.0.1 that was free a moment ago.

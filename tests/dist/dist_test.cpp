@@ -82,3 +82,26 @@ TEST_CASE("a rank killed mid-run ends the job within 30 s, naming it, with no pr
   CHECK(sh("kill -0 " + pids[1]).rc != 0);
   if (!gone) sh("kill -9 " + launcher + " " + pids[0]);
 }
+
+TEST_CASE("loom bench comm prints nccl-tests rows with no wrong results for every op") {
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv"}) {
+    auto r = run_loom(std::string("bench comm --op ") + op + " --min-bytes 8 --max-bytes 64K --nproc 2 --iters 2 --warmup 1");
+    INFO(op << "\n" << r.out);
+    CHECK(r.rc == 0);
+    CHECK(has(r.out, "# Avg bus bandwidth"));
+    CHECK(has(r.out, "(GB/s)"));
+    // Every data row ends in its #wrong column: all zero.
+    size_t rows = 0, pos = 0;
+    while ((pos = r.out.find("[rank 0]  ", pos)) != std::string::npos) {
+      size_t eol = r.out.find('\n', pos);
+      std::string row = r.out.substr(pos, eol - pos);
+      CHECK(row.substr(row.find_last_not_of(' ')) == "0");
+      ++rows;
+      pos = eol;
+    }
+    CHECK(rows == 14);  // 8 B .. 64 KiB, doubling
+  }
+  auto bad = run_loom("bench comm --op all_reduse --nproc 1");
+  CHECK(bad.rc == 2);
+  CHECK(has(bad.out, "unknown --op 'all_reduse'"));
+}

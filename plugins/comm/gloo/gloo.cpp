@@ -153,8 +153,11 @@ struct Comm {
       } catch (const Error&) {
         throw;
       } catch (const std::exception& e) {
+        // gloo names the peer by address; the ring neighbours are who it was talking to.
         throw Error(LOOM_FATAL, name + " over " + std::to_string(n) + " ranks failed on rank " +
-                                    std::to_string(r) + ": " + e.what());
+                                    std::to_string(r) + " (its ring neighbours in this group: ranks " +
+                                    std::to_string((r + n - 1) % n) + " and " +
+                                    std::to_string((r + 1) % n) + "): " + e.what());
       }
     });
     auto work = std::make_unique<loom_work>();
