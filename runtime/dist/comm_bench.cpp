@@ -8,6 +8,7 @@
 
 #include "core/errors.hpp"
 #include "plugins/host.hpp"
+#include "tensor/tensor.hpp"
 
 namespace loom::dist {
 
@@ -38,15 +39,7 @@ int64_t parse_bytes(const std::string& s) {
 
 namespace {
 
-loom_tensor view(void* data, loom_dtype dt, int64_t n) {
-  loom_tensor t{};
-  t.data = data;
-  t.dtype = dt;
-  t.ndim = 1;
-  t.shape[0] = n;
-  t.strides[0] = 1;
-  return t;
-}
+loom_tensor view(void* data, loom_dtype dt, int64_t n) { return flat_view(data, dt, n); }
 
 float bf16_value(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;

@@ -32,6 +32,17 @@ const char* dtype_name(loom_dtype dt) {
   return "?";
 }
 
+loom_tensor flat_view(void* data, loom_dtype dtype, int64_t n) {
+  loom_tensor t{};
+  t.data = data;
+  t.device = {LOOM_DEVICE_CPU, 0};
+  t.dtype = dtype;
+  t.ndim = 1;
+  t.shape[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
 namespace {
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> s(shape.size());

@@ -14,6 +14,9 @@ namespace loom {
 size_t dtype_size(loom_dtype dt);
 const char* dtype_name(loom_dtype dt);
 
+// A 1-D contiguous descriptor over raw memory, for handing buffers to plugins.
+loom_tensor flat_view(void* data, loom_dtype dtype, int64_t n);
+
 class Tensor {
  public:
   Tensor() = default;

@@ -9,15 +9,7 @@ namespace loom::train {
 
 namespace {
 
-loom_tensor scalar_f64(double* v, int64_t n = 1) {
-  loom_tensor t{};
-  t.data = v;
-  t.dtype = LOOM_F64;
-  t.ndim = 1;
-  t.shape[0] = n;
-  t.strides[0] = 1;
-  return t;
-}
+loom_tensor scalar_f64(double* v, int64_t n = 1) { return flat_view(v, LOOM_F64, n); }
 
 void check(loom_status s, const loom_error& e, const std::string& what) {
   if (s != LOOM_OK) throw RuntimeError(what + ": " + e.message);

@@ -12,10 +12,10 @@
 #include "data/shards.hpp"
 #include "gpt/gpt.hpp"
 #include "ops/ops.hpp"
+#include "train/data_parallel.hpp"
 #include "train/metrics.hpp"
 #include "train/peak.hpp"
 #include "train/sample.hpp"
-#include "train/data_parallel.hpp"
 #include "train/schedule.hpp"
 
 namespace fs = std::filesystem;
@@ -109,10 +109,10 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   const int64_t local_batch = s.global_batch / mesh.dp;
   if (s.micro_batch == 0) s.micro_batch = local_batch;
   if (local_batch % s.micro_batch != 0)
-    throw ConfigError("[train] global_batch = " + std::to_string(s.global_batch) + " over dp = " +
-                      std::to_string(mesh.dp) + " is " + std::to_string(local_batch) +
-                      " sequences per rank, not a multiple of micro_batch = " +
-                      std::to_string(s.micro_batch));
+    throw ConfigError(
+        "[train] global_batch = " + std::to_string(s.global_batch) +
+        " over dp = " + std::to_string(mesh.dp) + " is " + std::to_string(local_batch) +
+        " sequences per rank, not a multiple of micro_batch = " + std::to_string(s.micro_batch));
   s.accum = local_batch / s.micro_batch;
   const bool lead = env.rank == 0;
   const std::string device = cfg.str("run.device");
@@ -133,10 +133,10 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   }
 
   fs::path data_dir = cfg.str("data.dir");
-  data::Batches data(data::read_split(data_dir, "train", mc.vocab_size),
-                     s.eval_every > 0 ? data::read_split(data_dir, "val", mc.vocab_size)
-                                      : std::vector<uint16_t>{},
-                     mc.seq_len, s.seed);
+  data::Batches data(
+      data::read_split(data_dir, "train", mc.vocab_size),
+      s.eval_every > 0 ? data::read_split(data_dir, "val", mc.vocab_size) : std::vector<uint16_t>{},
+      mc.seq_len, s.seed);
   if (s.eval_every > 0 && data.val_windows() == 0)
     throw RuntimeError("the validation split in '" + data_dir.string() +
                        "' is shorter than one sequence");
@@ -163,22 +163,24 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   const double flops_per_token = mc.flops_per_token();
 
   if (lead) {
-  std::printf("model: %lld layers, d_model %lld, %lld heads, T %lld, vocab %lld: %s params "
-              "(%s non-embedding)\n",
-              (long long)mc.n_layer, (long long)mc.d_model, (long long)mc.n_head,
-              (long long)mc.seq_len, (long long)mc.vocab_size, human(params.numel()).c_str(),
-              human(mc.non_embedding_params()).c_str());
-  std::printf("data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of "
-              "%lld)\n",
-              human(data.train_tokens()).c_str(), data_dir.c_str(), (long long)s.global_batch,
-              (long long)mc.seq_len, (long long)s.accum, (long long)s.micro_batch);
-  std::printf("device: %s, %d threads; MFU peak %.1f GFLOP/s from %s\n", device.c_str(), threads,
-              peak.gflops, peak.source.c_str());
-  if (dp)
-    std::printf("mesh: %d ranks, %s, %lld sequences per rank per step\n", env.world,
-                mesh.describe().c_str(), (long long)local_batch);
-  std::printf("run dir: %s\n", run_dir.c_str());
-  std::fflush(stdout);
+    std::printf(
+        "model: %lld layers, d_model %lld, %lld heads, T %lld, vocab %lld: %s params "
+        "(%s non-embedding)\n",
+        (long long)mc.n_layer, (long long)mc.d_model, (long long)mc.n_head, (long long)mc.seq_len,
+        (long long)mc.vocab_size, human(params.numel()).c_str(),
+        human(mc.non_embedding_params()).c_str());
+    std::printf(
+        "data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of "
+        "%lld)\n",
+        human(data.train_tokens()).c_str(), data_dir.c_str(), (long long)s.global_batch,
+        (long long)mc.seq_len, (long long)s.accum, (long long)s.micro_batch);
+    std::printf("device: %s, %d threads; MFU peak %.1f GFLOP/s from %s\n", device.c_str(), threads,
+                peak.gflops, peak.source.c_str());
+    if (dp)
+      std::printf("mesh: %d ranks, %s, %lld sequences per rank per step\n", env.world,
+                  mesh.describe().c_str(), (long long)local_batch);
+    std::printf("run dir: %s\n", run_dir.c_str());
+    std::fflush(stdout);
   }
 
   const int64_t T = mc.seq_len, tokens_per_step = s.global_batch * T;
@@ -193,7 +195,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     // Each rank's loss is the mean over its own tokens; the data slot averages over dp.
     const float dloss = 1.f / static_cast<float>(local_batch * T);
     for (int64_t a = 0; a < s.accum; ++a) {
-      data.train_batch(step, first_sample + a * s.micro_batch, s.micro_batch, tok.data(), tgt.data());
+      data.train_batch(step, first_sample + a * s.micro_batch, s.micro_batch, tok.data(),
+                       tgt.data());
       gpt::Microbatch mb{tok.data(), tgt.data(), s.micro_batch, T, dloss};
       loss_sum += model.forward(mb);
       const bool last = a + 1 == s.accum;
@@ -223,10 +226,17 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     Memory mem = process_memory();
 
     std::vector<std::pair<std::string, double>> fields = {
-        {"step", double(step)}, {"loss", loss}, {"grad_norm", grad_norm}, {"lr", lr},
-        {"tokens_per_s", tps},  {"mfu", mfu},   {"step_ms", step_s * 1e3},
-        {"mem_bytes", double(mem.rss_bytes)}, {"peak_mem_bytes", double(mem.peak_bytes)},
-        {"comm_ms", comm_ms}, {"exposed_comm_ms", exposed_ms}};
+        {"step", double(step)},
+        {"loss", loss},
+        {"grad_norm", grad_norm},
+        {"lr", lr},
+        {"tokens_per_s", tps},
+        {"mfu", mfu},
+        {"step_ms", step_s * 1e3},
+        {"mem_bytes", double(mem.rss_bytes)},
+        {"peak_mem_bytes", double(mem.peak_bytes)},
+        {"comm_ms", comm_ms},
+        {"exposed_comm_ms", exposed_ms}};
     std::string val_text;
     if (lead && s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
       double val = evaluate(model, data, s.eval_batches, s.micro_batch, tok, tgt);
@@ -241,13 +251,14 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     if (step == 1) sum.first_loss = loss;
     sum.final_loss = loss;
     if (lead && (step % s.log_every == 0 || step == s.steps || !val_text.empty()))
-      std::printf("step %5lld/%lld | loss %.4f%s | grad %.3f | lr %.2e | %s tok/s | mfu %.1f%% | "
-                  "%.0f ms | mem %.0f MiB\n",
-                  (long long)step, (long long)s.steps, loss, val_text.c_str(), grad_norm, lr,
-                  human(tps).c_str(), mfu * 100, step_s * 1e3, mem.rss_bytes / 1048576.0);
+      std::printf(
+          "step %5lld/%lld | loss %.4f%s | grad %.3f | lr %.2e | %s tok/s | mfu %.1f%% | "
+          "%.0f ms | mem %.0f MiB\n",
+          (long long)step, (long long)s.steps, loss, val_text.c_str(), grad_norm, lr,
+          human(tps).c_str(), mfu * 100, step_s * 1e3, mem.rss_bytes / 1048576.0);
     if (lead && s.sample_every > 0 && (step % s.sample_every == 0 || step == s.steps)) {
-      std::string text = generate(model, s.sample_prompt, s.sample_tokens, s.sample_top_k,
-                                  s.seed + step);
+      std::string text =
+          generate(model, s.sample_prompt, s.sample_tokens, s.sample_top_k, s.seed + step);
       std::printf("---- sample at step %lld ----\n%s%s\n----\n", (long long)step,
                   printable(s.sample_prompt).c_str(), printable(text).c_str());
     }

@@ -2,12 +2,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <fstream>
-#include <regex>
 #include <sstream>
 
+#include "support/metrics.hpp"
 #include "support/process.hpp"
 
+using loom::test::column;
 using loom::test::run_loom;
 using loom::test::TempDir;
 
@@ -15,18 +15,6 @@ namespace {
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// Every value of `key` in a metrics.jsonl file, in order.
-std::vector<double> column(const std::filesystem::path& file, const std::string& key) {
-  std::ifstream in(file);
-  std::string line;
-  std::vector<double> out;
-  std::regex re("\"" + key + "\": ([-0-9.e+]+)");
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, re)) out.push_back(std::stod(m[1]));
-  }
-  return out;
-}
 
 // A corpus with structure to learn, a tiny config, and the data prepared for it.
 struct TinySetup {

@@ -2,29 +2,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <fstream>
-#include <regex>
 
+#include "support/metrics.hpp"
 #include "support/process.hpp"
 
+using loom::test::column;
 using loom::test::run_loom;
 using loom::test::TempDir;
-
-namespace {
-
-std::vector<double> column(const std::filesystem::path& file, const std::string& key) {
-  std::ifstream in(file);
-  std::string line;
-  std::vector<double> out;
-  std::regex re("\"" + key + "\": ([-0-9.e+]+)");
-  while (std::getline(in, line)) {
-    std::smatch m;
-    if (std::regex_search(line, m, re)) out.push_back(std::stod(m[1]));
-  }
-  return out;
-}
-
-}  // namespace
 
 TEST_CASE("ddp on 2 and 4 ranks matches the single-rank run: loss and grad norm, 10 steps, 1e-5") {
   TempDir t;
