@@ -4,7 +4,18 @@
 
 namespace loom::gpt {
 
-Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows) : c_(c) {
+Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows) : c_(c), api_(api) {
+  const int tp = api.tp_size();
+  if (c_.n_head % tp != 0)
+    throw ConfigError("[model] n_head = " + std::to_string(c_.n_head) +
+                      " is not divisible by [parallel] tp = " + std::to_string(tp));
+  if (c_.d_ff % tp != 0)
+    throw ConfigError("[model] d_ff = " + std::to_string(c_.d_ff) +
+                      " is not divisible by [parallel] tp = " + std::to_string(tp));
+  if (api.local_rows(c_.seq_len * tp) != c_.seq_len * tp && c_.seq_len % tp != 0)
+    throw ConfigError("[model] seq_len = " + std::to_string(c_.seq_len) +
+                      " is not divisible by [parallel] tp = " + std::to_string(tp) +
+                      " (sequence parallelism splits it)");
   scratch_ = std::make_unique<Scratch>(c_, max_rows);
   auto emb = std::make_unique<Embedding>(c_, api, ps);
   Param* tied = c_.tied_embeddings ? &emb->wte() : nullptr;
@@ -22,13 +33,13 @@ double Gpt::forward(const Microbatch& mb) {
   if (mb.rows() > x_.dim(0) || mb.T > c_.seq_len)
     throw RuntimeError("micro-batch of " + std::to_string(mb.B) + " x " + std::to_string(mb.T) +
                        " exceeds the model's activation capacity");
-  Tensor x = x_.rows(0, mb.rows());
+  Tensor x = x_.rows(0, api_.local_rows(mb.rows()));
   for (auto& l : layers_) l->forward(mb, x);
   return head_->loss_sum();
 }
 
 void Gpt::backward(const Microbatch& mb, const std::function<void(size_t)>& after_layer) {
-  Tensor dx = dx_.rows(0, mb.rows());
+  Tensor dx = dx_.rows(0, api_.local_rows(mb.rows()));
   for (size_t i = layers_.size(); i-- > 0;) {
     layers_[i]->backward(mb, dx);
     if (after_layer) after_layer(i);

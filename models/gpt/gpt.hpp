@@ -18,6 +18,7 @@ class Gpt {
   Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows);
 
   const GptConfig& config() const { return c_; }
+  LayerApi& api() { return api_; }
   std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }
 
   // Forward through every layer; returns the sum of token losses (0 without targets).
@@ -30,6 +31,7 @@ class Gpt {
 
  private:
   GptConfig c_;
+  LayerApi& api_;
   std::unique_ptr<Scratch> scratch_;
   std::vector<std::unique_ptr<Layer>> layers_;
   Head* head_ = nullptr;

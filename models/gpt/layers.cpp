@@ -7,17 +7,22 @@ namespace loom::gpt {
 
 namespace {
 
-constexpr int64_t kVocabMultiple = 64;
+// The vocabulary is padded to a multiple of 64 per tensor-parallel rank.
+int64_t vocab_rows(const GptConfig& c, const LayerApi& api) { return c.padded_vocab(64 * api.tp_size()); }
 
 Tensor rows_of(const Tensor& t, int64_t rows) { return t.rows(0, rows); }
+
+// A [rows, cols] view of the front of a buffer allocated for the unsharded layer: under tensor
+// parallelism a rank's widths are a fraction of the buffer's.
+Tensor view(const Tensor& buf, int64_t rows, int64_t cols) { return Tensor::borrow(buf.data(), {rows, cols}); }
 
 Init normal(float std) { return {Init::Normal, std}; }
 constexpr Init kZeros{Init::Zeros, 0.f};
 constexpr Init kOnes{Init::Ones, 0.f};
 
 Param& declare(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
-               Role role, std::vector<int64_t> shape, Init init, bool decay) {
-  Slice s = api.shard(role, shape);
+               Role role, std::vector<int64_t> shape, Init init, bool decay, int fused = 1) {
+  Slice s = api.shard(role, shape, fused);
   Param& p = ps.declare(std::move(name), role, std::move(shape), init, decay, s);
   owner.push_back(&p);
   return p;
@@ -39,7 +44,7 @@ Scratch::Scratch(const GptConfig& c, int64_t rows) {
 // ---- embedding --------------------------------------------------------------------------------
 
 Embedding::Embedding(const GptConfig& c, LayerApi& api, ParamStore& ps) : api_(api) {
-  wte_ = &declare(ps, api, params_, "wte", Role::Vocab, {c.padded_vocab(kVocabMultiple), c.d_model},
+  wte_ = &declare(ps, api, params_, "wte", Role::Vocab, {vocab_rows(c, api), c.d_model},
                   normal(c.init_std), false);
   wpe_ = &declare(ps, api, params_, "wpe", Role::Replicated, {c.seq_len, c.d_model}, normal(c.init_std),
                   false);
@@ -71,12 +76,14 @@ Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scrat
     n->mean = Tensor::empty({rows});
     n->rstd = Tensor::empty({rows});
   }
-  qkv_w_ = &declare(ps, api, params_, p + "attn.qkv.w", Role::Column, {3 * C, C}, normal(c.init_std), true);
-  qkv_b_ = &declare(ps, api, params_, p + "attn.qkv.b", Role::Column, {3 * C}, kZeros, false);
+  // QKV is three matrices stacked along the output features; tp splits each of them by head.
+  qkv_w_ = &declare(ps, api, params_, p + "attn.qkv.w", Role::Column, {3 * C, C}, normal(c.init_std), true, 3);
+  qkv_b_ = &declare(ps, api, params_, p + "attn.qkv.b", Role::Column, {3 * C}, kZeros, false, 3);
   proj_w_ = &declare(ps, api, params_, p + "attn.proj.w", Role::Row, {C, C}, normal(resid_std), true);
   proj_b_ = &declare(ps, api, params_, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
-  fc_w_ = &declare(ps, api, params_, p + "mlp.fc.w", Role::Column, {fc_out, C}, normal(c.init_std), true);
-  fc_b_ = &declare(ps, api, params_, p + "mlp.fc.b", Role::Column, {fc_out}, kZeros, false);
+  const int fc_parts = c.mlp == "swiglu" ? 2 : 1;  // SwiGLU stacks gate and up
+  fc_w_ = &declare(ps, api, params_, p + "mlp.fc.w", Role::Column, {fc_out, C}, normal(c.init_std), true, fc_parts);
+  fc_b_ = &declare(ps, api, params_, p + "mlp.fc.b", Role::Column, {fc_out}, kZeros, false, fc_parts);
   out_w_ = &declare(ps, api, params_, p + "mlp.proj.w", Role::Row, {C, F}, normal(resid_std), true);
   out_b_ = &declare(ps, api, params_, p + "mlp.proj.b", Role::Replicated, {C}, kZeros, false);
 
@@ -112,25 +119,26 @@ void Block::norm_bwd(Norm& n, Tensor& dinp, const Tensor& dout, const Tensor& x,
 // x_mid = x + proj(attn(qkv(ln1(x))));  x_out = x_mid + mlp_proj(act(fc(ln2(x_mid))))
 void Block::forward(const Microbatch& mb, Tensor& x) {
   const loom_ops* o = api_.ops();
-  const int64_t N = mb.rows(), C = c_.d_model;
+  const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;  // n: rows held here, N: all rows
   const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
-  std::memcpy(x_in_.data(), x.data(), N * C * sizeof(float));
+  std::memcpy(x_in_.data(), x.data(), n * C * sizeof(float));
 
-  norm_fwd(ln1_, x, N);
-  Tensor h1 = api_.region_enter(rows_of(ln1_.out, N));
-  Tensor qkv = rows_of(qkv_, N), att = rows_of(att_, N), y = rows_of(tmp_, N);
+  norm_fwd(ln1_, x, n);
+  Tensor h1 = api_.region_enter(rows_of(ln1_.out, n));
+  Tensor qkv = view(qkv_, N, local_dim0(*qkv_w_)), att = view(att_, N, proj_w_->local_shape[1]);
+  Tensor y = view(tmp_, N, C);
   api_.linear(qkv, h1, *qkv_w_);
   o->bias_add(qkv.f32(), qkv_b_->value.f32(), N, local_dim0(*qkv_w_));
   o->attention_fwd(att.f32(), lse_.f32(), qkv.f32(), mb.B, mb.T, heads, c_.head_dim());
   api_.linear(y, att, *proj_w_);
-  Tensor y_full = api_.region_exit(y);
-  o->bias_add(y_full.f32(), proj_b_->value.f32(), N, C);
-  o->accumulate(x.f32(), y_full.f32(), N * C);
-  std::memcpy(x_mid_.data(), x.data(), N * C * sizeof(float));
+  Tensor y_out = api_.region_exit(y);
+  o->bias_add(y_out.f32(), proj_b_->value.f32(), n, C);
+  o->accumulate(x.f32(), y_out.f32(), n * C);
+  std::memcpy(x_mid_.data(), x.data(), n * C * sizeof(float));
 
-  norm_fwd(ln2_, x, N);
-  Tensor h2 = api_.region_enter(rows_of(ln2_.out, N));
-  Tensor fc = rows_of(fc_, N), act = rows_of(act_, N);
+  norm_fwd(ln2_, x, n);
+  Tensor h2 = api_.region_enter(rows_of(ln2_.out, n));
+  Tensor fc = view(fc_, N, local_dim0(*fc_w_)), act = view(act_, N, out_w_->local_shape[1]);
   api_.linear(fc, h2, *fc_w_);
   o->bias_add(fc.f32(), fc_b_->value.f32(), N, local_dim0(*fc_w_));
   if (c_.mlp == "swiglu")
@@ -138,51 +146,53 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   else
     o->gelu_fwd(act.f32(), fc.f32(), N * act.dim(1));
   api_.linear(y, act, *out_w_);
-  y_full = api_.region_exit(y);
-  o->bias_add(y_full.f32(), out_b_->value.f32(), N, C);
-  o->accumulate(x.f32(), y_full.f32(), N * C);
+  y_out = api_.region_exit(y);
+  o->bias_add(y_out.f32(), out_b_->value.f32(), n, C);
+  o->accumulate(x.f32(), y_out.f32(), n * C);
 }
 
 void Block::backward(const Microbatch& mb, Tensor& dx) {
   const loom_ops* o = api_.ops();
-  const int64_t N = mb.rows(), C = c_.d_model;
+  const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
   const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
-  // MLP branch: dx holds d(x_out); the residual passes it through unchanged.
-  Tensor dy = api_.region_exit_bwd(dx);
-  o->bias_bwd(out_b_->grad.f32(), dy.f32(), N, C);
   // Scratch is sized for the full layer; views take this rank's (possibly sharded) widths.
-  Tensor act = rows_of(act_, N), fc = rows_of(fc_, N);
-  Tensor dact = Tensor::borrow(s_.dact.data(), {N, act.dim(1)});
+  Tensor act = view(act_, N, out_w_->local_shape[1]), fc = view(fc_, N, local_dim0(*fc_w_));
+  Tensor dnorm = rows_of(tmp_, n);
+
+  // MLP branch: dx holds d(x_out); the residual passes it through unchanged.
+  o->bias_bwd(out_b_->grad.f32(), dx.f32(), n, C);
+  Tensor dy = api_.region_exit_bwd(dx);
+  Tensor dact = view(s_.dact, N, act.dim(1));
   api_.linear_bwd(&dact, dy, act, *out_w_);
-  Tensor dfc = Tensor::borrow(s_.dfc.data(), {N, fc.dim(1)});
+  Tensor dfc = view(s_.dfc, N, fc.dim(1));
   if (c_.mlp == "swiglu")
     o->swiglu_bwd(dfc.f32(), fc.f32(), dact.f32(), N, act.dim(1));
   else
     o->gelu_bwd(dfc.f32(), fc.f32(), dact.f32(), N * act.dim(1));
   o->bias_bwd(fc_b_->grad.f32(), dfc.f32(), N, fc.dim(1));
-  Tensor h2 = api_.region_enter(rows_of(ln2_.out, N));
-  Tensor dh2 = Tensor::borrow(s_.dh.data(), {h2.dim(0), C});
+  Tensor h2 = api_.region_enter(rows_of(ln2_.out, n));  // sp gathers the rows again
+  Tensor dh2 = view(s_.dh, N, C);
   api_.linear_bwd(&dh2, dfc, h2, *fc_w_);
   Tensor dh2_local = api_.region_enter_bwd(dh2);
-  Tensor dnorm = rows_of(tmp_, N);
-  norm_bwd(ln2_, dnorm, dh2_local, rows_of(x_mid_, N), N);
-  o->accumulate(dx.f32(), dnorm.f32(), N * C);
+  norm_bwd(ln2_, dnorm, dh2_local, rows_of(x_mid_, n), n);
+  o->accumulate(dx.f32(), dnorm.f32(), n * C);
 
   // Attention branch.
+  o->bias_bwd(proj_b_->grad.f32(), dx.f32(), n, C);
   dy = api_.region_exit_bwd(dx);
-  o->bias_bwd(proj_b_->grad.f32(), dy.f32(), N, C);
-  Tensor datt = rows_of(s_.datt, N), att = rows_of(att_, N), qkv = rows_of(qkv_, N);
+  Tensor att = view(att_, N, proj_w_->local_shape[1]), qkv = view(qkv_, N, local_dim0(*qkv_w_));
+  Tensor datt = view(s_.datt, N, att.dim(1));
   api_.linear_bwd(&datt, dy, att, *proj_w_);
-  Tensor dqkv = Tensor::borrow(s_.dqkv.data(), {N, qkv.dim(1)});
+  Tensor dqkv = view(s_.dqkv, N, qkv.dim(1));
   o->attention_bwd(dqkv.f32(), datt.f32(), qkv.f32(), att.f32(), lse_.f32(), mb.B, mb.T, heads,
                    c_.head_dim());
   o->bias_bwd(qkv_b_->grad.f32(), dqkv.f32(), N, qkv.dim(1));
-  Tensor h1 = api_.region_enter(rows_of(ln1_.out, N));
-  Tensor dh1 = Tensor::borrow(s_.dh.data(), {h1.dim(0), C});
+  Tensor h1 = api_.region_enter(rows_of(ln1_.out, n));
+  Tensor dh1 = view(s_.dh, N, C);
   api_.linear_bwd(&dh1, dqkv, h1, *qkv_w_);
   Tensor dh1_local = api_.region_enter_bwd(dh1);
-  norm_bwd(ln1_, dnorm, dh1_local, rows_of(x_in_, N), N);
-  o->accumulate(dx.f32(), dnorm.f32(), N * C);
+  norm_bwd(ln1_, dnorm, dh1_local, rows_of(x_in_, n), n);
+  o->accumulate(dx.f32(), dnorm.f32(), n * C);
 }
 
 // ---- head -------------------------------------------------------------------------------------
@@ -197,7 +207,7 @@ Head::Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, i
   if (tied_wte) params_.push_back(tied_wte);
   head_w_ = tied_wte ? tied_wte
                      : &declare(ps, api, params_, "lm_head.w", Role::Vocab,
-                                {c.padded_vocab(kVocabMultiple), C}, normal(c.init_std), true);
+                                {vocab_rows(c, api), C}, normal(c.init_std), true);
   x_in_ = Tensor::empty({rows, C});
   h_ = Tensor::empty({rows, C});
   mean_ = Tensor::empty({rows});
@@ -210,29 +220,34 @@ Head::Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, i
 // In training the logits buffer is overwritten by dloss * (softmax - onehot) in the same pass.
 void Head::forward(const Microbatch& mb, Tensor& x) {
   const loom_ops* o = api_.ops();
-  const int64_t N = mb.rows(), C = c_.d_model;
-  std::memcpy(x_in_.data(), x.data(), N * C * sizeof(float));
-  Tensor h = rows_of(h_, N), logits = rows_of(logits_, N);
+  const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;
+  std::memcpy(x_in_.data(), x.data(), n * C * sizeof(float));
+  Tensor h = rows_of(h_, n), logits = rows_of(logits_, N);
   if (norm_b_)
     o->layernorm_fwd(h.f32(), mean_.f32(), rstd_.f32(), x.f32(), norm_w_->value.f32(),
-                     norm_b_->value.f32(), N, C);
+                     norm_b_->value.f32(), n, C);
   else
-    o->rmsnorm_fwd(h.f32(), rstd_.f32(), x.f32(), norm_w_->value.f32(), N, C);
-  api_.linear(logits, h, *head_w_);
-  loss_sum_ = mb.targets ? api_.cross_entropy(logits, mb.targets, c_.vocab_size, mb.dloss) : 0.0;
+    o->rmsnorm_fwd(h.f32(), rstd_.f32(), x.f32(), norm_w_->value.f32(), n, C);
+  // The head is column-parallel over the vocabulary: f on the way in.
+  h_full_ = api_.region_enter(h);
+  api_.linear(logits, h_full_, *head_w_);
+  const int64_t vocab_begin = head_w_->slice.length >= 0 ? head_w_->slice.begin : 0;
+  loss_sum_ = mb.targets ? api_.cross_entropy(logits, mb.targets, vocab_begin, c_.vocab_size, mb.dloss)
+                         : 0.0;
 }
 
 void Head::backward(const Microbatch& mb, Tensor& dx) {
   const loom_ops* o = api_.ops();
-  const int64_t N = mb.rows(), C = c_.d_model;
-  Tensor h = rows_of(h_, N), dlogits = rows_of(logits_, N), dh = rows_of(dh_, N);
-  api_.linear_bwd(&dh, dlogits, h, *head_w_);
+  const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
+  Tensor dlogits = rows_of(logits_, N), dh = rows_of(dh_, N);
+  api_.linear_bwd(&dh, dlogits, h_full_, *head_w_);
+  Tensor dh_local = api_.region_enter_bwd(dh);
   if (norm_b_)
-    o->layernorm_bwd(dx.f32(), norm_w_->grad.f32(), norm_b_->grad.f32(), dh.f32(), x_in_.f32(),
-                     norm_w_->value.f32(), mean_.f32(), rstd_.f32(), N, C);
+    o->layernorm_bwd(dx.f32(), norm_w_->grad.f32(), norm_b_->grad.f32(), dh_local.f32(),
+                     x_in_.f32(), norm_w_->value.f32(), mean_.f32(), rstd_.f32(), n, C);
   else
-    o->rmsnorm_bwd(dx.f32(), norm_w_->grad.f32(), dh.f32(), x_in_.f32(), norm_w_->value.f32(),
-                   rstd_.f32(), N, C);
+    o->rmsnorm_bwd(dx.f32(), norm_w_->grad.f32(), dh_local.f32(), x_in_.f32(),
+                   norm_w_->value.f32(), rstd_.f32(), n, C);
 }
 
 }  // namespace loom::gpt

@@ -76,7 +76,7 @@ class Head : public Layer {
   const GptConfig& c_;
   LayerApi& api_;
   Param *norm_w_, *norm_b_, *head_w_;
-  Tensor x_in_, h_, mean_, rstd_, logits_, dh_;
+  Tensor x_in_, h_, h_full_, mean_, rstd_, logits_, dh_;
   double loss_sum_ = 0;
 };
 

@@ -50,6 +50,8 @@ int train(const Args& args) {
   // Defaults that work: several ranks talk over gloo and reduce gradients with ddp.
   if (rank.world > 1 && cfg.str("plugins.comm").empty()) overrides.push_back("plugins.comm=gloo");
   if (rank.world > 1 && cfg.str("plugins.data").empty()) overrides.push_back("plugins.data=ddp");
+  if (cfg.i64("parallel.tp") > 1 && cfg.str("plugins.tensor").empty())
+    overrides.push_back("plugins.tensor=tp");
   if (overrides.size() != sets(vm).size()) {
     cfg = config::Config::load(vm["file"].as<std::string>(), overrides);
     cfg.validate_runtime();

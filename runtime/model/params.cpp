@@ -27,7 +27,7 @@ Param& ParamStore::declare(std::string name, Role role, std::vector<int64_t> glo
   p.init = init;
   p.weight_decay = weight_decay;
   p.local_shape = global_shape;
-  if (slice.length >= 0) p.local_shape.at(slice.dim) = slice.length;
+  if (slice.length >= 0) p.local_shape.at(slice.dim) = slice.length * slice.fused;
   p.global_shape = std::move(global_shape);
   p.slice = slice;
   p.index = static_cast<int64_t>(params_.size());
@@ -50,7 +50,8 @@ int64_t global_index(int64_t i, const std::vector<int64_t>& local, const std::ve
   for (int d = static_cast<int>(local.size()) - 1; d >= 0; --d) {
     int64_t coord = i % local[d];
     i /= local[d];
-    if (d == s.dim && s.length >= 0) coord += s.begin;
+    if (d == s.dim && s.length >= 0)  // part p of the fused parts, entry `within` of this rank's
+      coord = (coord / s.length) * (global[d] / s.fused) + s.begin + coord % s.length;
     g += coord * gstride;
     gstride *= global[d];
   }

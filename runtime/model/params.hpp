@@ -27,10 +27,12 @@ struct Init {
   float std = 0.f;
 };
 
-// The part of a global tensor a rank holds: `length` entries of dimension `dim` from `begin`.
+// The part of a global tensor a rank holds: dimension `dim` is seen as `fused` equal parts (a
+// fused QKV weight is three matrices) and the rank holds entries [begin, begin + length) of each.
 struct Slice {
   int dim = 0;
-  int64_t begin = 0, length = -1;  // length -1 = the whole dimension
+  int64_t begin = 0, length = -1;  // length -1 = the whole tensor
+  int fused = 1;
 };
 
 struct Param {

@@ -20,7 +20,12 @@ Tensor GemmNumerics::round(const Tensor& t, loom_operand_role role) const {
   return copy;
 }
 
-Slice LayerApi::shard(Role, const std::vector<int64_t>&) const { return {}; }
+std::vector<float> LayerApi::logits_row(const Tensor& logits, int64_t row) const {
+  const float* z = logits.f32() + row * logits.dim(1);
+  return std::vector<float>(z, z + logits.dim(1));
+}
+
+Slice LayerApi::shard(Role, const std::vector<int64_t>&, int) const { return {}; }
 
 void LayerApi::linear(Tensor& y, const Tensor& x, const Param& W) const {
   int64_t N = x.dim(0), in = x.dim(-1), out = W.local_shape[0];
@@ -52,8 +57,8 @@ void LayerApi::embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t 
                       wte.local_shape[1]);
 }
 
-double LayerApi::cross_entropy(Tensor& logits, const int32_t* targets, int64_t vocab_real,
-                               float dloss) const {
+double LayerApi::cross_entropy(Tensor& logits, const int32_t* targets, int64_t,
+                               int64_t vocab_real, float dloss) const {
   int64_t N = logits.dim(0), V = logits.dim(1);
   std::vector<float> losses(N);
   ops_->softmax_xent(logits.f32(), losses.data(), targets, N, V, vocab_real, dloss);

@@ -29,8 +29,19 @@ class LayerApi {
   virtual ~LayerApi() = default;
   const loom_ops* ops() const { return ops_; }
 
-  // The part of a parameter this rank holds, given its role and global shape.
-  virtual Slice shard(Role role, const std::vector<int64_t>& global_shape) const;
+  // The part of a parameter this rank holds, given its role and global shape; `fused` says how
+  // many matrices are stacked along the split dimension (3 for QKV).
+  virtual Slice shard(Role role, const std::vector<int64_t>& global_shape, int fused = 1) const;
+  // Tensor-parallel degree, and what the model must respect because of it.
+  virtual int tp_size() const { return 1; }
+  // Rows of the residual stream this rank holds for `rows` tokens (sequence parallel: a block).
+  virtual int64_t local_rows(int64_t rows) const { return rows; }
+  // The first of this rank's rows among the full rows.
+  virtual int64_t first_row(int64_t /*rows*/) const { return 0; }
+  // Row `row` of the head's logits over the whole vocabulary (tp gathers the vocabulary shards).
+  virtual std::vector<float> logits_row(const Tensor& logits, int64_t row) const;
+  // After backward: sums over tp the gradients that saw only this rank's rows (sequence parallel).
+  virtual void finish_replicated_grads(ParamStore&) {}
   // Megatron's f (enter) and g (exit) around a column-parallel ... row-parallel pair.
   virtual Tensor region_enter(const Tensor& h) { return h; }
   virtual Tensor region_enter_bwd(const Tensor& dh) { return dh; }
@@ -49,10 +60,11 @@ class LayerApi {
   virtual void embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t B, int64_t T,
                              Param& wte, Param* wpe) const;
 
-  // Fused softmax cross-entropy over this rank's logits [N, V_local]; returns sum of the losses
+  // Fused softmax cross-entropy over this rank's logits [N, V_local] (the vocabulary rows
+  // [vocab_begin, vocab_begin + V_local) of the head); returns sum of the losses
   // of the rows with target >= 0. With dloss != 0 the logits become their gradient (in place).
-  virtual double cross_entropy(Tensor& logits, const int32_t* targets, int64_t vocab_real,
-                               float dloss) const;
+  virtual double cross_entropy(Tensor& logits, const int32_t* targets, int64_t vocab_begin,
+                               int64_t vocab_real, float dloss) const;
 
  protected:
   const loom_ops* ops_;

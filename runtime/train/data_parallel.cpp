@@ -18,15 +18,11 @@ void check(loom_status s, const loom_error& e, const std::string& what) {
 }  // namespace
 
 DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& sel,
-                           const dist::RankEnv& env, const dist::MeshShape& mesh,
-                           ParamStore& params, gpt::Gpt& model) {
-  const plugins::SlotChoice* comm = sel.slot("comm");
+                           dist::CommWorld& world, ParamStore& params, gpt::Gpt& model)
+    : world_(&world) {
   const plugins::SlotChoice* data = sel.slot("data");
-  if (!comm) throw ConfigError("a run over " + std::to_string(env.world) + " ranks needs [plugins] comm");
-  if (!data) throw ConfigError("dp = " + std::to_string(mesh.dp) + " needs [plugins] data (e.g. \"ddp\")");
-  loom_options comm_opts = plugins::options_for(cfg, comm->found.desc->name);
-  world_ = std::make_unique<dist::CommWorld>(env, mesh, comm->found, &comm_opts,
-                                             cfg.i64("parallel.timeout_s") * 1000);
+  if (!data)
+    throw ConfigError("dp = " + std::to_string(world.mesh().dp) + " needs [plugins] data (e.g. \"ddp\")");
 
   loom_options data_opts = plugins::options_for(cfg, data->found.desc->name);
   data_ = std::make_unique<plugins::Instance>(data->found, &data_opts);
@@ -57,10 +53,7 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
   check(table_->setup(data_->self(), &ctx, &e), e, "data plugin setup");
 }
 
-DataParallel::~DataParallel() {
-  data_.reset();
-  world_.reset();
-}
+DataParallel::~DataParallel() = default;
 
 int DataParallel::dp_rank() const { return world_->coord().dp; }
 int DataParallel::dp_size() const { return world_->mesh().dp; }
@@ -91,15 +84,14 @@ void DataParallel::check_identical(const ParamStore& params) {
   double sum = 0;
   const float* v = const_cast<ParamStore&>(params).values();
   for (int64_t i = 0; i < params.numel(); ++i) sum += static_cast<double>(v[i]) * static_cast<double>(i % 9973 + 1);
-  dist::Communicator& w = world_->world();
+  dist::Communicator& w = world_->axis(dist::Axis::DP);
   std::vector<double> all(w.size());
   w.all_gather(scalar_f64(&sum), scalar_f64(all.data(), w.size()));
   for (int r = 0; r < w.size(); ++r)
     if (all[r] != all[0])
-      throw RuntimeError("rank " + std::to_string(r) + "'s initial parameters differ from rank 0's "
+      throw RuntimeError("dp rank " + std::to_string(r) + "'s initial parameters differ from dp rank 0's "
                          "(checksum " + std::to_string(all[r]) + " vs " + std::to_string(all[0]) + ")");
 }
 
-void DataParallel::barrier() { world_->world().barrier(); }
 
 }  // namespace loom::train

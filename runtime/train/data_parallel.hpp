@@ -15,9 +15,9 @@ namespace loom::train {
 
 class DataParallel {
  public:
-  // Starts the store, the comm plugin and the mesh groups, then the data plugin over the model.
-  DataParallel(const config::Config& cfg, const plugins::Selection& sel, const dist::RankEnv& env,
-               const dist::MeshShape& mesh, ParamStore& params, gpt::Gpt& model);
+  // Starts the data plugin over the model, on the dp group of `world`.
+  DataParallel(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
+               ParamStore& params, gpt::Gpt& model);
   ~DataParallel();
 
   int dp_rank() const;
@@ -28,12 +28,11 @@ class DataParallel {
   std::pair<double, double> finish();
   // Mean of a per-rank value over dp.
   double mean_over_dp(double v);
-  // Fails when any rank's parameters differ from the others' (checksum of the flat buffer).
+  // Fails when any dp replica's parameters differ from the others' (checksum of the flat buffer).
   void check_identical(const ParamStore& params);
-  void barrier();
 
  private:
-  std::unique_ptr<dist::CommWorld> world_;
+  dist::CommWorld* world_;
   std::unique_ptr<plugins::Instance> data_;
   const loom_data_v1* table_ = nullptr;
   std::vector<loom_param_info> infos_;

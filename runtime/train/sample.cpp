@@ -13,7 +13,7 @@ namespace loom::train {
 // p = softmax over them, draw u ~ U(0,1) from the counter RNG and take the first token whose
 // cumulative probability exceeds u.
 std::string generate(gpt::Gpt& model, const std::string& prompt, int64_t n_tokens, int64_t top_k,
-                     uint64_t seed) {
+                     uint64_t seed, int64_t row_multiple) {
   const auto& c = model.config();
   std::vector<int32_t> ctx;
   for (unsigned char ch : prompt) ctx.push_back(ch % c.vocab_size);
@@ -23,10 +23,12 @@ std::string generate(gpt::Gpt& model, const std::string& prompt, int64_t n_token
   std::vector<int32_t> order(c.vocab_size);
   for (int64_t n = 0; n < n_tokens; ++n) {
     int64_t T = std::min<int64_t>(static_cast<int64_t>(ctx.size()), c.seq_len);
+    int64_t padded = std::min(c.seq_len, (T + row_multiple - 1) / row_multiple * row_multiple);
     std::vector<int32_t> window(ctx.end() - T, ctx.end());
-    model.forward({window.data(), nullptr, 1, T, 0.f});
-    const Tensor& logits = model.logits();
-    const float* z = logits.f32() + (T - 1) * logits.dim(1);
+    window.resize(padded, 0);
+    model.forward({window.data(), nullptr, 1, padded, 0.f});
+    std::vector<float> row = model.api().logits_row(model.logits(), T - 1);
+    const float* z = row.data();
     std::iota(order.begin(), order.end(), 0);
     int64_t k = std::min<int64_t>(top_k, c.vocab_size);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),

@@ -13,6 +13,7 @@
 #include "gpt/gpt.hpp"
 #include "ops/ops.hpp"
 #include "train/data_parallel.hpp"
+#include "train/tensor_slots.hpp"
 #include "train/metrics.hpp"
 #include "train/peak.hpp"
 #include "train/sample.hpp"
@@ -99,7 +100,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   Settings s = read_settings(cfg);
   const gpt::GptConfig mc = gpt::from_config(cfg);
   const dist::MeshShape mesh = dist::resolve_mesh(cfg, env.world);
-  for (auto [degree, what] : {std::pair{mesh.tp, "tp"}, {mesh.pp, "pp"}, {mesh.ep, "ep"}})
+  for (auto [degree, what] : {std::pair{mesh.pp, "pp"}, {mesh.ep, "ep"}})
     if (degree > 1)
       throw ConfigError(std::string("[parallel] ") + what + " = " + std::to_string(degree) +
                         ": this build has no plugin for that axis yet (dp only)");
@@ -141,14 +142,24 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     throw RuntimeError("the validation split in '" + data_dir.string() +
                        "' is shorter than one sequence");
 
-  LayerApi api(ops, numerics);
+  // Processes first: the tensor slot decides how parameters are sharded.
+  std::unique_ptr<dist::CommWorld> world;
+  if (env.world > 1) {
+    const plugins::SlotChoice* comm = selection.slot("comm");
+    if (!comm) throw ConfigError("a run over " + std::to_string(env.world) + " ranks needs [plugins] comm");
+    loom_options comm_opts = plugins::options_for(cfg, comm->found.desc->name);
+    world = std::make_unique<dist::CommWorld>(env, mesh, comm->found, &comm_opts,
+                                              cfg.i64("parallel.timeout_s") * 1000);
+  }
+  TensorSlots slots(cfg, selection, world.get(), ops, numerics);
+  LayerApi& api = slots.api();
   ParamStore params;
   gpt::Gpt model(mc, api, params, s.micro_batch * mc.seq_len);
   params.allocate(s.seed);
   Tensor m = Tensor::zeros({params.numel()}), v = Tensor::zeros({params.numel()});
   std::unique_ptr<DataParallel> dp;
-  if (env.world > 1) {
-    dp = std::make_unique<DataParallel>(cfg, selection, env, mesh, params, model);
+  if (mesh.dp > 1) {
+    dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model);
     dp->check_identical(params);
   }
   const int64_t first_sample = dp ? dp->dp_rank() * local_batch : 0;
@@ -209,7 +220,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       std::tie(comm_ms, exposed_ms) = dp->finish();
       loss = dp->mean_over_dp(loss);
     }
-    const double grad_norm = std::sqrt(ops->sum_squares(params.grads(), params.numel()));
+    api.finish_replicated_grads(params);
+    const double grad_norm = slots.grad_norm(params);
     if (!std::isfinite(loss) || !std::isfinite(grad_norm))
       throw RuntimeError("step " + std::to_string(step) + ": loss " + std::to_string(loss) +
                          ", grad norm " + std::to_string(grad_norm) + " is not finite");
@@ -238,7 +250,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         {"comm_ms", comm_ms},
         {"exposed_comm_ms", exposed_ms}};
     std::string val_text;
-    if (lead && s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
+    // Every rank evaluates and samples (tensor-parallel layers talk inside forward); rank 0 reports.
+    if (s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
       double val = evaluate(model, data, s.eval_batches, s.micro_batch, tok, tgt);
       fields.push_back({"val_loss", val});
       char b[48];
@@ -248,6 +261,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       sum.final_val_loss = val;
     }
     if (lead) log->write(fields);
+    if (!lead) val_text.clear();
     if (step == 1) sum.first_loss = loss;
     sum.final_loss = loss;
     if (lead && (step % s.log_every == 0 || step == s.steps || !val_text.empty()))
@@ -256,15 +270,16 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
           "%.0f ms | mem %.0f MiB\n",
           (long long)step, (long long)s.steps, loss, val_text.c_str(), grad_norm, lr,
           human(tps).c_str(), mfu * 100, step_s * 1e3, mem.rss_bytes / 1048576.0);
-    if (lead && s.sample_every > 0 && (step % s.sample_every == 0 || step == s.steps)) {
-      std::string text =
-          generate(model, s.sample_prompt, s.sample_tokens, s.sample_top_k, s.seed + step);
-      std::printf("---- sample at step %lld ----\n%s%s\n----\n", (long long)step,
-                  printable(s.sample_prompt).c_str(), printable(text).c_str());
+    if (s.sample_every > 0 && (step % s.sample_every == 0 || step == s.steps)) {
+      std::string text = generate(model, s.sample_prompt, s.sample_tokens, s.sample_top_k,
+                                  s.seed + step, mesh.tp);
+      if (lead)
+        std::printf("---- sample at step %lld ----\n%s%s\n----\n", (long long)step,
+                    printable(s.sample_prompt).c_str(), printable(text).c_str());
     }
     std::fflush(stdout);
   }
-  if (dp) dp->barrier();  // rank 0 hosts the store: leave together
+  if (world) world->world().barrier();  // rank 0 hosts the store: leave together
   sum.steps = s.steps;
   sum.tokens_per_s = s.steps * tokens_per_step / total_time;
   sum.mfu = sum.tokens_per_s * flops_per_token / (peak.gflops * 1e9 * env.world);

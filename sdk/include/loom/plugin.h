@@ -395,6 +395,76 @@ typedef struct loom_data_v1 {
                               loom_error* err);
 } loom_data_v1;
 
+/* ---- the tensor and sequence slots (parallel kind, LOOM_SLOT_TENSOR / LOOM_SLOT_SEQUENCE) ---- */
+
+/* Parameter roles, as the model declares them (how a tensor slot may split them). */
+typedef enum loom_role {
+  LOOM_ROLE_COLUMN = 0,     /* split dim 0: output features of an [out, in] weight, and its bias */
+  LOOM_ROLE_ROW = 1,        /* split dim 1: input features */
+  LOOM_ROLE_VOCAB = 2,      /* split dim 0 of an embedding table */
+  LOOM_ROLE_REPLICATED = 3, /* every rank holds all of it */
+  LOOM_ROLE_EXPERT = 4
+} loom_role;
+
+/* The part of a global tensor a rank holds. Dimension `dim` is seen as `fused` equal parts (a fused
+ * QKV weight is 3 matrices along dim 0); the rank holds rows [begin, begin + length) of each part.
+ * length = -1: the whole tensor. */
+typedef struct loom_slice {
+  int32_t dim;
+  int32_t fused;
+  int64_t begin;
+  int64_t length;
+} loom_slice;
+
+/* What the tensor and sequence slots work with: the tp communicator and the kernels. */
+typedef struct loom_tensor_context {
+  loom_version v;
+  const loom_comm_v1* comm;
+  void* comm_self;
+  loom_comm* tp;
+  const loom_ops* ops;
+} loom_tensor_context;
+
+/* Megatron-style tensor parallelism. f (entering a column-parallel region) is the identity
+ * forward and an all-reduce backward; g (leaving a row-parallel region) is an all-reduce forward
+ * and the identity backward; the runtime calls enter_bwd and exit_fwd, the identities need no
+ * call. Vocabulary-split embedding and cross-entropy keep full logits off every single rank. */
+typedef struct loom_tensor_v1 {
+  loom_plugin base;
+  loom_status (*setup)(void* self, const loom_tensor_context* ctx, loom_error* err);
+  loom_status (*shard)(void* self, int32_t role, int32_t ndim, const int64_t* global_shape,
+                       int32_t fused, loom_slice* out, loom_error* err);
+  loom_status (*enter_bwd)(void* self, loom_tensor* dh, loom_error* err);
+  loom_status (*exit_fwd)(void* self, loom_tensor* y, loom_error* err);
+  /* out[N, C] = wte_local[token - vocab_begin] for tokens this rank holds, 0 otherwise: a partial
+   * sum the runtime completes with the region exit (all-reduce, or reduce-scatter under sp). */
+  loom_status (*embedding_fwd)(void* self, float* out, const int32_t* tokens, int64_t N,
+                               const float* wte_local, int64_t vocab_begin, int64_t vocab_local,
+                               int64_t C, loom_error* err);
+  loom_status (*embedding_bwd)(void* self, float* dwte_local, const float* dout,
+                               const int32_t* tokens, int64_t N, int64_t vocab_begin,
+                               int64_t vocab_local, int64_t C, loom_error* err);
+  /* Cross-entropy over logits split by vocabulary [N, vocab_local]: the row max, the sum of exp
+   * and the target logit are all-reduced. Writes dloss * (softmax - onehot) over the local
+   * columns in place when dloss != 0; *loss_sum = sum of the rows' losses (same on every rank). */
+  loom_status (*cross_entropy)(void* self, float* logits, const int32_t* targets, int64_t N,
+                               int64_t vocab_begin, int64_t vocab_local, int64_t vocab_real,
+                               float dloss, double* loss_sum, loom_error* err);
+} loom_tensor_v1;
+
+/* Megatron sequence parallelism on top of tp: outside the tp regions each rank holds rows
+ * [r N / tp, (r + 1) N / tp) of the activations. f becomes all-gather (backward reduce-scatter),
+ * g becomes reduce-scatter (backward all-gather). */
+typedef struct loom_sequence_v1 {
+  loom_plugin base;
+  loom_status (*setup)(void* self, const loom_tensor_context* ctx, loom_error* err);
+  /* full [N, C] rows from local [N / tp, C] and back; out is allocated by the caller. */
+  loom_status (*gather)(void* self, const loom_tensor* local, loom_tensor* full, loom_error* err);
+  loom_status (*scatter)(void* self, const loom_tensor* full, loom_tensor* local, loom_error* err);
+  /* Sums over tp the gradient of a replicated parameter that saw only a sequence shard. */
+  loom_status (*reduce_replicated)(void* self, loom_tensor* grad, loom_error* err);
+} loom_sequence_v1;
+
 /* ---- the one exported entry ------------------------------------------------------------------ */
 
 /* Returns the library's descriptors in *out (static storage, *count entries). Called once per

@@ -148,6 +148,31 @@ class DataPlugin : public Plugin {
   virtual void finish_grads(double& comm_ms, double& exposed_comm_ms) = 0;
 };
 
+// Tensor parallelism (the tensor slot).
+class TensorPlugin : public Plugin {
+ public:
+  virtual void setup(const loom_tensor_context& ctx) = 0;
+  virtual loom_slice shard(loom_role role, int ndim, const int64_t* global_shape, int fused) = 0;
+  virtual void enter_bwd(loom_tensor& dh) = 0;
+  virtual void exit_fwd(loom_tensor& y) = 0;
+  virtual void embedding_fwd(float* out, const int32_t* tokens, int64_t N, const float* wte,
+                             int64_t vocab_begin, int64_t vocab_local, int64_t C) = 0;
+  virtual void embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int64_t N,
+                             int64_t vocab_begin, int64_t vocab_local, int64_t C) = 0;
+  virtual double cross_entropy(float* logits, const int32_t* targets, int64_t N,
+                               int64_t vocab_begin, int64_t vocab_local, int64_t vocab_real,
+                               float dloss) = 0;
+};
+
+// Sequence parallelism (the sequence slot).
+class SequencePlugin : public Plugin {
+ public:
+  virtual void setup(const loom_tensor_context& ctx) = 0;
+  virtual void gather(const loom_tensor& local, loom_tensor& full) = 0;
+  virtual void scatter(const loom_tensor& full, loom_tensor& local) = 0;
+  virtual void reduce_replicated(loom_tensor& grad) = 0;
+};
+
 // ---- trampolines ----------------------------------------------------------------------------
 
 namespace detail {
@@ -354,6 +379,67 @@ const loom_plugin* data_plugin() {
     };
     t.finish_grads = [](void* self, double* comm_ms, double* exposed, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->finish_grads(*comm_ms, *exposed); });
+    };
+    return t;
+  }();
+  return &table.base;
+}
+
+template <class Impl>
+const loom_plugin* tensor_plugin() {
+  static const loom_tensor_v1 table = [] {
+    loom_tensor_v1 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_TENSOR, sizeof(loom_tensor_v1));
+    t.setup = [](void* self, const loom_tensor_context* c, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->setup(*c); });
+    };
+    t.shard = [](void* self, int32_t role, int32_t ndim, const int64_t* shape, int32_t fused,
+                 loom_slice* out, loom_error* e) {
+      return detail::guarded(e, [&] {
+        *out = static_cast<Impl*>(self)->shard(static_cast<loom_role>(role), ndim, shape, fused);
+      });
+    };
+    t.enter_bwd = [](void* self, loom_tensor* x, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->enter_bwd(*x); });
+    };
+    t.exit_fwd = [](void* self, loom_tensor* x, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->exit_fwd(*x); });
+    };
+    t.embedding_fwd = [](void* self, float* out, const int32_t* tok, int64_t N, const float* wte,
+                         int64_t vb, int64_t vl, int64_t C, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->embedding_fwd(out, tok, N, wte, vb, vl, C); });
+    };
+    t.embedding_bwd = [](void* self, float* dwte, const float* dout, const int32_t* tok, int64_t N,
+                         int64_t vb, int64_t vl, int64_t C, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->embedding_bwd(dwte, dout, tok, N, vb, vl, C); });
+    };
+    t.cross_entropy = [](void* self, float* logits, const int32_t* tgt, int64_t N, int64_t vb,
+                         int64_t vl, int64_t vr, float dloss, double* loss, loom_error* e) {
+      return detail::guarded(e, [&] {
+        *loss = static_cast<Impl*>(self)->cross_entropy(logits, tgt, N, vb, vl, vr, dloss);
+      });
+    };
+    return t;
+  }();
+  return &table.base;
+}
+
+template <class Impl>
+const loom_plugin* sequence_plugin() {
+  static const loom_sequence_v1 table = [] {
+    loom_sequence_v1 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_SEQUENCE, sizeof(loom_sequence_v1));
+    t.setup = [](void* self, const loom_tensor_context* c, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->setup(*c); });
+    };
+    t.gather = [](void* self, const loom_tensor* local, loom_tensor* full, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->gather(*local, *full); });
+    };
+    t.scatter = [](void* self, const loom_tensor* full, loom_tensor* local, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->scatter(*full, *local); });
+    };
+    t.reduce_replicated = [](void* self, loom_tensor* g, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->reduce_replicated(*g); });
     };
     return t;
   }();

@@ -1,0 +1,138 @@
+// tp: Megatron-style tensor parallelism (Shoeybi et al. 2019) over the tp group.
+//
+// Column-parallel weights are split along their output features and row-parallel ones along
+// their input features, so an MLP (fc column -> GELU -> proj row) or an attention block (QKV
+// column, split by head -> local heads -> proj row) needs no communication inside. f enters such
+// a region (identity forward, all-reduce backward), g leaves it (all-reduce forward, identity
+// backward). The embedding table and the LM head are split by vocabulary; the cross-entropy
+// all-reduces only the row max, the sum of exponentials and the target logit, so no rank ever
+// holds the full logits.
+#include <loom/sdk.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace {
+
+using loom::sdk::ConfigError;
+using loom::sdk::ErrorBox;
+
+loom_tensor flat(void* data, loom_dtype dt, int64_t n) {
+  loom_tensor t{};
+  t.data = data;
+  t.dtype = dt;
+  t.ndim = 1;
+  t.shape[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
+class Tp : public loom::sdk::TensorPlugin {
+ public:
+  static constexpr const char* name = "tp";
+  static constexpr const char* version = "1.0.0";
+  static constexpr const char* summary = "tensor parallel: column/row-split linears, vocab-split embedding and loss";
+
+  explicit Tp(const loom::sdk::Context& ctx) : host_(ctx.host) {}
+
+  void setup(const loom_tensor_context& ctx) override {
+    ctx_ = ctx;
+    rank_ = ctx.comm->rank(ctx.comm_self, ctx.tp);
+    size_ = ctx.comm->size(ctx.comm_self, ctx.tp);
+  }
+
+  loom_slice shard(loom_role role, int ndim, const int64_t* shape, int fused) override {
+    if (role == LOOM_ROLE_REPLICATED || role == LOOM_ROLE_EXPERT || size_ == 1) return {0, 1, 0, -1};
+    int dim = role == LOOM_ROLE_ROW ? 1 : 0;
+    if (dim >= ndim) return {0, 1, 0, -1};  // the bias of a row-parallel layer: replicated
+    int64_t part = shape[dim] / fused;
+    if (part * fused != shape[dim] || part % size_ != 0)
+      throw ConfigError("tensor parallelism cannot split a dimension of " + std::to_string(shape[dim]) +
+                        (fused > 1 ? " (" + std::to_string(fused) + " fused parts)" : std::string()) +
+                        " over tp = " + std::to_string(size_));
+    int64_t length = part / size_;
+    return {dim, fused, rank_ * length, length};
+  }
+
+  void enter_bwd(loom_tensor& dh) override { all_reduce(dh, LOOM_REDUCE_SUM, "f backward"); }
+  void exit_fwd(loom_tensor& y) override { all_reduce(y, LOOM_REDUCE_SUM, "g forward"); }
+
+  // out[i] = wte_local[tokens[i] - vocab_begin] when this rank holds that row, else 0.
+  void embedding_fwd(float* out, const int32_t* tokens, int64_t N, const float* wte,
+                     int64_t vb, int64_t vl, int64_t C) override {
+    for (int64_t i = 0; i < N; ++i) {
+      int64_t t = tokens[i] - vb;
+      float* o = out + i * C;
+      if (t >= 0 && t < vl)
+        std::memcpy(o, wte + t * C, C * sizeof(float));
+      else
+        std::memset(o, 0, C * sizeof(float));
+    }
+  }
+
+  void embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int64_t vb,
+                     int64_t vl, int64_t C) override {
+    for (int64_t i = 0; i < N; ++i) {
+      int64_t t = tokens[i] - vb;
+      if (t < 0 || t >= vl) continue;
+      float* d = dwte + t * C;
+      const float* g = dout + i * C;
+      for (int64_t c = 0; c < C; ++c) d[c] += g[c];
+    }
+  }
+
+  // Per row i over the real classes (column j real when vocab_begin + j < vocab_real):
+  //   m = max_j z_j (all-reduce max), s = sum_j exp(z_j - m) (all-reduce sum),
+  //   z_t = the target's logit (all-reduce sum; 0 on ranks that do not hold it),
+  //   loss_i = log s + m - z_t;  grad z_j = dloss (exp(z_j - m) / s - [j = t]).
+  double cross_entropy(float* z, const int32_t* targets, int64_t N, int64_t vb, int64_t vl,
+                       int64_t vr, float dloss) override {
+    const int64_t real = std::max<int64_t>(0, std::min(vl, vr - vb));
+    std::vector<float> mx(N, -std::numeric_limits<float>::infinity()), stats(2 * N, 0.f);
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t j = 0; j < real; ++j) mx[i] = std::max(mx[i], z[i * vl + j]);
+    loom_tensor tm = flat(mx.data(), LOOM_F32, N);
+    all_reduce(tm, LOOM_REDUCE_MAX, "cross-entropy max");
+    for (int64_t i = 0; i < N; ++i) {
+      float s = 0.f;
+      for (int64_t j = 0; j < real; ++j) s += std::exp(z[i * vl + j] - mx[i]);
+      stats[i] = s;
+      int64_t t = targets[i] - vb;
+      stats[N + i] = targets[i] >= 0 && t >= 0 && t < vl ? z[i * vl + t] : 0.f;
+    }
+    loom_tensor ts = flat(stats.data(), LOOM_F32, 2 * N);
+    all_reduce(ts, LOOM_REDUCE_SUM, "cross-entropy sums");
+    double total = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      float* row = z + i * vl;
+      if (targets[i] < 0) {
+        if (dloss != 0.f) std::memset(row, 0, vl * sizeof(float));
+        continue;
+      }
+      total += std::log(stats[i]) + mx[i] - stats[N + i];
+      if (dloss == 0.f) continue;
+      for (int64_t j = 0; j < real; ++j) row[j] = dloss * std::exp(row[j] - mx[i]) / stats[i];
+      for (int64_t j = real; j < vl; ++j) row[j] = 0.f;
+      int64_t t = targets[i] - vb;
+      if (t >= 0 && t < vl) row[t] -= dloss;
+    }
+    return total;
+  }
+
+ private:
+  void all_reduce(loom_tensor& t, loom_reduce_op op, const char* what) {
+    ErrorBox e(host_.raw());
+    if (ctx_.comm->all_reduce(ctx_.comm_self, ctx_.tp, &t, op, nullptr, e.get()) != LOOM_OK)
+      e.raise(std::string("tp ") + what);
+  }
+
+  loom::sdk::Host host_;
+  loom_tensor_context ctx_{};
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+LOOM_PLUGIN(loom::sdk::tensor_plugin<Tp>())

@@ -1,0 +1,50 @@
+// The parallel layer API backed by the tensor-slot plugin (tp) and, optionally, the sequence-slot
+// plugin (sp): the adapter between the model's C++ calls and the plugins' C tables.
+#pragma once
+
+#include <memory>
+
+#include "parallel/layer_api.hpp"
+#include "plugins/registry.hpp"
+
+namespace loom {
+
+class PluginLayers : public LayerApi {
+ public:
+  // `sequence` may be null (tensor parallelism alone).
+  PluginLayers(const loom_ops* ops, GemmNumerics numerics, const loom_tensor_context& ctx,
+               plugins::Instance& tensor, plugins::Instance* sequence);
+
+  Slice shard(Role role, const std::vector<int64_t>& global_shape, int fused) const override;
+  int tp_size() const override { return tp_; }
+  int64_t local_rows(int64_t rows) const override { return seq_ ? rows / tp_ : rows; }
+  int64_t first_row(int64_t rows) const override { return seq_ ? rank_ * (rows / tp_) : 0; }
+  void finish_replicated_grads(ParamStore& ps) override;
+  std::vector<float> logits_row(const Tensor& logits, int64_t row) const override;
+
+  Tensor region_enter(const Tensor& h) override;
+  Tensor region_enter_bwd(const Tensor& dh) override;
+  Tensor region_exit(const Tensor& y) override;
+  Tensor region_exit_bwd(const Tensor& dy) override;
+
+  void embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T, const Param& wte,
+                 const Param* wpe) const override;
+  void embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t B, int64_t T, Param& wte,
+                     Param* wpe) const override;
+  double cross_entropy(Tensor& logits, const int32_t* targets, int64_t vocab_begin,
+                       int64_t vocab_real, float dloss) const override;
+
+ private:
+  Tensor gather(const Tensor& local) const;   // sp: local rows -> all rows
+  Tensor scatter(const Tensor& full) const;   // sp: all rows -> this rank's rows, summed
+  void check(loom_status s, const loom_error& e, const char* what) const;
+
+  loom_tensor_context ctx_;
+  const loom_tensor_v1* tensor_;
+  void* tensor_self_;
+  const loom_sequence_v1* seq_ = nullptr;
+  void* seq_self_ = nullptr;
+  int tp_ = 1, rank_ = 0;
+};
+
+}  // namespace loom

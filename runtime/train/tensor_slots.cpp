@@ -1,0 +1,56 @@
+#include "train/tensor_slots.hpp"
+
+#include <cmath>
+
+#include "core/errors.hpp"
+#include "parallel/plugin_layers.hpp"
+
+namespace loom::train {
+
+TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& sel,
+                         dist::CommWorld* world, const loom_ops* ops, GemmNumerics numerics)
+    : world_(world), ops_(ops) {
+  const int tp = world ? world->mesh().tp : 1;
+  const plugins::SlotChoice* seq = sel.slot("sequence");
+  if (seq && tp == 1)
+    throw ConfigError("[plugins] sequence = \"" + std::string(seq->found.desc->name) +
+                      "\" needs [parallel] tp > 1: sequence parallelism splits rows over the tp group");
+  if (tp == 1) {
+    api_ = std::make_unique<LayerApi>(ops, numerics);
+    return;
+  }
+  const plugins::SlotChoice* tensor = sel.slot("tensor");
+  if (!tensor) throw ConfigError("[parallel] tp = " + std::to_string(tp) + " needs [plugins] tensor (e.g. \"tp\")");
+  loom_options topts = plugins::options_for(cfg, tensor->found.desc->name);
+  tensor_ = std::make_unique<plugins::Instance>(tensor->found, &topts);
+  if (seq) {
+    loom_options sopts = plugins::options_for(cfg, seq->found.desc->name);
+    sequence_ = std::make_unique<plugins::Instance>(seq->found, &sopts);
+  }
+  loom_tensor_context ctx{};
+  ctx.v = LOOM_VERSION_OF(loom_tensor_context);
+  ctx.comm = world->table();
+  ctx.comm_self = world->self();
+  ctx.tp = world->axis(dist::Axis::TP).raw();
+  ctx.ops = ops;
+  api_ = std::make_unique<PluginLayers>(ops, numerics, ctx, *tensor_, sequence_.get());
+}
+
+TensorSlots::~TensorSlots() {
+  api_.reset();
+  sequence_.reset();
+  tensor_.reset();
+}
+
+double TensorSlots::grad_norm(ParamStore& params) {
+  double replicated = 0, sharded = 0;
+  for (const Param& p : params.all()) {
+    double ss = ops_->sum_squares(p.grad.f32(), p.grad.numel());
+    (p.slice.length >= 0 ? sharded : replicated) += ss;
+  }
+  if (world_ && world_->mesh().tp > 1)
+    world_->axis(dist::Axis::TP).all_reduce(flat_view(&sharded, LOOM_F64, 1), LOOM_REDUCE_SUM);
+  return std::sqrt(replicated + sharded);
+}
+
+}  // namespace loom::train

@@ -1,0 +1,30 @@
+// The tensor and sequence slots as the trainer sees them: the layer API the model runs on (dense,
+// or backed by the tp/sp plugins over the tp group) and the global gradient norm, which counts
+// each sharded parameter's shards once across tp and each replicated parameter once.
+#pragma once
+
+#include <memory>
+
+#include "dist/comm.hpp"
+#include "parallel/layer_api.hpp"
+#include "plugins/selection.hpp"
+
+namespace loom::train {
+
+class TensorSlots {
+ public:
+  TensorSlots(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
+              const loom_ops* ops, GemmNumerics numerics);
+  ~TensorSlots();
+  LayerApi& api() { return *api_; }
+  // sqrt(sum of squares of every gradient, each element of the global model counted once).
+  double grad_norm(ParamStore& params);
+
+ private:
+  dist::CommWorld* world_;
+  const loom_ops* ops_;
+  std::unique_ptr<plugins::Instance> tensor_, sequence_;
+  std::unique_ptr<LayerApi> api_;
+};
+
+}  // namespace loom::train
