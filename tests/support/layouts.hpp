@@ -1,0 +1,64 @@
+// Equivalence tests across parallel layouts: one tiny corpus and config, trained under several
+// layouts, each run's per-step loss and grad norm read back from its metrics.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "support/metrics.hpp"
+#include "support/process.hpp"
+
+namespace loom::test {
+
+struct Curves {
+  std::vector<double> loss, grad_norm;
+};
+
+class LayoutRuns {
+ public:
+  // `model` and `train` are TOML lines for those sections (the rest is fixed and tiny).
+  LayoutRuns(const std::string& model, const std::string& train, const std::string& plugins = "") {
+    std::string text;
+    for (int i = 0; i < 500; ++i)
+      text += "every parallel layout trains the same model, step after step " + std::to_string(i % 13) + "\n";
+    t_.write("c.txt", text);
+    auto prep = run_loom("data prepare --text " + (t_.path / "c.txt").string() + " --out " + (t_.path / "d").string());
+    REQUIRE(prep.rc == 0);
+    cfg_ = t_.write("e.toml", "[run]\nthreads = 1\npeak_gflops = 10\n[model]\n" + model +
+                                  "\n[data]\ndir = \"" + (t_.path / "d").string() + "\"\n[train]\n" + train +
+                                  "\neval_every = 0\n" + plugins);
+  }
+
+  // Trains with extra --set flags (e.g. "--set parallel.nproc=2"); REQUIREs success.
+  Curves run(const std::string& sets) {
+    std::string dir = (t_.path / ("run" + std::to_string(runs_++))).string();
+    auto r = run_loom("train " + cfg_ + " --run-dir " + dir + " " + sets);
+    INFO(sets << "\n" << r.out);
+    REQUIRE(r.rc == 0);
+    auto metrics = std::filesystem::path(dir) / "metrics.jsonl";
+    return {column(metrics, "loss"), column(metrics, "grad_norm")};
+  }
+
+  Result raw(const std::string& sets) { return run_loom("train " + cfg_ + " --run-dir " + (t_.path / "x").string() + " " + sets); }
+
+ private:
+  TempDir t_;
+  std::string cfg_;
+  int runs_ = 0;
+};
+
+// Every step's loss and grad norm within `rtol` (relative) of the reference run.
+inline void check_same(const Curves& ref, const Curves& got, double rtol, const std::string& what) {
+  REQUIRE(got.loss.size() == ref.loss.size());
+  for (size_t s = 0; s < ref.loss.size(); ++s) {
+    INFO(what << ", step " << s + 1 << ": loss " << got.loss[s] << " vs " << ref.loss[s]
+              << ", grad norm " << got.grad_norm[s] << " vs " << ref.grad_norm[s]);
+    CHECK(std::fabs(got.loss[s] - ref.loss[s]) <= rtol * std::fabs(ref.loss[s]));
+    CHECK(std::fabs(got.grad_norm[s] - ref.grad_norm[s]) <= rtol * std::fabs(ref.grad_norm[s]));
+  }
+}
+
+}  // namespace loom::test
