@@ -29,6 +29,12 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows) : 
   dx_ = Tensor::empty({max_rows, c_.d_model});
 }
 
+int64_t Gpt::activation_bytes(const Microbatch& mb) const {
+  int64_t total = 0;
+  for (const auto& l : layers_) total += l->saved_bytes(mb);
+  return total;
+}
+
 double Gpt::forward(const Microbatch& mb) {
   if (mb.rows() > x_.dim(0) || mb.T > c_.seq_len)
     throw RuntimeError("micro-batch of " + std::to_string(mb.B) + " x " + std::to_string(mb.T) +

@@ -26,6 +26,8 @@ class Gpt {
   // Backward through every layer, accumulating into the parameter gradients; `after_layer(i)`
   // runs once layer i is done (how the data slot learns which gradients are final).
   void backward(const Microbatch& mb, const std::function<void(size_t)>& after_layer = {});
+  // Activation bytes all layers keep for backward, for one micro-batch, on this rank.
+  int64_t activation_bytes(const Microbatch& mb) const;
   // The head's logits of the last forward without targets: [rows, V_padded].
   const Tensor& logits() const { return head_->logits(); }
 

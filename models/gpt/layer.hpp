@@ -28,6 +28,8 @@ class Layer {
   virtual void forward(const Microbatch& mb, Tensor& x) = 0;
   // dx: the gradient of the residual stream, read and written in place.
   virtual void backward(const Microbatch& mb, Tensor& dx) = 0;
+  // Bytes of activations this layer keeps from forward for backward, for a micro-batch.
+  virtual int64_t saved_bytes(const Microbatch&) const { return 0; }
   // The parameters this layer reads (a tied embedding appears in both layers that use it); their
   // gradients are complete once every layer listing them has run backward.
   const std::vector<Param*>& params() const { return params_; }

@@ -195,6 +195,17 @@ void Block::backward(const Microbatch& mb, Tensor& dx) {
   o->accumulate(dx.f32(), dnorm.f32(), n * C);
 }
 
+// Saved: x_in, x_mid and both norm outputs on the rows held here (n), norm statistics, and on all
+// rows (N) this rank's share of qkv, attention output, log-sum-exp, MLP pre-activation and
+// activation. Sequence parallelism shrinks the first group by tp; tensor parallelism the second.
+int64_t Block::saved_bytes(const Microbatch& mb) const {
+  const int64_t N = mb.rows(), n = api_.local_rows(N), C = c_.d_model;
+  const int64_t stats = ln1_.b ? 4 * n : 2 * n;
+  const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
+  return 4 * (4 * n * C + stats + N * (local_dim0(*qkv_w_) + proj_w_->local_shape[1] + heads +
+                                       local_dim0(*fc_w_) + out_w_->local_shape[1]));
+}
+
 // ---- head -------------------------------------------------------------------------------------
 
 Head::Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows)
@@ -234,6 +245,12 @@ void Head::forward(const Microbatch& mb, Tensor& x) {
   const int64_t vocab_begin = head_w_->slice.length >= 0 ? head_w_->slice.begin : 0;
   loss_sum_ = mb.targets ? api_.cross_entropy(logits, mb.targets, vocab_begin, c_.vocab_size, mb.dloss)
                          : 0.0;
+}
+
+int64_t Head::saved_bytes(const Microbatch& mb) const {
+  const int64_t N = mb.rows(), n = api_.local_rows(N), C = c_.d_model;
+  const int64_t full = n == N ? 0 : N * C;  // the gathered rows, under sequence parallelism
+  return 4 * (2 * n * C + 2 * n + full + N * head_w_->local_shape[0]);
 }
 
 void Head::backward(const Microbatch& mb, Tensor& dx) {

@@ -40,6 +40,7 @@ class Block : public Layer {
   const std::string& name() const override { return name_; }
   void forward(const Microbatch& mb, Tensor& x) override;
   void backward(const Microbatch& mb, Tensor& dx) override;
+  int64_t saved_bytes(const Microbatch& mb) const override;
 
  private:
   struct Norm {
@@ -66,6 +67,7 @@ class Head : public Layer {
   const std::string& name() const override { return name_; }
   void forward(const Microbatch& mb, Tensor& x) override;
   void backward(const Microbatch& mb, Tensor& dx) override;
+  int64_t saved_bytes(const Microbatch& mb) const override;
   // Sum of token losses of the last forward, and its logits [rows, V_padded] (inference only:
   // training overwrites them with their gradient).
   double loss_sum() const { return loss_sum_; }

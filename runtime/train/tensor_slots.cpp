@@ -54,3 +54,24 @@ double TensorSlots::grad_norm(ParamStore& params) {
 }
 
 }  // namespace loom::train
+
+namespace loom::train {
+
+void TensorSlots::check_replicated(const ParamStore& params) {
+  if (!world_ || world_->mesh().tp == 1) return;
+  dist::Communicator& tp = world_->axis(dist::Axis::TP);
+  for (const Param& p : params.all()) {
+    if (p.slice.length >= 0) continue;
+    double sum = 0;
+    const float* v = p.value.f32();
+    for (int64_t i = 0; i < p.value.numel(); ++i) sum += static_cast<double>(v[i]) * (i % 7 + 1);
+    double lo = sum, hi = sum;
+    tp.all_reduce(flat_view(&lo, LOOM_F64, 1), LOOM_REDUCE_MIN);
+    tp.all_reduce(flat_view(&hi, LOOM_F64, 1), LOOM_REDUCE_MAX);
+    if (lo != hi)
+      throw RuntimeError("replicated parameter '" + p.name + "' differs between tp ranks (checksums " +
+                         std::to_string(lo) + " .. " + std::to_string(hi) + ")");
+  }
+}
+
+}  // namespace loom::train

@@ -19,6 +19,8 @@ class TensorSlots {
   LayerApi& api() { return *api_; }
   // sqrt(sum of squares of every gradient, each element of the global model counted once).
   double grad_norm(ParamStore& params);
+  // Fails, naming the parameter, when a replicated parameter differs between tp ranks.
+  void check_replicated(const ParamStore& params);
 
  private:
   dist::CommWorld* world_;

@@ -195,6 +195,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   }
 
   const int64_t T = mc.seq_len, tokens_per_step = s.global_batch * T;
+  const int64_t activation_bytes = model.activation_bytes({nullptr, nullptr, s.micro_batch, T, 0.f});
   std::vector<int32_t> tok(s.micro_batch * T), tgt(s.micro_batch * T);
   TrainSummary sum;
   double total_time = 0;
@@ -248,7 +249,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         {"mem_bytes", double(mem.rss_bytes)},
         {"peak_mem_bytes", double(mem.peak_bytes)},
         {"comm_ms", comm_ms},
-        {"exposed_comm_ms", exposed_ms}};
+        {"exposed_comm_ms", exposed_ms},
+        {"activation_bytes", double(activation_bytes)}};
     std::string val_text;
     // Every rank evaluates and samples (tensor-parallel layers talk inside forward); rank 0 reports.
     if (s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
@@ -279,6 +281,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     }
     std::fflush(stdout);
   }
+  slots.check_replicated(params);  // norms and row-parallel biases stayed identical across tp
   if (world) world->world().barrier();  // rank 0 hosts the store: leave together
   sum.steps = s.steps;
   sum.tokens_per_s = s.steps * tokens_per_step / total_time;
