@@ -4,7 +4,8 @@
 
 namespace loom::gpt {
 
-Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows) : c_(c), api_(api) {
+Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bool profile)
+    : c_(c), api_(api) {
   const int tp = api.tp_size();
   if (c_.n_head % tp != 0)
     throw ConfigError("[model] n_head = " + std::to_string(c_.n_head) +
@@ -21,7 +22,7 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows) : 
   Param* tied = c_.tied_embeddings ? &emb->wte() : nullptr;
   layers_.push_back(std::move(emb));
   for (int i = 0; i < c_.n_layer; ++i)
-    layers_.push_back(std::make_unique<Block>(i, c_, api, ps, *scratch_, max_rows));
+    layers_.push_back(std::make_unique<Block>(i, c_, api, ps, *scratch_, max_rows, profile));
   auto head = std::make_unique<Head>(c_, api, ps, tied, max_rows);
   head_ = head.get();
   layers_.push_back(std::move(head));

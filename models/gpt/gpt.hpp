@@ -15,7 +15,7 @@ class Gpt {
  public:
   // Declares every parameter in `ps` (call ps.allocate afterwards); activations are sized for
   // up to `max_rows` = micro-batch x sequence length tokens.
-  Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows);
+  Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bool profile = false);
 
   const GptConfig& config() const { return c_; }
   LayerApi& api() { return api_; }

@@ -30,6 +30,21 @@ Param& declare(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::s
 
 int64_t local_dim0(const Param& p) { return p.local_shape[0]; }
 
+// Segment marks of the profiled block; a no-op for every other block.
+struct Marks {
+  SegmentProfile& p;
+  bool on;
+  Marks(SegmentProfile& prof, bool enabled) : p(prof), on(enabled) {
+    if (on) p.active = true, p.begin();
+  }
+  ~Marks() {
+    if (on) p.active = false;
+  }
+  void operator()(const char* name) {
+    if (on) p.mark(name);
+  }
+};
+
 }  // namespace
 
 Scratch::Scratch(const GptConfig& c, int64_t rows) {
@@ -61,8 +76,9 @@ void Embedding::backward(const Microbatch& mb, Tensor& dx) {
 // ---- transformer block ------------------------------------------------------------------------
 
 Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scratch& scratch,
-             int64_t rows)
-    : name_("block" + std::to_string(index)), c_(c), api_(api), s_(scratch) {
+             int64_t rows, bool profile)
+    : name_("block" + std::to_string(index)), c_(c), api_(api), s_(scratch),
+      profiled_(index == 0 && profile) {
   const int64_t C = c.d_model, F = c.d_ff, fc_out = c.mlp == "swiglu" ? 2 * F : F;
   const std::string p = "h" + std::to_string(index) + ".";
   // Residual projections are scaled by 1/sqrt(2 L) so the residual stream's variance stays
@@ -121,23 +137,32 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   const loom_ops* o = api_.ops();
   const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;  // n: rows held here, N: all rows
   const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
+  Marks marks(api_.profile(), profiled_);
   std::memcpy(x_in_.data(), x.data(), n * C * sizeof(float));
 
   norm_fwd(ln1_, x, n);
+  marks("fwd norm");
   Tensor h1 = api_.region_enter(rows_of(ln1_.out, n));
+  marks("fwd f (enter)");
   Tensor qkv = view(qkv_, N, local_dim0(*qkv_w_)), att = view(att_, N, proj_w_->local_shape[1]);
   Tensor y = view(tmp_, N, C);
   api_.linear(qkv, h1, *qkv_w_);
   o->bias_add(qkv.f32(), qkv_b_->value.f32(), N, local_dim0(*qkv_w_));
+  marks("fwd qkv");
   o->attention_fwd(att.f32(), lse_.f32(), qkv.f32(), mb.B, mb.T, heads, c_.head_dim());
+  marks("fwd attention");
   api_.linear(y, att, *proj_w_);
+  marks("fwd proj");
   Tensor y_out = api_.region_exit(y);
+  marks("fwd g (exit)");
   o->bias_add(y_out.f32(), proj_b_->value.f32(), n, C);
   o->accumulate(x.f32(), y_out.f32(), n * C);
   std::memcpy(x_mid_.data(), x.data(), n * C * sizeof(float));
 
   norm_fwd(ln2_, x, n);
+  marks("fwd norm");
   Tensor h2 = api_.region_enter(rows_of(ln2_.out, n));
+  marks("fwd f (enter)");
   Tensor fc = view(fc_, N, local_dim0(*fc_w_)), act = view(act_, N, out_w_->local_shape[1]);
   api_.linear(fc, h2, *fc_w_);
   o->bias_add(fc.f32(), fc_b_->value.f32(), N, local_dim0(*fc_w_));
@@ -146,9 +171,12 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   else
     o->gelu_fwd(act.f32(), fc.f32(), N * act.dim(1));
   api_.linear(y, act, *out_w_);
+  marks("fwd mlp");
   y_out = api_.region_exit(y);
+  marks("fwd g (exit)");
   o->bias_add(y_out.f32(), out_b_->value.f32(), n, C);
   o->accumulate(x.f32(), y_out.f32(), n * C);
+  marks("fwd residual");
 }
 
 void Block::backward(const Microbatch& mb, Tensor& dx) {
@@ -158,10 +186,13 @@ void Block::backward(const Microbatch& mb, Tensor& dx) {
   // Scratch is sized for the full layer; views take this rank's (possibly sharded) widths.
   Tensor act = view(act_, N, out_w_->local_shape[1]), fc = view(fc_, N, local_dim0(*fc_w_));
   Tensor dnorm = rows_of(tmp_, n);
+  Marks marks(api_.profile(), profiled_);
 
   // MLP branch: dx holds d(x_out); the residual passes it through unchanged.
   o->bias_bwd(out_b_->grad.f32(), dx.f32(), n, C);
+  marks("bwd residual");
   Tensor dy = api_.region_exit_bwd(dx);
+  marks("bwd g (exit)");
   Tensor dact = view(s_.dact, N, act.dim(1));
   api_.linear_bwd(&dact, dy, act, *out_w_);
   Tensor dfc = view(s_.dfc, N, fc.dim(1));
@@ -170,29 +201,42 @@ void Block::backward(const Microbatch& mb, Tensor& dx) {
   else
     o->gelu_bwd(dfc.f32(), fc.f32(), dact.f32(), N * act.dim(1));
   o->bias_bwd(fc_b_->grad.f32(), dfc.f32(), N, fc.dim(1));
+  marks("bwd mlp");
   Tensor h2 = api_.region_enter(rows_of(ln2_.out, n));  // sp gathers the rows again
+  marks("bwd f (re-gather)");
   Tensor dh2 = view(s_.dh, N, C);
   api_.linear_bwd(&dh2, dfc, h2, *fc_w_);
+  marks("bwd mlp");
   Tensor dh2_local = api_.region_enter_bwd(dh2);
+  marks("bwd f (enter)");
   norm_bwd(ln2_, dnorm, dh2_local, rows_of(x_mid_, n), n);
   o->accumulate(dx.f32(), dnorm.f32(), n * C);
+  marks("bwd norm");
 
   // Attention branch.
   o->bias_bwd(proj_b_->grad.f32(), dx.f32(), n, C);
+  marks("bwd residual");
   dy = api_.region_exit_bwd(dx);
+  marks("bwd g (exit)");
   Tensor att = view(att_, N, proj_w_->local_shape[1]), qkv = view(qkv_, N, local_dim0(*qkv_w_));
   Tensor datt = view(s_.datt, N, att.dim(1));
   api_.linear_bwd(&datt, dy, att, *proj_w_);
+  marks("bwd proj");
   Tensor dqkv = view(s_.dqkv, N, qkv.dim(1));
   o->attention_bwd(dqkv.f32(), datt.f32(), qkv.f32(), att.f32(), lse_.f32(), mb.B, mb.T, heads,
                    c_.head_dim());
+  marks("bwd attention");
   o->bias_bwd(qkv_b_->grad.f32(), dqkv.f32(), N, qkv.dim(1));
   Tensor h1 = api_.region_enter(rows_of(ln1_.out, n));
+  marks("bwd f (re-gather)");
   Tensor dh1 = view(s_.dh, N, C);
   api_.linear_bwd(&dh1, dqkv, h1, *qkv_w_);
+  marks("bwd qkv");
   Tensor dh1_local = api_.region_enter_bwd(dh1);
+  marks("bwd f (enter)");
   norm_bwd(ln1_, dnorm, dh1_local, rows_of(x_in_, n), n);
   o->accumulate(dx.f32(), dnorm.f32(), n * C);
+  marks("bwd norm");
 }
 
 // Saved: x_in, x_mid and both norm outputs on the rows held here (n), norm statistics, and on all

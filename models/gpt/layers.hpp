@@ -35,8 +35,9 @@ class Embedding : public Layer {
 
 class Block : public Layer {
  public:
+  // `profile`: block 0 records its segment timings in api.profile().
   Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scratch& scratch,
-        int64_t rows);
+        int64_t rows, bool profile = false);
   const std::string& name() const override { return name_; }
   void forward(const Microbatch& mb, Tensor& x) override;
   void backward(const Microbatch& mb, Tensor& dx) override;
@@ -54,6 +55,7 @@ class Block : public Layer {
   const GptConfig& c_;
   LayerApi& api_;
   Scratch& s_;
+  bool profiled_;
   Norm ln1_, ln2_;
   Param *qkv_w_, *qkv_b_, *proj_w_, *proj_b_, *fc_w_, *fc_b_, *out_w_, *out_b_;
   // Saved for backward: block input, residual after attention, qkv, attention output and its

@@ -47,6 +47,7 @@ std::vector<SectionSpec> build_schema() {
       {"threads", ValueType::Int, "0", "CPU threads for kernels; 0 = all cores", 0, 4096},
       {"log_every", ValueType::Int, "1", "print a step line every N steps", 1, kInf},
       {"peak_gflops", ValueType::Float, "0", "device peak for MFU; 0 = table or measured", 0, kInf},
+      {"profile_layer", ValueType::Bool, "false", "time block 0 segment by segment; table at the end"},
   }});
   SectionSpec model{"model", "the network: GPT-2-style decoder", {
       {"preset", ValueType::String, "\"\"", "fill unset keys from a preset", -kInf, kInf,

@@ -10,6 +10,7 @@
 #include <loom/plugin.h>
 
 #include "model/params.hpp"
+#include "parallel/segment_profile.hpp"
 #include "tensor/tensor.hpp"
 
 namespace loom {
@@ -28,6 +29,8 @@ class LayerApi {
   LayerApi(const loom_ops* ops, GemmNumerics numerics = {}) : ops_(ops), numerics_(numerics) {}
   virtual ~LayerApi() = default;
   const loom_ops* ops() const { return ops_; }
+  // Segment timings of the profiled layer ([run] profile_layer).
+  SegmentProfile& profile() const { return profile_; }
 
   // The part of a parameter this rank holds, given its role and global shape; `fused` says how
   // many matrices are stacked along the split dimension (3 for QKV).
@@ -69,6 +72,7 @@ class LayerApi {
  protected:
   const loom_ops* ops_;
   GemmNumerics numerics_;
+  mutable SegmentProfile profile_;
 };
 
 }  // namespace loom

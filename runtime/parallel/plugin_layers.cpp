@@ -64,6 +64,7 @@ Tensor PluginLayers::gather(const Tensor& local) const {
   loom_tensor l = local.desc(), f = full.desc();
   loom_error e;
   check(seq_->gather(seq_self_, &l, &f, &e), e, "sp gather");
+  profile_.collective(full.bytes());
   return full;
 }
 
@@ -72,6 +73,7 @@ Tensor PluginLayers::scatter(const Tensor& full) const {
   loom_tensor f = full.desc(), l = local.desc();
   loom_error e;
   check(seq_->scatter(seq_self_, &f, &l, &e), e, "sp scatter");
+  profile_.collective(full.bytes());
   return local;
 }
 
@@ -84,6 +86,7 @@ Tensor PluginLayers::region_enter_bwd(const Tensor& dh) {
   loom_tensor d = dh.desc();
   loom_error e;
   check(tensor_->enter_bwd(tensor_self_, &d, &e), e, "tp f backward");
+  profile_.collective(dh.bytes());
   return dh;
 }
 
@@ -93,6 +96,7 @@ Tensor PluginLayers::region_exit(const Tensor& y) {
   loom_tensor d = y.desc();
   loom_error e;
   check(tensor_->exit_fwd(tensor_self_, &d, &e), e, "tp g forward");
+  profile_.collective(y.bytes());
   return y;
 }
 

@@ -86,6 +86,18 @@ double evaluate(gpt::Gpt& model, const data::Batches& data, int64_t batches, int
   return sum / static_cast<double>(batches * micro * T);
 }
 
+// Block 0's segments per micro-batch, averaged over the run (first step included).
+void print_profile(const SegmentProfile& p, int64_t microbatches) {
+  double total = 0;
+  for (const auto& r : p.rows()) total += r.ms;
+  std::printf("block0 profile, per micro-batch (averaged over %lld):\n", (long long)microbatches);
+  std::printf("  %-20s %10s %7s %12s %14s\n", "segment", "ms", "share", "collectives", "bytes moved");
+  for (const auto& r : p.rows())
+    std::printf("  %-20s %10.3f %6.1f%% %12.1f %14.0f\n", r.name.c_str(), r.ms / microbatches,
+                100 * r.ms / total, double(r.collectives) / microbatches, double(r.bytes) / microbatches);
+  std::printf("  %-20s %10.3f\n", "total", total / microbatches);
+}
+
 }  // namespace
 
 fs::path default_run_dir(const config::Config& cfg) {
@@ -154,7 +166,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   TensorSlots slots(cfg, selection, world.get(), ops, numerics);
   LayerApi& api = slots.api();
   ParamStore params;
-  gpt::Gpt model(mc, api, params, s.micro_batch * mc.seq_len);
+  const bool profile = cfg.boolean("run.profile_layer");
+  gpt::Gpt model(mc, api, params, s.micro_batch * mc.seq_len, profile);
   params.allocate(s.seed);
   Tensor m = Tensor::zeros({params.numel()}), v = Tensor::zeros({params.numel()});
   std::unique_ptr<DataParallel> dp;
@@ -281,6 +294,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     }
     std::fflush(stdout);
   }
+  if (profile && lead) print_profile(api.profile(), s.steps * s.accum);
   slots.check_replicated(params);  // norms and row-parallel biases stayed identical across tp
   if (world) world->world().barrier();  // rank 0 hosts the store: leave together
   sum.steps = s.steps;
