@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One transformer layer (d=384, h=6, T=256, micro-batch 4) timed segment by segment for tp=1,
+# tp=2 and tp=2+sp, with the bytes each segment's collectives moved next to the formula: 4
+# collectives of b*s*h elements per layer per micro-batch, forward and backward (Megatron; sp
+# swaps each all-reduce for an all-gather/reduce-scatter pair of the same bytes).
+#   bench/tp_layer.sh [BUILD_DIR] [STEPS]
+set -euo pipefail
+build=${1:-build}
+steps=${2:-6}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 - "$work/corpus.txt" <<'PY'
+import sys
+with open(sys.argv[1], "w") as f:
+    for i in range(40000):
+        f.write("tensor parallel layers split their weights across ranks %d\n" % (i % 97))
+PY
+"$build/bin/loom" data prepare --text "$work/corpus.txt" --out "$work/data" > /dev/null
+cat > "$work/layer.toml" <<TOML
+[run]
+threads = 1
+peak_gflops = 50
+log_every = 1000
+profile_layer = true
+[model]
+n_layer = 1
+n_head = 6
+d_model = 384
+seq_len = 256
+[data]
+dir = "$work/data"
+[train]
+steps = $steps
+global_batch = 4
+eval_every = 0
+TOML
+b=4 s=256 h=384
+echo "formula: 4 collectives x b*s*h = 4 x $((b * s * h)) fp32 = $((4 * b * s * h * 4)) bytes per layer per micro-batch"
+for layout in "--set parallel.nproc=1" "--set parallel.nproc=2 --set parallel.tp=2" \
+              "--set parallel.nproc=2 --set parallel.tp=2 --set plugins.sequence=sp"; do
+  echo
+  echo "== $layout"
+  "$build/bin/loom" train "$work/layer.toml" $layout --run-dir "$work/run" 2>&1 \
+    | sed -n '/block0 profile/,/total/p' | sed 's/^\[rank 0\] //'
+  awk '/"step": '"$steps"'[,}]/ { match($0, /"activation_bytes": [0-9]+/); print "activation bytes per rank: " substr($0, RSTART + 20, RLENGTH - 20) }' "$work/run/metrics.jsonl"
+done
