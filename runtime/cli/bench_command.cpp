@@ -4,7 +4,7 @@
 #include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "dist/comm_bench.hpp"
-#include "plugins/selection.hpp"
+#include "loader/selection.hpp"
 
 namespace loom::cli {
 

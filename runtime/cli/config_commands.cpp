@@ -2,7 +2,7 @@
 #include <iostream>
 
 #include "cli/parse.hpp"
-#include "plugins/selection.hpp"
+#include "loader/selection.hpp"
 
 namespace loom::cli {
 

@@ -5,8 +5,8 @@
 #include "cli/parse.hpp"
 #include "config/schema.hpp"
 #include "core/json.hpp"
-#include "plugins/host.hpp"
-#include "plugins/registry.hpp"
+#include "loader/host.hpp"
+#include "loader/registry.hpp"
 
 namespace loom::cli {
 

@@ -4,7 +4,7 @@
 #include "cli/parse.hpp"
 #include "dist/launch.hpp"
 #include "dist/mesh.hpp"
-#include "plugins/selection.hpp"
+#include "loader/selection.hpp"
 #include "train/trainer.hpp"
 
 namespace loom::cli {

@@ -12,7 +12,7 @@
 #include "dist/launch.hpp"
 #include "dist/mesh.hpp"
 #include "dist/store.hpp"
-#include "plugins/registry.hpp"
+#include "loader/registry.hpp"
 
 namespace loom::dist {
 

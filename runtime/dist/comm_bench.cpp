@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
-#include "plugins/host.hpp"
+#include "loader/host.hpp"
 #include "tensor/tensor.hpp"
 
 namespace loom::dist {

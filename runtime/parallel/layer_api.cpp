@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
-#include "plugins/host.hpp"
+#include "loader/host.hpp"
 
 namespace loom {
 

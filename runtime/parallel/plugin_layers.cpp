@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "core/errors.hpp"
-#include "plugins/host.hpp"
+#include "loader/host.hpp"
 
 namespace loom {
 

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "parallel/layer_api.hpp"
-#include "plugins/registry.hpp"
+#include "loader/registry.hpp"
 
 namespace loom {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/errors.hpp"
-#include "plugins/host.hpp"
+#include "loader/host.hpp"
 
 namespace loom::train {
 

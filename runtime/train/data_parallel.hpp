@@ -9,7 +9,7 @@
 
 #include "dist/comm.hpp"
 #include "gpt/gpt.hpp"
-#include "plugins/selection.hpp"
+#include "loader/selection.hpp"
 
 namespace loom::train {
 

@@ -7,7 +7,7 @@
 
 #include "dist/comm.hpp"
 #include "parallel/layer_api.hpp"
-#include "plugins/selection.hpp"
+#include "loader/selection.hpp"
 
 namespace loom::train {
 

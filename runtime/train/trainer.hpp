@@ -8,7 +8,7 @@
 
 #include "config/config.hpp"
 #include "dist/launch.hpp"
-#include "plugins/selection.hpp"
+#include "loader/selection.hpp"
 
 namespace loom::train {
 

@@ -10,7 +10,7 @@
 
 #include "config/config.hpp"
 #include "dist/comm.hpp"
-#include "plugins/selection.hpp"
+#include "loader/selection.hpp"
 
 using namespace loom;
 

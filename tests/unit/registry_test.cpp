@@ -4,8 +4,8 @@
 
 #include "config/config.hpp"
 #include "core/errors.hpp"
-#include "plugins/registry.hpp"
-#include "plugins/selection.hpp"
+#include "loader/registry.hpp"
+#include "loader/selection.hpp"
 
 using namespace loom;
 using namespace loom::plugins;

@@ -1,4 +1,4 @@
-#include "plugins/host.hpp"
+#include "loader/host.hpp"
 
 #include <cstdio>
 #include <cstdlib>

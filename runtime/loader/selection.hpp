@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "plugins/host.hpp"
-#include "plugins/registry.hpp"
+#include "loader/host.hpp"
+#include "loader/registry.hpp"
 
 namespace loom::plugins {
 

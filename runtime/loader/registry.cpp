@@ -1,4 +1,4 @@
-#include "plugins/registry.hpp"
+#include "loader/registry.hpp"
 
 #include <cstdlib>
 #include <map>
@@ -13,7 +13,7 @@
 
 #include "core/errors.hpp"
 #include "core/nearest.hpp"
-#include "plugins/host.hpp"
+#include "loader/host.hpp"
 
 namespace fs = std::filesystem;
 

@@ -1,4 +1,4 @@
-#include "plugins/selection.hpp"
+#include "loader/selection.hpp"
 
 #include "core/errors.hpp"
 
