@@ -38,7 +38,8 @@ int train(const Args& args) {
   cfg.validate_runtime();
   std::optional<dist::RankEnv> env = dist::rank_from_environment();
   const int nproc = static_cast<int>(cfg.i64("parallel.nproc"));
-  if (!env && nproc > 1) {
+  // A launcher that started a single task (an sbatch step, `srun -n1`) leaves the spawning to us.
+  if ((!env || env->world == 1) && nproc > 1) {
     // No outer launcher: this process becomes the local launcher of nproc ranks. The config is
     // checked here first, so a bad one fails once, not once per rank.
     plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));

@@ -93,7 +93,9 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
   table_ = plugin_->table<loom_comm_v1>();
   loom_error e;
   loom_comm* world = nullptr;
-  if (table_->init(plugin_->self(), &store_, env_.rank, env_.world, timeout_ms, &world, &e) != LOOM_OK)
+  loom_status st = table_->init(plugin_->self(), &store_, env_.rank, env_.world, timeout_ms, &world, &e);
+  if (st == LOOM_BAD_CONFIG) throw ConfigError("comm plugin '" + std::string(plugin.desc->name) + "': " + e.message);
+  if (st != LOOM_OK)
     throw RuntimeError("comm plugin '" + std::string(plugin.desc->name) + "' could not start rank " +
                        std::to_string(env_.rank) + " of " + std::to_string(env_.world) + ": " +
                        e.message);

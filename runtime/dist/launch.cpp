@@ -123,17 +123,16 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
   const pid_t launcher = getpid();
   for (int r = 0; r < nproc; ++r) {
     int fds[2];
-    if (::pipe(fds) != 0) throw RuntimeError("launcher: pipe failed");
+    // Close-on-exec: no rank inherits the read ends of the others' pipes.
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw RuntimeError("launcher: pipe failed");
     pid_t pid = ::fork();
     if (pid < 0) throw RuntimeError("launcher: fork failed");
     if (pid == 0) {
       // The child: dies with the launcher, writes stdout and stderr into one pipe.
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != launcher) _exit(1);
-      ::dup2(fds[1], 1);
+      ::dup2(fds[1], 1);  // dup2 clears close-on-exec on 1 and 2
       ::dup2(fds[1], 2);
-      ::close(fds[0]);
-      ::close(fds[1]);
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
@@ -204,7 +203,18 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
     if (stopping && std::chrono::steady_clock::now() - stop_started > std::chrono::seconds(5))
       stop_all(SIGKILL);
   }
-  for (int r = 0; r < nproc; ++r) flush_lines(r, kids[r], true);
+  // Whatever the ranks wrote just before exiting is still in the pipes. Non-blocking: a
+  // grandchild that kept the pipe open must not keep the launcher waiting.
+  for (int r = 0; r < nproc; ++r) {
+    Child& k = kids[r];
+    char buf[8192];
+    ssize_t n;
+    if (k.out >= 0) ::fcntl(k.out, F_SETFL, ::fcntl(k.out, F_GETFL) | O_NONBLOCK);
+    while (k.out >= 0 && (n = ::read(k.out, buf, sizeof buf)) > 0) k.pending.append(buf, n);
+    if (k.out >= 0) ::close(k.out);
+    k.out = -1;
+    flush_lines(r, k, true);
+  }
   if (first_failed >= 0) {
     const int status = kids[first_failed].status;
     std::fprintf(stderr, "loom: job failed: rank %d %s\n", first_failed, describe_exit(status).c_str());

@@ -1,5 +1,6 @@
 #include "loader/registry.hpp"
 
+#include <cstddef>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -54,6 +55,23 @@ std::vector<int> exported_abi_majors(const fs::path& library) {
   } catch (const std::exception&) {
   }
   return majors;
+}
+
+// The size of ABI 1.0's table for a kind (and slot): what a descriptor must at least cover.
+size_t table_size(int32_t kind, int32_t slot) {
+  switch (kind) {
+    case LOOM_KIND_COMM: return sizeof(loom_comm_v1);
+    case LOOM_KIND_PRECISION: return offsetof(loom_precision_v1, round_operand) + sizeof(void*);
+    case LOOM_KIND_CKPT: return sizeof(loom_ckpt_v1);
+    case LOOM_KIND_PARALLEL:
+      switch (slot) {
+        case LOOM_SLOT_DATA: return sizeof(loom_data_v1);
+        case LOOM_SLOT_TENSOR: return sizeof(loom_tensor_v1);
+        case LOOM_SLOT_SEQUENCE: return sizeof(loom_sequence_v1);
+        default: return sizeof(loom_plugin);
+      }
+  }
+  return sizeof(loom_plugin);
 }
 
 std::string file_prefix(std::optional<loom_kind> kind) {
@@ -127,6 +145,11 @@ const std::vector<const loom_plugin*>& Registry::load(const fs::path& library) {
                          std::to_string(LOOM_ABI_MINOR));
     if (d->v.size < sizeof(loom_plugin) || !d->name || !d->create || !d->destroy)
       throw RuntimeError("plugin in '" + key.string() + "' has an incomplete descriptor");
+    if (d->v.size < table_size(d->kind, d->slot))
+      throw RuntimeError("plugin '" + std::string(d->name) + "' in '" + key.string() + "' has a " +
+                         std::to_string(d->v.size) + "-byte " + kind_name(d->kind) +
+                         " table; ABI 1.0's is " + std::to_string(table_size(d->kind, d->slot)) +
+                         " bytes");
     lib->plugins.push_back(d);
   }
   Library* raw = lib.release();
@@ -212,8 +235,9 @@ Instance::Instance(const Found& found, const loom_options* options) : desc_(foun
   loom_status s = desc_->create(&host(), options, &self_, &err);
   if (s != LOOM_OK) {
     self_ = nullptr;
-    throw RuntimeError("plugin '" + std::string(desc_->name) + "' failed to start: " +
-                       describe(err));
+    std::string msg = "plugin '" + std::string(desc_->name) + "' failed to start: " + describe(err);
+    if (s == LOOM_BAD_CONFIG) throw ConfigError(msg);
+    throw RuntimeError(msg);
   }
 }
 

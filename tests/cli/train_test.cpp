@@ -75,7 +75,7 @@ TEST_CASE("gradient accumulation gives the same steps as one big micro-batch") {
 TEST_CASE("training failures reach the user with the right exit code") {
   TinySetup s;
   auto throws = run_loom("train " + s.cfg + " --set plugins.precision=throws");
-  CHECK(throws.rc == 1);
+  CHECK(throws.rc == 2);  // the plugin rejected its configuration
   CHECK(has(throws.out, "plugin 'throws' failed to start: bad config: the flux capacitor needs 1.21 gigawatts"));
   auto declines = run_loom("train " + s.cfg + " --set plugins.precision=declines");
   CHECK(declines.rc == 1);

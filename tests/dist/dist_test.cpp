@@ -36,6 +36,16 @@ TEST_CASE("the launcher prefixes output and names the first rank that fails") {
   CHECK(has(r.out, "loom: job failed: rank 1 exited with status 3"));
 }
 
+TEST_CASE("the launcher passes on everything a rank prints just before it exits") {
+  auto r = run_loom("launch -n 2 -- /bin/sh -c 'seq 1 20000'");
+  CHECK(r.rc == 0);
+  CHECK(has(r.out, "[rank 0] 20000\n"));
+  CHECK(has(r.out, "[rank 1] 20000\n"));
+  size_t lines = 0;
+  for (char ch : r.out) lines += ch == '\n';
+  CHECK(lines >= 40000);
+}
+
 TEST_CASE("a rank killed mid-run ends the job within 30 s, naming it, with no process left") {
   TempDir t;
   std::string text;

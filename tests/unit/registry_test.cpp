@@ -62,6 +62,14 @@ TEST_CASE("a plugin built for another ABI major names both versions") {
   CHECK(has(next, "this runtime speaks ABI 1.0"));
 }
 
+TEST_CASE("a descriptor smaller than its kind's table is refused, not read past its end") {
+  Registry reg = test_registry();
+  std::string e = message_of<RuntimeError>(
+      [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-short.so"); });
+  CHECK(has(e, "plugin 'short'"));
+  CHECK(has(e, "-byte comm table; ABI 1.0's is " + std::to_string(sizeof(loom_comm_v1)) + " bytes"));
+}
+
 TEST_CASE("a shared library that is not a Loom plugin says so") {
   Registry reg = test_registry();
   std::string e = message_of<RuntimeError>(
@@ -72,7 +80,8 @@ TEST_CASE("a shared library that is not a Loom plugin says so") {
 TEST_CASE("a plugin's own message from create() reaches the user") {
   Registry reg = test_registry();
   Found f = reg.find("throws", LOOM_KIND_PRECISION);
-  std::string e = message_of<RuntimeError>([&] { Instance i(f, nullptr); });
+  // A ConfigError thrown inside the plugin comes back as one: the user's config is at fault.
+  std::string e = message_of<ConfigError>([&] { Instance i(f, nullptr); });
   CHECK(e == "plugin 'throws' failed to start: bad config: the flux capacitor needs 1.21 gigawatts");
 }
 
@@ -120,5 +129,5 @@ TEST_CASE("listing every plugin keeps going past broken libraries") {
   for (const auto& f : all) names.push_back(f.desc->name);
   CHECK(std::find(names.begin(), names.end(), "fp32") != names.end());
   CHECK(std::find(names.begin(), names.end(), "options") != names.end());
-  CHECK(problems.size() == 3);  // future, nextmajor, notaplugin
+  CHECK(problems.size() == 4);  // future, nextmajor, notaplugin, short
 }

@@ -135,14 +135,23 @@ struct Comm {
       }
     });
   }
+  // Operations still queued are abandoned (their waiters get an error, not a hang); the one
+  // running finishes (or times out) before the algorithms and buffers it uses are freed.
   ~Comm() {
-    persistent.clear();
+    std::deque<std::packaged_task<void()>> abandoned;
     {
       std::lock_guard<std::mutex> lock(m);
       stop = true;
+      abandoned.swap(queue);
     }
     cv.notify_all();
     worker.join();
+    persistent.clear();
+  }
+
+  // Returns once every operation issued before it has completed.
+  void drain() {
+    run([] {}, false, "drain");
   }
 
   // Runs `f` on the worker after everything issued before it; returns a handle or waits.
@@ -483,7 +492,11 @@ class Gloo : public loom::sdk::CommPlugin {
   void wait(loom_work* work) override {
     std::unique_ptr<loom_work> w(work);
     if (!w->p2p) {
-      w->done.get();
+      try {
+        w->done.get();
+      } catch (const std::future_error&) {
+        throw Error(LOOM_FATAL, "the operation was abandoned: its communicator was freed first");
+      }
       return;
     }
     try {
@@ -503,6 +516,7 @@ class Gloo : public loom::sdk::CommPlugin {
   static constexpr uint64_t kTagSlot = uint64_t{1} << 40;
 
   loom_work* post(Comm* c, const loom_tensor& t, int peer, int tag, bool is_send, bool async) {
+    c->drain();  // keep issue order: collectives queued before this transfer complete first
     size_t bytes = numel(t) * element_size(t.dtype);
     auto w = std::make_unique<loom_work>();
     if (bytes == 0) {  // both sides know the size: nothing to move

@@ -80,17 +80,31 @@ class Ddp : public loom::sdk::DataPlugin {
     auto t0 = Clock::now();
     for (auto& b : buckets_)
       if (!b.work) issue(b);  // buckets whose gradients never reported ready, or overlap off
+    // Wait for every bucket even after a failure, so no handle outlives the step.
+    std::string failure;
     for (auto& b : buckets_) {
       loom::sdk::ErrorBox err(host_.raw());
       loom_work* w = b.work;
       b.work = nullptr;
-      if (ctx_.comm->wait(ctx_.comm_self, w, err.get()) != LOOM_OK) err.raise("gradient all-reduce");
       b.pending = b.params;
+      if (ctx_.comm->wait(ctx_.comm_self, w, err.get()) != LOOM_OK && failure.empty())
+        failure = host_.raw()->error_message(err.get());
     }
     auto t1 = Clock::now();
     exposed_ms = ms_between(t0, t1);
     comm_ms = ms_between(first_issue_, t1);
     issued_any_ = false;
+    if (!failure.empty()) throw loom::sdk::Error(LOOM_FATAL, "gradient all-reduce: " + failure);
+  }
+
+  // A step abandoned half-way (a peer died) still has reductions writing into the gradients:
+  // wait for them before the buffers go away.
+  ~Ddp() override {
+    for (auto& b : buckets_)
+      if (b.work) {
+        loom::sdk::ErrorBox err(host_.raw());
+        ctx_.comm->wait(ctx_.comm_self, b.work, err.get());
+      }
   }
 
  private:
