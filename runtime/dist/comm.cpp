@@ -79,7 +79,11 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
     : env_(env), mesh_(mesh) {
   if (plugin.desc->kind != LOOM_KIND_COMM)
     throw ConfigError("[plugins] comm names '" + std::string(plugin.desc->name) + "', not a comm plugin");
-  if (env_.rank == 0) server_ = std::make_unique<StoreServer>("0.0.0.0", env_.master_port);
+  if (env_.rank == 0) {
+    int fd = inherited_store_fd();
+    server_ = fd >= 0 ? std::make_unique<StoreServer>(fd)
+                      : std::make_unique<StoreServer>("0.0.0.0", env_.master_port);
+  }
   client_ = std::make_unique<StoreClient>(env_.master_addr, env_.master_port,
                                           std::chrono::milliseconds(timeout_ms));
   store_.v = LOOM_VERSION_OF(loom_store);

@@ -113,8 +113,32 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
+int inherited_store_fd() {
+  auto fd = env_int("LOOM_STORE_FD");
+  return fd && env_int("RANK").value_or(-1) == 0 ? *fd : -1;
+}
+
+namespace {
+
+// A socket listening on 0.0.0.0 at a port the kernel picks; close-on-exec except for rank 0.
+int listen_any_port(int* port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 1024) != 0)
+    throw RuntimeError(std::string("launcher: cannot open the store's socket: ") + std::strerror(errno));
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+}  // namespace
+
 int spawn_local(int nproc, const std::vector<std::string>& argv) {
-  const int port = free_port();
+  int port = 0;
+  const int store_fd = listen_any_port(&port);
   const std::string addr = env_str("MASTER_ADDR", "127.0.0.1");
   std::vector<Child> kids(nproc);
   std::signal(SIGINT, on_signal);
@@ -140,6 +164,10 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
       setenv("MASTER_ADDR", addr.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       setenv("LOOM_LAUNCHED", "1", 1);
+      if (r == 0) {  // rank 0 hosts the store on the socket opened above
+        ::fcntl(store_fd, F_SETFD, 0);
+        setenv("LOOM_STORE_FD", std::to_string(store_fd).c_str(), 1);
+      }
       std::vector<char*> args;
       for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
       args.push_back(nullptr);
@@ -148,6 +176,7 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
       _exit(127);
     }
     ::close(fds[1]);
+    if (r == 0) ::close(store_fd);  // rank 0 has it now
     kids[r].pid = pid;
     kids[r].out = fds[0];
   }

@@ -29,4 +29,9 @@ int spawn_local(int nproc, const std::vector<std::string>& argv);
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int free_port();
 
+// The store's listening socket the local launcher opened for rank 0 (LOOM_STORE_FD), or -1.
+// Binding it in the launcher, before any rank starts, leaves no window in which another process
+// could take MASTER_PORT.
+int inherited_store_fd();
+
 }  // namespace loom::dist

@@ -120,6 +120,13 @@ StoreServer::StoreServer(const std::string& host, int port) {
                        " (is another job using MASTER_PORT?)");
   }
   ::listen(listen_fd_, 1024);
+  start();
+}
+
+StoreServer::StoreServer(int listening_fd) : listen_fd_(listening_fd) { start(); }
+
+void StoreServer::start() {
+  sockaddr_in a{};
   socklen_t len = sizeof a;
   getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
   port_ = ntohs(a.sin_port);

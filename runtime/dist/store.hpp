@@ -20,11 +20,14 @@ class StoreServer {
  public:
   // Listens on host:port (port 0 = any free port; see port()).
   StoreServer(const std::string& host, int port);
+  // Serves on a socket that is already bound and listening (the local launcher's, handed down).
+  explicit StoreServer(int listening_fd);
   ~StoreServer();
   int port() const { return port_; }
 
  private:
   void serve();
+  void start();
   int listen_fd_ = -1, port_ = 0, wake_[2] = {-1, -1};
   std::thread thread_;
 };
