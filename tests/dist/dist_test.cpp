@@ -115,3 +115,47 @@ TEST_CASE("loom bench comm prints nccl-tests rows with no wrong results for ever
   CHECK(bad.rc == 2);
   CHECK(has(bad.out, "unknown --op 'all_reduse'"));
 }
+
+TEST_CASE("without a supervising launcher, a dead peer fails the survivor's collective, named") {
+  // As under srun or mpirun: each rank is started on its own with the torchrun variables.
+  TempDir t;
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "a dead peer must not hang the survivor, line " + std::to_string(i) + "\n";
+  t.write("c.txt", text);
+  REQUIRE(run_loom("data prepare --text " + (t.path / "c.txt").string() + " --out " + (t.path / "d").string()).rc == 0);
+  std::string cfg = t.write("f.toml", "[run]\nthreads = 1\npeak_gflops = 10\n[model]\npreset = \"tiny\"\n"
+                                      "[data]\ndir = \"" + (t.path / "d").string() + "\"\n"
+                                      "[train]\nsteps = 100000\nglobal_batch = 4\neval_every = 0\n"
+                                      "[parallel]\ntimeout_s = 20\n");
+  int port = 0;
+  {
+    auto p = sh("python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])'");
+    port = std::stoi(p.out);
+  }
+  std::string env = "LOOM_PLUGIN_PATH=" LOOM_TEST_PLUGIN_DIR " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+                    std::to_string(port);
+  for (int r = 0; r < 2; ++r)
+    sh("( " + env + " RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) + " " LOOM_BIN " train " + cfg +
+       " --run-dir " + (t.path / ("run" + std::to_string(r))).string() + " > " + (t.path / ("log" + std::to_string(r))).string() +
+       " 2>&1; echo $? > " + (t.path / ("rc" + std::to_string(r))).string() + " ) > /dev/null 2>&1 &");
+  auto log0 = [&] { return sh("cat " + (t.path / "log0").string()).out; };
+  for (int i = 0; i < 300 && !has(log0(), "step "); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE(has(log0(), "step "));
+  // Rank 1 dies; rank 0 must end by itself within the timeout, non-zero, naming the collective.
+  sh("pkill -9 -f 'run-dir " + (t.path / "run1").string() + "'");
+  bool ended = false;
+  auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
+    if (std::filesystem::exists(t.path / "rc0") && !sh("cat " + (t.path / "rc0").string()).out.empty()) {
+      ended = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(ended);
+  CHECK(sh("cat " + (t.path / "rc0").string()).out == "1\n");
+  std::string out = log0();
+  CHECK(has(out, "all_reduce over 2 ranks failed on rank 0"));
+  CHECK(has(out, "ring neighbours in this group: ranks 1 and 1"));
+  sh("pkill -9 -f 'run-dir " + (t.path / "run").string() + "'");  // nothing should be left; be sure
+}
