@@ -1,4 +1,5 @@
 // loom: the command-line entry point. Maps each failure class to its exit code.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -23,6 +24,9 @@ std::vector<std::string> self_invocation() {
 
 int main(int argc, char** argv) {
   using namespace loom;
+  // A peer that dies closes its sockets; writing to them must fail the collective with a message
+  // naming it (EPIPE), not kill this rank silently with SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   cli::set_invocation(argc, argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {

@@ -205,18 +205,8 @@ void combine(float* dst, const float* src, size_t n, loom_reduce_op op) {
   }
 }
 
-// Copies a tensor into fp32 (bf16 widened) so reductions run in fp32 whatever the storage.
-std::vector<float> to_f32(const loom_tensor& t, int64_t n) {
-  std::vector<float> v(static_cast<size_t>(n));
-  if (t.dtype == LOOM_F32)
-    std::memcpy(v.data(), t.data, n * 4);
-  else if (t.dtype == LOOM_BF16)
-    for (int64_t i = 0; i < n; ++i) v[i] = bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
-  else
-    throw Error(LOOM_INTERNAL, "gloo reduces f32 and bf16 tensors only");
-  return v;
-}
-// The same into a buffer that is reused between calls.
+// Copies a tensor into fp32 (bf16 widened) so reductions run in fp32 whatever the storage; `v`
+// may be a buffer reused between calls.
 void stage_f32(const loom_tensor& t, int64_t n, std::vector<float>& v) {
   v.resize(static_cast<size_t>(n));
   if (t.dtype == LOOM_F32)
@@ -225,6 +215,12 @@ void stage_f32(const loom_tensor& t, int64_t n, std::vector<float>& v) {
     for (int64_t i = 0; i < n; ++i) v[i] = bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
   else
     throw Error(LOOM_INTERNAL, "gloo reduces f32 and bf16 tensors only");
+}
+
+std::vector<float> to_f32(const loom_tensor& t, int64_t n) {
+  std::vector<float> v;
+  stage_f32(t, n, v);
+  return v;
 }
 
 void from_f32(const std::vector<float>& v, const loom_tensor& t, size_t offset_elems, int64_t n) {
