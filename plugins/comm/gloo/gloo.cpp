@@ -183,7 +183,7 @@ struct Comm {
     return nullptr;
   }
 
-  // reduce_scatter's working copy and inbox, kept between calls.
+  // reduce_scatter's working memory, kept between calls (no page faults after the first).
   std::vector<float> work, inbox;
   // Algorithms built for persistent buffers, reused on the next call with the same buffer.
   std::map<std::tuple<void*, int64_t, int, int>, std::unique_ptr<gloo::Algorithm>> persistent;
@@ -337,11 +337,13 @@ class Gloo : public loom::sdk::CommPlugin {
   }
 
   // A pipelined ring over gloo's pair buffers (this gloo's ReduceScatterHalvingDoubling is 3x
-  // slower than an all-reduce here, unbound buffers slower still), on an fp32 working copy so
-  // bf16 sums in fp32. Step s of n-1: rank r sends its partial of block (r-s-1) to r+1 and adds
-  // the partial of block (r-s-2) that r-1 sends; after the last step it holds block r, reduced.
-  // Each block goes in K chunks through two alternating inboxes, so adding chunk k overlaps the
-  // transfer of chunk k+1; before reusing an inbox the sender waits for the receiver's "free".
+  // slower than an all-reduce here, unbound buffers slower still). Step s of n-1: rank r sends its
+  // running partial of block (r-s-1) to r+1 (at s = 0, its own input block) and receives r-1's
+  // partial of block (r-s-2), adding its own input block to it; at the last step that block is r
+  // and the sum goes straight to `out`. So only two blocks of partials are ever held, not a copy
+  // of the whole input. Each block moves in up to 8 chunks through two alternating inboxes (adding
+  // chunk k overlaps the transfer of chunk k+1); before reusing an inbox the sender waits for the
+  // receiver's "free". Sums run in fp32 whatever the storage.
   loom_work* reduce_scatter(loom_comm* handle, const loom_tensor& in, loom_tensor& out,
                             loom_reduce_op op, bool async) override {
     Comm* c = as_comm(handle);
@@ -351,20 +353,31 @@ class Gloo : public loom::sdk::CommPlugin {
       const int64_t count = numel(to);
       if (numel(ti) != count * n)
         throw Error(LOOM_INTERNAL, "reduce_scatter: input must hold size x output elements");
-      // Working buffers live with the communicator: reused, they cost no page faults.
-      std::vector<float>& work = c->work;
-      stage_f32(ti, numel(ti), work);
-      if (n > 1 && count > 0) {
+      if (ti.dtype != LOOM_F32 && ti.dtype != LOOM_BF16)
+        throw Error(LOOM_INTERNAL, "gloo reduces f32 and bf16 tensors only");
+      // In fp32: element i of input block b.
+      auto input = [&](int64_t b, int64_t i) {
+        return ti.dtype == LOOM_F32 ? static_cast<const float*>(ti.data)[b * count + i]
+                                    : bf16_to_f32(static_cast<const uint16_t*>(ti.data)[b * count + i]);
+      };
+      std::vector<float>& result = c->work;  // the reduced block r, before dtype conversion
+      result.resize(static_cast<size_t>(count));
+      if (n == 1 || count == 0) {
+        for (int64_t i = 0; i < count; ++i) result[i] = input(r, i);
+      } else {
         const int64_t K = std::max<int64_t>(1, std::min<int64_t>(8, count * 4 / (256 << 10)));
         const int64_t chunk = (count + K - 1) / K;
-        c->inbox.resize(static_cast<size_t>(2 * chunk));
+        // Working memory, kept with the communicator: 2 inbox chunks, 2 send chunks, 2 partials.
+        c->inbox.resize(static_cast<size_t>(4 * chunk + 2 * count));
         float* inbox[2] = {c->inbox.data(), c->inbox.data() + chunk};
+        float* outbox[2] = {c->inbox.data() + 2 * chunk, c->inbox.data() + 3 * chunk};
+        float* partial[2] = {c->inbox.data() + 4 * chunk, c->inbox.data() + 4 * chunk + count};
         auto& right = c->ctx->getPair(c->next(0));
         auto& left = c->ctx->getPair(c->prev());
         std::unique_ptr<gloo::transport::Buffer> send[2], recv[2];
         for (int i = 0; i < 2; ++i) {
           const int slot = c->ctx->nextSlot();
-          send[i] = right->createSendBuffer(slot, work.data(), work.size() * sizeof(float));
+          send[i] = right->createSendBuffer(slot, outbox[i], chunk * sizeof(float));
           recv[i] = left->createRecvBuffer(slot, inbox[i], chunk * sizeof(float));
         }
         const int note_slot = c->ctx->nextSlot();
@@ -374,14 +387,21 @@ class Gloo : public loom::sdk::CommPlugin {
         const int64_t transfers = (n - 1) * K;
         int64_t notes_sent = 0;
         for (int64_t t = 0; t < transfers; ++t) {
-          const int64_t s = t / K, k = t % K, begin = k * chunk, len = std::min(chunk, count - begin);
+          const int64_t s = t / K, k = t % K, begin = k * chunk, len = std::max<int64_t>(0, std::min(chunk, count - begin));
           const int send_block = ((r - static_cast<int>(s) - 1) % n + n) % n;
           const int recv_block = ((r - static_cast<int>(s) - 2) % n + n) % n;
+          float* box = outbox[t & 1];
+          if (s == 0)
+            for (int64_t i = 0; i < len; ++i) box[i] = input(send_block, begin + i);
+          else
+            std::memcpy(box, partial[(s - 1) & 1] + begin, len * sizeof(float));
           if (t >= 2) free_in->waitRecv();  // the right neighbour emptied inbox t & 1
-          if (len > 0) send[t & 1]->send((send_block * count + begin) * sizeof(float), len * sizeof(float), 0);
-          else send[t & 1]->send(0, 0, 0);
+          send[t & 1]->send(0, len * sizeof(float), 0);
           recv[t & 1]->waitRecv();
-          if (len > 0) combine(work.data() + recv_block * count + begin, inbox[t & 1], len, op);
+          float* dst = (s == n - 2 ? result.data() : partial[s & 1]) + begin;
+          const float* got = inbox[t & 1];
+          for (int64_t i = 0; i < len; ++i) dst[i] = input(recv_block, begin + i);
+          combine(dst, got, len, op);
           if (t + 2 < transfers) {
             if (notes_sent > 0) free_out->waitSend();
             free_out->send();
@@ -392,8 +412,8 @@ class Gloo : public loom::sdk::CommPlugin {
         if (notes_sent > 0) free_out->waitSend();
       }
       if (op == LOOM_REDUCE_AVG)
-        for (int64_t i = 0; i < count; ++i) work[r * count + i] /= static_cast<float>(n);
-      from_f32(work, to, r * count, count);
+        for (int64_t i = 0; i < count; ++i) result[i] /= static_cast<float>(n);
+      from_f32(result, to, 0, count);
     }, async, "reduce_scatter");
   }
 
