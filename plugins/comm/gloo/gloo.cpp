@@ -341,8 +341,9 @@ class Gloo : public loom::sdk::CommPlugin {
   // running partial of block (r-s-1) to r+1 (at s = 0, its own input block) and receives r-1's
   // partial of block (r-s-2), adding its own input block to it; at the last step that block is r
   // and the sum goes straight to `out`. So only two blocks of partials are ever held, not a copy
-  // of the whole input. Each block moves in up to 8 chunks through two alternating inboxes (adding
-  // chunk k overlaps the transfer of chunk k+1); before reusing an inbox the sender waits for the
+  // of the whole input. Each block moves in up to 2 chunks through two alternating inboxes (adding
+  // chunk k overlaps the transfer of chunk k+1; more chunks measured slower here, each costing a
+  // round trip); before reusing an inbox the sender waits for the
   // receiver's "free". Sums run in fp32 whatever the storage.
   loom_work* reduce_scatter(loom_comm* handle, const loom_tensor& in, loom_tensor& out,
                             loom_reduce_op op, bool async) override {
@@ -355,17 +356,22 @@ class Gloo : public loom::sdk::CommPlugin {
         throw Error(LOOM_INTERNAL, "reduce_scatter: input must hold size x output elements");
       if (ti.dtype != LOOM_F32 && ti.dtype != LOOM_BF16)
         throw Error(LOOM_INTERNAL, "gloo reduces f32 and bf16 tensors only");
-      // In fp32: element i of input block b.
-      auto input = [&](int64_t b, int64_t i) {
-        return ti.dtype == LOOM_F32 ? static_cast<const float*>(ti.data)[b * count + i]
-                                    : bf16_to_f32(static_cast<const uint16_t*>(ti.data)[b * count + i]);
+      // len elements of input block b from element i, in fp32: a plain copy for fp32 storage.
+      const bool f32 = ti.dtype == LOOM_F32;
+      auto input = [&](int64_t b, int64_t i, int64_t len, float* dst) {
+        if (f32) {
+          std::memcpy(dst, static_cast<const float*>(ti.data) + b * count + i, len * sizeof(float));
+        } else {
+          const uint16_t* h = static_cast<const uint16_t*>(ti.data) + b * count + i;
+          for (int64_t j = 0; j < len; ++j) dst[j] = bf16_to_f32(h[j]);
+        }
       };
       std::vector<float>& result = c->work;  // the reduced block r, before dtype conversion
       result.resize(static_cast<size_t>(count));
       if (n == 1 || count == 0) {
-        for (int64_t i = 0; i < count; ++i) result[i] = input(r, i);
+        input(r, 0, count, result.data());
       } else {
-        const int64_t K = std::max<int64_t>(1, std::min<int64_t>(8, count * 4 / (256 << 10)));
+        const int64_t K = std::max<int64_t>(1, std::min<int64_t>(2, count * 4 / (256 << 10)));
         const int64_t chunk = (count + K - 1) / K;
         // Working memory, kept with the communicator: 2 inbox chunks, 2 send chunks, 2 partials.
         c->inbox.resize(static_cast<size_t>(4 * chunk + 2 * count));
@@ -392,7 +398,7 @@ class Gloo : public loom::sdk::CommPlugin {
           const int recv_block = ((r - static_cast<int>(s) - 2) % n + n) % n;
           float* box = outbox[t & 1];
           if (s == 0)
-            for (int64_t i = 0; i < len; ++i) box[i] = input(send_block, begin + i);
+            input(send_block, begin, len, box);
           else
             std::memcpy(box, partial[(s - 1) & 1] + begin, len * sizeof(float));
           if (t >= 2) free_in->waitRecv();  // the right neighbour emptied inbox t & 1
@@ -400,7 +406,7 @@ class Gloo : public loom::sdk::CommPlugin {
           recv[t & 1]->waitRecv();
           float* dst = (s == n - 2 ? result.data() : partial[s & 1]) + begin;
           const float* got = inbox[t & 1];
-          for (int64_t i = 0; i < len; ++i) dst[i] = input(recv_block, begin + i);
+          input(recv_block, begin, len, dst);
           combine(dst, got, len, op);
           if (t + 2 < transfers) {
             if (notes_sent > 0) free_out->waitSend();
