@@ -391,30 +391,49 @@ class Gloo : public loom::sdk::CommPlugin {
         auto free_out = left->createSendBuffer(note_slot, &note_out, 1);
         auto free_in = right->createRecvBuffer(note_slot, &note_in, 1);
         const int64_t transfers = (n - 1) * K;
-        int64_t notes_sent = 0;
-        for (int64_t t = 0; t < transfers; ++t) {
-          const int64_t s = t / K, k = t % K, begin = k * chunk, len = std::max<int64_t>(0, std::min(chunk, count - begin));
-          const int send_block = ((r - static_cast<int>(s) - 1) % n + n) % n;
-          const int recv_block = ((r - static_cast<int>(s) - 2) % n + n) % n;
-          float* box = outbox[t & 1];
+        // Transfer u: step u / K, chunk u % K. Up to two sends are in flight (one per inbox), and
+        // the next is posted before the current chunk is added, so the wire never waits on adds.
+        auto range = [&](int64_t u, int64_t* begin) {
+          *begin = (u % K) * chunk;
+          return std::max<int64_t>(0, std::min(chunk, count - *begin));
+        };
+        int64_t posted = 0, combined = 0, notes_sent = 0;
+        bool in_flight[2] = {false, false};
+        auto post = [&](int64_t u) {
+          const int64_t s = u / K;
+          int64_t begin = 0;
+          const int64_t len = range(u, &begin);
+          if (in_flight[u & 1]) send[u & 1]->waitSend();  // transfer u-2 left this outbox
+          float* box = outbox[u & 1];
           if (s == 0)
-            input(send_block, begin, len, box);
+            input(((r - 1) % n + n) % n, begin, len, box);
           else
             std::memcpy(box, partial[(s - 1) & 1] + begin, len * sizeof(float));
-          if (t >= 2) free_in->waitRecv();  // the right neighbour emptied inbox t & 1
-          send[t & 1]->send(0, len * sizeof(float), 0);
+          if (u >= 2) free_in->waitRecv();  // the right neighbour emptied inbox u & 1
+          send[u & 1]->send(0, len * sizeof(float), 0);
+          in_flight[u & 1] = true;
+        };
+        for (int64_t t = 0; t < transfers; ++t) {
+          // Post what may go: a transfer of step s > 0 sends the partial made K transfers earlier.
+          while (posted <= t + 1 && posted < transfers && (posted < K || posted - K < combined))
+            post(posted++);
+          const int64_t s = t / K;
+          int64_t begin = 0;
+          const int64_t len = range(t, &begin);
+          const int recv_block = ((r - static_cast<int>(s) - 2) % n + n) % n;
           recv[t & 1]->waitRecv();
           float* dst = (s == n - 2 ? result.data() : partial[s & 1]) + begin;
-          const float* got = inbox[t & 1];
           input(recv_block, begin, len, dst);
-          combine(dst, got, len, op);
+          combine(dst, inbox[t & 1], len, op);
+          ++combined;
           if (t + 2 < transfers) {
             if (notes_sent > 0) free_out->waitSend();
             free_out->send();
             ++notes_sent;
           }
-          send[t & 1]->waitSend();
         }
+        for (int i = 0; i < 2; ++i)
+          if (in_flight[i]) send[i]->waitSend();
         if (notes_sent > 0) free_out->waitSend();
       }
       if (op == LOOM_REDUCE_AVG)
