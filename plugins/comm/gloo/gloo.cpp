@@ -423,8 +423,14 @@ class Gloo : public loom::sdk::CommPlugin {
           const int recv_block = ((r - static_cast<int>(s) - 2) % n + n) % n;
           recv[t & 1]->waitRecv();
           float* dst = (s == n - 2 ? result.data() : partial[s & 1]) + begin;
-          input(recv_block, begin, len, dst);
-          combine(dst, inbox[t & 1], len, op);
+          if (f32 && op != LOOM_REDUCE_MAX && op != LOOM_REDUCE_MIN) {  // one pass: dst = own + got
+            const float* own = static_cast<const float*>(ti.data) + recv_block * count + begin;
+            const float* got = inbox[t & 1];
+            for (int64_t i = 0; i < len; ++i) dst[i] = own[i] + got[i];
+          } else {
+            input(recv_block, begin, len, dst);
+            combine(dst, inbox[t & 1], len, op);
+          }
           ++combined;
           if (t + 2 < transfers) {
             if (notes_sent > 0) free_out->waitSend();
