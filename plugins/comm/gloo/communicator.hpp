@@ -1,0 +1,251 @@
+// The gloo plugin's communicator: a gloo context with the worker thread that runs its operations
+// in issue order, the store adapter gloo's rendezvous needs, and the dtype and reduction helpers.
+// Internal to plugins/comm/gloo (included by gloo.cpp only, hence the unnamed namespace).
+#pragma once
+
+#include <loom/sdk.hpp>
+
+#include <gloo/allgather_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/barrier_all_to_one.h>
+#include <gloo/broadcast_one_to_all.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <tuple>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+// A queued collective (done), or a posted point-to-point transfer (p2p) that completes in wait.
+struct loom_work {
+  std::future<void> done;
+  std::unique_ptr<gloo::transport::UnboundBuffer> p2p;
+  bool is_send = false;
+  int peer = -1, rank = -1;
+  std::chrono::milliseconds timeout{0};
+};
+
+namespace {
+
+using loom::sdk::Error;
+
+// gloo's rendezvous store interface over the runtime's store, under a key prefix per communicator.
+class StoreAdapter : public gloo::rendezvous::Store {
+ public:
+  StoreAdapter(const loom_store& s, std::string prefix) : s_(s), prefix_(std::move(prefix)) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    put(s_, prefix_ + key, data.data(), data.size());
+  }
+  std::vector<char> get(const std::string& key) override { return fetch(s_, prefix_ + key); }
+  void wait(const std::vector<std::string>& keys) override {
+    for (const auto& k : keys) get(k);
+  }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    wait(keys);
+  }
+
+  static void put(const loom_store& s, const std::string& key, const void* data, size_t n) {
+    loom::sdk::ErrorBox e(host());
+    if (s.set(s.self, key.c_str(), data, n, e.get()) != LOOM_OK) e.raise("rendezvous store set");
+  }
+  static std::vector<char> fetch(const loom_store& s, const std::string& key) {
+    loom::sdk::ErrorBox e(host());
+    const void* p = nullptr;
+    size_t n = 0;
+    if (s.get(s.self, key.c_str(), &p, &n, e.get()) != LOOM_OK) e.raise("rendezvous store get");
+    return std::vector<char>(static_cast<const char*>(p), static_cast<const char*>(p) + n);
+  }
+
+ private:
+  static const loom_host* host() { return loom::sdk::detail::host(); }
+  const loom_store& s_;
+  std::string prefix_;
+};
+
+size_t element_size(int32_t dtype) {
+  switch (dtype) {
+    case LOOM_F64: case LOOM_I64: return 8;
+    case LOOM_F32: case LOOM_I32: return 4;
+    case LOOM_BF16: case LOOM_F16: return 2;
+    default: return 1;
+  }
+}
+
+int64_t numel(const loom_tensor& t) {
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+  return n;
+}
+
+// bf16 <-> fp32: bf16 is the top half of an fp32; narrowing rounds to nearest even.
+float bf16_to_f32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// A communicator: a gloo context plus the worker thread that runs its operations in order.
+struct Comm {
+  std::shared_ptr<gloo::rendezvous::Context> ctx;
+  std::shared_ptr<gloo::transport::Device> device;
+  const loom_store* store = nullptr;
+  std::string id;  // store key prefix, unique per communicator
+  int rank = 0, size = 1, splits = 0;
+  std::chrono::milliseconds timeout{30000};
+
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<std::packaged_task<void()>> queue;
+  bool stop = false;
+  std::thread worker;
+
+  Comm() {
+    worker = std::thread([this] {
+      for (;;) {
+        std::packaged_task<void()> task;
+        {
+          std::unique_lock<std::mutex> lock(m);
+          cv.wait(lock, [&] { return stop || !queue.empty(); });
+          if (queue.empty()) return;
+          task = std::move(queue.front());
+          queue.pop_front();
+        }
+        task();
+      }
+    });
+  }
+  // Operations still queued are abandoned (their waiters get an error, not a hang); the one
+  // running finishes (or times out) before the algorithms and buffers it uses are freed.
+  ~Comm() {
+    std::deque<std::packaged_task<void()>> abandoned;
+    {
+      std::lock_guard<std::mutex> lock(m);
+      stop = true;
+      abandoned.swap(queue);
+    }
+    cv.notify_all();
+    worker.join();
+    persistent.clear();
+  }
+
+  // Returns once every operation issued before it has completed.
+  void drain() {
+    run([] {}, false, "drain");
+  }
+
+  // Runs `f` on the worker after everything issued before it; returns a handle or waits.
+  loom_work* run(std::function<void()> f, bool async, const char* what) {
+    std::string name = what;
+    int r = rank, n = size;
+    std::packaged_task<void()> task([f = std::move(f), name, r, n] {
+      try {
+        f();
+      } catch (const Error&) {
+        throw;
+      } catch (const std::exception& e) {
+        // gloo names the peer by address; the ring neighbours are who it was talking to.
+        throw Error(LOOM_FATAL, name + " over " + std::to_string(n) + " ranks failed on rank " +
+                                    std::to_string(r) + " (its ring neighbours in this group: ranks " +
+                                    std::to_string((r + n - 1) % n) + " and " +
+                                    std::to_string((r + 1) % n) + "): " + e.what());
+      }
+    });
+    auto work = std::make_unique<loom_work>();
+    work->done = task.get_future();
+    {
+      std::lock_guard<std::mutex> lock(m);
+      queue.push_back(std::move(task));
+    }
+    cv.notify_one();
+    if (async) return work.release();
+    work->done.get();
+    return nullptr;
+  }
+
+  // reduce_scatter's working memory, kept between calls (no page faults after the first).
+  std::vector<float> work, inbox;
+  // Algorithms built for persistent buffers, reused on the next call with the same buffer.
+  std::map<std::tuple<void*, int64_t, int, int>, std::unique_ptr<gloo::Algorithm>> persistent;
+
+  int next(int) const { return (rank + 1) % size; }
+  int prev() const { return (rank + size - 1) % size; }
+};
+
+Comm* as_comm(loom_comm* c) { return reinterpret_cast<Comm*>(c); }
+const Comm* as_comm(const loom_comm* c) { return reinterpret_cast<const Comm*>(c); }
+loom_comm* as_handle(Comm* c) { return reinterpret_cast<loom_comm*>(c); }
+
+// Reduction of fp32 staging buffers: dst = op(dst, src).
+void combine(float* dst, const float* src, size_t n, loom_reduce_op op) {
+  switch (op) {
+    case LOOM_REDUCE_MAX: for (size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]); break;
+    case LOOM_REDUCE_MIN: for (size_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]); break;
+    default: for (size_t i = 0; i < n; ++i) dst[i] += src[i]; break;
+  }
+}
+
+// Copies a tensor into fp32 (bf16 widened) so reductions run in fp32 whatever the storage; `v`
+// may be a buffer reused between calls.
+void stage_f32(const loom_tensor& t, int64_t n, std::vector<float>& v) {
+  v.resize(static_cast<size_t>(n));
+  if (t.dtype == LOOM_F32)
+    std::memcpy(v.data(), t.data, n * 4);
+  else if (t.dtype == LOOM_BF16)
+    for (int64_t i = 0; i < n; ++i) v[i] = bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
+  else
+    throw Error(LOOM_INTERNAL, "gloo reduces f32 and bf16 tensors only");
+}
+
+std::vector<float> to_f32(const loom_tensor& t, int64_t n) {
+  std::vector<float> v;
+  stage_f32(t, n, v);
+  return v;
+}
+
+void from_f32(const std::vector<float>& v, const loom_tensor& t, size_t offset_elems, int64_t n) {
+  if (t.dtype == LOOM_F32)
+    std::memcpy(static_cast<float*>(t.data), v.data() + offset_elems, n * 4);
+  else
+    for (int64_t i = 0; i < n; ++i)
+      static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(v[offset_elems + i]);
+}
+
+// gloo's chunked ring all-reduce, then the division that turns a sum into a mean. Building the
+// algorithm costs a quarter of a 64 MiB reduction here, so for persistent buffers it is kept.
+template <class T>
+void reduce_in_place(Comm* c, T* data, int64_t n, loom_reduce_op op, bool persistent) {
+  const gloo::ReductionFunction<T>* fn = op == LOOM_REDUCE_MAX   ? gloo::ReductionFunction<T>::max
+                                         : op == LOOM_REDUCE_MIN ? gloo::ReductionFunction<T>::min
+                                                                 : gloo::ReductionFunction<T>::sum;
+  if (persistent) {
+    auto key = std::make_tuple(static_cast<void*>(data), n, static_cast<int>(op), static_cast<int>(sizeof(T)));
+    auto& algo = c->persistent[key];
+    if (!algo) algo = std::make_unique<gloo::AllreduceRingChunked<T>>(c->ctx, std::vector<T*>{data}, static_cast<int>(n), fn);
+    algo->run();
+  } else {
+    gloo::AllreduceRingChunked<T> algo(c->ctx, {data}, static_cast<int>(n), fn);
+    algo.run();
+  }
+  if (op == LOOM_REDUCE_AVG)
+    for (int64_t i = 0; i < n; ++i) data[i] /= static_cast<T>(c->size);
+}
+
+}  // namespace
