@@ -113,23 +113,24 @@ Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scrat
   tmp_ = Tensor::empty({rows, C});
 }
 
-void Block::norm_fwd(Norm& n, const Tensor& x, int64_t rows) {
-  const loom_ops* o = api_.ops();
-  if (n.b)
-    o->layernorm_fwd(n.out.f32(), n.mean.f32(), n.rstd.f32(), x.f32(), n.w->value.f32(),
-                     n.b->value.f32(), rows, c_.d_model);
+void Norm::forward(const loom_ops* o, const Tensor& x, int64_t rows) {
+  const int64_t C = w->local_shape[0];
+  if (b)
+    o->layernorm_fwd(out.f32(), mean.f32(), rstd.f32(), x.f32(), w->value.f32(), b->value.f32(),
+                     rows, C);
   else
-    o->rmsnorm_fwd(n.out.f32(), n.rstd.f32(), x.f32(), n.w->value.f32(), rows, c_.d_model);
+    o->rmsnorm_fwd(out.f32(), rstd.f32(), x.f32(), w->value.f32(), rows, C);
 }
 
-void Block::norm_bwd(Norm& n, Tensor& dinp, const Tensor& dout, const Tensor& x, int64_t rows) {
-  const loom_ops* o = api_.ops();
-  if (n.b)
-    o->layernorm_bwd(dinp.f32(), n.w->grad.f32(), n.b->grad.f32(), dout.f32(), x.f32(),
-                     n.w->value.f32(), n.mean.f32(), n.rstd.f32(), rows, c_.d_model);
+void Norm::backward(const loom_ops* o, Tensor& dinp, const Tensor& dout, const Tensor& x,
+                    int64_t rows) const {
+  const int64_t C = w->local_shape[0];
+  if (b)
+    o->layernorm_bwd(dinp.f32(), w->grad.f32(), b->grad.f32(), dout.f32(), x.f32(),
+                     w->value.f32(), mean.f32(), rstd.f32(), rows, C);
   else
-    o->rmsnorm_bwd(dinp.f32(), n.w->grad.f32(), dout.f32(), x.f32(), n.w->value.f32(),
-                   n.rstd.f32(), rows, c_.d_model);
+    o->rmsnorm_bwd(dinp.f32(), w->grad.f32(), dout.f32(), x.f32(), w->value.f32(), rstd.f32(),
+                   rows, C);
 }
 
 // x_mid = x + proj(attn(qkv(ln1(x))));  x_out = x_mid + mlp_proj(act(fc(ln2(x_mid))))
@@ -140,7 +141,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   Marks marks(api_.profile(), profiled_);
   std::memcpy(x_in_.data(), x.data(), n * C * sizeof(float));
 
-  norm_fwd(ln1_, x, n);
+  ln1_.forward(o, x, n);
   marks("fwd norm");
   Tensor h1 = api_.region_enter(rows_of(ln1_.out, n));
   marks("fwd f (enter)");
@@ -159,7 +160,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   o->accumulate(x.f32(), y_out.f32(), n * C);
   std::memcpy(x_mid_.data(), x.data(), n * C * sizeof(float));
 
-  norm_fwd(ln2_, x, n);
+  ln2_.forward(o, x, n);
   marks("fwd norm");
   Tensor h2 = api_.region_enter(rows_of(ln2_.out, n));
   marks("fwd f (enter)");
@@ -209,7 +210,7 @@ void Block::backward(const Microbatch& mb, Tensor& dx) {
   marks("bwd mlp");
   Tensor dh2_local = api_.region_enter_bwd(dh2);
   marks("bwd f (enter)");
-  norm_bwd(ln2_, dnorm, dh2_local, rows_of(x_mid_, n), n);
+  ln2_.backward(o, dnorm, dh2_local, rows_of(x_mid_, n), n);
   o->accumulate(dx.f32(), dnorm.f32(), n * C);
   marks("bwd norm");
 
@@ -234,7 +235,7 @@ void Block::backward(const Microbatch& mb, Tensor& dx) {
   marks("bwd qkv");
   Tensor dh1_local = api_.region_enter_bwd(dh1);
   marks("bwd f (enter)");
-  norm_bwd(ln1_, dnorm, dh1_local, rows_of(x_in_, n), n);
+  ln1_.backward(o, dnorm, dh1_local, rows_of(x_in_, n), n);
   o->accumulate(dx.f32(), dnorm.f32(), n * C);
   marks("bwd norm");
 }
@@ -255,18 +256,17 @@ int64_t Block::saved_bytes(const Microbatch& mb) const {
 Head::Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows)
     : c_(c), api_(api) {
   const int64_t C = c.d_model;
-  norm_w_ = &declare(ps, api, params_, "ln_f.w", Role::Replicated, {C}, kOnes, false);
-  norm_b_ = c.norm == "layernorm"
-                ? &declare(ps, api, params_, "ln_f.b", Role::Replicated, {C}, kZeros, false)
-                : nullptr;
+  norm_.w = &declare(ps, api, params_, "ln_f.w", Role::Replicated, {C}, kOnes, false);
+  if (c.norm == "layernorm")
+    norm_.b = &declare(ps, api, params_, "ln_f.b", Role::Replicated, {C}, kZeros, false);
   if (tied_wte) params_.push_back(tied_wte);
   head_w_ = tied_wte ? tied_wte
                      : &declare(ps, api, params_, "lm_head.w", Role::Vocab,
                                 {vocab_rows(c, api), C}, normal(c.init_std), true);
   x_in_ = Tensor::empty({rows, C});
-  h_ = Tensor::empty({rows, C});
-  mean_ = Tensor::empty({rows});
-  rstd_ = Tensor::empty({rows});
+  norm_.out = Tensor::empty({rows, C});
+  norm_.mean = Tensor::empty({rows});
+  norm_.rstd = Tensor::empty({rows});
   dh_ = Tensor::empty({rows, C});
   logits_ = Tensor::empty({rows, head_w_->local_shape[0]});
 }
@@ -277,12 +277,9 @@ void Head::forward(const Microbatch& mb, Tensor& x) {
   const loom_ops* o = api_.ops();
   const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;
   std::memcpy(x_in_.data(), x.data(), n * C * sizeof(float));
-  Tensor h = rows_of(h_, n), logits = rows_of(logits_, N);
-  if (norm_b_)
-    o->layernorm_fwd(h.f32(), mean_.f32(), rstd_.f32(), x.f32(), norm_w_->value.f32(),
-                     norm_b_->value.f32(), n, C);
-  else
-    o->rmsnorm_fwd(h.f32(), rstd_.f32(), x.f32(), norm_w_->value.f32(), n, C);
+  Tensor logits = rows_of(logits_, N);
+  norm_.forward(o, x, n);
+  Tensor h = rows_of(norm_.out, n);
   // The head is column-parallel over the vocabulary: f on the way in.
   h_full_ = api_.region_enter(h);
   api_.linear(logits, h_full_, *head_w_);
@@ -303,12 +300,7 @@ void Head::backward(const Microbatch& mb, Tensor& dx) {
   Tensor dlogits = rows_of(logits_, N), dh = rows_of(dh_, N);
   api_.linear_bwd(&dh, dlogits, h_full_, *head_w_);
   Tensor dh_local = api_.region_enter_bwd(dh);
-  if (norm_b_)
-    o->layernorm_bwd(dx.f32(), norm_w_->grad.f32(), norm_b_->grad.f32(), dh_local.f32(),
-                     x_in_.f32(), norm_w_->value.f32(), mean_.f32(), rstd_.f32(), n, C);
-  else
-    o->rmsnorm_bwd(dx.f32(), norm_w_->grad.f32(), dh_local.f32(), x_in_.f32(),
-                   norm_w_->value.f32(), rstd_.f32(), n, C);
+  norm_.backward(o, dx, dh_local, rows_of(x_in_, n), n);
 }
 
 }  // namespace loom::gpt

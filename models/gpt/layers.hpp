@@ -19,6 +19,17 @@ struct Scratch {
   Scratch(const GptConfig& c, int64_t rows);
 };
 
+// A LayerNorm (weight and bias) or RMSNorm (weight only) over rows of C channels, with the output
+// and statistics it keeps for backward.
+struct Norm {
+  Param *w = nullptr, *b = nullptr;
+  Tensor out, mean, rstd;
+  void forward(const loom_ops* o, const Tensor& x, int64_t rows);
+  // dinp = d(norm)/dx of dout; accumulates the weight (and bias) gradients.
+  void backward(const loom_ops* o, Tensor& dinp, const Tensor& dout, const Tensor& x,
+                int64_t rows) const;
+};
+
 class Embedding : public Layer {
  public:
   Embedding(const GptConfig& c, LayerApi& api, ParamStore& ps);
@@ -44,12 +55,6 @@ class Block : public Layer {
   int64_t saved_bytes(const Microbatch& mb) const override;
 
  private:
-  struct Norm {
-    Param *w = nullptr, *b = nullptr;
-    Tensor out, mean, rstd;
-  };
-  void norm_fwd(Norm& n, const Tensor& x, int64_t rows);
-  void norm_bwd(Norm& n, Tensor& dinp, const Tensor& dout, const Tensor& x, int64_t rows);
 
   std::string name_;
   const GptConfig& c_;
@@ -79,8 +84,9 @@ class Head : public Layer {
   std::string name_ = "head";
   const GptConfig& c_;
   LayerApi& api_;
-  Param *norm_w_, *norm_b_, *head_w_;
-  Tensor x_in_, h_, h_full_, mean_, rstd_, logits_, dh_;
+  Norm norm_;
+  Param* head_w_;
+  Tensor x_in_, h_full_, logits_, dh_;
   double loss_sum_ = 0;
 };
 
