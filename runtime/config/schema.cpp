@@ -48,6 +48,8 @@ std::vector<SectionSpec> build_schema() {
       {"log_every", ValueType::Int, "1", "print a step line every N steps", 1, kInf},
       {"peak_gflops", ValueType::Float, "0", "device peak for MFU; 0 = table or measured", 0, kInf},
       {"profile_layer", ValueType::Bool, "false", "time block 0 segment by segment; table at the end"},
+      {"inject_inf_step", ValueType::Int, "0", "fault injection: at this step one rank's loss gradient is inf (0 = never)", 0, kInf},
+      {"inject_inf_rank", ValueType::Int, "0", "the rank that inject_inf_step poisons", 0, 65535},
   }});
   SectionSpec model{"model", "the network: GPT-2-style decoder", {
       {"preset", ValueType::String, "\"\"", "fill unset keys from a preset", -kInf, kInf,

@@ -3,22 +3,8 @@
 #include <cstring>
 #include <vector>
 
-#include "core/errors.hpp"
-#include "loader/host.hpp"
 
 namespace loom {
-
-Tensor GemmNumerics::round(const Tensor& t, loom_operand_role role) const {
-  if (exact()) return t;
-  Tensor copy = Tensor::empty(t.shape());
-  std::memcpy(copy.data(), t.data(), t.bytes());
-  loom_tensor d = copy.desc();
-  loom_error err;
-  if (table->round_operand(self, &d, role, &err) != LOOM_OK)
-    throw RuntimeError("precision plugin '" + std::string(table->base.name) +
-                       "' failed to round a GEMM operand: " + err.message);
-  return copy;
-}
 
 std::vector<float> LayerApi::logits_row(const Tensor& logits, int64_t row) const {
   const float* z = logits.f32() + row * logits.dim(1);
@@ -27,21 +13,23 @@ std::vector<float> LayerApi::logits_row(const Tensor& logits, int64_t row) const
 
 Slice LayerApi::shard(Role, const std::vector<int64_t>&, int) const { return {}; }
 
+// The precision slot sees three operands per linear layer, named after its weight: the weight
+// itself, the activation "<W>.x" and, in backward, the output gradient "<W>.dy".
 void LayerApi::linear(Tensor& y, const Tensor& x, const Param& W) const {
   int64_t N = x.dim(0), in = x.dim(-1), out = W.local_shape[0];
-  Tensor xr = numerics_.round(x, LOOM_OPERAND_ACTIVATION);
-  Tensor wr = numerics_.round(W.value, LOOM_OPERAND_WEIGHT);
+  Tensor xr = numerics_.operand(x, W.name + ".x", LOOM_OPERAND_ACTIVATION);
+  Tensor wr = numerics_.operand(W.value, W.name, LOOM_OPERAND_WEIGHT);
   ops_->gemm(0, 1, N, out, in, 1.f, xr.f32(), in, wr.f32(), in, 0.f, y.f32(), out);
 }
 
 void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W) const {
   int64_t N = x.dim(0), in = x.dim(-1), out = W.local_shape[0];
-  Tensor dyr = numerics_.round(dy, LOOM_OPERAND_GRADIENT);
+  Tensor dyr = numerics_.operand(dy, W.name + ".dy", LOOM_OPERAND_GRADIENT);
   if (dx && dx->defined()) {
-    Tensor wr = numerics_.round(W.value, LOOM_OPERAND_WEIGHT);
+    Tensor wr = numerics_.operand(W.value, W.name, LOOM_OPERAND_WEIGHT);
     ops_->gemm(0, 0, N, in, out, 1.f, dyr.f32(), out, wr.f32(), in, 0.f, dx->f32(), in);
   }
-  Tensor xr = numerics_.round(x, LOOM_OPERAND_ACTIVATION);
+  Tensor xr = numerics_.operand(x, W.name + ".x", LOOM_OPERAND_ACTIVATION);
   ops_->gemm(1, 0, out, in, N, 1.f, dyr.f32(), out, xr.f32(), in, 1.f, W.grad.f32(), in);
 }
 

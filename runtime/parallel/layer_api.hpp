@@ -11,17 +11,18 @@
 
 #include "model/params.hpp"
 #include "parallel/segment_profile.hpp"
+#include "precision/precision.hpp"
 #include "tensor/tensor.hpp"
 
 namespace loom {
 
-// The precision slot's say over GEMM operands (NULL table = exact fp32).
+// The precision slot's say over GEMM operands (none = exact fp32).
 struct GemmNumerics {
-  const loom_precision_v1* table = nullptr;
-  void* self = nullptr;
-  bool exact() const { return !table || table->exact; }
-  // Rounds a copy of `t` for use as an operand; returns `t` itself when exact.
-  Tensor round(const Tensor& t, loom_operand_role role) const;
+  Precision* precision = nullptr;
+  // `t` cast for use as the GEMM operand `site`; `t` itself when exact.
+  Tensor operand(const Tensor& t, const std::string& site, loom_operand_role role) const {
+    return precision ? precision->operand(t, site, role) : t;
+  }
 };
 
 class LayerApi {

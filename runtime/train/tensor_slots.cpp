@@ -42,10 +42,11 @@ TensorSlots::~TensorSlots() {
   tensor_.reset();
 }
 
-double TensorSlots::grad_norm(ParamStore& params) {
+double TensorSlots::global_norm(ParamStore& params, Tensor Param::*which) {
   double replicated = 0, sharded = 0;
   for (const Param& p : params.all()) {
-    double ss = ops_->sum_squares(p.grad.f32(), p.grad.numel());
+    const Tensor& t = p.*which;
+    double ss = ops_->sum_squares(t.f32(), t.numel());
     (p.slice.length >= 0 ? sharded : replicated) += ss;
   }
   if (world_ && world_->mesh().tp > 1)

@@ -18,11 +18,14 @@ class TensorSlots {
   ~TensorSlots();
   LayerApi& api() { return *api_; }
   // sqrt(sum of squares of every gradient, each element of the global model counted once).
-  double grad_norm(ParamStore& params);
+  double grad_norm(ParamStore& params) { return global_norm(params, &Param::grad); }
+  // The same over the parameter values.
+  double param_norm(ParamStore& params) { return global_norm(params, &Param::value); }
   // Fails, naming the parameter, when a replicated parameter differs between tp ranks.
   void check_replicated(const ParamStore& params);
 
  private:
+  double global_norm(ParamStore& params, Tensor Param::*which);
   dist::CommWorld* world_;
   const loom_ops* ops_;
   std::unique_ptr<plugins::Instance> tensor_, sequence_;

@@ -136,14 +136,14 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world);
   threads = ops::set_threads(device, threads);
 
-  // The precision slot decides GEMM operand numerics.
-  std::unique_ptr<plugins::Instance> precision;
-  GemmNumerics numerics;
+  // The precision slot decides GEMM operand numerics and loss scaling.
+  std::unique_ptr<Precision> precision;
   if (const plugins::SlotChoice* p = selection.slot("precision")) {
     loom_options opts = plugins::options_for(cfg, p->found.desc->name);
-    precision = std::make_unique<plugins::Instance>(p->found, &opts);
-    numerics = {precision->table<loom_precision_v1>(), precision->self()};
+    precision = std::make_unique<Precision>(p->found, &opts, ops);
   }
+  const GemmNumerics numerics{precision.get()};
+  const std::string precision_name = precision ? precision->name() : "fp32";
 
   fs::path data_dir = cfg.str("data.dir");
   data::Batches data(
@@ -183,7 +183,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     std::ofstream(run_dir / "config.toml") << cfg.render(selection.schemas);
     log = std::make_unique<MetricsLog>(run_dir / "metrics.jsonl");
   }
-  Peak peak = device_peak(device, "fp32", threads, cfg.f64("run.peak_gflops"));
+  Peak peak = device_peak(device, precision_name, threads, cfg.f64("run.peak_gflops"));
   const double flops_per_token = mc.flops_per_token();
 
   if (lead) {
@@ -198,8 +198,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         "%lld)\n",
         human(data.train_tokens()).c_str(), data_dir.c_str(), (long long)s.global_batch,
         (long long)mc.seq_len, (long long)s.accum, (long long)s.micro_batch);
-    std::printf("device: %s, %d threads; MFU peak %.1f GFLOP/s from %s\n", device.c_str(), threads,
-                peak.gflops, peak.source.c_str());
+    std::printf("device: %s, %d threads, precision %s; MFU peak %.1f GFLOP/s from %s\n",
+                device.c_str(), threads, precision_name.c_str(), peak.gflops, peak.source.c_str());
     if (dp)
       std::printf("mesh: %d ranks, %s, %lld sequences per rank per step\n", env.world,
                   mesh.describe().c_str(), (long long)local_batch);
@@ -212,13 +212,19 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   std::vector<int32_t> tok(s.micro_batch * T), tgt(s.micro_batch * T);
   TrainSummary sum;
   double total_time = 0;
+  int64_t applied = 0;  // optimizer steps taken: a skipped step does not advance AdamW
+  const int64_t inject_step = cfg.i64("run.inject_inf_step");
+  const bool inject_here = inject_step > 0 && cfg.i64("run.inject_inf_rank") == env.rank;
   for (int64_t step = 1; step <= s.steps; ++step) {
     auto t0 = Clock::now();
     const double lr = s.lr.at(step);
     params.zero_grads();
     double loss_sum = 0, comm_ms = 0, exposed_ms = 0;
-    // Each rank's loss is the mean over its own tokens; the data slot averages over dp.
-    const float dloss = 1.f / static_cast<float>(local_batch * T);
+    // Each rank's loss is the mean over its own tokens; the data slot averages over dp. The loss
+    // gradient carries the precision's loss scale, divided out again before clipping.
+    const double loss_scale = precision ? precision->loss_scale() : 1.0;
+    float dloss = static_cast<float>(loss_scale / static_cast<double>(local_batch * T));
+    if (inject_here && step == inject_step) dloss = INFINITY;
     for (int64_t a = 0; a < s.accum; ++a) {
       data.train_batch(step, first_sample + a * s.micro_batch, s.micro_batch, tok.data(),
                        tgt.data());
@@ -235,16 +241,32 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       loss = dp->mean_over_dp(loss);
     }
     api.finish_replicated_grads(params);
-    const double grad_norm = slots.grad_norm(params);
-    if (!std::isfinite(loss) || !std::isfinite(grad_norm))
+    // The norm is reduced over tp and the gradients over dp, so a non-finite value on any rank
+    // reaches every rank's norm: found_inf is global without another collective.
+    const double grad_norm = slots.grad_norm(params) / loss_scale;
+    const bool found_inf = !std::isfinite(grad_norm);
+    const bool skip = precision && precision->end_step(found_inf, [&](float* stats, int64_t n) {
+      if (world) world->world().all_reduce(flat_view(stats, LOOM_F32, n), LOOM_REDUCE_MAX);
+    });
+    if (!std::isfinite(loss) || (found_inf && !skip))
       throw RuntimeError("step " + std::to_string(step) + ": loss " + std::to_string(loss) +
                          ", grad norm " + std::to_string(grad_norm) + " is not finite");
-    if (s.grad_clip > 0 && grad_norm > s.grad_clip)
-      ops->scale(params.grads(), static_cast<float>(s.grad_clip / grad_norm), params.numel());
-    for (auto& p : params.all())
-      ops->adamw(p.value.f32(), p.grad.f32(), m.f32() + p.offset, v.f32() + p.offset,
-                 p.value.numel(), static_cast<float>(lr), s.beta1, s.beta2, s.eps,
-                 p.weight_decay ? s.weight_decay : 0.f, step);
+    if (skip) {
+      ++sum.skipped_steps;
+      if (lead)
+        std::printf("step %lld: gradients overflowed on some rank; update skipped on every rank "
+                    "(loss scale now %g)\n", (long long)step, precision->loss_scale());
+    } else {
+      // One pass divides out the loss scale and applies clipping.
+      double factor = 1.0 / loss_scale;
+      if (s.grad_clip > 0 && grad_norm > s.grad_clip) factor *= s.grad_clip / grad_norm;
+      if (factor != 1.0) ops->scale(params.grads(), static_cast<float>(factor), params.numel());
+      ++applied;
+      for (auto& p : params.all())
+        ops->adamw(p.value.f32(), p.grad.f32(), m.f32() + p.offset, v.f32() + p.offset,
+                   p.value.numel(), static_cast<float>(lr), s.beta1, s.beta2, s.eps,
+                   p.weight_decay ? s.weight_decay : 0.f, applied);
+    }
     const double step_s = seconds_since(t0);
     total_time += step_s;
     const double tps = tokens_per_step / step_s;
@@ -263,7 +285,10 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         {"peak_mem_bytes", double(mem.peak_bytes)},
         {"comm_ms", comm_ms},
         {"exposed_comm_ms", exposed_ms},
-        {"activation_bytes", double(activation_bytes)}};
+        {"activation_bytes", double(activation_bytes)},
+        {"param_norm", slots.param_norm(params)}};
+    if (precision)
+      for (auto& kv : precision->metrics()) fields.push_back(kv);
     std::string val_text;
     // Every rank evaluates and samples (tensor-parallel layers talk inside forward); rank 0 reports.
     if (s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
@@ -296,6 +321,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   }
   if (profile && lead) print_profile(api.profile(), s.steps * s.accum);
   slots.check_replicated(params);  // norms and row-parallel biases stayed identical across tp
+  if (dp) dp->check_identical(params);  // every replica applied (or skipped) the same updates
   if (world) world->world().barrier();  // rank 0 hosts the store: leave together
   sum.steps = s.steps;
   sum.tokens_per_s = s.steps * tokens_per_step / total_time;

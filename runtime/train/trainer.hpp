@@ -17,6 +17,7 @@ struct TrainSummary {
   double first_loss = 0, final_loss = 0;
   double first_val_loss = -1, final_val_loss = -1;  // -1: never evaluated
   double tokens_per_s = 0, mfu = 0;
+  int64_t skipped_steps = 0;  // updates the precision slot skipped (fp16 overflow)
 };
 
 // Trains as the config says, as rank env.rank of env.world. Rank 0 prints and writes

@@ -44,6 +44,7 @@ const loom_ops* cpu() {
     t.sum_squares = &cpu::sum_squares;
     t.softmax_xent = &cpu::softmax_xent;
     t.adamw = &cpu::adamw;
+    t.quantize = &cpu::quantize;
     return t;
   }();
   return &table;

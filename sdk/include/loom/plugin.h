@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 1
-#define LOOM_ABI_MINOR 0
+#define LOOM_ABI_MINOR 1 /* 1.1: op-table quantize, precision format policy */
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -176,6 +176,16 @@ typedef struct loom_ops {
   /* AdamW with decoupled weight decay and bias correction; `step` counts from 1. */
   void (*adamw)(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, int64_t step);
+
+  /* ---- ABI 1.1 ---- */
+  /* A GEMM operand cast through a narrower format, in place in fp32 storage:
+   *   x[i] = cast(x[i] * scale) / scale
+   * with round-to-nearest-even. dtype is LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3 or LOOM_FP8_E5M2.
+   * bf16 and fp16 overflow to infinity (IEEE); both fp8 formats saturate finite overflow to their
+   * largest value (448, 57344). Writes *amax = max |x[i]| before the cast (NaN when any x[i] is
+   * NaN) and *clipped = how many finite elements overflowed or saturated. A device with native
+   * narrow GEMMs casts into real narrow buffers instead; this is the emulation every device has. */
+  void (*quantize)(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped);
 } loom_ops;
 
 /* ---- the host table: everything the runtime offers a plugin (append-only) ------------------ */
@@ -276,12 +286,43 @@ typedef enum loom_operand_role {
   LOOM_OPERAND_GRADIENT = 2
 } loom_operand_role;
 
+/* What a GEMM operand is cast through before the fp32-accumulating GEMM (ABI 1.1). */
+typedef struct loom_operand_format {
+  int32_t dtype; /* loom_dtype: LOOM_F32 leaves the operand as it is */
+  float scale;   /* multiplied in before the cast and divided out after (1 = unscaled) */
+} loom_operand_format;
+
 typedef struct loom_precision_v1 {
   loom_plugin base;
   /* The storage format this precision computes in (for logs and MFU peak lookup). */
   int32_t compute_dtype; /* loom_dtype */
   int32_t exact;         /* 1: operands pass through unchanged, so the runtime skips the calls */
+  /* ABI 1.0: rounds a copy of the operand in place. Used only when site_format is absent. */
   loom_status (*round_operand)(void* self, loom_tensor* t, int32_t role, loom_error* err);
+
+  /* ---- ABI 1.1: the format policy. The plugin decides; the op table casts. ----
+   * A site is one GEMM operand of the model ("blocks.2.mlp_fc.weight", "blocks.2.mlp_fc.x",
+   * "blocks.2.mlp_fc.dy"); the runtime names each once, in the same order on every rank. */
+  loom_status (*add_site)(void* self, const char* name, int32_t role, int32_t* id,
+                          loom_error* err);
+  /* The format and scale of a site for the current step. */
+  loom_operand_format (*site_format)(void* self, int32_t id);
+  /* What casting the site saw: amax of |x| before scaling, and whether any element clipped. */
+  void (*observe)(void* self, int32_t id, float amax, int32_t clipped);
+  /* The factor the loss gradient is multiplied by this step (1 = no loss scaling). */
+  double (*loss_scale)(void* self);
+  /* Values every rank must agree on before end_step (fp8 amaxes, clip flags). The runtime
+   * reduces them in place with MAX over every rank that shares the sites. May set *n = 0. */
+  loom_status (*step_stats)(void* self, float** data, int64_t* n, loom_error* err);
+  /* Ends a step. found_inf: some rank's gradients hold inf or NaN (already global). *skip = 1:
+   * the runtime must not apply this step's update. Loss scale and fp8 scales move here. */
+  loom_status (*end_step)(void* self, int32_t found_inf, int32_t* skip, loom_error* err);
+  /* Up to cap (name, value) pairs for this step's metrics line; returns how many. */
+  int32_t (*metrics)(void* self, const char** names, double* values, int32_t cap);
+  /* The scaling state (loss scale, fp8 amax histories and scales) for checkpoints. save_state
+   * with buf NULL reports the size; load_state takes what save_state wrote. */
+  loom_status (*save_state)(void* self, void* buf, size_t cap, size_t* bytes, loom_error* err);
+  loom_status (*load_state)(void* self, const void* buf, size_t bytes, loom_error* err);
 } loom_precision_v1;
 
 /* Checkpoint writer: saves and loads named byte blobs of one rank under a step directory. */

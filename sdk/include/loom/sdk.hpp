@@ -16,7 +16,11 @@
 
 #include <loom/plugin.h>
 
+#include <cstring>
 #include <exception>
+#include <type_traits>
+#include <utility>
+#include <vector>
 #include <stdexcept>
 #include <string>
 
@@ -106,6 +110,30 @@ class PrecisionPlugin : public Plugin {
   // and `static constexpr bool exact = true;` when round_operand changes nothing.
   // Rounds an fp32 operand in place to the numbers this precision computes with.
   virtual void round_operand(loom_tensor& t, loom_operand_role role) = 0;
+};
+
+// ABI 1.1: a precision that decides the format and scale of every GEMM operand ("site") while
+// the runtime's op table does the cast, so the same plugin drives a CPU emulation or a device's
+// native narrow GEMMs. It also owns loss scaling and any per-step scaling state.
+class FormatPolicy : public PrecisionPlugin {
+ public:
+  // A 1.0 runtime has no op-table cast to call: refuse rather than silently train in fp32.
+  void round_operand(loom_tensor&, loom_operand_role) override {
+    throw Unavailable("this precision needs a runtime speaking Loom plugin ABI 1.1 or later");
+  }
+  // Names a site once (same order on every rank); returns its id.
+  virtual int32_t add_site(const std::string& name, loom_operand_role role) = 0;
+  virtual loom_operand_format site_format(int32_t id) = 0;
+  // What the cast saw: amax of |x| before scaling (NaN/inf when the operand held one).
+  virtual void observe(int32_t /*id*/, float /*amax*/, bool /*clipped*/) {}
+  virtual double loss_scale() { return 1.0; }
+  // Values the runtime reduces in place with MAX across the ranks sharing the sites.
+  virtual float* step_stats(int64_t& n) { n = 0; return nullptr; }
+  // Returns true when the runtime must skip this step's update.
+  virtual bool end_step(bool /*found_inf*/) { return false; }
+  virtual void metrics(std::vector<std::pair<const char*, double>>& /*out*/) {}
+  virtual std::string save_state() { return {}; }
+  virtual void load_state(const std::string& /*bytes*/) {}
 };
 
 class CkptPlugin : public Plugin {
@@ -253,6 +281,62 @@ loom_plugin base(loom_kind kind, loom_slot slot, uint32_t size) {
   return b;
 }
 
+template <class Impl>
+FormatPolicy* policy(void* self) {
+  return static_cast<FormatPolicy*>(static_cast<Impl*>(self));
+}
+
+// The ABI 1.1 precision entries, each forwarding to a FormatPolicy subclass.
+template <class Impl>
+void fill_format_policy(loom_precision_v1& t) {
+  t.add_site = [](void* self, const char* name, int32_t role, int32_t* id, loom_error* err) {
+    return guarded(err, [&] {
+      *id = policy<Impl>(self)->add_site(name, static_cast<loom_operand_role>(role));
+    });
+  };
+  t.site_format = [](void* self, int32_t id) {
+    return policy<Impl>(self)->site_format(id);
+  };
+  t.observe = [](void* self, int32_t id, float amax, int32_t clipped) {
+    policy<Impl>(self)->observe(id, amax, clipped != 0);
+  };
+  t.loss_scale = [](void* self) {
+    return policy<Impl>(self)->loss_scale();
+  };
+  t.step_stats = [](void* self, float** data, int64_t* n, loom_error* err) {
+    return guarded(err, [&] { *data = policy<Impl>(self)->step_stats(*n); });
+  };
+  t.end_step = [](void* self, int32_t found_inf, int32_t* skip, loom_error* err) {
+    return guarded(err, [&] {
+      *skip = policy<Impl>(self)->end_step(found_inf != 0) ? 1 : 0;
+    });
+  };
+  t.metrics = [](void* self, const char** names, double* values, int32_t cap) {
+    std::vector<std::pair<const char*, double>> out;
+    policy<Impl>(self)->metrics(out);
+    int32_t n = 0;
+    for (; n < cap && n < static_cast<int32_t>(out.size()); ++n) {
+      names[n] = out[n].first;
+      values[n] = out[n].second;
+    }
+    return n;
+  };
+  t.save_state = [](void* self, void* buf, size_t cap, size_t* bytes, loom_error* err) {
+    return guarded(err, [&] {
+      std::string s = policy<Impl>(self)->save_state();
+      *bytes = s.size();
+      if (!buf) return;
+      if (cap < s.size()) throw Error(LOOM_INTERNAL, "save_state: buffer too small");
+      std::memcpy(buf, s.data(), s.size());
+    });
+  };
+  t.load_state = [](void* self, const void* buf, size_t bytes, loom_error* err) {
+    return guarded(err, [&] {
+      policy<Impl>(self)->load_state(std::string(static_cast<const char*>(buf), bytes));
+    });
+  };
+}
+
 }  // namespace detail
 
 template <class Impl>
@@ -268,6 +352,7 @@ const loom_plugin* precision_plugin() {
         static_cast<Impl*>(self)->round_operand(*x, static_cast<loom_operand_role>(role));
       });
     };
+    if constexpr (std::is_base_of_v<FormatPolicy, Impl>) detail::fill_format_policy<Impl>(t);
     return t;
   }();
   return &table.base;
