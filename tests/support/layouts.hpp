@@ -15,6 +15,8 @@ namespace loom::test {
 
 struct Curves {
   std::vector<double> loss, grad_norm;
+  std::filesystem::path metrics;  // the run's metrics.jsonl, for other columns
+  std::string out;                // what the run printed
 };
 
 class LayoutRuns {
@@ -39,7 +41,7 @@ class LayoutRuns {
     INFO(sets << "\n" << r.out);
     REQUIRE(r.rc == 0);
     auto metrics = std::filesystem::path(dir) / "metrics.jsonl";
-    return {column(metrics, "loss"), column(metrics, "grad_norm")};
+    return {column(metrics, "loss"), column(metrics, "grad_norm"), metrics, r.out};
   }
 
   Result raw(const std::string& sets) { return run_loom("train " + cfg_ + " --run-dir " + (t_.path / "x").string() + " " + sets); }
