@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include <loom/bf16.hpp>
 #include <loom/plugin.h>
 
 namespace loom::formats {
@@ -48,15 +49,9 @@ inline const Format* format_of(int32_t dtype) {
   }
 }
 
-// bf16 keeps the upper 16 bits of the fp32 pattern: adding 0x7fff plus the lowest kept bit
-// rounds the dropped half to nearest-even, and a carry out of the mantissa bumps the exponent
-// (up to infinity), so normals, subnormals and overflow need no separate cases.
-inline float round_bf16(float x) {
-  uint32_t u = std::bit_cast<uint32_t>(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return std::bit_cast<float>(u | 0x00400000u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return std::bit_cast<float>(u & 0xffff0000u);
-}
+// bf16 keeps the upper 16 bits of the fp32 pattern, rounded to nearest-even (loom/bf16.hpp):
+// normals, subnormals and overflow need no separate cases.
+inline float round_bf16(float x) { return sdk::bf16_to_f32(sdk::f32_to_bf16(x)); }
 
 // |x| = m 2^e lies on the grid of spacing q = 2^(max(e, emin) - man): below the smallest normal
 // the spacing stops shrinking (subnormals). rint(|x| / q) q is the nearest grid point with ties

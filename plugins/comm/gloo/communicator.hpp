@@ -3,6 +3,7 @@
 // Internal to plugins/comm/gloo (included by gloo.cpp only, hence the unnamed namespace).
 #pragma once
 
+#include <loom/bf16.hpp>
 #include <loom/sdk.hpp>
 
 #include <gloo/allgather_ring.h>
@@ -87,20 +88,8 @@ int64_t numel(const loom_tensor& t) {
   return n;
 }
 
-// bf16 <-> fp32: bf16 is the top half of an fp32; narrowing rounds to nearest even.
-float bf16_to_f32(uint16_t h) {
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-uint16_t f32_to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
+using loom::sdk::bf16_to_f32;
+using loom::sdk::f32_to_bf16;
 
 // A communicator: a gloo context plus the worker thread that runs its operations in order.
 struct Comm {
