@@ -15,7 +15,7 @@ bool has(const std::string& text, const std::string& part) {
 TEST_CASE("version and help") {
   auto v = run_loom("version");
   CHECK(v.rc == 0);
-  CHECK(has(v.out, "plugin ABI 1.0"));
+  CHECK(has(v.out, "plugin ABI 1.1"));
   auto h = run_loom("--help");
   CHECK(h.rc == 0);
   CHECK(has(h.out, "config check FILE"));
@@ -49,7 +49,7 @@ TEST_CASE("loom plugins info prints options with types, defaults and help") {
   CHECK(has(r.out, "an integer"));
   auto j = run_loom("plugins info options --json");
   CHECK(has(j.out, "{\"name\": \"growth\", \"type\": \"float\", \"default\": \"2.0\""));
-  auto missing = run_loom("plugins info fp61");
+  auto missing = run_loom("plugins info fp33");
   CHECK(missing.rc == 2);
   CHECK(has(missing.out, "did you mean 'fp32'?"));
 }
@@ -92,7 +92,7 @@ TEST_CASE("plugin failures at the command line") {
   CHECK(has(not_found.out, "found:"));
   auto abi = run_loom("config check " + t.write("b.toml", "[plugins]\nprecision = \"future\"\n"));
   CHECK(abi.rc == 1);
-  CHECK(has(abi.out, "ABI 99.3; this runtime speaks ABI 1.0"));
+  CHECK(has(abi.out, "ABI 99.3; this runtime speaks ABI 1.1"));
   auto junk = run_loom("config check " + t.write("c.toml", "[plugins]\nprecision = \"notaplugin\"\n"));
   CHECK(junk.rc == 1);
   CHECK(has(junk.out, "is not a Loom plugin"));
