@@ -1,6 +1,7 @@
 #include "precision/precision.hpp"
 
 #include <cstddef>
+#include <algorithm>
 #include <cstring>
 
 #include "core/errors.hpp"
@@ -12,8 +13,23 @@ Precision::Precision(const plugins::Found& found, const loom_options* options, c
     : instance_(std::make_unique<plugins::Instance>(found, options)),
       table_(instance_->table<loom_precision_v1>()),
       ops_(ops) {
-  if (has_policy() && (!LOOM_HAS_FIELD(ops_, loom_ops, quantize) || !ops_->quantize))
+  if (!has_policy()) return;
+  if (!LOOM_HAS_FIELD(ops_, loom_ops, quantize) || !ops_->quantize)
     throw RuntimeError(std::string("precision '") + name() + "' needs the op table's quantize (ABI 1.1)");
+  // A format policy is all or nothing: name the entry a hand-written table left out.
+  const std::pair<const void*, const char*> entries[] = {
+      {reinterpret_cast<const void*>(table_->add_site), "add_site"},
+      {reinterpret_cast<const void*>(table_->observe), "observe"},
+      {reinterpret_cast<const void*>(table_->loss_scale), "loss_scale"},
+      {reinterpret_cast<const void*>(table_->step_stats), "step_stats"},
+      {reinterpret_cast<const void*>(table_->end_step), "end_step"},
+      {reinterpret_cast<const void*>(table_->metrics), "metrics"},
+      {reinterpret_cast<const void*>(table_->save_state), "save_state"},
+      {reinterpret_cast<const void*>(table_->load_state), "load_state"}};
+  for (auto [fn, entry] : entries)
+    if (!fn)
+      throw RuntimeError(std::string("precision plugin '") + name() + "' sets site_format but not " + entry +
+                         ": an ABI 1.1 format policy must fill every entry");
 }
 
 Precision::~Precision() = default;
@@ -65,7 +81,13 @@ bool Precision::end_step(bool found_inf, const std::function<void(float*, int64_
   float* stats = nullptr;
   int64_t n = 0;
   if (table_->step_stats(instance_->self(), &stats, &n, &err_) != LOOM_OK) fail("report its step stats");
-  if (n > 0) reduce_max(stats, n);
+  // One reduction carries the plugin's stats and the overflow flag, so every rank decides alike
+  // even if a non-finite value stayed in one rank's unreduced gradients.
+  std::vector<float> shared(stats, stats + n);
+  shared.push_back(found_inf ? 1.f : 0.f);
+  reduce_max(shared.data(), n + 1);
+  std::copy(shared.begin(), shared.begin() + n, stats);
+  found_inf = shared[n] > 0.f;
   int32_t skip = 0;
   if (table_->end_step(instance_->self(), found_inf ? 1 : 0, &skip, &err_) != LOOM_OK) fail("end the step");
   return skip != 0;

@@ -241,14 +241,14 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       loss = dp->mean_over_dp(loss);
     }
     api.finish_replicated_grads(params);
-    // The norm is reduced over tp and the gradients over dp, so a non-finite value on any rank
-    // reaches every rank's norm: found_inf is global without another collective.
+    // Overflow anywhere (loss or gradients) is made global inside end_step, with the plugin's
+    // per-step stats, in one MAX all-reduce over the world.
     const double grad_norm = slots.grad_norm(params) / loss_scale;
-    const bool found_inf = !std::isfinite(grad_norm);
+    const bool found_inf = !std::isfinite(grad_norm) || !std::isfinite(loss);
     const bool skip = precision && precision->end_step(found_inf, [&](float* stats, int64_t n) {
       if (world) world->world().all_reduce(flat_view(stats, LOOM_F32, n), LOOM_REDUCE_MAX);
     });
-    if (!std::isfinite(loss) || (found_inf && !skip))
+    if (found_inf && !skip)
       throw RuntimeError("step " + std::to_string(step) + ": loss " + std::to_string(loss) +
                          ", grad norm " + std::to_string(grad_norm) + " is not finite");
     if (skip) {

@@ -140,6 +140,12 @@ TEST_CASE("the CPU quantize kernel casts with a scale and reports amax and clipp
   CHECK(x[3] == 896.f);
   CHECK(x[1] == -3.f);
   CHECK(x[0] == doctest::Approx(round_to(kE4M3, 0.05f) * 2.f));
+  // A finite value whose scaled product overflows fp32 saturates (fp8) and counts as clipped.
+  std::vector<float> big = {3e38f, -3e38f};
+  loom::cpu::quantize(big.data(), 2, LOOM_FP8_E5M2, 1e3f, &amax, &clipped);
+  CHECK(clipped == 2);
+  CHECK(big[0] == doctest::Approx(57344.f / 1e3f));
+  CHECK(big[1] == doctest::Approx(-57344.f / 1e3f));
   std::vector<float> y = {1.f, NAN};
   loom::cpu::quantize(y.data(), 2, LOOM_BF16, 1.f, &amax, &clipped);
   CHECK(std::isnan(amax));

@@ -97,7 +97,9 @@ TEST_CASE("fp16: skipped overflow steps back off after the hysteresis, clean ste
   CHECK(p.metric("skipped") == 1.0);
   CHECK(p.end(true));
   CHECK(p.t->loss_scale(p.inst->self()) == 1024.0);
-  for (int i = 0; i < 6; ++i) CHECK(p.end(true));
+  CHECK(p.end(true));  // the budget stays spent until the scale grows (Megatron's rule)
+  CHECK(p.t->loss_scale(p.inst->self()) == 512.0);
+  for (int i = 0; i < 5; ++i) CHECK(p.end(true));
   CHECK(p.t->loss_scale(p.inst->self()) == 256.0);  // never below min_scale
   CHECK(p.metric("skipped_steps") == 8.0);
   CHECK_FALSE(p.end(false));
@@ -140,9 +142,18 @@ TEST_CASE("fp8: delayed scaling from the reduced amax history, E4M3 forward and 
 
   const std::string state = p.save();
   Plugin q("fp8", "amax_history_len = 2\nmargin = 1\n");
-  CHECK(q.load(state) == LOOM_OK);
+  CHECK(q.load(state) == LOOM_OK);  // before the model names its sites, as on resume
+  CHECK(q.site("blocks.0.fc.weight", LOOM_OPERAND_WEIGHT) == 0);
+  CHECK(q.site("blocks.0.fc.weight.dy", LOOM_OPERAND_GRADIENT) == 1);
   CHECK(q.format(0).scale == p.format(w).scale);
   CHECK(q.format(1).dtype == LOOM_FP8_E5M2);
+  CHECK(q.metric("fp8_tensors") == 2.0);  // named onto the loaded sites, not appended
+  CHECK(q.load(state) == LOOM_OK);         // and after: the same sites, kept
+  Plugin tiny("fp8", "");
+  const int32_t t = tiny.site("w", LOOM_OPERAND_WEIGHT);
+  tiny.t->observe(tiny.inst->self(), t, 1e-38f, 0);
+  tiny.end(false);
+  CHECK(std::isfinite(tiny.format(t).scale));  // 448 / 1e-38 overflows: clamped
   Plugin other("fp8", "amax_history_len = 2\n");
   other.site("blocks.0.qkv.weight", LOOM_OPERAND_WEIGHT);
   std::string why;

@@ -63,10 +63,9 @@ struct Fp16 : loom::sdk::FormatPolicy {
     if (found_inf) {
       ++skipped_;
       clean_ = 0;
-      if (--tolerance_ <= 0) {
-        scale_ = std::max(min_, scale_ * backoff_);
-        tolerance_ = hysteresis_;
-      }
+      // As Megatron's scaler: once the budget is spent every further overflow backs off, until
+      // the scale grows again.
+      if (--tolerance_ <= 0) scale_ = std::max(min_, scale_ * backoff_);
       return true;
     }
     if (++clean_ >= interval_) {

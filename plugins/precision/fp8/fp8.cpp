@@ -1,5 +1,5 @@
 // fp8 with delayed scaling (Transformer Engine's recipe). Each GEMM operand ("site") is cast as
-// fp8(x * scale) / scale: HYBRID uses E4M3 (max 448) for weights and activations in forward and
+// fp8(x * scale) * (1 / scale): HYBRID uses E4M3 (max 448) for weights and activations in forward and
 // E5M2 (max 57344) for gradients in backward. A site's scale comes from the amaxes of earlier
 // steps, never the current one, so the cast needs no extra pass over the data first:
 //   amax  = max over the last amax_history_len steps (or the most recent step's)
@@ -11,6 +11,7 @@
 #include <loom/sdk.hpp>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -57,7 +58,21 @@ struct Fp8 : loom::sdk::FormatPolicy {
     most_recent_ = algo == "most_recent";
   }
 
+  // A site loaded from saved state before the model named it keeps its history and id.
   int32_t add_site(const std::string& site, loom_operand_role role) override {
+    for (size_t i = registered_; i < sites_.size(); ++i)
+      if (sites_[i].name == site) {
+        if (i != registered_)
+          throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state has site '" + site + "' at position " +
+                                                      std::to_string(i) + ", the model names it " +
+                                                      std::to_string(registered_) + "th");
+        sites_[i].backward = role == LOOM_OPERAND_GRADIENT;
+        return static_cast<int32_t>(registered_++);
+      }
+    if (registered_ < sites_.size())
+      throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state names site '" + sites_[registered_].name +
+                                                  "' where this model has '" + site + "'");
+    ++registered_;
     sites_.push_back({site, role == LOOM_OPERAND_GRADIENT});
     sites_.back().history.assign(history_len_, 0.f);
     return static_cast<int32_t>(sites_.size() - 1);
@@ -99,7 +114,8 @@ struct Fp8 : loom::sdk::FormatPolicy {
       const float used = most_recent_ ? recent
                                       : *std::max_element(s.history.begin(),
                                                           s.history.begin() + std::min(s.filled, history_len_));
-      if (used > 0.f) s.scale = std::ldexp(fp8_max(s) / used, -static_cast<int>(margin_));
+      // A tiny amax would give an infinite scale (and 0 * inf = NaN): clamp it, as TE does.
+      if (used > 0.f) s.scale = std::min(std::ldexp(fp8_max(s) / used, -static_cast<int>(margin_)), FLT_MAX);
     }
     std::fill(stats_.begin(), stats_.end(), 0.f);
     return false;
@@ -153,7 +169,7 @@ struct Fp8 : loom::sdk::FormatPolicy {
       get(&s.filled, 8);
       s.history.resize(history_len_);
       get(s.history.data(), 4 * history_len_);
-      const bool known = i < static_cast<int64_t>(sites_.size());
+      const bool known = i < static_cast<int64_t>(registered_);
       if (known && sites_[i].name != s.name)
         throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state names site '" + s.name + "' where this model has '" +
                                                     sites_[i].name + "'");
@@ -161,6 +177,10 @@ struct Fp8 : loom::sdk::FormatPolicy {
       sites.push_back(std::move(s));
     }
     if (at != bytes.size()) throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state has trailing bytes");
+    // Sites the model already named keep their ids, so the state must cover exactly those.
+    if (registered_ > 0 && sites.size() != registered_)
+      throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state has " + std::to_string(sites.size()) +
+                                                  " tensors, this model " + std::to_string(registered_));
     sites_ = std::move(sites);
     stats_.clear();
   }
@@ -181,7 +201,8 @@ struct Fp8 : loom::sdk::FormatPolicy {
 
   int64_t history_len_, margin_;
   bool hybrid_ = true, most_recent_ = false;
-  std::vector<Site> sites_;
+  std::vector<Site> sites_;  // [0, registered_) named by the model; the rest loaded, not yet named
+  size_t registered_ = 0;
   std::vector<float> stats_;
   int64_t saturated_ = 0;
 };

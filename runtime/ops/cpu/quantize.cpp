@@ -1,4 +1,5 @@
 #include <bit>
+#include <cfloat>
 #include <cmath>
 
 #include "ops/cpu/kernels.hpp"
@@ -32,9 +33,16 @@ inline float cast_grid(const formats::Format& f, float v, int64_t& clips) {
   return std::copysign(r, v);
 }
 
+// x * scale, except that a finite x whose product overflows fp32 becomes +-FLT_MAX, so the cast
+// saturates or overflows it (and counts it) like any other large value.
+inline float overflow_to_max(float x, float scale) {
+  const float v = x * scale;
+  return std::isinf(v) && std::isfinite(x) ? std::copysign(FLT_MAX, v) : v;
+}
+
 }  // namespace
 
-// x[i] = cast(x[i] * scale) / scale through the narrow format (ops/formats.hpp), in place.
+// x[i] = cast(x[i] * scale) * (1 / scale) through the narrow format (ops/formats.hpp), in place.
 // amax = max |x[i]| of the input (NaN when any is NaN: the caller must see a poisoned tensor),
 // clipped = finite elements that overflowed the format after scaling.
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped) {
@@ -51,13 +59,13 @@ void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int6
   if (f == &formats::kBf16) {
 #pragma omp parallel for reduction(+ : clips) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i] * scale, r = formats::round_bf16(v);
+      const float v = overflow_to_max(x[i], scale), r = formats::round_bf16(v);
       clips += std::isfinite(v) && std::isinf(r);
       x[i] = r * inv;
     }
   } else if (f) {
 #pragma omp parallel for reduction(+ : clips) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) x[i] = cast_grid(*f, x[i] * scale, clips) * inv;
+    for (int64_t i = 0; i < n; ++i) x[i] = cast_grid(*f, overflow_to_max(x[i], scale), clips) * inv;
   }
   if (amax) *amax = nans ? NAN : top;
   if (clipped) *clipped = clips;

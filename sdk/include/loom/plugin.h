@@ -179,8 +179,8 @@ typedef struct loom_ops {
 
   /* ---- ABI 1.1 ---- */
   /* A GEMM operand cast through a narrower format, in place in fp32 storage:
-   *   x[i] = cast(x[i] * scale) / scale
-   * with round-to-nearest-even. dtype is LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3 or LOOM_FP8_E5M2.
+   *   x[i] = cast(x[i] * scale) * (1 / scale)
+   * with round-to-nearest-even (a finite x[i] whose product overflows fp32 counts as overflow). dtype is LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3 or LOOM_FP8_E5M2.
    * bf16 and fp16 overflow to infinity (IEEE); both fp8 formats saturate finite overflow to their
    * largest value (448, 57344). Writes *amax = max |x[i]| before the cast (NaN when any x[i] is
    * NaN) and *clipped = how many finite elements overflowed or saturated. A device with native
@@ -289,7 +289,7 @@ typedef enum loom_operand_role {
 /* What a GEMM operand is cast through before the fp32-accumulating GEMM (ABI 1.1). */
 typedef struct loom_operand_format {
   int32_t dtype; /* loom_dtype: LOOM_F32 leaves the operand as it is */
-  float scale;   /* multiplied in before the cast and divided out after (1 = unscaled) */
+  float scale;   /* multiplied in before the cast, its inverse multiplied in after (1 = unscaled) */
 } loom_operand_format;
 
 typedef struct loom_precision_v1 {
@@ -312,7 +312,8 @@ typedef struct loom_precision_v1 {
   /* The factor the loss gradient is multiplied by this step (1 = no loss scaling). */
   double (*loss_scale)(void* self);
   /* Values every rank must agree on before end_step (fp8 amaxes, clip flags). The runtime
-   * reduces them in place with MAX over every rank that shares the sites. May set *n = 0. */
+   * reduces them in place with MAX over every rank that shares the sites. May set *n = 0.
+   * Once site_format is set, every entry of this 1.1 policy must be. */
   loom_status (*step_stats)(void* self, float** data, int64_t* n, loom_error* err);
   /* Ends a step. found_inf: some rank's gradients hold inf or NaN (already global). *skip = 1:
    * the runtime must not apply this step's update. Loss scale and fp8 scales move here. */
