@@ -49,9 +49,13 @@ void Precision::fail(const std::string& what) const {
 
 Tensor Precision::operand(const Tensor& t, const std::string& site, loom_operand_role role) {
   if (exact()) return t;
-  Tensor copy = Tensor::empty(t.shape());
-  std::memcpy(copy.data(), t.data(), t.bytes());
+  auto copy_of = [](const Tensor& src) {
+    Tensor c = Tensor::empty(src.shape());
+    std::memcpy(c.data(), src.data(), src.bytes());
+    return c;
+  };
   if (!has_policy()) {
+    Tensor copy = copy_of(t);
     loom_tensor d = copy.desc();
     if (table_->round_operand(instance_->self(), &d, role, &err_) != LOOM_OK) fail("round a GEMM operand");
     return copy;
@@ -64,7 +68,8 @@ Tensor Precision::operand(const Tensor& t, const std::string& site, loom_operand
     it = sites_.emplace(site, id).first;
   }
   const loom_operand_format f = table_->site_format(instance_->self(), it->second);
-  if (f.dtype == LOOM_F32) return copy;
+  if (f.dtype == LOOM_F32) return t;  // this site stays fp32: no copy
+  Tensor copy = copy_of(t);
   float amax = 0;
   int64_t clipped = 0;
   ops_->quantize(copy.f32(), copy.numel(), f.dtype, f.scale, &amax, &clipped);
