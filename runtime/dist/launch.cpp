@@ -87,14 +87,47 @@ std::optional<RankEnv> rank_from_environment() {
     e.rank = *r;
     e.world = *env_int("SLURM_NTASKS");
     e.local_rank = env_int("SLURM_LOCALID").value_or(0);
-    e.local_world = env_int("SLURM_NTASKS_PER_NODE").value_or(e.world);
+    // SLURM_NTASKS_PER_NODE is set only when asked for; SLURM_STEP_TASKS_PER_NODE always is
+    // ("2(x3),1": its first count, which is enough to share a node's cores between its ranks).
+    e.local_world = env_int("SLURM_NTASKS_PER_NODE").value_or(env_int("SLURM_STEP_TASKS_PER_NODE").value_or(e.world));
     e.launcher = "slurm";
   } else {
     return std::nullopt;
   }
   e.master_addr = env_str("MASTER_ADDR", "127.0.0.1");
   e.master_port = env_int("MASTER_PORT").value_or(29500);
+  if (e.launcher == "slurm") {
+    // Under Slurm the store lives on the allocation's first host, on a port derived from the
+    // job id, so concurrent jobs sharing a node do not collide; MASTER_* still override.
+    const std::string nodes = env_str("SLURM_STEP_NODELIST", env_str("SLURM_JOB_NODELIST", ""));
+    if (!std::getenv("MASTER_ADDR") && !nodes.empty()) e.master_addr = first_host(nodes);
+    if (!std::getenv("MASTER_PORT"))
+      if (auto job = env_int("SLURM_JOB_ID")) e.master_port = 20000 + *job % 20000;
+  }
   return e;
+}
+
+// "gpu-a[07-09,12],login1" -> "gpu-a07": the first entry, its first range's first number with
+// the range's zero padding.
+std::string first_host(const std::string& nodelist) {
+  int depth = 0;
+  size_t end = nodelist.size();
+  for (size_t i = 0; i < nodelist.size(); ++i) {
+    if (nodelist[i] == '[') ++depth;
+    if (nodelist[i] == ']') --depth;
+    if (nodelist[i] == ',' && depth == 0) {
+      end = i;
+      break;
+    }
+  }
+  const std::string entry = nodelist.substr(0, end);
+  const size_t open = entry.find('[');
+  if (open == std::string::npos) return entry;
+  const size_t close = entry.find(']', open);
+  const std::string ranges = entry.substr(open + 1, close == std::string::npos ? std::string::npos : close - open - 1);
+  const std::string first = ranges.substr(0, ranges.find_first_of(",-"));
+  const std::string suffix = close == std::string::npos ? "" : entry.substr(close + 1);
+  return entry.substr(0, open) + first + suffix;
 }
 
 int free_port() {

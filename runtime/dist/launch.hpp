@@ -18,7 +18,12 @@ struct RankEnv {
 };
 
 // The rank set by an outer launcher, or nullopt when this process was started on its own.
+// Under Slurm, MASTER_ADDR defaults to the first host of the step's nodelist and MASTER_PORT to
+// 20000 + job id mod 20000.
 std::optional<RankEnv> rank_from_environment();
+
+// The first host of a Slurm nodelist: "node[03-05,9],login1" -> "node03".
+std::string first_host(const std::string& nodelist);
 
 // Runs `nproc` copies of argv (argv[0] is the program) with RANK, LOCAL_RANK, WORLD_SIZE,
 // LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, and returns the job's exit code: 0 when

@@ -1,5 +1,5 @@
-// Run as one rank of a job (`loom launch -n N -- collectives_worker`): checks every collective
-// of the comm plugin for fp32 and bf16 at sizes 0, 1, odd and not divisible by the world size,
+// Run as one rank of a job (`loom launch -n N -- collectives_worker [COMM]`, or under mpirun
+// with COMM = mpi): checks every collective of the comm plugin (default gloo) for fp32 and bf16 at sizes 0, 1, odd and not divisible by the world size,
 // sync and async. Prints one line per failure and exits 1 if there was any.
 #include <cmath>
 #include <cstdio>
@@ -177,7 +177,7 @@ void check_all(Ops& ops, loom_dtype dt, int64_t count, bool async) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   try {
     auto env = dist::rank_from_environment();
     if (!env) {
@@ -185,10 +185,11 @@ int main() {
       return 2;
     }
     me = env->rank, n = env->world;
-    config::Config cfg = config::Config::parse("[plugins]\ncomm = \"gloo\"\n", "worker.toml");
+    const std::string comm = argc > 1 ? argv[1] : "gloo";
+    config::Config cfg = config::Config::parse("[plugins]\ncomm = \"" + comm + "\"\n", "worker.toml");
     plugins::Registry reg(plugins::Registry::default_dirs());
     plugins::Selection sel = plugins::resolve(cfg, reg);
-    loom_options opts = plugins::options_for(cfg, "gloo");
+    loom_options opts = plugins::options_for(cfg, comm);
     dist::MeshShape mesh;
     mesh.dp = n;
     dist::CommWorld world(*env, mesh, sel.slot("comm")->found, &opts, 20000);
@@ -197,7 +198,7 @@ int main() {
       for (int64_t count : {0, 1, 7, 13, 1001})
         for (bool async : {false, true}) check_all(ops, dt, count, async);
     world.world().barrier();
-    if (failures == 0) std::printf("rank %d: all collectives correct on %d ranks\n", me, n);
+    if (failures == 0) std::printf("rank %d: all collectives correct on %d ranks (%s)\n", me, n, comm.c_str());
   } catch (const std::exception& e) {
     std::printf("rank %d: error: %s\n", me, e.what());
     return 1;

@@ -34,17 +34,21 @@ class LayoutRuns {
                                   "\neval_every = 0\n" + plugins);
   }
 
-  // Trains with extra --set flags (e.g. "--set parallel.nproc=2"); REQUIREs success.
-  Curves run(const std::string& sets) {
+  // Trains with extra --set flags (e.g. "--set parallel.nproc=2"), under `launcher` if given;
+  // REQUIREs success.
+  Curves run(const std::string& sets, const std::string& launcher = "") {
     std::string dir = (t_.path / ("run" + std::to_string(runs_++))).string();
-    auto r = run_loom("train " + cfg_ + " --run-dir " + dir + " " + sets);
+    auto r = run_loom("train " + cfg_ + " --run-dir " + dir + " " + sets, "", launcher);
     INFO(sets << "\n" << r.out);
     REQUIRE(r.rc == 0);
     auto metrics = std::filesystem::path(dir) / "metrics.jsonl";
     return {column(metrics, "loss"), column(metrics, "grad_norm"), metrics, r.out};
   }
 
-  Result raw(const std::string& sets) { return run_loom("train " + cfg_ + " --run-dir " + (t_.path / "x").string() + " " + sets); }
+  Result raw(const std::string& sets, const std::string& launcher = "") {
+    return run_loom("train " + cfg_ + " --run-dir " + (t_.path / "x").string() + " " + sets, "", launcher);
+  }
+  const std::string& config() const { return cfg_; }
 
  private:
   TempDir t_;

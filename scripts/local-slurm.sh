@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# A throwaway single-node Slurm on 127.0.0.1 for tests: slurmctld and slurmd in the foreground
+# under this shell, auth/none, no cgroups, all state in one temporary directory.
+#   source scripts/local-slurm.sh; slurm_start DIR; srun ...; slurm_stop
+# slurm_start exports SLURM_CONF and waits until the node is idle; slurm_stop kills the two
+# daemons by the PIDs it started them with. Needs root (auth/none runs jobs as the caller).
+
+slurm_free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+slurm_start() {
+  local dir=$1
+  mkdir -p "$dir/state" "$dir/spool"
+  local cpus; cpus=$(nproc)
+  cat > "$dir/slurm.conf" <<CONF
+ClusterName=loomtest
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$(slurm_free_port)
+SlurmdPort=$(slurm_free_port)
+AuthType=auth/none
+CredType=cred/none
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+KillWait=5
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
+PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+CONF
+  export SLURM_CONF=$dir/slurm.conf
+  slurmctld -D -i -f "$SLURM_CONF" > "$dir/slurmctld.out" 2>&1 &
+  SLURMCTLD_PID=$!
+  slurmd -D -N localhost -f "$SLURM_CONF" > "$dir/slurmd.out" 2>&1 &
+  SLURMD_PID=$!
+  local i
+  for i in $(seq 1 60); do
+    if sinfo -h -n localhost -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then return 0; fi
+    if ! kill -0 "$SLURMCTLD_PID" 2>/dev/null || ! kill -0 "$SLURMD_PID" 2>/dev/null; then break; fi
+    sleep 0.5
+  done
+  echo "local slurm did not come up; logs:" >&2
+  tail -n 20 "$dir"/slurmctld.log "$dir"/slurmd.log "$dir"/*.out >&2 2>/dev/null
+  slurm_stop
+  return 1
+}
+
+slurm_stop() {
+  local pid
+  for pid in ${SLURMD_PID:-} ${SLURMCTLD_PID:-}; do
+    kill "$pid" 2>/dev/null || true
+  done
+  for pid in ${SLURMD_PID:-} ${SLURMCTLD_PID:-}; do
+    for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  SLURMD_PID= SLURMCTLD_PID=
+}
