@@ -9,6 +9,7 @@ packages=(
   libboost-dev libboost-program-options-dev
   libopenblas-dev libopenblas-openmp-dev libomp-dev
   libgloo-dev libopenmpi-dev openmpi-bin
+  slurmctld slurmd slurm-client
   fortunes-min fortunes
 )
 

@@ -96,6 +96,14 @@ std::optional<RankEnv> rank_from_environment() {
   }
   e.master_addr = env_str("MASTER_ADDR", "127.0.0.1");
   e.master_port = env_int("MASTER_PORT").value_or(29500);
+  if (e.launcher == "mpi" && !std::getenv("MASTER_PORT")) {
+    // Every rank of one mpirun shares its job id, and concurrent mpiruns differ in it: a port
+    // hashed from it keeps two jobs on one node off each other's store.
+    if (const char* job = std::getenv("OMPI_MCA_ess_base_jobid")) {
+      const auto id = static_cast<uint32_t>(std::strtoull(job, nullptr, 10));
+      e.master_port = 20000 + static_cast<int>((id * 2654435761u >> 8) % 20000);
+    }
+  }
   if (e.launcher == "slurm") {
     // Under Slurm the store lives on the allocation's first host, on a port derived from the
     // job id, so concurrent jobs sharing a node do not collide; MASTER_* still override.

@@ -201,8 +201,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     std::printf("device: %s, %d threads, precision %s; MFU peak %.1f GFLOP/s from %s\n",
                 device.c_str(), threads, precision_name.c_str(), peak.gflops, peak.source.c_str());
     if (dp)
-      std::printf("mesh: %d ranks, %s, %lld sequences per rank per step\n", env.world,
-                  mesh.describe().c_str(), (long long)local_batch);
+      std::printf("mesh: %d ranks (launched by %s), %s, %lld sequences per rank per step\n", env.world,
+                  env.launcher.c_str(), mesh.describe().c_str(), (long long)local_batch);
     std::printf("run dir: %s\n", run_dir.c_str());
     std::fflush(stdout);
   }

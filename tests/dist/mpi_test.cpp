@@ -27,7 +27,9 @@ TEST_CASE("every collective is correct over mpi on 2 and 3 ranks") {
 TEST_CASE("dp=2 and dp=2 x tp=2 under mpirun with the mpi plugin match the single-rank run, 1e-5") {
   LayoutRuns runs(kModel, kTrain);
   Curves one = runs.run("");
-  check_same(one, runs.run("--set plugins.comm=mpi", mpirun(2)), 1e-5, "mpirun -np 2, dp=2");
+  Curves dp2 = runs.run("--set plugins.comm=mpi", mpirun(2));
+  CHECK(has(dp2.out, "mesh: 2 ranks (launched by mpi)"));
+  check_same(one, dp2, 1e-5, "mpirun -np 2, dp=2");
   check_same(one, runs.run("--set plugins.comm=mpi --set parallel.tp=2", mpirun(4)), 1e-5,
              "mpirun -np 4, dp=2 x tp=2");
   // gloo runs under mpirun too: the rank comes from Open MPI's environment either way.

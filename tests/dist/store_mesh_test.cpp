@@ -81,3 +81,12 @@ TEST_CASE("mesh degrees come from [parallel]; a mismatch with the world is an er
     CHECK(std::string(e.what()).find("does not divide the world size 3") != std::string::npos);
   }
 }
+
+TEST_CASE("the first host of a Slurm nodelist, which defaults MASTER_ADDR under srun") {
+  using loom::dist::first_host;
+  CHECK(first_host("localhost") == "localhost");
+  CHECK(first_host("node[03-05,9],login1") == "node03");
+  CHECK(first_host("gpu-a[07-09,12]-ib,gpu-b1") == "gpu-a07-ib");
+  CHECK(first_host("login1,node[1-2]") == "login1");
+  CHECK(first_host("rack1-[12,14]") == "rack1-12");
+}

@@ -1,8 +1,10 @@
 // mpi: the CPU communication backend over Open MPI (any MPI-3 library would do).
 //
-// Every operation is MPI's own nonblocking call (MPI_Iallreduce, MPI_Ireduce_scatter_block, ...)
-// issued on the calling thread; an async handle wraps the MPI_Request plus what must happen when
-// it completes (widening a bf16 result, dividing a sum into a mean). MPI has no bf16 type, so
+// An async operation is MPI's own nonblocking call (MPI_Iallreduce, MPI_Ireduce_scatter_block,
+// ...) issued on the calling thread; its handle wraps the MPI_Request plus what must happen when
+// it completes (widening a bf16 result, dividing a sum into a mean). A synchronous one is the
+// blocking call: Open MPI's blocking collectives use its tuned algorithms, its nonblocking ones
+// the generic libnbc schedules, which measured up to 2x slower here at 64 MiB. MPI has no bf16 type, so
 // bf16 reductions are staged through fp32; data that is only moved travels as bytes.
 // MPI ranks and communicators are MPI's: init checks that the launcher's rank and size agree
 // with MPI_COMM_WORLD, split is MPI_Comm_split. The store is not needed.
@@ -161,7 +163,9 @@ class Mpi : public loom::sdk::CommPlugin {
     const int64_t n = numel(buf);
     auto w = start("all_reduce", c);
     ReduceBuffer rb = reduce_buffer(buf, n, *w);
-    check(MPI_Iallreduce(MPI_IN_PLACE, rb.data, count_of(n, "all_reduce"), rb.type, mpi_op(op), c->comm, &w->request),
+    const int count = count_of(n, "all_reduce");
+    check(async ? MPI_Iallreduce(MPI_IN_PLACE, rb.data, count, rb.type, mpi_op(op), c->comm, &w->request)
+                : MPI_Allreduce(MPI_IN_PLACE, rb.data, count, rb.type, mpi_op(op), c->comm),
           w->what);
     w->finish = [t = buf, n, op, size = c->size, wp = w.get()] { finish_reduce(t, 0, n, op, size, wp->staged); };
     return issue(std::move(w), async);
@@ -177,8 +181,10 @@ class Mpi : public loom::sdk::CommPlugin {
     // The result lands at the front of the (staged or output) buffer.
     void* dst = out.dtype == LOOM_BF16 ? static_cast<void*>(w->staged.data()) : out.data;
     if (out.dtype == LOOM_BF16 && in.dtype != LOOM_BF16) throw Error(LOOM_INTERNAL, "reduce_scatter: dtypes differ");
-    check(MPI_Ireduce_scatter_block(out.dtype == LOOM_BF16 ? MPI_IN_PLACE : src.data, dst,
-                                    count_of(n, "reduce_scatter"), src.type, mpi_op(op), c->comm, &w->request),
+    const void* from = out.dtype == LOOM_BF16 ? MPI_IN_PLACE : src.data;
+    const int count = count_of(n, "reduce_scatter");
+    check(async ? MPI_Ireduce_scatter_block(from, dst, count, src.type, mpi_op(op), c->comm, &w->request)
+                : MPI_Reduce_scatter_block(from, dst, count, src.type, mpi_op(op), c->comm),
           w->what);
     w->finish = [t = out, n, op, size = c->size, wp = w.get()] { finish_reduce(t, 0, n, op, size, wp->staged); };
     return issue(std::move(w), async);
@@ -189,8 +195,9 @@ class Mpi : public loom::sdk::CommPlugin {
     const int64_t bytes = numel(in) * static_cast<int64_t>(element_size(in.dtype));
     if (numel(out) != numel(in) * c->size) throw Error(LOOM_INTERNAL, "all_gather: output must hold size x input elements");
     auto w = start("all_gather", c);
-    check(MPI_Iallgather(in.data, count_of(bytes, "all_gather"), MPI_BYTE, out.data, count_of(bytes, "all_gather"),
-                         MPI_BYTE, c->comm, &w->request),
+    const int count = count_of(bytes, "all_gather");
+    check(async ? MPI_Iallgather(in.data, count, MPI_BYTE, out.data, count, MPI_BYTE, c->comm, &w->request)
+                : MPI_Allgather(in.data, count, MPI_BYTE, out.data, count, MPI_BYTE, c->comm),
           w->what);
     return issue(std::move(w), async);
   }
@@ -199,7 +206,10 @@ class Mpi : public loom::sdk::CommPlugin {
     Comm* c = as_comm(handle);
     const int64_t bytes = numel(buf) * static_cast<int64_t>(element_size(buf.dtype));
     auto w = start("broadcast", c);
-    check(MPI_Ibcast(buf.data, count_of(bytes, "broadcast"), MPI_BYTE, root, c->comm, &w->request), w->what);
+    const int count = count_of(bytes, "broadcast");
+    check(async ? MPI_Ibcast(buf.data, count, MPI_BYTE, root, c->comm, &w->request)
+                : MPI_Bcast(buf.data, count, MPI_BYTE, root, c->comm),
+          w->what);
     return issue(std::move(w), async);
   }
 
@@ -224,8 +234,10 @@ class Mpi : public loom::sdk::CommPlugin {
     auto counts = std::make_shared<std::vector<int>>();
     for (auto* v : {&sc, &rc, &sd, &rd}) counts->insert(counts->end(), v->begin(), v->end());
     const int n = c->size;
-    check(MPI_Ialltoallv(in.data, counts->data(), counts->data() + 2 * n, MPI_BYTE, out.data, counts->data() + n,
-                         counts->data() + 3 * n, MPI_BYTE, c->comm, &w->request),
+    int* k = counts->data();
+    check(async ? MPI_Ialltoallv(in.data, k, k + 2 * n, MPI_BYTE, out.data, k + n, k + 3 * n, MPI_BYTE, c->comm,
+                                 &w->request)
+                : MPI_Alltoallv(in.data, k, k + 2 * n, MPI_BYTE, out.data, k + n, k + 3 * n, MPI_BYTE, c->comm),
           w->what);
     w->finish = [counts] {};
     return issue(std::move(w), async);
