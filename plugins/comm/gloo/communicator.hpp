@@ -39,6 +39,8 @@ struct loom_work {
 namespace {
 
 using loom::sdk::Error;
+using loom::sdk::element_size;
+using loom::sdk::numel;
 
 // gloo's rendezvous store interface over the runtime's store, under a key prefix per communicator.
 class StoreAdapter : public gloo::rendezvous::Store {
@@ -72,21 +74,6 @@ class StoreAdapter : public gloo::rendezvous::Store {
   const loom_store& s_;
   std::string prefix_;
 };
-
-size_t element_size(int32_t dtype) {
-  switch (dtype) {
-    case LOOM_F64: case LOOM_I64: return 8;
-    case LOOM_F32: case LOOM_I32: return 4;
-    case LOOM_BF16: case LOOM_F16: return 2;
-    default: return 1;
-  }
-}
-
-int64_t numel(const loom_tensor& t) {
-  int64_t n = 1;
-  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
-  return n;
-}
 
 using loom::sdk::bf16_to_f32;
 using loom::sdk::f32_to_bf16;

@@ -36,6 +36,8 @@ struct loom_work {
 namespace {
 
 using loom::sdk::Error;
+using loom::sdk::element_size;
+using loom::sdk::numel;
 
 struct Comm {
   MPI_Comm comm = MPI_COMM_NULL;
@@ -45,21 +47,6 @@ struct Comm {
 Comm* as_comm(loom_comm* c) { return reinterpret_cast<Comm*>(c); }
 const Comm* as_comm(const loom_comm* c) { return reinterpret_cast<const Comm*>(c); }
 loom_comm* as_handle(Comm* c) { return reinterpret_cast<loom_comm*>(c); }
-
-int64_t numel(const loom_tensor& t) {
-  int64_t n = 1;
-  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
-  return n;
-}
-
-size_t element_size(int32_t dtype) {
-  switch (dtype) {
-    case LOOM_F64: case LOOM_I64: return 8;
-    case LOOM_F32: case LOOM_I32: return 4;
-    case LOOM_BF16: case LOOM_F16: return 2;
-    default: return 1;
-  }
-}
 
 // MPI counts are int: refuse what does not fit rather than truncate.
 int count_of(int64_t n, const char* what) {

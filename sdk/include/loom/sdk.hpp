@@ -79,6 +79,23 @@ struct Context {
   Options options;
 };
 
+// ---- tensor helpers ----
+
+inline int64_t numel(const loom_tensor& t) {
+  int64_t n = 1;
+  for (int i = 0; i < t.ndim; ++i) n *= t.shape[i];
+  return n;
+}
+
+inline size_t element_size(int32_t dtype) {
+  switch (dtype) {
+    case LOOM_F64: case LOOM_I64: return 8;
+    case LOOM_F32: case LOOM_I32: return 4;
+    case LOOM_BF16: case LOOM_F16: return 2;
+    default: return 1;  // fp8, u8
+  }
+}
+
 // An error sink owned by the plugin, for calling other ABI tables (comm, store) and throwing
 // their message: `ErrorBox e(host); if (t->wait(s, w, e.get()) != LOOM_OK) e.raise("wait");`
 class ErrorBox {
