@@ -10,6 +10,7 @@ packages=(
   libopenblas-dev libopenblas-openmp-dev libomp-dev
   libgloo-dev libopenmpi-dev openmpi-bin
   slurmctld slurmd slurm-client
+  chromium
   fortunes-min fortunes
 )
 

@@ -130,6 +130,8 @@ std::string usage() {
          "  data prepare           tokenise text files into llm.c shards (--text, --out)\n"
          "  launch -n N -- CMD     run N ranks of a command with torchrun-style variables\n"
          "  bench comm             collective bandwidth, nccl-tests style (--op, --nproc)\n"
+         "  compare A.toml B.toml  train both, compare speed, memory and loss; HTML report\n"
+         "  doctor RUN_DIR         what a run's metrics and events say, layer by layer\n"
          "  config check FILE      validate a config and the plugins it names\n"
          "  config show FILE       print the resolved config with every default filled in\n"
          "  plugins [list]         list every plugin found (--json)\n"

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
       {"plugins", &cli::plugins}, {"config", &cli::config},
       {"train", &cli::train},     {"data", &cli::data},
       {"launch", &cli::launch},   {"bench", &cli::bench},
+      {"compare", &cli::compare}, {"doctor", &cli::doctor},
   };
   std::string name = args[0];
   args.erase(args.begin());

@@ -48,8 +48,26 @@ std::vector<SectionSpec> build_schema() {
       {"log_every", ValueType::Int, "1", "print a step line every N steps", 1, kInf},
       {"peak_gflops", ValueType::Float, "0", "device peak for MFU; 0 = table or measured", 0, kInf},
       {"profile_layer", ValueType::Bool, "false", "time block 0 segment by segment; table at the end"},
-      {"inject_inf_step", ValueType::Int, "0", "fault injection: at this step one rank's loss gradient is inf (0 = never)", 0, kInf},
-      {"inject_inf_rank", ValueType::Int, "0", "the rank that inject_inf_step poisons", 0, 65535},
+  }});
+  s.push_back({"stability", "catching what goes wrong in a run, layer by layer (docs/stability.md)", {
+      {"enabled", ValueType::Bool, "true", "watch every step: non-finite values, spikes, replicas"},
+      {"nonfinite", ValueType::String, "\"skip\"", "a non-finite loss or gradient: skip the step, or fail the run",
+       -kInf, kInf, {"skip", "fail"}},
+      {"window", ValueType::Int, "50", "steps of loss and grad-norm history for spike z-scores", 2, kInf},
+      {"min_steps", ValueType::Int, "10", "steps of history before spikes are judged", 2, kInf},
+      {"zscore", ValueType::Float, "6.0", "a loss or grad norm this many deviations above the window's mean is a spike", 0, kInf},
+      {"action", ValueType::String, "\"log\"", "on a spike: log it, or also skip the update", -kInf, kInf,
+       {"log", "skip"}},
+      {"check_every", ValueType::Int, "100", "compare dp replicas' parameters and re-check a collective every N steps; 0 = never", 0, kInf},
+  }});
+  s.push_back({"faults", "fault injection, for tests of the paths above (all off by default)", {
+      {"inf_loss_step", ValueType::Int, "0", "at this step one rank's loss gradient is inf", 0, kInf},
+      {"inf_loss_rank", ValueType::Int, "0", "the rank inf_loss_step poisons", 0, 65535},
+      {"nan_grad_step", ValueType::Int, "0", "at this step one parameter's gradient gets a NaN", 0, kInf},
+      {"nan_grad_param", ValueType::String, "\"\"", "the parameter nan_grad_step poisons (every rank)"},
+      {"bad_batch_step", ValueType::Int, "0", "at this step every sample's targets are scrambled (a loss spike)", 0, kInf},
+      {"perturb_step", ValueType::Int, "0", "at this step one rank's parameters are nudged off its replicas", 0, kInf},
+      {"perturb_rank", ValueType::Int, "0", "the rank perturb_step nudges", 0, 65535},
   }});
   SectionSpec model{"model", "the network: GPT-2-style decoder", {
       {"preset", ValueType::String, "\"\"", "fill unset keys from a preset", -kInf, kInf,

@@ -79,20 +79,41 @@ double DataParallel::mean_over_dp(double v) {
   return v / dp_size();
 }
 
-void DataParallel::check_identical(const ParamStore& params) {
-  // Position-weighted sum in double: equal buffers give equal bits, and a swapped pair does not
-  // cancel out.
-  double sum = 0;
+// Position-weighted sum in double: equal buffers give equal bits, and a swapped pair does not
+// cancel out. Each dp rank's checksum and world rank are gathered; the replicas outside the
+// largest group of equal checksums are the odd ones (with two replicas that disagree, both).
+std::vector<int> DataParallel::odd_replicas(const ParamStore& params) {
+  double mine[2] = {0, static_cast<double>(world_->env().rank)};
   const float* v = const_cast<ParamStore&>(params).values();
-  for (int64_t i = 0; i < params.numel(); ++i) sum += static_cast<double>(v[i]) * static_cast<double>(i % 9973 + 1);
+  for (int64_t i = 0; i < params.numel(); ++i) mine[0] += static_cast<double>(v[i]) * static_cast<double>(i % 9973 + 1);
   dist::Communicator& w = world_->axis(dist::Axis::DP);
-  std::vector<double> all(w.size());
-  w.all_gather(scalar_f64(&sum), scalar_f64(all.data(), w.size()));
+  std::vector<double> all(2 * w.size());
+  w.all_gather(scalar_f64(mine, 2), scalar_f64(all.data(), all.size()));
+  double majority = all[0];
+  size_t best = 0;
+  for (int r = 0; r < w.size(); ++r) {
+    size_t same = 0;
+    for (int q = 0; q < w.size(); ++q) same += all[2 * q] == all[2 * r];
+    if (same > best) best = same, majority = all[2 * r];
+  }
+  std::vector<int> odd;
+  const bool tie = 2 * best <= static_cast<size_t>(w.size()) && best < static_cast<size_t>(w.size());
   for (int r = 0; r < w.size(); ++r)
-    if (all[r] != all[0])
-      throw RuntimeError("dp rank " + std::to_string(r) + "'s initial parameters differ from dp rank 0's "
-                         "(checksum " + std::to_string(all[r]) + " vs " + std::to_string(all[0]) + ")");
+    if (tie || all[2 * r] != majority) odd.push_back(static_cast<int>(all[2 * r + 1]));
+  return odd;
 }
 
+std::string describe_ranks(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? (i + 1 == ranks.size() ? " and " : ", ") : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+void DataParallel::check_identical(const ParamStore& params, const std::string& when) {
+  std::vector<int> odd = odd_replicas(params);
+  if (!odd.empty())
+    throw RuntimeError("data-parallel replicas' parameters differ " + when + ": " + describe_ranks(odd) +
+                       (odd.size() == 1 ? " differs from the other replicas" : " disagree"));
+}
 
 }  // namespace loom::train

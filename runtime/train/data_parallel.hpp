@@ -13,6 +13,9 @@
 
 namespace loom::train {
 
+// "rank 3", "ranks 0 and 1", "ranks 0, 2 and 5".
+std::string describe_ranks(const std::vector<int>& ranks);
+
 class DataParallel {
  public:
   // Starts the data plugin over the model, on the dp group of `world`.
@@ -28,8 +31,11 @@ class DataParallel {
   std::pair<double, double> finish();
   // Mean of a per-rank value over dp.
   double mean_over_dp(double v);
-  // Fails when any dp replica's parameters differ from the others' (checksum of the flat buffer).
-  void check_identical(const ParamStore& params);
+  // The world ranks of the dp replicas whose parameters differ from the majority's (checksum
+  // of the flat buffer); both, when two replicas disagree. A collective over dp.
+  std::vector<int> odd_replicas(const ParamStore& params);
+  // Fails, naming the odd ranks, when the replicas' parameters differ; `when` says at what point.
+  void check_identical(const ParamStore& params, const std::string& when);
 
  private:
   dist::CommWorld* world_;

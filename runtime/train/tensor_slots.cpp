@@ -1,5 +1,6 @@
 #include "train/tensor_slots.hpp"
 
+#include <cctype>
 #include <cmath>
 
 #include "core/errors.hpp"
@@ -52,6 +53,33 @@ double TensorSlots::global_norm(ParamStore& params, Tensor Param::*which) {
   if (world_ && world_->mesh().tp > 1)
     world_->axis(dist::Axis::TP).all_reduce(flat_view(&sharded, LOOM_F64, 1), LOOM_REDUCE_SUM);
   return std::sqrt(replicated + sharded);
+}
+
+std::string layer_of(const std::string& param) {
+  const size_t dot = param.find('.');
+  if (param.size() > 1 && param[0] == 'h' && std::isdigit(static_cast<unsigned char>(param[1])))
+    return param.substr(0, dot);  // a transformer block: "h3"
+  if (param == "wte" || param == "wpe") return "embedding";
+  return "head";
+}
+
+std::vector<std::pair<std::string, double>> TensorSlots::layer_grad_norms(ParamStore& params) {
+  std::vector<std::string> names;
+  std::vector<double> sharded, replicated;
+  for (const Param& p : params.all()) {
+    const std::string layer = layer_of(p.name);
+    if (names.empty() || names.back() != layer) {
+      names.push_back(layer);
+      sharded.push_back(0);
+      replicated.push_back(0);
+    }
+    (p.slice.length >= 0 ? sharded : replicated).back() += ops_->sum_squares(p.grad.f32(), p.grad.numel());
+  }
+  if (world_ && world_->mesh().tp > 1)
+    world_->axis(dist::Axis::TP).all_reduce(flat_view(sharded.data(), LOOM_F64, sharded.size()), LOOM_REDUCE_SUM);
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < names.size(); ++i) out.push_back({names[i], std::sqrt(sharded[i] + replicated[i])});
+  return out;
 }
 
 }  // namespace loom::train

@@ -4,12 +4,19 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "dist/comm.hpp"
 #include "parallel/layer_api.hpp"
 #include "loader/selection.hpp"
 
 namespace loom::train {
+
+// The layer a parameter belongs to: "h3.mlp.fc.w" -> "h3" (block 3); wte, wpe -> "embedding";
+// the final norm and LM head -> "head".
+std::string layer_of(const std::string& param);
 
 class TensorSlots {
  public:
@@ -21,6 +28,9 @@ class TensorSlots {
   double grad_norm(ParamStore& params) { return global_norm(params, &Param::grad); }
   // The same over the parameter values.
   double param_norm(ParamStore& params) { return global_norm(params, &Param::value); }
+  // The gradient norm of each layer ("embedding", "h3", "head"), counted as grad_norm counts
+  // them; in model order. A collective over tp.
+  std::vector<std::pair<std::string, double>> layer_grad_norms(ParamStore& params);
   // Fails, naming the parameter, when a replicated parameter differs between tp ranks.
   void check_replicated(const ParamStore& params);
 

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "core/errors.hpp"
+#include "core/nearest.hpp"
 #include "data/batches.hpp"
 #include "data/shards.hpp"
 #include "gpt/gpt.hpp"
@@ -18,6 +19,7 @@
 #include "train/peak.hpp"
 #include "train/sample.hpp"
 #include "train/schedule.hpp"
+#include "train/stability.hpp"
 
 namespace fs = std::filesystem;
 
@@ -173,7 +175,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   std::unique_ptr<DataParallel> dp;
   if (mesh.dp > 1) {
     dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model);
-    dp->check_identical(params);
+    dp->check_identical(params, "at initialisation");
   }
   const int64_t first_sample = dp ? dp->dp_rank() * local_batch : 0;
 
@@ -213,8 +215,20 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   TrainSummary sum;
   double total_time = 0;
   int64_t applied = 0;  // optimizer steps taken: a skipped step does not advance AdamW
-  const int64_t inject_step = cfg.i64("run.inject_inf_step");
-  const bool inject_here = inject_step > 0 && cfg.i64("run.inject_inf_rank") == env.rank;
+  const Faults faults = Faults::from(cfg);
+  Param* nan_param = nullptr;
+  if (faults.nan_grad_step > 0) {
+    std::vector<std::string> names;
+    for (Param& p : params.all()) {
+      names.push_back(p.name);
+      if (p.name == faults.nan_grad_param) nan_param = &p;
+    }
+    if (!nan_param)
+      throw ConfigError("[faults] nan_grad_param = \"" + faults.nan_grad_param + "\" is not a parameter of this model" +
+                        did_you_mean(faults.nan_grad_param, names));
+  }
+  Stability stability(cfg, world.get(), dp.get(), lead, run_dir);
+  std::vector<int64_t> offsets(s.global_batch);
   for (int64_t step = 1; step <= s.steps; ++step) {
     auto t0 = Clock::now();
     const double lr = s.lr.at(step);
@@ -224,10 +238,12 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     // gradient carries the precision's loss scale, divided out again before clipping.
     const double loss_scale = precision ? precision->loss_scale() : 1.0;
     float dloss = static_cast<float>(loss_scale / static_cast<double>(local_batch * T));
-    if (inject_here && step == inject_step) dloss = INFINITY;
+    if (step == faults.inf_loss_step && env.rank == faults.inf_loss_rank) dloss = INFINITY;
     for (int64_t a = 0; a < s.accum; ++a) {
       data.train_batch(step, first_sample + a * s.micro_batch, s.micro_batch, tok.data(),
                        tgt.data());
+      if (step == faults.bad_batch_step)
+        for (auto& t : tgt) t = static_cast<int32_t>((t * 7 + 13) % mc.vocab_size);
       gpt::Microbatch mb{tok.data(), tgt.data(), s.micro_batch, T, dloss};
       loss_sum += model.forward(mb);
       const bool last = a + 1 == s.accum;
@@ -241,21 +257,32 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       loss = dp->mean_over_dp(loss);
     }
     api.finish_replicated_grads(params);
-    // Overflow anywhere (loss or gradients) is made global inside end_step, with the plugin's
-    // per-step stats, in one MAX all-reduce over the world.
+    if (step == faults.nan_grad_step) nan_param->grad.f32()[0] = NAN;
+    // The gradient norm is reduced over tp and the gradients over dp, so a non-finite value on
+    // any rank reaches every rank's norm; with a precision policy the flag is also reduced
+    // explicitly, with its per-step stats, in one MAX all-reduce over the world.
     const double grad_norm = slots.grad_norm(params) / loss_scale;
     const bool found_inf = !std::isfinite(grad_norm) || !std::isfinite(loss);
-    const bool skip = precision && precision->end_step(found_inf, [&](float* stats, int64_t n) {
+    bool skip = precision && precision->end_step(found_inf, [&](float* stats, int64_t n) {
       if (world) world->world().all_reduce(flat_view(stats, LOOM_F32, n), LOOM_REDUCE_MAX);
     });
-    if (found_inf && !skip)
-      throw RuntimeError("step " + std::to_string(step) + ": loss " + std::to_string(loss) +
-                         ", grad norm " + std::to_string(grad_norm) + " is not finite");
     if (skip) {
-      ++sum.skipped_steps;
       if (lead)
         std::printf("step %lld: gradients overflowed on some rank; update skipped on every rank "
                     "(loss scale now %g)\n", (long long)step, precision->loss_scale());
+      stability.log({step, "numeric", "overflow_skip", {{"loss_scale", std::to_string(precision->loss_scale())}}});
+    } else if (found_inf) {
+      skip = stability.on_nonfinite(step, loss, grad_norm, params);  // or throws
+    } else {
+      for (int64_t i = 0; i < s.global_batch; ++i) offsets[i] = data.train_offset(step, i);
+      skip = stability.on_step(step, loss, grad_norm, offsets, [&] {
+        auto norms = slots.layer_grad_norms(params);
+        for (auto& n : norms) n.second /= loss_scale;
+        return norms;
+      });
+    }
+    if (skip) {
+      ++sum.skipped_steps;
     } else {
       // One pass divides out the loss scale and applies clipping.
       double factor = 1.0 / loss_scale;
@@ -267,6 +294,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
                    p.value.numel(), static_cast<float>(lr), s.beta1, s.beta2, s.eps,
                    p.weight_decay ? s.weight_decay : 0.f, applied);
     }
+    if (step == faults.perturb_step && env.rank == faults.perturb_rank) params.values()[0] += 1e-3f;
+    stability.check(step, params);
     const double step_s = seconds_since(t0);
     total_time += step_s;
     const double tps = tokens_per_step / step_s;
@@ -286,7 +315,9 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         {"comm_ms", comm_ms},
         {"exposed_comm_ms", exposed_ms},
         {"activation_bytes", double(activation_bytes)},
-        {"param_norm", slots.param_norm(params)}};
+        {"param_norm", slots.param_norm(params)},
+        {"skipped", skip ? 1.0 : 0.0},
+        {"skipped_steps", double(sum.skipped_steps)}};
     if (precision)
       for (auto& kv : precision->metrics()) fields.push_back(kv);
     std::string val_text;
@@ -321,7 +352,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   }
   if (profile && lead) print_profile(api.profile(), s.steps * s.accum);
   slots.check_replicated(params);  // norms and row-parallel biases stayed identical across tp
-  if (dp) dp->check_identical(params);  // every replica applied (or skipped) the same updates
+  if (dp) dp->check_identical(params, "at the end of the run");  // every replica applied (or skipped) the same updates
   if (world) world->world().barrier();  // rank 0 hosts the store: leave together
   sum.steps = s.steps;
   sum.tokens_per_s = s.steps * tokens_per_step / total_time;

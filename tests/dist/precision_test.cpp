@@ -52,7 +52,7 @@ TEST_CASE("an inf on one rank skips the fp16 step on every rank and leaves the w
     // Rank 1 alone is poisoned; under tp its gradients never meet rank 0's in an all-reduce,
     // only the norm does. The run ends with rc 0 only if the replicas stayed identical.
     Curves c = runs.run(std::string(layout) +
-                        " --set plugins.precision=fp16 --set run.inject_inf_step=3 --set run.inject_inf_rank=1");
+                        " --set plugins.precision=fp16 --set faults.inf_loss_step=3 --set faults.inf_loss_rank=1");
     std::vector<double> skipped = column(c.metrics, "skipped"), scale = column(c.metrics, "loss_scale"),
                         norm = column(c.metrics, "param_norm");
     REQUIRE(skipped.size() == 5);
@@ -64,11 +64,15 @@ TEST_CASE("an inf on one rank skips the fp16 step on every rank and leaves the w
     CHECK(std::isfinite(c.loss[3]));
     CHECK(has(c.out, "step 3: gradients overflowed on some rank; update skipped on every rank"));
   }
-  // fp32 has no loss scaler: the same inf is an error naming the step.
-  auto r = runs.raw("--set run.inject_inf_step=2");
+  // fp32 has no loss scaler: [stability] skips the step and names where the inf appeared first
+  // (backward starts at the head), or fails the run when told to.
+  Curves fp32 = runs.run("--set faults.inf_loss_step=2");
+  CHECK(column(fp32.metrics, "skipped") == std::vector<double>{0, 1, 0, 0, 0});
+  CHECK(has(fp32.out, "step 2: non-finite gradient"));
+  CHECK(has(fp32.out, "first in layer head"));
+  auto r = runs.raw("--set faults.inf_loss_step=2 --set stability.nonfinite=fail");
   CHECK(r.rc == 1);
-  CHECK(has(r.out, "step 2: loss"));
-  CHECK(has(r.out, "is not finite"));
+  CHECK(has(r.out, "step 2: non-finite gradient"));
 }
 
 TEST_CASE("ddp reduce_dtype = bf16 reduces rounded gradients and stays close to the fp32 reduction") {

@@ -49,6 +49,8 @@ class LayoutRuns {
     return run_loom("train " + cfg_ + " --run-dir " + (t_.path / "x").string() + " " + sets, "", launcher);
   }
   const std::string& config() const { return cfg_; }
+  // Where raw() runs write.
+  std::filesystem::path raw_dir() const { return t_.path / "x"; }
 
  private:
   TempDir t_;

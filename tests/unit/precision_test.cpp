@@ -94,22 +94,22 @@ TEST_CASE("fp16: skipped overflow steps back off after the hysteresis, clean ste
   CHECK(p.t->loss_scale(p.inst->self()) == 2048.0);
   CHECK(p.end(true));  // overflow: skipped, but the first one is tolerated (hysteresis 2)
   CHECK(p.t->loss_scale(p.inst->self()) == 2048.0);
-  CHECK(p.metric("skipped") == 1.0);
+  CHECK(p.metric("overflow") == 1.0);
   CHECK(p.end(true));
   CHECK(p.t->loss_scale(p.inst->self()) == 1024.0);
   CHECK(p.end(true));  // the budget stays spent until the scale grows (Megatron's rule)
   CHECK(p.t->loss_scale(p.inst->self()) == 512.0);
   for (int i = 0; i < 5; ++i) CHECK(p.end(true));
   CHECK(p.t->loss_scale(p.inst->self()) == 256.0);  // never below min_scale
-  CHECK(p.metric("skipped_steps") == 8.0);
+  CHECK(p.metric("overflow_steps") == 8.0);
   CHECK_FALSE(p.end(false));
-  CHECK(p.metric("skipped") == 0.0);
+  CHECK(p.metric("overflow") == 0.0);
 
   const std::string state = p.save();
   Plugin q("fp16", "initial_scale = 65536.0\n");
   CHECK(q.load(state) == LOOM_OK);
   CHECK(q.t->loss_scale(q.inst->self()) == 256.0);
-  CHECK(q.metric("skipped_steps") == 8.0);
+  CHECK(q.metric("overflow_steps") == 8.0);
   std::string why;
   CHECK(q.load("xyz", &why) == LOOM_BAD_CONFIG);
   CHECK(why.find("fp16 scaler state is 3 bytes") != std::string::npos);

@@ -78,8 +78,8 @@ struct Fp16 : loom::sdk::FormatPolicy {
 
   void metrics(std::vector<std::pair<const char*, double>>& out) override {
     out.push_back({"loss_scale", scale_});
-    out.push_back({"skipped", skipped_now_ ? 1.0 : 0.0});
-    out.push_back({"skipped_steps", static_cast<double>(skipped_)});
+    out.push_back({"overflow", skipped_now_ ? 1.0 : 0.0});
+    out.push_back({"overflow_steps", static_cast<double>(skipped_)});
   }
 
   // scale, clean-step count, hysteresis budget and skipped count, as raw little-endian fields.

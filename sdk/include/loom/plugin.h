@@ -301,8 +301,8 @@ typedef struct loom_precision_v1 {
   loom_status (*round_operand)(void* self, loom_tensor* t, int32_t role, loom_error* err);
 
   /* ---- ABI 1.1: the format policy. The plugin decides; the op table casts. ----
-   * A site is one GEMM operand of the model ("blocks.2.mlp_fc.weight", "blocks.2.mlp_fc.x",
-   * "blocks.2.mlp_fc.dy"); the runtime names each once, in the same order on every rank. */
+   * A site is one GEMM operand of the model ("h2.mlp.fc.w", "h2.mlp.fc.w.x",
+   * "h2.mlp.fc.w.dy"); the runtime names each once, in the same order on every rank. */
   loom_status (*add_site)(void* self, const char* name, int32_t role, int32_t* id,
                           loom_error* err);
   /* The format and scale of a site for the current step. */

@@ -1,0 +1,179 @@
+#include "report/compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace loom::report {
+
+namespace {
+
+std::string fmt(const char* format, double v) {
+  if (!std::isfinite(v)) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, format, v);
+  return b;
+}
+
+double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(a), 1e-30); }
+
+// Steps 3.. when a run has more than 3: the first two pay for warm-up (page faults, probes).
+size_t steady(const Run& r) { return r.steps.size() > 3 ? 2 : 0; }
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else if (c == '"') out += "&quot;";
+    else out += c;
+  }
+  return out;
+}
+
+struct Series {
+  std::string name, color;
+  std::vector<std::pair<double, double>> points;
+};
+
+Series series(const std::string& name, const std::string& color, const Run& r, const std::string& key) {
+  Series s{name, color, {}};
+  for (const auto& row : r.steps)
+    if (std::isfinite(row.get(key))) s.points.push_back({row.get("step"), row.get(key)});
+  return s;
+}
+
+// A line chart with axes, five ticks each, and a legend.
+std::string svg_chart(const std::string& title, const std::string& ylabel, const std::vector<Series>& all) {
+  const double w = 640, h = 320, left = 64, right = 120, top = 28, bottom = 40;
+  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+  for (const auto& s : all)
+    for (auto [x, y] : s.points) x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+  if (!std::isfinite(x0)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  if (x1 == x0) x1 = x0 + 1;
+  if (y1 == y0) y1 = y0 + 1;
+  const double pad = 0.05 * (y1 - y0);
+  y0 -= pad, y1 += pad;
+  auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (w - left - right); };
+  auto py = [&](double y) { return h - bottom - (y - y0) / (y1 - y0) * (h - top - bottom); };
+  char b[1024];  // the longest snprintf below (the axes and their labels) is ~450 characters
+  std::string out = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"320\" role=\"img\" aria-label=\"" +
+                    escape(title) + "\">\n<rect width=\"640\" height=\"320\" fill=\"white\"/>\n";
+  std::snprintf(b, sizeof b, "<text x=\"%.0f\" y=\"18\" font-weight=\"bold\">%s</text>\n", left, escape(title).c_str());
+  out += b;
+  for (int i = 0; i <= 4; ++i) {
+    const double y = y0 + (y1 - y0) * i / 4, x = x0 + (x1 - x0) * i / 4;
+    std::snprintf(b, sizeof b,
+                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/><text x=\"%.1f\" y=\"%.1f\" "
+                  "text-anchor=\"end\" font-size=\"11\">%.4g</text>\n",
+                  left, py(y), w - right, py(y), left - 4, py(y) + 4, y);
+    out += b;
+    std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%.0f</text>\n", px(x),
+                  h - bottom + 16, x);
+    out += b;
+  }
+  std::snprintf(b, sizeof b,
+                "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/><line x1=\"%.0f\" y1=\"%.0f\" "
+                "x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\" "
+                "font-size=\"12\">step</text><text x=\"12\" y=\"%.0f\" font-size=\"12\" transform=\"rotate(-90 12 %.0f)\" "
+                "text-anchor=\"middle\">%s</text>\n",
+                left, h - bottom, w - right, h - bottom, left, top, left, h - bottom, (left + w - right) / 2, h - 6,
+                (top + h - bottom) / 2, (top + h - bottom) / 2, escape(ylabel).c_str());
+  out += b;
+  for (size_t k = 0; k < all.size(); ++k) {
+    out += "<polyline fill=\"none\" stroke-width=\"1.5\" stroke=\"" + all[k].color + "\" points=\"";
+    for (auto [x, y] : all[k].points) {
+      std::snprintf(b, sizeof b, "%.1f,%.1f ", px(x), py(y));
+      out += b;
+    }
+    std::snprintf(b, sizeof b, "\"/>\n<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\" font-size=\"12\">%s</text>\n", w - right + 8,
+                  top + 16 + 16.0 * k, all[k].color.c_str(), escape(all[k].name).c_str());
+    out += b;
+  }
+  return out + "</svg>\n";
+}
+
+}  // namespace
+
+Comparison compare_runs(const std::string& name_a, const Run& a, const std::string& name_b, const Run& b,
+                        double rtol, std::vector<std::string> notes) {
+  Comparison c;
+  c.name_a = name_a;
+  c.name_b = name_b;
+  c.rtol = rtol;
+  c.notes = std::move(notes);
+  const double mib = 1048576.0;
+  double exposed_a = a.mean("exposed_comm_ms", steady(a)) / a.mean("step_ms", steady(a));
+  double exposed_b = b.mean("exposed_comm_ms", steady(b)) / b.mean("step_ms", steady(b));
+  c.table = {
+      {"tokens/s", a.mean("tokens_per_s", steady(a)), b.mean("tokens_per_s", steady(b)), "%.0f", true},
+      {"MFU", 100 * a.mean("mfu", steady(a)), 100 * b.mean("mfu", steady(b)), "%.1f%%", true},
+      {"step time (ms)", a.mean("step_ms", steady(a)), b.mean("step_ms", steady(b)), "%.1f", false},
+      {"exposed comm share", 100 * exposed_a, 100 * exposed_b, "%.1f%%", false},
+      {"peak memory, rank 0 (MiB)", a.max("peak_mem_bytes") / mib, b.max("peak_mem_bytes") / mib, "%.0f", false},
+      {"activation memory/rank (MiB)", a.max("activation_bytes") / mib, b.max("activation_bytes") / mib, "%.1f", false},
+      {"final loss", a.last("loss"), b.last("loss"), "%.4f", false},
+      {"final val loss", a.last("val_loss"), b.last("val_loss"), "%.4f", false},
+  };
+  c.steps = std::min(a.steps.size(), b.steps.size());
+  for (size_t i = 0; i < c.steps; ++i) {
+    const double dl = rel(a.steps[i].get("loss"), b.steps[i].get("loss"));
+    const double dg = rel(a.steps[i].get("grad_norm"), b.steps[i].get("grad_norm"));
+    const bool finite = std::isfinite(dl) && std::isfinite(dg);
+    if (finite) c.worst_loss = std::max(c.worst_loss, dl), c.worst_grad = std::max(c.worst_grad, dg);
+    if (c.diverged_at == 0 && (!finite || dl > rtol || dg > rtol)) c.diverged_at = static_cast<int64_t>(a.steps[i].get("step"));
+  }
+  return c;
+}
+
+std::string describe(const Comparison& c) {
+  std::string out;
+  char b[256];
+  std::snprintf(b, sizeof b, "%-30s %14s %14s %9s\n", "", c.name_a.c_str(), c.name_b.c_str(), "B/A");
+  out += b;
+  for (const auto& r : c.table) {
+    const std::string ratio = std::isfinite(r.a) && std::isfinite(r.b) && r.a != 0 ? fmt("%.3f", r.b / r.a) : "-";
+    std::snprintf(b, sizeof b, "%-30s %14s %14s %9s\n", r.what.c_str(), fmt(r.format, r.a).c_str(),
+                  fmt(r.format, r.b).c_str(), ratio.c_str());
+    out += b;
+  }
+  for (const auto& n : c.notes) out += "note: " + n + "\n";
+  if (c.diverged_at)
+    std::snprintf(b, sizeof b, "DIVERGED at step %lld: loss or grad norm differ by more than rtol %.1e "
+                  "(largest differences over the run: loss %.2e, grad norm %.2e)\n",
+                  (long long)c.diverged_at, c.rtol, c.worst_loss, c.worst_grad);
+  else
+    std::snprintf(b, sizeof b, "agree: %zu steps, loss within %.2e and grad norm within %.2e (rtol %.1e)\n", c.steps,
+                  c.worst_loss, c.worst_grad, c.rtol);
+  return out + b;
+}
+
+std::string html_report(const Comparison& c, const Run& a, const Run& b) {
+  const std::string na = escape(c.name_a), nb = escape(c.name_b);
+  std::string out =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>loom compare: " + na + " vs " + nb +
+      "</title>\n<style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}"
+      "td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}th:first-child,td:first-child{text-align:left}"
+      ".bad{color:#b00}.good{color:#070}</style></head><body>\n<h1>" + na + " vs " + nb + "</h1>\n";
+  out += c.diverged_at ? "<p id=\"verdict\" class=\"bad\">Diverged at step " + std::to_string(c.diverged_at) +
+                             " (rtol " + fmt("%.1e", c.rtol) + ").</p>\n"
+                       : "<p id=\"verdict\" class=\"good\">Agree over " + std::to_string(c.steps) +
+                             " steps: loss within " + fmt("%.2e", c.worst_loss) + ", grad norm within " +
+                             fmt("%.2e", c.worst_grad) + " (rtol " + fmt("%.1e", c.rtol) + ").</p>\n";
+  out += "<table id=\"summary\"><tr><th></th><th>" + na + "</th><th>" + nb + "</th><th>B/A</th></tr>\n";
+  for (const auto& r : c.table) {
+    const std::string ratio = std::isfinite(r.a) && std::isfinite(r.b) && r.a != 0 ? fmt("%.3f", r.b / r.a) : "-";
+    out += "<tr><td>" + escape(r.what) + "</td><td>" + fmt(r.format, r.a) + "</td><td>" + fmt(r.format, r.b) +
+           "</td><td>" + ratio + "</td></tr>\n";
+  }
+  out += "</table>\n";
+  for (const auto& n : c.notes) out += "<p class=\"note\">" + escape(n) + "</p>\n";
+  out += svg_chart("training loss", "loss", {series(c.name_a, "#1f77b4", a, "loss"), series(c.name_b, "#d62728", b, "loss")});
+  out += svg_chart("gradient norm", "grad norm",
+                   {series(c.name_a, "#1f77b4", a, "grad_norm"), series(c.name_b, "#d62728", b, "grad_norm")});
+  out += svg_chart("step time", "ms", {series(c.name_a, "#1f77b4", a, "step_ms"), series(c.name_b, "#d62728", b, "step_ms")});
+  return out + "</body></html>\n";
+}
+
+}  // namespace loom::report

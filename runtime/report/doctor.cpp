@@ -1,0 +1,135 @@
+#include "report/doctor.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+namespace loom::report {
+
+namespace {
+
+class Writer {
+ public:
+  void section(const char* name) { text += std::string("\n") + name + "\n"; }
+  void ok(const std::string& s) { text += "  ok    " + s + "\n"; }
+  void look(const std::string& s, const std::string& next) {
+    text += "  LOOK  " + s + "\n        next: " + next + "\n";
+    ++findings;
+  }
+  std::string text;
+  int findings = 0;
+};
+
+std::string g(double v, const char* f = "%.4g") {
+  char b[48];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+std::vector<const EventRow*> events_of(const Run& r, const std::string& event) {
+  std::vector<const EventRow*> out;
+  for (const auto& e : r.events)
+    if (e.event == event) out.push_back(&e);
+  return out;
+}
+
+}  // namespace
+
+Diagnosis diagnose(const Run& run) {
+  Writer w;
+  const size_t n = run.steps.size();
+  w.text = "loom doctor: " + run.dir.string() + ": " + std::to_string(n) + " steps, " +
+           std::to_string(run.events.size()) + " events\n";
+
+  w.section("data");
+  auto spikes = events_of(run, "spike");
+  if (spikes.empty()) w.ok("no loss or grad-norm spikes");
+  for (const auto* e : spikes)
+    w.look("step " + std::to_string(e->step) + ": spike, loss " + e->field("loss") + " (z " + e->field("loss_z") +
+               "), grad norm " + e->field("grad_norm") + " (z " + e->field("grad_norm_z") + "), update " +
+               e->field("action"),
+           "read the batch: global samples " + e->field("samples") + " start at token offsets " +
+               e->field("token_offsets") + " of the training split; per-layer grad norms " +
+               e->field("layer_grad_norms"));
+
+  w.section("numeric");
+  auto nonfinite = events_of(run, "nonfinite");
+  if (nonfinite.empty()) w.ok("no non-finite loss or gradient");
+  for (const auto* e : nonfinite)
+    w.look("step " + std::to_string(e->step) + ": non-finite value, first in parameter " + e->field("param") +
+               " (layer " + e->field("in_layer") + "), update " + e->field("action"),
+           "that layer's forward inputs and weights at that step; a learning rate or init too large for it");
+  auto overflows = events_of(run, "overflow_skip");
+  if (!overflows.empty())
+    w.look(std::to_string(overflows.size()) + " fp16 overflow steps skipped (loss scale at the end " +
+               g(run.last("loss_scale")) + ")",
+           "a few early ones are the scaler finding its level; many late ones mean values near fp16's 65504: try bf16");
+  if (run.max("fp8_saturated_tensors") > 0) {
+    size_t late = 0;
+    for (size_t i = 1; i < n; ++i) late += run.steps[i].get("fp8_saturated_tensors") > 0;
+    if (late > 1)
+      w.look(std::to_string(late) + " steps after the first had fp8 tensors saturate (at most " +
+                 g(run.max("fp8_saturated_tensors")) + " of " + g(run.last("fp8_tensors")) + ")",
+             "a growing amax outruns the delayed scale: raise [plugins.fp8] margin or shorten amax_history_len");
+    else
+      w.ok("fp8 saturation only while the first scales settled");
+  }
+  if (n >= 2) {
+    const double first = run.steps.front().get("loss"), final_loss = run.last("loss");
+    if (final_loss < first) w.ok("loss fell from " + g(first) + " to " + g(final_loss));
+    else w.look("loss did not fall (" + g(first) + " -> " + g(final_loss) + ")",
+                "learning rate, warm-up and data: is the model seeing the tokens you think?");
+  }
+
+  w.section("communication");
+  auto replicas = events_of(run, "replica_mismatch");
+  if (replicas.empty()) w.ok("no data-parallel replica mismatch");
+  for (const auto* e : replicas)
+    w.look("step " + std::to_string(e->step) + ": replicas' parameters differ: " + e->field("ranks"),
+           "a silently corrupted reduction or bad memory on that host; rerun without it and compare");
+  const double exposed = run.mean("exposed_comm_ms", n > 3 ? 2 : 0), step_ms = run.mean("step_ms", n > 3 ? 2 : 0);
+  if (std::isfinite(exposed) && step_ms > 0) {
+    const double share = exposed / step_ms;
+    if (share > 0.25)
+      w.look("communication not hidden behind compute takes " + g(100 * share, "%.0f") + "% of a step",
+             "bigger buckets ([plugins.ddp] bucket_mb), fewer tp ranks per group, or `loom bench comm` for the link");
+    else
+      w.ok("exposed communication " + g(100 * share, "%.1f") + "% of a step");
+  }
+
+  w.section("hardware");
+  auto wrong = events_of(run, "collective_mismatch");
+  if (wrong.empty()) w.ok("no check collective came out wrong");
+  for (const auto* e : wrong)
+    w.look("step " + std::to_string(e->step) + ": a check all-reduce with a known answer was wrong on " + e->field("ranks"),
+           "take that host out: memory, CPU or NIC");
+  if (n > 5) {
+    std::vector<double> t;
+    for (size_t i = 2; i < n; ++i) t.push_back(run.steps[i].get("step_ms"));
+    std::vector<double> sorted = t;
+    std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
+    const double median = sorted[sorted.size() / 2];
+    std::string slow;
+    int count = 0;
+    for (size_t i = 0; i < t.size(); ++i)
+      if (t[i] > 3 * median) {
+        if (++count <= 5) slow += (slow.empty() ? "" : ", ") + std::to_string(i + 3);
+      }
+    if (count)
+      w.look(std::to_string(count) + " steps took over 3x the median " + g(median, "%.1f") + " ms (steps " + slow +
+                 (count > 5 ? ", ..." : "") + ")",
+             "evaluation and sampling steps are expected; others point at a noisy neighbour, swapping or a slow rank");
+    else
+      w.ok("step time steady around " + g(median, "%.1f") + " ms");
+    const double mem0 = run.steps[2].get("mem_bytes"), mem1 = run.last("mem_bytes");
+    if (mem1 > 1.2 * mem0)
+      w.look("resident memory grew from " + g(mem0 / 1048576, "%.0f") + " to " + g(mem1 / 1048576, "%.0f") + " MiB",
+             "something holds on to per-step buffers");
+  }
+  char b[96];
+  std::snprintf(b, sizeof b, "\n%d finding%s\n", w.findings, w.findings == 1 ? "" : "s");
+  return {w.text + b, w.findings};
+}
+
+}  // namespace loom::report

@@ -1,0 +1,88 @@
+#include "report/runs.hpp"
+
+#include <fstream>
+#include <regex>
+
+#include "core/errors.hpp"
+
+namespace loom::report {
+
+std::string EventRow::field(const std::string& key) const {
+  const std::string tag = "\"" + key + "\": ";
+  size_t at = line.find(tag);
+  if (at == std::string::npos) return "";
+  at += tag.size();
+  // A value ends at the comma or brace that closes it at depth 0 (strings hold no braces here
+  // but may hold commas, so quotes are tracked too).
+  int depth = 0;
+  bool quoted = false;
+  size_t end = at;
+  for (; end < line.size(); ++end) {
+    const char c = line[end];
+    if (c == '"' && (end == 0 || line[end - 1] != '\\')) quoted = !quoted;
+    if (quoted) continue;
+    if (c == '[' || c == '{') ++depth;
+    if (c == ']' || c == '}') {
+      if (depth == 0) break;
+      --depth;
+    }
+    if (c == ',' && depth == 0) break;
+  }
+  return line.substr(at, end - at);
+}
+
+double Run::mean(const std::string& key, size_t from) const {
+  double sum = 0;
+  int n = 0;
+  for (size_t i = from; i < steps.size(); ++i) {
+    const double x = steps[i].get(key);
+    if (std::isfinite(x)) sum += x, ++n;
+  }
+  return n ? sum / n : NAN;
+}
+
+double Run::max(const std::string& key) const {
+  double m = NAN;
+  for (const auto& s : steps) {
+    const double x = s.get(key);
+    if (std::isfinite(x) && !(x <= m)) m = x;
+  }
+  return m;
+}
+
+double Run::last(const std::string& key) const {
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+    if (std::isfinite(it->get(key))) return it->get(key);
+  return NAN;
+}
+
+Run read_run(const std::filesystem::path& dir) {
+  Run run;
+  run.dir = dir;
+  const auto metrics = dir / "metrics.jsonl";
+  std::ifstream in(metrics);
+  if (!in) throw RuntimeError("'" + dir.string() + "' is not a run directory: no metrics.jsonl in it");
+  static const std::regex pair("\"([^\"]+)\": (null|-?[0-9][-0-9.eE+]*)");
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    StepRow row;
+    for (auto it = std::sregex_iterator(line.begin(), line.end(), pair); it != std::sregex_iterator(); ++it)
+      row.v[(*it)[1]] = (*it)[2] == "null" ? NAN : std::stod((*it)[2]);
+    if (!row.has("step"))
+      throw RuntimeError(metrics.string() + ":" + std::to_string(n) + ": not a metrics line (no \"step\")");
+    run.steps.push_back(std::move(row));
+  }
+  std::ifstream ev(dir / "events.jsonl");
+  static const std::regex head("^\\{\"step\": ([0-9]+), \"layer\": \"([a-z]+)\", \"event\": \"([a-z_]+)\"");
+  for (int n = 1; std::getline(ev, line); ++n) {
+    std::smatch m;
+    if (line.empty()) continue;
+    if (!std::regex_search(line, m, head))
+      throw RuntimeError((dir / "events.jsonl").string() + ":" + std::to_string(n) + ": not an event line");
+    run.events.push_back({std::stoll(m[1]), m[2], m[3], line});
+  }
+  return run;
+}
+
+}  // namespace loom::report

@@ -1,0 +1,46 @@
+// A finished (or running) run as its files tell it: metrics.jsonl (one flat object of numbers per
+// step, null for a non-finite value) and events.jsonl (what [stability] saw). What `loom
+// compare` and `loom doctor` read.
+#pragma once
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace loom::report {
+
+struct StepRow {
+  std::map<std::string, double> v;  // NaN where the file says null
+  double get(const std::string& key) const {
+    auto it = v.find(key);
+    return it == v.end() ? NAN : it->second;
+  }
+  bool has(const std::string& key) const { return v.count(key) != 0; }
+};
+
+struct EventRow {
+  int64_t step = 0;
+  std::string layer, event;
+  std::string line;  // the whole JSON object, for details
+  // The raw JSON text of one field ("[2826, 7667]", "\"h1\"", "4.5"), or "".
+  std::string field(const std::string& key) const;
+};
+
+struct Run {
+  std::filesystem::path dir;
+  std::vector<StepRow> steps;
+  std::vector<EventRow> events;
+  // Mean of `key` over steps [from, end) that have a finite value; NaN when none.
+  double mean(const std::string& key, size_t from = 0) const;
+  double max(const std::string& key) const;
+  // The last finite value of `key`, or NaN.
+  double last(const std::string& key) const;
+};
+
+// Reads DIR/metrics.jsonl (required) and DIR/events.jsonl (when present). Throws RuntimeError
+// naming the file and line when a line is not what Loom writes.
+Run read_run(const std::filesystem::path& dir);
+
+}  // namespace loom::report

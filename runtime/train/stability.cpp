@@ -1,0 +1,173 @@
+#include "train/stability.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/errors.hpp"
+#include "core/json.hpp"
+#include "train/data_parallel.hpp"
+#include "train/tensor_slots.hpp"
+
+namespace loom::train {
+
+namespace {
+
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char b[40];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+
+// (x - mean) / std over the window; 0 while the window is flat.
+double zscore_of(double x, const std::deque<double>& w) {
+  double mean = 0, var = 0;
+  for (double v : w) mean += v;
+  mean /= static_cast<double>(w.size());
+  for (double v : w) var += (v - mean) * (v - mean);
+  const double sd = std::sqrt(var / static_cast<double>(w.size()));
+  return sd > 0 ? (x - mean) / sd : 0;
+}
+
+}  // namespace
+
+Faults Faults::from(const config::Config& cfg) {
+  Faults f;
+  f.inf_loss_step = cfg.i64("faults.inf_loss_step");
+  f.inf_loss_rank = cfg.i64("faults.inf_loss_rank");
+  f.nan_grad_step = cfg.i64("faults.nan_grad_step");
+  f.nan_grad_param = cfg.str("faults.nan_grad_param");
+  f.bad_batch_step = cfg.i64("faults.bad_batch_step");
+  f.perturb_step = cfg.i64("faults.perturb_step");
+  f.perturb_rank = cfg.i64("faults.perturb_rank");
+  if (f.nan_grad_step > 0 && f.nan_grad_param.empty())
+    throw ConfigError("[faults] nan_grad_step = " + std::to_string(f.nan_grad_step) + " needs nan_grad_param");
+  return f;
+}
+
+Stability::Stability(const config::Config& cfg, dist::CommWorld* world, DataParallel* dp, bool lead,
+                     const std::filesystem::path& run_dir)
+    : enabled_(cfg.boolean("stability.enabled")),
+      fail_on_nonfinite_(cfg.str("stability.nonfinite") == "fail"),
+      skip_spikes_(cfg.str("stability.action") == "skip"),
+      window_(cfg.i64("stability.window")),
+      min_steps_(cfg.i64("stability.min_steps")),
+      check_every_(cfg.i64("stability.check_every")),
+      zscore_(cfg.f64("stability.zscore")),
+      world_(world),
+      dp_(dp),
+      lead_(lead) {
+  if (min_steps_ > window_)
+    throw ConfigError("[stability] min_steps = " + std::to_string(min_steps_) + " exceeds window = " +
+                      std::to_string(window_));
+  if (lead_) events_.open(run_dir / "events.jsonl", std::ios::trunc);
+}
+
+void Stability::log(const Event& e) {
+  if (!lead_) return;
+  std::string line = "{\"step\": " + std::to_string(e.step) + ", \"layer\": " + json_quote(e.layer) +
+                     ", \"event\": " + json_quote(e.event);
+  for (const auto& [k, v] : e.fields) line += ", " + json_quote(k) + ": " + v;
+  events_ << line << "}\n";
+  events_.flush();
+}
+
+bool Stability::on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params) {
+  // Backward produces gradients from the last parameter to the first: the first non-finite one
+  // in that order is where the bad value entered (or the loss itself, when all are).
+  std::string first;
+  const auto& all = params.all();
+  for (auto it = all.rbegin(); it != all.rend() && first.empty(); ++it) {
+    const float* g = it->grad.f32();
+    for (int64_t i = 0; i < it->grad.numel(); ++i)
+      if (!std::isfinite(g[i])) {
+        first = it->name;
+        break;
+      }
+  }
+  const std::string where = first.empty() ? "not in this rank's gradients (another rank's, or the loss)"
+                                          : "first in layer " + layer_of(first) + ", parameter " + first;
+  const std::string what = "step " + std::to_string(step) + ": non-finite " +
+                           (std::isfinite(loss) ? "gradient" : "loss") + " (loss " + std::to_string(loss) +
+                           ", grad norm " + std::to_string(grad_norm) + "), " + where;
+  if (!enabled_ || fail_on_nonfinite_) throw RuntimeError(what);
+  if (lead_) std::printf("%s; update skipped\n", what.c_str());
+  log({step, "numeric", "nonfinite",
+       {{"loss", num(loss)}, {"grad_norm", num(grad_norm)},
+        {"in_layer", first.empty() ? "null" : json_quote(layer_of(first))},
+        {"param", first.empty() ? "null" : json_quote(first)}, {"action", "\"skipped\""}}});
+  return true;
+}
+
+bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::vector<int64_t>& offsets,
+                        const std::function<std::vector<std::pair<std::string, double>>()>& layer_norms) {
+  if (!enabled_) return false;
+  bool spike = false;
+  double zl = 0, zg = 0;
+  if (static_cast<int64_t>(losses_.size()) >= min_steps_) {
+    zl = zscore_of(loss, losses_);
+    zg = zscore_of(grad_norm, norms_);
+    spike = zl > zscore_ || zg > zscore_;
+  }
+  if (!spike) {
+    losses_.push_back(loss);
+    norms_.push_back(grad_norm);
+    if (static_cast<int64_t>(losses_.size()) > window_) losses_.pop_front(), norms_.pop_front();
+    return false;
+  }
+  // A spike stays out of the window, so it does not widen the next judgement.
+  std::string samples = "[", starts = "[", layers = "{";
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    samples += (i ? ", " : "") + std::to_string(i);
+    starts += (i ? ", " : "") + std::to_string(offsets[i]);
+  }
+  std::string worst;
+  double worst_norm = -1;
+  for (const auto& [layer, n] : layer_norms()) {
+    layers += (layers.size() > 1 ? ", " : "") + json_quote(layer) + ": " + num(n);
+    if (n > worst_norm) worst_norm = n, worst = layer;
+  }
+  if (lead_)
+    std::printf("step %lld: spike (loss %.4f, z %.1f; grad norm %.3f, z %.1f); largest layer grad norm: %s %.3f; "
+                "%s. Batch: global samples 0..%zu at token offsets %s\n",
+                (long long)step, loss, zl, grad_norm, zg, worst.c_str(), worst_norm,
+                skip_spikes_ ? "update skipped" : "update applied", offsets.size() - 1, (starts + "]").c_str());
+  log({step, "data", "spike",
+       {{"loss", num(loss)}, {"loss_z", num(zl)}, {"grad_norm", num(grad_norm)}, {"grad_norm_z", num(zg)},
+        {"samples", samples + "]"}, {"token_offsets", starts + "]"}, {"layer_grad_norms", layers + "}"},
+        {"action", skip_spikes_ ? "\"skipped\"" : "\"logged\""}}});
+  return skip_spikes_;
+}
+
+void Stability::check(int64_t step, const ParamStore& params) {
+  if (!enabled_ || check_every_ == 0 || step % check_every_ != 0 || !world_) return;
+  // Hardware: every rank adds (rank + 1)(i mod 7 + 1); the sum is known exactly in fp32.
+  dist::Communicator& w = world_->world();
+  const int n = w.size(), me = world_->env().rank;
+  std::vector<float> probe(1024);
+  for (size_t i = 0; i < probe.size(); ++i) probe[i] = static_cast<float>((me + 1) * (i % 7 + 1));
+  w.all_reduce(flat_view(probe.data(), LOOM_F32, static_cast<int64_t>(probe.size())), LOOM_REDUCE_SUM);
+  double bad = 0;
+  for (size_t i = 0; i < probe.size(); ++i)
+    if (probe[i] != static_cast<float>(n * (n + 1) / 2 * (i % 7 + 1))) bad = 1;
+  std::vector<double> flags(n);
+  w.all_gather(flat_view(&bad, LOOM_F64, 1), flat_view(flags.data(), LOOM_F64, n));
+  std::vector<int> wrong;
+  for (int r = 0; r < n; ++r)
+    if (flags[r] != 0) wrong.push_back(r);
+  if (!wrong.empty()) {
+    log({step, "hardware", "collective_mismatch", {{"ranks", "\"" + describe_ranks(wrong) + "\""}}});
+    throw RuntimeError("step " + std::to_string(step) + ": a check all-reduce with a known answer came out wrong on " +
+                       describe_ranks(wrong) + " (suspect that host's memory, CPU or network)");
+  }
+  // Communication: replicas must hold identical parameters.
+  if (!dp_) return;
+  std::vector<int> odd = dp_->odd_replicas(params);
+  if (odd.empty()) return;
+  log({step, "communication", "replica_mismatch", {{"ranks", "\"" + describe_ranks(odd) + "\""}}});
+  throw RuntimeError("step " + std::to_string(step) + ": data-parallel replicas' parameters differ: " +
+                     describe_ranks(odd) + (odd.size() == 1 ? " differs from the other replicas" : " disagree") +
+                     " (a corrupted reduction or a bad host)");
+}
+
+}  // namespace loom::train

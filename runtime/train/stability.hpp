@@ -1,0 +1,74 @@
+// The [stability] watch over a run, in the four layers `loom doctor` reports:
+//   numeric       a non-finite loss or gradient, named by the first parameter (in backward order)
+//                 where it appeared; the step is skipped (or the run fails)
+//   data          loss and grad-norm spikes (z-score over a window), logged with the batch's
+//                 global sample indices and token offsets and the per-layer gradient norms
+//   communication every check_every steps the dp replicas' parameters are compared
+//   hardware      and a collective with a known answer is re-run on every rank
+// Everything it sees goes to <run dir>/events.jsonl (rank 0 writes it) as well as the console.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/config.hpp"
+#include "dist/comm.hpp"
+#include "model/params.hpp"
+
+namespace loom::train {
+
+class DataParallel;
+
+// One line of events.jsonl: {"step": 12, "layer": "numeric", "event": "nonfinite", ...}.
+struct Event {
+  int64_t step;
+  std::string layer, event;
+  std::vector<std::pair<std::string, std::string>> fields;  // values already JSON-encoded
+};
+
+// [faults]: what a test may break on purpose, and when.
+struct Faults {
+  int64_t inf_loss_step = 0, inf_loss_rank = 0, nan_grad_step = 0, bad_batch_step = 0, perturb_step = 0,
+          perturb_rank = 0;
+  std::string nan_grad_param;
+  static Faults from(const config::Config& cfg);
+};
+
+class Stability {
+ public:
+  Stability(const config::Config& cfg, dist::CommWorld* world, DataParallel* dp, bool lead,
+            const std::filesystem::path& run_dir);
+
+  bool enabled() const { return enabled_; }
+  // A non-finite loss or gradient at `step`: logs where it appeared first on this rank and
+  // returns true to skip the step, or throws when [stability] nonfinite = "fail".
+  bool on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params);
+  // Judges this step's loss and grad norm against the window. On a spike logs the batch (sample
+  // indices and their token offsets, from `offsets`) and the per-layer norms (`layer_norms`,
+  // called only then; a collective over tp, so every rank calls this); returns true to skip.
+  bool on_step(int64_t step, double loss, double grad_norm, const std::vector<int64_t>& offsets,
+               const std::function<std::vector<std::pair<std::string, double>>()>& layer_norms);
+  // Every check_every steps: replicas compared over dp, and a collective re-run over the world.
+  // A mismatch throws, naming the ranks.
+  void check(int64_t step, const ParamStore& params);
+  // Any other event worth a line (an fp16 overflow skip, ...).
+  void log(const Event& e);
+
+ private:
+  bool enabled_, fail_on_nonfinite_, skip_spikes_;
+  int64_t window_, min_steps_, check_every_;
+  double zscore_;
+  dist::CommWorld* world_;
+  DataParallel* dp_;
+  bool lead_;
+  std::ofstream events_;
+  std::deque<double> losses_, norms_;
+};
+
+}  // namespace loom::train

@@ -1,0 +1,78 @@
+// loom compare: two layouts that train the same model agree, a different seed diverges at step
+// 1, finished runs compare without rerunning, and the HTML report renders in headless Chromium.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "support/layouts.hpp"
+
+using namespace loom::test;
+
+namespace {
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+size_t count(const std::string& s, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("compare: dp=2 agrees with dp=1, another seed diverges at step 1, and the report renders") {
+  LayoutRuns runs("n_layer = 2\nn_head = 4\nd_model = 32\nd_ff = 64\nvocab_size = 130\nseq_len = 16",
+                  "steps = 8\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2");
+  TempDir t;
+  const std::string cfg = runs.config();
+  // --set applies to both configs: here both run on 2 ranks.
+  auto both = run_loom("compare " + cfg + " " + cfg + " --set parallel.nproc=2 --out " + (t.path / "x").string());
+  CHECK(both.rc == 0);
+  CHECK(has(both.out, "agree: 8 steps, loss within 0.00e+00"));
+
+  // A and B as separate files: the single-rank config and a dp=2 copy of it.
+  std::ifstream in(cfg);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string two = t.write("two.toml", text.str() + "[parallel]\nnproc = 2\n");
+  const std::string seed = t.write("seed.toml", "[run]\nseed = 7\n" + text.str().substr(text.str().find('\n') + 1));
+  auto dp = run_loom("compare " + cfg + " " + two + " --out " + (t.path / "dp").string());
+  INFO(dp.out);
+  CHECK(dp.rc == 0);
+  CHECK(has(dp.out, "agree: 8 steps"));
+  CHECK(has(dp.out, "note: B differs from A in parallel.nproc: 1 -> 2"));
+  CHECK(has(dp.out, "tokens/s"));
+  CHECK(has(dp.out, "exposed comm share"));
+  const auto html = t.path / "dp" / "report.html";
+  REQUIRE(std::filesystem::exists(html));
+
+  auto diverged = run_loom("compare " + cfg + " " + seed + " --out " + (t.path / "seed").string());
+  CHECK(diverged.rc == 1);
+  CHECK(has(diverged.out, "DIVERGED at step 1"));
+  CHECK(has(diverged.out, "B differs from A in run.seed: 1234 -> 7"));
+
+  // Finished runs, no retraining: the same verdicts.
+  auto again = run_loom("compare --from-runs " + (t.path / "dp" / "e").string() + " " + (t.path / "dp" / "two").string() +
+                        " --out " + (t.path / "again").string());
+  CHECK(again.rc == 0);
+  CHECK(has(again.out, "agree: 8 steps"));
+  CHECK_FALSE(has(again.out, "== "));  // nothing was trained
+
+  // The page in a real browser: the DOM it builds, and a screenshot.
+  auto dom = sh("chromium --headless --no-sandbox --disable-gpu --dump-dom file://" + html.string() + " 2>/dev/null");
+  CHECK(dom.rc == 0);
+  CHECK(has(dom.out, "<p id=\"verdict\" class=\"good\">Agree over 8 steps"));
+  CHECK(count(dom.out, "<svg") == 3);
+  CHECK(count(dom.out, "<polyline") == 6);
+  CHECK(count(dom.out, "<tr>") == 9);
+  const auto png = t.path / "report.png";
+  auto shot = sh("chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=800,1400 --screenshot=" +
+                 png.string() + " file://" + html.string() + " 2>/dev/null");
+  CHECK(shot.rc == 0);
+  CHECK(std::filesystem::file_size(png) > 10000);
+
+  auto usage = run_loom("compare " + cfg);
+  CHECK(usage.rc == 2);
+  CHECK(has(usage.out, "compare needs two configs"));
+  auto missing = run_loom("compare --from-runs " + (t.path / "nope").string() + " " + (t.path / "dp" / "e").string());
+  CHECK(missing.rc == 1);
+  CHECK(has(missing.out, "is not a run directory: no metrics.jsonl in it"));
+}
