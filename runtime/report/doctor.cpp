@@ -40,7 +40,7 @@ Diagnosis diagnose(const Run& run) {
   Writer w;
   const size_t n = run.steps.size();
   w.text = "loom doctor: " + run.dir.string() + ": " + std::to_string(n) + " steps, " +
-           std::to_string(run.events.size()) + " events\n";
+           std::to_string(run.events.size()) + (run.events.size() == 1 ? " event\n" : " events\n");
 
   w.section("data");
   auto spikes = events_of(run, "spike");
