@@ -82,6 +82,11 @@ Run read_run(const std::filesystem::path& dir) {
       throw RuntimeError((dir / "events.jsonl").string() + ":" + std::to_string(n) + ": not an event line");
     run.events.push_back({std::stoll(m[1]), m[2], m[3], line});
   }
+  std::ifstream ranks(dir / "ranks.json");
+  static const std::regex number("[0-9]+");
+  if (std::getline(ranks, line))
+    for (auto it = std::sregex_iterator(line.begin(), line.end(), number); it != std::sregex_iterator(); ++it)
+      run.peak_mem_per_rank.push_back(std::stod(it->str()));
   return run;
 }
 

@@ -32,6 +32,7 @@ struct Run {
   std::filesystem::path dir;
   std::vector<StepRow> steps;
   std::vector<EventRow> events;
+  std::vector<double> peak_mem_per_rank;  // from ranks.json, written at the end of a run
   // Mean of `key` over steps [from, end) that have a finite value; NaN when none.
   double mean(const std::string& key, size_t from = 0) const;
   double max(const std::string& key) const;

@@ -353,6 +353,16 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   if (profile && lead) print_profile(api.profile(), s.steps * s.accum);
   slots.check_replicated(params);  // norms and row-parallel biases stayed identical across tp
   if (dp) dp->check_identical(params, "at the end of the run");  // every replica applied (or skipped) the same updates
+  // Every rank's peak memory, once, for `loom compare` (metrics.jsonl is rank 0's alone).
+  double peak_mem = static_cast<double>(process_memory().peak_bytes);
+  std::vector<double> peaks(env.world, peak_mem);
+  if (world) world->world().all_gather(flat_view(&peak_mem, LOOM_F64, 1), flat_view(peaks.data(), LOOM_F64, env.world));
+  if (lead) {
+    std::ofstream out(run_dir / "ranks.json");
+    out << "{\"peak_mem_bytes\": [";
+    for (int r = 0; r < env.world; ++r) out << (r ? ", " : "") << static_cast<int64_t>(peaks[r]);
+    out << "]}\n";
+  }
   if (world) world->world().barrier();  // rank 0 hosts the store: leave together
   sum.steps = s.steps;
   sum.tokens_per_s = s.steps * tokens_per_step / total_time;

@@ -41,6 +41,11 @@ TEST_CASE("compare: dp=2 agrees with dp=1, another seed diverges at step 1, and 
   CHECK(has(dp.out, "note: B differs from A in parallel.nproc: 1 -> 2"));
   CHECK(has(dp.out, "tokens/s"));
   CHECK(has(dp.out, "exposed comm share"));
+  CHECK(has(dp.out, "peak memory, max rank (MiB)"));
+  std::ifstream ranks(t.path / "dp" / "two" / "ranks.json");  // both ranks reported their peak
+  std::string line;
+  std::getline(ranks, line);
+  CHECK(count(line, ",") == 1);
   const auto html = t.path / "dp" / "report.html";
   REQUIRE(std::filesystem::exists(html));
 
