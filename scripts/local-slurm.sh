@@ -2,22 +2,32 @@
 # A throwaway single-node Slurm on 127.0.0.1 for tests: slurmctld and slurmd in the foreground
 # under this shell, auth/none, no cgroups, all state in one temporary directory.
 #   source scripts/local-slurm.sh; slurm_start DIR; srun ...; slurm_stop
-# slurm_start exports SLURM_CONF and waits until the node is idle; slurm_stop kills the two
-# daemons by the PIDs it started them with. Needs root (auth/none runs jobs as the caller).
+# slurm_start exports SLURM_CONF and waits until the node is idle; slurm_stop cancels what is
+# still queued or running, then kills the two daemons by the PIDs it started them with. Needs
+# root (auth/none runs jobs as the caller).
 
-slurm_free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+# N distinct free ports on 127.0.0.1 (held together while chosen, so they differ).
+slurm_free_ports() {
+  python3 - "${1:-1}" <<'PY'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
 }
 
 slurm_start() {
   local dir=$1
   mkdir -p "$dir/state" "$dir/spool"
-  local cpus; cpus=$(nproc)
+  local cpus ports
+  cpus=$(nproc)
+  read -r -a ports <<< "$(slurm_free_ports 2)"
   cat > "$dir/slurm.conf" <<CONF
 ClusterName=loomtest
 SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort=$(slurm_free_port)
-SlurmdPort=$(slurm_free_port)
+SlurmctldPort=${ports[0]}
+SlurmdPort=${ports[1]}
 AuthType=auth/none
 CredType=cred/none
 SlurmUser=root
@@ -61,6 +71,11 @@ CONF
 
 slurm_stop() {
   local pid
+  # Jobs first: their slurmstepd processes detach from slurmd and would outlive it.
+  if [ -n "${SLURMCTLD_PID:-}" ] && kill -0 "$SLURMCTLD_PID" 2>/dev/null; then
+    scancel --full $(squeue -h -o %i 2>/dev/null) 2>/dev/null || true
+    for _ in $(seq 1 40); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.25; done
+  fi
   for pid in ${SLURMD_PID:-} ${SLURMCTLD_PID:-}; do
     kill "$pid" 2>/dev/null || true
   done

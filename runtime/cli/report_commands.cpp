@@ -93,8 +93,12 @@ int compare(const Args& args) {
   if (vm.count("from-runs")) {
     auto runs = vm["from-runs"].as<std::vector<std::string>>();
     if (runs.size() != 2 || vm.count("configs")) throw UsageError("--from-runs takes exactly two run directories\nusage: " + synopsis);
-    dir_a = runs[0], dir_b = runs[1];
-    name_a = fs::path(runs[0]).filename().string(), name_b = fs::path(runs[1]).filename().string();
+    // "runs/a/" names "a", like "runs/a".
+    dir_a = fs::path(runs[0]).lexically_normal(), dir_b = fs::path(runs[1]).lexically_normal();
+    if (!dir_a.has_filename()) dir_a = dir_a.parent_path();
+    if (!dir_b.has_filename()) dir_b = dir_b.parent_path();
+    name_a = dir_a.filename().string(), name_b = dir_b.filename().string();
+    if (name_a == name_b) name_a += "-A", name_b += "-B";
     if (fs::exists(dir_a / "config.toml") && fs::exists(dir_b / "config.toml"))
       notes = differences(config::Config::load(dir_a / "config.toml"), config::Config::load(dir_b / "config.toml"));
     out = vm.count("out") ? fs::path(vm["out"].as<std::string>()) : dir_a.parent_path() / ("compare-" + name_a + "-vs-" + name_b);

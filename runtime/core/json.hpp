@@ -1,6 +1,8 @@
 // Just enough JSON writing for machine-readable CLI output and metrics lines.
 #pragma once
 
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -28,6 +30,19 @@ inline std::string json_quote(std::string_view s) {
     }
   }
   return out + "\"";
+}
+
+// A JSON number: null for inf and NaN (JSON has neither), integers without a fraction, else 9
+// significant digits (enough to round-trip a float).
+inline std::string json_number(double v) {
+  char b[40];
+  if (!std::isfinite(v))
+    return "null";
+  else if (v == std::floor(v) && std::fabs(v) < 1e15)
+    std::snprintf(b, sizeof b, "%.0f", v);
+  else
+    std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
 }
 
 }  // namespace loom

@@ -96,23 +96,28 @@ std::optional<RankEnv> rank_from_environment() {
   }
   e.master_addr = env_str("MASTER_ADDR", "127.0.0.1");
   e.master_port = env_int("MASTER_PORT").value_or(29500);
-  if (e.launcher == "mpi" && !std::getenv("MASTER_PORT")) {
-    // Every rank of one mpirun shares its job id, and concurrent mpiruns differ in it: a port
-    // hashed from it keeps two jobs on one node off each other's store.
-    if (const char* job = std::getenv("OMPI_MCA_ess_base_jobid")) {
-      const auto id = static_cast<uint32_t>(std::strtoull(job, nullptr, 10));
-      e.master_port = 20000 + static_cast<int>((id * 2654435761u >> 8) % 20000);
-    }
+  // Every rank of one job shares its launcher's job id (and Slurm step), and concurrent jobs
+  // differ in it: a port hashed from it keeps two jobs on one node off each other's store. The
+  // range 20000-32767 stays below Linux's ephemeral ports.
+  if (!std::getenv("MASTER_PORT")) {
+    std::string job;
+    if (e.launcher == "mpi") job = env_str("OMPI_MCA_ess_base_jobid", env_str("PMIX_NAMESPACE", ""));
+    if (e.launcher == "slurm") job = env_str("SLURM_JOB_ID", "") + "." + env_str("SLURM_STEP_ID", "");
+    if (!job.empty()) e.master_port = port_for_job(job);
   }
-  if (e.launcher == "slurm") {
-    // Under Slurm the store lives on the allocation's first host, on a port derived from the
-    // job id, so concurrent jobs sharing a node do not collide; MASTER_* still override.
+  if (e.launcher == "slurm" && !std::getenv("MASTER_ADDR")) {
+    // The store lives on the allocation's first host.
     const std::string nodes = env_str("SLURM_STEP_NODELIST", env_str("SLURM_JOB_NODELIST", ""));
-    if (!std::getenv("MASTER_ADDR") && !nodes.empty()) e.master_addr = first_host(nodes);
-    if (!std::getenv("MASTER_PORT"))
-      if (auto job = env_int("SLURM_JOB_ID")) e.master_port = 20000 + *job % 20000;
+    if (!nodes.empty()) e.master_addr = first_host(nodes);
   }
   return e;
+}
+
+// FNV-1a of the job's name, folded into [20000, 32768).
+int port_for_job(const std::string& job) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : job) h = (h ^ c) * 16777619u;
+  return 20000 + static_cast<int>(h % 12768);
 }
 
 // "gpu-a[07-09,12],login1" -> "gpu-a07": the first entry, its first range's first number with
@@ -135,7 +140,7 @@ std::string first_host(const std::string& nodelist) {
   const std::string ranges = entry.substr(open + 1, close == std::string::npos ? std::string::npos : close - open - 1);
   const std::string first = ranges.substr(0, ranges.find_first_of(",-"));
   const std::string suffix = close == std::string::npos ? "" : entry.substr(close + 1);
-  return entry.substr(0, open) + first + suffix;
+  return entry.substr(0, open) + first + (suffix.empty() ? "" : first_host(suffix));  // "r[1-2]-n[01-04]"
 }
 
 int free_port() {

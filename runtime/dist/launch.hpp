@@ -18,10 +18,13 @@ struct RankEnv {
 };
 
 // The rank set by an outer launcher, or nullopt when this process was started on its own.
-// Under Slurm, MASTER_ADDR defaults to the first host of the step's nodelist and MASTER_PORT to
-// 20000 + job id mod 20000; under Open MPI, MASTER_PORT defaults to a port hashed from the job
-// id. Elsewhere MASTER_ADDR is 127.0.0.1 and MASTER_PORT 29500.
+// Under Slurm, MASTER_ADDR defaults to the first host of the step's nodelist; under Slurm and
+// Open MPI, MASTER_PORT defaults to port_for_job of the job (and step) id. Elsewhere MASTER_ADDR
+// is 127.0.0.1 and MASTER_PORT 29500.
 std::optional<RankEnv> rank_from_environment();
+
+// A port in [20000, 32768) hashed from a job's name ("1234.0"), the same on every rank of it.
+int port_for_job(const std::string& job);
 
 // The first host of a Slurm nodelist: "node[03-05,9],login1" -> "node03".
 std::string first_host(const std::string& nodelist);

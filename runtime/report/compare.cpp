@@ -123,12 +123,20 @@ Comparison compare_runs(const std::string& name_a, const Run& a, const std::stri
       {"final val loss", a.last("val_loss"), b.last("val_loss"), "%.4f", false},
   };
   c.steps = std::min(a.steps.size(), b.steps.size());
+  if (a.steps.size() != b.steps.size())
+    c.notes.push_back("A has " + std::to_string(a.steps.size()) + " steps and B " + std::to_string(b.steps.size()) +
+                      ": the first " + std::to_string(c.steps) + " are compared");
+  // Relative to A; a value non-finite in both runs agrees (both skipped that step), in one only
+  // it does not.
+  auto differ = [&](double x, double y, double& worst) {
+    if (!std::isfinite(x) || !std::isfinite(y)) return std::isfinite(x) != std::isfinite(y);
+    worst = std::max(worst, rel(x, y));
+    return rel(x, y) > rtol;
+  };
   for (size_t i = 0; i < c.steps; ++i) {
-    const double dl = rel(a.steps[i].get("loss"), b.steps[i].get("loss"));
-    const double dg = rel(a.steps[i].get("grad_norm"), b.steps[i].get("grad_norm"));
-    const bool finite = std::isfinite(dl) && std::isfinite(dg);
-    if (finite) c.worst_loss = std::max(c.worst_loss, dl), c.worst_grad = std::max(c.worst_grad, dg);
-    if (c.diverged_at == 0 && (!finite || dl > rtol || dg > rtol)) c.diverged_at = static_cast<int64_t>(a.steps[i].get("step"));
+    const bool loss = differ(a.steps[i].get("loss"), b.steps[i].get("loss"), c.worst_loss);
+    const bool grad = differ(a.steps[i].get("grad_norm"), b.steps[i].get("grad_norm"), c.worst_grad);
+    if (c.diverged_at == 0 && (loss || grad)) c.diverged_at = static_cast<int64_t>(a.steps[i].get("step"));
   }
   return c;
 }

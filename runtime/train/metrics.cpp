@@ -27,15 +27,7 @@ MetricsLog::MetricsLog(const std::filesystem::path& file) : out_(file, std::ios:
 void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields) {
   std::string line = "{";
   for (size_t i = 0; i < fields.size(); ++i) {
-    char num[40];
-    double v = fields[i].second;
-    if (!std::isfinite(v))
-      std::snprintf(num, sizeof num, "null");
-    else if (v == std::floor(v) && std::fabs(v) < 1e15)
-      std::snprintf(num, sizeof num, "%.0f", v);
-    else
-      std::snprintf(num, sizeof num, "%.9g", v);
-    line += (i ? ", " : "") + json_quote(fields[i].first) + ": " + num;
+    line += (i ? ", " : "") + json_quote(fields[i].first) + ": " + json_number(fields[i].second);
   }
   out_ << line << "}\n";
   out_.flush();

@@ -12,13 +12,6 @@ namespace loom::train {
 
 namespace {
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char b[40];
-  std::snprintf(b, sizeof b, "%.9g", v);
-  return b;
-}
-
 // (x - mean) / std over the window; 0 while the window is flat.
 double zscore_of(double x, const std::deque<double>& w) {
   double mean = 0, var = 0;
@@ -75,17 +68,22 @@ void Stability::log(const Event& e) {
 bool Stability::on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params) {
   // Backward produces gradients from the last parameter to the first: the first non-finite one
   // in that order is where the bad value entered (or the loss itself, when all are).
-  std::string first;
+  // Every rank is here together (found_inf is global), so the earliest bad parameter over all
+  // ranks is agreed with one MIN all-reduce of its backward-order position.
   const auto& all = params.all();
-  for (auto it = all.rbegin(); it != all.rend() && first.empty(); ++it) {
-    const float* g = it->grad.f32();
-    for (int64_t i = 0; i < it->grad.numel(); ++i)
+  double found = static_cast<double>(all.size());
+  for (size_t k = 0; k < all.size() && found == static_cast<double>(all.size()); ++k) {
+    const Param& p = all[all.size() - 1 - k];
+    const float* g = p.grad.f32();
+    for (int64_t i = 0; i < p.grad.numel(); ++i)
       if (!std::isfinite(g[i])) {
-        first = it->name;
+        found = static_cast<double>(k);
         break;
       }
   }
-  const std::string where = first.empty() ? "not in this rank's gradients (another rank's, or the loss)"
+  if (world_) world_->world().all_reduce(flat_view(&found, LOOM_F64, 1), LOOM_REDUCE_MIN);
+  const std::string first = found < static_cast<double>(all.size()) ? all[all.size() - 1 - static_cast<size_t>(found)].name : "";
+  const std::string where = first.empty() ? "in no gradient (the loss itself)"
                                           : "first in layer " + layer_of(first) + ", parameter " + first;
   const std::string what = "step " + std::to_string(step) + ": non-finite " +
                            (std::isfinite(loss) ? "gradient" : "loss") + " (loss " + std::to_string(loss) +
@@ -93,7 +91,7 @@ bool Stability::on_nonfinite(int64_t step, double loss, double grad_norm, const 
   if (!enabled_ || fail_on_nonfinite_) throw RuntimeError(what);
   if (lead_) std::printf("%s; update skipped\n", what.c_str());
   log({step, "numeric", "nonfinite",
-       {{"loss", num(loss)}, {"grad_norm", num(grad_norm)},
+       {{"loss", json_number(loss)}, {"grad_norm", json_number(grad_norm)},
         {"in_layer", first.empty() ? "null" : json_quote(layer_of(first))},
         {"param", first.empty() ? "null" : json_quote(first)}, {"action", "\"skipped\""}}});
   return true;
@@ -109,13 +107,15 @@ bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::
     zg = zscore_of(grad_norm, norms_);
     spike = zl > zscore_ || zg > zscore_;
   }
-  if (!spike) {
+  // A spike stays out of the window, so it does not widen the next judgement, unless it is the
+  // third in a row: then the level itself has moved, and the window follows it.
+  consecutive_ = spike ? consecutive_ + 1 : 0;
+  if (!spike || consecutive_ >= 3) {
     losses_.push_back(loss);
     norms_.push_back(grad_norm);
     if (static_cast<int64_t>(losses_.size()) > window_) losses_.pop_front(), norms_.pop_front();
-    return false;
   }
-  // A spike stays out of the window, so it does not widen the next judgement.
+  if (!spike) return false;
   std::string samples = "[", starts = "[", layers = "{";
   for (size_t i = 0; i < offsets.size(); ++i) {
     samples += (i ? ", " : "") + std::to_string(i);
@@ -124,7 +124,7 @@ bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::
   std::string worst;
   double worst_norm = -1;
   for (const auto& [layer, n] : layer_norms()) {
-    layers += (layers.size() > 1 ? ", " : "") + json_quote(layer) + ": " + num(n);
+    layers += (layers.size() > 1 ? ", " : "") + json_quote(layer) + ": " + json_number(n);
     if (n > worst_norm) worst_norm = n, worst = layer;
   }
   if (lead_)
@@ -133,7 +133,7 @@ bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::
                 (long long)step, loss, zl, grad_norm, zg, worst.c_str(), worst_norm,
                 skip_spikes_ ? "update skipped" : "update applied", offsets.size() - 1, (starts + "]").c_str());
   log({step, "data", "spike",
-       {{"loss", num(loss)}, {"loss_z", num(zl)}, {"grad_norm", num(grad_norm)}, {"grad_norm_z", num(zg)},
+       {{"loss", json_number(loss)}, {"loss_z", json_number(zl)}, {"grad_norm", json_number(grad_norm)}, {"grad_norm_z", json_number(zg)},
         {"samples", samples + "]"}, {"token_offsets", starts + "]"}, {"layer_grad_norms", layers + "}"},
         {"action", skip_spikes_ ? "\"skipped\"" : "\"logged\""}}});
   return skip_spikes_;
@@ -141,15 +141,16 @@ bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::
 
 void Stability::check(int64_t step, const ParamStore& params) {
   if (!enabled_ || check_every_ == 0 || step % check_every_ != 0 || !world_) return;
-  // Hardware: every rank adds (rank + 1)(i mod 7 + 1); the sum is known exactly in fp32.
+  // Hardware: every rank adds i mod 7 + 1; the sum n (i mod 7 + 1) is exact in fp32 up to
+  // 2^24 / 7 ranks.
   dist::Communicator& w = world_->world();
-  const int n = w.size(), me = world_->env().rank;
+  const int n = w.size();
   std::vector<float> probe(1024);
-  for (size_t i = 0; i < probe.size(); ++i) probe[i] = static_cast<float>((me + 1) * (i % 7 + 1));
+  for (size_t i = 0; i < probe.size(); ++i) probe[i] = static_cast<float>(i % 7 + 1);
   w.all_reduce(flat_view(probe.data(), LOOM_F32, static_cast<int64_t>(probe.size())), LOOM_REDUCE_SUM);
   double bad = 0;
   for (size_t i = 0; i < probe.size(); ++i)
-    if (probe[i] != static_cast<float>(n * (n + 1) / 2 * (i % 7 + 1))) bad = 1;
+    if (probe[i] != static_cast<float>(n * (i % 7 + 1))) bad = 1;
   std::vector<double> flags(n);
   w.all_gather(flat_view(&bad, LOOM_F64, 1), flat_view(flags.data(), LOOM_F64, n));
   std::vector<int> wrong;

@@ -46,8 +46,9 @@ class Stability {
             const std::filesystem::path& run_dir);
 
   bool enabled() const { return enabled_; }
-  // A non-finite loss or gradient at `step`: logs where it appeared first on this rank and
-  // returns true to skip the step, or throws when [stability] nonfinite = "fail".
+  // A non-finite loss or gradient at `step` (every rank calls this together): names where it
+  // appeared first on any rank and returns true to skip the step, or throws when [stability]
+  // nonfinite = "fail".
   bool on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params);
   // Judges this step's loss and grad norm against the window. On a spike logs the batch (sample
   // indices and their token offsets, from `offsets`) and the per-layer norms (`layer_norms`,
@@ -69,6 +70,7 @@ class Stability {
   bool lead_;
   std::ofstream events_;
   std::deque<double> losses_, norms_;
+  int consecutive_ = 0;  // spikes in a row
 };
 
 }  // namespace loom::train

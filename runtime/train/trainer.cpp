@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "core/errors.hpp"
+#include "core/json.hpp"
 #include "core/nearest.hpp"
 #include "data/batches.hpp"
 #include "data/shards.hpp"
@@ -270,7 +271,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       if (lead)
         std::printf("step %lld: gradients overflowed on some rank; update skipped on every rank "
                     "(loss scale now %g)\n", (long long)step, precision->loss_scale());
-      stability.log({step, "numeric", "overflow_skip", {{"loss_scale", std::to_string(precision->loss_scale())}}});
+      stability.log({step, "numeric", "overflow_skip", {{"loss_scale", json_number(precision->loss_scale())}}});
     } else if (found_inf) {
       skip = stability.on_nonfinite(step, loss, grad_norm, params);  // or throws
     } else {

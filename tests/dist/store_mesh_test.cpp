@@ -89,4 +89,15 @@ TEST_CASE("the first host of a Slurm nodelist, which defaults MASTER_ADDR under 
   CHECK(first_host("gpu-a[07-09,12]-ib,gpu-b1") == "gpu-a07-ib");
   CHECK(first_host("login1,node[1-2]") == "login1");
   CHECK(first_host("rack1-[12,14]") == "rack1-12");
+  CHECK(first_host("r[1-2]-n[01-04]") == "r1-n01");
+}
+
+TEST_CASE("a job's store port is the same for every rank of it and differs between jobs") {
+  using loom::dist::port_for_job;
+  CHECK(port_for_job("1234.0") == port_for_job("1234.0"));
+  CHECK(port_for_job("1234.0") != port_for_job("1234.1"));  // two steps of one allocation
+  for (const char* job : {"1.0", "99999.3", "5046273"}) {
+    CHECK(port_for_job(job) >= 20000);
+    CHECK(port_for_job(job) < 32768);  // below Linux's ephemeral range
+  }
 }

@@ -13,6 +13,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/loom-slurm-XXXXXX)
 source "$root/scripts/local-slurm.sh"
 trap 'slurm_stop; rm -rf "$work"' EXIT
+trap 'exit 1' INT TERM  # through the EXIT trap
+# Every job step gets its own store port (two CI runs on one host share fresh job ids), and no
+# srun may outlive its budget.
+run_srun() { MASTER_PORT=$(slurm_free_ports 1) timeout -k 5 120 srun "$@"; }
 passed=0 failed=0
 check() {  # check NAME CONDITION-COMMAND...
   local name=$1; shift
@@ -59,7 +63,7 @@ check "self-launched 2-rank run" test $? -eq 0
 slurm_start "$work/slurm" || { failed=$((failed + 1)); finish; }
 check "local slurm is up" true
 
-srun -n 2 --kill-on-bad-exit=1 "$loom" train "$work/e.toml" --run-dir "$work/srun" > "$work/srun.out" 2>&1
+run_srun -n 2 --kill-on-bad-exit=1 "$loom" train "$work/e.toml" --run-dir "$work/srun" > "$work/srun.out" 2>&1
 rc=$?
 check "srun -n 2 loom train exits 0" test $rc -eq 0
 check "rank 0 knew it was launched by slurm" grep -q "2 ranks (launched by slurm)" "$work/srun.out"
@@ -78,14 +82,14 @@ PY
 check "srun losses and grad norms match the self-launched run (1e-5)" compare_to_self srun
 
 # The mpi plugin under srun: Open MPI joins through Slurm's PMIx, no mpirun involved.
-srun --mpi=pmix -n 2 --kill-on-bad-exit=1 "$loom" train "$work/e.toml" --run-dir "$work/srun-mpi" \
+run_srun --mpi=pmix -n 2 --kill-on-bad-exit=1 "$loom" train "$work/e.toml" --run-dir "$work/srun-mpi" \
   --set plugins.comm=mpi > "$work/srun-mpi.out" 2>&1
 check "srun --mpi=pmix -n 2 loom train (comm = mpi) exits 0" test $? -eq 0
 check "srun + mpi matches the self-launched run (1e-5)" compare_to_self srun-mpi
 
 # A rank that dies: task 1 kills itself after 2 s of a long run.
 start=$(date +%s)
-srun -n 2 --kill-on-bad-exit=1 bash -c '[ "$SLURM_PROCID" = 1 ] && (sleep 2; kill -9 $$) & exec "$0" "$@"' \
+run_srun -n 2 --kill-on-bad-exit=1 bash -c '[ "$SLURM_PROCID" = 1 ] && (sleep 2; kill -9 $$) & exec "$0" "$@"' \
   "$loom" train "$work/e.toml" --run-dir "$work/killed" --set train.steps=1000000 --set run.log_every=100000 \
   > "$work/killed.out" 2>&1
 rc=$?

@@ -20,6 +20,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <list>
 #include <memory>
@@ -96,11 +97,16 @@ class Mpi : public loom::sdk::CommPlugin {
 
   explicit Mpi(const loom::sdk::Context&) {}
 
+  // MPI_Finalize waits for every rank. A rank leaving on an error while the others sit in a
+  // collective would wait forever (MPI has no timeouts), so it aborts the job instead, which
+  // makes the launcher stop every rank and name this one.
   ~Mpi() override {
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
-    if (initialized && !finalized && owns_mpi_) MPI_Finalize();
+    if (!initialized || finalized || !owns_mpi_) return;
+    if (std::uncaught_exceptions() > 0) MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Finalize();
   }
 
   loom_comm* init(const loom_store&, int rank, int size, int64_t) override {
