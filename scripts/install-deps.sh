@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential g++ cmake pkg-config
-  libtomlplusplus-dev doctest-dev
+  libtomlplusplus-dev doctest-dev nlohmann-json3-dev
   libboost-dev libboost-program-options-dev
   libopenblas-dev libopenblas-openmp-dev libomp-dev
   libgloo-dev libopenmpi-dev openmpi-bin

@@ -132,6 +132,7 @@ std::string usage() {
          "  bench comm             collective bandwidth, nccl-tests style (--op, --nproc)\n"
          "  compare A.toml B.toml  train both, compare speed, memory and loss; HTML report\n"
          "  doctor RUN_DIR         what a run's metrics and events say, layer by layer\n"
+         "  ckpt verify|inspect DIR  check or describe a checkpoint; ckpt export DIR --out F\n"
          "  config check FILE      validate a config and the plugins it names\n"
          "  config show FILE       print the resolved config with every default filled in\n"
          "  plugins [list]         list every plugin found (--json)\n"

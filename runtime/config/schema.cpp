@@ -60,6 +60,12 @@ std::vector<SectionSpec> build_schema() {
        {"log", "skip"}},
       {"check_every", ValueType::Int, "100", "compare dp replicas' parameters and re-check a collective every N steps; 0 = never", 0, kInf},
   }});
+  s.push_back({"checkpoint", "saving and resuming training state (docs/checkpoints.md); the writer is [plugins] ckpt", {
+      {"dir", ValueType::String, "\"\"", "where step directories go; \"\" = <run dir>/checkpoints"},
+      {"every", ValueType::Int, "0", "save after every N steps (and after the last); 0 = never", 0, kInf},
+      {"keep_last", ValueType::Int, "3", "committed checkpoints kept; the newest is never deleted", 1, kInf},
+      {"resume", ValueType::String, "\"\"", "\"latest\" or a step directory to resume from; \"\" = start fresh"},
+  }});
   s.push_back({"faults", "fault injection, for tests of the paths above (all off by default)", {
       {"inf_loss_step", ValueType::Int, "0", "at this step one rank's loss gradient is inf", 0, kInf},
       {"inf_loss_rank", ValueType::Int, "0", "the rank inf_loss_step poisons", 0, 65535},
@@ -68,6 +74,7 @@ std::vector<SectionSpec> build_schema() {
       {"bad_batch_step", ValueType::Int, "0", "at this step every sample's targets are scrambled (a loss spike)", 0, kInf},
       {"perturb_step", ValueType::Int, "0", "at this step one rank's parameters are nudged off its replicas", 0, kInf},
       {"perturb_rank", ValueType::Int, "0", "the rank perturb_step nudges", 0, 65535},
+      {"ckpt_write_error_step", ValueType::Int, "0", "the checkpoint of this step fails to write (a full disk)", 0, kInf},
   }});
   SectionSpec model{"model", "the network: GPT-2-style decoder", {
       {"preset", ValueType::String, "\"\"", "fill unset keys from a preset", -kInf, kInf,
@@ -100,6 +107,7 @@ std::vector<SectionSpec> build_schema() {
   }});
   s.push_back({"train", "optimisation", {
       {"steps", ValueType::Int, "100", "optimizer steps", 1, kInf},
+      {"exit_after", ValueType::Int, "0", "stop after this step, as a preempted job would (the schedule still spans steps); 0 = run to the end", 0, kInf},
       {"global_batch", ValueType::Int, "16", "sequences per step, across all ranks", 1, kInf},
       {"micro_batch", ValueType::Int, "0", "sequences per forward/backward; 0 = global_batch",
        0, kInf},

@@ -62,7 +62,7 @@ size_t table_size(int32_t kind, int32_t slot) {
   switch (kind) {
     case LOOM_KIND_COMM: return sizeof(loom_comm_v1);
     case LOOM_KIND_PRECISION: return offsetof(loom_precision_v1, round_operand) + sizeof(void*);
-    case LOOM_KIND_CKPT: return sizeof(loom_ckpt_v1);
+    case LOOM_KIND_CKPT: return offsetof(loom_ckpt_v1, finish) + sizeof(void*);
     case LOOM_KIND_PARALLEL:
       switch (slot) {
         case LOOM_SLOT_DATA: return sizeof(loom_data_v1);

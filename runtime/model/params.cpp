@@ -41,8 +41,6 @@ Param& ParamStore::get(const std::string& name) {
   throw RuntimeError("no parameter named '" + name + "'");
 }
 
-namespace {
-
 // Global flat index of local element `i` of a row-major slice along `s.dim`.
 int64_t global_index(int64_t i, const std::vector<int64_t>& local, const std::vector<int64_t>& global,
                      const Slice& s) {
@@ -57,8 +55,6 @@ int64_t global_index(int64_t i, const std::vector<int64_t>& local, const std::ve
   }
   return g;
 }
-
-}  // namespace
 
 void ParamStore::allocate(uint64_t seed) {
   total_ = 0;

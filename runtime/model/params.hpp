@@ -47,6 +47,11 @@ struct Param {
   Tensor value, grad;
 };
 
+// The flat index in the global tensor of element `i` of a rank's local part (`local` shape,
+// `s` the slice it holds): how initialisation and checkpoints stay layout-independent.
+int64_t global_index(int64_t i, const std::vector<int64_t>& local, const std::vector<int64_t>& global,
+                     const Slice& s);
+
 class ParamStore {
  public:
   // Declares a parameter; `slice` is the part this rank holds (from the tensor slot).

@@ -20,7 +20,8 @@ Memory process_memory() {
   return m;
 }
 
-MetricsLog::MetricsLog(const std::filesystem::path& file) : out_(file, std::ios::trunc) {
+MetricsLog::MetricsLog(const std::filesystem::path& file, bool append)
+    : out_(file, append ? std::ios::app : std::ios::trunc) {
   if (!out_) throw RuntimeError("cannot write metrics file '" + file.string() + "'");
 }
 

@@ -18,7 +18,8 @@ Memory process_memory();
 
 class MetricsLog {
  public:
-  explicit MetricsLog(const std::filesystem::path& file);  // truncates: a new run
+  // Truncates for a new run; a resumed run appends to what it continues.
+  MetricsLog(const std::filesystem::path& file, bool append);
   // Appends {"k": v, ...}; values are numbers, written with enough digits to round-trip.
   void write(const std::vector<std::pair<std::string, double>>& fields);
 

@@ -33,13 +33,14 @@ Faults Faults::from(const config::Config& cfg) {
   f.bad_batch_step = cfg.i64("faults.bad_batch_step");
   f.perturb_step = cfg.i64("faults.perturb_step");
   f.perturb_rank = cfg.i64("faults.perturb_rank");
+  f.ckpt_write_error_step = cfg.i64("faults.ckpt_write_error_step");
   if (f.nan_grad_step > 0 && f.nan_grad_param.empty())
     throw ConfigError("[faults] nan_grad_step = " + std::to_string(f.nan_grad_step) + " needs nan_grad_param");
   return f;
 }
 
 Stability::Stability(const config::Config& cfg, dist::CommWorld* world, DataParallel* dp, bool lead,
-                     const std::filesystem::path& run_dir)
+                     const std::filesystem::path& run_dir, bool append)
     : enabled_(cfg.boolean("stability.enabled")),
       fail_on_nonfinite_(cfg.str("stability.nonfinite") == "fail"),
       skip_spikes_(cfg.str("stability.action") == "skip"),
@@ -53,7 +54,7 @@ Stability::Stability(const config::Config& cfg, dist::CommWorld* world, DataPara
   if (min_steps_ > window_)
     throw ConfigError("[stability] min_steps = " + std::to_string(min_steps_) + " exceeds window = " +
                       std::to_string(window_));
-  if (lead_) events_.open(run_dir / "events.jsonl", std::ios::trunc);
+  if (lead_) events_.open(run_dir / "events.jsonl", append ? std::ios::app : std::ios::trunc);
 }
 
 void Stability::log(const Event& e) {

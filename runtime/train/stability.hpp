@@ -35,15 +35,16 @@ struct Event {
 // [faults]: what a test may break on purpose, and when.
 struct Faults {
   int64_t inf_loss_step = 0, inf_loss_rank = 0, nan_grad_step = 0, bad_batch_step = 0, perturb_step = 0,
-          perturb_rank = 0;
+          perturb_rank = 0, ckpt_write_error_step = 0;
   std::string nan_grad_param;
   static Faults from(const config::Config& cfg);
 };
 
 class Stability {
  public:
+  // `append`: a resumed run adds to the events of the run it continues.
   Stability(const config::Config& cfg, dist::CommWorld* world, DataParallel* dp, bool lead,
-            const std::filesystem::path& run_dir);
+            const std::filesystem::path& run_dir, bool append);
 
   bool enabled() const { return enabled_; }
   // A non-finite loss or gradient at `step` (every rank calls this together): names where it

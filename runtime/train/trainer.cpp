@@ -7,6 +7,7 @@
 #include <thread>
 #include <tuple>
 
+#include "ckpt/checkpointer.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
 #include "core/nearest.hpp"
@@ -174,17 +175,20 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   params.allocate(s.seed);
   Tensor m = Tensor::zeros({params.numel()}), v = Tensor::zeros({params.numel()});
   std::unique_ptr<DataParallel> dp;
-  if (mesh.dp > 1) {
-    dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model);
-    dp->check_identical(params, "at initialisation");
-  }
+  if (mesh.dp > 1) dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model);
+  const Faults faults = Faults::from(cfg);
+  ckpt::Checkpointer checkpoints(cfg, selection, world.get(), mesh, env.rank, run_dir, cfg.render(selection.schemas),
+                                 faults.ckpt_write_error_step);
+  int64_t applied = 0;  // optimizer steps taken: a skipped step does not advance AdamW
+  const int64_t first_step = checkpoints.resume(params, m, v, precision.get(), applied);
+  if (dp) dp->check_identical(params, first_step > 1 ? "after resuming" : "at initialisation");
   const int64_t first_sample = dp ? dp->dp_rank() * local_batch : 0;
 
   std::unique_ptr<MetricsLog> log;
   if (lead) {
     fs::create_directories(run_dir);
     std::ofstream(run_dir / "config.toml") << cfg.render(selection.schemas);
-    log = std::make_unique<MetricsLog>(run_dir / "metrics.jsonl");
+    log = std::make_unique<MetricsLog>(run_dir / "metrics.jsonl", first_step > 1);
   }
   Peak peak = device_peak(device, precision_name, threads, cfg.f64("run.peak_gflops"));
   const double flops_per_token = mc.flops_per_token();
@@ -215,8 +219,6 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   std::vector<int32_t> tok(s.micro_batch * T), tgt(s.micro_batch * T);
   TrainSummary sum;
   double total_time = 0;
-  int64_t applied = 0;  // optimizer steps taken: a skipped step does not advance AdamW
-  const Faults faults = Faults::from(cfg);
   Param* nan_param = nullptr;
   if (faults.nan_grad_step > 0) {
     std::vector<std::string> names;
@@ -228,9 +230,11 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       throw ConfigError("[faults] nan_grad_param = \"" + faults.nan_grad_param + "\" is not a parameter of this model" +
                         did_you_mean(faults.nan_grad_param, names));
   }
-  Stability stability(cfg, world.get(), dp.get(), lead, run_dir);
+  Stability stability(cfg, world.get(), dp.get(), lead, run_dir, first_step > 1);
   std::vector<int64_t> offsets(s.global_batch);
-  for (int64_t step = 1; step <= s.steps; ++step) {
+  const int64_t exit_after = cfg.i64("train.exit_after");
+  const int64_t last_step = exit_after > 0 ? std::min(exit_after, s.steps) : s.steps;
+  for (int64_t step = first_step; step <= last_step; ++step) {
     auto t0 = Clock::now();
     const double lr = s.lr.at(step);
     params.zero_grads();
@@ -297,6 +301,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     }
     if (step == faults.perturb_step && env.rank == faults.perturb_rank) params.values()[0] += 1e-3f;
     stability.check(step, params);
+    checkpoints.after_step(step, last_step, params, m, v, applied, precision.get());
     const double step_s = seconds_since(t0);
     total_time += step_s;
     const double tps = tokens_per_step / step_s;
@@ -334,9 +339,9 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     }
     if (lead) log->write(fields);
     if (!lead) val_text.clear();
-    if (step == 1) sum.first_loss = loss;
+    if (step == first_step) sum.first_loss = loss;
     sum.final_loss = loss;
-    if (lead && (step % s.log_every == 0 || step == s.steps || !val_text.empty()))
+    if (lead && (step % s.log_every == 0 || step == last_step || !val_text.empty()))
       std::printf(
           "step %5lld/%lld | loss %.4f%s | grad %.3f | lr %.2e | %s tok/s | mfu %.1f%% | "
           "%.0f ms | mem %.0f MiB\n",
@@ -351,6 +356,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     }
     std::fflush(stdout);
   }
+  checkpoints.close();
   if (profile && lead) print_profile(api.profile(), s.steps * s.accum);
   slots.check_replicated(params);  // norms and row-parallel biases stayed identical across tp
   if (dp) dp->check_identical(params, "at the end of the run");  // every replica applied (or skipped) the same updates
@@ -365,8 +371,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     out << "]}\n";
   }
   if (world) world->world().barrier();  // rank 0 hosts the store: leave together
-  sum.steps = s.steps;
-  sum.tokens_per_s = s.steps * tokens_per_step / total_time;
+  sum.steps = last_step - first_step + 1;  // this run's, after a resume or before an exit
+  sum.tokens_per_s = static_cast<double>(sum.steps * tokens_per_step) / total_time;
   sum.mfu = sum.tokens_per_s * flops_per_token / (peak.gflops * 1e9 * env.world);
   return sum;
 }

@@ -326,12 +326,16 @@ typedef struct loom_precision_v1 {
   loom_status (*load_state)(void* self, const void* buf, size_t bytes, loom_error* err);
 } loom_precision_v1;
 
-/* Checkpoint writer: saves and loads named byte blobs of one rank under a step directory. */
+/* Checkpoint writer: saves named byte blobs of one rank under a step directory. `save` may return
+ * before the bytes are on disk (an async writer copies them first); `finish` makes them durable. */
 typedef struct loom_ckpt_v1 {
   loom_plugin base;
   loom_status (*save)(void* self, const char* dir, const char* name, const void* data,
                       size_t bytes, loom_error* err);
   loom_status (*finish)(void* self, loom_error* err); /* returns when every save is durable */
+  /* ---- ABI 1.1 ---- */
+  /* Returns at once: LOOM_OK, or the error of a background write that already failed. */
+  loom_status (*poll)(void* self, loom_error* err);
 } loom_ckpt_v1;
 
 /* ---- communication (comm kind) ---------------------------------------------------------------- */

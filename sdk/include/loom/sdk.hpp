@@ -158,6 +158,8 @@ class CkptPlugin : public Plugin {
   virtual void save(const std::string& dir, const std::string& name, const void* data,
                     size_t bytes) = 0;
   virtual void finish() {}
+  // Throws the error of a background write that already failed; never blocks.
+  virtual void poll() {}
 };
 
 // A communication backend. Each operation returns a handle when `async` is true (nullptr when it
@@ -386,6 +388,9 @@ const loom_plugin* ckpt_plugin() {
     };
     t.finish = [](void* self, loom_error* err) {
       return detail::guarded(err, [&] { static_cast<Impl*>(self)->finish(); });
+    };
+    t.poll = [](void* self, loom_error* err) {
+      return detail::guarded(err, [&] { static_cast<Impl*>(self)->poll(); });
     };
     return t;
   }();

@@ -1,0 +1,221 @@
+#include "ckpt/checkpointer.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "ckpt/crc32c.hpp"
+#include "core/errors.hpp"
+#include "dist/mesh.hpp"
+
+namespace fs = std::filesystem;
+
+namespace loom::ckpt {
+
+namespace {
+
+std::string rank_file(int rank, const char* ext) {
+  char b[32];
+  std::snprintf(b, sizeof b, "rank-%05d.%s", rank, ext);
+  return b;
+}
+
+// Writes a small file durably (temporary + fsync + rename): the per-rank notes and `latest`.
+void write_small(const fs::path& file, const std::string& text) {
+  const fs::path tmp = file.string() + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw RuntimeError("cannot write " + tmp.string() + ": " + std::strerror(errno));
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) throw RuntimeError("cannot write " + tmp.string() + ": " + std::strerror(errno));
+  fs::rename(tmp, file);
+}
+
+void sync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) ::fsync(fd), ::close(fd);
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
+                           const dist::MeshShape& mesh, int rank, const fs::path& run_dir, std::string config_text,
+                           int64_t write_error_step)
+    : every_(cfg.i64("checkpoint.every")),
+      keep_last_(cfg.i64("checkpoint.keep_last")),
+      resume_(cfg.str("checkpoint.resume")),
+      config_text_(std::move(config_text)),
+      precision_name_(cfg.str("plugins.precision")),
+      world_(world),
+      mesh_(mesh),
+      rank_(rank),
+      write_error_step_(write_error_step) {
+  const std::string dir = cfg.str("checkpoint.dir");
+  root_ = dir.empty() ? run_dir / "checkpoints" : fs::path(dir);
+  if (every_ == 0) return;
+  const plugins::SlotChoice* ckpt = sel.slot("ckpt");
+  if (!ckpt) throw ConfigError("[checkpoint] every = " + std::to_string(every_) + " needs a writer: [plugins] ckpt = \"sync\" or \"async\"");
+  loom_options opts = plugins::options_for(cfg, ckpt->found.desc->name);
+  writer_ = std::make_unique<plugins::Instance>(ckpt->found, &opts);
+  table_ = writer_->table<loom_ckpt_v1>();
+}
+
+Checkpointer::~Checkpointer() = default;
+
+void Checkpointer::check(loom_status s, const loom_error& e, const std::string& what) const {
+  if (s != LOOM_OK) throw RuntimeError(what + ": " + e.message);
+}
+
+void Checkpointer::barrier() {
+  if (world_) world_->world().barrier();
+}
+
+int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision* precision, int64_t& applied) {
+  applied = 0;
+  if (resume_.empty()) return 1;
+  const fs::path dir = resolve(root_, resume_);
+  const Manifest man = read_manifest(dir);
+  try {
+    verify(dir, man);
+  } catch (const RuntimeError& e) {
+    throw RuntimeError(std::string("cannot resume: ") + e.what() +
+                       (resume_ == "latest" ? "; not falling back to an older checkpoint on my own: name one with "
+                                              "[checkpoint] resume = \"<dir>\" if you want it"
+                                            : ""));
+  }
+  for (Param& p : params.all()) {
+    auto expect = man.shapes.find(p.name);
+    if (expect == man.shapes.end()) throw RuntimeError("cannot resume: " + dir.string() + " has no parameter " + p.name);
+    if (expect->second != p.global_shape)
+      throw RuntimeError("cannot resume: parameter " + p.name + " has another shape in " + dir.string());
+    for (auto [suffix, dst] : {std::pair{"", p.value.f32()}, {".adam_m", m.f32() + p.offset}, {".adam_v", v.f32() + p.offset}}) {
+      const std::vector<float> global = assemble(dir, man, p.name + suffix);
+      for (int64_t i = 0; i < p.value.numel(); ++i) dst[i] = global[global_index(i, p.local_shape, p.global_shape, p.slice)];
+    }
+  }
+  if (precision) {
+    if (man.precision != precision->name())
+      throw RuntimeError("cannot resume: " + dir.string() + " was written under precision '" + man.precision +
+                         "', this run uses '" + precision->name() + "'");
+    std::ifstream in(dir / man.precision_state.name, std::ios::binary);
+    precision->load_state(std::string(std::istreambuf_iterator<char>(in), {}));
+  }
+  applied = man.applied;
+  if (rank_ == 0) std::printf("resumed from %s: step %lld done\n", dir.c_str(), (long long)man.step);
+  return man.step + 1;
+}
+
+void Checkpointer::after_step(int64_t step, int64_t last_step, ParamStore& params, const Tensor& m, const Tensor& v,
+                              int64_t applied, Precision* precision) {
+  if (!writer_) return;
+  if (step % every_ == 0 || step == last_step) {
+    save(step, params, m, v, applied, precision);
+    return;
+  }
+  loom_error e;
+  check(table_->poll ? table_->poll(writer_->self(), &e) : LOOM_OK, e, "checkpoint " + step_name(pending_ ? pending_->step : step));
+}
+
+void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const Tensor& v, int64_t applied,
+                        Precision* precision) {
+  if (pending_) commit();  // the previous save completes before the next starts
+  const fs::path tmp = root_ / (step_name(step) + ".tmp");
+  if (rank_ == 0) {
+    fs::create_directories(root_);
+    fs::remove_all(tmp);  // a leftover of a run that died mid-save
+    fs::create_directory(tmp);
+  }
+  barrier();
+  auto p = std::make_unique<Pending>();
+  p->step = step;
+  p->applied = applied;
+  const dist::Coord c = dist::coord_of(mesh_, rank_);
+  std::vector<char> blob;
+  for (const Param& q : params.all()) {
+    for (const char* suffix : {"", ".adam_m", ".adam_v"}) p->shapes[q.name + suffix] = q.global_shape;
+    const bool sharded = q.slice.length >= 0;
+    if (c.dp != 0 || (!sharded && c.tp != 0)) continue;  // another rank writes this one
+    for (auto [suffix, src] : {std::pair{"", q.value.f32()}, {".adam_m", m.f32() + q.offset}, {".adam_v", v.f32() + q.offset}}) {
+      p->mine.parts.push_back({q.name + suffix, q.local_shape, sharded ? q.slice : Slice{}, static_cast<int64_t>(blob.size())});
+      const char* bytes = reinterpret_cast<const char*>(src);
+      blob.insert(blob.end(), bytes, bytes + 4 * q.value.numel());
+    }
+  }
+  // The fault injection stands in for a full disk: the writer is pointed at a directory that
+  // does not exist, so its write fails the way ENOSPC would, with the path in the message.
+  const std::string target = step == write_error_step_ ? (tmp / "unwritable").string() : tmp.string();
+  loom_error e;
+  if (!p->mine.parts.empty()) {
+    p->mine.name = rank_file(rank_, "bin");
+    p->mine.bytes = static_cast<int64_t>(blob.size());
+    p->mine.crc32c = crc32c(blob.data(), blob.size());
+    check(table_->save(writer_->self(), target.c_str(), p->mine.name.c_str(), blob.data(), blob.size(), &e), e,
+          "checkpoint " + step_name(step));
+  }
+  if (rank_ == 0) {
+    const std::string state = precision ? precision->save_state() : std::string();
+    p->precision = {"precision.bin", static_cast<int64_t>(state.size()), crc32c(state.data(), state.size()), {}};
+    check(table_->save(writer_->self(), target.c_str(), "precision.bin", state.data(), state.size(), &e), e,
+          "checkpoint " + step_name(step));
+  }
+  pending_ = std::move(p);
+  if (std::string(writer_->desc()->name) != "async") commit();
+}
+
+void Checkpointer::commit() {
+  std::unique_ptr<Pending> p = std::move(pending_);
+  const std::string name = step_name(p->step);
+  const fs::path tmp = root_ / (name + ".tmp"), final_dir = root_ / name;
+  loom_error e;
+  check(table_->finish(writer_->self(), &e), e, "checkpoint " + name + " (the previous one is intact)");
+  if (!p->mine.parts.empty()) {
+    Manifest one;
+    one.files.push_back(p->mine);
+    write_json(tmp / rank_file(rank_, "json"), one);
+  }
+  barrier();  // every rank's bytes and note are durable
+  if (rank_ == 0) {
+    Manifest man;
+    man.step = p->step;
+    man.applied = p->applied;
+    man.layout = {{"world", mesh_.world()}, {"dp", mesh_.dp}, {"tp", mesh_.tp}, {"pp", mesh_.pp}, {"ep", mesh_.ep}};
+    man.precision = precision_name_;
+    man.precision_state = p->precision;
+    man.shapes = p->shapes;
+    man.config = config_text_;
+    for (int r = 0; r < mesh_.world(); ++r) {
+      const fs::path note = tmp / rank_file(r, "json");
+      if (!fs::exists(note)) continue;
+      man.files.push_back(read_manifest(tmp, note.filename().string()).files.at(0));
+      fs::remove(note);
+    }
+    write_json(tmp / "manifest.json", man);
+    sync_dir(tmp);
+    fs::remove_all(final_dir);
+    fs::rename(tmp, final_dir);
+    sync_dir(root_);
+    write_small(root_ / "latest", name + "\n");
+    // Retention: the oldest committed checkpoints beyond keep_last go; the newest never does.
+    std::vector<fs::path> done;
+    for (const auto& entry : fs::directory_iterator(root_))
+      if (entry.is_directory() && entry.path().filename().string().rfind("step-", 0) == 0 &&
+          entry.path().extension() != ".tmp")
+        done.push_back(entry.path());
+    std::sort(done.begin(), done.end());
+    for (size_t i = 0; i + keep_last_ < done.size(); ++i)
+      if (done[i] != final_dir) fs::remove_all(done[i]);
+    std::printf("checkpoint %s committed (%zu files)\n", final_dir.c_str(), man.files.size() + 1);
+    std::fflush(stdout);
+  }
+  barrier();
+}
+
+void Checkpointer::close() {
+  if (pending_) commit();
+}
+
+}  // namespace loom::ckpt

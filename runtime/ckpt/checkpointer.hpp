@@ -1,0 +1,69 @@
+// Saving and resuming the training state through the ckpt slot's writer (sync or async).
+//   - Each rank writes the slices it owns: parameters and AdamW moments, dp rank 0 only, a
+//     replicated tensor once (tp rank 0). No gather: the files are as sharded as the layout.
+//   - A save goes to step-N.tmp/. After every rank's writer says its bytes are durable, each rank
+//     leaves a small JSON note of its file, rank 0 merges them into manifest.json, renames the
+//     directory to step-N/, points `latest` at it, and drops the oldest beyond keep_last.
+//   - An async writer's save is committed at the next save or at the end, so training runs while
+//     it writes; a write error surfaces at the next step's poll.
+//   - Resume assembles every tensor globally from whatever layout wrote it and takes this rank's
+//     slice, so a checkpoint loads into another layout.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/format.hpp"
+#include "config/config.hpp"
+#include "dist/comm.hpp"
+#include "loader/registry.hpp"
+#include "loader/selection.hpp"
+#include "precision/precision.hpp"
+#include "tensor/tensor.hpp"
+
+namespace loom::ckpt {
+
+class Checkpointer {
+ public:
+  Checkpointer(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
+               const dist::MeshShape& mesh, int rank, const std::filesystem::path& run_dir,
+               std::string config_text, int64_t write_error_step);
+  ~Checkpointer();
+
+  // Loads [checkpoint] resume into the parameters, AdamW moments and precision state; returns
+  // the first step to run (1 when not resuming) and sets `applied`.
+  int64_t resume(ParamStore& params, Tensor& m, Tensor& v, Precision* precision, int64_t& applied);
+  // After step `step`'s update: saves when due (committing the previous async save first), and
+  // otherwise asks the writer whether a background write failed.
+  void after_step(int64_t step, int64_t last_step, ParamStore& params, const Tensor& m, const Tensor& v,
+                  int64_t applied, Precision* precision);
+  // Commits what is still pending; called once training ends.
+  void close();
+
+ private:
+  struct Pending {
+    int64_t step = 0, applied = 0;
+    File mine;                    // this rank's file, if it owns any slice
+    File precision;               // rank 0: precision.bin
+    std::map<std::string, std::vector<int64_t>> shapes;
+  };
+  void save(int64_t step, ParamStore& params, const Tensor& m, const Tensor& v, int64_t applied, Precision* precision);
+  void commit();
+  void barrier();
+  void check(loom_status s, const loom_error& e, const std::string& what) const;
+
+  std::filesystem::path root_;
+  int64_t every_, keep_last_;
+  std::string resume_, config_text_, precision_name_;
+  dist::CommWorld* world_;
+  dist::MeshShape mesh_;
+  int rank_;
+  int64_t write_error_step_;
+  std::unique_ptr<plugins::Instance> writer_;
+  const loom_ckpt_v1* table_ = nullptr;
+  std::unique_ptr<Pending> pending_;
+};
+
+}  // namespace loom::ckpt

@@ -1,0 +1,165 @@
+#include "ckpt/format.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/crc32c.hpp"
+#include "core/errors.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace loom::ckpt {
+
+namespace {
+
+std::vector<char> read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw RuntimeError("checkpoint file " + p.string() + " is missing");
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+json part_json(const Part& p) {
+  return {{"tensor", p.tensor}, {"local_shape", p.local_shape}, {"offset", p.offset},
+          {"slice", {{"dim", p.slice.dim}, {"fused", p.slice.fused}, {"begin", p.slice.begin}, {"length", p.slice.length}}}};
+}
+
+json file_json(const File& f) {
+  json parts = json::array();
+  for (const auto& p : f.parts) parts.push_back(part_json(p));
+  return {{"name", f.name}, {"bytes", f.bytes}, {"crc32c", f.crc32c}, {"parts", parts}};
+}
+
+File file_of(const json& j) {
+  File f{j.at("name").get<std::string>(), j.at("bytes").get<int64_t>(), j.at("crc32c").get<uint32_t>(), {}};
+  for (const auto& p : j.at("parts")) {
+    Part part{p.at("tensor").get<std::string>(), p.at("local_shape").get<std::vector<int64_t>>(), {}, p.at("offset").get<int64_t>()};
+    const auto& s = p.at("slice");
+    part.slice.dim = s.at("dim").get<int>();
+    part.slice.fused = s.at("fused").get<int>();
+    part.slice.begin = s.at("begin").get<int64_t>();
+    part.slice.length = s.at("length").get<int64_t>();
+    f.parts.push_back(std::move(part));
+  }
+  return f;
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+std::string step_name(int64_t step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "step-%08lld", static_cast<long long>(step));
+  return b;
+}
+
+void write_json(const fs::path& file, const Manifest& m) {
+  json files = json::array();
+  for (const auto& f : m.files) files.push_back(file_json(f));
+  json j = {{"format", "loom-checkpoint-1"}, {"step", m.step}, {"applied", m.applied}, {"layout", m.layout},
+            {"precision", {{"plugin", m.precision}, {"state", file_json(m.precision_state)}}},
+            {"shapes", m.shapes}, {"files", files}, {"config", m.config}};
+  const fs::path tmp = file.string() + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(1) << "\n";
+    if (!out.flush()) throw RuntimeError("cannot write " + tmp.string());
+  }
+  fs::rename(tmp, file);
+}
+
+Manifest read_manifest(const fs::path& dir, const std::string& name) {
+  const fs::path file = dir / name;
+  std::ifstream in(file);
+  if (!in) throw RuntimeError("'" + dir.string() + "' is not a complete checkpoint: it has no " + name);
+  Manifest m;
+  try {
+    json j = json::parse(in);
+    if (j.value("format", "") != "loom-checkpoint-1")
+      throw RuntimeError("format is '" + j.value("format", std::string("(none)")) + "', expected loom-checkpoint-1");
+    m.step = j.at("step").get<int64_t>();
+    m.applied = j.at("applied").get<int64_t>();
+    m.layout = j.at("layout").get<std::map<std::string, int64_t>>();
+    m.precision = j.at("precision").at("plugin").get<std::string>();
+    m.precision_state = file_of(j.at("precision").at("state"));
+    m.shapes = j.at("shapes").get<std::map<std::string, std::vector<int64_t>>>();
+    for (const auto& f : j.at("files")) m.files.push_back(file_of(f));
+    m.config = j.at("config").get<std::string>();
+  } catch (const json::exception& e) {
+    throw RuntimeError(file.string() + " is damaged: " + e.what());
+  } catch (const RuntimeError& e) {
+    throw RuntimeError(file.string() + " is damaged: " + e.what());
+  }
+  return m;
+}
+
+void verify(const fs::path& dir, const Manifest& m) {
+  std::vector<const File*> all;
+  for (const auto& f : m.files) all.push_back(&f);
+  all.push_back(&m.precision_state);
+  for (const File* f : all) {
+    std::string holds;
+    for (size_t i = 0; i < f->parts.size() && i < 4; ++i) holds += (i ? ", " : "") + f->parts[i].tensor;
+    if (f->parts.size() > 4) holds += ", ... (" + std::to_string(f->parts.size()) + " tensors)";
+    const std::string what = (dir / f->name).string() + (holds.empty() ? "" : " (holds " + holds + ")");
+    std::error_code ec;
+    const auto size = fs::file_size(dir / f->name, ec);
+    if (ec) throw RuntimeError("checkpoint file " + what + " is missing");
+    if (static_cast<int64_t>(size) != f->bytes)
+      throw RuntimeError("checkpoint file " + what + " is " + std::to_string(size) + " bytes, the manifest says " +
+                         std::to_string(f->bytes));
+    std::vector<char> bytes = read_bytes(dir / f->name);
+    const uint32_t crc = crc32c(bytes.data(), bytes.size());
+    if (crc != f->crc32c) {
+      char b[96];
+      std::snprintf(b, sizeof b, ": checksum mismatch (crc32c %08x, the manifest says %08x)", crc, f->crc32c);
+      throw RuntimeError("checkpoint file " + what + b);
+    }
+  }
+  // Coverage: the parts of a tensor hold exactly its elements.
+  std::map<std::string, int64_t> covered;
+  for (const auto& f : m.files)
+    for (const auto& p : f.parts) covered[p.tensor] += numel(p.local_shape);
+  for (const auto& [name, shape] : m.shapes)
+    if (covered[name] != numel(shape))
+      throw RuntimeError("checkpoint " + dir.string() + ": tensor " + name + " has " + std::to_string(covered[name]) +
+                         " of its " + std::to_string(numel(shape)) + " elements in the files");
+}
+
+std::vector<float> assemble(const fs::path& dir, const Manifest& m, const std::string& name) {
+  auto it = m.shapes.find(name);
+  if (it == m.shapes.end()) throw RuntimeError("checkpoint " + dir.string() + " has no tensor " + name);
+  const std::vector<int64_t>& global = it->second;
+  std::vector<float> out(static_cast<size_t>(numel(global)));
+  for (const auto& f : m.files) {
+    std::vector<char> bytes;
+    for (const auto& p : f.parts) {
+      if (p.tensor != name) continue;
+      if (bytes.empty()) bytes = read_bytes(dir / f.name);
+      const int64_t n = numel(p.local_shape);
+      if (p.offset + 4 * n > static_cast<int64_t>(bytes.size()))
+        throw RuntimeError("checkpoint file " + (dir / f.name).string() + " is too short for tensor " + name);
+      const float* src = reinterpret_cast<const float*>(bytes.data() + p.offset);
+      for (int64_t i = 0; i < n; ++i) out[global_index(i, p.local_shape, global, p.slice)] = src[i];
+    }
+  }
+  return out;
+}
+
+fs::path resolve(const fs::path& root, const std::string& which) {
+  if (which != "latest") return which;
+  std::ifstream in(root / "latest");
+  std::string name;
+  if (!(in >> name)) throw RuntimeError("resume = \"latest\": " + (root / "latest").string() + " does not exist (no checkpoint was committed)");
+  return root / name;
+}
+
+}  // namespace loom::ckpt

@@ -1,0 +1,62 @@
+// The checkpoint format, independent of the layout that wrote it. A committed checkpoint is a
+// directory step-NNNNNNNN/ holding
+//   manifest.json   step, optimizer step, layout, every tensor's global shape, and for each file
+//                   its size, CRC32C and which slice of which tensor sits at which byte offset
+//   rank-RRRRR.bin  the raw fp32 slices one rank owned (parameters, AdamW m and v), no gather
+//   precision.bin   the precision plugin's scaling state (loss scale, fp8 amax histories)
+// It is written as step-NNNNNNNN.tmp/ and renamed once every rank's files are durable; the file
+// `latest` names the newest committed one and is replaced last.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/params.hpp"
+
+namespace loom::ckpt {
+
+struct Part {
+  std::string tensor;                // "h0.attn.qkv.w", "h0.attn.qkv.w.adam_m", ...
+  std::vector<int64_t> local_shape;  // of the slice this file holds
+  Slice slice;
+  int64_t offset = 0;                // bytes into the file
+};
+
+struct File {
+  std::string name;  // "rank-00003.bin"
+  int64_t bytes = 0;
+  uint32_t crc32c = 0;
+  std::vector<Part> parts;
+};
+
+struct Manifest {
+  int64_t step = 0, applied = 0;  // the last step done, and AdamW's step count
+  std::map<std::string, int64_t> layout;  // world, dp, tp, pp, ep
+  std::string precision;          // the plugin that wrote precision.bin
+  File precision_state;           // precision.bin (no parts)
+  std::map<std::string, std::vector<int64_t>> shapes;  // every tensor's global shape
+  std::vector<File> files;
+  std::string config;             // the resolved config that trained it
+};
+
+std::string step_name(int64_t step);  // "step-00000010"
+
+// Reads DIR/manifest.json. A missing, truncated or hand-edited manifest is a RuntimeError that
+// names the file and what is wrong, never a crash.
+Manifest read_manifest(const std::filesystem::path& dir, const std::string& file = "manifest.json");
+void write_json(const std::filesystem::path& file, const Manifest& m);  // via a temporary + rename
+
+// Every file present, of its size and checksum, and every tensor fully covered by its parts.
+// Throws naming the file (and the tensors it holds) or the tensor at fault.
+void verify(const std::filesystem::path& dir, const Manifest& m);
+
+// The global tensor `name` assembled from every part that holds a piece of it.
+std::vector<float> assemble(const std::filesystem::path& dir, const Manifest& m, const std::string& name);
+
+// "latest" -> the committed checkpoint `latest` names under `root`; otherwise a path.
+std::filesystem::path resolve(const std::filesystem::path& root, const std::string& which);
+
+}  // namespace loom::ckpt

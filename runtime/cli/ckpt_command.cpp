@@ -1,0 +1,109 @@
+// loom ckpt verify DIR | inspect DIR | export DIR --format safetensors --out FILE
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/format.hpp"
+#include "cli/parse.hpp"
+
+namespace fs = std::filesystem;
+
+namespace loom::cli {
+
+namespace {
+
+// A step directory, or a checkpoint root whose `latest` names one.
+fs::path step_dir(const std::string& arg) {
+  const fs::path p(arg);
+  if (!fs::exists(p / "manifest.json") && fs::exists(p / "latest")) return ckpt::resolve(p, "latest");
+  return p;
+}
+
+bool is_moment(const std::string& name) {
+  return name.size() > 7 && (name.ends_with(".adam_m") || name.ends_with(".adam_v"));
+}
+
+// safetensors: an 8-byte little-endian header length, a JSON header {name: {dtype, shape,
+// data_offsets [begin, end)}} padded with spaces to a multiple of 8, then the raw data.
+void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const fs::path& out) {
+  nlohmann::json header = nlohmann::json::object();
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;
+  size_t offset = 0;
+  for (const auto& [name, shape] : m.shapes) {
+    if (is_moment(name)) continue;  // optimizer state stays in the checkpoint
+    tensors.push_back({name, ckpt::assemble(dir, m, name)});
+    const size_t bytes = 4 * tensors.back().second.size();
+    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  header["__metadata__"] = {{"format", "pt"}, {"loom_step", std::to_string(m.step)}};
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream f(out, std::ios::binary | std::ios::trunc);
+  if (!f) throw RuntimeError("cannot write " + out.string());
+  const uint64_t n = text.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  f.write(reinterpret_cast<const char*>(len), 8);
+  f.write(text.data(), static_cast<std::streamsize>(text.size()));
+  for (const auto& [name, data] : tensors) f.write(reinterpret_cast<const char*>(data.data()), 4 * data.size());
+  if (!f.flush()) throw RuntimeError("writing " + out.string() + " failed");
+  std::printf("wrote %s: %zu tensors, %.1f MiB (step %lld)\n", out.c_str(), tensors.size(), offset / 1048576.0,
+              (long long)m.step);
+}
+
+}  // namespace
+
+int ckpt_cmd(const Args& args) {
+  po::options_description opts("loom ckpt");
+  opts.add_options()("action", po::value<std::string>()->required(), "verify | inspect | export")(
+      "dir", po::value<std::string>()->required(), "a step directory (or a checkpoint root: its latest)")(
+      "format", po::value<std::string>()->default_value("safetensors"), "export format")(
+      "out", po::value<std::string>(), "export: the file to write");
+  po::positional_options_description pos;
+  pos.add("action", 1).add("dir", 1);
+  po::variables_map vm;
+  const std::string synopsis = "loom ckpt verify DIR | inspect DIR | export DIR --format safetensors --out FILE";
+  if (!parse(args, synopsis, opts, pos, vm)) return kExitOk;
+  const std::string action = vm["action"].as<std::string>();
+  const fs::path dir = step_dir(vm["dir"].as<std::string>());
+  if (action != "verify" && action != "inspect" && action != "export")
+    throw UsageError("unknown action '" + action + "'\nusage: " + synopsis);
+  const ckpt::Manifest m = ckpt::read_manifest(dir);
+  if (action == "verify") {
+    ckpt::verify(dir, m);
+    std::printf("%s: complete, %zu files checked (crc32c), %zu tensors covered\n", dir.c_str(), m.files.size() + 1,
+                m.shapes.size());
+    return kExitOk;
+  }
+  if (action == "inspect") {
+    std::printf("checkpoint %s\nstep %lld (optimizer step %lld), precision %s\nlayout:", dir.c_str(), (long long)m.step,
+                (long long)m.applied, m.precision.c_str());
+    for (const auto& [k, v] : m.layout) std::printf(" %s=%lld", k.c_str(), (long long)v);
+    std::printf("\n\n%-32s %-18s %12s\n", "tensor", "shape", "MiB");
+    int64_t total = 0;
+    for (const auto& [name, shape] : m.shapes) {
+      int64_t n = 1;
+      std::string s;
+      for (int64_t d : shape) n *= d, s += (s.empty() ? "" : "x") + std::to_string(d);
+      total += 4 * n;
+      std::printf("%-32s %-18s %12.3f\n", name.c_str(), s.c_str(), 4.0 * n / 1048576.0);
+    }
+    std::printf("\n%zu tensors, %.2f MiB; files:\n", m.shapes.size(), total / 1048576.0);
+    for (const auto& f : m.files)
+      std::printf("  %s  %lld bytes  crc32c %08x  %zu tensors\n", f.name.c_str(), (long long)f.bytes, f.crc32c, f.parts.size());
+    std::printf("  %s  %lld bytes  crc32c %08x\n\nconfig:\n%s", m.precision_state.name.c_str(),
+                (long long)m.precision_state.bytes, m.precision_state.crc32c, m.config.c_str());
+    return kExitOk;
+  }
+  if (vm["format"].as<std::string>() != "safetensors")
+    throw UsageError("--format " + vm["format"].as<std::string>() + ": only safetensors is supported");
+  if (!vm.count("out")) throw UsageError("export needs --out FILE\nusage: " + synopsis);
+  ckpt::verify(dir, m);
+  export_safetensors(dir, m, vm["out"].as<std::string>());
+  return kExitOk;
+}
+
+}  // namespace loom::cli
