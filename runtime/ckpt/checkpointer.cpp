@@ -134,27 +134,42 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
   p->step = step;
   p->applied = applied;
   const dist::Coord c = dist::coord_of(mesh_, rank_);
-  std::vector<char> blob;
+  auto mine = [&](const Param& q) {  // dp rank 0 writes; a replicated tensor only tp rank 0
+    return c.dp == 0 && (q.slice.length >= 0 || c.tp == 0);
+  };
+  size_t total = 0;
+  for (const Param& q : params.all())
+    if (mine(q)) total += 3 * 4 * static_cast<size_t>(q.value.numel());
+  // The staging buffer is kept between saves: after the first, building it faults no pages.
+  if (blob_.size() < total) blob_.resize(total);
+  char* blob = blob_.data();
+  size_t at = 0;
+  std::vector<std::pair<const float*, size_t>> copies;  // source and byte count of each part
   for (const Param& q : params.all()) {
     for (const char* suffix : {"", ".adam_m", ".adam_v"}) p->shapes[q.name + suffix] = q.global_shape;
-    const bool sharded = q.slice.length >= 0;
-    if (c.dp != 0 || (!sharded && c.tp != 0)) continue;  // another rank writes this one
+    if (!mine(q)) continue;
     for (auto [suffix, src] : {std::pair{"", q.value.f32()}, {".adam_m", m.f32() + q.offset}, {".adam_v", v.f32() + q.offset}}) {
-      p->mine.parts.push_back({q.name + suffix, q.local_shape, sharded ? q.slice : Slice{}, static_cast<int64_t>(blob.size())});
-      const char* bytes = reinterpret_cast<const char*>(src);
-      blob.insert(blob.end(), bytes, bytes + 4 * q.value.numel());
+      p->mine.parts.push_back({q.name + suffix, q.local_shape, q.slice.length >= 0 ? q.slice : Slice{}, static_cast<int64_t>(at)});
+      copies.push_back({src, 4 * static_cast<size_t>(q.value.numel())});
+      at += 4 * q.value.numel();
     }
   }
+  // The copy is the whole stall of an async save: spread it over the cores.
+#pragma omp parallel for schedule(dynamic)
+  for (size_t k = 0; k < copies.size(); ++k)
+    std::memcpy(blob + p->mine.parts[k].offset, copies[k].first, copies[k].second);
   // The fault injection stands in for a full disk: the writer is pointed at a directory that
   // does not exist, so its write fails the way ENOSPC would, with the path in the message.
   const std::string target = step == write_error_step_ ? (tmp / "unwritable").string() : tmp.string();
   loom_error e;
   if (!p->mine.parts.empty()) {
     p->mine.name = rank_file(rank_, "bin");
-    p->mine.bytes = static_cast<int64_t>(blob.size());
-    p->mine.crc32c = crc32c(blob.data(), blob.size());
-    check(table_->save(writer_->self(), target.c_str(), p->mine.name.c_str(), blob.data(), blob.size(), &e), e,
-          "checkpoint " + step_name(step));
+    p->mine.bytes = static_cast<int64_t>(total);
+    // blob_ stays unchanged until commit() (the next save starts with it): the checksum runs in
+    // the background and a writer that can may write straight from it.
+    p->crc = std::async(std::launch::async, [blob, total] { return crc32c(blob, total); });
+    auto save = table_->save_stable ? table_->save_stable : table_->save;
+    check(save(writer_->self(), target.c_str(), p->mine.name.c_str(), blob, total, &e), e, "checkpoint " + step_name(step));
   }
   if (rank_ == 0) {
     const std::string state = precision ? precision->save_state() : std::string();
@@ -173,6 +188,7 @@ void Checkpointer::commit() {
   loom_error e;
   check(table_->finish(writer_->self(), &e), e, "checkpoint " + name + " (the previous one is intact)");
   if (!p->mine.parts.empty()) {
+    p->mine.crc32c = p->crc.get();
     Manifest one;
     one.files.push_back(p->mine);
     write_json(tmp / rank_file(rank_, "json"), one);
@@ -203,11 +219,24 @@ void Checkpointer::commit() {
     std::vector<fs::path> done;
     for (const auto& entry : fs::directory_iterator(root_))
       if (entry.is_directory() && entry.path().filename().string().rfind("step-", 0) == 0 &&
-          entry.path().extension() != ".tmp")
+          entry.path().extension() == "")
         done.push_back(entry.path());
     std::sort(done.begin(), done.end());
+    std::vector<fs::path> drop;
     for (size_t i = 0; i + keep_last_ < done.size(); ++i)
-      if (done[i] != final_dir) fs::remove_all(done[i]);
+      if (done[i] != final_dir) drop.push_back(done[i]);
+    // Deleting gigabytes takes a while: rename out of the step-* namespace now (so nothing
+    // reads them as checkpoints), delete in the background, finished before the next commit.
+    if (cleanup_.valid()) cleanup_.get();
+    for (auto& d : drop) {
+      const fs::path gone = d.string() + ".deleting";
+      fs::rename(d, gone);
+      d = gone;
+    }
+    cleanup_ = std::async(std::launch::async, [drop] {
+      std::error_code ec;
+      for (const auto& d : drop) fs::remove_all(d, ec);
+    });
     std::printf("checkpoint %s committed (%zu files)\n", final_dir.c_str(), man.files.size() + 1);
     std::fflush(stdout);
   }
@@ -216,6 +245,7 @@ void Checkpointer::commit() {
 
 void Checkpointer::close() {
   if (pending_) commit();
+  if (cleanup_.valid()) cleanup_.get();
 }
 
 }  // namespace loom::ckpt

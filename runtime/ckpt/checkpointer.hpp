@@ -11,6 +11,7 @@
 #pragma once
 
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,7 @@ class Checkpointer {
   struct Pending {
     int64_t step = 0, applied = 0;
     File mine;                    // this rank's file, if it owns any slice
+    std::future<uint32_t> crc;    // its checksum, computed while training goes on
     File precision;               // rank 0: precision.bin
     std::map<std::string, std::vector<int64_t>> shapes;
   };
@@ -64,6 +66,8 @@ class Checkpointer {
   std::unique_ptr<plugins::Instance> writer_;
   const loom_ckpt_v1* table_ = nullptr;
   std::unique_ptr<Pending> pending_;
+  std::vector<char> blob_;  // this rank's file, assembled here before the writer takes it
+  std::future<void> cleanup_;  // checkpoints beyond keep_last, being deleted
 };
 
 }  // namespace loom::ckpt

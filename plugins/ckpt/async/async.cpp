@@ -1,5 +1,6 @@
 // async: save() copies the blob into host staging memory (at most budget_mb in flight) and
-// returns; a background thread writes and fsyncs it while training goes on. A failed write is
+// returns; save_stable() takes a buffer the runtime keeps unchanged until finish() and copies
+// nothing; a background thread writes and fsyncs either while training goes on. A failed write is
 // reported by the next poll(), save() or finish(), never dropped; finish() returns when every
 // staged blob is durable, so the runtime commits a checkpoint only after it.
 #include <loom/sdk.hpp>
@@ -20,7 +21,11 @@ namespace {
 
 struct Job {
   std::string path;
-  std::vector<char> bytes;
+  std::vector<char> bytes;          // a staged copy, or
+  const char* borrowed = nullptr;   // the caller's buffer, stable until finish()
+  size_t size() const { return borrowed ? borrowed_bytes : bytes.size(); }
+  size_t borrowed_bytes = 0;
+  const char* data() const { return borrowed ? borrowed : bytes.data(); }
 };
 
 struct Async : loom::sdk::CkptPlugin {
@@ -56,8 +61,29 @@ struct Async : loom::sdk::CkptPlugin {
     // A blob larger than the whole budget goes alone; otherwise wait for room.
     done_cv_.wait(lock, [&] { return !error_.empty() || staged_ == 0 || staged_ + bytes <= budget_; });
     raise_locked();
-    Job j{dir + "/" + file, std::vector<char>(static_cast<const char*>(data), static_cast<const char*>(data) + bytes)};
+    // A buffer from an earlier save is reused when one is large enough: copying into memory
+    // already touched costs a memcpy, not a page fault per 4 KiB.
+    Job j{dir + "/" + file, {}};
+    for (auto it = spare_.begin(); it != spare_.end(); ++it)
+      if (it->capacity() >= bytes) {
+        j.bytes = std::move(*it);
+        spare_.erase(it);
+        break;
+      }
+    lock.unlock();
+    j.bytes.resize(bytes);
+    std::memcpy(j.bytes.data(), data, bytes);
+    lock.lock();
     staged_ += bytes;
+    queue_.push_back(std::move(j));
+    cv_.notify_one();
+  }
+
+  // The runtime keeps `data` unchanged until finish(): written from where it is, no copy.
+  void save_stable(const std::string& dir, const std::string& file, const void* data, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(m_);
+    raise_locked();
+    Job j{dir + "/" + file, {}, static_cast<const char*>(data), bytes};
     queue_.push_back(std::move(j));
     cv_.notify_one();
   }
@@ -97,6 +123,7 @@ struct Async : loom::sdk::CkptPlugin {
         std::lock_guard<std::mutex> lock(m_);
         staged_ -= j.bytes.size();
         busy_ = false;
+        if (!j.borrowed && spare_.size() < 4) spare_.push_back(std::move(j.bytes));
         if (!err.empty() && error_.empty()) {
           error_ = err;
           for (const Job& rest : queue_) staged_ -= rest.bytes.size();
@@ -110,13 +137,13 @@ struct Async : loom::sdk::CkptPlugin {
   static std::string write(const Job& j) {
     int fd = ::open(j.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return "cannot create " + j.path + ": " + std::strerror(errno);
-    for (size_t done = 0; done < j.bytes.size();) {
-      ssize_t n = ::write(fd, j.bytes.data() + done, j.bytes.size() - done);
+    for (size_t done = 0; done < j.size();) {
+      ssize_t n = ::write(fd, j.data() + done, j.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         std::string why = n < 0 ? std::strerror(errno) : "wrote nothing";
         ::close(fd);
-        return "writing " + j.path + " failed after " + std::to_string(done) + " of " + std::to_string(j.bytes.size()) +
+        return "writing " + j.path + " failed after " + std::to_string(done) + " of " + std::to_string(j.size()) +
                " bytes: " + why;
       }
       done += static_cast<size_t>(n);
@@ -129,6 +156,7 @@ struct Async : loom::sdk::CkptPlugin {
   std::mutex m_;
   std::condition_variable cv_, done_cv_;
   std::deque<Job> queue_;
+  std::vector<std::vector<char>> spare_;  // written buffers kept for reuse
   bool stop_ = false, busy_ = false;
   std::string error_;
   std::thread worker_;

@@ -336,6 +336,10 @@ typedef struct loom_ckpt_v1 {
   /* ---- ABI 1.1 ---- */
   /* Returns at once: LOOM_OK, or the error of a background write that already failed. */
   loom_status (*poll)(void* self, loom_error* err);
+  /* Like save, but `data` stays valid and unchanged until the next finish(): a writer may write
+   * straight from it instead of copying. NULL: the runtime calls save. */
+  loom_status (*save_stable)(void* self, const char* dir, const char* name, const void* data,
+                             size_t bytes, loom_error* err);
 } loom_ckpt_v1;
 
 /* ---- communication (comm kind) ---------------------------------------------------------------- */

@@ -160,6 +160,10 @@ class CkptPlugin : public Plugin {
   virtual void finish() {}
   // Throws the error of a background write that already failed; never blocks.
   virtual void poll() {}
+  // `data` stays valid and unchanged until the next finish(); the default copies like save().
+  virtual void save_stable(const std::string& dir, const std::string& name, const void* data, size_t bytes) {
+    save(dir, name, data, bytes);
+  }
 };
 
 // A communication backend. Each operation returns a handle when `async` is true (nullptr when it
@@ -391,6 +395,10 @@ const loom_plugin* ckpt_plugin() {
     };
     t.poll = [](void* self, loom_error* err) {
       return detail::guarded(err, [&] { static_cast<Impl*>(self)->poll(); });
+    };
+    t.save_stable = [](void* self, const char* dir, const char* name, const void* data, size_t bytes,
+                       loom_error* err) {
+      return detail::guarded(err, [&] { static_cast<Impl*>(self)->save_stable(dir, name, data, bytes); });
     };
     return t;
   }();
