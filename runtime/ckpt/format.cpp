@@ -64,7 +64,11 @@ std::string step_name(int64_t step) {
 void write_json(const fs::path& file, const Manifest& m) {
   json files = json::array();
   for (const auto& f : m.files) files.push_back(file_json(f));
+  // Loom's randomness is counter-based (Philox keyed by the seed, counters from the step and the
+  // sample), so the RNG state and the data position are the step itself; said here for readers.
   json j = {{"format", "loom-checkpoint-1"}, {"step", m.step}, {"applied", m.applied}, {"layout", m.layout},
+            {"rng", "philox4x32, counter-based: keyed by [run] seed, counters (step, sample); resumes at step + 1"},
+            {"data_position", {{"next_step", m.step + 1}}},
             {"precision", {{"plugin", m.precision}, {"state", file_json(m.precision_state)}}},
             {"shapes", m.shapes}, {"files", files}, {"config", m.config}};
   const fs::path tmp = file.string() + ".tmp";
