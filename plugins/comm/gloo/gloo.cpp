@@ -97,7 +97,8 @@ class Gloo : public loom::sdk::CommPlugin {
 
   // A pipelined ring over gloo's pair buffers (this gloo's ReduceScatterHalvingDoubling is 3x
   // slower than an all-reduce here, unbound buffers slower still). Step s of n-1: rank r sends its
-  // running partial of block (r-s-1) to r+1 (at s = 0, its own input block) and receives r-1's
+  // running partial of block (r-s-1) to r+1 (at s = 0, its own input block, straight from the
+  // caller's memory for fp32; the last step's sum lands straight in fp32 output) and receives r-1's
   // partial of block (r-s-2), adding its own input block to it; at the last step that block is r
   // and the sum goes straight to `out`. So only two blocks of partials are ever held, not a copy
   // of the whole input. Each block moves in up to 2 chunks through two alternating inboxes (adding
@@ -140,11 +141,22 @@ class Gloo : public loom::sdk::CommPlugin {
         auto& right = c->ctx->getPair(c->next(0));
         auto& left = c->ctx->getPair(c->prev());
         std::unique_ptr<gloo::transport::Buffer> send[2], recv[2];
+        int slots[2];
         for (int i = 0; i < 2; ++i) {
-          const int slot = c->ctx->nextSlot();
-          send[i] = right->createSendBuffer(slot, outbox[i], chunk * sizeof(float));
-          recv[i] = left->createRecvBuffer(slot, inbox[i], chunk * sizeof(float));
+          slots[i] = c->ctx->nextSlot();
+          send[i] = right->createSendBuffer(slots[i], outbox[i], chunk * sizeof(float));
+          recv[i] = left->createRecvBuffer(slots[i], inbox[i], chunk * sizeof(float));
         }
+        // Step 0 of fp32 sends the input block itself: one buffer per chunk straight over the
+        // caller's memory, on the slot of the inbox it lands in, instead of a copy to an outbox.
+        const int first_block = ((r - 1) % n + n) % n;
+        std::vector<std::unique_ptr<gloo::transport::Buffer>> direct;
+        if (f32)
+          for (int64_t u = 0; u < K; ++u) {
+            const int64_t begin = u * chunk, len = std::max<int64_t>(0, std::min(chunk, count - begin));
+            float* src = const_cast<float*>(static_cast<const float*>(ti.data)) + first_block * count + begin;
+            direct.push_back(len > 0 ? right->createSendBuffer(slots[u & 1], src, len * sizeof(float)) : nullptr);
+          }
         const int note_slot = c->ctx->nextSlot();
         char note_out = 0, note_in = 0;
         auto free_out = left->createSendBuffer(note_slot, &note_out, 1);
@@ -162,10 +174,15 @@ class Gloo : public loom::sdk::CommPlugin {
           const int64_t s = u / K;
           int64_t begin = 0;
           const int64_t len = range(u, &begin);
+          if (s == 0 && f32) {
+            if (u >= 2) free_in->waitRecv();  // the right neighbour emptied inbox u & 1
+            if (len > 0) direct[u]->send(0, len * sizeof(float), 0);
+            return;
+          }
           if (in_flight[u & 1]) send[u & 1]->waitSend();  // transfer u-2 left this outbox
           float* box = outbox[u & 1];
           if (s == 0)
-            input(((r - 1) % n + n) % n, begin, len, box);
+            input(first_block, begin, len, box);
           else
             std::memcpy(box, partial[(s - 1) & 1] + begin, len * sizeof(float));
           if (u >= 2) free_in->waitRecv();  // the right neighbour emptied inbox u & 1
@@ -181,7 +198,9 @@ class Gloo : public loom::sdk::CommPlugin {
           const int64_t len = range(t, &begin);
           const int recv_block = ((r - static_cast<int>(s) - 2) % n + n) % n;
           recv[t & 1]->waitRecv();
-          float* dst = (s == n - 2 ? result.data() : partial[s & 1]) + begin;
+          // The last step's sum is the result: fp32 output takes it directly.
+          float* last = f32 ? static_cast<float*>(to.data) : result.data();
+          float* dst = (s == n - 2 ? last : partial[s & 1]) + begin;
           if (f32 && op != LOOM_REDUCE_MAX && op != LOOM_REDUCE_MIN) {  // one pass: dst = own + got
             const float* own = static_cast<const float*>(ti.data) + recv_block * count + begin;
             const float* got = inbox[t & 1];
@@ -199,7 +218,14 @@ class Gloo : public loom::sdk::CommPlugin {
         }
         for (int i = 0; i < 2; ++i)
           if (in_flight[i]) send[i]->waitSend();
+        for (auto& d : direct)
+          if (d) d->waitSend();
         if (notes_sent > 0) free_out->waitSend();
+        if (f32) {  // the sum is already in `to`
+          if (op == LOOM_REDUCE_AVG)
+            for (int64_t i = 0; i < count; ++i) static_cast<float*>(to.data)[i] /= static_cast<float>(n);
+          return;
+        }
       }
       if (op == LOOM_REDUCE_AVG)
         for (int64_t i = 0; i < count; ++i) result[i] /= static_cast<float>(n);
