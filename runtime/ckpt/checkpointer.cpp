@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -22,22 +23,6 @@ std::string rank_file(int rank, const char* ext) {
   char b[32];
   std::snprintf(b, sizeof b, "rank-%05d.%s", rank, ext);
   return b;
-}
-
-// Writes a small file durably (temporary + fsync + rename): the per-rank notes and `latest`.
-void write_small(const fs::path& file, const std::string& text) {
-  const fs::path tmp = file.string() + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw RuntimeError("cannot write " + tmp.string() + ": " + std::strerror(errno));
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok) throw RuntimeError("cannot write " + tmp.string() + ": " + std::strerror(errno));
-  fs::rename(tmp, file);
-}
-
-void sync_dir(const fs::path& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) ::fsync(fd), ::close(fd);
 }
 
 }  // namespace
@@ -64,7 +49,13 @@ Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& 
   table_ = writer_->table<loom_ckpt_v1>();
 }
 
-Checkpointer::~Checkpointer() = default;
+// Leaving on an error with an async save in flight: the checksum thread and the writer still
+// read blob_, so both finish before it goes.
+Checkpointer::~Checkpointer() {
+  if (pending_ && pending_->crc.valid()) pending_->crc.wait();
+  writer_.reset();
+  if (cleanup_.valid()) cleanup_.wait();
+}
 
 void Checkpointer::check(loom_status s, const loom_error& e, const std::string& what) const {
   if (s != LOOM_OK) throw RuntimeError(what + ": " + e.message);
@@ -87,13 +78,14 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
                                               "[checkpoint] resume = \"<dir>\" if you want it"
                                             : ""));
   }
+  std::map<std::string, std::vector<char>> files;  // each file read once
   for (Param& p : params.all()) {
     auto expect = man.shapes.find(p.name);
     if (expect == man.shapes.end()) throw RuntimeError("cannot resume: " + dir.string() + " has no parameter " + p.name);
     if (expect->second != p.global_shape)
       throw RuntimeError("cannot resume: parameter " + p.name + " has another shape in " + dir.string());
     for (auto [suffix, dst] : {std::pair{"", p.value.f32()}, {".adam_m", m.f32() + p.offset}, {".adam_v", v.f32() + p.offset}}) {
-      const std::vector<float> global = assemble(dir, man, p.name + suffix);
+      const std::vector<float> global = assemble(dir, man, p.name + suffix, files);
       for (int64_t i = 0; i < p.value.numel(); ++i) dst[i] = global[global_index(i, p.local_shape, p.global_shape, p.slice)];
     }
   }
@@ -117,7 +109,8 @@ void Checkpointer::after_step(int64_t step, int64_t last_step, ParamStore& param
     return;
   }
   loom_error e;
-  check(table_->poll ? table_->poll(writer_->self(), &e) : LOOM_OK, e, "checkpoint " + step_name(pending_ ? pending_->step : step));
+  const bool has_poll = table_->base.v.size >= offsetof(loom_ckpt_v1, poll) + sizeof(void*) && table_->poll;
+  check(has_poll ? table_->poll(writer_->self(), &e) : LOOM_OK, e, "checkpoint " + step_name(pending_ ? pending_->step : step));
 }
 
 void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const Tensor& v, int64_t applied,
@@ -168,7 +161,8 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
     // blob_ stays unchanged until commit() (the next save starts with it): the checksum runs in
     // the background and a writer that can may write straight from it.
     p->crc = std::async(std::launch::async, [blob, total] { return crc32c(blob, total); });
-    auto save = table_->save_stable ? table_->save_stable : table_->save;
+    const bool stable = table_->base.v.size >= offsetof(loom_ckpt_v1, save_stable) + sizeof(void*) && table_->save_stable;
+    auto save = stable ? table_->save_stable : table_->save;
     check(save(writer_->self(), target.c_str(), p->mine.name.c_str(), blob, total, &e), e, "checkpoint " + step_name(step));
   }
   if (rank_ == 0) {
@@ -189,7 +183,8 @@ void Checkpointer::commit() {
   check(table_->finish(writer_->self(), &e), e, "checkpoint " + name + " (the previous one is intact)");
   if (!p->mine.parts.empty()) {
     p->mine.crc32c = p->crc.get();
-    Manifest one;
+    Manifest one;  // a manifest of this rank's file alone, read back and merged by rank 0
+    one.shapes = p->shapes;
     one.files.push_back(p->mine);
     write_json(tmp / rank_file(rank_, "json"), one);
   }
@@ -209,26 +204,31 @@ void Checkpointer::commit() {
       man.files.push_back(read_manifest(tmp, note.filename().string()).files.at(0));
       fs::remove(note);
     }
+    check_coverage(tmp, man);  // a rank's note missing would leave a tensor short: never publish that
     write_json(tmp / "manifest.json", man);
     sync_dir(tmp);
-    fs::remove_all(final_dir);
+    // A checkpoint of this step from an earlier run (resumed from an older one) is moved aside,
+    // not deleted, until the new one and `latest` are in place.
+    if (fs::exists(final_dir)) fs::rename(final_dir, final_dir.string() + ".deleting");
     fs::rename(tmp, final_dir);
     sync_dir(root_);
-    write_small(root_ / "latest", name + "\n");
+    write_durable(root_ / "latest", name + "\n");
+    sync_dir(root_);
     // Retention: the oldest committed checkpoints beyond keep_last go; the newest never does.
-    std::vector<fs::path> done;
-    for (const auto& entry : fs::directory_iterator(root_))
-      if (entry.is_directory() && entry.path().filename().string().rfind("step-", 0) == 0 &&
-          entry.path().extension() == "")
-        done.push_back(entry.path());
+    if (cleanup_.valid()) cleanup_.get();  // the previous deletions are done
+    std::vector<fs::path> done, drop;
+    for (const auto& entry : fs::directory_iterator(root_)) {
+      if (!entry.is_directory() || entry.path().filename().string().rfind("step-", 0) != 0) continue;
+      if (entry.path().extension() == "") done.push_back(entry.path());
+      if (entry.path().extension() == ".deleting") drop.push_back(entry.path());  // incl. a crash's leftovers
+    }
     std::sort(done.begin(), done.end());
-    std::vector<fs::path> drop;
     for (size_t i = 0; i + keep_last_ < done.size(); ++i)
       if (done[i] != final_dir) drop.push_back(done[i]);
     // Deleting gigabytes takes a while: rename out of the step-* namespace now (so nothing
     // reads them as checkpoints), delete in the background, finished before the next commit.
-    if (cleanup_.valid()) cleanup_.get();
     for (auto& d : drop) {
+      if (d.extension() == ".deleting") continue;
       const fs::path gone = d.string() + ".deleting";
       fs::rename(d, gone);
       d = gone;

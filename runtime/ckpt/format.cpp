@@ -1,6 +1,11 @@
 #include "ckpt/format.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -71,14 +76,51 @@ void write_json(const fs::path& file, const Manifest& m) {
             {"data_position", {{"next_step", m.step + 1}}},
             {"precision", {{"plugin", m.precision}, {"state", file_json(m.precision_state)}}},
             {"shapes", m.shapes}, {"files", files}, {"config", m.config}};
+  write_durable(file, j.dump(1) + "\n");
+}
+
+void write_durable(const fs::path& file, const std::string& text) {
   const fs::path tmp = file.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(1) << "\n";
-    if (!out.flush()) throw RuntimeError("cannot write " + tmp.string());
-  }
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw RuntimeError("cannot write " + tmp.string() + ": " + std::strerror(errno));
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) throw RuntimeError("cannot write " + tmp.string() + ": " + std::strerror(errno));
   fs::rename(tmp, file);
 }
+
+void sync_dir(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) ::fsync(fd), ::close(fd);
+}
+
+namespace {
+
+// A hand-edited manifest must fail here, not index out of bounds in assemble: every part names
+// a known tensor, has its rank, lies inside its file, and its slice inside the global shape.
+void check_parts(const fs::path& file, const Manifest& m) {
+  for (const auto& f : m.files)
+    for (const auto& p : f.parts) {
+      const std::string where = file.string() + ": " + f.name + ", tensor " + p.tensor + ": ";
+      auto it = m.shapes.find(p.tensor);
+      if (it == m.shapes.end()) throw RuntimeError(where + "not among the manifest's shapes");
+      const auto& g = it->second;
+      const auto& l = p.local_shape;
+      if (l.size() != g.size()) throw RuntimeError(where + "local and global shapes differ in rank");
+      const Slice& s = p.slice;
+      for (size_t d = 0; d < g.size(); ++d) {
+        const bool split = s.length >= 0 && static_cast<int>(d) == s.dim;
+        const int64_t want = split ? s.length * s.fused : g[d];
+        if (g[d] <= 0 || l[d] != want) throw RuntimeError(where + "local shape does not match its slice");
+      }
+      if (s.length >= 0 && (s.dim < 0 || s.dim >= static_cast<int>(g.size()) || s.fused < 1 || s.begin < 0 ||
+                            g[s.dim] % s.fused != 0 || s.begin + s.length > g[s.dim] / s.fused))
+        throw RuntimeError(where + "slice lies outside the tensor");
+      if (p.offset < 0 || p.offset + 4 * numel(l) > f.bytes) throw RuntimeError(where + "lies outside its file");
+    }
+}
+
+}  // namespace
 
 Manifest read_manifest(const fs::path& dir, const std::string& name) {
   const fs::path file = dir / name;
@@ -97,6 +139,7 @@ Manifest read_manifest(const fs::path& dir, const std::string& name) {
     m.shapes = j.at("shapes").get<std::map<std::string, std::vector<int64_t>>>();
     for (const auto& f : j.at("files")) m.files.push_back(file_of(f));
     m.config = j.at("config").get<std::string>();
+    check_parts(file, m);
   } catch (const json::exception& e) {
     throw RuntimeError(file.string() + " is damaged: " + e.what());
   } catch (const RuntimeError& e) {
@@ -128,7 +171,10 @@ void verify(const fs::path& dir, const Manifest& m) {
       throw RuntimeError("checkpoint file " + what + b);
     }
   }
-  // Coverage: the parts of a tensor hold exactly its elements.
+  check_coverage(dir, m);
+}
+
+void check_coverage(const fs::path& dir, const Manifest& m) {
   std::map<std::string, int64_t> covered;
   for (const auto& f : m.files)
     for (const auto& p : f.parts) covered[p.tensor] += numel(p.local_shape);
@@ -138,15 +184,16 @@ void verify(const fs::path& dir, const Manifest& m) {
                          " of its " + std::to_string(numel(shape)) + " elements in the files");
 }
 
-std::vector<float> assemble(const fs::path& dir, const Manifest& m, const std::string& name) {
+std::vector<float> assemble(const fs::path& dir, const Manifest& m, const std::string& name,
+                            std::map<std::string, std::vector<char>>& files) {
   auto it = m.shapes.find(name);
   if (it == m.shapes.end()) throw RuntimeError("checkpoint " + dir.string() + " has no tensor " + name);
   const std::vector<int64_t>& global = it->second;
   std::vector<float> out(static_cast<size_t>(numel(global)));
   for (const auto& f : m.files) {
-    std::vector<char> bytes;
     for (const auto& p : f.parts) {
       if (p.tensor != name) continue;
+      std::vector<char>& bytes = files[f.name];
       if (bytes.empty()) bytes = read_bytes(dir / f.name);
       const int64_t n = numel(p.local_shape);
       if (p.offset + 4 * n > static_cast<int64_t>(bytes.size()))

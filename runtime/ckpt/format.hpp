@@ -47,14 +47,24 @@ std::string step_name(int64_t step);  // "step-00000010"
 // Reads DIR/manifest.json. A missing, truncated or hand-edited manifest is a RuntimeError that
 // names the file and what is wrong, never a crash.
 Manifest read_manifest(const std::filesystem::path& dir, const std::string& file = "manifest.json");
-void write_json(const std::filesystem::path& file, const Manifest& m);  // via a temporary + rename
+void write_json(const std::filesystem::path& file, const Manifest& m);  // durably: temporary, fsync, rename
+
+// Writes a file durably: a temporary beside it, fsynced, renamed over it.
+void write_durable(const std::filesystem::path& file, const std::string& text);
+void sync_dir(const std::filesystem::path& dir);
+
+// Every tensor's parts hold exactly its elements (no CRCs read): what commit checks before it
+// publishes a checkpoint, and verify after the checksums.
+void check_coverage(const std::filesystem::path& dir, const Manifest& m);
 
 // Every file present, of its size and checksum, and every tensor fully covered by its parts.
 // Throws naming the file (and the tensors it holds) or the tensor at fault.
 void verify(const std::filesystem::path& dir, const Manifest& m);
 
-// The global tensor `name` assembled from every part that holds a piece of it.
-std::vector<float> assemble(const std::filesystem::path& dir, const Manifest& m, const std::string& name);
+// The global tensor `name` assembled from every part that holds a piece of it. `files` caches
+// the files read, so assembling every tensor reads each file once.
+std::vector<float> assemble(const std::filesystem::path& dir, const Manifest& m, const std::string& name,
+                            std::map<std::string, std::vector<char>>& files);
 
 // "latest" -> the committed checkpoint `latest` names under `root`; otherwise a path.
 std::filesystem::path resolve(const std::filesystem::path& root, const std::string& which);

@@ -30,10 +30,11 @@ bool is_moment(const std::string& name) {
 void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const fs::path& out) {
   nlohmann::json header = nlohmann::json::object();
   std::vector<std::pair<std::string, std::vector<float>>> tensors;
+  std::map<std::string, std::vector<char>> files;
   size_t offset = 0;
   for (const auto& [name, shape] : m.shapes) {
     if (is_moment(name)) continue;  // optimizer state stays in the checkpoint
-    tensors.push_back({name, ckpt::assemble(dir, m, name)});
+    tensors.push_back({name, ckpt::assemble(dir, m, name, files)});
     const size_t bytes = 4 * tensors.back().second.size();
     header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;

@@ -139,6 +139,13 @@ TEST_CASE("a flipped byte and a damaged manifest are named; resume = latest does
   auto ed = run_loom("ckpt inspect " + (ck / "step-00000002").string());
   CHECK(ed.rc == 1);
   CHECK(has(ed.out, "manifest.json is damaged"));
+  // An edit that still parses but points outside the data is refused before anything is read.
+  std::string outside = text;
+  outside.replace(outside.find("\"offset\": 0"), 12, "\"offset\": 999999999");
+  std::ofstream(man, std::ios::trunc) << outside;
+  auto off = run_loom("ckpt export " + (ck / "step-00000002").string() + " --out " + (t.path / "x.safetensors").string());
+  CHECK(off.rc == 1);
+  CHECK(has(off.out, "lies outside its file"));
 }
 
 TEST_CASE("a write error during a save is reported and the previous checkpoint stays whole") {
