@@ -141,7 +141,7 @@ TEST_CASE("a flipped byte and a damaged manifest are named; resume = latest does
   CHECK(has(ed.out, "manifest.json is damaged"));
   // An edit that still parses but points outside the data is refused before anything is read.
   std::string outside = text;
-  outside.replace(outside.find("\"offset\": 0"), 12, "\"offset\": 999999999");
+  outside.replace(outside.find("\"offset\": 0"), 11, "\"offset\": 999999999");
   std::ofstream(man, std::ios::trunc) << outside;
   auto off = run_loom("ckpt export " + (ck / "step-00000002").string() + " --out " + (t.path / "x.safetensors").string());
   CHECK(off.rc == 1);
