@@ -65,8 +65,19 @@ void Checkpointer::barrier() {
   if (world_) world_->world().barrier();
 }
 
+size_t Checkpointer::owned_bytes(const ParamStore& params) const {
+  const dist::Coord c = dist::coord_of(mesh_, rank_);
+  size_t total = 0;
+  for (const Param& q : params.all())
+    if (c.dp == 0 && (q.slice.length >= 0 || c.tp == 0)) total += 3 * 4 * static_cast<size_t>(q.value.numel());
+  return total;
+}
+
 int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision* precision, int64_t& applied) {
   applied = 0;
+  // The staging buffer is allocated and touched now, before training: the first save then
+  // stalls no longer than the later ones.
+  if (writer_) blob_.resize(owned_bytes(params));
   if (resume_.empty()) return 1;
   const fs::path dir = resolve(root_, resume_);
   const Manifest man = read_manifest(dir);
@@ -130,9 +141,7 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
   auto mine = [&](const Param& q) {  // dp rank 0 writes; a replicated tensor only tp rank 0
     return c.dp == 0 && (q.slice.length >= 0 || c.tp == 0);
   };
-  size_t total = 0;
-  for (const Param& q : params.all())
-    if (mine(q)) total += 3 * 4 * static_cast<size_t>(q.value.numel());
+  const size_t total = owned_bytes(params);
   // The staging buffer is kept between saves: after the first, building it faults no pages.
   if (blob_.size() < total) blob_.resize(total);
   char* blob = blob_.data();

@@ -51,6 +51,7 @@ class Checkpointer {
     File precision;               // rank 0: precision.bin
     std::map<std::string, std::vector<int64_t>> shapes;
   };
+  size_t owned_bytes(const ParamStore& params) const;  // this rank's share of a checkpoint
   void save(int64_t step, ParamStore& params, const Tensor& m, const Tensor& v, int64_t applied, Precision* precision);
   void commit();
   void barrier();
