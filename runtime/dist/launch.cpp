@@ -255,19 +255,24 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
         k.out = -1;
       }
     }
+    // Reap everything that exited since the last sweep, then name one failure: a rank killed by
+    // a signal is the cause when its peers exited with errors about losing it in the same sweep.
+    int culprit = -1;
     for (int r = 0; r < nproc; ++r) {
       Child& k = kids[r];
       if (k.exited || ::waitpid(k.pid, &k.status, WNOHANG) != k.pid) continue;
       k.exited = true;
       --live;
-      if (failed(k.status) && first_failed < 0 && !stopping) {
-        first_failed = r;
-        std::fprintf(stderr, "loom: rank %d %s; stopping the other ranks\n", r,
-                     describe_exit(k.status).c_str());
-        stopping = true;
-        stop_started = std::chrono::steady_clock::now();
-        stop_all(SIGTERM);
-      }
+      if (failed(k.status) && (culprit < 0 || (WIFSIGNALED(k.status) && !WIFSIGNALED(kids[culprit].status))))
+        culprit = r;
+    }
+    if (culprit >= 0 && first_failed < 0 && !stopping) {
+      first_failed = culprit;
+      std::fprintf(stderr, "loom: rank %d %s; stopping the other ranks\n", culprit,
+                   describe_exit(kids[culprit].status).c_str());
+      stopping = true;
+      stop_started = std::chrono::steady_clock::now();
+      stop_all(SIGTERM);
     }
     if (g_stop_signal && !stopping) {
       std::fprintf(stderr, "loom: received signal %d; stopping all ranks\n", int(g_stop_signal));
