@@ -9,14 +9,8 @@ build=${1:-build}
 steps=${2:-40}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 - "$work/corpus.txt" <<'PY'
-import sys
-words = "a checkpoint saved while training goes on costs the step only its copy".split()
-with open(sys.argv[1], "w") as f:
-    for i in range(40000):
-        f.write(" ".join(words[(i * 5 + j) % len(words)] for j in range(12)) + "\n")
-PY
-"$build/bin/loom" data prepare --text "$work/corpus.txt" --out "$work/data" > /dev/null
+source "$(dirname "$0")/corpus.sh"
+bench_corpus "$build" "$work" 40000 "a checkpoint saved while training goes on costs the step only its copy"
 cat > "$work/ck.toml" <<TOML
 [run]
 log_every = 1000

@@ -8,14 +8,8 @@ build=${1:-build}
 steps=${2:-12}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 - "$work/corpus.txt" <<'PY'
-import sys
-words = "the quick brown fox jumps over the lazy dog while data parallel ranks reduce gradients".split()
-with open(sys.argv[1], "w") as f:
-    for i in range(60000):
-        f.write(" ".join(words[(i * 7 + j) % len(words)] for j in range(12)) + "\n")
-PY
-"$build/bin/loom" data prepare --text "$work/corpus.txt" --out "$work/data" > /dev/null
+source "$(dirname "$0")/corpus.sh"
+bench_corpus "$build" "$work" 60000 "the quick brown fox jumps over the lazy dog while data parallel ranks reduce gradients"
 cat > "$work/ddp.toml" <<TOML
 [run]
 threads = 1

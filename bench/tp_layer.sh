@@ -9,13 +9,8 @@ build=${1:-build}
 steps=${2:-6}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-python3 - "$work/corpus.txt" <<'PY'
-import sys
-with open(sys.argv[1], "w") as f:
-    for i in range(40000):
-        f.write("tensor parallel layers split their weights across ranks %d\n" % (i % 97))
-PY
-"$build/bin/loom" data prepare --text "$work/corpus.txt" --out "$work/data" > /dev/null
+source "$(dirname "$0")/corpus.sh"
+bench_corpus "$build" "$work" 40000 "tensor parallel layers split their weights across ranks and reduce activations"
 cat > "$work/layer.toml" <<TOML
 [run]
 threads = 1

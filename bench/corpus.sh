@@ -1,0 +1,15 @@
+# Sourced by the bench scripts: a synthetic corpus of LINES lines, 12 words each, cycling through
+# the words of SENTENCE, tokenised into WORK/data. Benches measure speed, so the text only has to
+# be long enough and the same every run.
+#   bench_corpus BUILD_DIR WORK LINES "SENTENCE"
+bench_corpus() {
+  local build=$1 work=$2 lines=$3 sentence=$4
+  python3 - "$work/corpus.txt" "$lines" "$sentence" <<'PY'
+import sys
+path, lines, words = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+with open(path, "w") as f:
+    for i in range(lines):
+        f.write(" ".join(words[(i * 7 + j) % len(words)] for j in range(12)) + "\n")
+PY
+  "$build/bin/loom" data prepare --text "$work/corpus.txt" --out "$work/data" > /dev/null
+}
