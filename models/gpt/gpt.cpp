@@ -1,10 +1,13 @@
 #include "gpt/gpt.hpp"
 
+#include <algorithm>
+
 #include "core/errors.hpp"
 
 namespace loom::gpt {
 
-Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bool profile)
+Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bool profile,
+         const std::vector<int>& only)
     : c_(c), api_(api) {
   const int tp = api.tp_size();
   if (c_.n_head % tp != 0)
@@ -18,14 +21,26 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bo
                       " is not divisible by [parallel] tp = " + std::to_string(tp) +
                       " (sequence parallelism splits it)");
   scratch_ = std::make_unique<Scratch>(c_, max_rows);
-  auto emb = std::make_unique<Embedding>(c_, api, ps);
-  Param* tied = c_.tied_embeddings ? &emb->wte() : nullptr;
-  layers_.push_back(std::move(emb));
+  const int last = static_cast<int>(c_.n_layer) + 1;
+  auto builds = [&](int n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };
+  Param* tied = nullptr;
+  if (builds(0)) {
+    auto emb = std::make_unique<Embedding>(c_, api, ps);
+    if (c_.tied_embeddings) tied = &emb->wte();
+    layers_.push_back(std::move(emb));
+    numbers_.push_back(0);
+  }
   for (int i = 0; i < c_.n_layer; ++i)
-    layers_.push_back(std::make_unique<Block>(i, c_, api, ps, *scratch_, max_rows, profile));
-  auto head = std::make_unique<Head>(c_, api, ps, tied, max_rows);
-  head_ = head.get();
-  layers_.push_back(std::move(head));
+    if (builds(i + 1)) {
+      layers_.push_back(std::make_unique<Block>(i, c_, api, ps, *scratch_, max_rows, profile));
+      numbers_.push_back(i + 1);
+    }
+  if (builds(last)) {
+    auto head = std::make_unique<Head>(c_, api, ps, tied, max_rows);
+    head_ = head.get();
+    layers_.push_back(std::move(head));
+    numbers_.push_back(last);
+  }
   x_ = Tensor::empty({max_rows, c_.d_model});
   dx_ = Tensor::empty({max_rows, c_.d_model});
 }
@@ -36,21 +51,38 @@ int64_t Gpt::activation_bytes(const Microbatch& mb) const {
   return total;
 }
 
-double Gpt::forward(const Microbatch& mb) {
+double Gpt::head_loss() const { return head_ ? head_->loss_sum() : 0.0; }
+
+void Gpt::use_slot(int k) {
+  for (auto& l : layers_) l->use_slot(k);
+}
+
+void Gpt::forward_range(const Microbatch& mb, Tensor& x, size_t first, size_t last) {
   if (mb.rows() > x_.dim(0) || mb.T > c_.seq_len)
     throw RuntimeError("micro-batch of " + std::to_string(mb.B) + " x " + std::to_string(mb.T) +
                        " exceeds the model's activation capacity");
+  for (size_t i = first; i < last; ++i) layers_[i]->forward(mb, x);
+}
+
+void Gpt::backward_range(const Microbatch& mb, Tensor& dx, size_t first, size_t last,
+                         const std::function<void(size_t)>& after_layer) {
+  for (size_t i = last; i-- > first;) {
+    layers_[i]->backward(mb, dx);
+    if (after_layer) after_layer(i);
+  }
+}
+
+double Gpt::forward(const Microbatch& mb) {
+  if (numbers_.size() != static_cast<size_t>(c_.n_layer + 2))
+    throw RuntimeError("this rank holds one pipeline stage, not the whole model");
   Tensor x = x_.rows(0, api_.local_rows(mb.rows()));
-  for (auto& l : layers_) l->forward(mb, x);
+  forward_range(mb, x, 0, layers_.size());
   return head_->loss_sum();
 }
 
 void Gpt::backward(const Microbatch& mb, const std::function<void(size_t)>& after_layer) {
   Tensor dx = dx_.rows(0, api_.local_rows(mb.rows()));
-  for (size_t i = layers_.size(); i-- > 0;) {
-    layers_[i]->backward(mb, dx);
-    if (after_layer) after_layer(i);
-  }
+  backward_range(mb, dx, 0, layers_.size(), after_layer);
 }
 
 }  // namespace loom::gpt

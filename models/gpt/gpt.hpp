@@ -13,13 +13,27 @@ namespace loom::gpt {
 
 class Gpt {
  public:
-  // Declares every parameter in `ps` (call ps.allocate afterwards); activations are sized for
-  // up to `max_rows` = micro-batch x sequence length tokens.
-  Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bool profile = false);
+  // Declares the parameters of the layers it builds in `ps` (call ps.allocate afterwards);
+  // activations are sized for up to `max_rows` = micro-batch x sequence length tokens. Layers are
+  // numbered 0 (embedding), 1..n_layer (blocks), n_layer + 1 (head); `only` lists the ones this
+  // rank builds (a pipeline stage's), ascending; empty = all of them.
+  Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bool profile = false,
+      const std::vector<int>& only = {});
 
   const GptConfig& config() const { return c_; }
   LayerApi& api() { return api_; }
   std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }
+  // The model-wide number of each entry of layers().
+  const std::vector<int>& numbers() const { return numbers_; }
+  bool has_head() const { return head_ != nullptr; }
+  // Sum of token losses of the head's last forward.
+  double head_loss() const;
+  // Forward / backward of layers()[first, last) on the residual stream the caller holds.
+  void forward_range(const Microbatch& mb, Tensor& x, size_t first, size_t last);
+  void backward_range(const Microbatch& mb, Tensor& dx, size_t first, size_t last,
+                      const std::function<void(size_t)>& after_layer = {});
+  // Every layer keeps the activations of the next forward and backward in slot k.
+  void use_slot(int k);
 
   // Forward through every layer; returns the sum of token losses (0 without targets).
   double forward(const Microbatch& mb);
@@ -36,6 +50,7 @@ class Gpt {
   LayerApi& api_;
   std::unique_ptr<Scratch> scratch_;
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<int> numbers_;
   Head* head_ = nullptr;
   Tensor x_, dx_;
 };

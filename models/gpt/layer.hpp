@@ -30,6 +30,9 @@ class Layer {
   virtual void backward(const Microbatch& mb, Tensor& dx) = 0;
   // Bytes of activations this layer keeps from forward for backward, for a micro-batch.
   virtual int64_t saved_bytes(const Microbatch&) const { return 0; }
+  // Selects activation slot k (allocated on first use) for the forward and backward that follow:
+  // a pipeline schedule keeps several micro-batches in flight, each in its own slot.
+  virtual void use_slot(int /*k*/) {}
   // The parameters this layer reads (a tied embedding appears in both layers that use it); their
   // gradients are complete once every layer listing them has run backward.
   const std::vector<Param*>& params() const { return params_; }

@@ -47,6 +47,19 @@ struct Marks {
 
 }  // namespace
 
+NormActs::NormActs(int64_t rows, int64_t C)
+    : out(Tensor::empty({rows, C})), mean(Tensor::empty({rows})), rstd(Tensor::empty({rows})) {}
+
+Block::Acts::Acts(const GptConfig& c, int64_t rows)
+    : x_in(Tensor::empty({rows, c.d_model})), x_mid(Tensor::empty({rows, c.d_model})),
+      qkv(Tensor::empty({rows, 3 * c.d_model})), att(Tensor::empty({rows, c.d_model})),
+      lse(Tensor::empty({rows * c.n_head})),
+      fc(Tensor::empty({rows, c.mlp == "swiglu" ? 2 * c.d_ff : c.d_ff})),
+      act(Tensor::empty({rows, c.d_ff})), ln1(rows, c.d_model), ln2(rows, c.d_model) {}
+
+Head::Acts::Acts(int64_t rows, int64_t C, int64_t vocab_local)
+    : x_in(Tensor::empty({rows, C})), logits(Tensor::empty({rows, vocab_local})), norm(rows, C) {}
+
 Scratch::Scratch(const GptConfig& c, int64_t rows) {
   int64_t fc_out = c.mlp == "swiglu" ? 2 * c.d_ff : c.d_ff;
   dh = Tensor::empty({rows, c.d_model});
@@ -88,9 +101,6 @@ Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scrat
   for (auto [n, tag] : {std::pair{&ln1_, "ln1"}, std::pair{&ln2_, "ln2"}}) {
     n->w = &declare(ps, api, params_, p + tag + ".w", Role::Replicated, {C}, kOnes, false);
     if (ln) n->b = &declare(ps, api, params_, p + tag + ".b", Role::Replicated, {C}, kZeros, false);
-    n->out = Tensor::empty({rows, C});
-    n->mean = Tensor::empty({rows});
-    n->rstd = Tensor::empty({rows});
   }
   // QKV is three matrices stacked along the output features; tp splits each of them by head.
   qkv_w_ = &declare(ps, api, params_, p + "attn.qkv.w", Role::Column, {3 * C, C}, normal(c.init_std), true, 3);
@@ -103,33 +113,27 @@ Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scrat
   out_w_ = &declare(ps, api, params_, p + "mlp.proj.w", Role::Row, {C, F}, normal(resid_std), true);
   out_b_ = &declare(ps, api, params_, p + "mlp.proj.b", Role::Replicated, {C}, kZeros, false);
 
-  x_in_ = Tensor::empty({rows, C});
-  x_mid_ = Tensor::empty({rows, C});
-  qkv_ = Tensor::empty({rows, 3 * C});
-  att_ = Tensor::empty({rows, C});
-  lse_ = Tensor::empty({rows * c.n_head});
-  fc_ = Tensor::empty({rows, fc_out});
-  act_ = Tensor::empty({rows, F});
+  acts_.init([&c, rows] { return std::make_unique<Acts>(c, rows); });
   tmp_ = Tensor::empty({rows, C});
 }
 
-void Norm::forward(const loom_ops* o, const Tensor& x, int64_t rows) {
+void Norm::forward(const loom_ops* o, NormActs& a, const Tensor& x, int64_t rows) const {
   const int64_t C = w->local_shape[0];
   if (b)
-    o->layernorm_fwd(out.f32(), mean.f32(), rstd.f32(), x.f32(), w->value.f32(), b->value.f32(),
-                     rows, C);
+    o->layernorm_fwd(a.out.f32(), a.mean.f32(), a.rstd.f32(), x.f32(), w->value.f32(),
+                     b->value.f32(), rows, C);
   else
-    o->rmsnorm_fwd(out.f32(), rstd.f32(), x.f32(), w->value.f32(), rows, C);
+    o->rmsnorm_fwd(a.out.f32(), a.rstd.f32(), x.f32(), w->value.f32(), rows, C);
 }
 
-void Norm::backward(const loom_ops* o, Tensor& dinp, const Tensor& dout, const Tensor& x,
-                    int64_t rows) const {
+void Norm::backward(const loom_ops* o, const NormActs& a, Tensor& dinp, const Tensor& dout,
+                    const Tensor& x, int64_t rows) const {
   const int64_t C = w->local_shape[0];
   if (b)
     o->layernorm_bwd(dinp.f32(), w->grad.f32(), b->grad.f32(), dout.f32(), x.f32(),
-                     w->value.f32(), mean.f32(), rstd.f32(), rows, C);
+                     w->value.f32(), a.mean.f32(), a.rstd.f32(), rows, C);
   else
-    o->rmsnorm_bwd(dinp.f32(), w->grad.f32(), dout.f32(), x.f32(), w->value.f32(), rstd.f32(),
+    o->rmsnorm_bwd(dinp.f32(), w->grad.f32(), dout.f32(), x.f32(), w->value.f32(), a.rstd.f32(),
                    rows, C);
 }
 
@@ -139,18 +143,19 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;  // n: rows held here, N: all rows
   const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
   Marks marks(api_.profile(), profiled_);
-  std::memcpy(x_in_.data(), x.data(), n * C * sizeof(float));
+  Acts& a = *acts_;
+  std::memcpy(a.x_in.data(), x.data(), n * C * sizeof(float));
 
-  ln1_.forward(o, x, n);
+  ln1_.forward(o, a.ln1, x, n);
   marks("fwd norm");
-  Tensor h1 = api_.region_enter(rows_of(ln1_.out, n));
+  Tensor h1 = api_.region_enter(rows_of(a.ln1.out, n));
   marks("fwd f (enter)");
-  Tensor qkv = view(qkv_, N, local_dim0(*qkv_w_)), att = view(att_, N, proj_w_->local_shape[1]);
+  Tensor qkv = view(a.qkv, N, local_dim0(*qkv_w_)), att = view(a.att, N, proj_w_->local_shape[1]);
   Tensor y = view(tmp_, N, C);
   api_.linear(qkv, h1, *qkv_w_);
   o->bias_add(qkv.f32(), qkv_b_->value.f32(), N, local_dim0(*qkv_w_));
   marks("fwd qkv");
-  o->attention_fwd(att.f32(), lse_.f32(), qkv.f32(), mb.B, mb.T, heads, c_.head_dim());
+  o->attention_fwd(att.f32(), a.lse.f32(), qkv.f32(), mb.B, mb.T, heads, c_.head_dim());
   marks("fwd attention");
   api_.linear(y, att, *proj_w_);
   marks("fwd proj");
@@ -158,13 +163,13 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   marks("fwd g (exit)");
   o->bias_add(y_out.f32(), proj_b_->value.f32(), n, C);
   o->accumulate(x.f32(), y_out.f32(), n * C);
-  std::memcpy(x_mid_.data(), x.data(), n * C * sizeof(float));
+  std::memcpy(a.x_mid.data(), x.data(), n * C * sizeof(float));
 
-  ln2_.forward(o, x, n);
+  ln2_.forward(o, a.ln2, x, n);
   marks("fwd norm");
-  Tensor h2 = api_.region_enter(rows_of(ln2_.out, n));
+  Tensor h2 = api_.region_enter(rows_of(a.ln2.out, n));
   marks("fwd f (enter)");
-  Tensor fc = view(fc_, N, local_dim0(*fc_w_)), act = view(act_, N, out_w_->local_shape[1]);
+  Tensor fc = view(a.fc, N, local_dim0(*fc_w_)), act = view(a.act, N, out_w_->local_shape[1]);
   api_.linear(fc, h2, *fc_w_);
   o->bias_add(fc.f32(), fc_b_->value.f32(), N, local_dim0(*fc_w_));
   if (c_.mlp == "swiglu")
@@ -185,7 +190,8 @@ void Block::backward(const Microbatch& mb, Tensor& dx) {
   const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
   const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
   // Scratch is sized for the full layer; views take this rank's (possibly sharded) widths.
-  Tensor act = view(act_, N, out_w_->local_shape[1]), fc = view(fc_, N, local_dim0(*fc_w_));
+  const Acts& a = *acts_;
+  Tensor act = view(a.act, N, out_w_->local_shape[1]), fc = view(a.fc, N, local_dim0(*fc_w_));
   Tensor dnorm = rows_of(tmp_, n);
   Marks marks(api_.profile(), profiled_);
 
@@ -203,14 +209,14 @@ void Block::backward(const Microbatch& mb, Tensor& dx) {
     o->gelu_bwd(dfc.f32(), fc.f32(), dact.f32(), N * act.dim(1));
   o->bias_bwd(fc_b_->grad.f32(), dfc.f32(), N, fc.dim(1));
   marks("bwd mlp");
-  Tensor h2 = api_.region_enter(rows_of(ln2_.out, n));  // sp gathers the rows again
+  Tensor h2 = api_.region_enter(rows_of(a.ln2.out, n));  // sp gathers the rows again
   marks("bwd f (re-gather)");
   Tensor dh2 = view(s_.dh, N, C);
   api_.linear_bwd(&dh2, dfc, h2, *fc_w_);
   marks("bwd mlp");
   Tensor dh2_local = api_.region_enter_bwd(dh2);
   marks("bwd f (enter)");
-  ln2_.backward(o, dnorm, dh2_local, rows_of(x_mid_, n), n);
+  ln2_.backward(o, a.ln2, dnorm, dh2_local, rows_of(a.x_mid, n), n);
   o->accumulate(dx.f32(), dnorm.f32(), n * C);
   marks("bwd norm");
 
@@ -219,23 +225,23 @@ void Block::backward(const Microbatch& mb, Tensor& dx) {
   marks("bwd residual");
   dy = api_.region_exit_bwd(dx);
   marks("bwd g (exit)");
-  Tensor att = view(att_, N, proj_w_->local_shape[1]), qkv = view(qkv_, N, local_dim0(*qkv_w_));
+  Tensor att = view(a.att, N, proj_w_->local_shape[1]), qkv = view(a.qkv, N, local_dim0(*qkv_w_));
   Tensor datt = view(s_.datt, N, att.dim(1));
   api_.linear_bwd(&datt, dy, att, *proj_w_);
   marks("bwd proj");
   Tensor dqkv = view(s_.dqkv, N, qkv.dim(1));
-  o->attention_bwd(dqkv.f32(), datt.f32(), qkv.f32(), att.f32(), lse_.f32(), mb.B, mb.T, heads,
+  o->attention_bwd(dqkv.f32(), datt.f32(), qkv.f32(), att.f32(), a.lse.f32(), mb.B, mb.T, heads,
                    c_.head_dim());
   marks("bwd attention");
   o->bias_bwd(qkv_b_->grad.f32(), dqkv.f32(), N, qkv.dim(1));
-  Tensor h1 = api_.region_enter(rows_of(ln1_.out, n));
+  Tensor h1 = api_.region_enter(rows_of(a.ln1.out, n));
   marks("bwd f (re-gather)");
   Tensor dh1 = view(s_.dh, N, C);
   api_.linear_bwd(&dh1, dqkv, h1, *qkv_w_);
   marks("bwd qkv");
   Tensor dh1_local = api_.region_enter_bwd(dh1);
   marks("bwd f (enter)");
-  ln1_.backward(o, dnorm, dh1_local, rows_of(x_in_, n), n);
+  ln1_.backward(o, a.ln1, dnorm, dh1_local, rows_of(a.x_in, n), n);
   o->accumulate(dx.f32(), dnorm.f32(), n * C);
   marks("bwd norm");
 }
@@ -259,16 +265,20 @@ Head::Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, i
   norm_.w = &declare(ps, api, params_, "ln_f.w", Role::Replicated, {C}, kOnes, false);
   if (c.norm == "layernorm")
     norm_.b = &declare(ps, api, params_, "ln_f.b", Role::Replicated, {C}, kZeros, false);
-  if (tied_wte) params_.push_back(tied_wte);
-  head_w_ = tied_wte ? tied_wte
-                     : &declare(ps, api, params_, "lm_head.w", Role::Vocab,
-                                {vocab_rows(c, api), C}, normal(c.init_std), true);
-  x_in_ = Tensor::empty({rows, C});
-  norm_.out = Tensor::empty({rows, C});
-  norm_.mean = Tensor::empty({rows});
-  norm_.rstd = Tensor::empty({rows});
+  if (tied_wte) {
+    params_.push_back(tied_wte);
+    head_w_ = tied_wte;
+  } else if (c.tied_embeddings) {  // the embedding is on another pipeline stage
+    head_w_ = &declare(ps, api, params_, "wte", Role::Vocab, {vocab_rows(c, api), C},
+                       normal(c.init_std), false);
+    head_w_->mirror = true;
+  } else {
+    head_w_ = &declare(ps, api, params_, "lm_head.w", Role::Vocab, {vocab_rows(c, api), C},
+                       normal(c.init_std), true);
+  }
+  const int64_t vocab_local = head_w_->local_shape[0];
+  acts_.init([rows, C, vocab_local] { return std::make_unique<Acts>(rows, C, vocab_local); });
   dh_ = Tensor::empty({rows, C});
-  logits_ = Tensor::empty({rows, head_w_->local_shape[0]});
 }
 
 // logits = norm(x) W_head^T; loss_sum = sum over tokens of cross-entropy(logits, target).
@@ -276,13 +286,13 @@ Head::Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, i
 void Head::forward(const Microbatch& mb, Tensor& x) {
   const loom_ops* o = api_.ops();
   const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;
-  std::memcpy(x_in_.data(), x.data(), n * C * sizeof(float));
-  Tensor logits = rows_of(logits_, N);
-  norm_.forward(o, x, n);
-  Tensor h = rows_of(norm_.out, n);
+  Acts& a = *acts_;
+  std::memcpy(a.x_in.data(), x.data(), n * C * sizeof(float));
+  Tensor logits = rows_of(a.logits, N);
+  norm_.forward(o, a.norm, x, n);
   // The head is column-parallel over the vocabulary: f on the way in.
-  h_full_ = api_.region_enter(h);
-  api_.linear(logits, h_full_, *head_w_);
+  Tensor h_full = api_.region_enter(rows_of(a.norm.out, n));
+  api_.linear(logits, h_full, *head_w_);
   const int64_t vocab_begin = head_w_->slice.length >= 0 ? head_w_->slice.begin : 0;
   loss_sum_ = mb.targets ? api_.cross_entropy(logits, mb.targets, vocab_begin, c_.vocab_size, mb.dloss)
                          : 0.0;
@@ -297,10 +307,12 @@ int64_t Head::saved_bytes(const Microbatch& mb) const {
 void Head::backward(const Microbatch& mb, Tensor& dx) {
   const loom_ops* o = api_.ops();
   const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
-  Tensor dlogits = rows_of(logits_, N), dh = rows_of(dh_, N);
-  api_.linear_bwd(&dh, dlogits, h_full_, *head_w_);
+  const Acts& a = *acts_;
+  Tensor dlogits = rows_of(a.logits, N), dh = rows_of(dh_, N);
+  Tensor h_full = api_.region_enter(rows_of(a.norm.out, n));  // sp gathers the rows again
+  api_.linear_bwd(&dh, dlogits, h_full, *head_w_);
   Tensor dh_local = api_.region_enter_bwd(dh);
-  norm_.backward(o, dx, dh_local, rows_of(x_in_, n), n);
+  norm_.backward(o, a.norm, dx, dh_local, rows_of(a.x_in, n), n);
 }
 
 }  // namespace loom::gpt

@@ -3,7 +3,9 @@
 // the parallel layer API, never testing a parallel degree itself.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <vector>
 #include <string>
 
 #include "gpt/config.hpp"
@@ -19,15 +21,41 @@ struct Scratch {
   Scratch(const GptConfig& c, int64_t rows);
 };
 
-// A LayerNorm (weight and bias) or RMSNorm (weight only) over rows of C channels, with the output
-// and statistics it keeps for backward.
+// What a norm keeps from forward for backward: its output and row statistics.
+struct NormActs {
+  Tensor out, mean, rstd;
+  NormActs(int64_t rows, int64_t C);
+};
+
+// A LayerNorm (weight and bias) or RMSNorm (weight only) over rows of C channels.
 struct Norm {
   Param *w = nullptr, *b = nullptr;
-  Tensor out, mean, rstd;
-  void forward(const loom_ops* o, const Tensor& x, int64_t rows);
+  void forward(const loom_ops* o, NormActs& a, const Tensor& x, int64_t rows) const;
   // dinp = d(norm)/dx of dout; accumulates the weight (and bias) gradients.
-  void backward(const loom_ops* o, Tensor& dinp, const Tensor& dout, const Tensor& x,
-                int64_t rows) const;
+  void backward(const loom_ops* o, const NormActs& a, Tensor& dinp, const Tensor& dout,
+                const Tensor& x, int64_t rows) const;
+};
+
+// Per-micro-batch activation slots: slot k is allocated by `make` the first time it is used.
+template <class Acts>
+class Slots {
+ public:
+  void init(std::function<std::unique_ptr<Acts>()> make) {
+    make_ = std::move(make);
+    all_.clear();
+    use(0);
+  }
+  void use(int k) {
+    while (static_cast<int>(all_.size()) <= k) all_.push_back(make_());
+    cur_ = all_[k].get();
+  }
+  Acts& operator*() const { return *cur_; }
+  Acts* operator->() const { return cur_; }
+
+ private:
+  std::function<std::unique_ptr<Acts>()> make_;
+  std::vector<std::unique_ptr<Acts>> all_;
+  Acts* cur_ = nullptr;
 };
 
 class Embedding : public Layer {
@@ -53,9 +81,16 @@ class Block : public Layer {
   void forward(const Microbatch& mb, Tensor& x) override;
   void backward(const Microbatch& mb, Tensor& dx) override;
   int64_t saved_bytes(const Microbatch& mb) const override;
+  void use_slot(int k) override { acts_.use(k); }
 
  private:
-
+  // Saved for backward: block input, residual after attention, both norms, qkv, attention output
+  // and its log-sum-exp, MLP pre-activation and activation.
+  struct Acts {
+    Tensor x_in, x_mid, qkv, att, lse, fc, act;
+    NormActs ln1, ln2;
+    Acts(const GptConfig& c, int64_t rows);
+  };
   std::string name_;
   const GptConfig& c_;
   LayerApi& api_;
@@ -63,30 +98,39 @@ class Block : public Layer {
   bool profiled_;
   Norm ln1_, ln2_;
   Param *qkv_w_, *qkv_b_, *proj_w_, *proj_b_, *fc_w_, *fc_b_, *out_w_, *out_b_;
-  // Saved for backward: block input, residual after attention, qkv, attention output and its
-  // log-sum-exp, MLP pre-activation and activation.
-  Tensor x_in_, x_mid_, qkv_, att_, lse_, fc_, act_, tmp_;
+  Slots<Acts> acts_;
+  Tensor tmp_;
 };
 
 class Head : public Layer {
  public:
+  // With tied embeddings the head reads the embedding's table: `tied_wte` when this rank builds
+  // the embedding too, otherwise a mirror of it that the pipeline keeps equal (Param::mirror).
   Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows);
   const std::string& name() const override { return name_; }
   void forward(const Microbatch& mb, Tensor& x) override;
   void backward(const Microbatch& mb, Tensor& dx) override;
   int64_t saved_bytes(const Microbatch& mb) const override;
+  void use_slot(int k) override { acts_.use(k); }
   // Sum of token losses of the last forward, and its logits [rows, V_padded] (inference only:
   // training overwrites them with their gradient).
   double loss_sum() const { return loss_sum_; }
-  const Tensor& logits() const { return logits_; }
+  const Tensor& logits() const { return acts_->logits; }
 
  private:
+  // Saved for backward: the input, the norm, and the logits (their gradient after the loss).
+  struct Acts {
+    Tensor x_in, logits;
+    NormActs norm;
+    Acts(int64_t rows, int64_t C, int64_t vocab_local);
+  };
   std::string name_ = "head";
   const GptConfig& c_;
   LayerApi& api_;
   Norm norm_;
   Param* head_w_;
-  Tensor x_in_, h_full_, logits_, dh_;
+  Slots<Acts> acts_;
+  Tensor dh_;
   double loss_sum_ = 0;
 };
 

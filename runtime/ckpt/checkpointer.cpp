@@ -69,7 +69,7 @@ size_t Checkpointer::owned_bytes(const ParamStore& params) const {
   const dist::Coord c = dist::coord_of(mesh_, rank_);
   size_t total = 0;
   for (const Param& q : params.all())
-    if (c.dp == 0 && (q.slice.length >= 0 || c.tp == 0)) total += 3 * 4 * static_cast<size_t>(q.value.numel());
+    if (!q.mirror && c.dp == 0 && (q.slice.length >= 0 || c.tp == 0)) total += 3 * 4 * static_cast<size_t>(q.value.numel());
   return total;
 }
 
@@ -139,7 +139,7 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
   p->applied = applied;
   const dist::Coord c = dist::coord_of(mesh_, rank_);
   auto mine = [&](const Param& q) {  // dp rank 0 writes; a replicated tensor only tp rank 0
-    return c.dp == 0 && (q.slice.length >= 0 || c.tp == 0);
+    return !q.mirror && c.dp == 0 && (q.slice.length >= 0 || c.tp == 0);
   };
   const size_t total = owned_bytes(params);
   // The staging buffer is kept between saves: after the first, building it faults no pages.

@@ -53,6 +53,8 @@ int train(const Args& args) {
   if (rank.world > 1 && cfg.str("plugins.data").empty()) overrides.push_back("plugins.data=ddp");
   if (cfg.i64("parallel.tp") > 1 && cfg.str("plugins.tensor").empty())
     overrides.push_back("plugins.tensor=tp");
+  if (cfg.i64("parallel.pp") > 1 && cfg.str("plugins.pipeline").empty())
+    overrides.push_back("plugins.pipeline=1f1b");
   if (overrides.size() != sets(vm).size()) {
     cfg = config::Config::load(vm["file"].as<std::string>(), overrides);
     cfg.validate_runtime();

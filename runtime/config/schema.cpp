@@ -48,6 +48,7 @@ std::vector<SectionSpec> build_schema() {
       {"log_every", ValueType::Int, "1", "print a step line every N steps", 1, kInf},
       {"peak_gflops", ValueType::Float, "0", "device peak for MFU; 0 = table or measured", 0, kInf},
       {"profile_layer", ValueType::Bool, "false", "time block 0 segment by segment; table at the end"},
+      {"trace", ValueType::Bool, "false", "write a Chrome trace-event JSON per rank (run dir/trace/rank<N>.json)"},
   }});
   s.push_back({"stability", "catching what goes wrong in a run, layer by layer (docs/stability.md)", {
       {"enabled", ValueType::Bool, "true", "watch every step: non-finite values, spikes, replicas"},
@@ -131,6 +132,8 @@ std::vector<SectionSpec> build_schema() {
       {"dp", ValueType::IntOrAuto, "\"auto\"", "data-parallel degree; auto = world / (tp pp ep)", 1, 65536},
       {"tp", ValueType::Int, "1", "tensor-parallel degree", 1, 4096},
       {"pp", ValueType::Int, "1", "pipeline-parallel degree", 1, 4096},
+      {"pp_chunks", ValueType::Int, "0", "model chunks per pp rank (interleaved); 0 = the schedule's default", 0, 64},
+      {"pp_layout", ValueType::String, "\"\"", "layer split over pp stages, e.g. \"E t t | t t L\"; \"\" = balanced by cost"},
       {"ep", ValueType::Int, "1", "expert-parallel degree", 1, 4096},
       {"timeout_s", ValueType::Int, "60", "a collective or rendezvous silent this long fails", 1, 86400},
   }});
@@ -140,7 +143,7 @@ std::vector<SectionSpec> build_schema() {
       slot_key("data", "data-parallel strategy (ddp, zero1, zero2, zero3); \"\" = ddp when dp > 1"),
       slot_key("tensor", "tensor-parallel strategy (tp)"),
       slot_key("sequence", "sequence-parallel strategy (sp)"),
-      slot_key("pipeline", "pipeline schedule (gpipe, 1f1b, interleaved)"),
+      slot_key("pipeline", "pipeline schedule (gpipe, 1f1b, interleaved); \"\" = 1f1b when pp > 1"),
       slot_key("expert", "expert-parallel strategy (ep)"),
       {"precision", ValueType::String, "\"fp32\"", "GEMM and optimizer numerics"},
       slot_key("ckpt", "checkpoint writer (sync, async); \"\" = no checkpoints"),

@@ -62,6 +62,23 @@ void Communicator::all_gather(const loom_tensor& in, loom_tensor out) {
   check(t_->all_gather(self_, c_, &in, &out, nullptr, &e), e, "all_gather");
 }
 
+loom_work* Communicator::send(const loom_tensor& t, int peer, int tag) {
+  loom_error e;
+  loom_work* w = nullptr;
+  check(t_->send(self_, c_, &t, peer, tag, &w, &e), e, ("send to " + name_ + " rank " + std::to_string(peer)).c_str());
+  return w;
+}
+
+void Communicator::recv(loom_tensor t, int peer, int tag) {
+  loom_error e;
+  check(t_->recv(self_, c_, &t, peer, tag, nullptr, &e), e, ("recv from " + name_ + " rank " + std::to_string(peer)).c_str());
+}
+
+void Communicator::wait(loom_work* work) {
+  loom_error e;
+  if (work) check(t_->wait(self_, work, &e), e, "wait");
+}
+
 void Communicator::barrier() {
   loom_error e;
   check(t_->barrier(self_, c_, &e), e, "barrier");

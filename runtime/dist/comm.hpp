@@ -31,6 +31,11 @@ class Communicator {
   void all_reduce(loom_tensor t, loom_reduce_op op);
   void all_gather(const loom_tensor& in, loom_tensor out);
   void barrier();
+  // Point to point (pp activations): send returns at once, its buffer must stay untouched until
+  // wait(); recv returns when the data is there.
+  loom_work* send(const loom_tensor& t, int peer, int tag);
+  void recv(loom_tensor t, int peer, int tag);
+  void wait(loom_work* work);
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name);
 
  private:

@@ -68,6 +68,7 @@ size_t table_size(int32_t kind, int32_t slot) {
         case LOOM_SLOT_DATA: return sizeof(loom_data_v1);
         case LOOM_SLOT_TENSOR: return sizeof(loom_tensor_v1);
         case LOOM_SLOT_SEQUENCE: return sizeof(loom_sequence_v1);
+        case LOOM_SLOT_PIPELINE: return sizeof(loom_pipeline_v1);
         default: return sizeof(loom_plugin);
       }
   }

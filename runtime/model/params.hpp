@@ -44,6 +44,9 @@ struct Param {
   Slice slice;
   int64_t index = 0;   // position in declaration order
   int64_t offset = 0;  // into the flat buffers
+  // A copy of a parameter another pipeline stage owns (the tied embedding on the last stage): the
+  // pipeline sums its gradient with the owner's, and norms and checkpoints count the owner's.
+  bool mirror = false;
   Tensor value, grad;
 };
 

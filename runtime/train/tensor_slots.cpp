@@ -46,13 +46,17 @@ TensorSlots::~TensorSlots() {
 double TensorSlots::global_norm(ParamStore& params, Tensor Param::*which) {
   double replicated = 0, sharded = 0;
   for (const Param& p : params.all()) {
+    if (p.mirror) continue;  // the owner's copy counts
     const Tensor& t = p.*which;
     double ss = ops_->sum_squares(t.f32(), t.numel());
     (p.slice.length >= 0 ? sharded : replicated) += ss;
   }
   if (world_ && world_->mesh().tp > 1)
     world_->axis(dist::Axis::TP).all_reduce(flat_view(&sharded, LOOM_F64, 1), LOOM_REDUCE_SUM);
-  return std::sqrt(replicated + sharded);
+  double total = replicated + sharded;
+  if (world_ && world_->mesh().pp > 1)  // each stage holds different layers
+    world_->axis(dist::Axis::PP).all_reduce(flat_view(&total, LOOM_F64, 1), LOOM_REDUCE_SUM);
+  return std::sqrt(total);
 }
 
 std::string layer_of(const std::string& param) {
@@ -67,6 +71,7 @@ std::vector<std::pair<std::string, double>> TensorSlots::layer_grad_norms(ParamS
   std::vector<std::string> names;
   std::vector<double> sharded, replicated;
   for (const Param& p : params.all()) {
+    if (p.mirror) continue;
     const std::string layer = layer_of(p.name);
     if (names.empty() || names.back() != layer) {
       names.push_back(layer);

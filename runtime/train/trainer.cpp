@@ -19,6 +19,8 @@
 #include "train/tensor_slots.hpp"
 #include "train/metrics.hpp"
 #include "train/peak.hpp"
+#include "train/pipeline.hpp"
+#include "train/trace.hpp"
 #include "train/sample.hpp"
 #include "train/schedule.hpp"
 #include "train/stability.hpp"
@@ -116,10 +118,12 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   Settings s = read_settings(cfg);
   const gpt::GptConfig mc = gpt::from_config(cfg);
   const dist::MeshShape mesh = dist::resolve_mesh(cfg, env.world);
-  for (auto [degree, what] : {std::pair{mesh.pp, "pp"}, {mesh.ep, "ep"}})
-    if (degree > 1)
-      throw ConfigError(std::string("[parallel] ") + what + " = " + std::to_string(degree) +
-                        ": this build has no plugin for that axis yet (dp only)");
+  if (mesh.ep > 1)
+    throw ConfigError("[parallel] ep = " + std::to_string(mesh.ep) +
+                      ": this build has no plugin for that axis yet (the model has no experts)");
+  if (mesh.pp > 1 && s.sample_every > 0)
+    throw ConfigError("[train] sample_every = " + std::to_string(s.sample_every) + " with [parallel] pp = " +
+                      std::to_string(mesh.pp) + ": text samples run the whole model on one rank; set sample_every = 0");
   if (s.global_batch % mesh.dp != 0)
     throw ConfigError("[train] global_batch = " + std::to_string(s.global_batch) +
                       " is not a multiple of dp = " + std::to_string(mesh.dp));
@@ -171,7 +175,11 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   LayerApi& api = slots.api();
   ParamStore params;
   const bool profile = cfg.boolean("run.profile_layer");
-  gpt::Gpt model(mc, api, params, s.micro_batch * mc.seq_len, profile);
+  std::unique_ptr<Pipeline> pipe;  // pp > 1: this rank builds and runs its stage's layers
+  if (mesh.pp > 1) pipe = std::make_unique<Pipeline>(cfg, selection, *world, mc, static_cast<int>(s.accum));
+  const int64_t max_rows = s.micro_batch * mc.seq_len;
+  gpt::Gpt model(mc, api, params, max_rows, profile, pipe ? pipe->layers() : std::vector<int>{});
+  if (pipe) pipe->bind(model, max_rows);
   params.allocate(s.seed);
   Tensor m = Tensor::zeros({params.numel()}), v = Tensor::zeros({params.numel()});
   std::unique_ptr<DataParallel> dp;
@@ -207,15 +215,22 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         (long long)mc.seq_len, (long long)s.accum, (long long)s.micro_batch);
     std::printf("device: %s, %d threads, precision %s; MFU peak %.1f GFLOP/s from %s\n",
                 device.c_str(), threads, precision_name.c_str(), peak.gflops, peak.source.c_str());
-    if (dp)
+    if (world)
       std::printf("mesh: %d ranks (launched by %s), %s, %lld sequences per rank per step\n", env.world,
                   env.launcher.c_str(), mesh.describe().c_str(), (long long)local_batch);
+    if (pipe) std::printf("pipeline: %s\n", pipe->describe().c_str());
     std::printf("run dir: %s\n", run_dir.c_str());
     std::fflush(stdout);
   }
 
   const int64_t T = mc.seq_len, tokens_per_step = s.global_batch * T;
-  const int64_t activation_bytes = model.activation_bytes({nullptr, nullptr, s.micro_batch, T, 0.f});
+  const int64_t activation_bytes = pipe ? pipe->activation_bytes(s.micro_batch, T)
+                                        : model.activation_bytes({nullptr, nullptr, s.micro_batch, T, 0.f});
+  std::unique_ptr<Trace> trace;
+  if (cfg.boolean("run.trace"))
+    trace = std::make_unique<Trace>(run_dir / "trace" / ("rank" + std::to_string(env.rank) + ".json"), env.rank,
+                                    "rank " + std::to_string(env.rank) + " (" + mesh.describe() + " coord pp " +
+                                        std::to_string(world ? world->coord().pp : 0) + ")");
   std::vector<int32_t> tok(s.micro_batch * T), tgt(s.micro_batch * T);
   TrainSummary sum;
   double total_time = 0;
@@ -244,23 +259,38 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     const double loss_scale = precision ? precision->loss_scale() : 1.0;
     float dloss = static_cast<float>(loss_scale / static_cast<double>(local_batch * T));
     if (step == faults.inf_loss_step && env.rank == faults.inf_loss_rank) dloss = INFINITY;
-    for (int64_t a = 0; a < s.accum; ++a) {
-      data.train_batch(step, first_sample + a * s.micro_batch, s.micro_batch, tok.data(),
-                       tgt.data());
+    auto batch = [&](int a, int32_t* tokens, int32_t* targets) {
+      data.train_batch(step, first_sample + a * s.micro_batch, s.micro_batch, tokens, targets);
       if (step == faults.bad_batch_step)
-        for (auto& t : tgt) t = static_cast<int32_t>((t * 7 + 13) % mc.vocab_size);
-      gpt::Microbatch mb{tok.data(), tgt.data(), s.micro_batch, T, dloss};
-      loss_sum += model.forward(mb);
-      const bool last = a + 1 == s.accum;
-      model.backward(mb, [&](size_t layer) {
-        if (dp && last) dp->after_layer(layer);
-      });
+        for (int64_t i = 0; i < s.micro_batch * T; ++i)
+          targets[i] = static_cast<int32_t>((targets[i] * 7 + 13) % mc.vocab_size);
+    };
+    auto grad_ready = [&](size_t layer) {
+      if (dp) dp->after_layer(layer);
+    };
+    PipeStepStats pipe_stats;
+    if (pipe) {
+      loss_sum = pipe->train_step(batch, s.micro_batch, T, dloss, grad_ready, trace.get(), pipe_stats);
+    } else {
+      for (int64_t a = 0; a < s.accum; ++a) {
+        batch(static_cast<int>(a), tok.data(), tgt.data());
+        gpt::Microbatch mb{tok.data(), tgt.data(), s.micro_batch, T, dloss};
+        const std::string name = std::to_string(a);
+        auto f0 = Clock::now();
+        loss_sum += model.forward(mb);
+        auto b0 = Clock::now();
+        model.backward(mb, a + 1 == s.accum ? std::function<void(size_t)>(grad_ready) : nullptr);
+        if (trace) trace->span("F" + name, "forward", f0, b0), trace->span("B" + name, "backward", b0, Clock::now());
+      }
     }
     double loss = loss_sum / static_cast<double>(local_batch * T);
+    auto r0 = Clock::now();
     if (dp) {
       std::tie(comm_ms, exposed_ms) = dp->finish();
       loss = dp->mean_over_dp(loss);
     }
+    if (pipe) pipe->sync_tied(params);
+    if (trace) trace->span("gradient reduction", "comm", r0, Clock::now());
     api.finish_replicated_grads(params);
     if (step == faults.nan_grad_step) nan_param->grad.f32()[0] = NAN;
     // The gradient norm is reduced over tp and the gradients over dp, so a non-finite value on
@@ -299,6 +329,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
                    p.value.numel(), static_cast<float>(lr), s.beta1, s.beta2, s.eps,
                    p.weight_decay ? s.weight_decay : 0.f, applied);
     }
+    if (trace) trace->span("step " + std::to_string(step), "step", t0, Clock::now());
     if (step == faults.perturb_step && env.rank == faults.perturb_rank) params.values()[0] += 1e-3f;
     stability.check(step, params);
     checkpoints.after_step(step, last_step, params, m, v, applied, precision.get());
@@ -324,12 +355,21 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         {"param_norm", slots.param_norm(params)},
         {"skipped", skip ? 1.0 : 0.0},
         {"skipped_steps", double(sum.skipped_steps)}};
+    if (pipe) {  // rank 0's: the first stage, which holds the most activations
+      fields.push_back({"pipeline_bubble", pipe_stats.bubble()});
+      fields.push_back({"pipeline_in_flight", double(pipe_stats.peak_in_flight)});
+      fields.push_back({"pipeline_activation_bytes", double(pipe_stats.peak_in_flight * activation_bytes)});
+    }
     if (precision)
       for (auto& kv : precision->metrics()) fields.push_back(kv);
     std::string val_text;
     // Every rank evaluates and samples (tensor-parallel layers talk inside forward); rank 0 reports.
     if (s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
-      double val = evaluate(model, data, s.eval_batches, s.micro_batch, tok, tgt);
+      double val = pipe ? pipe->evaluate([&](int b, int32_t* tokens, int32_t* targets) {
+                                   data.val_batch(b * s.micro_batch, s.micro_batch, tokens, targets);
+                                 }, static_cast<int>(s.eval_batches), s.micro_batch, T) /
+                              static_cast<double>(s.eval_batches * s.micro_batch * T)
+                        : evaluate(model, data, s.eval_batches, s.micro_batch, tok, tgt);
       fields.push_back({"val_loss", val});
       char b[48];
       std::snprintf(b, sizeof b, " | val %.4f", val);

@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 1
-#define LOOM_ABI_MINOR 1 /* 1.1: op-table quantize, precision format policy */
+#define LOOM_ABI_MINOR 2 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot */
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -514,6 +514,46 @@ typedef struct loom_sequence_v1 {
   /* Sums over tp the gradient of a replicated parameter that saw only a sequence shard. */
   loom_status (*reduce_replicated)(void* self, loom_tensor* grad, loom_error* err);
 } loom_sequence_v1;
+
+/* ---- the pipeline slot (parallel kind, LOOM_SLOT_PIPELINE; ABI 1.2) --------------------------- */
+
+/* p stages (the pp degree), m micro-batches per step, v model chunks per rank. Chunk c of pp rank r
+ * is virtual stage c * p + r, so activations go round the ranks v times. */
+typedef struct loom_pipeline_shape {
+  int32_t stages;
+  int32_t microbatches;
+  int32_t chunks; /* 0 in configure(): the schedule's default */
+} loom_pipeline_shape;
+
+typedef enum loom_pipe_op { LOOM_PIPE_FORWARD = 0, LOOM_PIPE_BACKWARD = 1 } loom_pipe_op;
+
+/* One unit of a rank's step: micro-batch `microbatch` forward or backward through its chunk. */
+typedef struct loom_pipe_action {
+  int32_t op;
+  int32_t microbatch;
+  int32_t chunk;
+} loom_pipe_action;
+
+/* A pipeline schedule. The runtime runs the actions in order on each pp rank: a forward receives
+ * its input from the previous virtual stage (blocking) and sends its output to the next one
+ * (without waiting); a backward does the same with gradients in the other direction. A schedule
+ * must therefore be complete (every micro-batch forward and backward once per chunk) and must
+ * finish under those rules; the runtime checks both before the first step. */
+typedef struct loom_pipeline_v1 {
+  loom_plugin base;
+  /* Validates the shape and fills chunks when 0; LOOM_BAD_CONFIG names what does not fit. */
+  loom_status (*configure)(void* self, loom_pipeline_shape* shape, loom_error* err);
+  /* Splits n_layers layers into stages * chunks contiguous, non-empty virtual stages:
+   * stage_of[i] for layer i. kinds[i] is 'E' (embedding), 't' (transformer block) or 'L' (final
+   * norm, head and loss); costs[i] its relative compute. layout: "" = balanced by cost, otherwise
+   * the user's split, e.g. "E t t | t t t | t t L". */
+  loom_status (*partition)(void* self, const loom_pipeline_shape* shape, int32_t n_layers,
+                           const char* kinds, const double* costs, const char* layout,
+                           int32_t* stage_of, loom_error* err);
+  /* pp rank `rank`'s actions for one step, in order; writes *n = 2 * m * v of them (cap >= that). */
+  loom_status (*schedule)(void* self, const loom_pipeline_shape* shape, int32_t rank,
+                          loom_pipe_action* out, int64_t cap, int64_t* n, loom_error* err);
+} loom_pipeline_v1;
 
 /* ---- the one exported entry ------------------------------------------------------------------ */
 

@@ -16,6 +16,7 @@
 
 #include <loom/plugin.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <type_traits>
@@ -213,6 +214,16 @@ class TensorPlugin : public Plugin {
   virtual double cross_entropy(float* logits, const int32_t* targets, int64_t N,
                                int64_t vocab_begin, int64_t vocab_local, int64_t vocab_real,
                                float dloss) = 0;
+};
+
+// A pipeline schedule (the pipeline slot, ABI 1.2): the layer split and each rank's action order.
+class PipelinePlugin : public Plugin {
+ public:
+  // Throw ConfigError when the shape does not fit the schedule; set chunks when it is 0.
+  virtual void configure(loom_pipeline_shape& shape) = 0;
+  virtual std::vector<int32_t> partition(const loom_pipeline_shape& shape, const std::string& kinds,
+                                         const std::vector<double>& costs, const std::string& layout) = 0;
+  virtual std::vector<loom_pipe_action> schedule(const loom_pipeline_shape& shape, int rank) = 0;
 };
 
 // Sequence parallelism (the sequence slot).
@@ -555,6 +566,37 @@ const loom_plugin* sequence_plugin() {
     };
     t.reduce_replicated = [](void* self, loom_tensor* g, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->reduce_replicated(*g); });
+    };
+    return t;
+  }();
+  return &table.base;
+}
+
+template <class Impl>
+const loom_plugin* pipeline_plugin() {
+  static const loom_pipeline_v1 table = [] {
+    loom_pipeline_v1 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_PIPELINE, sizeof(loom_pipeline_v1));
+    t.configure = [](void* self, loom_pipeline_shape* shape, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->configure(*shape); });
+    };
+    t.partition = [](void* self, const loom_pipeline_shape* shape, int32_t n, const char* kinds,
+                     const double* costs, const char* layout, int32_t* stage_of, loom_error* e) {
+      return detail::guarded(e, [&] {
+        auto s = static_cast<Impl*>(self)->partition(*shape, std::string(kinds, n),
+                                                     std::vector<double>(costs, costs + n), layout);
+        if (s.size() != static_cast<size_t>(n)) throw Error(LOOM_INTERNAL, "partition size mismatch");
+        std::copy(s.begin(), s.end(), stage_of);
+      });
+    };
+    t.schedule = [](void* self, const loom_pipeline_shape* shape, int32_t rank, loom_pipe_action* out,
+                    int64_t cap, int64_t* n, loom_error* e) {
+      return detail::guarded(e, [&] {
+        auto a = static_cast<Impl*>(self)->schedule(*shape, rank);
+        if (static_cast<int64_t>(a.size()) > cap) throw Error(LOOM_INTERNAL, "schedule longer than cap");
+        std::copy(a.begin(), a.end(), out);
+        *n = static_cast<int64_t>(a.size());
+      });
     };
     return t;
   }();

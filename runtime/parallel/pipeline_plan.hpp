@@ -1,0 +1,71 @@
+// A pipeline schedule as the runtime holds it: the pipeline plugin's layer split and every pp
+// rank's action order, checked before the first step, and simulated in unit time for
+// `loom schedule` and the bubble tables.
+//
+// Execution rules (docs/pipeline.md): a rank runs its actions in order; a forward of virtual
+// stage s > 0 first receives its input from stage s - 1 (blocking), and sends its output to stage
+// s + 1 without waiting; a backward receives its gradient from stage s + 1 and sends to s - 1 the
+// same way. Sends never block, so the order is deadlock-free exactly when the simulation below,
+// which follows the same rules, finishes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <loom/plugin.h>
+
+#include "loader/registry.hpp"
+
+namespace loom {
+
+struct PipeSpan {
+  loom_pipe_action action;
+  double start, end;
+};
+
+struct PipeTimeline {
+  std::vector<std::vector<PipeSpan>> ranks;  // per pp rank, in execution order
+  double makespan = 0;
+  // Idle time over (ranks x makespan): the simulated bubble fraction.
+  double bubble() const;
+};
+
+class PipelinePlan {
+ public:
+  // Configures the schedule for `shape` (chunks 0 = the schedule's default), asks it for every
+  // rank's actions and checks them. Throws ConfigError for a shape the schedule refuses and
+  // RuntimeError for an order that is incomplete or would deadlock.
+  PipelinePlan(const plugins::Found& plugin, const loom_options* options, loom_pipeline_shape shape);
+  ~PipelinePlan();
+
+  const std::string& name() const { return name_; }
+  const loom_pipeline_shape& shape() const { return shape_; }
+  int virtual_stages() const { return shape_.stages * shape_.chunks; }
+  int virtual_stage(int rank, int chunk) const { return chunk * shape_.stages + rank; }
+  const std::vector<loom_pipe_action>& actions(int rank) const { return actions_[rank]; }
+  // The plugin's split of layers (kinds 'E' / 't' / 'L', relative costs) into virtual stages.
+  std::vector<int32_t> partition(const std::string& kinds, const std::vector<double>& costs,
+                                 const std::string& layout) const;
+
+  // Every rank's actions run under the execution rules, a forward taking `forward_cost` and a
+  // backward `backward_cost`, transfers free.
+  PipeTimeline simulate(double forward_cost = 1, double backward_cost = 1) const;
+  // The most micro-batch chunks rank `rank` holds activations for at once (forwarded, not yet
+  // backwarded).
+  int peak_in_flight(int rank) const;
+  // The theoretical bubble fraction (p-1)/(v m + p-1) (REFERENCE.md, pipelines).
+  double theoretical_bubble() const;
+  // The timeline as text: one row per rank, one column per time unit, "F3" / "B3" (".c" = chunk).
+  std::string render(const PipeTimeline& t) const;
+
+ private:
+  void check() const;
+  std::unique_ptr<plugins::Instance> plugin_;
+  const loom_pipeline_v1* table_ = nullptr;
+  std::string name_;
+  loom_pipeline_shape shape_;
+  std::vector<std::vector<loom_pipe_action>> actions_;
+};
+
+}  // namespace loom

@@ -1,0 +1,249 @@
+#include "train/pipeline.hpp"
+
+#include <chrono>
+#include <cstring>
+
+#include "core/errors.hpp"
+#include "loader/host.hpp"
+
+namespace loom::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Forward FLOPs per token of each layer, as the default split balances them: the embedding is a
+// lookup, a block its four projections, MLP and causal attention, the head its vocabulary GEMM.
+std::vector<double> layer_costs(const gpt::GptConfig& c) {
+  const double C = double(c.d_model), F = double(c.d_ff), T = double(c.seq_len);
+  const double fc_out = c.mlp == "swiglu" ? 2 * F : F;
+  const double block = 2 * (4 * C * C + fc_out * C + F * C) + 2 * T * C;
+  std::vector<double> costs{C};
+  for (int i = 0; i < c.n_layer; ++i) costs.push_back(block);
+  costs.push_back(2 * C * double(c.padded_vocab(64)));
+  return costs;
+}
+
+}  // namespace
+
+Pipeline::Pipeline(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
+                   const gpt::GptConfig& mc, int microbatches)
+    : world_(world), pp_(world.axis(dist::Axis::PP)), rank_(world.coord().pp), stages_(world.mesh().pp) {
+  const plugins::SlotChoice* choice = sel.slot("pipeline");
+  if (!choice)
+    throw ConfigError("[parallel] pp = " + std::to_string(stages_) +
+                      " needs [plugins] pipeline (gpipe, 1f1b or interleaved)");
+  loom_options opts = plugins::options_for(cfg, choice->found.desc->name);
+  loom_pipeline_shape shape{stages_, microbatches, static_cast<int32_t>(cfg.i64("parallel.pp_chunks"))};
+  plan_ = std::make_unique<PipelinePlan>(choice->found, &opts, shape);
+  kinds_ = "E" + std::string(mc.n_layer, 't') + "L";
+  stage_of_ = plan_->partition(kinds_, layer_costs(mc), cfg.str("parallel.pp_layout"));
+  for (int i = 0; i < static_cast<int>(stage_of_.size()); ++i)
+    if (stage_of_[i] % stages_ == rank_) layers_.push_back(i);
+}
+
+Pipeline::~Pipeline() {
+  try {
+    finish_sends();
+  } catch (...) {  // the job is failing already; the first error is the one reported
+  }
+}
+
+void Pipeline::bind(gpt::Gpt& model, int64_t max_rows) {
+  model_ = &model;
+  const int v = plan_->shape().chunks;
+  const auto& numbers = model.numbers();
+  for (int c = 0; c < v; ++c) {
+    Chunk ch;
+    ch.stage = plan_->virtual_stage(rank_, c);
+    ch.first = numbers.size();
+    for (size_t i = 0; i < numbers.size(); ++i)
+      if (stage_of_[numbers[i]] == ch.stage) {
+        ch.first = std::min(ch.first, i);
+        ch.last = i + 1;
+      }
+    chunks_.push_back(ch);
+  }
+  const int64_t C = model.config().d_model;
+  x_ = Tensor::empty({max_rows, C});
+  dx_ = Tensor::empty({max_rows, C});
+  const int m = plan_->shape().microbatches;
+  slot_of_.assign(static_cast<size_t>(m) * v, -1);
+  tokens_.assign(m, std::vector<int32_t>(max_rows));
+  targets_.assign(m, std::vector<int32_t>(max_rows));
+}
+
+std::string Pipeline::describe() const {
+  const auto& s = plan_->shape();
+  std::string out = plan_->name() + ", " + std::to_string(s.stages) + " stages x " + std::to_string(s.chunks) +
+                    (s.chunks == 1 ? " chunk" : " chunks") + ", " + std::to_string(s.microbatches) +
+                    " micro-batches: ";
+  for (size_t i = 0; i < kinds_.size(); ++i) {
+    if (i > 0) out += stage_of_[i] != stage_of_[i - 1] ? " | " : " ";
+    out += kinds_[i];
+  }
+  return out;
+}
+
+int64_t Pipeline::activation_bytes(int64_t B, int64_t T) const {
+  gpt::Microbatch mb{nullptr, nullptr, B, T, 0.f};
+  int64_t most = 0;
+  for (const Chunk& ch : chunks_) {
+    int64_t bytes = 0;
+    for (size_t i = ch.first; i < ch.last; ++i) bytes += model_->layers()[i]->saved_bytes(mb);
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
+// Unique within a step for every message between two neighbours.
+int Pipeline::tag(bool backward, int sender_stage, int mb) const {
+  return ((backward ? plan_->virtual_stages() : 0) + sender_stage) * plan_->shape().microbatches + mb;
+}
+
+void Pipeline::post(const Tensor& t, int peer, int tag) {
+  const size_t k = pending_.size();
+  if (k == send_bufs_.size() || send_bufs_[k].numel() < t.numel()) {
+    if (k == send_bufs_.size()) send_bufs_.emplace_back();
+    send_bufs_[k] = Tensor::empty({t.numel()});
+  }
+  std::memcpy(send_bufs_[k].data(), t.data(), t.numel() * sizeof(float));
+  pending_.push_back(pp_.send(flat_view(send_bufs_[k].f32(), LOOM_F32, t.numel()), peer, tag));
+}
+
+void Pipeline::finish_sends() {
+  for (loom_work*& w : pending_) {
+    loom_work* work = w;
+    w = nullptr;
+    pp_.wait(work);
+  }
+  pending_.clear();
+}
+
+void Pipeline::run_forward(const gpt::Microbatch& mb, int index, int chunk, Trace* trace, const std::string& name) {
+  const Chunk& ch = chunks_[chunk];
+  const int64_t n = model_->api().local_rows(mb.rows());
+  Tensor x = x_.rows(0, n);
+  const int last = plan_->virtual_stages() - 1;
+  if (ch.stage > 0) {
+    auto t0 = Clock::now();
+    pp_.recv(flat_view(x.f32(), LOOM_F32, x.numel()), (rank_ + stages_ - 1) % stages_, tag(false, ch.stage - 1, index));
+    if (trace) trace->span("recv " + name, "wait", t0, Clock::now());
+  }
+  auto t0 = Clock::now();
+  model_->forward_range(mb, x, ch.first, ch.last);
+  auto t1 = Clock::now();
+  busy_ms_ += ms_between(t0, t1);
+  if (trace) trace->span(name, "forward", t0, t1);
+  if (ch.stage == last)
+    loss_ += model_->head_loss();
+  else
+    post(x, (rank_ + 1) % stages_, tag(false, ch.stage, index));
+}
+
+void Pipeline::run_backward(const gpt::Microbatch& mb, int index, int chunk, Trace* trace, const std::string& name,
+                            const std::function<void(size_t)>& after_layer) {
+  const Chunk& ch = chunks_[chunk];
+  const int64_t n = model_->api().local_rows(mb.rows());
+  Tensor dx = dx_.rows(0, n);
+  if (ch.stage < plan_->virtual_stages() - 1) {
+    auto t0 = Clock::now();
+    pp_.recv(flat_view(dx.f32(), LOOM_F32, dx.numel()), (rank_ + 1) % stages_, tag(true, ch.stage + 1, index));
+    if (trace) trace->span("recv " + name, "wait", t0, Clock::now());
+  }
+  auto t0 = Clock::now();
+  model_->backward_range(mb, dx, ch.first, ch.last, after_layer);
+  auto t1 = Clock::now();
+  busy_ms_ += ms_between(t0, t1);
+  if (trace) trace->span(name, "backward", t0, t1);
+  if (ch.stage > 0) post(dx, (rank_ + stages_ - 1) % stages_, tag(true, ch.stage, index));
+}
+
+double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dloss,
+                            const std::function<void(size_t)>& after_layer, Trace* trace, PipeStepStats& stats) {
+  const auto& shape = plan_->shape();
+  const int m = shape.microbatches;
+  for (int i = 0; i < m; ++i) batch(i, tokens_[i].data(), targets_[i].data());
+  const auto& actions = plan_->actions(rank_);
+  // The last backward through each chunk: its layers' gradients are final when it ends.
+  std::vector<size_t> last_backward(shape.chunks, 0);
+  for (size_t k = 0; k < actions.size(); ++k)
+    if (actions[k].op == LOOM_PIPE_BACKWARD) last_backward[actions[k].chunk] = k;
+  loss_ = 0;
+  busy_ms_ = 0;
+  live_ = peak_live_ = 0;
+  const auto start = Clock::now();
+  for (size_t k = 0; k < actions.size(); ++k) {
+    const loom_pipe_action& a = actions[k];
+    gpt::Microbatch mb{tokens_[a.microbatch].data(), targets_[a.microbatch].data(), B, T, dloss};
+    int& slot = slot_of_[static_cast<size_t>(a.chunk) * m + a.microbatch];
+    std::string name = (a.op == LOOM_PIPE_FORWARD ? "F" : "B") + std::to_string(a.microbatch);
+    if (shape.chunks > 1) name += "." + std::to_string(a.chunk);
+    if (a.op == LOOM_PIPE_FORWARD) {
+      if (free_slots_.empty()) free_slots_.push_back(slots_++);
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+      peak_live_ = std::max(peak_live_, ++live_);
+      model_->use_slot(slot);
+      run_forward(mb, a.microbatch, a.chunk, trace, name);
+    } else {
+      model_->use_slot(slot);
+      static const std::function<void(size_t)> none;
+      run_backward(mb, a.microbatch, a.chunk, trace, name, k == last_backward[a.chunk] ? after_layer : none);
+      free_slots_.push_back(slot);
+      slot = -1;
+      --live_;
+    }
+  }
+  auto t0 = Clock::now();
+  finish_sends();
+  if (trace) trace->span("wait sends", "wait", t0, Clock::now());
+  stats.schedule_ms = ms_between(start, Clock::now());
+  stats.busy_ms = busy_ms_;
+  stats.peak_in_flight = peak_live_;
+  if (trace) trace->span("schedule", "step", start, Clock::now());
+  double loss = loss_;
+  pp_.all_reduce(flat_view(&loss, LOOM_F64, 1), LOOM_REDUCE_SUM);  // only the last stage's is non-zero
+  return loss;
+}
+
+// Micro-batch after micro-batch, each through the chunks in order: a forward's input was sent
+// by an action earlier in the same order, so this too finishes.
+double Pipeline::evaluate(const BatchFn& batch, int n, int64_t B, int64_t T) {
+  loss_ = 0;
+  model_->use_slot(0);
+  for (int i = 0; i < n; ++i) {
+    batch(i, tokens_[0].data(), targets_[0].data());
+    gpt::Microbatch mb{tokens_[0].data(), targets_[0].data(), B, T, 0.f};
+    for (int c = 0; c < plan_->shape().chunks; ++c) run_forward(mb, 0, c, nullptr, "");
+    finish_sends();
+  }
+  double loss = loss_;
+  pp_.all_reduce(flat_view(&loss, LOOM_F64, 1), LOOM_REDUCE_SUM);
+  return loss;
+}
+
+void Pipeline::sync_tied(ParamStore& params) {
+  if (!model_->config().tied_embeddings) return;
+  const int last = stages_ - 1, sync_tag = 2 * plan_->virtual_stages() * plan_->shape().microbatches;
+  if (rank_ != 0 && rank_ != last) return;
+  Param& wte = params.get("wte");
+  loom_tensor g = flat_view(wte.grad.f32(), LOOM_F32, wte.grad.numel());
+  if (rank_ == last) {  // the mirror: send ours, take back the sum
+    pp_.wait(pp_.send(g, 0, sync_tag));
+    pp_.recv(g, 0, sync_tag + 1);
+  } else {  // the owner adds the mirror's and returns the same bits
+    Tensor theirs = Tensor::empty({wte.grad.numel()});
+    pp_.recv(flat_view(theirs.f32(), LOOM_F32, theirs.numel()), last, sync_tag);
+    float* mine = wte.grad.f32();
+    const float* other = theirs.f32();
+    for (int64_t i = 0; i < theirs.numel(); ++i) mine[i] += other[i];
+    pp_.wait(pp_.send(g, last, sync_tag + 1));
+  }
+}
+
+}  // namespace loom::train

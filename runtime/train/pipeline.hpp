@@ -1,0 +1,91 @@
+// The pipeline slot as the trainer sees it: which layers this rank builds, and a step's schedule
+// run over the pp group. Activations go forward and their gradients backward by send (not
+// waited for until the step's end) and blocking recv, in the order the plugin gave and the plan
+// checked (parallel/pipeline_plan.hpp). Each micro-batch chunk in flight keeps its activations
+// in its own slot of the layers.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/comm.hpp"
+#include "gpt/gpt.hpp"
+#include "loader/selection.hpp"
+#include "parallel/pipeline_plan.hpp"
+#include "train/trace.hpp"
+
+namespace loom::train {
+
+// Fills micro-batch `mb`'s tokens and targets (B x T each).
+using BatchFn = std::function<void(int mb, int32_t* tokens, int32_t* targets)>;
+
+struct PipeStepStats {
+  double schedule_ms = 0;  // from the first action to the last send's completion
+  double busy_ms = 0;      // in forward and backward compute
+  int peak_in_flight = 0;  // micro-batch chunks holding activations at once, as run
+  double bubble() const { return schedule_ms > 0 ? 1 - busy_ms / schedule_ms : 0; }
+};
+
+class Pipeline {
+ public:
+  Pipeline(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
+           const gpt::GptConfig& mc, int microbatches);
+  ~Pipeline();
+
+  // Model-wide numbers of the layers this rank builds (Gpt's `only`).
+  const std::vector<int>& layers() const { return layers_; }
+  // Called once the model is built from layers().
+  void bind(gpt::Gpt& model, int64_t max_rows);
+  const PipelinePlan& plan() const { return *plan_; }
+  // "1f1b, 4 stages x 1 chunk: E t | t t | t t | t L"
+  std::string describe() const;
+  bool first_stage() const { return rank_ == 0; }
+
+  // One training step: every micro-batch forward and backward through this rank's chunks.
+  // `after_layer(i)` runs during the last backward through model.layers()[i] (the data slot's
+  // grad-ready hook). Returns the step's loss sum, on every pp rank.
+  double train_step(const BatchFn& batch, int64_t B, int64_t T, float dloss,
+                    const std::function<void(size_t)>& after_layer, Trace* trace, PipeStepStats& stats);
+  // Forward only over `n` micro-batches (evaluation); the loss sum on every pp rank.
+  double evaluate(const BatchFn& batch, int n, int64_t B, int64_t T);
+  // Sums the tied embedding's gradient between the first stage (its owner) and the last (the
+  // head's mirror of it), so both apply the same update.
+  void sync_tied(ParamStore& params);
+  // Activation bytes one micro-batch chunk keeps on this rank (the largest chunk).
+  int64_t activation_bytes(int64_t B, int64_t T) const;
+
+ private:
+  struct Chunk {
+    size_t first = 0, last = 0;  // model.layers()[first, last)
+    int stage = 0;               // virtual stage
+  };
+  void run_forward(const gpt::Microbatch& mb, int index, int chunk, Trace* trace, const std::string& name);
+  void run_backward(const gpt::Microbatch& mb, int index, int chunk, Trace* trace, const std::string& name,
+                    const std::function<void(size_t)>& after_layer);
+  void post(const Tensor& t, int peer, int tag);
+  void finish_sends();
+  int tag(bool backward, int sender_stage, int mb) const;
+
+  dist::CommWorld& world_;
+  dist::Communicator& pp_;
+  std::unique_ptr<PipelinePlan> plan_;
+  std::vector<int32_t> stage_of_;  // virtual stage of every model layer
+  std::string kinds_;
+  int rank_, stages_;
+  std::vector<int> layers_;
+  gpt::Gpt* model_ = nullptr;
+  std::vector<Chunk> chunks_;
+  Tensor x_, dx_;
+  double loss_ = 0, busy_ms_ = 0;
+  // Outgoing activations: a buffer per send until the step's end, reused across steps.
+  std::vector<Tensor> send_bufs_;
+  std::vector<loom_work*> pending_;
+  // Activation slots: which one each (micro-batch, chunk) in flight holds, and the free ones.
+  std::vector<int> slot_of_, free_slots_;
+  int slots_ = 0, live_ = 0, peak_live_ = 0;
+  std::vector<std::vector<int32_t>> tokens_, targets_;
+};
+
+}  // namespace loom::train

@@ -1,0 +1,34 @@
+// Chrome trace-event JSON (the format Perfetto and chrome://tracing read): one file per rank of
+// complete ("X") spans, timestamps in microseconds on the machine's steady clock, so files of
+// ranks on one machine line up when loaded together.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace loom::train {
+
+class Trace {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // `label` names the process row in the viewer ("rank 3 (pp 1)").
+  Trace(std::filesystem::path path, int rank, std::string label);
+  ~Trace();  // writes the file
+  void span(const std::string& name, const char* category, Clock::time_point begin,
+            Clock::time_point end);
+
+ private:
+  struct Span {
+    std::string name;
+    const char* category;
+    double ts_us, dur_us;
+  };
+  std::filesystem::path path_;
+  int rank_;
+  std::string label_;
+  std::vector<Span> spans_;
+};
+
+}  // namespace loom::train
