@@ -210,7 +210,9 @@ void Checkpointer::commit() {
     for (int r = 0; r < mesh_.world(); ++r) {
       const fs::path note = tmp / rank_file(r, "json");
       if (!fs::exists(note)) continue;
-      man.files.push_back(read_manifest(tmp, note.filename().string()).files.at(0));
+      Manifest theirs = read_manifest(tmp, note.filename().string());
+      man.files.push_back(theirs.files.at(0));
+      man.shapes.insert(theirs.shapes.begin(), theirs.shapes.end());  // other pipeline stages' tensors
       fs::remove(note);
     }
     check_coverage(tmp, man);  // a rank's note missing would leave a tensor short: never publish that

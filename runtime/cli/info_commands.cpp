@@ -133,6 +133,7 @@ std::string usage() {
          "  compare A.toml B.toml  train both, compare speed, memory and loss; HTML report\n"
          "  doctor RUN_DIR         what a run's metrics and events say, layer by layer\n"
          "  ckpt verify|inspect DIR  check or describe a checkpoint; ckpt export DIR --out F\n"
+         "  schedule --pp P --microbatches M --schedule S  a pipeline schedule's timeline\n"
          "  config check FILE      validate a config and the plugins it names\n"
          "  config show FILE       print the resolved config with every default filled in\n"
          "  plugins [list]         list every plugin found (--json)\n"

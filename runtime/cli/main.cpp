@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
       {"train", &cli::train},     {"data", &cli::data},
       {"launch", &cli::launch},   {"bench", &cli::bench},
       {"compare", &cli::compare}, {"doctor", &cli::doctor},
-      {"ckpt", &cli::ckpt_cmd},
+      {"ckpt", &cli::ckpt_cmd},   {"schedule", &cli::schedule},
   };
   std::string name = args[0];
   args.erase(args.begin());

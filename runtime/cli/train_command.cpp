@@ -33,32 +33,36 @@ int train(const Args& args) {
   if (!parse(args, "loom train FILE [--set section.key=value]... [--run-dir DIR]", opts, pos, vm))
     return kExitOk;
 
+  const std::string file = vm["file"].as<std::string>();
   std::vector<std::string> overrides = sets(vm);
-  config::Config cfg = config::Config::load(vm["file"].as<std::string>(), overrides);
+  config::Config cfg = config::Config::load(file, overrides);
   cfg.validate_runtime();
   std::optional<dist::RankEnv> env = dist::rank_from_environment();
   const int nproc = static_cast<int>(cfg.i64("parallel.nproc"));
-  // A launcher that started a single task (an sbatch step, `srun -n1`) leaves the spawning to us.
-  if ((!env || env->world == 1) && nproc > 1) {
-    // No outer launcher: this process becomes the local launcher of nproc ranks. The config is
-    // checked here first, so a bad one fails once, not once per rank.
-    plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
-    plugins::resolve(cfg, reg);
-    dist::resolve_mesh(cfg, nproc);
-    return dist::spawn_local(nproc, self_invocation());
-  }
-  dist::RankEnv rank = env.value_or(dist::RankEnv{});
-  // Defaults that work: several ranks talk over gloo and reduce gradients with ddp.
-  if (rank.world > 1 && cfg.str("plugins.comm").empty()) overrides.push_back("plugins.comm=gloo");
-  if (rank.world > 1 && cfg.str("plugins.data").empty()) overrides.push_back("plugins.data=ddp");
+  const bool spawn = (!env || env->world == 1) && nproc > 1;
+  // Defaults that work: several ranks talk over gloo and reduce gradients with ddp; tp uses the
+  // tp plugin and pp the 1f1b schedule.
+  const int world = spawn ? nproc : env ? env->world : 1;
+  if (world > 1 && cfg.str("plugins.comm").empty()) overrides.push_back("plugins.comm=gloo");
+  if (world > 1 && cfg.str("plugins.data").empty()) overrides.push_back("plugins.data=ddp");
   if (cfg.i64("parallel.tp") > 1 && cfg.str("plugins.tensor").empty())
     overrides.push_back("plugins.tensor=tp");
   if (cfg.i64("parallel.pp") > 1 && cfg.str("plugins.pipeline").empty())
     overrides.push_back("plugins.pipeline=1f1b");
   if (overrides.size() != sets(vm).size()) {
-    cfg = config::Config::load(vm["file"].as<std::string>(), overrides);
+    cfg = config::Config::load(file, overrides);
     cfg.validate_runtime();
   }
+  // A launcher that started a single task (an sbatch step, `srun -n1`) leaves the spawning to us.
+  if (spawn) {
+    // No outer launcher: this process becomes the local launcher of nproc ranks. The config is
+    // checked here first, so a bad one fails once, not once per rank.
+    plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
+    plugins::Selection sel = plugins::resolve(cfg, reg);
+    train::check_layout(cfg, sel, dist::resolve_mesh(cfg, nproc));
+    return dist::spawn_local(nproc, self_invocation());
+  }
+  dist::RankEnv rank = env.value_or(dist::RankEnv{});
   plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
   plugins::Selection sel = plugins::resolve(cfg, reg);
   std::filesystem::path run_dir =

@@ -30,18 +30,28 @@ std::vector<double> layer_costs(const gpt::GptConfig& c) {
 
 }  // namespace
 
+PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection& sel,
+                             const gpt::GptConfig& mc, int stages, int microbatches) {
+  const plugins::SlotChoice* choice = sel.slot("pipeline");
+  if (!choice)
+    throw ConfigError("[parallel] pp = " + std::to_string(stages) +
+                      " needs [plugins] pipeline (gpipe, 1f1b or interleaved)");
+  loom_options opts = plugins::options_for(cfg, choice->found.desc->name);
+  loom_pipeline_shape shape{stages, microbatches, static_cast<int32_t>(cfg.i64("parallel.pp_chunks"))};
+  PipelineLayout out;
+  out.plan = std::make_unique<PipelinePlan>(choice->found, &opts, shape);
+  out.kinds = "E" + std::string(mc.n_layer, 't') + "L";
+  out.stage_of = out.plan->partition(out.kinds, layer_costs(mc), cfg.str("parallel.pp_layout"));
+  return out;
+}
+
 Pipeline::Pipeline(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
                    const gpt::GptConfig& mc, int microbatches)
     : world_(world), pp_(world.axis(dist::Axis::PP)), rank_(world.coord().pp), stages_(world.mesh().pp) {
-  const plugins::SlotChoice* choice = sel.slot("pipeline");
-  if (!choice)
-    throw ConfigError("[parallel] pp = " + std::to_string(stages_) +
-                      " needs [plugins] pipeline (gpipe, 1f1b or interleaved)");
-  loom_options opts = plugins::options_for(cfg, choice->found.desc->name);
-  loom_pipeline_shape shape{stages_, microbatches, static_cast<int32_t>(cfg.i64("parallel.pp_chunks"))};
-  plan_ = std::make_unique<PipelinePlan>(choice->found, &opts, shape);
-  kinds_ = "E" + std::string(mc.n_layer, 't') + "L";
-  stage_of_ = plan_->partition(kinds_, layer_costs(mc), cfg.str("parallel.pp_layout"));
+  PipelineLayout layout = plan_pipeline(cfg, sel, mc, stages_, microbatches);
+  plan_ = std::move(layout.plan);
+  kinds_ = std::move(layout.kinds);
+  stage_of_ = std::move(layout.stage_of);
   for (int i = 0; i < static_cast<int>(stage_of_.size()); ++i)
     if (stage_of_[i] % stages_ == rank_) layers_.push_back(i);
 }

@@ -28,6 +28,16 @@ struct PipeStepStats {
   double bubble() const { return schedule_ms > 0 ? 1 - busy_ms / schedule_ms : 0; }
 };
 
+// The schedule for `stages` pp ranks and its split of the model's layers into virtual stages:
+// what every rank of the job computes alike.
+struct PipelineLayout {
+  std::unique_ptr<PipelinePlan> plan;
+  std::string kinds;                // "E" + n_layer x "t" + "L"
+  std::vector<int32_t> stage_of;    // virtual stage of every layer
+};
+PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection& sel,
+                             const gpt::GptConfig& mc, int stages, int microbatches);
+
 class Pipeline {
  public:
   Pipeline(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
@@ -70,10 +80,10 @@ class Pipeline {
 
   dist::CommWorld& world_;
   dist::Communicator& pp_;
+  int rank_, stages_;
   std::unique_ptr<PipelinePlan> plan_;
   std::vector<int32_t> stage_of_;  // virtual stage of every model layer
   std::string kinds_;
-  int rank_, stages_;
   std::vector<int> layers_;
   gpt::Gpt* model_ = nullptr;
   std::vector<Chunk> chunks_;

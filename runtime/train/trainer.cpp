@@ -104,7 +104,29 @@ void print_profile(const SegmentProfile& p, int64_t microbatches) {
   std::printf("  %-20s %10.3f\n", "total", total / microbatches);
 }
 
+// Sequences per rank per step; fills in micro_batch (0 = all of them) and accum.
+int64_t split_batch(Settings& s, const dist::MeshShape& mesh) {
+  if (s.global_batch % mesh.dp != 0)
+    throw ConfigError("[train] global_batch = " + std::to_string(s.global_batch) +
+                      " is not a multiple of dp = " + std::to_string(mesh.dp));
+  const int64_t local_batch = s.global_batch / mesh.dp;
+  if (s.micro_batch == 0) s.micro_batch = local_batch;
+  if (local_batch % s.micro_batch != 0)
+    throw ConfigError(
+        "[train] global_batch = " + std::to_string(s.global_batch) +
+        " over dp = " + std::to_string(mesh.dp) + " is " + std::to_string(local_batch) +
+        " sequences per rank, not a multiple of micro_batch = " + std::to_string(s.micro_batch));
+  s.accum = local_batch / s.micro_batch;
+  return local_batch;
+}
+
 }  // namespace
+
+void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh) {
+  Settings s = read_settings(cfg);
+  split_batch(s, mesh);
+  if (mesh.pp > 1) plan_pipeline(cfg, selection, gpt::from_config(cfg), mesh.pp, static_cast<int>(s.accum));
+}
 
 fs::path default_run_dir(const config::Config& cfg) {
   std::string dir = cfg.str("run.dir");
@@ -124,17 +146,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   if (mesh.pp > 1 && s.sample_every > 0)
     throw ConfigError("[train] sample_every = " + std::to_string(s.sample_every) + " with [parallel] pp = " +
                       std::to_string(mesh.pp) + ": text samples run the whole model on one rank; set sample_every = 0");
-  if (s.global_batch % mesh.dp != 0)
-    throw ConfigError("[train] global_batch = " + std::to_string(s.global_batch) +
-                      " is not a multiple of dp = " + std::to_string(mesh.dp));
-  const int64_t local_batch = s.global_batch / mesh.dp;
-  if (s.micro_batch == 0) s.micro_batch = local_batch;
-  if (local_batch % s.micro_batch != 0)
-    throw ConfigError(
-        "[train] global_batch = " + std::to_string(s.global_batch) +
-        " over dp = " + std::to_string(mesh.dp) + " is " + std::to_string(local_batch) +
-        " sequences per rank, not a multiple of micro_batch = " + std::to_string(s.micro_batch));
-  s.accum = local_batch / s.micro_batch;
+  const int64_t local_batch = split_batch(s, mesh);
   const bool lead = env.rank == 0;
   const std::string device = cfg.str("run.device");
   const loom_ops* ops = ops::for_device(device);

@@ -8,6 +8,7 @@
 
 #include "config/config.hpp"
 #include "dist/launch.hpp"
+#include "dist/mesh.hpp"
 #include "loader/selection.hpp"
 
 namespace loom::train {
@@ -24,6 +25,10 @@ struct TrainSummary {
 // <run_dir>/metrics.jsonl and <run_dir>/config.toml.
 TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
                    const dist::RankEnv& env, const std::filesystem::path& run_dir);
+
+// What every rank would refuse, checked once by the local launcher before it starts them: the
+// batch split over dp and micro-batches, and the pipeline schedule and layer split.
+void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh);
 
 // [run] dir, else runs/<[run] name or the config's stem>.
 std::filesystem::path default_run_dir(const config::Config& cfg);

@@ -1,0 +1,124 @@
+// Pipeline parallelism: every schedule and layout matches the single-rank fp32 run; the first
+// stage's activations in flight follow each schedule's bound; traces are valid trace-event JSON;
+// a pipeline checkpoint loads into one rank; shapes that cannot run fail once, before launch.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "support/layouts.hpp"
+
+using namespace loom::test;
+
+namespace {
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Six blocks: eight pipeline layers, enough for pp = 4 x 2 chunks. Eight micro-batches per step.
+const char* kModel = "n_layer = 6\nn_head = 4\nd_model = 32\nd_ff = 64\nvocab_size = 130\nseq_len = 16";
+const char* kTrain = "steps = 10\nglobal_batch = 8\nmicro_batch = 1\nlr = 3e-3\nwarmup_steps = 2";
+
+}  // namespace
+
+TEST_CASE("pp = 2 and pp = 4 under gpipe, 1f1b and interleaved match the single-rank run: 10 steps, 1e-5") {
+  LayoutRuns runs(kModel, kTrain);
+  Curves one = runs.run("--set parallel.nproc=1");
+  REQUIRE(one.loss.size() == 10);
+  CHECK(one.loss.back() < one.loss.front());
+  for (const char* schedule : {"gpipe", "1f1b", "interleaved"})
+    for (int pp : {2, 4}) {
+      const std::string layout = "--set parallel.nproc=" + std::to_string(pp) + " --set parallel.pp=" +
+                                 std::to_string(pp) + " --set plugins.pipeline=" + schedule;
+      Curves got = runs.run(layout);
+      check_same(one, got, 1e-5, layout);
+      // The first stage's activations in flight: all 8 under gpipe, at most pp under 1f1b.
+      auto in_flight = column(got.metrics, "pipeline_in_flight");
+      REQUIRE(!in_flight.empty());
+      if (std::string(schedule) == "gpipe") CHECK(in_flight.back() == 8);
+      if (std::string(schedule) == "1f1b") CHECK(in_flight.back() == pp);
+      CHECK(has(got.out, std::string("pipeline: ") + schedule));
+    }
+}
+
+TEST_CASE("an uneven layout, pp x dp, pp x tp, pp x dp x tp on 8 ranks and an untied head match too") {
+  LayoutRuns runs(kModel, kTrain);
+  Curves one = runs.run("--set parallel.nproc=1");
+  const char* layouts[] = {
+      "--set parallel.nproc=2 --set parallel.pp=2 --set parallel.pp_layout='E t t t t | t t L'",
+      "--set parallel.nproc=4 --set parallel.pp=2 --set parallel.dp=2",
+      "--set parallel.nproc=4 --set parallel.pp=2 --set parallel.tp=2",
+      "--set parallel.nproc=8 --set parallel.pp=2 --set parallel.dp=2 --set parallel.tp=2 --set plugins.sequence=sp",
+  };
+  for (const char* layout : layouts) {
+    Curves got = runs.run(layout);
+    check_same(one, got, 1e-5, layout);
+    if (has(layout, "pp_layout")) CHECK(has(got.out, "1f1b, 2 stages x 1 chunk, 8 micro-batches: E t t t t | t t L"));
+  }
+
+  LayoutRuns untied(std::string(kModel) + "\ntied_embeddings = false", kTrain);
+  check_same(untied.run("--set parallel.nproc=1"),
+             untied.run("--set parallel.nproc=2 --set parallel.pp=2 --set plugins.pipeline=interleaved"), 1e-5,
+             "untied, interleaved pp = 2");
+}
+
+TEST_CASE("validation loss, a trace per rank, and a pipeline checkpoint that one rank resumes") {
+  LayoutRuns runs(kModel, kTrain);
+  Curves one = runs.run("--set train.eval_every=5");
+  TempDir t;
+  const std::string ck = (t.path / "ck").string();
+  Curves pipe = runs.run("--set parallel.nproc=4 --set parallel.pp=4 --set plugins.pipeline=interleaved "
+                         "--set train.eval_every=5 --set run.trace=true --set plugins.ckpt=sync "
+                         "--set checkpoint.every=5 --set checkpoint.dir=" + ck);
+  check_same(one, pipe, 1e-5, "interleaved pp = 4");
+  auto val_one = column(one.metrics, "val_loss"), val_pipe = column(pipe.metrics, "val_loss");
+  REQUIRE(val_one.size() == 3);
+  REQUIRE(val_pipe.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(val_pipe[i] == doctest::Approx(val_one[i]).epsilon(1e-5));
+
+  // Each rank's trace: every step runs 8 micro-batches x 2 chunks forward and backward.
+  for (int r = 0; r < 4; ++r) {
+    auto path = pipe.metrics.parent_path() / "trace" / ("rank" + std::to_string(r) + ".json");
+    std::ifstream in(path);
+    REQUIRE(in.good());
+    auto doc = nlohmann::json::parse(in);
+    int forward = 0, backward = 0, steps = 0;
+    for (const auto& e : doc["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      CHECK(e["dur"].get<double>() >= 0);
+      forward += e["cat"] == "forward";
+      backward += e["cat"] == "backward";
+      steps += e["cat"] == "step" && e["name"].get<std::string>().rfind("step ", 0) == 0;
+    }
+    CHECK(steps == 10);
+    CHECK(forward == 10 * 16);
+    CHECK(backward == 10 * 16);
+  }
+
+  // The pipeline's checkpoint at step 5 continues on one rank as the pipeline went on.
+  Curves resumed = runs.run("--set checkpoint.resume=" + ck + "/step-00000005");
+  REQUIRE(resumed.loss.size() == 5);
+  for (size_t s = 0; s < 5; ++s) {
+    INFO("step " << s + 6);
+    CHECK(resumed.loss[s] == doctest::Approx(pipe.loss[s + 5]).epsilon(1e-5));
+    CHECK(resumed.grad_norm[s] == doctest::Approx(pipe.grad_norm[s + 5]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("a pipeline that cannot run fails once, before any rank starts, saying why") {
+  LayoutRuns runs(kModel, kTrain);
+  auto odd = runs.raw("--set parallel.nproc=4 --set parallel.pp=4 --set plugins.pipeline=interleaved "
+                      "--set train.global_batch=6");
+  CHECK(odd.rc == 2);
+  CHECK(has(odd.out, "multiple of pp: 6 micro-batches"));
+  CHECK(!has(odd.out, "[rank"));  // the launcher refused it; no rank ran
+  auto deep = runs.raw("--set parallel.nproc=4 --set parallel.pp=4 --set plugins.pipeline=interleaved --set parallel.pp_chunks=3");
+  CHECK(deep.rc == 2);
+  CHECK(has(deep.out, "8 pipeline layers (embedding, blocks, head), fewer than the 12 stages"));
+  auto layout = runs.raw("--set parallel.nproc=2 --set parallel.pp=2 --set parallel.pp_layout='E t t | t t L'");
+  CHECK(layout.rc == 2);
+  CHECK(has(layout.out, "layer 5 is 't' in the model, not 'L'"));
+  auto sample = runs.raw("--set parallel.nproc=2 --set parallel.pp=2 --set train.sample_every=5");
+  CHECK(sample.rc == 2);
+  CHECK(has(sample.out, "sample_every = 5 with [parallel] pp = 2"));
+}
