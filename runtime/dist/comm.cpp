@@ -74,6 +74,14 @@ void Communicator::recv(loom_tensor t, int peer, int tag) {
   check(t_->recv(self_, c_, &t, peer, tag, nullptr, &e), e, ("recv from " + name_ + " rank " + std::to_string(peer)).c_str());
 }
 
+loom_work* Communicator::irecv(const loom_tensor& t, int peer, int tag) {
+  loom_error e;
+  loom_work* w = nullptr;
+  loom_tensor buf = t;
+  check(t_->recv(self_, c_, &buf, peer, tag, &w, &e), e, ("recv from " + name_ + " rank " + std::to_string(peer)).c_str());
+  return w;
+}
+
 void Communicator::wait(loom_work* work) {
   loom_error e;
   if (work) check(t_->wait(self_, work, &e), e, "wait");

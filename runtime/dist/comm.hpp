@@ -35,6 +35,7 @@ class Communicator {
   // wait(); recv returns when the data is there.
   loom_work* send(const loom_tensor& t, int peer, int tag);
   void recv(loom_tensor t, int peer, int tag);
+  loom_work* irecv(const loom_tensor& t, int peer, int tag);  // completes at wait()
   void wait(loom_work* work);
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name);
 

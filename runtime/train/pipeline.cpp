@@ -134,14 +134,25 @@ void Pipeline::finish_sends() {
   pending_.clear();
 }
 
-void Pipeline::run_forward(const gpt::Microbatch& mb, int index, int chunk, Trace* trace, const std::string& name) {
+// Waits for the pre-posted receive and copies its rows into `into`, or receives them now.
+static void take(dist::Communicator& pp, Tensor& into, loom_work* incoming, const Tensor* inbox, int peer, int tag) {
+  if (incoming) {
+    pp.wait(incoming);
+    std::memcpy(into.data(), inbox->data(), into.numel() * sizeof(float));
+  } else {
+    pp.recv(flat_view(into.f32(), LOOM_F32, into.numel()), peer, tag);
+  }
+}
+
+void Pipeline::run_forward(const gpt::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
+                           Trace* trace, const std::string& name) {
   const Chunk& ch = chunks_[chunk];
   const int64_t n = model_->api().local_rows(mb.rows());
   Tensor x = x_.rows(0, n);
   const int last = plan_->virtual_stages() - 1;
   if (ch.stage > 0) {
     auto t0 = Clock::now();
-    pp_.recv(flat_view(x.f32(), LOOM_F32, x.numel()), (rank_ + stages_ - 1) % stages_, tag(false, ch.stage - 1, index));
+    take(pp_, x, incoming, inbox, (rank_ + stages_ - 1) % stages_, tag(false, ch.stage - 1, index));
     if (trace) trace->span("recv " + name, "wait", t0, Clock::now());
   }
   auto t0 = Clock::now();
@@ -155,14 +166,14 @@ void Pipeline::run_forward(const gpt::Microbatch& mb, int index, int chunk, Trac
     post(x, (rank_ + 1) % stages_, tag(false, ch.stage, index));
 }
 
-void Pipeline::run_backward(const gpt::Microbatch& mb, int index, int chunk, Trace* trace, const std::string& name,
-                            const std::function<void(size_t)>& after_layer) {
+void Pipeline::run_backward(const gpt::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
+                            Trace* trace, const std::string& name, const std::function<void(size_t)>& after_layer) {
   const Chunk& ch = chunks_[chunk];
   const int64_t n = model_->api().local_rows(mb.rows());
   Tensor dx = dx_.rows(0, n);
   if (ch.stage < plan_->virtual_stages() - 1) {
     auto t0 = Clock::now();
-    pp_.recv(flat_view(dx.f32(), LOOM_F32, dx.numel()), (rank_ + 1) % stages_, tag(true, ch.stage + 1, index));
+    take(pp_, dx, incoming, inbox, (rank_ + 1) % stages_, tag(true, ch.stage + 1, index));
     if (trace) trace->span("recv " + name, "wait", t0, Clock::now());
   }
   auto t0 = Clock::now();
@@ -171,6 +182,23 @@ void Pipeline::run_backward(const gpt::Microbatch& mb, int index, int chunk, Tra
   busy_ms_ += ms_between(t0, t1);
   if (trace) trace->span(name, "backward", t0, t1);
   if (ch.stage > 0) post(dx, (rank_ + stages_ - 1) % stages_, tag(true, ch.stage, index));
+}
+
+void Pipeline::post_receives(int64_t rows) {
+  const auto& actions = plan_->actions(rank_);
+  const int64_t C = model_->config().d_model, last = plan_->virtual_stages() - 1;
+  receives_.assign(actions.size(), nullptr);
+  if (recv_bufs_.size() < actions.size()) recv_bufs_.resize(actions.size());
+  for (size_t k = 0; k < actions.size(); ++k) {
+    const loom_pipe_action& a = actions[k];
+    const int s = plan_->virtual_stage(rank_, a.chunk);
+    const bool forward = a.op == LOOM_PIPE_FORWARD;
+    if (forward ? s == 0 : s == last) continue;
+    if (recv_bufs_[k].numel() < rows * C) recv_bufs_[k] = Tensor::empty({rows * C});
+    const int peer = forward ? (rank_ + stages_ - 1) % stages_ : (rank_ + 1) % stages_;
+    receives_[k] = pp_.irecv(flat_view(recv_bufs_[k].f32(), LOOM_F32, rows * C), peer,
+                             tag(!forward, forward ? s - 1 : s + 1, a.microbatch));
+  }
 }
 
 double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dloss,
@@ -187,6 +215,7 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   busy_ms_ = 0;
   live_ = peak_live_ = 0;
   const auto start = Clock::now();
+  post_receives(model_->api().local_rows(B * T));
   for (size_t k = 0; k < actions.size(); ++k) {
     const loom_pipe_action& a = actions[k];
     gpt::Microbatch mb{tokens_[a.microbatch].data(), targets_[a.microbatch].data(), B, T, dloss};
@@ -199,11 +228,14 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
       free_slots_.pop_back();
       peak_live_ = std::max(peak_live_, ++live_);
       model_->use_slot(slot);
-      run_forward(mb, a.microbatch, a.chunk, trace, name);
+      run_forward(mb, a.microbatch, a.chunk, receives_[k], &recv_bufs_[k], trace, name);
+      receives_[k] = nullptr;
     } else {
       model_->use_slot(slot);
       static const std::function<void(size_t)> none;
-      run_backward(mb, a.microbatch, a.chunk, trace, name, k == last_backward[a.chunk] ? after_layer : none);
+      run_backward(mb, a.microbatch, a.chunk, receives_[k], &recv_bufs_[k], trace, name,
+                   k == last_backward[a.chunk] ? after_layer : none);
+      receives_[k] = nullptr;
       free_slots_.push_back(slot);
       slot = -1;
       --live_;
@@ -229,7 +261,7 @@ double Pipeline::evaluate(const BatchFn& batch, int n, int64_t B, int64_t T) {
   for (int i = 0; i < n; ++i) {
     batch(i, tokens_[0].data(), targets_[0].data());
     gpt::Microbatch mb{tokens_[0].data(), targets_[0].data(), B, T, 0.f};
-    for (int c = 0; c < plan_->shape().chunks; ++c) run_forward(mb, 0, c, nullptr, "");
+    for (int c = 0; c < plan_->shape().chunks; ++c) run_forward(mb, 0, c, nullptr, nullptr, nullptr, "");
     finish_sends();
   }
   double loss = loss_;

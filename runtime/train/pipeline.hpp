@@ -71,9 +71,12 @@ class Pipeline {
     size_t first = 0, last = 0;  // model.layers()[first, last)
     int stage = 0;               // virtual stage
   };
-  void run_forward(const gpt::Microbatch& mb, int index, int chunk, Trace* trace, const std::string& name);
-  void run_backward(const gpt::Microbatch& mb, int index, int chunk, Trace* trace, const std::string& name,
-                    const std::function<void(size_t)>& after_layer);
+  // `incoming`: the pre-posted receive of this action's input (null: receive it now).
+  void run_forward(const gpt::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
+                   Trace* trace, const std::string& name);
+  void run_backward(const gpt::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
+                    Trace* trace, const std::string& name, const std::function<void(size_t)>& after_layer);
+  void post_receives(int64_t rows);
   void post(const Tensor& t, int peer, int tag);
   void finish_sends();
   int tag(bool backward, int sender_stage, int mb) const;
@@ -92,6 +95,11 @@ class Pipeline {
   // Outgoing activations: a buffer per send until the step's end, reused across steps.
   std::vector<Tensor> send_bufs_;
   std::vector<loom_work*> pending_;
+  // Incoming ones: every receive of a step is posted at its start, into its own buffer, so a
+  // sender finds it waiting and writes at once (gloo otherwise needs a round trip through the
+  // sender's progress thread, tens of ms on a loaded machine). Indexed by action.
+  std::vector<Tensor> recv_bufs_;
+  std::vector<loom_work*> receives_;
   // Activation slots: which one each (micro-batch, chunk) in flight holds, and the free ones.
   std::vector<int> slot_of_, free_slots_;
   int slots_ = 0, live_ = 0, peak_live_ = 0;
