@@ -97,3 +97,25 @@ TEST_CASE("plugin failures at the command line") {
   CHECK(junk.rc == 1);
   CHECK(has(junk.out, "is not a Loom plugin"));
 }
+
+TEST_CASE("loom schedule prints a pipeline's timeline, its bubble and memory; bad shapes exit 2") {
+  auto f = run_loom("schedule --pp 4 --microbatches 8 --schedule 1f1b");
+  CHECK(f.rc == 0);
+  CHECK(has(f.out, "rank 0  F0 F1 F2 F3 .  .  .  B0 F4 B1"));
+  CHECK(has(f.out, "rank 3  .  .  .  F0 B0 F1 B1 F2 B2"));
+  CHECK(has(f.out, "bubble 27.3% of rank-time (theory (p-1)/(v m + p-1) = 27.3%)"));
+  CHECK(has(f.out, "per rank: 4 3 2 1"));
+  auto g = run_loom("schedule --pp 4 --microbatches 8 --schedule gpipe --backward-cost 2");
+  CHECK(g.rc == 0);
+  CHECK(has(g.out, "per rank: 8 8 8 8"));
+  auto i = run_loom("schedule --pp 4 --microbatches 8 --schedule interleaved --chunks 2");
+  CHECK(i.rc == 0);
+  CHECK(has(i.out, "F0.0 F1.0 F2.0 F3.0 F0.1"));
+  CHECK(has(i.out, "= 15.8%"));
+  auto odd = run_loom("schedule --pp 4 --microbatches 6 --schedule interleaved");
+  CHECK(odd.rc == 2);
+  CHECK(has(odd.out, "use 8 micro-batches, or the 1f1b schedule"));
+  auto typo = run_loom("schedule --pp 4 --microbatches 8 --schedule 1fb1");
+  CHECK(typo.rc == 2);
+  CHECK(has(typo.out, "did you mean '1f1b'"));
+}
