@@ -61,13 +61,19 @@ void Gpt::forward_range(const Microbatch& mb, Tensor& x, size_t first, size_t la
   if (mb.rows() > x_.dim(0) || mb.T > c_.seq_len)
     throw RuntimeError("micro-batch of " + std::to_string(mb.B) + " x " + std::to_string(mb.T) +
                        " exceeds the model's activation capacity");
-  for (size_t i = first; i < last; ++i) layers_[i]->forward(mb, x);
+  for (size_t i = first; i < last; ++i) {
+    if (hooks_) hooks_->before_forward(i);
+    layers_[i]->forward(mb, x);
+    if (hooks_) hooks_->after_forward(i);
+  }
 }
 
 void Gpt::backward_range(const Microbatch& mb, Tensor& dx, size_t first, size_t last,
                          const std::function<void(size_t)>& after_layer) {
   for (size_t i = last; i-- > first;) {
+    if (hooks_) hooks_->before_backward(i);
     layers_[i]->backward(mb, dx);
+    if (hooks_) hooks_->after_backward(i);
     if (after_layer) after_layer(i);
   }
 }

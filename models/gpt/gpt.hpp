@@ -34,6 +34,8 @@ class Gpt {
                       const std::function<void(size_t)>& after_layer = {});
   // Every layer keeps the activations of the next forward and backward in slot k.
   void use_slot(int k);
+  // Hooks run around every layer's forward and backward from now on (null: none).
+  void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
 
   // Forward through every layer; returns the sum of token losses (0 without targets).
   double forward(const Microbatch& mb);
@@ -52,6 +54,7 @@ class Gpt {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<int> numbers_;
   Head* head_ = nullptr;
+  LayerHooks* hooks_ = nullptr;
   Tensor x_, dx_;
 };
 

@@ -20,6 +20,18 @@ struct Microbatch {
   int64_t rows() const { return B * T; }
 };
 
+// Called around each layer's forward and backward (the index is into Gpt::layers()): how a data
+// slot that shards model state (ZeRO) gathers parameters just in time and collects each layer's
+// gradients as it finishes.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void before_forward(size_t layer) = 0;
+  virtual void after_forward(size_t layer) = 0;
+  virtual void before_backward(size_t layer) = 0;
+  virtual void after_backward(size_t layer) = 0;
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;

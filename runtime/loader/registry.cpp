@@ -65,7 +65,7 @@ size_t table_size(int32_t kind, int32_t slot) {
     case LOOM_KIND_CKPT: return offsetof(loom_ckpt_v1, finish) + sizeof(void*);
     case LOOM_KIND_PARALLEL:
       switch (slot) {
-        case LOOM_SLOT_DATA: return sizeof(loom_data_v1);
+        case LOOM_SLOT_DATA: return offsetof(loom_data_v1, finish_grads) + sizeof(void*);
         case LOOM_SLOT_TENSOR: return sizeof(loom_tensor_v1);
         case LOOM_SLOT_SEQUENCE: return sizeof(loom_sequence_v1);
         case LOOM_SLOT_PIPELINE: return sizeof(loom_pipeline_v1);

@@ -71,7 +71,13 @@ class ParamStore {
   int64_t numel() const { return total_; }
   float* values() { return values_.f32(); }
   float* grads() { return grads_.f32(); }
-  void zero_grads() { grads_.zero(); }
+  void zero_grads() {
+    if (grads_.defined()) grads_.zero();
+  }
+  // A data slot that shards model state (ZeRO) took what it keeps: the flat buffers go, and
+  // each parameter's views are bound by that slot around the layer that uses them.
+  void release_buffers() { values_ = Tensor(), grads_ = Tensor(); }
+  bool has_buffers() const { return values_.defined(); }
 
  private:
   std::deque<Param> params_;

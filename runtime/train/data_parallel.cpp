@@ -1,6 +1,7 @@
 #include "train/data_parallel.hpp"
 
 #include <algorithm>
+#include <climits>
 
 #include "core/errors.hpp"
 #include "loader/host.hpp"
@@ -18,8 +19,84 @@ void check(loom_status s, const loom_error& e, const std::string& what) {
 
 }  // namespace
 
+// Binds each layer's parameter views to the plugin's buffers around the layer's forward and
+// backward. Unit u holds the parameters layer u declared (a tied embedding is the embedding's);
+// its gradients are open from the first backward that touches them until the last layer using
+// them (the lowest-numbered) is done, and the plugin hears when.
+class DataParallel::Shards : public gpt::LayerHooks {
+ public:
+  Shards(const loom_data_v1* table, void* self, ParamStore& params, gpt::Gpt& model,
+         const std::vector<loom_data_unit>& units, const std::vector<int64_t>& unit_of_param, int microbatches)
+      : t_(table), self_(self), units_(units), microbatches_(microbatches) {
+    members_.resize(units.size());
+    for (Param& p : params.all()) members_[unit_of_param[p.index]].push_back(&p);
+    uses_.resize(model.layers().size());
+    last_user_.assign(units.size(), SIZE_MAX);
+    for (size_t i = 0; i < model.layers().size(); ++i) {
+      for (const Param* p : model.layers()[i]->params()) {
+        const int64_t u = unit_of_param[p->index];
+        if (std::find(uses_[i].begin(), uses_[i].end(), u) == uses_[i].end()) uses_[i].push_back(u);
+        last_user_[u] = std::min(last_user_[u], i);
+      }
+    }
+    open_.assign(units.size(), false);
+    ready_.assign(units.size(), 0);
+  }
+
+  void before_forward(size_t i) override {
+    for (int64_t u : uses_[i]) bind_values(u, false);
+  }
+  void after_forward(size_t i) override {
+    for (int64_t u : uses_[i]) release(u);
+  }
+  void before_backward(size_t i) override {
+    for (int64_t u : uses_[i]) {
+      bind_values(u, true);
+      if (open_[u]) continue;
+      float* g = nullptr;
+      loom_error e;
+      check(t_->grad_buffer(self_, u, &g, &e), e, "data plugin grad_buffer");
+      for (Param* p : members_[u]) p->grad = Tensor::borrow(g + (p->offset - units_[u].offset), p->local_shape);
+      open_[u] = true;
+    }
+  }
+  void after_backward(size_t i) override {
+    for (int64_t u : uses_[i]) {
+      release(u);
+      if (last_user_[u] != i) continue;
+      open_[u] = false;
+      const bool last = ++ready_[u] == microbatches_;  // every micro-batch runs each unit's backward once
+      if (last) ready_[u] = 0;
+      loom_error e;
+      check(t_->unit_grads_ready(self_, u, last, &e), e, "data plugin unit_grads_ready");
+    }
+  }
+
+ private:
+  void bind_values(int64_t u, bool backward) {
+    float* v = nullptr;
+    loom_error e;
+    check(t_->acquire_params(self_, u, backward, &v, &e), e, "data plugin acquire_params");
+    for (Param* p : members_[u]) p->value = Tensor::borrow(v + (p->offset - units_[u].offset), p->local_shape);
+  }
+  void release(int64_t u) {
+    loom_error e;
+    check(t_->release_params(self_, u, &e), e, "data plugin release_params");
+  }
+
+  const loom_data_v1* t_;
+  void* self_;
+  std::vector<loom_data_unit> units_;
+  int microbatches_;
+  std::vector<std::vector<Param*>> members_;
+  std::vector<std::vector<int64_t>> uses_;
+  std::vector<size_t> last_user_;
+  std::vector<bool> open_;
+  std::vector<int> ready_;
+};
+
 DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& sel,
-                           dist::CommWorld& world, ParamStore& params, gpt::Gpt& model)
+                           dist::CommWorld& world, ParamStore& params, gpt::Gpt& model, int microbatches)
     : world_(&world) {
   const plugins::SlotChoice* data = sel.slot("data");
   if (!data)
@@ -29,16 +106,31 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
   data_ = std::make_unique<plugins::Instance>(data->found, &data_opts);
   table_ = data_->table<loom_data_v1>();
 
-  for (const Param& p : params.all())
+  for (const Param& p : params.all()) {
     infos_.push_back({p.name.c_str(), p.offset, p.value.numel()});
+    flags_.push_back((p.weight_decay ? LOOM_PARAM_DECAY : 0) | (p.slice.length >= 0 ? LOOM_PARAM_TP_SHARDED : 0) |
+                     (p.mirror ? LOOM_PARAM_MIRROR : 0));
+  }
   // A gradient is final after the lowest-numbered layer that uses it has run backward.
   std::vector<size_t> last_user(infos_.size(), SIZE_MAX);
   for (size_t i = 0; i < model.layers().size(); ++i)
-    for (const Param* p : model.layers()[i]->params())
-      last_user[p->index] = std::min(last_user[p->index], i);
+    for (const Param* p : model.layers()[i]->params()) last_user[p->index] = std::min(last_user[p->index], i);
   final_after_.assign(model.layers().size(), {});
   for (size_t p = 0; p < last_user.size(); ++p)
     if (last_user[p] != SIZE_MAX) final_after_[last_user[p]].push_back(static_cast<int64_t>(p));
+  // Units: the parameters each layer declares (the first, in forward order, to use them), a
+  // contiguous range of the flat buffers.
+  const std::vector<size_t>& first_user = last_user;
+  std::vector<int64_t> unit_of_param(infos_.size(), -1);
+  for (size_t i = 0; i < model.layers().size(); ++i) {
+    int64_t lo = INT64_MAX, hi = -1;
+    for (const Param& p : params.all())
+      if (first_user[p.index] == i) lo = std::min(lo, p.offset), hi = std::max(hi, p.offset + (p.value.numel() + 15) / 16 * 16);
+    if (hi < 0) continue;
+    for (const Param& p : params.all())
+      if (first_user[p.index] == i) unit_of_param[p.index] = static_cast<int64_t>(units_.size());
+    units_.push_back({lo, hi - lo});
+  }
 
   loom_data_context ctx{};
   ctx.v = LOOM_VERSION_OF(loom_data_context);
@@ -50,11 +142,43 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
   ctx.numel = params.numel();
   ctx.params = infos_.data();
   ctx.n_params = static_cast<int64_t>(infos_.size());
+  ctx.units = units_.data();
+  ctx.n_units = static_cast<int64_t>(units_.size());
+  ctx.param_flags = flags_.data();
+  ctx.ops = model.api().ops();
   loom_error e;
   check(table_->setup(data_->self(), &ctx, &e), e, "data plugin setup");
+  if (LOOM_HAS_FIELD(&table_->base, loom_data_v1, step) && table_->zero_stage)
+    stage_ = table_->zero_stage(data_->self());
+  if (stage_ > 0) {
+    shards_ = std::make_unique<Shards>(table_, data_->self(), params, model, units_, unit_of_param, microbatches);
+    model.set_hooks(shards_.get());
+    params.release_buffers();  // the plugin keeps its own copy, sharded as its stage says
+  }
 }
 
 DataParallel::~DataParallel() = default;
+
+std::pair<double, double> DataParallel::sum_squares(int which) {
+  double parts[2] = {0, 0};
+  loom_error e;
+  check(table_->sum_squares(data_->self(), which, parts, &e), e, "data plugin sum_squares");
+  world_->axis(dist::Axis::DP).all_reduce(scalar_f64(parts, 2), LOOM_REDUCE_SUM);  // the shards are disjoint
+  return {parts[0], parts[1]};
+}
+
+void DataParallel::step(const loom_adamw& hp) {
+  loom_error e;
+  check(table_->step(data_->self(), &hp, &e), e, "rank " + std::to_string(world_->env().rank) + ": data plugin step");
+}
+
+std::vector<int64_t> DataParallel::accounting() {
+  std::vector<int64_t> out(5, 0);
+  if (!LOOM_HAS_FIELD(&table_->base, loom_data_v1, accounting) || !table_->accounting) return out;
+  loom_error e;
+  check(table_->accounting(data_->self(), out.data(), &e), e, "data plugin accounting");
+  return out;
+}
 
 int DataParallel::dp_rank() const { return world_->coord().dp; }
 int DataParallel::dp_size() const { return world_->mesh().dp; }
@@ -83,6 +207,7 @@ double DataParallel::mean_over_dp(double v) {
 // cancel out. Each dp rank's checksum and world rank are gathered; the replicas outside the
 // largest group of equal checksums are the odd ones (with two replicas that disagree, both).
 std::vector<int> DataParallel::odd_replicas(const ParamStore& params) {
+  if (sharded()) return {};  // each rank holds its own shard: there is no replica to compare
   double mine[2] = {0, static_cast<double>(world_->env().rank)};
   const float* v = const_cast<ParamStore&>(params).values();
   for (int64_t i = 0; i < params.numel(); ++i) mine[0] += static_cast<double>(v[i]) * static_cast<double>(i % 9973 + 1);

@@ -1,6 +1,9 @@
 // The data slot as the trainer sees it: the rank's place in the mesh, the comm world, and the
 // data-parallel plugin that reduces gradients (told, layer by layer during the last micro-batch's
-// backward, which gradients are final).
+// backward, which gradients are final). A plugin that shards model state (ZeRO, zero_stage() > 0)
+// owns parameters, gradients and optimizer states: the model then runs through layer hooks that
+// bind each layer's parameter views to what the plugin hands out, and the optimizer step, the
+// norms and the memory figures come from the plugin.
 #pragma once
 
 #include <memory>
@@ -18,9 +21,10 @@ std::string describe_ranks(const std::vector<int>& ranks);
 
 class DataParallel {
  public:
-  // Starts the data plugin over the model, on the dp group of `world`.
+  // Starts the data plugin over the model, on the dp group of `world`; `microbatches` backward
+  // passes make one step.
   DataParallel(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
-               ParamStore& params, gpt::Gpt& model);
+               ParamStore& params, gpt::Gpt& model, int microbatches);
   ~DataParallel();
 
   int dp_rank() const;
@@ -37,12 +41,30 @@ class DataParallel {
   // Fails, naming the odd ranks, when the replicas' parameters differ; `when` says at what point.
   void check_identical(const ParamStore& params, const std::string& when);
 
+  // ---- ABI 1.2 ----
+  // The ZeRO stage of the plugin; 0 = replicated model state (ddp).
+  int zero_stage() const { return stage_; }
+  bool sharded() const { return stage_ > 0; }
+  // Sharded: sums of squares over the whole dp group of {replicated, tp-sharded} parameters'
+  // gradients (which = 0) or values (1). A collective over dp.
+  std::pair<double, double> sum_squares(int which);
+  // Sharded: the optimizer step on this rank's shard.
+  void step(const loom_adamw& hp);
+  // {param, grad, optimizer-state, comm-buffer bytes held; bytes sent last step} (zeros when the
+  // plugin predates ABI 1.2).
+  std::vector<int64_t> accounting();
+
  private:
+  class Shards;
   dist::CommWorld* world_;
   std::unique_ptr<plugins::Instance> data_;
   const loom_data_v1* table_ = nullptr;
   std::vector<loom_param_info> infos_;
   std::vector<std::vector<int64_t>> final_after_;  // layer -> params whose gradient it completes
+  std::vector<loom_data_unit> units_;
+  std::vector<int32_t> flags_;
+  int stage_ = 0;
+  std::unique_ptr<Shards> shards_;
 };
 
 }  // namespace loom::train

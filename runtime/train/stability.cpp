@@ -66,14 +66,14 @@ void Stability::log(const Event& e) {
   events_.flush();
 }
 
-bool Stability::on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params) {
+bool Stability::on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params, bool searchable) {
   // Backward produces gradients from the last parameter to the first: the first non-finite one
   // in that order is where the bad value entered (or the loss itself, when all are).
   // Every rank is here together (found_inf is global), so the earliest bad parameter over all
   // ranks is agreed with one MIN all-reduce of its backward-order position.
   const auto& all = params.all();
   double found = static_cast<double>(all.size());
-  for (size_t k = 0; k < all.size() && found == static_cast<double>(all.size()); ++k) {
+  for (size_t k = 0; searchable && k < all.size() && found == static_cast<double>(all.size()); ++k) {
     const Param& p = all[all.size() - 1 - k];
     const float* g = p.grad.f32();
     for (int64_t i = 0; i < p.grad.numel(); ++i)
@@ -84,7 +84,8 @@ bool Stability::on_nonfinite(int64_t step, double loss, double grad_norm, const 
   }
   if (world_) world_->world().all_reduce(flat_view(&found, LOOM_F64, 1), LOOM_REDUCE_MIN);
   const std::string first = found < static_cast<double>(all.size()) ? all[all.size() - 1 - static_cast<size_t>(found)].name : "";
-  const std::string where = first.empty() ? "in no gradient (the loss itself)"
+  const std::string where = !searchable ? "in the ZeRO-sharded gradients (no per-parameter search)"
+                            : first.empty() ? "in no gradient (the loss itself)"
                                           : "first in layer " + layer_of(first) + ", parameter " + first;
   const std::string what = "step " + std::to_string(step) + ": non-finite " +
                            (std::isfinite(loss) ? "gradient" : "loss") + " (loss " + std::to_string(loss) +

@@ -49,8 +49,8 @@ class Stability {
   bool enabled() const { return enabled_; }
   // A non-finite loss or gradient at `step` (every rank calls this together): names where it
   // appeared first on any rank and returns true to skip the step, or throws when [stability]
-  // nonfinite = "fail".
-  bool on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params);
+  // nonfinite = "fail". `searchable`: the parameters' gradients are local (not ZeRO-sharded).
+  bool on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params, bool searchable = true);
   // Judges this step's loss and grad norm against the window. On a spike logs the batch (sample
   // indices and their token offsets, from `offsets`) and the per-layer norms (`layer_norms`,
   // called only then; a collective over tp, so every rank calls this); returns true to skip.

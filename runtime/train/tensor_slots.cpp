@@ -51,6 +51,11 @@ double TensorSlots::global_norm(ParamStore& params, Tensor Param::*which) {
     double ss = ops_->sum_squares(t.f32(), t.numel());
     (p.slice.length >= 0 ? sharded : replicated) += ss;
   }
+  return norm_of({replicated, sharded});
+}
+
+double TensorSlots::norm_of(std::pair<double, double> sums) {
+  auto [replicated, sharded] = sums;
   if (world_ && world_->mesh().tp > 1)
     world_->axis(dist::Axis::TP).all_reduce(flat_view(&sharded, LOOM_F64, 1), LOOM_REDUCE_SUM);
   double total = replicated + sharded;

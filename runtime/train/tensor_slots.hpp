@@ -28,6 +28,9 @@ class TensorSlots {
   double grad_norm(ParamStore& params) { return global_norm(params, &Param::grad); }
   // The same over the parameter values.
   double param_norm(ParamStore& params) { return global_norm(params, &Param::value); }
+  // The norm from this rank's sums of squares {replicated parameters, tp-sharded parameters}:
+  // the sharded part summed over tp, the total over pp.
+  double norm_of(std::pair<double, double> sums);
   // The gradient norm of each layer ("embedding", "h3", "head"), counted as grad_norm counts
   // them; in model order. A collective over tp.
   std::vector<std::pair<std::string, double>> layer_grad_norms(ParamStore& params);

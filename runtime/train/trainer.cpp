@@ -120,6 +120,26 @@ int64_t split_batch(Settings& s, const dist::MeshShape& mesh) {
   return local_batch;
 }
 
+// What a ZeRO run cannot do yet, refused before the first step rather than half-way.
+void check_sharded(const config::Config& cfg, const dist::MeshShape& mesh, const gpt::GptConfig& mc,
+                   const plugins::Selection& selection, const Faults& faults, int stage) {
+  const std::string zero = "[plugins] data = \"zero" + std::to_string(stage) + "\"";
+  if (mesh.pp > 1 && mc.tied_embeddings)
+    throw ConfigError(zero + " with [parallel] pp = " + std::to_string(mesh.pp) +
+                      ": the tied embedding's two copies on the first and last stage are sharded "
+                      "separately, which this build cannot sum; set [model] tied_embeddings = false");
+  if (selection.slot("sequence"))
+    throw ConfigError(zero + " with [plugins] sequence: sequence parallelism's replicated-gradient sum "
+                      "needs full gradients; use tp without sp, or ddp");
+  if (selection.slot("ckpt") && cfg.i64("checkpoint.every") > 0)
+    throw ConfigError(zero + " with checkpoints: saving sharded optimizer state is not built yet; "
+                      "set [checkpoint] every = 0 or use ddp");
+  if (!cfg.str("checkpoint.resume").empty())
+    throw ConfigError(zero + " cannot resume a checkpoint yet ([checkpoint] resume)");
+  if (faults.nan_grad_step > 0 || faults.perturb_step > 0)
+    throw ConfigError(zero + ": the nan_grad and perturb faults need full local parameters");
+}
+
 }  // namespace
 
 void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh) {
@@ -193,15 +213,18 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   gpt::Gpt model(mc, api, params, max_rows, profile, pipe ? pipe->layers() : std::vector<int>{});
   if (pipe) pipe->bind(model, max_rows);
   params.allocate(s.seed);
-  Tensor m = Tensor::zeros({params.numel()}), v = Tensor::zeros({params.numel()});
   std::unique_ptr<DataParallel> dp;
-  if (mesh.dp > 1) dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model);
+  if (mesh.dp > 1) dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model, static_cast<int>(s.accum));
+  const bool sharded = dp && dp->sharded();  // ZeRO: the data plugin holds the model state
+  // AdamW moments, here unless the data plugin shards them.
+  Tensor m = sharded ? Tensor() : Tensor::zeros({params.numel()}), v = sharded ? Tensor() : Tensor::zeros({params.numel()});
   const Faults faults = Faults::from(cfg);
+  if (sharded) check_sharded(cfg, mesh, mc, selection, faults, dp->zero_stage());
   ckpt::Checkpointer checkpoints(cfg, selection, world.get(), mesh, env.rank, run_dir, cfg.render(selection.schemas),
                                  faults.ckpt_write_error_step);
   int64_t applied = 0;  // optimizer steps taken: a skipped step does not advance AdamW
   const int64_t first_step = checkpoints.resume(params, m, v, precision.get(), applied);
-  if (dp) dp->check_identical(params, first_step > 1 ? "after resuming" : "at initialisation");
+  if (dp && !sharded) dp->check_identical(params, first_step > 1 ? "after resuming" : "at initialisation");
   const int64_t first_sample = dp ? dp->dp_rank() * local_batch : 0;
 
   std::unique_ptr<MetricsLog> log;
@@ -308,7 +331,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     // The gradient norm is reduced over tp and the gradients over dp, so a non-finite value on
     // any rank reaches every rank's norm; with a precision policy the flag is also reduced
     // explicitly, with its per-step stats, in one MAX all-reduce over the world.
-    const double grad_norm = slots.grad_norm(params) / loss_scale;
+    const double grad_norm = (sharded ? slots.norm_of(dp->sum_squares(0)) : slots.grad_norm(params)) / loss_scale;
     const bool found_inf = !std::isfinite(grad_norm) || !std::isfinite(loss);
     bool skip = precision && precision->end_step(found_inf, [&](float* stats, int64_t n) {
       if (world) world->world().all_reduce(flat_view(stats, LOOM_F32, n), LOOM_REDUCE_MAX);
@@ -319,11 +342,12 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
                     "(loss scale now %g)\n", (long long)step, precision->loss_scale());
       stability.log({step, "numeric", "overflow_skip", {{"loss_scale", json_number(precision->loss_scale())}}});
     } else if (found_inf) {
-      skip = stability.on_nonfinite(step, loss, grad_norm, params);  // or throws
+      skip = stability.on_nonfinite(step, loss, grad_norm, params, !sharded);  // or throws
     } else {
       for (int64_t i = 0; i < s.global_batch; ++i) offsets[i] = data.train_offset(step, i);
       skip = stability.on_step(step, loss, grad_norm, offsets, [&] {
-        auto norms = slots.layer_grad_norms(params);
+        // Sharded gradients are not per layer on any one rank: no breakdown.
+        auto norms = sharded ? std::vector<std::pair<std::string, double>>{} : slots.layer_grad_norms(params);
         for (auto& n : norms) n.second /= loss_scale;
         return norms;
       });
@@ -334,9 +358,12 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       // One pass divides out the loss scale and applies clipping.
       double factor = 1.0 / loss_scale;
       if (s.grad_clip > 0 && grad_norm > s.grad_clip) factor *= s.grad_clip / grad_norm;
-      if (factor != 1.0) ops->scale(params.grads(), static_cast<float>(factor), params.numel());
       ++applied;
-      for (auto& p : params.all())
+      if (sharded)
+        dp->step({lr, s.beta1, s.beta2, s.eps, s.weight_decay, factor, applied});
+      if (!sharded && factor != 1.0) ops->scale(params.grads(), static_cast<float>(factor), params.numel());
+      if (!sharded)
+        for (auto& p : params.all())
         ops->adamw(p.value.f32(), p.grad.f32(), m.f32() + p.offset, v.f32() + p.offset,
                    p.value.numel(), static_cast<float>(lr), s.beta1, s.beta2, s.eps,
                    p.weight_decay ? s.weight_decay : 0.f, applied);
@@ -364,9 +391,18 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         {"comm_ms", comm_ms},
         {"exposed_comm_ms", exposed_ms},
         {"activation_bytes", double(activation_bytes)},
-        {"param_norm", slots.param_norm(params)},
+        {"param_norm", sharded ? slots.norm_of(dp->sum_squares(1)) : slots.param_norm(params)},
         {"skipped", skip ? 1.0 : 0.0},
         {"skipped_steps", double(sum.skipped_steps)}};
+    {  // model-state bytes this rank holds (ZeRO's, from the plugin) and bytes it sent
+      std::vector<int64_t> acct = dp ? dp->accounting() : std::vector<int64_t>(5, 0);
+      if (!sharded) acct[0] = acct[1] = 4 * params.numel(), acct[2] = 8 * params.numel();
+      fields.push_back({"param_bytes", double(acct[0])});
+      fields.push_back({"grad_bytes", double(acct[1])});
+      fields.push_back({"optim_bytes", double(acct[2])});
+      fields.push_back({"comm_buffer_bytes", double(acct[3])});
+      fields.push_back({"comm_bytes", double(acct[4])});
+    }
     if (pipe) {  // rank 0's: the first stage, which holds the most activations
       fields.push_back({"pipeline_bubble", pipe_stats.bubble()});
       fields.push_back({"pipeline_in_flight", double(pipe_stats.peak_in_flight)});
@@ -410,8 +446,10 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   }
   checkpoints.close();
   if (profile && lead) print_profile(api.profile(), s.steps * s.accum);
-  slots.check_replicated(params);  // norms and row-parallel biases stayed identical across tp
-  if (dp) dp->check_identical(params, "at the end of the run");  // every replica applied (or skipped) the same updates
+  if (!sharded) {
+    slots.check_replicated(params);  // norms and row-parallel biases stayed identical across tp
+    if (dp) dp->check_identical(params, "at the end of the run");  // every replica applied (or skipped) the same updates
+  }
   // Every rank's peak memory, once, for `loom compare` (metrics.jsonl is rank 0's alone).
   double peak_mem = static_cast<double>(process_memory().peak_bytes);
   std::vector<double> peaks(env.world, peak_mem);

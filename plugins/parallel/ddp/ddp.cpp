@@ -10,6 +10,7 @@
 #include <loom/bf16.hpp>
 #include <loom/sdk.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -106,7 +107,15 @@ class Ddp : public loom::sdk::DataPlugin {
     exposed_ms = ms_between(t0, t1);
     comm_ms = ms_between(first_issue_, t1);
     issued_any_ = false;
+    last_sent_ = sent_, sent_ = 0;
     if (!failure.empty()) throw loom::sdk::Error(LOOM_FATAL, "gradient all-reduce: " + failure);
+  }
+
+  // Model state stays in the runtime's buffers; what ddp adds is the bf16 staging and the wire.
+  void accounting(int64_t out[5]) override {
+    std::fill(out, out + 5, 0);
+    for (const auto& b : buckets_) out[3] += static_cast<int64_t>(b.staged.capacity()) * 2;
+    out[4] = last_sent_;
   }
 
   // A step abandoned half-way (a peer died) still has reductions writing into the gradients:
@@ -134,6 +143,8 @@ class Ddp : public loom::sdk::DataPlugin {
     t.ndim = 1;
     t.shape[0] = b.end - b.begin;
     t.strides[0] = 1;
+    const int64_t n = ctx_.comm->size(ctx_.comm_self, ctx_.dp);  // a ring sends 2 (n-1)/n of the buffer
+    sent_ += 2 * (n - 1) * (b.end - b.begin) * (bf16_ ? 2 : 4) / n;
     loom::sdk::ErrorBox err(host_.raw());
     if (ctx_.comm->all_reduce(ctx_.comm_self, ctx_.dp, &t, LOOM_REDUCE_AVG | LOOM_COMM_PERSISTENT, &b.work, err.get()) != LOOM_OK)
       err.raise("issuing a gradient all-reduce");
@@ -147,6 +158,7 @@ class Ddp : public loom::sdk::DataPlugin {
   std::vector<int> bucket_of_;
   Clock::time_point first_issue_;
   bool issued_any_ = false;
+  int64_t sent_ = 0, last_sent_ = 0;
 };
 
 }  // namespace

@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 1
-#define LOOM_ABI_MINOR 2 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot */
+#define LOOM_ABI_MINOR 2 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot, sharded data */
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -421,18 +421,41 @@ typedef struct loom_param_info {
   int64_t numel;
 } loom_param_info;
 
+/* A contiguous range of the flat buffers holding one layer's parameters (ABI 1.2). */
+typedef struct loom_data_unit {
+  int64_t offset;
+  int64_t numel;
+} loom_data_unit;
+
+/* Per-parameter flags (ABI 1.2). */
+#define LOOM_PARAM_DECAY 1      /* AdamW weight decay applies */
+#define LOOM_PARAM_TP_SHARDED 2 /* tp ranks hold different slices: a norm sums it over tp */
+#define LOOM_PARAM_MIRROR 4     /* a copy another pp stage owns: a norm skips it */
+
 /* What a data-parallel strategy works on: the dp communicator and the model as flat buffers. */
 typedef struct loom_data_context {
   loom_version v;
   const loom_comm_v1* comm;
   void* comm_self;
   loom_comm* dp; /* the data-parallel group */
-  float* values;
+  float* values; /* initial values; a sharding plugin copies what it keeps during setup */
   float* grads;
   int64_t numel;
   const loom_param_info* params; /* in declaration order */
   int64_t n_params;
+  /* ABI 1.2: what a plugin that shards model state (ZeRO) needs. */
+  const loom_data_unit* units; /* one per layer, in model order; every parameter in exactly one */
+  int64_t n_units;
+  const int32_t* param_flags;  /* LOOM_PARAM_* per parameter */
+  const loom_ops* ops;
 } loom_data_context;
+
+/* One optimizer step's AdamW hyper-parameters (ABI 1.2). grad_scale multiplies the gradients
+ * first (loss-scale removal and clipping); step counts applied updates from 1. */
+typedef struct loom_adamw {
+  double lr, beta1, beta2, eps, weight_decay, grad_scale;
+  int64_t step;
+} loom_adamw;
 
 typedef struct loom_data_v1 {
   loom_plugin base;
@@ -443,6 +466,27 @@ typedef struct loom_data_v1 {
    * communication and the part of it not hidden behind compute. */
   loom_status (*finish_grads)(void* self, double* comm_ms, double* exposed_comm_ms,
                               loom_error* err);
+  /* ABI 1.2. Bytes this rank holds and moved: out[0] parameters, [1] gradients, [2] optimizer
+   * states, [3] communication buffers (peak), [4] bytes this rank sent in the last step. A
+   * plugin that leaves model state to the runtime reports 0 for [0..2]. */
+  loom_status (*accounting)(void* self, int64_t* out, loom_error* err);
+  /* 0: model state stays replicated in the runtime's buffers, and the runtime steps the optimizer
+   * (ddp). 1, 2, 3: the ZeRO stage. The plugin owns parameters, gradients and optimizer states
+   * and the runtime uses the entries below instead of its buffers. */
+  int32_t (*zero_stage)(void* self);
+  /* Unit u's full parameter values, gathered if they are sharded; valid until release_params. */
+  loom_status (*acquire_params)(void* self, int64_t unit, int32_t backward, float** values,
+                                loom_error* err);
+  loom_status (*release_params)(void* self, int64_t unit, loom_error* err);
+  /* Where unit u's gradients accumulate during this micro-batch's backward. */
+  loom_status (*grad_buffer)(void* self, int64_t unit, float** grads, loom_error* err);
+  /* Every layer using unit u has run this micro-batch's backward; last: the step's last one. */
+  loom_status (*unit_grads_ready)(void* self, int64_t unit, int32_t last, loom_error* err);
+  /* Over this rank's shard, after finish_grads: sums of squares of [0] parameters without
+   * LOOM_PARAM_TP_SHARDED, [1] those with it, of the gradients (which = 0) or values (1). */
+  loom_status (*sum_squares)(void* self, int32_t which, double* out, loom_error* err);
+  /* AdamW over this rank's shard, then whatever makes the parameters usable for the next step. */
+  loom_status (*step)(void* self, const loom_adamw* hp, loom_error* err);
 } loom_data_v1;
 
 /* ---- the tensor and sequence slots (parallel kind, LOOM_SLOT_TENSOR / LOOM_SLOT_SEQUENCE) ---- */

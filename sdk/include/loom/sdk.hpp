@@ -198,6 +198,16 @@ class DataPlugin : public Plugin {
   virtual void setup(const loom_data_context& ctx) = 0;
   virtual void grad_ready(int64_t param) = 0;
   virtual void finish_grads(double& comm_ms, double& exposed_comm_ms) = 0;
+  // ABI 1.2: bytes held (params, grads, optimizer states, comm buffers) and sent last step.
+  virtual void accounting(int64_t out[5]) { std::fill(out, out + 5, 0); }
+  // ABI 1.2, for a plugin that shards model state (zero_stage() > 0): see loom_data_v1.
+  virtual int zero_stage() { return 0; }
+  virtual float* acquire_params(int64_t /*unit*/, bool /*backward*/) { throw Unavailable("not a sharding plugin"); }
+  virtual void release_params(int64_t /*unit*/) {}
+  virtual float* grad_buffer(int64_t /*unit*/) { throw Unavailable("not a sharding plugin"); }
+  virtual void unit_grads_ready(int64_t /*unit*/, bool /*last*/) {}
+  virtual void sum_squares(int /*which*/, double out[2]) { out[0] = out[1] = 0; }
+  virtual void step(const loom_adamw& /*hp*/) { throw Unavailable("not a sharding plugin"); }
 };
 
 // Tensor parallelism (the tensor slot).
@@ -505,6 +515,28 @@ const loom_plugin* data_plugin() {
     };
     t.finish_grads = [](void* self, double* comm_ms, double* exposed, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->finish_grads(*comm_ms, *exposed); });
+    };
+    t.accounting = [](void* self, int64_t* out, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->accounting(out); });
+    };
+    t.zero_stage = [](void* self) { return static_cast<int32_t>(static_cast<Impl*>(self)->zero_stage()); };
+    t.acquire_params = [](void* self, int64_t u, int32_t backward, float** values, loom_error* e) {
+      return detail::guarded(e, [&] { *values = static_cast<Impl*>(self)->acquire_params(u, backward != 0); });
+    };
+    t.release_params = [](void* self, int64_t u, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->release_params(u); });
+    };
+    t.grad_buffer = [](void* self, int64_t u, float** grads, loom_error* e) {
+      return detail::guarded(e, [&] { *grads = static_cast<Impl*>(self)->grad_buffer(u); });
+    };
+    t.unit_grads_ready = [](void* self, int64_t u, int32_t last, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->unit_grads_ready(u, last != 0); });
+    };
+    t.sum_squares = [](void* self, int32_t which, double* out, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->sum_squares(which, out); });
+    };
+    t.step = [](void* self, const loom_adamw* hp, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->step(*hp); });
     };
     return t;
   }();

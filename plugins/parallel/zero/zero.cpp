@@ -1,0 +1,384 @@
+// zero1, zero2, zero3: ZeRO data parallelism (Rajbhandari et al. 2020), one library.
+//
+// The model arrives as units, one per layer, each a contiguous range of the flat buffers. Every
+// unit is padded to a multiple of the dp size N and split into N equal pieces; rank r owns piece
+// r of every unit (as FSDP shards each wrapped module), so a unit's gradients reduce-scatter
+// straight into its owners and its parameters all-gather straight back. Rank r's shard is the
+// concatenation of its pieces: about Psi / N elements.
+//
+//   stage 1: AdamW moments and the update are sharded. Gradients accumulate in a full buffer; in
+//            the last micro-batch's backward each unit is reduce-scattered as soon as it is final.
+//            After the update every unit is all-gathered into the full parameter buffer.
+//   stage 2: gradients are sharded too. Each unit's gradients accumulate in a bucket from a small
+//            pool during one micro-batch's backward and are reduce-scattered into the shard as
+//            soon as the unit is done, so no full-size gradient buffer exists.
+//   stage 3: parameters are sharded too. A unit is all-gathered into a buffer before its forward
+//            and again before its backward and released after; acquiring unit u prefetches the
+//            next one in the same direction, so its gather runs behind u's compute.
+#include <loom/sdk.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using loom::sdk::Error;
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+loom_tensor flat(float* data, int64_t n) {
+  loom_tensor t{};
+  t.data = data;
+  t.dtype = LOOM_F32;
+  t.ndim = 1;
+  t.shape[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
+// A run of one parameter's elements inside this rank's shard.
+struct Segment {
+  int64_t shard_at, len;
+  int32_t flags;
+};
+
+// A reduce-scatter in flight: the bucket it reads, the piece it writes, where the piece goes.
+struct Reduction {
+  loom_work* work = nullptr;
+  int bucket = -1;  // -1: reads the full gradient buffer (stage 1)
+  int64_t unit = 0;
+};
+
+class Zero : public loom::sdk::DataPlugin {
+ public:
+  static const loom_option_spec* options() {
+    static const loom_option_spec specs[] = {
+        {"buckets", LOOM_OPT_INT, "2", "gradient reductions in flight at once (stages 2 and 3)"},
+        {"prefetch", LOOM_OPT_BOOL, "true", "stage 3: gather the next unit while this one computes"},
+        {nullptr, 0, nullptr, nullptr},
+    };
+    return specs;
+  }
+
+  Zero(const loom::sdk::Context& ctx, int stage)
+      : host_(ctx.host), stage_(stage), max_in_flight_(static_cast<int>(ctx.options.i64("buckets"))),
+        prefetch_(ctx.options.boolean("prefetch")) {
+    if (max_in_flight_ < 1) throw loom::sdk::ConfigError("buckets must be at least 1");
+  }
+
+  ~Zero() override {
+    for (auto& r : in_flight_) wait_quietly(r.work);
+    for (auto& [u, g] : gathers_) wait_quietly(g.work);
+  }
+
+  int zero_stage() override { return stage_; }
+
+  void setup(const loom_data_context& ctx) override {
+    if (!LOOM_HAS_FIELD(&ctx, loom_data_context, ops) || !ctx.units)
+      throw Error(LOOM_UNAVAILABLE, "zero needs a runtime speaking plugin ABI 1.2 (model units)");
+    ctx_ = ctx;
+    n_ = ctx.comm->size(ctx.comm_self, ctx.dp);
+    rank_ = ctx.comm->rank(ctx.comm_self, ctx.dp);
+    const int64_t U = ctx.n_units;
+    piece_.resize(U);
+    padded_at_.resize(U);
+    shard_at_.resize(U);
+    int64_t padded = 0, shard = 0, biggest = 0;
+    for (int64_t u = 0; u < U; ++u) {
+      piece_[u] = (ctx.units[u].numel + n_ - 1) / n_;
+      padded_at_[u] = padded;
+      shard_at_[u] = shard;
+      padded += piece_[u] * n_;
+      shard += piece_[u];
+      biggest = std::max(biggest, piece_[u] * n_);
+    }
+    padded_total_ = padded, shard_total_ = shard, unit_max_ = biggest;
+    // Where each parameter's elements fall in this rank's pieces.
+    for (int64_t p = 0; p < ctx.n_params; ++p) {
+      const loom_param_info& info = ctx.params[p];
+      const int64_t u = unit_of(info.offset);
+      const int64_t lo = ctx.units[u].offset + rank_ * piece_[u], hi = lo + piece_[u];
+      const int64_t a = std::max(lo, info.offset), b = std::min(hi, info.offset + info.numel);
+      if (a < b) segments_.push_back({shard_at_[u] + (a - lo), b - a, ctx.param_flags[p]});
+    }
+    // Master weights: the full (padded) parameters for stages 1-2, this rank's pieces for 3.
+    if (stage_ < 3) {
+      full_.assign(padded_total_, 0.f);
+      for (int64_t u = 0; u < U; ++u)
+        std::memcpy(&full_[padded_at_[u]], ctx.values + ctx.units[u].offset, ctx.units[u].numel * sizeof(float));
+    } else {
+      master_.assign(shard_total_, 0.f);
+      for (int64_t u = 0; u < U; ++u) {
+        const int64_t lo = rank_ * piece_[u], len = std::max<int64_t>(0, std::min(piece_[u], ctx.units[u].numel - lo));
+        if (len > 0) std::memcpy(&master_[shard_at_[u]], ctx.values + ctx.units[u].offset + lo, len * sizeof(float));
+      }
+    }
+    if (stage_ == 1) full_grads_.assign(padded_total_, 0.f);
+    else shard_grads_.assign(shard_total_, 0.f);
+    m_.assign(shard_total_, 0.f);
+    v_.assign(shard_total_, 0.f);
+    host_.info("ZeRO-" + std::to_string(stage_) + ": " + std::to_string(U) + " units over " + std::to_string(n_) +
+               " dp ranks; this rank's shard is " + std::to_string(shard_total_) + " of " +
+               std::to_string(padded_total_) + " elements");
+  }
+
+  void grad_ready(int64_t) override {}  // units, not parameters, drive this plugin
+
+  // ---- parameters ----
+
+  float* acquire_params(int64_t u, bool backward) override {
+    if (stage_ < 3) return &full_[padded_at_[u]];
+    Gather& g = gather(u);
+    if (g.work) wait(g.work, "all-gather of a layer's parameters");
+    ++g.users;
+    if (prefetch_) {  // the next unit in this direction: its gather runs behind this unit's compute
+      const int64_t next = backward ? u - 1 : u + 1;
+      if (next >= 0 && next < ctx_.n_units) gather(next);
+    }
+    return g.buf->data();
+  }
+
+  void release_params(int64_t u) override {
+    if (stage_ < 3) return;
+    auto it = gathers_.find(u);
+    if (it == gathers_.end() || it->second.users == 0) throw Error(LOOM_INTERNAL, "released a unit not acquired");
+    if (--it->second.users == 0 && !it->second.work) {
+      free_bufs_.push_back(std::move(it->second.buf));
+      gathers_.erase(it);
+    }
+  }
+
+  // ---- gradients ----
+
+  float* grad_buffer(int64_t u) override {
+    if (finished_) {  // the first backward of a new step: the last step's gradients are spent
+      std::fill(stage_ == 1 ? full_grads_.begin() : shard_grads_.begin(),
+                stage_ == 1 ? full_grads_.end() : shard_grads_.end(), 0.f);
+      finished_ = false;
+    }
+    if (stage_ == 1) return &full_grads_[padded_at_[u]];
+    while (static_cast<int>(in_flight_.size()) >= max_in_flight_) complete_oldest();
+    int b = take_bucket();
+    std::fill(buckets_[b]->begin(), buckets_[b]->begin() + piece_[u] * n_, 0.f);
+    bucket_of_[u] = b;
+    return buckets_[b]->data();
+  }
+
+  void unit_grads_ready(int64_t u, bool last) override {
+    if (stage_ == 1 && !last) return;  // stage 1 reduces once, after accumulating
+    if (!issued_any_) first_issue_ = Clock::now(), issued_any_ = true;
+    Reduction r;
+    r.unit = u;
+    float* in = &full_grads_.data()[0];
+    if (stage_ == 1) {
+      in = &full_grads_[padded_at_[u]];
+    } else {
+      r.bucket = bucket_of_.at(u);
+      in = buckets_[r.bucket]->data();
+    }
+    pieces_.emplace_back(std::make_unique<std::vector<float>>(piece_[u]));
+    loom_tensor tin = flat(in, piece_[u] * n_), tout = flat(pieces_.back()->data(), piece_[u]);
+    loom::sdk::ErrorBox err(host_.raw());
+    if (ctx_.comm->reduce_scatter(ctx_.comm_self, ctx_.dp, &tin, &tout, LOOM_REDUCE_AVG, &r.work, err.get()) != LOOM_OK)
+      err.raise("issuing a gradient reduce-scatter");
+    sent_ += (n_ - 1) * piece_[u] * 4;
+    in_flight_.push_back(r);
+  }
+
+  void finish_grads(double& comm_ms, double& exposed_ms) override {
+    auto t0 = Clock::now();
+    while (!in_flight_.empty()) complete_oldest();
+    auto t1 = Clock::now();
+    exposed_ms = ms_between(t0, t1);
+    comm_ms = issued_any_ ? ms_between(first_issue_, t1) : 0;
+    issued_any_ = false;
+    finished_ = true;
+  }
+
+  void sum_squares(int which, double out[2]) override {
+    out[0] = out[1] = 0;
+    for (const Segment& s : segments_) {
+      if (s.flags & LOOM_PARAM_MIRROR) continue;
+      const float* x = which == 0 ? grad_at(s.shard_at) : value_at(s.shard_at);
+      out[(s.flags & LOOM_PARAM_TP_SHARDED) ? 1 : 0] += ctx_.ops->sum_squares(x, s.len);
+    }
+  }
+
+  // ---- the update ----
+
+  void step(const loom_adamw& hp) override {
+    for (const Segment& s : segments_) {
+      float* g = grad_at(s.shard_at);
+      if (hp.grad_scale != 1.0) ctx_.ops->scale(g, static_cast<float>(hp.grad_scale), s.len);
+      ctx_.ops->adamw(value_at(s.shard_at), g, &m_[s.shard_at], &v_[s.shard_at], s.len, static_cast<float>(hp.lr),
+                      static_cast<float>(hp.beta1), static_cast<float>(hp.beta2), static_cast<float>(hp.eps),
+                      (s.flags & LOOM_PARAM_DECAY) ? static_cast<float>(hp.weight_decay) : 0.f, hp.step);
+    }
+    if (stage_ == 3) {  // gathered copies are stale now; the next forward gathers again
+      for (auto& [u, g] : gathers_) {
+        if (g.work) wait(g.work, "all-gather of a layer's parameters");
+        free_bufs_.push_back(std::move(g.buf));
+      }
+      gathers_.clear();
+      last_sent_ = sent_, sent_ = 0;
+      return;
+    }
+    // Stages 1-2: every rank's updated pieces back into everyone's full parameters.
+    std::vector<float> mine(unit_max_ / n_ + 1);
+    for (int64_t u = 0; u < ctx_.n_units; ++u) {
+      std::memcpy(mine.data(), &full_[padded_at_[u] + rank_ * piece_[u]], piece_[u] * sizeof(float));
+      loom_tensor tin = flat(mine.data(), piece_[u]), tout = flat(&full_[padded_at_[u]], piece_[u] * n_);
+      loom::sdk::ErrorBox err(host_.raw());
+      if (ctx_.comm->all_gather(ctx_.comm_self, ctx_.dp, &tin, &tout, nullptr, err.get()) != LOOM_OK)
+        err.raise("all-gather of updated parameters");
+      sent_ += (n_ - 1) * piece_[u] * 4;
+    }
+    scratch_peak_ = std::max<int64_t>(scratch_peak_, 4 * static_cast<int64_t>(mine.size()));
+    last_sent_ = sent_, sent_ = 0;
+  }
+
+  void accounting(int64_t out[5]) override {
+    out[0] = 4 * (stage_ < 3 ? padded_total_ : shard_total_);
+    out[1] = 4 * (stage_ == 1 ? padded_total_ : shard_total_);
+    out[2] = 8 * shard_total_;
+    out[3] = buffers_peak_ + scratch_peak_;
+    out[4] = last_sent_;
+  }
+
+ private:
+  struct Gather {
+    std::unique_ptr<std::vector<float>> buf;
+    loom_work* work = nullptr;
+    int users = 0;
+  };
+
+  int64_t unit_of(int64_t offset) const {
+    for (int64_t u = 0; u < ctx_.n_units; ++u)
+      if (offset >= ctx_.units[u].offset && offset < ctx_.units[u].offset + ctx_.units[u].numel) return u;
+    throw Error(LOOM_INTERNAL, "a parameter outside every unit");
+  }
+
+  float* value_at(int64_t shard_at) {
+    if (stage_ == 3) return &master_[shard_at];
+    int64_t u = unit_at(shard_at);
+    return &full_[padded_at_[u] + rank_ * piece_[u] + (shard_at - shard_at_[u])];
+  }
+  float* grad_at(int64_t shard_at) {
+    if (stage_ != 1) return &shard_grads_[shard_at];
+    int64_t u = unit_at(shard_at);
+    return &full_grads_[padded_at_[u] + rank_ * piece_[u] + (shard_at - shard_at_[u])];
+  }
+  int64_t unit_at(int64_t shard_at) const {
+    return static_cast<int64_t>(std::upper_bound(shard_at_.begin(), shard_at_.end(), shard_at) - shard_at_.begin()) - 1;
+  }
+
+  // Unit u's gather, issued if it is not already gathered or on its way.
+  Gather& gather(int64_t u) {
+    auto it = gathers_.find(u);
+    if (it != gathers_.end()) return it->second;
+    Gather g;
+    if (!free_bufs_.empty()) {
+      g.buf = std::move(free_bufs_.back());
+      free_bufs_.pop_back();
+    } else {
+      g.buf = std::make_unique<std::vector<float>>(unit_max_);
+    }
+    loom_tensor tin = flat(&master_[shard_at_[u]], piece_[u]), tout = flat(g.buf->data(), piece_[u] * n_);
+    loom::sdk::ErrorBox err(host_.raw());
+    if (ctx_.comm->all_gather(ctx_.comm_self, ctx_.dp, &tin, &tout, &g.work, err.get()) != LOOM_OK)
+      err.raise("issuing a parameter all-gather");
+    sent_ += (n_ - 1) * piece_[u] * 4;
+    note_buffers();
+    return gathers_.emplace(u, std::move(g)).first->second;
+  }
+
+  int take_bucket() {
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (!bucket_busy_[b]) return bucket_busy_[b] = true, static_cast<int>(b);
+    buckets_.push_back(std::make_unique<std::vector<float>>(unit_max_));
+    bucket_busy_.push_back(true);
+    note_buffers();
+    return static_cast<int>(buckets_.size()) - 1;
+  }
+
+  // Waits for the oldest reduce-scatter and adds its piece into the shard's gradients.
+  void complete_oldest() {
+    Reduction r = in_flight_.front();
+    in_flight_.pop_front();
+    std::unique_ptr<std::vector<float>> piece = std::move(pieces_.front());
+    pieces_.pop_front();
+    wait(r.work, "gradient reduce-scatter");
+    float* dst = stage_ == 1 ? &full_grads_[padded_at_[r.unit] + rank_ * piece_[r.unit]] : &shard_grads_[shard_at_[r.unit]];
+    if (stage_ == 1)
+      std::memcpy(dst, piece->data(), piece_[r.unit] * sizeof(float));
+    else
+      ctx_.ops->accumulate(dst, piece->data(), piece_[r.unit]);
+    if (r.bucket >= 0) bucket_busy_[r.bucket] = false;
+  }
+
+  void note_buffers() {
+    int64_t live = 0;
+    for (auto& b : buckets_) live += 4 * static_cast<int64_t>(b->size());
+    for (auto& [u, g] : gathers_) live += 4 * static_cast<int64_t>(g.buf->size());
+    for (auto& b : free_bufs_) live += 4 * static_cast<int64_t>(b->size());
+    buffers_peak_ = std::max(buffers_peak_, live + 4 * unit_max_);  // + the gather being added
+  }
+
+  // Completes an issued operation and clears its handle.
+  void wait(loom_work*& w, const char* what) {
+    loom_work* work = w;
+    w = nullptr;
+    loom::sdk::ErrorBox err(host_.raw());
+    if (ctx_.comm->wait(ctx_.comm_self, work, err.get()) != LOOM_OK) err.raise(what);
+  }
+  void wait_quietly(loom_work* w) {
+    if (!w) return;
+    loom::sdk::ErrorBox err(host_.raw());
+    ctx_.comm->wait(ctx_.comm_self, w, err.get());
+  }
+
+  loom::sdk::Host host_;
+  int stage_, max_in_flight_;
+  bool prefetch_;
+  loom_data_context ctx_{};
+  int n_ = 1, rank_ = 0;
+  std::vector<int64_t> piece_, padded_at_, shard_at_;
+  int64_t padded_total_ = 0, shard_total_ = 0, unit_max_ = 0;
+  std::vector<Segment> segments_;
+  std::vector<float> full_, master_, full_grads_, shard_grads_, m_, v_;
+  std::vector<std::unique_ptr<std::vector<float>>> buckets_;
+  std::vector<bool> bucket_busy_;
+  std::map<int64_t, int> bucket_of_;
+  std::deque<Reduction> in_flight_;
+  std::deque<std::unique_ptr<std::vector<float>>> pieces_;
+  std::map<int64_t, Gather> gathers_;
+  std::vector<std::unique_ptr<std::vector<float>>> free_bufs_;
+  int64_t buffers_peak_ = 0, scratch_peak_ = 0, sent_ = 0, last_sent_ = 0;
+  bool finished_ = true, issued_any_ = false;
+  Clock::time_point first_issue_;
+};
+
+template <int Stage>
+struct ZeroStage : Zero {
+  static constexpr const char* name = Stage == 1 ? "zero1" : Stage == 2 ? "zero2" : "zero3";
+  static constexpr const char* version = "1.0.0";
+  static constexpr const char* summary =
+      Stage == 1 ? "ZeRO-1: optimizer states sharded over dp"
+                 : Stage == 2 ? "ZeRO-2: optimizer states and gradients sharded over dp"
+                              : "ZeRO-3: optimizer states, gradients and parameters sharded over dp";
+  explicit ZeroStage(const loom::sdk::Context& ctx) : Zero(ctx, Stage) {}
+};
+
+}  // namespace
+
+LOOM_PLUGIN(loom::sdk::data_plugin<ZeroStage<1>>(), loom::sdk::data_plugin<ZeroStage<2>>(),
+            loom::sdk::data_plugin<ZeroStage<3>>())
