@@ -68,6 +68,13 @@ void Checkpointer::barrier() {
 size_t Checkpointer::owned_bytes(const ParamStore& params) const {
   const dist::Coord c = dist::coord_of(mesh_, rank_);
   size_t total = 0;
+  if (shards_.pieces) {  // every dp rank writes its own pieces
+    for (const loom_shard_piece& pc : shards_.pieces()) {
+      const Param& q = params.all()[pc.param];
+      if (!q.mirror && (q.slice.length >= 0 || c.tp == 0)) total += 3 * 4 * static_cast<size_t>(pc.count);
+    }
+    return total;
+  }
   for (const Param& q : params.all())
     if (!q.mirror && c.dp == 0 && (q.slice.length >= 0 || c.tp == 0)) total += 3 * 4 * static_cast<size_t>(q.value.numel());
   return total;
@@ -95,6 +102,22 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
     if (expect == man.shapes.end()) throw RuntimeError("cannot resume: " + dir.string() + " has no parameter " + p.name);
     if (expect->second != p.global_shape)
       throw RuntimeError("cannot resume: parameter " + p.name + " has another shape in " + dir.string());
+  }
+  if (shards_.pieces) {  // this rank's pieces only
+    std::map<std::string, std::vector<float>> global;
+    for (const loom_shard_piece& pc : shards_.pieces()) {
+      const Param& q = params.all()[pc.param];
+      for (auto [suffix, dst] : {std::pair{"", pc.value}, {".adam_m", pc.adam_m}, {".adam_v", pc.adam_v}}) {
+        const std::string name = q.name + suffix;
+        if (!global.count(name)) global[name] = assemble(dir, man, name, files);
+        const std::vector<float>& g = global[name];
+        for (int64_t i = 0; i < pc.count; ++i) dst[i] = g[global_index(pc.begin + i, q.local_shape, q.global_shape, q.slice)];
+      }
+    }
+    shards_.loaded();
+  }
+  for (Param& p : params.all()) {
+    if (shards_.pieces) break;
     for (auto [suffix, dst] : {std::pair{"", p.value.f32()}, {".adam_m", m.f32() + p.offset}, {".adam_v", v.f32() + p.offset}}) {
       const std::vector<float> global = assemble(dir, man, p.name + suffix, files);
       for (int64_t i = 0; i < p.value.numel(); ++i) dst[i] = global[global_index(i, p.local_shape, p.global_shape, p.slice)];
@@ -147,8 +170,23 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
   char* blob = blob_.data();
   size_t at = 0;
   std::vector<std::pair<const float*, size_t>> copies;  // source and byte count of each part
-  for (const Param& q : params.all()) {
+  for (const Param& q : params.all())
     for (const char* suffix : {"", ".adam_m", ".adam_v"}) p->shapes[q.name + suffix] = q.global_shape;
+  if (shards_.pieces)  // ZeRO: every dp rank writes its pieces; a replicated tensor's only from tp rank 0
+    for (const loom_shard_piece& pc : shards_.pieces()) {
+      const Param& q = params.all()[pc.param];
+      if (q.mirror || (q.slice.length < 0 && c.tp != 0)) continue;
+      for (auto [suffix, src] : {std::pair{"", pc.value}, {".adam_m", pc.adam_m}, {".adam_v", pc.adam_v}}) {
+        Part part{q.name + suffix, q.local_shape, q.slice.length >= 0 ? q.slice : Slice{}, static_cast<int64_t>(at)};
+        part.flat_begin = pc.begin;
+        part.flat_count = pc.count;
+        p->mine.parts.push_back(part);
+        copies.push_back({src, 4 * static_cast<size_t>(pc.count)});
+        at += 4 * pc.count;
+      }
+    }
+  for (const Param& q : params.all()) {
+    if (shards_.pieces) break;
     if (!mine(q)) continue;
     for (auto [suffix, src] : {std::pair{"", q.value.f32()}, {".adam_m", m.f32() + q.offset}, {".adam_v", v.f32() + q.offset}}) {
       p->mine.parts.push_back({q.name + suffix, q.local_shape, q.slice.length >= 0 ? q.slice : Slice{}, static_cast<int64_t>(at)});

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -26,6 +27,13 @@
 
 namespace loom::ckpt {
 
+// Where parameters and AdamW moments live when a ZeRO data plugin shards them: each rank then
+// writes its own pieces (loom_shard_piece) and reads back only those.
+struct ShardAccess {
+  std::function<std::vector<loom_shard_piece>()> pieces;
+  std::function<void()> loaded;  // after resume wrote into the pieces
+};
+
 class Checkpointer {
  public:
   Checkpointer(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
@@ -33,6 +41,8 @@ class Checkpointer {
                std::string config_text, int64_t write_error_step);
   ~Checkpointer();
 
+  // From now on the training state is the data plugin's shard, not `params`' buffers, m and v.
+  void use_shards(ShardAccess shards) { shards_ = std::move(shards); }
   // Loads [checkpoint] resume into the parameters, AdamW moments and precision state; returns
   // the first step to run (1 when not resuming) and sets `applied`.
   int64_t resume(ParamStore& params, Tensor& m, Tensor& v, Precision* precision, int64_t& applied);
@@ -69,6 +79,7 @@ class Checkpointer {
   std::unique_ptr<Pending> pending_;
   std::vector<char> blob_;  // this rank's file, assembled here before the writer takes it
   std::future<void> cleanup_;  // checkpoints beyond keep_last, being deleted
+  ShardAccess shards_;
 };
 
 }  // namespace loom::ckpt

@@ -28,8 +28,10 @@ std::vector<char> read_bytes(const fs::path& p) {
 }
 
 json part_json(const Part& p) {
-  return {{"tensor", p.tensor}, {"local_shape", p.local_shape}, {"offset", p.offset},
-          {"slice", {{"dim", p.slice.dim}, {"fused", p.slice.fused}, {"begin", p.slice.begin}, {"length", p.slice.length}}}};
+  json j = {{"tensor", p.tensor}, {"local_shape", p.local_shape}, {"offset", p.offset},
+            {"slice", {{"dim", p.slice.dim}, {"fused", p.slice.fused}, {"begin", p.slice.begin}, {"length", p.slice.length}}}};
+  if (p.flat_count >= 0) j["flat"] = {{"begin", p.flat_begin}, {"count", p.flat_count}};
+  return j;
 }
 
 json file_json(const File& f) {
@@ -47,6 +49,10 @@ File file_of(const json& j) {
     part.slice.fused = s.at("fused").get<int>();
     part.slice.begin = s.at("begin").get<int64_t>();
     part.slice.length = s.at("length").get<int64_t>();
+    if (p.contains("flat")) {
+      part.flat_begin = p.at("flat").at("begin").get<int64_t>();
+      part.flat_count = p.at("flat").at("count").get<int64_t>();
+    }
     f.parts.push_back(std::move(part));
   }
   return f;
@@ -59,6 +65,8 @@ int64_t numel(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
+
+int64_t Part::count() const { return flat_count >= 0 ? flat_count : numel(local_shape); }
 
 std::string step_name(int64_t step) {
   char b[32];
@@ -116,7 +124,9 @@ void check_parts(const fs::path& file, const Manifest& m) {
       if (s.length >= 0 && (s.dim < 0 || s.dim >= static_cast<int>(g.size()) || s.fused < 1 || s.begin < 0 ||
                             g[s.dim] % s.fused != 0 || s.begin + s.length > g[s.dim] / s.fused))
         throw RuntimeError(where + "slice lies outside the tensor");
-      if (p.offset < 0 || p.offset + 4 * numel(l) > f.bytes) throw RuntimeError(where + "lies outside its file");
+      if (p.flat_count >= 0 && (p.flat_begin < 0 || p.flat_begin + p.flat_count > numel(l)))
+        throw RuntimeError(where + "flat range lies outside its slice");
+      if (p.offset < 0 || p.offset + 4 * p.count() > f.bytes) throw RuntimeError(where + "lies outside its file");
     }
 }
 
@@ -177,7 +187,7 @@ void verify(const fs::path& dir, const Manifest& m) {
 void check_coverage(const fs::path& dir, const Manifest& m) {
   std::map<std::string, int64_t> covered;
   for (const auto& f : m.files)
-    for (const auto& p : f.parts) covered[p.tensor] += numel(p.local_shape);
+    for (const auto& p : f.parts) covered[p.tensor] += p.count();
   for (const auto& [name, shape] : m.shapes)
     if (covered[name] != numel(shape))
       throw RuntimeError("checkpoint " + dir.string() + ": tensor " + name + " has " + std::to_string(covered[name]) +
@@ -195,11 +205,11 @@ std::vector<float> assemble(const fs::path& dir, const Manifest& m, const std::s
       if (p.tensor != name) continue;
       std::vector<char>& bytes = files[f.name];
       if (bytes.empty()) bytes = read_bytes(dir / f.name);
-      const int64_t n = numel(p.local_shape);
+      const int64_t n = p.count();
       if (p.offset + 4 * n > static_cast<int64_t>(bytes.size()))
         throw RuntimeError("checkpoint file " + (dir / f.name).string() + " is too short for tensor " + name);
       const float* src = reinterpret_cast<const float*>(bytes.data() + p.offset);
-      for (int64_t i = 0; i < n; ++i) out[global_index(i, p.local_shape, global, p.slice)] = src[i];
+      for (int64_t i = 0; i < n; ++i) out[global_index(p.flat_begin + i, p.local_shape, global, p.slice)] = src[i];
     }
   }
   return out;

@@ -23,6 +23,10 @@ struct Part {
   std::vector<int64_t> local_shape;  // of the slice this file holds
   Slice slice;
   int64_t offset = 0;                // bytes into the file
+  // A ZeRO shard's piece: elements [flat_begin, flat_begin + flat_count) of the slice, in its
+  // row-major order; flat_count -1 = the whole slice.
+  int64_t flat_begin = 0, flat_count = -1;
+  int64_t count() const;             // elements this part holds
 };
 
 struct File {

@@ -148,7 +148,7 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
   ctx.ops = model.api().ops();
   loom_error e;
   check(table_->setup(data_->self(), &ctx, &e), e, "data plugin setup");
-  if (LOOM_HAS_FIELD(&table_->base, loom_data_v1, step) && table_->zero_stage)
+  if (LOOM_HAS_FIELD(&table_->base, loom_data_v1, pieces_loaded) && table_->zero_stage)
     stage_ = table_->zero_stage(data_->self());
   if (stage_ > 0) {
     shards_ = std::make_unique<Shards>(table_, data_->self(), params, model, units_, unit_of_param, microbatches);
@@ -170,6 +170,20 @@ std::pair<double, double> DataParallel::sum_squares(int which) {
 void DataParallel::step(const loom_adamw& hp) {
   loom_error e;
   check(table_->step(data_->self(), &hp, &e), e, "rank " + std::to_string(world_->env().rank) + ": data plugin step");
+}
+
+std::vector<loom_shard_piece> DataParallel::shard_pieces() {
+  int64_t n = 0;
+  loom_error e;
+  check(table_->shard_pieces(data_->self(), nullptr, 0, &n, &e), e, "data plugin shard_pieces");
+  std::vector<loom_shard_piece> out(n);
+  check(table_->shard_pieces(data_->self(), out.data(), n, &n, &e), e, "data plugin shard_pieces");
+  return out;
+}
+
+void DataParallel::pieces_loaded() {
+  loom_error e;
+  check(table_->pieces_loaded(data_->self(), &e), e, "data plugin pieces_loaded");
 }
 
 std::vector<int64_t> DataParallel::accounting() {

@@ -53,6 +53,10 @@ class DataParallel {
   // {param, grad, optimizer-state, comm-buffer bytes held; bytes sent last step} (zeros when the
   // plugin predates ABI 1.2).
   std::vector<int64_t> accounting();
+  // Sharded: this rank's pieces of parameters and moments (for checkpoints), and the call that
+  // makes parameters whole again after a resume wrote into them.
+  std::vector<loom_shard_piece> shard_pieces();
+  void pieces_loaded();
 
  private:
   class Shards;

@@ -121,7 +121,7 @@ int64_t split_batch(Settings& s, const dist::MeshShape& mesh) {
 }
 
 // What a ZeRO run cannot do yet, refused before the first step rather than half-way.
-void check_sharded(const config::Config& cfg, const dist::MeshShape& mesh, const gpt::GptConfig& mc,
+void check_sharded(const dist::MeshShape& mesh, const gpt::GptConfig& mc,
                    const plugins::Selection& selection, const Faults& faults, int stage) {
   const std::string zero = "[plugins] data = \"zero" + std::to_string(stage) + "\"";
   if (mesh.pp > 1 && mc.tied_embeddings)
@@ -131,11 +131,6 @@ void check_sharded(const config::Config& cfg, const dist::MeshShape& mesh, const
   if (selection.slot("sequence"))
     throw ConfigError(zero + " with [plugins] sequence: sequence parallelism's replicated-gradient sum "
                       "needs full gradients; use tp without sp, or ddp");
-  if (selection.slot("ckpt") && cfg.i64("checkpoint.every") > 0)
-    throw ConfigError(zero + " with checkpoints: saving sharded optimizer state is not built yet; "
-                      "set [checkpoint] every = 0 or use ddp");
-  if (!cfg.str("checkpoint.resume").empty())
-    throw ConfigError(zero + " cannot resume a checkpoint yet ([checkpoint] resume)");
   if (faults.nan_grad_step > 0 || faults.perturb_step > 0)
     throw ConfigError(zero + ": the nan_grad and perturb faults need full local parameters");
 }
@@ -219,9 +214,10 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   // AdamW moments, here unless the data plugin shards them.
   Tensor m = sharded ? Tensor() : Tensor::zeros({params.numel()}), v = sharded ? Tensor() : Tensor::zeros({params.numel()});
   const Faults faults = Faults::from(cfg);
-  if (sharded) check_sharded(cfg, mesh, mc, selection, faults, dp->zero_stage());
+  if (sharded) check_sharded(mesh, mc, selection, faults, dp->zero_stage());
   ckpt::Checkpointer checkpoints(cfg, selection, world.get(), mesh, env.rank, run_dir, cfg.render(selection.schemas),
                                  faults.ckpt_write_error_step);
+  if (sharded) checkpoints.use_shards({[&] { return dp->shard_pieces(); }, [&] { dp->pieces_loaded(); }});
   int64_t applied = 0;  // optimizer steps taken: a skipped step does not advance AdamW
   const int64_t first_step = checkpoints.resume(params, m, v, precision.get(), applied);
   if (dp && !sharded) dp->check_identical(params, first_step > 1 ? "after resuming" : "at initialisation");

@@ -49,6 +49,7 @@ loom_tensor flat(float* data, int64_t n) {
 struct Segment {
   int64_t shard_at, len;
   int32_t flags;
+  int64_t param, begin;  // which parameter, from which of its elements
 };
 
 // A reduce-scatter in flight: the bucket it reads, the piece it writes, where the piece goes.
@@ -108,7 +109,7 @@ class Zero : public loom::sdk::DataPlugin {
       const int64_t u = unit_of(info.offset);
       const int64_t lo = ctx.units[u].offset + rank_ * piece_[u], hi = lo + piece_[u];
       const int64_t a = std::max(lo, info.offset), b = std::min(hi, info.offset + info.numel);
-      if (a < b) segments_.push_back({shard_at_[u] + (a - lo), b - a, ctx.param_flags[p]});
+      if (a < b) segments_.push_back({shard_at_[u] + (a - lo), b - a, ctx.param_flags[p], p, a - info.offset});
     }
     // Master weights: the full (padded) parameters for stages 1-2, this rank's pieces for 3.
     if (stage_ < 3) {
@@ -229,10 +230,26 @@ class Zero : public loom::sdk::DataPlugin {
         free_bufs_.push_back(std::move(g.buf));
       }
       gathers_.clear();
-      last_sent_ = sent_, sent_ = 0;
-      return;
+    } else {
+      gather_full();
     }
-    // Stages 1-2: every rank's updated pieces back into everyone's full parameters.
+    last_sent_ = sent_, sent_ = 0;  // this step's traffic: forward, backward and the update
+  }
+
+  std::vector<loom_shard_piece> shard_pieces() override {
+    std::vector<loom_shard_piece> out;
+    for (const Segment& s : segments_)
+      out.push_back({s.param, s.begin, s.len, value_at(s.shard_at), &m_[s.shard_at], &v_[s.shard_at]});
+    return out;
+  }
+
+  void pieces_loaded() override {
+    if (stage_ < 3) gather_full();
+  }
+
+ private:
+  // Stages 1-2: every rank's pieces of the parameters into everyone's full copy.
+  void gather_full() {
     std::vector<float> mine(unit_max_ / n_ + 1);
     for (int64_t u = 0; u < ctx_.n_units; ++u) {
       std::memcpy(mine.data(), &full_[padded_at_[u] + rank_ * piece_[u]], piece_[u] * sizeof(float));
@@ -243,9 +260,9 @@ class Zero : public loom::sdk::DataPlugin {
       sent_ += (n_ - 1) * piece_[u] * 4;
     }
     scratch_peak_ = std::max<int64_t>(scratch_peak_, 4 * static_cast<int64_t>(mine.size()));
-    last_sent_ = sent_, sent_ = 0;
   }
 
+ public:
   void accounting(int64_t out[5]) override {
     out[0] = 4 * (stage_ < 3 ? padded_total_ : shard_total_);
     out[1] = 4 * (stage_ == 1 ? padded_total_ : shard_total_);

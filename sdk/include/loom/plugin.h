@@ -450,6 +450,17 @@ typedef struct loom_data_context {
   const loom_ops* ops;
 } loom_data_context;
 
+/* A run of one parameter's elements in a rank's ZeRO shard (ABI 1.2): elements [begin, begin +
+ * count) of the parameter's local (tp) slice in row-major order, with their values and AdamW
+ * moments. The pointers are the plugin's memory, valid until its next step. */
+typedef struct loom_shard_piece {
+  int64_t param;
+  int64_t begin, count;
+  float* value;
+  float* adam_m;
+  float* adam_v;
+} loom_shard_piece;
+
 /* One optimizer step's AdamW hyper-parameters (ABI 1.2). grad_scale multiplies the gradients
  * first (loss-scale removal and clipping); step counts applied updates from 1. */
 typedef struct loom_adamw {
@@ -487,6 +498,11 @@ typedef struct loom_data_v1 {
   loom_status (*sum_squares)(void* self, int32_t which, double* out, loom_error* err);
   /* AdamW over this rank's shard, then whatever makes the parameters usable for the next step. */
   loom_status (*step)(void* self, const loom_adamw* hp, loom_error* err);
+  /* This rank's shard as pieces, for checkpoints: *n pieces, written to out when n <= cap. */
+  loom_status (*shard_pieces)(void* self, loom_shard_piece* out, int64_t cap, int64_t* n,
+                              loom_error* err);
+  /* The runtime wrote resumed values and moments into the pieces: make the parameters whole. */
+  loom_status (*pieces_loaded)(void* self, loom_error* err);
 } loom_data_v1;
 
 /* ---- the tensor and sequence slots (parallel kind, LOOM_SLOT_TENSOR / LOOM_SLOT_SEQUENCE) ---- */

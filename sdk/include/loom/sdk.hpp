@@ -208,6 +208,8 @@ class DataPlugin : public Plugin {
   virtual void unit_grads_ready(int64_t /*unit*/, bool /*last*/) {}
   virtual void sum_squares(int /*which*/, double out[2]) { out[0] = out[1] = 0; }
   virtual void step(const loom_adamw& /*hp*/) { throw Unavailable("not a sharding plugin"); }
+  virtual std::vector<loom_shard_piece> shard_pieces() { return {}; }
+  virtual void pieces_loaded() {}
 };
 
 // Tensor parallelism (the tensor slot).
@@ -537,6 +539,16 @@ const loom_plugin* data_plugin() {
     };
     t.step = [](void* self, const loom_adamw* hp, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->step(*hp); });
+    };
+    t.shard_pieces = [](void* self, loom_shard_piece* out, int64_t cap, int64_t* n, loom_error* e) {
+      return detail::guarded(e, [&] {
+        auto pieces = static_cast<Impl*>(self)->shard_pieces();
+        *n = static_cast<int64_t>(pieces.size());
+        if (out && *n <= cap) std::copy(pieces.begin(), pieces.end(), out);
+      });
+    };
+    t.pieces_loaded = [](void* self, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->pieces_loaded(); });
     };
     return t;
   }();
