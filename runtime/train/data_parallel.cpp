@@ -96,7 +96,8 @@ class DataParallel::Shards : public gpt::LayerHooks {
 };
 
 DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& sel,
-                           dist::CommWorld& world, ParamStore& params, gpt::Gpt& model, int microbatches)
+                           dist::CommWorld& world, ParamStore& params, gpt::Gpt& model, int microbatches,
+                           const std::vector<std::string>& own_unit)
     : world_(&world) {
   const plugins::SlotChoice* data = sel.slot("data");
   if (!data)
@@ -122,13 +123,22 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
   // contiguous range of the flat buffers.
   const std::vector<size_t>& first_user = last_user;
   std::vector<int64_t> unit_of_param(infos_.size(), -1);
+  auto alone = [&](const Param& p) { return std::find(own_unit.begin(), own_unit.end(), p.name) != own_unit.end(); };
+  auto end_of = [](const Param& p) { return p.offset + (p.value.numel() + 15) / 16 * 16; };
   for (size_t i = 0; i < model.layers().size(); ++i) {
     int64_t lo = INT64_MAX, hi = -1;
-    for (const Param& p : params.all())
-      if (first_user[p.index] == i) lo = std::min(lo, p.offset), hi = std::max(hi, p.offset + (p.value.numel() + 15) / 16 * 16);
+    for (const Param& p : params.all()) {
+      if (first_user[p.index] != i) continue;
+      if (alone(p)) {
+        unit_of_param[p.index] = static_cast<int64_t>(units_.size());
+        units_.push_back({p.offset, end_of(p) - p.offset});
+      } else {
+        lo = std::min(lo, p.offset), hi = std::max(hi, end_of(p));
+      }
+    }
     if (hi < 0) continue;
     for (const Param& p : params.all())
-      if (first_user[p.index] == i) unit_of_param[p.index] = static_cast<int64_t>(units_.size());
+      if (first_user[p.index] == i && !alone(p)) unit_of_param[p.index] = static_cast<int64_t>(units_.size());
     units_.push_back({lo, hi - lo});
   }
 

@@ -22,9 +22,11 @@ std::string describe_ranks(const std::vector<int>& ranks);
 class DataParallel {
  public:
   // Starts the data plugin over the model, on the dp group of `world`; `microbatches` backward
-  // passes make one step.
+  // passes make one step. Parameters named in `own_unit` get a sharding unit of their own (the
+  // tied embedding under pp, so its shards line up on the two stages that hold it).
   DataParallel(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
-               ParamStore& params, gpt::Gpt& model, int microbatches);
+               ParamStore& params, gpt::Gpt& model, int microbatches,
+               const std::vector<std::string>& own_unit = {});
   ~DataParallel();
 
   int dp_rank() const;

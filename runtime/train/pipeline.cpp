@@ -269,21 +269,28 @@ double Pipeline::evaluate(const BatchFn& batch, int n, int64_t B, int64_t T) {
   return loss;
 }
 
-void Pipeline::sync_tied(ParamStore& params) {
+void Pipeline::sync_tied(ParamStore& params, DataParallel* dp) {
   if (!model_->config().tied_embeddings) return;
   const int last = stages_ - 1, sync_tag = 2 * plan_->virtual_stages() * plan_->shape().microbatches;
   if (rank_ != 0 && rank_ != last) return;
   Param& wte = params.get("wte");
-  loom_tensor g = flat_view(wte.grad.f32(), LOOM_F32, wte.grad.numel());
+  float* grad = wte.grad.f32();
+  int64_t n = wte.grad.numel();
+  if (dp && dp->sharded()) {  // this dp rank's piece of it
+    grad = nullptr, n = 0;
+    for (const loom_shard_piece& pc : dp->shard_pieces())
+      if (pc.param == wte.index) grad = pc.grad, n = pc.count;
+    if (n == 0) return;  // the same on the other stage: both pieces are padding
+  }
+  loom_tensor g = flat_view(grad, LOOM_F32, n);
   if (rank_ == last) {  // the mirror: send ours, take back the sum
     pp_.wait(pp_.send(g, 0, sync_tag));
     pp_.recv(g, 0, sync_tag + 1);
   } else {  // the owner adds the mirror's and returns the same bits
-    Tensor theirs = Tensor::empty({wte.grad.numel()});
-    pp_.recv(flat_view(theirs.f32(), LOOM_F32, theirs.numel()), last, sync_tag);
-    float* mine = wte.grad.f32();
+    Tensor theirs = Tensor::empty({n});
+    pp_.recv(flat_view(theirs.f32(), LOOM_F32, n), last, sync_tag);
     const float* other = theirs.f32();
-    for (int64_t i = 0; i < theirs.numel(); ++i) mine[i] += other[i];
+    for (int64_t i = 0; i < n; ++i) grad[i] += other[i];
     pp_.wait(pp_.send(g, last, sync_tag + 1));
   }
 }

@@ -14,6 +14,7 @@
 #include "gpt/gpt.hpp"
 #include "loader/selection.hpp"
 #include "parallel/pipeline_plan.hpp"
+#include "train/data_parallel.hpp"
 #include "train/trace.hpp"
 
 namespace loom::train {
@@ -61,8 +62,9 @@ class Pipeline {
   // Forward only over `n` micro-batches (evaluation); the loss sum on every pp rank.
   double evaluate(const BatchFn& batch, int n, int64_t B, int64_t T);
   // Sums the tied embedding's gradient between the first stage (its owner) and the last (the
-  // head's mirror of it), so both apply the same update.
-  void sync_tied(ParamStore& params);
+  // head's mirror of it), so both apply the same update. Under ZeRO the embedding is a sharding
+  // unit of its own on both stages, so each dp rank sums its piece with the same piece.
+  void sync_tied(ParamStore& params, DataParallel* dp);
   // Activation bytes one micro-batch chunk keeps on this rank (the largest chunk).
   int64_t activation_bytes(int64_t B, int64_t T) const;
 

@@ -121,13 +121,8 @@ int64_t split_batch(Settings& s, const dist::MeshShape& mesh) {
 }
 
 // What a ZeRO run cannot do yet, refused before the first step rather than half-way.
-void check_sharded(const dist::MeshShape& mesh, const gpt::GptConfig& mc,
-                   const plugins::Selection& selection, const Faults& faults, int stage) {
+void check_sharded(const plugins::Selection& selection, const Faults& faults, int stage) {
   const std::string zero = "[plugins] data = \"zero" + std::to_string(stage) + "\"";
-  if (mesh.pp > 1 && mc.tied_embeddings)
-    throw ConfigError(zero + " with [parallel] pp = " + std::to_string(mesh.pp) +
-                      ": the tied embedding's two copies on the first and last stage are sharded "
-                      "separately, which this build cannot sum; set [model] tied_embeddings = false");
   if (selection.slot("sequence"))
     throw ConfigError(zero + " with [plugins] sequence: sequence parallelism's replicated-gradient sum "
                       "needs full gradients; use tp without sp, or ddp");
@@ -209,12 +204,14 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   if (pipe) pipe->bind(model, max_rows);
   params.allocate(s.seed);
   std::unique_ptr<DataParallel> dp;
-  if (mesh.dp > 1) dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model, static_cast<int>(s.accum));
+  if (mesh.dp > 1)
+    dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model, static_cast<int>(s.accum),
+                                        pipe && mc.tied_embeddings ? std::vector<std::string>{"wte"} : std::vector<std::string>{});
   const bool sharded = dp && dp->sharded();  // ZeRO: the data plugin holds the model state
   // AdamW moments, here unless the data plugin shards them.
   Tensor m = sharded ? Tensor() : Tensor::zeros({params.numel()}), v = sharded ? Tensor() : Tensor::zeros({params.numel()});
   const Faults faults = Faults::from(cfg);
-  if (sharded) check_sharded(mesh, mc, selection, faults, dp->zero_stage());
+  if (sharded) check_sharded(selection, faults, dp->zero_stage());
   ckpt::Checkpointer checkpoints(cfg, selection, world.get(), mesh, env.rank, run_dir, cfg.render(selection.schemas),
                                  faults.ckpt_write_error_step);
   if (sharded) checkpoints.use_shards({[&] { return dp->shard_pieces(); }, [&] { dp->pieces_loaded(); }});
@@ -320,7 +317,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       std::tie(comm_ms, exposed_ms) = dp->finish();
       loss = dp->mean_over_dp(loss);
     }
-    if (pipe) pipe->sync_tied(params);
+    if (pipe) pipe->sync_tied(params, dp.get());
     if (trace) trace->span("gradient reduction", "comm", r0, Clock::now());
     api.finish_replicated_grads(params);
     if (step == faults.nan_grad_step) nan_param->grad.f32()[0] = NAN;

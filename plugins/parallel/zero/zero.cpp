@@ -239,7 +239,7 @@ class Zero : public loom::sdk::DataPlugin {
   std::vector<loom_shard_piece> shard_pieces() override {
     std::vector<loom_shard_piece> out;
     for (const Segment& s : segments_)
-      out.push_back({s.param, s.begin, s.len, value_at(s.shard_at), &m_[s.shard_at], &v_[s.shard_at]});
+      out.push_back({s.param, s.begin, s.len, value_at(s.shard_at), &m_[s.shard_at], &v_[s.shard_at], grad_at(s.shard_at)});
     return out;
   }
 

@@ -451,14 +451,15 @@ typedef struct loom_data_context {
 } loom_data_context;
 
 /* A run of one parameter's elements in a rank's ZeRO shard (ABI 1.2): elements [begin, begin +
- * count) of the parameter's local (tp) slice in row-major order, with their values and AdamW
- * moments. The pointers are the plugin's memory, valid until its next step. */
+ * count) of the parameter's local (tp) slice in row-major order, with their values, AdamW
+ * moments and gradient. The pointers are the plugin's memory, valid until its next step. */
 typedef struct loom_shard_piece {
   int64_t param;
   int64_t begin, count;
   float* value;
   float* adam_m;
   float* adam_v;
+  float* grad; /* the reduced gradient, between finish_grads and step */
 } loom_shard_piece;
 
 /* One optimizer step's AdamW hyper-parameters (ABI 1.2). grad_scale multiplies the gradients
