@@ -160,10 +160,12 @@ void Pipeline::run_forward(const gpt::Microbatch& mb, int index, int chunk, loom
   auto t1 = Clock::now();
   busy_ms_ += ms_between(t0, t1);
   if (trace) trace->span(name, "forward", t0, t1);
-  if (ch.stage == last)
+  if (ch.stage == last) {
     loss_ += model_->head_loss();
-  else
+  } else {
     post(x, (rank_ + 1) % stages_, tag(false, ch.stage, index));
+    if (trace) trace->span("send " + name, "send", t1, Clock::now());
+  }
 }
 
 void Pipeline::run_backward(const gpt::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
@@ -181,7 +183,10 @@ void Pipeline::run_backward(const gpt::Microbatch& mb, int index, int chunk, loo
   auto t1 = Clock::now();
   busy_ms_ += ms_between(t0, t1);
   if (trace) trace->span(name, "backward", t0, t1);
-  if (ch.stage > 0) post(dx, (rank_ + stages_ - 1) % stages_, tag(true, ch.stage, index));
+  if (ch.stage > 0) {
+    post(dx, (rank_ + stages_ - 1) % stages_, tag(true, ch.stage, index));
+    if (trace) trace->span("send " + name, "send", t1, Clock::now());
+  }
 }
 
 void Pipeline::post_receives(int64_t rows) {

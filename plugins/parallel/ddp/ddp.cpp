@@ -131,18 +131,12 @@ class Ddp : public loom::sdk::DataPlugin {
  private:
   void issue(Bucket& b) {
     if (!issued_any_) first_issue_ = Clock::now(), issued_any_ = true;
-    loom_tensor t{};
-    t.data = ctx_.grads + b.begin;
-    t.dtype = LOOM_F32;
+    loom_tensor t = loom::sdk::flat_tensor(ctx_.grads + b.begin, LOOM_F32, b.end - b.begin);
     if (bf16_) {
       b.staged.resize(b.end - b.begin);
       for (int64_t i = b.begin; i < b.end; ++i) b.staged[i - b.begin] = loom::sdk::f32_to_bf16(ctx_.grads[i]);
-      t.data = b.staged.data();
-      t.dtype = LOOM_BF16;
+      t = loom::sdk::flat_tensor(b.staged.data(), LOOM_BF16, b.end - b.begin);
     }
-    t.ndim = 1;
-    t.shape[0] = b.end - b.begin;
-    t.strides[0] = 1;
     const int64_t n = ctx_.comm->size(ctx_.comm_self, ctx_.dp);  // a ring sends 2 (n-1)/n of the buffer
     sent_ += 2 * (n - 1) * (b.end - b.begin) * (bf16_ ? 2 : 4) / n;
     loom::sdk::ErrorBox err(host_.raw());

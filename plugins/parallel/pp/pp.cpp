@@ -102,16 +102,21 @@ class Schedule : public loom::sdk::PipelinePlugin {
   }
 };
 
+// A schedule that runs one model chunk per rank (the default, and the only count it takes).
+template <class Named>
+struct OneChunk : Schedule {
+  void configure(loom_pipeline_shape& shape) override {
+    if (shape.chunks == 0) shape.chunks = 1;
+    one_chunk(shape, Named::name);
+  }
+};
+
 // GPipe (Huang et al. 2019): every micro-batch forward, then every one backward. Simple, and
 // the first stage holds all m micro-batches' activations at once.
-struct GPipe : Schedule {
+struct GPipe : OneChunk<GPipe> {
   static constexpr const char *name = "gpipe", *version = "1.0.0",
                               *summary = "pipeline schedule: all forwards, then all backwards";
   explicit GPipe(const loom::sdk::Context&) {}
-  void configure(loom_pipeline_shape& shape) override {
-    if (shape.chunks == 0) shape.chunks = 1;
-    one_chunk(shape, name);
-  }
   Actions schedule(const loom_pipeline_shape& shape, int) override {
     Actions a;
     for (int mb = 0; mb < shape.microbatches; ++mb) a.push_back(fwd(mb, 0));
@@ -123,14 +128,10 @@ struct GPipe : Schedule {
 // 1F1B (PipeDream-Flush, Narayanan et al. 2021): rank r warms up with p - r - 1 forwards, then
 // alternates one forward and one backward, then drains the backwards. Same bubble as GPipe, but
 // at most p - r micro-batches are in flight on rank r.
-struct OneFOneB : Schedule {
+struct OneFOneB : OneChunk<OneFOneB> {
   static constexpr const char *name = "1f1b", *version = "1.0.0",
                               *summary = "pipeline schedule: warm-up, one forward one backward, cool-down";
   explicit OneFOneB(const loom::sdk::Context&) {}
-  void configure(loom_pipeline_shape& shape) override {
-    if (shape.chunks == 0) shape.chunks = 1;
-    one_chunk(shape, name);
-  }
   Actions schedule(const loom_pipeline_shape& shape, int rank) override {
     const int m = shape.microbatches, warm = std::min(shape.stages - rank - 1, m);
     Actions a;

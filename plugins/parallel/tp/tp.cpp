@@ -19,15 +19,7 @@ namespace {
 using loom::sdk::ConfigError;
 using loom::sdk::ErrorBox;
 
-loom_tensor flat(void* data, loom_dtype dt, int64_t n) {
-  loom_tensor t{};
-  t.data = data;
-  t.dtype = dt;
-  t.ndim = 1;
-  t.shape[0] = n;
-  t.strides[0] = 1;
-  return t;
-}
+using loom::sdk::flat_tensor;
 
 class Tp : public loom::sdk::TensorPlugin {
  public:
@@ -93,7 +85,7 @@ class Tp : public loom::sdk::TensorPlugin {
     std::vector<float> mx(N, -std::numeric_limits<float>::infinity()), stats(2 * N, 0.f);
     for (int64_t i = 0; i < N; ++i)
       for (int64_t j = 0; j < real; ++j) mx[i] = std::max(mx[i], z[i * vl + j]);
-    loom_tensor tm = flat(mx.data(), LOOM_F32, N);
+    loom_tensor tm = flat_tensor(mx.data(), LOOM_F32, N);
     all_reduce(tm, LOOM_REDUCE_MAX, "cross-entropy max");
     for (int64_t i = 0; i < N; ++i) {
       float s = 0.f;
@@ -102,7 +94,7 @@ class Tp : public loom::sdk::TensorPlugin {
       int64_t t = targets[i] - vb;
       stats[N + i] = targets[i] >= 0 && t >= 0 && t < vl ? z[i * vl + t] : 0.f;
     }
-    loom_tensor ts = flat(stats.data(), LOOM_F32, 2 * N);
+    loom_tensor ts = flat_tensor(stats.data(), LOOM_F32, 2 * N);
     all_reduce(ts, LOOM_REDUCE_SUM, "cross-entropy sums");
     double total = 0;
     for (int64_t i = 0; i < N; ++i) {

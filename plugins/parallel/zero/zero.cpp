@@ -35,15 +35,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-loom_tensor flat(float* data, int64_t n) {
-  loom_tensor t{};
-  t.data = data;
-  t.dtype = LOOM_F32;
-  t.ndim = 1;
-  t.shape[0] = n;
-  t.strides[0] = 1;
-  return t;
-}
+loom_tensor flat(float* data, int64_t n) { return loom::sdk::flat_tensor(data, LOOM_F32, n); }
 
 // A run of one parameter's elements inside this rank's shard.
 struct Segment {

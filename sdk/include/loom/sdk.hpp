@@ -88,6 +88,17 @@ inline int64_t numel(const loom_tensor& t) {
   return n;
 }
 
+// A contiguous 1-D view of n elements, for passing a buffer to the comm table.
+inline loom_tensor flat_tensor(void* data, loom_dtype dtype, int64_t n) {
+  loom_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 1;
+  t.shape[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
 inline size_t element_size(int32_t dtype) {
   switch (dtype) {
     case LOOM_F64: case LOOM_I64: return 8;
