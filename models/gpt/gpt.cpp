@@ -20,6 +20,9 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bo
     throw ConfigError("[model] seq_len = " + std::to_string(c_.seq_len) +
                       " is not divisible by [parallel] tp = " + std::to_string(tp) +
                       " (sequence parallelism splits it)");
+  if (c_.moe.experts > 0 && tp > 1)
+    throw ConfigError("[model.moe] experts = " + std::to_string(c_.moe.experts) + " with [parallel] tp = " +
+                      std::to_string(tp) + ": MoE layers run without tensor parallelism in this build");
   scratch_ = std::make_unique<Scratch>(c_, max_rows);
   const int last = static_cast<int>(c_.n_layer) + 1;
   auto builds = [&](int n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };
@@ -52,6 +55,19 @@ int64_t Gpt::activation_bytes(const Microbatch& mb) const {
 }
 
 double Gpt::head_loss() const { return head_ ? head_->loss_sum() : 0.0; }
+
+std::vector<std::pair<std::string, MoeMlp*>> Gpt::moe_layers() const {
+  std::vector<std::pair<std::string, MoeMlp*>> out;
+  for (const auto& l : layers_)
+    if (auto* b = dynamic_cast<Block*>(l.get()); b && b->moe()) out.push_back({"h" + l->name().substr(5), b->moe()});
+  return out;
+}
+
+double Gpt::aux_objective() const {
+  double sum = 0;
+  for (const auto& [name, moe] : moe_layers()) sum += moe->aux_objective();
+  return sum;
+}
 
 void Gpt::use_slot(int k) {
   for (auto& l : layers_) l->use_slot(k);

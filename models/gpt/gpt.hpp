@@ -8,6 +8,7 @@
 
 #include "gpt/config.hpp"
 #include "gpt/layers.hpp"
+#include "gpt/moe.hpp"
 
 namespace loom::gpt {
 
@@ -28,6 +29,10 @@ class Gpt {
   bool has_head() const { return head_ != nullptr; }
   // Sum of token losses of the head's last forward.
   double head_loss() const;
+  // The MoE layers this rank builds, with their block names ("h3").
+  std::vector<std::pair<std::string, MoeMlp*>> moe_layers() const;
+  // What the MoE layers' auxiliary losses added to the objective in their last forward.
+  double aux_objective() const;
   // Forward / backward of layers()[first, last) on the residual stream the caller holds.
   void forward_range(const Microbatch& mb, Tensor& x, size_t first, size_t last);
   void backward_range(const Microbatch& mb, Tensor& dx, size_t first, size_t last,

@@ -1,5 +1,7 @@
 #include "gpt/layers.hpp"
 
+#include "gpt/moe.hpp"
+
 #include <cmath>
 #include <cstring>
 
@@ -20,15 +22,9 @@ Init normal(float std) { return {Init::Normal, std}; }
 constexpr Init kZeros{Init::Zeros, 0.f};
 constexpr Init kOnes{Init::Ones, 0.f};
 
-Param& declare(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
-               Role role, std::vector<int64_t> shape, Init init, bool decay, int fused = 1) {
-  Slice s = api.shard(role, shape, fused);
-  Param& p = ps.declare(std::move(name), role, std::move(shape), init, decay, s);
-  owner.push_back(&p);
-  return p;
-}
-
 int64_t local_dim0(const Param& p) { return p.local_shape[0]; }
+
+}  // namespace
 
 // Segment marks of the profiled block; a no-op for every other block.
 struct Marks {
@@ -45,7 +41,13 @@ struct Marks {
   }
 };
 
-}  // namespace
+Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
+                     Role role, std::vector<int64_t> shape, Init init, bool decay, int fused) {
+  Slice s = api.shard(role, shape, fused);
+  Param& p = ps.declare(std::move(name), role, std::move(shape), init, decay, s);
+  owner.push_back(&p);
+  return p;
+}
 
 NormActs::NormActs(int64_t rows, int64_t C)
     : out(Tensor::empty({rows, C})), mean(Tensor::empty({rows})), rstd(Tensor::empty({rows})) {}
@@ -72,9 +74,9 @@ Scratch::Scratch(const GptConfig& c, int64_t rows) {
 // ---- embedding --------------------------------------------------------------------------------
 
 Embedding::Embedding(const GptConfig& c, LayerApi& api, ParamStore& ps) : api_(api) {
-  wte_ = &declare(ps, api, params_, "wte", Role::Vocab, {vocab_rows(c, api), c.d_model},
+  wte_ = &declare_param(ps, api, params_, "wte", Role::Vocab, {vocab_rows(c, api), c.d_model},
                   normal(c.init_std), false);
-  wpe_ = &declare(ps, api, params_, "wpe", Role::Replicated, {c.seq_len, c.d_model}, normal(c.init_std),
+  wpe_ = &declare_param(ps, api, params_, "wpe", Role::Replicated, {c.seq_len, c.d_model}, normal(c.init_std),
                   false);
 }
 
@@ -99,22 +101,33 @@ Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scrat
   const float resid_std = c.init_std / std::sqrt(2.f * c.n_layer);
   bool ln = c.norm == "layernorm";
   for (auto [n, tag] : {std::pair{&ln1_, "ln1"}, std::pair{&ln2_, "ln2"}}) {
-    n->w = &declare(ps, api, params_, p + tag + ".w", Role::Replicated, {C}, kOnes, false);
-    if (ln) n->b = &declare(ps, api, params_, p + tag + ".b", Role::Replicated, {C}, kZeros, false);
+    n->w = &declare_param(ps, api, params_, p + tag + ".w", Role::Replicated, {C}, kOnes, false);
+    if (ln) n->b = &declare_param(ps, api, params_, p + tag + ".b", Role::Replicated, {C}, kZeros, false);
   }
   // QKV is three matrices stacked along the output features; tp splits each of them by head.
-  qkv_w_ = &declare(ps, api, params_, p + "attn.qkv.w", Role::Column, {3 * C, C}, normal(c.init_std), true, 3);
-  qkv_b_ = &declare(ps, api, params_, p + "attn.qkv.b", Role::Column, {3 * C}, kZeros, false, 3);
-  proj_w_ = &declare(ps, api, params_, p + "attn.proj.w", Role::Row, {C, C}, normal(resid_std), true);
-  proj_b_ = &declare(ps, api, params_, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
-  const int fc_parts = c.mlp == "swiglu" ? 2 : 1;  // SwiGLU stacks gate and up
-  fc_w_ = &declare(ps, api, params_, p + "mlp.fc.w", Role::Column, {fc_out, C}, normal(c.init_std), true, fc_parts);
-  fc_b_ = &declare(ps, api, params_, p + "mlp.fc.b", Role::Column, {fc_out}, kZeros, false, fc_parts);
-  out_w_ = &declare(ps, api, params_, p + "mlp.proj.w", Role::Row, {C, F}, normal(resid_std), true);
-  out_b_ = &declare(ps, api, params_, p + "mlp.proj.b", Role::Replicated, {C}, kZeros, false);
+  qkv_w_ = &declare_param(ps, api, params_, p + "attn.qkv.w", Role::Column, {3 * C, C}, normal(c.init_std), true, 3);
+  qkv_b_ = &declare_param(ps, api, params_, p + "attn.qkv.b", Role::Column, {3 * C}, kZeros, false, 3);
+  proj_w_ = &declare_param(ps, api, params_, p + "attn.proj.w", Role::Row, {C, C}, normal(resid_std), true);
+  proj_b_ = &declare_param(ps, api, params_, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
+  if (c.is_moe_block(index)) {
+    moe_ = std::make_unique<MoeMlp>(p + "moe.", c, api, ps, params_, rows);
+  } else {
+    const int fc_parts = c.mlp == "swiglu" ? 2 : 1;  // SwiGLU stacks gate and up
+    fc_w_ = &declare_param(ps, api, params_, p + "mlp.fc.w", Role::Column, {fc_out, C}, normal(c.init_std), true, fc_parts);
+    fc_b_ = &declare_param(ps, api, params_, p + "mlp.fc.b", Role::Column, {fc_out}, kZeros, false, fc_parts);
+    out_w_ = &declare_param(ps, api, params_, p + "mlp.proj.w", Role::Row, {C, F}, normal(resid_std), true);
+    out_b_ = &declare_param(ps, api, params_, p + "mlp.proj.b", Role::Replicated, {C}, kZeros, false);
+  }
 
   acts_.init([&c, rows] { return std::make_unique<Acts>(c, rows); });
   tmp_ = Tensor::empty({rows, C});
+}
+
+Block::~Block() = default;
+
+void Block::use_slot(int k) {
+  acts_.use(k);
+  if (moe_) moe_->use_slot(k);
 }
 
 void Norm::forward(const loom_ops* o, NormActs& a, const Tensor& x, int64_t rows) const {
@@ -167,6 +180,12 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
 
   ln2_.forward(o, a.ln2, x, n);
   marks("fwd norm");
+  if (moe_) {  // routed experts on full rows (MoE runs without tp): no region to enter or leave
+    moe_->forward(rows_of(a.ln2.out, n), y);
+    o->accumulate(x.f32(), y.f32(), n * C);
+    marks("fwd moe");
+    return;
+  }
   Tensor h2 = api_.region_enter(rows_of(a.ln2.out, n));
   marks("fwd f (enter)");
   Tensor fc = view(a.fc, N, local_dim0(*fc_w_)), act = view(a.act, N, out_w_->local_shape[1]);
@@ -185,17 +204,32 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   marks("fwd residual");
 }
 
+// Scratch is sized for the full layer; views take this rank's (possibly sharded) widths.
 void Block::backward(const Microbatch& mb, Tensor& dx) {
   const loom_ops* o = api_.ops();
-  const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
-  const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
-  // Scratch is sized for the full layer; views take this rank's (possibly sharded) widths.
+  const int64_t n = dx.dim(0), C = c_.d_model;
   const Acts& a = *acts_;
-  Tensor act = view(a.act, N, out_w_->local_shape[1]), fc = view(a.fc, N, local_dim0(*fc_w_));
   Tensor dnorm = rows_of(tmp_, n);
   Marks marks(api_.profile(), profiled_);
+  if (moe_) {
+    Tensor dh2 = view(s_.dh, n, C);
+    moe_->backward(rows_of(a.ln2.out, n), dx, dh2, mb.dloss);
+    marks("bwd moe");
+    ln2_.backward(o, a.ln2, dnorm, dh2, rows_of(a.x_mid, n), n);
+    o->accumulate(dx.f32(), dnorm.f32(), n * C);
+    marks("bwd norm");
+  } else {
+    mlp_backward(mb, dx, dnorm, marks);
+  }
+  attention_backward(mb, dx, dnorm, marks);
+}
 
-  // MLP branch: dx holds d(x_out); the residual passes it through unchanged.
+// MLP branch: dx holds d(x_out); the residual passes it through unchanged.
+void Block::mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks) {
+  const loom_ops* o = api_.ops();
+  const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
+  const Acts& a = *acts_;
+  Tensor act = view(a.act, N, out_w_->local_shape[1]), fc = view(a.fc, N, local_dim0(*fc_w_));
   o->bias_bwd(out_b_->grad.f32(), dx.f32(), n, C);
   marks("bwd residual");
   Tensor dy = api_.region_exit_bwd(dx);
@@ -219,6 +253,14 @@ void Block::backward(const Microbatch& mb, Tensor& dx) {
   ln2_.backward(o, a.ln2, dnorm, dh2_local, rows_of(a.x_mid, n), n);
   o->accumulate(dx.f32(), dnorm.f32(), n * C);
   marks("bwd norm");
+}
+
+void Block::attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks) {
+  const loom_ops* o = api_.ops();
+  const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
+  const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
+  const Acts& a = *acts_;
+  Tensor dy;
 
   // Attention branch.
   o->bias_bwd(proj_b_->grad.f32(), dx.f32(), n, C);
@@ -253,8 +295,9 @@ int64_t Block::saved_bytes(const Microbatch& mb) const {
   const int64_t N = mb.rows(), n = api_.local_rows(N), C = c_.d_model;
   const int64_t stats = ln1_.b ? 4 * n : 2 * n;
   const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
-  return 4 * (4 * n * C + stats + N * (local_dim0(*qkv_w_) + proj_w_->local_shape[1] + heads +
-                                       local_dim0(*fc_w_) + out_w_->local_shape[1]));
+  const int64_t attention = 4 * (4 * n * C + stats + N * (local_dim0(*qkv_w_) + proj_w_->local_shape[1] + heads));
+  if (moe_) return attention + moe_->saved_bytes(N);
+  return attention + 4 * N * (local_dim0(*fc_w_) + out_w_->local_shape[1]);
 }
 
 // ---- head -------------------------------------------------------------------------------------
@@ -262,18 +305,18 @@ int64_t Block::saved_bytes(const Microbatch& mb) const {
 Head::Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows)
     : c_(c), api_(api) {
   const int64_t C = c.d_model;
-  norm_.w = &declare(ps, api, params_, "ln_f.w", Role::Replicated, {C}, kOnes, false);
+  norm_.w = &declare_param(ps, api, params_, "ln_f.w", Role::Replicated, {C}, kOnes, false);
   if (c.norm == "layernorm")
-    norm_.b = &declare(ps, api, params_, "ln_f.b", Role::Replicated, {C}, kZeros, false);
+    norm_.b = &declare_param(ps, api, params_, "ln_f.b", Role::Replicated, {C}, kZeros, false);
   if (tied_wte) {
     params_.push_back(tied_wte);
     head_w_ = tied_wte;
   } else if (c.tied_embeddings) {  // the embedding is on another pipeline stage
-    head_w_ = &declare(ps, api, params_, "wte", Role::Vocab, {vocab_rows(c, api), C},
+    head_w_ = &declare_param(ps, api, params_, "wte", Role::Vocab, {vocab_rows(c, api), C},
                        normal(c.init_std), false);
     head_w_->mirror = true;
   } else {
-    head_w_ = &declare(ps, api, params_, "lm_head.w", Role::Vocab, {vocab_rows(c, api), C},
+    head_w_ = &declare_param(ps, api, params_, "lm_head.w", Role::Vocab, {vocab_rows(c, api), C},
                        normal(c.init_std), true);
   }
   const int64_t vocab_local = head_w_->local_shape[0];

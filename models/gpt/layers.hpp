@@ -15,6 +15,13 @@
 
 namespace loom::gpt {
 
+// Declares a parameter with its role, sharded as the layer API says, and lists it in `owner`.
+Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
+                     Role role, std::vector<int64_t> shape, Init init, bool decay, int fused = 1);
+
+class MoeMlp;
+struct Marks;  // the profiled block's segment timer
+
 // Backward temporaries shared by every block (only one block runs backward at a time).
 struct Scratch {
   Tensor dh, dqkv, datt, dfc, dact;
@@ -81,7 +88,10 @@ class Block : public Layer {
   void forward(const Microbatch& mb, Tensor& x) override;
   void backward(const Microbatch& mb, Tensor& dx) override;
   int64_t saved_bytes(const Microbatch& mb) const override;
-  void use_slot(int k) override { acts_.use(k); }
+  void use_slot(int k) override;
+  // The block's MoE MLP, or null for a dense one.
+  MoeMlp* moe() const { return moe_.get(); }
+  ~Block() override;
 
  private:
   // Saved for backward: block input, residual after attention, both norms, qkv, attention output
@@ -97,8 +107,12 @@ class Block : public Layer {
   Scratch& s_;
   bool profiled_;
   Norm ln1_, ln2_;
-  Param *qkv_w_, *qkv_b_, *proj_w_, *proj_b_, *fc_w_, *fc_b_, *out_w_, *out_b_;
+  Param *qkv_w_, *qkv_b_, *proj_w_, *proj_b_, *fc_w_ = nullptr, *fc_b_ = nullptr, *out_w_ = nullptr,
+        *out_b_ = nullptr;
+  std::unique_ptr<MoeMlp> moe_;
   Slots<Acts> acts_;
+  void mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks);
+  void attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks);
   Tensor tmp_;
 };
 

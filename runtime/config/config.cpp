@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "config/config.hpp"
 
 #include <cmath>
@@ -107,9 +108,25 @@ void apply_preset(toml::table& t, const SectionSpec& s) {
 
 std::string where(const toml::node& n) { return location(n.source()); }
 
+// A section's table, dotted names ("model.moe") nested; created (empty) when absent.
+toml::table& section_table(toml::table& root, const std::string& name) {
+  toml::table* t = &root;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = name.find('.', start);
+    const std::string part = name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!t->contains(part)) t->insert(part, toml::table{});
+    toml::table* next = t->get_as<toml::table>(part);
+    if (!next) throw ConfigError("[" + name.substr(0, dot) + "] must be a table");
+    t = next;
+    if (dot == std::string::npos) return *t;
+    start = dot + 1;
+  }
+}
+
 void check_table(toml::table& t, const std::string& label, const std::vector<KeySpec>& keys,
-                 bool allows_subtables) {
-  std::vector<std::string> names;
+                 bool allows_subtables, const std::vector<std::string>& subsections) {
+  std::vector<std::string> names = subsections;
   for (const auto& k : keys) names.push_back(k.name);
   for (auto&& [key, node] : t) {
     std::string name(key.str());
@@ -118,6 +135,7 @@ void check_table(toml::table& t, const std::string& label, const std::vector<Key
       if (k.name == name) spec = &k;
     if (!spec) {
       if (allows_subtables && node.is_table()) continue;
+      if (node.is_table() && std::find(subsections.begin(), subsections.end(), name) != subsections.end()) continue;
       throw ConfigError(location(key.source()) + ": unknown key '" + name + "' in " + label +
                         did_you_mean(name, names));
     }
@@ -205,10 +223,12 @@ void Config::validate_runtime() {
                         did_you_mean(name, names));
   }
   for (const auto& s : schema) {
-    if (!root_.contains(s.name)) root_.insert(s.name, toml::table{});
-    apply_preset(*root_.get_as<toml::table>(s.name), s);
-    check_table(*root_.get_as<toml::table>(s.name), "[" + s.name + "]", s.keys,
-                s.allows_subtables);
+    std::vector<std::string> children;  // [model.moe] is a subsection of [model]
+    for (const auto& c : schema)
+      if (c.name.size() > s.name.size() && c.name.rfind(s.name + ".", 0) == 0) children.push_back(c.name.substr(s.name.size() + 1));
+    toml::table& t = section_table(root_, s.name);
+    apply_preset(t, s);
+    check_table(t, "[" + s.name + "]", s.keys, s.allows_subtables, children);
   }
 }
 
@@ -273,7 +293,7 @@ std::string Config::render(
   std::ostringstream os;
   os << "# resolved from " << source_ << "\n";
   for (const auto& s : runtime_schema()) {
-    const toml::table* t = root_.get_as<toml::table>(s.name);
+    const toml::table* t = root_.at_path(s.name).as_table();
     if (!t) continue;
     os << "\n[" << s.name << "]  # " << s.help << "\n";
     render_keys(os, *t, s.keys);

@@ -59,6 +59,7 @@ std::string where(const toml::node& n);
 // Checks one table against its keys, filling defaults; `label` names it in messages
 // ("[run]" or "plugin 'fp16' [plugins.fp16]").
 void check_table(toml::table& t, const std::string& label, const std::vector<KeySpec>& keys,
-                 bool allows_subtables);
+                 bool allows_subtables,
+                 const std::vector<std::string>& subsections = {});
 
 }  // namespace loom::config

@@ -94,6 +94,15 @@ std::vector<SectionSpec> build_schema() {
       {"init_std", ValueType::Float, "0.02", "std of weight init (residual projections / sqrt(2L))",
        0, 10},
   }};
+  SectionSpec moe{"model.moe", "mixture of experts: every `every`-th block's MLP routed to `experts` MLPs", {
+      {"experts", ValueType::Int, "0", "experts per MoE layer; 0 = a dense model", 0, 4096},
+      {"top_k", ValueType::Int, "2", "experts each token goes to", 1, 64},
+      {"every", ValueType::Int, "2", "every this many blocks (the last of each group) is MoE", 1, 1024},
+      {"capacity_factor", ValueType::Float, "1.25", "per-expert slots = ceil(factor x tokens x top_k / experts)", -kInf, kInf},
+      {"dropless", ValueType::Bool, "false", "no capacity: every routed token is computed"},
+      {"aux_coef", ValueType::Float, "0.01", "load-balancing loss coefficient (Switch/GShard form)", 0, kInf},
+      {"z_coef", ValueType::Float, "0.0", "router z-loss coefficient", 0, kInf},
+  }};
   model.presets = {
       {"tiny", {{"n_layer", "2"}, {"n_head", "2"}, {"d_model", "64"}, {"d_ff", "256"},
                 {"vocab_size", "256"}, {"seq_len", "64"}}},
@@ -102,6 +111,7 @@ std::vector<SectionSpec> build_schema() {
                  {"vocab_size", "50257"}, {"seq_len", "1024"}}},
   };
   s.push_back(model);
+  s.push_back(moe);
   s.push_back({"data", "training and validation tokens", {
       {"dir", ValueType::String, "\"data/fortunes\"",
        "directory of train_*.bin / val_*.bin llm.c shards (loom data prepare)"},

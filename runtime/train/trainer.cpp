@@ -1,5 +1,6 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -281,6 +282,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     auto t0 = Clock::now();
     const double lr = s.lr.at(step);
     params.zero_grads();
+    for (auto& [name, moe] : model.moe_layers()) moe->reset_stats();
     double loss_sum = 0, comm_ms = 0, exposed_ms = 0;
     // Each rank's loss is the mean over its own tokens; the data slot averages over dp. The loss
     // gradient carries the precision's loss scale, divided out again before clipping.
@@ -395,6 +397,17 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       fields.push_back({"optim_bytes", double(acct[2])});
       fields.push_back({"comm_buffer_bytes", double(acct[3])});
       fields.push_back({"comm_bytes", double(acct[4])});
+    }
+    for (auto& [name, moe] : model.moe_layers()) {  // this rank's MoE layers over the step
+      const gpt::MoeStats& st = moe->stats();
+      const double mean = double(st.assignments) / double(st.load.size());
+      const int64_t most = *std::max_element(st.load.begin(), st.load.end());
+      fields.push_back({"moe." + name + ".load_max_over_mean", mean > 0 ? most / mean : 0.0});
+      fields.push_back({"moe." + name + ".dropped", st.assignments ? double(st.dropped) / double(st.assignments) : 0.0});
+      fields.push_back({"moe." + name + ".aux", st.forwards ? st.aux / double(st.forwards) : 0.0});
+      fields.push_back({"moe." + name + ".z", st.forwards ? st.z / double(st.forwards) : 0.0});
+      for (size_t e = 0; e < st.load.size(); ++e)
+        fields.push_back({"moe." + name + ".load." + std::to_string(e), double(st.load[e])});
     }
     if (pipe) {  // rank 0's: the first stage, which holds the most activations
       fields.push_back({"pipeline_bubble", pipe_stats.bubble()});

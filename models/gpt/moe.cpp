@@ -1,0 +1,232 @@
+#include "gpt/moe.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace loom::gpt {
+
+// What one micro-batch's forward keeps for backward. Rows r = 0..R-1 are the kept (token,
+// choice) assignments grouped by expert: expert e owns rows [first[e], first[e + 1]).
+struct MoeMlp::Acts {
+  Tensor probs, lse, weights;          // [N, E], [N], [N, K]
+  std::vector<int32_t> expert;         // [N * K]: token t's k-th expert
+  std::vector<int64_t> row_of;         // [N * K]: its row, or -1 when dropped
+  std::vector<int64_t> token, first;   // [R], [E + 1]
+  std::vector<int64_t> load;           // [E]: assignments before capacity
+  Tensor xin, fc, act, yexp;           // [R, C], [R, FO], [R, F], [R, C]
+  int64_t n = 0;
+  Acts(const GptConfig& c, int64_t rows) {
+    const int64_t E = c.moe.experts, K = c.moe.top_k, R = rows * K, F = c.d_ff;
+    const int64_t FO = c.mlp == "swiglu" ? 2 * F : F;
+    probs = Tensor::empty({rows, E});
+    lse = Tensor::empty({rows});
+    weights = Tensor::empty({rows, K});
+    xin = Tensor::empty({R, c.d_model});
+    fc = Tensor::empty({R, FO});
+    act = Tensor::empty({R, F});
+    yexp = Tensor::empty({R, c.d_model});
+  }
+};
+
+MoeMlp::MoeMlp(const std::string& prefix, const GptConfig& c, LayerApi& api, ParamStore& ps,
+               std::vector<Param*>& owner, int64_t rows)
+    : c_(c), api_(api) {
+  const int64_t C = c.d_model, F = c.d_ff, E = c.moe.experts, FO = c.mlp == "swiglu" ? 2 * F : F;
+  const float resid_std = c.init_std / std::sqrt(2.f * c.n_layer);
+  const Init normal{Init::Normal, c.init_std}, resid{Init::Normal, resid_std}, zeros{Init::Zeros, 0.f};
+  router_ = &declare_param(ps, api, owner, prefix + "router.w", Role::Replicated, {E, C}, normal, false);
+  fc_w_ = &declare_param(ps, api, owner, prefix + "fc.w", Role::Expert, {E, FO, C}, normal, true);
+  fc_b_ = &declare_param(ps, api, owner, prefix + "fc.b", Role::Expert, {E, FO}, zeros, false);
+  out_w_ = &declare_param(ps, api, owner, prefix + "proj.w", Role::Expert, {E, C, F}, resid, true);
+  out_b_ = &declare_param(ps, api, owner, prefix + "proj.b", Role::Expert, {E, C}, zeros, false);
+  acts_ = std::make_unique<Slots<Acts>>();
+  acts_->init([&c, rows] { return std::make_unique<Acts>(c, rows); });
+  stats_.load.assign(E, 0);
+}
+
+MoeMlp::~MoeMlp() = default;
+
+void MoeMlp::use_slot(int k) { acts_->use(k); }
+
+int64_t MoeMlp::saved_bytes(int64_t rows) const {
+  const int64_t E = c_.moe.experts, K = c_.moe.top_k, C = c_.d_model, F = c_.d_ff;
+  const int64_t FO = c_.mlp == "swiglu" ? 2 * F : F, R = rows * K;
+  return 4 * (rows * (E + 1 + K) + R * (2 * C + FO + F)) + rows * K * 12;
+}
+
+double MoeMlp::aux_objective() const { return c_.moe.aux_coef * last_aux_ + c_.moe.z_coef * last_z_; }
+
+void MoeMlp::reset_stats() {
+  stats_ = MoeStats{};
+  stats_.load.assign(c_.moe.experts, 0);
+}
+
+// probs = softmax(h Wr^T); each token's top k (ties to the lower expert) with weights renormalised
+// over the k (k = 1 keeps the raw probability, as Switch); capacity per expert in token order.
+void MoeMlp::route(const Tensor& h, Acts& a) {
+  const loom_ops* o = api_.ops();
+  const int64_t N = h.dim(0), C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k;
+  a.n = N;
+  float* p = a.probs.f32();
+  o->gemm(0, 1, N, E, C, 1.f, h.f32(), C, router_->value.f32(), C, 0.f, p, E);
+  float* lse = a.lse.f32();
+  float* w = a.weights.f32();
+  a.expert.assign(N * K, 0);
+  a.load.assign(E, 0);
+  for (int64_t t = 0; t < N; ++t) {
+    float* pt = p + t * E;
+    float m = *std::max_element(pt, pt + E);
+    double s = 0;
+    for (int64_t e = 0; e < E; ++e) s += std::exp(static_cast<double>(pt[e] - m));
+    lse[t] = m + static_cast<float>(std::log(s));
+    for (int64_t e = 0; e < E; ++e) pt[e] = static_cast<float>(std::exp(static_cast<double>(pt[e] - m)) / s);
+    int32_t* ex = &a.expert[t * K];
+    for (int64_t k = 0; k < K; ++k) {  // selection: the largest not yet taken, lowest index on ties
+      int32_t best = -1;
+      for (int32_t e = 0; e < E; ++e) {
+        if (std::find(ex, ex + k, e) != ex + k) continue;
+        if (best < 0 || pt[e] > pt[best]) best = e;
+      }
+      ex[k] = best;
+      ++a.load[best];
+    }
+    double sum = 0;
+    for (int64_t k = 0; k < K; ++k) sum += pt[ex[k]];
+    for (int64_t k = 0; k < K; ++k) w[t * K + k] = K > 1 ? static_cast<float>(pt[ex[k]] / sum) : pt[ex[k]];
+  }
+  // Capacity: an expert keeps its first `cap` assignments in (token, k) order.
+  const int64_t cap = c_.moe.dropless ? std::numeric_limits<int64_t>::max()
+                                      : static_cast<int64_t>(std::ceil(c_.moe.capacity_factor * N * K / E));
+  std::vector<int64_t> taken(E, 0);
+  a.row_of.assign(N * K, -1);
+  for (int64_t i = 0; i < N * K; ++i)
+    if (taken[a.expert[i]] < cap) a.row_of[i] = taken[a.expert[i]]++;
+  a.first.assign(E + 1, 0);
+  for (int64_t e = 0; e < E; ++e) a.first[e + 1] = a.first[e] + taken[e];
+  a.token.assign(a.first[E], 0);
+  for (int64_t i = 0; i < N * K; ++i)
+    if (a.row_of[i] >= 0) {
+      a.row_of[i] += a.first[a.expert[i]];
+      a.token[a.row_of[i]] = i / K;
+    }
+}
+
+void MoeMlp::forward(const Tensor& h, Tensor& y) {
+  const loom_ops* o = api_.ops();
+  Acts& a = **acts_;
+  route(h, a);
+  const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k, F = c_.d_ff;
+  const int64_t FO = c_.mlp == "swiglu" ? 2 * F : F, R = a.first[E];
+  for (int64_t r = 0; r < R; ++r) std::memcpy(a.xin.f32() + r * C, h.f32() + a.token[r] * C, C * sizeof(float));
+  // Each expert: y_e = W2_e act(W1_e x + b1_e) + b2_e over its rows.
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = a.first[e], n = a.first[e + 1] - r0;
+    if (n == 0) continue;
+    float *xin = a.xin.f32() + r0 * C, *fc = a.fc.f32() + r0 * FO, *act = a.act.f32() + r0 * F, *ye = a.yexp.f32() + r0 * C;
+    o->gemm(0, 1, n, FO, C, 1.f, xin, C, fc_w_->value.f32() + e * FO * C, C, 0.f, fc, FO);
+    o->bias_add(fc, fc_b_->value.f32() + e * FO, n, FO);
+    if (c_.mlp == "swiglu")
+      o->swiglu_fwd(act, fc, n, F);
+    else
+      o->gelu_fwd(act, fc, n * F);
+    o->gemm(0, 1, n, C, F, 1.f, act, F, out_w_->value.f32() + e * C * F, F, 0.f, ye, C);
+    o->bias_add(ye, out_b_->value.f32() + e * C, n, C);
+  }
+  // Combine: y_t = sum_k w_tk y_{e_tk}(t) over kept assignments.
+  std::fill(y.f32(), y.f32() + N * C, 0.f);
+  const float* w = a.weights.f32();
+  for (int64_t i = 0; i < N * K; ++i) {
+    if (a.row_of[i] < 0) continue;
+    float* yt = y.f32() + (i / K) * C;
+    const float* src = a.yexp.f32() + a.row_of[i] * C;
+    for (int64_t j = 0; j < C; ++j) yt[j] += w[i] * src[j];
+  }
+  // Auxiliary losses: Switch's E sum_e f_e P_e (f_e the share of assignments, P_e the mean
+  // probability) and the z-loss mean_t lse_t^2.
+  double aux = 0, z = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    double P = 0;
+    for (int64_t t = 0; t < N; ++t) P += a.probs.f32()[t * E + e];
+    aux += static_cast<double>(a.load[e]) / (N * K) * (P / N);
+  }
+  for (int64_t t = 0; t < N; ++t) z += static_cast<double>(a.lse.f32()[t]) * a.lse.f32()[t];
+  last_aux_ = E * aux;
+  last_z_ = z / N;
+  stats_.aux += last_aux_;
+  stats_.z += last_z_;
+  ++stats_.forwards;
+  for (int64_t e = 0; e < E; ++e) stats_.load[e] += a.load[e];
+  stats_.assignments += N * K;
+  stats_.dropped += N * K - R;
+}
+
+void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss) {
+  const loom_ops* o = api_.ops();
+  const Acts& a = **acts_;
+  const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k, F = c_.d_ff;
+  const int64_t FO = c_.mlp == "swiglu" ? 2 * F : F, R = a.first[E];
+  // Combine backward: d y_e(row) = w dy_t; d w_tk = <dy_t, y_e(row)>.
+  Tensor dye = Tensor::empty({std::max<int64_t>(R, 1), C}), dxin = Tensor::empty({std::max<int64_t>(R, 1), C});
+  std::vector<float> dw(N * K, 0.f);
+  const float* w = a.weights.f32();
+  for (int64_t i = 0; i < N * K; ++i) {
+    const int64_t r = a.row_of[i];
+    if (r < 0) continue;
+    const float* dyt = dy.f32() + (i / K) * C;
+    const float* ye = a.yexp.f32() + r * C;
+    float* d = dye.f32() + r * C;
+    double s = 0;
+    for (int64_t j = 0; j < C; ++j) d[j] = w[i] * dyt[j], s += static_cast<double>(dyt[j]) * ye[j];
+    dw[i] = static_cast<float>(s);
+  }
+  // Each expert's MLP backward over its rows.
+  Tensor dact = Tensor::empty({std::max<int64_t>(R, 1), F}), dfc = Tensor::empty({std::max<int64_t>(R, 1), FO});
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = a.first[e], n = a.first[e + 1] - r0;
+    if (n == 0) continue;
+    const float *xin = a.xin.f32() + r0 * C, *fc = a.fc.f32() + r0 * FO, *act = a.act.f32() + r0 * F;
+    float *d_y = dye.f32() + r0 * C, *d_act = dact.f32() + r0 * F, *d_fc = dfc.f32() + r0 * FO, *d_x = dxin.f32() + r0 * C;
+    o->bias_bwd(out_b_->grad.f32() + e * C, d_y, n, C);
+    o->gemm(0, 0, n, F, C, 1.f, d_y, C, out_w_->value.f32() + e * C * F, F, 0.f, d_act, F);
+    o->gemm(1, 0, C, F, n, 1.f, d_y, C, act, F, 1.f, out_w_->grad.f32() + e * C * F, F);
+    if (c_.mlp == "swiglu")
+      o->swiglu_bwd(d_fc, fc, d_act, n, F);
+    else
+      o->gelu_bwd(d_fc, fc, d_act, n * F);
+    o->bias_bwd(fc_b_->grad.f32() + e * FO, d_fc, n, FO);
+    o->gemm(0, 0, n, C, FO, 1.f, d_fc, FO, fc_w_->value.f32() + e * FO * C, C, 0.f, d_x, C);
+    o->gemm(1, 0, FO, C, n, 1.f, d_fc, FO, xin, C, 1.f, fc_w_->grad.f32() + e * FO * C, C);
+  }
+  std::fill(dh.f32(), dh.f32() + N * C, 0.f);
+  for (int64_t r = 0; r < R; ++r) o->accumulate(dh.f32() + a.token[r] * C, dxin.f32() + r * C, C);
+  // Router: d p from the weights (renormalised: d p_k = (d w_k - sum_j d w_j w_j) / S), plus the
+  // load-balancing term coef E f_e per token, then through the softmax, plus the z-loss term
+  // 2 z_coef lse_t p_te; both auxiliary terms weigh a token as the main loss does (dloss).
+  const float* p = a.probs.f32();
+  Tensor dlogits = Tensor::empty({N, E});
+  float* dl = dlogits.f32();
+  std::vector<double> dp(E);
+  for (int64_t t = 0; t < N; ++t) {
+    const float* pt = p + t * E;
+    for (int64_t e = 0; e < E; ++e)
+      dp[e] = c_.moe.aux_coef * E * (static_cast<double>(a.load[e]) / (N * K)) * dloss;
+    const int32_t* ex = &a.expert[t * K];
+    if (K > 1) {
+      double S = 0, dot = 0;
+      for (int64_t k = 0; k < K; ++k) S += pt[ex[k]], dot += static_cast<double>(dw[t * K + k]) * w[t * K + k];
+      for (int64_t k = 0; k < K; ++k) dp[ex[k]] += (dw[t * K + k] - dot) / S;
+    } else {
+      dp[ex[0]] += dw[t];
+    }
+    double mean = 0;
+    for (int64_t e = 0; e < E; ++e) mean += pt[e] * dp[e];
+    const double zgrad = 2.0 * c_.moe.z_coef * a.lse.f32()[t] * dloss;
+    for (int64_t e = 0; e < E; ++e) dl[t * E + e] = static_cast<float>(pt[e] * (dp[e] - mean) + zgrad * pt[e]);
+  }
+  o->gemm(1, 0, E, C, N, 1.f, dl, E, h.f32(), C, 1.f, router_->grad.f32(), C);
+  o->gemm(0, 0, N, C, E, 1.f, dl, E, router_->value.f32(), C, 1.f, dh.f32(), C);
+}
+
+}  // namespace loom::gpt

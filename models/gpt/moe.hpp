@@ -1,0 +1,57 @@
+// A mixture-of-experts MLP (Shazeer et al. 2017; Switch, GShard): a linear router with softmax,
+// top-k experts per token with renormalised weights, E expert MLPs of the dense MLP's shape, a
+// capacity per expert (or none: dropless), and the load-balancing and router z auxiliary losses.
+//
+// Routing is deterministic: ties between experts go to the lower index, and an expert over
+// capacity keeps its tokens in token order (then by rank within the token's top k), so every
+// run of the same batch drops the same tokens. A dropped assignment contributes nothing; the
+// token's residual stream passes it by.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpt/config.hpp"
+#include "gpt/layers.hpp"
+
+namespace loom::gpt {
+
+// What one MoE layer saw over the forwards since the last reset (for metrics).
+struct MoeStats {
+  std::vector<int64_t> load;  // assignments routed to each expert, before capacity
+  int64_t assignments = 0, dropped = 0, forwards = 0;
+  double aux = 0, z = 0;      // the two auxiliary losses summed over forwards, before coefficients
+};
+
+class MoeMlp {
+ public:
+  // Declares the router and the experts' parameters (`prefix` "h3.moe.") into `owner`.
+  MoeMlp(const std::string& prefix, const GptConfig& c, LayerApi& api, ParamStore& ps,
+         std::vector<Param*>& owner, int64_t rows);
+  ~MoeMlp();
+  // y[N, C] = sum over each token's kept experts of weight x expert(h); h is the normed input.
+  void forward(const Tensor& h, Tensor& y);
+  // dh[N, C] = d(loss)/dh for dy = d(loss)/dy, accumulating parameter gradients. `dloss` is the
+  // weight of one token's loss in the step (the auxiliary losses' gradients scale with it).
+  void backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss);
+  void use_slot(int k);
+  int64_t saved_bytes(int64_t rows) const;
+  const MoeStats& stats() const { return stats_; }
+  void reset_stats();
+  // aux_coef x aux + z_coef x z of the last forward: what the auxiliary losses add to the
+  // objective (per token of the micro-batch, as the mean cross-entropy).
+  double aux_objective() const;
+
+ private:
+  struct Acts;
+  void route(const Tensor& h, Acts& a);
+  const GptConfig& c_;
+  LayerApi& api_;
+  Param *router_, *fc_w_, *fc_b_, *out_w_, *out_b_;
+  std::unique_ptr<Slots<Acts>> acts_;
+  MoeStats stats_;
+  double last_aux_ = 0, last_z_ = 0;
+};
+
+}  // namespace loom::gpt
