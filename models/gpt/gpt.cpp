@@ -69,8 +69,8 @@ double Gpt::aux_objective() const {
   return sum;
 }
 
-void Gpt::use_slot(int k) {
-  for (auto& l : layers_) l->use_slot(k);
+void Gpt::use_slot(int k, size_t first, size_t last) {
+  for (size_t i = first; i < last; ++i) layers_[i]->use_slot(k);
 }
 
 void Gpt::forward_range(const Microbatch& mb, Tensor& x, size_t first, size_t last) {

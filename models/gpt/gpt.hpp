@@ -37,8 +37,8 @@ class Gpt {
   void forward_range(const Microbatch& mb, Tensor& x, size_t first, size_t last);
   void backward_range(const Microbatch& mb, Tensor& dx, size_t first, size_t last,
                       const std::function<void(size_t)>& after_layer = {});
-  // Every layer keeps the activations of the next forward and backward in slot k.
-  void use_slot(int k);
+  // Layers [first, last) keep the activations of their next forward and backward in slot k.
+  void use_slot(int k, size_t first, size_t last);
   // Hooks run around every layer's forward and backward from now on (null: none).
   void set_hooks(LayerHooks* hooks) { hooks_ = hooks; }
 

@@ -76,7 +76,10 @@ class ParamStore {
   }
   // A data slot that shards model state (ZeRO) took what it keeps: the flat buffers go, and
   // each parameter's views are bound by that slot around the layer that uses them.
-  void release_buffers() { values_ = Tensor(), grads_ = Tensor(); }
+  void release_buffers() {
+    values_ = Tensor(), grads_ = Tensor();
+    for (Param& p : params_) p.value = Tensor(), p.grad = Tensor();
+  }
   bool has_buffers() const { return values_.defined(); }
 
  private:

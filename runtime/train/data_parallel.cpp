@@ -39,19 +39,24 @@ class DataParallel::Shards : public gpt::LayerHooks {
         last_user_[u] = std::min(last_user_[u], i);
       }
     }
+    // A layer's own units are those it is the first to use (the others it borrows, as the head
+    // borrows a tied embedding); acquiring an own unit may prefetch the next one.
+    own_.assign(units.size(), SIZE_MAX);
+    for (size_t i = 0; i < uses_.size(); ++i)
+      for (int64_t u : uses_[i]) own_[u] = std::min(own_[u], i);
     open_.assign(units.size(), false);
     ready_.assign(units.size(), 0);
   }
 
   void before_forward(size_t i) override {
-    for (int64_t u : uses_[i]) bind_values(u, false);
+    for (int64_t u : uses_[i]) bind_values(u, i, false);
   }
   void after_forward(size_t i) override {
     for (int64_t u : uses_[i]) release(u);
   }
   void before_backward(size_t i) override {
     for (int64_t u : uses_[i]) {
-      bind_values(u, true);
+      bind_values(u, i, true);
       if (open_[u]) continue;
       float* g = nullptr;
       loom_error e;
@@ -69,19 +74,23 @@ class DataParallel::Shards : public gpt::LayerHooks {
       if (last) ready_[u] = 0;
       loom_error e;
       check(t_->unit_grads_ready(self_, u, last, &e), e, "data plugin unit_grads_ready");
+      for (Param* p : members_[u]) p->grad = Tensor();  // the bucket is the plugin's again
     }
   }
 
  private:
-  void bind_values(int64_t u, bool backward) {
+  void bind_values(int64_t u, size_t layer, bool backward) {
     float* v = nullptr;
     loom_error e;
-    check(t_->acquire_params(self_, u, backward, &v, &e), e, "data plugin acquire_params");
+    const int32_t flags = (backward ? LOOM_ACQUIRE_BACKWARD : 0) | (own_[u] == layer ? LOOM_ACQUIRE_PREFETCH : 0);
+    check(t_->acquire_params(self_, u, flags, &v, &e), e, "data plugin acquire_params");
     for (Param* p : members_[u]) p->value = Tensor::borrow(v + (p->offset - units_[u].offset), p->local_shape);
   }
+  // Views are unbound after use: a stray read fails loudly instead of reading another layer.
   void release(int64_t u) {
     loom_error e;
     check(t_->release_params(self_, u, &e), e, "data plugin release_params");
+    for (Param* p : members_[u]) p->value = Tensor();
   }
 
   const loom_data_v1* t_;
@@ -90,7 +99,7 @@ class DataParallel::Shards : public gpt::LayerHooks {
   int microbatches_;
   std::vector<std::vector<Param*>> members_;
   std::vector<std::vector<int64_t>> uses_;
-  std::vector<size_t> last_user_;
+  std::vector<size_t> last_user_, own_;
   std::vector<bool> open_;
   std::vector<int> ready_;
 };

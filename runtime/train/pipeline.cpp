@@ -99,17 +99,6 @@ std::string Pipeline::describe() const {
   return out;
 }
 
-int64_t Pipeline::activation_bytes(int64_t B, int64_t T) const {
-  gpt::Microbatch mb{nullptr, nullptr, B, T, 0.f};
-  int64_t most = 0;
-  for (const Chunk& ch : chunks_) {
-    int64_t bytes = 0;
-    for (size_t i = ch.first; i < ch.last; ++i) bytes += model_->layers()[i]->saved_bytes(mb);
-    most = std::max(most, bytes);
-  }
-  return most;
-}
-
 // Unique within a step for every message between two neighbours.
 int Pipeline::tag(bool backward, int sender_stage, int mb) const {
   return ((backward ? plan_->virtual_stages() : 0) + sender_stage) * plan_->shape().microbatches + mb;
@@ -219,6 +208,12 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   loss_ = 0;
   busy_ms_ = 0;
   live_ = peak_live_ = 0;
+  live_bytes_ = peak_live_bytes_ = 0;
+  if (chunks_.front().bytes == 0)
+    for (Chunk& ch : chunks_) {
+      gpt::Microbatch probe{nullptr, nullptr, B, T, 0.f};
+      for (size_t i = ch.first; i < ch.last; ++i) ch.bytes += model_->layers()[i]->saved_bytes(probe);
+    }
   const auto start = Clock::now();
   post_receives(model_->api().local_rows(B * T));
   for (size_t k = 0; k < actions.size(); ++k) {
@@ -227,23 +222,26 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
     int& slot = slot_of_[static_cast<size_t>(a.chunk) * m + a.microbatch];
     std::string name = (a.op == LOOM_PIPE_FORWARD ? "F" : "B") + std::to_string(a.microbatch);
     if (shape.chunks > 1) name += "." + std::to_string(a.chunk);
+    Chunk& ch = chunks_[a.chunk];
     if (a.op == LOOM_PIPE_FORWARD) {
-      if (free_slots_.empty()) free_slots_.push_back(slots_++);
-      slot = free_slots_.back();
-      free_slots_.pop_back();
+      if (ch.free_slots.empty()) ch.free_slots.push_back(ch.slots++);
+      slot = ch.free_slots.back();
+      ch.free_slots.pop_back();
       peak_live_ = std::max(peak_live_, ++live_);
-      model_->use_slot(slot);
+      peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_ += ch.bytes);
+      model_->use_slot(slot, ch.first, ch.last);
       run_forward(mb, a.microbatch, a.chunk, receives_[k], &recv_bufs_[k], trace, name);
       receives_[k] = nullptr;
     } else {
-      model_->use_slot(slot);
+      model_->use_slot(slot, ch.first, ch.last);
       static const std::function<void(size_t)> none;
       run_backward(mb, a.microbatch, a.chunk, receives_[k], &recv_bufs_[k], trace, name,
                    k == last_backward[a.chunk] ? after_layer : none);
       receives_[k] = nullptr;
-      free_slots_.push_back(slot);
+      ch.free_slots.push_back(slot);
       slot = -1;
       --live_;
+      live_bytes_ -= ch.bytes;
     }
   }
   auto t0 = Clock::now();
@@ -252,6 +250,7 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   stats.schedule_ms = ms_between(start, Clock::now());
   stats.busy_ms = busy_ms_;
   stats.peak_in_flight = peak_live_;
+  stats.peak_activation_bytes = peak_live_bytes_;
   if (trace) trace->span("schedule", "step", start, Clock::now());
   double loss = loss_;
   pp_.all_reduce(flat_view(&loss, LOOM_F64, 1), LOOM_REDUCE_SUM);  // only the last stage's is non-zero
@@ -262,7 +261,7 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
 // by an action earlier in the same order, so this too finishes.
 double Pipeline::evaluate(const BatchFn& batch, int n, int64_t B, int64_t T) {
   loss_ = 0;
-  model_->use_slot(0);
+  model_->use_slot(0, 0, model_->layers().size());
   for (int i = 0; i < n; ++i) {
     batch(i, tokens_[0].data(), targets_[0].data());
     gpt::Microbatch mb{tokens_[0].data(), targets_[0].data(), B, T, 0.f};
@@ -279,13 +278,14 @@ void Pipeline::sync_tied(ParamStore& params, DataParallel* dp) {
   const int last = stages_ - 1, sync_tag = 2 * plan_->virtual_stages() * plan_->shape().microbatches;
   if (rank_ != 0 && rank_ != last) return;
   Param& wte = params.get("wte");
-  float* grad = wte.grad.f32();
-  int64_t n = wte.grad.numel();
+  float* grad = nullptr;
+  int64_t n = 0;
   if (dp && dp->sharded()) {  // this dp rank's piece of it
-    grad = nullptr, n = 0;
     for (const loom_shard_piece& pc : dp->shard_pieces())
       if (pc.param == wte.index) grad = pc.grad, n = pc.count;
     if (n == 0) return;  // the same on the other stage: both pieces are padding
+  } else {
+    grad = wte.grad.f32(), n = wte.grad.numel();
   }
   loom_tensor g = flat_view(grad, LOOM_F32, n);
   if (rank_ == last) {  // the mirror: send ours, take back the sum

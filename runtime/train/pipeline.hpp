@@ -1,8 +1,8 @@
 // The pipeline slot as the trainer sees it: which layers this rank builds, and a step's schedule
 // run over the pp group. Activations go forward and their gradients backward by send (not
-// waited for until the step's end) and blocking recv, in the order the plugin gave and the plan
-// checked (parallel/pipeline_plan.hpp). Each micro-batch chunk in flight keeps its activations
-// in its own slot of the layers.
+// waited for until the step's end) and by receives posted when the step starts, in the order
+// the plugin gave and the plan checked (parallel/pipeline_plan.hpp). Each micro-batch in flight
+// through a chunk keeps its activations in its own slot of that chunk's layers.
 #pragma once
 
 #include <functional>
@@ -26,6 +26,7 @@ struct PipeStepStats {
   double schedule_ms = 0;  // from the first action to the last send's completion
   double busy_ms = 0;      // in forward and backward compute
   int peak_in_flight = 0;  // micro-batch chunks holding activations at once, as run
+  int64_t peak_activation_bytes = 0;  // what those chunks kept for backward, at the peak
   double bubble() const { return schedule_ms > 0 ? 1 - busy_ms / schedule_ms : 0; }
 };
 
@@ -65,13 +66,14 @@ class Pipeline {
   // head's mirror of it), so both apply the same update. Under ZeRO the embedding is a sharding
   // unit of its own on both stages, so each dp rank sums its piece with the same piece.
   void sync_tied(ParamStore& params, DataParallel* dp);
-  // Activation bytes one micro-batch chunk keeps on this rank (the largest chunk).
-  int64_t activation_bytes(int64_t B, int64_t T) const;
 
  private:
   struct Chunk {
     size_t first = 0, last = 0;  // model.layers()[first, last)
     int stage = 0;               // virtual stage
+    std::vector<int> free_slots;  // activation slots of this chunk's layers not in use
+    int slots = 0;
+    int64_t bytes = 0;            // activations one micro-batch keeps here
   };
   // `incoming`: the pre-posted receive of this action's input (null: receive it now).
   void run_forward(const gpt::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
@@ -102,9 +104,10 @@ class Pipeline {
   // sender's progress thread, tens of ms on a loaded machine). Indexed by action.
   std::vector<Tensor> recv_bufs_;
   std::vector<loom_work*> receives_;
-  // Activation slots: which one each (micro-batch, chunk) in flight holds, and the free ones.
-  std::vector<int> slot_of_, free_slots_;
-  int slots_ = 0, live_ = 0, peak_live_ = 0;
+  // Activation slots: which one each (micro-batch, chunk) in flight holds.
+  std::vector<int> slot_of_;
+  int live_ = 0, peak_live_ = 0;
+  int64_t live_bytes_ = 0, peak_live_bytes_ = 0;
   std::vector<std::vector<int32_t>> tokens_, targets_;
 };
 

@@ -253,8 +253,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   }
 
   const int64_t T = mc.seq_len, tokens_per_step = s.global_batch * T;
-  const int64_t activation_bytes = pipe ? pipe->activation_bytes(s.micro_batch, T)
-                                        : model.activation_bytes({nullptr, nullptr, s.micro_batch, T, 0.f});
+  const int64_t activation_bytes = model.activation_bytes({nullptr, nullptr, s.micro_batch, T, 0.f});
   std::unique_ptr<Trace> trace;
   if (cfg.boolean("run.trace"))
     trace = std::make_unique<Trace>(run_dir / "trace" / ("rank" + std::to_string(env.rank) + ".json"), env.rank,
@@ -412,7 +411,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     if (pipe) {  // rank 0's: the first stage, which holds the most activations
       fields.push_back({"pipeline_bubble", pipe_stats.bubble()});
       fields.push_back({"pipeline_in_flight", double(pipe_stats.peak_in_flight)});
-      fields.push_back({"pipeline_activation_bytes", double(pipe_stats.peak_in_flight * activation_bytes)});
+      fields.push_back({"pipeline_activation_bytes", double(pipe_stats.peak_activation_bytes)});
     }
     if (precision)
       for (auto& kv : precision->metrics()) fields.push_back(kv);

@@ -128,12 +128,12 @@ class Zero : public loom::sdk::DataPlugin {
 
   // ---- parameters ----
 
-  float* acquire_params(int64_t u, bool backward) override {
+  float* acquire_params(int64_t u, bool backward, bool prefetch) override {
     if (stage_ < 3) return &full_[padded_at_[u]];
     Gather& g = gather(u);
     if (g.work) wait(g.work, "all-gather of a layer's parameters");
     ++g.users;
-    if (prefetch_) {  // the next unit in this direction: its gather runs behind this unit's compute
+    if (prefetch_ && prefetch) {  // the next unit in this direction: its gather runs behind this unit's compute
       const int64_t next = backward ? u - 1 : u + 1;
       if (next >= 0 && next < ctx_.n_units) gather(next);
     }
@@ -178,7 +178,12 @@ class Zero : public loom::sdk::DataPlugin {
       r.bucket = bucket_of_.at(u);
       in = buckets_[r.bucket]->data();
     }
-    pieces_.emplace_back(std::make_unique<std::vector<float>>(piece_[u]));
+    if (free_pieces_.empty()) {
+      free_pieces_.push_back(std::make_unique<std::vector<float>>(unit_max_ / n_ + 1));
+      note_buffers();
+    }
+    pieces_.push_back(std::move(free_pieces_.back()));
+    free_pieces_.pop_back();
     loom_tensor tin = flat(in, piece_[u] * n_), tout = flat(pieces_.back()->data(), piece_[u]);
     loom::sdk::ErrorBox err(host_.raw());
     if (ctx_.comm->reduce_scatter(ctx_.comm_self, ctx_.dp, &tin, &tout, LOOM_REDUCE_AVG, &r.work, err.get()) != LOOM_OK)
@@ -195,6 +200,8 @@ class Zero : public loom::sdk::DataPlugin {
     comm_ms = issued_any_ ? ms_between(first_issue_, t1) : 0;
     issued_any_ = false;
     finished_ = true;
+    // Traffic between two reductions: one step's forward and backward, and the update before it.
+    last_sent_ = sent_, sent_ = 0;
   }
 
   void sum_squares(int which, double out[2]) override {
@@ -209,6 +216,8 @@ class Zero : public loom::sdk::DataPlugin {
   // ---- the update ----
 
   void step(const loom_adamw& hp) override {
+    for (auto& [u, g] : gathers_)  // no gather may still be reading the weights about to change
+      if (g.work) wait(g.work, "all-gather of a layer's parameters");
     for (const Segment& s : segments_) {
       float* g = grad_at(s.shard_at);
       if (hp.grad_scale != 1.0) ctx_.ops->scale(g, static_cast<float>(hp.grad_scale), s.len);
@@ -217,15 +226,11 @@ class Zero : public loom::sdk::DataPlugin {
                       (s.flags & LOOM_PARAM_DECAY) ? static_cast<float>(hp.weight_decay) : 0.f, hp.step);
     }
     if (stage_ == 3) {  // gathered copies are stale now; the next forward gathers again
-      for (auto& [u, g] : gathers_) {
-        if (g.work) wait(g.work, "all-gather of a layer's parameters");
-        free_bufs_.push_back(std::move(g.buf));
-      }
+      for (auto& [u, g] : gathers_) free_bufs_.push_back(std::move(g.buf));
       gathers_.clear();
     } else {
       gather_full();
     }
-    last_sent_ = sent_, sent_ = 0;  // this step's traffic: forward, backward and the update
   }
 
   std::vector<loom_shard_piece> shard_pieces() override {
@@ -306,8 +311,9 @@ class Zero : public loom::sdk::DataPlugin {
     if (ctx_.comm->all_gather(ctx_.comm_self, ctx_.dp, &tin, &tout, &g.work, err.get()) != LOOM_OK)
       err.raise("issuing a parameter all-gather");
     sent_ += (n_ - 1) * piece_[u] * 4;
+    Gather& added = gathers_.emplace(u, std::move(g)).first->second;
     note_buffers();
-    return gathers_.emplace(u, std::move(g)).first->second;
+    return added;
   }
 
   int take_bucket() {
@@ -332,14 +338,18 @@ class Zero : public loom::sdk::DataPlugin {
     else
       ctx_.ops->accumulate(dst, piece->data(), piece_[r.unit]);
     if (r.bucket >= 0) bucket_busy_[r.bucket] = false;
+    free_pieces_.push_back(std::move(piece));
   }
 
+  // Every communication buffer allocated so far (pools keep what they allocate).
   void note_buffers() {
     int64_t live = 0;
     for (auto& b : buckets_) live += 4 * static_cast<int64_t>(b->size());
     for (auto& [u, g] : gathers_) live += 4 * static_cast<int64_t>(g.buf->size());
     for (auto& b : free_bufs_) live += 4 * static_cast<int64_t>(b->size());
-    buffers_peak_ = std::max(buffers_peak_, live + 4 * unit_max_);  // + the gather being added
+    for (auto& p : pieces_) live += 4 * static_cast<int64_t>(p->size());
+    for (auto& p : free_pieces_) live += 4 * static_cast<int64_t>(p->size());
+    buffers_peak_ = std::max(buffers_peak_, live);
   }
 
   // Completes an issued operation and clears its handle.
@@ -369,6 +379,7 @@ class Zero : public loom::sdk::DataPlugin {
   std::map<int64_t, int> bucket_of_;
   std::deque<Reduction> in_flight_;
   std::deque<std::unique_ptr<std::vector<float>>> pieces_;
+  std::vector<std::unique_ptr<std::vector<float>>> free_pieces_;
   std::map<int64_t, Gather> gathers_;
   std::vector<std::unique_ptr<std::vector<float>>> free_bufs_;
   int64_t buffers_peak_ = 0, scratch_peak_ = 0, sent_ = 0, last_sent_ = 0;

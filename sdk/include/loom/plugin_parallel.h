@@ -20,6 +20,11 @@ typedef struct loom_data_unit {
   int64_t numel;
 } loom_data_unit;
 
+/* acquire_params flags (ABI 1.2): the pass is backward; the unit is the layer's own, so the
+ * plugin may start gathering the next unit in the pass's direction. */
+#define LOOM_ACQUIRE_BACKWARD 1
+#define LOOM_ACQUIRE_PREFETCH 2
+
 /* Per-parameter flags (ABI 1.2). */
 #define LOOM_PARAM_DECAY 1      /* AdamW weight decay applies */
 #define LOOM_PARAM_TP_SHARDED 2 /* tp ranks hold different slices: a norm sums it over tp */
@@ -79,8 +84,9 @@ typedef struct loom_data_v1 {
    * (ddp). 1, 2, 3: the ZeRO stage. The plugin owns parameters, gradients and optimizer states
    * and the runtime uses the entries below instead of its buffers. */
   int32_t (*zero_stage)(void* self);
-  /* Unit u's full parameter values, gathered if they are sharded; valid until release_params. */
-  loom_status (*acquire_params)(void* self, int64_t unit, int32_t backward, float** values,
+  /* Unit u's full parameter values, gathered if they are sharded; valid until release_params.
+   * flags: LOOM_ACQUIRE_*. */
+  loom_status (*acquire_params)(void* self, int64_t unit, int32_t flags, float** values,
                                 loom_error* err);
   loom_status (*release_params)(void* self, int64_t unit, loom_error* err);
   /* Where unit u's gradients accumulate during this micro-batch's backward. */

@@ -213,7 +213,9 @@ class DataPlugin : public Plugin {
   virtual void accounting(int64_t out[5]) { std::fill(out, out + 5, 0); }
   // ABI 1.2, for a plugin that shards model state (zero_stage() > 0): see loom_data_v1.
   virtual int zero_stage() { return 0; }
-  virtual float* acquire_params(int64_t /*unit*/, bool /*backward*/) { throw Unavailable("not a sharding plugin"); }
+  virtual float* acquire_params(int64_t /*unit*/, bool /*backward*/, bool /*prefetch*/) {
+    throw Unavailable("not a sharding plugin");
+  }
   virtual void release_params(int64_t /*unit*/) {}
   virtual float* grad_buffer(int64_t /*unit*/) { throw Unavailable("not a sharding plugin"); }
   virtual void unit_grads_ready(int64_t /*unit*/, bool /*last*/) {}

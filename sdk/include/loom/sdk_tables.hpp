@@ -282,8 +282,11 @@ const loom_plugin* data_plugin() {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->accounting(out); });
     };
     t.zero_stage = [](void* self) { return static_cast<int32_t>(static_cast<Impl*>(self)->zero_stage()); };
-    t.acquire_params = [](void* self, int64_t u, int32_t backward, float** values, loom_error* e) {
-      return detail::guarded(e, [&] { *values = static_cast<Impl*>(self)->acquire_params(u, backward != 0); });
+    t.acquire_params = [](void* self, int64_t u, int32_t flags, float** values, loom_error* e) {
+      return detail::guarded(e, [&] {
+        *values = static_cast<Impl*>(self)->acquire_params(u, (flags & LOOM_ACQUIRE_BACKWARD) != 0,
+                                                           (flags & LOOM_ACQUIRE_PREFETCH) != 0);
+      });
     };
     t.release_params = [](void* self, int64_t u, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->release_params(u); });
