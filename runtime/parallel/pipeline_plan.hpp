@@ -3,10 +3,10 @@
 // `loom schedule` and the bubble tables.
 //
 // Execution rules (docs/pipeline.md): a rank runs its actions in order; a forward of virtual
-// stage s > 0 first receives its input from stage s - 1 (blocking), and sends its output to stage
-// s + 1 without waiting; a backward receives its gradient from stage s + 1 and sends to s - 1 the
-// same way. Sends never block, so the order is deadlock-free exactly when the simulation below,
-// which follows the same rules, finishes.
+// stage s > 0 first waits for its input from stage s - 1, and sends its output to stage s + 1
+// without waiting; a backward waits for its gradient from stage s + 1 and sends to s - 1 the
+// same way. Sends never block (and receives are posted ahead), so the order is deadlock-free
+// exactly when the simulation below, which follows the same rules, finishes.
 #pragma once
 
 #include <memory>

@@ -248,6 +248,9 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       std::printf("mesh: %d ranks (launched by %s), %s, %lld sequences per rank per step\n", env.world,
                   env.launcher.c_str(), mesh.describe().c_str(), (long long)local_batch);
     if (pipe) std::printf("pipeline: %s\n", pipe->describe().c_str());
+    if (!dp && selection.slot("data") && std::string(selection.slot("data")->found.desc->name) != "ddp")
+      std::printf("note: [plugins] data = \"%s\" has nothing to shard or reduce with dp = 1\n",
+                  selection.slot("data")->found.desc->name);
     std::printf("run dir: %s\n", run_dir.c_str());
     std::fflush(stdout);
   }

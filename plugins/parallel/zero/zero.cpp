@@ -55,7 +55,7 @@ class Zero : public loom::sdk::DataPlugin {
  public:
   static const loom_option_spec* options() {
     static const loom_option_spec specs[] = {
-        {"buckets", LOOM_OPT_INT, "2", "gradient reductions in flight at once (stages 2 and 3)"},
+        {"buckets", LOOM_OPT_INT, "2", "gradient reduce-scatters in flight at once"},
         {"prefetch", LOOM_OPT_BOOL, "true", "stage 3: gather the next unit while this one computes"},
         {nullptr, 0, nullptr, nullptr},
     };
@@ -168,6 +168,7 @@ class Zero : public loom::sdk::DataPlugin {
 
   void unit_grads_ready(int64_t u, bool last) override {
     if (stage_ == 1 && !last) return;  // stage 1 reduces once, after accumulating
+    while (static_cast<int>(in_flight_.size()) >= max_in_flight_) complete_oldest();
     if (!issued_any_) first_issue_ = Clock::now(), issued_any_ = true;
     Reduction r;
     r.unit = u;
