@@ -209,11 +209,11 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   busy_ms_ = 0;
   live_ = peak_live_ = 0;
   live_bytes_ = peak_live_bytes_ = 0;
-  if (chunks_.front().bytes == 0)
-    for (Chunk& ch : chunks_) {
-      gpt::Microbatch probe{nullptr, nullptr, B, T, 0.f};
-      for (size_t i = ch.first; i < ch.last; ++i) ch.bytes += model_->layers()[i]->saved_bytes(probe);
-    }
+  for (Chunk& ch : chunks_) {  // what one micro-batch leaves in each chunk's slots
+    gpt::Microbatch probe{nullptr, nullptr, B, T, 0.f};
+    ch.bytes = 0;
+    for (size_t i = ch.first; i < ch.last; ++i) ch.bytes += model_->layers()[i]->saved_bytes(probe);
+  }
   const auto start = Clock::now();
   post_receives(model_->api().local_rows(B * T));
   for (size_t k = 0; k < actions.size(); ++k) {

@@ -37,6 +37,11 @@ TEST_CASE("pp = 2 and pp = 4 under gpipe, 1f1b and interleaved match the single-
       REQUIRE(!in_flight.empty());
       if (std::string(schedule) == "gpipe") CHECK(in_flight.back() == 8);
       if (std::string(schedule) == "1f1b") CHECK(in_flight.back() == pp);
+      // With one chunk per rank the peak activations are that many micro-batches' worth.
+      const double held = column(got.metrics, "pipeline_activation_bytes").back();
+      const double one = column(got.metrics, "activation_bytes").back();
+      if (std::string(schedule) != "interleaved") CHECK(held == in_flight.back() * one);
+      CHECK(held > 0);
       CHECK(has(got.out, std::string("pipeline: ") + schedule));
     }
 }
