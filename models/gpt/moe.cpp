@@ -14,7 +14,9 @@ struct MoeMlp::Acts {
   std::vector<int32_t> expert;         // [N * K]: token t's k-th expert
   std::vector<int64_t> row_of;         // [N * K]: its row, or -1 when dropped
   std::vector<int64_t> token, first;   // [R], [E + 1]
-  std::vector<int64_t> load;           // [E]: assignments before capacity
+  std::vector<int64_t> load;           // [E]: assignments before capacity, whole micro-batch
+  std::vector<double> share, mean_p;   // [E]: f_e and P_e over the whole micro-batch
+  int64_t tokens = 0, dropped = 0;     // the whole micro-batch's
   Tensor xin, fc, act, yexp;           // [R, C], [R, FO], [R, F], [R, C]
   int64_t n = 0;
   Acts(const GptConfig& c, int64_t rows) {
@@ -65,6 +67,9 @@ void MoeMlp::reset_stats() {
 
 // probs = softmax(h Wr^T); each token's top k (ties to the lower expert) with weights renormalised
 // over the k (k = 1 keeps the raw probability, as Switch); capacity per expert in token order.
+// Over a token group (dp ranks splitting the micro-batch) the per-expert counts and probability
+// sums are gathered first: capacity counts the assignments of earlier ranks' tokens before
+// this rank's, and f_e, P_e are the whole micro-batch's, exactly as on one rank.
 void MoeMlp::route(const Tensor& h, Acts& a) {
   const loom_ops* o = api_.ops();
   const int64_t N = h.dim(0), C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k;
@@ -74,7 +79,7 @@ void MoeMlp::route(const Tensor& h, Acts& a) {
   float* lse = a.lse.f32();
   float* w = a.weights.f32();
   a.expert.assign(N * K, 0);
-  a.load.assign(E, 0);
+  a.load.assign(E, 0);  // this rank's, until the group's replace them below
   for (int64_t t = 0; t < N; ++t) {
     float* pt = p + t * E;
     float m = *std::max_element(pt, pt + E);
@@ -96,13 +101,43 @@ void MoeMlp::route(const Tensor& h, Acts& a) {
     for (int64_t k = 0; k < K; ++k) sum += pt[ex[k]];
     for (int64_t k = 0; k < K; ++k) w[t * K + k] = K > 1 ? static_cast<float>(pt[ex[k]] / sum) : pt[ex[k]];
   }
-  // Capacity: an expert keeps its first `cap` assignments in (token, k) order.
-  const int64_t cap = c_.moe.dropless ? std::numeric_limits<int64_t>::max()
-                                      : static_cast<int64_t>(std::ceil(c_.moe.capacity_factor * N * K / E));
-  std::vector<int64_t> taken(E, 0);
+  std::vector<double> mine(2 * E + 1, 0.0);
+  for (int64_t e = 0; e < E; ++e) {
+    mine[e] = static_cast<double>(a.load[e]);
+    for (int64_t t = 0; t < N; ++t) mine[E + e] += p[t * E + e];
+  }
+  mine[2 * E] = static_cast<double>(N);
+  int me = 0;
+  const std::vector<double> all = api_.gather_over_tokens(mine, me);
+  const int64_t ranks = static_cast<int64_t>(all.size()) / (2 * E + 1);
+  std::vector<int64_t> before(E, 0);  // assignments of earlier ranks' tokens, per expert
+  std::vector<double> load(E, 0.0), psum(E, 0.0);
+  double tokens = 0;
+  for (int64_t r = 0; r < ranks; ++r) {
+    const double* x = &all[r * (2 * E + 1)];
+    for (int64_t e = 0; e < E; ++e) {
+      load[e] += x[e], psum[e] += x[E + e];
+      if (r < me) before[e] += static_cast<int64_t>(x[e]);
+    }
+    tokens += x[2 * E];
+  }
+  a.tokens = static_cast<int64_t>(tokens);
+  a.share.resize(E), a.mean_p.resize(E);
+  for (int64_t e = 0; e < E; ++e) {
+    a.share[e] = load[e] / (tokens * K), a.mean_p[e] = psum[e] / tokens;
+    a.load[e] = static_cast<int64_t>(load[e]);
+  }
+  // Capacity: an expert keeps its first `cap` assignments of the micro-batch in (token, k) order.
+  const int64_t cap = c_.moe.dropless || !capacity_on_ ? std::numeric_limits<int64_t>::max()
+                                      : static_cast<int64_t>(std::ceil(c_.moe.capacity_factor * tokens * K / E));
+  a.dropped = 0;
+  for (int64_t e = 0; e < E; ++e) a.dropped += std::max<int64_t>(0, a.load[e] - cap);
+  std::vector<int64_t> seen(E, 0), taken(E, 0);
   a.row_of.assign(N * K, -1);
-  for (int64_t i = 0; i < N * K; ++i)
-    if (taken[a.expert[i]] < cap) a.row_of[i] = taken[a.expert[i]]++;
+  for (int64_t i = 0; i < N * K; ++i) {
+    const int32_t e = a.expert[i];
+    if (before[e] + seen[e]++ < cap) a.row_of[i] = taken[e]++;
+  }
   a.first.assign(E + 1, 0);
   for (int64_t e = 0; e < E; ++e) a.first[e + 1] = a.first[e] + taken[e];
   a.token.assign(a.first[E], 0);
@@ -144,13 +179,9 @@ void MoeMlp::forward(const Tensor& h, Tensor& y) {
     for (int64_t j = 0; j < C; ++j) yt[j] += w[i] * src[j];
   }
   // Auxiliary losses: Switch's E sum_e f_e P_e (f_e the share of assignments, P_e the mean
-  // probability) and the z-loss mean_t lse_t^2.
+  // probability, both over the micro-batch) and the z-loss mean_t lse_t^2 (over this rank's tokens).
   double aux = 0, z = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    double P = 0;
-    for (int64_t t = 0; t < N; ++t) P += a.probs.f32()[t * E + e];
-    aux += static_cast<double>(a.load[e]) / (N * K) * (P / N);
-  }
+  for (int64_t e = 0; e < E; ++e) aux += a.share[e] * a.mean_p[e];
   for (int64_t t = 0; t < N; ++t) z += static_cast<double>(a.lse.f32()[t]) * a.lse.f32()[t];
   last_aux_ = E * aux;
   last_z_ = z / N;
@@ -158,8 +189,8 @@ void MoeMlp::forward(const Tensor& h, Tensor& y) {
   stats_.z += last_z_;
   ++stats_.forwards;
   for (int64_t e = 0; e < E; ++e) stats_.load[e] += a.load[e];
-  stats_.assignments += N * K;
-  stats_.dropped += N * K - R;
+  stats_.assignments += a.tokens * K;
+  stats_.dropped += a.dropped;
 }
 
 void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss) {
@@ -210,8 +241,7 @@ void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss
   std::vector<double> dp(E);
   for (int64_t t = 0; t < N; ++t) {
     const float* pt = p + t * E;
-    for (int64_t e = 0; e < E; ++e)
-      dp[e] = c_.moe.aux_coef * E * (static_cast<double>(a.load[e]) / (N * K)) * dloss;
+    for (int64_t e = 0; e < E; ++e) dp[e] = c_.moe.aux_coef * E * a.share[e] * dloss;
     const int32_t* ex = &a.expert[t * K];
     if (K > 1) {
       double S = 0, dot = 0;

@@ -39,6 +39,9 @@ class MoeMlp {
   int64_t saved_bytes(int64_t rows) const;
   const MoeStats& stats() const { return stats_; }
   void reset_stats();
+  // Off: route dropless whatever the config says (evaluation, samples), so the outcome does not
+  // depend on how many sequences share a micro-batch.
+  void use_capacity(bool on) { capacity_on_ = on; }
   // aux_coef x aux + z_coef x z of the last forward: what the auxiliary losses add to the
   // objective (per token of the micro-batch, as the mean cross-entropy).
   double aux_objective() const;
@@ -52,6 +55,7 @@ class MoeMlp {
   std::unique_ptr<Slots<Acts>> acts_;
   MoeStats stats_;
   double last_aux_ = 0, last_z_ = 0;
+  bool capacity_on_ = true;
 };
 
 }  // namespace loom::gpt

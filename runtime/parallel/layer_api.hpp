@@ -5,6 +5,7 @@
 // rank, every region boundary the identity).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include <loom/plugin.h>
@@ -70,10 +71,25 @@ class LayerApi {
   virtual double cross_entropy(Tensor& logits, const int32_t* targets, int64_t vocab_begin,
                                int64_t vocab_real, float dloss) const;
 
+  // The ranks that hold the tokens of one micro-batch between them (the dp group): MoE routing
+  // gathers its per-expert statistics over them, so capacity and the load-balancing loss see
+  // the whole micro-batch, as on one rank. Rank r's tokens come after those of ranks < r.
+  struct TokenGroup {
+    int rank = 0, size = 1;
+    std::function<void(const double* mine, double* all, int64_t n)> all_gather;  // size x n
+  };
+  void set_token_group(TokenGroup g) { tokens_ = std::move(g); }
+  // Off while every rank holds the same tokens (evaluation, samples).
+  void use_token_group(bool on) { tokens_on_ = on; }
+  // Every rank's `n` values, rank-major; just `mine` without a group.
+  std::vector<double> gather_over_tokens(const std::vector<double>& mine, int& my_rank) const;
+
  protected:
   const loom_ops* ops_;
   GemmNumerics numerics_;
   mutable SegmentProfile profile_;
+  TokenGroup tokens_;
+  bool tokens_on_ = true;
 };
 
 }  // namespace loom

@@ -209,6 +209,13 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model, static_cast<int>(s.accum),
                                         pipe && mc.tied_embeddings ? std::vector<std::string>{"wte"} : std::vector<std::string>{});
   const bool sharded = dp && dp->sharded();  // ZeRO: the data plugin holds the model state
+  if (dp && !model.moe_layers().empty()) {  // MoE routing sees the whole micro-batch across dp
+    dist::Communicator& group = world->axis(dist::Axis::DP);
+    api.set_token_group({dp->dp_rank(), dp->dp_size(), [&group](const double* mine, double* all, int64_t n) {
+                           group.all_gather(flat_view(const_cast<double*>(mine), LOOM_F64, n),
+                                            flat_view(all, LOOM_F64, n * group.size()));
+                         }});
+  }
   // AdamW moments, here unless the data plugin shards them.
   Tensor m = sharded ? Tensor() : Tensor::zeros({params.numel()}), v = sharded ? Tensor() : Tensor::zeros({params.numel()});
   const Faults faults = Faults::from(cfg);
@@ -420,6 +427,10 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       for (auto& kv : precision->metrics()) fields.push_back(kv);
     std::string val_text;
     // Every rank evaluates and samples (tensor-parallel layers talk inside forward); rank 0 reports.
+    // Evaluation and samples: every rank holds the same tokens, and MoE routes dropless, so the
+    // result does not depend on the layout's micro-batch size.
+    api.use_token_group(false);
+    for (auto& [name, moe] : model.moe_layers()) moe->use_capacity(false);
     if (s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
       double val = pipe ? pipe->evaluate([&](int b, int32_t* tokens, int32_t* targets) {
                                    data.val_batch(b * s.micro_batch, s.micro_batch, tokens, targets);
@@ -450,6 +461,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         std::printf("---- sample at step %lld ----\n%s%s\n----\n", (long long)step,
                     printable(s.sample_prompt).c_str(), printable(text).c_str());
     }
+    api.use_token_group(true);
+    for (auto& [name, moe] : model.moe_layers()) moe->use_capacity(true);
     std::fflush(stdout);
   }
   checkpoints.close();

@@ -1,6 +1,6 @@
-// The MoE model across the layouts that do not split its experts: pp cuts between blocks, so a
-// pipeline matches the single-rank run with capacity dropping and the auxiliary losses; dp and
-// ZeRO see the same tokens only when each rank's statistics are not needed (dropless, no aux).
+// The MoE model across the layouts that do not split its experts: pp cuts between blocks, and dp
+// splits a micro-batch's tokens with routing statistics gathered over the ranks, so both match
+// the single-rank run with capacity dropping and the auxiliary losses.
 #include <doctest/doctest.h>
 
 #include "support/layouts.hpp"
@@ -27,13 +27,19 @@ TEST_CASE("a MoE model under pp = 2 and pp = 4 matches the single-rank run, drop
     check_same(one, runs.run(layout), 1e-5, layout);
 }
 
-TEST_CASE("a dropless MoE model without auxiliary losses matches under ddp and ZeRO at dp = 2") {
-  LayoutRuns runs(std::string(kBlocks) + "[model.moe]\nexperts = 4\ntop_k = 2\nevery = 2\ndropless = true\n"
-                  "aux_coef = 0.0\nz_coef = 0.0",
-                  "steps = 10\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2");
+TEST_CASE("a MoE model under ddp and ZeRO at dp = 2 and 4 matches: capacity and aux over the whole micro-batch") {
+  // One micro-batch per step, split over the dp ranks: routing gathers its statistics over them,
+  // so the same assignments are dropped and the same load-balancing loss is paid.
+  LayoutRuns runs(kModel, "steps = 10\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2");
   Curves one = runs.run("--set parallel.nproc=1");
-  for (const char* layout : {"--set parallel.nproc=2", "--set parallel.nproc=2 --set plugins.data=zero3"})
-    check_same(one, runs.run(layout), 1e-5, layout);
+  CHECK(column(one.metrics, "moe.h1.dropped").front() > 0);
+  for (const char* layout : {"--set parallel.nproc=2", "--set parallel.nproc=4 --set plugins.data=zero2",
+                             "--set parallel.nproc=2 --set plugins.data=zero3"}) {
+    Curves got = runs.run(layout);
+    check_same(one, got, 1e-5, layout);
+    CHECK(column(got.metrics, "moe.h1.dropped") == column(one.metrics, "moe.h1.dropped"));
+    CHECK(column(got.metrics, "moe.h3.load.0") == column(one.metrics, "moe.h3.load.0"));
+  }
 }
 
 TEST_CASE("MoE settings that cannot work are config errors") {
