@@ -363,14 +363,15 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       double factor = 1.0 / loss_scale;
       if (s.grad_clip > 0 && grad_norm > s.grad_clip) factor *= s.grad_clip / grad_norm;
       ++applied;
-      if (sharded)
+      if (sharded) {  // the data plugin updates its shard
         dp->step({lr, s.beta1, s.beta2, s.eps, s.weight_decay, factor, applied});
-      if (!sharded && factor != 1.0) ops->scale(params.grads(), static_cast<float>(factor), params.numel());
-      if (!sharded)
+      } else {
+        if (factor != 1.0) ops->scale(params.grads(), static_cast<float>(factor), params.numel());
         for (auto& p : params.all())
-        ops->adamw(p.value.f32(), p.grad.f32(), m.f32() + p.offset, v.f32() + p.offset,
-                   p.value.numel(), static_cast<float>(lr), s.beta1, s.beta2, s.eps,
-                   p.weight_decay ? s.weight_decay : 0.f, applied);
+          ops->adamw(p.value.f32(), p.grad.f32(), m.f32() + p.offset, v.f32() + p.offset,
+                     p.value.numel(), static_cast<float>(lr), s.beta1, s.beta2, s.eps,
+                     p.weight_decay ? s.weight_decay : 0.f, applied);
+      }
     }
     if (trace) trace->span("step " + std::to_string(step), "step", t0, Clock::now());
     if (step == faults.perturb_step && env.rank == faults.perturb_rank) params.values()[0] += 1e-3f;
