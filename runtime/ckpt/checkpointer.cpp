@@ -65,18 +65,22 @@ void Checkpointer::barrier() {
   if (world_) world_->world().barrier();
 }
 
-size_t Checkpointer::owned_bytes(const ParamStore& params) const {
+// dp rank 0 writes (under ZeRO every dp rank, its pieces); a tensor replicated over tp only tp
+// rank 0; a pipeline mirror never (its owner does).
+bool Checkpointer::writes(const Param& q) const {
   const dist::Coord c = dist::coord_of(mesh_, rank_);
+  return !q.mirror && (shards_.pieces || c.dp == 0) && (q.slice.length >= 0 || c.tp == 0);
+}
+
+size_t Checkpointer::owned_bytes(const ParamStore& params) const {
   size_t total = 0;
-  if (shards_.pieces) {  // every dp rank writes its own pieces
-    for (const loom_shard_piece& pc : shards_.pieces()) {
-      const Param& q = params.all()[pc.param];
-      if (!q.mirror && (q.slice.length >= 0 || c.tp == 0)) total += 3 * 4 * static_cast<size_t>(pc.count);
-    }
+  if (shards_.pieces) {
+    for (const loom_shard_piece& pc : shards_.pieces())
+      if (writes(params.all()[pc.param])) total += 3 * 4 * static_cast<size_t>(pc.count);
     return total;
   }
   for (const Param& q : params.all())
-    if (!q.mirror && c.dp == 0 && (q.slice.length >= 0 || c.tp == 0)) total += 3 * 4 * static_cast<size_t>(q.value.numel());
+    if (writes(q)) total += 3 * 4 * static_cast<size_t>(q.value.numel());
   return total;
 }
 
@@ -160,10 +164,6 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
   auto p = std::make_unique<Pending>();
   p->step = step;
   p->applied = applied;
-  const dist::Coord c = dist::coord_of(mesh_, rank_);
-  auto mine = [&](const Param& q) {  // dp rank 0 writes; a replicated tensor only tp rank 0
-    return !q.mirror && c.dp == 0 && (q.slice.length >= 0 || c.tp == 0);
-  };
   const size_t total = owned_bytes(params);
   // The staging buffer is kept between saves: after the first, building it faults no pages.
   if (blob_.size() < total) blob_.resize(total);
@@ -172,10 +172,10 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
   std::vector<std::pair<const float*, size_t>> copies;  // source and byte count of each part
   for (const Param& q : params.all())
     for (const char* suffix : {"", ".adam_m", ".adam_v"}) p->shapes[q.name + suffix] = q.global_shape;
-  if (shards_.pieces)  // ZeRO: every dp rank writes its pieces; a replicated tensor's only from tp rank 0
+  if (shards_.pieces)  // ZeRO: the rank's pieces
     for (const loom_shard_piece& pc : shards_.pieces()) {
       const Param& q = params.all()[pc.param];
-      if (q.mirror || (q.slice.length < 0 && c.tp != 0)) continue;
+      if (!writes(q)) continue;
       for (auto [suffix, src] : {std::pair{"", pc.value}, {".adam_m", pc.adam_m}, {".adam_v", pc.adam_v}}) {
         Part part{q.name + suffix, q.local_shape, q.slice.length >= 0 ? q.slice : Slice{}, static_cast<int64_t>(at)};
         part.flat_begin = pc.begin;
@@ -187,7 +187,7 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
     }
   for (const Param& q : params.all()) {
     if (shards_.pieces) break;
-    if (!mine(q)) continue;
+    if (!writes(q)) continue;
     for (auto [suffix, src] : {std::pair{"", q.value.f32()}, {".adam_m", m.f32() + q.offset}, {".adam_v", v.f32() + q.offset}}) {
       p->mine.parts.push_back({q.name + suffix, q.local_shape, q.slice.length >= 0 ? q.slice : Slice{}, static_cast<int64_t>(at)});
       copies.push_back({src, 4 * static_cast<size_t>(q.value.numel())});

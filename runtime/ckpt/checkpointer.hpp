@@ -62,6 +62,7 @@ class Checkpointer {
     std::map<std::string, std::vector<int64_t>> shapes;
   };
   size_t owned_bytes(const ParamStore& params) const;  // this rank's share of a checkpoint
+  bool writes(const Param& q) const;                   // this rank writes q (or its pieces)
   void save(int64_t step, ParamStore& params, const Tensor& m, const Tensor& v, int64_t applied, Precision* precision);
   void commit();
   void barrier();
