@@ -7,10 +7,8 @@
 set -euo pipefail
 build=${1:-build}
 steps=${2:-40}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/corpus.sh"
-bench_corpus "$build" "$work" 40000 "a checkpoint saved while training goes on costs the step only its copy"
+bench_workdir "$build" 40000 "a checkpoint saved while training goes on costs the step only its copy"
 cat > "$work/ck.toml" <<TOML
 [run]
 log_every = 1000

@@ -13,3 +13,11 @@ with open(path, "w") as f:
 PY
   "$build/bin/loom" data prepare --text "$work/corpus.txt" --out "$work/data" > /dev/null
 }
+
+# A temporary directory in $work, removed when the script exits, holding the corpus above.
+#   bench_workdir BUILD_DIR LINES "SENTENCE"
+bench_workdir() {
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  bench_corpus "$1" "$work" "$2" "$3"
+}

@@ -6,10 +6,8 @@
 set -euo pipefail
 build=${1:-build}
 steps=${2:-12}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/corpus.sh"
-bench_corpus "$build" "$work" 60000 "the quick brown fox jumps over the lazy dog while data parallel ranks reduce gradients"
+bench_workdir "$build" 60000 "the quick brown fox jumps over the lazy dog while data parallel ranks reduce gradients"
 cat > "$work/ddp.toml" <<TOML
 [run]
 threads = 1

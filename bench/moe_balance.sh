@@ -11,11 +11,7 @@ build=${1:-build}
 steps=${2:-200}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-if [ ! -f "$root/data/fortunes/train_000000.bin" ]; then
-  mapfile -t texts < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' \
-    ! -name '*.u8' ! -name 'art' ! -name 'ascii-art' ! -name 'translate-me' | sort)
-  "$build/bin/loom" data prepare --text "${texts[@]}" --out "$root/data/fortunes" --val-fraction 0.05 > /dev/null
-fi
+bash "$root/scripts/fortunes.sh" "$build" > /dev/null
 for coef in 0 0.01; do
   "$build/bin/loom" train "$root/configs/demo.toml" --run-dir "$work/aux-$coef" --set data.dir="$root/data/fortunes" \
     --set train.steps=$steps --set train.eval_every=0 --set train.sample_every=0 --set run.log_every=1000 \

@@ -15,10 +15,8 @@
 set -euo pipefail
 build=${1:-build}
 steps=${2:-6}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/corpus.sh"
-bench_corpus "$build" "$work" 20000 "pipeline stages pass activations forward and gradients back between ranks"
+bench_workdir "$build" 20000 "pipeline stages pass activations forward and gradients back between ranks"
 cat > "$work/pp.toml" <<TOML
 [run]
 threads = 1

@@ -7,10 +7,8 @@
 set -euo pipefail
 build=${1:-build}
 steps=${2:-6}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/corpus.sh"
-bench_corpus "$build" "$work" 40000 "tensor parallel layers split their weights across ranks and reduce activations"
+bench_workdir "$build" 40000 "tensor parallel layers split their weights across ranks and reduce activations"
 cat > "$work/layer.toml" <<TOML
 [run]
 threads = 1

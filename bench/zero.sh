@@ -8,10 +8,8 @@
 set -euo pipefail
 build=${1:-build}
 steps=${2:-8}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/corpus.sh"
-bench_corpus "$build" "$work" 20000 "sharded optimizer states gradients and parameters save memory on every rank"
+bench_workdir "$build" 20000 "sharded optimizer states gradients and parameters save memory on every rank"
 cat > "$work/zero.toml" <<TOML
 [run]
 threads = 1

@@ -8,10 +8,5 @@ build=${LOOM_BUILD_DIR:-$root/build}
 bash "$root/scripts/build.sh"
 cd "$root"
 
-if [ ! -f data/fortunes/train_000000.bin ]; then
-  # English prose from Debian's fortunes package; the ASCII-art files are left out.
-  mapfile -t texts < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' \
-    ! -name '*.u8' ! -name 'art' ! -name 'ascii-art' ! -name 'translate-me' | sort)
-  "$build/bin/loom" data prepare --text "${texts[@]}" --out data/fortunes --val-fraction 0.05
-fi
+bash "$root/scripts/fortunes.sh" "$build"
 "$build/bin/loom" train configs/demo.toml "$@"

@@ -80,7 +80,6 @@ class ParamStore {
     values_ = Tensor(), grads_ = Tensor();
     for (Param& p : params_) p.value = Tensor(), p.grad = Tensor();
   }
-  bool has_buffers() const { return values_.defined(); }
 
  private:
   std::deque<Param> params_;

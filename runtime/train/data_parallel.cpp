@@ -30,20 +30,18 @@ class DataParallel::Shards : public gpt::LayerHooks {
       : t_(table), self_(self), units_(units), microbatches_(microbatches) {
     members_.resize(units.size());
     for (Param& p : params.all()) members_[unit_of_param[p.index]].push_back(&p);
+    // The lowest-numbered layer using a unit owns it (the others borrow it, as the head borrows
+    // a tied embedding): acquiring it there may prefetch the next unit, and in backward its
+    // gradients are final once that layer is done.
     uses_.resize(model.layers().size());
-    last_user_.assign(units.size(), SIZE_MAX);
+    owner_.assign(units.size(), SIZE_MAX);
     for (size_t i = 0; i < model.layers().size(); ++i) {
       for (const Param* p : model.layers()[i]->params()) {
         const int64_t u = unit_of_param[p->index];
         if (std::find(uses_[i].begin(), uses_[i].end(), u) == uses_[i].end()) uses_[i].push_back(u);
-        last_user_[u] = std::min(last_user_[u], i);
+        owner_[u] = std::min(owner_[u], i);
       }
     }
-    // A layer's own units are those it is the first to use (the others it borrows, as the head
-    // borrows a tied embedding); acquiring an own unit may prefetch the next one.
-    own_.assign(units.size(), SIZE_MAX);
-    for (size_t i = 0; i < uses_.size(); ++i)
-      for (int64_t u : uses_[i]) own_[u] = std::min(own_[u], i);
     open_.assign(units.size(), false);
     ready_.assign(units.size(), 0);
   }
@@ -68,7 +66,7 @@ class DataParallel::Shards : public gpt::LayerHooks {
   void after_backward(size_t i) override {
     for (int64_t u : uses_[i]) {
       release(u);
-      if (last_user_[u] != i) continue;
+      if (owner_[u] != i) continue;
       open_[u] = false;
       const bool last = ++ready_[u] == microbatches_;  // every micro-batch runs each unit's backward once
       if (last) ready_[u] = 0;
@@ -82,7 +80,7 @@ class DataParallel::Shards : public gpt::LayerHooks {
   void bind_values(int64_t u, size_t layer, bool backward) {
     float* v = nullptr;
     loom_error e;
-    const int32_t flags = (backward ? LOOM_ACQUIRE_BACKWARD : 0) | (own_[u] == layer ? LOOM_ACQUIRE_PREFETCH : 0);
+    const int32_t flags = (backward ? LOOM_ACQUIRE_BACKWARD : 0) | (owner_[u] == layer ? LOOM_ACQUIRE_PREFETCH : 0);
     check(t_->acquire_params(self_, u, flags, &v, &e), e, "data plugin acquire_params");
     for (Param* p : members_[u]) p->value = Tensor::borrow(v + (p->offset - units_[u].offset), p->local_shape);
   }
@@ -99,7 +97,7 @@ class DataParallel::Shards : public gpt::LayerHooks {
   int microbatches_;
   std::vector<std::vector<Param*>> members_;
   std::vector<std::vector<int64_t>> uses_;
-  std::vector<size_t> last_user_, own_;
+  std::vector<size_t> owner_;
   std::vector<bool> open_;
   std::vector<int> ready_;
 };
@@ -121,16 +119,15 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
     flags_.push_back((p.weight_decay ? LOOM_PARAM_DECAY : 0) | (p.slice.length >= 0 ? LOOM_PARAM_TP_SHARDED : 0) |
                      (p.mirror ? LOOM_PARAM_MIRROR : 0));
   }
-  // A gradient is final after the lowest-numbered layer that uses it has run backward.
-  std::vector<size_t> last_user(infos_.size(), SIZE_MAX);
+  // The lowest-numbered layer using a parameter: it declared it, and in backward the gradient
+  // is final once that layer is done.
+  std::vector<size_t> first_user(infos_.size(), SIZE_MAX);
   for (size_t i = 0; i < model.layers().size(); ++i)
-    for (const Param* p : model.layers()[i]->params()) last_user[p->index] = std::min(last_user[p->index], i);
+    for (const Param* p : model.layers()[i]->params()) first_user[p->index] = std::min(first_user[p->index], i);
   final_after_.assign(model.layers().size(), {});
-  for (size_t p = 0; p < last_user.size(); ++p)
-    if (last_user[p] != SIZE_MAX) final_after_[last_user[p]].push_back(static_cast<int64_t>(p));
-  // Units: the parameters each layer declares (the first, in forward order, to use them), a
-  // contiguous range of the flat buffers.
-  const std::vector<size_t>& first_user = last_user;
+  for (size_t p = 0; p < first_user.size(); ++p)
+    if (first_user[p] != SIZE_MAX) final_after_[first_user[p]].push_back(static_cast<int64_t>(p));
+  // Units: the parameters each layer declares, a contiguous range of the flat buffers.
   std::vector<int64_t> unit_of_param(infos_.size(), -1);
   auto alone = [&](const Param& p) { return std::find(own_unit.begin(), own_unit.end(), p.name) != own_unit.end(); };
   auto end_of = [](const Param& p) { return p.offset + (p.value.numel() + 15) / 16 * 16; };

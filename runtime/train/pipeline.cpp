@@ -47,7 +47,7 @@ PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection
 
 Pipeline::Pipeline(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
                    const gpt::GptConfig& mc, int microbatches)
-    : world_(world), pp_(world.axis(dist::Axis::PP)), rank_(world.coord().pp), stages_(world.mesh().pp) {
+    : pp_(world.axis(dist::Axis::PP)), rank_(world.coord().pp), stages_(world.mesh().pp) {
   PipelineLayout layout = plan_pipeline(cfg, sel, mc, stages_, microbatches);
   plan_ = std::move(layout.plan);
   kinds_ = std::move(layout.kinds);

@@ -50,10 +50,8 @@ class Pipeline {
   const std::vector<int>& layers() const { return layers_; }
   // Called once the model is built from layers().
   void bind(gpt::Gpt& model, int64_t max_rows);
-  const PipelinePlan& plan() const { return *plan_; }
   // "1f1b, 4 stages x 1 chunk: E t | t t | t t | t L"
   std::string describe() const;
-  bool first_stage() const { return rank_ == 0; }
 
   // One training step: every micro-batch forward and backward through this rank's chunks.
   // `after_layer(i)` runs during the last backward through model.layers()[i] (the data slot's
@@ -85,7 +83,6 @@ class Pipeline {
   void finish_sends();
   int tag(bool backward, int sender_stage, int mb) const;
 
-  dist::CommWorld& world_;
   dist::Communicator& pp_;
   int rank_, stages_;
   std::unique_ptr<PipelinePlan> plan_;
