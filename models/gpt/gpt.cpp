@@ -20,9 +20,11 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bo
     throw ConfigError("[model] seq_len = " + std::to_string(c_.seq_len) +
                       " is not divisible by [parallel] tp = " + std::to_string(tp) +
                       " (sequence parallelism splits it)");
-  if (c_.moe.experts > 0 && tp > 1)
-    throw ConfigError("[model.moe] experts = " + std::to_string(c_.moe.experts) + " with [parallel] tp = " +
-                      std::to_string(tp) + ": MoE layers run without tensor parallelism in this build");
+  // MoE layers route whole rows: under tp every tp rank runs them on the same full rows (the
+  // experts replicated over tp); sequence parallelism would split the rows, and with them routing.
+  if (c_.moe.experts > 0 && api.local_rows(c_.seq_len) != c_.seq_len)
+    throw ConfigError("[model.moe] experts = " + std::to_string(c_.moe.experts) +
+                      " with [plugins] sequence: MoE routing needs every token's full row; use tp without sp");
   scratch_ = std::make_unique<Scratch>(c_, max_rows);
   const int last = static_cast<int>(c_.n_layer) + 1;
   auto builds = [&](int n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };

@@ -1,6 +1,7 @@
 #include "gpt/layers.hpp"
 
 #include "gpt/moe.hpp"
+#include "parallel/expert_dispatch.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -43,7 +44,9 @@ struct Marks {
 
 Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
                      Role role, std::vector<int64_t> shape, Init init, bool decay, int fused) {
-  Slice s = api.shard(role, shape, fused);
+  // Experts are split by the expert slot (over ep), everything else by the tensor slot (over tp).
+  const ExpertDispatch* ex = api.experts();
+  Slice s = role == Role::Expert && ex ? Slice{0, ex->first_expert(), ex->local_experts(), 1} : api.shard(role, shape, fused);
   Param& p = ps.declare(std::move(name), role, std::move(shape), init, decay, s);
   owner.push_back(&p);
   return p;
@@ -180,7 +183,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
 
   ln2_.forward(o, a.ln2, x, n);
   marks("fwd norm");
-  if (moe_) {  // routed experts on full rows (MoE runs without tp): no region to enter or leave
+  if (moe_) {  // routed experts on full rows, the same on every tp rank: no region to enter or leave
     moe_->forward(rows_of(a.ln2.out, n), y);
     o->accumulate(x.f32(), y.f32(), n * C);
     marks("fwd moe");

@@ -1,11 +1,28 @@
 #include "gpt/moe.hpp"
 
+#include "parallel/expert_dispatch.hpp"
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 namespace loom::gpt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// A [rows, cols] view of `t`, reallocated when it is too small (routed row counts vary).
+Tensor rows_view(Tensor& t, int64_t rows, int64_t cols) {
+  if (!t.defined() || t.numel() < std::max<int64_t>(rows, 1) * cols) t = Tensor::empty({std::max<int64_t>(rows, 1), cols});
+  return Tensor::borrow(t.f32(), {std::max<int64_t>(rows, 1), cols});
+}
+
+}  // namespace
 
 // What one micro-batch's forward keeps for backward. Rows r = 0..R-1 are the kept (token,
 // choice) assignments grouped by expert: expert e owns rows [first[e], first[e + 1]).
@@ -17,7 +34,12 @@ struct MoeMlp::Acts {
   std::vector<int64_t> load;           // [E]: assignments before capacity, whole micro-batch
   std::vector<double> share, mean_p;   // [E]: f_e and P_e over the whole micro-batch
   int64_t tokens = 0, dropped = 0;     // the whole micro-batch's
-  Tensor xin, fc, act, yexp;           // [R, C], [R, FO], [R, F], [R, C]
+  Tensor xin, yexp;                    // [R, C]: this rank's kept rows, in and out of the experts
+  // The rows the local experts run on, local expert j owning rows [route.first[j], ...): under
+  // expert parallelism what dispatch brought here from the ep group, otherwise xin and yexp
+  // themselves.
+  ExpertRoute route;
+  Tensor xl, fc, act, yl;              // [Rl, C], [Rl, FO], [Rl, F], [Rl, C]
   int64_t n = 0;
   Acts(const GptConfig& c, int64_t rows) {
     const int64_t E = c.moe.experts, K = c.moe.top_k, R = rows * K, F = c.d_ff;
@@ -29,6 +51,19 @@ struct MoeMlp::Acts {
     fc = Tensor::empty({R, FO});
     act = Tensor::empty({R, F});
     yexp = Tensor::empty({R, c.d_model});
+  }
+  // Routes this micro-batch's kept rows to the local experts: the ep exchange, or all here.
+  void to_local_experts(ExpertDispatch* ex, int64_t E, int64_t C) {
+    route.sent.resize(E);
+    for (int64_t e = 0; e < E; ++e) route.sent[e] = first[e + 1] - first[e];
+    if (!ex) {
+      route.first = first;
+      xl = xin, yl = yexp;
+      return;
+    }
+    ex->exchange(route);
+    Tensor out = rows_view(xl, route.rows_local(), C);
+    ex->dispatch(route, Tensor::borrow(xin.f32(), {std::max<int64_t>(first[E], 1), C}), out);
   }
 };
 
@@ -155,19 +190,31 @@ void MoeMlp::forward(const Tensor& h, Tensor& y) {
   const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k, F = c_.d_ff;
   const int64_t FO = c_.mlp == "swiglu" ? 2 * F : F, R = a.first[E];
   for (int64_t r = 0; r < R; ++r) std::memcpy(a.xin.f32() + r * C, h.f32() + a.token[r] * C, C * sizeof(float));
-  // Each expert: y_e = W2_e act(W1_e x + b1_e) + b2_e over its rows.
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = a.first[e], n = a.first[e + 1] - r0;
+  ExpertDispatch* ex = api_.experts();
+  auto t0 = Clock::now();
+  a.to_local_experts(ex, E, C);
+  stats_.all_to_all_ms += ex ? ms_since(t0) : 0.0;
+  const int64_t Rl = a.route.rows_local();
+  rows_view(a.fc, Rl, FO), rows_view(a.act, Rl, F), rows_view(a.yl, Rl, C);
+  // Each local expert j: y = W2_j act(W1_j x + b1_j) + b2_j over its rows.
+  for (int64_t j = 0; j + 1 < static_cast<int64_t>(a.route.first.size()); ++j) {
+    const int64_t r0 = a.route.first[j], n = a.route.first[j + 1] - r0;
     if (n == 0) continue;
-    float *xin = a.xin.f32() + r0 * C, *fc = a.fc.f32() + r0 * FO, *act = a.act.f32() + r0 * F, *ye = a.yexp.f32() + r0 * C;
-    o->gemm(0, 1, n, FO, C, 1.f, xin, C, fc_w_->value.f32() + e * FO * C, C, 0.f, fc, FO);
-    o->bias_add(fc, fc_b_->value.f32() + e * FO, n, FO);
+    float *xin = a.xl.f32() + r0 * C, *fc = a.fc.f32() + r0 * FO, *act = a.act.f32() + r0 * F, *ye = a.yl.f32() + r0 * C;
+    o->gemm(0, 1, n, FO, C, 1.f, xin, C, fc_w_->value.f32() + j * FO * C, C, 0.f, fc, FO);
+    o->bias_add(fc, fc_b_->value.f32() + j * FO, n, FO);
     if (c_.mlp == "swiglu")
       o->swiglu_fwd(act, fc, n, F);
     else
       o->gelu_fwd(act, fc, n * F);
-    o->gemm(0, 1, n, C, F, 1.f, act, F, out_w_->value.f32() + e * C * F, F, 0.f, ye, C);
-    o->bias_add(ye, out_b_->value.f32() + e * C, n, C);
+    o->gemm(0, 1, n, C, F, 1.f, act, F, out_w_->value.f32() + j * C * F, F, 0.f, ye, C);
+    o->bias_add(ye, out_b_->value.f32() + j * C, n, C);
+  }
+  if (ex) {  // the experts' outputs go home, in the layout xin had
+    t0 = Clock::now();
+    Tensor back = Tensor::borrow(a.yexp.f32(), {std::max<int64_t>(R, 1), C});
+    ex->combine(a.route, rows_view(a.yl, Rl, C), back);
+    stats_.all_to_all_ms += ms_since(t0);
   }
   // Combine: y_t = sum_k w_tk y_{e_tk}(t) over kept assignments.
   std::fill(y.f32(), y.f32() + N * C, 0.f);
@@ -212,24 +259,40 @@ void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss
     for (int64_t j = 0; j < C; ++j) d[j] = w[i] * dyt[j], s += static_cast<double>(dyt[j]) * ye[j];
     dw[i] = static_cast<float>(s);
   }
-  // Each expert's MLP backward over its rows.
-  Tensor dact = Tensor::empty({std::max<int64_t>(R, 1), F}), dfc = Tensor::empty({std::max<int64_t>(R, 1), FO});
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = a.first[e], n = a.first[e + 1] - r0;
+  // Each local expert's MLP backward over its rows (under ep: the output gradients go to the
+  // experts' ranks first, and the input gradients come back).
+  ExpertDispatch* ex = api_.experts();
+  const int64_t Rl = a.route.rows_local();
+  Tensor dyl = dye, dxl = dxin;
+  auto t0 = Clock::now();
+  if (ex) {
+    dyl = Tensor::empty({std::max<int64_t>(Rl, 1), C}), dxl = Tensor::empty({std::max<int64_t>(Rl, 1), C});
+    ex->dispatch(a.route, dye, dyl);
+  }
+  double a2a = ex ? ms_since(t0) : 0.0;
+  Tensor dact = Tensor::empty({std::max<int64_t>(Rl, 1), F}), dfc = Tensor::empty({std::max<int64_t>(Rl, 1), FO});
+  for (int64_t j = 0; j + 1 < static_cast<int64_t>(a.route.first.size()); ++j) {
+    const int64_t r0 = a.route.first[j], n = a.route.first[j + 1] - r0;
     if (n == 0) continue;
-    const float *xin = a.xin.f32() + r0 * C, *fc = a.fc.f32() + r0 * FO, *act = a.act.f32() + r0 * F;
-    float *d_y = dye.f32() + r0 * C, *d_act = dact.f32() + r0 * F, *d_fc = dfc.f32() + r0 * FO, *d_x = dxin.f32() + r0 * C;
-    o->bias_bwd(out_b_->grad.f32() + e * C, d_y, n, C);
-    o->gemm(0, 0, n, F, C, 1.f, d_y, C, out_w_->value.f32() + e * C * F, F, 0.f, d_act, F);
-    o->gemm(1, 0, C, F, n, 1.f, d_y, C, act, F, 1.f, out_w_->grad.f32() + e * C * F, F);
+    const float *xin = a.xl.f32() + r0 * C, *fc = a.fc.f32() + r0 * FO, *act = a.act.f32() + r0 * F;
+    float *d_y = dyl.f32() + r0 * C, *d_act = dact.f32() + r0 * F, *d_fc = dfc.f32() + r0 * FO, *d_x = dxl.f32() + r0 * C;
+    o->bias_bwd(out_b_->grad.f32() + j * C, d_y, n, C);
+    o->gemm(0, 0, n, F, C, 1.f, d_y, C, out_w_->value.f32() + j * C * F, F, 0.f, d_act, F);
+    o->gemm(1, 0, C, F, n, 1.f, d_y, C, act, F, 1.f, out_w_->grad.f32() + j * C * F, F);
     if (c_.mlp == "swiglu")
       o->swiglu_bwd(d_fc, fc, d_act, n, F);
     else
       o->gelu_bwd(d_fc, fc, d_act, n * F);
-    o->bias_bwd(fc_b_->grad.f32() + e * FO, d_fc, n, FO);
-    o->gemm(0, 0, n, C, FO, 1.f, d_fc, FO, fc_w_->value.f32() + e * FO * C, C, 0.f, d_x, C);
-    o->gemm(1, 0, FO, C, n, 1.f, d_fc, FO, xin, C, 1.f, fc_w_->grad.f32() + e * FO * C, C);
+    o->bias_bwd(fc_b_->grad.f32() + j * FO, d_fc, n, FO);
+    o->gemm(0, 0, n, C, FO, 1.f, d_fc, FO, fc_w_->value.f32() + j * FO * C, C, 0.f, d_x, C);
+    o->gemm(1, 0, FO, C, n, 1.f, d_fc, FO, xin, C, 1.f, fc_w_->grad.f32() + j * FO * C, C);
   }
+  if (ex) {
+    t0 = Clock::now();
+    ex->combine(a.route, dxl, dxin);
+    a2a += ms_since(t0);
+  }
+  stats_.all_to_all_ms += a2a;
   std::fill(dh.f32(), dh.f32() + N * C, 0.f);
   for (int64_t r = 0; r < R; ++r) o->accumulate(dh.f32() + a.token[r] * C, dxin.f32() + r * C, C);
   // Router: d p from the weights (renormalised: d p_k = (d w_k - sum_j d w_j w_j) / S), plus the

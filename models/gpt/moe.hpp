@@ -22,6 +22,7 @@ struct MoeStats {
   std::vector<int64_t> load;  // assignments routed to each expert, before capacity
   int64_t assignments = 0, dropped = 0, forwards = 0;
   double aux = 0, z = 0;      // the two auxiliary losses summed over forwards, before coefficients
+  double all_to_all_ms = 0;   // in the expert slot's collectives (ep > 1), forward and backward
 };
 
 class MoeMlp {

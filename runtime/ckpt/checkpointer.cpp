@@ -69,7 +69,7 @@ void Checkpointer::barrier() {
 // rank 0; a pipeline mirror never (its owner does).
 bool Checkpointer::writes(const Param& q) const {
   const dist::Coord c = dist::coord_of(mesh_, rank_);
-  return !q.mirror && (shards_.pieces || c.dp == 0) && (q.slice.length >= 0 || c.tp == 0);
+  return !q.mirror && (shards_.pieces || (c.dp == 0 && (q.ep_sharded() || c.ep == 0))) && (q.tp_sharded() || c.tp == 0);
 }
 
 size_t Checkpointer::owned_bytes(const ParamStore& params) const {

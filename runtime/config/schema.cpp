@@ -154,7 +154,7 @@ std::vector<SectionSpec> build_schema() {
       slot_key("tensor", "tensor-parallel strategy (tp)"),
       slot_key("sequence", "sequence-parallel strategy (sp)"),
       slot_key("pipeline", "pipeline schedule (gpipe, 1f1b, interleaved); \"\" = 1f1b when pp > 1"),
-      slot_key("expert", "expert-parallel strategy (ep)"),
+      slot_key("expert", "expert-parallel strategy (ep); \"\" = ep when ep > 1"),
       {"precision", ValueType::String, "\"fp32\"", "GEMM and optimizer numerics"},
       slot_key("ckpt", "checkpoint writer (sync, async); \"\" = no checkpoints"),
   }, true});

@@ -133,9 +133,14 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
     Split s = split_for(mesh_, env_.rank, a);
     axes_[static_cast<int>(a)] = world_->split(s.color, s.key, axis_name(a));
   }
+  if (mesh_.ep > 1) {
+    Split s = data_split(mesh_, env_.rank);
+    data_ = world_->split(s.color, s.key, "data");
+  }
 }
 
 CommWorld::~CommWorld() {
+  data_.reset();
   for (auto& a : axes_) a.reset();
   world_.reset();
   plugin_.reset();

@@ -59,6 +59,11 @@ class CommWorld {
   Coord coord() const { return coord_of(mesh_, env_.rank); }
   Communicator& world() { return *world_; }
   Communicator& axis(Axis a) { return *axes_[static_cast<int>(a)]; }
+  // The dp x ep ranks that split the batch (data_split); the dp axis when ep = 1. With ep > 1 the
+  // dp axis is the expert-data group: the dp ranks that hold the same experts.
+  Communicator& data() { return data_ ? *data_ : axis(Axis::DP); }
+  int data_rank() const { return coord().dp * mesh_.ep + coord().ep; }
+  int data_size() const { return mesh_.dp * mesh_.ep; }
   const loom_comm_v1* table() const { return table_; }
   void* self() const;
 
@@ -72,6 +77,7 @@ class CommWorld {
   const loom_comm_v1* table_ = nullptr;
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Communicator> axes_[4];
+  std::unique_ptr<Communicator> data_;  // ep > 1 only
 };
 
 }  // namespace loom::dist

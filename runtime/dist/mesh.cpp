@@ -90,4 +90,10 @@ Split split_for(const MeshShape& m, int rank, Axis a) {
   return {rank_of(m, base), key};
 }
 
+Split data_split(const MeshShape& m, int rank) {
+  Coord c = coord_of(m, rank), base = c;
+  base.dp = base.ep = 0;
+  return {rank_of(m, base), c.dp * m.ep + c.ep};
+}
+
 }  // namespace loom::dist

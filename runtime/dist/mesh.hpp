@@ -37,5 +37,8 @@ struct Split {
   int color, key;
 };
 Split split_for(const MeshShape& m, int rank, Axis a);
+// The data group: the dp x ep ranks that split the global batch between them (same pp and tp),
+// ordered by dp * EP + ep. With ep = 1 it is the dp axis' group.
+Split data_split(const MeshShape& m, int rank);
 
 }  // namespace loom::dist

@@ -48,6 +48,10 @@ struct Param {
   // pipeline sums its gradient with the owner's, and norms and checkpoints count the owner's.
   bool mirror = false;
   Tensor value, grad;
+  // Split over tp ranks (each holds different elements; a norm sums them over tp).
+  bool tp_sharded() const { return slice.length >= 0 && role != Role::Expert; }
+  // Split over ep ranks by expert (replicated over tp and over the dp ranks of one ep coordinate).
+  bool ep_sharded() const { return slice.length >= 0 && role == Role::Expert; }
 };
 
 // The flat index in the global tensor of element `i` of a rank's local part (`local` shape,

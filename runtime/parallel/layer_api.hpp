@@ -17,6 +17,8 @@
 
 namespace loom {
 
+class ExpertDispatch;
+
 // The precision slot's say over GEMM operands (none = exact fp32).
 struct GemmNumerics {
   Precision* precision = nullptr;
@@ -84,12 +86,18 @@ class LayerApi {
   // Every rank's `n` values, rank-major; just `mine` without a group.
   std::vector<double> gather_over_tokens(const std::vector<double>& mine, int& my_rank) const;
 
+  // The expert slot (ep > 1): this rank holds a block of each MoE layer's experts and sends
+  // routed rows to the others' through it. Null: every expert is here.
+  void set_experts(ExpertDispatch* e) { experts_ = e; }
+  ExpertDispatch* experts() const { return experts_; }
+
  protected:
   const loom_ops* ops_;
   GemmNumerics numerics_;
   mutable SegmentProfile profile_;
   TokenGroup tokens_;
   bool tokens_on_ = true;
+  ExpertDispatch* experts_ = nullptr;
 };
 
 }  // namespace loom

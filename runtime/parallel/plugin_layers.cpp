@@ -162,7 +162,7 @@ std::vector<float> PluginLayers::logits_row(const Tensor& logits, int64_t row) c
 void PluginLayers::finish_replicated_grads(ParamStore& ps) {
   if (!seq_) return;
   for (Param& p : ps.all()) {
-    if (p.slice.length >= 0) continue;
+    if (p.tp_sharded()) continue;
     loom_tensor g = p.grad.desc();
     loom_error e;
     check(seq_->reduce_replicated(seq_self_, &g, &e), e, "sp replicated gradients");

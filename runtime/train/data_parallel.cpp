@@ -108,16 +108,21 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
     : world_(&world) {
   const plugins::SlotChoice* data = sel.slot("data");
   if (!data)
-    throw ConfigError("dp = " + std::to_string(world.mesh().dp) + " needs [plugins] data (e.g. \"ddp\")");
+    throw ConfigError(world.mesh().describe() + " needs [plugins] data (e.g. \"ddp\")");
 
   loom_options data_opts = plugins::options_for(cfg, data->found.desc->name);
   data_ = std::make_unique<plugins::Instance>(data->found, &data_opts);
   table_ = data_->table<loom_data_v1>();
+  const bool ep = world.mesh().ep > 1;
+  if (ep && table_->base.v.minor < 3)
+    throw ConfigError("[plugins] data = \"" + std::string(data->found.desc->name) + "\" was built against plugin ABI 1." +
+                      std::to_string(table_->base.v.minor) + ", which predates expert gradients; [parallel] ep = " +
+                      std::to_string(world.mesh().ep) + " needs ABI 1.3 or later");
 
   for (const Param& p : params.all()) {
     infos_.push_back({p.name.c_str(), p.offset, p.value.numel()});
-    flags_.push_back((p.weight_decay ? LOOM_PARAM_DECAY : 0) | (p.slice.length >= 0 ? LOOM_PARAM_TP_SHARDED : 0) |
-                     (p.mirror ? LOOM_PARAM_MIRROR : 0));
+    flags_.push_back((p.weight_decay ? LOOM_PARAM_DECAY : 0) | (p.tp_sharded() ? LOOM_PARAM_TP_SHARDED : 0) |
+                     (p.mirror ? LOOM_PARAM_MIRROR : 0) | (ep && p.ep_sharded() ? LOOM_PARAM_EXPERT : 0));
   }
   // The lowest-numbered layer using a parameter: it declared it, and in backward the gradient
   // is final once that layer is done.
@@ -127,32 +132,40 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
   final_after_.assign(model.layers().size(), {});
   for (size_t p = 0; p < first_user.size(); ++p)
     if (first_user[p] != SIZE_MAX) final_after_[first_user[p]].push_back(static_cast<int64_t>(p));
-  // Units: the parameters each layer declares, a contiguous range of the flat buffers.
+  // Units: the parameters each layer declares, a contiguous range of the flat buffers; a layer's
+  // experts (held per ep rank, reduced over another group) form a unit of their own.
   std::vector<int64_t> unit_of_param(infos_.size(), -1);
   auto alone = [&](const Param& p) { return std::find(own_unit.begin(), own_unit.end(), p.name) != own_unit.end(); };
   auto end_of = [](const Param& p) { return p.offset + (p.value.numel() + 15) / 16 * 16; };
   for (size_t i = 0; i < model.layers().size(); ++i) {
-    int64_t lo = INT64_MAX, hi = -1;
-    for (const Param& p : params.all()) {
-      if (first_user[p.index] != i) continue;
-      if (alone(p)) {
-        unit_of_param[p.index] = static_cast<int64_t>(units_.size());
-        units_.push_back({p.offset, end_of(p) - p.offset});
-      } else {
-        lo = std::min(lo, p.offset), hi = std::max(hi, end_of(p));
+    for (int expert = 0; expert < 2; ++expert) {
+      auto member = [&](const Param& p) {
+        return first_user[p.index] == i && !alone(p) && (flags_[p.index] & LOOM_PARAM_EXPERT ? 1 : 0) == expert;
+      };
+      int64_t lo = INT64_MAX, hi = -1, inside = 0;
+      for (const Param& p : params.all()) {
+        if (first_user[p.index] == i && alone(p) && expert == 0) {
+          unit_of_param[p.index] = static_cast<int64_t>(units_.size());
+          units_.push_back({p.offset, end_of(p) - p.offset});
+        } else if (member(p)) {
+          lo = std::min(lo, p.offset), hi = std::max(hi, end_of(p)), inside += end_of(p) - p.offset;
+        }
       }
+      if (hi < 0) continue;
+      if (inside != hi - lo)
+        throw RuntimeError("layer " + model.layers()[i]->name() + ": its " + (expert ? "expert" : "other") +
+                           " parameters are not contiguous in the flat buffer");
+      for (const Param& p : params.all())
+        if (member(p)) unit_of_param[p.index] = static_cast<int64_t>(units_.size());
+      units_.push_back({lo, hi - lo});
     }
-    if (hi < 0) continue;
-    for (const Param& p : params.all())
-      if (first_user[p.index] == i && !alone(p)) unit_of_param[p.index] = static_cast<int64_t>(units_.size());
-    units_.push_back({lo, hi - lo});
   }
 
   loom_data_context ctx{};
   ctx.v = LOOM_VERSION_OF(loom_data_context);
   ctx.comm = world_->table();
   ctx.comm_self = world_->self();
-  ctx.dp = world_->axis(dist::Axis::DP).raw();
+  ctx.dp = world_->data().raw();
   ctx.values = params.values();
   ctx.grads = params.grads();
   ctx.numel = params.numel();
@@ -162,6 +175,7 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
   ctx.n_units = static_cast<int64_t>(units_.size());
   ctx.param_flags = flags_.data();
   ctx.ops = model.api().ops();
+  ctx.expert_dp = ep ? world_->axis(dist::Axis::DP).raw() : nullptr;
   loom_error e;
   check(table_->setup(data_->self(), &ctx, &e), e, "data plugin setup");
   if (LOOM_HAS_FIELD(&table_->base, loom_data_v1, pieces_loaded) && table_->zero_stage)
@@ -179,7 +193,7 @@ std::pair<double, double> DataParallel::sum_squares(int which) {
   double parts[2] = {0, 0};
   loom_error e;
   check(table_->sum_squares(data_->self(), which, parts, &e), e, "data plugin sum_squares");
-  world_->axis(dist::Axis::DP).all_reduce(scalar_f64(parts, 2), LOOM_REDUCE_SUM);  // the shards are disjoint
+  world_->data().all_reduce(scalar_f64(parts, 2), LOOM_REDUCE_SUM);  // the shards are disjoint
   return {parts[0], parts[1]};
 }
 
@@ -210,8 +224,8 @@ std::vector<int64_t> DataParallel::accounting() {
   return out;
 }
 
-int DataParallel::dp_rank() const { return world_->coord().dp; }
-int DataParallel::dp_size() const { return world_->mesh().dp; }
+int DataParallel::data_rank() const { return world_->data_rank(); }
+int DataParallel::data_size() const { return world_->data_size(); }
 
 void DataParallel::after_layer(size_t i) {
   for (int64_t p : final_after_[i]) {
@@ -228,9 +242,9 @@ std::pair<double, double> DataParallel::finish() {
   return {comm, exposed};
 }
 
-double DataParallel::mean_over_dp(double v) {
-  world_->axis(dist::Axis::DP).all_reduce(scalar_f64(&v), LOOM_REDUCE_SUM);
-  return v / dp_size();
+double DataParallel::mean_over_data(double v) {
+  world_->data().all_reduce(scalar_f64(&v), LOOM_REDUCE_SUM);
+  return v / data_size();
 }
 
 // Position-weighted sum in double: equal buffers give equal bits, and a swapped pair does not

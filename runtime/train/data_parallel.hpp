@@ -21,7 +21,8 @@ std::string describe_ranks(const std::vector<int>& ranks);
 
 class DataParallel {
  public:
-  // Starts the data plugin over the model, on the dp group of `world`; `microbatches` backward
+  // Starts the data plugin over the model, on the data group of `world` (experts' gradients over
+  // the dp axis when ep > 1); `microbatches` backward
   // passes make one step. Parameters named in `own_unit` get a sharding unit of their own (the
   // tied embedding under pp, so its shards line up on the two stages that hold it).
   DataParallel(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
@@ -29,14 +30,15 @@ class DataParallel {
                const std::vector<std::string>& own_unit = {});
   ~DataParallel();
 
-  int dp_rank() const;
-  int dp_size() const;
+  // This rank's place in the data group (dp x ep: the ranks that split the batch) and its size.
+  int data_rank() const;
+  int data_size() const;
   // Tells the data plugin which gradients layer `i` finished.
   void after_layer(size_t i);
   // Waits for every gradient reduction; returns {comm_ms, exposed_comm_ms}.
   std::pair<double, double> finish();
-  // Mean of a per-rank value over dp.
-  double mean_over_dp(double v);
+  // Mean of a per-rank value over the data group.
+  double mean_over_data(double v);
   // The world ranks of the dp replicas whose parameters differ from the majority's (checksum
   // of the flat buffer); both, when two replicas disagree. A collective over dp.
   std::vector<int> odd_replicas(const ParamStore& params);
@@ -47,8 +49,8 @@ class DataParallel {
   // The ZeRO stage of the plugin; 0 = replicated model state (ddp).
   int zero_stage() const { return stage_; }
   bool sharded() const { return stage_ > 0; }
-  // Sharded: sums of squares over the whole dp group of {replicated, tp-sharded} parameters'
-  // gradients (which = 0) or values (1). A collective over dp.
+  // Sharded: sums of squares over the whole data group of {replicated, tp-sharded} parameters'
+  // gradients (which = 0) or values (1). A collective over the data group.
   std::pair<double, double> sum_squares(int which);
   // Sharded: the optimizer step on this rank's shard.
   void step(const loom_adamw& hp);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/errors.hpp"
+#include "parallel/expert_dispatch.hpp"
 #include "parallel/plugin_layers.hpp"
 
 namespace loom::train {
@@ -18,6 +19,7 @@ TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& se
                       "\" needs [parallel] tp > 1: sequence parallelism splits rows over the tp group");
   if (tp == 1) {
     api_ = std::make_unique<LayerApi>(ops, numerics);
+    start_experts(cfg, sel);
     return;
   }
   const plugins::SlotChoice* tensor = sel.slot("tensor");
@@ -35,23 +37,54 @@ TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& se
   ctx.tp = world->axis(dist::Axis::TP).raw();
   ctx.ops = ops;
   api_ = std::make_unique<PluginLayers>(ops, numerics, ctx, *tensor_, sequence_.get());
+  start_experts(cfg, sel);
+}
+
+// ep > 1: the expert slot places each MoE layer's experts over the ep group.
+void TensorSlots::start_experts(const config::Config& cfg, const plugins::Selection& sel) {
+  const int ep = world_ ? world_->mesh().ep : 1;
+  if (ep == 1) return;
+  const int64_t experts = cfg.i64("model.moe.experts");
+  if (experts == 0)
+    throw ConfigError("[parallel] ep = " + std::to_string(ep) +
+                      " needs a mixture-of-experts model: set [model.moe] experts (a multiple of ep)");
+  const plugins::SlotChoice* slot = sel.slot("expert");
+  if (!slot) throw ConfigError("[parallel] ep = " + std::to_string(ep) + " needs [plugins] expert (e.g. \"ep\")");
+  loom_options opts = plugins::options_for(cfg, slot->found.desc->name);
+  expert_ = std::make_unique<plugins::Instance>(slot->found, &opts);
+  loom_expert_context ctx{};
+  ctx.v = LOOM_VERSION_OF(loom_expert_context);
+  ctx.comm = world_->table();
+  ctx.comm_self = world_->self();
+  ctx.ep = world_->axis(dist::Axis::EP).raw();
+  ctx.experts = static_cast<int32_t>(experts);
+  dispatch_ = std::make_unique<ExpertDispatch>(ctx, *expert_);
+  api_->set_experts(dispatch_.get());
 }
 
 TensorSlots::~TensorSlots() {
   api_.reset();
+  dispatch_.reset();
+  expert_.reset();
   sequence_.reset();
   tensor_.reset();
 }
 
 double TensorSlots::global_norm(ParamStore& params, Tensor Param::*which) {
-  double replicated = 0, sharded = 0;
+  double replicated = 0, sharded = 0, experts = 0;
   for (const Param& p : params.all()) {
     if (p.mirror) continue;  // the owner's copy counts
     const Tensor& t = p.*which;
     double ss = ops_->sum_squares(t.f32(), t.numel());
-    (p.slice.length >= 0 ? sharded : replicated) += ss;
+    (p.tp_sharded() ? sharded : p.ep_sharded() ? experts : replicated) += ss;
   }
-  return norm_of({replicated, sharded});
+  return norm_of({replicated + over_ep(experts), sharded});
+}
+
+// Each ep rank holds different experts (and the same everything else).
+double TensorSlots::over_ep(double sum) {
+  if (world_ && world_->mesh().ep > 1) world_->axis(dist::Axis::EP).all_reduce(flat_view(&sum, LOOM_F64, 1), LOOM_REDUCE_SUM);
+  return sum;
 }
 
 double TensorSlots::norm_of(std::pair<double, double> sums) {
@@ -74,7 +107,7 @@ std::string layer_of(const std::string& param) {
 
 std::vector<std::pair<std::string, double>> TensorSlots::layer_grad_norms(ParamStore& params) {
   std::vector<std::string> names;
-  std::vector<double> sharded, replicated;
+  std::vector<double> sharded, replicated, experts;
   for (const Param& p : params.all()) {
     if (p.mirror) continue;
     const std::string layer = layer_of(p.name);
@@ -82,13 +115,16 @@ std::vector<std::pair<std::string, double>> TensorSlots::layer_grad_norms(ParamS
       names.push_back(layer);
       sharded.push_back(0);
       replicated.push_back(0);
+      experts.push_back(0);
     }
-    (p.slice.length >= 0 ? sharded : replicated).back() += ops_->sum_squares(p.grad.f32(), p.grad.numel());
+    (p.tp_sharded() ? sharded : p.ep_sharded() ? experts : replicated).back() += ops_->sum_squares(p.grad.f32(), p.grad.numel());
   }
   if (world_ && world_->mesh().tp > 1)
     world_->axis(dist::Axis::TP).all_reduce(flat_view(sharded.data(), LOOM_F64, sharded.size()), LOOM_REDUCE_SUM);
+  if (world_ && world_->mesh().ep > 1)
+    world_->axis(dist::Axis::EP).all_reduce(flat_view(experts.data(), LOOM_F64, experts.size()), LOOM_REDUCE_SUM);
   std::vector<std::pair<std::string, double>> out;
-  for (size_t i = 0; i < names.size(); ++i) out.push_back({names[i], std::sqrt(sharded[i] + replicated[i])});
+  for (size_t i = 0; i < names.size(); ++i) out.push_back({names[i], std::sqrt(sharded[i] + replicated[i] + experts[i])});
   return out;
 }
 
@@ -100,7 +136,7 @@ void TensorSlots::check_replicated(const ParamStore& params) {
   if (!world_ || world_->mesh().tp == 1) return;
   dist::Communicator& tp = world_->axis(dist::Axis::TP);
   for (const Param& p : params.all()) {
-    if (p.slice.length >= 0) continue;
+    if (p.tp_sharded()) continue;
     double sum = 0;
     const float* v = p.value.f32();
     for (int64_t i = 0; i < p.value.numel(); ++i) sum += static_cast<double>(v[i]) * (i % 7 + 1);

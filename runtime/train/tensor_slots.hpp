@@ -1,6 +1,7 @@
 // The tensor and sequence slots as the trainer sees them: the layer API the model runs on (dense,
 // or backed by the tp/sp plugins over the tp group) and the global gradient norm, which counts
-// each sharded parameter's shards once across tp and each replicated parameter once.
+// each sharded parameter's shards once across tp (experts: across ep) and each replicated
+// parameter once.
 #pragma once
 
 #include <memory>
@@ -11,6 +12,10 @@
 #include "dist/comm.hpp"
 #include "parallel/layer_api.hpp"
 #include "loader/selection.hpp"
+
+namespace loom {
+class ExpertDispatch;
+}
 
 namespace loom::train {
 
@@ -32,16 +37,19 @@ class TensorSlots {
   // the sharded part summed over tp, the total over pp.
   double norm_of(std::pair<double, double> sums);
   // The gradient norm of each layer ("embedding", "h3", "head"), counted as grad_norm counts
-  // them; in model order. A collective over tp.
+  // them; in model order. A collective over tp and ep.
   std::vector<std::pair<std::string, double>> layer_grad_norms(ParamStore& params);
   // Fails, naming the parameter, when a replicated parameter differs between tp ranks.
   void check_replicated(const ParamStore& params);
 
  private:
   double global_norm(ParamStore& params, Tensor Param::*which);
+  double over_ep(double sum);
+  void start_experts(const config::Config& cfg, const plugins::Selection& sel);
   dist::CommWorld* world_;
   const loom_ops* ops_;
-  std::unique_ptr<plugins::Instance> tensor_, sequence_;
+  std::unique_ptr<plugins::Instance> tensor_, sequence_, expert_;
+  std::unique_ptr<ExpertDispatch> dispatch_;
   std::unique_ptr<LayerApi> api_;
 };
 

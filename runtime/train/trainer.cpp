@@ -105,20 +105,32 @@ void print_profile(const SegmentProfile& p, int64_t microbatches) {
   std::printf("  %-20s %10.3f\n", "total", total / microbatches);
 }
 
-// Sequences per rank per step; fills in micro_batch (0 = all of them) and accum.
+// Sequences per rank per step; fills in micro_batch (0 = all of them) and accum. The dp x ep
+// ranks split the batch (expert parallelism is data parallelism outside the experts).
 int64_t split_batch(Settings& s, const dist::MeshShape& mesh) {
-  if (s.global_batch % mesh.dp != 0)
-    throw ConfigError("[train] global_batch = " + std::to_string(s.global_batch) +
-                      " is not a multiple of dp = " + std::to_string(mesh.dp));
-  const int64_t local_batch = s.global_batch / mesh.dp;
+  const int64_t data = mesh.dp * mesh.ep;
+  const std::string over = mesh.ep > 1 ? "dp x ep = " + std::to_string(data) : "dp = " + std::to_string(data);
+  if (s.global_batch % data != 0)
+    throw ConfigError("[train] global_batch = " + std::to_string(s.global_batch) + " is not a multiple of " + over);
+  const int64_t local_batch = s.global_batch / data;
   if (s.micro_batch == 0) s.micro_batch = local_batch;
   if (local_batch % s.micro_batch != 0)
     throw ConfigError(
-        "[train] global_batch = " + std::to_string(s.global_batch) +
-        " over dp = " + std::to_string(mesh.dp) + " is " + std::to_string(local_batch) +
-        " sequences per rank, not a multiple of micro_batch = " + std::to_string(s.micro_batch));
+        "[train] global_batch = " + std::to_string(s.global_batch) + " over " + over + " is " +
+        std::to_string(local_batch) + " sequences per rank, not a multiple of micro_batch = " + std::to_string(s.micro_batch));
   s.accum = local_batch / s.micro_batch;
   return local_batch;
+}
+
+// Expert parallelism needs experts, an equal share of them per ep rank.
+void check_experts(const gpt::GptConfig& mc, const dist::MeshShape& mesh) {
+  if (mesh.ep == 1) return;
+  if (mc.moe.experts == 0)
+    throw ConfigError("[parallel] ep = " + std::to_string(mesh.ep) +
+                      " needs a mixture-of-experts model: set [model.moe] experts (a multiple of ep)");
+  if (mc.moe.experts % mesh.ep != 0)
+    throw ConfigError("[model.moe] experts = " + std::to_string(mc.moe.experts) + " is not a multiple of [parallel] ep = " +
+                      std::to_string(mesh.ep) + ": every ep rank holds the same number of experts");
 }
 
 // What a ZeRO run cannot do yet, refused before the first step rather than half-way.
@@ -136,6 +148,7 @@ void check_sharded(const plugins::Selection& selection, const Faults& faults, in
 void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh) {
   Settings s = read_settings(cfg);
   split_batch(s, mesh);
+  check_experts(gpt::from_config(cfg), mesh);
   if (mesh.pp > 1) plan_pipeline(cfg, selection, gpt::from_config(cfg), mesh.pp, static_cast<int>(s.accum));
 }
 
@@ -151,9 +164,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   Settings s = read_settings(cfg);
   const gpt::GptConfig mc = gpt::from_config(cfg);
   const dist::MeshShape mesh = dist::resolve_mesh(cfg, env.world);
-  if (mesh.ep > 1)
-    throw ConfigError("[parallel] ep = " + std::to_string(mesh.ep) +
-                      ": this build has no plugin for that axis yet (the model has no experts)");
+  check_experts(mc, mesh);
   if (mesh.pp > 1 && s.sample_every > 0)
     throw ConfigError("[train] sample_every = " + std::to_string(s.sample_every) + " with [parallel] pp = " +
                       std::to_string(mesh.pp) + ": text samples run the whole model on one rank; set sample_every = 0");
@@ -205,13 +216,13 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   if (pipe) pipe->bind(model, max_rows);
   params.allocate(s.seed);
   std::unique_ptr<DataParallel> dp;
-  if (mesh.dp > 1)
+  if (mesh.dp * mesh.ep > 1)
     dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model, static_cast<int>(s.accum),
                                         pipe && mc.tied_embeddings ? std::vector<std::string>{"wte"} : std::vector<std::string>{});
   const bool sharded = dp && dp->sharded();  // ZeRO: the data plugin holds the model state
-  if (dp && !model.moe_layers().empty()) {  // MoE routing sees the whole micro-batch across dp
-    dist::Communicator& group = world->axis(dist::Axis::DP);
-    api.set_token_group({dp->dp_rank(), dp->dp_size(), [&group](const double* mine, double* all, int64_t n) {
+  if (dp && !model.moe_layers().empty()) {  // MoE routing sees the whole micro-batch across dp x ep
+    dist::Communicator& group = world->data();
+    api.set_token_group({dp->data_rank(), dp->data_size(), [&group](const double* mine, double* all, int64_t n) {
                            group.all_gather(flat_view(const_cast<double*>(mine), LOOM_F64, n),
                                             flat_view(all, LOOM_F64, n * group.size()));
                          }});
@@ -226,7 +237,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   int64_t applied = 0;  // optimizer steps taken: a skipped step does not advance AdamW
   const int64_t first_step = checkpoints.resume(params, m, v, precision.get(), applied);
   if (dp && !sharded) dp->check_identical(params, first_step > 1 ? "after resuming" : "at initialisation");
-  const int64_t first_sample = dp ? dp->dp_rank() * local_batch : 0;
+  const int64_t first_sample = dp ? dp->data_rank() * local_batch : 0;
 
   std::unique_ptr<MetricsLog> log;
   if (lead) {
@@ -326,7 +337,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     auto r0 = Clock::now();
     if (dp) {
       std::tie(comm_ms, exposed_ms) = dp->finish();
-      loss = dp->mean_over_dp(loss);
+      loss = dp->mean_over_data(loss);
     }
     if (pipe) pipe->sync_tied(params, dp.get());
     if (trace) trace->span("gradient reduction", "comm", r0, Clock::now());
@@ -416,6 +427,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
       fields.push_back({"moe." + name + ".dropped", st.assignments ? double(st.dropped) / double(st.assignments) : 0.0});
       fields.push_back({"moe." + name + ".aux", st.forwards ? st.aux / double(st.forwards) : 0.0});
       fields.push_back({"moe." + name + ".z", st.forwards ? st.z / double(st.forwards) : 0.0});
+      if (mesh.ep > 1) fields.push_back({"moe." + name + ".all_to_all_ms", st.all_to_all_ms});
       for (size_t e = 0; e < st.load.size(); ++e)
         fields.push_back({"moe." + name + ".load." + std::to_string(e), double(st.load[e])});
     }

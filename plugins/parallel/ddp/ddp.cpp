@@ -5,6 +5,8 @@
 // last micro-batch's backward each bucket is all-reduced (averaged over dp) the moment its last
 // gradient is final, on the comm plugin's queue, while backward carries on with earlier layers.
 // finish_grads waits for whatever is still in flight; that wait is the exposed communication.
+// Under expert parallelism (ABI 1.3) experts' gradients go in buckets of their own, reduced over
+// expert_dp (the dp ranks holding the same experts) and scaled to the data group's mean.
 // reduce_dtype = "bf16" rounds each bucket to bf16 before the all-reduce and widens the result
 // back into the fp32 gradients: half the bytes on a wire that carries bf16, at bf16's precision.
 #include <loom/bf16.hpp>
@@ -26,6 +28,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 struct Bucket {
   int64_t begin = 0, end = 0;  // elements of the flat gradient buffer
   int params = 0, pending = 0;
+  bool expert = false;  // LOOM_PARAM_EXPERT gradients, reduced over expert_dp
   loom_work* work = nullptr;
   std::vector<uint16_t> staged;  // the bucket in bf16 while reduce_dtype = "bf16"
 };
@@ -58,16 +61,23 @@ class Ddp : public loom::sdk::DataPlugin {
 
   void setup(const loom_data_context& ctx) override {
     ctx_ = ctx;
+    expert_dp_ = LOOM_HAS_FIELD(&ctx, loom_data_context, expert_dp) ? ctx.expert_dp : nullptr;
+    if (expert_dp_)  // an expert gradient: sum over expert_dp / size(dp) = average x this
+      expert_scale_ = static_cast<float>(ctx.comm->size(ctx.comm_self, expert_dp_)) /
+                      static_cast<float>(ctx.comm->size(ctx.comm_self, ctx.dp));
     bucket_of_.assign(ctx.n_params, -1);
     buckets_.clear();
     // Walk parameters from last to first; params are contiguous in the flat buffer, so each
     // bucket is one range [begin, end).
     for (int64_t p = ctx.n_params - 1; p >= 0; --p) {
       const loom_param_info& info = ctx.params[p];
-      if (buckets_.empty() || (buckets_.back().end - buckets_.back().begin) * 4 >= bucket_bytes_) {
+      const bool expert = expert_dp_ && ctx.param_flags && (ctx.param_flags[p] & LOOM_PARAM_EXPERT);
+      if (buckets_.empty() || (buckets_.back().end - buckets_.back().begin) * 4 >= bucket_bytes_ ||
+          buckets_.back().expert != expert) {
         Bucket b;
         b.end = info.offset + info.numel;
         b.begin = info.offset;
+        b.expert = expert;
         buckets_.push_back(b);
       }
       Bucket& b = buckets_.back();
@@ -98,10 +108,14 @@ class Ddp : public loom::sdk::DataPlugin {
       loom_work* w = b.work;
       b.work = nullptr;
       b.pending = b.params;
-      if (ctx_.comm->wait(ctx_.comm_self, w, err.get()) != LOOM_OK && failure.empty())
-        failure = host_.raw()->error_message(err.get());
-      else if (bf16_)
+      if (ctx_.comm->wait(ctx_.comm_self, w, err.get()) != LOOM_OK) {
+        if (failure.empty()) failure = host_.raw()->error_message(err.get());
+        continue;
+      }
+      if (bf16_)
         for (int64_t i = b.begin; i < b.end; ++i) ctx_.grads[i] = loom::sdk::bf16_to_f32(b.staged[i - b.begin]);
+      if (b.expert)
+        for (int64_t i = b.begin; i < b.end; ++i) ctx_.grads[i] *= expert_scale_;
     }
     auto t1 = Clock::now();
     exposed_ms = ms_between(t0, t1);
@@ -137,10 +151,11 @@ class Ddp : public loom::sdk::DataPlugin {
       for (int64_t i = b.begin; i < b.end; ++i) b.staged[i - b.begin] = loom::sdk::f32_to_bf16(ctx_.grads[i]);
       t = loom::sdk::flat_tensor(b.staged.data(), LOOM_BF16, b.end - b.begin);
     }
-    const int64_t n = ctx_.comm->size(ctx_.comm_self, ctx_.dp);  // a ring sends 2 (n-1)/n of the buffer
+    loom_comm* group = b.expert ? expert_dp_ : ctx_.dp;
+    const int64_t n = ctx_.comm->size(ctx_.comm_self, group);  // a ring sends 2 (n-1)/n of the buffer
     sent_ += 2 * (n - 1) * (b.end - b.begin) * (bf16_ ? 2 : 4) / n;
     loom::sdk::ErrorBox err(host_.raw());
-    if (ctx_.comm->all_reduce(ctx_.comm_self, ctx_.dp, &t, LOOM_REDUCE_AVG | LOOM_COMM_PERSISTENT, &b.work, err.get()) != LOOM_OK)
+    if (ctx_.comm->all_reduce(ctx_.comm_self, group, &t, LOOM_REDUCE_AVG | LOOM_COMM_PERSISTENT, &b.work, err.get()) != LOOM_OK)
       err.raise("issuing a gradient all-reduce");
   }
 
@@ -148,6 +163,8 @@ class Ddp : public loom::sdk::DataPlugin {
   int64_t bucket_bytes_;
   bool overlap_, bf16_ = false;
   loom_data_context ctx_{};
+  loom_comm* expert_dp_ = nullptr;
+  float expert_scale_ = 1.f;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;
   Clock::time_point first_issue_;

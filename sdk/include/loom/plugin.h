@@ -22,7 +22,8 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 1
-#define LOOM_ABI_MINOR 2 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot, sharded data */
+#define LOOM_ABI_MINOR 3 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot,
+                           * sharded data; 1.3: expert slot, expert gradients in the data slot */
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)

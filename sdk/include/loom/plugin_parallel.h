@@ -1,5 +1,5 @@
 /*
- * Loom plugin ABI, version 1: the parallel slots (data, tensor, sequence, pipeline).
+ * Loom plugin ABI, version 1: the parallel slots (data, tensor, sequence, pipeline, expert).
  * Included by <loom/plugin.h>, inside its extern "C" block; include that instead. The rules at
  * the top of plugin.h hold here too.
  */
@@ -29,6 +29,7 @@ typedef struct loom_data_unit {
 #define LOOM_PARAM_DECAY 1      /* AdamW weight decay applies */
 #define LOOM_PARAM_TP_SHARDED 2 /* tp ranks hold different slices: a norm sums it over tp */
 #define LOOM_PARAM_MIRROR 4     /* a copy another pp stage owns: a norm skips it */
+#define LOOM_PARAM_EXPERT 8     /* ABI 1.3: an expert's, held by one ep rank: reduced over expert_dp */
 
 /* What a data-parallel strategy works on: the dp communicator and the model as flat buffers. */
 typedef struct loom_data_context {
@@ -46,6 +47,13 @@ typedef struct loom_data_context {
   int64_t n_units;
   const int32_t* param_flags;  /* LOOM_PARAM_* per parameter */
   const loom_ops* ops;
+  /* ABI 1.3, expert parallelism (ep > 1; NULL otherwise). `dp` is then the data group: the dp x ep
+   * ranks that split the batch. A LOOM_PARAM_EXPERT parameter is held by the ranks of its ep
+   * coordinate only, and every rank of the data group fed it tokens through the expert slot: its
+   * gradient is the SUM over expert_dp (the dp ranks holding the same experts) divided by the size
+   * of `dp`, which is `dp`'s average scaled by size(expert_dp) / size(dp). A unit never mixes
+   * expert and other parameters. A data plugin built against ABI < 1.3 is refused with ep > 1. */
+  loom_comm* expert_dp;
 } loom_data_context;
 
 /* A run of one parameter's elements in a rank's ZeRO shard (ABI 1.2): elements [begin, begin +
@@ -215,4 +223,35 @@ typedef struct loom_pipeline_v1 {
                           loom_pipe_action* out, int64_t cap, int64_t* n, loom_error* err);
 } loom_pipeline_v1;
 
+/* ---- the expert slot (parallel kind, LOOM_SLOT_EXPERT; ABI 1.3) ------------------------------ */
+/* Expert parallelism: the E experts of every MoE layer are spread over the ep group, and tokens
+ * travel to their experts' rank and back (all-to-all). The runtime routes, keeps capacity and
+ * permutes rows; the plugin places experts and moves rows. */
+typedef struct loom_expert_context {
+  loom_version v;
+  const loom_comm_v1* comm;
+  void* comm_self;
+  loom_comm* ep;   /* the expert-parallel group */
+  int32_t experts; /* experts per MoE layer, over the whole group */
+} loom_expert_context;
+typedef struct loom_expert_v1 {
+  loom_plugin base;
+  /* Places the experts: this rank holds experts [*first, *first + *count), a contiguous range.
+   * LOOM_BAD_CONFIG when the experts do not fit the group (e.g. experts % ep != 0). */
+  loom_status (*setup)(void* self, const loom_expert_context* ctx, int32_t* first, int32_t* count,
+                       loom_error* err);
+  /* A collective over ep. sent[e]: rows this rank routes to expert e (E entries). Writes
+   * received[s * count + j]: rows ep rank s routes to this rank's local expert j. */
+  loom_status (*exchange_counts)(void* self, const int64_t* sent, int64_t* received,
+                                 loom_error* err);
+  /* A collective over ep. rows [sum(sent), width], grouped by expert in expert order, go to the
+   * experts' ranks; out [sum(received), width] is grouped by local expert, then by source rank. */
+  loom_status (*dispatch)(void* self, const loom_tensor* rows, const int64_t* sent,
+                          const int64_t* received, loom_tensor* out, loom_error* err);
+  /* The inverse of dispatch: rows in dispatch's output layout go back to their source ranks,
+   * out in the layout dispatch read. Forward returns expert outputs with it; backward sends
+   * output gradients with dispatch and brings input gradients back with combine. */
+  loom_status (*combine)(void* self, const loom_tensor* rows, const int64_t* sent,
+                         const int64_t* received, loom_tensor* out, loom_error* err);
+} loom_expert_v1;
 #endif /* LOOM_PLUGIN_PARALLEL_H */

@@ -260,6 +260,16 @@ class SequencePlugin : public Plugin {
   virtual void reduce_replicated(loom_tensor& grad) = 0;
 };
 
+// Expert parallelism (the expert slot, ABI 1.3): where experts live and how rows reach them.
+class ExpertPlugin : public Plugin {
+ public:
+  // This rank's experts [first, first + count); throw ConfigError when they do not fit.
+  virtual void setup(const loom_expert_context& ctx, int32_t& first, int32_t& count) = 0;
+  virtual void exchange_counts(const int64_t* sent, int64_t* received) = 0;
+  virtual void dispatch(const loom_tensor& rows, const int64_t* sent, const int64_t* received, loom_tensor& out) = 0;
+  virtual void combine(const loom_tensor& rows, const int64_t* sent, const int64_t* received, loom_tensor& out) = 0;
+};
+
 }  // namespace loom::sdk
 
 // The C tables behind the base classes: kind_plugin<Impl>() descriptor helpers.

@@ -410,4 +410,28 @@ const loom_plugin* pipeline_plugin() {
   return &table.base;
 }
 
+template <class Impl>
+const loom_plugin* expert_plugin() {
+  static const loom_expert_v1 table = [] {
+    loom_expert_v1 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_EXPERT, sizeof(loom_expert_v1));
+    t.setup = [](void* self, const loom_expert_context* c, int32_t* first, int32_t* count, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->setup(*c, *first, *count); });
+    };
+    t.exchange_counts = [](void* self, const int64_t* sent, int64_t* received, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->exchange_counts(sent, received); });
+    };
+    t.dispatch = [](void* self, const loom_tensor* rows, const int64_t* sent, const int64_t* received,
+                    loom_tensor* out, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->dispatch(*rows, sent, received, *out); });
+    };
+    t.combine = [](void* self, const loom_tensor* rows, const int64_t* sent, const int64_t* received,
+                   loom_tensor* out, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->combine(*rows, sent, received, *out); });
+    };
+    return t;
+  }();
+  return &table.base;
+}
+
 }  // namespace loom::sdk

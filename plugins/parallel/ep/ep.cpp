@@ -1,0 +1,124 @@
+// ep: expert parallelism (GShard, Switch). The E experts of every MoE layer are split into ep
+// contiguous blocks, rank r holding experts [r E / ep, (r + 1) E / ep). A forward sends each
+// routed row to its expert's rank and brings the expert's output back; two all-to-alls per
+// direction, plus one of the per-expert counts so that every rank knows what it will receive.
+//
+// Rows leave grouped by expert in expert order, so the rows for one destination are one
+// contiguous block. They arrive grouped by source rank; dispatch regroups them by local expert
+// (each expert's rows contiguous, one GEMM per expert) and combine undoes that before sending
+// them home.
+#include <loom/sdk.hpp>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using loom::sdk::ErrorBox;
+
+class Ep : public loom::sdk::ExpertPlugin {
+ public:
+  static constexpr const char* name = "ep";
+  static constexpr const char* version = "1.0.0";
+  static constexpr const char* summary = "expert parallel: experts split over ep, tokens moved by all-to-all";
+
+  explicit Ep(const loom::sdk::Context& ctx) : host_(ctx.host) {}
+
+  void setup(const loom_expert_context& ctx, int32_t& first, int32_t& count) override {
+    ctx_ = ctx;
+    n_ = ctx.comm->size(ctx.comm_self, ctx.ep);
+    rank_ = ctx.comm->rank(ctx.comm_self, ctx.ep);
+    if (ctx.experts <= 0 || ctx.experts % n_ != 0)
+      throw loom::sdk::ConfigError("[model.moe] experts = " + std::to_string(ctx.experts) +
+                                   " is not a multiple of [parallel] ep = " + std::to_string(n_) +
+                                   ": every ep rank holds the same number of experts");
+    local_ = ctx.experts / n_;
+    first = rank_ * local_;
+    count = local_;
+  }
+
+  // Block d of `sent` (experts d E/ep ...) goes to rank d: an equal-block all-to-all.
+  void exchange_counts(const int64_t* sent, int64_t* received) override {
+    loom_tensor in = loom::sdk::flat_tensor(const_cast<int64_t*>(sent), LOOM_I64, ctx_.experts);
+    loom_tensor out = loom::sdk::flat_tensor(received, LOOM_I64, ctx_.experts);
+    ErrorBox e(host_.raw());
+    if (ctx_.comm->all_to_all(ctx_.comm_self, ctx_.ep, &in, &out, nullptr, nullptr, nullptr, e.get()) != LOOM_OK)
+      e.raise("ep count exchange (all-to-all)");
+  }
+
+  void dispatch(const loom_tensor& rows, const int64_t* sent, const int64_t* received, loom_tensor& out) override {
+    const int64_t width = row_width(rows);
+    std::vector<int64_t> to(n_, 0), from(n_, 0);
+    for (int d = 0; d < n_; ++d)
+      for (int j = 0; j < local_; ++j) to[d] += sent[d * local_ + j], from[d] += received[d * local_ + j];
+    staged_.resize(total(from) * width * loom::sdk::element_size(rows.dtype));
+    loom_tensor mid = loom::sdk::flat_tensor(staged_.data(), static_cast<loom_dtype>(rows.dtype), total(from) * width);
+    exchange(rows, mid, to, from, width, "ep dispatch (all-to-all)");
+    regroup(mid, out, received, width, true);
+  }
+
+  void combine(const loom_tensor& rows, const int64_t* sent, const int64_t* received, loom_tensor& out) override {
+    const int64_t width = row_width(rows);
+    std::vector<int64_t> to(n_, 0), from(n_, 0);
+    for (int d = 0; d < n_; ++d)
+      for (int j = 0; j < local_; ++j) to[d] += received[d * local_ + j], from[d] += sent[d * local_ + j];
+    staged_.resize(total(to) * width * loom::sdk::element_size(rows.dtype));
+    loom_tensor mid = loom::sdk::flat_tensor(staged_.data(), static_cast<loom_dtype>(rows.dtype), total(to) * width);
+    regroup(rows, mid, received, width, false);
+    exchange(mid, out, to, from, width, "ep combine (all-to-all)");
+  }
+
+ private:
+  static int64_t total(const std::vector<int64_t>& v) {
+    int64_t s = 0;
+    for (int64_t x : v) s += x;
+    return s;
+  }
+  static int64_t row_width(const loom_tensor& t) {
+    int64_t w = 1;
+    for (int i = 1; i < t.ndim; ++i) w *= t.shape[i];
+    return w;
+  }
+
+  // Rows to[d] go to rank d, rows from[s] come from rank s, both packed in rank order.
+  void exchange(const loom_tensor& in, loom_tensor& out, const std::vector<int64_t>& to,
+                const std::vector<int64_t>& from, int64_t width, const char* what) {
+    std::vector<int64_t> sc(n_), rc(n_);
+    for (int d = 0; d < n_; ++d) sc[d] = to[d] * width, rc[d] = from[d] * width;
+    loom_tensor i = loom::sdk::flat_tensor(in.data, static_cast<loom_dtype>(in.dtype), total(sc));
+    loom_tensor o = loom::sdk::flat_tensor(out.data, static_cast<loom_dtype>(out.dtype), total(rc));
+    ErrorBox e(host_.raw());
+    if (ctx_.comm->all_to_all(ctx_.comm_self, ctx_.ep, &i, &o, sc.data(), rc.data(), nullptr, e.get()) != LOOM_OK)
+      e.raise(what);
+  }
+
+  // Source-major (for each source s, its rows for local experts 0..) <-> expert-major (for each
+  // local expert j, the rows of sources 0..); received[s * local + j] rows in block (s, j).
+  void regroup(const loom_tensor& in, loom_tensor& out, const int64_t* received, int64_t width, bool to_expert_major) {
+    const size_t row = width * loom::sdk::element_size(in.dtype);
+    std::vector<int64_t> source_at(n_ * local_), expert_at(n_ * local_);
+    int64_t at = 0;
+    for (int s = 0; s < n_; ++s)
+      for (int j = 0; j < local_; ++j) source_at[s * local_ + j] = at, at += received[s * local_ + j];
+    at = 0;
+    for (int j = 0; j < local_; ++j)
+      for (int s = 0; s < n_; ++s) expert_at[s * local_ + j] = at, at += received[s * local_ + j];
+    const char* src = static_cast<const char*>(in.data);
+    char* dst = static_cast<char*>(out.data);
+    for (int b = 0; b < n_ * local_; ++b) {
+      const int64_t from = to_expert_major ? source_at[b] : expert_at[b];
+      const int64_t to = to_expert_major ? expert_at[b] : source_at[b];
+      if (received[b] > 0) std::memcpy(dst + to * row, src + from * row, received[b] * row);
+    }
+  }
+
+  loom::sdk::Host host_;
+  loom_expert_context ctx_{};
+  int n_ = 1, rank_ = 0, local_ = 0;
+  std::vector<char> staged_;
+};
+
+}  // namespace
+
+LOOM_PLUGIN(loom::sdk::expert_plugin<Ep>())
