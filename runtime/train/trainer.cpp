@@ -147,8 +147,8 @@ void check_sharded(const plugins::Selection& selection, const Faults& faults, in
 
 void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh) {
   Settings s = read_settings(cfg);
-  split_batch(s, mesh);
   check_experts(gpt::from_config(cfg), mesh);
+  split_batch(s, mesh);
   if (mesh.pp > 1) plan_pipeline(cfg, selection, gpt::from_config(cfg), mesh.pp, static_cast<int>(s.accum));
 }
 

@@ -6,6 +6,10 @@
 // straight into its owners and its parameters all-gather straight back. Rank r's shard is the
 // concatenation of its pieces: about Psi / N elements.
 //
+// Under expert parallelism (ABI 1.3) the data group is dp x ep, and a unit of experts is split
+// over expert_dp instead (the dp ranks that hold those experts), its reduced gradients scaled
+// from expert_dp's mean to the data group's.
+//
 //   stage 1: AdamW moments and the update are sharded. Gradients accumulate in a full buffer; in
 //            the last micro-batch's backward each unit is reduce-scattered as soon as it is final.
 //            After the update every unit is all-gathered into the full parameter buffer.
@@ -79,27 +83,36 @@ class Zero : public loom::sdk::DataPlugin {
     if (!LOOM_HAS_FIELD(&ctx, loom_data_context, ops) || !ctx.units)
       throw Error(LOOM_UNAVAILABLE, "zero needs a runtime speaking plugin ABI 1.2 (model units)");
     ctx_ = ctx;
-    n_ = ctx.comm->size(ctx.comm_self, ctx.dp);
-    rank_ = ctx.comm->rank(ctx.comm_self, ctx.dp);
     const int64_t U = ctx.n_units;
+    loom_comm* expert_dp = LOOM_HAS_FIELD(&ctx, loom_data_context, expert_dp) ? ctx.expert_dp : nullptr;
+    const Group data{ctx.dp, ctx.comm->size(ctx.comm_self, ctx.dp), ctx.comm->rank(ctx.comm_self, ctx.dp), 1.f};
+    group_.assign(U, data);
+    if (expert_dp) {
+      const int n = ctx.comm->size(ctx.comm_self, expert_dp);
+      const Group experts{expert_dp, n, ctx.comm->rank(ctx.comm_self, expert_dp), static_cast<float>(n) / data.n};
+      for (int64_t p = 0; p < ctx.n_params; ++p)
+        if (ctx.param_flags[p] & LOOM_PARAM_EXPERT) group_[unit_of(ctx.params[p].offset)] = experts;
+    }
     piece_.resize(U);
     padded_at_.resize(U);
     shard_at_.resize(U);
     int64_t padded = 0, shard = 0, biggest = 0;
     for (int64_t u = 0; u < U; ++u) {
-      piece_[u] = (ctx.units[u].numel + n_ - 1) / n_;
+      const int n = group_[u].n;
+      piece_[u] = (ctx.units[u].numel + n - 1) / n;
       padded_at_[u] = padded;
       shard_at_[u] = shard;
-      padded += piece_[u] * n_;
+      padded += piece_[u] * n;
       shard += piece_[u];
-      biggest = std::max(biggest, piece_[u] * n_);
+      biggest = std::max(biggest, piece_[u] * n);
+      piece_max_ = std::max(piece_max_, piece_[u]);
     }
     padded_total_ = padded, shard_total_ = shard, unit_max_ = biggest;
     // Where each parameter's elements fall in this rank's pieces.
     for (int64_t p = 0; p < ctx.n_params; ++p) {
       const loom_param_info& info = ctx.params[p];
       const int64_t u = unit_of(info.offset);
-      const int64_t lo = ctx.units[u].offset + rank_ * piece_[u], hi = lo + piece_[u];
+      const int64_t lo = ctx.units[u].offset + group_[u].rank * piece_[u], hi = lo + piece_[u];
       const int64_t a = std::max(lo, info.offset), b = std::min(hi, info.offset + info.numel);
       if (a < b) segments_.push_back({shard_at_[u] + (a - lo), b - a, ctx.param_flags[p], p, a - info.offset});
     }
@@ -111,7 +124,7 @@ class Zero : public loom::sdk::DataPlugin {
     } else {
       master_.assign(shard_total_, 0.f);
       for (int64_t u = 0; u < U; ++u) {
-        const int64_t lo = rank_ * piece_[u], len = std::max<int64_t>(0, std::min(piece_[u], ctx.units[u].numel - lo));
+        const int64_t lo = group_[u].rank * piece_[u], len = std::max<int64_t>(0, std::min(piece_[u], ctx.units[u].numel - lo));
         if (len > 0) std::memcpy(&master_[shard_at_[u]], ctx.values + ctx.units[u].offset + lo, len * sizeof(float));
       }
     }
@@ -119,7 +132,7 @@ class Zero : public loom::sdk::DataPlugin {
     else shard_grads_.assign(shard_total_, 0.f);
     m_.assign(shard_total_, 0.f);
     v_.assign(shard_total_, 0.f);
-    host_.info("ZeRO-" + std::to_string(stage_) + ": " + std::to_string(U) + " units over " + std::to_string(n_) +
+    host_.info("ZeRO-" + std::to_string(stage_) + ": " + std::to_string(U) + " units over " + std::to_string(data.n) +
                " dp ranks; this rank's shard is " + std::to_string(shard_total_) + " of " +
                std::to_string(padded_total_) + " elements");
   }
@@ -161,7 +174,7 @@ class Zero : public loom::sdk::DataPlugin {
     if (stage_ == 1) return &full_grads_[padded_at_[u]];
     while (static_cast<int>(in_flight_.size()) >= max_in_flight_) complete_oldest();
     int b = take_bucket();
-    std::fill(buckets_[b]->begin(), buckets_[b]->begin() + piece_[u] * n_, 0.f);
+    std::fill(buckets_[b]->begin(), buckets_[b]->begin() + piece_[u] * group_[u].n, 0.f);
     bucket_of_[u] = b;
     return buckets_[b]->data();
   }
@@ -180,16 +193,17 @@ class Zero : public loom::sdk::DataPlugin {
       in = buckets_[r.bucket]->data();
     }
     if (free_pieces_.empty()) {
-      free_pieces_.push_back(std::make_unique<std::vector<float>>(unit_max_ / n_ + 1));
+      free_pieces_.push_back(std::make_unique<std::vector<float>>(piece_max_ + 1));
       note_buffers();
     }
     pieces_.push_back(std::move(free_pieces_.back()));
     free_pieces_.pop_back();
-    loom_tensor tin = flat(in, piece_[u] * n_), tout = flat(pieces_.back()->data(), piece_[u]);
+    const Group& g = group_[u];
+    loom_tensor tin = flat(in, piece_[u] * g.n), tout = flat(pieces_.back()->data(), piece_[u]);
     loom::sdk::ErrorBox err(host_.raw());
-    if (ctx_.comm->reduce_scatter(ctx_.comm_self, ctx_.dp, &tin, &tout, LOOM_REDUCE_AVG, &r.work, err.get()) != LOOM_OK)
+    if (ctx_.comm->reduce_scatter(ctx_.comm_self, g.comm, &tin, &tout, LOOM_REDUCE_AVG, &r.work, err.get()) != LOOM_OK)
       err.raise("issuing a gradient reduce-scatter");
-    sent_ += (n_ - 1) * piece_[u] * 4;
+    sent_ += (g.n - 1) * piece_[u] * 4;
     in_flight_.push_back(r);
   }
 
@@ -248,14 +262,15 @@ class Zero : public loom::sdk::DataPlugin {
  private:
   // Stages 1-2: every rank's pieces of the parameters into everyone's full copy.
   void gather_full() {
-    std::vector<float> mine(unit_max_ / n_ + 1);
+    std::vector<float> mine(piece_max_ + 1);
     for (int64_t u = 0; u < ctx_.n_units; ++u) {
-      std::memcpy(mine.data(), &full_[padded_at_[u] + rank_ * piece_[u]], piece_[u] * sizeof(float));
-      loom_tensor tin = flat(mine.data(), piece_[u]), tout = flat(&full_[padded_at_[u]], piece_[u] * n_);
+      const Group& g = group_[u];
+      std::memcpy(mine.data(), &full_[padded_at_[u] + g.rank * piece_[u]], piece_[u] * sizeof(float));
+      loom_tensor tin = flat(mine.data(), piece_[u]), tout = flat(&full_[padded_at_[u]], piece_[u] * g.n);
       loom::sdk::ErrorBox err(host_.raw());
-      if (ctx_.comm->all_gather(ctx_.comm_self, ctx_.dp, &tin, &tout, nullptr, err.get()) != LOOM_OK)
+      if (ctx_.comm->all_gather(ctx_.comm_self, g.comm, &tin, &tout, nullptr, err.get()) != LOOM_OK)
         err.raise("all-gather of updated parameters");
-      sent_ += (n_ - 1) * piece_[u] * 4;
+      sent_ += (g.n - 1) * piece_[u] * 4;
     }
     scratch_peak_ = std::max<int64_t>(scratch_peak_, 4 * static_cast<int64_t>(mine.size()));
   }
@@ -285,12 +300,12 @@ class Zero : public loom::sdk::DataPlugin {
   float* value_at(int64_t shard_at) {
     if (stage_ == 3) return &master_[shard_at];
     int64_t u = unit_at(shard_at);
-    return &full_[padded_at_[u] + rank_ * piece_[u] + (shard_at - shard_at_[u])];
+    return &full_[padded_at_[u] + group_[u].rank * piece_[u] + (shard_at - shard_at_[u])];
   }
   float* grad_at(int64_t shard_at) {
     if (stage_ != 1) return &shard_grads_[shard_at];
     int64_t u = unit_at(shard_at);
-    return &full_grads_[padded_at_[u] + rank_ * piece_[u] + (shard_at - shard_at_[u])];
+    return &full_grads_[padded_at_[u] + group_[u].rank * piece_[u] + (shard_at - shard_at_[u])];
   }
   int64_t unit_at(int64_t shard_at) const {
     return static_cast<int64_t>(std::upper_bound(shard_at_.begin(), shard_at_.end(), shard_at) - shard_at_.begin()) - 1;
@@ -307,11 +322,12 @@ class Zero : public loom::sdk::DataPlugin {
     } else {
       g.buf = std::make_unique<std::vector<float>>(unit_max_);
     }
-    loom_tensor tin = flat(&master_[shard_at_[u]], piece_[u]), tout = flat(g.buf->data(), piece_[u] * n_);
+    const Group& grp = group_[u];
+    loom_tensor tin = flat(&master_[shard_at_[u]], piece_[u]), tout = flat(g.buf->data(), piece_[u] * grp.n);
     loom::sdk::ErrorBox err(host_.raw());
-    if (ctx_.comm->all_gather(ctx_.comm_self, ctx_.dp, &tin, &tout, &g.work, err.get()) != LOOM_OK)
+    if (ctx_.comm->all_gather(ctx_.comm_self, grp.comm, &tin, &tout, &g.work, err.get()) != LOOM_OK)
       err.raise("issuing a parameter all-gather");
-    sent_ += (n_ - 1) * piece_[u] * 4;
+    sent_ += (grp.n - 1) * piece_[u] * 4;
     Gather& added = gathers_.emplace(u, std::move(g)).first->second;
     note_buffers();
     return added;
@@ -333,7 +349,9 @@ class Zero : public loom::sdk::DataPlugin {
     std::unique_ptr<std::vector<float>> piece = std::move(pieces_.front());
     pieces_.pop_front();
     wait(r.work, "gradient reduce-scatter");
-    float* dst = stage_ == 1 ? &full_grads_[padded_at_[r.unit] + rank_ * piece_[r.unit]] : &shard_grads_[shard_at_[r.unit]];
+    const Group& g = group_[r.unit];
+    if (g.scale != 1.f) ctx_.ops->scale(piece->data(), g.scale, piece_[r.unit]);
+    float* dst = stage_ == 1 ? &full_grads_[padded_at_[r.unit] + g.rank * piece_[r.unit]] : &shard_grads_[shard_at_[r.unit]];
     if (stage_ == 1)
       std::memcpy(dst, piece->data(), piece_[r.unit] * sizeof(float));
     else
@@ -370,9 +388,16 @@ class Zero : public loom::sdk::DataPlugin {
   int stage_, max_in_flight_;
   bool prefetch_;
   loom_data_context ctx_{};
-  int n_ = 1, rank_ = 0;
+  // The group a unit is split over: the data group, or expert_dp for a unit of experts, whose
+  // reduced gradients are scaled from that group's mean to the data group's.
+  struct Group {
+    loom_comm* comm;
+    int n, rank;
+    float scale;
+  };
+  std::vector<Group> group_;
   std::vector<int64_t> piece_, padded_at_, shard_at_;
-  int64_t padded_total_ = 0, shard_total_ = 0, unit_max_ = 0;
+  int64_t padded_total_ = 0, shard_total_ = 0, unit_max_ = 0, piece_max_ = 0;
   std::vector<Segment> segments_;
   std::vector<float> full_, master_, full_grads_, shard_grads_, m_, v_;
   std::vector<std::unique_ptr<std::vector<float>>> buckets_;
