@@ -63,6 +63,9 @@ TEST_CASE("MoE settings that cannot work are config errors") {
   auto batch = runs.raw("--set parallel.nproc=4 --set parallel.ep=4 --set train.global_batch=2");
   CHECK(batch.rc == 2);
   CHECK(has(batch.out, "global_batch = 2 is not a multiple of dp x ep = 4"));
+  auto old = runs.raw("--set parallel.nproc=2 --set parallel.ep=2 --set plugins.data=ddp12");
+  CHECK(old.rc == 2);
+  CHECK(has(old.out, "ddp12\" was built against plugin ABI 1.2, which predates expert gradients"));
   auto sp = runs.raw("--set parallel.nproc=2 --set parallel.tp=2 --set plugins.sequence=sp");
   CHECK(sp.rc == 2);
   CHECK(has(sp.out, "MoE routing needs every token's full row"));

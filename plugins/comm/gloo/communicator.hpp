@@ -30,7 +30,7 @@
 // A queued collective (done), or a posted point-to-point transfer (p2p) that completes in wait.
 struct loom_work {
   std::future<void> done;
-  std::unique_ptr<gloo::transport::UnboundBuffer> p2p;
+  std::unique_ptr<gloo::transport::Buffer> p2p;  // a point-to-point transfer's pair buffer
   bool is_send = false;
   int peer = -1, rank = -1;
   std::chrono::milliseconds timeout{0};
@@ -155,6 +155,10 @@ struct Comm {
     work->done.get();
     return nullptr;
   }
+
+  // Point-to-point messages so far per (peer, direction, tag): both ends count the same
+  // messages, so a transfer's slot can carry its sequence number (see Gloo::post).
+  std::map<std::tuple<int, int, int>, uint32_t> p2p_sent;
 
   // reduce_scatter's working memory, kept between calls (no page faults after the first).
   std::vector<float> work, inbox;

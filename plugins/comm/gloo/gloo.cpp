@@ -287,18 +287,19 @@ class Gloo : public loom::sdk::CommPlugin {
       if (sc[r] != rc[r]) throw Error(LOOM_INTERNAL, "all_to_all: own block sizes differ");
       if (sc[r] > 0) std::memcpy(o + roff[r], s + soff[r], sc[r] * es);
       if (n == 1) return;
-      std::vector<char> dummy(1);
-      auto sbuf = c->ctx->createUnboundBuffer(soff[n] ? const_cast<char*>(s) : dummy.data(), std::max<size_t>(soff[n], 1));
-      auto rbuf = c->ctx->createUnboundBuffer(roff[n] ? o : dummy.data(), std::max<size_t>(roff[n], 1));
-      const uint64_t slot = c->ctx->nextSlot();
-      int sends = 0, recvs = 0;
-      for (int p = 0; p < n; ++p) {
-        if (p == r) continue;
-        if (rc[p] > 0) rbuf->recv(p, slot, roff[p], rc[p] * es), ++recvs;
-        if (sc[p] > 0) sbuf->send(p, slot, soff[p], sc[p] * es), ++sends;
-      }
-      for (int i = 0; i < recvs; ++i) rbuf->waitRecv(c->timeout);
-      for (int i = 0; i < sends; ++i) sbuf->waitSend(c->timeout);
+      // gloo's bound (legacy) pair buffers: its unbound-buffer path stalls here for ~10 ms
+      // event-loop ticks per message (see docs/distributed.md).
+      const int slot = static_cast<int>(c->ctx->nextSlot());
+      std::vector<std::unique_ptr<gloo::transport::Buffer>> recvs, sends;
+      for (int p = 0; p < n; ++p)
+        if (p != r && rc[p] > 0) recvs.push_back(c->ctx->getPair(p)->createRecvBuffer(slot, o + roff[p], rc[p] * es));
+      for (int p = 0; p < n; ++p)
+        if (p != r && sc[p] > 0) {
+          sends.push_back(c->ctx->getPair(p)->createSendBuffer(slot, const_cast<char*>(s) + soff[p], sc[p] * es));
+          sends.back()->send(0, sc[p] * es);
+        }
+      for (auto& b : recvs) b->waitRecv();
+      for (auto& b : sends) b->waitSend();
     }, async, "all_to_all");
   }
 
@@ -333,9 +334,9 @@ class Gloo : public loom::sdk::CommPlugin {
     }
     try {
       if (w->is_send)
-        w->p2p->waitSend(w->timeout);
+        w->p2p->waitSend();
       else
-        w->p2p->waitRecv(w->timeout);
+        w->p2p->waitRecv();
     } catch (const std::exception& e) {
       throw Error(LOOM_FATAL, std::string(w->is_send ? "send to" : "recv from") + " rank " +
                                   std::to_string(w->peer) + " failed on rank " +
@@ -345,7 +346,8 @@ class Gloo : public loom::sdk::CommPlugin {
 
  private:
   // Point-to-point slots live far above the ones nextSlot() hands to collectives.
-  static constexpr uint64_t kTagSlot = uint64_t{1} << 40;
+  static constexpr int kTagSlot = 1 << 30;
+  static constexpr uint32_t kSeqPeriod = 4096, kMaxTag = (1u << 29) / kSeqPeriod;
 
   loom_work* post(Comm* c, const loom_tensor& t, int peer, int tag, bool is_send, bool async) {
     c->drain();  // keep issue order: collectives queued before this transfer complete first
@@ -356,16 +358,27 @@ class Gloo : public loom::sdk::CommPlugin {
       p.set_value();
       w->done = p.get_future();
     } else {
-      w->p2p = c->ctx->createUnboundBuffer(t.data, bytes);
+      if (tag < 0 || tag >= kMaxTag) throw Error(LOOM_INTERNAL, "gloo: point-to-point tag out of range");
+      // A bound pair buffer per transfer, as all_to_all uses: gloo's unbound path stalls here.
+      // A bound receive takes whatever arrives for its slot, so the slot is unique among the
+      // transfers that could overlap: it carries the direction (a send and a receive with the
+      // same tag between two ranks) and the message's number among those with this tag
+      // (this step's message must not land in the last step's buffer, still registered).
+      const int from = is_send ? c->rank : peer, to = is_send ? peer : c->rank;
+      const int direction = from < to ? 0 : 1;
+      const uint32_t seq = c->p2p_sent[{peer, direction, tag}]++ % kSeqPeriod;
+      const int slot = kTagSlot + static_cast<int>((static_cast<uint32_t>(tag) * 2 + direction) * kSeqPeriod + seq);
+      auto& pair = c->ctx->getPair(peer);
       w->is_send = is_send;
       w->peer = peer;
       w->rank = c->rank;
       w->timeout = c->timeout;
-      const uint64_t slot = kTagSlot + static_cast<uint32_t>(tag);
-      if (is_send)
-        w->p2p->send(peer, slot, 0, bytes);
-      else
-        w->p2p->recv(peer, slot, 0, bytes);
+      if (is_send) {
+        w->p2p = pair->createSendBuffer(slot, t.data, bytes);
+        w->p2p->send(0, bytes);
+      } else {
+        w->p2p = pair->createRecvBuffer(slot, t.data, bytes);
+      }
     }
     if (async) return w.release();
     wait(w.release());
