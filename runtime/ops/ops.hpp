@@ -2,6 +2,7 @@
 // so which device runs a step is decided once, by [run] device.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include <loom/plugin.h>
@@ -12,6 +13,9 @@ const loom_ops* cpu();
 
 // The table for a [run] device name; throws ConfigError when that device is not built in.
 const loom_ops* for_device(const std::string& device);
+
+// Peak bytes of device memory the device's tensors held (0 for the CPU, whose RSS is measured).
+int64_t device_peak_bytes(const std::string& device);
 
 // Sets kernel threads for the device (CPU: OpenMP and OpenBLAS); 0 = all cores. Returns count.
 int set_threads(const std::string& device, int threads);

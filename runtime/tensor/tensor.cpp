@@ -44,6 +44,12 @@ loom_tensor flat_view(void* data, loom_dtype dtype, int64_t n) {
 }
 
 namespace {
+TensorAllocator g_allocator;  // empty: the host heap
+}  // namespace
+
+void set_tensor_allocator(const TensorAllocator& a) { g_allocator = a; }
+
+namespace {
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> s(shape.size());
   int64_t acc = 1;
@@ -68,6 +74,13 @@ Tensor Tensor::empty(std::vector<int64_t> shape, loom_dtype dtype) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   size_t bytes = (static_cast<size_t>(n) * dtype_size(dtype) + 63) / 64 * 64;
+  if (g_allocator.alloc) {
+    void* p = g_allocator.alloc(bytes ? bytes : 64);
+    Tensor t = borrow(p, std::move(shape), dtype);
+    t.owner_ = std::shared_ptr<void>(p, g_allocator.free);
+    t.device_ = g_allocator.device;
+    return t;
+  }
   void* p = std::aligned_alloc(64, bytes ? bytes : 64);
   if (!p) throw RuntimeError("out of memory allocating " + std::to_string(bytes) + " bytes");
   Tensor t = borrow(p, std::move(shape), dtype);
@@ -122,7 +135,7 @@ void Tensor::zero() { std::memset(data_, 0, bytes()); }
 loom_tensor Tensor::desc() const {
   loom_tensor d{};
   d.data = data_;
-  d.device = {LOOM_DEVICE_CPU, 0};
+  d.device = device_;
   d.dtype = dtype_;
   d.ndim = static_cast<int32_t>(shape_.size());
   for (size_t i = 0; i < shape_.size() && i < LOOM_MAX_DIMS; ++i) {

@@ -17,6 +17,15 @@ const char* dtype_name(loom_dtype dt);
 // A 1-D contiguous descriptor over raw memory, for handing buffers to plugins.
 loom_tensor flat_view(void* data, loom_dtype dtype, int64_t n);
 
+// Where Tensor::empty gets its memory: the host heap, unless a device's runtime installed its own
+// (CUDA: managed memory that both the host code and the kernels reach).
+struct TensorAllocator {
+  void* (*alloc)(size_t bytes) = nullptr;
+  void (*free)(void* p) = nullptr;
+  loom_device device{LOOM_DEVICE_CPU, 0};
+};
+void set_tensor_allocator(const TensorAllocator& a);
+
 class Tensor {
  public:
   Tensor() = default;
@@ -54,6 +63,7 @@ class Tensor {
   template <class T>
   T* checked(loom_dtype want);
   std::shared_ptr<void> owner_;
+  loom_device device_{LOOM_DEVICE_CPU, 0};
   void* data_ = nullptr;
   loom_dtype dtype_ = LOOM_F32;
   std::vector<int64_t> shape_, strides_;

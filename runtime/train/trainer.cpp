@@ -134,8 +134,11 @@ void check_experts(const gpt::GptConfig& mc, const dist::MeshShape& mesh) {
 }
 
 // What a ZeRO run cannot do yet, refused before the first step rather than half-way.
-void check_sharded(const plugins::Selection& selection, const Faults& faults, int stage) {
+void check_sharded(const plugins::Selection& selection, const Faults& faults, int stage, const std::string& device) {
   const std::string zero = "[plugins] data = \"zero" + std::to_string(stage) + "\"";
+  if (device != "cpu")
+    throw ConfigError(zero + " with [run] device = \"" + device + "\": the ZeRO plugin keeps its shards in host "
+                      "memory, which the device's kernels cannot read; use ddp");
   if (selection.slot("sequence"))
     throw ConfigError(zero + " with [plugins] sequence: sequence parallelism's replicated-gradient sum "
                       "needs full gradients; use tp without sp, or ddp");
@@ -230,7 +233,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   // AdamW moments, here unless the data plugin shards them.
   Tensor m = sharded ? Tensor() : Tensor::zeros({params.numel()}), v = sharded ? Tensor() : Tensor::zeros({params.numel()});
   const Faults faults = Faults::from(cfg);
-  if (sharded) check_sharded(selection, faults, dp->zero_stage());
+  if (sharded) check_sharded(selection, faults, dp->zero_stage(), device);
   ckpt::Checkpointer checkpoints(cfg, selection, world.get(), mesh, env.rank, run_dir, cfg.render(selection.schemas),
                                  faults.ckpt_write_error_step);
   if (sharded) checkpoints.use_shards({[&] { return dp->shard_pieces(); }, [&] { dp->pieces_loaded(); }});
@@ -404,6 +407,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         {"step_ms", step_s * 1e3},
         {"mem_bytes", double(mem.rss_bytes)},
         {"peak_mem_bytes", double(mem.peak_bytes)},
+        {"device_peak_bytes", double(ops::device_peak_bytes(device))},
         {"comm_ms", comm_ms},
         {"exposed_comm_ms", exposed_ms},
         {"activation_bytes", double(activation_bytes)},

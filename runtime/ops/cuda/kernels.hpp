@@ -1,0 +1,49 @@
+// The CUDA op table's entries (pointers are device memory), in the order of loom_ops. Each .cu
+// file holds a family; table.cpp assembles them into the table.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <loom/plugin.h>
+
+namespace loom::cuda {
+
+// Whether a CUDA device can run here; `why` says why not (no driver, no device).
+bool available(std::string* why = nullptr);
+// The op table over device pointers. Throws when no device is available.
+const loom_ops* ops();
+
+void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
+                   int64_t C);
+void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
+                   int64_t C);
+void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                   int64_t N, int64_t C);
+void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                   const float* mean, const float* rstd, int64_t N, int64_t C);
+void rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C);
+void rmsnorm_bwd(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
+                 int64_t N, int64_t C);
+void bias_add(float* out, const float* bias, int64_t N, int64_t C);
+void bias_bwd(float* dbias, const float* dout, int64_t N, int64_t C);
+void gelu_fwd(float* out, const float* inp, int64_t n);
+void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n);
+void swiglu_fwd(float* out, const float* inp, int64_t N, int64_t F);
+void swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F);
+void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t D);
+void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
+                   int64_t T, int64_t H, int64_t D);
+void add(float* y, const float* a, const float* b, int64_t n);
+void accumulate(float* y, const float* x, int64_t n);
+void scale(float* x, float s, int64_t n);
+double sum_squares(const float* x, int64_t n);
+void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t V_real,
+                  float dloss);
+void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+           float eps, float weight_decay, int64_t step);
+void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped);
+
+}  // namespace loom::cuda

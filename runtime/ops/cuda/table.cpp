@@ -1,0 +1,71 @@
+// The CUDA op table: the device check, the compute stream, and the loom_ops that points at the
+// kernels of this folder. Pointers passed to it are device memory.
+#include <string>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/kernels.hpp"
+
+namespace loom::cuda {
+
+void fail(cudaError_t e, const char* what, const char* file, int line) {
+  throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " +
+                           what + " at " + file + ":" + std::to_string(line));
+}
+
+bool available(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) *why = e != cudaSuccess ? std::string("no CUDA driver or device: ") + cudaGetErrorString(e) : "no CUDA device visible";
+    cudaGetLastError();  // clear the sticky error of a failed probe
+    return false;
+  }
+  return true;
+}
+
+cudaStream_t stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t created = nullptr;
+    LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
+    return created;
+  }();
+  return s;
+}
+
+void finish_op() { LOOM_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+const loom_ops* ops() {
+  std::string why;
+  if (!available(&why)) throw std::runtime_error("the CUDA op table needs a GPU: " + why);
+  static const loom_ops table = [] {
+    loom_ops t{};
+    t.v = LOOM_VERSION_OF(loom_ops);
+    t.device = {LOOM_DEVICE_CUDA, 0};
+    t.gemm = gemm;
+    t.embedding_fwd = embedding_fwd;
+    t.embedding_bwd = embedding_bwd;
+    t.layernorm_fwd = layernorm_fwd;
+    t.layernorm_bwd = layernorm_bwd;
+    t.rmsnorm_fwd = rmsnorm_fwd;
+    t.rmsnorm_bwd = rmsnorm_bwd;
+    t.bias_add = bias_add;
+    t.bias_bwd = bias_bwd;
+    t.gelu_fwd = gelu_fwd;
+    t.gelu_bwd = gelu_bwd;
+    t.swiglu_fwd = swiglu_fwd;
+    t.swiglu_bwd = swiglu_bwd;
+    t.attention_fwd = attention_fwd;
+    t.attention_bwd = attention_bwd;
+    t.add = add;
+    t.accumulate = accumulate;
+    t.scale = scale;
+    t.sum_squares = sum_squares;
+    t.softmax_xent = softmax_xent;
+    t.adamw = adamw;
+    t.quantize = quantize;
+    return t;
+  }();
+  return &table;
+}
+
+}  // namespace loom::cuda

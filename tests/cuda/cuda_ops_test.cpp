@@ -1,0 +1,231 @@
+// The CUDA op table against the CPU one: the same inputs through both, outputs within stated
+// tolerances (fp32 math in both; the differences are summation order and atomics). Without a
+// GPU the whole suite reports itself skipped (exit code 77, ctest's SKIP_RETURN_CODE), never
+// passed.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "ops/cpu/kernels.hpp"
+#include "ops/cuda/kernels.hpp"
+#include "ops/ops.hpp"
+
+namespace {
+
+const loom_ops& cpu() { return *loom::ops::cpu(); }
+const loom_ops& gpu() { return *loom::cuda::ops(); }
+
+std::vector<float> random(size_t n, float scale = 1.f, uint32_t seed = 1) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<float> filled(size_t n, float v = 0.f) { return std::vector<float>(n, v); }
+
+// A device copy of a host vector, copied back by host().
+template <class T>
+struct Dev {
+  T* p = nullptr;
+  size_t n;
+  explicit Dev(const std::vector<T>& h) : n(h.size()) {
+    REQUIRE(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  ~Dev() { cudaFree(p); }
+  std::vector<T> host() const {
+    std::vector<T> h(n);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    REQUIRE(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return h;
+  }
+};
+
+// |got - want| <= atol + rtol |want| for every element (equal infinities and NaNs agree).
+void close(const std::vector<float>& got, const std::vector<float>& want, float rtol, float atol, const char* what) {
+  REQUIRE(got.size() == want.size());
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool ok = got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])) ||
+                    std::fabs(got[i] - want[i]) <= atol + rtol * std::fabs(want[i]);
+    if (!ok && bad++ == 0) first = i;
+  }
+  INFO(what << ": " << bad << " of " << got.size() << " elements differ; element " << first << " is " << got[first]
+            << ", the CPU says " << want[first]);
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA gemm matches the CPU for every transpose pair, with alpha, beta and strides") {
+  const int64_t M = 37, N = 53, K = 29;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      const int64_t lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+      auto A = random((ta ? K : M) * lda, 1.f, 1), B = random((tb ? N : K) * ldb, 1.f, 2), C = random(M * ldc, 1.f, 3);
+      auto want = C;
+      cpu().gemm(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.3f, want.data(), ldc);
+      Dev<float> dA(A), dB(B), dC(C);
+      gpu().gemm(ta, tb, M, N, K, 0.7f, dA.p, lda, dB.p, ldb, 0.3f, dC.p, ldc);
+      close(dC.host(), want, 1e-4f, 1e-4f, ta ? (tb ? "gemm TT" : "gemm TN") : (tb ? "gemm NT" : "gemm NN"));
+    }
+}
+
+TEST_CASE("CUDA norms match the CPU, forward and backward") {
+  const int64_t N = 45, C = 96;
+  auto x = random(N * C, 1.f, 4), w = random(C, 1.f, 5), b = random(C, 1.f, 6), dout = random(N * C, 1.f, 7);
+  std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C), dw(C, 0.5f), db(C, 0.25f);
+  cpu().layernorm_fwd(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  cpu().layernorm_bwd(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+  Dev<float> gx(x), gw(w), gb(b), gd(dout), gout(filled(N * C)), gmean(filled(N)),
+      grstd(filled(N)), gdx(filled(N * C)), gdw(filled(C, 0.5f)),
+      gdb(filled(C, 0.25f));
+  gpu().layernorm_fwd(gout.p, gmean.p, grstd.p, gx.p, gw.p, gb.p, N, C);
+  gpu().layernorm_bwd(gdx.p, gdw.p, gdb.p, gd.p, gx.p, gw.p, gmean.p, grstd.p, N, C);
+  close(gout.host(), out, 1e-5f, 1e-5f, "layernorm out");
+  close(grstd.host(), rstd, 1e-5f, 1e-6f, "layernorm rstd");
+  close(gdx.host(), dx, 1e-4f, 1e-5f, "layernorm dx");
+  close(gdw.host(), dw, 1e-4f, 1e-4f, "layernorm dw (accumulated)");
+  close(gdb.host(), db, 1e-4f, 1e-4f, "layernorm db (accumulated)");
+  std::vector<float> rout(N * C), rr(N), rdx(N * C), rdw(C, 0.5f);
+  cpu().rmsnorm_fwd(rout.data(), rr.data(), x.data(), w.data(), N, C);
+  cpu().rmsnorm_bwd(rdx.data(), rdw.data(), dout.data(), x.data(), w.data(), rr.data(), N, C);
+  Dev<float> gro(filled(N * C)), grr(filled(N)), grdx(filled(N * C)),
+      grdw(filled(C, 0.5f));
+  gpu().rmsnorm_fwd(gro.p, grr.p, gx.p, gw.p, N, C);
+  gpu().rmsnorm_bwd(grdx.p, grdw.p, gd.p, gx.p, gw.p, grr.p, N, C);
+  close(gro.host(), rout, 1e-5f, 1e-5f, "rmsnorm out");
+  close(grdx.host(), rdx, 1e-4f, 1e-5f, "rmsnorm dx");
+  close(grdw.host(), rdw, 1e-4f, 1e-4f, "rmsnorm dw");
+}
+
+TEST_CASE("CUDA element-wise kernels, embedding and bias match the CPU") {
+  const int64_t B = 3, T = 7, C = 40, V = 11, N = B * T, F = 24;
+  std::vector<int32_t> tok(N);
+  for (int64_t i = 0; i < N; ++i) tok[i] = static_cast<int32_t>((i * 5 + 3) % V);
+  auto wte = random(V * C, 1.f, 8), wpe = random(T * C, 1.f, 9), d = random(N * C, 1.f, 10);
+  std::vector<float> emb(N * C), dwte(V * C, 0.f), dwpe(T * C, 0.f);
+  cpu().embedding_fwd(emb.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  cpu().embedding_bwd(dwte.data(), dwpe.data(), d.data(), tok.data(), B, T, C);
+  Dev<int32_t> gtok(tok);
+  Dev<float> gwte(wte), gwpe(wpe), gd(d), gemb(filled(N * C)), gdwte(filled(V * C, 0.f)),
+      gdwpe(filled(T * C, 0.f));
+  gpu().embedding_fwd(gemb.p, gtok.p, gwte.p, gwpe.p, B, T, C);
+  gpu().embedding_bwd(gdwte.p, gdwpe.p, gd.p, gtok.p, B, T, C);
+  close(gemb.host(), emb, 0.f, 1e-6f, "embedding");
+  close(gdwte.host(), dwte, 1e-5f, 1e-5f, "embedding dwte");
+  close(gdwpe.host(), dwpe, 1e-5f, 1e-5f, "embedding dwpe");
+
+  auto x = random(N * 2 * F, 2.f, 11), dy = random(N * 2 * F, 1.f, 12), bias = random(2 * F, 1.f, 13);
+  std::vector<float> g(N * 2 * F), dg(N * 2 * F), s(N * F), ds(N * 2 * F), ba = x, bb(2 * F, 0.1f);
+  cpu().gelu_fwd(g.data(), x.data(), N * 2 * F);
+  cpu().gelu_bwd(dg.data(), x.data(), dy.data(), N * 2 * F);
+  cpu().swiglu_fwd(s.data(), x.data(), N, F);
+  cpu().swiglu_bwd(ds.data(), x.data(), dy.data(), N, F);
+  cpu().bias_add(ba.data(), bias.data(), N, 2 * F);
+  cpu().bias_bwd(bb.data(), dy.data(), N, 2 * F);
+  Dev<float> gx(x), gdy(dy), gbias(bias), gg(g), gdg(dg), gs(s), gds(ds), gba(x), gbb(filled(2 * F, 0.1f));
+  gpu().gelu_fwd(gg.p, gx.p, N * 2 * F);
+  gpu().gelu_bwd(gdg.p, gx.p, gdy.p, N * 2 * F);
+  gpu().swiglu_fwd(gs.p, gx.p, N, F);
+  gpu().swiglu_bwd(gds.p, gx.p, gdy.p, N, F);
+  gpu().bias_add(gba.p, gbias.p, N, 2 * F);
+  gpu().bias_bwd(gbb.p, gdy.p, N, 2 * F);
+  close(gg.host(), g, 1e-5f, 1e-6f, "gelu");
+  close(gdg.host(), dg, 1e-5f, 1e-6f, "gelu backward");
+  close(gs.host(), s, 1e-5f, 1e-6f, "swiglu");
+  close(gds.host(), ds, 1e-5f, 1e-6f, "swiglu backward");
+  close(gba.host(), ba, 0.f, 1e-6f, "bias add");
+  close(gbb.host(), bb, 1e-5f, 1e-5f, "bias backward");
+
+  auto a = random(1000, 1.f, 14), c = random(1000, 1.f, 15);
+  Dev<float> ga(a), gc(c), gy(filled(1000));
+  gpu().add(gy.p, ga.p, gc.p, 1000);
+  gpu().accumulate(gy.p, ga.p, 1000);
+  gpu().scale(gy.p, 0.5f, 1000);
+  std::vector<float> y(1000);
+  cpu().add(y.data(), a.data(), c.data(), 1000);
+  cpu().accumulate(y.data(), a.data(), 1000);
+  cpu().scale(y.data(), 0.5f, 1000);
+  close(gy.host(), y, 0.f, 1e-6f, "add, accumulate, scale");
+  CHECK(gpu().sum_squares(ga.p, 1000) == doctest::Approx(cpu().sum_squares(a.data(), 1000)).epsilon(1e-9));
+}
+
+TEST_CASE("CUDA attention matches the CPU's tiled kernel, forward and backward") {
+  for (int64_t D : {16, 64, 80}) {
+    const int64_t B = 2, T = 37, H = 3, C = H * D;
+    auto qkv = random(B * T * 3 * C, 1.f, 16), dout = random(B * T * C, 1.f, 17);
+    std::vector<float> out(B * T * C), lse(B * H * T), dqkv(B * T * 3 * C);
+    cpu().attention_fwd(out.data(), lse.data(), qkv.data(), B, T, H, D);
+    cpu().attention_bwd(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, H, D);
+    Dev<float> gq(qkv), gdo(dout), gout(filled(B * T * C)), glse(filled(B * H * T)),
+        gdq(filled(B * T * 3 * C));
+    gpu().attention_fwd(gout.p, glse.p, gq.p, B, T, H, D);
+    gpu().attention_bwd(gdq.p, gdo.p, gq.p, gout.p, glse.p, B, T, H, D);
+    INFO("head dim " << D);
+    close(gout.host(), out, 1e-4f, 1e-5f, "attention out");
+    close(glse.host(), lse, 1e-5f, 1e-5f, "attention lse");
+    close(gdq.host(), dqkv, 1e-3f, 1e-4f, "attention dqkv");
+  }
+}
+
+TEST_CASE("CUDA softmax cross-entropy, AdamW and quantize match the CPU") {
+  const int64_t N = 9, V = 300, Vr = 290;
+  auto z = random(N * V, 3.f, 18);
+  std::vector<int32_t> t(N);
+  for (int64_t i = 0; i < N; ++i) t[i] = i == 4 ? -1 : static_cast<int32_t>((i * 37) % Vr);
+  auto zc = z;
+  std::vector<float> losses(N);
+  cpu().softmax_xent(zc.data(), losses.data(), t.data(), N, V, Vr, 0.125f);
+  Dev<float> gz(z), gl(filled(N));
+  Dev<int32_t> gt(t);
+  gpu().softmax_xent(gz.p, gl.p, gt.p, N, V, Vr, 0.125f);
+  close(gl.host(), losses, 1e-5f, 1e-5f, "cross-entropy losses");
+  close(gz.host(), zc, 1e-4f, 1e-7f, "cross-entropy gradient");
+
+  auto p = random(4096, 1.f, 19), g = random(4096, 1.f, 20), m = random(4096, 0.1f, 21), v = random(4096, 0.1f, 22);
+  for (float& x : v) x = std::fabs(x);
+  auto pc = p, mc = m, vc = v;
+  cpu().adamw(pc.data(), g.data(), mc.data(), vc.data(), 4096, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+  Dev<float> gp(p), gg(g), gm(m), gv(v);
+  gpu().adamw(gp.p, gg.p, gm.p, gv.p, 4096, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
+  close(gp.host(), pc, 1e-5f, 1e-7f, "adamw params");
+  close(gv.host(), vc, 1e-5f, 1e-9f, "adamw v");
+
+  for (int32_t dtype : {LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3, LOOM_FP8_E5M2}) {
+    auto x = random(5000, 100.f, 23);
+    x[7] = 1e9f, x[8] = -3e6f, x[9] = 1e-9f;
+    auto xc = x;
+    float amax = 0, gamax = 0;
+    int64_t clipped = 0, gclipped = 0;
+    cpu().quantize(xc.data(), 5000, dtype, 2.f, &amax, &clipped);
+    Dev<float> gx(x);
+    gpu().quantize(gx.p, 5000, dtype, 2.f, &gamax, &gclipped);
+    INFO("dtype " << dtype);
+    close(gx.host(), xc, 0.f, 0.f, "quantize (bit-exact)");
+    CHECK(gamax == amax);
+    CHECK(gclipped == clipped);
+  }
+}
+
+int main(int argc, char** argv) {
+  doctest::Context context(argc, argv);
+  bool listing = false;
+  for (int i = 1; i < argc; ++i) listing |= std::strstr(argv[i], "list") != nullptr;
+  std::string why;
+  if (!listing && !loom::cuda::available(&why)) {
+    std::printf("skipped: %s (the CUDA op tests need a GPU)\n", why.c_str());
+    return 77;
+  }
+  return context.run();
+}
