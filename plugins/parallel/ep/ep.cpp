@@ -49,27 +49,33 @@ class Ep : public loom::sdk::ExpertPlugin {
 
   void dispatch(const loom_tensor& rows, const int64_t* sent, const int64_t* received, loom_tensor& out) override {
     const int64_t width = row_width(rows);
-    std::vector<int64_t> to(n_, 0), from(n_, 0);
-    for (int d = 0; d < n_; ++d)
-      for (int j = 0; j < local_; ++j) to[d] += sent[d * local_ + j], from[d] += received[d * local_ + j];
-    staged_.resize(total(from) * width * loom::sdk::element_size(rows.dtype));
-    loom_tensor mid = loom::sdk::flat_tensor(staged_.data(), static_cast<loom_dtype>(rows.dtype), total(from) * width);
+    const std::vector<int64_t> to = per_rank(sent), from = per_rank(received);
+    loom_tensor mid = staging(rows.dtype, total(from) * width);
     exchange(rows, mid, to, from, width, "ep dispatch (all-to-all)");
     regroup(mid, out, received, width, true);
   }
 
   void combine(const loom_tensor& rows, const int64_t* sent, const int64_t* received, loom_tensor& out) override {
     const int64_t width = row_width(rows);
-    std::vector<int64_t> to(n_, 0), from(n_, 0);
-    for (int d = 0; d < n_; ++d)
-      for (int j = 0; j < local_; ++j) to[d] += received[d * local_ + j], from[d] += sent[d * local_ + j];
-    staged_.resize(total(to) * width * loom::sdk::element_size(rows.dtype));
-    loom_tensor mid = loom::sdk::flat_tensor(staged_.data(), static_cast<loom_dtype>(rows.dtype), total(to) * width);
+    const std::vector<int64_t> to = per_rank(received), from = per_rank(sent);
+    loom_tensor mid = staging(rows.dtype, total(to) * width);
     regroup(rows, mid, received, width, false);
     exchange(mid, out, to, from, width, "ep combine (all-to-all)");
   }
 
  private:
+  // Rows per ep rank from rows per (rank, local expert).
+  std::vector<int64_t> per_rank(const int64_t* counts) const {
+    std::vector<int64_t> r(n_, 0);
+    for (int d = 0; d < n_; ++d)
+      for (int j = 0; j < local_; ++j) r[d] += counts[d * local_ + j];
+    return r;
+  }
+  // The rows between the all-to-all and the regrouping (calls are synchronous: one buffer).
+  loom_tensor staging(int32_t dtype, int64_t n) {
+    staged_.resize(n * loom::sdk::element_size(dtype));
+    return loom::sdk::flat_tensor(staged_.data(), static_cast<loom_dtype>(dtype), n);
+  }
   static int64_t total(const std::vector<int64_t>& v) {
     int64_t s = 0;
     for (int64_t x : v) s += x;
