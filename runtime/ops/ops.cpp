@@ -16,6 +16,7 @@ const loom_ops* for_device(const std::string& device) {
 #ifdef LOOM_HAVE_CUDA
     std::string why;
     if (!cuda::available(&why)) throw ConfigError("[run] device = \"cuda\": " + why);
+    cuda::select_device();
     // Tensors from here on live in managed memory, reachable from the kernels and the host code.
     set_tensor_allocator({cuda::managed_alloc, cuda::managed_free, {LOOM_DEVICE_CUDA, 0}});
     return cuda::ops();

@@ -202,20 +202,21 @@ TEST_CASE("CUDA softmax cross-entropy, AdamW and quantize match the CPU") {
   close(gp.host(), pc, 1e-5f, 1e-7f, "adamw params");
   close(gv.host(), vc, 1e-5f, 1e-9f, "adamw v");
 
-  for (int32_t dtype : {LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3, LOOM_FP8_E5M2}) {
-    auto x = random(5000, 100.f, 23);
-    x[7] = 1e9f, x[8] = -3e6f, x[9] = 1e-9f;
-    auto xc = x;
-    float amax = 0, gamax = 0;
-    int64_t clipped = 0, gclipped = 0;
-    cpu().quantize(xc.data(), 5000, dtype, 2.f, &amax, &clipped);
-    Dev<float> gx(x);
-    gpu().quantize(gx.p, 5000, dtype, 2.f, &gamax, &gclipped);
-    INFO("dtype " << dtype);
-    close(gx.host(), xc, 0.f, 0.f, "quantize (bit-exact)");
-    CHECK(gamax == amax);
-    CHECK(gclipped == clipped);
-  }
+  for (int32_t dtype : {LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3, LOOM_FP8_E5M2})
+    for (float scale : {2.f, 3.f}) {  // 3: 1/scale is not exact, so the order of operations shows
+      auto x = random(5000, 100.f, 23);
+      x[7] = 1e9f, x[8] = -3e6f, x[9] = 1e-9f, x[10] = 0.f, x[11] = -0.f, x[12] = 1e-38f, x[13] = 3e38f;
+      auto xc = x;
+      float amax = 0, gamax = 0;
+      int64_t clipped = 0, gclipped = 0;
+      cpu().quantize(xc.data(), 5000, dtype, scale, &amax, &clipped);
+      Dev<float> gx(x);
+      gpu().quantize(gx.p, 5000, dtype, scale, &gamax, &gclipped);
+      INFO("dtype " << dtype << ", scale " << scale);
+      close(gx.host(), xc, 0.f, 0.f, "quantize (bit-exact)");
+      CHECK(gamax == amax);
+      CHECK(gclipped == clipped);
+    }
 }
 
 int main(int argc, char** argv) {

@@ -298,7 +298,12 @@ class Gloo : public loom::sdk::CommPlugin {
           sends.push_back(c->ctx->getPair(p)->createSendBuffer(slot, const_cast<char*>(s) + soff[p], sc[p] * es));
           sends.back()->send(0, sc[p] * es);
         }
-      for (auto& b : recvs) b->waitRecv();
+      try {
+        for (auto& b : recvs) b->waitRecv();
+      } catch (...) {  // a send still queued must finish (or fail) before its buffer goes
+        for (auto& b : sends) try { b->waitSend(); } catch (...) {}
+        throw;
+      }
       for (auto& b : sends) b->waitSend();
     }, async, "all_to_all");
   }
@@ -364,6 +369,9 @@ class Gloo : public loom::sdk::CommPlugin {
       // transfers that could overlap: it carries the direction (a send and a receive with the
       // same tag between two ranks) and the message's number among those with this tag
       // (this step's message must not land in the last step's buffer, still registered).
+      // Unlike gloo's unbound rendezvous, a bound pair reads its peer's messages in order: data
+      // for a receive not yet posted holds up the pair until it is. The pipeline executor posts
+      // every receive of a step when the step starts, so its transfers never wait on that.
       const int from = is_send ? c->rank : peer, to = is_send ? peer : c->rank;
       const int direction = from < to ? 0 : 1;
       const uint32_t seq = c->p2p_sent[{peer, direction, tag}]++ % kSeqPeriod;

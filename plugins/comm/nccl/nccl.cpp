@@ -6,10 +6,16 @@
 // ncclCommGetAsyncError, and a peer that never shows up past the timeout aborts the
 // communicator (ncclCommAbort) and becomes an error naming the operation.
 //
-// Every operation runs on the communicator's own stream; its handle is a CUDA event recorded
-// after it. Tensors in host memory (the runtime's scalars, CPU runs of the bench) are staged
-// through device memory and copied back when the operation is waited for. Send and receive
-// match in issue order between two ranks (NCCL has no tags): the tag is checked for range only.
+// Every operation of every communicator runs on one stream per rank, so operations of different
+// groups (ddp's buckets, the expert all-to-alls) run in the program's issue order, the same on
+// every rank, rather than concurrently, which NCCL documents as a deadlock hazard. A handle is a
+// CUDA event recorded after its operation. Tensors in host memory (the runtime's scalars, CPU
+// runs of the bench) are staged through device memory and copied back when waited for.
+//
+// Point-to-point (pipelines) is refused for now: the pipeline executor posts its receives at the
+// start of a step and sends without waiting, and on one stream a posted ncclRecv or an unmatched
+// ncclSend holds up everything queued behind it. It needs matched sends and receives grouped
+// (ncclGroupStart/End) per schedule action, which the executor does not issue yet.
 #include <loom/sdk.hpp>
 
 #include <cuda_runtime.h>
@@ -96,6 +102,10 @@ class Nccl : public loom::sdk::CommPlugin {
 
   explicit Nccl(const loom::sdk::Context& ctx) : host_(ctx.host) {}
 
+  ~Nccl() override {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
   loom_comm* init(const loom_store& store, int rank, int size, int64_t timeout_ms) override {
     store_ = &store;
     int devices = 0;
@@ -118,7 +128,8 @@ class Nccl : public loom::sdk::CommPlugin {
     config.blocking = 0;
     check(ncclCommInitRankConfig(&c->comm, size, id, rank, &config), c, "ncclCommInitRankConfig");
     settle(c, "initialising the world communicator");
-    cuda(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    c->stream = stream_;
     return c;
   }
 
@@ -132,13 +143,13 @@ class Nccl : public loom::sdk::CommPlugin {
     settle(c, "splitting a communicator");
     check(ncclCommCount(c->comm, &c->size), c, "ncclCommCount");
     check(ncclCommUserRank(c->comm, &c->rank), c, "ncclCommUserRank");
-    cuda(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    c->stream = stream_;
     return c;
   }
 
   void free_comm(loom_comm* c) override {
     if (!c) return;
-    if (c->stream) cudaStreamSynchronize(c->stream), cudaStreamDestroy(c->stream);
+    if (c->stream) cudaStreamSynchronize(c->stream);  // the stream is the plugin's, shared
     if (c->comm) ncclCommDestroy(c->comm);
     delete c;
   }
@@ -159,6 +170,7 @@ class Nccl : public loom::sdk::CommPlugin {
     Staged si = stage(c, in.data, n * c->size * es, true), so = stage(c, out.data, n * es, false);
     check(ncclReduceScatter(si.ptr, so.ptr, n, nccl_type(in.dtype), nccl_op(op), c->comm, c->stream), c,
           "ncclReduceScatter");
+    settle(c, "reduce_scatter");  // on the stream now: the staged input may be freed after it
     release(c, si);
     return finish(c, "reduce_scatter", so, out.data, async);
   }
@@ -167,6 +179,7 @@ class Nccl : public loom::sdk::CommPlugin {
     const size_t n = static_cast<size_t>(loom::sdk::numel(in)), es = loom::sdk::element_size(in.dtype);
     Staged si = stage(c, in.data, n * es, true), so = stage(c, out.data, n * c->size * es, false);
     check(ncclAllGather(si.ptr, so.ptr, n, nccl_type(in.dtype), c->comm, c->stream), c, "ncclAllGather");
+    settle(c, "all_gather");
     release(c, si);
     return finish(c, "all_gather", so, out.data, async);
   }
@@ -200,21 +213,8 @@ class Nccl : public loom::sdk::CommPlugin {
     return finish(c, "all_to_all", sr, out.data, async);
   }
 
-  loom_work* send(loom_comm* c, const loom_tensor& buf, int peer, int tag, bool async) override {
-    check_tag(tag);
-    const size_t bytes = static_cast<size_t>(loom::sdk::numel(buf)) * loom::sdk::element_size(buf.dtype);
-    Staged s = stage(c, buf.data, bytes, true);
-    check(ncclSend(s.ptr, bytes, ncclUint8, peer, c->comm, c->stream), c, "ncclSend");
-    return finish(c, "send to rank " + std::to_string(peer), s, nullptr, async);  // nothing comes back
-  }
-
-  loom_work* recv(loom_comm* c, loom_tensor& buf, int peer, int tag, bool async) override {
-    check_tag(tag);
-    const size_t bytes = static_cast<size_t>(loom::sdk::numel(buf)) * loom::sdk::element_size(buf.dtype);
-    Staged s = stage(c, buf.data, bytes, false);
-    check(ncclRecv(s.ptr, bytes, ncclUint8, peer, c->comm, c->stream), c, "ncclRecv");
-    return finish(c, "recv from rank " + std::to_string(peer), s, buf.data, async);
-  }
+  loom_work* send(loom_comm*, const loom_tensor&, int peer, int, bool) override { return refuse_p2p("send to", peer); }
+  loom_work* recv(loom_comm*, loom_tensor&, int peer, int, bool) override { return refuse_p2p("recv from", peer); }
 
   void barrier(loom_comm* c) override {
     float one = 1.f;
@@ -309,8 +309,10 @@ class Nccl : public loom::sdk::CommPlugin {
     if (c && c->comm) ncclCommAbort(c->comm);
     throw Error(LOOM_FATAL, std::string("nccl: ") + what + " failed: " + ncclGetErrorString(r));
   }
-  static void check_tag(int tag) {
-    if (tag < 0) throw Error(LOOM_INTERNAL, "nccl: negative point-to-point tag");
+  [[noreturn]] static loom_work* refuse_p2p(const char* what, int peer) {
+    throw Error(LOOM_BAD_CONFIG, std::string("nccl: ") + what + " rank " + std::to_string(peer) +
+                                     ": point-to-point transfers (pipeline parallelism) are not built into the nccl "
+                                     "plugin yet; run pipelines over gloo or mpi");
   }
 
   void put(const std::string& key, const void* data, size_t n) {
@@ -327,6 +329,7 @@ class Nccl : public loom::sdk::CommPlugin {
 
   loom::sdk::Host host_;
   const loom_store* store_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // every communicator's
 };
 
 }  // namespace

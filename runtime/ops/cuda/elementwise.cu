@@ -124,31 +124,43 @@ __global__ void adamw_k(float* p, const float* g, float* m, float* v, int64_t n,
 }
 
 // The narrow formats as (mantissa bits, smallest normal exponent, max, infinities, saturation);
-// see ops/formats.hpp for the table and the rounding rule this reproduces.
+// see ops/formats.hpp for the table and the rounding rule, and ops/cpu/quantize.cpp for the
+// same arithmetic on the CPU, which this must match bit for bit.
 struct NarrowFormat {
   int man, emin;
   float max;
-  bool has_inf, saturates;
+  bool has_inf, saturates, bf16;
 };
 
-// x cast to the format's grid with round-to-nearest-even: spacing q = 2^(max(e, emin) - man).
-__device__ float cast_narrow(const NarrowFormat f, float v, unsigned long long* clips) {
-  if (isnan(v)) return v;
-  if (isinf(v)) return f.has_inf ? v : __int_as_float(0x7fc00000);
-  const float a = fabsf(v);
-  float r;
-  if (a > 2.f * f.max) {
-    r = INFINITY;
-  } else {
-    int e = static_cast<int>((__float_as_uint(a) >> 23) & 0xff) - 127;
-    e = e < f.emin ? f.emin : e;
-    const int shift = e - f.man;
-    r = rintf(a * exp2f(static_cast<float>(-shift))) * exp2f(static_cast<float>(shift));
-  }
-  if (r > f.max) {
+// bf16: the upper half of the fp32 pattern, rounded to nearest-even by adding 0x7fff plus the
+// lowest kept bit (a carry may reach infinity, as IEEE overflow does); a NaN stays a NaN.
+__device__ float round_bf16(float v) {
+  unsigned u = __float_as_uint(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return __uint_as_float((u | 0x400000u) & 0xffff0000u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return __uint_as_float(u & 0xffff0000u);
+}
+
+// The other formats: |v| = m 2^e on the grid of spacing q = 2^(max(e, emin) - man), with q and
+// 1/q built in the exponent bits (exact; clamped so 1/q stays normal, past max anyway), and
+// rint(|v| / q) rounding to nearest-even. Finite overflow saturates or becomes inf, counted.
+__device__ float cast_grid(const NarrowFormat f, float v, unsigned long long* clips) {
+  const unsigned abs_bits = __float_as_uint(v) & 0x7fffffffu;
+  const float a = __uint_as_float(abs_bits);
+  int eb = static_cast<int>(abs_bits >> 23);
+  const int eb_min = f.emin + 127;
+  eb = eb < eb_min ? eb_min : eb;
+  eb = eb > 254 - f.man ? 254 - f.man : eb;
+  const float inv_q = __uint_as_float(static_cast<unsigned>(254 - eb + f.man) << 23);
+  const float q = __uint_as_float(static_cast<unsigned>(eb - f.man) << 23);
+  float r = rintf(a * inv_q) * q;
+  const bool finite = abs_bits < 0x7f800000u;
+  if (finite && r > f.max) {
     atomicAdd(clips, 1ull);
     r = f.saturates ? f.max : INFINITY;
   }
+  if (abs_bits == 0x7f800000u) r = f.has_inf ? INFINITY : __int_as_float(0x7fc00000);
+  if (abs_bits > 0x7f800000u) return v;
   return copysignf(r, v);
 }
 
@@ -163,12 +175,21 @@ __global__ void amax_k(const float* x, int64_t n, unsigned* amax_bits, unsigned 
     atomicMax(amax_bits, __float_as_uint(a));
 }
 
-__global__ void quantize_k(float* x, int64_t n, NarrowFormat f, float scale, unsigned long long* clips) {
+// x = cast(x scale) (1 / scale); a finite x whose product overflows fp32 becomes +-FLT_MAX first,
+// so the cast saturates or overflows it (and counts it) like any other large value.
+__global__ void quantize_k(float* x, int64_t n, NarrowFormat f, float scale, float inv, unsigned long long* clips) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   float v = x[i] * scale;
-  if (isinf(v) && isfinite(x[i])) v = copysignf(3.402823466e38f, v);  // overflowed fp32: saturate or count
-  x[i] = cast_narrow(f, v, clips) / scale;
+  if (isinf(v) && isfinite(x[i])) v = copysignf(3.402823466e38f, v);
+  float r;
+  if (f.bf16) {
+    r = round_bf16(v);
+    if (isfinite(v) && isinf(r)) atomicAdd(clips, 1ull);
+  } else {
+    r = cast_grid(f, v, clips);
+  }
+  x[i] = r * inv;
 }
 
 template <class K, class... A>
@@ -243,17 +264,17 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped) {
   NarrowFormat f{};
   switch (dtype) {
-    case LOOM_BF16: f = {7, -126, 3.38953139e38f, true, false}; break;
-    case LOOM_F16: f = {10, -14, 65504.f, true, false}; break;
-    case LOOM_FP8_E4M3: f = {3, -6, 448.f, false, true}; break;
-    case LOOM_FP8_E5M2: f = {2, -14, 57344.f, true, true}; break;
+    case LOOM_BF16: f = {7, -126, 3.38953139e38f, true, false, true}; break;
+    case LOOM_F16: f = {10, -14, 65504.f, true, false, false}; break;
+    case LOOM_FP8_E4M3: f = {3, -6, 448.f, false, true, false}; break;
+    case LOOM_FP8_E5M2: f = {2, -14, 57344.f, true, true, false}; break;
     default: f.man = -1;
   }
   Scratch& s = scratch();
   LOOM_CUDA_CHECK(cudaMemsetAsync(s.amax, 0, sizeof(unsigned), stream()));
   LOOM_CUDA_CHECK(cudaMemsetAsync(s.nans, 0, 2 * sizeof(unsigned long long), stream()));
   launch(amax_k, n, static_cast<const float*>(x), n, s.amax, s.nans);
-  if (f.man >= 0) launch(quantize_k, n, x, n, f, scale, s.clips);
+  if (f.man >= 0) launch(quantize_k, n, x, n, f, scale, 1.f / scale, s.clips);
   unsigned bits = 0;
   unsigned long long counts[2] = {0, 0};
   LOOM_CUDA_CHECK(cudaMemcpyAsync(&bits, s.amax, sizeof bits, cudaMemcpyDeviceToHost, stream()));

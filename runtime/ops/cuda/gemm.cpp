@@ -3,6 +3,7 @@
 // operands swap places and each keeps its own transpose flag.
 #include <cublasLt.h>
 
+#include <cstdint>
 #include <mutex>
 #include <string>
 
@@ -41,6 +42,14 @@ cublasLtMatrixLayout_t layout(int64_t rows, int64_t cols, int64_t ld) {
   return l;
 }
 
+// The largest power of two (up to 256) dividing the address.
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 4 && a % align != 0) align /= 2;
+  return align;
+}
+
 }  // namespace
 
 void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -61,6 +70,13 @@ void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha
   check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWorkspace,
                                              sizeof kWorkspace),
         "set workspace");
+  // The model passes interior pointers (an expert's slice, a row block): ask only for
+  // algorithms that accept each operand's actual alignment.
+  const uint32_t align_a = alignment(B), align_b = alignment(A), align_c = alignment(C);
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a), "set alignment");
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b), "set alignment");
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c), "set alignment");
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c), "set alignment");
   cublasLtMatmulHeuristicResult_t algo{};
   int found = 0;
   check(cublasLtMatmulAlgoGetHeuristic(l.handle, desc, lb, la, lc, lc, pref, 1, &algo, &found), "heuristic");

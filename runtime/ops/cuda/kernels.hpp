@@ -11,6 +11,8 @@ namespace loom::cuda {
 
 // Whether a CUDA device can run here; `why` says why not (no driver, no device).
 bool available(std::string* why = nullptr);
+// Makes GPU LOCAL_RANK % devices this process's (ranks on one node take one GPU each).
+void select_device();
 // The op table over device pointers. Throws when no device is available.
 const loom_ops* ops();
 

@@ -1,5 +1,6 @@
 // The CUDA op table: the device check, the compute stream, and the loom_ops that points at the
 // kernels of this folder. Pointers passed to it are device memory.
+#include <cstdlib>
 #include <string>
 
 #include "ops/cuda/common.cuh"
@@ -21,6 +22,13 @@ bool available(std::string* why) {
     return false;
   }
   return true;
+}
+
+void select_device() {
+  int n = 0;
+  LOOM_CUDA_CHECK(cudaGetDeviceCount(&n));
+  const char* local = std::getenv("LOCAL_RANK");
+  LOOM_CUDA_CHECK(cudaSetDevice((local ? std::atoi(local) : 0) % n));
 }
 
 cudaStream_t stream() {
