@@ -33,7 +33,6 @@ struct loom_work {
   std::unique_ptr<gloo::transport::Buffer> p2p;  // a point-to-point transfer's pair buffer
   bool is_send = false;
   int peer = -1, rank = -1;
-  std::chrono::milliseconds timeout{0};
 };
 
 namespace {

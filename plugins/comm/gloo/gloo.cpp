@@ -380,7 +380,6 @@ class Gloo : public loom::sdk::CommPlugin {
       w->is_send = is_send;
       w->peer = peer;
       w->rank = c->rank;
-      w->timeout = c->timeout;
       if (is_send) {
         w->p2p = pair->createSendBuffer(slot, t.data, bytes);
         w->p2p->send(0, bytes);
