@@ -248,26 +248,44 @@ double DataParallel::mean_over_data(double v) {
 }
 
 // Position-weighted sum in double: equal buffers give equal bits, and a swapped pair does not
-// cancel out. Each dp rank's checksum and world rank are gathered; the replicas outside the
-// largest group of equal checksums are the odd ones (with two replicas that disagree, both).
+// cancel out. Each rank's checksum and world rank are gathered over a group; the ranks outside
+// the largest set of equal checksums are the odd ones (with two replicas that disagree, both).
+// Everything is replicated over the dp ranks; under ep the non-expert parameters are replicated
+// over the whole data group too, so they are compared there as well.
 std::vector<int> DataParallel::odd_replicas(const ParamStore& params) {
   if (sharded()) return {};  // each rank holds its own shard: there is no replica to compare
-  double mine[2] = {0, static_cast<double>(world_->env().rank)};
-  const float* v = const_cast<ParamStore&>(params).values();
-  for (int64_t i = 0; i < params.numel(); ++i) mine[0] += static_cast<double>(v[i]) * static_cast<double>(i % 9973 + 1);
-  dist::Communicator& w = world_->axis(dist::Axis::DP);
-  std::vector<double> all(2 * w.size());
-  w.all_gather(scalar_f64(mine, 2), scalar_f64(all.data(), all.size()));
+  const bool ep = world_->mesh().ep > 1;
+  auto checksum = [&](bool dense_only) {
+    double sum = 0;
+    for (const Param& p : params.all()) {
+      if (dense_only && p.ep_sharded()) continue;
+      const float* v = p.value.f32();
+      for (int64_t i = 0; i < p.value.numel(); ++i)
+        sum += static_cast<double>(v[i]) * static_cast<double>((p.offset + i) % 9973 + 1);
+    }
+    return sum;
+  };
+  std::vector<int> odd = odd_in(world_->axis(dist::Axis::DP), checksum(false));
+  if (ep)
+    for (int r : odd_in(world_->data(), checksum(true)))
+      if (std::find(odd.begin(), odd.end(), r) == odd.end()) odd.push_back(r);
+  return odd;
+}
+
+std::vector<int> DataParallel::odd_in(dist::Communicator& group, double checksum) {
+  double mine[2] = {checksum, static_cast<double>(world_->env().rank)};
+  std::vector<double> all(2 * group.size());
+  group.all_gather(scalar_f64(mine, 2), scalar_f64(all.data(), all.size()));
   double majority = all[0];
   size_t best = 0;
-  for (int r = 0; r < w.size(); ++r) {
+  for (int r = 0; r < group.size(); ++r) {
     size_t same = 0;
-    for (int q = 0; q < w.size(); ++q) same += all[2 * q] == all[2 * r];
+    for (int q = 0; q < group.size(); ++q) same += all[2 * q] == all[2 * r];
     if (same > best) best = same, majority = all[2 * r];
   }
   std::vector<int> odd;
-  const bool tie = 2 * best <= static_cast<size_t>(w.size()) && best < static_cast<size_t>(w.size());
-  for (int r = 0; r < w.size(); ++r)
+  const bool tie = 2 * best <= static_cast<size_t>(group.size()) && best < static_cast<size_t>(group.size());
+  for (int r = 0; r < group.size(); ++r)
     if (tie || all[2 * r] != majority) odd.push_back(static_cast<int>(all[2 * r + 1]));
   return odd;
 }

@@ -40,7 +40,8 @@ class DataParallel {
   // Mean of a per-rank value over the data group.
   double mean_over_data(double v);
   // The world ranks of the dp replicas whose parameters differ from the majority's (checksum
-  // of the flat buffer); both, when two replicas disagree. A collective over dp.
+  // of the parameters); both, when two replicas disagree. A collective over dp (and under ep
+  // over the data group, for the parameters outside the experts).
   std::vector<int> odd_replicas(const ParamStore& params);
   // Fails, naming the odd ranks, when the replicas' parameters differ; `when` says at what point.
   void check_identical(const ParamStore& params, const std::string& when);
@@ -64,6 +65,7 @@ class DataParallel {
 
  private:
   class Shards;
+  std::vector<int> odd_in(dist::Communicator& group, double checksum);
   dist::CommWorld* world_;
   std::unique_ptr<plugins::Instance> data_;
   const loom_data_v1* table_ = nullptr;

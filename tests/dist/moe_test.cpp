@@ -93,6 +93,11 @@ TEST_CASE("expert parallelism (ep = 2, 4, with dp, tp, pp and ZeRO-1) matches th
   for (const char* layout : {"--set parallel.nproc=4 --set parallel.ep=4 --set model.moe.dropless=true",
                              "--set parallel.nproc=4 --set parallel.ep=2 --set parallel.pp=2 --set model.moe.dropless=true"})
     check_same(dropless, runs.run(layout), 1e-5, layout);
+  // The parameters outside the experts are replicas across ep ranks too: drift there is caught.
+  auto drift = runs.raw("--set parallel.nproc=2 --set parallel.ep=2 --set faults.perturb_step=2 --set faults.perturb_rank=1");
+  CHECK(drift.rc != 0);
+  CHECK(has(drift.out, "replicas' parameters differ"));
+  CHECK(has(drift.out, "ranks 0 and 1 disagree"));
 }
 
 TEST_CASE("an expert-parallel checkpoint holds every expert once and resumes in other layouts") {
