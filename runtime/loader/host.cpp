@@ -1,5 +1,7 @@
 #include "loader/host.hpp"
 
+#include "core/errors.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -133,6 +135,12 @@ const char* status_name(loom_status s) {
 std::string describe(const loom_error& e) {
   std::string s = status_name(e.status);
   return e.message.empty() ? s : s + ": " + e.message;
+}
+
+void check(loom_status s, const loom_error& e, const std::string& what) {
+  if (s == LOOM_OK) return;
+  if (s == LOOM_BAD_CONFIG) throw ConfigError(e.message);
+  throw RuntimeError(what + ": " + e.message);
 }
 
 }  // namespace loom::plugins

@@ -28,4 +28,8 @@ const char* status_name(loom_status s);
 // "status: message" for errors that came back across the boundary.
 std::string describe(const loom_error& e);
 
+// What a failed call into a plugin table becomes: the user's mistake (LOOM_BAD_CONFIG, whose
+// message names the key) a ConfigError, anything else a RuntimeError "what: message".
+void check(loom_status s, const loom_error& e, const std::string& what);
+
 }  // namespace loom::plugins

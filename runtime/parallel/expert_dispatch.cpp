@@ -7,14 +7,7 @@
 
 namespace loom {
 
-namespace {
-
-void check(loom_status s, const loom_error& e, const char* what) {
-  if (s == LOOM_BAD_CONFIG) throw ConfigError(e.message);
-  if (s != LOOM_OK) throw RuntimeError(std::string(what) + ": " + e.message);
-}
-
-}  // namespace
+using plugins::check;
 
 int64_t ExpertRoute::rows_in() const { return std::accumulate(sent.begin(), sent.end(), int64_t{0}); }
 

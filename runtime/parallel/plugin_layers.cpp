@@ -7,6 +7,8 @@
 
 namespace loom {
 
+using plugins::check;
+
 namespace {
 
 loom_role to_abi(Role r) {
@@ -38,11 +40,6 @@ PluginLayers::PluginLayers(const loom_ops* ops, GemmNumerics numerics,
     seq_self_ = sequence->self();
     check(seq_->setup(seq_self_, &ctx, &e), e, "sequence plugin setup");
   }
-}
-
-void PluginLayers::check(loom_status s, const loom_error& e, const char* what) const {
-  if (s == LOOM_BAD_CONFIG) throw ConfigError(e.message);
-  if (s != LOOM_OK) throw RuntimeError(std::string(what) + ": " + e.message);
 }
 
 Slice PluginLayers::shard(Role role, const std::vector<int64_t>& shape, int fused) const {

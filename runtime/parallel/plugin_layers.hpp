@@ -37,7 +37,6 @@ class PluginLayers : public LayerApi {
  private:
   Tensor gather(const Tensor& local) const;   // sp: local rows -> all rows
   Tensor scatter(const Tensor& full) const;   // sp: all rows -> this rank's rows, summed
-  void check(loom_status s, const loom_error& e, const char* what) const;
 
   loom_tensor_context ctx_;
   const loom_tensor_v1* tensor_;

@@ -8,14 +8,11 @@
 
 namespace loom::train {
 
+using plugins::check;
+
 namespace {
 
 loom_tensor scalar_f64(double* v, int64_t n = 1) { return flat_view(v, LOOM_F64, n); }
-
-void check(loom_status s, const loom_error& e, const std::string& what) {
-  if (s == LOOM_BAD_CONFIG) throw ConfigError(what + ": " + e.message);
-  if (s != LOOM_OK) throw RuntimeError(what + ": " + e.message);
-}
 
 }  // namespace
 

@@ -44,10 +44,7 @@ TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& se
 void TensorSlots::start_experts(const config::Config& cfg, const plugins::Selection& sel) {
   const int ep = world_ ? world_->mesh().ep : 1;
   if (ep == 1) return;
-  const int64_t experts = cfg.i64("model.moe.experts");
-  if (experts == 0)
-    throw ConfigError("[parallel] ep = " + std::to_string(ep) +
-                      " needs a mixture-of-experts model: set [model.moe] experts (a multiple of ep)");
+  const int64_t experts = cfg.i64("model.moe.experts");  // > 0: the trainer checked (check_experts)
   const plugins::SlotChoice* slot = sel.slot("expert");
   if (!slot) throw ConfigError("[parallel] ep = " + std::to_string(ep) + " needs [plugins] expert (e.g. \"ep\")");
   loom_options opts = plugins::options_for(cfg, slot->found.desc->name);
