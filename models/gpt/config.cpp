@@ -1,31 +1,131 @@
 #include "gpt/config.hpp"
 
+#include <cmath>
+#include <sstream>
+
 #include "config/config.hpp"
 #include "core/errors.hpp"
 
 namespace loom::gpt {
 
+namespace {
+
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// Non-embedding parameters, with each MoE layer counting `experts_counted` of its experts.
+int64_t params_counting(const GptConfig& g, int64_t experts_counted) {
+  const int64_t C = g.d_model, F = g.d_ff, fc_out = g.fc_out(), bias = g.bias ? 1 : 0;
+  const int64_t norm_params = g.norm == "layernorm" ? (1 + bias) * C : C;
+  const int64_t attn = C * g.qkv_width() + bias * g.qkv_width() + C * g.n_head * g.head_dim() + bias * C;
+  const int64_t mlp_params = fc_out * C + bias * fc_out + C * F + bias * C;
+  int64_t total = 0;
+  for (int64_t i = 0; i < g.n_layer; ++i)
+    total += 2 * norm_params + attn +
+             (g.is_moe_block(i) ? C * g.moe.experts + experts_counted * mlp_params : mlp_params);
+  const int64_t head = g.tied_embeddings ? 0 : g.vocab_size * C;
+  return total + norm_params + head;
+}
+
+int64_t embedding_params(const GptConfig& g) {
+  return g.vocab_size * g.d_model + (g.learned_positions() ? g.max_positions * g.d_model : 0);
+}
+
+// Llama's MLP width: 2/3 of 4 d_model (SwiGLU has three matrices where GELU has two), times
+// ffn_dim_multiplier, rounded up to a multiple of multiple_of (Meta's llama model.py).
+int64_t llama_ffn_width(int64_t d_model, double multiplier, int64_t multiple_of) {
+  int64_t hidden = 2 * (4 * d_model) / 3;
+  if (multiplier > 0) hidden = static_cast<int64_t>(multiplier * static_cast<double>(hidden));
+  return (hidden + multiple_of - 1) / multiple_of * multiple_of;
+}
+
+void check_moe(const GptConfig& g) {
+  if (g.moe.experts == 0) return;
+  if (g.moe.top_k > g.moe.experts)
+    throw ConfigError("[model.moe] top_k = " + std::to_string(g.moe.top_k) + " is more than experts = " +
+                      std::to_string(g.moe.experts) + ": a token cannot go to more experts than there are");
+  if (!g.moe.dropless && !(g.moe.capacity_factor > 0))
+    throw ConfigError("[model.moe] capacity_factor = " + std::to_string(g.moe.capacity_factor) +
+                      " must be positive (or set dropless = true)");
+  if (g.moe.every > g.n_layer)
+    throw ConfigError("[model.moe] every = " + std::to_string(g.moe.every) + " is more than n_layer = " +
+                      std::to_string(g.n_layer) + ": no block would be MoE");
+}
+
+void check_attention(const GptConfig& g) {
+  if (g.d_model % g.n_head != 0)
+    throw ConfigError("[model] d_model = " + std::to_string(g.d_model) +
+                      " is not divisible by n_head = " + std::to_string(g.n_head));
+  if (g.n_head % g.kv_heads() != 0)
+    throw ConfigError("[model] n_kv_head = " + std::to_string(g.kv_heads()) + " does not divide n_head = " +
+                      std::to_string(g.n_head) + ": each key/value head serves a whole group of query heads");
+}
+
+void check_positions(const GptConfig& g) {
+  if (g.learned_positions() && g.seq_len > g.max_positions)
+    throw ConfigError("[model] seq_len = " + std::to_string(g.seq_len) + " is more than max_positions = " +
+                      std::to_string(g.max_positions) + ": the learned position table has no row for it");
+  if (!g.rope()) return;
+  if (!(g.rope_theta > 0))
+    throw ConfigError("[model] rope_theta = " + num(g.rope_theta) + " must be positive");
+  if (g.head_dim() % 2 != 0)
+    throw ConfigError("[model] d_model / n_head = " + std::to_string(g.head_dim()) +
+                      " is odd: RoPE rotates channel pairs and needs an even head dimension");
+  const auto& s = g.rope_scaling;
+  if (s.type == "none") return;
+  if (!(s.factor >= 1))
+    throw ConfigError("[model.rope_scaling] factor = " + num(s.factor) + " must be at least 1");
+  if (!(s.low_freq_factor > 0) || !(s.high_freq_factor > s.low_freq_factor))
+    throw ConfigError("[model.rope_scaling] high_freq_factor = " + num(s.high_freq_factor) +
+                      " must be more than low_freq_factor = " + num(s.low_freq_factor) + " > 0");
+}
+
+}  // namespace
+
 int64_t GptConfig::padded_vocab(int64_t multiple) const {
   return (vocab_size + multiple - 1) / multiple * multiple;
 }
 
-// Non-embedding parameters, with each MoE layer counting `experts_counted` of its experts.
-static int64_t params_counting(const GptConfig& g, int64_t experts_counted) {
-  int64_t C = g.d_model, F = g.d_ff;
-  int64_t norm_params = g.norm == "layernorm" ? 2 * C : C;
-  int64_t fc_out = g.mlp == "swiglu" ? 2 * F : F;
-  int64_t attn = 3 * C * C + 3 * C + C * C + C;
-  int64_t mlp_params = fc_out * C + fc_out + C * F + C;
-  int64_t total = 0;
-  for (int64_t i = 0; i < g.n_layer; ++i)
-    total += 2 * norm_params + attn + (g.is_moe_block(i) ? C * g.moe.experts + experts_counted * mlp_params : mlp_params);
-  int64_t head = g.tied_embeddings ? 0 : g.vocab_size * C;
-  return total + norm_params + head;
+// inv_freq_i = theta^(-2i/D). Llama 3.1 scaling, by wavelength w_i = 2 pi / inv_freq_i with
+// L = original_max_position: w < L / high_freq_factor keeps inv_freq; w > L / low_freq_factor
+// divides it by factor; in between it blends the two with
+// s = (L / w - low_freq_factor) / (high_freq_factor - low_freq_factor):
+// inv_freq (1 - s) / factor + inv_freq s.
+std::vector<double> GptConfig::rope_inv_freq() const {
+  const int64_t D = head_dim();
+  std::vector<double> f(D / 2);
+  for (int64_t i = 0; i < D / 2; ++i) {
+    // fp32 as the reference implementations compute it (theta ** (arange(0, D, 2).float() / D)).
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(D);
+    f[i] = 1.0f / std::pow(static_cast<float>(rope_theta), expo);
+  }
+  if (rope_scaling.type != "llama3") return f;
+  const double L = static_cast<double>(rope_scaling.original_max_position);
+  const double lo = rope_scaling.low_freq_factor, hi = rope_scaling.high_freq_factor;
+  for (double& inv : f) {
+    const double wavelen = 2 * M_PI / inv;
+    if (wavelen < L / hi) continue;
+    if (wavelen > L / lo) {
+      inv /= rope_scaling.factor;
+      continue;
+    }
+    const double s = (L / wavelen - lo) / (hi - lo);
+    inv = (1 - s) * inv / rope_scaling.factor + s * inv;
+  }
+  return f;
 }
 
 int64_t GptConfig::non_embedding_params() const { return params_counting(*this, moe.experts); }
 
-// A MoE layer runs top_k experts per token: the FLOPs follow the active parameters.
+int64_t GptConfig::params() const { return non_embedding_params() + embedding_params(*this); }
+
+int64_t GptConfig::active_params() const { return params_counting(*this, moe.top_k) + embedding_params(*this); }
+
+// A MoE layer runs top_k experts per token: the FLOPs follow the active parameters. The
+// attention term counts query heads: grouped-query attention shares K and V, not the scores.
 double GptConfig::flops_per_token() const {
   return 6.0 * static_cast<double>(params_counting(*this, moe.top_k)) +
          12.0 * n_layer * n_head * head_dim() * seq_len;
@@ -35,17 +135,44 @@ double GptConfig::executed_flops_per_token() const {
   return flops_per_token() + (tied_embeddings ? 6.0 * vocab_size * d_model : 0.0);
 }
 
+std::string GptConfig::describe() const {
+  std::ostringstream os;
+  os << n_layer << " layers, d_model " << d_model << ", " << n_head << " heads";
+  if (grouped_query()) os << " (" << kv_heads() << " kv heads)";
+  os << ", " << positions << (positions == "none" ? " positions" : "") << ", " << norm << ", " << mlp << ", d_ff "
+     << d_ff << (bias ? "" : ", no bias") << (tied_embeddings ? ", tied" : "");
+  if (moe.experts > 0) os << ", " << moe.experts << " experts (top " << moe.top_k << ")";
+  os << ", T " << seq_len << ", vocab " << vocab_size;
+  return os.str();
+}
+
 GptConfig from_config(const config::Config& cfg) {
   GptConfig g;
   g.n_layer = cfg.i64("model.n_layer");
   g.n_head = cfg.i64("model.n_head");
+  g.n_kv_head = cfg.i64("model.n_kv_head");
+  if (g.n_kv_head == 0) g.n_kv_head = g.n_head;
   g.d_model = cfg.i64("model.d_model");
+  g.mlp = cfg.str("model.mlp");
   g.d_ff = cfg.i64("model.d_ff");
-  if (g.d_ff == 0) g.d_ff = 4 * g.d_model;
+  const int64_t multiple_of = cfg.i64("model.multiple_of");
+  if (g.d_ff == 0)
+    g.d_ff = multiple_of > 0 ? llama_ffn_width(g.d_model, cfg.f64("model.ffn_dim_multiplier"), multiple_of)
+                             : 4 * g.d_model;
   g.vocab_size = cfg.i64("model.vocab_size");
   g.seq_len = cfg.i64("model.seq_len");
+  g.positions = cfg.str("model.positions");
+  g.max_positions = cfg.i64("model.max_positions");
+  if (g.max_positions == 0) g.max_positions = g.seq_len;
+  g.rope_theta = cfg.f64("model.rope_theta");
+  g.rope_scaling.type = cfg.str("model.rope_scaling.type");
+  g.rope_scaling.factor = cfg.f64("model.rope_scaling.factor");
+  g.rope_scaling.low_freq_factor = cfg.f64("model.rope_scaling.low_freq_factor");
+  g.rope_scaling.high_freq_factor = cfg.f64("model.rope_scaling.high_freq_factor");
+  g.rope_scaling.original_max_position = cfg.i64("model.rope_scaling.original_max_position");
   g.norm = cfg.str("model.norm");
-  g.mlp = cfg.str("model.mlp");
+  g.norm_eps = cfg.f64("model.norm_eps");
+  g.bias = cfg.boolean("model.bias");
   g.tied_embeddings = cfg.boolean("model.tied_embeddings");
   g.init_std = static_cast<float>(cfg.f64("model.init_std"));
   g.moe.experts = cfg.i64("model.moe.experts");
@@ -55,20 +182,9 @@ GptConfig from_config(const config::Config& cfg) {
   g.moe.dropless = cfg.boolean("model.moe.dropless");
   g.moe.aux_coef = cfg.f64("model.moe.aux_coef");
   g.moe.z_coef = cfg.f64("model.moe.z_coef");
-  if (g.moe.experts > 0) {
-    if (g.moe.top_k > g.moe.experts)
-      throw ConfigError("[model.moe] top_k = " + std::to_string(g.moe.top_k) + " is more than experts = " +
-                        std::to_string(g.moe.experts) + ": a token cannot go to more experts than there are");
-    if (!g.moe.dropless && !(g.moe.capacity_factor > 0))
-      throw ConfigError("[model.moe] capacity_factor = " + std::to_string(g.moe.capacity_factor) +
-                        " must be positive (or set dropless = true)");
-    if (g.moe.every > g.n_layer)
-      throw ConfigError("[model.moe] every = " + std::to_string(g.moe.every) + " is more than n_layer = " +
-                        std::to_string(g.n_layer) + ": no block would be MoE");
-  }
-  if (g.d_model % g.n_head != 0)
-    throw ConfigError("[model] d_model = " + std::to_string(g.d_model) +
-                      " is not divisible by n_head = " + std::to_string(g.n_head));
+  check_moe(g);
+  check_attention(g);
+  check_positions(g);
   return g;
 }
 

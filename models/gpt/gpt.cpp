@@ -13,6 +13,10 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bo
   if (c_.n_head % tp != 0)
     throw ConfigError("[model] n_head = " + std::to_string(c_.n_head) +
                       " is not divisible by [parallel] tp = " + std::to_string(tp));
+  if (c_.kv_heads() % tp != 0)
+    throw ConfigError("[model] n_kv_head = " + std::to_string(c_.kv_heads()) +
+                      " is not divisible by [parallel] tp = " + std::to_string(tp) +
+                      ": each tp rank holds whole key/value heads (use tp <= n_kv_head, a divisor of it)");
   if (c_.d_ff % tp != 0)
     throw ConfigError("[model] d_ff = " + std::to_string(c_.d_ff) +
                       " is not divisible by [parallel] tp = " + std::to_string(tp));
@@ -26,6 +30,7 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bo
     throw ConfigError("[model.moe] experts = " + std::to_string(c_.moe.experts) +
                       " with [plugins] sequence: MoE routing needs every token's full row; use tp without sp");
   scratch_ = std::make_unique<Scratch>(c_, max_rows);
+  if (c_.rope()) rope_ = std::make_unique<RopeTables>(c_);
   const int last = static_cast<int>(c_.n_layer) + 1;
   auto builds = [&](int n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };
   Param* tied = nullptr;
@@ -37,7 +42,7 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bo
   }
   for (int i = 0; i < c_.n_layer; ++i)
     if (builds(i + 1)) {
-      layers_.push_back(std::make_unique<Block>(i, c_, api, ps, *scratch_, max_rows, profile));
+      layers_.push_back(std::make_unique<Block>(i, c_, api, ps, *scratch_, max_rows, rope_.get(), profile));
       numbers_.push_back(i + 1);
     }
   if (builds(last)) {

@@ -1,5 +1,6 @@
-// A GPT-2-style decoder (pre-LN, learned positions, optionally tied embeddings) as a list of
-// layers over one residual stream. A pipeline stage runs a contiguous range of these layers.
+// A decoder-only transformer, GPT-2 to Llama (pre-norm; learned, rotary or no positions;
+// multi-head or grouped-query attention; optionally tied embeddings) as a list of layers over
+// one residual stream. A pipeline stage runs a contiguous range of these layers.
 #pragma once
 
 #include <functional>
@@ -56,6 +57,7 @@ class Gpt {
   GptConfig c_;
   LayerApi& api_;
   std::unique_ptr<Scratch> scratch_;
+  std::unique_ptr<RopeTables> rope_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<int> numbers_;
   Head* head_ = nullptr;

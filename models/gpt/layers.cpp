@@ -57,30 +57,46 @@ NormActs::NormActs(int64_t rows, int64_t C)
 
 Block::Acts::Acts(const GptConfig& c, int64_t rows)
     : x_in(Tensor::empty({rows, c.d_model})), x_mid(Tensor::empty({rows, c.d_model})),
-      qkv(Tensor::empty({rows, 3 * c.d_model})), att(Tensor::empty({rows, c.d_model})),
-      lse(Tensor::empty({rows * c.n_head})),
-      fc(Tensor::empty({rows, c.mlp == "swiglu" ? 2 * c.d_ff : c.d_ff})),
+      qkv(Tensor::empty({rows, c.qkv_width()})), att(Tensor::empty({rows, c.d_model})),
+      lse(Tensor::empty({rows * c.n_head})), fc(Tensor::empty({rows, c.fc_out()})),
       act(Tensor::empty({rows, c.d_ff})), ln1(rows, c.d_model), ln2(rows, c.d_model) {}
 
 Head::Acts::Acts(int64_t rows, int64_t C, int64_t vocab_local)
     : x_in(Tensor::empty({rows, C})), logits(Tensor::empty({rows, vocab_local})), norm(rows, C) {}
 
 Scratch::Scratch(const GptConfig& c, int64_t rows) {
-  int64_t fc_out = c.mlp == "swiglu" ? 2 * c.d_ff : c.d_ff;
   dh = Tensor::empty({rows, c.d_model});
-  dqkv = Tensor::empty({rows, 3 * c.d_model});
+  dqkv = Tensor::empty({rows, c.qkv_width()});
   datt = Tensor::empty({rows, c.d_model});
-  dfc = Tensor::empty({rows, fc_out});
+  dfc = Tensor::empty({rows, c.fc_out()});
   dact = Tensor::empty({rows, c.d_ff});
+}
+
+// cos/sin of t * inv_freq_i, in fp32 as the reference implementations compute them.
+RopeTables::RopeTables(const GptConfig& c) {
+  const int64_t half = c.head_dim() / 2, T = c.seq_len;
+  std::vector<double> inv = c.rope_inv_freq();
+  std::vector<float> cs(T * half), sn(T * half);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(t) * static_cast<float>(inv[i]);
+      cs[t * half + i] = std::cos(angle), sn[t * half + i] = std::sin(angle);
+    }
+  cos = Tensor::empty({T, half}), sin = Tensor::empty({T, half});
+  std::memcpy(cos.data(), cs.data(), cs.size() * sizeof(float));
+  std::memcpy(sin.data(), sn.data(), sn.size() * sizeof(float));
 }
 
 // ---- embedding --------------------------------------------------------------------------------
 
+// A learned position table has max_positions rows (a checkpoint's 1024 can train at T = 256);
+// RoPE and "none" have no table.
 Embedding::Embedding(const GptConfig& c, LayerApi& api, ParamStore& ps) : api_(api) {
   wte_ = &declare_param(ps, api, params_, "wte", Role::Vocab, {vocab_rows(c, api), c.d_model},
                   normal(c.init_std), false);
-  wpe_ = &declare_param(ps, api, params_, "wpe", Role::Replicated, {c.seq_len, c.d_model}, normal(c.init_std),
-                  false);
+  if (c.learned_positions())
+    wpe_ = &declare_param(ps, api, params_, "wpe", Role::Replicated, {c.max_positions, c.d_model},
+                          normal(c.init_std), false);
 }
 
 void Embedding::forward(const Microbatch& mb, Tensor& x) {
@@ -94,36 +110,105 @@ void Embedding::backward(const Microbatch& mb, Tensor& dx) {
 // ---- transformer block ------------------------------------------------------------------------
 
 Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scratch& scratch,
-             int64_t rows, bool profile)
-    : name_("block" + std::to_string(index)), c_(c), api_(api), s_(scratch),
+             int64_t rows, const RopeTables* rope, bool profile)
+    : name_("block" + std::to_string(index)), c_(c), api_(api), s_(scratch), rope_(rope),
       profiled_(index == 0 && profile) {
-  const int64_t C = c.d_model, F = c.d_ff, fc_out = c.mlp == "swiglu" ? 2 * F : F;
+  const int64_t C = c.d_model, F = c.d_ff, fc_out = c.fc_out();
   const std::string p = "h" + std::to_string(index) + ".";
   // Residual projections are scaled by 1/sqrt(2 L) so the residual stream's variance stays
   // bounded with depth (GPT-2).
   const float resid_std = c.init_std / std::sqrt(2.f * c.n_layer);
-  bool ln = c.norm == "layernorm";
   for (auto [n, tag] : {std::pair{&ln1_, "ln1"}, std::pair{&ln2_, "ln2"}}) {
+    n->rms = c.norm == "rmsnorm", n->eps = static_cast<float>(c.norm_eps);
     n->w = &declare_param(ps, api, params_, p + tag + ".w", Role::Replicated, {C}, kOnes, false);
-    if (ln) n->b = &declare_param(ps, api, params_, p + tag + ".b", Role::Replicated, {C}, kZeros, false);
+    if (!n->rms && c.bias) n->b = &declare_param(ps, api, params_, p + tag + ".b", Role::Replicated, {C}, kZeros, false);
   }
-  // QKV is three matrices stacked along the output features; tp splits each of them by head.
-  qkv_w_ = &declare_param(ps, api, params_, p + "attn.qkv.w", Role::Column, {3 * C, C}, normal(c.init_std), true, 3);
-  qkv_b_ = &declare_param(ps, api, params_, p + "attn.qkv.b", Role::Column, {3 * C}, kZeros, false, 3);
-  proj_w_ = &declare_param(ps, api, params_, p + "attn.proj.w", Role::Row, {C, C}, normal(resid_std), true);
-  proj_b_ = &declare_param(ps, api, params_, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
+  declare_attention(p, ps, resid_std);
   if (c.is_moe_block(index)) {
     moe_ = std::make_unique<MoeMlp>(p + "moe.", c, api, ps, params_, rows);
   } else {
     const int fc_parts = c.mlp == "swiglu" ? 2 : 1;  // SwiGLU stacks gate and up
     fc_w_ = &declare_param(ps, api, params_, p + "mlp.fc.w", Role::Column, {fc_out, C}, normal(c.init_std), true, fc_parts);
-    fc_b_ = &declare_param(ps, api, params_, p + "mlp.fc.b", Role::Column, {fc_out}, kZeros, false, fc_parts);
+    if (c.bias) fc_b_ = &declare_param(ps, api, params_, p + "mlp.fc.b", Role::Column, {fc_out}, kZeros, false, fc_parts);
     out_w_ = &declare_param(ps, api, params_, p + "mlp.proj.w", Role::Row, {C, F}, normal(resid_std), true);
-    out_b_ = &declare_param(ps, api, params_, p + "mlp.proj.b", Role::Replicated, {C}, kZeros, false);
+    if (c.bias) out_b_ = &declare_param(ps, api, params_, p + "mlp.proj.b", Role::Replicated, {C}, kZeros, false);
   }
 
   acts_.init([&c, rows] { return std::make_unique<Acts>(c, rows); });
   tmp_ = Tensor::empty({rows, C});
+}
+
+// Multi-head attention keeps GPT-2's fused QKV weight (three stacked matrices, tp splits each by
+// head). Grouped-query attention has a q weight (H heads) and a kv weight (K and V stacked, Hkv
+// heads each): tp splits query heads and key/value heads alike, so a rank holds whole groups.
+void Block::declare_attention(const std::string& p, ParamStore& ps, float resid_std) {
+  const GptConfig& c = c_;
+  const int64_t C = c.d_model, D = c.head_dim(), q_width = c.n_head * D, kv_width = 2 * c.kv_heads() * D;
+  if (!c.grouped_query()) {
+    qkv_w_ = &declare_param(ps, api_, params_, p + "attn.qkv.w", Role::Column, {3 * q_width, C}, normal(c.init_std), true, 3);
+    if (c.bias) qkv_b_ = &declare_param(ps, api_, params_, p + "attn.qkv.b", Role::Column, {3 * q_width}, kZeros, false, 3);
+    heads_ = kv_heads_ = local_dim0(*qkv_w_) / (3 * D);
+  } else {
+    q_w_ = &declare_param(ps, api_, params_, p + "attn.q.w", Role::Column, {q_width, C}, normal(c.init_std), true);
+    if (c.bias) q_b_ = &declare_param(ps, api_, params_, p + "attn.q.b", Role::Column, {q_width}, kZeros, false);
+    kv_w_ = &declare_param(ps, api_, params_, p + "attn.kv.w", Role::Column, {kv_width, C}, normal(c.init_std), true, 2);
+    if (c.bias) kv_b_ = &declare_param(ps, api_, params_, p + "attn.kv.b", Role::Column, {kv_width}, kZeros, false, 2);
+    heads_ = local_dim0(*q_w_) / D, kv_heads_ = local_dim0(*kv_w_) / (2 * D);
+  }
+  proj_w_ = &declare_param(ps, api_, params_, p + "attn.proj.w", Role::Row, {C, q_width}, normal(resid_std), true);
+  if (c.bias) proj_b_ = &declare_param(ps, api_, params_, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
+}
+
+Block::Qkv Block::qkv_layout(const Tensor& buf, int64_t N) const {
+  const int64_t D = c_.head_dim(), hq = heads_ * D, hkv = kv_heads_ * D;
+  float* base = const_cast<Tensor&>(buf).f32();  // the saved activations are read, the scratch written
+  if (qkv_w_) return {base, base + hq, base + 2 * hq, 3 * hq, 3 * hq};
+  float* kv = base + N * hq;
+  return {base, kv, kv + hkv, hq, 2 * hkv};
+}
+
+// q, k, v = h W^T (+ b), then q and k rotated by their positions (RoPE).
+void Block::project_qkv(const Microbatch& mb, const Tensor& h, Tensor& buf) {
+  const loom_ops* o = api_.ops();
+  const int64_t N = mb.rows(), D = c_.head_dim();
+  const Qkv L = qkv_layout(buf, N);
+  if (qkv_w_) {
+    Tensor qkv = Tensor::borrow(L.q, {N, L.ldq});
+    api_.linear(qkv, h, *qkv_w_);
+    if (qkv_b_) o->bias_add(qkv.f32(), qkv_b_->value.f32(), N, L.ldq);
+  } else {
+    Tensor q = Tensor::borrow(L.q, {N, L.ldq}), kv = Tensor::borrow(L.k, {N, L.ldkv});
+    api_.linear(q, h, *q_w_);
+    api_.linear(kv, h, *kv_w_);
+    if (q_b_) o->bias_add(q.f32(), q_b_->value.f32(), N, L.ldq);
+    if (kv_b_) o->bias_add(kv.f32(), kv_b_->value.f32(), N, L.ldkv);
+  }
+  if (!rope_) return;
+  o->rope_fwd(L.q, L.ldq, mb.B, mb.T, heads_, D, rope_->cos.f32(), rope_->sin.f32(), 0);
+  o->rope_fwd(L.k, L.ldkv, mb.B, mb.T, kv_heads_, D, rope_->cos.f32(), rope_->sin.f32(), 0);
+}
+
+// From the gradients of the rotated q, k and v: un-rotate, bias gradients, and
+// dh = dq W_q + dkv W_kv (one GEMM with the fused weight); the weights' gradients accumulate.
+void Block::project_qkv_bwd(const Microbatch& mb, Tensor& dqkv, const Tensor& h, Tensor& dh) {
+  const loom_ops* o = api_.ops();
+  const int64_t N = mb.rows(), D = c_.head_dim();
+  const Qkv L = qkv_layout(dqkv, N);
+  if (rope_) {
+    o->rope_bwd(L.q, L.ldq, mb.B, mb.T, heads_, D, rope_->cos.f32(), rope_->sin.f32(), 0);
+    o->rope_bwd(L.k, L.ldkv, mb.B, mb.T, kv_heads_, D, rope_->cos.f32(), rope_->sin.f32(), 0);
+  }
+  if (qkv_w_) {
+    Tensor dqkv_all = Tensor::borrow(L.q, {N, L.ldq});
+    if (qkv_b_) o->bias_bwd(qkv_b_->grad.f32(), L.q, N, L.ldq);
+    api_.linear_bwd(&dh, dqkv_all, h, *qkv_w_);
+    return;
+  }
+  Tensor dq = Tensor::borrow(L.q, {N, L.ldq}), dkv = Tensor::borrow(L.k, {N, L.ldkv});
+  if (q_b_) o->bias_bwd(q_b_->grad.f32(), L.q, N, L.ldq);
+  if (kv_b_) o->bias_bwd(kv_b_->grad.f32(), L.k, N, L.ldkv);
+  api_.linear_bwd(&dh, dq, h, *q_w_);
+  api_.linear_bwd(&dh, dkv, h, *kv_w_, /*accumulate=*/true);
 }
 
 Block::~Block() = default;
@@ -135,18 +220,18 @@ void Block::use_slot(int k) {
 
 void Norm::forward(const loom_ops* o, NormActs& a, const Tensor& x, int64_t rows) const {
   const int64_t C = w->local_shape[0];
-  if (b)
-    o->layernorm_fwd(a.out.f32(), a.mean.f32(), a.rstd.f32(), x.f32(), w->value.f32(),
-                     b->value.f32(), rows, C);
+  if (!rms)
+    o->layernorm_fwd_eps(a.out.f32(), a.mean.f32(), a.rstd.f32(), x.f32(), w->value.f32(),
+                         b ? b->value.f32() : nullptr, rows, C, eps);
   else
-    o->rmsnorm_fwd(a.out.f32(), a.rstd.f32(), x.f32(), w->value.f32(), rows, C);
+    o->rmsnorm_fwd_eps(a.out.f32(), a.rstd.f32(), x.f32(), w->value.f32(), rows, C, eps);
 }
 
 void Norm::backward(const loom_ops* o, const NormActs& a, Tensor& dinp, const Tensor& dout,
                     const Tensor& x, int64_t rows) const {
   const int64_t C = w->local_shape[0];
-  if (b)
-    o->layernorm_bwd(dinp.f32(), w->grad.f32(), b->grad.f32(), dout.f32(), x.f32(),
+  if (!rms)
+    o->layernorm_bwd(dinp.f32(), w->grad.f32(), b ? b->grad.f32() : nullptr, dout.f32(), x.f32(),
                      w->value.f32(), a.mean.f32(), a.rstd.f32(), rows, C);
   else
     o->rmsnorm_bwd(dinp.f32(), w->grad.f32(), dout.f32(), x.f32(), w->value.f32(), a.rstd.f32(),
@@ -157,7 +242,6 @@ void Norm::backward(const loom_ops* o, const NormActs& a, Tensor& dinp, const Te
 void Block::forward(const Microbatch& mb, Tensor& x) {
   const loom_ops* o = api_.ops();
   const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;  // n: rows held here, N: all rows
-  const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
   Marks marks(api_.profile(), profiled_);
   Acts& a = *acts_;
   std::memcpy(a.x_in.data(), x.data(), n * C * sizeof(float));
@@ -166,18 +250,18 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   marks("fwd norm");
   Tensor h1 = api_.region_enter(rows_of(a.ln1.out, n));
   marks("fwd f (enter)");
-  Tensor qkv = view(a.qkv, N, local_dim0(*qkv_w_)), att = view(a.att, N, proj_w_->local_shape[1]);
-  Tensor y = view(tmp_, N, C);
-  api_.linear(qkv, h1, *qkv_w_);
-  o->bias_add(qkv.f32(), qkv_b_->value.f32(), N, local_dim0(*qkv_w_));
+  Tensor att = view(a.att, N, proj_w_->local_shape[1]), y = view(tmp_, N, C);
+  project_qkv(mb, h1, a.qkv);
   marks("fwd qkv");
-  o->attention_fwd(att.f32(), a.lse.f32(), qkv.f32(), mb.B, mb.T, heads, c_.head_dim());
+  const Qkv L = qkv_layout(a.qkv, N);
+  o->attention_gqa_fwd(att.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_,
+                       c_.head_dim());
   marks("fwd attention");
   api_.linear(y, att, *proj_w_);
   marks("fwd proj");
   Tensor y_out = api_.region_exit(y);
   marks("fwd g (exit)");
-  o->bias_add(y_out.f32(), proj_b_->value.f32(), n, C);
+  if (proj_b_) o->bias_add(y_out.f32(), proj_b_->value.f32(), n, C);
   o->accumulate(x.f32(), y_out.f32(), n * C);
   std::memcpy(a.x_mid.data(), x.data(), n * C * sizeof(float));
 
@@ -193,7 +277,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   marks("fwd f (enter)");
   Tensor fc = view(a.fc, N, local_dim0(*fc_w_)), act = view(a.act, N, out_w_->local_shape[1]);
   api_.linear(fc, h2, *fc_w_);
-  o->bias_add(fc.f32(), fc_b_->value.f32(), N, local_dim0(*fc_w_));
+  if (fc_b_) o->bias_add(fc.f32(), fc_b_->value.f32(), N, local_dim0(*fc_w_));
   if (c_.mlp == "swiglu")
     o->swiglu_fwd(act.f32(), fc.f32(), N, act.dim(1));
   else
@@ -202,7 +286,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   marks("fwd mlp");
   y_out = api_.region_exit(y);
   marks("fwd g (exit)");
-  o->bias_add(y_out.f32(), out_b_->value.f32(), n, C);
+  if (out_b_) o->bias_add(y_out.f32(), out_b_->value.f32(), n, C);
   o->accumulate(x.f32(), y_out.f32(), n * C);
   marks("fwd residual");
 }
@@ -233,7 +317,7 @@ void Block::mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks&
   const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
   const Acts& a = *acts_;
   Tensor act = view(a.act, N, out_w_->local_shape[1]), fc = view(a.fc, N, local_dim0(*fc_w_));
-  o->bias_bwd(out_b_->grad.f32(), dx.f32(), n, C);
+  if (out_b_) o->bias_bwd(out_b_->grad.f32(), dx.f32(), n, C);
   marks("bwd residual");
   Tensor dy = api_.region_exit_bwd(dx);
   marks("bwd g (exit)");
@@ -244,7 +328,7 @@ void Block::mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks&
     o->swiglu_bwd(dfc.f32(), fc.f32(), dact.f32(), N, act.dim(1));
   else
     o->gelu_bwd(dfc.f32(), fc.f32(), dact.f32(), N * act.dim(1));
-  o->bias_bwd(fc_b_->grad.f32(), dfc.f32(), N, fc.dim(1));
+  if (fc_b_) o->bias_bwd(fc_b_->grad.f32(), dfc.f32(), N, fc.dim(1));
   marks("bwd mlp");
   Tensor h2 = api_.region_enter(rows_of(a.ln2.out, n));  // sp gathers the rows again
   marks("bwd f (re-gather)");
@@ -261,28 +345,24 @@ void Block::mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks&
 void Block::attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks) {
   const loom_ops* o = api_.ops();
   const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
-  const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
   const Acts& a = *acts_;
-  Tensor dy;
 
-  // Attention branch.
-  o->bias_bwd(proj_b_->grad.f32(), dx.f32(), n, C);
+  if (proj_b_) o->bias_bwd(proj_b_->grad.f32(), dx.f32(), n, C);
   marks("bwd residual");
-  dy = api_.region_exit_bwd(dx);
+  Tensor dy = api_.region_exit_bwd(dx);
   marks("bwd g (exit)");
-  Tensor att = view(a.att, N, proj_w_->local_shape[1]), qkv = view(a.qkv, N, local_dim0(*qkv_w_));
+  Tensor att = view(a.att, N, proj_w_->local_shape[1]);
   Tensor datt = view(s_.datt, N, att.dim(1));
   api_.linear_bwd(&datt, dy, att, *proj_w_);
   marks("bwd proj");
-  Tensor dqkv = view(s_.dqkv, N, qkv.dim(1));
-  o->attention_bwd(dqkv.f32(), datt.f32(), qkv.f32(), att.f32(), a.lse.f32(), mb.B, mb.T, heads,
-                   c_.head_dim());
+  const Qkv L = qkv_layout(a.qkv, N), dL = qkv_layout(s_.dqkv, N);
+  o->attention_gqa_bwd(dL.q, dL.k, dL.v, datt.f32(), L.q, L.k, L.v, att.f32(), a.lse.f32(), L.ldq, L.ldkv, mb.B,
+                       mb.T, heads_, kv_heads_, c_.head_dim());
   marks("bwd attention");
-  o->bias_bwd(qkv_b_->grad.f32(), dqkv.f32(), N, qkv.dim(1));
   Tensor h1 = api_.region_enter(rows_of(a.ln1.out, n));
   marks("bwd f (re-gather)");
   Tensor dh1 = view(s_.dh, N, C);
-  api_.linear_bwd(&dh1, dqkv, h1, *qkv_w_);
+  project_qkv_bwd(mb, s_.dqkv, h1, dh1);
   marks("bwd qkv");
   Tensor dh1_local = api_.region_enter_bwd(dh1);
   marks("bwd f (enter)");
@@ -296,9 +376,9 @@ void Block::attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, 
 // activation. Sequence parallelism shrinks the first group by tp; tensor parallelism the second.
 int64_t Block::saved_bytes(const Microbatch& mb) const {
   const int64_t N = mb.rows(), n = api_.local_rows(N), C = c_.d_model;
-  const int64_t stats = ln1_.b ? 4 * n : 2 * n;
-  const int64_t heads = local_dim0(*qkv_w_) / (3 * c_.head_dim());
-  const int64_t attention = 4 * (4 * n * C + stats + N * (local_dim0(*qkv_w_) + proj_w_->local_shape[1] + heads));
+  const int64_t stats = ln1_.rms ? 2 * n : 4 * n;
+  const int64_t qkv = (heads_ + 2 * kv_heads_) * c_.head_dim();
+  const int64_t attention = 4 * (4 * n * C + stats + N * (qkv + proj_w_->local_shape[1] + heads_));
   if (moe_) return attention + moe_->saved_bytes(N);
   return attention + 4 * N * (local_dim0(*fc_w_) + out_w_->local_shape[1]);
 }
@@ -308,8 +388,9 @@ int64_t Block::saved_bytes(const Microbatch& mb) const {
 Head::Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows)
     : c_(c), api_(api) {
   const int64_t C = c.d_model;
+  norm_.rms = c.norm == "rmsnorm", norm_.eps = static_cast<float>(c.norm_eps);
   norm_.w = &declare_param(ps, api, params_, "ln_f.w", Role::Replicated, {C}, kOnes, false);
-  if (c.norm == "layernorm")
+  if (!norm_.rms && c.bias)
     norm_.b = &declare_param(ps, api, params_, "ln_f.b", Role::Replicated, {C}, kZeros, false);
   if (tied_wte) {
     params_.push_back(tied_wte);

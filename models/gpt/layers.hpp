@@ -34,13 +34,22 @@ struct NormActs {
   NormActs(int64_t rows, int64_t C);
 };
 
-// A LayerNorm (weight and bias) or RMSNorm (weight only) over rows of C channels.
+// A LayerNorm (weight, and bias unless [model] bias = false) or RMSNorm (weight only) over rows
+// of C channels.
 struct Norm {
   Param *w = nullptr, *b = nullptr;
+  bool rms = false;
+  float eps = 1e-5f;
   void forward(const loom_ops* o, NormActs& a, const Tensor& x, int64_t rows) const;
   // dinp = d(norm)/dx of dout; accumulates the weight (and bias) gradients.
   void backward(const loom_ops* o, const NormActs& a, Tensor& dinp, const Tensor& dout,
                 const Tensor& x, int64_t rows) const;
+};
+
+// RoPE's cos and sin of every position's angles, [seq_len, head_dim / 2] each, shared by blocks.
+struct RopeTables {
+  Tensor cos, sin;
+  explicit RopeTables(const GptConfig& c);
 };
 
 // Per-micro-batch activation slots: slot k is allocated by `make` the first time it is used.
@@ -76,14 +85,15 @@ class Embedding : public Layer {
  private:
   std::string name_ = "embedding";
   LayerApi& api_;
-  Param *wte_, *wpe_;
+  Param *wte_, *wpe_ = nullptr;  // no position table under RoPE or positions = "none"
 };
 
 class Block : public Layer {
  public:
   // `profile`: block 0 records its segment timings in api.profile().
+  // `rope`: the position tables when [model] positions = "rope", else null.
   Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scratch& scratch,
-        int64_t rows, bool profile = false);
+        int64_t rows, const RopeTables* rope, bool profile = false);
   const std::string& name() const override { return name_; }
   void forward(const Microbatch& mb, Tensor& x) override;
   void backward(const Microbatch& mb, Tensor& dx) override;
@@ -94,23 +104,37 @@ class Block : public Layer {
   ~Block() override;
 
  private:
-  // Saved for backward: block input, residual after attention, both norms, qkv, attention output
-  // and its log-sum-exp, MLP pre-activation and activation.
+  // Saved for backward: block input, residual after attention, both norms, q/k/v (rotated),
+  // attention output and its log-sum-exp, MLP pre-activation and activation.
   struct Acts {
     Tensor x_in, x_mid, qkv, att, lse, fc, act;
     NormActs ln1, ln2;
     Acts(const GptConfig& c, int64_t rows);
   };
+  // Where this rank's q, k and v lie in a buffer of N rows: one [N, q | k | v] matrix for
+  // multi-head attention (fused weight), or [N, q] then [N, k | v] for grouped-query.
+  struct Qkv {
+    float *q, *k, *v;
+    int64_t ldq, ldkv;
+  };
+  Qkv qkv_layout(const Tensor& buf, int64_t N) const;
   std::string name_;
   const GptConfig& c_;
   LayerApi& api_;
   Scratch& s_;
+  const RopeTables* rope_;
   bool profiled_;
   Norm ln1_, ln2_;
-  Param *qkv_w_, *qkv_b_, *proj_w_, *proj_b_, *fc_w_ = nullptr, *fc_b_ = nullptr, *out_w_ = nullptr,
-        *out_b_ = nullptr;
+  // Attention: qkv_w_ (fused, multi-head) or q_w_ and kv_w_ (grouped-query); biases optional.
+  Param *qkv_w_ = nullptr, *qkv_b_ = nullptr, *q_w_ = nullptr, *q_b_ = nullptr, *kv_w_ = nullptr,
+        *kv_b_ = nullptr, *proj_w_, *proj_b_ = nullptr;
+  Param *fc_w_ = nullptr, *fc_b_ = nullptr, *out_w_ = nullptr, *out_b_ = nullptr;
+  int64_t heads_ = 0, kv_heads_ = 0;  // held on this rank
   std::unique_ptr<MoeMlp> moe_;
   Slots<Acts> acts_;
+  void declare_attention(const std::string& p, ParamStore& ps, float resid_std);
+  void project_qkv(const Microbatch& mb, const Tensor& h, Tensor& buf);
+  void project_qkv_bwd(const Microbatch& mb, Tensor& dqkv, const Tensor& h, Tensor& dh);
   void mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks);
   void attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks);
   Tensor tmp_;

@@ -75,9 +75,9 @@ MoeMlp::MoeMlp(const std::string& prefix, const GptConfig& c, LayerApi& api, Par
   const Init normal{Init::Normal, c.init_std}, resid{Init::Normal, resid_std}, zeros{Init::Zeros, 0.f};
   router_ = &declare_param(ps, api, owner, prefix + "router.w", Role::Replicated, {E, C}, normal, false);
   fc_w_ = &declare_param(ps, api, owner, prefix + "fc.w", Role::Expert, {E, FO, C}, normal, true);
-  fc_b_ = &declare_param(ps, api, owner, prefix + "fc.b", Role::Expert, {E, FO}, zeros, false);
+  if (c.bias) fc_b_ = &declare_param(ps, api, owner, prefix + "fc.b", Role::Expert, {E, FO}, zeros, false);
   out_w_ = &declare_param(ps, api, owner, prefix + "proj.w", Role::Expert, {E, C, F}, resid, true);
-  out_b_ = &declare_param(ps, api, owner, prefix + "proj.b", Role::Expert, {E, C}, zeros, false);
+  if (c.bias) out_b_ = &declare_param(ps, api, owner, prefix + "proj.b", Role::Expert, {E, C}, zeros, false);
   acts_ = std::make_unique<Slots<Acts>>();
   acts_->init([&c, rows] { return std::make_unique<Acts>(c, rows); });
   stats_.load.assign(E, 0);
@@ -202,13 +202,13 @@ void MoeMlp::forward(const Tensor& h, Tensor& y) {
     if (n == 0) continue;
     float *xin = a.xl.f32() + r0 * C, *fc = a.fc.f32() + r0 * FO, *act = a.act.f32() + r0 * F, *ye = a.yl.f32() + r0 * C;
     o->gemm(0, 1, n, FO, C, 1.f, xin, C, fc_w_->value.f32() + j * FO * C, C, 0.f, fc, FO);
-    o->bias_add(fc, fc_b_->value.f32() + j * FO, n, FO);
+    if (fc_b_) o->bias_add(fc, fc_b_->value.f32() + j * FO, n, FO);
     if (c_.mlp == "swiglu")
       o->swiglu_fwd(act, fc, n, F);
     else
       o->gelu_fwd(act, fc, n * F);
     o->gemm(0, 1, n, C, F, 1.f, act, F, out_w_->value.f32() + j * C * F, F, 0.f, ye, C);
-    o->bias_add(ye, out_b_->value.f32() + j * C, n, C);
+    if (out_b_) o->bias_add(ye, out_b_->value.f32() + j * C, n, C);
   }
   if (ex) {  // the experts' outputs go home, in the layout xin had
     t0 = Clock::now();
@@ -276,14 +276,14 @@ void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss
     if (n == 0) continue;
     const float *xin = a.xl.f32() + r0 * C, *fc = a.fc.f32() + r0 * FO, *act = a.act.f32() + r0 * F;
     float *d_y = dyl.f32() + r0 * C, *d_act = dact.f32() + r0 * F, *d_fc = dfc.f32() + r0 * FO, *d_x = dxl.f32() + r0 * C;
-    o->bias_bwd(out_b_->grad.f32() + j * C, d_y, n, C);
+    if (out_b_) o->bias_bwd(out_b_->grad.f32() + j * C, d_y, n, C);
     o->gemm(0, 0, n, F, C, 1.f, d_y, C, out_w_->value.f32() + j * C * F, F, 0.f, d_act, F);
     o->gemm(1, 0, C, F, n, 1.f, d_y, C, act, F, 1.f, out_w_->grad.f32() + j * C * F, F);
     if (c_.mlp == "swiglu")
       o->swiglu_bwd(d_fc, fc, d_act, n, F);
     else
       o->gelu_bwd(d_fc, fc, d_act, n * F);
-    o->bias_bwd(fc_b_->grad.f32() + j * FO, d_fc, n, FO);
+    if (fc_b_) o->bias_bwd(fc_b_->grad.f32() + j * FO, d_fc, n, FO);
     o->gemm(0, 0, n, C, FO, 1.f, d_fc, FO, fc_w_->value.f32() + j * FO * C, C, 0.f, d_x, C);
     o->gemm(1, 0, FO, C, n, 1.f, d_fc, FO, xin, C, 1.f, fc_w_->grad.f32() + j * FO * C, C);
   }

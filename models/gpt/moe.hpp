@@ -52,7 +52,7 @@ class MoeMlp {
   void route(const Tensor& h, Acts& a);
   const GptConfig& c_;
   LayerApi& api_;
-  Param *router_, *fc_w_, *fc_b_, *out_w_, *out_b_;
+  Param *router_, *fc_w_, *fc_b_ = nullptr, *out_w_, *out_b_ = nullptr;  // biases: [model] bias
   std::unique_ptr<Slots<Acts>> acts_;
   MoeStats stats_;
   double last_aux_ = 0, last_z_ = 0;

@@ -99,8 +99,20 @@ void apply_preset(toml::table& t, const SectionSpec& s) {
   std::string wanted = name->value<std::string>().value();
   for (const auto& [preset, values] : s.presets) {
     if (preset != wanted) continue;
-    for (const auto& [key, literal] : values)
-      if (!t.contains(key)) t.insert(key, *parse_assignment(key, literal, "<preset>").get(key));
+    for (const auto& [key, literal] : values) {
+      // "moe.experts" fills [<section>.moe] experts.
+      const size_t dot = key.find('.');
+      toml::table* into = &t;
+      std::string leaf = key;
+      if (dot != std::string::npos) {
+        const std::string sub = key.substr(0, dot);
+        if (!t.contains(sub)) t.insert(sub, toml::table{});
+        into = t.get_as<toml::table>(sub);
+        leaf = key.substr(dot + 1);
+        if (!into) continue;  // not a table: check_table reports it
+      }
+      if (!into->contains(leaf)) into->insert(leaf, *parse_assignment(leaf, literal, "<preset>").get(leaf));
+    }
   }
 }
 

@@ -77,17 +77,26 @@ std::vector<SectionSpec> build_schema() {
       {"perturb_rank", ValueType::Int, "0", "the rank perturb_step nudges", 0, 65535},
       {"ckpt_write_error_step", ValueType::Int, "0", "the checkpoint of this step fails to write (a full disk)", 0, kInf},
   }});
-  SectionSpec model{"model", "the network: GPT-2-style decoder", {
-      {"preset", ValueType::String, "\"\"", "fill unset keys from a preset", -kInf, kInf,
-       {"", "tiny", "small"}},
+  SectionSpec model{"model", "the network: a decoder-only transformer, GPT-2 to Llama 3 (docs/models.md)", {
+      {"preset", ValueType::String, "\"\"", "fill unset keys from a preset (loom model info PRESET)", -kInf, kInf,
+       model_preset_names()},
       {"n_layer", ValueType::Int, "4", "transformer blocks", 1, 1024},
-      {"n_head", ValueType::Int, "4", "attention heads", 1, 1024},
+      {"n_head", ValueType::Int, "4", "attention (query) heads", 1, 1024},
+      {"n_kv_head", ValueType::Int, "0", "key/value heads: 1 = multi-query, n_head = multi-head; 0 = n_head", 0, 1024},
       {"d_model", ValueType::Int, "128", "residual stream width", 1, 65536},
-      {"d_ff", ValueType::Int, "0", "MLP hidden width; 0 = 4 * d_model", 0, 1 << 20},
-      {"vocab_size", ValueType::Int, "256", "vocabulary (256 = bytes)", 2, 1 << 20},
+      {"d_ff", ValueType::Int, "0", "MLP hidden width; 0 = 4 * d_model, or Llama's rounding when multiple_of > 0", 0, 1 << 20},
+      {"ffn_dim_multiplier", ValueType::Float, "0.0", "Llama: d_ff = multiplier x 2/3 x 4 d_model (0 = 1) ...", 0, 64},
+      {"multiple_of", ValueType::Int, "0", "... rounded up to a multiple of this (with d_ff = 0); 0 = off", 0, 1 << 20},
+      {"vocab_size", ValueType::Int, "256", "vocabulary (256 = bytes)", 2, 1 << 24},
       {"seq_len", ValueType::Int, "128", "context length T", 1, 1 << 20},
+      {"positions", ValueType::String, "\"learned\"", "learned (a table of max_positions rows) | rope | none",
+       -kInf, kInf, {"learned", "rope", "none"}},
+      {"max_positions", ValueType::Int, "0", "rows of the learned position table; 0 = seq_len", 0, 1 << 20},
+      {"rope_theta", ValueType::Float, "10000.0", "RoPE base: 10000 (GPT-NeoX, Llama 2), 500000 (Llama 3)", -kInf, kInf},
       {"norm", ValueType::String, "\"layernorm\"", "layernorm | rmsnorm", -kInf, kInf,
        {"layernorm", "rmsnorm"}},
+      {"norm_eps", ValueType::Float, "1e-5", "epsilon of every norm", 0, 1},
+      {"bias", ValueType::Bool, "true", "biases in every linear layer and LayerNorm (false: Llama)"},
       {"mlp", ValueType::String, "\"gelu\"", "gelu (tanh form) | swiglu", -kInf, kInf,
        {"gelu", "swiglu"}},
       {"tied_embeddings", ValueType::Bool, "true", "share the token embedding with the LM head"},
@@ -103,15 +112,17 @@ std::vector<SectionSpec> build_schema() {
       {"aux_coef", ValueType::Float, "0.01", "load-balancing loss coefficient (Switch/GShard form)", 0, kInf},
       {"z_coef", ValueType::Float, "0.0", "router z-loss coefficient", 0, kInf},
   }};
-  model.presets = {
-      {"tiny", {{"n_layer", "2"}, {"n_head", "2"}, {"d_model", "64"}, {"d_ff", "256"},
-                {"vocab_size", "256"}, {"seq_len", "64"}}},
-      // GPT-2 small, 124M parameters.
-      {"small", {{"n_layer", "12"}, {"n_head", "12"}, {"d_model", "768"}, {"d_ff", "3072"},
-                 {"vocab_size", "50257"}, {"seq_len", "1024"}}},
-  };
+  SectionSpec rope_scaling{"model.rope_scaling", "RoPE frequency scaling for long context (Llama 3.1)", {
+      {"type", ValueType::String, "\"none\"", "none | llama3", -kInf, kInf, {"none", "llama3"}},
+      {"factor", ValueType::Float, "8.0", "low frequencies are divided by this", -kInf, kInf},
+      {"low_freq_factor", ValueType::Float, "1.0", "wavelengths above original_max_position / this are scaled", -kInf, kInf},
+      {"high_freq_factor", ValueType::Float, "4.0", "wavelengths below original_max_position / this are kept", -kInf, kInf},
+      {"original_max_position", ValueType::Int, "8192", "the context the model was pre-trained at", 1, 1 << 24},
+  }};
+  model.presets = model_presets();
   s.push_back(model);
   s.push_back(moe);
+  s.push_back(rope_scaling);
   s.push_back({"data", "training and validation tokens", {
       {"dir", ValueType::String, "\"data/fortunes\"",
        "directory of train_*.bin / val_*.bin llm.c shards (loom data prepare)"},

@@ -35,6 +35,10 @@ struct SectionSpec {
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> presets;
 };
 
+// The [model] presets (runtime/config/model_presets.cpp), and their names with "" first.
+const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>& model_presets();
+std::vector<std::string> model_preset_names();
+
 // The runtime's own sections, in the order `loom config show` prints them.
 const std::vector<SectionSpec>& runtime_schema();
 

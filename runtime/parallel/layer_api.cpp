@@ -22,12 +22,12 @@ void LayerApi::linear(Tensor& y, const Tensor& x, const Param& W) const {
   ops_->gemm(0, 1, N, out, in, 1.f, xr.f32(), in, wr.f32(), in, 0.f, y.f32(), out);
 }
 
-void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W) const {
+void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W, bool accumulate) const {
   int64_t N = x.dim(0), in = x.dim(-1), out = W.local_shape[0];
   Tensor dyr = numerics_.operand(dy, W.name + ".dy", LOOM_OPERAND_GRADIENT);
   if (dx && dx->defined()) {
     Tensor wr = numerics_.operand(W.value, W.name, LOOM_OPERAND_WEIGHT);
-    ops_->gemm(0, 0, N, in, out, 1.f, dyr.f32(), out, wr.f32(), in, 0.f, dx->f32(), in);
+    ops_->gemm(0, 0, N, in, out, 1.f, dyr.f32(), out, wr.f32(), in, accumulate ? 1.f : 0.f, dx->f32(), in);
   }
   Tensor xr = numerics_.operand(x, W.name + ".x", LOOM_OPERAND_ACTIVATION);
   ops_->gemm(1, 0, out, in, N, 1.f, dyr.f32(), out, xr.f32(), in, 1.f, W.grad.f32(), in);

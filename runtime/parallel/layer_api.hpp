@@ -58,8 +58,8 @@ class LayerApi {
   // y[N, out] = x[N, in] W^T for a local [out, in] weight shard (bias added separately, because
   // a row-parallel layer adds it after region_exit).
   void linear(Tensor& y, const Tensor& x, const Param& W) const;
-  // dx = dy W (skipped when dx is undefined); dW += dy^T x.
-  void linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W) const;
+  // dx = dy W (skipped when dx is undefined; dx += dy W with `accumulate`); dW += dy^T x.
+  void linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W, bool accumulate = false) const;
 
   // out[B*T, C] = wte[token] + wpe[t] (wpe may be null).
   virtual void embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T,

@@ -252,12 +252,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   const double flops_per_token = mc.flops_per_token();
 
   if (lead) {
-    std::printf(
-        "model: %lld layers, d_model %lld, %lld heads, T %lld, vocab %lld: %s params "
-        "(%s non-embedding)\n",
-        (long long)mc.n_layer, (long long)mc.d_model, (long long)mc.n_head, (long long)mc.seq_len,
-        (long long)mc.vocab_size, human(params.numel()).c_str(),
-        human(mc.non_embedding_params()).c_str());
+    std::printf("model: %s: %s params (%s non-embedding)\n", mc.describe().c_str(), human(mc.params()).c_str(),
+                human(mc.non_embedding_params()).c_str());
     std::printf(
         "data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of "
         "%lld)\n",

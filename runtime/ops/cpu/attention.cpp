@@ -1,6 +1,8 @@
-// Causal multi-head attention as tiled online softmax (Dao et al., FlashAttention 1 and 2).
-// Work is split over (batch, head) pairs; within one pair, queries go in blocks of kBr rows and
-// keys in blocks of kBc columns, so the largest score buffer is kBr x kBc, never T x T.
+// Causal grouped-query attention as tiled online softmax (Dao et al., FlashAttention 1 and 2).
+// Work is split over (batch, query head) pairs; within one pair, queries go in blocks of kBr rows
+// and keys in blocks of kBc columns, so the largest score buffer is kBr x kBc, never T x T. A
+// query head reads its group's key/value head where it lies: K and V are never repeated in memory
+// (each thread copies the one head it works on, as for multi-head attention).
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -15,24 +17,32 @@ namespace {
 constexpr int64_t kBr = 32;  // query rows per tile
 constexpr int64_t kBc = 64;  // key columns per tile
 
-// One head of one sequence, copied out of the interleaved qkv rows into contiguous buffers:
-// q (T x D, pre-scaled by 1/sqrt(D)), k (T x D), v (T x D) and the transposes kt, vt (D x T)
-// that let score tiles be built as outer products with unit-stride inner loops.
+// One query head of one sequence and its key/value head, copied out of the strided rows into
+// contiguous buffers: q (T x D, pre-scaled by 1/sqrt(D)), k (T x D), v (T x D) and the transposes
+// kt, vt (D x T) that let score tiles be built as outer products with unit-stride inner loops.
+struct Layout {
+  const float *q, *k, *v;
+  int64_t ldq, ldkv, T, H, Hkv, D;
+  int64_t group(int64_t h) const { return h / (H / Hkv); }
+};
+
 struct HeadView {
   std::vector<float> q, k, v, kt, vt;
-  void load(const float* qkv, int64_t b, int64_t h, int64_t T, int64_t H, int64_t D, bool need_vt) {
-    int64_t C = H * D;
+  void load(const Layout& L, int64_t b, int64_t h, bool need_vt) {
+    const int64_t T = L.T, D = L.D, g = L.group(h);
     float s = 1.f / std::sqrt(static_cast<float>(D));
     q.resize(T * D), k.resize(T * D), v.resize(T * D), kt.resize(D * T);
     if (need_vt) vt.resize(D * T);
     for (int64_t t = 0; t < T; ++t) {
-      const float* row = qkv + (b * T + t) * 3 * C + h * D;
+      const float* qr = L.q + (b * T + t) * L.ldq + h * D;
+      const float* kr = L.k + (b * T + t) * L.ldkv + g * D;
+      const float* vr = L.v + (b * T + t) * L.ldkv + g * D;
       for (int64_t d = 0; d < D; ++d) {
-        q[t * D + d] = row[d] * s;
-        k[t * D + d] = row[C + d];
-        v[t * D + d] = row[2 * C + d];
-        kt[d * T + t] = row[C + d];
-        if (need_vt) vt[d * T + t] = row[2 * C + d];
+        q[t * D + d] = qr[d] * s;
+        k[t * D + d] = kr[d];
+        v[t * D + d] = vr[d];
+        kt[d * T + t] = kr[d];
+        if (need_vt) vt[d * T + t] = vr[d];
       }
     }
   }
@@ -54,15 +64,38 @@ void score_tile(float* S, const float* A, const float* Bt, int64_t i0, int64_t r
   }
 }
 
+// dk[b, t, g] = sum over the heads h of group g (in order) of share_dk[b, h, t]; dv likewise.
+// shares: [B, H, 2, T, D] (dk then dv per head).
+void sum_group_shares(float* dk, float* dv, const float* shares, int64_t ldkv, int64_t B, int64_t T,
+                      int64_t H, int64_t Hkv, int64_t D) {
+  const int64_t per_group = H / Hkv;
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t g = 0; g < Hkv; ++g) {
+      for (int64_t t = 0; t < T; ++t) {
+        float* dkr = dk + (b * T + t) * ldkv + g * D;
+        float* dvr = dv + (b * T + t) * ldkv + g * D;
+        for (int64_t d = 0; d < D; ++d) dkr[d] = dvr[d] = 0.f;
+        for (int64_t h = g * per_group; h < (g + 1) * per_group; ++h) {
+          const float* s = shares + 2 * (b * H + h) * T * D + t * D;
+          for (int64_t d = 0; d < D; ++d) dkr[d] += s[d], dvr[d] += s[T * D + d];
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // For each query row i (causal: keys j <= i), with s_ij = q_i . k_j / sqrt(D):
 //   m_i = max_j s_ij,  l_i = sum_j exp(s_ij - m_i),  out_i = sum_j exp(s_ij - m_i) v_j / l_i
 // computed in one pass over key tiles by rescaling the running (m, l, acc) whenever m grows.
 // lse_i = m_i + log l_i is saved for backward.
-void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H,
-                   int64_t D) {
+void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
+                       int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                       int64_t D) {
   const int64_t C = H * D;
+  const Layout L{q, k, v, ldq, ldkv, T, H, Hkv, D};
 #pragma omp parallel
   {
     HeadView hv;
@@ -70,7 +103,7 @@ void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t 
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
-        hv.load(qkv, b, h, T, H, D, false);
+        hv.load(L, b, h, false);
         for (int64_t i0 = 0; i0 < T; i0 += kBr) {
           int64_t rows = std::min(kBr, T - i0);
           std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
@@ -121,10 +154,18 @@ void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t 
 //   dv_j += sum_i p_ij dout_i
 //   dp_ij = dout_i . v_j,   ds_ij = p_ij (dp_ij - Delta_i)
 //   dq_i += sum_j ds_ij k_j / sqrt(D),   dk_j += sum_i ds_ij q_i / sqrt(D)
-void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* out,
-                   const float* lse, int64_t B, int64_t T, int64_t H, int64_t D) {
-  const int64_t C = H * D;
+// A key/value head's dk and dv sum over the query heads of its group: each (batch, head) pair
+// writes its share to a buffer of its own, and the shares are added in head order afterwards,
+// so the result does not depend on the thread count. With one head per group they go straight
+// to dk and dv.
+void attention_gqa_bwd(float* dq_out, float* dk_out, float* dv_out, const float* dout,
+                       const float* q, const float* k, const float* v, const float* out,
+                       const float* lse, int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H,
+                       int64_t Hkv, int64_t D) {
+  const int64_t C = H * D, per_group = H / Hkv;
+  const Layout layout{q, k, v, ldq, ldkv, T, H, Hkv, D};
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  std::vector<float> shares(per_group > 1 ? 2 * B * H * T * D : 0);
 #pragma omp parallel
   {
     HeadView hv;
@@ -133,7 +174,7 @@ void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
-        hv.load(qkv, b, h, T, H, D, true);
+        hv.load(layout, b, h, true);
         dO.assign(T * D, 0.f), delta.assign(T, 0.f);
         dq.assign(T * D, 0.f), dk.assign(T * D, 0.f), dv.assign(T * D, 0.f);
         for (int64_t t = 0; t < T; ++t) {
@@ -178,17 +219,39 @@ void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float
             }
           }
         }
+        // q was pre-scaled, so dk already carries 1/sqrt(D).
+        const int64_t g = layout.group(h);
+        float* share = per_group > 1 ? shares.data() + 2 * (b * H + h) * T * D : nullptr;
         for (int64_t t = 0; t < T; ++t) {
-          float* row = dqkv + (b * T + t) * 3 * C + h * D;
-          for (int64_t d = 0; d < D; ++d) {
-            row[d] = dq[t * D + d] * scale;
-            row[C + d] = dk[t * D + d];  // q was pre-scaled, so dk already carries 1/sqrt(D)
-            row[2 * C + d] = dv[t * D + d];
-          }
+          float* dqr = dq_out + (b * T + t) * ldq + h * D;
+          for (int64_t d = 0; d < D; ++d) dqr[d] = dq[t * D + d] * scale;
+          if (share) continue;
+          float* dkr = dk_out + (b * T + t) * ldkv + g * D;
+          float* dvr = dv_out + (b * T + t) * ldkv + g * D;
+          for (int64_t d = 0; d < D; ++d) dkr[d] = dk[t * D + d], dvr[d] = dv[t * D + d];
+        }
+        if (share) {
+          std::copy(dk.begin(), dk.end(), share);
+          std::copy(dv.begin(), dv.end(), share + T * D);
         }
       }
     }
   }
+  if (per_group > 1) sum_group_shares(dk_out, dv_out, shares.data(), ldkv, B, T, H, Hkv, D);
+}
+
+// The multi-head layout: rows of [q (H*D) | k (H*D) | v (H*D)].
+void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H,
+                   int64_t D) {
+  const int64_t C = H * D;
+  attention_gqa_fwd(out, lse, qkv, qkv + C, qkv + 2 * C, 3 * C, 3 * C, B, T, H, H, D);
+}
+
+void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* out,
+                   const float* lse, int64_t B, int64_t T, int64_t H, int64_t D) {
+  const int64_t C = H * D;
+  attention_gqa_bwd(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, out, lse, 3 * C,
+                    3 * C, B, T, H, H, D);
 }
 
 }  // namespace loom::cpu

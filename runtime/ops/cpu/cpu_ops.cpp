@@ -45,6 +45,12 @@ const loom_ops* cpu() {
     t.softmax_xent = &cpu::softmax_xent;
     t.adamw = &cpu::adamw;
     t.quantize = &cpu::quantize;
+    t.layernorm_fwd_eps = &cpu::layernorm_fwd_eps;
+    t.rmsnorm_fwd_eps = &cpu::rmsnorm_fwd_eps;
+    t.attention_gqa_fwd = &cpu::attention_gqa_fwd;
+    t.attention_gqa_bwd = &cpu::attention_gqa_bwd;
+    t.rope_fwd = &cpu::rope_fwd;
+    t.rope_bwd = &cpu::rope_bwd;
     return t;
   }();
   return &table;

@@ -9,8 +9,8 @@ constexpr float kNormEps = 1e-5f;
 
 // mean = sum(x)/C, var = sum((x-mean)^2)/C, rstd = 1/sqrt(var + eps)
 // out = (x - mean) * rstd * w + b
-void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                   const float* b, int64_t N, int64_t C) {
+void layernorm_fwd_eps(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, int64_t N, int64_t C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
@@ -19,7 +19,7 @@ void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const
     float m = s / C;
     float v = 0.f;
     for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-    float r = 1.f / std::sqrt(v / C + kNormEps);
+    float r = 1.f / std::sqrt(v / C + eps);
     float* o = out + i * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * r * w[c] + (b ? b[c] : 0.f);
@@ -28,8 +28,13 @@ void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const
   }
 }
 
+void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                   const float* b, int64_t N, int64_t C) {
+  layernorm_fwd_eps(out, mean, rstd, inp, w, b, N, C, kNormEps);
+}
+
 // xhat = (x - mean) * rstd, g = dout * w
-// dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)); dw += dout * xhat; db += dout
+// dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)); dw += dout * xhat; db += dout (db may be null)
 void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                    const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static)
@@ -59,18 +64,23 @@ void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const f
 }
 
 // rstd = 1/sqrt(mean(x^2) + eps), out = x * rstd * w
-void rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C) {
+void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                     float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
     float ss = 0.f;
     for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
-    float r = 1.f / std::sqrt(ss / C + kNormEps);
+    float r = 1.f / std::sqrt(ss / C + eps);
     float* o = out + i * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) o[c] = x[c] * r * w[c];
     rstd[i] = r;
   }
+}
+
+void rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C) {
+  rmsnorm_fwd_eps(out, rstd, inp, w, N, C, kNormEps);
 }
 
 // xhat = x * rstd, g = dout * w

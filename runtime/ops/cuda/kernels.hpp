@@ -27,6 +27,9 @@ void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const
 void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
                    const float* mean, const float* rstd, int64_t N, int64_t C);
 void rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C);
+void layernorm_fwd_eps(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                       int64_t N, int64_t C, float eps);
+void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps);
 void rmsnorm_bwd(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                  int64_t N, int64_t C);
 void bias_add(float* out, const float* bias, int64_t N, int64_t C);
@@ -38,6 +41,15 @@ void swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int
 void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t D);
 void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
                    int64_t T, int64_t H, int64_t D);
+void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int64_t ldq,
+                       int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D);
+void attention_gqa_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                       const float* v, const float* out, const float* lse, int64_t ldq, int64_t ldkv, int64_t B,
+                       int64_t T, int64_t H, int64_t Hkv, int64_t D);
+void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
+              const float* sin, int64_t pos0);
+void rope_bwd(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
+              const float* sin, int64_t pos0);
 void add(float* y, const float* a, const float* b, int64_t n);
 void accumulate(float* y, const float* x, int64_t n);
 void scale(float* x, float s, int64_t n);

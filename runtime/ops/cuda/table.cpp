@@ -71,6 +71,12 @@ const loom_ops* ops() {
     t.softmax_xent = softmax_xent;
     t.adamw = adamw;
     t.quantize = quantize;
+    t.layernorm_fwd_eps = layernorm_fwd_eps;
+    t.rmsnorm_fwd_eps = rmsnorm_fwd_eps;
+    t.attention_gqa_fwd = attention_gqa_fwd;
+    t.attention_gqa_bwd = attention_gqa_bwd;
+    t.rope_fwd = rope_fwd;
+    t.rope_bwd = rope_bwd;
     return t;
   }();
   return &table;

@@ -22,8 +22,9 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 1
-#define LOOM_ABI_MINOR 3 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot,
-                           * sharded data; 1.3: expert slot, expert gradients in the data slot */
+#define LOOM_ABI_MINOR 4 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot,
+                           * sharded data; 1.3: expert slot, expert gradients in the data slot;
+                           * 1.4: op-table norms with eps, grouped-query attention, RoPE */
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -187,6 +188,38 @@ typedef struct loom_ops {
    * NaN) and *clipped = how many finite elements overflowed or saturated. A device with native
    * narrow GEMMs casts into real narrow buffers instead; this is the emulation every device has. */
   void (*quantize)(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped);
+
+  /* ---- ABI 1.4 ---- */
+  /* The norms above with the epsilon as an argument (they use 1e-5). LayerNorm's b may be NULL
+   * (no bias); then layernorm_bwd takes db = NULL. */
+  void (*layernorm_fwd_eps)(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                            const float* b, int64_t N, int64_t C, float eps);
+  void (*rmsnorm_fwd_eps)(float* out, float* rstd, const float* inp, const float* w, int64_t N,
+                          int64_t C, float eps);
+  /* Causal grouped-query attention: H query heads share Hkv key/value heads (H % Hkv == 0; query
+   * head h reads key/value head h / (H / Hkv)), so K and V are never repeated in memory. Row
+   * b*T+t of q holds head h at q + row*ldq + h*D; k and v rows are ldkv apart, head g at
+   * k + row*ldkv + g*D (and v likewise). out rows are H*D, lse is [B, H, T]. Backward writes
+   * dq, dk, dv in the layouts of q, k, v. Hkv = H with q, k, v inside one [q | k | v] row is
+   * attention_fwd above. */
+  void (*attention_gqa_fwd)(float* out, float* lse, const float* q, const float* k, const float* v,
+                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H,
+                            int64_t Hkv, int64_t D);
+  void (*attention_gqa_bwd)(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                            const float* k, const float* v, const float* out, const float* lse,
+                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H,
+                            int64_t Hkv, int64_t D);
+  /* Rotary position embedding, half-split ("rotate_half") layout, in place on `heads` heads of D
+   * (even) channels per row (row b*T+t at x + row*ld, head h at + h*D), at position pos0 + t:
+   *   x'[i]       = x[i] cos_pi - x[i+D/2] sin_pi
+   *   x'[i + D/2] = x[i+D/2] cos_pi + x[i] sin_pi       for i < D/2,
+   * cos_pi = cos[p*D/2 + i], sin_pi = sin[p*D/2 + i] (tables of the caller's frequencies).
+   * rope_bwd applies the inverse rotation (the transpose), turning the gradient with respect to
+   * the rotated vector into the gradient with respect to the input. */
+  void (*rope_fwd)(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+                   const float* cos, const float* sin, int64_t pos0);
+  void (*rope_bwd)(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+                   const float* cos, const float* sin, int64_t pos0);
 } loom_ops;
 
 /* ---- the host table: everything the runtime offers a plugin (append-only) ------------------ */
