@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli/parse.hpp"
+#include "gpt/config.hpp"
 #include "loader/selection.hpp"
 
 namespace loom::cli {
@@ -25,6 +26,9 @@ int config(const Args& args) {
   plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
   plugins::Selection sel = plugins::resolve(cfg, reg);
   if (action == "show") {
+    const gpt::GptConfig m = gpt::from_config(cfg);
+    std::cout << "# model: " << m.describe() << "\n# " << m.params() << " params (" << m.non_embedding_params()
+              << " non-embedding), " << m.flops_per_token() << " FLOPs/token; loom model info FILE for more\n";
     std::cout << cfg.render(sel.schemas);
     return kExitOk;
   }

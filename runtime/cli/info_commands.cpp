@@ -134,6 +134,7 @@ std::string usage() {
          "  doctor RUN_DIR         what a run's metrics and events say, layer by layer\n"
          "  ckpt verify|inspect DIR  check or describe a checkpoint; ckpt export DIR --out F\n"
          "  schedule --pp P --microbatches M --schedule S  a pipeline schedule's timeline\n"
+         "  model info PRESET|FILE params, FLOPs/token and ZeRO state bytes of a model (--dp, --json)\n"
          "  config check FILE      validate a config and the plugins it names\n"
          "  config show FILE       print the resolved config with every default filled in\n"
          "  plugins [list]         list every plugin found (--json)\n"

@@ -15,7 +15,7 @@ bool has(const std::string& text, const std::string& part) {
 TEST_CASE("version and help") {
   auto v = run_loom("version");
   CHECK(v.rc == 0);
-  CHECK(has(v.out, "plugin ABI 1.3"));
+  CHECK(has(v.out, "plugin ABI 1.4"));
   auto h = run_loom("--help");
   CHECK(h.rc == 0);
   CHECK(has(h.out, "config check FILE"));
@@ -118,4 +118,30 @@ TEST_CASE("loom schedule prints a pipeline's timeline, its bubble and memory; ba
   auto typo = run_loom("schedule --pp 4 --microbatches 8 --schedule 1fb1");
   CHECK(typo.rc == 2);
   CHECK(has(typo.out, "did you mean '1f1b'"));
+}
+
+TEST_CASE("loom model info reports parameters, FLOPs per token and ZeRO state bytes of a preset or a file") {
+  auto llama = run_loom("model info llama3-8b");
+  CHECK(llama.rc == 0);
+  CHECK(has(llama.out, "32 heads (8 kv heads), rope, rmsnorm, swiglu, d_ff 14336, no bias"));
+  CHECK(has(llama.out, "8,030,261,248"));
+  CHECK(has(llama.out, "zero3    2.00 B/param"));
+  auto mixtral = run_loom("model info mixtral-8x7b --json");
+  CHECK(mixtral.rc == 0);
+  CHECK(has(mixtral.out, "\"params\": 46702792704"));
+  CHECK(has(mixtral.out, "\"active_params\": 12879925248"));
+  auto shorter = run_loom("model info llama3-8b --set model.seq_len=2048 --dp 64");
+  CHECK(has(shorter.out, "T = 2048"));
+  CHECK(has(shorter.out, "dp = 64"));
+  auto typo = run_loom("model info llama3-8bb");
+  CHECK(typo.rc == 2);
+  CHECK(has(typo.out, "did you mean 'llama3-8b'"));
+  auto bad = run_loom("model info llama3-8b --set model.n_kv_head=5");
+  CHECK(bad.rc == 2);
+  CHECK(has(bad.out, "n_kv_head = 5 does not divide n_head = 32"));
+  TempDir t;
+  auto show = run_loom("config show " + t.write("m.toml", "[model]\npreset = \"llama-tiny\"\n"));
+  CHECK(show.rc == 0);
+  CHECK(has(show.out, "# model: 4 layers, d_model 64, 4 heads (2 kv heads)"));
+  CHECK(has(show.out, "n_kv_head = 2"));
 }
