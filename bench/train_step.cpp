@@ -1,6 +1,8 @@
-// bench/train_step: one training step of the `small`-like config (L=6, d=384, h=6, T=256) on
-// random tokens, as achieved GFLOP/s and as a fraction of the sgemm ceiling measured in the same
-// run, on the same threads (absolute times on shared machines drift; the ratio does not).
+// bench/train_step: one training step of a GPT-2-shaped model (L=6, d=384, h=6, T=256) and of a
+// Llama-shaped one of the same width (RoPE, 6 query heads over 2 KV heads, RMSNorm, SwiGLU with
+// Llama's d_ff rounding, no biases, untied head) on random tokens, as achieved GFLOP/s and as a
+// fraction of the sgemm ceiling measured in the same run, on the same threads (absolute times on
+// shared machines drift; the ratio does not).
 //
 //   bench_train_step [--threads N] [--batch B] [--steps S]
 #include <chrono>
@@ -9,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "gpt/gpt.hpp"
 #include "ops/cpu/kernels.hpp"
@@ -17,23 +20,15 @@
 
 using namespace loom;
 
-int main(int argc, char** argv) {
-  int threads = 2, batch = 8, steps = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    int v = std::atoi(argv[i + 1]);
-    if (a == "--threads") threads = v;
-    else if (a == "--batch") batch = v;
-    else if (a == "--steps") steps = v;
-  }
-  gpt::GptConfig c;
-  c.n_layer = 6, c.n_head = 6, c.d_model = 384, c.d_ff = 1536, c.vocab_size = 256, c.seq_len = 256;
-  const int T = static_cast<int>(c.seq_len);
+namespace {
 
-  double ceiling = train::measure_sgemm_gflops(threads, 1024, 5);
-  cpu::set_threads(threads);
-  const loom_ops* ops = ops::cpu();
-  LayerApi api(ops);
+struct Row {
+  double mean_s, best_s, flops_per_token;
+};
+
+Row time_steps(const gpt::GptConfig& c, int batch, int steps) {
+  const int T = static_cast<int>(c.seq_len);
+  LayerApi api(ops::cpu());
   ParamStore ps;
   gpt::Gpt model(c, api, ps, batch * T);
   ps.allocate(1);
@@ -41,7 +36,6 @@ int main(int argc, char** argv) {
   std::mt19937 g(3);
   for (int i = 0; i < batch * T; ++i) tok[i] = g() % 256, tgt[i] = g() % 256;
   gpt::Microbatch mb{tok.data(), tgt.data(), batch, T, 1.f / (batch * T)};
-
   double best = 1e30, total = 0;
   for (int s = 0; s <= steps; ++s) {
     auto t0 = std::chrono::steady_clock::now();
@@ -53,17 +47,50 @@ int main(int argc, char** argv) {
     best = std::min(best, sec);
     total += sec;
   }
+  return {total / steps, best, c.executed_flops_per_token()};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, batch = 8, steps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string a = argv[i];
+    int v = std::atoi(argv[i + 1]);
+    if (a == "--threads") threads = v;
+    else if (a == "--batch") batch = v;
+    else if (a == "--steps") steps = v;
+  }
+  gpt::GptConfig gpt2;
+  gpt2.n_layer = 6, gpt2.n_head = 6, gpt2.d_model = 384, gpt2.d_ff = 1536, gpt2.vocab_size = 256, gpt2.seq_len = 256;
+  gpt::GptConfig llama = gpt2;
+  llama.n_kv_head = 2, llama.positions = "rope", llama.norm = "rmsnorm", llama.mlp = "swiglu", llama.bias = false;
+  llama.tied_embeddings = false;
+  llama.d_ff = 1024;  // 2/3 of 4 d_model, a multiple of 256 (Llama's rounding)
+  const int T = static_cast<int>(gpt2.seq_len);
+
+  double ceiling = train::measure_sgemm_gflops(threads, 1024, 5);
+  cpu::set_threads(threads);
+  // Interleaved, so drift hits both shapes alike.
+  Row g1 = time_steps(gpt2, batch, steps), l1 = time_steps(llama, batch, steps);
+  Row g2 = time_steps(gpt2, batch, steps), l2 = time_steps(llama, batch, steps);
   double ceiling_after = train::measure_sgemm_gflops(threads, 1024, 5);
-  double tokens = static_cast<double>(batch) * T;
-  double flops = tokens * c.executed_flops_per_token();
-  double achieved = flops / (total / steps) / 1e9;
-  double ceil = std::max(ceiling, ceiling_after);
-  std::printf("train_step L=%lld d=%lld h=%lld T=%d B=%d threads=%d\n", (long long)c.n_layer,
-              (long long)c.d_model, (long long)c.n_head, T, batch, threads);
-  std::printf("  step: mean %.1f ms, best %.1f ms, %.0f tokens/s\n", total / steps * 1e3,
-              best * 1e3, tokens / (total / steps));
-  std::printf("  FLOPs/token %.3g (6N + 12LHQT + LM head 6VC)\n", c.executed_flops_per_token());
-  std::printf("  achieved %.1f GFLOP/s; sgemm ceiling %.1f GFLOP/s (before %.1f, after %.1f)\n",
-              achieved, ceil, ceiling, ceiling_after);
-  std::printf("  ratio achieved/ceiling: %.3f\n", achieved / ceil);
+  const double ceil = std::max(ceiling, ceiling_after), tokens = static_cast<double>(batch) * T;
+  std::printf("train_step L=%lld d=%lld h=%lld T=%d B=%d threads=%d; sgemm ceiling %.1f GFLOP/s (before %.1f, after %.1f)\n",
+              (long long)gpt2.n_layer, (long long)gpt2.d_model, (long long)gpt2.n_head, T, batch, threads, ceil,
+              ceiling, ceiling_after);
+  std::printf("  %-34s %9s %9s %11s %12s %9s\n", "model", "mean ms", "best ms", "tokens/s", "GFLOP/s", "/ceiling");
+  double ratios[2];
+  int k = 0;
+  for (auto [name, a, b] : {std::tuple{"gpt2-shaped (gelu, layernorm)", g1, g2},
+                            std::tuple{"llama-shaped (rope, gqa 6/2, swiglu)", l1, l2}}) {
+    const double mean = std::min(a.mean_s, b.mean_s), best = std::min(a.best_s, b.best_s);
+    const double achieved = tokens * a.flops_per_token / mean / 1e9;
+    ratios[k++] = achieved / ceil;
+    std::printf("  %-34s %9.1f %9.1f %11.0f %12.1f %9.3f\n", name, mean * 1e3, best * 1e3, tokens / mean, achieved,
+                achieved / ceil);
+  }
+  std::printf("  FLOPs/token: 6N + 12LHQT + LM head 6VC (gpt2 %.3g, llama %.3g)\n", g1.flops_per_token,
+              l1.flops_per_token);
+  std::printf("  llama / gpt2 ratio to the ceiling: %.3f\n", ratios[1] / ratios[0]);
 }

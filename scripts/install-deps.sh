@@ -12,6 +12,7 @@ packages=(
   slurmctld slurmd slurm-client
   chromium
   fortunes-min fortunes
+  python3-torch python3-numpy  # the PyTorch reference in tests/reference (Debian's python3)
 )
 
 missing=()
