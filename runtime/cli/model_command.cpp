@@ -60,7 +60,10 @@ config::Config model_config(const std::string& what, const std::vector<std::stri
 
 void print_text(const std::string& name, const gpt::GptConfig& m, int64_t dp) {
   std::printf("%s: %s\n", name.c_str(), m.describe().c_str());
-  std::printf("  params            %17s  (%.3gB)\n", grouped(m.params()).c_str(), m.params() / 1e9);
+  if (m.params() >= 100000000)
+    std::printf("  params            %17s  (%.3gB)\n", grouped(m.params()).c_str(), m.params() / 1e9);
+  else
+    std::printf("  params            %17s  (%.3gM)\n", grouped(m.params()).c_str(), m.params() / 1e6);
   std::printf("  non-embedding     %17s  (PaLM's N: without the token and position tables)\n",
               grouped(m.non_embedding_params()).c_str());
   if (m.moe.experts > 0)

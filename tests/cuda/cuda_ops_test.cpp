@@ -179,6 +179,43 @@ TEST_CASE("CUDA attention matches the CPU's tiled kernel, forward and backward")
   }
 }
 
+TEST_CASE("CUDA grouped-query attention, RoPE and norms with eps match the CPU (ABI 1.4)") {
+  const int64_t B = 2, T = 29, H = 6, Hkv = 2, D = 32, ldq = H * D, ldkv = 2 * Hkv * D;
+  auto q = random(B * T * ldq, 1.f, 30), kv = random(B * T * ldkv, 1.f, 31), dout = random(B * T * H * D, 1.f, 32);
+  std::vector<float> out(B * T * H * D), lse(B * H * T), dq(q.size()), dkv(kv.size());
+  cpu().attention_gqa_fwd(out.data(), lse.data(), q.data(), kv.data(), kv.data() + Hkv * D, ldq, ldkv, B, T, H, Hkv, D);
+  cpu().attention_gqa_bwd(dq.data(), dkv.data(), dkv.data() + Hkv * D, dout.data(), q.data(), kv.data(),
+                          kv.data() + Hkv * D, out.data(), lse.data(), ldq, ldkv, B, T, H, Hkv, D);
+  Dev<float> gq(q), gkv(kv), gdo(dout), gout(filled(out.size())), glse(filled(lse.size())), gdq(filled(dq.size())),
+      gdkv(filled(dkv.size()));
+  gpu().attention_gqa_fwd(gout.p, glse.p, gq.p, gkv.p, gkv.p + Hkv * D, ldq, ldkv, B, T, H, Hkv, D);
+  gpu().attention_gqa_bwd(gdq.p, gdkv.p, gdkv.p + Hkv * D, gdo.p, gq.p, gkv.p, gkv.p + Hkv * D, gout.p, glse.p, ldq,
+                          ldkv, B, T, H, Hkv, D);
+  close(gout.host(), out, 1e-4f, 1e-5f, "gqa out");
+  close(gdq.host(), dq, 1e-3f, 1e-4f, "gqa dq");
+  close(gdkv.host(), dkv, 1e-3f, 1e-4f, "gqa dk, dv");
+
+  auto cs = random(T * D / 2, 1.f, 33), sn = random(T * D / 2, 1.f, 34), x = random(B * T * ldq, 1.f, 35);
+  Dev<float> gcs(cs), gsn(sn), gx(x);
+  cpu().rope_fwd(x.data(), ldq, B, T, H, D, cs.data(), sn.data(), 0);
+  gpu().rope_fwd(gx.p, ldq, B, T, H, D, gcs.p, gsn.p, 0);
+  close(gx.host(), x, 1e-6f, 1e-6f, "rope forward");
+  cpu().rope_bwd(x.data(), ldq, B, T, H, D, cs.data(), sn.data(), 0);
+  gpu().rope_bwd(gx.p, ldq, B, T, H, D, gcs.p, gsn.p, 0);
+  close(gx.host(), x, 1e-6f, 1e-6f, "rope backward");
+
+  const int64_t N = 7, C = 96;
+  auto in = random(N * C, 1.f, 36), w = random(C, 1.f, 37);
+  std::vector<float> o(N * C), mean(N), rstd(N);
+  Dev<float> gin(in), gw(w), go(filled(N * C)), gm(filled(N)), gr(filled(N));
+  cpu().layernorm_fwd_eps(o.data(), mean.data(), rstd.data(), in.data(), w.data(), nullptr, N, C, 1e-6f);
+  gpu().layernorm_fwd_eps(go.p, gm.p, gr.p, gin.p, gw.p, nullptr, N, C, 1e-6f);
+  close(go.host(), o, 1e-5f, 1e-6f, "layernorm without bias, eps 1e-6");
+  cpu().rmsnorm_fwd_eps(o.data(), rstd.data(), in.data(), w.data(), N, C, 1e-6f);
+  gpu().rmsnorm_fwd_eps(go.p, gr.p, gin.p, gw.p, N, C, 1e-6f);
+  close(go.host(), o, 1e-5f, 1e-6f, "rmsnorm eps 1e-6");
+}
+
 TEST_CASE("CUDA softmax cross-entropy, AdamW and quantize match the CPU") {
   const int64_t N = 9, V = 300, Vr = 290;
   auto z = random(N * V, 3.f, 18);
