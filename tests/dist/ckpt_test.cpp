@@ -18,16 +18,6 @@ bool has(const std::string& s, const std::string& part) { return s.find(part) !=
 const char* kModel = "n_layer = 2\nn_head = 4\nd_model = 32\nd_ff = 64\nseq_len = 16";
 const char* kTrain = "steps = 20\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2";
 
-// Every step of `tail` equals the same step of `full`, to the bit.
-void check_bitwise(const Curves& full, const Curves& resumed) {
-  REQUIRE(resumed.loss.size() == full.loss.size());
-  for (size_t s = 0; s < full.loss.size(); ++s) {
-    INFO("step " << s + 1);
-    CHECK(resumed.loss[s] == full.loss[s]);
-    CHECK(resumed.grad_norm[s] == full.grad_norm[s]);
-  }
-}
-
 std::string read(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream s;
@@ -56,16 +46,8 @@ TEST_CASE("resume is bitwise: 20 steps straight equal 10 + resume + 10 (1 rank s
 
 TEST_CASE("a dp=2 x tp=2 checkpoint continues under tp=4 as it would have under dp=2 x tp=2") {
   LayoutRuns runs(kModel, kTrain);
-  TempDir t;
-  const std::string ck = (t.path / "ck").string();
-  REQUIRE(runs.raw("--set parallel.nproc=4 --set parallel.tp=2 --set plugins.ckpt=sync --set checkpoint.every=10 "
-                   "--set train.exit_after=10 --set checkpoint.dir=" + ck).rc == 0);
-  Curves same = runs.run("--set parallel.nproc=4 --set parallel.tp=2 --set checkpoint.dir=" + ck + " --set checkpoint.resume=latest");
-  Curves tp4 = runs.run("--set parallel.nproc=4 --set parallel.tp=4 --set checkpoint.dir=" + ck + " --set checkpoint.resume=latest");
-  Curves one = runs.run("--set checkpoint.dir=" + ck + " --set checkpoint.resume=latest");
-  REQUIRE(same.loss.size() == 10);
-  check_same(same, tp4, 1e-5, "dp2 x tp2 -> tp4");
-  check_same(same, one, 1e-5, "dp2 x tp2 -> one rank");
+  check_reshard(runs, "--set parallel.nproc=4 --set parallel.tp=2", 10,
+                {"--set parallel.nproc=4 --set parallel.tp=4", "--set parallel.nproc=1"}, 1e-5);
 }
 
 TEST_CASE("retention keeps the newest checkpoints; verify, inspect and a safetensors export") {

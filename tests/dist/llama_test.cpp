@@ -65,23 +65,9 @@ TEST_CASE("llama-tiny resumes to the bit, and a dp=2 x tp=2 checkpoint continues
   REQUIRE(run_loom("train " + runs.config() + " " + common + " --set train.exit_after=6").rc == 0);
   auto second = run_loom("train " + runs.config() + " " + common + " --set checkpoint.resume=latest");
   REQUIRE(second.rc == 0);
-  auto loss = column(fs::path(dir) / "metrics.jsonl", "loss"), norm = column(fs::path(dir) / "metrics.jsonl", "grad_norm");
-  REQUIRE(loss.size() == full.loss.size());
-  for (size_t s = 0; s < loss.size(); ++s) {
-    INFO("step " << s + 1);
-    CHECK(loss[s] == full.loss[s]);
-    CHECK(norm[s] == full.grad_norm[s]);
-  }
-
-  const std::string ck = (t.path / "ck").string();
-  REQUIRE(runs.raw("--set parallel.nproc=4 --set parallel.tp=2 --set plugins.ckpt=sync --set checkpoint.every=6 "
-                   "--set train.exit_after=6 --set checkpoint.dir=" + ck).rc == 0);
-  Curves same = runs.run("--set parallel.nproc=4 --set parallel.tp=2 --set checkpoint.dir=" + ck + " --set checkpoint.resume=latest");
-  Curves tp4 = runs.run("--set parallel.nproc=4 --set parallel.tp=4 --set checkpoint.dir=" + ck + " --set checkpoint.resume=latest");
-  Curves one = runs.run("--set checkpoint.dir=" + ck + " --set checkpoint.resume=latest");
-  REQUIRE(same.loss.size() == 6);
-  check_same(same, tp4, 1e-5, "dp2 x tp2 -> tp4");
-  check_same(same, one, 1e-5, "dp2 x tp2 -> one rank");
+  check_bitwise(full, {column(fs::path(dir) / "metrics.jsonl", "loss"), column(fs::path(dir) / "metrics.jsonl", "grad_norm"), {}, {}});
+  check_reshard(runs, "--set parallel.nproc=4 --set parallel.tp=2", 6,
+                {"--set parallel.nproc=4 --set parallel.tp=4", "--set parallel.nproc=1"}, 1e-5);
 }
 
 TEST_CASE("llama-tiny trains under every precision plugin, close to fp32") {

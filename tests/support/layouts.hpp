@@ -69,4 +69,26 @@ inline void check_same(const Curves& ref, const Curves& got, double rtol, const 
   }
 }
 
+// Every step of `resumed` equals the same step of `full`, to the bit.
+inline void check_bitwise(const Curves& full, const Curves& resumed) {
+  REQUIRE(resumed.loss.size() == full.loss.size());
+  for (size_t s = 0; s < full.loss.size(); ++s) {
+    INFO("step " << s + 1);
+    CHECK(resumed.loss[s] == full.loss[s]);
+    CHECK(resumed.grad_norm[s] == full.grad_norm[s]);
+  }
+}
+
+// Trains under `from` to step `at`, saving a sync checkpoint there, then resumes it under `from`
+// and under each of `to`: every resumed run matches the `from` one within `rtol`.
+inline void check_reshard(LayoutRuns& runs, const std::string& from, int at, const std::vector<std::string>& to,
+                          double rtol) {
+  TempDir t;
+  const std::string ck = " --set checkpoint.dir=" + (t.path / "ck").string();
+  const std::string n = std::to_string(at);
+  REQUIRE(runs.raw(from + " --set plugins.ckpt=sync --set checkpoint.every=" + n + " --set train.exit_after=" + n + ck).rc == 0);
+  Curves same = runs.run(from + ck + " --set checkpoint.resume=latest");
+  for (const auto& layout : to) check_same(same, runs.run(layout + ck + " --set checkpoint.resume=latest"), rtol, from + " -> " + layout);
+}
+
 }  // namespace loom::test
