@@ -76,6 +76,7 @@ std::vector<SectionSpec> build_schema() {
       {"perturb_step", ValueType::Int, "0", "at this step one rank's parameters are nudged off its replicas", 0, kInf},
       {"perturb_rank", ValueType::Int, "0", "the rank perturb_step nudges", 0, 65535},
       {"ckpt_write_error_step", ValueType::Int, "0", "the checkpoint of this step fails to write (a full disk)", 0, kInf},
+      {"slow_step", ValueType::Float, "0.0", "every step sleeps this fraction of its own time (0.15: 15% slower), for loom compare", 0, 100},
   }});
   SectionSpec model{"model", "the network: a decoder-only transformer, GPT-2 to Llama 3 (docs/models.md)", {
       {"preset", ValueType::String, "\"\"", "fill unset keys from a preset (loom model info PRESET)", -kInf, kInf,

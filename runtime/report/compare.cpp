@@ -163,7 +163,9 @@ std::string describe(const Comparison& c) {
   return out + b;
 }
 
-std::string html_report(const Comparison& c, const Run& a, const Run& b) {
+std::string html_escape(const std::string& s) { return escape(s); }
+
+std::string html_report(const Comparison& c, const Run& a, const Run& b, const std::string& extra) {
   const std::string na = escape(c.name_a), nb = escape(c.name_b);
   std::string out =
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>loom compare: " + na + " vs " + nb +
@@ -175,6 +177,7 @@ std::string html_report(const Comparison& c, const Run& a, const Run& b) {
                        : "<p id=\"verdict\" class=\"good\">Agree over " + std::to_string(c.steps) +
                              " steps: loss within " + fmt("%.2e", c.worst_loss) + ", grad norm within " +
                              fmt("%.2e", c.worst_grad) + " (rtol " + fmt("%.1e", c.rtol) + ").</p>\n";
+  out += extra;
   out += "<table id=\"summary\"><tr><th></th><th>" + na + "</th><th>" + nb + "</th><th>B/A</th></tr>\n";
   for (const auto& r : c.table) {
     const std::string ratio = std::isfinite(r.a) && std::isfinite(r.b) && r.a != 0 ? fmt("%.3f", r.b / r.a) : "-";

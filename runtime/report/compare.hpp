@@ -33,7 +33,10 @@ Comparison compare_runs(const std::string& name_a, const Run& a, const std::stri
 std::string describe(const Comparison& c);
 
 // A self-contained HTML page (inline SVG, no scripts, nothing fetched): the table, the verdict,
-// loss curves and step-time curves of both runs.
-std::string html_report(const Comparison& c, const Run& a, const Run& b);
+// loss curves and step-time curves of both runs; `extra` (HTML) goes after the verdict.
+std::string html_report(const Comparison& c, const Run& a, const Run& b, const std::string& extra = "");
+
+// Text safe inside HTML.
+std::string html_escape(const std::string& s);
 
 }  // namespace loom::report

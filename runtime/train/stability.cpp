@@ -34,6 +34,7 @@ Faults Faults::from(const config::Config& cfg) {
   f.perturb_step = cfg.i64("faults.perturb_step");
   f.perturb_rank = cfg.i64("faults.perturb_rank");
   f.ckpt_write_error_step = cfg.i64("faults.ckpt_write_error_step");
+  f.slow_step = cfg.f64("faults.slow_step");
   if (f.nan_grad_step > 0 && f.nan_grad_param.empty())
     throw ConfigError("[faults] nan_grad_step = " + std::to_string(f.nan_grad_step) + " needs nan_grad_param");
   return f;

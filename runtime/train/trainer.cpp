@@ -387,6 +387,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     if (step == faults.perturb_step && env.rank == faults.perturb_rank) params.values()[0] += 1e-3f;
     stability.check(step, params);
     checkpoints.after_step(step, last_step, params, m, v, applied, precision.get());
+    if (faults.slow_step > 0) std::this_thread::sleep_for(std::chrono::duration<double>(faults.slow_step * seconds_since(t0)));
     const double step_s = seconds_since(t0);
     total_time += step_s;
     const double tps = tokens_per_step / step_s;

@@ -29,7 +29,7 @@ TEST_CASE("version and help") {
   CHECK(has(sub.out, "--set"));
 }
 
-TEST_CASE("loom plugins lists name, kind, versions and path; --json too") {
+TEST_CASE("loom plugins lists name, kind, versions and path, --json too") {
   auto r = run_loom("plugins");
   CHECK(r.rc == 0);
   CHECK(has(r.out, "fp32"));
@@ -38,7 +38,7 @@ TEST_CASE("loom plugins lists name, kind, versions and path; --json too") {
   auto j = run_loom("plugins --json");
   CHECK(j.rc == 0);
   CHECK(has(j.out, "\"name\": \"fp32\", \"kind\": \"precision\""));
-  CHECK(has(j.out, "\"abi\": \"1.0\""));
+  CHECK(has(j.out, "\"abi\": \"1.4\""));  // what the SDK stamps into a plugin built now
 }
 
 TEST_CASE("loom plugins info prints options with types, defaults and help") {
@@ -92,13 +92,13 @@ TEST_CASE("plugin failures at the command line") {
   CHECK(has(not_found.out, "found:"));
   auto abi = run_loom("config check " + t.write("b.toml", "[plugins]\nprecision = \"future\"\n"));
   CHECK(abi.rc == 1);
-  CHECK(has(abi.out, "ABI 99.3; this runtime speaks ABI 1.3"));
+  CHECK(has(abi.out, "ABI 99.3; this runtime speaks ABI 1.4"));
   auto junk = run_loom("config check " + t.write("c.toml", "[plugins]\nprecision = \"notaplugin\"\n"));
   CHECK(junk.rc == 1);
   CHECK(has(junk.out, "is not a Loom plugin"));
 }
 
-TEST_CASE("loom schedule prints a pipeline's timeline, its bubble and memory; bad shapes exit 2") {
+TEST_CASE("loom schedule prints a pipeline's timeline, its bubble and memory, bad shapes exit 2") {
   auto f = run_loom("schedule --pp 4 --microbatches 8 --schedule 1f1b");
   CHECK(f.rc == 0);
   CHECK(has(f.out, "rank 0  F0 F1 F2 F3 .  .  .  B0 F4 B1"));

@@ -50,7 +50,7 @@ TEST_CASE("a dp=2 x tp=2 checkpoint continues under tp=4 as it would have under 
                 {"--set parallel.nproc=4 --set parallel.tp=4", "--set parallel.nproc=1"}, 1e-5);
 }
 
-TEST_CASE("retention keeps the newest checkpoints; verify, inspect and a safetensors export") {
+TEST_CASE("retention keeps the newest checkpoints, verify, inspect and a safetensors export") {
   LayoutRuns runs(kModel, "steps = 10\nglobal_batch = 4");
   TempDir t;
   const fs::path ck = t.path / "ck";
@@ -86,7 +86,7 @@ TEST_CASE("retention keeps the newest checkpoints; verify, inspect and a safeten
   CHECK(bytes.size() == 8 + n + end);
 }
 
-TEST_CASE("a flipped byte and a damaged manifest are named; resume = latest does not fall back quietly") {
+TEST_CASE("a flipped byte and a damaged manifest are named, resume = latest does not fall back quietly") {
   LayoutRuns runs(kModel, "steps = 4\nglobal_batch = 4");
   TempDir t;
   const fs::path ck = t.path / "ck";

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "support/layouts.hpp"
 
 using namespace loom::test;
@@ -80,4 +82,76 @@ TEST_CASE("compare: dp=2 agrees with dp=1, another seed diverges at step 1, and 
   auto missing = run_loom("compare --from-runs " + (t.path / "nope").string() + " " + (t.path / "dp" / "e").string());
   CHECK(missing.rc == 1);
   CHECK(has(missing.out, "is not a run directory: no metrics.jsonl in it"));
+}
+
+namespace {
+// A model big enough that a step takes some milliseconds, so a 15% delay is measurable.
+const char* kNoiseModel = "n_layer = 2\nn_head = 4\nd_model = 64\nd_ff = 256\nseq_len = 32";
+const char* kNoiseTrain = "steps = 10\nglobal_batch = 8\nlr = 3e-3\nwarmup_steps = 2";
+
+std::string with(const std::string& cfg, const std::string& extra, const TempDir& t, const std::string& name) {
+  std::ifstream in(cfg);
+  std::stringstream text;
+  text << in.rdbuf();
+  return t.write(name, text.str() + extra);
+}
+}  // namespace
+
+TEST_CASE("compare --rounds: A/A finds no difference, and a 15% slower B is found with its interval containing 15%") {
+  LayoutRuns runs(kNoiseModel, kNoiseTrain);
+  TempDir t;
+  const std::string cfg = runs.config(), slow = with(cfg, "[faults]\nslow_step = 0.15\n", t, "slow.toml");
+  auto aa = run_loom("compare " + cfg + " " + cfg + " --rounds 5 --out " + (t.path / "aa").string());
+  INFO(aa.out);
+  CHECK(aa.rc == 0);
+  CHECK(count(aa.out, "round 5/5") == 2);
+  CHECK(has(aa.out, "step ms, median [IQR]"));
+  CHECK_FALSE(has(aa.out, "% slower than A"));
+  CHECK_FALSE(has(aa.out, "% faster than A"));
+  auto ab = run_loom("compare " + cfg + " " + slow + " --rounds 5 --json --out " + (t.path / "ab").string());
+  INFO(ab.out);
+  CHECK(ab.rc == 0);
+  CHECK(has(ab.out, "\"speed_verdict\": {\"sign\": 1"));
+  auto json = nlohmann::json::parse(ab.out.substr(ab.out.find("{\"A\"")));
+  const double lo = json["step_time_ratio"]["ci95"][0], hi = json["step_time_ratio"]["ci95"][1];
+  CHECK(lo < 1.15);
+  CHECK(hi > 1.15);
+  CHECK(json["rounds_step_ms"]["B"].size() == 5);
+  CHECK(json["rounds_step_ms"]["B"][0].size() == 8);  // 10 steps less 2 of warm-up
+  // The report: verdicts and a box per config per round, in a real browser.
+  auto dom = sh("chromium --headless --no-sandbox --disable-gpu --dump-dom file://" + (t.path / "ab" / "report.html").string() +
+                " 2>/dev/null");
+  CHECK(has(dom.out, "<p id=\"speed-verdict\" class=\"bad\">step time: B is "));
+  CHECK(count(dom.out, "class=\"box\"") == 10);
+  CHECK(count(dom.out, "<svg") == 4);
+}
+
+TEST_CASE("compare --seeds: bf16 against fp32 lies within the seed spread, lr x 10 does not") {
+  LayoutRuns runs(kNoiseModel, kNoiseTrain);
+  TempDir t;
+  const std::string cfg = runs.config();
+  const std::string bf16 = with(cfg, "[plugins]\nprecision = \"bf16\"\n", t, "bf16.toml");
+  auto near = run_loom("compare " + cfg + " " + bf16 + " --seeds 3 --out " + (t.path / "near").string());
+  INFO(near.out);
+  CHECK(near.rc == 0);
+  CHECK(has(near.out, "final loss: B "));
+  CHECK(has(near.out, "lies within A's seed spread"));
+  CHECK(has(near.out, "no sign that B changes convergence beyond seed noise"));
+  // The same runs read back, three per side.
+  auto far = run_loom("compare --from-runs " + (t.path / "near" / "e" / "round-1").string() + "," +
+                      (t.path / "near" / "e" / "round-2").string() + "," + (t.path / "near" / "e" / "round-3").string() +
+                      " " + (t.path / "near" / "bf16" / "round-1").string() + "," + (t.path / "near" / "bf16" / "round-2").string() +
+                      "," + (t.path / "near" / "bf16" / "round-3").string() + " --out " + (t.path / "again").string());
+  INFO(far.out);
+  CHECK(has(far.out, "lies within A's seed spread"));
+  // A deliberately broken B: ten times the learning rate.
+  std::string text = sh("cat " + cfg).out;
+  text.replace(text.find("lr = 3e-3"), 9, "lr = 3e-2");
+  const std::string lr10b = t.write("lr10.toml", text);
+  auto out = run_loom("compare " + cfg + " " + lr10b + " --seeds 3 --out " + (t.path / "lr").string());
+  INFO(out.out);
+  CHECK(out.rc == 1);
+  CHECK(has(out.out, "lies OUTSIDE"));
+  CHECK(has(out.out, "B trains differently from A beyond seed-to-seed noise"));
+  CHECK(has(out.out, "note: B differs from A in train.lr: 0.003 -> 0.03"));
 }

@@ -62,7 +62,7 @@ TEST_CASE("mesh coordinates put tp innermost and pp outermost") {
   CHECK(split_for(m, 7, Axis::DP).color != split_for(m, 6, Axis::DP).color);  // 6: tp 0
 }
 
-TEST_CASE("mesh degrees come from [parallel]; a mismatch with the world is an error") {
+TEST_CASE("mesh degrees come from [parallel], a mismatch with the world is an error") {
   config::Config auto_dp = config::Config::parse("[parallel]\ntp = 2\n", "m.toml");
   auto_dp.validate_runtime();
   CHECK(resolve_mesh(auto_dp, 8).dp == 4);

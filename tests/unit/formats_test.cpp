@@ -78,7 +78,7 @@ TEST_CASE("fp8 rounds to nearest with ties to even, on the subnormal grid too") 
   CHECK(round_to(kE5M2, std::ldexp(1.f, -17)) == 0.f);  // half the smallest subnormal
 }
 
-TEST_CASE("fp8 saturates finite overflow; NaN stays NaN; inf is inf in E5M2 and NaN in E4M3") {
+TEST_CASE("fp8 saturates finite overflow, NaN stays NaN, inf is inf in E5M2 and NaN in E4M3") {
   bool clipped = false;
   CHECK(round_to(kE4M3, 448.f, &clipped) == 448.f);
   CHECK_FALSE(clipped);

@@ -84,7 +84,7 @@ TEST_CASE("the timeline shows who runs what when") {
   CHECK(has(text, "rank 1  .  F0 B0 F1 B1 F2 B2"));
 }
 
-TEST_CASE("the default split balances cost; a layout string splits as written, and a wrong one says why") {
+TEST_CASE("the default split balances cost, a layout string splits as written, and a wrong one says why") {
   PipelinePlan two = plan("1f1b", 2, 4);
   // Six equal blocks and a head as heavy as two of them: the head's stage gets fewer blocks.
   auto split = two.partition("EttttttL", {0.01, 1, 1, 1, 1, 1, 1, 2}, "");

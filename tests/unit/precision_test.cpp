@@ -164,7 +164,7 @@ TEST_CASE("fp8: delayed scaling from the reduced amax history, E4M3 forward and 
   CHECK(why.find("amax_history_len 2, this run 3") != std::string::npos);
 }
 
-TEST_CASE("fp8 most_recent uses the last amax only; bad options are config errors") {
+TEST_CASE("fp8 most_recent uses the last amax only, bad options are config errors") {
   Plugin p("fp8", "amax_compute_algo = \"most_recent\"\nformat = \"e4m3\"\n");
   const int32_t dy = p.site("x.dy", LOOM_OPERAND_GRADIENT);
   CHECK(p.format(dy).dtype == LOOM_FP8_E4M3);  // e4m3 everywhere, gradients too

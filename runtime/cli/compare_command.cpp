@@ -1,0 +1,347 @@
+// loom compare A.toml B.toml [--rounds N] [--seeds K] [--steps S] [--set k=v]... [--out DIR] [--json]
+// loom compare --from-runs A1[,A2...] B1[,B2...] [--rtol R] [--out DIR] [--json]
+//
+// Trains both configs (in interleaved rounds A B B A ..., or both at once on disjoint cores with
+// --together), then reports what they cost (throughput, MFU, memory, comm), whether they train
+// the same model, and, over several rounds, whether a speed difference is real or noise and
+// whether B's loss lies within A's seed-to-seed spread (report/noise.hpp, docs/stability.md).
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include "cli/parse.hpp"
+#include "config/config.hpp"
+#include "core/json.hpp"
+#include "report/compare.hpp"
+#include "report/noise.hpp"
+
+namespace fs = std::filesystem;
+
+namespace loom::cli {
+
+namespace {
+
+// Starts `argv` as a child with this process's stdout and stderr, on the CPUs in `cpus` when
+// it is not empty; returns its pid.
+pid_t start_child(const std::vector<std::string>& argv, const std::vector<int>& cpus = {}) {
+  std::fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) throw RuntimeError("fork failed");
+  if (pid == 0) {
+    if (!cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : cpus) CPU_SET(c, &set);
+      sched_setaffinity(0, sizeof set, &set);
+    }
+    std::vector<char*> a;
+    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    execv(a[0], a.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_child(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string text_of(const toml::node* n) {
+  if (!n) return "(unset)";
+  std::ostringstream s;
+  if (auto v = n->as_string()) s << '"' << v->get() << '"';
+  else if (auto f = n->as_floating_point()) s << std::setprecision(12) << f->get();  // 0.003, not 0.0030000000000000001
+  else n->visit([&](const auto& x) { s << x; });
+  return s.str();
+}
+
+// Every setting that differs between the two configs, "section.key: A -> B", in the sections that
+// decide what is trained and how (run.seed, model, data, train, parallel, plugins, faults).
+std::vector<std::string> differences(const config::Config& a, const config::Config& b) {
+  std::vector<std::string> out;
+  auto diff = [&](const std::string& path) {
+    const toml::node* x = a.table().at_path(path).node();
+    const toml::node* y = b.table().at_path(path).node();
+    if ((x && x->is_table()) || (y && y->is_table())) return;
+    const std::string tx = text_of(x), ty = text_of(y);
+    if (tx != ty) out.push_back("B differs from A in " + path + ": " + tx + " -> " + ty);
+  };
+  diff("run.seed");
+  for (const char* section : {"model", "data", "train", "parallel", "plugins", "faults"}) {
+    std::vector<std::string> keys;
+    for (const auto* cfg : {&a, &b})
+      if (const toml::table* t = cfg->table()[section].as_table())
+        for (const auto& [k, v] : *t)
+          if (std::find(keys.begin(), keys.end(), std::string(k.str())) == keys.end()) keys.push_back(std::string(k.str()));
+    for (const auto& k : keys) diff(std::string(section) + "." + k);
+  }
+  return out;
+}
+
+struct Side {
+  std::string name, file;
+  std::vector<fs::path> dirs;  // one run per round
+};
+
+struct Plan {
+  int64_t rounds = 1, seeds = 1, seed0 = 0;
+  bool together = false;
+  std::vector<std::string> overrides;
+};
+
+std::vector<std::string> train_argv(const Side& s, const fs::path& dir, const Plan& p, int64_t round, int threads) {
+  std::vector<std::string> argv = {self_invocation()[0], "train", s.file, "--run-dir", dir.string()};
+  for (const auto& o : p.overrides) argv.insert(argv.end(), {"--set", o});
+  if (p.seeds > 1) argv.insert(argv.end(), {"--set", "run.seed=" + std::to_string(p.seed0 + round % p.seeds)});
+  if (threads > 0) argv.insert(argv.end(), {"--set", "run.threads=" + std::to_string(threads)});
+  return argv;
+}
+
+// Round r runs A then B when r is even, B then A when odd (A B B A A B ...), so neither config
+// always runs first on a machine whose load drifts; --together runs both at once, each on half of
+// the cores.
+void train_rounds(Side& a, Side& b, const fs::path& out, const Plan& p) {
+  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  for (int64_t r = 0; r < p.rounds; ++r) {
+    const std::string sub = p.rounds > 1 ? "round-" + std::to_string(r + 1) : "";
+    a.dirs.push_back(sub.empty() ? out / a.name : out / a.name / sub);
+    b.dirs.push_back(sub.empty() ? out / b.name : out / b.name / sub);
+    if (p.together) {
+      std::vector<int> first, second;
+      for (int c = 0; c < cores; ++c) (c < cores / 2 ? first : second).push_back(c);
+      std::printf("== round %lld: %s and %s together on cores 0-%d and %d-%d\n", (long long)r + 1, a.name.c_str(),
+                  b.name.c_str(), cores / 2 - 1, cores / 2, cores - 1);
+      pid_t pa = start_child(train_argv(a, a.dirs.back(), p, r, static_cast<int>(first.size())), first);
+      pid_t pb = start_child(train_argv(b, b.dirs.back(), p, r, static_cast<int>(second.size())), second);
+      const int ra = wait_child(pa), rb = wait_child(pb);
+      if (ra != 0 || rb != 0)
+        throw RuntimeError("training round " + std::to_string(r + 1) + " failed: " + a.name + " exit " + std::to_string(ra) +
+                           ", " + b.name + " exit " + std::to_string(rb));
+      continue;
+    }
+    for (Side* s : r % 2 == 0 ? std::vector<Side*>{&a, &b} : std::vector<Side*>{&b, &a}) {
+      std::printf("== %s%s: loom train %s\n", s->name.c_str(),
+                  p.rounds > 1 ? (", round " + std::to_string(r + 1) + "/" + std::to_string(p.rounds)).c_str() : "",
+                  s->file.c_str());
+      const int rc = wait_child(start_child(train_argv(*s, s->dirs.back(), p, r, 0)));
+      if (rc != 0) throw RuntimeError("training " + s->name + " (" + s->file + ") failed with exit code " + std::to_string(rc));
+    }
+  }
+}
+
+// "runs/a/" names "a", like "runs/a".
+fs::path run_dir(const std::string& text) {
+  fs::path d = fs::path(text).lexically_normal();
+  return d.has_filename() ? d : d.parent_path();
+}
+
+std::vector<fs::path> split_dirs(const std::string& list) {
+  std::vector<fs::path> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(run_dir(item));
+  return out;
+}
+
+// What several rounds say: step-time spreads, the B/A interval and verdict, and with several
+// seeds (or runs) per side, the loss against seed noise.
+struct Noise {
+  report::Spread step_a, step_b, tps_a, tps_b;
+  report::RatioEstimate ratio;
+  report::SpeedVerdict speed;
+  bool has_loss = false;
+  report::LossVerdict loss;
+  std::vector<report::RoundTimes> rounds;
+  std::string text;
+};
+
+Noise assess(const std::string& name_a, const std::vector<report::Run>& a, const std::string& name_b,
+             const std::vector<report::Run>& b, size_t warmup, int64_t seeds, double min_effect, double effect) {
+  Noise n;
+  std::vector<double> all_a, all_b, tps_a, tps_b, med_a, med_b;
+  n.rounds = {{name_a, "#1f77b4", {}}, {name_b, "#d62728", {}}};
+  for (auto [runs, all, tps, med, k] : {std::tuple{&a, &all_a, &tps_a, &med_a, 0}, {&b, &all_b, &tps_b, &med_b, 1}})
+    for (const auto& r : *runs) {
+      auto steps = report::steady_values(r, "step_ms", warmup), tok = report::steady_values(r, "tokens_per_s", warmup);
+      all->insert(all->end(), steps.begin(), steps.end());
+      tps->insert(tps->end(), tok.begin(), tok.end());
+      med->push_back(report::spread(steps).median);
+      n.rounds[k].rounds.push_back(steps);
+    }
+  n.step_a = report::spread(all_a), n.step_b = report::spread(all_b);
+  n.tps_a = report::spread(tps_a), n.tps_b = report::spread(tps_b);
+  n.ratio = report::paired_ratio(med_a, med_b);
+  n.speed = report::speed_verdict(n.ratio, min_effect, effect);
+  char line[256];
+  std::snprintf(line, sizeof line, "%-30s %14s %14s\n", "over all rounds", name_a.c_str(), name_b.c_str());
+  n.text = line;
+  std::snprintf(line, sizeof line, "%-30s %6.1f [%5.1f] %6.1f [%5.1f]\n", "step ms, median [IQR]", n.step_a.median,
+                n.step_a.q3 - n.step_a.q1, n.step_b.median, n.step_b.q3 - n.step_b.q1);
+  n.text += line;
+  std::snprintf(line, sizeof line, "%-30s %6.0f [%5.0f] %6.0f [%5.0f]\n", "tokens/s, median [IQR]", n.tps_a.median,
+                n.tps_a.q3 - n.tps_a.q1, n.tps_b.median, n.tps_b.q3 - n.tps_b.q1);
+  n.text += line + n.speed.text + "\n";
+  // One sample per seed: the first `seeds` rounds (later rounds repeat a seed to the bit); runs
+  // given with --from-runs count one each.
+  const size_t samples = std::min(a.size(), b.size()), per_side = seeds > 1 ? std::min<size_t>(seeds, samples) : samples;
+  if (per_side >= 2 && (seeds > 1 || samples > 1)) {
+    std::vector<double> fa, fb, ca, cb;
+    for (size_t i = 0; i < per_side; ++i) {
+      fa.push_back(a[i].last("loss")), fb.push_back(b[i].last("loss"));
+      ca.push_back(a[i].mean("loss")), cb.push_back(b[i].mean("loss"));
+    }
+    n.has_loss = true;
+    n.loss = report::loss_verdict(fa, fb, ca, cb);
+    n.text += n.loss.text;
+  }
+  return n;
+}
+
+std::string noise_html(const Noise& n, bool together) {
+  using report::html_escape;
+  std::string out = "<h2>Rounds</h2>\n<p id=\"speed-verdict\" class=\"" + std::string(n.speed.sign ? "bad" : "good") + "\">" +
+                    html_escape(n.speed.text) + "</p>\n";
+  if (n.has_loss) {
+    out += "<p id=\"loss-verdict\" class=\"" + std::string(n.loss.final_within && n.loss.curve_within ? "good" : "bad") + "\">";
+    std::stringstream lines(n.loss.text);
+    for (std::string l; std::getline(lines, l);) out += html_escape(l) + "<br>";
+    out += "</p>\n";
+  }
+  out += "<pre>" + html_escape(n.text) + "</pre>\n";
+  return out + report::svg_rounds(n.rounds, together ? "A and B together on disjoint cores" : "A B B A order");
+}
+
+std::string noise_json(const Noise& n) {
+  std::ostringstream o;
+  o.precision(9);
+  auto spread = [&](const report::Spread& s) {
+    std::ostringstream j;
+    j.precision(9);
+    j << "{\"median\": " << s.median << ", \"q1\": " << s.q1 << ", \"q3\": " << s.q3 << ", \"n\": " << s.n << "}";
+    return j.str();
+  };
+  o << "\"step_ms\": {\"A\": " << spread(n.step_a) << ", \"B\": " << spread(n.step_b) << "}, \"tokens_per_s\": {\"A\": "
+    << spread(n.tps_a) << ", \"B\": " << spread(n.tps_b) << "}, \"step_time_ratio\": {\"estimate\": " << json_number(n.ratio.ratio)
+    << ", \"ci95\": [" << json_number(n.ratio.lo) << ", " << json_number(n.ratio.hi) << "], \"sd_log\": "
+    << json_number(n.ratio.sd_log) << ", \"rounds\": " << n.ratio.rounds << "}, \"speed_verdict\": {\"sign\": " << n.speed.sign
+    << ", \"text\": " << json_quote(n.speed.text) << "}, \"rounds_step_ms\": {";
+  for (size_t k = 0; k < n.rounds.size(); ++k) {
+    o << (k ? ", " : "") << json_quote(k == 0 ? "A" : "B") << ": [";
+    for (size_t r = 0; r < n.rounds[k].rounds.size(); ++r) {
+      o << (r ? ", " : "") << "[";
+      for (size_t i = 0; i < n.rounds[k].rounds[r].size(); ++i) o << (i ? ", " : "") << n.rounds[k].rounds[r][i];
+      o << "]";
+    }
+    o << "]";
+  }
+  o << "}";
+  if (n.has_loss)
+    o << ", \"loss_verdict\": {\"final_within\": " << (n.loss.final_within ? "true" : "false")
+      << ", \"curve_within\": " << (n.loss.curve_within ? "true" : "false") << ", \"text\": " << json_quote(n.loss.text) << "}";
+  return o.str();
+}
+
+}  // namespace
+
+int compare(const Args& args) {
+  po::options_description opts("loom compare");
+  add_set_option(opts);
+  opts.add_options()("configs", po::value<std::vector<std::string>>()->multitoken(), "A.toml B.toml")(
+      "from-runs", po::value<std::vector<std::string>>()->multitoken(),
+      "compare finished runs: DIR_A DIR_B, or A1,A2,... B1,B2,... (paired rounds)")(
+      "steps", po::value<int64_t>(), "train each config this many steps (default: its own train.steps)")(
+      "rounds", po::value<int64_t>()->default_value(1), "runs of each config, interleaved A B B A ...")(
+      "seeds", po::value<int64_t>()->default_value(1), "seeds per config (round r uses seed run.seed + r mod K)")(
+      "together", "run A and B at once, each on half of the cores (instead of one after the other)")(
+      "warmup", po::value<int64_t>()->default_value(2), "steps of each run left out of the timings")(
+      "effect", po::value<double>()->default_value(0.02, "0.02"), "the difference to say how many rounds would resolve")(
+      "min-effect", po::value<double>()->default_value(0.01, "0.01"), "smaller speed differences are not called real")(
+      "rtol", po::value<double>()->default_value(1e-4, "1e-4"), "relative tolerance for loss and grad norm")(
+      "json", "print everything as JSON (also written to OUT/compare.json)")(
+      "out", po::value<std::string>(), "directory for the runs and report.html (default runs/compare-A-vs-B)");
+  po::positional_options_description pos;
+  pos.add("configs", 2);
+  po::variables_map vm;
+  const std::string synopsis =
+      "loom compare A.toml B.toml [--rounds N] [--seeds K] [--together] [--steps N] [--set k=v]... [--rtol R] [--out DIR] "
+      "[--json]\n       loom compare --from-runs A1[,A2...] B1[,B2...] [--rtol R] [--out DIR] [--json]";
+  if (!parse(args, synopsis, opts, pos, vm)) return kExitOk;
+  const double rtol = vm["rtol"].as<double>();
+  if (!(rtol >= 0)) throw UsageError("--rtol must be >= 0");
+  Plan plan;
+  plan.seeds = vm["seeds"].as<int64_t>();
+  plan.rounds = std::max(vm["rounds"].as<int64_t>(), plan.seeds);
+  plan.together = vm.count("together") > 0;
+  if (plan.rounds < 1 || plan.seeds < 1) throw UsageError("--rounds and --seeds need at least 1");
+  const int64_t warmup = vm["warmup"].as<int64_t>();
+  if (warmup < 0) throw UsageError("--warmup must be >= 0");
+
+  Side a{"A", "", {}}, b{"B", "", {}};
+  fs::path out;
+  std::vector<std::string> notes;
+  if (vm.count("from-runs")) {
+    auto runs = vm["from-runs"].as<std::vector<std::string>>();
+    if (runs.size() != 2 || vm.count("configs"))
+      throw UsageError("--from-runs takes two run directories, or two comma-separated lists of them\nusage: " + synopsis);
+    a.dirs = split_dirs(runs[0]), b.dirs = split_dirs(runs[1]);
+    if (a.dirs.empty() || b.dirs.empty()) throw UsageError("--from-runs: each side needs at least one run directory");
+    a.name = a.dirs[0].filename().string(), b.name = b.dirs[0].filename().string();
+    if (a.name == b.name) a.name += "-A", b.name += "-B";
+    if (fs::exists(a.dirs[0] / "config.toml") && fs::exists(b.dirs[0] / "config.toml"))
+      notes = differences(config::Config::load(a.dirs[0] / "config.toml"), config::Config::load(b.dirs[0] / "config.toml"));
+    out = vm.count("out") ? fs::path(vm["out"].as<std::string>()) : a.dirs[0].parent_path() / ("compare-" + a.name + "-vs-" + b.name);
+  } else {
+    auto files = vm.count("configs") ? vm["configs"].as<std::vector<std::string>>() : std::vector<std::string>{};
+    if (files.size() != 2) throw UsageError("compare needs two configs (or --from-runs DIR_A DIR_B)\nusage: " + synopsis);
+    plan.overrides = sets(vm);
+    if (vm.count("steps")) plan.overrides.push_back("train.steps=" + std::to_string(vm["steps"].as<int64_t>()));
+    config::Config ca = config::Config::load(files[0], plan.overrides), cb = config::Config::load(files[1], plan.overrides);
+    ca.validate_runtime();
+    cb.validate_runtime();
+    notes = differences(ca, cb);
+    plan.seed0 = ca.i64("run.seed");
+    a.name = ca.stem(), b.name = cb.stem(), a.file = files[0], b.file = files[1];
+    if (a.name == b.name) a.name += "-A", b.name += "-B";
+    out = vm.count("out") ? fs::path(vm["out"].as<std::string>()) : fs::path("runs") / ("compare-" + a.name + "-vs-" + b.name);
+    train_rounds(a, b, out, plan);
+  }
+  std::vector<report::Run> ra, rb;
+  for (const auto& d : a.dirs) ra.push_back(report::read_run(d));
+  for (const auto& d : b.dirs) rb.push_back(report::read_run(d));
+  report::Comparison c = report::compare_runs(a.name, ra[0], b.name, rb[0], rtol, notes);
+  const bool several = ra.size() > 1 || rb.size() > 1;
+  Noise noise;
+  if (several)
+    noise = assess(a.name, ra, b.name, rb, static_cast<size_t>(warmup), plan.seeds, vm["min-effect"].as<double>(),
+                   vm["effect"].as<double>());
+  fs::create_directories(out);
+  const fs::path html = out / "report.html";
+  std::ofstream(html) << report::html_report(c, ra[0], rb[0], several ? noise_html(noise, plan.together) : "");
+  std::ostringstream json;
+  json << "{\"A\": " << json_quote(a.name) << ", \"B\": " << json_quote(b.name) << ", \"diverged_at\": " << c.diverged_at
+       << ", \"steps\": " << c.steps << ", \"worst_loss\": " << json_number(c.worst_loss)
+       << ", \"worst_grad_norm\": " << json_number(c.worst_grad) << ", \"table\": {";
+  for (size_t i = 0; i < c.table.size(); ++i)
+    json << (i ? ", " : "") << json_quote(c.table[i].what) << ": [" << json_number(c.table[i].a) << ", "
+         << json_number(c.table[i].b) << "]";
+  json << "}" << (several ? ", " + noise_json(noise) : "") << ", \"report\": " << json_quote(html.string()) << "}\n";
+  std::ofstream(out / "compare.json") << json.str();
+  if (vm.count("json"))
+    std::fputs(json.str().c_str(), stdout);
+  else
+    std::printf("\n%s%sreport: %s\n", report::describe(c).c_str(), several ? ("\n" + noise.text).c_str() : "", html.c_str());
+  // With several seeds the question is convergence, not equal bits: B may differ from A step by
+  // step and still lie within A's seed spread.
+  if (plan.seeds > 1 && noise.has_loss) return noise.loss.final_within && noise.loss.curve_within ? kExitOk : kExitRuntime;
+  return c.diverged_at ? kExitRuntime : kExitOk;
+}
+
+}  // namespace loom::cli
