@@ -189,10 +189,10 @@ Noise assess(const std::string& name_a, const std::vector<report::Run>& a, const
   std::snprintf(line, sizeof line, "%-30s %6.0f [%5.0f] %6.0f [%5.0f]\n", "tokens/s, median [IQR]", n.tps_a.median,
                 n.tps_a.q3 - n.tps_a.q1, n.tps_b.median, n.tps_b.q3 - n.tps_b.q1);
   n.text += line + n.speed.text + "\n";
-  // One sample per seed: the first `seeds` rounds (later rounds repeat a seed to the bit); runs
-  // given with --from-runs count one each.
-  const size_t samples = std::min(a.size(), b.size()), per_side = seeds > 1 ? std::min<size_t>(seeds, samples) : samples;
-  if (per_side >= 2 && (seeds > 1 || samples > 1)) {
+  // One sample per seed: the first `seeds` rounds (later rounds repeat a seed to the bit). Runs
+  // given with --from-runs count one each (seeds = 0); rounds of one seed say nothing about loss.
+  const size_t samples = std::min(a.size(), b.size()), per_side = seeds > 0 ? std::min<size_t>(seeds, samples) : samples;
+  if (per_side >= 2) {
     std::vector<double> fa, fb, ca, cb;
     for (size_t i = 0; i < per_side; ++i) {
       fa.push_back(a[i].last("loss")), fb.push_back(b[i].last("loss"));
@@ -320,7 +320,8 @@ int compare(const Args& args) {
   const bool several = ra.size() > 1 || rb.size() > 1;
   Noise noise;
   if (several)
-    noise = assess(a.name, ra, b.name, rb, static_cast<size_t>(warmup), plan.seeds, vm["min-effect"].as<double>(),
+    noise = assess(a.name, ra, b.name, rb, static_cast<size_t>(warmup), vm.count("from-runs") ? 0 : plan.seeds,
+                   vm["min-effect"].as<double>(),
                    vm["effect"].as<double>());
   fs::create_directories(out);
   const fs::path html = out / "report.html";
