@@ -215,8 +215,9 @@ std::string noise_html(const Noise& n, bool together) {
     for (std::string l; std::getline(lines, l);) out += html_escape(l) + "<br>";
     out += "</p>\n";
   }
-  out += "<pre>" + html_escape(n.text) + "</pre>\n";
-  return out + report::svg_rounds(n.rounds, together ? "A and B together on disjoint cores" : "A B B A order");
+  out += "<pre style=\"white-space:pre-wrap\">" + html_escape(n.text) + "</pre>\n";
+  out += report::svg_rounds(n.rounds, together ? "A and B together on disjoint cores" : "A B B A order");
+  return out + "<p class=\"note\">The table and curves below are round 1's; the verdicts above pool every round.</p>\n";
 }
 
 std::string noise_json(const Noise& n) {
