@@ -2,7 +2,8 @@
 // Llama-shaped one of the same width (RoPE, 6 query heads over 2 KV heads, RMSNorm, SwiGLU with
 // Llama's d_ff rounding, no biases, untied head) on random tokens, as achieved GFLOP/s and as a
 // fraction of the sgemm ceiling measured in the same run, on the same threads (absolute times on
-// shared machines drift; the ratio does not).
+// shared machines drift; the ratio does not). A third row is the Llama-shaped model with full
+// activation recomputation: its step time over the plain one's (theory 4/3: one extra forward).
 //
 //   bench_train_step [--threads N] [--batch B] [--steps S]
 #include <chrono>
@@ -67,13 +68,15 @@ int main(int argc, char** argv) {
   llama.n_kv_head = 2, llama.positions = "rope", llama.norm = "rmsnorm", llama.mlp = "swiglu", llama.bias = false;
   llama.tied_embeddings = false;
   llama.d_ff = 1024;  // 2/3 of 4 d_model, a multiple of 256 (Llama's rounding)
+  gpt::GptConfig full = llama;
+  full.recompute = "full";
   const int T = static_cast<int>(gpt2.seq_len);
 
   double ceiling = train::measure_sgemm_gflops(threads, 1024, 5);
   cpu::set_threads(threads);
   // Interleaved, so drift hits both shapes alike.
-  Row g1 = time_steps(gpt2, batch, steps), l1 = time_steps(llama, batch, steps);
-  Row g2 = time_steps(gpt2, batch, steps), l2 = time_steps(llama, batch, steps);
+  Row g1 = time_steps(gpt2, batch, steps), l1 = time_steps(llama, batch, steps), f1 = time_steps(full, batch, steps);
+  Row g2 = time_steps(gpt2, batch, steps), l2 = time_steps(llama, batch, steps), f2 = time_steps(full, batch, steps);
   double ceiling_after = train::measure_sgemm_gflops(threads, 1024, 5);
   const double ceil = std::max(ceiling, ceiling_after), tokens = static_cast<double>(batch) * T;
   std::printf("train_step L=%lld d=%lld h=%lld T=%d B=%d threads=%d; sgemm ceiling %.1f GFLOP/s (before %.1f, after %.1f)\n",
@@ -93,4 +96,7 @@ int main(int argc, char** argv) {
   std::printf("  FLOPs/token: 6N + 12LHQT + LM head 6VC (gpt2 %.3g, llama %.3g)\n", g1.flops_per_token,
               l1.flops_per_token);
   std::printf("  llama / gpt2 ratio to the ceiling: %.3f\n", ratios[1] / ratios[0]);
+  const double plain = std::min(l1.mean_s, l2.mean_s), replay = std::min(f1.mean_s, f2.mean_s);
+  std::printf("  llama with recompute = full: mean %.1f ms; step time over recompute = none: %.3f (theory 1.33)\n",
+              replay * 1e3, replay / plain);
 }

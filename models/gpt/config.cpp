@@ -175,6 +175,11 @@ GptConfig from_config(const config::Config& cfg) {
   g.bias = cfg.boolean("model.bias");
   g.tied_embeddings = cfg.boolean("model.tied_embeddings");
   g.init_std = static_cast<float>(cfg.f64("model.init_std"));
+  g.recompute = cfg.str("model.recompute");
+  g.recompute_layers = cfg.i64("model.recompute_layers");
+  if (g.recompute_layers > g.n_layer)
+    throw ConfigError("[model] recompute_layers = " + std::to_string(g.recompute_layers) + " is more than n_layer = " +
+                      std::to_string(g.n_layer));
   g.moe.experts = cfg.i64("model.moe.experts");
   g.moe.top_k = cfg.i64("model.moe.top_k");
   g.moe.every = cfg.i64("model.moe.every");

@@ -30,6 +30,12 @@ struct GptConfig {
   std::string mlp = "gelu";        // gelu | swiglu
   bool tied_embeddings = true;
   float init_std = 0.02f;
+  // Activation recomputation ([model] recompute): what a block keeps from forward for backward.
+  //   none: everything; selective: the GEMM outputs and the attention core (q, k, v, output,
+  //   log-sum-exp), recomputing the norms' outputs and the MLP activation (no GEMM reruns);
+  //   full: only the block's input, rerunning its whole forward in backward.
+  std::string recompute = "none";
+  int64_t recompute_layers = 0;  // the first N blocks of each pipeline chunk; 0 = all
   // Mixture of experts ([model.moe]); experts = 0: dense.
   struct Moe {
     int64_t experts = 0, top_k = 2, every = 2;

@@ -31,6 +31,7 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bo
                       " with [plugins] sequence: MoE routing needs every token's full row; use tp without sp");
   scratch_ = std::make_unique<Scratch>(c_, max_rows);
   if (c_.rope()) rope_ = std::make_unique<RopeTables>(c_);
+  if (c_.recompute != "none") recompute_ = std::make_unique<RecomputeScratch>(c_, max_rows);
   const int last = static_cast<int>(c_.n_layer) + 1;
   auto builds = [&](int n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };
   Param* tied = nullptr;
@@ -40,9 +41,15 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bo
     layers_.push_back(std::move(emb));
     numbers_.push_back(0);
   }
+  // recompute_layers counts from the first block of each contiguous run this rank builds (a
+  // pipeline chunk).
+  int64_t in_chunk = 0;
   for (int i = 0; i < c_.n_layer; ++i)
     if (builds(i + 1)) {
-      layers_.push_back(std::make_unique<Block>(i, c_, api, ps, *scratch_, max_rows, rope_.get(), profile));
+      in_chunk = i > 0 && builds(i) ? in_chunk + 1 : 0;
+      const bool recomputes = recompute_ && (c_.recompute_layers == 0 || in_chunk < c_.recompute_layers);
+      layers_.push_back(std::make_unique<Block>(i, c_, api, ps, *scratch_, max_rows, rope_.get(),
+                                                recomputes ? recompute_.get() : nullptr, profile));
       numbers_.push_back(i + 1);
     }
   if (builds(last)) {
@@ -58,7 +65,7 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bo
 int64_t Gpt::activation_bytes(const Microbatch& mb) const {
   int64_t total = 0;
   for (const auto& l : layers_) total += l->saved_bytes(mb);
-  return total;
+  return total + (recompute_ ? recompute_->bytes() : 0);
 }
 
 double Gpt::head_loss() const { return head_ ? head_->loss_sum() : 0.0; }

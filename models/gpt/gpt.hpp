@@ -48,7 +48,8 @@ class Gpt {
   // Backward through every layer, accumulating into the parameter gradients; `after_layer(i)`
   // runs once layer i is done (how the data slot learns which gradients are final).
   void backward(const Microbatch& mb, const std::function<void(size_t)>& after_layer = {});
-  // Activation bytes all layers keep for backward, for one micro-batch, on this rank.
+  // Activation bytes all layers keep for backward, for one micro-batch, on this rank, plus the
+  // activations recomputing blocks share ([model] recompute).
   int64_t activation_bytes(const Microbatch& mb) const;
   // The head's logits of the last forward without targets: [rows, V_padded].
   const Tensor& logits() const { return head_->logits(); }
@@ -58,6 +59,7 @@ class Gpt {
   LayerApi& api_;
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<RopeTables> rope_;
+  std::unique_ptr<RecomputeScratch> recompute_;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<int> numbers_;
   Head* head_ = nullptr;

@@ -55,7 +55,7 @@ Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, 
 NormActs::NormActs(int64_t rows, int64_t C)
     : out(Tensor::empty({rows, C})), mean(Tensor::empty({rows})), rstd(Tensor::empty({rows})) {}
 
-Block::Acts::Acts(const GptConfig& c, int64_t rows)
+BlockActs::BlockActs(const GptConfig& c, int64_t rows)
     : x_in(Tensor::empty({rows, c.d_model})), x_mid(Tensor::empty({rows, c.d_model})),
       qkv(Tensor::empty({rows, c.qkv_width()})), att(Tensor::empty({rows, c.d_model})),
       lse(Tensor::empty({rows * c.n_head})), fc(Tensor::empty({rows, c.fc_out()})),
@@ -110,9 +110,9 @@ void Embedding::backward(const Microbatch& mb, Tensor& dx) {
 // ---- transformer block ------------------------------------------------------------------------
 
 Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scratch& scratch,
-             int64_t rows, const RopeTables* rope, bool profile)
+             int64_t rows, const RopeTables* rope, RecomputeScratch* recompute, bool profile)
     : name_("block" + std::to_string(index)), c_(c), api_(api), s_(scratch), rope_(rope),
-      profiled_(index == 0 && profile) {
+      recompute_(c.is_moe_block(index) ? nullptr : recompute), profiled_(index == 0 && profile) {
   const int64_t C = c.d_model, F = c.d_ff, fc_out = c.fc_out();
   const std::string p = "h" + std::to_string(index) + ".";
   // Residual projections are scaled by 1/sqrt(2 L) so the residual stream's variance stays
@@ -134,7 +134,12 @@ Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scrat
     if (c.bias) out_b_ = &declare_param(ps, api, params_, p + "mlp.proj.b", Role::Replicated, {C}, kZeros, false);
   }
 
-  acts_.init([&c, rows] { return std::make_unique<Acts>(c, rows); });
+  // MoE blocks keep everything: a replay would route and exchange tokens again.
+  if (recompute_) policy_ = c.recompute;
+  if (recompute_)
+    acts_.init([&c, rows, this] { return std::make_unique<Acts>(c, rows, policy_, *recompute_->acts); });
+  else
+    acts_.init([&c, rows] { return std::make_unique<Acts>(c, rows); });
   tmp_ = Tensor::empty({rows, C});
 }
 
@@ -242,7 +247,7 @@ void Norm::backward(const loom_ops* o, const NormActs& a, Tensor& dinp, const Te
 void Block::forward(const Microbatch& mb, Tensor& x) {
   const loom_ops* o = api_.ops();
   const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;  // n: rows held here, N: all rows
-  Marks marks(api_.profile(), profiled_);
+  Marks marks(api_.profile(), profiled_ && !replaying_);
   Acts& a = *acts_;
   std::memcpy(a.x_in.data(), x.data(), n * C * sizeof(float));
 
@@ -295,6 +300,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
 void Block::backward(const Microbatch& mb, Tensor& dx) {
   const loom_ops* o = api_.ops();
   const int64_t n = dx.dim(0), C = c_.d_model;
+  if (recompute_) recompute(mb);
   const Acts& a = *acts_;
   Tensor dnorm = rows_of(tmp_, n);
   Marks marks(api_.profile(), profiled_);
@@ -380,7 +386,11 @@ int64_t Block::saved_bytes(const Microbatch& mb) const {
   const int64_t qkv = (heads_ + 2 * kv_heads_) * c_.head_dim();
   const int64_t attention = 4 * (4 * n * C + stats + N * (qkv + proj_w_->local_shape[1] + heads_));
   if (moe_) return attention + moe_->saved_bytes(N);
-  return attention + 4 * N * (local_dim0(*fc_w_) + out_w_->local_shape[1]);
+  const int64_t all = attention + 4 * N * (local_dim0(*fc_w_) + out_w_->local_shape[1]);
+  // Recomputing blocks keep less; what they drop lives once in RecomputeScratch (Gpt counts it).
+  if (policy_ == "full") return 4 * n * C;
+  if (policy_ == "selective") return all - 4 * (2 * n * C + N * out_w_->local_shape[1]);
+  return all;
 }
 
 // ---- head -------------------------------------------------------------------------------------

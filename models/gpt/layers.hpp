@@ -52,6 +52,27 @@ struct RopeTables {
   explicit RopeTables(const GptConfig& c);
 };
 
+// What a block keeps from forward for backward: block input, residual after attention, both
+// norms, q/k/v (rotated), attention output and its log-sum-exp, MLP pre-activation and
+// activation. Under recomputation a block's slots own only what its policy keeps and alias the
+// rest to one shared set (RecomputeScratch), which backward refills before it reads them.
+struct BlockActs {
+  Tensor x_in, x_mid, qkv, att, lse, fc, act;
+  NormActs ln1, ln2;
+  BlockActs(const GptConfig& c, int64_t rows);
+  // Owns what `policy` keeps ("selective" or "full"), aliases the rest to `shared`.
+  BlockActs(const GptConfig& c, int64_t rows, const std::string& policy, const BlockActs& shared);
+};
+
+// The activations every recomputing block shares (one block runs backward at a time), and the
+// residual stream a full replay runs on.
+struct RecomputeScratch {
+  std::unique_ptr<BlockActs> acts;
+  Tensor x;
+  RecomputeScratch(const GptConfig& c, int64_t rows);  // for c.recompute, "selective" or "full"
+  int64_t bytes() const;
+};
+
 // Per-micro-batch activation slots: slot k is allocated by `make` the first time it is used.
 template <class Acts>
 class Slots {
@@ -91,9 +112,10 @@ class Embedding : public Layer {
 class Block : public Layer {
  public:
   // `profile`: block 0 records its segment timings in api.profile().
-  // `rope`: the position tables when [model] positions = "rope", else null.
+  // `rope`: the position tables when [model] positions = "rope", else null. `recompute`: the
+  // shared activations when this block recomputes ([model] recompute), else null.
   Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scratch& scratch,
-        int64_t rows, const RopeTables* rope, bool profile = false);
+        int64_t rows, const RopeTables* rope, RecomputeScratch* recompute, bool profile = false);
   const std::string& name() const override { return name_; }
   void forward(const Microbatch& mb, Tensor& x) override;
   void backward(const Microbatch& mb, Tensor& dx) override;
@@ -104,13 +126,7 @@ class Block : public Layer {
   ~Block() override;
 
  private:
-  // Saved for backward: block input, residual after attention, both norms, q/k/v (rotated),
-  // attention output and its log-sum-exp, MLP pre-activation and activation.
-  struct Acts {
-    Tensor x_in, x_mid, qkv, att, lse, fc, act;
-    NormActs ln1, ln2;
-    Acts(const GptConfig& c, int64_t rows);
-  };
+  using Acts = BlockActs;
   // Where this rank's q, k and v lie in a buffer of N rows: one [N, q | k | v] matrix for
   // multi-head attention (fused weight), or [N, q] then [N, k | v] for grouped-query.
   struct Qkv {
@@ -123,7 +139,9 @@ class Block : public Layer {
   LayerApi& api_;
   Scratch& s_;
   const RopeTables* rope_;
-  bool profiled_;
+  RecomputeScratch* recompute_;  // null: this block keeps everything
+  std::string policy_ = "none";
+  bool profiled_, replaying_ = false;
   Norm ln1_, ln2_;
   // Attention: qkv_w_ (fused, multi-head) or q_w_ and kv_w_ (grouped-query); biases optional.
   Param *qkv_w_ = nullptr, *qkv_b_ = nullptr, *q_w_ = nullptr, *q_b_ = nullptr, *kv_w_ = nullptr,
@@ -135,6 +153,9 @@ class Block : public Layer {
   void declare_attention(const std::string& p, ParamStore& ps, float resid_std);
   void project_qkv(const Microbatch& mb, const Tensor& h, Tensor& buf);
   void project_qkv_bwd(const Microbatch& mb, Tensor& dqkv, const Tensor& h, Tensor& dh);
+  // Refills what the policy dropped: the norms' outputs and the MLP activation (selective), or
+  // the whole forward from the saved input (full), with the same arithmetic as forward.
+  void recompute(const Microbatch& mb);
   void mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks);
   void attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks);
   Tensor tmp_;

@@ -103,6 +103,10 @@ std::vector<SectionSpec> build_schema() {
       {"tied_embeddings", ValueType::Bool, "true", "share the token embedding with the LM head"},
       {"init_std", ValueType::Float, "0.02", "std of weight init (residual projections / sqrt(2L))",
        0, 10},
+      {"recompute", ValueType::String, "\"none\"",
+       "activation recomputation: none | selective (norms and MLP activation, no GEMM) | full (the whole block)",
+       -kInf, kInf, {"none", "selective", "full"}},
+      {"recompute_layers", ValueType::Int, "0", "recompute the first N blocks of each pipeline chunk; 0 = all", 0, 1024},
   }};
   SectionSpec moe{"model.moe", "mixture of experts: every `every`-th block's MLP routed to `experts` MLPs", {
       {"experts", ValueType::Int, "0", "experts per MoE layer; 0 = a dense model", 0, 4096},
