@@ -13,11 +13,8 @@ build=${1:-build}
 steps=${2:-30}
 source "$(dirname "$0")/corpus.sh"
 bench_workdir "$build" 20000 "a real difference stands out from the noise of a shared machine"
-cat > "$work/a.toml" <<TOML
-[run]
-threads = 1
-peak_gflops = 50
-log_every = 1000
+bench_run_section > "$work/a.toml"
+cat >> "$work/a.toml" <<TOML
 [model]
 n_layer = 4
 n_head = 4

@@ -21,3 +21,8 @@ bench_workdir() {
   trap 'rm -rf "$work"' EXIT
   bench_corpus "$1" "$work" "$2" "$3"
 }
+
+# The [run] section every bench config starts with: one thread per rank, a fixed MFU peak, quiet.
+bench_run_section() {
+  printf '[run]\nthreads = 1\npeak_gflops = 50\nlog_every = 1000\n'
+}

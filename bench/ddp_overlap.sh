@@ -8,11 +8,8 @@ build=${1:-build}
 steps=${2:-12}
 source "$(dirname "$0")/corpus.sh"
 bench_workdir "$build" 60000 "the quick brown fox jumps over the lazy dog while data parallel ranks reduce gradients"
-cat > "$work/ddp.toml" <<TOML
-[run]
-threads = 1
-peak_gflops = 50
-log_every = 1000
+bench_run_section > "$work/ddp.toml"
+cat >> "$work/ddp.toml" <<TOML
 [model]
 n_layer = 4
 n_head = 4

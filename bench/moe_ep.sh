@@ -12,11 +12,8 @@ steps=${2:-12}
 comm=${3:-$(command -v mpirun > /dev/null && echo mpi || echo gloo)}
 source "$(dirname "$0")/corpus.sh"
 bench_workdir "$build" 20000 "experts take the tokens routed to them and send the outputs home again"
-cat > "$work/moe.toml" <<TOML
-[run]
-threads = 1
-peak_gflops = 50
-log_every = 1000
+bench_run_section > "$work/moe.toml"
+cat >> "$work/moe.toml" <<TOML
 [model]
 n_layer = 4
 n_head = 4

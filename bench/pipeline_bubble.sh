@@ -17,11 +17,8 @@ build=${1:-build}
 steps=${2:-6}
 source "$(dirname "$0")/corpus.sh"
 bench_workdir "$build" 20000 "pipeline stages pass activations forward and gradients back between ranks"
-cat > "$work/pp.toml" <<TOML
-[run]
-threads = 1
-peak_gflops = 50
-log_every = 1000
+bench_run_section > "$work/pp.toml"
+cat >> "$work/pp.toml" <<TOML
 trace = true
 [model]
 n_layer = 6

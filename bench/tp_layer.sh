@@ -9,11 +9,8 @@ build=${1:-build}
 steps=${2:-6}
 source "$(dirname "$0")/corpus.sh"
 bench_workdir "$build" 40000 "tensor parallel layers split their weights across ranks and reduce activations"
-cat > "$work/layer.toml" <<TOML
-[run]
-threads = 1
-peak_gflops = 50
-log_every = 1000
+bench_run_section > "$work/layer.toml"
+cat >> "$work/layer.toml" <<TOML
 profile_layer = true
 [model]
 n_layer = 1

@@ -10,11 +10,8 @@ build=${1:-build}
 steps=${2:-8}
 source "$(dirname "$0")/corpus.sh"
 bench_workdir "$build" 20000 "sharded optimizer states gradients and parameters save memory on every rank"
-cat > "$work/zero.toml" <<TOML
-[run]
-threads = 1
-peak_gflops = 50
-log_every = 1000
+bench_run_section > "$work/zero.toml"
+cat >> "$work/zero.toml" <<TOML
 [model]
 n_layer = 8
 n_head = 4
