@@ -55,12 +55,6 @@ Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, 
 NormActs::NormActs(int64_t rows, int64_t C)
     : out(Tensor::empty({rows, C})), mean(Tensor::empty({rows})), rstd(Tensor::empty({rows})) {}
 
-BlockActs::BlockActs(const GptConfig& c, int64_t rows)
-    : x_in(Tensor::empty({rows, c.d_model})), x_mid(Tensor::empty({rows, c.d_model})),
-      qkv(Tensor::empty({rows, c.qkv_width()})), att(Tensor::empty({rows, c.d_model})),
-      lse(Tensor::empty({rows * c.n_head})), fc(Tensor::empty({rows, c.fc_out()})),
-      act(Tensor::empty({rows, c.d_ff})), ln1(rows, c.d_model), ln2(rows, c.d_model) {}
-
 Head::Acts::Acts(int64_t rows, int64_t C, int64_t vocab_local)
     : x_in(Tensor::empty({rows, C})), logits(Tensor::empty({rows, vocab_local})), norm(rows, C) {}
 
@@ -137,7 +131,7 @@ Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scrat
   // MoE blocks keep everything: a replay would route and exchange tokens again.
   if (recompute_) policy_ = c.recompute;
   if (recompute_)
-    acts_.init([&c, rows, this] { return std::make_unique<Acts>(c, rows, policy_, *recompute_->acts); });
+    acts_.init([&c, rows, this] { return std::make_unique<Acts>(c, rows, policy_, recompute_->acts); });
   else
     acts_.init([&c, rows] { return std::make_unique<Acts>(c, rows); });
   tmp_ = Tensor::empty({rows, C});

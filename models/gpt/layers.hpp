@@ -31,6 +31,7 @@ struct Scratch {
 // What a norm keeps from forward for backward: its output and row statistics.
 struct NormActs {
   Tensor out, mean, rstd;
+  NormActs() = default;
   NormActs(int64_t rows, int64_t C);
 };
 
@@ -59,18 +60,24 @@ struct RopeTables {
 struct BlockActs {
   Tensor x_in, x_mid, qkv, att, lse, fc, act;
   NormActs ln1, ln2;
+  BlockActs() = default;
   BlockActs(const GptConfig& c, int64_t rows);
   // Owns what `policy` keeps ("selective" or "full"), aliases the rest to `shared`.
   BlockActs(const GptConfig& c, int64_t rows, const std::string& policy, const BlockActs& shared);
+  // Only what `policy` drops: the set its blocks share.
+  static BlockActs dropped_by(const GptConfig& c, int64_t rows, const std::string& policy);
 };
 
 // The activations every recomputing block shares (one block runs backward at a time), and the
 // residual stream a full replay runs on.
 struct RecomputeScratch {
-  std::unique_ptr<BlockActs> acts;
+  BlockActs acts;
   Tensor x;
   RecomputeScratch(const GptConfig& c, int64_t rows);  // for c.recompute, "selective" or "full"
-  int64_t bytes() const;
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  int64_t bytes_ = 0;
 };
 
 // Per-micro-batch activation slots: slot k is allocated by `make` the first time it is used.

@@ -7,40 +7,60 @@
 
 namespace loom::gpt {
 
+namespace {
+
+// How far recomputation may go and still keep a tensor: 0 none, 1 selective, 2 full.
+int level(const std::string& policy) { return policy == "full" ? 2 : policy == "selective" ? 1 : 0; }
+
+// Every activation of a block with its shape and the strongest policy that still keeps it:
+// full keeps the input only; selective also keeps the GEMM outputs, the attention core and the
+// norms' statistics, and drops the norms' outputs and the MLP activation.
+template <class F>
+void each_part(BlockActs& a, const GptConfig& c, int64_t rows, F&& f) {
+  const int64_t C = c.d_model;
+  f(a.x_in, std::vector<int64_t>{rows, C}, 2);
+  f(a.x_mid, std::vector<int64_t>{rows, C}, 1);
+  f(a.qkv, std::vector<int64_t>{rows, c.qkv_width()}, 1);
+  f(a.att, std::vector<int64_t>{rows, C}, 1);
+  f(a.lse, std::vector<int64_t>{rows * c.n_head}, 1);
+  f(a.fc, std::vector<int64_t>{rows, c.fc_out()}, 1);
+  f(a.act, std::vector<int64_t>{rows, c.d_ff}, 0);
+  for (NormActs* n : {&a.ln1, &a.ln2}) {
+    f(n->out, std::vector<int64_t>{rows, C}, 0);
+    f(n->mean, std::vector<int64_t>{rows}, 1);
+    f(n->rstd, std::vector<int64_t>{rows}, 1);
+  }
+}
+
+}  // namespace
+
+BlockActs::BlockActs(const GptConfig& c, int64_t rows) {
+  each_part(*this, c, rows, [](Tensor& t, std::vector<int64_t> shape, int) { t = Tensor::empty(std::move(shape)); });
+}
+
 BlockActs::BlockActs(const GptConfig& c, int64_t rows, const std::string& policy, const BlockActs& shared)
     : BlockActs(shared) {
-  x_in = Tensor::empty({rows, c.d_model});
-  if (policy == "full") return;
-  // selective: the GEMM outputs, the attention core and the norms' statistics are kept; the
-  // norms' outputs and the MLP activation stay aliased to the shared set.
-  x_mid = Tensor::empty({rows, c.d_model});
-  qkv = Tensor::empty({rows, c.qkv_width()});
-  att = Tensor::empty({rows, c.d_model});
-  lse = Tensor::empty({rows * c.n_head});
-  fc = Tensor::empty({rows, c.fc_out()});
-  ln1.mean = Tensor::empty({rows}), ln1.rstd = Tensor::empty({rows});
-  ln2.mean = Tensor::empty({rows}), ln2.rstd = Tensor::empty({rows});
+  each_part(*this, c, rows, [&](Tensor& t, std::vector<int64_t> shape, int keeps) {
+    if (keeps >= level(policy)) t = Tensor::empty(std::move(shape));
+  });
 }
 
+BlockActs BlockActs::dropped_by(const GptConfig& c, int64_t rows, const std::string& policy) {
+  BlockActs a;
+  each_part(a, c, rows, [&](Tensor& t, std::vector<int64_t> shape, int keeps) {
+    if (keeps < level(policy)) t = Tensor::empty(std::move(shape));
+  });
+  return a;
+}
+
+// A full replay also needs a residual stream to run on.
 RecomputeScratch::RecomputeScratch(const GptConfig& c, int64_t rows)
-    : acts(std::make_unique<BlockActs>(c, rows)) {
-  if (c.recompute == "full") {
-    x = Tensor::empty({rows, c.d_model});
-    return;
-  }
-  // selective shares only the norms' outputs and the MLP activation: blocks own the rest.
-  BlockActs& a = *acts;
-  for (Tensor* t : {&a.x_in, &a.x_mid, &a.qkv, &a.att, &a.lse, &a.fc, &a.ln1.mean, &a.ln1.rstd, &a.ln2.mean, &a.ln2.rstd})
-    *t = Tensor();
-}
-
-int64_t RecomputeScratch::bytes() const {
-  const BlockActs& a = *acts;
-  int64_t n = 0;
-  for (const Tensor* t : {&a.x_in, &a.x_mid, &a.qkv, &a.att, &a.lse, &a.fc, &a.act, &a.ln1.out, &a.ln1.mean,
-                          &a.ln1.rstd, &a.ln2.out, &a.ln2.mean, &a.ln2.rstd, &x})
-    if (t->defined()) n += static_cast<int64_t>(t->bytes());
-  return n;
+    : acts(BlockActs::dropped_by(c, rows, c.recompute)) {
+  if (c.recompute == "full") x = Tensor::empty({rows, c.d_model});
+  bytes_ = x.defined() ? static_cast<int64_t>(x.bytes()) : 0;
+  each_part(acts, c, rows, [&](Tensor& t, std::vector<int64_t>, int) {
+    if (t.defined()) bytes_ += static_cast<int64_t>(t.bytes());
+  });
 }
 
 // selective: ln1 = norm(x_in), ln2 = norm(x_mid), act = gelu/swiglu(fc) (writing the same

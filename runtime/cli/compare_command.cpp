@@ -19,6 +19,7 @@
 #include "core/json.hpp"
 #include "report/compare.hpp"
 #include "report/noise.hpp"
+#include "report/svg.hpp"
 
 namespace fs = std::filesystem;
 

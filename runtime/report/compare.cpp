@@ -1,5 +1,7 @@
 #include "report/compare.hpp"
 
+#include "report/svg.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -26,18 +28,6 @@ double busiest(const Run& r) {
   return *std::max_element(r.peak_mem_per_rank.begin(), r.peak_mem_per_rank.end());
 }
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
-  }
-  return out;
-}
-
 struct Series {
   std::string name, color;
   std::vector<std::pair<double, double>> points;
@@ -50,52 +40,29 @@ Series series(const std::string& name, const std::string& color, const Run& r, c
   return s;
 }
 
-// A line chart with axes, five ticks each, and a legend.
+// A line chart of the series against step, with five ticks on each axis and a legend.
 std::string svg_chart(const std::string& title, const std::string& ylabel, const std::vector<Series>& all) {
-  const double w = 640, h = 320, left = 64, right = 120, top = 28, bottom = 40;
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
   for (const auto& s : all)
     for (auto [x, y] : s.points) x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
-  if (!std::isfinite(x0)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  if (!std::isfinite(x0)) x0 = 0, x1 = 1;
   if (x1 == x0) x1 = x0 + 1;
-  if (y1 == y0) y1 = y0 + 1;
-  const double pad = 0.05 * (y1 - y0);
-  y0 -= pad, y1 += pad;
-  auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (w - left - right); };
-  auto py = [&](double y) { return h - bottom - (y - y0) / (y1 - y0) * (h - top - bottom); };
-  char b[1024];  // the longest snprintf below (the axes and their labels) is ~450 characters
-  std::string out = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"320\" role=\"img\" aria-label=\"" +
-                    escape(title) + "\">\n<rect width=\"640\" height=\"320\" fill=\"white\"/>\n";
-  std::snprintf(b, sizeof b, "<text x=\"%.0f\" y=\"18\" font-weight=\"bold\">%s</text>\n", left, escape(title).c_str());
-  out += b;
+  const SvgFrame f(y0, y1);
+  auto px = [&](double x) { return f.left + (x - x0) / (x1 - x0) * f.plot_width(); };
+  std::string out = f.open("", title, "step", ylabel);
+  char b[64];
   for (int i = 0; i <= 4; ++i) {
-    const double y = y0 + (y1 - y0) * i / 4, x = x0 + (x1 - x0) * i / 4;
-    std::snprintf(b, sizeof b,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/><text x=\"%.1f\" y=\"%.1f\" "
-                  "text-anchor=\"end\" font-size=\"11\">%.4g</text>\n",
-                  left, py(y), w - right, py(y), left - 4, py(y) + 4, y);
-    out += b;
-    std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%.0f</text>\n", px(x),
-                  h - bottom + 16, x);
-    out += b;
+    const double x = x0 + (x1 - x0) * i / 4;
+    std::snprintf(b, sizeof b, "%.0f", x);
+    out += f.x_tick(px(x), b);
   }
-  std::snprintf(b, sizeof b,
-                "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/><line x1=\"%.0f\" y1=\"%.0f\" "
-                "x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\" "
-                "font-size=\"12\">step</text><text x=\"12\" y=\"%.0f\" font-size=\"12\" transform=\"rotate(-90 12 %.0f)\" "
-                "text-anchor=\"middle\">%s</text>\n",
-                left, h - bottom, w - right, h - bottom, left, top, left, h - bottom, (left + w - right) / 2, h - 6,
-                (top + h - bottom) / 2, (top + h - bottom) / 2, escape(ylabel).c_str());
-  out += b;
   for (size_t k = 0; k < all.size(); ++k) {
     out += "<polyline fill=\"none\" stroke-width=\"1.5\" stroke=\"" + all[k].color + "\" points=\"";
     for (auto [x, y] : all[k].points) {
-      std::snprintf(b, sizeof b, "%.1f,%.1f ", px(x), py(y));
+      std::snprintf(b, sizeof b, "%.1f,%.1f ", px(x), f.py(y));
       out += b;
     }
-    std::snprintf(b, sizeof b, "\"/>\n<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\" font-size=\"12\">%s</text>\n", w - right + 8,
-                  top + 16 + 16.0 * k, all[k].color.c_str(), escape(all[k].name).c_str());
-    out += b;
+    out += "\"/>\n" + f.legend(k, all[k].name, all[k].color);
   }
   return out + "</svg>\n";
 }
@@ -163,10 +130,8 @@ std::string describe(const Comparison& c) {
   return out + b;
 }
 
-std::string html_escape(const std::string& s) { return escape(s); }
-
 std::string html_report(const Comparison& c, const Run& a, const Run& b, const std::string& extra) {
-  const std::string na = escape(c.name_a), nb = escape(c.name_b);
+  const std::string na = html_escape(c.name_a), nb = html_escape(c.name_b);
   std::string out =
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>loom compare: " + na + " vs " + nb +
       "</title>\n<style>body{font-family:sans-serif;margin:24px}table{border-collapse:collapse}"
@@ -181,11 +146,11 @@ std::string html_report(const Comparison& c, const Run& a, const Run& b, const s
   out += "<table id=\"summary\"><tr><th></th><th>" + na + "</th><th>" + nb + "</th><th>B/A</th></tr>\n";
   for (const auto& r : c.table) {
     const std::string ratio = std::isfinite(r.a) && std::isfinite(r.b) && r.a != 0 ? fmt("%.3f", r.b / r.a) : "-";
-    out += "<tr><td>" + escape(r.what) + "</td><td>" + fmt(r.format, r.a) + "</td><td>" + fmt(r.format, r.b) +
+    out += "<tr><td>" + html_escape(r.what) + "</td><td>" + fmt(r.format, r.a) + "</td><td>" + fmt(r.format, r.b) +
            "</td><td>" + ratio + "</td></tr>\n";
   }
   out += "</table>\n";
-  for (const auto& n : c.notes) out += "<p class=\"note\">" + escape(n) + "</p>\n";
+  for (const auto& n : c.notes) out += "<p class=\"note\">" + html_escape(n) + "</p>\n";
   out += svg_chart("training loss", "loss", {series(c.name_a, "#1f77b4", a, "loss"), series(c.name_b, "#d62728", b, "loss")});
   out += svg_chart("gradient norm", "grad norm",
                    {series(c.name_a, "#1f77b4", a, "grad_norm"), series(c.name_b, "#d62728", b, "grad_norm")});

@@ -36,7 +36,5 @@ std::string describe(const Comparison& c);
 // loss curves and step-time curves of both runs; `extra` (HTML) goes after the verdict.
 std::string html_report(const Comparison& c, const Run& a, const Run& b, const std::string& extra = "");
 
-// Text safe inside HTML.
-std::string html_escape(const std::string& s);
 
 }  // namespace loom::report

@@ -1,5 +1,7 @@
 #include "report/noise.hpp"
 
+#include "report/svg.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -135,9 +137,9 @@ LossVerdict loss_verdict(const std::vector<double>& a_final, const std::vector<d
   return v;
 }
 
-// x: round i's A at i - 0.18, B at i + 0.18; y: step ms. Points jittered within the box's width.
+// x: round i's A at i - 0.18, B at i + 0.18 (in slots of one round); y: step ms. Points are
+// jittered within their box's width.
 std::string svg_rounds(const std::vector<RoundTimes>& configs, const std::string& order_note) {
-  const double w = 640, h = 320, left = 64, right = 120, top = 28, bottom = 40;
   double y0 = INFINITY, y1 = -INFINITY;
   size_t rounds = 0;
   for (const auto& c : configs) {
@@ -145,37 +147,12 @@ std::string svg_rounds(const std::vector<RoundTimes>& configs, const std::string
     for (const auto& r : c.rounds)
       for (double v : r) y0 = std::min(y0, v), y1 = std::max(y1, v);
   }
-  if (!std::isfinite(y0)) y0 = 0, y1 = 1;
-  if (y1 == y0) y1 = y0 + 1;
-  const double pad = 0.05 * (y1 - y0);
-  y0 -= pad, y1 += pad;
-  auto px = [&](double x) { return left + (x + 0.5) / std::max<size_t>(rounds, 1) * (w - left - right); };
-  auto py = [&](double y) { return h - bottom - (y - y0) / (y1 - y0) * (h - top - bottom); };
+  const SvgFrame f(y0, y1);
+  const double slot = f.plot_width() / std::max<size_t>(rounds, 1), box = slot * 0.28;
+  auto px = [&](double r) { return f.left + (r + 0.5) * slot; };
+  std::string out = f.open("rounds", "step time per round (" + order_note + ")", "round", "step ms");
+  for (size_t r = 0; r < rounds; ++r) out += f.x_tick(px(r), std::to_string(r + 1));
   char b[512];
-  std::string out = "<svg class=\"rounds\" xmlns=\"http://www.w3.org/2000/svg\" width=\"640\" height=\"320\" role=\"img\" "
-                    "aria-label=\"step time per round\">\n<rect width=\"640\" height=\"320\" fill=\"white\"/>\n";
-  std::snprintf(b, sizeof b, "<text x=\"%.0f\" y=\"18\" font-weight=\"bold\">step time per round (%s)</text>\n", left,
-                order_note.c_str());
-  out += b;
-  for (int i = 0; i <= 4; ++i) {
-    const double y = y0 + (y1 - y0) * i / 4;
-    std::snprintf(b, sizeof b,
-                  "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/><text x=\"%.1f\" y=\"%.1f\" "
-                  "text-anchor=\"end\" font-size=\"11\">%.4g</text>\n",
-                  left, py(y), w - right, py(y), left - 4, py(y) + 4, y);
-    out += b;
-  }
-  for (size_t r = 0; r < rounds; ++r) {
-    std::snprintf(b, sizeof b, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\" font-size=\"11\">%zu</text>\n", px(r),
-                  h - bottom + 16, r + 1);
-    out += b;
-  }
-  std::snprintf(b, sizeof b,
-                "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\" font-size=\"12\">round</text><text x=\"12\" y=\"%.0f\" "
-                "font-size=\"12\" transform=\"rotate(-90 12 %.0f)\" text-anchor=\"middle\">step ms</text>\n",
-                (left + w - right) / 2, h - 6, (top + h - bottom) / 2, (top + h - bottom) / 2);
-  out += b;
-  const double slot = (w - left - right) / std::max<size_t>(rounds, 1), box = slot * 0.28;
   for (size_t k = 0; k < configs.size(); ++k) {
     const auto& c = configs[k];
     const double offset = (k == 0 ? -0.18 : 0.18) * slot;
@@ -186,20 +163,18 @@ std::string svg_rounds(const std::vector<RoundTimes>& configs, const std::string
       std::snprintf(b, sizeof b,
                     "<rect class=\"box\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"%s\"/>"
                     "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"/>\n",
-                    x - box / 2, py(s.q3), box, std::max(py(s.q1) - py(s.q3), 0.5), c.color.c_str(), x - box / 2,
-                    py(s.median), x + box / 2, py(s.median), c.color.c_str());
+                    x - box / 2, f.py(s.q3), box, std::max(f.py(s.q1) - f.py(s.q3), 0.5), c.color.c_str(), x - box / 2,
+                    f.py(s.median), x + box / 2, f.py(s.median), c.color.c_str());
       out += b;
       for (size_t i = 0; i < c.rounds[r].size(); ++i) {
         const double jitter = (static_cast<double>((i * 37) % 11) / 10 - 0.5) * box * 0.8;
-        std::snprintf(b, sizeof b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"1.8\" fill=\"%s\" fill-opacity=\"0.5\"/>", x + jitter,
-                      py(c.rounds[r][i]), c.color.c_str());
+        std::snprintf(b, sizeof b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"1.8\" fill=\"%s\" fill-opacity=\"0.5\"/>",
+                      x + jitter, f.py(c.rounds[r][i]), c.color.c_str());
         out += b;
       }
       out += "\n";
     }
-    std::snprintf(b, sizeof b, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\" font-size=\"12\">%s</text>\n", w - right + 8,
-                  top + 16 + 16.0 * k, c.color.c_str(), c.name.c_str());
-    out += b;
+    out += f.legend(k, c.name, c.color);
   }
   return out + "</svg>\n";
 }
