@@ -183,8 +183,8 @@ void Block::project_qkv(const Microbatch& mb, const Tensor& h, Tensor& buf) {
     if (kv_b_) o->bias_add(kv.f32(), kv_b_->value.f32(), N, L.ldkv);
   }
   if (!rope_) return;
-  o->rope_fwd(L.q, L.ldq, mb.B, mb.T, heads_, D, rope_->cos.f32(), rope_->sin.f32(), 0);
-  o->rope_fwd(L.k, L.ldkv, mb.B, mb.T, kv_heads_, D, rope_->cos.f32(), rope_->sin.f32(), 0);
+  api_.rope(L.q, L.ldq, mb.B, mb.T, heads_, D, rope_->cos.f32(), rope_->sin.f32(), false);
+  api_.rope(L.k, L.ldkv, mb.B, mb.T, kv_heads_, D, rope_->cos.f32(), rope_->sin.f32(), false);
 }
 
 // From the gradients of the rotated q, k and v: un-rotate, bias gradients, and
@@ -194,8 +194,8 @@ void Block::project_qkv_bwd(const Microbatch& mb, Tensor& dqkv, const Tensor& h,
   const int64_t N = mb.rows(), D = c_.head_dim();
   const Qkv L = qkv_layout(dqkv, N);
   if (rope_) {
-    o->rope_bwd(L.q, L.ldq, mb.B, mb.T, heads_, D, rope_->cos.f32(), rope_->sin.f32(), 0);
-    o->rope_bwd(L.k, L.ldkv, mb.B, mb.T, kv_heads_, D, rope_->cos.f32(), rope_->sin.f32(), 0);
+    api_.rope(L.q, L.ldq, mb.B, mb.T, heads_, D, rope_->cos.f32(), rope_->sin.f32(), true);
+    api_.rope(L.k, L.ldkv, mb.B, mb.T, kv_heads_, D, rope_->cos.f32(), rope_->sin.f32(), true);
   }
   if (qkv_w_) {
     Tensor dqkv_all = Tensor::borrow(L.q, {N, L.ldq});
@@ -253,8 +253,8 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   project_qkv(mb, h1, a.qkv);
   marks("fwd qkv");
   const Qkv L = qkv_layout(a.qkv, N);
-  o->attention_gqa_fwd(att.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_,
-                       c_.head_dim());
+  api_.attention({att.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_,
+                  c_.head_dim(), nullptr, nullptr, nullptr, nullptr});
   marks("fwd attention");
   api_.linear(y, att, *proj_w_);
   marks("fwd proj");
@@ -356,8 +356,8 @@ void Block::attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, 
   api_.linear_bwd(&datt, dy, att, *proj_w_);
   marks("bwd proj");
   const Qkv L = qkv_layout(a.qkv, N), dL = qkv_layout(s_.dqkv, N);
-  o->attention_gqa_bwd(dL.q, dL.k, dL.v, datt.f32(), L.q, L.k, L.v, att.f32(), a.lse.f32(), L.ldq, L.ldkv, mb.B,
-                       mb.T, heads_, kv_heads_, c_.head_dim());
+  api_.attention_bwd({const_cast<float*>(att.f32()), const_cast<float*>(a.lse.f32()), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_,
+                      c_.head_dim(), datt.f32(), dL.q, dL.k, dL.v});
   marks("bwd attention");
   Tensor h1 = api_.region_enter(rows_of(a.ln1.out, n));
   marks("bwd f (re-gather)");

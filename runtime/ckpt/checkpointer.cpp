@@ -69,7 +69,8 @@ void Checkpointer::barrier() {
 // rank 0; a pipeline mirror never (its owner does).
 bool Checkpointer::writes(const Param& q) const {
   const dist::Coord c = dist::coord_of(mesh_, rank_);
-  return !q.mirror && (shards_.pieces || (c.dp == 0 && (q.ep_sharded() || c.ep == 0))) && (q.tp_sharded() || c.tp == 0);
+  return !q.mirror && (shards_.pieces || (c.dp == 0 && c.cp == 0 && (q.ep_sharded() || c.ep == 0))) &&
+         (q.tp_sharded() || c.tp == 0);
 }
 
 size_t Checkpointer::owned_bytes(const ParamStore& params) const {
@@ -240,7 +241,7 @@ void Checkpointer::commit() {
     Manifest man;
     man.step = p->step;
     man.applied = p->applied;
-    man.layout = {{"world", mesh_.world()}, {"dp", mesh_.dp}, {"tp", mesh_.tp}, {"pp", mesh_.pp}, {"ep", mesh_.ep}};
+    man.layout = {{"world", mesh_.world()}, {"dp", mesh_.dp}, {"tp", mesh_.tp}, {"pp", mesh_.pp}, {"ep", mesh_.ep}, {"cp", mesh_.cp}};
     man.precision = precision_name_;
     man.precision_state = p->precision;
     man.shapes = p->shapes;

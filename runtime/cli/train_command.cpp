@@ -41,7 +41,7 @@ int train(const Args& args) {
   const int nproc = static_cast<int>(cfg.i64("parallel.nproc"));
   const bool spawn = (!env || env->world == 1) && nproc > 1;
   // Defaults that work: several ranks talk over gloo and reduce gradients with ddp; tp uses the
-  // tp plugin, pp the 1f1b schedule and ep the ep plugin.
+  // tp plugin, pp the 1f1b schedule, ep the ep plugin and cp the cp plugin (ring attention).
   const int world = spawn ? nproc : env ? env->world : 1;
   if (world > 1 && cfg.str("plugins.comm").empty()) overrides.push_back("plugins.comm=gloo");
   if (world > 1 && cfg.str("plugins.data").empty()) overrides.push_back("plugins.data=ddp");
@@ -51,6 +51,8 @@ int train(const Args& args) {
     overrides.push_back("plugins.pipeline=1f1b");
   if (cfg.i64("parallel.ep") > 1 && cfg.str("plugins.expert").empty())
     overrides.push_back("plugins.expert=ep");
+  if (cfg.i64("parallel.cp") > 1 && cfg.str("plugins.context").empty())
+    overrides.push_back("plugins.context=cp");
   if (overrides.size() != sets(vm).size()) {
     cfg = config::Config::load(file, overrides);
     cfg.validate_runtime();

@@ -22,6 +22,7 @@ const std::vector<SlotKey>& slot_keys() {
       {"sequence", LOOM_KIND_PARALLEL, LOOM_SLOT_SEQUENCE},
       {"pipeline", LOOM_KIND_PARALLEL, LOOM_SLOT_PIPELINE},
       {"expert", LOOM_KIND_PARALLEL, LOOM_SLOT_EXPERT},
+      {"context", LOOM_KIND_PARALLEL, LOOM_SLOT_CONTEXT},
       {"precision", LOOM_KIND_PRECISION, LOOM_SLOT_NONE},
       {"ckpt", LOOM_KIND_CKPT, LOOM_SLOT_NONE},
   };
@@ -153,14 +154,15 @@ std::vector<SectionSpec> build_schema() {
       {"sample_top_k", ValueType::Int, "8", "sample from the k likeliest tokens; 1 = greedy", 1, kInf},
       {"sample_prompt", ValueType::String, "\"\"", "text the sample continues"},
   }});
-  s.push_back({"parallel", "the device mesh: tp (innermost) -> ep -> dp -> pp", {
+  s.push_back({"parallel", "the device mesh: tp (innermost) -> cp -> ep -> dp -> pp", {
       {"nproc", ValueType::Int, "1", "ranks `loom train` spawns when no launcher started it", 1, 4096},
-      {"dp", ValueType::IntOrAuto, "\"auto\"", "data-parallel degree; auto = world / (tp pp ep)", 1, 65536},
+      {"dp", ValueType::IntOrAuto, "\"auto\"", "data-parallel degree; auto = world / (tp pp ep cp)", 1, 65536},
       {"tp", ValueType::Int, "1", "tensor-parallel degree", 1, 4096},
       {"pp", ValueType::Int, "1", "pipeline-parallel degree", 1, 4096},
       {"pp_chunks", ValueType::Int, "0", "model chunks per pp rank (interleaved); 0 = the schedule's default", 0, 64},
       {"pp_layout", ValueType::String, "\"\"", "layer split over pp stages, e.g. \"E t t | t t L\"; \"\" = balanced by cost"},
       {"ep", ValueType::Int, "1", "expert-parallel degree", 1, 4096},
+      {"cp", ValueType::Int, "1", "context-parallel degree: each rank holds seq_len / cp positions of every sequence", 1, 4096},
       {"timeout_s", ValueType::Int, "60", "a collective or rendezvous silent this long fails", 1, 86400},
   }});
   s.push_back({"plugins", "which plugin fills each slot; [plugins.<name>] holds its options", {
@@ -171,6 +173,7 @@ std::vector<SectionSpec> build_schema() {
       slot_key("sequence", "sequence-parallel strategy (sp)"),
       slot_key("pipeline", "pipeline schedule (gpipe, 1f1b, interleaved); \"\" = 1f1b when pp > 1"),
       slot_key("expert", "expert-parallel strategy (ep); \"\" = ep when ep > 1"),
+      slot_key("context", "context-parallel attention (cp); \"\" = cp when cp > 1"),
       {"precision", ValueType::String, "\"fp32\"", "GEMM and optimizer numerics"},
       slot_key("ckpt", "checkpoint writer (sync, async); \"\" = no checkpoints"),
   }, true});

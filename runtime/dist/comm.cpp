@@ -129,11 +129,11 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
                        std::to_string(env_.rank) + " of " + std::to_string(env_.world) + ": " +
                        e.message);
   world_ = std::make_unique<Communicator>(table_, plugin_->self(), world, "world");
-  for (Axis a : {Axis::TP, Axis::EP, Axis::DP, Axis::PP}) {
+  for (Axis a : {Axis::TP, Axis::CP, Axis::EP, Axis::DP, Axis::PP}) {
     Split s = split_for(mesh_, env_.rank, a);
     axes_[static_cast<int>(a)] = world_->split(s.color, s.key, axis_name(a));
   }
-  if (mesh_.ep > 1) {
+  if (mesh_.ep > 1 || mesh_.cp > 1) {
     Split s = data_split(mesh_, env_.rank);
     data_ = world_->split(s.color, s.key, "data");
   }

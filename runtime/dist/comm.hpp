@@ -59,11 +59,13 @@ class CommWorld {
   Coord coord() const { return coord_of(mesh_, env_.rank); }
   Communicator& world() { return *world_; }
   Communicator& axis(Axis a) { return *axes_[static_cast<int>(a)]; }
-  // The dp x ep ranks that split the batch (data_split); the dp axis when ep = 1. With ep > 1 the
-  // dp axis is the expert-data group: the dp ranks that hold the same experts.
+  // The dp x ep x cp ranks that split the batch (data_split); the dp axis when ep = cp = 1. With
+  // ep > 1 the dp axis is the expert-data group: the dp ranks that hold the same experts.
   Communicator& data() { return data_ ? *data_ : axis(Axis::DP); }
-  int data_rank() const { return coord().dp * mesh_.ep + coord().ep; }
-  int data_size() const { return mesh_.dp * mesh_.ep; }
+  int data_rank() const { return batch_rank() * mesh_.cp + coord().cp; }
+  int data_size() const { return mesh_.dp * mesh_.ep * mesh_.cp; }
+  // Which share of the global batch's sequences this rank reads: cp ranks read the same ones.
+  int batch_rank() const { return coord().dp * mesh_.ep + coord().ep; }
   const loom_comm_v1* table() const { return table_; }
   void* self() const;
 
@@ -76,8 +78,8 @@ class CommWorld {
   std::unique_ptr<plugins::Instance> plugin_;
   const loom_comm_v1* table_ = nullptr;
   std::unique_ptr<Communicator> world_;
-  std::unique_ptr<Communicator> axes_[4];
-  std::unique_ptr<Communicator> data_;  // ep > 1 only
+  std::unique_ptr<Communicator> axes_[kAxes];
+  std::unique_ptr<Communicator> data_;  // ep > 1 or cp > 1 only
 };
 
 }  // namespace loom::dist

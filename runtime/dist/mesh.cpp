@@ -8,6 +8,7 @@ namespace loom::dist {
 const char* axis_name(Axis a) {
   switch (a) {
     case Axis::TP: return "tp";
+    case Axis::CP: return "cp";
     case Axis::EP: return "ep";
     case Axis::DP: return "dp";
     case Axis::PP: return "pp";
@@ -18,6 +19,7 @@ const char* axis_name(Axis a) {
 int MeshShape::degree(Axis a) const {
   switch (a) {
     case Axis::TP: return tp;
+    case Axis::CP: return cp;
     case Axis::EP: return ep;
     case Axis::DP: return dp;
     case Axis::PP: return pp;
@@ -27,12 +29,13 @@ int MeshShape::degree(Axis a) const {
 
 std::string MeshShape::describe() const {
   return "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
-         " ep=" + std::to_string(ep);
+         " ep=" + std::to_string(ep) + (cp > 1 ? " cp=" + std::to_string(cp) : "");
 }
 
 int Coord::along(Axis a) const {
   switch (a) {
     case Axis::TP: return tp;
+    case Axis::CP: return cp;
     case Axis::EP: return ep;
     case Axis::DP: return dp;
     case Axis::PP: return pp;
@@ -45,11 +48,12 @@ MeshShape resolve_mesh(const config::Config& cfg, int world) {
   m.tp = static_cast<int>(cfg.i64("parallel.tp"));
   m.pp = static_cast<int>(cfg.i64("parallel.pp"));
   m.ep = static_cast<int>(cfg.i64("parallel.ep"));
+  m.cp = static_cast<int>(cfg.i64("parallel.cp"));
   const toml::node* dp = cfg.table().at_path("parallel.dp").node();
-  int others = m.tp * m.pp * m.ep;
+  int others = m.tp * m.pp * m.ep * m.cp;
   if (dp->is_string()) {
     if (world % others != 0)
-      throw ConfigError("[parallel] tp x pp x ep = " + std::to_string(others) +
+      throw ConfigError("[parallel] tp x pp x ep x cp = " + std::to_string(others) +
                         " does not divide the world size " + std::to_string(world));
     m.dp = world / others;
   } else {
@@ -66,6 +70,8 @@ Coord coord_of(const MeshShape& m, int rank) {
   Coord c;
   c.tp = rank % m.tp;
   rank /= m.tp;
+  c.cp = rank % m.cp;
+  rank /= m.cp;
   c.ep = rank % m.ep;
   rank /= m.ep;
   c.dp = rank % m.dp;
@@ -74,7 +80,7 @@ Coord coord_of(const MeshShape& m, int rank) {
 }
 
 int rank_of(const MeshShape& m, const Coord& c) {
-  return ((c.pp * m.dp + c.dp) * m.ep + c.ep) * m.tp + c.tp;
+  return (((c.pp * m.dp + c.dp) * m.ep + c.ep) * m.cp + c.cp) * m.tp + c.tp;
 }
 
 Split split_for(const MeshShape& m, int rank, Axis a) {
@@ -83,6 +89,7 @@ Split split_for(const MeshShape& m, int rank, Axis a) {
   Coord base = c;
   switch (a) {
     case Axis::TP: base.tp = 0; break;
+    case Axis::CP: base.cp = 0; break;
     case Axis::EP: base.ep = 0; break;
     case Axis::DP: base.dp = 0; break;
     case Axis::PP: base.pp = 0; break;
@@ -92,8 +99,8 @@ Split split_for(const MeshShape& m, int rank, Axis a) {
 
 Split data_split(const MeshShape& m, int rank) {
   Coord c = coord_of(m, rank), base = c;
-  base.dp = base.ep = 0;
-  return {rank_of(m, base), c.dp * m.ep + c.ep};
+  base.dp = base.ep = base.cp = 0;
+  return {rank_of(m, base), (c.dp * m.ep + c.ep) * m.cp + c.cp};
 }
 
 }  // namespace loom::dist

@@ -1,5 +1,5 @@
-// The device mesh: ranks laid out on axes tp (innermost) -> ep -> dp -> pp (outermost), so the
-// chattiest axis stays inside a node:  rank = ((pp * DP + dp) * EP + ep) * TP + tp.
+// The device mesh: ranks laid out on axes tp (innermost) -> cp -> ep -> dp -> pp (outermost), so
+// the chattiest axis stays inside a node:  rank = (((pp * DP + dp) * EP + ep) * CP + cp) * TP + tp.
 #pragma once
 
 #include <string>
@@ -10,18 +10,19 @@ class Config;
 
 namespace loom::dist {
 
-enum class Axis { TP, EP, DP, PP };
+enum class Axis { TP, CP, EP, DP, PP };
+constexpr int kAxes = 5;
 const char* axis_name(Axis a);
 
 struct MeshShape {
-  int tp = 1, ep = 1, dp = 1, pp = 1;
-  int world() const { return tp * ep * dp * pp; }
+  int tp = 1, cp = 1, ep = 1, dp = 1, pp = 1;
+  int world() const { return tp * cp * ep * dp * pp; }
   int degree(Axis a) const;
-  std::string describe() const;  // "dp=2 tp=1 pp=1 ep=1"
+  std::string describe() const;  // "dp=2 tp=1 pp=1 ep=1" (and " cp=2" when cp > 1)
 };
 
 struct Coord {
-  int tp = 0, ep = 0, dp = 0, pp = 0;
+  int tp = 0, cp = 0, ep = 0, dp = 0, pp = 0;
   int along(Axis a) const;
 };
 
@@ -37,8 +38,9 @@ struct Split {
   int color, key;
 };
 Split split_for(const MeshShape& m, int rank, Axis a);
-// The data group: the dp x ep ranks that split the global batch between them (same pp and tp),
-// ordered by dp * EP + ep. With ep = 1 it is the dp axis' group.
+// The data group: the dp x ep x cp ranks that split the global batch between them (same pp and
+// tp), ordered by (dp * EP + ep) * CP + cp. With ep = cp = 1 it is the dp axis' group. The cp
+// ranks of one (dp, ep) coordinate hold the same sequences, each a part of every sequence.
 Split data_split(const MeshShape& m, int rank);
 
 }  // namespace loom::dist

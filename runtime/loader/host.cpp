@@ -116,6 +116,7 @@ const char* slot_name(int32_t slot) {
     case LOOM_SLOT_SEQUENCE: return "sequence";
     case LOOM_SLOT_PIPELINE: return "pipeline";
     case LOOM_SLOT_EXPERT: return "expert";
+    case LOOM_SLOT_CONTEXT: return "context";
   }
   return "";
 }

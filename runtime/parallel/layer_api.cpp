@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "parallel/context_attention.hpp"
 
 namespace loom {
 
@@ -33,16 +34,52 @@ void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& 
   ops_->gemm(1, 0, out, in, N, 1.f, dyr.f32(), out, xr.f32(), in, 1.f, W.grad.f32(), in);
 }
 
+int64_t LayerApi::position(int64_t t) const { return context_ ? context_->position(t) : t; }
+
+void LayerApi::attention(const loom_attention_args& a) const {
+  if (context_) return context_->forward(a);
+  ops_->attention_gqa_fwd(a.out, a.lse, a.q, a.k, a.v, a.ldq, a.ldkv, a.B, a.T, a.H, a.Hkv, a.D);
+}
+
+void LayerApi::attention_bwd(const loom_attention_args& a) const {
+  if (context_) return context_->backward(a);
+  ops_->attention_gqa_bwd(a.dq, a.dk, a.dv, a.dout, a.q, a.k, a.v, a.out, a.lse, a.ldq, a.ldkv, a.B, a.T, a.H,
+                          a.Hkv, a.D);
+}
+
+// Under cp a sequence's local rows are runs of consecutive positions: one call per run.
+void LayerApi::rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
+                    const float* sin, bool inverse) const {
+  auto op = inverse ? ops_->rope_bwd : ops_->rope_fwd;
+  if (!context_) return op(x, ld, B, T, heads, D, cos, sin, 0);
+  for (int64_t b = 0; b < B; ++b)
+    for (const PositionRun& r : context_->runs())
+      op(x + (b * T + r.local) * ld, ld, 1, r.length, heads, D, cos, sin, r.global);
+}
+
+// Learned positions under cp: the table rows of each local row's global position.
 void LayerApi::embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T,
                          const Param& wte, const Param* wpe) const {
-  ops_->embedding_fwd(out.f32(), tokens, wte.value.f32(), wpe ? wpe->value.f32() : nullptr, B, T,
-                      wte.local_shape[1]);
+  const int64_t C = wte.local_shape[1];
+  const bool here = wpe && !context_;
+  ops_->embedding_fwd(out.f32(), tokens, wte.value.f32(), here ? wpe->value.f32() : nullptr, B, T, C);
+  if (!wpe || here) return;
+  float* o = out.f32();
+  const float* p = wpe->value.f32();
+  for (int64_t i = 0; i < B * T; ++i)
+    for (int64_t c = 0; c < C; ++c) o[i * C + c] += p[position(i % T) * C + c];
 }
 
 void LayerApi::embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t B, int64_t T,
                              Param& wte, Param* wpe) const {
-  ops_->embedding_bwd(wte.grad.f32(), wpe ? wpe->grad.f32() : nullptr, dout.f32(), tokens, B, T,
-                      wte.local_shape[1]);
+  const int64_t C = wte.local_shape[1];
+  const bool here = wpe && !context_;
+  ops_->embedding_bwd(wte.grad.f32(), here ? wpe->grad.f32() : nullptr, dout.f32(), tokens, B, T, C);
+  if (!wpe || here) return;
+  const float* d = dout.f32();
+  float* g = wpe->grad.f32();
+  for (int64_t i = 0; i < B * T; ++i)
+    for (int64_t c = 0; c < C; ++c) g[position(i % T) * C + c] += d[i * C + c];
 }
 
 double LayerApi::cross_entropy(Tensor& logits, const int32_t* targets, int64_t,

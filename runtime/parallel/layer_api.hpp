@@ -18,6 +18,7 @@
 namespace loom {
 
 class ExpertDispatch;
+class ContextAttention;
 
 // The precision slot's say over GEMM operands (none = exact fp32).
 struct GemmNumerics {
@@ -91,6 +92,20 @@ class LayerApi {
   void set_experts(ExpertDispatch* e) { experts_ = e; }
   ExpertDispatch* experts() const { return experts_; }
 
+  // The context slot (cp > 1): this rank holds some positions of every sequence (the plugin's
+  // split), and attention reaches the other cp ranks' keys. Null: whole sequences are here.
+  void set_context(ContextAttention* c) { context_ = c; }
+  ContextAttention* context() const { return context_; }
+  // The global position of local row t of a sequence.
+  int64_t position(int64_t t) const;
+  // Causal grouped-query attention of this rank's queries over the whole sequence's keys (the
+  // op table's attention_gqa_fwd/_bwd without cp).
+  void attention(const loom_attention_args& a) const;
+  void attention_bwd(const loom_attention_args& a) const;
+  // RoPE over B sequences of T local rows, each at its global position; `inverse` for backward.
+  void rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
+            const float* sin, bool inverse) const;
+
  protected:
   const loom_ops* ops_;
   GemmNumerics numerics_;
@@ -98,6 +113,7 @@ class LayerApi {
   TokenGroup tokens_;
   bool tokens_on_ = true;
   ExpertDispatch* experts_ = nullptr;
+  ContextAttention* context_ = nullptr;
 };
 
 }  // namespace loom

@@ -116,7 +116,7 @@ void PluginLayers::embedding(Tensor& out, const int32_t* tokens, int64_t B, int6
   float* o = out.f32();
   const float* p = wpe->value.f32();
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t c = 0; c < C; ++c) o[i * C + c] += p[((first + i) % T) * C + c];
+    for (int64_t c = 0; c < C; ++c) o[i * C + c] += p[position((first + i) % T) * C + c];
 }
 
 void PluginLayers::embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t B, int64_t T,
@@ -132,7 +132,7 @@ void PluginLayers::embedding_bwd(const Tensor& dout, const int32_t* tokens, int6
   const float* d = dout.f32();
   float* g = wpe->grad.f32();
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t c = 0; c < C; ++c) g[((first + i) % T) * C + c] += d[i * C + c];
+    for (int64_t c = 0; c < C; ++c) g[position((first + i) % T) * C + c] += d[i * C + c];
 }
 
 double PluginLayers::cross_entropy(Tensor& logits, const int32_t* targets, int64_t vocab_begin,

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/errors.hpp"
+#include "parallel/context_attention.hpp"
 #include "parallel/expert_dispatch.hpp"
 #include "parallel/plugin_layers.hpp"
 
@@ -20,6 +21,7 @@ TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& se
   if (tp == 1) {
     api_ = std::make_unique<LayerApi>(ops, numerics);
     start_experts(cfg, sel);
+    start_context(cfg, sel);
     return;
   }
   const plugins::SlotChoice* tensor = sel.slot("tensor");
@@ -38,6 +40,26 @@ TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& se
   ctx.ops = ops;
   api_ = std::make_unique<PluginLayers>(ops, numerics, ctx, *tensor_, sequence_.get());
   start_experts(cfg, sel);
+  start_context(cfg, sel);
+}
+
+// cp > 1: the context slot splits every sequence over the cp group and runs attention across it.
+void TensorSlots::start_context(const config::Config& cfg, const plugins::Selection& sel) {
+  const int cp = world_ ? world_->mesh().cp : 1;
+  const plugins::SlotChoice* slot = sel.slot("context");
+  if (cp == 1) return;
+  if (!slot) throw ConfigError("[parallel] cp = " + std::to_string(cp) + " needs [plugins] context (e.g. \"cp\")");
+  loom_options opts = plugins::options_for(cfg, slot->found.desc->name);
+  context_plugin_ = std::make_unique<plugins::Instance>(slot->found, &opts);
+  loom_context_context ctx{};
+  ctx.v = LOOM_VERSION_OF(loom_context_context);
+  ctx.comm = world_->table();
+  ctx.comm_self = world_->self();
+  ctx.cp = world_->axis(dist::Axis::CP).raw();
+  ctx.ops = ops_;
+  ctx.device = {cfg.str("run.device") == "cuda" ? LOOM_DEVICE_CUDA : LOOM_DEVICE_CPU, 0};
+  context_ = std::make_unique<ContextAttention>(ctx, *context_plugin_, cfg.i64("model.seq_len"));
+  api_->set_context(context_.get());
 }
 
 // ep > 1: the expert slot places each MoE layer's experts over the ep group.
@@ -61,6 +83,8 @@ void TensorSlots::start_experts(const config::Config& cfg, const plugins::Select
 
 TensorSlots::~TensorSlots() {
   api_.reset();
+  context_.reset();
+  context_plugin_.reset();
   dispatch_.reset();
   expert_.reset();
   sequence_.reset();

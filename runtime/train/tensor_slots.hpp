@@ -15,6 +15,7 @@
 
 namespace loom {
 class ExpertDispatch;
+class ContextAttention;
 }
 
 namespace loom::train {
@@ -29,6 +30,8 @@ class TensorSlots {
               const loom_ops* ops, GemmNumerics numerics);
   ~TensorSlots();
   LayerApi& api() { return *api_; }
+  // The context slot (cp > 1), null otherwise.
+  ContextAttention* context() { return context_.get(); }
   // sqrt(sum of squares of every gradient, each element of the global model counted once).
   double grad_norm(ParamStore& params) { return global_norm(params, &Param::grad); }
   // The same over the parameter values.
@@ -46,10 +49,13 @@ class TensorSlots {
   double global_norm(ParamStore& params, Tensor Param::*which);
   double over_ep(double sum);
   void start_experts(const config::Config& cfg, const plugins::Selection& sel);
+  void start_context(const config::Config& cfg, const plugins::Selection& sel);
   dist::CommWorld* world_;
   const loom_ops* ops_;
   std::unique_ptr<plugins::Instance> tensor_, sequence_, expert_;
   std::unique_ptr<ExpertDispatch> dispatch_;
+  std::unique_ptr<plugins::Instance> context_plugin_;
+  std::unique_ptr<ContextAttention> context_;
   std::unique_ptr<LayerApi> api_;
 };
 

@@ -16,6 +16,7 @@
 #include "data/shards.hpp"
 #include "gpt/gpt.hpp"
 #include "ops/ops.hpp"
+#include "parallel/context_attention.hpp"
 #include "train/data_parallel.hpp"
 #include "train/tensor_slots.hpp"
 #include "train/metrics.hpp"
@@ -81,16 +82,43 @@ std::string human(double x) {
   return b;
 }
 
-// Mean validation loss per token over `batches` fixed windows.
-double evaluate(gpt::Gpt& model, const data::Batches& data, int64_t batches, int64_t micro,
-                std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
-  const int64_t T = data.seq_len();
+// This rank's sum of validation token losses over `batches` fixed windows of T local positions.
+double validation_loss_sum(gpt::Gpt& model, const BatchFn& batch, int64_t batches, int64_t micro, int64_t T,
+                           std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
   double sum = 0;
   for (int64_t b = 0; b < batches; ++b) {
-    data.val_batch(b * micro, micro, tok.data(), tgt.data());
+    batch(static_cast<int>(b), tok.data(), tgt.data());
     sum += model.forward({tok.data(), tgt.data(), micro, T, 0.f});
   }
-  return sum / static_cast<double>(batches * micro * T);
+  return sum;
+}
+
+// Context parallelism holds T / cp positions of each sequence here: a batch is read whole, then
+// cut to this rank's positions. Without cp, `read` fills the buffers directly.
+BatchFn local_positions(const ContextAttention* cp, int64_t micro, BatchFn read) {
+  if (!cp) return read;
+  auto full_tok = std::make_shared<std::vector<int32_t>>(micro * cp->seq_len());
+  auto full_tgt = std::make_shared<std::vector<int32_t>>(micro * cp->seq_len());
+  return [=](int a, int32_t* tokens, int32_t* targets) {
+    read(a, full_tok->data(), full_tgt->data());
+    cp->take(full_tok->data(), tokens, micro);
+    cp->take(full_tgt->data(), targets, micro);
+  };
+}
+
+// The context plugin's attention time and exposed transfer time of the last step, and the
+// spread of attention time over the cp group (its load balance).
+void add_context_metrics(std::vector<std::pair<std::string, double>>& fields, const ContextAttention* cp,
+                         dist::CommWorld* world) {
+  if (!cp) return;
+  ContextStats st = cp->stats();
+  std::vector<double> all(cp->size());
+  world->axis(dist::Axis::CP).all_gather(flat_view(&st.compute_ms, LOOM_F64, 1), flat_view(all.data(), LOOM_F64, cp->size()));
+  fields.push_back({"cp_attention_ms", st.compute_ms});
+  fields.push_back({"cp_attention_ms_max", *std::max_element(all.begin(), all.end())});
+  fields.push_back({"cp_attention_ms_min", *std::min_element(all.begin(), all.end())});
+  fields.push_back({"cp_exposed_comm_ms", st.exposed_comm_ms});
+  fields.push_back({"cp_comm_bytes", double(st.bytes_sent)});
 }
 
 // Block 0's segments per micro-batch, averaged over the run (first step included).
@@ -124,6 +152,9 @@ int64_t split_batch(Settings& s, const dist::MeshShape& mesh) {
 
 // Expert parallelism needs experts, an equal share of them per ep rank.
 void check_experts(const gpt::GptConfig& mc, const dist::MeshShape& mesh) {
+  if (mesh.cp > 1 && mc.moe.experts > 0)
+    throw ConfigError("[parallel] cp = " + std::to_string(mesh.cp) + " with a mixture-of-experts model: MoE routing and "
+                      "capacity see whole micro-batches, which cp splits; use cp = 1 for MoE models");
   if (mesh.ep == 1) return;
   if (mc.moe.experts == 0)
     throw ConfigError("[parallel] ep = " + std::to_string(mesh.ep) +
@@ -168,9 +199,10 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   const gpt::GptConfig mc = gpt::from_config(cfg);
   const dist::MeshShape mesh = dist::resolve_mesh(cfg, env.world);
   check_experts(mc, mesh);
-  if (mesh.pp > 1 && s.sample_every > 0)
-    throw ConfigError("[train] sample_every = " + std::to_string(s.sample_every) + " with [parallel] pp = " +
-                      std::to_string(mesh.pp) + ": text samples run the whole model on one rank; set sample_every = 0");
+  if ((mesh.pp > 1 || mesh.cp > 1) && s.sample_every > 0)
+    throw ConfigError("[train] sample_every = " + std::to_string(s.sample_every) + " with [parallel] " +
+                      (mesh.pp > 1 ? "pp = " + std::to_string(mesh.pp) : "cp = " + std::to_string(mesh.cp)) +
+                      ": text samples run the whole model on whole sequences on one rank; set sample_every = 0");
   const int64_t local_batch = split_batch(s, mesh);
   const bool lead = env.rank == 0;
   const std::string device = cfg.str("run.device");
@@ -214,12 +246,14 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   const bool profile = cfg.boolean("run.profile_layer");
   std::unique_ptr<Pipeline> pipe;  // pp > 1: this rank builds and runs its stage's layers
   if (mesh.pp > 1) pipe = std::make_unique<Pipeline>(cfg, selection, *world, mc, static_cast<int>(s.accum));
-  const int64_t max_rows = s.micro_batch * mc.seq_len;
+  ContextAttention* cp = slots.context();
+  const int64_t T_local = cp ? cp->local_len() : mc.seq_len;  // positions of each sequence held here
+  const int64_t max_rows = s.micro_batch * T_local;
   gpt::Gpt model(mc, api, params, max_rows, profile, pipe ? pipe->layers() : std::vector<int>{});
   if (pipe) pipe->bind(model, max_rows);
   params.allocate(s.seed);
   std::unique_ptr<DataParallel> dp;
-  if (mesh.dp * mesh.ep > 1)
+  if (mesh.dp * mesh.ep * mesh.cp > 1)
     dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model, static_cast<int>(s.accum),
                                         pipe && mc.tied_embeddings ? std::vector<std::string>{"wte"} : std::vector<std::string>{});
   const bool sharded = dp && dp->sharded();  // ZeRO: the data plugin holds the model state
@@ -240,7 +274,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   int64_t applied = 0;  // optimizer steps taken: a skipped step does not advance AdamW
   const int64_t first_step = checkpoints.resume(params, m, v, precision.get(), applied);
   if (dp && !sharded) dp->check_identical(params, first_step > 1 ? "after resuming" : "at initialisation");
-  const int64_t first_sample = dp ? dp->data_rank() * local_batch : 0;
+  const int64_t first_sample = world ? world->batch_rank() * local_batch : 0;
 
   std::unique_ptr<MetricsLog> log;
   if (lead) {
@@ -273,7 +307,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   }
 
   const int64_t T = mc.seq_len, tokens_per_step = s.global_batch * T;
-  const int64_t activation_bytes = model.activation_bytes({nullptr, nullptr, s.micro_batch, T, 0.f});
+  const int64_t activation_bytes = model.activation_bytes({nullptr, nullptr, s.micro_batch, T_local, 0.f});
   std::unique_ptr<Trace> trace;
   if (cfg.boolean("run.trace"))
     trace = std::make_unique<Trace>(run_dir / "trace" / ("rank" + std::to_string(env.rank) + ".json"), env.rank,
@@ -306,24 +340,24 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     // Each rank's loss is the mean over its own tokens; the data slot averages over dp. The loss
     // gradient carries the precision's loss scale, divided out again before clipping.
     const double loss_scale = precision ? precision->loss_scale() : 1.0;
-    float dloss = static_cast<float>(loss_scale / static_cast<double>(local_batch * T));
+    float dloss = static_cast<float>(loss_scale / static_cast<double>(local_batch * T_local));
     if (step == faults.inf_loss_step && env.rank == faults.inf_loss_rank) dloss = INFINITY;
-    auto batch = [&](int a, int32_t* tokens, int32_t* targets) {
+    BatchFn batch = local_positions(cp, s.micro_batch, [&](int a, int32_t* tokens, int32_t* targets) {
       data.train_batch(step, first_sample + a * s.micro_batch, s.micro_batch, tokens, targets);
       if (step == faults.bad_batch_step)
         for (int64_t i = 0; i < s.micro_batch * T; ++i)
           targets[i] = static_cast<int32_t>((targets[i] * 7 + 13) % mc.vocab_size);
-    };
+    });
     auto grad_ready = [&](size_t layer) {
       if (dp) dp->after_layer(layer);
     };
     PipeStepStats pipe_stats;
     if (pipe) {
-      loss_sum = pipe->train_step(batch, s.micro_batch, T, dloss, grad_ready, trace.get(), pipe_stats);
+      loss_sum = pipe->train_step(batch, s.micro_batch, T_local, dloss, grad_ready, trace.get(), pipe_stats);
     } else {
       for (int64_t a = 0; a < s.accum; ++a) {
         batch(static_cast<int>(a), tok.data(), tgt.data());
-        gpt::Microbatch mb{tok.data(), tgt.data(), s.micro_batch, T, dloss};
+        gpt::Microbatch mb{tok.data(), tgt.data(), s.micro_batch, T_local, dloss};
         const std::string name = std::to_string(a);
         auto f0 = Clock::now();
         loss_sum += model.forward(mb);
@@ -332,7 +366,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         if (trace) trace->span("F" + name, "forward", f0, b0), trace->span("B" + name, "backward", b0, Clock::now());
       }
     }
-    double loss = loss_sum / static_cast<double>(local_batch * T);
+    double loss = loss_sum / static_cast<double>(local_batch * T_local);
     auto r0 = Clock::now();
     if (dp) {
       std::tie(comm_ms, exposed_ms) = dp->finish();
@@ -439,6 +473,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     }
     if (precision)
       for (auto& kv : precision->metrics()) fields.push_back(kv);
+    add_context_metrics(fields, cp, world.get());
     std::string val_text;
     // Every rank evaluates and samples (tensor-parallel layers talk inside forward); rank 0 reports.
     // Evaluation and samples: every rank holds the same tokens, and MoE routes dropless, so the
@@ -446,11 +481,14 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     api.use_token_group(false);
     for (auto& [name, moe] : model.moe_layers()) moe->use_capacity(false);
     if (s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
-      double val = pipe ? pipe->evaluate([&](int b, int32_t* tokens, int32_t* targets) {
-                                   data.val_batch(b * s.micro_batch, s.micro_batch, tokens, targets);
-                                 }, static_cast<int>(s.eval_batches), s.micro_batch, T) /
-                              static_cast<double>(s.eval_batches * s.micro_batch * T)
-                        : evaluate(model, data, s.eval_batches, s.micro_batch, tok, tgt);
+      BatchFn val_batch = local_positions(cp, s.micro_batch, [&](int b, int32_t* tokens, int32_t* targets) {
+        data.val_batch(b * s.micro_batch, s.micro_batch, tokens, targets);
+      });
+      double val = pipe ? pipe->evaluate(val_batch, static_cast<int>(s.eval_batches), s.micro_batch, T_local)
+                        : validation_loss_sum(model, val_batch, s.eval_batches, s.micro_batch, T_local, tok, tgt);
+      if (cp) world->axis(dist::Axis::CP).all_reduce(flat_view(&val, LOOM_F64, 1), LOOM_REDUCE_SUM);
+      val /= static_cast<double>(s.eval_batches * s.micro_batch * T);
+      if (cp) cp->stats();  // evaluation's attention is not the step's
       fields.push_back({"val_loss", val});
       char b[48];
       std::snprintf(b, sizeof b, " | val %.4f", val);

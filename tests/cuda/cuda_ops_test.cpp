@@ -216,6 +216,63 @@ TEST_CASE("CUDA grouped-query attention, RoPE and norms with eps match the CPU (
   close(go.host(), o, 1e-5f, 1e-6f, "rmsnorm eps 1e-6");
 }
 
+TEST_CASE("CUDA block attention with positions and merge match the CPU (ABI 1.5)") {
+  // Queries at {4..7, 12..15} over two key blocks: block 1 at {0..3, 8..11}, block 2 at
+  // {6..9, 13..16}, where the queries at 4 and 5 see no key (out 0, lse -inf).
+  const int64_t B = 2, Tq = 8, Tk = 8, H = 4, Hkv = 2, D = 16, C = H * D, ldq = C, ldkv = 2 * Hkv * D;
+  const std::vector<int64_t> qpos{4, 5, 6, 7, 12, 13, 14, 15}, kpos1{0, 1, 2, 3, 8, 9, 10, 11},
+      kpos2{6, 7, 8, 9, 13, 14, 15, 16};
+  auto q = random(B * Tq * ldq, 1.f, 40), kv1 = random(B * Tk * ldkv, 1.f, 41), kv2 = random(B * Tk * ldkv, 1.f, 42),
+       dout = random(B * Tq * C, 1.f, 43);
+  std::vector<float> out1(B * Tq * C), lse1(B * H * Tq), out2(out1.size()), lse2(lse1.size());
+  cpu().attention_block_fwd(out1.data(), lse1.data(), q.data(), kv1.data(), kv1.data() + Hkv * D, ldq, ldkv, B, Tq,
+                            Tk, H, Hkv, D, qpos.data(), kpos1.data());
+  cpu().attention_block_fwd(out2.data(), lse2.data(), q.data(), kv2.data(), kv2.data() + Hkv * D, ldq, ldkv, B, Tq,
+                            Tk, H, Hkv, D, qpos.data(), kpos2.data());
+  Dev<float> gq(q), gkv1(kv1), gkv2(kv2), gdo(dout), gout1(filled(out1.size())), glse1(filled(lse1.size())),
+      gout2(filled(out2.size())), glse2(filled(lse2.size()));
+  Dev<int64_t> gqpos(qpos), gkpos1(kpos1), gkpos2(kpos2);
+  gpu().attention_block_fwd(gout1.p, glse1.p, gq.p, gkv1.p, gkv1.p + Hkv * D, ldq, ldkv, B, Tq, Tk, H, Hkv, D,
+                            gqpos.p, gkpos1.p);
+  gpu().attention_block_fwd(gout2.p, glse2.p, gq.p, gkv2.p, gkv2.p + Hkv * D, ldq, ldkv, B, Tq, Tk, H, Hkv, D,
+                            gqpos.p, gkpos2.p);
+  close(gout1.host(), out1, 1e-4f, 1e-5f, "block 1 out");
+  close(glse1.host(), lse1, 1e-5f, 1e-5f, "block 1 lse");
+  close(gout2.host(), out2, 1e-4f, 1e-5f, "block 2 out (rows without keys are 0)");
+  close(glse2.host(), lse2, 1e-5f, 1e-5f, "block 2 lse (rows without keys are -inf)");
+
+  // Both orders: 2 into 1 skips the empty rows, 1 into 2 takes block 1's rows where 2 has none.
+  auto out12 = out1, lse12 = lse1, out21 = out2, lse21 = lse2;
+  cpu().attention_merge(out12.data(), lse12.data(), out2.data(), lse2.data(), B, Tq, H, D);
+  cpu().attention_merge(out21.data(), lse21.data(), out1.data(), lse1.data(), B, Tq, H, D);
+  Dev<float> gout12(gout1.host()), glse12(glse1.host()), gout21(gout2.host()), glse21(glse2.host());
+  gpu().attention_merge(gout12.p, glse12.p, gout2.p, glse2.p, B, Tq, H, D);
+  gpu().attention_merge(gout21.p, glse21.p, gout1.p, glse1.p, B, Tq, H, D);
+  close(gout12.host(), out12, 1e-4f, 1e-5f, "merged out, 2 into 1");
+  close(glse12.host(), lse12, 1e-5f, 1e-5f, "merged lse, 2 into 1");
+  close(gout21.host(), out21, 1e-4f, 1e-5f, "merged out, 1 into 2");
+  close(glse21.host(), lse21, 1e-5f, 1e-5f, "merged lse, 1 into 2");
+
+  // Each block's share of the gradients, given the merged out and lse.
+  std::vector<float> dq1(q.size()), dq2(q.size()), dkv1(kv1.size()), dkv2(kv2.size());
+  cpu().attention_block_bwd(dq1.data(), dkv1.data(), dkv1.data() + Hkv * D, dout.data(), q.data(), kv1.data(),
+                            kv1.data() + Hkv * D, out12.data(), lse12.data(), ldq, ldkv, B, Tq, Tk, H, Hkv, D,
+                            qpos.data(), kpos1.data());
+  cpu().attention_block_bwd(dq2.data(), dkv2.data(), dkv2.data() + Hkv * D, dout.data(), q.data(), kv2.data(),
+                            kv2.data() + Hkv * D, out12.data(), lse12.data(), ldq, ldkv, B, Tq, Tk, H, Hkv, D,
+                            qpos.data(), kpos2.data());
+  Dev<float> gdq1(filled(q.size())), gdq2(filled(q.size())), gdkv1(filled(kv1.size(), 7.f)),
+      gdkv2(filled(kv2.size(), 7.f));  // dk and dv are overwritten, not added to
+  gpu().attention_block_bwd(gdq1.p, gdkv1.p, gdkv1.p + Hkv * D, gdo.p, gq.p, gkv1.p, gkv1.p + Hkv * D, gout12.p,
+                            glse12.p, ldq, ldkv, B, Tq, Tk, H, Hkv, D, gqpos.p, gkpos1.p);
+  gpu().attention_block_bwd(gdq2.p, gdkv2.p, gdkv2.p + Hkv * D, gdo.p, gq.p, gkv2.p, gkv2.p + Hkv * D, gout12.p,
+                            glse12.p, ldq, ldkv, B, Tq, Tk, H, Hkv, D, gqpos.p, gkpos2.p);
+  close(gdq1.host(), dq1, 1e-3f, 1e-4f, "block 1 dq");
+  close(gdkv1.host(), dkv1, 1e-3f, 1e-4f, "block 1 dk, dv");
+  close(gdq2.host(), dq2, 1e-3f, 1e-4f, "block 2 dq");
+  close(gdkv2.host(), dkv2, 1e-3f, 1e-4f, "block 2 dk, dv (the key at 16 gets 0)");
+}
+
 TEST_CASE("CUDA softmax cross-entropy, AdamW and quantize match the CPU") {
   const int64_t N = 9, V = 300, Vr = 290;
   auto z = random(N * V, 3.f, 18);

@@ -3,6 +3,7 @@
 // and keys in blocks of kBc columns, so the largest score buffer is kBr x kBc, never T x T. A
 // query head reads its group's key/value head where it lies: K and V are never repeated in memory
 // (each thread copies the one head it works on, as for multi-head attention).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -18,46 +19,61 @@ constexpr int64_t kBr = 32;  // query rows per tile
 constexpr int64_t kBc = 64;  // key columns per tile
 
 // One query head of one sequence and its key/value head, copied out of the strided rows into
-// contiguous buffers: q (T x D, pre-scaled by 1/sqrt(D)), k (T x D), v (T x D) and the transposes
-// kt, vt (D x T) that let score tiles be built as outer products with unit-stride inner loops.
+// contiguous buffers: q (Tq x D, pre-scaled by 1/sqrt(D)), k and v (Tk x D) and the transposes
+// kt, vt (D x Tk) that let score tiles be built as outer products with unit-stride inner loops.
 struct Layout {
   const float *q, *k, *v;
-  int64_t ldq, ldkv, T, H, Hkv, D;
+  int64_t ldq, ldkv, Tq, Tk, H, Hkv, D;
   int64_t group(int64_t h) const { return h / (H / Hkv); }
 };
 
 struct HeadView {
   std::vector<float> q, k, v, kt, vt;
   void load(const Layout& L, int64_t b, int64_t h, bool need_vt) {
-    const int64_t T = L.T, D = L.D, g = L.group(h);
+    const int64_t Tq = L.Tq, Tk = L.Tk, D = L.D, g = L.group(h);
     float s = 1.f / std::sqrt(static_cast<float>(D));
-    q.resize(T * D), k.resize(T * D), v.resize(T * D), kt.resize(D * T);
-    if (need_vt) vt.resize(D * T);
-    for (int64_t t = 0; t < T; ++t) {
-      const float* qr = L.q + (b * T + t) * L.ldq + h * D;
-      const float* kr = L.k + (b * T + t) * L.ldkv + g * D;
-      const float* vr = L.v + (b * T + t) * L.ldkv + g * D;
+    q.resize(Tq * D), k.resize(Tk * D), v.resize(Tk * D), kt.resize(D * Tk);
+    if (need_vt) vt.resize(D * Tk);
+    for (int64_t t = 0; t < Tq; ++t) {
+      const float* qr = L.q + (b * Tq + t) * L.ldq + h * D;
+      for (int64_t d = 0; d < D; ++d) q[t * D + d] = qr[d] * s;
+    }
+    for (int64_t t = 0; t < Tk; ++t) {
+      const float* kr = L.k + (b * Tk + t) * L.ldkv + g * D;
+      const float* vr = L.v + (b * Tk + t) * L.ldkv + g * D;
       for (int64_t d = 0; d < D; ++d) {
-        q[t * D + d] = qr[d] * s;
         k[t * D + d] = kr[d];
         v[t * D + d] = vr[d];
-        kt[d * T + t] = kr[d];
-        if (need_vt) vt[d * T + t] = vr[d];
+        kt[d * Tk + t] = kr[d];
+        if (need_vt) vt[d * Tk + t] = vr[d];
       }
     }
   }
 };
 
-// S[r, c] = sum_d A[i0 + r, d] * Bt[d, j0 + c]   for r < rows, c < cols   (A is T x D, Bt D x T)
+// visible[i]: how many keys query i sees. Positions ascend, so they are a prefix: the keys whose
+// position is at most the query's (causal). Without positions, query i and key i share position i.
+std::vector<int64_t> visible_keys(int64_t Tq, int64_t Tk, const int64_t* qpos, const int64_t* kpos) {
+  std::vector<int64_t> n(Tq);
+  int64_t j = 0;
+  for (int64_t i = 0; i < Tq; ++i) {
+    const int64_t p = qpos ? qpos[i] : i;
+    while (j < Tk && (kpos ? kpos[j] : j) <= p) ++j;
+    n[i] = j;
+  }
+  return n;
+}
+
+// S[r, c] = sum_d A[i0 + r, d] * Bt[d, j0 + c]   for r < rows, c < cols   (A is _ x D, Bt D x Tk)
 void score_tile(float* S, const float* A, const float* Bt, int64_t i0, int64_t rows, int64_t j0,
-                int64_t cols, int64_t T, int64_t D) {
+                int64_t cols, int64_t Tk, int64_t D) {
   for (int64_t r = 0; r < rows; ++r) {
     float* s = S + r * kBc;
     for (int64_t c = 0; c < cols; ++c) s[c] = 0.f;
     const float* a = A + (i0 + r) * D;
     for (int64_t d = 0; d < D; ++d) {
       const float ad = a[d];
-      const float* bt = Bt + d * T + j0;
+      const float* bt = Bt + d * Tk + j0;
 #pragma omp simd
       for (int64_t c = 0; c < cols; ++c) s[c] += ad * bt[c];
     }
@@ -87,15 +103,17 @@ void sum_group_shares(float* dk, float* dv, const float* shares, int64_t ldkv, i
 
 }  // namespace
 
-// For each query row i (causal: keys j <= i), with s_ij = q_i . k_j / sqrt(D):
+// For each query row i (causal: keys j at positions up to i's), with s_ij = q_i . k_j / sqrt(D):
 //   m_i = max_j s_ij,  l_i = sum_j exp(s_ij - m_i),  out_i = sum_j exp(s_ij - m_i) v_j / l_i
 // computed in one pass over key tiles by rescaling the running (m, l, acc) whenever m grows.
-// lse_i = m_i + log l_i is saved for backward.
-void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
-                       int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                       int64_t D) {
+// lse_i = m_i + log l_i is saved for backward. A query that sees no key gets out_i = 0 and
+// lse_i = -inf, which attention_merge treats as an empty part.
+void attention_block_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
+                         int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
+                         int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos) {
   const int64_t C = H * D;
-  const Layout L{q, k, v, ldq, ldkv, T, H, Hkv, D};
+  const Layout L{q, k, v, ldq, ldkv, Tq, Tk, H, Hkv, D};
+  const std::vector<int64_t> visible = visible_keys(Tq, Tk, qpos, kpos);
 #pragma omp parallel
   {
     HeadView hv;
@@ -104,17 +122,18 @@ void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, c
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
         hv.load(L, b, h, false);
-        for (int64_t i0 = 0; i0 < T; i0 += kBr) {
-          int64_t rows = std::min(kBr, T - i0);
+        for (int64_t i0 = 0; i0 < Tq; i0 += kBr) {
+          int64_t rows = std::min(kBr, Tq - i0);
+          const int64_t keys = visible[i0 + rows - 1];  // the tile's last row sees the most
           std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
           std::fill(l.begin(), l.end(), 0.f);
           std::fill(acc.begin(), acc.end(), 0.f);
-          for (int64_t j0 = 0; j0 < i0 + rows; j0 += kBc) {
-            int64_t cols = std::min(kBc, i0 + rows - j0);
-            score_tile(S.data(), hv.q.data(), hv.kt.data(), i0, rows, j0, cols, T, D);
+          for (int64_t j0 = 0; j0 < keys; j0 += kBc) {
+            int64_t cols = std::min(kBc, keys - j0);
+            score_tile(S.data(), hv.q.data(), hv.kt.data(), i0, rows, j0, cols, Tk, D);
             for (int64_t r = 0; r < rows; ++r) {
               float* s = S.data() + r * kBc;
-              int64_t valid = std::min(cols, i0 + r - j0 + 1);  // causal limit within the tile
+              int64_t valid = std::min(cols, visible[i0 + r] - j0);  // causal limit within the tile
               if (valid <= 0) continue;
               float mx = m[r];
               for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, s[c]);
@@ -139,10 +158,15 @@ void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, c
           }
           for (int64_t r = 0; r < rows; ++r) {
             int64_t t = i0 + r;
+            float* o = out + (b * Tq + t) * C + h * D;
+            if (l[r] == 0.f) {  // no visible key
+              for (int64_t d = 0; d < D; ++d) o[d] = 0.f;
+              lse[(b * H + h) * Tq + t] = -std::numeric_limits<float>::infinity();
+              continue;
+            }
             float inv = 1.f / l[r];
-            float* o = out + (b * T + t) * C + h * D;
             for (int64_t d = 0; d < D; ++d) o[d] = acc[r * D + d] * inv;
-            lse[(b * H + h) * T + t] = m[r] + std::log(l[r]);
+            lse[(b * H + h) * Tq + t] = m[r] + std::log(l[r]);
           }
         }
       }
@@ -154,18 +178,21 @@ void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, c
 //   dv_j += sum_i p_ij dout_i
 //   dp_ij = dout_i . v_j,   ds_ij = p_ij (dp_ij - Delta_i)
 //   dq_i += sum_j ds_ij k_j / sqrt(D),   dk_j += sum_i ds_ij q_i / sqrt(D)
-// A key/value head's dk and dv sum over the query heads of its group: each (batch, head) pair
-// writes its share to a buffer of its own, and the shares are added in head order afterwards,
-// so the result does not depend on the thread count. With one head per group they go straight
-// to dk and dv.
-void attention_gqa_bwd(float* dq_out, float* dk_out, float* dv_out, const float* dout,
-                       const float* q, const float* k, const float* v, const float* out,
-                       const float* lse, int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H,
-                       int64_t Hkv, int64_t D) {
+// out and lse are the whole attention's (over every key block), so each block's share is exact
+// on its own. A key/value head's dk and dv sum over the query heads of its group: each (batch,
+// head) pair writes its share to a buffer of its own, and the shares are added in head order
+// afterwards, so the result does not depend on the thread count. With one head per group they go
+// straight to dk and dv.
+void attention_block_bwd(float* dq_out, float* dk_out, float* dv_out, const float* dout,
+                         const float* q, const float* k, const float* v, const float* out,
+                         const float* lse, int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq,
+                         int64_t Tk, int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
+                         const int64_t* kpos) {
   const int64_t C = H * D, per_group = H / Hkv;
-  const Layout layout{q, k, v, ldq, ldkv, T, H, Hkv, D};
+  const Layout layout{q, k, v, ldq, ldkv, Tq, Tk, H, Hkv, D};
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  std::vector<float> shares(per_group > 1 ? 2 * B * H * T * D : 0);
+  const std::vector<int64_t> visible = visible_keys(Tq, Tk, qpos, kpos);
+  std::vector<float> shares(per_group > 1 ? 2 * B * H * Tk * D : 0);
 #pragma omp parallel
   {
     HeadView hv;
@@ -175,11 +202,11 @@ void attention_gqa_bwd(float* dq_out, float* dk_out, float* dv_out, const float*
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
         hv.load(layout, b, h, true);
-        dO.assign(T * D, 0.f), delta.assign(T, 0.f);
-        dq.assign(T * D, 0.f), dk.assign(T * D, 0.f), dv.assign(T * D, 0.f);
-        for (int64_t t = 0; t < T; ++t) {
-          const float* g = dout + (b * T + t) * C + h * D;
-          const float* o = out + (b * T + t) * C + h * D;
+        dO.assign(Tq * D, 0.f), delta.assign(Tq, 0.f);
+        dq.assign(Tq * D, 0.f), dk.assign(Tk * D, 0.f), dv.assign(Tk * D, 0.f);
+        for (int64_t t = 0; t < Tq; ++t) {
+          const float* g = dout + (b * Tq + t) * C + h * D;
+          const float* o = out + (b * Tq + t) * C + h * D;
           float s = 0.f;
           for (int64_t d = 0; d < D; ++d) {
             dO[t * D + d] = g[d];
@@ -187,16 +214,18 @@ void attention_gqa_bwd(float* dq_out, float* dk_out, float* dv_out, const float*
           }
           delta[t] = s;
         }
-        const float* L = lse + (b * H + h) * T;
-        for (int64_t j0 = 0; j0 < T; j0 += kBc) {
-          int64_t cols = std::min(kBc, T - j0);
-          for (int64_t i0 = (j0 / kBr) * kBr; i0 < T; i0 += kBr) {
-            int64_t rows = std::min(kBr, T - i0);
-            score_tile(S.data(), hv.q.data(), hv.kt.data(), i0, rows, j0, cols, T, D);
-            score_tile(dP.data(), dO.data(), hv.vt.data(), i0, rows, j0, cols, T, D);
+        const float* L = lse + (b * H + h) * Tq;
+        for (int64_t j0 = 0; j0 < Tk; j0 += kBc) {
+          int64_t cols = std::min(kBc, Tk - j0);
+          // The first query that sees key j0, rounded down to its tile.
+          int64_t first = std::upper_bound(visible.begin(), visible.end(), j0) - visible.begin();
+          for (int64_t i0 = (first / kBr) * kBr; i0 < Tq; i0 += kBr) {
+            int64_t rows = std::min(kBr, Tq - i0);
+            score_tile(S.data(), hv.q.data(), hv.kt.data(), i0, rows, j0, cols, Tk, D);
+            score_tile(dP.data(), dO.data(), hv.vt.data(), i0, rows, j0, cols, Tk, D);
             for (int64_t r = 0; r < rows; ++r) {
               int64_t i = i0 + r;
-              int64_t valid = std::min(cols, i - j0 + 1);
+              int64_t valid = std::min(cols, visible[i] - j0);
               if (valid <= 0) continue;
               float* s = S.data() + r * kBc;
               float* dp = dP.data() + r * kBc;
@@ -221,23 +250,65 @@ void attention_gqa_bwd(float* dq_out, float* dk_out, float* dv_out, const float*
         }
         // q was pre-scaled, so dk already carries 1/sqrt(D).
         const int64_t g = layout.group(h);
-        float* share = per_group > 1 ? shares.data() + 2 * (b * H + h) * T * D : nullptr;
-        for (int64_t t = 0; t < T; ++t) {
-          float* dqr = dq_out + (b * T + t) * ldq + h * D;
+        float* share = per_group > 1 ? shares.data() + 2 * (b * H + h) * Tk * D : nullptr;
+        for (int64_t t = 0; t < Tq; ++t) {
+          float* dqr = dq_out + (b * Tq + t) * ldq + h * D;
           for (int64_t d = 0; d < D; ++d) dqr[d] = dq[t * D + d] * scale;
-          if (share) continue;
-          float* dkr = dk_out + (b * T + t) * ldkv + g * D;
-          float* dvr = dv_out + (b * T + t) * ldkv + g * D;
-          for (int64_t d = 0; d < D; ++d) dkr[d] = dk[t * D + d], dvr[d] = dv[t * D + d];
         }
         if (share) {
           std::copy(dk.begin(), dk.end(), share);
-          std::copy(dv.begin(), dv.end(), share + T * D);
+          std::copy(dv.begin(), dv.end(), share + Tk * D);
+          continue;
+        }
+        for (int64_t t = 0; t < Tk; ++t) {
+          float* dkr = dk_out + (b * Tk + t) * ldkv + g * D;
+          float* dvr = dv_out + (b * Tk + t) * ldkv + g * D;
+          for (int64_t d = 0; d < D; ++d) dkr[d] = dk[t * D + d], dvr[d] = dv[t * D + d];
         }
       }
     }
   }
-  if (per_group > 1) sum_group_shares(dk_out, dv_out, shares.data(), ldkv, B, T, H, Hkv, D);
+  if (per_group > 1) sum_group_shares(dk_out, dv_out, shares.data(), ldkv, B, Tk, H, Hkv, D);
+}
+
+void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
+                       int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                       int64_t D) {
+  attention_block_fwd(out, lse, q, k, v, ldq, ldkv, B, T, T, H, Hkv, D, nullptr, nullptr);
+}
+
+void attention_gqa_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                       const float* k, const float* v, const float* out, const float* lse,
+                       int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                       int64_t D) {
+  attention_block_bwd(dq, dk, dv, dout, q, k, v, out, lse, ldq, ldkv, B, T, T, H, Hkv, D, nullptr,
+                      nullptr);
+}
+
+// Two attentions of the same queries over disjoint key sets, combined as one over their union:
+//   lse = log(exp(lse_a) + exp(lse_b)),  out = out_a exp(lse_a - lse) + out_b exp(lse_b - lse)
+// (out = a, part = b; an empty part has lse = -inf).
+void attention_merge(float* out, float* lse, const float* part, const float* part_lse, int64_t B,
+                     int64_t T, int64_t H, int64_t D) {
+  const int64_t C = H * D;
+  const float ninf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel for schedule(static) collapse(2)
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        float& la = lse[(b * H + h) * T + t];
+        const float lb = part_lse[(b * H + h) * T + t];
+        if (lb == ninf) continue;
+        float* o = out + (b * T + t) * C + h * D;
+        const float* p = part + (b * T + t) * C + h * D;
+        const float mx = std::max(la, lb);
+        const float l = mx + std::log(std::exp(la - mx) + std::exp(lb - mx));
+        const float wa = la == ninf ? 0.f : std::exp(la - l), wb = std::exp(lb - l);
+        for (int64_t d = 0; d < D; ++d) o[d] = o[d] * wa + p[d] * wb;
+        la = l;
+      }
+    }
+  }
 }
 
 // The multi-head layout: rows of [q (H*D) | k (H*D) | v (H*D)].

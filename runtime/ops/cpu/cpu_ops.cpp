@@ -51,6 +51,9 @@ const loom_ops* cpu() {
     t.attention_gqa_bwd = &cpu::attention_gqa_bwd;
     t.rope_fwd = &cpu::rope_fwd;
     t.rope_bwd = &cpu::rope_bwd;
+    t.attention_block_fwd = &cpu::attention_block_fwd;
+    t.attention_block_bwd = &cpu::attention_block_bwd;
+    t.attention_merge = &cpu::attention_merge;
     return t;
   }();
   return &table;

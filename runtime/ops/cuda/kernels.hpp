@@ -46,6 +46,15 @@ void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, c
 void attention_gqa_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                        const float* v, const float* out, const float* lse, int64_t ldq, int64_t ldkv, int64_t B,
                        int64_t T, int64_t H, int64_t Hkv, int64_t D);
+void attention_block_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int64_t ldq,
+                         int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D,
+                         const int64_t* qpos, const int64_t* kpos);
+void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                         const float* v, const float* out, const float* lse, int64_t ldq, int64_t ldkv, int64_t B,
+                         int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
+                         const int64_t* kpos);
+void attention_merge(float* out, float* lse, const float* part, const float* part_lse, int64_t B, int64_t T,
+                     int64_t H, int64_t D);
 void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
               const float* sin, int64_t pos0);
 void rope_bwd(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,

@@ -77,6 +77,9 @@ const loom_ops* ops() {
     t.attention_gqa_bwd = attention_gqa_bwd;
     t.rope_fwd = rope_fwd;
     t.rope_bwd = rope_bwd;
+    t.attention_block_fwd = attention_block_fwd;
+    t.attention_block_bwd = attention_block_bwd;
+    t.attention_merge = attention_merge;
     return t;
   }();
   return &table;

@@ -22,9 +22,10 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 1
-#define LOOM_ABI_MINOR 4 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot,
+#define LOOM_ABI_MINOR 5 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot,
                            * sharded data; 1.3: expert slot, expert gradients in the data slot;
-                           * 1.4: op-table norms with eps, grouped-query attention, RoPE */
+                           * 1.4: op-table norms with eps, grouped-query attention, RoPE;
+                           * 1.5: context slot, block attention and merge in the op table */
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -220,6 +221,28 @@ typedef struct loom_ops {
                    const float* cos, const float* sin, int64_t pos0);
   void (*rope_bwd)(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
                    const float* cos, const float* sin, int64_t pos0);
+
+  /* ---- ABI 1.5 ---- */
+  /* Attention of Tq queries over a block of Tk keys that may lie anywhere in the sequence, for
+   * context parallelism. Query i sits at position qpos[i], key j at kpos[j], both ascending; query
+   * i sees the keys with kpos[j] <= qpos[i] (causal). NULL positions mean 0, 1, 2, ... Layouts are
+   * attention_gqa_fwd's with Tq rows per sequence for q, out and lse [B, H, Tq], and Tk for k, v.
+   * A query that sees no key gets out = 0 and lse = -inf. */
+  void (*attention_block_fwd)(float* out, float* lse, const float* q, const float* k,
+                              const float* v, int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq,
+                              int64_t Tk, int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
+                              const int64_t* kpos);
+  /* One key block's share of the gradients, given the attention's final out and lse (over every
+   * block): writes dq (this block's share, ldq layout), dk and dv (ldkv layout). */
+  void (*attention_block_bwd)(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                              const float* k, const float* v, const float* out, const float* lse,
+                              int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk,
+                              int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
+                              const int64_t* kpos);
+  /* Folds part (out rows H*D, part_lse [B, H, T]) over another key block into out and lse:
+   * lse' = log(exp(lse) + exp(part_lse)), out' = out exp(lse - lse') + part exp(part_lse - lse'). */
+  void (*attention_merge)(float* out, float* lse, const float* part, const float* part_lse,
+                          int64_t B, int64_t T, int64_t H, int64_t D);
 } loom_ops;
 
 /* ---- the host table: everything the runtime offers a plugin (append-only) ------------------ */
@@ -290,7 +313,8 @@ typedef enum loom_slot {
   LOOM_SLOT_TENSOR = 2,
   LOOM_SLOT_SEQUENCE = 3,
   LOOM_SLOT_PIPELINE = 4,
-  LOOM_SLOT_EXPERT = 5
+  LOOM_SLOT_EXPERT = 5,
+  LOOM_SLOT_CONTEXT = 6 /* ABI 1.5 */
 } loom_slot;
 
 /* First member of every kind-specific table, so a loom_plugin* can point at any of them. */

@@ -1,5 +1,6 @@
 /*
- * Loom plugin ABI, version 1: the parallel slots (data, tensor, sequence, pipeline, expert).
+ * Loom plugin ABI, version 1: the parallel slots (data, tensor, sequence, pipeline, expert,
+ * context).
  * Included by <loom/plugin.h>, inside its extern "C" block; include that instead. The rules at
  * the top of plugin.h hold here too.
  */
@@ -254,4 +255,55 @@ typedef struct loom_expert_v1 {
   loom_status (*combine)(void* self, const loom_tensor* rows, const int64_t* sent,
                          const int64_t* received, loom_tensor* out, loom_error* err);
 } loom_expert_v1;
+
+/* ---- the context slot (parallel kind, LOOM_SLOT_CONTEXT; ABI 1.5) ---------------------------- */
+/* Context parallelism: the cp ranks of a group hold different positions of the same sequences,
+ * and attention, the one layer that mixes positions, runs across them. Everything else in the
+ * model is per position and runs locally. The plugin decides which positions each rank holds
+ * (split) and how attention reaches the other ranks' keys and values. */
+typedef struct loom_context_context {
+  loom_version v;
+  const loom_comm_v1* comm;
+  void* comm_self;
+  loom_comm* cp; /* the context-parallel group */
+  const loom_ops* ops;
+  loom_device device; /* where the activations live (allocate staging buffers there) */
+} loom_context_context;
+
+/* Positions [begin, begin + length) of a sequence, held as consecutive local rows. */
+typedef struct loom_position_run {
+  int64_t begin;
+  int64_t length;
+} loom_position_run;
+
+/* One attention call over this rank's T local positions of B sequences, in the layouts of the op
+ * table's attention_gqa_fwd/_bwd: q rows ldq apart, k and v rows ldkv apart, out rows H*D, lse
+ * [B, H, T]. Forward writes out and lse (over every rank's keys); backward reads them with dout
+ * and writes dq, dk, dv (the gradients of this rank's q, k and v, summed over every rank's
+ * queries). */
+typedef struct loom_attention_args {
+  float* out;
+  float* lse;
+  const float *q, *k, *v;
+  int64_t ldq, ldkv, B, T, H, Hkv, D;
+  const float* dout; /* backward only */
+  float *dq, *dk, *dv;
+} loom_attention_args;
+
+typedef struct loom_context_v1 {
+  loom_plugin base;
+  loom_status (*setup)(void* self, const loom_context_context* ctx, loom_error* err);
+  /* The positions rank `rank` of the cp group holds of a seq_len-token sequence, in local row
+   * order: writes *n <= cap ascending runs totalling seq_len / cp. LOOM_BAD_CONFIG, with a
+   * message, when seq_len cannot be split that way. */
+  loom_status (*split)(void* self, int64_t seq_len, int32_t rank, loom_position_run* runs,
+                       int32_t cap, int32_t* n, loom_error* err);
+  /* Collectives over cp: every rank calls them in the same order with the same shapes. */
+  loom_status (*attention_fwd)(void* self, const loom_attention_args* a, loom_error* err);
+  loom_status (*attention_bwd)(void* self, const loom_attention_args* a, loom_error* err);
+  /* Since the previous call: ms computing attention, ms waiting on transfers (exposed), and
+   * bytes sent. */
+  loom_status (*stats)(void* self, double* compute_ms, double* exposed_comm_ms, int64_t* bytes_sent,
+                       loom_error* err);
+} loom_context_v1;
 #endif /* LOOM_PLUGIN_PARALLEL_H */

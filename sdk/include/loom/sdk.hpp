@@ -270,6 +270,20 @@ class ExpertPlugin : public Plugin {
   virtual void combine(const loom_tensor& rows, const int64_t* sent, const int64_t* received, loom_tensor& out) = 0;
 };
 
+// Context parallelism (the context slot, ABI 1.5): which positions a rank holds, and attention
+// across the cp group.
+class ContextPlugin : public Plugin {
+ public:
+  virtual void setup(const loom_context_context& ctx) = 0;
+  // Rank `rank`'s positions of a seq_len-token sequence; throw ConfigError when it cannot split.
+  virtual std::vector<loom_position_run> split(int64_t seq_len, int rank) = 0;
+  virtual void attention_fwd(const loom_attention_args& a) = 0;
+  virtual void attention_bwd(const loom_attention_args& a) = 0;
+  virtual void stats(double& compute_ms, double& exposed_comm_ms, int64_t& bytes_sent) {
+    compute_ms = exposed_comm_ms = 0, bytes_sent = 0;
+  }
+};
+
 }  // namespace loom::sdk
 
 // The C tables behind the base classes: kind_plugin<Impl>() descriptor helpers.

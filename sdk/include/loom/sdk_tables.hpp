@@ -434,4 +434,35 @@ const loom_plugin* expert_plugin() {
   return &table.base;
 }
 
+template <class Impl>
+const loom_plugin* context_plugin() {
+  static const loom_context_v1 table = [] {
+    loom_context_v1 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_CONTEXT, sizeof(loom_context_v1));
+    t.setup = [](void* self, const loom_context_context* c, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->setup(*c); });
+    };
+    t.split = [](void* self, int64_t seq_len, int32_t rank, loom_position_run* runs, int32_t cap,
+                 int32_t* n, loom_error* e) {
+      return detail::guarded(e, [&] {
+        auto r = static_cast<Impl*>(self)->split(seq_len, rank);
+        if (static_cast<int64_t>(r.size()) > cap) throw Error(LOOM_INTERNAL, "more position runs than cap");
+        std::copy(r.begin(), r.end(), runs);
+        *n = static_cast<int32_t>(r.size());
+      });
+    };
+    t.attention_fwd = [](void* self, const loom_attention_args* a, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->attention_fwd(*a); });
+    };
+    t.attention_bwd = [](void* self, const loom_attention_args* a, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->attention_bwd(*a); });
+    };
+    t.stats = [](void* self, double* compute_ms, double* exposed_ms, int64_t* bytes, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->stats(*compute_ms, *exposed_ms, *bytes); });
+    };
+    return t;
+  }();
+  return &table.base;
+}
+
 }  // namespace loom::sdk

@@ -1,0 +1,376 @@
+// cp: context parallelism. The cp ranks of a group hold different positions of the same
+// sequences; attention, the only layer that mixes positions, reaches the other ranks' keys and
+// values in one of two ways:
+//
+//  - ring (Liu et al. 2023, "Ring Attention"): each rank's packed K|V block goes round the group.
+//    At step i rank r holds rank (r - i)'s block, computes its queries against it with the op
+//    table's block kernel and folds the result in by log-sum-exp (attention_merge), while the
+//    next block is already on its way. Backward sends the blocks round again, each followed by
+//    the gradient of its keys and values, which every rank adds its share to before passing it
+//    on; after a full turn it is back with its owner.
+//  - allgather (as Llama 3 was trained): every block is gathered first, and the key gradients
+//    are reduce-scattered back to their owners.
+//
+// The causal mask makes a contiguous split unfair: the rank holding the last positions sees every
+// key, the first sees only its own. The zig-zag split cuts each sequence into 2 cp chunks and
+// gives rank r chunks r and 2 cp - 1 - r, so every rank does the same work at every ring step.
+#include <loom/sdk.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using loom::sdk::ErrorBox;
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// n elements of T on the activations' device, through the host's allocator.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const loom_host* h, loom_device d) : h_(h), d_(d) {}
+  ~DeviceBuffer() {
+    if (h_) h_->free(d_, p_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  // At least n elements; the contents are undefined after growing.
+  T* need(int64_t n) {
+    if (n > n_) {
+      h_->free(d_, p_);
+      p_ = static_cast<T*>(h_->alloc(d_, static_cast<size_t>(n) * sizeof(T)));
+      if (!p_) throw loom::sdk::Error(LOOM_SYSTEM, "cp: out of memory for " + std::to_string(n * sizeof(T)) + " bytes");
+      n_ = n;
+    }
+    return p_;
+  }
+  T* get() const { return p_; }
+
+ private:
+  const loom_host* h_ = nullptr;
+  loom_device d_{};
+  T* p_ = nullptr;
+  int64_t n_ = 0;
+};
+
+class Cp : public loom::sdk::ContextPlugin {
+ public:
+  static constexpr const char* name = "cp";
+  static constexpr const char* version = "1.0.0";
+  static constexpr const char* summary = "context parallel: ring or all-gather attention over a zig-zag split";
+  static const loom_option_spec* options() {
+    static const loom_option_spec specs[] = {
+        {"algorithm", LOOM_OPT_STRING, "\"ring\"", "ring (K/V blocks pass round the group, overlapped with compute) or allgather"},
+        {"split", LOOM_OPT_STRING, "\"zigzag\"", "zigzag (two mirrored chunks per rank: balanced under the causal mask) or contiguous"},
+        {"overlap", LOOM_OPT_BOOL, "true", "ring: send the next block while computing this one (false: wait first, to measure the transfers alone)"},
+        {nullptr, 0, nullptr, nullptr}};
+    return specs;
+  }
+
+  explicit Cp(const loom::sdk::Context& ctx)
+      : host_(ctx.host),
+        algorithm_(ctx.options.str("algorithm")),
+        split_(ctx.options.str("split")),
+        overlap_(ctx.options.boolean("overlap")) {
+    if (algorithm_ != "ring" && algorithm_ != "allgather")
+      throw loom::sdk::ConfigError("[plugins.cp] algorithm = \"" + algorithm_ + "\": expected \"ring\" or \"allgather\"");
+    if (split_ != "zigzag" && split_ != "contiguous")
+      throw loom::sdk::ConfigError("[plugins.cp] split = \"" + split_ + "\": expected \"zigzag\" or \"contiguous\"");
+  }
+
+  void setup(const loom_context_context& ctx) override {
+    ctx_ = ctx;
+    n_ = ctx.comm->size(ctx.comm_self, ctx.cp);
+    rank_ = ctx.comm->rank(ctx.comm_self, ctx.cp);
+    const loom_host* h = host_.raw();
+    for (auto* b : {&kv_[0], &kv_[1], &dkv_[0], &dkv_[1], &dkv_block_, &kv_all_, &dkv_all_, &q_, &dq_, &dq_block_, &part_, &part_lse_})
+      *b = std::make_unique<DeviceBuffer<float>>(h, ctx.device);
+    positions_.resize(n_);
+    for (auto& p : positions_) p = std::make_unique<DeviceBuffer<int64_t>>(h, ctx.device);
+  }
+
+  // zigzag: 2 cp chunks of c = T / (2 cp); rank r holds chunks r and 2 cp - 1 - r.
+  // contiguous: rank r holds [r T / cp, (r + 1) T / cp).
+  std::vector<loom_position_run> split(int64_t T, int rank) override {
+    const int64_t parts = split_ == "zigzag" ? 2 * n_ : n_;
+    if (T % parts != 0)
+      throw loom::sdk::ConfigError("[model] seq_len = " + std::to_string(T) + " is not a multiple of " +
+                                   (split_ == "zigzag" ? "2 x cp = " : "cp = ") + std::to_string(parts) +
+                                   (split_ == "zigzag" ? ": the zig-zag split gives each cp rank two chunks of every sequence"
+                                                       : ": each cp rank holds an equal part of every sequence"));
+    const int64_t c = T / parts;
+    if (split_ == "contiguous") return {{rank * c, c}};
+    return {{rank * c, c}, {(2 * n_ - 1 - rank) * c, c}};
+  }
+
+  void attention_fwd(const loom_attention_args& a) override {
+    prepare(a);
+    if (algorithm_ == "ring")
+      ring_fwd(a);
+    else
+      allgather_fwd(a);
+  }
+
+  void attention_bwd(const loom_attention_args& a) override {
+    prepare(a);
+    if (algorithm_ == "ring")
+      ring_bwd(a);
+    else
+      allgather_bwd(a);
+  }
+
+  void stats(double& compute_ms, double& exposed_ms, int64_t& bytes) override {
+    compute_ms = compute_ms_, exposed_ms = exposed_ms_, bytes = bytes_sent_;
+    compute_ms_ = exposed_ms_ = 0, bytes_sent_ = 0;
+  }
+
+ private:
+  // The block of keys from rank `src`: rows of [k (Hkv D) | v (Hkv D)].
+  struct Shape {
+    int64_t B, T, H, Hkv, D;
+    int64_t kv_width() const { return 2 * Hkv * D; }
+    int64_t kv_elems() const { return B * T * kv_width(); }
+    int64_t q_elems() const { return B * T * H * D; }
+  };
+
+  int next() const { return (rank_ + 1) % n_; }
+  int prev() const { return (rank_ + n_ - 1) % n_; }
+
+  // Every rank's positions for this sequence length (the split of T = T_local x cp).
+  void prepare(const loom_attention_args& a) {
+    s_ = {a.B, a.T, a.H, a.Hkv, a.D};
+    if (a.T * n_ == seq_len_) return;
+    seq_len_ = a.T * n_;
+    for (int r = 0; r < n_; ++r) {
+      int64_t* p = positions_[r]->need(a.T);
+      int64_t i = 0;
+      for (const loom_position_run& run : split(seq_len_, r))
+        for (int64_t t = 0; t < run.length; ++t) p[i++] = run.begin + t;
+    }
+  }
+
+  const int64_t* pos(int r) const { return positions_[r]->get(); }
+  // No query of this rank sees a key of rank src (causal): the block is skipped.
+  bool masked(int src) const { return pos(src)[0] > pos(rank_)[s_.T - 1]; }
+
+  // out rows are (b t, H D); lse [B, H, T]. Block src's share goes straight into out when first.
+  void fold_block(const loom_attention_args& a, const float* kv, int src, bool first) {
+    const loom_ops* o = ctx_.ops;
+    const int64_t W = s_.kv_width(), C = s_.Hkv * s_.D;
+    auto t0 = Clock::now();
+    if (first) {
+      o->attention_block_fwd(a.out, a.lse, a.q, kv, kv + C, a.ldq, W, s_.B, s_.T, s_.T, s_.H, s_.Hkv, s_.D,
+                             pos(rank_), pos(src));
+    } else if (!masked(src)) {
+      float* part = part_->need(s_.q_elems());
+      float* part_lse = part_lse_->need(s_.B * s_.H * s_.T);
+      o->attention_block_fwd(part, part_lse, a.q, kv, kv + C, a.ldq, W, s_.B, s_.T, s_.T, s_.H, s_.Hkv,
+                             s_.D, pos(rank_), pos(src));
+      o->attention_merge(a.out, a.lse, part, part_lse, s_.B, s_.T, s_.H, s_.D);
+    }
+    compute_ms_ += ms_since(t0);
+  }
+
+  // Rows of [k | v] from the model's strided k and v.
+  void pack_kv(float* kv, const loom_attention_args& a) const {
+    const int64_t C = s_.Hkv * s_.D, W = s_.kv_width();
+    for (int64_t row = 0; row < s_.B * s_.T; ++row) {
+      std::memcpy(kv + row * W, a.k + row * a.ldkv, C * sizeof(float));
+      std::memcpy(kv + row * W + C, a.v + row * a.ldkv, C * sizeof(float));
+    }
+  }
+
+  void unpack_kv(const loom_attention_args& a, const float* dkv) const {
+    const int64_t C = s_.Hkv * s_.D, W = s_.kv_width();
+    for (int64_t row = 0; row < s_.B * s_.T; ++row) {
+      std::memcpy(a.dk + row * a.ldkv, dkv + row * W, C * sizeof(float));
+      std::memcpy(a.dv + row * a.ldkv, dkv + row * W + C, C * sizeof(float));
+    }
+  }
+
+  // ---- point-to-point around the ring ----
+
+  struct Transfer {
+    loom_work* send = nullptr;
+    loom_work* recv = nullptr;
+  };
+
+  // Receive first, then send: a bound pair reads its peer's messages in order.
+  Transfer shift(float* out, float* in, int64_t n, int tag) {
+    Transfer t;
+    loom_tensor to = loom::sdk::flat_tensor(in, LOOM_F32, n), from = loom::sdk::flat_tensor(out, LOOM_F32, n);
+    to.device = from.device = ctx_.device;
+    ErrorBox e(host_.raw());
+    if (ctx_.comm->recv(ctx_.comm_self, ctx_.cp, &to, prev(), tag, &t.recv, e.get()) != LOOM_OK)
+      e.raise("cp ring: receive from cp rank " + std::to_string(prev()));
+    if (ctx_.comm->send(ctx_.comm_self, ctx_.cp, &from, next(), tag, &t.send, e.get()) != LOOM_OK)
+      e.raise("cp ring: send to cp rank " + std::to_string(next()));
+    bytes_sent_ += n * static_cast<int64_t>(sizeof(float));
+    return t;
+  }
+
+  void finish(Transfer& t) {
+    auto t0 = Clock::now();
+    ErrorBox e(host_.raw());
+    for (loom_work** w : {&t.send, &t.recv}) {
+      if (*w && ctx_.comm->wait(ctx_.comm_self, *w, e.get()) != LOOM_OK) e.raise("cp ring transfer");
+      *w = nullptr;
+    }
+    exposed_ms_ += ms_since(t0);
+  }
+
+  // Step i: fold in the block of rank (r - i) while the one of rank (r - i - 1) arrives.
+  void ring_fwd(const loom_attention_args& a) {
+    const int64_t n = s_.kv_elems();
+    float* cur = kv_[0]->need(n);
+    float* nxt = kv_[1]->need(n);
+    pack_kv(cur, a);
+    for (int i = 0; i < n_; ++i) {
+      const int src = (rank_ - i + n_) % n_;
+      Transfer t;
+      const bool more = i + 1 < n_;
+      if (more && overlap_) t = shift(cur, nxt, n, i);
+      fold_block(a, cur, src, i == 0);
+      if (more && !overlap_) t = shift(cur, nxt, n, i);
+      if (more) finish(t), std::swap(cur, nxt);
+    }
+  }
+
+  // This rank's queries against the block of rank src: dq += the block's share; dkv = its
+  // keys' and values' share ([dk | dv] rows). Returns false for a masked block (nothing to add).
+  bool block_grads(const loom_attention_args& a, const float* kv, int src, float* dkv) {
+    if (masked(src)) return false;
+    const loom_ops* o = ctx_.ops;
+    const int64_t W = s_.kv_width(), C = s_.Hkv * s_.D, HD = s_.H * s_.D;
+    float* dq = dq_block_->need(s_.q_elems());
+    auto t0 = Clock::now();
+    o->attention_block_bwd(dq, dkv, dkv + C, a.dout, q_->get(), kv, kv + C, a.out, a.lse, HD, W, s_.B, s_.T, s_.T,
+                           s_.H, s_.Hkv, s_.D, pos(rank_), pos(src));
+    o->accumulate(dq_->get(), dq, s_.q_elems());
+    compute_ms_ += ms_since(t0);
+    return true;
+  }
+
+  // Contiguous copies of q (so dq shares its layout) and a zeroed dq sum.
+  void start_bwd(const loom_attention_args& a) {
+    const int64_t HD = s_.H * s_.D;
+    float* q = q_->need(s_.q_elems());
+    for (int64_t row = 0; row < s_.B * s_.T; ++row) std::memcpy(q + row * HD, a.q + row * a.ldq, HD * sizeof(float));
+    std::memset(dq_->need(s_.q_elems()), 0, s_.q_elems() * sizeof(float));
+  }
+
+  void finish_dq(const loom_attention_args& a) const {
+    const int64_t HD = s_.H * s_.D;
+    for (int64_t row = 0; row < s_.B * s_.T; ++row)
+      std::memcpy(a.dq + row * a.ldq, dq_->get() + row * HD, HD * sizeof(float));
+  }
+
+  // Step i: rank r holds rank (r - i)'s block and, arriving from rank r - 1, the sum of the
+  // shares of that block's gradient from ranks r - i .. r - 1; it adds its own share and passes
+  // the sum on. After cp steps each sum has visited every rank and is back with its owner.
+  void ring_bwd(const loom_attention_args& a) {
+    const int64_t n = s_.kv_elems();
+    start_bwd(a);
+    float* cur = kv_[0]->need(n);
+    float* nxt = kv_[1]->need(n);
+    float* mine = dkv_block_->need(n);
+    float* sum_in = dkv_[0]->need(n);   // received from rank r - 1
+    float* sum_out = dkv_[1]->need(n);  // sent to rank r + 1
+    pack_kv(cur, a);
+    Transfer sums;
+    for (int i = 0; i < n_; ++i) {
+      const int src = (rank_ - i + n_) % n_;
+      const bool more = i + 1 < n_;
+      Transfer keys;
+      if (more) keys = shift(cur, nxt, n, 2 * i);
+      const bool added = block_grads(a, cur, src, mine);
+      if (i > 0) finish(sums);  // sum_in: ranks (r - i) .. (r - 1)'s shares; sum_out is free
+      auto t0 = Clock::now();
+      if (i == 0 && added)
+        std::memcpy(sum_out, mine, n * sizeof(float));
+      else if (i == 0)
+        std::memset(sum_out, 0, n * sizeof(float));
+      else if (added)
+        ctx_.ops->add(sum_out, sum_in, mine, n);
+      else
+        std::memcpy(sum_out, sum_in, n * sizeof(float));
+      compute_ms_ += ms_since(t0);
+      sums = shift(sum_out, sum_in, n, 2 * i + 1);
+      if (more) finish(keys), std::swap(cur, nxt);
+    }
+    finish(sums);  // sum_in: every rank's share of this rank's block
+    unpack_kv(a, sum_in);
+    finish_dq(a);
+  }
+
+  // All blocks at once: kv_all[s] is rank s's block.
+  float* gather_kv(const loom_attention_args& a) {
+    const int64_t n = s_.kv_elems();
+    float* mine = kv_[0]->need(n);
+    float* all = kv_all_->need(n * n_);
+    pack_kv(mine, a);
+    loom_tensor in = loom::sdk::flat_tensor(mine, LOOM_F32, n), out = loom::sdk::flat_tensor(all, LOOM_F32, n * n_);
+    in.device = out.device = ctx_.device;
+    auto t0 = Clock::now();
+    ErrorBox e(host_.raw());
+    if (ctx_.comm->all_gather(ctx_.comm_self, ctx_.cp, &in, &out, nullptr, e.get()) != LOOM_OK)
+      e.raise("cp all-gather of keys and values");
+    exposed_ms_ += ms_since(t0);
+    bytes_sent_ += n * static_cast<int64_t>(sizeof(float)) * (n_ - 1);
+    return all;
+  }
+
+  // Own block first, then the others in ring order (the same folding order as ring).
+  void allgather_fwd(const loom_attention_args& a) {
+    const float* all = gather_kv(a);
+    for (int i = 0; i < n_; ++i) {
+      const int src = (rank_ - i + n_) % n_;
+      fold_block(a, all + src * s_.kv_elems(), src, i == 0);
+    }
+  }
+
+  void allgather_bwd(const loom_attention_args& a) {
+    const int64_t n = s_.kv_elems();
+    start_bwd(a);
+    const float* all = gather_kv(a);
+    float* grads = dkv_all_->need(n * n_);
+    for (int src = 0; src < n_; ++src)
+      if (!block_grads(a, all + src * n, src, grads + src * n)) std::memset(grads + src * n, 0, n * sizeof(float));
+    float* mine = dkv_block_->need(n);
+    loom_tensor in = loom::sdk::flat_tensor(grads, LOOM_F32, n * n_), out = loom::sdk::flat_tensor(mine, LOOM_F32, n);
+    in.device = out.device = ctx_.device;
+    auto t0 = Clock::now();
+    ErrorBox e(host_.raw());
+    if (ctx_.comm->reduce_scatter(ctx_.comm_self, ctx_.cp, &in, &out, LOOM_REDUCE_SUM, nullptr, e.get()) != LOOM_OK)
+      e.raise("cp reduce-scatter of key and value gradients");
+    exposed_ms_ += ms_since(t0);
+    bytes_sent_ += n * static_cast<int64_t>(sizeof(float)) * (n_ - 1);
+    unpack_kv(a, mine);
+    finish_dq(a);
+  }
+
+  loom::sdk::Host host_;
+  std::string algorithm_, split_;
+  bool overlap_;
+  loom_context_context ctx_{};
+  int n_ = 1, rank_ = 0;
+  Shape s_{};
+  int64_t seq_len_ = 0;
+  std::unique_ptr<DeviceBuffer<float>> kv_[2], dkv_[2], dkv_block_, kv_all_, dkv_all_, q_, dq_, dq_block_, part_, part_lse_;
+  std::vector<std::unique_ptr<DeviceBuffer<int64_t>>> positions_;
+  double compute_ms_ = 0, exposed_ms_ = 0;
+  int64_t bytes_sent_ = 0;
+};
+
+}  // namespace
+
+LOOM_PLUGIN(loom::sdk::context_plugin<Cp>())
