@@ -1,6 +1,7 @@
 #include "loader/host.hpp"
 
 #include "core/errors.hpp"
+#include "tensor/tensor.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -59,14 +60,29 @@ loom_status opt_str(const loom_options* o, const char* key, const char** out) {
   return LOOM_OK;
 }
 
+// CPU memory carries its size in a 64-byte header, so the tensor heap's peak counts it; a device
+// allocation comes from the device's tensor allocator when one is installed.
 void* alloc(loom_device device, size_t bytes) {
-  if (device.kind != LOOM_DEVICE_CPU) return nullptr;
-  size_t rounded = (bytes + 63) / 64 * 64;
-  return std::aligned_alloc(64, rounded ? rounded : 64);
+  const TensorAllocator& device_alloc = tensor_allocator();
+  if (device.kind != LOOM_DEVICE_CPU)
+    return device_alloc.alloc && device_alloc.device.kind == device.kind ? device_alloc.alloc(bytes ? bytes : 64) : nullptr;
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  auto* p = static_cast<char*>(std::aligned_alloc(64, rounded + 64));
+  if (!p) return nullptr;
+  *reinterpret_cast<size_t*>(p) = rounded;
+  heap_bytes_held(static_cast<int64_t>(rounded));
+  return p + 64;
 }
 
 void release(loom_device device, void* ptr) {
-  if (device.kind == LOOM_DEVICE_CPU) std::free(ptr);
+  if (!ptr) return;
+  if (device.kind != LOOM_DEVICE_CPU) {
+    if (tensor_allocator().free) tensor_allocator().free(ptr);
+    return;
+  }
+  char* p = static_cast<char*>(ptr) - 64;
+  heap_bytes_held(-static_cast<int64_t>(*reinterpret_cast<size_t*>(p)));
+  std::free(p);
 }
 
 const void* service(const char*, uint32_t) { return nullptr; }

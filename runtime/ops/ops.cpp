@@ -33,8 +33,7 @@ int64_t device_peak_bytes(const std::string& device) {
 #ifdef LOOM_HAVE_CUDA
   if (device == "cuda") return static_cast<int64_t>(cuda::memory_stats().peak);
 #endif
-  (void)device;
-  return 0;
+  return device == "cpu" ? heap_tensor_peak_bytes() : 0;
 }
 
 int set_threads(const std::string& device, int threads) {

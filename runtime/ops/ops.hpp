@@ -14,7 +14,8 @@ const loom_ops* cpu();
 // The table for a [run] device name; throws ConfigError when that device is not built in.
 const loom_ops* for_device(const std::string& device);
 
-// Peak bytes of device memory the device's tensors held (0 for the CPU, whose RSS is measured).
+// Peak bytes the device's tensors (and plugins' buffers from the host allocator) held at once;
+// on the CPU, the host-heap tensors: the run's own memory without the process's code and libraries.
 int64_t device_peak_bytes(const std::string& device);
 
 // Sets kernel threads for the device (CPU: OpenMP and OpenBLAS); 0 = all cores. Returns count.

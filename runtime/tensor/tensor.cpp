@@ -1,5 +1,6 @@
 #include "tensor/tensor.hpp"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -48,6 +49,20 @@ TensorAllocator g_allocator;  // empty: the host heap
 }  // namespace
 
 void set_tensor_allocator(const TensorAllocator& a) { g_allocator = a; }
+const TensorAllocator& tensor_allocator() { return g_allocator; }
+
+namespace {
+std::atomic<int64_t> g_heap_live{0}, g_heap_peak{0};
+}  // namespace
+
+void heap_bytes_held(int64_t delta) {
+  const int64_t now = g_heap_live.fetch_add(delta) + delta;
+  int64_t peak = g_heap_peak.load();
+  while (now > peak && !g_heap_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+int64_t heap_tensor_peak_bytes() { return g_heap_peak.load(); }
 
 namespace {
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
@@ -84,7 +99,11 @@ Tensor Tensor::empty(std::vector<int64_t> shape, loom_dtype dtype) {
   void* p = std::aligned_alloc(64, bytes ? bytes : 64);
   if (!p) throw RuntimeError("out of memory allocating " + std::to_string(bytes) + " bytes");
   Tensor t = borrow(p, std::move(shape), dtype);
-  t.owner_ = std::shared_ptr<void>(p, std::free);
+  heap_bytes_held(static_cast<int64_t>(bytes));
+  t.owner_ = std::shared_ptr<void>(p, [bytes](void* q) {
+    std::free(q);
+    heap_bytes_held(-static_cast<int64_t>(bytes));
+  });
   return t;
 }
 

@@ -25,6 +25,11 @@ struct TensorAllocator {
   loom_device device{LOOM_DEVICE_CPU, 0};
 };
 void set_tensor_allocator(const TensorAllocator& a);
+const TensorAllocator& tensor_allocator();
+// Host-heap tensors: the most bytes held at once so far (like a device allocator's peak, without
+// the process's code and libraries). heap_bytes_held records an allocation (+) or release (-).
+int64_t heap_tensor_peak_bytes();
+void heap_bytes_held(int64_t delta);
 
 class Tensor {
  public:
