@@ -75,3 +75,47 @@ TEST_CASE("recompute settings that cannot work are config errors") {
   CHECK(typo.rc == 2);
   CHECK(has(typo.out, "\"none\", \"selective\", \"full\""));
 }
+
+namespace {
+
+// Korthikanti et al. 2022, Table 2, adapted to Loom (docs/memory.md): 4-byte elements where they
+// count 2, no dropout masks, and the tiled attention kernel, which keeps a log-sum-exp per head (a
+// floats per token) instead of the a·s softmax and its dropout (their 5as/h). Per token of one
+// GPT-2 block, in floats: replicated rows x_in, x_mid, ln1, ln2 (4h) and the LayerNorm statistics
+// (4), divided by t under sequence parallelism (r = t); tp-sharded q, k, v (3h), attention output
+// (h), lse (a), fc and gelu (4h each), divided by t. That is their sbh(10 + 24/t) with 4-byte
+// elements and no masks. Selective drops ln1, ln2 and gelu; full keeps x_in. A recomputing run adds
+// one block's dropped set at full width (the shared replay buffer, N = s·b rows) and, for full, a
+// residual stream to replay on. The head keeps its input and norm output (2h rows, 2 statistics),
+// the gathered rows under sp (h) and the logits (V/t).
+double korthikanti_bytes(const std::string& policy, double s, double b, double h, double a, double V, double L,
+                         double t, bool sp) {
+  const double N = s * b, r = sp ? t : 1;
+  double layer = (4 * h + 4) / r + (12 * h + a) / t, replay = 0;
+  if (policy == "selective") layer -= 2 * h / r + 4 * h / t, replay = 2 * h + 4 * h;
+  if (policy == "full") layer = h / r, replay = (3 * h + 4) + (12 * h + a) + h;
+  const double head = (2 * h + 2) / r + (sp ? h : 0) + V / t;
+  return 4 * N * (L * layer + replay + head);
+}
+
+}  // namespace
+
+TEST_CASE("activation bytes follow Korthikanti et al.'s Table 2, adapted to the tiled kernel, at tp = 1, 2, 4 with and without sp") {
+  // GPT-2 shaped: 4 blocks, h = 64, 4 heads, T = 64, micro-batch 2, 256-token vocabulary.
+  LayoutRuns runs("preset = \"gpt2-tiny\"\nn_layer = 4\nn_head = 4", "steps = 1\nglobal_batch = 2");
+  struct Layout {
+    int tp;
+    bool sp;
+  };
+  for (Layout l : {Layout{1, false}, Layout{2, false}, Layout{2, true}, Layout{4, false}, Layout{4, true}}) {
+    for (const char* policy : {"none", "selective", "full"}) {
+      std::string sets = "--set parallel.nproc=" + std::to_string(l.tp) + " --set parallel.tp=" + std::to_string(l.tp) +
+                         " --set model.recompute=" + policy + (l.sp ? " --set plugins.sequence=sp" : "");
+      Curves c = runs.run(sets);
+      const double got = column(c.metrics, "activation_bytes").back();
+      const double want = korthikanti_bytes(policy, 64, 2, 64, 4, 256, 4, l.tp, l.sp);
+      INFO(sets << ": activation_bytes " << got << ", formula " << want);
+      CHECK(got == doctest::Approx(want).epsilon(0.05));
+    }
+  }
+}
