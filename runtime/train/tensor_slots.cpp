@@ -49,9 +49,6 @@ void TensorSlots::start_context(const config::Config& cfg, const plugins::Select
   const plugins::SlotChoice* slot = sel.slot("context");
   if (cp == 1) return;
   if (!slot) throw ConfigError("[parallel] cp = " + std::to_string(cp) + " needs [plugins] context (e.g. \"cp\")");
-  if (!world_->table()->send || !world_->table()->recv)
-    throw ConfigError("[parallel] cp = " + std::to_string(cp) + " needs a comm backend with send and recv, which [plugins] comm = \"" +
-                      cfg.str("plugins.comm") + "\" does not offer; use gloo, mpi or nccl");
   loom_options opts = plugins::options_for(cfg, slot->found.desc->name);
   context_plugin_ = std::make_unique<plugins::Instance>(slot->found, &opts);
   loom_context_context ctx{};

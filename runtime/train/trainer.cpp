@@ -164,6 +164,17 @@ void check_experts(const gpt::GptConfig& mc, const dist::MeshShape& mesh) {
                       std::to_string(mesh.ep) + ": every ep rank holds the same number of experts");
 }
 
+// Context parallelism passes key/value blocks round the cp group: the comm plugin must offer
+// send and recv. Checked from the descriptor, before any rank starts.
+void check_context(const plugins::Selection& selection, const dist::MeshShape& mesh) {
+  const plugins::SlotChoice* comm = selection.slot("comm");
+  if (mesh.cp == 1 || !comm) return;
+  const auto* t = reinterpret_cast<const loom_comm_v1*>(comm->found.desc);
+  if (!t->send || !t->recv)
+    throw ConfigError("[parallel] cp = " + std::to_string(mesh.cp) + " needs a comm backend with send and recv, which [plugins] comm = \"" +
+                      std::string(comm->found.desc->name) + "\" does not offer; use gloo, mpi or nccl");
+}
+
 // What a ZeRO run cannot do yet, refused before the first step rather than half-way.
 void check_sharded(const plugins::Selection& selection, const Faults& faults, int stage, const std::string& device) {
   const std::string zero = "[plugins] data = \"zero" + std::to_string(stage) + "\"";
@@ -182,6 +193,7 @@ void check_sharded(const plugins::Selection& selection, const Faults& faults, in
 void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh) {
   Settings s = read_settings(cfg);
   check_experts(gpt::from_config(cfg), mesh);
+  check_context(selection, mesh);
   split_batch(s, mesh);
   if (mesh.pp > 1) plan_pipeline(cfg, selection, gpt::from_config(cfg), mesh.pp, static_cast<int>(s.accum));
 }
@@ -199,6 +211,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   const gpt::GptConfig mc = gpt::from_config(cfg);
   const dist::MeshShape mesh = dist::resolve_mesh(cfg, env.world);
   check_experts(mc, mesh);
+  check_context(selection, mesh);
   if ((mesh.pp > 1 || mesh.cp > 1) && s.sample_every > 0)
     throw ConfigError("[train] sample_every = " + std::to_string(s.sample_every) + " with [parallel] " +
                       (mesh.pp > 1 ? "pp = " + std::to_string(mesh.pp) : "cp = " + std::to_string(mesh.cp)) +

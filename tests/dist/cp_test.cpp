@@ -103,6 +103,10 @@ TEST_CASE("bad context-parallel layouts are config errors naming the key") {
   auto moe = runs.raw("--set parallel.nproc=2 --set parallel.cp=2 --set model.moe.experts=4");
   CHECK(moe.rc == 2);
   CHECK(has(moe.out, "cp = 2 with a mixture-of-experts model"));
+  auto p2p = runs.raw("--set parallel.nproc=2 --set parallel.cp=2 --set plugins.comm=" LOOM_TEST_PLUGIN_DIR
+                      "/libloom-precision-nop2p.so");
+  CHECK(p2p.rc == 2);
+  CHECK(has(p2p.out, "cp = 2 needs a comm backend with send and recv, which [plugins] comm = \"nop2p\" does not offer"));
   auto layers = runs.raw("--set model.recompute=full --set model.recompute_layers=9");
   CHECK(layers.rc == 2);
   CHECK(has(layers.out, "recompute_layers = 9 is more than n_layer = 4"));
