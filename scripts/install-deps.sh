@@ -8,12 +8,29 @@ packages=(
   libtomlplusplus-dev doctest-dev nlohmann-json3-dev
   libboost-dev libboost-program-options-dev
   libopenblas-dev libopenblas-openmp-dev libomp-dev
+  libpcre2-dev  # the tokenizers' Unicode pre-tokenizer patterns
   libgloo-dev libopenmpi-dev openmpi-bin
   slurmctld slurmd slurm-client
   chromium
   fortunes-min fortunes
   python3-torch python3-numpy  # the PyTorch reference in tests/reference (Debian's python3)
+  python3-venv python3-pip     # .venv: the Python references PyPI has and Debian does not
 )
+
+# The references the tests compare against that Debian does not package (Hugging Face tokenizers),
+# in .venv beside Debian's python3-torch. Idempotent: nothing is fetched once they import.
+python_references() {
+  local root venv
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  venv="$root/.venv"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import tokenizers" 2>/dev/null; then
+    echo "[install] python references present in $venv"
+    return
+  fi
+  echo "[install] python references into $venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/pip" install -q "tokenizers>=0.19,<1"
+}
 
 missing=()
 for p in "${packages[@]}"; do
@@ -24,6 +41,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "[install] all ${#packages[@]} packages present"
+  python_references
   exit 0
 fi
 
@@ -33,3 +51,4 @@ sudo_cmd=()
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -q
 "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+python_references

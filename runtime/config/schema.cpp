@@ -131,7 +131,9 @@ std::vector<SectionSpec> build_schema() {
   s.push_back(rope_scaling);
   s.push_back({"data", "training and validation tokens", {
       {"dir", ValueType::String, "\"data/fortunes\"",
-       "directory of train_*.bin / val_*.bin llm.c shards (loom data prepare)"},
+       "directory of llm.c token shards: *train*.bin and *val*.bin (loom data prepare)"},
+      {"sampling", ValueType::String, "\"random\"", "random: windows anywhere, with replacement (llm.c); "
+       "epoch: every window once per epoch, in a seeded order", -kInf, kInf, {"random", "epoch"}},
   }});
   s.push_back({"train", "optimisation", {
       {"steps", ValueType::Int, "100", "optimizer steps", 1, kInf},

@@ -1,7 +1,13 @@
 #include "data/shards.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "core/errors.hpp"
@@ -10,104 +16,187 @@ namespace fs = std::filesystem;
 
 namespace loom::data {
 
-void write_shard(const fs::path& path, const std::vector<uint16_t>& tokens) {
+void write_shard(const fs::path& path, const std::vector<uint32_t>& tokens, int64_t vocab_size) {
+  const bool wide = vocab_size > 65536;
   std::vector<int32_t> header(kHeaderInts, 0);
-  header[0] = kShardMagic;
-  header[1] = kShardVersion;
+  header[0] = wide ? kShardMagic32 : kShardMagic;
+  header[1] = wide ? kShardVersion32 : kShardVersion;
   header[2] = static_cast<int32_t>(tokens.size());
   fs::path tmp = path;
   tmp += ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary);
     out.write(reinterpret_cast<const char*>(header.data()), header.size() * 4);
-    out.write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
-    if (!out) throw RuntimeError("cannot write token shard '" + tmp.string() + "'");
+    if (wide) {
+      out.write(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4);
+    } else {
+      std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
+      out.write(reinterpret_cast<const char*>(narrow.data()), narrow.size() * 2);
+    }
+    if (!out) throw RuntimeError("cannot write token shard '" + tmp.string() + "': " + std::strerror(errno));
   }
   fs::rename(tmp, path);  // readers never see a half-written shard
 }
 
-std::vector<uint16_t> read_shard(const fs::path& path, int64_t vocab_size) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw RuntimeError("cannot open token shard '" + path.string() + "'");
-  std::vector<int32_t> header(kHeaderInts);
-  in.read(reinterpret_cast<char*>(header.data()), header.size() * 4);
-  std::string where = "token shard '" + path.string() + "': ";
-  if (in.gcount() != static_cast<std::streamsize>(kHeaderInts * 4))
-    throw RuntimeError(where + "shorter than the 1024-byte header");
-  if (header[0] != kShardMagic)
-    throw RuntimeError(where + "bad magic " + std::to_string(header[0]) + " (expected " +
-                       std::to_string(kShardMagic) + "); not an llm.c token shard");
-  if (header[1] != kShardVersion)
-    throw RuntimeError(where + "version " + std::to_string(header[1]) + ", expected " +
-                       std::to_string(kShardVersion));
-  int64_t count = header[2];
-  uintmax_t expected = 1024 + 2 * static_cast<uintmax_t>(count), actual = fs::file_size(path);
-  if (actual != expected)
-    throw RuntimeError(where + "header says " + std::to_string(count) + " tokens (" +
-                       std::to_string(expected) + " bytes) but the file has " +
-                       std::to_string(actual) + " bytes");
-  std::vector<uint16_t> tokens(count);
-  in.read(reinterpret_cast<char*>(tokens.data()), count * 2);
-  auto bad = std::find_if(tokens.begin(), tokens.end(),
-                          [&](uint16_t t) { return static_cast<int64_t>(t) >= vocab_size; });
-  if (bad != tokens.end())
-    throw RuntimeError(where + "token " + std::to_string(*bad) + " at position " +
-                       std::to_string(bad - tokens.begin()) + " is outside the vocabulary (" +
-                       std::to_string(vocab_size) + ")");
-  return tokens;
+MappedShard::MappedShard(const fs::path& path, int64_t vocab_size) : path_(path), vocab_(vocab_size) {
+  const std::string where = "token shard '" + path.string() + "': ";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw RuntimeError("cannot open " + where + std::strerror(errno));
+  int32_t header[kHeaderInts];
+  const ssize_t got = ::pread(fd, header, sizeof header, 0);
+  const uintmax_t actual = fs::file_size(path);
+  auto fail = [&](const std::string& why) {
+    ::close(fd);
+    throw RuntimeError(where + why);
+  };
+  if (got != static_cast<ssize_t>(sizeof header)) fail("shorter than the 1024-byte header");
+  if (header[0] == kShardMagic && header[1] == kShardVersion) {
+    width_ = 2;
+  } else if (header[0] == kShardMagic32 && header[1] == kShardVersion32) {
+    width_ = 4;
+  } else if (header[0] != kShardMagic && header[0] != kShardMagic32) {
+    fail("bad magic " + std::to_string(header[0]) + " (expected " + std::to_string(kShardMagic) + " or " +
+         std::to_string(kShardMagic32) + "); not an llm.c token shard");
+  } else {
+    fail("version " + std::to_string(header[1]) + " with magic " + std::to_string(header[0]) + ", expected " +
+         std::to_string(header[0] == kShardMagic ? kShardVersion : kShardVersion32));
+  }
+  count_ = header[2];
+  const uintmax_t expected = 1024 + static_cast<uintmax_t>(width_) * static_cast<uintmax_t>(count_);
+  if (count_ < 0 || actual != expected)
+    fail("header says " + std::to_string(count_) + " tokens (" + std::to_string(expected) + " bytes) but the file has " +
+         std::to_string(actual) + " bytes");
+  bytes_ = static_cast<size_t>(actual);
+  map_ = ::mmap(nullptr, bytes_, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw RuntimeError("cannot map " + where + std::strerror(errno));
+  }
+  ::madvise(map_, bytes_, MADV_RANDOM);  // windows are read at random offsets: no read-ahead
 }
 
-std::vector<uint16_t> read_split(const fs::path& dir, const std::string& split, int64_t vocab_size) {
+MappedShard::~MappedShard() {
+  if (map_) ::munmap(map_, bytes_);
+}
+
+void MappedShard::read(int64_t first, int64_t n, int32_t* out) const {
+  const char* base = static_cast<const char*>(map_) + 1024;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t t = 0;
+    if (width_ == 2) {
+      uint16_t v;
+      std::memcpy(&v, base + 2 * (first + i), 2);
+      t = v;
+    } else {
+      std::memcpy(&t, base + 4 * (first + i), 4);
+    }
+    if (static_cast<int64_t>(t) >= vocab_)
+      throw RuntimeError("token shard '" + path_.string() + "': token " + std::to_string(t) + " at position " +
+                         std::to_string(first + i) + " is outside the vocabulary (" + std::to_string(vocab_) + ")");
+    out[i] = static_cast<int32_t>(t);
+  }
+  // The page cache keeps the pages; this process stops counting them.
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t lo = (1024 + static_cast<size_t>(width_ * first)) / page * page;
+  const size_t hi = std::min(bytes_, 1024 + static_cast<size_t>(width_ * (first + n)));
+  ::madvise(static_cast<char*>(map_) + lo, hi - lo, MADV_DONTNEED);
+}
+
+namespace {
+
+// "fineweb_train_000001.bin" has the parts fineweb, train, 000001.
+bool names_split(const std::string& file, const std::string& split) {
+  if (!file.ends_with(".bin")) return false;
+  const std::string stem = file.substr(0, file.size() - 4);
+  size_t begin = 0;
+  while (begin <= stem.size()) {
+    size_t end = stem.find_first_of("_-.", begin);
+    if (end == std::string::npos) end = stem.size();
+    if (stem.compare(begin, end - begin, split) == 0 && end - begin == split.size()) return true;
+    begin = end + 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+TokenSplit::TokenSplit(const fs::path& dir, const std::string& split, int64_t vocab_size) {
   std::vector<fs::path> files;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::string f = e.path().filename().string();
-    if (f.rfind(split + "_", 0) == 0 && f.ends_with(".bin")) files.push_back(e.path());
-  }
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (names_split(e.path().filename().string(), split)) files.push_back(e.path());
   if (ec) throw RuntimeError("cannot read data directory '" + dir.string() + "': " + ec.message());
   if (files.empty())
-    throw RuntimeError("no " + split + "_*.bin shards in '" + dir.string() +
+    throw RuntimeError("no " + split + " shards (*" + split + "*.bin) in '" + dir.string() +
                        "'; make them with: loom data prepare --text FILE... --out " + dir.string());
   std::sort(files.begin(), files.end());
-  std::vector<uint16_t> all;
   for (const auto& f : files) {
-    std::vector<uint16_t> t = read_shard(f, vocab_size);
-    all.insert(all.end(), t.begin(), t.end());
+    shards_.push_back(std::make_unique<MappedShard>(f, vocab_size));
+    begin_.push_back(total_);
+    total_ += shards_.back()->size();
   }
-  return all;
 }
 
-PrepareReport prepare_text(const std::vector<fs::path>& inputs, const fs::path& out_dir,
-                           double val_fraction, int64_t shard_tokens) {
-  if (inputs.empty()) throw UsageError("data prepare needs at least one --text file");
+void TokenSplit::read(int64_t first, int64_t n, int32_t* out) const {
+  if (first < 0 || first + n > total_)
+    throw RuntimeError("tokens [" + std::to_string(first) + ", " + std::to_string(first + n) + ") are past the split's " +
+                       std::to_string(total_));
+  size_t s = std::upper_bound(begin_.begin(), begin_.end(), first) - begin_.begin() - 1;
+  while (n > 0) {
+    const int64_t at = first - begin_[s], take = std::min(n, shards_[s]->size() - at);
+    shards_[s]->read(at, take, out);
+    out += take, first += take, n -= take, ++s;
+  }
+}
+
+std::vector<int32_t> TokenSplit::all() const {
+  std::vector<int32_t> t(total_);
+  read(0, total_, t.data());
+  return t;
+}
+
+PrepareReport write_splits(const std::vector<std::vector<uint32_t>>& documents, const fs::path& out_dir,
+                           double val_fraction, int64_t vocab_size, int64_t shard_tokens) {
   if (val_fraction < 0 || val_fraction >= 1)
     throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(val_fraction));
-  std::vector<uint16_t> train, val;
-  for (const auto& f : inputs) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) throw RuntimeError("cannot read text file '" + f.string() + "'");
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    size_t split = bytes.size() - static_cast<size_t>(bytes.size() * val_fraction);
-    for (size_t i = 0; i < bytes.size(); ++i)
-      (i < split ? train : val).push_back(static_cast<unsigned char>(bytes[i]));
+  std::vector<uint32_t> train, val;
+  for (const auto& doc : documents) {
+    size_t split = doc.size() - static_cast<size_t>(doc.size() * val_fraction);
+    train.insert(train.end(), doc.begin(), doc.begin() + split);
+    val.insert(val.end(), doc.begin() + split, doc.end());
   }
+  if (train.empty()) throw UsageError("the input has no tokens: nothing to write");
   fs::create_directories(out_dir);
   PrepareReport r;
   r.train_tokens = static_cast<int64_t>(train.size());
   r.val_tokens = static_cast<int64_t>(val.size());
-  auto write_split = [&](const std::string& name, const std::vector<uint16_t>& tokens) {
-    for (size_t begin = 0, k = 0; begin < tokens.size() || k == 0; begin += shard_tokens, ++k) {
+  auto write_split = [&](const std::string& name, const std::vector<uint32_t>& tokens) {
+    for (size_t begin = 0, k = 0; begin < tokens.size(); begin += shard_tokens, ++k) {
       size_t end = std::min(tokens.size(), begin + static_cast<size_t>(shard_tokens));
       char file[64];
       std::snprintf(file, sizeof file, "%s_%06zu.bin", name.c_str(), k);
-      write_shard(out_dir / file, std::vector<uint16_t>(tokens.begin() + begin, tokens.begin() + end));
+      write_shard(out_dir / file, std::vector<uint32_t>(tokens.begin() + begin, tokens.begin() + end), vocab_size);
       r.written.push_back(out_dir / file);
-      if (end == tokens.size()) break;
     }
   };
   write_split("train", train);
   if (!val.empty()) write_split("val", val);
   return r;
+}
+
+PrepareReport prepare_text(const std::vector<fs::path>& inputs, const fs::path& out_dir, double val_fraction,
+                           int64_t shard_tokens) {
+  if (inputs.empty()) throw UsageError("data prepare needs at least one --text file");
+  std::vector<std::vector<uint32_t>> docs;
+  for (const auto& f : inputs) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) throw RuntimeError("cannot read text file '" + f.string() + "': " + std::strerror(errno));
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    docs.emplace_back(bytes.begin(), bytes.end());
+    for (auto& t : docs.back()) t &= 0xff;
+  }
+  return write_splits(docs, out_dir, val_fraction, 256, shard_tokens);
 }
 
 }  // namespace loom::data

@@ -1,35 +1,78 @@
-// Token shards in llm.c's format: a header of 256 int32 (magic 20240520, version 1, token
-// count, the rest zero) followed by the tokens as uint16. File size = 1024 + 2 * count.
+// Token shards in llm.c's format: a header of 256 int32 (magic, version, token count, the rest
+// zero) followed by the tokens, uint16 (magic 20240520, version 1: GPT-2's) or uint32 (magic
+// 20240801, version 7: llm.c's Llama 3 shards). Shards are memory-mapped and read window by
+// window, so a rank's memory does not grow with the dataset.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace loom::data {
 
-constexpr int32_t kShardMagic = 20240520;
-constexpr int32_t kShardVersion = 1;
+constexpr int32_t kShardMagic = 20240520, kShardVersion = 1;      // uint16 tokens
+constexpr int32_t kShardMagic32 = 20240801, kShardVersion32 = 7;  // uint32 tokens
 constexpr size_t kHeaderInts = 256;
 
-void write_shard(const std::filesystem::path& path, const std::vector<uint16_t>& tokens);
+// uint16 when every id of the vocabulary fits (vocab_size <= 65536), uint32 otherwise.
+void write_shard(const std::filesystem::path& path, const std::vector<uint32_t>& tokens, int64_t vocab_size);
 
-// Reads and validates one shard: magic, version, size, and every token < vocab_size.
-// Throws RuntimeError naming the file and what is wrong.
-std::vector<uint16_t> read_shard(const std::filesystem::path& path, int64_t vocab_size);
+// One shard, mapped read-only. The header and the file size are checked when it opens; each
+// token is checked against the vocabulary when it is read.
+class MappedShard {
+ public:
+  MappedShard(const std::filesystem::path& path, int64_t vocab_size);
+  ~MappedShard();
+  MappedShard(const MappedShard&) = delete;
+  MappedShard& operator=(const MappedShard&) = delete;
+  int64_t size() const { return count_; }
+  int width() const { return width_; }  // bytes per token
+  const std::filesystem::path& path() const { return path_; }
+  // tokens [first, first + n) as int32; throws naming the file and position of an id outside
+  // the vocabulary. The pages read are released from this process afterwards.
+  void read(int64_t first, int64_t n, int32_t* out) const;
 
-// Every "<split>_*.bin" shard in `dir`, in name order, concatenated.
-std::vector<uint16_t> read_split(const std::filesystem::path& dir, const std::string& split,
-                                 int64_t vocab_size);
+ private:
+  std::filesystem::path path_;
+  int64_t vocab_, count_ = 0;
+  int width_ = 2;
+  void* map_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// The shards of one split of a data directory, in name order, as one stream of tokens.
+class TokenSplit {
+ public:
+  TokenSplit() = default;
+  // Files ending in .bin whose name has `split` ("train", "val") as a part between '_', '-' or
+  // '.': "train_000000.bin" and llm.c's "fineweb_train_000001.bin" alike.
+  TokenSplit(const std::filesystem::path& dir, const std::string& split, int64_t vocab_size);
+  int64_t size() const { return total_; }
+  bool empty() const { return total_ == 0; }
+  const std::vector<std::unique_ptr<MappedShard>>& shards() const { return shards_; }
+  // tokens [first, first + n) of the stream, across shard boundaries.
+  void read(int64_t first, int64_t n, int32_t* out) const;
+  std::vector<int32_t> all() const;  // the whole split (tests and small tools)
+
+ private:
+  std::vector<std::unique_ptr<MappedShard>> shards_;
+  std::vector<int64_t> begin_;  // stream offset of each shard
+  int64_t total_ = 0;
+};
 
 struct PrepareReport {
   int64_t train_tokens = 0, val_tokens = 0;
   std::vector<std::filesystem::path> written;
 };
 
-// Byte-level tokenisation of text files: each file's last `val_fraction` goes to the validation
-// split, the rest to training; shards hold at most `shard_tokens` tokens.
+// Splits each document's token ids: the last `val_fraction` to the validation split, the rest
+// to training; writes shards of at most `shard_tokens` tokens as train_NNNNNN.bin, val_NNNNNN.bin.
+PrepareReport write_splits(const std::vector<std::vector<uint32_t>>& documents, const std::filesystem::path& out_dir,
+                           double val_fraction, int64_t vocab_size, int64_t shard_tokens = 100'000'000);
+
+// Byte-level tokenisation of text files (vocabulary 256), then write_splits.
 PrepareReport prepare_text(const std::vector<std::filesystem::path>& inputs,
                            const std::filesystem::path& out_dir, double val_fraction,
                            int64_t shard_tokens = 100'000'000);

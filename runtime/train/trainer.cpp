@@ -236,10 +236,9 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   const std::string precision_name = precision ? precision->name() : "fp32";
 
   fs::path data_dir = cfg.str("data.dir");
-  data::Batches data(
-      data::read_split(data_dir, "train", mc.vocab_size),
-      s.eval_every > 0 ? data::read_split(data_dir, "val", mc.vocab_size) : std::vector<uint16_t>{},
-      mc.seq_len, s.seed);
+  data::Batches data(data::TokenSplit(data_dir, "train", mc.vocab_size),
+                     s.eval_every > 0 ? data::TokenSplit(data_dir, "val", mc.vocab_size) : data::TokenSplit{},
+                     mc.seq_len, s.seed, data::sampling_from(cfg.str("data.sampling")), s.global_batch);
   if (s.eval_every > 0 && data.val_windows() == 0)
     throw RuntimeError("the validation split in '" + data_dir.string() +
                        "' is shorter than one sequence");

@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <numeric>
 
 #include "core/errors.hpp"
 #include "data/batches.hpp"
@@ -13,19 +15,35 @@ using loom::test::TempDir;
 namespace {
 std::string error_reading(const std::filesystem::path& p, int64_t vocab = 256) {
   try {
-    data::read_shard(p, vocab);
+    data::MappedShard shard(p, vocab);
+    std::vector<int32_t> all(shard.size());
+    shard.read(0, shard.size(), all.data());
   } catch (const RuntimeError& e) {
     return e.what();
   }
   return "<no error>";
 }
+std::vector<int32_t> read_all(const std::filesystem::path& p, int64_t vocab) {
+  data::MappedShard shard(p, vocab);
+  std::vector<int32_t> all(shard.size());
+  shard.read(0, shard.size(), all.data());
+  return all;
+}
+// A split of `n` tokens (i % 251) in one shard, as TokenSplit reads it.
+data::TokenSplit split_of(const std::filesystem::path& dir, const std::string& name, int64_t n) {
+  std::vector<uint32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = i % 251;
+  std::filesystem::create_directories(dir);
+  data::write_shard(dir / (name + "_000000.bin"), t, 256);
+  return data::TokenSplit(dir, name, 256);
+}
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 }  // namespace
 
-TEST_CASE("a shard round-trips in llm.c's layout") {
+TEST_CASE("a shard round-trips in llm.c's layout, uint16 or uint32 as the vocabulary needs") {
   TempDir t;
-  std::vector<uint16_t> tokens = {1, 2, 3, 255, 0};
-  data::write_shard(t.path / "a.bin", tokens);
+  std::vector<uint32_t> tokens = {1, 2, 3, 255, 0};
+  data::write_shard(t.path / "a.bin", tokens, 256);
   CHECK(std::filesystem::file_size(t.path / "a.bin") == 1024 + 2 * tokens.size());
   std::ifstream in(t.path / "a.bin", std::ios::binary);
   int32_t header[3];
@@ -33,21 +51,46 @@ TEST_CASE("a shard round-trips in llm.c's layout") {
   CHECK(header[0] == 20240520);
   CHECK(header[1] == 1);
   CHECK(header[2] == 5);
-  CHECK(data::read_shard(t.path / "a.bin", 256) == tokens);
+  CHECK(read_all(t.path / "a.bin", 256) == std::vector<int32_t>{1, 2, 3, 255, 0});
+  // Llama 3's 128256 ids need 4 bytes: llm.c's magic 20240801, version 7.
+  data::write_shard(t.path / "wide.bin", {128000, 5, 128255}, 128256);
+  CHECK(std::filesystem::file_size(t.path / "wide.bin") == 1024 + 4 * 3);
+  std::ifstream wide(t.path / "wide.bin", std::ios::binary);
+  wide.read(reinterpret_cast<char*>(header), sizeof header);
+  CHECK(header[0] == 20240801);
+  CHECK(header[1] == 7);
+  CHECK(read_all(t.path / "wide.bin", 128256) == std::vector<int32_t>{128000, 5, 128255});
+}
+
+TEST_CASE("llm.c's shard names are found, several shards read as one stream") {
+  TempDir t;
+  const auto dir = t.path / "fineweb";
+  std::filesystem::create_directories(dir);
+  data::write_shard(dir / "fineweb_train_000001.bin", {1, 2, 3}, 256);
+  data::write_shard(dir / "fineweb_train_000002.bin", {4, 5}, 256);
+  data::write_shard(dir / "fineweb_val_000000.bin", {9}, 256);
+  t.write("fineweb/notes_training.txt", "not a shard");
+  data::TokenSplit train(dir, "train", 256), val(dir, "val", 256);
+  CHECK(train.size() == 5);
+  CHECK(train.all() == std::vector<int32_t>{1, 2, 3, 4, 5});
+  std::vector<int32_t> across(3);
+  train.read(1, 3, across.data());  // across the shard boundary
+  CHECK(across == std::vector<int32_t>{2, 3, 4});
+  CHECK(val.all() == std::vector<int32_t>{9});
 }
 
 TEST_CASE("bad shards are rejected with what is wrong") {
   TempDir t;
-  data::write_shard(t.path / "ok.bin", {1, 2, 300});
+  data::write_shard(t.path / "ok.bin", {1, 2, 300}, 512);
   CHECK(has(error_reading(t.path / "ok.bin", 256), "token 300 at position 2 is outside the vocabulary (256)"));
   std::string text = t.write("magic.bin", std::string(1030, 'x'));
   CHECK(has(error_reading(text), "bad magic"));
-  data::write_shard(t.path / "short.bin", {1, 2, 3, 4});
+  data::write_shard(t.path / "short.bin", {1, 2, 3, 4}, 256);
   std::filesystem::resize_file(t.path / "short.bin", 1024 + 6);
   CHECK(has(error_reading(t.path / "short.bin"), "header says 4 tokens (1032 bytes) but the file has 1030 bytes"));
   CHECK(has(error_reading(t.write("tiny.bin", "abc")), "shorter than the 1024-byte header"));
   try {
-    data::read_split(t.path / "nowhere", "train", 256);
+    data::TokenSplit(t.path / "nowhere", "train", 256);
     FAIL("expected an error");
   } catch (const RuntimeError& e) {
     CHECK(has(e.what(), "cannot read data directory"));
@@ -60,16 +103,25 @@ TEST_CASE("prepare splits each file's tail into validation") {
   data::PrepareReport r = data::prepare_text({a, b}, t.path / "out", 0.1);
   CHECK(r.train_tokens == 90 + 45);
   CHECK(r.val_tokens == 10 + 5);
-  std::vector<uint16_t> val = data::read_split(t.path / "out", "val", 256);
+  std::vector<int32_t> val = data::TokenSplit(t.path / "out", "val", 256).all();
   CHECK(val.size() == 15);
   CHECK(val.front() == 'a');
   CHECK(val.back() == 'b');
 }
 
+TEST_CASE("prepare refuses input without a single token") {
+  TempDir t;
+  std::string empty = t.write("empty.txt", "");
+  CHECK_THROWS_WITH_AS(data::prepare_text({empty}, t.path / "out", 0.1), "the input has no tokens: nothing to write",
+                       UsageError);
+  CHECK(!std::filesystem::exists(t.path / "out" / "train_000000.bin"));
+}
+
 TEST_CASE("a batch is a pure function of (seed, step, global sample index)") {
-  std::vector<uint16_t> train(5000), val(600);
-  for (size_t i = 0; i < train.size(); ++i) train[i] = i % 251;
-  data::Batches b(train, val, 16, 7), same(train, val, 16, 7), other(train, val, 16, 8);
+  TempDir t;
+  auto split = [&](int64_t n) { return split_of(t.path / "d", "train", n); };
+  data::Batches b(split(5000), split_of(t.path / "v", "val", 600), 16, 7), same(split(5000), {}, 16, 7),
+      other(split(5000), {}, 16, 8);
   CHECK(b.train_offset(3, 5) == same.train_offset(3, 5));
   CHECK(b.train_offset(3, 5) != other.train_offset(3, 5));
   CHECK(b.train_offset(3, 5) != b.train_offset(4, 5));
@@ -82,4 +134,28 @@ TEST_CASE("a batch is a pure function of (seed, step, global sample index)") {
   CHECK(tgt == tgt2);
   for (int t = 0; t + 1 < 16; ++t) CHECK(tgt[t] == tok[t + 1]);  // targets are the next tokens
   CHECK(b.val_windows() == (600 - 1) / 16);
+}
+
+TEST_CASE("epoch sampling visits every window once per epoch, in an order that changes with the epoch") {
+  TempDir t;
+  // 16 windows of 16 + 1 tokens; a global batch of 4: an epoch is 4 steps.
+  data::Batches b(split_of(t.path / "d", "train", 16 * 16 + 1), {}, 16, 3, data::Sampling::Epoch, 4);
+  REQUIRE(b.train_windows() == 16);
+  std::vector<int64_t> first, second;
+  for (int64_t step = 1; step <= 8; ++step)
+    for (int64_t s = 0; s < 4; ++s) (step <= 4 ? first : second).push_back(b.train_offset(step, s));
+  auto sorted = [](std::vector<int64_t> v) { std::sort(v.begin(), v.end()); return v; };
+  std::vector<int64_t> all;
+  for (int64_t w = 0; w < 16; ++w) all.push_back(w * 16);
+  CHECK(sorted(first) == all);
+  CHECK(sorted(second) == all);
+  CHECK(first != second);
+  CHECK(b.epoch_of(4) == 0);
+  CHECK(b.epoch_of(5) == 1);
+  // A permutation of a range that is not a power of four stays inside it and misses nothing.
+  std::vector<int64_t> p;
+  for (int64_t i = 0; i < 1000; ++i) p.push_back(data::permute(i, 1000, 9, 2));
+  std::vector<int64_t> want(1000);
+  std::iota(want.begin(), want.end(), 0);
+  CHECK(sorted(p) == want);
 }
