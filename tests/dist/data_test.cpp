@@ -1,0 +1,55 @@
+// Training data at scale: shards are mapped, so a rank's memory does not grow with the split;
+// llm.c's shard names ("corpus_train_000000.bin") load as they are; epoch sampling gives the same model under every layout.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "support/layouts.hpp"
+
+using namespace loom::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// An llm.c shard of `tokens` zeros (a sparse file: nothing is written but the header).
+void zero_shard(const fs::path& path, int64_t tokens) {
+  int32_t header[256] = {20240520, 1, static_cast<int32_t>(tokens)};
+  int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::write(fd, header, sizeof header) == static_cast<ssize_t>(sizeof header));
+  REQUIRE(::ftruncate(fd, 1024 + 2 * tokens) == 0);
+  ::close(fd);
+}
+
+}  // namespace
+
+TEST_CASE("a 200M-token training split costs a rank no more memory than a 1M-token one") {
+  TempDir t;
+  for (auto [name, n] : {std::pair{"small", int64_t{1'000'000}}, std::pair{"large", int64_t{200'000'000}}}) {
+    fs::create_directories(t.path / name);
+    zero_shard(t.path / name / "corpus_train_000000.bin", n);
+  }
+  const std::string cfg = t.write("c.toml", "[run]\nthreads = 1\n[model]\npreset = \"llama-tiny\"\nseq_len = 64\n"
+                                            "[train]\nsteps = 3\nglobal_batch = 4\neval_every = 0\n");
+  double peak[2];
+  int i = 0;
+  for (const char* name : {"small", "large"}) {
+    const std::string dir = (t.path / (std::string("run-") + name)).string();
+    auto r = run_loom("train " + cfg + " --run-dir " + dir + " --set data.dir=" + (t.path / name).string());
+    INFO(r.out);
+    REQUIRE(r.rc == 0);
+    peak[i++] = column(fs::path(dir) / "metrics.jsonl", "peak_mem_bytes").back();
+  }
+  INFO("peak RSS (VmHWM) " << peak[0] / (1 << 20) << " MiB with 1M tokens, " << peak[1] / (1 << 20) << " MiB with 200M");
+  CHECK(peak[1] - peak[0] < 8.0 * (1 << 20));
+}
+
+TEST_CASE("epoch sampling trains the same model on one rank, dp = 2 and dp2 x tp2") {
+  LayoutRuns runs("preset = \"llama-tiny\"\nseq_len = 16", "steps = 10\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2");
+  Curves one = runs.run("--set parallel.nproc=1 --set data.sampling=epoch");
+  for (const char* layout : {"--set parallel.nproc=2", "--set parallel.nproc=4 --set parallel.tp=2"})
+    check_same(one, runs.run(std::string(layout) + " --set data.sampling=epoch"), 1e-5, layout);
+  Curves random = runs.run("--set parallel.nproc=1 --set data.sampling=random");
+  CHECK(random.loss[3] != one.loss[3]);  // the two orders differ
+}
