@@ -1,10 +1,12 @@
-// loom ckpt verify DIR | inspect DIR | export DIR --format safetensors --out FILE
+// loom ckpt verify DIR | inspect DIR | export DIR --format safetensors|hf --out PATH
+// loom ckpt import SRC --out DIR   (a Hugging Face folder or an llm.c model file)
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/convert.hpp"
 #include "ckpt/format.hpp"
 #include "cli/parse.hpp"
 
@@ -59,16 +61,32 @@ void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const fs::
 
 int ckpt_cmd(const Args& args) {
   po::options_description opts("loom ckpt");
-  opts.add_options()("action", po::value<std::string>()->required(), "verify | inspect | export")(
-      "dir", po::value<std::string>()->required(), "a step directory (or a checkpoint root: its latest)")(
-      "format", po::value<std::string>()->default_value("safetensors"), "export format")(
-      "out", po::value<std::string>(), "export: the file to write");
+  opts.add_options()("action", po::value<std::string>()->required(), "verify | inspect | export | import")(
+      "dir", po::value<std::string>()->required(),
+      "a step directory (or a checkpoint root: its latest); import: a Hugging Face folder or an llm.c model file")(
+      "format", po::value<std::string>()->default_value("safetensors"), "export format: safetensors (Loom's names) or hf")(
+      "out", po::value<std::string>(), "export: the file (safetensors) or folder (hf) to write; import: the checkpoint root")(
+      "tokenizer", po::value<std::string>(), "export --format hf: the tokenizer.json to put beside the weights");
   po::positional_options_description pos;
   pos.add("action", 1).add("dir", 1);
   po::variables_map vm;
-  const std::string synopsis = "loom ckpt verify DIR | inspect DIR | export DIR --format safetensors --out FILE";
+  const std::string synopsis =
+      "loom ckpt verify DIR | inspect DIR | export DIR --format safetensors|hf --out PATH [--tokenizer FILE] | "
+      "import SRC --out DIR";
   if (!parse(args, synopsis, opts, pos, vm)) return kExitOk;
   const std::string action = vm["action"].as<std::string>();
+  if (action == "import") {
+    if (!vm.count("out")) throw UsageError("import needs --out DIR\nusage: " + synopsis);
+    const ckpt::ExternalModel model = ckpt::read_external(vm["dir"].as<std::string>());  // all of it, before writing
+    const fs::path root = vm["out"].as<std::string>();
+    ckpt::write_as_checkpoint(model, root);
+    int64_t n = 0;
+    for (const auto& [name, t] : model.tensors) n += static_cast<int64_t>(t.size());
+    std::printf("imported %s: %zu tensors, %lld parameters, into %s (step 0)\n[model] keys, also in %s:\n%s",
+                model.source.c_str(), model.tensors.size(), (long long)n, (root / ckpt::step_name(0)).c_str(),
+                (root / "model.toml").c_str(), model.model_toml.c_str());
+    return kExitOk;
+  }
   const fs::path dir = step_dir(vm["dir"].as<std::string>());
   if (action != "verify" && action != "inspect" && action != "export")
     throw UsageError("unknown action '" + action + "'\nusage: " + synopsis);
@@ -99,11 +117,18 @@ int ckpt_cmd(const Args& args) {
                 (long long)m.precision_state.bytes, m.precision_state.crc32c, m.config.c_str());
     return kExitOk;
   }
-  if (vm["format"].as<std::string>() != "safetensors")
-    throw UsageError("--format " + vm["format"].as<std::string>() + ": only safetensors is supported");
-  if (!vm.count("out")) throw UsageError("export needs --out FILE\nusage: " + synopsis);
+  const std::string format = vm["format"].as<std::string>();
+  if (format != "safetensors" && format != "hf")
+    throw UsageError("--format " + format + ": expected safetensors or hf");
+  if (!vm.count("out")) throw UsageError("export needs --out PATH\nusage: " + synopsis);
   ckpt::verify(dir, m);
-  export_safetensors(dir, m, vm["out"].as<std::string>());
+  if (format == "safetensors") {
+    export_safetensors(dir, m, vm["out"].as<std::string>());
+    return kExitOk;
+  }
+  ckpt::write_hf_folder(dir, m, vm["out"].as<std::string>(), vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
+  std::printf("wrote %s: config.json, model.safetensors%s (step %lld), for transformers' from_pretrained\n",
+              vm["out"].as<std::string>().c_str(), vm.count("tokenizer") ? ", tokenizer.json" : "", (long long)m.step);
   return kExitOk;
 }
 

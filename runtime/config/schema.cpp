@@ -108,6 +108,8 @@ std::vector<SectionSpec> build_schema() {
        "activation recomputation: none | selective (norms and MLP activation, no GEMM) | full (the whole block)",
        -kInf, kInf, {"none", "selective", "full"}},
       {"recompute_layers", ValueType::Int, "0", "recompute the first N blocks of each pipeline chunk; 0 = all", 0, 1024},
+      {"init_from", ValueType::String, "\"\"", "start from these weights: a Loom checkpoint (any layout), a Hugging Face "
+       "folder or an llm.c model file; the optimizer starts fresh"},
   }};
   SectionSpec moe{"model.moe", "mixture of experts: every `every`-th block's MLP routed to `experts` MLPs", {
       {"experts", ValueType::Int, "0", "experts per MoE layer; 0 = a dense model", 0, 4096},

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "ckpt/checkpointer.hpp"
+#include "ckpt/init_from.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
 #include "core/nearest.hpp"
@@ -264,6 +265,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   gpt::Gpt model(mc, api, params, max_rows, profile, pipe ? pipe->layers() : std::vector<int>{});
   if (pipe) pipe->bind(model, max_rows);
   params.allocate(s.seed);
+  if (const std::string src = cfg.str("model.init_from"); !src.empty() && cfg.str("checkpoint.resume").empty())
+    ckpt::init_from(src, params, lead);  // before the data plugin copies (and shards) the values
   std::unique_ptr<DataParallel> dp;
   if (mesh.dp * mesh.ep * mesh.cp > 1)
     dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model, static_cast<int>(s.accum),

@@ -1,0 +1,39 @@
+// Weights from and to other tools: Hugging Face model folders (GPT-2 and Llama families,
+// safetensors, single or sharded) and llm.c model files, in Loom's parameter names and layouts.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ckpt/format.hpp"
+
+namespace loom::ckpt {
+
+// A model's weights as global fp32 tensors under Loom's names ("h0.attn.qkv.w"), and the
+// [model] keys that describe it (TOML lines).
+struct ExternalModel {
+  std::string source;      // "Hugging Face GPT-2", "llm.c (version 3, fp32)", ...
+  std::string model_toml;  // "n_layer = 12\n..."
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::map<std::string, std::vector<float>> tensors;
+};
+
+// A Hugging Face folder (config.json + model.safetensors or model.safetensors.index.json) or an
+// llm.c model file (magic 20240326, versions 3 fp32 and 5 bf16). Errors name the file and the
+// tensor or key at fault.
+ExternalModel read_external(const std::filesystem::path& src);
+
+// Writes `m` as a Loom checkpoint: ROOT/step-00000000 (parameters, zero AdamW moments, one-rank
+// layout) and ROOT/latest, and ROOT/model.toml with its [model] keys.
+void write_as_checkpoint(const ExternalModel& m, const std::filesystem::path& root);
+
+// A Loom checkpoint as a Hugging Face folder transformers loads with from_pretrained:
+// config.json (GPT2LMHeadModel or LlamaForCausalLM) and model.safetensors; `tokenizer` is copied
+// beside them when given.
+void write_hf_folder(const std::filesystem::path& step_dir, const Manifest& m, const std::filesystem::path& out,
+                     const std::filesystem::path& tokenizer = {});
+
+}  // namespace loom::ckpt

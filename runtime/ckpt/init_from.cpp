@@ -1,0 +1,69 @@
+#include "ckpt/init_from.hpp"
+
+#include <cstdio>
+
+#include "ckpt/convert.hpp"
+#include "ckpt/format.hpp"
+#include "core/errors.hpp"
+
+namespace fs = std::filesystem;
+
+namespace loom::ckpt {
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string o;
+  for (int64_t d : s) o += (o.empty() ? "" : "x") + std::to_string(d);
+  return o;
+}
+
+// The embedding and head are padded to a multiple of 64 x tp rows: rows past the real
+// vocabulary are zero wherever they come from, so a different padding is not a different model.
+bool same_but_padding(const Param& p, const std::vector<int64_t>& have) {
+  return (p.name == "wte" || p.name == "lm_head.w") && have.size() == 2 && p.global_shape.size() == 2 &&
+         have[1] == p.global_shape[1];
+}
+
+}  // namespace
+
+void init_from(const fs::path& src, ParamStore& params, bool verbose) {
+  std::map<std::string, std::vector<float>> tensors;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::string model_toml, what;
+  const bool loom = fs::exists(src / "manifest.json") || fs::exists(src / "latest");
+  if (loom) {
+    const fs::path dir = fs::exists(src / "manifest.json") ? src : resolve(src, "latest");
+    const Manifest m = read_manifest(dir);
+    verify(dir, m);
+    std::map<std::string, std::vector<char>> files;
+    for (const Param& p : params.all())
+      if (m.shapes.count(p.name)) tensors[p.name] = assemble(dir, m, p.name, files), shapes[p.name] = m.shapes.at(p.name);
+    what = "Loom checkpoint " + dir.string() + " (step " + std::to_string(m.step) + ")";
+    model_toml = m.config;
+  } else {
+    ExternalModel e = read_external(src);
+    tensors = std::move(e.tensors), shapes = std::move(e.shapes), model_toml = e.model_toml;
+    what = e.source + " weights from " + src.string();
+  }
+  const std::string hint = "\nthe source's model is:\n" + model_toml.substr(0, 2000);
+  for (Param& p : params.all()) {
+    auto t = tensors.find(p.name);
+    if (t == tensors.end())
+      throw ConfigError("[model] init_from = \"" + src.string() + "\": it has no tensor " + p.name + " for this model" + hint);
+    const std::vector<int64_t>& have = shapes.at(p.name);
+    const bool padded = have != p.global_shape && same_but_padding(p, have);
+    if (have != p.global_shape && !padded)
+      throw ConfigError("[model] init_from = \"" + src.string() + "\": tensor " + p.name + " is " + shape_text(have) +
+                        " there and " + shape_text(p.global_shape) + " in this model" + hint);
+    float* dst = p.value.f32();
+    const int64_t cols = p.global_shape.size() == 2 ? p.global_shape[1] : 1, rows_have = have[0];
+    for (int64_t i = 0; i < p.value.numel(); ++i) {
+      const int64_t g = global_index(i, p.local_shape, p.global_shape, p.slice);
+      dst[i] = !padded || g / cols < rows_have ? t->second[g] : 0.f;
+    }
+  }
+  if (verbose) std::printf("init_from: %s, %zu tensors\n", what.c_str(), params.all().size());
+}
+
+}  // namespace loom::ckpt
