@@ -116,6 +116,25 @@ double Gpt::forward(const Microbatch& mb) {
   return head_->loss_sum();
 }
 
+void Gpt::use_kv_cache(int64_t capacity) {
+  std::vector<Block*> blocks;
+  for (auto& l : layers_)
+    if (auto* b = dynamic_cast<Block*>(l.get())) blocks.push_back(b);
+  kv_.assign(capacity > 0 ? blocks.size() : 0, KvCache{});
+  const int64_t W = c_.kv_heads() * c_.head_dim() / api_.tp_size();
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (capacity > 0) kv_[i].k = Tensor::zeros({capacity, W}), kv_[i].v = Tensor::zeros({capacity, W});
+    blocks[i]->set_kv_cache(capacity > 0 ? &kv_[i] : nullptr);
+  }
+}
+
+void Gpt::decode(const int32_t* tokens, int64_t n) {
+  if (kv_.empty()) throw RuntimeError("decode needs use_kv_cache first");
+  api_.set_position_offset(decoded());
+  forward({tokens, nullptr, 1, n, 0.f});
+  api_.set_position_offset(0);
+}
+
 void Gpt::backward(const Microbatch& mb, const std::function<void(size_t)>& after_layer) {
   Tensor dx = dx_.rows(0, api_.local_rows(mb.rows()));
   backward_range(mb, dx, 0, layers_.size(), after_layer);

@@ -54,6 +54,12 @@ class Gpt {
   // The head's logits of the last forward without targets: [rows, V_padded].
   const Tensor& logits() const { return head_->logits(); }
 
+  // Generation of one sequence with a key/value cache of `capacity` positions (0: back to
+  // training). decode() runs the next `n` tokens of the sequence; logits() then holds their rows.
+  void use_kv_cache(int64_t capacity);
+  void decode(const int32_t* tokens, int64_t n);
+  int64_t decoded() const { return kv_.empty() ? 0 : kv_.front().length; }
+
  private:
   GptConfig c_;
   LayerApi& api_;
@@ -65,6 +71,7 @@ class Gpt {
   Head* head_ = nullptr;
   LayerHooks* hooks_ = nullptr;
   Tensor x_, dx_;
+  std::vector<KvCache> kv_;  // one per block, generating
 };
 
 }  // namespace loom::gpt

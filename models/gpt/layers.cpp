@@ -1,5 +1,7 @@
 #include "gpt/layers.hpp"
 
+#include "core/errors.hpp"
+
 #include "gpt/moe.hpp"
 #include "parallel/expert_dispatch.hpp"
 
@@ -237,6 +239,24 @@ void Norm::backward(const loom_ops* o, const NormActs& a, Tensor& dinp, const Te
                    rows, C);
 }
 
+// The new rows' keys and values join the cache; their queries attend to every cached position up
+// to their own (the block kernel's causal mask by position).
+void Block::attend_cached(const Microbatch& mb, const Qkv& L, Tensor& att) {
+  const int64_t W = kv_heads_ * c_.head_dim(), first = kv_->length, T = mb.T;
+  if (mb.B != 1 || first + T > kv_->k.dim(0))
+    throw RuntimeError("generation: the key/value cache holds " + std::to_string(kv_->k.dim(0)) + " positions of one sequence");
+  for (int64_t t = 0; t < T; ++t) {
+    std::memcpy(kv_->k.f32() + (first + t) * W, L.k + t * L.ldkv, W * sizeof(float));
+    std::memcpy(kv_->v.f32() + (first + t) * W, L.v + t * L.ldkv, W * sizeof(float));
+  }
+  kv_->length = first + T;
+  std::vector<int64_t> qpos(T);
+  for (int64_t t = 0; t < T; ++t) qpos[t] = first + t;
+  Tensor lse = Tensor::empty({heads_ * T});
+  api_.ops()->attention_block_fwd(att.f32(), lse.f32(), L.q, kv_->k.f32(), kv_->v.f32(), L.ldq, W, 1, T, kv_->length,
+                                  heads_, kv_heads_, c_.head_dim(), qpos.data(), nullptr);
+}
+
 // x_mid = x + proj(attn(qkv(ln1(x))));  x_out = x_mid + mlp_proj(act(fc(ln2(x_mid))))
 void Block::forward(const Microbatch& mb, Tensor& x) {
   const loom_ops* o = api_.ops();
@@ -253,8 +273,11 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   project_qkv(mb, h1, a.qkv);
   marks("fwd qkv");
   const Qkv L = qkv_layout(a.qkv, N);
-  api_.attention({att.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_,
-                  c_.head_dim(), nullptr, nullptr, nullptr, nullptr});
+  if (kv_)
+    attend_cached(mb, L, att);
+  else
+    api_.attention({att.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_,
+                    c_.head_dim(), nullptr, nullptr, nullptr, nullptr});
   marks("fwd attention");
   api_.linear(y, att, *proj_w_);
   marks("fwd proj");

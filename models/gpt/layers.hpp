@@ -116,6 +116,13 @@ class Embedding : public Layer {
   Param *wte_, *wpe_ = nullptr;  // no position table under RoPE or positions = "none"
 };
 
+// Generation: one block's keys and values of the positions decoded so far (one sequence), so a
+// new token attends to them without recomputing the prefix.
+struct KvCache {
+  Tensor k, v;         // [capacity, Hkv * D] each, rows = positions
+  int64_t length = 0;  // positions filled
+};
+
 class Block : public Layer {
  public:
   // `profile`: block 0 records its segment timings in api.profile().
@@ -130,6 +137,9 @@ class Block : public Layer {
   void use_slot(int k) override;
   // The block's MoE MLP, or null for a dense one.
   MoeMlp* moe() const { return moe_.get(); }
+  // Generation: forward appends this call's keys and values to `cache` and attends over all of
+  // it (the rows are positions cache.length, cache.length + 1, ...); null: training.
+  void set_kv_cache(KvCache* cache) { kv_ = cache; }
   ~Block() override;
 
  private:
@@ -156,6 +166,7 @@ class Block : public Layer {
   Param *fc_w_ = nullptr, *fc_b_ = nullptr, *out_w_ = nullptr, *out_b_ = nullptr;
   int64_t heads_ = 0, kv_heads_ = 0;  // held on this rank
   std::unique_ptr<MoeMlp> moe_;
+  KvCache* kv_ = nullptr;
   Slots<Acts> acts_;
   void declare_attention(const std::string& p, ParamStore& ps, float resid_std);
   void project_qkv(const Microbatch& mb, const Tensor& h, Tensor& buf);
@@ -165,6 +176,7 @@ class Block : public Layer {
   void recompute(const Microbatch& mb);
   void mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks);
   void attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks);
+  void attend_cached(const Microbatch& mb, const Qkv& L, Tensor& att);
   Tensor tmp_;
 };
 

@@ -115,9 +115,17 @@ ExternalModel read_hf_gpt2(const json& c, const HfTensors& t, const fs::path& cf
   return b.m;
 }
 
+// a's rows over b's. Arguments are read in an unspecified order, so callers read a first.
 std::vector<float> concat(std::vector<float> a, const std::vector<float>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
+}
+
+// Tensors `names` read in order (so the first missing or misshaped one is the one named), stacked.
+std::vector<float> stacked(const HfTensors& t, const std::vector<std::pair<std::string, std::vector<int64_t>>>& names) {
+  std::vector<float> out;
+  for (const auto& [name, shape] : names) out = concat(std::move(out), t.get(name, shape));
+  return out;
 }
 
 ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& cfg) {
@@ -154,26 +162,26 @@ ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& c
     b.put(o + "ln1.w", {C}, t.get(h + "input_layernorm.weight", {C}));
     if (Hkv == H) {  // multi-head: Loom's fused [q | k | v] weight
       b.put(o + "attn.qkv.w", {3 * C, C},
-            concat(concat(t.get(h + "self_attn.q_proj.weight", {C, C}), t.get(h + "self_attn.k_proj.weight", {C, C})),
-                   t.get(h + "self_attn.v_proj.weight", {C, C})));
+            stacked(t, {{h + "self_attn.q_proj.weight", {C, C}}, {h + "self_attn.k_proj.weight", {C, C}},
+                        {h + "self_attn.v_proj.weight", {C, C}}}));
       if (bias)
         b.put(o + "attn.qkv.b", {3 * C},
-              concat(concat(t.get(h + "self_attn.q_proj.bias", {C}), t.get(h + "self_attn.k_proj.bias", {C})),
-                     t.get(h + "self_attn.v_proj.bias", {C})));
+              stacked(t, {{h + "self_attn.q_proj.bias", {C}}, {h + "self_attn.k_proj.bias", {C}},
+                          {h + "self_attn.v_proj.bias", {C}}}));
     } else {
       b.put(o + "attn.q.w", {H * Q, C}, t.get(h + "self_attn.q_proj.weight", {H * Q, C}));
       b.put(o + "attn.kv.w", {2 * Hkv * Q, C},
-            concat(t.get(h + "self_attn.k_proj.weight", {Hkv * Q, C}), t.get(h + "self_attn.v_proj.weight", {Hkv * Q, C})));
+            stacked(t, {{h + "self_attn.k_proj.weight", {Hkv * Q, C}}, {h + "self_attn.v_proj.weight", {Hkv * Q, C}}}));
       if (bias) {
         b.put(o + "attn.q.b", {H * Q}, t.get(h + "self_attn.q_proj.bias", {H * Q}));
         b.put(o + "attn.kv.b", {2 * Hkv * Q},
-              concat(t.get(h + "self_attn.k_proj.bias", {Hkv * Q}), t.get(h + "self_attn.v_proj.bias", {Hkv * Q})));
+              stacked(t, {{h + "self_attn.k_proj.bias", {Hkv * Q}}, {h + "self_attn.v_proj.bias", {Hkv * Q}}}));
       }
     }
     b.put(o + "attn.proj.w", {C, H * Q}, t.get(h + "self_attn.o_proj.weight", {C, H * Q}));
     if (bias) b.put(o + "attn.proj.b", {C}, t.get(h + "self_attn.o_proj.bias", {C}));
     b.put(o + "ln2.w", {C}, t.get(h + "post_attention_layernorm.weight", {C}));
-    b.put(o + "mlp.fc.w", {2 * F, C}, concat(t.get(h + "mlp.gate_proj.weight", {F, C}), t.get(h + "mlp.up_proj.weight", {F, C})));
+    b.put(o + "mlp.fc.w", {2 * F, C}, stacked(t, {{h + "mlp.gate_proj.weight", {F, C}}, {h + "mlp.up_proj.weight", {F, C}}}));
     b.put(o + "mlp.proj.w", {C, F}, t.get(h + "mlp.down_proj.weight", {C, F}));
   }
   b.put("ln_f.w", {C}, t.get("model.norm.weight", {C}));

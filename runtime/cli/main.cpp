@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
       {"launch", &cli::launch},   {"bench", &cli::bench},
       {"compare", &cli::compare}, {"doctor", &cli::doctor},
       {"ckpt", &cli::ckpt_cmd},   {"schedule", &cli::schedule},
-      {"model", &cli::model},
+      {"model", &cli::model},     {"generate", &cli::generate},
   };
   std::string name = args[0];
   args.erase(args.begin());

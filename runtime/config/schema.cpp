@@ -136,6 +136,7 @@ std::vector<SectionSpec> build_schema() {
        "directory of llm.c token shards: *train*.bin and *val*.bin (loom data prepare)"},
       {"sampling", ValueType::String, "\"random\"", "random: windows anywhere, with replacement (llm.c); "
        "epoch: every window once per epoch, in a seeded order", -kInf, kInf, {"random", "epoch"}},
+      {"tokenizer", ValueType::String, "\"\"", "tokenizer.json for text samples; \"\" = the one beside the shards, if any"},
   }});
   s.push_back({"train", "optimisation", {
       {"steps", ValueType::Int, "100", "optimizer steps", 1, kInf},

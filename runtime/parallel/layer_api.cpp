@@ -34,7 +34,7 @@ void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& 
   ops_->gemm(1, 0, out, in, N, 1.f, dyr.f32(), out, xr.f32(), in, 1.f, W.grad.f32(), in);
 }
 
-int64_t LayerApi::position(int64_t t) const { return context_ ? context_->position(t) : t; }
+int64_t LayerApi::position(int64_t t) const { return context_ ? context_->position(t) : offset_ + t; }
 
 void LayerApi::attention(const loom_attention_args& a) const {
   if (context_) return context_->forward(a);
@@ -51,7 +51,7 @@ void LayerApi::attention_bwd(const loom_attention_args& a) const {
 void LayerApi::rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
                     const float* sin, bool inverse) const {
   auto op = inverse ? ops_->rope_bwd : ops_->rope_fwd;
-  if (!context_) return op(x, ld, B, T, heads, D, cos, sin, 0);
+  if (!context_) return op(x, ld, B, T, heads, D, cos, sin, offset_);
   for (int64_t b = 0; b < B; ++b)
     for (const PositionRun& r : context_->runs())
       op(x + (b * T + r.local) * ld, ld, 1, r.length, heads, D, cos, sin, r.global);
@@ -61,7 +61,7 @@ void LayerApi::rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, i
 void LayerApi::embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T,
                          const Param& wte, const Param* wpe) const {
   const int64_t C = wte.local_shape[1];
-  const bool here = wpe && !context_;
+  const bool here = wpe && !context_ && offset_ == 0;
   ops_->embedding_fwd(out.f32(), tokens, wte.value.f32(), here ? wpe->value.f32() : nullptr, B, T, C);
   if (!wpe || here) return;
   float* o = out.f32();
@@ -73,7 +73,7 @@ void LayerApi::embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t 
 void LayerApi::embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t B, int64_t T,
                              Param& wte, Param* wpe) const {
   const int64_t C = wte.local_shape[1];
-  const bool here = wpe && !context_;
+  const bool here = wpe && !context_ && offset_ == 0;
   ops_->embedding_bwd(wte.grad.f32(), here ? wpe->grad.f32() : nullptr, dout.f32(), tokens, B, T, C);
   if (!wpe || here) return;
   const float* d = dout.f32();

@@ -98,6 +98,8 @@ class LayerApi {
   ContextAttention* context() const { return context_; }
   // The global position of local row t of a sequence.
   int64_t position(int64_t t) const;
+  // Generation: the rows of the next forward are positions p, p + 1, ... of their sequence.
+  void set_position_offset(int64_t p) { offset_ = p; }
   // Causal grouped-query attention of this rank's queries over the whole sequence's keys (the
   // op table's attention_gqa_fwd/_bwd without cp).
   void attention(const loom_attention_args& a) const;
@@ -114,6 +116,7 @@ class LayerApi {
   bool tokens_on_ = true;
   ExpertDispatch* experts_ = nullptr;
   ContextAttention* context_ = nullptr;
+  int64_t offset_ = 0;
 };
 
 }  // namespace loom

@@ -3,52 +3,101 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <vector>
 
+#include "core/errors.hpp"
 #include "model/philox.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace loom::train {
 
-// Each new token: logits of the last position over the real vocabulary; keep the k largest,
-// p = softmax over them, draw u ~ U(0,1) from the counter RNG and take the first token whose
-// cumulative probability exceeds u.
-std::string generate(gpt::Gpt& model, const std::string& prompt, int64_t n_tokens, int64_t top_k,
-                     uint64_t seed, int64_t row_multiple) {
-  const auto& c = model.config();
-  std::vector<int32_t> ctx;
-  for (unsigned char ch : prompt) ctx.push_back(ch % c.vocab_size);
-  if (ctx.empty()) ctx.push_back('\n' % c.vocab_size);
-  CounterRng rng(seed, "sample");
-  std::string out;
-  std::vector<int32_t> order(c.vocab_size);
-  for (int64_t n = 0; n < n_tokens; ++n) {
-    int64_t T = std::min<int64_t>(static_cast<int64_t>(ctx.size()), c.seq_len);
-    int64_t padded = std::min(c.seq_len, (T + row_multiple - 1) / row_multiple * row_multiple);
-    std::vector<int32_t> window(ctx.end() - T, ctx.end());
-    window.resize(padded, 0);
-    model.forward({window.data(), nullptr, 1, padded, 0.f});
-    std::vector<float> row = model.api().logits_row(model.logits(), T - 1);
-    const float* z = row.data();
-    std::iota(order.begin(), order.end(), 0);
-    int64_t k = std::min<int64_t>(top_k, c.vocab_size);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int32_t a, int32_t b) { return z[a] > z[b]; });
-    std::vector<double> p(k);
-    double sum = 0;
-    for (int64_t i = 0; i < k; ++i) sum += (p[i] = std::exp(static_cast<double>(z[order[i]] - z[order[0]])));
-    double u = rng.uniform(static_cast<uint64_t>(n)) * sum, acc = 0;
-    int32_t next = order[k - 1];
-    for (int64_t i = 0; i < k; ++i) {
-      acc += p[i];
-      if (u < acc) {
-        next = order[i];
-        break;
-      }
-    }
-    ctx.push_back(next);
-    out.push_back(static_cast<char>(next));
+namespace {
+
+// Greedy at temperature 0. Otherwise p_i = softmax(z_i / temperature) over the top_k likeliest
+// tokens, cut to the smallest prefix (by probability) whose mass reaches top_p and renormalised;
+// u ~ U(0, 1) from the counter RNG picks the first token whose cumulative probability exceeds u.
+int32_t pick(const std::vector<float>& z, int64_t vocab, const SampleOptions& o, const CounterRng& rng, uint64_t n) {
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t k = o.temperature <= 0 ? 1 : o.top_k > 0 ? std::min(o.top_k, vocab) : vocab;
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) { return z[a] > z[b]; });
+  if (k == 1) return order[0];
+  std::vector<double> p(k);
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) sum += (p[i] = std::exp((static_cast<double>(z[order[i]]) - z[order[0]]) / o.temperature));
+  int64_t keep = k;
+  if (o.top_p < 1.0) {
+    double mass = 0;
+    for (keep = 0; keep < k && mass < o.top_p * sum; ++keep) mass += p[keep];
+    sum = mass;
   }
+  const double u = rng.uniform(n) * sum;
+  double acc = 0;
+  for (int64_t i = 0; i < keep; ++i)
+    if ((acc += p[i]) > u) return order[i];
+  return order[keep - 1];
+}
+
+// Sequence parallelism splits a forward's rows over tp: no single-row decode. Each token reruns
+// the context, padded on the right to a multiple of tp (causal attention keeps the padding from
+// the positions read).
+std::vector<float> logits_without_cache(gpt::Gpt& model, const std::vector<int32_t>& ctx, int64_t rows) {
+  const int64_t T_max = model.config().seq_len;
+  const int64_t T = std::min<int64_t>(static_cast<int64_t>(ctx.size()), T_max);
+  const int64_t padded = std::min(T_max, (T + rows - 1) / rows * rows);
+  std::vector<int32_t> window(ctx.end() - T, ctx.end());
+  window.resize(padded, 0);
+  model.forward({window.data(), nullptr, 1, padded, 0.f});
+  return model.api().logits_row(model.logits(), T - 1);
+}
+
+}  // namespace
+
+std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, const SampleOptions& o) {
+  const auto& c = model.config();
+  if (prompt.empty()) throw UsageError("generation needs a prompt of at least one token");
+  for (int32_t id : prompt)
+    if (id < 0 || id >= c.vocab_size)
+      throw UsageError("prompt token " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(c.vocab_size) + ")");
+  const CounterRng rng(o.seed, "sample");
+  const int64_t tp = model.api().tp_size();
+  const bool cached = model.api().local_rows(tp) == tp;  // no sequence parallelism
+  if (static_cast<int64_t>(prompt.size()) > c.seq_len) prompt.erase(prompt.begin(), prompt.end() - c.seq_len);
+  std::vector<int32_t> out;
+  if (cached) {
+    model.use_kv_cache(c.seq_len);
+    model.decode(prompt.data(), static_cast<int64_t>(prompt.size()));
+  }
+  std::vector<float> z = cached ? model.api().logits_row(model.logits(), static_cast<int64_t>(prompt.size()) - 1)
+                                : logits_without_cache(model, prompt, tp);
+  std::vector<int32_t> ctx = prompt;
+  for (int64_t n = 0; n < o.max_tokens; ++n) {
+    const int32_t next = pick(z, c.vocab_size, o, rng, static_cast<uint64_t>(n));
+    if (next == o.stop) break;
+    out.push_back(next);
+    ctx.push_back(next);
+    if (n + 1 == o.max_tokens) break;
+    if (cached) {
+      if (model.decoded() == c.seq_len) break;  // the context is full
+      model.decode(&next, 1);
+      z = model.api().logits_row(model.logits(), 0);
+    } else {
+      z = logits_without_cache(model, ctx, tp);
+    }
+  }
+  if (cached) model.use_kv_cache(0);
   return out;
+}
+
+std::string generate(gpt::Gpt& model, const tok::Tokenizer* tokenizer, const std::string& prompt, const SampleOptions& o) {
+  std::vector<int32_t> ids;
+  if (tokenizer) {
+    for (uint32_t id : tokenizer->encode(prompt.empty() ? "\n" : prompt)) ids.push_back(static_cast<int32_t>(id));
+  } else {
+    for (unsigned char ch : prompt.empty() ? std::string("\n") : prompt) ids.push_back(ch);
+  }
+  const std::vector<int32_t> out = generate_ids(model, ids, o);
+  if (tokenizer) return tokenizer->decode(out);
+  return std::string(out.begin(), out.end());
 }
 
 std::string printable(const std::string& bytes) {

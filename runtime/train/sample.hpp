@@ -1,18 +1,36 @@
-// Text from the model, so a user sees it learn: top-k sampling of byte tokens.
+// Text from the model: sampling with temperature, top-k and top-p, through a key/value cache, and
+// through the run's tokenizer (or bytes, for a 256-token vocabulary).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gpt/gpt.hpp"
 
+namespace loom::tok {
+class Tokenizer;
+}
+
 namespace loom::train {
 
-// Continues `prompt` by `n_tokens` bytes. top_k = 1 is greedy. Deterministic for a given seed.
-// The context is padded on the right to a multiple of `row_multiple` (sequence parallelism splits
-// rows); causal attention keeps the padding from touching the positions that are read.
-std::string generate(gpt::Gpt& model, const std::string& prompt, int64_t n_tokens, int64_t top_k,
-                     uint64_t seed, int64_t row_multiple = 1);
+struct SampleOptions {
+  int64_t max_tokens = 96;
+  double temperature = 1.0;  // 0: greedy
+  int64_t top_k = 0;         // 0: every token
+  double top_p = 1.0;        // the smallest set of likeliest tokens whose probability reaches top_p
+  uint64_t seed = 0;
+  int64_t stop = -1;         // a token id that ends the text (not included)
+};
+
+// Continues `prompt` by up to max_tokens ids, stopping at `stop` or when the context is full.
+// Deterministic for a given seed. Runs every layer on every rank that calls it (tensor-parallel
+// layers talk inside forward), through a key/value cache unless sequence parallelism splits the
+// rows, in which case each token reruns the padded context.
+std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, const SampleOptions& o);
+
+// The same from text to text: through `tokenizer` when given, as bytes otherwise.
+std::string generate(gpt::Gpt& model, const tok::Tokenizer* tokenizer, const std::string& prompt, const SampleOptions& o);
 
 // The bytes made printable for a terminal: control bytes other than newline become '.'.
 std::string printable(const std::string& bytes);

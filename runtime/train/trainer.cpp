@@ -18,6 +18,7 @@
 #include "gpt/gpt.hpp"
 #include "ops/ops.hpp"
 #include "parallel/context_attention.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "train/data_parallel.hpp"
 #include "train/tensor_slots.hpp"
 #include "train/metrics.hpp"
@@ -122,6 +123,26 @@ void add_context_metrics(std::vector<std::pair<std::string, double>>& fields, co
   fields.push_back({"cp_comm_bytes", double(st.bytes_sent)});
 }
 
+// The run's tokenizer, for text samples: [data] tokenizer, or tokenizer.json beside the shards.
+// Without one, samples are bytes, which only a 256-token vocabulary can print.
+std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const gpt::GptConfig& mc, bool sampling) {
+  fs::path path = cfg.str("data.tokenizer");
+  if (path.empty() && fs::exists(fs::path(cfg.str("data.dir")) / "tokenizer.json"))
+    path = fs::path(cfg.str("data.dir")) / "tokenizer.json";
+  if (!path.empty()) {
+    auto t = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(path));
+    if (t->vocab_size() > mc.vocab_size)
+      throw ConfigError("[data] tokenizer '" + path.string() + "' has " + std::to_string(t->vocab_size()) +
+                        " tokens, more than [model] vocab_size = " + std::to_string(mc.vocab_size));
+    return t;
+  }
+  if (sampling && mc.vocab_size != 256)
+    throw ConfigError("[train] sample_every > 0 with [model] vocab_size = " + std::to_string(mc.vocab_size) +
+                      " and no tokenizer: samples would print token ids as bytes; set [data] tokenizer, or put "
+                      "tokenizer.json beside the shards (loom data prepare writes it), or set sample_every = 0");
+  return nullptr;
+}
+
 // Block 0's segments per micro-batch, averaged over the run (first step included).
 void print_profile(const SegmentProfile& p, int64_t microbatches) {
   double total = 0;
@@ -218,6 +239,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
                       (mesh.pp > 1 ? "pp = " + std::to_string(mesh.pp) : "cp = " + std::to_string(mesh.cp)) +
                       ": text samples run the whole model on whole sequences on one rank; set sample_every = 0");
   const int64_t local_batch = split_batch(s, mesh);
+  const std::unique_ptr<tok::Tokenizer> tokenizer = run_tokenizer(cfg, mc, s.sample_every > 0);
   const bool lead = env.rank == 0;
   const std::string device = cfg.str("run.device");
   const loom_ops* ops = ops::for_device(device);
@@ -522,8 +544,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
           (long long)step, (long long)s.steps, loss, val_text.c_str(), grad_norm, lr,
           human(tps).c_str(), mfu * 100, step_s * 1e3, mem.rss_bytes / 1048576.0);
     if (s.sample_every > 0 && (step % s.sample_every == 0 || step == s.steps)) {
-      std::string text = generate(model, s.sample_prompt, s.sample_tokens, s.sample_top_k,
-                                  s.seed + step, mesh.tp);
+      std::string text = generate(model, tokenizer.get(), s.sample_prompt,
+                                  {s.sample_tokens, 1.0, s.sample_top_k, 1.0, s.seed + step});
       if (lead)
         std::printf("---- sample at step %lld ----\n%s%s\n----\n", (long long)step,
                     printable(s.sample_prompt).c_str(), printable(text).c_str());

@@ -1,0 +1,109 @@
+// loom generate SRC --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]
+//   [--seed S] [--tokenizer FILE] [--ids]
+// SRC: a Loom checkpoint (a step directory or a root with `latest`), a Hugging Face folder or an
+// llm.c model file. One process, the CPU op table, a key/value cache.
+#include <cstdio>
+#include <sstream>
+
+#include "ckpt/convert.hpp"
+#include "ckpt/format.hpp"
+#include "ckpt/init_from.hpp"
+#include "cli/parse.hpp"
+#include "config/config.hpp"
+#include "gpt/gpt.hpp"
+#include "ops/ops.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "train/sample.hpp"
+
+namespace fs = std::filesystem;
+
+namespace loom::cli {
+
+namespace {
+
+// The model a source holds, as a validated config (its [model] section), and where a tokenizer
+// for it would be.
+config::Config source_config(const fs::path& src, fs::path& tokenizer) {
+  const bool loom = fs::exists(src / "manifest.json") || fs::exists(src / "latest");
+  if (!loom) {
+    const ckpt::ExternalModel m = ckpt::read_external(src);
+    if (fs::exists(src / "tokenizer.json")) tokenizer = src / "tokenizer.json";
+    config::Config cfg = config::Config::parse("[model]\n" + m.model_toml, src.string());
+    cfg.validate_runtime();
+    return cfg;
+  }
+  const fs::path dir = fs::exists(src / "manifest.json") ? src : ckpt::resolve(src, "latest");
+  config::Config cfg = config::Config::parse(ckpt::read_manifest(dir).config, (dir / "manifest.json").string());
+  cfg.validate_runtime();
+  for (const fs::path& p : {fs::path(cfg.str("data.tokenizer")), fs::path(cfg.str("data.dir")) / "tokenizer.json"})
+    if (!p.empty() && fs::exists(p)) {
+      tokenizer = p;
+      break;
+    }
+  return cfg;
+}
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::istringstream in(text);
+  int64_t id;
+  while (in >> id) ids.push_back(static_cast<int32_t>(id));
+  if (!in.eof()) throw UsageError("--ids: the prompt must be token ids separated by spaces");
+  return ids;
+}
+
+}  // namespace
+
+int generate(const Args& args) {
+  po::options_description opts("loom generate");
+  opts.add_options()("src", po::value<std::string>()->required(),
+                     "a Loom checkpoint, a Hugging Face folder or an llm.c model file")(
+      "prompt", po::value<std::string>()->default_value("\n"), "the text to continue (token ids with --ids)")(
+      "max-tokens", po::value<int64_t>()->default_value(64), "tokens to generate at most")(
+      "temperature", po::value<double>()->default_value(1.0), "0 = greedy")(
+      "top-k", po::value<int64_t>()->default_value(0), "sample from the k likeliest tokens; 0 = all")(
+      "top-p", po::value<double>()->default_value(1.0), "nucleus: the likeliest tokens holding this probability")(
+      "seed", po::value<uint64_t>()->default_value(1), "sampling seed")(
+      "tokenizer", po::value<std::string>(), "tokenizer.json (default: beside the weights or the run's data)")(
+      "ids", po::bool_switch(), "the prompt and the output are token ids");
+  po::positional_options_description pos;
+  pos.add("src", 1);
+  po::variables_map vm;
+  const char* usage =
+      "loom generate SRC --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] "
+      "[--tokenizer FILE] [--ids]";
+  if (!parse(args, usage, opts, pos, vm)) return kExitOk;
+  const double temperature = vm["temperature"].as<double>(), top_p = vm["top-p"].as<double>();
+  if (temperature < 0) throw UsageError("--temperature must be >= 0");
+  if (!(top_p > 0 && top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
+  const fs::path src = vm["src"].as<std::string>();
+  fs::path tokenizer_path;
+  config::Config cfg = source_config(src, tokenizer_path);
+  if (vm.count("tokenizer")) tokenizer_path = vm["tokenizer"].as<std::string>();
+  const gpt::GptConfig c = gpt::from_config(cfg);
+  const bool ids = vm["ids"].as<bool>();
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  if (!ids && !tokenizer_path.empty()) tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(tokenizer_path));
+  if (!ids && !tokenizer && c.vocab_size != 256)
+    throw UsageError("the model's vocabulary has " + std::to_string(c.vocab_size) +
+                     " tokens and no tokenizer was found: pass --tokenizer tokenizer.json, or --ids");
+  LayerApi api(ops::cpu());
+  ParamStore params;
+  gpt::Gpt model(c, api, params, c.seq_len);
+  params.allocate(1);
+  ckpt::init_from(src, params, false);
+  train::SampleOptions o{vm["max-tokens"].as<int64_t>(), temperature, vm["top-k"].as<int64_t>(), top_p,
+                         vm["seed"].as<uint64_t>()};
+  if (tokenizer) o.stop = tokenizer->special("<|endoftext|>");
+  const std::string prompt = vm["prompt"].as<std::string>();
+  if (ids) {
+    std::string line;
+    for (int32_t id : train::generate_ids(model, parse_ids(prompt), o)) line += (line.empty() ? "" : " ") + std::to_string(id);
+    std::printf("%s\n", line.c_str());
+    return kExitOk;
+  }
+  std::printf("%s%s\n", prompt.c_str(), train::printable(train::generate(model, tokenizer.get(), prompt, o)).c_str());
+  return kExitOk;
+}
+
+}  // namespace loom::cli
