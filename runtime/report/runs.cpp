@@ -71,6 +71,10 @@ Run read_run(const std::filesystem::path& dir) {
       row.v[(*it)[1]] = (*it)[2] == "null" ? NAN : std::stod((*it)[2]);
     if (!row.has("step"))
       throw RuntimeError(metrics.string() + ":" + std::to_string(n) + ": not a metrics line (no \"step\")");
+    if (row.get("step") == 0 && !row.has("loss")) {
+      run.initial_val_loss = row.get("val_loss");
+      continue;
+    }
     run.steps.push_back(std::move(row));
   }
   std::ifstream ev(dir / "events.jsonl");

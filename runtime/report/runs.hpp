@@ -30,7 +30,8 @@ struct EventRow {
 
 struct Run {
   std::filesystem::path dir;
-  std::vector<StepRow> steps;
+  std::vector<StepRow> steps;  // step 1 onwards
+  double initial_val_loss = NAN;  // step 0's line: the validation loss before the first update
   std::vector<EventRow> events;
   std::vector<double> peak_mem_per_rank;  // from ranks.json, written at the end of a run
   // Mean of `key` over steps [from, end) that have a finite value; NaN when none.

@@ -273,6 +273,26 @@ double Pipeline::evaluate(const BatchFn& batch, int n, int64_t B, int64_t T) {
   return loss;
 }
 
+// The context, padded on the right to a multiple of tp (sequence parallelism splits rows; the
+// causal mask keeps the padding from the last real position), forward through the chunks as one
+// micro-batch; the last stage's rank holds the logits and the pp group sums them to everyone.
+std::vector<float> Pipeline::next_logits(const std::vector<int32_t>& ctx) {
+  const int64_t tp = model_->api().tp_size(), T = static_cast<int64_t>(ctx.size());
+  std::vector<int32_t> window(ctx);
+  window.resize(std::min(model_->config().seq_len, (T + tp - 1) / tp * tp), 0);
+  const gpt::Microbatch mb{window.data(), nullptr, 1, static_cast<int64_t>(window.size()), 0.f};
+  model_->use_slot(0, 0, model_->layers().size());
+  for (int c = 0; c < plan_->shape().chunks; ++c) run_forward(mb, 0, c, nullptr, nullptr, nullptr, "");
+  finish_sends();
+  std::vector<float> row(model_->config().vocab_size, 0.f);
+  if (model_->has_head()) {
+    std::vector<float> full = model_->api().logits_row(model_->logits(), T - 1);
+    std::copy(full.begin(), full.begin() + static_cast<int64_t>(row.size()), row.begin());
+  }
+  pp_.all_reduce(flat_view(row.data(), LOOM_F32, static_cast<int64_t>(row.size())), LOOM_REDUCE_SUM);
+  return row;
+}
+
 void Pipeline::sync_tied(ParamStore& params, DataParallel* dp) {
   if (!model_->config().tied_embeddings) return;
   const int last = stages_ - 1, sync_tag = 2 * plan_->virtual_stages() * plan_->shape().microbatches;

@@ -60,6 +60,9 @@ class Pipeline {
                     const std::function<void(size_t)>& after_layer, Trace* trace, PipeStepStats& stats);
   // Forward only over `n` micro-batches (evaluation); the loss sum on every pp rank.
   double evaluate(const BatchFn& batch, int n, int64_t B, int64_t T);
+  // Text samples: the logits over the vocabulary of the last of `ctx`'s positions (one sequence,
+  // at most seq_len tokens), computed through every stage and returned on every pp rank.
+  std::vector<float> next_logits(const std::vector<int32_t>& ctx);
   // Sums the tied embedding's gradient between the first stage (its owner) and the last (the
   // head's mirror of it), so both apply the same update. Under ZeRO the embedding is a sharding
   // unit of its own on both stages, so each dp rank sums its piece with the same piece.

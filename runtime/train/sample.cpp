@@ -52,7 +52,8 @@ std::vector<float> logits_without_cache(gpt::Gpt& model, const std::vector<int32
 
 }  // namespace
 
-std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, const SampleOptions& o) {
+std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, const SampleOptions& o,
+                                  const NextLogits& next) {
   const auto& c = model.config();
   if (prompt.empty()) throw UsageError("generation needs a prompt of at least one token");
   for (int32_t id : prompt)
@@ -60,7 +61,11 @@ std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, 
       throw UsageError("prompt token " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(c.vocab_size) + ")");
   const CounterRng rng(o.seed, "sample");
   const int64_t tp = model.api().tp_size();
-  const bool cached = model.api().local_rows(tp) == tp;  // no sequence parallelism
+  const bool cached = !next && model.api().local_rows(tp) == tp;  // whole model, no sequence parallelism
+  auto recompute = [&](const std::vector<int32_t>& ctx) {
+    if (!next) return logits_without_cache(model, ctx, tp);
+    return next(std::vector<int32_t>(ctx.end() - std::min<int64_t>(static_cast<int64_t>(ctx.size()), c.seq_len), ctx.end()));
+  };
   if (static_cast<int64_t>(prompt.size()) > c.seq_len) prompt.erase(prompt.begin(), prompt.end() - c.seq_len);
   std::vector<int32_t> out;
   if (cached) {
@@ -68,7 +73,7 @@ std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, 
     model.decode(prompt.data(), static_cast<int64_t>(prompt.size()));
   }
   std::vector<float> z = cached ? model.api().logits_row(model.logits(), static_cast<int64_t>(prompt.size()) - 1)
-                                : logits_without_cache(model, prompt, tp);
+                                : recompute(prompt);
   std::vector<int32_t> ctx = prompt;
   for (int64_t n = 0; n < o.max_tokens; ++n) {
     const int32_t next = pick(z, c.vocab_size, o, rng, static_cast<uint64_t>(n));
@@ -76,26 +81,30 @@ std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, 
     out.push_back(next);
     ctx.push_back(next);
     if (n + 1 == o.max_tokens) break;
-    if (cached) {
-      if (model.decoded() == c.seq_len) break;  // the context is full
+    if (cached && model.decoded() < c.seq_len) {
       model.decode(&next, 1);
       z = model.api().logits_row(model.logits(), 0);
+    } else if (cached) {  // the context is full: it slides, the last seq_len tokens from position 0
+      model.use_kv_cache(c.seq_len);
+      model.decode(ctx.data() + ctx.size() - c.seq_len, c.seq_len);
+      z = model.api().logits_row(model.logits(), c.seq_len - 1);
     } else {
-      z = logits_without_cache(model, ctx, tp);
+      z = recompute(ctx);
     }
   }
   if (cached) model.use_kv_cache(0);
   return out;
 }
 
-std::string generate(gpt::Gpt& model, const tok::Tokenizer* tokenizer, const std::string& prompt, const SampleOptions& o) {
+std::string generate(gpt::Gpt& model, const tok::Tokenizer* tokenizer, const std::string& prompt, const SampleOptions& o,
+                     const NextLogits& next) {
   std::vector<int32_t> ids;
   if (tokenizer) {
     for (uint32_t id : tokenizer->encode(prompt.empty() ? "\n" : prompt)) ids.push_back(static_cast<int32_t>(id));
   } else {
     for (unsigned char ch : prompt.empty() ? std::string("\n") : prompt) ids.push_back(ch);
   }
-  const std::vector<int32_t> out = generate_ids(model, ids, o);
+  const std::vector<int32_t> out = generate_ids(model, ids, o, next);
   if (tokenizer) return tokenizer->decode(out);
   return std::string(out.begin(), out.end());
 }

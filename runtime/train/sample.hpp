@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,14 +24,22 @@ struct SampleOptions {
   int64_t stop = -1;         // a token id that ends the text (not included)
 };
 
-// Continues `prompt` by up to max_tokens ids, stopping at `stop` or when the context is full.
+// The logits over the vocabulary of the last position of a context, for a model that cannot run
+// on its own (a pipeline stage).
+using NextLogits = std::function<std::vector<float>(const std::vector<int32_t>& ctx)>;
+
+// Continues `prompt` by up to max_tokens ids, stopping at `stop`; once the context is full it
+// slides (the last seq_len tokens, from position 0).
 // Deterministic for a given seed. Runs every layer on every rank that calls it (tensor-parallel
 // layers talk inside forward), through a key/value cache unless sequence parallelism splits the
 // rows, in which case each token reruns the padded context.
-std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, const SampleOptions& o);
+// With `next` (a pipeline), each token's logits come from it, over the whole context.
+std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, const SampleOptions& o,
+                                  const NextLogits& next = {});
 
 // The same from text to text: through `tokenizer` when given, as bytes otherwise.
-std::string generate(gpt::Gpt& model, const tok::Tokenizer* tokenizer, const std::string& prompt, const SampleOptions& o);
+std::string generate(gpt::Gpt& model, const tok::Tokenizer* tokenizer, const std::string& prompt, const SampleOptions& o,
+                     const NextLogits& next = {});
 
 // The bytes made printable for a terminal: control bytes other than newline become '.'.
 std::string printable(const std::string& bytes);

@@ -234,10 +234,9 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   const dist::MeshShape mesh = dist::resolve_mesh(cfg, env.world);
   check_experts(mc, mesh);
   check_context(selection, mesh);
-  if ((mesh.pp > 1 || mesh.cp > 1) && s.sample_every > 0)
-    throw ConfigError("[train] sample_every = " + std::to_string(s.sample_every) + " with [parallel] " +
-                      (mesh.pp > 1 ? "pp = " + std::to_string(mesh.pp) : "cp = " + std::to_string(mesh.cp)) +
-                      ": text samples run the whole model on whole sequences on one rank; set sample_every = 0");
+  if (mesh.cp > 1 && s.sample_every > 0)
+    throw ConfigError("[train] sample_every = " + std::to_string(s.sample_every) + " with [parallel] cp = " +
+                      std::to_string(mesh.cp) + ": a sample's context is not split over cp; set sample_every = 0");
   const int64_t local_batch = split_batch(s, mesh);
   const std::unique_ptr<tok::Tokenizer> tokenizer = run_tokenizer(cfg, mc, s.sample_every > 0);
   const bool lead = env.rank == 0;
@@ -365,6 +364,26 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
                         did_you_mean(faults.nan_grad_param, names));
   }
   Stability stability(cfg, world.get(), dp.get(), lead, run_dir, first_step > 1);
+  // Mean validation loss per token over the fixed windows, on every rank.
+  auto validation_loss = [&] {
+    BatchFn val_batch = local_positions(cp, s.micro_batch, [&](int b, int32_t* tokens, int32_t* targets) {
+      data.val_batch(b * s.micro_batch, s.micro_batch, tokens, targets);
+    });
+    double val = pipe ? pipe->evaluate(val_batch, static_cast<int>(s.eval_batches), s.micro_batch, T_local)
+                      : validation_loss_sum(model, val_batch, s.eval_batches, s.micro_batch, T_local, tok, tgt);
+    if (cp) world->axis(dist::Axis::CP).all_reduce(flat_view(&val, LOOM_F64, 1), LOOM_REDUCE_SUM);
+    if (cp) cp->stats();  // evaluation's attention is not a step's
+    return val / static_cast<double>(s.eval_batches * s.micro_batch * T);
+  };
+  if (s.eval_every > 0 && first_step == 1) {  // as llm.c does: how good the starting weights are
+    api.use_token_group(false);
+    for (auto& [name, moe] : model.moe_layers()) moe->use_capacity(false);
+    const double val = validation_loss();
+    api.use_token_group(true);
+    for (auto& [name, moe] : model.moe_layers()) moe->use_capacity(true);
+    if (lead) std::printf("step %5d/%lld | val %.4f (before the first update)\n", 0, (long long)s.steps, val);
+    if (lead) log->write({{"step", 0.0}, {"val_loss", val}});
+  }
   std::vector<int64_t> offsets(s.global_batch);
   const int64_t exit_after = cfg.i64("train.exit_after");
   const int64_t last_step = exit_after > 0 ? std::min(exit_after, s.steps) : s.steps;
@@ -518,14 +537,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     api.use_token_group(false);
     for (auto& [name, moe] : model.moe_layers()) moe->use_capacity(false);
     if (s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
-      BatchFn val_batch = local_positions(cp, s.micro_batch, [&](int b, int32_t* tokens, int32_t* targets) {
-        data.val_batch(b * s.micro_batch, s.micro_batch, tokens, targets);
-      });
-      double val = pipe ? pipe->evaluate(val_batch, static_cast<int>(s.eval_batches), s.micro_batch, T_local)
-                        : validation_loss_sum(model, val_batch, s.eval_batches, s.micro_batch, T_local, tok, tgt);
-      if (cp) world->axis(dist::Axis::CP).all_reduce(flat_view(&val, LOOM_F64, 1), LOOM_REDUCE_SUM);
-      val /= static_cast<double>(s.eval_batches * s.micro_batch * T);
-      if (cp) cp->stats();  // evaluation's attention is not the step's
+      const double val = validation_loss();
       fields.push_back({"val_loss", val});
       char b[48];
       std::snprintf(b, sizeof b, " | val %.4f", val);
@@ -545,7 +557,9 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
           human(tps).c_str(), mfu * 100, step_s * 1e3, mem.rss_bytes / 1048576.0);
     if (s.sample_every > 0 && (step % s.sample_every == 0 || step == s.steps)) {
       std::string text = generate(model, tokenizer.get(), s.sample_prompt,
-                                  {s.sample_tokens, 1.0, s.sample_top_k, 1.0, s.seed + step});
+                                  {s.sample_tokens, 1.0, s.sample_top_k, 1.0, s.seed + step},
+                                  pipe ? train::NextLogits([&](const std::vector<int32_t>& ctx) { return pipe->next_logits(ctx); })
+                                       : train::NextLogits{});
       if (lead)
         std::printf("---- sample at step %lld ----\n%s%s\n----\n", (long long)step,
                     printable(s.sample_prompt).c_str(), printable(text).c_str());

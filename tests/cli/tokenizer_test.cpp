@@ -103,3 +103,22 @@ TEST_CASE("tokenizers that are not byte-level BPE are refused, naming the file a
   CHECK(empty.rc == 2);
   CHECK(has(empty.out, "the input has no tokens"));
 }
+
+TEST_CASE("a run trains on BPE shards and samples through their tokenizer.json, and without one samples are refused") {
+  TempDir t;
+  const std::string text = corpus(t);
+  REQUIRE(run_loom("data prepare --text " + text + " --out " + (t.path / "d").string() +
+                   " --train-tokenizer --vocab-size 512").rc == 0);
+  const std::string cfg = t.write("c.toml", "[run]\nthreads = 1\n[model]\npreset = \"llama-tiny\"\nvocab_size = 512\n"
+                                            "seq_len = 32\n[data]\ndir = \"" + (t.path / "d").string() +
+                                            "\"\n[train]\nsteps = 4\nglobal_batch = 4\neval_every = 0\nsample_every = 4\n"
+                                            "sample_tokens = 12\nsample_prompt = \"The meaning of\"\n");
+  auto r = run_loom("train " + cfg + " --run-dir " + (t.path / "run").string());
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "---- sample at step 4 ----\nThe meaning of"));
+  std::filesystem::remove(t.path / "d" / "tokenizer.json");
+  auto refused = run_loom("train " + cfg + " --run-dir " + (t.path / "run2").string());
+  CHECK(refused.rc == 2);
+  CHECK(has(refused.out, "sample_every > 0 with [model] vocab_size = 512 and no tokenizer"));
+}

@@ -49,9 +49,13 @@ TEST_CASE("loom train runs, learns, and writes one metrics line per step") {
   REQUIRE(loss.size() == 6);
   CHECK(loss.front() == doctest::Approx(std::log(256.0)).epsilon(0.05));
   CHECK(loss.back() < loss.front() - 1.0);
-  for (const char* key : {"step", "grad_norm", "lr", "tokens_per_s", "mfu", "step_ms", "mem_bytes"})
+  for (const char* key : {"grad_norm", "lr", "tokens_per_s", "mfu", "step_ms", "mem_bytes"})
     CHECK(column(metrics, key).size() == 6);
-  CHECK(column(metrics, "val_loss").size() == 3);  // steps 1, 3, 6
+  // Step 0: the validation loss before the first update, as llm.c reports it.
+  CHECK(column(metrics, "step").size() == 7);
+  CHECK(column(metrics, "val_loss").size() == 4);  // steps 0, 1, 3, 6
+  CHECK(has(r.out, "(before the first update)"));
+  CHECK(column(metrics, "val_loss").front() == doctest::Approx(std::log(256.0)).epsilon(0.05));
   CHECK(std::filesystem::exists(std::filesystem::path(s.run_dir("run")) / "config.toml"));
 }
 
