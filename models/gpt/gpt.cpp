@@ -128,10 +128,15 @@ void Gpt::use_kv_cache(int64_t capacity) {
   }
 }
 
+// In pieces of at most max_rows() tokens: the cache carries the earlier ones.
 void Gpt::decode(const int32_t* tokens, int64_t n) {
   if (kv_.empty()) throw RuntimeError("decode needs use_kv_cache first");
-  api_.set_position_offset(decoded());
-  forward({tokens, nullptr, 1, n, 0.f});
+  for (int64_t done = 0; done < n;) {
+    const int64_t part = std::min(n - done, max_rows());
+    api_.set_position_offset(decoded());
+    forward({tokens + done, nullptr, 1, part, 0.f});
+    done += part;
+  }
   api_.set_position_offset(0);
 }
 

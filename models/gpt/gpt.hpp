@@ -55,10 +55,13 @@ class Gpt {
   const Tensor& logits() const { return head_->logits(); }
 
   // Generation of one sequence with a key/value cache of `capacity` positions (0: back to
-  // training). decode() runs the next `n` tokens of the sequence; logits() then holds their rows.
+  // training). decode() runs the next `n` tokens of the sequence; logits() then holds the rows
+  // of its last piece (n % max_rows(), or max_rows()).
   void use_kv_cache(int64_t capacity);
   void decode(const int32_t* tokens, int64_t n);
   int64_t decoded() const { return kv_.empty() ? 0 : kv_.front().length; }
+  // The most rows one forward can hold (micro-batch x the positions held here).
+  int64_t max_rows() const { return x_.dim(0); }
 
  private:
   GptConfig c_;

@@ -72,7 +72,9 @@ std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, 
     model.use_kv_cache(c.seq_len);
     model.decode(prompt.data(), static_cast<int64_t>(prompt.size()));
   }
-  std::vector<float> z = cached ? model.api().logits_row(model.logits(), static_cast<int64_t>(prompt.size()) - 1)
+  // decode() keeps the logits of its last piece of at most max_rows() tokens.
+  auto last_row = [&](int64_t n) { return model.api().logits_row(model.logits(), (n - 1) % model.max_rows()); };
+  std::vector<float> z = cached ? last_row(static_cast<int64_t>(prompt.size()))
                                 : recompute(prompt);
   std::vector<int32_t> ctx = prompt;
   for (int64_t n = 0; n < o.max_tokens; ++n) {
@@ -87,7 +89,7 @@ std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, 
     } else if (cached) {  // the context is full: it slides, the last seq_len tokens from position 0
       model.use_kv_cache(c.seq_len);
       model.decode(ctx.data() + ctx.size() - c.seq_len, c.seq_len);
-      z = model.api().logits_row(model.logits(), c.seq_len - 1);
+      z = last_row(c.seq_len);
     } else {
       z = recompute(ctx);
     }

@@ -234,9 +234,10 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   const dist::MeshShape mesh = dist::resolve_mesh(cfg, env.world);
   check_experts(mc, mesh);
   check_context(selection, mesh);
-  if (mesh.cp > 1 && s.sample_every > 0)
+  if (mesh.cp > 1 && s.sample_every > 0 && (selection.slot("sequence") || mesh.pp > 1))
     throw ConfigError("[train] sample_every = " + std::to_string(s.sample_every) + " with [parallel] cp = " +
-                      std::to_string(mesh.cp) + ": a sample's context is not split over cp; set sample_every = 0");
+                      std::to_string(mesh.cp) + (mesh.pp > 1 ? " and pp > 1" : " and sequence parallelism") +
+                      ": a sample reruns its whole context, which this rank's activations do not hold; set sample_every = 0");
   const int64_t local_batch = split_batch(s, mesh);
   const std::unique_ptr<tok::Tokenizer> tokenizer = run_tokenizer(cfg, mc, s.sample_every > 0);
   const bool lead = env.rank == 0;
@@ -556,10 +557,12 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
           (long long)step, (long long)s.steps, loss, val_text.c_str(), grad_norm, lr,
           human(tps).c_str(), mfu * 100, step_s * 1e3, mem.rss_bytes / 1048576.0);
     if (s.sample_every > 0 && (step % s.sample_every == 0 || step == s.steps)) {
+      api.set_context(nullptr);  // a sample runs on every cp rank whole, through its KV cache
       std::string text = generate(model, tokenizer.get(), s.sample_prompt,
                                   {s.sample_tokens, 1.0, s.sample_top_k, 1.0, s.seed + step},
                                   pipe ? train::NextLogits([&](const std::vector<int32_t>& ctx) { return pipe->next_logits(ctx); })
                                        : train::NextLogits{});
+      api.set_context(cp);
       if (lead)
         std::printf("---- sample at step %lld ----\n%s%s\n----\n", (long long)step,
                     printable(s.sample_prompt).c_str(), printable(text).c_str());

@@ -128,24 +128,13 @@ TEST_CASE("a pipeline that cannot run fails once, before any rank starts, saying
 TEST_CASE("text samples under pp = 2, interleaved pp and tp+sp read as on one rank") {
   LayoutRuns runs(kModel, kTrain);
   // Bytes: a 256-token vocabulary needs no tokenizer to print.
-  const std::string greedy = " --set model.vocab_size=256 --set train.sample_every=10 --set train.sample_top_k=1 --set train.sample_tokens=40"
-                             " --set train.sample_prompt=The";
-  // The text after the sample's header line, up to its closing line.
-  auto sample = [](const std::string& out) {
-    const size_t at = out.find("---- sample at step 10 ----");
-    REQUIRE(at != std::string::npos);
-    const size_t begin = out.find('\n', at) + 1;
-    std::string text = out.substr(begin, out.find("----", begin) - begin);
-    for (const std::string tag : {"[rank 0] "})
-      for (size_t p; (p = text.find(tag)) != std::string::npos;) text.erase(p, tag.size());
-    return text;
-  };
-  const std::string one = sample(runs.run("--set parallel.nproc=1" + greedy).out);
+  const std::string greedy = std::string(" --set model.vocab_size=256") + kGreedySample;
+  const std::string one = sample_text(runs.run("--set parallel.nproc=1" + greedy).out, 10);
   CHECK(one.size() > 40);
   for (const char* layout : {"--set parallel.nproc=2 --set parallel.pp=2 --set train.micro_batch=1",
                              "--set parallel.nproc=2 --set parallel.pp=2 --set train.micro_batch=1 --set plugins.pipeline=interleaved",
                              "--set parallel.nproc=2 --set parallel.tp=2 --set plugins.sequence=sp"}) {
     INFO(layout);
-    CHECK(sample(runs.run(std::string(layout) + greedy).out) == one);
+    CHECK(sample_text(runs.run(std::string(layout) + greedy).out, 10) == one);
   }
 }

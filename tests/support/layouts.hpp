@@ -59,6 +59,21 @@ class LayoutRuns {
 };
 
 // Every step's loss and grad norm within `rtol` (relative) of the reference run.
+// The text of a run's sample at `step` (between its header line and the closing "----"), with
+// the launcher's rank prefixes taken out.
+inline std::string sample_text(const std::string& out, int step) {
+  const size_t at = out.find("---- sample at step " + std::to_string(step) + " ----");
+  REQUIRE(at != std::string::npos);
+  const size_t begin = out.find('\n', at) + 1;
+  std::string text = out.substr(begin, out.find("----", begin) - begin);
+  for (size_t p; (p = text.find("[rank 0] ")) != std::string::npos;) text.erase(p, 9);
+  return text;
+}
+
+// Greedy text samples at step 10, 40 tokens after "The".
+inline const char* kGreedySample =
+    " --set train.sample_every=10 --set train.sample_top_k=1 --set train.sample_tokens=40 --set train.sample_prompt=The";
+
 inline void check_same(const Curves& ref, const Curves& got, double rtol, const std::string& what) {
   REQUIRE(got.loss.size() == ref.loss.size());
   for (size_t s = 0; s < ref.loss.size(); ++s) {
