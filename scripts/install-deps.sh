@@ -17,19 +17,20 @@ packages=(
   python3-venv python3-pip     # .venv: the Python references PyPI has and Debian does not
 )
 
-# The references the tests compare against that Debian does not package (Hugging Face tokenizers),
-# in .venv beside Debian's python3-torch. Idempotent: nothing is fetched once they import.
+# The references the tests compare against that Debian does not package (Hugging Face tokenizers,
+# transformers, safetensors), in .venv beside Debian's python3-torch (1.13: transformers 4.44 is
+# the newest that runs on it). Idempotent: nothing is fetched once they import.
 python_references() {
   local root venv
   root=$(cd "$(dirname "$0")/.." && pwd)
   venv="$root/.venv"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import tokenizers" 2>/dev/null; then
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import tokenizers, transformers, safetensors" 2>/dev/null; then
     echo "[install] python references present in $venv"
     return
   fi
   echo "[install] python references into $venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
-  "$venv/bin/pip" install -q "tokenizers>=0.19,<1"
+  "$venv/bin/pip" install -q "tokenizers>=0.19,<1" "transformers==4.44.2" "safetensors>=0.4"
 }
 
 missing=()
