@@ -419,7 +419,11 @@ void write_hf_folder(const fs::path& step_dir, const Manifest& m, const fs::path
   for (const auto& d : data) ptrs.push_back(&d);
   write_safetensors(out / "model.safetensors", shapes, ptrs, {{"format", "pt"}, {"loom_step", std::to_string(m.step)}});
   write_durable(out / "config.json", config.dump(2) + "\n");
-  if (!tokenizer.empty()) fs::copy_file(tokenizer, out / "tokenizer.json", fs::copy_options::overwrite_existing);
+  // The run's tokenizer goes along unless another is named: [data] tokenizer, or beside the shards.
+  fs::path tj = tokenizer;
+  if (tj.empty() && !cfg.str("data.tokenizer").empty()) tj = cfg.str("data.tokenizer");
+  if (tj.empty() && fs::exists(fs::path(cfg.str("data.dir")) / "tokenizer.json")) tj = fs::path(cfg.str("data.dir")) / "tokenizer.json";
+  if (!tj.empty()) fs::copy_file(tj, out / "tokenizer.json", fs::copy_options::overwrite_existing);
 }
 
 }  // namespace loom::ckpt

@@ -127,8 +127,9 @@ int ckpt_cmd(const Args& args) {
     return kExitOk;
   }
   ckpt::write_hf_folder(dir, m, vm["out"].as<std::string>(), vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
-  std::printf("wrote %s: config.json, model.safetensors%s (step %lld), for transformers' from_pretrained\n",
-              vm["out"].as<std::string>().c_str(), vm.count("tokenizer") ? ", tokenizer.json" : "", (long long)m.step);
+  const fs::path out = vm["out"].as<std::string>();
+  std::printf("wrote %s: config.json, model.safetensors%s (step %lld), for transformers' from_pretrained\n", out.c_str(),
+              fs::exists(out / "tokenizer.json") ? ", tokenizer.json" : "", (long long)m.step);
   return kExitOk;
 }
 

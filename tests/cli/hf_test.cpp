@@ -99,6 +99,21 @@ TEST_CASE("GPT-2 and Llama saved by transformers, imported: the same loss within
   }
 }
 
+TEST_CASE("a Llama saved in bf16 over several safetensors files (an index) imports with PyTorch's loss") {
+  Fixture f;
+  const std::string hf = (f.t.path / "sharded").string();
+  f.py("make llama " + hf + " bf16-sharded");
+  REQUIRE(fs::exists(fs::path(hf) / "model.safetensors.index.json"));
+  const std::string ck = (f.t.path / "ck").string();
+  auto imp = run_loom("ckpt import " + hf + " --out " + ck);
+  INFO(imp.out);
+  REQUIRE(imp.rc == 0);
+  // PyTorch upcasts the same bf16 values to fp32, as Loom does.
+  const double want = py_loss(f, hf), got = f.loom_loss(slurp(fs::path(ck) / "model.toml"), ck, "sharded");
+  INFO("Loom " << got << ", PyTorch " << want);
+  CHECK(std::abs(got - want) <= 1e-5 * std::abs(want));
+}
+
 TEST_CASE("an llm.c model file (version 3) gives PyTorch's loss and greedy tokens") {
   Fixture f;
   const std::string hf = (f.t.path / "gpt2").string(), bin = (f.t.path / "gpt2_tiny.bin").string();

@@ -1,6 +1,8 @@
 """Hugging Face transformers as the reference for Loom's import, export and generation.
 
-  make gpt2|llama DIR          a tiny randomly initialised model, saved with save_pretrained (safetensors)
+  make gpt2|llama DIR [bf16-sharded]
+                               a tiny randomly initialised model, saved with save_pretrained (safetensors);
+                               bf16-sharded: in bf16, in several files with model.safetensors.index.json
   llmc DIR OUT                 the GPT-2 model in DIR written as an llm.c model file (version 3, fp32)
   loss DIR TEXT T              mean next-token cross-entropy over the first T + 1 bytes of TEXT as token ids
   greedy DIR TEXT N            N greedily decoded token ids after the bytes of TEXT
@@ -12,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 
-def make(kind, out):
+def make(kind, out, variant=""):
     torch.manual_seed(1234)
     if kind == "gpt2":
         cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=256, n_positions=64, resid_pdrop=0.0,
@@ -27,7 +29,11 @@ def make(kind, out):
         for p in model.parameters():
             if p.dim() > 1:
                 p.mul_(3.0)
-    model.save_pretrained(out, safe_serialization=True)
+    if variant == "bf16-sharded":
+        model = model.to(torch.bfloat16)
+        model.save_pretrained(out, safe_serialization=True, max_shard_size="100KB")
+    else:
+        model.save_pretrained(out, safe_serialization=True)
 
 
 def llmc(src, out):
@@ -60,7 +66,7 @@ def ids_of(path):
 def main():
     cmd = sys.argv[1]
     if cmd == "make":
-        make(sys.argv[2], sys.argv[3])
+        make(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else "")
     elif cmd == "llmc":
         llmc(sys.argv[2], sys.argv[3])
     elif cmd == "loss":
