@@ -1,0 +1,151 @@
+#include "train/trainer_parts.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/errors.hpp"
+#include "parallel/context_attention.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace loom::train {
+
+Settings read_settings(const config::Config& cfg) {
+  Settings s;
+  s.steps = cfg.i64("train.steps");
+  s.global_batch = cfg.i64("train.global_batch");
+  s.micro_batch = cfg.i64("train.micro_batch");  // 0: the whole per-rank batch at once
+  s.eval_every = cfg.i64("train.eval_every");
+  s.eval_batches = cfg.i64("train.eval_batches");
+  s.sample_every = cfg.i64("train.sample_every");
+  s.sample_tokens = cfg.i64("train.sample_tokens");
+  s.sample_top_k = cfg.i64("train.sample_top_k");
+  s.sample_prompt = cfg.str("train.sample_prompt");
+  s.log_every = cfg.i64("run.log_every");
+  s.beta1 = static_cast<float>(cfg.f64("train.beta1"));
+  s.beta2 = static_cast<float>(cfg.f64("train.beta2"));
+  s.eps = static_cast<float>(cfg.f64("train.eps"));
+  s.weight_decay = static_cast<float>(cfg.f64("train.weight_decay"));
+  s.grad_clip = static_cast<float>(cfg.f64("train.grad_clip"));
+  s.lr = {cfg.f64("train.lr"), cfg.f64("train.min_lr_ratio"), cfg.i64("train.warmup_steps"),
+          s.steps};
+  s.seed = static_cast<uint64_t>(cfg.i64("run.seed"));
+  return s;
+}
+
+// This rank's sum of validation token losses over `batches` fixed windows of T local positions.
+double validation_loss_sum(gpt::Gpt& model, const BatchFn& batch, int64_t batches, int64_t micro, int64_t T,
+                           std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+  double sum = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    batch(static_cast<int>(b), tok.data(), tgt.data());
+    sum += model.forward({tok.data(), tgt.data(), micro, T, 0.f});
+  }
+  return sum;
+}
+
+// Context parallelism holds T / cp positions of each sequence here: a batch is read whole, then
+// cut to this rank's positions. Without cp, `read` fills the buffers directly.
+BatchFn local_positions(const ContextAttention* cp, int64_t micro, BatchFn read) {
+  if (!cp) return read;
+  auto full_tok = std::make_shared<std::vector<int32_t>>(micro * cp->seq_len());
+  auto full_tgt = std::make_shared<std::vector<int32_t>>(micro * cp->seq_len());
+  return [=](int a, int32_t* tokens, int32_t* targets) {
+    read(a, full_tok->data(), full_tgt->data());
+    cp->take(full_tok->data(), tokens, micro);
+    cp->take(full_tgt->data(), targets, micro);
+  };
+}
+
+// The context plugin's attention time and exposed transfer time of the last step, and the
+// spread of attention time over the cp group (its load balance).
+void add_context_metrics(std::vector<std::pair<std::string, double>>& fields, const ContextAttention* cp,
+                         dist::CommWorld* world) {
+  if (!cp) return;
+  ContextStats st = cp->stats();
+  std::vector<double> all(cp->size());
+  world->axis(dist::Axis::CP).all_gather(flat_view(&st.compute_ms, LOOM_F64, 1), flat_view(all.data(), LOOM_F64, cp->size()));
+  fields.push_back({"cp_attention_ms", st.compute_ms});
+  fields.push_back({"cp_attention_ms_max", *std::max_element(all.begin(), all.end())});
+  fields.push_back({"cp_attention_ms_min", *std::min_element(all.begin(), all.end())});
+  fields.push_back({"cp_exposed_comm_ms", st.exposed_comm_ms});
+  fields.push_back({"cp_comm_bytes", double(st.bytes_sent)});
+}
+
+// The run's tokenizer, for text samples: [data] tokenizer, or tokenizer.json beside the shards.
+// Without one, samples are bytes, which only a 256-token vocabulary can print.
+std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const gpt::GptConfig& mc, bool sampling) {
+  fs::path path = cfg.str("data.tokenizer");
+  if (path.empty() && fs::exists(fs::path(cfg.str("data.dir")) / "tokenizer.json"))
+    path = fs::path(cfg.str("data.dir")) / "tokenizer.json";
+  if (!path.empty()) {
+    auto t = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(path));
+    if (t->vocab_size() > mc.vocab_size)
+      throw ConfigError("[data] tokenizer '" + path.string() + "' has " + std::to_string(t->vocab_size()) +
+                        " tokens, more than [model] vocab_size = " + std::to_string(mc.vocab_size));
+    return t;
+  }
+  if (sampling && mc.vocab_size != 256)
+    throw ConfigError("[train] sample_every > 0 with [model] vocab_size = " + std::to_string(mc.vocab_size) +
+                      " and no tokenizer: samples would print token ids as bytes; set [data] tokenizer, or put "
+                      "tokenizer.json beside the shards (loom data prepare writes it), or set sample_every = 0");
+  return nullptr;
+}
+
+// Sequences per rank per step; fills in micro_batch (0 = all of them) and accum. The dp x ep
+// ranks split the batch (expert parallelism is data parallelism outside the experts).
+int64_t split_batch(Settings& s, const dist::MeshShape& mesh) {
+  const int64_t data = mesh.dp * mesh.ep;
+  const std::string over = mesh.ep > 1 ? "dp x ep = " + std::to_string(data) : "dp = " + std::to_string(data);
+  if (s.global_batch % data != 0)
+    throw ConfigError("[train] global_batch = " + std::to_string(s.global_batch) + " is not a multiple of " + over);
+  const int64_t local_batch = s.global_batch / data;
+  if (s.micro_batch == 0) s.micro_batch = local_batch;
+  if (local_batch % s.micro_batch != 0)
+    throw ConfigError(
+        "[train] global_batch = " + std::to_string(s.global_batch) + " over " + over + " is " +
+        std::to_string(local_batch) + " sequences per rank, not a multiple of micro_batch = " + std::to_string(s.micro_batch));
+  s.accum = local_batch / s.micro_batch;
+  return local_batch;
+}
+
+// Expert parallelism needs experts, an equal share of them per ep rank.
+void check_experts(const gpt::GptConfig& mc, const dist::MeshShape& mesh) {
+  if (mesh.cp > 1 && mc.moe.experts > 0)
+    throw ConfigError("[parallel] cp = " + std::to_string(mesh.cp) + " with a mixture-of-experts model: MoE routing and "
+                      "capacity see whole micro-batches, which cp splits; use cp = 1 for MoE models");
+  if (mesh.ep == 1) return;
+  if (mc.moe.experts == 0)
+    throw ConfigError("[parallel] ep = " + std::to_string(mesh.ep) +
+                      " needs a mixture-of-experts model: set [model.moe] experts (a multiple of ep)");
+  if (mc.moe.experts % mesh.ep != 0)
+    throw ConfigError("[model.moe] experts = " + std::to_string(mc.moe.experts) + " is not a multiple of [parallel] ep = " +
+                      std::to_string(mesh.ep) + ": every ep rank holds the same number of experts");
+}
+
+// Context parallelism passes key/value blocks round the cp group: the comm plugin must offer
+// send and recv. Checked from the descriptor, before any rank starts.
+void check_context(const plugins::Selection& selection, const dist::MeshShape& mesh) {
+  const plugins::SlotChoice* comm = selection.slot("comm");
+  if (mesh.cp == 1 || !comm) return;
+  const auto* t = reinterpret_cast<const loom_comm_v1*>(comm->found.desc);
+  if (!t->send || !t->recv)
+    throw ConfigError("[parallel] cp = " + std::to_string(mesh.cp) + " needs a comm backend with send and recv, which [plugins] comm = \"" +
+                      std::string(comm->found.desc->name) + "\" does not offer; use gloo, mpi or nccl");
+}
+
+// What a ZeRO run cannot do yet, refused before the first step rather than half-way.
+void check_sharded(const plugins::Selection& selection, const Faults& faults, int stage, const std::string& device) {
+  const std::string zero = "[plugins] data = \"zero" + std::to_string(stage) + "\"";
+  if (device != "cpu")
+    throw ConfigError(zero + " with [run] device = \"" + device + "\": the ZeRO plugin keeps its shards in host "
+                      "memory, which the device's kernels cannot read; use ddp");
+  if (selection.slot("sequence"))
+    throw ConfigError(zero + " with [plugins] sequence: sequence parallelism's replicated-gradient sum "
+                      "needs full gradients; use tp without sp, or ddp");
+  if (faults.nan_grad_step > 0 || faults.perturb_step > 0)
+    throw ConfigError(zero + ": the nan_grad and perturb faults need full local parameters");
+}
+
+}  // namespace loom::train

@@ -1,0 +1,63 @@
+// The pieces train() wires together, each checked or computed on its own: the [train] settings,
+// the layout checks every rank would make, the run's tokenizer, and the context-parallel batch
+// cut and metrics.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/config.hpp"
+#include "dist/comm.hpp"
+#include "dist/mesh.hpp"
+#include "gpt/gpt.hpp"
+#include "loader/selection.hpp"
+#include "train/pipeline.hpp"
+#include "train/schedule.hpp"
+#include "train/stability.hpp"
+
+namespace loom {
+class ContextAttention;
+}
+namespace loom::tok {
+class Tokenizer;
+}
+
+namespace loom::train {
+
+struct Settings {
+  int64_t steps, global_batch, micro_batch, accum, eval_every, eval_batches;
+  int64_t sample_every, sample_tokens, sample_top_k, log_every;
+  std::string sample_prompt;
+  float beta1, beta2, eps, weight_decay, grad_clip;
+  LrSchedule lr;
+  uint64_t seed;
+};
+Settings read_settings(const config::Config& cfg);
+
+// Sequences per rank per step; fills in micro_batch (0 = all of them) and accum. The dp x ep
+// ranks split the batch (expert parallelism is data parallelism outside the experts).
+int64_t split_batch(Settings& s, const dist::MeshShape& mesh);
+// Expert parallelism needs experts, an equal share per ep rank; cp refuses MoE.
+void check_experts(const gpt::GptConfig& mc, const dist::MeshShape& mesh);
+// Context parallelism needs a comm plugin with send and recv (checked from its descriptor).
+void check_context(const plugins::Selection& selection, const dist::MeshShape& mesh);
+// What a ZeRO run cannot do yet, refused before the first step rather than half-way.
+void check_sharded(const plugins::Selection& selection, const Faults& faults, int stage, const std::string& device);
+
+// The run's tokenizer for text samples: [data] tokenizer, or tokenizer.json beside the shards;
+// null for bytes. Refuses samples of a non-byte vocabulary without one.
+std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const gpt::GptConfig& mc, bool sampling);
+
+// This rank's sum of validation token losses over `batches` fixed windows of T local positions.
+double validation_loss_sum(gpt::Gpt& model, const BatchFn& batch, int64_t batches, int64_t micro, int64_t T,
+                           std::vector<int32_t>& tok, std::vector<int32_t>& tgt);
+// Under cp, `read`'s whole sequences cut to this rank's positions; `read` itself otherwise.
+BatchFn local_positions(const ContextAttention* cp, int64_t micro, BatchFn read);
+// The context plugin's attention and exposed transfer time of the last step, and the spread of
+// attention time over the cp group (its load balance).
+void add_context_metrics(std::vector<std::pair<std::string, double>>& fields, const ContextAttention* cp,
+                         dist::CommWorld* world);
+
+}  // namespace loom::train
