@@ -73,7 +73,7 @@ int train(const Args& args) {
       vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>())
                           : train::default_run_dir(cfg);
   train::TrainSummary s = train::train(cfg, sel, rank, run_dir);
-  if (rank.rank != 0) return kExitOk;
+  if (rank.rank != 0 || s.steps == 0) return kExitOk;  // nothing was left to train: said already
   std::printf("done: %lld steps, train loss %.4f -> %.4f", (long long)s.steps, s.first_loss,
               s.final_loss);
   if (s.final_val_loss >= 0) std::printf(", val loss %.4f -> %.4f", s.first_val_loss, s.final_val_loss);

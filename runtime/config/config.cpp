@@ -2,6 +2,8 @@
 #include "config/config.hpp"
 
 #include <cmath>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -64,7 +66,7 @@ std::string range_text(const KeySpec& k) {
   std::ostringstream os;
   os << type_name(k.type);
   if (lo && hi)
-    os << " in [" << k.min << ", " << k.max << "]";
+    os << " in [" << k.min << ", " << k.max << (k.below_max ? ")" : "]");
   else if (lo)
     os << " >= " << k.min;
   else if (hi)
@@ -77,7 +79,10 @@ void check_value(const toml::node& n, const std::string& label, const KeySpec& k
   if (!fits_type(n, k.type)) throw ConfigError(head + type_name(k.type) + ", got " + describe(n));
   if (n.is_integer() || n.is_floating_point()) {
     double v = n.value<double>().value();
-    if (v < k.min || v > k.max) throw ConfigError(head + range_text(k) + ", got " + describe(n));
+    // NaN compares false with everything: refused by name, as are infinities.
+    if (!std::isfinite(v)) throw ConfigError(head + "a finite " + range_text(k) + ", got " + describe(n));
+    if (v < k.min || v > k.max || (k.below_max && v >= k.max))
+      throw ConfigError(head + range_text(k) + ", got " + describe(n));
   }
   if (n.is_string() && !k.choices.empty()) {
     std::string v = n.value<std::string>().value();
@@ -162,12 +167,20 @@ void check_table(toml::table& t, const std::string& label, const std::vector<Key
   }
 }
 
+// A directory opens as a stream here and reads as empty, and an empty file parses as an empty
+// table: both would start a default run. A config says at least one thing.
 Config Config::load(const std::filesystem::path& file, const std::vector<std::string>& sets) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec))
+    throw ConfigError("config '" + file.string() + "' is a directory, not a TOML file");
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw ConfigError("cannot read config file '" + file.string() + "'");
+  if (!in) throw ConfigError("cannot read config file '" + file.string() + "': " + std::strerror(errno));
   std::stringstream text;
   text << in.rdbuf();
-  return parse(text.str(), file.string(), sets);
+  const std::string s = text.str();
+  if (s.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw ConfigError("config '" + file.string() + "' is empty: nothing says what to train");
+  return parse(s, file.string(), sets);
 }
 
 Config Config::parse(std::string_view text, const std::string& source_name,

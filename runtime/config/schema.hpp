@@ -23,6 +23,7 @@ struct KeySpec {
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
   std::vector<std::string> choices;  // for strings; empty = any
+  bool below_max = false;            // max itself is excluded (AdamW's betas < 1)
 };
 
 struct SectionSpec {

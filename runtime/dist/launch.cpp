@@ -12,6 +12,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -22,10 +24,31 @@ namespace loom::dist {
 
 namespace {
 
-std::optional<int> env_int(const char* name) {
+// A launcher variable as an integer; anything else is an error naming it. `prefix` takes the
+// leading number of a list such as SLURM_STEP_TASKS_PER_NODE ("2(x3),1").
+std::optional<int> env_int(const char* name, bool prefix = false) {
   const char* v = std::getenv(name);
   if (!v || !*v) return std::nullopt;
-  return std::atoi(v);
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v, &end, 10);
+  if (end == v || (!prefix && *end) || errno == ERANGE || x < INT_MIN || x > INT_MAX)
+    throw UsageError(std::string("launcher variable ") + name + " = \"" + v + "\" is not an integer");
+  return static_cast<int>(x);
+}
+
+// Every rank variable in range, before anything divides by a world size or waits on a rank
+// that cannot exist.
+void check_ranks(const RankEnv& e, const char* rank, const char* world, const char* local_rank, const char* local_world) {
+  auto fail = [](const std::string& what) { throw UsageError("launcher variables: " + what); };
+  if (e.world < 1) fail(std::string(world) + " = " + std::to_string(e.world) + " (at least 1)");
+  if (e.rank < 0 || e.rank >= e.world)
+    fail(std::string(rank) + " = " + std::to_string(e.rank) + " is not in [0, " + world + " = " + std::to_string(e.world) + ")");
+  if (e.local_world < 1) fail(std::string(local_world) + " = " + std::to_string(e.local_world) + " (at least 1)");
+  if (e.local_rank < 0 || e.local_rank >= e.local_world)
+    fail(std::string(local_rank) + " = " + std::to_string(e.local_rank) + " is not in [0, " + local_world + " = " +
+         std::to_string(e.local_world) + ")");
+  if (e.master_port < 1 || e.master_port > 65535) fail("MASTER_PORT = " + std::to_string(e.master_port) + " (1-65535)");
 }
 
 std::string env_str(const char* name, const std::string& fallback) {
@@ -71,26 +94,32 @@ bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 
 std::optional<RankEnv> rank_from_environment() {
   RankEnv e;
+  const char* names[4] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
   if (auto r = env_int("RANK")) {
     e.rank = *r;
     e.world = env_int("WORLD_SIZE").value_or(1);
     e.local_rank = env_int("LOCAL_RANK").value_or(e.rank);
     e.local_world = env_int("LOCAL_WORLD_SIZE").value_or(e.world);
     e.launcher = std::getenv("LOOM_LAUNCHED") ? "loom" : "torchrun";
+  } else if (env_int("WORLD_SIZE")) {
+    throw UsageError("launcher variables: WORLD_SIZE is set but RANK is not");
   } else if (auto r = env_int("OMPI_COMM_WORLD_RANK")) {
     e.rank = *r;
     e.world = env_int("OMPI_COMM_WORLD_SIZE").value_or(1);
     e.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK").value_or(0);
     e.local_world = env_int("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(1);
     e.launcher = "mpi";
+    names[0] = "OMPI_COMM_WORLD_RANK", names[1] = "OMPI_COMM_WORLD_SIZE";
+    names[2] = "OMPI_COMM_WORLD_LOCAL_RANK", names[3] = "OMPI_COMM_WORLD_LOCAL_SIZE";
   } else if (auto r = env_int("SLURM_PROCID"); r && env_int("SLURM_NTASKS")) {
     e.rank = *r;
     e.world = *env_int("SLURM_NTASKS");
     e.local_rank = env_int("SLURM_LOCALID").value_or(0);
     // SLURM_NTASKS_PER_NODE is set only when asked for; SLURM_STEP_TASKS_PER_NODE always is
     // ("2(x3),1": its first count, which is enough to share a node's cores between its ranks).
-    e.local_world = env_int("SLURM_NTASKS_PER_NODE").value_or(env_int("SLURM_STEP_TASKS_PER_NODE").value_or(e.world));
+    e.local_world = env_int("SLURM_NTASKS_PER_NODE").value_or(env_int("SLURM_STEP_TASKS_PER_NODE", true).value_or(e.world));
     e.launcher = "slurm";
+    names[0] = "SLURM_PROCID", names[1] = "SLURM_NTASKS", names[2] = "SLURM_LOCALID", names[3] = "SLURM_NTASKS_PER_NODE";
   } else {
     return std::nullopt;
   }
@@ -110,6 +139,7 @@ std::optional<RankEnv> rank_from_environment() {
     const std::string nodes = env_str("SLURM_STEP_NODELIST", env_str("SLURM_JOB_NODELIST", ""));
     if (!nodes.empty()) e.master_addr = first_host(nodes);
   }
+  check_ranks(e, names[0], names[1], names[2], names[3]);
   return e;
 }
 

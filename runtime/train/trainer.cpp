@@ -165,6 +165,15 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   if (sharded) checkpoints.use_shards({[&] { return dp->shard_pieces(); }, [&] { dp->pieces_loaded(); }});
   int64_t applied = 0;  // optimizer steps taken: a skipped step does not advance AdamW
   const int64_t first_step = checkpoints.resume(params, m, v, precision.get(), applied);
+  const int64_t exit_after = cfg.i64("train.exit_after");
+  const int64_t last_step = exit_after > 0 ? std::min(exit_after, s.steps) : s.steps;
+  if (first_step > last_step) {  // resumed at or past the end: nothing to train, nothing to write
+    if (lead)
+      std::printf("nothing to do: the checkpoint has step %lld done and the run ends at step %lld ([train] steps%s)\n",
+                  (long long)(first_step - 1), (long long)last_step, exit_after > 0 ? " or exit_after" : "");
+    if (world) world->world().barrier();
+    return TrainSummary{};
+  }
   if (dp && !sharded) dp->check_identical(params, first_step > 1 ? "after resuming" : "at initialisation");
   const int64_t first_sample = world ? world->batch_rank() * local_batch : 0;
 
@@ -241,8 +250,6 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     if (lead) log->write({{"step", 0.0}, {"val_loss", val}});
   }
   std::vector<int64_t> offsets(s.global_batch);
-  const int64_t exit_after = cfg.i64("train.exit_after");
-  const int64_t last_step = exit_after > 0 ? std::min(exit_after, s.steps) : s.steps;
   for (int64_t step = first_step; step <= last_step; ++step) {
     auto t0 = Clock::now();
     const double lr = s.lr.at(step);

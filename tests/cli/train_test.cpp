@@ -97,3 +97,64 @@ TEST_CASE("training failures reach the user with the right exit code") {
   CHECK(preset.rc == 2);
   CHECK(has(preset.out, "did you mean 'small'?"));
 }
+
+TEST_CASE("launcher variables are parsed strictly and range-checked, naming the variable") {
+  TinySetup s;
+  const std::string run = "train " + s.cfg + " --run-dir " + s.run_dir("env");
+  struct Case {
+    const char* env;
+    const char* says;
+  };
+  for (Case c : {Case{"RANK=0 WORLD_SIZE=0", "WORLD_SIZE = 0 (at least 1)"},
+                 Case{"RANK=0 WORLD_SIZE=abc", "launcher variable WORLD_SIZE = \"abc\" is not an integer"},
+                 Case{"RANK=abc WORLD_SIZE=2", "launcher variable RANK = \"abc\" is not an integer"},
+                 Case{"RANK=5 WORLD_SIZE=2", "RANK = 5 is not in [0, WORLD_SIZE = 2)"},
+                 Case{"SLURM_PROCID=0 SLURM_NTASKS=0", "SLURM_NTASKS = 0 (at least 1)"},
+                 Case{"OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=0", "OMPI_COMM_WORLD_SIZE = 0 (at least 1)"},
+                 Case{"RANK=0 WORLD_SIZE=1 MASTER_PORT=70000", "MASTER_PORT = 70000 (1-65535)"}}) {
+    auto r = run_loom(run, c.env);
+    INFO(std::string(c.env) << "\n" << r.out);
+    CHECK(r.rc == 2);
+    CHECK(r.out.find(c.says) != std::string::npos);
+  }
+}
+
+TEST_CASE("NaN, infinities and betas of 1 are refused, and so are an empty config and a directory") {
+  TinySetup s;
+  const std::string run = "train " + s.cfg + " --run-dir " + s.run_dir("bad") + " --set ";
+  struct Case {
+    const char* set;
+    const char* says;
+  };
+  for (Case c : {Case{"train.lr=nan", "[train] lr: expected a finite float in [0, 10], got floating-point nan"},
+                 Case{"model.init_std=nan", "[model] init_std: expected a finite float"},
+                 Case{"train.min_lr_ratio=nan", "[train] min_lr_ratio: expected a finite float in [0, 1], got floating-point nan"},
+                 Case{"train.lr=inf", "expected a finite float in [0, 10], got floating-point inf"},
+                 Case{"train.beta1=1.0", "[train] beta1: expected float in [0, 1), got floating-point 1.0"},
+                 Case{"train.beta2=1.0", "[train] beta2: expected float in [0, 1), got floating-point 1.0"}}) {
+    auto r = run_loom(run + c.set);
+    INFO(std::string(c.set) << "\n" << r.out);
+    CHECK(r.rc == 2);
+    CHECK(r.out.find(c.says) != std::string::npos);
+  }
+  auto empty = run_loom("train " + s.t.write("empty.toml", "\n  \n") + " --run-dir " + s.run_dir("e"));
+  CHECK(empty.rc == 2);
+  CHECK(empty.out.find("empty.toml' is empty: nothing says what to train") != std::string::npos);
+  auto dir = run_loom("config check " + s.t.path.string());
+  CHECK(dir.rc == 2);
+  CHECK(dir.out.find("is a directory, not a TOML file") != std::string::npos);
+}
+
+TEST_CASE("resuming at the last step says there is nothing to do and leaves the run as it was") {
+  TinySetup s;
+  const std::string ck = s.run_dir("ck");
+  const std::string run = "train " + s.cfg + " --run-dir " + s.run_dir("r") + " --set plugins.ckpt=sync --set checkpoint.dir=" + ck;
+  REQUIRE(run_loom(run + " --set checkpoint.every=6").rc == 0);
+  const auto before = column(std::filesystem::path(s.run_dir("r")) / "metrics.jsonl", "loss");
+  auto again = run_loom(run + " --set checkpoint.every=6 --set checkpoint.resume=latest");
+  INFO(again.out);
+  CHECK(again.rc == 0);
+  CHECK(again.out.find("nothing to do: the checkpoint has step 6 done and the run ends at step 6") != std::string::npos);
+  CHECK(again.out.find("done:") == std::string::npos);
+  CHECK(column(std::filesystem::path(s.run_dir("r")) / "metrics.jsonl", "loss") == before);
+}
