@@ -153,7 +153,7 @@ std::vector<SectionSpec> build_schema() {
       {"eps", ValueType::Float, "1e-8", "AdamW epsilon", 0, 1},
       {"grad_clip", ValueType::Float, "1.0", "clip the global grad norm to this; 0 = off", 0, kInf},
       {"eval_every", ValueType::Int, "50", "validation loss every N steps; 0 = never", 0, kInf},
-      {"eval_batches", ValueType::Int, "8", "validation micro-batches per evaluation", 1, kInf},
+      {"eval_batches", ValueType::Int, "8", "validation batches of global_batch windows per evaluation (the same windows under every layout)", 1, kInf},
       {"sample_every", ValueType::Int, "0", "print a text sample every N steps; 0 = never", 0, kInf},
       {"sample_tokens", ValueType::Int, "96", "tokens per sample", 1, kInf},
       {"sample_top_k", ValueType::Int, "8", "sample from the k likeliest tokens; 1 = greedy", 1, kInf},

@@ -234,11 +234,14 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     BatchFn val_batch = local_positions(cp, s.micro_batch, [&](int b, int32_t* tokens, int32_t* targets) {
       data.val_batch(b * s.micro_batch, s.micro_batch, tokens, targets);
     });
-    double val = pipe ? pipe->evaluate(val_batch, static_cast<int>(s.eval_batches), s.micro_batch, T_local)
-                      : validation_loss_sum(model, val_batch, s.eval_batches, s.micro_batch, T_local, tok, tgt);
+    // The same eval_batches x global_batch windows under every layout, micro_batch at a time,
+    // each rank all of them: the validation loss does not depend on the layout.
+    const int64_t chunks = s.eval_batches * s.global_batch / s.micro_batch;
+    double val = pipe ? pipe->evaluate(val_batch, static_cast<int>(chunks), s.micro_batch, T_local)
+                      : validation_loss_sum(model, val_batch, chunks, s.micro_batch, T_local, tok, tgt);
     if (cp) world->axis(dist::Axis::CP).all_reduce(flat_view(&val, LOOM_F64, 1), LOOM_REDUCE_SUM);
     if (cp) cp->stats();  // evaluation's attention is not a step's
-    return val / static_cast<double>(s.eval_batches * s.micro_batch * T);
+    return val / static_cast<double>(chunks * s.micro_batch * T);
   };
   if (s.eval_every > 0 && first_step == 1) {  // as llm.c does: how good the starting weights are
     api.use_token_group(false);

@@ -53,3 +53,20 @@ TEST_CASE("epoch sampling trains the same model on one rank, dp = 2 and dp2 x tp
   Curves random = runs.run("--set parallel.nproc=1 --set data.sampling=random");
   CHECK(random.loss[3] != one.loss[3]);  // the two orders differ
 }
+
+TEST_CASE("the validation loss is the same under one rank, micro_batch 4, dp 2, tp 2, pp 2 and cp 2") {
+  LayoutRuns runs("preset = \"llama-tiny\"\nseq_len = 16", "steps = 4\nglobal_batch = 8\nlr = 3e-3\nwarmup_steps = 1");
+  const std::string eval = " --set train.eval_every=2 --set train.eval_batches=2";
+  const auto val = [&](const std::string& layout) { return column(runs.run(layout + eval).metrics, "val_loss"); };
+  const std::vector<double> one = val("--set parallel.nproc=1");
+  REQUIRE(one.size() == 4);  // before the first update, steps 1, 2, 4
+  for (const char* layout : {"--set parallel.nproc=1 --set train.micro_batch=4", "--set parallel.nproc=2",
+                             "--set parallel.nproc=2 --set parallel.tp=2",
+                             "--set parallel.nproc=2 --set parallel.pp=2 --set train.micro_batch=2",
+                             "--set parallel.nproc=2 --set parallel.cp=2"}) {
+    const std::vector<double> got = val(layout);
+    INFO(layout);
+    REQUIRE(got.size() == one.size());
+    for (size_t i = 0; i < one.size(); ++i) CHECK(got[i] == doctest::Approx(one[i]).epsilon(1e-5));
+  }
+}
