@@ -10,6 +10,8 @@
 
 #include <boost/dll/library_info.hpp>
 #include <boost/dll/runtime_symbol_info.hpp>
+#include <fstream>
+#include <algorithm>
 #include <boost/dll/shared_library.hpp>
 
 #include "core/errors.hpp"
@@ -40,6 +42,39 @@ std::mutex& loaded_mutex() {
 
 bool looks_like_path(const std::string& s) {
   return s.find('/') != std::string::npos || s.ends_with(".so");
+}
+
+// dlopen maps a library's segments as they are: one cut short by a copy or a full disk maps pages
+// past the end of the file, and the first touch kills the process with SIGBUS. So the ELF header
+// and the program headers are read first, and every segment must lie inside the file.
+void check_elf(const fs::path& library) {
+  std::ifstream in(library, std::ios::binary);
+  const uint64_t size = fs::file_size(library);
+  unsigned char h[64] = {};
+  in.read(reinterpret_cast<char*>(h), sizeof h);
+  const std::string where = "'" + library.string() + "': ";
+  if (in.gcount() < 64 || h[0] != 0x7f || h[1] != 'E' || h[2] != 'L' || h[3] != 'F')
+    throw RuntimeError(where + "not an ELF shared library");
+  if (h[4] != 2) throw RuntimeError(where + "not a 64-bit ELF library");
+  auto u16 = [](const unsigned char* p) { return static_cast<uint64_t>(p[0]) | static_cast<uint64_t>(p[1]) << 8; };
+  auto u64 = [](const unsigned char* p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
+    return v;
+  };
+  const uint64_t phoff = u64(h + 32), shoff = u64(h + 40), phent = u16(h + 54), phnum = u16(h + 56);
+  const uint64_t shent = u16(h + 58), shnum = u16(h + 60);
+  uint64_t need = std::max(phoff + phent * phnum, shoff + shent * shnum);
+  std::vector<unsigned char> ph(phent * phnum);
+  if (phoff + ph.size() <= size) {
+    in.seekg(static_cast<std::streamoff>(phoff));
+    in.read(reinterpret_cast<char*>(ph.data()), static_cast<std::streamsize>(ph.size()));
+    for (uint64_t i = 0; i < phnum && phent >= 40; ++i)  // p_offset at 8, p_filesz at 32
+      need = std::max(need, u64(&ph[i * phent + 8]) + u64(&ph[i * phent + 32]));
+  }
+  if (need > size)
+    throw RuntimeError(where + "truncated ELF: the file has " + std::to_string(size) + " bytes, its headers and segments need " +
+                       std::to_string(need));
 }
 
 // The ABI majors a library was built for, read from its exported entry names.
@@ -112,6 +147,7 @@ const std::vector<const loom_plugin*>& Registry::load(const fs::path& library) {
   if (auto it = loaded().find(key); it != loaded().end()) return it->second->plugins;
 
   if (!fs::exists(key)) throw RuntimeError("plugin library '" + library.string() + "' does not exist");
+  check_elf(key);
   auto lib = std::make_unique<Library>();
   try {
     lib->lib.load(boost::dll::fs::path(key.string()),

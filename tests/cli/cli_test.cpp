@@ -145,3 +145,18 @@ TEST_CASE("loom model info reports parameters, FLOPs per token and ZeRO state by
   CHECK(has(show.out, "# model: 4 layers, d_model 64, 4 heads (2 kv heads)"));
   CHECK(has(show.out, "n_kv_head = 2"));
 }
+
+TEST_CASE("a truncated plugin library on the search path is skipped with a message, not a SIGBUS") {
+  TempDir t;
+  const auto lib = t.path / "libloom-parallel-cut.so";
+  std::filesystem::copy_file(std::filesystem::path(LOOM_BINARY_DIR) / "lib/loom/plugins/libloom-parallel-sp.so", lib);
+  std::filesystem::resize_file(lib, std::filesystem::file_size(lib) / 2);
+  auto list = loom::test::sh("LOOM_PLUGIN_PATH=" + t.path.string() + " " LOOM_BIN " plugins");
+  INFO(list.out);
+  CHECK(list.rc == 0);
+  CHECK(has(list.out, "libloom-parallel-cut.so': truncated ELF: the file has"));
+  CHECK(has(list.out, "ddp"));  // the others are still listed
+  auto named = loom::test::sh(std::string(LOOM_BIN) + " plugins info " + lib.string());
+  CHECK(named.rc != 0);
+  CHECK(has(named.out, "truncated ELF"));
+}
