@@ -1,11 +1,13 @@
 // loom train FILE [--set k=v]... [--run-dir DIR]
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/parse.hpp"
 #include "dist/launch.hpp"
 #include "dist/mesh.hpp"
 #include "loader/selection.hpp"
 #include "train/trainer.hpp"
+#include "train/trainer_parts.hpp"
 
 namespace loom::cli {
 
@@ -64,6 +66,9 @@ int train(const Args& args) {
     plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
     plugins::Selection sel = plugins::resolve(cfg, reg);
     train::check_layout(cfg, sel, dist::resolve_mesh(cfg, nproc));
+    train::lock_run_dir(vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>())
+                                            : train::default_run_dir(cfg));
+    ::setenv("LOOM_RUN_DIR_LOCKED", "1", 1);  // the ranks share this process's lock
     return dist::spawn_local(nproc, self_invocation());
   }
   dist::RankEnv rank = env.value_or(dist::RankEnv{});

@@ -94,6 +94,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
                       std::to_string(mesh.cp) + (mesh.pp > 1 ? " and pp > 1" : " and sequence parallelism") +
                       ": a sample reruns its whole context, which this rank's activations do not hold; set sample_every = 0");
   const int64_t local_batch = split_batch(s, mesh);
+  if (env.rank == 0) lock_run_dir(run_dir);  // before anything is written there
   const std::unique_ptr<tok::Tokenizer> tokenizer = run_tokenizer(cfg, mc, s.sample_every > 0);
   const bool lead = env.rank == 0;
   const std::string device = cfg.str("run.device");

@@ -1,6 +1,13 @@
 #include "train/trainer_parts.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "core/errors.hpp"
@@ -10,6 +17,29 @@
 namespace fs = std::filesystem;
 
 namespace loom::train {
+
+void lock_run_dir(const fs::path& run_dir) {
+  if (std::getenv("LOOM_RUN_DIR_LOCKED")) return;
+  fs::create_directories(run_dir);
+  const fs::path lock = run_dir / ".lock";
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw RuntimeError("cannot open '" + lock.string() + "': " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char holder[256] = {};
+    const ssize_t n = ::pread(fd, holder, sizeof holder - 1, 0);
+    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "another process";
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    ::close(fd);
+    throw ConfigError("run directory '" + run_dir.string() + "' is in use by another job (pid and host: " + who +
+                      "); give this one another --run-dir, or wait for it to end");
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = std::to_string(::getpid()) + " " + host + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
+    throw RuntimeError("cannot write '" + lock.string() + "': " + std::strerror(errno));
+  // fd stays open, and the lock held, until the process exits.
+}
 
 Settings read_settings(const config::Config& cfg) {
   Settings s;

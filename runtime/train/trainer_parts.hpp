@@ -3,6 +3,7 @@
 // cut and metrics.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -49,6 +50,11 @@ void check_sharded(const plugins::Selection& selection, const Faults& faults, in
 // The run's tokenizer for text samples: [data] tokenizer, or tokenizer.json beside the shards;
 // null for bytes. Refuses samples of a non-byte vocabulary without one.
 std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const gpt::GptConfig& mc, bool sampling);
+
+// One job per run directory: an exclusive flock on RUN_DIR/.lock, held until the process exits,
+// with "pid host" in the file. A second job is refused naming the holder. Skipped when
+// LOOM_RUN_DIR_LOCKED is set (a local launcher took the lock for the ranks it spawned).
+void lock_run_dir(const std::filesystem::path& run_dir);
 
 // This rank's sum of validation token losses over `batches` fixed windows of T local positions.
 double validation_loss_sum(gpt::Gpt& model, const BatchFn& batch, int64_t batches, int64_t micro, int64_t T,

@@ -158,3 +158,24 @@ TEST_CASE("resuming at the last step says there is nothing to do and leaves the 
   CHECK(again.out.find("done:") == std::string::npos);
   CHECK(column(std::filesystem::path(s.run_dir("r")) / "metrics.jsonl", "loss") == before);
 }
+
+TEST_CASE("a second job on a run directory in use is refused, naming the holder's pid and host") {
+  TinySetup s;
+  const std::string dir = s.run_dir("shared");
+  // The first job: long enough to still be running when the second starts.
+  auto first = loom::test::sh("(LOOM_PLUGIN_PATH=" LOOM_TEST_PLUGIN_DIR " " LOOM_BIN " train " + s.cfg + " --run-dir " + dir +
+                              " --set train.steps=100000 --set train.sample_every=0 > /dev/null 2>&1 & echo $!)");
+  const std::string pid = first.out.substr(0, first.out.find('\n'));
+  for (int i = 0; i < 100 && !std::filesystem::exists(std::filesystem::path(dir) / "metrics.jsonl"); ++i)
+    loom::test::sh("sleep 0.1");
+  auto second = run_loom("train " + s.cfg + " --run-dir " + dir);
+  loom::test::sh("kill " + pid);
+  INFO(second.out);
+  CHECK(second.rc == 2);
+  CHECK(second.out.find("run directory '" + dir + "' is in use by another job (pid and host: " + pid + " ") != std::string::npos);
+  // Two ranks under the local launcher share its lock.
+  loom::test::sh("sleep 0.5");
+  auto two = run_loom("train " + s.cfg + " --run-dir " + dir + " --set parallel.nproc=2 --set train.sample_every=0");
+  INFO(two.out);
+  CHECK(two.rc == 0);
+}
