@@ -193,4 +193,34 @@ GptConfig from_config(const config::Config& cfg) {
   return g;
 }
 
+std::vector<std::string> architecture_differences(const GptConfig& a, const GptConfig& b) {
+  std::vector<std::string> out;
+  auto cmp = [&](const char* key, const auto& x, const auto& y) {
+    if (x == y) return;
+    std::ostringstream os;
+    os << std::boolalpha << key << " = " << x << " there, " << y << " here";
+    out.push_back(os.str());
+  };
+  cmp("n_layer", a.n_layer, b.n_layer);
+  cmp("n_head", a.n_head, b.n_head);
+  cmp("n_kv_head", a.kv_heads(), b.kv_heads());
+  cmp("d_model", a.d_model, b.d_model);
+  cmp("d_ff", a.d_ff, b.d_ff);
+  cmp("vocab_size", a.vocab_size, b.vocab_size);
+  cmp("positions", a.positions, b.positions);
+  if (a.learned_positions() && b.learned_positions()) cmp("max_positions", a.max_positions, b.max_positions);
+  if (a.rope() && b.rope()) cmp("rope_theta", a.rope_theta, b.rope_theta);
+  cmp("norm", a.norm, b.norm);
+  cmp("norm_eps", a.norm_eps, b.norm_eps);
+  cmp("mlp", a.mlp, b.mlp);
+  cmp("bias", a.bias, b.bias);
+  cmp("tied_embeddings", a.tied_embeddings, b.tied_embeddings);
+  cmp("moe.experts", a.moe.experts, b.moe.experts);
+  if (a.moe.experts > 0 && b.moe.experts > 0) {
+    cmp("moe.top_k", a.moe.top_k, b.moe.top_k);
+    cmp("moe.every", a.moe.every, b.moe.every);
+  }
+  return out;
+}
+
 }  // namespace loom::gpt

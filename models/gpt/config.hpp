@@ -81,4 +81,8 @@ struct GptConfig {
 // Reads and checks [model]; throws ConfigError naming the offending key.
 GptConfig from_config(const config::Config& cfg);
 
+// The architecture keys on which two models differ, as "n_head = 4 there, 2 here" (a: there, b:
+// here). Training keys (seq_len, recompute, init_from) are not architecture.
+std::vector<std::string> architecture_differences(const GptConfig& there, const GptConfig& here);
+
 }  // namespace loom::gpt

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "ckpt/crc32c.hpp"
+#include "gpt/config.hpp"
 #include "core/errors.hpp"
 #include "dist/mesh.hpp"
 
@@ -38,7 +39,8 @@ Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& 
       world_(world),
       mesh_(mesh),
       rank_(rank),
-      write_error_step_(write_error_step) {
+      write_error_step_(write_error_step),
+      model_(gpt::from_config(cfg)) {
   const std::string dir = cfg.str("checkpoint.dir");
   root_ = dir.empty() ? run_dir / "checkpoints" : fs::path(dir);
   if (every_ == 0) return;
@@ -85,6 +87,19 @@ size_t Checkpointer::owned_bytes(const ParamStore& params) const {
   return total;
 }
 
+// Tensor shapes can agree while the model does not (n_head 4 -> 2 keeps every shape): the
+// checkpoint's own config says what it is.
+void Checkpointer::check_same_model(const fs::path& dir, const Manifest& man) const {
+  if (man.config.empty()) return;  // written before checkpoints carried their config
+  config::Config theirs = config::Config::parse(man.config, (dir / "manifest.json").string());
+  theirs.validate_runtime();
+  const std::vector<std::string> diff = gpt::architecture_differences(gpt::from_config(theirs), model_);
+  if (diff.empty()) return;
+  std::string list;
+  for (const auto& d : diff) list += (list.empty() ? "" : "; ") + d;
+  throw ConfigError("cannot resume: " + dir.string() + " holds another model ([model] " + list + ")");
+}
+
 int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision* precision, int64_t& applied) {
   applied = 0;
   // The staging buffer is allocated and touched now, before training: the first save then
@@ -93,6 +108,7 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
   if (resume_.empty()) return 1;
   const fs::path dir = resolve(root_, resume_);
   const Manifest man = read_manifest(dir);
+  check_same_model(dir, man);
   try {
     verify(dir, man);
   } catch (const RuntimeError& e) {

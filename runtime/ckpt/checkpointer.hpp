@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ckpt/format.hpp"
+#include "gpt/config.hpp"
 #include "config/config.hpp"
 #include "dist/comm.hpp"
 #include "loader/registry.hpp"
@@ -75,6 +76,8 @@ class Checkpointer {
   dist::MeshShape mesh_;
   int rank_;
   int64_t write_error_step_;
+  gpt::GptConfig model_;  // this run's model, which a resumed checkpoint must hold
+  void check_same_model(const std::filesystem::path& dir, const Manifest& man) const;
   std::unique_ptr<plugins::Instance> writer_;
   const loom_ckpt_v1* table_ = nullptr;
   std::unique_ptr<Pending> pending_;

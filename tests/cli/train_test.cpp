@@ -179,3 +179,16 @@ TEST_CASE("a second job on a run directory in use is refused, naming the holder'
   INFO(two.out);
   CHECK(two.rc == 0);
 }
+
+TEST_CASE("resuming a checkpoint of another model is refused naming the keys, even when every shape agrees") {
+  TinySetup s;
+  const std::string ck = s.run_dir("ck2");
+  const std::string run = "train " + s.cfg + " --run-dir " + s.run_dir("r2") + " --set plugins.ckpt=sync --set checkpoint.dir=" + ck;
+  REQUIRE(run_loom(run + " --set checkpoint.every=3 --set train.exit_after=3 --set model.n_head=4").rc == 0);
+  auto other = run_loom(run + " --set checkpoint.every=3 --set checkpoint.resume=latest --set model.n_head=2");
+  INFO(other.out);
+  CHECK(other.rc == 2);
+  CHECK(other.out.find("holds another model ([model] n_head = 4 there, 2 here") != std::string::npos);
+  auto same = run_loom(run + " --set checkpoint.every=3 --set checkpoint.resume=latest --set model.n_head=4");
+  CHECK(same.rc == 0);
+}
