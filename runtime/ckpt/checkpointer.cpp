@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -49,6 +50,20 @@ Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& 
   loom_options opts = plugins::options_for(cfg, ckpt->found.desc->name);
   writer_ = std::make_unique<plugins::Instance>(ckpt->found, &opts);
   table_ = writer_->table<loom_ckpt_v1>();
+  if (rank_ == 0) check_writable();
+}
+
+// A checkpoint directory that cannot be written is found now, not at the first save hours in.
+void Checkpointer::check_writable() const {
+  std::error_code ec;
+  fs::create_directories(root_, ec);
+  const fs::path probe = root_ / (".write-test-" + std::to_string(::getpid()));
+  const int fd = ec ? -1 : ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const std::string why = ec ? ec.message() : fd < 0 ? std::strerror(errno) : "";
+  if (fd >= 0) ::close(fd), fs::remove(probe, ec);
+  if (!why.empty())
+    throw RuntimeError("checkpoint directory '" + root_.string() + "' cannot be written (" + why +
+                       "); set [checkpoint] dir to one that can, before training starts");
 }
 
 // Leaving on an error with an async save in flight: the checksum thread and the writer still

@@ -78,6 +78,7 @@ class Checkpointer {
   int64_t write_error_step_;
   gpt::GptConfig model_;  // this run's model, which a resumed checkpoint must hold
   void check_same_model(const std::filesystem::path& dir, const Manifest& man) const;
+  void check_writable() const;
   std::unique_ptr<plugins::Instance> writer_;
   const loom_ckpt_v1* table_ = nullptr;
   std::unique_ptr<Pending> pending_;

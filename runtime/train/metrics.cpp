@@ -1,7 +1,9 @@
 #include "train/metrics.hpp"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "core/errors.hpp"
 #include "core/json.hpp"
@@ -21,8 +23,8 @@ Memory process_memory() {
 }
 
 MetricsLog::MetricsLog(const std::filesystem::path& file, bool append)
-    : out_(file, append ? std::ios::app : std::ios::trunc) {
-  if (!out_) throw RuntimeError("cannot write metrics file '" + file.string() + "'");
+    : file_(file), out_(file, append ? std::ios::app : std::ios::trunc) {
+  if (!out_) throw RuntimeError("cannot write metrics file '" + file.string() + "': " + std::strerror(errno));
 }
 
 void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields) {
@@ -30,8 +32,18 @@ void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields
   for (size_t i = 0; i < fields.size(); ++i) {
     line += (i ? ", " : "") + json_quote(fields[i].first) + ": " + json_number(fields[i].second);
   }
+  errno = 0;
   out_ << line << "}\n";
   out_.flush();
+  if (!out_) throw RuntimeError("writing '" + file_.string() + "' failed: " + (errno ? std::strerror(errno) : "I/O error"));
+}
+
+void write_checked(const std::filesystem::path& file, const std::string& text) {
+  errno = 0;
+  std::ofstream out(file, std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) throw RuntimeError("writing '" + file.string() + "' failed: " + (errno ? std::strerror(errno) : "I/O error"));
 }
 
 }  // namespace loom::train

@@ -24,7 +24,12 @@ class MetricsLog {
   void write(const std::vector<std::pair<std::string, double>>& fields);
 
  private:
+  std::filesystem::path file_;
   std::ofstream out_;
 };
+
+// Writes `text` to `file` (truncating), or throws naming the file and the OS's reason: a full disk
+// must fail the run, not leave it half-written and "done".
+void write_checked(const std::filesystem::path& file, const std::string& text);
 
 }  // namespace loom::train

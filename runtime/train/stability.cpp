@@ -1,5 +1,8 @@
 #include "train/stability.hpp"
 
+#include <cerrno>
+#include <cstring>
+
 #include <cmath>
 #include <cstdio>
 
@@ -55,7 +58,8 @@ Stability::Stability(const config::Config& cfg, dist::CommWorld* world, DataPara
   if (min_steps_ > window_)
     throw ConfigError("[stability] min_steps = " + std::to_string(min_steps_) + " exceeds window = " +
                       std::to_string(window_));
-  if (lead_) events_.open(run_dir / "events.jsonl", append ? std::ios::app : std::ios::trunc);
+  events_path_ = run_dir / "events.jsonl";
+  if (lead_) events_.open(events_path_, append ? std::ios::app : std::ios::trunc);
 }
 
 void Stability::log(const Event& e) {
@@ -63,8 +67,11 @@ void Stability::log(const Event& e) {
   std::string line = "{\"step\": " + std::to_string(e.step) + ", \"layer\": " + json_quote(e.layer) +
                      ", \"event\": " + json_quote(e.event);
   for (const auto& [k, v] : e.fields) line += ", " + json_quote(k) + ": " + v;
+  errno = 0;
   events_ << line << "}\n";
   events_.flush();
+  if (!events_)
+    throw RuntimeError("writing '" + events_path_.string() + "' failed: " + (errno ? std::strerror(errno) : "I/O error"));
 }
 
 bool Stability::on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params, bool searchable) {

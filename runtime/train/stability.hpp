@@ -70,6 +70,7 @@ class Stability {
   dist::CommWorld* world_;
   DataParallel* dp_;
   bool lead_;
+  std::filesystem::path events_path_;
   std::ofstream events_;
   std::deque<double> losses_, norms_;
   int consecutive_ = 0;  // spikes in a row

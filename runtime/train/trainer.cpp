@@ -181,7 +181,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   std::unique_ptr<MetricsLog> log;
   if (lead) {
     fs::create_directories(run_dir);
-    std::ofstream(run_dir / "config.toml") << cfg.render(selection.schemas);
+    write_checked(run_dir / "config.toml", cfg.render(selection.schemas));
     log = std::make_unique<MetricsLog>(run_dir / "metrics.jsonl", first_step > 1);
   }
   Peak peak = device_peak(device, precision_name, threads, cfg.f64("run.peak_gflops"));
@@ -448,10 +448,9 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   std::vector<double> peaks(env.world, peak_mem);
   if (world) world->world().all_gather(flat_view(&peak_mem, LOOM_F64, 1), flat_view(peaks.data(), LOOM_F64, env.world));
   if (lead) {
-    std::ofstream out(run_dir / "ranks.json");
-    out << "{\"peak_mem_bytes\": [";
-    for (int r = 0; r < env.world; ++r) out << (r ? ", " : "") << static_cast<int64_t>(peaks[r]);
-    out << "]}\n";
+    std::string ranks = "{\"peak_mem_bytes\": [";
+    for (int r = 0; r < env.world; ++r) ranks += (r ? ", " : "") + std::to_string(static_cast<int64_t>(peaks[r]));
+    write_checked(run_dir / "ranks.json", ranks + "]}\n");
   }
   if (world) world->world().barrier();  // rank 0 hosts the store: leave together
   sum.steps = last_step - first_step + 1;  // this run's, after a resume or before an exit

@@ -192,3 +192,22 @@ TEST_CASE("resuming a checkpoint of another model is refused naming the keys, ev
   auto same = run_loom(run + " --set checkpoint.every=3 --set checkpoint.resume=latest --set model.n_head=4");
   CHECK(same.rc == 0);
 }
+
+TEST_CASE("a full disk under the run directory fails the run naming the file, and an unwritable checkpoint directory is found before step 1") {
+  TinySetup s;
+  const std::filesystem::path dir = s.run_dir("full");
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_symlink("/dev/full", dir / "metrics.jsonl");  // every write: ENOSPC
+  auto full = run_loom("train " + s.cfg + " --run-dir " + dir.string());
+  INFO(full.out);
+  CHECK(full.rc == 1);
+  CHECK(full.out.find("writing '" + (dir / "metrics.jsonl").string() + "' failed: No space left on device") !=
+        std::string::npos);
+  CHECK(full.out.find("done:") == std::string::npos);
+  auto ckpt = run_loom("train " + s.cfg + " --run-dir " + s.run_dir("ro") +
+                       " --set plugins.ckpt=sync --set checkpoint.every=3 --set checkpoint.dir=/proc/loom-ckpt");
+  INFO(ckpt.out);
+  CHECK(ckpt.rc == 1);
+  CHECK(ckpt.out.find("checkpoint directory '/proc/loom-ckpt' cannot be written") != std::string::npos);
+  CHECK(ckpt.out.find("step     1") == std::string::npos);
+}
