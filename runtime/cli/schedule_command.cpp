@@ -24,6 +24,13 @@ int schedule(const Args& args) {
   const int p = vm["pp"].as<int>(), m = vm["microbatches"].as<int>(), v = vm["chunks"].as<int>();
   const double backward = vm["backward-cost"].as<double>();
   if (p < 1 || m < 1 || v < 0) throw UsageError("need --pp >= 1, --microbatches >= 1, --chunks >= 0");
+  // The simulation and the timeline grow faster than linearly with m; past a few thousand the
+  // drawing is the same steady state repeated, and the bubble is (p - 1) / (m + p - 1) anyway.
+  constexpr int kMaxMicrobatches = 4096;
+  if (m > kMaxMicrobatches)
+    throw UsageError("--microbatches " + std::to_string(m) + " is more than loom schedule draws (" +
+                     std::to_string(kMaxMicrobatches) + "); the bubble of 1f1b and gpipe at m micro-batches is "
+                     "(p - 1) / (m + p - 1), " + std::to_string(100.0 * (p - 1) / (m + p - 1)).substr(0, 6) + "% here");
   if (backward <= 0) throw UsageError("--backward-cost must be positive");
   const std::string name = vm["schedule"].as<std::string>();
   config::Config cfg = config::Config::parse("", "--schedule");

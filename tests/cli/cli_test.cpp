@@ -160,3 +160,10 @@ TEST_CASE("a truncated plugin library on the search path is skipped with a messa
   CHECK(named.rc != 0);
   CHECK(has(named.out, "truncated ELF"));
 }
+
+TEST_CASE("loom schedule caps the micro-batch count with the bubble formula instead of running for minutes") {
+  auto big = run_loom("schedule --pp 4 --microbatches 1000000 --schedule 1f1b");
+  CHECK(big.rc == 2);
+  CHECK(has(big.out, "--microbatches 1000000 is more than loom schedule draws (4096)"));
+  CHECK(run_loom("schedule --pp 4 --microbatches 4096 --schedule 1f1b").rc == 0);
+}
