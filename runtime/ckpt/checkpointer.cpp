@@ -102,6 +102,23 @@ size_t Checkpointer::owned_bytes(const ParamStore& params) const {
   return total;
 }
 
+// Every file the manifest lists is in the directory at the size the runtime handed the writer.
+static void check_written(const fs::path& dir, const Manifest& m) {
+  auto one = [&](const File& f) {
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(dir / f.name, ec);
+    if (ec)
+      throw RuntimeError("checkpoint " + dir.stem().string() + ": the writer did not write " + f.name + " (" +
+                         ec.message() + "); not committed, the previous checkpoint and `latest` are kept");
+    if (size != static_cast<uintmax_t>(f.bytes))
+      throw RuntimeError("checkpoint " + dir.stem().string() + ": " + f.name + " has " + std::to_string(size) +
+                         " bytes, the writer was given " + std::to_string(f.bytes) +
+                         "; not committed, the previous checkpoint and `latest` are kept");
+  };
+  for (const File& f : m.files) one(f);
+  if (!m.precision_state.name.empty()) one(m.precision_state);
+}
+
 // Tensor shapes can agree while the model does not (n_head 4 -> 2 keeps every shape): the
 // checkpoint's own config says what it is.
 void Checkpointer::check_same_model(const fs::path& dir, const Manifest& man) const {
@@ -286,6 +303,7 @@ void Checkpointer::commit() {
       fs::remove(note);
     }
     check_coverage(tmp, man);  // a rank's note missing would leave a tensor short: never publish that
+    check_written(tmp, man);   // a writer that wrote nothing, or elsewhere, or short: never publish that
     write_json(tmp / "manifest.json", man);
     sync_dir(tmp);
     // A checkpoint of this step from an earlier run (resumed from an older one) is moved aside,

@@ -211,3 +211,20 @@ TEST_CASE("a full disk under the run directory fails the run naming the file, an
   CHECK(ckpt.out.find("checkpoint directory '/proc/loom-ckpt' cannot be written") != std::string::npos);
   CHECK(ckpt.out.find("step     1") == std::string::npos);
 }
+
+TEST_CASE("a checkpoint writer that writes nothing is caught before commit, and latest stays on the previous checkpoint") {
+  TinySetup s;
+  const std::string ck = s.run_dir("ck3");
+  const std::string run = "train " + s.cfg + " --run-dir " + s.run_dir("r3") + " --set checkpoint.every=3 --set checkpoint.dir=" + ck;
+  REQUIRE(run_loom(run + " --set plugins.ckpt=sync --set train.exit_after=3").rc == 0);
+  auto bad = run_loom(run + " --set checkpoint.resume=latest --set plugins.ckpt=" LOOM_TEST_PLUGIN_DIR
+                            "/libloom-precision-nowrite.so");
+  INFO(bad.out);
+  CHECK(bad.rc == 1);
+  CHECK(bad.out.find("step-00000006: the writer did not write rank-00000.bin") != std::string::npos);
+  std::ifstream latest(std::filesystem::path(ck) / "latest");
+  std::string name;
+  latest >> name;
+  CHECK(name == "step-00000003");
+  CHECK(!std::filesystem::exists(std::filesystem::path(ck) / "step-00000006"));
+}
