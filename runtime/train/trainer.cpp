@@ -89,10 +89,6 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   const dist::MeshShape mesh = dist::resolve_mesh(cfg, env.world);
   check_experts(mc, mesh);
   check_context(selection, mesh);
-  if (mesh.cp > 1 && s.sample_every > 0 && (selection.slot("sequence") || mesh.pp > 1))
-    throw ConfigError("[train] sample_every = " + std::to_string(s.sample_every) + " with [parallel] cp = " +
-                      std::to_string(mesh.cp) + (mesh.pp > 1 ? " and pp > 1" : " and sequence parallelism") +
-                      ": a sample reruns its whole context, which this rank's activations do not hold; set sample_every = 0");
   const int64_t local_batch = split_batch(s, mesh);
   if (env.rank == 0) lock_run_dir(run_dir);  // before anything is written there
   const std::unique_ptr<tok::Tokenizer> tokenizer = run_tokenizer(cfg, mc, s.sample_every > 0);
@@ -139,7 +135,15 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   if (mesh.pp > 1) pipe = std::make_unique<Pipeline>(cfg, selection, *world, mc, static_cast<int>(s.accum));
   ContextAttention* cp = slots.context();
   const int64_t T_local = cp ? cp->local_len() : mc.seq_len;  // positions of each sequence held here
-  const int64_t max_rows = s.micro_batch * T_local;
+  // A sample reruns its whole context where no KV cache serves it (sequence parallelism splits a
+  // decode's rows, a pipeline's stages hold no cache): under cp the activations then also hold
+  // one full-length sequence.
+  const bool full_context_samples = cp && s.sample_every > 0 && (selection.slot("sequence") || mesh.pp > 1);
+  const int64_t max_rows = std::max(s.micro_batch * T_local, full_context_samples ? mc.seq_len : int64_t{0});
+  if (full_context_samples && lead)
+    std::printf("note: text samples under cp with %s keep activations for one whole sequence (%lld rows) besides the "
+                "micro-batch's %lld; sample_every = 0 frees them\n",
+                mesh.pp > 1 ? "pp" : "sequence parallelism", (long long)mc.seq_len, (long long)(s.micro_batch * T_local));
   gpt::Gpt model(mc, api, params, max_rows, profile, pipe ? pipe->layers() : std::vector<int>{});
   if (pipe) pipe->bind(model, max_rows);
   params.allocate(s.seed);

@@ -97,10 +97,6 @@ TEST_CASE("bad context-parallel layouts are config errors naming the key") {
   auto world = runs.raw("--set parallel.nproc=3 --set parallel.cp=2");
   CHECK(world.rc == 2);
   CHECK(has(world.out, "tp x pp x ep x cp = 2 does not divide the world size 3"));
-  auto sample = runs.raw("--set parallel.nproc=4 --set parallel.cp=2 --set parallel.tp=2 --set plugins.sequence=sp "
-                         "--set train.sample_every=1");
-  CHECK(sample.rc == 2);
-  CHECK(has(sample.out, "sample_every = 1 with [parallel] cp = 2 and sequence parallelism"));
   auto moe = runs.raw("--set parallel.nproc=2 --set parallel.cp=2 --set model.moe.experts=4");
   CHECK(moe.rc == 2);
   CHECK(has(moe.out, "cp = 2 with a mixture-of-experts model"));
@@ -113,11 +109,13 @@ TEST_CASE("bad context-parallel layouts are config errors naming the key") {
   CHECK(has(layers.out, "recompute_layers = 9 is more than n_layer = 4"));
 }
 
-TEST_CASE("text samples under cp = 2 and cp2 x tp2 read as on one rank") {
+TEST_CASE("text samples under cp = 2, cp2 x tp2, cp2 x tp2+sp and cp2 x pp2 read as on one rank") {
   LayoutRuns runs("preset = \"gpt2-tiny\"\nseq_len = 16", kTrain);
   const std::string one = sample_text(runs.run(std::string("--set parallel.nproc=1") + kGreedySample).out, 10);
   CHECK(one.size() > 40);
-  for (const char* layout : {"--set parallel.nproc=2 --set parallel.cp=2", "--set parallel.nproc=4 --set parallel.cp=2 --set parallel.tp=2"}) {
+  for (const char* layout : {"--set parallel.nproc=2 --set parallel.cp=2", "--set parallel.nproc=4 --set parallel.cp=2 --set parallel.tp=2",
+                             "--set parallel.nproc=4 --set parallel.cp=2 --set parallel.tp=2 --set plugins.sequence=sp",
+                             "--set parallel.nproc=4 --set parallel.cp=2 --set parallel.pp=2 --set train.micro_batch=1"}) {
     INFO(layout);
     CHECK(sample_text(runs.run(std::string(layout) + kGreedySample).out, 10) == one);
   }
