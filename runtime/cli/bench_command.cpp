@@ -1,4 +1,4 @@
-// loom bench comm --op OP --min-bytes B --max-bytes B --nproc N [--comm gloo]
+// loom bench comm --op OP --min-bytes B --max-bytes B --nproc N [--comm gloo] [--config FILE] [--set k=v]
 #include <cstdio>
 
 #include "cli/parse.hpp"
@@ -16,14 +16,16 @@ int bench(const Args& args) {
       "min-bytes", po::value<std::string>()->default_value("8"), "smallest buffer (8, 1K, 64M)")(
       "max-bytes", po::value<std::string>()->default_value("256M"), "largest buffer")(
       "nproc", po::value<int>()->default_value(2), "ranks to start when not under a launcher")(
-      "comm", po::value<std::string>()->default_value("gloo"), "comm plugin")(
+      "comm", po::value<std::string>(), "comm plugin (default: the config's [plugins] comm, else gloo)")(
+      "config", po::value<std::string>(), "a config whose [plugins] comm and [plugins.<name>] options to use")(
       "iters", po::value<int>()->default_value(20), "timed iterations per size")(
       "warmup", po::value<int>()->default_value(5), "untimed iterations per size")(
       "dtype", po::value<std::string>()->default_value("float"), "float | bfloat16");
+  add_set_option(opts);
   po::positional_options_description pos;
   pos.add("what", 1);
   po::variables_map vm;
-  if (!parse(args, "loom bench comm [--op OP] [--min-bytes B] [--max-bytes B] [--nproc N] [--comm NAME]",
+  if (!parse(args, "loom bench comm [--op OP] [--min-bytes B] [--max-bytes B] [--nproc N] [--comm NAME] [--config FILE] [--set k=v]",
              opts, pos, vm))
     return kExitOk;
   if (vm["what"].as<std::string>() != "comm")
@@ -39,12 +41,25 @@ int bench(const Args& args) {
   dist::check_op(o.op);
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes) throw UsageError("need 1 <= --min-bytes <= --max-bytes");
 
+  if (vm["nproc"].as<int>() < 1) throw UsageError("--nproc must be at least 1, got " + std::to_string(vm["nproc"].as<int>()));
+  // The plugin and its options: --config's [plugins], then --set, then --comm. Resolved here, so a
+  // third-party plugin's options are checked and an unknown name fails before any rank starts.
+  std::vector<std::string> overrides = sets(vm);
+  if (vm.count("comm")) overrides.push_back("plugins.comm=" + vm["comm"].as<std::string>());
+  config::Config cfg = vm.count("config") ? config::Config::load(vm["config"].as<std::string>(), overrides)
+                                          : config::Config::parse("[plugins]\n", "--comm", overrides);
+  cfg.validate_runtime();
+  if (cfg.str("plugins.comm").empty()) {
+    overrides.push_back("plugins.comm=gloo");
+    cfg = vm.count("config") ? config::Config::load(vm["config"].as<std::string>(), overrides)
+                             : config::Config::parse("[plugins]\n", "--comm", overrides);
+    cfg.validate_runtime();
+  }
+  plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
+  plugins::Selection sel = plugins::resolve(cfg, reg);
+  if (!sel.slot("comm")) throw UsageError("no comm plugin selected");
   std::optional<dist::RankEnv> env = dist::rank_from_environment();
   if (!env) return dist::spawn_local(vm["nproc"].as<int>(), self_invocation());
-  config::Config cfg = config::Config::parse(
-      "[plugins]\ncomm = \"" + vm["comm"].as<std::string>() + "\"\n", "--comm");
-  plugins::Registry reg(plugins::Registry::default_dirs());
-  plugins::Selection sel = plugins::resolve(cfg, reg);
   loom_options comm_opts = plugins::options_for(cfg, sel.slot("comm")->found.desc->name);
   dist::MeshShape mesh;
   mesh.dp = env->world;

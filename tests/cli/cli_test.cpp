@@ -167,3 +167,21 @@ TEST_CASE("loom schedule caps the micro-batch count with the bubble formula inst
   CHECK(has(big.out, "--microbatches 1000000 is more than loom schedule draws (4096)"));
   CHECK(run_loom("schedule --pp 4 --microbatches 4096 --schedule 1f1b").rc == 0);
 }
+
+TEST_CASE("loom bench comm takes a config and --set for its plugin, and refuses --nproc 0 or an unknown plugin before ranks start") {
+  auto zero = run_loom("bench comm --nproc 0");
+  CHECK(zero.rc == 2);
+  CHECK(has(zero.out, "--nproc must be at least 1, got 0"));
+  auto unknown = run_loom("bench comm --nproc 2 --comm nosuch --max-bytes 1K");
+  CHECK(unknown.rc == 2);
+  CHECK(has(unknown.out, "nosuch"));
+  CHECK(!has(unknown.out, "[rank"));  // refused by the launcher itself
+  TempDir t;
+  const std::string cfg = t.write("b.toml", "[plugins]\ncomm = \"gloo\"\n[plugins.gloo]\niface = \"lo\"\n");
+  auto ok = run_loom("bench comm --nproc 2 --config " + cfg + " --min-bytes 1K --max-bytes 4K --iters 2 --warmup 1");
+  INFO(ok.out);
+  CHECK(ok.rc == 0);
+  auto bad_option = run_loom("bench comm --nproc 2 --config " + cfg + " --set plugins.gloo.ifac=lo --max-bytes 1K");
+  CHECK(bad_option.rc == 2);
+  CHECK(has(bad_option.out, "did you mean 'iface'"));
+}
