@@ -42,6 +42,11 @@ Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& 
       rank_(rank),
       write_error_step_(write_error_step),
       model_(gpt::from_config(cfg)) {
+  for (const plugins::SlotChoice& c : sel.slots)
+    plugins_.push_back({{"slot", c.slot}, {"name", c.found.desc->name},
+                        {"version", c.found.desc->version ? c.found.desc->version : ""},
+                        {"abi", std::to_string(c.found.desc->v.major) + "." + std::to_string(c.found.desc->v.minor)},
+                        {"library", c.found.library.string()}});
   const std::string dir = cfg.str("checkpoint.dir");
   root_ = dir.empty() ? run_dir / "checkpoints" : fs::path(dir);
   if (every_ == 0) return;
@@ -294,6 +299,7 @@ void Checkpointer::commit() {
     man.precision_state = p->precision;
     man.shapes = p->shapes;
     man.config = config_text_;
+    man.plugins = plugins_;
     for (int r = 0; r < mesh_.world(); ++r) {
       const fs::path note = tmp / rank_file(r, "json");
       if (!fs::exists(note)) continue;

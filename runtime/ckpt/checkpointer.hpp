@@ -77,6 +77,7 @@ class Checkpointer {
   int rank_;
   int64_t write_error_step_;
   gpt::GptConfig model_;  // this run's model, which a resumed checkpoint must hold
+  std::vector<std::map<std::string, std::string>> plugins_;  // recorded in every manifest
   void check_same_model(const std::filesystem::path& dir, const Manifest& man) const;
   void check_writable() const;
   std::unique_ptr<plugins::Instance> writer_;

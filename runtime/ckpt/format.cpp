@@ -83,7 +83,7 @@ void write_json(const fs::path& file, const Manifest& m) {
             {"rng", "philox4x32, counter-based: keyed by [run] seed, counters (step, sample); resumes at step + 1"},
             {"data_position", {{"next_step", m.step + 1}}},
             {"precision", {{"plugin", m.precision}, {"state", file_json(m.precision_state)}}},
-            {"shapes", m.shapes}, {"files", files}, {"config", m.config}};
+            {"shapes", m.shapes}, {"files", files}, {"config", m.config}, {"plugins", m.plugins}};
   write_durable(file, j.dump(1) + "\n");
 }
 
@@ -148,6 +148,7 @@ Manifest read_manifest(const fs::path& dir, const std::string& name) {
     m.precision_state = file_of(j.at("precision").at("state"));
     m.shapes = j.at("shapes").get<std::map<std::string, std::vector<int64_t>>>();
     for (const auto& f : j.at("files")) m.files.push_back(file_of(f));
+    if (j.contains("plugins")) m.plugins = j["plugins"].get<std::vector<std::map<std::string, std::string>>>();
     m.config = j.at("config").get<std::string>();
     check_parts(file, m);
   } catch (const json::exception& e) {

@@ -44,6 +44,8 @@ struct Manifest {
   std::map<std::string, std::vector<int64_t>> shapes;  // every tensor's global shape
   std::vector<File> files;
   std::string config;             // the resolved config that trained it
+  // The plugins that wrote it, per slot: name, version, the ABI they were built for, library path.
+  std::vector<std::map<std::string, std::string>> plugins;
 };
 
 std::string step_name(int64_t step);  // "step-00000010"

@@ -186,6 +186,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   if (lead) {
     fs::create_directories(run_dir);
     write_checked(run_dir / "config.toml", cfg.render(selection.schemas));
+    write_plugins_record(run_dir, selection);
     log = std::make_unique<MetricsLog>(run_dir / "metrics.jsonl", first_step > 1);
   }
   Peak peak = device_peak(device, precision_name, threads, cfg.f64("run.peak_gflops"));

@@ -11,6 +11,8 @@
 #include <filesystem>
 
 #include "core/errors.hpp"
+#include "core/json.hpp"
+#include "train/metrics.hpp"
 #include "parallel/context_attention.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -39,6 +41,18 @@ void lock_run_dir(const fs::path& run_dir) {
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
     throw RuntimeError("cannot write '" + lock.string() + "': " + std::strerror(errno));
   // fd stays open, and the lock held, until the process exits.
+}
+
+void write_plugins_record(const fs::path& run_dir, const plugins::Selection& selection) {
+  std::string out = "{\"plugins\": [";
+  for (size_t i = 0; i < selection.slots.size(); ++i) {
+    const plugins::SlotChoice& c = selection.slots[i];
+    const loom_plugin* d = c.found.desc;
+    out += std::string(i ? ",\n  " : "\n  ") + "{\"slot\": " + json_quote(c.slot) + ", \"name\": " + json_quote(d->name) +
+           ", \"version\": " + json_quote(d->version ? d->version : "") + ", \"abi\": \"" + std::to_string(d->v.major) + "." +
+           std::to_string(d->v.minor) + "\", \"library\": " + json_quote(c.found.library.string()) + "}";
+  }
+  write_checked(run_dir / "plugins.json", out + "\n]}\n");
 }
 
 Settings read_settings(const config::Config& cfg) {

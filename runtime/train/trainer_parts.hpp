@@ -56,6 +56,10 @@ std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const g
 // LOOM_RUN_DIR_LOCKED is set (a local launcher took the lock for the ranks it spawned).
 void lock_run_dir(const std::filesystem::path& run_dir);
 
+// RUN_DIR/plugins.json: for each slot, the plugin that filled it, its library path, version and
+// the ABI it was built for, so a run says which of two same-named libraries it used.
+void write_plugins_record(const std::filesystem::path& run_dir, const plugins::Selection& selection);
+
 // This rank's sum of validation token losses over `batches` fixed windows of T local positions.
 double validation_loss_sum(gpt::Gpt& model, const BatchFn& batch, int64_t batches, int64_t micro, int64_t T,
                            std::vector<int32_t>& tok, std::vector<int32_t>& tgt);

@@ -228,3 +228,19 @@ TEST_CASE("a checkpoint writer that writes nothing is caught before commit, and 
   CHECK(name == "step-00000003");
   CHECK(!std::filesystem::exists(std::filesystem::path(ck) / "step-00000006"));
 }
+
+TEST_CASE("the run directory and the checkpoint manifest record each plugin's library, version and ABI") {
+  TinySetup s;
+  const std::string ck = s.run_dir("ck4");
+  REQUIRE(run_loom("train " + s.cfg + " --run-dir " + s.run_dir("r4") +
+                   " --set plugins.ckpt=sync --set checkpoint.every=6 --set checkpoint.dir=" + ck).rc == 0);
+  std::ifstream rec(std::filesystem::path(s.run_dir("r4")) / "plugins.json");
+  const std::string run((std::istreambuf_iterator<char>(rec)), {});
+  CHECK(run.find("\"slot\": \"precision\", \"name\": \"fp32\", \"version\": \"1.0.0\", \"abi\": \"1.5\", \"library\": \"") !=
+        std::string::npos);
+  CHECK(run.find("libloom-precision-fp32.so\"") != std::string::npos);
+  std::ifstream man(std::filesystem::path(ck) / "step-00000006" / "manifest.json");
+  const std::string m((std::istreambuf_iterator<char>(man)), {});
+  CHECK(m.find("\"plugins\"") != std::string::npos);
+  CHECK(m.find("libloom-ckpt-sync.so") != std::string::npos);
+}
