@@ -218,9 +218,18 @@ std::vector<float> assemble(const fs::path& dir, const Manifest& m, const std::s
 
 fs::path resolve(const fs::path& root, const std::string& which) {
   if (which != "latest") return which;
-  std::ifstream in(root / "latest");
+  const fs::path latest = root / "latest";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec))
+    throw RuntimeError("resume = \"latest\": the checkpoint directory " + root.string() + " does not exist");
+  if (!fs::exists(latest, ec))
+    throw RuntimeError("resume = \"latest\": " + latest.string() + " does not exist (no checkpoint was committed there)");
+  std::ifstream in(latest);
+  if (!in) throw RuntimeError("resume = \"latest\": cannot read " + latest.string() + ": " + std::strerror(errno));
   std::string name;
-  if (!(in >> name)) throw RuntimeError("resume = \"latest\": " + (root / "latest").string() + " does not exist (no checkpoint was committed)");
+  if (!(in >> name)) throw RuntimeError("resume = \"latest\": " + latest.string() + " is empty: it names no checkpoint");
+  if (!fs::is_directory(root / name, ec))
+    throw RuntimeError("resume = \"latest\": " + latest.string() + " names " + name + ", which is not in " + root.string());
   return root / name;
 }
 

@@ -244,3 +244,24 @@ TEST_CASE("the run directory and the checkpoint manifest record each plugin's li
   CHECK(m.find("\"plugins\"") != std::string::npos);
   CHECK(m.find("libloom-ckpt-sync.so") != std::string::npos);
 }
+
+TEST_CASE("resume = latest names what is wrong: no checkpoint directory, no latest, an empty latest, a latest naming nothing") {
+  TinySetup s;
+  const std::filesystem::path ck = s.run_dir("ck5");
+  // Without saving (checkpoint.every = 0), so nothing creates the directory first.
+  const std::string run = "train " + s.cfg + " --run-dir " + s.run_dir("r5") + " --set checkpoint.resume=latest" +
+                          " --set checkpoint.dir=" + ck.string();
+  auto says = [&](const std::string& what) {
+    auto r = run_loom(run);
+    INFO(r.out);
+    CHECK(r.rc == 1);
+    CHECK(r.out.find(what) != std::string::npos);
+  };
+  says("the checkpoint directory " + ck.string() + " does not exist");
+  std::filesystem::create_directories(ck);
+  says((ck / "latest").string() + " does not exist (no checkpoint was committed there)");
+  s.t.write("ck5/latest", "\n");
+  says((ck / "latest").string() + " is empty: it names no checkpoint");
+  s.t.write("ck5/latest", "step-00000042\n");
+  says("names step-00000042, which is not in " + ck.string());
+}
