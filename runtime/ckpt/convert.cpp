@@ -12,6 +12,7 @@
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "gpt/config.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -28,11 +29,10 @@ std::vector<float> transpose(const std::vector<float>& a, int64_t rows, int64_t 
   return t;
 }
 
-// Rows [0, rows) of `a` (cols wide), zero-padded to `padded` rows: a vocabulary padded to a
-// multiple of 64, as Loom's embedding and head are.
-std::vector<float> pad_rows(std::vector<float> a, int64_t rows, int64_t cols, int64_t padded) {
+// `a` (cols wide) zero-padded to `padded` rows: a vocabulary padded to a multiple of 64, as
+// Loom's embedding and head are.
+std::vector<float> pad_rows(std::vector<float> a, int64_t cols, int64_t padded) {
   a.resize(static_cast<size_t>(padded * cols), 0.f);
-  (void)rows;
   return a;
 }
 
@@ -93,7 +93,7 @@ ExternalModel read_hf_gpt2(const json& c, const HfTensors& t, const fs::path& cf
                    toml_line("max_positions", std::to_string(P)) + toml_line("positions", "\"learned\"") +
                    toml_line("norm", "\"layernorm\"") + toml_line("norm_eps", num(c.value("layer_norm_epsilon", 1e-5))) +
                    toml_line("mlp", "\"gelu\"") + toml_line("bias", "true") + toml_line("tied_embeddings", "true");
-  b.put("wte", {Vp, C}, pad_rows(t.get(p + "wte.weight", {V, C}), V, C, Vp));
+  b.put("wte", {Vp, C}, pad_rows(t.get(p + "wte.weight", {V, C}), C, Vp));
   b.put("wpe", {P, C}, t.get(p + "wpe.weight", {P, C}));
   for (int64_t i = 0; i < L; ++i) {
     const std::string h = p + "h." + std::to_string(i) + ".", o = "h" + std::to_string(i) + ".";
@@ -156,7 +156,7 @@ ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& c
             toml_line("original_max_position", std::to_string(r.value("original_max_position_embeddings", 8192)));
   }
   b.m.model_toml = toml;
-  b.put("wte", {Vp, C}, pad_rows(t.get("model.embed_tokens.weight", {V, C}), V, C, Vp));
+  b.put("wte", {Vp, C}, pad_rows(t.get("model.embed_tokens.weight", {V, C}), C, Vp));
   for (int64_t i = 0; i < L; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".", o = "h" + std::to_string(i) + ".";
     b.put(o + "ln1.w", {C}, t.get(h + "input_layernorm.weight", {C}));
@@ -185,7 +185,7 @@ ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& c
     b.put(o + "mlp.proj.w", {C, F}, t.get(h + "mlp.down_proj.weight", {C, F}));
   }
   b.put("ln_f.w", {C}, t.get("model.norm.weight", {C}));
-  if (!tied) b.put("lm_head.w", {Vp, C}, pad_rows(t.get("lm_head.weight", {V, C}), V, C, Vp));
+  if (!tied) b.put("lm_head.w", {Vp, C}, pad_rows(t.get("lm_head.weight", {V, C}), C, Vp));
   return b.m;
 }
 
@@ -265,7 +265,7 @@ ExternalModel read_llmc(const fs::path& file) {
     }
     if (name == "wte") {  // llm.c pads to 128; Loom to 64 rows: keep the real ones
       data.resize(V * C);
-      b.put("wte", {Vl, C}, pad_rows(std::move(data), V, C, Vl));
+      b.put("wte", {Vl, C}, pad_rows(std::move(data), C, Vl));
     } else if (shape.size() == 1 || name == "wpe") {
       b.put(name, shape, std::move(data));
     } else {  // one tensor per layer
@@ -420,9 +420,7 @@ void write_hf_folder(const fs::path& step_dir, const Manifest& m, const fs::path
   write_safetensors(out / "model.safetensors", shapes, ptrs, {{"format", "pt"}, {"loom_step", std::to_string(m.step)}});
   write_durable(out / "config.json", config.dump(2) + "\n");
   // The run's tokenizer goes along unless another is named: [data] tokenizer, or beside the shards.
-  fs::path tj = tokenizer;
-  if (tj.empty() && !cfg.str("data.tokenizer").empty()) tj = cfg.str("data.tokenizer");
-  if (tj.empty() && fs::exists(fs::path(cfg.str("data.dir")) / "tokenizer.json")) tj = fs::path(cfg.str("data.dir")) / "tokenizer.json";
+  const fs::path tj = tokenizer.empty() ? tok::run_tokenizer_path(cfg) : tokenizer;
   if (!tj.empty()) fs::copy_file(tj, out / "tokenizer.json", fs::copy_options::overwrite_existing);
 }
 

@@ -25,33 +25,14 @@ bool same_but_padding(const Param& p, const std::vector<int64_t>& have) {
          have[1] == p.global_shape[1];
 }
 
-}  // namespace
-
-void init_from(const fs::path& src, ParamStore& params, bool verbose) {
-  std::map<std::string, std::vector<float>> tensors;
-  std::map<std::string, std::vector<int64_t>> shapes;
-  std::string model_toml, what;
-  const bool loom = fs::exists(src / "manifest.json") || fs::exists(src / "latest");
-  if (loom) {
-    const fs::path dir = fs::exists(src / "manifest.json") ? src : resolve(src, "latest");
-    const Manifest m = read_manifest(dir);
-    verify(dir, m);
-    std::map<std::string, std::vector<char>> files;
-    for (const Param& p : params.all())
-      if (m.shapes.count(p.name)) tensors[p.name] = assemble(dir, m, p.name, files), shapes[p.name] = m.shapes.at(p.name);
-    what = "Loom checkpoint " + dir.string() + " (step " + std::to_string(m.step) + ")";
-    model_toml = m.config;
-  } else {
-    ExternalModel e = read_external(src);
-    tensors = std::move(e.tensors), shapes = std::move(e.shapes), model_toml = e.model_toml;
-    what = e.source + " weights from " + src.string();
-  }
-  const std::string hint = "\nthe source's model is:\n" + model_toml.substr(0, 2000);
+// Every parameter this rank holds from the source's global tensor of the same name.
+void fill_params(const fs::path& src, const ExternalModel& w, ParamStore& params) {
+  const std::string hint = "\nthe source's model is:\n" + w.model_toml.substr(0, 2000);
   for (Param& p : params.all()) {
-    auto t = tensors.find(p.name);
-    if (t == tensors.end())
+    auto t = w.tensors.find(p.name);
+    if (t == w.tensors.end())
       throw ConfigError("[model] init_from = \"" + src.string() + "\": it has no tensor " + p.name + " for this model" + hint);
-    const std::vector<int64_t>& have = shapes.at(p.name);
+    const std::vector<int64_t>& have = w.shapes.at(p.name);
     const bool padded = have != p.global_shape && same_but_padding(p, have);
     if (have != p.global_shape && !padded)
       throw ConfigError("[model] init_from = \"" + src.string() + "\": tensor " + p.name + " is " + shape_text(have) +
@@ -63,7 +44,31 @@ void init_from(const fs::path& src, ParamStore& params, bool verbose) {
       dst[i] = !padded || g / cols < rows_have ? t->second[g] : 0.f;
     }
   }
-  if (verbose) std::printf("init_from: %s, %zu tensors\n", what.c_str(), params.all().size());
+}
+
+}  // namespace
+
+void init_from(const fs::path& src, ParamStore& params, bool verbose) {
+  ExternalModel w;
+  if (fs::exists(src / "manifest.json") || fs::exists(src / "latest")) {
+    const fs::path dir = fs::exists(src / "manifest.json") ? src : resolve(src, "latest");
+    const Manifest m = read_manifest(dir);
+    verify(dir, m);
+    std::map<std::string, std::vector<char>> files;
+    for (const Param& p : params.all())
+      if (m.shapes.count(p.name)) w.tensors[p.name] = assemble(dir, m, p.name, files), w.shapes[p.name] = m.shapes.at(p.name);
+    w.source = "Loom checkpoint " + dir.string() + " (step " + std::to_string(m.step) + ")";
+    w.model_toml = m.config;
+  } else {
+    w = read_external(src);
+    w.source += " weights from " + src.string();
+  }
+  init_from(src, w, params, verbose);
+}
+
+void init_from(const fs::path& src, const ExternalModel& weights, ParamStore& params, bool verbose) {
+  fill_params(src, weights, params);
+  if (verbose) std::printf("init_from: %s, %zu tensors\n", weights.source.c_str(), params.all().size());
 }
 
 }  // namespace loom::ckpt

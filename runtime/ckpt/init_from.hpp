@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "ckpt/convert.hpp"
 #include "model/params.hpp"
 
 namespace loom::ckpt {
@@ -12,5 +13,8 @@ namespace loom::ckpt {
 // Throws naming the source and the tensor when one is missing or shaped otherwise (the
 // vocabulary's padding rows excepted) and prints what the source's model is.
 void init_from(const std::filesystem::path& src, ParamStore& params, bool verbose);
+// The same from weights already read (read_external), so a caller that needed the source's
+// model description first does not read the weights twice.
+void init_from(const std::filesystem::path& src, const ExternalModel& weights, ParamStore& params, bool verbose);
 
 }  // namespace loom::ckpt

@@ -3,6 +3,7 @@
 // SRC: a Loom checkpoint (a step directory or a root with `latest`), a Hugging Face folder or an
 // llm.c model file. One process, the CPU op table, a key/value cache.
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "ckpt/convert.hpp"
@@ -22,24 +23,20 @@ namespace loom::cli {
 namespace {
 
 // The model a source holds, as a validated config (its [model] section), and where a tokenizer
-// for it would be.
-config::Config source_config(const fs::path& src, fs::path& tokenizer) {
+// for it would be. An external source's weights are read here, once, into `external`.
+config::Config source_config(const fs::path& src, fs::path& tokenizer, std::optional<ckpt::ExternalModel>& external) {
   const bool loom = fs::exists(src / "manifest.json") || fs::exists(src / "latest");
   if (!loom) {
-    const ckpt::ExternalModel m = ckpt::read_external(src);
+    external = ckpt::read_external(src);
     if (fs::exists(src / "tokenizer.json")) tokenizer = src / "tokenizer.json";
-    config::Config cfg = config::Config::parse("[model]\n" + m.model_toml, src.string());
+    config::Config cfg = config::Config::parse("[model]\n" + external->model_toml, src.string());
     cfg.validate_runtime();
     return cfg;
   }
   const fs::path dir = fs::exists(src / "manifest.json") ? src : ckpt::resolve(src, "latest");
   config::Config cfg = config::Config::parse(ckpt::read_manifest(dir).config, (dir / "manifest.json").string());
   cfg.validate_runtime();
-  for (const fs::path& p : {fs::path(cfg.str("data.tokenizer")), fs::path(cfg.str("data.dir")) / "tokenizer.json"})
-    if (!p.empty() && fs::exists(p)) {
-      tokenizer = p;
-      break;
-    }
+  tokenizer = tok::run_tokenizer_path(cfg);
   return cfg;
 }
 
@@ -78,7 +75,8 @@ int generate(const Args& args) {
   if (!(top_p > 0 && top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
   const fs::path src = vm["src"].as<std::string>();
   fs::path tokenizer_path;
-  config::Config cfg = source_config(src, tokenizer_path);
+  std::optional<ckpt::ExternalModel> external;
+  config::Config cfg = source_config(src, tokenizer_path, external);
   if (vm.count("tokenizer")) tokenizer_path = vm["tokenizer"].as<std::string>();
   const gpt::GptConfig c = gpt::from_config(cfg);
   const bool ids = vm["ids"].as<bool>();
@@ -91,7 +89,10 @@ int generate(const Args& args) {
   ParamStore params;
   gpt::Gpt model(c, api, params, c.seq_len);
   params.allocate(1);
-  ckpt::init_from(src, params, false);
+  if (external)
+    ckpt::init_from(src, *external, params, false);
+  else
+    ckpt::init_from(src, params, false);
   train::SampleOptions o{vm["max-tokens"].as<int64_t>(), temperature, vm["top-k"].as<int64_t>(), top_p,
                          vm["seed"].as<uint64_t>()};
   if (tokenizer) o.stop = tokenizer->special("<|endoftext|>");

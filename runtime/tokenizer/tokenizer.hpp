@@ -14,7 +14,14 @@
 #include <unordered_map>
 #include <vector>
 
+namespace loom::config {
+class Config;
+}
+
 namespace loom::tok {
+
+// A run's tokenizer.json: [data] tokenizer, else the one beside its shards, else none (empty).
+std::filesystem::path run_tokenizer_path(const config::Config& cfg);
 
 // GPT-2's split, and the one of cl100k / Llama 3 (numbers in groups of three, case-insensitive
 // contractions, newlines kept apart).

@@ -4,6 +4,7 @@
 #include <tuple>
 #include <nlohmann/json.hpp>
 
+#include "config/config.hpp"
 #include "core/errors.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -109,6 +110,12 @@ std::string pattern_of(const json& pre, bool& prefix, const std::string& where) 
 }
 
 }  // namespace
+
+fs::path run_tokenizer_path(const config::Config& cfg) {
+  if (!cfg.str("data.tokenizer").empty()) return cfg.str("data.tokenizer");
+  const fs::path beside = fs::path(cfg.str("data.dir")) / "tokenizer.json";
+  return fs::exists(beside) ? beside : fs::path();
+}
 
 Tokenizer Tokenizer::from_json_file(const fs::path& path) {
   const std::string where = "tokenizer '" + path.string() + "': ";

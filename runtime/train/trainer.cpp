@@ -249,12 +249,16 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     if (cp) cp->stats();  // evaluation's attention is not a step's
     return val / static_cast<double>(chunks * s.micro_batch * T);
   };
+  // Evaluation and samples: every rank holds the same tokens, and MoE routes dropless, so the
+  // result does not depend on the layout's micro-batch size. Training: the opposite.
+  auto evaluating = [&](bool on) {
+    api.use_token_group(!on);
+    for (auto& [name, moe] : model.moe_layers()) moe->use_capacity(!on);
+  };
   if (s.eval_every > 0 && first_step == 1) {  // as llm.c does: how good the starting weights are
-    api.use_token_group(false);
-    for (auto& [name, moe] : model.moe_layers()) moe->use_capacity(false);
+    evaluating(true);
     const double val = validation_loss();
-    api.use_token_group(true);
-    for (auto& [name, moe] : model.moe_layers()) moe->use_capacity(true);
+    evaluating(false);
     if (lead) std::printf("step %5d/%lld | val %.4f (before the first update)\n", 0, (long long)s.steps, val);
     if (lead) log->write({{"step", 0.0}, {"val_loss", val}});
   }
@@ -404,10 +408,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     add_context_metrics(fields, cp, world.get());
     std::string val_text;
     // Every rank evaluates and samples (tensor-parallel layers talk inside forward); rank 0 reports.
-    // Evaluation and samples: every rank holds the same tokens, and MoE routes dropless, so the
-    // result does not depend on the layout's micro-batch size.
-    api.use_token_group(false);
-    for (auto& [name, moe] : model.moe_layers()) moe->use_capacity(false);
+    evaluating(true);
     if (s.eval_every > 0 && (step % s.eval_every == 0 || step == s.steps || step == 1)) {
       const double val = validation_loss();
       fields.push_back({"val_loss", val});
@@ -438,8 +439,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         std::printf("---- sample at step %lld ----\n%s%s\n----\n", (long long)step,
                     printable(s.sample_prompt).c_str(), printable(text).c_str());
     }
-    api.use_token_group(true);
-    for (auto& [name, moe] : model.moe_layers()) moe->use_capacity(true);
+    evaluating(false);
     std::fflush(stdout);
   }
   checkpoints.close();

@@ -120,9 +120,8 @@ void add_context_metrics(std::vector<std::pair<std::string, double>>& fields, co
 // The run's tokenizer, for text samples: [data] tokenizer, or tokenizer.json beside the shards.
 // Without one, samples are bytes, which only a 256-token vocabulary can print.
 std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const gpt::GptConfig& mc, bool sampling) {
-  fs::path path = cfg.str("data.tokenizer");
-  if (path.empty() && fs::exists(fs::path(cfg.str("data.dir")) / "tokenizer.json"))
-    path = fs::path(cfg.str("data.dir")) / "tokenizer.json";
+  if (!sampling) return nullptr;  // only samples decode text
+  const fs::path path = tok::run_tokenizer_path(cfg);
   if (!path.empty()) {
     auto t = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(path));
     if (t->vocab_size() > mc.vocab_size)
@@ -130,7 +129,7 @@ std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const g
                         " tokens, more than [model] vocab_size = " + std::to_string(mc.vocab_size));
     return t;
   }
-  if (sampling && mc.vocab_size != 256)
+  if (mc.vocab_size != 256)
     throw ConfigError("[train] sample_every > 0 with [model] vocab_size = " + std::to_string(mc.vocab_size) +
                       " and no tokenizer: samples would print token ids as bytes; set [data] tokenizer, or put "
                       "tokenizer.json beside the shards (loom data prepare writes it), or set sample_every = 0");

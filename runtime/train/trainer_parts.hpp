@@ -48,7 +48,8 @@ void check_context(const plugins::Selection& selection, const dist::MeshShape& m
 void check_sharded(const plugins::Selection& selection, const Faults& faults, int stage, const std::string& device);
 
 // The run's tokenizer for text samples: [data] tokenizer, or tokenizer.json beside the shards;
-// null for bytes. Refuses samples of a non-byte vocabulary without one.
+// null for bytes or when the run takes no samples. Refuses samples of a non-byte vocabulary
+// without one.
 std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const gpt::GptConfig& mc, bool sampling);
 
 // One job per run directory: an exclusive flock on RUN_DIR/.lock, held until the process exits,
