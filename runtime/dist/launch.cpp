@@ -258,7 +258,7 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
   }
 
   int first_failed = -1, live = nproc;
-  bool stopping = false;
+  bool stopping = false, terminated = false;
   auto stop_started = std::chrono::steady_clock::now();
   auto stop_all = [&](int sig) {
     for (auto& k : kids)
@@ -296,21 +296,27 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
       if (failed(k.status) && (culprit < 0 || (WIFSIGNALED(k.status) && !WIFSIGNALED(kids[culprit].status))))
         culprit = r;
     }
+    // After a failure the others get a moment to fail on their own (a peer lost mid-collective
+    // fails within milliseconds) and say what they saw, before they are stopped.
     if (culprit >= 0 && first_failed < 0 && !stopping) {
       first_failed = culprit;
       std::fprintf(stderr, "loom: rank %d %s; stopping the other ranks\n", culprit,
                    describe_exit(kids[culprit].status).c_str());
       stopping = true;
       stop_started = std::chrono::steady_clock::now();
+    }
+    if (first_failed >= 0 && !terminated &&
+        std::chrono::steady_clock::now() - stop_started > std::chrono::seconds(2)) {
+      terminated = true;
       stop_all(SIGTERM);
     }
     if (g_stop_signal && !stopping) {
       std::fprintf(stderr, "loom: received signal %d; stopping all ranks\n", int(g_stop_signal));
-      stopping = true;
+      stopping = terminated = true;
       stop_started = std::chrono::steady_clock::now();
       stop_all(SIGTERM);
     }
-    if (stopping && std::chrono::steady_clock::now() - stop_started > std::chrono::seconds(5))
+    if (stopping && std::chrono::steady_clock::now() - stop_started > std::chrono::seconds(7))
       stop_all(SIGKILL);
   }
   // Whatever the ranks wrote just before exiting is still in the pipes. Non-blocking: a

@@ -194,6 +194,16 @@ int main(int argc, char** argv) {
     mesh.dp = n;
     dist::CommWorld world(*env, mesh, sel.slot("comm")->found, &opts, 20000);
     Ops ops{world.table(), world.self(), world.world().raw()};
+    if (argc > 2 && std::string(argv[2]) == "mismatch") {
+      // Rank 0 reduces more elements than the others: the comm plugin must fail with a message,
+      // not abort.
+      Buf b(LOOM_F32, me == 0 ? 4096 : 1024);
+      loom_tensor t = b.t();
+      ops.run("all_reduce of a different size on each rank", false, [&](loom_work** w, loom_error* e) {
+        return ops.t->all_reduce(ops.self, ops.c, &t, LOOM_REDUCE_SUM, w, e);
+      });
+      return failures == 0 ? 0 : 1;
+    }
     for (loom_dtype dt : {LOOM_F32, LOOM_BF16})
       for (int64_t count : {0, 1, 7, 13, 1001})
         for (bool async : {false, true}) check_all(ops, dt, count, async);

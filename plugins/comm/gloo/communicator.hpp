@@ -77,6 +77,10 @@ class StoreAdapter : public gloo::rendezvous::Store {
 using loom::sdk::bf16_to_f32;
 using loom::sdk::f32_to_bf16;
 
+struct Comm;
+// Registers a communicator with the abort handler while it lives (disagreement.hpp).
+void track(Comm* c, bool alive);
+
 // A communicator: a gloo context plus the worker thread that runs its operations in order.
 struct Comm {
   std::shared_ptr<gloo::rendezvous::Context> ctx;
@@ -85,6 +89,7 @@ struct Comm {
   std::string id;  // store key prefix, unique per communicator
   int rank = 0, size = 1, splits = 0;
   std::chrono::milliseconds timeout{30000};
+  uint64_t issued = 0;  // collectives issued on this communicator, numbering them
 
   std::mutex m;
   std::condition_variable cv;
@@ -93,6 +98,7 @@ struct Comm {
   std::thread worker;
 
   Comm() {
+    track(this, true);
     worker = std::thread([this] {
       for (;;) {
         std::packaged_task<void()> task;
@@ -110,6 +116,7 @@ struct Comm {
   // Operations still queued are abandoned (their waiters get an error, not a hang); the one
   // running finishes (or times out) before the algorithms and buffers it uses are freed.
   ~Comm() {
+    track(this, false);
     std::deque<std::packaged_task<void()>> abandoned;
     {
       std::lock_guard<std::mutex> lock(m);
@@ -127,21 +134,23 @@ struct Comm {
   }
 
   // Runs `f` on the worker after everything issued before it; returns a handle or waits.
-  loom_work* run(std::function<void()> f, bool async, const char* what) {
-    std::string name = what;
-    int r = rank, n = size;
-    std::packaged_task<void()> task([f = std::move(f), name, r, n] {
+  // `what` names the operation and its size ("all_reduce of 1024 x f32"); the communicator
+  // numbers it, so ranks that issue different collectives can say which ones (see disagreement.hpp).
+  loom_work* run(std::function<void()> f, bool async, const std::string& what) {
+    const bool local = what == "drain";  // not a collective: other ranks do not count it
+    const std::string name = local ? what : what + " #" + std::to_string(++issued);
+    std::packaged_task<void()> task([this, f = std::move(f), name] {
+      set_running(name);
       try {
         f();
       } catch (const Error&) {
+        set_running("");
         throw;
       } catch (const std::exception& e) {
-        // gloo names the peer by address; the ring neighbours are who it was talking to.
-        throw Error(LOOM_FATAL, name + " over " + std::to_string(n) + " ranks failed on rank " +
-                                    std::to_string(r) + " (its ring neighbours in this group: ranks " +
-                                    std::to_string((r + n - 1) % n) + " and " +
-                                    std::to_string((r + 1) % n) + "): " + e.what());
+        set_running("");
+        throw Error(LOOM_FATAL, failure_message(name, e.what()));
       }
+      set_running("");
     });
     auto work = std::make_unique<loom_work>();
     work->done = task.get_future();
@@ -155,6 +164,16 @@ struct Comm {
     return nullptr;
   }
 
+  // The operation on the worker now ("" when idle), for the abort handler.
+  std::string running_op() {
+    std::lock_guard<std::mutex> lock(running_m);
+    return running;
+  }
+
+  // Says what failed, and what the other ranks of this group were running if they report a
+  // different operation (defined in disagreement.hpp).
+  std::string failure_message(const std::string& op, const std::string& gloo_error);
+
   // Point-to-point messages so far per (peer, direction, tag): both ends count the same
   // messages, so a transfer's slot can carry its sequence number (see Gloo::post).
   std::map<std::tuple<int, int, int>, uint32_t> p2p_sent;
@@ -166,7 +185,22 @@ struct Comm {
 
   int next(int) const { return (rank + 1) % size; }
   int prev() const { return (rank + size - 1) % size; }
+
+ private:
+  void set_running(const std::string& op) {
+    std::lock_guard<std::mutex> lock(running_m);
+    running = op;
+  }
+  std::mutex running_m;
+  std::string running;
 };
+
+// "all_reduce of 1024 x f32": what a failure report says about an operation.
+std::string describe(const char* op, const loom_tensor& t) {
+  static const char* names[] = {"f32", "f64", "bf16", "f16", "fp8e4m3", "fp8e5m2", "i32", "i64", "u8"};
+  const char* dtype = t.dtype >= 0 && t.dtype <= LOOM_U8 ? names[t.dtype] : "?";
+  return std::string(op) + " of " + std::to_string(numel(t)) + " x " + dtype;
+}
 
 Comm* as_comm(loom_comm* c) { return reinterpret_cast<Comm*>(c); }
 const Comm* as_comm(const loom_comm* c) { return reinterpret_cast<const Comm*>(c); }

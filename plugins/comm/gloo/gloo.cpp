@@ -7,6 +7,7 @@
 // no legacy class, use unbound buffers. Each communicator
 // owns a worker thread that runs its operations in issue order; async calls return a handle.
 #include "communicator.hpp"
+#include "disagreement.hpp"
 
 namespace {
 
@@ -26,7 +27,9 @@ class Gloo : public loom::sdk::CommPlugin {
   }
 
   explicit Gloo(const loom::sdk::Context& ctx)
-      : iface_(ctx.options.str("iface")), hostname_(ctx.options.str("hostname")) {}
+      : iface_(ctx.options.str("iface")), hostname_(ctx.options.str("hostname")) {
+    install_abort_handler();
+  }
 
   loom_comm* init(const loom_store& store, int rank, int size, int64_t timeout_ms) override {
     gloo::transport::tcp::attr attr;
@@ -92,7 +95,7 @@ class Gloo : public loom::sdk::CommPlugin {
         reduce_in_place(c, staged.data(), n, op, false);
         from_f32(staged, t, 0, n);
       }
-    }, async, "all_reduce");
+    }, async, describe("all_reduce", t));
   }
 
   // A pipelined ring over gloo's pair buffers (this gloo's ReduceScatterHalvingDoubling is 3x
@@ -230,7 +233,7 @@ class Gloo : public loom::sdk::CommPlugin {
       if (op == LOOM_REDUCE_AVG)
         for (int64_t i = 0; i < count; ++i) result[i] /= static_cast<float>(n);
       from_f32(result, to, 0, count);
-    }, async, "reduce_scatter");
+    }, async, describe("reduce_scatter", ti));
   }
 
   // gloo's AllgatherRing over bytes (any dtype): n-1 steps of one block each.
@@ -251,7 +254,7 @@ class Gloo : public loom::sdk::CommPlugin {
       }
       gloo::AllgatherRing<char> algo(c->ctx, {static_cast<const char*>(ti.data)}, o, static_cast<int>(block));
       algo.run();
-    }, async, "all_gather");
+    }, async, describe("all_gather", ti));
   }
 
   loom_work* broadcast(loom_comm* handle, loom_tensor& buf, int root, bool async) override {
@@ -262,7 +265,7 @@ class Gloo : public loom::sdk::CommPlugin {
       if (c->size == 1 || bytes == 0) return;
       gloo::BroadcastOneToAll<char> algo(c->ctx, {static_cast<char*>(t.data)}, bytes, root, 0);
       algo.run();
-    }, async, "broadcast");
+    }, async, describe("broadcast", t) + " from " + std::to_string(root));
   }
 
   // Pairwise: post a receive from and a send to every other rank, then wait for all of them.
@@ -305,7 +308,7 @@ class Gloo : public loom::sdk::CommPlugin {
         throw;
       }
       for (auto& b : sends) b->waitSend();
-    }, async, "all_to_all");
+    }, async, describe("all_to_all", ti));
   }
 
   // Point-to-point transfers are posted at once, not queued: a receive that waits on the queue
