@@ -143,16 +143,21 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
   // stalls no longer than the later ones.
   if (writer_) blob_.resize(owned_bytes(params));
   if (resume_.empty()) return 1;
-  const fs::path dir = resolve(root_, resume_);
+  std::error_code ec;
+  if (resume_ == "auto" && !fs::exists(root_ / "latest", ec)) {  // a first submission: start fresh
+    if (rank_ == 0) std::printf("resume = \"auto\": no checkpoint in %s yet; starting at step 1\n", root_.c_str());
+    return 1;
+  }
+  const fs::path dir = resolve(root_, resume_ == "auto" ? "latest" : resume_);
   const Manifest man = read_manifest(dir);
   check_same_model(dir, man);
   try {
     verify(dir, man);
   } catch (const RuntimeError& e) {
     throw RuntimeError(std::string("cannot resume: ") + e.what() +
-                       (resume_ == "latest" ? "; not falling back to an older checkpoint on my own: name one with "
-                                              "[checkpoint] resume = \"<dir>\" if you want it"
-                                            : ""));
+                       (resume_ == "latest" || resume_ == "auto" ? "; not falling back to an older checkpoint on my own: name one with "
+                                                                 "[checkpoint] resume = \"<dir>\" if you want it"
+                                                               : ""));
   }
   std::map<std::string, std::vector<char>> files;  // each file read once
   for (Param& p : params.all()) {

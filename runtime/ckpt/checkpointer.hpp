@@ -51,6 +51,8 @@ class Checkpointer {
   // otherwise asks the writer whether a background write failed.
   void after_step(int64_t step, int64_t last_step, ParamStore& params, const Tensor& m, const Tensor& v,
                   int64_t applied, Precision* precision);
+  // Saves are on ([checkpoint] every > 0).
+  bool enabled() const { return writer_ != nullptr; }
   // Commits what is still pending; called once training ends.
   void close();
 

@@ -78,6 +78,14 @@ int train(const Args& args) {
       vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>())
                           : train::default_run_dir(cfg);
   train::TrainSummary s = train::train(cfg, sel, rank, run_dir);
+  if (!s.stopped_by.empty()) {
+    if (rank.rank == 0)
+      std::printf("stopped by %s after step %lld%s\n", s.stopped_by.c_str(), (long long)s.last_step,
+                  s.saved_on_stop ? "; its checkpoint is saved: resume with --set checkpoint.resume=latest"
+                  : cfg.i64("checkpoint.every") == 0 ? "; nothing saved ([checkpoint] every = 0)"
+                                                     : "; nothing saved ([checkpoint] on_signal = \"exit\")");
+    return kExitStopped;
+  }
   if (rank.rank != 0 || s.steps == 0) return kExitOk;  // nothing was left to train: said already
   std::printf("done: %lld steps, train loss %.4f -> %.4f", (long long)s.steps, s.first_loss,
               s.final_loss);

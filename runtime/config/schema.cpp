@@ -66,7 +66,9 @@ std::vector<SectionSpec> build_schema() {
       {"dir", ValueType::String, "\"\"", "where step directories go; \"\" = <run dir>/checkpoints"},
       {"every", ValueType::Int, "0", "save after every N steps (and after the last); 0 = never", 0, kInf},
       {"keep_last", ValueType::Int, "3", "committed checkpoints kept; the newest is never deleted", 1, kInf},
-      {"resume", ValueType::String, "\"\"", "\"latest\" or a step directory to resume from; \"\" = start fresh"},
+      {"resume", ValueType::String, "\"\"", "\"latest\", \"auto\" (latest if there is one, else start fresh) or a step directory to resume from; \"\" = start fresh"},
+      {"on_signal", ValueType::String, "\"save\"", "on SIGTERM or SIGINT: finish the step, then save a checkpoint (when every > 0) and exit 3, or just exit 3",
+       -kInf, kInf, {"save", "exit"}},
   }});
   s.push_back({"faults", "fault injection, for tests of the paths above (all off by default)", {
       {"inf_loss_step", ValueType::Int, "0", "at this step one rank's loss gradient is inf", 0, kInf},

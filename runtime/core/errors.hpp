@@ -10,6 +10,7 @@ namespace loom {
 constexpr int kExitOk = 0;
 constexpr int kExitRuntime = 1;  // the job started and something failed
 constexpr int kExitUsage = 2;    // bad command line or bad configuration: nothing ran
+constexpr int kExitStopped = 3;  // a signal stopped training after a whole step (saved if on)
 
 // A bad command line.
 struct UsageError : std::runtime_error {

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -56,8 +57,22 @@ std::string env_str(const char* name, const std::string& fallback) {
   return v && *v ? v : fallback;
 }
 
-volatile std::sig_atomic_t g_stop_signal = 0;
-void on_signal(int s) { g_stop_signal = s; }
+volatile std::sig_atomic_t g_stop_signal = 0, g_signals = 0;
+void on_signal(int s) {
+  g_stop_signal = s;
+  g_signals = g_signals + 1;
+}
+
+// How long ranks asked to stop by a signal get to finish their step and save a checkpoint
+// (LOOM_STOP_GRACE_S, default 120 s: Slurm's --signal=B:TERM@120) before they are killed.
+std::chrono::seconds stop_grace() {
+  const char* v = std::getenv("LOOM_STOP_GRACE_S");
+  char* end = nullptr;
+  const long s = v ? std::strtol(v, &end, 10) : 120;
+  if (v && (end == v || *end || s < 0))
+    throw UsageError(std::string("LOOM_STOP_GRACE_S = '") + v + "' is not a number of seconds");
+  return std::chrono::seconds(s);
+}
 
 struct Child {
   pid_t pid = -1;
@@ -258,7 +273,8 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
   }
 
   int first_failed = -1, live = nproc;
-  bool stopping = false, terminated = false;
+  bool stopping = false, terminated = false, by_signal = false;
+  const std::chrono::seconds signal_grace = stop_grace();
   auto stop_started = std::chrono::steady_clock::now();
   auto stop_all = [&](int sig) {
     for (auto& k : kids)
@@ -311,12 +327,14 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
       stop_all(SIGTERM);
     }
     if (g_stop_signal && !stopping) {
-      std::fprintf(stderr, "loom: received signal %d; stopping all ranks\n", int(g_stop_signal));
-      stopping = terminated = true;
+      std::fprintf(stderr, "loom: received %s; the ranks stop after their current step (again to stop now)\n",
+                   strsignal(g_stop_signal));
+      stopping = terminated = by_signal = true;
       stop_started = std::chrono::steady_clock::now();
       stop_all(SIGTERM);
     }
-    if (stopping && std::chrono::steady_clock::now() - stop_started > std::chrono::seconds(7))
+    const auto grace = by_signal ? signal_grace : std::chrono::seconds(7);
+    if (stopping && (std::chrono::steady_clock::now() - stop_started > grace || g_signals > 1))
       stop_all(SIGKILL);
   }
   // Whatever the ranks wrote just before exiting is still in the pipes. Non-blocking: a
@@ -337,7 +355,10 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
     // A rank that rejected its configuration keeps the usage/config exit code.
     return WIFEXITED(status) && WEXITSTATUS(status) == 2 ? 2 : 1;
   }
-  return g_stop_signal ? 1 : 0;
+  // Ranks that all stopped cleanly on the signal (exit 3) make the job's status 3 too.
+  if (g_stop_signal)
+    return std::all_of(kids.begin(), kids.end(), [](const Child& k) { return WIFEXITED(k.status) && WEXITSTATUS(k.status) == 3; }) ? 3 : 1;
+  return 0;
 }
 
 }  // namespace loom::dist

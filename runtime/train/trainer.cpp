@@ -28,6 +28,7 @@
 #include "train/trainer_parts.hpp"
 #include "train/sample.hpp"
 #include "train/schedule.hpp"
+#include "train/stop_signal.hpp"
 #include "train/stability.hpp"
 
 namespace fs = std::filesystem;
@@ -147,8 +148,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   gpt::Gpt model(mc, api, params, max_rows, profile, pipe ? pipe->layers() : std::vector<int>{});
   if (pipe) pipe->bind(model, max_rows);
   params.allocate(s.seed);
-  if (const std::string src = cfg.str("model.init_from"); !src.empty() && cfg.str("checkpoint.resume").empty())
-    ckpt::init_from(src, params, lead);  // before the data plugin copies (and shards) the values
+  if (const std::string src = cfg.str("model.init_from"); !src.empty() && (cfg.str("checkpoint.resume").empty() || cfg.str("checkpoint.resume") == "auto"))
+    ckpt::init_from(src, params, lead);  // before the data plugin copies (and shards) the values; a resume overwrites
   std::unique_ptr<DataParallel> dp;
   if (mesh.dp * mesh.ep * mesh.cp > 1)
     dp = std::make_unique<DataParallel>(cfg, selection, *world, params, model, static_cast<int>(s.accum),
@@ -263,6 +264,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     if (lead) log->write({{"step", 0.0}, {"val_loss", val}});
   }
   std::vector<int64_t> offsets(s.global_batch);
+  StopSignal stop_signal;
+  const bool save_on_signal = cfg.str("checkpoint.on_signal") == "save" && checkpoints.enabled();
   for (int64_t step = first_step; step <= last_step; ++step) {
     auto t0 = Clock::now();
     const double lr = s.lr.at(step);
@@ -352,7 +355,9 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     if (trace) trace->span("step " + std::to_string(step), "step", t0, Clock::now());
     if (step == faults.perturb_step && env.rank == faults.perturb_rank) params.values()[0] += 1e-3f;
     stability.check(step, params);
-    checkpoints.after_step(step, last_step, params, m, v, applied, precision.get());
+    const bool stopping = stop_signal.agreed(world.get());
+    // Stopping makes this step the last one, which always saves.
+    checkpoints.after_step(step, stopping && save_on_signal ? step : last_step, params, m, v, applied, precision.get());
     if (faults.slow_step > 0) std::this_thread::sleep_for(std::chrono::duration<double>(faults.slow_step * seconds_since(t0)));
     const double step_s = seconds_since(t0);
     total_time += step_s;
@@ -441,6 +446,12 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     }
     evaluating(false);
     std::fflush(stdout);
+    sum.last_step = step;
+    if (stopping) {
+      sum.stopped_by = stop_signal.name();
+      sum.saved_on_stop = save_on_signal;
+      break;
+    }
   }
   checkpoints.close();
   if (profile && lead) print_profile(api.profile(), s.steps * s.accum);
@@ -458,7 +469,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     write_checked(run_dir / "ranks.json", ranks + "]}\n");
   }
   if (world) world->world().barrier();  // rank 0 hosts the store: leave together
-  sum.steps = last_step - first_step + 1;  // this run's, after a resume or before an exit
+  sum.steps = sum.last_step - first_step + 1;  // this run's, after a resume, an exit or a signal
   sum.tokens_per_s = static_cast<double>(sum.steps * tokens_per_step) / total_time;
   sum.mfu = sum.tokens_per_s * flops_per_token / (peak.gflops * 1e9 * env.world);
   return sum;

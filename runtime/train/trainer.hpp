@@ -19,6 +19,9 @@ struct TrainSummary {
   double first_val_loss = -1, final_val_loss = -1;  // -1: never evaluated
   double tokens_per_s = 0, mfu = 0;
   int64_t skipped_steps = 0;  // updates the precision slot skipped (fp16 overflow)
+  int64_t last_step = 0;      // the last step this run trained
+  std::string stopped_by;     // "SIGTERM", "SIGINT", ...: the run stopped early on a signal
+  bool saved_on_stop = false; // and saved a checkpoint of last_step first
 };
 
 // Trains as the config says, as rank env.rank of env.world. Rank 0 prints and writes

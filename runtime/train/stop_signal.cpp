@@ -1,0 +1,51 @@
+#include "train/stop_signal.hpp"
+
+#include <unistd.h>
+
+#include "dist/comm.hpp"
+#include "tensor/tensor.hpp"
+
+namespace loom::train {
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+
+void on_signal(int sig) {
+  if (g_signal == sig) {  // asked twice: stop now, the way the default action would
+    std::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  g_signal = sig;
+  static const char note[] = "loom: stopping after the current step (a second signal stops now)\n";
+  [[maybe_unused]] ssize_t n = ::write(2, note, sizeof note - 1);
+}
+
+}  // namespace
+
+StopSignal::StopSignal() {
+  g_signal = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;  // a blocking read or socket call resumes instead of failing
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, &old_term_);
+  sigaction(SIGINT, &sa, &old_int_);
+}
+
+StopSignal::~StopSignal() {
+  sigaction(SIGTERM, &old_term_, nullptr);
+  sigaction(SIGINT, &old_int_, nullptr);
+}
+
+bool StopSignal::agreed(dist::CommWorld* world) {
+  double flag = g_signal != 0 ? 1.0 : 0.0;
+  if (world) world->world().all_reduce(flat_view(&flag, LOOM_F64, 1), LOOM_REDUCE_MAX);
+  return flag > 0;
+}
+
+std::string StopSignal::name() const {
+  return g_signal == SIGTERM ? "SIGTERM" : g_signal == SIGINT ? "SIGINT" : "a signal on another rank";
+}
+
+}  // namespace loom::train
