@@ -13,6 +13,7 @@
 #include "ckpt/crc32c.hpp"
 #include "gpt/config.hpp"
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "dist/mesh.hpp"
 
 namespace fs = std::filesystem;
@@ -190,8 +191,7 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
     if (man.precision != precision->name())
       throw RuntimeError("cannot resume: " + dir.string() + " was written under precision '" + man.precision +
                          "', this run uses '" + precision->name() + "'");
-    std::ifstream in(dir / man.precision_state.name, std::ios::binary);
-    precision->load_state(std::string(std::istreambuf_iterator<char>(in), {}));
+    precision->load_state(read_file(dir / man.precision_state.name, "precision state"));
   }
   applied = man.applied;
   if (rank_ == 0) std::printf("resumed from %s: step %lld done\n", dir.c_str(), (long long)man.step);

@@ -11,6 +11,7 @@
 #include "ckpt/safetensors.hpp"
 #include "config/config.hpp"
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "gpt/config.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -192,7 +193,7 @@ ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& c
 ExternalModel read_hf(const fs::path& dir) {
   const fs::path cfg = dir / "config.json";
   std::ifstream in(cfg);
-  if (!in) throw RuntimeError("cannot open '" + cfg.string() + "': a Hugging Face model folder has a config.json");
+  if (!in) throw RuntimeError("cannot open '" + cfg.string() + "'" + os_reason() + " (a Hugging Face model folder has a config.json)");
   json c;
   try {
     c = json::parse(in);
@@ -221,8 +222,7 @@ float bf16_to_float(uint16_t h) {
 // each layer-stacked, weights [out, in].
 ExternalModel read_llmc(const fs::path& file) {
   const std::string where = "llm.c model '" + file.string() + "': ";
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw RuntimeError("cannot open " + where.substr(0, where.size() - 2));
+  std::ifstream in = open_input(file, "llm.c model");
   int32_t h[256];
   if (!in.read(reinterpret_cast<char*>(h), sizeof h)) throw RuntimeError(where + "shorter than its 1024-byte header");
   if (h[0] != 20240326) throw RuntimeError(where + "bad magic " + std::to_string(h[0]) + " (expected 20240326)");
@@ -316,7 +316,7 @@ void write_as_checkpoint(const ExternalModel& m, const fs::path& root) {
     }
   }
   out.close();
-  if (!out) throw RuntimeError("cannot write '" + (tmp / f.name).string() + "'");
+  if (!out) throw RuntimeError("cannot write '" + (tmp / f.name).string() + "'" + os_reason());
   f.bytes = offset;
   f.crc32c = crc;
   man.files.push_back(f);

@@ -13,6 +13,7 @@
 
 #include "ckpt/crc32c.hpp"
 #include "core/errors.hpp"
+#include "core/files.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -22,9 +23,10 @@ namespace loom::ckpt {
 namespace {
 
 std::vector<char> read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw RuntimeError("checkpoint file " + p.string() + " is missing");
-  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  std::error_code ec;
+  if (!std::filesystem::exists(p, ec)) throw RuntimeError("checkpoint file " + p.string() + " is missing");
+  const std::string bytes = read_file(p, "checkpoint file");
+  return std::vector<char>(bytes.begin(), bytes.end());
 }
 
 json part_json(const Part& p) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -40,8 +41,7 @@ float half_to_float(uint16_t h) {
 
 std::map<std::string, StEntry> read_one(const fs::path& path) {
   const std::string where = "safetensors '" + path.string() + "': ";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw RuntimeError("cannot open " + where.substr(0, where.size() - 2));
+  std::ifstream in = open_input(path, "safetensors file");
   const uint64_t size = fs::file_size(path);
   unsigned char len[8];
   if (!in.read(reinterpret_cast<char*>(len), 8)) throw RuntimeError(where + "shorter than the 8-byte header length");
@@ -83,7 +83,7 @@ std::map<std::string, StEntry> read_one(const fs::path& path) {
 std::map<std::string, StEntry> read_safetensors_index(const fs::path& path) {
   if (path.extension() != ".json") return read_one(path);
   std::ifstream in(path);
-  if (!in) throw RuntimeError("cannot open '" + path.string() + "'");
+  if (!in) throw RuntimeError("cannot open '" + path.string() + "'" + os_reason());
   json index;
   try {
     index = json::parse(in);
@@ -144,7 +144,7 @@ void write_safetensors(const fs::path& path, const std::vector<std::pair<std::st
   tmp += ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw RuntimeError("cannot write '" + tmp.string() + "'");
+    if (!f) throw RuntimeError("cannot write '" + tmp.string() + "'" + os_reason());
     const uint64_t n = text.size();
     unsigned char len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));

@@ -45,7 +45,7 @@ void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const fs::
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   std::ofstream f(out, std::ios::binary | std::ios::trunc);
-  if (!f) throw RuntimeError("cannot write " + out.string());
+  if (!f) throw RuntimeError("cannot write " + out.string() + os_reason());
   const uint64_t n = text.size();
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));

@@ -8,6 +8,7 @@
 #include "cli/parse.hpp"
 #include "data/shards.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "core/files.hpp"
 
 namespace fs = std::filesystem;
 
@@ -15,11 +16,7 @@ namespace loom::cli {
 
 namespace {
 
-std::string read_text(const fs::path& f) {
-  std::ifstream in(f, std::ios::binary);
-  if (!in) throw RuntimeError("cannot read text file '" + f.string() + "'");
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+std::string read_text(const fs::path& f) { return read_file(f, "text file"); }
 
 // Each file is a document; it starts with the tokenizer's document marker when it has one
 // (GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>), as llm.c's shards do.
@@ -62,7 +59,7 @@ int encode_file(const po::variables_map& vm) {
   }
   std::ofstream out(vm["out"].as<std::string>());
   out << line << "\n";
-  if (!out) throw RuntimeError("cannot write '" + vm["out"].as<std::string>() + "'");
+  if (!out) throw RuntimeError("cannot write '" + vm["out"].as<std::string>() + "'" + os_reason());
   return kExitOk;
 }
 

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <boost/program_options.hpp>
+#include <algorithm>
+#include <cctype>
 #include <iostream>
 #include <string>
 
@@ -23,6 +25,16 @@ inline bool parse(const Args& args, const std::string& synopsis, po::options_des
       return false;
     }
     po::notify(vm);
+  } catch (const po::required_option& e) {
+    // A positional argument has an internal option name; say what the synopsis calls it.
+    const std::string name = e.get_option_name().substr(e.get_option_name().find_first_not_of('-'));
+    for (unsigned i = 0; i < std::min(positional.max_total_count(), 16u); ++i)
+      if (positional.name_for_position(i) == name) {
+        std::string upper = name;
+        for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        throw UsageError("missing " + upper + "\nusage: " + synopsis);
+      }
+    throw UsageError(std::string(e.what()) + "\nusage: " + synopsis);
   } catch (const po::error& e) {
     throw UsageError(std::string(e.what()) + "\nusage: " + synopsis);
   }

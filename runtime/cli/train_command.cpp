@@ -14,14 +14,14 @@ namespace loom::cli {
 int launch(const Args& args) {
   po::options_description opts("loom launch");
   opts.add_options()("nproc,n", po::value<int>()->required(), "ranks to start")(
-      "command", po::value<std::vector<std::string>>()->required(), "program and its arguments");
+      "program", po::value<std::vector<std::string>>()->required(), "program and its arguments");
   po::positional_options_description pos;
-  pos.add("command", -1);
+  pos.add("program", -1);
   po::variables_map vm;
   if (!parse(args, "loom launch --nproc N -- PROGRAM [ARGS...]", opts, pos, vm)) return kExitOk;
   int n = vm["nproc"].as<int>();
   if (n < 1) throw UsageError("--nproc must be at least 1");
-  return dist::spawn_local(n, vm["command"].as<std::vector<std::string>>());
+  return dist::spawn_local(n, vm["program"].as<std::vector<std::string>>());
 }
 
 int train(const Args& args) {

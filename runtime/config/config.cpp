@@ -22,6 +22,17 @@ std::string location(const toml::source_region& r) {
   return path + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
 }
 
+// Where a key was written: its own position in the file, or, for a key --set added (toml++ gives
+// it no position), the --set argument, which its value (or a new section's first value) carries.
+std::string key_location(const toml::key& key, const toml::node& value) {
+  if (key.source().path) return location(key.source());
+  if (value.source().path) return location(value.source());
+  if (const toml::table* t = value.as_table())
+    for (auto&& [k, v] : *t)
+      if (std::string l = key_location(k, v); l.rfind(kSetPrefix, 0) == 0) return l;
+  return location(key.source());
+}
+
 std::string describe(const toml::node& n) {
   std::ostringstream os;
   os << n.type();
@@ -153,7 +164,7 @@ void check_table(toml::table& t, const std::string& label, const std::vector<Key
     if (!spec) {
       if (allows_subtables && node.is_table()) continue;
       if (node.is_table() && std::find(subsections.begin(), subsections.end(), name) != subsections.end()) continue;
-      throw ConfigError(location(key.source()) + ": unknown key '" + name + "' in " + label +
+      throw ConfigError(key_location(key, node) + ": unknown key '" + name + "' in " + label +
                         did_you_mean(name, names));
     }
     check_value(node, label, *spec);
@@ -241,10 +252,10 @@ void Config::validate_runtime() {
     bool known = false;
     for (const auto& s : schema) known = known || s.name == name;
     if (!node.is_table())
-      throw ConfigError(location(key.source()) + ": key '" + name +
+      throw ConfigError(key_location(key, node) + ": key '" + name +
                         "' must be inside a section such as [run]");
     if (!known)
-      throw ConfigError(location(key.source()) + ": unknown section [" + name + "]" +
+      throw ConfigError(key_location(key, node) + ": unknown section [" + name + "]" +
                         did_you_mean(name, names));
   }
   for (const auto& s : schema) {

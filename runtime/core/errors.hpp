@@ -1,6 +1,8 @@
 // The three ways a Loom command can fail, each with its exit code.
 #pragma once
 
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -26,5 +28,8 @@ struct ConfigError : std::runtime_error {
 struct RuntimeError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// ": <the OS's reason>" for a message about a file operation that just failed (errno).
+inline std::string os_reason() { return std::string(": ") + std::strerror(errno); }
 
 }  // namespace loom

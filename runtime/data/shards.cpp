@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
 
 namespace fs = std::filesystem;
 
@@ -190,9 +191,7 @@ PrepareReport prepare_text(const std::vector<fs::path>& inputs, const fs::path& 
   if (inputs.empty()) throw UsageError("data prepare needs at least one --text file");
   std::vector<std::vector<uint32_t>> docs;
   for (const auto& f : inputs) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) throw RuntimeError("cannot read text file '" + f.string() + "': " + std::strerror(errno));
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string bytes = read_file(f, "text file");
     docs.emplace_back(bytes.begin(), bytes.end());
     for (auto& t : docs.back()) t &= 0xff;
   }

@@ -6,6 +6,7 @@
 
 #include "config/config.hpp"
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -119,8 +120,7 @@ fs::path run_tokenizer_path(const config::Config& cfg) {
 
 Tokenizer Tokenizer::from_json_file(const fs::path& path) {
   const std::string where = "tokenizer '" + path.string() + "': ";
-  std::ifstream in(path);
-  if (!in) throw RuntimeError("cannot open " + where.substr(0, where.size() - 2));
+  std::ifstream in = open_input(path, "tokenizer");
   json j;
   try {
     j = json::parse(in);
@@ -177,8 +177,7 @@ Tokenizer Tokenizer::from_json_file(const fs::path& path) {
 }
 
 Tokenizer Tokenizer::from_tiktoken(const fs::path& path, const std::string& pattern, const std::vector<std::string>& specials) {
-  std::ifstream in(path);
-  if (!in) throw RuntimeError("cannot open tiktoken file '" + path.string() + "'");
+  std::ifstream in = open_input(path, "tiktoken file");
   Tokenizer t;
   std::string b64;
   uint32_t rank;
@@ -248,7 +247,7 @@ void Tokenizer::save_json(const fs::path& path) const {
   {
     std::ofstream out(tmp);
     out << j.dump(1) << "\n";
-    if (!out) throw RuntimeError("cannot write '" + tmp.string() + "'");
+    if (!out) throw RuntimeError("cannot write '" + tmp.string() + "'" + os_reason());
   }
   fs::rename(tmp, path);
 }

@@ -1,6 +1,9 @@
 // The `loom` binary end to end: output and exit codes for good and bad input.
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <utility>
+
 #include "support/process.hpp"
 
 using loom::test::run_loom;
@@ -184,4 +187,35 @@ TEST_CASE("loom bench comm takes a config and --set for its plugin, and refuses 
   auto bad_option = run_loom("bench comm --nproc 2 --config " + cfg + " --set plugins.gloo.ifac=lo --max-bytes 1K");
   CHECK(bad_option.rc == 2);
   CHECK(has(bad_option.out, "did you mean 'iface'"));
+}
+
+TEST_CASE("messages name what the user typed: --set arguments, missing positional arguments, directories given as files") {
+  TempDir t;
+  const std::string cfg = t.write("c.toml", "[train]\nsteps = 1\n");
+  auto key = run_loom("config check " + cfg + " --set train.lrr=1");
+  CHECK(key.rc == 2);
+  CHECK(has(key.out, "--set train.lrr=1: unknown key 'lrr' in [train]; did you mean 'lr'?"));
+  CHECK_FALSE(has(key.out, "<input>"));
+  auto section = run_loom("config check " + cfg + " --set nosuch.x=1");
+  CHECK(has(section.out, "--set nosuch.x=1: unknown section [nosuch]"));
+  // Positional arguments have internal option names; the message uses the synopsis' words.
+  for (auto [cmd, word] : {std::pair{"train", "missing FILE"}, {"ckpt verify", "missing DIR"},
+                           {"generate", "missing SRC"}, {"launch -n 2", "missing PROGRAM"}}) {
+    auto r = run_loom(cmd);
+    INFO(cmd);
+    CHECK(r.rc == 2);
+    CHECK(has(r.out, word));
+    CHECK_FALSE(has(r.out, "the option '--"));
+  }
+  std::filesystem::create_directory(t.path / "adir");
+  const std::string dir = (t.path / "adir").string();
+  auto text = run_loom("data prepare --text " + dir + " --out " + (t.path / "o").string());
+  CHECK(text.rc == 1);
+  CHECK(has(text.out, "cannot read text file '" + dir + "': it is a directory"));
+  const std::string txt = t.write("t.txt", "some text\n");
+  auto tok = run_loom("data prepare --text " + txt + " --tokenizer " + dir + " --out " + (t.path / "o").string());
+  CHECK(has(tok.out, "cannot read tokenizer '" + dir + "': it is a directory"));
+  auto missing = run_loom("data prepare --text " + (t.path / "none.txt").string() + " --out " + (t.path / "o").string());
+  CHECK(has(missing.out, "none.txt': No such file or directory"));
+  for (const auto& r : {text, tok, missing}) CHECK_FALSE(has(r.out, "basic_filebuf"));
 }
