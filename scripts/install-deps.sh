@@ -9,6 +9,7 @@ packages=(
   libboost-dev libboost-program-options-dev
   libopenblas-dev libopenblas-openmp-dev libomp-dev
   libpcre2-dev  # the tokenizers' Unicode pre-tokenizer patterns
+  clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan and UBSan
   libgloo-dev libopenmpi-dev openmpi-bin
   slurmctld slurmd slurm-client
   chromium

@@ -1,8 +1,24 @@
 #!/usr/bin/env bash
-# The whole test suite from a fresh Debian 12 machine: install, build, ctest.
+# The whole test suite from a fresh Debian 12 machine: install, build, ctest, then each fuzz
+# target for LOOM_FUZZ_SECONDS (default 30; 0 skips them).
+#   scripts/test.sh [ctest args]       the suite (this is what .ci/run calls)
+#   scripts/test.sh --sanitize [args]  the suite built with ASan + UBSan in build-asan/ (no CUDA),
+#                                      without the fuzzers; slower, not part of CI
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+if [ "${1:-}" = "--sanitize" ]; then
+  shift
+  export LOOM_BUILD_DIR=${LOOM_BUILD_DIR:-$root/build-asan}
+  export LOOM_CMAKE_ARGS="-DLOOM_SANITIZE=ON -DLOOM_WITH_CUDA=OFF -DLOOM_NATIVE=OFF ${LOOM_CMAKE_ARGS:-}"
+  # Leaks in Open MPI and gloo's process-lifetime singletons are not ours; memory errors are.
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  export LOOM_FUZZ_SECONDS=0
+fi
 build=${LOOM_BUILD_DIR:-$root/build}
 bash "$root/scripts/build.sh"
 cd "$build"
 ctest --output-on-failure -j "$(nproc)" "$@"
+if [ "${LOOM_FUZZ_SECONDS:-30}" != 0 ]; then
+  bash "$root/scripts/fuzz.sh" all "${LOOM_FUZZ_SECONDS:-30}"
+fi

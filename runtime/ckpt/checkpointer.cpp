@@ -14,6 +14,7 @@
 #include "gpt/config.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "ckpt/reader.hpp"
 #include "dist/mesh.hpp"
 
 namespace fs = std::filesystem;
@@ -56,6 +57,11 @@ Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& 
   loom_options opts = plugins::options_for(cfg, ckpt->found.desc->name);
   writer_ = std::make_unique<plugins::Instance>(ckpt->found, &opts);
   table_ = writer_->table<loom_ckpt_v1>();
+  if (ckpt->found.desc->v.minor >= 6 && LOOM_HAS_FIELD(&table_->base, loom_ckpt_v1, open) && table_->open) {
+    loom_error e;
+    check(table_->open(writer_->self(), root_.c_str(), rank_, mesh_.world(), &e), e, "checkpoint writer open");
+  }
+  reader_ = reader_of(*writer_);
   if (rank_ == 0) check_writable();
 }
 
@@ -109,14 +115,14 @@ size_t Checkpointer::owned_bytes(const ParamStore& params) const {
 }
 
 // Every file the manifest lists is in the directory at the size the runtime handed the writer.
-static void check_written(const fs::path& dir, const Manifest& m) {
+void Checkpointer::check_written(const fs::path& dir, const Manifest& m) const {
   auto one = [&](const File& f) {
-    std::error_code ec;
-    const uintmax_t size = fs::file_size(dir / f.name, ec);
-    if (ec)
+    const int64_t size = reader_.size(dir, f.name);
+    if (size < 0)
       throw RuntimeError("checkpoint " + dir.stem().string() + ": the writer did not write " + f.name + " (" +
-                         ec.message() + "); not committed, the previous checkpoint and `latest` are kept");
-    if (size != static_cast<uintmax_t>(f.bytes))
+                         (reader_.via == "disk" ? "no such file" : reader_.via + " does not hold it") +
+                         "); not committed, the previous checkpoint and `latest` are kept");
+    if (size != f.bytes)
       throw RuntimeError("checkpoint " + dir.stem().string() + ": " + f.name + " has " + std::to_string(size) +
                          " bytes, the writer was given " + std::to_string(f.bytes) +
                          "; not committed, the previous checkpoint and `latest` are kept");
@@ -152,8 +158,10 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
   const fs::path dir = resolve(root_, resume_ == "auto" ? "latest" : resume_);
   const Manifest man = read_manifest(dir);
   check_same_model(dir, man);
+  const CheckpointReader source(dir, man);  // the recorded writer's read path, or the disk
+  const Reader& reader = source.reader();
   try {
-    verify(dir, man);
+    verify(dir, man, reader);
   } catch (const RuntimeError& e) {
     throw RuntimeError(std::string("cannot resume: ") + e.what() +
                        (resume_ == "latest" || resume_ == "auto" ? "; not falling back to an older checkpoint on my own: name one with "
@@ -173,7 +181,7 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
       const Param& q = params.all()[pc.param];
       for (auto [suffix, dst] : {std::pair{"", pc.value}, {".adam_m", pc.adam_m}, {".adam_v", pc.adam_v}}) {
         const std::string name = q.name + suffix;
-        if (!global.count(name)) global[name] = assemble(dir, man, name, files);
+        if (!global.count(name)) global[name] = assemble(dir, man, name, files, reader);
         const std::vector<float>& g = global[name];
         for (int64_t i = 0; i < pc.count; ++i) dst[i] = g[global_index(pc.begin + i, q.local_shape, q.global_shape, q.slice)];
       }
@@ -183,7 +191,7 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
   for (Param& p : params.all()) {
     if (shards_.pieces) break;
     for (auto [suffix, dst] : {std::pair{"", p.value.f32()}, {".adam_m", m.f32() + p.offset}, {".adam_v", v.f32() + p.offset}}) {
-      const std::vector<float> global = assemble(dir, man, p.name + suffix, files);
+      const std::vector<float> global = assemble(dir, man, p.name + suffix, files, reader);
       for (int64_t i = 0; i < p.value.numel(); ++i) dst[i] = global[global_index(i, p.local_shape, p.global_shape, p.slice)];
     }
   }
@@ -191,8 +199,10 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
     if (man.precision != precision->name())
       throw RuntimeError("cannot resume: " + dir.string() + " was written under precision '" + man.precision +
                          "', this run uses '" + precision->name() + "'");
-    precision->load_state(read_file(dir / man.precision_state.name, "precision state"));
+    const std::vector<char> state = reader.read(dir, man.precision_state.name);
+    precision->load_state(std::string(state.begin(), state.end()));
   }
+  load_plugin_state(dir, man, reader);
   applied = man.applied;
   if (rank_ == 0) std::printf("resumed from %s: step %lld done\n", dir.c_str(), (long long)man.step);
   return man.step + 1;
@@ -271,6 +281,12 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
     auto save = stable ? table_->save_stable : table_->save;
     check(save(writer_->self(), target.c_str(), p->mine.name.c_str(), blob, total, &e), e, "checkpoint " + step_name(step));
   }
+  if (state_.save && !(p->state_bytes = state_.save()).empty()) {
+    p->state = {data_state_file(rank_), static_cast<int64_t>(p->state_bytes.size()),
+                crc32c(p->state_bytes.data(), p->state_bytes.size()), {}};
+    check(table_->save(writer_->self(), target.c_str(), p->state.name.c_str(), p->state_bytes.data(),
+                       p->state_bytes.size(), &e), e, "checkpoint " + step_name(step));
+  }
   if (rank_ == 0) {
     const std::string state = precision ? precision->save_state() : std::string();
     p->precision = {"precision.bin", static_cast<int64_t>(state.size()), crc32c(state.data(), state.size()), {}};
@@ -278,7 +294,7 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
           "checkpoint " + step_name(step));
   }
   pending_ = std::move(p);
-  if (std::string(writer_->desc()->name) != "async") commit();
+  if (!(plugins::ckpt_capabilities(writer_->desc()) & LOOM_CKPT_ASYNC)) commit();  // a sync writer is done
 }
 
 void Checkpointer::commit() {
@@ -287,11 +303,14 @@ void Checkpointer::commit() {
   const fs::path tmp = root_ / (name + ".tmp"), final_dir = root_ / name;
   loom_error e;
   check(table_->finish(writer_->self(), &e), e, "checkpoint " + name + " (the previous one is intact)");
-  if (!p->mine.parts.empty()) {
-    p->mine.crc32c = p->crc.get();
-    Manifest one;  // a manifest of this rank's file alone, read back and merged by rank 0
+  if (!p->mine.parts.empty() || !p->state.name.empty()) {
+    Manifest one;  // a manifest of this rank's files alone, read back and merged by rank 0
     one.shapes = p->shapes;
-    one.files.push_back(p->mine);
+    if (!p->mine.parts.empty()) {
+      p->mine.crc32c = p->crc.get();
+      one.files.push_back(p->mine);
+    }
+    if (!p->state.name.empty()) one.files.push_back(p->state);
     write_json(tmp / rank_file(rank_, "json"), one);
   }
   barrier();  // every rank's bytes and note are durable
@@ -309,7 +328,7 @@ void Checkpointer::commit() {
       const fs::path note = tmp / rank_file(r, "json");
       if (!fs::exists(note)) continue;
       Manifest theirs = read_manifest(tmp, note.filename().string());
-      man.files.push_back(theirs.files.at(0));
+      man.files.insert(man.files.end(), theirs.files.begin(), theirs.files.end());
       man.shapes.insert(theirs.shapes.begin(), theirs.shapes.end());  // other pipeline stages' tensors
       fs::remove(note);
     }
@@ -351,6 +370,37 @@ void Checkpointer::commit() {
     std::fflush(stdout);
   }
   barrier();
+  if (table_->base.v.minor >= 6 && LOOM_HAS_FIELD(&table_->base, loom_ckpt_v1, committed) && table_->committed)
+    check(table_->committed(writer_->self(), final_dir.c_str(), p->step, &e), e, "checkpoint " + name + " commit notice");
+}
+
+// The data plugin's state is per rank of one layout: it comes back only when this run has the
+// same layout and the same data plugin; otherwise the plugin starts afresh, and says so.
+void Checkpointer::load_plugin_state(const fs::path& dir, const Manifest& man, const Reader& reader) {
+  std::vector<const File*> states;
+  for (const File& f : man.files)
+    if (f.name.rfind("data-state-", 0) == 0) states.push_back(&f);
+  std::string saved_by;
+  for (const auto& p : man.plugins)
+    if (p.count("slot") && p.at("slot") == "data" && p.count("name")) saved_by = p.at("name");
+  const std::map<std::string, int64_t> layout = {{"world", mesh_.world()}, {"dp", mesh_.dp}, {"tp", mesh_.tp},
+                                                 {"pp", mesh_.pp}, {"ep", mesh_.ep}, {"cp", mesh_.cp}};
+  if (states.empty()) return;
+  const std::string why = saved_by != state_.plugin ? "this run does not use (its data plugin is '" + state_.plugin + "')"
+                          : !state_.load             ? "this run's build of it cannot load"
+                          : man.layout != layout     ? "was saved under another layout"
+                                                     : "";
+  if (!why.empty()) {
+    if (rank_ == 0)
+      std::printf("note: %s holds %zu rank(s)' state of data plugin '%s', which %s; it starts afresh\n",
+                  dir.c_str(), states.size(), saved_by.c_str(), why.c_str());
+    return;
+  }
+  for (const File* f : states)
+    if (f->name == data_state_file(rank_)) {
+      const std::vector<char> bytes = reader.read(dir, f->name);
+      state_.load(std::string(bytes.begin(), bytes.end()));
+    }
 }
 
 void Checkpointer::close() {

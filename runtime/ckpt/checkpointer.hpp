@@ -35,6 +35,13 @@ struct ShardAccess {
   std::function<void()> loaded;  // after resume wrote into the pieces
 };
 
+// The data plugin's own state (ABI 1.6), saved per rank in every checkpoint.
+struct PluginState {
+  std::string plugin;                          // its name, recorded with the state
+  std::function<std::string()> save;           // "" = nothing to save
+  std::function<void(const std::string&)> load;
+};
+
 class Checkpointer {
  public:
   Checkpointer(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
@@ -44,6 +51,8 @@ class Checkpointer {
 
   // From now on the training state is the data plugin's shard, not `params`' buffers, m and v.
   void use_shards(ShardAccess shards) { shards_ = std::move(shards); }
+  // The data plugin has state of its own to save and restore.
+  void use_plugin_state(PluginState state) { state_ = std::move(state); }
   // Loads [checkpoint] resume into the parameters, AdamW moments and precision state; returns
   // the first step to run (1 when not resuming) and sets `applied`.
   int64_t resume(ParamStore& params, Tensor& m, Tensor& v, Precision* precision, int64_t& applied);
@@ -62,6 +71,8 @@ class Checkpointer {
     File mine;                    // this rank's file, if it owns any slice
     std::future<uint32_t> crc;    // its checksum, computed while training goes on
     File precision;               // rank 0: precision.bin
+    File state;                   // this rank's data-plugin state, if it has any
+    std::string state_bytes;      // kept until the commit
     std::map<std::string, std::vector<int64_t>> shapes;
   };
   size_t owned_bytes(const ParamStore& params) const;  // this rank's share of a checkpoint
@@ -81,6 +92,8 @@ class Checkpointer {
   gpt::GptConfig model_;  // this run's model, which a resumed checkpoint must hold
   std::vector<std::map<std::string, std::string>> plugins_;  // recorded in every manifest
   void check_same_model(const std::filesystem::path& dir, const Manifest& man) const;
+  void load_plugin_state(const std::filesystem::path& dir, const Manifest& man, const Reader& reader);
+  void check_written(const std::filesystem::path& dir, const Manifest& m) const;
   void check_writable() const;
   std::unique_ptr<plugins::Instance> writer_;
   const loom_ckpt_v1* table_ = nullptr;
@@ -88,6 +101,8 @@ class Checkpointer {
   std::vector<char> blob_;  // this rank's file, assembled here before the writer takes it
   std::future<void> cleanup_;  // checkpoints beyond keep_last, being deleted
   ShardAccess shards_;
+  PluginState state_;
+  Reader reader_;  // the writer's read path, or the disk
 };
 
 }  // namespace loom::ckpt

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "ckpt/crc32c.hpp"
+#include "ckpt/reader.hpp"
 #include "ckpt/safetensors.hpp"
 #include "config/config.hpp"
 #include "core/errors.hpp"
@@ -342,7 +343,8 @@ void write_hf_folder(const fs::path& step_dir, const Manifest& m, const fs::path
   if (llama && (c.norm != "rmsnorm" || c.mlp != "swiglu"))
     throw RuntimeError("a RoPE model exports as Llama, which needs norm = \"rmsnorm\" and mlp = \"swiglu\"");
   std::map<std::string, std::vector<char>> files;
-  auto get = [&](const std::string& n) { return assemble(step_dir, m, n, files); };
+  const CheckpointReader source(step_dir, m);
+  auto get = [&](const std::string& n) { return assemble(step_dir, m, n, files, source.reader()); };
   const int64_t C = c.d_model, V = c.vocab_size, F = c.d_ff, Q = c.head_dim(), H = c.n_head, Hkv = c.kv_heads();
   auto rows = [](std::vector<float> a, int64_t first, int64_t n, int64_t cols) {
     return std::vector<float>(a.begin() + first * cols, a.begin() + (first + n) * cols);

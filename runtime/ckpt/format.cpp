@@ -22,7 +22,7 @@ namespace loom::ckpt {
 
 namespace {
 
-std::vector<char> read_bytes(const fs::path& p) {
+std::vector<char> read_from_disk(const fs::path& p) {
   std::error_code ec;
   if (!std::filesystem::exists(p, ec)) throw RuntimeError("checkpoint file " + p.string() + " is missing");
   const std::string bytes = read_file(p, "checkpoint file");
@@ -161,7 +161,24 @@ Manifest read_manifest(const fs::path& dir, const std::string& name) {
   return m;
 }
 
-void verify(const fs::path& dir, const Manifest& m) {
+const Reader& disk_reader() {
+  static const Reader r{[](const fs::path& dir, const std::string& name) { return read_from_disk(dir / name); },
+                        [](const fs::path& dir, const std::string& name) -> int64_t {
+                          std::error_code ec;
+                          const auto n = fs::file_size(dir / name, ec);
+                          return ec ? -1 : static_cast<int64_t>(n);
+                        },
+                        "disk"};
+  return r;
+}
+
+std::string data_state_file(int rank) {
+  char b[40];
+  std::snprintf(b, sizeof b, "data-state-%05d.bin", rank);
+  return b;
+}
+
+void verify(const fs::path& dir, const Manifest& m, const Reader& reader) {
   std::vector<const File*> all;
   for (const auto& f : m.files) all.push_back(&f);
   all.push_back(&m.precision_state);
@@ -170,18 +187,18 @@ void verify(const fs::path& dir, const Manifest& m) {
     for (size_t i = 0; i < f->parts.size() && i < 4; ++i) holds += (i ? ", " : "") + f->parts[i].tensor;
     if (f->parts.size() > 4) holds += ", ... (" + std::to_string(f->parts.size()) + " tensors)";
     const std::string what = (dir / f->name).string() + (holds.empty() ? "" : " (holds " + holds + ")");
-    std::error_code ec;
-    const auto size = fs::file_size(dir / f->name, ec);
-    if (ec) throw RuntimeError("checkpoint file " + what + " is missing");
-    if (static_cast<int64_t>(size) != f->bytes)
+    const std::string through = reader.via == "disk" ? "" : " (read through " + reader.via + ")";
+    const int64_t size = reader.size(dir, f->name);
+    if (size < 0) throw RuntimeError("checkpoint file " + what + " is missing" + through);
+    if (size != f->bytes)
       throw RuntimeError("checkpoint file " + what + " is " + std::to_string(size) + " bytes, the manifest says " +
-                         std::to_string(f->bytes));
-    std::vector<char> bytes = read_bytes(dir / f->name);
+                         std::to_string(f->bytes) + through);
+    std::vector<char> bytes = reader.read(dir, f->name);
     const uint32_t crc = crc32c(bytes.data(), bytes.size());
     if (crc != f->crc32c) {
       char b[96];
       std::snprintf(b, sizeof b, ": checksum mismatch (crc32c %08x, the manifest says %08x)", crc, f->crc32c);
-      throw RuntimeError("checkpoint file " + what + b);
+      throw RuntimeError("checkpoint file " + what + b + through);
     }
   }
   check_coverage(dir, m);
@@ -198,7 +215,7 @@ void check_coverage(const fs::path& dir, const Manifest& m) {
 }
 
 std::vector<float> assemble(const fs::path& dir, const Manifest& m, const std::string& name,
-                            std::map<std::string, std::vector<char>>& files) {
+                            std::map<std::string, std::vector<char>>& files, const Reader& reader) {
   auto it = m.shapes.find(name);
   if (it == m.shapes.end()) throw RuntimeError("checkpoint " + dir.string() + " has no tensor " + name);
   const std::vector<int64_t>& global = it->second;
@@ -207,7 +224,7 @@ std::vector<float> assemble(const fs::path& dir, const Manifest& m, const std::s
     for (const auto& p : f.parts) {
       if (p.tensor != name) continue;
       std::vector<char>& bytes = files[f.name];
-      if (bytes.empty()) bytes = read_bytes(dir / f.name);
+      if (bytes.empty()) bytes = reader.read(dir, f.name);
       const int64_t n = p.count();
       if (p.offset + 4 * n > static_cast<int64_t>(bytes.size()))
         throw RuntimeError("checkpoint file " + (dir / f.name).string() + " is too short for tensor " + name);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,6 +51,19 @@ struct Manifest {
 
 std::string step_name(int64_t step);  // "step-00000010"
 
+// How a checkpoint's files are read: from disk, or through the ckpt plugin that wrote them when it
+// stores them in a form of its own (the ABI 1.6 read path; ckpt/reader.hpp).
+struct Reader {
+  std::function<std::vector<char>(const std::filesystem::path& dir, const std::string& name)> read;
+  // The file's size as it was saved; -1 when it is not there.
+  std::function<int64_t(const std::filesystem::path& dir, const std::string& name)> size;
+  std::string via = "disk";  // "disk", or "plugin 'name'", for messages
+};
+const Reader& disk_reader();
+
+// "data-state-00003.bin": rank 3's state of the data plugin (ABI 1.6 save_state).
+std::string data_state_file(int rank);
+
 // Reads DIR/manifest.json. A missing, truncated or hand-edited manifest is a RuntimeError that
 // names the file and what is wrong, never a crash.
 Manifest read_manifest(const std::filesystem::path& dir, const std::string& file = "manifest.json");
@@ -65,12 +79,12 @@ void check_coverage(const std::filesystem::path& dir, const Manifest& m);
 
 // Every file present, of its size and checksum, and every tensor fully covered by its parts.
 // Throws naming the file (and the tensors it holds) or the tensor at fault.
-void verify(const std::filesystem::path& dir, const Manifest& m);
+void verify(const std::filesystem::path& dir, const Manifest& m, const Reader& reader = disk_reader());
 
 // The global tensor `name` assembled from every part that holds a piece of it. `files` caches
 // the files read, so assembling every tensor reads each file once.
 std::vector<float> assemble(const std::filesystem::path& dir, const Manifest& m, const std::string& name,
-                            std::map<std::string, std::vector<char>>& files);
+                            std::map<std::string, std::vector<char>>& files, const Reader& reader = disk_reader());
 
 // "latest" -> the committed checkpoint `latest` names under `root`; otherwise a path.
 std::filesystem::path resolve(const std::filesystem::path& root, const std::string& which);

@@ -4,6 +4,7 @@
 
 #include "ckpt/convert.hpp"
 #include "ckpt/format.hpp"
+#include "ckpt/reader.hpp"
 #include "core/errors.hpp"
 
 namespace fs = std::filesystem;
@@ -53,10 +54,12 @@ void init_from(const fs::path& src, ParamStore& params, bool verbose) {
   if (fs::exists(src / "manifest.json") || fs::exists(src / "latest")) {
     const fs::path dir = fs::exists(src / "manifest.json") ? src : resolve(src, "latest");
     const Manifest m = read_manifest(dir);
-    verify(dir, m);
+    const CheckpointReader source(dir, m);
+    verify(dir, m, source.reader());
     std::map<std::string, std::vector<char>> files;
     for (const Param& p : params.all())
-      if (m.shapes.count(p.name)) w.tensors[p.name] = assemble(dir, m, p.name, files), w.shapes[p.name] = m.shapes.at(p.name);
+      if (m.shapes.count(p.name))
+        w.tensors[p.name] = assemble(dir, m, p.name, files, source.reader()), w.shapes[p.name] = m.shapes.at(p.name);
     w.source = "Loom checkpoint " + dir.string() + " (step " + std::to_string(m.step) + ")";
     w.model_toml = m.config;
   } else {

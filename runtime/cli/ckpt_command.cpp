@@ -8,6 +8,7 @@
 
 #include "ckpt/convert.hpp"
 #include "ckpt/format.hpp"
+#include "ckpt/reader.hpp"
 #include "cli/parse.hpp"
 
 namespace fs = std::filesystem;
@@ -29,14 +30,14 @@ bool is_moment(const std::string& name) {
 
 // safetensors: an 8-byte little-endian header length, a JSON header {name: {dtype, shape,
 // data_offsets [begin, end)}} padded with spaces to a multiple of 8, then the raw data.
-void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const fs::path& out) {
+void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const ckpt::Reader& reader, const fs::path& out) {
   nlohmann::json header = nlohmann::json::object();
   std::vector<std::pair<std::string, std::vector<float>>> tensors;
   std::map<std::string, std::vector<char>> files;
   size_t offset = 0;
   for (const auto& [name, shape] : m.shapes) {
     if (is_moment(name)) continue;  // optimizer state stays in the checkpoint
-    tensors.push_back({name, ckpt::assemble(dir, m, name, files)});
+    tensors.push_back({name, ckpt::assemble(dir, m, name, files, reader)});
     const size_t bytes = 4 * tensors.back().second.size();
     header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
@@ -92,9 +93,10 @@ int ckpt_cmd(const Args& args) {
     throw UsageError("unknown action '" + action + "'\nusage: " + synopsis);
   const ckpt::Manifest m = ckpt::read_manifest(dir);
   if (action == "verify") {
-    ckpt::verify(dir, m);
-    std::printf("%s: complete, %zu files checked (crc32c), %zu tensors covered\n", dir.c_str(), m.files.size() + 1,
-                m.shapes.size());
+    const ckpt::CheckpointReader source(dir, m);
+    ckpt::verify(dir, m, source.reader());
+    std::printf("%s: complete, %zu files checked (crc32c%s), %zu tensors covered\n", dir.c_str(), m.files.size() + 1,
+                source.reader().via == "disk" ? "" : (", read through " + source.reader().via).c_str(), m.shapes.size());
     return kExitOk;
   }
   if (action == "inspect") {
@@ -121,9 +123,10 @@ int ckpt_cmd(const Args& args) {
   if (format != "safetensors" && format != "hf")
     throw UsageError("--format " + format + ": expected safetensors or hf");
   if (!vm.count("out")) throw UsageError("export needs --out PATH\nusage: " + synopsis);
-  ckpt::verify(dir, m);
+  const ckpt::CheckpointReader source(dir, m);
+  ckpt::verify(dir, m, source.reader());
   if (format == "safetensors") {
-    export_safetensors(dir, m, vm["out"].as<std::string>());
+    export_safetensors(dir, m, source.reader(), vm["out"].as<std::string>());
     return kExitOk;
   }
   ckpt::write_hf_folder(dir, m, vm["out"].as<std::string>(), vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");

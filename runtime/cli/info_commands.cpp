@@ -1,5 +1,7 @@
 // loom version, loom plugins [list|info NAME]
+#include <cmath>
 #include <iostream>
+#include <tuple>
 #include <sstream>
 
 #include "cli/parse.hpp"
@@ -33,7 +35,7 @@ std::string plugin_json(const plugins::Found& f, bool with_options) {
   if (with_options) {
     os << ", \"options\": [";
     bool first = true;
-    for (const auto& k : config::plugin_keys(d->options)) {
+    for (const auto& k : config::plugin_keys(d)) {
       os << (first ? "" : ", ") << "{\"name\": " << json_quote(k.name)
          << ", \"type\": " << json_quote(config::type_name(k.type))
          << ", \"default\": " << json_quote(k.default_toml) << ", \"help\": " << json_quote(k.help)
@@ -46,24 +48,59 @@ std::string plugin_json(const plugins::Found& f, bool with_options) {
   return os.str();
 }
 
+// For each plugin another library's plugin of the same kind and name shadows: that library. The
+// rule is Registry::find's: the first search directory, then the conventional file name.
+std::vector<const plugins::Found*> shadowing(const std::vector<plugins::Found>& found) {
+  auto rank = [](const plugins::Found& f) {
+    const std::string conventional = std::string("libloom-") + plugins::kind_name(f.desc->kind) + "-" + f.desc->name + ".so";
+    return std::make_tuple(f.dir, f.library.filename() != conventional, f.library.string());
+  };
+  std::vector<const plugins::Found*> winner(found.size(), nullptr);
+  for (size_t i = 0; i < found.size(); ++i)
+    for (size_t j = 0; j < found.size(); ++j)
+      if (i != j && found[i].desc->kind == found[j].desc->kind && std::string(found[i].desc->name) == found[j].desc->name &&
+          rank(found[j]) < rank(found[i]) && (!winner[i] || rank(found[j]) < rank(*winner[i])))
+        winner[i] = &found[j];
+  return winner;
+}
+
 int list(plugins::Registry& reg, bool json) {
   std::vector<std::string> problems;
   std::vector<plugins::Found> found = reg.all(&problems);
+  const std::vector<const plugins::Found*> shadowed_by = shadowing(found);
   if (json) {
-    std::cout << "[";
-    for (size_t i = 0; i < found.size(); ++i)
-      std::cout << (i ? ",\n " : "") << plugin_json(found[i], false);
-    std::cout << "]\n";
-  } else {
-    std::printf("%-14s %-20s %-9s %-5s %s\n", "NAME", "KIND/SLOT", "VERSION", "ABI", "PATH");
-    for (const auto& f : found)
-      std::printf("%-14s %-20s %-9s %-5s %s\n", f.desc->name, kind_slot(f.desc).c_str(),
-                  f.desc->version ? f.desc->version : "", abi_of(f.desc).c_str(),
-                  f.library.c_str());
-    std::printf("\nsearched:");
-    for (const auto& d : reg.dirs()) std::printf(" %s (%s)", d.path.c_str(), d.origin.c_str());
-    std::printf("\n");
+    std::cout << "{\"plugins\": [";
+    for (size_t i = 0; i < found.size(); ++i) {
+      std::string entry = plugin_json(found[i], false);
+      entry.pop_back();  // the closing brace: two more fields
+      std::cout << (i ? ",\n " : "") << entry << ", \"active\": " << (shadowed_by[i] ? "false" : "true")
+                << ", \"shadowed_by\": " << (shadowed_by[i] ? json_quote(shadowed_by[i]->library.string()) : "null") << "}";
+    }
+    std::cout << "],\n \"skipped\": [";
+    for (size_t i = 0; i < problems.size(); ++i) std::cout << (i ? ", " : "") << json_quote(problems[i]);
+    std::cout << "],\n \"searched\": [";
+    for (size_t i = 0; i < reg.dirs().size(); ++i)
+      std::cout << (i ? ", " : "") << "{\"path\": " << json_quote(reg.dirs()[i].path.string())
+                << ", \"origin\": " << json_quote(reg.dirs()[i].origin) << "}";
+    std::cout << "]}\n";
+    return kExitOk;
   }
+  std::printf("%-14s %-20s %-9s %-5s %s\n", "NAME", "KIND/SLOT", "VERSION", "ABI", "PATH");
+  for (size_t i = 0; i < found.size(); ++i) {
+    const plugins::Found& f = found[i];
+    std::printf("%-14s %-20s %-9s %-5s %s%s\n", f.desc->name, kind_slot(f.desc).c_str(), f.desc->version ? f.desc->version : "",
+                abi_of(f.desc).c_str(), f.library.c_str(), shadowed_by[i] ? "  (shadowed)" : "");
+  }
+  for (size_t i = 0; i < found.size(); ++i) {
+    const plugins::Found* w = shadowed_by[i];
+    if (!w) continue;
+    std::printf("\nshadowed: %s in %s\n  %s wins: %s\n", found[i].desc->name, found[i].library.c_str(), w->library.c_str(),
+                w->dir < found[i].dir ? ("its directory comes first in the search path (" + reg.dirs()[w->dir].origin + ")").c_str()
+                                      : "same directory, and its file has the conventional name libloom-<kind>-<name>.so");
+  }
+  std::printf("\nsearched:");
+  for (const auto& d : reg.dirs()) std::printf(" %s (%s)", d.path.c_str(), d.origin.c_str());
+  std::printf("\n");
   for (const auto& p : problems) std::cerr << "loom: skipped: " << p << "\n";
   return kExitOk;
 }
@@ -78,15 +115,29 @@ int info(plugins::Registry& reg, const std::string& name, bool json) {
   std::printf("%s — %s\n  kind/slot: %s\n  version:   %s\n  abi:       %s\n  path:      %s\n",
               d->name, d->summary ? d->summary : "", kind_slot(d).c_str(),
               d->version ? d->version : "", abi_of(d).c_str(), f.library.c_str());
-  auto keys = config::plugin_keys(d->options);
+  if (d->kind == LOOM_KIND_CKPT || (d->kind == LOOM_KIND_PARALLEL && d->slot == LOOM_SLOT_DATA)) {
+    const std::string caps = plugins::capability_names(d);
+    std::printf("  declares:  %s\n", caps.empty() ? ("nothing" + plugins::declared_note(d)).c_str() : caps.c_str());
+  }
+  auto keys = config::plugin_keys(d);
   if (keys.empty()) {
     std::printf("  options:   none\n");
     return kExitOk;
   }
   std::printf("  options ([plugins.%s]):\n", d->name);
-  for (const auto& k : keys)
-    std::printf("    %-20s %-8s default %-10s %s\n", k.name.c_str(), config::type_name(k.type),
-                k.default_toml.c_str(), k.help.c_str());
+  for (const auto& k : keys) {
+    std::string limits;
+    if (k.required) limits += " required;";
+    if (std::isfinite(k.min) || std::isfinite(k.max))
+      limits += " in [" + json_number(k.min) + ", " + json_number(k.max) + "];";
+    if (!k.choices.empty()) {
+      limits += " one of";
+      for (const auto& c : k.choices) limits += " " + c;
+      limits += ";";
+    }
+    std::printf("    %-20s %-8s default %-10s %s%s\n", k.name.c_str(), config::type_name(k.type),
+                k.required ? "(none)" : k.default_toml.c_str(), k.help.c_str(), limits.empty() ? "" : (" [" + limits.substr(1, limits.size() - 2) + "]").c_str());
+  }
   return kExitOk;
 }
 

@@ -6,6 +6,7 @@
 #include "dist/launch.hpp"
 #include "dist/mesh.hpp"
 #include "loader/selection.hpp"
+#include "loader/services.hpp"
 #include "train/trainer.hpp"
 #include "train/trainer_parts.hpp"
 
@@ -74,6 +75,7 @@ int train(const Args& args) {
   dist::RankEnv rank = env.value_or(dist::RankEnv{});
   plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
   plugins::Selection sel = plugins::resolve(cfg, reg);
+  plugins::set_plugin_source(&reg, &cfg);  // a plugin that wraps another creates it from these
   std::filesystem::path run_dir =
       vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>())
                           : train::default_run_dir(cfg);

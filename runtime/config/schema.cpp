@@ -1,5 +1,10 @@
 #include "config/schema.hpp"
 
+#include <algorithm>
+#include <string_view>
+
+#include "core/errors.hpp"
+
 namespace loom::config {
 
 const char* type_name(ValueType t) {
@@ -205,6 +210,25 @@ std::vector<KeySpec> plugin_keys(const loom_option_spec* options) {
       default: t = ValueType::String; break;
     }
     keys.push_back({o->name, t, o->default_value ? o->default_value : "", o->help ? o->help : ""});
+  }
+  return keys;
+}
+
+std::vector<KeySpec> plugin_keys(const loom_plugin* d) {
+  std::vector<KeySpec> keys = plugin_keys(d->options);
+  const auto* rules = d->get_proc ? static_cast<const loom_option_rule*>(d->get_proc(LOOM_PROC_OPTION_RULES)) : nullptr;
+  for (const loom_option_rule* r = rules; r && r->name; ++r) {
+    auto k = std::find_if(keys.begin(), keys.end(), [&](const KeySpec& s) { return s.name == r->name; });
+    if (k == keys.end())
+      throw RuntimeError("plugin '" + std::string(d->name) + "' has a rule for option '" + r->name +
+                         "', which its schema does not declare");
+    if (r->min <= r->max) k->min = r->min, k->max = r->max;
+    for (std::string_view c = r->choices ? r->choices : ""; !c.empty();) {
+      const size_t bar = c.find('|');
+      k->choices.emplace_back(c.substr(0, bar));
+      c = bar == std::string_view::npos ? std::string_view() : c.substr(bar + 1);
+    }
+    k->required = r->required != 0;
   }
   return keys;
 }

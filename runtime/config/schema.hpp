@@ -24,6 +24,7 @@ struct KeySpec {
   double max = std::numeric_limits<double>::infinity();
   std::vector<std::string> choices;  // for strings; empty = any
   bool below_max = false;            // max itself is excluded (AdamW's betas < 1)
+  bool required = false;             // a plugin option the user must set (ABI 1.6 rules)
 };
 
 struct SectionSpec {
@@ -45,6 +46,8 @@ const std::vector<SectionSpec>& runtime_schema();
 
 // A plugin's C option schema as KeySpecs (NULL schema = no options).
 std::vector<KeySpec> plugin_keys(const loom_option_spec* options);
+// The plugin's options with its ABI 1.6 rules (ranges, choices, required) applied.
+std::vector<KeySpec> plugin_keys(const loom_plugin* desc);
 
 // The [plugins] keys that select a plugin for a slot, with the kind each must be.
 struct SlotKey {

@@ -1,11 +1,14 @@
 #include "loader/host.hpp"
 
 #include "core/errors.hpp"
+#include "loader/services.hpp"
 #include "tensor/tensor.hpp"
 
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 namespace loom::plugins {
 
@@ -85,7 +88,6 @@ void release(loom_device device, void* ptr) {
   std::free(p);
 }
 
-const void* service(const char*, uint32_t) { return nullptr; }
 
 loom_error* error_new() { return new loom_error(); }
 void error_free(loom_error* e) { delete e; }
@@ -106,35 +108,13 @@ loom_host& host() {
     t.opt_str = &opt_str;
     t.alloc = &alloc;
     t.free = &release;
-    t.service = &service;
+    t.service = &find_service;
     t.error_new = &error_new;
     t.error_free = &error_free;
     t.error_message = &error_message;
     return t;
   }();
   return h;
-}
-
-const char* kind_name(int32_t kind) {
-  switch (kind) {
-    case LOOM_KIND_COMM: return "comm";
-    case LOOM_KIND_PARALLEL: return "parallel";
-    case LOOM_KIND_PRECISION: return "precision";
-    case LOOM_KIND_CKPT: return "ckpt";
-  }
-  return "unknown";
-}
-
-const char* slot_name(int32_t slot) {
-  switch (slot) {
-    case LOOM_SLOT_DATA: return "data";
-    case LOOM_SLOT_TENSOR: return "tensor";
-    case LOOM_SLOT_SEQUENCE: return "sequence";
-    case LOOM_SLOT_PIPELINE: return "pipeline";
-    case LOOM_SLOT_EXPERT: return "expert";
-    case LOOM_SLOT_CONTEXT: return "context";
-  }
-  return "";
 }
 
 const char* status_name(loom_status s) {
@@ -147,6 +127,42 @@ const char* status_name(loom_status s) {
     case LOOM_FATAL: return "fatal";
   }
   return "unknown status";
+}
+
+uint64_t data_capabilities(const loom_plugin* d) {
+  if (d->kind != LOOM_KIND_PARALLEL || d->slot != LOOM_SLOT_DATA || d->v.minor < 6) return 0;
+  const auto* t = reinterpret_cast<const loom_data_v1*>(d);
+  return LOOM_HAS_FIELD(&t->base, loom_data_v1, capabilities) ? t->capabilities : 0;
+}
+
+uint64_t ckpt_capabilities(const loom_plugin* d) {
+  if (d->kind != LOOM_KIND_CKPT || d->v.minor < 6) return 0;
+  const auto* t = reinterpret_cast<const loom_ckpt_v1*>(d);
+  return LOOM_HAS_FIELD(&t->base, loom_ckpt_v1, capabilities) ? t->capabilities : 0;
+}
+
+std::string declared_note(const loom_plugin* d) {
+  if (d->v.minor >= 6) return "";
+  return " (it was built against plugin ABI 1." + std::to_string(d->v.minor) +
+         ", before plugins declared capabilities)";
+}
+
+std::string capability_names(const loom_plugin* d) {
+  std::vector<std::pair<uint64_t, const char*>> names;
+  uint64_t caps = 0;
+  if (d->kind == LOOM_KIND_PARALLEL && d->slot == LOOM_SLOT_DATA) {
+    caps = data_capabilities(d);
+    names = {{LOOM_DATA_EXPERTS, "experts"}, {LOOM_DATA_PIPELINE, "pipeline"}, {LOOM_DATA_SHARDED, "sharded state"}};
+  } else if (d->kind == LOOM_KIND_CKPT) {
+    caps = ckpt_capabilities(d);
+    names = {{LOOM_CKPT_ASYNC, "async"}};
+    const auto* t = reinterpret_cast<const loom_ckpt_v1*>(d);
+    if (d->v.minor >= 6 && LOOM_HAS_FIELD(&t->base, loom_ckpt_v1, read) && t->read) names.push_back({0, "reads back"});
+  }
+  std::string out;
+  for (auto [flag, name] : names)
+    if (flag == 0 || (caps & flag)) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
 }
 
 std::string describe(const loom_error& e) {

@@ -5,6 +5,8 @@
 #include <string>
 
 #include <loom/plugin.h>
+
+#include "loader/descriptor.hpp"
 #include <toml++/toml.h>
 
 struct loom_error {
@@ -21,9 +23,15 @@ namespace loom::plugins {
 // The one host table of this process. Services (ops, mesh, ...) are filled in as they start.
 loom_host& host();
 
-const char* kind_name(int32_t kind);  // "comm", "parallel", ...
-const char* slot_name(int32_t slot);  // "data", "tensor", ... ("" for LOOM_SLOT_NONE)
 const char* status_name(loom_status s);
+
+// What a plugin declares it handles (ABI 1.6); 0 for a plugin built before declarations.
+uint64_t data_capabilities(const loom_plugin* desc);
+uint64_t ckpt_capabilities(const loom_plugin* desc);
+// " (it was built against ABI 1.3, before plugins declared capabilities)" or "".
+std::string declared_note(const loom_plugin* desc);
+// "experts, pipeline" for `loom plugins info`.
+std::string capability_names(const loom_plugin* desc);
 
 // "status: message" for errors that came back across the boundary.
 std::string describe(const loom_error& e);

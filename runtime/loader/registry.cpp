@@ -1,6 +1,7 @@
 #include "loader/registry.hpp"
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -16,6 +17,7 @@
 
 #include "core/errors.hpp"
 #include "core/nearest.hpp"
+#include "loader/descriptor.hpp"
 #include "loader/host.hpp"
 
 namespace fs = std::filesystem;
@@ -92,24 +94,6 @@ std::vector<int> exported_abi_majors(const fs::path& library) {
   return majors;
 }
 
-// The size of ABI 1.0's table for a kind (and slot): what a descriptor must at least cover.
-size_t table_size(int32_t kind, int32_t slot) {
-  switch (kind) {
-    case LOOM_KIND_COMM: return sizeof(loom_comm_v1);
-    case LOOM_KIND_PRECISION: return offsetof(loom_precision_v1, round_operand) + sizeof(void*);
-    case LOOM_KIND_CKPT: return offsetof(loom_ckpt_v1, finish) + sizeof(void*);
-    case LOOM_KIND_PARALLEL:
-      switch (slot) {
-        case LOOM_SLOT_DATA: return offsetof(loom_data_v1, finish_grads) + sizeof(void*);
-        case LOOM_SLOT_TENSOR: return sizeof(loom_tensor_v1);
-        case LOOM_SLOT_SEQUENCE: return sizeof(loom_sequence_v1);
-        case LOOM_SLOT_PIPELINE: return sizeof(loom_pipeline_v1);
-        default: return sizeof(loom_plugin);
-      }
-  }
-  return sizeof(loom_plugin);
-}
-
 std::string file_prefix(std::optional<loom_kind> kind) {
   return kind ? std::string("libloom-") + kind_name(*kind) + "-" : std::string("libloom-");
 }
@@ -124,7 +108,13 @@ fs::path Registry::install_dir() {
 
 std::vector<SearchDir> Registry::default_dirs(const std::vector<std::string>& config_path) {
   std::vector<SearchDir> dirs;
-  for (const auto& p : config_path) dirs.push_back({p, "[plugins] path"});
+  for (const auto& p : config_path) {
+    std::error_code ec;
+    if (!fs::is_directory(p, ec))
+      std::fprintf(stderr, "loom: warning: [plugins] path entry '%s' %s; it is skipped\n", p.c_str(),
+                   fs::exists(p, ec) ? "is not a directory" : "does not exist");
+    dirs.push_back({p, "[plugins] path"});
+  }
   if (const char* env = std::getenv("LOOM_PLUGIN_PATH")) {
     std::string s = env;
     for (size_t start = 0; start <= s.size();) {
@@ -175,18 +165,7 @@ const std::vector<const loom_plugin*>& Registry::load(const fs::path& library) {
   for (size_t i = 0; i < count; ++i) {
     const loom_plugin* d = descs[i];
     if (!d) continue;
-    if (d->v.major != LOOM_ABI_MAJOR)
-      throw RuntimeError("plugin in '" + key.string() + "' was built for Loom plugin ABI " +
-                         std::to_string(d->v.major) + "." + std::to_string(d->v.minor) +
-                         "; this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
-                         std::to_string(LOOM_ABI_MINOR));
-    if (d->v.size < sizeof(loom_plugin) || !d->name || !d->create || !d->destroy)
-      throw RuntimeError("plugin in '" + key.string() + "' has an incomplete descriptor");
-    if (d->v.size < table_size(d->kind, d->slot))
-      throw RuntimeError("plugin '" + std::string(d->name) + "' in '" + key.string() + "' has a " +
-                         std::to_string(d->v.size) + "-byte " + kind_name(d->kind) +
-                         " table; ABI 1.0's is " + std::to_string(table_size(d->kind, d->slot)) +
-                         " bytes");
+    check_descriptor(d, key.string());
     lib->plugins.push_back(d);
   }
   Library* raw = lib.release();
@@ -194,22 +173,22 @@ const std::vector<const loom_plugin*>& Registry::load(const fs::path& library) {
   return raw->plugins;
 }
 
-std::vector<fs::path> Registry::candidates(std::optional<loom_kind> kind) const {
-  std::vector<fs::path> out;
-  std::set<fs::path> seen;
-  std::string prefix = file_prefix(kind);
-  for (const auto& d : dirs_) {
-    std::error_code ec;
-    if (!fs::is_directory(d.path, ec)) continue;
-    std::vector<fs::path> here;
-    for (const auto& e : fs::directory_iterator(d.path, ec)) {
-      std::string f = e.path().filename().string();
-      if (f.rfind(prefix, 0) == 0 && f.ends_with(".so")) here.push_back(e.path());
-    }
-    std::sort(here.begin(), here.end());
-    for (auto& p : here)
-      if (seen.insert(fs::weakly_canonical(p, ec)).second) out.push_back(p);
+std::vector<fs::path> Registry::candidates(size_t dir, const std::string& conventional, std::set<fs::path>& seen) const {
+  std::vector<fs::path> here;
+  std::error_code ec;
+  if (!fs::is_directory(dirs_[dir].path, ec)) return here;
+  const std::string prefix = file_prefix(std::nullopt);
+  for (const auto& e : fs::directory_iterator(dirs_[dir].path, ec)) {
+    std::string f = e.path().filename().string();
+    if (f.rfind(prefix, 0) == 0 && f.ends_with(".so")) here.push_back(e.path());
   }
+  std::sort(here.begin(), here.end(), [&](const fs::path& a, const fs::path& b) {
+    const bool ca = a.filename() == conventional, cb = b.filename() == conventional;
+    return ca != cb ? ca : a < b;
+  });
+  std::vector<fs::path> out;
+  for (auto& p : here)
+    if (seen.insert(fs::weakly_canonical(p, ec)).second) out.push_back(p);
   return out;
 }
 
@@ -219,22 +198,26 @@ Found Registry::find(const std::string& name, std::optional<loom_kind> kind) {
   };
   if (looks_like_path(name)) {
     for (const loom_plugin* d : load(name))
-      if (matches(d)) return {d, name};
+      if (matches(d)) return {d, name, -1};
     throw ConfigError("plugin library '" + name + "' holds no " +
                       (kind ? std::string(kind_name(*kind)) + " " : "") + "plugin");
   }
-  // The conventional file name first: it loads one library instead of all of them.
-  for (const auto& d : dirs_) {
-    fs::path p = d.path / (file_prefix(kind) + name + ".so");
-    if (kind && fs::exists(p))
-      for (const loom_plugin* desc : load(p))
-        if (matches(desc)) return {desc, p};
-  }
+  // Directory by directory, the conventional file name first: usually one library is loaded.
   std::vector<std::string> problems;
-  std::vector<Found> every = all(&problems);
-  for (const auto& f : every)
-    if (matches(f.desc)) return f;
+  std::set<fs::path> seen;
+  const std::string conventional = kind ? file_prefix(kind) + name + ".so" : "";
+  for (size_t d = 0; d < dirs_.size(); ++d)
+    for (const fs::path& p : candidates(d, conventional, seen)) {
+      try {
+        for (const loom_plugin* desc : load(p))
+          if (matches(desc)) return {desc, p, static_cast<int>(d)};
+      } catch (const std::exception& e) {
+        if (p.filename() == conventional) throw;  // the library named for this plugin: its reason is the answer
+        problems.push_back(e.what());
+      }
+    }
 
+  std::vector<Found> every = all();
   std::vector<std::string> names;
   std::string listing;
   for (const auto& f : every) {
@@ -253,13 +236,15 @@ Found Registry::find(const std::string& name, std::optional<loom_kind> kind) {
 
 std::vector<Found> Registry::all(std::vector<std::string>* problems) {
   std::vector<Found> out;
-  for (const auto& path : candidates(std::nullopt)) {
-    try {
-      for (const loom_plugin* d : load(path)) out.push_back({d, path});
-    } catch (const std::exception& e) {
-      if (problems) problems->push_back(e.what());
+  std::set<fs::path> seen;
+  for (size_t d = 0; d < dirs_.size(); ++d)
+    for (const auto& path : candidates(d, "", seen)) {
+      try {
+        for (const loom_plugin* desc : load(path)) out.push_back({desc, path, static_cast<int>(d)});
+      } catch (const std::exception& e) {
+        if (problems) problems->push_back(e.what());
+      }
     }
-  }
   return out;
 }
 

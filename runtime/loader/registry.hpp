@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct SearchDir {
 struct Found {
   const loom_plugin* desc = nullptr;
   std::filesystem::path library;
+  int dir = -1;  // its search directory (index into dirs()); -1 when named by path
 };
 
 class Registry {
@@ -33,20 +35,25 @@ class Registry {
 
   const std::vector<SearchDir>& dirs() const { return dirs_; }
 
-  // The plugin `name_or_path` of this kind (any kind when nullopt). Throws ConfigError when it
+  // The plugin `name_or_path` of this kind (any kind when nullopt). When several libraries hold a
+  // plugin of that name, the first search directory wins, and within it the conventional file
+  // name libloom-<kind>-<name>.so, then the others in file-name order. Throws ConfigError when it
   // is not found (listing the directories searched and the plugins that were), RuntimeError when
   // a library cannot be used (not a plugin, ABI mismatch, failing entry).
   Found find(const std::string& name_or_path, std::optional<loom_kind> kind = std::nullopt);
 
-  // Every plugin in the search directories. Libraries that fail to load are reported in
-  // `problems` instead of throwing.
+  // Every plugin in the search directories, in the order find() prefers them. Libraries that fail
+  // to load are reported in `problems` instead of throwing.
   std::vector<Found> all(std::vector<std::string>* problems = nullptr);
 
   // Loads one library and returns its descriptors (cached). Throws RuntimeError.
   const std::vector<const loom_plugin*>& load(const std::filesystem::path& library);
 
  private:
-  std::vector<std::filesystem::path> candidates(std::optional<loom_kind> kind) const;
+  // The plugin libraries (libloom-*.so) in search directory `dir`, `first` (a file name) first if
+  // it is there, then in file-name order, skipping those in `seen`.
+  std::vector<std::filesystem::path> candidates(size_t dir, const std::string& first,
+                                                std::set<std::filesystem::path>& seen) const;
   std::vector<SearchDir> dirs_;
 };
 

@@ -37,10 +37,8 @@ Selection resolve(config::Config& cfg, Registry& registry) {
     std::string name = d->name;
     for (const auto& v : validated)
       if (v == name) return;
-    std::vector<config::KeySpec> keys = config::plugin_keys(d->options);
-    cfg.validate_plugin_options(name, keys);
     validated.push_back(name);
-    sel.schemas.emplace_back(name, std::move(keys));
+    sel.schemas.emplace_back(name, check_options(cfg, d));
   };
 
   for (const auto& sk : config::slot_keys()) {
@@ -64,6 +62,27 @@ Selection resolve(config::Config& cfg, Registry& registry) {
     add_schema(f.desc);
   }
   return sel;
+}
+
+std::vector<config::KeySpec> check_options(config::Config& cfg, const loom_plugin* d) {
+  const std::string name = d->name;
+  std::vector<config::KeySpec> keys = config::plugin_keys(d);
+  const toml::table* mine = cfg.plugin_table(name);
+  for (const config::KeySpec& k : keys)
+    if (k.required && (!mine || !mine->contains(k.name)))
+      throw ConfigError("plugin '" + name + "' needs [plugins." + name + "] " + k.name + " (" + k.help + ")");
+  cfg.validate_plugin_options(name, keys);
+  const auto validate = d->get_proc ? reinterpret_cast<loom_validate_options_fn>(
+                                          const_cast<void*>(d->get_proc(LOOM_PROC_VALIDATE_OPTIONS)))
+                                    : nullptr;
+  if (validate) {
+    loom_options opts = options_for(cfg, name);
+    loom_error e;
+    const loom_status s = validate(&host(), &opts, &e);
+    if (s == LOOM_BAD_CONFIG) throw ConfigError("[plugins." + name + "]: " + e.message);
+    if (s != LOOM_OK) throw RuntimeError("plugin '" + name + "' failed to check its options: " + describe(e));
+  }
+  return keys;
 }
 
 loom_options options_for(const config::Config& cfg, const std::string& plugin) {

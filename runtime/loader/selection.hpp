@@ -28,6 +28,10 @@ struct Selection {
 // Validates the runtime sections, then the plugins. Throws ConfigError or RuntimeError.
 Selection resolve(config::Config& cfg, Registry& registry);
 
+// Checks a plugin's [plugins.<name>] table against its schema and rules (filling defaults), then
+// runs its validate hook; returns the keys. Throws ConfigError naming the key.
+std::vector<config::KeySpec> check_options(config::Config& cfg, const loom_plugin* desc);
+
 // The option table the ABI hands to a plugin's create().
 loom_options options_for(const config::Config& cfg, const std::string& plugin);
 

@@ -110,11 +110,7 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
   loom_options data_opts = plugins::options_for(cfg, data->found.desc->name);
   data_ = std::make_unique<plugins::Instance>(data->found, &data_opts);
   table_ = data_->table<loom_data_v1>();
-  const bool ep = world.mesh().ep > 1;
-  if (ep && table_->base.v.minor < 3)
-    throw ConfigError("[plugins] data = \"" + std::string(data->found.desc->name) + "\" was built against plugin ABI 1." +
-                      std::to_string(table_->base.v.minor) + ", which predates expert gradients; [parallel] ep = " +
-                      std::to_string(world.mesh().ep) + " needs ABI 1.3 or later");
+  const bool ep = world.mesh().ep > 1;  // the plugin declares LOOM_DATA_EXPERTS (check_data_capabilities)
 
   for (const Param& p : params.all()) {
     infos_.push_back({p.name.c_str(), p.offset, p.value.numel()});
@@ -177,6 +173,10 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
   check(table_->setup(data_->self(), &ctx, &e), e, "data plugin setup");
   if (LOOM_HAS_FIELD(&table_->base, loom_data_v1, pieces_loaded) && table_->zero_stage)
     stage_ = table_->zero_stage(data_->self());
+  if (stage_ > 0 && !(plugins::data_capabilities(data->found.desc) & LOOM_DATA_SHARDED))
+    throw ConfigError("[plugins] data = \"" + std::string(data->found.desc->name) + "\" says zero_stage() = " +
+                      std::to_string(stage_) + " but does not declare LOOM_DATA_SHARDED" +
+                      plugins::declared_note(data->found.desc) + "; the runtime will not hand it the model state");
   if (stage_ > 0) {
     shards_ = std::make_unique<Shards>(table_, data_->self(), params, model, units_, unit_of_param, microbatches);
     model.set_hooks(shards_.get());
@@ -211,6 +211,26 @@ std::vector<loom_shard_piece> DataParallel::shard_pieces() {
 void DataParallel::pieces_loaded() {
   loom_error e;
   check(table_->pieces_loaded(data_->self(), &e), e, "data plugin pieces_loaded");
+}
+
+bool DataParallel::has_state() const {
+  return table_->base.v.minor >= 6 && LOOM_HAS_FIELD(&table_->base, loom_data_v1, load_state) && table_->save_state &&
+         table_->load_state;
+}
+
+std::string DataParallel::save_state() {
+  loom_error e;
+  size_t n = 0;
+  check(table_->save_state(data_->self(), nullptr, 0, &n, &e), e, "data plugin save_state");
+  std::string bytes(n, '\0');
+  if (n > 0) check(table_->save_state(data_->self(), bytes.data(), n, &n, &e), e, "data plugin save_state");
+  bytes.resize(n);
+  return bytes;
+}
+
+void DataParallel::load_state(const std::string& bytes) {
+  loom_error e;
+  check(table_->load_state(data_->self(), bytes.data(), bytes.size(), &e), e, "data plugin load_state");
 }
 
 std::vector<int64_t> DataParallel::accounting() {

@@ -58,6 +58,11 @@ class DataParallel {
   // {param, grad, optimizer-state, comm-buffer bytes held; bytes sent last step} (zeros when the
   // plugin predates ABI 1.2).
   std::vector<int64_t> accounting();
+  // The plugin's own state for checkpoints (ABI 1.6); has_state: it has the hooks.
+  bool has_state() const;
+  std::string name() const { return data_->desc()->name; }
+  std::string save_state();
+  void load_state(const std::string& bytes);
   // Sharded: this rank's pieces of parameters and moments (for checkpoints), and the call that
   // makes parameters whole again after a resume wrote into them.
   std::vector<loom_shard_piece> shard_pieces();

@@ -1,5 +1,7 @@
 #include "train/trace.hpp"
 
+#include "core/json.hpp"
+
 #include <cstdio>
 #include <fstream>
 
@@ -16,8 +18,9 @@ double micros(Trace::Clock::time_point t) {
 Trace::Trace(std::filesystem::path path, int rank, std::string label)
     : path_(std::move(path)), rank_(rank), label_(std::move(label)) {}
 
-void Trace::span(const std::string& name, const char* category, Clock::time_point begin,
+void Trace::span(const std::string& name, const std::string& category, Clock::time_point begin,
                  Clock::time_point end) {
+  std::lock_guard<std::mutex> lock(m_);
   spans_.push_back({name, category, micros(begin), micros(end) - micros(begin)});
 }
 
@@ -30,8 +33,8 @@ Trace::~Trace() {
       << ", \"tid\": 0, \"args\": {\"name\": \"" << label_ << "\"}}";
   char buf[64];
   for (const Span& s : spans_) {
-    out << ",\n{\"name\": \"" << s.name << "\", \"cat\": \"" << s.category
-        << "\", \"ph\": \"X\", \"pid\": " << rank_ << ", \"tid\": 0";
+    out << ",\n{\"name\": " << json_quote(s.name) << ", \"cat\": " << json_quote(s.category)
+        << ", \"ph\": \"X\", \"pid\": " << rank_ << ", \"tid\": 0";
     std::snprintf(buf, sizeof buf, ", \"ts\": %.3f, \"dur\": %.3f}", s.ts_us, s.dur_us);
     out << buf;
   }

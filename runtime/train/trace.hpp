@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -16,15 +17,16 @@ class Trace {
   // `label` names the process row in the viewer ("rank 3 (pp 1)").
   Trace(std::filesystem::path path, int rank, std::string label);
   ~Trace();  // writes the file
-  void span(const std::string& name, const char* category, Clock::time_point begin,
+  // Any thread may add spans (plugins trace from their own threads).
+  void span(const std::string& name, const std::string& category, Clock::time_point begin,
             Clock::time_point end);
 
  private:
   struct Span {
-    std::string name;
-    const char* category;
+    std::string name, category;
     double ts_us, dur_us;
   };
+  std::mutex m_;
   std::filesystem::path path_;
   int rank_;
   std::string label_;

@@ -12,6 +12,7 @@
 #include "ckpt/init_from.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
+#include "loader/services.hpp"
 #include "core/nearest.hpp"
 #include "data/batches.hpp"
 #include "data/shards.hpp"
@@ -72,6 +73,7 @@ void check_layout(const config::Config& cfg, const plugins::Selection& selection
   Settings s = read_settings(cfg);
   check_experts(gpt::from_config(cfg), mesh);
   check_context(selection, mesh);
+  check_data_capabilities(selection, mesh);
   split_batch(s, mesh);
   if (mesh.pp > 1) plan_pipeline(cfg, selection, gpt::from_config(cfg), mesh.pp, static_cast<int>(s.accum));
 }
@@ -90,8 +92,10 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   const dist::MeshShape mesh = dist::resolve_mesh(cfg, env.world);
   check_experts(mc, mesh);
   check_context(selection, mesh);
+  check_data_capabilities(selection, mesh);
   const int64_t local_batch = split_batch(s, mesh);
   if (env.rank == 0) lock_run_dir(run_dir);  // before anything is written there
+  publish_placement(env, mesh);
   const std::unique_ptr<tok::Tokenizer> tokenizer = run_tokenizer(cfg, mc, s.sample_every > 0);
   const bool lead = env.rank == 0;
   const std::string device = cfg.str("run.device");
@@ -169,6 +173,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   ckpt::Checkpointer checkpoints(cfg, selection, world.get(), mesh, env.rank, run_dir, cfg.render(selection.schemas),
                                  faults.ckpt_write_error_step);
   if (sharded) checkpoints.use_shards({[&] { return dp->shard_pieces(); }, [&] { dp->pieces_loaded(); }});
+  if (dp && dp->has_state())
+    checkpoints.use_plugin_state({dp->name(), [&] { return dp->save_state(); }, [&](const std::string& s) { dp->load_state(s); }});
   int64_t applied = 0;  // optimizer steps taken: a skipped step does not advance AdamW
   const int64_t first_step = checkpoints.resume(params, m, v, precision.get(), applied);
   const int64_t exit_after = cfg.i64("train.exit_after");
@@ -217,10 +223,16 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   const int64_t T = mc.seq_len, tokens_per_step = s.global_batch * T;
   const int64_t activation_bytes = model.activation_bytes({nullptr, nullptr, s.micro_batch, T_local, 0.f});
   std::unique_ptr<Trace> trace;
-  if (cfg.boolean("run.trace"))
+  if (cfg.boolean("run.trace")) {
     trace = std::make_unique<Trace>(run_dir / "trace" / ("rank" + std::to_string(env.rank) + ".json"), env.rank,
                                     "rank " + std::to_string(env.rank) + " (" + mesh.describe() + " coord pp " +
                                         std::to_string(world ? world->coord().pp : 0) + ")");
+    plugins::set_span_sink([t = trace.get()](const std::string& name, const std::string& category, Clock::time_point b,
+                                             Clock::time_point e) { t->span(name, category, b, e); });
+  }
+  struct StopSpans {  // the trace goes when train() returns; plugins' spans stop first
+    ~StopSpans() { plugins::set_span_sink({}); }
+  } stop_spans;
   std::vector<int32_t> tok(s.micro_batch * T), tgt(s.micro_batch * T);
   TrainSummary sum;
   double total_time = 0;

@@ -12,6 +12,7 @@
 
 #include "core/errors.hpp"
 #include "core/json.hpp"
+#include "loader/services.hpp"
 #include "train/metrics.hpp"
 #include "parallel/context_attention.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -169,6 +170,34 @@ void check_experts(const gpt::GptConfig& mc, const dist::MeshShape& mesh) {
 
 // Context parallelism passes key/value blocks round the cp group: the comm plugin must offer
 // send and recv. Checked from the descriptor, before any rank starts.
+void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh) {
+  loom_placement p{};
+  p.rank = env.rank, p.world = env.world, p.local_rank = env.local_rank, p.local_world = env.local_world;
+  const dist::Coord c = dist::coord_of(mesh, env.rank);
+  const int sizes[LOOM_AXES] = {mesh.tp, mesh.cp, mesh.ep, mesh.dp, mesh.pp};
+  const int coords[LOOM_AXES] = {c.tp, c.cp, c.ep, c.dp, c.pp};
+  for (int a = 0; a < LOOM_AXES; ++a) p.axis_size[a] = sizes[a], p.axis_coord[a] = coords[a];
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  plugins::set_placement(p, host);
+}
+
+void check_data_capabilities(const plugins::Selection& selection, const dist::MeshShape& mesh) {
+  const plugins::SlotChoice* data = selection.slot("data");
+  if (!data || mesh.dp * mesh.ep * mesh.cp == 1) return;  // no data plugin runs
+  const uint64_t caps = plugins::data_capabilities(data->found.desc);
+  const std::string who = "[plugins] data = \"" + std::string(data->found.desc->name) + "\"";
+  const std::string declared = plugins::declared_note(data->found.desc);
+  if (mesh.ep > 1 && !(caps & LOOM_DATA_EXPERTS))
+    throw ConfigError(who + " does not declare LOOM_DATA_EXPERTS" + declared + ", and [parallel] ep = " +
+                      std::to_string(mesh.ep) + " needs it: expert gradients are reduced over another group than "
+                      "the rest. Use ddp or zero1-3, or declare it once the plugin handles expert_dp");
+  if (mesh.pp > 1 && !(caps & LOOM_DATA_PIPELINE))
+    throw ConfigError(who + " does not declare LOOM_DATA_PIPELINE" + declared + ", and [parallel] pp = " +
+                      std::to_string(mesh.pp) + " needs it: each stage holds only its own parameters, and a "
+                      "mirrored tied embedding must stay out of the norms");
+}
+
 void check_context(const plugins::Selection& selection, const dist::MeshShape& mesh) {
   const plugins::SlotChoice* comm = selection.slot("comm");
   if (mesh.cp == 1 || !comm) return;

@@ -44,6 +44,11 @@ int64_t split_batch(Settings& s, const dist::MeshShape& mesh);
 void check_experts(const gpt::GptConfig& mc, const dist::MeshShape& mesh);
 // Context parallelism needs a comm plugin with send and recv (checked from its descriptor).
 void check_context(const plugins::Selection& selection, const dist::MeshShape& mesh);
+// Tells plugins where they run (the loom.placement service), before any is created.
+void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh);
+// The data plugin declares (ABI 1.6 capabilities) what the layout needs of it: experts under
+// ep > 1, pipeline stages under pp > 1.
+void check_data_capabilities(const plugins::Selection& selection, const dist::MeshShape& mesh);
 // What a ZeRO run cannot do yet, refused before the first step rather than half-way.
 void check_sharded(const plugins::Selection& selection, const Faults& faults, int stage, const std::string& device);
 

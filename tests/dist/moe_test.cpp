@@ -65,7 +65,7 @@ TEST_CASE("MoE settings that cannot work are config errors") {
   CHECK(has(batch.out, "global_batch = 2 is not a multiple of dp x ep = 4"));
   auto old = runs.raw("--set parallel.nproc=2 --set parallel.ep=2 --set plugins.data=ddp12");
   CHECK(old.rc == 2);
-  CHECK(has(old.out, "ddp12\" was built against plugin ABI 1.2, which predates expert gradients"));
+  CHECK(has(old.out, "ddp12\" does not declare LOOM_DATA_EXPERTS (it was built against plugin ABI 1.2, before plugins declared capabilities)"));
   auto sp = runs.raw("--set parallel.nproc=2 --set parallel.tp=2 --set plugins.sequence=sp");
   CHECK(sp.rc == 2);
   CHECK(has(sp.out, "MoE routing needs every token's full row"));

@@ -57,6 +57,41 @@ struct Options : Base {
   }
 };
 LOOM_PLUGIN(loom::sdk::precision_plugin<Options>())
+
+#elif defined(LOOM_TEST_RULES)
+// Option rules and a validate hook (ABI 1.6): the runtime checks them before create() and in
+// `loom config check`, with no instance.
+struct Ruled : Base {
+  static constexpr const char* name = "ruled";
+  static constexpr const char* version = "0.0.1";
+  static constexpr const char* summary = "options with ranges, choices, a required key and a cross-check";
+  static const loom_option_spec* options() {
+    static const loom_option_spec specs[] = {
+        {"window", LOOM_OPT_INT, "16", "steps in the window"},
+        {"mode", LOOM_OPT_STRING, "\"max\"", "how the window is reduced"},
+        {"label", LOOM_OPT_STRING, "\"\"", "a name the user must give"},
+        {"low", LOOM_OPT_FLOAT, "0.0", "lower bound"},
+        {"high", LOOM_OPT_FLOAT, "1.0", "upper bound"},
+        {nullptr, 0, nullptr, nullptr},
+    };
+    return specs;
+  }
+  static const loom_option_rule* option_rules() {
+    static const loom_option_rule rules[] = {
+        {"window", 1, 64, nullptr, 0},
+        {"mode", 1, 0, "max|min", 0},
+        {"label", 1, 0, nullptr, 1},
+        {nullptr, 0, 0, nullptr, 0},
+    };
+    return rules;
+  }
+  static void validate(const loom::sdk::Options& o) {
+    if (o.f64("low") > o.f64("high"))
+      throw loom::sdk::ConfigError("low = " + std::to_string(o.f64("low")) + " is above high = " + std::to_string(o.f64("high")));
+  }
+  explicit Ruled(const loom::sdk::Context&) {}
+};
+LOOM_PLUGIN(loom::sdk::precision_plugin<Ruled>())
 #endif
 
 }  // namespace

@@ -32,6 +32,7 @@ struct Async : loom::sdk::CkptPlugin {
   static constexpr const char* name = "async";
   static constexpr const char* version = "1.0.0";
   static constexpr const char* summary = "checkpoint shards staged in memory and written in the background";
+  static constexpr uint64_t capabilities = LOOM_CKPT_ASYNC;
   static const loom_option_spec* options() {
     static const loom_option_spec specs[] = {
         {"budget_mb", LOOM_OPT_FLOAT, "4096.0", "host staging memory in flight; save() waits beyond it"},

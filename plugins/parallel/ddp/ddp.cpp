@@ -38,6 +38,7 @@ class Ddp : public loom::sdk::DataPlugin {
   static constexpr const char* name = "ddp";
   static constexpr const char* version = "1.0.0";
   static constexpr const char* summary = "data parallel: bucketed gradient all-reduce overlapped with backward";
+  static constexpr uint64_t capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE;
   static const loom_option_spec* options() {
     static const loom_option_spec specs[] = {
         {"bucket_mb", LOOM_OPT_FLOAT, "25.0", "gradient bucket size in MiB"},

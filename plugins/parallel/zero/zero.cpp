@@ -421,6 +421,7 @@ struct ZeroStage : Zero {
       Stage == 1 ? "ZeRO-1: optimizer states sharded over dp"
                  : Stage == 2 ? "ZeRO-2: optimizer states and gradients sharded over dp"
                               : "ZeRO-3: optimizer states, gradients and parameters sharded over dp";
+  static constexpr uint64_t capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE | LOOM_DATA_SHARDED;
   explicit ZeroStage(const loom::sdk::Context& ctx) : Zero(ctx, Stage) {}
 };
 

@@ -22,10 +22,13 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 1
-#define LOOM_ABI_MINOR 5 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot,
+#define LOOM_ABI_MINOR 6 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot,
                            * sharded data; 1.3: expert slot, expert gradients in the data slot;
                            * 1.4: op-table norms with eps, grouped-query attention, RoPE;
-                           * 1.5: context slot, block attention and merge in the op table */
+                           * 1.5: context slot, block attention and merge in the op table;
+                           * 1.6: declared capabilities (data, ckpt), data-plugin state in
+                           * checkpoints, the checkpoint read path, option rules and a validate
+                           * hook, the placement, trace and plugins services */
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -110,6 +113,24 @@ typedef struct loom_option_spec {
 
 /* The validated, defaults-filled option table of one plugin; read it through the host. */
 typedef struct loom_options loom_options;
+
+/* ABI 1.6: limits on a plugin's options, which the runtime checks (in `loom config check` too)
+ * before create(). Found through get_proc(LOOM_PROC_OPTION_RULES), which returns a
+ * `const loom_option_rule*` array ended by a NULL name; an option without a rule is unlimited. */
+typedef struct loom_option_rule {
+  const char* name;    /* an option of the schema */
+  double min, max;     /* INT and FLOAT options: the inclusive range; min > max means none */
+  const char* choices; /* STRING options: the allowed values, "|"-separated; NULL = any */
+  int32_t required;    /* 1: the user must set it in [plugins.<name>]; the default is not used */
+} loom_option_rule;
+#define LOOM_PROC_OPTION_RULES "loom_option_rules_v1"
+
+/* ABI 1.6: what the rules cannot say (two options that must agree). Found through
+ * get_proc(LOOM_PROC_VALIDATE_OPTIONS); called with the checked, filled options before create()
+ * and by `loom config check`, without an instance. LOOM_BAD_CONFIG with a message naming the keys. */
+typedef loom_status (*loom_validate_options_fn)(const void* host /* const loom_host* */,
+                                                const loom_options* opts, loom_error* err);
+#define LOOM_PROC_VALIDATE_OPTIONS "loom_validate_options_v1"
 
 /* ---- the op table: every kernel the model and the strategies run, on one device ------------ */
 
@@ -287,7 +308,7 @@ typedef struct loom_host {
   loom_hooks* hooks;
   loom_timers* timers;
 
-  /* Optional services looked up by name ("loom.trace", ...); NULL when absent or older than
+  /* Optional services looked up by name (LOOM_SERVICE_*, below); NULL when absent or older than
    * min_minor. Lets a plugin use a newer service without a new major. */
   const void* (*service)(const char* name, uint32_t min_minor);
 
@@ -297,6 +318,49 @@ typedef struct loom_host {
   void (*error_free)(loom_error* err);
   const char* (*error_message)(const loom_error* err); /* borrowed; "" when none */
 } loom_host;
+
+/* ---- services (ABI 1.6), from loom_host.service(name, 6) ---------------------------------------- */
+
+/* Where this process runs, available from create() on during `loom train` (NULL in commands that
+ * only list or check plugins). Communicators come later, in each slot's setup context. */
+#define LOOM_SERVICE_PLACEMENT "loom.placement"
+typedef enum loom_axis {
+  LOOM_AXIS_TP = 0,
+  LOOM_AXIS_CP = 1,
+  LOOM_AXIS_EP = 2,
+  LOOM_AXIS_DP = 3,
+  LOOM_AXIS_PP = 4,
+  LOOM_AXES = 5
+} loom_axis;
+typedef struct loom_placement {
+  loom_version v;
+  int32_t rank, world;             /* in the job */
+  int32_t local_rank, local_world; /* on this node */
+  const char* host;                /* this node's name */
+  int32_t axis_size[LOOM_AXES];    /* the mesh: tp -> cp -> ep -> dp -> pp, fastest first */
+  int32_t axis_coord[LOOM_AXES];   /* this rank's coordinate on each axis */
+} loom_placement;
+
+/* Spans on this rank's timeline, written to <run dir>/trace/rankN.json when [run] trace = true
+ * (a no-op otherwise). Any thread may call; name and category are copied. */
+#define LOOM_SERVICE_TRACE "loom.trace"
+typedef struct loom_trace {
+  loom_version v;
+  int64_t (*begin)(const char* name, const char* category); /* returns a token for end */
+  void (*end)(int64_t token);
+} loom_trace;
+
+/* Other plugins, for a plugin that wraps one (a counting comm over gloo): creates the plugin
+ * `name` of `kind` with the options of its own [plugins.<name>] table, checked against its
+ * schema. *desc is its descriptor (cast it to the kind's table), *self its instance; give both
+ * back to release. Wrapping a plugin of another kind or an unknown name is LOOM_BAD_CONFIG. */
+#define LOOM_SERVICE_PLUGINS "loom.plugins"
+typedef struct loom_plugins {
+  loom_version v;
+  loom_status (*create)(const char* name, int32_t kind, const struct loom_plugin** desc, void** self,
+                        loom_error* err);
+  void (*release)(const struct loom_plugin* desc, void* self);
+} loom_plugins;
 
 /* ---- plugin descriptors --------------------------------------------------------------------- */
 
@@ -398,7 +462,28 @@ typedef struct loom_ckpt_v1 {
    * straight from it instead of copying. NULL: the runtime calls save. */
   loom_status (*save_stable)(void* self, const char* dir, const char* name, const void* data,
                              size_t bytes, loom_error* err);
+
+  /* ---- ABI 1.6: capabilities and the read path ---- */
+  uint64_t capabilities; /* LOOM_CKPT_* flags */
+  /* Before the first save or read: the checkpoint root (where step directories go), this rank and
+   * the world. */
+  loom_status (*open)(void* self, const char* root, int32_t rank, int32_t world, loom_error* err);
+  /* A file a save wrote, as it was given to save: with buf NULL, *bytes = its size; otherwise
+   * min(cap, size) bytes into buf. LOOM_SYSTEM, naming it, when it is not there. A writer that
+   * stores files as they are given may leave read NULL: the runtime then reads the files. */
+  loom_status (*read)(void* self, const char* dir, const char* name, void* buf, size_t cap,
+                      size_t* bytes, loom_error* err);
+  /* The names of the files saved under dir, each ended by '\n', with read's buf/cap convention. */
+  loom_status (*list)(void* self, const char* dir, char* buf, size_t cap, size_t* bytes,
+                      loom_error* err);
+  /* Every rank: the save of step `step` is committed; its files, saved under dir ".tmp", are now
+   * under dir (the runtime renamed the directory) and `latest` names it. */
+  loom_status (*committed)(void* self, const char* dir, int64_t step, loom_error* err);
 } loom_ckpt_v1;
+
+/* loom_ckpt_v1.capabilities */
+#define LOOM_CKPT_ASYNC 1 /* save() returns before the bytes are durable: the runtime commits a save
+                           * at the next save (or the end), so training runs while it writes */
 
 /* ---- communication (comm kind) ---------------------------------------------------------------- */
 

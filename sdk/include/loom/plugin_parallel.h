@@ -53,7 +53,7 @@ typedef struct loom_data_context {
    * coordinate only, and every rank of the data group fed it tokens through the expert slot: its
    * gradient is the SUM over expert_dp (the dp ranks holding the same experts) divided by the size
    * of `dp`, which is `dp`'s average scaled by size(expert_dp) / size(dp). A unit never mixes
-   * expert and other parameters. A data plugin built against ABI < 1.3 is refused with ep > 1. */
+   * expert and other parameters. A data plugin that does not declare LOOM_DATA_EXPERTS is refused with ep > 1. */
   loom_comm* expert_dp;
 } loom_data_context;
 
@@ -112,7 +112,25 @@ typedef struct loom_data_v1 {
                               loom_error* err);
   /* The runtime wrote resumed values and moments into the pieces: make the parameters whole. */
   loom_status (*pieces_loaded)(void* self, loom_error* err);
+
+  /* ---- ABI 1.6 ---- */
+  /* What this plugin handles (LOOM_DATA_*). The runtime refuses a layout that needs a capability
+   * the plugin does not declare, naming both, before training; a plugin built before 1.6
+   * declares none. */
+  uint64_t capabilities;
+  /* State of the plugin's own that training depends on (an error-feedback residual, a local-SGD
+   * anchor), saved in every checkpoint, per rank: with buf NULL, *bytes = its size; otherwise
+   * write it (cap >= size). load_state gets back what this rank saved, after setup, when a run
+   * resumes on the same layout. NULL: the plugin has no state. */
+  loom_status (*save_state)(void* self, void* buf, size_t cap, size_t* bytes, loom_error* err);
+  loom_status (*load_state)(void* self, const void* buf, size_t bytes, loom_error* err);
 } loom_data_v1;
+
+/* loom_data_v1.capabilities */
+#define LOOM_DATA_EXPERTS 1  /* ep > 1: the expert-gradient rule of loom_data_context.expert_dp */
+#define LOOM_DATA_PIPELINE 2 /* pp > 1: the context lists this stage's parameters only, and a
+                              * LOOM_PARAM_MIRROR copy is left out of sum_squares */
+#define LOOM_DATA_SHARDED 4  /* zero_stage() > 0: the plugin owns and shards the model state */
 
 /* ---- the tensor and sequence slots (parallel kind, LOOM_SLOT_TENSOR / LOOM_SLOT_SEQUENCE) ---- */
 

@@ -7,6 +7,8 @@
 //   struct Tf32 : loom::sdk::PrecisionPlugin {
 //     static constexpr const char* name = "tf32", *version = "1.0.0", *summary = "...";
 //     static const loom_option_spec* options();           // optional
+//     static const loom_option_rule* option_rules();      // optional (ABI 1.6): ranges, choices
+//     static void validate(const loom::sdk::Options&);    // optional (ABI 1.6): throw ConfigError
 //     static int score(const loom::sdk::Host&, std::string& why_not);  // optional, default 1
 //     explicit Tf32(const loom::sdk::Context& ctx);
 //     ...overrides...
@@ -43,6 +45,13 @@ class Host {
  public:
   Host(const loom_host* h, const char* plugin) : h_(h), plugin_(plugin) {}
   const loom_host* raw() const { return h_; }
+  // A service of the runtime (LOOM_SERVICE_*), or nullptr when this runtime or command has none.
+  template <class T>
+  const T* service(const char* name, uint32_t min_minor = 6) const {
+    return h_->service ? static_cast<const T*>(h_->service(name, min_minor)) : nullptr;
+  }
+  // Where this process runs (ABI 1.6; nullptr outside `loom train` or on an older runtime).
+  const loom_placement* placement() const { return service<loom_placement>(LOOM_SERVICE_PLACEMENT); }
   void log(loom_log_level level, const std::string& msg) const {
     h_->log(level, plugin_, msg.c_str());
   }
@@ -165,8 +174,14 @@ class FormatPolicy : public PrecisionPlugin {
   virtual void load_state(const std::string& /*bytes*/) {}
 };
 
+// A checkpoint writer. A subclass may declare `static constexpr uint64_t capabilities =
+// LOOM_CKPT_ASYNC;` when save() returns before the bytes are durable.
 class CkptPlugin : public Plugin {
  public:
+  // ABI 1.6: the checkpoint root, this rank and the world, before the first save.
+  virtual void open(const std::string& /*root*/, int /*rank*/, int /*world*/) {}
+  // ABI 1.6: the save of `step` is committed and now lives under `dir` (no longer dir.tmp).
+  virtual void committed(const std::string& /*dir*/, int64_t /*step*/) {}
   virtual void save(const std::string& dir, const std::string& name, const void* data,
                     size_t bytes) = 0;
   virtual void finish() {}
@@ -176,6 +191,16 @@ class CkptPlugin : public Plugin {
   virtual void save_stable(const std::string& dir, const std::string& name, const void* data, size_t bytes) {
     save(dir, name, data, bytes);
   }
+};
+
+// ABI 1.6: a writer that stores files in a form of its own (compressed, bundled, remote) also
+// reads them back, so checkpoints it wrote can be resumed, verified and exported.
+class CkptReader : public CkptPlugin {
+ public:
+  // The bytes of `name` under `dir` as they were given to save(); throw Error(LOOM_SYSTEM, ...)
+  // naming the file when it is not there.
+  virtual std::string read(const std::string& dir, const std::string& name) = 0;
+  virtual std::vector<std::string> list(const std::string& dir) = 0;
 };
 
 // A communication backend. Each operation returns a handle when `async` is true (nullptr when it
@@ -203,7 +228,9 @@ class CommPlugin : public Plugin {
   virtual void wait(loom_work* work) = 0;
 };
 
-// A data-parallel strategy (the data slot).
+// A data-parallel strategy (the data slot). A subclass declares what it handles (ABI 1.6):
+// `static constexpr uint64_t capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE;` (default
+// none); the runtime refuses ep > 1, pp > 1 or a sharding plugin that did not declare it.
 class DataPlugin : public Plugin {
  public:
   virtual void setup(const loom_data_context& ctx) = 0;
@@ -223,6 +250,10 @@ class DataPlugin : public Plugin {
   virtual void step(const loom_adamw& /*hp*/) { throw Unavailable("not a sharding plugin"); }
   virtual std::vector<loom_shard_piece> shard_pieces() { return {}; }
   virtual void pieces_loaded() {}
+  // ABI 1.6: this rank's state of the plugin's own, saved in checkpoints ("" = none), and
+  // restored after setup when a run resumes on the same layout.
+  virtual std::string save_state() { return {}; }
+  virtual void load_state(const std::string& /*bytes*/) {}
 };
 
 // Tensor parallelism (the tensor slot).

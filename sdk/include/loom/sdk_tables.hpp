@@ -68,7 +68,29 @@ void destroy(void* self) {
   delete static_cast<Impl*>(self);
 }
 
-inline const void* no_procs(const char*) { return nullptr; }
+// The optional entries a plugin provides by name (get_proc): its option rules and validate hook.
+template <class Impl>
+loom_status validate_options(const void* h, const loom_options* o, loom_error* err) {
+  return guarded(err, [&] { Impl::validate(Options(static_cast<const loom_host*>(h), o)); });
+}
+
+template <class Impl>
+const void* procs(const char* name) {
+  const std::string n = name ? name : "";
+  if constexpr (requires { Impl::option_rules(); })
+    if (n == LOOM_PROC_OPTION_RULES) return Impl::option_rules();
+  if constexpr (requires(const Options& o) { Impl::validate(o); })
+    if (n == LOOM_PROC_VALIDATE_OPTIONS) return reinterpret_cast<const void*>(&validate_options<Impl>);
+  return nullptr;
+}
+
+template <class Impl>
+uint64_t capabilities_of() {
+  if constexpr (requires { Impl::capabilities; })
+    return static_cast<uint64_t>(Impl::capabilities);
+  else
+    return 0;
+}
 
 template <class Impl>
 loom_plugin base(loom_kind kind, loom_slot slot, uint32_t size) {
@@ -83,7 +105,7 @@ loom_plugin base(loom_kind kind, loom_slot slot, uint32_t size) {
   b.score = &score<Impl>;
   b.create = &create<Impl>;
   b.destroy = &destroy<Impl>;
-  b.get_proc = &no_procs;
+  b.get_proc = &procs<Impl>;
   return b;
 }
 
@@ -183,6 +205,31 @@ const loom_plugin* ckpt_plugin() {
                        loom_error* err) {
       return detail::guarded(err, [&] { static_cast<Impl*>(self)->save_stable(dir, name, data, bytes); });
     };
+    t.capabilities = detail::capabilities_of<Impl>();
+    t.open = [](void* self, const char* root, int32_t rank, int32_t world, loom_error* err) {
+      return detail::guarded(err, [&] { static_cast<Impl*>(self)->open(root, rank, world); });
+    };
+    t.committed = [](void* self, const char* dir, int64_t step, loom_error* err) {
+      return detail::guarded(err, [&] { static_cast<Impl*>(self)->committed(dir, step); });
+    };
+    if constexpr (std::is_base_of_v<CkptReader, Impl>) {
+      t.read = [](void* self, const char* dir, const char* name, void* buf, size_t cap, size_t* bytes,
+                  loom_error* err) {
+        return detail::guarded(err, [&] {
+          const std::string data = static_cast<Impl*>(self)->read(dir, name);
+          *bytes = data.size();
+          if (buf) std::memcpy(buf, data.data(), std::min(cap, data.size()));
+        });
+      };
+      t.list = [](void* self, const char* dir, char* buf, size_t cap, size_t* bytes, loom_error* err) {
+        return detail::guarded(err, [&] {
+          std::string text;
+          for (const std::string& n : static_cast<Impl*>(self)->list(dir)) text += n + "\n";
+          *bytes = text.size();
+          if (buf) std::memcpy(buf, text.data(), std::min(cap, text.size()));
+        });
+      };
+    }
     return t;
   }();
   return &table.base;
@@ -312,6 +359,19 @@ const loom_plugin* data_plugin() {
     };
     t.pieces_loaded = [](void* self, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->pieces_loaded(); });
+    };
+    t.capabilities = detail::capabilities_of<Impl>();
+    t.save_state = [](void* self, void* buf, size_t cap, size_t* bytes, loom_error* e) {
+      return detail::guarded(e, [&] {
+        const std::string s = static_cast<Impl*>(self)->save_state();
+        *bytes = s.size();
+        if (buf) std::memcpy(buf, s.data(), std::min(cap, s.size()));
+      });
+    };
+    t.load_state = [](void* self, const void* buf, size_t bytes, loom_error* e) {
+      return detail::guarded(e, [&] {
+        static_cast<Impl*>(self)->load_state(std::string(static_cast<const char*>(buf), bytes));
+      });
     };
     return t;
   }();

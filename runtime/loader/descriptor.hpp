@@ -1,0 +1,24 @@
+// What the runtime checks of a plugin descriptor before it reads anything past the base: pure
+// functions of the descriptor's bytes, so the fuzzer (tests/fuzz) can drive them without a library.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include <loom/plugin.h>
+
+namespace loom::plugins {
+
+const char* kind_name(int32_t kind);  // "comm", "parallel", ...; "unknown"
+const char* slot_name(int32_t slot);  // "data", "tensor", ... ("" for LOOM_SLOT_NONE)
+
+// The size of ABI 1.0's table for a kind and slot (or the first ABI the slot appeared in):
+// what a descriptor's v.size must at least cover.
+size_t table_size(int32_t kind, int32_t slot);
+
+// The ABI major, a known kind and a slot that fits it, a table at least table_size(), a name,
+// create and destroy, and an option schema of named, typed entries with unique names. Throws
+// RuntimeError naming `library` and what is wrong.
+void check_descriptor(const loom_plugin* d, const std::string& library);
+
+}  // namespace loom::plugins

@@ -1,0 +1,131 @@
+#include "loader/services.hpp"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "config/config.hpp"
+#include "core/errors.hpp"
+#include "loader/host.hpp"
+#include "loader/registry.hpp"
+#include "loader/selection.hpp"
+
+namespace loom::plugins {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- loom.placement ----
+
+struct PlacementState {
+  bool set = false;
+  loom_placement value{};
+  std::string host;
+};
+PlacementState& placement_state() {
+  static PlacementState s;
+  return s;
+}
+
+// ---- loom.trace: spans begun and not yet ended, by token ----
+
+struct TraceState {
+  std::mutex m;
+  SpanSink sink;
+  int64_t next = 1;
+  std::map<int64_t, std::tuple<std::string, std::string, Clock::time_point>> open;
+};
+TraceState& trace_state() {
+  static TraceState s;
+  return s;
+}
+
+int64_t trace_begin(const char* name, const char* category) {
+  TraceState& t = trace_state();
+  std::lock_guard<std::mutex> lock(t.m);
+  if (!t.sink) return 0;
+  const int64_t token = t.next++;
+  t.open[token] = {name ? name : "", category ? category : "plugin", Clock::now()};
+  return token;
+}
+
+void trace_end(int64_t token) {
+  TraceState& t = trace_state();
+  std::lock_guard<std::mutex> lock(t.m);
+  auto it = t.open.find(token);
+  if (it == t.open.end()) return;
+  auto [name, category, begin] = it->second;
+  t.open.erase(it);
+  if (t.sink) t.sink(name, category, begin, Clock::now());
+}
+
+const loom_trace kTrace = {LOOM_VERSION_OF(loom_trace), &trace_begin, &trace_end};
+
+// ---- loom.plugins ----
+
+struct Source {
+  Registry* registry = nullptr;
+  config::Config* cfg = nullptr;
+};
+Source& source() {
+  static Source s;
+  return s;
+}
+
+loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** desc, void** self, loom_error* err) {
+  const loom_host& h = host();
+  if (!source().registry || !source().cfg)
+    return h.set_error(err, LOOM_UNAVAILABLE, "loom.plugins: no configuration to create plugins from in this command");
+  try {
+    const Found f = source().registry->find(name ? name : "", static_cast<loom_kind>(kind));
+    check_options(*source().cfg, f.desc);
+    loom_options opts = options_for(*source().cfg, f.desc->name);
+    const char* why = nullptr;
+    if (f.desc->score && f.desc->score(&h, &why) <= 0)
+      return h.set_error(err, LOOM_UNAVAILABLE, ("plugin '" + std::string(f.desc->name) + "' cannot run here: " +
+                                                 (why && *why ? why : "it gave no reason")).c_str());
+    const loom_status s = f.desc->create(&h, &opts, self, err);
+    if (s == LOOM_OK) *desc = f.desc;
+    return s;
+  } catch (const ConfigError& e) {
+    return h.set_error(err, LOOM_BAD_CONFIG, e.what());
+  } catch (const std::exception& e) {
+    return h.set_error(err, LOOM_SYSTEM, e.what());
+  }
+}
+
+void release_plugin(const loom_plugin* desc, void* self) {
+  if (desc && self) desc->destroy(self);
+}
+
+const loom_plugins kPlugins = {LOOM_VERSION_OF(loom_plugins), &create_plugin, &release_plugin};
+
+}  // namespace
+
+void set_placement(const loom_placement& p, const std::string& host_name) {
+  PlacementState& s = placement_state();
+  s.host = host_name;
+  s.value = p;
+  s.value.v = LOOM_VERSION_OF(loom_placement);
+  s.value.host = s.host.c_str();
+  s.set = true;
+}
+
+void set_span_sink(SpanSink sink) {
+  TraceState& t = trace_state();
+  std::lock_guard<std::mutex> lock(t.m);
+  t.sink = std::move(sink);
+  t.open.clear();
+}
+
+void set_plugin_source(Registry* registry, config::Config* cfg) { source() = {registry, cfg}; }
+
+const void* find_service(const char* name, uint32_t min_minor) {
+  if (!name || min_minor > LOOM_ABI_MINOR) return nullptr;
+  if (std::strcmp(name, LOOM_SERVICE_PLACEMENT) == 0) return placement_state().set ? &placement_state().value : nullptr;
+  if (std::strcmp(name, LOOM_SERVICE_TRACE) == 0) return &kTrace;
+  if (std::strcmp(name, LOOM_SERVICE_PLUGINS) == 0) return source().registry ? &kPlugins : nullptr;
+  return nullptr;
+}
+
+}  // namespace loom::plugins

@@ -1,0 +1,35 @@
+// The optional services a plugin finds through loom_host.service (ABI 1.6): where it runs
+// (loom.placement), spans on the run's trace (loom.trace), and other plugins to wrap
+// (loom.plugins). Each is NULL until the part of the runtime that provides it has started.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include <loom/plugin.h>
+
+namespace loom::config {
+class Config;
+}
+
+namespace loom::plugins {
+
+class Registry;
+
+// Set by `loom train` once the rank and the mesh are known, before any plugin is created.
+void set_placement(const loom_placement& placement, const std::string& host);
+
+// Where plugins' spans go while a run traces; an empty function stops them.
+using SpanSink = std::function<void(const std::string& name, const std::string& category,
+                                    std::chrono::steady_clock::time_point begin,
+                                    std::chrono::steady_clock::time_point end)>;
+void set_span_sink(SpanSink sink);
+
+// The registry and config that loom.plugins creates wrapped plugins from (both outlive the run).
+void set_plugin_source(Registry* registry, config::Config* cfg);
+
+// loom_host.service.
+const void* find_service(const char* name, uint32_t min_minor);
+
+}  // namespace loom::plugins

@@ -1,0 +1,20 @@
+// The config path: TOML parsing, a --set override (the input's first line), the runtime schema
+// with its presets, ranges and choices, and rendering the result back.
+#include "config/config.hpp"
+#include "fuzz_input.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const size_t nl = text.find('\n');
+  const std::string first = text.substr(0, nl), rest = nl == std::string::npos ? "" : text.substr(nl + 1);
+  loom::fuzz::expect_clean([&] {
+    loom::config::Config c = loom::config::Config::parse(rest, "fuzz.toml", {first});
+    c.validate_runtime();
+    (void)c.render({});
+  });
+  loom::fuzz::expect_clean([&] {
+    loom::config::Config c = loom::config::Config::parse(text, "fuzz.toml");
+    c.validate_runtime();
+  });
+  return 0;
+}
