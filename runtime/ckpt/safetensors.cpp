@@ -61,15 +61,23 @@ std::map<std::string, StEntry> read_one(const fs::path& path) {
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") continue;
     StEntry e;
-    e.dtype = v.at("dtype").get<std::string>();
-    e.shape = v.at("shape").get<std::vector<int64_t>>();
-    e.begin = v.at("data_offsets").at(0).get<uint64_t>();
-    e.end = v.at("data_offsets").at(1).get<uint64_t>();
+    try {  // a header entry without its fields, or of other types, is a damaged file (found by fuzzing)
+      e.dtype = v.at("dtype").get<std::string>();
+      e.shape = v.at("shape").get<std::vector<int64_t>>();
+      e.begin = v.at("data_offsets").at(0).get<uint64_t>();
+      e.end = v.at("data_offsets").at(1).get<uint64_t>();
+    } catch (const json::exception& x) {
+      throw RuntimeError(where + "tensor " + name + ": header entry is damaged: " + x.what());
+    }
     e.file = path;
     e.data_start = 8 + n;
     if (!dtype_bytes(e.dtype)) throw RuntimeError(where + "tensor " + name + " has dtype " + e.dtype + " (F32, F16 or BF16 expected)");
     uint64_t count = 1;
-    for (int64_t d : e.shape) count *= static_cast<uint64_t>(d);
+    for (int64_t d : e.shape) {
+      if (d < 0 || (d > 0 && count > (uint64_t{1} << 48) / static_cast<uint64_t>(d)))
+        throw RuntimeError(where + "tensor " + name + " has an impossible shape");
+      count *= static_cast<uint64_t>(d);
+    }
     if (e.end < e.begin || e.end - e.begin != count * dtype_bytes(e.dtype) || e.data_start + e.end > size)
       throw RuntimeError(where + "tensor " + name + ": data_offsets [" + std::to_string(e.begin) + ", " +
                          std::to_string(e.end) + ") do not hold its shape or lie past the end of the file");

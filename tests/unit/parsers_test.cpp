@@ -1,0 +1,67 @@
+// Inputs the fuzzers (tests/fuzz) found or aimed at, kept as plain regression cases: each must be
+// an error that names what is wrong, never a crash or a bare library exception.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <functional>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "ckpt/safetensors.hpp"
+#include "core/errors.hpp"
+#include "loader/descriptor.hpp"
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const loom::RuntimeError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+loom_status create(const loom_host*, const loom_options*, void**, loom_error*) { return LOOM_OK; }
+void destroy(void*) {}
+
+}  // namespace
+
+TEST_CASE("a safetensors header entry without data_offsets is a named error, not a JSON exception") {
+  const std::string header = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2]}}";
+  const auto path = std::filesystem::temp_directory_path() / "loom-parsers-test.safetensors";
+  {
+    std::ofstream out(path, std::ios::binary);
+    const uint64_t n = header.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << header << std::string(8, '\0');
+  }
+  const std::string e = error_of([&] { loom::ckpt::read_safetensors_index(path); });
+  CHECK(e.find("tensor w: header entry is damaged") != std::string::npos);
+  CHECK(e.find(path.string()) != std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("descriptors with an unknown kind, a slot their kind cannot have or a doubled option are refused") {
+  loom_precision_v1 t{};
+  t.base.v = LOOM_VERSION_OF(loom_precision_v1);
+  t.base.kind = LOOM_KIND_PRECISION;
+  t.base.name = "p";
+  t.base.create = &create;
+  t.base.destroy = &destroy;
+  CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).empty());
+  t.base.kind = 9;
+  CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).find("unknown kind 9") != std::string::npos);
+  t.base.kind = LOOM_KIND_PRECISION;
+  t.base.slot = LOOM_SLOT_DATA;
+  CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).find("which a precision plugin cannot have") !=
+        std::string::npos);
+  t.base.slot = LOOM_SLOT_NONE;
+  const loom_option_spec twice[] = {{"a", LOOM_OPT_INT, "1", ""}, {"a", LOOM_OPT_INT, "2", ""}, {nullptr, 0, nullptr, nullptr}};
+  t.base.options = twice;
+  CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).find("declares option 'a' twice") != std::string::npos);
+  const loom_option_spec typeless[] = {{"b", 7, "1", ""}, {nullptr, 0, nullptr, nullptr}};
+  t.base.options = typeless;
+  CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).find("of unknown type 7") != std::string::npos);
+}
