@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 if [ "${1:-}" = "--sanitize" ]; then
   shift
   export LOOM_BUILD_DIR=${LOOM_BUILD_DIR:-$root/build-asan}
-  export LOOM_CMAKE_ARGS="-DLOOM_SANITIZE=ON -DLOOM_WITH_CUDA=OFF -DLOOM_NATIVE=OFF ${LOOM_CMAKE_ARGS:-}"
+  export LOOM_CMAKE_ARGS="-DLOOM_SANITIZE=ON -DLOOM_WITH_CUDA=OFF ${LOOM_CMAKE_ARGS:-}"
   # Leaks in Open MPI and gloo's process-lifetime singletons are not ours; memory errors are.
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

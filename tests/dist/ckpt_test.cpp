@@ -18,12 +18,6 @@ bool has(const std::string& s, const std::string& part) { return s.find(part) !=
 const char* kModel = "n_layer = 2\nn_head = 4\nd_model = 32\nd_ff = 64\nseq_len = 16";
 const char* kTrain = "steps = 20\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2";
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 }  // namespace
 
 TEST_CASE("resume is bitwise: 20 steps straight equal 10 + resume + 10 (1 rank sync, dp=2 x tp=2 async)") {
@@ -60,7 +54,7 @@ TEST_CASE("retention keeps the newest checkpoints, verify, inspect and a safeten
   for (const auto& e : fs::directory_iterator(ck)) left.push_back(e.path().filename().string());
   std::sort(left.begin(), left.end());
   CHECK(left == std::vector<std::string>{"latest", "step-00000008", "step-00000010"});
-  CHECK(read(ck / "latest") == "step-00000010\n");
+  CHECK(read_text(ck / "latest") == "step-00000010\n");
 
   auto ok = run_loom("ckpt verify " + ck.string());
   CHECK(ok.rc == 0);
@@ -72,7 +66,7 @@ TEST_CASE("retention keeps the newest checkpoints, verify, inspect and a safeten
   auto ex = run_loom("ckpt export " + ck.string() + " --format safetensors --out " + st.string());
   REQUIRE(ex.rc == 0);
   // The file as the safetensors format defines it: u64 LE header size, JSON header, raw data.
-  const std::string bytes = read(st);
+  const std::string bytes = read_text(st);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
   auto header = nlohmann::json::parse(bytes.substr(8, n));
@@ -110,7 +104,7 @@ TEST_CASE("a flipped byte and a damaged manifest are named, resume = latest does
   CHECK(run_loom("ckpt verify " + (ck / "step-00000002").string()).rc == 0);  // the previous one is whole
 
   const fs::path man = ck / "step-00000002" / "manifest.json";
-  const std::string text = read(man);
+  const std::string text = read_text(man);
   std::ofstream(man, std::ios::trunc) << text.substr(0, text.size() / 2);  // truncated
   auto cut = run_loom("ckpt verify " + (ck / "step-00000002").string());
   CHECK(cut.rc == 1);
@@ -142,7 +136,7 @@ TEST_CASE("a write error during a save is reported and the previous checkpoint s
     CHECK(r.rc == 1);
     CHECK(has(r.out, "step-00000004"));
     CHECK(has(r.out, "cannot create"));
-    CHECK(read(ck / "latest") == "step-00000002\n");
+    CHECK(read_text(ck / "latest") == "step-00000002\n");
     CHECK(run_loom("ckpt verify " + ck.string()).rc == 0);
   }
 }
@@ -160,13 +154,13 @@ TEST_CASE("kill -9 while an async save is in flight: the previous checkpoint is 
   const std::string pid = bg.out.substr(0, bg.out.find('\n'));
   bool seen = false;
   for (int i = 0; i < 3000 && !seen; ++i) {
-    seen = has(read(log), "step-00000200 committed");
+    seen = has(read_text(log), "step-00000200 committed");
     if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   sh("kill -9 " + pid);
   REQUIRE(seen);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  CHECK(read(ck / "latest") == "step-00000200\n");
+  CHECK(read_text(ck / "latest") == "step-00000200\n");
   CHECK(run_loom("ckpt verify " + ck.string()).rc == 0);
   auto r = runs.raw("--set checkpoint.dir=" + ck.string() + " --set checkpoint.resume=latest --set train.steps=205");
   INFO(r.out);

@@ -15,12 +15,6 @@ namespace {
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 const char* kModel = "n_layer = 2\nn_head = 4\nd_model = 32\nd_ff = 64\nseq_len = 16";
 const char* kTrain = "steps = 10\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2";
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 }  // namespace
 
 TEST_CASE("a data plugin that does not declare experts or pipeline is refused under ep or pp, naming both") {
@@ -45,7 +39,7 @@ TEST_CASE("a data plugin's own state is saved per rank and restored: dp = 2 resu
   TempDir t;
   const std::string dir = (t.path / "run").string(), common = ema + " --set plugins.ckpt=sync --set checkpoint.every=5 --run-dir " + dir;
   REQUIRE(run_loom("train " + runs.config() + " " + common + " --set train.exit_after=5").rc == 0);
-  const std::string manifest = read(fs::path(dir) / "checkpoints" / "step-00000005" / "manifest.json");
+  const std::string manifest = read_text(fs::path(dir) / "checkpoints" / "step-00000005" / "manifest.json");
   CHECK(has(manifest, "data-state-00000.bin"));
   CHECK(has(manifest, "data-state-00001.bin"));
   auto second = run_loom("train " + runs.config() + " " + common + " --set checkpoint.resume=latest");
@@ -68,7 +62,7 @@ TEST_CASE("a writer with a format of its own is read back through its plugin: re
   REQUIRE(run_loom("train " + runs.config() + " " + common + " --set train.exit_after=5").rc == 0);
   CHECK(fs::exists(ck / "step-00000005" / "rank-00000.bin.scr"));
   CHECK_FALSE(fs::exists(ck / "step-00000005" / "rank-00000.bin"));  // the runtime could not read it itself
-  CHECK(has(read(ck / "commits.log"), "rank 0 step 5 step-00000005"));
+  CHECK(has(read_text(ck / "commits.log"), "rank 0 step 5 step-00000005"));
   auto verify = run_loom("ckpt verify " + (ck / "step-00000005").string());
   INFO(verify.out);
   CHECK(verify.rc == 0);
@@ -96,7 +90,7 @@ TEST_CASE("a comm plugin wraps gloo through loom.plugins: dp = 2 matches one ran
   CHECK(has(wrapped.out, "counting: rank 0 of 2 (host "));
   CHECK(has(wrapped.out, "dp coordinate 1)"));
   CHECK(has(wrapped.out, " collectives over gloo, "));
-  CHECK(has(read(wrapped.metrics.parent_path() / "trace" / "rank0.json"), "\"counting all_reduce\""));
+  CHECK(has(read_text(wrapped.metrics.parent_path() / "trace" / "rank0.json"), "\"counting all_reduce\""));
   // The wrapped plugin's own options are checked as if it were selected.
   auto bad = runs.raw("--set parallel.nproc=2 --set plugins.comm=counting --set plugins.counting.inner=glo");
   CHECK(bad.rc != 0);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <unistd.h>
 
@@ -39,6 +40,12 @@ inline Result run_loom(const std::string& args, const std::string& env = "", con
 inline std::string mpirun(int n) {
   return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np " + std::to_string(n) +
          " --oversubscribe --mca btl self,vader,tcp --mca btl_tcp_if_include lo";
+}
+
+// A file's whole contents ("" when it cannot be read).
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // A fresh temporary directory, removed when the object goes away.

@@ -48,7 +48,8 @@ TEST_CASE("a trained tokenizer round-trips any text, and saving and loading it k
   t.save_json(d.path / "t.json");
   tok::Tokenizer back = tok::Tokenizer::from_json_file(d.path / "t.json");
   CHECK(back.encode(kText) == e);
-  const std::string binary("\x00\xff\xfe\x80 bytes that are not UTF-8 \xc3", 33);
+  static const char raw[] = "\x00\xff\xfe\x80 bytes that are not UTF-8 \xc3";  // 31 bytes, NUL first
+  const std::string binary(raw, sizeof raw - 1);
   CHECK(back.decode(ids(back.encode(binary))) == binary);
 }
 

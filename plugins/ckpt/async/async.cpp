@@ -73,7 +73,7 @@ struct Async : loom::sdk::CkptPlugin {
       }
     lock.unlock();
     j.bytes.resize(bytes);
-    std::memcpy(j.bytes.data(), data, bytes);
+    if (bytes > 0) std::memcpy(j.bytes.data(), data, bytes);  // an empty file: no buffer to copy into
     lock.lock();
     staged_ += bytes;
     queue_.push_back(std::move(j));

@@ -219,12 +219,13 @@ void combine(float* dst, const float* src, size_t n, loom_reduce_op op) {
 // may be a buffer reused between calls.
 void stage_f32(const loom_tensor& t, int64_t n, std::vector<float>& v) {
   v.resize(static_cast<size_t>(n));
-  if (t.dtype == LOOM_F32)
-    std::memcpy(v.data(), t.data, n * 4);
-  else if (t.dtype == LOOM_BF16)
+  if (t.dtype == LOOM_F32) {
+    if (n > 0) std::memcpy(v.data(), t.data, n * 4);  // (memcpy from a null buffer is undefined)
+  } else if (t.dtype == LOOM_BF16) {
     for (int64_t i = 0; i < n; ++i) v[i] = bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]);
-  else
+  } else {
     throw Error(LOOM_INTERNAL, "gloo reduces f32 and bf16 tensors only");
+  }
 }
 
 std::vector<float> to_f32(const loom_tensor& t, int64_t n) {
@@ -234,11 +235,11 @@ std::vector<float> to_f32(const loom_tensor& t, int64_t n) {
 }
 
 void from_f32(const std::vector<float>& v, const loom_tensor& t, size_t offset_elems, int64_t n) {
-  if (t.dtype == LOOM_F32)
-    std::memcpy(static_cast<float*>(t.data), v.data() + offset_elems, n * 4);
-  else
-    for (int64_t i = 0; i < n; ++i)
-      static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(v[offset_elems + i]);
+  if (t.dtype == LOOM_F32) {
+    if (n > 0) std::memcpy(static_cast<float*>(t.data), v.data() + offset_elems, n * 4);
+  } else {
+    for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(v[offset_elems + i]);
+  }
 }
 
 // gloo's chunked ring all-reduce, then the division that turns a sum into a mean. Building the

@@ -123,7 +123,7 @@ class Gloo : public loom::sdk::CommPlugin {
       const bool f32 = ti.dtype == LOOM_F32;
       auto input = [&](int64_t b, int64_t i, int64_t len, float* dst) {
         if (f32) {
-          std::memcpy(dst, static_cast<const float*>(ti.data) + b * count + i, len * sizeof(float));
+          if (len > 0) std::memcpy(dst, static_cast<const float*>(ti.data) + b * count + i, len * sizeof(float));
         } else {
           const uint16_t* h = static_cast<const uint16_t*>(ti.data) + b * count + i;
           for (int64_t j = 0; j < len; ++j) dst[j] = bf16_to_f32(h[j]);
@@ -187,7 +187,7 @@ class Gloo : public loom::sdk::CommPlugin {
           if (s == 0)
             input(first_block, begin, len, box);
           else
-            std::memcpy(box, partial[(s - 1) & 1] + begin, len * sizeof(float));
+            if (len > 0) std::memcpy(box, partial[(s - 1) & 1] + begin, len * sizeof(float));
           if (u >= 2) free_in->waitRecv();  // the right neighbour emptied inbox u & 1
           send[u & 1]->send(0, len * sizeof(float), 0);
           in_flight[u & 1] = true;
