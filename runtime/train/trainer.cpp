@@ -30,6 +30,7 @@
 #include "train/sample.hpp"
 #include "train/schedule.hpp"
 #include "train/stop_signal.hpp"
+#include "train/thread_policy.hpp"
 #include "train/stability.hpp"
 
 namespace fs = std::filesystem;
@@ -105,6 +106,10 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
   if (threads == 0 && env.local_world > 1)
     threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world);
   threads = ops::set_threads(device, threads);
+  // [run] threads = 0 on one rank per machine: all cores while they are free, fewer while other
+  // processes take some (train/thread_policy.hpp).
+  ThreadPolicy thread_policy(device, threads, device == "cpu" && cfg.i64("run.threads") == 0 && env.local_world == 1,
+                             lead);
 
   // The precision slot decides GEMM operand numerics and loss scaling.
   std::unique_ptr<Precision> precision;
@@ -393,7 +398,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
         {"activation_bytes", double(activation_bytes)},
         {"param_norm", sharded ? slots.norm_of(dp->sum_squares(1)) : slots.param_norm(params)},
         {"skipped", skip ? 1.0 : 0.0},
-        {"skipped_steps", double(sum.skipped_steps)}};
+        {"skipped_steps", double(sum.skipped_steps)},
+        {"threads", double(threads)}};
     {  // model-state bytes this rank holds (ZeRO's, from the plugin) and bytes it sent
       std::vector<int64_t> acct = dp ? dp->accounting() : std::vector<int64_t>(5, 0);
       if (!sharded) acct[0] = acct[1] = 4 * params.numel(), acct[2] = 8 * params.numel();
@@ -459,6 +465,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     evaluating(false);
     std::fflush(stdout);
     sum.last_step = step;
+    threads = thread_policy.after_step();
     if (stopping) {
       sum.stopped_by = stop_signal.name();
       sum.saved_on_stop = save_on_signal;

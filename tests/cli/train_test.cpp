@@ -3,12 +3,14 @@
 
 #include <cmath>
 #include <sstream>
+#include <thread>
 
 #include "support/metrics.hpp"
 #include "support/process.hpp"
 
 using loom::test::column;
 using loom::test::run_loom;
+using loom::test::sh;
 using loom::test::TempDir;
 
 namespace {
@@ -264,4 +266,31 @@ TEST_CASE("resume = latest names what is wrong: no checkpoint directory, no late
   says((ck / "latest").string() + " is empty: it names no checkpoint");
   s.t.write("ck5/latest", "step-00000042\n");
   says("names step-00000042, which is not in " + ck.string());
+}
+
+TEST_CASE("beside busy processes a one-rank run trains on the cores left, with the same numbers") {
+  if (std::thread::hardware_concurrency() < 2) return;  // one core: nothing to give back
+  TempDir t;
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "two spinning shells share the cores with this run, line " + std::to_string(i) + "\n";
+  t.write("c.txt", text);
+  REQUIRE(run_loom("data prepare --text " + (t.path / "c.txt").string() + " --out " + (t.path / "d").string()).rc == 0);
+  const std::string cfg = t.write("f.toml", "[run]\npeak_gflops = 10\n[model]\npreset = \"tiny\"\n[data]\ndir = \"" +
+                                                (t.path / "d").string() + "\"\n[train]\nsteps = 15\nglobal_batch = 4\neval_every = 0\n");
+  // As many spinning shells as cores: whatever else runs, the run sees other processes' load.
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  std::string pids;
+  for (int i = 0; i < cores; ++i) pids += " " + sh("sh -c 'while :; do :; done' > /dev/null 2>&1 & echo $!").out;
+  auto adaptive = run_loom("train " + cfg + " --run-dir " + (t.path / "a").string());
+  sh("kill" + pids);
+  INFO(adaptive.out);
+  REQUIRE(adaptive.rc == 0);
+  CHECK(has(adaptive.out, "threads: " + std::to_string(cores) + " -> "));
+  const std::vector<double> threads = column(t.path / "a" / "metrics.jsonl", "threads");
+  CHECK(threads.front() == cores);
+  CHECK(threads.back() < cores);
+  // The kernels' results do not depend on the thread count: the same losses as one thread.
+  auto one = run_loom("train " + cfg + " --run-dir " + (t.path / "b").string() + " --set run.threads=1");
+  REQUIRE(one.rc == 0);
+  CHECK(column(t.path / "a" / "metrics.jsonl", "loss") == column(t.path / "b" / "metrics.jsonl", "loss"));
 }
