@@ -90,6 +90,10 @@ void Checkpointer::check(loom_status s, const loom_error& e, const std::string& 
   if (s != LOOM_OK) throw RuntimeError(what + ": " + e.message);
 }
 
+std::map<std::string, int64_t> Checkpointer::layout() const {
+  return {{"world", mesh_.world()}, {"dp", mesh_.dp}, {"tp", mesh_.tp}, {"pp", mesh_.pp}, {"ep", mesh_.ep}, {"cp", mesh_.cp}};
+}
+
 void Checkpointer::barrier() {
   if (world_) world_->world().barrier();
 }
@@ -318,7 +322,7 @@ void Checkpointer::commit() {
     Manifest man;
     man.step = p->step;
     man.applied = p->applied;
-    man.layout = {{"world", mesh_.world()}, {"dp", mesh_.dp}, {"tp", mesh_.tp}, {"pp", mesh_.pp}, {"ep", mesh_.ep}, {"cp", mesh_.cp}};
+    man.layout = layout();
     man.precision = precision_name_;
     man.precision_state = p->precision;
     man.shapes = p->shapes;
@@ -383,12 +387,10 @@ void Checkpointer::load_plugin_state(const fs::path& dir, const Manifest& man, c
   std::string saved_by;
   for (const auto& p : man.plugins)
     if (p.count("slot") && p.at("slot") == "data" && p.count("name")) saved_by = p.at("name");
-  const std::map<std::string, int64_t> layout = {{"world", mesh_.world()}, {"dp", mesh_.dp}, {"tp", mesh_.tp},
-                                                 {"pp", mesh_.pp}, {"ep", mesh_.ep}, {"cp", mesh_.cp}};
   if (states.empty()) return;
   const std::string why = saved_by != state_.plugin ? "this run does not use (its data plugin is '" + state_.plugin + "')"
                           : !state_.load             ? "this run's build of it cannot load"
-                          : man.layout != layout     ? "was saved under another layout"
+                          : man.layout != layout()   ? "was saved under another layout"
                                                      : "";
   if (!why.empty()) {
     if (rank_ == 0)

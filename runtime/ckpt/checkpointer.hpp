@@ -80,6 +80,7 @@ class Checkpointer {
   void save(int64_t step, ParamStore& params, const Tensor& m, const Tensor& v, int64_t applied, Precision* precision);
   void commit();
   void barrier();
+  std::map<std::string, int64_t> layout() const;  // this run's mesh, as manifests record it
   void check(loom_status s, const loom_error& e, const std::string& what) const;
 
   std::filesystem::path root_;
