@@ -188,6 +188,7 @@ std::string usage() {
          "  ckpt import SRC --out DIR  a Hugging Face folder or an llm.c model file as a checkpoint\n"
          "  generate SRC --prompt T text from a checkpoint, Hugging Face folder or llm.c file (KV cache)\n"
          "  schedule --pp P --microbatches M --schedule S  a pipeline schedule's timeline\n"
+         "  plan CONFIG --cluster FILE   predict step time, MFU and memory of every layout; rank them\n"
          "  model info PRESET|FILE params, FLOPs/token and ZeRO state bytes of a model (--dp, --json)\n"
          "  config check FILE      validate a config and the plugins it names\n"
          "  config show FILE       print the resolved config with every default filled in\n"

@@ -67,6 +67,16 @@ class Cp : public loom::sdk::ContextPlugin {
   static constexpr const char* name = "cp";
   static constexpr const char* version = "1.0.0";
   static constexpr const char* summary = "context parallel: ring or all-gather attention over a zig-zag split";
+  // Ring attention (Liu et al. 2023): per block and micro-batch, cp - 1 hops of this rank's k
+  // and v forward, and of k, v and their gradients backward, each overlapped with the block
+  // attention of the chunk already here.
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+    using loom::sdk::collective;
+    const int64_t kv = q.tokens * q.kv_width * q.act_bytes,
+                  hops = int64_t(q.group - 1) * q.layers * q.microbatches;
+    return {collective(LOOM_COST_SEND_RECV, LOOM_COST_FORWARD, kv, hops, 1.0, "k, v ring"),
+            collective(LOOM_COST_SEND_RECV, LOOM_COST_BACKWARD, 2 * kv, hops, 1.0, "k, v and grads ring")};
+  }
   static const loom_option_spec* options() {
     static const loom_option_spec specs[] = {
         {"algorithm", LOOM_OPT_STRING, "\"ring\"", "ring (K/V blocks pass round the group, overlapped with compute) or allgather"},

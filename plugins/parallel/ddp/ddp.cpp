@@ -39,6 +39,19 @@ class Ddp : public loom::sdk::DataPlugin {
   static constexpr const char* version = "1.0.0";
   static constexpr const char* summary = "data parallel: bucketed gradient all-reduce overlapped with backward";
   static constexpr uint64_t capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE;
+  // Every gradient is all-reduced once per step, in buckets during the last micro-batch's
+  // backward: 2(n-1)/n x bytes on the wire (REFERENCE.md). Expert gradients go over expert_dp.
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+    using loom::sdk::collective;
+    std::vector<loom_cost_collective> c;
+    const int64_t dense = q.params - q.expert_params;
+    c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_BACKWARD, dense * q.grad_bytes, 1, 1.0,
+                           "gradient all-reduce (buckets)"));
+    if (q.expert_params > 0 && q.expert_dp > 1)
+      c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_BACKWARD, q.expert_params * q.grad_bytes, 1, 1.0,
+                             "expert gradient all-reduce", q.expert_dp));
+    return c;
+  }
   static const loom_option_spec* options() {
     static const loom_option_spec specs[] = {
         {"bucket_mb", LOOM_OPT_FLOAT, "25.0", "gradient bucket size in MiB"},

@@ -88,6 +88,15 @@ std::vector<int32_t> balance(const std::vector<double>& cost, int k) {
 
 class Schedule : public loom::sdk::PipelinePlugin {
  public:
+  // Every schedule moves the same bytes (REFERENCE.md): each micro-batch's [tokens, d_model]
+  // activations forward and their gradients backward, once per chunk boundary a rank owns.
+  // Sends do not block the sender; the receiver's wait is the schedule's, so none is hidden.
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+    using loom::sdk::collective;
+    const int64_t act = q.tokens * q.d_model * q.act_bytes, calls = int64_t(q.microbatches) * std::max(1, q.chunks);
+    return {collective(LOOM_COST_SEND_RECV, LOOM_COST_FORWARD, act, calls, 0.0, "activations to the next stage"),
+            collective(LOOM_COST_SEND_RECV, LOOM_COST_BACKWARD, act, calls, 0.0, "gradients to the previous stage")};
+  }
   std::vector<int32_t> partition(const loom_pipeline_shape& shape, const std::string& kinds,
                                  const std::vector<double>& costs, const std::string& layout) override {
     const int stages = shape.stages * shape.chunks;

@@ -15,6 +15,16 @@ class Sp : public loom::sdk::SequencePlugin {
   static constexpr const char* name = "sp";
   static constexpr const char* version = "1.0.0";
   static constexpr const char* summary = "sequence parallel: rows split over tp outside the tp regions";
+  // Korthikanti et al. 2022: each of tp's all-reduces becomes an all-gather before the region
+  // and a reduce-scatter after it, the same bytes on the wire (REFERENCE.md).
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+    using loom::sdk::collective;
+    const int64_t act = q.tokens * q.d_model * q.act_bytes, calls = 2 * int64_t(q.layers) * q.microbatches;
+    return {collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, act, calls, 0.0, "block input all-gather"),
+            collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_FORWARD, act, calls, 0.0, "block output reduce-scatter"),
+            collective(LOOM_COST_ALL_GATHER, LOOM_COST_BACKWARD, act, calls, 0.0, "block grad all-gather"),
+            collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, act, calls, 0.0, "block grad reduce-scatter")};
+  }
 
   explicit Sp(const loom::sdk::Context& ctx) : host_(ctx.host) {}
 

@@ -26,6 +26,24 @@ class Tp : public loom::sdk::TensorPlugin {
   static constexpr const char* name = "tp";
   static constexpr const char* version = "1.0.0";
   static constexpr const char* summary = "tensor parallel: column/row-split linears, vocab-split embedding and loss";
+  // Megatron's f and g (Shoeybi et al. 2019): per block and micro-batch, an all-reduce of the
+  // [tokens, d_model] activations after attention and after the MLP in forward, and of the input
+  // gradients in backward; with sp those become gather/scatter pairs, costed by sp. The
+  // vocab-split embedding adds one forward all-reduce; the loss reduces two floats per token.
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+    using loom::sdk::collective;
+    const int64_t act = q.tokens * q.d_model * q.act_bytes, m = q.microbatches;
+    std::vector<loom_cost_collective> c;
+    if (!q.sequence_parallel) {
+      c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, act, 2 * q.layers * m, 0.0,
+                             "block outputs all-reduce"));
+      c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_BACKWARD, act, 2 * q.layers * m, 0.0,
+                             "block input-grad all-reduce"));
+    }
+    c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, act, m, 0.0, "embedding all-reduce"));
+    c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, q.tokens * 8, 2 * m, 0.0, "loss max and sum"));
+    return c;
+  }
 
   explicit Tp(const loom::sdk::Context& ctx) : host_(ctx.host) {}
 

@@ -422,6 +422,26 @@ struct ZeroStage : Zero {
                  : Stage == 2 ? "ZeRO-2: optimizer states and gradients sharded over dp"
                               : "ZeRO-3: optimizer states, gradients and parameters sharded over dp";
   static constexpr uint64_t capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE | LOOM_DATA_SHARDED;
+  // ZeRO's traffic (Rajbhandari et al. 2020; REFERENCE.md): stages 1 and 2 reduce-scatter the
+  // gradients and all-gather the updated parameters (2 psi, as DP); stage 1 once per step, stage
+  // 2 per micro-batch as units finish; stage 3 also gathers each unit before its forward and its
+  // backward (3 psi per micro-batch), prefetched behind compute.
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+    using loom::sdk::collective;
+    const int64_t grads = q.params * q.grad_bytes, values = q.params * 4;
+    const int64_t m = Stage == 1 ? 1 : q.microbatches;
+    std::vector<loom_cost_collective> c;
+    c.push_back(collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, grads, m, 1.0, "gradient reduce-scatter"));
+    if (Stage < 3) {
+      c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_STEP, values, 1, 0.0, "parameter all-gather"));
+    } else {
+      c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, values, q.microbatches, 1.0,
+                             "parameter gather (forward)"));
+      c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_BACKWARD, values, q.microbatches, 1.0,
+                             "parameter gather (backward)"));
+    }
+    return c;
+  }
   explicit ZeroStage(const loom::sdk::Context& ctx) : Zero(ctx, Stage) {}
 };
 

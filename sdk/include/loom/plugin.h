@@ -22,13 +22,14 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 1
-#define LOOM_ABI_MINOR 6 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot,
+#define LOOM_ABI_MINOR 7 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot,
                            * sharded data; 1.3: expert slot, expert gradients in the data slot;
                            * 1.4: op-table norms with eps, grouped-query attention, RoPE;
                            * 1.5: context slot, block attention and merge in the op table;
                            * 1.6: declared capabilities (data, ckpt), data-plugin state in
                            * checkpoints, the checkpoint read path, option rules and a validate
-                           * hook, the placement, trace and plugins services */
+                           * hook, the placement, trace and plugins services;
+                           * 1.7: the cost entry of parallel plugins, for `loom plan` */
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)

@@ -324,4 +324,63 @@ typedef struct loom_context_v1 {
   loom_status (*stats)(void* self, double* compute_ms, double* exposed_comm_ms, int64_t* bytes_sent,
                        loom_error* err);
 } loom_context_v1;
+
+/* ---- ABI 1.7: what a strategy costs, for `loom plan` (optional, every parallel slot) --------- */
+
+/* One layout as the planner sees it, from this strategy's point of view. Sizes are per rank. */
+typedef struct loom_cost_query {
+  loom_version v;          /* {1, 7, sizeof}: fields may be appended; read v.size first */
+  int32_t group;           /* ranks in this strategy's group (its mesh axis) */
+  int32_t zero_stage;      /* the data slot's stage, for plugins that wrap it */
+  int64_t params;          /* parameters this rank's model part holds (after tp and pp) */
+  int64_t expert_params;   /* of them, those in expert MLPs (their gradients reduce over expert_dp) */
+  int32_t expert_dp;       /* ranks that share this rank's experts */
+  int32_t grad_bytes;      /* bytes per gradient element on the wire */
+  int32_t act_bytes;       /* bytes per activation element */
+  int64_t tokens;          /* tokens in one micro-batch on this rank (micro_batch x seq_len / cp) */
+  int64_t d_model;
+  int64_t kv_width;        /* width of k and v together, per token (2 x kv heads x head_dim / tp) */
+  int32_t layers;          /* transformer blocks this rank runs */
+  int32_t moe_layers;      /* of them, MoE blocks */
+  int32_t top_k;
+  int32_t microbatches;    /* per step */
+  int32_t chunks;          /* pipeline model chunks per rank (interleaved: > 1) */
+  int32_t sequence_parallel; /* 1: an sp plugin fills the sequence slot beside tp */
+} loom_cost_query;
+
+typedef enum loom_cost_op {
+  LOOM_COST_ALL_REDUCE = 0,
+  LOOM_COST_REDUCE_SCATTER = 1,
+  LOOM_COST_ALL_GATHER = 2,
+  LOOM_COST_ALL_TO_ALL = 3,
+  LOOM_COST_SEND_RECV = 4 /* to one neighbour; the sender's and the receiver's time */
+} loom_cost_op;
+
+typedef enum loom_cost_phase {
+  LOOM_COST_FORWARD = 0,  /* during the micro-batches' forwards */
+  LOOM_COST_BACKWARD = 1, /* during their backwards */
+  LOOM_COST_STEP = 2      /* after the last backward, around the optimizer */
+} loom_cost_phase;
+
+/* One collective a step issues: `calls` times a buffer of `bytes` (S as nccl-tests counts it:
+ * the whole buffer; for all_gather and reduce_scatter the gathered size). hidden: the fraction of
+ * its time the strategy overlaps with compute of the same phase (DDP buckets 1, ring attention
+ * 1, a blocking Megatron all-reduce 0); the planner caps it at the compute there is. */
+typedef struct loom_cost_collective {
+  int32_t op;    /* loom_cost_op */
+  int32_t phase; /* loom_cost_phase */
+  int64_t bytes;
+  int64_t calls;
+  double hidden;
+  int32_t group; /* ranks it spans; 0 = the query's group */
+  char what[44]; /* "gradient all-reduce", shown by loom plan --explain */
+} loom_cost_collective;
+
+/* get_proc(LOOM_PROC_COST) returns a loom_cost_fn: the step's collectives for `q`, *n of them,
+ * written to out when *n <= cap (call with cap 0 to size). A plugin without the entry is planned
+ * as if it communicated nothing, and `loom plan` says so. */
+typedef loom_status (*loom_cost_fn)(const loom_cost_query* q, loom_cost_collective* out,
+                                    int64_t cap, int64_t* n, loom_error* err);
+#define LOOM_PROC_COST "loom_cost_v1"
+
 #endif /* LOOM_PLUGIN_PARALLEL_H */

@@ -10,6 +10,7 @@
 //     static const loom_option_rule* option_rules();      // optional (ABI 1.6): ranges, choices
 //     static void validate(const loom::sdk::Options&);    // optional (ABI 1.6): throw ConfigError
 //     static int score(const loom::sdk::Host&, std::string& why_not);  // optional, default 1
+//     static std::vector<loom_cost_collective> cost(const loom_cost_query&);  // optional (1.7), parallel kinds
 //     explicit Tf32(const loom::sdk::Context& ctx);
 //     ...overrides...
 //   };
@@ -28,6 +29,20 @@
 #include <string>
 
 namespace loom::sdk {
+
+// One entry of a strategy's cost (ABI 1.7), for Impl::cost.
+inline loom_cost_collective collective(loom_cost_op op, loom_cost_phase phase, int64_t bytes, int64_t calls,
+                                       double hidden, const char* what, int32_t group = 0) {
+  loom_cost_collective c{};
+  c.group = group;
+  c.op = op;
+  c.phase = phase;
+  c.bytes = bytes;
+  c.calls = calls;
+  c.hidden = hidden;
+  std::strncpy(c.what, what, sizeof(c.what) - 1);
+  return c;
+}
 
 // Throw to report a specific status; any other exception reports LOOM_INTERNAL.
 struct Error : std::runtime_error {

@@ -74,6 +74,17 @@ loom_status validate_options(const void* h, const loom_options* o, loom_error* e
   return guarded(err, [&] { Impl::validate(Options(static_cast<const loom_host*>(h), o)); });
 }
 
+// ABI 1.7: the step's collectives for `loom plan`, from Impl::cost(query).
+template <class Impl>
+loom_status cost_entry(const loom_cost_query* q, loom_cost_collective* out, int64_t cap, int64_t* n,
+                       loom_error* err) {
+  return guarded(err, [&] {
+    const std::vector<loom_cost_collective> all = Impl::cost(*q);
+    *n = static_cast<int64_t>(all.size());
+    if (out && *n <= cap) std::copy(all.begin(), all.end(), out);
+  });
+}
+
 template <class Impl>
 const void* procs(const char* name) {
   const std::string n = name ? name : "";
@@ -81,6 +92,8 @@ const void* procs(const char* name) {
     if (n == LOOM_PROC_OPTION_RULES) return Impl::option_rules();
   if constexpr (requires(const Options& o) { Impl::validate(o); })
     if (n == LOOM_PROC_VALIDATE_OPTIONS) return reinterpret_cast<const void*>(&validate_options<Impl>);
+  if constexpr (requires(const loom_cost_query& q) { Impl::cost(q); })
+    if (n == LOOM_PROC_COST) return reinterpret_cast<const void*>(&cost_entry<Impl>);
   return nullptr;
 }
 

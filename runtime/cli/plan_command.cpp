@@ -1,0 +1,199 @@
+// loom plan CONFIG --cluster FILE [--nodes N | --devices N] [--top K] [--fix k=v] [--explain L] [--json]
+// loom plan published [--clusters DIR] [--json]
+// loom plan calibrate --out FILE            (plan_calibrate.cpp)
+// Predicts step time, MFU and memory of every layout before anyone rents the cluster.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "cli/parse.hpp"
+#include "config/config.hpp"
+#include "core/errors.hpp"
+#include "core/json.hpp"
+#include "gpt/config.hpp"
+#include "loader/registry.hpp"
+#include "plan/published.hpp"
+#include "plan/search.hpp"
+#include "plan/sources.hpp"
+
+namespace loom::cli {
+
+int plan_calibrate(const Args& args);
+
+namespace {
+
+using plan::Estimate;
+
+double gib(double b) { return b / double(1ull << 30); }
+
+void print_table(const std::vector<Estimate>& rows, size_t top) {
+  std::printf("%4s  %-36s %10s %11s %6s %10s %9s %5s %8s %7s\n", "#", "layout", "step ms", "tok/s/dev", "MFU",
+              "TFLOP/s/d", "mem GiB", "fits", "exp.comm", "bubble");
+  for (size_t i = 0; i < rows.size() && i < top; ++i) {
+    const Estimate& e = rows[i];
+    std::printf("%4zu  %-36s %10.1f %11.1f %5.1f%% %10.2f %9.2f %5s %7.1f%% %6.1f%%\n", i + 1, e.layout.name().c_str(),
+                e.step_ms, e.tokens_per_s_per_device, 100 * e.mfu, e.tflops_per_device, gib(e.memory.total()),
+                e.fits ? "yes" : "no", 100 * e.exposed_comm_ms / e.step_ms, 100 * e.bubble_ms / e.step_ms);
+  }
+}
+
+std::string estimate_json(const Estimate& e) {
+  std::string s = "{\"layout\": " + json_quote(e.layout.name());
+  auto num = [&](const char* k, double v) { s += std::string(", \"") + k + "\": " + json_number(v); };
+  num("dp", e.layout.dp), num("tp", e.layout.tp), num("pp", e.layout.pp), num("cp", e.layout.cp), num("ep", e.layout.ep);
+  num("zero", e.layout.zero), num("micro_batch", e.layout.micro_batch), num("chunks", e.layout.chunks);
+  s += ", \"sp\": " + std::string(e.layout.sp ? "true" : "false") + ", \"schedule\": " + json_quote(e.layout.schedule) +
+       ", \"recompute\": " + json_quote(e.layout.recompute);
+  num("step_ms", e.step_ms), num("tokens_per_s_per_device", e.tokens_per_s_per_device), num("mfu", e.mfu);
+  num("tflops_per_device", e.tflops_per_device), num("peak_mem_bytes", e.memory.total());
+  num("model_state_bytes", e.memory.model_states()), num("activation_bytes", e.memory.activations);
+  num("comm_ms", e.comm_ms), num("exposed_comm_ms", e.exposed_comm_ms), num("bubble_ms", e.bubble_ms);
+  num("optimizer_ms", e.optimizer_ms);
+  s += ", \"fits\": " + std::string(e.fits ? "true" : "false") + ", \"why_not\": " + json_quote(e.why_not) + "}";
+  return s;
+}
+
+void explain(const Estimate& e, const plan::Cluster& c) {
+  std::printf("%s on %s: %d micro-batch%s of %d per step\n\n", e.layout.name().c_str(), c.name.c_str(),
+              e.microbatches, e.microbatches > 1 ? "es" : "", e.layout.micro_batch);
+  auto line = [&](const std::string& what, double ms) {
+    std::printf("  %-58s %10.2f ms %6.1f%%\n", what.c_str(), ms, 100 * ms / e.step_ms);
+  };
+  line("forward (all micro-batches)", e.forward_ms);
+  line("backward", e.backward_ms);
+  if (e.recompute_ms > 0) line("recompute (" + e.layout.recompute + ")", e.recompute_ms);
+  if (e.layout.pp > 1) line("pipeline bubble (" + e.layout.schedule + ")", e.bubble_ms);
+  for (const auto& it : e.comms) {
+    char what[160];
+    std::snprintf(what, sizeof what, "%s: %s, %s %.3g MB x %.0f over %d (%s), exposed", it.plugin.c_str(), it.what.c_str(),
+                  it.op.c_str(), it.bytes / 1e6, it.calls, it.group, it.level.c_str());
+    line(what, it.exposed_ms);
+    if (it.ms > it.exposed_ms) std::printf("  %-58s %10.2f ms\n", "    (of which hidden behind compute)", it.ms - it.exposed_ms);
+  }
+  line("optimizer (AdamW, grad norm)", e.optimizer_ms);
+  if (e.overhead_ms > 0) line("per-step overhead (calibrated)", e.overhead_ms);
+  std::printf("  %-58s %10.2f ms\n\n", "step", e.step_ms);
+  std::printf("MFU %.1f%%, %.2f TFLOP/s and %.1f tokens/s per device\n", 100 * e.mfu, e.tflops_per_device,
+              e.tokens_per_s_per_device);
+  std::printf("memory per rank: parameters %.3f GiB, gradients %.3f, optimizer %.3f, activations %.3f, buffers %.3f, "
+              "runtime %.3f = %.3f GiB of %.1f (%s)\n",
+              gib(e.memory.params), gib(e.memory.grads), gib(e.memory.optim), gib(e.memory.activations),
+              gib(e.memory.buffers), gib(e.memory.process), gib(e.memory.total()), gib(c.memory),
+              e.fits ? "fits" : e.why_not.c_str());
+  for (const auto& n : e.notes) std::printf("note: %s\n", n.c_str());
+}
+
+plan::Workload workload_of(const config::Config& cfg, const std::string& dtype) {
+  plan::Workload w;
+  w.model = gpt::from_config(cfg);
+  w.global_batch = cfg.i64("train.global_batch");
+  w.dtype = dtype.empty() ? cfg.str("plugins.precision") : dtype;
+  if (w.dtype != "fp32" && w.dtype != "bf16" && w.dtype != "fp16" && w.dtype != "fp8")
+    throw UsageError("--dtype " + w.dtype + ": expected fp32, bf16, fp16 or fp8");
+  return w;
+}
+
+int published(const Args& args) {
+  po::options_description opts("loom plan published");
+  opts.add_options()("clusters", po::value<std::string>()->default_value("clusters"), "directory of cluster files")(
+      "json", po::bool_switch(), "one JSON object per run");
+  po::variables_map vm;
+  if (!parse(args, "loom plan published [--clusters DIR] [--json]", opts, {}, vm)) return kExitOk;
+  plan::PluginSources sources(plugins::Registry::default_dirs());
+  const bool json = vm["json"].as<bool>();
+  if (!json)
+    std::printf("%-26s %-10s %-40s %12s %12s %8s\n", "run", "cluster", "layout", "published", "predicted", "error");
+  double worst = 0;
+  for (const auto& run : plan::published_runs()) {
+    const plan::Cluster c = plan::load_cluster(std::filesystem::path(vm["clusters"].as<std::string>()) / (run.cluster + ".toml"));
+    const Estimate e = plan::estimate(c, run.workload, run.layout, sources.costs(), sources.pipes());
+    const double p = plan::predicted_metric(run, e), err = p / run.published - 1;
+    if (run.source.find("Table 1") != std::string::npos) worst = std::max(worst, std::fabs(err));
+    auto show = [&](double v) {
+      char b[32];
+      if (run.metric == "mfu") std::snprintf(b, sizeof b, "%.1f%% MFU", 100 * v);
+      else if (run.metric == "tflops") std::snprintf(b, sizeof b, "%.1f TF/s", v);
+      else std::snprintf(b, sizeof b, "%.0f tok/s", v);
+      return std::string(b);
+    };
+    if (json)
+      std::printf("{\"run\": %s, \"source\": %s, \"cluster\": %s, \"layout\": %s, \"metric\": %s, \"published\": %s, "
+                  "\"predicted\": %s, \"error\": %s}\n",
+                  json_quote(run.name).c_str(), json_quote(run.source).c_str(), json_quote(run.cluster).c_str(),
+                  json_quote(run.layout.name()).c_str(), json_quote(run.metric).c_str(), json_number(run.published).c_str(),
+                  json_number(p).c_str(), json_number(err).c_str());
+    else
+      std::printf("%-26s %-10s %-40s %12s %12s %+7.1f%%\n", run.name.c_str(), run.cluster.c_str(), run.layout.name().c_str(),
+                  show(run.published).c_str(), show(p).c_str(), 100 * err);
+  }
+  if (!json) std::printf("\nNarayanan et al. 2021 Table 1: largest error %.1f%% (target 15%%)\n", 100 * worst);
+  return kExitOk;
+}
+
+}  // namespace
+
+int plan_cmd(const Args& args) {
+  if (!args.empty() && args[0] == "calibrate") return plan_calibrate(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "published") return published(Args(args.begin() + 1, args.end()));
+  po::options_description opts("loom plan");
+  opts.add_options()("file", po::value<std::string>()->required(), "the training config (model, batch, precision)")(
+      "cluster", po::value<std::string>()->required(), "cluster file (clusters/*.toml)")(
+      "nodes", po::value<int>(), "nodes to plan for (default: one node, or [parallel] nproc on a CPU machine)")(
+      "devices", po::value<int>(), "devices to plan for, instead of --nodes")(
+      "top", po::value<int>()->default_value(10), "rows of the ranked table")(
+      "fix", po::value<std::vector<std::string>>()->composing(), "keep a choice fixed: tp=8, zero=1, recompute=full, "
+      "schedule=1f1b, mb=2, sp=on (repeatable, or comma-separated)")(
+      "explain", po::value<std::string>(), "break one layout's step down, e.g. \"dp4 tp2 zero1 mb2\"")(
+      "dtype", po::value<std::string>()->default_value(""), "fp32 | bf16 | fp16 | fp8 (default: [plugins] precision)")(
+      "json", po::bool_switch(), "every layout as one JSON object per line, ranked");
+  add_set_option(opts);
+  po::positional_options_description pos;
+  pos.add("file", 1);
+  po::variables_map vm;
+  const std::string synopsis = "loom plan CONFIG --cluster FILE [--nodes N | --devices N] [--top K] [--fix k=v] "
+                               "[--explain LAYOUT] [--json]\n       loom plan calibrate --out FILE\n       loom plan published";
+  if (!parse(args, synopsis, opts, pos, vm)) return kExitOk;
+  config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
+  cfg.validate_runtime();
+  const plan::Cluster c = plan::load_cluster(vm["cluster"].as<std::string>());
+  const plan::Workload w = workload_of(cfg, vm["dtype"].as<std::string>());
+  int devices = c.shared_cores > 0 ? int(cfg.i64("parallel.nproc")) : c.per_node;
+  if (vm.count("nodes") && vm.count("devices")) throw UsageError("give --nodes or --devices, not both");
+  if (vm.count("nodes")) devices = vm["nodes"].as<int>() * c.per_node;
+  if (vm.count("devices")) devices = vm["devices"].as<int>();
+  if (devices < 1) throw UsageError("--nodes and --devices must be at least 1");
+  if (devices > c.devices())
+    throw ConfigError(std::to_string(devices) + " devices asked, but cluster '" + c.name + "' (" + c.source + ") has " +
+                      std::to_string(c.nodes) + " node" + (c.nodes > 1 ? "s" : "") + " of " + std::to_string(c.per_node) +
+                      " = " + std::to_string(c.devices()));
+  plan::PluginSources sources(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
+  if (vm.count("explain")) {
+    plan::Layout l = plan::parse_layout(vm["explain"].as<std::string>());
+    if (l.world() != devices)
+      throw ConfigError("layout " + l.name() + " uses " + std::to_string(l.world()) + " devices, not the " +
+                        std::to_string(devices) + " planned for (set --devices or --nodes)");
+    explain(plan::estimate(c, w, l, sources.costs(), sources.pipes()), c);
+    return kExitOk;
+  }
+  const plan::Fixed fixed = plan::parse_fixed(vm.count("fix") ? vm["fix"].as<std::vector<std::string>>() : std::vector<std::string>{});
+  const auto t0 = std::chrono::steady_clock::now();
+  const plan::SearchResult r = plan::search(c, w, devices, fixed, sources.costs(), sources.pipes());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.ranked.empty()) throw ConfigError("no layout of " + std::to_string(devices) + " devices can run this model" +
+                                          (fixed.values.empty() ? "" : " with the --fix choices"));
+  if (vm["json"].as<bool>()) {
+    for (const auto& e : r.ranked) std::printf("%s\n", estimate_json(e).c_str());
+    return kExitOk;
+  }
+  std::printf("%s, global batch %lld x %lld tokens, %s, on %d x %s (%s)\n", w.model.describe().c_str(),
+              (long long)w.global_batch, (long long)w.model.seq_len, w.dtype.c_str(), devices, c.device.c_str(), c.name.c_str());
+  std::printf("%ld layouts costed in %.2f s\n\n", r.considered, secs);
+  print_table(r.ranked, size_t(std::max(1, vm["top"].as<int>())));
+  std::printf("\nwhy: %s\n", plan::reason(r).c_str());
+  for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
+  return kExitOk;
+}
+
+}  // namespace loom::cli

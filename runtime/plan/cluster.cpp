@@ -1,0 +1,217 @@
+#include "plan/cluster.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "config/config.hpp"
+#include "core/errors.hpp"
+#include "core/files.hpp"
+#include "core/nearest.hpp"
+
+namespace loom::plan {
+
+namespace {
+
+using config::KeySpec;
+using config::SectionSpec;
+using config::ValueType;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A figure with no default: the file must give it. Listed here so "missing" names them all.
+struct Required {
+  const char* section;
+  const char* key;
+};
+const Required kRequired[] = {
+    {"cluster", "name"},         {"cluster", "nodes"},           {"device", "name"},
+    {"device", "per_node"},      {"device", "memory_gib"},       {"device", "hbm_gbps"},
+    {"intra", "bandwidth_gbps"}, {"intra", "latency_us"},
+};
+const Required kRequiredAcrossNodes[] = {
+    {"inter", "nics_per_node"}, {"inter", "nic_gbits"}, {"inter", "latency_us"}};
+
+std::vector<SectionSpec> build_schema() {
+  return {
+      {"cluster", "the machine kind: how many nodes there are and where the figures come from", {
+          {"name", ValueType::String, "\"\"", "short name, shown by loom plan"},
+          {"description", ValueType::String, "\"\"", "one line"},
+          {"nodes", ValueType::Int, "1", "nodes available; a plan for more is refused", 1, 1e7},
+          {"sources", ValueType::StringList, "[]", "where the figures come from (datasheets, papers, a calibration)"},
+      }},
+      {"device", "one accelerator (or, with shared_cores, one rank of a CPU machine)", {
+          {"name", ValueType::String, "\"\"", "the part, as its vendor names it"},
+          {"per_node", ValueType::Int, "8", "devices (ranks) per node", 1, 4096},
+          {"memory_gib", ValueType::Float, "0", "device memory, GiB", 0, kInf},
+          {"hbm_gbps", ValueType::Float, "0", "memory bandwidth, GB/s", 0, kInf},
+          {"peak_tflops_bf16", ValueType::Float, "0", "dense bf16 peak, TFLOP/s (no sparsity)", 0, kInf},
+          {"peak_tflops_fp16", ValueType::Float, "0", "dense fp16 peak, TFLOP/s; 0 = the bf16 figure", 0, kInf},
+          {"peak_tflops_fp8", ValueType::Float, "0", "dense fp8 peak, TFLOP/s; 0 = none", 0, kInf},
+          {"peak_tflops_fp32", ValueType::Float, "0", "fp32 peak, TFLOP/s (per core when shared_cores > 0)", 0, kInf},
+          {"shared_cores", ValueType::Int, "0", "> 0: the node's ranks share this many CPU cores", 0, 1 << 20},
+          {"thread_scaling", ValueType::Float, "1", "GEMM speed-up of shared_cores threads over one", 0, kInf},
+          {"memory_headroom", ValueType::Float, "0.1", "fraction of device memory a plan leaves free", 0, 0.9},
+      }},
+      {"intra", "the link between devices of one node (NVLink/NVSwitch, PCIe, shared memory)", {
+          {"kind", ValueType::String, "\"nvswitch\"", "what it is", -kInf, kInf, {"nvswitch", "nvlink", "pcie", "loopback"}},
+          {"bandwidth_gbps", ValueType::Float, "0", "per device, one direction, GB/s", 0, kInf},
+          {"latency_us", ValueType::Float, "0", "per ring hop, us", 0, kInf},
+      }},
+      {"inter", "the network between nodes", {
+          {"kind", ValueType::String, "\"infiniband\"", "what it is", -kInf, kInf, {"infiniband", "roce", "ethernet", "none"}},
+          {"nics_per_node", ValueType::Int, "0", "compute NICs per node", 0, 1024},
+          {"nic_gbits", ValueType::Float, "0", "per NIC, one direction, Gbit/s", 0, kInf},
+          {"latency_us", ValueType::Float, "0", "per ring hop across nodes, us", 0, kInf},
+          {"rail_optimized", ValueType::Bool, "true", "NIC i of every node on one rail (DGX SuperPOD)"},
+          {"nodes_per_pod", ValueType::Int, "0", "nodes under one non-blocking switch group; 0 = all", 0, 1e7},
+          {"oversubscription", ValueType::Float, "1", "bandwidth divisor between pods", 1, kInf},
+      }},
+      {"efficiency", "achieved fractions of peak and fixed costs (loom plan calibrate measures them)", {
+          {"gemm", ValueType::Float, "0.7", "large GEMMs, fraction of peak FLOP/s", 0, 1},
+          {"gemm_overhead_us", ValueType::Float, "0", "fixed cost per GEMM call (launch, small-shape loss)", 0, kInf},
+          {"attention", ValueType::Float, "0.5", "attention core, fraction of peak FLOP/s", 0, 1},
+          {"attention_overhead_us", ValueType::Float, "0", "fixed cost per attention call", 0, kInf},
+          {"score_bytes", ValueType::Float, "0", "bytes each attention score moves in forward when written out (unfused softmax, dropout); 0 = flash", 0, kInf},
+          {"memory", ValueType::Float, "0.7", "element-wise ops and the optimizer, fraction of hbm_gbps", 0, 1},
+          {"elementwise_overhead_us", ValueType::Float, "0", "fixed cost per element-wise call", 0, kInf},
+          {"comm", ValueType::Float, "0.8", "collectives' bus bandwidth, fraction of the link", 0, 1},
+          {"step_overhead_ms", ValueType::Float, "0", "per step outside the model: data, grad norm, logging", 0, kInf},
+          {"process_mib", ValueType::Float, "0", "memory a rank holds before the model (runtime, CUDA context)", 0, kInf},
+      }},
+  };
+}
+
+const toml::table& section(const toml::table& root, const char* name) {
+  static const toml::table empty;
+  const toml::table* t = root.get_as<toml::table>(name);
+  return t ? *t : empty;
+}
+
+double f64(const toml::table& root, const char* s, const char* k) {
+  return section(root, s).get(k)->value<double>().value();
+}
+int64_t i64(const toml::table& root, const char* s, const char* k) {
+  return section(root, s).get(k)->value<int64_t>().value();
+}
+std::string str(const toml::table& root, const char* s, const char* k) {
+  return section(root, s).get(k)->value<std::string>().value();
+}
+
+void require(const toml::table& root, const Required& r, const std::string& source, const std::string& why) {
+  const std::vector<SectionSpec>& schema = cluster_schema();
+  std::string help;
+  for (const auto& s : schema)
+    for (const auto& k : s.keys)
+      if (s.name == r.section && k.name == r.key) help = k.help;
+  if (!section(root, r.section).contains(r.key))
+    throw ConfigError(source + ": [" + r.section + "] " + r.key + " is missing (" + help + ")" + why);
+}
+
+void require_positive(const toml::table& root, const char* s, const char* k, const std::string& source) {
+  const toml::node* n = section(root, s).get(k);
+  if (n->value<double>().value() <= 0)
+    throw ConfigError(config::where(*n) + ": [" + s + "] " + k + " must be positive, got " +
+                      std::to_string(n->value<double>().value()));
+}
+
+}  // namespace
+
+const std::vector<SectionSpec>& cluster_schema() {
+  static const std::vector<SectionSpec> schema = build_schema();
+  return schema;
+}
+
+double Cluster::peak(const std::string& dtype) const {
+  if (dtype == "fp32") return peak_fp32;
+  if (dtype == "fp16") return peak_fp16 > 0 ? peak_fp16 : peak_bf16;
+  if (dtype == "fp8") return peak_fp8 > 0 ? peak_fp8 : peak_bf16;
+  return peak_bf16;
+}
+
+Cluster parse_cluster(const std::string& text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw ConfigError(source + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) + ": " +
+                      std::string(e.description()));
+  }
+  std::vector<std::string> names;
+  for (const auto& s : cluster_schema()) names.push_back(s.name);
+  for (auto&& [key, node] : root) {
+    const std::string name(key.str());
+    if (std::find(names.begin(), names.end(), name) == names.end() || !node.is_table())
+      throw ConfigError(config::where(node) + ": unknown section '" + name + "' in a cluster file" +
+                        did_you_mean(name, names));
+  }
+  for (const Required& r : kRequired) require(root, r, source, "");
+  for (const auto& s : cluster_schema()) {
+    if (!root.contains(s.name)) root.insert(s.name, toml::table{});
+    config::check_table(*root.get_as<toml::table>(s.name), "[" + s.name + "]", s.keys, false);
+  }
+  Cluster c;
+  c.source = source;
+  c.name = str(root, "cluster", "name");
+  c.nodes = static_cast<int>(i64(root, "cluster", "nodes"));
+  c.device = str(root, "device", "name");
+  c.per_node = static_cast<int>(i64(root, "device", "per_node"));
+  for (const char* k : {"memory_gib", "hbm_gbps"}) require_positive(root, "device", k, source);
+  for (const char* k : {"bandwidth_gbps"}) require_positive(root, "intra", k, source);
+  c.memory = f64(root, "device", "memory_gib") * (1ull << 30);
+  c.hbm = f64(root, "device", "hbm_gbps") * 1e9;
+  c.peak_bf16 = f64(root, "device", "peak_tflops_bf16") * 1e12;
+  c.peak_fp16 = f64(root, "device", "peak_tflops_fp16") * 1e12;
+  c.peak_fp8 = f64(root, "device", "peak_tflops_fp8") * 1e12;
+  c.peak_fp32 = f64(root, "device", "peak_tflops_fp32") * 1e12;
+  if (c.peak_bf16 <= 0 && c.peak_fp32 <= 0)
+    throw ConfigError(source + ": [device] needs a peak: peak_tflops_bf16 or peak_tflops_fp32 (missing or 0)");
+  c.shared_cores = static_cast<int>(i64(root, "device", "shared_cores"));
+  c.thread_scaling = f64(root, "device", "thread_scaling");
+  c.headroom = f64(root, "device", "memory_headroom");
+  c.intra = {str(root, "intra", "kind"), f64(root, "intra", "bandwidth_gbps") * 1e9, f64(root, "intra", "latency_us") * 1e-6};
+  if (c.nodes > 1) {
+    for (const Required& r : kRequiredAcrossNodes)
+      require(root, r, source, "; a cluster of " + std::to_string(c.nodes) + " nodes needs the network between them");
+    for (const char* k : {"nics_per_node", "nic_gbits"}) require_positive(root, "inter", k, source);
+  }
+  c.nics_per_node = static_cast<int>(i64(root, "inter", "nics_per_node"));
+  c.inter = {str(root, "inter", "kind"), f64(root, "inter", "nic_gbits") * 1e9 / 8, f64(root, "inter", "latency_us") * 1e-6};
+  c.rail_optimized = section(root, "inter").get("rail_optimized")->value<bool>().value();
+  c.nodes_per_pod = static_cast<int>(i64(root, "inter", "nodes_per_pod"));
+  c.oversubscription = f64(root, "inter", "oversubscription");
+  c.gemm_eff = f64(root, "efficiency", "gemm");
+  c.attention_eff = f64(root, "efficiency", "attention");
+  c.memory_eff = f64(root, "efficiency", "memory");
+  c.comm_eff = f64(root, "efficiency", "comm");
+  for (const char* k : {"gemm", "attention", "memory", "comm"}) require_positive(root, "efficiency", k, source);
+  c.gemm_overhead = f64(root, "efficiency", "gemm_overhead_us") * 1e-6;
+  c.attention_overhead = f64(root, "efficiency", "attention_overhead_us") * 1e-6;
+  c.elementwise_overhead = f64(root, "efficiency", "elementwise_overhead_us") * 1e-6;
+  c.step_overhead = f64(root, "efficiency", "step_overhead_ms") * 1e-3;
+  c.score_bytes = f64(root, "efficiency", "score_bytes");
+  c.process_bytes = f64(root, "efficiency", "process_mib") * (1ull << 20);
+  return c;
+}
+
+Cluster load_cluster(const std::filesystem::path& file) {
+  std::string text;
+  try {
+    text = read_file(file, "cluster file");
+  } catch (const RuntimeError& e) {
+    throw ConfigError(e.what());  // a path the user typed: exit 2, like a config file
+  }
+  return parse_cluster(text, file.string());
+}
+
+bool is_cluster_file(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("[cluster]", 0) == 0) return true;
+  return false;
+}
+
+}  // namespace loom::plan

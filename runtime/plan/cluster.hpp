@@ -1,0 +1,65 @@
+// A cluster description for `loom plan`: one TOML file per machine kind (clusters/*.toml) with
+// the device's peak FLOP/s and memory, the links inside a node and between nodes, and the
+// achieved efficiencies the cost model scales them by. Every figure cites its source in the file.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "config/schema.hpp"
+
+namespace loom::plan {
+
+// One level of the network: a ring over it moves bytes at `bandwidth` (bytes/s per device, one
+// direction) after `latency` seconds per hop.
+struct Link {
+  std::string kind;
+  double bandwidth = 0, latency = 0;
+};
+
+struct Cluster {
+  std::string name, source;  // source: the file it came from
+  int nodes = 1;             // nodes the cluster has; the planner refuses more
+
+  std::string device;
+  int per_node = 1;           // devices (ranks) per node
+  double memory = 0;          // bytes per device
+  double hbm = 0;             // bytes/s per device
+  double peak_bf16 = 0, peak_fp16 = 0, peak_fp8 = 0, peak_fp32 = 0;  // FLOP/s, dense
+  int shared_cores = 0;       // > 0: the node's devices share this many CPU cores (a CPU machine)
+  double thread_scaling = 1;  // speed-up of shared_cores threads over one, for GEMMs
+  double headroom = 0.1;      // fraction of device memory kept free ("fits" leaves this)
+
+  Link intra, inter;
+  int nics_per_node = 0;
+  bool rail_optimized = true;
+  int nodes_per_pod = 0;        // nodes under one non-blocking switch group; 0 = all
+  double oversubscription = 1;  // between pods
+
+  // Achieved fractions of peak and fixed costs, calibrated (this machine) or chosen per kind.
+  double gemm_eff = 0.7, attention_eff = 0.5, memory_eff = 0.7, comm_eff = 0.8;
+  double gemm_overhead = 0, attention_overhead = 0, elementwise_overhead = 0;  // seconds per call
+  double step_overhead = 0;   // seconds per step outside the model (data, logging, grad norm)
+  // Bytes each attention-score element moves in a forward when the kernels write the scores out
+  // (an unfused softmax and dropout); 0 = a fused (flash) kernel keeps them on chip.
+  double score_bytes = 0;
+  double process_bytes = 0;   // memory a rank holds before the model (runtime, CUDA context)
+
+  // Peak FLOP/s of one device for a training dtype (fp32, bf16, fp16, fp8).
+  double peak(const std::string& dtype) const;
+  int devices() const { return nodes * per_node; }
+};
+
+// The file's sections and keys, for `loom config check` and `loom config show`.
+const std::vector<config::SectionSpec>& cluster_schema();
+
+// Reads and checks a cluster file: a missing, negative or zero figure, an unknown key (with the
+// nearest valid one) or a wrong type is a ConfigError naming the file and the key.
+Cluster load_cluster(const std::filesystem::path& file);
+Cluster parse_cluster(const std::string& text, const std::string& source);
+
+// True when the file looks like a cluster description (has a [cluster] table).
+bool is_cluster_file(const std::filesystem::path& file);
+
+}  // namespace loom::plan

@@ -1,0 +1,403 @@
+#include "plan/estimate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "core/errors.hpp"
+
+namespace loom::plan {
+
+namespace {
+
+// Work of one transformer block on one rank for one micro-batch, forward only.
+struct BlockWork {
+  double gemm_flops = 0, gemm_calls = 0;
+  double attn_flops = 0;            // causal: half the score matrix is computed
+  double elem_bytes = 0, elem_calls = 0;
+  double saved_elems = 0;           // activations kept for backward, no recompute
+  double selective_drop = 0;        // of them, what selective recompute drops
+  double norm_act_bytes = 0;        // what selective recompute redoes (norms, MLP activation)
+};
+
+// Parameters of the model by part, as Loom declares them (models/gpt).
+struct ParamCounts {
+  double attention = 0, mlp = 0, expert_mlp = 0, router = 0, norms = 0;  // one block each
+  double embed = 0, head = 0;
+};
+
+ParamCounts count_params(const gpt::GptConfig& m) {
+  ParamCounts p;
+  const double d = double(m.d_model), bias = m.bias ? 1 : 0;
+  p.attention = d * m.qkv_width() + d * d + bias * (m.qkv_width() + d);
+  p.mlp = d * m.fc_out() + double(m.d_ff) * d + bias * (m.fc_out() + d);
+  p.router = m.moe.experts > 0 ? d * m.moe.experts : 0;
+  p.expert_mlp = p.mlp * m.moe.experts;
+  p.norms = (m.norm == "rmsnorm" || !m.bias ? 1 : 2) * 2 * d;
+  p.embed = double(m.vocab_size) * d + (m.learned_positions() ? double(std::max(m.max_positions, m.seq_len)) * d : 0);
+  p.head = m.tied_embeddings ? 0 : double(m.vocab_size) * d;
+  return p;
+}
+
+BlockWork block_work(const gpt::GptConfig& m, const Layout& l, double tokens, int act_bytes, bool moe) {
+  BlockWork w;
+  const double d = double(m.d_model), tp = l.tp, N = tokens, n = l.sp ? tokens / l.tp : tokens;
+  const double qkv = double(m.qkv_width()) / tp, fc = double(m.fc_out()) / tp, ff = double(m.d_ff) / tp;
+  const double k = moe ? double(m.moe.top_k) : 1.0;
+  // 2 flops per multiply-add: q/k/v, the output projection, and the MLP's two (three) matrices.
+  w.gemm_flops = 2 * N * d * (qkv + d / tp) + k * 2 * N * d * (fc + ff) + (moe ? 2 * N * d * m.moe.experts : 0);
+  w.gemm_calls = (m.grouped_query() ? 3 : 2) + (moe ? 1 + 2 * m.moe.top_k : 2);
+  // Scores and the weighted sum, 2 x 2 T d flops per token over the whole context, half of it
+  // under the causal mask.
+  w.attn_flops = 0.5 * 4 * N * double(m.seq_len) * d / tp;
+  // Element-wise traffic: two norms (read, write), two residual adds (2 reads, 1 write), RoPE on
+  // q and k, the MLP activation (read fc, write ff), and the copies a block saves.
+  const double rope = m.rope() ? 2 * N * double(m.n_head + m.kv_heads()) * m.head_dim() / tp : 0;
+  const double elems = 4 * n * d + 6 * n * d + rope + k * N * (fc + ff) + 2 * n * d;
+  w.elem_bytes = elems * act_bytes;
+  w.elem_calls = 8 + (m.rope() ? 2 : 0);
+  w.norm_act_bytes = (4 * n * d + k * N * (fc + ff)) * act_bytes;
+  // What Block::saved_bytes keeps: x_in, x_mid and both norm outputs on the rows held here; on
+  // all rows this rank's q, k, v, attention output, MLP pre-activation and activation.
+  w.saved_elems = 4 * n * d + N * (qkv + d / tp) + k * N * (fc + ff);
+  w.selective_drop = 2 * n * d + k * N * ff;
+  return w;
+}
+
+// A ring collective of S bytes over n ranks on one link: bytes each rank moves, and hops.
+double ring_time(int op, double S, int n, const Link& link, double eff) {
+  if (n <= 1 || S <= 0) return 0;
+  const double bw = link.bandwidth * eff;
+  switch (op) {
+    case LOOM_COST_ALL_REDUCE: return 2.0 * (n - 1) / n * S / bw + 2.0 * (n - 1) * link.latency;
+    case LOOM_COST_SEND_RECV: return S / bw + link.latency;
+    default: return double(n - 1) / n * S / bw + (n - 1) * link.latency;  // gather, scatter, all-to-all
+  }
+}
+
+const char* op_name(int op) {
+  switch (op) {
+    case LOOM_COST_ALL_REDUCE: return "all_reduce";
+    case LOOM_COST_REDUCE_SCATTER: return "reduce_scatter";
+    case LOOM_COST_ALL_GATHER: return "all_gather";
+    case LOOM_COST_ALL_TO_ALL: return "all_to_all";
+    default: return "send_recv";
+  }
+}
+
+// Ranks of one mesh axis are `stride` apart (tp innermost, then cp, ep, dp, pp). A group whose
+// span fits in a node stays on NVLink; otherwise `local` members share a node and the rest is
+// hierarchical: the node part first, then S / local over the network, NIC by NIC (rail-optimised),
+// slower by the oversubscription when the group spans more than a pod.
+double collective_time(const Cluster& c, int op, double S, int n, int stride, std::string& level) {
+  if (n <= 1) return level = "-", 0.0;
+  if (op == LOOM_COST_SEND_RECV) {  // to the neighbour stride ranks away
+    const bool same = stride < c.per_node;
+    level = same ? "node" : "network";
+    return ring_time(op, S, 2, same ? c.intra : c.inter, c.comm_eff);
+  }
+  const long span = long(stride) * n;
+  if (span <= c.per_node) return level = "node", ring_time(op, S, n, c.intra, c.comm_eff);
+  const int local = std::max(1, std::min(n, c.per_node / std::max(1, stride)));
+  const int nodes = n / local;
+  // Each device drives nics / per_node NICs (DGX: one each). Without rails, or past a pod,
+  // traffic crosses the spine and shares its oversubscribed links.
+  Link net = c.inter;
+  net.bandwidth = c.inter.bandwidth * std::max(1, c.nics_per_node) / c.per_node;
+  const long span_nodes = (span + c.per_node - 1) / c.per_node;
+  if (!c.rail_optimized || (c.nodes_per_pod > 0 && span_nodes > c.nodes_per_pod)) net.bandwidth /= c.oversubscription;
+  level = local > 1 ? "node+network" : "network";
+  return ring_time(op, S, local, c.intra, c.comm_eff) + ring_time(op, S / local, nodes, net, c.comm_eff);
+}
+
+// Per-rank compute rate: a device's peak, or on a CPU machine the share of the cores this rank
+// gets (threads = cores / ranks, at least 1; more ranks than cores take turns).
+struct Rates {
+  double flops = 0, bytes = 0, peak = 0;
+};
+
+Rates rates(const Cluster& c, const Workload& w, const Layout& l) {
+  Rates r;
+  r.peak = c.peak(w.dtype);
+  r.bytes = c.hbm;
+  if (c.shared_cores > 0) {
+    const int ranks = std::min(l.world(), c.per_node), cores = c.shared_cores;
+    const int threads = std::max(1, cores / ranks);
+    const double speed = cores > 1 ? 1 + (threads - 1) * (c.thread_scaling - 1) / (cores - 1) : 1;
+    const double share = std::min(1.0, double(cores) / (ranks * threads));
+    r.peak *= speed * share;
+    r.bytes *= speed * share;
+  }
+  r.flops = r.peak;
+  return r;
+}
+
+std::string gib(double b) {
+  std::ostringstream os;
+  os.precision(b < 10.0 * (1 << 30) ? 2 : 3);
+  os << b / double(1ull << 30) << " GiB";
+  return os.str();
+}
+
+}  // namespace
+
+std::string Layout::name() const {
+  std::string s = "dp" + std::to_string(dp);
+  if (tp > 1) s += " tp" + std::to_string(tp) + (sp ? "+sp" : "");
+  if (pp > 1) s += " pp" + std::to_string(pp) + " " + schedule + (chunks > 1 ? "x" + std::to_string(chunks) : "");
+  if (cp > 1) s += " cp" + std::to_string(cp);
+  if (ep > 1) s += " ep" + std::to_string(ep);
+  if (zero) s += " zero" + std::to_string(zero);
+  s += " mb" + std::to_string(micro_batch);
+  if (recompute != "none") s += " " + recompute;
+  return s;
+}
+
+Layout parse_layout(const std::string& text) {
+  Layout l;
+  std::string t = text;
+  for (char& ch : t)
+    if (ch == ',' || ch == '=' || ch == '+') ch = ' ';
+  std::istringstream in(t);
+  std::string tok;
+  auto number = [&](const std::string& word, size_t skip) {
+    try {
+      size_t used = 0;
+      int v = std::stoi(word.substr(skip), &used);
+      if (used + skip == word.size() && v >= 1) return v;
+    } catch (...) {
+    }
+    throw ConfigError("layout '" + text + "': '" + word + "' needs a positive number");
+  };
+  std::string pending;
+  while (in >> tok) {
+    if (!pending.empty()) tok = pending + tok, pending.clear();
+    auto starts = [&](const char* p) { return tok.rfind(p, 0) == 0; };
+    if (tok == "sp") l.sp = true;
+    else if (tok == "none" || tok == "selective" || tok == "full") l.recompute = tok;
+    else if (tok == "gpipe" || tok == "1f1b" || tok == "interleaved") l.schedule = tok;
+    else if (starts("interleavedx")) l.schedule = "interleaved", l.chunks = number(tok, 12);
+    else if (tok == "dp" || tok == "tp" || tok == "pp" || tok == "cp" || tok == "ep" || tok == "zero" || tok == "mb") pending = tok;
+    else if (starts("zero")) l.zero = number(tok, 4);
+    else if (starts("mb")) l.micro_batch = number(tok, 2);
+    else if (starts("dp")) l.dp = number(tok, 2);
+    else if (starts("tp")) l.tp = number(tok, 2);
+    else if (starts("pp")) l.pp = number(tok, 2);
+    else if (starts("cp")) l.cp = number(tok, 2);
+    else if (starts("ep")) l.ep = number(tok, 2);
+    else throw ConfigError("layout '" + text + "': unknown part '" + tok + "' (dpN tpN pp N cpN epN zeroN mbN sp, a schedule, a recompute policy)");
+  }
+  if (l.zero > 3) throw ConfigError("layout '" + text + "': zero stages are 1, 2 and 3");
+  if (l.schedule == "interleaved" && l.chunks < 2) l.chunks = 2;
+  return l;
+}
+
+void model_state_bytes(double psi, int n, int stage, bool mixed, double out[3]) {
+  // mixed: 2 (bf16 params) + 2 (bf16 grads) + 12 (fp32 master, m, v); fp32: 4 + 4 + 8.
+  const double p = mixed ? 2 : 4, g = mixed ? 2 : 4, k = mixed ? 12 : 8;
+  out[0] = stage >= 3 ? p * psi / n : p * psi;
+  out[1] = stage >= 2 ? g * psi / n : g * psi;
+  out[2] = stage >= 1 ? k * psi / n : k * psi;
+}
+
+std::string invalid_reason(const Workload& w, const Layout& l) {
+  const auto& m = w.model;
+  auto no = [](const std::string& s) { return s; };
+  if (m.n_head % l.tp || m.kv_heads() % l.tp)
+    return no("tp " + std::to_string(l.tp) + " does not divide the " + std::to_string(m.n_head) + " heads and " +
+              std::to_string(m.kv_heads()) + " kv heads");
+  if (m.d_ff % l.tp) return "tp " + std::to_string(l.tp) + " does not divide d_ff " + std::to_string(m.d_ff);
+  if (l.sp && l.tp == 1) return "sp needs tp > 1";
+  if (m.n_layer < l.pp * l.chunks) return std::to_string(m.n_layer) + " layers cannot fill pp " + std::to_string(l.pp) + " x " + std::to_string(l.chunks) + " chunks";
+  if (l.cp > 1 && m.seq_len % (2 * l.cp)) return "seq_len " + std::to_string(m.seq_len) + " is not a multiple of 2 cp";
+  if (l.ep > 1 && (m.moe.experts == 0 || m.moe.experts % l.ep)) return m.moe.experts ? "ep does not divide the experts" : "ep needs a MoE model";
+  const int64_t data = int64_t(l.dp) * l.ep;
+  if (w.global_batch % data) return "global batch " + std::to_string(w.global_batch) + " is not a multiple of dp x ep = " + std::to_string(data);
+  if ((w.global_batch / data) % l.micro_batch) return "micro-batch " + std::to_string(l.micro_batch) + " does not divide " + std::to_string(w.global_batch / data) + " sequences per rank";
+  const int64_t micro = w.global_batch / data / l.micro_batch;
+  if (l.schedule == "interleaved" && (l.pp == 1 || micro % l.pp)) return "interleaved needs pp > 1 and micro-batches a multiple of pp";
+  if (l.zero && l.dp * l.ep * l.cp == 1) return "ZeRO needs more than one data-parallel rank";
+  return "";
+}
+
+Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const CostSource& costs,
+                  const PipeSource& pipes) {
+  const std::string bad = invalid_reason(w, l);
+  if (!bad.empty()) throw ConfigError("layout " + l.name() + ": " + bad);
+  const gpt::GptConfig& m = w.model;
+  Estimate e;
+  e.layout = l;
+  const int act_bytes = w.dtype == "fp32" ? 4 : 2, grad_bytes = act_bytes;
+  const Rates r = rates(c, w, l);
+  const double tokens = double(l.micro_batch) * m.seq_len / l.cp;
+  e.microbatches = int(w.global_batch / (int64_t(l.dp) * l.ep) / l.micro_batch);
+  const int mbs = e.microbatches;
+
+  // Compute of one micro-batch through this rank's layers (balanced over pp), forward.
+  double layers = double(m.n_layer) / l.pp, moe_layers = 0;
+  for (int64_t i = 0; i < m.n_layer; ++i) moe_layers += m.is_moe_block(i) ? 1.0 / l.pp : 0;
+  const BlockWork dense = block_work(m, l, tokens, act_bytes, false), moe = block_work(m, l, tokens, act_bytes, true);
+  auto mix = [&](double BlockWork::*f) { return (layers - moe_layers) * dense.*f + moe_layers * moe.*f; };
+  const double vocab = double(m.vocab_size) / l.tp;
+  const double head_flops = 2 * tokens * m.d_model * vocab / l.pp;
+  const double head_bytes = (3 * tokens * vocab * 4 + 2 * tokens * m.d_model * act_bytes) / l.pp;
+  auto gemm = [&](double flops, double calls) { return calls * c.gemm_overhead + flops / (r.flops * c.gemm_eff); };
+  auto attn = [&](double flops, double calls) { return calls * c.attention_overhead + flops / (r.flops * c.attention_eff); };
+  auto elem = [&](double bytes, double calls) { return calls * c.elementwise_overhead + bytes / (r.bytes * c.memory_eff); };
+  const double f_gemm = gemm(mix(&BlockWork::gemm_flops) + head_flops, mix(&BlockWork::gemm_calls) + 1.0 / l.pp);
+  // Unfused attention writes the whole [heads, T, T] score matrix per sequence (the mask is
+  // applied to it, not skipped), and softmax and dropout read and write it again.
+  const double scores = double(l.micro_batch) * (double(m.n_head) / l.tp) * m.seq_len * (double(m.seq_len) / l.cp);
+  const double f_attn = attn(mix(&BlockWork::attn_flops), layers) + elem(layers * scores * c.score_bytes, 0);
+  const double f_elem = elem(mix(&BlockWork::elem_bytes) + head_bytes, mix(&BlockWork::elem_calls) + 3.0 / l.pp);
+  double f = f_gemm + f_attn + f_elem;
+  // Backward: two GEMMs per forward GEMM, flash-style attention backward (2.5x), element-wise 2x.
+  double b = 2 * f_gemm + 2.5 * f_attn + 2 * f_elem;
+  double rc = 0;
+  if (l.recompute == "full") rc = f_gemm + f_attn + f_elem - head_flops / (r.flops * c.gemm_eff);
+  else if (l.recompute == "selective") rc = elem(mix(&BlockWork::norm_act_bytes), 3 * layers);
+  b += rc;
+
+  // Collectives, from each strategy's cost entry.
+  ParamCounts pc = count_params(m);
+  const double n_dense_blocks = double(m.n_layer) - moe_layers * l.pp;
+  const double block_params = n_dense_blocks * (pc.attention + pc.mlp + pc.norms) +
+                              moe_layers * l.pp * (pc.attention + pc.norms + pc.router + pc.expert_mlp / l.ep);
+  const double ends = l.pp == 1 ? pc.embed + pc.head : std::max(pc.embed, pc.head);
+  const double psi = (block_params / l.pp + ends) / l.tp;
+  const double expert_psi = moe_layers * pc.expert_mlp / l.ep / l.tp;
+  loom_cost_query q{};
+  q.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_cost_query)};
+  q.zero_stage = l.zero;
+  q.params = int64_t(psi);
+  q.expert_params = int64_t(expert_psi);
+  q.expert_dp = l.dp * l.cp;
+  q.grad_bytes = grad_bytes;
+  q.act_bytes = act_bytes;
+  q.tokens = int64_t(tokens);
+  q.d_model = m.d_model;
+  q.kv_width = 2 * m.kv_heads() * m.head_dim() / l.tp;
+  q.layers = int32_t(std::ceil(layers));
+  q.moe_layers = int32_t(std::ceil(moe_layers));
+  q.top_k = int32_t(m.moe.top_k);
+  q.microbatches = mbs;
+  q.chunks = l.chunks;
+  q.sequence_parallel = l.sp;
+  struct Axis {
+    std::string plugin;
+    int size, stride;
+  };
+  const int data_group = l.dp * l.ep * l.cp;
+  std::vector<Axis> axes;
+  if (l.tp > 1) axes.push_back({"tp", l.tp, 1});
+  if (l.sp) axes.push_back({"sp", l.tp, 1});
+  if (l.cp > 1) axes.push_back({"cp", l.cp, l.tp});
+  if (l.ep > 1) axes.push_back({"ep", l.ep, l.tp * l.cp});
+  if (data_group > 1) axes.push_back({l.data_plugin(), data_group, l.tp});
+  if (l.pp > 1) axes.push_back({l.schedule, l.pp, l.tp * l.cp * l.ep * l.dp});
+  double per_mb_exposed[2] = {0, 0};  // forward, backward: inside the micro-batch loop
+  std::vector<CommItem> step_comms;
+  for (const Axis& a : axes) {
+    q.group = a.size;
+    bool has = false;
+    for (const loom_cost_collective& cc : costs(a.plugin, q, has)) {
+      CommItem it;
+      it.plugin = a.plugin;
+      it.what = cc.what;
+      it.op = op_name(cc.op);
+      it.phase = cc.phase == LOOM_COST_FORWARD ? "forward" : cc.phase == LOOM_COST_BACKWARD ? "backward" : "step";
+      it.group = cc.group > 0 ? cc.group : a.size;
+      it.bytes = double(cc.bytes);
+      it.calls = double(cc.calls);
+      it.hidden = cc.hidden;
+      // The data group spans cp, ep and dp: its stride is tp, its members' span the whole group.
+      const double one = collective_time(c, cc.op, it.bytes, it.group, a.stride, it.level);
+      it.ms = one * it.calls * 1e3;
+      // Inside the loop: hidden behind the same phase's compute of that micro-batch, at most.
+      const bool in_loop = a.plugin != l.data_plugin();
+      if (in_loop) {
+        const double window = (cc.phase == LOOM_COST_FORWARD ? f_attn : 2.5 * f_attn) * 1e3 * mbs;
+        it.exposed_ms = std::max(0.0, it.ms - std::min(cc.hidden * it.ms, window));
+        per_mb_exposed[cc.phase == LOOM_COST_FORWARD ? 0 : 1] += it.exposed_ms / 1e3 / mbs;
+      }
+      e.comms.push_back(it);
+    }
+    if (!has) e.notes.push_back("plugin '" + a.plugin + "' has no cost entry (ABI 1.7): planned as communicating nothing");
+  }
+  // Tensor and pipeline transfers sit on the micro-batch's critical path.
+  f += per_mb_exposed[0];
+  b += per_mb_exposed[1];
+
+  // The micro-batch loop: plain accumulation, or the schedule's simulated makespan.
+  PipeShape shape;
+  if (l.pp == 1) {
+    e.pipeline_ms = mbs * (f + b) * 1e3;
+  } else {
+    shape = pipes(l.schedule, l.pp, mbs, l.chunks, b / f);
+    e.pipeline_ms = shape.makespan * (f / l.chunks) * 1e3;
+  }
+  e.forward_ms = mbs * (f - per_mb_exposed[0]) * 1e3;
+  e.recompute_ms = mbs * rc * 1e3;
+  e.backward_ms = mbs * (b - per_mb_exposed[1] - rc) * 1e3;
+  e.bubble_ms = std::max(0.0, e.pipeline_ms - mbs * (f + b) * 1e3);
+
+  // Data-parallel collectives: overlapped with backward (the last micro-batch's, for a once-a-
+  // step reduction; every micro-batch's for ZeRO-2/3), what does not fit is exposed.
+  double window_fwd = mbs * f * 1e3, window_bwd_all = mbs * b * 1e3, window_bwd_last = b / l.chunks * 1e3;
+  for (CommItem& it : e.comms) {
+    if (it.plugin != l.data_plugin()) continue;
+    double* window = it.phase == "forward" ? &window_fwd
+                     : it.phase == "backward" ? (it.calls > 1 ? &window_bwd_all : &window_bwd_last)
+                                              : nullptr;
+    const double can_hide = window ? std::min(*window, it.hidden * it.ms) : 0;
+    if (window) *window -= can_hide;
+    it.exposed_ms = it.ms - can_hide;
+  }
+  for (const CommItem& it : e.comms) e.comm_ms += it.ms, e.exposed_comm_ms += it.exposed_ms;
+  double data_exposed = 0;
+  for (const CommItem& it : e.comms)
+    if (it.plugin == l.data_plugin()) data_exposed += it.exposed_ms;
+
+  // AdamW over this rank's shard: read p, g, m, v, write p, m, v (7 x 4 bytes), the grad norm
+  // (a read of the gradients) and zeroing them.
+  const double opt_params = l.zero >= 1 ? psi / data_group : psi;
+  e.optimizer_ms = elem(opt_params * 28 + psi * grad_bytes * 2, 4) * 1e3;
+  e.overhead_ms = c.step_overhead * 1e3;
+  e.step_ms = e.pipeline_ms + data_exposed + e.optimizer_ms + e.overhead_ms;
+
+  // Memory per rank.
+  double states[3];
+  model_state_bytes(psi, data_group, l.zero, w.dtype != "fp32", states);
+  e.memory.params = states[0];
+  e.memory.grads = states[1];
+  e.memory.optim = states[2];
+  double per_layer = mix(&BlockWork::saved_elems) / std::max(layers, 1e-9) * act_bytes;
+  const double drop = mix(&BlockWork::selective_drop) / std::max(layers, 1e-9) * act_bytes;
+  double held_layers = layers;
+  if (l.pp > 1) held_layers = double(shape.in_flight) * m.n_layer / (double(l.pp) * l.chunks);
+  const double n_rows = l.sp ? tokens / l.tp : tokens;
+  double acts = held_layers * per_layer;
+  if (l.recompute == "full") acts = held_layers * n_rows * m.d_model * act_bytes + per_layer;
+  else if (l.recompute == "selective") acts = held_layers * (per_layer - drop) + drop;
+  // The head keeps its logits (fp32) on the last stage; the embedding's output on the first.
+  acts += tokens * vocab * 4 + 2 * n_rows * m.d_model * 4;
+  e.memory.activations = acts;
+  const double bucket = l.zero ? std::min(psi * 4, 2.0 * 25 * (1 << 20)) : std::min(psi * grad_bytes, 25.0 * (1 << 20));
+  e.memory.buffers = 2 * tokens * m.d_model * 4 + (data_group > 1 ? bucket : 0);
+  e.memory.process = c.process_bytes;
+  const double usable = c.memory * (1 - c.headroom);
+  e.fits = e.memory.total() <= usable;
+  if (!e.fits)
+    e.why_not = "needs " + gib(e.memory.total()) + " of " + gib(usable) + " usable (model states " +
+                gib(e.memory.model_states()) + ", activations " + gib(e.memory.activations) + ")";
+
+  // The figures users compare: PaLM's FLOPs (no recompute), per device.
+  e.model_flops = m.flops_per_token() * double(w.global_batch) * m.seq_len;
+  const double seconds = e.step_ms / 1e3;
+  e.tflops_per_device = e.model_flops / seconds / l.world() / 1e12;
+  e.mfu = e.model_flops / seconds / (l.world() * r.peak);
+  e.tokens_per_s_per_device = double(w.global_batch) * m.seq_len / seconds / l.world();
+  return e;
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,95 @@
+// The cost model of `loom plan`: one layout of one model on one cluster -> predicted step time,
+// broken into compute, each collective, the pipeline bubble and the optimizer, and memory per
+// rank. It needs no trainer: the strategies' traffic comes from their plugins' cost entries
+// (ABI 1.7) and the pipeline's shape from the schedule plugins, both through the two callbacks.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <loom/plugin.h>
+
+#include "gpt/config.hpp"
+#include "plan/cluster.hpp"
+
+namespace loom::plan {
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
+  int zero = 0;             // 0 = ddp, 1..3 = ZeRO stage
+  bool sp = false;          // sequence parallel beside tp
+  int micro_batch = 1;      // sequences per forward/backward on one dp rank
+  std::string schedule = "1f1b";
+  int chunks = 1;           // interleaved: model chunks per pp rank
+  std::string recompute = "none";
+  int world() const { return dp * tp * pp * cp * ep; }
+  // "dp4 tp2 pp2 zero1 mb2 1f1b" (what --explain and --fix read back)
+  std::string name() const;
+  // The data-slot plugin: ddp, zero1, zero2, zero3.
+  std::string data_plugin() const { return zero ? "zero" + std::to_string(zero) : "ddp"; }
+};
+
+// Parses a name as Layout::name writes it ("tp=2 pp=2" and "tp2,pp2" work too). ConfigError.
+Layout parse_layout(const std::string& text);
+
+struct Workload {
+  gpt::GptConfig model;
+  int64_t global_batch = 16;  // sequences per step
+  std::string dtype = "fp32"; // fp32 | bf16 | fp16 | fp8: GEMM peak, and model-state formulas
+};
+
+// One collective of the step, as a plugin's cost entry gave it, with its predicted time.
+struct CommItem {
+  std::string plugin, what, op, phase, level;  // level: "node" | "network" | "node+network"
+  int group = 1;
+  double bytes = 0, calls = 0, hidden = 0, ms = 0, exposed_ms = 0;
+};
+
+struct Memory {
+  double params = 0, grads = 0, optim = 0, activations = 0, buffers = 0, process = 0;
+  double model_states() const { return params + grads + optim; }
+  double total() const { return params + grads + optim + activations + buffers + process; }
+};
+
+struct Estimate {
+  Layout layout;
+  int microbatches = 1;
+  double forward_ms = 0, backward_ms = 0, recompute_ms = 0;  // compute, per step, per rank
+  double pipeline_ms = 0, bubble_ms = 0;  // the micro-batch loop, and its idle part
+  double optimizer_ms = 0, overhead_ms = 0;
+  double comm_ms = 0, exposed_comm_ms = 0;
+  double step_ms = 0;
+  std::vector<CommItem> comms;
+  Memory memory;
+  bool fits = true;
+  std::string why_not;
+  double model_flops = 0;  // per step, PaLM's count (what MFU divides)
+  double mfu = 0, tflops_per_device = 0, tokens_per_s_per_device = 0;
+  std::vector<std::string> notes;  // e.g. a plugin without a cost entry
+};
+
+// The step's collectives of one plugin for a query; empty when it has no cost entry.
+using CostSource = std::function<std::vector<loom_cost_collective>(const std::string& plugin,
+                                                                   const loom_cost_query& q, bool& has_entry)>;
+// Simulated pipeline makespan in forward units (a forward of one chunk = 1, backward = k), and
+// the most micro-batch chunks in flight on the first rank.
+struct PipeShape {
+  double makespan = 1;
+  int in_flight = 1;
+};
+using PipeSource = std::function<PipeShape(const std::string& schedule, int pp, int m, int chunks, double k)>;
+
+// Why a layout cannot run this model (empty when it can): divisibility, head counts, batch.
+std::string invalid_reason(const Workload& w, const Layout& l);
+
+Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const CostSource& costs,
+                  const PipeSource& pipes);
+
+// Model-state bytes per rank for psi parameters over n data-parallel ranks, by ZeRO stage
+// (Rajbhandari et al. 2020): mixed precision 16 psi, 4 psi + 12 psi/n, 2 psi + 14 psi/n, 16 psi/n;
+// fp32 (4 params, 4 grads, 8 Adam) 16 psi, 8 psi + 8 psi/n, 4 psi + 12 psi/n, 16 psi/n.
+// out: params, grads, optimizer states.
+void model_state_bytes(double psi, int n, int stage, bool mixed, double out[3]);
+
+}  // namespace loom::plan

@@ -1,0 +1,32 @@
+// Published large training runs, from their configurations alone, for checking the planner:
+// Narayanan et al. 2021 (SC21) Table 1 on A100, and later runs on H100. Each row's layout is the
+// one the authors published; the planner predicts its throughput with one cluster file per
+// machine kind and no per-row settings.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/estimate.hpp"
+
+namespace loom::plan {
+
+struct PublishedRun {
+  std::string name, source, cluster;  // cluster: the clusters/*.toml it ran on
+  Workload workload;
+  Layout layout;
+  std::string metric;    // "tflops" (per GPU, the paper's count) | "mfu" | "tokens"
+  double published = 0;  // in the metric's unit (TFLOP/s, fraction, tokens/s/GPU)
+  bool megatron_flops = false;  // count FLOPs as Narayanan et al. eq. 3 (full recompute, 96 B s l h^2 ...)
+};
+
+const std::vector<PublishedRun>& published_runs();
+
+// FLOPs of one iteration as Narayanan et al. 2021 eq. 3 count them (with full recompute):
+// 96 B s l h^2 (1 + s / 6h + V / 16 l h).
+double megatron_flops(const gpt::GptConfig& m, int64_t batch);
+
+// The metric as the paper reports it, from a prediction.
+double predicted_metric(const PublishedRun& run, const Estimate& e);
+
+}  // namespace loom::plan

@@ -1,0 +1,77 @@
+#include "plan/sources.hpp"
+
+#include <cmath>
+#include <tuple>
+
+#include "config/config.hpp"
+#include "core/errors.hpp"
+#include "loader/selection.hpp"
+#include "parallel/pipeline_plan.hpp"
+
+namespace loom::plan {
+
+struct PluginSources::State {
+  plugins::Registry registry;
+  std::map<std::string, loom_cost_fn> cost_fns;  // nullptr: the plugin has no cost entry
+  std::map<std::tuple<std::string, int, int, int, int>, PipeShape> shapes;
+  explicit State(std::vector<plugins::SearchDir> dirs) : registry(std::move(dirs)) {}
+
+  loom_cost_fn cost_fn(const std::string& name) {
+    auto it = cost_fns.find(name);
+    if (it != cost_fns.end()) return it->second;
+    const plugins::Found found = registry.find(name, LOOM_KIND_PARALLEL);
+    const void* proc = found.desc->get_proc ? found.desc->get_proc(LOOM_PROC_COST) : nullptr;
+    return cost_fns[name] = reinterpret_cast<loom_cost_fn>(const_cast<void*>(proc));
+  }
+};
+
+PluginSources::PluginSources(std::vector<plugins::SearchDir> dirs)
+    : state_(std::make_shared<State>(std::move(dirs))) {}
+PluginSources::~PluginSources() = default;
+
+CostSource PluginSources::costs() {
+  auto st = state_;
+  return [st](const std::string& plugin, const loom_cost_query& q, bool& has) {
+    std::vector<loom_cost_collective> out;
+    loom_cost_fn fn = st->cost_fn(plugin);
+    has = fn != nullptr;
+    if (!fn) return out;
+    int64_t n = 0;
+    if (fn(&q, nullptr, 0, &n, nullptr) != LOOM_OK || n < 0 || n > 4096)
+      throw RuntimeError("plugin '" + plugin + "': its cost entry failed");
+    out.resize(size_t(n));
+    if (n && fn(&q, out.data(), n, &n, nullptr) != LOOM_OK)
+      throw RuntimeError("plugin '" + plugin + "': its cost entry failed");
+    return out;
+  };
+}
+
+// Up to kSimulated micro-batches the schedule plugin's own order is simulated; past that the
+// steady state repeats and the closed forms hold: (v m + p - 1)(1 + k) chunk-forward units, and
+// 1f1b's p (interleaved: 2(p - 1) + (v - 1) p + 1) chunks in flight on the first rank.
+PipeSource PluginSources::pipes() {
+  auto st = state_;
+  return [st](const std::string& schedule, int pp, int m, int chunks, double k) {
+    constexpr int kSimulated = 256;
+    const int k20 = int(std::lround(k * 20));  // backward cost to 0.05: the cache key
+    auto key = std::make_tuple(schedule, pp, m, chunks, k20);
+    auto it = st->shapes.find(key);
+    if (it != st->shapes.end()) return it->second;
+    PipeShape s;
+    const int v = std::max(1, chunks);
+    if (m > kSimulated) {
+      s.makespan = (double(v) * m + pp - 1) * (1 + k20 / 20.0);
+      s.in_flight = schedule == "gpipe" ? m * v : schedule == "interleaved" ? 2 * (pp - 1) + (v - 1) * pp + 1 : pp;
+    } else {
+      const config::Config none_cfg = config::Config::parse("", "<plan>");
+      const plugins::Found found = st->registry.find(schedule, LOOM_KIND_PARALLEL);
+      loom_options none = plugins::options_for(none_cfg, schedule);
+      PipelinePlan plan(found, &none, loom_pipeline_shape{pp, m, chunks > 1 ? chunks : 0});
+      s.makespan = plan.simulate(1.0, k20 / 20.0).makespan;
+      s.in_flight = plan.peak_in_flight(0);
+    }
+    return st->shapes[key] = s;
+  };
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,28 @@
+// The planner's two callbacks bound to real plugins: each strategy's cost entry (ABI 1.7,
+// get_proc(LOOM_PROC_COST)) and the pipeline schedules' own action orders, simulated as
+// `loom schedule` draws them.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loader/registry.hpp"
+#include "plan/estimate.hpp"
+
+namespace loom::plan {
+
+class PluginSources {
+ public:
+  explicit PluginSources(std::vector<plugins::SearchDir> dirs);
+  ~PluginSources();
+  CostSource costs();
+  PipeSource pipes();
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace loom::plan
