@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -15,6 +16,14 @@
 #include "core/errors.hpp"
 #include "ops/ops.hpp"
 #include "train/peak.hpp"
+#include "config/config.hpp"
+#include "gpt/config.hpp"
+#include "loader/registry.hpp"
+#include "plan/estimate.hpp"
+#include "plan/sources.hpp"
+#include <nlohmann/json.hpp>
+#include <cstdlib>
+#include <tuple>
 
 namespace loom::cli {
 
@@ -94,29 +103,54 @@ Fit fit_elementwise(const loom_ops* o) {
   return fit(pts);
 }
 
-// Latency per hop and bus bandwidth of the comm backend: `loom bench comm` over 2 ranks.
-std::pair<double, double> fit_comm(const std::string& comm) {
-  std::vector<std::string> argv = self_invocation();
-  std::string cmd = "'" + argv[0] + "' bench comm --nproc 2 --comm " + comm +
-                    " --min-bytes 1K --max-bytes 16M --iters 10 2>/dev/null";
+// One collective's mean time per buffer size, 1 KiB to 16 MiB, from `loom bench comm` over 2
+// ranks (the mean keeps the occasional stall, which training meets as often).
+std::vector<std::pair<double, double>> measure_op(const std::string& comm, const std::string& op) {
+  // popen runs a shell, for which /proc/self/exe is the shell: name the binary itself.
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string cmd = "'" + self + "' bench comm --nproc 2 --comm " + comm + " --op " + op +
+                          " --min-bytes 1K --max-bytes 16M --iters 20 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw RuntimeError("cannot run loom bench comm");
   char line[512];
-  std::vector<double> small, busbw;
+  std::vector<std::pair<double, double>> rows;
   while (std::fgets(line, sizeof line, p)) {
     double bytes, count, root, time_us, algbw, bus;
-    char type[32], op[32];
-    if (std::sscanf(line, "[rank 0] %lf %lf %31s %31s %lf %lf %lf %lf", &bytes, &count, type, op, &root, &time_us, &algbw,
-                    &bus) != 8)
-      continue;
-    if (bytes <= 8192) small.push_back(time_us * 1e-6);
-    if (bytes >= (1 << 20)) busbw.push_back(bus * 1e9);
+    char type[32], redop[32];
+    if (std::sscanf(line, "[rank 0] %lf %lf %31s %31s %lf %lf %lf %lf", &bytes, &count, type, redop, &root, &time_us,
+                    &algbw, &bus) == 8)
+      rows.push_back({bytes, time_us * 1e-6});
   }
-  if (pclose(p) != 0 || small.empty() || busbw.empty()) throw RuntimeError("loom bench comm failed; is the '" + comm + "' plugin built?");
-  // The fastest small all-reduce is latency (2 hops of a 2-rank ring); the median large one is
-  // bandwidth (scheduling noise on a shared machine lands on single sizes).
-  std::sort(busbw.begin(), busbw.end());
-  return {*std::min_element(small.begin(), small.end()) / 2, busbw[busbw.size() / 2]};
+  if (pclose(p) != 0 || rows.size() < 8)
+    throw RuntimeError("loom bench comm --op " + op + " failed; is the '" + comm + "' plugin built?");
+  return rows;
+}
+
+// Latency per hop and bus bandwidth from one collective's timings, in the planner's ring terms
+// for 2 ranks (an all_reduce is 2 hops and moves S; the others 1 hop and S / 2): latency from the
+// median small size, bandwidth from each size of 256 KiB and more, median. Medians, because
+// scheduling stalls on a shared machine land on single sizes and training does not meet them.
+std::pair<double, double> alpha_beta(int op, const std::vector<std::pair<double, double>>& rows) {
+  const double hops = op == LOOM_COST_ALL_REDUCE ? 2 : 1, share = op == LOOM_COST_ALL_REDUCE || op == LOOM_COST_SEND_RECV ? 1 : 0.5;
+  std::vector<double> small, bw;
+  for (auto [bytes, t] : rows)
+    if (bytes <= 8192) small.push_back(t / hops);
+  std::sort(small.begin(), small.end());
+  const double latency = small[small.size() / 2];
+  for (auto [bytes, t] : rows)
+    if (bytes >= (1 << 18) && t > hops * latency) bw.push_back(share * bytes / (t - hops * latency));
+  if (bw.empty()) throw RuntimeError("loom bench comm gave no usable timings");
+  std::sort(bw.begin(), bw.end());
+  return {latency, bw[bw.size() / 2]};
+}
+
+double mem_total_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string l;
+  long long kb = 0;
+  while (std::getline(in, l))
+    if (std::sscanf(l.c_str(), "MemTotal: %lld kB", &kb) == 1) break;
+  return double(kb) * 1024;
 }
 
 double rss_bytes() {
@@ -128,6 +162,98 @@ double rss_bytes() {
   return double(kb) * 1024;
 }
 
+
+struct Measured {
+  int cores = 1;
+  double peak1 = 0, peakn = 0, mem_total = 0;
+  Fit gemm, attention, elem;
+  double latency = 0, busbw = 0;
+  std::pair<double, double> ops[5];  // per loom_cost_op: latency s, bandwidth bytes/s
+  std::string comm;
+  int max_ranks = 4;
+};
+
+std::string cluster_text(const Measured& m, double compute_scale, double process_mib) {
+  std::ostringstream f;
+  f.precision(4);
+  f << "# This machine, measured by `loom plan calibrate` (" << m.cores << " cores). Figures per core: a rank\n"
+    << "# gets cores / ranks threads (at least one), and ranks beyond the cores take turns.\n\n"
+    << "[cluster]\nname = \"this-machine\"\ndescription = \"this CPU machine, calibrated\"\nnodes = 1\n"
+    << "sources = [\"loom plan calibrate: the runtime's CPU op table (OpenBLAS sgemm), loom bench comm, a reference training run\"]\n\n"
+    << "[device]\nname = \"CPU core\"\nper_node = " << m.max_ranks << "\nshared_cores = " << m.cores
+    << "\nmemory_gib = " << m.mem_total / double(1ull << 30) << "        # MemTotal, shared by the ranks"
+    << "\nhbm_gbps = " << m.elem.rate / 1e9 << "             # element-wise 'add', 1 thread"
+    << "\npeak_tflops_fp32 = " << m.peak1 / 1e12 << "      # sgemm 1024^3, 1 thread"
+    << "\nthread_scaling = " << m.peakn / m.peak1 << "         # sgemm on " << m.cores << " threads over 1\n\n"
+    << "[intra]\nkind = \"loopback\"\nbandwidth_gbps = " << m.busbw / 1e9 << "       # " << m.comm
+    << " all_reduce, 256 KiB - 16 MiB, 2 ranks\nlatency_us = " << m.latency * 1e6 << "\n\n"
+    << "[inter]\nkind = \"none\"\n\n"
+    << "[intra_ops]                # " << m.comm << ", 2 ranks: [latency per hop us, bus bandwidth GB/s]\n";
+  const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"};
+  for (int op = 0; op < 5; ++op) f << names[op] << " = [" << m.ops[op].first * 1e6 << ", " << m.ops[op].second / 1e9 << "]\n";
+  f << "\n"
+    << "[efficiency]\ngemm = " << std::min(1.0, m.gemm.rate / m.peak1) << "\ngemm_overhead_us = " << m.gemm.overhead * 1e6
+    << "\nattention = " << std::min(1.0, m.attention.rate / m.peak1) << "\nattention_overhead_us = " << m.attention.overhead * 1e6
+    << "\nmemory = 1.0\nelementwise_overhead_us = " << m.elem.overhead * 1e6 << "\ncomm = 1.0"
+    << "\ncompute_scale = " << compute_scale << "         # reference run's step over the modelled one"
+    << "\nstep_overhead_ms = 0\nprocess_mib = " << process_mib << "            # reference run's peak RSS less its model\n";
+  return f.str();
+}
+
+// A short one-rank training run of a shape no accuracy check uses (d_model 96, 3 layers, T 96),
+// against the model's prediction: the ratio of step times becomes compute_scale, and the peak
+// memory left over after the modelled parts becomes the runtime's own memory (process_mib).
+std::pair<double, double> reference_run(const std::string& text) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  char tmpl[] = "/tmp/loom-calibrate-XXXXXX";
+  if (!mkdtemp(tmpl)) throw RuntimeError("cannot make a temporary directory" + os_reason());
+  const std::filesystem::path dir = tmpl;
+  struct Cleanup {
+    std::filesystem::path d;
+    ~Cleanup() { std::error_code ec; std::filesystem::remove_all(d, ec); }
+  } cleanup{dir};
+  {
+    std::ofstream corpus(dir / "corpus.txt");
+    for (int i = 0; i < 3000; ++i) corpus << "a reference run measures what the op fits miss " << i % 17 << "\n";
+  }
+  std::ofstream(dir / "cluster.toml") << text;
+  std::ofstream(dir / "ref.toml") << "[run]\nlog_every = 1000\n[model]\nn_layer = 3\nn_head = 4\nd_model = 96\nseq_len = 96\n"
+                                  << "[data]\ndir = \"" << (dir / "data").string() << "\"\n"
+                                  << "[train]\nsteps = 14\nglobal_batch = 16\neval_every = 0\n";
+  const std::string q = "'", d = dir.string();
+  if (std::system((q + self + "' data prepare --text '" + d + "/corpus.txt' --out '" + d + "/data' > /dev/null 2>&1").c_str()) != 0 ||
+      std::system((q + self + "' train '" + d + "/ref.toml' --run-dir '" + d + "/run' > '" + d + "/train.log' 2>&1").c_str()) != 0)
+    throw RuntimeError("the reference training run failed; see loom train on a small config");
+  std::ifstream metrics(dir / "run" / "metrics.jsonl");
+  std::vector<double> steps;
+  double peak = 0;
+  std::string line;
+  while (std::getline(metrics, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("step_ms")) continue;
+    steps.push_back(j["step_ms"].get<double>());
+    peak = std::max(peak, j["peak_mem_bytes"].get<double>());
+  }
+  if (steps.size() < 6) throw RuntimeError("the reference training run logged too few steps");
+  steps.erase(steps.begin(), steps.begin() + 3);  // warm-up
+  std::sort(steps.begin(), steps.end());
+  const double measured = steps[steps.size() / 2];
+  config::Config cfg = config::Config::load(dir / "ref.toml");
+  cfg.validate_runtime();
+  plan::Workload w;
+  w.model = gpt::from_config(cfg);
+  w.global_batch = cfg.i64("train.global_batch");
+  plan::PluginSources sources(plugins::Registry::default_dirs());
+  plan::Layout l;
+  l.micro_batch = int(w.global_batch);
+  const plan::Estimate e = plan::estimate(plan::load_cluster(dir / "cluster.toml"), w, l, sources.costs(), sources.pipes());
+  const double scale = std::max(0.1, (measured - e.optimizer_ms - e.overhead_ms) / e.pipeline_ms);
+  const double process = std::max(0.0, peak - (e.memory.total() - e.memory.process));
+  std::fprintf(stderr, "  reference run: %.1f ms measured, %.1f ms modelled: compute_scale %.3f; peak memory %.1f MiB\n",
+               measured, e.step_ms, scale, peak / (1 << 20));
+  return {scale, process / (1 << 20)};
+}
+
 }  // namespace
 
 int plan_calibrate(const Args& args) {
@@ -137,40 +263,31 @@ int plan_calibrate(const Args& args) {
       "max-ranks", po::value<int>()->default_value(4), "ranks the file allows per node");
   po::variables_map vm;
   if (!parse(args, "loom plan calibrate --out FILE [--comm gloo] [--max-ranks N]", opts, {}, vm)) return kExitOk;
-  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  Measured m;
+  m.cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  m.comm = vm["comm"].as<std::string>();
+  m.max_ranks = vm["max-ranks"].as<int>();
+  m.mem_total = mem_total_bytes();
   const loom_ops* o = ops::cpu();
-  std::fprintf(stderr, "calibrating on %d cores: sgemm peak...\n", cores);
+  std::fprintf(stderr, "calibrating on %d cores: sgemm peak...\n", m.cores);
   ops::set_threads("cpu", 1);
-  const double peak1 = train::measure_sgemm_gflops(1) * 1e9;
-  std::fprintf(stderr, "  1 thread: %.1f GFLOP/s; GEMM, attention and element-wise fits on 1 thread...\n", peak1 / 1e9);
-  const Fit gemm = fit_gemm(o), attention = fit_attention(o), elem = fit_elementwise(o);
-  ops::set_threads("cpu", cores);
-  const double peakn = train::measure_sgemm_gflops(cores) * 1e9;
+  m.peak1 = train::measure_sgemm_gflops(1) * 1e9;
+  std::fprintf(stderr, "  1 thread: %.1f GFLOP/s; GEMM, attention and element-wise fits on 1 thread...\n", m.peak1 / 1e9);
+  m.gemm = fit_gemm(o), m.attention = fit_attention(o), m.elem = fit_elementwise(o);
+  ops::set_threads("cpu", m.cores);
+  m.peakn = train::measure_sgemm_gflops(m.cores) * 1e9;
   ops::set_threads("cpu", 1);
-  std::fprintf(stderr, "  %d threads: %.1f GFLOP/s; comm over 2 ranks (loom bench comm)...\n", cores, peakn / 1e9);
-  const auto [latency, busbw] = fit_comm(vm["comm"].as<std::string>());
-  const double process = rss_bytes();
-  std::ostringstream f;
-  f.precision(4);
-  f << "# This machine, measured by `loom plan calibrate` (" << cores << " cores). Figures per core: a rank\n"
-    << "# gets cores / ranks threads (at least one), and ranks beyond the cores take turns.\n\n"
-    << "[cluster]\nname = \"this-machine\"\ndescription = \"this CPU machine, calibrated\"\nnodes = 1\n"
-    << "sources = [\"loom plan calibrate: the runtime's CPU op table (OpenBLAS sgemm), loom bench comm\"]\n\n"
-    << "[device]\nname = \"CPU core\"\nper_node = " << vm["max-ranks"].as<int>() << "\nshared_cores = " << cores
-    << "\nmemory_gib = 16.0\nhbm_gbps = " << elem.rate / 1e9 << "             # element-wise 'add', 1 thread"
-    << "\npeak_tflops_fp32 = " << peak1 / 1e12 << "      # sgemm 1024^3, 1 thread"
-    << "\nthread_scaling = " << peakn / peak1 << "         # sgemm on " << cores << " threads over 1\n\n"
-    << "[intra]\nkind = \"loopback\"\nbandwidth_gbps = " << busbw / 1e9 << "       # " << vm["comm"].as<std::string>()
-    << " all_reduce busbw, 1-16 MiB, 2 ranks\nlatency_us = " << latency * 1e6 << "\n\n"
-    << "[inter]\nkind = \"none\"\n\n"
-    << "[efficiency]\ngemm = " << std::min(1.0, gemm.rate / peak1) << "\ngemm_overhead_us = " << gemm.overhead * 1e6
-    << "\nattention = " << std::min(1.0, attention.rate / peak1) << "\nattention_overhead_us = " << attention.overhead * 1e6
-    << "\nmemory = 1.0\nelementwise_overhead_us = " << elem.overhead * 1e6 << "\ncomm = 1.0\nstep_overhead_ms = 0\n"
-    << "process_mib = " << process / (1 << 20) << "            # this process after the measurements\n";
+  std::fprintf(stderr, "  %d threads: %.1f GFLOP/s; comm over 2 ranks (loom bench comm)...\n", m.cores, m.peakn / 1e9);
+  const char* ops[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv"};  // loom_cost_op order
+  for (int op = 0; op < 5; ++op) m.ops[op] = alpha_beta(op, measure_op(m.comm, ops[op]));
+  std::tie(m.latency, m.busbw) = m.ops[0];
+  std::fprintf(stderr, "  %s: %.1f us per hop, %.2f GB/s; a reference training run...\n", m.comm.c_str(), m.latency * 1e6, m.busbw / 1e9);
+  const auto [scale, process_mib] = reference_run(cluster_text(m, 1.0, 0.0));
+  const std::string text = cluster_text(m, scale, process_mib);
   std::ofstream out(vm["out"].as<std::string>());
-  if (!out) throw UsageError("cannot write '" + vm["out"].as<std::string>() + "'");
-  out << f.str();
-  std::printf("%s", f.str().c_str());
+  if (!out) throw UsageError("cannot write '" + vm["out"].as<std::string>() + "'" + os_reason());
+  out << text;
+  std::printf("%s", text.c_str());
   std::fprintf(stderr, "wrote %s\n", vm["out"].as<std::string>().c_str());
   return kExitOk;
 }

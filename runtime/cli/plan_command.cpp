@@ -174,7 +174,9 @@ int plan_cmd(const Args& args) {
     if (l.world() != devices)
       throw ConfigError("layout " + l.name() + " uses " + std::to_string(l.world()) + " devices, not the " +
                         std::to_string(devices) + " planned for (set --devices or --nodes)");
-    explain(plan::estimate(c, w, l, sources.costs(), sources.pipes()), c);
+    const Estimate e = plan::estimate(c, w, l, sources.costs(), sources.pipes());
+    if (vm["json"].as<bool>()) std::printf("%s\n", estimate_json(e).c_str());
+    else explain(e, c);
     return kExitOk;
   }
   const plan::Fixed fixed = plan::parse_fixed(vm.count("fix") ? vm["fix"].as<std::vector<std::string>>() : std::vector<std::string>{});

@@ -68,6 +68,13 @@ bool fits_type(const toml::node& n, ValueType t) {
         if (!e.is_string()) return false;
       return true;
     }
+    case ValueType::FloatList: {
+      const toml::array* a = n.as_array();
+      if (!a) return false;
+      for (const auto& e : *a)
+        if (!e.is_floating_point() && !e.is_integer()) return false;
+      return true;
+    }
   }
   return false;
 }
@@ -95,6 +102,13 @@ void check_value(const toml::node& n, const std::string& label, const KeySpec& k
     if (v < k.min || v > k.max || (k.below_max && v >= k.max))
       throw ConfigError(head + range_text(k) + ", got " + describe(n));
   }
+  if (const toml::array* a = n.as_array(); a && k.type == ValueType::FloatList)
+    for (const auto& e : *a) {
+      const double v = e.value<double>().value();
+      if (!std::isfinite(v) || v < k.min || v > k.max)
+        throw ConfigError(where(e) + ": " + label + " " + k.name + ": every element must be " + range_text(k) +
+                          ", got " + describe(e));
+    }
   if (n.is_string() && !k.choices.empty()) {
     std::string v = n.value<std::string>().value();
     bool ok = false;

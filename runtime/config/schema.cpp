@@ -15,6 +15,7 @@ const char* type_name(ValueType t) {
     case ValueType::String: return "string";
     case ValueType::StringList: return "array of strings";
     case ValueType::IntOrAuto: return "integer or \"auto\"";
+    case ValueType::FloatList: return "array of numbers";
   }
   return "?";
 }

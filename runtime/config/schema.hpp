@@ -11,7 +11,7 @@
 
 namespace loom::config {
 
-enum class ValueType { Int, Float, Bool, String, StringList, IntOrAuto };
+enum class ValueType { Int, Float, Bool, String, StringList, IntOrAuto, FloatList };
 
 const char* type_name(ValueType t);
 

@@ -1,6 +1,7 @@
 #include "plan/cluster.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -68,6 +69,13 @@ std::vector<SectionSpec> build_schema() {
           {"nodes_per_pod", ValueType::Int, "0", "nodes under one non-blocking switch group; 0 = all", 0, 1e7},
           {"oversubscription", ValueType::Float, "1", "bandwidth divisor between pods", 1, kInf},
       }},
+      {"intra_ops", "each collective within a node, measured over 2 ranks (loom plan calibrate): [latency per hop us, bus bandwidth GB/s]", {
+          {"all_reduce", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
+          {"reduce_scatter", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
+          {"all_gather", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
+          {"all_to_all", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
+          {"send_recv", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
+      }},
       {"efficiency", "achieved fractions of peak and fixed costs (loom plan calibrate measures them)", {
           {"gemm", ValueType::Float, "0.7", "large GEMMs, fraction of peak FLOP/s", 0, 1},
           {"gemm_overhead_us", ValueType::Float, "0", "fixed cost per GEMM call (launch, small-shape loss)", 0, kInf},
@@ -77,6 +85,7 @@ std::vector<SectionSpec> build_schema() {
           {"memory", ValueType::Float, "0.7", "element-wise ops and the optimizer, fraction of hbm_gbps", 0, 1},
           {"elementwise_overhead_us", ValueType::Float, "0", "fixed cost per element-wise call", 0, kInf},
           {"comm", ValueType::Float, "0.8", "collectives' bus bandwidth, fraction of the link", 0, 1},
+          {"compute_scale", ValueType::Float, "1", "a training step's measured compute over the modelled one (calibrated; 1 = trust the op figures)", 0, kInf},
           {"step_overhead_ms", ValueType::Float, "0", "per step outside the model: data, grad norm, logging", 0, kInf},
           {"process_mib", ValueType::Float, "0", "memory a rank holds before the model (runtime, CUDA context)", 0, kInf},
       }},
@@ -95,6 +104,12 @@ double f64(const toml::table& root, const char* s, const char* k) {
 int64_t i64(const toml::table& root, const char* s, const char* k) {
   return section(root, s).get(k)->value<int64_t>().value();
 }
+std::vector<double> list(const toml::table& root, const char* s, const char* k) {
+  std::vector<double> out;
+  for (const auto& e : *section(root, s).get(k)->as_array()) out.push_back(e.value<double>().value());
+  return out;
+}
+
 std::string str(const toml::table& root, const char* s, const char* k) {
   return section(root, s).get(k)->value<std::string>().value();
 }
@@ -148,6 +163,12 @@ Cluster parse_cluster(const std::string& text, const std::string& source) {
                         did_you_mean(name, names));
   }
   for (const Required& r : kRequired) require(root, r, source, "");
+  // Before the defaults fill them: a cluster of several nodes must say what connects them.
+  const toml::node* nodes = section(root, "cluster").get("nodes");
+  if (nodes && nodes->is_integer() && nodes->value<int64_t>().value() > 1)
+    for (const Required& r : kRequiredAcrossNodes)
+      require(root, r, source, "; a cluster of " + std::to_string(nodes->value<int64_t>().value()) +
+                                   " nodes needs the network between them");
   for (const auto& s : cluster_schema()) {
     if (!root.contains(s.name)) root.insert(s.name, toml::table{});
     config::check_table(*root.get_as<toml::table>(s.name), "[" + s.name + "]", s.keys, false);
@@ -173,8 +194,6 @@ Cluster parse_cluster(const std::string& text, const std::string& source) {
   c.headroom = f64(root, "device", "memory_headroom");
   c.intra = {str(root, "intra", "kind"), f64(root, "intra", "bandwidth_gbps") * 1e9, f64(root, "intra", "latency_us") * 1e-6};
   if (c.nodes > 1) {
-    for (const Required& r : kRequiredAcrossNodes)
-      require(root, r, source, "; a cluster of " + std::to_string(c.nodes) + " nodes needs the network between them");
     for (const char* k : {"nics_per_node", "nic_gbits"}) require_positive(root, "inter", k, source);
   }
   c.nics_per_node = static_cast<int>(i64(root, "inter", "nics_per_node"));
@@ -192,6 +211,17 @@ Cluster parse_cluster(const std::string& text, const std::string& source) {
   c.elementwise_overhead = f64(root, "efficiency", "elementwise_overhead_us") * 1e-6;
   c.step_overhead = f64(root, "efficiency", "step_overhead_ms") * 1e-3;
   c.score_bytes = f64(root, "efficiency", "score_bytes");
+  const char* ops[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"};  // loom_cost_op order
+  for (int op = 0; op < 5; ++op) {
+    const std::vector<double> v = list(root, "intra_ops", ops[op]);
+    if (v.empty()) continue;
+    if (v.size() != 2 || v[1] <= 0)
+      throw ConfigError(source + ": [intra_ops] " + ops[op] + " must be [latency us, bandwidth GB/s > 0]");
+    c.intra_ops.op[op] = {c.intra.kind, v[1] * 1e9, v[0] * 1e-6};
+    c.intra_ops.has[op] = true;
+  }
+  c.compute_scale = f64(root, "efficiency", "compute_scale");
+  require_positive(root, "efficiency", "compute_scale", source);
   c.process_bytes = f64(root, "efficiency", "process_mib") * (1ull << 20);
   return c;
 }

@@ -18,6 +18,14 @@ struct Link {
   double bandwidth = 0, latency = 0;
 };
 
+// Latency and bandwidth of each collective within a node, measured (loom plan calibrate) where
+// a backend's collectives differ (gloo's all_gather and reduce_scatter move bytes slower than its
+// all_reduce on loopback). Indexed by loom_cost_op; a missing one falls back to [intra].
+struct OpLinks {
+  Link op[5];
+  bool has[5] = {false, false, false, false, false};
+};
+
 struct Cluster {
   std::string name, source;  // source: the file it came from
   int nodes = 1;             // nodes the cluster has; the planner refuses more
@@ -32,6 +40,7 @@ struct Cluster {
   double headroom = 0.1;      // fraction of device memory kept free ("fits" leaves this)
 
   Link intra, inter;
+  OpLinks intra_ops;  // empty unless calibrated
   int nics_per_node = 0;
   bool rail_optimized = true;
   int nodes_per_pod = 0;        // nodes under one non-blocking switch group; 0 = all
@@ -41,6 +50,9 @@ struct Cluster {
   double gemm_eff = 0.7, attention_eff = 0.5, memory_eff = 0.7, comm_eff = 0.8;
   double gemm_overhead = 0, attention_overhead = 0, elementwise_overhead = 0;  // seconds per call
   double step_overhead = 0;   // seconds per step outside the model (data, logging, grad norm)
+  // Measured over modelled compute of a whole training step (calibrated): the runtime's own
+  // work the op fits do not see (copies, bias and embedding kernels, accumulation, hooks).
+  double compute_scale = 1;
   // Bytes each attention-score element moves in a forward when the kernels write the scores out
   // (an unfused softmax and dropout); 0 = a fused (flash) kernel keeps them on chip.
   double score_bytes = 0;

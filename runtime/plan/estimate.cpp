@@ -60,6 +60,9 @@ BlockWork block_work(const gpt::GptConfig& m, const Layout& l, double tokens, in
   // What Block::saved_bytes keeps: x_in, x_mid and both norm outputs on the rows held here; on
   // all rows this rank's q, k, v, attention output, MLP pre-activation and activation.
   w.saved_elems = 4 * n * d + N * (qkv + d / tp) + k * N * (fc + ff);
+  // A MoE block also keeps each routed row's gathered input and expert output, and the router's
+  // probabilities, choices and weights (MoeMlp::saved_bytes).
+  if (moe) w.saved_elems += k * N * 2 * d + N * double(m.moe.experts + 1 + m.moe.top_k) + 3 * k * N;
   w.selective_drop = 2 * n * d + k * N * ff;
   return w;
 }
@@ -90,14 +93,15 @@ const char* op_name(int op) {
 // hierarchical: the node part first, then S / local over the network, NIC by NIC (rail-optimised),
 // slower by the oversubscription when the group spans more than a pod.
 double collective_time(const Cluster& c, int op, double S, int n, int stride, std::string& level) {
+  const Link& intra = c.intra_ops.has[op] ? c.intra_ops.op[op] : c.intra;
   if (n <= 1) return level = "-", 0.0;
   if (op == LOOM_COST_SEND_RECV) {  // to the neighbour stride ranks away
     const bool same = stride < c.per_node;
     level = same ? "node" : "network";
-    return ring_time(op, S, 2, same ? c.intra : c.inter, c.comm_eff);
+    return ring_time(op, S, 2, same ? intra : c.inter, c.comm_eff);
   }
   const long span = long(stride) * n;
-  if (span <= c.per_node) return level = "node", ring_time(op, S, n, c.intra, c.comm_eff);
+  if (span <= c.per_node) return level = "node", ring_time(op, S, n, intra, c.comm_eff);
   const int local = std::max(1, std::min(n, c.per_node / std::max(1, stride)));
   const int nodes = n / local;
   // Each device drives nics / per_node NICs (DGX: one each). Without rails, or past a pod,
@@ -107,7 +111,7 @@ double collective_time(const Cluster& c, int op, double S, int n, int stride, st
   const long span_nodes = (span + c.per_node - 1) / c.per_node;
   if (!c.rail_optimized || (c.nodes_per_pod > 0 && span_nodes > c.nodes_per_pod)) net.bandwidth /= c.oversubscription;
   level = local > 1 ? "node+network" : "network";
-  return ring_time(op, S, local, c.intra, c.comm_eff) + ring_time(op, S / local, nodes, net, c.comm_eff);
+  return ring_time(op, S, local, intra, c.comm_eff) + ring_time(op, S / local, nodes, net, c.comm_eff);
 }
 
 // Per-rank compute rate: a device's peak, or on a CPU machine the share of the cores this rank
@@ -250,12 +254,12 @@ Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const Co
   const double scores = double(l.micro_batch) * (double(m.n_head) / l.tp) * m.seq_len * (double(m.seq_len) / l.cp);
   const double f_attn = attn(mix(&BlockWork::attn_flops), layers) + elem(layers * scores * c.score_bytes, 0);
   const double f_elem = elem(mix(&BlockWork::elem_bytes) + head_bytes, mix(&BlockWork::elem_calls) + 3.0 / l.pp);
-  double f = f_gemm + f_attn + f_elem;
+  double f = (f_gemm + f_attn + f_elem) * c.compute_scale;
   // Backward: two GEMMs per forward GEMM, flash-style attention backward (2.5x), element-wise 2x.
-  double b = 2 * f_gemm + 2.5 * f_attn + 2 * f_elem;
+  double b = (2 * f_gemm + 2.5 * f_attn + 2 * f_elem) * c.compute_scale;
   double rc = 0;
-  if (l.recompute == "full") rc = f_gemm + f_attn + f_elem - head_flops / (r.flops * c.gemm_eff);
-  else if (l.recompute == "selective") rc = elem(mix(&BlockWork::norm_act_bytes), 3 * layers);
+  if (l.recompute == "full") rc = f - head_flops / (r.flops * c.gemm_eff) * c.compute_scale;
+  else if (l.recompute == "selective") rc = elem(mix(&BlockWork::norm_act_bytes), 3 * layers) * c.compute_scale;
   b += rc;
 
   // Collectives, from each strategy's cost entry.
@@ -383,9 +387,14 @@ Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const Co
   acts += tokens * vocab * 4 + 2 * n_rows * m.d_model * 4;
   e.memory.activations = acts;
   const double bucket = l.zero ? std::min(psi * 4, 2.0 * 25 * (1 << 20)) : std::min(psi * grad_bytes, 25.0 * (1 << 20));
-  e.memory.buffers = 2 * tokens * m.d_model * 4 + (data_group > 1 ? bucket : 0);
+  // Each MoE block keeps its backward scratch for the routed rows (gradients of the gathered
+  // input, pre-activation, activation and expert output), the same size as what it saves.
+  const double moe_scratch = moe_layers * m.moe.top_k * tokens * (2.0 * m.d_model + double(m.fc_out() + m.d_ff) / l.tp) * act_bytes;
+  e.memory.buffers = 2 * tokens * m.d_model * 4 + (data_group > 1 ? bucket : 0) + moe_scratch;
   e.memory.process = c.process_bytes;
-  const double usable = c.memory * (1 - c.headroom);
+  // A CPU machine's memory is shared by the ranks on it.
+  const double ranks_here = c.shared_cores > 0 ? std::min(l.world(), c.per_node) : 1;
+  const double usable = c.memory * (1 - c.headroom) / ranks_here;
   e.fits = e.memory.total() <= usable;
   if (!e.fits)
     e.why_not = "needs " + gib(e.memory.total()) + " of " + gib(usable) + " usable (model states " +

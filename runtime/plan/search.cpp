@@ -136,7 +136,8 @@ std::string reason(const SearchResult& r) {
   const Estimate& best = r.ranked.front();
   if (!best.fits) return "no layout fits: the smallest needs " + best.why_not.substr(6);
   std::ostringstream os;
-  os.precision(3);
+  os.setf(std::ios::fixed);
+  os.precision(1);
   const double compute = best.forward_ms + best.backward_ms + best.recompute_ms;
   os << best.layout.name() << ": compute " << 100 * compute / best.step_ms << "% of the step, exposed communication "
      << 100 * (best.step_ms - compute - best.bubble_ms - best.optimizer_ms - best.overhead_ms) / best.step_ms

@@ -1,0 +1,203 @@
+// loom plan's model: cluster files, the ZeRO formulas, the strategies' cost entries, the
+// published runs it must predict, and the search's speed and choices.
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <doctest/doctest.h>
+
+#include "core/errors.hpp"
+#include "loader/registry.hpp"
+#include "plan/published.hpp"
+#include "plan/search.hpp"
+#include "plan/sources.hpp"
+
+namespace {
+
+using namespace loom;
+const std::filesystem::path kClusters = std::filesystem::path(LOOM_SOURCE_DIR) / "clusters";
+
+std::string h100_text() {
+  std::ifstream in(kClusters / "h100-sxm.toml");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  REQUIRE(at != std::string::npos);
+  return s.replace(at, from.size(), to);
+}
+
+plan::Workload llama3_workload(int layers, int hidden, int heads, int d_ff, int64_t batch) {
+  plan::Workload w;
+  auto& m = w.model;
+  m.n_layer = layers, m.d_model = hidden, m.n_head = heads, m.n_kv_head = 8, m.d_ff = d_ff, m.vocab_size = 128256;
+  m.seq_len = 8192, m.positions = "rope", m.norm = "rmsnorm", m.mlp = "swiglu", m.bias = false, m.tied_embeddings = false;
+  w.global_batch = batch;
+  w.dtype = "bf16";
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("every shipped cluster file parses, with its figures where the datasheets put them") {
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kClusters)) {
+    if (entry.path().extension() != ".toml") continue;
+    INFO(entry.path());
+    const plan::Cluster c = plan::load_cluster(entry.path());
+    CHECK(c.peak("bf16") > 0);
+    CHECK(c.memory > 0);
+    ++files;
+  }
+  CHECK(files >= 5);  // A100, H100, H200, B200, this machine
+  const plan::Cluster h100 = plan::load_cluster(kClusters / "h100-sxm.toml");
+  CHECK(h100.peak("bf16") == doctest::Approx(989e12));
+  CHECK(h100.peak("fp8") == doctest::Approx(1979e12));
+  CHECK(h100.inter.bandwidth == doctest::Approx(50e9));  // NDR 400 Gb/s
+  CHECK(plan::load_cluster(kClusters / "b200.toml").peak("bf16") == doctest::Approx(2250e12));  // dense, not the sparse 4.5 PF
+}
+
+TEST_CASE("a cluster file with a missing, negative or misspelt figure is an error naming it") {
+  const std::string good = h100_text();
+  auto error_of = [](const std::string& text) {
+    try {
+      plan::parse_cluster(text, "c.toml");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error_of(replace(good, "hbm_gbps = 3350.0", "")).find("[device] hbm_gbps is missing") != std::string::npos);
+  const std::string negative = error_of(replace(good, "hbm_gbps = 3350.0", "hbm_gbps = -3350.0"));
+  CHECK(negative.find("c.toml:") == 0);
+  CHECK(negative.find("hbm_gbps") != std::string::npos);
+  CHECK(error_of(replace(good, "memory_gib = 80.0", "memory_gib = 0")).find("must be positive") != std::string::npos);
+  CHECK(error_of(replace(good, "nic_gbits = 400.0", "nic_gbit = 400.0")).find("did you mean 'nic_gbits'") != std::string::npos);
+  CHECK(error_of(replace(good, "nics_per_node = 8\n", "")).find("needs the network between them") != std::string::npos);
+  CHECK(error_of(replace(good, "[intra]", "[intro]")).find("did you mean 'intra'") != std::string::npos);
+  CHECK(error_of(good) == "no error");
+}
+
+TEST_CASE("the ZeRO memory formulas are the model's, exactly") {
+  const double psi = 1e9;
+  const int n = 8;
+  double b[3];
+  auto total = [&](int stage, bool mixed) {
+    plan::model_state_bytes(psi, n, stage, mixed, b);
+    return b[0] + b[1] + b[2];
+  };
+  // Rajbhandari et al. 2020, mixed-precision Adam (K = 12).
+  CHECK(total(0, true) == doctest::Approx(16 * psi));
+  CHECK(total(1, true) == doctest::Approx(4 * psi + 12 * psi / n));
+  CHECK(total(2, true) == doctest::Approx(2 * psi + 14 * psi / n));
+  CHECK(total(3, true) == doctest::Approx(16 * psi / n));
+  // fp32 training (REFERENCE.md): 4 + 4 + 8, the same terms sharded.
+  CHECK(total(0, false) == doctest::Approx(16 * psi));
+  CHECK(total(1, false) == doctest::Approx(8 * psi + 8 * psi / n));
+  CHECK(total(2, false) == doctest::Approx(4 * psi + 12 * psi / n));
+  CHECK(total(3, false) == doctest::Approx(16 * psi / n));
+}
+
+TEST_CASE("the built-in strategies report their traffic through the ABI 1.7 cost entry") {
+  plan::PluginSources sources(plugins::Registry::default_dirs());
+  const plan::CostSource costs = sources.costs();
+  loom_cost_query q{};
+  q.group = 4, q.params = 1000000, q.grad_bytes = 4, q.act_bytes = 4, q.tokens = 512, q.d_model = 64;
+  q.kv_width = 128, q.layers = 2, q.microbatches = 3, q.chunks = 1;
+  bool has = false;
+  auto ddp = costs("ddp", q, has);
+  REQUIRE(has);
+  REQUIRE(ddp.size() == 1);
+  CHECK(ddp[0].op == LOOM_COST_ALL_REDUCE);
+  CHECK(ddp[0].bytes == 4000000);
+  auto zero3 = costs("zero3", q, has);
+  double moved = 0;  // ZeRO-3: 3 psi per micro-batch, as gather + gather + scatter
+  for (const auto& c : zero3) moved += double(c.bytes) * c.calls;
+  CHECK(moved == doctest::Approx(3.0 * 4000000 * 3));
+  auto tp = costs("tp", q, has);
+  int64_t block_calls = 0;
+  for (const auto& c : tp)
+    if (std::string(c.what).find("block") != std::string::npos) block_calls += c.calls;
+  CHECK(block_calls == 4 * 2 * 3);  // 2 forward + 2 backward all-reduces, per layer, per micro-batch
+  q.sequence_parallel = 1;
+  auto sp = costs("sp", q, has);
+  CHECK(sp.size() == 4);
+  for (const char* name : {"cp", "ep", "1f1b", "interleaved", "gpipe", "zero1", "zero2"}) {
+    costs(name, q, has);
+    CHECK_MESSAGE(has, name);
+  }
+}
+
+TEST_CASE("Narayanan et al. 2021 Table 1 is predicted within 15% on every row, from the published layouts") {
+  plan::PluginSources sources(plugins::Registry::default_dirs());
+  int rows = 0;
+  for (const auto& run : plan::published_runs()) {
+    if (run.source.find("Table 1") == std::string::npos) continue;
+    const plan::Cluster c = plan::load_cluster(kClusters / (run.cluster + ".toml"));
+    const plan::Estimate e = plan::estimate(c, run.workload, run.layout, sources.costs(), sources.pipes());
+    const double predicted = plan::predicted_metric(run, e);
+    INFO(run.name << ": published " << run.published << ", predicted " << predicted);
+    CHECK(std::fabs(predicted / run.published - 1) <= 0.15);
+    ++rows;
+  }
+  CHECK(rows == 10);
+  // The paper's own count (eq. 3) for its 1T row: 502 PFLOP/s over 3072 GPUs is 163 TFLOP/s each.
+  plan::Workload w;
+  w.model.n_layer = 128, w.model.d_model = 25600, w.model.seq_len = 2048, w.model.vocab_size = 51200;
+  CHECK(plan::megatron_flops(w.model, 3072) == doctest::Approx(96.0 * 3072 * 2048 * 128 * 25600.0 * 25600 *
+                                                                (1 + 2048 / (6.0 * 25600) + 51200 / (16.0 * 128 * 25600))));
+}
+
+TEST_CASE("a 1024-GPU search for Llama 3 405B takes under 10 s and ranks the published layout's rivals") {
+  const plan::Cluster c = plan::load_cluster(kClusters / "h100-sxm.toml");
+  plan::PluginSources sources(plugins::Registry::default_dirs());
+  const plan::Workload w = llama3_workload(126, 16384, 128, 53248, 1024);
+  const auto t0 = std::chrono::steady_clock::now();
+  const plan::SearchResult r = plan::search(c, w, 1024, {}, sources.costs(), sources.pipes());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(seconds < 10);
+  CHECK(r.considered > 1000);
+  REQUIRE(!r.ranked.empty());
+  REQUIRE(r.ranked.front().fits);
+  // Llama 3's own layout (tp 8, pp 16; Dubey et al. 2024) is among those searched, and the top one
+  // is at least as fast by the model's account, with a reason.
+  const plan::Estimate* published = nullptr;
+  for (const auto& e : r.ranked)
+    if (e.layout.tp == 8 && e.layout.pp == 16 && e.layout.cp == 1 && e.layout.dp == 8 && e.layout.micro_batch == 1 &&
+        e.layout.schedule == "1f1b" && e.layout.zero == 1 && e.layout.recompute == "none" && !e.layout.sp)
+      published = &e;
+  REQUIRE(published);
+  CHECK(r.ranked.front().step_ms <= published->step_ms);
+  CHECK(plan::reason(r).find("slower, mostly") != std::string::npos);
+}
+
+TEST_CASE("Llama 3 8B on one H100 node: the layout that wins fits, and ZeRO-0 at dp 8 does not") {
+  const plan::Cluster c = plan::load_cluster(kClusters / "h100-sxm.toml");
+  plan::PluginSources sources(plugins::Registry::default_dirs());
+  const plan::SearchResult r = plan::search(c, llama3_workload(32, 4096, 32, 14336, 64), 8, {}, sources.costs(), sources.pipes());
+  REQUIRE(r.ranked.front().fits);
+  // 8B parameters in bf16 with fp32 Adam replicated: 16 bytes x 8.03e9 = 128 GB > 80 GB.
+  plan::Layout ddp = plan::parse_layout("dp8 mb1");
+  const plan::Estimate e = plan::estimate(c, llama3_workload(32, 4096, 32, 14336, 64), ddp, sources.costs(), sources.pipes());
+  CHECK_FALSE(e.fits);
+  CHECK(e.why_not.find("model states") != std::string::npos);
+  CHECK(e.memory.model_states() == doctest::Approx(16.0 * 8.03e9).epsilon(0.01));
+}
+
+TEST_CASE("layouts read back as they print, and one that cannot exist is refused with the reason") {
+  const plan::Layout l = plan::parse_layout("dp2 tp4+sp pp4 interleavedx2 zero1 mb2 selective");
+  CHECK(l.dp == 2);
+  CHECK(l.tp == 4);
+  CHECK(l.sp);
+  CHECK(l.pp == 4);
+  CHECK(l.chunks == 2);
+  CHECK(l.zero == 1);
+  CHECK(l.recompute == "selective");
+  CHECK(plan::parse_layout(l.name()).name() == l.name());
+  CHECK_THROWS_AS(plan::parse_layout("dp2 tq2"), ConfigError);
+  plan::Workload w = llama3_workload(32, 4096, 32, 14336, 64);
+  CHECK(plan::invalid_reason(w, plan::parse_layout("tp3 dp1")).find("does not divide") != std::string::npos);
+  CHECK(plan::invalid_reason(w, plan::parse_layout("dp3")).find("not a multiple") != std::string::npos);
+}
