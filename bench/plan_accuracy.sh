@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# loom plan's predictions against measured runs on this machine: step time (median of the steps
-# after warm-up) and peak memory per rank (rank 0's VmHWM), for layouts of a GPT shaped like the
+# loom plan's predictions against measured runs on this machine: step time (the fastest step
+# after warm-up: neighbours on this shared machine only ever add time, by up to 2x within one
+# run, so the fastest step is the machine's own speed and the most repeatable figure; loom plan
+# calibrate reads its reference run the same way) and peak memory per rank (rank 0's VmHWM), for layouts of a GPT shaped like the
 # demo and of llama-tiny (plus a MoE variant for ep), nproc 1-4. Calibrates first unless a
 # cluster file is given.
 #   bench/plan_accuracy.sh [BUILD_DIR] [STEPS] [CLUSTER_FILE] [--quick]
@@ -67,7 +69,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if '"step_ms"' in l]
 warm = rows[3:] if len(rows) > 6 else rows[1:]
 p = json.loads(sys.argv[5])
 print(json.dumps({"config": sys.argv[2], "nproc": int(sys.argv[3]), "layout": sys.argv[4],
-                  "measured_ms": statistics.median(r["step_ms"] for r in warm), "predicted_ms": p["step_ms"],
+                  "measured_ms": min(r["step_ms"] for r in warm), "predicted_ms": p["step_ms"],
                   "measured_mem": max(r["peak_mem_bytes"] for r in rows), "predicted_mem": p["peak_mem_bytes"]}))
 PY
 done

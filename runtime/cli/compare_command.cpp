@@ -15,6 +15,8 @@
 #include <sstream>
 
 #include "cli/parse.hpp"
+#include "plan/from_config.hpp"
+#include "plan/sources.hpp"
 #include "config/config.hpp"
 #include "core/json.hpp"
 #include "report/compare.hpp"
@@ -253,6 +255,25 @@ std::string noise_json(const Noise& n) {
 
 }  // namespace
 
+// loom plan's prediction for each side, beside the measured rows: how far the model is off on
+// this cluster, and whether it ranks A and B as the runs do.
+void add_predictions(report::Comparison& c, const std::string& cluster_file, const config::Config& ca,
+                     const config::Config& cb) {
+  const plan::Cluster cluster = plan::load_cluster(cluster_file);
+  plan::PluginSources sources(plugins::Registry::default_dirs(ca.str_list("plugins.path")));
+  auto predict = [&](const config::Config& cfg) {
+    return plan::estimate(cluster, plan::workload_of(cfg), plan::layout_of(cfg), sources.costs(), sources.pipes());
+  };
+  const plan::Estimate ea = predict(ca), eb = predict(cb);
+  auto at = c.table.begin();
+  while (at != c.table.end() && at->what != "step time (ms)") ++at;
+  if (at != c.table.end()) ++at;
+  c.table.insert(at, {{"  predicted (loom plan)", ea.step_ms, eb.step_ms, "%.1f", false},
+                      {"  predicted peak memory (MiB)", ea.memory.total() / 1048576.0, eb.memory.total() / 1048576.0, "%.0f", false}});
+  c.notes.push_back("predictions: loom plan with " + cluster_file + " ('" + cluster.name + "'), layouts " +
+                    ea.layout.name() + " and " + eb.layout.name());
+}
+
 int compare(const Args& args) {
   po::options_description opts("loom compare");
   add_set_option(opts);
@@ -268,7 +289,8 @@ int compare(const Args& args) {
       "min-effect", po::value<double>()->default_value(0.01, "0.01"), "smaller speed differences are not called real")(
       "rtol", po::value<double>()->default_value(1e-4, "1e-4"), "relative tolerance for loss and grad norm")(
       "json", "print everything as JSON (also written to OUT/compare.json)")(
-      "out", po::value<std::string>(), "directory for the runs and report.html (default runs/compare-A-vs-B)");
+      "out", po::value<std::string>(), "directory for the runs and report.html (default runs/compare-A-vs-B)")(
+      "cluster", po::value<std::string>(), "print loom plan's predicted step time and memory beside the measured ones");
   po::positional_options_description pos;
   pos.add("configs", 2);
   po::variables_map vm;
@@ -319,6 +341,15 @@ int compare(const Args& args) {
   for (const auto& d : a.dirs) ra.push_back(report::read_run(d));
   for (const auto& d : b.dirs) rb.push_back(report::read_run(d));
   report::Comparison c = report::compare_runs(a.name, ra[0], b.name, rb[0], rtol, notes);
+  if (vm.count("cluster")) {
+    auto config_of = [&](const Side& s) {
+      config::Config cfg = s.dirs.empty() || !s.file.empty() ? config::Config::load(s.file, plan.overrides)
+                                                            : config::Config::load(s.dirs[0] / "config.toml");
+      cfg.validate_runtime();
+      return cfg;
+    };
+    add_predictions(c, vm["cluster"].as<std::string>(), config_of(a), config_of(b));
+  }
   const bool several = ra.size() > 1 || rb.size() > 1;
   Noise noise;
   if (several)

@@ -4,6 +4,7 @@
 #include "cli/parse.hpp"
 #include "gpt/config.hpp"
 #include "loader/selection.hpp"
+#include "plan/cluster.hpp"
 
 namespace loom::cli {
 
@@ -21,6 +22,14 @@ int config(const Args& args) {
   if (action != "check" && action != "show")
     throw UsageError("unknown action '" + action + "': expected 'check' or 'show'");
 
+  // A cluster description (clusters/*.toml, for loom plan) is checked against its own schema.
+  if (plan::is_cluster_file(vm["file"].as<std::string>())) {
+    if (!sets(vm).empty()) throw UsageError("--set applies to training configs, not cluster files");
+    const plan::Cluster c = plan::load_cluster(vm["file"].as<std::string>());
+    std::cout << c.source << ": ok; cluster '" << c.name << "': " << c.nodes << " x " << c.per_node << " " << c.device
+              << ", " << c.peak(c.peak_bf16 > 0 ? "bf16" : "fp32") / 1e12 << " TFLOP/s each\n";
+    return kExitOk;
+  }
   config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
   cfg.validate_runtime();
   plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));

@@ -14,6 +14,7 @@
 #include "core/json.hpp"
 #include "gpt/config.hpp"
 #include "loader/registry.hpp"
+#include "plan/from_config.hpp"
 #include "plan/published.hpp"
 #include "plan/search.hpp"
 #include "plan/sources.hpp"
@@ -85,16 +86,6 @@ void explain(const Estimate& e, const plan::Cluster& c) {
   for (const auto& n : e.notes) std::printf("note: %s\n", n.c_str());
 }
 
-plan::Workload workload_of(const config::Config& cfg, const std::string& dtype) {
-  plan::Workload w;
-  w.model = gpt::from_config(cfg);
-  w.global_batch = cfg.i64("train.global_batch");
-  w.dtype = dtype.empty() ? cfg.str("plugins.precision") : dtype;
-  if (w.dtype != "fp32" && w.dtype != "bf16" && w.dtype != "fp16" && w.dtype != "fp8")
-    throw UsageError("--dtype " + w.dtype + ": expected fp32, bf16, fp16 or fp8");
-  return w;
-}
-
 int published(const Args& args) {
   po::options_description opts("loom plan published");
   opts.add_options()("clusters", po::value<std::string>()->default_value("clusters"), "directory of cluster files")(
@@ -158,7 +149,7 @@ int plan_cmd(const Args& args) {
   config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
   cfg.validate_runtime();
   const plan::Cluster c = plan::load_cluster(vm["cluster"].as<std::string>());
-  const plan::Workload w = workload_of(cfg, vm["dtype"].as<std::string>());
+  const plan::Workload w = plan::workload_of(cfg, vm["dtype"].as<std::string>());
   int devices = c.shared_cores > 0 ? int(cfg.i64("parallel.nproc")) : c.per_node;
   if (vm.count("nodes") && vm.count("devices")) throw UsageError("give --nodes or --devices, not both");
   if (vm.count("nodes")) devices = vm["nodes"].as<int>() * c.per_node;

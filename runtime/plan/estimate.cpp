@@ -114,8 +114,9 @@ double collective_time(const Cluster& c, int op, double S, int n, int stride, st
   return ring_time(op, S, local, intra, c.comm_eff) + ring_time(op, S / local, nodes, net, c.comm_eff);
 }
 
-// Per-rank compute rate: a device's peak, or on a CPU machine the share of the cores this rank
-// gets (threads = cores / ranks, at least 1; more ranks than cores take turns).
+// Per-rank compute rate: a device's peak, or on a CPU machine an equal share of what all its
+// cores deliver together (one core's figure x thread_scaling): the ranks split the cores, and
+// two single-thread ranks meet the same shared caches, memory and neighbours as two threads.
 struct Rates {
   double flops = 0, bytes = 0, peak = 0;
 };
@@ -125,12 +126,10 @@ Rates rates(const Cluster& c, const Workload& w, const Layout& l) {
   r.peak = c.peak(w.dtype);
   r.bytes = c.hbm;
   if (c.shared_cores > 0) {
-    const int ranks = std::min(l.world(), c.per_node), cores = c.shared_cores;
-    const int threads = std::max(1, cores / ranks);
-    const double speed = cores > 1 ? 1 + (threads - 1) * (c.thread_scaling - 1) / (cores - 1) : 1;
-    const double share = std::min(1.0, double(cores) / (ranks * threads));
-    r.peak *= speed * share;
-    r.bytes *= speed * share;
+    const int ranks = std::min(l.world(), c.per_node);
+    const double share = c.thread_scaling / ranks;
+    r.peak *= share;
+    r.bytes *= share;
   }
   r.flops = r.peak;
   return r;

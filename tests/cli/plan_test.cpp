@@ -1,0 +1,116 @@
+// `loom plan` end to end: the ranked table, JSON, --fix and --explain, the published runs, and
+// bad input (a broken cluster file, more devices than the cluster has, a layout that cannot exist).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "support/process.hpp"
+
+using loom::test::run_loom;
+using loom::test::TempDir;
+
+namespace {
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+const std::string kClusters = std::string(LOOM_SOURCE_DIR) + "/clusters/";
+
+std::string llama8b(const TempDir& t) {
+  return t.write("l.toml", "[model]\npreset = \"llama3-8b\"\n[train]\nglobal_batch = 64\n[plugins]\nprecision = \"bf16\"\n");
+}
+
+}  // namespace
+
+TEST_CASE("loom plan ranks the layouts of one H100 node, as a table and as JSON") {
+  TempDir t;
+  const std::string cfg = llama8b(t);
+  auto table = run_loom("plan " + cfg + " --cluster " + kClusters + "h100-sxm.toml --top 3");
+  INFO(table.out);
+  REQUIRE(table.rc == 0);
+  CHECK(has(table.out, "layouts costed in"));
+  CHECK(has(table.out, "   1  dp"));
+  CHECK(has(table.out, "   3  "));
+  CHECK_FALSE(has(table.out, "   4  "));
+  CHECK(has(table.out, "why: "));
+  auto json = run_loom("plan " + cfg + " --cluster " + kClusters + "h100-sxm.toml --json --fix tp=2,recompute=full");
+  REQUIRE(json.rc == 0);
+  std::istringstream lines(json.out);
+  std::string line;
+  int rows = 0;
+  double last = 0;
+  bool fitting = true;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line);
+    CHECK(j["tp"] == 2);
+    CHECK(j["recompute"] == "full");
+    if (j["fits"] == true) {
+      CHECK(fitting);  // fitting layouts come first, fastest first
+      CHECK(j["step_ms"].get<double>() >= last);
+      last = j["step_ms"].get<double>();
+    } else {
+      fitting = false;
+    }
+    ++rows;
+  }
+  CHECK(rows > 10);
+}
+
+TEST_CASE("loom plan --explain breaks a step into compute, each collective, bubble and optimizer") {
+  TempDir t;
+  auto r = run_loom("plan " + llama8b(t) + " --cluster " + kClusters + "h100-sxm.toml --nodes 2 --explain \"dp4 tp4 zero1 mb1 selective\"");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "forward (all micro-batches)"));
+  CHECK(has(r.out, "tp: block outputs all-reduce"));
+  CHECK(has(r.out, "zero1: gradient reduce-scatter"));
+  CHECK(has(r.out, "(node+network)"));  // dp 4 with stride 4 spans the two nodes
+  CHECK(has(r.out, "optimizer (AdamW"));
+  CHECK(has(r.out, "memory per rank: parameters"));
+}
+
+TEST_CASE("loom plan refuses a broken cluster file, too many devices and an impossible layout with exit 2") {
+  TempDir t;
+  const std::string cfg = llama8b(t);
+  std::ifstream in(kClusters + "h100-sxm.toml");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const std::string negative = t.write("neg.toml", text.replace(text.find("latency_us = 3.0"), 16, "latency_us = -3.0"));
+  auto neg = run_loom("plan " + cfg + " --cluster " + negative);
+  CHECK(neg.rc == 2);
+  CHECK(has(neg.out, "neg.toml:"));
+  CHECK(has(neg.out, "latency_us"));
+  auto check = run_loom("config check " + negative);
+  CHECK(check.rc == 2);
+  auto ok = run_loom("config check " + kClusters + "a100-80g.toml");
+  CHECK(ok.rc == 0);
+  CHECK(has(ok.out, "cluster 'a100-80g': 560 x 8"));
+  auto many = run_loom("plan " + cfg + " --cluster " + kClusters + "h200.toml --nodes 1000");
+  CHECK(many.rc == 2);
+  CHECK(has(many.out, "8000 devices asked, but cluster 'h200'"));
+  auto bad = run_loom("plan " + cfg + " --cluster " + kClusters + "h100-sxm.toml --explain \"dp1 tp8 pp1 mb3\"");
+  CHECK(bad.rc == 2);
+  CHECK(has(bad.out, "micro-batch 3 does not divide 64"));
+  auto wrong_count = run_loom("plan " + cfg + " --cluster " + kClusters + "h100-sxm.toml --explain \"dp2 tp2\"");
+  CHECK(wrong_count.rc == 2);
+  CHECK(has(wrong_count.out, "uses 4 devices, not the 8"));
+  auto fix = run_loom("plan " + cfg + " --cluster " + kClusters + "h100-sxm.toml --fix tq=2");
+  CHECK(fix.rc == 2);
+  CHECK(has(fix.out, "did you mean 'tp'"));
+  auto missing = run_loom("plan " + cfg + " --cluster " + t.path.string() + "/nope.toml");
+  CHECK(missing.rc == 2);
+  CHECK(has(missing.out, "nope.toml"));
+}
+
+TEST_CASE("loom plan published prints every Table 1 row with its error, the largest within 15%") {
+  auto r = run_loom("plan published --clusters " + kClusters);
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "GPT 1008.0B"));
+  CHECK(has(r.out, "Llama 3 405B"));
+  const size_t at = r.out.find("largest error ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(r.out.substr(at + 14)) <= 15.0);
+}
