@@ -137,6 +137,7 @@ int plan_cmd(const Args& args) {
       "fix", po::value<std::vector<std::string>>()->composing(), "keep a choice fixed: tp=8, zero=1, recompute=full, "
       "schedule=1f1b, mb=2, sp=on (repeatable, or comma-separated)")(
       "explain", po::value<std::string>(), "break one layout's step down, e.g. \"dp4 tp2 zero1 mb2\"")(
+      "versus", po::value<std::string>(), "also say where this layout (yours, or a published one) ranks, and why")(
       "dtype", po::value<std::string>()->default_value(""), "fp32 | bf16 | fp16 | fp8 (default: [plugins] precision)")(
       "json", po::bool_switch(), "every layout as one JSON object per line, ranked");
   add_set_option(opts);
@@ -185,6 +186,17 @@ int plan_cmd(const Args& args) {
   std::printf("%ld layouts costed in %.2f s\n\n", r.considered, secs);
   print_table(r.ranked, size_t(std::max(1, vm["top"].as<int>())));
   std::printf("\nwhy: %s\n", plan::reason(r).c_str());
+  if (vm.count("versus")) {
+    const plan::Layout mine = plan::parse_layout(vm["versus"].as<std::string>());
+    const std::string bad = plan::invalid_reason(w, mine);
+    if (mine.world() != devices || !bad.empty())
+      throw ConfigError("--versus " + mine.name() + ": " + (bad.empty() ? "uses " + std::to_string(mine.world()) + " devices, not " + std::to_string(devices) : bad));
+    size_t rank = 0;
+    while (rank < r.ranked.size() && r.ranked[rank].layout.name() != mine.name()) ++rank;
+    const Estimate e = rank < r.ranked.size() ? r.ranked[rank] : plan::estimate(c, w, mine, sources.costs(), sources.pipes());
+    std::printf("versus %s: %.1f ms, rank %zu of %zu; %s\n", mine.name().c_str(), e.step_ms, rank + 1, r.ranked.size(),
+                rank == 0 ? "it is the top layout" : plan::versus(r.ranked.front(), e).c_str());
+  }
   for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
   return kExitOk;
 }

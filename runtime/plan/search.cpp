@@ -131,6 +131,29 @@ SearchResult search(const Cluster& c, const Workload& w, int devices, const Fixe
   return r;
 }
 
+// "X% slower, mostly exposed communication (311 ms against 94 ms)": where `other` loses to `best`.
+std::string versus(const Estimate& best, const Estimate& other) {
+  struct Part {
+    const char* name;
+    double best, other;
+  };
+  const Part parts[] = {
+      {"compute", best.forward_ms + best.backward_ms + best.recompute_ms, other.forward_ms + other.backward_ms + other.recompute_ms},
+      {"exposed communication", best.exposed_comm_ms, other.exposed_comm_ms},
+      {"pipeline bubble", best.bubble_ms, other.bubble_ms},
+      {"optimizer", best.optimizer_ms, other.optimizer_ms}};
+  const Part* worst = &parts[0];
+  for (const Part& p : parts)
+    if (p.other - p.best > worst->other - worst->best) worst = &p;
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(1);
+  os << 100 * (other.step_ms / best.step_ms - 1) << "% slower, mostly " << worst->name << " (" << worst->other
+     << " ms against " << worst->best << " ms)";
+  if (!other.fits) os << ", and it does not fit: " << other.why_not;
+  return os.str();
+}
+
 std::string reason(const SearchResult& r) {
   if (r.ranked.empty()) return "";
   const Estimate& best = r.ranked.front();
@@ -140,26 +163,12 @@ std::string reason(const SearchResult& r) {
   os.precision(1);
   const double compute = best.forward_ms + best.backward_ms + best.recompute_ms;
   os << best.layout.name() << ": compute " << 100 * compute / best.step_ms << "% of the step, exposed communication "
-     << 100 * (best.step_ms - compute - best.bubble_ms - best.optimizer_ms - best.overhead_ms) / best.step_ms
-     << "%, bubble " << 100 * best.bubble_ms / best.step_ms << "%";
+     << 100 * best.exposed_comm_ms / best.step_ms << "%, bubble " << 100 * best.bubble_ms / best.step_ms << "%";
   // The fastest layout of another shape (different dp/tp/pp/cp/ep), and what costs it more.
   for (const Estimate& e : r.ranked) {
     const Layout &a = best.layout, &b = e.layout;
     if (!e.fits || (a.tp == b.tp && a.pp == b.pp && a.cp == b.cp && a.ep == b.ep && a.dp == b.dp)) continue;
-    struct Part {
-      const char* name;
-      double best, other;
-    };
-    const double eb = best.exposed_comm_ms, eo = e.exposed_comm_ms;
-    const Part parts[] = {{"compute", compute, e.forward_ms + e.backward_ms + e.recompute_ms},
-                          {"exposed communication", eb, eo},
-                          {"pipeline bubble", best.bubble_ms, e.bubble_ms},
-                          {"optimizer", best.optimizer_ms, e.optimizer_ms}};
-    const Part* worst = &parts[0];
-    for (const Part& p : parts)
-      if (p.other - p.best > worst->other - worst->best) worst = &p;
-    os << "; the best other shape, " << b.name() << ", is " << 100 * (e.step_ms / best.step_ms - 1)
-       << "% slower, mostly " << worst->name << " (" << worst->other << " ms against " << worst->best << " ms)";
+    os << "; the best other shape, " << b.name() << ", is " << versus(best, e);
     break;
   }
   return os.str();
