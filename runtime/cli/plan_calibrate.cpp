@@ -1,7 +1,8 @@
 // loom plan calibrate --out FILE: measures this machine for `loom plan` and writes its cluster
-// file. Each op kind is timed through the runtime's own op table at several sizes and fitted to
-// t = overhead + work / rate (least squares); the comm backend's latency and bus bandwidth come
-// from `loom bench comm` over 2 local ranks.
+// file (docs/plan.md). Each op kind is timed through the runtime's own op table at several sizes
+// and fitted to t = overhead + work / rate (least squares); each collective's latency and bus
+// bandwidth come from `loom bench comm` over 2 local ranks; a short reference training run gives
+// what the fits do not see (compute_scale) and the runtime's own memory.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -41,10 +42,7 @@ Fit fit(const std::vector<std::pair<double, double>>& pts) {
   const double slope = (n * swt - sw * st) / (n * sww - sw * sw), a = (st - slope * sw) / n;
   Fit f;
   f.overhead = std::max(0.0, a);
-  f.rate = 1 / slope;
-  if (a < 0) {  // refit through the origin
-    f.rate = sww / swt;
-  }
+  f.rate = a < 0 ? sww / swt : 1 / slope;  // a negative intercept: refit through the origin
   return f;
 }
 
@@ -89,9 +87,7 @@ Fit fit_attention(const loom_ops* o) {
     // The planner's count: half of 4 B T^2 H D forward under the causal mask, backward 2.5x.
     pts.push_back({3.5 * 0.5 * 4.0 * B * T * T * H * D, t / 2});
   }
-  Fit f = fit(pts);
-  f.overhead /= 1;  // per call: forward and backward each count one call in the model
-  return f;
+  return fit(pts);
 }
 
 Fit fit_elementwise(const loom_ops* o) {
@@ -145,6 +141,7 @@ std::pair<double, double> alpha_beta(int op, const std::vector<std::pair<double,
   return {latency, bw[bw.size() / 2]};
 }
 
+// The machine's memory, from /proc/meminfo.
 double mem_total_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string l;
@@ -153,16 +150,6 @@ double mem_total_bytes() {
     if (std::sscanf(l.c_str(), "MemTotal: %lld kB", &kb) == 1) break;
   return double(kb) * 1024;
 }
-
-double rss_bytes() {
-  std::ifstream in("/proc/self/status");
-  std::string l;
-  long long kb = 0;
-  while (std::getline(in, l))
-    if (std::sscanf(l.c_str(), "VmHWM: %lld kB", &kb) == 1) break;
-  return double(kb) * 1024;
-}
-
 
 struct Measured {
   int cores = 1;

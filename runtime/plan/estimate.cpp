@@ -156,6 +156,8 @@ std::string Layout::name() const {
   return s;
 }
 
+std::string Layout::data_plugin(const Workload& w) const { return w.data_plugin.empty() ? data_plugin() : w.data_plugin; }
+
 Layout parse_layout(const std::string& text) {
   Layout l;
   std::string t = text;
@@ -223,189 +225,239 @@ std::string invalid_reason(const Workload& w, const Layout& l) {
   return "";
 }
 
+namespace {
+
+// One layout's step, worked out in the order estimate() lists: the shared quantities first.
+struct Step {
+  const Cluster& c;
+  const Workload& w;
+  const Layout& l;
+  const gpt::GptConfig& m;
+  const Rates r;
+  const int act_bytes, grad_bytes, mbs, data_group;
+  const double tokens, layers, moe_layers, vocab;
+  const BlockWork dense, moe;
+  double psi = 0, expert_psi = 0;                     // parameters this rank holds
+  double f = 0, b = 0, rc = 0, f_attn = 0, head_gemm = 0;  // seconds per micro-batch
+  double loop_exposed[2] = {0, 0};                    // in-loop comm per micro-batch: fwd, bwd
+  PipeShape shape;
+  Estimate e;
+
+  Step(const Cluster& c_, const Workload& w_, const Layout& l_)
+      : c(c_), w(w_), l(l_), m(w_.model), r(rates(c_, w_, l_)), act_bytes(w_.dtype == "fp32" ? 4 : 2),
+        grad_bytes(act_bytes), mbs(int(w_.global_batch / (int64_t(l_.dp) * l_.ep) / l_.micro_batch)),
+        data_group(l_.dp * l_.ep * l_.cp), tokens(double(l_.micro_batch) * m.seq_len / l_.cp),
+        layers(double(m.n_layer) / l_.pp), moe_layers(count_moe(m) / l_.pp), vocab(double(m.vocab_size) / l_.tp),
+        dense(block_work(m, l_, tokens, act_bytes, false)), moe(block_work(m, l_, tokens, act_bytes, true)) {
+    e.layout = l;
+    e.microbatches = mbs;
+  }
+
+  static double count_moe(const gpt::GptConfig& m) {
+    double n = 0;
+    for (int64_t i = 0; i < m.n_layer; ++i) n += m.is_moe_block(i) ? 1 : 0;
+    return n;
+  }
+  // A BlockWork figure summed over this rank's blocks, dense and MoE.
+  double mix(double BlockWork::*field) const { return (layers - moe_layers) * dense.*field + moe_layers * moe.*field; }
+  double gemm(double flops, double calls) const { return calls * c.gemm_overhead + flops / (r.flops * c.gemm_eff); }
+  double attn(double flops, double calls) const { return calls * c.attention_overhead + flops / (r.flops * c.attention_eff); }
+  double elem(double bytes, double calls) const { return calls * c.elementwise_overhead + bytes / (r.bytes * c.memory_eff); }
+
+  // Forward, backward and recompute of one micro-batch through this rank's blocks (balanced
+  // over pp) and its share of the head.
+  void compute() {
+    const double head_flops = 2 * tokens * m.d_model * vocab / l.pp;
+    const double head_bytes = (3 * tokens * vocab * 4 + 2 * tokens * m.d_model * act_bytes) / l.pp;
+    const double f_gemm = gemm(mix(&BlockWork::gemm_flops) + head_flops, mix(&BlockWork::gemm_calls) + 1.0 / l.pp);
+    // Unfused attention writes the whole [heads, T, T] score matrix per sequence (the mask is
+    // applied to it, not skipped), and softmax and dropout read and write it again.
+    const double scores = double(l.micro_batch) * (double(m.n_head) / l.tp) * m.seq_len * (double(m.seq_len) / l.cp);
+    f_attn = attn(mix(&BlockWork::attn_flops), layers) + elem(layers * scores * c.score_bytes, 0);
+    const double f_elem = elem(mix(&BlockWork::elem_bytes) + head_bytes, mix(&BlockWork::elem_calls) + 3.0 / l.pp);
+    head_gemm = head_flops / (r.flops * c.gemm_eff) * c.compute_scale;
+    f = (f_gemm + f_attn + f_elem) * c.compute_scale;
+    // Backward: two GEMMs per forward GEMM, flash-style attention backward (2.5x), element-wise 2x.
+    b = (2 * f_gemm + 2.5 * f_attn + 2 * f_elem) * c.compute_scale;
+    if (l.recompute == "full") rc = f - head_gemm;
+    else if (l.recompute == "selective") rc = elem(mix(&BlockWork::norm_act_bytes), 3 * layers) * c.compute_scale;
+    b += rc;
+  }
+
+  // Parameters of this rank's part: blocks / pp plus the larger end (embedding or head), / tp.
+  void parameters() {
+    const ParamCounts pc = count_params(m);
+    const double all_moe = moe_layers * l.pp, all_dense = double(m.n_layer) - all_moe;
+    const double blocks = all_dense * (pc.attention + pc.mlp + pc.norms) +
+                          all_moe * (pc.attention + pc.norms + pc.router + pc.expert_mlp / l.ep);
+    const double ends = l.pp == 1 ? pc.embed + pc.head : std::max(pc.embed, pc.head);
+    psi = (blocks / l.pp + ends) / l.tp;
+    expert_psi = moe_layers * pc.expert_mlp / l.ep / l.tp;
+  }
+
+  loom_cost_query query() const {
+    loom_cost_query q{};
+    q.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_cost_query)};
+    q.zero_stage = l.zero;
+    q.params = int64_t(psi);
+    q.expert_params = int64_t(expert_psi);
+    q.expert_dp = l.dp * l.cp;
+    q.grad_bytes = grad_bytes;
+    q.act_bytes = act_bytes;
+    q.tokens = int64_t(tokens);
+    q.d_model = m.d_model;
+    q.kv_width = 2 * m.kv_heads() * m.head_dim() / l.tp;
+    q.layers = int32_t(std::ceil(layers));
+    q.moe_layers = int32_t(std::ceil(moe_layers));
+    q.top_k = int32_t(m.moe.top_k);
+    q.microbatches = mbs;
+    q.chunks = l.chunks;
+    q.sequence_parallel = l.sp;
+    return q;
+  }
+
+  // Every strategy's collectives from its cost entry, timed on its link. Those inside the
+  // micro-batch loop hide behind that phase's attention at most, and the rest lands on the loop.
+  void collectives(const CostSource& costs) {
+    struct Axis {
+      std::string plugin;
+      int size, stride;  // mesh order tp -> cp -> ep -> dp -> pp; the data group's stride is tp
+    };
+    std::vector<Axis> axes;
+    auto named = [](const std::string& chosen, const char* builtin) { return chosen.empty() ? std::string(builtin) : chosen; };
+    if (l.tp > 1) axes.push_back({named(w.tensor_plugin, "tp"), l.tp, 1});
+    if (l.sp) axes.push_back({named(w.sequence_plugin, "sp"), l.tp, 1});
+    if (l.cp > 1) axes.push_back({named(w.context_plugin, "cp"), l.cp, l.tp});
+    if (l.ep > 1) axes.push_back({named(w.expert_plugin, "ep"), l.ep, l.tp * l.cp});
+    if (data_group > 1) axes.push_back({l.data_plugin(w), data_group, l.tp});
+    if (l.pp > 1) axes.push_back({l.schedule, l.pp, l.tp * l.cp * l.ep * l.dp});
+    loom_cost_query q = query();
+    for (const Axis& a : axes) {
+      q.group = a.size;
+      bool has = false;
+      for (const loom_cost_collective& cc : costs(a.plugin, q, has)) {
+        CommItem it;
+        it.plugin = a.plugin;
+        it.what = cc.what;
+        it.op = op_name(cc.op);
+        it.phase = cc.phase == LOOM_COST_FORWARD ? "forward" : cc.phase == LOOM_COST_BACKWARD ? "backward" : "step";
+        it.group = cc.group > 0 ? cc.group : a.size;
+        it.bytes = double(cc.bytes);
+        it.calls = double(cc.calls);
+        it.hidden = cc.hidden;
+        it.ms = collective_time(c, cc.op, it.bytes, it.group, a.stride, it.level) * it.calls * 1e3;
+        if (a.plugin != l.data_plugin(w)) {
+          const double window = (cc.phase == LOOM_COST_FORWARD ? f_attn : 2.5 * f_attn) * 1e3 * mbs;
+          it.exposed_ms = std::max(0.0, it.ms - std::min(cc.hidden * it.ms, window));
+          loop_exposed[cc.phase == LOOM_COST_FORWARD ? 0 : 1] += it.exposed_ms / 1e3 / mbs;
+        }
+        e.comms.push_back(it);
+      }
+      if (!has) e.notes.push_back("plugin '" + a.plugin + "' has no cost entry (ABI 1.7): planned as communicating nothing");
+    }
+    f += loop_exposed[0];
+    b += loop_exposed[1];
+  }
+
+  // The micro-batch loop: plain accumulation, or the schedule's simulated makespan.
+  void loop(const PipeSource& pipes) {
+    if (l.pp == 1) {
+      e.pipeline_ms = mbs * (f + b) * 1e3;
+    } else {
+      shape = pipes(l.schedule, l.pp, mbs, l.chunks, b / f);
+      e.pipeline_ms = shape.makespan * (f / l.chunks) * 1e3;
+    }
+    e.forward_ms = mbs * (f - loop_exposed[0]) * 1e3;
+    e.recompute_ms = mbs * rc * 1e3;
+    e.backward_ms = mbs * (b - loop_exposed[1] - rc) * 1e3;
+    e.bubble_ms = std::max(0.0, e.pipeline_ms - mbs * (f + b) * 1e3);
+  }
+
+  // The data slot's collectives overlap the backward they run in (the last micro-batch's for a
+  // once-a-step reduction, every one's for ZeRO-2/3) and ZeRO-3's gathers the forwards; what
+  // does not fit is exposed. Returns the exposed part.
+  double data_overlap() {
+    double window_fwd = mbs * f * 1e3, window_bwd_all = mbs * b * 1e3, window_bwd_last = b / l.chunks * 1e3;
+    double exposed = 0;
+    for (CommItem& it : e.comms) {
+      if (it.plugin != l.data_plugin(w)) continue;
+      double* window = it.phase == "forward"    ? &window_fwd
+                       : it.phase == "backward" ? (it.calls > 1 ? &window_bwd_all : &window_bwd_last)
+                                                : nullptr;
+      const double can_hide = window ? std::min(*window, it.hidden * it.ms) : 0;
+      if (window) *window -= can_hide;
+      it.exposed_ms = it.ms - can_hide;
+      exposed += it.exposed_ms;
+    }
+    for (const CommItem& it : e.comms) e.comm_ms += it.ms, e.exposed_comm_ms += it.exposed_ms;
+    return exposed;
+  }
+
+  // AdamW over this rank's shard: read p, g, m, v, write p, m, v (7 x 4 bytes), the grad norm
+  // (a read of the gradients) and zeroing them.
+  void optimizer() {
+    const double opt_params = l.zero >= 1 ? psi / data_group : psi;
+    e.optimizer_ms = elem(opt_params * 28 + psi * grad_bytes * 2, 4) * 1e3;
+    e.overhead_ms = c.step_overhead * 1e3;
+  }
+
+  // Model states by the ZeRO formulas; activations as Loom's blocks keep them, for the
+  // micro-batches in flight; buffers; the runtime's own.
+  void memory() {
+    double states[3];
+    model_state_bytes(psi, data_group, l.zero, w.dtype != "fp32", states);
+    e.memory.params = states[0], e.memory.grads = states[1], e.memory.optim = states[2];
+    const double per_layer = mix(&BlockWork::saved_elems) / std::max(layers, 1e-9) * act_bytes;
+    const double drop = mix(&BlockWork::selective_drop) / std::max(layers, 1e-9) * act_bytes;
+    const double held = l.pp > 1 ? double(shape.in_flight) * m.n_layer / (double(l.pp) * l.chunks) : layers;
+    const double n_rows = l.sp ? tokens / l.tp : tokens;
+    double acts = held * per_layer;
+    if (l.recompute == "full") acts = held * n_rows * m.d_model * act_bytes + per_layer;
+    else if (l.recompute == "selective") acts = held * (per_layer - drop) + drop;
+    // The head keeps its logits (fp32) on the last stage; the embedding's output on the first.
+    e.memory.activations = acts + tokens * vocab * 4 + 2 * n_rows * m.d_model * 4;
+    const double bucket = l.zero ? std::min(psi * 4, 2.0 * 25 * (1 << 20)) : std::min(psi * grad_bytes, 25.0 * (1 << 20));
+    // Each MoE block keeps its backward scratch for the routed rows (gradients of the gathered
+    // input, pre-activation, activation and expert output), the same size as what it saves.
+    const double moe_scratch = moe_layers * m.moe.top_k * tokens * (2.0 * m.d_model + double(m.fc_out() + m.d_ff) / l.tp) * act_bytes;
+    e.memory.buffers = 2 * tokens * m.d_model * 4 + (data_group > 1 ? bucket : 0) + moe_scratch;
+    e.memory.process = c.process_bytes;
+    // A CPU machine's memory is shared by the ranks on it.
+    const double ranks_here = c.shared_cores > 0 ? std::min(l.world(), c.per_node) : 1;
+    const double usable = c.memory * (1 - c.headroom) / ranks_here;
+    e.fits = e.memory.total() <= usable;
+    if (!e.fits)
+      e.why_not = "needs " + gib(e.memory.total()) + " of " + gib(usable) + " usable (model states " +
+                  gib(e.memory.model_states()) + ", activations " + gib(e.memory.activations) + ")";
+  }
+
+  // The figures users compare: PaLM's FLOPs (no recompute), per device.
+  void headline() {
+    e.model_flops = m.flops_per_token() * double(w.global_batch) * m.seq_len;
+    const double seconds = e.step_ms / 1e3;
+    e.tflops_per_device = e.model_flops / seconds / l.world() / 1e12;
+    e.mfu = e.model_flops / seconds / (l.world() * r.peak);
+    e.tokens_per_s_per_device = double(w.global_batch) * m.seq_len / seconds / l.world();
+  }
+};
+
+}  // namespace
+
 Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const CostSource& costs,
                   const PipeSource& pipes) {
   const std::string bad = invalid_reason(w, l);
   if (!bad.empty()) throw ConfigError("layout " + l.name() + ": " + bad);
-  const gpt::GptConfig& m = w.model;
-  Estimate e;
-  e.layout = l;
-  const int act_bytes = w.dtype == "fp32" ? 4 : 2, grad_bytes = act_bytes;
-  const Rates r = rates(c, w, l);
-  const double tokens = double(l.micro_batch) * m.seq_len / l.cp;
-  e.microbatches = int(w.global_batch / (int64_t(l.dp) * l.ep) / l.micro_batch);
-  const int mbs = e.microbatches;
-
-  // Compute of one micro-batch through this rank's layers (balanced over pp), forward.
-  double layers = double(m.n_layer) / l.pp, moe_layers = 0;
-  for (int64_t i = 0; i < m.n_layer; ++i) moe_layers += m.is_moe_block(i) ? 1.0 / l.pp : 0;
-  const BlockWork dense = block_work(m, l, tokens, act_bytes, false), moe = block_work(m, l, tokens, act_bytes, true);
-  auto mix = [&](double BlockWork::*f) { return (layers - moe_layers) * dense.*f + moe_layers * moe.*f; };
-  const double vocab = double(m.vocab_size) / l.tp;
-  const double head_flops = 2 * tokens * m.d_model * vocab / l.pp;
-  const double head_bytes = (3 * tokens * vocab * 4 + 2 * tokens * m.d_model * act_bytes) / l.pp;
-  auto gemm = [&](double flops, double calls) { return calls * c.gemm_overhead + flops / (r.flops * c.gemm_eff); };
-  auto attn = [&](double flops, double calls) { return calls * c.attention_overhead + flops / (r.flops * c.attention_eff); };
-  auto elem = [&](double bytes, double calls) { return calls * c.elementwise_overhead + bytes / (r.bytes * c.memory_eff); };
-  const double f_gemm = gemm(mix(&BlockWork::gemm_flops) + head_flops, mix(&BlockWork::gemm_calls) + 1.0 / l.pp);
-  // Unfused attention writes the whole [heads, T, T] score matrix per sequence (the mask is
-  // applied to it, not skipped), and softmax and dropout read and write it again.
-  const double scores = double(l.micro_batch) * (double(m.n_head) / l.tp) * m.seq_len * (double(m.seq_len) / l.cp);
-  const double f_attn = attn(mix(&BlockWork::attn_flops), layers) + elem(layers * scores * c.score_bytes, 0);
-  const double f_elem = elem(mix(&BlockWork::elem_bytes) + head_bytes, mix(&BlockWork::elem_calls) + 3.0 / l.pp);
-  double f = (f_gemm + f_attn + f_elem) * c.compute_scale;
-  // Backward: two GEMMs per forward GEMM, flash-style attention backward (2.5x), element-wise 2x.
-  double b = (2 * f_gemm + 2.5 * f_attn + 2 * f_elem) * c.compute_scale;
-  double rc = 0;
-  if (l.recompute == "full") rc = f - head_flops / (r.flops * c.gemm_eff) * c.compute_scale;
-  else if (l.recompute == "selective") rc = elem(mix(&BlockWork::norm_act_bytes), 3 * layers) * c.compute_scale;
-  b += rc;
-
-  // Collectives, from each strategy's cost entry.
-  ParamCounts pc = count_params(m);
-  const double n_dense_blocks = double(m.n_layer) - moe_layers * l.pp;
-  const double block_params = n_dense_blocks * (pc.attention + pc.mlp + pc.norms) +
-                              moe_layers * l.pp * (pc.attention + pc.norms + pc.router + pc.expert_mlp / l.ep);
-  const double ends = l.pp == 1 ? pc.embed + pc.head : std::max(pc.embed, pc.head);
-  const double psi = (block_params / l.pp + ends) / l.tp;
-  const double expert_psi = moe_layers * pc.expert_mlp / l.ep / l.tp;
-  loom_cost_query q{};
-  q.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_cost_query)};
-  q.zero_stage = l.zero;
-  q.params = int64_t(psi);
-  q.expert_params = int64_t(expert_psi);
-  q.expert_dp = l.dp * l.cp;
-  q.grad_bytes = grad_bytes;
-  q.act_bytes = act_bytes;
-  q.tokens = int64_t(tokens);
-  q.d_model = m.d_model;
-  q.kv_width = 2 * m.kv_heads() * m.head_dim() / l.tp;
-  q.layers = int32_t(std::ceil(layers));
-  q.moe_layers = int32_t(std::ceil(moe_layers));
-  q.top_k = int32_t(m.moe.top_k);
-  q.microbatches = mbs;
-  q.chunks = l.chunks;
-  q.sequence_parallel = l.sp;
-  struct Axis {
-    std::string plugin;
-    int size, stride;
-  };
-  const int data_group = l.dp * l.ep * l.cp;
-  std::vector<Axis> axes;
-  if (l.tp > 1) axes.push_back({"tp", l.tp, 1});
-  if (l.sp) axes.push_back({"sp", l.tp, 1});
-  if (l.cp > 1) axes.push_back({"cp", l.cp, l.tp});
-  if (l.ep > 1) axes.push_back({"ep", l.ep, l.tp * l.cp});
-  if (data_group > 1) axes.push_back({l.data_plugin(), data_group, l.tp});
-  if (l.pp > 1) axes.push_back({l.schedule, l.pp, l.tp * l.cp * l.ep * l.dp});
-  double per_mb_exposed[2] = {0, 0};  // forward, backward: inside the micro-batch loop
-  std::vector<CommItem> step_comms;
-  for (const Axis& a : axes) {
-    q.group = a.size;
-    bool has = false;
-    for (const loom_cost_collective& cc : costs(a.plugin, q, has)) {
-      CommItem it;
-      it.plugin = a.plugin;
-      it.what = cc.what;
-      it.op = op_name(cc.op);
-      it.phase = cc.phase == LOOM_COST_FORWARD ? "forward" : cc.phase == LOOM_COST_BACKWARD ? "backward" : "step";
-      it.group = cc.group > 0 ? cc.group : a.size;
-      it.bytes = double(cc.bytes);
-      it.calls = double(cc.calls);
-      it.hidden = cc.hidden;
-      // The data group spans cp, ep and dp: its stride is tp, its members' span the whole group.
-      const double one = collective_time(c, cc.op, it.bytes, it.group, a.stride, it.level);
-      it.ms = one * it.calls * 1e3;
-      // Inside the loop: hidden behind the same phase's compute of that micro-batch, at most.
-      const bool in_loop = a.plugin != l.data_plugin();
-      if (in_loop) {
-        const double window = (cc.phase == LOOM_COST_FORWARD ? f_attn : 2.5 * f_attn) * 1e3 * mbs;
-        it.exposed_ms = std::max(0.0, it.ms - std::min(cc.hidden * it.ms, window));
-        per_mb_exposed[cc.phase == LOOM_COST_FORWARD ? 0 : 1] += it.exposed_ms / 1e3 / mbs;
-      }
-      e.comms.push_back(it);
-    }
-    if (!has) e.notes.push_back("plugin '" + a.plugin + "' has no cost entry (ABI 1.7): planned as communicating nothing");
-  }
-  // Tensor and pipeline transfers sit on the micro-batch's critical path.
-  f += per_mb_exposed[0];
-  b += per_mb_exposed[1];
-
-  // The micro-batch loop: plain accumulation, or the schedule's simulated makespan.
-  PipeShape shape;
-  if (l.pp == 1) {
-    e.pipeline_ms = mbs * (f + b) * 1e3;
-  } else {
-    shape = pipes(l.schedule, l.pp, mbs, l.chunks, b / f);
-    e.pipeline_ms = shape.makespan * (f / l.chunks) * 1e3;
-  }
-  e.forward_ms = mbs * (f - per_mb_exposed[0]) * 1e3;
-  e.recompute_ms = mbs * rc * 1e3;
-  e.backward_ms = mbs * (b - per_mb_exposed[1] - rc) * 1e3;
-  e.bubble_ms = std::max(0.0, e.pipeline_ms - mbs * (f + b) * 1e3);
-
-  // Data-parallel collectives: overlapped with backward (the last micro-batch's, for a once-a-
-  // step reduction; every micro-batch's for ZeRO-2/3), what does not fit is exposed.
-  double window_fwd = mbs * f * 1e3, window_bwd_all = mbs * b * 1e3, window_bwd_last = b / l.chunks * 1e3;
-  for (CommItem& it : e.comms) {
-    if (it.plugin != l.data_plugin()) continue;
-    double* window = it.phase == "forward" ? &window_fwd
-                     : it.phase == "backward" ? (it.calls > 1 ? &window_bwd_all : &window_bwd_last)
-                                              : nullptr;
-    const double can_hide = window ? std::min(*window, it.hidden * it.ms) : 0;
-    if (window) *window -= can_hide;
-    it.exposed_ms = it.ms - can_hide;
-  }
-  for (const CommItem& it : e.comms) e.comm_ms += it.ms, e.exposed_comm_ms += it.exposed_ms;
-  double data_exposed = 0;
-  for (const CommItem& it : e.comms)
-    if (it.plugin == l.data_plugin()) data_exposed += it.exposed_ms;
-
-  // AdamW over this rank's shard: read p, g, m, v, write p, m, v (7 x 4 bytes), the grad norm
-  // (a read of the gradients) and zeroing them.
-  const double opt_params = l.zero >= 1 ? psi / data_group : psi;
-  e.optimizer_ms = elem(opt_params * 28 + psi * grad_bytes * 2, 4) * 1e3;
-  e.overhead_ms = c.step_overhead * 1e3;
-  e.step_ms = e.pipeline_ms + data_exposed + e.optimizer_ms + e.overhead_ms;
-
-  // Memory per rank.
-  double states[3];
-  model_state_bytes(psi, data_group, l.zero, w.dtype != "fp32", states);
-  e.memory.params = states[0];
-  e.memory.grads = states[1];
-  e.memory.optim = states[2];
-  double per_layer = mix(&BlockWork::saved_elems) / std::max(layers, 1e-9) * act_bytes;
-  const double drop = mix(&BlockWork::selective_drop) / std::max(layers, 1e-9) * act_bytes;
-  double held_layers = layers;
-  if (l.pp > 1) held_layers = double(shape.in_flight) * m.n_layer / (double(l.pp) * l.chunks);
-  const double n_rows = l.sp ? tokens / l.tp : tokens;
-  double acts = held_layers * per_layer;
-  if (l.recompute == "full") acts = held_layers * n_rows * m.d_model * act_bytes + per_layer;
-  else if (l.recompute == "selective") acts = held_layers * (per_layer - drop) + drop;
-  // The head keeps its logits (fp32) on the last stage; the embedding's output on the first.
-  acts += tokens * vocab * 4 + 2 * n_rows * m.d_model * 4;
-  e.memory.activations = acts;
-  const double bucket = l.zero ? std::min(psi * 4, 2.0 * 25 * (1 << 20)) : std::min(psi * grad_bytes, 25.0 * (1 << 20));
-  // Each MoE block keeps its backward scratch for the routed rows (gradients of the gathered
-  // input, pre-activation, activation and expert output), the same size as what it saves.
-  const double moe_scratch = moe_layers * m.moe.top_k * tokens * (2.0 * m.d_model + double(m.fc_out() + m.d_ff) / l.tp) * act_bytes;
-  e.memory.buffers = 2 * tokens * m.d_model * 4 + (data_group > 1 ? bucket : 0) + moe_scratch;
-  e.memory.process = c.process_bytes;
-  // A CPU machine's memory is shared by the ranks on it.
-  const double ranks_here = c.shared_cores > 0 ? std::min(l.world(), c.per_node) : 1;
-  const double usable = c.memory * (1 - c.headroom) / ranks_here;
-  e.fits = e.memory.total() <= usable;
-  if (!e.fits)
-    e.why_not = "needs " + gib(e.memory.total()) + " of " + gib(usable) + " usable (model states " +
-                gib(e.memory.model_states()) + ", activations " + gib(e.memory.activations) + ")";
-
-  // The figures users compare: PaLM's FLOPs (no recompute), per device.
-  e.model_flops = m.flops_per_token() * double(w.global_batch) * m.seq_len;
-  const double seconds = e.step_ms / 1e3;
-  e.tflops_per_device = e.model_flops / seconds / l.world() / 1e12;
-  e.mfu = e.model_flops / seconds / (l.world() * r.peak);
-  e.tokens_per_s_per_device = double(w.global_batch) * m.seq_len / seconds / l.world();
-  return e;
+  Step s(c, w, l);
+  s.compute();
+  s.parameters();
+  s.collectives(costs);
+  s.loop(pipes);
+  const double data_exposed = s.data_overlap();
+  s.optimizer();
+  s.e.step_ms = s.e.pipeline_ms + data_exposed + s.e.optimizer_ms + s.e.overhead_ms;
+  s.memory();
+  s.headline();
+  return s.e;
 }
 
 }  // namespace loom::plan

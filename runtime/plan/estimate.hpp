@@ -28,6 +28,7 @@ struct Layout {
   std::string name() const;
   // The data-slot plugin: ddp, zero1, zero2, zero3.
   std::string data_plugin() const { return zero ? "zero" + std::to_string(zero) : "ddp"; }
+  std::string data_plugin(const struct Workload& w) const;
 };
 
 // Parses a name as Layout::name writes it ("tp=2 pp=2" and "tp2,pp2" work too). ConfigError.
@@ -37,6 +38,10 @@ struct Workload {
   gpt::GptConfig model;
   int64_t global_batch = 16;  // sequences per step
   std::string dtype = "fp32"; // fp32 | bf16 | fp16 | fp8: GEMM peak, and model-state formulas
+  // A plugin the config names for a slot that is not a built-in ("data" = "my_dp"): costed
+  // through its own cost entry in every layout that uses the slot. The data slot's plugin then
+  // holds the model state unsharded, as far as the planner knows.
+  std::string data_plugin, tensor_plugin, sequence_plugin, context_plugin, expert_plugin;
 };
 
 // One collective of the step, as a plugin's cost entry gave it, with its predicted time.

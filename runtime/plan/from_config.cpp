@@ -12,6 +12,17 @@ Workload workload_of(const config::Config& cfg, const std::string& dtype) {
   w.dtype = dtype.empty() ? cfg.str("plugins.precision") : dtype;
   if (w.dtype != "fp32" && w.dtype != "bf16" && w.dtype != "fp16" && w.dtype != "fp8")
     throw UsageError("precision '" + w.dtype + "': the planner knows fp32, bf16, fp16 and fp8");
+  // Slots the config fills with a plugin of its own are costed through that plugin.
+  const std::string data = cfg.str("plugins.data");
+  if (!data.empty() && data != "ddp" && data.rfind("zero", 0) != 0) w.data_plugin = data;
+  auto own = [&](const char* key, const char* builtin) {
+    const std::string v = cfg.str(key);
+    return v == builtin ? std::string() : v;
+  };
+  w.tensor_plugin = own("plugins.tensor", "tp");
+  w.sequence_plugin = own("plugins.sequence", "sp");
+  w.context_plugin = own("plugins.context", "cp");
+  w.expert_plugin = own("plugins.expert", "ep");
   return w;
 }
 

@@ -96,7 +96,7 @@ std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp
                 if (micro % pp == 0 && m.n_layer >= pp * v) schedules.push_back({"interleaved", v});
             }
             for (const auto& [sched, v] : schedules)
-              for (int zero = 0; zero <= (dp * ep * cp > 1 ? 3 : 0); ++zero)
+              for (int zero = 0; zero <= (dp * ep * cp > 1 && w.data_plugin.empty() ? 3 : 0); ++zero)
                 for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
                   for (const char* rc : {"none", "selective", "full"}) {
                     Layout l = base;

@@ -114,3 +114,21 @@ TEST_CASE("loom plan published prints every Table 1 row with its error, the larg
   REQUIRE(at != std::string::npos);
   CHECK(std::stod(r.out.substr(at + 14)) <= 15.0);
 }
+
+TEST_CASE("a third-party strategy is planned through its own cost entry, and one without is named") {
+  TempDir t;
+  const std::string head = "[model]\nn_layer = 2\nn_head = 2\nd_model = 64\nseq_len = 32\n[train]\nglobal_batch = 8\n"
+                           "[plugins]\npath = [\"" + std::string(LOOM_TEST_PLUGIN_DIR) + "\"]\n";
+  const std::string ema = t.write("ema.toml", head + "data = \"ema\"\n");
+  auto r = run_loom("plan " + ema + " --cluster " + kClusters + "this-machine.toml --devices 2 --explain dp2");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  CHECK(has(r.out, "ema: ema: gradient all-reduce, then the average, all_reduce"));
+  auto ranked = run_loom("plan " + ema + " --cluster " + kClusters + "this-machine.toml --devices 2 --json");
+  CHECK(ranked.rc == 0);
+  CHECK_FALSE(has(ranked.out, "\"zero\": 1"));  // the planner cannot shard a state it does not own
+  const std::string old = t.write("old.toml", head + "data = \"ddp12\"\n");
+  auto none = run_loom("plan " + old + " --cluster " + kClusters + "this-machine.toml --devices 2 --explain dp2");
+  CHECK(none.rc == 0);
+  CHECK(has(none.out, "plugin 'ddp12' has no cost entry (ABI 1.7): planned as communicating nothing"));
+}

@@ -17,6 +17,12 @@ class Ema : public loom::sdk::DataPlugin {
   static constexpr const char* version = "0.0.1";
   static constexpr const char* summary = "data parallel with a running average of the gradients (state in checkpoints)";
 
+  // For loom plan (ABI 1.7): one blocking all-reduce of every gradient after the backward.
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+    return {loom::sdk::collective(LOOM_COST_ALL_REDUCE, LOOM_COST_STEP, q.params * q.grad_bytes, 1, 0.0,
+                                  "ema: gradient all-reduce, then the average")};
+  }
+
   explicit Ema(const loom::sdk::Context& ctx) : host_(ctx.host.raw()) {}
 
   void setup(const loom_data_context& c) override {
