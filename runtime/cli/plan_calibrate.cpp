@@ -164,8 +164,9 @@ struct Measured {
 std::string cluster_text(const Measured& m, double compute_scale, double process_mib) {
   std::ostringstream f;
   f.precision(4);
-  f << "# This machine, measured by `loom plan calibrate` (" << m.cores << " cores). Figures per core: a rank\n"
-    << "# gets cores / ranks threads (at least one), and ranks beyond the cores take turns.\n\n"
+  f << "# This machine, measured by `loom plan calibrate` (" << m.cores << " cores). Figures per core: the ranks\n"
+    << "# gets an equal share of what all cores deliver together. A snapshot of a machine whose speed\n"
+    << "# drifts with its neighbours: calibrate again before comparing predictions with runs.\n\n"
     << "[cluster]\nname = \"this-machine\"\ndescription = \"this CPU machine, calibrated\"\nnodes = 1\n"
     << "sources = [\"loom plan calibrate: the runtime's CPU op table (OpenBLAS sgemm), loom bench comm, a reference training run\"]\n\n"
     << "[device]\nname = \"CPU core\"\nper_node = " << m.max_ranks << "\nshared_cores = " << m.cores
