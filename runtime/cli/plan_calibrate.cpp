@@ -164,7 +164,7 @@ struct Measured {
 std::string cluster_text(const Measured& m, double compute_scale, double process_mib) {
   std::ostringstream f;
   f.precision(4);
-  f << "# This machine, measured by `loom plan calibrate` (" << m.cores << " cores). Figures per core: the ranks\n"
+  f << "# This machine, measured by `loom plan calibrate` (" << m.cores << " cores). Figures per core: each rank\n"
     << "# gets an equal share of what all cores deliver together. A snapshot of a machine whose speed\n"
     << "# drifts with its neighbours: calibrate again before comparing predictions with runs.\n\n"
     << "[cluster]\nname = \"this-machine\"\ndescription = \"this CPU machine, calibrated\"\nnodes = 1\n"
