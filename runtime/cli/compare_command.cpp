@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <iomanip>
 #include <sstream>
 
@@ -255,23 +256,32 @@ std::string noise_json(const Noise& n) {
 
 }  // namespace
 
-// loom plan's prediction for each side, beside the measured rows: how far the model is off on
-// this cluster, and whether it ranks A and B as the runs do.
-void add_predictions(report::Comparison& c, const std::string& cluster_file, const config::Config& ca,
-                     const config::Config& cb) {
+// loom plan's prediction for each side, made before any run (a bad cluster file or a layout the
+// planner refuses fails at once), and put beside the measured rows afterwards.
+struct Predictions {
+  std::string note;
+  plan::Estimate a, b;
+};
+
+Predictions predict_both(const std::string& cluster_file, const config::Config& ca, const config::Config& cb) {
   const plan::Cluster cluster = plan::load_cluster(cluster_file);
   plan::PluginSources sources(plugins::Registry::default_dirs(ca.str_list("plugins.path")));
   auto predict = [&](const config::Config& cfg) {
     return plan::estimate(cluster, plan::workload_of(cfg), plan::layout_of(cfg), sources.costs(), sources.pipes());
   };
-  const plan::Estimate ea = predict(ca), eb = predict(cb);
+  Predictions p{"", predict(ca), predict(cb)};
+  p.note = "predictions: loom plan with " + cluster_file + " ('" + cluster.name + "'), layouts " + p.a.layout.name() +
+           " and " + p.b.layout.name();
+  return p;
+}
+
+void add_predictions(report::Comparison& c, const Predictions& p) {
   auto at = c.table.begin();
   while (at != c.table.end() && at->what != "step time (ms)") ++at;
   if (at != c.table.end()) ++at;
-  c.table.insert(at, {{"  predicted (loom plan)", ea.step_ms, eb.step_ms, "%.1f", false},
-                      {"  predicted peak memory (MiB)", ea.memory.total() / 1048576.0, eb.memory.total() / 1048576.0, "%.0f", false}});
-  c.notes.push_back("predictions: loom plan with " + cluster_file + " ('" + cluster.name + "'), layouts " +
-                    ea.layout.name() + " and " + eb.layout.name());
+  c.table.insert(at, {{"  predicted (loom plan)", p.a.step_ms, p.b.step_ms, "%.1f", false},
+                      {"  predicted peak memory (MiB)", p.a.memory.total() / 1048576.0, p.b.memory.total() / 1048576.0, "%.0f", false}});
+  c.notes.push_back(p.note);
 }
 
 int compare(const Args& args) {
@@ -309,6 +319,7 @@ int compare(const Args& args) {
   if (warmup < 0) throw UsageError("--warmup must be >= 0");
 
   Side a{"A", "", {}}, b{"B", "", {}};
+  std::optional<Predictions> predictions;
   fs::path out;
   std::vector<std::string> notes;
   if (vm.count("from-runs")) {
@@ -322,6 +333,14 @@ int compare(const Args& args) {
     if (fs::exists(a.dirs[0] / "config.toml") && fs::exists(b.dirs[0] / "config.toml"))
       notes = differences(config::Config::load(a.dirs[0] / "config.toml"), config::Config::load(b.dirs[0] / "config.toml"));
     out = vm.count("out") ? fs::path(vm["out"].as<std::string>()) : a.dirs[0].parent_path() / ("compare-" + a.name + "-vs-" + b.name);
+    if (vm.count("cluster")) {
+      auto saved = [](const fs::path& dir) {
+        config::Config cfg = config::Config::load(dir / "config.toml");
+        cfg.validate_runtime();
+        return cfg;
+      };
+      predictions = predict_both(vm["cluster"].as<std::string>(), saved(a.dirs[0]), saved(b.dirs[0]));
+    }
   } else {
     auto files = vm.count("configs") ? vm["configs"].as<std::vector<std::string>>() : std::vector<std::string>{};
     if (files.size() != 2) throw UsageError("compare needs two configs (or --from-runs DIR_A DIR_B)\nusage: " + synopsis);
@@ -335,21 +354,14 @@ int compare(const Args& args) {
     a.name = ca.stem(), b.name = cb.stem(), a.file = files[0], b.file = files[1];
     if (a.name == b.name) a.name += "-A", b.name += "-B";
     out = vm.count("out") ? fs::path(vm["out"].as<std::string>()) : fs::path("runs") / ("compare-" + a.name + "-vs-" + b.name);
+    if (vm.count("cluster")) predictions = predict_both(vm["cluster"].as<std::string>(), ca, cb);
     train_rounds(a, b, out, plan);
   }
   std::vector<report::Run> ra, rb;
   for (const auto& d : a.dirs) ra.push_back(report::read_run(d));
   for (const auto& d : b.dirs) rb.push_back(report::read_run(d));
   report::Comparison c = report::compare_runs(a.name, ra[0], b.name, rb[0], rtol, notes);
-  if (vm.count("cluster")) {
-    auto config_of = [&](const Side& s) {
-      config::Config cfg = s.dirs.empty() || !s.file.empty() ? config::Config::load(s.file, plan.overrides)
-                                                            : config::Config::load(s.dirs[0] / "config.toml");
-      cfg.validate_runtime();
-      return cfg;
-    };
-    add_predictions(c, vm["cluster"].as<std::string>(), config_of(a), config_of(b));
-  }
+  if (predictions) add_predictions(c, *predictions);
   const bool several = ra.size() > 1 || rb.size() > 1;
   Noise noise;
   if (several)

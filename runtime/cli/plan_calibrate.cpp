@@ -84,8 +84,9 @@ Fit fit_attention(const loom_ops* o) {
       o->attention_gqa_bwd(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
                            lse.data(), w, w, B, T, H, H, D);
     }, 5);
-    // The planner's count: half of 4 B T^2 H D forward under the causal mask, backward 2.5x.
-    pts.push_back({3.5 * 0.5 * 4.0 * B * T * T * H * D, t / 2});
+    // The planner charges forward + backward as 3.5 x (overhead + F / rate), F = half of
+    // 4 B T^2 H D under the causal mask: fit t / 3.5 against F.
+    pts.push_back({0.5 * 4.0 * B * T * T * H * D, t / 3.5});
   }
   return fit(pts);
 }

@@ -194,7 +194,9 @@ int plan_cmd(const Args& args) {
     size_t rank = 0;
     while (rank < r.ranked.size() && r.ranked[rank].layout.name() != mine.name()) ++rank;
     const Estimate e = rank < r.ranked.size() ? r.ranked[rank] : plan::estimate(c, w, mine, sources.costs(), sources.pipes());
-    std::printf("versus %s: %.1f ms, rank %zu of %zu; %s\n", mine.name().c_str(), e.step_ms, rank + 1, r.ranked.size(),
+    const std::string where = rank < r.ranked.size() ? "rank " + std::to_string(rank + 1) + " of " + std::to_string(r.ranked.size())
+                                                     : "not among the ranked layouts (--fix leaves it out)";
+    std::printf("versus %s: %.1f ms, %s; %s\n", mine.name().c_str(), e.step_ms, where.c_str(),
                 rank == 0 ? "it is the top layout" : plan::versus(r.ranked.front(), e).c_str());
   }
   for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());

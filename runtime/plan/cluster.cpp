@@ -180,7 +180,7 @@ Cluster parse_cluster(const std::string& text, const std::string& source) {
   c.device = str(root, "device", "name");
   c.per_node = static_cast<int>(i64(root, "device", "per_node"));
   for (const char* k : {"memory_gib", "hbm_gbps"}) require_positive(root, "device", k, source);
-  for (const char* k : {"bandwidth_gbps"}) require_positive(root, "intra", k, source);
+  for (const char* k : {"bandwidth_gbps", "latency_us"}) require_positive(root, "intra", k, source);
   c.memory = f64(root, "device", "memory_gib") * (1ull << 30);
   c.hbm = f64(root, "device", "hbm_gbps") * 1e9;
   c.peak_bf16 = f64(root, "device", "peak_tflops_bf16") * 1e12;
@@ -190,11 +190,12 @@ Cluster parse_cluster(const std::string& text, const std::string& source) {
   if (c.peak_bf16 <= 0 && c.peak_fp32 <= 0)
     throw ConfigError(source + ": [device] needs a peak: peak_tflops_bf16 or peak_tflops_fp32 (missing or 0)");
   c.shared_cores = static_cast<int>(i64(root, "device", "shared_cores"));
+  if (c.shared_cores > 0) require_positive(root, "device", "thread_scaling", source);
   c.thread_scaling = f64(root, "device", "thread_scaling");
   c.headroom = f64(root, "device", "memory_headroom");
   c.intra = {str(root, "intra", "kind"), f64(root, "intra", "bandwidth_gbps") * 1e9, f64(root, "intra", "latency_us") * 1e-6};
   if (c.nodes > 1) {
-    for (const char* k : {"nics_per_node", "nic_gbits"}) require_positive(root, "inter", k, source);
+    for (const char* k : {"nics_per_node", "nic_gbits", "latency_us"}) require_positive(root, "inter", k, source);
   }
   c.nics_per_node = static_cast<int>(i64(root, "inter", "nics_per_node"));
   c.inter = {str(root, "inter", "kind"), f64(root, "inter", "nic_gbits") * 1e9 / 8, f64(root, "inter", "latency_us") * 1e-6};

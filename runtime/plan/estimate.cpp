@@ -93,23 +93,23 @@ const char* op_name(int op) {
 // hierarchical: the node part first, then S / local over the network, NIC by NIC (rail-optimised),
 // slower by the oversubscription when the group spans more than a pod.
 double collective_time(const Cluster& c, int op, double S, int n, int stride, std::string& level) {
-  const Link& intra = c.intra_ops.has[op] ? c.intra_ops.op[op] : c.intra;
   if (n <= 1) return level = "-", 0.0;
-  if (op == LOOM_COST_SEND_RECV) {  // to the neighbour stride ranks away
-    const bool same = stride < c.per_node;
-    level = same ? "node" : "network";
-    return ring_time(op, S, 2, same ? intra : c.inter, c.comm_eff);
-  }
+  const Link& intra = c.intra_ops.has[op] ? c.intra_ops.op[op] : c.intra;
   const long span = long(stride) * n;
-  if (span <= c.per_node) return level = "node", ring_time(op, S, n, intra, c.comm_eff);
-  const int local = std::max(1, std::min(n, c.per_node / std::max(1, stride)));
-  const int nodes = n / local;
   // Each device drives nics / per_node NICs (DGX: one each). Without rails, or past a pod,
   // traffic crosses the spine and shares its oversubscribed links.
   Link net = c.inter;
   net.bandwidth = c.inter.bandwidth * std::max(1, c.nics_per_node) / c.per_node;
   const long span_nodes = (span + c.per_node - 1) / c.per_node;
   if (!c.rail_optimized || (c.nodes_per_pod > 0 && span_nodes > c.nodes_per_pod)) net.bandwidth /= c.oversubscription;
+  if (op == LOOM_COST_SEND_RECV) {  // neighbours stride apart: as slow as a hop that leaves the node
+    const bool same = span <= c.per_node;
+    level = same ? "node" : "network";
+    return ring_time(op, S, 2, same ? intra : net, c.comm_eff);
+  }
+  if (span <= c.per_node) return level = "node", ring_time(op, S, n, intra, c.comm_eff);
+  const int local = std::max(1, std::min(n, c.per_node / std::max(1, stride)));
+  const int nodes = (n + local - 1) / local;
   level = local > 1 ? "node+network" : "network";
   return ring_time(op, S, local, intra, c.comm_eff) + ring_time(op, S / local, nodes, net, c.comm_eff);
 }
@@ -245,7 +245,7 @@ struct Step {
 
   Step(const Cluster& c_, const Workload& w_, const Layout& l_)
       : c(c_), w(w_), l(l_), m(w_.model), r(rates(c_, w_, l_)), act_bytes(w_.dtype == "fp32" ? 4 : 2),
-        grad_bytes(act_bytes), mbs(int(w_.global_batch / (int64_t(l_.dp) * l_.ep) / l_.micro_batch)),
+        grad_bytes(w_.grad_bytes), mbs(int(w_.global_batch / (int64_t(l_.dp) * l_.ep) / l_.micro_batch)),
         data_group(l_.dp * l_.ep * l_.cp), tokens(double(l_.micro_batch) * m.seq_len / l_.cp),
         layers(double(m.n_layer) / l_.pp), moe_layers(count_moe(m) / l_.pp), vocab(double(m.vocab_size) / l_.tp),
         dense(block_work(m, l_, tokens, act_bytes, false)), moe(block_work(m, l_, tokens, act_bytes, true)) {
@@ -345,7 +345,9 @@ struct Step {
         it.bytes = double(cc.bytes);
         it.calls = double(cc.calls);
         it.hidden = cc.hidden;
-        it.ms = collective_time(c, cc.op, it.bytes, it.group, a.stride, it.level) * it.calls * 1e3;
+        // A sub-group of the axis (ddp's expert gradients over expert_dp) spans as far as the axis.
+        const int stride = it.group == a.size ? a.stride : std::max(1, a.stride * a.size / std::max(1, it.group));
+        it.ms = collective_time(c, cc.op, it.bytes, it.group, stride, it.level) * it.calls * 1e3;
         if (a.plugin != l.data_plugin(w)) {
           const double window = (cc.phase == LOOM_COST_FORWARD ? f_attn : 2.5 * f_attn) * 1e3 * mbs;
           it.exposed_ms = std::max(0.0, it.ms - std::min(cc.hidden * it.ms, window));
@@ -357,6 +359,8 @@ struct Step {
     }
     f += loop_exposed[0];
     b += loop_exposed[1];
+    // Full recompute replays the blocks' forward, its tp, sp, ep and cp traffic included.
+    if (l.recompute == "full") rc += loop_exposed[0], b += loop_exposed[0];
   }
 
   // The micro-batch loop: plain accumulation, or the schedule's simulated makespan.
@@ -369,7 +373,7 @@ struct Step {
     }
     e.forward_ms = mbs * (f - loop_exposed[0]) * 1e3;
     e.recompute_ms = mbs * rc * 1e3;
-    e.backward_ms = mbs * (b - loop_exposed[1] - rc) * 1e3;
+    e.backward_ms = mbs * (b - loop_exposed[1] - rc) * 1e3;  // rc: the recompute, its traffic included
     e.bubble_ms = std::max(0.0, e.pipeline_ms - mbs * (f + b) * 1e3);
   }
 
@@ -396,7 +400,8 @@ struct Step {
   // AdamW over this rank's shard: read p, g, m, v, write p, m, v (7 x 4 bytes), the grad norm
   // (a read of the gradients) and zeroing them.
   void optimizer() {
-    const double opt_params = l.zero >= 1 ? psi / data_group : psi;
+    const double expert_group = l.dp * l.cp;  // ZeRO splits expert units over expert_dp only
+    const double opt_params = l.zero >= 1 ? (psi - expert_psi) / data_group + expert_psi / expert_group : psi;
     e.optimizer_ms = elem(opt_params * 28 + psi * grad_bytes * 2, 4) * 1e3;
     e.overhead_ms = c.step_overhead * 1e3;
   }
@@ -404,9 +409,12 @@ struct Step {
   // Model states by the ZeRO formulas; activations as Loom's blocks keep them, for the
   // micro-batches in flight; buffers; the runtime's own.
   void memory() {
-    double states[3];
-    model_state_bytes(psi, data_group, l.zero, w.dtype != "fp32", states);
-    e.memory.params = states[0], e.memory.grads = states[1], e.memory.optim = states[2];
+    double dense_states[3], expert_states[3];
+    model_state_bytes(psi - expert_psi, data_group, l.zero, w.dtype != "fp32", dense_states);
+    model_state_bytes(expert_psi, l.dp * l.cp, l.zero, w.dtype != "fp32", expert_states);
+    e.memory.params = dense_states[0] + expert_states[0];
+    e.memory.grads = dense_states[1] + expert_states[1];
+    e.memory.optim = dense_states[2] + expert_states[2];
     const double per_layer = mix(&BlockWork::saved_elems) / std::max(layers, 1e-9) * act_bytes;
     const double drop = mix(&BlockWork::selective_drop) / std::max(layers, 1e-9) * act_bytes;
     const double held = l.pp > 1 ? double(shape.in_flight) * m.n_layer / (double(l.pp) * l.chunks) : layers;
@@ -447,6 +455,9 @@ Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const Co
                   const PipeSource& pipes) {
   const std::string bad = invalid_reason(w, l);
   if (!bad.empty()) throw ConfigError("layout " + l.name() + ": " + bad);
+  if (c.peak(w.dtype) <= 0)
+    throw ConfigError("cluster '" + c.name + "' (" + c.source + ") gives no " + w.dtype + " peak: set [device] peak_tflops_" + w.dtype +
+                      " or plan another precision (--dtype)");
   Step s(c, w, l);
   s.compute();
   s.parameters();

@@ -14,6 +14,7 @@ Workload megatron_gpt(int layers, int hidden, int heads, int64_t batch) {
   m.positions = "learned", m.norm = "layernorm", m.mlp = "gelu", m.bias = true, m.tied_embeddings = true;
   w.global_batch = batch;
   w.dtype = "fp16";
+  w.grad_bytes = 2;  // Megatron all-reduces fp16 gradients
   return w;
 }
 
@@ -26,6 +27,7 @@ Workload llama3(int layers, int hidden, int heads, int d_ff, int seq, int64_t ba
   m.bias = false, m.tied_embeddings = false;
   w.global_batch = batch;
   w.dtype = "bf16";
+  w.grad_bytes = 2;  // bf16 gradient reduction (Llama 3's FSDP, torchtitan's default)
   return w;
 }
 

@@ -42,6 +42,15 @@ CostSource PluginSources::costs() {
     out.resize(size_t(n));
     if (n && fn(&q, out.data(), n, &n, nullptr) != LOOM_OK)
       throw RuntimeError("plugin '" + plugin + "': its cost entry failed");
+    for (loom_cost_collective& c : out) {
+      c.what[sizeof c.what - 1] = '\0';
+      if (c.op < LOOM_COST_ALL_REDUCE || c.op > LOOM_COST_SEND_RECV || c.phase < LOOM_COST_FORWARD ||
+          c.phase > LOOM_COST_STEP || c.bytes < 0 || c.calls < 0 || !(c.hidden >= 0 && c.hidden <= 1) || c.group < 0)
+        throw RuntimeError("plugin '" + plugin + "': its cost entry gave an impossible collective ('" + c.what +
+                           "': op " + std::to_string(c.op) + ", phase " + std::to_string(c.phase) + ", " +
+                           std::to_string(c.bytes) + " bytes x " + std::to_string(c.calls) + ", hidden " +
+                           std::to_string(c.hidden) + ")");
+    }
     return out;
   };
 }

@@ -428,18 +428,22 @@ struct ZeroStage : Zero {
   // backward (3 psi per micro-batch), prefetched behind compute.
   static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
     using loom::sdk::collective;
-    const int64_t grads = q.params * q.grad_bytes, values = q.params * 4;
-    const int64_t m = Stage == 1 ? 1 : q.microbatches;
     std::vector<loom_cost_collective> c;
-    c.push_back(collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, grads, m, 1.0, "gradient reduce-scatter"));
-    if (Stage < 3) {
-      c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_STEP, values, 1, 0.0, "parameter all-gather"));
-    } else {
-      c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, values, q.microbatches, 1.0,
-                             "parameter gather (forward)"));
-      c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_BACKWARD, values, q.microbatches, 1.0,
-                             "parameter gather (backward)"));
-    }
+    // Expert units are split over expert_dp (the ranks sharing those experts), the rest over
+    // the whole data group; both move 4-byte values and gradients.
+    auto traffic = [&](int64_t params, int32_t group, const char* grads_what, const char* gather_what) {
+      if (params <= 0) return;
+      const int64_t bytes = params * 4, m = Stage == 1 ? 1 : q.microbatches;
+      c.push_back(collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, bytes, m, 1.0, grads_what, group));
+      if (Stage < 3) {
+        c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_STEP, bytes, 1, 0.0, gather_what, group));
+      } else {
+        c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, bytes, q.microbatches, 1.0, gather_what, group));
+        c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_BACKWARD, bytes, q.microbatches, 1.0, gather_what, group));
+      }
+    };
+    traffic(q.params - q.expert_params, 0, "gradient reduce-scatter", "parameter all-gather");
+    if (q.expert_dp > 1) traffic(q.expert_params, q.expert_dp, "expert gradient reduce-scatter", "expert parameter all-gather");
     return c;
   }
   explicit ZeroStage(const loom::sdk::Context& ctx) : Zero(ctx, Stage) {}
