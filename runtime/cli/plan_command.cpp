@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "cli/parse.hpp"
 #include "config/config.hpp"
@@ -97,8 +98,11 @@ int published(const Args& args) {
   if (!json)
     std::printf("%-26s %-10s %-40s %12s %12s %8s\n", "run", "cluster", "layout", "published", "predicted", "error");
   double worst = 0;
+  std::map<std::string, plan::Cluster> clusters;
   for (const auto& run : plan::published_runs()) {
-    const plan::Cluster c = plan::load_cluster(std::filesystem::path(vm["clusters"].as<std::string>()) / (run.cluster + ".toml"));
+    if (!clusters.count(run.cluster))
+      clusters.emplace(run.cluster, plan::load_cluster(std::filesystem::path(vm["clusters"].as<std::string>()) / (run.cluster + ".toml")));
+    const plan::Cluster& c = clusters.at(run.cluster);
     const Estimate e = plan::estimate(c, run.workload, run.layout, sources.costs(), sources.pipes());
     const double p = plan::predicted_metric(run, e), err = p / run.published - 1;
     if (run.source.find("Table 1") != std::string::npos) worst = std::max(worst, std::fabs(err));

@@ -118,7 +118,7 @@ double collective_time(const Cluster& c, int op, double S, int n, int stride, st
 // cores deliver together (one core's figure x thread_scaling): the ranks split the cores, and
 // two single-thread ranks meet the same shared caches, memory and neighbours as two threads.
 struct Rates {
-  double flops = 0, bytes = 0, peak = 0;
+  double peak = 0, bytes = 0;  // FLOP/s and bytes/s of this rank
 };
 
 Rates rates(const Cluster& c, const Workload& w, const Layout& l) {
@@ -131,7 +131,6 @@ Rates rates(const Cluster& c, const Workload& w, const Layout& l) {
     r.peak *= share;
     r.bytes *= share;
   }
-  r.flops = r.peak;
   return r;
 }
 
@@ -260,8 +259,8 @@ struct Step {
   }
   // A BlockWork figure summed over this rank's blocks, dense and MoE.
   double mix(double BlockWork::*field) const { return (layers - moe_layers) * dense.*field + moe_layers * moe.*field; }
-  double gemm(double flops, double calls) const { return calls * c.gemm_overhead + flops / (r.flops * c.gemm_eff); }
-  double attn(double flops, double calls) const { return calls * c.attention_overhead + flops / (r.flops * c.attention_eff); }
+  double gemm(double flops, double calls) const { return calls * c.gemm_overhead + flops / (r.peak * c.gemm_eff); }
+  double attn(double flops, double calls) const { return calls * c.attention_overhead + flops / (r.peak * c.attention_eff); }
   double elem(double bytes, double calls) const { return calls * c.elementwise_overhead + bytes / (r.bytes * c.memory_eff); }
 
   // Forward, backward and recompute of one micro-batch through this rank's blocks (balanced
@@ -275,7 +274,7 @@ struct Step {
     const double scores = double(l.micro_batch) * (double(m.n_head) / l.tp) * m.seq_len * (double(m.seq_len) / l.cp);
     f_attn = attn(mix(&BlockWork::attn_flops), layers) + elem(layers * scores * c.score_bytes, 0);
     const double f_elem = elem(mix(&BlockWork::elem_bytes) + head_bytes, mix(&BlockWork::elem_calls) + 3.0 / l.pp);
-    head_gemm = head_flops / (r.flops * c.gemm_eff) * c.compute_scale;
+    head_gemm = head_flops / (r.peak * c.gemm_eff) * c.compute_scale;
     f = (f_gemm + f_attn + f_elem) * c.compute_scale;
     // Backward: two GEMMs per forward GEMM, flash-style attention backward (2.5x), element-wise 2x.
     b = (2 * f_gemm + 2.5 * f_attn + 2 * f_elem) * c.compute_scale;

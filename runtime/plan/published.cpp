@@ -1,5 +1,8 @@
 #include "plan/published.hpp"
 
+#include "config/config.hpp"
+#include "plan/from_config.hpp"
+
 namespace loom::plan {
 
 namespace {
@@ -18,15 +21,13 @@ Workload megatron_gpt(int layers, int hidden, int heads, int64_t batch) {
   return w;
 }
 
-// Llama 3 (Meta's model card): RMSNorm, SwiGLU, RoPE, no biases, 8 kv heads, vocabulary 128256.
-Workload llama3(int layers, int hidden, int heads, int d_ff, int seq, int64_t batch) {
-  Workload w;
-  gpt::GptConfig& m = w.model;
-  m.n_layer = layers, m.d_model = hidden, m.n_head = heads, m.n_kv_head = 8, m.d_ff = d_ff;
-  m.vocab_size = 128256, m.seq_len = seq, m.positions = "rope", m.norm = "rmsnorm", m.mlp = "swiglu";
-  m.bias = false, m.tied_embeddings = false;
-  w.global_batch = batch;
-  w.dtype = "bf16";
+// Llama 3 as the [model] presets describe it (model_presets.cpp, from Meta's model cards).
+Workload llama3(const char* preset, int64_t batch) {
+  config::Config cfg = config::Config::parse(std::string("[model]\npreset = \"") + preset + "\"\n[train]\nglobal_batch = " +
+                                                 std::to_string(batch) + "\n[plugins]\nprecision = \"bf16\"\n",
+                                             "<published>");
+  cfg.validate_runtime();
+  Workload w = workload_of(cfg);
   w.grad_bytes = 2;  // bf16 gradient reduction (Llama 3's FSDP, torchtitan's default)
   return w;
 }
@@ -68,14 +69,14 @@ std::vector<PublishedRun> build() {
   // sequence 8192, 16M tokens per batch, 41% MFU on the 16K-GPU row. The paper runs a modified
   // interleaved schedule without giving v; v = 2 here is our assumption.
   runs.push_back({"Llama 3 405B, 16384 H100", "Dubey et al. 2024 (The Llama 3 Herd of Models), Table 4", "h100-sxm",
-                  llama3(126, 16384, 128, 53248, 8192, 2048), layout(16384, 8, 16, 1, 2, "none"), "mfu", 0.41});
+                  llama3("llama3-405b", 2048), layout(16384, 8, 16, 1, 2, "none"), "mfu", 0.41});
   // The 8K-GPU row of the same table: dp 64, the same 16M tokens, 43% MFU.
   runs.push_back({"Llama 3 405B, 8192 H100", "Dubey et al. 2024 (The Llama 3 Herd of Models), Table 4", "h100-sxm",
-                  llama3(126, 16384, 128, 53248, 8192, 2048), layout(8192, 8, 16, 1, 2, "none"), "mfu", 0.43});
+                  llama3("llama3-405b", 2048), layout(8192, 8, 16, 1, 2, "none"), "mfu", 0.43});
   // torchtitan's published Llama 3 8B on 8 H100: FSDP (ZeRO-3), bf16, local batch 1, sequence
   // 8192, selective activation checkpointing: 5762 tokens/s per GPU.
   runs.push_back({"Llama 3 8B, 8 H100, FSDP", "torchtitan docs/performance.md", "h100-sxm",
-                  llama3(32, 4096, 32, 14336, 8192, 8), layout(8, 1, 1, 1, 1, "selective", 3), "tokens", 5762});
+                  llama3("llama3-8b", 8), layout(8, 1, 1, 1, 1, "selective", 3), "tokens", 5762});
   return runs;
 }
 

@@ -12,6 +12,7 @@ namespace loom::plan {
 
 struct PluginSources::State {
   plugins::Registry registry;
+  const config::Config no_options = config::Config::parse("", "<plan>");  // schedules run with defaults
   std::map<std::string, loom_cost_fn> cost_fns;  // nullptr: the plugin has no cost entry
   std::map<std::tuple<std::string, int, int, int, int>, PipeShape> shapes;
   explicit State(std::vector<plugins::SearchDir> dirs) : registry(std::move(dirs)) {}
@@ -72,9 +73,8 @@ PipeSource PluginSources::pipes() {
       s.makespan = (double(v) * m + pp - 1) * (1 + k20 / 20.0);
       s.in_flight = schedule == "gpipe" ? m * v : schedule == "interleaved" ? 2 * (pp - 1) + (v - 1) * pp + 1 : pp;
     } else {
-      const config::Config none_cfg = config::Config::parse("", "<plan>");
       const plugins::Found found = st->registry.find(schedule, LOOM_KIND_PARALLEL);
-      loom_options none = plugins::options_for(none_cfg, schedule);
+      loom_options none = plugins::options_for(st->no_options, schedule);
       PipelinePlan plan(found, &none, loom_pipeline_shape{pp, m, chunks > 1 ? chunks : 0});
       s.makespan = plan.simulate(1.0, k20 / 20.0).makespan;
       s.in_flight = plan.peak_in_flight(0);

@@ -1,10 +1,14 @@
 // ZeRO: zero1/2/3 match the single-rank fp32 run at dp = 2 and 4, and zero3 composes with tp and
-// pp; each rank's model-state bytes follow the ZeRO formulas and its traffic the 2Ψ / 3Ψ volumes;
+// pp; each rank's model-state bytes follow the ZeRO formulas (loom plan's too) and its traffic the
+// 2Ψ / 3Ψ volumes;
 // what a ZeRO run cannot do yet is refused before training.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
+#include "plan/estimate.hpp"
 #include "support/layouts.hpp"
 
 using namespace loom::test;
@@ -79,6 +83,7 @@ TEST_CASE("model-state bytes follow the ZeRO formulas and traffic the 2 Psi / 3 
         {"zero2", 4 * psi, 4 * psi / n, 8 * psi / n, 2.0 * (n - 1) / n * psi * 4},
         {"zero3", 4 * psi / n, 4 * psi / n, 8 * psi / n, 3.0 * (n - 1) / n * psi * 4},
     };
+    std::vector<std::string> dirs;
     for (const Want& w : wants) {
       const std::string what = std::string(w.stage) + " at dp = " + std::to_string(n);
       Curves z = runs.run(ranks + " --set plugins.data=" + w.stage);
@@ -87,7 +92,21 @@ TEST_CASE("model-state bytes follow the ZeRO formulas and traffic the 2 Psi / 3 
       near(last(z, "optim_bytes"), w.optim, 0.05, what + " optimizer bytes");
       near(last(z, "comm_bytes"), w.traffic, 0.05, what + " bytes sent per step");
       CHECK(last(z, "comm_buffer_bytes") > 0);
+      // loom plan's memory model uses the same formulas (fp32: 4 + 4 + 8 bytes, sharded by stage).
+      double planned[3];
+      loom::plan::model_state_bytes(psi, n, w.stage[4] - '0', false, planned);
+      near(last(z, "param_bytes") + last(z, "grad_bytes") + last(z, "optim_bytes"), planned[0] + planned[1] + planned[2],
+           0.05, what + " model-state bytes against loom plan's");
+      dirs.push_back(z.metrics.parent_path().string());
     }
+    // loom compare --cluster puts the planner's figures beside the measured ones.
+    auto cmp = run_loom("compare --from-runs " + dirs[0] + " " + dirs[2] + " --cluster " + std::string(LOOM_SOURCE_DIR) +
+                        "/clusters/this-machine.toml --out " + dirs[0] + "-cmp");
+    INFO(cmp.out);
+    CHECK(cmp.rc == 0);
+    CHECK(has(cmp.out, "predicted (loom plan)"));
+    CHECK(has(cmp.out, "zero1 mb"));
+    CHECK(has(cmp.out, "zero3 mb"));
   }
 }
 

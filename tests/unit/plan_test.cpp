@@ -9,6 +9,8 @@
 
 #include "core/errors.hpp"
 #include "loader/registry.hpp"
+#include "config/config.hpp"
+#include "plan/from_config.hpp"
 #include "plan/published.hpp"
 #include "plan/search.hpp"
 #include "plan/sources.hpp"
@@ -29,14 +31,13 @@ std::string replace(std::string s, const std::string& from, const std::string& t
   return s.replace(at, from.size(), to);
 }
 
-plan::Workload llama3_workload(int layers, int hidden, int heads, int d_ff, int64_t batch) {
-  plan::Workload w;
-  auto& m = w.model;
-  m.n_layer = layers, m.d_model = hidden, m.n_head = heads, m.n_kv_head = 8, m.d_ff = d_ff, m.vocab_size = 128256;
-  m.seq_len = 8192, m.positions = "rope", m.norm = "rmsnorm", m.mlp = "swiglu", m.bias = false, m.tied_embeddings = false;
-  w.global_batch = batch;
-  w.dtype = "bf16";
-  return w;
+// A Llama 3 job as a config describes it: the [model] preset, a global batch, bf16.
+plan::Workload llama3_workload(const std::string& preset, int64_t batch) {
+  config::Config cfg = config::Config::parse("[model]\npreset = \"" + preset + "\"\n[train]\nglobal_batch = " +
+                                                 std::to_string(batch) + "\n[plugins]\nprecision = \"bf16\"\n",
+                                             "<test>");
+  cfg.validate_runtime();
+  return plan::workload_of(cfg);
 }
 
 }  // namespace
@@ -153,7 +154,7 @@ TEST_CASE("Narayanan et al. 2021 Table 1 is predicted within 15% on every row, f
 TEST_CASE("a 1024-GPU search for Llama 3 405B takes under 10 s and ranks the published layout's rivals") {
   const plan::Cluster c = plan::load_cluster(kClusters / "h100-sxm.toml");
   plan::PluginSources sources(plugins::Registry::default_dirs());
-  const plan::Workload w = llama3_workload(126, 16384, 128, 53248, 1024);
+  const plan::Workload w = llama3_workload("llama3-405b", 1024);
   const auto t0 = std::chrono::steady_clock::now();
   const plan::SearchResult r = plan::search(c, w, 1024, {}, sources.costs(), sources.pipes());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -176,11 +177,11 @@ TEST_CASE("a 1024-GPU search for Llama 3 405B takes under 10 s and ranks the pub
 TEST_CASE("Llama 3 8B on one H100 node: the layout that wins fits, and ZeRO-0 at dp 8 does not") {
   const plan::Cluster c = plan::load_cluster(kClusters / "h100-sxm.toml");
   plan::PluginSources sources(plugins::Registry::default_dirs());
-  const plan::SearchResult r = plan::search(c, llama3_workload(32, 4096, 32, 14336, 64), 8, {}, sources.costs(), sources.pipes());
+  const plan::SearchResult r = plan::search(c, llama3_workload("llama3-8b", 64), 8, {}, sources.costs(), sources.pipes());
   REQUIRE(r.ranked.front().fits);
   // 8B parameters in bf16 with fp32 Adam replicated: 16 bytes x 8.03e9 = 128 GB > 80 GB.
   plan::Layout ddp = plan::parse_layout("dp8 mb1");
-  const plan::Estimate e = plan::estimate(c, llama3_workload(32, 4096, 32, 14336, 64), ddp, sources.costs(), sources.pipes());
+  const plan::Estimate e = plan::estimate(c, llama3_workload("llama3-8b", 64), ddp, sources.costs(), sources.pipes());
   CHECK_FALSE(e.fits);
   CHECK(e.why_not.find("model states") != std::string::npos);
   CHECK(e.memory.model_states() == doctest::Approx(16.0 * 8.03e9).epsilon(0.01));
@@ -197,7 +198,7 @@ TEST_CASE("layouts read back as they print, and one that cannot exist is refused
   CHECK(l.recompute == "selective");
   CHECK(plan::parse_layout(l.name()).name() == l.name());
   CHECK_THROWS_AS(plan::parse_layout("dp2 tq2"), ConfigError);
-  plan::Workload w = llama3_workload(32, 4096, 32, 14336, 64);
+  plan::Workload w = llama3_workload("llama3-8b", 64);
   CHECK(plan::invalid_reason(w, plan::parse_layout("tp3 dp1")).find("does not divide") != std::string::npos);
   CHECK(plan::invalid_reason(w, plan::parse_layout("dp3")).find("not a multiple") != std::string::npos);
 }
