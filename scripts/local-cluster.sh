@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# A cluster of N "nodes" inside this machine, for tests of multi-node behaviour. Each node is a
+# network namespace with its own hostname (a persistent UTS namespace), its own loopback and one
+# interface, eth0, on a private subnet: a veth whose other end sits on a bridge in a "hub"
+# namespace. Nothing is routed to or from the machine's own interfaces: the subnet exists only
+# between these namespaces.
+#
+#   scripts/local-cluster.sh up N          make node0..node{N-1} (after removing any leftovers)
+#   scripts/local-cluster.sh down          remove everything this cluster made, by name
+#   scripts/local-cluster.sh exec NODE CMD run CMD on NODE (node0, node1, ... or hub)
+#   scripts/local-cluster.sh addr NODE     NODE's address (node k is 10.213.0.(k+1), hub .254)
+#   scripts/local-cluster.sh hostfile      one "nodeK slots=S" line per node (Open MPI's format)
+#   scripts/local-cluster.sh rate NODE R   limit NODE's link to R each way (tc tbf, e.g. 100mbit)
+#   scripts/local-cluster.sh delay NODE MS JITTER_MS LOSS_PCT
+#                                          send NODE's traffic through loom-netfault (a relay that
+#                                          delays and drops frames), for kernels without netem
+#   scripts/local-cluster.sh cut NODE      take NODE's link down (its cable pulled)
+#   scripts/local-cluster.sh freeze NODE   SIGSTOP every process on NODE; thaw NODE resumes them
+#   scripts/local-cluster.sh heal NODE     undo rate, delay and cut on NODE
+#   scripts/local-cluster.sh pids NODE     the processes running on NODE
+#
+# LOOM_CLUSTER names the cluster (default "loomc"): namespaces are "$LOOM_CLUSTER-node0", ...,
+# so clusters with different names coexist. Each namespace's /etc/hosts (ip netns exec mounts
+# /etc/netns/NAME/hosts over it) names every node. Needs root.
+set -euo pipefail
+name=${LOOM_CLUSTER:-loomc}
+state=/run/loom-cluster/$name
+subnet=10.213.0
+here=$(cd "$(dirname "$0")" && pwd)
+
+die() { echo "local-cluster: $*" >&2; exit 2; }
+nodes() { cat "$state/nodes" 2>/dev/null || true; }
+node_index() {
+  [[ $1 =~ ^node([0-9]+)$ ]] || die "no node '$1' (nodes are node0..node$(( $(nodes | wc -w) - 1 )), or hub)"
+  echo "${BASH_REMATCH[1]}"
+}
+check_node() {
+  [ "$1" = hub ] || { node_index "$1" > /dev/null; ip netns list | grep -qw "^$name-$1" || die "no node '$1' in cluster '$name' (is it up?)"; }
+}
+addr_of() { [ "$1" = hub ] && echo "$subnet.254" || echo "$subnet.$(( $(node_index "$1") + 1 ))"; }
+in_ns() { local ns=$1; shift; ip netns exec "$name-$ns" "$@"; }
+run_on() {  # NODE CMD...: the node's network, hosts file and hostname
+  local node=$1; shift
+  ip netns exec "$name-$node" nsenter --uts="$state/$node.uts" -- "$@"
+}
+
+down() {
+  local ns pid
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^$name-(hub|node[0-9]+)$" || true); do
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -CONT "$pid" 2>/dev/null || true; kill -KILL "$pid" 2>/dev/null || true; done
+    ip netns del "$ns" 2>/dev/null || true
+    rm -rf "/etc/netns/$ns"
+  done
+  if [ -d "$state" ]; then
+    for f in "$state"/*.uts; do [ -e "$f" ] && { umount "$f" 2>/dev/null || true; }; done
+    for f in "$state"/*.relay.pid; do [ -e "$f" ] && { kill "$(cat "$f")" 2>/dev/null || true; }; done
+    rm -rf "$state"
+  fi
+}
+
+up() {
+  local n=$1 k node hosts
+  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || die "up needs a node count in 1..200, not '$n'"
+  down
+  mkdir -p "$state"
+  hosts=$'127.0.0.1 localhost\n'"$subnet.254 hub"$'\n'
+  for k in $(seq 0 $((n - 1))); do hosts+="$subnet.$((k + 1)) node$k"$'\n'; done
+  ip netns add "$name-hub"
+  in_ns hub ip link set lo up
+  in_ns hub ip link add br0 type bridge
+  in_ns hub ip addr add "$subnet.254/24" dev br0
+  in_ns hub ip link set br0 up
+  for node in hub $(for k in $(seq 0 $((n - 1))); do echo "node$k"; done); do
+    mkdir -p "/etc/netns/$name-$node"
+    printf '%s' "$hosts" > "/etc/netns/$name-$node/hosts"
+    touch "$state/$node.uts"
+    unshare --uts="$state/$node.uts" hostname "$node"
+  done
+  for k in $(seq 0 $((n - 1))); do
+    node=node$k
+    ip netns add "$name-$node"
+    in_ns "$node" ip link set lo up
+    # Both ends are made inside the hub and one is moved: no veth ever appears on the host.
+    in_ns hub ip link add "n$k" type veth peer name eth0
+    in_ns hub ip link set eth0 netns "$name-$node"
+    in_ns hub ip link set "n$k" master br0 up
+    in_ns "$node" ip addr add "$subnet.$((k + 1))/24" dev eth0
+    in_ns "$node" ip link set eth0 up
+  done
+  for k in $(seq 0 $((n - 1))); do echo "node$k"; done > "$state/nodes"
+  # Ready when every link is up (the bridge runs no STP, so its ports forward at once).
+  for k in $(seq 0 $((n - 1))); do
+    for _ in $(seq 1 50); do in_ns "node$k" ip -br link show eth0 | grep -q ' UP ' && break; sleep 0.1; done
+  done
+  echo "cluster '$name': $n nodes on $subnet.0/24 ($(nodes | xargs)); hub $subnet.254"
+}
+
+heal() {
+  local k; k=$(node_index "$1")
+  if [ -e "$state/$1.relay.pid" ]; then
+    kill "$(cat "$state/$1.relay.pid")" 2>/dev/null || true
+    rm -f "$state/$1.relay.pid"
+    in_ns hub ip link del "r$k" 2>/dev/null || true
+    in_ns hub ip link set "n$k" master br0
+  fi
+  in_ns hub tc qdisc del dev "n$k" root 2>/dev/null || true
+  in_ns "$1" tc qdisc del dev eth0 root 2>/dev/null || true
+  in_ns hub ip link set "n$k" up
+}
+
+# tbf on both ends: the hub's egress is the node's ingress.
+rate() {
+  local k; k=$(node_index "$1")
+  in_ns hub tc qdisc replace dev "n$k" root tbf rate "$2" burst 64kb latency 400ms
+  in_ns "$1" tc qdisc replace dev eth0 root tbf rate "$2" burst 64kb latency 400ms
+}
+
+# The node's veth leaves the bridge; loom-netfault forwards frames between it and a new veth
+# whose peer takes its place on the bridge, delaying and dropping them on the way.
+delay() {
+  local node=$1 k relay; k=$(node_index "$node")
+  relay=${LOOM_NETFAULT:-$(command -v loom-netfault || echo "$here/../build/bin/loom-netfault")}
+  [ -x "$relay" ] || die "no loom-netfault at '$relay' (build it, or set LOOM_NETFAULT)"
+  heal "$node"
+  in_ns hub ip link set "n$k" nomaster
+  in_ns hub ip link add "r$k" type veth peer name "b$k"
+  in_ns hub ip link set "b$k" master br0 up
+  in_ns hub ip link set "r$k" up
+  in_ns hub ip link set "n$k" promisc on
+  in_ns hub ip link set "r$k" promisc on
+  in_ns hub "$relay" --a "n$k" --b "r$k" --delay-ms "$2" --jitter-ms "$3" --loss "$4" > "$state/$node.relay.log" 2>&1 &
+  echo $! > "$state/$node.relay.pid"
+  for _ in $(seq 1 50); do grep -q forwarding "$state/$node.relay.log" 2>/dev/null && return 0; sleep 0.1; done
+  cat "$state/$node.relay.log" >&2
+  die "loom-netfault did not start on $node"
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  up) up "${1:-2}" ;;
+  down) down ;;
+  exec) [ $# -ge 2 ] || die "exec NODE CMD..."; check_node "$1"; run_on "$@" ;;
+  addr) [ $# -eq 1 ] || die "addr NODE"; addr_of "$1" ;;
+  hostfile) for node in $(nodes); do echo "$node slots=${1:-2}"; done ;;
+  rate) [ $# -eq 2 ] || die "rate NODE RATE (e.g. 100mbit)"; check_node "$1"; rate "$1" "$2" ;;
+  delay) [ $# -eq 4 ] || die "delay NODE MS JITTER_MS LOSS_PCT"; check_node "$1"; delay "$@" ;;
+  cut) [ $# -eq 1 ] || die "cut NODE"; check_node "$1"; in_ns hub ip link set "n$(node_index "$1")" down ;;
+  heal) [ $# -eq 1 ] || die "heal NODE"; check_node "$1"; heal "$1" ;;
+  freeze | thaw)
+    [ $# -eq 1 ] || die "$cmd NODE"; check_node "$1"
+    for pid in $(ip netns pids "$name-$1"); do kill "-$([ "$cmd" = freeze ] && echo STOP || echo CONT)" "$pid" 2>/dev/null || true; done ;;
+  pids) [ $# -eq 1 ] || die "pids NODE"; check_node "$1"; ip netns pids "$name-$1" ;;
+  *) sed -n '2,26p' "$0" >&2; exit 2 ;;
+esac
