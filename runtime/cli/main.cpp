@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "core/errors.hpp"
+#include "dist/network.hpp"
 
 namespace loom::cli {
 namespace {
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "loom: config error: %s\n", e.what());
     return kExitUsage;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "loom: error: %s\n", e.what());
+    std::fprintf(stderr, "loom: error: %s\n", dist::name_addresses(e.what()).c_str());
     return kExitRuntime;
   }
 }

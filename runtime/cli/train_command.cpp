@@ -12,17 +12,36 @@
 
 namespace loom::cli {
 
+namespace {
+
+void add_node_options(po::options_description& opts) {
+  opts.add_options()("nnodes", po::value<int>()->default_value(1), "nodes the job spans; run this command on each")(
+      "node-rank", po::value<int>()->default_value(0), "this node's index in [0, nnodes); node 0 hosts the store at MASTER_ADDR");
+}
+
+// --nnodes and --node-rank, checked.
+dist::NodeSpec node_spec(const po::variables_map& vm, int nproc) {
+  dist::NodeSpec n{nproc, vm["nnodes"].as<int>(), vm["node-rank"].as<int>()};
+  if (n.nnodes < 1) throw UsageError("--nnodes must be at least 1");
+  if (n.node_rank < 0 || n.node_rank >= n.nnodes)
+    throw UsageError("--node-rank " + std::to_string(n.node_rank) + " is not in [0, --nnodes " + std::to_string(n.nnodes) + ")");
+  return n;
+}
+
+}  // namespace
+
 int launch(const Args& args) {
   po::options_description opts("loom launch");
-  opts.add_options()("nproc,n", po::value<int>()->required(), "ranks to start")(
+  opts.add_options()("nproc,n", po::value<int>()->required(), "ranks to start (on this node)")(
       "program", po::value<std::vector<std::string>>()->required(), "program and its arguments");
+  add_node_options(opts);
   po::positional_options_description pos;
   pos.add("program", -1);
   po::variables_map vm;
-  if (!parse(args, "loom launch --nproc N -- PROGRAM [ARGS...]", opts, pos, vm)) return kExitOk;
+  if (!parse(args, "loom launch --nproc N [--nnodes M --node-rank K] -- PROGRAM [ARGS...]", opts, pos, vm)) return kExitOk;
   int n = vm["nproc"].as<int>();
   if (n < 1) throw UsageError("--nproc must be at least 1");
-  return dist::spawn_local(n, vm["program"].as<std::vector<std::string>>());
+  return dist::spawn_node(node_spec(vm, n), vm["program"].as<std::vector<std::string>>());
 }
 
 int train(const Args& args) {
@@ -30,10 +49,11 @@ int train(const Args& args) {
   add_set_option(opts);
   opts.add_options()("run-dir", po::value<std::string>(), "where metrics and outputs go")(
       "file", po::value<std::string>()->required(), "config file (TOML)");
+  add_node_options(opts);
   po::positional_options_description pos;
   pos.add("file", 1);
   po::variables_map vm;
-  if (!parse(args, "loom train FILE [--set section.key=value]... [--run-dir DIR]", opts, pos, vm))
+  if (!parse(args, "loom train FILE [--set section.key=value]... [--run-dir DIR] [--nnodes M --node-rank K]", opts, pos, vm))
     return kExitOk;
 
   const std::string file = vm["file"].as<std::string>();
@@ -42,10 +62,11 @@ int train(const Args& args) {
   cfg.validate_runtime();
   std::optional<dist::RankEnv> env = dist::rank_from_environment();
   const int nproc = static_cast<int>(cfg.i64("parallel.nproc"));
-  const bool spawn = (!env || env->world == 1) && nproc > 1;
+  const dist::NodeSpec node = node_spec(vm, nproc);
+  const bool spawn = (!env || env->world == 1) && nproc * node.nnodes > 1;
   // Defaults that work: several ranks talk over gloo and reduce gradients with ddp; tp uses the
   // tp plugin, pp the 1f1b schedule, ep the ep plugin and cp the cp plugin (ring attention).
-  const int world = spawn ? nproc : env ? env->world : 1;
+  const int world = spawn ? nproc * node.nnodes : env ? env->world : 1;
   if (world > 1 && cfg.str("plugins.comm").empty()) overrides.push_back("plugins.comm=gloo");
   if (world > 1 && cfg.str("plugins.data").empty()) overrides.push_back("plugins.data=ddp");
   if (cfg.i64("parallel.tp") > 1 && cfg.str("plugins.tensor").empty())
@@ -66,11 +87,12 @@ int train(const Args& args) {
     // checked here first, so a bad one fails once, not once per rank.
     plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
     plugins::Selection sel = plugins::resolve(cfg, reg);
-    train::check_layout(cfg, sel, dist::resolve_mesh(cfg, nproc));
-    train::lock_run_dir(vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>())
-                                            : train::default_run_dir(cfg));
+    train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
+    if (node.node_rank == 0)  // one lock per job: other nodes may see the same directory over a shared filesystem
+      train::lock_run_dir(vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>())
+                                              : train::default_run_dir(cfg));
     ::setenv("LOOM_RUN_DIR_LOCKED", "1", 1);  // the ranks share this process's lock
-    return dist::spawn_local(nproc, self_invocation());
+    return dist::spawn_node(node, self_invocation());
   }
   dist::RankEnv rank = env.value_or(dist::RankEnv{});
   plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));

@@ -177,6 +177,8 @@ std::vector<SectionSpec> build_schema() {
       {"ep", ValueType::Int, "1", "expert-parallel degree", 1, 4096},
       {"cp", ValueType::Int, "1", "context-parallel degree: each rank holds seq_len / cp positions of every sequence", 1, 4096},
       {"timeout_s", ValueType::Int, "60", "a collective or rendezvous silent this long fails", 1, 86400},
+      {"interface", ValueType::String, "\"\"",
+       "network interface the ranks talk on (e.g. \"eth0\"); \"\" = GLOO_SOCKET_IFNAME, else the one that routes to MASTER_ADDR"},
   }});
   s.push_back({"plugins", "which plugin fills each slot; [plugins.<name>] holds its options", {
       {"path", ValueType::StringList, "[]", "extra directories searched for plugins first"},

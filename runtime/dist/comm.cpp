@@ -119,16 +119,17 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
   store_.timeout_ms = timeout_ms;
 
   plugin_ = std::make_unique<plugins::Instance>(plugin, options);
-  table_ = plugin_->table<loom_comm_v1>();
+  watch_comm(watched_, plugin_->table<loom_comm_v1>(), plugin_->self(), env_.rank, timeout_ms + 5000);
+  table_ = &watched_.table;
   loom_error e;
   loom_comm* world = nullptr;
-  loom_status st = table_->init(plugin_->self(), &store_, env_.rank, env_.world, timeout_ms, &world, &e);
+  loom_status st = table_->init(self(), &store_, env_.rank, env_.world, timeout_ms, &world, &e);
   if (st == LOOM_BAD_CONFIG) throw ConfigError("comm plugin '" + std::string(plugin.desc->name) + "': " + e.message);
   if (st != LOOM_OK)
     throw RuntimeError("comm plugin '" + std::string(plugin.desc->name) + "' could not start rank " +
                        std::to_string(env_.rank) + " of " + std::to_string(env_.world) + ": " +
                        e.message);
-  world_ = std::make_unique<Communicator>(table_, plugin_->self(), world, "world");
+  world_ = std::make_unique<Communicator>(table_, self(), world, "world");
   for (Axis a : {Axis::TP, Axis::CP, Axis::EP, Axis::DP, Axis::PP}) {
     Split s = split_for(mesh_, env_.rank, a);
     axes_[static_cast<int>(a)] = world_->split(s.color, s.key, axis_name(a));
@@ -146,6 +147,6 @@ CommWorld::~CommWorld() {
   plugin_.reset();
 }
 
-void* CommWorld::self() const { return plugin_->self(); }
+void* CommWorld::self() const { return const_cast<WatchedComm*>(&watched_); }
 
 }  // namespace loom::dist

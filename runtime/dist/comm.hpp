@@ -12,6 +12,7 @@
 #include "dist/launch.hpp"
 #include "dist/mesh.hpp"
 #include "dist/store.hpp"
+#include "dist/watchdog.hpp"
 #include "loader/registry.hpp"
 
 namespace loom::dist {
@@ -76,6 +77,7 @@ class CommWorld {
   std::unique_ptr<StoreClient> client_;
   loom_store store_{};
   std::unique_ptr<plugins::Instance> plugin_;
+  WatchedComm watched_{};  // the plugin's table under the watchdog; what table() and self() hand out
   const loom_comm_v1* table_ = nullptr;
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Communicator> axes_[kAxes];

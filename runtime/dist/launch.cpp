@@ -211,14 +211,19 @@ int inherited_store_fd() {
 
 namespace {
 
-// A socket listening on 0.0.0.0 at a port the kernel picks; close-on-exec except for rank 0.
+// A socket listening on 0.0.0.0 (every interface: other nodes reach it by MASTER_ADDR) at *port,
+// or at a port the kernel picks when *port is 0; close-on-exec except for rank 0.
 int listen_any_port(int* port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<uint16_t>(*port));
   if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 1024) != 0)
-    throw RuntimeError(std::string("launcher: cannot open the store's socket: ") + std::strerror(errno));
+    throw RuntimeError(std::string("launcher: cannot open the store's socket") +
+                       (*port ? " on port " + std::to_string(*port) + " (MASTER_PORT)" : "") + ": " + std::strerror(errno));
   socklen_t len = sizeof a;
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   *port = ntohs(a.sin_port);
@@ -227,10 +232,23 @@ int listen_any_port(int* port) {
 
 }  // namespace
 
-int spawn_local(int nproc, const std::vector<std::string>& argv) {
-  int port = 0;
-  const int store_fd = listen_any_port(&port);
+int spawn_local(int nproc, const std::vector<std::string>& argv) { return spawn_node({nproc, 1, 0}, argv); }
+
+int spawn_node(const NodeSpec& node, const std::vector<std::string>& argv) {
+  const int nproc = node.nproc, first_rank = node.node_rank * node.nproc, world = node.nnodes * node.nproc;
+  if (node.nnodes > 1 && !std::getenv("MASTER_ADDR"))
+    throw UsageError("a launch over " + std::to_string(node.nnodes) + " nodes needs MASTER_ADDR: node 0's address, "
+                     "reachable from every node");
+  // One node: any free port. Several: the agreed MASTER_PORT, and only node 0 opens it.
+  int port = node.nnodes > 1 ? env_int("MASTER_PORT").value_or(29500) : 0;
+  const int store_fd = node.node_rank == 0 ? listen_any_port(&port) : -1;
   const std::string addr = env_str("MASTER_ADDR", "127.0.0.1");
+  std::string on_host;  // " on node1": which node's launcher speaks, when there are several
+  if (node.nnodes > 1) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    on_host = std::string(" on ") + host;
+  }
   std::vector<Child> kids(nproc);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -248,14 +266,14 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
       if (getppid() != launcher) _exit(1);
       ::dup2(fds[1], 1);  // dup2 clears close-on-exec on 1 and 2
       ::dup2(fds[1], 2);
-      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("RANK", std::to_string(first_rank + r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
       setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
       setenv("MASTER_ADDR", addr.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       setenv("LOOM_LAUNCHED", "1", 1);
-      if (r == 0) {  // rank 0 hosts the store on the socket opened above
+      if (r == 0 && store_fd >= 0) {  // rank 0 hosts the store on the socket opened above
         ::fcntl(store_fd, F_SETFD, 0);
         setenv("LOOM_STORE_FD", std::to_string(store_fd).c_str(), 1);
       }
@@ -267,7 +285,7 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
       _exit(127);
     }
     ::close(fds[1]);
-    if (r == 0) ::close(store_fd);  // rank 0 has it now
+    if (r == 0 && store_fd >= 0) ::close(store_fd);  // rank 0 has it now
     kids[r].pid = pid;
     kids[r].out = fds[0];
   }
@@ -294,9 +312,9 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
       ssize_t n = ::read(k.out, buf, sizeof buf);
       if (n > 0) {
         k.pending.append(buf, n);
-        flush_lines(owner[i], k, false);
+        flush_lines(first_rank + owner[i], k, false);
       } else {
-        flush_lines(owner[i], k, true);
+        flush_lines(first_rank + owner[i], k, true);
         ::close(k.out);
         k.out = -1;
       }
@@ -316,7 +334,7 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
     // fails within milliseconds) and say what they saw, before they are stopped.
     if (culprit >= 0 && first_failed < 0 && !stopping) {
       first_failed = culprit;
-      std::fprintf(stderr, "loom: rank %d %s; stopping the other ranks\n", culprit,
+      std::fprintf(stderr, "loom: rank %d%s %s; stopping the other ranks\n", first_rank + culprit, on_host.c_str(),
                    describe_exit(kids[culprit].status).c_str());
       stopping = true;
       stop_started = std::chrono::steady_clock::now();
@@ -347,11 +365,12 @@ int spawn_local(int nproc, const std::vector<std::string>& argv) {
     while (k.out >= 0 && (n = ::read(k.out, buf, sizeof buf)) > 0) k.pending.append(buf, n);
     if (k.out >= 0) ::close(k.out);
     k.out = -1;
-    flush_lines(r, k, true);
+    flush_lines(first_rank + r, k, true);
   }
   if (first_failed >= 0) {
     const int status = kids[first_failed].status;
-    std::fprintf(stderr, "loom: job failed: rank %d %s\n", first_failed, describe_exit(status).c_str());
+    std::fprintf(stderr, "loom: job failed: rank %d%s %s\n", first_rank + first_failed, on_host.c_str(),
+                 describe_exit(status).c_str());
     // A rank that rejected its configuration keeps the usage/config exit code.
     return WIFEXITED(status) && WEXITSTATUS(status) == 2 ? 2 : 1;
   }

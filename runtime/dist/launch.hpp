@@ -35,6 +35,15 @@ std::string first_host(const std::string& nodelist);
 // (a usage or config error), otherwise 1.
 int spawn_local(int nproc, const std::vector<std::string>& argv);
 
+// One node's share of a job over several nodes (torchrun's --nnodes/--node-rank): this node's
+// launcher starts ranks node_rank * nproc ... + nproc - 1 of nnodes * nproc. MASTER_ADDR must name
+// node 0 (where rank 0 hosts the store) and be reachable from every node; MASTER_PORT (default
+// 29500) is bound by node 0's launcher before its ranks start.
+struct NodeSpec {
+  int nproc = 1, nnodes = 1, node_rank = 0;
+};
+int spawn_node(const NodeSpec& node, const std::vector<std::string>& argv);
+
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int free_port();
 

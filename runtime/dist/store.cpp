@@ -175,9 +175,13 @@ void StoreServer::serve() {
 }
 
 StoreClient::StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout)
-    : host_(host), port_(port), timeout_(timeout) {
-  sockaddr_in a = resolve(host, port);
-  auto deadline = std::chrono::steady_clock::now() + timeout;
+    : host_(host), port_(port), timeout_(timeout) {}
+
+// On first use: a backend that bootstraps without the store (mpi under mpirun) never needs
+// MASTER_ADDR to be right.
+void StoreClient::connect() {
+  sockaddr_in a = resolve(host_, port_);
+  auto deadline = std::chrono::steady_clock::now() + timeout_;
   for (;;) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) break;
@@ -186,7 +190,7 @@ StoreClient::StoreClient(const std::string& host, int port, std::chrono::millise
     fd_ = -1;
     if (std::chrono::steady_clock::now() > deadline)
       throw RuntimeError("store: cannot connect to " + address() + " within " +
-                         std::to_string(timeout.count() / 1000) + " s: " + e +
+                         std::to_string(timeout_.count() / 1000) + " s: " + e +
                          " (is rank 0 running, and MASTER_ADDR/MASTER_PORT right?)");
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -200,6 +204,7 @@ StoreClient::~StoreClient() {
 
 Bytes StoreClient::request(char op, const std::string& key, const Bytes& value, bool* found) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (fd_ < 0) connect();
   uint32_t klen = static_cast<uint32_t>(key.size());
   uint64_t vlen = value.size();
   char f = 0;

@@ -34,7 +34,7 @@ class StoreServer {
 
 class StoreClient {
  public:
-  // Connects, retrying until `timeout` (the server may not be up yet).
+  // Connects on the first request, retrying until `timeout` (the server may not be up yet).
   StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout);
   ~StoreClient();
 
@@ -47,6 +47,7 @@ class StoreClient {
   std::string address() const { return host_ + ":" + std::to_string(port_); }
 
  private:
+  void connect();
   Bytes request(char op, const std::string& key, const Bytes& value, bool* found);
   std::string host_;
   int port_, fd_ = -1;

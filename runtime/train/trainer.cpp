@@ -130,12 +130,15 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
 
   // Processes first: the tensor slot decides how parameters are sharded.
   std::unique_ptr<dist::CommWorld> world;
+  std::string hosts;
   if (env.world > 1) {
     const plugins::SlotChoice* comm = selection.slot("comm");
     if (!comm) throw ConfigError("a run over " + std::to_string(env.world) + " ranks needs [plugins] comm");
     loom_options comm_opts = plugins::options_for(cfg, comm->found.desc->name);
+    const dist::InterfaceChoice nic = network_interface(cfg, env);
     world = std::make_unique<dist::CommWorld>(env, mesh, comm->found, &comm_opts,
                                               cfg.i64("parallel.timeout_s") * 1000);
+    hosts = describe_hosts(*world, nic) + " (interface from " + nic.source + ")";
   }
   TensorSlots slots(cfg, selection, world.get(), ops, numerics);
   LayerApi& api = slots.api();
@@ -217,6 +220,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     if (world)
       std::printf("mesh: %d ranks (launched by %s), %s, %lld sequences per rank per step\n", env.world,
                   env.launcher.c_str(), mesh.describe().c_str(), (long long)local_batch);
+    if (world) std::printf("hosts: %s\n", hosts.c_str());
     if (pipe) std::printf("pipeline: %s\n", pipe->describe().c_str());
     if (!dp && selection.slot("data") && std::string(selection.slot("data")->found.desc->name) != "ddp")
       std::printf("note: [plugins] data = \"%s\" has nothing to shard or reduce with dp = 1\n",

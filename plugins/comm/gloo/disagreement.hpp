@@ -113,15 +113,32 @@ void install_abort_handler() {
 
 std::string Comm::failure_message(const std::string& op, const std::string& gloo_error) {
   std::string reports;
+  std::vector<bool> reported(size, false);
+  bool same_op = true;  // every peer that reported was stuck in this very operation
+  reported[rank] = true;
   try {
     const int64_t mine = publish_failure(*this, op);
-    for (const std::string& r : peer_failures(*this, mine, std::chrono::milliseconds(2000)))
+    for (const std::string& r : peer_failures(*this, mine, std::chrono::milliseconds(2000))) {
       reports += (reports.empty() ? "" : "; ") + r;
+      int peer = -1;
+      char tail[512] = {};
+      if (std::sscanf(r.c_str(), "group rank %d was running %511[^\n]", &peer, tail) == 2 && peer >= 0 && peer < size)
+        reported[peer] = true;
+      same_op = same_op && op == tail;
+    }
   } catch (const std::exception&) {  // the store is gone too: say what is known
   }
   const std::string where = op + " over " + std::to_string(size) + " ranks failed on group rank " +
                             std::to_string(rank);
-  if (!reports.empty())
+  std::string silent;
+  for (int r = 0; r < size; ++r)
+    if (!reported[r]) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+  // The ranks that could say so were all in this operation: the rest never got there, or cannot
+  // be reached. That is a lost peer (a cut link, a frozen or dead node), not a disagreement.
+  if (!reports.empty() && same_op && !silent.empty())
+    return where + ", while " + reports + ": the same operation; group rank(s) " + silent +
+           " did not report and are unreachable, stopped or dead. gloo: " + gloo_error;
+  if (!reports.empty() && !same_op)
     return where + ", while " + reports + ": the ranks issued different collectives (every rank " +
            "must issue the same ones, in the same order, with the same sizes). gloo: " + gloo_error;
   // gloo names the peer by address; the ring neighbours are who it was talking to.

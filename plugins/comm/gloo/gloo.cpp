@@ -18,7 +18,9 @@ class Gloo : public loom::sdk::CommPlugin {
   static constexpr const char* summary = "CPU collectives over gloo's TCP transport";
   static const loom_option_spec* options() {
     static const loom_option_spec specs[] = {
-        {"iface", LOOM_OPT_STRING, "\"\"", "network interface to bind (e.g. eth0); \"\" = by hostname"},
+        {"iface", LOOM_OPT_STRING, "\"\"",
+         "network interface to bind (e.g. eth0); \"\" = GLOO_SOCKET_IFNAME (the runtime sets it from [parallel] interface "
+         "or the route to MASTER_ADDR), else by hostname"},
         {"hostname", LOOM_OPT_STRING, "\"\"",
          "address to bind; \"\" = 127.0.0.1 when MASTER_ADDR is loopback or unset, else this host's name"},
         {nullptr, 0, nullptr, nullptr},
@@ -33,10 +35,13 @@ class Gloo : public loom::sdk::CommPlugin {
 
   loom_comm* init(const loom_store& store, int rank, int size, int64_t timeout_ms) override {
     gloo::transport::tcp::attr attr;
+    const char* env_iface = std::getenv("GLOO_SOCKET_IFNAME");
     if (!iface_.empty()) {
       attr.iface = iface_;
     } else if (!hostname_.empty()) {
       attr.hostname = hostname_;
+    } else if (env_iface && *env_iface) {
+      attr.iface = env_iface;
     } else {
       const char* master = std::getenv("MASTER_ADDR");
       std::string m = master ? master : "";

@@ -1,0 +1,138 @@
+#include "dist/network.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/errors.hpp"
+
+namespace loom::dist {
+
+namespace {
+
+std::string ipv4_text(const sockaddr* a) {
+  char buf[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(a)->sin_addr, buf, sizeof buf);
+  return buf;
+}
+
+std::string names_of(const std::vector<Interface>& all) {
+  std::string out;
+  for (const Interface& i : all) out += (out.empty() ? "" : ", ") + i.name + " (" + i.address + ")";
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+std::vector<Interface> interfaces() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) throw RuntimeError(std::string("cannot list network interfaces: ") + std::strerror(errno));
+  std::vector<Interface> out;
+  for (ifaddrs* i = list; i; i = i->ifa_next)
+    if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP))
+      out.push_back({i->ifa_name, ipv4_text(i->ifa_addr)});
+  ::freeifaddrs(list);
+  return out;
+}
+
+Interface interface_named(const std::string& name, const std::string& what) {
+  const std::vector<Interface> all = interfaces();
+  for (const Interface& i : all)
+    if (i.name == name) return i;
+  throw ConfigError(what + " = \"" + name + "\": this host (" + [] {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    return std::string(host);
+  }() + ") has no such interface up with an IPv4 address; it has " + names_of(all));
+}
+
+std::string resolve_ipv4(const std::string& host, const std::string& what) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || !res)
+    throw ConfigError(what + " = \"" + host + "\" does not resolve to an IPv4 address: " + gai_strerror(rc));
+  const std::string out = ipv4_text(res->ai_addr);
+  ::freeaddrinfo(res);
+  return out;
+}
+
+// A UDP socket "connected" to the address sends nothing, but the kernel picks the source address
+// its route would use; the interface holding that address is the one.
+Interface interface_toward(const std::string& ipv4) {
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(9);
+  if (::inet_pton(AF_INET, ipv4.c_str(), &to.sin_addr) != 1) throw ConfigError("'" + ipv4 + "' is not an IPv4 address");
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in from{};
+  socklen_t len = sizeof from;
+  const bool routed = fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
+                      ::getsockname(fd, reinterpret_cast<sockaddr*>(&from), &len) == 0;
+  const std::string why = std::strerror(errno);
+  if (fd >= 0) ::close(fd);
+  if (!routed) throw RuntimeError("this host has no route to MASTER_ADDR " + ipv4 + ": " + why);
+  const std::string source = ipv4_text(reinterpret_cast<sockaddr*>(&from));
+  for (const Interface& i : interfaces())
+    if (i.address == source) return i;
+  return {"?", source};
+}
+
+InterfaceChoice choose_interface(const std::string& configured, const std::string& master_addr) {
+  const std::string master = resolve_ipv4(master_addr, "MASTER_ADDR");  // checked whichever way the choice goes
+  if (!configured.empty()) return {interface_named(configured, "[parallel] interface"), "[parallel] interface"};
+  for (const char* var : {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}) {
+    const char* v = std::getenv(var);
+    // NCCL's list syntax ("^docker,lo", "=eth0", "eth") is NCCL's to read; a plain name is taken.
+    if (v && *v && !std::strpbrk(v, "^=,")) return {interface_named(v, var), var};
+  }
+  return {interface_toward(master), "route to MASTER_ADDR"};
+}
+
+void export_interface(const InterfaceChoice& choice) {
+  const bool forced = choice.source == "[parallel] interface";
+  ::setenv("GLOO_SOCKET_IFNAME", choice.nic.name.c_str(), forced);
+  ::setenv("NCCL_SOCKET_IFNAME", choice.nic.name.c_str(), forced);
+}
+
+namespace {
+std::vector<std::pair<std::string, std::string>>& known_addresses() {
+  static std::vector<std::pair<std::string, std::string>> known;
+  return known;
+}
+}  // namespace
+
+void remember_address(const std::string& address, const std::string& who) {
+  if (address.empty()) return;
+  for (auto& [a, w] : known_addresses())
+    if (a == address) return void(w += "; " + who);  // one host holding several ranges of ranks
+  known_addresses().emplace_back(address, who);
+}
+
+std::string name_addresses(const std::string& message) {
+  std::string notes;
+  for (const auto& [address, who] : known_addresses()) {
+    // A whole address: "10.1.0.2" must not match inside "10.1.0.23".
+    for (size_t at = message.find(address); at != std::string::npos; at = message.find(address, at + 1)) {
+      const size_t end = at + address.size();
+      const bool whole = (at == 0 || !std::isdigit(static_cast<unsigned char>(message[at - 1]))) &&
+                         (end == message.size() || (!std::isdigit(static_cast<unsigned char>(message[end])) && message[end] != '.'));
+      if (!whole) continue;
+      notes += " [" + address + " is " + who + "]";
+      break;
+    }
+  }
+  return message + notes;
+}
+
+}  // namespace loom::dist
