@@ -9,14 +9,13 @@
 #   scripts/local-cluster.sh down          remove everything this cluster made, by name
 #   scripts/local-cluster.sh exec NODE CMD run CMD on NODE (node0, node1, ... or hub)
 #   scripts/local-cluster.sh addr NODE     NODE's address (node k is 10.213.0.(k+1), hub .254)
-#   scripts/local-cluster.sh hostfile      one "nodeK slots=S" line per node (Open MPI's format)
+#   scripts/local-cluster.sh hostfile [S]  one "nodeK slots=S" line per node (Open MPI's format)
+#   scripts/local-cluster.sh rsh HOST CMD  ssh's calling convention, for mpirun's launcher:
+#                                          mpirun --mca plm_rsh_agent "scripts/local-cluster.sh rsh"
 #   scripts/local-cluster.sh rate NODE R   limit NODE's link to R each way (tc tbf, e.g. 100mbit)
-#   scripts/local-cluster.sh delay NODE MS JITTER_MS LOSS_PCT
-#                                          send NODE's traffic through loom-netfault (a relay that
-#                                          delays and drops frames), for kernels without netem
 #   scripts/local-cluster.sh cut NODE      take NODE's link down (its cable pulled)
 #   scripts/local-cluster.sh freeze NODE   SIGSTOP every process on NODE; thaw NODE resumes them
-#   scripts/local-cluster.sh heal NODE     undo rate, delay and cut on NODE
+#   scripts/local-cluster.sh heal NODE     undo rate and cut on NODE
 #   scripts/local-cluster.sh pids NODE     the processes running on NODE
 #
 # LOOM_CLUSTER names the cluster (default "loomc"): namespaces are "$LOOM_CLUSTER-node0", ...,
@@ -26,7 +25,6 @@ set -euo pipefail
 name=${LOOM_CLUSTER:-loomc}
 state=/run/loom-cluster/$name
 subnet=10.213.0
-here=$(cd "$(dirname "$0")" && pwd)
 
 die() { echo "local-cluster: $*" >&2; exit 2; }
 nodes() { cat "$state/nodes" 2>/dev/null || true; }
@@ -53,7 +51,6 @@ down() {
   done
   if [ -d "$state" ]; then
     for f in "$state"/*.uts; do [ -e "$f" ] && { umount "$f" 2>/dev/null || true; }; done
-    for f in "$state"/*.relay.pid; do [ -e "$f" ] && { kill "$(cat "$f")" 2>/dev/null || true; }; done
     rm -rf "$state"
   fi
 }
@@ -97,12 +94,6 @@ up() {
 
 heal() {
   local k; k=$(node_index "$1")
-  if [ -e "$state/$1.relay.pid" ]; then
-    kill "$(cat "$state/$1.relay.pid")" 2>/dev/null || true
-    rm -f "$state/$1.relay.pid"
-    in_ns hub ip link del "r$k" 2>/dev/null || true
-    in_ns hub ip link set "n$k" master br0
-  fi
   in_ns hub tc qdisc del dev "n$k" root 2>/dev/null || true
   in_ns "$1" tc qdisc del dev eth0 root 2>/dev/null || true
   in_ns hub ip link set "n$k" up
@@ -115,26 +106,6 @@ rate() {
   in_ns "$1" tc qdisc replace dev eth0 root tbf rate "$2" burst 64kb latency 400ms
 }
 
-# The node's veth leaves the bridge; loom-netfault forwards frames between it and a new veth
-# whose peer takes its place on the bridge, delaying and dropping them on the way.
-delay() {
-  local node=$1 k relay; k=$(node_index "$node")
-  relay=${LOOM_NETFAULT:-$(command -v loom-netfault || echo "$here/../build/bin/loom-netfault")}
-  [ -x "$relay" ] || die "no loom-netfault at '$relay' (build it, or set LOOM_NETFAULT)"
-  heal "$node"
-  in_ns hub ip link set "n$k" nomaster
-  in_ns hub ip link add "r$k" type veth peer name "b$k"
-  in_ns hub ip link set "b$k" master br0 up
-  in_ns hub ip link set "r$k" up
-  in_ns hub ip link set "n$k" promisc on
-  in_ns hub ip link set "r$k" promisc on
-  in_ns hub "$relay" --a "n$k" --b "r$k" --delay-ms "$2" --jitter-ms "$3" --loss "$4" > "$state/$node.relay.log" 2>&1 &
-  echo $! > "$state/$node.relay.pid"
-  for _ in $(seq 1 50); do grep -q forwarding "$state/$node.relay.log" 2>/dev/null && return 0; sleep 0.1; done
-  cat "$state/$node.relay.log" >&2
-  die "loom-netfault did not start on $node"
-}
-
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -144,12 +115,15 @@ case "$cmd" in
   addr) [ $# -eq 1 ] || die "addr NODE"; addr_of "$1" ;;
   hostfile) for node in $(nodes); do echo "$node slots=${1:-2}"; done ;;
   rate) [ $# -eq 2 ] || die "rate NODE RATE (e.g. 100mbit)"; check_node "$1"; rate "$1" "$2" ;;
-  delay) [ $# -eq 4 ] || die "delay NODE MS JITTER_MS LOSS_PCT"; check_node "$1"; delay "$@" ;;
   cut) [ $# -eq 1 ] || die "cut NODE"; check_node "$1"; in_ns hub ip link set "n$(node_index "$1")" down ;;
   heal) [ $# -eq 1 ] || die "heal NODE"; check_node "$1"; heal "$1" ;;
   freeze | thaw)
     [ $# -eq 1 ] || die "$cmd NODE"; check_node "$1"
     for pid in $(ip netns pids "$name-$1"); do kill "-$([ "$cmd" = freeze ] && echo STOP || echo CONT)" "$pid" 2>/dev/null || true; done ;;
+  rsh)  # [ssh options] HOST COMMAND-STRING...
+    while [ $# -gt 0 ] && [[ $1 == -* ]]; do shift; done
+    [ $# -ge 2 ] || die "rsh HOST CMD..."; check_node "$1"; host=$1; shift
+    run_on "$host" /bin/sh -c "$*" ;;
   pids) [ $# -eq 1 ] || die "pids NODE"; check_node "$1"; ip netns pids "$name-$1" ;;
-  *) sed -n '2,26p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
 esac

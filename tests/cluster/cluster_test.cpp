@@ -1,0 +1,136 @@
+// Several nodes on one machine (scripts/local-cluster.sh): network namespaces with their own
+// hostnames on a private bridge. Training across them must match the single-rank run under each
+// launcher, and a node that drops off the network must end the job, named, with nothing left.
+#include <chrono>
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include "cluster/local_cluster.hpp"
+#include "support/layouts.hpp"
+
+using namespace loom;
+using namespace loom::test;
+
+namespace {
+
+const char* kModel = "n_layer = 2\nn_head = 4\nd_model = 32\nd_ff = 64\nvocab_size = 130\nseq_len = 16";
+
+// 10 steps of the tiny model on every node of `cluster`, `nproc` ranks each.
+Curves train_on_nodes(const LocalCluster& cluster, LayoutRuns& runs, const std::string& dir, const std::string& sets,
+                      std::string* node0_out = nullptr) {
+  const std::vector<Result> r = cluster.loom_on_nodes("train " + runs.config() + " --run-dir " + dir + " " + sets);
+  for (size_t k = 0; k < r.size(); ++k) {
+    INFO("node" << k << ":\n" << r[k].out);
+    REQUIRE(r[k].rc == 0);
+  }
+  if (node0_out) *node0_out = r[0].out;
+  const auto metrics = std::filesystem::path(dir) / "metrics.jsonl";
+  return {column(metrics, "loss"), column(metrics, "grad_norm"), metrics, r[0].out};
+}
+
+}  // namespace
+
+TEST_CASE("2 nodes x 2 ranks under the local launcher: dp 4 and dp 2 x tp 2 match one rank, and rank 0 names the hosts") {
+  LayoutRuns runs(kModel, "steps = 10\nglobal_batch = 8");
+  const Curves one = runs.run("");
+  LocalCluster cluster(2);
+  TempDir t;
+  std::string out;
+  check_same(one, train_on_nodes(cluster, runs, (t.path / "dp4").string(), "--set parallel.nproc=2", &out), 1e-5, "dp 4");
+  // The route to MASTER_ADDR (node0) picks eth0 on both nodes.
+  CHECK(out.find("hosts: node0 (eth0 10.213.0.1): ranks 0-1; node1 (eth0 10.213.0.2): ranks 2-3 (interface from route to MASTER_ADDR)") !=
+        std::string::npos);
+  check_same(one, train_on_nodes(cluster, runs, (t.path / "tp").string(), "--set parallel.nproc=2 --set parallel.tp=2 --set parallel.interface=eth0", &out),
+             1e-5, "dp 2 x tp 2");
+  CHECK(out.find("(interface from [parallel] interface)") != std::string::npos);
+}
+
+TEST_CASE("mpirun with a hostfile of namespace nodes: the mpi plugin needs no MASTER_ADDR, and dp 4 and dp 2 x tp 2 match one rank") {
+  LayoutRuns runs(kModel, "steps = 10\nglobal_batch = 8");
+  const Curves one = runs.run("");
+  LocalCluster cluster(2);
+  TempDir t;
+  const std::string hostfile = t.write("hosts", cluster.script("hostfile 2").out);
+  for (const char* layout : {"", "--set parallel.tp=2"}) {
+    const std::string dir = (t.path / (std::string("run") + (*layout ? "tp" : "dp"))).string();
+    const Result r = sh(cluster.mpirun(4, hostfile) + " " LOOM_BIN " train " + runs.config() + " --run-dir " + dir +
+                        " --set plugins.comm=mpi " + layout);
+    INFO(r.out);
+    REQUIRE(r.rc == 0);
+    CHECK(r.out.find("hosts: node0 (chosen by Open MPI): ranks 0-1; node1 (chosen by Open MPI): ranks 2-3") != std::string::npos);
+    const auto metrics = std::filesystem::path(dir) / "metrics.jsonl";
+    check_same(one, {column(metrics, "loss"), column(metrics, "grad_norm"), metrics, r.out}, 1e-5, *layout ? layout : "dp 4");
+  }
+}
+
+// A long run on both nodes; `fault` strikes node1 once training is under way. Node 0's job must
+// end within timeout_s + 10 s naming node1's ranks and host, node1's too, and nothing may be left.
+void check_node_lost(const std::string& fault, const std::string& after) {
+  LayoutRuns runs(kModel, "steps = 100000\nglobal_batch = 8");
+  LocalCluster cluster(2);
+  TempDir t;
+  const int timeout_s = 10;
+  std::chrono::steady_clock::time_point struck;
+  const std::vector<Result> r = cluster.loom_on_nodes(
+      "train " + runs.config() + " --run-dir " + (t.path / "run").string() + " --set parallel.nproc=2 --set run.log_every=1000" +
+          " --set parallel.timeout_s=" + std::to_string(timeout_s),
+      [&] {
+        // Under way: rank 0 has written a step's metrics.
+        for (int i = 0; i < 600 && read_text(t.path / "run" / "metrics.jsonl").find("\"step\"") == std::string::npos; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        struck = std::chrono::steady_clock::now();
+        REQUIRE(cluster.script(fault + " node1").rc == 0);
+        // node0's launcher ends on its own; then the frozen node is let go, to fail on its own.
+        if (!after.empty()) {
+          std::this_thread::sleep_for(std::chrono::seconds(timeout_s + 4));
+          cluster.script(after + " node1");
+        }
+      });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - struck).count();
+  INFO("node0:\n" << r[0].out << "\nnode1:\n" << r[1].out);
+  CHECK(r[0].rc == 1);
+  CHECK(r[1].rc == 1);
+  CHECK(took <= timeout_s + 10 + (after.empty() ? 0 : 4));
+  CHECK(r[0].out.find("group rank(s) 2, 3 did not report and are unreachable, stopped or dead") != std::string::npos);
+  CHECK(r[0].out.find("[10.213.0.2 is node1: ranks 2-3]") != std::string::npos);
+  CHECK(r[0].out.find("loom: job failed: rank") != std::string::npos);
+  CHECK(r[1].out.find("loom: job failed: rank") != std::string::npos);
+  CHECK(cluster.left_on("node0") == "");
+  CHECK(cluster.left_on("node1") == "");
+}
+
+TEST_CASE("a node's link cut mid-run: both nodes end within timeout_s + 10 s naming the silent ranks and host, nothing left") {
+  check_node_lost("cut", "");
+}
+
+TEST_CASE("a node frozen mid-run (SIGSTOP): node 0 ends within timeout_s + 10 s naming it, and the thawed node ends too") {
+  check_node_lost("freeze", "thaw");
+}
+
+TEST_CASE("bad network input: a missing interface and an unresolvable MASTER_ADDR exit 2 at once, an unknown host in a hostfile fails fast") {
+  LayoutRuns runs(kModel, "steps = 2\nglobal_batch = 8");
+  LocalCluster cluster(2);
+  TempDir t;
+  const Result nic = sh(cluster.on("node0", LOOM_BIN " train " + runs.config() + " --run-dir " + (t.path / "a").string() +
+                                                " --set parallel.nproc=2 --set parallel.interface=ib0"));
+  INFO(nic.out);
+  CHECK(nic.rc == 2);
+  CHECK(nic.out.find("[parallel] interface = \"ib0\": this host (node0) has no such interface up with an IPv4 address; it has lo (127.0.0.1), eth0 (10.213.0.1)") !=
+        std::string::npos);
+  const Result addr = sh(cluster.on("node1", "MASTER_ADDR=node9 " LOOM_BIN " train " + runs.config() + " --run-dir " +
+                                                 (t.path / "b").string() + " --set parallel.nproc=2"));
+  INFO(addr.out);
+  CHECK(addr.rc == 2);
+  CHECK(addr.out.find("MASTER_ADDR = \"node9\" does not resolve") != std::string::npos);
+  const std::string hostfile = t.write("hosts", "node0 slots=2\nnode7 slots=2\n");
+  const auto start = std::chrono::steady_clock::now();
+  const Result mpi = sh("timeout 60 env " + cluster.mpirun(4, hostfile) + " " LOOM_BIN " train " + runs.config() + " --run-dir " +
+                        (t.path / "c").string() + " --set plugins.comm=mpi");
+  INFO(mpi.out);
+  CHECK(mpi.rc != 0);
+  CHECK(mpi.rc != 124);  // not the timeout: mpirun gave up by itself
+  CHECK(mpi.out.find("no node 'node7'") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+}
