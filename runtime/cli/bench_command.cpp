@@ -4,6 +4,7 @@
 #include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "dist/comm_bench.hpp"
+#include "dist/network.hpp"
 #include "loader/selection.hpp"
 
 namespace loom::cli {
@@ -20,8 +21,10 @@ int bench(const Args& args) {
       "config", po::value<std::string>(), "a config whose [plugins] comm and [plugins.<name>] options to use")(
       "iters", po::value<int>()->default_value(20), "timed iterations per size")(
       "warmup", po::value<int>()->default_value(5), "untimed iterations per size")(
-      "dtype", po::value<std::string>()->default_value("float"), "float | bfloat16");
+      "dtype", po::value<std::string>()->default_value("float"), "float | bfloat16")(
+      "interface", po::value<std::string>()->default_value(""), "network interface ([parallel] interface)");
   add_set_option(opts);
+  add_node_options(opts);
   po::positional_options_description pos;
   pos.add("what", 1);
   po::variables_map vm;
@@ -59,8 +62,11 @@ int bench(const Args& args) {
   plugins::Selection sel = plugins::resolve(cfg, reg);
   if (!sel.slot("comm")) throw UsageError("no comm plugin selected");
   std::optional<dist::RankEnv> env = dist::rank_from_environment();
-  if (!env) return dist::spawn_local(vm["nproc"].as<int>(), self_invocation());
-  loom_options comm_opts = plugins::options_for(cfg, sel.slot("comm")->found.desc->name);
+  if (!env) return dist::spawn_node(node_spec(vm, vm["nproc"].as<int>()), self_invocation());
+  const std::string comm = sel.slot("comm")->found.desc->name;
+  const dist::InterfaceChoice nic = dist::network_interface(vm["interface"].as<std::string>(), *env, comm);
+  if (env->rank == 0) std::printf("# interface: %s %s (from %s)\n", nic.nic.name.c_str(), nic.nic.address.c_str(), nic.source.c_str());
+  loom_options comm_opts = plugins::options_for(cfg, comm);
   dist::MeshShape mesh;
   mesh.dp = env->world;
   dist::CommWorld world(*env, mesh, sel.slot("comm")->found, &comm_opts, 120000);

@@ -12,24 +12,6 @@
 
 namespace loom::cli {
 
-namespace {
-
-void add_node_options(po::options_description& opts) {
-  opts.add_options()("nnodes", po::value<int>()->default_value(1), "nodes the job spans; run this command on each")(
-      "node-rank", po::value<int>()->default_value(0), "this node's index in [0, nnodes); node 0 hosts the store at MASTER_ADDR");
-}
-
-// --nnodes and --node-rank, checked.
-dist::NodeSpec node_spec(const po::variables_map& vm, int nproc) {
-  dist::NodeSpec n{nproc, vm["nnodes"].as<int>(), vm["node-rank"].as<int>()};
-  if (n.nnodes < 1) throw UsageError("--nnodes must be at least 1");
-  if (n.node_rank < 0 || n.node_rank >= n.nnodes)
-    throw UsageError("--node-rank " + std::to_string(n.node_rank) + " is not in [0, --nnodes " + std::to_string(n.nnodes) + ")");
-  return n;
-}
-
-}  // namespace
-
 int launch(const Args& args) {
   po::options_description opts("loom launch");
   opts.add_options()("nproc,n", po::value<int>()->required(), "ranks to start (on this node)")(

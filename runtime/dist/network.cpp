@@ -105,6 +105,14 @@ void export_interface(const InterfaceChoice& choice) {
   ::setenv("NCCL_SOCKET_IFNAME", choice.nic.name.c_str(), forced);
 }
 
+InterfaceChoice network_interface(const std::string& configured, const RankEnv& env, const std::string& comm) {
+  if (configured.empty() && env.launcher == "mpi" && !std::getenv("MASTER_ADDR") && comm == "mpi")
+    return {{"chosen by Open MPI", ""}, "mpirun without MASTER_ADDR"};
+  InterfaceChoice choice = choose_interface(configured, env.master_addr);
+  export_interface(choice);
+  return choice;
+}
+
 namespace {
 std::vector<std::pair<std::string, std::string>>& known_addresses() {
   static std::vector<std::pair<std::string, std::string>> known;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/launch.hpp"
+
 namespace loom::dist {
 
 struct Interface {
@@ -37,6 +39,11 @@ InterfaceChoice choose_interface(const std::string& configured, const std::strin
 // Makes the choice every backend's: sets GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME to it (the
 // names gloo users and NCCL already honour), overriding them only when [parallel] interface set it.
 void export_interface(const InterfaceChoice& choice);
+
+// What a rank of a job does before its comm plugin starts: chooses and exports the interface.
+// Under mpirun with no MASTER_ADDR, the mpi plugin needs no store and Open MPI picks its own
+// interfaces: then the choice says so and sets nothing.
+InterfaceChoice network_interface(const std::string& configured, const RankEnv& env, const std::string& comm);
 
 // Who is behind an address, once the ranks have said (describe_hosts): name_addresses() appends
 // "[10.1.0.2 is node1: ranks 2-3]" for each known address a message mentions, so a backend's

@@ -135,7 +135,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     const plugins::SlotChoice* comm = selection.slot("comm");
     if (!comm) throw ConfigError("a run over " + std::to_string(env.world) + " ranks needs [plugins] comm");
     loom_options comm_opts = plugins::options_for(cfg, comm->found.desc->name);
-    const dist::InterfaceChoice nic = network_interface(cfg, env);
+    const dist::InterfaceChoice nic = dist::network_interface(cfg.str("parallel.interface"), env, comm->found.desc->name);
     world = std::make_unique<dist::CommWorld>(env, mesh, comm->found, &comm_opts,
                                               cfg.i64("parallel.timeout_s") * 1000);
     hosts = describe_hosts(*world, nic) + " (interface from " + nic.source + ")";

@@ -183,15 +183,6 @@ void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh) {
   plugins::set_placement(p, host);
 }
 
-dist::InterfaceChoice network_interface(const config::Config& cfg, const dist::RankEnv& env) {
-  const std::string configured = cfg.str("parallel.interface");
-  if (configured.empty() && env.launcher == "mpi" && !std::getenv("MASTER_ADDR") && cfg.str("plugins.comm") == "mpi")
-    return {{"chosen by Open MPI", ""}, "mpirun without MASTER_ADDR"};
-  dist::InterfaceChoice choice = dist::choose_interface(configured, env.master_addr);
-  dist::export_interface(choice);
-  return choice;
-}
-
 std::string describe_hosts(dist::CommWorld& world, const dist::InterfaceChoice& nic) {
   constexpr int kWords = 16;  // 128 bytes a rank: "host\tinterface\taddress"
   const int n = world.world().size();

@@ -48,11 +48,6 @@ void check_context(const plugins::Selection& selection, const dist::MeshShape& m
 // Tells plugins where they run (the loom.placement service), before any is created.
 void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh);
 
-// The network interface this rank talks on ([parallel] interface, GLOO_SOCKET_IFNAME, or the route
-// to MASTER_ADDR), exported to the comm backends. Under mpirun with no MASTER_ADDR the mpi plugin
-// needs no store, and Open MPI picks its own interfaces: then the choice says so and sets nothing.
-dist::InterfaceChoice network_interface(const config::Config& cfg, const dist::RankEnv& env);
-
 // "node0 (eth0 10.1.0.1): ranks 0-1; node1 (eth0 10.1.0.2): ranks 2-3", gathered from every rank
 // over the world communicator (a collective: every rank calls it).
 std::string describe_hosts(dist::CommWorld& world, const dist::InterfaceChoice& nic);

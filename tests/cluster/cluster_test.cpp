@@ -134,3 +134,50 @@ TEST_CASE("bad network input: a missing interface and an unresolvable MASTER_ADD
   CHECK(mpi.out.find("no node 'node7'") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
 }
+
+namespace {
+
+// Mean of a metrics column after the first two (warm-up) steps.
+double warm_mean(const std::filesystem::path& metrics, const std::string& name) {
+  const std::vector<double> v = column(metrics, name);
+  REQUIRE(v.size() > 3);
+  double sum = 0;
+  for (size_t i = 2; i < v.size(); ++i) sum += v[i];
+  return sum / static_cast<double>(v.size() - 2);
+}
+
+}  // namespace
+
+TEST_CASE("one node's link at 100 Mbit/s (tc tbf): training stays equivalent, bench comm and the exposed comm share show it, doctor flags the communication") {
+  // 1.1 MB of gradients a step: 0.2 s at 100 Mbit/s, against a few ms of compute.
+  LayoutRuns runs("n_layer = 2\nn_head = 4\nd_model = 128\nd_ff = 256\nvocab_size = 130\nseq_len = 16", "steps = 8\nglobal_batch = 8");
+  const Curves one = runs.run("");
+  LocalCluster cluster(2);
+  TempDir t;
+  const Curves plain = train_on_nodes(cluster, runs, (t.path / "plain").string(), "--set parallel.nproc=2");
+  const std::string bench = "bench comm --op all_reduce --min-bytes 4M --max-bytes 4M --iters 5 --warmup 2 --nproc 1";
+  auto busbw = [&] {
+    const std::vector<Result> r = cluster.loom_on_nodes(bench);
+    INFO(r[0].out << r[1].out);
+    REQUIRE(r[0].rc == 0);
+    const size_t at = r[0].out.find("Avg bus bandwidth    : ");
+    REQUIRE(at != std::string::npos);
+    return std::stod(r[0].out.substr(at + 23));
+  };
+  const double fast = busbw();
+  REQUIRE(cluster.script("rate node1 100mbit").rc == 0);
+  const double slow = busbw();
+  const Curves limited = train_on_nodes(cluster, runs, (t.path / "slow").string(), "--set parallel.nproc=2");
+  check_same(one, limited, 1e-5, "dp 4 with node1 at 100 Mbit/s");
+  INFO("busbw " << fast << " -> " << slow << " GB/s");
+  CHECK(slow < 0.0125 * 1.2);  // 100 Mbit/s is 0.0125 GB/s; a ring's busbw cannot beat its slowest link
+  CHECK(slow < fast / 4);
+  const double share_plain = warm_mean(plain.metrics, "exposed_comm_ms") / warm_mean(plain.metrics, "step_ms");
+  const double share_slow = warm_mean(limited.metrics, "exposed_comm_ms") / warm_mean(limited.metrics, "step_ms");
+  MESSAGE("busbw " << fast << " -> " << slow << " GB/s; exposed comm share " << share_plain << " -> " << share_slow);
+  CHECK(share_slow > share_plain + 0.1);
+  CHECK(share_slow > 0.5);
+  const Result doctor = run_loom("doctor " + (t.path / "slow").string());
+  INFO(doctor.out);
+  CHECK(doctor.out.find("communication not hidden behind compute takes") != std::string::npos);
+}
