@@ -15,6 +15,7 @@
 #   scripts/local-cluster.sh rate NODE R   limit NODE's link to R each way (tc tbf, e.g. 100mbit)
 #   scripts/local-cluster.sh cut NODE      take NODE's link down (its cable pulled)
 #   scripts/local-cluster.sh freeze NODE   SIGSTOP every process on NODE; thaw NODE resumes them
+#   scripts/local-cluster.sh kill NODE     SIGKILL every process on NODE (the node dies)
 #   scripts/local-cluster.sh heal NODE     undo rate and cut on NODE
 #   scripts/local-cluster.sh pids NODE     the processes running on NODE
 #
@@ -117,13 +118,14 @@ case "$cmd" in
   rate) [ $# -eq 2 ] || die "rate NODE RATE (e.g. 100mbit)"; check_node "$1"; rate "$1" "$2" ;;
   cut) [ $# -eq 1 ] || die "cut NODE"; check_node "$1"; in_ns hub ip link set "n$(node_index "$1")" down ;;
   heal) [ $# -eq 1 ] || die "heal NODE"; check_node "$1"; heal "$1" ;;
-  freeze | thaw)
+  freeze | thaw | kill)
     [ $# -eq 1 ] || die "$cmd NODE"; check_node "$1"
-    for pid in $(ip netns pids "$name-$1"); do kill "-$([ "$cmd" = freeze ] && echo STOP || echo CONT)" "$pid" 2>/dev/null || true; done ;;
+    sig=$(case "$cmd" in freeze) echo STOP ;; thaw) echo CONT ;; kill) echo KILL ;; esac)
+    for pid in $(ip netns pids "$name-$1"); do kill "-$sig" "$pid" 2>/dev/null || true; done ;;
   rsh)  # [ssh options] HOST COMMAND-STRING...
     while [ $# -gt 0 ] && [[ $1 == -* ]]; do shift; done
     [ $# -ge 2 ] || die "rsh HOST CMD..."; check_node "$1"; host=$1; shift
     run_on "$host" /bin/sh -c "$*" ;;
   pids) [ $# -eq 1 ] || die "pids NODE"; check_node "$1"; ip netns pids "$name-$1" ;;
-  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,23p' "$0" >&2; exit 2 ;;
 esac

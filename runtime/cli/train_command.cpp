@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "cli/parse.hpp"
+#include "dist/elastic.hpp"
 #include "dist/launch.hpp"
 #include "dist/mesh.hpp"
 #include "loader/selection.hpp"
@@ -30,7 +31,9 @@ int train(const Args& args) {
   po::options_description opts("loom train");
   add_set_option(opts);
   opts.add_options()("run-dir", po::value<std::string>(), "where metrics and outputs go")(
-      "file", po::value<std::string>()->required(), "config file (TOML)");
+      "file", po::value<std::string>()->required(), "config file (TOML)")(
+      "max-restarts", po::value<int>()->default_value(0), "restart the job this many times after a failure, from the latest checkpoint")(
+      "min-nodes", po::value<int>(), "an elastic restart goes on with at least this many nodes (default: --nnodes)");
   add_node_options(opts);
   po::positional_options_description pos;
   pos.add("file", 1);
@@ -74,7 +77,15 @@ int train(const Args& args) {
       train::lock_run_dir(vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>())
                                               : train::default_run_dir(cfg));
     ::setenv("LOOM_RUN_DIR_LOCKED", "1", 1);  // the ranks share this process's lock
-    return dist::spawn_node(node, self_invocation());
+    const int max_restarts = vm["max-restarts"].as<int>();
+    const int min_nodes = vm.count("min-nodes") ? vm["min-nodes"].as<int>() : node.nnodes;
+    if (max_restarts < 0) throw UsageError("--max-restarts must be at least 0");
+    if (min_nodes < 1 || min_nodes > node.nnodes)
+      throw UsageError("--min-nodes " + std::to_string(min_nodes) + " is not in [1, --nnodes " + std::to_string(node.nnodes) + "]");
+    if (max_restarts == 0) return dist::spawn_node(node, self_invocation());
+    dist::ElasticSpec elastic{node, max_restarts, min_nodes};
+    elastic.run_dir = vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>()) : train::default_run_dir(cfg);
+    return dist::run_elastic(elastic, self_invocation());
   }
   dist::RankEnv rank = env.value_or(dist::RankEnv{});
   plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));

@@ -291,7 +291,8 @@ int spawn_node(const NodeSpec& node, const std::vector<std::string>& argv) {
   }
 
   int first_failed = -1, live = nproc;
-  bool stopping = false, terminated = false, by_signal = false;
+  bool stopping = false, terminated = false, by_signal = false, peer_stop = false;
+  auto last_poll = std::chrono::steady_clock::now();
   const std::chrono::seconds signal_grace = stop_grace();
   auto stop_started = std::chrono::steady_clock::now();
   auto stop_all = [&](int sig) {
@@ -351,6 +352,16 @@ int spawn_node(const NodeSpec& node, const std::vector<std::string>& argv) {
       stop_started = std::chrono::steady_clock::now();
       stop_all(SIGTERM);
     }
+    if (node.peers_failed && !stopping && std::chrono::steady_clock::now() - last_poll > std::chrono::milliseconds(500)) {
+      last_poll = std::chrono::steady_clock::now();
+      if (node.peers_failed()) {
+        // Their peers are gone: nothing they could still do (a step, a save) can complete.
+        std::fprintf(stderr, "loom: a rank on another node failed; stopping this node's ranks\n");
+        stopping = terminated = peer_stop = true;
+        stop_started = last_poll;
+        stop_all(SIGKILL);
+      }
+    }
     const auto grace = by_signal ? signal_grace : std::chrono::seconds(7);
     if (stopping && (std::chrono::steady_clock::now() - stop_started > grace || g_signals > 1))
       stop_all(SIGKILL);
@@ -369,10 +380,15 @@ int spawn_node(const NodeSpec& node, const std::vector<std::string>& argv) {
   }
   if (first_failed >= 0) {
     const int status = kids[first_failed].status;
-    std::fprintf(stderr, "loom: job failed: rank %d%s %s\n", first_rank + first_failed, on_host.c_str(),
-                 describe_exit(status).c_str());
+    const std::string what = "rank " + std::to_string(first_rank + first_failed) + on_host + " " + describe_exit(status);
+    std::fprintf(stderr, "loom: job failed: %s\n", what.c_str());
+    if (node.failure) *node.failure = what;
     // A rank that rejected its configuration keeps the usage/config exit code.
     return WIFEXITED(status) && WEXITSTATUS(status) == 2 ? 2 : 1;
+  }
+  if (peer_stop) {
+    if (node.failure) *node.failure = "stopped because a rank on another node failed";
+    return 1;
   }
   // Ranks that all stopped cleanly on the signal (exit 3) make the job's status 3 too.
   if (g_stop_signal)

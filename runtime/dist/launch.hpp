@@ -4,6 +4,7 @@
 // so no outcome leaves an orphan.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,11 @@ int spawn_local(int nproc, const std::vector<std::string>& argv);
 // 29500) is bound by node 0's launcher before its ranks start.
 struct NodeSpec {
   int nproc = 1, nnodes = 1, node_rank = 0;
+  // Polled twice a second when set: true when a rank on another node failed, and this node's
+  // ranks must go (an elastic job's round is over).
+  std::function<bool()> peers_failed;
+  // When set, receives the first failure in words ("rank 2 on node1 exited with status 1").
+  std::string* failure = nullptr;
 };
 int spawn_node(const NodeSpec& node, const std::vector<std::string>& argv);
 

@@ -2,6 +2,9 @@
 // hostnames on a private bridge. Training across them must match the single-rank run under each
 // launcher, and a node that drops off the network must end the job, named, with nothing left.
 #include <chrono>
+#include <map>
+#include <regex>
+#include <sstream>
 #include <string>
 
 #include <doctest/doctest.h>
@@ -180,4 +183,61 @@ TEST_CASE("one node's link at 100 Mbit/s (tc tbf): training stays equivalent, be
   const Result doctor = run_loom("doctor " + (t.path / "slow").string());
   INFO(doctor.out);
   CHECK(doctor.out.find("communication not hidden behind compute takes") != std::string::npos);
+}
+
+namespace {
+
+// Each step's (loss, grad norm) as metrics.jsonl last logged it: a resumed round rewrites steps.
+std::map<int64_t, std::pair<double, double>> last_per_step(const std::filesystem::path& metrics) {
+  std::map<int64_t, std::pair<double, double>> out;
+  std::istringstream lines(read_text(metrics));
+  static const std::regex row("^\\{\"step\": ([0-9]+), \"loss\": ([-0-9.e+]+), \"grad_norm\": ([-0-9.e+]+)");
+  std::smatch m;
+  for (std::string line; std::getline(lines, line);)
+    if (std::regex_search(line, m, row)) out[std::stoll(m[1])] = {std::stod(m[2]), std::stod(m[3])};
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("elastic: a node killed mid-run with --max-restarts 1 --min-nodes 1 restarts on the survivor from the latest checkpoint, bitwise like a fresh run from it") {
+  LayoutRuns runs(kModel, "steps = 600\nglobal_batch = 8\nmicro_batch = 2");
+  LocalCluster cluster(2);
+  TempDir t;
+  const std::string dir = (t.path / "run").string();
+  const std::string ckpt = " --set plugins.ckpt=sync --set checkpoint.every=100 --set checkpoint.keep_last=100";
+  const std::vector<Result> r = cluster.loom_on_nodes(
+      "train " + runs.config() + " --run-dir " + dir + " --set parallel.nproc=2 --set parallel.timeout_s=10 --set run.log_every=1000" +
+          ckpt + " --max-restarts 1 --min-nodes 1",
+      [&] {
+        for (int i = 0; i < 1200 && !std::filesystem::exists(t.path / "run" / "checkpoints" / "step-00000100"); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        REQUIRE(cluster.script("kill node1").rc == 0);
+      });
+  INFO("node0:\n" << r[0].out);
+  REQUIRE(r[0].rc == 0);
+  CHECK(r[1].rc != 0);
+  CHECK(r[0].out.find("loom: elastic: restart 1 of 1 after") != std::string::npos);
+  CHECK(r[0].out.find("1 node(s), 2 ranks, without node1") != std::string::npos);
+  const std::string events = read_text(t.path / "run" / "events.jsonl");
+  CHECK(events.find("\"layer\": \"job\", \"event\": \"restart\", \"round\": 1, \"cause\": \"rank ") != std::string::npos);
+  CHECK(events.find("\"missing_nodes\": \"node1\", \"nodes\": 1, \"world\": 2}") != std::string::npos);
+  // Where the second round started, and the same start on one node by hand.
+  static const std::regex resumed("resumed from ([^:]+): step ([0-9]+) done");
+  std::smatch m;
+  REQUIRE(std::regex_search(r[0].out, m, resumed));
+  const int64_t from = std::stoll(m[2]);
+  CHECK(from >= 100);
+  const Curves fresh = runs.run("--set parallel.nproc=2 --set checkpoint.resume=" + m[1].str() + " --set plugins.ckpt=sync");
+  const auto elastic = last_per_step(std::filesystem::path(dir) / "metrics.jsonl");
+  REQUIRE(fresh.loss.size() == static_cast<size_t>(600 - from));
+  for (size_t i = 0; i < fresh.loss.size(); ++i) {
+    const int64_t step = from + 1 + static_cast<int64_t>(i);
+    INFO("step " << step);
+    REQUIRE(elastic.count(step) == 1);
+    CHECK(elastic.at(step).first == fresh.loss[i]);
+    CHECK(elastic.at(step).second == fresh.grad_norm[i]);
+  }
+  CHECK(cluster.left_on("node0") == "");
+  CHECK(cluster.left_on("node1") == "");
 }
