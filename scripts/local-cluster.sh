@@ -20,8 +20,8 @@
 #   scripts/local-cluster.sh pids NODE     the processes running on NODE
 #
 # LOOM_CLUSTER names the cluster (default "loomc"): namespaces are "$LOOM_CLUSTER-node0", ...,
-# so clusters with different names coexist. Each namespace's /etc/hosts (ip netns exec mounts
-# /etc/netns/NAME/hosts over it) names every node. Needs root.
+# so clusters with different names coexist. On a node, /etc/hosts (/etc/netns/NAME/hosts
+# mounted over it) names every node. Needs root.
 set -euo pipefail
 name=${LOOM_CLUSTER:-loomc}
 state=/run/loom-cluster/$name
@@ -38,9 +38,12 @@ check_node() {
 }
 addr_of() { [ "$1" = hub ] && echo "$subnet.254" || echo "$subnet.$(( $(node_index "$1") + 1 ))"; }
 in_ns() { local ns=$1; shift; ip netns exec "$name-$ns" "$@"; }
+# Not `ip netns exec`: that mounts a fresh /sys, without the cgroup tree slurmd needs. A private
+# mount namespace bind-mounts the node's hosts file instead.
 run_on() {  # NODE CMD...: the node's network, hosts file and hostname
   local node=$1; shift
-  ip netns exec "$name-$node" nsenter --uts="$state/$node.uts" -- "$@"
+  nsenter --net="/run/netns/$name-$node" --uts="$state/$node.uts" -- unshare --mount --propagation private -- \
+    /bin/sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "/etc/netns/$name-$node/hosts" "$@"
 }
 
 down() {

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Loom under a multi-node Slurm: a 2-node scripts/local-cluster.sh cluster (network namespaces with
+# their own hostnames and addresses) with slurmctld in its hub and one slurmd per node, then
+#   1. `srun -N 2 -n 4`: dp 4 and dp 2 x tp 2 match the single-rank run (10 steps, 1e-5 relative),
+#      MASTER_ADDR comes from SLURM_STEP_NODELIST, and rank 0 names both hosts and their eth0;
+#   2. `sbatch --wait` of a batch script like docs/cluster.md's (srun inside it) trains the same;
+#   3. a rank killed on node1 ends the job non-zero within 30 s, naming it, with nothing left.
+# Removes the daemons and the cluster on every exit path. Prints "N passed, N failed".
+#   tests/slurm/slurm_multinode_test.sh LOOM_BIN
+set -uo pipefail
+loom=${1:?usage: slurm_multinode_test.sh LOOM_BIN}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+work=$(mktemp -d /tmp/loom-slurm-nodes-XXXXXX)
+export LOOM_CLUSTER=sl$$
+cluster() { bash "$root/scripts/local-cluster.sh" "$@"; }
+source "$root/scripts/local-slurm.sh"
+trap 'slurm_stop; cluster down; rm -rf "$work"' EXIT
+trap 'exit 1' INT TERM
+passed=0 failed=0
+check() {  # check NAME CONDITION-COMMAND...
+  local name=$1; shift
+  if "$@"; then passed=$((passed + 1)); echo "PASS: $name"; else failed=$((failed + 1)); echo "FAIL: $name"; fi
+}
+finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
+if [ "$(id -u)" -ne 0 ]; then echo "SKIPPED: needs root (namespaces, and a local Slurm with auth/none)"; exit 77; fi
+hub_srun() { cluster exec hub timeout -k 5 120 srun "$@"; }
+
+for i in $(seq 0 499); do echo "two nodes under slurm train the same model $((i % 11))"; done > "$work/c.txt"
+"$loom" data prepare --text "$work/c.txt" --out "$work/d" > /dev/null
+cat > "$work/e.toml" <<TOML
+[run]
+threads = 1
+peak_gflops = 10
+[model]
+n_layer = 2
+n_head = 4
+d_model = 32
+d_ff = 64
+seq_len = 16
+[data]
+dir = "$work/d"
+[train]
+steps = 10
+global_batch = 8
+eval_every = 0
+TOML
+"$loom" train "$work/e.toml" --run-dir "$work/one" > "$work/one.out" 2>&1
+check "single-rank reference run" test $? -eq 0
+
+cluster up 2 > /dev/null || { failed=$((failed + 1)); finish; }
+slurm_start_cluster "$work/slurm" 2 || { failed=$((failed + 1)); finish; }
+check "slurm with 2 namespace nodes is up" true
+
+compare_to_one() {  # every step of run DIR against the single-rank run, 1e-5 relative
+  python3 - "$work/one/metrics.jsonl" "$work/$1/metrics.jsonl" "$1" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == len(b) == 10, (len(a), len(b))
+worst = max(max(abs(x[k] - y[k]) / abs(x[k]) for k in ("loss", "grad_norm")) for x, y in zip(a, b))
+print(f"{sys.argv[3]} vs one rank: worst relative difference {worst:.2e} over 10 steps")
+assert worst <= 1e-5
+PY
+}
+hosts_line="hosts: node0 (eth0 10.213.0.1): ranks 0-1; node1 (eth0 10.213.0.2): ranks 2-3 (interface from route to MASTER_ADDR)"
+
+hub_srun -N 2 -n 4 --kill-on-bad-exit=1 "$loom" train "$work/e.toml" --run-dir "$work/dp4" > "$work/dp4.out" 2>&1
+check "srun -N 2 -n 4 loom train (dp 4) exits 0" test $? -eq 0
+check "dp 4 over 2 nodes matches one rank" compare_to_one dp4
+check "rank 0 names both hosts and their interface" grep -qF "$hosts_line" "$work/dp4.out"
+hub_srun -N 2 -n 4 --kill-on-bad-exit=1 "$loom" train "$work/e.toml" --run-dir "$work/tp" --set parallel.tp=2 > "$work/tp.out" 2>&1
+check "srun -N 2 -n 4 (dp 2 x tp 2) exits 0" test $? -eq 0
+check "dp 2 x tp 2 over 2 nodes matches one rank" compare_to_one tp
+
+# The batch-script pattern of docs/cluster.md, with this test's paths.
+cat > "$work/job.sh" <<SH
+#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --output=$work/batch.out
+set -euo pipefail
+srun --kill-on-bad-exit=1 $loom train $work/e.toml --run-dir $work/batch
+SH
+cluster exec hub timeout -k 5 180 sbatch --wait "$work/job.sh" > /dev/null 2>&1
+check "sbatch --wait of the batch script exits 0" test $? -eq 0
+check "the batch job matches one rank" compare_to_one batch
+
+start=$(date +%s)
+hub_srun -N 2 -n 4 --kill-on-bad-exit=1 bash -c '[ "$SLURM_PROCID" = 3 ] && (sleep 3; kill -9 $$) & exec "$0" "$@"' \
+  "$loom" train "$work/e.toml" --run-dir "$work/killed" --set train.steps=1000000 --set run.log_every=100000 \
+  > "$work/killed.out" 2>&1
+rc=$?
+took=$(( $(date +%s) - start ))
+tail -n 4 "$work/killed.out"
+check "a rank killed on node1 ends the job non-zero" test $rc -ne 0
+check "the job names task 3 on node1" grep -qE "node1: task 3" "$work/killed.out"
+check "it ended within 30 s (took ${took} s)" test "$took" -lt 30
+sleep 1
+left() { cluster pids "$1" | xargs -r ps -o pid=,args= -p | grep -F "$work/killed"; }  # the job's processes
+for node in node0 node1; do
+  left "$node"
+  check "no process of the job is left on $node" test -z "$(left "$node")"
+done
+finish
