@@ -12,7 +12,7 @@ packages=(
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan and UBSan
   libgloo-dev libopenmpi-dev openmpi-bin
   slurmctld slurmd slurm-client
-  iproute2 util-linux  # scripts/local-cluster.sh: network namespaces (ip), nsenter and unshare
+  iproute2 util-linux ethtool  # scripts/local-cluster.sh: namespaces (ip), nsenter, unshare; offloads off for loom-netfault
   chromium
   fortunes-min fortunes
   python3-torch python3-numpy  # the PyTorch reference in tests/reference (Debian's python3)

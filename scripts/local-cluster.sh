@@ -13,10 +13,13 @@
 #   scripts/local-cluster.sh rsh HOST CMD  ssh's calling convention, for mpirun's launcher:
 #                                          mpirun --mca plm_rsh_agent "scripts/local-cluster.sh rsh"
 #   scripts/local-cluster.sh rate NODE R   limit NODE's link to R each way (tc tbf, e.g. 100mbit)
+#   scripts/local-cluster.sh delay NODE MS JITTER_MS [LOSS_PCT]
+#                                          splice loom-netfault into NODE's cable: every frame
+#                                          MS ± JITTER_MS late, LOSS_PCT% dropped (no netem here)
 #   scripts/local-cluster.sh cut NODE      take NODE's link down (its cable pulled)
 #   scripts/local-cluster.sh freeze NODE   SIGSTOP every process on NODE; thaw NODE resumes them
 #   scripts/local-cluster.sh kill NODE     SIGKILL every process on NODE (the node dies)
-#   scripts/local-cluster.sh heal NODE     undo rate and cut on NODE
+#   scripts/local-cluster.sh heal NODE     undo rate, delay and cut on NODE
 #   scripts/local-cluster.sh pids NODE     the processes running on NODE
 #
 # LOOM_CLUSTER names the cluster (default "loomc"): namespaces are "$LOOM_CLUSTER-node0", ...,
@@ -25,6 +28,7 @@
 set -euo pipefail
 name=${LOOM_CLUSTER:-loomc}
 state=/run/loom-cluster/$name
+here=$(cd "$(dirname "$0")" && pwd)
 subnet=10.213.0
 
 die() { echo "local-cluster: $*" >&2; exit 2; }
@@ -55,6 +59,7 @@ down() {
   done
   if [ -d "$state" ]; then
     for f in "$state"/*.uts; do [ -e "$f" ] && { umount "$f" 2>/dev/null || true; }; done
+    for f in "$state"/*.relay.pid; do [ -e "$f" ] && { kill "$(cat "$f")" 2>/dev/null || true; }; done
     rm -rf "$state"
   fi
 }
@@ -98,6 +103,12 @@ up() {
 
 heal() {
   local k; k=$(node_index "$1")
+  if [ -e "$state/$1.relay.pid" ]; then
+    kill "$(cat "$state/$1.relay.pid")" 2>/dev/null || true
+    rm -f "$state/$1.relay.pid"
+    in_ns hub ip link del "r$k" 2>/dev/null || true
+    in_ns hub ip link set "n$k" master br0
+  fi
   in_ns hub tc qdisc del dev "n$k" root 2>/dev/null || true
   in_ns "$1" tc qdisc del dev eth0 root 2>/dev/null || true
   in_ns hub ip link set "n$k" up
@@ -110,6 +121,33 @@ rate() {
   in_ns "$1" tc qdisc replace dev eth0 root tbf rate "$2" burst 64kb latency 400ms
 }
 
+# The node's cable leaves the bridge; loom-netfault forwards frames between it and a new veth
+# whose other end takes its place on the bridge.
+delay() {
+  local node=$1 k relay; k=$(node_index "$node")
+  relay=${LOOM_NETFAULT:-$(command -v loom-netfault || echo "$here/../build/bin/loom-netfault")}
+  [ -x "$relay" ] || die "no loom-netfault at '$relay' (build it, or set LOOM_NETFAULT)"
+  heal "$node"
+  in_ns hub ip link set "n$k" nomaster
+  in_ns hub ip link add "r$k" type veth peer name "b$k"
+  in_ns hub ip link set "b$k" master br0 up
+  in_ns hub ip link set "r$k" up
+  in_ns hub ip link set "n$k" promisc on
+  in_ns hub ip link set "r$k" promisc on
+  # A frame read off a veth may be a 64 KiB segmentation-offload super-frame whose checksum the
+  # stack left for the hardware to fill in: forwarded raw, it would be dropped. Every node sends
+  # finished, MTU-sized frames instead.
+  local other
+  for other in $(nodes); do
+    in_ns "$other" ethtool -K eth0 tx off tso off gso off > /dev/null 2>&1 || die "ethtool -K on $other failed (install ethtool)"
+  done
+  in_ns hub "$relay" --a "n$k" --b "r$k" --delay-ms "$2" --jitter-ms "$3" --loss "${4:-0}" > "$state/$node.relay.log" 2>&1 &
+  echo $! > "$state/$node.relay.pid"
+  for _ in $(seq 1 50); do grep -q forwarding "$state/$node.relay.log" 2>/dev/null && return 0; sleep 0.1; done
+  cat "$state/$node.relay.log" >&2
+  die "loom-netfault did not start on $node"
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -119,6 +157,7 @@ case "$cmd" in
   addr) [ $# -eq 1 ] || die "addr NODE"; addr_of "$1" ;;
   hostfile) for node in $(nodes); do echo "$node slots=${1:-2}"; done ;;
   rate) [ $# -eq 2 ] || die "rate NODE RATE (e.g. 100mbit)"; check_node "$1"; rate "$1" "$2" ;;
+  delay) [ $# -ge 3 ] && [ $# -le 4 ] || die "delay NODE MS JITTER_MS [LOSS_PCT]"; check_node "$1"; delay "$@" ;;
   cut) [ $# -eq 1 ] || die "cut NODE"; check_node "$1"; in_ns hub ip link set "n$(node_index "$1")" down ;;
   heal) [ $# -eq 1 ] || die "heal NODE"; check_node "$1"; heal "$1" ;;
   freeze | thaw | kill)
@@ -130,5 +169,5 @@ case "$cmd" in
     [ $# -ge 2 ] || die "rsh HOST CMD..."; check_node "$1"; host=$1; shift
     run_on "$host" /bin/sh -c "$*" ;;
   pids) [ $# -eq 1 ] || die "pids NODE"; check_node "$1"; ip netns pids "$name-$1" ;;
-  *) sed -n '2,23p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,26p' "$0" >&2; exit 2 ;;
 esac

@@ -241,3 +241,56 @@ TEST_CASE("elastic: a node killed mid-run with --max-restarts 1 --min-nodes 1 re
   CHECK(cluster.left_on("node0") == "");
   CHECK(cluster.left_on("node1") == "");
 }
+
+namespace {
+
+// The time in microseconds of one all_reduce of `bytes` over both nodes (loom bench comm).
+double all_reduce_us(const LocalCluster& cluster, int64_t bytes) {
+  const std::vector<Result> r = cluster.loom_on_nodes("bench comm --op all_reduce --min-bytes " + std::to_string(bytes) +
+                                                      " --max-bytes " + std::to_string(bytes) + " --iters 10 --warmup 3 --nproc 1");
+  INFO(r[0].out << r[1].out);
+  REQUIRE(r[0].rc == 0);
+  // "[rank 0]           8192         2048    float    sum    -1     1578.8    0.005    0.005       0"
+  std::istringstream lines(r[0].out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line.substr(line.find(']') + 1));
+    std::string size, count, type, op, root, time;
+    if (words >> size >> count >> type >> op >> root >> time && size == std::to_string(bytes)) return std::stod(time);
+  }
+  FAIL("no row for " << bytes << " bytes");
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("5 ms +- 1 ms and 1% loss on one node's path (loom-netfault): training stays equivalent, and bench comm shows the latency") {
+  LayoutRuns runs(kModel, "steps = 10\nglobal_batch = 8");
+  const Curves one = runs.run("");
+  LocalCluster cluster(2);
+  TempDir t;
+  const double plain_us = all_reduce_us(cluster, 8192);
+  const Result spliced = cluster.script("delay node1 5 1 1");
+  INFO(spliced.out);
+  REQUIRE(spliced.rc == 0);
+  check_same(one, train_on_nodes(cluster, runs, (t.path / "slow").string(), "--set parallel.nproc=2"), 1e-5,
+             "dp 4 with node1 5 ms +- 1 ms late and 1% lost");
+  const double late_us = all_reduce_us(cluster, 8192);
+  MESSAGE("all_reduce of 8 KiB over 2 nodes: " << plain_us << " us plain, " << late_us << " us with node1 5 +- 1 ms late, 1% lost");
+  // A 2-rank ring crosses node1's link each way at least once: two 4-6 ms delays at the least.
+  CHECK(late_us > plain_us + 8000);
+  REQUIRE(cluster.script("heal node1").rc == 0);
+  CHECK(all_reduce_us(cluster, 8192) < late_us / 2);
+}
+
+TEST_CASE("loom-netfault refuses bad arguments with exit 2, naming what is wrong") {
+  const std::string tool = (std::filesystem::path(LOOM_BIN).parent_path() / "loom-netfault").string();
+  const Result missing = sh(tool + " --a no-such-if --b lo");
+  CHECK(missing.rc == 2);
+  CHECK(missing.out.find("no interface 'no-such-if'") != std::string::npos);
+  const Result jitter = sh(tool + " --a lo --b lo --delay-ms 1 --jitter-ms 2");
+  CHECK(jitter.rc == 2);
+  CHECK(jitter.out.find("--jitter-ms must not exceed --delay-ms") != std::string::npos);
+  const Result loss = sh(tool + " --a lo --b lo --loss 120");
+  CHECK(loss.rc == 2);
+  CHECK(loss.out.find("--loss 120: expected a number in [0") != std::string::npos);
+}
