@@ -89,13 +89,29 @@ Diagnosis diagnose(const Run& run) {
     w.look("step " + std::to_string(e->step) + ": replicas' parameters differ: " + e->field("ranks"),
            "a silently corrupted reduction or bad memory on that host; rerun without it and compare");
   const double exposed = run.mean("exposed_comm_ms", n > 3 ? 2 : 0), step_ms = run.mean("step_ms", n > 3 ? 2 : 0);
+  // The slowest host link measured at start-up (links.json): the node to look at first.
+  std::string slowest;
+  if (!run.links.empty()) {
+    const auto* s = &run.links[0];
+    for (const auto& l : run.links)
+      if (l.second < s->second) s = &l;
+    slowest = "the slowest link to " + run.links_to + " is " + s->first + "'s, " + g(s->second, "%.1f") + " MB/s at start-up";
+    if (run.links.size() > 1) {
+      std::vector<double> rates;
+      for (const auto& l : run.links) rates.push_back(l.second);
+      std::sort(rates.begin(), rates.end());
+      slowest += " (median of " + std::to_string(rates.size()) + " hosts: " + g(rates[rates.size() / 2], "%.1f") + " MB/s)";
+    }
+  }
   if (std::isfinite(exposed) && step_ms > 0) {
     const double share = exposed / step_ms;
     if (share > 0.25)
-      w.look("communication not hidden behind compute takes " + g(100 * share, "%.0f") + "% of a step",
-             "bigger buckets ([plugins.ddp] bucket_mb), fewer tp ranks per group, or `loom bench comm` for the link");
+      w.look("communication not hidden behind compute takes " + g(100 * share, "%.0f") + "% of a step" +
+                 (slowest.empty() ? "" : "; " + slowest),
+             slowest.empty() ? "bigger buckets ([plugins.ddp] bucket_mb), fewer tp ranks per group, or `loom bench comm` for the link"
+                             : "that node's network first (`loom bench comm` across it), then bigger buckets or fewer tp ranks per group");
     else
-      w.ok("exposed communication " + g(100 * share, "%.1f") + "% of a step");
+      w.ok("exposed communication " + g(100 * share, "%.1f") + "% of a step" + (slowest.empty() ? "" : "; " + slowest));
   }
 
   w.section("hardware");

@@ -86,6 +86,14 @@ Run read_run(const std::filesystem::path& dir) {
       throw RuntimeError((dir / "events.jsonl").string() + ":" + std::to_string(n) + ": not an event line");
     run.events.push_back({std::stoll(m[1]), m[2], m[3], line});
   }
+  std::ifstream links(dir / "links.json");
+  static const std::regex to("^\\{\"to\": \"([^\"]*)\""), link("\\{\"host\": \"([^\"]*)\", \"mb_per_s\": ([0-9.eE+-]+)\\}");
+  if (std::getline(links, line)) {
+    std::smatch m;
+    if (std::regex_search(line, m, to)) run.links_to = m[1];
+    for (auto it = std::sregex_iterator(line.begin(), line.end(), link); it != std::sregex_iterator(); ++it)
+      run.links.emplace_back((*it)[1], std::stod((*it)[2]));
+  }
   std::ifstream ranks(dir / "ranks.json");
   static const std::regex number("[0-9]+");
   if (std::getline(ranks, line))

@@ -34,6 +34,9 @@ struct Run {
   double initial_val_loss = NAN;  // step 0's line: the validation loss before the first update
   std::vector<EventRow> events;
   std::vector<double> peak_mem_per_rank;  // from ranks.json, written at the end of a run
+  // From links.json (several hosts only): each host's link to rank 0's host, in MB/s.
+  std::string links_to;
+  std::vector<std::pair<std::string, double>> links;
   // Mean of `key` over steps [from, end) that have a finite value; NaN when none.
   double mean(const std::string& key, size_t from = 0) const;
   double max(const std::string& key) const;

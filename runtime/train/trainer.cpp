@@ -26,6 +26,7 @@
 #include "train/peak.hpp"
 #include "train/pipeline.hpp"
 #include "train/trace.hpp"
+#include "train/hosts.hpp"
 #include "train/trainer_parts.hpp"
 #include "train/sample.hpp"
 #include "train/schedule.hpp"
@@ -130,7 +131,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
 
   // Processes first: the tensor slot decides how parameters are sharded.
   std::unique_ptr<dist::CommWorld> world;
-  std::string hosts;
+  Hosts hosts;
+  std::vector<Link> links;  // rank 0's only
   if (env.world > 1) {
     const plugins::SlotChoice* comm = selection.slot("comm");
     if (!comm) throw ConfigError("a run over " + std::to_string(env.world) + " ranks needs [plugins] comm");
@@ -138,7 +140,9 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     const dist::InterfaceChoice nic = dist::network_interface(cfg.str("parallel.interface"), env, comm->found.desc->name);
     world = std::make_unique<dist::CommWorld>(env, mesh, comm->found, &comm_opts,
                                               cfg.i64("parallel.timeout_s") * 1000);
-    hosts = describe_hosts(*world, nic) + " (interface from " + nic.source + ")";
+    hosts = gather_hosts(*world, nic);
+    hosts.line += " (interface from " + nic.source + ")";
+    links = probe_links(*world, hosts);
   }
   TensorSlots slots(cfg, selection, world.get(), ops, numerics);
   LayerApi& api = slots.api();
@@ -202,6 +206,7 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     fs::create_directories(run_dir);
     write_checked(run_dir / "config.toml", cfg.render(selection.schemas));
     write_plugins_record(run_dir, selection);
+    if (!links.empty()) write_links(run_dir, hosts.of_rank[0], links);
     log = std::make_unique<MetricsLog>(run_dir / "metrics.jsonl", first_step > 1);
   }
   Peak peak = device_peak(device, precision_name, threads, cfg.f64("run.peak_gflops"));
@@ -220,7 +225,8 @@ TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
     if (world)
       std::printf("mesh: %d ranks (launched by %s), %s, %lld sequences per rank per step\n", env.world,
                   env.launcher.c_str(), mesh.describe().c_str(), (long long)local_batch);
-    if (world) std::printf("hosts: %s\n", hosts.c_str());
+    if (world) std::printf("hosts: %s\n", hosts.line.c_str());
+    if (!links.empty()) std::printf("links to %s: %s\n", hosts.of_rank[0].c_str(), describe_links(links).c_str());
     if (pipe) std::printf("pipeline: %s\n", pipe->describe().c_str());
     if (!dp && selection.slot("data") && std::string(selection.slot("data")->found.desc->name) != "ddp")
       std::printf("note: [plugins] data = \"%s\" has nothing to shard or reduce with dp = 1\n",

@@ -15,7 +15,6 @@
 #include "loader/services.hpp"
 #include "train/metrics.hpp"
 #include "parallel/context_attention.hpp"
-#include "tensor/tensor.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -181,32 +180,6 @@ void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh) {
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
   plugins::set_placement(p, host);
-}
-
-std::string describe_hosts(dist::CommWorld& world, const dist::InterfaceChoice& nic) {
-  constexpr int kWords = 16;  // 128 bytes a rank: "host\tinterface\taddress"
-  const int n = world.world().size();
-  char host[64] = {};
-  ::gethostname(host, sizeof host - 1);
-  std::string mine = std::string(host) + "\t" + nic.nic.name + "\t" + nic.nic.address;
-  mine.resize(kWords * 8 - 1);
-  std::vector<double> in(kWords), all(static_cast<size_t>(kWords) * n);
-  std::memcpy(in.data(), mine.c_str(), mine.size() + 1);
-  world.world().all_gather(flat_view(in.data(), LOOM_F64, kWords), flat_view(all.data(), LOOM_F64, kWords * n));
-  std::vector<std::string> said(n);
-  for (int r = 0; r < n; ++r) said[r] = reinterpret_cast<const char*>(all.data() + static_cast<size_t>(r) * kWords);
-  // Consecutive ranks on one host read as a range, the way launchers place them.
-  std::string out;
-  for (int first = 0, end; first < n; first = end) {
-    for (end = first + 1; end < n && said[end] == said[first];) ++end;
-    const size_t t1 = said[first].find('\t'), t2 = said[first].find('\t', t1 + 1);
-    const std::string name = said[first].substr(0, t1), iface = said[first].substr(t1 + 1, t2 - t1 - 1),
-                      address = said[first].substr(t2 + 1);
-    const std::string ranks = "rank" + (end - 1 > first ? "s " + std::to_string(first) + "-" : " ") + std::to_string(end - 1);
-    out += (out.empty() ? "" : "; ") + name + " (" + iface + (address.empty() ? "" : " " + address) + "): " + ranks;
-    dist::remember_address(address, name + ": " + ranks);
-  }
-  return out;
 }
 
 void check_data_capabilities(const plugins::Selection& selection, const dist::MeshShape& mesh) {

@@ -12,7 +12,6 @@
 #include "config/config.hpp"
 #include "dist/comm.hpp"
 #include "dist/mesh.hpp"
-#include "dist/network.hpp"
 #include "gpt/gpt.hpp"
 #include "loader/selection.hpp"
 #include "train/pipeline.hpp"
@@ -47,10 +46,6 @@ void check_experts(const gpt::GptConfig& mc, const dist::MeshShape& mesh);
 void check_context(const plugins::Selection& selection, const dist::MeshShape& mesh);
 // Tells plugins where they run (the loom.placement service), before any is created.
 void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh);
-
-// "node0 (eth0 10.1.0.1): ranks 0-1; node1 (eth0 10.1.0.2): ranks 2-3", gathered from every rank
-// over the world communicator (a collective: every rank calls it).
-std::string describe_hosts(dist::CommWorld& world, const dist::InterfaceChoice& nic);
 // The data plugin declares (ABI 1.6 capabilities) what the layout needs of it: experts under
 // ep > 1, pipeline stages under pp > 1.
 void check_data_capabilities(const plugins::Selection& selection, const dist::MeshShape& mesh);

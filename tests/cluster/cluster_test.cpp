@@ -151,7 +151,7 @@ double warm_mean(const std::filesystem::path& metrics, const std::string& name) 
 
 }  // namespace
 
-TEST_CASE("one node's link at 100 Mbit/s (tc tbf): training stays equivalent, bench comm and the exposed comm share show it, doctor flags the communication") {
+TEST_CASE("one node's link at 100 Mbit/s (tc tbf): training stays equivalent, bench comm and the exposed comm share show it, doctor names the communication and the node") {
   // 1.1 MB of gradients a step: 0.2 s at 100 Mbit/s, against a few ms of compute.
   LayoutRuns runs("n_layer = 2\nn_head = 4\nd_model = 128\nd_ff = 256\nvocab_size = 130\nseq_len = 16", "steps = 8\nglobal_batch = 8");
   const Curves one = runs.run("");
@@ -183,6 +183,8 @@ TEST_CASE("one node's link at 100 Mbit/s (tc tbf): training stays equivalent, be
   const Result doctor = run_loom("doctor " + (t.path / "slow").string());
   INFO(doctor.out);
   CHECK(doctor.out.find("communication not hidden behind compute takes") != std::string::npos);
+  CHECK(doctor.out.find("the slowest link to node0 is node1's") != std::string::npos);  // the slow node, named
+  CHECK(limited.out.find("links to node0: node1 ") != std::string::npos);
 }
 
 namespace {
