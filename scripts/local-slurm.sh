@@ -17,6 +17,14 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }
 
+# What both test Slurms share: no authentication, no cgroups, no accounting, root everywhere.
+slurm_conf_policy() {
+  printf '%s\n' AuthType=auth/none CredType=cred/none SlurmUser=root SlurmdUser=root \
+    ProctrackType=proctrack/linuxproc TaskPlugin=task/none JobAcctGatherType=jobacct_gather/none \
+    AccountingStorageType=accounting_storage/none SchedulerType=sched/builtin SelectType=select/cons_tres \
+    SelectTypeParameters=CR_Core MpiDefault=none ReturnToService=2 SlurmdParameters=config_overrides KillWait=5
+}
+
 slurm_start() {
   local dir=$1
   mkdir -p "$dir/state" "$dir/spool"
@@ -28,27 +36,13 @@ ClusterName=loomtest
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=${ports[0]}
 SlurmdPort=${ports[1]}
-AuthType=auth/none
-CredType=cred/none
-SlurmUser=root
-SlurmdUser=root
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
 SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.pid
 SlurmctldLogFile=$dir/slurmctld.log
 SlurmdLogFile=$dir/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-ReturnToService=2
-SlurmdParameters=config_overrides
-KillWait=5
+$(slurm_conf_policy)
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF
@@ -105,27 +99,13 @@ ClusterName=loomcluster
 SlurmctldHost=hub(10.213.0.254)
 SlurmctldPort=6817
 SlurmdPort=6818
-AuthType=auth/none
-CredType=cred/none
-SlurmUser=root
-SlurmdUser=root
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.%n.pid
 SlurmctldLogFile=$dir/slurmctld.log
 SlurmdLogFile=$dir/slurmd.%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-ReturnToService=2
-SlurmdParameters=config_overrides
-KillWait=5
+$(slurm_conf_policy)
 NodeName=node[0-$last] NodeAddr=10.213.0.[1-$n] CPUs=$(nproc) State=UNKNOWN
 PartitionName=test Nodes=node[0-$last] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF

@@ -16,34 +16,11 @@ cluster() { bash "$root/scripts/local-cluster.sh" "$@"; }
 source "$root/scripts/local-slurm.sh"
 trap 'slurm_stop; cluster down; rm -rf "$work"' EXIT
 trap 'exit 1' INT TERM
-passed=0 failed=0
-check() {  # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then passed=$((passed + 1)); echo "PASS: $name"; else failed=$((failed + 1)); echo "FAIL: $name"; fi
-}
-finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
+source "$root/tests/slurm/common.sh"
 if [ "$(id -u)" -ne 0 ]; then echo "SKIPPED: needs root (namespaces, and a local Slurm with auth/none)"; exit 77; fi
 hub_srun() { cluster exec hub timeout -k 5 120 srun "$@"; }
 
-for i in $(seq 0 499); do echo "two nodes under slurm train the same model $((i % 11))"; done > "$work/c.txt"
-"$loom" data prepare --text "$work/c.txt" --out "$work/d" > /dev/null
-cat > "$work/e.toml" <<TOML
-[run]
-threads = 1
-peak_gflops = 10
-[model]
-n_layer = 2
-n_head = 4
-d_model = 32
-d_ff = 64
-seq_len = 16
-[data]
-dir = "$work/d"
-[train]
-steps = 10
-global_batch = 8
-eval_every = 0
-TOML
+tiny_config "$loom" "$work" 8
 "$loom" train "$work/e.toml" --run-dir "$work/one" > "$work/one.out" 2>&1
 check "single-rank reference run" test $? -eq 0
 
@@ -51,17 +28,7 @@ cluster up 2 > /dev/null || { failed=$((failed + 1)); finish; }
 slurm_start_cluster "$work/slurm" 2 || { failed=$((failed + 1)); finish; }
 check "slurm with 2 namespace nodes is up" true
 
-compare_to_one() {  # every step of run DIR against the single-rank run, 1e-5 relative
-  python3 - "$work/one/metrics.jsonl" "$work/$1/metrics.jsonl" "$1" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-assert len(a) == len(b) == 10, (len(a), len(b))
-worst = max(max(abs(x[k] - y[k]) / abs(x[k]) for k in ("loss", "grad_norm")) for x, y in zip(a, b))
-print(f"{sys.argv[3]} vs one rank: worst relative difference {worst:.2e} over 10 steps")
-assert worst <= 1e-5
-PY
-}
+compare_to_one() { same_curves "$work/one" "$work/$1" "$1 vs one rank"; }
 hosts_line="hosts: node0 (eth0 10.213.0.1): ranks 0-1; node1 (eth0 10.213.0.2): ranks 2-3 (interface from route to MASTER_ADDR)"
 
 hub_srun -N 2 -n 4 --kill-on-bad-exit=1 "$loom" train "$work/e.toml" --run-dir "$work/dp4" > "$work/dp4.out" 2>&1

@@ -17,12 +17,7 @@ trap 'exit 1' INT TERM  # through the EXIT trap
 # Every job step gets its own store port (two CI runs on one host share fresh job ids), and no
 # srun may outlive its budget.
 run_srun() { MASTER_PORT=$(slurm_free_ports 1) timeout -k 5 120 srun "$@"; }
-passed=0 failed=0
-check() {  # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then passed=$((passed + 1)); echo "PASS: $name"; else failed=$((failed + 1)); echo "FAIL: $name"; fi
-}
-finish() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
+source "$root/tests/slurm/common.sh"
 
 # Exit 77 (ctest: skipped, never passed) where a local Slurm cannot run; CI runs as root.
 if [ "$(id -u)" -ne 0 ]; then echo "SKIPPED: needs root (a local Slurm with auth/none runs jobs as root)"; exit 77; fi
@@ -30,32 +25,7 @@ for tool in slurmctld slurmd srun sinfo; do
   command -v $tool > /dev/null || { echo "$tool not found: run scripts/install-deps.sh"; failed=1; finish; }
 done
 
-python3 - "$work/c.txt" <<'PY'
-import sys
-with open(sys.argv[1], "w") as f:
-    for i in range(500):
-        f.write(f"srun and the local launcher train the same model {i % 11}\n")
-PY
-"$loom" data prepare --text "$work/c.txt" --out "$work/d" > /dev/null
-cat > "$work/e.toml" <<TOML
-[run]
-threads = 1
-peak_gflops = 10
-[model]
-n_layer = 2
-n_head = 4
-d_model = 32
-d_ff = 64
-seq_len = 16
-[data]
-dir = "$work/d"
-[train]
-steps = 10
-global_batch = 4
-lr = 3e-3
-warmup_steps = 2
-eval_every = 0
-TOML
+tiny_config "$loom" "$work" 4 $'lr = 3e-3\nwarmup_steps = 2'
 
 "$loom" train "$work/e.toml" --run-dir "$work/self" --set parallel.nproc=2 > "$work/self.out" 2>&1
 check "self-launched 2-rank run" test $? -eq 0
@@ -67,18 +37,7 @@ run_srun -n 2 --kill-on-bad-exit=1 "$loom" train "$work/e.toml" --run-dir "$work
 rc=$?
 check "srun -n 2 loom train exits 0" test $rc -eq 0
 check "rank 0 knew it was launched by slurm" grep -q "2 ranks (launched by slurm)" "$work/srun.out"
-# Every step's loss and grad norm of run DIR against the self-launched run, to 1e-5 relative.
-compare_to_self() {
-  python3 - "$work/self/metrics.jsonl" "$work/$1/metrics.jsonl" "$1" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-assert len(a) == len(b) == 10, (len(a), len(b))
-worst = max(max(abs(x[k] - y[k]) / abs(x[k]) for k in ("loss", "grad_norm")) for x, y in zip(a, b))
-print(f"{sys.argv[3]} vs self-launched: worst relative difference {worst:.2e} over 10 steps")
-assert worst <= 1e-5
-PY
-}
+compare_to_self() { same_curves "$work/self" "$work/$1" "$1 vs self-launched"; }
 check "srun losses and grad norms match the self-launched run (1e-5)" compare_to_self srun
 
 # The mpi plugin under srun: Open MPI joins through Slurm's PMIx, no mpirun involved.
