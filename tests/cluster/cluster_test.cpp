@@ -112,7 +112,7 @@ TEST_CASE("a node frozen mid-run (SIGSTOP): node 0 ends within timeout_s + 10 s 
   check_node_lost("freeze", "thaw");
 }
 
-TEST_CASE("bad network input: a missing interface and an unresolvable MASTER_ADDR exit 2 at once, an unknown host in a hostfile fails fast") {
+TEST_CASE("bad network input: a missing interface and an unresolvable MASTER_ADDR exit 2 at once, an unknown or unreachable host in a hostfile fails fast") {
   LayoutRuns runs(kModel, "steps = 2\nglobal_batch = 8");
   LocalCluster cluster(2);
   TempDir t;
@@ -136,6 +136,17 @@ TEST_CASE("bad network input: a missing interface and an unresolvable MASTER_ADD
   CHECK(mpi.rc != 124);  // not the timeout: mpirun gave up by itself
   CHECK(mpi.out.find("no node 'node7'") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(30));
+  // A host that exists but cannot be reached: its daemon starts and cannot call mpirun back.
+  REQUIRE(cluster.script("cut node1").rc == 0);
+  const std::string reachable = t.write("hosts2", cluster.script("hostfile 2").out);
+  const auto cut_start = std::chrono::steady_clock::now();
+  const Result cut = sh("timeout 60 env " + cluster.mpirun(4, reachable) + " " LOOM_BIN " train " + runs.config() +
+                        " --run-dir " + (t.path / "d").string() + " --set plugins.comm=mpi");
+  INFO(cut.out);
+  CHECK(cut.rc != 0);
+  CHECK(cut.rc != 124);
+  CHECK(cut.out.find("connection back to mpirun") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - cut_start < std::chrono::seconds(30));
 }
 
 namespace {

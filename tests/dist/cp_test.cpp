@@ -12,7 +12,9 @@ namespace {
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 const char* kLlama = "preset = \"llama-tiny\"\nseq_len = 16";
-const char* kTrain = "steps = 10\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2";
+// lr 1e-3: at 3e-3 step 4 spikes (grad norm 6.5) and amplifies fp32 rounding differences between
+// layouts past 1e-5 on some CPUs (OpenBLAS picks its kernels by CPU).
+const char* kTrain = "steps = 10\nglobal_batch = 4\nlr = 1e-3\nwarmup_steps = 2";
 
 }  // namespace
 
