@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include "core/errors.hpp"
 
@@ -105,9 +106,43 @@ void export_interface(const InterfaceChoice& choice) {
   ::setenv("NCCL_SOCKET_IFNAME", choice.nic.name.c_str(), forced);
 }
 
+namespace {
+
+// The first interface of this host that Open MPI's TCP transport may use: mpirun hands
+// `--mca btl_tcp_if_include eth0,10.1.0.0/16` to the ranks as OMPI_MCA_btl_tcp_if_include, a list
+// of names and CIDR ranges. Empty when the list is not set or matches nothing here.
+Interface open_mpi_interface() {
+  const char* list = std::getenv("OMPI_MCA_btl_tcp_if_include");
+  if (!list || !*list) return {};
+  const std::vector<Interface> here = interfaces();
+  std::string entry;
+  for (std::istringstream in(list); std::getline(in, entry, ',');) {
+    const size_t slash = entry.find('/');
+    for (const Interface& i : here) {
+      if (slash == std::string::npos) {
+        if (i.name == entry) return i;
+        continue;
+      }
+      in_addr net{}, addr{};
+      const int bits = std::atoi(entry.c_str() + slash + 1);
+      if (bits < 0 || bits > 32 || ::inet_pton(AF_INET, entry.substr(0, slash).c_str(), &net) != 1 ||
+          ::inet_pton(AF_INET, i.address.c_str(), &addr) != 1)
+        continue;
+      const uint32_t mask = bits == 0 ? 0 : htonl(~uint32_t{0} << (32 - bits));
+      if ((net.s_addr & mask) == (addr.s_addr & mask)) return i;
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 InterfaceChoice network_interface(const std::string& configured, const RankEnv& env, const std::string& comm) {
-  if (configured.empty() && env.launcher == "mpi" && !std::getenv("MASTER_ADDR") && comm == "mpi")
+  if (configured.empty() && env.launcher == "mpi" && !std::getenv("MASTER_ADDR") && comm == "mpi") {
+    const Interface nic = open_mpi_interface();
+    if (!nic.name.empty()) return {nic, "Open MPI's btl_tcp_if_include"};
     return {{"chosen by Open MPI", ""}, "mpirun without MASTER_ADDR"};
+  }
   InterfaceChoice choice = choose_interface(configured, env.master_addr);
   export_interface(choice);
   return choice;

@@ -61,7 +61,9 @@ TEST_CASE("mpirun with a hostfile of namespace nodes: the mpi plugin needs no MA
                         " --set plugins.comm=mpi " + layout);
     INFO(r.out);
     REQUIRE(r.rc == 0);
-    CHECK(r.out.find("hosts: node0 (chosen by Open MPI): ranks 0-1; node1 (chosen by Open MPI): ranks 2-3") != std::string::npos);
+    // The interface Open MPI's TCP transport was confined to (--mca btl_tcp_if_include 10.213.0.0/24).
+    CHECK(r.out.find("hosts: node0 (eth0 10.213.0.1): ranks 0-1; node1 (eth0 10.213.0.2): ranks 2-3 (interface from Open MPI's "
+                     "btl_tcp_if_include)") != std::string::npos);
     const auto metrics = std::filesystem::path(dir) / "metrics.jsonl";
     check_same(one, {column(metrics, "loss"), column(metrics, "grad_norm"), metrics, r.out}, 1e-5, *layout ? layout : "dp 4");
   }
