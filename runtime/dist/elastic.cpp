@@ -11,6 +11,7 @@
 
 #include "core/errors.hpp"
 #include "core/json.hpp"
+#include "dist/network.hpp"
 #include "dist/store.hpp"
 
 namespace loom::dist {
@@ -18,12 +19,6 @@ namespace loom::dist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string host_name() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return host;
-}
 
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }

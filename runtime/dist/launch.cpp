@@ -20,6 +20,7 @@
 #include <string>
 
 #include "core/errors.hpp"
+#include "dist/network.hpp"
 
 namespace loom::dist {
 
@@ -243,12 +244,8 @@ int spawn_node(const NodeSpec& node, const std::vector<std::string>& argv) {
   int port = node.nnodes > 1 ? env_int("MASTER_PORT").value_or(29500) : 0;
   const int store_fd = node.node_rank == 0 ? listen_any_port(&port) : -1;
   const std::string addr = env_str("MASTER_ADDR", "127.0.0.1");
-  std::string on_host;  // " on node1": which node's launcher speaks, when there are several
-  if (node.nnodes > 1) {
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    on_host = std::string(" on ") + host;
-  }
+  // " on node1": which node's launcher speaks, when there are several.
+  const std::string on_host = node.nnodes > 1 ? " on " + host_name() : "";
   std::vector<Child> kids(nproc);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);

@@ -34,6 +34,12 @@ std::string names_of(const std::vector<Interface>& all) {
 
 }  // namespace
 
+std::string host_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
 std::vector<Interface> interfaces() {
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) throw RuntimeError(std::string("cannot list network interfaces: ") + std::strerror(errno));
@@ -49,11 +55,7 @@ Interface interface_named(const std::string& name, const std::string& what) {
   const std::vector<Interface> all = interfaces();
   for (const Interface& i : all)
     if (i.name == name) return i;
-  throw ConfigError(what + " = \"" + name + "\": this host (" + [] {
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    return std::string(host);
-  }() + ") has no such interface up with an IPv4 address; it has " + names_of(all));
+  throw ConfigError(what + " = \"" + name + "\": this host (" + host_name() + ") has no such interface up with an IPv4 address; it has " + names_of(all));
 }
 
 std::string resolve_ipv4(const std::string& host, const std::string& what) {

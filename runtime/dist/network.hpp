@@ -15,6 +15,9 @@ struct Interface {
   std::string address;  // its IPv4 address, "10.1.2.3"
 };
 
+// This host's name (gethostname).
+std::string host_name();
+
 // Every IPv4 interface of this host that is up.
 std::vector<Interface> interfaces();
 

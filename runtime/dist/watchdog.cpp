@@ -9,6 +9,8 @@
 #include <mutex>
 #include <thread>
 
+#include "dist/network.hpp"
+
 namespace loom::dist {
 
 namespace {
@@ -35,12 +37,10 @@ int64_t g_limit_ms = 0;
     for (const auto& [ticket, op] : g_running) {
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - op.since).count();
       if (ms < g_limit_ms) continue;
-      char host[256] = {};
-      ::gethostname(host, sizeof host - 1);
       std::fprintf(stderr,
                    "loom: error: rank %d on %s: %s has not completed in %.0f s ([parallel] timeout_s + 5 s): a peer "
                    "is unreachable (a cut link), stopped or dead, and the comm backend did not notice; exiting\n",
-                   g_rank, host, op.what, ms / 1000.0);
+                   g_rank, host_name().c_str(), op.what, ms / 1000.0);
       std::fflush(stderr);
       _exit(1);
     }

@@ -16,9 +16,7 @@ namespace loom::train {
 Hosts gather_hosts(dist::CommWorld& world, const dist::InterfaceChoice& nic) {
   constexpr int kWords = 16;  // 128 bytes a rank: "host\tinterface\taddress"
   const int n = world.world().size();
-  char host[64] = {};
-  ::gethostname(host, sizeof host - 1);
-  std::string mine = std::string(host) + "\t" + nic.nic.name + "\t" + nic.nic.address;
+  std::string mine = dist::host_name() + "\t" + nic.nic.name + "\t" + nic.nic.address;
   mine.resize(kWords * 8 - 1);
   std::vector<double> in(kWords), all(static_cast<size_t>(kWords) * n);
   std::memcpy(in.data(), mine.c_str(), mine.size() + 1);
