@@ -290,7 +290,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   ln2_.forward(o, a.ln2, x, n);
   marks("fwd norm");
   if (moe_) {  // routed experts on full rows, the same on every tp rank: no region to enter or leave
-    moe_->forward(rows_of(a.ln2.out, n), y);
+    moe_->forward(rows_of(a.ln2.out, n), y, mb.T);
     o->accumulate(x.f32(), y.f32(), n * C);
     marks("fwd moe");
     return;

@@ -1,5 +1,6 @@
 #include "gpt/moe.hpp"
 
+#include "parallel/context_attention.hpp"
 #include "parallel/expert_dispatch.hpp"
 
 #include <algorithm>
@@ -31,9 +32,10 @@ struct MoeMlp::Acts {
   std::vector<int32_t> expert;         // [N * K]: token t's k-th expert
   std::vector<int64_t> row_of;         // [N * K]: its row, or -1 when dropped
   std::vector<int64_t> token, first;   // [R], [E + 1]
-  std::vector<int64_t> load;           // [E]: assignments before capacity, whole micro-batch
-  std::vector<double> share, mean_p;   // [E]: f_e and P_e over the whole micro-batch
-  int64_t tokens = 0, dropped = 0;     // the whole micro-batch's
+  std::vector<int64_t> load;           // [E]: this rank's assignments before capacity
+  std::vector<double> share, mean_p;   // [B, E]: f_e and P_e of each sequence, all its positions
+  std::vector<double> seq_aux;         // [B]: each sequence's E sum_e f_e P_e
+  int64_t T = 0, dropped = 0;          // rows per sequence here; this rank's dropped assignments
   Tensor xin, yexp;                    // [R, C]: this rank's kept rows, in and out of the experts
   // The rows the local experts run on, local expert j owning rows [route.first[j], ...): under
   // expert parallelism what dispatch brought here from the ep group, otherwise xin and yexp
@@ -100,12 +102,19 @@ void MoeMlp::reset_stats() {
   stats_.load.assign(c_.moe.experts, 0);
 }
 
-// probs = softmax(h Wr^T); each token's top k (ties to the lower expert) with weights renormalised
-// over the k (k = 1 keeps the raw probability, as Switch); capacity per expert in token order.
-// Over a token group (dp ranks splitting the micro-batch) the per-expert counts and probability
-// sums are gathered first: capacity counts the assignments of earlier ranks' tokens before
-// this rank's, and f_e, P_e are the whole micro-batch's, exactly as on one rank.
-void MoeMlp::route(const Tensor& h, Acts& a) {
+// A micro-batch's routing as whole sequences, for capacity and the statistics: sequence b's
+// experts at each of its L positions (K each, in the token's order) and each expert's
+// probability sum over them. Under cp the ranks holding a sequence's other positions send theirs.
+struct MoeMlp::Choices {
+  int64_t B = 0, L = 0;
+  std::vector<int32_t> expert;  // [B, L, K]
+  std::vector<double> psum;     // [B, E]
+  std::vector<int64_t> position;  // [T]: the position of each local row of a sequence
+};
+
+// probs = softmax(h Wr^T); each token's top k (ties to the lower expert) with weights
+// renormalised over the k (k = 1 keeps the raw probability, as Switch).
+void MoeMlp::choose_experts(const Tensor& h, Acts& a) {
   const loom_ops* o = api_.ops();
   const int64_t N = h.dim(0), C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k;
   a.n = N;
@@ -114,7 +123,7 @@ void MoeMlp::route(const Tensor& h, Acts& a) {
   float* lse = a.lse.f32();
   float* w = a.weights.f32();
   a.expert.assign(N * K, 0);
-  a.load.assign(E, 0);  // this rank's, until the group's replace them below
+  a.load.assign(E, 0);
   for (int64_t t = 0; t < N; ++t) {
     float* pt = p + t * E;
     float m = *std::max_element(pt, pt + E);
@@ -136,42 +145,88 @@ void MoeMlp::route(const Tensor& h, Acts& a) {
     for (int64_t k = 0; k < K; ++k) sum += pt[ex[k]];
     for (int64_t k = 0; k < K; ++k) w[t * K + k] = K > 1 ? static_cast<float>(pt[ex[k]] / sum) : pt[ex[k]];
   }
-  std::vector<double> mine(2 * E + 1, 0.0);
-  for (int64_t e = 0; e < E; ++e) {
-    mine[e] = static_cast<double>(a.load[e]);
-    for (int64_t t = 0; t < N; ++t) mine[E + e] += p[t * E + e];
-  }
-  mine[2 * E] = static_cast<double>(N);
-  int me = 0;
-  const std::vector<double> all = api_.gather_over_tokens(mine, me);
-  const int64_t ranks = static_cast<int64_t>(all.size()) / (2 * E + 1);
-  std::vector<int64_t> before(E, 0);  // assignments of earlier ranks' tokens, per expert
-  std::vector<double> load(E, 0.0), psum(E, 0.0);
-  double tokens = 0;
-  for (int64_t r = 0; r < ranks; ++r) {
-    const double* x = &all[r * (2 * E + 1)];
-    for (int64_t e = 0; e < E; ++e) {
-      load[e] += x[e], psum[e] += x[E + e];
-      if (r < me) before[e] += static_cast<int64_t>(x[e]);
+}
+
+namespace {
+
+// Sequence b's choices and probability sums from this rank's rows alone (whole sequences here).
+void local_choices(const float* p, const std::vector<int32_t>& expert, int64_t B, int64_t T, int64_t E, int64_t K,
+                   std::vector<int32_t>& out_expert, std::vector<double>& psum) {
+  out_expert = expert;
+  psum.assign(B * E, 0.0);
+  for (int64_t t = 0; t < B * T; ++t)
+    for (int64_t e = 0; e < E; ++e) psum[(t / T) * E + e] += p[t * E + e];
+}
+
+}  // namespace
+
+// Routing groups are sequences: capacity, f_e and P_e are each sequence's own, over all its
+// positions, whichever ranks hold them, so they do not depend on the layout.
+void MoeMlp::route(const Tensor& h, int64_t T, Acts& a) {
+  const int64_t E = c_.moe.experts, K = c_.moe.top_k;
+  choose_experts(h, a);
+  a.T = T;
+  Choices seqs;
+  seqs.B = a.n / T;
+  const ContextAttention* cp = api_.context();
+  seqs.L = cp ? cp->seq_len() : T;
+  for (int64_t i = 0; i < T; ++i) seqs.position.push_back(cp ? cp->position(i) : i);
+  if (!cp) {
+    local_choices(a.probs.f32(), a.expert, seqs.B, T, E, K, seqs.expert, seqs.psum);
+  } else {  // [positions (T) | per sequence: experts (T K), probability sums (E)] from every cp rank
+    std::vector<double> mine(seqs.position.begin(), seqs.position.end());
+    std::vector<int32_t> ex;
+    std::vector<double> psum;
+    local_choices(a.probs.f32(), a.expert, seqs.B, T, E, K, ex, psum);
+    for (int64_t b = 0; b < seqs.B; ++b) {
+      for (int64_t i = 0; i < T * K; ++i) mine.push_back(ex[b * T * K + i]);
+      for (int64_t e = 0; e < E; ++e) mine.push_back(psum[b * E + e]);
     }
-    tokens += x[2 * E];
+    const std::vector<double> all = cp->all_gather(mine);
+    const int64_t per = static_cast<int64_t>(mine.size());
+    seqs.expert.assign(seqs.B * seqs.L * K, 0);
+    seqs.psum.assign(seqs.B * E, 0.0);
+    for (int r = 0; r < cp->size(); ++r) {
+      const double* x = &all[r * per];
+      for (int64_t b = 0; b < seqs.B; ++b) {
+        const double* xb = x + T + b * (T * K + E);
+        for (int64_t i = 0; i < T; ++i)
+          for (int64_t k = 0; k < K; ++k)
+            seqs.expert[(b * seqs.L + static_cast<int64_t>(x[i])) * K + k] = static_cast<int32_t>(xb[i * K + k]);
+        for (int64_t e = 0; e < E; ++e) seqs.psum[b * E + e] += xb[T * K + e];
+      }
+    }
   }
-  a.tokens = static_cast<int64_t>(tokens);
-  a.share.resize(E), a.mean_p.resize(E);
-  for (int64_t e = 0; e < E; ++e) {
-    a.share[e] = load[e] / (tokens * K), a.mean_p[e] = psum[e] / tokens;
-    a.load[e] = static_cast<int64_t>(load[e]);
+  a.share.assign(seqs.B * E, 0.0), a.mean_p.assign(seqs.B * E, 0.0), a.seq_aux.assign(seqs.B, 0.0);
+  for (int64_t b = 0; b < seqs.B; ++b) {
+    for (int64_t i = 0; i < seqs.L * K; ++i) a.share[b * E + seqs.expert[b * seqs.L * K + i]] += 1.0;
+    for (int64_t e = 0; e < E; ++e) {
+      a.share[b * E + e] /= static_cast<double>(seqs.L * K);
+      a.mean_p[b * E + e] = seqs.psum[b * E + e] / static_cast<double>(seqs.L);
+      a.seq_aux[b] += E * a.share[b * E + e] * a.mean_p[b * E + e];
+    }
   }
-  // Capacity: an expert keeps its first `cap` assignments of the micro-batch in (token, k) order.
+  keep_within_capacity(seqs, a);
+}
+
+// Capacity: an expert keeps the first ceil(factor L K / E) assignments of each sequence in
+// (position, k) order; this rank's kept rows are then grouped by expert, in token order.
+void MoeMlp::keep_within_capacity(const Choices& seqs, Acts& a) {
+  const int64_t E = c_.moe.experts, K = c_.moe.top_k, N = a.n, T = a.T, L = seqs.L;
   const int64_t cap = c_.moe.dropless || !capacity_on_ ? std::numeric_limits<int64_t>::max()
-                                      : static_cast<int64_t>(std::ceil(c_.moe.capacity_factor * tokens * K / E));
-  a.dropped = 0;
-  for (int64_t e = 0; e < E; ++e) a.dropped += std::max<int64_t>(0, a.load[e] - cap);
-  std::vector<int64_t> seen(E, 0), taken(E, 0);
+                                                        : static_cast<int64_t>(std::ceil(c_.moe.capacity_factor * L * K / E));
+  std::vector<char> kept(seqs.B * L * K, 0);
+  for (int64_t b = 0; b < seqs.B; ++b) {
+    std::vector<int64_t> seen(E, 0);
+    for (int64_t i = 0; i < L * K; ++i) kept[b * L * K + i] = seen[seqs.expert[b * L * K + i]]++ < cap;
+  }
+  std::vector<int64_t> taken(E, 0);
   a.row_of.assign(N * K, -1);
+  a.dropped = 0;
   for (int64_t i = 0; i < N * K; ++i) {
-    const int32_t e = a.expert[i];
-    if (before[e] + seen[e]++ < cap) a.row_of[i] = taken[e]++;
+    const int64_t t = i / K, b = t / T, at = (b * L + seqs.position[t % T]) * K + i % K;
+    if (kept[at]) a.row_of[i] = taken[a.expert[i]]++;
+    else ++a.dropped;
   }
   a.first.assign(E + 1, 0);
   for (int64_t e = 0; e < E; ++e) a.first[e + 1] = a.first[e] + taken[e];
@@ -183,11 +238,11 @@ void MoeMlp::route(const Tensor& h, Acts& a) {
     }
 }
 
-void MoeMlp::forward(const Tensor& h, Tensor& y) {
+void MoeMlp::forward(const Tensor& h, Tensor& y, int64_t T) {
   const loom_ops* o = api_.ops();
   Acts& a = **acts_;
-  route(h, a);
-  const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k, F = c_.d_ff;
+  route(h, T, a);
+  const int64_t C = c_.d_model, E = c_.moe.experts, F = c_.d_ff;
   const int64_t FO = c_.mlp == "swiglu" ? 2 * F : F, R = a.first[E];
   for (int64_t r = 0; r < R; ++r) std::memcpy(a.xin.f32() + r * C, h.f32() + a.token[r] * C, C * sizeof(float));
   ExpertDispatch* ex = api_.experts();
@@ -216,7 +271,13 @@ void MoeMlp::forward(const Tensor& h, Tensor& y) {
     ex->combine(a.route, rows_view(a.yl, Rl, C), back);
     stats_.all_to_all_ms += ms_since(t0);
   }
-  // Combine: y_t = sum_k w_tk y_{e_tk}(t) over kept assignments.
+  combine(a, y);
+  record_stats(a);
+}
+
+// y_t = sum_k w_tk y_{e_tk}(t) over kept assignments.
+void MoeMlp::combine(Acts& a, Tensor& y) const {
+  const int64_t N = a.n, C = c_.d_model, K = c_.moe.top_k;
   std::fill(y.f32(), y.f32() + N * C, 0.f);
   const float* w = a.weights.f32();
   for (int64_t i = 0; i < N * K; ++i) {
@@ -225,26 +286,28 @@ void MoeMlp::forward(const Tensor& h, Tensor& y) {
     const float* src = a.yexp.f32() + a.row_of[i] * C;
     for (int64_t j = 0; j < C; ++j) yt[j] += w[i] * src[j];
   }
-  // Auxiliary losses: Switch's E sum_e f_e P_e (f_e the share of assignments, P_e the mean
-  // probability, both over the micro-batch) and the z-loss mean_t lse_t^2 (over this rank's tokens).
+}
+
+// Auxiliary losses: each sequence's E sum_e f_e P_e, counted per token as the cross-entropy is,
+// and the z-loss mean_t lse_t^2; the stats sum this rank's tokens.
+void MoeMlp::record_stats(const Acts& a) {
+  const int64_t N = a.n, K = c_.moe.top_k;
   double aux = 0, z = 0;
-  for (int64_t e = 0; e < E; ++e) aux += a.share[e] * a.mean_p[e];
+  for (double s : a.seq_aux) aux += s;
   for (int64_t t = 0; t < N; ++t) z += static_cast<double>(a.lse.f32()[t]) * a.lse.f32()[t];
-  last_aux_ = E * aux;
+  last_aux_ = a.seq_aux.empty() ? 0.0 : aux / static_cast<double>(a.seq_aux.size());
   last_z_ = z / N;
-  stats_.aux += last_aux_;
-  stats_.z += last_z_;
-  ++stats_.forwards;
-  for (int64_t e = 0; e < E; ++e) stats_.load[e] += a.load[e];
-  stats_.assignments += a.tokens * K;
+  stats_.aux += aux * static_cast<double>(a.T);
+  stats_.z += z;
+  stats_.tokens += N;
+  for (size_t e = 0; e < a.load.size(); ++e) stats_.load[e] += a.load[e];
+  stats_.assignments += N * K;
   stats_.dropped += a.dropped;
 }
 
 void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss) {
-  const loom_ops* o = api_.ops();
   const Acts& a = **acts_;
-  const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k, F = c_.d_ff;
-  const int64_t FO = c_.mlp == "swiglu" ? 2 * F : F, R = a.first[E];
+  const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k, R = a.first[E];
   // Combine backward: d y_e(row) = w dy_t; d w_tk = <dy_t, y_e(row)>.
   Tensor dye = Tensor::empty({std::max<int64_t>(R, 1), C}), dxin = Tensor::empty({std::max<int64_t>(R, 1), C});
   std::vector<float> dw(N * K, 0.f);
@@ -259,8 +322,17 @@ void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss
     for (int64_t j = 0; j < C; ++j) d[j] = w[i] * dyt[j], s += static_cast<double>(dyt[j]) * ye[j];
     dw[i] = static_cast<float>(s);
   }
-  // Each local expert's MLP backward over its rows (under ep: the output gradients go to the
-  // experts' ranks first, and the input gradients come back).
+  experts_backward(a, dye, dxin);
+  std::fill(dh.f32(), dh.f32() + N * C, 0.f);
+  for (int64_t r = 0; r < R; ++r) api_.ops()->accumulate(dh.f32() + a.token[r] * C, dxin.f32() + r * C, C);
+  router_backward(h, a, dw, dh, dloss);
+}
+
+// Each local expert's MLP backward over its rows (under ep: the output gradients go to the
+// experts' ranks first, and the input gradients come back).
+void MoeMlp::experts_backward(const Acts& a, Tensor& dye, Tensor& dxin) {
+  const loom_ops* o = api_.ops();
+  const int64_t C = c_.d_model, F = c_.d_ff, FO = c_.mlp == "swiglu" ? 2 * F : F;
   ExpertDispatch* ex = api_.experts();
   const int64_t Rl = a.route.rows_local();
   Tensor dyl = dye, dxl = dxin;
@@ -293,18 +365,24 @@ void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss
     a2a += ms_since(t0);
   }
   stats_.all_to_all_ms += a2a;
-  std::fill(dh.f32(), dh.f32() + N * C, 0.f);
-  for (int64_t r = 0; r < R; ++r) o->accumulate(dh.f32() + a.token[r] * C, dxin.f32() + r * C, C);
-  // Router: d p from the weights (renormalised: d p_k = (d w_k - sum_j d w_j w_j) / S), plus the
-  // load-balancing term coef E f_e per token, then through the softmax, plus the z-loss term
-  // 2 z_coef lse_t p_te; both auxiliary terms weigh a token as the main loss does (dloss).
+}
+
+// Router: d p from the weights (renormalised: d p_k = (d w_k - sum_j d w_j w_j) / S), plus the
+// load-balancing term coef E f_e (the token's sequence's f_e) per token, then through the
+// softmax, plus the z-loss term 2 z_coef lse_t p_te; both auxiliary terms weigh a token as the
+// main loss does (dloss).
+void MoeMlp::router_backward(const Tensor& h, const Acts& a, const std::vector<float>& dw, Tensor& dh, float dloss) {
+  const loom_ops* o = api_.ops();
+  const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k;
   const float* p = a.probs.f32();
+  const float* w = a.weights.f32();
   Tensor dlogits = Tensor::empty({N, E});
   float* dl = dlogits.f32();
   std::vector<double> dp(E);
   for (int64_t t = 0; t < N; ++t) {
     const float* pt = p + t * E;
-    for (int64_t e = 0; e < E; ++e) dp[e] = c_.moe.aux_coef * E * a.share[e] * dloss;
+    const double* share = &a.share[(t / a.T) * E];
+    for (int64_t e = 0; e < E; ++e) dp[e] = c_.moe.aux_coef * E * share[e] * dloss;
     const int32_t* ex = &a.expert[t * K];
     if (K > 1) {
       double S = 0, dot = 0;

@@ -2,9 +2,12 @@
 // top-k experts per token with renormalised weights, E expert MLPs of the dense MLP's shape, a
 // capacity per expert (or none: dropless), and the load-balancing and router z auxiliary losses.
 //
-// Routing is deterministic: ties between experts go to the lower index, and an expert over
-// capacity keeps its tokens in token order (then by rank within the token's top k), so every
-// run of the same batch drops the same tokens. A dropped assignment contributes nothing; the
+// Routing groups are single sequences (GShard's groups): capacity and the load-balancing
+// statistics are each sequence's own, so they do not depend on how a layout cuts the batch into
+// micro-batches or ranks, and every layout trains the same model. Routing is deterministic: ties
+// between experts go to the lower index, and an expert over capacity keeps a sequence's
+// assignments in position order (then by rank within the token's top k), so every run of the
+// same batch drops the same tokens. A dropped assignment contributes nothing; the
 // token's residual stream passes it by.
 #pragma once
 
@@ -17,22 +20,23 @@
 
 namespace loom::gpt {
 
-// What one MoE layer saw over the forwards since the last reset (for metrics).
+// What one MoE layer saw of this rank's tokens since the last reset (for metrics). Sums, so the
+// ranks that split a batch add theirs up to the batch's (train/report_fields.cpp).
 struct MoeStats {
   std::vector<int64_t> load;  // assignments routed to each expert, before capacity
-  int64_t assignments = 0, dropped = 0, forwards = 0;
-  double aux = 0, z = 0;      // the two auxiliary losses summed over forwards, before coefficients
+  int64_t assignments = 0, dropped = 0, tokens = 0;
+  double aux = 0, z = 0;      // over tokens: their sequence's load-balancing loss, their lse^2
   double all_to_all_ms = 0;   // in the expert slot's collectives (ep > 1), forward and backward
 };
-
 class MoeMlp {
  public:
   // Declares the router and the experts' parameters (`prefix` "h3.moe.") into `owner`.
   MoeMlp(const std::string& prefix, const GptConfig& c, LayerApi& api, ParamStore& ps,
          std::vector<Param*>& owner, int64_t rows);
   ~MoeMlp();
-  // y[N, C] = sum over each token's kept experts of weight x expert(h); h is the normed input.
-  void forward(const Tensor& h, Tensor& y);
+  // y[N, C] = sum over each token's kept experts of weight x expert(h); h is the normed input,
+  // N / T sequences of T rows each (the positions of each sequence this rank holds).
+  void forward(const Tensor& h, Tensor& y, int64_t T);
   // dh[N, C] = d(loss)/dh for dy = d(loss)/dy, accumulating parameter gradients. `dloss` is the
   // weight of one token's loss in the step (the auxiliary losses' gradients scale with it).
   void backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss);
@@ -49,7 +53,14 @@ class MoeMlp {
 
  private:
   struct Acts;
-  void route(const Tensor& h, Acts& a);
+  struct Choices;
+  void route(const Tensor& h, int64_t T, Acts& a);
+  void choose_experts(const Tensor& h, Acts& a);
+  void keep_within_capacity(const Choices& seqs, Acts& a);
+  void combine(Acts& a, Tensor& y) const;
+  void record_stats(const Acts& a);
+  void experts_backward(const Acts& a, Tensor& dye, Tensor& dxin);
+  void router_backward(const Tensor& h, const Acts& a, const std::vector<float>& dw, Tensor& dh, float dloss);
   const GptConfig& c_;
   LayerApi& api_;
   Param *router_, *fc_w_, *fc_b_ = nullptr, *out_w_, *out_b_ = nullptr;  // biases: [model] bias

@@ -33,7 +33,7 @@ std::string rank_file(int rank, const char* ext) {
 
 Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
                            const dist::MeshShape& mesh, int rank, const fs::path& run_dir, std::string config_text,
-                           int64_t write_error_step)
+                           int64_t write_error_step, StateAccess state)
     : every_(cfg.i64("checkpoint.every")),
       keep_last_(cfg.i64("checkpoint.keep_last")),
       resume_(cfg.str("checkpoint.resume")),
@@ -43,7 +43,9 @@ Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& 
       mesh_(mesh),
       rank_(rank),
       write_error_step_(write_error_step),
-      model_(gpt::from_config(cfg)) {
+      model_(gpt::from_config(cfg)),
+      shards_(std::move(state.shards)),
+      state_(std::move(state.plugin)) {
   for (const plugins::SlotChoice& c : sel.slots)
     plugins_.push_back({{"slot", c.slot}, {"name", c.found.desc->name},
                         {"version", c.found.desc->version ? c.found.desc->version : ""},

@@ -42,17 +42,19 @@ struct PluginState {
   std::function<void(const std::string&)> load;
 };
 
+// Where the optimizer keeps what a checkpoint holds beyond the parameters' flat buffers: either
+// field may be empty (replicated state; a data plugin without state of its own).
+struct StateAccess {
+  ShardAccess shards;
+  PluginState plugin;
+};
+
 class Checkpointer {
  public:
   Checkpointer(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
                const dist::MeshShape& mesh, int rank, const std::filesystem::path& run_dir,
-               std::string config_text, int64_t write_error_step);
+               std::string config_text, int64_t write_error_step, StateAccess state = {});
   ~Checkpointer();
-
-  // From now on the training state is the data plugin's shard, not `params`' buffers, m and v.
-  void use_shards(ShardAccess shards) { shards_ = std::move(shards); }
-  // The data plugin has state of its own to save and restore.
-  void use_plugin_state(PluginState state) { state_ = std::move(state); }
   // Loads [checkpoint] resume into the parameters, AdamW moments and precision state; returns
   // the first step to run (1 when not resuming) and sets `applied`.
   int64_t resume(ParamStore& params, Tensor& m, Tensor& v, Precision* precision, int64_t& applied);
@@ -91,6 +93,8 @@ class Checkpointer {
   int rank_;
   int64_t write_error_step_;
   gpt::GptConfig model_;  // this run's model, which a resumed checkpoint must hold
+  ShardAccess shards_;    // set: the training state is the data plugin's shard, not the flat buffers, m and v
+  PluginState state_;     // the data plugin's own state, if it has any
   std::vector<std::map<std::string, std::string>> plugins_;  // recorded in every manifest
   void check_same_model(const std::filesystem::path& dir, const Manifest& man) const;
   void load_plugin_state(const std::filesystem::path& dir, const Manifest& man, const Reader& reader);
@@ -101,8 +105,6 @@ class Checkpointer {
   std::unique_ptr<Pending> pending_;
   std::vector<char> blob_;  // this rank's file, assembled here before the writer takes it
   std::future<void> cleanup_;  // checkpoints beyond keep_last, being deleted
-  ShardAccess shards_;
-  PluginState state_;
   Reader reader_;  // the writer's read path, or the disk
 };
 

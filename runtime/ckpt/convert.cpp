@@ -331,9 +331,38 @@ void write_as_checkpoint(const ExternalModel& m, const fs::path& root) {
   write_durable(root / "model.toml", man.config);
 }
 
-void write_hf_folder(const fs::path& step_dir, const Manifest& m, const fs::path& out, const fs::path& tokenizer) {
-  config::Config cfg = config::Config::parse(m.config, (step_dir / "manifest.json").string());
-  cfg.validate_runtime();
+namespace {
+
+// Rows [first, first + n) of a matrix `cols` wide.
+std::vector<float> row_block(const std::vector<float>& a, int64_t first, int64_t n, int64_t cols) {
+  return std::vector<float>(a.begin() + first * cols, a.begin() + (first + n) * cols);
+}
+
+// A checkpoint's global tensors by Loom name, each assembled from whatever layout wrote it.
+class CheckpointTensors {
+ public:
+  CheckpointTensors(const fs::path& step_dir, const Manifest& m) : dir_(step_dir), m_(m), source_(step_dir, m) {}
+  std::vector<float> operator()(const std::string& name) { return assemble(dir_, m_, name, files_, source_.reader()); }
+
+ private:
+  const fs::path& dir_;
+  const Manifest& m_;
+  std::map<std::string, std::vector<char>> files_;  // the checkpoint's files, read once each
+  const CheckpointReader source_;
+};
+
+// A Hugging Face folder's tensors by their names there, in the order they are written.
+struct HfTensorList {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  std::vector<std::vector<float>> data;
+  void put(const std::string& n, std::vector<int64_t> s, std::vector<float> d) {
+    shapes.emplace_back(n, std::move(s));
+    data.push_back(std::move(d));
+  }
+};
+
+// The model of a checkpoint's config, when a Hugging Face class can hold it.
+gpt::GptConfig exportable_model(const config::Config& cfg) {
   const gpt::GptConfig c = gpt::from_config(cfg);
   if (c.moe.experts > 0) throw RuntimeError("exporting a mixture-of-experts model to Hugging Face is not supported");
   const bool llama = c.rope();
@@ -342,84 +371,111 @@ void write_hf_folder(const fs::path& step_dir, const Manifest& m, const fs::path
                        "Llama shaped (RoPE): no Hugging Face class holds it");
   if (llama && (c.norm != "rmsnorm" || c.mlp != "swiglu"))
     throw RuntimeError("a RoPE model exports as Llama, which needs norm = \"rmsnorm\" and mlp = \"swiglu\"");
-  std::map<std::string, std::vector<char>> files;
-  const CheckpointReader source(step_dir, m);
-  auto get = [&](const std::string& n) { return assemble(step_dir, m, n, files, source.reader()); };
-  const int64_t C = c.d_model, V = c.vocab_size, F = c.d_ff, Q = c.head_dim(), H = c.n_head, Hkv = c.kv_heads();
-  auto rows = [](std::vector<float> a, int64_t first, int64_t n, int64_t cols) {
-    return std::vector<float>(a.begin() + first * cols, a.begin() + (first + n) * cols);
-  };
-  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
-  std::vector<std::vector<float>> data;
-  auto put = [&](const std::string& n, std::vector<int64_t> s, std::vector<float> d) {
-    shapes.emplace_back(n, std::move(s));
-    data.push_back(std::move(d));
-  };
-  json config;
-  if (!llama) {
-    put("transformer.wte.weight", {V, C}, rows(get("wte"), 0, V, C));
-    put("transformer.wpe.weight", {c.max_positions, C}, get("wpe"));
-    for (int64_t i = 0; i < c.n_layer; ++i) {
-      const std::string h = "transformer.h." + std::to_string(i) + ".", o = "h" + std::to_string(i) + ".";
-      put(h + "ln_1.weight", {C}, get(o + "ln1.w"));
-      put(h + "ln_1.bias", {C}, get(o + "ln1.b"));
-      put(h + "attn.c_attn.weight", {C, 3 * C}, transpose(get(o + "attn.qkv.w"), 3 * C, C));
-      put(h + "attn.c_attn.bias", {3 * C}, get(o + "attn.qkv.b"));
-      put(h + "attn.c_proj.weight", {C, C}, transpose(get(o + "attn.proj.w"), C, C));
-      put(h + "attn.c_proj.bias", {C}, get(o + "attn.proj.b"));
-      put(h + "ln_2.weight", {C}, get(o + "ln2.w"));
-      put(h + "ln_2.bias", {C}, get(o + "ln2.b"));
-      put(h + "mlp.c_fc.weight", {C, F}, transpose(get(o + "mlp.fc.w"), F, C));
-      put(h + "mlp.c_fc.bias", {F}, get(o + "mlp.fc.b"));
-      put(h + "mlp.c_proj.weight", {F, C}, transpose(get(o + "mlp.proj.w"), C, F));
-      put(h + "mlp.c_proj.bias", {C}, get(o + "mlp.proj.b"));
-    }
-    put("transformer.ln_f.weight", {C}, get("ln_f.w"));
-    put("transformer.ln_f.bias", {C}, get("ln_f.b"));
-    config = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"n_layer", c.n_layer}, {"n_head", H},
-              {"n_embd", C}, {"n_inner", F}, {"vocab_size", V}, {"n_positions", c.max_positions}, {"n_ctx", c.max_positions},
-              {"layer_norm_epsilon", c.norm_eps}, {"activation_function", "gelu_new"}, {"resid_pdrop", 0.0},
-              {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
-  } else {
-    put("model.embed_tokens.weight", {V, C}, rows(get("wte"), 0, V, C));
-    for (int64_t i = 0; i < c.n_layer; ++i) {
-      const std::string h = "model.layers." + std::to_string(i) + ".", o = "h" + std::to_string(i) + ".";
-      put(h + "input_layernorm.weight", {C}, get(o + "ln1.w"));
-      if (Hkv == H) {
-        const std::vector<float> qkv = get(o + "attn.qkv.w");
-        put(h + "self_attn.q_proj.weight", {C, C}, rows(qkv, 0, C, C));
-        put(h + "self_attn.k_proj.weight", {C, C}, rows(qkv, C, C, C));
-        put(h + "self_attn.v_proj.weight", {C, C}, rows(qkv, 2 * C, C, C));
-      } else {
-        const std::vector<float> kv = get(o + "attn.kv.w");
-        put(h + "self_attn.q_proj.weight", {H * Q, C}, get(o + "attn.q.w"));
-        put(h + "self_attn.k_proj.weight", {Hkv * Q, C}, rows(kv, 0, Hkv * Q, C));
-        put(h + "self_attn.v_proj.weight", {Hkv * Q, C}, rows(kv, Hkv * Q, Hkv * Q, C));
-      }
-      put(h + "self_attn.o_proj.weight", {C, H * Q}, get(o + "attn.proj.w"));
-      put(h + "post_attention_layernorm.weight", {C}, get(o + "ln2.w"));
-      const std::vector<float> fc = get(o + "mlp.fc.w");
-      put(h + "mlp.gate_proj.weight", {F, C}, rows(fc, 0, F, C));
-      put(h + "mlp.up_proj.weight", {F, C}, rows(fc, F, F, C));
-      put(h + "mlp.down_proj.weight", {C, F}, get(o + "mlp.proj.w"));
-    }
-    put("model.norm.weight", {C}, get("ln_f.w"));
-    if (!c.tied_embeddings) put("lm_head.weight", {V, C}, rows(get("lm_head.w"), 0, V, C));
-    config = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"num_hidden_layers", c.n_layer},
-              {"num_attention_heads", H}, {"num_key_value_heads", Hkv}, {"hidden_size", C}, {"intermediate_size", F},
-              {"vocab_size", V}, {"max_position_embeddings", c.seq_len}, {"rms_norm_eps", c.norm_eps},
-              {"rope_theta", c.rope_theta}, {"hidden_act", "silu"}, {"attention_bias", c.bias}, {"mlp_bias", false},
-              {"tie_word_embeddings", c.tied_embeddings}, {"torch_dtype", "float32"}};
-    if (c.rope_scaling.type == "llama3")
-      config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", c.rope_scaling.factor},
-                                {"low_freq_factor", c.rope_scaling.low_freq_factor},
-                                {"high_freq_factor", c.rope_scaling.high_freq_factor},
-                                {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
+  return c;
+}
+
+// GPT-2's Conv1D weights are [in, out]: Loom's [out, in] transposed.
+void put_gpt2_tensors(const gpt::GptConfig& c, CheckpointTensors& get, HfTensorList& t) {
+  const int64_t C = c.d_model, V = c.vocab_size, F = c.d_ff;
+  t.put("transformer.wte.weight", {V, C}, row_block(get("wte"), 0, V, C));
+  t.put("transformer.wpe.weight", {c.max_positions, C}, get("wpe"));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string h = "transformer.h." + std::to_string(i) + ".", o = "h" + std::to_string(i) + ".";
+    t.put(h + "ln_1.weight", {C}, get(o + "ln1.w"));
+    t.put(h + "ln_1.bias", {C}, get(o + "ln1.b"));
+    t.put(h + "attn.c_attn.weight", {C, 3 * C}, transpose(get(o + "attn.qkv.w"), 3 * C, C));
+    t.put(h + "attn.c_attn.bias", {3 * C}, get(o + "attn.qkv.b"));
+    t.put(h + "attn.c_proj.weight", {C, C}, transpose(get(o + "attn.proj.w"), C, C));
+    t.put(h + "attn.c_proj.bias", {C}, get(o + "attn.proj.b"));
+    t.put(h + "ln_2.weight", {C}, get(o + "ln2.w"));
+    t.put(h + "ln_2.bias", {C}, get(o + "ln2.b"));
+    t.put(h + "mlp.c_fc.weight", {C, F}, transpose(get(o + "mlp.fc.w"), F, C));
+    t.put(h + "mlp.c_fc.bias", {F}, get(o + "mlp.fc.b"));
+    t.put(h + "mlp.c_proj.weight", {F, C}, transpose(get(o + "mlp.proj.w"), C, F));
+    t.put(h + "mlp.c_proj.bias", {C}, get(o + "mlp.proj.b"));
   }
-  fs::create_directories(out);
+  t.put("transformer.ln_f.weight", {C}, get("ln_f.w"));
+  t.put("transformer.ln_f.bias", {C}, get("ln_f.b"));
+}
+
+json gpt2_config(const gpt::GptConfig& c) {
+  const int64_t C = c.d_model, V = c.vocab_size, F = c.d_ff, H = c.n_head;
+  return {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"n_layer", c.n_layer}, {"n_head", H},
+          {"n_embd", C}, {"n_inner", F}, {"vocab_size", V}, {"n_positions", c.max_positions}, {"n_ctx", c.max_positions},
+          {"layer_norm_epsilon", c.norm_eps}, {"activation_function", "gelu_new"}, {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0}, {"attn_pdrop", 0.0}, {"tie_word_embeddings", true}, {"torch_dtype", "float32"}};
+}
+
+// Loom's fused [q | k | v] (multi-head) or q and [k | v] (grouped-query) weights, split.
+void put_llama_qkv(const gpt::GptConfig& c, CheckpointTensors& get, const std::string& h, const std::string& o,
+                   HfTensorList& t) {
+  const int64_t C = c.d_model, Q = c.head_dim(), H = c.n_head, Hkv = c.kv_heads();
+  if (Hkv == H) {
+    const std::vector<float> qkv = get(o + "attn.qkv.w");
+    t.put(h + "self_attn.q_proj.weight", {C, C}, row_block(qkv, 0, C, C));
+    t.put(h + "self_attn.k_proj.weight", {C, C}, row_block(qkv, C, C, C));
+    t.put(h + "self_attn.v_proj.weight", {C, C}, row_block(qkv, 2 * C, C, C));
+  } else {
+    const std::vector<float> kv = get(o + "attn.kv.w");
+    t.put(h + "self_attn.q_proj.weight", {H * Q, C}, get(o + "attn.q.w"));
+    t.put(h + "self_attn.k_proj.weight", {Hkv * Q, C}, row_block(kv, 0, Hkv * Q, C));
+    t.put(h + "self_attn.v_proj.weight", {Hkv * Q, C}, row_block(kv, Hkv * Q, Hkv * Q, C));
+  }
+}
+
+void put_llama_tensors(const gpt::GptConfig& c, CheckpointTensors& get, HfTensorList& t) {
+  const int64_t C = c.d_model, V = c.vocab_size, F = c.d_ff, Q = c.head_dim(), H = c.n_head;
+  t.put("model.embed_tokens.weight", {V, C}, row_block(get("wte"), 0, V, C));
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string h = "model.layers." + std::to_string(i) + ".", o = "h" + std::to_string(i) + ".";
+    t.put(h + "input_layernorm.weight", {C}, get(o + "ln1.w"));
+    put_llama_qkv(c, get, h, o, t);
+    t.put(h + "self_attn.o_proj.weight", {C, H * Q}, get(o + "attn.proj.w"));
+    t.put(h + "post_attention_layernorm.weight", {C}, get(o + "ln2.w"));
+    const std::vector<float> fc = get(o + "mlp.fc.w");  // [gate | up]
+    t.put(h + "mlp.gate_proj.weight", {F, C}, row_block(fc, 0, F, C));
+    t.put(h + "mlp.up_proj.weight", {F, C}, row_block(fc, F, F, C));
+    t.put(h + "mlp.down_proj.weight", {C, F}, get(o + "mlp.proj.w"));
+  }
+  t.put("model.norm.weight", {C}, get("ln_f.w"));
+  if (!c.tied_embeddings) t.put("lm_head.weight", {V, C}, row_block(get("lm_head.w"), 0, V, C));
+}
+
+json llama_config(const gpt::GptConfig& c) {
+  const int64_t C = c.d_model, V = c.vocab_size, F = c.d_ff, H = c.n_head, Hkv = c.kv_heads();
+  json config = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"num_hidden_layers", c.n_layer},
+                 {"num_attention_heads", H}, {"num_key_value_heads", Hkv}, {"hidden_size", C}, {"intermediate_size", F},
+                 {"vocab_size", V}, {"max_position_embeddings", c.seq_len}, {"rms_norm_eps", c.norm_eps},
+                 {"rope_theta", c.rope_theta}, {"hidden_act", "silu"}, {"attention_bias", c.bias}, {"mlp_bias", false},
+                 {"tie_word_embeddings", c.tied_embeddings}, {"torch_dtype", "float32"}};
+  if (c.rope_scaling.type == "llama3")
+    config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", c.rope_scaling.factor},
+                              {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                              {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                              {"original_max_position_embeddings", c.rope_scaling.original_max_position}};
+  return config;
+}
+
+void write_safetensors_file(const fs::path& file, const HfTensorList& t, int64_t step) {
   std::vector<const std::vector<float>*> ptrs;
-  for (const auto& d : data) ptrs.push_back(&d);
-  write_safetensors(out / "model.safetensors", shapes, ptrs, {{"format", "pt"}, {"loom_step", std::to_string(m.step)}});
+  for (const auto& d : t.data) ptrs.push_back(&d);
+  write_safetensors(file, t.shapes, ptrs, {{"format", "pt"}, {"loom_step", std::to_string(step)}});
+}
+
+}  // namespace
+
+void write_hf_folder(const fs::path& step_dir, const Manifest& m, const fs::path& out, const fs::path& tokenizer) {
+  config::Config cfg = config::Config::parse(m.config, (step_dir / "manifest.json").string());
+  cfg.validate_runtime();
+  const gpt::GptConfig c = exportable_model(cfg);
+  const bool llama = c.rope();
+  CheckpointTensors get(step_dir, m);
+  HfTensorList tensors;
+  if (llama) put_llama_tensors(c, get, tensors);
+  else put_gpt2_tensors(c, get, tensors);
+  const json config = llama ? llama_config(c) : gpt2_config(c);
+  fs::create_directories(out);
+  write_safetensors_file(out / "model.safetensors", tensors, m.step);
   write_durable(out / "config.json", config.dump(2) + "\n");
   // The run's tokenizer goes along unless another is named: [data] tokenizer, or beside the shards.
   const fs::path tj = tokenizer.empty() ? tok::run_tokenizer_path(cfg) : tokenizer;

@@ -284,8 +284,13 @@ void add_predictions(report::Comparison& c, const Predictions& p) {
   c.notes.push_back(p.note);
 }
 
-int compare(const Args& args) {
-  po::options_description opts("loom compare");
+namespace {
+
+const std::string kSynopsis =
+    "loom compare A.toml B.toml [--rounds N] [--seeds K] [--together] [--steps N] [--set k=v]... [--rtol R] [--out DIR] "
+    "[--json]\n       loom compare --from-runs A1[,A2...] B1[,B2...] [--rtol R] [--out DIR] [--json]";
+
+void add_compare_options(po::options_description& opts) {
   add_set_option(opts);
   opts.add_options()("configs", po::value<std::vector<std::string>>()->multitoken(), "A.toml B.toml")(
       "from-runs", po::value<std::vector<std::string>>()->multitoken(),
@@ -301,93 +306,142 @@ int compare(const Args& args) {
       "json", "print everything as JSON (also written to OUT/compare.json)")(
       "out", po::value<std::string>(), "directory for the runs and report.html (default runs/compare-A-vs-B)")(
       "cluster", po::value<std::string>(), "print loom plan's predicted step time and memory beside the measured ones");
-  po::positional_options_description pos;
-  pos.add("configs", 2);
-  po::variables_map vm;
-  const std::string synopsis =
-      "loom compare A.toml B.toml [--rounds N] [--seeds K] [--together] [--steps N] [--set k=v]... [--rtol R] [--out DIR] "
-      "[--json]\n       loom compare --from-runs A1[,A2...] B1[,B2...] [--rtol R] [--out DIR] [--json]";
-  if (!parse(args, synopsis, opts, pos, vm)) return kExitOk;
-  const double rtol = vm["rtol"].as<double>();
-  if (!(rtol >= 0)) throw UsageError("--rtol must be >= 0");
-  Plan plan;
-  plan.seeds = vm["seeds"].as<int64_t>();
-  plan.rounds = std::max(vm["rounds"].as<int64_t>(), plan.seeds);
-  plan.together = vm.count("together") > 0;
-  if (plan.rounds < 1 || plan.seeds < 1) throw UsageError("--rounds and --seeds need at least 1");
-  const int64_t warmup = vm["warmup"].as<int64_t>();
-  if (warmup < 0) throw UsageError("--warmup must be >= 0");
+}
 
+struct Settings {
+  double rtol = 0;
+  Plan plan;
+  int64_t warmup = 0;
+};
+
+Settings read_settings(const po::variables_map& vm) {
+  Settings s;
+  s.rtol = vm["rtol"].as<double>();
+  if (!(s.rtol >= 0)) throw UsageError("--rtol must be >= 0");
+  s.plan.seeds = vm["seeds"].as<int64_t>();
+  s.plan.rounds = std::max(vm["rounds"].as<int64_t>(), s.plan.seeds);
+  s.plan.together = vm.count("together") > 0;
+  if (s.plan.rounds < 1 || s.plan.seeds < 1) throw UsageError("--rounds and --seeds need at least 1");
+  s.warmup = vm["warmup"].as<int64_t>();
+  if (s.warmup < 0) throw UsageError("--warmup must be >= 0");
+  return s;
+}
+
+// The two sides, where their runs go (or are), what differs between their configs, and loom
+// plan's predictions when --cluster asks for them.
+struct Sides {
   Side a{"A", "", {}}, b{"B", "", {}};
   std::optional<Predictions> predictions;
   fs::path out;
   std::vector<std::string> notes;
-  if (vm.count("from-runs")) {
-    auto runs = vm["from-runs"].as<std::vector<std::string>>();
-    if (runs.size() != 2 || vm.count("configs"))
-      throw UsageError("--from-runs takes two run directories, or two comma-separated lists of them\nusage: " + synopsis);
-    a.dirs = split_dirs(runs[0]), b.dirs = split_dirs(runs[1]);
-    if (a.dirs.empty() || b.dirs.empty()) throw UsageError("--from-runs: each side needs at least one run directory");
-    a.name = a.dirs[0].filename().string(), b.name = b.dirs[0].filename().string();
-    if (a.name == b.name) a.name += "-A", b.name += "-B";
-    if (fs::exists(a.dirs[0] / "config.toml") && fs::exists(b.dirs[0] / "config.toml"))
-      notes = differences(config::Config::load(a.dirs[0] / "config.toml"), config::Config::load(b.dirs[0] / "config.toml"));
-    out = vm.count("out") ? fs::path(vm["out"].as<std::string>()) : a.dirs[0].parent_path() / ("compare-" + a.name + "-vs-" + b.name);
-    if (vm.count("cluster")) {
-      auto saved = [](const fs::path& dir) {
-        config::Config cfg = config::Config::load(dir / "config.toml");
-        cfg.validate_runtime();
-        return cfg;
-      };
-      predictions = predict_both(vm["cluster"].as<std::string>(), saved(a.dirs[0]), saved(b.dirs[0]));
-    }
-  } else {
-    auto files = vm.count("configs") ? vm["configs"].as<std::vector<std::string>>() : std::vector<std::string>{};
-    if (files.size() != 2) throw UsageError("compare needs two configs (or --from-runs DIR_A DIR_B)\nusage: " + synopsis);
-    plan.overrides = sets(vm);
-    if (vm.count("steps")) plan.overrides.push_back("train.steps=" + std::to_string(vm["steps"].as<int64_t>()));
-    config::Config ca = config::Config::load(files[0], plan.overrides), cb = config::Config::load(files[1], plan.overrides);
-    ca.validate_runtime();
-    cb.validate_runtime();
-    notes = differences(ca, cb);
-    plan.seed0 = ca.i64("run.seed");
-    a.name = ca.stem(), b.name = cb.stem(), a.file = files[0], b.file = files[1];
-    if (a.name == b.name) a.name += "-A", b.name += "-B";
-    out = vm.count("out") ? fs::path(vm["out"].as<std::string>()) : fs::path("runs") / ("compare-" + a.name + "-vs-" + b.name);
-    if (vm.count("cluster")) predictions = predict_both(vm["cluster"].as<std::string>(), ca, cb);
-    train_rounds(a, b, out, plan);
-  }
-  std::vector<report::Run> ra, rb;
-  for (const auto& d : a.dirs) ra.push_back(report::read_run(d));
-  for (const auto& d : b.dirs) rb.push_back(report::read_run(d));
-  report::Comparison c = report::compare_runs(a.name, ra[0], b.name, rb[0], rtol, notes);
-  if (predictions) add_predictions(c, *predictions);
-  const bool several = ra.size() > 1 || rb.size() > 1;
-  Noise noise;
-  if (several)
-    noise = assess(a.name, ra, b.name, rb, static_cast<size_t>(warmup), vm.count("from-runs") ? 0 : plan.seeds,
-                   vm["min-effect"].as<double>(),
-                   vm["effect"].as<double>());
-  fs::create_directories(out);
-  const fs::path html = out / "report.html";
-  std::ofstream(html) << report::html_report(c, ra[0], rb[0], several ? noise_html(noise, plan.together) : "");
+};
+
+// Two sides may share a name ("a.toml" in two folders); the report needs them apart.
+void tell_apart(Sides& s) {
+  if (s.a.name == s.b.name) s.a.name += "-A", s.b.name += "-B";
+}
+
+config::Config saved_config(const fs::path& dir) {
+  config::Config cfg = config::Config::load(dir / "config.toml");
+  cfg.validate_runtime();
+  return cfg;
+}
+
+Sides sides_from_runs(const po::variables_map& vm) {
+  auto runs = vm["from-runs"].as<std::vector<std::string>>();
+  if (runs.size() != 2 || vm.count("configs"))
+    throw UsageError("--from-runs takes two run directories, or two comma-separated lists of them\nusage: " + kSynopsis);
+  Sides s;
+  s.a.dirs = split_dirs(runs[0]), s.b.dirs = split_dirs(runs[1]);
+  if (s.a.dirs.empty() || s.b.dirs.empty()) throw UsageError("--from-runs: each side needs at least one run directory");
+  s.a.name = s.a.dirs[0].filename().string(), s.b.name = s.b.dirs[0].filename().string();
+  tell_apart(s);
+  if (fs::exists(s.a.dirs[0] / "config.toml") && fs::exists(s.b.dirs[0] / "config.toml"))
+    s.notes = differences(config::Config::load(s.a.dirs[0] / "config.toml"), config::Config::load(s.b.dirs[0] / "config.toml"));
+  s.out = vm.count("out") ? fs::path(vm["out"].as<std::string>())
+                          : s.a.dirs[0].parent_path() / ("compare-" + s.a.name + "-vs-" + s.b.name);
+  if (vm.count("cluster"))
+    s.predictions = predict_both(vm["cluster"].as<std::string>(), saved_config(s.a.dirs[0]), saved_config(s.b.dirs[0]));
+  return s;
+}
+
+// Also completes `plan`: the overrides every training run gets and the first seed.
+Sides sides_from_configs(const po::variables_map& vm, Plan& plan) {
+  auto files = vm.count("configs") ? vm["configs"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  if (files.size() != 2) throw UsageError("compare needs two configs (or --from-runs DIR_A DIR_B)\nusage: " + kSynopsis);
+  plan.overrides = sets(vm);
+  if (vm.count("steps")) plan.overrides.push_back("train.steps=" + std::to_string(vm["steps"].as<int64_t>()));
+  config::Config ca = config::Config::load(files[0], plan.overrides), cb = config::Config::load(files[1], plan.overrides);
+  ca.validate_runtime();
+  cb.validate_runtime();
+  Sides s;
+  s.notes = differences(ca, cb);
+  plan.seed0 = ca.i64("run.seed");
+  s.a.name = ca.stem(), s.b.name = cb.stem(), s.a.file = files[0], s.b.file = files[1];
+  tell_apart(s);
+  s.out = vm.count("out") ? fs::path(vm["out"].as<std::string>()) : fs::path("runs") / ("compare-" + s.a.name + "-vs-" + s.b.name);
+  if (vm.count("cluster")) s.predictions = predict_both(vm["cluster"].as<std::string>(), ca, cb);
+  return s;
+}
+
+std::vector<report::Run> read_runs(const std::vector<fs::path>& dirs) {
+  std::vector<report::Run> runs;
+  for (const auto& d : dirs) runs.push_back(report::read_run(d));
+  return runs;
+}
+
+// compare.json; `noise` is null when each side ran once.
+std::string comparison_json(const Sides& s, const report::Comparison& c, const Noise* noise, const fs::path& html) {
   std::ostringstream json;
-  json << "{\"A\": " << json_quote(a.name) << ", \"B\": " << json_quote(b.name) << ", \"diverged_at\": " << c.diverged_at
+  json << "{\"A\": " << json_quote(s.a.name) << ", \"B\": " << json_quote(s.b.name) << ", \"diverged_at\": " << c.diverged_at
        << ", \"steps\": " << c.steps << ", \"worst_loss\": " << json_number(c.worst_loss)
        << ", \"worst_grad_norm\": " << json_number(c.worst_grad) << ", \"table\": {";
   for (size_t i = 0; i < c.table.size(); ++i)
     json << (i ? ", " : "") << json_quote(c.table[i].what) << ": [" << json_number(c.table[i].a) << ", "
          << json_number(c.table[i].b) << "]";
-  json << "}" << (several ? ", " + noise_json(noise) : "") << ", \"report\": " << json_quote(html.string()) << "}\n";
-  std::ofstream(out / "compare.json") << json.str();
-  if (vm.count("json"))
-    std::fputs(json.str().c_str(), stdout);
-  else
-    std::printf("\n%s%sreport: %s\n", report::describe(c).c_str(), several ? ("\n" + noise.text).c_str() : "", html.c_str());
-  // With several seeds the question is convergence, not equal bits: B may differ from A step by
-  // step and still lie within A's seed spread.
+  json << "}" << (noise ? ", " + noise_json(*noise) : "") << ", \"report\": " << json_quote(html.string()) << "}\n";
+  return json.str();
+}
+
+// With several seeds the question is convergence, not equal bits: B may differ from A step by
+// step and still lie within A's seed spread.
+int exit_code(const Plan& plan, const Noise& noise, const report::Comparison& c) {
   if (plan.seeds > 1 && noise.has_loss) return noise.loss.final_within && noise.loss.curve_within ? kExitOk : kExitRuntime;
   return c.diverged_at ? kExitRuntime : kExitOk;
+}
+
+}  // namespace
+
+int compare(const Args& args) {
+  po::options_description opts("loom compare");
+  add_compare_options(opts);
+  po::positional_options_description pos;
+  pos.add("configs", 2);
+  po::variables_map vm;
+  if (!parse(args, kSynopsis, opts, pos, vm)) return kExitOk;
+  Settings set = read_settings(vm);
+  const bool from_runs = vm.count("from-runs") > 0;
+  Sides s = from_runs ? sides_from_runs(vm) : sides_from_configs(vm, set.plan);
+  if (!from_runs) train_rounds(s.a, s.b, s.out, set.plan);
+  const std::vector<report::Run> ra = read_runs(s.a.dirs);
+  const std::vector<report::Run> rb = read_runs(s.b.dirs);
+  report::Comparison c = report::compare_runs(s.a.name, ra[0], s.b.name, rb[0], set.rtol, s.notes);
+  if (s.predictions) add_predictions(c, *s.predictions);
+  const bool several = ra.size() > 1 || rb.size() > 1;
+  Noise noise;
+  if (several)
+    noise = assess(s.a.name, ra, s.b.name, rb, static_cast<size_t>(set.warmup), from_runs ? 0 : set.plan.seeds,
+                   vm["min-effect"].as<double>(), vm["effect"].as<double>());
+  fs::create_directories(s.out);
+  const fs::path html = s.out / "report.html";
+  std::ofstream(html) << report::html_report(c, ra[0], rb[0], several ? noise_html(noise, set.plan.together) : "");
+  const std::string json = comparison_json(s, c, several ? &noise : nullptr, html);
+  std::ofstream(s.out / "compare.json") << json;
+  if (vm.count("json"))
+    std::fputs(json.c_str(), stdout);
+  else
+    std::printf("\n%s%sreport: %s\n", report::describe(c).c_str(), several ? ("\n" + noise.text).c_str() : "", html.c_str());
+  return exit_code(set.plan, noise, c);
 }
 
 }  // namespace loom::cli

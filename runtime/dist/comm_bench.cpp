@@ -77,91 +77,135 @@ struct Buffers {
   }
 };
 
-}  // namespace
+// One size's buffer: `total` elements, of which `count` are one rank's block for
+// gather/scatter-like ops (`size` bytes is the whole buffer: count x n elements).
+struct Shape {
+  int64_t total, count;
+};
 
-double run_comm_bench(CommWorld& world, const CommBenchOptions& o) {
-  const loom_comm_v1* t = world.table();
-  void* self = world.self();
-  loom_comm* c = world.world().raw();
-  const int n = world.world().size(), me = world.world().rank();
-  const loom_dtype dt = o.dtype == "bfloat16" ? LOOM_BF16 : LOOM_F32;
-  const size_t es = dt == LOOM_F32 ? 4 : 2;
-  if (me == 0) {
-    std::printf("# loom bench comm: %s, %d ranks, %s, warmup %d, iters %d\n", o.op.c_str(), n,
-                o.dtype.c_str(), o.warmup, o.iters);
+Shape shape_of(const std::string& op, int64_t size, size_t es, int n) {
+  bool per_rank_split = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all";
+  int64_t total = std::max<int64_t>(size / static_cast<int64_t>(es), per_rank_split ? n : 1);
+  if (per_rank_split) total = total / n * n;
+  int64_t count = per_rank_split && op != "all_to_all" ? total / n : total;
+  return {total, count};
+}
+
+// One rank's side of the bench: runs, checks and times `o.op` at each size.
+class Bench {
+ public:
+  Bench(CommWorld& world, const CommBenchOptions& o)
+      : world_(world), o_(o), t_(world.table()), self_(world.self()), c_(world.world().raw()),
+        n_(world.world().size()), me_(world.world().rank()), dt_(o.dtype == "bfloat16" ? LOOM_BF16 : LOOM_F32),
+        es_(dt_ == LOOM_F32 ? 4 : 2) {}
+
+  void print_header() const {
+    std::printf("# loom bench comm: %s, %d ranks, %s, warmup %d, iters %d\n", o_.op.c_str(), n_,
+                o_.dtype.c_str(), o_.warmup, o_.iters);
     std::printf("# %12s %12s %8s %6s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
                 "root", "time(us)", "algbw", "busbw", "#wrong");
     std::printf("# %12s %12s %8s %6s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "",
                 "(GB/s)", "(GB/s)", "");
   }
-  double bus_sum = 0;
-  int rows = 0;
-  for (int64_t size = o.min_bytes; size <= o.max_bytes; size *= 2) {
-    // size = the whole buffer; for gather/scatter-like ops that is count x n elements.
-    bool per_rank_split = o.op == "all_gather" || o.op == "reduce_scatter" || o.op == "all_to_all";
-    int64_t total = std::max<int64_t>(size / static_cast<int64_t>(es), per_rank_split ? n : 1);
-    if (per_rank_split) total = total / n * n;
-    int64_t count = per_rank_split && o.op != "all_to_all" ? total / n : total;
-    Buffers b{dt, es, std::vector<char>(total * es), std::vector<char>(total * es)};
-    auto run_once = [&] {
-      loom_error e;
-      loom_status s = LOOM_OK;
-      loom_tensor in = view(b.in.data(), dt, o.op == "all_gather" ? count : total);
-      loom_tensor out = view(b.out.data(), dt, o.op == "reduce_scatter" ? count : total);
-      // The bench reuses one buffer per size, as training reuses its gradient buckets.
-      if (o.op == "all_reduce") s = t->all_reduce(self, c, &in, LOOM_REDUCE_SUM | LOOM_COMM_PERSISTENT, nullptr, &e);
-      else if (o.op == "all_gather") s = t->all_gather(self, c, &in, &out, nullptr, &e);
-      else if (o.op == "reduce_scatter") s = t->reduce_scatter(self, c, &in, &out, LOOM_REDUCE_SUM, nullptr, &e);
-      else if (o.op == "broadcast") s = t->broadcast(self, c, &in, 0, nullptr, &e);
-      else if (o.op == "all_to_all") s = t->all_to_all(self, c, &in, &out, nullptr, nullptr, nullptr, &e);
-      else {  // sendrecv: each rank sends to the next and receives from the previous
-        loom_work *ws = nullptr, *wr = nullptr;
-        s = t->recv(self, c, &out, (me + n - 1) % n, 1, &wr, &e);
-        if (s == LOOM_OK) s = t->send(self, c, &in, (me + 1) % n, 1, &ws, &e);
-        if (s == LOOM_OK) s = t->wait(self, ws, &e);
-        if (s == LOOM_OK) s = t->wait(self, wr, &e);
-      }
-      if (s != LOOM_OK) throw RuntimeError(o.op + " failed: " + e.message);
-    };
+
+  // One row of the table (rank 0 prints it); returns the size's busbw.
+  double measure(int64_t size) {
+    const Shape s = shape_of(o_.op, size, es_, n_);
+    Buffers b{dt_, es_, std::vector<char>(s.total * es_), std::vector<char>(s.total * es_)};
     // Correctness once per size, on fresh inputs.
-    b.fill(me, total);
-    run_once();
+    b.fill(me_, s.total);
+    run_once(b, s);
+    const int64_t wrong = count_wrong(b, s);
+    for (int w = 0; w < o_.warmup; ++w) run_once(b, s);
+    world_.world().barrier();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int it = 0; it < o_.iters; ++it) run_once(b, s);
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / o_.iters;
+    double stats[2] = {us, static_cast<double>(wrong)};
+    world_.world().all_reduce(view(stats, LOOM_F64, 1), LOOM_REDUCE_MAX);
+    world_.world().all_reduce(view(stats + 1, LOOM_F64, 1), LOOM_REDUCE_SUM);
+    double bytes = static_cast<double>(s.total) * es_;
+    double algbw = bytes / (stats[0] * 1e-6) / 1e9, busbw = algbw * busbw_factor(o_.op, n_);
+    if (me_ == 0) print_row(bytes, s, stats[0], algbw, busbw, stats[1]);
+    return busbw;
+  }
+
+  int rank() const { return me_; }
+
+ private:
+  // The bench reuses one buffer per size, as training reuses its gradient buckets.
+  void run_once(Buffers& b, const Shape& sh) {
+    loom_error e;
+    loom_status s = LOOM_OK;
+    loom_tensor in = view(b.in.data(), dt_, o_.op == "all_gather" ? sh.count : sh.total);
+    loom_tensor out = view(b.out.data(), dt_, o_.op == "reduce_scatter" ? sh.count : sh.total);
+    if (o_.op == "all_reduce") s = t_->all_reduce(self_, c_, &in, LOOM_REDUCE_SUM | LOOM_COMM_PERSISTENT, nullptr, &e);
+    else if (o_.op == "all_gather") s = t_->all_gather(self_, c_, &in, &out, nullptr, &e);
+    else if (o_.op == "reduce_scatter") s = t_->reduce_scatter(self_, c_, &in, &out, LOOM_REDUCE_SUM, nullptr, &e);
+    else if (o_.op == "broadcast") s = t_->broadcast(self_, c_, &in, 0, nullptr, &e);
+    else if (o_.op == "all_to_all") s = t_->all_to_all(self_, c_, &in, &out, nullptr, nullptr, nullptr, &e);
+    else {  // sendrecv: each rank sends to the next and receives from the previous
+      loom_work *ws = nullptr, *wr = nullptr;
+      s = t_->recv(self_, c_, &out, (me_ + n_ - 1) % n_, 1, &wr, &e);
+      if (s == LOOM_OK) s = t_->send(self_, c_, &in, (me_ + 1) % n_, 1, &ws, &e);
+      if (s == LOOM_OK) s = t_->wait(self_, ws, &e);
+      if (s == LOOM_OK) s = t_->wait(self_, wr, &e);
+    }
+    if (s != LOOM_OK) throw RuntimeError(o_.op + " failed: " + e.message);
+  }
+
+  // Elements of the result that differ from what `fill` on every rank must give.
+  int64_t count_wrong(const Buffers& b, const Shape& s) const {
+    const int n = n_, me = me_;
+    const int64_t total = s.total, count = s.count;
     int64_t wrong = 0;
     auto expect = [&](const char* base, int64_t i, float want) { wrong += b.get(base, i) != want; };
-    if (o.op == "all_reduce")
+    if (o_.op == "all_reduce")
       for (int64_t i = 0; i < total; ++i) expect(b.in.data(), i, n * (n + 1) / 2.0f);
-    else if (o.op == "reduce_scatter")
+    else if (o_.op == "reduce_scatter")
       for (int64_t i = 0; i < count; ++i) expect(b.out.data(), i, n * (n + 1) / 2.0f);
-    else if (o.op == "all_gather")
+    else if (o_.op == "all_gather")
       for (int64_t i = 0; i < total; ++i) expect(b.out.data(), i, float(i / count + 1));
-    else if (o.op == "broadcast")
+    else if (o_.op == "broadcast")
       for (int64_t i = 0; i < total; ++i) expect(b.in.data(), i, 1.f);
-    else if (o.op == "all_to_all")
+    else if (o_.op == "all_to_all")
       for (int64_t i = 0; i < total; ++i) expect(b.out.data(), i, float(i / (total / n) + 1));
     else
       for (int64_t i = 0; i < total; ++i) expect(b.out.data(), i, float((me + n - 1) % n + 1));
-    for (int w = 0; w < o.warmup; ++w) run_once();
-    world.world().barrier();
-    auto t0 = std::chrono::steady_clock::now();
-    for (int it = 0; it < o.iters; ++it) run_once();
-    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / o.iters;
-    double stats[2] = {us, static_cast<double>(wrong)};
-    world.world().all_reduce(view(stats, LOOM_F64, 1), LOOM_REDUCE_MAX);
-    world.world().all_reduce(view(stats + 1, LOOM_F64, 1), LOOM_REDUCE_SUM);
-    double bytes = static_cast<double>(total) * es;
-    double algbw = bytes / (stats[0] * 1e-6) / 1e9, busbw = algbw * busbw_factor(o.op, n);
-    if (me == 0) {
-      const char* redop = o.op == "all_reduce" || o.op == "reduce_scatter" ? "sum" : "none";
-      const char* root = o.op == "broadcast" ? "0" : "-1";
-      std::printf("  %12.0f %12lld %8s %6s %5s %10.1f %8.3f %8.3f %7.0f\n", bytes,
-                  (long long)(o.op == "all_gather" || o.op == "reduce_scatter" ? count : total),
-                  o.dtype.c_str(), redop, root, stats[0], algbw, busbw, stats[1]);
-      std::fflush(stdout);
-    }
-    bus_sum += busbw;
+    return wrong;
+  }
+
+  void print_row(double bytes, const Shape& s, double us, double algbw, double busbw, double wrong) const {
+    const char* redop = o_.op == "all_reduce" || o_.op == "reduce_scatter" ? "sum" : "none";
+    const char* root = o_.op == "broadcast" ? "0" : "-1";
+    std::printf("  %12.0f %12lld %8s %6s %5s %10.1f %8.3f %8.3f %7.0f\n", bytes,
+                (long long)(o_.op == "all_gather" || o_.op == "reduce_scatter" ? s.count : s.total),
+                o_.dtype.c_str(), redop, root, us, algbw, busbw, wrong);
+    std::fflush(stdout);
+  }
+
+  CommWorld& world_;
+  const CommBenchOptions& o_;
+  const loom_comm_v1* t_;
+  void* self_;
+  loom_comm* c_;
+  const int n_, me_;
+  const loom_dtype dt_;
+  const size_t es_;
+};
+
+}  // namespace
+
+double run_comm_bench(CommWorld& world, const CommBenchOptions& o) {
+  Bench bench(world, o);
+  if (bench.rank() == 0) bench.print_header();
+  double bus_sum = 0;
+  int rows = 0;
+  for (int64_t size = o.min_bytes; size <= o.max_bytes; size *= 2) {
+    bus_sum += bench.measure(size);
     ++rows;
   }
-  if (me == 0) std::printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? bus_sum / rows : 0.0);
+  if (bench.rank() == 0) std::printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? bus_sum / rows : 0.0);
   return rows ? bus_sum / rows : 0.0;
 }
 

@@ -231,141 +231,95 @@ int listen_any_port(int* port) {
   return fd;
 }
 
-}  // namespace
+// What every rank of this node starts with.
+struct Launch {
+  int nproc = 1, first_rank = 0, world = 1;
+  int port = 0, store_fd = -1;  // store_fd: node 0's listening socket, handed to rank 0
+  std::string addr;
+  std::string on_host;  // " on node1": which node's launcher speaks, when there are several
+};
 
-int spawn_local(int nproc, const std::vector<std::string>& argv) { return spawn_node({nproc, 1, 0}, argv); }
-
-int spawn_node(const NodeSpec& node, const std::vector<std::string>& argv) {
-  const int nproc = node.nproc, first_rank = node.node_rank * node.nproc, world = node.nnodes * node.nproc;
+Launch prepare_launch(const NodeSpec& node) {
   if (node.nnodes > 1 && !std::getenv("MASTER_ADDR"))
     throw UsageError("a launch over " + std::to_string(node.nnodes) + " nodes needs MASTER_ADDR: node 0's address, "
                      "reachable from every node");
+  Launch l;
+  l.nproc = node.nproc, l.first_rank = node.node_rank * node.nproc, l.world = node.nnodes * node.nproc;
   // One node: any free port. Several: the agreed MASTER_PORT, and only node 0 opens it.
-  int port = node.nnodes > 1 ? env_int("MASTER_PORT").value_or(29500) : 0;
-  const int store_fd = node.node_rank == 0 ? listen_any_port(&port) : -1;
-  const std::string addr = env_str("MASTER_ADDR", "127.0.0.1");
-  // " on node1": which node's launcher speaks, when there are several.
-  const std::string on_host = node.nnodes > 1 ? " on " + host_name() : "";
-  std::vector<Child> kids(nproc);
+  l.port = node.nnodes > 1 ? env_int("MASTER_PORT").value_or(29500) : 0;
+  l.store_fd = node.node_rank == 0 ? listen_any_port(&l.port) : -1;
+  l.addr = env_str("MASTER_ADDR", "127.0.0.1");
+  l.on_host = node.nnodes > 1 ? " on " + host_name() : "";
+  return l;
+}
+
+void catch_stop_signals() {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGPIPE, SIG_IGN);
+}
+
+// The child's side of the fork: dies with the launcher, writes stdout and stderr into `out`.
+[[noreturn]] void exec_rank(const Launch& l, int r, int out, pid_t launcher, const std::vector<std::string>& argv) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != launcher) _exit(1);
+  ::dup2(out, 1);  // dup2 clears close-on-exec on 1 and 2
+  ::dup2(out, 2);
+  setenv("RANK", std::to_string(l.first_rank + r).c_str(), 1);
+  setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+  setenv("WORLD_SIZE", std::to_string(l.world).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", std::to_string(l.nproc).c_str(), 1);
+  setenv("MASTER_ADDR", l.addr.c_str(), 1);
+  setenv("MASTER_PORT", std::to_string(l.port).c_str(), 1);
+  setenv("LOOM_LAUNCHED", "1", 1);
+  if (r == 0 && l.store_fd >= 0) {  // rank 0 hosts the store on the socket opened above
+    ::fcntl(l.store_fd, F_SETFD, 0);
+    setenv("LOOM_STORE_FD", std::to_string(l.store_fd).c_str(), 1);
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execv(argv[0].c_str(), args.data());
+  std::fprintf(stderr, "cannot start %s: %s\n", argv[0].c_str(), std::strerror(errno));
+  _exit(127);
+}
+
+std::vector<Child> start_ranks(const Launch& l, const std::vector<std::string>& argv) {
+  std::vector<Child> kids(l.nproc);
   const pid_t launcher = getpid();
-  for (int r = 0; r < nproc; ++r) {
+  for (int r = 0; r < l.nproc; ++r) {
     int fds[2];
     // Close-on-exec: no rank inherits the read ends of the others' pipes.
     if (::pipe2(fds, O_CLOEXEC) != 0) throw RuntimeError("launcher: pipe failed");
     pid_t pid = ::fork();
     if (pid < 0) throw RuntimeError("launcher: fork failed");
-    if (pid == 0) {
-      // The child: dies with the launcher, writes stdout and stderr into one pipe.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != launcher) _exit(1);
-      ::dup2(fds[1], 1);  // dup2 clears close-on-exec on 1 and 2
-      ::dup2(fds[1], 2);
-      setenv("RANK", std::to_string(first_rank + r).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
-      setenv("MASTER_ADDR", addr.c_str(), 1);
-      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-      setenv("LOOM_LAUNCHED", "1", 1);
-      if (r == 0 && store_fd >= 0) {  // rank 0 hosts the store on the socket opened above
-        ::fcntl(store_fd, F_SETFD, 0);
-        setenv("LOOM_STORE_FD", std::to_string(store_fd).c_str(), 1);
-      }
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(argv[0].c_str(), args.data());
-      std::fprintf(stderr, "cannot start %s: %s\n", argv[0].c_str(), std::strerror(errno));
-      _exit(127);
-    }
+    if (pid == 0) exec_rank(l, r, fds[1], launcher, argv);
     ::close(fds[1]);
-    if (r == 0 && store_fd >= 0) ::close(store_fd);  // rank 0 has it now
+    if (r == 0 && l.store_fd >= 0) ::close(l.store_fd);  // rank 0 has it now
     kids[r].pid = pid;
     kids[r].out = fds[0];
   }
+  return kids;
+}
 
-  int first_failed = -1, live = nproc;
-  bool stopping = false, terminated = false, by_signal = false, peer_stop = false;
-  auto last_poll = std::chrono::steady_clock::now();
-  const std::chrono::seconds signal_grace = stop_grace();
-  auto stop_started = std::chrono::steady_clock::now();
-  auto stop_all = [&](int sig) {
-    for (auto& k : kids)
-      if (!k.exited) ::kill(k.pid, sig);
-  };
-  while (live > 0) {
-    std::vector<pollfd> fds;
-    std::vector<int> owner;
-    for (int r = 0; r < nproc; ++r)
-      if (kids[r].out >= 0) fds.push_back({kids[r].out, POLLIN, 0}), owner.push_back(r);
-    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
-    else ::usleep(100 * 1000);
-    for (size_t i = 0; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      Child& k = kids[owner[i]];
-      char buf[8192];
-      ssize_t n = ::read(k.out, buf, sizeof buf);
-      if (n > 0) {
-        k.pending.append(buf, n);
-        flush_lines(first_rank + owner[i], k, false);
-      } else {
-        flush_lines(first_rank + owner[i], k, true);
-        ::close(k.out);
-        k.out = -1;
-      }
-    }
-    // Reap everything that exited since the last sweep, then name one failure: a rank killed by
-    // a signal is the cause when its peers exited with errors about losing it in the same sweep.
-    int culprit = -1;
-    for (int r = 0; r < nproc; ++r) {
-      Child& k = kids[r];
-      if (k.exited || ::waitpid(k.pid, &k.status, WNOHANG) != k.pid) continue;
-      k.exited = true;
-      --live;
-      if (failed(k.status) && (culprit < 0 || (WIFSIGNALED(k.status) && !WIFSIGNALED(kids[culprit].status))))
-        culprit = r;
-    }
-    // After a failure the others get a moment to fail on their own (a peer lost mid-collective
-    // fails within milliseconds) and say what they saw, before they are stopped.
-    if (culprit >= 0 && first_failed < 0 && !stopping) {
-      first_failed = culprit;
-      std::fprintf(stderr, "loom: rank %d%s %s; stopping the other ranks\n", first_rank + culprit, on_host.c_str(),
-                   describe_exit(kids[culprit].status).c_str());
-      stopping = true;
-      stop_started = std::chrono::steady_clock::now();
-    }
-    if (first_failed >= 0 && !terminated &&
-        std::chrono::steady_clock::now() - stop_started > std::chrono::seconds(2)) {
-      terminated = true;
-      stop_all(SIGTERM);
-    }
-    if (g_stop_signal && !stopping) {
-      std::fprintf(stderr, "loom: received %s; the ranks stop after their current step (again to stop now)\n",
-                   strsignal(g_stop_signal));
-      stopping = terminated = by_signal = true;
-      stop_started = std::chrono::steady_clock::now();
-      stop_all(SIGTERM);
-    }
-    if (node.peers_failed && !stopping && std::chrono::steady_clock::now() - last_poll > std::chrono::milliseconds(500)) {
-      last_poll = std::chrono::steady_clock::now();
-      if (node.peers_failed()) {
-        // Their peers are gone: nothing they could still do (a step, a save) can complete.
-        std::fprintf(stderr, "loom: a rank on another node failed; stopping this node's ranks\n");
-        stopping = terminated = peer_stop = true;
-        stop_started = last_poll;
-        stop_all(SIGKILL);
-      }
-    }
-    const auto grace = by_signal ? signal_grace : std::chrono::seconds(7);
-    if (stopping && (std::chrono::steady_clock::now() - stop_started > grace || g_signals > 1))
-      stop_all(SIGKILL);
+// One read from a rank's pipe that poll said is ready; end of file closes it.
+void read_ready(Child& k, int rank) {
+  char buf[8192];
+  ssize_t n = ::read(k.out, buf, sizeof buf);
+  if (n > 0) {
+    k.pending.append(buf, n);
+    flush_lines(rank, k, false);
+  } else {
+    flush_lines(rank, k, true);
+    ::close(k.out);
+    k.out = -1;
   }
-  // Whatever the ranks wrote just before exiting is still in the pipes. Non-blocking: a
-  // grandchild that kept the pipe open must not keep the launcher waiting.
-  for (int r = 0; r < nproc; ++r) {
+}
+
+// Whatever the ranks wrote just before exiting is still in the pipes. Non-blocking: a
+// grandchild that kept the pipe open must not keep the launcher waiting.
+void drain_output(std::vector<Child>& kids, int first_rank) {
+  for (size_t r = 0; r < kids.size(); ++r) {
     Child& k = kids[r];
     char buf[8192];
     ssize_t n;
@@ -373,24 +327,142 @@ int spawn_node(const NodeSpec& node, const std::vector<std::string>& argv) {
     while (k.out >= 0 && (n = ::read(k.out, buf, sizeof buf)) > 0) k.pending.append(buf, n);
     if (k.out >= 0) ::close(k.out);
     k.out = -1;
-    flush_lines(first_rank + r, k, true);
+    flush_lines(first_rank + static_cast<int>(r), k, true);
   }
-  if (first_failed >= 0) {
-    const int status = kids[first_failed].status;
-    const std::string what = "rank " + std::to_string(first_rank + first_failed) + on_host + " " + describe_exit(status);
-    std::fprintf(stderr, "loom: job failed: %s\n", what.c_str());
-    if (node.failure) *node.failure = what;
-    // A rank that rejected its configuration keeps the usage/config exit code.
-    return WIFEXITED(status) && WEXITSTATUS(status) == 2 ? 2 : 1;
+}
+
+// Watches a node's ranks until all have exited: relays their output, and on the first failure,
+// a stop signal or a failure on another node, stops the rest.
+class Supervisor {
+ public:
+  Supervisor(const NodeSpec& node, const Launch& l, std::vector<Child>& kids)
+      : node_(node), l_(l), kids_(kids), live_(l.nproc) {}
+
+  void run() {
+    while (live_ > 0) {
+      relay_output();
+      const int culprit = reap_exited();
+      if (culprit >= 0 && first_failed_ < 0 && !stopping_) report_failure(culprit);
+      terminate_after_failure();
+      stop_on_signal();
+      stop_if_peers_failed();
+      const auto grace = by_signal_ ? signal_grace_ : std::chrono::seconds(7);
+      if (stopping_ && (std::chrono::steady_clock::now() - stop_started_ > grace || g_signals > 1)) stop_all(SIGKILL);
+    }
   }
-  if (peer_stop) {
-    if (node.failure) *node.failure = "stopped because a rank on another node failed";
-    return 1;
+
+  // The job's exit code once every rank has exited and its output is drained.
+  int job_status() const {
+    if (first_failed_ >= 0) {
+      const int status = kids_[first_failed_].status;
+      const std::string what = "rank " + std::to_string(l_.first_rank + first_failed_) + l_.on_host + " " + describe_exit(status);
+      std::fprintf(stderr, "loom: job failed: %s\n", what.c_str());
+      if (node_.failure) *node_.failure = what;
+      // A rank that rejected its configuration keeps the usage/config exit code.
+      return WIFEXITED(status) && WEXITSTATUS(status) == 2 ? 2 : 1;
+    }
+    if (peer_stop_) {
+      if (node_.failure) *node_.failure = "stopped because a rank on another node failed";
+      return 1;
+    }
+    // Ranks that all stopped cleanly on the signal (exit 3) make the job's status 3 too.
+    if (g_stop_signal)
+      return std::all_of(kids_.begin(), kids_.end(), [](const Child& k) { return WIFEXITED(k.status) && WEXITSTATUS(k.status) == 3; }) ? 3 : 1;
+    return 0;
   }
-  // Ranks that all stopped cleanly on the signal (exit 3) make the job's status 3 too.
-  if (g_stop_signal)
-    return std::all_of(kids.begin(), kids.end(), [](const Child& k) { return WIFEXITED(k.status) && WEXITSTATUS(k.status) == 3; }) ? 3 : 1;
-  return 0;
+
+ private:
+  void stop_all(int sig) {
+    for (auto& k : kids_)
+      if (!k.exited) ::kill(k.pid, sig);
+  }
+
+  void relay_output() {
+    std::vector<pollfd> fds;
+    std::vector<int> owner;
+    for (int r = 0; r < l_.nproc; ++r)
+      if (kids_[r].out >= 0) fds.push_back({kids_[r].out, POLLIN, 0}), owner.push_back(r);
+    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
+    else ::usleep(100 * 1000);
+    for (size_t i = 0; i < fds.size(); ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_ready(kids_[owner[i]], l_.first_rank + owner[i]);
+  }
+
+  // Reaps everything that exited since the last sweep, and names one failure: a rank killed by
+  // a signal is the cause when its peers exited with errors about losing it in the same sweep.
+  int reap_exited() {
+    int culprit = -1;
+    for (int r = 0; r < l_.nproc; ++r) {
+      Child& k = kids_[r];
+      if (k.exited || ::waitpid(k.pid, &k.status, WNOHANG) != k.pid) continue;
+      k.exited = true;
+      --live_;
+      if (failed(k.status) && (culprit < 0 || (WIFSIGNALED(k.status) && !WIFSIGNALED(kids_[culprit].status))))
+        culprit = r;
+    }
+    return culprit;
+  }
+
+  // After a failure the others get a moment to fail on their own (a peer lost mid-collective
+  // fails within milliseconds) and say what they saw, before they are stopped.
+  void report_failure(int culprit) {
+    first_failed_ = culprit;
+    std::fprintf(stderr, "loom: rank %d%s %s; stopping the other ranks\n", l_.first_rank + culprit, l_.on_host.c_str(),
+                 describe_exit(kids_[culprit].status).c_str());
+    stopping_ = true;
+    stop_started_ = std::chrono::steady_clock::now();
+  }
+
+  void terminate_after_failure() {
+    if (first_failed_ >= 0 && !terminated_ && std::chrono::steady_clock::now() - stop_started_ > std::chrono::seconds(2)) {
+      terminated_ = true;
+      stop_all(SIGTERM);
+    }
+  }
+
+  void stop_on_signal() {
+    if (!g_stop_signal || stopping_) return;
+    std::fprintf(stderr, "loom: received %s; the ranks stop after their current step (again to stop now)\n",
+                 strsignal(g_stop_signal));
+    stopping_ = terminated_ = by_signal_ = true;
+    stop_started_ = std::chrono::steady_clock::now();
+    stop_all(SIGTERM);
+  }
+
+  void stop_if_peers_failed() {
+    if (!node_.peers_failed || stopping_ || std::chrono::steady_clock::now() - last_poll_ <= std::chrono::milliseconds(500))
+      return;
+    last_poll_ = std::chrono::steady_clock::now();
+    if (!node_.peers_failed()) return;
+    // Their peers are gone: nothing they could still do (a step, a save) can complete.
+    std::fprintf(stderr, "loom: a rank on another node failed; stopping this node's ranks\n");
+    stopping_ = terminated_ = peer_stop_ = true;
+    stop_started_ = last_poll_;
+    stop_all(SIGKILL);
+  }
+
+  const NodeSpec& node_;
+  const Launch& l_;
+  std::vector<Child>& kids_;
+  int first_failed_ = -1, live_;
+  bool stopping_ = false, terminated_ = false, by_signal_ = false, peer_stop_ = false;
+  std::chrono::steady_clock::time_point last_poll_ = std::chrono::steady_clock::now();
+  const std::chrono::seconds signal_grace_ = stop_grace();
+  std::chrono::steady_clock::time_point stop_started_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+int spawn_local(int nproc, const std::vector<std::string>& argv) { return spawn_node({nproc, 1, 0}, argv); }
+
+int spawn_node(const NodeSpec& node, const std::vector<std::string>& argv) {
+  const Launch launch = prepare_launch(node);
+  catch_stop_signals();
+  std::vector<Child> kids = start_ranks(launch, argv);
+  Supervisor supervisor(node, launch, kids);
+  supervisor.run();
+  drain_output(kids, launch.first_rank);
+  return supervisor.job_status();
 }
 
 }  // namespace loom::dist

@@ -4,6 +4,7 @@
 
 #include "core/errors.hpp"
 #include "loader/host.hpp"
+#include "tensor/tensor.hpp"
 
 namespace loom {
 
@@ -30,7 +31,7 @@ void check_runs(const std::vector<PositionRun>& runs, int64_t seq_len, int64_t l
 }  // namespace
 
 ContextAttention::ContextAttention(const loom_context_context& ctx, plugins::Instance& plugin, int64_t seq_len)
-    : t_(plugin.table<loom_context_v1>()), self_(plugin.self()), seq_len_(seq_len) {
+    : ctx_(ctx), t_(plugin.table<loom_context_v1>()), self_(plugin.self()), seq_len_(seq_len) {
   size_ = ctx.comm->size(ctx.comm_self, ctx.cp);
   const int rank = ctx.comm->rank(ctx.comm_self, ctx.cp);
   loom_error e;
@@ -75,6 +76,15 @@ ContextStats ContextAttention::stats() const {
   loom_error e;
   check(t_->stats(self_, &s.compute_ms, &s.exposed_comm_ms, &s.bytes_sent, &e), e, "context plugin stats");
   return s;
+}
+
+std::vector<double> ContextAttention::all_gather(const std::vector<double>& mine) const {
+  std::vector<double> all(mine.size() * size_);
+  loom_tensor in = flat_view(const_cast<double*>(mine.data()), LOOM_F64, static_cast<int64_t>(mine.size()));
+  loom_tensor out = flat_view(all.data(), LOOM_F64, static_cast<int64_t>(all.size()));
+  loom_error e;
+  check(ctx_.comm->all_gather(ctx_.comm_self, ctx_.cp, &in, &out, nullptr, &e), e, "cp all-gather of routing");
+  return all;
 }
 
 }  // namespace loom

@@ -37,8 +37,12 @@ class ContextAttention {
   void forward(const loom_attention_args& a) const;
   void backward(const loom_attention_args& a) const;
   ContextStats stats() const;
+  // Every cp rank's `n` values, rank-major (MoE routing: what capacity and the load-balancing
+  // statistics of a sequence need from the ranks holding its other positions).
+  std::vector<double> all_gather(const std::vector<double>& mine) const;
 
  private:
+  loom_context_context ctx_;
   const loom_context_v1* t_;
   void* self_;
   int size_ = 1;

@@ -92,15 +92,4 @@ double LayerApi::cross_entropy(Tensor& logits, const int32_t* targets, int64_t,
   return sum;
 }
 
-std::vector<double> LayerApi::gather_over_tokens(const std::vector<double>& mine, int& my_rank) const {
-  if (!tokens_on_ || tokens_.size == 1 || !tokens_.all_gather) {
-    my_rank = 0;
-    return mine;
-  }
-  my_rank = tokens_.rank;
-  std::vector<double> all(mine.size() * tokens_.size);
-  tokens_.all_gather(mine.data(), all.data(), static_cast<int64_t>(mine.size()));
-  return all;
-}
-
 }  // namespace loom

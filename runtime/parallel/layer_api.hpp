@@ -50,6 +50,8 @@ class LayerApi {
   virtual std::vector<float> logits_row(const Tensor& logits, int64_t row) const;
   // After backward: sums over tp the gradients that saw only this rank's rows (sequence parallel).
   virtual void finish_replicated_grads(ParamStore&) {}
+  // The same for some of them (a ZeRO unit, before the data plugin reduces its gradients).
+  virtual void finish_replicated_grads(const std::vector<Param*>&) {}
   // Megatron's f (enter) and g (exit) around a column-parallel ... row-parallel pair.
   virtual Tensor region_enter(const Tensor& h) { return h; }
   virtual Tensor region_enter_bwd(const Tensor& dh) { return dh; }
@@ -73,19 +75,6 @@ class LayerApi {
   // of the rows with target >= 0. With dloss != 0 the logits become their gradient (in place).
   virtual double cross_entropy(Tensor& logits, const int32_t* targets, int64_t vocab_begin,
                                int64_t vocab_real, float dloss) const;
-
-  // The ranks that hold the tokens of one micro-batch between them (the dp group): MoE routing
-  // gathers its per-expert statistics over them, so capacity and the load-balancing loss see
-  // the whole micro-batch, as on one rank. Rank r's tokens come after those of ranks < r.
-  struct TokenGroup {
-    int rank = 0, size = 1;
-    std::function<void(const double* mine, double* all, int64_t n)> all_gather;  // size x n
-  };
-  void set_token_group(TokenGroup g) { tokens_ = std::move(g); }
-  // Off while every rank holds the same tokens (evaluation, samples).
-  void use_token_group(bool on) { tokens_on_ = on; }
-  // Every rank's `n` values, rank-major; just `mine` without a group.
-  std::vector<double> gather_over_tokens(const std::vector<double>& mine, int& my_rank) const;
 
   // The expert slot (ep > 1): this rank holds a block of each MoE layer's experts and sends
   // routed rows to the others' through it. Null: every expert is here.
@@ -112,8 +101,6 @@ class LayerApi {
   const loom_ops* ops_;
   GemmNumerics numerics_;
   mutable SegmentProfile profile_;
-  TokenGroup tokens_;
-  bool tokens_on_ = true;
   ExpertDispatch* experts_ = nullptr;
   ContextAttention* context_ = nullptr;
   int64_t offset_ = 0;

@@ -131,6 +131,96 @@ void require_positive(const toml::table& root, const char* s, const char* k, con
                       std::to_string(n->value<double>().value()));
 }
 
+toml::table parse_toml(const std::string& text, const std::string& source) {
+  try {
+    return toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw ConfigError(source + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) + ": " +
+                      std::string(e.description()));
+  }
+}
+
+void check_section_names(const toml::table& root) {
+  std::vector<std::string> names;
+  for (const auto& s : cluster_schema()) names.push_back(s.name);
+  for (auto&& [key, node] : root) {
+    const std::string name(key.str());
+    if (std::find(names.begin(), names.end(), name) == names.end() || !node.is_table())
+      throw ConfigError(config::where(node) + ": unknown section '" + name + "' in a cluster file" +
+                        did_you_mean(name, names));
+  }
+}
+
+// Before the defaults fill them: a cluster of several nodes must say what connects them.
+void require_figures(const toml::table& root, const std::string& source) {
+  for (const Required& r : kRequired) require(root, r, source, "");
+  const toml::node* nodes = section(root, "cluster").get("nodes");
+  if (nodes && nodes->is_integer() && nodes->value<int64_t>().value() > 1)
+    for (const Required& r : kRequiredAcrossNodes)
+      require(root, r, source, "; a cluster of " + std::to_string(nodes->value<int64_t>().value()) +
+                                   " nodes needs the network between them");
+}
+
+void fill_defaults(toml::table& root) {
+  for (const auto& s : cluster_schema()) {
+    if (!root.contains(s.name)) root.insert(s.name, toml::table{});
+    config::check_table(*root.get_as<toml::table>(s.name), "[" + s.name + "]", s.keys, false);
+  }
+}
+
+void read_device(const toml::table& root, const std::string& source, Cluster& c) {
+  c.memory = f64(root, "device", "memory_gib") * (1ull << 30);
+  c.hbm = f64(root, "device", "hbm_gbps") * 1e9;
+  c.peak_bf16 = f64(root, "device", "peak_tflops_bf16") * 1e12;
+  c.peak_fp16 = f64(root, "device", "peak_tflops_fp16") * 1e12;
+  c.peak_fp8 = f64(root, "device", "peak_tflops_fp8") * 1e12;
+  c.peak_fp32 = f64(root, "device", "peak_tflops_fp32") * 1e12;
+  if (c.peak_bf16 <= 0 && c.peak_fp32 <= 0)
+    throw ConfigError(source + ": [device] needs a peak: peak_tflops_bf16 or peak_tflops_fp32 (missing or 0)");
+  c.shared_cores = static_cast<int>(i64(root, "device", "shared_cores"));
+  if (c.shared_cores > 0) require_positive(root, "device", "thread_scaling", source);
+  c.thread_scaling = f64(root, "device", "thread_scaling");
+  c.headroom = f64(root, "device", "memory_headroom");
+}
+
+void read_links(const toml::table& root, const std::string& source, Cluster& c) {
+  c.intra = {str(root, "intra", "kind"), f64(root, "intra", "bandwidth_gbps") * 1e9, f64(root, "intra", "latency_us") * 1e-6};
+  if (c.nodes > 1) {
+    for (const char* k : {"nics_per_node", "nic_gbits", "latency_us"}) require_positive(root, "inter", k, source);
+  }
+  c.nics_per_node = static_cast<int>(i64(root, "inter", "nics_per_node"));
+  c.inter = {str(root, "inter", "kind"), f64(root, "inter", "nic_gbits") * 1e9 / 8, f64(root, "inter", "latency_us") * 1e-6};
+  c.rail_optimized = section(root, "inter").get("rail_optimized")->value<bool>().value();
+  c.nodes_per_pod = static_cast<int>(i64(root, "inter", "nodes_per_pod"));
+  c.oversubscription = f64(root, "inter", "oversubscription");
+}
+
+void read_efficiency(const toml::table& root, const std::string& source, Cluster& c) {
+  c.gemm_eff = f64(root, "efficiency", "gemm");
+  c.attention_eff = f64(root, "efficiency", "attention");
+  c.memory_eff = f64(root, "efficiency", "memory");
+  c.comm_eff = f64(root, "efficiency", "comm");
+  for (const char* k : {"gemm", "attention", "memory", "comm"}) require_positive(root, "efficiency", k, source);
+  c.gemm_overhead = f64(root, "efficiency", "gemm_overhead_us") * 1e-6;
+  c.attention_overhead = f64(root, "efficiency", "attention_overhead_us") * 1e-6;
+  c.elementwise_overhead = f64(root, "efficiency", "elementwise_overhead_us") * 1e-6;
+  c.step_overhead = f64(root, "efficiency", "step_overhead_ms") * 1e-3;
+  c.score_bytes = f64(root, "efficiency", "score_bytes");
+}
+
+void read_intra_ops(const toml::table& root, const std::string& source, Cluster& c) {
+  const char* ops[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"};  // loom_cost_op order
+  for (int op = 0; op < 5; ++op) {
+    const std::vector<double> v = list(root, "intra_ops", ops[op]);
+    if (v.empty()) continue;
+    if (v.size() != 2 || v[1] <= 0)
+      throw ConfigError(source + ": [intra_ops] " + ops[op] + " must be [latency us, bandwidth GB/s > 0]");
+    c.intra_ops.op[op] = {c.intra.kind, v[1] * 1e9, v[0] * 1e-6};
+    c.intra_ops.has[op] = true;
+  }
+}
+
 }  // namespace
 
 const std::vector<SectionSpec>& cluster_schema() {
@@ -146,33 +236,10 @@ double Cluster::peak(const std::string& dtype) const {
 }
 
 Cluster parse_cluster(const std::string& text, const std::string& source) {
-  toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    const auto& b = e.source().begin;
-    throw ConfigError(source + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) + ": " +
-                      std::string(e.description()));
-  }
-  std::vector<std::string> names;
-  for (const auto& s : cluster_schema()) names.push_back(s.name);
-  for (auto&& [key, node] : root) {
-    const std::string name(key.str());
-    if (std::find(names.begin(), names.end(), name) == names.end() || !node.is_table())
-      throw ConfigError(config::where(node) + ": unknown section '" + name + "' in a cluster file" +
-                        did_you_mean(name, names));
-  }
-  for (const Required& r : kRequired) require(root, r, source, "");
-  // Before the defaults fill them: a cluster of several nodes must say what connects them.
-  const toml::node* nodes = section(root, "cluster").get("nodes");
-  if (nodes && nodes->is_integer() && nodes->value<int64_t>().value() > 1)
-    for (const Required& r : kRequiredAcrossNodes)
-      require(root, r, source, "; a cluster of " + std::to_string(nodes->value<int64_t>().value()) +
-                                   " nodes needs the network between them");
-  for (const auto& s : cluster_schema()) {
-    if (!root.contains(s.name)) root.insert(s.name, toml::table{});
-    config::check_table(*root.get_as<toml::table>(s.name), "[" + s.name + "]", s.keys, false);
-  }
+  toml::table root = parse_toml(text, source);
+  check_section_names(root);
+  require_figures(root, source);
+  fill_defaults(root);
   Cluster c;
   c.source = source;
   c.name = str(root, "cluster", "name");
@@ -181,46 +248,10 @@ Cluster parse_cluster(const std::string& text, const std::string& source) {
   c.per_node = static_cast<int>(i64(root, "device", "per_node"));
   for (const char* k : {"memory_gib", "hbm_gbps"}) require_positive(root, "device", k, source);
   for (const char* k : {"bandwidth_gbps", "latency_us"}) require_positive(root, "intra", k, source);
-  c.memory = f64(root, "device", "memory_gib") * (1ull << 30);
-  c.hbm = f64(root, "device", "hbm_gbps") * 1e9;
-  c.peak_bf16 = f64(root, "device", "peak_tflops_bf16") * 1e12;
-  c.peak_fp16 = f64(root, "device", "peak_tflops_fp16") * 1e12;
-  c.peak_fp8 = f64(root, "device", "peak_tflops_fp8") * 1e12;
-  c.peak_fp32 = f64(root, "device", "peak_tflops_fp32") * 1e12;
-  if (c.peak_bf16 <= 0 && c.peak_fp32 <= 0)
-    throw ConfigError(source + ": [device] needs a peak: peak_tflops_bf16 or peak_tflops_fp32 (missing or 0)");
-  c.shared_cores = static_cast<int>(i64(root, "device", "shared_cores"));
-  if (c.shared_cores > 0) require_positive(root, "device", "thread_scaling", source);
-  c.thread_scaling = f64(root, "device", "thread_scaling");
-  c.headroom = f64(root, "device", "memory_headroom");
-  c.intra = {str(root, "intra", "kind"), f64(root, "intra", "bandwidth_gbps") * 1e9, f64(root, "intra", "latency_us") * 1e-6};
-  if (c.nodes > 1) {
-    for (const char* k : {"nics_per_node", "nic_gbits", "latency_us"}) require_positive(root, "inter", k, source);
-  }
-  c.nics_per_node = static_cast<int>(i64(root, "inter", "nics_per_node"));
-  c.inter = {str(root, "inter", "kind"), f64(root, "inter", "nic_gbits") * 1e9 / 8, f64(root, "inter", "latency_us") * 1e-6};
-  c.rail_optimized = section(root, "inter").get("rail_optimized")->value<bool>().value();
-  c.nodes_per_pod = static_cast<int>(i64(root, "inter", "nodes_per_pod"));
-  c.oversubscription = f64(root, "inter", "oversubscription");
-  c.gemm_eff = f64(root, "efficiency", "gemm");
-  c.attention_eff = f64(root, "efficiency", "attention");
-  c.memory_eff = f64(root, "efficiency", "memory");
-  c.comm_eff = f64(root, "efficiency", "comm");
-  for (const char* k : {"gemm", "attention", "memory", "comm"}) require_positive(root, "efficiency", k, source);
-  c.gemm_overhead = f64(root, "efficiency", "gemm_overhead_us") * 1e-6;
-  c.attention_overhead = f64(root, "efficiency", "attention_overhead_us") * 1e-6;
-  c.elementwise_overhead = f64(root, "efficiency", "elementwise_overhead_us") * 1e-6;
-  c.step_overhead = f64(root, "efficiency", "step_overhead_ms") * 1e-3;
-  c.score_bytes = f64(root, "efficiency", "score_bytes");
-  const char* ops[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"};  // loom_cost_op order
-  for (int op = 0; op < 5; ++op) {
-    const std::vector<double> v = list(root, "intra_ops", ops[op]);
-    if (v.empty()) continue;
-    if (v.size() != 2 || v[1] <= 0)
-      throw ConfigError(source + ": [intra_ops] " + ops[op] + " must be [latency us, bandwidth GB/s > 0]");
-    c.intra_ops.op[op] = {c.intra.kind, v[1] * 1e9, v[0] * 1e-6};
-    c.intra_ops.has[op] = true;
-  }
+  read_device(root, source, c);
+  read_links(root, source, c);
+  read_efficiency(root, source, c);
+  read_intra_ops(root, source, c);
   c.compute_scale = f64(root, "efficiency", "compute_scale");
   require_positive(root, "efficiency", "compute_scale", source);
   c.process_bytes = f64(root, "efficiency", "process_mib") * (1ull << 20);

@@ -81,16 +81,18 @@ double Precision::loss_scale() const {
   return has_policy() ? table_->loss_scale(instance_->self()) : 1.0;
 }
 
-bool Precision::end_step(bool found_inf, const std::function<void(float*, int64_t)>& reduce_max) {
+bool Precision::end_step(bool found_inf, const ReduceMax& over_sharers, const ReduceMax& over_world) {
   if (!has_policy()) return false;
   float* stats = nullptr;
   int64_t n = 0;
   if (table_->step_stats(instance_->self(), &stats, &n, &err_) != LOOM_OK) fail("report its step stats");
-  // One reduction carries the plugin's stats and the overflow flag, so every rank decides alike
-  // even if a non-finite value stayed in one rank's unreduced gradients.
+  // The stats are per site, and only the ranks of one pipeline stage name the same sites (in the
+  // same order); the overflow flag rides along with them, then goes on to the other stages, so
+  // every rank decides alike even if a non-finite value stayed in one rank's unreduced gradients.
   std::vector<float> shared(stats, stats + n);
   shared.push_back(found_inf ? 1.f : 0.f);
-  reduce_max(shared.data(), n + 1);
+  over_sharers(shared.data(), n + 1);
+  over_world(&shared[n], 1);
   std::copy(shared.begin(), shared.begin() + n, stats);
   found_inf = shared[n] > 0.f;
   int32_t skip = 0;

@@ -38,9 +38,11 @@ class Precision {
 
   // The factor the loss gradient carries this step (1 without loss scaling).
   double loss_scale() const;
-  // Ends the step: `reduce_max` reduces the plugin's stats in place across the ranks that share
-  // the sites; `found_inf` says whether any rank's gradients are non-finite. True = skip it.
-  bool end_step(bool found_inf, const std::function<void(float*, int64_t)>& reduce_max);
+  // Ends the step: `over_sharers` reduces (MAX, in place) across the ranks that hold the same
+  // sites, the ranks of one pipeline stage; `over_world` across every rank, for the overflow
+  // flag; `found_inf` says whether this rank saw non-finite gradients. True = skip it.
+  using ReduceMax = std::function<void(float*, int64_t)>;
+  bool end_step(bool found_inf, const ReduceMax& over_sharers, const ReduceMax& over_world);
   // The plugin's metrics for the step that just ended.
   std::vector<std::pair<std::string, double>> metrics() const;
   // The scaling state (empty for plugins without one), for checkpoints.

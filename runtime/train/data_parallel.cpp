@@ -23,8 +23,9 @@ loom_tensor scalar_f64(double* v, int64_t n = 1) { return flat_view(v, LOOM_F64,
 class DataParallel::Shards : public gpt::LayerHooks {
  public:
   Shards(const loom_data_v1* table, void* self, ParamStore& params, gpt::Gpt& model,
-         const std::vector<loom_data_unit>& units, const std::vector<int64_t>& unit_of_param, int microbatches)
-      : t_(table), self_(self), units_(units), microbatches_(microbatches) {
+         const std::vector<loom_data_unit>& units, const std::vector<int64_t>& unit_of_param, int microbatches,
+         GradsFinal before_reduce)
+      : t_(table), self_(self), units_(units), microbatches_(microbatches), before_reduce_(std::move(before_reduce)) {
     members_.resize(units.size());
     for (Param& p : params.all()) members_[unit_of_param[p.index]].push_back(&p);
     // The lowest-numbered layer using a unit owns it (the others borrow it, as the head borrows
@@ -67,6 +68,7 @@ class DataParallel::Shards : public gpt::LayerHooks {
       open_[u] = false;
       const bool last = ++ready_[u] == microbatches_;  // every micro-batch runs each unit's backward once
       if (last) ready_[u] = 0;
+      if (before_reduce_) before_reduce_(members_[u]);
       loom_error e;
       check(t_->unit_grads_ready(self_, u, last, &e), e, "data plugin unit_grads_ready");
       for (Param* p : members_[u]) p->grad = Tensor();  // the bucket is the plugin's again
@@ -92,6 +94,7 @@ class DataParallel::Shards : public gpt::LayerHooks {
   void* self_;
   std::vector<loom_data_unit> units_;
   int microbatches_;
+  GradsFinal before_reduce_;
   std::vector<std::vector<Param*>> members_;
   std::vector<std::vector<int64_t>> uses_;
   std::vector<size_t> owner_;
@@ -101,32 +104,52 @@ class DataParallel::Shards : public gpt::LayerHooks {
 
 DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& sel,
                            dist::CommWorld& world, ParamStore& params, gpt::Gpt& model, int microbatches,
-                           const std::vector<std::string>& own_unit)
+                           const std::vector<std::string>& own_unit, GradsFinal before_reduce)
     : world_(&world) {
   const plugins::SlotChoice* data = sel.slot("data");
   if (!data)
     throw ConfigError(world.mesh().describe() + " needs [plugins] data (e.g. \"ddp\")");
-
   loom_options data_opts = plugins::options_for(cfg, data->found.desc->name);
   data_ = std::make_unique<plugins::Instance>(data->found, &data_opts);
   table_ = data_->table<loom_data_v1>();
-  const bool ep = world.mesh().ep > 1;  // the plugin declares LOOM_DATA_EXPERTS (check_data_capabilities)
+  describe_params(params, world.mesh().ep > 1);  // the plugin declares LOOM_DATA_EXPERTS (check_data_capabilities)
+  std::vector<size_t> first_user;
+  find_final_layers(model, first_user);
+  const std::vector<int64_t> unit_of_param = build_units(params, model, first_user, own_unit);
+  start_plugin(*data, params, model);
+  if (stage_ > 0) {
+    shards_ = std::make_unique<Shards>(table_, data_->self(), params, model, units_, unit_of_param, microbatches,
+                                       std::move(before_reduce));
+    model.set_hooks(shards_.get());
+    params.release_buffers();  // the plugin keeps its own copy, sharded as its stage says
+  }
+}
 
+void DataParallel::describe_params(const ParamStore& params, bool ep) {
   for (const Param& p : params.all()) {
     infos_.push_back({p.name.c_str(), p.offset, p.value.numel()});
     flags_.push_back((p.weight_decay ? LOOM_PARAM_DECAY : 0) | (p.tp_sharded() ? LOOM_PARAM_TP_SHARDED : 0) |
                      (p.mirror ? LOOM_PARAM_MIRROR : 0) | (ep && p.ep_sharded() ? LOOM_PARAM_EXPERT : 0));
   }
-  // The lowest-numbered layer using a parameter: it declared it, and in backward the gradient
-  // is final once that layer is done.
-  std::vector<size_t> first_user(infos_.size(), SIZE_MAX);
+}
+
+// The lowest-numbered layer using a parameter declared it, and in backward its gradient is
+// final once that layer is done.
+void DataParallel::find_final_layers(gpt::Gpt& model, std::vector<size_t>& first_user) {
+  first_user.assign(infos_.size(), SIZE_MAX);
   for (size_t i = 0; i < model.layers().size(); ++i)
     for (const Param* p : model.layers()[i]->params()) first_user[p->index] = std::min(first_user[p->index], i);
   final_after_.assign(model.layers().size(), {});
   for (size_t p = 0; p < first_user.size(); ++p)
     if (first_user[p] != SIZE_MAX) final_after_[first_user[p]].push_back(static_cast<int64_t>(p));
-  // Units: the parameters each layer declares, a contiguous range of the flat buffers; a layer's
-  // experts (held per ep rank, reduced over another group) form a unit of their own.
+}
+
+// Units: the parameters each layer declares, a contiguous range of the flat buffers; a layer's
+// experts (held per ep rank, reduced over another group) form a unit of their own, and so does
+// each parameter named in `own_unit`. Returns each parameter's unit.
+std::vector<int64_t> DataParallel::build_units(const ParamStore& params, gpt::Gpt& model,
+                                               const std::vector<size_t>& first_user,
+                                               const std::vector<std::string>& own_unit) {
   std::vector<int64_t> unit_of_param(infos_.size(), -1);
   auto alone = [&](const Param& p) { return std::find(own_unit.begin(), own_unit.end(), p.name) != own_unit.end(); };
   auto end_of = [](const Param& p) { return p.offset + (p.value.numel() + 15) / 16 * 16; };
@@ -140,6 +163,7 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
         if (first_user[p.index] == i && alone(p) && expert == 0) {
           unit_of_param[p.index] = static_cast<int64_t>(units_.size());
           units_.push_back({p.offset, end_of(p) - p.offset});
+          expert_unit_.push_back(false);
         } else if (member(p)) {
           lo = std::min(lo, p.offset), hi = std::max(hi, end_of(p)), inside += end_of(p) - p.offset;
         }
@@ -151,9 +175,14 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
       for (const Param& p : params.all())
         if (member(p)) unit_of_param[p.index] = static_cast<int64_t>(units_.size());
       units_.push_back({lo, hi - lo});
+      expert_unit_.push_back(expert == 1);
     }
   }
+  return unit_of_param;
+}
 
+void DataParallel::start_plugin(const plugins::SlotChoice& data, ParamStore& params, gpt::Gpt& model) {
+  const bool ep = world_->mesh().ep > 1;
   loom_data_context ctx{};
   ctx.v = LOOM_VERSION_OF(loom_data_context);
   ctx.comm = world_->table();
@@ -173,15 +202,10 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
   check(table_->setup(data_->self(), &ctx, &e), e, "data plugin setup");
   if (LOOM_HAS_FIELD(&table_->base, loom_data_v1, pieces_loaded) && table_->zero_stage)
     stage_ = table_->zero_stage(data_->self());
-  if (stage_ > 0 && !(plugins::data_capabilities(data->found.desc) & LOOM_DATA_SHARDED))
-    throw ConfigError("[plugins] data = \"" + std::string(data->found.desc->name) + "\" says zero_stage() = " +
+  if (stage_ > 0 && !(plugins::data_capabilities(data.found.desc) & LOOM_DATA_SHARDED))
+    throw ConfigError("[plugins] data = \"" + std::string(data.found.desc->name) + "\" says zero_stage() = " +
                       std::to_string(stage_) + " but does not declare LOOM_DATA_SHARDED" +
-                      plugins::declared_note(data->found.desc) + "; the runtime will not hand it the model state");
-  if (stage_ > 0) {
-    shards_ = std::make_unique<Shards>(table_, data_->self(), params, model, units_, unit_of_param, microbatches);
-    model.set_hooks(shards_.get());
-    params.release_buffers();  // the plugin keeps its own copy, sharded as its stage says
-  }
+                      plugins::declared_note(data.found.desc) + "; the runtime will not hand it the model state");
 }
 
 DataParallel::~DataParallel() = default;
@@ -270,23 +294,45 @@ double DataParallel::mean_over_data(double v) {
 // Everything is replicated over the dp ranks; under ep the non-expert parameters are replicated
 // over the whole data group too, so they are compared there as well.
 std::vector<int> DataParallel::odd_replicas(const ParamStore& params) {
-  if (sharded()) return {};  // each rank holds its own shard: there is no replica to compare
-  const bool ep = world_->mesh().ep > 1;
-  auto checksum = [&](bool dense_only) {
-    double sum = 0;
-    for (const Param& p : params.all()) {
-      if (dense_only && p.ep_sharded()) continue;
-      const float* v = p.value.f32();
-      for (int64_t i = 0; i < p.value.numel(); ++i)
-        sum += static_cast<double>(v[i]) * static_cast<double>((p.offset + i) % 9973 + 1);
-    }
-    return sum;
-  };
-  std::vector<int> odd = odd_in(world_->axis(dist::Axis::DP), checksum(false));
-  if (ep)
-    for (int r : odd_in(world_->data(), checksum(true)))
+  if (stage_ >= 3) return {};  // each rank holds its own shard: there is no replica to compare
+  std::vector<int> odd = odd_in(world_->axis(dist::Axis::DP), checksum(params, false));
+  if (world_->mesh().ep > 1)
+    for (int r : odd_in(world_->data(), checksum(params, true)))
       if (std::find(odd.begin(), odd.end(), r) == odd.end()) odd.push_back(r);
   return odd;
+}
+
+// Over the flat buffer, or under ZeRO-1/2 over the plugin's whole parameters, unit by unit
+// (the same offsets, so the same sum for the same values).
+double DataParallel::checksum(const ParamStore& params, bool dense_only) {
+  auto add = [](double& sum, const float* v, int64_t offset, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(v[i]) * static_cast<double>((offset + i) % 9973 + 1);
+  };
+  double sum = 0;
+  if (!sharded()) {
+    for (const Param& p : params.all())
+      if (!dense_only || !p.ep_sharded()) add(sum, p.value.f32(), p.offset, p.value.numel());
+    return sum;
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (dense_only && expert_unit_[u]) continue;
+    float* v = nullptr;
+    loom_error e;
+    check(table_->acquire_params(data_->self(), static_cast<int64_t>(u), 0, &v, &e), e, "data plugin acquire_params");
+    add(sum, v, units_[u].offset, units_[u].numel);
+    check(table_->release_params(data_->self(), static_cast<int64_t>(u), &e), e, "data plugin release_params");
+  }
+  return sum;
+}
+
+void DataParallel::nudge_replica(float delta) {
+  if (stage_ >= 3)
+    throw RuntimeError("zero3 holds each parameter once over dp: there is no replica to nudge");
+  float* v = nullptr;
+  loom_error e;
+  check(table_->acquire_params(data_->self(), 0, 0, &v, &e), e, "data plugin acquire_params");
+  v[0] += delta;
+  check(table_->release_params(data_->self(), 0, &e), e, "data plugin release_params");
 }
 
 std::vector<int> DataParallel::odd_in(dist::Communicator& group, double checksum) {

@@ -6,6 +6,7 @@
 // norms and the memory figures come from the plugin.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,11 @@ namespace loom::train {
 // "rank 3", "ranks 0 and 1", "ranks 0, 2 and 5".
 std::string describe_ranks(const std::vector<int>& ranks);
 
+// Called with parameters whose gradient this rank has finished, before the data plugin reduces
+// them (under ZeRO, per unit and micro-batch): where gradients that the tensor slot still owes a
+// sum over tp (sequence parallelism's replicated parameters) get it, and where faults strike.
+using GradsFinal = std::function<void(const std::vector<Param*>&)>;
+
 class DataParallel {
  public:
   // Starts the data plugin over the model, on the data group of `world` (experts' gradients over
@@ -27,7 +33,7 @@ class DataParallel {
   // tied embedding under pp, so its shards line up on the two stages that hold it).
   DataParallel(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
                ParamStore& params, gpt::Gpt& model, int microbatches,
-               const std::vector<std::string>& own_unit = {});
+               const std::vector<std::string>& own_unit = {}, GradsFinal before_reduce = {});
   ~DataParallel();
 
   // This rank's place in the data group (dp x ep: the ranks that split the batch) and its size.
@@ -41,7 +47,8 @@ class DataParallel {
   double mean_over_data(double v);
   // The world ranks of the dp replicas whose parameters differ from the majority's (checksum
   // of the parameters); both, when two replicas disagree. A collective over dp (and under ep
-  // over the data group, for the parameters outside the experts).
+  // over the data group, for the parameters outside the experts). ZeRO-1/2 keep whole
+  // parameters on every rank, so their replicas are compared too; ZeRO-3 has none.
   std::vector<int> odd_replicas(const ParamStore& params);
   // Fails, naming the odd ranks, when the replicas' parameters differ; `when` says at what point.
   void check_identical(const ParamStore& params, const std::string& when);
@@ -67,10 +74,19 @@ class DataParallel {
   // makes parameters whole again after a resume wrote into them.
   std::vector<loom_shard_piece> shard_pieces();
   void pieces_loaded();
+  // Adds `delta` to this rank's copy of the first parameter element (the [faults] perturb):
+  // the flat buffer, or under ZeRO-1/2 the plugin's whole-parameter replica.
+  void nudge_replica(float delta);
 
  private:
   class Shards;
   std::vector<int> odd_in(dist::Communicator& group, double checksum);
+  double checksum(const ParamStore& params, bool dense_only);
+  void describe_params(const ParamStore& params, bool ep);
+  void find_final_layers(gpt::Gpt& model, std::vector<size_t>& first_user);
+  std::vector<int64_t> build_units(const ParamStore& params, gpt::Gpt& model,
+                                   const std::vector<size_t>& first_user, const std::vector<std::string>& own_unit);
+  void start_plugin(const plugins::SlotChoice& data, ParamStore& params, gpt::Gpt& model);
   dist::CommWorld* world_;
   std::unique_ptr<plugins::Instance> data_;
   const loom_data_v1* table_ = nullptr;
@@ -78,6 +94,7 @@ class DataParallel {
   std::vector<std::vector<int64_t>> final_after_;  // layer -> params whose gradient it completes
   std::vector<loom_data_unit> units_;
   std::vector<int32_t> flags_;
+  std::vector<bool> expert_unit_;
   int stage_ = 0;
   std::unique_ptr<Shards> shards_;
 };

@@ -45,26 +45,21 @@ PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection
   return out;
 }
 
-Pipeline::Pipeline(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
-                   const gpt::GptConfig& mc, int microbatches)
-    : pp_(world.axis(dist::Axis::PP)), rank_(world.coord().pp), stages_(world.mesh().pp) {
-  PipelineLayout layout = plan_pipeline(cfg, sel, mc, stages_, microbatches);
-  plan_ = std::move(layout.plan);
-  kinds_ = std::move(layout.kinds);
-  stage_of_ = std::move(layout.stage_of);
-  for (int i = 0; i < static_cast<int>(stage_of_.size()); ++i)
-    if (stage_of_[i] % stages_ == rank_) layers_.push_back(i);
+std::vector<int> PipelineLayout::layers_of(int rank, int stages) const {
+  std::vector<int> layers;
+  for (int i = 0; i < static_cast<int>(stage_of.size()); ++i)
+    if (stage_of[i] % stages == rank) layers.push_back(i);
+  return layers;
 }
 
-Pipeline::~Pipeline() {
-  try {
-    finish_sends();
-  } catch (...) {  // the job is failing already; the first error is the one reported
-  }
-}
-
-void Pipeline::bind(gpt::Gpt& model, int64_t max_rows) {
-  model_ = &model;
+Pipeline::Pipeline(PipelineLayout layout, dist::CommWorld& world, gpt::Gpt& model, int64_t max_rows)
+    : pp_(world.axis(dist::Axis::PP)),
+      rank_(world.coord().pp),
+      stages_(world.mesh().pp),
+      plan_(std::move(layout.plan)),
+      stage_of_(std::move(layout.stage_of)),
+      kinds_(std::move(layout.kinds)),
+      model_(&model) {
   const int v = plan_->shape().chunks;
   const auto& numbers = model.numbers();
   for (int c = 0; c < v; ++c) {
@@ -85,6 +80,13 @@ void Pipeline::bind(gpt::Gpt& model, int64_t max_rows) {
   slot_of_.assign(static_cast<size_t>(m) * v, -1);
   tokens_.assign(m, std::vector<int32_t>(max_rows));
   targets_.assign(m, std::vector<int32_t>(max_rows));
+}
+
+Pipeline::~Pipeline() {
+  try {
+    finish_sends();
+  } catch (...) {  // the job is failing already; the first error is the one reported
+  }
 }
 
 std::string Pipeline::describe() const {

@@ -36,20 +36,18 @@ struct PipelineLayout {
   std::unique_ptr<PipelinePlan> plan;
   std::string kinds;                // "E" + n_layer x "t" + "L"
   std::vector<int32_t> stage_of;    // virtual stage of every layer
+  // Model-wide numbers of the layers pp rank `rank` builds (Gpt's `only`).
+  std::vector<int> layers_of(int rank, int stages) const;
 };
 PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection& sel,
                              const gpt::GptConfig& mc, int stages, int microbatches);
 
 class Pipeline {
  public:
-  Pipeline(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
-           const gpt::GptConfig& mc, int microbatches);
+  // Runs `layout` on this rank's part of `model`, built from layout.layers_of(this pp rank).
+  Pipeline(PipelineLayout layout, dist::CommWorld& world, gpt::Gpt& model, int64_t max_rows);
   ~Pipeline();
 
-  // Model-wide numbers of the layers this rank builds (Gpt's `only`).
-  const std::vector<int>& layers() const { return layers_; }
-  // Called once the model is built from layers().
-  void bind(gpt::Gpt& model, int64_t max_rows);
   // "1f1b, 4 stages x 1 chunk: E t | t t | t t | t L"
   std::string describe() const;
 
@@ -91,7 +89,6 @@ class Pipeline {
   std::unique_ptr<PipelinePlan> plan_;
   std::vector<int32_t> stage_of_;  // virtual stage of every model layer
   std::string kinds_;
-  std::vector<int> layers_;
   gpt::Gpt* model_ = nullptr;
   std::vector<Chunk> chunks_;
   Tensor x_, dx_;

@@ -27,22 +27,6 @@ double zscore_of(double x, const std::deque<double>& w) {
 
 }  // namespace
 
-Faults Faults::from(const config::Config& cfg) {
-  Faults f;
-  f.inf_loss_step = cfg.i64("faults.inf_loss_step");
-  f.inf_loss_rank = cfg.i64("faults.inf_loss_rank");
-  f.nan_grad_step = cfg.i64("faults.nan_grad_step");
-  f.nan_grad_param = cfg.str("faults.nan_grad_param");
-  f.bad_batch_step = cfg.i64("faults.bad_batch_step");
-  f.perturb_step = cfg.i64("faults.perturb_step");
-  f.perturb_rank = cfg.i64("faults.perturb_rank");
-  f.ckpt_write_error_step = cfg.i64("faults.ckpt_write_error_step");
-  f.slow_step = cfg.f64("faults.slow_step");
-  if (f.nan_grad_step > 0 && f.nan_grad_param.empty())
-    throw ConfigError("[faults] nan_grad_step = " + std::to_string(f.nan_grad_step) + " needs nan_grad_param");
-  return f;
-}
-
 Stability::Stability(const config::Config& cfg, dist::CommWorld* world, DataParallel* dp, bool lead,
                      const std::filesystem::path& run_dir, bool append)
     : enabled_(cfg.boolean("stability.enabled")),

@@ -32,14 +32,6 @@ struct Event {
   std::vector<std::pair<std::string, std::string>> fields;  // values already JSON-encoded
 };
 
-// [faults]: what a test may break on purpose, and when.
-struct Faults {
-  int64_t inf_loss_step = 0, inf_loss_rank = 0, nan_grad_step = 0, bad_batch_step = 0, perturb_step = 0,
-          perturb_rank = 0, ckpt_write_error_step = 0;
-  std::string nan_grad_param;
-  double slow_step = 0;  // every step sleeps this fraction of its own time (a slower B for loom compare)
-  static Faults from(const config::Config& cfg);
-};
 
 class Stability {
  public:

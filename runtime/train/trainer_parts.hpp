@@ -16,6 +16,7 @@
 #include "loader/selection.hpp"
 #include "train/pipeline.hpp"
 #include "train/schedule.hpp"
+#include "train/faults.hpp"
 #include "train/stability.hpp"
 
 namespace loom {
@@ -40,7 +41,7 @@ Settings read_settings(const config::Config& cfg);
 // Sequences per rank per step; fills in micro_batch (0 = all of them) and accum. The dp x ep
 // ranks split the batch (expert parallelism is data parallelism outside the experts).
 int64_t split_batch(Settings& s, const dist::MeshShape& mesh);
-// Expert parallelism needs experts, an equal share per ep rank; cp refuses MoE.
+// Expert parallelism needs experts, an equal share per ep rank.
 void check_experts(const gpt::GptConfig& mc, const dist::MeshShape& mesh);
 // Context parallelism needs a comm plugin with send and recv (checked from its descriptor).
 void check_context(const plugins::Selection& selection, const dist::MeshShape& mesh);
@@ -49,8 +50,8 @@ void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh);
 // The data plugin declares (ABI 1.6 capabilities) what the layout needs of it: experts under
 // ep > 1, pipeline stages under pp > 1.
 void check_data_capabilities(const plugins::Selection& selection, const dist::MeshShape& mesh);
-// What a ZeRO run cannot do yet, refused before the first step rather than half-way.
-void check_sharded(const plugins::Selection& selection, const Faults& faults, int stage, const std::string& device);
+// What cannot exist with a ZeRO data plugin, refused before the first step rather than half-way.
+void check_sharded(const Faults& faults, int stage, const std::string& device);
 
 // The run's tokenizer for text samples: [data] tokenizer, or tokenizer.json beside the shards;
 // null for bytes or when the run takes no samples. Refuses samples of a non-byte vocabulary

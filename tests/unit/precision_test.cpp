@@ -195,5 +195,5 @@ TEST_CASE("the runtime casts each operand through the op table and leaves the or
   CHECK(r.f32()[2] == -2.5f);
   CHECK(x.f32()[0] == 1.f + std::ldexp(1.f, -8));  // the master copy is untouched
   CHECK(prec.loss_scale() == 1.0);
-  CHECK_FALSE(prec.end_step(false, [](float*, int64_t) {}));
+  CHECK_FALSE(prec.end_step(false, [](float*, int64_t) {}, [](float*, int64_t) {}));
 }

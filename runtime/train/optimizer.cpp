@@ -1,0 +1,65 @@
+#include "train/optimizer.hpp"
+
+namespace loom::train {
+
+Optimizer::Optimizer(ParamStore& params, TensorSlots& slots, DataParallel* dp, const loom_ops* ops, AdamW hp)
+    : params_(params), slots_(slots), dp_(dp), ops_(ops), hp_(hp) {
+  if (!sharded()) m_ = Tensor::zeros({params.numel()}), v_ = Tensor::zeros({params.numel()});
+}
+
+double Optimizer::grad_norm() {
+  return sharded() ? slots_.norm_of(dp_->sum_squares(0)) : slots_.grad_norm(params_);
+}
+
+double Optimizer::param_norm() {
+  return sharded() ? slots_.norm_of(dp_->sum_squares(1)) : slots_.param_norm(params_);
+}
+
+std::vector<std::pair<std::string, double>> Optimizer::layer_grad_norms(double grad_scale) {
+  if (sharded()) return {};
+  auto norms = slots_.layer_grad_norms(params_);
+  for (auto& n : norms) n.second /= grad_scale;
+  return norms;
+}
+
+void Optimizer::apply(double lr, double grad_norm, double grad_scale) {
+  double factor = 1.0 / grad_scale;
+  if (hp_.grad_clip > 0 && grad_norm > hp_.grad_clip) factor *= hp_.grad_clip / grad_norm;
+  ++applied_;
+  if (sharded()) return dp_->step({lr, hp_.beta1, hp_.beta2, hp_.eps, hp_.weight_decay, factor, applied_});
+  if (factor != 1.0) ops_->scale(params_.grads(), static_cast<float>(factor), params_.numel());
+  for (Param& p : params_.all())
+    ops_->adamw(p.value.f32(), p.grad.f32(), m_.f32() + p.offset, v_.f32() + p.offset, p.value.numel(),
+                static_cast<float>(lr), hp_.beta1, hp_.beta2, hp_.eps, p.weight_decay ? hp_.weight_decay : 0.f,
+                applied_);
+}
+
+std::vector<int64_t> Optimizer::accounting() {
+  std::vector<int64_t> acct = dp_ ? dp_->accounting() : std::vector<int64_t>(5, 0);
+  if (!sharded()) acct[0] = acct[1] = 4 * params_.numel(), acct[2] = 8 * params_.numel();
+  return acct;
+}
+
+void Optimizer::check_replicas(const std::string& when) {
+  if (dp_) dp_->check_identical(params_, when);
+}
+
+void Optimizer::check_tp_replicas() {
+  if (!sharded()) slots_.check_replicated(params_);
+}
+
+void Optimizer::perturb_replica(float delta) {
+  if (sharded()) return dp_->nudge_replica(delta);
+  params_.values()[0] += delta;
+}
+
+ckpt::StateAccess Optimizer::checkpoint_access() {
+  ckpt::StateAccess access;
+  if (sharded()) access.shards = {[this] { return dp_->shard_pieces(); }, [this] { dp_->pieces_loaded(); }};
+  if (dp_ && dp_->has_state())
+    access.plugin = {dp_->name(), [this] { return dp_->save_state(); },
+                     [this](const std::string& s) { dp_->load_state(s); }};
+  return access;
+}
+
+}  // namespace loom::train

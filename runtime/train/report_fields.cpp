@@ -1,0 +1,40 @@
+#include "train/report_fields.hpp"
+
+#include <algorithm>
+
+#include "gpt/moe.hpp"
+
+namespace loom::train {
+
+void add_memory_metrics(Fields& f, const std::vector<int64_t>& acct) {
+  const char* names[] = {"param_bytes", "grad_bytes", "optim_bytes", "comm_buffer_bytes", "comm_bytes"};
+  for (size_t i = 0; i < 5; ++i) f.push_back({names[i], double(acct[i])});
+}
+
+void add_moe_metrics(Fields& f, const gpt::Gpt& model, bool expert_parallel, const SumOverData& sum_over_data) {
+  for (auto& [name, moe] : model.moe_layers()) {
+    const gpt::MoeStats& st = moe->stats();
+    // [load (E) | assignments, dropped, tokens, aux, z]
+    std::vector<double> sums(st.load.begin(), st.load.end());
+    for (double v : {double(st.assignments), double(st.dropped), double(st.tokens), st.aux, st.z}) sums.push_back(v);
+    if (sum_over_data) sum_over_data(sums.data(), static_cast<int64_t>(sums.size()));
+    const size_t E = st.load.size();
+    const double assignments = sums[E], dropped = sums[E + 1], tokens = sums[E + 2];
+    const double mean = assignments / double(E), most = *std::max_element(sums.begin(), sums.begin() + E);
+    const std::string at = "moe." + name + ".";
+    f.push_back({at + "load_max_over_mean", mean > 0 ? most / mean : 0.0});
+    f.push_back({at + "dropped", assignments > 0 ? dropped / assignments : 0.0});
+    f.push_back({at + "aux", tokens > 0 ? sums[E + 3] / tokens : 0.0});
+    f.push_back({at + "z", tokens > 0 ? sums[E + 4] / tokens : 0.0});
+    if (expert_parallel) f.push_back({at + "all_to_all_ms", st.all_to_all_ms});
+    for (size_t e = 0; e < E; ++e) f.push_back({at + "load." + std::to_string(e), sums[e]});
+  }
+}
+
+void add_pipeline_metrics(Fields& f, const PipeStepStats& st) {
+  f.push_back({"pipeline_bubble", st.bubble()});
+  f.push_back({"pipeline_in_flight", double(st.peak_in_flight)});
+  f.push_back({"pipeline_activation_bytes", double(st.peak_activation_bytes)});
+}
+
+}  // namespace loom::train

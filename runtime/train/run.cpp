@@ -1,0 +1,228 @@
+#include "train/run.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "ckpt/init_from.hpp"
+#include "core/errors.hpp"
+#include "data/shards.hpp"
+#include "loader/services.hpp"
+#include "ops/ops.hpp"
+#include "parallel/context_attention.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "train/report_fields.hpp"
+
+namespace fs = std::filesystem;
+
+namespace loom::train {
+
+namespace {
+
+std::string human(double x) {
+  char b[32];
+  if (x >= 1e6)
+    std::snprintf(b, sizeof b, "%.2fM", x / 1e6);
+  else if (x >= 1e3)
+    std::snprintf(b, sizeof b, "%.1fk", x / 1e3);
+  else
+    std::snprintf(b, sizeof b, "%.0f", x);
+  return b;
+}
+
+}  // namespace
+
+Run::Run(config::Config& cfg, const plugins::Selection& selection, const dist::RankEnv& env, const fs::path& run_dir)
+    : cfg_(cfg), sel_(selection), env_(env), run_dir_(run_dir), lead_(env.rank == 0) {
+  check_and_settle();
+  start_devices();
+  start_precision();
+  open_data();
+  start_processes();
+  build_model();
+  start_data_slot();
+  start_optimizer_and_checkpoints();
+  if (first_step_ > last_step_) return;  // resumed at or past the end: train() says so, writes nothing
+  start_reporters();
+  print_banner();
+}
+
+Run::~Run() { plugins::set_span_sink({}); }  // the trace goes with the run; plugins' spans stop first
+
+// Everything every rank would refuse, before anything is started or written.
+void Run::check_and_settle() {
+  s_ = read_settings(cfg_);
+  mc_ = gpt::from_config(cfg_);
+  mesh_ = dist::resolve_mesh(cfg_, env_.world);
+  check_experts(mc_, mesh_);
+  check_context(sel_, mesh_);
+  check_data_capabilities(sel_, mesh_);
+  local_batch_ = split_batch(s_, mesh_);
+  if (lead_) lock_run_dir(run_dir_);  // before anything is written there
+  publish_placement(env_, mesh_);
+  tokenizer_ = run_tokenizer(cfg_, mc_, s_.sample_every > 0);
+}
+
+// Ranks on one machine share its cores unless told otherwise; [run] threads = 0 on one rank per
+// machine: all cores while they are free, fewer while other processes take some.
+void Run::start_devices() {
+  device_ = cfg_.str("run.device");
+  ops_ = ops::for_device(device_);
+  threads_ = static_cast<int>(cfg_.i64("run.threads"));
+  if (threads_ == 0 && env_.local_world > 1)
+    threads_ = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env_.local_world);
+  threads_ = ops::set_threads(device_, threads_);
+  thread_policy_ = std::make_unique<ThreadPolicy>(
+      device_, threads_, device_ == "cpu" && cfg_.i64("run.threads") == 0 && env_.local_world == 1, lead_);
+}
+
+// The precision slot decides GEMM operand numerics and loss scaling.
+void Run::start_precision() {
+  if (const plugins::SlotChoice* p = sel_.slot("precision")) {
+    loom_options opts = plugins::options_for(cfg_, p->found.desc->name);
+    precision_ = std::make_unique<Precision>(p->found, &opts, ops_);
+  }
+}
+
+void Run::open_data() {
+  const fs::path dir = cfg_.str("data.dir");
+  data_ = std::make_unique<data::Batches>(
+      data::TokenSplit(dir, "train", mc_.vocab_size),
+      s_.eval_every > 0 ? data::TokenSplit(dir, "val", mc_.vocab_size) : data::TokenSplit{}, mc_.seq_len, s_.seed,
+      data::sampling_from(cfg_.str("data.sampling")), s_.global_batch);
+  if (s_.eval_every > 0 && data_->val_windows() == 0)
+    throw RuntimeError("the validation split in '" + dir.string() + "' is shorter than one sequence");
+}
+
+// The comm world, where each rank runs, and the links between hosts.
+void Run::start_processes() {
+  if (env_.world == 1) return;
+  const plugins::SlotChoice* comm = sel_.slot("comm");
+  if (!comm) throw ConfigError("a run over " + std::to_string(env_.world) + " ranks needs [plugins] comm");
+  loom_options comm_opts = plugins::options_for(cfg_, comm->found.desc->name);
+  const dist::InterfaceChoice nic = dist::network_interface(cfg_.str("parallel.interface"), env_, comm->found.desc->name);
+  world_ = std::make_unique<dist::CommWorld>(env_, mesh_, comm->found, &comm_opts, cfg_.i64("parallel.timeout_s") * 1000);
+  hosts_ = gather_hosts(*world_, nic);
+  hosts_.line += " (interface from " + nic.source + ")";
+  links_ = probe_links(*world_, hosts_);
+  first_sample_ = world_->batch_rank() * local_batch_;
+}
+
+// The tensor slots decide how parameters are sharded; the pipeline layout which layers this
+// rank builds. A sample reruns its whole context where no KV cache serves it (sequence
+// parallelism splits a decode's rows, a pipeline's stages hold no cache): under cp the
+// activations then also hold one full-length sequence.
+void Run::build_model() {
+  slots_ = std::make_unique<TensorSlots>(cfg_, sel_, world_.get(), ops_, GemmNumerics{precision_.get()});
+  const ContextAttention* cp = slots_->context();
+  T_ = mc_.seq_len;
+  T_local_ = cp ? cp->local_len() : T_;
+  const bool full_context_samples = cp && s_.sample_every > 0 && (sel_.slot("sequence") || mesh_.pp > 1);
+  max_rows_ = std::max(s_.micro_batch * T_local_, full_context_samples ? T_ : int64_t{0});
+  if (full_context_samples && lead_)
+    std::printf("note: text samples under cp with %s keep activations for one whole sequence (%lld rows) besides the "
+                "micro-batch's %lld; sample_every = 0 frees them\n",
+                mesh_.pp > 1 ? "pp" : "sequence parallelism", (long long)T_, (long long)(s_.micro_batch * T_local_));
+  PipelineLayout layout;
+  std::vector<int> only;
+  if (mesh_.pp > 1) {
+    layout = plan_pipeline(cfg_, sel_, mc_, mesh_.pp, static_cast<int>(s_.accum));
+    only = layout.layers_of(world_->coord().pp, mesh_.pp);
+  }
+  model_ = std::make_unique<gpt::Gpt>(mc_, slots_->api(), params_, max_rows_, cfg_.boolean("run.profile_layer"), only);
+  if (mesh_.pp > 1) pipe_ = std::make_unique<Pipeline>(std::move(layout), *world_, *model_, max_rows_);
+  params_.allocate(s_.seed);
+  const std::string src = cfg_.str("model.init_from"), resume = cfg_.str("checkpoint.resume");
+  if (!src.empty() && (resume.empty() || resume == "auto"))
+    ckpt::init_from(src, params_, lead_);  // before the data plugin copies (and shards) the values; a resume overwrites
+  tok_.assign(s_.micro_batch * T_, 0);
+  tgt_.assign(s_.micro_batch * T_, 0);
+  offsets_.assign(s_.global_batch, 0);
+}
+
+// Gradients that a rank has finished go through one named point before any reduction: the
+// tensor slot's sum over tp for the rows it split, then the [faults] that strike there.
+void Run::on_grads_final(const std::vector<Param*>& params) {
+  slots_->api().finish_replicated_grads(params);
+  faults_->gradients_final(current_step_, params);
+}
+
+void Run::start_data_slot() {
+  faults_ = std::make_unique<FaultInjector>(Faults::from(cfg_), env_.rank, mc_.vocab_size, params_);
+  if (mesh_.dp * mesh_.ep * mesh_.cp == 1) return;
+  const std::vector<std::string> own_unit =
+      pipe_ && mc_.tied_embeddings ? std::vector<std::string>{"wte"} : std::vector<std::string>{};
+  dp_ = std::make_unique<DataParallel>(cfg_, sel_, *world_, params_, *model_, static_cast<int>(s_.accum), own_unit,
+                                       [this](const std::vector<Param*>& ps) { on_grads_final(ps); });
+  if (dp_->sharded()) check_sharded(faults_->faults(), dp_->zero_stage(), device_);
+}
+
+void Run::start_optimizer_and_checkpoints() {
+  optimizer_ = std::make_unique<Optimizer>(params_, *slots_, dp_.get(), ops_,
+                                           AdamW{s_.beta1, s_.beta2, s_.eps, s_.weight_decay, s_.grad_clip});
+  checkpoints_ = std::make_unique<ckpt::Checkpointer>(cfg_, sel_, world_.get(), mesh_, env_.rank, run_dir_,
+                                                      cfg_.render(sel_.schemas), faults_->faults().ckpt_write_error_step,
+                                                      optimizer_->checkpoint_access());
+  first_step_ = checkpoints_->resume(params_, optimizer_->m(), optimizer_->v(), precision_.get(), optimizer_->applied());
+  const int64_t exit_after = cfg_.i64("train.exit_after");
+  last_step_ = exit_after > 0 ? std::min(exit_after, s_.steps) : s_.steps;
+  if (first_step_ <= last_step_) optimizer_->check_replicas(first_step_ > 1 ? "after resuming" : "at initialisation");
+}
+
+// What rank 0 writes beside the metrics, the trace, the stability watch, and each slot's
+// metrics for the step line.
+void Run::start_reporters() {
+  if (lead_) {
+    fs::create_directories(run_dir_);
+    write_checked(run_dir_ / "config.toml", cfg_.render(sel_.schemas));
+    write_plugins_record(run_dir_, sel_);
+    if (!links_.empty()) write_links(run_dir_, hosts_.of_rank[0], links_);
+    log_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", first_step_ > 1);
+  }
+  peak_ = device_peak(device_, precision_ ? precision_->name() : "fp32", threads_, cfg_.f64("run.peak_gflops"));
+  flops_per_token_ = mc_.flops_per_token();
+  activation_bytes_ = model_->activation_bytes({nullptr, nullptr, s_.micro_batch, T_local_, 0.f});
+  if (cfg_.boolean("run.trace")) {
+    trace_ = std::make_unique<Trace>(run_dir_ / "trace" / ("rank" + std::to_string(env_.rank) + ".json"), env_.rank,
+                                     "rank " + std::to_string(env_.rank) + " (" + mesh_.describe() + " coord pp " +
+                                         std::to_string(world_ ? world_->coord().pp : 0) + ")");
+    plugins::set_span_sink([t = trace_.get()](const std::string& name, const std::string& category,
+                                              Clock::time_point b, Clock::time_point e) { t->span(name, category, b, e); });
+  }
+  stability_ = std::make_unique<Stability>(cfg_, world_.get(), dp_.get(), lead_, run_dir_, first_step_ > 1);
+  reporters_.push_back([this](Fields& f) { add_memory_metrics(f, optimizer_->accounting()); });
+  SumOverData sum_over_data;
+  if (mesh_.dp * mesh_.ep * mesh_.cp > 1)
+    sum_over_data = [this](double* v, int64_t n) { world_->data().all_reduce(flat_view(v, LOOM_F64, n), LOOM_REDUCE_SUM); };
+  reporters_.push_back([this, sum_over_data](Fields& f) { add_moe_metrics(f, *model_, mesh_.ep > 1, sum_over_data); });
+  if (precision_) reporters_.push_back([this](Fields& f) {
+      for (auto& kv : precision_->metrics()) f.push_back(kv);
+    });
+  ContextAttention* cp = slots_->context();
+  if (cp) reporters_.push_back([this, cp](Fields& f) { add_context_metrics(f, cp, world_.get()); });
+}
+
+void Run::print_banner() const {
+  if (!lead_) return;
+  std::printf("model: %s: %s params (%s non-embedding)\n", mc_.describe().c_str(), human(mc_.params()).c_str(),
+              human(mc_.non_embedding_params()).c_str());
+  std::printf("data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of %lld)\n",
+              human(data_->train_tokens()).c_str(), cfg_.str("data.dir").c_str(), (long long)s_.global_batch,
+              (long long)mc_.seq_len, (long long)s_.accum, (long long)s_.micro_batch);
+  std::printf("device: %s, %d threads, precision %s; MFU peak %.1f GFLOP/s from %s\n", device_.c_str(), threads_,
+              precision_ ? precision_->name() : "fp32", peak_.gflops, peak_.source.c_str());
+  if (world_) {
+    std::printf("mesh: %d ranks (launched by %s), %s, %lld sequences per rank per step\n", env_.world,
+                env_.launcher.c_str(), mesh_.describe().c_str(), (long long)local_batch_);
+    std::printf("hosts: %s\n", hosts_.line.c_str());
+  }
+  if (!links_.empty()) std::printf("links to %s: %s\n", hosts_.of_rank[0].c_str(), describe_links(links_).c_str());
+  if (pipe_) std::printf("pipeline: %s\n", pipe_->describe().c_str());
+  if (!dp_ && sel_.slot("data") && std::string(sel_.slot("data")->found.desc->name) != "ddp")
+    std::printf("note: [plugins] data = \"%s\" has nothing to shard or reduce with dp = 1\n",
+                sel_.slot("data")->found.desc->name);
+  std::printf("run dir: %s\n", run_dir_.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace loom::train

@@ -1,0 +1,141 @@
+// A training run, assembled once and in one direction:
+//   settings -> mesh and processes -> precision -> data -> tensor slots -> model (and its
+//   pipeline stage) -> data slot -> optimizer -> faults -> checkpointer -> reporters
+// Each piece is built from the ones before it and never reconfigured by a later one. train()
+// then runs steps (runtime/train/trainer.cpp): each step is a list of named parts, and each slot
+// adds its own fields to the step's metrics line.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckpt/checkpointer.hpp"
+#include "config/config.hpp"
+#include "data/batches.hpp"
+#include "dist/comm.hpp"
+#include "dist/launch.hpp"
+#include "dist/mesh.hpp"
+#include "gpt/gpt.hpp"
+#include "loader/selection.hpp"
+#include "precision/precision.hpp"
+#include "train/data_parallel.hpp"
+#include "train/faults.hpp"
+#include "train/hosts.hpp"
+#include "train/metrics.hpp"
+#include "train/optimizer.hpp"
+#include "train/peak.hpp"
+#include "train/pipeline.hpp"
+#include "train/stability.hpp"
+#include "train/tensor_slots.hpp"
+#include "train/thread_policy.hpp"
+#include "train/trace.hpp"
+#include "train/trainer.hpp"
+#include "train/trainer_parts.hpp"
+
+namespace loom::tok {
+class Tokenizer;
+}
+
+namespace loom::train {
+
+// One step's metrics line: (name, value) in the order they are added.
+using Fields = std::vector<std::pair<std::string, double>>;
+
+class Run {
+ public:
+  Run(config::Config& cfg, const plugins::Selection& selection, const dist::RankEnv& env,
+      const std::filesystem::path& run_dir);
+  ~Run();
+  TrainSummary train();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct StepResult {
+    double loss = 0, grad_norm = 0, lr = 0, comm_ms = 0, exposed_ms = 0;
+    bool skipped = false;
+  };
+
+  // ---- assembly (run.cpp), in this order ----
+  void check_and_settle();
+  void start_devices();
+  void start_precision();
+  void open_data();
+  void start_processes();
+  void build_model();
+  void start_data_slot();
+  void start_optimizer_and_checkpoints();
+  void start_reporters();
+  void print_banner() const;
+
+  // ---- steps (trainer.cpp) ----
+  StepResult step_once(int64_t step, PipeStepStats& pipe_stats);
+  double forward_backward(int64_t step, float dloss, PipeStepStats& pipe_stats);
+  BatchFn train_batches(int64_t step);
+  void on_grads_final(const std::vector<Param*>& params);
+  void reduce_gradients(StepResult& r);
+  bool judge(int64_t step, StepResult& r, double grad_scale);
+  void reduce_over_sharers(float* v, int64_t n);
+
+  // ---- after each step (step_report.cpp) ----
+  void report(int64_t step, const StepResult& r, double step_s, const PipeStepStats& pipe_stats, TrainSummary& sum);
+  Fields common_fields(int64_t step, const StepResult& r, double step_s, const PipeStepStats& pipe_stats);
+  void evaluate_and_sample(int64_t step, Fields& fields, std::string& val_text, TrainSummary& sum);
+  double validation_loss();
+  void evaluating(bool on);
+  void finish_run(TrainSummary& sum, double total_time);
+
+  config::Config& cfg_;
+  const plugins::Selection& sel_;
+  const dist::RankEnv env_;
+  const std::filesystem::path run_dir_;
+  const bool lead_;
+
+  Settings s_;
+  gpt::GptConfig mc_;
+  dist::MeshShape mesh_;
+  int64_t local_batch_ = 0, first_sample_ = 0;
+  int64_t T_ = 0, T_local_ = 0, max_rows_ = 0;
+  std::unique_ptr<tok::Tokenizer> tokenizer_;
+
+  std::string device_;
+  const loom_ops* ops_ = nullptr;
+  int threads_ = 1;
+  std::unique_ptr<ThreadPolicy> thread_policy_;
+  std::unique_ptr<Precision> precision_;
+  std::unique_ptr<data::Batches> data_;
+
+  std::unique_ptr<dist::CommWorld> world_;
+  Hosts hosts_;
+  std::vector<Link> links_;  // rank 0's only
+
+  std::unique_ptr<TensorSlots> slots_;
+  ParamStore params_;
+  std::unique_ptr<gpt::Gpt> model_;
+  std::unique_ptr<Pipeline> pipe_;  // pp > 1: this rank's stage
+  std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<FaultInjector> faults_;
+  std::unique_ptr<ckpt::Checkpointer> checkpoints_;
+  int64_t first_step_ = 1, last_step_ = 0;
+
+  std::unique_ptr<MetricsLog> log_;
+  std::unique_ptr<Trace> trace_;
+  std::unique_ptr<Stability> stability_;
+  Peak peak_;
+  double flops_per_token_ = 0;
+  int64_t activation_bytes_ = 0;
+  // Each slot's own metrics, added to every step's line after the common ones.
+  std::vector<std::function<void(Fields&)>> reporters_;
+
+  int64_t current_step_ = 0;  // for the named fault points reached from inside backward
+  int64_t skipped_steps_ = 0;
+  std::vector<int32_t> tok_, tgt_;
+  std::vector<int64_t> offsets_;
+};
+
+}  // namespace loom::train
