@@ -138,9 +138,14 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
     Split s = data_split(mesh_, env_.rank);
     data_ = world_->split(s.color, s.key, "data");
   }
+  if (mesh_.ep > 1 && mesh_.cp > 1) {
+    Split s = expert_data_split(mesh_, env_.rank);
+    expert_data_ = world_->split(s.color, s.key, "expert data");
+  }
 }
 
 CommWorld::~CommWorld() {
+  expert_data_.reset();
   data_.reset();
   for (auto& a : axes_) a.reset();
   world_.reset();

@@ -63,6 +63,8 @@ class CommWorld {
   // The dp x ep x cp ranks that split the batch (data_split); the dp axis when ep = cp = 1. With
   // ep > 1 the dp axis is the expert-data group: the dp ranks that hold the same experts.
   Communicator& data() { return data_ ? *data_ : axis(Axis::DP); }
+  // The dp x cp ranks that hold the same experts and everything else alike (the replicas).
+  Communicator& expert_data() { return expert_data_ ? *expert_data_ : mesh_.ep > 1 ? axis(Axis::DP) : data(); }
   int data_rank() const { return batch_rank() * mesh_.cp + coord().cp; }
   int data_size() const { return mesh_.dp * mesh_.ep * mesh_.cp; }
   // Which share of the global batch's sequences this rank reads: cp ranks read the same ones.
@@ -82,6 +84,7 @@ class CommWorld {
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Communicator> axes_[kAxes];
   std::unique_ptr<Communicator> data_;  // ep > 1 or cp > 1 only
+  std::unique_ptr<Communicator> expert_data_;  // ep > 1 and cp > 1 only
 };
 
 }  // namespace loom::dist

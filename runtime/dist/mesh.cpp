@@ -103,4 +103,10 @@ Split data_split(const MeshShape& m, int rank) {
   return {rank_of(m, base), (c.dp * m.ep + c.ep) * m.cp + c.cp};
 }
 
+Split expert_data_split(const MeshShape& m, int rank) {
+  Coord c = coord_of(m, rank), base = c;
+  base.dp = base.cp = 0;
+  return {rank_of(m, base), c.dp * m.cp + c.cp};
+}
+
 }  // namespace loom::dist

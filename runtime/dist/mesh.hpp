@@ -42,5 +42,7 @@ Split split_for(const MeshShape& m, int rank, Axis a);
 // tp), ordered by (dp * EP + ep) * CP + cp. With ep = cp = 1 it is the dp axis' group. The cp
 // ranks of one (dp, ep) coordinate hold the same sequences, each a part of every sequence.
 Split data_split(const MeshShape& m, int rank);
+// The ranks that hold the same experts (and the same everything else): dp x cp.
+Split expert_data_split(const MeshShape& m, int rank);
 
 }  // namespace loom::dist

@@ -197,7 +197,7 @@ void DataParallel::start_plugin(const plugins::SlotChoice& data, ParamStore& par
   ctx.n_units = static_cast<int64_t>(units_.size());
   ctx.param_flags = flags_.data();
   ctx.ops = model.api().ops();
-  ctx.expert_dp = ep ? world_->axis(dist::Axis::DP).raw() : nullptr;
+  ctx.expert_dp = ep ? world_->expert_data().raw() : nullptr;
   loom_error e;
   check(table_->setup(data_->self(), &ctx, &e), e, "data plugin setup");
   if (LOOM_HAS_FIELD(&table_->base, loom_data_v1, pieces_loaded) && table_->zero_stage)
@@ -295,7 +295,7 @@ double DataParallel::mean_over_data(double v) {
 // over the whole data group too, so they are compared there as well.
 std::vector<int> DataParallel::odd_replicas(const ParamStore& params) {
   if (stage_ >= 3) return {};  // each rank holds its own shard: there is no replica to compare
-  std::vector<int> odd = odd_in(world_->axis(dist::Axis::DP), checksum(params, false));
+  std::vector<int> odd = odd_in(world_->expert_data(), checksum(params, false));
   if (world_->mesh().ep > 1)
     for (int r : odd_in(world_->data(), checksum(params, true)))
       if (std::find(odd.begin(), odd.end(), r) == odd.end()) odd.push_back(r);
