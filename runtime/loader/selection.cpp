@@ -89,4 +89,18 @@ loom_options options_for(const config::Config& cfg, const std::string& plugin) {
   return loom_options{cfg.plugin_table(plugin)};
 }
 
+std::vector<std::string> default_plugins(const config::Config& cfg, int world) {
+  std::vector<std::string> out;
+  auto fill = [&](bool needed, const char* slot, const char* plugin) {
+    if (needed && cfg.str(std::string("plugins.") + slot).empty()) out.push_back(std::string("plugins.") + slot + "=" + plugin);
+  };
+  fill(world > 1, "comm", "gloo");
+  fill(world > 1, "data", "ddp");
+  fill(cfg.i64("parallel.tp") > 1, "tensor", "tp");
+  fill(cfg.i64("parallel.pp") > 1, "pipeline", "1f1b");
+  fill(cfg.i64("parallel.ep") > 1, "expert", "ep");
+  fill(cfg.i64("parallel.cp") > 1, "context", "cp");
+  return out;
+}
+
 }  // namespace loom::plugins

@@ -280,7 +280,11 @@ TEST_CASE("beside busy processes a one-rank run trains on the cores left, with t
   // As many spinning shells as cores: whatever else runs, the run sees other processes' load.
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   std::string pids;
-  for (int i = 0; i < cores; ++i) pids += " " + sh("sh -c 'while :; do :; done' > /dev/null 2>&1 & echo $!").out;
+  for (int i = 0; i < cores; ++i) {
+    std::string pid = sh("sh -c 'while :; do :; done' > /dev/null 2>&1 & echo $!").out;
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();  // one line for kill
+    pids += " " + pid;
+  }
   auto adaptive = run_loom("train " + cfg + " --run-dir " + (t.path / "a").string());
   sh("kill" + pids);
   INFO(adaptive.out);

@@ -88,7 +88,4 @@ TEST_CASE("the fault injectors under ZeRO: a NaN gradient is caught and skipped,
     CHECK(r.rc == 1);
     CHECK(has(r.out, "step 3: data-parallel replicas' parameters differ: rank 1 differs from the other replicas"));
   }
-  auto z3 = runs.raw("--set parallel.nproc=2 --set plugins.data=zero3 --set faults.perturb_step=3");
-  CHECK(z3.rc == 2);
-  CHECK(has(z3.out, "no replica for a perturbed rank to drift from"));
 }

@@ -1,7 +1,7 @@
 // ZeRO: zero1/2/3 match the single-rank fp32 run at dp = 2 and 4, and zero3 composes with tp and
 // pp; each rank's model-state bytes follow the ZeRO formulas (loom plan's too) and its traffic the
 // 2Ψ / 3Ψ volumes;
-// what a ZeRO run cannot do yet is refused before training.
+// what cannot exist with ZeRO is refused before training.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -110,11 +110,14 @@ TEST_CASE("model-state bytes follow the ZeRO formulas and traffic the 2 Psi / 3 
   }
 }
 
-TEST_CASE("what a ZeRO run cannot do yet is a config error before training") {
+TEST_CASE("what cannot exist with ZeRO is a config error before training: zero3 with the perturb fault") {
+  // zero3 holds each parameter once over dp, so a perturbed replica has nothing to drift from.
+  // (ZeRO with sp, refused here before, trains now: tests/dist/compositions_test.cpp.)
   LayoutRuns runs(kModel, "steps = 2\nglobal_batch = 4");
-  auto sp = runs.raw("--set parallel.nproc=4 --set parallel.tp=2 --set plugins.sequence=sp --set plugins.data=zero2");
-  CHECK(sp.rc == 2);
-  CHECK(has(sp.out, "use tp without sp, or ddp"));
+  auto z3 = runs.raw("--set parallel.nproc=2 --set plugins.data=zero3 --set faults.perturb_step=1");
+  CHECK(z3.rc == 2);
+  CHECK(has(z3.out, "zero3 holds each parameter once over dp"));
+  CHECK_FALSE(has(z3.out, "step 1/"));
 }
 
 TEST_CASE("a ZeRO checkpoint is saved per shard, resumes bitwise, and loads into other layouts") {

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The composition matrix: every pair of {ddp, zero1, zero2, zero3, tp, tp+sp, cp, ep, pp 1f1b,
+# pp interleaved, recompute full, recompute selective, bf16, fp16, fp8, async checkpoint}, and
+# the triples users run (dp x tp x pp, dp x cp x tp, ep x dp x tp), each trained on a MoE
+# llama-tiny (every second block has 4 experts, top 2, capacity dropping) and compared step by
+# step with the single-rank run of the same precision. Prints a Markdown table for
+# docs/architecture.md: the worst relative difference of loss and grad norm over the steps, or
+# why the cell cannot exist. A cell passes within 1e-5 (fp32) or 2e-4 (bf16, fp16, fp8: a layout
+# changes the summation order, and an operand near a rounding boundary may round the other way).
+#   bench/compositions.sh [BUILD_DIR] [STEPS] [CELLS]   (CELLS: "all" or a regex of cell names)
+set -euo pipefail
+build=${1:-build}
+steps=${2:-6}
+only=${3:-all}
+source "$(dirname "$0")/corpus.sh"
+bench_workdir "$build" 4000 "every layout and every composition of strategies trains the same model"
+bench_run_section > "$work/m.toml"
+cat >> "$work/m.toml" <<TOML
+[model]
+preset = "llama-tiny"
+seq_len = 16
+moe = { experts = 4, top_k = 2, every = 2, capacity_factor = 1.0, aux_coef = 0.01, z_coef = 0.001 }
+[data]
+dir = "$work/data"
+[train]
+steps = $steps
+global_batch = 8
+lr = 1e-3
+warmup_steps = 2
+eval_every = 0
+TOML
+
+# Each item: its slot (two items of one slot cannot compose: the slot holds one plugin), the
+# ranks it multiplies the world by, and its settings.
+declare -A slot ranks sets
+item() { slot[$1]=$2; ranks[$1]=$3; sets[$1]=$4; }
+item ddp data 2 "--set plugins.data=ddp"
+item zero1 data 2 "--set plugins.data=zero1"
+item zero2 data 2 "--set plugins.data=zero2"
+item zero3 data 2 "--set plugins.data=zero3"
+item tp tp 2 "--set parallel.tp=2"
+item tp+sp tp 2 "--set parallel.tp=2 --set plugins.sequence=sp"
+item cp cp 2 "--set parallel.cp=2"
+item ep ep 2 "--set parallel.ep=2"
+item pp-1f1b pp 2 "--set parallel.pp=2 --set plugins.pipeline=1f1b --set train.micro_batch=1"
+item pp-interleaved pp 2 "--set parallel.pp=2 --set plugins.pipeline=interleaved --set train.micro_batch=1"
+item recompute-full recompute 1 "--set model.recompute=full"
+item recompute-selective recompute 1 "--set model.recompute=selective"
+item bf16 precision 1 "--set plugins.precision=bf16"
+item fp16 precision 1 "--set plugins.precision=fp16"
+item fp8 precision 1 "--set plugins.precision=fp8"
+item async-ckpt ckpt 1 "--set plugins.ckpt=async --set checkpoint.every=2"
+order=(ddp zero1 zero2 zero3 tp tp+sp cp ep pp-1f1b pp-interleaved recompute-full recompute-selective bf16 fp16 fp8 async-ckpt)
+
+# train NAME NPROC SETS...: metrics in $work/NAME; prints the first error line on failure.
+train() {
+  local name=$1 n=$2
+  shift 2
+  "$build/bin/loom" train "$work/m.toml" --run-dir "$work/$name" --set parallel.nproc=$n \
+    --set checkpoint.dir="$work/$name/ck" "$@" > "$work/$name.log" 2>&1
+}
+
+# worst NAME BASE: the largest relative difference of loss or grad norm over the steps.
+worst() {
+  python3 - "$work/$1/metrics.jsonl" "$work/$2/metrics.jsonl" <<'PY'
+import json, sys
+def rows(p):
+    return [json.loads(l) for l in open(p) if '"loss"' in l]
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+assert len(a) == len(b), (len(a), len(b))
+print("%.1e" % max(max(abs(x[k] - y[k]) / abs(y[k]) for k in ("loss", "grad_norm")) for x, y in zip(a, b)))
+PY
+}
+
+precision_of() {  # the precision a cell runs, for its baseline
+  local p=fp32 i
+  for i in "$@"; do [ "${slot[$i]}" = precision ] && p=$i; done
+  echo "$p"
+}
+
+# cell NAME ITEM...: trains the composition and prints its table row.
+passed=0 failed=0 refused=0
+cell() {
+  local name=$1
+  shift
+  local n=1 args=() i p
+  for i in "$@"; do n=$((n * ranks[$i])); read -ra more <<< "${sets[$i]}"; args+=("${more[@]}"); done
+  p=$(precision_of "$@")
+  local tol=1e-5
+  [ "$p" != fp32 ] && tol=2e-4
+  if train "$name" "$n" "${args[@]}"; then
+    local w
+    w=$(worst "$name" "base-$p")
+    if python3 -c "import sys; sys.exit(0 if float('$w') <= $tol else 1)"; then
+      echo "| $name | $n | $w | equal (≤ $tol) |"; passed=$((passed + 1))
+    else
+      echo "| $name | $n | $w | **differs** (> $tol) |"; failed=$((failed + 1))
+    fi
+  else
+    local why
+    why=$(grep -m1 -E "error" "$work/$name.log" | sed 's/^\[rank [0-9]*\] //; s/|/\\|/g')
+    echo "| $name | $n | — | refused: ${why:-see log} |"; refused=$((refused + 1))
+  fi
+}
+
+for p in fp32 bf16 fp16 fp8; do
+  base=(); [ $p != fp32 ] && base=(--set plugins.precision=$p)
+  train "base-$p" 1 "${base[@]}" || { cat "$work/base-$p.log"; exit 1; }
+done
+echo "| cell | ranks | worst rel. diff (loss, grad norm) | verdict |"
+echo "|---|---|---|---|"
+same_slot=0
+for ((a = 0; a < ${#order[@]}; ++a)); do
+  for ((b = a + 1; b < ${#order[@]}; ++b)); do
+    x=${order[a]} y=${order[b]}
+    [[ "$only" != all && ! "$x x $y" =~ $only ]] && continue
+    if [ "${slot[$x]}" = "${slot[$y]}" ]; then same_slot=$((same_slot + 1)); continue; fi
+    cell "$x x $y" "$x" "$y"
+  done
+done
+for triple in "ddp tp pp-1f1b" "ddp cp tp" "ep ddp tp"; do
+  read -ra t <<< "$triple"
+  [[ "$only" != all && ! "${triple// / x }" =~ $only ]] && continue
+  cell "${triple// / x }" "${t[@]}"
+done
+echo
+echo "$passed equal, $failed differ, $refused refused; $same_slot pairs name two plugins for one slot (cannot compose)"
