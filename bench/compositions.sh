@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The composition matrix: every pair of {ddp, zero1, zero2, zero3, tp, tp+sp, cp, ep, pp 1f1b,
 # pp interleaved, recompute full, recompute selective, bf16, fp16, fp8, async checkpoint}, and
-# the triples users run (dp x tp x pp, dp x cp x tp, ep x dp x tp), each trained on a MoE
-# llama-tiny (every second block has 4 experts, top 2, capacity dropping) and compared step by
-# step with the single-rank run of the same precision. Prints a Markdown table for
+# the triples users run (dp x tp x pp, dp x cp x tp, ep x dp x tp), each trained on llama-tiny
+# (with ep: a MoE llama-tiny, every second block 4 experts, top 2, capacity dropping) and compared
+# step by step with the single-rank run of the same model and precision. Prints a Markdown table for
 # docs/architecture.md: the worst relative difference of loss and grad norm over the steps, or
 # why the cell cannot exist. A cell passes within 1e-5 (fp32) or 2e-4 (bf16, fp16, fp8: a layout
 # changes the summation order, and an operand near a rounding boundary may round the other way).
@@ -14,21 +14,13 @@ steps=${2:-6}
 only=${3:-all}
 source "$(dirname "$0")/corpus.sh"
 bench_workdir "$build" 4000 "every layout and every composition of strategies trains the same model"
-bench_run_section > "$work/m.toml"
-cat >> "$work/m.toml" <<TOML
-[model]
-preset = "llama-tiny"
-seq_len = 16
-moe = { experts = 4, top_k = 2, every = 2, capacity_factor = 1.0, aux_coef = 0.01, z_coef = 0.001 }
-[data]
-dir = "$work/data"
-[train]
-steps = $steps
-global_batch = 8
-lr = 1e-3
-warmup_steps = 2
-eval_every = 0
-TOML
+model_file() {  # model_file NAME MODEL_LINES
+  { bench_run_section; printf '[model]\npreset = "llama-tiny"\nseq_len = 16\n%s\n' "$2"
+    printf '[data]\ndir = "%s"\n[train]\nsteps = %s\nglobal_batch = 8\nlr = 1e-3\nwarmup_steps = 2\neval_every = 0\n' \
+      "$work/data" "$steps"; } > "$work/$1.toml"
+}
+model_file dense ""
+model_file moe "moe = { experts = 4, top_k = 2, every = 2, capacity_factor = 1.0, aux_coef = 0.01, z_coef = 0.001 }"
 
 # Each item: its slot (two items of one slot cannot compose: the slot holds one plugin), the
 # ranks it multiplies the world by, and its settings.
@@ -52,11 +44,11 @@ item fp8 precision 1 "--set plugins.precision=fp8"
 item async-ckpt ckpt 1 "--set plugins.ckpt=async --set checkpoint.every=2"
 order=(ddp zero1 zero2 zero3 tp tp+sp cp ep pp-1f1b pp-interleaved recompute-full recompute-selective bf16 fp16 fp8 async-ckpt)
 
-# train NAME NPROC SETS...: metrics in $work/NAME; prints the first error line on failure.
+# train MODEL NAME NPROC SETS...: metrics in $work/NAME.
 train() {
-  local name=$1 n=$2
-  shift 2
-  "$build/bin/loom" train "$work/m.toml" --run-dir "$work/$name" --set parallel.nproc=$n \
+  local model=$1 name=$2 n=$3
+  shift 3
+  "$build/bin/loom" train "$work/$model.toml" --run-dir "$work/$name" --set parallel.nproc=$n \
     --set checkpoint.dir="$work/$name/ck" "$@" > "$work/$name.log" 2>&1
 }
 
@@ -86,11 +78,13 @@ cell() {
   local n=1 args=() i p
   for i in "$@"; do n=$((n * ranks[$i])); read -ra more <<< "${sets[$i]}"; args+=("${more[@]}"); done
   p=$(precision_of "$@")
+  local model=dense
+  [[ " $* " == *" ep "* ]] && model=moe
   local tol=1e-5
   [ "$p" != fp32 ] && tol=2e-4
-  if train "$name" "$n" "${args[@]}"; then
+  if train "$model" "$name" "$n" "${args[@]}"; then
     local w
-    w=$(worst "$name" "base-$p")
+    w=$(worst "$name" "base-$model-$p")
     if python3 -c "import sys; sys.exit(0 if float('$w') <= $tol else 1)"; then
       echo "| $name | $n | $w | equal (≤ $tol) |"; passed=$((passed + 1))
     else
@@ -103,9 +97,11 @@ cell() {
   fi
 }
 
-for p in fp32 bf16 fp16 fp8; do
-  base=(); [ $p != fp32 ] && base=(--set plugins.precision=$p)
-  train "base-$p" 1 "${base[@]}" || { cat "$work/base-$p.log"; exit 1; }
+for model in dense moe; do
+  for p in fp32 bf16 fp16 fp8; do
+    base=(); [ $p != fp32 ] && base=(--set plugins.precision=$p)
+    train $model "base-$model-$p" 1 "${base[@]}" || { cat "$work/base-$model-$p.log"; exit 1; }
+  done
 done
 echo "| cell | ranks | worst rel. diff (loss, grad norm) | verdict |"
 echo "|---|---|---|---|"

@@ -4,7 +4,10 @@
 #include <sstream>
 
 #include "config/config.hpp"
+#include "config/schema.hpp"
 #include "core/errors.hpp"
+
+#include <limits>
 
 namespace loom::gpt {
 
@@ -222,5 +225,63 @@ std::vector<std::string> architecture_differences(const GptConfig& a, const GptC
   }
   return out;
 }
+
+// [model], [model.moe] and [model.rope_scaling]: declared here, beside from_config that reads them.
+std::vector<config::SectionSpec> model_sections() {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  using config::ValueType;
+  config::SectionSpec model{"model", "the network: a decoder-only transformer, GPT-2 to Llama 3 (docs/models.md)", {
+      {"preset", ValueType::String, "\"\"", "fill unset keys from a preset (loom model info PRESET)", -kInf, kInf,
+       config::model_preset_names()},
+      {"n_layer", ValueType::Int, "4", "transformer blocks", 1, 1024},
+      {"n_head", ValueType::Int, "4", "attention (query) heads", 1, 1024},
+      {"n_kv_head", ValueType::Int, "0", "key/value heads: 1 = multi-query, n_head = multi-head; 0 = n_head", 0, 1024},
+      {"d_model", ValueType::Int, "128", "residual stream width", 1, 65536},
+      {"d_ff", ValueType::Int, "0", "MLP hidden width; 0 = 4 * d_model, or Llama's rounding when multiple_of > 0", 0, 1 << 20},
+      {"ffn_dim_multiplier", ValueType::Float, "0.0", "Llama: d_ff = multiplier x 2/3 x 4 d_model (0 = 1) ...", 0, 64},
+      {"multiple_of", ValueType::Int, "0", "... rounded up to a multiple of this (with d_ff = 0); 0 = off", 0, 1 << 20},
+      {"vocab_size", ValueType::Int, "256", "vocabulary (256 = bytes)", 2, 1 << 24},
+      {"seq_len", ValueType::Int, "128", "context length T", 1, 1 << 20},
+      {"positions", ValueType::String, "\"learned\"", "learned (a table of max_positions rows) | rope | none",
+       -kInf, kInf, {"learned", "rope", "none"}},
+      {"max_positions", ValueType::Int, "0", "rows of the learned position table; 0 = seq_len", 0, 1 << 20},
+      {"rope_theta", ValueType::Float, "10000.0", "RoPE base: 10000 (GPT-NeoX, Llama 2), 500000 (Llama 3)", -kInf, kInf},
+      {"norm", ValueType::String, "\"layernorm\"", "layernorm | rmsnorm", -kInf, kInf,
+       {"layernorm", "rmsnorm"}},
+      {"norm_eps", ValueType::Float, "1e-5", "epsilon of every norm", 0, 1},
+      {"bias", ValueType::Bool, "true", "biases in every linear layer and LayerNorm (false: Llama)"},
+      {"mlp", ValueType::String, "\"gelu\"", "gelu (tanh form) | swiglu", -kInf, kInf,
+       {"gelu", "swiglu"}},
+      {"tied_embeddings", ValueType::Bool, "true", "share the token embedding with the LM head"},
+      {"init_std", ValueType::Float, "0.02", "std of weight init (residual projections / sqrt(2L))",
+       0, 10},
+      {"recompute", ValueType::String, "\"none\"",
+       "activation recomputation: none | selective (norms and MLP activation, no GEMM) | full (the whole block)",
+       -kInf, kInf, {"none", "selective", "full"}},
+      {"recompute_layers", ValueType::Int, "0", "recompute the first N blocks of each pipeline chunk; 0 = all", 0, 1024},
+      {"init_from", ValueType::String, "\"\"", "start from these weights: a Loom checkpoint (any layout), a Hugging Face "
+       "folder or an llm.c model file; the optimizer starts fresh"},
+  }};
+  config::SectionSpec moe{"model.moe", "mixture of experts: every `every`-th block's MLP routed to `experts` MLPs", {
+      {"experts", ValueType::Int, "0", "experts per MoE layer; 0 = a dense model", 0, 4096},
+      {"top_k", ValueType::Int, "2", "experts each token goes to", 1, 64},
+      {"every", ValueType::Int, "2", "every this many blocks (the last of each group) is MoE", 1, 1024},
+      {"capacity_factor", ValueType::Float, "1.25", "per-expert slots = ceil(factor x tokens x top_k / experts)", -kInf, kInf},
+      {"dropless", ValueType::Bool, "false", "no capacity: every routed token is computed"},
+      {"aux_coef", ValueType::Float, "0.01", "load-balancing loss coefficient (Switch/GShard form)", 0, kInf},
+      {"z_coef", ValueType::Float, "0.0", "router z-loss coefficient", 0, kInf},
+  }};
+  config::SectionSpec rope_scaling{"model.rope_scaling", "RoPE frequency scaling for long context (Llama 3.1)", {
+      {"type", ValueType::String, "\"none\"", "none | llama3", -kInf, kInf, {"none", "llama3"}},
+      {"factor", ValueType::Float, "8.0", "low frequencies are divided by this", -kInf, kInf},
+      {"low_freq_factor", ValueType::Float, "1.0", "wavelengths above original_max_position / this are scaled", -kInf, kInf},
+      {"high_freq_factor", ValueType::Float, "4.0", "wavelengths below original_max_position / this are kept", -kInf, kInf},
+      {"original_max_position", ValueType::Int, "8192", "the context the model was pre-trained at", 1, 1 << 24},
+  }};
+  model.presets = config::model_presets();
+  return {model, moe, rope_scaling};
+}
+
+std::string init_from(const config::Config& cfg) { return cfg.str("model.init_from"); }
 
 }  // namespace loom::gpt

@@ -7,6 +7,7 @@
 
 namespace loom::config {
 class Config;
+struct SectionSpec;
 }
 
 namespace loom::gpt {
@@ -80,6 +81,10 @@ struct GptConfig {
 
 // Reads and checks [model]; throws ConfigError naming the offending key.
 GptConfig from_config(const config::Config& cfg);
+// [model] init_from: where the weights start ("" = initialised from the seed).
+std::string init_from(const config::Config& cfg);
+// The sections from_config reads, declared beside it: [model], [model.moe], [model.rope_scaling].
+std::vector<config::SectionSpec> model_sections();
 
 // The architecture keys on which two models differ, as "n_head = 4 there, 2 here" (a: there, b:
 // here). Training keys (seq_len, recompute, init_from) are not architecture.

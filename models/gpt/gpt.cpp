@@ -28,7 +28,9 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bo
   // experts replicated over tp); sequence parallelism would split the rows, and with them routing.
   if (c_.moe.experts > 0 && api.local_rows(c_.seq_len) != c_.seq_len)
     throw ConfigError("[model.moe] experts = " + std::to_string(c_.moe.experts) +
-                      " with [plugins] sequence: MoE routing needs every token's full row; use tp without sp");
+                      " with [plugins] sequence: Loom replicates experts over tp, so every tp rank routes the same "
+                      "full rows, and sequence parallelism splits exactly those rows over the tp ranks; use tp without "
+                      "sp for a MoE model");
   scratch_ = std::make_unique<Scratch>(c_, max_rows);
   if (c_.rope()) rope_ = std::make_unique<RopeTables>(c_);
   if (c_.recompute != "none") recompute_ = std::make_unique<RecomputeScratch>(c_, max_rows);

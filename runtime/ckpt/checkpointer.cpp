@@ -1,3 +1,5 @@
+#include "loader/plugin_settings.hpp"
+#include "ckpt/checkpoint_settings.hpp"
 #include "ckpt/checkpointer.hpp"
 
 #include <fcntl.h>
@@ -34,11 +36,11 @@ std::string rank_file(int rank, const char* ext) {
 Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
                            const dist::MeshShape& mesh, int rank, const fs::path& run_dir, std::string config_text,
                            int64_t write_error_step, StateAccess state)
-    : every_(cfg.i64("checkpoint.every")),
-      keep_last_(cfg.i64("checkpoint.keep_last")),
-      resume_(cfg.str("checkpoint.resume")),
+    : every_(read_checkpoint(cfg).every),
+      keep_last_(read_checkpoint(cfg).keep_last),
+      resume_(read_checkpoint(cfg).resume),
       config_text_(std::move(config_text)),
-      precision_name_(cfg.str("plugins.precision")),
+      precision_name_(plugins::read_plugins(cfg).slot("precision")),
       world_(world),
       mesh_(mesh),
       rank_(rank),
@@ -51,7 +53,7 @@ Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& 
                         {"version", c.found.desc->version ? c.found.desc->version : ""},
                         {"abi", std::to_string(c.found.desc->v.major) + "." + std::to_string(c.found.desc->v.minor)},
                         {"library", c.found.library.string()}});
-  const std::string dir = cfg.str("checkpoint.dir");
+  const std::string dir = read_checkpoint(cfg).dir;
   root_ = dir.empty() ? run_dir / "checkpoints" : fs::path(dir);
   if (every_ == 0) return;
   const plugins::SlotChoice* ckpt = sel.slot("ckpt");

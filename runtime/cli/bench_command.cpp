@@ -1,6 +1,7 @@
 // loom bench comm --op OP --min-bytes B --max-bytes B --nproc N [--comm gloo] [--config FILE] [--set k=v]
 #include <cstdio>
 
+#include "loader/plugin_settings.hpp"
 #include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "dist/comm_bench.hpp"
@@ -52,13 +53,13 @@ int bench(const Args& args) {
   config::Config cfg = vm.count("config") ? config::Config::load(vm["config"].as<std::string>(), overrides)
                                           : config::Config::parse("[plugins]\n", "--comm", overrides);
   cfg.validate_runtime();
-  if (cfg.str("plugins.comm").empty()) {
+  if (plugins::read_plugins(cfg).slot("comm").empty()) {
     overrides.push_back("plugins.comm=gloo");
     cfg = vm.count("config") ? config::Config::load(vm["config"].as<std::string>(), overrides)
                              : config::Config::parse("[plugins]\n", "--comm", overrides);
     cfg.validate_runtime();
   }
-  plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
+  plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::Selection sel = plugins::resolve(cfg, reg);
   if (!sel.slot("comm")) throw UsageError("no comm plugin selected");
   std::optional<dist::RankEnv> env = dist::rank_from_environment();

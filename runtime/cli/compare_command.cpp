@@ -15,6 +15,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "train/settings.hpp"
+#include "loader/plugin_settings.hpp"
 #include "cli/parse.hpp"
 #include "plan/from_config.hpp"
 #include "plan/sources.hpp"
@@ -68,7 +70,7 @@ std::string text_of(const toml::node* n) {
 }
 
 // Every setting that differs between the two configs, "section.key: A -> B", in the sections that
-// decide what is trained and how (run.seed, model, data, train, parallel, plugins, faults).
+// decide what is trained, how and where (run, model, data, train, parallel, plugins, faults).
 std::vector<std::string> differences(const config::Config& a, const config::Config& b) {
   std::vector<std::string> out;
   auto diff = [&](const std::string& path) {
@@ -78,8 +80,7 @@ std::vector<std::string> differences(const config::Config& a, const config::Conf
     const std::string tx = text_of(x), ty = text_of(y);
     if (tx != ty) out.push_back("B differs from A in " + path + ": " + tx + " -> " + ty);
   };
-  diff("run.seed");
-  for (const char* section : {"model", "data", "train", "parallel", "plugins", "faults"}) {
+  for (const char* section : {"run", "model", "data", "train", "parallel", "plugins", "faults"}) {
     std::vector<std::string> keys;
     for (const auto* cfg : {&a, &b})
       if (const toml::table* t = cfg->table()[section].as_table())
@@ -265,7 +266,7 @@ struct Predictions {
 
 Predictions predict_both(const std::string& cluster_file, const config::Config& ca, const config::Config& cb) {
   const plan::Cluster cluster = plan::load_cluster(cluster_file);
-  plan::PluginSources sources(plugins::Registry::default_dirs(ca.str_list("plugins.path")));
+  plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(ca).path));
   auto predict = [&](const config::Config& cfg) {
     return plan::estimate(cluster, plan::workload_of(cfg), plan::layout_of(cfg), sources.costs(), sources.pipes());
   };
@@ -376,7 +377,7 @@ Sides sides_from_configs(const po::variables_map& vm, Plan& plan) {
   cb.validate_runtime();
   Sides s;
   s.notes = differences(ca, cb);
-  plan.seed0 = ca.i64("run.seed");
+  plan.seed0 = static_cast<int64_t>(train::read_run(ca).seed);
   s.a.name = ca.stem(), s.b.name = cb.stem(), s.a.file = files[0], s.b.file = files[1];
   tell_apart(s);
   s.out = vm.count("out") ? fs::path(vm["out"].as<std::string>()) : fs::path("runs") / ("compare-" + s.a.name + "-vs-" + s.b.name);

@@ -1,6 +1,7 @@
 // loom config check FILE, loom config show FILE
 #include <iostream>
 
+#include "loader/plugin_settings.hpp"
 #include "cli/parse.hpp"
 #include "gpt/config.hpp"
 #include "loader/selection.hpp"
@@ -32,7 +33,7 @@ int config(const Args& args) {
   }
   config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
   cfg.validate_runtime();
-  plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
+  plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::Selection sel = plugins::resolve(cfg, reg);
   if (action == "show") {
     const gpt::GptConfig m = gpt::from_config(cfg);

@@ -9,6 +9,8 @@
 #include <iostream>
 #include <map>
 
+#include "dist/parallel_settings.hpp"
+#include "loader/plugin_settings.hpp"
 #include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "core/errors.hpp"
@@ -155,7 +157,7 @@ int plan_cmd(const Args& args) {
   cfg.validate_runtime();
   const plan::Cluster c = plan::load_cluster(vm["cluster"].as<std::string>());
   const plan::Workload w = plan::workload_of(cfg, vm["dtype"].as<std::string>());
-  int devices = c.shared_cores > 0 ? int(cfg.i64("parallel.nproc")) : c.per_node;
+  int devices = c.shared_cores > 0 ? dist::read_parallel(cfg).nproc : c.per_node;
   if (vm.count("nodes") && vm.count("devices")) throw UsageError("give --nodes or --devices, not both");
   if (vm.count("nodes")) devices = vm["nodes"].as<int>() * c.per_node;
   if (vm.count("devices")) devices = vm["devices"].as<int>();
@@ -164,7 +166,7 @@ int plan_cmd(const Args& args) {
     throw ConfigError(std::to_string(devices) + " devices asked, but cluster '" + c.name + "' (" + c.source + ") has " +
                       std::to_string(c.nodes) + " node" + (c.nodes > 1 ? "s" : "") + " of " + std::to_string(c.per_node) +
                       " = " + std::to_string(c.devices()));
-  plan::PluginSources sources(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
+  plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   if (vm.count("explain")) {
     plan::Layout l = plan::parse_layout(vm["explain"].as<std::string>());
     if (l.world() != devices)

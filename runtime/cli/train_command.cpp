@@ -2,7 +2,10 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "ckpt/checkpoint_settings.hpp"
 #include "cli/parse.hpp"
+#include "dist/parallel_settings.hpp"
+#include "loader/plugin_settings.hpp"
 #include "dist/elastic.hpp"
 #include "dist/launch.hpp"
 #include "dist/mesh.hpp"
@@ -50,7 +53,7 @@ std::filesystem::path run_dir_of(const po::variables_map& vm, const config::Conf
 // No outer launcher: this process becomes the local launcher of nproc ranks (elastic when
 // asked). The config is checked here first, so a bad one fails once, not once per rank.
 int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::NodeSpec& node, int world) {
-  plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
+  plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::Selection sel = plugins::resolve(cfg, reg);
   train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
   if (node.node_rank == 0)  // one lock per job: other nodes may see the same directory over a shared filesystem
@@ -70,7 +73,7 @@ int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::Nod
 // This process is one rank of the job: train, then say how it ended.
 int run_rank(const po::variables_map& vm, config::Config& cfg) {
   dist::RankEnv rank = dist::rank_from_environment().value_or(dist::RankEnv{});
-  plugins::Registry reg(plugins::Registry::default_dirs(cfg.str_list("plugins.path")));
+  plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::Selection sel = plugins::resolve(cfg, reg);
   plugins::set_plugin_source(&reg, &cfg);  // a plugin that wraps another creates it from these
   const std::filesystem::path run_dir = run_dir_of(vm, cfg);
@@ -79,7 +82,7 @@ int run_rank(const po::variables_map& vm, config::Config& cfg) {
     if (rank.rank == 0)
       std::printf("stopped by %s after step %lld%s\n", s.stopped_by.c_str(), (long long)s.last_step,
                   s.saved_on_stop ? "; its checkpoint is saved: resume with --set checkpoint.resume=latest"
-                  : cfg.i64("checkpoint.every") == 0 ? "; nothing saved ([checkpoint] every = 0)"
+                  : ckpt::read_checkpoint(cfg).every == 0 ? "; nothing saved ([checkpoint] every = 0)"
                                                      : "; nothing saved ([checkpoint] on_signal = \"exit\")");
     return kExitStopped;
   }
@@ -109,7 +112,7 @@ int train(const Args& args) {
   const std::string file = vm["file"].as<std::string>();
   config::Config cfg = config::Config::load(file, sets(vm));
   cfg.validate_runtime();
-  const int nproc = static_cast<int>(cfg.i64("parallel.nproc"));
+  const int nproc = dist::read_parallel(cfg).nproc;
   const dist::NodeSpec node = node_spec(vm, nproc);
   std::optional<dist::RankEnv> env = dist::rank_from_environment();
   // A launcher that started a single task (an sbatch step, `srun -n1`) leaves the spawning to us.

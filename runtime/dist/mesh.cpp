@@ -1,3 +1,4 @@
+#include "dist/parallel_settings.hpp"
 #include "dist/mesh.hpp"
 
 #include "config/config.hpp"
@@ -44,20 +45,17 @@ int Coord::along(Axis a) const {
 }
 
 MeshShape resolve_mesh(const config::Config& cfg, int world) {
+  const ParallelSettings p = read_parallel(cfg);
   MeshShape m;
-  m.tp = static_cast<int>(cfg.i64("parallel.tp"));
-  m.pp = static_cast<int>(cfg.i64("parallel.pp"));
-  m.ep = static_cast<int>(cfg.i64("parallel.ep"));
-  m.cp = static_cast<int>(cfg.i64("parallel.cp"));
-  const toml::node* dp = cfg.table().at_path("parallel.dp").node();
+  m.tp = p.tp, m.pp = p.pp, m.ep = p.ep, m.cp = p.cp;
   int others = m.tp * m.pp * m.ep * m.cp;
-  if (dp->is_string()) {
+  if (p.dp == 0) {
     if (world % others != 0)
       throw ConfigError("[parallel] tp x pp x ep x cp = " + std::to_string(others) +
                         " does not divide the world size " + std::to_string(world));
     m.dp = world / others;
   } else {
-    m.dp = static_cast<int>(dp->value<int64_t>().value());
+    m.dp = p.dp;
   }
   if (m.world() != world)
     throw ConfigError("[parallel] " + m.describe() + " needs " + std::to_string(m.world()) +

@@ -1,3 +1,4 @@
+#include "dist/parallel_settings.hpp"
 #include "loader/selection.hpp"
 
 #include "core/errors.hpp"
@@ -96,10 +97,11 @@ std::vector<std::string> default_plugins(const config::Config& cfg, int world) {
   };
   fill(world > 1, "comm", "gloo");
   fill(world > 1, "data", "ddp");
-  fill(cfg.i64("parallel.tp") > 1, "tensor", "tp");
-  fill(cfg.i64("parallel.pp") > 1, "pipeline", "1f1b");
-  fill(cfg.i64("parallel.ep") > 1, "expert", "ep");
-  fill(cfg.i64("parallel.cp") > 1, "context", "cp");
+  const dist::ParallelSettings par = dist::read_parallel(cfg);
+  fill(par.tp > 1, "tensor", "tp");
+  fill(par.pp > 1, "pipeline", "1f1b");
+  fill(par.ep > 1, "expert", "ep");
+  fill(par.cp > 1, "context", "cp");
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <tuple>
 #include <nlohmann/json.hpp>
 
+#include "data/data_settings.hpp"
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
@@ -113,8 +114,9 @@ std::string pattern_of(const json& pre, bool& prefix, const std::string& where) 
 }  // namespace
 
 fs::path run_tokenizer_path(const config::Config& cfg) {
-  if (!cfg.str("data.tokenizer").empty()) return cfg.str("data.tokenizer");
-  const fs::path beside = fs::path(cfg.str("data.dir")) / "tokenizer.json";
+  const data::DataSettings ds = data::read_data(cfg);
+  if (!ds.tokenizer.empty()) return ds.tokenizer;
+  const fs::path beside = fs::path(ds.dir) / "tokenizer.json";
   return fs::exists(beside) ? beside : fs::path();
 }
 

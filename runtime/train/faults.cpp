@@ -10,22 +10,6 @@
 
 namespace loom::train {
 
-Faults Faults::from(const config::Config& cfg) {
-  Faults f;
-  f.inf_loss_step = cfg.i64("faults.inf_loss_step");
-  f.inf_loss_rank = cfg.i64("faults.inf_loss_rank");
-  f.nan_grad_step = cfg.i64("faults.nan_grad_step");
-  f.nan_grad_param = cfg.str("faults.nan_grad_param");
-  f.bad_batch_step = cfg.i64("faults.bad_batch_step");
-  f.perturb_step = cfg.i64("faults.perturb_step");
-  f.perturb_rank = cfg.i64("faults.perturb_rank");
-  f.ckpt_write_error_step = cfg.i64("faults.ckpt_write_error_step");
-  f.slow_step = cfg.f64("faults.slow_step");
-  if (f.nan_grad_step > 0 && f.nan_grad_param.empty())
-    throw ConfigError("[faults] nan_grad_step = " + std::to_string(f.nan_grad_step) + " needs nan_grad_param");
-  return f;
-}
-
 FaultInjector::FaultInjector(const Faults& faults, int rank, int64_t vocab, const ParamStore& params)
     : f_(faults), rank_(rank), vocab_(vocab) {
   if (f_.nan_grad_step <= 0) return;

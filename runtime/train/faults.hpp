@@ -13,20 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "config/config.hpp"
 #include "model/params.hpp"
+#include "train/settings.hpp"
 
 namespace loom::train {
 
 class Optimizer;
 
-struct Faults {
-  int64_t inf_loss_step = 0, inf_loss_rank = 0, nan_grad_step = 0, bad_batch_step = 0, perturb_step = 0,
-          perturb_rank = 0, ckpt_write_error_step = 0;
-  std::string nan_grad_param;
-  double slow_step = 0;  // every step sleeps this fraction of its own time (a slower B for loom compare)
-  static Faults from(const config::Config& cfg);
-};
 
 class FaultInjector {
  public:

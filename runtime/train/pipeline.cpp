@@ -1,3 +1,4 @@
+#include "dist/parallel_settings.hpp"
 #include "train/pipeline.hpp"
 
 #include <chrono>
@@ -37,11 +38,12 @@ PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection
     throw ConfigError("[parallel] pp = " + std::to_string(stages) +
                       " needs [plugins] pipeline (gpipe, 1f1b or interleaved)");
   loom_options opts = plugins::options_for(cfg, choice->found.desc->name);
-  loom_pipeline_shape shape{stages, microbatches, static_cast<int32_t>(cfg.i64("parallel.pp_chunks"))};
+  const dist::ParallelSettings par = dist::read_parallel(cfg);
+  loom_pipeline_shape shape{stages, microbatches, static_cast<int32_t>(par.pp_chunks)};
   PipelineLayout out;
   out.plan = std::make_unique<PipelinePlan>(choice->found, &opts, shape);
   out.kinds = "E" + std::string(mc.n_layer, 't') + "L";
-  out.stage_of = out.plan->partition(out.kinds, layer_costs(mc), cfg.str("parallel.pp_layout"));
+  out.stage_of = out.plan->partition(out.kinds, layer_costs(mc), par.pp_layout);
   return out;
 }
 

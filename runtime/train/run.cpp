@@ -1,3 +1,6 @@
+#include "dist/parallel_settings.hpp"
+#include "data/data_settings.hpp"
+#include "ckpt/checkpoint_settings.hpp"
 #include "train/run.hpp"
 
 #include <algorithm>
@@ -51,6 +54,7 @@ Run::~Run() { plugins::set_span_sink({}); }  // the trace goes with the run; plu
 
 // Everything every rank would refuse, before anything is started or written.
 void Run::check_and_settle() {
+  run_ = read_run(cfg_);
   s_ = read_settings(cfg_);
   mc_ = gpt::from_config(cfg_);
   mesh_ = dist::resolve_mesh(cfg_, env_.world);
@@ -66,14 +70,14 @@ void Run::check_and_settle() {
 // Ranks on one machine share its cores unless told otherwise; [run] threads = 0 on one rank per
 // machine: all cores while they are free, fewer while other processes take some.
 void Run::start_devices() {
-  device_ = cfg_.str("run.device");
+  device_ = run_.device;
   ops_ = ops::for_device(device_);
-  threads_ = static_cast<int>(cfg_.i64("run.threads"));
+  threads_ = run_.threads;
   if (threads_ == 0 && env_.local_world > 1)
     threads_ = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env_.local_world);
   threads_ = ops::set_threads(device_, threads_);
   thread_policy_ = std::make_unique<ThreadPolicy>(
-      device_, threads_, device_ == "cpu" && cfg_.i64("run.threads") == 0 && env_.local_world == 1, lead_);
+      device_, threads_, device_ == "cpu" && run_.threads == 0 && env_.local_world == 1, lead_);
 }
 
 // The precision slot decides GEMM operand numerics and loss scaling.
@@ -85,11 +89,12 @@ void Run::start_precision() {
 }
 
 void Run::open_data() {
-  const fs::path dir = cfg_.str("data.dir");
+  const data::DataSettings ds = data::read_data(cfg_);
+  const fs::path dir = ds.dir;
   data_ = std::make_unique<data::Batches>(
       data::TokenSplit(dir, "train", mc_.vocab_size),
       s_.eval_every > 0 ? data::TokenSplit(dir, "val", mc_.vocab_size) : data::TokenSplit{}, mc_.seq_len, s_.seed,
-      data::sampling_from(cfg_.str("data.sampling")), s_.global_batch);
+      data::sampling_from(ds.sampling), s_.global_batch);
   if (s_.eval_every > 0 && data_->val_windows() == 0)
     throw RuntimeError("the validation split in '" + dir.string() + "' is shorter than one sequence");
 }
@@ -100,8 +105,9 @@ void Run::start_processes() {
   const plugins::SlotChoice* comm = sel_.slot("comm");
   if (!comm) throw ConfigError("a run over " + std::to_string(env_.world) + " ranks needs [plugins] comm");
   loom_options comm_opts = plugins::options_for(cfg_, comm->found.desc->name);
-  const dist::InterfaceChoice nic = dist::network_interface(cfg_.str("parallel.interface"), env_, comm->found.desc->name);
-  world_ = std::make_unique<dist::CommWorld>(env_, mesh_, comm->found, &comm_opts, cfg_.i64("parallel.timeout_s") * 1000);
+  const dist::ParallelSettings par = dist::read_parallel(cfg_);
+  const dist::InterfaceChoice nic = dist::network_interface(par.interface, env_, comm->found.desc->name);
+  world_ = std::make_unique<dist::CommWorld>(env_, mesh_, comm->found, &comm_opts, par.timeout_s * 1000);
   hosts_ = gather_hosts(*world_, nic);
   hosts_.line += " (interface from " + nic.source + ")";
   links_ = probe_links(*world_, hosts_);
@@ -129,11 +135,11 @@ void Run::build_model() {
     layout = plan_pipeline(cfg_, sel_, mc_, mesh_.pp, static_cast<int>(s_.accum));
     only = layout.layers_of(world_->coord().pp, mesh_.pp);
   }
-  model_ = std::make_unique<gpt::Gpt>(mc_, slots_->api(), params_, max_rows_, cfg_.boolean("run.profile_layer"), only);
+  model_ = std::make_unique<gpt::Gpt>(mc_, slots_->api(), params_, max_rows_, run_.profile_layer, only);
   if (mesh_.pp > 1) pipe_ = std::make_unique<Pipeline>(std::move(layout), *world_, *model_, max_rows_);
   params_.allocate(s_.seed);
-  const std::string src = cfg_.str("model.init_from"), resume = cfg_.str("checkpoint.resume");
-  if (!src.empty() && (resume.empty() || resume == "auto"))
+  const std::string src = gpt::init_from(cfg_);
+  if (!src.empty() && ckpt::read_checkpoint(cfg_).may_start_fresh())
     ckpt::init_from(src, params_, lead_);  // before the data plugin copies (and shards) the values; a resume overwrites
   tok_.assign(s_.micro_batch * T_, 0);
   tgt_.assign(s_.micro_batch * T_, 0);
@@ -164,8 +170,7 @@ void Run::start_optimizer_and_checkpoints() {
                                                       cfg_.render(sel_.schemas), faults_->faults().ckpt_write_error_step,
                                                       optimizer_->checkpoint_access());
   first_step_ = checkpoints_->resume(params_, optimizer_->m(), optimizer_->v(), precision_.get(), optimizer_->applied());
-  const int64_t exit_after = cfg_.i64("train.exit_after");
-  last_step_ = exit_after > 0 ? std::min(exit_after, s_.steps) : s_.steps;
+  last_step_ = s_.exit_after > 0 ? std::min(s_.exit_after, s_.steps) : s_.steps;
   if (first_step_ <= last_step_) optimizer_->check_replicas(first_step_ > 1 ? "after resuming" : "at initialisation");
 }
 
@@ -179,10 +184,10 @@ void Run::start_reporters() {
     if (!links_.empty()) write_links(run_dir_, hosts_.of_rank[0], links_);
     log_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", first_step_ > 1);
   }
-  peak_ = device_peak(device_, precision_ ? precision_->name() : "fp32", threads_, cfg_.f64("run.peak_gflops"));
+  peak_ = device_peak(device_, precision_ ? precision_->name() : "fp32", threads_, run_.peak_gflops);
   flops_per_token_ = mc_.flops_per_token();
   activation_bytes_ = model_->activation_bytes({nullptr, nullptr, s_.micro_batch, T_local_, 0.f});
-  if (cfg_.boolean("run.trace")) {
+  if (run_.trace) {
     trace_ = std::make_unique<Trace>(run_dir_ / "trace" / ("rank" + std::to_string(env_.rank) + ".json"), env_.rank,
                                      "rank " + std::to_string(env_.rank) + " (" + mesh_.describe() + " coord pp " +
                                          std::to_string(world_ ? world_->coord().pp : 0) + ")");
@@ -207,7 +212,7 @@ void Run::print_banner() const {
   std::printf("model: %s: %s params (%s non-embedding)\n", mc_.describe().c_str(), human(mc_.params()).c_str(),
               human(mc_.non_embedding_params()).c_str());
   std::printf("data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of %lld)\n",
-              human(data_->train_tokens()).c_str(), cfg_.str("data.dir").c_str(), (long long)s_.global_batch,
+              human(data_->train_tokens()).c_str(), data::read_data(cfg_).dir.c_str(), (long long)s_.global_batch,
               (long long)mc_.seq_len, (long long)s_.accum, (long long)s_.micro_batch);
   std::printf("device: %s, %d threads, precision %s; MFU peak %.1f GFLOP/s from %s\n", device_.c_str(), threads_,
               precision_ ? precision_->name() : "fp32", peak_.gflops, peak_.source.c_str());

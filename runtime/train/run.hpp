@@ -95,6 +95,7 @@ class Run {
   const std::filesystem::path run_dir_;
   const bool lead_;
 
+  RunSettings run_;
   Settings s_;
   gpt::GptConfig mc_;
   dist::MeshShape mesh_;

@@ -29,19 +29,20 @@ double zscore_of(double x, const std::deque<double>& w) {
 
 Stability::Stability(const config::Config& cfg, dist::CommWorld* world, DataParallel* dp, bool lead,
                      const std::filesystem::path& run_dir, bool append)
-    : enabled_(cfg.boolean("stability.enabled")),
-      fail_on_nonfinite_(cfg.str("stability.nonfinite") == "fail"),
-      skip_spikes_(cfg.str("stability.action") == "skip"),
-      window_(cfg.i64("stability.window")),
-      min_steps_(cfg.i64("stability.min_steps")),
-      check_every_(cfg.i64("stability.check_every")),
-      zscore_(cfg.f64("stability.zscore")),
+    : Stability(read_stability(cfg), world, dp, lead, run_dir, append) {}
+
+Stability::Stability(const StabilitySettings& s, dist::CommWorld* world, DataParallel* dp, bool lead,
+                     const std::filesystem::path& run_dir, bool append)
+    : enabled_(s.enabled),
+      fail_on_nonfinite_(s.fail_on_nonfinite),
+      skip_spikes_(s.skip_spikes),
+      window_(s.window),
+      min_steps_(s.min_steps),
+      check_every_(s.check_every),
+      zscore_(s.zscore),
       world_(world),
       dp_(dp),
       lead_(lead) {
-  if (min_steps_ > window_)
-    throw ConfigError("[stability] min_steps = " + std::to_string(min_steps_) + " exceeds window = " +
-                      std::to_string(window_));
   events_path_ = run_dir / "events.jsonl";
   if (lead_) events_.open(events_path_, append ? std::ios::app : std::ios::trunc);
 }

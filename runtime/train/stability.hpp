@@ -20,6 +20,7 @@
 #include "config/config.hpp"
 #include "dist/comm.hpp"
 #include "model/params.hpp"
+#include "train/settings.hpp"
 
 namespace loom::train {
 
@@ -37,6 +38,8 @@ class Stability {
  public:
   // `append`: a resumed run adds to the events of the run it continues.
   Stability(const config::Config& cfg, dist::CommWorld* world, DataParallel* dp, bool lead,
+            const std::filesystem::path& run_dir, bool append);
+  Stability(const StabilitySettings& s, dist::CommWorld* world, DataParallel* dp, bool lead,
             const std::filesystem::path& run_dir, bool append);
 
   bool enabled() const { return enabled_; }

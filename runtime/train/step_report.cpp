@@ -137,7 +137,7 @@ void Run::evaluating(bool on) {
 // run's throughput.
 void Run::finish_run(TrainSummary& sum, double total_time) {
   checkpoints_->close();
-  if (model_ && cfg_.boolean("run.profile_layer") && lead_) print_profile(slots_->api().profile(), s_.steps * s_.accum);
+  if (model_ && run_.profile_layer && lead_) print_profile(slots_->api().profile(), s_.steps * s_.accum);
   optimizer_->check_tp_replicas();                          // norms and row-parallel biases stayed identical across tp
   optimizer_->check_replicas("at the end of the run");  // every replica applied (or skipped) the same updates
   double peak_mem = static_cast<double>(process_memory().peak_bytes);

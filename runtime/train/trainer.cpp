@@ -1,3 +1,4 @@
+#include "ckpt/checkpoint_settings.hpp"
 #include "train/trainer.hpp"
 
 #include <algorithm>
@@ -35,10 +36,9 @@ void check_layout(const config::Config& cfg, const plugins::Selection& selection
 }
 
 fs::path default_run_dir(const config::Config& cfg) {
-  std::string dir = cfg.str("run.dir");
-  if (!dir.empty()) return dir;
-  std::string name = cfg.str("run.name");
-  return fs::path("runs") / (name.empty() ? cfg.stem() : name);
+  const RunSettings run = read_run(cfg);
+  if (!run.dir.empty()) return run.dir;
+  return fs::path("runs") / (run.name.empty() ? cfg.stem() : run.name);
 }
 
 TrainSummary train(config::Config& cfg, const plugins::Selection& selection, const dist::RankEnv& env,
@@ -55,7 +55,7 @@ TrainSummary Run::train() {
     if (lead_)
       std::printf("nothing to do: the checkpoint has step %lld done and the run ends at step %lld ([train] steps%s)\n",
                   (long long)(first_step_ - 1), (long long)last_step_,
-                  cfg_.i64("train.exit_after") > 0 ? " or exit_after" : "");
+                  s_.exit_after > 0 ? " or exit_after" : "");
     if (world_) world_->world().barrier();
     return sum;
   }
@@ -67,7 +67,7 @@ TrainSummary Run::train() {
     if (lead_) log_->write({{"step", 0.0}, {"val_loss", val}});
   }
   StopSignal stop_signal;
-  const bool save_on_signal = cfg_.str("checkpoint.on_signal") == "save" && checkpoints_->enabled();
+  const bool save_on_signal = ckpt::read_checkpoint(cfg_).save_on_signal && checkpoints_->enabled();
   double total_time = 0;
   for (int64_t step = first_step_; step <= last_step_; ++step) {
     const Clock::time_point t0 = Clock::now();

@@ -56,29 +56,6 @@ void write_plugins_record(const fs::path& run_dir, const plugins::Selection& sel
   write_checked(run_dir / "plugins.json", out + "\n]}\n");
 }
 
-Settings read_settings(const config::Config& cfg) {
-  Settings s;
-  s.steps = cfg.i64("train.steps");
-  s.global_batch = cfg.i64("train.global_batch");
-  s.micro_batch = cfg.i64("train.micro_batch");  // 0: the whole per-rank batch at once
-  s.eval_every = cfg.i64("train.eval_every");
-  s.eval_batches = cfg.i64("train.eval_batches");
-  s.sample_every = cfg.i64("train.sample_every");
-  s.sample_tokens = cfg.i64("train.sample_tokens");
-  s.sample_top_k = cfg.i64("train.sample_top_k");
-  s.sample_prompt = cfg.str("train.sample_prompt");
-  s.log_every = cfg.i64("run.log_every");
-  s.beta1 = static_cast<float>(cfg.f64("train.beta1"));
-  s.beta2 = static_cast<float>(cfg.f64("train.beta2"));
-  s.eps = static_cast<float>(cfg.f64("train.eps"));
-  s.weight_decay = static_cast<float>(cfg.f64("train.weight_decay"));
-  s.grad_clip = static_cast<float>(cfg.f64("train.grad_clip"));
-  s.lr = {cfg.f64("train.lr"), cfg.f64("train.min_lr_ratio"), cfg.i64("train.warmup_steps"),
-          s.steps};
-  s.seed = static_cast<uint64_t>(cfg.i64("run.seed"));
-  return s;
-}
-
 // This rank's sum of validation token losses over `batches` fixed windows of T local positions.
 double validation_loss_sum(gpt::Gpt& model, const BatchFn& batch, int64_t batches, int64_t micro, int64_t T,
                            std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {

@@ -15,7 +15,7 @@
 #include "gpt/gpt.hpp"
 #include "loader/selection.hpp"
 #include "train/pipeline.hpp"
-#include "train/schedule.hpp"
+#include "train/settings.hpp"
 #include "train/faults.hpp"
 #include "train/stability.hpp"
 
@@ -28,15 +28,6 @@ class Tokenizer;
 
 namespace loom::train {
 
-struct Settings {
-  int64_t steps, global_batch, micro_batch, accum, eval_every, eval_batches;
-  int64_t sample_every, sample_tokens, sample_top_k, log_every;
-  std::string sample_prompt;
-  float beta1, beta2, eps, weight_decay, grad_clip;
-  LrSchedule lr;
-  uint64_t seed;
-};
-Settings read_settings(const config::Config& cfg);
 
 // Sequences per rank per step; fills in micro_batch (0 = all of them) and accum. The dp x ep
 // ranks split the batch (expert parallelism is data parallelism outside the experts).

@@ -1,0 +1,33 @@
+#include "ckpt/checkpoint_settings.hpp"
+
+#include <limits>
+
+namespace loom::ckpt {
+
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+using config::ValueType;
+}  // namespace
+
+config::SectionSpec checkpoint_section() {
+  return {"checkpoint", "saving and resuming training state (docs/checkpoints.md); the writer is [plugins] ckpt", {
+      {"dir", ValueType::String, "\"\"", "where step directories go; \"\" = <run dir>/checkpoints"},
+      {"every", ValueType::Int, "0", "save after every N steps (and after the last); 0 = never", 0, kInf},
+      {"keep_last", ValueType::Int, "3", "committed checkpoints kept; the newest is never deleted", 1, kInf},
+      {"resume", ValueType::String, "\"\"", "\"latest\", \"auto\" (latest if there is one, else start fresh) or a step directory to resume from; \"\" = start fresh"},
+      {"on_signal", ValueType::String, "\"save\"", "on SIGTERM or SIGINT: finish the step, then save a checkpoint (when every > 0) and exit 3, or just exit 3",
+       -kInf, kInf, {"save", "exit"}},
+  }};
+}
+
+CheckpointSettings read_checkpoint(const config::Config& cfg) {
+  CheckpointSettings c;
+  c.dir = cfg.str("checkpoint.dir");
+  c.resume = cfg.str("checkpoint.resume");
+  c.every = cfg.i64("checkpoint.every");
+  c.keep_last = cfg.i64("checkpoint.keep_last");
+  c.save_on_signal = cfg.str("checkpoint.on_signal") == "save";
+  return c;
+}
+
+}  // namespace loom::ckpt

@@ -1,0 +1,56 @@
+// The sections the trainer owns, [run], [train], [stability] and [faults]: each key declared
+// once, here (type, default, help), and read here into the typed settings the rest of the
+// runtime uses, so a key is spelled in this file and nowhere else.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "config/config.hpp"
+#include "config/schema.hpp"
+#include "train/schedule.hpp"
+
+namespace loom::train {
+
+struct RunSettings {
+  std::string name, dir, device;
+  uint64_t seed;
+  int threads;  // 0 = all cores, adaptive on one rank per machine
+  int64_t log_every;
+  double peak_gflops;
+  bool profile_layer, trace;
+};
+RunSettings read_run(const config::Config& cfg);
+
+struct Settings {
+  int64_t steps, exit_after, global_batch, micro_batch, accum, eval_every, eval_batches;
+  int64_t sample_every, sample_tokens, sample_top_k, log_every;
+  std::string sample_prompt;
+  float beta1, beta2, eps, weight_decay, grad_clip;
+  LrSchedule lr;
+  uint64_t seed;
+};
+// accum is filled in by split_batch (train/trainer_parts.hpp), once the mesh is known.
+Settings read_settings(const config::Config& cfg);
+
+struct StabilitySettings {
+  bool enabled, fail_on_nonfinite, skip_spikes;
+  int64_t window, min_steps, check_every;
+  double zscore;
+};
+StabilitySettings read_stability(const config::Config& cfg);
+
+struct Faults {
+  int64_t inf_loss_step = 0, inf_loss_rank = 0, nan_grad_step = 0, bad_batch_step = 0, perturb_step = 0,
+          perturb_rank = 0, ckpt_write_error_step = 0;
+  std::string nan_grad_param;
+  double slow_step = 0;  // every step sleeps this fraction of its own time (a slower B for loom compare)
+  static Faults from(const config::Config& cfg);
+};
+
+config::SectionSpec run_section();
+config::SectionSpec train_section();
+config::SectionSpec stability_section();
+config::SectionSpec faults_section();
+
+}  // namespace loom::train
