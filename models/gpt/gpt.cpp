@@ -79,6 +79,12 @@ std::vector<std::pair<std::string, MoeMlp*>> Gpt::moe_layers() const {
   return out;
 }
 
+std::vector<std::pair<std::string, model::RoutedLayer*>> Gpt::routed_layers() const {
+  std::vector<std::pair<std::string, model::RoutedLayer*>> out;
+  for (auto& [name, moe] : moe_layers()) out.push_back({name, moe});
+  return out;
+}
+
 double Gpt::aux_objective() const {
   double sum = 0;
   for (const auto& [name, moe] : moe_layers()) sum += moe->aux_objective();

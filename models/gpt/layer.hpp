@@ -6,31 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "model/model.hpp"
 #include "model/params.hpp"
 #include "tensor/tensor.hpp"
 
 namespace loom::gpt {
 
-struct Microbatch {
-  const int32_t* tokens = nullptr;   // [B, T]
-  const int32_t* targets = nullptr;  // [B, T]; null for inference (the head keeps the logits)
-  int64_t B = 0, T = 0;
-  // Gradient weight of each token's loss: 1 / (tokens in the global batch). 0 = forward only.
-  float dloss = 0.f;
-  int64_t rows() const { return B * T; }
-};
-
-// Called around each layer's forward and backward (the index is into Gpt::layers()): how a data
-// slot that shards model state (ZeRO) gathers parameters just in time and collects each layer's
-// gradients as it finishes.
-class LayerHooks {
- public:
-  virtual ~LayerHooks() = default;
-  virtual void before_forward(size_t layer) = 0;
-  virtual void after_forward(size_t layer) = 0;
-  virtual void before_backward(size_t layer) = 0;
-  virtual void after_backward(size_t layer) = 0;
-};
+// The micro-batch and the layer hooks are the runtime's (model/model.hpp).
+using Microbatch = model::Microbatch;
+using LayerHooks = model::LayerHooks;
 
 class Layer {
  public:

@@ -20,15 +20,9 @@
 
 namespace loom::gpt {
 
-// What one MoE layer saw of this rank's tokens since the last reset (for metrics). Sums, so the
-// ranks that split a batch add theirs up to the batch's (train/report_fields.cpp).
-struct MoeStats {
-  std::vector<int64_t> load;  // assignments routed to each expert, before capacity
-  int64_t assignments = 0, dropped = 0, tokens = 0;
-  double aux = 0, z = 0;      // over tokens: their sequence's load-balancing loss, their lse^2
-  double all_to_all_ms = 0;   // in the expert slot's collectives (ep > 1), forward and backward
-};
-class MoeMlp {
+using MoeStats = model::RoutingStats;
+
+class MoeMlp : public model::RoutedLayer {
  public:
   // Declares the router and the experts' parameters (`prefix` "h3.moe.") into `owner`.
   MoeMlp(const std::string& prefix, const GptConfig& c, LayerApi& api, ParamStore& ps,
@@ -42,11 +36,11 @@ class MoeMlp {
   void backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss);
   void use_slot(int k);
   int64_t saved_bytes(int64_t rows) const;
-  const MoeStats& stats() const { return stats_; }
-  void reset_stats();
+  const MoeStats& stats() const override { return stats_; }
+  void reset_stats() override;
   // Off: route dropless whatever the config says (evaluation, samples), so the outcome does not
   // depend on how many sequences share a micro-batch.
-  void use_capacity(bool on) { capacity_on_ = on; }
+  void use_capacity(bool on) override { capacity_on_ = on; }
   // aux_coef x aux + z_coef x z of the last forward: what the auxiliary losses add to the
   // objective (per token of the micro-batch, as the mean cross-entropy).
   double aux_objective() const;

@@ -13,7 +13,7 @@
 #include <fstream>
 
 #include "ckpt/crc32c.hpp"
-#include "gpt/config.hpp"
+#include "model/model.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "ckpt/reader.hpp"
@@ -45,7 +45,7 @@ Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& 
       mesh_(mesh),
       rank_(rank),
       write_error_step_(write_error_step),
-      model_(gpt::from_config(cfg)),
+      model_(model::from_config(cfg)),
       shards_(std::move(state.shards)),
       state_(std::move(state.plugin)) {
   for (const plugins::SlotChoice& c : sel.slots)
@@ -145,7 +145,7 @@ void Checkpointer::check_same_model(const fs::path& dir, const Manifest& man) co
   if (man.config.empty()) return;  // written before checkpoints carried their config
   config::Config theirs = config::Config::parse(man.config, (dir / "manifest.json").string());
   theirs.validate_runtime();
-  const std::vector<std::string> diff = gpt::architecture_differences(gpt::from_config(theirs), model_);
+  const std::vector<std::string> diff = model::architecture_differences(model::from_config(theirs), model_);
   if (diff.empty()) return;
   std::string list;
   for (const auto& d : diff) list += (list.empty() ? "" : "; ") + d;

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "ckpt/format.hpp"
-#include "gpt/config.hpp"
+#include "model/model.hpp"
 #include "config/config.hpp"
 #include "dist/comm.hpp"
 #include "loader/registry.hpp"
@@ -92,7 +92,7 @@ class Checkpointer {
   dist::MeshShape mesh_;
   int rank_;
   int64_t write_error_step_;
-  gpt::GptConfig model_;  // this run's model, which a resumed checkpoint must hold
+  model::Config model_;  // this run's model, which a resumed checkpoint must hold
   ShardAccess shards_;    // set: the training state is the data plugin's shard, not the flat buffers, m and v
   PluginState state_;     // the data plugin's own state, if it has any
   std::vector<std::map<std::string, std::string>> plugins_;  // recorded in every manifest

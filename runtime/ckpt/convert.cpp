@@ -13,7 +13,7 @@
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
-#include "gpt/config.hpp"
+#include "model/model.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -362,8 +362,8 @@ struct HfTensorList {
 };
 
 // The model of a checkpoint's config, when a Hugging Face class can hold it.
-gpt::GptConfig exportable_model(const config::Config& cfg) {
-  const gpt::GptConfig c = gpt::from_config(cfg);
+model::Config exportable_model(const config::Config& cfg) {
+  const model::Config c = model::from_config(cfg);
   if (c.moe.experts > 0) throw RuntimeError("exporting a mixture-of-experts model to Hugging Face is not supported");
   const bool llama = c.rope();
   if (!llama && (c.norm != "layernorm" || c.mlp != "gelu" || !c.bias || !c.tied_embeddings || !c.learned_positions()))
@@ -375,7 +375,7 @@ gpt::GptConfig exportable_model(const config::Config& cfg) {
 }
 
 // GPT-2's Conv1D weights are [in, out]: Loom's [out, in] transposed.
-void put_gpt2_tensors(const gpt::GptConfig& c, CheckpointTensors& get, HfTensorList& t) {
+void put_gpt2_tensors(const model::Config& c, CheckpointTensors& get, HfTensorList& t) {
   const int64_t C = c.d_model, V = c.vocab_size, F = c.d_ff;
   t.put("transformer.wte.weight", {V, C}, row_block(get("wte"), 0, V, C));
   t.put("transformer.wpe.weight", {c.max_positions, C}, get("wpe"));
@@ -398,7 +398,7 @@ void put_gpt2_tensors(const gpt::GptConfig& c, CheckpointTensors& get, HfTensorL
   t.put("transformer.ln_f.bias", {C}, get("ln_f.b"));
 }
 
-json gpt2_config(const gpt::GptConfig& c) {
+json gpt2_config(const model::Config& c) {
   const int64_t C = c.d_model, V = c.vocab_size, F = c.d_ff, H = c.n_head;
   return {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"n_layer", c.n_layer}, {"n_head", H},
           {"n_embd", C}, {"n_inner", F}, {"vocab_size", V}, {"n_positions", c.max_positions}, {"n_ctx", c.max_positions},
@@ -407,7 +407,7 @@ json gpt2_config(const gpt::GptConfig& c) {
 }
 
 // Loom's fused [q | k | v] (multi-head) or q and [k | v] (grouped-query) weights, split.
-void put_llama_qkv(const gpt::GptConfig& c, CheckpointTensors& get, const std::string& h, const std::string& o,
+void put_llama_qkv(const model::Config& c, CheckpointTensors& get, const std::string& h, const std::string& o,
                    HfTensorList& t) {
   const int64_t C = c.d_model, Q = c.head_dim(), H = c.n_head, Hkv = c.kv_heads();
   if (Hkv == H) {
@@ -423,7 +423,7 @@ void put_llama_qkv(const gpt::GptConfig& c, CheckpointTensors& get, const std::s
   }
 }
 
-void put_llama_tensors(const gpt::GptConfig& c, CheckpointTensors& get, HfTensorList& t) {
+void put_llama_tensors(const model::Config& c, CheckpointTensors& get, HfTensorList& t) {
   const int64_t C = c.d_model, V = c.vocab_size, F = c.d_ff, Q = c.head_dim(), H = c.n_head;
   t.put("model.embed_tokens.weight", {V, C}, row_block(get("wte"), 0, V, C));
   for (int64_t i = 0; i < c.n_layer; ++i) {
@@ -441,7 +441,7 @@ void put_llama_tensors(const gpt::GptConfig& c, CheckpointTensors& get, HfTensor
   if (!c.tied_embeddings) t.put("lm_head.weight", {V, C}, row_block(get("lm_head.w"), 0, V, C));
 }
 
-json llama_config(const gpt::GptConfig& c) {
+json llama_config(const model::Config& c) {
   const int64_t C = c.d_model, V = c.vocab_size, F = c.d_ff, H = c.n_head, Hkv = c.kv_heads();
   json config = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"num_hidden_layers", c.n_layer},
                  {"num_attention_heads", H}, {"num_key_value_heads", Hkv}, {"hidden_size", C}, {"intermediate_size", F},
@@ -467,7 +467,7 @@ void write_safetensors_file(const fs::path& file, const HfTensorList& t, int64_t
 void write_hf_folder(const fs::path& step_dir, const Manifest& m, const fs::path& out, const fs::path& tokenizer) {
   config::Config cfg = config::Config::parse(m.config, (step_dir / "manifest.json").string());
   cfg.validate_runtime();
-  const gpt::GptConfig c = exportable_model(cfg);
+  const model::Config c = exportable_model(cfg);
   const bool llama = c.rope();
   CheckpointTensors get(step_dir, m);
   HfTensorList tensors;

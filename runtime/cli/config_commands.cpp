@@ -3,7 +3,7 @@
 
 #include "loader/plugin_settings.hpp"
 #include "cli/parse.hpp"
-#include "gpt/config.hpp"
+#include "model/model.hpp"
 #include "loader/selection.hpp"
 #include "plan/cluster.hpp"
 
@@ -36,7 +36,7 @@ int config(const Args& args) {
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::Selection sel = plugins::resolve(cfg, reg);
   if (action == "show") {
-    const gpt::GptConfig m = gpt::from_config(cfg);
+    const model::Config m = model::from_config(cfg);
     std::cout << "# model: " << m.describe() << "\n# " << m.params() << " params (" << m.non_embedding_params()
               << " non-embedding), " << m.flops_per_token() << " FLOPs/token; loom model info FILE for more\n";
     std::cout << cfg.render(sel.schemas);

@@ -11,7 +11,8 @@
 #include "ckpt/init_from.hpp"
 #include "cli/parse.hpp"
 #include "config/config.hpp"
-#include "gpt/gpt.hpp"
+#include "model/model.hpp"
+#include "parallel/layer_api.hpp"
 #include "ops/ops.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/sample.hpp"
@@ -78,7 +79,7 @@ int generate(const Args& args) {
   std::optional<ckpt::ExternalModel> external;
   config::Config cfg = source_config(src, tokenizer_path, external);
   if (vm.count("tokenizer")) tokenizer_path = vm["tokenizer"].as<std::string>();
-  const gpt::GptConfig c = gpt::from_config(cfg);
+  const model::Config c = model::from_config(cfg);
   const bool ids = vm["ids"].as<bool>();
   std::unique_ptr<tok::Tokenizer> tokenizer;
   if (!ids && !tokenizer_path.empty()) tokenizer = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(tokenizer_path));
@@ -87,7 +88,8 @@ int generate(const Args& args) {
                      " tokens and no tokenizer was found: pass --tokenizer tokenizer.json, or --ids");
   LayerApi api(ops::cpu());
   ParamStore params;
-  gpt::Gpt model(c, api, params, c.seq_len);
+  std::unique_ptr<model::Model> built = model::build(c, api, params, c.seq_len);
+  model::Model& model = *built;
   params.allocate(1);
   if (external)
     ckpt::init_from(src, *external, params, false);

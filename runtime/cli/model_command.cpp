@@ -9,7 +9,7 @@
 #include "config/schema.hpp"
 #include "core/json.hpp"
 #include "core/nearest.hpp"
-#include "gpt/config.hpp"
+#include "model/model.hpp"
 
 namespace loom::cli {
 
@@ -58,7 +58,7 @@ config::Config model_config(const std::string& what, const std::vector<std::stri
   return config::Config::load(what, set_flags);
 }
 
-void print_text(const std::string& name, const gpt::GptConfig& m, int64_t dp) {
+void print_text(const std::string& name, const model::Config& m, int64_t dp) {
   std::printf("%s: %s\n", name.c_str(), m.describe().c_str());
   if (m.params() >= 100000000)
     std::printf("  params            %17s  (%.3gB)\n", grouped(m.params()).c_str(), m.params() / 1e9);
@@ -81,7 +81,7 @@ void print_text(const std::string& name, const gpt::GptConfig& m, int64_t dp) {
   }
 }
 
-void print_json(const std::string& name, const gpt::GptConfig& m, int64_t dp) {
+void print_json(const std::string& name, const model::Config& m, int64_t dp) {
   std::cout << "{\"model\": " << json_quote(name) << ", \"describe\": " << json_quote(m.describe())
             << ", \"params\": " << m.params() << ", \"non_embedding_params\": " << m.non_embedding_params()
             << ", \"active_params\": " << m.active_params() << ", \"flops_per_token\": " << m.flops_per_token()
@@ -113,7 +113,7 @@ int model(const Args& args) {
   if (dp < 1) throw UsageError("--dp " + std::to_string(dp) + ": needs at least 1 rank");
   config::Config cfg = model_config(words[1], sets(vm));
   cfg.validate_runtime();
-  const gpt::GptConfig m = gpt::from_config(cfg);
+  const model::Config m = model::from_config(cfg);
   if (vm.count("json"))
     print_json(words[1], m, dp);
   else

@@ -18,7 +18,7 @@
 #include "ops/ops.hpp"
 #include "train/peak.hpp"
 #include "config/config.hpp"
-#include "gpt/config.hpp"
+#include "model/model.hpp"
 #include "loader/registry.hpp"
 #include "plan/estimate.hpp"
 #include "plan/from_config.hpp"

@@ -15,7 +15,7 @@
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
-#include "gpt/config.hpp"
+#include "model/model.hpp"
 #include "loader/registry.hpp"
 #include "plan/from_config.hpp"
 #include "plan/published.hpp"

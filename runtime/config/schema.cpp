@@ -7,7 +7,7 @@
 #include "core/errors.hpp"
 #include "data/data_settings.hpp"
 #include "dist/parallel_settings.hpp"
-#include "gpt/config.hpp"
+#include "model/model.hpp"
 #include "loader/plugin_settings.hpp"
 #include "train/settings.hpp"
 
@@ -32,7 +32,7 @@ const std::vector<SectionSpec>& runtime_schema() {
   static const std::vector<SectionSpec> schema = [] {
     std::vector<SectionSpec> s = {train::run_section(), train::stability_section(), ckpt::checkpoint_section(),
                                   train::faults_section()};
-    for (SectionSpec& m : gpt::model_sections()) s.push_back(std::move(m));
+    for (SectionSpec& m : model::model_sections()) s.push_back(std::move(m));
     for (SectionSpec (*section)() : {data::data_section, train::train_section, dist::parallel_section,
                                      plugins::plugins_section})
       s.push_back(section());

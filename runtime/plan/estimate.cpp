@@ -26,7 +26,7 @@ struct ParamCounts {
   double embed = 0, head = 0;
 };
 
-ParamCounts count_params(const gpt::GptConfig& m) {
+ParamCounts count_params(const model::Config& m) {
   ParamCounts p;
   const double d = double(m.d_model), bias = m.bias ? 1 : 0;
   p.attention = d * m.qkv_width() + d * d + bias * (m.qkv_width() + d);
@@ -39,7 +39,7 @@ ParamCounts count_params(const gpt::GptConfig& m) {
   return p;
 }
 
-BlockWork block_work(const gpt::GptConfig& m, const Layout& l, double tokens, int act_bytes, bool moe) {
+BlockWork block_work(const model::Config& m, const Layout& l, double tokens, int act_bytes, bool moe) {
   BlockWork w;
   const double d = double(m.d_model), tp = l.tp, N = tokens, n = l.sp ? tokens / l.tp : tokens;
   const double qkv = double(m.qkv_width()) / tp, fc = double(m.fc_out()) / tp, ff = double(m.d_ff) / tp;
@@ -231,7 +231,7 @@ struct Step {
   const Cluster& c;
   const Workload& w;
   const Layout& l;
-  const gpt::GptConfig& m;
+  const model::Config& m;
   const Rates r;
   const int act_bytes, grad_bytes, mbs, data_group;
   const double tokens, layers, moe_layers, vocab;
@@ -252,7 +252,7 @@ struct Step {
     e.microbatches = mbs;
   }
 
-  static double count_moe(const gpt::GptConfig& m) {
+  static double count_moe(const model::Config& m) {
     double n = 0;
     for (int64_t i = 0; i < m.n_layer; ++i) n += m.is_moe_block(i) ? 1 : 0;
     return n;

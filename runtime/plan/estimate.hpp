@@ -10,7 +10,7 @@
 
 #include <loom/plugin.h>
 
-#include "gpt/config.hpp"
+#include "model/model.hpp"
 #include "plan/cluster.hpp"
 
 namespace loom::plan {
@@ -35,7 +35,7 @@ struct Layout {
 Layout parse_layout(const std::string& text);
 
 struct Workload {
-  gpt::GptConfig model;
+  model::Config model;
   int64_t global_batch = 16;  // sequences per step
   std::string dtype = "fp32"; // fp32 | bf16 | fp16 | fp8: GEMM peak, and model-state formulas
   int grad_bytes = 4;         // bytes per gradient element on the wire (Loom's ddp and zero: fp32)

@@ -4,13 +4,13 @@
 #include "plan/from_config.hpp"
 
 #include "core/errors.hpp"
-#include "gpt/config.hpp"
+#include "model/model.hpp"
 
 namespace loom::plan {
 
 Workload workload_of(const config::Config& cfg, const std::string& dtype) {
   Workload w;
-  w.model = gpt::from_config(cfg);
+  w.model = model::from_config(cfg);
   const plugins::PluginSettings slots = plugins::read_plugins(cfg);
   w.global_batch = train::read_settings(cfg).global_batch;
   w.dtype = dtype.empty() ? slots.slot("precision") : dtype;
@@ -47,7 +47,7 @@ Layout layout_of(const config::Config& cfg) {
     l.schedule = slots.slot("pipeline").empty() ? "1f1b" : slots.slot("pipeline");
     l.chunks = l.schedule == "interleaved" ? std::max<int>(2, par.pp_chunks) : 1;
   }
-  l.recompute = gpt::from_config(cfg).recompute;
+  l.recompute = model::from_config(cfg).recompute;
   l.micro_batch = int(train.micro_batch > 0 ? train.micro_batch : train.global_batch / (int64_t(l.dp) * l.ep));
   return l;
 }

@@ -11,7 +11,7 @@ namespace {
 // LayerNorm, GELU, biases, tied head, d_ff = 4h; mixed precision (fp16).
 Workload megatron_gpt(int layers, int hidden, int heads, int64_t batch) {
   Workload w;
-  gpt::GptConfig& m = w.model;
+  model::Config& m = w.model;
   m.n_layer = layers, m.d_model = hidden, m.n_head = heads, m.n_kv_head = heads;
   m.d_ff = 4 * hidden, m.vocab_size = 51200, m.seq_len = 2048, m.max_positions = 2048;
   m.positions = "learned", m.norm = "layernorm", m.mlp = "gelu", m.bias = true, m.tied_embeddings = true;
@@ -87,7 +87,7 @@ const std::vector<PublishedRun>& published_runs() {
   return runs;
 }
 
-double megatron_flops(const gpt::GptConfig& m, int64_t batch) {
+double megatron_flops(const model::Config& m, int64_t batch) {
   const double B = double(batch), s = double(m.seq_len), l = double(m.n_layer), h = double(m.d_model),
                V = double(m.vocab_size);
   return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));

@@ -24,7 +24,7 @@ const std::vector<PublishedRun>& published_runs();
 
 // FLOPs of one iteration as Narayanan et al. 2021 eq. 3 count them (with full recompute):
 // 96 B s l h^2 (1 + s / 6h + V / 16 l h).
-double megatron_flops(const gpt::GptConfig& m, int64_t batch);
+double megatron_flops(const model::Config& m, int64_t batch);
 
 // The metric as the paper reports it, from a prediction.
 double predicted_metric(const PublishedRun& run, const Estimate& e);

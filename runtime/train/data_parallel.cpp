@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "parallel/layer_api.hpp"
 #include "core/errors.hpp"
 #include "loader/host.hpp"
 
@@ -20,9 +21,9 @@ loom_tensor scalar_f64(double* v, int64_t n = 1) { return flat_view(v, LOOM_F64,
 // backward. Unit u holds the parameters layer u declared (a tied embedding is the embedding's);
 // its gradients are open from the first backward that touches them until the last layer using
 // them (the lowest-numbered) is done, and the plugin hears when.
-class DataParallel::Shards : public gpt::LayerHooks {
+class DataParallel::Shards : public model::LayerHooks {
  public:
-  Shards(const loom_data_v1* table, void* self, ParamStore& params, gpt::Gpt& model,
+  Shards(const loom_data_v1* table, void* self, ParamStore& params, model::Model& model,
          const std::vector<loom_data_unit>& units, const std::vector<int64_t>& unit_of_param, int microbatches,
          GradsFinal before_reduce)
       : t_(table), self_(self), units_(units), microbatches_(microbatches), before_reduce_(std::move(before_reduce)) {
@@ -31,10 +32,10 @@ class DataParallel::Shards : public gpt::LayerHooks {
     // The lowest-numbered layer using a unit owns it (the others borrow it, as the head borrows
     // a tied embedding): acquiring it there may prefetch the next unit, and in backward its
     // gradients are final once that layer is done.
-    uses_.resize(model.layers().size());
+    uses_.resize(model.layer_count());
     owner_.assign(units.size(), SIZE_MAX);
-    for (size_t i = 0; i < model.layers().size(); ++i) {
-      for (const Param* p : model.layers()[i]->params()) {
+    for (size_t i = 0; i < model.layer_count(); ++i) {
+      for (const Param* p : model.layer_params(i)) {
         const int64_t u = unit_of_param[p->index];
         if (std::find(uses_[i].begin(), uses_[i].end(), u) == uses_[i].end()) uses_[i].push_back(u);
         owner_[u] = std::min(owner_[u], i);
@@ -103,7 +104,7 @@ class DataParallel::Shards : public gpt::LayerHooks {
 };
 
 DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& sel,
-                           dist::CommWorld& world, ParamStore& params, gpt::Gpt& model, int microbatches,
+                           dist::CommWorld& world, ParamStore& params, model::Model& model, int microbatches,
                            const std::vector<std::string>& own_unit, GradsFinal before_reduce)
     : world_(&world) {
   const plugins::SlotChoice* data = sel.slot("data");
@@ -135,11 +136,11 @@ void DataParallel::describe_params(const ParamStore& params, bool ep) {
 
 // The lowest-numbered layer using a parameter declared it, and in backward its gradient is
 // final once that layer is done.
-void DataParallel::find_final_layers(gpt::Gpt& model, std::vector<size_t>& first_user) {
+void DataParallel::find_final_layers(model::Model& model, std::vector<size_t>& first_user) {
   first_user.assign(infos_.size(), SIZE_MAX);
-  for (size_t i = 0; i < model.layers().size(); ++i)
-    for (const Param* p : model.layers()[i]->params()) first_user[p->index] = std::min(first_user[p->index], i);
-  final_after_.assign(model.layers().size(), {});
+  for (size_t i = 0; i < model.layer_count(); ++i)
+    for (const Param* p : model.layer_params(i)) first_user[p->index] = std::min(first_user[p->index], i);
+  final_after_.assign(model.layer_count(), {});
   for (size_t p = 0; p < first_user.size(); ++p)
     if (first_user[p] != SIZE_MAX) final_after_[first_user[p]].push_back(static_cast<int64_t>(p));
 }
@@ -147,13 +148,13 @@ void DataParallel::find_final_layers(gpt::Gpt& model, std::vector<size_t>& first
 // Units: the parameters each layer declares, a contiguous range of the flat buffers; a layer's
 // experts (held per ep rank, reduced over another group) form a unit of their own, and so does
 // each parameter named in `own_unit`. Returns each parameter's unit.
-std::vector<int64_t> DataParallel::build_units(const ParamStore& params, gpt::Gpt& model,
+std::vector<int64_t> DataParallel::build_units(const ParamStore& params, model::Model& model,
                                                const std::vector<size_t>& first_user,
                                                const std::vector<std::string>& own_unit) {
   std::vector<int64_t> unit_of_param(infos_.size(), -1);
   auto alone = [&](const Param& p) { return std::find(own_unit.begin(), own_unit.end(), p.name) != own_unit.end(); };
   auto end_of = [](const Param& p) { return p.offset + (p.value.numel() + 15) / 16 * 16; };
-  for (size_t i = 0; i < model.layers().size(); ++i) {
+  for (size_t i = 0; i < model.layer_count(); ++i) {
     for (int expert = 0; expert < 2; ++expert) {
       auto member = [&](const Param& p) {
         return first_user[p.index] == i && !alone(p) && (flags_[p.index] & LOOM_PARAM_EXPERT ? 1 : 0) == expert;
@@ -170,7 +171,7 @@ std::vector<int64_t> DataParallel::build_units(const ParamStore& params, gpt::Gp
       }
       if (hi < 0) continue;
       if (inside != hi - lo)
-        throw RuntimeError("layer " + model.layers()[i]->name() + ": its " + (expert ? "expert" : "other") +
+        throw RuntimeError("layer " + model.layer_name(i) + ": its " + (expert ? "expert" : "other") +
                            " parameters are not contiguous in the flat buffer");
       for (const Param& p : params.all())
         if (member(p)) unit_of_param[p.index] = static_cast<int64_t>(units_.size());
@@ -181,7 +182,7 @@ std::vector<int64_t> DataParallel::build_units(const ParamStore& params, gpt::Gp
   return unit_of_param;
 }
 
-void DataParallel::start_plugin(const plugins::SlotChoice& data, ParamStore& params, gpt::Gpt& model) {
+void DataParallel::start_plugin(const plugins::SlotChoice& data, ParamStore& params, model::Model& model) {
   const bool ep = world_->mesh().ep > 1;
   loom_data_context ctx{};
   ctx.v = LOOM_VERSION_OF(loom_data_context);

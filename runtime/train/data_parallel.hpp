@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "dist/comm.hpp"
-#include "gpt/gpt.hpp"
+#include "model/model.hpp"
 #include "loader/selection.hpp"
 
 namespace loom::train {
@@ -32,7 +32,7 @@ class DataParallel {
   // passes make one step. Parameters named in `own_unit` get a sharding unit of their own (the
   // tied embedding under pp, so its shards line up on the two stages that hold it).
   DataParallel(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
-               ParamStore& params, gpt::Gpt& model, int microbatches,
+               ParamStore& params, model::Model& model, int microbatches,
                const std::vector<std::string>& own_unit = {}, GradsFinal before_reduce = {});
   ~DataParallel();
 
@@ -83,10 +83,10 @@ class DataParallel {
   std::vector<int> odd_in(dist::Communicator& group, double checksum);
   double checksum(const ParamStore& params, bool dense_only);
   void describe_params(const ParamStore& params, bool ep);
-  void find_final_layers(gpt::Gpt& model, std::vector<size_t>& first_user);
-  std::vector<int64_t> build_units(const ParamStore& params, gpt::Gpt& model,
+  void find_final_layers(model::Model& model, std::vector<size_t>& first_user);
+  std::vector<int64_t> build_units(const ParamStore& params, model::Model& model,
                                    const std::vector<size_t>& first_user, const std::vector<std::string>& own_unit);
-  void start_plugin(const plugins::SlotChoice& data, ParamStore& params, gpt::Gpt& model);
+  void start_plugin(const plugins::SlotChoice& data, ParamStore& params, model::Model& model);
   dist::CommWorld* world_;
   std::unique_ptr<plugins::Instance> data_;
   const loom_data_v1* table_ = nullptr;

@@ -1,4 +1,5 @@
 #include "dist/parallel_settings.hpp"
+#include "parallel/layer_api.hpp"
 #include "train/pipeline.hpp"
 
 #include <chrono>
@@ -19,7 +20,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 
 // Forward FLOPs per token of each layer, as the default split balances them: the embedding is a
 // lookup, a block its four projections, MLP and causal attention, the head its vocabulary GEMM.
-std::vector<double> layer_costs(const gpt::GptConfig& c) {
+std::vector<double> layer_costs(const model::Config& c) {
   const double C = double(c.d_model), F = double(c.d_ff), T = double(c.seq_len);
   const double fc_out = c.mlp == "swiglu" ? 2 * F : F;
   const double block = 2 * (4 * C * C + fc_out * C + F * C) + 2 * T * C;
@@ -32,7 +33,7 @@ std::vector<double> layer_costs(const gpt::GptConfig& c) {
 }  // namespace
 
 PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection& sel,
-                             const gpt::GptConfig& mc, int stages, int microbatches) {
+                             const model::Config& mc, int stages, int microbatches) {
   const plugins::SlotChoice* choice = sel.slot("pipeline");
   if (!choice)
     throw ConfigError("[parallel] pp = " + std::to_string(stages) +
@@ -54,7 +55,7 @@ std::vector<int> PipelineLayout::layers_of(int rank, int stages) const {
   return layers;
 }
 
-Pipeline::Pipeline(PipelineLayout layout, dist::CommWorld& world, gpt::Gpt& model, int64_t max_rows)
+Pipeline::Pipeline(PipelineLayout layout, dist::CommWorld& world, model::Model& model, int64_t max_rows)
     : pp_(world.axis(dist::Axis::PP)),
       rank_(world.coord().pp),
       stages_(world.mesh().pp),
@@ -63,13 +64,12 @@ Pipeline::Pipeline(PipelineLayout layout, dist::CommWorld& world, gpt::Gpt& mode
       kinds_(std::move(layout.kinds)),
       model_(&model) {
   const int v = plan_->shape().chunks;
-  const auto& numbers = model.numbers();
   for (int c = 0; c < v; ++c) {
     Chunk ch;
     ch.stage = plan_->virtual_stage(rank_, c);
-    ch.first = numbers.size();
-    for (size_t i = 0; i < numbers.size(); ++i)
-      if (stage_of_[numbers[i]] == ch.stage) {
+    ch.first = model.layer_count();
+    for (size_t i = 0; i < model.layer_count(); ++i)
+      if (stage_of_[model.layer_number(i)] == ch.stage) {
         ch.first = std::min(ch.first, i);
         ch.last = i + 1;
       }
@@ -137,7 +137,7 @@ static void take(dist::Communicator& pp, Tensor& into, loom_work* incoming, cons
   }
 }
 
-void Pipeline::run_forward(const gpt::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
+void Pipeline::run_forward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
                            Trace* trace, const std::string& name) {
   const Chunk& ch = chunks_[chunk];
   const int64_t n = model_->api().local_rows(mb.rows());
@@ -161,7 +161,7 @@ void Pipeline::run_forward(const gpt::Microbatch& mb, int index, int chunk, loom
   }
 }
 
-void Pipeline::run_backward(const gpt::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
+void Pipeline::run_backward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
                             Trace* trace, const std::string& name, const std::function<void(size_t)>& after_layer) {
   const Chunk& ch = chunks_[chunk];
   const int64_t n = model_->api().local_rows(mb.rows());
@@ -214,15 +214,15 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   live_ = peak_live_ = 0;
   live_bytes_ = peak_live_bytes_ = 0;
   for (Chunk& ch : chunks_) {  // what one micro-batch leaves in each chunk's slots
-    gpt::Microbatch probe{nullptr, nullptr, B, T, 0.f};
+    model::Microbatch probe{nullptr, nullptr, B, T, 0.f};
     ch.bytes = 0;
-    for (size_t i = ch.first; i < ch.last; ++i) ch.bytes += model_->layers()[i]->saved_bytes(probe);
+    for (size_t i = ch.first; i < ch.last; ++i) ch.bytes += model_->layer_saved_bytes(i, probe);
   }
   const auto start = Clock::now();
   post_receives(model_->api().local_rows(B * T));
   for (size_t k = 0; k < actions.size(); ++k) {
     const loom_pipe_action& a = actions[k];
-    gpt::Microbatch mb{tokens_[a.microbatch].data(), targets_[a.microbatch].data(), B, T, dloss};
+    model::Microbatch mb{tokens_[a.microbatch].data(), targets_[a.microbatch].data(), B, T, dloss};
     int& slot = slot_of_[static_cast<size_t>(a.chunk) * m + a.microbatch];
     std::string name = (a.op == LOOM_PIPE_FORWARD ? "F" : "B") + std::to_string(a.microbatch);
     if (shape.chunks > 1) name += "." + std::to_string(a.chunk);
@@ -265,10 +265,10 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
 // by an action earlier in the same order, so this too finishes.
 double Pipeline::evaluate(const BatchFn& batch, int n, int64_t B, int64_t T) {
   loss_ = 0;
-  model_->use_slot(0, 0, model_->layers().size());
+  model_->use_slot(0, 0, model_->layer_count());
   for (int i = 0; i < n; ++i) {
     batch(i, tokens_[0].data(), targets_[0].data());
-    gpt::Microbatch mb{tokens_[0].data(), targets_[0].data(), B, T, 0.f};
+    model::Microbatch mb{tokens_[0].data(), targets_[0].data(), B, T, 0.f};
     for (int c = 0; c < plan_->shape().chunks; ++c) run_forward(mb, 0, c, nullptr, nullptr, nullptr, "");
     finish_sends();
   }
@@ -284,8 +284,8 @@ std::vector<float> Pipeline::next_logits(const std::vector<int32_t>& ctx) {
   const int64_t tp = model_->api().tp_size(), T = static_cast<int64_t>(ctx.size());
   std::vector<int32_t> window(ctx);
   window.resize(std::min(model_->config().seq_len, (T + tp - 1) / tp * tp), 0);
-  const gpt::Microbatch mb{window.data(), nullptr, 1, static_cast<int64_t>(window.size()), 0.f};
-  model_->use_slot(0, 0, model_->layers().size());
+  const model::Microbatch mb{window.data(), nullptr, 1, static_cast<int64_t>(window.size()), 0.f};
+  model_->use_slot(0, 0, model_->layer_count());
   for (int c = 0; c < plan_->shape().chunks; ++c) run_forward(mb, 0, c, nullptr, nullptr, nullptr, "");
   finish_sends();
   std::vector<float> row(model_->config().vocab_size, 0.f);

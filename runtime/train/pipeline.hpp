@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dist/comm.hpp"
-#include "gpt/gpt.hpp"
+#include "model/model.hpp"
 #include "loader/selection.hpp"
 #include "parallel/pipeline_plan.hpp"
 #include "train/data_parallel.hpp"
@@ -40,12 +40,12 @@ struct PipelineLayout {
   std::vector<int> layers_of(int rank, int stages) const;
 };
 PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection& sel,
-                             const gpt::GptConfig& mc, int stages, int microbatches);
+                             const model::Config& mc, int stages, int microbatches);
 
 class Pipeline {
  public:
   // Runs `layout` on this rank's part of `model`, built from layout.layers_of(this pp rank).
-  Pipeline(PipelineLayout layout, dist::CommWorld& world, gpt::Gpt& model, int64_t max_rows);
+  Pipeline(PipelineLayout layout, dist::CommWorld& world, model::Model& model, int64_t max_rows);
   ~Pipeline();
 
   // "1f1b, 4 stages x 1 chunk: E t | t t | t t | t L"
@@ -75,9 +75,9 @@ class Pipeline {
     int64_t bytes = 0;            // activations one micro-batch keeps here
   };
   // `incoming`: the pre-posted receive of this action's input (null: receive it now).
-  void run_forward(const gpt::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
+  void run_forward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
                    Trace* trace, const std::string& name);
-  void run_backward(const gpt::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
+  void run_backward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
                     Trace* trace, const std::string& name, const std::function<void(size_t)>& after_layer);
   void post_receives(int64_t rows);
   void post(const Tensor& t, int peer, int tag);
@@ -89,7 +89,7 @@ class Pipeline {
   std::unique_ptr<PipelinePlan> plan_;
   std::vector<int32_t> stage_of_;  // virtual stage of every model layer
   std::string kinds_;
-  gpt::Gpt* model_ = nullptr;
+  model::Model* model_ = nullptr;
   std::vector<Chunk> chunks_;
   Tensor x_, dx_;
   double loss_ = 0, busy_ms_ = 0;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "gpt/moe.hpp"
+#include "model/model.hpp"
 
 namespace loom::train {
 
@@ -11,9 +11,9 @@ void add_memory_metrics(Fields& f, const std::vector<int64_t>& acct) {
   for (size_t i = 0; i < 5; ++i) f.push_back({names[i], double(acct[i])});
 }
 
-void add_moe_metrics(Fields& f, const gpt::Gpt& model, bool expert_parallel, const SumOverData& sum_over_data) {
-  for (auto& [name, moe] : model.moe_layers()) {
-    const gpt::MoeStats& st = moe->stats();
+void add_moe_metrics(Fields& f, const model::Model& model, bool expert_parallel, const SumOverData& sum_over_data) {
+  for (auto& [name, routed] : model.routed_layers()) {
+    const model::RoutingStats& st = routed->stats();
     // [load (E) | assignments, dropped, tokens, aux, z]
     std::vector<double> sums(st.load.begin(), st.load.end());
     for (double v : {double(st.assignments), double(st.dropped), double(st.tokens), st.aux, st.z}) sums.push_back(v);

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpt/gpt.hpp"
+#include "model/model.hpp"
 #include "train/pipeline.hpp"
 
 namespace loom::train {
@@ -19,7 +19,7 @@ void add_memory_metrics(Fields& f, const std::vector<int64_t>& accounting);
 // Per MoE layer of this rank's stage: load balance, dropped share, the auxiliary losses and
 // expert loads, over the whole batch (`sum_over_data` adds up the ranks that split it).
 using SumOverData = std::function<void(double*, int64_t)>;
-void add_moe_metrics(Fields& f, const gpt::Gpt& model, bool expert_parallel, const SumOverData& sum_over_data);
+void add_moe_metrics(Fields& f, const model::Model& model, bool expert_parallel, const SumOverData& sum_over_data);
 // The pipeline schedule as run on this rank (rank 0: the first stage, holding the most).
 void add_pipeline_metrics(Fields& f, const PipeStepStats& st);
 

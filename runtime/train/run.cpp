@@ -1,4 +1,5 @@
 #include "dist/parallel_settings.hpp"
+#include "parallel/layer_api.hpp"
 #include "data/data_settings.hpp"
 #include "ckpt/checkpoint_settings.hpp"
 #include "train/run.hpp"
@@ -56,7 +57,7 @@ Run::~Run() { plugins::set_span_sink({}); }  // the trace goes with the run; plu
 void Run::check_and_settle() {
   run_ = read_run(cfg_);
   s_ = read_settings(cfg_);
-  mc_ = gpt::from_config(cfg_);
+  mc_ = model::from_config(cfg_);
   mesh_ = dist::resolve_mesh(cfg_, env_.world);
   check_experts(mc_, mesh_);
   check_context(sel_, mesh_);
@@ -135,10 +136,10 @@ void Run::build_model() {
     layout = plan_pipeline(cfg_, sel_, mc_, mesh_.pp, static_cast<int>(s_.accum));
     only = layout.layers_of(world_->coord().pp, mesh_.pp);
   }
-  model_ = std::make_unique<gpt::Gpt>(mc_, slots_->api(), params_, max_rows_, run_.profile_layer, only);
+  model_ = model::build(mc_, slots_->api(), params_, max_rows_, run_.profile_layer, only);
   if (mesh_.pp > 1) pipe_ = std::make_unique<Pipeline>(std::move(layout), *world_, *model_, max_rows_);
   params_.allocate(s_.seed);
-  const std::string src = gpt::init_from(cfg_);
+  const std::string src = model::init_from(cfg_);
   if (!src.empty() && ckpt::read_checkpoint(cfg_).may_start_fresh())
     ckpt::init_from(src, params_, lead_);  // before the data plugin copies (and shards) the values; a resume overwrites
   tok_.assign(s_.micro_batch * T_, 0);

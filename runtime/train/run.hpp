@@ -20,7 +20,7 @@
 #include "dist/comm.hpp"
 #include "dist/launch.hpp"
 #include "dist/mesh.hpp"
-#include "gpt/gpt.hpp"
+#include "model/model.hpp"
 #include "loader/selection.hpp"
 #include "precision/precision.hpp"
 #include "train/data_parallel.hpp"
@@ -97,7 +97,7 @@ class Run {
 
   RunSettings run_;
   Settings s_;
-  gpt::GptConfig mc_;
+  model::Config mc_;
   dist::MeshShape mesh_;
   int64_t local_batch_ = 0, first_sample_ = 0;
   int64_t T_ = 0, T_local_ = 0, max_rows_ = 0;
@@ -116,7 +116,7 @@ class Run {
 
   std::unique_ptr<TensorSlots> slots_;
   ParamStore params_;
-  std::unique_ptr<gpt::Gpt> model_;
+  std::unique_ptr<model::Model> model_;
   std::unique_ptr<Pipeline> pipe_;  // pp > 1: this rank's stage
   std::unique_ptr<DataParallel> dp_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "parallel/layer_api.hpp"
 #include "core/errors.hpp"
 #include "model/philox.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -40,7 +41,7 @@ int32_t pick(const std::vector<float>& z, int64_t vocab, const SampleOptions& o,
 // Sequence parallelism splits a forward's rows over tp: no single-row decode. Each token reruns
 // the context, padded on the right to a multiple of tp (causal attention keeps the padding from
 // the positions read).
-std::vector<float> logits_without_cache(gpt::Gpt& model, const std::vector<int32_t>& ctx, int64_t rows) {
+std::vector<float> logits_without_cache(model::Model& model, const std::vector<int32_t>& ctx, int64_t rows) {
   const int64_t T_max = model.config().seq_len;
   const int64_t T = std::min<int64_t>(static_cast<int64_t>(ctx.size()), T_max);
   const int64_t padded = std::min(T_max, (T + rows - 1) / rows * rows);
@@ -52,7 +53,7 @@ std::vector<float> logits_without_cache(gpt::Gpt& model, const std::vector<int32
 
 }  // namespace
 
-std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, const SampleOptions& o,
+std::vector<int32_t> generate_ids(model::Model& model, std::vector<int32_t> prompt, const SampleOptions& o,
                                   const NextLogits& next) {
   const auto& c = model.config();
   if (prompt.empty()) throw UsageError("generation needs a prompt of at least one token");
@@ -98,7 +99,7 @@ std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, 
   return out;
 }
 
-std::string generate(gpt::Gpt& model, const tok::Tokenizer* tokenizer, const std::string& prompt, const SampleOptions& o,
+std::string generate(model::Model& model, const tok::Tokenizer* tokenizer, const std::string& prompt, const SampleOptions& o,
                      const NextLogits& next) {
   std::vector<int32_t> ids;
   if (tokenizer) {

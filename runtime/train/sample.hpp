@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "gpt/gpt.hpp"
+#include "model/model.hpp"
 
 namespace loom::tok {
 class Tokenizer;
@@ -34,11 +34,11 @@ using NextLogits = std::function<std::vector<float>(const std::vector<int32_t>& 
 // layers talk inside forward), through a key/value cache unless sequence parallelism splits the
 // rows, in which case each token reruns the padded context.
 // With `next` (a pipeline), each token's logits come from it, over the whole context.
-std::vector<int32_t> generate_ids(gpt::Gpt& model, std::vector<int32_t> prompt, const SampleOptions& o,
+std::vector<int32_t> generate_ids(model::Model& model, std::vector<int32_t> prompt, const SampleOptions& o,
                                   const NextLogits& next = {});
 
 // The same from text to text: through `tokenizer` when given, as bytes otherwise.
-std::string generate(gpt::Gpt& model, const tok::Tokenizer* tokenizer, const std::string& prompt, const SampleOptions& o,
+std::string generate(model::Model& model, const tok::Tokenizer* tokenizer, const std::string& prompt, const SampleOptions& o,
                      const NextLogits& next = {});
 
 // The bytes made printable for a terminal: control bytes other than newline become '.'.

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/json.hpp"
+#include "parallel/layer_api.hpp"
 #include "ops/ops.hpp"
 #include "parallel/context_attention.hpp"
 #include "train/report_fields.hpp"
@@ -130,7 +131,7 @@ double Run::validation_loss() {
 // Evaluation and samples route MoE tokens dropless, so the result does not depend on how many
 // sequences a layout puts in a micro-batch.
 void Run::evaluating(bool on) {
-  for (auto& [name, moe] : model_->moe_layers()) moe->use_capacity(!on);
+  for (auto& [name, routed] : model_->routed_layers()) routed->use_capacity(!on);
 }
 
 // The checks at the end of a run, every rank's peak memory (for `loom compare`), and the

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/errors.hpp"
-#include "gpt/config.hpp"
+#include "model/model.hpp"
 #include "train/settings.hpp"
 #include "parallel/context_attention.hpp"
 #include "parallel/expert_dispatch.hpp"
@@ -60,7 +60,7 @@ void TensorSlots::start_context(const config::Config& cfg, const plugins::Select
   ctx.cp = world_->axis(dist::Axis::CP).raw();
   ctx.ops = ops_;
   ctx.device = {read_run(cfg).device == "cuda" ? LOOM_DEVICE_CUDA : LOOM_DEVICE_CPU, 0};
-  context_ = std::make_unique<ContextAttention>(ctx, *context_plugin_, gpt::from_config(cfg).seq_len);
+  context_ = std::make_unique<ContextAttention>(ctx, *context_plugin_, model::from_config(cfg).seq_len);
   api_->set_context(context_.get());
 }
 
@@ -68,7 +68,7 @@ void TensorSlots::start_context(const config::Config& cfg, const plugins::Select
 void TensorSlots::start_experts(const config::Config& cfg, const plugins::Selection& sel) {
   const int ep = world_ ? world_->mesh().ep : 1;
   if (ep == 1) return;
-  const int64_t experts = gpt::from_config(cfg).moe.experts;  // > 0: the trainer checked (check_experts)
+  const int64_t experts = model::from_config(cfg).moe.experts;  // > 0: the trainer checked (check_experts)
   const plugins::SlotChoice* slot = sel.slot("expert");
   if (!slot) throw ConfigError("[parallel] ep = " + std::to_string(ep) + " needs [plugins] expert (e.g. \"ep\")");
   loom_options opts = plugins::options_for(cfg, slot->found.desc->name);

@@ -28,11 +28,11 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh) {
   Settings s = read_settings(cfg);
-  check_experts(gpt::from_config(cfg), mesh);
+  check_experts(model::from_config(cfg), mesh);
   check_context(selection, mesh);
   check_data_capabilities(selection, mesh);
   split_batch(s, mesh);
-  if (mesh.pp > 1) plan_pipeline(cfg, selection, gpt::from_config(cfg), mesh.pp, static_cast<int>(s.accum));
+  if (mesh.pp > 1) plan_pipeline(cfg, selection, model::from_config(cfg), mesh.pp, static_cast<int>(s.accum));
 }
 
 fs::path default_run_dir(const config::Config& cfg) {
@@ -103,7 +103,7 @@ Run::StepResult Run::step_once(int64_t step, PipeStepStats& pipe_stats) {
   StepResult r;
   r.lr = s_.lr.at(step);
   params_.zero_grads();
-  for (auto& [name, moe] : model_->moe_layers()) moe->reset_stats();
+  for (auto& [name, routed] : model_->routed_layers()) routed->reset_stats();
   const double loss_scale = precision_ ? precision_->loss_scale() : 1.0;
   const double data_ranks = static_cast<double>(mesh_.dp * mesh_.ep * mesh_.cp);
   const double grad_scale = loss_scale / data_ranks;
@@ -133,7 +133,7 @@ double Run::forward_backward(int64_t step, float dloss, PipeStepStats& pipe_stat
   double loss_sum = 0;
   for (int64_t a = 0; a < s_.accum; ++a) {
     batch(static_cast<int>(a), tok_.data(), tgt_.data());
-    gpt::Microbatch mb{tok_.data(), tgt_.data(), s_.micro_batch, T_local_, dloss};
+    model::Microbatch mb{tok_.data(), tgt_.data(), s_.micro_batch, T_local_, dloss};
     const Clock::time_point f0 = Clock::now();
     loss_sum += model_->forward(mb);
     const Clock::time_point b0 = Clock::now();

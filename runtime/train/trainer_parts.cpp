@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "parallel/layer_api.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
 #include "loader/services.hpp"
@@ -57,7 +58,7 @@ void write_plugins_record(const fs::path& run_dir, const plugins::Selection& sel
 }
 
 // This rank's sum of validation token losses over `batches` fixed windows of T local positions.
-double validation_loss_sum(gpt::Gpt& model, const BatchFn& batch, int64_t batches, int64_t micro, int64_t T,
+double validation_loss_sum(model::Model& model, const BatchFn& batch, int64_t batches, int64_t micro, int64_t T,
                            std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
   double sum = 0;
   for (int64_t b = 0; b < batches; ++b) {
@@ -97,7 +98,7 @@ void add_context_metrics(std::vector<std::pair<std::string, double>>& fields, co
 
 // The run's tokenizer, for text samples: [data] tokenizer, or tokenizer.json beside the shards.
 // Without one, samples are bytes, which only a 256-token vocabulary can print.
-std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const gpt::GptConfig& mc, bool sampling) {
+std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const model::Config& mc, bool sampling) {
   if (!sampling) return nullptr;  // only samples decode text
   const fs::path path = tok::run_tokenizer_path(cfg);
   if (!path.empty()) {
@@ -132,7 +133,7 @@ int64_t split_batch(Settings& s, const dist::MeshShape& mesh) {
 }
 
 // Expert parallelism needs experts, an equal share of them per ep rank.
-void check_experts(const gpt::GptConfig& mc, const dist::MeshShape& mesh) {
+void check_experts(const model::Config& mc, const dist::MeshShape& mesh) {
   if (mesh.ep == 1) return;
   if (mc.moe.experts == 0)
     throw ConfigError("[parallel] ep = " + std::to_string(mesh.ep) +

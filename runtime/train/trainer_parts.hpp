@@ -12,7 +12,7 @@
 #include "config/config.hpp"
 #include "dist/comm.hpp"
 #include "dist/mesh.hpp"
-#include "gpt/gpt.hpp"
+#include "model/model.hpp"
 #include "loader/selection.hpp"
 #include "train/pipeline.hpp"
 #include "train/settings.hpp"
@@ -33,7 +33,7 @@ namespace loom::train {
 // ranks split the batch (expert parallelism is data parallelism outside the experts).
 int64_t split_batch(Settings& s, const dist::MeshShape& mesh);
 // Expert parallelism needs experts, an equal share per ep rank.
-void check_experts(const gpt::GptConfig& mc, const dist::MeshShape& mesh);
+void check_experts(const model::Config& mc, const dist::MeshShape& mesh);
 // Context parallelism needs a comm plugin with send and recv (checked from its descriptor).
 void check_context(const plugins::Selection& selection, const dist::MeshShape& mesh);
 // Tells plugins where they run (the loom.placement service), before any is created.
@@ -47,7 +47,7 @@ void check_sharded(const Faults& faults, int stage, const std::string& device);
 // The run's tokenizer for text samples: [data] tokenizer, or tokenizer.json beside the shards;
 // null for bytes or when the run takes no samples. Refuses samples of a non-byte vocabulary
 // without one.
-std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const gpt::GptConfig& mc, bool sampling);
+std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const model::Config& mc, bool sampling);
 
 // One job per run directory: an exclusive flock on RUN_DIR/.lock, held until the process exits,
 // with "pid host" in the file. A second job is refused naming the holder. Skipped when
@@ -59,7 +59,7 @@ void lock_run_dir(const std::filesystem::path& run_dir);
 void write_plugins_record(const std::filesystem::path& run_dir, const plugins::Selection& selection);
 
 // This rank's sum of validation token losses over `batches` fixed windows of T local positions.
-double validation_loss_sum(gpt::Gpt& model, const BatchFn& batch, int64_t batches, int64_t micro, int64_t T,
+double validation_loss_sum(model::Model& model, const BatchFn& batch, int64_t batches, int64_t micro, int64_t T,
                            std::vector<int32_t>& tok, std::vector<int32_t>& tgt);
 // Under cp, `read`'s whole sequences cut to this rank's positions; `read` itself otherwise.
 BatchFn local_positions(const ContextAttention* cp, int64_t micro, BatchFn read);
