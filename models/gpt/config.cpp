@@ -228,7 +228,7 @@ std::vector<std::string> architecture_differences(const GptConfig& a, const GptC
 
 // [model], [model.moe] and [model.rope_scaling]: declared here, beside from_config that reads them.
 std::vector<config::SectionSpec> model_sections() {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
+  using config::kInf;
   using config::ValueType;
   config::SectionSpec model{"model", "the network: a decoder-only transformer, GPT-2 to Llama 3 (docs/models.md)", {
       {"preset", ValueType::String, "\"\"", "fill unset keys from a preset (loom model info PRESET)", -kInf, kInf,

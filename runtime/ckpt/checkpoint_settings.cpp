@@ -1,13 +1,9 @@
 #include "ckpt/checkpoint_settings.hpp"
 
-#include <limits>
-
 namespace loom::ckpt {
 
-namespace {
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using config::kInf;
 using config::ValueType;
-}  // namespace
 
 config::SectionSpec checkpoint_section() {
   return {"checkpoint", "saving and resuming training state (docs/checkpoints.md); the writer is [plugins] ckpt", {

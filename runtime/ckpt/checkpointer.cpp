@@ -1,5 +1,3 @@
-#include "loader/plugin_settings.hpp"
-#include "ckpt/checkpoint_settings.hpp"
 #include "ckpt/checkpointer.hpp"
 
 #include <fcntl.h>
@@ -12,12 +10,14 @@
 #include <cstring>
 #include <fstream>
 
+#include "ckpt/checkpoint_settings.hpp"
 #include "ckpt/crc32c.hpp"
-#include "model/model.hpp"
+#include "ckpt/reader.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
-#include "ckpt/reader.hpp"
 #include "dist/mesh.hpp"
+#include "loader/plugin_settings.hpp"
+#include "model/model.hpp"
 
 namespace fs = std::filesystem;
 

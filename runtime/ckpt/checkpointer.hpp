@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "ckpt/format.hpp"
-#include "model/model.hpp"
 #include "config/config.hpp"
 #include "dist/comm.hpp"
 #include "loader/registry.hpp"
 #include "loader/selection.hpp"
+#include "model/model.hpp"
 #include "precision/precision.hpp"
 #include "tensor/tensor.hpp"
 

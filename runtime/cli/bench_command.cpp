@@ -1,11 +1,11 @@
 // loom bench comm --op OP --min-bytes B --max-bytes B --nproc N [--comm gloo] [--config FILE] [--set k=v]
 #include <cstdio>
 
-#include "loader/plugin_settings.hpp"
 #include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "dist/comm_bench.hpp"
 #include "dist/network.hpp"
+#include "loader/plugin_settings.hpp"
 #include "loader/selection.hpp"
 
 namespace loom::cli {

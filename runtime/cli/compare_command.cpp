@@ -15,16 +15,16 @@
 #include <iomanip>
 #include <sstream>
 
-#include "train/settings.hpp"
-#include "loader/plugin_settings.hpp"
 #include "cli/parse.hpp"
-#include "plan/from_config.hpp"
-#include "plan/sources.hpp"
 #include "config/config.hpp"
 #include "core/json.hpp"
+#include "loader/plugin_settings.hpp"
+#include "plan/from_config.hpp"
+#include "plan/sources.hpp"
 #include "report/compare.hpp"
 #include "report/noise.hpp"
 #include "report/svg.hpp"
+#include "train/settings.hpp"
 
 namespace fs = std::filesystem;
 

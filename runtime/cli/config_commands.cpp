@@ -1,10 +1,10 @@
 // loom config check FILE, loom config show FILE
 #include <iostream>
 
-#include "loader/plugin_settings.hpp"
 #include "cli/parse.hpp"
-#include "model/model.hpp"
+#include "loader/plugin_settings.hpp"
 #include "loader/selection.hpp"
+#include "model/model.hpp"
 #include "plan/cluster.hpp"
 
 namespace loom::cli {

@@ -12,8 +12,8 @@
 #include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "model/model.hpp"
-#include "parallel/layer_api.hpp"
 #include "ops/ops.hpp"
+#include "parallel/layer_api.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/sample.hpp"
 

@@ -14,15 +14,15 @@
 #include <vector>
 
 #include "cli/parse.hpp"
-#include "core/errors.hpp"
-#include "ops/ops.hpp"
-#include "train/peak.hpp"
 #include "config/config.hpp"
-#include "model/model.hpp"
+#include "core/errors.hpp"
 #include "loader/registry.hpp"
+#include "model/model.hpp"
+#include "ops/ops.hpp"
 #include "plan/estimate.hpp"
 #include "plan/from_config.hpp"
 #include "plan/sources.hpp"
+#include "train/peak.hpp"
 #include <nlohmann/json.hpp>
 #include <cstdlib>
 #include <tuple>

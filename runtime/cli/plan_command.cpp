@@ -9,14 +9,14 @@
 #include <iostream>
 #include <map>
 
-#include "dist/parallel_settings.hpp"
-#include "loader/plugin_settings.hpp"
 #include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
-#include "model/model.hpp"
+#include "dist/parallel_settings.hpp"
+#include "loader/plugin_settings.hpp"
 #include "loader/registry.hpp"
+#include "model/model.hpp"
 #include "plan/from_config.hpp"
 #include "plan/published.hpp"
 #include "plan/search.hpp"

@@ -4,11 +4,11 @@
 
 #include "ckpt/checkpoint_settings.hpp"
 #include "cli/parse.hpp"
-#include "dist/parallel_settings.hpp"
-#include "loader/plugin_settings.hpp"
 #include "dist/elastic.hpp"
 #include "dist/launch.hpp"
 #include "dist/mesh.hpp"
+#include "dist/parallel_settings.hpp"
+#include "loader/plugin_settings.hpp"
 #include "loader/selection.hpp"
 #include "loader/services.hpp"
 #include "train/trainer.hpp"

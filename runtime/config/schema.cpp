@@ -7,8 +7,8 @@
 #include "core/errors.hpp"
 #include "data/data_settings.hpp"
 #include "dist/parallel_settings.hpp"
-#include "model/model.hpp"
 #include "loader/plugin_settings.hpp"
+#include "model/model.hpp"
 #include "train/settings.hpp"
 
 namespace loom::config {

@@ -12,6 +12,8 @@
 namespace loom::config {
 
 enum class ValueType { Int, Float, Bool, String, StringList, IntOrAuto, FloatList };
+// An open end of a key's range.
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 const char* type_name(ValueType t);
 

@@ -1,13 +1,9 @@
 #include "data/data_settings.hpp"
 
-#include <limits>
-
 namespace loom::data {
 
-namespace {
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using config::kInf;
 using config::ValueType;
-}  // namespace
 
 config::SectionSpec data_section() {
   return {"data", "training and validation tokens", {

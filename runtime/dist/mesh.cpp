@@ -1,8 +1,8 @@
-#include "dist/parallel_settings.hpp"
 #include "dist/mesh.hpp"
 
 #include "config/config.hpp"
 #include "core/errors.hpp"
+#include "dist/parallel_settings.hpp"
 
 namespace loom::dist {
 

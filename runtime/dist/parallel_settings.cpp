@@ -1,13 +1,9 @@
 #include "dist/parallel_settings.hpp"
 
-#include <limits>
-
 namespace loom::dist {
 
-namespace {
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using config::kInf;
 using config::ValueType;
-}  // namespace
 
 config::SectionSpec parallel_section() {
   return {"parallel", "the device mesh: tp (innermost) -> cp -> ep -> dp -> pp", {

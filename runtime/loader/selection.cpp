@@ -1,7 +1,7 @@
-#include "dist/parallel_settings.hpp"
 #include "loader/selection.hpp"
 
 #include "core/errors.hpp"
+#include "dist/parallel_settings.hpp"
 
 namespace loom::plugins {
 

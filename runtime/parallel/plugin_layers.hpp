@@ -4,8 +4,8 @@
 
 #include <memory>
 
-#include "parallel/layer_api.hpp"
 #include "loader/registry.hpp"
+#include "parallel/layer_api.hpp"
 
 namespace loom {
 

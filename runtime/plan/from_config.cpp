@@ -1,10 +1,10 @@
-#include "train/settings.hpp"
-#include "loader/plugin_settings.hpp"
-#include "dist/parallel_settings.hpp"
 #include "plan/from_config.hpp"
 
 #include "core/errors.hpp"
+#include "dist/parallel_settings.hpp"
+#include "loader/plugin_settings.hpp"
 #include "model/model.hpp"
+#include "train/settings.hpp"
 
 namespace loom::plan {
 

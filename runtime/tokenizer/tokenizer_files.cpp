@@ -4,10 +4,10 @@
 #include <tuple>
 #include <nlohmann/json.hpp>
 
-#include "data/data_settings.hpp"
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "data/data_settings.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <climits>
 
-#include "parallel/layer_api.hpp"
 #include "core/errors.hpp"
 #include "loader/host.hpp"
+#include "parallel/layer_api.hpp"
 
 namespace loom::train {
 

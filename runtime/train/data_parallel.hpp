@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "dist/comm.hpp"
-#include "model/model.hpp"
 #include "loader/selection.hpp"
+#include "model/model.hpp"
 
 namespace loom::train {
 

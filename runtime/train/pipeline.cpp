@@ -1,12 +1,12 @@
-#include "dist/parallel_settings.hpp"
-#include "parallel/layer_api.hpp"
 #include "train/pipeline.hpp"
 
 #include <chrono>
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "dist/parallel_settings.hpp"
 #include "loader/host.hpp"
+#include "parallel/layer_api.hpp"
 
 namespace loom::train {
 

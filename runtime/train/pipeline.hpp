@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "dist/comm.hpp"
-#include "model/model.hpp"
 #include "loader/selection.hpp"
+#include "model/model.hpp"
 #include "parallel/pipeline_plan.hpp"
 #include "train/data_parallel.hpp"
 #include "train/trace.hpp"

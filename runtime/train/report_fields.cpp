@@ -1,10 +1,22 @@
 #include "train/report_fields.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "model/model.hpp"
 
 namespace loom::train {
+
+std::string human_count(double x) {
+  char b[32];
+  if (x >= 1e6)
+    std::snprintf(b, sizeof b, "%.2fM", x / 1e6);
+  else if (x >= 1e3)
+    std::snprintf(b, sizeof b, "%.1fk", x / 1e3);
+  else
+    std::snprintf(b, sizeof b, "%.0f", x);
+  return b;
+}
 
 void add_memory_metrics(Fields& f, const std::vector<int64_t>& acct) {
   const char* names[] = {"param_bytes", "grad_bytes", "optim_bytes", "comm_buffer_bytes", "comm_bytes"};

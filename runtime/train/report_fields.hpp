@@ -14,6 +14,9 @@ namespace loom::train {
 
 using Fields = std::vector<std::pair<std::string, double>>;
 
+// 1.2M, 3.4k, 512: counts in the log lines.
+std::string human_count(double x);
+
 // Model-state bytes this rank holds and bytes it sent: {param, grad, optim, comm buffer, comm}.
 void add_memory_metrics(Fields& f, const std::vector<int64_t>& accounting);
 // Per MoE layer of this rank's stage: load balance, dropped share, the auxiliary losses and

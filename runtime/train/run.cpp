@@ -1,40 +1,25 @@
-#include "dist/parallel_settings.hpp"
-#include "parallel/layer_api.hpp"
-#include "data/data_settings.hpp"
-#include "ckpt/checkpoint_settings.hpp"
 #include "train/run.hpp"
 
 #include <algorithm>
 #include <cstdio>
 #include <thread>
 
+#include "ckpt/checkpoint_settings.hpp"
 #include "ckpt/init_from.hpp"
 #include "core/errors.hpp"
+#include "data/data_settings.hpp"
 #include "data/shards.hpp"
+#include "dist/parallel_settings.hpp"
 #include "loader/services.hpp"
 #include "ops/ops.hpp"
 #include "parallel/context_attention.hpp"
+#include "parallel/layer_api.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/report_fields.hpp"
 
 namespace fs = std::filesystem;
 
 namespace loom::train {
-
-namespace {
-
-std::string human(double x) {
-  char b[32];
-  if (x >= 1e6)
-    std::snprintf(b, sizeof b, "%.2fM", x / 1e6);
-  else if (x >= 1e3)
-    std::snprintf(b, sizeof b, "%.1fk", x / 1e3);
-  else
-    std::snprintf(b, sizeof b, "%.0f", x);
-  return b;
-}
-
-}  // namespace
 
 Run::Run(config::Config& cfg, const plugins::Selection& selection, const dist::RankEnv& env, const fs::path& run_dir)
     : cfg_(cfg), sel_(selection), env_(env), run_dir_(run_dir), lead_(env.rank == 0) {
@@ -210,10 +195,10 @@ void Run::start_reporters() {
 
 void Run::print_banner() const {
   if (!lead_) return;
-  std::printf("model: %s: %s params (%s non-embedding)\n", mc_.describe().c_str(), human(mc_.params()).c_str(),
-              human(mc_.non_embedding_params()).c_str());
+  std::printf("model: %s: %s params (%s non-embedding)\n", mc_.describe().c_str(), human_count(mc_.params()).c_str(),
+              human_count(mc_.non_embedding_params()).c_str());
   std::printf("data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of %lld)\n",
-              human(data_->train_tokens()).c_str(), data::read_data(cfg_).dir.c_str(), (long long)s_.global_batch,
+              human_count(data_->train_tokens()).c_str(), data::read_data(cfg_).dir.c_str(), (long long)s_.global_batch,
               (long long)mc_.seq_len, (long long)s_.accum, (long long)s_.micro_batch);
   std::printf("device: %s, %d threads, precision %s; MFU peak %.1f GFLOP/s from %s\n", device_.c_str(), threads_,
               precision_ ? precision_->name() : "fp32", peak_.gflops, peak_.source.c_str());

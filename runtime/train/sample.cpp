@@ -4,9 +4,9 @@
 #include <cmath>
 #include <numeric>
 
-#include "parallel/layer_api.hpp"
 #include "core/errors.hpp"
 #include "model/philox.hpp"
+#include "parallel/layer_api.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace loom::train {

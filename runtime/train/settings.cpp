@@ -1,15 +1,11 @@
 #include "train/settings.hpp"
 
-#include <limits>
-
 #include "core/errors.hpp"
 
 namespace loom::train {
 
-namespace {
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using config::kInf;
 using config::ValueType;
-}  // namespace
 
 config::SectionSpec run_section() {
   return {"run", "what to run and where its outputs go", {

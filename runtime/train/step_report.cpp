@@ -4,9 +4,9 @@
 #include <cstdio>
 
 #include "core/json.hpp"
-#include "parallel/layer_api.hpp"
 #include "ops/ops.hpp"
 #include "parallel/context_attention.hpp"
+#include "parallel/layer_api.hpp"
 #include "train/report_fields.hpp"
 #include "train/run.hpp"
 #include "train/sample.hpp"
@@ -15,16 +15,6 @@ namespace loom::train {
 
 namespace {
 
-std::string human(double x) {
-  char b[32];
-  if (x >= 1e6)
-    std::snprintf(b, sizeof b, "%.2fM", x / 1e6);
-  else if (x >= 1e3)
-    std::snprintf(b, sizeof b, "%.1fk", x / 1e3);
-  else
-    std::snprintf(b, sizeof b, "%.0f", x);
-  return b;
-}
 
 // Block 0's segments per micro-batch, averaged over the run (first step included).
 void print_profile(const SegmentProfile& p, int64_t microbatches) {
@@ -53,7 +43,7 @@ void Run::report(int64_t step, const StepResult& r, double step_s, const PipeSte
   const double tps = static_cast<double>(s_.global_batch * T_) / step_s;
   if (step % s_.log_every == 0 || step == last_step_ || !val_text.empty())
     std::printf("step %5lld/%lld | loss %.4f%s | grad %.3f | lr %.2e | %s tok/s | mfu %.1f%% | %.0f ms | mem %.0f MiB\n",
-                (long long)step, (long long)s_.steps, r.loss, val_text.c_str(), r.grad_norm, r.lr, human(tps).c_str(),
+                (long long)step, (long long)s_.steps, r.loss, val_text.c_str(), r.grad_norm, r.lr, human_count(tps).c_str(),
                 fields[5].second * 100, step_s * 1e3, process_memory().rss_bytes / 1048576.0);
   std::fflush(stdout);
 }

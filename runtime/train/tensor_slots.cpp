@@ -5,10 +5,10 @@
 
 #include "core/errors.hpp"
 #include "model/model.hpp"
-#include "train/settings.hpp"
 #include "parallel/context_attention.hpp"
 #include "parallel/expert_dispatch.hpp"
 #include "parallel/plugin_layers.hpp"
+#include "train/settings.hpp"
 
 namespace loom::train {
 

@@ -1,4 +1,3 @@
-#include "ckpt/checkpoint_settings.hpp"
 #include "train/trainer.hpp"
 
 #include <algorithm>
@@ -6,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "ckpt/checkpoint_settings.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
 #include "parallel/context_attention.hpp"

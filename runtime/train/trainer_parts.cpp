@@ -10,13 +10,13 @@
 #include <cstring>
 #include <filesystem>
 
-#include "parallel/layer_api.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
 #include "loader/services.hpp"
-#include "train/metrics.hpp"
 #include "parallel/context_attention.hpp"
+#include "parallel/layer_api.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "train/metrics.hpp"
 
 namespace fs = std::filesystem;
 

@@ -12,11 +12,11 @@
 #include "config/config.hpp"
 #include "dist/comm.hpp"
 #include "dist/mesh.hpp"
-#include "model/model.hpp"
 #include "loader/selection.hpp"
+#include "model/model.hpp"
+#include "train/faults.hpp"
 #include "train/pipeline.hpp"
 #include "train/settings.hpp"
-#include "train/faults.hpp"
 #include "train/stability.hpp"
 
 namespace loom {

@@ -84,6 +84,13 @@ inline void check_same(const Curves& ref, const Curves& got, double rtol, const 
   }
 }
 
+// A MoE layout routes as the reference run does: every step drops the same share of MoE layer
+// `layer`'s assignments and sends expert 0 the same load.
+inline void check_same_routing(const Curves& ref, const Curves& got, const std::string& layer) {
+  CHECK(column(got.metrics, "moe." + layer + ".dropped") == column(ref.metrics, "moe." + layer + ".dropped"));
+  CHECK(column(got.metrics, "moe." + layer + ".load.0") == column(ref.metrics, "moe." + layer + ".load.0"));
+}
+
 // Every step of `resumed` equals the same step of `full`, to the bit.
 inline void check_bitwise(const Curves& full, const Curves& resumed) {
   REQUIRE(resumed.loss.size() == full.loss.size());
