@@ -266,7 +266,7 @@ std::vector<config::SectionSpec> model_sections() {
       {"experts", ValueType::Int, "0", "experts per MoE layer; 0 = a dense model", 0, 4096},
       {"top_k", ValueType::Int, "2", "experts each token goes to", 1, 64},
       {"every", ValueType::Int, "2", "every this many blocks (the last of each group) is MoE", 1, 1024},
-      {"capacity_factor", ValueType::Float, "1.25", "per-expert slots = ceil(factor x tokens x top_k / experts)", -kInf, kInf},
+      {"capacity_factor", ValueType::Float, "1.25", "per-expert slots in each sequence = ceil(factor x seq_len x top_k / experts)", -kInf, kInf},
       {"dropless", ValueType::Bool, "false", "no capacity: every routed token is computed"},
       {"aux_coef", ValueType::Float, "0.01", "load-balancing loss coefficient (Switch/GShard form)", 0, kInf},
       {"z_coef", ValueType::Float, "0.0", "router z-loss coefficient", 0, kInf},

@@ -1,5 +1,7 @@
 #include "gpt/moe.hpp"
 
+#include "core/errors.hpp"
+
 #include "parallel/context_attention.hpp"
 #include "parallel/expert_dispatch.hpp"
 
@@ -164,6 +166,9 @@ void local_choices(const float* p, const std::vector<int32_t>& expert, int64_t B
 // positions, whichever ranks hold them, so they do not depend on the layout.
 void MoeMlp::route(const Tensor& h, int64_t T, Acts& a) {
   const int64_t E = c_.moe.experts, K = c_.moe.top_k;
+  if (T <= 0 || h.dim(0) % T != 0)
+    throw RuntimeError("MoE routing got " + std::to_string(h.dim(0)) + " rows, not whole sequences of " +
+                       std::to_string(T) + ": routing groups are sequences");
   choose_experts(h, a);
   a.T = T;
   Choices seqs;

@@ -90,6 +90,9 @@ int generate(const Args& args) {
   ParamStore params;
   std::unique_ptr<model::Model> built = model::build(c, api, params, c.seq_len);
   model::Model& model = *built;
+  // A prompt's tokens decode in pieces: MoE routes them dropless, as training samples do, so a
+  // piece's size cannot drop a token.
+  for (auto& [name, routed] : model.routed_layers()) routed->use_capacity(false);
   params.allocate(1);
   if (external)
     ckpt::init_from(src, *external, params, false);

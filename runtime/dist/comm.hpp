@@ -61,7 +61,7 @@ class CommWorld {
   Communicator& world() { return *world_; }
   Communicator& axis(Axis a) { return *axes_[static_cast<int>(a)]; }
   // The dp x ep x cp ranks that split the batch (data_split); the dp axis when ep = cp = 1. With
-  // ep > 1 the dp axis is the expert-data group: the dp ranks that hold the same experts.
+  // ep > 1 the expert-data group (expert_data(), dp x cp) reduces the experts' gradients.
   Communicator& data() { return data_ ? *data_ : axis(Axis::DP); }
   // The dp x cp ranks that hold the same experts and everything else alike (the replicas).
   Communicator& expert_data() { return expert_data_ ? *expert_data_ : mesh_.ep > 1 ? axis(Axis::DP) : data(); }

@@ -25,8 +25,13 @@ class DataParallel::Shards : public model::LayerHooks {
  public:
   Shards(const loom_data_v1* table, void* self, ParamStore& params, model::Model& model,
          const std::vector<loom_data_unit>& units, const std::vector<int64_t>& unit_of_param, int microbatches,
-         GradsFinal before_reduce)
-      : t_(table), self_(self), units_(units), microbatches_(microbatches), before_reduce_(std::move(before_reduce)) {
+         GradsFinal before_reduce, int stage)
+      : t_(table),
+        self_(self),
+        units_(units),
+        microbatches_(microbatches),
+        before_reduce_(std::move(before_reduce)),
+        stage_(stage) {
     members_.resize(units.size());
     for (Param& p : params.all()) members_[unit_of_param[p.index]].push_back(&p);
     // The lowest-numbered layer using a unit owns it (the others borrow it, as the head borrows
@@ -69,7 +74,9 @@ class DataParallel::Shards : public model::LayerHooks {
       open_[u] = false;
       const bool last = ++ready_[u] == microbatches_;  // every micro-batch runs each unit's backward once
       if (last) ready_[u] = 0;
-      if (before_reduce_) before_reduce_(members_[u]);
+      // zero1 accumulates a step's micro-batches in one buffer and reduces at the last; zero2 and
+      // zero3 reduce each micro-batch's bucket. Either way each contribution passes once.
+      if (before_reduce_ && (last || stage_ >= 2)) before_reduce_(members_[u]);
       loom_error e;
       check(t_->unit_grads_ready(self_, u, last, &e), e, "data plugin unit_grads_ready");
       for (Param* p : members_[u]) p->grad = Tensor();  // the bucket is the plugin's again
@@ -96,6 +103,7 @@ class DataParallel::Shards : public model::LayerHooks {
   std::vector<loom_data_unit> units_;
   int microbatches_;
   GradsFinal before_reduce_;
+  int stage_;
   std::vector<std::vector<Param*>> members_;
   std::vector<std::vector<int64_t>> uses_;
   std::vector<size_t> owner_;
@@ -120,7 +128,7 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
   start_plugin(*data, params, model);
   if (stage_ > 0) {
     shards_ = std::make_unique<Shards>(table_, data_->self(), params, model, units_, unit_of_param, microbatches,
-                                       std::move(before_reduce));
+                                       std::move(before_reduce), stage_);
     model.set_hooks(shards_.get());
     params.release_buffers();  // the plugin keeps its own copy, sharded as its stage says
   }

@@ -146,7 +146,10 @@ void Run::start_data_slot() {
       pipe_ && mc_.tied_embeddings ? std::vector<std::string>{"wte"} : std::vector<std::string>{};
   dp_ = std::make_unique<DataParallel>(cfg_, sel_, *world_, params_, *model_, static_cast<int>(s_.accum), own_unit,
                                        [this](const std::vector<Param*>& ps) { on_grads_final(ps); });
-  if (dp_->sharded()) check_sharded(faults_->faults(), dp_->zero_stage(), device_);
+  if (dp_->sharded()) {
+    const StabilitySettings st = read_stability(cfg_);
+    check_sharded(faults_->faults(), dp_->zero_stage(), device_, st.enabled ? st.check_every : 0);
+  }
 }
 
 void Run::start_optimizer_and_checkpoints() {
@@ -173,13 +176,6 @@ void Run::start_reporters() {
   peak_ = device_peak(device_, precision_ ? precision_->name() : "fp32", threads_, run_.peak_gflops);
   flops_per_token_ = mc_.flops_per_token();
   activation_bytes_ = model_->activation_bytes({nullptr, nullptr, s_.micro_batch, T_local_, 0.f});
-  if (run_.trace) {
-    trace_ = std::make_unique<Trace>(run_dir_ / "trace" / ("rank" + std::to_string(env_.rank) + ".json"), env_.rank,
-                                     "rank " + std::to_string(env_.rank) + " (" + mesh_.describe() + " coord pp " +
-                                         std::to_string(world_ ? world_->coord().pp : 0) + ")");
-    plugins::set_span_sink([t = trace_.get()](const std::string& name, const std::string& category,
-                                              Clock::time_point b, Clock::time_point e) { t->span(name, category, b, e); });
-  }
   stability_ = std::make_unique<Stability>(cfg_, world_.get(), dp_.get(), lead_, run_dir_, first_step_ > 1);
   reporters_.push_back([this](Fields& f) { add_memory_metrics(f, optimizer_->accounting()); });
   SumOverData sum_over_data;
@@ -191,6 +187,14 @@ void Run::start_reporters() {
     });
   ContextAttention* cp = slots_->context();
   if (cp) reporters_.push_back([this, cp](Fields& f) { add_context_metrics(f, cp, world_.get()); });
+  // Last: nothing after it may throw, or the plugins' span sink would outlive the trace.
+  if (run_.trace) {
+    trace_ = std::make_unique<Trace>(run_dir_ / "trace" / ("rank" + std::to_string(env_.rank) + ".json"), env_.rank,
+                                     "rank " + std::to_string(env_.rank) + " (" + mesh_.describe() + " coord pp " +
+                                         std::to_string(world_ ? world_->coord().pp : 0) + ")");
+    plugins::set_span_sink([t = trace_.get()](const std::string& name, const std::string& category,
+                                              Clock::time_point b, Clock::time_point e) { t->span(name, category, b, e); });
+  }
 }
 
 void Run::print_banner() const {

@@ -48,7 +48,7 @@ void Run::report(int64_t step, const StepResult& r, double step_s, const PipeSte
   std::fflush(stdout);
 }
 
-// Every run's fields, in the order metrics.jsonl has always had them.
+// Every run's fields; the slots' own follow (runtime/train/report_fields.hpp).
 Fields Run::common_fields(int64_t step, const StepResult& r, double step_s, const PipeStepStats& pipe_stats) {
   const double tps = static_cast<double>(s_.global_batch * T_) / step_s;
   const Memory mem = process_memory();

@@ -183,7 +183,7 @@ void check_context(const plugins::Selection& selection, const dist::MeshShape& m
 }
 
 // What cannot exist with a ZeRO data plugin, refused before the first step rather than half-way.
-void check_sharded(const Faults& faults, int stage, const std::string& device) {
+void check_sharded(const Faults& faults, int stage, const std::string& device, int64_t check_every) {
   const std::string zero = "[plugins] data = \"zero" + std::to_string(stage) + "\"";
   if (device != "cpu")
     throw ConfigError(zero + " with [run] device = \"" + device + "\": the ZeRO plugin keeps its shards in host "
@@ -191,6 +191,10 @@ void check_sharded(const Faults& faults, int stage, const std::string& device) {
   if (stage >= 3 && faults.perturb_step > 0)
     throw ConfigError(zero + " with [faults] perturb_step: zero3 holds each parameter once over dp, so there is "
                       "no replica for a perturbed rank to drift from; use zero1, zero2 or ddp to test replica checks");
+  if (faults.perturb_step > 0 && (check_every == 0 || faults.perturb_step % check_every != 0))
+    throw ConfigError(zero + " with [faults] perturb_step = " + std::to_string(faults.perturb_step) +
+                      ": every step rebuilds the whole parameters from the shards, so a perturbed replica lives only "
+                      "until the next all-gather; set [stability] check_every to a divisor of perturb_step");
 }
 
 }  // namespace loom::train

@@ -42,7 +42,8 @@ void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh);
 // ep > 1, pipeline stages under pp > 1.
 void check_data_capabilities(const plugins::Selection& selection, const dist::MeshShape& mesh);
 // What cannot exist with a ZeRO data plugin, refused before the first step rather than half-way.
-void check_sharded(const Faults& faults, int stage, const std::string& device);
+// `check_every`: [stability]'s replica checks (0 = never).
+void check_sharded(const Faults& faults, int stage, const std::string& device, int64_t check_every);
 
 // The run's tokenizer for text samples: [data] tokenizer, or tokenizer.json beside the shards;
 // null for bytes or when the run takes no samples. Refuses samples of a non-byte vocabulary

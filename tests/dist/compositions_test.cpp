@@ -29,6 +29,13 @@ TEST_CASE("zero1, zero2 and zero3 with tp2+sp at dp2 match one rank, as Megatron
                                            "--set plugins.data=") + zero;
     check_same(one, runs.run(layout), 1e-5, layout);
   }
+  // Two micro-batches per rank: zero1 accumulates them in one buffer and sums over tp once, at
+  // the last; zero2 and zero3 reduce each micro-batch, each summed over tp first.
+  for (const char* zero : {"zero1", "zero2", "zero3"}) {
+    const std::string layout = std::string("--set parallel.nproc=4 --set parallel.tp=2 --set plugins.sequence=sp "
+                                           "--set train.micro_batch=1 --set plugins.data=") + zero;
+    check_same(one, runs.run(layout), 1e-5, layout);
+  }
 }
 
 TEST_CASE("a MoE llama-tiny under cp2, cp2 x dp2 and cp2 x ep2 matches one rank, capacity dropping per sequence") {
@@ -103,4 +110,8 @@ TEST_CASE("the fault injectors under ZeRO: a NaN gradient is caught and skipped,
     CHECK(r.rc == 1);
     CHECK(has(r.out, "step 3: data-parallel replicas' parameters differ: rank 1 differs from the other replicas"));
   }
+  // The shards rebuild every replica at the next all-gather: the check must run at that step.
+  auto unchecked = runs.raw("--set parallel.nproc=2 --set plugins.data=zero1 --set faults.perturb_step=3");
+  CHECK(unchecked.rc == 2);
+  CHECK(has(unchecked.out, "set [stability] check_every to a divisor of perturb_step"));
 }
