@@ -96,7 +96,8 @@ void check_value(const toml::node& n, const std::string& label, const KeySpec& k
   std::string head = where(n) + ": " + label + " " + k.name + ": expected ";
   if (!fits_type(n, k.type)) throw ConfigError(head + type_name(k.type) + ", got " + describe(n));
   if (n.is_integer() || n.is_floating_point()) {
-    double v = n.value<double>().value();
+    // An integer past 2^53 has no exact double, and toml++ then gives none: take the nearest.
+    const double v = n.is_integer() ? static_cast<double>(n.as_integer()->get()) : n.as_floating_point()->get();
     // NaN compares false with everything: refused by name, as are infinities.
     if (!std::isfinite(v)) throw ConfigError(head + "a finite " + range_text(k) + ", got " + describe(n));
     if (v < k.min || v > k.max || (k.below_max && v >= k.max))
@@ -104,7 +105,7 @@ void check_value(const toml::node& n, const std::string& label, const KeySpec& k
   }
   if (const toml::array* a = n.as_array(); a && k.type == ValueType::FloatList)
     for (const auto& e : *a) {
-      const double v = e.value<double>().value();
+      const double v = e.is_integer() ? static_cast<double>(e.as_integer()->get()) : e.value<double>().value_or(NAN);
       if (!std::isfinite(v) || v < k.min || v > k.max)
         throw ConfigError(where(e) + ": " + label + " " + k.name + ": every element must be " + range_text(k) +
                           ", got " + describe(e));
@@ -311,7 +312,10 @@ const toml::node& Config::at(std::string_view path) const {
 }
 
 int64_t Config::i64(std::string_view path) const { return at(path).value<int64_t>().value(); }
-double Config::f64(std::string_view path) const { return at(path).value<double>().value(); }
+double Config::f64(std::string_view path) const {
+  const toml::node& n = at(path);
+  return n.is_integer() ? static_cast<double>(n.as_integer()->get()) : n.value<double>().value();
+}
 bool Config::boolean(std::string_view path) const { return at(path).value<bool>().value(); }
 std::string Config::str(std::string_view path) const {
   return at(path).value<std::string>().value();

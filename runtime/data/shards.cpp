@@ -159,7 +159,7 @@ std::vector<int32_t> TokenSplit::all() const {
 
 PrepareReport write_splits(const std::vector<std::vector<uint32_t>>& documents, const fs::path& out_dir,
                            double val_fraction, int64_t vocab_size, int64_t shard_tokens) {
-  if (val_fraction < 0 || val_fraction >= 1)
+  if (!(val_fraction >= 0 && val_fraction < 1))  // NaN fails every comparison
     throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(val_fraction));
   std::vector<uint32_t> train, val;
   for (const auto& doc : documents) {

@@ -107,3 +107,13 @@ TEST_CASE("plugin option tables are checked against the plugin's schema") {
   CHECK(ok.f64("plugins.fp16.initial_scale") == 4.0);  // an integer is accepted as a float
   CHECK(ok.i64("plugins.fp16.hysteresis") == 2);
 }
+
+TEST_CASE("integers past 2^53 are legal values, not a crash: a huge step count, a seed of 2^53 + 1") {
+  // toml++ gives no double for an integer with no exact one; the range check took it anyway.
+  CHECK(error_of("[train]\nsteps = 9223372036854775807\n") == "");
+  CHECK(error_of("[run]\nseed = 9007199254740993\n") == "");
+  Config c = Config::parse("[train]\nsteps = 9223372036854775807\nlr = 9007199254740993\n", "t.toml", {});
+  CHECK(c.i64("train.steps") == 9223372036854775807LL);
+  CHECK(c.f64("train.lr") == 9007199254740992.0);  // the nearest double
+  CHECK(error_of("[train]\nlr = 9007199254740993\n").find("expected float in [0, 10]") != std::string::npos);
+}
