@@ -25,6 +25,12 @@ namespace loom::ckpt {
 
 namespace {
 
+// "step-" and at least 8 digits, as step_name writes them.
+bool is_step_name(const std::string& s) {
+  if (s.rfind("step-", 0) != 0 || s.size() < 13) return false;
+  return std::all_of(s.begin() + 5, s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 std::string rank_file(int rank, const char* ext) {
   char b[32];
   std::snprintf(b, sizeof b, "rank-%05d.%s", rank, ext);
@@ -355,8 +361,11 @@ void Checkpointer::commit() {
     if (cleanup_.valid()) cleanup_.get();  // the previous deletions are done
     std::vector<fs::path> done, drop;
     for (const auto& entry : fs::directory_iterator(root_)) {
-      if (!entry.is_directory() || entry.path().filename().string().rfind("step-", 0) != 0) continue;
-      if (entry.path().extension() == "") done.push_back(entry.path());
+      // Only what this writer names (step-NNNNNNNN, and .deleting while it goes): a user's
+      // step-00000005-keep beside them is not a checkpoint to retire.
+      const std::string name_here = entry.path().filename().string();
+      if (!entry.is_directory() || !is_step_name(entry.path().stem().string())) continue;
+      if (name_here == entry.path().stem().string()) done.push_back(entry.path());
       if (entry.path().extension() == ".deleting") drop.push_back(entry.path());  // incl. a crash's leftovers
     }
     std::sort(done.begin(), done.end());

@@ -2,6 +2,7 @@
 //   [--seed S] [--tokenizer FILE] [--ids]
 // SRC: a Loom checkpoint (a step directory or a root with `latest`), a Hugging Face folder or an
 // llm.c model file. One process, the CPU op table, a key/value cache.
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <sstream>
@@ -72,7 +73,8 @@ int generate(const Args& args) {
       "[--tokenizer FILE] [--ids]";
   if (!parse(args, usage, opts, pos, vm)) return kExitOk;
   const double temperature = vm["temperature"].as<double>(), top_p = vm["top-p"].as<double>();
-  if (temperature < 0) throw UsageError("--temperature must be >= 0");
+  if (!(temperature >= 0) || !std::isfinite(temperature))  // NaN would pick the least likely token
+    throw UsageError("--temperature must be a number >= 0 (0 = greedy)");
   if (!(top_p > 0 && top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
   const fs::path src = vm["src"].as<std::string>();
   fs::path tokenizer_path;

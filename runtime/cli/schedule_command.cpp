@@ -1,5 +1,7 @@
 // loom schedule --pp P --microbatches M --schedule NAME [--chunks V] [--backward-cost K]
 // Prints a pipeline schedule's timeline before anyone spends a cluster hour on it.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "cli/parse.hpp"
@@ -31,7 +33,15 @@ int schedule(const Args& args) {
     throw UsageError("--microbatches " + std::to_string(m) + " is more than loom schedule draws (" +
                      std::to_string(kMaxMicrobatches) + "); the bubble of 1f1b and gpipe at m micro-batches is "
                      "(p - 1) / (m + p - 1), " + std::to_string(100.0 * (p - 1) / (m + p - 1)).substr(0, 6) + "% here");
-  if (backward <= 0) throw UsageError("--backward-cost must be positive");
+  if (!(backward > 0) || !std::isfinite(backward)) throw UsageError("--backward-cost must be a positive number");
+  // The same bounds as [parallel] pp and pp_chunks, and a drawing of at most 2^20 actions (its
+  // simulation and timeline grow with p x m x v; past that it is the same steady state).
+  if (p > 4096 || v > 64)
+    throw UsageError("--pp " + std::to_string(p) + " --chunks " + std::to_string(v) +
+                     ": loom schedule draws up to pp = 4096 and 64 chunks, the bounds [parallel] pp and pp_chunks take");
+  if (static_cast<int64_t>(p) * m * std::max(v, 2) > (int64_t{1} << 20))
+    throw UsageError("--pp " + std::to_string(p) + " x --microbatches " + std::to_string(m) + " x --chunks " +
+                     std::to_string(std::max(v, 1)) + " is more actions than loom schedule draws (2^20)");
   const std::string name = vm["schedule"].as<std::string>();
   config::Config cfg = config::Config::parse("", "--schedule");
   plugins::Registry reg(plugins::Registry::default_dirs());

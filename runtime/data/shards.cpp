@@ -133,6 +133,9 @@ TokenSplit::TokenSplit(const fs::path& dir, const std::string& split, int64_t vo
                        "'; make them with: loom data prepare --text FILE... --out " + dir.string());
   std::sort(files.begin(), files.end());
   for (const auto& f : files) {
+    // A FIFO or a device under a shard's name would block the run on its first read.
+    if (!fs::is_regular_file(f, ec))
+      throw RuntimeError("shard '" + f.string() + "' is not a regular file (a FIFO, a device or a directory)");
     shards_.push_back(std::make_unique<MappedShard>(f, vocab_size));
     begin_.push_back(total_);
     total_ += shards_.back()->size();

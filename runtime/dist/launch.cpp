@@ -279,7 +279,7 @@ void catch_stop_signals() {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  ::execv(argv[0].c_str(), args.data());
+  ::execvp(argv[0].c_str(), args.data());  // a bare name (`loom launch -- python3`) is looked up in PATH
   std::fprintf(stderr, "cannot start %s: %s\n", argv[0].c_str(), std::strerror(errno));
   _exit(127);
 }

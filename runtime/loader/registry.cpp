@@ -180,7 +180,9 @@ std::vector<fs::path> Registry::candidates(size_t dir, const std::string& conven
   const std::string prefix = file_prefix(std::nullopt);
   for (const auto& e : fs::directory_iterator(dirs_[dir].path, ec)) {
     std::string f = e.path().filename().string();
-    if (f.rfind(prefix, 0) == 0 && f.ends_with(".so")) here.push_back(e.path());
+    // Only regular files (or links to them): dlopen on a FIFO named like a plugin would block
+    // every command that looks for plugins.
+    if (f.rfind(prefix, 0) == 0 && f.ends_with(".so") && fs::is_regular_file(e.path(), ec)) here.push_back(e.path());
   }
   std::sort(here.begin(), here.end(), [&](const fs::path& a, const fs::path& b) {
     const bool ca = a.filename() == conventional, cb = b.filename() == conventional;

@@ -48,12 +48,13 @@ TEST_CASE("retention keeps the newest checkpoints, verify, inspect and a safeten
   LayoutRuns runs(kModel, "steps = 10\nglobal_batch = 4");
   TempDir t;
   const fs::path ck = t.path / "ck";
+  fs::create_directories(ck / "step-00000001-keep");  // a user's copy: not the writer's to retire
   REQUIRE(runs.raw("--set plugins.ckpt=sync --set checkpoint.every=2 --set checkpoint.keep_last=2 --set checkpoint.dir=" +
                    ck.string()).rc == 0);
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(ck)) left.push_back(e.path().filename().string());
   std::sort(left.begin(), left.end());
-  CHECK(left == std::vector<std::string>{"latest", "step-00000008", "step-00000010"});
+  CHECK(left == std::vector<std::string>{"latest", "step-00000001-keep", "step-00000008", "step-00000010"});
   CHECK(read_text(ck / "latest") == "step-00000010\n");
 
   auto ok = run_loom("ckpt verify " + ck.string());

@@ -1,0 +1,77 @@
+// Inputs from the fault battery that used to crash or hang: each now ends at once with a named
+// error (exit 2), or works.
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "support/process.hpp"
+
+using loom::test::run_loom;
+using loom::test::sh;
+using loom::test::TempDir;
+
+namespace {
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The command's result, and that it took less than `seconds` (a hang is a failure, not a wait).
+loom::test::Result quickly(const std::string& args, double seconds = 20) {
+  const auto t0 = std::chrono::steady_clock::now();
+  loom::test::Result r = run_loom(args);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("loom schedule refuses shapes it cannot draw instead of growing until bad_alloc") {
+  for (const char* shape : {"--pp 2147483647 --microbatches 8", "--pp 100000 --microbatches 8",
+                            "--pp 4 --microbatches 8 --schedule interleaved --chunks 100000",
+                            "--pp 4096 --microbatches 4096"}) {
+    auto r = quickly(std::string("schedule ") + shape);
+    INFO(shape << ": " << r.out);
+    CHECK(r.rc == 2);
+    CHECK(has(r.out, "loom schedule draws"));
+  }
+  auto nan = quickly("schedule --pp 2 --microbatches 4 --backward-cost nan");
+  CHECK(nan.rc == 2);
+  CHECK(has(nan.out, "--backward-cost must be a positive number"));
+}
+
+TEST_CASE("loom plan with more nodes than an int holds says how many the cluster has") {
+  TempDir t;
+  const std::string cfg = t.write("c.toml", "[model]\npreset = \"llama-tiny\"\n");
+  auto r = quickly("plan " + cfg + " --cluster " LOOM_SOURCE_DIR "/clusters/h200.toml --nodes 300000000");
+  INFO(r.out);
+  CHECK(r.rc == 2);
+  CHECK(has(r.out, "--nodes 300000000 asked, but cluster 'h200'"));
+}
+
+TEST_CASE("a FIFO named like a shard or a plugin is refused, not read until the end of time") {
+  TempDir t;
+  t.write("c.txt", "a few words of text to train on, repeated a few words of text to train on\n");
+  REQUIRE(run_loom("data prepare --val-fraction 0 --text " + (t.path / "c.txt").string() + " --out " +
+                   (t.path / "d").string()).rc == 0);
+  REQUIRE(::mkfifo((t.path / "d" / "train_999999.bin").c_str(), 0644) == 0);
+  const std::string cfg = t.write("f.toml", "[model]\npreset = \"tiny\"\nseq_len = 8\n[data]\ndir = \"" +
+                                                (t.path / "d").string() + "\"\n[train]\nsteps = 1\nglobal_batch = 1\neval_every = 0\n");
+  auto train = quickly("train " + cfg + " --run-dir " + (t.path / "r").string());
+  INFO(train.out);
+  CHECK(train.rc != 0);
+  CHECK(has(train.out, "train_999999.bin' is not a regular file"));
+  std::filesystem::create_directories(t.path / "plugins");
+  REQUIRE(::mkfifo((t.path / "plugins" / "libloom-x.so").c_str(), 0644) == 0);
+  auto listed = sh("LOOM_PLUGIN_PATH=" + (t.path / "plugins").string() + " timeout 20 " LOOM_BIN " plugins");
+  CHECK(listed.rc == 0);
+  CHECK(has(listed.out, "ddp"));
+}
+
+TEST_CASE("loom launch finds a bare program name in PATH") {
+  auto r = quickly("launch -n 2 -- sh -c 'echo rank $RANK'");
+  INFO(r.out);
+  CHECK(r.rc == 0);
+  CHECK(has(r.out, "rank 1"));
+}
