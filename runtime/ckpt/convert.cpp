@@ -67,9 +67,16 @@ struct HfTensors {
   bool has(const std::string& name) const { return entries.count(name) > 0; }
 };
 
+// A shape's size from config.json: every one of them counts something, so it must be >= 1 (a 0
+int64_t positive(int64_t v, const std::string& what, const std::string& whose) {
+  if (v < 1) throw RuntimeError(whose + " \"" + what + "\" = " + std::to_string(v) + " must be at least 1");
+  return v;
+}
+
+// would divide by zero in import, generate and init_from).
 int64_t key_i64(const json& c, const std::string& k, const fs::path& file) {
   if (!c.contains(k) || !c[k].is_number_integer()) throw RuntimeError(file.string() + ": config.json has no integer \"" + k + "\"");
-  return c[k].get<int64_t>();
+  return positive(c[k].get<int64_t>(), k, file.string() + ": config.json's");
 }
 
 std::string toml_line(const std::string& k, const std::string& v) { return k + " = " + v + "\n"; }
@@ -133,8 +140,10 @@ std::vector<float> stacked(const HfTensors& t, const std::vector<std::pair<std::
 ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& cfg) {
   const int64_t L = key_i64(c, "num_hidden_layers", cfg), H = key_i64(c, "num_attention_heads", cfg);
   const int64_t C = key_i64(c, "hidden_size", cfg), F = key_i64(c, "intermediate_size", cfg);
-  const int64_t V = key_i64(c, "vocab_size", cfg), Hkv = c.value("num_key_value_heads", H);
-  const int64_t Q = c.value("head_dim", C / H), Vp = (V + 63) / 64 * 64;
+  const int64_t V = key_i64(c, "vocab_size", cfg);
+  const int64_t Hkv = positive(c.value("num_key_value_heads", H), "num_key_value_heads", cfg.string() + ": config.json's");
+  const int64_t Q = positive(c.value("head_dim", C / H), "head_dim", cfg.string() + ": config.json's");
+  const int64_t Vp = (V + 63) / 64 * 64;
   if (Q * H != C) throw RuntimeError(cfg.string() + ": head_dim " + std::to_string(Q) + " x heads != hidden_size (not supported)");
   const bool tied = c.value("tie_word_embeddings", false), bias = c.value("attention_bias", false);
   if (c.value("mlp_bias", false)) throw RuntimeError(cfg.string() + ": \"mlp_bias\": true is not supported");
@@ -228,7 +237,13 @@ ExternalModel read_llmc(const fs::path& file) {
   if (!in.read(reinterpret_cast<char*>(h), sizeof h)) throw RuntimeError(where + "shorter than its 1024-byte header");
   if (h[0] != 20240326) throw RuntimeError(where + "bad magic " + std::to_string(h[0]) + " (expected 20240326)");
   if (h[1] != 3 && h[1] != 5) throw RuntimeError(where + "version " + std::to_string(h[1]) + " is not supported (3: fp32, 5: bf16)");
-  const int64_t T = h[2], V = h[3], L = h[4], H = h[5], C = h[6], Vp = h[7], width = h[1] == 3 ? 4 : 2;
+  const int64_t T = positive(h[2], "max_seq_len", where + "header's"), V = positive(h[3], "vocab_size", where + "header's");
+  const int64_t L = positive(h[4], "num_layers", where + "header's"), H = positive(h[5], "num_heads", where + "header's");
+  const int64_t C = positive(h[6], "channels", where + "header's"), Vp = positive(h[7], "padded_vocab_size", where + "header's");
+  const int64_t width = h[1] == 3 ? 4 : 2;
+  if (C % H != 0 || Vp < V)
+    throw RuntimeError(where + "channels " + std::to_string(C) + " over " + std::to_string(H) + " heads, vocabulary " +
+                       std::to_string(V) + " padded to " + std::to_string(Vp) + ": not a GPT-2 shape");
   const std::vector<std::pair<std::string, std::vector<int64_t>>> order = {
       {"wte", {Vp, C}}, {"wpe", {T, C}}, {"ln1.w", {L, C}}, {"ln1.b", {L, C}}, {"attn.qkv.w", {L, 3 * C, C}},
       {"attn.qkv.b", {L, 3 * C}}, {"attn.proj.w", {L, C, C}}, {"attn.proj.b", {L, C}}, {"ln2.w", {L, C}},

@@ -178,7 +178,12 @@ void check_table(toml::table& t, const std::string& label, const std::vector<Key
       if (k.name == name) spec = &k;
     if (!spec) {
       if (allows_subtables && node.is_table()) continue;
-      if (node.is_table() && std::find(subsections.begin(), subsections.end(), name) != subsections.end()) continue;
+      const bool subsection = std::find(subsections.begin(), subsections.end(), name) != subsections.end();
+      if (node.is_table() && subsection) continue;
+      if (subsection)  // [model] moe = 5: the name is right, the shape is not
+        throw ConfigError(key_location(key, node) + ": " + label + " " + name + " must be a table ([" +
+                          label.substr(1, label.size() - 2) + "." + name + "], or " + name + " = { ... }), got " +
+                          describe(node));
       throw ConfigError(key_location(key, node) + ": unknown key '" + name + "' in " + label +
                         did_you_mean(name, names));
     }

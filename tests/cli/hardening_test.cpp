@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 
 #include "support/process.hpp"
@@ -74,4 +76,26 @@ TEST_CASE("loom launch finds a bare program name in PATH") {
   INFO(r.out);
   CHECK(r.rc == 0);
   CHECK(has(r.out, "rank 1"));
+}
+
+TEST_CASE("an import whose shape has a zero in it is refused by name, not a division by zero") {
+  TempDir t;
+  std::filesystem::create_directories(t.path / "hf");
+  t.write("hf/config.json", R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 0,
+    "hidden_size": 64, "intermediate_size": 128, "vocab_size": 256})");
+  // An empty but well-formed safetensors file: an 8-byte little-endian header size, then "{}".
+  t.write("hf/model.safetensors", std::string("\x02\0\0\0\0\0\0\0{}", 10));
+  auto hf = quickly("ckpt import " + (t.path / "hf").string() + " --out " + (t.path / "out").string());
+  INFO(hf.out);
+  CHECK((hf.rc == 1 || hf.rc == 2));
+  CHECK(has(hf.out, "\"num_attention_heads\" = 0 must be at least 1"));
+  // llm.c: magic, version 3, max_seq_len 8, vocab 16, num_layers 0, heads 2, channels 4, padded 64.
+  std::string header(1024, '\0');
+  const int32_t h[8] = {20240326, 3, 8, 16, 0, 2, 4, 64};
+  std::memcpy(header.data(), h, sizeof h);
+  t.write("m.bin", header);
+  auto llmc = quickly("ckpt import " + (t.path / "m.bin").string() + " --out " + (t.path / "out2").string());
+  INFO(llmc.out);
+  CHECK((llmc.rc == 1 || llmc.rc == 2));
+  CHECK(has(llmc.out, "\"num_layers\" = 0 must be at least 1"));
 }

@@ -117,3 +117,8 @@ TEST_CASE("integers past 2^53 are legal values, not a crash: a huge step count, 
   CHECK(c.f64("train.lr") == 9007199254740992.0);  // the nearest double
   CHECK(error_of("[train]\nlr = 9007199254740993\n").find("expected float in [0, 10]") != std::string::npos);
 }
+
+TEST_CASE("a subsection written as a value is named as such, not as an unknown key") {
+  CHECK(error_of("[model]\nmoe = 5\n") ==
+        "t.toml:2:1: [model] moe must be a table ([model.moe], or moe = { ... }), got integer 5");
+}
