@@ -104,7 +104,11 @@ std::string describe_exit(int status) {
   return "ended abnormally";
 }
 
-bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+// Exit 3 is a rank that stopped on a signal after a whole step (and saved it): a preemption,
+// not a failure, whichever process the signal reached.
+constexpr int kStoppedOnSignal = 3;
+bool stopped(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == kStoppedOnSignal; }
+bool failed(int status) { return (!WIFEXITED(status) || WEXITSTATUS(status) != 0) && !stopped(status); }
 
 }  // namespace
 
@@ -365,10 +369,13 @@ class Supervisor {
       if (node_.failure) *node_.failure = "stopped because a rank on another node failed";
       return 1;
     }
-    // Ranks that all stopped cleanly on the signal (exit 3) make the job's status 3 too.
+    // Ranks that stopped cleanly on a signal (exit 3), whether it reached this launcher (which
+    // forwarded it) or one rank (which the others followed after the same step), make the job's
+    // status 3, so a requeue script can tell a preemption from a failure.
+    const bool any_stopped = std::any_of(kids_.begin(), kids_.end(), [](const Child& k) { return stopped(k.status); });
     if (g_stop_signal)
-      return std::all_of(kids_.begin(), kids_.end(), [](const Child& k) { return WIFEXITED(k.status) && WEXITSTATUS(k.status) == 3; }) ? 3 : 1;
-    return 0;
+      return std::all_of(kids_.begin(), kids_.end(), [](const Child& k) { return stopped(k.status); }) ? 3 : 1;
+    return any_stopped ? kStoppedOnSignal : 0;
   }
 
  private:

@@ -31,14 +31,16 @@ struct SignalRun {
   std::string log() const { return sh("cat " + (t.path / "log").string()).out; }
   // Starts `loom train` in the background, waits for its first steps, sends `sig` to that process
   // (the local launcher when it spawns ranks), and returns the exit status.
-  int train_and_signal(const std::string& args, const std::string& sig) {
+  // `one_rank`: the signal goes to the launcher's last rank instead, as a scheduler that
+  // preempts one process would send it.
+  int train_and_signal(const std::string& args, const std::string& sig, bool one_rank = false) {
     const std::string rc = (t.path / "rc").string(), pid = (t.path / "pid").string();
     sh("( LOOM_PLUGIN_PATH=" LOOM_TEST_PLUGIN_DIR " " LOOM_BIN " train " + cfg + " --run-dir " + (t.path / "run").string() +
        " " + args + " > " + (t.path / "log").string() + " 2>&1 & echo $! > " + pid + "; wait $!; echo $? > " + rc +
        " ) > /dev/null 2>&1 &");
     for (int i = 0; i < 300 && !has(log(), "step    20/"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     REQUIRE(has(log(), "step    20/"));
-    sh("kill -" + sig + " $(cat " + pid + ")");
+    sh("kill -" + sig + " " + (one_rank ? "$(pgrep -P $(cat " + pid + ") | tail -n 1)" : "$(cat " + pid + ")"));
     auto status = [&] { return sh("test -s " + rc + " && cat " + rc).out; };
     for (int i = 0; i < 300 && status().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     REQUIRE(!status().empty());
@@ -85,3 +87,15 @@ TEST_CASE("SIGINT to the local launcher stops every rank after the same step, ex
   CHECK_FALSE(std::filesystem::exists(r.t.path / "run" / "checkpoints" / "latest"));
   CHECK(sh("pgrep -f '[" + (r.t.path / "run").string().substr(0, 1) + "]" + (r.t.path / "run").string().substr(1) + "'").rc != 0);  // no rank left behind
 }
+
+TEST_CASE("SIGTERM to one rank stops every rank after the same step, saves it, and the launcher exits 3, not 1") {
+  SignalRun r("save", 100000);
+  const int rc = r.train_and_signal("--set parallel.nproc=2", "TERM", true);
+  INFO(r.log());
+  CHECK(rc == 3);
+  CHECK(has(r.log(), "[rank 0] stopped by a signal on another rank after step "));
+  CHECK(has(r.log(), "its checkpoint is saved"));
+  CHECK_FALSE(has(r.log(), "job failed"));
+  CHECK(sh("pgrep -f '[" + (r.t.path / "run").string().substr(0, 1) + "]" + (r.t.path / "run").string().substr(1) + "'").rc != 0);
+}
+
