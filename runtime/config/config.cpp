@@ -79,17 +79,24 @@ bool fits_type(const toml::node& n, ValueType t) {
   return false;
 }
 
+// A bound as the key's type writes it: 1000000 for an integer key, not 1e+06.
+std::string bound_text(const KeySpec& k, double v) {
+  if (k.type == ValueType::Int || k.type == ValueType::IntOrAuto) return std::to_string(static_cast<int64_t>(v));
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
 std::string range_text(const KeySpec& k) {
   bool lo = std::isfinite(k.min), hi = std::isfinite(k.max);
-  std::ostringstream os;
-  os << type_name(k.type);
+  std::string out = type_name(k.type);
   if (lo && hi)
-    os << " in [" << k.min << ", " << k.max << (k.below_max ? ")" : "]");
+    out += " in [" + bound_text(k, k.min) + ", " + bound_text(k, k.max) + (k.below_max ? ")" : "]");
   else if (lo)
-    os << " >= " << k.min;
+    out += " >= " + bound_text(k, k.min);
   else if (hi)
-    os << " <= " << k.max;
-  return os.str();
+    out += " <= " + bound_text(k, k.max);
+  return out;
 }
 
 void check_value(const toml::node& n, const std::string& label, const KeySpec& k) {
@@ -211,7 +218,11 @@ Config Config::load(const std::filesystem::path& file, const std::vector<std::st
   const std::string s = text.str();
   if (s.find_first_not_of(" \t\r\n") == std::string::npos)
     throw ConfigError("config '" + file.string() + "' is empty: nothing says what to train");
-  return parse(s, file.string(), sets);
+  Config c = parse(s, file.string(), {});
+  if (c.root_.empty())  // comments alone would train the default model without a word
+    throw ConfigError("config '" + file.string() + "' holds only comments: nothing says what to train");
+  for (const auto& set : sets) c.apply_set(set);
+  return c;
 }
 
 Config Config::parse(std::string_view text, const std::string& source_name,

@@ -1,5 +1,7 @@
 #include "dist/comm_bench.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,16 +27,18 @@ double busbw_factor(const std::string& op, int n) {
   return 1.0;  // broadcast, sendrecv
 }
 
+// Digits, then at most one of K, M, G; anything else ("1T", "8x", "1.5M") is refused rather
+// than read up to its first non-digit.
 int64_t parse_bytes(const std::string& s) {
+  const std::string examples = "cannot read byte count '" + s + "' (examples: 8, 64K, 256M, 1G)";
   if (s.empty()) throw UsageError("empty byte count");
-  char unit = s.back();
-  int64_t mult = unit == 'K' ? 1024 : unit == 'M' ? 1 << 20 : unit == 'G' ? 1ll << 30 : 1;
-  std::string digits = mult == 1 ? s : s.substr(0, s.size() - 1);
-  try {
-    return std::stoll(digits) * mult;
-  } catch (const std::exception&) {
-    throw UsageError("cannot read byte count '" + s + "' (examples: 8, 64K, 256M, 1G)");
-  }
+  const char unit = s.back();
+  const int64_t mult = unit == 'K' ? 1024 : unit == 'M' ? 1 << 20 : unit == 'G' ? 1ll << 30 : 1;
+  const std::string digits = std::isdigit(static_cast<unsigned char>(unit)) ? s : s.substr(0, s.size() - 1);
+  if (digits.empty() || digits.size() > 12 || !std::all_of(digits.begin(), digits.end(), ::isdigit) ||
+      (mult == 1 && !std::isdigit(static_cast<unsigned char>(unit))))
+    throw UsageError(examples);
+  return std::stoll(digits) * mult;
 }
 
 namespace {

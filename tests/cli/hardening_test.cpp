@@ -99,3 +99,12 @@ TEST_CASE("an import whose shape has a zero in it is refused by name, not a divi
   CHECK((llmc.rc == 1 || llmc.rc == 2));
   CHECK(has(llmc.out, "\"num_layers\" = 0 must be at least 1"));
 }
+
+TEST_CASE("a byte count with a unit loom does not know is refused, not read as its digits") {
+  for (const char* bad : {"1T", "8x", "1.5M", "K", "-8"}) {
+    auto r = quickly(std::string("bench comm --nproc 1 --min-bytes ") + bad + " --max-bytes 1G");
+    INFO(bad << ": " << r.out);
+    CHECK(r.rc == 2);
+    CHECK(has(r.out, "cannot read byte count"));
+  }
+}

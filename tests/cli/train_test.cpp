@@ -142,6 +142,10 @@ TEST_CASE("NaN, infinities and betas of 1 are refused, and so are an empty confi
   auto empty = run_loom("train " + s.t.write("empty.toml", "\n  \n") + " --run-dir " + s.run_dir("e"));
   CHECK(empty.rc == 2);
   CHECK(empty.out.find("empty.toml' is empty: nothing says what to train") != std::string::npos);
+  auto comments = run_loom("train " + s.t.write("comments.toml", "# a config that says nothing\n") + " --run-dir " +
+                           s.run_dir("c"));
+  CHECK(comments.rc == 2);
+  CHECK(comments.out.find("comments.toml' holds only comments: nothing says what to train") != std::string::npos);
   auto dir = run_loom("config check " + s.t.path.string());
   CHECK(dir.rc == 2);
   CHECK(dir.out.find("is a directory, not a TOML file") != std::string::npos);

@@ -122,3 +122,8 @@ TEST_CASE("a subsection written as a value is named as such, not as an unknown k
   CHECK(error_of("[model]\nmoe = 5\n") ==
         "t.toml:2:1: [model] moe must be a table ([model.moe], or moe = { ... }), got integer 5");
 }
+
+TEST_CASE("an integer key's range is written as integers") {
+  CHECK(error_of("[run]\nthreads = 100000\n") == "t.toml:2:11: [run] threads: expected integer in [0, 4096], got integer 100000");
+  CHECK(error_of("[train]\nsteps = 0\n").find("expected integer >= 1, got integer 0") != std::string::npos);
+}
