@@ -13,6 +13,8 @@ class Writer {
  public:
   void section(const char* name) { text += std::string("\n") + name + "\n"; }
   void ok(const std::string& s) { text += "  ok    " + s + "\n"; }
+  // Neither a pass nor a finding: a check that did not run, and why.
+  void info(const std::string& s) { text += "  --    " + s + "\n"; }
   void look(const std::string& s, const std::string& next) {
     text += "  LOOK  " + s + "\n        next: " + next + "\n";
     ++findings;
@@ -106,10 +108,25 @@ std::string slowest_link(const Run& run) {
   return slowest;
 }
 
+// "" when some step ran the check that `key` records; otherwise why it did not (`reasons`), or
+// that the run predates the record.
+std::string not_checked(const Run& run, const std::string& key, const std::string& reasons) {
+  bool recorded = false;
+  for (const auto& s : run.steps) {
+    if (s.get(key) > 0) return "";
+    recorded = recorded || s.has(key);
+  }
+  return recorded ? "no step ran it: " + reasons : "this run's metrics do not record it";
+}
+
 void check_communication(Writer& w, const Run& run) {
   w.section("communication");
   auto replicas = events_of(run, "replica_mismatch");
-  if (replicas.empty()) w.ok("no data-parallel replica mismatch");
+  if (replicas.empty()) {
+    const std::string why = not_checked(run, "replica_check", "one data-parallel rank, zero3's shards, or check_every past the last step");
+    if (why.empty()) w.ok("no data-parallel replica mismatch");
+    else w.info("data-parallel replicas not checked (" + why + ")");
+  }
   for (const auto* e : replicas)
     w.look("step " + std::to_string(e->step) + ": replicas' parameters differ: " + e->field("ranks"),
            "a silently corrupted reduction or bad memory on that host; rerun without it and compare");
@@ -158,7 +175,11 @@ void check_memory_growth(Writer& w, const Run& run) {
 void check_hardware(Writer& w, const Run& run) {
   w.section("hardware");
   auto wrong = events_of(run, "collective_mismatch");
-  if (wrong.empty()) w.ok("no check collective came out wrong");
+  if (wrong.empty()) {
+    const std::string why = not_checked(run, "collective_check", "one rank, or check_every past the last step");
+    if (why.empty()) w.ok("no check collective came out wrong");
+    else w.info("check collective not run (" + why + ")");
+  }
   for (const auto* e : wrong)
     w.look("step " + std::to_string(e->step) + ": a check all-reduce with a known answer was wrong on " + e->field("ranks"),
            "take that host out: memory, CPU or NIC");

@@ -303,7 +303,7 @@ double DataParallel::mean_over_data(double v) {
 // Everything is replicated over the dp ranks; under ep the non-expert parameters are replicated
 // over the whole data group too, so they are compared there as well.
 std::vector<int> DataParallel::odd_replicas(const ParamStore& params) {
-  if (stage_ >= 3) return {};  // each rank holds its own shard: there is no replica to compare
+  if (!has_replicas()) return {};  // each rank holds its own shard: there is no replica to compare
   std::vector<int> odd = odd_in(world_->expert_data(), checksum(params, false));
   if (world_->mesh().ep > 1)
     for (int r : odd_in(world_->data(), checksum(params, true)))

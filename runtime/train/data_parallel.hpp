@@ -50,6 +50,8 @@ class DataParallel {
   // over the data group, for the parameters outside the experts). ZeRO-1/2 keep whole
   // parameters on every rank, so their replicas are compared too; ZeRO-3 has none.
   std::vector<int> odd_replicas(const ParamStore& params);
+  // Whether there are replicas to compare: everything but ZeRO-3 keeps whole parameters.
+  bool has_replicas() const { return stage_ < 3; }
   // Fails, naming the odd ranks, when the replicas' parameters differ; `when` says at what point.
   void check_identical(const ParamStore& params, const std::string& when);
 

@@ -177,6 +177,7 @@ void Run::start_reporters() {
   flops_per_token_ = mc_.flops_per_token();
   activation_bytes_ = model_->activation_bytes({nullptr, nullptr, s_.micro_batch, T_local_, 0.f});
   stability_ = std::make_unique<Stability>(cfg_, world_.get(), dp_.get(), lead_, run_dir_, first_step_ > 1);
+  reporters_.push_back([this](Fields& f) { stability_->add_metrics(f); });
   reporters_.push_back([this](Fields& f) { add_memory_metrics(f, optimizer_->accounting()); });
   SumOverData sum_over_data;
   if (mesh_.dp * mesh_.ep * mesh_.cp > 1)

@@ -134,8 +134,15 @@ bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::
   return skip_spikes_;
 }
 
+void Stability::add_metrics(std::vector<std::pair<std::string, double>>& fields) const {
+  fields.push_back({"replica_check", checked_replicas_ ? 1.0 : 0.0});
+  fields.push_back({"collective_check", checked_collective_ ? 1.0 : 0.0});
+}
+
 void Stability::check(int64_t step, const ParamStore& params) {
+  checked_replicas_ = checked_collective_ = false;
   if (!enabled_ || check_every_ == 0 || step % check_every_ != 0 || !world_) return;
+  checked_collective_ = true;
   // Hardware: every rank adds i mod 7 + 1; the sum n (i mod 7 + 1) is exact in fp32 up to
   // 2^24 / 7 ranks.
   dist::Communicator& w = world_->world();
@@ -157,7 +164,8 @@ void Stability::check(int64_t step, const ParamStore& params) {
                        describe_ranks(wrong) + " (suspect that host's memory, CPU or network)");
   }
   // Communication: replicas must hold identical parameters.
-  if (!dp_) return;
+  if (!dp_ || !dp_->has_replicas()) return;
+  checked_replicas_ = true;
   std::vector<int> odd = dp_->odd_replicas(params);
   if (odd.empty()) return;
   log({step, "communication", "replica_mismatch", {{"ranks", "\"" + describe_ranks(odd) + "\""}}});

@@ -55,11 +55,15 @@ class Stability {
   // Every check_every steps: replicas compared over dp, and a collective re-run over the world.
   // A mismatch throws, naming the ranks.
   void check(int64_t step, const ParamStore& params);
+  // What the last check() ran, for the step's metrics (replica_check, collective_check), so
+  // `loom doctor` can tell "no mismatch" from "not checked".
+  void add_metrics(std::vector<std::pair<std::string, double>>& fields) const;
   // Any other event worth a line (an fp16 overflow skip, ...).
   void log(const Event& e);
 
  private:
   bool enabled_, fail_on_nonfinite_, skip_spikes_;
+  bool checked_replicas_ = false, checked_collective_ = false;  // by the last check()
   int64_t window_, min_steps_, check_every_;
   double zscore_;
   dist::CommWorld* world_;

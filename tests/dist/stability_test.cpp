@@ -36,6 +36,9 @@ TEST_CASE("a NaN in one layer's gradient is named, the step skipped on every ran
   auto doc = run_loom("doctor " + c.metrics.parent_path().string());
   CHECK(doc.rc == 0);
   CHECK(has(doc.out, "step 4: non-finite value, first in parameter \"h1.mlp.fc.w\" (layer \"h1\")"));
+  // Six steps at check_every = 100: the replica checks never ran, and doctor says so.
+  CHECK(has(doc.out, "--    data-parallel replicas not checked (no step ran it"));
+  CHECK(has(doc.out, "--    check collective not run (no step ran it"));
   auto typo = runs.raw("--set faults.nan_grad_step=4 --set faults.nan_grad_param=h1.mlp.fc.x");
   CHECK(typo.rc == 2);
   CHECK(has(typo.out, "did you mean 'h1.mlp.fc.w'?"));
