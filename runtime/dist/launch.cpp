@@ -260,6 +260,7 @@ Launch prepare_launch(const NodeSpec& node) {
 void catch_stop_signals() {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::signal(SIGHUP, on_signal);
   std::signal(SIGPIPE, SIG_IGN);
 }
 

@@ -31,11 +31,13 @@ StopSignal::StopSignal() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, &old_term_);
   sigaction(SIGINT, &sa, &old_int_);
+  sigaction(SIGHUP, &sa, &old_hup_);  // the terminal or the ssh session went away: save, as on SIGTERM
 }
 
 StopSignal::~StopSignal() {
   sigaction(SIGTERM, &old_term_, nullptr);
   sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGHUP, &old_hup_, nullptr);
 }
 
 bool StopSignal::agreed(dist::CommWorld* world) {
@@ -45,7 +47,12 @@ bool StopSignal::agreed(dist::CommWorld* world) {
 }
 
 std::string StopSignal::name() const {
-  return g_signal == SIGTERM ? "SIGTERM" : g_signal == SIGINT ? "SIGINT" : "a signal on another rank";
+  switch (g_signal) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    default: return "a signal on another rank";
+  }
 }
 
 }  // namespace loom::train

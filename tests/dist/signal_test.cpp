@@ -99,3 +99,12 @@ TEST_CASE("SIGTERM to one rank stops every rank after the same step, saves it, a
   CHECK(sh("pgrep -f '[" + (r.t.path / "run").string().substr(0, 1) + "]" + (r.t.path / "run").string().substr(1) + "'").rc != 0);
 }
 
+TEST_CASE("SIGHUP (a closed terminal) stops a run after a whole step and saves it, as SIGTERM does") {
+  SignalRun r("save", 100000);
+  const int rc = r.train_and_signal("", "HUP");
+  INFO(r.log());
+  CHECK(rc == 3);
+  CHECK(has(r.log(), "stopped by SIGHUP after step "));
+  CHECK(has(r.log(), "its checkpoint is saved"));
+}
+
