@@ -67,6 +67,17 @@ struct HfTensors {
   bool has(const std::string& name) const { return entries.count(name) > 0; }
 };
 
+// An optional config.json field of the type it must have, or the file and key named.
+template <class T>
+T field(const json& c, const std::string& k, T def, const fs::path& file) {
+  if (!c.contains(k) || c[k].is_null()) return def;
+  try {
+    return c[k].get<T>();
+  } catch (const json::exception&) {
+    throw RuntimeError(file.string() + ": \"" + k + "\" has the wrong type: " + c[k].dump());
+  }
+}
+
 // A shape's size from config.json: every one of them counts something, so it must be >= 1 (a 0
 int64_t positive(int64_t v, const std::string& what, const std::string& whose) {
   if (v < 1) throw RuntimeError(whose + " \"" + what + "\" = " + std::to_string(v) + " must be at least 1");
@@ -100,7 +111,7 @@ ExternalModel read_hf_gpt2(const json& c, const HfTensors& t, const fs::path& cf
                    toml_line("d_model", std::to_string(C)) + toml_line("d_ff", std::to_string(F)) +
                    toml_line("vocab_size", std::to_string(V)) + toml_line("seq_len", std::to_string(P)) +
                    toml_line("max_positions", std::to_string(P)) + toml_line("positions", "\"learned\"") +
-                   toml_line("norm", "\"layernorm\"") + toml_line("norm_eps", num(c.value("layer_norm_epsilon", 1e-5))) +
+                   toml_line("norm", "\"layernorm\"") + toml_line("norm_eps", num(field(c, "layer_norm_epsilon", 1e-5, cfg))) +
                    toml_line("mlp", "\"gelu\"") + toml_line("bias", "true") + toml_line("tied_embeddings", "true");
   b.put("wte", {Vp, C}, pad_rows(t.get(p + "wte.weight", {V, C}), C, Vp));
   b.put("wpe", {P, C}, t.get(p + "wpe.weight", {P, C}));
@@ -141,30 +152,32 @@ ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& c
   const int64_t L = key_i64(c, "num_hidden_layers", cfg), H = key_i64(c, "num_attention_heads", cfg);
   const int64_t C = key_i64(c, "hidden_size", cfg), F = key_i64(c, "intermediate_size", cfg);
   const int64_t V = key_i64(c, "vocab_size", cfg);
-  const int64_t Hkv = positive(c.value("num_key_value_heads", H), "num_key_value_heads", cfg.string() + ": config.json's");
-  const int64_t Q = positive(c.value("head_dim", C / H), "head_dim", cfg.string() + ": config.json's");
+  const int64_t Hkv = positive(field<int64_t>(c, "num_key_value_heads", H, cfg), "num_key_value_heads", cfg.string() + ": config.json's");
+  const int64_t Q = positive(field<int64_t>(c, "head_dim", C / H, cfg), "head_dim", cfg.string() + ": config.json's");
   const int64_t Vp = (V + 63) / 64 * 64;
   if (Q * H != C) throw RuntimeError(cfg.string() + ": head_dim " + std::to_string(Q) + " x heads != hidden_size (not supported)");
-  const bool tied = c.value("tie_word_embeddings", false), bias = c.value("attention_bias", false);
-  if (c.value("mlp_bias", false)) throw RuntimeError(cfg.string() + ": \"mlp_bias\": true is not supported");
+  const bool tied = field(c, "tie_word_embeddings", false, cfg), bias = field(c, "attention_bias", false, cfg);
+  if (field(c, "mlp_bias", false, cfg)) throw RuntimeError(cfg.string() + ": \"mlp_bias\": true is not supported");
   Builder b;
   b.m.source = "Hugging Face Llama";
   std::string toml = toml_line("n_layer", std::to_string(L)) + toml_line("n_head", std::to_string(H)) +
                      toml_line("n_kv_head", std::to_string(Hkv)) + toml_line("d_model", std::to_string(C)) +
                      toml_line("d_ff", std::to_string(F)) + toml_line("vocab_size", std::to_string(V)) +
-                     toml_line("seq_len", std::to_string(std::min<int64_t>(c.value("max_position_embeddings", 2048), 8192))) +
-                     toml_line("positions", "\"rope\"") + toml_line("rope_theta", num(c.value("rope_theta", 10000.0))) +
-                     toml_line("norm", "\"rmsnorm\"") + toml_line("norm_eps", num(c.value("rms_norm_eps", 1e-6))) +
+                     toml_line("seq_len", std::to_string(std::min<int64_t>(field<int64_t>(c, "max_position_embeddings", 2048, cfg), 8192))) +
+                     toml_line("positions", "\"rope\"") + toml_line("rope_theta", num(field(c, "rope_theta", 10000.0, cfg))) +
+                     toml_line("norm", "\"rmsnorm\"") + toml_line("norm_eps", num(field(c, "rms_norm_eps", 1e-6, cfg))) +
                      toml_line("mlp", "\"swiglu\"") + toml_line("bias", bias ? "true" : "false") +
                      toml_line("tied_embeddings", tied ? "true" : "false");
   if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) {
     const json& r = c["rope_scaling"];
-    if (r.value("rope_type", r.value("type", "")) != "llama3")
-      throw RuntimeError(cfg.string() + ": rope_scaling type \"" + r.value("rope_type", r.value("type", "?")) + "\" is not supported (llama3 is)");
-    toml += "[model.rope_scaling]\n" + toml_line("type", "\"llama3\"") + toml_line("factor", num(r.value("factor", 8.0))) +
-            toml_line("low_freq_factor", num(r.value("low_freq_factor", 1.0))) +
-            toml_line("high_freq_factor", num(r.value("high_freq_factor", 4.0))) +
-            toml_line("original_max_position", std::to_string(r.value("original_max_position_embeddings", 8192)));
+    const std::string type = field<std::string>(r, "rope_type", field<std::string>(r, "type", "?", cfg), cfg);
+    if (type != "llama3")
+      throw RuntimeError(cfg.string() + ": rope_scaling type \"" + type + "\" is not supported (llama3 is)");
+    toml += "[model.rope_scaling]\n" + toml_line("type", "\"llama3\"") + toml_line("factor", num(field(r, "factor", 8.0, cfg))) +
+            toml_line("low_freq_factor", num(field(r, "low_freq_factor", 1.0, cfg))) +
+            toml_line("high_freq_factor", num(field(r, "high_freq_factor", 4.0, cfg))) +
+            toml_line("original_max_position",
+                      std::to_string(field<int64_t>(r, "original_max_position_embeddings", 8192, cfg)));
   }
   b.m.model_toml = toml;
   b.put("wte", {Vp, C}, pad_rows(t.get("model.embed_tokens.weight", {V, C}), C, Vp));
@@ -214,7 +227,7 @@ ExternalModel read_hf(const fs::path& dir) {
   t.where = fs::exists(dir / "model.safetensors.index.json") ? dir / "model.safetensors.index.json" : dir / "model.safetensors";
   if (!fs::exists(t.where)) throw RuntimeError("'" + dir.string() + "' has neither model.safetensors nor model.safetensors.index.json");
   t.entries = read_safetensors_index(t.where);
-  const std::string type = c.value("model_type", "");
+  const std::string type = field<std::string>(c, "model_type", "", cfg);
   if (type == "gpt2") return read_hf_gpt2(c, t, cfg);
   if (type == "llama" || type == "mistral" || type == "qwen2") return read_hf_llama(c, t, cfg);
   throw RuntimeError("'" + cfg.string() + "': model_type \"" + type + "\" is not supported (gpt2, llama)");

@@ -100,7 +100,11 @@ std::map<std::string, StEntry> read_safetensors_index(const fs::path& path) {
   }
   std::map<std::string, std::map<std::string, StEntry>> files;
   std::map<std::string, StEntry> out;
-  for (const auto& [name, file] : index.at("weight_map").items()) {
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw RuntimeError("'" + path.string() + "' has no \"weight_map\" object (tensor name -> file)");
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    if (!file.is_string())
+      throw RuntimeError("'" + path.string() + "': weight_map[\"" + name + "\"] must be a file name, got " + file.dump());
     const std::string f = file.get<std::string>();
     if (!files.count(f)) files[f] = read_one(path.parent_path() / f);
     auto it = files[f].find(name);

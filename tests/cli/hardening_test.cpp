@@ -108,3 +108,22 @@ TEST_CASE("a byte count with a unit loom does not know is refused, not read as i
     CHECK(has(r.out, "cannot read byte count"));
   }
 }
+
+TEST_CASE("a config.json or an index with a value of the wrong type names the file and the key") {
+  TempDir t;
+  std::filesystem::create_directories(t.path / "hf");
+  t.write("hf/config.json", R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4,
+    "hidden_size": 64, "intermediate_size": 128, "vocab_size": 256, "rms_norm_eps": "tiny"})");
+  t.write("hf/model.safetensors", std::string("\x02\0\0\0\0\0\0\0{}", 10));
+  auto r = quickly("ckpt import " + (t.path / "hf").string() + " --out " + (t.path / "out").string());
+  INFO(r.out);
+  CHECK(r.rc != 0);
+  CHECK(has(r.out, "config.json: \"rms_norm_eps\" has the wrong type: \"tiny\""));
+  CHECK_FALSE(has(r.out, "json.exception"));
+  std::filesystem::remove(t.path / "hf" / "model.safetensors");
+  t.write("hf/model.safetensors.index.json", R"({"weight_map": {"model.norm.weight": 7}})");
+  auto index = quickly("ckpt import " + (t.path / "hf").string() + " --out " + (t.path / "out").string());
+  INFO(index.out);
+  CHECK(has(index.out, "weight_map[\"model.norm.weight\"] must be a file name, got 7"));
+  CHECK_FALSE(has(index.out, "json.exception"));
+}
