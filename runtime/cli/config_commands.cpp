@@ -2,6 +2,9 @@
 #include <iostream>
 
 #include "cli/parse.hpp"
+#include "train/trainer.hpp"
+#include "dist/parallel_settings.hpp"
+#include "dist/mesh.hpp"
 #include "loader/plugin_settings.hpp"
 #include "loader/selection.hpp"
 #include "model/model.hpp"
@@ -33,8 +36,13 @@ int config(const Args& args) {
   }
   config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
   cfg.validate_runtime();
+  // As `loom train` would run it: [parallel] nproc ranks, the runtime's default plugins, and
+  // every check a rank makes before its first step.
+  const int world = dist::read_parallel(cfg).nproc;
+  if (action == "check") cfg = plugins::load_for_job(vm["file"].as<std::string>(), sets(vm), world);
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::Selection sel = plugins::resolve(cfg, reg);
+  if (action == "check") train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
   if (action == "show") {
     const model::Config m = model::from_config(cfg);
     std::cout << "# model: " << m.describe() << "\n# " << m.params() << " params (" << m.non_embedding_params()

@@ -32,20 +32,6 @@ int launch(const Args& args) {
 
 namespace {
 
-// The config as the job runs it: the file and the --set overrides, then the runtime's defaults
-// for the slots they leave empty (loader/selection.hpp).
-config::Config with_default_plugins(config::Config cfg, const std::string& file, std::vector<std::string> overrides,
-                                    int world_of_spawn) {
-  std::optional<dist::RankEnv> env = dist::rank_from_environment();
-  const int world = world_of_spawn > 1 ? world_of_spawn : env ? env->world : 1;
-  const std::vector<std::string> defaults = plugins::default_plugins(cfg, world);
-  if (defaults.empty()) return cfg;
-  overrides.insert(overrides.end(), defaults.begin(), defaults.end());
-  cfg = config::Config::load(file, overrides);
-  cfg.validate_runtime();
-  return cfg;
-}
-
 std::filesystem::path run_dir_of(const po::variables_map& vm, const config::Config& cfg) {
   return vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>()) : train::default_run_dir(cfg);
 }
@@ -117,7 +103,7 @@ int train(const Args& args) {
   std::optional<dist::RankEnv> env = dist::rank_from_environment();
   // A launcher that started a single task (an sbatch step, `srun -n1`) leaves the spawning to us.
   const bool spawn = (!env || env->world == 1) && nproc * node.nnodes > 1;
-  cfg = with_default_plugins(std::move(cfg), file, sets(vm), spawn ? nproc * node.nnodes : 1);
+  cfg = plugins::load_for_job(file, sets(vm), spawn ? nproc * node.nnodes : env ? env->world : 1);
   if (spawn) return launch_job(vm, cfg, node, nproc * node.nnodes);
   return run_rank(vm, cfg);
 }

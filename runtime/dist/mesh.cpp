@@ -52,7 +52,8 @@ MeshShape resolve_mesh(const config::Config& cfg, int world) {
   if (p.dp == 0) {
     if (world % others != 0)
       throw ConfigError("[parallel] tp x pp x ep x cp = " + std::to_string(others) +
-                        " does not divide the world size " + std::to_string(world));
+                        " does not divide the world size " + std::to_string(world) +
+                        " (set [parallel] nproc, or launch that many ranks)");
     m.dp = world / others;
   } else {
     m.dp = p.dp;

@@ -105,4 +105,15 @@ std::vector<std::string> default_plugins(const config::Config& cfg, int world) {
   return out;
 }
 
+config::Config load_for_job(const std::string& file, std::vector<std::string> sets, int world) {
+  config::Config cfg = config::Config::load(file, sets);
+  cfg.validate_runtime();
+  const std::vector<std::string> defaults = default_plugins(cfg, world);
+  if (defaults.empty()) return cfg;
+  sets.insert(sets.end(), defaults.begin(), defaults.end());
+  cfg = config::Config::load(file, sets);
+  cfg.validate_runtime();
+  return cfg;
+}
+
 }  // namespace loom::plugins

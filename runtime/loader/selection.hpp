@@ -32,6 +32,10 @@ Selection resolve(config::Config& cfg, Registry& registry);
 // ranks talks over gloo and reduces gradients with ddp; tp > 1 uses the tp plugin, pp > 1 the
 // 1f1b schedule, ep > 1 the ep plugin and cp > 1 the cp plugin (ring attention).
 std::vector<std::string> default_plugins(const config::Config& cfg, int world);
+// The config a job of `world` ranks runs: the file and the --set overrides, checked, then the
+// runtime's defaults for the slots they leave empty. `loom train` and `loom config check` both
+// read it so.
+config::Config load_for_job(const std::string& file, std::vector<std::string> sets, int world);
 
 // Checks a plugin's [plugins.<name>] table against its schema and rules (filling defaults), then
 // runs its validate hook; returns the keys. Throws ConfigError naming the key.

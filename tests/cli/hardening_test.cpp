@@ -127,3 +127,20 @@ TEST_CASE("a config.json or an index with a value of the wrong type names the fi
   CHECK(has(index.out, "weight_map[\"model.norm.weight\"] must be a file name, got 7"));
   CHECK_FALSE(has(index.out, "json.exception"));
 }
+
+TEST_CASE("config check refuses what train would refuse at start-up, with the same message") {
+  TempDir t;
+  const std::string cfg = t.write("c.toml", "[model]\npreset = \"llama-tiny\"\n[data]\ndir = \"" + t.path.string() + "\"\n");
+  auto check = quickly("config check " + cfg + " --set parallel.tp=2");
+  auto train = quickly("train " + cfg + " --set parallel.tp=2 --run-dir " + (t.path / "r").string());
+  INFO(check.out << train.out);
+  CHECK(check.rc == 2);
+  CHECK(train.rc == 2);
+  const std::string why = "tp x pp x ep x cp = 2 does not divide the world size 1 (set [parallel] nproc";
+  CHECK(has(check.out, why));
+  CHECK(has(train.out, why));
+  auto ok = quickly("config check " + cfg + " --set parallel.tp=2 --set parallel.nproc=2");
+  CHECK(ok.rc == 0);
+  CHECK(has(ok.out, "tensor = tp"));
+}
+
