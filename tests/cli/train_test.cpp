@@ -303,7 +303,7 @@ TEST_CASE("beside busy processes a one-rank run trains on the cores left, with t
   CHECK(column(t.path / "a" / "metrics.jsonl", "loss") == column(t.path / "b" / "metrics.jsonl", "loss"));
 }
 
-TEST_CASE("data prepare refuses a validation share that is not a number in [0, 1)") {
+TEST_CASE("data prepare refuses a validation share that is not a number from 0 up to 1") {
   TempDir t;
   t.write("c.txt", "a few words of text\n");
   for (const char* bad : {"nan", "1", "-0.5"}) {
@@ -311,7 +311,7 @@ TEST_CASE("data prepare refuses a validation share that is not a number in [0, 1
                       " --out " + (t.path / "d").string());
     INFO(bad << ": " << r.out);
     CHECK(r.rc == 2);
-    CHECK(has(r.out, "--val-fraction must be in [0, 1)"));
+    CHECK(has(r.out, "--val-fraction must be from 0 up to 1"));
   }
 }
 
