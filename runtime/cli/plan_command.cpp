@@ -159,19 +159,16 @@ int plan_cmd(const Args& args) {
   const plan::Workload w = plan::workload_of(cfg, vm["dtype"].as<std::string>());
   int devices = c.shared_cores > 0 ? dist::read_parallel(cfg).nproc : c.per_node;
   if (vm.count("nodes") && vm.count("devices")) throw UsageError("give --nodes or --devices, not both");
-  if (vm.count("nodes")) {  // in 64 bits: 300,000,000 nodes of 8 is past an int, not "less than 1"
-    const int64_t asked = int64_t{vm["nodes"].as<int>()} * c.per_node;
-    if (asked > c.devices())
-      throw ConfigError("--nodes " + std::to_string(vm["nodes"].as<int>()) + " asked, but cluster '" + c.name + "' (" +
-                        c.source + ") has " + std::to_string(c.nodes) + " node" + (c.nodes > 1 ? "s" : ""));
-    devices = static_cast<int>(asked);
-  }
-  if (vm.count("devices")) devices = vm["devices"].as<int>();
-  if (devices < 1) throw UsageError("--nodes and --devices must be at least 1");
-  if (devices > c.devices())
-    throw ConfigError(std::to_string(devices) + " devices asked, but cluster '" + c.name + "' (" + c.source + ") has " +
+  // In 64 bits: 300,000,000 nodes of 8 is past an int, not "less than 1".
+  int64_t asked = devices;
+  if (vm.count("nodes")) asked = int64_t{vm["nodes"].as<int>()} * c.per_node;
+  if (vm.count("devices")) asked = vm["devices"].as<int>();
+  if (asked < 1) throw UsageError("--nodes and --devices must be at least 1");
+  if (asked > c.devices())
+    throw ConfigError(std::to_string(asked) + " devices asked, but cluster '" + c.name + "' (" + c.source + ") has " +
                       std::to_string(c.nodes) + " node" + (c.nodes > 1 ? "s" : "") + " of " + std::to_string(c.per_node) +
                       " = " + std::to_string(c.devices()));
+  devices = static_cast<int>(asked);
   plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   if (vm.count("explain")) {
     plan::Layout l = plan::parse_layout(vm["explain"].as<std::string>());

@@ -104,11 +104,16 @@ std::string describe_exit(int status) {
   return "ended abnormally";
 }
 
-// Exit 3 is a rank that stopped on a signal after a whole step (and saved it): a preemption,
-// not a failure, whichever process the signal reached.
+bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+// Exit 3 is a loom rank that stopped on a signal after a whole step (and saved it). When every
+// rank of the node exits so, whichever process the signal reached, the job was preempted.
 constexpr int kStoppedOnSignal = 3;
 bool stopped(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == kStoppedOnSignal; }
-bool failed(int status) { return (!WIFEXITED(status) || WEXITSTATUS(status) != 0) && !stopped(status); }
+// Of two failures seen in one sweep, the one to name: an error over a stop, a signal over an exit.
+bool more_telling(int a, int b) {
+  if (stopped(b) != stopped(a)) return stopped(b);
+  return WIFSIGNALED(a) && !WIFSIGNALED(b);
+}
 
 }  // namespace
 
@@ -347,7 +352,10 @@ class Supervisor {
     while (live_ > 0) {
       relay_output();
       const int culprit = reap_exited();
-      if (culprit >= 0 && first_failed_ < 0 && !stopping_) report_failure(culprit);
+      if (culprit >= 0 && first_failed_ < 0 && !stopping_) failure_or_stop(culprit);
+      if (stopped_rank_ >= 0 && first_failed_ < 0 && !stopping_ && !all_stopped() &&
+          std::chrono::steady_clock::now() - stopped_at_ > std::chrono::seconds(2))
+        report_failure(stopped_rank_);  // the others did not follow: exit 3 was a failure after all
       terminate_after_failure();
       stop_on_signal();
       stop_if_peers_failed();
@@ -370,13 +378,11 @@ class Supervisor {
       if (node_.failure) *node_.failure = "stopped because a rank on another node failed";
       return 1;
     }
-    // Ranks that stopped cleanly on a signal (exit 3), whether it reached this launcher (which
-    // forwarded it) or one rank (which the others followed after the same step), make the job's
-    // status 3, so a requeue script can tell a preemption from a failure.
-    const bool any_stopped = std::any_of(kids_.begin(), kids_.end(), [](const Child& k) { return stopped(k.status); });
-    if (g_stop_signal)
-      return std::all_of(kids_.begin(), kids_.end(), [](const Child& k) { return stopped(k.status); }) ? 3 : 1;
-    return any_stopped ? kStoppedOnSignal : 0;
+    // Ranks that all stopped cleanly on a signal (exit 3), whether it reached this launcher
+    // (which forwarded it) or one rank (which the others followed after the same step), make the
+    // job's status 3, so a requeue script can tell a preemption from a failure.
+    if (all_stopped()) return kStoppedOnSignal;
+    return g_stop_signal ? 1 : 0;
   }
 
  private:
@@ -405,14 +411,24 @@ class Supervisor {
       if (k.exited || ::waitpid(k.pid, &k.status, WNOHANG) != k.pid) continue;
       k.exited = true;
       --live_;
-      if (failed(k.status) && (culprit < 0 || (WIFSIGNALED(k.status) && !WIFSIGNALED(kids_[culprit].status))))
-        culprit = r;
+      if (failed(k.status) && (culprit < 0 || more_telling(k.status, kids_[culprit].status))) culprit = r;
     }
     return culprit;
   }
 
   // After a failure the others get a moment to fail on their own (a peer lost mid-collective
   // fails within milliseconds) and say what they saw, before they are stopped.
+  bool all_stopped() const {
+    return std::all_of(kids_.begin(), kids_.end(), [](const Child& k) { return k.exited && stopped(k.status); });
+  }
+
+  // A rank that exited 3 may be the first of a preemption the others follow within the step;
+  // anything else is a failure now.
+  void failure_or_stop(int culprit) {
+    if (!stopped(kids_[culprit].status)) return report_failure(culprit);
+    if (stopped_rank_ < 0) stopped_rank_ = culprit, stopped_at_ = std::chrono::steady_clock::now();
+  }
+
   void report_failure(int culprit) {
     first_failed_ = culprit;
     std::fprintf(stderr, "loom: rank %d%s %s; stopping the other ranks\n", l_.first_rank + culprit, l_.on_host.c_str(),
@@ -453,6 +469,8 @@ class Supervisor {
   const Launch& l_;
   std::vector<Child>& kids_;
   int first_failed_ = -1, live_;
+  int stopped_rank_ = -1;  // the first rank that exited 3, while the others may still follow
+  std::chrono::steady_clock::time_point stopped_at_;
   bool stopping_ = false, terminated_ = false, by_signal_ = false, peer_stop_ = false;
   std::chrono::steady_clock::time_point last_poll_ = std::chrono::steady_clock::now();
   const std::chrono::seconds signal_grace_ = stop_grace();

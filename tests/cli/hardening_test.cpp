@@ -49,7 +49,7 @@ TEST_CASE("loom plan with more nodes than an int holds says how many the cluster
   auto r = quickly("plan " + cfg + " --cluster " LOOM_SOURCE_DIR "/clusters/h200.toml --nodes 300000000");
   INFO(r.out);
   CHECK(r.rc == 2);
-  CHECK(has(r.out, "--nodes 300000000 asked, but cluster 'h200'"));
+  CHECK(has(r.out, "2400000000 devices asked, but cluster 'h200'"));
 }
 
 TEST_CASE("a FIFO named like a shard or a plugin is refused, not read until the end of time") {

@@ -311,7 +311,7 @@ TEST_CASE("data prepare refuses a validation share that is not a number from 0 u
                       " --out " + (t.path / "d").string());
     INFO(bad << ": " << r.out);
     CHECK(r.rc == 2);
-    CHECK(has(r.out, "--val-fraction must be from 0 up to 1"));
+    CHECK(has(r.out, "--val-fraction must be in [0, 1)"));
   }
 }
 
