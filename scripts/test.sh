@@ -18,12 +18,14 @@ fi
 build=${LOOM_BUILD_DIR:-$root/build}
 bash "$root/scripts/build.sh"
 cd "$build"
-# Processes younger than the suite, other than this script's own: what a test left behind.
+# Processes of this session younger than the suite, other than this script's own: what a test
+# left behind (an orphan keeps its session; other sessions' processes are not the suite's).
 suite_start=$(date +%s)
+session=$(ps -o sid= -p $$ | tr -d ' ')
 leftovers() {
   local age=$(($(date +%s) - suite_start + 1)) shell=$BASHPID  # this function's own shell, and its ps and awk
-  ps -eo pid=,ppid=,etimes=,args= | awk -v age="$age" -v me=$$ -v shell="$shell" \
-    '$3 <= age && $1 != me && $2 != me && $1 != shell && $2 != shell && $4 !~ /^\[/'
+  ps -eo pid=,ppid=,sid=,etimes=,args= | awk -v age="$age" -v me=$$ -v shell="$shell" -v sid="$session" \
+    '$3 == sid && $4 <= age && $1 != me && $2 != me && $1 != shell && $2 != shell && $5 !~ /^\[/'
 }
 ctest --output-on-failure -j "$(nproc)" "$@"
 if [ "${LOOM_FUZZ_SECONDS:-30}" != 0 ]; then

@@ -27,6 +27,17 @@ loom::test::Result quickly(const std::string& args, double seconds = 20) {
   return r;
 }
 
+// A Hugging Face folder: `config` as config.json (a Llama of 2 layers, 64 wide, unless it says
+// otherwise) and an empty but well-formed model.safetensors (an 8-byte little-endian header
+// size, then "{}").
+std::filesystem::path hf_folder(const TempDir& t, const std::string& fields) {
+  std::filesystem::create_directories(t.path / "hf");
+  t.write("hf/config.json", R"({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+    "intermediate_size": 128, "vocab_size": 256, )" + fields + "}");
+  t.write("hf/model.safetensors", std::string("\x02\0\0\0\0\0\0\0{}", 10));
+  return t.path / "hf";
+}
+
 }  // namespace
 
 TEST_CASE("loom schedule refuses shapes it cannot draw instead of growing until bad_alloc") {
@@ -80,12 +91,8 @@ TEST_CASE("loom launch finds a bare program name in PATH") {
 
 TEST_CASE("an import whose shape has a zero in it is refused by name, not a division by zero") {
   TempDir t;
-  std::filesystem::create_directories(t.path / "hf");
-  t.write("hf/config.json", R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 0,
-    "hidden_size": 64, "intermediate_size": 128, "vocab_size": 256})");
-  // An empty but well-formed safetensors file: an 8-byte little-endian header size, then "{}".
-  t.write("hf/model.safetensors", std::string("\x02\0\0\0\0\0\0\0{}", 10));
-  auto hf = quickly("ckpt import " + (t.path / "hf").string() + " --out " + (t.path / "out").string());
+  auto hf = quickly("ckpt import " + hf_folder(t, R"("num_attention_heads": 0)").string() + " --out " +
+                    (t.path / "out").string());
   INFO(hf.out);
   CHECK((hf.rc == 1 || hf.rc == 2));
   CHECK(has(hf.out, "\"num_attention_heads\" = 0 must be at least 1"));
@@ -111,11 +118,8 @@ TEST_CASE("a byte count with a unit loom does not know is refused, not read as i
 
 TEST_CASE("a config.json or an index with a value of the wrong type names the file and the key") {
   TempDir t;
-  std::filesystem::create_directories(t.path / "hf");
-  t.write("hf/config.json", R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4,
-    "hidden_size": 64, "intermediate_size": 128, "vocab_size": 256, "rms_norm_eps": "tiny"})");
-  t.write("hf/model.safetensors", std::string("\x02\0\0\0\0\0\0\0{}", 10));
-  auto r = quickly("ckpt import " + (t.path / "hf").string() + " --out " + (t.path / "out").string());
+  auto r = quickly("ckpt import " + hf_folder(t, R"("num_attention_heads": 4, "rms_norm_eps": "tiny")").string() +
+                   " --out " + (t.path / "out").string());
   INFO(r.out);
   CHECK(r.rc != 0);
   CHECK(has(r.out, "config.json: \"rms_norm_eps\" has the wrong type: \"tiny\""));
