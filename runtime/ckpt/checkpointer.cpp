@@ -42,9 +42,15 @@ std::string rank_file(int rank, const char* ext) {
 Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
                            const dist::MeshShape& mesh, int rank, const fs::path& run_dir, std::string config_text,
                            int64_t write_error_step, StateAccess state)
-    : every_(read_checkpoint(cfg).every),
-      keep_last_(read_checkpoint(cfg).keep_last),
-      resume_(read_checkpoint(cfg).resume),
+    : Checkpointer(read_checkpoint(cfg), cfg, sel, world, mesh, rank, run_dir, std::move(config_text), write_error_step,
+                   std::move(state)) {}
+
+Checkpointer::Checkpointer(const CheckpointSettings& settings, const config::Config& cfg, const plugins::Selection& sel,
+                           dist::CommWorld* world, const dist::MeshShape& mesh, int rank, const fs::path& run_dir,
+                           std::string config_text, int64_t write_error_step, StateAccess state)
+    : every_(settings.every),
+      keep_last_(settings.keep_last),
+      resume_(settings.resume),
       config_text_(std::move(config_text)),
       precision_name_(plugins::read_plugins(cfg).slot("precision")),
       world_(world),
@@ -59,7 +65,7 @@ Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& 
                         {"version", c.found.desc->version ? c.found.desc->version : ""},
                         {"abi", std::to_string(c.found.desc->v.major) + "." + std::to_string(c.found.desc->v.minor)},
                         {"library", c.found.library.string()}});
-  const std::string dir = read_checkpoint(cfg).dir;
+  const std::string dir = settings.dir;
   root_ = dir.empty() ? run_dir / "checkpoints" : fs::path(dir);
   if (every_ == 0) return;
   const plugins::SlotChoice* ckpt = sel.slot("ckpt");

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpoint_settings.hpp"
 #include "ckpt/format.hpp"
 #include "config/config.hpp"
 #include "dist/comm.hpp"
@@ -54,6 +55,9 @@ class Checkpointer {
   Checkpointer(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
                const dist::MeshShape& mesh, int rank, const std::filesystem::path& run_dir,
                std::string config_text, int64_t write_error_step, StateAccess state = {});
+  Checkpointer(const CheckpointSettings& settings, const config::Config& cfg, const plugins::Selection& sel,
+               dist::CommWorld* world, const dist::MeshShape& mesh, int rank, const std::filesystem::path& run_dir,
+               std::string config_text, int64_t write_error_step, StateAccess state);
   ~Checkpointer();
   // Loads [checkpoint] resume into the parameters, AdamW moments and precision state; returns
   // the first step to run (1 when not resuming) and sets `applied`.

@@ -49,9 +49,8 @@ class LayerApi {
   // Row `row` of the head's logits over the whole vocabulary (tp gathers the vocabulary shards).
   virtual std::vector<float> logits_row(const Tensor& logits, int64_t row) const;
   // After backward: sums over tp the gradients that saw only this rank's rows (sequence parallel).
-  virtual void finish_replicated_grads(ParamStore&) {}
-  // The same for some of them (a ZeRO unit, before the data plugin reduces its gradients).
-  virtual void finish_replicated_grads(const std::vector<Param*>&) {}
+  // `params`: some of them (a ZeRO unit, before the data plugin reduces its gradients), or all.
+  virtual void finish_replicated_grads(const std::vector<Param*>& /*params*/) {}
   // Megatron's f (enter) and g (exit) around a column-parallel ... row-parallel pair.
   virtual Tensor region_enter(const Tensor& h) { return h; }
   virtual Tensor region_enter_bwd(const Tensor& dh) { return dh; }

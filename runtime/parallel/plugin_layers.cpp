@@ -156,12 +156,6 @@ std::vector<float> PluginLayers::logits_row(const Tensor& logits, int64_t row) c
 }
 
 // Under sp, norms and the biases after row-parallel layers saw only this rank's rows.
-void PluginLayers::finish_replicated_grads(ParamStore& ps) {
-  std::vector<Param*> all;
-  for (Param& p : ps.all()) all.push_back(&p);
-  finish_replicated_grads(all);
-}
-
 void PluginLayers::finish_replicated_grads(const std::vector<Param*>& params) {
   if (!seq_) return;
   for (Param* p : params) {

@@ -325,11 +325,7 @@ double DataParallel::checksum(const ParamStore& params, bool dense_only) {
   }
   for (size_t u = 0; u < units_.size(); ++u) {
     if (dense_only && expert_unit_[u]) continue;
-    float* v = nullptr;
-    loom_error e;
-    check(table_->acquire_params(data_->self(), static_cast<int64_t>(u), 0, &v, &e), e, "data plugin acquire_params");
-    add(sum, v, units_[u].offset, units_[u].numel);
-    check(table_->release_params(data_->self(), static_cast<int64_t>(u), &e), e, "data plugin release_params");
+    with_unit_values(static_cast<int64_t>(u), [&](float* v) { add(sum, v, units_[u].offset, units_[u].numel); });
   }
   return sum;
 }
@@ -337,11 +333,16 @@ double DataParallel::checksum(const ParamStore& params, bool dense_only) {
 void DataParallel::nudge_replica(float delta) {
   if (stage_ >= 3)
     throw RuntimeError("zero3 holds each parameter once over dp: there is no replica to nudge");
+  with_unit_values(0, [delta](float* v) { v[0] += delta; });
+}
+
+// The plugin's whole values of unit u (zero1/2: the replica it keeps), acquired for `use`.
+void DataParallel::with_unit_values(int64_t u, const std::function<void(float*)>& use) {
   float* v = nullptr;
   loom_error e;
-  check(table_->acquire_params(data_->self(), 0, 0, &v, &e), e, "data plugin acquire_params");
-  v[0] += delta;
-  check(table_->release_params(data_->self(), 0, &e), e, "data plugin release_params");
+  check(table_->acquire_params(data_->self(), u, 0, &v, &e), e, "data plugin acquire_params");
+  use(v);
+  check(table_->release_params(data_->self(), u, &e), e, "data plugin release_params");
 }
 
 std::vector<int> DataParallel::odd_in(dist::Communicator& group, double checksum) {

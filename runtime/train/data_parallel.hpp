@@ -84,6 +84,7 @@ class DataParallel {
   class Shards;
   std::vector<int> odd_in(dist::Communicator& group, double checksum);
   double checksum(const ParamStore& params, bool dense_only);
+  void with_unit_values(int64_t u, const std::function<void(float*)>& use);
   void describe_params(const ParamStore& params, bool ep);
   void find_final_layers(model::Model& model, std::vector<size_t>& first_user);
   std::vector<int64_t> build_units(const ParamStore& params, model::Model& model,

@@ -1,11 +1,18 @@
 #include "train/report_fields.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "model/model.hpp"
 
 namespace loom::train {
+
+double value_of(const Fields& f, const std::string& name) {
+  for (const auto& [k, v] : f)
+    if (k == name) return v;
+  return NAN;
+}
 
 std::string human_count(double x) {
   char b[32];

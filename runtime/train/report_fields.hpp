@@ -14,6 +14,9 @@ namespace loom::train {
 
 using Fields = std::vector<std::pair<std::string, double>>;
 
+// The value of field `name` (NaN when the line has none).
+double value_of(const Fields& f, const std::string& name);
+
 // 1.2M, 3.4k, 512: counts in the log lines.
 std::string human_count(double x);
 

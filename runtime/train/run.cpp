@@ -41,13 +41,10 @@ Run::~Run() { plugins::set_span_sink({}); }  // the trace goes with the run; plu
 // Everything every rank would refuse, before anything is started or written.
 void Run::check_and_settle() {
   run_ = read_run(cfg_);
-  s_ = read_settings(cfg_);
   mc_ = model::from_config(cfg_);
   mesh_ = dist::resolve_mesh(cfg_, env_.world);
-  check_experts(mc_, mesh_);
-  check_context(sel_, mesh_);
-  check_data_capabilities(sel_, mesh_);
-  local_batch_ = split_batch(s_, mesh_);
+  s_ = settle_layout(cfg_, sel_, mc_, mesh_);
+  local_batch_ = s_.micro_batch * s_.accum;  // sequences per rank per step
   if (lead_) lock_run_dir(run_dir_);  // before anything is written there
   publish_placement(env_, mesh_);
   tokenizer_ = run_tokenizer(cfg_, mc_, s_.sample_every > 0);

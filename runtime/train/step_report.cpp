@@ -40,11 +40,11 @@ void Run::report(int64_t step, const StepResult& r, double step_s, const PipeSte
   sum.last_step = step;
   sum.skipped_steps = skipped_steps_;
   if (!lead_) return;
-  const double tps = static_cast<double>(s_.global_batch * T_) / step_s;
   if (step % s_.log_every == 0 || step == last_step_ || !val_text.empty())
     std::printf("step %5lld/%lld | loss %.4f%s | grad %.3f | lr %.2e | %s tok/s | mfu %.1f%% | %.0f ms | mem %.0f MiB\n",
-                (long long)step, (long long)s_.steps, r.loss, val_text.c_str(), r.grad_norm, r.lr, human_count(tps).c_str(),
-                fields[5].second * 100, step_s * 1e3, process_memory().rss_bytes / 1048576.0);
+                (long long)step, (long long)s_.steps, r.loss, val_text.c_str(), r.grad_norm, r.lr,
+                human_count(value_of(fields, "tokens_per_s")).c_str(), value_of(fields, "mfu") * 100, step_s * 1e3,
+                value_of(fields, "mem_bytes") / 1048576.0);
   std::fflush(stdout);
 }
 

@@ -26,13 +26,20 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 }  // namespace
 
-void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh) {
+Settings settle_layout(const config::Config& cfg, const plugins::Selection& selection, const model::Config& mc,
+                       const dist::MeshShape& mesh) {
   Settings s = read_settings(cfg);
-  check_experts(model::from_config(cfg), mesh);
+  check_experts(mc, mesh);
   check_context(selection, mesh);
   check_data_capabilities(selection, mesh);
   split_batch(s, mesh);
-  if (mesh.pp > 1) plan_pipeline(cfg, selection, model::from_config(cfg), mesh.pp, static_cast<int>(s.accum));
+  return s;
+}
+
+void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh) {
+  const model::Config mc = model::from_config(cfg);
+  const Settings s = settle_layout(cfg, selection, mc, mesh);
+  if (mesh.pp > 1) plan_pipeline(cfg, selection, mc, mesh.pp, static_cast<int>(s.accum));
 }
 
 fs::path default_run_dir(const config::Config& cfg) {
@@ -179,8 +186,8 @@ bool Run::judge(int64_t step, StepResult& r, double grad_scale) {
   const bool found_inf = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
   const bool overflow = precision_ && precision_->end_step(
                                           found_inf, [this](float* v, int64_t n) { reduce_over_sharers(v, n); },
-                                          [this](float* v, int64_t n) {
-                                            if (world_) world_->world().all_reduce(flat_view(v, LOOM_F32, n), LOOM_REDUCE_MAX);
+                                          [this](float* v, int64_t n) {  // the sharers are the world unless pp > 1
+                                            if (mesh_.pp > 1) world_->axis(dist::Axis::PP).all_reduce(flat_view(v, LOOM_F32, n), LOOM_REDUCE_MAX);
                                           });
   if (overflow) {
     if (lead_)

@@ -29,6 +29,12 @@ class Tokenizer;
 namespace loom::train {
 
 
+// The [train] settings once every check a rank makes of the layout passed (experts, context,
+// the data plugin's capabilities, the batch split), with micro_batch and accum filled in.
+// check_layout (trainer.hpp) adds the pipeline plan; a Run plans it with its model.
+Settings settle_layout(const config::Config& cfg, const plugins::Selection& selection, const model::Config& mc,
+                       const dist::MeshShape& mesh);
+
 // Sequences per rank per step; fills in micro_batch (0 = all of them) and accum. The dp x ep
 // ranks split the batch (expert parallelism is data parallelism outside the experts).
 int64_t split_batch(Settings& s, const dist::MeshShape& mesh);
