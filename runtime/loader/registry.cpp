@@ -19,6 +19,7 @@
 #include "core/nearest.hpp"
 #include "loader/descriptor.hpp"
 #include "loader/host.hpp"
+#include "loader/isolated.hpp"
 
 namespace fs = std::filesystem;
 
@@ -129,14 +130,10 @@ std::vector<SearchDir> Registry::default_dirs(const std::vector<std::string>& co
   return dirs;
 }
 
-const std::vector<const loom_plugin*>& Registry::load(const fs::path& library) {
-  std::error_code ec;
-  fs::path key = fs::weakly_canonical(library, ec);
-  if (ec) key = library;
-  std::lock_guard<std::mutex> lock(loaded_mutex());
-  if (auto it = loaded().find(key); it != loaded().end()) return it->second->plugins;
+namespace {
 
-  if (!fs::exists(key)) throw RuntimeError("plugin library '" + library.string() + "' does not exist");
+// dlopen, the entry and every descriptor's checks. Throws RuntimeError naming the library.
+std::unique_ptr<Library> open_library(const fs::path& key) {
   check_elf(key);
   auto lib = std::make_unique<Library>();
   try {
@@ -147,6 +144,9 @@ const std::vector<const loom_plugin*>& Registry::load(const fs::path& library) {
   }
   if (!lib->lib.has(LOOM_PLUGIN_ENTRY_V1)) {
     std::vector<int> majors = exported_abi_majors(key);
+    if (std::find(majors.begin(), majors.end(), LOOM_ABI_MAJOR) != majors.end())
+      throw RuntimeError("plugin library '" + key.string() + "' lists loom_plugin_entry_v1 in its symbol table, but the "
+                         "dynamic loader cannot find it there: the library's dynamic section is damaged; rebuild it");
     if (!majors.empty())
       throw RuntimeError("plugin library '" + key.string() + "' was built for Loom plugin ABI " +
                          std::to_string(majors.front()) + " (exports loom_plugin_entry_v" +
@@ -162,13 +162,68 @@ const std::vector<const loom_plugin*>& Registry::load(const fs::path& library) {
   loom_status s = entry(&host(), &descs, &count, &err);
   if (s != LOOM_OK)
     throw RuntimeError("plugin library '" + key.string() + "' failed to start: " + describe(err));
+  if (count > 0 && !descs)
+    throw RuntimeError("plugin library '" + key.string() + "': its entry reports " + std::to_string(count) +
+                       " plugins and a NULL list");
+  if (count > 4096)
+    throw RuntimeError("plugin library '" + key.string() + "': its entry reports " + std::to_string(count) + " plugins");
   for (size_t i = 0; i < count; ++i) {
     const loom_plugin* d = descs[i];
     if (!d) continue;
     check_descriptor(d, key.string());
     lib->plugins.push_back(d);
   }
-  Library* raw = lib.release();
+  return lib;
+}
+
+// What a library holds ("<kind> <name>" per plugin), learned in a child process: a library whose
+// loading or entry crashes or hangs takes only the child down. Cached per path.
+const std::vector<std::string>& probe(const fs::path& key) {
+  static auto* probed = new std::map<fs::path, std::vector<std::string>>();
+  if (auto it = probed->find(key); it != probed->end()) return it->second;
+  constexpr int kProbeTimeoutMs = 30000;
+  const std::string listing = run_isolated("plugin library '" + key.string() + "'", [&] {
+    std::string out;
+    const std::unique_ptr<Library> lib = open_library(key);  // alive while its descriptors are read
+    for (const loom_plugin* d : lib->plugins) out += std::string(kind_name(d->kind)) + " " + d->name + "\n";
+    return out;
+  }, kProbeTimeoutMs);
+  std::vector<std::string> names;
+  for (size_t start = 0, nl; (nl = listing.find('\n', start)) != std::string::npos; start = nl + 1)
+    names.push_back(listing.substr(start, nl - start));
+  return (*probed)[key] = names;
+}
+
+fs::path library_key(const fs::path& library) {
+  std::error_code ec;
+  fs::path key = fs::weakly_canonical(library, ec);
+  return ec ? library : key;
+}
+
+}  // namespace
+
+bool Registry::holds(const fs::path& library, const std::string& name, std::optional<loom_kind> kind) {
+  const fs::path key = library_key(library);
+  std::lock_guard<std::mutex> lock(loaded_mutex());
+  if (auto it = loaded().find(key); it != loaded().end()) {
+    for (const loom_plugin* d : it->second->plugins)
+      if ((!kind || d->kind == *kind) && name == d->name) return true;
+    return false;
+  }
+  for (const std::string& entry : probe(key)) {  // "<kind> <name>"
+    const size_t space = entry.find(' ');
+    if (entry.substr(space + 1) == name && (!kind || entry.substr(0, space) == kind_name(*kind))) return true;
+  }
+  return false;
+}
+
+const std::vector<const loom_plugin*>& Registry::load(const fs::path& library) {
+  const fs::path key = library_key(library);
+  std::lock_guard<std::mutex> lock(loaded_mutex());
+  if (auto it = loaded().find(key); it != loaded().end()) return it->second->plugins;
+  if (!fs::exists(key)) throw RuntimeError("plugin library '" + library.string() + "' does not exist");
+  probe(key);
+  Library* raw = open_library(key).release();
   loaded()[key] = raw;
   return raw->plugins;
 }
@@ -211,6 +266,7 @@ Found Registry::find(const std::string& name, std::optional<loom_kind> kind) {
   for (size_t d = 0; d < dirs_.size(); ++d)
     for (const fs::path& p : candidates(d, conventional, seen)) {
       try {
+        if (!holds(p, name, kind)) continue;  // probed in a child: a library the run does not name is never loaded
         for (const loom_plugin* desc : load(p))
           if (matches(desc)) return {desc, p, static_cast<int>(d)};
       } catch (const std::exception& e) {

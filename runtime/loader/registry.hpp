@@ -46,7 +46,13 @@ class Registry {
   // to load are reported in `problems` instead of throwing.
   std::vector<Found> all(std::vector<std::string>* problems = nullptr);
 
-  // Loads one library and returns its descriptors (cached). Throws RuntimeError.
+  // Whether `library` holds plugin `name` (of this kind), learned without loading it into this
+  // process (see probe in registry.cpp). Throws RuntimeError when the library cannot be used.
+  bool holds(const std::filesystem::path& library, const std::string& name, std::optional<loom_kind> kind);
+
+  // Loads one library and returns its descriptors (cached). It is first opened in a child
+  // process, so a library that crashes or hangs while loading is an error, not a dead process.
+  // Throws RuntimeError.
   const std::vector<const loom_plugin*>& load(const std::filesystem::path& library);
 
  private:

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "support/process.hpp"
 
@@ -148,3 +149,59 @@ TEST_CASE("config check refuses what train would refuse at start-up, with the sa
   CHECK(has(ok.out, "tensor = tp"));
 }
 
+
+namespace {
+
+// A copy of `library` whose dynamic section points its string and symbol tables at an address
+// nothing is mapped at: dlopen of it faults inside the dynamic loader.
+void write_damaged_copy(const std::filesystem::path& library, const std::filesystem::path& out) {
+  std::string b = loom::test::read_text(library);
+  auto u16 = [&](size_t at) { uint16_t v; std::memcpy(&v, b.data() + at, 2); return static_cast<size_t>(v); };
+  auto u64 = [&](size_t at) { uint64_t v; std::memcpy(&v, b.data() + at, 8); return v; };
+  const size_t phoff = u64(32), phent = u16(54), phnum = u16(56);
+  for (size_t i = 0; i < phnum; ++i) {
+    const size_t ph = phoff + i * phent;
+    if (u64(ph) % (1ull << 32) != 2) continue;  // p_type PT_DYNAMIC
+    for (uint64_t at = u64(ph + 8), end = at + u64(ph + 32); at + 16 <= end; at += 16) {
+      const uint64_t tag = u64(at), nowhere = 0x7ffdeadbeef0;
+      if (tag == 5 || tag == 6) std::memcpy(b.data() + at + 8, &nowhere, 8);  // DT_STRTAB, DT_SYMTAB
+    }
+  }
+  std::ofstream(out, std::ios::binary) << b;
+}
+
+}  // namespace
+
+TEST_CASE("plugin libraries that crash or lie are probed apart, named, and never loaded by a run that does not name them") {
+  TempDir t;
+  std::filesystem::copy(LOOM_BROKEN_PLUGIN_DIR, t.path / "plugins");
+  write_damaged_copy(LOOM_BINARY_DIR "/lib/loom/plugins/libloom-precision-fp32.so",
+                     t.path / "plugins" / "libloom-precision-damaged.so");
+  const std::string env = "LOOM_PLUGIN_PATH=" + (t.path / "plugins").string() + " timeout 60 ";
+  auto listed = sh(env + LOOM_BIN " plugins");
+  INFO(listed.out);
+  CHECK(listed.rc == 0);
+  CHECK(has(listed.out, "libloom-precision-damaged.so' crashed with SIGSEGV while it was probed"));
+  CHECK(has(listed.out, "libloom-precision-faults.so' crashed with SIGSEGV"));
+  CHECK(has(listed.out, "its entry reports 1 plugins and a NULL list"));
+  CHECK(has(listed.out, "plugin 'fp32' in '" + (t.path / "plugins" / "libloom-precision-impostor.so").string() +
+                            "' is not exact and sets neither round_operand nor site_format"));
+  CHECK(has(listed.out, "fp32           precision"));
+
+  // A run searches that directory first, names none of its plugins, and trains.
+  t.write("c.txt", "a few words of text to train on, repeated a few words of text to train on\n");
+  REQUIRE(run_loom("data prepare --val-fraction 0 --text " + (t.path / "c.txt").string() + " --out " +
+                   (t.path / "d").string()).rc == 0);
+  const std::string cfg = t.write("f.toml", "[model]\npreset = \"tiny\"\nseq_len = 8\n[data]\ndir = \"" +
+                                                (t.path / "d").string() + "\"\n[train]\nsteps = 2\nglobal_batch = 1\neval_every = 0\n");
+  auto train = sh(env + LOOM_BIN " train " + cfg + " --run-dir " + (t.path / "r").string());
+  INFO(train.out);
+  CHECK(train.rc == 0);
+  CHECK(has(train.out, "step     2/2"));
+
+  // Named by path, the impostor is refused with its reason.
+  auto named = sh(env + LOOM_BIN " train " + cfg + " --run-dir " + (t.path / "r2").string() + " --set plugins.precision=" +
+                  (t.path / "plugins" / "libloom-precision-impostor.so").string());
+  CHECK(named.rc != 0);
+  CHECK(has(named.out, "is not exact and sets neither round_operand nor site_format"));
+}

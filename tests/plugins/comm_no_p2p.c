@@ -10,13 +10,48 @@ static loom_status create(const loom_host* h, const loom_options* o, void** self
 }
 static void destroy(void* self) { (void)self; }
 
+/* Never run: the runtime refuses the plugin first. Present because a comm table must have them. */
+static loom_status init(void* self, const loom_store* store, int32_t rank, int32_t size, int64_t timeout_ms,
+                        loom_comm** out, loom_error* e) {
+  (void)self; (void)store; (void)rank; (void)size; (void)timeout_ms; (void)out; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+static loom_status split(void* self, loom_comm* parent, int32_t color, int32_t key, loom_comm** out, loom_error* e) {
+  (void)self; (void)parent; (void)color; (void)key; (void)out; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+static void free_comm(void* self, loom_comm* comm) { (void)self; (void)comm; }
+static int32_t rank(void* self, const loom_comm* comm) { (void)self; (void)comm; return 0; }
+static int32_t size(void* self, const loom_comm* comm) { (void)self; (void)comm; return 1; }
+static loom_status all_reduce(void* self, loom_comm* comm, loom_tensor* buf, int32_t op, loom_work** work,
+                              loom_error* e) {
+  (void)self; (void)comm; (void)buf; (void)op; (void)work; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+static loom_status barrier(void* self, loom_comm* comm, loom_error* e) {
+  (void)self; (void)comm; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+static loom_status wait_for(void* self, loom_work* work, loom_error* e) {
+  (void)self; (void)work; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+
 static const loom_comm_v1 table = {.base = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_comm_v1)},
                                             .kind = LOOM_KIND_COMM,
                                             .name = "nop2p",
                                             .version = "0.0.1",
                                             .summary = "collectives only, no send/recv",
                                             .create = create,
-                                            .destroy = destroy}};
+                                            .destroy = destroy},
+                                   .init = init,
+                                   .split = split,
+                                   .free_comm = free_comm,
+                                   .rank = rank,
+                                   .size = size,
+                                   .all_reduce = all_reduce,
+                                   .barrier = barrier,
+                                   .wait = wait_for};
 static const loom_plugin* const list[] = {&table.base};
 
 LOOM_EXPORT loom_status loom_plugin_entry_v1(const loom_host* host, const loom_plugin* const** out,

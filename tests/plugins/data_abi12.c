@@ -13,6 +13,20 @@ static int32_t score(const loom_host* h, const char** why) {
   return 1;
 }
 
+/* Never run: the runtime refuses the plugin first. Present because a data table must have them. */
+static loom_status setup(void* self, const loom_data_context* ctx, loom_error* e) {
+  (void)self; (void)ctx; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+static loom_status grad_ready(void* self, int64_t param, loom_error* e) {
+  (void)self; (void)param; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+static loom_status finish_grads(void* self, double* comm_ms, double* exposed_ms, loom_error* e) {
+  (void)self; (void)comm_ms; (void)exposed_ms; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+
 static const loom_data_v1 table = {.base = {.v = {LOOM_ABI_MAJOR, 2, sizeof(loom_data_v1)},
                                             .kind = LOOM_KIND_PARALLEL,
                                             .slot = LOOM_SLOT_DATA,
@@ -21,7 +35,10 @@ static const loom_data_v1 table = {.base = {.v = {LOOM_ABI_MAJOR, 2, sizeof(loom
                                             .summary = "a data plugin from ABI 1.2",
                                             .score = score,
                                             .create = create,
-                                            .destroy = destroy}};
+                                            .destroy = destroy},
+                                   .setup = setup,
+                                   .grad_ready = grad_ready,
+                                   .finish_grads = finish_grads};
 static const loom_plugin* const list[] = {&table.base};
 
 LOOM_EXPORT loom_status loom_plugin_entry_v1(const loom_host* host, const loom_plugin* const** out,

@@ -50,6 +50,9 @@ TEST_CASE("descriptors with an unknown kind, a slot their kind cannot have or a 
   t.base.name = "p";
   t.base.create = &create;
   t.base.destroy = &destroy;
+  CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).find("sets neither round_operand nor site_format") !=
+        std::string::npos);
+  t.exact = 1;
   CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).empty());
   t.base.kind = 9;
   CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).find("unknown kind 9") != std::string::npos);
