@@ -1,7 +1,6 @@
 #include "data/shards.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,7 +38,7 @@ void write_shard(const fs::path& path, const std::vector<uint32_t>& tokens, int6
   fs::rename(tmp, path);  // readers never see a half-written shard
 }
 
-MappedShard::MappedShard(const fs::path& path, int64_t vocab_size) : path_(path), vocab_(vocab_size) {
+TokenShard::TokenShard(const fs::path& path, int64_t vocab_size) : path_(path), vocab_(vocab_size) {
   const std::string where = "token shard '" + path.string() + "': ";
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw RuntimeError("cannot open " + where + std::strerror(errno));
@@ -68,40 +67,49 @@ MappedShard::MappedShard(const fs::path& path, int64_t vocab_size) : path_(path)
     fail("header says " + std::to_string(count_) + " tokens (" + std::to_string(expected) + " bytes) but the file has " +
          std::to_string(actual) + " bytes");
   bytes_ = static_cast<size_t>(actual);
-  map_ = ::mmap(nullptr, bytes_, PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw RuntimeError("cannot map " + where + std::strerror(errno));
+}
+
+void TokenShard::read(int64_t first, int64_t n, int32_t* out) const {
+  // pread, not a mapping: a shard cut short while the run reads it is an error here, where a
+  // mapped page past the new end of the file would kill the process with SIGBUS. Opened per
+  // window, so thousands of shards hold no descriptors (one open costs microseconds).
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw RuntimeError("cannot open token shard '" + path_.string() + "': " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  const size_t want = static_cast<size_t>(width_ * n);
+  std::vector<char> raw(want);
+  const off_t at = static_cast<off_t>(1024 + width_ * first);
+  for (size_t done = 0; done < want;) {
+    const ssize_t got = ::pread(fd, raw.data() + done, want - done, at + static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      std::error_code ec;
+      const uintmax_t now = fs::file_size(path_, ec);
+      throw RuntimeError("token shard '" + path_.string() + "': cannot read tokens " + std::to_string(first) + ".." +
+                         std::to_string(first + n) + ": " + (got < 0 ? std::string(std::strerror(errno)) :
+                         "the file now has " + (ec ? std::string("no size") : std::to_string(now) + " bytes") + ", " +
+                         std::to_string(bytes_) + " when the run opened it (was it truncated or rewritten in place?)"));
+    }
+    done += static_cast<size_t>(got);
   }
-  ::madvise(map_, bytes_, MADV_RANDOM);  // windows are read at random offsets: no read-ahead
-}
-
-MappedShard::~MappedShard() {
-  if (map_) ::munmap(map_, bytes_);
-}
-
-void MappedShard::read(int64_t first, int64_t n, int32_t* out) const {
-  const char* base = static_cast<const char*>(map_) + 1024;
   for (int64_t i = 0; i < n; ++i) {
     uint32_t t = 0;
     if (width_ == 2) {
       uint16_t v;
-      std::memcpy(&v, base + 2 * (first + i), 2);
+      std::memcpy(&v, raw.data() + 2 * i, 2);
       t = v;
     } else {
-      std::memcpy(&t, base + 4 * (first + i), 4);
+      std::memcpy(&t, raw.data() + 4 * i, 4);
     }
     if (static_cast<int64_t>(t) >= vocab_)
       throw RuntimeError("token shard '" + path_.string() + "': token " + std::to_string(t) + " at position " +
                          std::to_string(first + i) + " is outside the vocabulary (" + std::to_string(vocab_) + ")");
     out[i] = static_cast<int32_t>(t);
   }
-  // The page cache keeps the pages; this process stops counting them.
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const size_t lo = (1024 + static_cast<size_t>(width_ * first)) / page * page;
-  const size_t hi = std::min(bytes_, 1024 + static_cast<size_t>(width_ * (first + n)));
-  ::madvise(static_cast<char*>(map_) + lo, hi - lo, MADV_DONTNEED);
 }
 
 namespace {
@@ -136,7 +144,7 @@ TokenSplit::TokenSplit(const fs::path& dir, const std::string& split, int64_t vo
     // A FIFO or a device under a shard's name would block the run on its first read.
     if (!fs::is_regular_file(f, ec))
       throw RuntimeError("shard '" + f.string() + "' is not a regular file (a FIFO, a device or a directory)");
-    shards_.push_back(std::make_unique<MappedShard>(f, vocab_size));
+    shards_.push_back(std::make_unique<TokenShard>(f, vocab_size));
     begin_.push_back(total_);
     total_ += shards_.back()->size();
   }

@@ -1,7 +1,7 @@
 // Token shards in llm.c's format: a header of 256 int32 (magic, version, token count, the rest
 // zero) followed by the tokens, uint16 (magic 20240520, version 1: GPT-2's) or uint32 (magic
-// 20240801, version 7: llm.c's Llama 3 shards). Shards are memory-mapped and read window by
-// window, so a rank's memory does not grow with the dataset.
+// 20240801, version 7: llm.c's Llama 3 shards). Shards are read window by window with pread, so a
+// rank's memory does not grow with the dataset.
 #pragma once
 
 #include <cstdint>
@@ -19,26 +19,23 @@ constexpr size_t kHeaderInts = 256;
 // uint16 when every id of the vocabulary fits (vocab_size <= 65536), uint32 otherwise.
 void write_shard(const std::filesystem::path& path, const std::vector<uint32_t>& tokens, int64_t vocab_size);
 
-// One shard, mapped read-only. The header and the file size are checked when it opens; each
-// token is checked against the vocabulary when it is read.
-class MappedShard {
+// One shard, open for reading. The header and the file size are checked when it opens; each
+// token is checked against the vocabulary when it is read, and a read that finds the file shorter
+// than it was is an error naming the file.
+class TokenShard {
  public:
-  MappedShard(const std::filesystem::path& path, int64_t vocab_size);
-  ~MappedShard();
-  MappedShard(const MappedShard&) = delete;
-  MappedShard& operator=(const MappedShard&) = delete;
+  TokenShard(const std::filesystem::path& path, int64_t vocab_size);
   int64_t size() const { return count_; }
   int width() const { return width_; }  // bytes per token
   const std::filesystem::path& path() const { return path_; }
   // tokens [first, first + n) as int32; throws naming the file and position of an id outside
-  // the vocabulary. The pages read are released from this process afterwards.
+  // the vocabulary.
   void read(int64_t first, int64_t n, int32_t* out) const;
 
  private:
   std::filesystem::path path_;
   int64_t vocab_, count_ = 0;
   int width_ = 2;
-  void* map_ = nullptr;
   size_t bytes_ = 0;
 };
 
@@ -51,13 +48,13 @@ class TokenSplit {
   TokenSplit(const std::filesystem::path& dir, const std::string& split, int64_t vocab_size);
   int64_t size() const { return total_; }
   bool empty() const { return total_ == 0; }
-  const std::vector<std::unique_ptr<MappedShard>>& shards() const { return shards_; }
+  const std::vector<std::unique_ptr<TokenShard>>& shards() const { return shards_; }
   // tokens [first, first + n) of the stream, across shard boundaries.
   void read(int64_t first, int64_t n, int32_t* out) const;
   std::vector<int32_t> all() const;  // the whole split (tests and small tools)
 
  private:
-  std::vector<std::unique_ptr<MappedShard>> shards_;
+  std::vector<std::unique_ptr<TokenShard>> shards_;
   std::vector<int64_t> begin_;  // stream offset of each shard
   int64_t total_ = 0;
 };

@@ -8,7 +8,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto path = loom::fuzz::write_input("train_000000.bin", data, size);
   loom::fuzz::expect_clean([&] {
-    loom::data::MappedShard shard(path, 50257);
+    loom::data::TokenShard shard(path, 50257);
     const int64_t n = std::min<int64_t>(shard.size(), 4096);
     std::vector<int32_t> out(static_cast<size_t>(n));
     shard.read(0, n, out.data());

@@ -15,7 +15,7 @@ using loom::test::TempDir;
 namespace {
 std::string error_reading(const std::filesystem::path& p, int64_t vocab = 256) {
   try {
-    data::MappedShard shard(p, vocab);
+    data::TokenShard shard(p, vocab);
     std::vector<int32_t> all(shard.size());
     shard.read(0, shard.size(), all.data());
   } catch (const RuntimeError& e) {
@@ -24,7 +24,7 @@ std::string error_reading(const std::filesystem::path& p, int64_t vocab = 256) {
   return "<no error>";
 }
 std::vector<int32_t> read_all(const std::filesystem::path& p, int64_t vocab) {
-  data::MappedShard shard(p, vocab);
+  data::TokenShard shard(p, vocab);
   std::vector<int32_t> all(shard.size());
   shard.read(0, shard.size(), all.data());
   return all;
@@ -94,6 +94,24 @@ TEST_CASE("bad shards are rejected with what is wrong") {
     FAIL("expected an error");
   } catch (const RuntimeError& e) {
     CHECK(has(e.what(), "cannot read data directory"));
+  }
+}
+
+TEST_CASE("a shard truncated in place while it is read is an error naming it, not a SIGBUS") {
+  TempDir t;
+  std::vector<uint32_t> tokens(100000, 7);
+  data::write_shard(t.path / "train_000000.bin", tokens, 256);
+  data::TokenShard shard(t.path / "train_000000.bin", 256);
+  std::vector<int32_t> out(1000);
+  shard.read(0, 1000, out.data());
+  CHECK(out[999] == 7);
+  std::filesystem::resize_file(t.path / "train_000000.bin", 4096);  // what `truncate -s 4K` does to it
+  try {
+    shard.read(90000, 1000, out.data());
+    FAIL("expected an error");
+  } catch (const RuntimeError& e) {
+    CHECK(has(e.what(), "train_000000.bin': cannot read tokens 90000..91000: the file now has 4096 bytes, 201024 when the "
+                        "run opened it (was it truncated or rewritten in place?)"));
   }
 }
 
