@@ -109,7 +109,17 @@ namespace {
 // A hand-edited manifest must fail here, not index out of bounds in assemble: every part names
 // a known tensor, has its rank, lies inside its file, and its slice inside the global shape.
 void check_parts(const fs::path& file, const Manifest& m) {
-  for (const auto& f : m.files)
+  // Sums and products below are taken in 128 bits: a hand-edited offset near 2^63 must read as
+  // "outside its file", not wrap around to a small number that passes.
+  using wide = __int128;
+  constexpr wide kMaxElements = wide(1) << 48;
+  for (const auto& [tensor, g] : m.shapes) {
+    wide n = 1;
+    for (int64_t d : g) n = d > 0 && n * d <= kMaxElements ? n * d : -1;
+    if (n < 0 || g.empty()) throw RuntimeError(file.string() + ": tensor " + tensor + " has a shape with a dimension below 1 or over 2^48 elements");
+  }
+  for (const auto& f : m.files) {
+    if (f.bytes < 0) throw RuntimeError(file.string() + ": " + f.name + " has a negative size");
     for (const auto& p : f.parts) {
       const std::string where = file.string() + ": " + f.name + ", tensor " + p.tensor + ": ";
       auto it = m.shapes.find(p.tensor);
@@ -120,16 +130,17 @@ void check_parts(const fs::path& file, const Manifest& m) {
       const Slice& s = p.slice;
       for (size_t d = 0; d < g.size(); ++d) {
         const bool split = s.length >= 0 && static_cast<int>(d) == s.dim;
-        const int64_t want = split ? s.length * s.fused : g[d];
+        const wide want = split ? wide(s.length) * s.fused : wide(g[d]);
         if (g[d] <= 0 || l[d] != want) throw RuntimeError(where + "local shape does not match its slice");
       }
       if (s.length >= 0 && (s.dim < 0 || s.dim >= static_cast<int>(g.size()) || s.fused < 1 || s.begin < 0 ||
-                            g[s.dim] % s.fused != 0 || s.begin + s.length > g[s.dim] / s.fused))
+                            g[s.dim] % s.fused != 0 || wide(s.begin) + s.length > g[s.dim] / s.fused))
         throw RuntimeError(where + "slice lies outside the tensor");
-      if (p.flat_count >= 0 && (p.flat_begin < 0 || p.flat_begin + p.flat_count > numel(l)))
+      if (p.flat_count >= 0 && (p.flat_begin < 0 || wide(p.flat_begin) + p.flat_count > numel(l)))
         throw RuntimeError(where + "flat range lies outside its slice");
-      if (p.offset < 0 || p.offset + 4 * p.count() > f.bytes) throw RuntimeError(where + "lies outside its file");
+      if (p.offset < 0 || wide(p.offset) + wide(4) * p.count() > f.bytes) throw RuntimeError(where + "lies outside its file");
     }
+  }
 }
 
 }  // namespace
@@ -145,6 +156,10 @@ Manifest read_manifest(const fs::path& dir, const std::string& name) {
       throw RuntimeError("format is '" + j.value("format", std::string("(none)")) + "', expected loom-checkpoint-1");
     m.step = j.at("step").get<int64_t>();
     m.applied = j.at("applied").get<int64_t>();
+    if (m.step < 0) throw RuntimeError("\"step\" is " + std::to_string(m.step) + "; a step count is 0 or more");
+    if (m.applied < 0 || m.applied > m.step)
+      throw RuntimeError("\"applied\" is " + std::to_string(m.applied) + "; the updates applied are from 0 to the step (" +
+                         std::to_string(m.step) + ")");
     m.layout = j.at("layout").get<std::map<std::string, int64_t>>();
     m.precision = j.at("precision").at("plugin").get<std::string>();
     m.precision_state = file_of(j.at("precision").at("state"));

@@ -123,6 +123,28 @@ TEST_CASE("a flipped byte and a damaged manifest are named, resume = latest does
   auto off = run_loom("ckpt export " + (ck / "step-00000002").string() + " --out " + (t.path / "x.safetensors").string());
   CHECK(off.rc == 1);
   CHECK(has(off.out, "lies outside its file"));
+  // Numbers that wrap around or make no sense are refused the same way, for export and resume.
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string e = text;
+    e.replace(e.find(from), from.size(), to);
+    std::ofstream(man, std::ios::trunc) << e;
+  };
+  const std::string resume = "--set checkpoint.dir=" + ck.string() + " --set checkpoint.resume=" + (ck / "step-00000002").string() +
+                             " --set train.steps=6";
+  edit("\"offset\": 0", "\"offset\": 9223372036854775000");
+  for (const auto& r : {run_loom("ckpt export " + (ck / "step-00000002").string() + " --out " + (t.path / "y.safetensors").string()),
+                        runs.raw(resume)}) {
+    CHECK(r.rc == 1);
+    CHECK(has(r.out, "lies outside its file"));
+  }
+  edit("\"step\": 2", "\"step\": -5");
+  auto negative = runs.raw(resume);
+  CHECK(negative.rc == 1);
+  CHECK(has(negative.out, "\"step\" is -5; a step count is 0 or more"));
+  edit("\"applied\": 2", "\"applied\": -1");
+  auto applied = runs.raw(resume);
+  CHECK(applied.rc == 1);
+  CHECK(has(applied.out, "\"applied\" is -1; the updates applied are from 0 to the step (2)"));
 }
 
 TEST_CASE("a write error during a save is reported and the previous checkpoint stays whole") {
