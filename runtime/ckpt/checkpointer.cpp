@@ -25,12 +25,6 @@ namespace loom::ckpt {
 
 namespace {
 
-// "step-" and at least 8 digits, as step_name writes them.
-bool is_step_name(const std::string& s) {
-  if (s.rfind("step-", 0) != 0 || s.size() < 13) return false;
-  return std::all_of(s.begin() + 5, s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 std::string rank_file(int rank, const char* ext) {
   char b[32];
   std::snprintf(b, sizeof b, "rank-%05d.%s", rank, ext);
@@ -228,16 +222,17 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
   return man.step + 1;
 }
 
-void Checkpointer::after_step(int64_t step, int64_t last_step, ParamStore& params, const Tensor& m, const Tensor& v,
+bool Checkpointer::after_step(int64_t step, int64_t last_step, ParamStore& params, const Tensor& m, const Tensor& v,
                               int64_t applied, Precision* precision) {
-  if (!writer_) return;
+  if (!writer_) return false;
   if (step % every_ == 0 || step == last_step) {
     save(step, params, m, v, applied, precision);
-    return;
+    return true;
   }
   loom_error e;
   const bool has_poll = table_->base.v.size >= offsetof(loom_ckpt_v1, poll) + sizeof(void*) && table_->poll;
   check(has_poll ? table_->poll(writer_->self(), &e) : LOOM_OK, e, "checkpoint " + step_name(pending_ ? pending_->step : step));
+  return false;
 }
 
 void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const Tensor& v, int64_t applied,

@@ -63,8 +63,8 @@ class Checkpointer {
   // the first step to run (1 when not resuming) and sets `applied`.
   int64_t resume(ParamStore& params, Tensor& m, Tensor& v, Precision* precision, int64_t& applied);
   // After step `step`'s update: saves when due (committing the previous async save first), and
-  // otherwise asks the writer whether a background write failed.
-  void after_step(int64_t step, int64_t last_step, ParamStore& params, const Tensor& m, const Tensor& v,
+  // otherwise asks the writer whether a background write failed. True when it saved this step.
+  bool after_step(int64_t step, int64_t last_step, ParamStore& params, const Tensor& m, const Tensor& v,
                   int64_t applied, Precision* precision);
   // Saves are on ([checkpoint] every > 0).
   bool enabled() const { return writer_ != nullptr; }

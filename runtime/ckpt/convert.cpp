@@ -1,5 +1,7 @@
 #include "ckpt/convert.hpp"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -315,7 +317,23 @@ ExternalModel read_external(const fs::path& src) {
   return read_llmc(src);
 }
 
+void check_import_target(const fs::path& root) {
+  const std::string held = existing_checkpoints(root);
+  if (!held.empty())
+    throw ConfigError("'" + root.string() + "' already holds checkpoints (" + held + "); an import writes step-00000000 and "
+                      "points `latest` at it, so a later resume = \"latest\" there would start that run over. Import into "
+                      "a new directory and name it in [model] init_from or checkpoint.resume");
+  fs::path existing = root;  // the directory, or the nearest parent that exists: nothing is created yet
+  std::error_code ec;
+  while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
+  if (existing.empty()) existing = ".";
+  if (!fs::is_directory(existing, ec)) throw RuntimeError("cannot import into '" + root.string() + "': '" + existing.string() + "' is a file");
+  if (::access(existing.c_str(), W_OK) != 0)
+    throw RuntimeError("cannot import into '" + root.string() + "': '" + existing.string() + "' is not writable: " + std::strerror(errno));
+}
+
 void write_as_checkpoint(const ExternalModel& m, const fs::path& root) {
+  check_import_target(root);
   const std::string name = step_name(0);
   const fs::path tmp = root / (name + ".tmp"), dir = root / name;
   fs::create_directories(tmp);
@@ -326,7 +344,7 @@ void write_as_checkpoint(const ExternalModel& m, const fs::path& root) {
   man.config = "# imported from " + m.source + "\n[model]\n" + m.model_toml;
   File f;
   f.name = "rank-00000.bin";
-  std::ofstream out(tmp / f.name, std::ios::binary);
+  OutputFile out(tmp / f.name, "checkpoint file");
   uint32_t crc = 0;
   int64_t offset = 0;
   for (const auto& [tensor, data] : m.tensors) {
@@ -339,13 +357,12 @@ void write_as_checkpoint(const ExternalModel& m, const fs::path& root) {
       man.shapes[p.tensor] = p.local_shape;
       const std::vector<float> zeros(*suffix ? data.size() : 0, 0.f);
       const std::vector<float>& w = *suffix ? zeros : data;
-      out.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(4 * w.size()));
+      out.append(w.data(), 4 * w.size());
       crc = crc32c(w.data(), 4 * w.size(), crc);
       offset += static_cast<int64_t>(4 * w.size());
     }
   }
-  out.close();
-  if (!out) throw RuntimeError("cannot write '" + (tmp / f.name).string() + "'" + os_reason());
+  out.commit(true);
   f.bytes = offset;
   f.crc32c = crc;
   man.files.push_back(f);

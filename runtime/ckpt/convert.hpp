@@ -26,6 +26,10 @@ struct ExternalModel {
 // tensor or key at fault.
 ExternalModel read_external(const std::filesystem::path& src);
 
+// Refuses a root that already holds checkpoints (an import would move its `latest` to step 0)
+// and one that cannot be written. ConfigError / RuntimeError.
+void check_import_target(const std::filesystem::path& root);
+
 // Writes `m` as a Loom checkpoint: ROOT/step-00000000 (parameters, zero AdamW moments, one-rank
 // layout) and ROOT/latest, and ROOT/model.toml with its [model] keys.
 void write_as_checkpoint(const ExternalModel& m, const std::filesystem::path& root);

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -90,13 +91,9 @@ void write_json(const fs::path& file, const Manifest& m) {
 }
 
 void write_durable(const fs::path& file, const std::string& text) {
-  const fs::path tmp = file.string() + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw RuntimeError("cannot write " + tmp.string() + ": " + std::strerror(errno));
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok) throw RuntimeError("cannot write " + tmp.string() + ": " + std::strerror(errno));
-  fs::rename(tmp, file);
+  OutputFile out(file, "file");
+  out.append(text.data(), text.size());
+  out.commit(true);
 }
 
 void sync_dir(const fs::path& dir) {
@@ -148,7 +145,12 @@ void check_parts(const fs::path& file, const Manifest& m) {
 Manifest read_manifest(const fs::path& dir, const std::string& name) {
   const fs::path file = dir / name;
   std::ifstream in(file);
-  if (!in) throw RuntimeError("'" + dir.string() + "' is not a complete checkpoint: it has no " + name);
+  if (!in) {
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) throw RuntimeError("checkpoint '" + dir.string() + "' does not exist");
+    if (!fs::is_directory(dir, ec)) throw RuntimeError("'" + dir.string() + "' is a file, not a checkpoint directory");
+    throw RuntimeError("'" + dir.string() + "' is not a complete checkpoint: it has no " + name);
+  }
   Manifest m;
   try {
     json j = json::parse(in);
@@ -248,6 +250,34 @@ std::vector<float> assemble(const fs::path& dir, const Manifest& m, const std::s
     }
   }
   return out;
+}
+
+bool is_step_name(const std::string& s) {
+  if (s.rfind("step-", 0) != 0 || s.size() < 13) return false;
+  return std::all_of(s.begin() + 5, s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::string existing_checkpoints(const fs::path& root) {
+  std::error_code ec;
+  std::string latest;
+  if (std::ifstream in(root / "latest"); in && std::getline(in, latest) && !latest.empty()) return "latest: " + latest;
+  std::vector<std::string> steps;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.is_directory(ec) && is_step_name(e.path().filename().string())) steps.push_back(e.path().filename().string());
+  if (steps.empty()) return "";
+  std::sort(steps.begin(), steps.end());
+  return steps.back() + (steps.size() > 1 ? " and " + std::to_string(steps.size() - 1) + " more" : "");
+}
+
+fs::path find_checkpoint(const fs::path& p) {
+  std::error_code ec;
+  if (fs::exists(p / "manifest.json", ec)) return p;
+  if (fs::exists(p / "latest", ec)) return resolve(p, "latest");
+  if (fs::exists(p / "checkpoints" / "latest", ec)) return resolve(p / "checkpoints", "latest");
+  if (fs::exists(p / "metrics.jsonl", ec))
+    throw RuntimeError("run directory '" + p.string() + "' holds no checkpoint in checkpoints/ (it trained with [checkpoint] "
+                       "every = 0, or saved under another [checkpoint] dir: name that one)");
+  return p;
 }
 
 fs::path resolve(const fs::path& root, const std::string& which) {

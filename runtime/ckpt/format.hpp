@@ -50,6 +50,11 @@ struct Manifest {
 };
 
 std::string step_name(int64_t step);  // "step-00000010"
+bool is_step_name(const std::string& s);  // "step-" and at least 8 digits, as step_name writes them
+
+// What a checkpoint root already holds, for a message ("latest: step-00000004", or "step-00000002
+// and 1 more"); "" when it holds no committed checkpoint and no `latest`.
+std::string existing_checkpoints(const std::filesystem::path& root);
 
 // How a checkpoint's files are read: from disk, or through the ckpt plugin that wrote them when it
 // stores them in a form of its own (the ABI 1.6 read path; ckpt/reader.hpp).
@@ -85,6 +90,11 @@ void verify(const std::filesystem::path& dir, const Manifest& m, const Reader& r
 // the files read, so assembling every tensor reads each file once.
 std::vector<float> assemble(const std::filesystem::path& dir, const Manifest& m, const std::string& name,
                             std::map<std::string, std::vector<char>>& files, const Reader& reader = disk_reader());
+
+// What a user may name as a checkpoint: a step directory (itself), a checkpoint root (its latest)
+// or a run directory (its checkpoints' latest). Anything else comes back as it is, for the reader
+// to refuse; a run directory that saved nothing is refused here, saying so.
+std::filesystem::path find_checkpoint(const std::filesystem::path& p);
 
 // "latest" -> the committed checkpoint `latest` names under `root`; otherwise a path.
 std::filesystem::path resolve(const std::filesystem::path& root, const std::string& which);

@@ -51,8 +51,8 @@ void fill_params(const fs::path& src, const ExternalModel& w, ParamStore& params
 
 void init_from(const fs::path& src, ParamStore& params, bool verbose) {
   ExternalModel w;
-  if (fs::exists(src / "manifest.json") || fs::exists(src / "latest")) {
-    const fs::path dir = fs::exists(src / "manifest.json") ? src : resolve(src, "latest");
+  if (fs::exists(src / "manifest.json") || fs::exists(src / "latest") || fs::exists(src / "metrics.jsonl")) {
+    const fs::path dir = find_checkpoint(src);
     const Manifest m = read_manifest(dir);
     const CheckpointReader source(dir, m);
     verify(dir, m, source.reader());

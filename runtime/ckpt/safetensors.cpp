@@ -152,20 +152,14 @@ void write_safetensors(const fs::path& path, const std::vector<std::pair<std::st
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  fs::path tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw RuntimeError("cannot write '" + tmp.string() + "'" + os_reason());
-    const uint64_t n = text.size();
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    f.write(reinterpret_cast<const char*>(len), 8);
-    f.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto* d : data) f.write(reinterpret_cast<const char*>(d->data()), static_cast<std::streamsize>(4 * d->size()));
-    if (!f.flush()) throw RuntimeError("writing '" + tmp.string() + "' failed");
-  }
-  fs::rename(tmp, path);
+  OutputFile f(path, "safetensors file");
+  const uint64_t n = text.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  f.append(len, 8);
+  f.append(text.data(), text.size());
+  for (const auto* d : data) f.append(d->data(), 4 * d->size());
+  f.commit();
 }
 
 }  // namespace loom::ckpt

@@ -17,11 +17,11 @@ int bench(const Args& args) {
       "all_reduce | all_gather | reduce_scatter | broadcast | all_to_all | sendrecv")(
       "min-bytes", po::value<std::string>()->default_value("8"), "smallest buffer (8, 1K, 64M)")(
       "max-bytes", po::value<std::string>()->default_value("256M"), "largest buffer")(
-      "nproc", po::value<int>()->default_value(2), "ranks to start when not under a launcher")(
+      "nproc", ranged<int>("nproc", 1, 4096)->default_value(2), "ranks to start when not under a launcher")(
       "comm", po::value<std::string>(), "comm plugin (default: the config's [plugins] comm, else gloo)")(
       "config", po::value<std::string>(), "a config whose [plugins] comm and [plugins.<name>] options to use")(
-      "iters", po::value<int>()->default_value(20), "timed iterations per size")(
-      "warmup", po::value<int>()->default_value(5), "untimed iterations per size")(
+      "iters", ranged<int>("iters", 1, 1000000)->default_value(20), "timed iterations per size")(
+      "warmup", ranged<int>("warmup", 0, 1000000)->default_value(5), "untimed iterations per size")(
       "dtype", po::value<std::string>()->default_value("float"), "float | bfloat16")(
       "interface", po::value<std::string>()->default_value(""), "network interface ([parallel] interface)");
   add_set_option(opts);

@@ -9,6 +9,7 @@
 #include "ckpt/convert.hpp"
 #include "ckpt/format.hpp"
 #include "ckpt/reader.hpp"
+#include "ckpt/safetensors.hpp"
 #include "cli/parse.hpp"
 
 namespace fs = std::filesystem;
@@ -18,43 +19,28 @@ namespace loom::cli {
 namespace {
 
 // A step directory, or a checkpoint root whose `latest` names one.
-fs::path step_dir(const std::string& arg) {
-  const fs::path p(arg);
-  if (!fs::exists(p / "manifest.json") && fs::exists(p / "latest")) return ckpt::resolve(p, "latest");
-  return p;
-}
+fs::path step_dir(const std::string& arg) { return ckpt::find_checkpoint(arg); }
 
 bool is_moment(const std::string& name) {
   return name.size() > 7 && (name.ends_with(".adam_m") || name.ends_with(".adam_v"));
 }
 
-// safetensors: an 8-byte little-endian header length, a JSON header {name: {dtype, shape,
-// data_offsets [begin, end)}} padded with spaces to a multiple of 8, then the raw data.
+// Every tensor but the AdamW moments, fp32, in one .safetensors file written whole or not at all.
 void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const ckpt::Reader& reader, const fs::path& out) {
-  nlohmann::json header = nlohmann::json::object();
-  std::vector<std::pair<std::string, std::vector<float>>> tensors;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  std::vector<std::vector<float>> tensors;
   std::map<std::string, std::vector<char>> files;
-  size_t offset = 0;
+  double bytes = 0;
   for (const auto& [name, shape] : m.shapes) {
     if (is_moment(name)) continue;  // optimizer state stays in the checkpoint
-    tensors.push_back({name, ckpt::assemble(dir, m, name, files, reader)});
-    const size_t bytes = 4 * tensors.back().second.size();
-    header[name] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+    shapes.push_back({name, shape});
+    tensors.push_back(ckpt::assemble(dir, m, name, files, reader));
+    bytes += 4.0 * static_cast<double>(tensors.back().size());
   }
-  header["__metadata__"] = {{"format", "pt"}, {"loom_step", std::to_string(m.step)}};
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::ofstream f(out, std::ios::binary | std::ios::trunc);
-  if (!f) throw RuntimeError("cannot write " + out.string() + os_reason());
-  const uint64_t n = text.size();
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  f.write(reinterpret_cast<const char*>(len), 8);
-  f.write(text.data(), static_cast<std::streamsize>(text.size()));
-  for (const auto& [name, data] : tensors) f.write(reinterpret_cast<const char*>(data.data()), 4 * data.size());
-  if (!f.flush()) throw RuntimeError("writing " + out.string() + " failed");
-  std::printf("wrote %s: %zu tensors, %.1f MiB (step %lld)\n", out.c_str(), tensors.size(), offset / 1048576.0,
+  std::vector<const std::vector<float>*> data;
+  for (const auto& t : tensors) data.push_back(&t);
+  ckpt::write_safetensors(out, shapes, data, {{"format", "pt"}, {"loom_step", std::to_string(m.step)}});
+  std::printf("wrote %s: %zu tensors, %.1f MiB (step %lld)\n", out.c_str(), tensors.size(), bytes / 1048576.0,
               (long long)m.step);
 }
 
@@ -78,8 +64,9 @@ int ckpt_cmd(const Args& args) {
   const std::string action = vm["action"].as<std::string>();
   if (action == "import") {
     if (!vm.count("out")) throw UsageError("import needs --out DIR\nusage: " + synopsis);
-    const ckpt::ExternalModel model = ckpt::read_external(vm["dir"].as<std::string>());  // all of it, before writing
     const fs::path root = vm["out"].as<std::string>();
+    ckpt::check_import_target(root);  // before reading gigabytes
+    const ckpt::ExternalModel model = ckpt::read_external(vm["dir"].as<std::string>());  // all of it, before writing
     ckpt::write_as_checkpoint(model, root);
     int64_t n = 0;
     for (const auto& [name, t] : model.tensors) n += static_cast<int64_t>(t.size());

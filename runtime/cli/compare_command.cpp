@@ -17,6 +17,7 @@
 
 #include "cli/parse.hpp"
 #include "config/config.hpp"
+#include "core/files.hpp"
 #include "core/json.hpp"
 #include "loader/plugin_settings.hpp"
 #include "plan/from_config.hpp"
@@ -175,6 +176,9 @@ Noise assess(const std::string& name_a, const std::vector<report::Run>& a, const
   n.rounds = {{name_a, "#1f77b4", {}}, {name_b, "#d62728", {}}};
   for (auto [runs, all, tps, med, k] : {std::tuple{&a, &all_a, &tps_a, &med_a, 0}, {&b, &all_b, &tps_b, &med_b, 1}})
     for (const auto& r : *runs) {
+      if (r.steps.size() <= warmup)
+        throw UsageError("--warmup " + std::to_string(warmup) + " leaves none of the " + std::to_string(r.steps.size()) +
+                         " steps of " + r.dir.string() + " to time: lower it, or train more --steps");
       auto steps = report::steady_values(r, "step_ms", warmup), tok = report::steady_values(r, "tokens_per_s", warmup);
       all->insert(all->end(), steps.begin(), steps.end());
       tps->insert(tps->end(), tok.begin(), tok.end());
@@ -297,13 +301,13 @@ void add_compare_options(po::options_description& opts) {
       "from-runs", po::value<std::vector<std::string>>()->multitoken(),
       "compare finished runs: DIR_A DIR_B, or A1,A2,... B1,B2,... (paired rounds)")(
       "steps", po::value<int64_t>(), "train each config this many steps (default: its own train.steps)")(
-      "rounds", po::value<int64_t>()->default_value(1), "runs of each config, interleaved A B B A ...")(
-      "seeds", po::value<int64_t>()->default_value(1), "seeds per config (round r uses seed run.seed + r mod K)")(
+      "rounds", ranged<int64_t>("rounds", 1, 1000)->default_value(1), "runs of each config, interleaved A B B A ...")(
+      "seeds", ranged<int64_t>("seeds", 1, 1000)->default_value(1), "seeds per config (round r uses seed run.seed + r mod K)")(
       "together", "run A and B at once, each on half of the cores (instead of one after the other)")(
-      "warmup", po::value<int64_t>()->default_value(2), "steps of each run left out of the timings")(
-      "effect", po::value<double>()->default_value(0.02, "0.02"), "the difference to say how many rounds would resolve")(
-      "min-effect", po::value<double>()->default_value(0.01, "0.01"), "smaller speed differences are not called real")(
-      "rtol", po::value<double>()->default_value(1e-4, "1e-4"), "relative tolerance for loss and grad norm")(
+      "warmup", ranged<int64_t>("warmup", 0, 1000000000)->default_value(2), "steps of each run left out of the timings")(
+      "effect", ranged<double>("effect", 0.0001, 10)->default_value(0.02, "0.02"), "the difference to say how many rounds would resolve")(
+      "min-effect", ranged<double>("min-effect", 0, 10)->default_value(0.01, "0.01"), "smaller speed differences are not called real")(
+      "rtol", ranged<double>("rtol", 0, 1000)->default_value(1e-4, "1e-4"), "relative tolerance for loss and grad norm")(
       "json", "print everything as JSON (also written to OUT/compare.json)")(
       "out", po::value<std::string>(), "directory for the runs and report.html (default runs/compare-A-vs-B)")(
       "cluster", po::value<std::string>(), "print loom plan's predicted step time and memory beside the measured ones");
@@ -318,13 +322,13 @@ struct Settings {
 Settings read_settings(const po::variables_map& vm) {
   Settings s;
   s.rtol = vm["rtol"].as<double>();
-  if (!(s.rtol >= 0)) throw UsageError("--rtol must be >= 0");
   s.plan.seeds = vm["seeds"].as<int64_t>();
   s.plan.rounds = std::max(vm["rounds"].as<int64_t>(), s.plan.seeds);
   s.plan.together = vm.count("together") > 0;
-  if (s.plan.rounds < 1 || s.plan.seeds < 1) throw UsageError("--rounds and --seeds need at least 1");
   s.warmup = vm["warmup"].as<int64_t>();
-  if (s.warmup < 0) throw UsageError("--warmup must be >= 0");
+  if (vm.count("steps") && s.warmup >= vm["steps"].as<int64_t>())
+    throw UsageError("--warmup " + std::to_string(s.warmup) + " leaves none of the " + std::to_string(vm["steps"].as<int64_t>()) +
+                     " steps to time: lower it, or train more --steps");
   return s;
 }
 
@@ -423,6 +427,8 @@ int compare(const Args& args) {
   Settings set = read_settings(vm);
   const bool from_runs = vm.count("from-runs") > 0;
   Sides s = from_runs ? sides_from_runs(vm) : sides_from_configs(vm, set.plan);
+  fs::create_directories(s.out);
+  check_can_write(s.out / "report.html", "the report");  // before the rounds, not after them
   if (!from_runs) train_rounds(s.a, s.b, s.out, set.plan);
   const std::vector<report::Run> ra = read_runs(s.a.dirs);
   const std::vector<report::Run> rb = read_runs(s.b.dirs);
@@ -433,15 +439,18 @@ int compare(const Args& args) {
   if (several)
     noise = assess(s.a.name, ra, s.b.name, rb, static_cast<size_t>(set.warmup), from_runs ? 0 : set.plan.seeds,
                    vm["min-effect"].as<double>(), vm["effect"].as<double>());
-  fs::create_directories(s.out);
   const fs::path html = s.out / "report.html";
-  std::ofstream(html) << report::html_report(c, ra[0], rb[0], several ? noise_html(noise, set.plan.together) : "");
+  write_file(html, report::html_report(c, ra[0], rb[0], several ? noise_html(noise, set.plan.together) : ""), "the report");
   const std::string json = comparison_json(s, c, several ? &noise : nullptr, html);
-  std::ofstream(s.out / "compare.json") << json;
+  write_file(s.out / "compare.json", json, "the comparison");
   if (vm.count("json"))
     std::fputs(json.c_str(), stdout);
   else
-    std::printf("\n%s%sreport: %s\n", report::describe(c).c_str(), several ? ("\n" + noise.text).c_str() : "", html.c_str());
+    std::printf("\n%s%sreport: %s\n", report::describe(c).c_str(),
+                several ? ("\n" + noise.text).c_str()
+                        : "\none run of each side: its step times are one sample, which proves nothing about which is faster "
+                          "on a shared machine; --rounds 5 interleaves runs and says whether a difference is real\n",
+                html.c_str());
   return exit_code(set.plan, noise, c);
 }
 

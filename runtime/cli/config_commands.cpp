@@ -1,4 +1,5 @@
 // loom config check FILE, loom config show FILE
+#include <cstdio>
 #include <iostream>
 
 #include "cli/parse.hpp"
@@ -39,7 +40,10 @@ int config(const Args& args) {
   // As `loom train` would run it: [parallel] nproc ranks, the runtime's default plugins, and
   // every check a rank makes before its first step.
   const int world = dist::read_parallel(cfg).nproc;
-  if (action == "check") cfg = plugins::load_for_job(vm["file"].as<std::string>(), sets(vm), world);
+  if (action == "check") {
+    cfg = plugins::load_for_job(vm["file"].as<std::string>(), sets(vm), world);
+    for (const std::string& n : plugins::idle_slots(cfg)) std::fprintf(stderr, "loom: note: %s\n", n.c_str());
+  }
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::Selection sel = plugins::resolve(cfg, reg);
   if (action == "check") train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));

@@ -27,7 +27,7 @@ namespace {
 // The model a source holds, as a validated config (its [model] section), and where a tokenizer
 // for it would be. An external source's weights are read here, once, into `external`.
 config::Config source_config(const fs::path& src, fs::path& tokenizer, std::optional<ckpt::ExternalModel>& external) {
-  const bool loom = fs::exists(src / "manifest.json") || fs::exists(src / "latest");
+  const bool loom = fs::exists(src / "manifest.json") || fs::exists(src / "latest") || fs::exists(src / "metrics.jsonl");
   if (!loom) {
     external = ckpt::read_external(src);
     if (fs::exists(src / "tokenizer.json")) tokenizer = src / "tokenizer.json";
@@ -35,7 +35,7 @@ config::Config source_config(const fs::path& src, fs::path& tokenizer, std::opti
     cfg.validate_runtime();
     return cfg;
   }
-  const fs::path dir = fs::exists(src / "manifest.json") ? src : ckpt::resolve(src, "latest");
+  const fs::path dir = ckpt::find_checkpoint(src);
   config::Config cfg = config::Config::parse(ckpt::read_manifest(dir).config, (dir / "manifest.json").string());
   cfg.validate_runtime();
   tokenizer = tok::run_tokenizer_path(cfg);
@@ -56,11 +56,11 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 int generate(const Args& args) {
   po::options_description opts("loom generate");
   opts.add_options()("src", po::value<std::string>()->required(),
-                     "a Loom checkpoint, a Hugging Face folder or an llm.c model file")(
+                     "a Loom checkpoint (a step directory, a checkpoint root or a run directory), a Hugging Face folder or an llm.c model file")(
       "prompt", po::value<std::string>()->default_value("\n"), "the text to continue (token ids with --ids)")(
-      "max-tokens", po::value<int64_t>()->default_value(64), "tokens to generate at most")(
+      "max-tokens", ranged<int64_t>("max-tokens", 1, 1000000)->default_value(64), "tokens to generate at most")(
       "temperature", po::value<double>()->default_value(1.0), "0 = greedy")(
-      "top-k", po::value<int64_t>()->default_value(0), "sample from the k likeliest tokens; 0 = all")(
+      "top-k", ranged<int64_t>("top-k", 0, 1 << 30)->default_value(0), "sample from the k likeliest tokens; 0 = all")(
       "top-p", po::value<double>()->default_value(1.0), "nucleus: the likeliest tokens holding this probability")(
       "seed", po::value<uint64_t>()->default_value(1), "sampling seed")(
       "tokenizer", po::value<std::string>(), "tokenizer.json (default: beside the weights or the run's data)")(

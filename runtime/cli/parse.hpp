@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include "cli/commands.hpp"
@@ -40,6 +41,20 @@ inline bool parse(const Args& args, const std::string& synopsis, po::options_des
     throw UsageError(std::string(e.what()) + "\nusage: " + synopsis);
   }
   return true;
+}
+
+// A numeric option's value type that refuses what lies outside [lo, hi] (and NaN) when the
+// command line is read, naming the option, instead of letting an odd value through:
+//   ("rounds", ranged<int64_t>("rounds", 1, 1000)->default_value(1), "...")
+template <class T>
+po::typed_value<T>* ranged(const std::string& name, T lo, T hi) {
+  return po::value<T>()->notifier([name, lo, hi](const T& v) {
+    if (!(v >= lo && v <= hi)) {  // NaN fails both
+      std::ostringstream range;
+      range << "--" << name << " must be a number from " << lo << " to " << hi << ", got " << v;
+      throw UsageError(range.str());
+    }
+  });
 }
 
 // The --set option every config-taking command accepts.

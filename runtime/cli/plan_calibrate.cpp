@@ -16,6 +16,7 @@
 #include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "loader/registry.hpp"
 #include "model/model.hpp"
 #include "ops/ops.hpp"
@@ -251,6 +252,8 @@ int plan_calibrate(const Args& args) {
       "max-ranks", po::value<int>()->default_value(4), "ranks the file allows per node");
   po::variables_map vm;
   if (!parse(args, "loom plan calibrate --out FILE [--comm gloo] [--max-ranks N]", opts, {}, vm)) return kExitOk;
+  const std::string out_path = vm["out"].as<std::string>();
+  check_can_write(out_path, "cluster file");  // before a minute of measuring, not after it
   Measured m;
   m.cores = int(std::max(1u, std::thread::hardware_concurrency()));
   m.comm = vm["comm"].as<std::string>();
@@ -272,11 +275,9 @@ int plan_calibrate(const Args& args) {
   std::fprintf(stderr, "  %s: %.1f us per hop, %.2f GB/s; a reference training run...\n", m.comm.c_str(), m.latency * 1e6, m.busbw / 1e9);
   const auto [scale, process_mib] = reference_run(cluster_text(m, 1.0, 0.0));
   const std::string text = cluster_text(m, scale, process_mib);
-  std::ofstream out(vm["out"].as<std::string>());
-  if (!out) throw UsageError("cannot write '" + vm["out"].as<std::string>() + "'" + os_reason());
-  out << text;
+  write_file(out_path, text, "cluster file");
   std::printf("%s", text.c_str());
-  std::fprintf(stderr, "wrote %s\n", vm["out"].as<std::string>().c_str());
+  std::fprintf(stderr, "wrote %s\n", out_path.c_str());
   return kExitOk;
 }
 

@@ -139,7 +139,7 @@ int plan_cmd(const Args& args) {
       "cluster", po::value<std::string>()->required(), "cluster file (clusters/*.toml)")(
       "nodes", po::value<int>(), "nodes to plan for (default: one node, or [parallel] nproc on a CPU machine)")(
       "devices", po::value<int>(), "devices to plan for, instead of --nodes")(
-      "top", po::value<int>()->default_value(10), "rows of the ranked table")(
+      "top", ranged<int>("top", 1, 1000000)->default_value(10), "rows of the ranked table")(
       "fix", po::value<std::vector<std::string>>()->composing(), "keep a choice fixed: tp=8, zero=1, recompute=full, "
       "schedule=1f1b, mb=2, sp=on (repeatable, or comma-separated)")(
       "explain", po::value<std::string>(), "break one layout's step down, e.g. \"dp4 tp2 zero1 mb2\"")(

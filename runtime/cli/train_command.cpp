@@ -43,7 +43,7 @@ int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::Nod
   plugins::Selection sel = plugins::resolve(cfg, reg);
   train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
   if (node.node_rank == 0)  // one lock per job: other nodes may see the same directory over a shared filesystem
-    train::lock_run_dir(run_dir_of(vm, cfg));
+    train::claim_run_dir(run_dir_of(vm, cfg), cfg);
   ::setenv("LOOM_RUN_DIR_LOCKED", "1", 1);  // the ranks share this process's lock
   const int max_restarts = vm["max-restarts"].as<int>();
   const int min_nodes = vm.count("min-nodes") ? vm["min-nodes"].as<int>() : node.nnodes;
@@ -104,6 +104,8 @@ int train(const Args& args) {
   // A launcher that started a single task (an sbatch step, `srun -n1`) leaves the spawning to us.
   const bool spawn = (!env || env->world == 1) && nproc * node.nnodes > 1;
   cfg = plugins::load_for_job(file, sets(vm), spawn ? nproc * node.nnodes : env ? env->world : 1);
+  if (!env || env->rank == 0)  // once per job
+    for (const std::string& n : plugins::idle_slots(cfg)) std::fprintf(stderr, "loom: note: %s\n", n.c_str());
   if (spawn) return launch_job(vm, cfg, node, nproc * node.nnodes);
   return run_rank(vm, cfg);
 }

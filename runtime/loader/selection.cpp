@@ -105,6 +105,23 @@ std::vector<std::string> default_plugins(const config::Config& cfg, int world) {
   return out;
 }
 
+std::vector<std::string> idle_slots(const config::Config& cfg) {
+  const dist::ParallelSettings par = dist::read_parallel(cfg);
+  std::vector<std::string> notes;
+  auto note = [&](const char* slot, int64_t degree, const char* key, const char* meaning) {
+    const std::string plugin = cfg.str(std::string("plugins.") + slot);
+    if (!plugin.empty() && degree == 1)
+      notes.push_back("[plugins] " + std::string(slot) + " = \"" + plugin + "\" does nothing at [parallel] " + key +
+                      " = 1 (" + meaning + "); set " + key + " above 1 to use it");
+  };
+  note("pipeline", par.pp, "pp", "one stage");
+  note("tensor", par.tp, "tp", "no tensor split");
+  note("sequence", par.tp, "tp", "sequence parallelism splits over the tp group");
+  note("expert", par.ep, "ep", "every rank holds every expert");
+  note("context", par.cp, "cp", "no sequence split");
+  return notes;
+}
+
 config::Config load_for_job(const std::string& file, std::vector<std::string> sets, int world) {
   config::Config cfg = config::Config::load(file, sets);
   cfg.validate_runtime();

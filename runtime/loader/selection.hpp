@@ -28,6 +28,10 @@ struct Selection {
 // Validates the runtime sections, then the plugins. Throws ConfigError or RuntimeError.
 Selection resolve(config::Config& cfg, Registry& registry);
 
+// A note for each parallel slot whose plugin is named while its degree is 1, where it does
+// nothing ("[plugins] pipeline = \"1f1b\" does nothing at [parallel] pp = 1 ...").
+std::vector<std::string> idle_slots(const config::Config& cfg);
+
 // The runtime's defaults for slots a config leaves empty, as --set overrides: a job of several
 // ranks talks over gloo and reduces gradients with ddp; tp > 1 uses the tp plugin, pp > 1 the
 // 1f1b schedule, ep > 1 the ep plugin and cp > 1 the cp plugin (ring attention).

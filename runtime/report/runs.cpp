@@ -4,6 +4,7 @@
 #include <regex>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
 
 namespace loom::report {
 
@@ -60,8 +61,12 @@ Run read_run(const std::filesystem::path& dir) {
   Run run;
   run.dir = dir;
   const auto metrics = dir / "metrics.jsonl";
-  std::ifstream in(metrics);
-  if (!in) throw RuntimeError("'" + dir.string() + "' is not a run directory: no metrics.jsonl in it");
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) throw RuntimeError("run directory '" + dir.string() + "' does not exist");
+  if (!std::filesystem::is_directory(dir, ec)) throw RuntimeError("'" + dir.string() + "' is a file, not a run directory");
+  if (!std::filesystem::exists(metrics, ec))
+    throw RuntimeError("'" + dir.string() + "' is not a run directory: no metrics.jsonl in it");
+  std::ifstream in = open_input(metrics, "metrics file");
   static const std::regex pair("\"([^\"]+)\": (null|-?[0-9][-0-9.eE+]*)");
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
@@ -77,6 +82,9 @@ Run read_run(const std::filesystem::path& dir) {
     }
     run.steps.push_back(std::move(row));
   }
+  if (in.bad()) throw RuntimeError("cannot read metrics file '" + metrics.string() + "'" + os_reason());
+  if (run.steps.empty())
+    throw RuntimeError("'" + metrics.string() + "' records no training step (did the run end before step 1?): nothing to read");
   std::ifstream ev(dir / "events.jsonl");
   static const std::regex head("^\\{\"step\": ([0-9]+), \"layer\": \"([a-z]+)\", \"event\": \"([a-z_]+)\"");
   for (int n = 1; std::getline(ev, line); ++n) {

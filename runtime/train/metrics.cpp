@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "core/json.hpp"
 
 namespace loom::train {
@@ -38,12 +39,6 @@ void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields
   if (!out_) throw RuntimeError("writing '" + file_.string() + "' failed: " + (errno ? std::strerror(errno) : "I/O error"));
 }
 
-void write_checked(const std::filesystem::path& file, const std::string& text) {
-  errno = 0;
-  std::ofstream out(file, std::ios::trunc);
-  out << text;
-  out.flush();
-  if (!out) throw RuntimeError("writing '" + file.string() + "' failed: " + (errno ? std::strerror(errno) : "I/O error"));
-}
+void write_checked(const std::filesystem::path& file, const std::string& text) { write_file(file, text, "file"); }
 
 }  // namespace loom::train

@@ -45,7 +45,7 @@ void Run::check_and_settle() {
   mesh_ = dist::resolve_mesh(cfg_, env_.world);
   s_ = settle_layout(cfg_, sel_, mc_, mesh_);
   local_batch_ = s_.micro_batch * s_.accum;  // sequences per rank per step
-  if (lead_) lock_run_dir(run_dir_);  // before anything is written there
+  if (lead_) claim_run_dir(run_dir_, cfg_);  // before anything is written there
   publish_placement(env_, mesh_);
   tokenizer_ = run_tokenizer(cfg_, mc_, s_.sample_every > 0);
 }

@@ -139,6 +139,7 @@ void Run::finish_run(TrainSummary& sum, double total_time) {
     for (int r = 0; r < env_.world; ++r) ranks += (r ? ", " : "") + std::to_string(static_cast<int64_t>(peaks[r]));
     write_checked(run_dir_ / "ranks.json", ranks + "]}\n");
   }
+  if (trace_) trace_->write();  // a full disk fails the run here, naming the file
   if (world_) world_->world().barrier();  // rank 0 hosts the store: leave together
   sum.steps = sum.last_step - first_step_ + 1;  // this run's, after a resume, an exit or a signal
   const double tokens = static_cast<double>(sum.steps * s_.global_batch * T_);

@@ -1,9 +1,9 @@
 #include "train/trace.hpp"
 
-#include "core/json.hpp"
-
 #include <cstdio>
-#include <fstream>
+
+#include "core/files.hpp"
+#include "core/json.hpp"
 
 namespace loom::train {
 
@@ -24,21 +24,30 @@ void Trace::span(const std::string& name, const std::string& category, Clock::ti
   spans_.push_back({name, category, micros(begin), micros(end) - micros(begin)});
 }
 
-Trace::~Trace() {
-  std::error_code ec;
-  std::filesystem::create_directories(path_.parent_path(), ec);
-  std::ofstream out(path_);
-  out << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
-  out << "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " << rank_
-      << ", \"tid\": 0, \"args\": {\"name\": \"" << label_ << "\"}}";
+void Trace::write() {
+  std::lock_guard<std::mutex> lock(m_);
+  written_ = true;
+  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " +
+                    std::to_string(rank_) + ", \"tid\": 0, \"args\": {\"name\": \"" + label_ + "\"}}";
   char buf[64];
   for (const Span& s : spans_) {
-    out << ",\n{\"name\": " << json_quote(s.name) << ", \"cat\": " << json_quote(s.category)
-        << ", \"ph\": \"X\", \"pid\": " << rank_ << ", \"tid\": 0";
+    out += ",\n{\"name\": " + json_quote(s.name) + ", \"cat\": " + json_quote(s.category) + ", \"ph\": \"X\", \"pid\": " +
+           std::to_string(rank_) + ", \"tid\": 0";
     std::snprintf(buf, sizeof buf, ", \"ts\": %.3f, \"dur\": %.3f}", s.ts_us, s.dur_us);
-    out << buf;
+    out += buf;
   }
-  out << "\n]}\n";
+  std::error_code ec;
+  std::filesystem::create_directories(path_.parent_path(), ec);
+  write_file(path_, out + "\n]}\n", "trace");
+}
+
+Trace::~Trace() {
+  if (written_) return;
+  try {  // a run that failed still leaves its timeline, if the disk allows
+    write();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "loom: %s\n", e.what());
+  }
 }
 
 }  // namespace loom::train

@@ -16,7 +16,9 @@ class Trace {
   using Clock = std::chrono::steady_clock;
   // `label` names the process row in the viewer ("rank 3 (pp 1)").
   Trace(std::filesystem::path path, int rank, std::string label);
-  ~Trace();  // writes the file
+  ~Trace();  // writes the file unless write() did, reporting a failure on stderr
+  // Writes the file now; throws RuntimeError naming it and the reason (a full disk).
+  void write();
   // Any thread may add spans (plugins trace from their own threads).
   void span(const std::string& name, const std::string& category, Clock::time_point begin,
             Clock::time_point end);
@@ -31,6 +33,7 @@ class Trace {
   int rank_;
   std::string label_;
   std::vector<Span> spans_;
+  bool written_ = false;
 };
 
 }  // namespace loom::train

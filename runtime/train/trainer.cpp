@@ -82,8 +82,8 @@ TrainSummary Run::train() {
     StepResult r = step_once(step, pipe_stats);
     const bool stopping = stop_signal.agreed(world_.get());
     // Stopping makes this step the last one, which always saves.
-    checkpoints_->after_step(step, stopping && save_on_signal ? step : last_step_, params_, optimizer_->m(),
-                             optimizer_->v(), optimizer_->applied(), precision_.get());
+    const bool saved = checkpoints_->after_step(step, stopping && save_on_signal ? step : last_step_, params_, optimizer_->m(),
+                                                optimizer_->v(), optimizer_->applied(), precision_.get());
     faults_->step_end(seconds_since(t0));
     const double step_s = seconds_since(t0);
     total_time += step_s;
@@ -91,7 +91,7 @@ TrainSummary Run::train() {
     threads_ = thread_policy_->after_step();
     if (stopping) {
       sum.stopped_by = stop_signal.name();
-      sum.saved_on_stop = save_on_signal;
+      sum.saved_on_stop = saved;  // on the signal, or because this step was due anyway
       break;
     }
   }

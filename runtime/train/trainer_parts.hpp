@@ -56,10 +56,12 @@ void check_sharded(const Faults& faults, int stage, const std::string& device, i
 // without one.
 std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const model::Config& mc, bool sampling);
 
-// One job per run directory: an exclusive flock on RUN_DIR/.lock, held until the process exits,
-// with "pid host" in the file. A second job is refused naming the holder. Skipped when
-// LOOM_RUN_DIR_LOCKED is set (a local launcher took the lock for the ranks it spawned).
-void lock_run_dir(const std::filesystem::path& run_dir);
+// One job per run directory and per checkpoint directory: an exclusive flock on DIR/.lock, held
+// until the process exits, with "pid host" in the file; a second job is refused naming the
+// holder. A run that starts fresh (no [checkpoint] resume) is refused where an earlier run left
+// its metrics.jsonl or checkpoints it would write over. Skipped when LOOM_RUN_DIR_LOCKED is set
+// (a local launcher claimed the directories for the ranks it spawned).
+void claim_run_dir(const std::filesystem::path& run_dir, const config::Config& cfg);
 
 // RUN_DIR/plugins.json: for each slot, the plugin that filled it, its library path, version and
 // the ABI it was built for, so a run says which of two same-named libraries it used.

@@ -181,7 +181,8 @@ TEST_CASE("a second job on a run directory in use is refused, naming the holder'
   CHECK(second.out.find("run directory '" + dir + "' is in use by another job (pid and host: " + pid + " ") != std::string::npos);
   // Two ranks under the local launcher share its lock.
   loom::test::sh("sleep 0.5");
-  auto two = run_loom("train " + s.cfg + " --run-dir " + dir + " --set parallel.nproc=2 --set train.sample_every=0");
+  auto two = run_loom("train " + s.cfg + " --run-dir " + dir + " --set parallel.nproc=2 --set train.sample_every=0 "
+                      "--set checkpoint.resume=auto");
   INFO(two.out);
   CHECK(two.rc == 0);
 }

@@ -54,7 +54,7 @@ TEST_CASE("retention keeps the newest checkpoints, verify, inspect and a safeten
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(ck)) left.push_back(e.path().filename().string());
   std::sort(left.begin(), left.end());
-  CHECK(left == std::vector<std::string>{"latest", "step-00000001-keep", "step-00000008", "step-00000010"});
+  CHECK(left == std::vector<std::string>{".lock", "latest", "step-00000001-keep", "step-00000008", "step-00000010"});
   CHECK(read_text(ck / "latest") == "step-00000010\n");
 
   auto ok = run_loom("ckpt verify " + ck.string());

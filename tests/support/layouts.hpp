@@ -45,17 +45,21 @@ class LayoutRuns {
     return {column(metrics, "loss"), column(metrics, "grad_norm"), metrics, r.out};
   }
 
+  // Trains without checking the result. Each call gets a run directory of its own (a fresh run
+  // is refused where an earlier one left its metrics), except a resume, which continues in the
+  // previous call's.
   Result raw(const std::string& sets, const std::string& launcher = "") {
-    return run_loom("train " + cfg_ + " --run-dir " + (t_.path / "x").string() + " " + sets, "", launcher);
+    if (sets.find("checkpoint.resume") == std::string::npos) ++raws_;
+    return run_loom("train " + cfg_ + " --run-dir " + raw_dir().string() + " " + sets, "", launcher);
   }
   const std::string& config() const { return cfg_; }
-  // Where raw() runs write.
-  std::filesystem::path raw_dir() const { return t_.path / "x"; }
+  // Where the last raw() run wrote.
+  std::filesystem::path raw_dir() const { return t_.path / ("x" + std::to_string(raws_)); }
 
  private:
   TempDir t_;
   std::string cfg_;
-  int runs_ = 0;
+  int runs_ = 0, raws_ = 0;
 };
 
 // Every step's loss and grad norm within `rtol` (relative) of the reference run.

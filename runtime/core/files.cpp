@@ -1,0 +1,82 @@
+#include "core/files.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace loom {
+
+OutputFile::OutputFile(std::filesystem::path path, std::string what)
+    : path_(std::move(path)), partial_(path_.string() + ".partial"), what_(std::move(what)) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path_, ec)) fail("it is a directory");
+  fd_ = ::open(partial_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(std::strerror(errno));
+}
+
+OutputFile::~OutputFile() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(partial_.c_str());  // not committed: nothing half-written is left behind
+}
+
+void OutputFile::fail(const std::string& why) {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(partial_.c_str());
+    fd_ = -1;
+  }
+  throw RuntimeError("cannot write " + what_ + " '" + path_.string() + "': " + why);
+}
+
+// A write that comes up short is retried; the retry says why (ENOSPC, EDQUOT, EIO), so the
+// reason is never "Success".
+void OutputFile::append(const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  for (size_t done = 0; done < bytes;) {
+    const ssize_t n = ::write(fd_, p + done, bytes - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      fail(std::string(n < 0 ? std::strerror(errno) : "the system accepted no more bytes") + " (" +
+           std::to_string(written_ + done) + " bytes written)");
+    done += static_cast<size_t>(n);
+  }
+  written_ += bytes;
+}
+
+void OutputFile::commit(bool durable) {
+  if (durable && ::fsync(fd_) != 0) fail(std::string("fsync: ") + std::strerror(errno));
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {  // NFS may report a full disk only here
+    const std::string why = std::strerror(errno);
+    ::unlink(partial_.c_str());
+    throw RuntimeError("cannot write " + what_ + " '" + path_.string() + "': " + why);
+  }
+  if (::rename(partial_.c_str(), path_.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(partial_.c_str());
+    throw RuntimeError("cannot write " + what_ + " '" + path_.string() + "': " + why);
+  }
+}
+
+void write_file(const std::filesystem::path& path, std::string_view bytes, const std::string& what) {
+  OutputFile out(path, what);
+  out.append(bytes.data(), bytes.size());
+  out.commit();
+}
+
+void check_can_write(const std::filesystem::path& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw RuntimeError("cannot write " + what + " '" + path.string() + "': it is a directory");
+  const std::filesystem::path probe = path.string() + ".partial";
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw RuntimeError("cannot write " + what + " '" + path.string() + "': " + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+}  // namespace loom
