@@ -108,3 +108,12 @@ TEST_CASE("SIGHUP (a closed terminal) stops a run after a whole step and saves i
   CHECK(has(r.log(), "its checkpoint is saved"));
 }
 
+
+TEST_CASE("a stop on a step that was due to be saved anyway says it is saved, even with on_signal = exit") {
+  SignalRun r("exit", 1);
+  const int rc = r.train_and_signal("", "TERM");
+  INFO(r.log());
+  CHECK(rc == 3);
+  CHECK(has(r.log(), "its checkpoint is saved"));
+  CHECK_FALSE(has(r.log(), "nothing saved"));
+}
