@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/parse.hpp"
+#include "loader/services.hpp"
 #include "config/config.hpp"
 #include "dist/comm_bench.hpp"
 #include "dist/network.hpp"
@@ -60,6 +61,7 @@ int bench(const Args& args) {
     cfg.validate_runtime();
   }
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
+  plugins::set_plugin_source(&reg, &cfg);  // loom.plugins: a wrapper benchmarks as it trains
   plugins::Selection sel = plugins::resolve(cfg, reg);
   if (!sel.slot("comm")) throw UsageError("no comm plugin selected");
   std::optional<dist::RankEnv> env = dist::rank_from_environment();

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/parse.hpp"
+#include "loader/services.hpp"
 #include "train/trainer.hpp"
 #include "dist/parallel_settings.hpp"
 #include "dist/mesh.hpp"
@@ -45,6 +46,7 @@ int config(const Args& args) {
     for (const std::string& n : plugins::idle_slots(cfg)) std::fprintf(stderr, "loom: note: %s\n", n.c_str());
   }
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
+  plugins::set_plugin_source(&reg, &cfg);  // a wrapper's validate hook checks the plugin it wraps
   plugins::Selection sel = plugins::resolve(cfg, reg);
   if (action == "check") train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
   if (action == "show") {

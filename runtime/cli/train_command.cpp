@@ -40,6 +40,7 @@ std::filesystem::path run_dir_of(const po::variables_map& vm, const config::Conf
 // asked). The config is checked here first, so a bad one fails once, not once per rank.
 int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::NodeSpec& node, int world) {
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
+  plugins::set_plugin_source(&reg, &cfg);
   plugins::Selection sel = plugins::resolve(cfg, reg);
   train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
   if (node.node_rank == 0)  // one lock per job: other nodes may see the same directory over a shared filesystem
@@ -60,8 +61,8 @@ int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::Nod
 int run_rank(const po::variables_map& vm, config::Config& cfg) {
   dist::RankEnv rank = dist::rank_from_environment().value_or(dist::RankEnv{});
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
-  plugins::Selection sel = plugins::resolve(cfg, reg);
   plugins::set_plugin_source(&reg, &cfg);  // a plugin that wraps another creates it from these
+  plugins::Selection sel = plugins::resolve(cfg, reg);
   const std::filesystem::path run_dir = run_dir_of(vm, cfg);
   train::TrainSummary s = train::train(cfg, sel, rank, run_dir);
   if (!s.stopped_by.empty()) {

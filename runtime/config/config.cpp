@@ -1,6 +1,7 @@
-#include <algorithm>
 #include "config/config.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cerrno>
 #include <cstring>
@@ -51,6 +52,13 @@ toml::table parse_assignment(const std::string& key, const std::string& literal,
   } catch (const toml::parse_error&) {
     return {};
   }
+}
+
+// Digits with a sign, a point, an exponent or underscores: what a user means as a number.
+bool looks_numeric(const std::string& s) {
+  const size_t first = s.find_first_not_of("+-");
+  if (first == std::string::npos || !std::isdigit(static_cast<unsigned char>(s[first]))) return false;
+  return s.find_first_not_of("0123456789+-._eE") == std::string::npos;
 }
 
 bool fits_type(const toml::node& n, ValueType t) {
@@ -254,6 +262,13 @@ void Config::apply_set(const std::string& assignment) {
     throw UsageError("--set expects section.key=value, got '" + assignment + "'");
   std::string origin = std::string(kSetPrefix) + assignment;
   toml::table parsed = parse_assignment("v", literal, origin);
+  if (!parsed.contains("v") && looks_numeric(literal)) {  // 1e999, 2^64: a number out of range, not a string
+    try {
+      toml::parse("v = " + literal, origin);
+    } catch (const toml::parse_error& e) {
+      throw ConfigError(origin + ": " + std::string(e.description()));
+    }
+  }
   if (!parsed.contains("v")) {  // not a TOML literal: take the text as a string, as a shell user means
     std::string quoted = "\"";
     for (char ch : literal) {

@@ -4,6 +4,8 @@
 #include <set>
 #include <vector>
 
+#include <toml++/toml.h>
+
 #include "core/errors.hpp"
 
 namespace loom::plugins {
@@ -50,13 +52,34 @@ size_t table_size(int32_t kind, int32_t slot) {
 
 namespace {
 
+// A default is a TOML literal of the option's type: 16, 2.0, false, "max".
+bool default_fits(const loom_option_spec* o) {
+  toml::table t;
+  try {
+    t = toml::parse(std::string("v = ") + o->default_value);
+  } catch (const toml::parse_error&) {
+    return false;
+  }
+  const toml::node* v = t.get("v");
+  switch (o->type) {
+    case LOOM_OPT_INT: return v->is_integer();
+    case LOOM_OPT_FLOAT: return v->is_floating_point() || v->is_integer();
+    case LOOM_OPT_BOOL: return v->is_boolean();
+    default: return v->is_string();
+  }
+}
+
 void check_options(const loom_plugin* d, const std::string& who) {
+  static const char* const type_names[] = {"an integer", "a float", "a boolean", "a quoted string"};
   std::set<std::string> seen;
   for (const loom_option_spec* o = d->options; o && o->name; ++o) {
     if (!*o->name) throw RuntimeError(who + " declares an option with an empty name");
     if (o->type < LOOM_OPT_INT || o->type > LOOM_OPT_STRING)
       throw RuntimeError(who + " declares option '" + o->name + "' of unknown type " + std::to_string(o->type));
     if (!o->default_value) throw RuntimeError(who + " declares option '" + o->name + "' without a default");
+    if (!default_fits(o))
+      throw RuntimeError(who + " declares option '" + o->name + "' with the default " + o->default_value + ", which is not " +
+                         type_names[o->type - LOOM_OPT_INT] + " (a default is a TOML value of the option's type)");
     if (!seen.insert(o->name).second) throw RuntimeError(who + " declares option '" + o->name + "' twice");
   }
 }

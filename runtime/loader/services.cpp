@@ -6,6 +6,7 @@
 
 #include "config/config.hpp"
 #include "core/errors.hpp"
+#include "loader/descriptor.hpp"
 #include "loader/host.hpp"
 #include "loader/registry.hpp"
 #include "loader/selection.hpp"
@@ -77,7 +78,14 @@ loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** de
   if (!source().registry || !source().cfg)
     return h.set_error(err, LOOM_UNAVAILABLE, "loom.plugins: no configuration to create plugins from in this command");
   try {
-    const Found f = source().registry->find(name ? name : "", static_cast<loom_kind>(kind));
+    const std::string wanted = name ? name : "";
+    Found f;
+    try {
+      f = source().registry->find(wanted, static_cast<loom_kind>(kind));
+    } catch (const ConfigError&) {  // a plugin of another kind by that name says more than "no such plugin"
+      const Found other = source().registry->find(wanted);
+      throw ConfigError("'" + wanted + "' is a " + kind_name(other.desc->kind) + " plugin, not a " + kind_name(kind) + " plugin");
+    }
     check_options(*source().cfg, f.desc);
     loom_options opts = options_for(*source().cfg, f.desc->name);
     const char* why = nullptr;

@@ -205,3 +205,31 @@ TEST_CASE("plugin libraries that crash or lie are probed apart, named, and never
   CHECK(named.rc != 0);
   CHECK(has(named.out, "is not exact and sets neither round_operand nor site_format"));
 }
+
+TEST_CASE("a number too big for its type is refused as a number, not read as a string") {
+  TempDir t;
+  const std::string cfg = t.write("c.toml", "[model]\npreset = \"tiny\"\n");
+  auto big = quickly("config check " + cfg + " --set train.steps=99999999999999999999");
+  CHECK(big.rc == 2);
+  CHECK(has(big.out, "--set train.steps=99999999999999999999: Error while parsing decimal integer: '99999999999999999999' is not "
+                     "representable in 64 bits"));
+  auto huge = quickly("config check " + cfg + " --set train.lr=1e999");
+  CHECK(huge.rc == 2);
+  CHECK(has(huge.out, "'1e999' could not be interpreted as a value"));
+  CHECK_FALSE(has(huge.out, "got string"));
+}
+
+TEST_CASE("a wrapper whose inner plugin is of another kind fails config check, and the wrapper works under bench comm") {
+  TempDir t;
+  const std::string cfg = t.write("w.toml", "[model]\npreset = \"tiny\"\n[parallel]\nnproc = 2\n[plugins]\ncomm = \"counting\"\n"
+                                            "[plugins.counting]\ninner = \"ddp\"\n");
+  auto check = quickly("config check " + cfg);
+  INFO(check.out);
+  CHECK(check.rc == 2);
+  CHECK(has(check.out, "[plugins.counting] inner = \"ddp\": 'ddp' is a parallel plugin, not a comm plugin"));
+  CHECK(quickly("config check " + cfg + " --set plugins.counting.inner=gloo").rc == 0);
+  auto bench = quickly("bench comm --comm counting --max-bytes 1K --iters 2 --warmup 1", 60);
+  INFO(bench.out);
+  CHECK(bench.rc == 0);
+  CHECK(has(bench.out, "collectives over gloo"));
+}

@@ -22,6 +22,19 @@ class Counting : public loom::sdk::CommPlugin {
     return specs;
   }
 
+  // The wrapped plugin must exist and be a comm plugin: `loom config check` says so, instead of
+  // every rank failing at create(). Without the service (an older runtime) create() finds out.
+  static void validate(const loom::sdk::Options& o, const loom::sdk::Host& host) {
+    const auto* plugins = host.service<loom_plugins>(LOOM_SERVICE_PLUGINS);
+    if (!plugins) return;
+    loom::sdk::ErrorBox e(host.raw());
+    const loom_plugin* desc = nullptr;
+    void* self = nullptr;
+    if (plugins->create(o.str("inner").c_str(), LOOM_KIND_COMM, &desc, &self, e.get()) != LOOM_OK)
+      e.raise("[plugins.counting] inner = \"" + o.str("inner") + "\"", LOOM_BAD_CONFIG);
+    plugins->release(desc, self);
+  }
+
   explicit Counting(const loom::sdk::Context& ctx) : host_(ctx.host), h_(ctx.host.raw()), inner_name_(ctx.options.str("inner")) {
     const auto* plugins = host_.service<loom_plugins>(LOOM_SERVICE_PLUGINS);
     if (!plugins) throw loom::sdk::Unavailable("counting needs the loom.plugins service (ABI 1.6, loom train)");

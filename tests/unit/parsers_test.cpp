@@ -64,6 +64,10 @@ TEST_CASE("descriptors with an unknown kind, a slot their kind cannot have or a 
   const loom_option_spec twice[] = {{"a", LOOM_OPT_INT, "1", ""}, {"a", LOOM_OPT_INT, "2", ""}, {nullptr, 0, nullptr, nullptr}};
   t.base.options = twice;
   CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).find("declares option 'a' twice") != std::string::npos);
+  const loom_option_spec wordy[] = {{"n", LOOM_OPT_INT, "four", ""}, {nullptr, 0, nullptr, nullptr}};
+  t.base.options = wordy;
+  CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).find(
+            "declares option 'n' with the default four, which is not an integer") != std::string::npos);
   const loom_option_spec typeless[] = {{"b", 7, "1", ""}, {nullptr, 0, nullptr, nullptr}};
   t.base.options = typeless;
   CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).find("of unknown type 7") != std::string::npos);

@@ -9,6 +9,7 @@
 //     static const loom_option_spec* options();           // optional
 //     static const loom_option_rule* option_rules();      // optional (ABI 1.6): ranges, choices
 //     static void validate(const loom::sdk::Options&);    // optional (ABI 1.6): throw ConfigError
+//     (or validate(const Options&, const Host&), to ask the runtime's services while checking)
 //     static int score(const loom::sdk::Host&, std::string& why_not);  // optional, default 1
 //     static std::vector<loom_cost_collective> cost(const loom_cost_query&);  // optional (1.7), parallel kinds
 //     explicit Tf32(const loom::sdk::Context& ctx);

@@ -69,9 +69,17 @@ void destroy(void* self) {
 }
 
 // The optional entries a plugin provides by name (get_proc): its option rules and validate hook.
+// validate(options), or validate(options, host) for a hook that asks the runtime's services
+// (a wrapper checks, through loom.plugins, that the plugin it wraps exists and is of its kind).
 template <class Impl>
 loom_status validate_options(const void* h, const loom_options* o, loom_error* err) {
-  return guarded(err, [&] { Impl::validate(Options(static_cast<const loom_host*>(h), o)); });
+  return guarded(err, [&] {
+    const auto* host = static_cast<const loom_host*>(h);
+    if constexpr (requires(const Options& op, const Host& ho) { Impl::validate(op, ho); })
+      Impl::validate(Options(host, o), Host(host, Impl::name));
+    else
+      Impl::validate(Options(host, o));
+  });
 }
 
 // ABI 1.7: the step's collectives for `loom plan`, from Impl::cost(query).
@@ -90,7 +98,7 @@ const void* procs(const char* name) {
   const std::string n = name ? name : "";
   if constexpr (requires { Impl::option_rules(); })
     if (n == LOOM_PROC_OPTION_RULES) return Impl::option_rules();
-  if constexpr (requires(const Options& o) { Impl::validate(o); })
+  if constexpr (requires(const Options& o) { Impl::validate(o); } || requires(const Options& o, const Host& h) { Impl::validate(o, h); })
     if (n == LOOM_PROC_VALIDATE_OPTIONS) return reinterpret_cast<const void*>(&validate_options<Impl>);
   if constexpr (requires(const loom_cost_query& q) { Impl::cost(q); })
     if (n == LOOM_PROC_COST) return reinterpret_cast<const void*>(&cost_entry<Impl>);
