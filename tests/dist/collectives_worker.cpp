@@ -1,6 +1,7 @@
 // Run as one rank of a job (`loom launch -n N -- collectives_worker [COMM]`, or under mpirun
 // with COMM = mpi): checks every collective of the comm plugin (default gloo) for fp32 and bf16 at sizes 0, 1, odd and not divisible by the world size,
 // sync and async. Prints one line per failure and exits 1 if there was any.
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -186,7 +187,10 @@ int main(int argc, char** argv) {
     }
     me = env->rank, n = env->world;
     const std::string comm = argc > 1 ? argv[1] : "gloo";
-    config::Config cfg = config::Config::parse("[plugins]\ncomm = \"" + comm + "\"\n", "worker.toml");
+    const char* check_every = std::getenv("GLOO_CHECK_EVERY");  // [plugins.gloo] check_every, for the off-by-one runs
+    config::Config cfg = config::Config::parse("[plugins]\ncomm = \"" + comm + "\"\n" +
+                                                   (check_every ? "[plugins.gloo]\ncheck_every = " + std::string(check_every) + "\n" : ""),
+                                               "worker.toml");
     plugins::Registry reg(plugins::Registry::default_dirs());
     plugins::Selection sel = plugins::resolve(cfg, reg);
     loom_options opts = plugins::options_for(cfg, comm);
@@ -202,6 +206,22 @@ int main(int argc, char** argv) {
       ops.run("all_reduce of a different size on each rank", false, [&](loom_work** w, loom_error* e) {
         return ops.t->all_reduce(ops.self, ops.c, &t, LOOM_REDUCE_SUM, w, e);
       });
+      return failures == 0 ? 0 : 1;
+    }
+    if (argc > 2 && std::string(argv[2]) == "off_by_one") {
+      // 100 agreeing all-reduces, then rank 0 reduces one element more on every call: past the
+      // first 64, gloo compares signatures every 64th call, so #128 must fail on both ranks.
+      const std::string op = argc > 3 ? argv[3] : "all_reduce";
+      for (int i = 0; i < 200 && failures == 0; ++i) {
+        const int64_t count = me == 0 && i >= 100 ? 1025 : 1024;
+        Buf in(LOOM_F32, count * (op == "all_reduce" ? 1 : n)), out(LOOM_F32, count);
+        loom_tensor ti = in.t(), to = out.t();
+        ops.run(op, false, [&](loom_work** w, loom_error* e) {
+          if (op == "reduce_scatter") return ops.t->reduce_scatter(ops.self, ops.c, &ti, &to, LOOM_REDUCE_SUM, w, e);
+          if (op == "broadcast") return ops.t->broadcast(ops.self, ops.c, &to, 0, w, e);
+          return ops.t->all_reduce(ops.self, ops.c, &ti, LOOM_REDUCE_SUM, w, e);
+        });
+      }
       return failures == 0 ? 0 : 1;
     }
     for (loom_dtype dt : {LOOM_F32, LOOM_BF16})

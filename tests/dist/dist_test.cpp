@@ -36,7 +36,21 @@ TEST_CASE("ranks that issue different collectives get an error naming the operat
   CHECK_FALSE(has(r.out, "signal"));
   CHECK(has(r.out, "all_reduce of 4096 x f32 #1"));
   CHECK(has(r.out, "all_reduce of 1024 x f32 #1"));
-  CHECK(has(r.out, "the ranks issued different collectives"));
+  CHECK(has(r.out, "every rank must issue the same collectives with the same sizes"));
+}
+
+TEST_CASE("a collective one element longer on one rank is caught by gloo's signature check, not summed in part") {
+  // On 3 ranks gloo's ring all-reduce of 1025 against 1024 elements completes without a word.
+  auto silent = run_loom("launch -n 3 -- " COLLECTIVES_WORKER " gloo off_by_one", "GLOO_CHECK_EVERY=0");
+  CHECK(silent.rc == 0);
+  // Checked (the default: the first 64 collectives, then every 64th), it fails at #128.
+  auto r = run_loom("launch -n 3 -- " COLLECTIVES_WORKER " gloo off_by_one");
+  INFO(r.out);
+  CHECK(r.rc == 1);
+  CHECK(has(r.out, "all_reduce of 1024 x f32 #128: group rank 1 runs all_reduce of 1024 x f32, group rank 0 runs all_reduce of "
+                   "1025 x f32 (every rank must issue the same collectives with the same sizes)"));
+  auto every = run_loom("launch -n 3 -- " COLLECTIVES_WORKER " gloo off_by_one", "GLOO_CHECK_EVERY=1");
+  CHECK(has(every.out, "all_reduce of 1024 x f32 #101: group rank 1 runs all_reduce of 1024 x f32"));
 }
 
 TEST_CASE("the launcher prefixes output and names the first rank that fails") {

@@ -90,6 +90,11 @@ struct Comm {
   int rank = 0, size = 1, splits = 0;
   std::chrono::milliseconds timeout{30000};
   uint64_t issued = 0;  // collectives issued on this communicator, numbering them
+  // Collectives whose signature ("all_reduce of 1024 x f32") is compared with the ring
+  // neighbours' before they run: the first kFirstChecked, then every check_every-th (0: none,
+  // 1: all). The numbering is the same on every rank, so every rank checks the same ones.
+  static constexpr uint64_t kFirstChecked = 64;
+  int64_t check_every = 64;
 
   std::mutex m;
   std::condition_variable cv;
@@ -139,9 +144,12 @@ struct Comm {
   loom_work* run(std::function<void()> f, bool async, const std::string& what) {
     const bool local = what == "drain";  // not a collective: other ranks do not count it
     const std::string name = local ? what : what + " #" + std::to_string(++issued);
-    std::packaged_task<void()> task([this, f = std::move(f), name] {
+    const bool check = !local && size > 1 && check_every > 0 &&
+                       (issued <= kFirstChecked || issued % static_cast<uint64_t>(check_every) == 0);
+    std::packaged_task<void()> task([this, f = std::move(f), name, what, check] {
       set_running(name);
       try {
+        if (check) compare_with_neighbours(what, name);
         f();
       } catch (const Error&) {
         set_running("");
@@ -169,6 +177,11 @@ struct Comm {
     std::lock_guard<std::mutex> lock(running_m);
     return running;
   }
+
+  // Sends this collective's signature to the next rank and compares the previous rank's with it:
+  // a size that differs by one element between ranks, which the ring would reduce without a
+  // word, is an error naming both (defined in disagreement.hpp). One small round trip.
+  void compare_with_neighbours(const std::string& what, const std::string& name);
 
   // Says what failed, and what the other ranks of this group were running if they report a
   // different operation (defined in disagreement.hpp).

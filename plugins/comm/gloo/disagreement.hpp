@@ -145,3 +145,26 @@ std::string Comm::failure_message(const std::string& op, const std::string& gloo
   return where + " (its ring neighbours in this group: ranks " + std::to_string(prev()) + " and " +
          std::to_string((rank + 1) % size) + "): " + gloo_error;
 }
+
+// all_to_all's blocks may differ between ranks (MoE token counts): only its name is compared.
+void Comm::compare_with_neighbours(const std::string& what, const std::string& name) {
+  constexpr size_t kBytes = 96;
+  char mine[kBytes] = {}, theirs[kBytes] = {};
+  const std::string signature = what.rfind("all_to_all", 0) == 0 ? "all_to_all" : what;
+  std::snprintf(mine, kBytes, "%s", signature.c_str());
+  const int slot = static_cast<int>(ctx->nextSlot());
+  auto recv = ctx->getPair(prev())->createRecvBuffer(slot, theirs, kBytes);
+  auto send = ctx->getPair(next(0))->createSendBuffer(slot, mine, kBytes);
+  send->send(0, kBytes);
+  try {
+    recv->waitRecv();
+  } catch (...) {
+    try { send->waitSend(); } catch (...) {}
+    throw;
+  }
+  send->waitSend();
+  if (std::strncmp(mine, theirs, kBytes) != 0)
+    throw Error(LOOM_FATAL, name + ": group rank " + std::to_string(rank) + " runs " + mine + ", group rank " +
+                                std::to_string(prev()) + " runs " + theirs +
+                                " (every rank must issue the same collectives with the same sizes)");
+}

@@ -186,13 +186,17 @@ class Gloo : public loom::sdk::CommPlugin {
          "or the route to MASTER_ADDR), else by hostname"},
         {"hostname", LOOM_OPT_STRING, "\"\"",
          "address to bind; \"\" = 127.0.0.1 when MASTER_ADDR is loopback or unset, else this host's name"},
+        {"check_every", LOOM_OPT_INT, "64",
+         "compare each collective's op and size with the ring neighbours for the first 64, then every N-th (1 = "
+         "all, 0 = never): a size that differs between ranks is an error, not a silent partial sum"},
         {nullptr, 0, nullptr, nullptr},
     };
     return specs;
   }
 
   explicit Gloo(const loom::sdk::Context& ctx)
-      : iface_(ctx.options.str("iface")), hostname_(ctx.options.str("hostname")) {
+      : iface_(ctx.options.str("iface")), hostname_(ctx.options.str("hostname")), check_every_(ctx.options.i64("check_every")) {
+    if (check_every_ < 0) throw loom::sdk::ConfigError("[plugins.gloo] check_every must be 0 or more");
     install_abort_handler();
   }
 
@@ -461,6 +465,7 @@ class Gloo : public loom::sdk::CommPlugin {
     c->rank = rank;
     c->size = size;
     c->timeout = timeout;
+    c->check_every = check_every_;
     c->device = device_;
     c->ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     c->ctx->setTimeout(timeout);
@@ -475,6 +480,7 @@ class Gloo : public loom::sdk::CommPlugin {
   }
 
   std::string iface_, hostname_;
+  int64_t check_every_;
   std::shared_ptr<gloo::transport::Device> device_;
 };
 
