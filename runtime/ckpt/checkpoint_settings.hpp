@@ -14,6 +14,7 @@ struct CheckpointSettings {
   std::string dir, resume;
   int64_t every, keep_last;
   bool save_on_signal;  // on_signal = "save"
+  bool verify = true;   // read each saved file back and check its crc32c before the commit
   // init_from yields to a resume: "" and "auto" may start fresh, anything else resumes.
   bool may_start_fresh() const { return resume.empty() || resume == "auto"; }
 };

@@ -44,6 +44,7 @@ Checkpointer::Checkpointer(const CheckpointSettings& settings, const config::Con
                            std::string config_text, int64_t write_error_step, StateAccess state)
     : every_(settings.every),
       keep_last_(settings.keep_last),
+      verify_(settings.verify),
       resume_(settings.resume),
       config_text_(std::move(config_text)),
       precision_name_(plugins::read_plugins(cfg).slot("precision")),
@@ -143,6 +144,23 @@ void Checkpointer::check_written(const fs::path& dir, const Manifest& m) const {
   };
   for (const File& f : m.files) one(f);
   if (!m.precision_state.name.empty()) one(m.precision_state);
+}
+
+// What the writer stored, read back (through its read path, or from disk) and checksummed
+// against what it was given: a writer that stores the right number of zeros is caught here, before
+// `latest` names its checkpoint. Each rank reads back its own files; the cost is one read of them
+// (from the page cache, usually), measured in docs/checkpoints.md.
+void Checkpointer::verify_written(const fs::path& dir, const File& f) const {
+  if (!verify_) return;
+  const int64_t size = reader_.size(dir, f.name);
+  if (size != f.bytes) return;  // check_written names a missing or short file, with every rank's
+  const uint32_t crc = checksum(reader_, dir, f.name);
+  if (crc != f.crc32c) {
+    char b[160];
+    std::snprintf(b, sizeof b, ": read back, its crc32c is %08x, the bytes the writer was given have %08x", crc, f.crc32c);
+    throw RuntimeError("checkpoint " + dir.stem().string() + ": " + f.name + b + " (" + reader_.via +
+                       "); not committed, the previous checkpoint and `latest` are kept");
+  }
 }
 
 // Tensor shapes can agree while the model does not (n_head 4 -> 2 keeps every shape): the
@@ -326,8 +344,10 @@ void Checkpointer::commit() {
       one.files.push_back(p->mine);
     }
     if (!p->state.name.empty()) one.files.push_back(p->state);
+    for (const File& f : one.files) verify_written(tmp, f);
     write_json(tmp / rank_file(rank_, "json"), one);
   }
+  if (rank_ == 0 && !p->precision.name.empty()) verify_written(tmp, p->precision);
   barrier();  // every rank's bytes and note are durable
   if (rank_ == 0) {
     Manifest man;

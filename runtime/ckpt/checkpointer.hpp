@@ -91,6 +91,7 @@ class Checkpointer {
 
   std::filesystem::path root_;
   int64_t every_, keep_last_;
+  bool verify_;
   std::string resume_, config_text_, precision_name_;
   dist::CommWorld* world_;
   dist::MeshShape mesh_;
@@ -103,6 +104,7 @@ class Checkpointer {
   void check_same_model(const std::filesystem::path& dir, const Manifest& man) const;
   void load_plugin_state(const std::filesystem::path& dir, const Manifest& man, const Reader& reader);
   void check_written(const std::filesystem::path& dir, const Manifest& m) const;
+  void verify_written(const std::filesystem::path& dir, const File& f) const;
   void check_writable() const;
   std::unique_ptr<plugins::Instance> writer_;
   const loom_ckpt_v1* table_ = nullptr;

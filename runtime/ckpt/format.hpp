@@ -65,6 +65,8 @@ struct Reader {
   std::string via = "disk";  // "disk", or "plugin 'name'", for messages
 };
 const Reader& disk_reader();
+// The crc32c of a file as `reader` reads it back (from disk: streamed, in pieces).
+uint32_t checksum(const Reader& reader, const std::filesystem::path& dir, const std::string& name);
 
 // "data-state-00003.bin": rank 3's state of the data plugin (ABI 1.6 save_state).
 std::string data_state_file(int rank);

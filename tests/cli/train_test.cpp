@@ -234,6 +234,16 @@ TEST_CASE("a checkpoint writer that writes nothing is caught before commit, and 
   latest >> name;
   CHECK(name == "step-00000003");
   CHECK(!std::filesystem::exists(std::filesystem::path(ck) / "step-00000006"));
+  // One that writes the right number of zeros is caught by the checksums it is read back against.
+  auto zeros = run_loom(run + " --set checkpoint.resume=latest --set plugins.ckpt=" LOOM_TEST_PLUGIN_DIR
+                              "/libloom-precision-zeros.so");
+  INFO(zeros.out);
+  CHECK(zeros.rc == 1);
+  CHECK(zeros.out.find("step-00000006: rank-00000.bin: read back, its crc32c is ") != std::string::npos);
+  CHECK(zeros.out.find("not committed, the previous checkpoint and `latest` are kept") != std::string::npos);
+  std::ifstream still(std::filesystem::path(ck) / "latest");
+  still >> name;
+  CHECK(name == "step-00000003");
 }
 
 TEST_CASE("the run directory and the checkpoint manifest record each plugin's library, version and ABI") {

@@ -1,5 +1,9 @@
-/* A checkpoint writer that reports success and writes nothing: the runtime must notice before it
- * publishes the checkpoint, and keep the previous one and `latest`. */
+/* A checkpoint writer that reports success and writes nothing, or (LOOM_TEST_ZEROS) files of the
+ * right size holding only zeros: the runtime must notice before it publishes the checkpoint, and
+ * keep the previous one and `latest`. */
+#include <stdio.h>
+#include <string.h>
+
 #include <loom/plugin.h>
 
 static loom_status create(const loom_host* h, const loom_options* o, void** self, loom_error* e) {
@@ -9,7 +13,18 @@ static loom_status create(const loom_host* h, const loom_options* o, void** self
 }
 static void destroy(void* self) { (void)self; }
 static loom_status save(void* self, const char* dir, const char* name, const void* data, size_t bytes, loom_error* e) {
-  (void)self; (void)dir; (void)name; (void)data; (void)bytes; (void)e;
+  (void)self; (void)data; (void)e;
+#if defined(LOOM_TEST_ZEROS)
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE* f = fopen(path, "wb");
+  if (!f) return LOOM_SYSTEM;
+  static const char zeros[4096];
+  for (size_t done = 0; done < bytes; done += sizeof zeros) fwrite(zeros, 1, bytes - done < sizeof zeros ? bytes - done : sizeof zeros, f);
+  fclose(f);
+#else
+  (void)dir; (void)name; (void)bytes;
+#endif
   return LOOM_OK;
 }
 static loom_status finish(void* self, loom_error* e) {
@@ -19,9 +34,14 @@ static loom_status finish(void* self, loom_error* e) {
 
 static const loom_ckpt_v1 table = {.base = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_ckpt_v1)},
                                             .kind = LOOM_KIND_CKPT,
+#if defined(LOOM_TEST_ZEROS)
+                                            .name = "zeros",
+                                            .summary = "saves files of the right size, all zeros",
+#else
                                             .name = "nowrite",
-                                            .version = "0.0.1",
                                             .summary = "says it saved; saves nothing",
+#endif
+                                            .version = "0.0.1",
                                             .create = create,
                                             .destroy = destroy},
                                    .save = save,
