@@ -17,6 +17,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "core/errors.hpp"
@@ -341,6 +342,22 @@ void drain_output(std::vector<Child>& kids, int first_rank) {
   }
 }
 
+// A process that cannot run: stopped (SIGSTOP, a debugger) or in uninterruptible sleep, read from
+// /proc/PID/stat's state letter. "" when it can run, or is gone.
+std::string frozen_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return "";
+  switch (stat[paren + 2]) {
+    case 'T': return "state T: stopped by a signal";
+    case 't': return "state t: stopped by a debugger";
+    case 'D': return "state D: waiting on the kernel (a hung filesystem or device)";
+  }
+  return "";
+}
+
 // Watches a node's ranks until all have exited: relays their output, and on the first failure,
 // a stop signal or a failure on another node, stops the rest.
 class Supervisor {
@@ -368,7 +385,10 @@ class Supervisor {
   int job_status() const {
     if (first_failed_ >= 0) {
       const int status = kids_[first_failed_].status;
-      const std::string what = "rank " + std::to_string(l_.first_rank + first_failed_) + l_.on_host + " " + describe_exit(status);
+      std::string what = "rank " + std::to_string(l_.first_rank + first_failed_) + l_.on_host + " " + describe_exit(status);
+      if (frozen_rank_ >= 0)
+        what = "rank " + std::to_string(l_.first_rank + frozen_rank_) + l_.on_host + " was frozen (" + frozen_why_ +
+               ") and stopped answering; " + what + " waiting for it";
       std::fprintf(stderr, "loom: job failed: %s\n", what.c_str());
       if (node_.failure) *node_.failure = what;
       // A rank that rejected its configuration keeps the usage/config exit code.
@@ -431,6 +451,9 @@ class Supervisor {
 
   void report_failure(int culprit) {
     first_failed_ = culprit;
+    // A rank that times out waiting for a frozen peer is not the cause: the frozen one is.
+    for (int r = 0; r < l_.nproc && frozen_rank_ < 0; ++r)
+      if (r != culprit && !kids_[r].exited && !(frozen_why_ = frozen_state(kids_[r].pid)).empty()) frozen_rank_ = r;
     std::fprintf(stderr, "loom: rank %d%s %s; stopping the other ranks\n", l_.first_rank + culprit, l_.on_host.c_str(),
                  describe_exit(kids_[culprit].status).c_str());
     stopping_ = true;
@@ -469,6 +492,8 @@ class Supervisor {
   const Launch& l_;
   std::vector<Child>& kids_;
   int first_failed_ = -1, live_;
+  int frozen_rank_ = -1;  // a rank that could not run when the first failure came: the likely cause
+  std::string frozen_why_;
   int stopped_rank_ = -1;  // the first rank that exited 3, while the others may still follow
   std::chrono::steady_clock::time_point stopped_at_;
   bool stopping_ = false, terminated_ = false, by_signal_ = false, peer_stop_ = false;

@@ -117,3 +117,13 @@ TEST_CASE("a stop on a step that was due to be saved anyway says it is saved, ev
   CHECK(has(r.log(), "its checkpoint is saved"));
   CHECK_FALSE(has(r.log(), "nothing saved"));
 }
+
+TEST_CASE("a frozen rank is named as the cause, not the rank that timed out waiting for it") {
+  SignalRun r("save", 100000);
+  const int rc = r.train_and_signal("--set parallel.nproc=2 --set parallel.timeout_s=3", "STOP", true);
+  INFO(r.log());
+  CHECK(rc == 1);
+  CHECK(has(r.log(), "loom: job failed: rank 1 was frozen (state T: stopped by a signal) and stopped answering; rank 0 exited "
+                     "with status 1 waiting for it"));
+  CHECK(sh("pgrep -f '[" + (r.t.path / "run").string().substr(0, 1) + "]" + (r.t.path / "run").string().substr(1) + "'").rc != 0);
+}
