@@ -15,6 +15,7 @@
 
 #include "cli/parse.hpp"
 #include "config/config.hpp"
+#include "core/cpus.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "loader/registry.hpp"
@@ -255,7 +256,7 @@ int plan_calibrate(const Args& args) {
   const std::string out_path = vm["out"].as<std::string>();
   check_can_write(out_path, "cluster file");  // before a minute of measuring, not after it
   Measured m;
-  m.cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  m.cores = usable_cpus().cpus;  // what this process may use (affinity, cgroup quota), not the machine's count
   m.comm = vm["comm"].as<std::string>();
   m.max_ranks = vm["max-ranks"].as<int>();
   m.mem_total = mem_total_bytes();

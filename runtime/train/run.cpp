@@ -6,6 +6,7 @@
 
 #include "ckpt/checkpoint_settings.hpp"
 #include "ckpt/init_from.hpp"
+#include "core/cpus.hpp"
 #include "core/errors.hpp"
 #include "data/data_settings.hpp"
 #include "data/shards.hpp"
@@ -51,13 +52,17 @@ void Run::check_and_settle() {
 }
 
 // Ranks on one machine share its cores unless told otherwise; [run] threads = 0 on one rank per
-// machine: all cores while they are free, fewer while other processes take some.
+// machine: all the cores it may use while they are free, fewer while other processes take some.
+// "May use" is what a scheduler allows: the affinity mask, a cgroup quota, --cpus-per-task.
 void Run::start_devices() {
   device_ = run_.device;
   ops_ = ops::for_device(device_);
   threads_ = run_.threads;
-  if (threads_ == 0 && env_.local_world > 1)
-    threads_ = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env_.local_world);
+  if (threads_ == 0) {
+    const CpuBudget budget = threads_per_rank(env_.local_world);
+    threads_ = budget.cpus;
+    threads_from_ = " (" + budget.source + ")";
+  }
   threads_ = ops::set_threads(device_, threads_);
   thread_policy_ = std::make_unique<ThreadPolicy>(
       device_, threads_, device_ == "cpu" && run_.threads == 0 && env_.local_world == 1, lead_);
@@ -202,8 +207,9 @@ void Run::print_banner() const {
   std::printf("data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of %lld)\n",
               human_count(data_->train_tokens()).c_str(), data::read_data(cfg_).dir.c_str(), (long long)s_.global_batch,
               (long long)mc_.seq_len, (long long)s_.accum, (long long)s_.micro_batch);
-  std::printf("device: %s, %d threads, precision %s; MFU peak %.1f GFLOP/s from %s\n", device_.c_str(), threads_,
-              precision_ ? precision_->name() : "fp32", peak_.gflops, peak_.source.c_str());
+  std::printf("device: %s, %d threads%s, precision %s; MFU peak %.1f GFLOP/s from %s\n", device_.c_str(), threads_,
+              device_ == "cpu" ? threads_from_.c_str() : "", precision_ ? precision_->name() : "fp32", peak_.gflops,
+              peak_.source.c_str());
   if (world_) {
     std::printf("mesh: %d ranks (launched by %s), %s, %lld sequences per rank per step\n", env_.world,
                 env_.launcher.c_str(), mesh_.describe().c_str(), (long long)local_batch_);

@@ -106,6 +106,7 @@ class Run {
   std::string device_;
   const loom_ops* ops_ = nullptr;
   int threads_ = 1;
+  std::string threads_from_;  // what set the count under [run] threads = 0, for the banner
   std::unique_ptr<ThreadPolicy> thread_policy_;
   std::unique_ptr<Precision> precision_;
   std::unique_ptr<data::Batches> data_;
