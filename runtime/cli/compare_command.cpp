@@ -95,6 +95,7 @@ std::vector<std::string> differences(const config::Config& a, const config::Conf
 struct Side {
   std::string name, file;
   std::vector<fs::path> dirs;  // one run per round
+  std::vector<std::string> overrides = {};  // --set-a / --set-b: this side's alone
 };
 
 struct Plan {
@@ -106,6 +107,7 @@ struct Plan {
 std::vector<std::string> train_argv(const Side& s, const fs::path& dir, const Plan& p, int64_t round, int threads) {
   std::vector<std::string> argv = {self_invocation()[0], "train", s.file, "--run-dir", dir.string()};
   for (const auto& o : p.overrides) argv.insert(argv.end(), {"--set", o});
+  for (const auto& o : s.overrides) argv.insert(argv.end(), {"--set", o});
   if (p.seeds > 1) argv.insert(argv.end(), {"--set", "run.seed=" + std::to_string(p.seed0 + round % p.seeds)});
   if (threads > 0) argv.insert(argv.end(), {"--set", "run.threads=" + std::to_string(threads)});
   return argv;
@@ -293,11 +295,13 @@ namespace {
 
 const std::string kSynopsis =
     "loom compare A.toml B.toml [--rounds N] [--seeds K] [--together] [--steps N] [--set k=v]... [--rtol R] [--out DIR] "
-    "[--json]\n       loom compare --from-runs A1[,A2...] B1[,B2...] [--rtol R] [--out DIR] [--json]";
+    "[--json]\n       loom compare CONFIG --set-a k=v... --set-b k=v... [the same options]\n       loom compare --from-runs A1[,A2...] B1[,B2...] [--rtol R] [--out DIR] [--json]";
 
 void add_compare_options(po::options_description& opts) {
   add_set_option(opts);
   opts.add_options()("configs", po::value<std::vector<std::string>>()->multitoken(), "A.toml B.toml")(
+      "set-a", po::value<std::vector<std::string>>()->composing(), "override a key for side A only (repeatable)")(
+      "set-b", po::value<std::vector<std::string>>()->composing(), "override a key for side B only (repeatable)")(
       "from-runs", po::value<std::vector<std::string>>()->multitoken(),
       "compare finished runs: DIR_A DIR_B, or A1,A2,... B1,B2,... (paired rounds)")(
       "steps", po::value<int64_t>(), "train each config this many steps (default: its own train.steps)")(
@@ -356,6 +360,7 @@ Sides sides_from_runs(const po::variables_map& vm) {
   auto runs = vm["from-runs"].as<std::vector<std::string>>();
   if (runs.size() != 2 || vm.count("configs"))
     throw UsageError("--from-runs takes two run directories, or two comma-separated lists of them\nusage: " + kSynopsis);
+  if (vm.count("set-a") || vm.count("set-b")) throw UsageError("--set-a and --set-b change what is trained; --from-runs trains nothing");
   Sides s;
   s.a.dirs = split_dirs(runs[0]), s.b.dirs = split_dirs(runs[1]);
   if (s.a.dirs.empty() || s.b.dirs.empty()) throw UsageError("--from-runs: each side needs at least one run directory");
@@ -373,13 +378,25 @@ Sides sides_from_runs(const po::variables_map& vm) {
 // Also completes `plan`: the overrides every training run gets and the first seed.
 Sides sides_from_configs(const po::variables_map& vm, Plan& plan) {
   auto files = vm.count("configs") ? vm["configs"].as<std::vector<std::string>>() : std::vector<std::string>{};
-  if (files.size() != 2) throw UsageError("compare needs two configs (or --from-runs DIR_A DIR_B)\nusage: " + kSynopsis);
+  const auto side_sets = [&](const char* key) {
+    return vm.count(key) ? vm[key].as<std::vector<std::string>>() : std::vector<std::string>{};
+  };
+  Sides s;
+  s.a.overrides = side_sets("set-a"), s.b.overrides = side_sets("set-b");
+  const bool per_side = !s.a.overrides.empty() || !s.b.overrides.empty();
+  if (files.size() == 1 && per_side) files.push_back(files[0]);  // one config, two variants of it
+  if (files.size() != 2)
+    throw UsageError("compare needs two configs, or one with --set-a/--set-b (or --from-runs DIR_A DIR_B)\nusage: " + kSynopsis);
   plan.overrides = sets(vm);
   if (vm.count("steps")) plan.overrides.push_back("train.steps=" + std::to_string(vm["steps"].as<int64_t>()));
-  config::Config ca = config::Config::load(files[0], plan.overrides), cb = config::Config::load(files[1], plan.overrides);
-  ca.validate_runtime();
-  cb.validate_runtime();
-  Sides s;
+  auto load = [&](const std::string& file, const std::vector<std::string>& mine) {
+    std::vector<std::string> all = plan.overrides;
+    all.insert(all.end(), mine.begin(), mine.end());
+    config::Config c = config::Config::load(file, all);
+    c.validate_runtime();
+    return c;
+  };
+  config::Config ca = load(files[0], s.a.overrides), cb = load(files[1], s.b.overrides);
   s.notes = differences(ca, cb);
   plan.seed0 = static_cast<int64_t>(train::read_run(ca).seed);
   s.a.name = ca.stem(), s.b.name = cb.stem(), s.a.file = files[0], s.b.file = files[1];

@@ -51,6 +51,14 @@ TEST_CASE("compare: dp=2 agrees with dp=1, another seed diverges at step 1, and 
   const auto html = t.path / "dp" / "report.html";
   REQUIRE(std::filesystem::exists(html));
 
+  // One config, two layouts of it: --set-a and --set-b override one side each.
+  auto sides = run_loom("compare " + cfg + " --set-a parallel.nproc=1 --set-b parallel.nproc=2 --out " + (t.path / "ab").string());
+  INFO(sides.out);
+  CHECK(sides.rc == 0);
+  CHECK(has(sides.out, "agree: 8 steps"));
+  CHECK(has(sides.out, "note: B differs from A in parallel.nproc: 1 -> 2"));
+  CHECK(has(sides.out, "one run of each side: its step times are one sample"));
+
   auto diverged = run_loom("compare " + cfg + " " + seed + " --out " + (t.path / "seed").string());
   CHECK(diverged.rc == 1);
   CHECK(has(diverged.out, "DIVERGED at step 1"));
@@ -81,7 +89,10 @@ TEST_CASE("compare: dp=2 agrees with dp=1, another seed diverges at step 1, and 
   CHECK(has(usage.out, "compare needs two configs"));
   auto missing = run_loom("compare --from-runs " + (t.path / "nope").string() + " " + (t.path / "dp" / "e").string());
   CHECK(missing.rc == 1);
-  CHECK(has(missing.out, "is not a run directory: no metrics.jsonl in it"));
+  CHECK(has(missing.out, "run directory '" + (t.path / "nope").string() + "' does not exist"));
+  std::filesystem::create_directories(t.path / "empty");
+  auto empty = run_loom("compare --from-runs " + (t.path / "empty").string() + " " + (t.path / "dp" / "e").string());
+  CHECK(has(empty.out, "is not a run directory: no metrics.jsonl in it"));
 }
 
 namespace {
