@@ -33,11 +33,13 @@ using plan::Estimate;
 double gib(double b) { return b / double(1ull << 30); }
 
 void print_table(const std::vector<Estimate>& rows, size_t top) {
-  std::printf("%4s  %-36s %10s %11s %6s %10s %9s %5s %8s %7s\n", "#", "layout", "step ms", "tok/s/dev", "MFU",
+  int width = 36;  // the layout column grows to its longest name, so the columns after it stay in line
+  for (size_t i = 0; i < rows.size() && i < top; ++i) width = std::max(width, static_cast<int>(rows[i].layout.name().size()));
+  std::printf("%4s  %-*s %10s %11s %6s %10s %9s %5s %8s %7s\n", "#", width, "layout", "step ms", "tok/s/dev", "MFU",
               "TFLOP/s/d", "mem GiB", "fits", "exp.comm", "bubble");
   for (size_t i = 0; i < rows.size() && i < top; ++i) {
     const Estimate& e = rows[i];
-    std::printf("%4zu  %-36s %10.1f %11.1f %5.1f%% %10.2f %9.2f %5s %7.1f%% %6.1f%%\n", i + 1, e.layout.name().c_str(),
+    std::printf("%4zu  %-*s %10.1f %11.1f %5.1f%% %10.2f %9.2f %5s %7.1f%% %6.1f%%\n", i + 1, width, e.layout.name().c_str(),
                 e.step_ms, e.tokens_per_s_per_device, 100 * e.mfu, e.tflops_per_device, gib(e.memory.total()),
                 e.fits ? "yes" : "no", 100 * e.exposed_comm_ms / e.step_ms, 100 * e.bubble_ms / e.step_ms);
   }
@@ -97,8 +99,11 @@ int published(const Args& args) {
   if (!parse(args, "loom plan published [--clusters DIR] [--json]", opts, {}, vm)) return kExitOk;
   plan::PluginSources sources(plugins::Registry::default_dirs());
   const bool json = vm["json"].as<bool>();
+  int run_w = 26, layout_w = 40;  // grown to the longest entry, so the columns stay in line
+  for (const auto& run : plan::published_runs())
+    run_w = std::max(run_w, static_cast<int>(run.name.size())), layout_w = std::max(layout_w, static_cast<int>(run.layout.name().size()));
   if (!json)
-    std::printf("%-26s %-10s %-40s %12s %12s %8s\n", "run", "cluster", "layout", "published", "predicted", "error");
+    std::printf("%-*s %-10s %-*s %12s %12s %8s\n", run_w, "run", "cluster", layout_w, "layout", "published", "predicted", "error");
   double worst = 0;
   std::map<std::string, plan::Cluster> clusters;
   for (const auto& run : plan::published_runs()) {
@@ -122,7 +127,7 @@ int published(const Args& args) {
                   json_quote(run.layout.name()).c_str(), json_quote(run.metric).c_str(), json_number(run.published).c_str(),
                   json_number(p).c_str(), json_number(err).c_str());
     else
-      std::printf("%-26s %-10s %-40s %12s %12s %+7.1f%%\n", run.name.c_str(), run.cluster.c_str(), run.layout.name().c_str(),
+      std::printf("%-*s %-10s %-*s %12s %12s %+7.1f%%\n", run_w, run.name.c_str(), run.cluster.c_str(), layout_w, run.layout.name().c_str(),
                   show(run.published).c_str(), show(p).c_str(), 100 * err);
   }
   if (!json) std::printf("\nNarayanan et al. 2021 Table 1: largest error %.1f%% (target 15%%)\n", 100 * worst);

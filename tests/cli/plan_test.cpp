@@ -132,3 +132,21 @@ TEST_CASE("a third-party strategy is planned through its own cost entry, and one
   CHECK(none.rc == 0);
   CHECK(has(none.out, "plugin 'ddp12' has no cost entry (ABI 1.7): planned as communicating nothing"));
 }
+
+TEST_CASE("loom plan keeps its columns in line when layout names run past 40 characters") {
+  auto r = run_loom("plan " LOOM_SOURCE_DIR "/configs/llama.toml --cluster " LOOM_SOURCE_DIR "/clusters/h100-sxm.toml --nodes 64 --top 60");
+  REQUIRE(r.rc == 0);
+  std::istringstream in(r.out);
+  std::string line, header;
+  size_t rows = 0, longest = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("   #  layout", 0) == 0) header = line;
+    if (header.empty() || line == header) continue;
+    if (line.empty()) break;
+    ++rows;
+    CHECK(line.size() == header.size());  // every field after the name is fixed-width
+    longest = std::max(longest, line.find("  ", 6) - 6);
+  }
+  CHECK(rows == 60);
+  CHECK(longest > 40);
+}
