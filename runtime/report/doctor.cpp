@@ -49,7 +49,10 @@ void check_data(Writer& w, const Run& run) {
     w.look("step " + std::to_string(e->step) + ": spike, loss " + e->field("loss") + " (z " + e->field("loss_z") +
                "), grad norm " + e->field("grad_norm") + " (z " + e->field("grad_norm_z") + "), update " +
                e->field("action"),
-           "read the batch: global samples " + e->field("samples") + " start at token offsets " +
+           "read the batch" + (e->field("batch_step").empty() || e->field("batch_step") == std::to_string(e->step)
+                                   ? std::string()
+                                   : " of step " + e->field("batch_step") + ", whose loss jumped first") +
+               ": global samples " + e->field("samples") + " start at token offsets " +
                e->field("token_offsets") + " of the training split; per-layer grad norms " +
                e->field("layer_grad_norms"));
 }

@@ -1,5 +1,6 @@
 #include "train/stability.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -23,6 +24,30 @@ double zscore_of(double x, const std::deque<double>& w) {
   for (double v : w) var += (v - mean) * (v - mean);
   const double sd = std::sqrt(var / static_cast<double>(w.size()));
   return sd > 0 ? (x - mean) / sd : 0;
+}
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// How far x lies above the recent level (the median of the last 5 values), in units of the
+// window's step-to-step noise (sigma = median |difference| / 0.954 for Gaussian noise). A loss
+// that falls fast early in training has a wide spread over the window, which hides a jump from
+// zscore_of; its steps are small, and a bad batch stands out against them.
+double jump_score(double x, const std::deque<double>& w) {
+  if (w.size() < 3) return 0;
+  std::vector<double> steps, recent;
+  for (size_t i = 1; i < w.size(); ++i) steps.push_back(std::fabs(w[i] - w[i - 1]));
+  for (size_t i = w.size() - std::min<size_t>(5, w.size()); i < w.size(); ++i) recent.push_back(w[i]);
+  const double sigma = median(steps) / 0.954;
+  return sigma > 0 ? (x - median(recent)) / sigma : 0;
+}
+
+std::string json_list(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
 }
 
 }  // namespace
@@ -98,10 +123,12 @@ bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::
   bool spike = false;
   double zl = 0, zg = 0;
   if (static_cast<int64_t>(losses_.size()) >= min_steps_) {
-    zl = zscore_of(loss, losses_);
+    zl = std::max(zscore_of(loss, losses_), jump_score(loss, losses_));
     zg = zscore_of(grad_norm, norms_);
     spike = zl > zscore_ || zg > zscore_;
   }
+  recent_.push_back({step, zl, offsets});
+  if (recent_.size() > 3) recent_.pop_front();
   // A spike stays out of the window, so it does not widen the next judgement, unless it is the
   // third in a row: then the level itself has moved, and the window follows it.
   consecutive_ = spike ? consecutive_ + 1 : 0;
@@ -111,26 +138,34 @@ bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::
     if (static_cast<int64_t>(losses_.size()) > window_) losses_.pop_front(), norms_.pop_front();
   }
   if (!spike) return false;
-  std::string samples = "[", starts = "[", layers = "{";
-  for (size_t i = 0; i < offsets.size(); ++i) {
-    samples += (i ? ", " : "") + std::to_string(i);
-    starts += (i ? ", " : "") + std::to_string(offsets[i]);
-  }
+  // A bad batch shows in its own step's loss; its update can lift the grad norm of the steps
+  // after it. So the batch named is the earliest of the last three whose loss jumped (half the
+  // threshold), not always this step's.
+  const Recent* cause = &recent_.back();
+  for (const Recent& r : recent_)
+    if (r.loss_z > zscore_ / 2) {
+      cause = &r;
+      break;
+    }
+  std::string samples = "[", layers = "{";
+  for (size_t i = 0; i < cause->offsets.size(); ++i) samples += (i ? ", " : "") + std::to_string(i);
+  const std::string starts = json_list(cause->offsets);
   std::string worst;
   double worst_norm = -1;
   for (const auto& [layer, n] : layer_norms()) {
     layers += (layers.size() > 1 ? ", " : "") + json_quote(layer) + ": " + json_number(n);
     if (n > worst_norm) worst_norm = n, worst = layer;
   }
+  const std::string whose = cause->step == step ? "Batch" : "Batch of step " + std::to_string(cause->step) + ", whose loss jumped";
   if (lead_)
     std::printf("step %lld: spike (loss %.4f, z %.1f; grad norm %.3f, z %.1f); largest layer grad norm: %s %.3f; "
-                "%s. Batch: global samples 0..%zu at token offsets %s\n",
+                "%s. %s: global samples 0..%zu at token offsets %s\n",
                 (long long)step, loss, zl, grad_norm, zg, worst.c_str(), worst_norm,
-                skip_spikes_ ? "update skipped" : "update applied", offsets.size() - 1, (starts + "]").c_str());
+                skip_spikes_ ? "update skipped" : "update applied", whose.c_str(), cause->offsets.size() - 1, starts.c_str());
   log({step, "data", "spike",
        {{"loss", json_number(loss)}, {"loss_z", json_number(zl)}, {"grad_norm", json_number(grad_norm)}, {"grad_norm_z", json_number(zg)},
-        {"samples", samples + "]"}, {"token_offsets", starts + "]"}, {"layer_grad_norms", layers + "}"},
-        {"action", skip_spikes_ ? "\"skipped\"" : "\"logged\""}}});
+        {"batch_step", std::to_string(cause->step)}, {"samples", samples + "]"}, {"token_offsets", starts},
+        {"layer_grad_norms", layers + "}"}, {"action", skip_spikes_ ? "\"skipped\"" : "\"logged\""}}});
   return skip_spikes_;
 }
 

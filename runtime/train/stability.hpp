@@ -72,6 +72,12 @@ class Stability {
   std::filesystem::path events_path_;
   std::ofstream events_;
   std::deque<double> losses_, norms_;
+  struct Recent {
+    int64_t step;
+    double loss_z;
+    std::vector<int64_t> offsets;  // its batch
+  };
+  std::deque<Recent> recent_;  // the last three steps: a spike may come from the batch before it
   int consecutive_ = 0;  // spikes in a row
 };
 

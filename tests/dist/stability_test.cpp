@@ -63,6 +63,27 @@ TEST_CASE("a corrupted batch is caught as a spike, logged with its samples, and 
   CHECK(has(doc.out, "read the batch: global samples [0, 1, 2, 3] start at token offsets ["));
 }
 
+TEST_CASE("a bad batch while the loss still falls fast is flagged at its own step, and later spikes name it") {
+  // Default settings (a 50-step window): early in training the window's spread is wide, so only
+  // the step-to-step jump score finds step 18.
+  LayoutRuns runs(kModel, "steps = 24\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2");
+  Curves c = runs.run("--set faults.bad_batch_step=18");
+  INFO(c.out);
+  CHECK(has(c.out, "step 18: spike"));
+  const std::string events = slurp(c.metrics.parent_path() / "events.jsonl");
+  CHECK(has(events, "{\"step\": 18, \"layer\": \"data\", \"event\": \"spike\""));
+  std::istringstream lines(events);
+  for (std::string line; std::getline(lines, line);) {
+    if (!has(line, "\"spike\"")) continue;
+    const int step = std::stoi(line.substr(line.find(':') + 1));
+    INFO(line);
+    CHECK(step >= 18);
+    if (step <= 20) CHECK(has(line, "\"batch_step\": 18"));  // the update of step 18's batch, not theirs
+  }
+  auto doc = run_loom("doctor " + c.metrics.parent_path().string());
+  CHECK(has(doc.out, "LOOK  step 18: spike"));
+}
+
 TEST_CASE("a rank whose parameters drift off its replicas is named by the replica checksum") {
   LayoutRuns runs(kModel, "steps = 6\nglobal_batch = 6\nlr = 3e-3\nwarmup_steps = 1");
   auto r = runs.raw("--set parallel.nproc=3 --set faults.perturb_step=3 --set faults.perturb_rank=1 "
