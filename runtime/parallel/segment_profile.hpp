@@ -19,11 +19,19 @@ class SegmentProfile {
 
   // Only the profiled layer marks; `active` is true while it runs.
   bool active = false;
+  // Evaluation and sampling forwards are not training steps: while paused nothing is counted,
+  // so the table divides training time by training steps.
+  bool paused = false;
 
   void begin() { last_ = Clock::now(); }
   // Closes the segment that started at the previous mark under `name`.
   void mark(const char* name) {
     auto now = Clock::now();
+    if (paused) {
+      last_ = now;
+      pending_collectives_ = pending_bytes_ = 0;
+      return;
+    }
     Row& r = row(name);
     r.ms += std::chrono::duration<double, std::milli>(now - last_).count();
     ++r.calls;
@@ -34,7 +42,7 @@ class SegmentProfile {
   }
   // A collective in the current segment moved `n` bytes (the whole buffer, as nccl-tests count).
   void collective(int64_t n) {
-    if (!active) return;
+    if (!active || paused) return;
     ++pending_collectives_;
     pending_bytes_ += n;
   }

@@ -119,9 +119,10 @@ double Run::validation_loss() {
 }
 
 // Evaluation and samples route MoE tokens dropless, so the result does not depend on how many
-// sequences a layout puts in a micro-batch.
+// sequences a layout puts in a micro-batch, and stay out of the per-layer profile.
 void Run::evaluating(bool on) {
   for (auto& [name, routed] : model_->routed_layers()) routed->use_capacity(!on);
+  slots_->api().profile().paused = on;  // [run] profile_layer counts training steps only
 }
 
 // The checks at the end of a run, every rank's peak memory (for `loom compare`), and the

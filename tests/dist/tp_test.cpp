@@ -1,6 +1,8 @@
 // Tensor and sequence parallelism: every layout matches the single-rank fp32 run.
 #include <doctest/doctest.h>
 
+#include <sstream>
+
 #include "support/layouts.hpp"
 
 using namespace loom::test;
@@ -53,4 +55,25 @@ TEST_CASE("tensor-parallel layouts that cannot work are config errors") {
   auto alone = runs.raw("--set model.n_head=4 --set plugins.sequence=sp");
   CHECK(alone.rc == 2);
   CHECK(has(alone.out, "needs [parallel] tp > 1"));
+}
+
+TEST_CASE("profile_layer counts training steps only: evaluation and samples leave the table as it was") {
+  LayoutRuns runs("n_layer = 2\nn_head = 4\nd_model = 32\nd_ff = 64\nvocab_size = 256\nseq_len = 16",
+                  "steps = 4\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2");
+  const std::string tp = "--set parallel.nproc=2 --set parallel.tp=2 --set run.profile_layer=true ";
+  auto collectives = [](const std::string& out, const std::string& segment) {
+    const size_t at = out.find(segment);
+    REQUIRE(at != std::string::npos);
+    std::istringstream row(out.substr(at + segment.size(), out.find('\n', at) - at - segment.size()));
+    double ms, collectives;
+    std::string share;
+    row >> ms >> share >> collectives;
+    return collectives;
+  };
+  const std::string quiet = runs.run(tp + "--set train.eval_every=0 --set train.sample_every=0").out;
+  const std::string busy = runs.run(tp + "--set train.eval_every=1 --set train.eval_batches=4 --set train.sample_every=2").out;
+  INFO(busy);
+  CHECK(collectives(quiet, "fwd g (exit)") == 2.0);
+  CHECK(collectives(busy, "fwd g (exit)") == collectives(quiet, "fwd g (exit)"));
+  CHECK(collectives(busy, "bwd f (enter)") == collectives(quiet, "bwd f (enter)"));
 }
