@@ -1,6 +1,9 @@
 // loom: the command-line entry point. Maps each failure class to its exit code.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <map>
 
@@ -21,6 +24,22 @@ std::vector<std::string> self_invocation() {
   if (!v.empty()) v[0] = "/proc/self/exe";
   return v;
 }
+
+namespace {
+
+// OpenMP threads that spin long at a barrier hold a core a descheduled team-mate needs: beside one
+// busy process the demo step went 1.9x slower with a step up to 6.9x the median, beside bursty
+// load up to 1.8x. Spinning 1,000 rounds before sleeping kept the quiet step as it was and those
+// to 1.14 and 1.40 (bench/contention.sh, docs/training.md). libgomp reads GOMP_SPINCOUNT when it
+// loads, before main, so `loom train` sets it and executes itself again (same pid); a value the
+// user set is kept.
+void spin_briefly_at_barriers(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) != "train" || std::getenv("GOMP_SPINCOUNT")) return;
+  ::setenv("GOMP_SPINCOUNT", "1000", 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: then train with libgomp's default
+}
+
+}  // namespace
 }  // namespace loom::cli
 
 int main(int argc, char** argv) {
@@ -28,6 +47,7 @@ int main(int argc, char** argv) {
   // A peer that dies closes its sockets; writing to them must fail the collective with a message
   // naming it (EPIPE), not kill this rank silently with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  cli::spin_briefly_at_barriers(argc, argv);
   cli::set_invocation(argc, argv);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
