@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "support/process.hpp"
 
@@ -232,4 +234,23 @@ TEST_CASE("a wrapper whose inner plugin is of another kind fails config check, a
   INFO(bench.out);
   CHECK(bench.rc == 0);
   CHECK(has(bench.out, "collectives over gloo"));
+}
+
+TEST_CASE("loom train spins briefly at OpenMP barriers unless GOMP_SPINCOUNT is set, keeping its pid") {
+  TempDir t;
+  t.write("c.txt", "a few words of text to train on, repeated a few words of text to train on\n");
+  REQUIRE(run_loom("data prepare --val-fraction 0 --text " + (t.path / "c.txt").string() + " --out " + (t.path / "d").string()).rc == 0);
+  const std::string cfg = t.write("f.toml", "[model]\npreset = \"tiny\"\nseq_len = 8\n[data]\ndir = \"" + (t.path / "d").string() +
+                                                "\"\n[train]\nsteps = 1000000\nglobal_batch = 1\neval_every = 0\n");
+  for (const auto& [env, want] : std::vector<std::pair<std::string, std::string>>{{"", "GOMP_SPINCOUNT=1000"},
+                                                                                 {"GOMP_SPINCOUNT=5 ", "GOMP_SPINCOUNT=5"}}) {
+    const std::string dir = (t.path / ("r" + want.substr(15))).string();
+    auto started = sh("(" + env + LOOM_BIN " train " + cfg + " --run-dir " + dir + " > /dev/null 2>&1 & echo $!)");
+    const std::string pid = started.out.substr(0, started.out.find('\n'));
+    for (int i = 0; i < 100 && !std::filesystem::exists(dir + "/metrics.jsonl"); ++i) sh("sleep 0.1");
+    const std::string environ = sh("tr '\\0' '\\n' < /proc/" + pid + "/environ").out;
+    sh("kill " + pid + "; while kill -0 " + pid + " 2>/dev/null; do sleep 0.1; done");
+    INFO(environ);
+    CHECK(has(environ, want + "\n"));
+  }
 }
