@@ -378,38 +378,42 @@ void Checkpointer::commit() {
     sync_dir(root_);
     write_durable(root_ / "latest", name + "\n");
     sync_dir(root_);
-    // Retention: the oldest committed checkpoints beyond keep_last go; the newest never does.
-    if (cleanup_.valid()) cleanup_.get();  // the previous deletions are done
-    std::vector<fs::path> done, drop;
-    for (const auto& entry : fs::directory_iterator(root_)) {
-      // Only what this writer names (step-NNNNNNNN, and .deleting while it goes): a user's
-      // step-00000005-keep beside them is not a checkpoint to retire.
-      const std::string name_here = entry.path().filename().string();
-      if (!entry.is_directory() || !is_step_name(entry.path().stem().string())) continue;
-      if (name_here == entry.path().stem().string()) done.push_back(entry.path());
-      if (entry.path().extension() == ".deleting") drop.push_back(entry.path());  // incl. a crash's leftovers
-    }
-    std::sort(done.begin(), done.end());
-    for (size_t i = 0; i + keep_last_ < done.size(); ++i)
-      if (done[i] != final_dir) drop.push_back(done[i]);
-    // Deleting gigabytes takes a while: rename out of the step-* namespace now (so nothing
-    // reads them as checkpoints), delete in the background, finished before the next commit.
-    for (auto& d : drop) {
-      if (d.extension() == ".deleting") continue;
-      const fs::path gone = d.string() + ".deleting";
-      fs::rename(d, gone);
-      d = gone;
-    }
-    cleanup_ = std::async(std::launch::async, [drop] {
-      std::error_code ec;
-      for (const auto& d : drop) fs::remove_all(d, ec);
-    });
+    retire_old(final_dir);
     std::printf("checkpoint %s committed (%zu files)\n", final_dir.c_str(), man.files.size() + 1);
     std::fflush(stdout);
   }
   barrier();
   if (table_->base.v.minor >= 6 && LOOM_HAS_FIELD(&table_->base, loom_ckpt_v1, committed) && table_->committed)
     check(table_->committed(writer_->self(), final_dir.c_str(), p->step, &e), e, "checkpoint " + name + " commit notice");
+}
+
+// Retention: the oldest committed checkpoints beyond keep_last go; the newest never does.
+void Checkpointer::retire_old(const fs::path& final_dir) {
+  if (cleanup_.valid()) cleanup_.get();  // the previous deletions are done
+  std::vector<fs::path> done, drop;
+  for (const auto& entry : fs::directory_iterator(root_)) {
+    // Only what this writer names (step-NNNNNNNN, and .deleting while it goes): a user's
+    // step-00000005-keep beside them is not a checkpoint to retire.
+    const std::string name_here = entry.path().filename().string();
+    if (!entry.is_directory() || !is_step_name(entry.path().stem().string())) continue;
+    if (name_here == entry.path().stem().string()) done.push_back(entry.path());
+    if (entry.path().extension() == ".deleting") drop.push_back(entry.path());  // incl. a crash's leftovers
+  }
+  std::sort(done.begin(), done.end());
+  for (size_t i = 0; i + keep_last_ < done.size(); ++i)
+    if (done[i] != final_dir) drop.push_back(done[i]);
+  // Deleting gigabytes takes a while: rename out of the step-* namespace now (so nothing
+  // reads them as checkpoints), delete in the background, finished before the next commit.
+  for (auto& d : drop) {
+    if (d.extension() == ".deleting") continue;
+    const fs::path gone = d.string() + ".deleting";
+    fs::rename(d, gone);
+    d = gone;
+  }
+  cleanup_ = std::async(std::launch::async, [drop] {
+    std::error_code ec;
+    for (const auto& d : drop) fs::remove_all(d, ec);
+  });
 }
 
 // The data plugin's state is per rank of one layout: it comes back only when this run has the

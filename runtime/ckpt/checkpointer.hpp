@@ -105,6 +105,7 @@ class Checkpointer {
   void load_plugin_state(const std::filesystem::path& dir, const Manifest& man, const Reader& reader);
   void check_written(const std::filesystem::path& dir, const Manifest& m) const;
   void verify_written(const std::filesystem::path& dir, const File& f) const;
+  void retire_old(const std::filesystem::path& final_dir);  // retention after a commit
   void check_writable() const;
   std::unique_ptr<plugins::Instance> writer_;
   const loom_ckpt_v1* table_ = nullptr;

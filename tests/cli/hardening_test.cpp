@@ -41,6 +41,15 @@ std::filesystem::path hf_folder(const TempDir& t, const std::string& fields) {
   return t.path / "hf";
 }
 
+// A tiny model over a few words of prepared text in `t`: the config's path. `train` is the
+// [train] section's extra keys.
+std::string tiny_job(const TempDir& t, const std::string& train = "steps = 1") {
+  t.write("c.txt", "a few words of text to train on, repeated a few words of text to train on\n");
+  REQUIRE(run_loom("data prepare --val-fraction 0 --text " + (t.path / "c.txt").string() + " --out " + (t.path / "d").string()).rc == 0);
+  return t.write("f.toml", "[model]\npreset = \"tiny\"\nseq_len = 8\n[data]\ndir = \"" + (t.path / "d").string() + "\"\n[train]\n" +
+                               train + "\nglobal_batch = 1\neval_every = 0\n");
+}
+
 }  // namespace
 
 TEST_CASE("loom schedule refuses shapes it cannot draw instead of growing until bad_alloc") {
@@ -68,12 +77,8 @@ TEST_CASE("loom plan with more nodes than an int holds says how many the cluster
 
 TEST_CASE("a FIFO named like a shard or a plugin is refused, not read until the end of time") {
   TempDir t;
-  t.write("c.txt", "a few words of text to train on, repeated a few words of text to train on\n");
-  REQUIRE(run_loom("data prepare --val-fraction 0 --text " + (t.path / "c.txt").string() + " --out " +
-                   (t.path / "d").string()).rc == 0);
+  const std::string cfg = tiny_job(t);
   REQUIRE(::mkfifo((t.path / "d" / "train_999999.bin").c_str(), 0644) == 0);
-  const std::string cfg = t.write("f.toml", "[model]\npreset = \"tiny\"\nseq_len = 8\n[data]\ndir = \"" +
-                                                (t.path / "d").string() + "\"\n[train]\nsteps = 1\nglobal_batch = 1\neval_every = 0\n");
   auto train = quickly("train " + cfg + " --run-dir " + (t.path / "r").string());
   INFO(train.out);
   CHECK(train.rc != 0);
@@ -191,11 +196,7 @@ TEST_CASE("plugin libraries that crash or lie are probed apart, named, and never
   CHECK(has(listed.out, "fp32           precision"));
 
   // A run searches that directory first, names none of its plugins, and trains.
-  t.write("c.txt", "a few words of text to train on, repeated a few words of text to train on\n");
-  REQUIRE(run_loom("data prepare --val-fraction 0 --text " + (t.path / "c.txt").string() + " --out " +
-                   (t.path / "d").string()).rc == 0);
-  const std::string cfg = t.write("f.toml", "[model]\npreset = \"tiny\"\nseq_len = 8\n[data]\ndir = \"" +
-                                                (t.path / "d").string() + "\"\n[train]\nsteps = 2\nglobal_batch = 1\neval_every = 0\n");
+  const std::string cfg = tiny_job(t, "steps = 2");
   auto train = sh(env + LOOM_BIN " train " + cfg + " --run-dir " + (t.path / "r").string());
   INFO(train.out);
   CHECK(train.rc == 0);
@@ -238,10 +239,7 @@ TEST_CASE("a wrapper whose inner plugin is of another kind fails config check, a
 
 TEST_CASE("loom train spins briefly at OpenMP barriers unless GOMP_SPINCOUNT is set, keeping its pid") {
   TempDir t;
-  t.write("c.txt", "a few words of text to train on, repeated a few words of text to train on\n");
-  REQUIRE(run_loom("data prepare --val-fraction 0 --text " + (t.path / "c.txt").string() + " --out " + (t.path / "d").string()).rc == 0);
-  const std::string cfg = t.write("f.toml", "[model]\npreset = \"tiny\"\nseq_len = 8\n[data]\ndir = \"" + (t.path / "d").string() +
-                                                "\"\n[train]\nsteps = 1000000\nglobal_batch = 1\neval_every = 0\n");
+  const std::string cfg = tiny_job(t, "steps = 1000000");
   for (const auto& [env, want] : std::vector<std::pair<std::string, std::string>>{{"", "GOMP_SPINCOUNT=1000"},
                                                                                  {"GOMP_SPINCOUNT=5 ", "GOMP_SPINCOUNT=5"}}) {
     const std::string dir = (t.path / ("r" + want.substr(15))).string();
