@@ -46,7 +46,6 @@ int bench(const Args& args) {
   dist::check_op(o.op);
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes) throw UsageError("need 1 <= --min-bytes <= --max-bytes");
 
-  if (vm["nproc"].as<int>() < 1) throw UsageError("--nproc must be at least 1, got " + std::to_string(vm["nproc"].as<int>()));
   // The plugin and its options: --config's [plugins], then --set, then --comm. Resolved here, so a
   // third-party plugin's options are checked and an unknown name fails before any rank starts.
   std::vector<std::string> overrides = sets(vm);

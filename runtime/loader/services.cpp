@@ -82,8 +82,13 @@ loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** de
     Found f;
     try {
       f = source().registry->find(wanted, static_cast<loom_kind>(kind));
-    } catch (const ConfigError&) {  // a plugin of another kind by that name says more than "no such plugin"
-      const Found other = source().registry->find(wanted);
+    } catch (const ConfigError& none) {  // a plugin of another kind by that name says more than "no such plugin"
+      Found other;
+      try {
+        other = source().registry->find(wanted);
+      } catch (const ConfigError&) {
+        throw none;
+      }
       throw ConfigError("'" + wanted + "' is a " + kind_name(other.desc->kind) + " plugin, not a " + kind_name(kind) + " plugin");
     }
     check_options(*source().cfg, f.desc);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -111,10 +112,17 @@ void install_abort_handler() {
 
 }  // namespace
 
+// "all_reduce of 4 x f32 #57" -> 57 (-1 without a number).
+int64_t number_of(const std::string& op) {
+  const size_t hash = op.rfind('#');
+  return hash == std::string::npos ? -1 : std::atoll(op.c_str() + hash + 1);
+}
+
 std::string Comm::failure_message(const std::string& op, const std::string& gloo_error) {
   std::string reports;
   std::vector<bool> reported(size, false);
   bool same_op = true;  // every peer that reported was stuck in this very operation
+  bool adjacent = true;  // or in the one before or after it: a rank that got through first moved on
   reported[rank] = true;
   try {
     const int64_t mine = publish_failure(*this, op);
@@ -125,6 +133,7 @@ std::string Comm::failure_message(const std::string& op, const std::string& gloo
       if (std::sscanf(r.c_str(), "group rank %d was running %511[^\n]", &peer, tail) == 2 && peer >= 0 && peer < size)
         reported[peer] = true;
       same_op = same_op && op == tail;
+      adjacent = adjacent && std::llabs(number_of(tail) - number_of(op)) <= 1;
     }
   } catch (const std::exception&) {  // the store is gone too: say what is known
   }
@@ -138,6 +147,12 @@ std::string Comm::failure_message(const std::string& op, const std::string& gloo
   if (!reports.empty() && same_op && !silent.empty())
     return where + ", while " + reports + ": the same operation; group rank(s) " + silent +
            " did not report and are unreachable, stopped or dead. gloo: " + gloo_error;
+  // One collective apart, with ranks missing: a rank that got its part through went on to the
+  // next one before the lost peer stopped the rest. Different sizes at one number are caught by
+  // the signature check (compare_with_neighbours), so this is not a disagreement.
+  if (!reports.empty() && adjacent && !silent.empty())
+    return where + ", while " + reports + " (one collective apart: a rank that finished its part moved on); group " +
+           "rank(s) " + silent + " did not report and are unreachable, stopped or dead. gloo: " + gloo_error;
   if (!reports.empty() && !same_op)
     return where + ", while " + reports + ": the ranks issued different collectives (every rank " +
            "must issue the same ones, in the same order, with the same sizes). gloo: " + gloo_error;
