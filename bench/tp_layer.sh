@@ -30,6 +30,7 @@ for layout in "--set parallel.nproc=1" "--set parallel.nproc=2 --set parallel.tp
               "--set parallel.nproc=2 --set parallel.tp=2 --set plugins.sequence=sp"; do
   echo
   echo "== $layout"
+  rm -rf "$work/run"  # each layout trains fresh
   "$build/bin/loom" train "$work/layer.toml" $layout --run-dir "$work/run" 2>&1 \
     | sed -n '/block0 profile/,/total/p' | sed 's/^\[rank 0\] //'
   awk '/"step": '"$steps"'[,}]/ { match($0, /"activation_bytes": [0-9]+/); print "activation bytes per rank: " substr($0, RSTART + 20, RLENGTH - 20) }' "$work/run/metrics.jsonl"

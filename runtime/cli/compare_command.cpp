@@ -118,6 +118,9 @@ std::vector<std::string> train_argv(const Side& s, const fs::path& dir, const Pl
 // the cores.
 void train_rounds(Side& a, Side& b, const fs::path& out, const Plan& p) {
   const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  // The sides' run directories are this comparison's own: a comparison run again trains afresh
+  // (a fresh run is refused where an earlier one left its metrics).
+  for (const Side* s : {&a, &b}) fs::remove_all(out / s->name);
   for (int64_t r = 0; r < p.rounds; ++r) {
     const std::string sub = p.rounds > 1 ? "round-" + std::to_string(r + 1) : "";
     a.dirs.push_back(sub.empty() ? out / a.name : out / a.name / sub);

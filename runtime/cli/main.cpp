@@ -34,7 +34,8 @@ namespace {
 // loads, before main, so `loom train` sets it and executes itself again (same pid); a value the
 // user set is kept.
 void spin_briefly_at_barriers(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) != "train" || std::getenv("GOMP_SPINCOUNT")) return;
+  // libgomp lets GOMP_SPINCOUNT override OMP_WAIT_POLICY: a user's policy is kept as well.
+  if (argc < 2 || std::string(argv[1]) != "train" || std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
   ::setenv("GOMP_SPINCOUNT", "1000", 1);
   ::execv("/proc/self/exe", argv);  // returns only on failure: then train with libgomp's default
 }

@@ -58,12 +58,13 @@ CpuBudget usable_cpus(const std::string& cgroup_root) {
   return b;
 }
 
-CpuBudget threads_per_rank(int local_ranks, const std::string& cgroup_root) {
+CpuBudget threads_per_rank(int local_ranks, bool per_task, const std::string& cgroup_root) {
   const CpuBudget all = usable_cpus(cgroup_root);
   if (const char* slurm = std::getenv("SLURM_CPUS_PER_TASK")) {
-    const int per_task = std::atoi(slurm);
-    if (per_task > 0)
-      return {std::min(per_task, all.cpus), "SLURM_CPUS_PER_TASK=" + std::string(slurm)};
+    const int cpus = std::min(std::atoi(slurm), all.cpus);
+    const std::string source = "SLURM_CPUS_PER_TASK=" + std::string(slurm);
+    if (cpus > 0 && (per_task || local_ranks <= 1)) return {cpus, source};
+    if (cpus > 0) return {std::max(1, cpus / local_ranks), source + " shared by " + std::to_string(local_ranks) + " ranks"};
   }
   if (local_ranks <= 1) return all;
   return {std::max(1, all.cpus / local_ranks), all.source + " shared by " + std::to_string(local_ranks) + " ranks"};

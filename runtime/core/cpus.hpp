@@ -16,7 +16,8 @@ struct CpuBudget {
 CpuBudget usable_cpus(const std::string& cgroup_root = "/sys/fs/cgroup");
 
 // Threads for one of `local_ranks` ranks on this machine with [run] threads = 0: Slurm's
-// --cpus-per-task as it is (it is per task already), else this process's CPUs shared evenly.
-CpuBudget threads_per_rank(int local_ranks, const std::string& cgroup_root = "/sys/fs/cgroup");
+// --cpus-per-task as it is when srun started each rank as a task (`per_task`), shared by the ranks
+// when loom started them inside one task; else this process's CPUs shared evenly.
+CpuBudget threads_per_rank(int local_ranks, bool per_task, const std::string& cgroup_root = "/sys/fs/cgroup");
 
 }  // namespace loom

@@ -12,7 +12,7 @@ OutputFile::OutputFile(std::filesystem::path path, std::string what)
     : path_(std::move(path)), partial_(path_.string() + ".partial"), what_(std::move(what)) {
   std::error_code ec;
   if (std::filesystem::is_directory(path_, ec)) fail("it is a directory");
-  fd_ = ::open(partial_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(partial_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask, as ofstream does
   if (fd_ < 0) fail(std::strerror(errno));
 }
 
@@ -73,7 +73,7 @@ void check_can_write(const std::filesystem::path& path, const std::string& what)
   if (std::filesystem::is_directory(path, ec))
     throw RuntimeError("cannot write " + what + " '" + path.string() + "': it is a directory");
   const std::filesystem::path probe = path.string() + ".partial";
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask, as ofstream does
   if (fd < 0) throw RuntimeError("cannot write " + what + " '" + path.string() + "': " + std::strerror(errno));
   ::close(fd);
   ::unlink(probe.c_str());

@@ -1,6 +1,7 @@
 #include "data/shards.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,6 +68,9 @@ TokenShard::TokenShard(const fs::path& path, int64_t vocab_size) : path_(path), 
     fail("header says " + std::to_string(count_) + " tokens (" + std::to_string(expected) + " bytes) but the file has " +
          std::to_string(actual) + " bytes");
   bytes_ = static_cast<size_t>(actual);
+  struct stat st {};
+  ::fstat(fd, &st);
+  inode_ = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
   ::close(fd);
 }
 
@@ -80,6 +84,10 @@ void TokenShard::read(int64_t first, int64_t n, int32_t* out) const {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && (static_cast<uint64_t>(st.st_dev) != inode_.first || static_cast<uint64_t>(st.st_ino) != inode_.second))
+    throw RuntimeError("token shard '" + path_.string() + "' was replaced by another file while the run read it (a new `data "
+                       "prepare` into the same directory?): restart the run to read the new data from its start");
   const size_t want = static_cast<size_t>(width_ * n);
   std::vector<char> raw(want);
   const off_t at = static_cast<off_t>(1024 + width_ * first);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom::data {
@@ -37,6 +38,7 @@ class TokenShard {
   int64_t vocab_, count_ = 0;
   int width_ = 2;
   size_t bytes_ = 0;
+  std::pair<uint64_t, uint64_t> inode_;  // (device, inode) when opened: a shard replaced by rename is refused
 };
 
 // The shards of one split of a data directory, in name order, as one stream of tokens.

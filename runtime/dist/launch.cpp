@@ -451,9 +451,13 @@ class Supervisor {
 
   void report_failure(int culprit) {
     first_failed_ = culprit;
-    // A rank that times out waiting for a frozen peer is not the cause: the frozen one is.
-    for (int r = 0; r < l_.nproc && frozen_rank_ < 0; ++r)
-      if (r != culprit && !kids_[r].exited && !(frozen_why_ = frozen_state(kids_[r].pid)).empty()) frozen_rank_ = r;
+    // A rank that times out waiting for a frozen peer is not the cause: the frozen one is. The
+    // state must hold over half a second: a rank can pass through D briefly (a page fault, a write).
+    for (int r = 0; r < l_.nproc && frozen_rank_ < 0; ++r) {
+      if (r == culprit || kids_[r].exited || frozen_state(kids_[r].pid).empty()) continue;
+      ::usleep(500 * 1000);
+      if (!(frozen_why_ = frozen_state(kids_[r].pid)).empty()) frozen_rank_ = r;
+    }
     std::fprintf(stderr, "loom: rank %d%s %s; stopping the other ranks\n", l_.first_rank + culprit, l_.on_host.c_str(),
                  describe_exit(kids_[culprit].status).c_str());
     stopping_ = true;

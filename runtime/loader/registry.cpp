@@ -180,14 +180,24 @@ std::unique_ptr<Library> open_library(const fs::path& key) {
 // loading or entry crashes or hangs takes only the child down. Cached per path.
 const std::vector<std::string>& probe(const fs::path& key) {
   static auto* probed = new std::map<fs::path, std::vector<std::string>>();
+  static auto* failed = new std::map<fs::path, std::string>();  // a library that hangs costs its 30 s once
   if (auto it = probed->find(key); it != probed->end()) return it->second;
+  if (auto it = failed->find(key); it != failed->end()) throw RuntimeError(it->second);
   constexpr int kProbeTimeoutMs = 30000;
-  const std::string listing = run_isolated("plugin library '" + key.string() + "'", [&] {
+  auto list_plugins = [&] {  // in the child
     std::string out;
-    const std::unique_ptr<Library> lib = open_library(key);  // alive while its descriptors are read
+    // Never unloaded, as in the parent: a library whose unload crashes is not this probe's business.
+    const Library* lib = open_library(key).release();
     for (const loom_plugin* d : lib->plugins) out += std::string(kind_name(d->kind)) + " " + d->name + "\n";
     return out;
-  }, kProbeTimeoutMs);
+  };
+  std::string listing;
+  try {
+    listing = run_isolated("plugin library '" + key.string() + "'", list_plugins, kProbeTimeoutMs);
+  } catch (const RuntimeError& e) {
+    (*failed)[key] = e.what();
+    throw;
+  }
   std::vector<std::string> names;
   for (size_t start = 0, nl; (nl = listing.find('\n', start)) != std::string::npos; start = nl + 1)
     names.push_back(listing.substr(start, nl - start));

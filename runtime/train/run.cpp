@@ -59,7 +59,7 @@ void Run::start_devices() {
   ops_ = ops::for_device(device_);
   threads_ = run_.threads;
   if (threads_ == 0) {
-    const CpuBudget budget = threads_per_rank(env_.local_world);
+    const CpuBudget budget = threads_per_rank(env_.local_world, env_.launcher == "slurm");
     threads_ = budget.cpus;
     threads_from_ = " (" + budget.source + ")";
   }

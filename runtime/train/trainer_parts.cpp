@@ -73,9 +73,11 @@ void refuse_earlier_run(const fs::path& run_dir, const ckpt::CheckpointSettings&
   if (!held.empty() && (!recorded || !own_root))
     found.push_back("[checkpoint] dir '" + root.string() + "' holds checkpoints (" + held + ")");
   const std::string what = found.size() == 1 ? found[0] : found[0] + ", and " + found[1];
+  const std::string elsewhere = held.empty() || own_root ? "--run-dir"
+                                : recorded          ? "--run-dir and [checkpoint] dir"
+                                                    : "[checkpoint] dir";
   throw ConfigError(what + ", and this run starts fresh ([checkpoint] resume = \"\"): it would overwrite them. Continue it "
-                    "with --set checkpoint.resume=auto, or give this run another " +
-                    std::string(held.empty() || own_root ? "--run-dir" : "[checkpoint] dir") + " (or move the old one away)");
+                    "with --set checkpoint.resume=auto, or give this run another " + elsewhere + " (or move the old ones away)");
 }
 
 }  // namespace

@@ -48,10 +48,16 @@ TEST_CASE("a cgroup CPU quota caps the threads, rounded down, and says so") {
 TEST_CASE("ranks share the budget, and Slurm's --cpus-per-task is taken per task as it is") {
   loom::test::TempDir t;
   fake_cgroup(t.path, "max 100000");
-  CHECK(loom::threads_per_rank(affinity() + 1, t.path.string()).cpus == 1);
+  CHECK(loom::threads_per_rank(affinity() + 1, false, t.path.string()).cpus == 1);
   ::setenv("SLURM_CPUS_PER_TASK", "1", 1);
-  const loom::CpuBudget slurm = loom::threads_per_rank(4, t.path.string());
-  ::unsetenv("SLURM_CPUS_PER_TASK");
+  const loom::CpuBudget slurm = loom::threads_per_rank(4, true, t.path.string());
   CHECK(slurm.cpus == 1);
   CHECK(slurm.source == "SLURM_CPUS_PER_TASK=1");
+  if (affinity() >= 2) {  // one task of 2 CPUs whose 2 ranks loom started: 1 each, not 2 each
+    ::setenv("SLURM_CPUS_PER_TASK", "2", 1);
+    const loom::CpuBudget shared = loom::threads_per_rank(2, false, t.path.string());
+    CHECK(shared.cpus == 1);
+    CHECK(shared.source == "SLURM_CPUS_PER_TASK=2 shared by 2 ranks");
+  }
+  ::unsetenv("SLURM_CPUS_PER_TASK");
 }

@@ -113,6 +113,13 @@ TEST_CASE("a shard truncated in place while it is read is an error naming it, no
     CHECK(has(e.what(), "train_000000.bin': cannot read tokens 90000..91000: the file now has 4096 bytes, 201024 when the "
                         "run opened it (was it truncated or rewritten in place?)"));
   }
+  data::write_shard(t.path / "train_000000.bin", tokens, 256);  // replaced by rename, as data prepare does
+  try {
+    shard.read(0, 10, out.data());
+    FAIL("expected an error");
+  } catch (const RuntimeError& e) {
+    CHECK(has(e.what(), "train_000000.bin' was replaced by another file while the run read it"));
+  }
 }
 
 TEST_CASE("prepare splits each file's tail into validation") {

@@ -476,7 +476,21 @@ class Gloo : public loom::sdk::CommPlugin {
       throw Error(LOOM_FATAL, "gloo: rank " + std::to_string(rank) + " of " + std::to_string(size) +
                                   " could not connect: " + e.what());
     }
+    agree_on_checks(*c);
     return c.release();
+  }
+
+  // Whether a collective's signature is checked is decided by its number on every rank alike;
+  // ranks with another check_every would pair their checks with others' collectives and hang.
+  static void agree_on_checks(const Comm& c) {
+    const std::string key = c.id + "check_every";
+    if (c.rank == 0) StoreAdapter::put(*c.store, key, &c.check_every, sizeof c.check_every);
+    const std::vector<char> first = StoreAdapter::fetch(*c.store, key);
+    int64_t theirs = 0;
+    std::memcpy(&theirs, first.data(), std::min(first.size(), sizeof theirs));
+    if (theirs != c.check_every)
+      throw Error(LOOM_BAD_CONFIG, "[plugins.gloo] check_every is " + std::to_string(c.check_every) + " on rank " +
+                                       std::to_string(c.rank) + " but " + std::to_string(theirs) + " on rank 0: every rank needs the same");
   }
 
   std::string iface_, hostname_;
