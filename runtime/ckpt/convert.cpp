@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "ckpt/crc32c.hpp"
@@ -52,7 +53,9 @@ struct Builder {
 struct HfTensors {
   std::map<std::string, StEntry> entries;
   fs::path where;
+  mutable std::set<std::string> used;  // what the import read: the rest would be dropped
   std::vector<float> get(const std::string& name, const std::vector<int64_t>& shape) const {
+    used.insert(name);
     auto it = entries.find(name);
     if (it == entries.end()) throw RuntimeError(where.string() + ": tensor " + name + " is missing");
     if (it->second.shape != shape) {
@@ -67,6 +70,25 @@ struct HfTensors {
     return read_tensor(name, it->second);
   }
   bool has(const std::string& name) const { return entries.count(name) > 0; }
+
+  // A tensor of the file that the import would drop (a Qwen2 q/k/v bias under a bias-free Llama
+  // shape) changes the model: refused, naming them. Buffers transformers saves but recomputes
+  // (rotary inv_freq, GPT-2's causal masks) and a tied head's copy are not weights.
+  void check_all_used(const std::string& model, bool tied_head) const {
+    std::vector<std::string> left;
+    for (const auto& [name, e] : entries) {
+      const bool buffer = name.ends_with("rotary_emb.inv_freq") || name.ends_with("attn.bias") ||
+                          name.ends_with("attn.masked_bias") || (tied_head && name == "lm_head.weight");
+      if (!used.count(name) && !buffer) left.push_back(name);
+    }
+    if (left.empty()) return;
+    std::string names;
+    for (size_t i = 0; i < left.size() && i < 4; ++i) names += (i ? ", " : "") + left[i];
+    if (left.size() > 4) names += " and " + std::to_string(left.size() - 4) + " more";
+    throw RuntimeError(where.string() + ": " + std::to_string(left.size()) + " of its tensors have no place in the " + model +
+                       " Loom builds from config.json (" + names + "); importing without them would change the model, so "
+                       "nothing is written");
+  }
 };
 
 // An optional config.json field of the type it must have, or the file and key named.
@@ -102,6 +124,10 @@ std::string num(double x) {
 }
 
 ExternalModel read_hf_gpt2(const json& c, const HfTensors& t, const fs::path& cfg) {
+  const std::string act = field<std::string>(c, "activation_function", "gelu_new", cfg);
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+    throw RuntimeError(cfg.string() + ": \"activation_function\": \"" + act + "\" is not supported: Loom's gelu is the tanh "
+                       "approximation (gelu_new), which would change every output");
   const int64_t L = key_i64(c, "n_layer", cfg), H = key_i64(c, "n_head", cfg), C = key_i64(c, "n_embd", cfg);
   const int64_t V = key_i64(c, "vocab_size", cfg), P = key_i64(c, "n_positions", cfg);
   const int64_t F = c.contains("n_inner") && c["n_inner"].is_number() ? c["n_inner"].get<int64_t>() : 4 * C;
@@ -134,6 +160,7 @@ ExternalModel read_hf_gpt2(const json& c, const HfTensors& t, const fs::path& cf
   }
   b.put("ln_f.w", {C}, t.get(p + "ln_f.weight", {C}));
   b.put("ln_f.b", {C}, t.get(p + "ln_f.bias", {C}));
+  t.check_all_used("GPT-2", true);
   return b.m;
 }
 
@@ -160,12 +187,24 @@ ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& c
   if (Q * H != C) throw RuntimeError(cfg.string() + ": head_dim " + std::to_string(Q) + " x heads != hidden_size (not supported)");
   const bool tied = field(c, "tie_word_embeddings", false, cfg), bias = field(c, "attention_bias", false, cfg);
   if (field(c, "mlp_bias", false, cfg)) throw RuntimeError(cfg.string() + ": \"mlp_bias\": true is not supported");
+  if (bias)  // Loom's one bias flag also puts biases on the MLP, which this model has not
+    throw RuntimeError(cfg.string() + ": \"attention_bias\": true is not supported: Loom's [model] bias puts biases on every "
+                       "linear layer, the MLP's too, and this model has them on attention only");
   Builder b;
   b.m.source = "Hugging Face Llama";
+  int64_t seq = std::min<int64_t>(field<int64_t>(c, "max_position_embeddings", 2048, cfg), 8192);
+  // Sliding-window attention (Mistral; Qwen2 with use_sliding_window) is full causal attention
+  // over a sequence no longer than the window: seq_len is capped there, so the import is exact.
+  const int64_t window = field<int64_t>(c, "sliding_window", 0, cfg);
+  if (window > 0 && field<bool>(c, "use_sliding_window", true, cfg) && window < seq) {
+    std::fprintf(stderr, "loom: note: %s: sliding_window %lld: seq_len is capped at it (Loom attends over whole sequences)\n",
+                 cfg.c_str(), static_cast<long long>(window));
+    seq = window;
+  }
   std::string toml = toml_line("n_layer", std::to_string(L)) + toml_line("n_head", std::to_string(H)) +
                      toml_line("n_kv_head", std::to_string(Hkv)) + toml_line("d_model", std::to_string(C)) +
                      toml_line("d_ff", std::to_string(F)) + toml_line("vocab_size", std::to_string(V)) +
-                     toml_line("seq_len", std::to_string(std::min<int64_t>(field<int64_t>(c, "max_position_embeddings", 2048, cfg), 8192))) +
+                     toml_line("seq_len", std::to_string(seq)) +
                      toml_line("positions", "\"rope\"") + toml_line("rope_theta", num(field(c, "rope_theta", 10000.0, cfg))) +
                      toml_line("norm", "\"rmsnorm\"") + toml_line("norm_eps", num(field(c, "rms_norm_eps", 1e-6, cfg))) +
                      toml_line("mlp", "\"swiglu\"") + toml_line("bias", bias ? "true" : "false") +
@@ -212,6 +251,7 @@ ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& c
   }
   b.put("ln_f.w", {C}, t.get("model.norm.weight", {C}));
   if (!tied) b.put("lm_head.w", {Vp, C}, pad_rows(t.get("lm_head.weight", {V, C}), C, Vp));
+  t.check_all_used("Llama", tied);
   return b.m;
 }
 
@@ -416,6 +456,9 @@ model::Config exportable_model(const config::Config& cfg) {
                        "Llama shaped (RoPE): no Hugging Face class holds it");
   if (llama && (c.norm != "rmsnorm" || c.mlp != "swiglu"))
     throw RuntimeError("a RoPE model exports as Llama, which needs norm = \"rmsnorm\" and mlp = \"swiglu\"");
+  if (llama && c.bias)  // its config would say attention_bias, and transformers would start the MLP biases at 0
+    throw RuntimeError("exporting a RoPE model with [model] bias = true is not supported: the Llama export writes no bias "
+                       "tensors, and transformers would start them at zero");
   return c;
 }
 

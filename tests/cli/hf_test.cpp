@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <fstream>
+#include <tuple>
+#include <vector>
 
 #include "support/metrics.hpp"
 #include "support/process.hpp"
@@ -202,4 +204,37 @@ TEST_CASE("broken weights fail naming the file and the tensor, and write nothing
   auto beyond = run_loom("generate " + hf + " --ids --prompt '1 2 300'");
   CHECK(beyond.rc == 2);
   CHECK(has(beyond.out, "prompt token 300 is outside the vocabulary (256)"));
+}
+
+TEST_CASE("what Loom cannot hold is refused at import, naming it: Qwen2's q/k/v biases, Llama's attention_bias, exact gelu") {
+  Fixture f;
+  for (const auto& [kind, variant, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"qwen2", "", "of its tensors have no place in the Llama Loom builds from config.json (model.layers.0.self_attn.k_proj.bias"},
+           {"llama", "attention-bias", "\"attention_bias\": true is not supported: Loom's [model] bias puts biases on every linear layer"},
+           {"gpt2", "gelu-exact", "\"activation_function\": \"gelu\" is not supported: Loom's gelu is the tanh approximation"}}) {
+    const std::string hf = (f.t.path / (kind + variant)).string(), out = (f.t.path / ("ck-" + kind + variant)).string();
+    f.py("make " + kind + " " + hf + " " + variant);
+    auto r = run_loom("ckpt import " + hf + " --out " + out);
+    INFO(kind << " " << variant << "\n" << r.out);
+    CHECK(r.rc == 1);
+    CHECK(has(r.out, says));
+    CHECK_FALSE(fs::exists(out + "/latest"));  // nothing written
+  }
+  // A sliding window shorter than the context is exact when seq_len stops at the window.
+  const std::string mistral = (f.t.path / "mistral").string();
+  f.py("make mistral " + mistral);
+  auto m = run_loom("ckpt import " + mistral + " --out " + (f.t.path / "ck-mistral").string());
+  INFO(m.out);
+  CHECK(m.rc == 0);
+  CHECK(has(m.out, "sliding_window 16: seq_len is capped at it"));
+  CHECK(has(slurp(f.t.path / "ck-mistral" / "model.toml"), "seq_len = 16\n"));
+
+  // A Llama-shaped model with biases everywhere is not exported without them.
+  const std::string cfg = f.t.write("biased.toml", f.base + "[model]\npreset = \"llama-tiny\"\nbias = true\nseq_len = 64\n"
+                                                            "[checkpoint]\nevery = 1\n[plugins]\nckpt = \"sync\"\n");
+  REQUIRE(run_loom("train " + cfg + " --run-dir " + (f.t.path / "biased").string()).rc == 0);
+  auto e = run_loom("ckpt export " + (f.t.path / "biased").string() + " --format hf --out " + (f.t.path / "biased-hf").string());
+  CHECK(e.rc == 1);
+  CHECK(has(e.out, "exporting a RoPE model with [model] bias = true is not supported"));
+  CHECK_FALSE(fs::exists(f.t.path / "biased-hf" / "config.json"));
 }

@@ -1,8 +1,10 @@
 """Hugging Face transformers as the reference for Loom's import, export and generation.
 
-  make gpt2|llama DIR [bf16-sharded]
+  make gpt2|llama|qwen2|mistral DIR [bf16-sharded|attention-bias|gelu-exact]
                                a tiny randomly initialised model, saved with save_pretrained (safetensors);
-                               bf16-sharded: in bf16, in several files with model.safetensors.index.json
+                               bf16-sharded: in bf16, in several files with model.safetensors.index.json;
+                               attention-bias: a Llama with attention_bias; gelu-exact: a GPT-2 with
+                               activation_function "gelu"; mistral has a sliding window of 16
   llmc DIR OUT                 the GPT-2 model in DIR written as an llm.c model file (version 3, fp32)
   loss DIR TEXT T              mean next-token cross-entropy over the first T + 1 bytes of TEXT as token ids
   greedy DIR TEXT N            N greedily decoded token ids after the bytes of TEXT
@@ -11,15 +13,25 @@ import struct
 import sys
 
 import torch
-from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 
 def make(kind, out, variant=""):
     torch.manual_seed(1234)
+    small = dict(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=64, intermediate_size=96,
+                 vocab_size=256, max_position_embeddings=64, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)
     if kind == "gpt2":
         cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=256, n_positions=64, resid_pdrop=0.0,
-                         embd_pdrop=0.0, attn_pdrop=0.0)
+                         embd_pdrop=0.0, attn_pdrop=0.0,
+                         activation_function="gelu" if variant == "gelu-exact" else "gelu_new")
         model = GPT2LMHeadModel(cfg)
+    elif kind == "qwen2":  # q, k and v have biases, nothing else does
+        model = Qwen2ForCausalLM(Qwen2Config(**small))
+    elif kind == "mistral":
+        model = MistralForCausalLM(MistralConfig(sliding_window=16, **small))
+    elif variant == "attention-bias":
+        model = LlamaForCausalLM(LlamaConfig(attention_bias=True, **small))
     else:
         cfg = LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, hidden_size=64,
                           intermediate_size=96, vocab_size=256, max_position_embeddings=64, rope_theta=10000.0,
