@@ -34,7 +34,8 @@ data::TokenSplit split_of(const std::filesystem::path& dir, const std::string& n
   std::vector<uint32_t> t(n);
   for (int64_t i = 0; i < n; ++i) t[i] = i % 251;
   std::filesystem::create_directories(dir);
-  data::write_shard(dir / (name + "_000000.bin"), t, 256);
+  // Written once: a split already open elsewhere in a test would see its shard replaced.
+  if (!std::filesystem::exists(dir / (name + "_000000.bin"))) data::write_shard(dir / (name + "_000000.bin"), t, 256);
   return data::TokenSplit(dir, name, 256);
 }
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
