@@ -23,7 +23,8 @@ std::string num(double v) {
 int64_t params_counting(const GptConfig& g, int64_t experts_counted) {
   const int64_t C = g.d_model, F = g.d_ff, fc_out = g.fc_out(), bias = g.bias ? 1 : 0;
   const int64_t norm_params = g.norm == "layernorm" ? (1 + bias) * C : C;
-  const int64_t attn = C * g.qkv_width() + bias * g.qkv_width() + C * g.n_head * g.head_dim() + bias * C;
+  const int64_t attn = C * g.qkv_width() + (g.qkv_bias() ? g.qkv_width() : 0) + C * g.n_head * g.head_dim() +
+                       (g.proj_bias() ? C : 0);
   const int64_t mlp_params = fc_out * C + bias * fc_out + C * F + bias * C;
   int64_t total = 0;
   for (int64_t i = 0; i < g.n_layer; ++i)
@@ -143,7 +144,9 @@ std::string GptConfig::describe() const {
   os << n_layer << " layers, d_model " << d_model << ", " << n_head << " heads";
   if (grouped_query()) os << " (" << kv_heads() << " kv heads)";
   os << ", " << positions << (positions == "none" ? " positions" : "") << ", " << norm << ", " << mlp << ", d_ff "
-     << d_ff << (bias ? "" : ", no bias") << (tied_embeddings ? ", tied" : "");
+     << d_ff << (bias ? "" : ", no bias");
+  if (attention_bias != "as_bias" && attention_bias != "none") os << ", attention bias " << attention_bias;
+  os << (tied_embeddings ? ", tied" : "");
   if (moe.experts > 0) os << ", " << moe.experts << " experts (top " << moe.top_k << ")";
   os << ", T " << seq_len << ", vocab " << vocab_size;
   return os.str();
@@ -176,6 +179,7 @@ GptConfig from_config(const config::Config& cfg) {
   g.norm = cfg.str("model.norm");
   g.norm_eps = cfg.f64("model.norm_eps");
   g.bias = cfg.boolean("model.bias");
+  g.attention_bias = cfg.str("model.attention_bias");
   g.tied_embeddings = cfg.boolean("model.tied_embeddings");
   g.init_std = static_cast<float>(cfg.f64("model.init_std"));
   g.recompute = cfg.str("model.recompute");
@@ -217,6 +221,8 @@ std::vector<std::string> architecture_differences(const GptConfig& a, const GptC
   cmp("norm_eps", a.norm_eps, b.norm_eps);
   cmp("mlp", a.mlp, b.mlp);
   cmp("bias", a.bias, b.bias);
+  cmp("attention q/k/v bias", a.qkv_bias(), b.qkv_bias());
+  cmp("attention output bias", a.proj_bias(), b.proj_bias());
   cmp("tied_embeddings", a.tied_embeddings, b.tied_embeddings);
   cmp("moe.experts", a.moe.experts, b.moe.experts);
   if (a.moe.experts > 0 && b.moe.experts > 0) {
@@ -250,8 +256,11 @@ std::vector<config::SectionSpec> model_sections() {
        {"layernorm", "rmsnorm"}},
       {"norm_eps", ValueType::Float, "1e-5", "epsilon of every norm", 0, 1},
       {"bias", ValueType::Bool, "true", "biases in every linear layer and LayerNorm (false: Llama)"},
-      {"mlp", ValueType::String, "\"gelu\"", "gelu (tanh form) | swiglu", -kInf, kInf,
-       {"gelu", "swiglu"}},
+      {"attention_bias", ValueType::String, "\"as_bias\"",
+       "attention biases alone: as_bias (follow bias) | none | qkv (Qwen2) | all (Llama attention_bias: q, k, v, o)",
+       -kInf, kInf, {"as_bias", "none", "qkv", "all"}},
+      {"mlp", ValueType::String, "\"gelu\"", "gelu (tanh form) | gelu_exact (erf form) | swiglu", -kInf, kInf,
+       {"gelu", "gelu_exact", "swiglu"}},
       {"tied_embeddings", ValueType::Bool, "true", "share the token embedding with the LM head"},
       {"init_std", ValueType::Float, "0.02", "std of weight init (residual projections / sqrt(2L))",
        0, 10},

@@ -28,7 +28,10 @@ struct GptConfig {
   std::string norm = "layernorm";  // layernorm | rmsnorm
   double norm_eps = 1e-5;
   bool bias = true;                // linear layers and LayerNorm
-  std::string mlp = "gelu";        // gelu | swiglu
+  // Biases of attention alone: as_bias (follow `bias`) | none | qkv (Qwen2: q, k and v) | all
+  // (Llama's attention_bias: q, k, v and the output projection).
+  std::string attention_bias = "as_bias";
+  std::string mlp = "gelu";        // gelu (tanh form) | gelu_exact (erf form) | swiglu
   bool tied_embeddings = true;
   float init_std = 0.02f;
   // Activation recomputation ([model] recompute): what a block keeps from forward for backward.
@@ -53,6 +56,8 @@ struct GptConfig {
   bool grouped_query() const { return kv_heads() != n_head; }
   bool rope() const { return positions == "rope"; }
   bool learned_positions() const { return positions == "learned"; }
+  bool qkv_bias() const { return attention_bias == "as_bias" ? bias : attention_bias != "none"; }
+  bool proj_bias() const { return attention_bias == "as_bias" ? bias : attention_bias == "all"; }
   // Width of the first MLP matmul: SwiGLU stacks gate and up.
   int64_t fc_out() const { return mlp == "swiglu" ? 2 * d_ff : d_ff; }
   // Width of one row of q, k and v together: (H + 2 Hkv) head_dim.

@@ -44,6 +44,22 @@ struct Marks {
   }
 };
 
+// The MLP's activation over N rows of F outputs (fc rows are 2F wide for SwiGLU's [gate | up]).
+void activation_fwd(const loom_ops* o, const GptConfig& c, float* act, const float* fc, int64_t N, int64_t F) {
+  if (c.mlp == "swiglu") return o->swiglu_fwd(act, fc, N, F);
+  if (c.mlp == "gelu") return o->gelu_fwd(act, fc, N * F);
+  if (!LOOM_HAS_FIELD(o, loom_ops, gelu_erf_fwd) || !o->gelu_erf_fwd)
+    throw RuntimeError("[model] mlp = \"gelu_exact\": this device's op table has no exact GELU (ABI 1.8)");
+  o->gelu_erf_fwd(act, fc, N * F);
+}
+
+void activation_bwd(const loom_ops* o, const GptConfig& c, float* dfc, const float* fc, const float* dact, int64_t N,
+                    int64_t F) {
+  if (c.mlp == "swiglu") return o->swiglu_bwd(dfc, fc, dact, N, F);
+  if (c.mlp == "gelu") return o->gelu_bwd(dfc, fc, dact, N * F);
+  o->gelu_erf_bwd(dfc, fc, dact, N * F);
+}
+
 Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
                      Role role, std::vector<int64_t> shape, Init init, bool decay, int fused) {
   // Experts are split by the expert slot (over ep), everything else by the tensor slot (over tp).
@@ -147,17 +163,17 @@ void Block::declare_attention(const std::string& p, ParamStore& ps, float resid_
   const int64_t C = c.d_model, D = c.head_dim(), q_width = c.n_head * D, kv_width = 2 * c.kv_heads() * D;
   if (!c.grouped_query()) {
     qkv_w_ = &declare_param(ps, api_, params_, p + "attn.qkv.w", Role::Column, {3 * q_width, C}, normal(c.init_std), true, 3);
-    if (c.bias) qkv_b_ = &declare_param(ps, api_, params_, p + "attn.qkv.b", Role::Column, {3 * q_width}, kZeros, false, 3);
+    if (c.qkv_bias()) qkv_b_ = &declare_param(ps, api_, params_, p + "attn.qkv.b", Role::Column, {3 * q_width}, kZeros, false, 3);
     heads_ = kv_heads_ = local_dim0(*qkv_w_) / (3 * D);
   } else {
     q_w_ = &declare_param(ps, api_, params_, p + "attn.q.w", Role::Column, {q_width, C}, normal(c.init_std), true);
-    if (c.bias) q_b_ = &declare_param(ps, api_, params_, p + "attn.q.b", Role::Column, {q_width}, kZeros, false);
+    if (c.qkv_bias()) q_b_ = &declare_param(ps, api_, params_, p + "attn.q.b", Role::Column, {q_width}, kZeros, false);
     kv_w_ = &declare_param(ps, api_, params_, p + "attn.kv.w", Role::Column, {kv_width, C}, normal(c.init_std), true, 2);
-    if (c.bias) kv_b_ = &declare_param(ps, api_, params_, p + "attn.kv.b", Role::Column, {kv_width}, kZeros, false, 2);
+    if (c.qkv_bias()) kv_b_ = &declare_param(ps, api_, params_, p + "attn.kv.b", Role::Column, {kv_width}, kZeros, false, 2);
     heads_ = local_dim0(*q_w_) / D, kv_heads_ = local_dim0(*kv_w_) / (2 * D);
   }
   proj_w_ = &declare_param(ps, api_, params_, p + "attn.proj.w", Role::Row, {C, q_width}, normal(resid_std), true);
-  if (c.bias) proj_b_ = &declare_param(ps, api_, params_, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
+  if (c.proj_bias()) proj_b_ = &declare_param(ps, api_, params_, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
 }
 
 Block::Qkv Block::qkv_layout(const Tensor& buf, int64_t N) const {
@@ -300,10 +316,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   Tensor fc = view(a.fc, N, local_dim0(*fc_w_)), act = view(a.act, N, out_w_->local_shape[1]);
   api_.linear(fc, h2, *fc_w_);
   if (fc_b_) o->bias_add(fc.f32(), fc_b_->value.f32(), N, local_dim0(*fc_w_));
-  if (c_.mlp == "swiglu")
-    o->swiglu_fwd(act.f32(), fc.f32(), N, act.dim(1));
-  else
-    o->gelu_fwd(act.f32(), fc.f32(), N * act.dim(1));
+  activation_fwd(o, c_, act.f32(), fc.f32(), N, act.dim(1));
   api_.linear(y, act, *out_w_);
   marks("fwd mlp");
   y_out = api_.region_exit(y);
@@ -347,10 +360,7 @@ void Block::mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks&
   Tensor dact = view(s_.dact, N, act.dim(1));
   api_.linear_bwd(&dact, dy, act, *out_w_);
   Tensor dfc = view(s_.dfc, N, fc.dim(1));
-  if (c_.mlp == "swiglu")
-    o->swiglu_bwd(dfc.f32(), fc.f32(), dact.f32(), N, act.dim(1));
-  else
-    o->gelu_bwd(dfc.f32(), fc.f32(), dact.f32(), N * act.dim(1));
+  activation_bwd(o, c_, dfc.f32(), fc.f32(), dact.f32(), N, act.dim(1));
   if (fc_b_) o->bias_bwd(fc_b_->grad.f32(), dfc.f32(), N, fc.dim(1));
   marks("bwd mlp");
   Tensor h2 = api_.region_enter(rows_of(a.ln2.out, n));  // sp gathers the rows again

@@ -19,6 +19,11 @@ namespace loom::gpt {
 Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
                      Role role, std::vector<int64_t> shape, Init init, bool decay, int fused = 1);
 
+// The MLP's activation ([model] mlp) over N rows of F outputs, forward and backward.
+void activation_fwd(const loom_ops* o, const GptConfig& c, float* act, const float* fc, int64_t N, int64_t F);
+void activation_bwd(const loom_ops* o, const GptConfig& c, float* dfc, const float* fc, const float* dact, int64_t N,
+                    int64_t F);
+
 class MoeMlp;
 struct Marks;  // the profiled block's segment timer
 

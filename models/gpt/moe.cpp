@@ -263,10 +263,7 @@ void MoeMlp::forward(const Tensor& h, Tensor& y, int64_t T) {
     float *xin = a.xl.f32() + r0 * C, *fc = a.fc.f32() + r0 * FO, *act = a.act.f32() + r0 * F, *ye = a.yl.f32() + r0 * C;
     o->gemm(0, 1, n, FO, C, 1.f, xin, C, fc_w_->value.f32() + j * FO * C, C, 0.f, fc, FO);
     if (fc_b_) o->bias_add(fc, fc_b_->value.f32() + j * FO, n, FO);
-    if (c_.mlp == "swiglu")
-      o->swiglu_fwd(act, fc, n, F);
-    else
-      o->gelu_fwd(act, fc, n * F);
+    activation_fwd(o, c_, act, fc, n, F);
     o->gemm(0, 1, n, C, F, 1.f, act, F, out_w_->value.f32() + j * C * F, F, 0.f, ye, C);
     if (out_b_) o->bias_add(ye, out_b_->value.f32() + j * C, n, C);
   }
@@ -356,10 +353,7 @@ void MoeMlp::experts_backward(const Acts& a, Tensor& dye, Tensor& dxin) {
     if (out_b_) o->bias_bwd(out_b_->grad.f32() + j * C, d_y, n, C);
     o->gemm(0, 0, n, F, C, 1.f, d_y, C, out_w_->value.f32() + j * C * F, F, 0.f, d_act, F);
     o->gemm(1, 0, C, F, n, 1.f, d_y, C, act, F, 1.f, out_w_->grad.f32() + j * C * F, F);
-    if (c_.mlp == "swiglu")
-      o->swiglu_bwd(d_fc, fc, d_act, n, F);
-    else
-      o->gelu_bwd(d_fc, fc, d_act, n * F);
+    activation_bwd(o, c_, d_fc, fc, d_act, n, F);
     if (fc_b_) o->bias_bwd(fc_b_->grad.f32() + j * FO, d_fc, n, FO);
     o->gemm(0, 0, n, C, FO, 1.f, d_fc, FO, fc_w_->value.f32() + j * FO * C, C, 0.f, d_x, C);
     o->gemm(1, 0, FO, C, n, 1.f, d_fc, FO, xin, C, 1.f, fc_w_->grad.f32() + j * FO * C, C);

@@ -81,10 +81,7 @@ void Block::recompute(const Microbatch& mb) {
   ln2_.forward(o, a.ln2, a.x_mid.rows(0, n), n);
   const int64_t F = out_w_->local_shape[1];
   const float* fc = a.fc.f32();
-  if (c_.mlp == "swiglu")
-    o->swiglu_fwd(a.act.f32(), fc, N, F);
-  else
-    o->gelu_fwd(a.act.f32(), fc, N * F);
+  activation_fwd(o, c_, a.act.f32(), fc, N, F);
 }
 
 }  // namespace loom::gpt

@@ -19,6 +19,11 @@ struct ExternalModel {
   std::string model_toml;  // "n_layer = 12\n..."
   std::map<std::string, std::vector<int64_t>> shapes;
   std::map<std::string, std::vector<float>> tensors;
+  // Files that go beside the checkpoint, by name, with their bytes: a Hugging Face folder's
+  // tokenizer.json, tokenizer_config.json, special_tokens_map.json and generation_config.json
+  // (written from config.json's bos/eos ids when the folder has none), or a tokenizer named at
+  // import. `loom generate` and `loom eval` find them there.
+  std::map<std::string, std::string> side_files;
 };
 
 // A Hugging Face folder (config.json + model.safetensors or model.safetensors.index.json) or an
@@ -31,7 +36,7 @@ ExternalModel read_external(const std::filesystem::path& src);
 void check_import_target(const std::filesystem::path& root);
 
 // Writes `m` as a Loom checkpoint: ROOT/step-00000000 (parameters, zero AdamW moments, one-rank
-// layout) and ROOT/latest, and ROOT/model.toml with its [model] keys.
+// layout) and ROOT/latest, ROOT/model.toml with its [model] keys, and its side files in ROOT.
 void write_as_checkpoint(const ExternalModel& m, const std::filesystem::path& root);
 
 // A Loom checkpoint as a Hugging Face folder transformers loads with from_pretrained:

@@ -10,7 +10,10 @@
 #include "ckpt/format.hpp"
 #include "ckpt/reader.hpp"
 #include "ckpt/safetensors.hpp"
+#include "cli/model_source.hpp"
 #include "cli/parse.hpp"
+#include "core/files.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
 
@@ -44,6 +47,17 @@ void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const ckpt
               (long long)m.step);
 }
 
+// A tokenizer named at import, read as Loom will read it, so a file generation cannot use is
+// refused before anything is written.
+std::string checked_tokenizer(const fs::path& file, const ckpt::ExternalModel& model) {
+  const tok::Tokenizer t = tok::Tokenizer::from_json_file(file);
+  const int64_t vocab = model::from_config(external_model_config(model, model.source)).vocab_size;
+  if (t.vocab_size() > vocab)
+    throw ConfigError("tokenizer '" + file.string() + "' has " + std::to_string(t.vocab_size()) + " tokens, more than the "
+                      "model's vocabulary of " + std::to_string(vocab));
+  return read_file(file, "tokenizer");
+}
+
 }  // namespace
 
 int ckpt_cmd(const Args& args) {
@@ -53,20 +67,21 @@ int ckpt_cmd(const Args& args) {
       "a step directory (or a checkpoint root: its latest); import: a Hugging Face folder or an llm.c model file")(
       "format", po::value<std::string>()->default_value("safetensors"), "export format: safetensors (Loom's names) or hf")(
       "out", po::value<std::string>(), "export: the file (safetensors) or folder (hf) to write; import: the checkpoint root")(
-      "tokenizer", po::value<std::string>(), "export --format hf: the tokenizer.json to put beside the weights");
+      "tokenizer", po::value<std::string>(), "the tokenizer.json to put beside the weights (export --format hf, and import: an llm.c file has none)");
   po::positional_options_description pos;
   pos.add("action", 1).add("dir", 1);
   po::variables_map vm;
   const std::string synopsis =
       "loom ckpt verify DIR | inspect DIR | export DIR --format safetensors|hf --out PATH [--tokenizer FILE] | "
-      "import SRC --out DIR";
+      "import SRC --out DIR [--tokenizer FILE]";
   if (!parse(args, synopsis, opts, pos, vm)) return kExitOk;
   const std::string action = vm["action"].as<std::string>();
   if (action == "import") {
     if (!vm.count("out")) throw UsageError("import needs --out DIR\nusage: " + synopsis);
     const fs::path root = vm["out"].as<std::string>();
     ckpt::check_import_target(root);  // before reading gigabytes
-    const ckpt::ExternalModel model = ckpt::read_external(vm["dir"].as<std::string>());  // all of it, before writing
+    ckpt::ExternalModel model = ckpt::read_external(vm["dir"].as<std::string>());  // all of it, before writing
+    if (vm.count("tokenizer")) model.side_files["tokenizer.json"] = checked_tokenizer(vm["tokenizer"].as<std::string>(), model);
     ckpt::write_as_checkpoint(model, root);
     int64_t n = 0;
     for (const auto& [name, t] : model.tensors) n += static_cast<int64_t>(t.size());
@@ -118,8 +133,11 @@ int ckpt_cmd(const Args& args) {
   }
   ckpt::write_hf_folder(dir, m, vm["out"].as<std::string>(), vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
   const fs::path out = vm["out"].as<std::string>();
-  std::printf("wrote %s: config.json, model.safetensors%s (step %lld), for transformers' from_pretrained\n", out.c_str(),
-              fs::exists(out / "tokenizer.json") ? ", tokenizer.json" : "", (long long)m.step);
+  std::string files;
+  for (const char* name : {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                           "special_tokens_map.json"})
+    if (fs::exists(out / name)) files += (files.empty() ? "" : ", ") + std::string(name);
+  std::printf("wrote %s: %s (step %lld), for transformers' from_pretrained\n", out.c_str(), files.c_str(), (long long)m.step);
   return kExitOk;
 }
 

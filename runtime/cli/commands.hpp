@@ -22,6 +22,7 @@ int ckpt_cmd(const Args& args);
 int schedule(const Args& args);
 int model(const Args& args);
 int generate(const Args& args);
+int eval(const Args& args);
 int plan_cmd(const Args& args);
 
 // This process's command line, with argv[0] as /proc/self/exe, for re-launching it as ranks.

@@ -187,6 +187,7 @@ std::string usage() {
          "  ckpt verify|inspect DIR  check or describe a checkpoint; ckpt export DIR --out F [--format hf]\n"
          "  ckpt import SRC --out DIR  a Hugging Face folder or an llm.c model file as a checkpoint\n"
          "  generate SRC --prompt T text from a checkpoint, Hugging Face folder or llm.c file (KV cache)\n"
+         "  eval SRC --data D|--text F  loss and perplexity of a model over a data set, or per token of a text\n"
          "  schedule --pp P --microbatches M --schedule S  a pipeline schedule's timeline\n"
          "  plan CONFIG --cluster FILE   predict step time, MFU and memory of every layout; rank them\n"
          "  model info PRESET|FILE params, FLOPs/token and ZeRO state bytes of a model (--dp, --json)\n"

@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
       {"compare", &cli::compare}, {"doctor", &cli::doctor},
       {"ckpt", &cli::ckpt_cmd},   {"schedule", &cli::schedule},
       {"model", &cli::model},     {"generate", &cli::generate},
-      {"plan", &cli::plan_cmd},
+      {"plan", &cli::plan_cmd},   {"eval", &cli::eval},
   };
   std::string name = args[0];
   args.erase(args.begin());

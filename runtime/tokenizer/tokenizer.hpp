@@ -46,6 +46,10 @@ class Tokenizer {
   ~Tokenizer();
 
   std::vector<uint32_t> encode(std::string_view text) const;
+  // The special tokens the file's post_processor puts before and after a text (Llama 3: BOS first),
+  // as transformers' tokenizer(text) adds them.
+  const std::vector<uint32_t>& prefix() const { return prefix_; }
+  const std::vector<uint32_t>& suffix() const { return suffix_; }
   // The bytes of the ids, concatenated (special tokens as their text).
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string token_bytes(uint32_t id) const;
@@ -69,6 +73,8 @@ class Tokenizer {
   std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges_;  // (left, right) -> (rank, merged)
   std::vector<std::pair<std::string, uint32_t>> specials_;
   std::string pattern_;
+  std::vector<uint32_t> prefix_, suffix_;
+  std::string post_processor_;  // as read, JSON, so save_json keeps it
   bool ignore_merges_ = false, add_prefix_space_ = false;
   uint32_t byte_id_[256] = {};
   std::unique_ptr<Regex> regex_;

@@ -111,6 +111,39 @@ std::string pattern_of(const json& pre, bool& prefix, const std::string& where) 
   throw ConfigError(where + "pre_tokenizer.type = \"" + type + "\" is not supported: Loom reads byte-level BPE (ByteLevel, or Split then ByteLevel)");
 }
 
+// The special tokens a post_processor puts around a text: TemplateProcessing's single template
+// (Llama 3's <|begin_of_text|> first), Roberta/BertProcessing's cls and sep, ByteLevel (offsets only,
+// no tokens) and a Sequence of these. Ids come from the file, so a token missing from the
+// vocabulary is an error naming it.
+void special_frame(const json& pp, std::vector<uint32_t>& prefix, std::vector<uint32_t>& suffix, const std::string& where) {
+  if (pp.is_null()) return;
+  const std::string type = pp.value("type", "");
+  if (type == "ByteLevel") return;
+  if (type == "Sequence") {
+    for (const json& p : pp.at("processors")) special_frame(p, prefix, suffix, where);
+    return;
+  }
+  if (type == "RobertaProcessing" || type == "BertProcessing") {
+    prefix.push_back(pp.at("cls").at(1).get<uint32_t>());
+    suffix.insert(suffix.begin(), pp.at("sep").at(1).get<uint32_t>());
+    return;
+  }
+  if (type != "TemplateProcessing")
+    throw ConfigError(where + "post_processor.type = \"" + type + "\" is not supported (TemplateProcessing, "
+                      "RobertaProcessing, BertProcessing, ByteLevel)");
+  bool seen_text = false;
+  for (const json& piece : pp.at("single")) {
+    if (piece.contains("Sequence")) {
+      seen_text = true;
+      continue;
+    }
+    const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
+    if (!pp.at("special_tokens").contains(name))
+      throw ConfigError(where + "post_processor names special token \"" + name + "\" that its special_tokens lack");
+    for (const json& id : pp["special_tokens"][name].at("ids")) (seen_text ? suffix : prefix).push_back(id.get<uint32_t>());
+  }
+}
+
 }  // namespace
 
 fs::path run_tokenizer_path(const config::Config& cfg) {
@@ -172,6 +205,11 @@ Tokenizer Tokenizer::from_json_file(const fs::path& path) {
       t.add_merge(a->second, b->second, c->second);
     }
     t.finish(pattern);
+    special_frame(j.value("post_processor", json()), t.prefix_, t.suffix_, where);
+    for (const auto* frame : {&t.prefix_, &t.suffix_})
+      for (uint32_t id : *frame)
+        if (id >= t.bytes_.size()) throw ConfigError(where + "post_processor adds token id " + std::to_string(id) + ", outside the vocabulary");
+    if (j.contains("post_processor")) t.post_processor_ = j["post_processor"].dump();
     return t;
   } catch (const json::exception& e) {
     throw ConfigError(where + e.what());
@@ -238,7 +276,7 @@ void Tokenizer::save_json(const fs::path& path) const {
             {"added_tokens", added},
             {"normalizer", nullptr},
             {"pre_tokenizer", pre},
-            {"post_processor", nullptr},
+            {"post_processor", post_processor_.empty() ? json() : json::parse(post_processor_)},
             {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
             {"model",
              {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},

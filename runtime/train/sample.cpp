@@ -80,7 +80,8 @@ std::vector<int32_t> generate_ids(model::Model& model, std::vector<int32_t> prom
   std::vector<int32_t> ctx = prompt;
   for (int64_t n = 0; n < o.max_tokens; ++n) {
     const int32_t next = pick(z, c.vocab_size, o, rng, static_cast<uint64_t>(n));
-    if (next == o.stop) break;
+    if (std::find(o.stop.begin(), o.stop.end(), next) != o.stop.end()) break;
+    if (o.after_token) o.after_token();
     out.push_back(next);
     ctx.push_back(next);
     if (n + 1 == o.max_tokens) break;
@@ -103,6 +104,7 @@ std::string generate(model::Model& model, const tok::Tokenizer* tokenizer, const
                      const NextLogits& next) {
   std::vector<int32_t> ids;
   if (tokenizer) {
+    for (uint32_t id : tokenizer->prefix()) ids.push_back(static_cast<int32_t>(id));
     for (uint32_t id : tokenizer->encode(prompt.empty() ? "\n" : prompt)) ids.push_back(static_cast<int32_t>(id));
   } else {
     for (unsigned char ch : prompt.empty() ? std::string("\n") : prompt) ids.push_back(ch);

@@ -21,14 +21,15 @@ struct SampleOptions {
   int64_t top_k = 0;         // 0: every token
   double top_p = 1.0;        // the smallest set of likeliest tokens whose probability reaches top_p
   uint64_t seed = 0;
-  int64_t stop = -1;         // a token id that ends the text (not included)
+  std::vector<int64_t> stop;  // token ids that end the text (not included)
+  std::function<void()> after_token;  // called after each token (generate's thread back-off)
 };
 
 // The logits over the vocabulary of the last position of a context, for a model that cannot run
 // on its own (a pipeline stage).
 using NextLogits = std::function<std::vector<float>(const std::vector<int32_t>& ctx)>;
 
-// Continues `prompt` by up to max_tokens ids, stopping at `stop`; once the context is full it
+// Continues `prompt` by up to max_tokens ids, stopping at any of `stop`; once the context is full it
 // slides (the last seq_len tokens, from position 0).
 // Deterministic for a given seed. Runs every layer on every rank that calls it (tensor-parallel
 // layers talk inside forward), through a key/value cache unless sequence parallelism splits the
@@ -37,7 +38,8 @@ using NextLogits = std::function<std::vector<float>(const std::vector<int32_t>& 
 std::vector<int32_t> generate_ids(model::Model& model, std::vector<int32_t> prompt, const SampleOptions& o,
                                   const NextLogits& next = {});
 
-// The same from text to text: through `tokenizer` when given, as bytes otherwise.
+// The same from text to text: through `tokenizer` when given (with the special tokens its
+// post-processor puts first, such as Llama 3's BOS), as bytes otherwise.
 std::string generate(model::Model& model, const tok::Tokenizer* tokenizer, const std::string& prompt, const SampleOptions& o,
                      const NextLogits& next = {});
 

@@ -54,6 +54,8 @@ const loom_ops* cpu() {
     t.attention_block_fwd = &cpu::attention_block_fwd;
     t.attention_block_bwd = &cpu::attention_block_bwd;
     t.attention_merge = &cpu::attention_merge;
+    t.gelu_erf_fwd = &cpu::gelu_erf_fwd;
+    t.gelu_erf_bwd = &cpu::gelu_erf_bwd;
     return t;
   }();
   return &table;

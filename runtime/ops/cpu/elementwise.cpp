@@ -77,6 +77,23 @@ void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
   }
 }
 
+// gelu_erf(x) = 0.5 x (1 + erf(x / sqrt 2)), the exact form (GPT-2's "gelu", BERT)
+void gelu_erf_fwd(float* out, const float* inp, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.f + std::erf(inp[i] * static_cast<float>(M_SQRT1_2)));
+}
+
+// d/dx gelu_erf = 0.5 (1 + erf(x / sqrt 2)) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+void gelu_erf_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
+  const float inv_sqrt_2pi = static_cast<float>(0.5 * M_2_SQRTPI * M_SQRT1_2);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float cdf = 0.5f * (1.f + std::erf(x * static_cast<float>(M_SQRT1_2)));
+    dinp[i] = dout[i] * (cdf + x * inv_sqrt_2pi * std::exp(-0.5f * x * x));
+  }
+}
+
 // out = silu(g) * u, silu(g) = g * sigmoid(g)
 void swiglu_fwd(float* out, const float* inp, int64_t N, int64_t F) {
 #pragma omp parallel for schedule(static)

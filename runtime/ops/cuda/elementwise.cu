@@ -63,6 +63,21 @@ __global__ void gelu_bwd_k(float* dinp, const float* inp, const float* dout, int
   dinp[i] = dout[i] * (0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * kGeluK * (1.f + 3.f * 0.044715f * x * x));
 }
 
+// gelu_erf(x) = 0.5 x (1 + erf(x / sqrt 2))
+__global__ void gelu_erf_fwd_k(float* out, const float* inp, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  out[i] = 0.5f * inp[i] * (1.f + erff(inp[i] * 0.7071067811865476f));
+}
+
+// d gelu_erf/dx = 0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)
+__global__ void gelu_erf_bwd_k(float* dinp, const float* inp, const float* dout, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  dinp[i] = dout[i] * (0.5f * (1.f + erff(x * 0.7071067811865476f)) + x * 0.3989422804014327f * expf(-0.5f * x * x));
+}
+
 __device__ inline float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
 // out[i, j] = silu(g) u, rows [g (F) | u (F)]
@@ -234,6 +249,10 @@ void bias_add(float* out, const float* bias, int64_t N, int64_t C) { launch(bias
 void bias_bwd(float* dbias, const float* dout, int64_t N, int64_t C) { launch(bias_bwd_k, C, dbias, dout, N, C); }
 void gelu_fwd(float* out, const float* inp, int64_t n) { launch(gelu_fwd_k, n, out, inp, n); }
 void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n) { launch(gelu_bwd_k, n, dinp, inp, dout, n); }
+void gelu_erf_fwd(float* out, const float* inp, int64_t n) { launch(gelu_erf_fwd_k, n, out, inp, n); }
+void gelu_erf_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
+  launch(gelu_erf_bwd_k, n, dinp, inp, dout, n);
+}
 void swiglu_fwd(float* out, const float* inp, int64_t N, int64_t F) { launch(swiglu_fwd_k, N * F, out, inp, N, F); }
 void swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
   launch(swiglu_bwd_k, N * F, dinp, inp, dout, N, F);

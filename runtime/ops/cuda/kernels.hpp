@@ -36,6 +36,8 @@ void bias_add(float* out, const float* bias, int64_t N, int64_t C);
 void bias_bwd(float* dbias, const float* dout, int64_t N, int64_t C);
 void gelu_fwd(float* out, const float* inp, int64_t n);
 void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n);
+void gelu_erf_fwd(float* out, const float* inp, int64_t n);
+void gelu_erf_bwd(float* dinp, const float* inp, const float* dout, int64_t n);
 void swiglu_fwd(float* out, const float* inp, int64_t N, int64_t F);
 void swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F);
 void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t D);

@@ -80,6 +80,8 @@ const loom_ops* ops() {
     t.attention_block_fwd = attention_block_fwd;
     t.attention_block_bwd = attention_block_bwd;
     t.attention_merge = attention_merge;
+    t.gelu_erf_fwd = gelu_erf_fwd;
+    t.gelu_erf_bwd = gelu_erf_bwd;
     return t;
   }();
   return &table;

@@ -22,14 +22,15 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 1
-#define LOOM_ABI_MINOR 7 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot,
+#define LOOM_ABI_MINOR 8 /* 1.1: op-table quantize, precision format policy; 1.2: pipeline slot,
                            * sharded data; 1.3: expert slot, expert gradients in the data slot;
                            * 1.4: op-table norms with eps, grouped-query attention, RoPE;
                            * 1.5: context slot, block attention and merge in the op table;
                            * 1.6: declared capabilities (data, ckpt), data-plugin state in
                            * checkpoints, the checkpoint read path, option rules and a validate
                            * hook, the placement, trace and plugins services;
-                           * 1.7: the cost entry of parallel plugins, for `loom plan` */
+                           * 1.7: the cost entry of parallel plugins, for `loom plan`;
+                           * 1.8: exact (erf) GELU in the op table */
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -265,6 +266,11 @@ typedef struct loom_ops {
    * lse' = log(exp(lse) + exp(part_lse)), out' = out exp(lse - lse') + part exp(part_lse - lse'). */
   void (*attention_merge)(float* out, float* lse, const float* part, const float* part_lse,
                           int64_t B, int64_t T, int64_t H, int64_t D);
+
+  /* ---- ABI 1.8 ---- */
+  /* GELU, exact form: out = 0.5 x (1 + erf(x / sqrt 2)) (GPT-2's "gelu", BERT). */
+  void (*gelu_erf_fwd)(float* out, const float* inp, int64_t n);
+  void (*gelu_erf_bwd)(float* dinp, const float* inp, const float* dout, int64_t n);
 } loom_ops;
 
 /* ---- the host table: everything the runtime offers a plugin (append-only) ------------------ */

@@ -1,0 +1,77 @@
+#include "cli/model_source.hpp"
+
+#include "ckpt/format.hpp"
+#include "ckpt/init_from.hpp"
+#include "core/errors.hpp"
+#include "ops/ops.hpp"
+
+namespace fs = std::filesystem;
+
+namespace loom::cli {
+
+config::Config external_model_config(const ckpt::ExternalModel& m, const std::string& where) {
+  config::Config cfg = config::Config::parse("[model]\n" + m.model_toml, where);
+  cfg.validate_runtime();
+  return cfg;
+}
+
+// A Loom checkpoint finds its tokenizer where an import put it (the checkpoint root), else the
+// run's; a Hugging Face folder holds its own; an llm.c file has none unless named.
+ModelSource open_model_source(const fs::path& src, const fs::path& tokenizer) {
+  ModelSource s{src, config::Config(), std::nullopt, tokenizer, {}};
+  const bool loom = fs::exists(src / "manifest.json") || fs::exists(src / "latest") || fs::exists(src / "metrics.jsonl");
+  if (!loom) {
+    s.external = ckpt::read_external(src);
+    s.cfg = external_model_config(*s.external, src.string());
+    if (fs::is_directory(src)) {
+      if (s.tokenizer_path.empty() && fs::exists(src / "tokenizer.json")) s.tokenizer_path = src / "tokenizer.json";
+      s.special = tok::read_special_ids(src);
+    }
+    return s;
+  }
+  const fs::path dir = ckpt::find_checkpoint(src), root = dir.parent_path();
+  s.cfg = config::Config::parse(ckpt::read_manifest(dir).config, (dir / "manifest.json").string());
+  s.cfg.validate_runtime();
+  if (s.tokenizer_path.empty()) s.tokenizer_path = fs::exists(root / "tokenizer.json") ? root / "tokenizer.json" : tok::run_tokenizer_path(s.cfg);
+  s.special = tok::read_special_ids(root);
+  return s;
+}
+
+std::unique_ptr<LoadedModel> load_model(const ModelSource& s, int64_t max_rows) {
+  const model::Config c = model::from_config(s.cfg);
+  auto m = std::make_unique<LoadedModel>(ops::cpu());
+  m->model = model::build(c, m->api, m->params, max_rows);
+  // Inference routes dropless, as evaluation and training samples do, so how the tokens are
+  // batched cannot drop one.
+  for (auto& [name, routed] : m->model->routed_layers()) routed->use_capacity(false);
+  m->params.allocate(1);
+  if (s.external)
+    ckpt::init_from(s.src, *s.external, m->params, false);
+  else
+    ckpt::init_from(s.src, m->params, false);
+  return m;
+}
+
+std::unique_ptr<tok::Tokenizer> tokenizer_for(const ModelSource& s, bool ids_only) {
+  const int64_t vocab = model::from_config(s.cfg).vocab_size;
+  if (ids_only) return nullptr;
+  if (!s.tokenizer_path.empty()) {
+    auto t = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(s.tokenizer_path));
+    if (t->vocab_size() > vocab)
+      throw UsageError("tokenizer '" + s.tokenizer_path.string() + "' has " + std::to_string(t->vocab_size()) +
+                       " tokens, more than the model's vocabulary of " + std::to_string(vocab));
+    return t;
+  }
+  if (vocab != 256)
+    throw UsageError("the model's vocabulary has " + std::to_string(vocab) +
+                     " tokens and no tokenizer was found: pass --tokenizer tokenizer.json, or --ids");
+  return nullptr;
+}
+
+std::vector<int64_t> stop_ids(const ModelSource& s, const tok::Tokenizer* tokenizer) {
+  if (!s.special.eos.empty()) return s.special.eos;
+  if (tokenizer && tokenizer->special("<|endoftext|>") >= 0) return {tokenizer->special("<|endoftext|>")};
+  return {};
+}
+
+}  // namespace loom::cli
