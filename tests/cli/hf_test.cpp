@@ -213,8 +213,8 @@ TEST_CASE("a sliding window caps seq_len at import, and a RoPE model with MLP bi
   auto m = run_loom("ckpt import " + mistral + " --out " + (f.t.path / "ck-mistral").string());
   INFO(m.out);
   CHECK(m.rc == 0);
-  CHECK(has(m.out, "sliding_window 16: seq_len is capped at it"));
-  CHECK(has(slurp(f.t.path / "ck-mistral" / "model.toml"), "seq_len = 16\n"));
+  CHECK(has(m.out, "sliding_window 48: seq_len is capped at it"));
+  CHECK(has(slurp(f.t.path / "ck-mistral" / "model.toml"), "seq_len = 48\n"));
 
   // A Llama-shaped model with biases everywhere is not exported without them.
   const std::string cfg = f.t.write("biased.toml", f.base + "[model]\npreset = \"llama-tiny\"\nbias = true\nseq_len = 64\n"

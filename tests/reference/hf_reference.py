@@ -116,7 +116,11 @@ def token_losses(model, ids):
 def greedy(model, prompt, n):
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+    out = out[0, len(prompt):].tolist()
+    eos = model.generation_config.eos_token_id
+    if out and out[-1] in (eos if isinstance(eos, list) else [eos]):
+        out = out[:-1]  # transformers keeps the eos token; the text ends before it
+    return out
 
 
 def raw_bytes(tok, ids):
@@ -161,8 +165,6 @@ def main():
             ids = tok(f.read())["input_ids"]
         prompt = tok(sys.argv[4])["input_ids"]
         out = greedy(model, prompt, 32)
-        if out and out[-1] == model.generation_config.eos_token_id:
-            out = out[:-1]  # transformers keeps the eos token; the text ends before it
         print(json.dumps({"ids": ids, "losses": token_losses(model, ids), "prompt_ids": prompt, "greedy_ids": out,
                           "greedy_hex": printable(raw_bytes(tok, out)).hex()}))
     elif cmd == "greedy":
