@@ -9,6 +9,7 @@ packages=(
   libboost-dev libboost-program-options-dev
   libopenblas-dev libopenblas-openmp-dev libomp-dev
   libpcre2-dev  # the tokenizers' Unicode pre-tokenizer patterns
+  libprotobuf-dev protobuf-compiler  # TensorBoard event files ([run] tensorboard)
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan and UBSan
   libgloo-dev libopenmpi-dev openmpi-bin
   slurmctld slurmd slurm-client
@@ -20,19 +21,19 @@ packages=(
 )
 
 # The references the tests compare against that Debian does not package (Hugging Face tokenizers,
-# transformers, safetensors), in .venv beside Debian's python3-torch (1.13: transformers 4.44 is
+# transformers, safetensors, and tensorboard, which reads back Loom's event files), in .venv beside Debian's python3-torch (1.13: transformers 4.44 is
 # the newest that runs on it). Idempotent: nothing is fetched once they import.
 python_references() {
   local root venv
   root=$(cd "$(dirname "$0")/.." && pwd)
   venv="$root/.venv"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import tokenizers, transformers, safetensors" 2>/dev/null; then
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import tokenizers, transformers, safetensors, tensorboard" 2>/dev/null; then
     echo "[install] python references present in $venv"
     return
   fi
   echo "[install] python references into $venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
-  "$venv/bin/pip" install -q "tokenizers>=0.19,<1" "transformers==4.44.2" "safetensors>=0.4"
+  "$venv/bin/pip" install -q "tokenizers>=0.19,<1" "transformers==4.44.2" "safetensors>=0.4" "tensorboard>=2.14,<3"
 }
 
 missing=()

@@ -1,5 +1,7 @@
 #include "train/metrics.hpp"
 
+#include "report/tensorboard.hpp"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -23,10 +25,13 @@ Memory process_memory() {
   return m;
 }
 
-MetricsLog::MetricsLog(const std::filesystem::path& file, bool append)
+MetricsLog::MetricsLog(const std::filesystem::path& file, bool append, const std::filesystem::path& tensorboard)
     : file_(file), out_(file, append ? std::ios::app : std::ios::trunc) {
   if (!out_) throw RuntimeError("cannot write metrics file '" + file.string() + "': " + std::strerror(errno));
+  if (!tensorboard.empty()) tensorboard_ = std::make_unique<report::TensorBoardWriter>(tensorboard);
 }
+
+MetricsLog::~MetricsLog() = default;
 
 void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields) {
   std::string line = "{";
@@ -37,6 +42,20 @@ void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields
   out_ << line << "}\n";
   out_.flush();
   if (!out_) throw RuntimeError("writing '" + file_.string() + "' failed: " + (errno ? std::strerror(errno) : "I/O error"));
+  if (tensorboard_) tensorboard_->write(fields);
+}
+
+std::string eta_suffix(double elapsed_s, int64_t done, int64_t left) {
+  if (done < 1 || left < 1) return "";
+  const double eta = elapsed_s / static_cast<double>(done) * static_cast<double>(left);
+  if (elapsed_s + eta < 60) return "";
+  const auto s = static_cast<int64_t>(eta + 0.5);
+  char b[48];
+  if (s >= 3600)
+    std::snprintf(b, sizeof b, " | eta %lldh%02lldm", (long long)(s / 3600), (long long)(s / 60 % 60));
+  else
+    std::snprintf(b, sizeof b, " | eta %lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  return b;
 }
 
 void write_checked(const std::filesystem::path& file, const std::string& text) { write_file(file, text, "file"); }

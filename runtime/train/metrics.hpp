@@ -4,9 +4,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace loom::report {
+class TensorBoardWriter;
+}
 
 namespace loom::train {
 
@@ -18,15 +23,22 @@ Memory process_memory();
 
 class MetricsLog {
  public:
-  // Truncates for a new run; a resumed run appends to what it continues.
-  MetricsLog(const std::filesystem::path& file, bool append);
+  // Truncates for a new run; a resumed run appends to what it continues. With `tensorboard`, the
+  // same lines also go to TensorBoard events in that directory.
+  MetricsLog(const std::filesystem::path& file, bool append, const std::filesystem::path& tensorboard = {});
+  ~MetricsLog();
   // Appends {"k": v, ...}; values are numbers, written with enough digits to round-trip.
   void write(const std::vector<std::pair<std::string, double>>& fields);
 
  private:
   std::filesystem::path file_;
   std::ofstream out_;
+  std::unique_ptr<report::TensorBoardWriter> tensorboard_;
 };
+
+// " | eta 12m05s" for a step line: `left` steps at the mean time of the `done` ones so far (evaluations
+// and checkpoints included); empty for a run shorter than a minute, and at its last step.
+std::string eta_suffix(double elapsed_s, int64_t done, int64_t left);
 
 // Writes `text` to `file` (truncating), or throws naming the file and the OS's reason: a full disk
 // must fail the run, not leave it half-written and "done".

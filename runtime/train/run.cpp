@@ -173,7 +173,8 @@ void Run::start_reporters() {
     write_checked(run_dir_ / "config.toml", cfg_.render(sel_.schemas));
     write_plugins_record(run_dir_, sel_);
     if (!links_.empty()) write_links(run_dir_, hosts_.of_rank[0], links_);
-    log_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", first_step_ > 1);
+    log_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", first_step_ > 1,
+                                        run_.tensorboard ? run_dir_ / "tensorboard" : fs::path());
   }
   peak_ = device_peak(device_, precision_ ? precision_->name() : "fp32", threads_, run_.peak_gflops);
   flops_per_token_ = mc_.flops_per_token();

@@ -136,6 +136,8 @@ class Run {
 
   int64_t current_step_ = 0;  // for the named fault points reached from inside backward
   int64_t skipped_steps_ = 0;
+  std::chrono::steady_clock::time_point first_report_;  // when this run's first step reported (for the ETA)
+  std::string eta_text(int64_t step);
   std::vector<int32_t> tok_, tgt_;
   std::vector<int64_t> offsets_;
 };

@@ -16,6 +16,7 @@ config::SectionSpec run_section() {
       {"threads", ValueType::Int, "0", "CPU threads for kernels; 0 = all cores, fewer while other processes keep some busy (one rank per machine)", 0, 4096},
       {"log_every", ValueType::Int, "1", "print a step line every N steps", 1, kInf},
       {"peak_gflops", ValueType::Float, "0", "device peak for MFU; 0 = table or measured", 0, kInf},
+      {"tensorboard", ValueType::Bool, "false", "also write the metrics as TensorBoard events, in <run dir>/tensorboard"},
       {"profile_layer", ValueType::Bool, "false", "time block 0 segment by segment over the training steps (not evaluation or samples); table at the end"},
       {"trace", ValueType::Bool, "false", "write a Chrome trace-event JSON per rank (run dir/trace/rank<N>.json)"},
   }};
@@ -31,6 +32,7 @@ RunSettings read_run(const config::Config& cfg) {
   r.log_every = cfg.i64("run.log_every");
   r.peak_gflops = cfg.f64("run.peak_gflops");
   r.profile_layer = cfg.boolean("run.profile_layer");
+  r.tensorboard = cfg.boolean("run.tensorboard");
   r.trace = cfg.boolean("run.trace");
   return r;
 }

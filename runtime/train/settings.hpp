@@ -18,7 +18,7 @@ struct RunSettings {
   int threads;  // 0 = all cores, adaptive on one rank per machine
   int64_t log_every;
   double peak_gflops;
-  bool profile_layer, trace;
+  bool profile_layer, trace, tensorboard;
 };
 RunSettings read_run(const config::Config& cfg);
 

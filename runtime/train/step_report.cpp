@@ -40,12 +40,20 @@ void Run::report(int64_t step, const StepResult& r, double step_s, const PipeSte
   sum.last_step = step;
   sum.skipped_steps = skipped_steps_;
   if (!lead_) return;
+  const std::string eta = eta_text(step);
   if (step % s_.log_every == 0 || step == last_step_ || !val_text.empty())
-    std::printf("step %5lld/%lld | loss %.4f%s | grad %.3f | lr %.2e | %s tok/s | mfu %.1f%% | %.0f ms | mem %.0f MiB\n",
+    std::printf("step %5lld/%lld | loss %.4f%s | grad %.3f | lr %.2e | %s tok/s | mfu %.1f%% | %.0f ms | mem %.0f MiB%s\n",
                 (long long)step, (long long)s_.steps, r.loss, val_text.c_str(), r.grad_norm, r.lr,
                 human_count(value_of(fields, "tokens_per_s")).c_str(), value_of(fields, "mfu") * 100, step_s * 1e3,
-                value_of(fields, "mem_bytes") / 1048576.0);
+                value_of(fields, "mem_bytes") / 1048576.0, eta.c_str());
   std::fflush(stdout);
+}
+
+// The ETA from the first step's report: the steps left at the mean wall time per step so far.
+std::string Run::eta_text(int64_t step) {
+  const auto now = std::chrono::steady_clock::now();
+  if (step == first_step_) first_report_ = now;
+  return eta_suffix(std::chrono::duration<double>(now - first_report_).count(), step - first_step_, last_step_ - step);
 }
 
 // Every run's fields; the slots' own follow (runtime/train/report_fields.hpp).
