@@ -69,6 +69,10 @@ void check_attention(const GptConfig& g) {
 }
 
 void check_positions(const GptConfig& g) {
+  if (g.sliding_window > 0 && g.seq_len > g.sliding_window)
+    throw ConfigError("[model] seq_len = " + std::to_string(g.seq_len) + " is more than sliding_window = " +
+                      std::to_string(g.sliding_window) + ": Loom attends over whole sequences, so a context longer than "
+                      "the window would not be this model's attention");
   if (g.learned_positions() && g.seq_len > g.max_positions)
     throw ConfigError("[model] seq_len = " + std::to_string(g.seq_len) + " is more than max_positions = " +
                       std::to_string(g.max_positions) + ": the learned position table has no row for it");
@@ -170,6 +174,7 @@ GptConfig from_config(const config::Config& cfg) {
   g.positions = cfg.str("model.positions");
   g.max_positions = cfg.i64("model.max_positions");
   if (g.max_positions == 0) g.max_positions = g.seq_len;
+  g.sliding_window = cfg.i64("model.sliding_window");
   g.rope_theta = cfg.f64("model.rope_theta");
   g.rope_scaling.type = cfg.str("model.rope_scaling.type");
   g.rope_scaling.factor = cfg.f64("model.rope_scaling.factor");
@@ -251,6 +256,8 @@ std::vector<config::SectionSpec> model_sections() {
       {"positions", ValueType::String, "\"learned\"", "learned (a table of max_positions rows) | rope | none",
        -kInf, kInf, {"learned", "rope", "none"}},
       {"max_positions", ValueType::Int, "0", "rows of the learned position table; 0 = seq_len", 0, 1 << 20},
+      {"sliding_window", ValueType::Int, "0",
+       "the attention window of a model trained with one (Mistral); seq_len may not exceed it; 0 = none", 0, 1 << 20},
       {"rope_theta", ValueType::Float, "10000.0", "RoPE base: 10000 (GPT-NeoX, Llama 2), 500000 (Llama 3)", -kInf, kInf},
       {"norm", ValueType::String, "\"layernorm\"", "layernorm | rmsnorm", -kInf, kInf,
        {"layernorm", "rmsnorm"}},

@@ -18,6 +18,9 @@ struct GptConfig {
   int64_t vocab_size = 256, seq_len = 64;
   std::string positions = "learned";  // learned | rope | none
   int64_t max_positions = 0;          // rows of the learned table (>= seq_len)
+  // A window the model was trained with (Mistral): within it, whole-sequence attention is the
+  // same, so seq_len may not exceed it. 0 = none.
+  int64_t sliding_window = 0;
   double rope_theta = 10000.0;
   // Llama 3.1's RoPE frequency scaling ([model.rope_scaling]); type "none" = off.
   struct RopeScaling {

@@ -152,7 +152,8 @@ ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& c
   // Sliding-window attention (Mistral; Qwen2 with use_sliding_window) is full causal attention
   // over a sequence no longer than the window: seq_len is capped there, so the import is exact.
   const int64_t window = field<int64_t>(c, "sliding_window", 0, cfg);
-  if (window > 0 && field<bool>(c, "use_sliding_window", true, cfg) && window < seq) {
+  const bool windowed = window > 0 && field<bool>(c, "use_sliding_window", true, cfg);
+  if (windowed && window < seq) {
     std::fprintf(stderr, "loom: note: %s: sliding_window %lld: seq_len is capped at it (Loom attends over whole sequences)\n",
                  cfg.c_str(), static_cast<long long>(window));
     seq = window;
@@ -161,6 +162,7 @@ ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& c
                      toml_line("n_kv_head", std::to_string(Hkv)) + toml_line("d_model", std::to_string(C)) +
                      toml_line("d_ff", std::to_string(F)) + toml_line("vocab_size", std::to_string(V)) +
                      toml_line("seq_len", std::to_string(seq)) +
+                     (windowed ? toml_line("sliding_window", std::to_string(window)) : "") +
                      toml_line("positions", "\"rope\"") + toml_line("rope_theta", num(field(c, "rope_theta", 10000.0, cfg))) +
                      toml_line("norm", "\"rmsnorm\"") + toml_line("norm_eps", num(field(c, "rms_norm_eps", 1e-6, cfg))) +
                      toml_line("mlp", "\"swiglu\"") + toml_line("bias", "false") +

@@ -197,3 +197,62 @@ TEST_CASE("a Loom-trained model exported for transformers works in a plain scrip
     CHECK(script["pipeline"].get<std::string>() == "the quick" + script["generate"].get<std::string>());
   }
 }
+
+TEST_CASE("loom eval --data gives transformers' mean loss over the windows of a split, and --logits its logits") {
+  TempDir t;
+  const std::string hf = (t.path / "gpt2").string(), data = (t.path / "d").string();
+  std::string text;
+  for (int i = 0; i < 8; ++i) text += "line " + std::to_string(i) + ": the quick brown fox jumps over the lazy dog\n";
+  const std::string file = t.write("text.txt", text);
+  REQUIRE(sh(kReference + "make gpt2 " + hf).rc == 0);
+  REQUIRE(run_loom("data prepare --val-fraction 0 --text " + file + " --out " + data).rc == 0);
+  // 3 windows a forward: the last forward is partial.
+  const std::string logits = (t.path / "logits.safetensors").string();
+  auto eval = run_loom("eval " + hf + " --data " + data + " --split train --batch 3 --logits 5 --logits-out " + logits);
+  INFO(eval.out);
+  REQUIRE(eval.rc == 0);
+  const size_t at = eval.out.find("mean loss ");
+  REQUIRE(at != std::string::npos);
+  CHECK(has(eval.out, "train: " + std::to_string((text.size() - 1) / 64) + " windows of 64 tokens"));
+  const double got = std::stod(eval.out.substr(at + 10));
+  const double want = std::stod(last_line(sh(kReference + "windows " + hf + " " + file + " 64").out));
+  INFO("Loom " << got << ", transformers " << want);
+  CHECK(std::abs(got - want) <= 1e-6 * want);
+  const double diff = std::stod(last_line(sh(kReference + "logits " + hf + " " + file + " 5 " + logits).out));
+  INFO("largest logit difference " << diff);
+  CHECK(diff < 1e-4);
+
+  auto neither = run_loom("eval " + hf);
+  CHECK(neither.rc == 2);
+  CHECK(has(neither.out, "give one of --data DIR and --text FILE"));
+  auto no_split = run_loom("eval " + hf + " --data " + data);  // prepared without a val split
+  CHECK(no_split.rc == 1);
+  CHECK(has(no_split.out, "no val shards (*val*.bin) in '" + data + "'"));
+}
+
+TEST_CASE("an llm.c model imported with --tokenizer keeps it: generate finds it beside the checkpoint") {
+  TempDir t;
+  const std::string hf = (t.path / "gpt2").string(), bin = (t.path / "model.bin").string(), ck = (t.path / "ck").string();
+  REQUIRE(sh(kReference + "make gpt2 " + hf).rc == 0);
+  REQUIRE(sh(kReference + "llmc " + hf + " " + bin).rc == 0);
+  const std::string corpus = t.write("c.txt", "the quick brown fox jumps over the lazy dog\n");
+  const std::string data = (t.path / "d").string();
+  REQUIRE(run_loom("data prepare --val-fraction 0 --text " + corpus + " --out " + data + " --train-tokenizer --vocab-size 257").rc == 0);
+  auto too_big = run_loom("ckpt import " + bin + " --out " + ck + " --tokenizer " + (fs::path(data) / "tokenizer.json").string());
+  INFO(too_big.out);  // 256 tokens and <|endoftext|>: one more than the model has
+  CHECK(too_big.rc == 2);
+  CHECK(has(too_big.out, "tokens, more than the model's vocabulary of 256"));
+  CHECK_FALSE(fs::exists(ck));
+  // The byte-level tokenizer an export writes for a 256-token model is one the import takes.
+  REQUIRE(run_loom("ckpt import " + bin + " --out " + (t.path / "plain").string()).rc == 0);
+  REQUIRE(run_loom("ckpt export " + (t.path / "plain").string() + " --format hf --out " + (t.path / "hf2").string()).rc == 0);
+  auto imp = run_loom("ckpt import " + bin + " --out " + ck + " --tokenizer " + (t.path / "hf2" / "tokenizer.json").string());
+  INFO(imp.out);
+  REQUIRE(imp.rc == 0);
+  CHECK(fs::exists(fs::path(ck) / "tokenizer.json"));
+  auto with = run_loom("generate " + ck + " --prompt 'the quick' --temperature 0 --max-tokens 8");
+  auto bytes = run_loom("generate " + bin + " --prompt 'the quick' --temperature 0 --max-tokens 8");
+  INFO(with.out << bytes.out);
+  REQUIRE(with.rc == 0);
+  CHECK(with.out == bytes.out);  // the byte tokenizer maps each byte to itself
+}

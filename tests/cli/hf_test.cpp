@@ -215,6 +215,12 @@ TEST_CASE("a sliding window caps seq_len at import, and a RoPE model with MLP bi
   CHECK(m.rc == 0);
   CHECK(has(m.out, "sliding_window 48: seq_len is capped at it"));
   CHECK(has(slurp(f.t.path / "ck-mistral" / "model.toml"), "seq_len = 48\n"));
+  CHECK(has(slurp(f.t.path / "ck-mistral" / "model.toml"), "sliding_window = 48\n"));
+  // A longer context than the window is refused: it would not be this model's attention.
+  const std::string longer = f.t.write("longer.toml", f.base + slurp(f.t.path / "ck-mistral" / "model.toml"));
+  auto l = run_loom("train " + longer + " --set model.seq_len=64 --set model.init_from=" + (f.t.path / "ck-mistral").string());
+  CHECK(l.rc == 2);
+  CHECK(has(l.out, "[model] seq_len = 64 is more than sliding_window = 48"));
 
   // A Llama-shaped model with biases everywhere is not exported without them.
   const std::string cfg = f.t.write("biased.toml", f.base + "[model]\npreset = \"llama-tiny\"\nbias = true\nseq_len = 64\n"

@@ -8,6 +8,8 @@
   greedy DIR TEXT N            N greedily decoded token ids after the bytes of TEXT
   reference DIR TEXT P...      JSON: per-token losses of TEXT's bytes, 32 greedy ids after each prompt's bytes
   reference-text DIR TEXT P    JSON: the same through the folder's tokenizer (ids, losses, greedy text)
+  windows DIR TEXT T           mean loss over the side-by-side windows of T + 1 bytes of TEXT
+  logits DIR TEXT N FILE       the largest |difference| between FILE's logits [N, V] and transformers' for TEXT
 """
 import json
 import struct
@@ -167,6 +169,20 @@ def main():
         out = greedy(model, prompt, 32)
         print(json.dumps({"ids": ids, "losses": token_losses(model, ids), "prompt_ids": prompt, "greedy_ids": out,
                           "greedy_hex": printable(raw_bytes(tok, out)).hex()}))
+    elif cmd == "windows":  # DIR TEXT T: mean loss over the windows [iT, iT + T] of TEXT's bytes, side by side
+        model = AutoModelForCausalLM.from_pretrained(sys.argv[2], torch_dtype=torch.float32).eval()
+        ids, T = ids_of(sys.argv[3]), int(sys.argv[4])
+        losses = [l for i in range((len(ids) - 1) // T) for l in token_losses(model, ids[i * T:i * T + T + 1])]
+        print("%.9g" % (sum(losses) / len(losses)))
+    elif cmd == "logits":  # DIR TEXT N FILE: the largest difference between FILE's logits and transformers'
+        from safetensors.torch import load_file
+        model = AutoModelForCausalLM.from_pretrained(sys.argv[2], torch_dtype=torch.float32).eval()
+        n, ids = int(sys.argv[4]), ids_of(sys.argv[3])
+        with torch.no_grad():
+            want = model(torch.tensor([ids[:model.config.max_position_embeddings]])).logits[0, :n]
+        got = load_file(sys.argv[5])["logits"]
+        assert got.shape == want.shape, (got.shape, want.shape)
+        print("%.9g" % (got - want).abs().max().item())
     elif cmd == "greedy":
         model = AutoModelForCausalLM.from_pretrained(sys.argv[2], torch_dtype=torch.float32).eval()
         ids = torch.tensor([ids_of(sys.argv[3])])
