@@ -12,13 +12,9 @@
 
 namespace loom::train {
 
-namespace {
-constexpr int64_t kEvery = 5;  // steps between two looks at the machine
-}
-
-ThreadPolicy::ThreadPolicy(std::string device, int threads, bool adaptive, bool verbose)
+ThreadPolicy::ThreadPolicy(std::string device, int threads, bool adaptive, bool verbose, int64_t every, double min_window_s)
     : device_(std::move(device)), max_threads_(threads), threads_(threads), adaptive_(adaptive && threads > 1),
-      verbose_(verbose), last_(sample()) {}
+      verbose_(verbose), every_(every), min_window_s_(min_window_s), last_(sample()) {}
 
 // /proc/stat's first line: jiffies of all cores in user, nice, system, idle, iowait, irq,
 // softirq, steal; busy = all but idle and iowait.
@@ -39,7 +35,8 @@ ThreadPolicy::Sample ThreadPolicy::sample() {
 }
 
 int ThreadPolicy::after_step() {
-  if (!adaptive_ || ++steps_ % kEvery != 0) return threads_;
+  if (!adaptive_ || ++steps_ % every_ != 0) return threads_;
+  if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last_.wall).count() < min_window_s_) return threads_;
   const Sample now = sample();
   const double wall = std::chrono::duration<double>(now.wall - last_.wall).count();
   // Cores other processes kept busy over the window (our own spinning threads are ours).
@@ -49,7 +46,7 @@ int ThreadPolicy::after_step() {
   if (want != threads_) {
     if (verbose_)
       std::printf("threads: %d -> %d (other processes kept %.1f of %d cores busy over the last %lld steps)\n", threads_,
-                  want, others, max_threads_, static_cast<long long>(kEvery));
+                  want, others, max_threads_, static_cast<long long>(every_));
     threads_ = ops::set_threads(device_, want);
   }
   return threads_;

@@ -17,7 +17,9 @@ class ThreadPolicy {
  public:
   // adaptive: [run] threads = 0 on a machine with one rank (with several ranks per node the
   // other ranks are "other processes" too, so the count stays fixed); threads: the count now.
-  ThreadPolicy(std::string device, int threads, bool adaptive, bool verbose);
+  // It looks every `every` steps, once `min_window_s` has passed since the last look (/proc/stat
+  // counts in 10 ms ticks, so short steps, such as generated tokens, need a longer window).
+  ThreadPolicy(std::string device, int threads, bool adaptive, bool verbose, int64_t every = 5, double min_window_s = 0);
   // After each step; may change the thread count for the next ones. Returns the count in use.
   int after_step();
 
@@ -30,7 +32,8 @@ class ThreadPolicy {
   std::string device_;
   int max_threads_, threads_;
   bool adaptive_, verbose_;
-  int64_t steps_ = 0;
+  int64_t steps_ = 0, every_;
+  double min_window_s_;
   Sample last_;
 };
 
