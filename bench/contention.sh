@@ -22,22 +22,13 @@ cat > "$work/demo.toml" <<TOML
 [run]
 peak_gflops = 50
 log_every = 1000
-[model]
-n_layer = 4
-n_head = 4
-d_model = 128
-seq_len = 128
-vocab_size = 1024
-[data]
-dir = "$work/data"
+$(bench_demo_model "$work")
 [train]
 steps = $((steps + 3))
 global_batch = 16
 eval_every = 0
 TOML
 
-busy=()
-start_busy() { for _ in $(seq "$1"); do sh -c 'while :; do :; done' & busy+=($!); done; }
 start_bursty() {
   python3 -c '
 import random, time
@@ -49,7 +40,6 @@ while True:
     time.sleep(random.uniform(0.02, 0.2))' &
   busy+=($!)
 }
-stop_busy() { for p in "${busy[@]}"; do kill "$p" 2>/dev/null || true; done; wait "${busy[@]}" 2>/dev/null || true; busy=(); }
 trap 'stop_busy; rm -rf "$work"' EXIT
 
 loom_step() {  # median step_ms after 3 warm-up steps, and max / median

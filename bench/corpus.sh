@@ -26,3 +26,13 @@ bench_workdir() {
 bench_run_section() {
   printf '[run]\nthreads = 1\npeak_gflops = 50\nlog_every = 1000\n'
 }
+
+# The demo model's [model] section (configs/demo.toml's shape) and its [data] in WORK.
+bench_demo_model() {
+  printf '[model]\nn_layer = 4\nn_head = 4\nd_model = 128\nseq_len = 128\nvocab_size = 1024\n[data]\ndir = "%s/data"\n' "$1"
+}
+
+# Processes that keep cores busy beside a measurement: start_busy N spins N shells; stop_busy ends them.
+busy=()
+start_busy() { for _ in $(seq "$1"); do sh -c 'while :; do :; done' & busy+=($!); done; }
+stop_busy() { for p in "${busy[@]}"; do kill "$p" 2>/dev/null || true; done; wait "${busy[@]}" 2>/dev/null || true; busy=(); }

@@ -14,14 +14,7 @@ cores=$(nproc)
 
 cat > "$work/demo.toml" <<TOML
 $(bench_run_section)
-[model]
-n_layer = 4
-n_head = 4
-d_model = 128
-seq_len = 128
-vocab_size = 1024
-[data]
-dir = "$work/data"
+$(bench_demo_model "$work")
 [train]
 steps = 1
 global_batch = 2
@@ -34,9 +27,6 @@ dir = "$work/ckpt"
 TOML
 "$build/bin/loom" train "$work/demo.toml" --run-dir "$work/run" > /dev/null
 
-busy=()
-start_busy() { for _ in $(seq "$1"); do sh -c 'while :; do :; done' & busy+=($!); done; }
-stop_busy() { for p in "${busy[@]}"; do kill "$p" 2>/dev/null || true; done; wait "${busy[@]}" 2>/dev/null || true; busy=(); }
 trap 'stop_busy; rm -rf "$work"' EXIT
 
 tok_per_s() {  # the better of 3 runs: tokens / wall seconds

@@ -131,26 +131,37 @@ std::vector<float> stacked(const HfTensors& t, const std::vector<std::pair<std::
   return out;
 }
 
-ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& cfg) {
-  const int64_t L = key_i64(c, "num_hidden_layers", cfg), H = key_i64(c, "num_attention_heads", cfg);
-  const int64_t C = key_i64(c, "hidden_size", cfg), F = key_i64(c, "intermediate_size", cfg);
-  const int64_t V = key_i64(c, "vocab_size", cfg);
-  const int64_t Hkv = positive(field<int64_t>(c, "num_key_value_heads", H, cfg), "num_key_value_heads", cfg.string() + ": config.json's");
-  const int64_t Q = positive(field<int64_t>(c, "head_dim", C / H, cfg), "head_dim", cfg.string() + ": config.json's");
-  const int64_t Vp = (V + 63) / 64 * 64;
-  if (Q * H != C) throw RuntimeError(cfg.string() + ": head_dim " + std::to_string(Q) + " x heads != hidden_size (not supported)");
-  const bool tied = field(c, "tie_word_embeddings", false, cfg);
+// The shape of a Llama-family config.json, with what Loom cannot compute refused by name.
+struct LlamaShape {
+  int64_t L, H, C, F, V, Hkv, Q;
+  bool tied, qwen2, qkv_bias, proj_bias;
+  std::string family;  // "Llama", "Mistral", "Qwen2"
+};
+
+LlamaShape llama_shape(const json& c, const fs::path& cfg) {
+  LlamaShape s{};
+  s.L = key_i64(c, "num_hidden_layers", cfg), s.H = key_i64(c, "num_attention_heads", cfg);
+  s.C = key_i64(c, "hidden_size", cfg), s.F = key_i64(c, "intermediate_size", cfg), s.V = key_i64(c, "vocab_size", cfg);
+  s.Hkv = positive(field<int64_t>(c, "num_key_value_heads", s.H, cfg), "num_key_value_heads", cfg.string() + ": config.json's");
+  s.Q = positive(field<int64_t>(c, "head_dim", s.C / s.H, cfg), "head_dim", cfg.string() + ": config.json's");
+  if (s.Q * s.H != s.C) throw RuntimeError(cfg.string() + ": head_dim " + std::to_string(s.Q) + " x heads != hidden_size (not supported)");
+  s.tied = field(c, "tie_word_embeddings", false, cfg);
   // Qwen2 has q/k/v biases and no output bias; Llama's attention_bias puts biases on all four.
-  const bool qwen2 = field<std::string>(c, "model_type", "", cfg) == "qwen2";
-  const bool qkv_bias = qwen2 || field(c, "attention_bias", false, cfg), proj_bias = !qwen2 && qkv_bias;
+  const std::string type = field<std::string>(c, "model_type", "", cfg);
+  s.qwen2 = type == "qwen2";
+  s.qkv_bias = s.qwen2 || field(c, "attention_bias", false, cfg), s.proj_bias = !s.qwen2 && s.qkv_bias;
+  s.family = s.qwen2 ? "Qwen2" : type == "mistral" ? "Mistral" : "Llama";
   if (field(c, "mlp_bias", false, cfg)) throw RuntimeError(cfg.string() + ": \"mlp_bias\": true is not supported");
   const std::string act = field<std::string>(c, "hidden_act", "silu", cfg);
   if (act != "silu") throw RuntimeError(cfg.string() + ": \"hidden_act\": \"" + act + "\" is not supported (Loom's swiglu gates with silu)");
-  Builder b;
-  b.m.source = std::string("Hugging Face ") + (qwen2 ? "Qwen2" : field<std::string>(c, "model_type", "", cfg) == "mistral" ? "Mistral" : "Llama");
+  return s;
+}
+
+// The [model] keys. Sliding-window attention (Mistral; Qwen2 with use_sliding_window) is full
+// causal attention over a sequence no longer than the window: seq_len is capped there, so the
+// import is exact, and [model] sliding_window keeps a later config from going past it.
+std::string llama_model_toml(const json& c, const LlamaShape& s, const fs::path& cfg) {
   int64_t seq = std::min<int64_t>(field<int64_t>(c, "max_position_embeddings", 2048, cfg), 8192);
-  // Sliding-window attention (Mistral; Qwen2 with use_sliding_window) is full causal attention
-  // over a sequence no longer than the window: seq_len is capped there, so the import is exact.
   const int64_t window = field<int64_t>(c, "sliding_window", 0, cfg);
   const bool windowed = window > 0 && field<bool>(c, "use_sliding_window", true, cfg);
   if (windowed && window < seq) {
@@ -158,59 +169,69 @@ ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& c
                  cfg.c_str(), static_cast<long long>(window));
     seq = window;
   }
-  std::string toml = toml_line("n_layer", std::to_string(L)) + toml_line("n_head", std::to_string(H)) +
-                     toml_line("n_kv_head", std::to_string(Hkv)) + toml_line("d_model", std::to_string(C)) +
-                     toml_line("d_ff", std::to_string(F)) + toml_line("vocab_size", std::to_string(V)) +
+  std::string toml = toml_line("n_layer", std::to_string(s.L)) + toml_line("n_head", std::to_string(s.H)) +
+                     toml_line("n_kv_head", std::to_string(s.Hkv)) + toml_line("d_model", std::to_string(s.C)) +
+                     toml_line("d_ff", std::to_string(s.F)) + toml_line("vocab_size", std::to_string(s.V)) +
                      toml_line("seq_len", std::to_string(seq)) +
                      (windowed ? toml_line("sliding_window", std::to_string(window)) : "") +
                      toml_line("positions", "\"rope\"") + toml_line("rope_theta", num(field(c, "rope_theta", 10000.0, cfg))) +
                      toml_line("norm", "\"rmsnorm\"") + toml_line("norm_eps", num(field(c, "rms_norm_eps", 1e-6, cfg))) +
                      toml_line("mlp", "\"swiglu\"") + toml_line("bias", "false") +
-                     toml_line("attention_bias", qwen2 ? "\"qkv\"" : qkv_bias ? "\"all\"" : "\"none\"") +
-                     toml_line("tied_embeddings", tied ? "true" : "false");
-  if (c.contains("rope_scaling") && c["rope_scaling"].is_object()) {
-    const json& r = c["rope_scaling"];
-    const std::string type = field<std::string>(r, "rope_type", field<std::string>(r, "type", "?", cfg), cfg);
-    if (type != "llama3")
-      throw RuntimeError(cfg.string() + ": rope_scaling type \"" + type + "\" is not supported (llama3 is)");
-    toml += "[model.rope_scaling]\n" + toml_line("type", "\"llama3\"") + toml_line("factor", num(field(r, "factor", 8.0, cfg))) +
-            toml_line("low_freq_factor", num(field(r, "low_freq_factor", 1.0, cfg))) +
-            toml_line("high_freq_factor", num(field(r, "high_freq_factor", 4.0, cfg))) +
-            toml_line("original_max_position",
-                      std::to_string(field<int64_t>(r, "original_max_position_embeddings", 8192, cfg)));
+                     toml_line("attention_bias", s.qwen2 ? "\"qkv\"" : s.qkv_bias ? "\"all\"" : "\"none\"") +
+                     toml_line("tied_embeddings", s.tied ? "true" : "false");
+  if (!c.contains("rope_scaling") || !c["rope_scaling"].is_object()) return toml;
+  const json& r = c["rope_scaling"];
+  const std::string type = field<std::string>(r, "rope_type", field<std::string>(r, "type", "?", cfg), cfg);
+  if (type != "llama3") throw RuntimeError(cfg.string() + ": rope_scaling type \"" + type + "\" is not supported (llama3 is)");
+  return toml + "[model.rope_scaling]\n" + toml_line("type", "\"llama3\"") + toml_line("factor", num(field(r, "factor", 8.0, cfg))) +
+         toml_line("low_freq_factor", num(field(r, "low_freq_factor", 1.0, cfg))) +
+         toml_line("high_freq_factor", num(field(r, "high_freq_factor", 4.0, cfg))) +
+         toml_line("original_max_position", std::to_string(field<int64_t>(r, "original_max_position_embeddings", 8192, cfg)));
+}
+
+// One layer's attention: Loom's fused [q | k | v] (multi-head) or q and [k | v] (grouped-query),
+// with the biases the shape has.
+void put_llama_attention(const HfTensors& t, const LlamaShape& s, const std::string& h, const std::string& o, Builder& b) {
+  const int64_t C = s.C, H = s.H, Hkv = s.Hkv, Q = s.Q;
+  if (Hkv == H) {
+    b.put(o + "attn.qkv.w", {3 * C, C},
+          stacked(t, {{h + "self_attn.q_proj.weight", {C, C}}, {h + "self_attn.k_proj.weight", {C, C}},
+                      {h + "self_attn.v_proj.weight", {C, C}}}));
+    if (s.qkv_bias)
+      b.put(o + "attn.qkv.b", {3 * C},
+            stacked(t, {{h + "self_attn.q_proj.bias", {C}}, {h + "self_attn.k_proj.bias", {C}}, {h + "self_attn.v_proj.bias", {C}}}));
+  } else {
+    b.put(o + "attn.q.w", {H * Q, C}, t.get(h + "self_attn.q_proj.weight", {H * Q, C}));
+    b.put(o + "attn.kv.w", {2 * Hkv * Q, C},
+          stacked(t, {{h + "self_attn.k_proj.weight", {Hkv * Q, C}}, {h + "self_attn.v_proj.weight", {Hkv * Q, C}}}));
+    if (s.qkv_bias) {
+      b.put(o + "attn.q.b", {H * Q}, t.get(h + "self_attn.q_proj.bias", {H * Q}));
+      b.put(o + "attn.kv.b", {2 * Hkv * Q},
+            stacked(t, {{h + "self_attn.k_proj.bias", {Hkv * Q}}, {h + "self_attn.v_proj.bias", {Hkv * Q}}}));
+    }
   }
-  b.m.model_toml = toml;
+  b.put(o + "attn.proj.w", {C, H * Q}, t.get(h + "self_attn.o_proj.weight", {C, H * Q}));
+  if (s.proj_bias) b.put(o + "attn.proj.b", {C}, t.get(h + "self_attn.o_proj.bias", {C}));
+}
+
+ExternalModel read_hf_llama(const json& c, const HfTensors& t, const fs::path& cfg) {
+  const LlamaShape s = llama_shape(c, cfg);
+  const int64_t C = s.C, F = s.F, V = s.V, Vp = (V + 63) / 64 * 64;
+  Builder b;
+  b.m.source = "Hugging Face " + s.family;
+  b.m.model_toml = llama_model_toml(c, s, cfg);
   b.put("wte", {Vp, C}, pad_rows(t.get("model.embed_tokens.weight", {V, C}), C, Vp));
-  for (int64_t i = 0; i < L; ++i) {
+  for (int64_t i = 0; i < s.L; ++i) {
     const std::string h = "model.layers." + std::to_string(i) + ".", o = "h" + std::to_string(i) + ".";
     b.put(o + "ln1.w", {C}, t.get(h + "input_layernorm.weight", {C}));
-    if (Hkv == H) {  // multi-head: Loom's fused [q | k | v] weight
-      b.put(o + "attn.qkv.w", {3 * C, C},
-            stacked(t, {{h + "self_attn.q_proj.weight", {C, C}}, {h + "self_attn.k_proj.weight", {C, C}},
-                        {h + "self_attn.v_proj.weight", {C, C}}}));
-      if (qkv_bias)
-        b.put(o + "attn.qkv.b", {3 * C},
-              stacked(t, {{h + "self_attn.q_proj.bias", {C}}, {h + "self_attn.k_proj.bias", {C}},
-                          {h + "self_attn.v_proj.bias", {C}}}));
-    } else {
-      b.put(o + "attn.q.w", {H * Q, C}, t.get(h + "self_attn.q_proj.weight", {H * Q, C}));
-      b.put(o + "attn.kv.w", {2 * Hkv * Q, C},
-            stacked(t, {{h + "self_attn.k_proj.weight", {Hkv * Q, C}}, {h + "self_attn.v_proj.weight", {Hkv * Q, C}}}));
-      if (qkv_bias) {
-        b.put(o + "attn.q.b", {H * Q}, t.get(h + "self_attn.q_proj.bias", {H * Q}));
-        b.put(o + "attn.kv.b", {2 * Hkv * Q},
-              stacked(t, {{h + "self_attn.k_proj.bias", {Hkv * Q}}, {h + "self_attn.v_proj.bias", {Hkv * Q}}}));
-      }
-    }
-    b.put(o + "attn.proj.w", {C, H * Q}, t.get(h + "self_attn.o_proj.weight", {C, H * Q}));
-    if (proj_bias) b.put(o + "attn.proj.b", {C}, t.get(h + "self_attn.o_proj.bias", {C}));
+    put_llama_attention(t, s, h, o, b);
     b.put(o + "ln2.w", {C}, t.get(h + "post_attention_layernorm.weight", {C}));
     b.put(o + "mlp.fc.w", {2 * F, C}, stacked(t, {{h + "mlp.gate_proj.weight", {F, C}}, {h + "mlp.up_proj.weight", {F, C}}}));
     b.put(o + "mlp.proj.w", {C, F}, t.get(h + "mlp.down_proj.weight", {C, F}));
   }
   b.put("ln_f.w", {C}, t.get("model.norm.weight", {C}));
-  if (!tied) b.put("lm_head.w", {Vp, C}, pad_rows(t.get("lm_head.weight", {V, C}), C, Vp));
-  t.check_all_used(b.m.source.substr(13), tied);
+  if (!s.tied) b.put("lm_head.w", {Vp, C}, pad_rows(t.get("lm_head.weight", {V, C}), C, Vp));
+  t.check_all_used(s.family, s.tied);
   return b.m;
 }
 

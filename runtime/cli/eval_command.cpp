@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 
 #include "ckpt/safetensors.hpp"
 #include "cli/model_source.hpp"
@@ -39,10 +38,7 @@ std::vector<int32_t> text_ids(const fs::path& file, const tok::Tokenizer* tokeni
   const std::string text = read_file(file, "text");
   std::vector<int32_t> ids;
   if (ids_only) {
-    std::istringstream in(text);
-    int64_t id;
-    while (in >> id) ids.push_back(static_cast<int32_t>(id));
-    if (!in.eof()) throw UsageError("--ids: '" + file.string() + "' must hold token ids separated by white space");
+    ids = parse_token_ids(text, "--ids: '" + file.string() + "'");
   } else if (tokenizer) {
     for (uint32_t id : tokenizer->prefix()) ids.push_back(static_cast<int32_t>(id));
     for (uint32_t id : tokenizer->encode(text)) ids.push_back(static_cast<int32_t>(id));

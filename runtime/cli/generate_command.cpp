@@ -5,7 +5,6 @@
 // ends at the model's eos ids (generation_config.json), or the tokenizer's <|endoftext|>.
 #include <cmath>
 #include <cstdio>
-#include <sstream>
 
 #include "cli/model_source.hpp"
 #include "cli/parse.hpp"
@@ -17,19 +16,6 @@
 namespace fs = std::filesystem;
 
 namespace loom::cli {
-
-namespace {
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::istringstream in(text);
-  int64_t id;
-  while (in >> id) ids.push_back(static_cast<int32_t>(id));
-  if (!in.eof()) throw UsageError("--ids: the prompt must be token ids separated by spaces");
-  return ids;
-}
-
-}  // namespace
 
 int generate(const Args& args) {
   po::options_description opts("loom generate");
@@ -70,7 +56,7 @@ int generate(const Args& args) {
   const std::string prompt = vm["prompt"].as<std::string>();
   if (ids) {
     std::string line;
-    for (int32_t id : train::generate_ids(*loaded->model, parse_ids(prompt), o)) line += (line.empty() ? "" : " ") + std::to_string(id);
+    for (int32_t id : train::generate_ids(*loaded->model, parse_token_ids(prompt, "--ids: the prompt"), o)) line += (line.empty() ? "" : " ") + std::to_string(id);
     std::printf("%s\n", line.c_str());
     return kExitOk;
   }

@@ -1,5 +1,7 @@
 #include "cli/model_source.hpp"
 
+#include <sstream>
+
 #include "ckpt/format.hpp"
 #include "ckpt/init_from.hpp"
 #include "core/errors.hpp"
@@ -66,6 +68,15 @@ std::unique_ptr<tok::Tokenizer> tokenizer_for(const ModelSource& s, bool ids_onl
     throw UsageError("the model's vocabulary has " + std::to_string(vocab) +
                      " tokens and no tokenizer was found: pass --tokenizer tokenizer.json, or --ids");
   return nullptr;
+}
+
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& what) {
+  std::vector<int32_t> ids;
+  std::istringstream in(text);
+  int64_t id;
+  while (in >> id) ids.push_back(static_cast<int32_t>(id));
+  if (!in.eof()) throw UsageError(what + " must be token ids separated by white space");
+  return ids;
 }
 
 std::vector<int64_t> stop_ids(const ModelSource& s, const tok::Tokenizer* tokenizer) {

@@ -46,6 +46,9 @@ std::unique_ptr<LoadedModel> load_model(const ModelSource& s, int64_t max_rows);
 // tokenizer is a UsageError saying what to pass.
 std::unique_ptr<tok::Tokenizer> tokenizer_for(const ModelSource& s, bool ids_only);
 
+// Token ids written out, separated by white space (--ids); a UsageError names `what` otherwise.
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& what);
+
 // Where the ids end a text: the source's eos ids, else the tokenizer's <|endoftext|>.
 std::vector<int64_t> stop_ids(const ModelSource& s, const tok::Tokenizer* tokenizer);
 
