@@ -148,6 +148,16 @@ TEST_CASE("CUDA element-wise kernels, embedding and bias match the CPU") {
   close(gba.host(), ba, 0.f, 1e-6f, "bias add");
   close(gbb.host(), bb, 1e-5f, 1e-5f, "bias backward");
 
+  // Exact GELU (ABI 1.8).
+  std::vector<float> ge(N * 2 * F), dge(N * 2 * F);
+  cpu().gelu_erf_fwd(ge.data(), x.data(), N * 2 * F);
+  cpu().gelu_erf_bwd(dge.data(), x.data(), dy.data(), N * 2 * F);
+  Dev<float> gge(ge), gdge(dge);
+  gpu().gelu_erf_fwd(gge.p, gx.p, N * 2 * F);
+  gpu().gelu_erf_bwd(gdge.p, gx.p, gdy.p, N * 2 * F);
+  close(gge.host(), ge, 1e-5f, 1e-6f, "exact gelu");
+  close(gdge.host(), dge, 1e-5f, 1e-6f, "exact gelu backward");
+
   auto a = random(1000, 1.f, 14), c = random(1000, 1.f, 15);
   Dev<float> ga(a), gc(c), gy(filled(1000));
   gpu().add(gy.p, ga.p, gc.p, 1000);

@@ -66,7 +66,7 @@ TEST_CASE("rmsnorm backward matches finite differences") {
   CHECK(grad_error(w, dw, loss) < kGradTolerance);
 }
 
-TEST_CASE("gelu and swiglu backward match finite differences") {
+TEST_CASE("gelu (tanh and exact forms) and swiglu backward match finite differences") {
   const int64_t n = 64;
   auto x = randn(n, 10, 2.f), r = randn(n, 11);
   std::vector<float> out(n), dx(n);
@@ -76,6 +76,18 @@ TEST_CASE("gelu and swiglu backward match finite differences") {
   };
   cpu::gelu_bwd(dx.data(), x.data(), r.data(), n);
   CHECK(grad_error(x, dx, gelu_loss, 64, 1e-3f) < kGradTolerance);
+
+  // The exact form: forward against erf in double, backward against finite differences.
+  std::vector<float> exact(n), dexact(n);
+  cpu::gelu_erf_fwd(exact.data(), x.data(), n);
+  for (int64_t i = 0; i < n; ++i)
+    CHECK(exact[i] == doctest::Approx(0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0)))).epsilon(1e-6));
+  auto exact_loss = [&] {
+    cpu::gelu_erf_fwd(out.data(), x.data(), n);
+    return dot(out, r);
+  };
+  cpu::gelu_erf_bwd(dexact.data(), x.data(), r.data(), n);
+  CHECK(grad_error(x, dexact, exact_loss, 64, 1e-3f) < kGradTolerance);
 
   const int64_t N = 4, F = 8;
   auto g = randn(N * 2 * F, 12), rs = randn(N * F, 13);
