@@ -180,9 +180,10 @@ namespace {
 // its shards), the one an import put beside the checkpoint, or for a 256-token model the bytes
 // themselves. Empty when there is none.
 std::optional<tok::Tokenizer> export_tokenizer(const fs::path& named, const config::Config& cfg, const fs::path& root,
-                                              int64_t vocab_size) {
+                                              int64_t vocab_size, bool& imported) {
   fs::path path = named.empty() ? tok::run_tokenizer_path(cfg) : named;
-  if (path.empty() && fs::exists(root / "tokenizer.json")) path = root / "tokenizer.json";
+  imported = path.empty() && fs::exists(root / "tokenizer.json");
+  if (imported) path = root / "tokenizer.json";
   if (!path.empty()) return tok::Tokenizer::from_json_file(path);
   if (vocab_size == 256) return tok::Tokenizer::train({}, 256, {});
   return std::nullopt;
@@ -192,6 +193,8 @@ std::optional<tok::Tokenizer> export_tokenizer(const fs::path& named, const conf
 // token starts a text, <|endoftext|> ends one (and starts one too when nothing else does, as GPT-2).
 tok::SpecialIds export_special_ids(const fs::path& root, const std::optional<tok::Tokenizer>& tokenizer) {
   tok::SpecialIds ids = tok::read_special_ids(root);
+  for (int64_t id : ids.eos)
+    if (id < 0) throw RuntimeError("'" + (root / "generation_config.json").string() + "': eos token id " + std::to_string(id) + " is negative");
   if (ids.bos >= 0 || !ids.eos.empty() || !tokenizer) return ids;
   for (const char* end : {"<|endoftext|>", "<|end_of_text|>", "</s>"})
     if (tokenizer->special(end) >= 0 && ids.eos.empty()) ids.eos.push_back(tokenizer->special(end));
@@ -204,8 +207,10 @@ json id_or_list(const std::vector<int64_t>& ids) { return ids.size() == 1 ? json
 // tokenizer.json, tokenizer_config.json and special_tokens_map.json (an import's own when it
 // brought them), and generation_config.json: what AutoTokenizer, generate and pipeline read.
 void write_generation_files(const fs::path& out, const fs::path& root, const std::optional<tok::Tokenizer>& tokenizer,
-                            const tok::SpecialIds& ids, int64_t seq_len) {
+                            bool imported_tokenizer, const tok::SpecialIds& ids, int64_t seq_len) {
   json special = json::object(), gen = {{"do_sample", false}};
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
+    fs::remove(out / name);  // an earlier export's, which this one may not replace
   if (ids.bos >= 0) gen["bos_token_id"] = ids.bos;
   if (!ids.eos.empty()) gen["eos_token_id"] = id_or_list(ids.eos);
   write_durable(out / "generation_config.json", gen.dump(2) + "\n");
@@ -214,12 +219,17 @@ void write_generation_files(const fs::path& out, const fs::path& root, const std
     return;
   }
   tokenizer->save_json(out / "tokenizer.json");
-  if (ids.bos >= 0) special["bos_token"] = tokenizer->token_bytes(static_cast<uint32_t>(ids.bos));
-  if (!ids.eos.empty()) special["eos_token"] = tokenizer->token_bytes(static_cast<uint32_t>(ids.eos[0]));
+  // The ids stay in the generation config as given; a token's text is written only for a token the
+  // tokenizer has (GPT-2's config names 50256 even for a smaller test vocabulary).
+  const auto known = [&](int64_t id) { return id >= 0 && id < tokenizer->vocab_size(); };
+  if (known(ids.bos)) special["bos_token"] = tokenizer->token_bytes(static_cast<uint32_t>(ids.bos));
+  if (!ids.eos.empty() && known(ids.eos[0])) special["eos_token"] = tokenizer->token_bytes(static_cast<uint32_t>(ids.eos[0]));
+  // An import's own tokenizer files go along with its own tokenizer, not with another one.
+  const auto theirs = [&](const char* name) { return imported_tokenizer && fs::exists(root / name); };
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"})
-    if (fs::exists(root / name)) fs::copy_file(root / name, out / name, fs::copy_options::overwrite_existing);
-  if (!fs::exists(root / "special_tokens_map.json")) write_durable(out / "special_tokens_map.json", special.dump(2) + "\n");
-  if (fs::exists(root / "tokenizer_config.json")) return;
+    if (theirs(name)) fs::copy_file(root / name, out / name, fs::copy_options::overwrite_existing);
+  if (!theirs("special_tokens_map.json")) write_durable(out / "special_tokens_map.json", special.dump(2) + "\n");
+  if (theirs("tokenizer_config.json")) return;
   json config = special;
   config["tokenizer_class"] = "PreTrainedTokenizerFast";
   config["model_max_length"] = seq_len;
@@ -236,7 +246,8 @@ void write_hf_folder(const fs::path& step_dir, const Manifest& m, const fs::path
   const model::Config c = exportable_model(cfg);
   const bool llama = c.rope();
   const fs::path root = step_dir.parent_path();  // where an import put the tokenizer and generation files
-  const std::optional<tok::Tokenizer> tok = export_tokenizer(tokenizer, cfg, root, c.vocab_size);
+  bool imported_tokenizer = false;
+  const std::optional<tok::Tokenizer> tok = export_tokenizer(tokenizer, cfg, root, c.vocab_size, imported_tokenizer);
   if (tok && tok->vocab_size() > c.vocab_size)
     throw RuntimeError("the tokenizer has " + std::to_string(tok->vocab_size()) + " tokens and the model's vocabulary " +
                        std::to_string(c.vocab_size) + ": transformers would index past the embedding");
@@ -251,7 +262,7 @@ void write_hf_folder(const fs::path& step_dir, const Manifest& m, const fs::path
   fs::create_directories(out);
   write_safetensors_file(out / "model.safetensors", tensors, m.step);
   write_durable(out / "config.json", config.dump(2) + "\n");
-  write_generation_files(out, root, tok, ids, c.seq_len);
+  write_generation_files(out, root, tok, imported_tokenizer, ids, c.seq_len);
 }
 
 }  // namespace loom::ckpt

@@ -163,7 +163,7 @@ LlamaShape llama_shape(const json& c, const fs::path& cfg) {
 std::string llama_model_toml(const json& c, const LlamaShape& s, const fs::path& cfg) {
   int64_t seq = std::min<int64_t>(field<int64_t>(c, "max_position_embeddings", 2048, cfg), 8192);
   const int64_t window = field<int64_t>(c, "sliding_window", 0, cfg);
-  const bool windowed = window > 0 && field<bool>(c, "use_sliding_window", true, cfg);
+  const bool windowed = window > 0 && field<bool>(c, "use_sliding_window", !s.qwen2, cfg);  // Qwen2's is off unless set
   if (windowed && window < seq) {
     std::fprintf(stderr, "loom: note: %s: sliding_window %lld: seq_len is capped at it (Loom attends over whole sequences)\n",
                  cfg.c_str(), static_cast<long long>(window));

@@ -34,7 +34,7 @@ double token_loss(const float* z, int64_t vocab, int32_t target) {
 
 // The ids of a text file: tokenized (with the special tokens around it), bytes for a 256-token
 // model without a tokenizer, or ids written out with --ids.
-std::vector<int32_t> text_ids(const fs::path& file, const tok::Tokenizer* tokenizer, bool ids_only) {
+std::vector<int32_t> text_ids(const fs::path& file, const tok::Tokenizer* tokenizer, bool ids_only, int64_t vocab) {
   const std::string text = read_file(file, "text");
   std::vector<int32_t> ids;
   if (ids_only) {
@@ -47,6 +47,9 @@ std::vector<int32_t> text_ids(const fs::path& file, const tok::Tokenizer* tokeni
     for (unsigned char ch : text) ids.push_back(ch);
   }
   if (ids.size() < 2) throw UsageError("'" + file.string() + "' has " + std::to_string(ids.size()) + " tokens: a loss needs at least 2");
+  for (int32_t id : ids)
+    if (id < 0 || id >= vocab)
+      throw UsageError("'" + file.string() + "': token " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(vocab) + ")");
   return ids;
 }
 
@@ -65,6 +68,7 @@ void write_logits(const fs::path& out, const std::vector<float>& logits, int64_t
 int eval_text(model::Model& model, const std::vector<int32_t>& ids, const tok::Tokenizer* tokenizer, int64_t logits_rows,
               const fs::path& logits_out) {
   const int64_t T = model.config().seq_len, V = model.config().vocab_size, n = static_cast<int64_t>(ids.size());
+  if (T < 2) throw UsageError("--text needs seq_len >= 2: a token's loss is given the tokens before it");
   std::printf("%8s %8s %12s  %s\n", "position", "id", "loss", "token");
   double sum = 0;
   for (int64_t start = 0; start + 1 < n; start += T - 1) {
@@ -171,7 +175,8 @@ int eval(const Args& args) {
                      batch, logits, logits_out);
   const bool ids_only = vm["ids"].as<bool>();
   const std::unique_ptr<tok::Tokenizer> tokenizer = tokenizer_for(source, ids_only);
-  return eval_text(*loaded->model, text_ids(vm["text"].as<std::string>(), tokenizer.get(), ids_only), tokenizer.get(), logits,
+  return eval_text(*loaded->model, text_ids(vm["text"].as<std::string>(), tokenizer.get(), ids_only, model::from_config(source.cfg).vocab_size),
+                   tokenizer.get(), logits,
                    logits_out);
 }
 

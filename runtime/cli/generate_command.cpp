@@ -52,7 +52,7 @@ int generate(const Args& args) {
   const int threads = ops::set_threads("cpu", asked > 0 ? static_cast<int>(asked) : threads_per_rank(1, false).cpus);
   train::ThreadPolicy policy("cpu", threads, asked == 0, false, 1, 0.1);  // a token is a few ms: look every 0.1 s
   train::SampleOptions o{vm["max-tokens"].as<int64_t>(), temperature, vm["top-k"].as<int64_t>(), top_p,
-                         vm["seed"].as<uint64_t>(), stop_ids(source, tokenizer.get()), [&policy] { policy.after_step(); }};
+                         vm["seed"].as<uint64_t>(), stop_ids(source, tokenizer.get()), [&policy] { policy.after_step(); }, true};
   const std::string prompt = vm["prompt"].as<std::string>();
   if (ids) {
     std::string line;

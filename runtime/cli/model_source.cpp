@@ -1,5 +1,6 @@
 #include "cli/model_source.hpp"
 
+#include <climits>
 #include <sstream>
 
 #include "ckpt/format.hpp"
@@ -74,7 +75,10 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
   std::vector<int32_t> ids;
   std::istringstream in(text);
   int64_t id;
-  while (in >> id) ids.push_back(static_cast<int32_t>(id));
+  while (in >> id) {
+    if (id < INT32_MIN || id > INT32_MAX) throw UsageError(what + ": token id " + std::to_string(id) + " is out of range");
+    ids.push_back(static_cast<int32_t>(id));
+  }
   if (!in.eof()) throw UsageError(what + " must be token ids separated by white space");
   return ids;
 }

@@ -29,7 +29,7 @@ struct ParamCounts {
 ParamCounts count_params(const model::Config& m) {
   ParamCounts p;
   const double d = double(m.d_model), bias = m.bias ? 1 : 0;
-  p.attention = d * m.qkv_width() + d * d + bias * (m.qkv_width() + d);
+  p.attention = d * m.qkv_width() + d * d + (m.qkv_bias() ? m.qkv_width() : 0) + (m.proj_bias() ? d : 0);
   p.mlp = d * m.fc_out() + double(m.d_ff) * d + bias * (m.fc_out() + d);
   p.router = m.moe.experts > 0 ? d * m.moe.experts : 0;
   p.expert_mlp = p.mlp * m.moe.experts;

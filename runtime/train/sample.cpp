@@ -104,7 +104,8 @@ std::string generate(model::Model& model, const tok::Tokenizer* tokenizer, const
                      const NextLogits& next) {
   std::vector<int32_t> ids;
   if (tokenizer) {
-    for (uint32_t id : tokenizer->prefix()) ids.push_back(static_cast<int32_t>(id));
+    if (o.special_prefix)
+      for (uint32_t id : tokenizer->prefix()) ids.push_back(static_cast<int32_t>(id));
     for (uint32_t id : tokenizer->encode(prompt.empty() ? "\n" : prompt)) ids.push_back(static_cast<int32_t>(id));
   } else {
     for (unsigned char ch : prompt.empty() ? std::string("\n") : prompt) ids.push_back(ch);

@@ -23,6 +23,9 @@ struct SampleOptions {
   uint64_t seed = 0;
   std::vector<int64_t> stop;  // token ids that end the text (not included)
   std::function<void()> after_token;  // called after each token (generate's thread back-off)
+  // Text prompts start with the tokens the tokenizer's post-processor puts first (Llama 3's BOS),
+  // as transformers' tokenizer(text) does: `loom generate`. Training samples continue mid-text.
+  bool special_prefix = false;
 };
 
 // The logits over the vocabulary of the last position of a context, for a model that cannot run
@@ -38,8 +41,8 @@ using NextLogits = std::function<std::vector<float>(const std::vector<int32_t>& 
 std::vector<int32_t> generate_ids(model::Model& model, std::vector<int32_t> prompt, const SampleOptions& o,
                                   const NextLogits& next = {});
 
-// The same from text to text: through `tokenizer` when given (with the special tokens its
-// post-processor puts first, such as Llama 3's BOS), as bytes otherwise.
+// The same from text to text: through `tokenizer` when given (with o.special_prefix, after the
+// special tokens its post-processor puts first, such as Llama 3's BOS), as bytes otherwise.
 std::string generate(model::Model& model, const tok::Tokenizer* tokenizer, const std::string& prompt, const SampleOptions& o,
                      const NextLogits& next = {});
 
