@@ -33,7 +33,10 @@ std::string plugin_json(const plugins::Found& f, bool with_options) {
      << ", \"abi\": " << json_quote(abi_of(d)) << ", \"path\": " << json_quote(f.library.string())
      << ", \"summary\": " << json_quote(d->summary ? d->summary : "");
   if (with_options) {
-    os << ", \"options\": [";
+    os << ", \"provides\": [";
+    const std::vector<std::string> entries = plugins::optional_entries(d);
+    for (size_t i = 0; i < entries.size(); ++i) os << (i ? ", " : "") << json_quote(entries[i]);
+    os << "], \"options\": [";
     bool first = true;
     for (const auto& k : config::plugin_keys(d)) {
       os << (first ? "" : ", ") << "{\"name\": " << json_quote(k.name)
@@ -119,6 +122,9 @@ int info(plugins::Registry& reg, const std::string& name, bool json) {
     const std::string caps = plugins::capability_names(d);
     std::printf("  declares:  %s\n", caps.empty() ? ("nothing" + plugins::declared_note(d)).c_str() : caps.c_str());
   }
+  std::string entries;
+  for (const std::string& e : plugins::optional_entries(d)) entries += (entries.empty() ? "" : ", ") + e;
+  std::printf("  provides:  %s\n", entries.empty() ? ("no optional entries" + plugins::declared_note(d)).c_str() : entries.c_str());
   auto keys = config::plugin_keys(d);
   if (keys.empty()) {
     std::printf("  options:   none\n");

@@ -165,6 +165,21 @@ std::string capability_names(const loom_plugin* d) {
   return out;
 }
 
+std::vector<std::string> optional_entries(const loom_plugin* d) {
+  std::vector<std::string> out;
+  const auto proc = [&](const char* name) { return d->v.minor >= 6 && d->get_proc && d->get_proc(name); };
+  if (proc(LOOM_PROC_OPTION_RULES)) out.push_back("option rules");
+  if (proc(LOOM_PROC_VALIDATE_OPTIONS)) out.push_back("validate hook");
+  if (d->kind == LOOM_KIND_PARALLEL && proc(LOOM_PROC_COST)) out.push_back("cost entry");
+  // Data-plugin state is left out: the SDK's data tables always fill save_state/load_state (a
+  // stateless plugin saves nothing), so the table cannot say whether a plugin keeps state.
+  if (d->kind == LOOM_KIND_CKPT && d->v.minor >= 6) {
+    const auto* t = reinterpret_cast<const loom_ckpt_v1*>(d);
+    if (LOOM_HAS_FIELD(&t->base, loom_ckpt_v1, read) && t->read) out.push_back("read path");
+  }
+  return out;
+}
+
 std::string describe(const loom_error& e) {
   std::string s = status_name(e.status);
   return e.message.empty() ? s : s + ": " + e.message;

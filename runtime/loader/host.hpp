@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <loom/plugin.h>
 
@@ -32,6 +33,9 @@ uint64_t ckpt_capabilities(const loom_plugin* desc);
 std::string declared_note(const loom_plugin* desc);
 // "experts, pipeline" for `loom plugins info`.
 std::string capability_names(const loom_plugin* desc);
+// The optional entries a plugin provides, for `loom plugins info`: "option rules", "validate hook",
+// "cost entry" (found by name), "read path" (checkpoint slot).
+std::vector<std::string> optional_entries(const loom_plugin* desc);
 
 // "status: message" for errors that came back across the boundary.
 std::string describe(const loom_error& e);

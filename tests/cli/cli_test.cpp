@@ -219,3 +219,16 @@ TEST_CASE("messages name what the user typed: --set arguments, missing positiona
   CHECK(has(missing.out, "none.txt': No such file or directory"));
   for (const auto& r : {text, tok, missing}) CHECK_FALSE(has(r.out, "basic_filebuf"));
 }
+
+TEST_CASE("loom plugins info lists the optional entries a plugin provides") {
+  auto ruled = run_loom("plugins info ruled");
+  CHECK(has(ruled.out, "  provides:  option rules, validate hook\n"));
+  auto ddp = run_loom("plugins info ddp");
+  CHECK(has(ddp.out, "  provides:  cost entry\n"));
+  auto fp32 = run_loom("plugins info fp32");
+  CHECK(has(fp32.out, "  provides:  no optional entries\n"));
+  auto old = run_loom("plugins info ddp12");  // built against ABI 1.2
+  CHECK(has(old.out, "  provides:  no optional entries (it was built against plugin ABI 1.2"));
+  auto json = run_loom("plugins info ruled --json");
+  CHECK(has(json.out, "\"provides\": [\"option rules\", \"validate hook\"]"));
+}

@@ -2,6 +2,10 @@
 // against that prefix alone, and load it with the installed `loom`.
 #include <doctest/doctest.h>
 
+#include <array>
+#include <utility>
+#include <vector>
+
 #include "support/process.hpp"
 
 using loom::test::sh;
@@ -46,4 +50,35 @@ TEST_CASE("the out-of-tree example builds against the installed SDK and loads") 
   auto ok = sh(loom + " config check " + cfg);
   CHECK(ok.rc == 0);
   CHECK(ok.out.find("precision = tf32") != std::string::npos);
+}
+
+TEST_CASE("the installed headers compile warning-free as C11 and C++17 under gcc and clang, and a part alone names its header") {
+  TempDir t;
+  const std::string prefix = (t.path / "prefix").string();
+  auto install = sh("cmake --install " LOOM_BINARY_DIR " --prefix " + prefix);
+  REQUIRE_MESSAGE(install.rc == 0, install.out);
+  const std::string flags = " -Wall -Wextra -Werror -pedantic -I" + prefix + "/include -fsyntax-only ";
+  auto compile = [&](const std::string& compiler, const std::string& std, const std::string& header, const std::string& ext) {
+    const std::string src = t.write("h" + ext, "#include <loom/" + header + ">\nint main(void) { return 0; }\n");
+    return sh(compiler + " -std=" + std + flags + src);
+  };
+  for (const auto& [cc, cxx] : {std::pair<std::string, std::string>{"gcc", "g++"}, {"clang", "clang++"}}) {
+    for (const auto& [compiler, std, header, ext] : std::vector<std::array<std::string, 4>>{
+             {cc, "c11", "plugin.h", ".c"}, {cxx, "c++17", "plugin.h", ".cpp"}, {cxx, "c++17", "bf16.hpp", ".cpp"},
+             {cxx, "c++20", "sdk.hpp", ".cpp"}}) {
+      auto r = compile(compiler, std, header, ext);
+      INFO(compiler << " -std=" << std << " " << header << "\n" << r.out);
+      CHECK(r.rc == 0);
+      CHECK(r.out.empty());  // not a warning
+    }
+    for (const auto& [compiler, std, header, ext, says] : std::vector<std::array<std::string, 5>>{
+             {cc, "c11", "plugin_parallel.h", ".c", "include <loom/plugin.h> instead"},
+             {cxx, "c++20", "sdk_tables.hpp", ".cpp", "include <loom/sdk.hpp> instead"},
+             {cxx, "c++17", "sdk.hpp", ".cpp", "is the C++20 layer of the Loom plugin SDK"}}) {
+      auto r = compile(compiler, std, header, ext);
+      INFO(compiler << " -std=" << std << " " << header << "\n" << r.out);
+      CHECK(r.rc != 0);
+      CHECK(r.out.find(says) != std::string::npos);
+    }
+  }
 }

@@ -7,6 +7,10 @@
 #ifndef LOOM_PLUGIN_PARALLEL_H
 #define LOOM_PLUGIN_PARALLEL_H
 
+#ifndef LOOM_PLUGIN_H
+#error "loom/plugin_parallel.h is part of <loom/plugin.h>: include <loom/plugin.h> instead"
+#endif
+
 /* ---- the data slot (parallel kind, LOOM_SLOT_DATA) ------------------------------------------- */
 
 typedef struct loom_param_info {

@@ -18,6 +18,10 @@
 //   LOOM_PLUGIN(loom::sdk::precision_plugin<Tf32>())
 #pragma once
 
+#if !defined(__cplusplus) || __cplusplus < 202002L
+#error "<loom/sdk.hpp> is the C++20 layer of the Loom plugin SDK (compile with -std=c++20); C and C++17 plugins include <loom/plugin.h>"
+#endif
+
 #include <loom/plugin.h>
 
 #include <algorithm>
@@ -334,7 +338,9 @@ class ContextPlugin : public Plugin {
 }  // namespace loom::sdk
 
 // The C tables behind the base classes: kind_plugin<Impl>() descriptor helpers.
+#define LOOM_SDK_TABLES_FROM_SDK
 #include <loom/sdk_tables.hpp>
+#undef LOOM_SDK_TABLES_FROM_SDK
 
 
 // Generates loom_plugin_entry_v1 returning the listed descriptors.

@@ -3,7 +3,9 @@
 // exception into a status and a message. Included by <loom/sdk.hpp>; include that instead.
 #pragma once
 
-#include <loom/sdk.hpp>
+#ifndef LOOM_SDK_TABLES_FROM_SDK
+#error "loom/sdk_tables.hpp is part of <loom/sdk.hpp>: include <loom/sdk.hpp> instead"
+#endif
 
 namespace loom::sdk {
 
