@@ -1,5 +1,5 @@
-// The plugin boundary as a stranger sees it: install Loom into a prefix, build the SDK example
-// against that prefix alone, and load it with the installed `loom`.
+// The plugin boundary as a stranger sees it: install Loom into a prefix, build the installed SDK examples
+// against that prefix alone, load them with the installed `loom`, and compile its headers.
 #include <doctest/doctest.h>
 
 #include <array>
@@ -11,15 +11,15 @@
 using loom::test::sh;
 using loom::test::TempDir;
 
-TEST_CASE("the out-of-tree example builds against the installed SDK and loads") {
+TEST_CASE("the installed examples build against the installed SDK alone and load") {
   TempDir t;
   std::string prefix = (t.path / "prefix").string(), build = (t.path / "example").string();
   auto install = sh("cmake --install " LOOM_BINARY_DIR " --prefix " + prefix);
   REQUIRE_MESSAGE(install.rc == 0, install.out);
 
-  // A copy of the example outside the source tree, so nothing relative can reach the runtime.
+  // A copy of the installed example, so nothing relative can reach the sources or the runtime.
   std::string src = (t.path / "src").string();
-  REQUIRE(sh("cp -r " LOOM_SOURCE_DIR "/sdk/examples/tf32-precision " + src).rc == 0);
+  REQUIRE(sh("cp -r " + prefix + "/share/loom/examples/tf32-precision " + src).rc == 0);
   auto configure = sh("cmake -S " + src + " -B " + build + " -DCMAKE_PREFIX_PATH=" + prefix +
                       " -DCMAKE_EXPORT_COMPILE_COMMANDS=ON");
   REQUIRE_MESSAGE(configure.rc == 0, configure.out);
@@ -41,6 +41,24 @@ TEST_CASE("the out-of-tree example builds against the installed SDK and loads") 
 
   auto info = sh(loom + " plugins info tf32");
   CHECK(info.out.find("mantissa_bits") != std::string::npos);
+
+  // Every installed example builds from the prefix alone, as its CMakeLists.txt says.
+  for (const auto& [example, plugin, provides] : std::vector<std::array<std::string, 3>>{
+           {"ema-data", "ema", "cost entry"}, {"scramble-ckpt", "scramble", "read path"},
+           {"counting-comm", "counting", "validate hook"}}) {
+    const std::string copy = (t.path / example).string(), out = (t.path / (example + "-build")).string();
+    REQUIRE(sh("cp -r " + prefix + "/share/loom/examples/" + example + " " + copy).rc == 0);
+    auto conf = sh("cmake -S " + copy + " -B " + out + " -DCMAKE_PREFIX_PATH=" + prefix);
+    REQUIRE_MESSAGE(conf.rc == 0, conf.out);
+    auto made = sh("cmake --build " + out);
+    REQUIRE_MESSAGE(made.rc == 0, made.out);
+    auto about = sh("LOOM_PLUGIN_PATH=" + out + " " + prefix + "/bin/loom plugins info " + plugin);
+    INFO(example << "\n" << about.out);
+    CHECK(about.rc == 0);
+    CHECK(about.out.find(out) != std::string::npos);
+    CHECK(about.out.find("provides:  ") != std::string::npos);
+    CHECK(about.out.find(provides) != std::string::npos);
+  }
 
   std::string cfg = t.write("tf32.toml", "[plugins]\nprecision = \"tf32\"\n[plugins.tf32]\nmantisa_bits = 8\n");
   auto check = sh(loom + " config check " + cfg);
