@@ -2,8 +2,9 @@
 // named by its `inner` option with that plugin's own [plugins.<inner>] options, forwards every
 // operation to it, and counts them. At the end it logs, with where it ran (loom.placement),
 //   counting: rank R of W (host H, dp coordinate D): N collectives over <inner>, B bytes all-reduced
-// Each all_reduce is also a span on the run's trace (loom.trace). It is longer than the other
-// examples (144 lines) because a wrapper forwards each of the comm table's 15 entries.
+// Each all_reduce is also a span on the run's trace (loom.trace). loom::sdk::Wrapped creates the
+// inner plugin, releases it, and turns its failures into errors naming it; this file only forwards
+// the comm table's 15 entries, which is why it is longer than 100 lines.
 #include <loom/sdk.hpp>
 
 #include <atomic>
@@ -24,118 +25,85 @@ class Counting : public loom::sdk::CommPlugin {
   }
 
   // The wrapped plugin must exist and be a comm plugin: `loom config check` says so, instead of
-  // every rank failing at create(). Without the service (an older runtime) create() finds out.
+  // every rank failing at create().
   static void validate(const loom::sdk::Options& o, const loom::sdk::Host& host) {
-    const auto* plugins = host.service<loom_plugins>(LOOM_SERVICE_PLUGINS);
-    if (!plugins) return;
-    loom::sdk::ErrorBox e(host.raw());
-    const loom_plugin* desc = nullptr;
-    void* self = nullptr;
-    if (plugins->create(o.str("inner").c_str(), LOOM_KIND_COMM, &desc, &self, e.get()) != LOOM_OK)
-      e.raise("[plugins.counting] inner = \"" + o.str("inner") + "\"", LOOM_BAD_CONFIG);
-    plugins->release(desc, self);
+    loom::sdk::Wrapped<loom_comm_v1>::check(host, o.str("inner"), LOOM_KIND_COMM, "[plugins.counting] inner");
   }
 
-  explicit Counting(const loom::sdk::Context& ctx) : host_(ctx.host), h_(ctx.host.raw()), inner_name_(ctx.options.str("inner")) {
-    const auto* plugins = host_.service<loom_plugins>(LOOM_SERVICE_PLUGINS);
-    if (!plugins) throw loom::sdk::Unavailable("counting needs the loom.plugins service (ABI 1.6, loom train)");
-    loom::sdk::ErrorBox e(h_);
-    const loom_plugin* desc = nullptr;
-    if (plugins->create(inner_name_.c_str(), LOOM_KIND_COMM, &desc, &inner_self_, e.get()) != LOOM_OK)
-      e.raise("counting: cannot create '" + inner_name_ + "'", LOOM_BAD_CONFIG);
-    inner_ = reinterpret_cast<const loom_comm_v1*>(desc);
-    plugins_ = plugins;
+  explicit Counting(const loom::sdk::Context& ctx) : host_(ctx.host), inner_(ctx.host, ctx.options.str("inner"), LOOM_KIND_COMM) {
     trace_ = host_.service<loom_trace>(LOOM_SERVICE_TRACE);
     if (const loom_placement* p = host_.placement())
       where_ = "rank " + std::to_string(p->rank) + " of " + std::to_string(p->world) + " (host " + p->host +
                ", dp coordinate " + std::to_string(p->axis_coord[LOOM_AXIS_DP]) + ")";
   }
   ~Counting() override {
-    host_.info("counting: " + where_ + ": " + std::to_string(collectives_.load()) + " collectives over " + inner_name_ +
+    host_.info("counting: " + where_ + ": " + std::to_string(collectives_.load()) + " collectives over " + inner_.name() +
                ", " + std::to_string(reduced_bytes_.load()) + " bytes all-reduced");
-    plugins_->release(&inner_->base, inner_self_);
   }
 
   loom_comm* init(const loom_store& store, int rank, int size, int64_t timeout_ms) override {
     loom_comm* c = nullptr;
-    call("init", inner_->init(inner_self_, &store, rank, size, timeout_ms, &c, e_()));
+    inner_.call("init", &loom_comm_v1::init, &store, rank, size, timeout_ms, &c);
     return c;
   }
   loom_comm* split(loom_comm* parent, int color, int key) override {
     loom_comm* c = nullptr;
-    call("split", inner_->split(inner_self_, parent, color, key, &c, e_()));
+    inner_.call("split", &loom_comm_v1::split, parent, color, key, &c);
     return c;
   }
-  void free_comm(loom_comm* c) override { inner_->free_comm(inner_self_, c); }
-  int rank(const loom_comm* c) override { return inner_->rank(inner_self_, c); }
-  int size(const loom_comm* c) override { return inner_->size(inner_self_, c); }
+  void free_comm(loom_comm* c) override { inner_.table().free_comm(inner_.self(), c); }
+  int rank(const loom_comm* c) override { return inner_.table().rank(inner_.self(), c); }
+  int size(const loom_comm* c) override { return inner_.table().size(inner_.self(), c); }
 
   loom_work* all_reduce(loom_comm* c, loom_tensor& buf, loom_reduce_op op, bool async) override {
-    ++collectives_;
     reduced_bytes_ += loom::sdk::numel(buf) * static_cast<int64_t>(loom::sdk::element_size(buf.dtype));
     const int64_t span = trace_ ? trace_->begin("counting all_reduce", "comm") : 0;
-    loom_work* w = nullptr;
-    call("all_reduce", inner_->all_reduce(inner_self_, c, &buf, op, async ? &w : nullptr, e_()));
+    loom_work* w = collective("all_reduce", &loom_comm_v1::all_reduce, async, c, &buf, op);
     if (trace_) trace_->end(span);
     return w;
   }
   loom_work* reduce_scatter(loom_comm* c, const loom_tensor& in, loom_tensor& out, loom_reduce_op op, bool async) override {
-    ++collectives_;
-    loom_work* w = nullptr;
-    call("reduce_scatter", inner_->reduce_scatter(inner_self_, c, &in, &out, op, async ? &w : nullptr, e_()));
-    return w;
+    return collective("reduce_scatter", &loom_comm_v1::reduce_scatter, async, c, &in, &out, op);
   }
   loom_work* all_gather(loom_comm* c, const loom_tensor& in, loom_tensor& out, bool async) override {
-    ++collectives_;
-    loom_work* w = nullptr;
-    call("all_gather", inner_->all_gather(inner_self_, c, &in, &out, async ? &w : nullptr, e_()));
-    return w;
+    return collective("all_gather", &loom_comm_v1::all_gather, async, c, &in, &out);
   }
   loom_work* broadcast(loom_comm* c, loom_tensor& buf, int root, bool async) override {
-    ++collectives_;
-    loom_work* w = nullptr;
-    call("broadcast", inner_->broadcast(inner_self_, c, &buf, root, async ? &w : nullptr, e_()));
-    return w;
+    return collective("broadcast", &loom_comm_v1::broadcast, async, c, &buf, root);
   }
   loom_work* all_to_all(loom_comm* c, const loom_tensor& in, loom_tensor& out, const int64_t* sc, const int64_t* rc,
                         bool async) override {
-    ++collectives_;
-    loom_work* w = nullptr;
-    call("all_to_all", inner_->all_to_all(inner_self_, c, &in, &out, sc, rc, async ? &w : nullptr, e_()));
-    return w;
+    return collective("all_to_all", &loom_comm_v1::all_to_all, async, c, &in, &out, sc, rc);
   }
   loom_work* send(loom_comm* c, const loom_tensor& buf, int peer, int tag, bool async) override {
     loom_work* w = nullptr;
-    call("send", inner_->send(inner_self_, c, &buf, peer, tag, async ? &w : nullptr, e_()));
+    inner_.call("send", &loom_comm_v1::send, c, &buf, peer, tag, async ? &w : nullptr);
     return w;
   }
   loom_work* recv(loom_comm* c, loom_tensor& buf, int peer, int tag, bool async) override {
     loom_work* w = nullptr;
-    call("recv", inner_->recv(inner_self_, c, &buf, peer, tag, async ? &w : nullptr, e_()));
+    inner_.call("recv", &loom_comm_v1::recv, c, &buf, peer, tag, async ? &w : nullptr);
     return w;
   }
   void barrier(loom_comm* c) override {
     ++collectives_;
-    call("barrier", inner_->barrier(inner_self_, c, e_()));
+    inner_.call("barrier", &loom_comm_v1::barrier, c);
   }
-  void wait(loom_work* w) override { call("wait", inner_->wait(inner_self_, w, e_())); }
+  void wait(loom_work* w) override { inner_.call("wait", &loom_comm_v1::wait, w); }
 
  private:
-  // One error sink per thread: the runtime calls from its own threads (DDP's overlap).
-  loom_error* e_() {
-    thread_local loom::sdk::ErrorBox box(loom::sdk::detail::host());
-    return box.get();
-  }
-  void call(const char* what, loom_status s) {
-    if (s != LOOM_OK) throw loom::sdk::Error(s, std::string("counting over ") + inner_name_ + ": " + what + ": " + h_->error_message(e_()));
+  // A counted collective: the inner plugin's entry with the arguments, then the work handle.
+  template <class Entry, class... Args>
+  loom_work* collective(const char* what, Entry loom_comm_v1::*entry, bool async, Args... args) {
+    ++collectives_;
+    loom_work* w = nullptr;
+    inner_.call(what, entry, args..., async ? &w : nullptr);
+    return w;
   }
 
   loom::sdk::Host host_;
-  const loom_host* h_;
-  std::string inner_name_, where_ = "rank ?";
-  const loom_plugins* plugins_ = nullptr;
-  const loom_comm_v1* inner_ = nullptr;
-  void* inner_self_ = nullptr;
+  loom::sdk::Wrapped<loom_comm_v1> inner_;
+  std::string where_ = "rank ?";
   const loom_trace* trace_ = nullptr;
   std::atomic<int64_t> collectives_{0}, reduced_bytes_{0};
 };

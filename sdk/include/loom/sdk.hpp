@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -153,6 +154,65 @@ class ErrorBox {
  private:
   const loom_host* h_;
   loom_error* e_;
+};
+
+// ---- wrapping another plugin (the loom.plugins service, ABI 1.6) ------------------------------
+
+// Another plugin this one wraps, created through the loom.plugins service with the options of its
+// own [plugins.<name>] table, and released when this object goes. `Table` is its kind's table
+// (loom_comm_v1, loom_ckpt_v1, ...). call() runs one of the table's entries, passing this thread's
+// error sink as the last argument, and turns a failure into an Error naming the plugin and entry:
+//   Wrapped<loom_comm_v1> inner(ctx.host, "gloo", LOOM_KIND_COMM);
+//   inner.call("barrier", &loom_comm_v1::barrier, comm);
+template <class Table>
+class Wrapped {
+ public:
+  Wrapped(const Host& host, std::string name, int32_t kind) : h_(host.raw()), name_(std::move(name)) {
+    plugins_ = host.service<loom_plugins>(LOOM_SERVICE_PLUGINS);
+    if (!plugins_) throw Unavailable("wrapping '" + name_ + "' needs the loom.plugins service (ABI 1.6, loom train)");
+    const loom_plugin* desc = nullptr;
+    if (plugins_->create(name_.c_str(), kind, &desc, &self_, error()) != LOOM_OK)
+      throw Error(LOOM_BAD_CONFIG, h_->error_message(error()));  // the service's message names the plugin
+    table_ = reinterpret_cast<const Table*>(desc);
+  }
+  ~Wrapped() { plugins_->release(&table_->base, self_); }
+  Wrapped(const Wrapped&) = delete;
+  Wrapped& operator=(const Wrapped&) = delete;
+
+  const Table& table() const { return *table_; }
+  void* self() const { return self_; }
+  const std::string& name() const { return name_; }
+
+  template <class Entry, class... Args>
+  void call(const char* what, Entry Table::*entry, Args&&... args) const {
+    const loom_status s = (table_->*entry)(self_, std::forward<Args>(args)..., error());
+    if (s != LOOM_OK) throw Error(s, name_ + ": " + what + ": " + h_->error_message(error()));
+  }
+
+  // For a validate hook: that `name` is a plugin of `kind` this runtime can create, or a
+  // ConfigError naming `key`. Without the service (an older runtime, or `loom plugins`) it passes.
+  static void check(const Host& host, const std::string& name, int32_t kind, const std::string& key) {
+    if (!host.service<loom_plugins>(LOOM_SERVICE_PLUGINS)) return;
+    try {
+      Wrapped probe(host, name, kind);
+    } catch (const Error& e) {
+      throw ConfigError(key + " = \"" + name + "\": " + e.what());
+    }
+  }
+
+ private:
+  // One sink per thread (the runtime calls some tables from threads of its own, DDP's overlap);
+  // a process has one host, so every wrapper of a thread can share it.
+  loom_error* error() const {
+    thread_local ErrorBox box(h_);
+    return box.get();
+  }
+
+  const loom_host* h_;
+  std::string name_;
+  const loom_plugins* plugins_ = nullptr;
+  const Table* table_ = nullptr;
+  void* self_ = nullptr;
 };
 
 // ---- base classes, one per kind -------------------------------------------------------------
