@@ -20,4 +20,5 @@ for a in "$@"; do [[ $a == --run-dir* ]] && run_dir="" ; done
 if [[ -n $run_dir ]]; then
   echo
   echo "more text from the trained model: $build/bin/loom generate $run_dir --prompt 'The meaning of life is'"
+  echo "its curves in TensorBoard: tensorboard --logdir $run_dir/tensorboard"
 fi

@@ -158,6 +158,7 @@ TEST_CASE("generate takes a run directory, and the demo's config leaves a checkp
   const std::string demo = read_text(LOOM_SOURCE_DIR "/configs/demo.toml");
   CHECK(has(demo, "[checkpoint]\nevery = 600"));
   CHECK(has(demo, "ckpt = \"sync\""));
+  CHECK(has(demo, "tensorboard = true"));  // the demo's curves open in TensorBoard
 }
 
 TEST_CASE("odd command-line values are refused naming the option and its range") {
