@@ -13,7 +13,6 @@
 #include "cli/model_source.hpp"
 #include "cli/parse.hpp"
 #include "core/files.hpp"
-#include "tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
 
@@ -50,11 +49,7 @@ void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const ckpt
 // A tokenizer named at import, read as Loom will read it, so a file generation cannot use is
 // refused before anything is written.
 std::string checked_tokenizer(const fs::path& file, const ckpt::ExternalModel& model) {
-  const tok::Tokenizer t = tok::Tokenizer::from_json_file(file);
-  const int64_t vocab = model::from_config(external_model_config(model, model.source)).vocab_size;
-  if (t.vocab_size() > vocab)
-    throw ConfigError("tokenizer '" + file.string() + "' has " + std::to_string(t.vocab_size()) + " tokens, more than the "
-                      "model's vocabulary of " + std::to_string(vocab));
+  load_tokenizer(file, model::from_config(external_model_config(model, model.source)).vocab_size);
   return read_file(file, "tokenizer");
 }
 

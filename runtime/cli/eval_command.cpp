@@ -12,10 +12,8 @@
 #include "ckpt/safetensors.hpp"
 #include "cli/model_source.hpp"
 #include "cli/parse.hpp"
-#include "core/cpus.hpp"
 #include "core/files.hpp"
 #include "data/shards.hpp"
-#include "ops/ops.hpp"
 #include "train/sample.hpp"
 
 namespace fs = std::filesystem;
@@ -53,11 +51,15 @@ std::vector<int32_t> text_ids(const fs::path& file, const tok::Tokenizer* tokeni
   return ids;
 }
 
-// Logits [rows, V] of the real vocabulary, as `--logits-out`.
-void write_logits(const fs::path& out, const std::vector<float>& logits, int64_t rows, int64_t vocab,
-                  const std::vector<int32_t>& tokens) {
+// The first `rows` rows of the last forward's logits, over the real vocabulary, as safetensors
+// [rows, V], with the tokens they followed in the metadata.
+void write_logits(const fs::path& out, const Tensor& z, int64_t rows, int64_t vocab, const int32_t* tokens) {
+  std::vector<float> logits(static_cast<size_t>(rows * vocab));
   std::string ids;
-  for (int64_t i = 0; i < rows; ++i) ids += (i ? " " : "") + std::to_string(tokens[i]);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(z.f32() + r * z.dim(1), vocab, logits.begin() + r * vocab);
+    ids += (r ? " " : "") + std::to_string(tokens[r]);
+  }
   ckpt::write_safetensors(out, {{"logits", {rows, vocab}}}, {&logits}, {{"format", "pt"}, {"tokens", ids}});
   std::printf("wrote %s: logits [%lld, %lld] of the first %lld positions\n", out.c_str(), (long long)rows,
               (long long)vocab, (long long)rows);
@@ -75,12 +77,7 @@ int eval_text(model::Model& model, const std::vector<int32_t>& ids, const tok::T
     const int64_t len = std::min(T, n - start);
     model.forward({ids.data() + start, nullptr, 1, len, 0.f});
     const Tensor& z = model.logits();
-    if (start == 0 && logits_rows > 0) {
-      const int64_t rows = std::min(logits_rows, len);
-      std::vector<float> out(static_cast<size_t>(rows * V));
-      for (int64_t r = 0; r < rows; ++r) std::copy_n(z.f32() + r * z.dim(1), V, out.begin() + r * V);
-      write_logits(logits_out, out, rows, V, ids);
-    }
+    if (start == 0 && logits_rows > 0) write_logits(logits_out, z, std::min(logits_rows, len), V, ids.data());
     for (int64_t i = 1; i < len; ++i) {
       const int32_t target = ids[start + i];
       const double loss = token_loss(z.f32() + (i - 1) * z.dim(1), V, target);
@@ -117,11 +114,8 @@ int eval_data(model::Model& model, const fs::path& dir, const std::string& split
       std::copy_n(in.begin() + w * (T + 1) + 1, T, y.begin() + w * T);
     }
     if (done == 0 && logits_rows > 0) {
-      model.forward({x.data(), nullptr, 1, T, 0.f});
-      const int64_t rows = std::min(logits_rows, T);
-      std::vector<float> out(static_cast<size_t>(rows * V));
-      for (int64_t r = 0; r < rows; ++r) std::copy_n(model.logits().f32() + r * model.logits().dim(1), V, out.begin() + r * V);
-      write_logits(logits_out, out, rows, V, x);
+      model.forward({x.data(), nullptr, 1, T, 0.f});  // the head keeps logits only without targets
+      write_logits(logits_out, model.logits(), std::min(logits_rows, T), V, x.data());
     }
     sum += model.forward({x.data(), y.data(), b, T, 0.f});
     done += b;
@@ -164,7 +158,7 @@ int eval(const Args& args) {
   const ModelSource source = open_model_source(vm["src"].as<std::string>(),
                                                vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
   const int64_t asked = vm["threads"].as<int64_t>();
-  ops::set_threads("cpu", asked > 0 ? static_cast<int>(asked) : threads_per_rank(1, false).cpus);
+  inference_threads(asked);
   const int64_t T = model::from_config(source.cfg).seq_len, batch = vm.count("data") ? vm["batch"].as<int64_t>() : 1;
   const auto loaded = load_model(source, batch * T);
   const int64_t logits = vm["logits"].as<int64_t>();

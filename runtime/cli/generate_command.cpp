@@ -8,8 +8,6 @@
 
 #include "cli/model_source.hpp"
 #include "cli/parse.hpp"
-#include "core/cpus.hpp"
-#include "ops/ops.hpp"
 #include "train/sample.hpp"
 #include "train/thread_policy.hpp"
 
@@ -49,7 +47,7 @@ int generate(const Args& args) {
   const auto loaded = load_model(source, model::from_config(source.cfg).seq_len);
   // Like training: all the cores while they are free, fewer while other processes take some.
   const int64_t asked = vm["threads"].as<int64_t>();
-  const int threads = ops::set_threads("cpu", asked > 0 ? static_cast<int>(asked) : threads_per_rank(1, false).cpus);
+  const int threads = inference_threads(asked);
   train::ThreadPolicy policy("cpu", threads, asked == 0, false, 1, 0.1);  // a token is a few ms: look every 0.1 s
   train::SampleOptions o{vm["max-tokens"].as<int64_t>(), temperature, vm["top-k"].as<int64_t>(), top_p,
                          vm["seed"].as<uint64_t>(), stop_ids(source, tokenizer.get()), [&policy] { policy.after_step(); }, true};

@@ -5,6 +5,7 @@
 
 #include "ckpt/format.hpp"
 #include "ckpt/init_from.hpp"
+#include "core/cpus.hpp"
 #include "core/errors.hpp"
 #include "ops/ops.hpp"
 
@@ -55,16 +56,22 @@ std::unique_ptr<LoadedModel> load_model(const ModelSource& s, int64_t max_rows) 
   return m;
 }
 
+tok::Tokenizer load_tokenizer(const fs::path& file, int64_t vocab) {
+  tok::Tokenizer t = tok::Tokenizer::from_json_file(file);
+  if (t.vocab_size() > vocab)
+    throw UsageError("tokenizer '" + file.string() + "' has " + std::to_string(t.vocab_size()) +
+                     " tokens, more than the model's vocabulary of " + std::to_string(vocab));
+  return t;
+}
+
+int inference_threads(int64_t asked) {
+  return ops::set_threads("cpu", asked > 0 ? static_cast<int>(asked) : threads_per_rank(1, false).cpus);
+}
+
 std::unique_ptr<tok::Tokenizer> tokenizer_for(const ModelSource& s, bool ids_only) {
-  const int64_t vocab = model::from_config(s.cfg).vocab_size;
   if (ids_only) return nullptr;
-  if (!s.tokenizer_path.empty()) {
-    auto t = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(s.tokenizer_path));
-    if (t->vocab_size() > vocab)
-      throw UsageError("tokenizer '" + s.tokenizer_path.string() + "' has " + std::to_string(t->vocab_size()) +
-                       " tokens, more than the model's vocabulary of " + std::to_string(vocab));
-    return t;
-  }
+  const int64_t vocab = model::from_config(s.cfg).vocab_size;
+  if (!s.tokenizer_path.empty()) return std::make_unique<tok::Tokenizer>(load_tokenizer(s.tokenizer_path, vocab));
   if (vocab != 256)
     throw UsageError("the model's vocabulary has " + std::to_string(vocab) +
                      " tokens and no tokenizer was found: pass --tokenizer tokenizer.json, or --ids");

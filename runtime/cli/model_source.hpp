@@ -42,6 +42,13 @@ struct LoadedModel {
 // The model with the source's weights, for up to `max_rows` rows a forward; MoE routes dropless.
 std::unique_ptr<LoadedModel> load_model(const ModelSource& s, int64_t max_rows);
 
+// tokenizer.json, refused when it has more tokens than the model's vocabulary (transformers and
+// Loom would index past the embedding).
+tok::Tokenizer load_tokenizer(const std::filesystem::path& file, int64_t vocab);
+
+// CPU threads for one inference process: `asked`, or the cores this process may use (0). Set and returned.
+int inference_threads(int64_t asked);
+
 // The tokenizer, or none: --ids, or a 256-token model read as bytes. A larger vocabulary with no
 // tokenizer is a UsageError saying what to pass.
 std::unique_ptr<tok::Tokenizer> tokenizer_for(const ModelSource& s, bool ids_only);
