@@ -67,8 +67,8 @@ Checkpointer::Checkpointer(const CheckpointSettings& settings, const config::Con
   if (!ckpt) throw ConfigError("[checkpoint] every = " + std::to_string(every_) + " needs a writer: [plugins] ckpt = \"sync\" or \"async\"");
   loom_options opts = plugins::options_for(cfg, ckpt->found.desc->name);
   writer_ = std::make_unique<plugins::Instance>(ckpt->found, &opts);
-  table_ = writer_->table<loom_ckpt_v1>();
-  if (ckpt->found.desc->v.minor >= 6 && LOOM_HAS_FIELD(&table_->base, loom_ckpt_v1, open) && table_->open) {
+  table_ = writer_->table<loom_ckpt_v2>();
+  if (table_->open) {
     loom_error e;
     check(table_->open(writer_->self(), root_.c_str(), rank_, mesh_.world(), &e), e, "checkpoint writer open");
   }
@@ -248,8 +248,7 @@ bool Checkpointer::after_step(int64_t step, int64_t last_step, ParamStore& param
     return true;
   }
   loom_error e;
-  const bool has_poll = table_->base.v.size >= offsetof(loom_ckpt_v1, poll) + sizeof(void*) && table_->poll;
-  check(has_poll ? table_->poll(writer_->self(), &e) : LOOM_OK, e, "checkpoint " + step_name(pending_ ? pending_->step : step));
+  check(table_->poll ? table_->poll(writer_->self(), &e) : LOOM_OK, e, "checkpoint " + step_name(pending_ ? pending_->step : step));
   return false;
 }
 
@@ -310,8 +309,7 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
     // blob_ stays unchanged until commit() (the next save starts with it): the checksum runs in
     // the background and a writer that can may write straight from it.
     p->crc = std::async(std::launch::async, [blob, total] { return crc32c(blob, total); });
-    const bool stable = table_->base.v.size >= offsetof(loom_ckpt_v1, save_stable) + sizeof(void*) && table_->save_stable;
-    auto save = stable ? table_->save_stable : table_->save;
+    auto save = table_->save_stable ? table_->save_stable : table_->save;
     check(save(writer_->self(), target.c_str(), p->mine.name.c_str(), blob, total, &e), e, "checkpoint " + step_name(step));
   }
   if (state_.save && !(p->state_bytes = state_.save()).empty()) {
@@ -383,7 +381,7 @@ void Checkpointer::commit() {
     std::fflush(stdout);
   }
   barrier();
-  if (table_->base.v.minor >= 6 && LOOM_HAS_FIELD(&table_->base, loom_ckpt_v1, committed) && table_->committed)
+  if (table_->committed)
     check(table_->committed(writer_->self(), final_dir.c_str(), p->step, &e), e, "checkpoint " + name + " commit notice");
 }
 

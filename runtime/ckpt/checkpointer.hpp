@@ -108,7 +108,7 @@ class Checkpointer {
   void retire_old(const std::filesystem::path& final_dir);  // retention after a commit
   void check_writable() const;
   std::unique_ptr<plugins::Instance> writer_;
-  const loom_ckpt_v1* table_ = nullptr;
+  const loom_ckpt_v2* table_ = nullptr;
   std::unique_ptr<Pending> pending_;
   std::vector<char> blob_;  // this rank's file, assembled here before the writer takes it
   std::future<void> cleanup_;  // checkpoints beyond keep_last, being deleted

@@ -11,14 +11,12 @@ namespace fs = std::filesystem;
 namespace loom::ckpt {
 
 bool reads_back(const loom_plugin* d) {
-  if (!d || d->kind != LOOM_KIND_CKPT || d->v.minor < 6) return false;
-  const auto* t = reinterpret_cast<const loom_ckpt_v1*>(d);
-  return LOOM_HAS_FIELD(&t->base, loom_ckpt_v1, read) && t->read;
+  return d && d->kind == LOOM_KIND_CKPT && reinterpret_cast<const loom_ckpt_v2*>(d)->read;
 }
 
 Reader reader_of(const plugins::Instance& writer) {
   if (!reads_back(writer.desc())) return disk_reader();
-  const loom_ckpt_v1* t = writer.table<loom_ckpt_v1>();
+  const loom_ckpt_v2* t = writer.table<loom_ckpt_v2>();
   void* self = writer.self();
   const std::string via = "plugin '" + std::string(writer.desc()->name) + "'";
   Reader r;
@@ -75,7 +73,7 @@ CheckpointReader::CheckpointReader(const fs::path& dir, const Manifest& m) : rea
   plugins::check_options(cfg, found.desc);
   loom_options opts = plugins::options_for(cfg, name);
   writer_ = std::make_unique<plugins::Instance>(found, &opts);
-  const loom_ckpt_v1* t = writer_->table<loom_ckpt_v1>();
+  const loom_ckpt_v2* t = writer_->table<loom_ckpt_v2>();
   loom_error e;
   plugins::check(t->open(writer_->self(), dir.parent_path().c_str(), 0, 1, &e), e, "ckpt plugin '" + name + "' open");
   reader_ = reader_of(*writer_);

@@ -58,8 +58,7 @@ std::vector<KeySpec> plugin_keys(const loom_option_spec* options) {
 
 std::vector<KeySpec> plugin_keys(const loom_plugin* d) {
   std::vector<KeySpec> keys = plugin_keys(d->options);
-  const auto* rules = d->get_proc ? static_cast<const loom_option_rule*>(d->get_proc(LOOM_PROC_OPTION_RULES)) : nullptr;
-  for (const loom_option_rule* r = rules; r && r->name; ++r) {
+  for (const loom_option_rule* r = d->option_rules; r && r->name; ++r) {
     auto k = std::find_if(keys.begin(), keys.end(), [&](const KeySpec& s) { return s.name == r->name; });
     if (k == keys.end())
       throw RuntimeError("plugin '" + std::string(d->name) + "' has a rule for option '" + r->name +

@@ -119,7 +119,7 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
   store_.timeout_ms = timeout_ms;
 
   plugin_ = std::make_unique<plugins::Instance>(plugin, options);
-  watch_comm(watched_, plugin_->table<loom_comm_v1>(), plugin_->self(), env_.rank, timeout_ms + 5000);
+  watch_comm(watched_, plugin_->table<loom_comm_v2>(), plugin_->self(), env_.rank, timeout_ms + 5000);
   table_ = &watched_.table;
   loom_error e;
   loom_comm* world = nullptr;

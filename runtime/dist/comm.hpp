@@ -19,7 +19,7 @@ namespace loom::dist {
 
 class Communicator {
  public:
-  Communicator(const loom_comm_v1* table, void* self, loom_comm* c, std::string name)
+  Communicator(const loom_comm_v2* table, void* self, loom_comm* c, std::string name)
       : t_(table), self_(self), c_(c), name_(std::move(name)) {}
   ~Communicator();
   Communicator(const Communicator&) = delete;
@@ -42,7 +42,7 @@ class Communicator {
 
  private:
   void check(loom_status s, const loom_error& e, const char* what) const;
-  const loom_comm_v1* t_;
+  const loom_comm_v2* t_;
   void* self_;
   loom_comm* c_;
   std::string name_;
@@ -69,7 +69,7 @@ class CommWorld {
   int data_size() const { return mesh_.dp * mesh_.ep * mesh_.cp; }
   // Which share of the global batch's sequences this rank reads: cp ranks read the same ones.
   int batch_rank() const { return coord().dp * mesh_.ep + coord().ep; }
-  const loom_comm_v1* table() const { return table_; }
+  const loom_comm_v2* table() const { return table_; }
   void* self() const;
 
  private:
@@ -80,7 +80,7 @@ class CommWorld {
   loom_store store_{};
   std::unique_ptr<plugins::Instance> plugin_;
   WatchedComm watched_{};  // the plugin's table under the watchdog; what table() and self() hand out
-  const loom_comm_v1* table_ = nullptr;
+  const loom_comm_v2* table_ = nullptr;
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Communicator> axes_[kAxes];
   std::unique_ptr<Communicator> data_;  // ep > 1 or cp > 1 only

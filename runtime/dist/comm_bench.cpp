@@ -190,7 +190,7 @@ class Bench {
 
   CommWorld& world_;
   const CommBenchOptions& o_;
-  const loom_comm_v1* t_;
+  const loom_comm_v2* t_;
   void* self_;
   loom_comm* c_;
   const int n_, me_;

@@ -68,11 +68,11 @@ class Ticket {
 
 WatchedComm& of(void* self) { return *static_cast<WatchedComm*>(self); }
 
-// Forward<&loom_comm_v1::f, "f">::call has f's signature and runs f under a Ticket. A call
+// Forward<&loom_comm_v2::f, "f">::call has f's signature and runs f under a Ticket. A call
 // given a work handle returns at once; its wait() is what blocks, and is watched.
 template <auto Field>
 struct Forward;
-template <typename R, typename... A, R (*loom_comm_v1::*Field)(void*, A...)>
+template <typename R, typename... A, R (*loom_comm_v2::*Field)(void*, A...)>
 struct Forward<Field> {
   template <const char* Name>
   static R call(void* self, A... a) {
@@ -93,24 +93,24 @@ int32_t size_of(void* self, const loom_comm* c) { return of(self).inner->size(of
 
 }  // namespace
 
-void watch_comm(WatchedComm& w, const loom_comm_v1* inner, void* inner_self, int rank, int64_t limit_ms) {
+void watch_comm(WatchedComm& w, const loom_comm_v2* inner, void* inner_self, int rank, int64_t limit_ms) {
   w.inner = inner;
   w.inner_self = inner_self;
   w.table = *inner;  // the descriptor and anything past the functions stay the plugin's
-  w.table.init = &Forward<&loom_comm_v1::init>::call<kInit>;
-  w.table.split = &Forward<&loom_comm_v1::split>::call<kSplit>;
+  w.table.init = &Forward<&loom_comm_v2::init>::call<kInit>;
+  w.table.split = &Forward<&loom_comm_v2::split>::call<kSplit>;
   w.table.free_comm = &free_comm;
   w.table.rank = &rank_of;
   w.table.size = &size_of;
-  w.table.all_reduce = &Forward<&loom_comm_v1::all_reduce>::call<kAllReduce>;
-  w.table.reduce_scatter = &Forward<&loom_comm_v1::reduce_scatter>::call<kReduceScatter>;
-  w.table.all_gather = &Forward<&loom_comm_v1::all_gather>::call<kAllGather>;
-  w.table.broadcast = &Forward<&loom_comm_v1::broadcast>::call<kBroadcast>;
-  w.table.all_to_all = &Forward<&loom_comm_v1::all_to_all>::call<kAllToAll>;
-  w.table.send = inner->send ? &Forward<&loom_comm_v1::send>::call<kSend> : nullptr;
-  w.table.recv = inner->recv ? &Forward<&loom_comm_v1::recv>::call<kRecv> : nullptr;
-  w.table.barrier = &Forward<&loom_comm_v1::barrier>::call<kBarrier>;
-  w.table.wait = &Forward<&loom_comm_v1::wait>::call<kWait>;
+  w.table.all_reduce = &Forward<&loom_comm_v2::all_reduce>::call<kAllReduce>;
+  w.table.reduce_scatter = &Forward<&loom_comm_v2::reduce_scatter>::call<kReduceScatter>;
+  w.table.all_gather = &Forward<&loom_comm_v2::all_gather>::call<kAllGather>;
+  w.table.broadcast = &Forward<&loom_comm_v2::broadcast>::call<kBroadcast>;
+  w.table.all_to_all = &Forward<&loom_comm_v2::all_to_all>::call<kAllToAll>;
+  w.table.send = inner->send ? &Forward<&loom_comm_v2::send>::call<kSend> : nullptr;
+  w.table.recv = inner->recv ? &Forward<&loom_comm_v2::recv>::call<kRecv> : nullptr;
+  w.table.barrier = &Forward<&loom_comm_v2::barrier>::call<kBarrier>;
+  w.table.wait = &Forward<&loom_comm_v2::wait>::call<kWait>;
   static std::once_flag once;
   std::call_once(once, [&] {
     g_rank = rank;

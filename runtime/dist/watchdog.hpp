@@ -15,13 +15,13 @@
 namespace loom::dist {
 
 struct WatchedComm {
-  loom_comm_v1 table;       // forwards to `inner`, timing each blocking call
-  const loom_comm_v1* inner;
+  loom_comm_v2 table;       // forwards to `inner`, timing each blocking call
+  const loom_comm_v2* inner;
   void* inner_self;
 };
 
 // Starts the watchdog thread (once per process) and fills `w` to forward to (inner, inner_self).
 // `rank` and the limit go into its message.
-void watch_comm(WatchedComm& w, const loom_comm_v1* inner, void* inner_self, int rank, int64_t limit_ms);
+void watch_comm(WatchedComm& w, const loom_comm_v2* inner, void* inner_self, int rank, int64_t limit_ms);
 
 }  // namespace loom::dist

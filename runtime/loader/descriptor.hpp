@@ -12,13 +12,20 @@ namespace loom::plugins {
 const char* kind_name(int32_t kind);  // "comm", "parallel", ...; "unknown"
 const char* slot_name(int32_t slot);  // "data", "tensor", ... ("" for LOOM_SLOT_NONE)
 
-// The size of ABI 1.0's table for a kind and slot (or the first ABI the slot appeared in):
+// The size of ABI 2's table for a kind and slot (the data slot's depends on LOOM_DATA_SHARDED):
 // what a descriptor's v.size must at least cover.
-size_t table_size(int32_t kind, int32_t slot);
+size_t table_size(int32_t kind, int32_t slot, uint64_t data_capabilities = 0);
 
 // The ABI major, a known kind and a slot that fits it, a table at least table_size(), a name,
-// create and destroy, and an option schema of named, typed entries with unique names. Throws
-// RuntimeError naming `library` and what is wrong.
+// create, destroy and every required entry, optional pairs set together, and an option schema of
+// named, typed entries with unique names. Throws RuntimeError naming `library` and what is wrong.
 void check_descriptor(const loom_plugin* d, const std::string& library);
+
+namespace v1 {
+struct plugin;
+}
+// The same of an ABI 1 descriptor, before it is adapted: a table at least ABI 1.0's size (or the
+// size of the minor that introduced its slot) with that minor's required entries.
+void check_v1_descriptor(const v1::plugin* d, const std::string& library);
 
 }  // namespace loom::plugins

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -108,7 +109,7 @@ loom_host& host() {
     t.opt_str = &opt_str;
     t.alloc = &alloc;
     t.free = &release;
-    t.service = &find_service;
+    t.service = &find_declared_service;
     t.error_new = &error_new;
     t.error_free = &error_free;
     t.error_message = &error_message;
@@ -130,19 +131,17 @@ const char* status_name(loom_status s) {
 }
 
 uint64_t data_capabilities(const loom_plugin* d) {
-  if (d->kind != LOOM_KIND_PARALLEL || d->slot != LOOM_SLOT_DATA || d->v.minor < 6) return 0;
-  const auto* t = reinterpret_cast<const loom_data_v1*>(d);
-  return LOOM_HAS_FIELD(&t->base, loom_data_v1, capabilities) ? t->capabilities : 0;
+  if (d->kind != LOOM_KIND_PARALLEL || d->slot != LOOM_SLOT_DATA) return 0;
+  return reinterpret_cast<const loom_data_v2*>(d)->capabilities;
 }
 
 uint64_t ckpt_capabilities(const loom_plugin* d) {
-  if (d->kind != LOOM_KIND_CKPT || d->v.minor < 6) return 0;
-  const auto* t = reinterpret_cast<const loom_ckpt_v1*>(d);
-  return LOOM_HAS_FIELD(&t->base, loom_ckpt_v1, capabilities) ? t->capabilities : 0;
+  if (d->kind != LOOM_KIND_CKPT) return 0;
+  return reinterpret_cast<const loom_ckpt_v2*>(d)->capabilities;
 }
 
 std::string declared_note(const loom_plugin* d) {
-  if (d->v.minor >= 6) return "";
+  if (d->v.major != 1 || d->v.minor >= 6) return "";
   return " (it was built against plugin ABI 1." + std::to_string(d->v.minor) +
          ", before plugins declared capabilities)";
 }
@@ -156,8 +155,7 @@ std::string capability_names(const loom_plugin* d) {
   } else if (d->kind == LOOM_KIND_CKPT) {
     caps = ckpt_capabilities(d);
     names = {{LOOM_CKPT_ASYNC, "async"}};
-    const auto* t = reinterpret_cast<const loom_ckpt_v1*>(d);
-    if (d->v.minor >= 6 && LOOM_HAS_FIELD(&t->base, loom_ckpt_v1, read) && t->read) names.push_back({0, "reads back"});
+    if (reinterpret_cast<const loom_ckpt_v2*>(d)->read) names.push_back({0, "reads back"});
   }
   std::string out;
   for (auto [flag, name] : names)
@@ -165,17 +163,43 @@ std::string capability_names(const loom_plugin* d) {
   return out;
 }
 
+loom_cost_fn cost_entry(const loom_plugin* d) {
+  if (d->kind != LOOM_KIND_PARALLEL) return nullptr;
+  switch (d->slot) {
+    case LOOM_SLOT_DATA: return reinterpret_cast<const loom_data_v2*>(d)->cost;
+    case LOOM_SLOT_TENSOR: return reinterpret_cast<const loom_tensor_v2*>(d)->cost;
+    case LOOM_SLOT_SEQUENCE: return reinterpret_cast<const loom_sequence_v2*>(d)->cost;
+    case LOOM_SLOT_PIPELINE: return reinterpret_cast<const loom_pipeline_v2*>(d)->cost;
+    case LOOM_SLOT_EXPERT: return reinterpret_cast<const loom_expert_v2*>(d)->cost;
+    case LOOM_SLOT_CONTEXT: return reinterpret_cast<const loom_context_v2*>(d)->cost;
+  }
+  return nullptr;
+}
+
+// Whether the plugin keeps state of its own in checkpoints (data and precision slots).
+bool keeps_state(const loom_plugin* d) {
+  if (d->kind == LOOM_KIND_PRECISION) return reinterpret_cast<const loom_precision_v2*>(d)->save_state != nullptr;
+  if (d->kind == LOOM_KIND_PARALLEL && d->slot == LOOM_SLOT_DATA)
+    return reinterpret_cast<const loom_data_v2*>(d)->save_state != nullptr;
+  return false;
+}
+
 std::vector<std::string> optional_entries(const loom_plugin* d) {
   std::vector<std::string> out;
-  const auto proc = [&](const char* name) { return d->v.minor >= 6 && d->get_proc && d->get_proc(name); };
-  if (proc(LOOM_PROC_OPTION_RULES)) out.push_back("option rules");
-  if (proc(LOOM_PROC_VALIDATE_OPTIONS)) out.push_back("validate hook");
-  if (d->kind == LOOM_KIND_PARALLEL && proc(LOOM_PROC_COST)) out.push_back("cost entry");
-  // Data-plugin state is left out: the SDK's data tables always fill save_state/load_state (a
-  // stateless plugin saves nothing), so the table cannot say whether a plugin keeps state.
-  if (d->kind == LOOM_KIND_CKPT && d->v.minor >= 6) {
-    const auto* t = reinterpret_cast<const loom_ckpt_v1*>(d);
-    if (LOOM_HAS_FIELD(&t->base, loom_ckpt_v1, read) && t->read) out.push_back("read path");
+  if (d->option_rules) out.push_back("option rules");
+  if (d->validate_options) out.push_back("validate hook");
+  if (cost_entry(d)) out.push_back("cost entry");
+  if (keeps_state(d)) out.push_back("state save and load");
+  if (d->kind == LOOM_KIND_CKPT && reinterpret_cast<const loom_ckpt_v2*>(d)->read) out.push_back("read path");
+  return out;
+}
+
+std::vector<std::string> declared_services(const loom_plugin* d) {
+  std::vector<std::string> out;
+  for (std::string_view s = d->services ? d->services : ""; !s.empty();) {
+    const size_t bar = s.find('|');
+    out.emplace_back(s.substr(0, bar));
+    s = bar == std::string_view::npos ? std::string_view() : s.substr(bar + 1);
   }
   return out;
 }

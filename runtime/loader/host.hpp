@@ -21,21 +21,25 @@ struct loom_options {
 
 namespace loom::plugins {
 
-// The one host table of this process. Services (ops, mesh, ...) are filled in as they start.
+// The one host table of this process, for ABI 2 plugins (ABI 1 ones get v1_host()).
 loom_host& host();
 
 const char* status_name(loom_status s);
 
-// What a plugin declares it handles (ABI 1.6); 0 for a plugin built before declarations.
+// What a plugin declares it handles; 0 for a plugin built before ABI 1.6, which had no declarations.
 uint64_t data_capabilities(const loom_plugin* desc);
 uint64_t ckpt_capabilities(const loom_plugin* desc);
 // " (it was built against ABI 1.3, before plugins declared capabilities)" or "".
 std::string declared_note(const loom_plugin* desc);
 // "experts, pipeline" for `loom plugins info`.
 std::string capability_names(const loom_plugin* desc);
+// A parallel plugin's cost entry for `loom plan`, or nullptr.
+loom_cost_fn cost_entry(const loom_plugin* desc);
 // The optional entries a plugin provides, for `loom plugins info`: "option rules", "validate hook",
-// "cost entry" (found by name), "read path" (checkpoint slot).
+// "cost entry", "state save and load" (data and precision), "read path" (checkpoint).
 std::vector<std::string> optional_entries(const loom_plugin* desc);
+// The services it declares (loom_plugin.services), the only ones its host hands it.
+std::vector<std::string> declared_services(const loom_plugin* desc);
 
 // "status: message" for errors that came back across the boundary.
 std::string describe(const loom_error& e);

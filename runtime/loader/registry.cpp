@@ -19,7 +19,9 @@
 #include "core/nearest.hpp"
 #include "loader/descriptor.hpp"
 #include "loader/host.hpp"
+#include "loader/v1_adapter.hpp"
 #include "loader/isolated.hpp"
+#include "loader/services.hpp"
 
 namespace fs = std::filesystem;
 
@@ -132,6 +134,22 @@ std::vector<SearchDir> Registry::default_dirs(const std::vector<std::string>& co
 
 namespace {
 
+// A library without an entry this runtime speaks: built for another major, damaged, or no plugin.
+[[noreturn]] void refuse_entryless(const fs::path& key) {
+  const std::vector<int> majors = exported_abi_majors(key);
+  for (int major : {LOOM_ABI_MAJOR, 1})
+    if (std::find(majors.begin(), majors.end(), major) != majors.end())
+      throw RuntimeError("plugin library '" + key.string() + "' lists loom_plugin_entry_v" + std::to_string(major) +
+                         " in its symbol table, but the dynamic loader cannot find it there: the library's dynamic "
+                         "section is damaged; rebuild it");
+  if (!majors.empty())
+    throw RuntimeError("plugin library '" + key.string() + "' was built for Loom plugin ABI " +
+                       std::to_string(majors.front()) + " (exports loom_plugin_entry_v" + std::to_string(majors.front()) +
+                       "); this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
+                       std::to_string(LOOM_ABI_MINOR) + " (and 1 through adapters)");
+  throw RuntimeError("'" + key.string() + "' is not a Loom plugin: it exports no loom_plugin_entry_v2 (or _v1) symbol");
+}
+
 // dlopen, the entry and every descriptor's checks. Throws RuntimeError naming the library.
 std::unique_ptr<Library> open_library(const fs::path& key) {
   check_elf(key);
@@ -142,24 +160,15 @@ std::unique_ptr<Library> open_library(const fs::path& key) {
   } catch (const std::exception& e) {
     throw RuntimeError("cannot load plugin library '" + key.string() + "': " + e.what());
   }
-  if (!lib->lib.has(LOOM_PLUGIN_ENTRY_V1)) {
-    std::vector<int> majors = exported_abi_majors(key);
-    if (std::find(majors.begin(), majors.end(), LOOM_ABI_MAJOR) != majors.end())
-      throw RuntimeError("plugin library '" + key.string() + "' lists loom_plugin_entry_v1 in its symbol table, but the "
-                         "dynamic loader cannot find it there: the library's dynamic section is damaged; rebuild it");
-    if (!majors.empty())
-      throw RuntimeError("plugin library '" + key.string() + "' was built for Loom plugin ABI " +
-                         std::to_string(majors.front()) + " (exports loom_plugin_entry_v" +
-                         std::to_string(majors.front()) + "); this runtime speaks ABI " +
-                         std::to_string(LOOM_ABI_MAJOR) + "." + std::to_string(LOOM_ABI_MINOR));
-    throw RuntimeError("'" + key.string() +
-                       "' is not a Loom plugin: it exports no loom_plugin_entry_v1 symbol");
-  }
-  auto& entry = lib->lib.get<std::remove_pointer_t<loom_plugin_entry_v1_fn>>(LOOM_PLUGIN_ENTRY_V1);
+  const bool v2 = lib->lib.has(LOOM_PLUGIN_ENTRY_V2), v1 = !v2 && lib->lib.has(v1::kEntry);
+  if (!v2 && !v1) refuse_entryless(key);
   const loom_plugin* const* descs = nullptr;
   size_t count = 0;
   loom_error err;
-  loom_status s = entry(&host(), &descs, &count, &err);
+  const loom_status s = v2 ? lib->lib.get<std::remove_pointer_t<loom_plugin_entry_v2_fn>>(LOOM_PLUGIN_ENTRY_V2)(
+                                 &host(), &descs, &count, &err)
+                           : lib->lib.get<std::remove_pointer_t<v1::entry_fn>>(v1::kEntry)(
+                                 &v1_host(), reinterpret_cast<const v1::plugin* const**>(&descs), &count, &err);
   if (s != LOOM_OK)
     throw RuntimeError("plugin library '" + key.string() + "' failed to start: " + describe(err));
   if (count > 0 && !descs)
@@ -168,9 +177,17 @@ std::unique_ptr<Library> open_library(const fs::path& key) {
   if (count > 4096)
     throw RuntimeError("plugin library '" + key.string() + "': its entry reports " + std::to_string(count) + " plugins");
   for (size_t i = 0; i < count; ++i) {
-    const loom_plugin* d = descs[i];
-    if (!d) continue;
-    check_descriptor(d, key.string());
+    if (!descs[i]) continue;
+    if (v1 && descs[i]->v.major != v1::kMajor)  // what an ABI 1 entry returns has ABI 1's layout
+      throw RuntimeError("plugin in '" + key.string() + "' is returned by loom_plugin_entry_v1 but claims plugin ABI " +
+                         std::to_string(descs[i]->v.major) + "." + std::to_string(descs[i]->v.minor) +
+                         "; this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
+                         std::to_string(LOOM_ABI_MINOR) + " (and 1 through adapters)");
+    const loom_plugin* d = v1 ? adapt_v1(reinterpret_cast<const v1::plugin*>(descs[i]), key.string()) : descs[i];
+    if (v2) {
+      check_descriptor(d, key.string());
+      declare_services(d);  // what its host will hand it
+    }
     lib->plugins.push_back(d);
   }
   return lib;
@@ -318,11 +335,11 @@ std::vector<Found> Registry::all(std::vector<std::string>* problems) {
 
 Instance::Instance(const Found& found, const loom_options* options) : desc_(found.desc) {
   const char* why = nullptr;
-  if (desc_->score && desc_->score(&host(), &why) <= 0)
+  if (score_plugin(desc_, &why) <= 0)
     throw RuntimeError("plugin '" + std::string(desc_->name) + "' cannot run here: " +
                        (why && *why ? why : "it gave no reason"));
   loom_error err;
-  loom_status s = desc_->create(&host(), options, &self_, &err);
+  loom_status s = create_plugin_instance(desc_, options, &self_, &err);
   if (s != LOOM_OK) {
     self_ = nullptr;
     std::string msg = "plugin '" + std::string(desc_->name) + "' failed to start: " + describe(err);
@@ -332,7 +349,7 @@ Instance::Instance(const Found& found, const loom_options* options) : desc_(foun
 }
 
 Instance::~Instance() {
-  if (self_) desc_->destroy(self_);
+  if (self_) destroy_plugin_instance(desc_, self_);
 }
 
 }  // namespace loom::plugins

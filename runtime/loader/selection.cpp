@@ -1,4 +1,5 @@
 #include "loader/selection.hpp"
+#include "loader/v1_adapter.hpp"
 
 #include "core/errors.hpp"
 #include "dist/parallel_settings.hpp"
@@ -73,13 +74,10 @@ std::vector<config::KeySpec> check_options(config::Config& cfg, const loom_plugi
     if (k.required && (!mine || !mine->contains(k.name)))
       throw ConfigError("plugin '" + name + "' needs [plugins." + name + "] " + k.name + " (" + k.help + ")");
   cfg.validate_plugin_options(name, keys);
-  const auto validate = d->get_proc ? reinterpret_cast<loom_validate_options_fn>(
-                                          const_cast<void*>(d->get_proc(LOOM_PROC_VALIDATE_OPTIONS)))
-                                    : nullptr;
-  if (validate) {
+  if (d->validate_options) {
     loom_options opts = options_for(cfg, name);
     loom_error e;
-    const loom_status s = validate(&host(), &opts, &e);
+    const loom_status s = validate_plugin_options(d, &opts, &e);
     if (s == LOOM_BAD_CONFIG) throw ConfigError("[plugins." + name + "]: " + e.message);
     if (s != LOOM_OK) throw RuntimeError("plugin '" + name + "' failed to check its options: " + describe(e));
   }

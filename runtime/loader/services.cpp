@@ -3,11 +3,14 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
+#include <vector>
 
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "loader/descriptor.hpp"
 #include "loader/host.hpp"
+#include "loader/v1_adapter.hpp"
 #include "loader/registry.hpp"
 #include "loader/selection.hpp"
 
@@ -94,10 +97,10 @@ loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** de
     check_options(*source().cfg, f.desc);
     loom_options opts = options_for(*source().cfg, f.desc->name);
     const char* why = nullptr;
-    if (f.desc->score && f.desc->score(&h, &why) <= 0)
+    if (score_plugin(f.desc, &why) <= 0)
       return h.set_error(err, LOOM_UNAVAILABLE, ("plugin '" + std::string(f.desc->name) + "' cannot run here: " +
                                                  (why && *why ? why : "it gave no reason")).c_str());
-    const loom_status s = f.desc->create(&h, &opts, self, err);
+    const loom_status s = create_plugin_instance(f.desc, &opts, self, err);
     if (s == LOOM_OK) *desc = f.desc;
     return s;
   } catch (const ConfigError& e) {
@@ -108,10 +111,20 @@ loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** de
 }
 
 void release_plugin(const loom_plugin* desc, void* self) {
-  if (desc && self) desc->destroy(self);
+  if (desc && self) destroy_plugin_instance(desc, self);
 }
 
 const loom_plugins kPlugins = {LOOM_VERSION_OF(loom_plugins), &create_plugin, &release_plugin};
+
+// Each ABI 2 plugin's declared services (loom_plugin.services), by plugin name.
+struct Declared {
+  std::mutex m;
+  std::map<std::string, std::set<std::string>> of;
+};
+Declared& declared() {
+  static Declared d;
+  return d;
+}
 
 }  // namespace
 
@@ -132,6 +145,22 @@ void set_span_sink(SpanSink sink) {
 }
 
 void set_plugin_source(Registry* registry, config::Config* cfg) { source() = {registry, cfg}; }
+
+void declare_services(const loom_plugin* desc) {
+  const std::vector<std::string> names = declared_services(desc);
+  std::lock_guard<std::mutex> lock(declared().m);
+  declared().of[desc->name] = std::set<std::string>(names.begin(), names.end());
+}
+
+const void* find_declared_service(const char* plugin, const char* name, uint32_t min_minor) {
+  if (!plugin || !name) return nullptr;
+  {
+    std::lock_guard<std::mutex> lock(declared().m);
+    auto it = declared().of.find(plugin);
+    if (it == declared().of.end() || !it->second.count(name)) return nullptr;
+  }
+  return find_service(name, min_minor);
+}
 
 const void* find_service(const char* name, uint32_t min_minor) {
   if (!name || min_minor > LOOM_ABI_MINOR) return nullptr;

@@ -1,4 +1,4 @@
-// The optional services a plugin finds through loom_host.service (ABI 1.6): where it runs
+// The optional services a plugin finds through loom_host.service: where it runs
 // (loom.placement), spans on the run's trace (loom.trace), and other plugins to wrap
 // (loom.plugins). Each is NULL until the part of the runtime that provides it has started.
 #pragma once
@@ -29,7 +29,11 @@ void set_span_sink(SpanSink sink);
 // The registry and config that loom.plugins creates wrapped plugins from (both outlive the run).
 void set_plugin_source(Registry* registry, config::Config* cfg);
 
-// loom_host.service.
+// A service by name, for the runtime and the ABI 1 host (which grants every service).
 const void* find_service(const char* name, uint32_t min_minor);
+// loom_host.service: the service, when `plugin` declared it in loom_plugin.services.
+const void* find_declared_service(const char* plugin, const char* name, uint32_t min_minor);
+// Records what an ABI 2 plugin declared, when its library is loaded.
+void declare_services(const loom_plugin* desc);
 
 }  // namespace loom::plugins

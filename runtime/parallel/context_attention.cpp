@@ -31,7 +31,7 @@ void check_runs(const std::vector<PositionRun>& runs, int64_t seq_len, int64_t l
 }  // namespace
 
 ContextAttention::ContextAttention(const loom_context_context& ctx, plugins::Instance& plugin, int64_t seq_len)
-    : ctx_(ctx), t_(plugin.table<loom_context_v1>()), self_(plugin.self()), seq_len_(seq_len) {
+    : ctx_(ctx), t_(plugin.table<loom_context_v2>()), self_(plugin.self()), seq_len_(seq_len) {
   size_ = ctx.comm->size(ctx.comm_self, ctx.cp);
   const int rank = ctx.comm->rank(ctx.comm_self, ctx.cp);
   loom_error e;

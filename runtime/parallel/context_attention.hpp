@@ -43,7 +43,7 @@ class ContextAttention {
 
  private:
   loom_context_context ctx_;
-  const loom_context_v1* t_;
+  const loom_context_v2* t_;
   void* self_;
   int size_ = 1;
   int64_t seq_len_;

@@ -12,7 +12,7 @@ using plugins::check;
 int64_t ExpertRoute::rows_in() const { return std::accumulate(sent.begin(), sent.end(), int64_t{0}); }
 
 ExpertDispatch::ExpertDispatch(const loom_expert_context& ctx, plugins::Instance& plugin)
-    : t_(plugin.table<loom_expert_v1>()), self_(plugin.self()) {
+    : t_(plugin.table<loom_expert_v2>()), self_(plugin.self()) {
   loom_error e;
   int32_t first = 0, count = 0;
   check(t_->setup(self_, &ctx, &first, &count, &e), e, "expert plugin setup");

@@ -35,7 +35,7 @@ class ExpertDispatch {
   void combine(const ExpertRoute& route, const Tensor& rows, Tensor& out);
 
  private:
-  const loom_expert_v1* t_;
+  const loom_expert_v2* t_;
   void* self_;
   int first_ = 0, count_ = 0;
 };

@@ -36,7 +36,7 @@ PipelinePlan::PipelinePlan(const plugins::Found& plugin, const loom_options* opt
   if (plugin.desc->slot != LOOM_SLOT_PIPELINE)
     throw ConfigError("plugin '" + name_ + "' is not a pipeline schedule");
   plugin_ = std::make_unique<plugins::Instance>(plugin, options);
-  table_ = plugin_->table<loom_pipeline_v1>();
+  table_ = plugin_->table<loom_pipeline_v2>();
   loom_error e;
   loom_status s = table_->configure(plugin_->self(), &shape_, &e);
   if (s == LOOM_BAD_CONFIG) throw ConfigError(e.message);

@@ -62,7 +62,7 @@ class PipelinePlan {
  private:
   void check() const;
   std::unique_ptr<plugins::Instance> plugin_;
-  const loom_pipeline_v1* table_ = nullptr;
+  const loom_pipeline_v2* table_ = nullptr;
   std::string name_;
   loom_pipeline_shape shape_;
   std::vector<std::vector<loom_pipe_action>> actions_;

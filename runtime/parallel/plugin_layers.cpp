@@ -29,14 +29,14 @@ PluginLayers::PluginLayers(const loom_ops* ops, GemmNumerics numerics,
                            plugins::Instance* sequence)
     : LayerApi(ops, numerics),
       ctx_(ctx),
-      tensor_(tensor.table<loom_tensor_v1>()),
+      tensor_(tensor.table<loom_tensor_v2>()),
       tensor_self_(tensor.self()) {
   tp_ = ctx.comm->size(ctx.comm_self, ctx.tp);
   rank_ = ctx.comm->rank(ctx.comm_self, ctx.tp);
   loom_error e;
   check(tensor_->setup(tensor_self_, &ctx, &e), e, "tensor plugin setup");
   if (sequence) {
-    seq_ = sequence->table<loom_sequence_v1>();
+    seq_ = sequence->table<loom_sequence_v2>();
     seq_self_ = sequence->self();
     check(seq_->setup(seq_self_, &ctx, &e), e, "sequence plugin setup");
   }

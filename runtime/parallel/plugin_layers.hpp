@@ -39,9 +39,9 @@ class PluginLayers : public LayerApi {
   Tensor scatter(const Tensor& full) const;   // sp: all rows -> this rank's rows, summed
 
   loom_tensor_context ctx_;
-  const loom_tensor_v1* tensor_;
+  const loom_tensor_v2* tensor_;
   void* tensor_self_;
-  const loom_sequence_v1* seq_ = nullptr;
+  const loom_sequence_v2* seq_ = nullptr;
   void* seq_self_ = nullptr;
   int tp_ = 1, rank_ = 0;
 };

@@ -5,6 +5,7 @@
 
 #include "config/config.hpp"
 #include "core/errors.hpp"
+#include "loader/host.hpp"
 #include "loader/selection.hpp"
 #include "parallel/pipeline_plan.hpp"
 
@@ -26,8 +27,7 @@ struct PluginSources::State {
     auto it = cost_fns.find(name);
     if (it != cost_fns.end()) return it->second;
     const plugins::Found found = registry.find(name, LOOM_KIND_PARALLEL);
-    const void* proc = found.desc->get_proc ? found.desc->get_proc(LOOM_PROC_COST) : nullptr;
-    return cost_fns[name] = reinterpret_cast<loom_cost_fn>(const_cast<void*>(proc));
+    return cost_fns[name] = plugins::cost_entry(found.desc);
   }
 };
 

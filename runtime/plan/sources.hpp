@@ -1,5 +1,5 @@
-// The planner's two callbacks bound to real plugins: each strategy's cost entry (ABI 1.7,
-// get_proc(LOOM_PROC_COST)) and the pipeline schedules' own action orders, simulated as
+// The planner's two callbacks bound to real plugins: each strategy's cost entry
+// and the pipeline schedules' own action orders, simulated as
 // `loom schedule` draws them.
 #pragma once
 

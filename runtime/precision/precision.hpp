@@ -50,10 +50,10 @@ class Precision {
   void load_state(const std::string& bytes);
 
  private:
-  bool has_policy() const;
+  int32_t site_id(const std::string& site, loom_operand_role role);
   [[noreturn]] void fail(const std::string& what) const;
   std::unique_ptr<plugins::Instance> instance_;
-  const loom_precision_v1* table_;
+  const loom_precision_v2* table_;
   const loom_ops* ops_;
   std::unordered_map<std::string, int32_t> sites_;
   mutable loom_error err_;

@@ -23,7 +23,7 @@ loom_tensor scalar_f64(double* v, int64_t n = 1) { return flat_view(v, LOOM_F64,
 // them (the lowest-numbered) is done, and the plugin hears when.
 class DataParallel::Shards : public model::LayerHooks {
  public:
-  Shards(const loom_data_v1* table, void* self, ParamStore& params, model::Model& model,
+  Shards(const loom_data_sharded_v2* table, void* self, ParamStore& params, model::Model& model,
          const std::vector<loom_data_unit>& units, const std::vector<int64_t>& unit_of_param, int microbatches,
          GradsFinal before_reduce, int stage)
       : t_(table),
@@ -98,7 +98,7 @@ class DataParallel::Shards : public model::LayerHooks {
     for (Param* p : members_[u]) p->value = Tensor();
   }
 
-  const loom_data_v1* t_;
+  const loom_data_sharded_v2* t_;
   void* self_;
   std::vector<loom_data_unit> units_;
   int microbatches_;
@@ -120,14 +120,18 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
     throw ConfigError(world.mesh().describe() + " needs [plugins] data (e.g. \"ddp\")");
   loom_options data_opts = plugins::options_for(cfg, data->found.desc->name);
   data_ = std::make_unique<plugins::Instance>(data->found, &data_opts);
-  table_ = data_->table<loom_data_v1>();
+  table_ = data_->table<loom_data_v2>();
+  if (table_->capabilities & LOOM_DATA_SHARDED)
+    sharded_ = data_->table<loom_data_sharded_v2>();
+  else
+    replicated_ = data_->table<loom_data_replicated_v2>();
   describe_params(params, world.mesh().ep > 1);  // the plugin declares LOOM_DATA_EXPERTS (check_data_capabilities)
   std::vector<size_t> first_user;
   find_final_layers(model, first_user);
   const std::vector<int64_t> unit_of_param = build_units(params, model, first_user, own_unit);
   start_plugin(*data, params, model);
   if (stage_ > 0) {
-    shards_ = std::make_unique<Shards>(table_, data_->self(), params, model, units_, unit_of_param, microbatches,
+    shards_ = std::make_unique<Shards>(sharded_, data_->self(), params, model, units_, unit_of_param, microbatches,
                                        std::move(before_reduce), stage_);
     model.set_hooks(shards_.get());
     params.release_buffers();  // the plugin keeps its own copy, sharded as its stage says
@@ -209,12 +213,11 @@ void DataParallel::start_plugin(const plugins::SlotChoice& data, ParamStore& par
   ctx.expert_dp = ep ? world_->expert_data().raw() : nullptr;
   loom_error e;
   check(table_->setup(data_->self(), &ctx, &e), e, "data plugin setup");
-  if (LOOM_HAS_FIELD(&table_->base, loom_data_v1, pieces_loaded) && table_->zero_stage)
-    stage_ = table_->zero_stage(data_->self());
-  if (stage_ > 0 && !(plugins::data_capabilities(data.found.desc) & LOOM_DATA_SHARDED))
-    throw ConfigError("[plugins] data = \"" + std::string(data.found.desc->name) + "\" says zero_stage() = " +
-                      std::to_string(stage_) + " but does not declare LOOM_DATA_SHARDED" +
-                      plugins::declared_note(data.found.desc) + "; the runtime will not hand it the model state");
+  if (!sharded_) return;
+  stage_ = sharded_->stage(data_->self());
+  if (stage_ < 1 || stage_ > 3)
+    throw RuntimeError("[plugins] data = \"" + std::string(data.found.desc->name) + "\" is a sharded data plugin whose stage() is " +
+                       std::to_string(stage_) + "; a sharded plugin's stage is 1, 2 or 3");
 }
 
 DataParallel::~DataParallel() = default;
@@ -222,33 +225,32 @@ DataParallel::~DataParallel() = default;
 std::pair<double, double> DataParallel::sum_squares(int which) {
   double parts[2] = {0, 0};
   loom_error e;
-  check(table_->sum_squares(data_->self(), which, parts, &e), e, "data plugin sum_squares");
+  check(sharded_->sum_squares(data_->self(), which, parts, &e), e, "data plugin sum_squares");
   world_->data().all_reduce(scalar_f64(parts, 2), LOOM_REDUCE_SUM);  // the shards are disjoint
   return {parts[0], parts[1]};
 }
 
 void DataParallel::step(const loom_adamw& hp) {
   loom_error e;
-  check(table_->step(data_->self(), &hp, &e), e, "rank " + std::to_string(world_->env().rank) + ": data plugin step");
+  check(sharded_->step(data_->self(), &hp, &e), e, "rank " + std::to_string(world_->env().rank) + ": data plugin step");
 }
 
 std::vector<loom_shard_piece> DataParallel::shard_pieces() {
   int64_t n = 0;
   loom_error e;
-  check(table_->shard_pieces(data_->self(), nullptr, 0, &n, &e), e, "data plugin shard_pieces");
+  check(sharded_->shard_pieces(data_->self(), nullptr, 0, &n, &e), e, "data plugin shard_pieces");
   std::vector<loom_shard_piece> out(n);
-  check(table_->shard_pieces(data_->self(), out.data(), n, &n, &e), e, "data plugin shard_pieces");
+  check(sharded_->shard_pieces(data_->self(), out.data(), n, &n, &e), e, "data plugin shard_pieces");
   return out;
 }
 
 void DataParallel::pieces_loaded() {
   loom_error e;
-  check(table_->pieces_loaded(data_->self(), &e), e, "data plugin pieces_loaded");
+  check(sharded_->pieces_loaded(data_->self(), &e), e, "data plugin pieces_loaded");
 }
 
 bool DataParallel::has_state() const {
-  return table_->base.v.minor >= 6 && LOOM_HAS_FIELD(&table_->base, loom_data_v1, load_state) && table_->save_state &&
-         table_->load_state;
+  return table_->save_state && table_->load_state;
 }
 
 std::string DataParallel::save_state() {
@@ -268,7 +270,6 @@ void DataParallel::load_state(const std::string& bytes) {
 
 std::vector<int64_t> DataParallel::accounting() {
   std::vector<int64_t> out(5, 0);
-  if (!LOOM_HAS_FIELD(&table_->base, loom_data_v1, accounting) || !table_->accounting) return out;
   loom_error e;
   check(table_->accounting(data_->self(), out.data(), &e), e, "data plugin accounting");
   return out;
@@ -278,9 +279,10 @@ int DataParallel::data_rank() const { return world_->data_rank(); }
 int DataParallel::data_size() const { return world_->data_size(); }
 
 void DataParallel::after_layer(size_t i) {
+  if (!replicated_) return;  // a sharded plugin hears per unit, through the layer hooks
   for (int64_t p : final_after_[i]) {
     loom_error e;
-    check(table_->grad_ready(data_->self(), p, &e), e, "data plugin grad_ready");
+    check(replicated_->grad_ready(data_->self(), p, &e), e, "data plugin grad_ready");
   }
 }
 
@@ -340,9 +342,9 @@ void DataParallel::nudge_replica(float delta) {
 void DataParallel::with_unit_values(int64_t u, const std::function<void(float*)>& use) {
   float* v = nullptr;
   loom_error e;
-  check(table_->acquire_params(data_->self(), u, 0, &v, &e), e, "data plugin acquire_params");
+  check(sharded_->acquire_params(data_->self(), u, 0, &v, &e), e, "data plugin acquire_params");
   use(v);
-  check(table_->release_params(data_->self(), u, &e), e, "data plugin release_params");
+  check(sharded_->release_params(data_->self(), u, &e), e, "data plugin release_params");
 }
 
 std::vector<int> DataParallel::odd_in(dist::Communicator& group, double checksum) {

@@ -1,6 +1,6 @@
 // The data slot as the trainer sees it: the rank's place in the mesh, the comm world, and the
 // data-parallel plugin that reduces gradients (told, layer by layer during the last micro-batch's
-// backward, which gradients are final). A plugin that shards model state (ZeRO, zero_stage() > 0)
+// backward, which gradients are final). A plugin that shards model state (ZeRO, the sharded kind)
 // owns parameters, gradients and optimizer states: the model then runs through layer hooks that
 // bind each layer's parameter views to what the plugin hands out, and the optimizer step, the
 // norms and the memory figures come from the plugin.
@@ -55,8 +55,7 @@ class DataParallel {
   // Fails, naming the odd ranks, when the replicas' parameters differ; `when` says at what point.
   void check_identical(const ParamStore& params, const std::string& when);
 
-  // ---- ABI 1.2 ----
-  // The ZeRO stage of the plugin; 0 = replicated model state (ddp).
+  // The ZeRO stage of a sharded plugin; 0 = replicated model state (ddp).
   int zero_stage() const { return stage_; }
   bool sharded() const { return stage_ > 0; }
   // Sharded: sums of squares over the whole data group of {replicated, tp-sharded} parameters'
@@ -64,10 +63,9 @@ class DataParallel {
   std::pair<double, double> sum_squares(int which);
   // Sharded: the optimizer step on this rank's shard.
   void step(const loom_adamw& hp);
-  // {param, grad, optimizer-state, comm-buffer bytes held; bytes sent last step} (zeros when the
-  // plugin predates ABI 1.2).
+  // {param, grad, optimizer-state, comm-buffer bytes held; bytes sent last step}.
   std::vector<int64_t> accounting();
-  // The plugin's own state for checkpoints (ABI 1.6); has_state: it has the hooks.
+  // The plugin's own state for checkpoints; has_state: it has the entries.
   bool has_state() const;
   std::string name() const { return data_->desc()->name; }
   std::string save_state();
@@ -92,7 +90,9 @@ class DataParallel {
   void start_plugin(const plugins::SlotChoice& data, ParamStore& params, model::Model& model);
   dist::CommWorld* world_;
   std::unique_ptr<plugins::Instance> data_;
-  const loom_data_v1* table_ = nullptr;
+  const loom_data_v2* table_ = nullptr;                  // the head both kinds share
+  const loom_data_replicated_v2* replicated_ = nullptr;  // the kind this plugin is
+  const loom_data_sharded_v2* sharded_ = nullptr;
   std::vector<loom_param_info> infos_;
   std::vector<std::vector<int64_t>> final_after_;  // layer -> params whose gradient it completes
   std::vector<loom_data_unit> units_;

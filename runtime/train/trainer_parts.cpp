@@ -223,7 +223,7 @@ void check_data_capabilities(const plugins::Selection& selection, const dist::Me
 void check_context(const plugins::Selection& selection, const dist::MeshShape& mesh) {
   const plugins::SlotChoice* comm = selection.slot("comm");
   if (mesh.cp == 1 || !comm) return;
-  const auto* t = reinterpret_cast<const loom_comm_v1*>(comm->found.desc);
+  const auto* t = reinterpret_cast<const loom_comm_v2*>(comm->found.desc);
   if (!t->send || !t->recv)
     throw ConfigError("[parallel] cp = " + std::to_string(mesh.cp) + " needs a comm backend with send and recv, which [plugins] comm = \"" +
                       std::string(comm->found.desc->name) + "\" does not offer; use gloo, mpi or nccl");

@@ -192,7 +192,7 @@ TEST_CASE("plugin libraries that crash or lie are probed apart, named, and never
   CHECK(has(listed.out, "libloom-precision-faults.so' crashed with SIGSEGV"));
   CHECK(has(listed.out, "its entry reports 1 plugins and a NULL list"));
   CHECK(has(listed.out, "plugin 'fp32' in '" + (t.path / "plugins" / "libloom-precision-impostor.so").string() +
-                            "' is not exact and sets neither round_operand nor site_format"));
+                            "' is not exact and leaves add_site or site_format NULL"));
   CHECK(has(listed.out, "fp32           precision"));
 
   // A run searches that directory first, names none of its plugins, and trains.
@@ -206,7 +206,7 @@ TEST_CASE("plugin libraries that crash or lie are probed apart, named, and never
   auto named = sh(env + LOOM_BIN " train " + cfg + " --run-dir " + (t.path / "r2").string() + " --set plugins.precision=" +
                   (t.path / "plugins" / "libloom-precision-impostor.so").string());
   CHECK(named.rc != 0);
-  CHECK(has(named.out, "is not exact and sets neither round_operand nor site_format"));
+  CHECK(has(named.out, "is not exact and leaves add_site or site_format NULL"));
 }
 
 TEST_CASE("a number too big for its type is refused as a number, not read as a string") {

@@ -58,7 +58,7 @@ struct Buf {
 };
 
 struct Ops {
-  const loom_comm_v1* t;
+  const loom_comm_v2* t;
   void* self;
   loom_comm* c;
   // Runs op sync or async (issue then wait) and checks the status.

@@ -13,8 +13,8 @@ static loom_status create(const loom_host* h, const loom_options* o, void** self
 static void destroy(void* self) { (void)self; }
 
 /* A precision named like the built-in one, not exact, with no way to round an operand. */
-static const loom_precision_v1 impostor = {
-    .base = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_precision_v1)},
+static const loom_precision_v2 impostor = {
+    .base = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_precision_v2)},
              .kind = LOOM_KIND_PRECISION,
              .name = "fp32",
              .version = "6.6.6",
@@ -25,7 +25,7 @@ static const loom_precision_v1 impostor = {
     .exact = 0};
 static const loom_plugin* const list[] = {&impostor.base};
 
-LOOM_EXPORT loom_status loom_plugin_entry_v1(const loom_host* host, const loom_plugin* const** out,
+LOOM_EXPORT loom_status loom_plugin_entry_v2(const loom_host* host, const loom_plugin* const** out,
                                              size_t* count, loom_error* err) {
   (void)host; (void)err;
 #if defined(LOOM_TEST_NULL_LIST)

@@ -32,7 +32,7 @@ static loom_status finish(void* self, loom_error* e) {
   return LOOM_OK;
 }
 
-static const loom_ckpt_v1 table = {.base = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_ckpt_v1)},
+static const loom_ckpt_v2 table = {.base = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_ckpt_v2)},
                                             .kind = LOOM_KIND_CKPT,
 #if defined(LOOM_TEST_ZEROS)
                                             .name = "zeros",
@@ -48,7 +48,7 @@ static const loom_ckpt_v1 table = {.base = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR
                                    .finish = finish};
 static const loom_plugin* const list[] = {&table.base};
 
-LOOM_EXPORT loom_status loom_plugin_entry_v1(const loom_host* host, const loom_plugin* const** out, size_t* count,
+LOOM_EXPORT loom_status loom_plugin_entry_v2(const loom_host* host, const loom_plugin* const** out, size_t* count,
                                              loom_error* err) {
   (void)host; (void)err;
   *out = list;

@@ -28,6 +28,26 @@ static loom_status all_reduce(void* self, loom_comm* comm, loom_tensor* buf, int
   (void)self; (void)comm; (void)buf; (void)op; (void)work; (void)e;
   return LOOM_UNAVAILABLE;
 }
+static loom_status reduce_scatter(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out, int32_t op,
+                                  loom_work** work, loom_error* e) {
+  (void)self; (void)comm; (void)in; (void)out; (void)op; (void)work; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+static loom_status all_gather(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out, loom_work** work,
+                              loom_error* e) {
+  (void)self; (void)comm; (void)in; (void)out; (void)work; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+static loom_status broadcast(void* self, loom_comm* comm, loom_tensor* buf, int32_t root, loom_work** work,
+                             loom_error* e) {
+  (void)self; (void)comm; (void)buf; (void)root; (void)work; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+static loom_status all_to_all(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out,
+                              const int64_t* send_counts, const int64_t* recv_counts, loom_work** work, loom_error* e) {
+  (void)self; (void)comm; (void)in; (void)out; (void)send_counts; (void)recv_counts; (void)work; (void)e;
+  return LOOM_UNAVAILABLE;
+}
 static loom_status barrier(void* self, loom_comm* comm, loom_error* e) {
   (void)self; (void)comm; (void)e;
   return LOOM_UNAVAILABLE;
@@ -37,7 +57,7 @@ static loom_status wait_for(void* self, loom_work* work, loom_error* e) {
   return LOOM_UNAVAILABLE;
 }
 
-static const loom_comm_v1 table = {.base = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_comm_v1)},
+static const loom_comm_v2 table = {.base = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_comm_v2)},
                                             .kind = LOOM_KIND_COMM,
                                             .name = "nop2p",
                                             .version = "0.0.1",
@@ -50,11 +70,15 @@ static const loom_comm_v1 table = {.base = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR
                                    .rank = rank,
                                    .size = size,
                                    .all_reduce = all_reduce,
+                                   .reduce_scatter = reduce_scatter,
+                                   .all_gather = all_gather,
+                                   .broadcast = broadcast,
+                                   .all_to_all = all_to_all,
                                    .barrier = barrier,
                                    .wait = wait_for};
 static const loom_plugin* const list[] = {&table.base};
 
-LOOM_EXPORT loom_status loom_plugin_entry_v1(const loom_host* host, const loom_plugin* const** out,
+LOOM_EXPORT loom_status loom_plugin_entry_v2(const loom_host* host, const loom_plugin* const** out,
                                              size_t* count, loom_error* err) {
   (void)host; (void)err;
   *out = list;

@@ -3,15 +3,14 @@
 
 namespace {
 
-struct Base : loom::sdk::PrecisionPlugin {
-  void round_operand(loom_tensor&, loom_operand_role) override {}
-};
+// A precision that leaves every operand in fp32 (the default site format).
+struct Base : loom::sdk::PrecisionPlugin {};
 
 #if defined(LOOM_TEST_THROWS)
 struct Throws : Base {
-  static constexpr const char* name = "throws";
-  static constexpr const char* version = "0.0.1";
-  static constexpr const char* summary = "create() throws";
+  static constexpr loom::sdk::About about{.name = "throws",
+                                          .version = "0.0.1",
+                                          .summary = "create() throws"};
   explicit Throws(const loom::sdk::Context&) {
     throw loom::sdk::ConfigError("the flux capacitor needs 1.21 gigawatts");
   }
@@ -20,13 +19,11 @@ LOOM_PLUGIN(loom::sdk::precision_plugin<Throws>())
 
 #elif defined(LOOM_TEST_DECLINES)
 struct Declines : Base {
-  static constexpr const char* name = "declines";
-  static constexpr const char* version = "0.0.1";
-  static constexpr const char* summary = "score() is 0";
   static int score(const loom::sdk::Host&, std::string& why) {
     why = "needs a device this machine does not have";
     return 0;
   }
+  static constexpr loom::sdk::About about{.name = "declines", .version = "0.0.1", .summary = "score() is 0", .score = &score};
   explicit Declines(const loom::sdk::Context&) {}
 };
 LOOM_PLUGIN(loom::sdk::precision_plugin<Declines>())
@@ -34,19 +31,17 @@ LOOM_PLUGIN(loom::sdk::precision_plugin<Declines>())
 #elif defined(LOOM_TEST_OPTIONS)
 // Declares one option of each type and checks in create() that the host hands them back typed.
 struct Options : Base {
-  static constexpr const char* name = "options";
-  static constexpr const char* version = "0.0.1";
-  static constexpr const char* summary = "one option of each type";
-  static const loom_option_spec* options() {
-    static const loom_option_spec specs[] = {
-        {"window", LOOM_OPT_INT, "16", "an integer"},
-        {"growth", LOOM_OPT_FLOAT, "2.0", "a float"},
-        {"enabled", LOOM_OPT_BOOL, "false", "a boolean"},
-        {"mode", LOOM_OPT_STRING, "\"max\"", "a string"},
-        {nullptr, 0, nullptr, nullptr},
-    };
-    return specs;
-  }
+  static constexpr loom_option_spec kOptions[] = {
+      {"window", LOOM_OPT_INT, "16", "an integer"},
+      {"growth", LOOM_OPT_FLOAT, "2.0", "a float"},
+      {"enabled", LOOM_OPT_BOOL, "false", "a boolean"},
+      {"mode", LOOM_OPT_STRING, "\"max\"", "a string"},
+      {nullptr, 0, nullptr, nullptr},
+  };
+  static constexpr loom::sdk::About about{.name = "options",
+                                          .version = "0.0.1",
+                                          .summary = "one option of each type",
+                                          .options = kOptions};
   explicit Options(const loom::sdk::Context& ctx) {
     std::string seen = std::to_string(ctx.options.i64("window")) + "," +
                        std::to_string(ctx.options.f64("growth")) + "," +
@@ -59,36 +54,33 @@ struct Options : Base {
 LOOM_PLUGIN(loom::sdk::precision_plugin<Options>())
 
 #elif defined(LOOM_TEST_RULES)
-// Option rules and a validate hook (ABI 1.6): the runtime checks them before create() and in
+// Option rules and a validate hook: the runtime checks them before create() and in
 // `loom config check`, with no instance.
 struct Ruled : Base {
-  static constexpr const char* name = "ruled";
-  static constexpr const char* version = "0.0.1";
-  static constexpr const char* summary = "options with ranges, choices, a required key and a cross-check";
-  static const loom_option_spec* options() {
-    static const loom_option_spec specs[] = {
-        {"window", LOOM_OPT_INT, "16", "steps in the window"},
-        {"mode", LOOM_OPT_STRING, "\"max\"", "how the window is reduced"},
-        {"label", LOOM_OPT_STRING, "\"\"", "a name the user must give"},
-        {"low", LOOM_OPT_FLOAT, "0.0", "lower bound"},
-        {"high", LOOM_OPT_FLOAT, "1.0", "upper bound"},
-        {nullptr, 0, nullptr, nullptr},
-    };
-    return specs;
-  }
-  static const loom_option_rule* option_rules() {
-    static const loom_option_rule rules[] = {
-        {"window", 1, 64, nullptr, 0},
-        {"mode", 1, 0, "max|min", 0},
-        {"label", 1, 0, nullptr, 1},
-        {nullptr, 0, 0, nullptr, 0},
-    };
-    return rules;
-  }
-  static void validate(const loom::sdk::Options& o) {
+  static constexpr loom_option_spec kOptions[] = {
+      {"window", LOOM_OPT_INT, "16", "steps in the window"},
+      {"mode", LOOM_OPT_STRING, "\"max\"", "how the window is reduced"},
+      {"label", LOOM_OPT_STRING, "\"\"", "a name the user must give"},
+      {"low", LOOM_OPT_FLOAT, "0.0", "lower bound"},
+      {"high", LOOM_OPT_FLOAT, "1.0", "upper bound"},
+      {nullptr, 0, nullptr, nullptr},
+  };
+  static constexpr loom_option_rule kRules[] = {
+      {"window", 1, 64, nullptr, 0},
+      {"mode", 1, 0, "max|min", 0},
+      {"label", 1, 0, nullptr, 1},
+      {nullptr, 0, 0, nullptr, 0},
+  };
+  static void validate(const loom::sdk::Options& o, const loom::sdk::Host&) {
     if (o.f64("low") > o.f64("high"))
       throw loom::sdk::ConfigError("low = " + std::to_string(o.f64("low")) + " is above high = " + std::to_string(o.f64("high")));
   }
+  static constexpr loom::sdk::About about{.name = "ruled",
+                                          .version = "0.0.1",
+                                          .summary = "options with ranges, choices, a required key and a cross-check",
+                                          .options = kOptions,
+                                          .option_rules = kRules,
+                                          .validate = &validate};
   explicit Ruled(const loom::sdk::Context&) {}
 };
 LOOM_PLUGIN(loom::sdk::precision_plugin<Ruled>())

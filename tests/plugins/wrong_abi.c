@@ -9,8 +9,8 @@ static loom_status create(const loom_host* h, const loom_options* o, void** self
 }
 static void destroy(void* self) { (void)self; }
 
-static const loom_precision_v1 table = {
-    .base = {.v = {99, 3, sizeof(loom_precision_v1)},
+static const loom_precision_v2 table = {
+    .base = {.v = {99, 3, sizeof(loom_precision_v2)},
              .kind = LOOM_KIND_PRECISION,
              .name = "future",
              .version = "9.0.0",
@@ -20,7 +20,7 @@ static const loom_precision_v1 table = {
 };
 static const loom_plugin* const list[] = {&table.base};
 
-LOOM_EXPORT loom_status loom_plugin_entry_v1(const loom_host* host, const loom_plugin* const** out,
+LOOM_EXPORT loom_status loom_plugin_entry_v2(const loom_host* host, const loom_plugin* const** out,
                                              size_t* count, loom_error* err) {
   (void)host; (void)err;
   *out = list;

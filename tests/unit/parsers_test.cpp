@@ -44,13 +44,13 @@ TEST_CASE("a safetensors header entry without data_offsets is a named error, not
 }
 
 TEST_CASE("descriptors with an unknown kind, a slot their kind cannot have or a doubled option are refused") {
-  loom_precision_v1 t{};
-  t.base.v = LOOM_VERSION_OF(loom_precision_v1);
+  loom_precision_v2 t{};
+  t.base.v = LOOM_VERSION_OF(loom_precision_v2);
   t.base.kind = LOOM_KIND_PRECISION;
   t.base.name = "p";
   t.base.create = &create;
   t.base.destroy = &destroy;
-  CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).find("sets neither round_operand nor site_format") !=
+  CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).find("leaves add_site or site_format NULL") !=
         std::string::npos);
   t.exact = 1;
   CHECK(error_of([&] { loom::plugins::check_descriptor(&t.base, "x.so"); }).empty());

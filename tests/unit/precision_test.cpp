@@ -26,7 +26,7 @@ struct Plugin {
   Selection sel;
   loom_options opts;
   std::unique_ptr<Instance> inst;
-  const loom_precision_v1* t;
+  const loom_precision_v2* t;
 
   Plugin(const std::string& name, const std::string& options)
       : cfg(config::Config::parse("[plugins]\nprecision = \"" + name + "\"\n[plugins." + name + "]\n" + options,
@@ -34,7 +34,7 @@ struct Plugin {
         sel(resolve(cfg, reg)),
         opts(options_for(cfg, name)),
         inst(std::make_unique<Instance>(sel.slot("precision")->found, &opts)),
-        t(inst->table<loom_precision_v1>()) {
+        t(inst->table<loom_precision_v2>()) {
     const bool has_policy = t->site_format != nullptr;
     REQUIRE(has_policy);
   }

@@ -55,11 +55,11 @@ TEST_CASE("a plugin built for another ABI major names both versions") {
   Registry reg = test_registry();
   std::string future = message_of<RuntimeError>(
       [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-future.so"); });
-  CHECK(has(future, "was built for Loom plugin ABI 99.3; this runtime speaks ABI 1.8"));
+  CHECK(has(future, "was built for Loom plugin ABI 99.3; this runtime speaks ABI 2.0 (and loads ABI 1 through adapters)"));
   std::string next = message_of<RuntimeError>(
       [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-nextmajor.so"); });
-  CHECK(has(next, "was built for Loom plugin ABI 2 (exports loom_plugin_entry_v2)"));
-  CHECK(has(next, "this runtime speaks ABI 1.8"));
+  CHECK(has(next, "was built for Loom plugin ABI 3 (exports loom_plugin_entry_v3)"));
+  CHECK(has(next, "this runtime speaks ABI 2.0"));
 }
 
 TEST_CASE("a descriptor smaller than its kind's table is refused, not read past its end") {
@@ -67,14 +67,14 @@ TEST_CASE("a descriptor smaller than its kind's table is refused, not read past 
   std::string e = message_of<RuntimeError>(
       [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-short.so"); });
   CHECK(has(e, "plugin 'short'"));
-  CHECK(has(e, "-byte comm table; ABI 1.0's is " + std::to_string(sizeof(loom_comm_v1)) + " bytes"));
+  CHECK(has(e, "-byte comm table; ABI 2.0's is " + std::to_string(sizeof(loom_comm_v2)) + " bytes"));
 }
 
 TEST_CASE("a shared library that is not a Loom plugin says so") {
   Registry reg = test_registry();
   std::string e = message_of<RuntimeError>(
       [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-notaplugin.so"); });
-  CHECK(has(e, "is not a Loom plugin: it exports no loom_plugin_entry_v1 symbol"));
+  CHECK(has(e, "is not a Loom plugin: it exports no loom_plugin_entry_v2 (or _v1) symbol"));
 }
 
 TEST_CASE("a plugin's own message from create() reaches the user") {

@@ -29,17 +29,15 @@ struct Job {
 };
 
 struct Async : loom::sdk::CkptPlugin {
-  static constexpr const char* name = "async";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "checkpoint shards staged in memory and written in the background";
-  static constexpr uint64_t capabilities = LOOM_CKPT_ASYNC;
-  static const loom_option_spec* options() {
-    static const loom_option_spec specs[] = {
-        {"budget_mb", LOOM_OPT_FLOAT, "4096.0", "host staging memory in flight; save() waits beyond it"},
-        {nullptr, 0, nullptr, nullptr},
-    };
-    return specs;
-  }
+  static constexpr loom_option_spec kOptions[] = {
+      {"budget_mb", LOOM_OPT_FLOAT, "4096.0", "host staging memory in flight; save() waits beyond it"},
+      {nullptr, 0, nullptr, nullptr},
+  };
+  static constexpr loom::sdk::About about{.name = "async",
+                                          .version = "1.0.0",
+                                          .summary = "checkpoint shards staged in memory and written in the background",
+                                          .options = kOptions,
+                                          .capabilities = LOOM_CKPT_ASYNC};
 
   explicit Async(const loom::sdk::Context& ctx)
       : budget_(static_cast<size_t>(ctx.options.f64("budget_mb") * 1048576.0)) {

@@ -33,9 +33,9 @@ void write_file(const std::string& dir, const std::string& name, const void* dat
 }
 
 struct Sync : loom::sdk::CkptPlugin {
-  static constexpr const char* name = "sync";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "checkpoint shards written and fsynced at the step boundary";
+  static constexpr loom::sdk::About about{.name = "sync",
+                                          .version = "1.0.0",
+                                          .summary = "checkpoint shards written and fsynced at the step boundary"};
 
   explicit Sync(const loom::sdk::Context&) {}
   void save(const std::string& dir, const std::string& file, const void* data, size_t bytes) override {

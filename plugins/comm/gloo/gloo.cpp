@@ -176,23 +176,21 @@ class RingReduceScatter {
 
 class Gloo : public loom::sdk::CommPlugin {
  public:
-  static constexpr const char* name = "gloo";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "CPU collectives over gloo's TCP transport";
-  static const loom_option_spec* options() {
-    static const loom_option_spec specs[] = {
-        {"iface", LOOM_OPT_STRING, "\"\"",
-         "network interface to bind (e.g. eth0); \"\" = GLOO_SOCKET_IFNAME (the runtime sets it from [parallel] interface "
-         "or the route to MASTER_ADDR), else by hostname"},
-        {"hostname", LOOM_OPT_STRING, "\"\"",
-         "address to bind; \"\" = 127.0.0.1 when MASTER_ADDR is loopback or unset, else this host's name"},
-        {"check_every", LOOM_OPT_INT, "64",
-         "compare each collective's op and size with the ring neighbours for the first 64, then every N-th (1 = "
-         "all, 0 = never): a size that differs between ranks is an error, not a silent partial sum"},
-        {nullptr, 0, nullptr, nullptr},
-    };
-    return specs;
-  }
+  static constexpr loom_option_spec kOptions[] = {
+      {"iface", LOOM_OPT_STRING, "\"\"",
+       "network interface to bind (e.g. eth0); \"\" = GLOO_SOCKET_IFNAME (the runtime sets it from [parallel] interface "
+       "or the route to MASTER_ADDR), else by hostname"},
+      {"hostname", LOOM_OPT_STRING, "\"\"",
+       "address to bind; \"\" = 127.0.0.1 when MASTER_ADDR is loopback or unset, else this host's name"},
+      {"check_every", LOOM_OPT_INT, "64",
+       "compare each collective's op and size with the ring neighbours for the first 64, then every N-th (1 = "
+       "all, 0 = never): a size that differs between ranks is an error, not a silent partial sum"},
+      {nullptr, 0, nullptr, nullptr},
+  };
+  static constexpr loom::sdk::About about{.name = "gloo",
+                                          .version = "1.0.0",
+                                          .summary = "CPU collectives over gloo's TCP transport",
+                                          .options = kOptions};
 
   explicit Gloo(const loom::sdk::Context& ctx)
       : iface_(ctx.options.str("iface")), hostname_(ctx.options.str("hostname")), check_every_(ctx.options.i64("check_every")) {

@@ -82,9 +82,6 @@ struct ReduceBuffer {
 
 class Mpi : public loom::sdk::CommPlugin {
  public:
-  static constexpr const char* name = "mpi";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "CPU collectives over MPI (Open MPI), nonblocking";
 
   // Only a process that an MPI launcher started can join MPI_COMM_WORLD.
   static int score(const loom::sdk::Host&, std::string& why_not) {
@@ -94,6 +91,10 @@ class Mpi : public loom::sdk::CommPlugin {
               "start the job with mpirun, or use comm = \"gloo\"";
     return 0;
   }
+  static constexpr loom::sdk::About about{.name = "mpi",
+                                          .version = "1.0.0",
+                                          .summary = "CPU collectives over MPI (Open MPI), nonblocking",
+                                          .score = &score};
 
   explicit Mpi(const loom::sdk::Context&) {}
 

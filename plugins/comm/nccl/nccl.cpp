@@ -86,9 +86,6 @@ bool on_host(const void* p) {
 
 class Nccl : public loom::sdk::CommPlugin {
  public:
-  static constexpr const char* name = "nccl";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "GPU collectives over NCCL, on a comm stream, abortable";
 
   static int score(const loom::sdk::Host&, std::string& why_not) {
     int n = 0;
@@ -99,6 +96,10 @@ class Nccl : public loom::sdk::CommPlugin {
     }
     return 10;
   }
+  static constexpr loom::sdk::About about{.name = "nccl",
+                                          .version = "1.0.0",
+                                          .summary = "GPU collectives over NCCL, on a comm stream, abortable",
+                                          .score = &score};
 
   explicit Nccl(const loom::sdk::Context& ctx) : host_(ctx.host) {}
 

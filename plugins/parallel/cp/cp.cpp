@@ -64,9 +64,6 @@ class DeviceBuffer {
 
 class Cp : public loom::sdk::ContextPlugin {
  public:
-  static constexpr const char* name = "cp";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "context parallel: ring or all-gather attention over a zig-zag split";
   // Ring attention (Liu et al. 2023): per block and micro-batch, cp - 1 hops of this rank's k
   // and v forward, and of k, v and their gradients backward, each overlapped with the block
   // attention of the chunk already here.
@@ -77,14 +74,16 @@ class Cp : public loom::sdk::ContextPlugin {
     return {collective(LOOM_COST_SEND_RECV, LOOM_COST_FORWARD, kv, hops, 1.0, "k, v ring"),
             collective(LOOM_COST_SEND_RECV, LOOM_COST_BACKWARD, 2 * kv, hops, 1.0, "k, v and grads ring")};
   }
-  static const loom_option_spec* options() {
-    static const loom_option_spec specs[] = {
-        {"algorithm", LOOM_OPT_STRING, "\"ring\"", "ring (K/V blocks pass round the group, overlapped with compute) or allgather"},
-        {"split", LOOM_OPT_STRING, "\"zigzag\"", "zigzag (two mirrored chunks per rank: balanced under the causal mask) or contiguous"},
-        {"overlap", LOOM_OPT_BOOL, "true", "ring: send the next block while computing this one (false: wait first, to measure the transfers alone)"},
-        {nullptr, 0, nullptr, nullptr}};
-    return specs;
-  }
+  static constexpr loom_option_spec kOptions[] = {
+      {"algorithm", LOOM_OPT_STRING, "\"ring\"", "ring (K/V blocks pass round the group, overlapped with compute) or allgather"},
+      {"split", LOOM_OPT_STRING, "\"zigzag\"", "zigzag (two mirrored chunks per rank: balanced under the causal mask) or contiguous"},
+      {"overlap", LOOM_OPT_BOOL, "true", "ring: send the next block while computing this one (false: wait first, to measure the transfers alone)"},
+      {nullptr, 0, nullptr, nullptr}};
+  static constexpr loom::sdk::About about{.name = "cp",
+                                          .version = "1.0.0",
+                                          .summary = "context parallel: ring or all-gather attention over a zig-zag split",
+                                          .options = kOptions,
+                                          .cost = &cost};
 
   explicit Cp(const loom::sdk::Context& ctx)
       : host_(ctx.host),

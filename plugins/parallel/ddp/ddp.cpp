@@ -33,12 +33,8 @@ struct Bucket {
   std::vector<uint16_t> staged;  // the bucket in bf16 while reduce_dtype = "bf16"
 };
 
-class Ddp : public loom::sdk::DataPlugin {
+class Ddp : public loom::sdk::ReplicatedDataPlugin {
  public:
-  static constexpr const char* name = "ddp";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "data parallel: bucketed gradient all-reduce overlapped with backward";
-  static constexpr uint64_t capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE;
   // Every gradient is all-reduced once per step, in buckets during the last micro-batch's
   // backward: 2(n-1)/n x bytes on the wire (REFERENCE.md). Expert gradients go over expert_dp.
   static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
@@ -52,15 +48,18 @@ class Ddp : public loom::sdk::DataPlugin {
                              "expert gradient all-reduce", q.expert_dp));
     return c;
   }
-  static const loom_option_spec* options() {
-    static const loom_option_spec specs[] = {
-        {"bucket_mb", LOOM_OPT_FLOAT, "25.0", "gradient bucket size in MiB"},
-        {"overlap", LOOM_OPT_BOOL, "true", "reduce buckets during backward (false: all after it)"},
-        {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient all-reduce dtype: fp32 or bf16"},
-        {nullptr, 0, nullptr, nullptr},
-    };
-    return specs;
-  }
+  static constexpr loom_option_spec kOptions[] = {
+      {"bucket_mb", LOOM_OPT_FLOAT, "25.0", "gradient bucket size in MiB"},
+      {"overlap", LOOM_OPT_BOOL, "true", "reduce buckets during backward (false: all after it)"},
+      {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient all-reduce dtype: fp32 or bf16"},
+      {nullptr, 0, nullptr, nullptr},
+  };
+  static constexpr loom::sdk::About about{.name = "ddp",
+                                          .version = "1.0.0",
+                                          .summary = "data parallel: bucketed gradient all-reduce overlapped with backward",
+                                          .options = kOptions,
+                                          .cost = &cost,
+                                          .capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE};
 
   explicit Ddp(const loom::sdk::Context& ctx)
       : host_(ctx.host),

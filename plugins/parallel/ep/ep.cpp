@@ -19,9 +19,6 @@ using loom::sdk::ErrorBox;
 
 class Ep : public loom::sdk::ExpertPlugin {
  public:
-  static constexpr const char* name = "ep";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "expert parallel: experts split over ep, tokens moved by all-to-all";
   // GShard's dispatch and combine: per MoE block and micro-batch, two all-to-alls of the routed
   // tokens (tokens x top_k rows of d_model) forward and two backward.
   static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
@@ -31,6 +28,10 @@ class Ep : public loom::sdk::ExpertPlugin {
     return {collective(LOOM_COST_ALL_TO_ALL, LOOM_COST_FORWARD, rows, calls, 0.0, "token dispatch and combine"),
             collective(LOOM_COST_ALL_TO_ALL, LOOM_COST_BACKWARD, rows, calls, 0.0, "gradient dispatch and combine")};
   }
+  static constexpr loom::sdk::About about{.name = "ep",
+                                          .version = "1.0.0",
+                                          .summary = "expert parallel: experts split over ep, tokens moved by all-to-all",
+                                          .cost = &cost};
 
   explicit Ep(const loom::sdk::Context& ctx) : host_(ctx.host) {}
 

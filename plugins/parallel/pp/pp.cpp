@@ -116,15 +116,17 @@ template <class Named>
 struct OneChunk : Schedule {
   void configure(loom_pipeline_shape& shape) override {
     if (shape.chunks == 0) shape.chunks = 1;
-    one_chunk(shape, Named::name);
+    one_chunk(shape, Named::about.name);
   }
 };
 
 // GPipe (Huang et al. 2019): every micro-batch forward, then every one backward. Simple, and
 // the first stage holds all m micro-batches' activations at once.
 struct GPipe : OneChunk<GPipe> {
-  static constexpr const char *name = "gpipe", *version = "1.0.0",
-                              *summary = "pipeline schedule: all forwards, then all backwards";
+  static constexpr loom::sdk::About about{.name = "gpipe",
+                                          .version = "1.0.0",
+                                          .summary = "pipeline schedule: all forwards, then all backwards",
+                                          .cost = &cost};
   explicit GPipe(const loom::sdk::Context&) {}
   Actions schedule(const loom_pipeline_shape& shape, int) override {
     Actions a;
@@ -138,8 +140,10 @@ struct GPipe : OneChunk<GPipe> {
 // alternates one forward and one backward, then drains the backwards. Same bubble as GPipe, but
 // at most p - r micro-batches are in flight on rank r.
 struct OneFOneB : OneChunk<OneFOneB> {
-  static constexpr const char *name = "1f1b", *version = "1.0.0",
-                              *summary = "pipeline schedule: warm-up, one forward one backward, cool-down";
+  static constexpr loom::sdk::About about{.name = "1f1b",
+                                          .version = "1.0.0",
+                                          .summary = "pipeline schedule: warm-up, one forward one backward, cool-down",
+                                          .cost = &cost};
   explicit OneFOneB(const loom::sdk::Context&) {}
   Actions schedule(const loom_pipeline_shape& shape, int rank) override {
     const int m = shape.microbatches, warm = std::min(shape.stages - rank - 1, m);
@@ -157,8 +161,10 @@ struct OneFOneB : OneChunk<OneFOneB> {
 // (k / p) % v; backward units run the chunks in reverse. Rank r warms up with
 // 2 (p - r - 1) + (v - 1) p forward units, then alternates, then drains.
 struct Interleaved : Schedule {
-  static constexpr const char *name = "interleaved", *version = "1.0.0",
-                              *summary = "pipeline schedule: interleaved 1F1B over v model chunks per rank";
+  static constexpr loom::sdk::About about{.name = "interleaved",
+                                          .version = "1.0.0",
+                                          .summary = "pipeline schedule: interleaved 1F1B over v model chunks per rank",
+                                          .cost = &cost};
   explicit Interleaved(const loom::sdk::Context&) {}
   void configure(loom_pipeline_shape& shape) override {
     if (shape.chunks == 0) shape.chunks = 2;

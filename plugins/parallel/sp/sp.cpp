@@ -12,9 +12,6 @@ using loom::sdk::ErrorBox;
 
 class Sp : public loom::sdk::SequencePlugin {
  public:
-  static constexpr const char* name = "sp";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "sequence parallel: rows split over tp outside the tp regions";
   // Korthikanti et al. 2022: each of tp's all-reduces becomes an all-gather before the region
   // and a reduce-scatter after it, the same bytes on the wire (REFERENCE.md).
   static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
@@ -25,6 +22,10 @@ class Sp : public loom::sdk::SequencePlugin {
             collective(LOOM_COST_ALL_GATHER, LOOM_COST_BACKWARD, act, calls, 0.0, "block grad all-gather"),
             collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, act, calls, 0.0, "block grad reduce-scatter")};
   }
+  static constexpr loom::sdk::About about{.name = "sp",
+                                          .version = "1.0.0",
+                                          .summary = "sequence parallel: rows split over tp outside the tp regions",
+                                          .cost = &cost};
 
   explicit Sp(const loom::sdk::Context& ctx) : host_(ctx.host) {}
 

@@ -23,9 +23,6 @@ using loom::sdk::flat_tensor;
 
 class Tp : public loom::sdk::TensorPlugin {
  public:
-  static constexpr const char* name = "tp";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "tensor parallel: column/row-split linears, vocab-split embedding and loss";
   // Megatron's f and g (Shoeybi et al. 2019): per block and micro-batch, an all-reduce of the
   // [tokens, d_model] activations after attention and after the MLP in forward, and of the input
   // gradients in backward; with sp those become gather/scatter pairs, costed by sp. The
@@ -44,6 +41,10 @@ class Tp : public loom::sdk::TensorPlugin {
     c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, q.tokens * 8, 2 * m, 0.0, "loss max and sum"));
     return c;
   }
+  static constexpr loom::sdk::About about{.name = "tp",
+                                          .version = "1.0.0",
+                                          .summary = "tensor parallel: column/row-split linears, vocab-split embedding and loss",
+                                          .cost = &cost};
 
   explicit Tp(const loom::sdk::Context& ctx) : host_(ctx.host) {}
 

@@ -55,16 +55,13 @@ struct Reduction {
   int64_t unit = 0;
 };
 
-class Zero : public loom::sdk::DataPlugin {
+class Zero : public loom::sdk::ShardedDataPlugin {
  public:
-  static const loom_option_spec* options() {
-    static const loom_option_spec specs[] = {
-        {"buckets", LOOM_OPT_INT, "2", "gradient reduce-scatters in flight at once"},
-        {"prefetch", LOOM_OPT_BOOL, "true", "stage 3: gather the next unit while this one computes"},
-        {nullptr, 0, nullptr, nullptr},
-    };
-    return specs;
-  }
+  static constexpr loom_option_spec kOptions[] = {
+      {"buckets", LOOM_OPT_INT, "2", "gradient reduce-scatters in flight at once"},
+      {"prefetch", LOOM_OPT_BOOL, "true", "stage 3: gather the next unit while this one computes"},
+      {nullptr, 0, nullptr, nullptr},
+  };
 
   Zero(const loom::sdk::Context& ctx, int stage)
       : host_(ctx.host), stage_(stage), max_in_flight_(static_cast<int>(ctx.options.i64("buckets"))),
@@ -77,7 +74,7 @@ class Zero : public loom::sdk::DataPlugin {
     for (auto& [u, g] : gathers_) wait_quietly(g.work);
   }
 
-  int zero_stage() override { return stage_; }
+  int stage() override { return stage_; }
 
   void setup(const loom_data_context& ctx) override {
     if (!LOOM_HAS_FIELD(&ctx, loom_data_context, ops) || !ctx.units)
@@ -137,7 +134,6 @@ class Zero : public loom::sdk::DataPlugin {
                std::to_string(padded_total_) + " elements");
   }
 
-  void grad_ready(int64_t) override {}  // units, not parameters, drive this plugin
 
   // ---- parameters ----
 
@@ -415,13 +411,10 @@ class Zero : public loom::sdk::DataPlugin {
 
 template <int Stage>
 struct ZeroStage : Zero {
-  static constexpr const char* name = Stage == 1 ? "zero1" : Stage == 2 ? "zero2" : "zero3";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary =
+  static constexpr const char* kSummary =
       Stage == 1 ? "ZeRO-1: optimizer states sharded over dp"
                  : Stage == 2 ? "ZeRO-2: optimizer states and gradients sharded over dp"
                               : "ZeRO-3: optimizer states, gradients and parameters sharded over dp";
-  static constexpr uint64_t capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE | LOOM_DATA_SHARDED;
   // ZeRO's traffic (Rajbhandari et al. 2020; REFERENCE.md): stages 1 and 2 reduce-scatter the
   // gradients and all-gather the updated parameters (2 psi, as DP); stage 1 once per step, stage
   // 2 per micro-batch as units finish; stage 3 also gathers each unit before its forward and its
@@ -446,6 +439,12 @@ struct ZeroStage : Zero {
     if (q.expert_dp > 1) traffic(q.expert_params, q.expert_dp, "expert gradient reduce-scatter", "expert parameter all-gather");
     return c;
   }
+  static constexpr loom::sdk::About about{.name = Stage == 1 ? "zero1" : Stage == 2 ? "zero2" : "zero3",
+                                          .version = "1.0.0",
+                                          .summary = kSummary,
+                                          .options = kOptions,
+                                          .cost = &cost,
+                                          .capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE};
   explicit ZeroStage(const loom::sdk::Context& ctx) : Zero(ctx, Stage) {}
 };
 

@@ -12,25 +12,23 @@
 
 namespace {
 
-struct Fp16 : loom::sdk::FormatPolicy {
-  static constexpr const char* name = "fp16";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "fp16 GEMM operands with a dynamic loss scale";
-  static constexpr loom_dtype compute_dtype = LOOM_F16;
+struct Fp16 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
 
-  static const loom_option_spec* options() {
-    static const loom_option_spec specs[] = {
-        {"initial_scale", LOOM_OPT_FLOAT, "65536.0", "loss scale at step 1 (2^16)"},
-        {"growth_factor", LOOM_OPT_FLOAT, "2.0", "scale multiplier after growth_interval clean steps"},
-        {"backoff_factor", LOOM_OPT_FLOAT, "0.5", "scale multiplier on an overflow"},
-        {"growth_interval", LOOM_OPT_INT, "2000", "clean steps before the scale grows"},
-        {"hysteresis", LOOM_OPT_INT, "1", "overflows tolerated before backing off (Megatron uses 2)"},
-        {"min_scale", LOOM_OPT_FLOAT, "1.0", "the scale never backs off below this"},
-        {"max_scale", LOOM_OPT_FLOAT, "16777216.0", "the scale never grows above this (2^24)"},
-        {nullptr, 0, nullptr, nullptr},
-    };
-    return specs;
-  }
+  static constexpr loom_option_spec kOptions[] = {
+      {"initial_scale", LOOM_OPT_FLOAT, "65536.0", "loss scale at step 1 (2^16)"},
+      {"growth_factor", LOOM_OPT_FLOAT, "2.0", "scale multiplier after growth_interval clean steps"},
+      {"backoff_factor", LOOM_OPT_FLOAT, "0.5", "scale multiplier on an overflow"},
+      {"growth_interval", LOOM_OPT_INT, "2000", "clean steps before the scale grows"},
+      {"hysteresis", LOOM_OPT_INT, "1", "overflows tolerated before backing off (Megatron uses 2)"},
+      {"min_scale", LOOM_OPT_FLOAT, "1.0", "the scale never backs off below this"},
+      {"max_scale", LOOM_OPT_FLOAT, "16777216.0", "the scale never grows above this (2^24)"},
+      {nullptr, 0, nullptr, nullptr},
+  };
+  static constexpr loom::sdk::About about{.name = "fp16",
+                                          .version = "1.0.0",
+                                          .summary = "fp16 GEMM operands with a dynamic loss scale",
+                                          .options = kOptions,
+                                          .compute_dtype = LOOM_F16};
 
   explicit Fp16(const loom::sdk::Context& ctx)
       : scale_(ctx.options.f64("initial_scale")),

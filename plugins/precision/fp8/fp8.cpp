@@ -27,22 +27,20 @@ struct Site {
   int64_t filled = 0;          // steps recorded so far
 };
 
-struct Fp8 : loom::sdk::FormatPolicy {
-  static constexpr const char* name = "fp8";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "fp8 GEMM operands (E4M3 forward, E5M2 backward), delayed scaling";
-  static constexpr loom_dtype compute_dtype = LOOM_FP8_E4M3;
+struct Fp8 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
 
-  static const loom_option_spec* options() {
-    static const loom_option_spec specs[] = {
-        {"format", LOOM_OPT_STRING, "\"hybrid\"", "hybrid (E4M3 forward, E5M2 gradients) or e4m3 (both)"},
-        {"amax_history_len", LOOM_OPT_INT, "1024", "steps of amax history per tensor"},
-        {"amax_compute_algo", LOOM_OPT_STRING, "\"max\"", "max (over the history) or most_recent"},
-        {"margin", LOOM_OPT_INT, "0", "scale = (fp8_max / amax) / 2^margin"},
-        {nullptr, 0, nullptr, nullptr},
-    };
-    return specs;
-  }
+  static constexpr loom_option_spec kOptions[] = {
+      {"format", LOOM_OPT_STRING, "\"hybrid\"", "hybrid (E4M3 forward, E5M2 gradients) or e4m3 (both)"},
+      {"amax_history_len", LOOM_OPT_INT, "1024", "steps of amax history per tensor"},
+      {"amax_compute_algo", LOOM_OPT_STRING, "\"max\"", "max (over the history) or most_recent"},
+      {"margin", LOOM_OPT_INT, "0", "scale = (fp8_max / amax) / 2^margin"},
+      {nullptr, 0, nullptr, nullptr},
+  };
+  static constexpr loom::sdk::About about{.name = "fp8",
+                                          .version = "1.0.0",
+                                          .summary = "fp8 GEMM operands (E4M3 forward, E5M2 backward), delayed scaling",
+                                          .options = kOptions,
+                                          .compute_dtype = LOOM_FP8_E4M3};
 
   explicit Fp8(const loom::sdk::Context& ctx)
       : history_len_(ctx.options.i64("amax_history_len")), margin_(ctx.options.i64("margin")) {

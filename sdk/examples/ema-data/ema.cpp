@@ -2,7 +2,7 @@
 // averaged gradient is blended into a running average, and the average is what AdamW sees
 //   ema = 0.5 ema + 0.5 mean_dp(g);   g = ema.
 // Resuming without `ema` would change every later step, so a bitwise resume shows that the
-// runtime saved and restored it (ABI 1.6 save_state/load_state). It declares no capabilities, so
+// runtime saved and restored it (the Stateful save_state/load_state). It declares no capabilities, so
 // it also shows that ep > 1 and pp > 1 are refused for a plugin that did not declare them.
 #include <loom/sdk.hpp>
 
@@ -11,17 +11,18 @@
 
 namespace {
 
-class Ema : public loom::sdk::DataPlugin {
+class Ema : public loom::sdk::ReplicatedDataPlugin, public loom::sdk::Stateful {
  public:
-  static constexpr const char* name = "ema";
-  static constexpr const char* version = "0.0.1";
-  static constexpr const char* summary = "data parallel with a running average of the gradients (state in checkpoints)";
 
   // For loom plan (ABI 1.7): one blocking all-reduce of every gradient after the backward.
   static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
     return {loom::sdk::collective(LOOM_COST_ALL_REDUCE, LOOM_COST_STEP, q.params * q.grad_bytes, 1, 0.0,
                                   "ema: gradient all-reduce, then the average")};
   }
+  static constexpr loom::sdk::About about{.name = "ema",
+                                          .version = "0.0.1",
+                                          .summary = "data parallel with a running average of the gradients (state in checkpoints)",
+                                          .cost = &cost};
 
   explicit Ema(const loom::sdk::Context& ctx) : host_(ctx.host.raw()) {}
 

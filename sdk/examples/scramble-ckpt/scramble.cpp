@@ -17,9 +17,9 @@ constexpr char kMagic[8] = {'S', 'C', 'R', 'A', 'M', 'B', 'L', 'E'};
 
 class Scramble : public loom::sdk::CkptReader {
  public:
-  static constexpr const char* name = "scramble";
-  static constexpr const char* version = "0.0.1";
-  static constexpr const char* summary = "checkpoint files XOR-scrambled (a writer with a format of its own)";
+  static constexpr loom::sdk::About about{.name = "scramble",
+                                          .version = "0.0.1",
+                                          .summary = "checkpoint files XOR-scrambled (a writer with a format of its own)"};
 
   explicit Scramble(const loom::sdk::Context&) {}
 

@@ -28,20 +28,18 @@ float round_mantissa(float x, int bits) {
   return x;
 }
 
-struct Tf32 : loom::sdk::PrecisionPlugin {
-  static constexpr const char* name = "tf32";
-  static constexpr const char* version = "1.0.0";
-  static constexpr const char* summary = "GEMM operands rounded to TensorFloat-32 (example plugin)";
-  static constexpr loom_dtype compute_dtype = LOOM_F32;
+struct Tf32 : loom::sdk::RoundingPrecision {
 
-  static const loom_option_spec* options() {
-    static const loom_option_spec specs[] = {
-        {"mantissa_bits", LOOM_OPT_INT, "10", "mantissa bits kept in each operand (1..22)"},
-        {"round_gradients", LOOM_OPT_BOOL, "true", "also round gradient operands in backward"},
-        {nullptr, 0, nullptr, nullptr},
-    };
-    return specs;
-  }
+  static constexpr loom_option_spec kOptions[] = {
+      {"mantissa_bits", LOOM_OPT_INT, "10", "mantissa bits kept in each operand (1..22)"},
+      {"round_gradients", LOOM_OPT_BOOL, "true", "also round gradient operands in backward"},
+      {nullptr, 0, nullptr, nullptr},
+  };
+  static constexpr loom::sdk::About about{.name = "tf32",
+                                          .version = "1.0.0",
+                                          .summary = "GEMM operands rounded to TensorFloat-32 (example plugin)",
+                                          .options = kOptions,
+                                          .compute_dtype = LOOM_F32};
 
   explicit Tf32(const loom::sdk::Context& ctx)
       : bits_(static_cast<int>(ctx.options.i64("mantissa_bits"))),

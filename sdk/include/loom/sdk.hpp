@@ -1,21 +1,23 @@
-// Loom plugin SDK: a header-only C++ layer over loom/plugin.h.
+// Loom plugin SDK: a header-only C++20 layer over <loom/plugin.h> (plugin ABI 2).
 //
-// A plugin writes a class per strategy, derives it from the base class of its kind, and lists the
-// classes in LOOM_PLUGIN(...). The macro generates the C entry point; the trampolines here turn any
-// exception into a status plus message, so nothing C++ ever crosses the boundary.
+// A plugin writes a class per strategy, derives it from the base class of its kind, says what it
+// is in one `about` aggregate, and lists the classes in LOOM_PLUGIN(...). The macro generates the
+// C entry point; the trampolines here turn any exception into a status plus message, so nothing
+// C++ ever crosses the boundary.
 //
-//   struct Tf32 : loom::sdk::PrecisionPlugin {
-//     static constexpr const char* name = "tf32", *version = "1.0.0", *summary = "...";
-//     static const loom_option_spec* options();           // optional
-//     static const loom_option_rule* option_rules();      // optional (ABI 1.6): ranges, choices
-//     static void validate(const loom::sdk::Options&);    // optional (ABI 1.6): throw ConfigError
-//     (or validate(const Options&, const Host&), to ask the runtime's services while checking)
-//     static int score(const loom::sdk::Host&, std::string& why_not);  // optional, default 1
-//     static std::vector<loom_cost_collective> cost(const loom_cost_query&);  // optional (1.7), parallel kinds
+//   struct Tf32 : loom::sdk::RoundingPrecision {
+//     static constexpr loom_option_spec kOptions[] = {..., {}};
+//     static constexpr loom::sdk::About about{
+//         .name = "tf32", .version = "1.0.0", .summary = "...",
+//         .options = kOptions};  // and any of the optional members of About below
 //     explicit Tf32(const loom::sdk::Context& ctx);
-//     ...overrides...
+//     void round_operand(loom_tensor& t, loom_operand_role role) override;
 //   };
 //   LOOM_PLUGIN(loom::sdk::precision_plugin<Tf32>())
+//
+// Every optional member lives in `about`, so a misspelt member is a compile error and so is a
+// hook of the wrong signature. A static validate, score or cost that `about` does not name is an
+// error too (it would never be called).
 #pragma once
 
 #if !defined(__cplusplus) || __cplusplus < 202002L
@@ -36,7 +38,7 @@
 
 namespace loom::sdk {
 
-// One entry of a strategy's cost (ABI 1.7), for Impl::cost.
+// One entry of a strategy's cost, for About::cost.
 inline loom_cost_collective collective(loom_cost_op op, loom_cost_phase phase, int64_t bytes, int64_t calls,
                                        double hidden, const char* what, int32_t group = 0) {
   loom_cost_collective c{};
@@ -66,12 +68,13 @@ class Host {
  public:
   Host(const loom_host* h, const char* plugin) : h_(h), plugin_(plugin) {}
   const loom_host* raw() const { return h_; }
-  // A service of the runtime (LOOM_SERVICE_*), or nullptr when this runtime or command has none.
+  // A service of the runtime (LOOM_SERVICE_*), or nullptr when this runtime or command has none,
+  // or when the plugin's About::services does not list it.
   template <class T>
-  const T* service(const char* name, uint32_t min_minor = 6) const {
-    return h_->service ? static_cast<const T*>(h_->service(name, min_minor)) : nullptr;
+  const T* service(const char* name, uint32_t min_minor = 0) const {
+    return h_->service ? static_cast<const T*>(h_->service(plugin_, name, min_minor)) : nullptr;
   }
-  // Where this process runs (ABI 1.6; nullptr outside `loom train` or on an older runtime).
+  // Where this process runs (nullptr outside `loom train`); needs "loom.placement" in services.
   const loom_placement* placement() const { return service<loom_placement>(LOOM_SERVICE_PLACEMENT); }
   void log(loom_log_level level, const std::string& msg) const {
     h_->log(level, plugin_, msg.c_str());
@@ -156,20 +159,22 @@ class ErrorBox {
   loom_error* e_;
 };
 
-// ---- wrapping another plugin (the loom.plugins service, ABI 1.6) ------------------------------
+// ---- wrapping another plugin (the loom.plugins service) ---------------------------------------
 
 // Another plugin this one wraps, created through the loom.plugins service with the options of its
 // own [plugins.<name>] table, and released when this object goes. `Table` is its kind's table
-// (loom_comm_v1, loom_ckpt_v1, ...). call() runs one of the table's entries, passing this thread's
-// error sink as the last argument, and turns a failure into an Error naming the plugin and entry:
-//   Wrapped<loom_comm_v1> inner(ctx.host, "gloo", LOOM_KIND_COMM);
-//   inner.call("barrier", &loom_comm_v1::barrier, comm);
+// (loom_comm_v2, loom_ckpt_v2, ...). call() runs one of the table's entries, passing this thread's
+// error sink as the last argument, and turns a failure into an Error naming the plugin and entry.
+// The wrapping plugin lists "loom.plugins" in About::services:
+//   Wrapped<loom_comm_v2> inner(ctx.host, "gloo", LOOM_KIND_COMM);
+//   inner.call("barrier", &loom_comm_v2::barrier, comm);
 template <class Table>
 class Wrapped {
  public:
   Wrapped(const Host& host, std::string name, int32_t kind) : h_(host.raw()), name_(std::move(name)) {
     plugins_ = host.service<loom_plugins>(LOOM_SERVICE_PLUGINS);
-    if (!plugins_) throw Unavailable("wrapping '" + name_ + "' needs the loom.plugins service (ABI 1.6, loom train)");
+    if (!plugins_)
+      throw Unavailable("wrapping '" + name_ + "' needs the loom.plugins service (in `loom train`, with \"loom.plugins\" in About::services)");
     const loom_plugin* desc = nullptr;
     if (plugins_->create(name_.c_str(), kind, &desc, &self_, error()) != LOOM_OK)
       throw Error(LOOM_BAD_CONFIG, h_->error_message(error()));  // the service's message names the plugin
@@ -215,6 +220,31 @@ class Wrapped {
   void* self_ = nullptr;
 };
 
+// ---- what a plugin says about itself ---------------------------------------------------------
+
+// Declared once per plugin class as `static constexpr loom::sdk::About about{...}`, with
+// designated initializers: name, version and summary are required, the rest optional.
+struct About {
+  const char* name = nullptr;     // what a config names: "zero2"
+  const char* version = nullptr;  // the plugin's own version: "1.2.0"
+  const char* summary = nullptr;  // one line for `loom plugins`
+  const loom_option_spec* options = nullptr;       // the [plugins.<name>] schema, ended by {}
+  const loom_option_rule* option_rules = nullptr;  // ranges, choices, required keys, ended by {}
+  // What the rules cannot say: throw ConfigError naming the keys. The Host reaches the services.
+  void (*validate)(const Options&, const Host&) = nullptr;
+  // > 0: can run here (higher is preferred); 0: cannot, with why_not. Default: 1.
+  int (*score)(const Host&, std::string& why_not) = nullptr;
+  // Parallel kinds: the step's collectives, for `loom plan`.
+  std::vector<loom_cost_collective> (*cost)(const loom_cost_query&) = nullptr;
+  // Data (LOOM_DATA_*) and checkpoint (LOOM_CKPT_*) kinds: what the plugin handles.
+  uint64_t capabilities = 0;
+  // The LOOM_SERVICE_* names the plugin asks its Host for, "|"-separated.
+  const char* services = nullptr;
+  // Precision kind: the dtype it computes in, and exact = operands pass unchanged (fp32).
+  loom_dtype compute_dtype = LOOM_F32;
+  bool exact = false;
+};
+
 // ---- base classes, one per kind -------------------------------------------------------------
 
 class Plugin {
@@ -222,26 +252,29 @@ class Plugin {
   virtual ~Plugin() = default;
 };
 
-class PrecisionPlugin : public Plugin {
+// State of the plugin's own that training depends on, saved in every checkpoint (per rank) and
+// given back when a run resumes on the same layout: derive from it beside the kind's base class
+// (a data or precision plugin). Without it the plugin keeps no state and `loom plugins info` says so.
+class Stateful {
  public:
-  // A subclass may declare `static constexpr loom_dtype compute_dtype = LOOM_BF16;` (default f32)
-  // and `static constexpr bool exact = true;` when round_operand changes nothing.
-  // Rounds an fp32 operand in place to the numbers this precision computes with.
-  virtual void round_operand(loom_tensor& t, loom_operand_role role) = 0;
+  virtual ~Stateful() = default;
+  virtual std::string save_state() = 0;
+  virtual void load_state(const std::string& bytes) = 0;
 };
 
-// ABI 1.1: a precision that decides the format and scale of every GEMM operand ("site") while
-// the runtime's op table does the cast, so the same plugin drives a CPU emulation or a device's
-// native narrow GEMMs. It also owns loss scaling and any per-step scaling state.
-class FormatPolicy : public PrecisionPlugin {
+// A precision decides the format and scale of every GEMM operand ("site") while the runtime's op
+// table does the cast, so the same plugin drives a CPU emulation or a device's native narrow
+// GEMMs. It also owns loss scaling and any per-step scaling state (derive from Stateful to keep
+// it in checkpoints). An exact precision (fp32) sets About::exact and overrides nothing.
+class PrecisionPlugin : public Plugin {
  public:
-  // A 1.0 runtime has no op-table cast to call: refuse rather than silently train in fp32.
-  void round_operand(loom_tensor&, loom_operand_role) override {
-    throw Unavailable("this precision needs a runtime speaking Loom plugin ABI 1.1 or later");
-  }
   // Names a site once (same order on every rank); returns its id.
-  virtual int32_t add_site(const std::string& name, loom_operand_role role) = 0;
-  virtual loom_operand_format site_format(int32_t id) = 0;
+  virtual int32_t add_site(const std::string& /*name*/, loom_operand_role /*role*/) { return sites_++; }
+  virtual loom_operand_format site_format(int32_t /*id*/) { return {LOOM_F32, 1.f}; }
+  // For a site whose format is LOOM_FORMAT_PLUGIN: round the fp32 copy in place.
+  virtual void round_site(int32_t /*id*/, loom_tensor& /*t*/) {
+    throw Error(LOOM_INTERNAL, "a site's format is LOOM_FORMAT_PLUGIN but round_site is not overridden");
+  }
   // What the cast saw: amax of |x| before scaling (NaN/inf when the operand held one).
   virtual void observe(int32_t /*id*/, float /*amax*/, bool /*clipped*/) {}
   virtual double loss_scale() { return 1.0; }
@@ -250,17 +283,34 @@ class FormatPolicy : public PrecisionPlugin {
   // Returns true when the runtime must skip this step's update.
   virtual bool end_step(bool /*found_inf*/) { return false; }
   virtual void metrics(std::vector<std::pair<const char*, double>>& /*out*/) {}
-  virtual std::string save_state() { return {}; }
-  virtual void load_state(const std::string& /*bytes*/) {}
+
+ private:
+  int32_t sites_ = 0;
 };
 
-// A checkpoint writer. A subclass may declare `static constexpr uint64_t capabilities =
-// LOOM_CKPT_ASYNC;` when save() returns before the bytes are durable.
+// A precision that rounds each operand itself (a format the op table has no cast for): every
+// site is LOOM_FORMAT_PLUGIN and comes back to round_operand with its role.
+class RoundingPrecision : public PrecisionPlugin {
+ public:
+  virtual void round_operand(loom_tensor& t, loom_operand_role role) = 0;
+  int32_t add_site(const std::string&, loom_operand_role role) override {
+    roles_.push_back(role);
+    return static_cast<int32_t>(roles_.size() - 1);
+  }
+  loom_operand_format site_format(int32_t) override { return {LOOM_FORMAT_PLUGIN, 1.f}; }
+  void round_site(int32_t id, loom_tensor& t) override { round_operand(t, roles_.at(id)); }
+
+ private:
+  std::vector<loom_operand_role> roles_;
+};
+
+// A checkpoint writer; About::capabilities = LOOM_CKPT_ASYNC when save() returns before the bytes
+// are durable.
 class CkptPlugin : public Plugin {
  public:
-  // ABI 1.6: the checkpoint root, this rank and the world, before the first save.
+  // The checkpoint root, this rank and the world, before the first save.
   virtual void open(const std::string& /*root*/, int /*rank*/, int /*world*/) {}
-  // ABI 1.6: the save of `step` is committed and now lives under `dir` (no longer dir.tmp).
+  // The save of `step` is committed and now lives under `dir` (no longer dir.tmp).
   virtual void committed(const std::string& /*dir*/, int64_t /*step*/) {}
   virtual void save(const std::string& dir, const std::string& name, const void* data,
                     size_t bytes) = 0;
@@ -273,8 +323,8 @@ class CkptPlugin : public Plugin {
   }
 };
 
-// ABI 1.6: a writer that stores files in a form of its own (compressed, bundled, remote) also
-// reads them back, so checkpoints it wrote can be resumed, verified and exported.
+// A writer that stores files in a form of its own (compressed, bundled, remote) also reads them
+// back, so checkpoints it wrote can be resumed, verified and exported: derive from this instead.
 class CkptReader : public CkptPlugin {
  public:
   // The bytes of `name` under `dir` as they were given to save(); throw Error(LOOM_SYSTEM, ...)
@@ -308,32 +358,34 @@ class CommPlugin : public Plugin {
   virtual void wait(loom_work* work) = 0;
 };
 
-// A data-parallel strategy (the data slot). A subclass declares what it handles (ABI 1.6):
-// `static constexpr uint64_t capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE;` (default
-// none); the runtime refuses ep > 1, pp > 1 or a sharding plugin that did not declare it.
-class DataPlugin : public Plugin {
+// A data-parallel strategy whose model state stays replicated in the runtime's buffers (DDP):
+// it reduces the gradients. About::capabilities says what it handles (LOOM_DATA_EXPERTS,
+// LOOM_DATA_PIPELINE); the runtime refuses ep > 1 or pp > 1 for a plugin that did not declare it.
+class ReplicatedDataPlugin : public Plugin {
  public:
   virtual void setup(const loom_data_context& ctx) = 0;
   virtual void grad_ready(int64_t param) = 0;
   virtual void finish_grads(double& comm_ms, double& exposed_comm_ms) = 0;
-  // ABI 1.2: bytes held (params, grads, optimizer states, comm buffers) and sent last step.
+  // Bytes held (params, grads, optimizer states: 0 here; comm buffers) and sent last step.
   virtual void accounting(int64_t out[5]) { std::fill(out, out + 5, 0); }
-  // ABI 1.2, for a plugin that shards model state (zero_stage() > 0): see loom_data_v1.
-  virtual int zero_stage() { return 0; }
-  virtual float* acquire_params(int64_t /*unit*/, bool /*backward*/, bool /*prefetch*/) {
-    throw Unavailable("not a sharding plugin");
-  }
-  virtual void release_params(int64_t /*unit*/) {}
-  virtual float* grad_buffer(int64_t /*unit*/) { throw Unavailable("not a sharding plugin"); }
-  virtual void unit_grads_ready(int64_t /*unit*/, bool /*last*/) {}
-  virtual void sum_squares(int /*which*/, double out[2]) { out[0] = out[1] = 0; }
-  virtual void step(const loom_adamw& /*hp*/) { throw Unavailable("not a sharding plugin"); }
-  virtual std::vector<loom_shard_piece> shard_pieces() { return {}; }
-  virtual void pieces_loaded() {}
-  // ABI 1.6: this rank's state of the plugin's own, saved in checkpoints ("" = none), and
-  // restored after setup when a run resumes on the same layout.
-  virtual std::string save_state() { return {}; }
-  virtual void load_state(const std::string& /*bytes*/) {}
+};
+
+// A data-parallel strategy that owns and shards parameters, gradients and optimizer states
+// (ZeRO); the table declares LOOM_DATA_SHARDED for it. See loom_data_sharded_v2.
+class ShardedDataPlugin : public Plugin {
+ public:
+  virtual void setup(const loom_data_context& ctx) = 0;
+  virtual void finish_grads(double& comm_ms, double& exposed_comm_ms) = 0;
+  virtual void accounting(int64_t out[5]) = 0;
+  virtual int stage() = 0;  // 1, 2 or 3
+  virtual float* acquire_params(int64_t unit, bool backward, bool prefetch) = 0;
+  virtual void release_params(int64_t unit) = 0;
+  virtual float* grad_buffer(int64_t unit) = 0;
+  virtual void unit_grads_ready(int64_t unit, bool last) = 0;
+  virtual void sum_squares(int which, double out[2]) = 0;
+  virtual void step(const loom_adamw& hp) = 0;
+  virtual std::vector<loom_shard_piece> shard_pieces() = 0;
+  virtual void pieces_loaded() = 0;
 };
 
 // Tensor parallelism (the tensor slot).
@@ -352,7 +404,7 @@ class TensorPlugin : public Plugin {
                                float dloss) = 0;
 };
 
-// A pipeline schedule (the pipeline slot, ABI 1.2): the layer split and each rank's action order.
+// A pipeline schedule (the pipeline slot): the layer split and each rank's action order.
 class PipelinePlugin : public Plugin {
  public:
   // Throw ConfigError when the shape does not fit the schedule; set chunks when it is 0.
@@ -371,7 +423,7 @@ class SequencePlugin : public Plugin {
   virtual void reduce_replicated(loom_tensor& grad) = 0;
 };
 
-// Expert parallelism (the expert slot, ABI 1.3): where experts live and how rows reach them.
+// Expert parallelism (the expert slot): where experts live and how rows reach them.
 class ExpertPlugin : public Plugin {
  public:
   // This rank's experts [first, first + count); throw ConfigError when they do not fit.
@@ -381,7 +433,7 @@ class ExpertPlugin : public Plugin {
   virtual void combine(const loom_tensor& rows, const int64_t* sent, const int64_t* received, loom_tensor& out) = 0;
 };
 
-// Context parallelism (the context slot, ABI 1.5): which positions a rank holds, and attention
+// Context parallelism (the context slot): which positions a rank holds, and attention
 // across the cp group.
 class ContextPlugin : public Plugin {
  public:
@@ -403,9 +455,9 @@ class ContextPlugin : public Plugin {
 #undef LOOM_SDK_TABLES_FROM_SDK
 
 
-// Generates loom_plugin_entry_v1 returning the listed descriptors.
+// Generates loom_plugin_entry_v2 returning the listed descriptors.
 #define LOOM_PLUGIN(...)                                                                         \
-  extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v1(                                       \
+  extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v2(                                       \
       const loom_host* host, const loom_plugin* const** out, size_t* count, loom_error* err) {  \
     ::loom::sdk::detail::host() = host;                                                          \
     return ::loom::sdk::detail::guarded(err, [&] {                                               \

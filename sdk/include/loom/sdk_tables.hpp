@@ -33,36 +33,49 @@ loom_status guarded(loom_error* err, F&& f) noexcept {
   }
 }
 
+// The checks `about` gets: the required strings, hooks it does not wire, and members that mean
+// nothing for the kind.
 template <class Impl>
-const loom_option_spec* options_of() {
-  if constexpr (requires { Impl::options(); })
-    return Impl::options();
-  else
-    return nullptr;
+consteval bool check_about(loom_kind kind) {
+  static_assert(requires { Impl::about; }, "declare `static constexpr loom::sdk::About about{...}` in the plugin class");
+  static_assert(std::is_same_v<std::remove_cv_t<decltype(Impl::about)>, About>, "`about` must be a loom::sdk::About");
+  constexpr const About& a = Impl::about;
+  static_assert(a.name && a.version && a.summary, "About needs .name, .version and .summary");
+  if constexpr (requires { &Impl::validate; }) static_assert(a.validate, "the class has a static validate: name it in About::validate");
+  if constexpr (requires { &Impl::score; }) static_assert(a.score, "the class has a static score: name it in About::score");
+  if constexpr (requires { &Impl::cost; }) static_assert(a.cost, "the class has a static cost: name it in About::cost");
+  // What SDK 1 found by name is read from `about` alone now: a leftover would silently do nothing.
+  static_assert(!requires { Impl::options(); } && !requires { Impl::option_rules(); },
+                "options() and option_rules() are not read: give the arrays to About::options and About::option_rules");
+  static_assert(!requires { Impl::name; } && !requires { Impl::version; } && !requires { Impl::summary; },
+                "name, version and summary are not read: set them in About");
+  static_assert(!requires { Impl::capabilities; } && !requires { Impl::compute_dtype; } && !requires { Impl::exact; },
+                "capabilities, compute_dtype and exact are not read: set them in About");
+  if (kind != LOOM_KIND_PARALLEL && a.cost) throw "About::cost is for parallel plugins";  // consteval: a compile error
+  if (kind != LOOM_KIND_PRECISION && (a.exact || a.compute_dtype != LOOM_F32))
+    throw "About::exact and compute_dtype are for precision plugins";
+  if ((kind == LOOM_KIND_COMM || kind == LOOM_KIND_PRECISION) && a.capabilities)
+    throw "About::capabilities is for data and checkpoint plugins";
+  return true;
 }
 
 template <class Impl>
 int32_t score(const loom_host* h, const char** why_not) {
-  if constexpr (requires(const Host& hh, std::string& s) { Impl::score(hh, s); }) {
-    static thread_local std::string reason;
-    reason.clear();
-    int32_t s = 0;
-    try {
-      s = Impl::score(Host(h, Impl::name), reason);
-    } catch (const std::exception& e) {
-      reason = e.what();
-    }
-    if (why_not) *why_not = reason.c_str();
-    return s;
-  } else {
-    if (why_not) *why_not = "";
-    return 1;
+  static thread_local std::string reason;
+  reason.clear();
+  int32_t s = 0;
+  try {
+    s = Impl::about.score(Host(h, Impl::about.name), reason);
+  } catch (const std::exception& e) {
+    reason = e.what();
   }
+  if (why_not) *why_not = reason.c_str();
+  return s;
 }
 
 template <class Impl>
 loom_status create(const loom_host* h, const loom_options* o, void** self, loom_error* err) {
-  return guarded(err, [&] { *self = new Impl(Context{Host(h, Impl::name), Options(h, o)}); });
+  return guarded(err, [&] { *self = new Impl(Context{Host(h, Impl::about.name), Options(h, o)}); });
 }
 
 template <class Impl>
@@ -70,140 +83,115 @@ void destroy(void* self) {
   delete static_cast<Impl*>(self);
 }
 
-// The optional entries a plugin provides by name (get_proc): its option rules and validate hook.
-// validate(options), or validate(options, host) for a hook that asks the runtime's services
-// (a wrapper checks, through loom.plugins, that the plugin it wraps exists and is of its kind).
 template <class Impl>
-loom_status validate_options(const void* h, const loom_options* o, loom_error* err) {
-  return guarded(err, [&] {
-    const auto* host = static_cast<const loom_host*>(h);
-    if constexpr (requires(const Options& op, const Host& ho) { Impl::validate(op, ho); })
-      Impl::validate(Options(host, o), Host(host, Impl::name));
-    else
-      Impl::validate(Options(host, o));
-  });
+loom_status validate_options(const loom_host* h, const loom_options* o, loom_error* err) {
+  return guarded(err, [&] { Impl::about.validate(Options(h, o), Host(h, Impl::about.name)); });
 }
 
-// ABI 1.7: the step's collectives for `loom plan`, from Impl::cost(query).
 template <class Impl>
 loom_status cost_entry(const loom_cost_query* q, loom_cost_collective* out, int64_t cap, int64_t* n,
                        loom_error* err) {
   return guarded(err, [&] {
-    const std::vector<loom_cost_collective> all = Impl::cost(*q);
+    const std::vector<loom_cost_collective> all = Impl::about.cost(*q);
     *n = static_cast<int64_t>(all.size());
     if (out && *n <= cap) std::copy(all.begin(), all.end(), out);
   });
 }
 
 template <class Impl>
-const void* procs(const char* name) {
-  const std::string n = name ? name : "";
-  if constexpr (requires { Impl::option_rules(); })
-    if (n == LOOM_PROC_OPTION_RULES) return Impl::option_rules();
-  if constexpr (requires(const Options& o) { Impl::validate(o); } || requires(const Options& o, const Host& h) { Impl::validate(o, h); })
-    if (n == LOOM_PROC_VALIDATE_OPTIONS) return reinterpret_cast<const void*>(&validate_options<Impl>);
-  if constexpr (requires(const loom_cost_query& q) { Impl::cost(q); })
-    if (n == LOOM_PROC_COST) return reinterpret_cast<const void*>(&cost_entry<Impl>);
-  return nullptr;
-}
-
-template <class Impl>
-uint64_t capabilities_of() {
-  if constexpr (requires { Impl::capabilities; })
-    return static_cast<uint64_t>(Impl::capabilities);
-  else
-    return 0;
+constexpr loom_cost_fn cost_of() {
+  return Impl::about.cost ? &cost_entry<Impl> : nullptr;
 }
 
 template <class Impl>
 loom_plugin base(loom_kind kind, loom_slot slot, uint32_t size) {
+  constexpr const About& a = Impl::about;
   loom_plugin b{};
   b.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, size};
   b.kind = kind;
   b.slot = slot;
-  b.name = Impl::name;
-  b.version = Impl::version;
-  b.summary = Impl::summary;
-  b.options = options_of<Impl>();
-  b.score = &score<Impl>;
+  b.name = a.name;
+  b.version = a.version;
+  b.summary = a.summary;
+  b.options = a.options;
+  b.option_rules = a.option_rules;
+  b.validate_options = a.validate ? &validate_options<Impl> : nullptr;
+  b.services = a.services;
+  b.score = a.score ? &score<Impl> : nullptr;
   b.create = &create<Impl>;
   b.destroy = &destroy<Impl>;
-  b.get_proc = &procs<Impl>;
   return b;
 }
 
 template <class Impl>
-FormatPolicy* policy(void* self) {
-  return static_cast<FormatPolicy*>(static_cast<Impl*>(self));
+Impl* self_of(void* self) {
+  return static_cast<Impl*>(self);
 }
 
-// The ABI 1.1 precision entries, each forwarding to a FormatPolicy subclass.
+// save_state/load_state for a Stateful plugin (data and precision tables share the signatures).
+template <class Impl, class Table>
+void fill_state(Table& t) {
+  if constexpr (std::is_base_of_v<Stateful, Impl>) {
+    t.save_state = [](void* self, void* buf, size_t cap, size_t* bytes, loom_error* err) {
+      return guarded(err, [&] {
+        const std::string s = static_cast<Stateful*>(self_of<Impl>(self))->save_state();
+        *bytes = s.size();
+        if (!buf) return;
+        if (cap < s.size()) throw Error(LOOM_INTERNAL, "save_state: buffer too small");
+        std::memcpy(buf, s.data(), s.size());
+      });
+    };
+    t.load_state = [](void* self, const void* buf, size_t bytes, loom_error* err) {
+      return guarded(err, [&] {
+        static_cast<Stateful*>(self_of<Impl>(self))->load_state(std::string(static_cast<const char*>(buf), bytes));
+      });
+    };
+  }
+}
+
 template <class Impl>
-void fill_format_policy(loom_precision_v1& t) {
-  t.add_site = [](void* self, const char* name, int32_t role, int32_t* id, loom_error* err) {
-    return guarded(err, [&] {
-      *id = policy<Impl>(self)->add_site(name, static_cast<loom_operand_role>(role));
-    });
-  };
-  t.site_format = [](void* self, int32_t id) {
-    return policy<Impl>(self)->site_format(id);
-  };
-  t.observe = [](void* self, int32_t id, float amax, int32_t clipped) {
-    policy<Impl>(self)->observe(id, amax, clipped != 0);
-  };
-  t.loss_scale = [](void* self) {
-    return policy<Impl>(self)->loss_scale();
-  };
-  t.step_stats = [](void* self, float** data, int64_t* n, loom_error* err) {
-    return guarded(err, [&] { *data = policy<Impl>(self)->step_stats(*n); });
-  };
-  t.end_step = [](void* self, int32_t found_inf, int32_t* skip, loom_error* err) {
-    return guarded(err, [&] {
-      *skip = policy<Impl>(self)->end_step(found_inf != 0) ? 1 : 0;
-    });
-  };
-  t.metrics = [](void* self, const char** names, double* values, int32_t cap) {
-    std::vector<std::pair<const char*, double>> out;
-    policy<Impl>(self)->metrics(out);
-    int32_t n = 0;
-    for (; n < cap && n < static_cast<int32_t>(out.size()); ++n) {
-      names[n] = out[n].first;
-      values[n] = out[n].second;
-    }
-    return n;
-  };
-  t.save_state = [](void* self, void* buf, size_t cap, size_t* bytes, loom_error* err) {
-    return guarded(err, [&] {
-      std::string s = policy<Impl>(self)->save_state();
-      *bytes = s.size();
-      if (!buf) return;
-      if (cap < s.size()) throw Error(LOOM_INTERNAL, "save_state: buffer too small");
-      std::memcpy(buf, s.data(), s.size());
-    });
-  };
-  t.load_state = [](void* self, const void* buf, size_t bytes, loom_error* err) {
-    return guarded(err, [&] {
-      policy<Impl>(self)->load_state(std::string(static_cast<const char*>(buf), bytes));
-    });
-  };
+PrecisionPlugin* policy(void* self) {
+  return static_cast<PrecisionPlugin*>(self_of<Impl>(self));
 }
 
 }  // namespace detail
 
 template <class Impl>
 const loom_plugin* precision_plugin() {
-  static const loom_precision_v1 table = [] {
-    loom_precision_v1 t{};
-    t.base = detail::base<Impl>(LOOM_KIND_PRECISION, LOOM_SLOT_NONE, sizeof(loom_precision_v1));
-    t.compute_dtype = LOOM_F32;
-    if constexpr (requires { Impl::compute_dtype; }) t.compute_dtype = Impl::compute_dtype;
-    if constexpr (requires { Impl::exact; }) t.exact = Impl::exact ? 1 : 0;
-    t.round_operand = [](void* self, loom_tensor* x, int32_t role, loom_error* err) {
-      return detail::guarded(err, [&] {
-        static_cast<Impl*>(self)->round_operand(*x, static_cast<loom_operand_role>(role));
-      });
+  static_assert(std::is_base_of_v<PrecisionPlugin, Impl>, "a precision plugin derives from loom::sdk::PrecisionPlugin");
+  static_assert(detail::check_about<Impl>(LOOM_KIND_PRECISION));
+  static const loom_precision_v2 table = [] {
+    using detail::guarded, detail::policy;
+    loom_precision_v2 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_PRECISION, LOOM_SLOT_NONE, sizeof(loom_precision_v2));
+    t.compute_dtype = Impl::about.compute_dtype;
+    t.exact = Impl::about.exact ? 1 : 0;
+    if (t.exact) return t;
+    t.add_site = [](void* self, const char* name, int32_t role, int32_t* id, loom_error* err) {
+      return guarded(err, [&] { *id = policy<Impl>(self)->add_site(name, static_cast<loom_operand_role>(role)); });
     };
-    if constexpr (std::is_base_of_v<FormatPolicy, Impl>) detail::fill_format_policy<Impl>(t);
+    t.site_format = [](void* self, int32_t id) { return policy<Impl>(self)->site_format(id); };
+    t.round_site = [](void* self, int32_t id, loom_tensor* x, loom_error* err) {
+      return guarded(err, [&] { policy<Impl>(self)->round_site(id, *x); });
+    };
+    t.observe = [](void* self, int32_t id, float amax, int32_t clipped) {
+      policy<Impl>(self)->observe(id, amax, clipped != 0);
+    };
+    t.loss_scale = [](void* self) { return policy<Impl>(self)->loss_scale(); };
+    t.step_stats = [](void* self, float** data, int64_t* n, loom_error* err) {
+      return guarded(err, [&] { *data = policy<Impl>(self)->step_stats(*n); });
+    };
+    t.end_step = [](void* self, int32_t found_inf, int32_t* skip, loom_error* err) {
+      return guarded(err, [&] { *skip = policy<Impl>(self)->end_step(found_inf != 0) ? 1 : 0; });
+    };
+    t.metrics = [](void* self, const char** names, double* values, int32_t cap) {
+      std::vector<std::pair<const char*, double>> out;
+      policy<Impl>(self)->metrics(out);
+      int32_t n = 0;
+      for (; n < cap && n < static_cast<int32_t>(out.size()); ++n) names[n] = out[n].first, values[n] = out[n].second;
+      return n;
+    };
+    detail::fill_state<Impl>(t);
     return t;
   }();
   return &table.base;
@@ -211,9 +199,11 @@ const loom_plugin* precision_plugin() {
 
 template <class Impl>
 const loom_plugin* ckpt_plugin() {
-  static const loom_ckpt_v1 table = [] {
-    loom_ckpt_v1 t{};
-    t.base = detail::base<Impl>(LOOM_KIND_CKPT, LOOM_SLOT_NONE, sizeof(loom_ckpt_v1));
+  static_assert(std::is_base_of_v<CkptPlugin, Impl>, "a checkpoint plugin derives from loom::sdk::CkptPlugin");
+  static_assert(detail::check_about<Impl>(LOOM_KIND_CKPT));
+  static const loom_ckpt_v2 table = [] {
+    loom_ckpt_v2 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_CKPT, LOOM_SLOT_NONE, sizeof(loom_ckpt_v2));
     t.save = [](void* self, const char* dir, const char* name, const void* data, size_t bytes,
                 loom_error* err) {
       return detail::guarded(err, [&] { static_cast<Impl*>(self)->save(dir, name, data, bytes); });
@@ -228,7 +218,7 @@ const loom_plugin* ckpt_plugin() {
                        loom_error* err) {
       return detail::guarded(err, [&] { static_cast<Impl*>(self)->save_stable(dir, name, data, bytes); });
     };
-    t.capabilities = detail::capabilities_of<Impl>();
+    t.capabilities = Impl::about.capabilities;
     t.open = [](void* self, const char* root, int32_t rank, int32_t world, loom_error* err) {
       return detail::guarded(err, [&] { static_cast<Impl*>(self)->open(root, rank, world); });
     };
@@ -260,9 +250,11 @@ const loom_plugin* ckpt_plugin() {
 
 template <class Impl>
 const loom_plugin* comm_plugin() {
-  static const loom_comm_v1 table = [] {
-    loom_comm_v1 t{};
-    t.base = detail::base<Impl>(LOOM_KIND_COMM, LOOM_SLOT_NONE, sizeof(loom_comm_v1));
+  static_assert(std::is_base_of_v<CommPlugin, Impl>, "a comm plugin derives from loom::sdk::CommPlugin");
+  static_assert(detail::check_about<Impl>(LOOM_KIND_COMM));
+  static const loom_comm_v2 table = [] {
+    loom_comm_v2 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_COMM, LOOM_SLOT_NONE, sizeof(loom_comm_v2));
     t.init = [](void* self, const loom_store* st, int32_t r, int32_t n, int64_t ms, loom_comm** c,
                 loom_error* e) {
       return detail::guarded(e, [&] { *c = static_cast<Impl*>(self)->init(*st, r, n, ms); });
@@ -334,78 +326,102 @@ const loom_plugin* comm_plugin() {
   return &table.base;
 }
 
+namespace detail {
+
+// The head both data kinds share.
+template <class Impl, class Table>
+void fill_data_head(loom_data_v2& h, uint64_t capabilities) {
+  h.base = base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_DATA, sizeof(Table));
+  h.capabilities = capabilities;
+  h.cost = cost_of<Impl>();
+  h.setup = [](void* self, const loom_data_context* c, loom_error* e) {
+    return guarded(e, [&] { self_of<Impl>(self)->setup(*c); });
+  };
+  h.finish_grads = [](void* self, double* comm_ms, double* exposed, loom_error* e) {
+    return guarded(e, [&] { self_of<Impl>(self)->finish_grads(*comm_ms, *exposed); });
+  };
+  h.accounting = [](void* self, int64_t* out, loom_error* e) {
+    return guarded(e, [&] { self_of<Impl>(self)->accounting(out); });
+  };
+  fill_state<Impl>(h);
+}
+
 template <class Impl>
-const loom_plugin* data_plugin() {
-  static const loom_data_v1 table = [] {
-    loom_data_v1 t{};
-    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_DATA, sizeof(loom_data_v1));
-    t.setup = [](void* self, const loom_data_context* c, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->setup(*c); });
-    };
+const loom_plugin* replicated_data_plugin() {
+  static const loom_data_replicated_v2 table = [] {
+    loom_data_replicated_v2 t{};
+    fill_data_head<Impl, loom_data_replicated_v2>(t.data, Impl::about.capabilities);
     t.grad_ready = [](void* self, int64_t p, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->grad_ready(p); });
+      return guarded(e, [&] { self_of<Impl>(self)->grad_ready(p); });
     };
-    t.finish_grads = [](void* self, double* comm_ms, double* exposed, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->finish_grads(*comm_ms, *exposed); });
-    };
-    t.accounting = [](void* self, int64_t* out, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->accounting(out); });
-    };
-    t.zero_stage = [](void* self) { return static_cast<int32_t>(static_cast<Impl*>(self)->zero_stage()); };
+    return t;
+  }();
+  return &table.data.base;
+}
+
+template <class Impl>
+const loom_plugin* sharded_data_plugin() {
+  static const loom_data_sharded_v2 table = [] {
+    loom_data_sharded_v2 t{};
+    fill_data_head<Impl, loom_data_sharded_v2>(t.data, Impl::about.capabilities | LOOM_DATA_SHARDED);
+    t.stage = [](void* self) { return static_cast<int32_t>(self_of<Impl>(self)->stage()); };
     t.acquire_params = [](void* self, int64_t u, int32_t flags, float** values, loom_error* e) {
-      return detail::guarded(e, [&] {
-        *values = static_cast<Impl*>(self)->acquire_params(u, (flags & LOOM_ACQUIRE_BACKWARD) != 0,
-                                                           (flags & LOOM_ACQUIRE_PREFETCH) != 0);
+      return guarded(e, [&] {
+        *values = self_of<Impl>(self)->acquire_params(u, (flags & LOOM_ACQUIRE_BACKWARD) != 0,
+                                                      (flags & LOOM_ACQUIRE_PREFETCH) != 0);
       });
     };
     t.release_params = [](void* self, int64_t u, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->release_params(u); });
+      return guarded(e, [&] { self_of<Impl>(self)->release_params(u); });
     };
     t.grad_buffer = [](void* self, int64_t u, float** grads, loom_error* e) {
-      return detail::guarded(e, [&] { *grads = static_cast<Impl*>(self)->grad_buffer(u); });
+      return guarded(e, [&] { *grads = self_of<Impl>(self)->grad_buffer(u); });
     };
     t.unit_grads_ready = [](void* self, int64_t u, int32_t last, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->unit_grads_ready(u, last != 0); });
+      return guarded(e, [&] { self_of<Impl>(self)->unit_grads_ready(u, last != 0); });
     };
     t.sum_squares = [](void* self, int32_t which, double* out, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->sum_squares(which, out); });
+      return guarded(e, [&] { self_of<Impl>(self)->sum_squares(which, out); });
     };
     t.step = [](void* self, const loom_adamw* hp, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->step(*hp); });
+      return guarded(e, [&] { self_of<Impl>(self)->step(*hp); });
     };
     t.shard_pieces = [](void* self, loom_shard_piece* out, int64_t cap, int64_t* n, loom_error* e) {
-      return detail::guarded(e, [&] {
-        auto pieces = static_cast<Impl*>(self)->shard_pieces();
+      return guarded(e, [&] {
+        auto pieces = self_of<Impl>(self)->shard_pieces();
         *n = static_cast<int64_t>(pieces.size());
         if (out && *n <= cap) std::copy(pieces.begin(), pieces.end(), out);
       });
     };
     t.pieces_loaded = [](void* self, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->pieces_loaded(); });
-    };
-    t.capabilities = detail::capabilities_of<Impl>();
-    t.save_state = [](void* self, void* buf, size_t cap, size_t* bytes, loom_error* e) {
-      return detail::guarded(e, [&] {
-        const std::string s = static_cast<Impl*>(self)->save_state();
-        *bytes = s.size();
-        if (buf) std::memcpy(buf, s.data(), std::min(cap, s.size()));
-      });
-    };
-    t.load_state = [](void* self, const void* buf, size_t bytes, loom_error* e) {
-      return detail::guarded(e, [&] {
-        static_cast<Impl*>(self)->load_state(std::string(static_cast<const char*>(buf), bytes));
-      });
+      return guarded(e, [&] { self_of<Impl>(self)->pieces_loaded(); });
     };
     return t;
   }();
-  return &table.base;
+  return &table.data.base;
+}
+
+}  // namespace detail
+
+// The data slot's table of the kind Impl derives from: ReplicatedDataPlugin or ShardedDataPlugin.
+template <class Impl>
+const loom_plugin* data_plugin() {
+  static_assert(detail::check_about<Impl>(LOOM_KIND_PARALLEL));
+  static_assert(std::is_base_of_v<ReplicatedDataPlugin, Impl> != std::is_base_of_v<ShardedDataPlugin, Impl>,
+                "a data plugin derives from exactly one of loom::sdk::ReplicatedDataPlugin and ShardedDataPlugin");
+  if constexpr (std::is_base_of_v<ShardedDataPlugin, Impl>)
+    return detail::sharded_data_plugin<Impl>();
+  else
+    return detail::replicated_data_plugin<Impl>();
 }
 
 template <class Impl>
 const loom_plugin* tensor_plugin() {
-  static const loom_tensor_v1 table = [] {
-    loom_tensor_v1 t{};
-    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_TENSOR, sizeof(loom_tensor_v1));
+  static_assert(detail::check_about<Impl>(LOOM_KIND_PARALLEL));
+  static const loom_tensor_v2 table = [] {
+    loom_tensor_v2 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_TENSOR, sizeof(loom_tensor_v2));
+    t.cost = detail::cost_of<Impl>();
     t.setup = [](void* self, const loom_tensor_context* c, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->setup(*c); });
     };
@@ -442,9 +458,11 @@ const loom_plugin* tensor_plugin() {
 
 template <class Impl>
 const loom_plugin* sequence_plugin() {
-  static const loom_sequence_v1 table = [] {
-    loom_sequence_v1 t{};
-    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_SEQUENCE, sizeof(loom_sequence_v1));
+  static_assert(detail::check_about<Impl>(LOOM_KIND_PARALLEL));
+  static const loom_sequence_v2 table = [] {
+    loom_sequence_v2 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_SEQUENCE, sizeof(loom_sequence_v2));
+    t.cost = detail::cost_of<Impl>();
     t.setup = [](void* self, const loom_tensor_context* c, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->setup(*c); });
     };
@@ -464,9 +482,11 @@ const loom_plugin* sequence_plugin() {
 
 template <class Impl>
 const loom_plugin* pipeline_plugin() {
-  static const loom_pipeline_v1 table = [] {
-    loom_pipeline_v1 t{};
-    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_PIPELINE, sizeof(loom_pipeline_v1));
+  static_assert(detail::check_about<Impl>(LOOM_KIND_PARALLEL));
+  static const loom_pipeline_v2 table = [] {
+    loom_pipeline_v2 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_PIPELINE, sizeof(loom_pipeline_v2));
+    t.cost = detail::cost_of<Impl>();
     t.configure = [](void* self, loom_pipeline_shape* shape, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->configure(*shape); });
     };
@@ -495,9 +515,11 @@ const loom_plugin* pipeline_plugin() {
 
 template <class Impl>
 const loom_plugin* expert_plugin() {
-  static const loom_expert_v1 table = [] {
-    loom_expert_v1 t{};
-    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_EXPERT, sizeof(loom_expert_v1));
+  static_assert(detail::check_about<Impl>(LOOM_KIND_PARALLEL));
+  static const loom_expert_v2 table = [] {
+    loom_expert_v2 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_EXPERT, sizeof(loom_expert_v2));
+    t.cost = detail::cost_of<Impl>();
     t.setup = [](void* self, const loom_expert_context* c, int32_t* first, int32_t* count, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->setup(*c, *first, *count); });
     };
@@ -519,9 +541,11 @@ const loom_plugin* expert_plugin() {
 
 template <class Impl>
 const loom_plugin* context_plugin() {
-  static const loom_context_v1 table = [] {
-    loom_context_v1 t{};
-    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_CONTEXT, sizeof(loom_context_v1));
+  static_assert(detail::check_about<Impl>(LOOM_KIND_PARALLEL));
+  static const loom_context_v2 table = [] {
+    loom_context_v2 t{};
+    t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_CONTEXT, sizeof(loom_context_v2));
+    t.cost = detail::cost_of<Impl>();
     t.setup = [](void* self, const loom_context_context* c, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->setup(*c); });
     };

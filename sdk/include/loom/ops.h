@@ -1,0 +1,157 @@
+/*
+ * Loom plugin ABI 2: the op table, every kernel the model and the strategies run on one device.
+ * The runtime fills it; a plugin reads it (loom_host.ops, or its slot's setup context). It is the
+ * one table that grows within a major: new kernels go at the end, so read v.size before a kernel
+ * added after 2.0. Self-contained C11; <loom/plugin.h> includes it.
+ */
+#ifndef LOOM_OPS_H
+#define LOOM_OPS_H
+
+#include <loom/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* All tensors are contiguous row-major fp32 unless said otherwise; N rows of C channels, B
+ * sequences of T positions. "_bwd" kernels ACCUMULATE into parameter gradients (dw, db, dwte)
+ * and WRITE input gradients (dinp) unless named "_acc". A device fills the whole table. */
+typedef struct loom_ops {
+  loom_version v;
+  loom_device device;
+
+  /* C[M,N] = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T; lda/ldb/ldc are row strides. */
+  void (*gemm)(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+               int64_t ldc);
+
+  /* out[b,t,:] = wte[tok[b,t],:] + wpe[t,:] (wpe may be NULL). */
+  void (*embedding_fwd)(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                        int64_t B, int64_t T, int64_t C);
+  void (*embedding_bwd)(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int64_t B, int64_t T, int64_t C);
+
+  /* LayerNorm over C; saves mean and rstd per row for backward. */
+  void (*layernorm_fwd)(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                        const float* b, int64_t N, int64_t C);
+  void (*layernorm_bwd)(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int64_t N,
+                        int64_t C);
+  /* RMSNorm over C; saves rstd per row. */
+  void (*rmsnorm_fwd)(float* out, float* rstd, const float* inp, const float* w, int64_t N,
+                      int64_t C);
+  void (*rmsnorm_bwd)(float* dinp, float* dw, const float* dout, const float* inp,
+                      const float* w, const float* rstd, int64_t N, int64_t C);
+
+  /* out[:, j] += bias[j] over N rows; dbias[j] += sum over rows of dout[:, j]. */
+  void (*bias_add)(float* out, const float* bias, int64_t N, int64_t C);
+  void (*bias_bwd)(float* dbias, const float* dout, int64_t N, int64_t C);
+
+  /* GELU, tanh form. */
+  void (*gelu_fwd)(float* out, const float* inp, int64_t n);
+  void (*gelu_bwd)(float* dinp, const float* inp, const float* dout, int64_t n);
+  /* SwiGLU: inp rows are [gate (F) | up (F)], out[:, j] = silu(gate_j) * up_j. */
+  void (*swiglu_fwd)(float* out, const float* inp, int64_t N, int64_t F);
+  void (*swiglu_bwd)(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F);
+
+  /* Causal multi-head attention. qkv rows are [q (H*D) | k (H*D) | v (H*D)], out rows H*D.
+   * Forward saves lse[b,h,t] = log sum_j exp(s_tj) (the online-softmax statistics) so backward
+   * recomputes the probabilities tile by tile; no T x T matrix is ever stored. */
+  void (*attention_fwd)(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                        int64_t H, int64_t D);
+  void (*attention_bwd)(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int64_t B, int64_t T, int64_t H, int64_t D);
+
+  /* y[i] = a[i] + b[i]; y[i] += x[i]; x[i] *= s. */
+  void (*add)(float* y, const float* a, const float* b, int64_t n);
+  void (*accumulate)(float* y, const float* x, int64_t n);
+  void (*scale)(float* x, float s, int64_t n);
+  /* sum of x[i]^2, accumulated in double. */
+  double (*sum_squares)(const float* x, int64_t n);
+
+  /* Fused softmax + cross-entropy over rows of V logits (only the first V_real are real classes;
+   * the rest are padding and get probability 0). losses[i] = lse_i - logit[i, target_i].
+   * With dloss != 0 the logits are overwritten in place with dloss * (softmax - onehot), so the
+   * probability tensor never exists beside them. Targets < 0 are ignored (loss 0, grad 0). */
+  void (*softmax_xent)(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+                       int64_t V_real, float dloss);
+
+  /* AdamW with decoupled weight decay and bias correction; `step` counts from 1. */
+  void (*adamw)(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
+                float beta1, float beta2, float eps, float weight_decay, int64_t step);
+
+  /* ---- added in ABI 1.1 (the layout is frozen as 1.8 left it) ---- */
+  /* A GEMM operand cast through a narrower format, in place in fp32 storage:
+   *   x[i] = cast(x[i] * scale) * (1 / scale)
+   * with round-to-nearest-even (a finite x[i] whose product overflows fp32 counts as overflow). dtype is LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3 or LOOM_FP8_E5M2.
+   * bf16 and fp16 overflow to infinity (IEEE); both fp8 formats saturate finite overflow to their
+   * largest value (448, 57344). Writes *amax = max |x[i]| before the cast (NaN when any x[i] is
+   * NaN) and *clipped = how many finite elements overflowed or saturated. A device with native
+   * narrow GEMMs casts into real narrow buffers instead; this is the emulation every device has. */
+  void (*quantize)(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped);
+
+  /* ---- added in ABI 1.4 ---- */
+  /* The norms above with the epsilon as an argument (they use 1e-5). LayerNorm's b may be NULL
+   * (no bias); then layernorm_bwd takes db = NULL. */
+  void (*layernorm_fwd_eps)(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                            const float* b, int64_t N, int64_t C, float eps);
+  void (*rmsnorm_fwd_eps)(float* out, float* rstd, const float* inp, const float* w, int64_t N,
+                          int64_t C, float eps);
+  /* Causal grouped-query attention: H query heads share Hkv key/value heads (H % Hkv == 0; query
+   * head h reads key/value head h / (H / Hkv)), so K and V are never repeated in memory. Row
+   * b*T+t of q holds head h at q + row*ldq + h*D; k and v rows are ldkv apart, head g at
+   * k + row*ldkv + g*D (and v likewise). out rows are H*D, lse is [B, H, T]. Backward writes
+   * dq, dk, dv in the layouts of q, k, v. Hkv = H with q, k, v inside one [q | k | v] row is
+   * attention_fwd above. */
+  void (*attention_gqa_fwd)(float* out, float* lse, const float* q, const float* k, const float* v,
+                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H,
+                            int64_t Hkv, int64_t D);
+  void (*attention_gqa_bwd)(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                            const float* k, const float* v, const float* out, const float* lse,
+                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H,
+                            int64_t Hkv, int64_t D);
+  /* Rotary position embedding, half-split ("rotate_half") layout, in place on `heads` heads of D
+   * (even) channels per row (row b*T+t at x + row*ld, head h at + h*D), at position pos0 + t:
+   *   x'[i]       = x[i] cos_pi - x[i+D/2] sin_pi
+   *   x'[i + D/2] = x[i+D/2] cos_pi + x[i] sin_pi       for i < D/2,
+   * cos_pi = cos[p*D/2 + i], sin_pi = sin[p*D/2 + i] (tables of the caller's frequencies).
+   * rope_bwd applies the inverse rotation (the transpose), turning the gradient with respect to
+   * the rotated vector into the gradient with respect to the input. */
+  void (*rope_fwd)(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+                   const float* cos, const float* sin, int64_t pos0);
+  void (*rope_bwd)(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+                   const float* cos, const float* sin, int64_t pos0);
+
+  /* ---- added in ABI 1.5 ---- */
+  /* Attention of Tq queries over a block of Tk keys that may lie anywhere in the sequence, for
+   * context parallelism. Query i sits at position qpos[i], key j at kpos[j], both ascending; query
+   * i sees the keys with kpos[j] <= qpos[i] (causal). NULL positions mean 0, 1, 2, ... Layouts are
+   * attention_gqa_fwd's with Tq rows per sequence for q, out and lse [B, H, Tq], and Tk for k, v.
+   * A query that sees no key gets out = 0 and lse = -inf. */
+  void (*attention_block_fwd)(float* out, float* lse, const float* q, const float* k,
+                              const float* v, int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq,
+                              int64_t Tk, int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
+                              const int64_t* kpos);
+  /* One key block's share of the gradients, given the attention's final out and lse (over every
+   * block): writes dq (this block's share, ldq layout), dk and dv (ldkv layout). */
+  void (*attention_block_bwd)(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                              const float* k, const float* v, const float* out, const float* lse,
+                              int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk,
+                              int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
+                              const int64_t* kpos);
+  /* Folds part (out rows H*D, part_lse [B, H, T]) over another key block into out and lse:
+   * lse' = log(exp(lse) + exp(part_lse)), out' = out exp(lse - lse') + part exp(part_lse - lse'). */
+  void (*attention_merge)(float* out, float* lse, const float* part, const float* part_lse,
+                          int64_t B, int64_t T, int64_t H, int64_t D);
+
+  /* ---- added in ABI 1.8 ---- */
+  /* GELU, exact form: out = 0.5 x (1 + erf(x / sqrt 2)) (GPT-2's "gelu", BERT). */
+  void (*gelu_erf_fwd)(float* out, const float* inp, int64_t n);
+  void (*gelu_erf_bwd)(float* dinp, const float* inp, const float* dout, int64_t n);
+} loom_ops;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOOM_OPS_H */
