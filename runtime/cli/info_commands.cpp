@@ -9,6 +9,7 @@
 #include "core/json.hpp"
 #include "loader/host.hpp"
 #include "loader/registry.hpp"
+#include "loader/v1_adapter.hpp"
 
 namespace loom::cli {
 
@@ -16,6 +17,14 @@ namespace {
 
 std::string abi_of(const loom_plugin* d) {
   return std::to_string(d->v.major) + "." + std::to_string(d->v.minor);
+}
+
+// ABI 2 plugins get only the services they declare; ABI 1 ones declared none and get any.
+std::string services_of(const loom_plugin* d) {
+  if (plugins::v1_original(d)) return "any (ABI 1 plugins declare none)";
+  std::string out;
+  for (const std::string& s : plugins::declared_services(d)) out += (out.empty() ? "" : ", ") + s;
+  return out.empty() ? "none" : out;
 }
 
 std::string kind_slot(const loom_plugin* d) {
@@ -36,7 +45,10 @@ std::string plugin_json(const plugins::Found& f, bool with_options) {
     os << ", \"provides\": [";
     const std::vector<std::string> entries = plugins::optional_entries(d);
     for (size_t i = 0; i < entries.size(); ++i) os << (i ? ", " : "") << json_quote(entries[i]);
-    os << "], \"options\": [";
+    os << "], \"services\": [";
+    const std::vector<std::string> services = plugins::declared_services(d);
+    for (size_t i = 0; i < services.size(); ++i) os << (i ? ", " : "") << json_quote(services[i]);
+    os << "], \"adapted\": " << (plugins::v1_original(d) ? "true" : "false") << ", \"options\": [";
     bool first = true;
     for (const auto& k : config::plugin_keys(d)) {
       os << (first ? "" : ", ") << "{\"name\": " << json_quote(k.name)
@@ -115,9 +127,9 @@ int info(plugins::Registry& reg, const std::string& name, bool json) {
     return kExitOk;
   }
   const loom_plugin* d = f.desc;
-  std::printf("%s — %s\n  kind/slot: %s\n  version:   %s\n  abi:       %s\n  path:      %s\n",
-              d->name, d->summary ? d->summary : "", kind_slot(d).c_str(),
-              d->version ? d->version : "", abi_of(d).c_str(), f.library.c_str());
+  std::printf("%s — %s\n  kind/slot: %s\n  version:   %s\n  abi:       %s%s\n  path:      %s\n",
+              d->name, d->summary ? d->summary : "", kind_slot(d).c_str(), d->version ? d->version : "",
+              abi_of(d).c_str(), plugins::v1_original(d) ? " (loaded through the ABI 1 adapter)" : "", f.library.c_str());
   if (d->kind == LOOM_KIND_CKPT || (d->kind == LOOM_KIND_PARALLEL && d->slot == LOOM_SLOT_DATA)) {
     const std::string caps = plugins::capability_names(d);
     std::printf("  declares:  %s\n", caps.empty() ? ("nothing" + plugins::declared_note(d)).c_str() : caps.c_str());
@@ -125,6 +137,7 @@ int info(plugins::Registry& reg, const std::string& name, bool json) {
   std::string entries;
   for (const std::string& e : plugins::optional_entries(d)) entries += (entries.empty() ? "" : ", ") + e;
   std::printf("  provides:  %s\n", entries.empty() ? ("no optional entries" + plugins::declared_note(d)).c_str() : entries.c_str());
+  std::printf("  uses:      %s\n", services_of(d).c_str());
   auto keys = config::plugin_keys(d);
   if (keys.empty()) {
     std::printf("  options:   none\n");

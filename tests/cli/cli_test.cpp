@@ -220,15 +220,24 @@ TEST_CASE("messages name what the user typed: --set arguments, missing positiona
   for (const auto& r : {text, tok, missing}) CHECK_FALSE(has(r.out, "basic_filebuf"));
 }
 
-TEST_CASE("loom plugins info lists the optional entries a plugin provides") {
+TEST_CASE("loom plugins info lists the optional entries a plugin provides and the services it uses") {
   auto ruled = run_loom("plugins info ruled");
   CHECK(has(ruled.out, "  provides:  option rules, validate hook\n"));
+  CHECK(has(ruled.out, "  uses:      none\n"));
   auto ddp = run_loom("plugins info ddp");
   CHECK(has(ddp.out, "  provides:  cost entry\n"));
+  auto fp16 = run_loom("plugins info fp16");
+  CHECK(has(fp16.out, "  provides:  state save and load\n"));
+  auto zero3 = run_loom("plugins info zero3");
+  CHECK(has(zero3.out, "  declares:  experts, pipeline, sharded state\n"));
+  auto counting = run_loom("plugins info counting");
+  CHECK(has(counting.out, "  uses:      loom.plugins, loom.trace, loom.placement\n"));
   auto fp32 = run_loom("plugins info fp32");
   CHECK(has(fp32.out, "  provides:  no optional entries\n"));
   auto old = run_loom("plugins info ddp12");  // built against ABI 1.2
+  CHECK(has(old.out, "  abi:       1.2 (loaded through the ABI 1 adapter)\n"));
   CHECK(has(old.out, "  provides:  no optional entries (it was built against plugin ABI 1.2"));
-  auto json = run_loom("plugins info ruled --json");
-  CHECK(has(json.out, "\"provides\": [\"option rules\", \"validate hook\"]"));
+  CHECK(has(old.out, "  uses:      any (ABI 1 plugins declare none)\n"));
+  auto json = run_loom("plugins info counting --json");
+  CHECK(has(json.out, "\"provides\": [\"validate hook\"], \"services\": [\"loom.plugins\", \"loom.trace\", \"loom.placement\"], \"adapted\": false"));
 }

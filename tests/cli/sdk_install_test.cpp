@@ -41,10 +41,11 @@ TEST_CASE("the installed examples build against the installed SDK alone and load
 
   auto info = sh(loom + " plugins info tf32");
   CHECK(info.out.find("mantissa_bits") != std::string::npos);
+  CHECK(info.out.find("provides:  option rules") != std::string::npos);
 
   // Every installed example builds from the prefix alone, as its CMakeLists.txt says.
   for (const auto& [example, plugin, provides] : std::vector<std::array<std::string, 3>>{
-           {"ema-data", "ema", "cost entry"}, {"scramble-ckpt", "scramble", "read path"},
+           {"ema-data", "ema", "cost entry, state save and load"}, {"scramble-ckpt", "scramble", "read path"},
            {"counting-comm", "counting", "validate hook"}}) {
     const std::string copy = (t.path / example).string(), out = (t.path / (example + "-build")).string();
     REQUIRE(sh("cp -r " + prefix + "/share/loom/examples/" + example + " " + copy).rc == 0);
@@ -68,6 +69,42 @@ TEST_CASE("the installed examples build against the installed SDK alone and load
   auto ok = sh(loom + " config check " + cfg);
   CHECK(ok.rc == 0);
   CHECK(ok.out.find("precision = tf32") != std::string::npos);
+  cfg = t.write("tf32far.toml", "[plugins]\nprecision = \"tf32\"\n[plugins.tf32]\nmantissa_bits = 30\n");
+  auto far = sh(loom + " config check " + cfg);  // the example's option rule, checked by the runtime
+  CHECK(far.rc == 2);
+  CHECK(far.out.find("mantissa_bits") != std::string::npos);
+}
+
+// SDK 2 reads every optional member from the plugin's `about` aggregate, so the mistakes that SDK 1
+// silently ignored (a misspelt member, a hook of another signature, a member it no longer reads)
+// stop the build with a message.
+TEST_CASE("a misspelt or mistyped optional member of a plugin is a compile error") {
+  TempDir t;
+  const std::string head = "#include <loom/sdk.hpp>\nstruct P : loom::sdk::ReplicatedDataPlugin {\n";
+  const std::string tail = "  explicit P(const loom::sdk::Context&) {}\n  void setup(const loom_data_context&) override {}\n"
+                           "  void grad_ready(int64_t) override {}\n  void finish_grads(double&, double&) override {}\n};\n"
+                           "LOOM_PLUGIN(loom::sdk::data_plugin<P>())\n";
+  auto build = [&](const std::string& name, const std::string& body) {
+    return sh("c++ -std=c++20 -fsyntax-only -I" LOOM_SOURCE_DIR "/sdk/include " + t.write(name + ".cpp", head + body + tail));
+  };
+  const std::string about = "  static constexpr loom::sdk::About about{.name = \"p\", .version = \"1\", .summary = \"s\"";
+  auto good = build("good", about + ", .capabilities = LOOM_DATA_PIPELINE};\n");
+  CHECK_MESSAGE(good.rc == 0, good.out);
+  auto misspelt = build("misspelt", about + ", .capabilites = LOOM_DATA_PIPELINE};\n");
+  CHECK(misspelt.rc != 0);
+  CHECK(misspelt.out.find("capabilites") != std::string::npos);
+  auto mistyped = build("mistyped", "  static void validate(const loom::sdk::Options&) {}\n" + about + ", .validate = &validate};\n");
+  CHECK(mistyped.rc != 0);
+  CHECK(mistyped.out.find("validate") != std::string::npos);
+  auto unwired = build("unwired", "  static void validate(const loom::sdk::Options&, const loom::sdk::Host&) {}\n" + about + "};\n");
+  CHECK(unwired.rc != 0);
+  CHECK(unwired.out.find("name it in About::validate") != std::string::npos);
+  auto leftover = build("leftover", "  static constexpr uint64_t capabilities = LOOM_DATA_PIPELINE;\n" + about + "};\n");
+  CHECK(leftover.rc != 0);
+  CHECK(leftover.out.find("capabilities, compute_dtype and exact are not read: set them in About") != std::string::npos);
+  auto misplaced = build("misplaced", about + ", .exact = true};\n");
+  CHECK(misplaced.rc != 0);
+  CHECK(misplaced.out.find("About::exact and compute_dtype are for precision plugins") != std::string::npos);
 }
 
 TEST_CASE("the installed headers compile warning-free as C11 and C++17 under gcc and clang, and a part alone names its header") {
@@ -82,7 +119,9 @@ TEST_CASE("the installed headers compile warning-free as C11 and C++17 under gcc
   };
   for (const auto& [cc, cxx] : {std::pair<std::string, std::string>{"gcc", "g++"}, {"clang", "clang++"}}) {
     for (const auto& [compiler, std, header, ext] : std::vector<std::array<std::string, 4>>{
-             {cc, "c11", "plugin.h", ".c"}, {cxx, "c++17", "plugin.h", ".cpp"}, {cxx, "c++17", "bf16.hpp", ".cpp"},
+             {cc, "c11", "plugin.h", ".c"}, {cxx, "c++17", "plugin.h", ".cpp"}, {cc, "c11", "types.h", ".c"},
+             {cc, "c11", "ops.h", ".c"}, {cc, "c11", "host.h", ".c"}, {cxx, "c++17", "host.h", ".cpp"},
+             {cxx, "c++17", "bf16.hpp", ".cpp"},
              {cxx, "c++20", "sdk.hpp", ".cpp"}}) {
       auto r = compile(compiler, std, header, ext);
       INFO(compiler << " -std=" << std << " " << header << "\n" << r.out);

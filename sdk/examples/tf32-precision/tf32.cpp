@@ -29,23 +29,26 @@ float round_mantissa(float x, int bits) {
 }
 
 struct Tf32 : loom::sdk::RoundingPrecision {
-
   static constexpr loom_option_spec kOptions[] = {
       {"mantissa_bits", LOOM_OPT_INT, "10", "mantissa bits kept in each operand (1..22)"},
       {"round_gradients", LOOM_OPT_BOOL, "true", "also round gradient operands in backward"},
       {nullptr, 0, nullptr, nullptr},
   };
+  // Checked by the runtime before create(), and by `loom config check`.
+  static constexpr loom_option_rule kRules[] = {
+      {"mantissa_bits", 1, 22, nullptr, 0},
+      {nullptr, 0, 0, nullptr, 0},
+  };
   static constexpr loom::sdk::About about{.name = "tf32",
                                           .version = "1.0.0",
                                           .summary = "GEMM operands rounded to TensorFloat-32 (example plugin)",
                                           .options = kOptions,
+                                          .option_rules = kRules,
                                           .compute_dtype = LOOM_F32};
 
   explicit Tf32(const loom::sdk::Context& ctx)
       : bits_(static_cast<int>(ctx.options.i64("mantissa_bits"))),
         round_gradients_(ctx.options.boolean("round_gradients")) {
-    if (bits_ < 1 || bits_ > 22)
-      throw loom::sdk::ConfigError("mantissa_bits must be in 1..22, got " + std::to_string(bits_));
     ctx.host.info("keeping " + std::to_string(bits_) + " mantissa bits");
   }
 
