@@ -17,6 +17,11 @@ TEST_CASE("the installed examples build against the installed SDK alone and load
   auto install = sh("cmake --install " LOOM_BINARY_DIR " --prefix " + prefix);
   REQUIRE_MESSAGE(install.rc == 0, install.out);
 
+  // The guide is in the prefix beside the examples it walks through.
+  auto guide = sh("cat " + prefix + "/share/loom/examples/README.md");
+  CHECK(guide.out.find("# Writing a Loom plugin") != std::string::npos);
+  CHECK(guide.out.find("loom::sdk::About") != std::string::npos);
+
   // A copy of the installed example, so nothing relative can reach the sources or the runtime.
   std::string src = (t.path / "src").string();
   REQUIRE(sh("cp -r " + prefix + "/share/loom/examples/tf32-precision " + src).rc == 0);

@@ -82,7 +82,6 @@ struct ReduceBuffer {
 
 class Mpi : public loom::sdk::CommPlugin {
  public:
-
   // Only a process that an MPI launcher started can join MPI_COMM_WORLD.
   static int score(const loom::sdk::Host&, std::string& why_not) {
     for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})

@@ -86,7 +86,6 @@ bool on_host(const void* p) {
 
 class Nccl : public loom::sdk::CommPlugin {
  public:
-
   static int score(const loom::sdk::Host&, std::string& why_not) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {

@@ -13,7 +13,6 @@
 namespace {
 
 struct Fp16 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
-
   static constexpr loom_option_spec kOptions[] = {
       {"initial_scale", LOOM_OPT_FLOAT, "65536.0", "loss scale at step 1 (2^16)"},
       {"growth_factor", LOOM_OPT_FLOAT, "2.0", "scale multiplier after growth_interval clean steps"},

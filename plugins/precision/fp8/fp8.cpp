@@ -28,7 +28,6 @@ struct Site {
 };
 
 struct Fp8 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
-
   static constexpr loom_option_spec kOptions[] = {
       {"format", LOOM_OPT_STRING, "\"hybrid\"", "hybrid (E4M3 forward, E5M2 gradients) or e4m3 (both)"},
       {"amax_history_len", LOOM_OPT_INT, "1024", "steps of amax history per tensor"},

@@ -1,4 +1,4 @@
-// A comm plugin that wraps another one (ABI 1.6 loom.plugins service): it creates the plugin
+// A comm plugin that wraps another one (the loom.plugins service): it creates the plugin
 // named by its `inner` option with that plugin's own [plugins.<inner>] options, forwards every
 // operation to it, and counts them. At the end it logs, with where it ran (loom.placement),
 //   counting: rank R of W (host H, dp coordinate D): N collectives over <inner>, B bytes all-reduced

@@ -1,7 +1,7 @@
 // A checkpoint writer that stores files in a form of its own, as a compressing, bundling or
 // object-store writer does: every file is kept as <name>.scr, each byte XOR-ed with 0x5a behind
 // an 8-byte header. The runtime cannot read those files directly, so resume, verify and export
-// work only through the read path (ABI 1.6 read/list). It also appends each commit notice to
+// work only through the read path (CkptReader: read and list). It also appends each commit notice to
 // <root>/commits.log, so a test can see committed() arrive.
 #include <loom/sdk.hpp>
 
