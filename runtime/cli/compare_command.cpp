@@ -275,8 +275,8 @@ struct Predictions {
 
 Predictions predict_both(const std::string& cluster_file, const config::Config& ca, const config::Config& cb) {
   const plan::Cluster cluster = plan::load_cluster(cluster_file);
-  plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(ca).path));
-  auto predict = [&](const config::Config& cfg) {
+  auto predict = [&](const config::Config& cfg) {  // each side's plugins costed with its own options
+    plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
     return plan::estimate(cluster, plan::workload_of(cfg), plan::layout_of(cfg), sources.costs(), sources.pipes());
   };
   Predictions p{"", predict(ca), predict(cb)};

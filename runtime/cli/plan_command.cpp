@@ -174,7 +174,7 @@ int plan_cmd(const Args& args) {
                       std::to_string(c.nodes) + " node" + (c.nodes > 1 ? "s" : "") + " of " + std::to_string(c.per_node) +
                       " = " + std::to_string(c.devices()));
   devices = static_cast<int>(asked);
-  plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
+  plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
   if (vm.count("explain")) {
     plan::Layout l = plan::parse_layout(vm["explain"].as<std::string>());
     if (l.world() != devices)

@@ -49,6 +49,7 @@ struct plugin {
   const void* (*get_proc)(const char*);  // "loom_option_rules_v1", "loom_validate_options_v1", "loom_cost_v1" (1.6, 1.7)
 };
 using validate_fn = loom_status (*)(const void* host, const loom_options*, loom_error*);
+using cost_fn = loom_status (*)(const loom_cost_query*, loom_cost_collective*, int64_t, int64_t*, loom_error*);  // 1.7
 using entry_fn = loom_status (*)(const host*, const plugin* const**, size_t*, loom_error*);
 
 // loom.plugins as a 1.6 plugin sees it: descriptors of ABI 1 layout.

@@ -93,7 +93,21 @@ loom_plugin adapt_base(const v1::plugin* d, uint32_t size) {
   return b;
 }
 
-loom_cost_fn cost_of(const v1::plugin* d) { return proc<loom_cost_fn>(d, "loom_cost_v1"); }
+// 1.7's cost entry took no options: the adapted entry finds the old one through the descriptor.
+loom_status v1_cost(const loom_plugin* plugin, const loom_options*, const loom_cost_query* q, loom_cost_collective* out,
+                    int64_t cap, int64_t* n, loom_error* err) {
+  return proc<v1::cost_fn>(v1_original(plugin), "loom_cost_v1")(q, out, cap, n, err);
+}
+loom_cost_fn cost_of(const v1::plugin* d) { return proc<v1::cost_fn>(d, "loom_cost_v1") ? &v1_cost : nullptr; }
+
+// A parallel slot's table with its base and the cost entry (1.7) filled.
+template <class Table>
+Table parallel_table(const v1::plugin* d) {
+  Table t{};
+  t.base = adapt_base(d, sizeof t);
+  t.cost = cost_of(d);
+  return t;
+}
 
 // ---- kinds ----------------------------------------------------------------------------------------
 
@@ -219,9 +233,7 @@ loom_status context_setup(void* s, const loom_context_context* c, loom_error* er
 }
 
 loom_tensor_v2 adapt_tensor(const v1::tensor* s) {
-  loom_tensor_v2 t{};
-  t.base = adapt_base(&s->base, sizeof t);
-  t.cost = cost_of(&s->base);
+  auto t = parallel_table<loom_tensor_v2>(&s->base);
   t.setup = &tensor_setup;
   LOOM_FORWARD(t, s, shard), LOOM_FORWARD(t, s, enter_bwd), LOOM_FORWARD(t, s, exit_fwd);
   LOOM_FORWARD(t, s, embedding_fwd), LOOM_FORWARD(t, s, embedding_bwd), LOOM_FORWARD(t, s, cross_entropy);
@@ -229,35 +241,27 @@ loom_tensor_v2 adapt_tensor(const v1::tensor* s) {
 }
 
 loom_sequence_v2 adapt_sequence(const v1::sequence* s) {
-  loom_sequence_v2 t{};
-  t.base = adapt_base(&s->base, sizeof t);
-  t.cost = cost_of(&s->base);
+  auto t = parallel_table<loom_sequence_v2>(&s->base);
   t.setup = &sequence_setup;
   LOOM_FORWARD(t, s, gather), LOOM_FORWARD(t, s, scatter), LOOM_FORWARD(t, s, reduce_replicated);
   return t;
 }
 
 loom_pipeline_v2 adapt_pipeline(const v1::pipeline* s) {
-  loom_pipeline_v2 t{};
-  t.base = adapt_base(&s->base, sizeof t);
-  t.cost = cost_of(&s->base);
+  auto t = parallel_table<loom_pipeline_v2>(&s->base);
   LOOM_FORWARD(t, s, configure), LOOM_FORWARD(t, s, partition), LOOM_FORWARD(t, s, schedule);
   return t;
 }
 
 loom_expert_v2 adapt_expert(const v1::expert* s) {
-  loom_expert_v2 t{};
-  t.base = adapt_base(&s->base, sizeof t);
-  t.cost = cost_of(&s->base);
+  auto t = parallel_table<loom_expert_v2>(&s->base);
   t.setup = &expert_setup;
   LOOM_FORWARD(t, s, exchange_counts), LOOM_FORWARD(t, s, dispatch), LOOM_FORWARD(t, s, combine);
   return t;
 }
 
 loom_context_v2 adapt_context(const v1::context* s) {
-  loom_context_v2 t{};
-  t.base = adapt_base(&s->base, sizeof t);
-  t.cost = cost_of(&s->base);
+  auto t = parallel_table<loom_context_v2>(&s->base);
   t.setup = &context_setup;
   LOOM_FORWARD(t, s, split), LOOM_FORWARD(t, s, attention_fwd), LOOM_FORWARD(t, s, attention_bwd);
   LOOM_FORWARD(t, s, stats);

@@ -38,7 +38,7 @@ struct Workload {
   model::Config model;
   int64_t global_batch = 16;  // sequences per step
   std::string dtype = "fp32"; // fp32 | bf16 | fp16 | fp8: GEMM peak, and model-state formulas
-  int grad_bytes = 4;         // bytes per gradient element on the wire (Loom's ddp and zero: fp32)
+  int grad_bytes = 4;         // bytes per gradient element (fp32 masters; a data plugin may narrow its wire)
   // A plugin the config names for a slot that is not a built-in ("data" = "my_dp"): costed
   // through its own cost entry in every layout that uses the slot. The data slot's plugin then
   // holds the model state unsharded, as far as the planner knows.

@@ -16,9 +16,8 @@ Workload workload_of(const config::Config& cfg, const std::string& dtype) {
   w.dtype = dtype.empty() ? slots.slot("precision") : dtype;
   if (w.dtype != "fp32" && w.dtype != "bf16" && w.dtype != "fp16" && w.dtype != "fp8")
     throw UsageError("precision '" + w.dtype + "': the planner knows fp32, bf16, fp16 and fp8");
-  // Loom's ddp and zero reduce fp32 gradients; ddp can be told to send bf16.
-  if (const toml::node* rd = cfg.table().at_path("plugins.ddp.reduce_dtype").node(); rd && rd->value<std::string>() == "bf16")
-    w.grad_bytes = 2;
+  // Gradients are as wide as the master weights (fp32); a data plugin whose options narrow its
+  // wire (ddp's reduce_dtype) says so in its cost entry, which sees them.
   // Slots the config fills with a plugin of its own are costed through that plugin.
   const std::string data = slots.slot("data");
   if (!data.empty() && data != "ddp" && data.rfind("zero", 0) != 0) w.data_plugin = data;

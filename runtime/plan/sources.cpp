@@ -13,41 +13,50 @@ namespace loom::plan {
 
 struct PluginSources::State {
   plugins::Registry registry;
-  const config::Config no_options = config::Config::parse("", "<plan>");  // schedules run with defaults
-  std::map<std::string, loom_cost_fn> cost_fns;  // nullptr: the plugin has no cost entry
+  // The plugins' options: the user's config's, or every default when the plan has no config.
+  config::Config cfg;
+  struct Cost {
+    const loom_plugin* desc = nullptr;
+    loom_cost_fn fn = nullptr;  // nullptr: the plugin has no cost entry
+    loom_options options{};
+  };
+  std::map<std::string, Cost> costs;
   // Each pipeline shape's makespan at backward cost 2 and 3 (see pipes()).
   struct Line {
     double at2 = 0, at3 = 0;
     int in_flight = 0;
   };
   std::map<std::tuple<std::string, int, int, int>, Line> lines;
-  explicit State(std::vector<plugins::SearchDir> dirs) : registry(std::move(dirs)) {}
+  State(std::vector<plugins::SearchDir> dirs, const config::Config* user)
+      : registry(std::move(dirs)), cfg(user ? *user : config::Config::parse("[plugins]\n", "<plan>")) {}
 
-  loom_cost_fn cost_fn(const std::string& name) {
-    auto it = cost_fns.find(name);
-    if (it != cost_fns.end()) return it->second;
+  const Cost& cost_of(const std::string& name) {
+    auto it = costs.find(name);
+    if (it != costs.end()) return it->second;
     const plugins::Found found = registry.find(name, LOOM_KIND_PARALLEL);
-    return cost_fns[name] = plugins::cost_entry(found.desc);
+    plugins::check_options(cfg, found.desc);  // fills the defaults, as a run does
+    return costs[name] = Cost{found.desc, plugins::cost_entry(found.desc), plugins::options_for(cfg, found.desc->name)};
   }
 };
 
-PluginSources::PluginSources(std::vector<plugins::SearchDir> dirs)
-    : state_(std::make_shared<State>(std::move(dirs))) {}
+PluginSources::PluginSources(std::vector<plugins::SearchDir> dirs, const config::Config* cfg)
+    : state_(std::make_shared<State>(std::move(dirs), cfg)) {}
 PluginSources::~PluginSources() = default;
 
 CostSource PluginSources::costs() {
   auto st = state_;
   return [st](const std::string& plugin, const loom_cost_query& q, bool& has) {
     std::vector<loom_cost_collective> out;
-    loom_cost_fn fn = st->cost_fn(plugin);
-    has = fn != nullptr;
-    if (!fn) return out;
+    const State::Cost& cost = st->cost_of(plugin);
+    has = cost.fn != nullptr;
+    if (!has) return out;
     int64_t n = 0;
-    if (fn(&q, nullptr, 0, &n, nullptr) != LOOM_OK || n < 0 || n > 4096)
-      throw RuntimeError("plugin '" + plugin + "': its cost entry failed");
+    loom_error e;
+    if (cost.fn(cost.desc, &cost.options, &q, nullptr, 0, &n, &e) != LOOM_OK || n < 0 || n > 4096)
+      throw RuntimeError("plugin '" + plugin + "': its cost entry failed: " + plugins::describe(e));
     out.resize(size_t(n));
-    if (n && fn(&q, out.data(), n, &n, nullptr) != LOOM_OK)
-      throw RuntimeError("plugin '" + plugin + "': its cost entry failed");
+    if (n && cost.fn(cost.desc, &cost.options, &q, out.data(), n, &n, &e) != LOOM_OK)
+      throw RuntimeError("plugin '" + plugin + "': its cost entry failed: " + plugins::describe(e));
     for (loom_cost_collective& c : out) {
       c.what[sizeof c.what - 1] = '\0';
       if (c.op < LOOM_COST_ALL_REDUCE || c.op > LOOM_COST_SEND_RECV || c.phase < LOOM_COST_FORWARD ||
@@ -81,7 +90,7 @@ PipeSource PluginSources::pipes() {
     State::Line& line = st->lines[std::make_tuple(schedule, pp, m, chunks)];
     if (line.in_flight == 0) {
       const plugins::Found found = st->registry.find(schedule, LOOM_KIND_PARALLEL);
-      loom_options none = plugins::options_for(st->no_options, schedule);
+      loom_options none = plugins::options_for(st->cfg, schedule);
       const PipelinePlan plan(found, &none, loom_pipeline_shape{pp, m, chunks > 1 ? chunks : 0});
       line.at2 = plan.simulate(1.0, 2.0).makespan;
       line.at3 = plan.simulate(1.0, 3.0).makespan;

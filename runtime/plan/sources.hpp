@@ -11,11 +11,16 @@
 #include "loader/registry.hpp"
 #include "plan/estimate.hpp"
 
+namespace loom::config {
+class Config;
+}
+
 namespace loom::plan {
 
 class PluginSources {
  public:
-  explicit PluginSources(std::vector<plugins::SearchDir> dirs);
+  // `cfg`: the config whose [plugins.<name>] options the cost entries see (nullptr: defaults).
+  explicit PluginSources(std::vector<plugins::SearchDir> dirs, const config::Config* cfg = nullptr);
   ~PluginSources();
   CostSource costs();
   PipeSource pipes();

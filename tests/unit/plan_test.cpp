@@ -101,7 +101,7 @@ TEST_CASE("the ZeRO memory formulas are the model's, exactly") {
   CHECK(total(3, false) == doctest::Approx(16 * psi / n));
 }
 
-TEST_CASE("the built-in strategies report their traffic through the ABI 1.7 cost entry") {
+TEST_CASE("the built-in strategies report their traffic through their cost entries") {
   plan::PluginSources sources(plugins::Registry::default_dirs());
   const plan::CostSource costs = sources.costs();
   loom_cost_query q{};
@@ -129,6 +129,26 @@ TEST_CASE("the built-in strategies report their traffic through the ABI 1.7 cost
     costs(name, q, has);
     CHECK_MESSAGE(has, name);
   }
+}
+
+// The cost entry sees the plugin's options as the run would get them, so the plan follows them.
+TEST_CASE("a strategy's cost entry sees its options: ddp's bf16 wire halves the bytes, no overlap exposes them") {
+  loom_cost_query q{};
+  q.group = 4, q.params = 1000000, q.grad_bytes = 4, q.act_bytes = 4, q.tokens = 512, q.d_model = 64, q.layers = 2;
+  q.microbatches = 1, q.chunks = 1;
+  bool has = false;
+  const config::Config defaults = config::Config::parse("[plugins]\n", "a.toml");
+  const auto fp32 = plan::PluginSources(plugins::Registry::default_dirs(), &defaults).costs()("ddp", q, has);
+  const config::Config narrow = config::Config::parse("[plugins.ddp]\nreduce_dtype = \"bf16\"\noverlap = false\n", "b.toml");
+  const auto bf16 = plan::PluginSources(plugins::Registry::default_dirs(), &narrow).costs()("ddp", q, has);
+  REQUIRE(fp32.size() == 1);
+  REQUIRE(bf16.size() == 1);
+  CHECK(fp32[0].bytes == 4000000);
+  CHECK(fp32[0].phase == LOOM_COST_BACKWARD);
+  CHECK(fp32[0].hidden == 1.0);
+  CHECK(bf16[0].bytes == 2000000);
+  CHECK(bf16[0].phase == LOOM_COST_STEP);
+  CHECK(bf16[0].hidden == 0.0);
 }
 
 TEST_CASE("Narayanan et al. 2021 Table 1 is predicted within 15% on every row, from the published layouts") {

@@ -67,7 +67,7 @@ class Cp : public loom::sdk::ContextPlugin {
   // Ring attention (Liu et al. 2023): per block and micro-batch, cp - 1 hops of this rank's k
   // and v forward, and of k, v and their gradients backward, each overlapped with the block
   // attention of the chunk already here.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
     using loom::sdk::collective;
     const int64_t kv = q.tokens * q.kv_width * q.act_bytes,
                   hops = int64_t(q.group - 1) * q.layers * q.microbatches;

@@ -37,15 +37,21 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
  public:
   // Every gradient is all-reduced once per step, in buckets during the last micro-batch's
   // backward: 2(n-1)/n x bytes on the wire (REFERENCE.md). Expert gradients go over expert_dp.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+  // The options change the plan as they change the run: bf16 wires send 2 bytes per gradient
+  // (otherwise the workload's width), and overlap = false reduces every bucket after the
+  // backward, exposed.
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options& o) {
     using loom::sdk::collective;
+    const int64_t width = o.str("reduce_dtype") == "bf16" ? 2 : q.grad_bytes;
+    const bool overlap = o.boolean("overlap");
+    const loom_cost_phase phase = overlap ? LOOM_COST_BACKWARD : LOOM_COST_STEP;
+    const double hidden = overlap ? 1.0 : 0.0;
     std::vector<loom_cost_collective> c;
     const int64_t dense = q.params - q.expert_params;
-    c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_BACKWARD, dense * q.grad_bytes, 1, 1.0,
-                           "gradient all-reduce (buckets)"));
+    c.push_back(collective(LOOM_COST_ALL_REDUCE, phase, dense * width, 1, hidden, "gradient all-reduce (buckets)"));
     if (q.expert_params > 0 && q.expert_dp > 1)
-      c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_BACKWARD, q.expert_params * q.grad_bytes, 1, 1.0,
-                             "expert gradient all-reduce", q.expert_dp));
+      c.push_back(collective(LOOM_COST_ALL_REDUCE, phase, q.expert_params * width, 1, hidden, "expert gradient all-reduce",
+                             q.expert_dp));
     return c;
   }
   static constexpr loom_option_spec kOptions[] = {

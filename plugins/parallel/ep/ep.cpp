@@ -21,7 +21,7 @@ class Ep : public loom::sdk::ExpertPlugin {
  public:
   // GShard's dispatch and combine: per MoE block and micro-batch, two all-to-alls of the routed
   // tokens (tokens x top_k rows of d_model) forward and two backward.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
     using loom::sdk::collective;
     const int64_t rows = q.tokens * q.top_k * q.d_model * q.act_bytes,
                   calls = 2 * int64_t(q.moe_layers) * q.microbatches;

@@ -91,7 +91,7 @@ class Schedule : public loom::sdk::PipelinePlugin {
   // Every schedule moves the same bytes (REFERENCE.md): each micro-batch's [tokens, d_model]
   // activations forward and their gradients backward, once per chunk boundary a rank owns.
   // Sends do not block the sender; the receiver's wait is the schedule's, so none is hidden.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
     using loom::sdk::collective;
     const int64_t act = q.tokens * q.d_model * q.act_bytes, calls = int64_t(q.microbatches) * std::max(1, q.chunks);
     return {collective(LOOM_COST_SEND_RECV, LOOM_COST_FORWARD, act, calls, 0.0, "activations to the next stage"),

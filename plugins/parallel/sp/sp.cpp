@@ -14,7 +14,7 @@ class Sp : public loom::sdk::SequencePlugin {
  public:
   // Korthikanti et al. 2022: each of tp's all-reduces becomes an all-gather before the region
   // and a reduce-scatter after it, the same bytes on the wire (REFERENCE.md).
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
     using loom::sdk::collective;
     const int64_t act = q.tokens * q.d_model * q.act_bytes, calls = 2 * int64_t(q.layers) * q.microbatches;
     return {collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, act, calls, 0.0, "block input all-gather"),

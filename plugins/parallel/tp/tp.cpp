@@ -27,7 +27,7 @@ class Tp : public loom::sdk::TensorPlugin {
   // [tokens, d_model] activations after attention and after the MLP in forward, and of the input
   // gradients in backward; with sp those become gather/scatter pairs, costed by sp. The
   // vocab-split embedding adds one forward all-reduce; the loss reduces two floats per token.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
     using loom::sdk::collective;
     const int64_t act = q.tokens * q.d_model * q.act_bytes, m = q.microbatches;
     std::vector<loom_cost_collective> c;

@@ -419,7 +419,7 @@ struct ZeroStage : Zero {
   // gradients and all-gather the updated parameters (2 psi, as DP); stage 1 once per step, stage
   // 2 per micro-batch as units finish; stage 3 also gathers each unit before its forward and its
   // backward (3 psi per micro-batch), prefetched behind compute.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
     using loom::sdk::collective;
     std::vector<loom_cost_collective> c;
     // Expert units are split over expert_dp (the ranks sharing those experts), the rest over

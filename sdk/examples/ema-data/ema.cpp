@@ -14,7 +14,7 @@ namespace {
 class Ema : public loom::sdk::ReplicatedDataPlugin, public loom::sdk::Stateful {
  public:
   // For loom plan: one blocking all-reduce of every gradient after the backward.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
     return {loom::sdk::collective(LOOM_COST_ALL_REDUCE, LOOM_COST_STEP, q.params * q.grad_bytes, 1, 0.0,
                                   "ema: gradient all-reduce, then the average")};
   }

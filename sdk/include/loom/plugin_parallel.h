@@ -62,11 +62,14 @@ typedef struct loom_cost_collective {
   char what[44]; /* "gradient all-reduce", shown by loom plan --explain */
 } loom_cost_collective;
 
-/* The step\'s collectives for `q`, *n of them, written to out when *n <= cap (call with cap 0 to
- * size). A plugin without the entry is planned as if it communicated nothing, and `loom plan`
- * says so. */
-typedef loom_status (*loom_cost_fn)(const loom_cost_query* q, loom_cost_collective* out,
-                                    int64_t cap, int64_t* n, loom_error* err);
+/* The step's collectives for `q`, *n of them, written to out when *n <= cap (call with cap 0 to
+ * size). `plugin` is the descriptor the entry belongs to, `opts` its [plugins.<name>] options as a
+ * run would get them (defaults filled), so an option that changes the traffic (a wire dtype, a
+ * bucket size) changes the plan. A plugin without the entry is planned as if it communicated
+ * nothing, and `loom plan` says so. */
+typedef loom_status (*loom_cost_fn)(const struct loom_plugin* plugin, const loom_options* opts,
+                                    const loom_cost_query* q, loom_cost_collective* out, int64_t cap,
+                                    int64_t* n, loom_error* err);
 
 /* ---- the data slot (parallel kind, LOOM_SLOT_DATA) ------------------------------------------- */
 

@@ -234,8 +234,9 @@ struct About {
   void (*validate)(const Options&, const Host&) = nullptr;
   // > 0: can run here (higher is preferred); 0: cannot, with why_not. Default: 1.
   int (*score)(const Host&, std::string& why_not) = nullptr;
-  // Parallel kinds: the step's collectives, for `loom plan`.
-  std::vector<loom_cost_collective> (*cost)(const loom_cost_query&) = nullptr;
+  // Parallel kinds: the step's collectives, for `loom plan`, with the plugin's options as a run
+  // would get them.
+  std::vector<loom_cost_collective> (*cost)(const loom_cost_query&, const Options&) = nullptr;
   // Data (LOOM_DATA_*) and checkpoint (LOOM_CKPT_*) kinds: what the plugin handles.
   uint64_t capabilities = 0;
   // The LOOM_SERVICE_* names the plugin asks its Host for, "|"-separated.

@@ -89,10 +89,10 @@ loom_status validate_options(const loom_host* h, const loom_options* o, loom_err
 }
 
 template <class Impl>
-loom_status cost_entry(const loom_cost_query* q, loom_cost_collective* out, int64_t cap, int64_t* n,
-                       loom_error* err) {
+loom_status cost_entry(const loom_plugin*, const loom_options* opts, const loom_cost_query* q, loom_cost_collective* out,
+                       int64_t cap, int64_t* n, loom_error* err) {
   return guarded(err, [&] {
-    const std::vector<loom_cost_collective> all = Impl::about.cost(*q);
+    const std::vector<loom_cost_collective> all = Impl::about.cost(*q, Options(host(), opts));
     *n = static_cast<int64_t>(all.size());
     if (out && *n <= cap) std::copy(all.begin(), all.end(), out);
   });
