@@ -1,3 +1,4 @@
+#include "dist/comm_meter.hpp"
 #include "dist/comm.hpp"
 
 #include <cstring>
@@ -92,6 +93,11 @@ void Communicator::barrier() {
   check(t_->barrier(self_, c_, &e), e, "barrier");
 }
 
+Communicator::Communicator(const loom_comm_v2* table, void* self, loom_comm* c, std::string name)
+    : t_(table), self_(self), c_(c), name_(std::move(name)) {
+  meter_name(c_, name_);
+}
+
 std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
   loom_error e;
   loom_comm* out = nullptr;
@@ -119,6 +125,7 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
   store_.timeout_ms = timeout_ms;
 
   plugin_ = std::make_unique<plugins::Instance>(plugin, options);
+  meter_training_thread();  // this thread trains: its waits are the exposed communication
   watch_comm(watched_, plugin_->table<loom_comm_v2>(), plugin_->self(), env_.rank, timeout_ms + 5000);
   table_ = &watched_.table;
   loom_error e;

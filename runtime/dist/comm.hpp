@@ -19,8 +19,8 @@ namespace loom::dist {
 
 class Communicator {
  public:
-  Communicator(const loom_comm_v2* table, void* self, loom_comm* c, std::string name)
-      : t_(table), self_(self), c_(c), name_(std::move(name)) {}
+  // `name` is also what the comm meter files its traffic under.
+  Communicator(const loom_comm_v2* table, void* self, loom_comm* c, std::string name);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;

@@ -8,8 +8,11 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
+#include "dist/comm_meter.hpp"
 #include "dist/network.hpp"
+#include "tensor/tensor.hpp"
 
 namespace loom::dist {
 
@@ -68,24 +71,82 @@ class Ticket {
 
 WatchedComm& of(void* self) { return *static_cast<WatchedComm*>(self); }
 
-// Forward<&loom_comm_v2::f, "f">::call has f's signature and runs f under a Ticket. A call
-// given a work handle returns at once; its wait() is what blocks, and is watched.
+int64_t bytes_of(const loom_tensor* t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; ++i) n *= t->shape[i];
+  return n * static_cast<int64_t>(dtype_size(static_cast<loom_dtype>(t->dtype)));
+}
+
+// Which argument after self is the buffer whose size S an operation counts (all_gather: its
+// output, the gathered size); -1: none (barrier); -2: not metered (init, split). Every metered
+// operation takes its communicator first and its work handle second to last.
+template <auto Field>
+constexpr int kSizedArg = -2;
+template <>
+constexpr int kSizedArg<&loom_comm_v2::all_reduce> = 1;
+template <>
+constexpr int kSizedArg<&loom_comm_v2::reduce_scatter> = 1;
+template <>
+constexpr int kSizedArg<&loom_comm_v2::all_gather> = 2;
+template <>
+constexpr int kSizedArg<&loom_comm_v2::broadcast> = 1;
+template <>
+constexpr int kSizedArg<&loom_comm_v2::all_to_all> = 1;
+template <>
+constexpr int kSizedArg<&loom_comm_v2::send> = 1;
+template <>
+constexpr int kSizedArg<&loom_comm_v2::recv> = 1;
+template <>
+constexpr int kSizedArg<&loom_comm_v2::barrier> = -1;
+
+// Tells the comm meter what an operation that ran from t0 moved.
+template <auto Field, typename... A>
+void meter(loom_status s, MeterClock::time_point t0, A... a) {
+  constexpr int sized = kSizedArg<Field>;
+  if constexpr (sized >= -1) {
+    const auto args = std::forward_as_tuple(a...);
+    int64_t bytes = 0;
+    if constexpr (sized >= 0) bytes = bytes_of(std::get<sized>(args));
+    loom_work* work = nullptr;
+    if constexpr (sizeof...(A) >= 3) {
+      loom_work** handle = std::get<sizeof...(A) - 2>(args);
+      if (s == LOOM_OK && handle) work = *handle;
+    }
+    meter_issue(std::get<0>(args), bytes, work, t0, MeterClock::now());
+  }
+}
+
+// Forward<&loom_comm_v2::f, "f">::call has f's signature and runs f under a Ticket, then tells
+// the comm meter. A call given a work handle returns at once; its wait() is what blocks, and is
+// watched.
 template <auto Field>
 struct Forward;
-template <typename R, typename... A, R (*loom_comm_v2::*Field)(void*, A...)>
+template <typename... A, loom_status (*loom_comm_v2::*Field)(void*, A...)>
 struct Forward<Field> {
   template <const char* Name>
-  static R call(void* self, A... a) {
+  static loom_status call(void* self, A... a) {
     WatchedComm& w = of(self);
     Ticket t(Name);
-    return (w.inner->*Field)(w.inner_self, a...);
+    const auto t0 = MeterClock::now();
+    const loom_status s = (w.inner->*Field)(w.inner_self, a...);
+    meter<Field>(s, t0, a...);
+    return s;
   }
 };
+
+loom_status wait_for(void* self, loom_work* work, loom_error* err) {
+  WatchedComm& w = of(self);
+  Ticket t("a wait on an issued operation");
+  const auto t0 = MeterClock::now();
+  const loom_status s = w.inner->wait(w.inner_self, work, err);
+  meter_wait(work, t0, MeterClock::now());
+  return s;
+}
 
 constexpr char kInit[] = "the comm backend's start-up", kSplit[] = "a communicator split",
                kAllReduce[] = "an all_reduce", kReduceScatter[] = "a reduce_scatter", kAllGather[] = "an all_gather",
                kBroadcast[] = "a broadcast", kAllToAll[] = "an all_to_all", kSend[] = "a send", kRecv[] = "a recv",
-               kBarrier[] = "a barrier", kWait[] = "a wait on an issued operation";
+               kBarrier[] = "a barrier";
 
 void free_comm(void* self, loom_comm* c) { of(self).inner->free_comm(of(self).inner_self, c); }
 int32_t rank_of(void* self, const loom_comm* c) { return of(self).inner->rank(of(self).inner_self, c); }
@@ -110,7 +171,7 @@ void watch_comm(WatchedComm& w, const loom_comm_v2* inner, void* inner_self, int
   w.table.send = inner->send ? &Forward<&loom_comm_v2::send>::call<kSend> : nullptr;
   w.table.recv = inner->recv ? &Forward<&loom_comm_v2::recv>::call<kRecv> : nullptr;
   w.table.barrier = &Forward<&loom_comm_v2::barrier>::call<kBarrier>;
-  w.table.wait = &Forward<&loom_comm_v2::wait>::call<kWait>;
+  w.table.wait = &wait_for;
   static std::once_flag once;
   std::call_once(once, [&] {
     g_rank = rank;

@@ -4,7 +4,8 @@
 // Every operation the runtime or a plugin issues goes through a watched copy of the comm plugin's
 // table; an operation still running timeout_s + 5 s after it started ends the process with exit 1
 // and a message naming the operation, this rank and its host. The backend's timeout fires first
-// whenever it can, and its message, which names the peer, wins.
+// whenever it can, and its message, which names the peer, wins. The same copy tells the comm
+// meter (comm_meter.hpp) what each operation moved and how long it blocked.
 #pragma once
 
 #include <cstdint>

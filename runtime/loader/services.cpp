@@ -146,10 +146,11 @@ void set_span_sink(SpanSink sink) {
 
 void set_plugin_source(Registry* registry, config::Config* cfg) { source() = {registry, cfg}; }
 
-void declare_services(const loom_plugin* desc) {
+void declare_services(const loom_plugin* desc, bool created) {
   const std::vector<std::string> names = declared_services(desc);
   std::lock_guard<std::mutex> lock(declared().m);
-  declared().of[desc->name] = std::set<std::string>(names.begin(), names.end());
+  auto [it, fresh] = declared().of.try_emplace(desc->name);
+  if (fresh || created) it->second = std::set<std::string>(names.begin(), names.end());
 }
 
 const void* find_declared_service(const char* plugin, const char* name, uint32_t min_minor) {

@@ -33,7 +33,9 @@ void set_plugin_source(Registry* registry, config::Config* cfg);
 const void* find_service(const char* name, uint32_t min_minor);
 // loom_host.service: the service, when `plugin` declared it in loom_plugin.services.
 const void* find_declared_service(const char* plugin, const char* name, uint32_t min_minor);
-// Records what an ABI 2 plugin declared, when its library is loaded.
-void declare_services(const loom_plugin* desc);
+// Records what an ABI 2 plugin declared, by name: when its library is loaded (the first library
+// holding the name, in search order, which is the one a run would pick), and again when an
+// instance is created (`created`), from the descriptor actually used.
+void declare_services(const loom_plugin* desc, bool created = false);
 
 }  // namespace loom::plugins

@@ -340,7 +340,10 @@ int32_t score_plugin(const loom_plugin* desc, const char** why_not) {
 
 loom_status create_plugin_instance(const loom_plugin* desc, const loom_options* opts, void** self, loom_error* err) {
   const v1::plugin* old = v1_original(desc);
-  if (!old) return desc->create(&host(), opts, self, err);
+  if (!old) {
+    declare_services(desc, true);
+    return desc->create(&host(), opts, self, err);
+  }
   void* inner = nullptr;
   const loom_status s = old->create(&v1_host(), opts, &inner, err);
   if (s == LOOM_OK) *self = new Wrapped{old, inner};

@@ -56,4 +56,30 @@ void add_pipeline_metrics(Fields& f, const PipeStepStats& st) {
   f.push_back({"pipeline_activation_bytes", double(st.peak_activation_bytes)});
 }
 
+void add_comm_metrics(Fields& f, const std::vector<dist::GroupTraffic>& traffic, double data_plugin_comm_ms,
+                      double data_plugin_exposed_ms) {
+  double comm_ms = 0, exposed_ms = 0, bytes = 0, pp_wait_ms = 0;
+  Fields groups;
+  for (const dist::GroupTraffic& g : traffic) {
+    std::string name = g.name;
+    std::replace(name.begin(), name.end(), ' ', '_');
+    bytes += double(g.bytes);
+    groups.push_back({"comm_bytes_" + name, double(g.bytes)});
+    if (g.name == "pp") {
+      pp_wait_ms = g.exposed_ms;
+      continue;
+    }
+    comm_ms += g.comm_ms;
+    exposed_ms += g.exposed_ms;
+    groups.push_back({"exposed_comm_ms_" + name, g.exposed_ms});
+  }
+  f.push_back({"comm_ms", comm_ms});
+  f.push_back({"exposed_comm_ms", exposed_ms});
+  f.push_back({"comm_bytes_all", bytes});
+  f.push_back({"pp_wait_ms", pp_wait_ms});
+  f.insert(f.end(), groups.begin(), groups.end());
+  f.push_back({"data_plugin_comm_ms", data_plugin_comm_ms});
+  f.push_back({"data_plugin_exposed_comm_ms", data_plugin_exposed_ms});
+}
+
 }  // namespace loom::train

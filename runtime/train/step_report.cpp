@@ -70,13 +70,12 @@ Fields Run::common_fields(int64_t step, const StepResult& r, double step_s, cons
               {"mem_bytes", double(mem.rss_bytes)},
               {"peak_mem_bytes", double(mem.peak_bytes)},
               {"device_peak_bytes", double(ops::device_peak_bytes(device_))},
-              {"comm_ms", r.comm_ms},
-              {"exposed_comm_ms", r.exposed_ms},
               {"activation_bytes", double(activation_bytes_)},
               {"param_norm", optimizer_->param_norm()},
               {"skipped", r.skipped ? 1.0 : 0.0},
               {"skipped_steps", double(skipped_steps_)},
               {"threads", double(threads_)}};
+  add_comm_metrics(f, dist::take_traffic(), r.comm_ms, r.exposed_ms);
   if (pipe_) add_pipeline_metrics(f, pipe_stats);
   return f;
 }

@@ -78,6 +78,7 @@ TrainSummary Run::train() {
   double total_time = 0;
   for (int64_t step = first_step_; step <= last_step_; ++step) {
     const Clock::time_point t0 = Clock::now();
+    dist::take_traffic();  // what the last report's evaluation and samples sent is not this step's
     PipeStepStats pipe_stats;
     StepResult r = step_once(step, pipe_stats);
     const bool stopping = stop_signal.agreed(world_.get());

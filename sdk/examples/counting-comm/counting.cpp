@@ -4,7 +4,7 @@
 //   counting: rank R of W (host H, dp coordinate D): N collectives over <inner>, B bytes all-reduced
 // Each all_reduce is also a span on the run's trace (loom.trace). loom::sdk::Wrapped creates the
 // inner plugin, releases it, and turns its failures into errors naming it; this file only forwards
-// the comm table's 15 entries, which is why it is longer than 100 lines.
+// the comm table's 14 entries, which is why it is longer than 100 lines.
 #include <loom/sdk.hpp>
 
 #include <atomic>
