@@ -193,10 +193,16 @@ TEST_CASE("one node's link at 100 Mbit/s (tc tbf): training stays equivalent, be
   INFO("busbw " << fast << " -> " << slow << " GB/s");
   CHECK(slow < 0.0125 * 1.2);  // 100 Mbit/s is 0.0125 GB/s; a ring's busbw cannot beat its slowest link
   CHECK(slow < fast / 4);
-  const double share_plain = warm_mean(plain.metrics, "exposed_comm_ms") / warm_mean(plain.metrics, "step_ms");
-  const double share_slow = warm_mean(limited.metrics, "exposed_comm_ms") / warm_mean(limited.metrics, "step_ms");
-  MESSAGE("busbw " << fast << " -> " << slow << " GB/s; exposed comm share " << share_plain << " -> " << share_slow);
-  CHECK(share_slow > share_plain + 0.1);
+  // The comm meter counts every blocking call, the per-step agreements and the waits on slower
+  // peers included, so this tiny model is communication-bound even on the fast link; the slow
+  // link multiplies the exposed time.
+  const double exposed_plain = warm_mean(plain.metrics, "exposed_comm_ms"), exposed_slow = warm_mean(limited.metrics, "exposed_comm_ms");
+  const double share_plain = exposed_plain / warm_mean(plain.metrics, "step_ms");
+  const double share_slow = exposed_slow / warm_mean(limited.metrics, "step_ms");
+  MESSAGE("busbw " << fast << " -> " << slow << " GB/s; exposed comm " << exposed_plain << " -> " << exposed_slow
+                   << " ms a step, share " << share_plain << " -> " << share_slow);
+  CHECK(exposed_slow > 3 * exposed_plain);
+  CHECK(share_slow > share_plain);
   CHECK(share_slow > 0.5);
   const Result doctor = run_loom("doctor " + (t.path / "slow").string());
   INFO(doctor.out);
