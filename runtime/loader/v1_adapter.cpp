@@ -1,5 +1,6 @@
 #include "loader/v1_adapter.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -96,7 +97,13 @@ loom_plugin adapt_base(const v1::plugin* d, uint32_t size) {
 // 1.7's cost entry took no options: the adapted entry finds the old one through the descriptor.
 loom_status v1_cost(const loom_plugin* plugin, const loom_options*, const loom_cost_query* q, loom_cost_collective* out,
                     int64_t cap, int64_t* n, loom_error* err) {
-  return proc<v1::cost_fn>(v1_original(plugin), "loom_cost_v1")(q, out, cap, n, err);
+  const loom_status s = proc<v1::cost_fn>(v1_original(plugin), "loom_cost_v1")(q, out, cap, n, err);
+  // 1.7 had no axis: its what[] ran 4 bytes longer, over where axis now lies.
+  for (int64_t i = 0; s == LOOM_OK && out && i < std::min(*n, cap); ++i) {
+    out[i].axis = 0;
+    out[i].what[sizeof out[i].what - 1] = '\0';
+  }
+  return s;
 }
 loom_cost_fn cost_of(const v1::plugin* d) { return proc<v1::cost_fn>(d, "loom_cost_v1") ? &v1_cost : nullptr; }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <tuple>
 
 #include "core/errors.hpp"
 
@@ -294,6 +295,14 @@ struct Step {
     expert_psi = moe_layers * pc.expert_mlp / l.ep / l.tp;
   }
 
+  // A mesh axis' size and the rank stride between its members (tp -> cp -> ep -> dp -> pp).
+  std::pair<int, int> axis_extent(int axis) const {
+    const int sizes[LOOM_AXES] = {l.tp, l.cp, l.ep, l.dp, l.pp};
+    int stride = 1;
+    for (int a = 0; a < axis && a < LOOM_AXES; ++a) stride *= sizes[a];
+    return {axis >= 0 && axis < LOOM_AXES ? sizes[axis] : 1, stride};
+  }
+
   loom_cost_query query() const {
     loom_cost_query q{};
     q.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_cost_query)};
@@ -312,6 +321,7 @@ struct Step {
     q.microbatches = mbs;
     q.chunks = l.chunks;
     q.sequence_parallel = l.sp;
+    q.tp = l.tp;
     return q;
   }
 
@@ -344,8 +354,10 @@ struct Step {
         it.bytes = double(cc.bytes);
         it.calls = double(cc.calls);
         it.hidden = cc.hidden;
-        // A sub-group of the axis (ddp's expert gradients over expert_dp) spans as far as the axis.
-        const int stride = it.group == a.size ? a.stride : std::max(1, a.stride * a.size / std::max(1, it.group));
+        // A sub-group of the axis (ddp's expert gradients over expert_dp) spans as far as the axis;
+        // a collective on another axis (a pipeline's all-gather over tp) spans that axis.
+        int stride = it.group == a.size ? a.stride : std::max(1, a.stride * a.size / std::max(1, it.group));
+        if (cc.axis > 0) std::tie(it.group, stride) = axis_extent(cc.axis - 1);
         it.ms = collective_time(c, cc.op, it.bytes, it.group, stride, it.level) * it.calls * 1e3;
         if (a.plugin != l.data_plugin(w)) {
           const double window = (cc.phase == LOOM_COST_FORWARD ? f_attn : 2.5 * f_attn) * 1e3 * mbs;
@@ -354,7 +366,7 @@ struct Step {
         }
         e.comms.push_back(it);
       }
-      if (!has) e.notes.push_back("plugin '" + a.plugin + "' has no cost entry (ABI 1.7): planned as communicating nothing");
+      if (!has) e.notes.push_back("plugin '" + a.plugin + "' has no cost entry: planned as communicating nothing");
     }
     f += loop_exposed[0];
     b += loop_exposed[1];

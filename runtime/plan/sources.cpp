@@ -60,7 +60,8 @@ CostSource PluginSources::costs() {
     for (loom_cost_collective& c : out) {
       c.what[sizeof c.what - 1] = '\0';
       if (c.op < LOOM_COST_ALL_REDUCE || c.op > LOOM_COST_SEND_RECV || c.phase < LOOM_COST_FORWARD ||
-          c.phase > LOOM_COST_STEP || c.bytes < 0 || c.calls < 0 || !(c.hidden >= 0 && c.hidden <= 1) || c.group < 0)
+          c.phase > LOOM_COST_STEP || c.bytes < 0 || c.calls < 0 || !(c.hidden >= 0 && c.hidden <= 1) || c.group < 0 ||
+          c.axis < 0 || c.axis > LOOM_AXES)
         throw RuntimeError("plugin '" + plugin + "': its cost entry gave an impossible collective ('" + c.what +
                            "': op " + std::to_string(c.op) + ", phase " + std::to_string(c.phase) + ", " +
                            std::to_string(c.bytes) + " bytes x " + std::to_string(c.calls) + ", hidden " +

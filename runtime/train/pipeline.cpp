@@ -45,6 +45,8 @@ PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection
   out.plan = std::make_unique<PipelinePlan>(choice->found, &opts, shape);
   out.kinds = "E" + std::string(mc.n_layer, 't') + "L";
   out.stage_of = out.plan->partition(out.kinds, layer_costs(mc), par.pp_layout);
+  int32_t scatter = 0;  // a schedule without the option sends whole activations
+  out.scatter_gather = plugins::host().opt_bool(&opts, "scatter_gather", &scatter) == LOOM_OK && scatter;
   return out;
 }
 
@@ -63,6 +65,10 @@ Pipeline::Pipeline(PipelineLayout layout, dist::CommWorld& world, model::Model& 
       stage_of_(std::move(layout.stage_of)),
       kinds_(std::move(layout.kinds)),
       model_(&model) {
+  // Under sp the activations between stages are already split over tp (local rows).
+  dist::Communicator& tp = world.axis(dist::Axis::TP);
+  const bool whole_on_tp = model.api().local_rows(max_rows) == max_rows;
+  if (layout.scatter_gather && tp.size() > 1 && whole_on_tp) tp_ = &tp;
   const int v = plan_->shape().chunks;
   for (int c = 0; c < v; ++c) {
     Chunk ch;
@@ -108,14 +114,17 @@ int Pipeline::tag(bool backward, int sender_stage, int mb) const {
   return ((backward ? plan_->virtual_stages() : 0) + sender_stage) * plan_->shape().microbatches + mb;
 }
 
+// Under scatter/gather this tp rank sends its slice, rows [r n / tp, (r + 1) n / tp).
 void Pipeline::post(const Tensor& t, int peer, int tag) {
+  const int64_t n = t.shape()[0], rows = wire_rows(n), numel = rows * t.shape()[1];
+  const float* from = t.f32() + (sliced(n) ? tp_->rank() * numel : 0);
   const size_t k = pending_.size();
-  if (k == send_bufs_.size() || send_bufs_[k].numel() < t.numel()) {
+  if (k == send_bufs_.size() || send_bufs_[k].numel() < numel) {
     if (k == send_bufs_.size()) send_bufs_.emplace_back();
-    send_bufs_[k] = Tensor::empty({t.numel()});
+    send_bufs_[k] = Tensor::empty({numel});
   }
-  std::memcpy(send_bufs_[k].data(), t.data(), t.numel() * sizeof(float));
-  pending_.push_back(pp_.send(flat_view(send_bufs_[k].f32(), LOOM_F32, t.numel()), peer, tag));
+  std::memcpy(send_bufs_[k].data(), from, numel * sizeof(float));
+  pending_.push_back(pp_.send(flat_view(send_bufs_[k].f32(), LOOM_F32, numel), peer, tag));
 }
 
 void Pipeline::finish_sends() {
@@ -127,14 +136,20 @@ void Pipeline::finish_sends() {
   pending_.clear();
 }
 
-// Waits for the pre-posted receive and copies its rows into `into`, or receives them now.
-static void take(dist::Communicator& pp, Tensor& into, loom_work* incoming, const Tensor* inbox, int peer, int tag) {
+void Pipeline::take(Tensor& into, loom_work* incoming, const Tensor* inbox, int peer, int tag) {
+  const int64_t numel = wire_rows(into.shape()[0]) * into.shape()[1];
+  Tensor slice;
   if (incoming) {
-    pp.wait(incoming);
-    std::memcpy(into.data(), inbox->data(), into.numel() * sizeof(float));
+    pp_.wait(incoming);
   } else {
-    pp.recv(flat_view(into.f32(), LOOM_F32, into.numel()), peer, tag);
+    slice = Tensor::empty({numel});
+    pp_.recv(flat_view(slice.f32(), LOOM_F32, numel), peer, tag);
+    inbox = &slice;
   }
+  if (sliced(into.shape()[0]))  // the tp ranks' slices, in rank order, are the whole activation
+    tp_->all_gather(flat_view(const_cast<float*>(inbox->f32()), LOOM_F32, numel), flat_view(into.f32(), LOOM_F32, into.numel()));
+  else
+    std::memcpy(into.data(), inbox->data(), into.numel() * sizeof(float));
 }
 
 void Pipeline::run_forward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
@@ -145,7 +160,7 @@ void Pipeline::run_forward(const model::Microbatch& mb, int index, int chunk, lo
   const int last = plan_->virtual_stages() - 1;
   if (ch.stage > 0) {
     auto t0 = Clock::now();
-    take(pp_, x, incoming, inbox, (rank_ + stages_ - 1) % stages_, tag(false, ch.stage - 1, index));
+    take(x, incoming, inbox, (rank_ + stages_ - 1) % stages_, tag(false, ch.stage - 1, index));
     if (trace) trace->span("recv " + name, "wait", t0, Clock::now());
   }
   auto t0 = Clock::now();
@@ -168,7 +183,7 @@ void Pipeline::run_backward(const model::Microbatch& mb, int index, int chunk, l
   Tensor dx = dx_.rows(0, n);
   if (ch.stage < plan_->virtual_stages() - 1) {
     auto t0 = Clock::now();
-    take(pp_, dx, incoming, inbox, (rank_ + 1) % stages_, tag(true, ch.stage + 1, index));
+    take(dx, incoming, inbox, (rank_ + 1) % stages_, tag(true, ch.stage + 1, index));
     if (trace) trace->span("recv " + name, "wait", t0, Clock::now());
   }
   auto t0 = Clock::now();
@@ -192,9 +207,10 @@ void Pipeline::post_receives(int64_t rows) {
     const int s = plan_->virtual_stage(rank_, a.chunk);
     const bool forward = a.op == LOOM_PIPE_FORWARD;
     if (forward ? s == 0 : s == last) continue;
-    if (recv_bufs_[k].numel() < rows * C) recv_bufs_[k] = Tensor::empty({rows * C});
+    const int64_t numel = wire_rows(rows) * C;
+    if (recv_bufs_[k].numel() < numel) recv_bufs_[k] = Tensor::empty({numel});
     const int peer = forward ? (rank_ + stages_ - 1) % stages_ : (rank_ + 1) % stages_;
-    receives_[k] = pp_.irecv(flat_view(recv_bufs_[k].f32(), LOOM_F32, rows * C), peer,
+    receives_[k] = pp_.irecv(flat_view(recv_bufs_[k].f32(), LOOM_F32, numel), peer,
                              tag(!forward, forward ? s - 1 : s + 1, a.microbatch));
   }
 }

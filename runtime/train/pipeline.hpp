@@ -36,6 +36,9 @@ struct PipelineLayout {
   std::unique_ptr<PipelinePlan> plan;
   std::string kinds;                // "E" + n_layer x "t" + "L"
   std::vector<int32_t> stage_of;    // virtual stage of every layer
+  // The schedule plugin's scatter_gather option (false when it has none): with tp > 1 and the
+  // activations whole on every tp rank, each sends 1/tp of them and the receiver all-gathers.
+  bool scatter_gather = false;
   // Model-wide numbers of the layers pp rank `rank` builds (Gpt's `only`).
   std::vector<int> layers_of(int rank, int stages) const;
 };
@@ -81,10 +84,18 @@ class Pipeline {
                     Trace* trace, const std::string& name, const std::function<void(size_t)>& after_layer);
   void post_receives(int64_t rows);
   void post(const Tensor& t, int peer, int tag);
+  // Waits for the pre-posted receive of `into`'s rows (or receives them now) and, under
+  // scatter/gather, all-gathers them over tp.
+  void take(Tensor& into, loom_work* incoming, const Tensor* inbox, int peer, int tag);
+  // Whether an n-row activation crosses as tp slices: scatter/gather is on and tp divides n (a
+  // text sample's prompt may not be); then n / tp rows cross, otherwise n.
+  bool sliced(int64_t n) const { return tp_ && n % tp_->size() == 0; }
+  int64_t wire_rows(int64_t n) const { return sliced(n) ? n / tp_->size() : n; }
   void finish_sends();
   int tag(bool backward, int sender_stage, int mb) const;
 
   dist::Communicator& pp_;
+  dist::Communicator* tp_ = nullptr;  // set when scatter/gather is on
   int rank_, stages_;
   std::unique_ptr<PipelinePlan> plan_;
   std::vector<int32_t> stage_of_;  // virtual stage of every model layer

@@ -138,3 +138,28 @@ TEST_CASE("text samples under pp = 2, interleaved pp and tp+sp read as on one ra
     CHECK(sample_text(runs.run(std::string(layout) + greedy).out, 10) == one);
   }
 }
+
+// Megatron's scatter/gather between stages (the schedules' scatter_gather option, on by default):
+// under tp without sp every tp rank holds the stage's output whole, so each sends 1/tp of it and
+// the next stage all-gathers the slices. The same values arrive, so the run is bitwise the one
+// that sends them whole, with 1/tp of the bytes between stages; a text sample's prompt, whose
+// length tp need not divide, crosses whole and reads as on one rank.
+TEST_CASE("pp x tp with scatter/gather sends 1/tp of the activations between stages and trains bitwise as without") {
+  LayoutRuns runs(std::string(kModel) + "\ntied_embeddings = false", "steps = 3\nglobal_batch = 4\nmicro_batch = 1\nlr = 3e-3");
+  const std::string layout = "--set parallel.nproc=4 --set parallel.pp=2 --set parallel.tp=2";
+  const Curves whole = runs.run(layout + " --set plugins.1f1b.scatter_gather=false");
+  const Curves sliced = runs.run(layout);
+  check_same(whole, sliced, 0.0, "scatter/gather on");
+  const std::vector<double> whole_bytes = column(whole.metrics, "comm_bytes_pp"), sliced_bytes = column(sliced.metrics, "comm_bytes_pp");
+  REQUIRE(whole_bytes.size() == 3);
+  REQUIRE(sliced_bytes.size() == 3);
+  for (size_t s = 0; s < 3; ++s) {
+    CHECK(sliced_bytes[s] > 0);
+    CHECK(whole_bytes[s] - 2 * sliced_bytes[s] < 64);  // the loss's sum over pp rides along (8 bytes)
+    CHECK(whole_bytes[s] - 2 * sliced_bytes[s] >= -64);
+  }
+  const std::string greedy = std::string(" --set model.vocab_size=256") + kGreedySample;
+  LayoutRuns text(kModel, kTrain);
+  const std::string one = sample_text(text.run("--set parallel.nproc=1" + greedy).out, 10);
+  CHECK(sample_text(text.run(layout + greedy).out, 10) == one);
+}

@@ -88,14 +88,29 @@ std::vector<int32_t> balance(const std::vector<double>& cost, int k) {
 
 class Schedule : public loom::sdk::PipelinePlugin {
  public:
+  static constexpr loom_option_spec kOptions[] = {
+      {"scatter_gather", LOOM_OPT_BOOL, "true",
+       "with tp > 1 (no sp), each tp rank sends 1/tp of the activations and the next stage all-gathers them"},
+      {nullptr, 0, nullptr, nullptr},
+  };
   // Every schedule moves the same bytes (REFERENCE.md): each micro-batch's [tokens, d_model]
   // activations forward and their gradients backward, once per chunk boundary a rank owns.
-  // Sends do not block the sender; the receiver's wait is the schedule's, so none is hidden.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
+  // Under sp a rank holds 1/tp of the rows; with scatter_gather (Megatron's scatter/gather,
+  // Narayanan et al. 2021, 4.1) a tp rank sends its 1/tp slice and the receiver all-gathers them
+  // over tp. Sends do not block the sender; the receiver's wait is the schedule's, so none is hidden.
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options& o) {
     using loom::sdk::collective;
+    const int tp = std::max(1, q.tp);
+    const bool gather = !q.sequence_parallel && tp > 1 && o.boolean("scatter_gather");
     const int64_t act = q.tokens * q.d_model * q.act_bytes, calls = int64_t(q.microbatches) * std::max(1, q.chunks);
-    return {collective(LOOM_COST_SEND_RECV, LOOM_COST_FORWARD, act, calls, 0.0, "activations to the next stage"),
-            collective(LOOM_COST_SEND_RECV, LOOM_COST_BACKWARD, act, calls, 0.0, "gradients to the previous stage")};
+    const int64_t wire = q.sequence_parallel || gather ? act / tp : act;
+    std::vector<loom_cost_collective> c = {
+        collective(LOOM_COST_SEND_RECV, LOOM_COST_FORWARD, wire, calls, 0.0, "activations to the next stage"),
+        collective(LOOM_COST_SEND_RECV, LOOM_COST_BACKWARD, wire, calls, 0.0, "gradients to the previous stage")};
+    if (gather)
+      for (loom_cost_phase phase : {LOOM_COST_FORWARD, LOOM_COST_BACKWARD})
+        c.push_back(loom::sdk::on_axis(collective(LOOM_COST_ALL_GATHER, phase, act, calls, 0.0, "stage input all-gather over tp"), LOOM_AXIS_TP));
+    return c;
   }
   std::vector<int32_t> partition(const loom_pipeline_shape& shape, const std::string& kinds,
                                  const std::vector<double>& costs, const std::string& layout) override {
@@ -126,6 +141,7 @@ struct GPipe : OneChunk<GPipe> {
   static constexpr loom::sdk::About about{.name = "gpipe",
                                           .version = "1.0.0",
                                           .summary = "pipeline schedule: all forwards, then all backwards",
+                                          .options = kOptions,
                                           .cost = &cost};
   explicit GPipe(const loom::sdk::Context&) {}
   Actions schedule(const loom_pipeline_shape& shape, int) override {
@@ -143,6 +159,7 @@ struct OneFOneB : OneChunk<OneFOneB> {
   static constexpr loom::sdk::About about{.name = "1f1b",
                                           .version = "1.0.0",
                                           .summary = "pipeline schedule: warm-up, one forward one backward, cool-down",
+                                          .options = kOptions,
                                           .cost = &cost};
   explicit OneFOneB(const loom::sdk::Context&) {}
   Actions schedule(const loom_pipeline_shape& shape, int rank) override {
@@ -164,6 +181,7 @@ struct Interleaved : Schedule {
   static constexpr loom::sdk::About about{.name = "interleaved",
                                           .version = "1.0.0",
                                           .summary = "pipeline schedule: interleaved 1F1B over v model chunks per rank",
+                                          .options = kOptions,
                                           .cost = &cost};
   explicit Interleaved(const loom::sdk::Context&) {}
   void configure(loom_pipeline_shape& shape) override {

@@ -16,7 +16,7 @@ class Ema : public loom::sdk::ReplicatedDataPlugin, public loom::sdk::Stateful {
   // For loom plan: one blocking all-reduce of every gradient after the backward.
   static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
     return {loom::sdk::collective(LOOM_COST_ALL_REDUCE, LOOM_COST_STEP, q.params * q.grad_bytes, 1, 0.0,
-                                  "ema: gradient all-reduce, then the average")};
+                                  "ema: gradient all-reduce, then average")};
   }
   static constexpr loom::sdk::About about{.name = "ema",
                                           .version = "0.0.1",

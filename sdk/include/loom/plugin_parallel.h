@@ -32,6 +32,7 @@ typedef struct loom_cost_query {
   int32_t microbatches;    /* per step */
   int32_t chunks;          /* pipeline model chunks per rank (interleaved: > 1) */
   int32_t sequence_parallel; /* 1: an sp plugin fills the sequence slot beside tp */
+  int32_t tp;                /* the tensor-parallel degree (activations whole on each tp rank unless sp) */
 } loom_cost_query;
 
 typedef enum loom_cost_op {
@@ -59,7 +60,9 @@ typedef struct loom_cost_collective {
   int64_t calls;
   double hidden;
   int32_t group; /* ranks it spans; 0 = the query's group */
-  char what[44]; /* "gradient all-reduce", shown by loom plan --explain */
+  char what[40]; /* "gradient all-reduce", shown by loom plan --explain */
+  int32_t axis;  /* another mesh axis it runs on, LOOM_AXIS_* + 1 (a pipeline's all-gather over tp);
+                  * 0: the strategy's own */
 } loom_cost_collective;
 
 /* The step's collectives for `q`, *n of them, written to out when *n <= cap (call with cap 0 to

@@ -52,6 +52,12 @@ inline loom_cost_collective collective(loom_cost_op op, loom_cost_phase phase, i
   return c;
 }
 
+// The same collective on another mesh axis than the strategy's own (its group is that axis).
+inline loom_cost_collective on_axis(loom_cost_collective c, loom_axis axis) {
+  c.axis = static_cast<int32_t>(axis) + 1;
+  return c;
+}
+
 // Throw to report a specific status; any other exception reports LOOM_INTERNAL.
 struct Error : std::runtime_error {
   loom_status status;
