@@ -91,3 +91,30 @@ TEST_CASE("ddp reduce_dtype = bf16 reduces rounded gradients and stays close to 
   CHECK(bad.rc == 2);
   CHECK(has(bad.out, "reduce_dtype must be \"fp32\" or \"bf16\", got \"fp8\""));
 }
+
+// The same for ZeRO: reduce_dtype = "bf16" sends each unit's gradient reduce-scatter in bf16 and
+// widens the reduced piece into the fp32 shard; the parameters' all-gathers stay fp32.
+TEST_CASE("zero2 and zero3 reduce_dtype = bf16 track the single-rank bf16 run and halve the gradient bytes") {
+  LayoutRuns runs(kModel, kTrain);
+  Curves one = runs.run("--set plugins.precision=bf16");
+  for (const char* zero : {"zero2", "zero3"}) {
+    const std::string layout = std::string("--set plugins.precision=bf16 --set parallel.nproc=2 --set plugins.data=") + zero;
+    Curves fp32_reduce = runs.run(layout);
+    Curves bf16_reduce = runs.run(layout + " --set plugins." + zero + ".reduce_dtype=bf16");
+    check_same(one, fp32_reduce, 2e-4, std::string(zero) + ", fp32 reduction");
+    check_same(one, bf16_reduce, 2e-3, std::string(zero) + ", bf16 reduction");
+    double most = 0;
+    for (size_t s = 0; s < one.grad_norm.size(); ++s)
+      most = std::max(most, std::fabs(bf16_reduce.grad_norm[s] - fp32_reduce.grad_norm[s]) / fp32_reduce.grad_norm[s]);
+    CHECK_MESSAGE(most > 1e-5, zero);  // the gradients really crossed the wire in bf16
+    // The dp group's bytes (comm meter): the reduce-scatters' halve, the gathers' stay.
+    const std::vector<double> full = column(fp32_reduce.metrics, "comm_bytes_dp"), half = column(bf16_reduce.metrics, "comm_bytes_dp");
+    REQUIRE(full.size() == half.size());
+    REQUIRE(!full.empty());
+    CHECK(half.back() < full.back());
+    CHECK(half.back() > full.back() / 2);
+  }
+  auto bad = runs.raw("--set parallel.nproc=2 --set plugins.data=zero2 --set plugins.zero2.reduce_dtype=fp8");
+  CHECK(bad.rc == 2);
+  CHECK(has(bad.out, "reduce_dtype"));
+}

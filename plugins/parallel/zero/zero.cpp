@@ -19,6 +19,10 @@
 //   stage 3: parameters are sharded too. A unit is all-gathered into a buffer before its forward
 //            and again before its backward and released after; acquiring unit u prefetches the
 //            next one in the same direction, so its gather runs behind u's compute.
+//
+// reduce_dtype = "bf16" sends the gradients' reduce-scatters in bf16 (half the bytes) and widens
+// each reduced piece back into the fp32 shard: master weights, moments and the update stay fp32.
+#include <loom/bf16.hpp>
 #include <loom/sdk.hpp>
 
 #include <algorithm>
@@ -53,6 +57,7 @@ struct Reduction {
   loom_work* work = nullptr;
   int bucket = -1;  // -1: reads the full gradient buffer (stage 1)
   int64_t unit = 0;
+  std::vector<uint16_t> wire_in, wire_out;  // reduce_dtype = "bf16": what crosses, until it completes
 };
 
 class Zero : public loom::sdk::ShardedDataPlugin {
@@ -60,14 +65,18 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   static constexpr loom_option_spec kOptions[] = {
       {"buckets", LOOM_OPT_INT, "2", "gradient reduce-scatters in flight at once"},
       {"prefetch", LOOM_OPT_BOOL, "true", "stage 3: gather the next unit while this one computes"},
+      {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient reduce-scatter dtype: fp32 or bf16"},
       {nullptr, 0, nullptr, nullptr},
+  };
+  static constexpr loom_option_rule kRules[] = {
+      {"buckets", 1, 1e9, nullptr, 0},
+      {"reduce_dtype", 1, 0, "fp32|bf16", 0},
+      {nullptr, 0, 0, nullptr, 0},
   };
 
   Zero(const loom::sdk::Context& ctx, int stage)
       : host_(ctx.host), stage_(stage), max_in_flight_(static_cast<int>(ctx.options.i64("buckets"))),
-        prefetch_(ctx.options.boolean("prefetch")) {
-    if (max_in_flight_ < 1) throw loom::sdk::ConfigError("buckets must be at least 1");
-  }
+        prefetch_(ctx.options.boolean("prefetch")), bf16_wire_(ctx.options.str("reduce_dtype") == "bf16") {}
 
   ~Zero() override {
     for (auto& r : in_flight_) wait_quietly(r.work);
@@ -196,11 +205,19 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     free_pieces_.pop_back();
     const Group& g = group_[u];
     loom_tensor tin = flat(in, piece_[u] * g.n), tout = flat(pieces_.back()->data(), piece_[u]);
+    if (bf16_wire_) {
+      r.wire_in.resize(static_cast<size_t>(piece_[u] * g.n));
+      r.wire_out.resize(static_cast<size_t>(piece_[u]));
+      for (size_t i = 0; i < r.wire_in.size(); ++i) r.wire_in[i] = loom::sdk::f32_to_bf16(in[i]);
+      tin = loom::sdk::flat_tensor(r.wire_in.data(), LOOM_BF16, piece_[u] * g.n);
+      tout = loom::sdk::flat_tensor(r.wire_out.data(), LOOM_BF16, piece_[u]);
+    }
+    in_flight_.push_back(std::move(r));
+    Reduction& issued = in_flight_.back();  // a deque keeps its elements, and their buffers, in place
     loom::sdk::ErrorBox err(host_.raw());
-    if (ctx_.comm->reduce_scatter(ctx_.comm_self, g.comm, &tin, &tout, LOOM_REDUCE_AVG, &r.work, err.get()) != LOOM_OK)
+    if (ctx_.comm->reduce_scatter(ctx_.comm_self, g.comm, &tin, &tout, LOOM_REDUCE_AVG, &issued.work, err.get()) != LOOM_OK)
       err.raise("issuing a gradient reduce-scatter");
-    sent_ += (g.n - 1) * piece_[u] * 4;
-    in_flight_.push_back(r);
+    sent_ += (g.n - 1) * piece_[u] * (bf16_wire_ ? 2 : 4);
   }
 
   void finish_grads(double& comm_ms, double& exposed_ms) override {
@@ -340,11 +357,12 @@ class Zero : public loom::sdk::ShardedDataPlugin {
 
   // Waits for the oldest reduce-scatter and adds its piece into the shard's gradients.
   void complete_oldest() {
-    Reduction r = in_flight_.front();
+    Reduction r = std::move(in_flight_.front());
     in_flight_.pop_front();
     std::unique_ptr<std::vector<float>> piece = std::move(pieces_.front());
     pieces_.pop_front();
     wait(r.work, "gradient reduce-scatter");
+    for (size_t i = 0; i < r.wire_out.size(); ++i) (*piece)[i] = loom::sdk::bf16_to_f32(r.wire_out[i]);
     const Group& g = group_[r.unit];
     if (g.scale != 1.f) ctx_.ops->scale(piece->data(), g.scale, piece_[r.unit]);
     float* dst = stage_ == 1 ? &full_grads_[padded_at_[r.unit] + g.rank * piece_[r.unit]] : &shard_grads_[shard_at_[r.unit]];
@@ -382,7 +400,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
 
   loom::sdk::Host host_;
   int stage_, max_in_flight_;
-  bool prefetch_;
+  bool prefetch_, bf16_wire_;
   loom_data_context ctx_{};
   // The group a unit is split over: the data group, or expert_dp for a unit of experts, whose
   // reduced gradients are scaled from that group's mean to the data group's.
@@ -419,20 +437,23 @@ struct ZeroStage : Zero {
   // gradients and all-gather the updated parameters (2 psi, as DP); stage 1 once per step, stage
   // 2 per micro-batch as units finish; stage 3 also gathers each unit before its forward and its
   // backward (3 psi per micro-batch), prefetched behind compute.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options& o) {
     using loom::sdk::collective;
     std::vector<loom_cost_collective> c;
     // Expert units are split over expert_dp (the ranks sharing those experts), the rest over
-    // the whole data group; both move 4-byte values and gradients.
+    // the whole data group. Parameters move as 4-byte values, gradients as their reduce_dtype;
+    // stage 3's gathers hide behind the previous unit's compute only when prefetched.
+    const int64_t grad_width = o.str("reduce_dtype") == "bf16" ? 2 : 4;
+    const double gather_hidden = o.boolean("prefetch") ? 1.0 : 0.0;
     auto traffic = [&](int64_t params, int32_t group, const char* grads_what, const char* gather_what) {
       if (params <= 0) return;
       const int64_t bytes = params * 4, m = Stage == 1 ? 1 : q.microbatches;
-      c.push_back(collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, bytes, m, 1.0, grads_what, group));
+      c.push_back(collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, params * grad_width, m, 1.0, grads_what, group));
       if (Stage < 3) {
         c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_STEP, bytes, 1, 0.0, gather_what, group));
       } else {
-        c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, bytes, q.microbatches, 1.0, gather_what, group));
-        c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_BACKWARD, bytes, q.microbatches, 1.0, gather_what, group));
+        for (loom_cost_phase phase : {LOOM_COST_FORWARD, LOOM_COST_BACKWARD})
+          c.push_back(collective(LOOM_COST_ALL_GATHER, phase, bytes, q.microbatches, gather_hidden, gather_what, group));
       }
     };
     traffic(q.params - q.expert_params, 0, "gradient reduce-scatter", "parameter all-gather");
@@ -443,6 +464,7 @@ struct ZeroStage : Zero {
                                           .version = "1.0.0",
                                           .summary = kSummary,
                                           .options = kOptions,
+                                          .option_rules = kRules,
                                           .cost = &cost,
                                           .capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE};
   explicit ZeroStage(const loom::sdk::Context& ctx) : Zero(ctx, Stage) {}
