@@ -12,7 +12,9 @@
 //
 //   stage 1: AdamW moments and the update are sharded. Gradients accumulate in a full buffer; in
 //            the last micro-batch's backward each unit is reduce-scattered as soon as it is final.
-//            After the update every unit is all-gathered into the full parameter buffer.
+//            After the update every unit is all-gathered into the full parameter buffer; with
+//            gather_overlap (the default) the gathers are issued at once and each is waited for
+//            only when the next forward acquires its unit, so they run behind the layers before.
 //   stage 2: gradients are sharded too. Each unit's gradients accumulate in a bucket from a small
 //            pool during one micro-batch's backward and are reduce-scattered into the shard as
 //            soon as the unit is done, so no full-size gradient buffer exists.
@@ -66,6 +68,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
       {"buckets", LOOM_OPT_INT, "2", "gradient reduce-scatters in flight at once"},
       {"prefetch", LOOM_OPT_BOOL, "true", "stage 3: gather the next unit while this one computes"},
       {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient reduce-scatter dtype: fp32 or bf16"},
+      {"gather_overlap", LOOM_OPT_BOOL, "true",
+       "stages 1-2: all-gather the updated parameters behind the next forward (false: at the end of the step)"},
       {nullptr, 0, nullptr, nullptr},
   };
   static constexpr loom_option_rule kRules[] = {
@@ -76,11 +80,13 @@ class Zero : public loom::sdk::ShardedDataPlugin {
 
   Zero(const loom::sdk::Context& ctx, int stage)
       : host_(ctx.host), stage_(stage), max_in_flight_(static_cast<int>(ctx.options.i64("buckets"))),
-        prefetch_(ctx.options.boolean("prefetch")), bf16_wire_(ctx.options.str("reduce_dtype") == "bf16") {}
+        prefetch_(ctx.options.boolean("prefetch")), bf16_wire_(ctx.options.str("reduce_dtype") == "bf16"),
+        gather_overlap_(ctx.options.boolean("gather_overlap")) {}
 
   ~Zero() override {
     for (auto& r : in_flight_) wait_quietly(r.work);
     for (auto& [u, g] : gathers_) wait_quietly(g.work);
+    for (loom_work* w : updates_) wait_quietly(w);
   }
 
   int stage() override { return stage_; }
@@ -136,6 +142,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     }
     if (stage_ == 1) full_grads_.assign(padded_total_, 0.f);
     else shard_grads_.assign(shard_total_, 0.f);
+    if (stage_ < 3) updates_.assign(U, nullptr);
     m_.assign(shard_total_, 0.f);
     v_.assign(shard_total_, 0.f);
     host_.info("ZeRO-" + std::to_string(stage_) + ": " + std::to_string(U) + " units over " + std::to_string(data.n) +
@@ -147,7 +154,10 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   // ---- parameters ----
 
   float* acquire_params(int64_t u, bool backward, bool prefetch) override {
-    if (stage_ < 3) return &full_[padded_at_[u]];
+    if (stage_ < 3) {
+      if (updates_[u]) wait(updates_[u], "all-gather of a layer's updated parameters");
+      return &full_[padded_at_[u]];
+    }
     Gather& g = gather(u);
     if (g.work) wait(g.work, "all-gather of a layer's parameters");
     ++g.users;
@@ -233,6 +243,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   }
 
   void sum_squares(int which, double out[2]) override {
+    if (which == 1) await_updates();
     out[0] = out[1] = 0;
     for (const Segment& s : segments_) {
       if (s.flags & LOOM_PARAM_MIRROR) continue;
@@ -246,6 +257,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   void step(const loom_adamw& hp) override {
     for (auto& [u, g] : gathers_)  // no gather may still be reading the weights about to change
       if (g.work) wait(g.work, "all-gather of a layer's parameters");
+    await_updates();
     for (const Segment& s : segments_) {
       float* g = grad_at(s.shard_at);
       if (hp.grad_scale != 1.0) ctx_.ops->scale(g, static_cast<float>(hp.grad_scale), s.len);
@@ -256,12 +268,15 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     if (stage_ == 3) {  // gathered copies are stale now; the next forward gathers again
       for (auto& [u, g] : gathers_) free_bufs_.push_back(std::move(g.buf));
       gathers_.clear();
+    } else if (gather_overlap_) {
+      issue_updates();
     } else {
       gather_full();
     }
   }
 
   std::vector<loom_shard_piece> shard_pieces() override {
+    await_updates();
     std::vector<loom_shard_piece> out;
     for (const Segment& s : segments_)
       out.push_back({s.param, s.begin, s.len, value_at(s.shard_at), &m_[s.shard_at], &v_[s.shard_at], grad_at(s.shard_at)});
@@ -269,6 +284,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   }
 
   void pieces_loaded() override {
+    await_updates();
     if (stage_ < 3) gather_full();
   }
 
@@ -286,6 +302,28 @@ class Zero : public loom::sdk::ShardedDataPlugin {
       sent_ += (g.n - 1) * piece_[u] * 4;
     }
     scratch_peak_ = std::max<int64_t>(scratch_peak_, 4 * static_cast<int64_t>(mine.size()));
+  }
+
+  // Stages 1-2 with gather_overlap: every unit's all-gather issued at once, from a copy of this
+  // rank's piece that lives until the gather is waited for.
+  void issue_updates() {
+    update_src_.resize(shard_total_);
+    for (int64_t u = 0; u < ctx_.n_units; ++u) {
+      const Group& g = group_[u];
+      float* mine = &update_src_[shard_at_[u]];
+      std::memcpy(mine, &full_[padded_at_[u] + g.rank * piece_[u]], piece_[u] * sizeof(float));
+      loom_tensor tin = flat(mine, piece_[u]), tout = flat(&full_[padded_at_[u]], piece_[u] * g.n);
+      loom::sdk::ErrorBox err(host_.raw());
+      if (ctx_.comm->all_gather(ctx_.comm_self, g.comm, &tin, &tout, &updates_[u], err.get()) != LOOM_OK)
+        err.raise("issuing the all-gather of updated parameters");
+      sent_ += (g.n - 1) * piece_[u] * 4;
+    }
+    scratch_peak_ = std::max<int64_t>(scratch_peak_, 4 * shard_total_);
+  }
+  // Before anything reads the whole parameters but a unit's own acquire.
+  void await_updates() {
+    for (loom_work*& w : updates_)
+      if (w) wait(w, "all-gather of updated parameters");
   }
 
  public:
@@ -400,7 +438,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
 
   loom::sdk::Host host_;
   int stage_, max_in_flight_;
-  bool prefetch_, bf16_wire_;
+  bool prefetch_, bf16_wire_, gather_overlap_;
   loom_data_context ctx_{};
   // The group a unit is split over: the data group, or expert_dp for a unit of experts, whose
   // reduced gradients are scaled from that group's mean to the data group's.
@@ -414,6 +452,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   int64_t padded_total_ = 0, shard_total_ = 0, unit_max_ = 0, piece_max_ = 0;
   std::vector<Segment> segments_;
   std::vector<float> full_, master_, full_grads_, shard_grads_, m_, v_;
+  std::vector<loom_work*> updates_;  // stages 1-2: each unit's all-gather of updated parameters in flight
+  std::vector<float> update_src_;    // this rank's pieces they read
   std::vector<std::unique_ptr<std::vector<float>>> buckets_;
   std::vector<bool> bucket_busy_;
   std::map<int64_t, int> bucket_of_;
@@ -445,12 +485,14 @@ struct ZeroStage : Zero {
     // stage 3's gathers hide behind the previous unit's compute only when prefetched.
     const int64_t grad_width = o.str("reduce_dtype") == "bf16" ? 2 : 4;
     const double gather_hidden = o.boolean("prefetch") ? 1.0 : 0.0;
+    const bool update_overlap = o.boolean("gather_overlap");
     auto traffic = [&](int64_t params, int32_t group, const char* grads_what, const char* gather_what) {
       if (params <= 0) return;
       const int64_t bytes = params * 4, m = Stage == 1 ? 1 : q.microbatches;
       c.push_back(collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, params * grad_width, m, 1.0, grads_what, group));
-      if (Stage < 3) {
-        c.push_back(collective(LOOM_COST_ALL_GATHER, LOOM_COST_STEP, bytes, 1, 0.0, gather_what, group));
+      if (Stage < 3) {  // behind the next step's forward, or after the update
+        c.push_back(update_overlap ? collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, bytes, 1, 1.0, gather_what, group)
+                                   : collective(LOOM_COST_ALL_GATHER, LOOM_COST_STEP, bytes, 1, 0.0, gather_what, group));
       } else {
         for (loom_cost_phase phase : {LOOM_COST_FORWARD, LOOM_COST_BACKWARD})
           c.push_back(collective(LOOM_COST_ALL_GATHER, phase, bytes, q.microbatches, gather_hidden, gather_what, group));
