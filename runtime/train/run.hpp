@@ -17,6 +17,7 @@
 #include "ckpt/checkpointer.hpp"
 #include "config/config.hpp"
 #include "data/batches.hpp"
+#include "dist/comm_meter.hpp"
 #include "dist/comm.hpp"
 #include "dist/launch.hpp"
 #include "dist/mesh.hpp"
@@ -57,6 +58,7 @@ class Run {
   using Clock = std::chrono::steady_clock;
   struct StepResult {
     double loss = 0, grad_norm = 0, lr = 0, comm_ms = 0, exposed_ms = 0;
+    std::vector<dist::GroupTraffic> traffic;  // the comm meter's, over exactly the step's wall time
     bool skipped = false;
   };
 

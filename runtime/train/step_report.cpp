@@ -75,7 +75,7 @@ Fields Run::common_fields(int64_t step, const StepResult& r, double step_s, cons
               {"skipped", r.skipped ? 1.0 : 0.0},
               {"skipped_steps", double(skipped_steps_)},
               {"threads", double(threads_)}};
-  add_comm_metrics(f, dist::take_traffic(), r.comm_ms, r.exposed_ms);
+  add_comm_metrics(f, r.traffic, r.comm_ms, r.exposed_ms);
   if (pipe_) add_pipeline_metrics(f, pipe_stats);
   return f;
 }

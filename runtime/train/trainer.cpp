@@ -78,7 +78,7 @@ TrainSummary Run::train() {
   double total_time = 0;
   for (int64_t step = first_step_; step <= last_step_; ++step) {
     const Clock::time_point t0 = Clock::now();
-    dist::take_traffic();  // what the last report's evaluation and samples sent is not this step's
+    dist::take_traffic();  // the last report's (norms, evaluation, samples) is not this step's
     PipeStepStats pipe_stats;
     StepResult r = step_once(step, pipe_stats);
     const bool stopping = stop_signal.agreed(world_.get());
@@ -87,6 +87,7 @@ TrainSummary Run::train() {
                                                 optimizer_->v(), optimizer_->applied(), precision_.get());
     faults_->step_end(seconds_since(t0));
     const double step_s = seconds_since(t0);
+    r.traffic = dist::take_traffic();  // what the report then sends (norms, evaluation) is not the step's
     total_time += step_s;
     report(step, r, step_s, pipe_stats, sum);
     threads_ = thread_policy_->after_step();

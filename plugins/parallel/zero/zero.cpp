@@ -243,11 +243,13 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   }
 
   void sum_squares(int which, double out[2]) override {
-    if (which == 1) await_updates();
+    // While the update's gathers are in flight this rank's pieces are read from their source
+    // copy, so a norm does not make the gathers finish before the next forward.
+    const bool in_flight = std::any_of(updates_.begin(), updates_.end(), [](loom_work* w) { return w != nullptr; });
     out[0] = out[1] = 0;
     for (const Segment& s : segments_) {
       if (s.flags & LOOM_PARAM_MIRROR) continue;
-      const float* x = which == 0 ? grad_at(s.shard_at) : value_at(s.shard_at);
+      const float* x = which == 0 ? grad_at(s.shard_at) : in_flight ? &update_src_[s.shard_at] : value_at(s.shard_at);
       out[(s.flags & LOOM_PARAM_TP_SHARDED) ? 1 : 0] += ctx_.ops->sum_squares(x, s.len);
     }
   }
