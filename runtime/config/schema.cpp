@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "ckpt/checkpoint_settings.hpp"
+#include "core/bar_list.hpp"
 #include "core/errors.hpp"
 #include "data/data_settings.hpp"
 #include "dist/parallel_settings.hpp"
@@ -64,11 +65,7 @@ std::vector<KeySpec> plugin_keys(const loom_plugin* d) {
       throw RuntimeError("plugin '" + std::string(d->name) + "' has a rule for option '" + r->name +
                          "', which its schema does not declare");
     if (r->min <= r->max) k->min = r->min, k->max = r->max;
-    for (std::string_view c = r->choices ? r->choices : ""; !c.empty();) {
-      const size_t bar = c.find('|');
-      k->choices.emplace_back(c.substr(0, bar));
-      c = bar == std::string_view::npos ? std::string_view() : c.substr(bar + 1);
-    }
+    for (std::string& c : split_bar_list(r->choices)) k->choices.push_back(std::move(c));
     k->required = r->required != 0;
   }
   return keys;

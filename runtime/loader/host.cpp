@@ -1,5 +1,6 @@
 #include "loader/host.hpp"
 
+#include "core/bar_list.hpp"
 #include "core/errors.hpp"
 #include "loader/services.hpp"
 #include "tensor/tensor.hpp"
@@ -7,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -194,15 +194,7 @@ std::vector<std::string> optional_entries(const loom_plugin* d) {
   return out;
 }
 
-std::vector<std::string> declared_services(const loom_plugin* d) {
-  std::vector<std::string> out;
-  for (std::string_view s = d->services ? d->services : ""; !s.empty();) {
-    const size_t bar = s.find('|');
-    out.emplace_back(s.substr(0, bar));
-    s = bar == std::string_view::npos ? std::string_view() : s.substr(bar + 1);
-  }
-  return out;
-}
+std::vector<std::string> declared_services(const loom_plugin* d) { return split_bar_list(d->services); }
 
 std::string describe(const loom_error& e) {
   std::string s = status_name(e.status);
