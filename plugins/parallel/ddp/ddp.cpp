@@ -5,7 +5,7 @@
 // last micro-batch's backward each bucket is all-reduced (averaged over dp) the moment its last
 // gradient is final, on the comm plugin's queue, while backward carries on with earlier layers.
 // finish_grads waits for whatever is still in flight; that wait is the exposed communication.
-// Under expert parallelism (ABI 1.3) experts' gradients go in buckets of their own, reduced over
+// Under expert parallelism experts' gradients go in buckets of their own, reduced over
 // expert_dp (the dp ranks holding the same experts) and scaled to the data group's mean.
 // reduce_dtype = "bf16" rounds each bucket to bf16 before the all-reduce and widens the result
 // back into the fp32 gradients: half the bytes on a wire that carries bf16, at bf16's precision.
@@ -80,7 +80,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
 
   void setup(const loom_data_context& ctx) override {
     ctx_ = ctx;
-    expert_dp_ = LOOM_HAS_FIELD(&ctx, loom_data_context, expert_dp) ? ctx.expert_dp : nullptr;
+    expert_dp_ = ctx.expert_dp;
     if (expert_dp_)  // an expert gradient: sum over expert_dp / size(dp) = average x this
       expert_scale_ = static_cast<float>(ctx.comm->size(ctx.comm_self, expert_dp_)) /
                       static_cast<float>(ctx.comm->size(ctx.comm_self, ctx.dp));

@@ -6,7 +6,7 @@
 // straight into its owners and its parameters all-gather straight back. Rank r's shard is the
 // concatenation of its pieces: about Psi / N elements.
 //
-// Under expert parallelism (ABI 1.3) the data group is dp x ep, and a unit of experts is split
+// Under expert parallelism the data group is dp x ep, and a unit of experts is split
 // over expert_dp instead (the dp ranks that hold those experts), its reduced gradients scaled
 // from expert_dp's mean to the data group's.
 //
@@ -92,11 +92,10 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   int stage() override { return stage_; }
 
   void setup(const loom_data_context& ctx) override {
-    if (!LOOM_HAS_FIELD(&ctx, loom_data_context, ops) || !ctx.units)
-      throw Error(LOOM_UNAVAILABLE, "zero needs a runtime speaking plugin ABI 1.2 (model units)");
+    if (!ctx.units) throw Error(LOOM_INTERNAL, "zero needs the model's units in its setup context");
     ctx_ = ctx;
     const int64_t U = ctx.n_units;
-    loom_comm* expert_dp = LOOM_HAS_FIELD(&ctx, loom_data_context, expert_dp) ? ctx.expert_dp : nullptr;
+    loom_comm* expert_dp = ctx.expert_dp;
     const Group data{ctx.dp, ctx.comm->size(ctx.comm_self, ctx.dp), ctx.comm->rank(ctx.comm_self, ctx.dp), 1.f};
     group_.assign(U, data);
     if (expert_dp) {
