@@ -9,8 +9,11 @@
 # With 2 ranks per node on a 2-core machine the 4 ranks share 2 cores, and the waits in every
 # collective include the scheduler's; RANKS_PER_NODE = 1 runs the data-parallel rows at dp 2
 # (the pipeline row needs 4 ranks and is skipped).
+# The zero-bubble row runs pp4 at m = 8 under 1f1b and zbh1 and prints, in place of the exposed
+# share and the bytes, the comm meter's pp_wait_ms / step_ms and rank 0's pipeline bubble
+# (1 - compute / schedule time).
 # Needs root. The cluster is named "loomoverlap" and removed on exit. Not built yet, so not
-# measured here: tp overlap (collective matmul) and the zero-bubble schedule.
+# measured here: tp overlap (collective matmul).
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 rates=${2:-1gbit 200mbit}
@@ -51,26 +54,27 @@ train() {  # DIR SETS...
   [ -s "$dir/metrics.jsonl" ] || { echo "bench/overlap.sh: the run $* failed:" >&2; tail -5 "$dir.node0.log" >&2; exit 1; }
 }
 
-# median step ms, exposed share and mean bytes of KEY over the warm steps of a run directory
-measure() {  # DIR KEY
-  python3 - "$1/metrics.jsonl" "$2" <<'EOF'
+# median step ms, and the means of SHARE_KEY / step_ms and of KEY over the warm steps of a run
+# directory
+measure() {  # DIR KEY [SHARE_KEY]
+  python3 - "$1/metrics.jsonl" "$2" "${3:-exposed_comm_ms}" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l][2:]
 step = statistics.median(r["step_ms"] for r in rows)
-share = statistics.mean(r["exposed_comm_ms"] / r["step_ms"] for r in rows)
-bytes_ = statistics.mean(r.get(sys.argv[2], 0) for r in rows)
-print(f"{step:.1f} {share:.3f} {bytes_:.0f}")
+share = statistics.mean(r[sys.argv[3]] / r["step_ms"] for r in rows)
+value = statistics.mean(r.get(sys.argv[2], 0) for r in rows)
+print(f"{step:.1f} {share:.3f} {value:.3f}" if value < 1 else f"{step:.1f} {share:.3f} {value:.0f}")
 EOF
 }
 
 runs=0
-row() {  # LABEL BYTES_KEY BASE OFF ON
+row() {  # LABEL BYTES_KEY BASE OFF ON [SHARE_KEY]
   local off on
   runs=$((runs + 2))
   train "$work/run$runs-off" $3 $4
   train "$work/run$runs-on" $3 $5
-  off=$(measure "$work/run$runs-off" "$2")
-  on=$(measure "$work/run$runs-on" "$2")
+  off=$(measure "$work/run$runs-off" "$2" "${6:-}")
+  on=$(measure "$work/run$runs-on" "$2" "${6:-}")
   read -r so xo bo <<< "$off"
   read -r sn xn bn <<< "$on"
   printf '%-34s %9s %9s %6s   %6s %6s %6s   %10s %10s %6s\n' "$1" "$so" "$sn" \
@@ -86,6 +90,7 @@ for rate in $rates; do
     "exp.%" "on" "ratio" "bytes/step" "on" "ratio"
   dp="dp$((2 * per_node))"
   row "ddp $dp: bf16 gradient wire" comm_bytes_all "" "--set plugins.ddp.reduce_dtype=fp32" "--set plugins.ddp.reduce_dtype=bf16"
+  row "ddp $dp: buckets from the link" comm_bytes_all "" "--set plugins.ddp.bucket_mb=25" "--set plugins.ddp.bucket_mb=0"
   row "zero2 $dp: update gather overlap" comm_bytes_all "--set plugins.data=zero2" "--set plugins.zero2.gather_overlap=false" \
     "--set plugins.zero2.gather_overlap=true"
   row "zero2 $dp: bf16 gradient wire" comm_bytes_all "--set plugins.data=zero2" "--set plugins.zero2.reduce_dtype=fp32" \
@@ -94,6 +99,8 @@ for rate in $rates; do
     "--set plugins.zero3.prefetch=true"
   [ "$per_node" = 2 ] && row "pp2 x tp2: scatter/gather" comm_bytes_pp "--set parallel.tp=2 --set parallel.pp=2" \
     "--set plugins.1f1b.scatter_gather=false" "--set plugins.1f1b.scatter_gather=true"
+  [ "$per_node" = 2 ] && row "pp4 m8: zbh1 (pp wait, bubble)" pipeline_bubble "--set parallel.pp=4 --set train.micro_batch=1" \
+    "--set plugins.pipeline=1f1b" "--set plugins.pipeline=zbh1" pp_wait_ms
   cluster heal node0
   cluster heal node1
   echo

@@ -116,6 +116,35 @@ void Gpt::backward_range(const Microbatch& mb, Tensor& dx, size_t first, size_t 
   }
 }
 
+void Gpt::backward_input_range(const Microbatch& mb, Tensor& dx, size_t first, size_t last,
+                               std::vector<std::vector<DeferredWeightGrad>>& deferred) {
+  deferred.resize(last - first);
+  for (size_t i = last; i-- > first;) {
+    if (hooks_) hooks_->before_backward(i);
+    api_.defer_weight_grads(&deferred[i - first]);
+    try {
+      layers_[i]->backward(mb, dx);
+    } catch (...) {
+      api_.defer_weight_grads(nullptr);
+      throw;
+    }
+    api_.defer_weight_grads(nullptr);
+    if (hooks_) hooks_->after_backward_input(i);
+  }
+}
+
+// Layers in the backward's order, as an unsplit backward would finish them.
+void Gpt::weight_range(std::vector<std::vector<DeferredWeightGrad>>& deferred, size_t first, size_t last,
+                       const std::function<void(size_t)>& after_layer) {
+  for (size_t i = last; i-- > first;) {
+    if (hooks_) hooks_->before_backward_weight(i);
+    for (const DeferredWeightGrad& d : deferred[i - first]) api_.weight_grad(d);
+    deferred[i - first].clear();
+    if (hooks_) hooks_->after_backward_weight(i);
+    if (after_layer) after_layer(i);
+  }
+}
+
 double Gpt::forward(const Microbatch& mb) {
   if (numbers_.size() != static_cast<size_t>(c_.n_layer + 2))
     throw RuntimeError("this rank holds one pipeline stage, not the whole model");

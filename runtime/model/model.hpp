@@ -17,6 +17,7 @@
 
 namespace loom {
 class LayerApi;
+struct DeferredWeightGrad;
 }
 
 namespace loom::model {
@@ -47,6 +48,13 @@ class LayerHooks {
   virtual void after_forward(size_t layer) = 0;
   virtual void before_backward(size_t layer) = 0;
   virtual void after_backward(size_t layer) = 0;
+  // A split backward (zero-bubble schedules) runs before_backward, the input-gradient half and
+  // after_backward_input (the parameters are not needed any more, the gradients are still open);
+  // later before_backward_weight, the weight-gradient GEMMs and after_backward_weight (they are
+  // done for this micro-batch).
+  virtual void after_backward_input(size_t layer) = 0;
+  virtual void before_backward_weight(size_t layer) = 0;
+  virtual void after_backward_weight(size_t layer) = 0;
 };
 
 // What a routed (mixture-of-experts) layer saw of this rank's tokens since the last reset. Sums,
@@ -95,6 +103,13 @@ class Model {
   virtual void forward_range(const Microbatch& mb, Tensor& x, size_t first, size_t last) = 0;
   virtual void backward_range(const Microbatch& mb, Tensor& dx, size_t first, size_t last,
                               const std::function<void(size_t)>& after_layer) = 0;
+  // A split backward of a pipeline chunk: backward_range with the linear layers' weight-gradient
+  // GEMMs set aside, layer first + j's into deferred[j]; weight_range runs them later.
+  // `after_layer(i)` runs once layer i's weight gradients are in.
+  virtual void backward_input_range(const Microbatch& mb, Tensor& dx, size_t first, size_t last,
+                                    std::vector<std::vector<DeferredWeightGrad>>& deferred) = 0;
+  virtual void weight_range(std::vector<std::vector<DeferredWeightGrad>>& deferred, size_t first, size_t last,
+                            const std::function<void(size_t)>& after_layer) = 0;
   virtual void use_slot(int k, size_t first, size_t last) = 0;
   virtual bool has_head() const = 0;
   virtual double head_loss() const = 0;

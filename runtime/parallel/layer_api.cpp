@@ -31,7 +31,18 @@ void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& 
     ops_->gemm(0, 0, N, in, out, 1.f, dyr.f32(), out, wr.f32(), in, accumulate ? 1.f : 0.f, dx->f32(), in);
   }
   Tensor xr = numerics_.operand(x, W.name + ".x", LOOM_OPERAND_ACTIVATION);
-  ops_->gemm(1, 0, out, in, N, 1.f, dyr.f32(), out, xr.f32(), in, 1.f, W.grad.f32(), in);
+  if (!deferred_) return weight_grad({&W, dyr, xr});
+  auto copy = [](const Tensor& t) {
+    Tensor c = Tensor::empty(t.shape());
+    std::memcpy(c.data(), t.data(), t.bytes());
+    return c;
+  };
+  deferred_->push_back({&W, copy(dyr), copy(xr)});
+}
+
+void LayerApi::weight_grad(const DeferredWeightGrad& d) const {
+  const int64_t N = d.x.dim(0), in = d.x.dim(-1), out = d.W->local_shape[0];
+  ops_->gemm(1, 0, out, in, N, 1.f, d.dy.f32(), out, d.x.f32(), in, 1.f, d.W->grad.f32(), in);
 }
 
 int64_t LayerApi::position(int64_t t) const { return context_ ? context_->position(t) : offset_ + t; }

@@ -29,6 +29,14 @@ struct GemmNumerics {
   }
 };
 
+// A linear layer's weight-gradient GEMM set aside by a split backward (a zero-bubble schedule's
+// B), run by its W: dW += dy^T x over the operands as the precision slot rounded them. Copies, so
+// the activation slot and the gradient buffer they came from can be reused in between.
+struct DeferredWeightGrad {
+  Param* W = nullptr;
+  Tensor dy, x;
+};
+
 class LayerApi {
  public:
   LayerApi(const loom_ops* ops, GemmNumerics numerics = {}) : ops_(ops), numerics_(numerics) {}
@@ -60,8 +68,13 @@ class LayerApi {
   // y[N, out] = x[N, in] W^T for a local [out, in] weight shard (bias added separately, because
   // a row-parallel layer adds it after region_exit).
   void linear(Tensor& y, const Tensor& x, const Param& W) const;
-  // dx = dy W (skipped when dx is undefined; dx += dy W with `accumulate`); dW += dy^T x.
+  // dx = dy W (skipped when dx is undefined; dx += dy W with `accumulate`); dW += dy^T x, or that
+  // GEMM set aside while deferring.
   void linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W, bool accumulate = false) const;
+  // While set, linear_bwd appends its weight-gradient GEMM to `into` instead of running it (null:
+  // run them). Only the linear layers' GEMMs wait; every other gradient is computed at once.
+  void defer_weight_grads(std::vector<DeferredWeightGrad>* into) { deferred_ = into; }
+  void weight_grad(const DeferredWeightGrad& d) const;
 
   // out[B*T, C] = wte[token] + wpe[t] (wpe may be null).
   virtual void embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T,
@@ -103,6 +116,7 @@ class LayerApi {
   ExpertDispatch* experts_ = nullptr;
   ContextAttention* context_ = nullptr;
   int64_t offset_ = 0;
+  std::vector<DeferredWeightGrad>* deferred_ = nullptr;
 };
 
 }  // namespace loom

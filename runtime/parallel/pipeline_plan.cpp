@@ -13,7 +13,7 @@ namespace loom {
 namespace {
 
 std::string label(const loom_pipe_action& a, bool chunks) {
-  std::string s = (a.op == LOOM_PIPE_FORWARD ? "F" : "B") + std::to_string(a.microbatch);
+  std::string s = "FBW"[a.op] + std::to_string(a.microbatch);
   if (chunks) s += "." + std::to_string(a.chunk);
   return s;
 }
@@ -42,16 +42,23 @@ PipelinePlan::PipelinePlan(const plugins::Found& plugin, const loom_options* opt
   if (s == LOOM_BAD_CONFIG) throw ConfigError(e.message);
   if (s != LOOM_OK) throw RuntimeError("pipeline schedule '" + name_ + "': " + plugins::describe(e));
   if (shape_.chunks < 1) throw RuntimeError("pipeline schedule '" + name_ + "' left chunks at 0");
-  const int64_t cap = 2 * int64_t{shape_.microbatches} * shape_.chunks;
+  const int64_t cap = 3 * int64_t{shape_.microbatches} * shape_.chunks;
   for (int r = 0; r < shape_.stages; ++r) {
     std::vector<loom_pipe_action> a(cap);
     int64_t n = 0;
     s = table_->schedule(plugin_->self(), &shape_, r, a.data(), cap, &n, &e);
     if (s != LOOM_OK) throw RuntimeError("pipeline schedule '" + name_ + "' for rank " + str(r) + ": " + plugins::describe(e));
+    if (n < 0 || n > cap)
+      throw RuntimeError("pipeline schedule '" + name_ + "' for rank " + str(r) + " reports " + str(n) +
+                         " actions; a step has at most " + str(cap));
     a.resize(n);
     actions_.push_back(std::move(a));
   }
   check();
+}
+
+bool PipelinePlan::split(int rank, int microbatch, int chunk) const {
+  return split_[rank][static_cast<size_t>(chunk) * shape_.microbatches + microbatch];
 }
 
 PipelinePlan::~PipelinePlan() = default;
@@ -79,29 +86,36 @@ std::vector<int32_t> PipelinePlan::partition(const std::string& kinds, const std
 }
 
 // Each rank must run every (micro-batch, chunk) forward once and backward once, the backward
-// after the forward; then the order must finish under the execution rules.
-void PipelinePlan::check() const {
+// after the forward, and at most one weight action, after the backward; then the order must
+// finish under the execution rules.
+void PipelinePlan::check() {
   const int m = shape_.microbatches, v = shape_.chunks;
+  split_.assign(shape_.stages, std::vector<bool>(static_cast<size_t>(m) * v, false));
   for (int r = 0; r < shape_.stages; ++r) {
-    std::vector<int> seen(2 * m * v, 0);
+    std::vector<int> seen(3 * m * v, 0);
     for (const auto& a : actions_[r]) {
-      if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= v || (a.op != 0 && a.op != 1))
+      if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= v || a.op < 0 || a.op > 2)
         throw RuntimeError("pipeline schedule '" + name_ + "' gave rank " + str(r) + " an action outside " +
-                           str(m) + " micro-batches x " + str(v) + " chunks");
-      int& n = seen[(a.op * v + a.chunk) * m + a.microbatch];
-      if (++n > 1)
+                           str(m) + " micro-batches x " + str(v) + " chunks (or an op other than F, B, W)");
+      auto count = [&](int op) -> int& { return seen[(op * v + a.chunk) * m + a.microbatch]; };
+      if (++count(a.op) > 1)
         throw RuntimeError("pipeline schedule '" + name_ + "' runs " + label(a, v > 1) + " twice on rank " + str(r));
-      if (a.op == LOOM_PIPE_BACKWARD && seen[a.chunk * m + a.microbatch] == 0)
-        throw RuntimeError("pipeline schedule '" + name_ + "' runs " + label(a, v > 1) + " before its forward on rank " + str(r));
+      const int before = a.op == LOOM_PIPE_WEIGHT ? LOOM_PIPE_BACKWARD : LOOM_PIPE_FORWARD;
+      if (a.op != LOOM_PIPE_FORWARD && count(before) == 0)
+        throw RuntimeError("pipeline schedule '" + name_ + "' runs " + label(a, v > 1) + " before its " +
+                           (before == LOOM_PIPE_FORWARD ? "forward" : "backward") + " on rank " + str(r));
+      if (a.op == LOOM_PIPE_WEIGHT) split_[r][static_cast<size_t>(a.chunk) * m + a.microbatch] = true;
     }
-    if (static_cast<int>(actions_[r].size()) != 2 * m * v)
+    const int64_t weights = std::count(split_[r].begin(), split_[r].end(), true);
+    if (static_cast<int64_t>(actions_[r].size()) != 2 * m * v + weights)
       throw RuntimeError("pipeline schedule '" + name_ + "' gave rank " + str(r) + " " +
-                         str(actions_[r].size()) + " actions; a step needs " + str(2 * m * v));
+                         str(actions_[r].size()) + " actions; a step needs " + str(2 * m * v) +
+                         " forwards and backwards" + (weights ? " and its " + str(weights) + " weight actions" : ""));
   }
   simulate();
 }
 
-PipeTimeline PipelinePlan::simulate(double forward_cost, double backward_cost) const {
+PipeTimeline PipelinePlan::simulate(double forward_cost, double backward_cost, double weight_share) const {
   const int p = shape_.stages, S = virtual_stages();
   std::map<std::tuple<int, int, int>, double> done;  // (op, micro-batch, virtual stage) -> end
   std::vector<size_t> next(p, 0);
@@ -119,6 +133,8 @@ PipeTimeline PipelinePlan::simulate(double forward_cost, double backward_cost) c
         if (a.op == LOOM_PIPE_FORWARD) {
           has_dep = s > 0;
           needs = {LOOM_PIPE_FORWARD, a.microbatch, s - 1};
+        } else if (a.op == LOOM_PIPE_WEIGHT) {
+          has_dep = false;  // its backward ran earlier on this rank
         } else {
           needs = s + 1 < S ? std::tuple{LOOM_PIPE_BACKWARD, a.microbatch, s + 1}
                             : std::tuple{LOOM_PIPE_FORWARD, a.microbatch, s};
@@ -130,7 +146,12 @@ PipeTimeline PipelinePlan::simulate(double forward_cost, double backward_cost) c
           ready = it->second;
         }
         const double start = std::max(free_at[r], ready);
-        const double end = start + (a.op == LOOM_PIPE_FORWARD ? forward_cost : backward_cost);
+        const double weight = backward_cost * weight_share;
+        const double cost = a.op == LOOM_PIPE_FORWARD  ? forward_cost
+                            : a.op == LOOM_PIPE_WEIGHT ? weight
+                            : split(r, a.microbatch, a.chunk) ? backward_cost - weight
+                                                              : backward_cost;
+        const double end = start + cost;
         done[{a.op, a.microbatch, s}] = end;
         free_at[r] = end;
         t.ranks[r].push_back({a, start, end});
@@ -155,7 +176,7 @@ PipeTimeline PipelinePlan::simulate(double forward_cost, double backward_cost) c
 int PipelinePlan::peak_in_flight(int rank) const {
   int live = 0, peak = 0;
   for (const auto& a : actions_[rank]) {
-    live += a.op == LOOM_PIPE_FORWARD ? 1 : -1;
+    if (a.op != LOOM_PIPE_WEIGHT) live += a.op == LOOM_PIPE_FORWARD ? 1 : -1;
     peak = std::max(peak, live);
   }
   return peak;

@@ -5,8 +5,9 @@
 // Execution rules (docs/pipeline.md): a rank runs its actions in order; a forward of virtual
 // stage s > 0 first waits for its input from stage s - 1, and sends its output to stage s + 1
 // without waiting; a backward waits for its gradient from stage s + 1 and sends to s - 1 the
-// same way. Sends never block (and receives are posted ahead), so the order is deadlock-free
-// exactly when the simulation below, which follows the same rules, finishes.
+// same way; a weight action (the second half of a split backward) waits for nothing but its own
+// backward, earlier on the rank. Sends never block (and receives are posted ahead), so the order
+// is deadlock-free exactly when the simulation below, which follows the same rules, finishes.
 #pragma once
 
 #include <memory>
@@ -49,23 +50,28 @@ class PipelinePlan {
                                  const std::string& layout) const;
 
   // Every rank's actions run under the execution rules, a forward taking `forward_cost` and a
-  // backward `backward_cost`, transfers free.
-  PipeTimeline simulate(double forward_cost = 1, double backward_cost = 1) const;
+  // backward `backward_cost`, transfers free. A split backward's weight action takes
+  // `weight_share` of it and its input-gradient half the rest.
+  PipeTimeline simulate(double forward_cost = 1, double backward_cost = 1, double weight_share = 0.5) const;
+  // Whether rank `rank` splits the backward of (micro-batch, chunk): its list holds a weight action.
+  bool split(int rank, int microbatch, int chunk) const;
   // The most micro-batch chunks rank `rank` holds activations for at once (forwarded, not yet
-  // backwarded).
+  // backwarded; a split backward's weight action keeps only its GEMMs' operands).
   int peak_in_flight(int rank) const;
   // The theoretical bubble fraction (p-1)/(v m + p-1) (REFERENCE.md, pipelines).
   double theoretical_bubble() const;
-  // The timeline as text: one row per rank, one column per time unit, "F3" / "B3" (".c" = chunk).
+  // The timeline as text: one row per rank, one column per time unit, "F3" / "B3" / "W3" (".c" =
+  // chunk).
   std::string render(const PipeTimeline& t) const;
 
  private:
-  void check() const;
+  void check();
   std::unique_ptr<plugins::Instance> plugin_;
   const loom_pipeline_v2* table_ = nullptr;
   std::string name_;
   loom_pipeline_shape shape_;
   std::vector<std::vector<loom_pipe_action>> actions_;
+  std::vector<std::vector<bool>> split_;  // per rank, per chunk * m + micro-batch
 };
 
 }  // namespace loom

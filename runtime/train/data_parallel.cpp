@@ -57,8 +57,26 @@ class DataParallel::Shards : public model::LayerHooks {
     for (int64_t u : uses_[i]) release(u);
   }
   void before_backward(size_t i) override {
+    for (int64_t u : uses_[i]) bind_values(u, i, true);
+    open_grads(i);
+  }
+  void after_backward(size_t i) override {
+    for (int64_t u : uses_[i]) release(u);
+    close_grads(i);
+  }
+  void after_backward_input(size_t i) override {
+    for (int64_t u : uses_[i]) release(u);
+  }
+  void before_backward_weight(size_t i) override { open_grads(i); }
+  void after_backward_weight(size_t i) override { close_grads(i); }
+
+ private:
+  // A unit's gradients stay open across the backwards of layers that share it, and (split
+  // backwards) from a micro-batch's input half to its weight half; a later micro-batch's input
+  // half may add to the same open buffer, which is reduced whole, so each contribution still
+  // passes once.
+  void open_grads(size_t i) {
     for (int64_t u : uses_[i]) {
-      bind_values(u, i, true);
       if (open_[u]) continue;
       float* g = nullptr;
       loom_error e;
@@ -67,9 +85,8 @@ class DataParallel::Shards : public model::LayerHooks {
       open_[u] = true;
     }
   }
-  void after_backward(size_t i) override {
+  void close_grads(size_t i) {
     for (int64_t u : uses_[i]) {
-      release(u);
       if (owner_[u] != i) continue;
       open_[u] = false;
       const bool last = ++ready_[u] == microbatches_;  // every micro-batch runs each unit's backward once
@@ -82,8 +99,6 @@ class DataParallel::Shards : public model::LayerHooks {
       for (Param* p : members_[u]) p->grad = Tensor();  // the bucket is the plugin's again
     }
   }
-
- private:
   void bind_values(int64_t u, size_t layer, bool backward) {
     float* v = nullptr;
     loom_error e;

@@ -86,6 +86,7 @@ Pipeline::Pipeline(PipelineLayout layout, dist::CommWorld& world, model::Model& 
   dx_ = Tensor::empty({max_rows, C});
   const int m = plan_->shape().microbatches;
   slot_of_.assign(static_cast<size_t>(m) * v, -1);
+  deferred_.resize(static_cast<size_t>(m) * v);
   tokens_.assign(m, std::vector<int32_t>(max_rows));
   targets_.assign(m, std::vector<int32_t>(max_rows));
 }
@@ -187,7 +188,15 @@ void Pipeline::run_backward(const model::Microbatch& mb, int index, int chunk, l
     if (trace) trace->span("recv " + name, "wait", t0, Clock::now());
   }
   auto t0 = Clock::now();
-  model_->backward_range(mb, dx, ch.first, ch.last, after_layer);
+  if (plan_->split(rank_, index, chunk)) {
+    auto& deferred = deferred_[static_cast<size_t>(chunk) * plan_->shape().microbatches + index];
+    model_->backward_input_range(mb, dx, ch.first, ch.last, deferred);
+    for (const auto& layer : deferred)
+      for (const DeferredWeightGrad& d : layer) live_bytes_ += d.dy.bytes() + d.x.bytes();
+    peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
+  } else {
+    model_->backward_range(mb, dx, ch.first, ch.last, after_layer);
+  }
   auto t1 = Clock::now();
   busy_ms_ += ms_between(t0, t1);
   if (trace) trace->span(name, "backward", t0, t1);
@@ -195,6 +204,19 @@ void Pipeline::run_backward(const model::Microbatch& mb, int index, int chunk, l
     post(dx, (rank_ + stages_ - 1) % stages_, tag(true, ch.stage, index));
     if (trace) trace->span("send " + name, "send", t1, Clock::now());
   }
+}
+
+void Pipeline::run_weight(int index, int chunk, Trace* trace, const std::string& name,
+                          const std::function<void(size_t)>& after_layer) {
+  const Chunk& ch = chunks_[chunk];
+  auto& deferred = deferred_[static_cast<size_t>(chunk) * plan_->shape().microbatches + index];
+  for (const auto& layer : deferred)
+    for (const DeferredWeightGrad& d : layer) live_bytes_ -= d.dy.bytes() + d.x.bytes();
+  auto t0 = Clock::now();
+  model_->weight_range(deferred, ch.first, ch.last, after_layer);
+  auto t1 = Clock::now();
+  busy_ms_ += ms_between(t0, t1);
+  if (trace) trace->span(name, "weight", t0, t1);
 }
 
 void Pipeline::post_receives(int64_t rows) {
@@ -206,7 +228,7 @@ void Pipeline::post_receives(int64_t rows) {
     const loom_pipe_action& a = actions[k];
     const int s = plan_->virtual_stage(rank_, a.chunk);
     const bool forward = a.op == LOOM_PIPE_FORWARD;
-    if (forward ? s == 0 : s == last) continue;
+    if (a.op == LOOM_PIPE_WEIGHT || (forward ? s == 0 : s == last)) continue;
     const int64_t numel = wire_rows(rows) * C;
     if (recv_bufs_[k].numel() < numel) recv_bufs_[k] = Tensor::empty({numel});
     const int peer = forward ? (rank_ + stages_ - 1) % stages_ : (rank_ + 1) % stages_;
@@ -221,10 +243,15 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   const int m = shape.microbatches;
   for (int i = 0; i < m; ++i) batch(i, tokens_[i].data(), targets_[i].data());
   const auto& actions = plan_->actions(rank_);
-  // The last backward through each chunk: its layers' gradients are final when it ends.
-  std::vector<size_t> last_backward(shape.chunks, 0);
-  for (size_t k = 0; k < actions.size(); ++k)
-    if (actions[k].op == LOOM_PIPE_BACKWARD) last_backward[actions[k].chunk] = k;
+  // The last action through each chunk that adds weight gradients (a backward, or the weight
+  // half of a split one): its layers' gradients are final when it ends.
+  std::vector<size_t> last_gradients(shape.chunks, 0);
+  for (size_t k = 0; k < actions.size(); ++k) {
+    const loom_pipe_action& a = actions[k];
+    if (a.op == LOOM_PIPE_WEIGHT || (a.op == LOOM_PIPE_BACKWARD && !plan_->split(rank_, a.microbatch, a.chunk)))
+      last_gradients[a.chunk] = k;
+  }
+  static const std::function<void(size_t)> none;
   loss_ = 0;
   busy_ms_ = 0;
   live_ = peak_live_ = 0;
@@ -240,7 +267,7 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
     const loom_pipe_action& a = actions[k];
     model::Microbatch mb{tokens_[a.microbatch].data(), targets_[a.microbatch].data(), B, T, dloss};
     int& slot = slot_of_[static_cast<size_t>(a.chunk) * m + a.microbatch];
-    std::string name = (a.op == LOOM_PIPE_FORWARD ? "F" : "B") + std::to_string(a.microbatch);
+    std::string name = "FBW"[a.op] + std::to_string(a.microbatch);
     if (shape.chunks > 1) name += "." + std::to_string(a.chunk);
     Chunk& ch = chunks_[a.chunk];
     if (a.op == LOOM_PIPE_FORWARD) {
@@ -252,11 +279,12 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
       model_->use_slot(slot, ch.first, ch.last);
       run_forward(mb, a.microbatch, a.chunk, receives_[k], &recv_bufs_[k], trace, name);
       receives_[k] = nullptr;
+    } else if (a.op == LOOM_PIPE_WEIGHT) {
+      run_weight(a.microbatch, a.chunk, trace, name, k == last_gradients[a.chunk] ? after_layer : none);
     } else {
       model_->use_slot(slot, ch.first, ch.last);
-      static const std::function<void(size_t)> none;
       run_backward(mb, a.microbatch, a.chunk, receives_[k], &recv_bufs_[k], trace, name,
-                   k == last_backward[a.chunk] ? after_layer : none);
+                   k == last_gradients[a.chunk] ? after_layer : none);
       receives_[k] = nullptr;
       ch.free_slots.push_back(slot);
       slot = -1;

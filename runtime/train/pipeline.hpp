@@ -13,6 +13,7 @@
 #include "dist/comm.hpp"
 #include "loader/selection.hpp"
 #include "model/model.hpp"
+#include "parallel/layer_api.hpp"
 #include "parallel/pipeline_plan.hpp"
 #include "train/data_parallel.hpp"
 #include "train/trace.hpp"
@@ -26,7 +27,8 @@ struct PipeStepStats {
   double schedule_ms = 0;  // from the first action to the last send's completion
   double busy_ms = 0;      // in forward and backward compute
   int peak_in_flight = 0;  // micro-batch chunks holding activations at once, as run
-  int64_t peak_activation_bytes = 0;  // what those chunks kept for backward, at the peak
+  int64_t peak_activation_bytes = 0;  // what those chunks kept for backward (and split backwards
+                                      // for their weight halves), at the peak
   double bubble() const { return schedule_ms > 0 ? 1 - busy_ms / schedule_ms : 0; }
 };
 
@@ -82,6 +84,9 @@ class Pipeline {
                    Trace* trace, const std::string& name);
   void run_backward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
                     Trace* trace, const std::string& name, const std::function<void(size_t)>& after_layer);
+  // The weight half of a split backward: the GEMMs its input half set aside.
+  void run_weight(int index, int chunk, Trace* trace, const std::string& name,
+                  const std::function<void(size_t)>& after_layer);
   void post_receives(int64_t rows);
   void post(const Tensor& t, int peer, int tag);
   // Waits for the pre-posted receive of `into`'s rows (or receives them now) and, under
@@ -114,6 +119,9 @@ class Pipeline {
   std::vector<loom_work*> receives_;
   // Activation slots: which one each (micro-batch, chunk) in flight holds.
   std::vector<int> slot_of_;
+  // Split backwards: the weight-gradient GEMMs each (micro-batch, chunk) set aside, per layer,
+  // until its weight action (chunk * m + micro-batch).
+  std::vector<std::vector<std::vector<DeferredWeightGrad>>> deferred_;
   int live_ = 0, peak_live_ = 0;
   int64_t live_bytes_ = 0, peak_live_bytes_ = 0;
   std::vector<std::vector<int32_t>> tokens_, targets_;

@@ -18,7 +18,7 @@ bool has(const std::string& text, const std::string& part) {
 TEST_CASE("version and help") {
   auto v = run_loom("version");
   CHECK(v.rc == 0);
-  CHECK(has(v.out, "plugin ABI 2.0"));
+  CHECK(has(v.out, "plugin ABI 2.1"));
   auto h = run_loom("--help");
   CHECK(h.rc == 0);
   CHECK(has(h.out, "config check FILE"));
@@ -41,7 +41,7 @@ TEST_CASE("loom plugins lists name, kind, versions and path, --json too") {
   auto j = run_loom("plugins --json");
   CHECK(j.rc == 0);
   CHECK(has(j.out, "\"name\": \"fp32\", \"kind\": \"precision\""));
-  CHECK(has(j.out, "\"abi\": \"2.0\""));  // what the SDK stamps into a plugin built now
+  CHECK(has(j.out, "\"abi\": \"2.1\""));  // what the SDK stamps into a plugin built now
 }
 
 TEST_CASE("loom plugins info prints options with types, defaults and help") {
@@ -95,7 +95,7 @@ TEST_CASE("plugin failures at the command line") {
   CHECK(has(not_found.out, "found:"));
   auto abi = run_loom("config check " + t.write("b.toml", "[plugins]\nprecision = \"future\"\n"));
   CHECK(abi.rc == 1);
-  CHECK(has(abi.out, "ABI 99.3; this runtime speaks ABI 2.0"));
+  CHECK(has(abi.out, "ABI 99.3; this runtime speaks ABI 2.1"));
   auto junk = run_loom("config check " + t.write("c.toml", "[plugins]\nprecision = \"notaplugin\"\n"));
   CHECK(junk.rc == 1);
   CHECK(has(junk.out, "is not a Loom plugin"));
@@ -104,11 +104,17 @@ TEST_CASE("plugin failures at the command line") {
 TEST_CASE("loom schedule prints a pipeline's timeline, its bubble and memory, bad shapes exit 2") {
   auto f = run_loom("schedule --pp 4 --microbatches 8 --schedule 1f1b");
   CHECK(f.rc == 0);
-  CHECK(has(f.out, "rank 0  F0 F1 F2 F3 .  .  .  B0 F4 B1"));
-  CHECK(has(f.out, "rank 3  .  .  .  F0 B0 F1 B1 F2 B2"));
-  CHECK(has(f.out, "bubble 27.3% of rank-time (theory (p-1)/(v m + p-1) = 27.3%)"));
+  CHECK(has(f.out, "rank 0  F0 F1 F2 F3 .  .  .  .  .  .  B0 B0 F4 B1 B1"));
+  CHECK(has(f.out, "rank 3  .  .  .  F0 B0 B0 F1 B1 B1 F2 B2 B2"));
+  CHECK(has(f.out, "bubble 27.3% of rank-time, 9 units idle per rank (theory without split backwards (p-1)/(v m + p-1) = 27.3%"));
   CHECK(has(f.out, "per rank: 4 3 2 1"));
-  auto g = run_loom("schedule --pp 4 --microbatches 8 --schedule gpipe --backward-cost 2");
+  auto z = run_loom("schedule --pp 4 --microbatches 8 --schedule zbh1");
+  CHECK(z.rc == 0);
+  CHECK(has(z.out, "rank 0  F0 F1 F2 F3 .  .  .  B0 W0 F4 B1 W1"));
+  CHECK(has(z.out, "rank 3  .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 W0 F4"));
+  CHECK(has(z.out, "step time: 27 units; bubble 11.1% of rank-time, 3 units idle per rank"));
+  CHECK(has(z.out, "per rank: 4 3 2 1"));
+  auto g = run_loom("schedule --pp 4 --microbatches 8 --schedule gpipe --backward-cost 1");
   CHECK(g.rc == 0);
   CHECK(has(g.out, "per rank: 8 8 8 8"));
   auto i = run_loom("schedule --pp 4 --microbatches 8 --schedule interleaved --chunks 2");

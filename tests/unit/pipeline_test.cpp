@@ -67,6 +67,26 @@ TEST_CASE("interleaved finishes for every p, v and m = k p, and cuts the bubble 
   CHECK(plan("interleaved", 4, 8).shape().chunks == 2);  // the default
 }
 
+TEST_CASE("zbh1 splits every backward and leaves a third of 1f1b's idle time, with 1f1b's activations in flight") {
+  for (int p = 2; p <= 8; ++p)
+    for (int m = 1; m <= 3 * p; ++m) {
+      INFO("p = " << p << ", m = " << m);
+      PipelinePlan z = plan("zbh1", p, m), f = plan("1f1b", p, m);
+      CHECK(z.actions(0).size() == size_t(3 * m));
+      CHECK(z.split(p - 1, m - 1, 0));
+      CHECK_FALSE(f.split(0, 0, 0));
+      // A forward 1, a backward 2 (its input and weight halves 1 each), as Qi et al. count them.
+      const PipeTimeline zt = z.simulate(1, 2), ft = f.simulate(1, 2);
+      const double z_idle = zt.makespan - 3.0 * m, f_idle = ft.makespan - 3.0 * m;
+      CHECK(f_idle == doctest::Approx(3.0 * (p - 1)));
+      // (p - 1)(F + B - W) once the steady state is reached (m >= p); fewer micro-batches than
+      // stages leave the weight halves too few to fill the cool-down.
+      if (m >= p) CHECK(z_idle == doctest::Approx(p - 1.0));
+      CHECK(z_idle < f_idle);
+      for (int r = 0; r < p; ++r) CHECK(z.peak_in_flight(r) == f.peak_in_flight(r));
+    }
+}
+
 TEST_CASE("a shape a schedule cannot run is a config error that says what would fit") {
   auto odd = error_of([] { plan("interleaved", 4, 6, 2); });
   CHECK(has(odd, "multiple of pp: 6 micro-batches"));

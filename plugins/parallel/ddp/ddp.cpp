@@ -9,11 +9,18 @@
 // expert_dp (the dp ranks holding the same experts) and scaled to the data group's mean.
 // reduce_dtype = "bf16" rounds each bucket to bf16 before the all-reduce and widens the result
 // back into the fp32 gradients: half the bytes on a wire that carries bf16, at bf16's precision.
+// bucket_mb = 0 sizes the buckets from the link itself: at setup ddp times small and large
+// all-reduces over dp and fits t(S) = alpha + S / beta; a bucket of 9 alpha beta bytes spends at
+// most a tenth of its all-reduce on latency, and anything smaller only adds latency (the
+// reasoning behind PyTorch DDP's fixed 25 MiB, made per link). Off by default: an element's
+// summation order in a ring depends on where the bucket boundaries fall, so a measured size
+// would let the last bits of a dp > 2 run vary from one launch to the next.
 #include <loom/bf16.hpp>
 #include <loom/sdk.hpp>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -55,7 +62,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     return c;
   }
   static constexpr loom_option_spec kOptions[] = {
-      {"bucket_mb", LOOM_OPT_FLOAT, "25.0", "gradient bucket size in MiB"},
+      {"bucket_mb", LOOM_OPT_FLOAT, "25.0", "gradient bucket size in MiB; 0 = sized from the measured link"},
       {"overlap", LOOM_OPT_BOOL, "true", "reduce buckets during backward (false: all after it)"},
       {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient all-reduce dtype: fp32 or bf16"},
       {nullptr, 0, nullptr, nullptr},
@@ -71,7 +78,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
       : host_(ctx.host),
         bucket_bytes_(static_cast<int64_t>(ctx.options.f64("bucket_mb") * 1048576.0)),
         overlap_(ctx.options.boolean("overlap")) {
-    if (bucket_bytes_ <= 0) throw loom::sdk::ConfigError("bucket_mb must be positive");
+    if (bucket_bytes_ < 0) throw loom::sdk::ConfigError("bucket_mb must be positive, or 0 to size buckets from the measured link");
     const std::string dtype = ctx.options.str("reduce_dtype");
     if (dtype != "fp32" && dtype != "bf16")
       throw loom::sdk::ConfigError("reduce_dtype must be \"fp32\" or \"bf16\", got \"" + dtype + "\"");
@@ -84,6 +91,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     if (expert_dp_)  // an expert gradient: sum over expert_dp / size(dp) = average x this
       expert_scale_ = static_cast<float>(ctx.comm->size(ctx.comm_self, expert_dp_)) /
                       static_cast<float>(ctx.comm->size(ctx.comm_self, ctx.dp));
+    if (bucket_bytes_ == 0) bucket_bytes_ = measured_bucket_bytes();
     bucket_of_.assign(ctx.n_params, -1);
     buckets_.clear();
     // Walk parameters from last to first; params are contiguous in the flat buffer, so each
@@ -162,6 +170,44 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   }
 
  private:
+  // The median time of `repeats` blocking all-reduces of n floats over dp, in seconds.
+  double time_all_reduce(int64_t n, int repeats) {
+    std::vector<float> buf(n, 1.f);
+    std::vector<double> t;
+    for (int i = 0; i < repeats; ++i) {
+      loom_tensor x = loom::sdk::flat_tensor(buf.data(), LOOM_F32, n);
+      auto t0 = Clock::now();
+      all_reduce_now(x, LOOM_REDUCE_SUM);
+      t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    std::nth_element(t.begin(), t.begin() + repeats / 2, t.end());
+    return t[repeats / 2];
+  }
+  void all_reduce_now(loom_tensor& x, int32_t op) {
+    loom::sdk::ErrorBox err(host_.raw());
+    loom_work* w = nullptr;
+    if (ctx_.comm->all_reduce(ctx_.comm_self, ctx_.dp, &x, op, &w, err.get()) != LOOM_OK ||
+        ctx_.comm->wait(ctx_.comm_self, w, err.get()) != LOOM_OK)
+      err.raise("measuring the dp link");
+  }
+  // 9 alpha beta, from a 1 KiB and a 1 MiB all-reduce (the median of 5 each, after a warm-up),
+  // between 64 KiB and 256 MiB, and the same on every rank: the largest any rank measured.
+  int64_t measured_bucket_bytes() {
+    constexpr int64_t kSmall = 256, kLarge = 262144;  // floats
+    time_all_reduce(kLarge, 1);
+    const double small = time_all_reduce(kSmall, 5), large = time_all_reduce(kLarge, 5);
+    const double seconds_per_byte = std::max(large - small, 1e-9) / double(4 * (kLarge - kSmall));
+    const double alpha = std::max(small - 4 * kSmall * seconds_per_byte, 1e-7);
+    double bytes = std::clamp(9 * alpha / seconds_per_byte, 65536.0, 268435456.0);
+    bytes = std::floor(bytes / 4096) * 4096;
+    loom_tensor x = loom::sdk::flat_tensor(&bytes, LOOM_F64, 1);
+    all_reduce_now(x, LOOM_REDUCE_MAX);
+    host_.info("ddp measured the dp link: " + std::to_string(int(alpha * 1e6)) + " us latency, " +
+               std::to_string(int(1e-6 / seconds_per_byte)) + " MB/s an all-reduce; buckets of " +
+               std::to_string(int64_t(bytes) / 1024) + " KiB keep latency under a tenth of each");
+    return static_cast<int64_t>(bytes);
+  }
+
   void issue(Bucket& b) {
     if (!issued_any_) first_issue_ = Clock::now(), issued_any_ = true;
     loom_tensor t = loom::sdk::flat_tensor(ctx_.grads + b.begin, LOOM_F32, b.end - b.begin);

@@ -1,4 +1,4 @@
-// Pipeline schedules: gpipe, 1f1b and interleaved, one library. Each decides how the model's
+// Pipeline schedules: gpipe, 1f1b, interleaved and zbh1, one library. Each decides how the model's
 // layers split into (virtual) stages and in which order a pp rank runs its micro-batches forward
 // and backward; the runtime moves the activations and checks that the order cannot deadlock.
 #include <loom/sdk.hpp>
@@ -14,6 +14,7 @@ using Actions = std::vector<loom_pipe_action>;
 
 loom_pipe_action fwd(int mb, int chunk) { return {LOOM_PIPE_FORWARD, mb, chunk}; }
 loom_pipe_action bwd(int mb, int chunk) { return {LOOM_PIPE_BACKWARD, mb, chunk}; }
+loom_pipe_action weight(int mb, int chunk) { return {LOOM_PIPE_WEIGHT, mb, chunk}; }
 
 std::string str(int64_t v) { return std::to_string(v); }
 
@@ -210,7 +211,35 @@ struct Interleaved : Schedule {
   }
 };
 
+// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", section 3): 1F1B with every backward
+// split into B (the input gradient, which the previous stage waits for) and W (the weight
+// gradients, which nobody waits for). Rank r runs rounds x = 0 .. m + p - 2 of
+//   F(x), B(x - (p - 1 - r)), W(x - (p - 1)),
+// skipping indices outside [0, m). The Bs are 1F1B's, so at most p - r micro-batches hold their
+// full activations on rank r, as under 1F1B; each W is deferred by r rounds beyond its B, and those
+// Ws fill the cool-down that 1F1B leaves idle. With F = B = W the idle time per rank is
+// (p - 1)(F + B - W), a third of 1F1B's (p - 1)(F + B + W).
+struct ZeroBubbleH1 : OneChunk<ZeroBubbleH1> {
+  static constexpr loom::sdk::About about{.name = "zbh1",
+                                          .version = "1.0.0",
+                                          .summary = "pipeline schedule: zero-bubble ZB-H1, 1F1B with weight gradients deferred into the bubble",
+                                          .options = kOptions,
+                                          .cost = &cost};
+  explicit ZeroBubbleH1(const loom::sdk::Context&) {}
+  Actions schedule(const loom_pipeline_shape& shape, int rank) override {
+    const int m = shape.microbatches, p = shape.stages;
+    auto in_range = [m](int i) { return i >= 0 && i < m; };
+    Actions a;
+    for (int x = 0; x < m + p - 1; ++x) {
+      if (in_range(x)) a.push_back(fwd(x, 0));
+      if (in_range(x - (p - 1 - rank))) a.push_back(bwd(x - (p - 1 - rank), 0));
+      if (in_range(x - (p - 1))) a.push_back(weight(x - (p - 1), 0));
+    }
+    return a;
+  }
+};
+
 }  // namespace
 
 LOOM_PLUGIN(loom::sdk::pipeline_plugin<GPipe>(), loom::sdk::pipeline_plugin<OneFOneB>(),
-            loom::sdk::pipeline_plugin<Interleaved>())
+            loom::sdk::pipeline_plugin<Interleaved>(), loom::sdk::pipeline_plugin<ZeroBubbleH1>())

@@ -291,7 +291,12 @@ typedef struct loom_pipeline_shape {
   int32_t chunks; /* 0 in configure(): the schedule's default */
 } loom_pipeline_shape;
 
-typedef enum loom_pipe_op { LOOM_PIPE_FORWARD = 0, LOOM_PIPE_BACKWARD = 1 } loom_pipe_op;
+/* FORWARD and BACKWARD since 2.0. WEIGHT (2.1): the weight-gradient half of a backward. When a
+ * rank's list holds a WEIGHT for (micro-batch, chunk), that pair's BACKWARD computes only the
+ * gradient of its input (what the previous stage waits for) and sets the linear layers'
+ * weight-gradient GEMMs aside; the WEIGHT, later on the same rank, runs them. Zero-bubble
+ * schedules (Qi et al. 2023) fill the pipeline's idle time with these. */
+typedef enum loom_pipe_op { LOOM_PIPE_FORWARD = 0, LOOM_PIPE_BACKWARD = 1, LOOM_PIPE_WEIGHT = 2 } loom_pipe_op;
 
 /* One unit of a rank's step: micro-batch `microbatch` forward or backward through its chunk. */
 typedef struct loom_pipe_action {
@@ -302,9 +307,11 @@ typedef struct loom_pipe_action {
 
 /* A pipeline schedule. The runtime runs the actions in order on each pp rank: a forward receives
  * its input from the previous virtual stage (blocking) and sends its output to the next one
- * (without waiting); a backward does the same with gradients in the other direction. A schedule
- * must therefore be complete (every micro-batch forward and backward once per chunk) and must
- * finish under those rules; the runtime checks both before the first step. */
+ * (without waiting); a backward does the same with gradients in the other direction; a weight
+ * action needs only its own backward, earlier on the rank. A schedule must therefore be complete
+ * (every micro-batch forward and backward once per chunk, and at most one weight action after
+ * each backward) and must finish under those rules; the runtime checks both before the first
+ * step. */
 typedef struct loom_pipeline_v2 {
   loom_plugin base;
   loom_cost_fn cost; /* optional */
@@ -317,7 +324,8 @@ typedef struct loom_pipeline_v2 {
   loom_status (*partition)(void* self, const loom_pipeline_shape* shape, int32_t n_layers,
                            const char* kinds, const double* costs, const char* layout,
                            int32_t* stage_of, loom_error* err);
-  /* pp rank `rank`'s actions for one step, in order; writes *n = 2 * m * v of them (cap >= that). */
+  /* pp rank `rank`'s actions for one step, in order: 2 m v, plus a weight action for each split
+   * backward (cap = 3 m v). */
   loom_status (*schedule)(void* self, const loom_pipeline_shape* shape, int32_t rank,
                           loom_pipe_action* out, int64_t cap, int64_t* n, loom_error* err);
 } loom_pipeline_v2;

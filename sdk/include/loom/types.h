@@ -13,7 +13,9 @@ extern "C" {
 #endif
 
 #define LOOM_ABI_MAJOR 2
-#define LOOM_ABI_MINOR 0 /* 2.0 froze ABI 1.8's features into one table per slot; see plugin.h */
+/* 2.0 froze ABI 1.8's features into one table per slot (see plugin.h); 2.1 added the pipeline
+ * action LOOM_PIPE_WEIGHT (a backward split in two), which no table layout changed for. */
+#define LOOM_ABI_MINOR 1
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
