@@ -117,10 +117,11 @@ void Gpt::backward_range(const Microbatch& mb, Tensor& dx, size_t first, size_t 
 }
 
 void Gpt::backward_input_range(const Microbatch& mb, Tensor& dx, size_t first, size_t last,
-                               std::vector<std::vector<DeferredWeightGrad>>& deferred) {
+                               std::vector<DeferredWeightGrads>& deferred) {
   deferred.resize(last - first);
   for (size_t i = last; i-- > first;) {
     if (hooks_) hooks_->before_backward(i);
+    deferred[i - first].clear();
     api_.defer_weight_grads(&deferred[i - first]);
     try {
       layers_[i]->backward(mb, dx);
@@ -134,12 +135,11 @@ void Gpt::backward_input_range(const Microbatch& mb, Tensor& dx, size_t first, s
 }
 
 // Layers in the backward's order, as an unsplit backward would finish them.
-void Gpt::weight_range(std::vector<std::vector<DeferredWeightGrad>>& deferred, size_t first, size_t last,
+void Gpt::weight_range(std::vector<DeferredWeightGrads>& deferred, size_t first, size_t last,
                        const std::function<void(size_t)>& after_layer) {
   for (size_t i = last; i-- > first;) {
     if (hooks_) hooks_->before_backward_weight(i);
     for (const DeferredWeightGrad& d : deferred[i - first]) api_.weight_grad(d);
-    deferred[i - first].clear();
     if (hooks_) hooks_->after_backward_weight(i);
     if (after_layer) after_layer(i);
   }

@@ -45,8 +45,8 @@ class Gpt : public model::Model {
   void backward_range(const Microbatch& mb, Tensor& dx, size_t first, size_t last,
                       const std::function<void(size_t)>& after_layer = {}) override;
   void backward_input_range(const Microbatch& mb, Tensor& dx, size_t first, size_t last,
-                            std::vector<std::vector<DeferredWeightGrad>>& deferred) override;
-  void weight_range(std::vector<std::vector<DeferredWeightGrad>>& deferred, size_t first, size_t last,
+                            std::vector<DeferredWeightGrads>& deferred) override;
+  void weight_range(std::vector<DeferredWeightGrads>& deferred, size_t first, size_t last,
                     const std::function<void(size_t)>& after_layer) override;
   // Layers [first, last) keep the activations of their next forward and backward in slot k.
   void use_slot(int k, size_t first, size_t last) override;

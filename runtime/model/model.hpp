@@ -17,7 +17,7 @@
 
 namespace loom {
 class LayerApi;
-struct DeferredWeightGrad;
+class DeferredWeightGrads;
 }
 
 namespace loom::model {
@@ -107,8 +107,8 @@ class Model {
   // GEMMs set aside, layer first + j's into deferred[j]; weight_range runs them later.
   // `after_layer(i)` runs once layer i's weight gradients are in.
   virtual void backward_input_range(const Microbatch& mb, Tensor& dx, size_t first, size_t last,
-                                    std::vector<std::vector<DeferredWeightGrad>>& deferred) = 0;
-  virtual void weight_range(std::vector<std::vector<DeferredWeightGrad>>& deferred, size_t first, size_t last,
+                                    std::vector<DeferredWeightGrads>& deferred) = 0;
+  virtual void weight_range(std::vector<DeferredWeightGrads>& deferred, size_t first, size_t last,
                             const std::function<void(size_t)>& after_layer) = 0;
   virtual void use_slot(int k, size_t first, size_t last) = 0;
   virtual bool has_head() const = 0;

@@ -32,12 +32,25 @@ void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& 
   }
   Tensor xr = numerics_.operand(x, W.name + ".x", LOOM_OPERAND_ACTIVATION);
   if (!deferred_) return weight_grad({&W, dyr, xr});
-  auto copy = [](const Tensor& t) {
-    Tensor c = Tensor::empty(t.shape());
-    std::memcpy(c.data(), t.data(), t.bytes());
-    return c;
+  deferred_->add(W, dyr, xr);
+}
+
+void DeferredWeightGrads::add(Param& W, const Tensor& dy, const Tensor& x) {
+  if (used_ == items_.size()) items_.emplace_back();
+  DeferredWeightGrad& d = items_[used_++];
+  auto refill = [](Tensor& into, const Tensor& from) {
+    if (!into.defined() || into.shape() != from.shape()) into = Tensor::empty(from.shape());
+    std::memcpy(into.data(), from.data(), from.bytes());
   };
-  deferred_->push_back({&W, copy(dyr), copy(xr)});
+  d.W = &W;
+  refill(d.dy, dy);
+  refill(d.x, x);
+}
+
+int64_t DeferredWeightGrads::bytes() const {
+  int64_t n = 0;
+  for (const DeferredWeightGrad& d : *this) n += static_cast<int64_t>(d.dy.bytes() + d.x.bytes());
+  return n;
 }
 
 void LayerApi::weight_grad(const DeferredWeightGrad& d) const {

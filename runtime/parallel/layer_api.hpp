@@ -37,6 +37,23 @@ struct DeferredWeightGrad {
   Tensor dy, x;
 };
 
+// One layer's set-aside GEMMs for one micro-batch. The copies' buffers are kept and refilled
+// step after step, as activation slots are: a fresh allocation per GEMM costs page faults that
+// would eat what the split saves.
+class DeferredWeightGrads {
+ public:
+  void add(Param& W, const Tensor& dy, const Tensor& x);
+  void clear() { used_ = 0; }
+  const DeferredWeightGrad* begin() const { return items_.data(); }
+  const DeferredWeightGrad* end() const { return items_.data() + used_; }
+  // What the copies in use hold.
+  int64_t bytes() const;
+
+ private:
+  std::vector<DeferredWeightGrad> items_;
+  size_t used_ = 0;
+};
+
 class LayerApi {
  public:
   LayerApi(const loom_ops* ops, GemmNumerics numerics = {}) : ops_(ops), numerics_(numerics) {}
@@ -73,7 +90,7 @@ class LayerApi {
   void linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W, bool accumulate = false) const;
   // While set, linear_bwd appends its weight-gradient GEMM to `into` instead of running it (null:
   // run them). Only the linear layers' GEMMs wait; every other gradient is computed at once.
-  void defer_weight_grads(std::vector<DeferredWeightGrad>* into) { deferred_ = into; }
+  void defer_weight_grads(DeferredWeightGrads* into) { deferred_ = into; }
   void weight_grad(const DeferredWeightGrad& d) const;
 
   // out[B*T, C] = wte[token] + wpe[t] (wpe may be null).
@@ -116,7 +133,7 @@ class LayerApi {
   ExpertDispatch* experts_ = nullptr;
   ContextAttention* context_ = nullptr;
   int64_t offset_ = 0;
-  std::vector<DeferredWeightGrad>* deferred_ = nullptr;
+  DeferredWeightGrads* deferred_ = nullptr;
 };
 
 }  // namespace loom

@@ -191,8 +191,7 @@ void Pipeline::run_backward(const model::Microbatch& mb, int index, int chunk, l
   if (plan_->split(rank_, index, chunk)) {
     auto& deferred = deferred_[static_cast<size_t>(chunk) * plan_->shape().microbatches + index];
     model_->backward_input_range(mb, dx, ch.first, ch.last, deferred);
-    for (const auto& layer : deferred)
-      for (const DeferredWeightGrad& d : layer) live_bytes_ += d.dy.bytes() + d.x.bytes();
+    for (const DeferredWeightGrads& layer : deferred) live_bytes_ += layer.bytes();
     peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
   } else {
     model_->backward_range(mb, dx, ch.first, ch.last, after_layer);
@@ -210,8 +209,7 @@ void Pipeline::run_weight(int index, int chunk, Trace* trace, const std::string&
                           const std::function<void(size_t)>& after_layer) {
   const Chunk& ch = chunks_[chunk];
   auto& deferred = deferred_[static_cast<size_t>(chunk) * plan_->shape().microbatches + index];
-  for (const auto& layer : deferred)
-    for (const DeferredWeightGrad& d : layer) live_bytes_ -= d.dy.bytes() + d.x.bytes();
+  for (const DeferredWeightGrads& layer : deferred) live_bytes_ -= layer.bytes();
   auto t0 = Clock::now();
   model_->weight_range(deferred, ch.first, ch.last, after_layer);
   auto t1 = Clock::now();

@@ -121,7 +121,7 @@ class Pipeline {
   std::vector<int> slot_of_;
   // Split backwards: the weight-gradient GEMMs each (micro-batch, chunk) set aside, per layer,
   // until its weight action (chunk * m + micro-batch).
-  std::vector<std::vector<std::vector<DeferredWeightGrad>>> deferred_;
+  std::vector<std::vector<DeferredWeightGrads>> deferred_;
   int live_ = 0, peak_live_ = 0;
   int64_t live_bytes_ = 0, peak_live_bytes_ = 0;
   std::vector<std::vector<int32_t>> tokens_, targets_;
