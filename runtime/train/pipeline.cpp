@@ -86,7 +86,7 @@ Pipeline::Pipeline(PipelineLayout layout, dist::CommWorld& world, model::Model& 
   dx_ = Tensor::empty({max_rows, C});
   const int m = plan_->shape().microbatches;
   slot_of_.assign(static_cast<size_t>(m) * v, -1);
-  deferred_.resize(static_cast<size_t>(m) * v);
+  deferred_of_.assign(static_cast<size_t>(m) * v, -1);
   tokens_.assign(m, std::vector<int32_t>(max_rows));
   targets_.assign(m, std::vector<int32_t>(max_rows));
 }
@@ -189,7 +189,14 @@ void Pipeline::run_backward(const model::Microbatch& mb, int index, int chunk, l
   }
   auto t0 = Clock::now();
   if (plan_->split(rank_, index, chunk)) {
-    auto& deferred = deferred_[static_cast<size_t>(chunk) * plan_->shape().microbatches + index];
+    int& set = deferred_of_[static_cast<size_t>(chunk) * plan_->shape().microbatches + index];
+    if (free_deferred_.empty()) {
+      free_deferred_.push_back(static_cast<int>(deferred_.size()));
+      deferred_.emplace_back();
+    }
+    set = free_deferred_.back();
+    free_deferred_.pop_back();
+    auto& deferred = deferred_[set];
     model_->backward_input_range(mb, dx, ch.first, ch.last, deferred);
     for (const DeferredWeightGrads& layer : deferred) live_bytes_ += layer.bytes();
     peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
@@ -208,11 +215,14 @@ void Pipeline::run_backward(const model::Microbatch& mb, int index, int chunk, l
 void Pipeline::run_weight(int index, int chunk, Trace* trace, const std::string& name,
                           const std::function<void(size_t)>& after_layer) {
   const Chunk& ch = chunks_[chunk];
-  auto& deferred = deferred_[static_cast<size_t>(chunk) * plan_->shape().microbatches + index];
+  int& set = deferred_of_[static_cast<size_t>(chunk) * plan_->shape().microbatches + index];
+  auto& deferred = deferred_[set];
   for (const DeferredWeightGrads& layer : deferred) live_bytes_ -= layer.bytes();
   auto t0 = Clock::now();
   model_->weight_range(deferred, ch.first, ch.last, after_layer);
   auto t1 = Clock::now();
+  free_deferred_.push_back(set);
+  set = -1;
   busy_ms_ += ms_between(t0, t1);
   if (trace) trace->span(name, "weight", t0, t1);
 }

@@ -119,9 +119,11 @@ class Pipeline {
   std::vector<loom_work*> receives_;
   // Activation slots: which one each (micro-batch, chunk) in flight holds.
   std::vector<int> slot_of_;
-  // Split backwards: the weight-gradient GEMMs each (micro-batch, chunk) set aside, per layer,
-  // until its weight action (chunk * m + micro-batch).
+  // Split backwards: the weight-gradient GEMMs a (micro-batch, chunk) set aside, per layer, until
+  // its weight action. Sets are reused like activation slots: as many as were ever live at once.
   std::vector<std::vector<DeferredWeightGrads>> deferred_;
+  std::vector<int> free_deferred_;
+  std::vector<int> deferred_of_;  // the set each (chunk * m + micro-batch) holds, or -1
   int live_ = 0, peak_live_ = 0;
   int64_t live_bytes_ = 0, peak_live_bytes_ = 0;
   std::vector<std::vector<int32_t>> tokens_, targets_;
