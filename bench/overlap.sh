@@ -12,8 +12,7 @@
 # The zero-bubble row runs pp4 at m = 8 under 1f1b and zbh1 and prints, in place of the exposed
 # share and the bytes, the comm meter's pp_wait_ms / step_ms and rank 0's pipeline bubble
 # (1 - compute / schedule time).
-# Needs root. The cluster is named "loomoverlap" and removed on exit. Not built yet, so not
-# measured here: tp overlap (collective matmul).
+# Needs root. The cluster is named "loomoverlap" and removed on exit.
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 rates=${2:-1gbit 200mbit}
@@ -97,6 +96,8 @@ for rate in $rates; do
     "--set plugins.zero2.reduce_dtype=bf16"
   row "zero3 $dp: prefetch" comm_bytes_all "--set plugins.data=zero3" "--set plugins.zero3.prefetch=false" \
     "--set plugins.zero3.prefetch=true"
+  [ "$per_node" = 2 ] && row "dp2 x tp2: tp overlap + bf16 wire" comm_bytes_all "--set parallel.tp=2" \
+    "--set plugins.tp.overlap=false --set plugins.ddp.reduce_dtype=fp32" "--set plugins.tp.overlap=true --set plugins.ddp.reduce_dtype=bf16"
   [ "$per_node" = 2 ] && row "pp2 x tp2: scatter/gather" comm_bytes_pp "--set parallel.tp=2 --set parallel.pp=2" \
     "--set plugins.1f1b.scatter_gather=false" "--set plugins.1f1b.scatter_gather=true"
   [ "$per_node" = 2 ] && row "pp4 m8: zbh1 (pp wait, bubble)" pipeline_bubble "--set parallel.pp=4 --set train.micro_batch=1" \

@@ -111,6 +111,7 @@ void Gpt::backward_range(const Microbatch& mb, Tensor& dx, size_t first, size_t 
   for (size_t i = last; i-- > first;) {
     if (hooks_) hooks_->before_backward(i);
     layers_[i]->backward(mb, dx);
+    api_.flush_weight_grads();
     if (hooks_) hooks_->after_backward(i);
     if (after_layer) after_layer(i);
   }

@@ -295,10 +295,8 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
     api_.attention({att.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_,
                     c_.head_dim(), nullptr, nullptr, nullptr, nullptr});
   marks("fwd attention");
-  api_.linear(y, att, *proj_w_);
-  marks("fwd proj");
-  Tensor y_out = api_.region_exit(y);
-  marks("fwd g (exit)");
+  Tensor y_out = api_.linear_exit(y, att, *proj_w_);  // the proj GEMM is in the exit's segment:
+  marks("fwd g (exit)");                              // tp overlap runs them interleaved
   if (proj_b_) o->bias_add(y_out.f32(), proj_b_->value.f32(), n, C);
   o->accumulate(x.f32(), y_out.f32(), n * C);
   std::memcpy(a.x_mid.data(), x.data(), n * C * sizeof(float));
@@ -317,9 +315,8 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   api_.linear(fc, h2, *fc_w_);
   if (fc_b_) o->bias_add(fc.f32(), fc_b_->value.f32(), N, local_dim0(*fc_w_));
   activation_fwd(o, c_, act.f32(), fc.f32(), N, act.dim(1));
-  api_.linear(y, act, *out_w_);
   marks("fwd mlp");
-  y_out = api_.region_exit(y);
+  y_out = api_.linear_exit(y, act, *out_w_);
   marks("fwd g (exit)");
   if (out_b_) o->bias_add(y_out.f32(), out_b_->value.f32(), n, C);
   o->accumulate(x.f32(), y_out.f32(), n * C);

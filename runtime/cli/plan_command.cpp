@@ -97,7 +97,6 @@ int published(const Args& args) {
       "json", po::bool_switch(), "one JSON object per run");
   po::variables_map vm;
   if (!parse(args, "loom plan published [--clusters DIR] [--json]", opts, {}, vm)) return kExitOk;
-  plan::PluginSources sources(plugins::Registry::default_dirs());
   const bool json = vm["json"].as<bool>();
   int run_w = 26, layout_w = 40;  // grown to the longest entry, so the columns stay in line
   for (const auto& run : plan::published_runs())
@@ -110,6 +109,7 @@ int published(const Args& args) {
     if (!clusters.count(run.cluster))
       clusters.emplace(run.cluster, plan::load_cluster(std::filesystem::path(vm["clusters"].as<std::string>()) / (run.cluster + ".toml")));
     const plan::Cluster& c = clusters.at(run.cluster);
+    plan::PluginSources sources = plan::published_sources(run);
     const Estimate e = plan::estimate(c, run.workload, run.layout, sources.costs(), sources.pipes());
     const double p = plan::predicted_metric(run, e), err = p / run.published - 1;
     if (run.source.find("Table 1") != std::string::npos) worst = std::max(worst, std::fabs(err));

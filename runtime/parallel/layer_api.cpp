@@ -31,14 +31,21 @@ void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& 
     ops_->gemm(0, 0, N, in, out, 1.f, dyr.f32(), out, wr.f32(), in, accumulate ? 1.f : 0.f, dx->f32(), in);
   }
   Tensor xr = numerics_.operand(x, W.name + ".x", LOOM_OPERAND_ACTIVATION);
-  if (!deferred_) return weight_grad({&W, dyr, xr});
-  deferred_->add(W, dyr, xr);
+  DeferredWeightGrads* into = deferred_ ? deferred_ : overlap_ ? &overlapped_ : nullptr;
+  if (!into) return weight_grad({&W, dyr, xr});
+  into->add(W, dyr, xr);
+}
+
+void LayerApi::flush_weight_grads() {
+  for (const DeferredWeightGrad& d : overlapped_) weight_grad(d);
+  overlapped_.clear();
 }
 
 void DeferredWeightGrads::add(Param& W, const Tensor& dy, const Tensor& x) {
   if (used_ == items_.size()) items_.emplace_back();
   DeferredWeightGrad& d = items_[used_++];
-  auto refill = [](Tensor& into, const Tensor& from) {
+  auto refill = [this](Tensor& into, const Tensor& from) {
+    if (!copies_) return void(into = from);
     if (!into.defined() || into.shape() != from.shape()) into = Tensor::empty(from.shape());
     std::memcpy(into.data(), from.data(), from.bytes());
   };

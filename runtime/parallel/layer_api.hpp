@@ -39,9 +39,11 @@ struct DeferredWeightGrad {
 
 // One layer's set-aside GEMMs for one micro-batch. The copies' buffers are kept and refilled
 // step after step, as activation slots are: a fresh allocation per GEMM costs page faults that
-// would eat what the split saves.
+// would eat what the split saves. `copies` false keeps views instead, for GEMMs run before the
+// layer's backward returns (tp overlap), whose operands nothing overwrites until then.
 class DeferredWeightGrads {
  public:
+  explicit DeferredWeightGrads(bool copies = true) : copies_(copies) {}
   void add(Param& W, const Tensor& dy, const Tensor& x);
   void clear() { used_ = 0; }
   const DeferredWeightGrad* begin() const { return items_.data(); }
@@ -52,6 +54,7 @@ class DeferredWeightGrads {
  private:
   std::vector<DeferredWeightGrad> items_;
   size_t used_ = 0;
+  bool copies_;
 };
 
 class LayerApi {
@@ -85,6 +88,12 @@ class LayerApi {
   // y[N, out] = x[N, in] W^T for a local [out, in] weight shard (bias added separately, because
   // a row-parallel layer adds it after region_exit).
   void linear(Tensor& y, const Tensor& x, const Param& W) const;
+  // A row-parallel linear and the region exit after it: g(x W^T). Tensor parallelism with overlap
+  // runs the GEMM in row chunks, each chunk's collective behind the next chunk's GEMM.
+  virtual Tensor linear_exit(Tensor& y, const Tensor& x, const Param& W) {
+    linear(y, x, W);
+    return region_exit(y);
+  }
   // dx = dy W (skipped when dx is undefined; dx += dy W with `accumulate`); dW += dy^T x, or that
   // GEMM set aside while deferring.
   void linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W, bool accumulate = false) const;
@@ -92,6 +101,9 @@ class LayerApi {
   // run them). Only the linear layers' GEMMs wait; every other gradient is computed at once.
   void defer_weight_grads(DeferredWeightGrads* into) { deferred_ = into; }
   void weight_grad(const DeferredWeightGrad& d) const;
+  // Runs the weight-gradient GEMMs tp overlap set aside (behind a collective, or at the end of a
+  // layer's backward, which calls it).
+  void flush_weight_grads();
 
   // out[B*T, C] = wte[token] + wpe[t] (wpe may be null).
   virtual void embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T,
@@ -134,6 +146,10 @@ class LayerApi {
   ContextAttention* context_ = nullptr;
   int64_t offset_ = 0;
   DeferredWeightGrads* deferred_ = nullptr;
+  // Tensor parallelism with overlap: a layer's weight-gradient GEMMs wait here for the next
+  // backward collective (region_enter_bwd), which they run behind.
+  bool overlap_ = false;
+  mutable DeferredWeightGrads overlapped_{false};
 };
 
 }  // namespace loom

@@ -1,6 +1,9 @@
 #include "parallel/plugin_layers.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <exception>
+#include <vector>
 
 #include "core/errors.hpp"
 #include "loader/host.hpp"
@@ -26,13 +29,15 @@ loom_role to_abi(Role r) {
 
 PluginLayers::PluginLayers(const loom_ops* ops, GemmNumerics numerics,
                            const loom_tensor_context& ctx, plugins::Instance& tensor,
-                           plugins::Instance* sequence)
+                           plugins::Instance* sequence, Overlap overlap)
     : LayerApi(ops, numerics),
       ctx_(ctx),
       tensor_(tensor.table<loom_tensor_v2>()),
       tensor_self_(tensor.self()) {
   tp_ = ctx.comm->size(ctx.comm_self, ctx.tp);
   rank_ = ctx.comm->rank(ctx.comm_self, ctx.tp);
+  overlap_ = overlap.on;
+  chunks_ = std::max(1, overlap.chunks);
   loom_error e;
   check(tensor_->setup(tensor_self_, &ctx, &e), e, "tensor plugin setup");
   if (sequence) {
@@ -77,8 +82,52 @@ Tensor PluginLayers::scatter(const Tensor& full) const {
 // f: identity forward (tp) or all-gather of the rows (sp).
 Tensor PluginLayers::region_enter(const Tensor& h) { return seq_ ? gather(h) : h; }
 
-// f backward: all-reduce (tp) or reduce-scatter (sp).
+loom_work* PluginLayers::issue_sum(const Tensor& in, Tensor& out) {
+  loom_tensor i = in.desc(), o = out.desc();
+  loom_work* w = nullptr;
+  loom_error e;
+  if (seq_)
+    check(ctx_.comm->reduce_scatter(ctx_.comm_self, ctx_.tp, &i, &o, LOOM_REDUCE_SUM, &w, &e), e, "tp overlap reduce-scatter");
+  else
+    check(ctx_.comm->all_reduce(ctx_.comm_self, ctx_.tp, &o, LOOM_REDUCE_SUM, &w, &e), e, "tp overlap all-reduce");
+  return w;
+}
+
+void PluginLayers::wait(loom_work* w) {
+  loom_error e;
+  check(ctx_.comm->wait(ctx_.comm_self, w, &e), e, "tp overlap wait");
+}
+
+// Every handle is completed even when one fails; the first failure is rethrown.
+void PluginLayers::wait_all(const std::vector<loom_work*>& works) {
+  std::exception_ptr first;
+  for (loom_work* w : works) {
+    try {
+      wait(w);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+// f backward: all-reduce (tp) or reduce-scatter (sp). With overlap the layer's weight-gradient
+// GEMMs, set aside by linear_bwd, run while it is in flight: Megatron's overlap of the input
+// gradient's collective with the weight gradients (Narayanan et al. 2021, 4.2).
 Tensor PluginLayers::region_enter_bwd(const Tensor& dh) {
+  if (overlap_) {
+    Tensor out = seq_ ? Tensor::empty({dh.dim(0) / tp_, dh.dim(1)}) : dh;
+    loom_work* w = issue_sum(dh, out);
+    try {
+      flush_weight_grads();
+    } catch (...) {
+      wait(w);  // no handle outlives the layer
+      throw;
+    }
+    wait(w);
+    profile_.collective(dh.bytes());
+    return out;
+  }
   if (seq_) return scatter(dh);
   loom_tensor d = dh.desc();
   loom_error e;
@@ -95,6 +144,40 @@ Tensor PluginLayers::region_exit(const Tensor& y) {
   check(tensor_->exit_fwd(tensor_self_, &d, &e), e, "tp g forward");
   profile_.collective(y.bytes());
   return y;
+}
+
+// y = x W^T in row chunks, each chunk's g collective issued as soon as its rows are done and
+// waited for at the end: every collective but the last chunk's runs behind a GEMM. Under sp a
+// chunk is the same rows of every rank's block ([r n + c0, r n + c1) for rank r), staged
+// contiguously so that one reduce-scatter leaves rows [c0, c1) of this rank's block here.
+Tensor PluginLayers::linear_exit(Tensor& y, const Tensor& x, const Param& W) {
+  const int64_t N = x.dim(0), in = x.dim(-1), out = W.local_shape[0], n = seq_ ? N / tp_ : N;
+  const int k = static_cast<int>(std::min<int64_t>(chunks_, n));
+  if (!overlap_ || k < 2) return LayerApi::linear_exit(y, x, W);
+  const Tensor xr = numerics_.operand(x, W.name + ".x", LOOM_OPERAND_ACTIVATION);
+  const Tensor wr = numerics_.operand(W.value, W.name, LOOM_OPERAND_WEIGHT);
+  const int parts = seq_ ? tp_ : 1;
+  Tensor result = seq_ ? Tensor::empty({n, out}) : y;
+  Tensor staged = seq_ ? Tensor::empty({N, out}) : y;  // chunk c: rows [parts c0, parts c1)
+  std::vector<loom_work*> works;
+  try {
+    for (int c = 0; c < k; ++c) {
+      const int64_t c0 = c * n / k, c1 = (c + 1) * n / k, rows = c1 - c0;
+      float* stage = staged.f32() + (seq_ ? parts * c0 : c0) * out;
+      for (int r = 0; r < parts; ++r)
+        ops_->gemm(0, 1, rows, out, in, 1.f, xr.f32() + (r * n + c0) * in, in, wr.f32(), in, 0.f,
+                   stage + r * rows * out, out);
+      Tensor chunk_in = Tensor::borrow(stage, {parts * rows, out});
+      Tensor chunk_out = result.rows(c0, c1);
+      works.push_back(issue_sum(chunk_in, chunk_out));
+    }
+  } catch (...) {
+    wait_all(works);
+    throw;
+  }
+  wait_all(works);
+  profile_.collective(staged.bytes());
+  return result;
 }
 
 // g backward: identity (tp) or all-gather (sp).

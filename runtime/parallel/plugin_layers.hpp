@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "loader/registry.hpp"
 #include "parallel/layer_api.hpp"
@@ -11,9 +12,15 @@ namespace loom {
 
 class PluginLayers : public LayerApi {
  public:
+  // The tensor plugin's overlap options: whether the regions' collectives run behind GEMMs, and
+  // in how many row chunks a row-parallel GEMM runs then.
+  struct Overlap {
+    bool on = false;
+    int chunks = 1;
+  };
   // `sequence` may be null (tensor parallelism alone).
   PluginLayers(const loom_ops* ops, GemmNumerics numerics, const loom_tensor_context& ctx,
-               plugins::Instance& tensor, plugins::Instance* sequence);
+               plugins::Instance& tensor, plugins::Instance* sequence, Overlap overlap);
 
   Slice shard(Role role, const std::vector<int64_t>& global_shape, int fused) const override;
   int tp_size() const override { return tp_; }
@@ -26,6 +33,7 @@ class PluginLayers : public LayerApi {
   Tensor region_enter_bwd(const Tensor& dh) override;
   Tensor region_exit(const Tensor& y) override;
   Tensor region_exit_bwd(const Tensor& dy) override;
+  Tensor linear_exit(Tensor& y, const Tensor& x, const Param& W) override;
 
   void embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T, const Param& wte,
                  const Param* wpe) const override;
@@ -37,6 +45,11 @@ class PluginLayers : public LayerApi {
  private:
   Tensor gather(const Tensor& local) const;   // sp: local rows -> all rows
   Tensor scatter(const Tensor& full) const;   // sp: all rows -> this rank's rows, summed
+  // Overlap: f's and g's collectives issued as ABI 2 defines them (all-reduce sum over tp; under
+  // sp reduce-scatter), asynchronously, on the watched comm table.
+  loom_work* issue_sum(const Tensor& in, Tensor& out);
+  void wait(loom_work* w);
+  void wait_all(const std::vector<loom_work*>& works);
 
   loom_tensor_context ctx_;
   const loom_tensor_v2* tensor_;
@@ -44,6 +57,7 @@ class PluginLayers : public LayerApi {
   const loom_sequence_v2* seq_ = nullptr;
   void* seq_self_ = nullptr;
   int tp_ = 1, rank_ = 0;
+  int chunks_ = 1;
 };
 
 }  // namespace loom

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "plan/estimate.hpp"
+#include "plan/sources.hpp"
 
 namespace loom::plan {
 
@@ -18,9 +19,15 @@ struct PublishedRun {
   std::string metric;    // "tflops" (per GPU, the paper's count) | "mfu" | "tokens"
   double published = 0;  // in the metric's unit (TFLOP/s, fraction, tokens/s/GPU)
   bool megatron_flops = false;  // count FLOPs as Narayanan et al. eq. 3 (full recompute, 96 B s l h^2 ...)
+  // Plugin options of the published configuration where Loom's defaults differ ("[plugins.tp]
+  // overlap = false": Megatron-LM 2021 did not overlap tp's collectives).
+  std::string plugin_options;
 };
 
 const std::vector<PublishedRun>& published_runs();
+// The cost entries and schedules a published run is planned with: the installed plugins under
+// its plugin_options.
+PluginSources published_sources(const PublishedRun& run);
 
 // FLOPs of one iteration as Narayanan et al. 2021 eq. 3 count them (with full recompute):
 // 96 B s l h^2 (1 + s / 6h + V / 16 l h).

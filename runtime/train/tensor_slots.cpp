@@ -40,7 +40,14 @@ TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& se
   ctx.comm_self = world->self();
   ctx.tp = world->axis(dist::Axis::TP).raw();
   ctx.ops = ops;
-  api_ = std::make_unique<PluginLayers>(ops, numerics, ctx, *tensor_, sequence_.get());
+  // A tensor plugin without the options never overlaps: its regions may be its own.
+  PluginLayers::Overlap overlap;
+  int32_t on = 0;
+  int64_t chunks = 1;
+  overlap.on = plugins::host().opt_bool(&topts, "overlap", &on) == LOOM_OK && on;
+  if (overlap.on && plugins::host().opt_i64(&topts, "overlap_chunks", &chunks) == LOOM_OK)
+    overlap.chunks = static_cast<int>(chunks);
+  api_ = std::make_unique<PluginLayers>(ops, numerics, ctx, *tensor_, sequence_.get(), overlap);
   start_experts(cfg, sel);
   start_context(cfg, sel);
 }

@@ -77,3 +77,33 @@ TEST_CASE("profile_layer counts training steps only: evaluation and samples leav
   CHECK(collectives(busy, "fwd g (exit)") == collectives(quiet, "fwd g (exit)"));
   CHECK(collectives(busy, "bwd f (enter)") == collectives(quiet, "bwd f (enter)"));
 }
+
+// Overlap changes when the collectives run, not what they sum: at tp = 2 each element is a + b
+// either way. What can move is the last bit of a GEMM: a row chunk of 16 rows (sp here) lets
+// OpenBLAS pick another kernel than for the whole matrix, so the runs agree to fp32 rounding
+// (1e-6), not always bit for bit. The comm meter sees the difference: synchronous collectives
+// block training for as long as they are in flight; overlapped ones are in flight while GEMMs run.
+TEST_CASE("tp overlap (default on) trains as without it at tp = 2 to 1e-6, and hides time behind GEMMs") {
+  LayoutRuns runs("n_layer = 2\nn_head = 4\nd_model = 64\nd_ff = 256\nvocab_size = 130\nseq_len = 32",
+                  "steps = 4\nglobal_batch = 4\nlr = 3e-3");
+  const Curves one = runs.run("--set parallel.nproc=1");
+  for (const std::string sp : {"", " --set plugins.sequence=sp"}) {
+    const std::string layout = "--set parallel.nproc=2 --set parallel.tp=2" + sp;
+    const Curves off = runs.run(layout + " --set plugins.tp.overlap=false");
+    const Curves on = runs.run(layout);
+    check_same(off, on, 1e-6, "tp overlap" + sp);
+    check_same(one, on, 1e-5, "tp overlap against one rank" + sp);
+    CHECK(column(on.metrics, "comm_bytes_tp") == column(off.metrics, "comm_bytes_tp"));
+    const auto in_flight_off = column(off.metrics, "comm_ms"), exposed_off = column(off.metrics, "exposed_comm_ms");
+    const auto in_flight_on = column(on.metrics, "comm_ms"), exposed_on = column(on.metrics, "exposed_comm_ms");
+    for (size_t s = 0; s < in_flight_on.size(); ++s) {
+      CHECK(exposed_off[s] == doctest::Approx(in_flight_off[s]).epsilon(0.02));
+      CHECK(exposed_on[s] < in_flight_on[s]);
+    }
+  }
+  check_same(one, runs.run("--set parallel.nproc=4 --set parallel.tp=4 --set plugins.tp.overlap_chunks=3"), 1e-5,
+             "tp = 4, 3 chunks");
+  const auto bad = runs.raw("--set parallel.nproc=2 --set parallel.tp=2 --set plugins.tp.overlap_chunks=0");
+  CHECK(bad.rc == 2);
+  CHECK(has(bad.out, "overlap_chunks"));
+}

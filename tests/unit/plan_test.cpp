@@ -152,10 +152,10 @@ TEST_CASE("a strategy's cost entry sees its options: ddp's bf16 wire halves the 
 }
 
 TEST_CASE("Narayanan et al. 2021 Table 1 is predicted within 15% on every row, from the published layouts") {
-  plan::PluginSources sources(plugins::Registry::default_dirs());
   int rows = 0;
   for (const auto& run : plan::published_runs()) {
     if (run.source.find("Table 1") == std::string::npos) continue;
+    plan::PluginSources sources = plan::published_sources(run);
     const plan::Cluster c = plan::load_cluster(kClusters / (run.cluster + ".toml"));
     const plan::Estimate e = plan::estimate(c, run.workload, run.layout, sources.costs(), sources.pipes());
     const double predicted = plan::predicted_metric(run, e);

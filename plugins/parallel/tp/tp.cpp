@@ -27,23 +27,40 @@ class Tp : public loom::sdk::TensorPlugin {
   // [tokens, d_model] activations after attention and after the MLP in forward, and of the input
   // gradients in backward; with sp those become gather/scatter pairs, costed by sp. The
   // vocab-split embedding adds one forward all-reduce; the loss reduces two floats per token.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
+  // With overlap the backward all-reduces run behind the weight-gradient GEMMs (hidden, as far as
+  // the planner's compute window reaches) and a forward one exposes only its last row chunk.
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options& o) {
     using loom::sdk::collective;
     const int64_t act = q.tokens * q.d_model * q.act_bytes, m = q.microbatches;
+    const bool overlap = o.boolean("overlap");
+    const double chunks = double(o.i64("overlap_chunks"));
     std::vector<loom_cost_collective> c;
     if (!q.sequence_parallel) {
-      c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, act, 2 * q.layers * m, 0.0,
-                             "block outputs all-reduce"));
-      c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_BACKWARD, act, 2 * q.layers * m, 0.0,
+      c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, act, 2 * q.layers * m,
+                             overlap ? 1.0 - 1.0 / chunks : 0.0, "block outputs all-reduce"));
+      c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_BACKWARD, act, 2 * q.layers * m, overlap ? 1.0 : 0.0,
                              "block input-grad all-reduce"));
     }
     c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, act, m, 0.0, "embedding all-reduce"));
     c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, q.tokens * 8, 2 * m, 0.0, "loss max and sum"));
     return c;
   }
+  static constexpr loom_option_spec kOptions[] = {
+      {"overlap", LOOM_OPT_BOOL, "true",
+       "run f's backward collective behind the layer's weight-gradient GEMMs, and g's forward collective in "
+       "row chunks behind the row-parallel GEMM (the runtime issues them as ABI 2 defines f and g)"},
+      {"overlap_chunks", LOOM_OPT_INT, "4", "row chunks of a row-parallel GEMM under overlap"},
+      {nullptr, 0, nullptr, nullptr},
+  };
+  static constexpr loom_option_rule kRules[] = {
+      {"overlap_chunks", 1, 64, nullptr, 0},
+      {nullptr, 0, 0, nullptr, 0},
+  };
   static constexpr loom::sdk::About about{.name = "tp",
                                           .version = "1.0.0",
                                           .summary = "tensor parallel: column/row-split linears, vocab-split embedding and loss",
+                                          .options = kOptions,
+                                          .option_rules = kRules,
                                           .cost = &cost};
 
   explicit Tp(const loom::sdk::Context& ctx) : host_(ctx.host) {}
