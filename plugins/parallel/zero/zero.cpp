@@ -24,6 +24,8 @@
 //
 // reduce_dtype = "bf16" sends the gradients' reduce-scatters in bf16 (half the bytes) and widens
 // each reduced piece back into the fp32 shard: master weights, moments and the update stay fp32.
+// gather_dtype = "bf16" (stage 3) gathers bf16 copies of the master pieces and widens them into
+// the unit's buffer: every rank computes with the same bf16-rounded weights, half the bytes cross.
 #include <loom/bf16.hpp>
 #include <loom/sdk.hpp>
 
@@ -70,18 +72,26 @@ class Zero : public loom::sdk::ShardedDataPlugin {
       {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient reduce-scatter dtype: fp32 or bf16"},
       {"gather_overlap", LOOM_OPT_BOOL, "true",
        "stages 1-2: all-gather the updated parameters behind the next forward (false: at the end of the step)"},
+      {"gather_dtype", LOOM_OPT_STRING, "\"fp32\"",
+       "stage 3: parameter all-gather dtype, fp32 or bf16 (forward and backward then use bf16-rounded weights)"},
       {nullptr, 0, nullptr, nullptr},
   };
   static constexpr loom_option_rule kRules[] = {
       {"buckets", 1, 1e9, nullptr, 0},
       {"reduce_dtype", 1, 0, "fp32|bf16", 0},
+      {"gather_dtype", 1, 0, "fp32|bf16", 0},
       {nullptr, 0, 0, nullptr, 0},
   };
 
   Zero(const loom::sdk::Context& ctx, int stage)
       : host_(ctx.host), stage_(stage), max_in_flight_(static_cast<int>(ctx.options.i64("buckets"))),
         prefetch_(ctx.options.boolean("prefetch")), bf16_wire_(ctx.options.str("reduce_dtype") == "bf16"),
-        gather_overlap_(ctx.options.boolean("gather_overlap")) {}
+        gather_overlap_(ctx.options.boolean("gather_overlap")), bf16_gather_(ctx.options.str("gather_dtype") == "bf16") {
+    if (bf16_gather_ && stage != 3)
+      throw loom::sdk::ConfigError("[plugins.zero" + std::to_string(stage) +
+                                   "] gather_dtype = \"bf16\" is for zero3: stages 1-2 keep every parameter whole in "
+                                   "fp32 on every rank, and their gathers write into those copies");
+  }
 
   ~Zero() override {
     for (auto& r : in_flight_) wait_quietly(r.work);
@@ -158,7 +168,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
       return &full_[padded_at_[u]];
     }
     Gather& g = gather(u);
-    if (g.work) wait(g.work, "all-gather of a layer's parameters");
+    complete(g);
     ++g.users;
     if (prefetch_ && prefetch) {  // the next unit in this direction: its gather runs behind this unit's compute
       const int64_t next = backward ? u - 1 : u + 1;
@@ -256,8 +266,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   // ---- the update ----
 
   void step(const loom_adamw& hp) override {
-    for (auto& [u, g] : gathers_)  // no gather may still be reading the weights about to change
-      if (g.work) wait(g.work, "all-gather of a layer's parameters");
+    for (auto& [u, g] : gathers_) complete(g);  // no gather may still be reading the weights about to change
     await_updates();
     for (const Segment& s : segments_) {
       float* g = grad_at(s.shard_at);
@@ -341,7 +350,16 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     std::unique_ptr<std::vector<float>> buf;
     loom_work* work = nullptr;
     int users = 0;
+    std::vector<uint16_t> wire_in, wire_out;  // gather_dtype = "bf16": what crosses, until it completes
   };
+
+  // Waits for a unit's gather, if it is still on its way, and widens what crossed in bf16.
+  void complete(Gather& g) {
+    if (!g.work) return;
+    wait(g.work, "all-gather of a layer's parameters");
+    for (size_t i = 0; i < g.wire_out.size(); ++i) (*g.buf)[i] = loom::sdk::bf16_to_f32(g.wire_out[i]);
+    g.wire_in.clear(), g.wire_out.clear();
+  }
 
   int64_t unit_of(int64_t offset) const {
     for (int64_t u = 0; u < ctx_.n_units; ++u)
@@ -376,10 +394,17 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     }
     const Group& grp = group_[u];
     loom_tensor tin = flat(&master_[shard_at_[u]], piece_[u]), tout = flat(g.buf->data(), piece_[u] * grp.n);
+    if (bf16_gather_) {
+      g.wire_in.resize(piece_[u]);
+      g.wire_out.resize(piece_[u] * grp.n);
+      for (int64_t i = 0; i < piece_[u]; ++i) g.wire_in[i] = loom::sdk::f32_to_bf16(master_[shard_at_[u] + i]);
+      tin = loom::sdk::flat_tensor(g.wire_in.data(), LOOM_BF16, piece_[u]);
+      tout = loom::sdk::flat_tensor(g.wire_out.data(), LOOM_BF16, piece_[u] * grp.n);
+    }
     loom::sdk::ErrorBox err(host_.raw());
     if (ctx_.comm->all_gather(ctx_.comm_self, grp.comm, &tin, &tout, &g.work, err.get()) != LOOM_OK)
       err.raise("issuing a parameter all-gather");
-    sent_ += (grp.n - 1) * piece_[u] * 4;
+    sent_ += (grp.n - 1) * piece_[u] * (bf16_gather_ ? 2 : 4);
     Gather& added = gathers_.emplace(u, std::move(g)).first->second;
     note_buffers();
     return added;
@@ -417,7 +442,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   void note_buffers() {
     int64_t live = 0;
     for (auto& b : buckets_) live += 4 * static_cast<int64_t>(b->size());
-    for (auto& [u, g] : gathers_) live += 4 * static_cast<int64_t>(g.buf->size());
+    for (auto& [u, g] : gathers_) live += 4 * static_cast<int64_t>(g.buf->size()) + 2 * static_cast<int64_t>(g.wire_in.size() + g.wire_out.size());
     for (auto& b : free_bufs_) live += 4 * static_cast<int64_t>(b->size());
     for (auto& p : pieces_) live += 4 * static_cast<int64_t>(p->size());
     for (auto& p : free_pieces_) live += 4 * static_cast<int64_t>(p->size());
@@ -439,7 +464,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
 
   loom::sdk::Host host_;
   int stage_, max_in_flight_;
-  bool prefetch_, bf16_wire_, gather_overlap_;
+  bool prefetch_, bf16_wire_, gather_overlap_, bf16_gather_;
   loom_data_context ctx_{};
   // The group a unit is split over: the data group, or expert_dp for a unit of experts, whose
   // reduced gradients are scaled from that group's mean to the data group's.
@@ -482,9 +507,11 @@ struct ZeroStage : Zero {
     using loom::sdk::collective;
     std::vector<loom_cost_collective> c;
     // Expert units are split over expert_dp (the ranks sharing those experts), the rest over
-    // the whole data group. Parameters move as 4-byte values, gradients as their reduce_dtype;
+    // the whole data group. Parameters move as their gather_dtype (stages 1-2: 4-byte values),
+    // gradients as their reduce_dtype;
     // stage 3's gathers hide behind the previous unit's compute only when prefetched.
     const int64_t grad_width = o.str("reduce_dtype") == "bf16" ? 2 : 4;
+    const int64_t gather_width = Stage == 3 && o.str("gather_dtype") == "bf16" ? 2 : 4;
     const double gather_hidden = o.boolean("prefetch") ? 1.0 : 0.0;
     const bool update_overlap = o.boolean("gather_overlap");
     auto traffic = [&](int64_t params, int32_t group, const char* grads_what, const char* gather_what) {
@@ -496,7 +523,8 @@ struct ZeroStage : Zero {
                                    : collective(LOOM_COST_ALL_GATHER, LOOM_COST_STEP, bytes, 1, 0.0, gather_what, group));
       } else {
         for (loom_cost_phase phase : {LOOM_COST_FORWARD, LOOM_COST_BACKWARD})
-          c.push_back(collective(LOOM_COST_ALL_GATHER, phase, bytes, q.microbatches, gather_hidden, gather_what, group));
+          c.push_back(collective(LOOM_COST_ALL_GATHER, phase, params * gather_width, q.microbatches, gather_hidden,
+                                 gather_what, group));
       }
     };
     traffic(q.params - q.expert_params, 0, "gradient reduce-scatter", "parameter all-gather");
