@@ -126,7 +126,7 @@ TEST_CASE("the installed headers compile warning-free as C11 and C++17 under gcc
     for (const auto& [compiler, std, header, ext] : std::vector<std::array<std::string, 4>>{
              {cc, "c11", "plugin.h", ".c"}, {cxx, "c++17", "plugin.h", ".cpp"}, {cc, "c11", "types.h", ".c"},
              {cc, "c11", "ops.h", ".c"}, {cc, "c11", "host.h", ".c"}, {cxx, "c++17", "host.h", ".cpp"},
-             {cxx, "c++17", "bf16.hpp", ".cpp"},
+             {cxx, "c++17", "bf16.hpp", ".cpp"}, {cxx, "c++20", "formats.hpp", ".cpp"},
              {cxx, "c++20", "sdk.hpp", ".cpp"}}) {
       auto r = compile(compiler, std, header, ext);
       INFO(compiler << " -std=" << std << " " << header << "\n" << r.out);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ops/cpu/kernels.hpp"
-#include "ops/formats.hpp"
+#include <loom/formats.hpp>
 
 using namespace loom::formats;
 

@@ -10,7 +10,7 @@
 #include "core/errors.hpp"
 #include "loader/registry.hpp"
 #include "loader/selection.hpp"
-#include "ops/formats.hpp"
+#include <loom/formats.hpp>
 #include "ops/ops.hpp"
 #include "precision/precision.hpp"
 

@@ -9,6 +9,16 @@
 // expert_dp (the dp ranks holding the same experts) and scaled to the data group's mean.
 // reduce_dtype = "bf16" rounds each bucket to bf16 before the all-reduce and widens the result
 // back into the fp32 gradients: half the bytes on a wire that carries bf16, at bf16's precision.
+// reduce_dtype = "fp8" sends a quarter of fp32's bytes. No all-reduce can sum in 8 bits, so a
+// bucket is reduced in two moves of E4M3 blocks, each block prefixed with the fp32 scale that
+// maps its largest magnitude to 448 (a per-block scale, so no rank waits to agree on one):
+//   1. all-to-all: the bucket cut into n equal blocks, block j to rank j;
+//   2. rank j sums the n blocks it received in fp32, divides by n and all-gathers its block,
+//      encoded again with its own scale; every rank decodes every block, its own included, so
+//      the replicas stay identical.
+// 2 (n-1)/n bytes per gradient plus the scales. Phase 1 runs during the backward; phase 2, which
+// needs phase 1 done, in finish_grads. E4M3 rather than E5M2: the scale takes care of the range,
+// and the third mantissa bit halves the rounding error.
 // bucket_mb = 0 sizes the buckets from the link itself: at setup ddp times small and large
 // all-reduces over dp and fits t(S) = alpha + S / beta; a bucket of 9 alpha beta bytes spends at
 // most a tenth of its all-reduce on latency, and anything smaller only adds latency (the
@@ -16,11 +26,13 @@
 // summation order in a ring depends on where the bucket boundaries fall, so a measured size
 // would let the last bits of a dp > 2 run vary from one launch to the next.
 #include <loom/bf16.hpp>
+#include <loom/formats.hpp>
 #include <loom/sdk.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -38,7 +50,28 @@ struct Bucket {
   bool expert = false;  // LOOM_PARAM_EXPERT gradients, reduced over expert_dp
   loom_work* work = nullptr;
   std::vector<uint16_t> staged;  // the bucket in bf16 while reduce_dtype = "bf16"
+  std::vector<uint8_t> sent, received;  // reduce_dtype = "fp8": n blocks of (scale, codes)
 };
+
+// An fp8 block on the wire: the fp32 scale, then `width` E4M3 codes of x[i] * scale (zeros past
+// `count`, the bucket's end).
+constexpr int64_t kScaleBytes = 4;
+void encode_block(const float* x, int64_t count, int64_t width, uint8_t* out) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < count; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float scale = amax > 0.f && std::isfinite(amax) ? loom::formats::kE4M3.max / amax : 1.f;
+  std::memcpy(out, &scale, kScaleBytes);
+  for (int64_t i = 0; i < width; ++i) out[kScaleBytes + i] = i < count ? loom::formats::encode8(loom::formats::kE4M3, x[i] * scale) : 0;
+}
+// x[i] (+)= the block's values, for i < count.
+void decode_block(const uint8_t* in, int64_t count, float* x, bool add) {
+  float scale;
+  std::memcpy(&scale, in, kScaleBytes);
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = loom::formats::decode8(loom::formats::kE4M3, in[kScaleBytes + i]) / scale;
+    x[i] = add ? x[i] + v : v;
+  }
+}
 
 class Ddp : public loom::sdk::ReplicatedDataPlugin {
  public:
@@ -49,7 +82,8 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   // backward, exposed.
   static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options& o) {
     using loom::sdk::collective;
-    const int64_t width = o.str("reduce_dtype") == "bf16" ? 2 : q.grad_bytes;
+    const std::string dtype = o.str("reduce_dtype");
+    const int64_t width = dtype == "bf16" ? 2 : dtype == "fp8" ? 1 : q.grad_bytes;
     const bool overlap = o.boolean("overlap");
     const loom_cost_phase phase = overlap ? LOOM_COST_BACKWARD : LOOM_COST_STEP;
     const double hidden = overlap ? 1.0 : 0.0;
@@ -64,7 +98,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   static constexpr loom_option_spec kOptions[] = {
       {"bucket_mb", LOOM_OPT_FLOAT, "25.0", "gradient bucket size in MiB; 0 = sized from the measured link"},
       {"overlap", LOOM_OPT_BOOL, "true", "reduce buckets during backward (false: all after it)"},
-      {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient all-reduce dtype: fp32 or bf16"},
+      {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient all-reduce dtype: fp32, bf16 or fp8 (E4M3, a scale per block)"},
       {nullptr, 0, nullptr, nullptr},
   };
   static constexpr loom::sdk::About about{.name = "ddp",
@@ -80,9 +114,10 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
         overlap_(ctx.options.boolean("overlap")) {
     if (bucket_bytes_ < 0) throw loom::sdk::ConfigError("bucket_mb must be positive, or 0 to size buckets from the measured link");
     const std::string dtype = ctx.options.str("reduce_dtype");
-    if (dtype != "fp32" && dtype != "bf16")
-      throw loom::sdk::ConfigError("reduce_dtype must be \"fp32\" or \"bf16\", got \"" + dtype + "\"");
+    if (dtype != "fp32" && dtype != "bf16" && dtype != "fp8")
+      throw loom::sdk::ConfigError("reduce_dtype must be \"fp32\", \"bf16\" or \"fp8\", got \"" + dtype + "\"");
     bf16_ = dtype == "bf16";
+    fp8_ = dtype == "fp8";
   }
 
   void setup(const loom_data_context& ctx) override {
@@ -139,6 +174,14 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
         if (failure.empty()) failure = host_.raw()->error_message(err.get());
         continue;
       }
+      if (fp8_ && failure.empty()) {
+        try {
+          gather_fp8(b);
+        } catch (const std::exception& e) {
+          failure = e.what();
+        }
+        continue;
+      }
       if (bf16_)
         for (int64_t i = b.begin; i < b.end; ++i) ctx_.grads[i] = loom::sdk::bf16_to_f32(b.staged[i - b.begin]);
       if (b.expert)
@@ -155,7 +198,8 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   // Model state stays in the runtime's buffers; what ddp adds is the bf16 staging and the wire.
   void accounting(int64_t out[5]) override {
     std::fill(out, out + 5, 0);
-    for (const auto& b : buckets_) out[3] += static_cast<int64_t>(b.staged.capacity()) * 2;
+    for (const auto& b : buckets_)
+      out[3] += static_cast<int64_t>(b.staged.capacity()) * 2 + static_cast<int64_t>(b.sent.capacity() + b.received.capacity());
     out[4] = last_sent_;
   }
 
@@ -208,8 +252,48 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     return static_cast<int64_t>(bytes);
   }
 
+  // fp8 phase 1: every rank's block j, scaled, to rank j (see the top of the file).
+  void issue_fp8(Bucket& b, loom_comm* group, int64_t n) {
+    const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = kScaleBytes + width;
+    b.sent.resize(n * stride);
+    b.received.resize(n * stride);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t lo = std::min(count, j * width), hi = std::min(count, lo + width);
+      encode_block(ctx_.grads + b.begin + lo, hi - lo, width, &b.sent[j * stride]);
+    }
+    loom_tensor in = loom::sdk::flat_tensor(b.sent.data(), LOOM_U8, n * stride);
+    loom_tensor out = loom::sdk::flat_tensor(b.received.data(), LOOM_U8, n * stride);
+    sent_ += 2 * (n - 1) * stride;  // this phase and the gather
+    loom::sdk::ErrorBox err(host_.raw());
+    if (ctx_.comm->all_to_all(ctx_.comm_self, group, &in, &out, nullptr, nullptr, &b.work, err.get()) != LOOM_OK)
+      err.raise("issuing a gradient all-to-all (fp8)");
+  }
+  // fp8 phase 2, once phase 1 completed: the mean of this rank's block, encoded and gathered, and
+  // every gathered block decoded into the gradients.
+  void gather_fp8(Bucket& b) {
+    loom_comm* group = b.expert ? expert_dp_ : ctx_.dp;
+    const int64_t n = ctx_.comm->size(ctx_.comm_self, group), r = ctx_.comm->rank(ctx_.comm_self, group);
+    const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = kScaleBytes + width;
+    std::vector<float> sum(width, 0.f);
+    for (int64_t j = 0; j < n; ++j) decode_block(&b.received[j * stride], width, sum.data(), true);
+    const float mean = (b.expert ? expert_scale_ : 1.f) / static_cast<float>(n);
+    for (float& v : sum) v *= mean;
+    const int64_t mine = std::max<int64_t>(0, std::min(width, count - r * width));
+    encode_block(sum.data(), mine, width, b.sent.data());
+    loom_tensor in = loom::sdk::flat_tensor(b.sent.data(), LOOM_U8, stride);
+    loom_tensor out = loom::sdk::flat_tensor(b.received.data(), LOOM_U8, n * stride);
+    loom::sdk::ErrorBox err(host_.raw());
+    if (ctx_.comm->all_gather(ctx_.comm_self, group, &in, &out, nullptr, err.get()) != LOOM_OK)
+      err.raise("gradient all-gather (fp8)");
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t lo = std::min(count, j * width), hi = std::min(count, lo + width);
+      decode_block(&b.received[j * stride], hi - lo, ctx_.grads + b.begin + lo, false);
+    }
+  }
+
   void issue(Bucket& b) {
     if (!issued_any_) first_issue_ = Clock::now(), issued_any_ = true;
+    if (fp8_) return issue_fp8(b, b.expert ? expert_dp_ : ctx_.dp, ctx_.comm->size(ctx_.comm_self, b.expert ? expert_dp_ : ctx_.dp));
     loom_tensor t = loom::sdk::flat_tensor(ctx_.grads + b.begin, LOOM_F32, b.end - b.begin);
     if (bf16_) {
       b.staged.resize(b.end - b.begin);
@@ -226,7 +310,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
 
   loom::sdk::Host host_;
   int64_t bucket_bytes_;
-  bool overlap_, bf16_ = false;
+  bool overlap_, bf16_ = false, fp8_ = false;
   loom_data_context ctx_{};
   loom_comm* expert_dp_ = nullptr;
   float expert_scale_ = 1.f;

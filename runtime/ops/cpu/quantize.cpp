@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "ops/cpu/kernels.hpp"
-#include "ops/formats.hpp"
+#include <loom/formats.hpp>
 
 namespace loom::cpu {
 
@@ -42,7 +42,7 @@ inline float overflow_to_max(float x, float scale) {
 
 }  // namespace
 
-// x[i] = cast(x[i] * scale) * (1 / scale) through the narrow format (ops/formats.hpp), in place.
+// x[i] = cast(x[i] * scale) * (1 / scale) through the narrow format (loom/formats.hpp), in place.
 // amax = max |x[i]| of the input (NaN when any is NaN: the caller must see a poisoned tensor),
 // clipped = finite elements that overflowed the format after scaling.
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped) {

@@ -139,7 +139,7 @@ __global__ void adamw_k(float* p, const float* g, float* m, float* v, int64_t n,
 }
 
 // The narrow formats as (mantissa bits, smallest normal exponent, max, infinities, saturation);
-// see ops/formats.hpp for the table and the rounding rule, and ops/cpu/quantize.cpp for the
+// see loom/formats.hpp for the table and the rounding rule, and ops/cpu/quantize.cpp for the
 // same arithmetic on the CPU, which this must match bit for bit.
 struct NarrowFormat {
   int man, emin;

@@ -1,6 +1,7 @@
 // Number formats narrower than fp32, as scalar reference code: the value an fp32 rounds to, and
-// the bit codes of the 8-bit formats. The CPU quantize kernel casts with these; the tests check
-// them against hand-derived tables; a device with native formats must agree with them.
+// the bit codes of the 8-bit formats. The CPU quantize kernel casts with these, plugins that put
+// fp8 on a wire encode with them (ddp's reduce_dtype = "fp8"); the tests check them against
+// hand-derived tables; a device with native formats must agree with them. C++20.
 //
 // | format   | exp | man | bias | max finite | infinities | finite overflow   |
 // |----------|-----|-----|------|------------|------------|-------------------|
