@@ -53,25 +53,9 @@ struct Bucket {
   std::vector<uint8_t> sent, received;  // reduce_dtype = "fp8": n blocks of (scale, codes)
 };
 
-// An fp8 block on the wire: the fp32 scale, then `width` E4M3 codes of x[i] * scale (zeros past
-// `count`, the bucket's end).
-constexpr int64_t kScaleBytes = 4;
-void encode_block(const float* x, int64_t count, int64_t width, uint8_t* out) {
-  float amax = 0.f;
-  for (int64_t i = 0; i < count; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const float scale = amax > 0.f && std::isfinite(amax) ? loom::formats::kE4M3.max / amax : 1.f;
-  std::memcpy(out, &scale, kScaleBytes);
-  for (int64_t i = 0; i < width; ++i) out[kScaleBytes + i] = i < count ? loom::formats::encode8(loom::formats::kE4M3, x[i] * scale) : 0;
-}
-// x[i] (+)= the block's values, for i < count.
-void decode_block(const uint8_t* in, int64_t count, float* x, bool add) {
-  float scale;
-  std::memcpy(&scale, in, kScaleBytes);
-  for (int64_t i = 0; i < count; ++i) {
-    const float v = loom::formats::decode8(loom::formats::kE4M3, in[kScaleBytes + i]) / scale;
-    x[i] = add ? x[i] + v : v;
-  }
-}
+using loom::formats::block_bytes;
+using loom::formats::decode_block;
+using loom::formats::encode_block;
 
 class Ddp : public loom::sdk::ReplicatedDataPlugin {
  public:
@@ -254,7 +238,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
 
   // fp8 phase 1: every rank's block j, scaled, to rank j (see the top of the file).
   void issue_fp8(Bucket& b, loom_comm* group, int64_t n) {
-    const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = kScaleBytes + width;
+    const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = block_bytes(width);
     b.sent.resize(n * stride);
     b.received.resize(n * stride);
     for (int64_t j = 0; j < n; ++j) {
@@ -273,7 +257,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   void gather_fp8(Bucket& b) {
     loom_comm* group = b.expert ? expert_dp_ : ctx_.dp;
     const int64_t n = ctx_.comm->size(ctx_.comm_self, group), r = ctx_.comm->rank(ctx_.comm_self, group);
-    const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = kScaleBytes + width;
+    const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = block_bytes(width);
     std::vector<float> sum(width, 0.f);
     for (int64_t j = 0; j < n; ++j) decode_block(&b.received[j * stride], width, sum.data(), true);
     const float mean = (b.expert ? expert_scale_ : 1.f) / static_cast<float>(n);

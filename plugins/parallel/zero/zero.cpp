@@ -26,7 +26,10 @@
 // each reduced piece back into the fp32 shard: master weights, moments and the update stay fp32.
 // gather_dtype = "bf16" (stage 3) gathers bf16 copies of the master pieces and widens them into
 // the unit's buffer: every rank computes with the same bf16-rounded weights, half the bytes cross.
+// "fp8" on either (loom/formats.hpp's E4M3 blocks, a scale each): a reduce-scatter in fp8 is an
+// all-to-all of every rank's blocks and a sum in fp32 on arrival; a gather sends one block per rank.
 #include <loom/bf16.hpp>
+#include <loom/formats.hpp>
 #include <loom/sdk.hpp>
 
 #include <algorithm>
@@ -62,35 +65,46 @@ struct Reduction {
   int bucket = -1;  // -1: reads the full gradient buffer (stage 1)
   int64_t unit = 0;
   std::vector<uint16_t> wire_in, wire_out;  // reduce_dtype = "bf16": what crosses, until it completes
+  std::vector<uint8_t> fp8_in, fp8_out;     // reduce_dtype = "fp8": n E4M3 blocks each way
 };
+
+using loom::formats::block_bytes;
+
+// Wire dtypes as the options name them.
+enum class Wire { F32, BF16, FP8 };
+Wire wire_of(const std::string& s) { return s == "bf16" ? Wire::BF16 : s == "fp8" ? Wire::FP8 : Wire::F32; }
+// Bytes per element on the wire (fp8's scale per block left out), and of n elements with it.
+int64_t width_of(Wire w) { return w == Wire::F32 ? 4 : w == Wire::BF16 ? 2 : 1; }
+int64_t wire_bytes(Wire w, int64_t n) { return w == Wire::FP8 ? block_bytes(n) : width_of(w) * n; }
 
 class Zero : public loom::sdk::ShardedDataPlugin {
  public:
   static constexpr loom_option_spec kOptions[] = {
       {"buckets", LOOM_OPT_INT, "2", "gradient reduce-scatters in flight at once"},
       {"prefetch", LOOM_OPT_BOOL, "true", "stage 3: gather the next unit while this one computes"},
-      {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient reduce-scatter dtype: fp32 or bf16"},
+      {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient reduce-scatter dtype: fp32, bf16 or fp8 (E4M3 blocks)"},
       {"gather_overlap", LOOM_OPT_BOOL, "true",
        "stages 1-2: all-gather the updated parameters behind the next forward (false: at the end of the step)"},
       {"gather_dtype", LOOM_OPT_STRING, "\"fp32\"",
-       "stage 3: parameter all-gather dtype, fp32 or bf16 (forward and backward then use bf16-rounded weights)"},
+       "stage 3: parameter all-gather dtype, fp32, bf16 or fp8 (forward and backward then use the rounded weights)"},
       {nullptr, 0, nullptr, nullptr},
   };
   static constexpr loom_option_rule kRules[] = {
       {"buckets", 1, 1e9, nullptr, 0},
-      {"reduce_dtype", 1, 0, "fp32|bf16", 0},
-      {"gather_dtype", 1, 0, "fp32|bf16", 0},
+      {"reduce_dtype", 1, 0, "fp32|bf16|fp8", 0},
+      {"gather_dtype", 1, 0, "fp32|bf16|fp8", 0},
       {nullptr, 0, 0, nullptr, 0},
   };
 
   Zero(const loom::sdk::Context& ctx, int stage)
       : host_(ctx.host), stage_(stage), max_in_flight_(static_cast<int>(ctx.options.i64("buckets"))),
-        prefetch_(ctx.options.boolean("prefetch")), bf16_wire_(ctx.options.str("reduce_dtype") == "bf16"),
-        gather_overlap_(ctx.options.boolean("gather_overlap")), bf16_gather_(ctx.options.str("gather_dtype") == "bf16") {
-    if (bf16_gather_ && stage != 3)
-      throw loom::sdk::ConfigError("[plugins.zero" + std::to_string(stage) +
-                                   "] gather_dtype = \"bf16\" is for zero3: stages 1-2 keep every parameter whole in "
-                                   "fp32 on every rank, and their gathers write into those copies");
+        prefetch_(ctx.options.boolean("prefetch")), reduce_wire_(wire_of(ctx.options.str("reduce_dtype"))),
+        gather_overlap_(ctx.options.boolean("gather_overlap")), gather_wire_(wire_of(ctx.options.str("gather_dtype"))) {
+    if (gather_wire_ != Wire::F32 && stage != 3)
+      throw loom::sdk::ConfigError("[plugins.zero" + std::to_string(stage) + "] gather_dtype = \"" +
+                                   ctx.options.str("gather_dtype") +
+                                   "\" is for zero3: stages 1-2 keep every parameter whole in fp32 on every rank, and "
+                                   "their gathers write into those copies");
   }
 
   ~Zero() override {
@@ -168,7 +182,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
       return &full_[padded_at_[u]];
     }
     Gather& g = gather(u);
-    complete(g);
+    complete(u, g);
     ++g.users;
     if (prefetch_ && prefetch) {  // the next unit in this direction: its gather runs behind this unit's compute
       const int64_t next = backward ? u - 1 : u + 1;
@@ -224,7 +238,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     free_pieces_.pop_back();
     const Group& g = group_[u];
     loom_tensor tin = flat(in, piece_[u] * g.n), tout = flat(pieces_.back()->data(), piece_[u]);
-    if (bf16_wire_) {
+    if (reduce_wire_ == Wire::FP8) return issue_fp8_reduction(std::move(r), in);
+    if (reduce_wire_ == Wire::BF16) {
       r.wire_in.resize(static_cast<size_t>(piece_[u] * g.n));
       r.wire_out.resize(static_cast<size_t>(piece_[u]));
       for (size_t i = 0; i < r.wire_in.size(); ++i) r.wire_in[i] = loom::sdk::f32_to_bf16(in[i]);
@@ -236,7 +251,25 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     loom::sdk::ErrorBox err(host_.raw());
     if (ctx_.comm->reduce_scatter(ctx_.comm_self, g.comm, &tin, &tout, LOOM_REDUCE_AVG, &issued.work, err.get()) != LOOM_OK)
       err.raise("issuing a gradient reduce-scatter");
-    sent_ += (g.n - 1) * piece_[u] * (bf16_wire_ ? 2 : 4);
+    sent_ += (g.n - 1) * wire_bytes(reduce_wire_, piece_[u]);
+  }
+
+  // A reduce-scatter in fp8: rank j's block of every rank, as E4M3 blocks, to rank j; summed in
+  // fp32 when it completes (complete_oldest).
+  void issue_fp8_reduction(Reduction r, const float* in) {
+    const Group& g = group_[r.unit];
+    const int64_t piece = piece_[r.unit], stride = block_bytes(piece);
+    r.fp8_in.resize(g.n * stride);
+    r.fp8_out.resize(g.n * stride);
+    for (int j = 0; j < g.n; ++j) loom::formats::encode_block(in + j * piece, piece, piece, &r.fp8_in[j * stride]);
+    in_flight_.push_back(std::move(r));
+    Reduction& issued = in_flight_.back();
+    loom_tensor tin = loom::sdk::flat_tensor(issued.fp8_in.data(), LOOM_U8, g.n * stride);
+    loom_tensor tout = loom::sdk::flat_tensor(issued.fp8_out.data(), LOOM_U8, g.n * stride);
+    loom::sdk::ErrorBox err(host_.raw());
+    if (ctx_.comm->all_to_all(ctx_.comm_self, g.comm, &tin, &tout, nullptr, nullptr, &issued.work, err.get()) != LOOM_OK)
+      err.raise("issuing a gradient all-to-all (fp8)");
+    sent_ += (g.n - 1) * stride;
   }
 
   void finish_grads(double& comm_ms, double& exposed_ms) override {
@@ -266,7 +299,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   // ---- the update ----
 
   void step(const loom_adamw& hp) override {
-    for (auto& [u, g] : gathers_) complete(g);  // no gather may still be reading the weights about to change
+    for (auto& [u, g] : gathers_) complete(u, g);  // no gather may still be reading the weights about to change
     await_updates();
     for (const Segment& s : segments_) {
       float* g = grad_at(s.shard_at);
@@ -351,14 +384,18 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     loom_work* work = nullptr;
     int users = 0;
     std::vector<uint16_t> wire_in, wire_out;  // gather_dtype = "bf16": what crosses, until it completes
+    std::vector<uint8_t> fp8_in, fp8_out;     // gather_dtype = "fp8": one E4M3 block per rank
   };
 
-  // Waits for a unit's gather, if it is still on its way, and widens what crossed in bf16.
-  void complete(Gather& g) {
+  // Waits for unit u's gather, if it is still on its way, and widens what crossed narrower.
+  void complete(int64_t u, Gather& g) {
     if (!g.work) return;
     wait(g.work, "all-gather of a layer's parameters");
     for (size_t i = 0; i < g.wire_out.size(); ++i) (*g.buf)[i] = loom::sdk::bf16_to_f32(g.wire_out[i]);
-    g.wire_in.clear(), g.wire_out.clear();
+    if (!g.fp8_out.empty())
+      for (int j = 0; j < group_[u].n; ++j)
+        loom::formats::decode_block(&g.fp8_out[j * block_bytes(piece_[u])], piece_[u], g.buf->data() + j * piece_[u], false);
+    g.wire_in.clear(), g.wire_out.clear(), g.fp8_in.clear(), g.fp8_out.clear();
   }
 
   int64_t unit_of(int64_t offset) const {
@@ -394,7 +431,14 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     }
     const Group& grp = group_[u];
     loom_tensor tin = flat(&master_[shard_at_[u]], piece_[u]), tout = flat(g.buf->data(), piece_[u] * grp.n);
-    if (bf16_gather_) {
+    if (gather_wire_ == Wire::FP8) {
+      g.fp8_in.resize(block_bytes(piece_[u]));
+      g.fp8_out.resize(block_bytes(piece_[u]) * grp.n);
+      loom::formats::encode_block(&master_[shard_at_[u]], piece_[u], piece_[u], g.fp8_in.data());
+      tin = loom::sdk::flat_tensor(g.fp8_in.data(), LOOM_U8, block_bytes(piece_[u]));
+      tout = loom::sdk::flat_tensor(g.fp8_out.data(), LOOM_U8, block_bytes(piece_[u]) * grp.n);
+    }
+    if (gather_wire_ == Wire::BF16) {
       g.wire_in.resize(piece_[u]);
       g.wire_out.resize(piece_[u] * grp.n);
       for (int64_t i = 0; i < piece_[u]; ++i) g.wire_in[i] = loom::sdk::f32_to_bf16(master_[shard_at_[u] + i]);
@@ -404,7 +448,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     loom::sdk::ErrorBox err(host_.raw());
     if (ctx_.comm->all_gather(ctx_.comm_self, grp.comm, &tin, &tout, &g.work, err.get()) != LOOM_OK)
       err.raise("issuing a parameter all-gather");
-    sent_ += (grp.n - 1) * piece_[u] * (bf16_gather_ ? 2 : 4);
+    sent_ += (grp.n - 1) * wire_bytes(gather_wire_, piece_[u]);
     Gather& added = gathers_.emplace(u, std::move(g)).first->second;
     note_buffers();
     return added;
@@ -428,6 +472,11 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     wait(r.work, "gradient reduce-scatter");
     for (size_t i = 0; i < r.wire_out.size(); ++i) (*piece)[i] = loom::sdk::bf16_to_f32(r.wire_out[i]);
     const Group& g = group_[r.unit];
+    if (!r.fp8_out.empty()) {  // the n blocks of this rank's piece: their mean, as the fp32 reduce-scatter's AVG
+      const int64_t stride = block_bytes(piece_[r.unit]);
+      for (int j = 0; j < g.n; ++j) loom::formats::decode_block(&r.fp8_out[j * stride], piece_[r.unit], piece->data(), j > 0);
+      ctx_.ops->scale(piece->data(), 1.f / static_cast<float>(g.n), piece_[r.unit]);
+    }
     if (g.scale != 1.f) ctx_.ops->scale(piece->data(), g.scale, piece_[r.unit]);
     float* dst = stage_ == 1 ? &full_grads_[padded_at_[r.unit] + g.rank * piece_[r.unit]] : &shard_grads_[shard_at_[r.unit]];
     if (stage_ == 1)
@@ -464,7 +513,10 @@ class Zero : public loom::sdk::ShardedDataPlugin {
 
   loom::sdk::Host host_;
   int stage_, max_in_flight_;
-  bool prefetch_, bf16_wire_, gather_overlap_, bf16_gather_;
+  bool prefetch_;
+  Wire reduce_wire_;
+  bool gather_overlap_;
+  Wire gather_wire_;
   loom_data_context ctx_{};
   // The group a unit is split over: the data group, or expert_dp for a unit of experts, whose
   // reduced gradients are scaled from that group's mean to the data group's.
@@ -510,8 +562,8 @@ struct ZeroStage : Zero {
     // the whole data group. Parameters move as their gather_dtype (stages 1-2: 4-byte values),
     // gradients as their reduce_dtype;
     // stage 3's gathers hide behind the previous unit's compute only when prefetched.
-    const int64_t grad_width = o.str("reduce_dtype") == "bf16" ? 2 : 4;
-    const int64_t gather_width = Stage == 3 && o.str("gather_dtype") == "bf16" ? 2 : 4;
+    const int64_t grad_width = width_of(wire_of(o.str("reduce_dtype")));
+    const int64_t gather_width = Stage == 3 ? width_of(wire_of(o.str("gather_dtype"))) : 4;
     const double gather_hidden = o.boolean("prefetch") ? 1.0 : 0.0;
     const bool update_overlap = o.boolean("gather_overlap");
     auto traffic = [&](int64_t params, int32_t group, const char* grads_what, const char* gather_what) {

@@ -19,6 +19,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include <loom/bf16.hpp>
 #include <loom/plugin.h>
@@ -116,6 +117,32 @@ inline uint8_t encode8(const Format& f, float x) {
     return sign | static_cast<uint8_t>(std::ldexp(a, f.man_bits - f.emin()));
   const int man = static_cast<int>(std::ldexp(a, f.man_bits - unbiased)) - (1 << f.man_bits);
   return sign | static_cast<uint8_t>(((unbiased + f.bias) << f.man_bits) | man);
+}
+
+// ---- E4M3 blocks on a wire: the fp32 scale, then the codes ----
+// What plugins that reduce or gather in fp8 exchange (ddp's and zero's reduce_dtype = "fp8",
+// zero3's gather_dtype = "fp8"): a scale per block maps the block's largest magnitude to 448, so
+// no rank has to agree on a scale with the others before it sends.
+inline constexpr int64_t kBlockScaleBytes = 4;
+inline constexpr int64_t block_bytes(int64_t width) { return kBlockScaleBytes + width; }
+
+// `width` codes of x[i] * scale behind the scale; codes past `count` are zero.
+inline void encode_block(const float* x, int64_t count, int64_t width, uint8_t* out) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < count; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  const float scale = amax > 0.f && std::isfinite(amax) ? kE4M3.max / amax : 1.f;
+  std::memcpy(out, &scale, kBlockScaleBytes);
+  for (int64_t i = 0; i < width; ++i) out[kBlockScaleBytes + i] = i < count ? encode8(kE4M3, x[i] * scale) : 0;
+}
+
+// x[i] = (or, with `add`, +=) the block's i-th value, for i < count.
+inline void decode_block(const uint8_t* in, int64_t count, float* x, bool add) {
+  float scale;
+  std::memcpy(&scale, in, kBlockScaleBytes);
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = decode8(kE4M3, in[kBlockScaleBytes + i]) / scale;
+    x[i] = add ? x[i] + v : v;
+  }
 }
 
 }  // namespace loom::formats
