@@ -175,3 +175,19 @@ TEST_CASE("zero1 and zero2 with the parameter all-gather behind the next forward
     }
   }
 }
+
+// A deeper prefetch changes when each unit's gather is issued, not what arrives: the same bits,
+// and more gathered copies alive at once.
+TEST_CASE("zero3 prefetch_depth = 3 trains bitwise as depth 1 and holds more gather buffers") {
+  LayoutRuns runs("n_layer = 6\nn_head = 4\nd_model = 64\nd_ff = 256\nvocab_size = 130\nseq_len = 16",
+                  "steps = 3\nglobal_batch = 4\nlr = 1e-3");
+  const std::string layout = "--set parallel.nproc=2 --set plugins.data=zero3";
+  const Curves one = runs.run(layout);
+  const Curves three = runs.run(layout + " --set plugins.zero3.prefetch_depth=3");
+  check_same(one, three, 0.0, "prefetch depth 3");
+  CHECK(last(three, "comm_buffer_bytes") > last(one, "comm_buffer_bytes"));
+  CHECK(last(three, "comm_bytes") == last(one, "comm_bytes"));
+  const auto bad = runs.raw(layout + " --set plugins.zero3.prefetch_depth=0");
+  CHECK(bad.rc == 2);
+  CHECK(has(bad.out, "prefetch_depth"));
+}

@@ -20,7 +20,7 @@
 //            soon as the unit is done, so no full-size gradient buffer exists.
 //   stage 3: parameters are sharded too. A unit is all-gathered into a buffer before its forward
 //            and again before its backward and released after; acquiring unit u prefetches the
-//            next one in the same direction, so its gather runs behind u's compute.
+//            next prefetch_depth ones in the same direction, so their gathers run behind u's compute.
 //
 // reduce_dtype = "bf16" sends the gradients' reduce-scatters in bf16 (half the bytes) and widens
 // each reduced piece back into the fp32 shard: master weights, moments and the update stay fp32.
@@ -81,7 +81,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
  public:
   static constexpr loom_option_spec kOptions[] = {
       {"buckets", LOOM_OPT_INT, "2", "gradient reduce-scatters in flight at once"},
-      {"prefetch", LOOM_OPT_BOOL, "true", "stage 3: gather the next unit while this one computes"},
+      {"prefetch", LOOM_OPT_BOOL, "true", "stage 3: gather the next units while this one computes"},
+      {"prefetch_depth", LOOM_OPT_INT, "1", "stage 3: how many units ahead prefetch gathers (each holds a gathered copy)"},
       {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient reduce-scatter dtype: fp32, bf16 or fp8 (E4M3 blocks)"},
       {"gather_overlap", LOOM_OPT_BOOL, "true",
        "stages 1-2: all-gather the updated parameters behind the next forward (false: at the end of the step)"},
@@ -91,6 +92,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   };
   static constexpr loom_option_rule kRules[] = {
       {"buckets", 1, 1e9, nullptr, 0},
+      {"prefetch_depth", 1, 64, nullptr, 0},
       {"reduce_dtype", 1, 0, "fp32|bf16|fp8", 0},
       {"gather_dtype", 1, 0, "fp32|bf16|fp8", 0},
       {nullptr, 0, 0, nullptr, 0},
@@ -98,7 +100,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
 
   Zero(const loom::sdk::Context& ctx, int stage)
       : host_(ctx.host), stage_(stage), max_in_flight_(static_cast<int>(ctx.options.i64("buckets"))),
-        prefetch_(ctx.options.boolean("prefetch")), reduce_wire_(wire_of(ctx.options.str("reduce_dtype"))),
+        prefetch_(ctx.options.boolean("prefetch")), prefetch_depth_(static_cast<int>(ctx.options.i64("prefetch_depth"))),
+        reduce_wire_(wire_of(ctx.options.str("reduce_dtype"))),
         gather_overlap_(ctx.options.boolean("gather_overlap")), gather_wire_(wire_of(ctx.options.str("gather_dtype"))) {
     if (gather_wire_ != Wire::F32 && stage != 3)
       throw loom::sdk::ConfigError("[plugins.zero" + std::to_string(stage) + "] gather_dtype = \"" +
@@ -184,10 +187,12 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     Gather& g = gather(u);
     complete(u, g);
     ++g.users;
-    if (prefetch_ && prefetch) {  // the next unit in this direction: its gather runs behind this unit's compute
-      const int64_t next = backward ? u - 1 : u + 1;
-      if (next >= 0 && next < ctx_.n_units) gather(next);
-    }
+    if (prefetch_ && prefetch)  // the next units in this direction: their gathers run behind this unit's compute
+      for (int k = 1; k <= prefetch_depth_; ++k) {
+        const int64_t next = backward ? u - k : u + k;
+        if (next < 0 || next >= ctx_.n_units) break;
+        gather(next);
+      }
     return g.buf->data();
   }
 
@@ -514,6 +519,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   loom::sdk::Host host_;
   int stage_, max_in_flight_;
   bool prefetch_;
+  int prefetch_depth_;
   Wire reduce_wire_;
   bool gather_overlap_;
   Wire gather_wire_;
