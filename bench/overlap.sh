@@ -97,7 +97,7 @@ for rate in $rates; do
   row "zero3 $dp: prefetch" comm_bytes_all "--set plugins.data=zero3" "--set plugins.zero3.prefetch=false" \
     "--set plugins.zero3.prefetch=true"
   [ "$per_node" = 2 ] && row "dp2 x tp2: tp overlap + bf16 wire" comm_bytes_all "--set parallel.tp=2" \
-    "--set plugins.tp.overlap=false --set plugins.ddp.reduce_dtype=fp32" "--set plugins.tp.overlap=true --set plugins.ddp.reduce_dtype=bf16"
+    "--set plugins.tp.overlap=off --set plugins.ddp.reduce_dtype=fp32" "--set plugins.tp.overlap=on --set plugins.ddp.reduce_dtype=bf16"
   [ "$per_node" = 2 ] && row "pp2 x tp2: scatter/gather" comm_bytes_pp "--set parallel.tp=2 --set parallel.pp=2" \
     "--set plugins.1f1b.scatter_gather=false" "--set plugins.1f1b.scatter_gather=true"
   [ "$per_node" = 2 ] && row "pp4 m8: zbh1 (pp wait, bubble)" pipeline_bubble "--set parallel.pp=4 --set train.micro_batch=1" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One transformer layer (d=384, h=6, T=256, micro-batch 4) timed segment by segment for tp=1,
-# tp=2 and tp=2+sp (each with tp overlap off, then on: the default), with the bytes each segment's collectives moved next to the formula: 4
+# tp=2 and tp=2+sp (each with tp overlap off, then on), with the bytes each segment's collectives moved next to the formula: 4
 # collectives of b*s*h elements per layer per micro-batch, forward and backward (Megatron; sp
 # swaps each all-reduce for an all-gather/reduce-scatter pair of the same bytes).
 #   bench/tp_layer.sh [BUILD_DIR] [STEPS]
@@ -26,10 +26,10 @@ eval_every = 0
 TOML
 b=4 s=256 h=384
 echo "formula: 4 collectives x b*s*h = 4 x $((b * s * h)) fp32 = $((4 * b * s * h * 4)) bytes per layer per micro-batch"
-for layout in "--set parallel.nproc=1" "--set parallel.nproc=2 --set parallel.tp=2 --set plugins.tp.overlap=false" \
-              "--set parallel.nproc=2 --set parallel.tp=2" \
-              "--set parallel.nproc=2 --set parallel.tp=2 --set plugins.sequence=sp --set plugins.tp.overlap=false" \
-              "--set parallel.nproc=2 --set parallel.tp=2 --set plugins.sequence=sp"; do
+for layout in "--set parallel.nproc=1" "--set parallel.nproc=2 --set parallel.tp=2 --set plugins.tp.overlap=off" \
+              "--set parallel.nproc=2 --set parallel.tp=2 --set plugins.tp.overlap=on" \
+              "--set parallel.nproc=2 --set parallel.tp=2 --set plugins.sequence=sp --set plugins.tp.overlap=off" \
+              "--set parallel.nproc=2 --set parallel.tp=2 --set plugins.sequence=sp --set plugins.tp.overlap=on"; do
   echo
   echo "== $layout"
   rm -rf "$work/run"  # each layout trains fresh

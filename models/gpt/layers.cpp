@@ -184,19 +184,18 @@ Block::Qkv Block::qkv_layout(const Tensor& buf, int64_t N) const {
   return {base, kv, kv + hkv, hq, 2 * hkv};
 }
 
-// q, k, v = h W^T (+ b), then q and k rotated by their positions (RoPE).
-void Block::project_qkv(const Microbatch& mb, const Tensor& h, Tensor& buf) {
+// q, k, v = f(x) W^T (+ b), then q and k rotated by their positions (RoPE).
+void Block::project_qkv(const Microbatch& mb, const Tensor& x, Tensor& buf) {
   const loom_ops* o = api_.ops();
   const int64_t N = mb.rows(), D = c_.head_dim();
   const Qkv L = qkv_layout(buf, N);
   if (qkv_w_) {
     Tensor qkv = Tensor::borrow(L.q, {N, L.ldq});
-    api_.linear(qkv, h, *qkv_w_);
+    api_.enter_linears(x, {{&qkv, qkv_w_}});
     if (qkv_b_) o->bias_add(qkv.f32(), qkv_b_->value.f32(), N, L.ldq);
   } else {
     Tensor q = Tensor::borrow(L.q, {N, L.ldq}), kv = Tensor::borrow(L.k, {N, L.ldkv});
-    api_.linear(q, h, *q_w_);
-    api_.linear(kv, h, *kv_w_);
+    api_.enter_linears(x, {{&q, q_w_}, {&kv, kv_w_}});
     if (q_b_) o->bias_add(q.f32(), q_b_->value.f32(), N, L.ldq);
     if (kv_b_) o->bias_add(kv.f32(), kv_b_->value.f32(), N, L.ldkv);
   }
@@ -283,11 +282,9 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
 
   ln1_.forward(o, a.ln1, x, n);
   marks("fwd norm");
-  Tensor h1 = api_.region_enter(rows_of(a.ln1.out, n));
-  marks("fwd f (enter)");
   Tensor att = view(a.att, N, proj_w_->local_shape[1]), y = view(tmp_, N, C);
-  project_qkv(mb, h1, a.qkv);
-  marks("fwd qkv");
+  project_qkv(mb, rows_of(a.ln1.out, n), a.qkv);  // f's gather and the GEMMs: one segment, as
+  marks("fwd f (enter)");                          // tp overlap runs them interleaved
   const Qkv L = qkv_layout(a.qkv, N);
   if (kv_)
     attend_cached(mb, L, att);
@@ -309,10 +306,9 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
     marks("fwd moe");
     return;
   }
-  Tensor h2 = api_.region_enter(rows_of(a.ln2.out, n));
-  marks("fwd f (enter)");
   Tensor fc = view(a.fc, N, local_dim0(*fc_w_)), act = view(a.act, N, out_w_->local_shape[1]);
-  api_.linear(fc, h2, *fc_w_);
+  api_.enter_linears(rows_of(a.ln2.out, n), {{&fc, fc_w_}});
+  marks("fwd f (enter)");
   if (fc_b_) o->bias_add(fc.f32(), fc_b_->value.f32(), N, local_dim0(*fc_w_));
   activation_fwd(o, c_, act.f32(), fc.f32(), N, act.dim(1));
   marks("fwd mlp");
@@ -452,8 +448,7 @@ void Head::forward(const Microbatch& mb, Tensor& x) {
   Tensor logits = rows_of(a.logits, N);
   norm_.forward(o, a.norm, x, n);
   // The head is column-parallel over the vocabulary: f on the way in.
-  Tensor h_full = api_.region_enter(rows_of(a.norm.out, n));
-  api_.linear(logits, h_full, *head_w_);
+  api_.enter_linears(rows_of(a.norm.out, n), {{&logits, head_w_}});
   const int64_t vocab_begin = head_w_->slice.length >= 0 ? head_w_->slice.begin : 0;
   loss_sum_ = mb.targets ? api_.cross_entropy(logits, mb.targets, vocab_begin, c_.vocab_size, mb.dloss)
                          : 0.0;

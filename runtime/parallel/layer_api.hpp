@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <vector>
 
 #include <loom/plugin.h>
@@ -88,6 +89,16 @@ class LayerApi {
   // y[N, out] = x[N, in] W^T for a local [out, in] weight shard (bias added separately, because
   // a row-parallel layer adds it after region_exit).
   void linear(Tensor& y, const Tensor& x, const Param& W) const;
+  // f and the column-parallel linears after it: ys[i] = f(x) W_i^T. Sequence parallelism with tp
+  // overlap all-gathers x in row chunks, each chunk's GEMMs behind the next chunk's gather.
+  struct LinearOut {
+    Tensor* y;
+    const Param* W;
+  };
+  virtual void enter_linears(const Tensor& x, std::initializer_list<LinearOut> outs) {
+    const Tensor h = region_enter(x);
+    for (const LinearOut& o : outs) linear(*o.y, h, *o.W);
+  }
   // A row-parallel linear and the region exit after it: g(x W^T). Tensor parallelism with overlap
   // runs the GEMM in row chunks, each chunk's collective behind the next chunk's GEMM.
   virtual Tensor linear_exit(Tensor& y, const Tensor& x, const Param& W) {

@@ -180,6 +180,51 @@ Tensor PluginLayers::linear_exit(Tensor& y, const Tensor& x, const Param& W) {
   return result;
 }
 
+// Under sp with overlap (the collective matmul's forward): chunk c, rows [c0, c1) of every rank's
+// block, is all-gathered rank-major while chunk c - 1's GEMMs run; each rank's rows of it land at
+// rows [r n + c0, r n + c1) of every output. The precision slot rounds operands over whole
+// tensors (fp8 scales by their amax), so only exact operands take the chunks.
+void PluginLayers::enter_linears(const Tensor& x, std::initializer_list<LinearOut> outs) {
+  const int64_t n = x.dim(0), C = x.dim(1);
+  const int k = static_cast<int>(std::min<int64_t>(chunks_, n));
+  const bool exact = !numerics_.precision || numerics_.precision->exact();
+  if (!overlap_ || !seq_ || k < 2 || !exact) return LayerApi::enter_linears(x, outs);
+  std::vector<Tensor> staged(k);
+  std::vector<loom_work*> works;
+  auto rows = [&](int c) { return std::pair<int64_t, int64_t>{c * n / k, (c + 1) * n / k}; };
+  auto issue = [&](int c) {
+    const auto [c0, c1] = rows(c);
+    staged[c] = Tensor::empty({tp_ * (c1 - c0), C});
+    loom_tensor in = x.rows(c0, c1).desc(), out = staged[c].desc();
+    loom_work* w = nullptr;
+    loom_error e;
+    check(ctx_.comm->all_gather(ctx_.comm_self, ctx_.tp, &in, &out, &w, &e), e, "tp overlap all-gather");
+    works.push_back(w);
+  };
+  try {
+    issue(0);
+    for (int c = 0; c < k; ++c) {
+      if (c + 1 < k) issue(c + 1);
+      wait(works[c]);
+      works[c] = nullptr;
+      const auto [c0, c1] = rows(c);
+      for (const LinearOut& o : outs) {
+        const int64_t out = o.W->local_shape[0];
+        for (int r = 0; r < tp_; ++r)
+          ops_->gemm(0, 1, c1 - c0, out, C, 1.f, staged[c].f32() + r * (c1 - c0) * C, C, o.W->value.f32(), C, 0.f,
+                     o.y->f32() + (r * n + c0) * out, out);
+      }
+    }
+  } catch (...) {
+    std::vector<loom_work*> left;
+    for (loom_work* w : works)
+      if (w) left.push_back(w);
+    wait_all(left);
+    throw;
+  }
+  profile_.collective(x.bytes() * tp_);
+}
+
 // g backward: identity (tp) or all-gather (sp).
 Tensor PluginLayers::region_exit_bwd(const Tensor& dy) { return seq_ ? gather(dy) : dy; }
 

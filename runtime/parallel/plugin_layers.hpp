@@ -34,6 +34,7 @@ class PluginLayers : public LayerApi {
   Tensor region_exit(const Tensor& y) override;
   Tensor region_exit_bwd(const Tensor& dy) override;
   Tensor linear_exit(Tensor& y, const Tensor& x, const Param& W) override;
+  void enter_linears(const Tensor& x, std::initializer_list<LinearOut> outs) override;
 
   void embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T, const Param& wte,
                  const Param* wpe) const override;

@@ -322,6 +322,7 @@ struct Step {
     q.chunks = l.chunks;
     q.sequence_parallel = l.sp;
     q.tp = l.tp;
+    q.comm_shares_cores = c.shared_cores > 0;
     return q;
   }
 

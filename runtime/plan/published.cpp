@@ -66,7 +66,7 @@ std::vector<PublishedRun> build() {
   for (const Row& r : rows)
     runs.push_back({r.name, t1, "a100-80g", megatron_gpt(r.layers, r.hidden, r.heads, r.batch),
                     layout(r.gpus, r.tp, r.pp, r.mb, r.chunks, "full"), "tflops", r.tflops, true,
-                    "[plugins.tp]\noverlap = false\n"});
+                    "[plugins.tp]\noverlap = \"off\"\n"});
   // Llama 3 405B pre-training (Dubey et al. 2024, Table 4): 16K H100, tp 8, cp 1, pp 16, dp 128,
   // sequence 8192, 16M tokens per batch, 41% MFU on the 16K-GPU row. The paper runs a modified
   // interleaved schedule without giving v; v = 2 here is our assumption.

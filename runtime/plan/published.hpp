@@ -20,7 +20,7 @@ struct PublishedRun {
   double published = 0;  // in the metric's unit (TFLOP/s, fraction, tokens/s/GPU)
   bool megatron_flops = false;  // count FLOPs as Narayanan et al. eq. 3 (full recompute, 96 B s l h^2 ...)
   // Plugin options of the published configuration where Loom's defaults differ ("[plugins.tp]
-  // overlap = false": Megatron-LM 2021 did not overlap tp's collectives).
+  // overlap = "off": Megatron-LM 2021 did not overlap tp's collectives).
   std::string plugin_options;
 };
 

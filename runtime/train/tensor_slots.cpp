@@ -40,11 +40,14 @@ TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& se
   ctx.comm_self = world->self();
   ctx.tp = world->axis(dist::Axis::TP).raw();
   ctx.ops = ops;
-  // A tensor plugin without the options never overlaps: its regions may be its own.
+  // A tensor plugin without the options never overlaps: its regions may be its own. "auto"
+  // overlaps on CUDA, where NCCL and the NIC move the bytes, and not on CPUs, where gloo's
+  // threads would copy them on the cores the GEMMs use (docs/distributed.md, measured).
   PluginLayers::Overlap overlap;
-  int32_t on = 0;
+  const char* mode = nullptr;
   int64_t chunks = 1;
-  overlap.on = plugins::host().opt_bool(&topts, "overlap", &on) == LOOM_OK && on;
+  if (plugins::host().opt_str(&topts, "overlap", &mode) == LOOM_OK && mode)
+    overlap.on = std::string(mode) == "on" || (std::string(mode) == "auto" && read_run(cfg).device == "cuda");
   if (overlap.on && plugins::host().opt_i64(&topts, "overlap_chunks", &chunks) == LOOM_OK)
     overlap.chunks = static_cast<int>(chunks);
   api_ = std::make_unique<PluginLayers>(ops, numerics, ctx, *tensor_, sequence_.get(), overlap);

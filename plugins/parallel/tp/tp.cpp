@@ -21,6 +21,9 @@ using loom::sdk::ErrorBox;
 
 using loom::sdk::flat_tensor;
 
+// The overlap option as it applies: "auto" is on unless the collectives share the compute's cores.
+bool overlapping(const std::string& option, bool cpu) { return option == "on" || (option == "auto" && !cpu); }
+
 class Tp : public loom::sdk::TensorPlugin {
  public:
   // Megatron's f and g (Shoeybi et al. 2019): per block and micro-batch, an all-reduce of the
@@ -32,7 +35,8 @@ class Tp : public loom::sdk::TensorPlugin {
   static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options& o) {
     using loom::sdk::collective;
     const int64_t act = q.tokens * q.d_model * q.act_bytes, m = q.microbatches;
-    const bool overlap = o.boolean("overlap");
+    const bool cpu = LOOM_HAS_FIELD(&q, loom_cost_query, comm_shares_cores) && q.comm_shares_cores;
+    const bool overlap = overlapping(o.str("overlap"), cpu);
     const double chunks = double(o.i64("overlap_chunks"));
     std::vector<loom_cost_collective> c;
     if (!q.sequence_parallel) {
@@ -46,13 +50,15 @@ class Tp : public loom::sdk::TensorPlugin {
     return c;
   }
   static constexpr loom_option_spec kOptions[] = {
-      {"overlap", LOOM_OPT_BOOL, "true",
-       "run f's backward collective behind the layer's weight-gradient GEMMs, and g's forward collective in "
-       "row chunks behind the row-parallel GEMM (the runtime issues them as ABI 2 defines f and g)"},
+      {"overlap", LOOM_OPT_STRING, "\"auto\"",
+       "on: f's backward collective behind the weight-gradient GEMMs, g's forward one (and sp's gather) in row "
+       "chunks behind the GEMMs (the runtime issues them as ABI 2 defines f and g); off; auto: on for CUDA, off on "
+       "CPUs, whose comm threads would take the compute's cores"},
       {"overlap_chunks", LOOM_OPT_INT, "4", "row chunks of a row-parallel GEMM under overlap"},
       {nullptr, 0, nullptr, nullptr},
   };
   static constexpr loom_option_rule kRules[] = {
+      {"overlap", 1, 0, "auto|on|off", 0},
       {"overlap_chunks", 1, 64, nullptr, 0},
       {nullptr, 0, 0, nullptr, 0},
   };

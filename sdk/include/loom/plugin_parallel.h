@@ -33,6 +33,10 @@ typedef struct loom_cost_query {
   int32_t chunks;          /* pipeline model chunks per rank (interleaved: > 1) */
   int32_t sequence_parallel; /* 1: an sp plugin fills the sequence slot beside tp */
   int32_t tp;                /* the tensor-parallel degree (activations whole on each tp rank unless sp) */
+  /* 2.1: 1 when the ranks' collectives run on the CPU cores their compute uses (a CPU cluster:
+   * gloo's threads copy through the same cores), so overlapping them with compute gains nothing.
+   * Check LOOM_HAS_FIELD(q, loom_cost_query, comm_shares_cores) first. */
+  int32_t comm_shares_cores;
 } loom_cost_query;
 
 typedef enum loom_cost_op {
