@@ -32,6 +32,8 @@
 #include <loom/formats.hpp>
 #include <loom/sdk.hpp>
 
+#include "zero_parts.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -52,30 +54,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 
 loom_tensor flat(float* data, int64_t n) { return loom::sdk::flat_tensor(data, LOOM_F32, n); }
 
-// A run of one parameter's elements inside this rank's shard.
-struct Segment {
-  int64_t shard_at, len;
-  int32_t flags;
-  int64_t param, begin;  // which parameter, from which of its elements
-};
-
-// A reduce-scatter in flight: the bucket it reads, the piece it writes, where the piece goes.
-struct Reduction {
-  loom_work* work = nullptr;
-  int bucket = -1;  // -1: reads the full gradient buffer (stage 1)
-  int64_t unit = 0;
-  std::vector<uint16_t> wire_in, wire_out;  // reduce_dtype = "bf16": what crosses, until it completes
-  std::vector<uint8_t> fp8_in, fp8_out;     // reduce_dtype = "fp8": n E4M3 blocks each way
-};
-
-using loom::formats::block_bytes;
-
-// Wire dtypes as the options name them.
-enum class Wire { F32, BF16, FP8 };
-Wire wire_of(const std::string& s) { return s == "bf16" ? Wire::BF16 : s == "fp8" ? Wire::FP8 : Wire::F32; }
-// Bytes per element on the wire (fp8's scale per block left out), and of n elements with it.
-int64_t width_of(Wire w) { return w == Wire::F32 ? 4 : w == Wire::BF16 ? 2 : 1; }
-int64_t wire_bytes(Wire w, int64_t n) { return w == Wire::FP8 ? block_bytes(n) : width_of(w) * n; }
+using namespace loom_zero;
 
 class Zero : public loom::sdk::ShardedDataPlugin {
  public:
