@@ -277,16 +277,16 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
 
   void issue(Bucket& b) {
     if (!issued_any_) first_issue_ = Clock::now(), issued_any_ = true;
-    if (fp8_) return issue_fp8(b, b.expert ? expert_dp_ : ctx_.dp, ctx_.comm->size(ctx_.comm_self, b.expert ? expert_dp_ : ctx_.dp));
+    loom_comm* group = b.expert ? expert_dp_ : ctx_.dp;
+    const int64_t n = ctx_.comm->size(ctx_.comm_self, group);
+    if (fp8_) return issue_fp8(b, group, n);
     loom_tensor t = loom::sdk::flat_tensor(ctx_.grads + b.begin, LOOM_F32, b.end - b.begin);
     if (bf16_) {
       b.staged.resize(b.end - b.begin);
       for (int64_t i = b.begin; i < b.end; ++i) b.staged[i - b.begin] = loom::sdk::f32_to_bf16(ctx_.grads[i]);
       t = loom::sdk::flat_tensor(b.staged.data(), LOOM_BF16, b.end - b.begin);
     }
-    loom_comm* group = b.expert ? expert_dp_ : ctx_.dp;
-    const int64_t n = ctx_.comm->size(ctx_.comm_self, group);  // a ring sends 2 (n-1)/n of the buffer
-    sent_ += 2 * (n - 1) * (b.end - b.begin) * (bf16_ ? 2 : 4) / n;
+    sent_ += 2 * (n - 1) * (b.end - b.begin) * (bf16_ ? 2 : 4) / n;  // a ring sends 2 (n-1)/n of the buffer
     loom::sdk::ErrorBox err(host_.raw());
     if (ctx_.comm->all_reduce(ctx_.comm_self, group, &t, LOOM_REDUCE_AVG | LOOM_COMM_PERSISTENT, &b.work, err.get()) != LOOM_OK)
       err.raise("issuing a gradient all-reduce");
