@@ -166,7 +166,7 @@ TEST_CASE("pp x tp with scatter/gather sends 1/tp of the activations between sta
 
 // ZB-H1 keeps 1F1B's order of forwards and input-gradient backwards and runs every weight half in
 // micro-batch order, so each gradient sums the same terms in the same order: bitwise 1f1b.
-TEST_CASE("zbh1 splits every backward and trains bitwise as 1f1b; with ZeRO, tp+sp, MoE and recompute within 1e-5 of one rank") {
+TEST_CASE("zbh1 splits every backward and trains bitwise as 1f1b, and with ZeRO, tp+sp, MoE and recompute within 1e-5 of one rank") {
   LayoutRuns runs(kModel, kTrain);
   const Curves one = runs.run("--set parallel.nproc=1");
   for (int pp : {2, 4}) {

@@ -83,7 +83,7 @@ TEST_CASE("profile_layer counts training steps only: evaluation and samples leav
 // OpenBLAS pick another kernel than for the whole matrix, so the runs agree to fp32 rounding
 // (1e-6), not always bit for bit. The comm meter sees the difference: synchronous collectives
 // block training for as long as they are in flight; overlapped ones are in flight while GEMMs run.
-TEST_CASE("tp overlap trains as without it at tp = 2 to 1e-6, and hides time behind GEMMs; auto is off on CPUs") {
+TEST_CASE("tp overlap trains as without it at tp = 2 to 1e-6, and hides time behind GEMMs, and auto is off on CPUs") {
   LayoutRuns runs("n_layer = 2\nn_head = 4\nd_model = 64\nd_ff = 256\nvocab_size = 130\nseq_len = 32",
                   "steps = 4\nglobal_batch = 4\nlr = 3e-3");
   const Curves one = runs.run("--set parallel.nproc=1");
