@@ -206,7 +206,7 @@ void Block::project_qkv(const Microbatch& mb, const Tensor& x, Tensor& buf) {
 
 // From the gradients of the rotated q, k and v: un-rotate, bias gradients, and
 // dh = dq W_q + dkv W_kv (one GEMM with the fused weight); the weights' gradients accumulate.
-void Block::project_qkv_bwd(const Microbatch& mb, Tensor& dqkv, const Tensor& h, Tensor& dh) {
+void Block::project_qkv_bwd(const Microbatch& mb, Tensor& dqkv, const Tensor& x, Tensor& dh) {
   const loom_ops* o = api_.ops();
   const int64_t N = mb.rows(), D = c_.head_dim();
   const Qkv L = qkv_layout(dqkv, N);
@@ -217,14 +217,13 @@ void Block::project_qkv_bwd(const Microbatch& mb, Tensor& dqkv, const Tensor& h,
   if (qkv_w_) {
     Tensor dqkv_all = Tensor::borrow(L.q, {N, L.ldq});
     if (qkv_b_) o->bias_bwd(qkv_b_->grad.f32(), L.q, N, L.ldq);
-    api_.linear_bwd(&dh, dqkv_all, h, *qkv_w_);
+    api_.linears_bwd_regather(dh, x, {{&dqkv_all, qkv_w_}});
     return;
   }
   Tensor dq = Tensor::borrow(L.q, {N, L.ldq}), dkv = Tensor::borrow(L.k, {N, L.ldkv});
   if (q_b_) o->bias_bwd(q_b_->grad.f32(), L.q, N, L.ldq);
   if (kv_b_) o->bias_bwd(kv_b_->grad.f32(), L.k, N, L.ldkv);
-  api_.linear_bwd(&dh, dq, h, *q_w_);
-  api_.linear_bwd(&dh, dkv, h, *kv_w_, /*accumulate=*/true);
+  api_.linears_bwd_regather(dh, x, {{&dq, q_w_}, {&dkv, kv_w_}});
 }
 
 Block::~Block() = default;
@@ -348,19 +347,16 @@ void Block::mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks&
   Tensor act = view(a.act, N, out_w_->local_shape[1]), fc = view(a.fc, N, local_dim0(*fc_w_));
   if (out_b_) o->bias_bwd(out_b_->grad.f32(), dx.f32(), n, C);
   marks("bwd residual");
-  Tensor dy = api_.region_exit_bwd(dx);
-  marks("bwd g (exit)");
   Tensor dact = view(s_.dact, N, act.dim(1));
-  api_.linear_bwd(&dact, dy, act, *out_w_);
+  api_.exit_bwd_linear(dact, dx, act, *out_w_);
+  marks("bwd g (exit)");
   Tensor dfc = view(s_.dfc, N, fc.dim(1));
   activation_bwd(o, c_, dfc.f32(), fc.f32(), dact.f32(), N, act.dim(1));
   if (fc_b_) o->bias_bwd(fc_b_->grad.f32(), dfc.f32(), N, fc.dim(1));
   marks("bwd mlp");
-  Tensor h2 = api_.region_enter(rows_of(a.ln2.out, n));  // sp gathers the rows again
-  marks("bwd f (re-gather)");
   Tensor dh2 = view(s_.dh, N, C);
-  api_.linear_bwd(&dh2, dfc, h2, *fc_w_);
-  marks("bwd mlp");
+  api_.linears_bwd_regather(dh2, rows_of(a.ln2.out, n), {{&dfc, fc_w_}});  // sp gathers the rows again
+  marks("bwd f (re-gather)");
   Tensor dh2_local = api_.region_enter_bwd(dh2);
   marks("bwd f (enter)");
   ln2_.backward(o, a.ln2, dnorm, dh2_local, rows_of(a.x_mid, n), n);
@@ -375,21 +371,17 @@ void Block::attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, 
 
   if (proj_b_) o->bias_bwd(proj_b_->grad.f32(), dx.f32(), n, C);
   marks("bwd residual");
-  Tensor dy = api_.region_exit_bwd(dx);
-  marks("bwd g (exit)");
   Tensor att = view(a.att, N, proj_w_->local_shape[1]);
   Tensor datt = view(s_.datt, N, att.dim(1));
-  api_.linear_bwd(&datt, dy, att, *proj_w_);
-  marks("bwd proj");
+  api_.exit_bwd_linear(datt, dx, att, *proj_w_);
+  marks("bwd g (exit)");
   const Qkv L = qkv_layout(a.qkv, N), dL = qkv_layout(s_.dqkv, N);
   api_.attention_bwd({const_cast<float*>(att.f32()), const_cast<float*>(a.lse.f32()), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_,
                       c_.head_dim(), datt.f32(), dL.q, dL.k, dL.v});
   marks("bwd attention");
-  Tensor h1 = api_.region_enter(rows_of(a.ln1.out, n));
-  marks("bwd f (re-gather)");
   Tensor dh1 = view(s_.dh, N, C);
-  project_qkv_bwd(mb, s_.dqkv, h1, dh1);
-  marks("bwd qkv");
+  project_qkv_bwd(mb, s_.dqkv, rows_of(a.ln1.out, n), dh1);
+  marks("bwd f (re-gather)");
   Tensor dh1_local = api_.region_enter_bwd(dh1);
   marks("bwd f (enter)");
   ln1_.backward(o, a.ln1, dnorm, dh1_local, rows_of(a.x_in, n), n);
@@ -465,8 +457,7 @@ void Head::backward(const Microbatch& mb, Tensor& dx) {
   const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
   const Acts& a = *acts_;
   Tensor dlogits = rows_of(a.logits, N), dh = rows_of(dh_, N);
-  Tensor h_full = api_.region_enter(rows_of(a.norm.out, n));  // sp gathers the rows again
-  api_.linear_bwd(&dh, dlogits, h_full, *head_w_);
+  api_.linears_bwd_regather(dh, rows_of(a.norm.out, n), {{&dlogits, head_w_}});  // sp gathers the rows again
   Tensor dh_local = api_.region_enter_bwd(dh);
   norm_.backward(o, a.norm, dx, dh_local, rows_of(a.x_in, n), n);
 }

@@ -175,7 +175,7 @@ class Block : public Layer {
   Slots<Acts> acts_;
   void declare_attention(const std::string& p, ParamStore& ps, float resid_std);
   void project_qkv(const Microbatch& mb, const Tensor& x, Tensor& buf);
-  void project_qkv_bwd(const Microbatch& mb, Tensor& dqkv, const Tensor& h, Tensor& dh);
+  void project_qkv_bwd(const Microbatch& mb, Tensor& dqkv, const Tensor& x, Tensor& dh);
   // Refills what the policy dropped: the norms' outputs and the MLP activation (selective), or
   // the whole forward from the saved input (full), with the same arithmetic as forward.
   void recompute(const Microbatch& mb);

@@ -24,13 +24,21 @@ void LayerApi::linear(Tensor& y, const Tensor& x, const Param& W) const {
 }
 
 void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W, bool accumulate) const {
-  int64_t N = x.dim(0), in = x.dim(-1), out = W.local_shape[0];
-  Tensor dyr = numerics_.operand(dy, W.name + ".dy", LOOM_OPERAND_GRADIENT);
-  if (dx && dx->defined()) {
-    Tensor wr = numerics_.operand(W.value, W.name, LOOM_OPERAND_WEIGHT);
-    ops_->gemm(0, 0, N, in, out, 1.f, dyr.f32(), out, wr.f32(), in, accumulate ? 1.f : 0.f, dx->f32(), in);
-  }
-  Tensor xr = numerics_.operand(x, W.name + ".x", LOOM_OPERAND_ACTIVATION);
+  const Tensor dyr = numerics_.operand(dy, W.name + ".dy", LOOM_OPERAND_GRADIENT);
+  if (dx && dx->defined()) input_grad(*dx, dyr, W, accumulate);
+  add_weight_grad(dyr, x, W);
+}
+
+// dx[N, in] (+)= dy W over the rounded gradient dyr[N, out].
+void LayerApi::input_grad(Tensor& dx, const Tensor& dyr, const Param& W, bool accumulate) const {
+  const int64_t N = dyr.dim(0), in = W.local_shape[1], out = W.local_shape[0];
+  const Tensor wr = numerics_.operand(W.value, W.name, LOOM_OPERAND_WEIGHT);
+  ops_->gemm(0, 0, N, in, out, 1.f, dyr.f32(), out, wr.f32(), in, accumulate ? 1.f : 0.f, dx.f32(), in);
+}
+
+// dW += dyr^T x, now or set aside (a split backward's W, or tp overlap's collective).
+void LayerApi::add_weight_grad(const Tensor& dyr, const Tensor& x, Param& W) const {
+  const Tensor xr = numerics_.operand(x, W.name + ".x", LOOM_OPERAND_ACTIVATION);
   DeferredWeightGrads* into = deferred_ ? deferred_ : overlap_ ? &overlapped_ : nullptr;
   if (!into) return weight_grad({&W, dyr, xr});
   into->add(W, dyr, xr);

@@ -110,6 +110,25 @@ class LayerApi {
   void linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W, bool accumulate = false) const;
   // While set, linear_bwd appends its weight-gradient GEMM to `into` instead of running it (null:
   // run them). Only the linear layers' GEMMs wait; every other gradient is computed at once.
+  // The backward of a row-parallel linear with g's backward before it: dy = g'(dy_local), dx = dy
+  // W, dW += dy^T x. Sequence parallelism with tp overlap all-gathers dy in row chunks, each
+  // chunk's dx GEMMs behind the next chunk's gather.
+  virtual void exit_bwd_linear(Tensor& dx, const Tensor& dy_local, const Tensor& x, Param& W) {
+    const Tensor dy = region_exit_bwd(dy_local);
+    linear_bwd(&dx, dy, x, W);
+  }
+  // The backward of column-parallel linears that read f(x_local): dx = sum of dy_i W_i, then
+  // dW_i += dy_i^T f(x_local), with f's gather run again (sp keeps no gathered copy). With tp
+  // overlap the gather runs behind the dx GEMMs, which do not need it.
+  struct LinearGrad {
+    const Tensor* dy;
+    Param* W;
+  };
+  virtual void linears_bwd_regather(Tensor& dx, const Tensor& x_local, std::initializer_list<LinearGrad> grads) {
+    const Tensor h = region_enter(x_local);
+    bool first = true;
+    for (const LinearGrad& g : grads) linear_bwd(&dx, *g.dy, h, *g.W, !first), first = false;
+  }
   void defer_weight_grads(DeferredWeightGrads* into) { deferred_ = into; }
   void weight_grad(const DeferredWeightGrad& d) const;
   // Runs the weight-gradient GEMMs tp overlap set aside (behind a collective, or at the end of a
@@ -150,6 +169,9 @@ class LayerApi {
             const float* sin, bool inverse) const;
 
  protected:
+  // linear_bwd's halves, over the gradient as the precision slot rounded it.
+  void input_grad(Tensor& dx, const Tensor& dyr, const Param& W, bool accumulate) const;
+  void add_weight_grad(const Tensor& dyr, const Tensor& x, Param& W) const;
   const loom_ops* ops_;
   GemmNumerics numerics_;
   mutable SegmentProfile profile_;

@@ -184,36 +184,33 @@ Tensor PluginLayers::linear_exit(Tensor& y, const Tensor& x, const Param& W) {
 // block, is all-gathered rank-major while chunk c - 1's GEMMs run; each rank's rows of it land at
 // rows [r n + c0, r n + c1) of every output. The precision slot rounds operands over whole
 // tensors (fp8 scales by their amax), so only exact operands take the chunks.
-void PluginLayers::enter_linears(const Tensor& x, std::initializer_list<LinearOut> outs) {
-  const int64_t n = x.dim(0), C = x.dim(1);
-  const int k = static_cast<int>(std::min<int64_t>(chunks_, n));
-  const bool exact = !numerics_.precision || numerics_.precision->exact();
-  if (!overlap_ || !seq_ || k < 2 || !exact) return LayerApi::enter_linears(x, outs);
+bool PluginLayers::chunked_gathers() const {
+  return overlap_ && seq_ && chunks_ > 1 && (!numerics_.precision || numerics_.precision->exact());
+}
+
+loom_work* PluginLayers::issue_gather(const Tensor& local, int64_t c0, int64_t c1, Tensor& staged) {
+  staged = Tensor::empty({tp_ * (c1 - c0), local.dim(1)});
+  loom_tensor in = local.rows(c0, c1).desc(), out = staged.desc();
+  loom_work* w = nullptr;
+  loom_error e;
+  check(ctx_.comm->all_gather(ctx_.comm_self, ctx_.tp, &in, &out, &w, &e), e, "tp overlap all-gather");
+  return w;
+}
+
+template <class Use>
+void PluginLayers::gather_in_chunks(const Tensor& local, int k, Use use) {
+  const int64_t n = local.dim(0);
   std::vector<Tensor> staged(k);
-  std::vector<loom_work*> works;
-  auto rows = [&](int c) { return std::pair<int64_t, int64_t>{c * n / k, (c + 1) * n / k}; };
-  auto issue = [&](int c) {
-    const auto [c0, c1] = rows(c);
-    staged[c] = Tensor::empty({tp_ * (c1 - c0), C});
-    loom_tensor in = x.rows(c0, c1).desc(), out = staged[c].desc();
-    loom_work* w = nullptr;
-    loom_error e;
-    check(ctx_.comm->all_gather(ctx_.comm_self, ctx_.tp, &in, &out, &w, &e), e, "tp overlap all-gather");
-    works.push_back(w);
-  };
+  std::vector<loom_work*> works(k, nullptr);
+  auto first = [&](int c) { return c * n / k; };
   try {
-    issue(0);
+    works[0] = issue_gather(local, first(0), first(1), staged[0]);
     for (int c = 0; c < k; ++c) {
-      if (c + 1 < k) issue(c + 1);
-      wait(works[c]);
+      if (c + 1 < k) works[c + 1] = issue_gather(local, first(c + 1), first(c + 2), staged[c + 1]);
+      loom_work* w = works[c];
       works[c] = nullptr;
-      const auto [c0, c1] = rows(c);
-      for (const LinearOut& o : outs) {
-        const int64_t out = o.W->local_shape[0];
-        for (int r = 0; r < tp_; ++r)
-          ops_->gemm(0, 1, c1 - c0, out, C, 1.f, staged[c].f32() + r * (c1 - c0) * C, C, o.W->value.f32(), C, 0.f,
-                     o.y->f32() + (r * n + c0) * out, out);
-      }
+      wait(w);
+      use(staged[c], first(c), first(c + 1));
     }
   } catch (...) {
     std::vector<loom_work*> left;
@@ -222,7 +219,63 @@ void PluginLayers::enter_linears(const Tensor& x, std::initializer_list<LinearOu
     wait_all(left);
     throw;
   }
+}
+
+void PluginLayers::enter_linears(const Tensor& x, std::initializer_list<LinearOut> outs) {
+  const int64_t n = x.dim(0), C = x.dim(1);
+  const int k = static_cast<int>(std::min<int64_t>(chunks_, n));
+  if (!chunked_gathers() || k < 2) return LayerApi::enter_linears(x, outs);
+  gather_in_chunks(x, k, [&](const Tensor& staged, int64_t c0, int64_t c1) {
+    for (const LinearOut& o : outs) {
+      const int64_t out = o.W->local_shape[0];
+      for (int r = 0; r < tp_; ++r)
+        ops_->gemm(0, 1, c1 - c0, out, C, 1.f, staged.f32() + r * (c1 - c0) * C, C, o.W->value.f32(), C, 0.f,
+                   o.y->f32() + (r * n + c0) * out, out);
+    }
+  });
   profile_.collective(x.bytes() * tp_);
+}
+
+// g's backward under sp with overlap: dy's chunk c + 1 gathers while chunk c's rows of dx = dy W
+// are computed; the chunks are also laid into the whole dy, which the weight gradient needs.
+void PluginLayers::exit_bwd_linear(Tensor& dx, const Tensor& dy_local, const Tensor& x, Param& W) {
+  const int64_t n = dy_local.dim(0), out = dy_local.dim(1), in = W.local_shape[1];
+  const int k = static_cast<int>(std::min<int64_t>(chunks_, n));
+  if (!chunked_gathers() || k < 2) return LayerApi::exit_bwd_linear(dx, dy_local, x, W);
+  Tensor dy = Tensor::empty({n * tp_, out});
+  gather_in_chunks(dy_local, k, [&](const Tensor& staged, int64_t c0, int64_t c1) {
+    for (int r = 0; r < tp_; ++r) {
+      const float* piece = staged.f32() + r * (c1 - c0) * out;
+      std::memcpy(dy.f32() + (r * n + c0) * out, piece, (c1 - c0) * out * sizeof(float));
+      ops_->gemm(0, 0, c1 - c0, in, out, 1.f, piece, out, W.value.f32(), in, 0.f, dx.f32() + (r * n + c0) * in, in);
+    }
+  });
+  profile_.collective(dy.bytes());
+  add_weight_grad(dy, x, W);
+}
+
+// The gather of f's input again, behind the dx GEMMs (which read only dy and W); the weight
+// gradients, which read the gathered rows, after it.
+void PluginLayers::linears_bwd_regather(Tensor& dx, const Tensor& x_local, std::initializer_list<LinearGrad> grads) {
+  if (!overlap_ || !seq_) return LayerApi::linears_bwd_regather(dx, x_local, grads);
+  Tensor h;
+  loom_work* w = issue_gather(x_local, 0, x_local.dim(0), h);  // all rows: rank-major is row order
+  std::vector<Tensor> rounded;
+  try {
+    bool first = true;
+    for (const LinearGrad& g : grads) {
+      rounded.push_back(numerics_.operand(*g.dy, g.W->name + ".dy", LOOM_OPERAND_GRADIENT));
+      input_grad(dx, rounded.back(), *g.W, !first);
+      first = false;
+    }
+  } catch (...) {
+    wait_all({w});
+    throw;
+  }
+  wait(w);
+  profile_.collective(h.bytes());
+  size_t i = 0;
+  for (const LinearGrad& g : grads) add_weight_grad(rounded[i++], h, *g.W);
 }
 
 // g backward: identity (tp) or all-gather (sp).

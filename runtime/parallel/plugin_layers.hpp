@@ -35,6 +35,8 @@ class PluginLayers : public LayerApi {
   Tensor region_exit_bwd(const Tensor& dy) override;
   Tensor linear_exit(Tensor& y, const Tensor& x, const Param& W) override;
   void enter_linears(const Tensor& x, std::initializer_list<LinearOut> outs) override;
+  void exit_bwd_linear(Tensor& dx, const Tensor& dy_local, const Tensor& x, Param& W) override;
+  void linears_bwd_regather(Tensor& dx, const Tensor& x_local, std::initializer_list<LinearGrad> grads) override;
 
   void embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T, const Param& wte,
                  const Param* wpe) const override;
@@ -51,6 +53,15 @@ class PluginLayers : public LayerApi {
   loom_work* issue_sum(const Tensor& in, Tensor& out);
   void wait(loom_work* w);
   void wait_all(const std::vector<loom_work*>& works);
+  // Issues the all-gather of rows [c0, c1) of every rank's block of `local` into `staged` (rank-major).
+  loom_work* issue_gather(const Tensor& local, int64_t c0, int64_t c1, Tensor& staged);
+  // Gathers `local` in k row chunks, chunk c + 1 in flight while use(staged, c0, c1) runs on chunk
+  // c; every handle is completed whatever happens.
+  template <class Use>
+  void gather_in_chunks(const Tensor& local, int k, Use use);
+  // Whether sp's gathers run in chunks: overlap on, sp on, and operands the precision slot leaves
+  // exact (it rounds a whole operand at once).
+  bool chunked_gathers() const;
 
   loom_tensor_context ctx_;
   const loom_tensor_v2* tensor_;

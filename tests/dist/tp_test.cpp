@@ -105,6 +105,12 @@ TEST_CASE("tp overlap trains as without it at tp = 2 to 1e-6, and hides time beh
       CHECK(exposed_on[s] < in_flight_on[s]);
     }
   }
+  check_same(one, runs.run("--set parallel.nproc=4 --set parallel.tp=4 --set plugins.sequence=sp --set plugins.tp.overlap=on"),
+             1e-5, "tp = 4 + sp, overlap");
+  // bf16 rounds whole operands: the chunked gathers step aside, the overlapped collectives stay.
+  const std::string bf16 = "--set plugins.precision=bf16 --set parallel.nproc=2 --set parallel.tp=2 --set plugins.sequence=sp";
+  check_same(runs.run(bf16 + " --set plugins.tp.overlap=off"), runs.run(bf16 + " --set plugins.tp.overlap=on"), 1e-6,
+             "bf16 tp = 2 + sp, overlap");
   check_same(one, runs.run("--set parallel.nproc=4 --set parallel.tp=4 --set plugins.tp.overlap=on --set plugins.tp.overlap_chunks=3"), 1e-5,
              "tp = 4, 3 chunks");
   const auto bad = runs.raw("--set parallel.nproc=2 --set parallel.tp=2 --set plugins.tp.overlap_chunks=0");
