@@ -185,7 +185,7 @@ Tensor PluginLayers::linear_exit(Tensor& y, const Tensor& x, const Param& W) {
 // rows [r n + c0, r n + c1) of every output. The precision slot rounds operands over whole
 // tensors (fp8 scales by their amax), so only exact operands take the chunks.
 bool PluginLayers::chunked_gathers() const {
-  return overlap_ && seq_ && chunks_ > 1 && (!numerics_.precision || numerics_.precision->exact());
+  return overlap_ && seq_ && (!numerics_.precision || numerics_.precision->exact());
 }
 
 loom_work* PluginLayers::issue_gather(const Tensor& local, int64_t c0, int64_t c1, Tensor& staged) {

@@ -1,5 +1,7 @@
 #include "plan/published.hpp"
 
+#include <map>
+
 #include "config/config.hpp"
 #include "plan/from_config.hpp"
 
@@ -89,9 +91,15 @@ const std::vector<PublishedRun>& published_runs() {
   return runs;
 }
 
+// One registry scan per distinct set of options (the runs share two), not one per run.
 PluginSources published_sources(const PublishedRun& run) {
-  const config::Config cfg = config::Config::parse("[plugins]\n" + run.plugin_options, "<published: " + run.name + ">");
-  return PluginSources(plugins::Registry::default_dirs(), &cfg);
+  static std::map<std::string, PluginSources> by_options;
+  auto it = by_options.find(run.plugin_options);
+  if (it == by_options.end()) {
+    const config::Config cfg = config::Config::parse("[plugins]\n" + run.plugin_options, "<published: " + run.name + ">");
+    it = by_options.emplace(run.plugin_options, PluginSources(plugins::Registry::default_dirs(), &cfg)).first;
+  }
+  return it->second;  // a copy shares the scan and the cost cache
 }
 
 double megatron_flops(const model::Config& m, int64_t batch) {

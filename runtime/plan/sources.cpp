@@ -72,8 +72,10 @@ CostSource PluginSources::costs() {
 }
 
 // Up to kSimulated micro-batches the schedule plugin's own order is simulated; past that the
-// steady state repeats and the closed forms hold: (v m + p - 1)(1 + k) chunk-forward units, and
-// 1f1b's p (interleaved: 2(p - 1) + (v - 1) p + 1) chunks in flight on the first rank.
+// steady state repeats and the closed forms hold: (v m + p - 1)(1 + k) chunk-forward units
+// (zbh1, its backwards split in halves of k / 2: m (1 + k) + (p - 1) max(1, k / 2), the longer
+// of a forward and a half on the critical path of its fill), and 1f1b's and zbh1's p
+// (interleaved: 2(p - 1) + (v - 1) p + 1) chunks in flight on the first rank.
 // The makespan is linear in the backward cost k wherever one critical path stays critical (for
 // gpipe and 1f1b everywhere: (m + p - 1)(1 + k)), so each shape is simulated at k = 2 and 3 and
 // other k read off that line: a search of 60,000 layouts meets thousands of distinct k.
@@ -84,7 +86,8 @@ PipeSource PluginSources::pipes() {
     const int v = std::max(1, chunks);
     PipeShape s;
     if (m > kSimulated) {
-      s.makespan = (double(v) * m + pp - 1) * (1 + k);
+      s.makespan = schedule == "zbh1" ? double(m) * (1 + k) + (pp - 1) * std::max(1.0, k / 2)
+                                      : (double(v) * m + pp - 1) * (1 + k);
       s.in_flight = schedule == "gpipe" ? m * v : schedule == "interleaved" ? 2 * (pp - 1) + (v - 1) * pp + 1 : pp;
       return s;
     }

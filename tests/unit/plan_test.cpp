@@ -222,3 +222,18 @@ TEST_CASE("layouts read back as they print, and one that cannot exist is refused
   CHECK(plan::invalid_reason(w, plan::parse_layout("tp3 dp1")).find("does not divide") != std::string::npos);
   CHECK(plan::invalid_reason(w, plan::parse_layout("dp3")).find("not a multiple") != std::string::npos);
 }
+
+// Past 256 micro-batches the planner stops simulating and uses closed forms; they must continue
+// the simulated line, zbh1's (its backwards split in halves) included.
+TEST_CASE("the planner's pipeline closed forms continue the simulated makespans, zbh1 included") {
+  plan::PluginSources sources(plugins::Registry::default_dirs());
+  const plan::PipeSource pipes = sources.pipes();
+  for (const char* schedule : {"1f1b", "gpipe", "zbh1"})
+    for (double k : {2.0, 3.0}) {
+      INFO(schedule << ", k = " << k);
+      const double simulated = pipes(schedule, 4, 256, 1, k).makespan, closed = pipes(schedule, 4, 257, 1, k).makespan;
+      CHECK(closed - simulated == doctest::Approx(1 + k));  // one more micro-batch: a forward and a backward
+    }
+  CHECK(pipes("zbh1", 4, 257, 1, 2.0).makespan == doctest::Approx(257 * 3 + 3));      // (p - 1) F
+  CHECK(pipes("zbh1", 4, 257, 1, 3.0).makespan == doctest::Approx(257 * 4 + 3 * 1.5));  // (p - 1) B
+}
