@@ -9,28 +9,11 @@ namespace loom::gpt {
 Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bool profile,
          const std::vector<int>& only)
     : c_(c), api_(api) {
+  // The layout's fit to this model (heads, d_ff and rows over tp, MoE without sp) is checked before
+  // any rank builds it: train::layout_problem, which `loom config check` and `loom plan` share.
   const int tp = api.tp_size();
-  if (c_.n_head % tp != 0)
-    throw ConfigError("[model] n_head = " + std::to_string(c_.n_head) +
-                      " is not divisible by [parallel] tp = " + std::to_string(tp));
-  if (c_.kv_heads() % tp != 0)
-    throw ConfigError("[model] n_kv_head = " + std::to_string(c_.kv_heads()) +
-                      " is not divisible by [parallel] tp = " + std::to_string(tp) +
-                      ": each tp rank holds whole key/value heads (use tp <= n_kv_head, a divisor of it)");
-  if (c_.d_ff % tp != 0)
-    throw ConfigError("[model] d_ff = " + std::to_string(c_.d_ff) +
-                      " is not divisible by [parallel] tp = " + std::to_string(tp));
-  if (api.local_rows(c_.seq_len * tp) != c_.seq_len * tp && c_.seq_len % tp != 0)
-    throw ConfigError("[model] seq_len = " + std::to_string(c_.seq_len) +
-                      " is not divisible by [parallel] tp = " + std::to_string(tp) +
-                      " (sequence parallelism splits it)");
-  // MoE layers route whole rows: under tp every tp rank runs them on the same full rows (the
-  // experts replicated over tp); sequence parallelism would split the rows, and with them routing.
-  if (c_.moe.experts > 0 && api.local_rows(c_.seq_len) != c_.seq_len)
-    throw ConfigError("[model.moe] experts = " + std::to_string(c_.moe.experts) +
-                      " with [plugins] sequence: Loom replicates experts over tp, so every tp rank routes the same "
-                      "full rows, and sequence parallelism splits exactly those rows over the tp ranks; use tp without "
-                      "sp for a MoE model");
+  if (c_.n_head % tp || c_.kv_heads() % tp || c_.d_ff % tp)
+    throw RuntimeError("a tp that does not split the heads and d_ff got past layout_problem");
   scratch_ = std::make_unique<Scratch>(c_, max_rows);
   if (c_.rope()) rope_ = std::make_unique<RopeTables>(c_);
   if (c_.recompute != "none") recompute_ = std::make_unique<RecomputeScratch>(c_, max_rows);

@@ -1,26 +1,32 @@
-// loom plan CONFIG --cluster FILE [--nodes N | --devices N] [--top K] [--fix k=v] [--explain L] [--json]
+// loom plan CONFIG --cluster FILE [--nodes N | --devices N] [--top K] [--fix k=v] [--explain L] [--emit R --out F] [--json]
 // loom plan published [--clusters DIR] [--json]
 // loom plan calibrate --out FILE            (plan_calibrate.cpp)
 // Predicts step time, MFU and memory of every layout before anyone rents the cluster.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <fstream>
 #include <map>
 
 #include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
+#include "dist/mesh.hpp"
 #include "dist/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
 #include "loader/registry.hpp"
+#include "loader/selection.hpp"
+#include "loader/services.hpp"
 #include "model/model.hpp"
 #include "plan/from_config.hpp"
 #include "plan/published.hpp"
 #include "plan/search.hpp"
 #include "plan/sources.hpp"
+#include "train/trainer.hpp"
 
 namespace loom::cli {
 
@@ -134,6 +140,81 @@ int published(const Args& args) {
   return kExitOk;
 }
 
+// How many devices to plan: --nodes or --devices, else one node (a CPU machine: [parallel] nproc).
+int devices_to_plan(const po::variables_map& vm, const plan::Cluster& c, const config::Config& cfg) {
+  int64_t asked = c.shared_cores > 0 ? dist::read_parallel(cfg).nproc : c.per_node;
+  if (vm.count("nodes") && vm.count("devices")) throw UsageError("give --nodes or --devices, not both");
+  // In 64 bits: 300,000,000 nodes of 8 is past an int, not "less than 1".
+  if (vm.count("nodes")) asked = int64_t{vm["nodes"].as<int>()} * c.per_node;
+  if (vm.count("devices")) asked = vm["devices"].as<int>();
+  if (asked < 1) throw UsageError("--nodes and --devices must be at least 1");
+  if (asked > c.devices())
+    throw ConfigError(std::to_string(asked) + " devices asked, but cluster '" + c.name + "' (" + c.source + ") has " +
+                      std::to_string(c.nodes) + " node" + (c.nodes > 1 ? "s" : "") + " of " + std::to_string(c.per_node) +
+                      " = " + std::to_string(c.devices()));
+  return static_cast<int>(asked);
+}
+
+// A layout named on the command line, checked as the search checks its own: it must use the
+// planned devices and be one a run would start (the run's own words otherwise).
+plan::Layout named_layout(const std::string& option, const std::string& text, int devices, const plan::Workload& w,
+                          plan::PluginSources& sources) {
+  const plan::Layout l = plan::parse_layout(text);
+  std::string bad = l.world() != devices ? "uses " + std::to_string(l.world()) + " devices, not the " +
+                                               std::to_string(devices) + " planned for (set --devices or --nodes)"
+                                         : plan::invalid_reason(w, l);
+  if (bad.empty()) bad = sources.problems()(w, l);
+  if (!bad.empty()) throw ConfigError(option + " " + l.name() + ": " + bad);
+  return l;
+}
+
+void print_versus(const plan::SearchResult& r, const Estimate& e) {
+  size_t rank = 0;
+  while (rank < r.ranked.size() && r.ranked[rank].layout.name() != e.layout.name()) ++rank;
+  const std::string where = rank < r.ranked.size() ? "rank " + std::to_string(rank + 1) + " of " + std::to_string(r.ranked.size())
+                                                   : "not among the ranked layouts (--fix leaves it out)";
+  std::printf("versus %s: %.1f ms, %s; %s\n", e.layout.name().c_str(), e.step_ms, where.c_str(),
+              rank == 0 ? "it is the top layout" : plan::versus(r.ranked.front(), e).c_str());
+}
+
+// --emit: the config that runs one layout, as `loom config check` and `loom train` read it, checked
+// by the same check before it is written.
+void emit_config(const po::variables_map& vm, const plan::Workload& w, const Estimate& e, const plan::Cluster& c) {
+  if (!vm.count("out")) throw UsageError("--emit needs --out FILE, where the config is written");
+  const std::string file = vm["file"].as<std::string>(), out = vm["out"].as<std::string>();
+  std::vector<std::string> overrides = sets(vm);
+  for (const std::string& s : plan::layout_sets(w, e.layout)) overrides.push_back(s);
+  config::Config cfg = plugins::load_for_job(file, overrides, e.layout.world());
+  plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
+  plugins::set_plugin_source(&reg, &cfg);
+  const plugins::Selection sel = plugins::resolve(cfg, reg);
+  train::check_layout(cfg, sel, dist::resolve_mesh(cfg, e.layout.world()));
+  char head[512];
+  std::snprintf(head, sizeof head,
+                "# Written by `loom plan %s --cluster %s --emit \"%s\"`: layout %s, predicted %.1f ms per step, "
+                "%.1f%% MFU, %.2f GiB per rank on %s.\n# Check it with `loom config check`, run it with `loom train`.\n\n",
+                file.c_str(), vm["cluster"].as<std::string>().c_str(), vm["emit"].as<std::string>().c_str(),
+                e.layout.name().c_str(), e.step_ms, 100 * e.mfu, gib(e.memory.total()), c.name.c_str());
+  std::ofstream f(out);
+  f << head << cfg.render(sel.schemas);
+  if (!f.flush()) throw RuntimeError("cannot write " + out);
+  std::printf("wrote %s: %s (%d ranks); loom train %s\n", out.c_str(), e.layout.name().c_str(), e.layout.world(), out.c_str());
+}
+
+// The layout --emit names: a rank of the table ("1" is the top one) or a layout.
+Estimate emitted(const po::variables_map& vm, const plan::SearchResult& r, const plan::Workload& w, int devices,
+                 plan::PluginSources& sources, const plan::Cluster& c) {
+  const std::string what = vm["emit"].as<std::string>();
+  if (!what.empty() && what.find_first_not_of("0123456789") == std::string::npos) {
+    const size_t rank = std::stoul(what);
+    if (rank < 1 || rank > r.ranked.size())
+      throw ConfigError("--emit " + what + ": the table ranks " + std::to_string(r.ranked.size()) + " layouts");
+    return r.ranked[rank - 1];
+  }
+  const plan::Layout l = named_layout("--emit", what, devices, w, sources);
+  return plan::estimate(c, w, l, sources.costs(), sources.pipes());
+}
+
 }  // namespace
 
 int plan_cmd(const Args& args) {
@@ -146,9 +227,11 @@ int plan_cmd(const Args& args) {
       "devices", po::value<int>(), "devices to plan for, instead of --nodes")(
       "top", ranged<int>("top", 1, 1000000)->default_value(10), "rows of the ranked table")(
       "fix", po::value<std::vector<std::string>>()->composing(), "keep a choice fixed: tp=8, zero=1, recompute=full, "
-      "schedule=1f1b, mb=2, sp=on (repeatable, or comma-separated)")(
+      "schedule=1f1b, mb=2, sp=on, chunks=3 (repeatable, or comma-separated)")(
       "explain", po::value<std::string>(), "break one layout's step down, e.g. \"dp4 tp2 zero1 mb2\"")(
       "versus", po::value<std::string>(), "also say where this layout (yours, or a published one) ranks, and why")(
+      "emit", po::value<std::string>(), "write the config that runs a layout: its rank in the table (1 = the top) or the layout")(
+      "out", po::value<std::string>(), "where --emit writes the config")(
       "dtype", po::value<std::string>()->default_value(""), "fp32 | bf16 | fp16 | fp8 (default: [plugins] precision)")(
       "json", po::bool_switch(), "every layout as one JSON object per line, ranked");
   add_set_option(opts);
@@ -156,30 +239,17 @@ int plan_cmd(const Args& args) {
   pos.add("file", 1);
   po::variables_map vm;
   const std::string synopsis = "loom plan CONFIG --cluster FILE [--nodes N | --devices N] [--top K] [--fix k=v] "
-                               "[--explain LAYOUT] [--json]\n       loom plan calibrate --out FILE\n       loom plan published";
+                               "[--explain LAYOUT] [--emit RANK|LAYOUT --out FILE] [--json]\n"
+                               "       loom plan calibrate --out FILE\n       loom plan published";
   if (!parse(args, synopsis, opts, pos, vm)) return kExitOk;
   config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
   cfg.validate_runtime();
   const plan::Cluster c = plan::load_cluster(vm["cluster"].as<std::string>());
   const plan::Workload w = plan::workload_of(cfg, vm["dtype"].as<std::string>());
-  int devices = c.shared_cores > 0 ? dist::read_parallel(cfg).nproc : c.per_node;
-  if (vm.count("nodes") && vm.count("devices")) throw UsageError("give --nodes or --devices, not both");
-  // In 64 bits: 300,000,000 nodes of 8 is past an int, not "less than 1".
-  int64_t asked = devices;
-  if (vm.count("nodes")) asked = int64_t{vm["nodes"].as<int>()} * c.per_node;
-  if (vm.count("devices")) asked = vm["devices"].as<int>();
-  if (asked < 1) throw UsageError("--nodes and --devices must be at least 1");
-  if (asked > c.devices())
-    throw ConfigError(std::to_string(asked) + " devices asked, but cluster '" + c.name + "' (" + c.source + ") has " +
-                      std::to_string(c.nodes) + " node" + (c.nodes > 1 ? "s" : "") + " of " + std::to_string(c.per_node) +
-                      " = " + std::to_string(c.devices()));
-  devices = static_cast<int>(asked);
+  const int devices = devices_to_plan(vm, c, cfg);
   plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
   if (vm.count("explain")) {
-    plan::Layout l = plan::parse_layout(vm["explain"].as<std::string>());
-    if (l.world() != devices)
-      throw ConfigError("layout " + l.name() + " uses " + std::to_string(l.world()) + " devices, not the " +
-                        std::to_string(devices) + " planned for (set --devices or --nodes)");
+    const plan::Layout l = named_layout("--explain", vm["explain"].as<std::string>(), devices, w, sources);
     const Estimate e = plan::estimate(c, w, l, sources.costs(), sources.pipes());
     if (vm["json"].as<bool>()) std::printf("%s\n", estimate_json(e).c_str());
     else explain(e, c);
@@ -187,31 +257,27 @@ int plan_cmd(const Args& args) {
   }
   const plan::Fixed fixed = plan::parse_fixed(vm.count("fix") ? vm["fix"].as<std::vector<std::string>>() : std::vector<std::string>{});
   const auto t0 = std::chrono::steady_clock::now();
-  const plan::SearchResult r = plan::search(c, w, devices, fixed, sources.costs(), sources.pipes());
+  const plan::SearchResult r = plan::search(c, w, devices, fixed, sources.costs(), sources.pipes(), sources.problems());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (r.ranked.empty()) throw ConfigError("no layout of " + std::to_string(devices) + " devices can run this model" +
                                           (fixed.values.empty() ? "" : " with the --fix choices"));
+  if (vm.count("emit")) {
+    emit_config(vm, w, emitted(vm, r, w, devices, sources, c), c);
+    return kExitOk;
+  }
   if (vm["json"].as<bool>()) {
     for (const auto& e : r.ranked) std::printf("%s\n", estimate_json(e).c_str());
     return kExitOk;
   }
   std::printf("%s, global batch %lld x %lld tokens, %s, on %d x %s (%s)\n", w.model.describe().c_str(),
               (long long)w.global_batch, (long long)w.model.seq_len, w.dtype.c_str(), devices, c.device.c_str(), c.name.c_str());
-  std::printf("%ld layouts costed in %.2f s\n\n", r.considered, secs);
+  std::printf("%ld layouts costed in %.2f s (those the named plugins can run)\n\n", r.considered, secs);
   print_table(r.ranked, size_t(std::max(1, vm["top"].as<int>())));
   std::printf("\nwhy: %s\n", plan::reason(r).c_str());
   if (vm.count("versus")) {
-    const plan::Layout mine = plan::parse_layout(vm["versus"].as<std::string>());
-    const std::string bad = plan::invalid_reason(w, mine);
-    if (mine.world() != devices || !bad.empty())
-      throw ConfigError("--versus " + mine.name() + ": " + (bad.empty() ? "uses " + std::to_string(mine.world()) + " devices, not " + std::to_string(devices) : bad));
-    size_t rank = 0;
-    while (rank < r.ranked.size() && r.ranked[rank].layout.name() != mine.name()) ++rank;
-    const Estimate e = rank < r.ranked.size() ? r.ranked[rank] : plan::estimate(c, w, mine, sources.costs(), sources.pipes());
-    const std::string where = rank < r.ranked.size() ? "rank " + std::to_string(rank + 1) + " of " + std::to_string(r.ranked.size())
-                                                     : "not among the ranked layouts (--fix leaves it out)";
-    std::printf("versus %s: %.1f ms, %s; %s\n", mine.name().c_str(), e.step_ms, where.c_str(),
-                rank == 0 ? "it is the top layout" : plan::versus(r.ranked.front(), e).c_str());
+    const plan::Layout mine = named_layout("--versus", vm["versus"].as<std::string>(), devices, w, sources);
+    const auto it = std::find_if(r.ranked.begin(), r.ranked.end(), [&](const Estimate& e) { return e.layout.name() == mine.name(); });
+    print_versus(r, it != r.ranked.end() ? *it : plan::estimate(c, w, mine, sources.costs(), sources.pipes()));
   }
   for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
   return kExitOk;

@@ -37,8 +37,7 @@ ContextAttention::ContextAttention(const loom_context_context& ctx, plugins::Ins
   loom_error e;
   check(t_->setup(self_, &ctx, &e), e, "context plugin setup");
   if (seq_len % size_ != 0)
-    throw ConfigError("[model] seq_len = " + std::to_string(seq_len) + " is not a multiple of [parallel] cp = " +
-                      std::to_string(size_) + ": each cp rank holds an equal part of every sequence");
+    throw RuntimeError("seq_len not a multiple of cp got past layout_problem (train/layout_rules.cpp)");
   std::vector<loom_position_run> runs(64);
   int32_t n = 0;
   loom_status s = t_->split(self_, seq_len, rank, runs.data(), static_cast<int32_t>(runs.size()), &n, &e);

@@ -205,24 +205,30 @@ void model_state_bytes(double psi, int n, int stage, bool mixed, double out[3]) 
   out[2] = stage >= 1 ? k * psi / n : k * psi;
 }
 
+train::LayoutFacts layout_facts(const Workload& w, const Layout& l) {
+  auto own = [](const std::string& mine, const char* builtin) { return mine.empty() ? std::string(builtin) : mine; };
+  train::LayoutFacts f;
+  f.model = &w.model;
+  f.mesh.tp = l.tp, f.mesh.cp = l.cp, f.mesh.ep = l.ep, f.mesh.dp = l.dp, f.mesh.pp = l.pp;
+  f.global_batch = w.global_batch, f.micro_batch = l.micro_batch, f.device = w.device;
+  if (l.world() > 1) f.comm = own(w.comm, "gloo");
+  if (l.dp * l.ep * l.cp > 1) f.data = l.data_plugin(w);
+  if (l.tp > 1) f.tensor = own(w.tensor_plugin, "tp");
+  if (l.sp) f.sequence = own(w.sequence_plugin, "sp");
+  if (l.cp > 1) f.context = own(w.context_plugin, "cp");
+  if (l.ep > 1) f.expert = own(w.expert_plugin, "ep");
+  if (l.pp > 1) f.pipeline = l.schedule;
+  f.data_caps = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE | (l.zero ? LOOM_DATA_SHARDED : 0);
+  return f;
+}
+
 std::string invalid_reason(const Workload& w, const Layout& l) {
   const auto& m = w.model;
-  auto no = [](const std::string& s) { return s; };
-  if (m.n_head % l.tp || m.kv_heads() % l.tp)
-    return no("tp " + std::to_string(l.tp) + " does not divide the " + std::to_string(m.n_head) + " heads and " +
-              std::to_string(m.kv_heads()) + " kv heads");
-  if (m.d_ff % l.tp) return "tp " + std::to_string(l.tp) + " does not divide d_ff " + std::to_string(m.d_ff);
-  if (l.sp && l.tp == 1) return "sp needs tp > 1";
-  if (m.n_layer < l.pp * l.chunks) return std::to_string(m.n_layer) + " layers cannot fill pp " + std::to_string(l.pp) + " x " + std::to_string(l.chunks) + " chunks";
-  if (l.cp > 1 && m.seq_len % (2 * l.cp)) return "seq_len " + std::to_string(m.seq_len) + " is not a multiple of 2 cp";
-  if (l.ep > 1 && (m.moe.experts == 0 || m.moe.experts % l.ep)) return m.moe.experts ? "ep does not divide the experts" : "ep needs a MoE model";
-  const int64_t data = int64_t(l.dp) * l.ep;
-  if (w.global_batch % data) return "global batch " + std::to_string(w.global_batch) + " is not a multiple of dp x ep = " + std::to_string(data);
-  if ((w.global_batch / data) % l.micro_batch) return "micro-batch " + std::to_string(l.micro_batch) + " does not divide " + std::to_string(w.global_batch / data) + " sequences per rank";
-  const int64_t micro = w.global_batch / data / l.micro_batch;
-  if (l.schedule == "interleaved" && (l.pp == 1 || micro % l.pp)) return "interleaved needs pp > 1 and micro-batches a multiple of pp";
+  if (l.micro_batch < 1) return "micro-batch " + std::to_string(l.micro_batch) + " is not a sequence count";
+  if (m.n_layer < l.pp * l.chunks) return std::to_string(m.n_layer) + " blocks cannot fill pp " + std::to_string(l.pp) + " x " + std::to_string(l.chunks) + " chunks";
+  if (l.cp > 1 && m.seq_len % (2 * l.cp)) return "seq_len " + std::to_string(m.seq_len) + " is not a multiple of 2 cp (the zig-zag split)";
   if (l.zero && l.dp * l.ep * l.cp == 1) return "ZeRO needs more than one data-parallel rank";
-  return "";
+  return train::layout_problem(layout_facts(w, l));
 }
 
 namespace {

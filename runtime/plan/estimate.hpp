@@ -12,6 +12,7 @@
 
 #include "model/model.hpp"
 #include "plan/cluster.hpp"
+#include "train/layout_rules.hpp"
 
 namespace loom::plan {
 
@@ -43,6 +44,8 @@ struct Workload {
   // through its own cost entry in every layout that uses the slot. The data slot's plugin then
   // holds the model state unsharded, as far as the planner knows.
   std::string data_plugin, tensor_plugin, sequence_plugin, context_plugin, expert_plugin;
+  std::string device = "cpu";  // [run] device: what the layout's plugins must run on
+  std::string comm;            // [plugins] comm ("" = gloo, the default of a job of several ranks)
 };
 
 // One collective of the step, as a plugin's cost entry gave it, with its predicted time.
@@ -86,7 +89,18 @@ struct PipeShape {
 };
 using PipeSource = std::function<PipeShape(const std::string& schedule, int pp, int m, int chunks, double k)>;
 
-// Why a layout cannot run this model (empty when it can): divisibility, head counts, batch.
+// Why a run of the layout would be refused, in the run's words (empty when it would start): the
+// check `loom train` and `loom config check` make (train/layout_rules.hpp) with the plugins the
+// layout names, and the schedule plugin's own plan. PluginSources::problems binds it.
+using ProblemSource = std::function<std::string(const Workload& w, const Layout& l)>;
+
+// A layout's facts for the run's check, with the built-in plugins in the slots the workload
+// leaves to them and every capability granted (PluginSources::problems asks the real plugins).
+train::LayoutFacts layout_facts(const Workload& w, const Layout& l);
+
+// Why a layout cannot be costed (empty when it can): what any run of it would be refused for
+// (the model, the batch, as layout_facts has it), and the planner's own limits: balanced
+// pipeline stages (blocks >= pp x chunks), the zig-zag cp split, ZeRO only where a data group is.
 std::string invalid_reason(const Workload& w, const Layout& l);
 
 Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const CostSource& costs,

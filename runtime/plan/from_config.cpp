@@ -29,6 +29,8 @@ Workload workload_of(const config::Config& cfg, const std::string& dtype) {
   w.sequence_plugin = own("sequence", "sp");
   w.context_plugin = own("context", "cp");
   w.expert_plugin = own("expert", "ep");
+  w.device = train::read_run(cfg).device;
+  w.comm = slots.slot("comm");
   return w;
 }
 
@@ -49,6 +51,22 @@ Layout layout_of(const config::Config& cfg) {
   l.recompute = model::from_config(cfg).recompute;
   l.micro_batch = int(train.micro_batch > 0 ? train.micro_batch : train.global_batch / (int64_t(l.dp) * l.ep));
   return l;
+}
+
+std::vector<std::string> layout_sets(const Workload& w, const Layout& l) {
+  auto n = [](int64_t v) { return std::to_string(v); };
+  auto slot = [](const char* name, bool used, const std::string& mine, const std::string& builtin) {
+    return std::string("plugins.") + name + "=\"" + (used ? (mine.empty() ? builtin : mine) : "") + "\"";
+  };
+  std::vector<std::string> sets = {
+      "parallel.nproc=" + n(l.world()), "parallel.dp=" + n(l.dp), "parallel.tp=" + n(l.tp), "parallel.pp=" + n(l.pp),
+      "parallel.cp=" + n(l.cp), "parallel.ep=" + n(l.ep), "parallel.pp_chunks=" + n(l.schedule == "interleaved" ? l.chunks : 0),
+      "train.micro_batch=" + n(l.micro_batch), "model.recompute=\"" + l.recompute + "\"",
+      slot("tensor", l.tp > 1, w.tensor_plugin, "tp"), slot("sequence", l.sp, w.sequence_plugin, "sp"),
+      slot("context", l.cp > 1, w.context_plugin, "cp"), slot("expert", l.ep > 1, w.expert_plugin, "ep"),
+      slot("pipeline", l.pp > 1, "", l.schedule)};
+  if (l.dp * l.ep * l.cp > 1) sets.push_back(slot("data", true, "", l.data_plugin(w)));
+  return sets;
 }
 
 }  // namespace loom::plan

@@ -12,4 +12,9 @@ Workload workload_of(const config::Config& cfg, const std::string& dtype = "");
 // dp "auto" resolves from [parallel] nproc; micro_batch 0 from the global batch.
 Layout layout_of(const config::Config& cfg);
 
+// The --set overrides that turn a config of workload `w` into one that runs layout `l` (the
+// inverse of layout_of): [parallel] degrees and nproc, the slots' plugins (the workload's own where
+// it names some), [train] micro_batch and [model] recompute.
+std::vector<std::string> layout_sets(const Workload& w, const Layout& l);
+
 }  // namespace loom::plan

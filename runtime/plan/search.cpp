@@ -1,6 +1,7 @@
 #include "plan/search.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
 #include "core/errors.hpp"
@@ -42,6 +43,19 @@ std::vector<int> micro_batches(int64_t per_rank) {
   return out;
 }
 
+// Model chunks per rank for the interleaved schedule: every depth up to 8 whose chunks each hold
+// at least one block (Loom balances uneven chunks by cost), and any depth --fix names.
+std::vector<int> interleave_depths(int64_t blocks, int pp, const Fixed& fixed) {
+  std::vector<int> out;
+  for (int v = 2; v <= 8 && int64_t{pp} * v <= blocks; ++v) out.push_back(v);
+  const auto it = fixed.values.find("chunks");
+  if (it != fixed.values.end()) {
+    const int v = std::atoi(it->second.c_str());
+    if (v > 8 && int64_t{pp} * v <= blocks) out.push_back(v);
+  }
+  return out;
+}
+
 }  // namespace
 
 bool Fixed::allows(const Layout& l) const {
@@ -70,7 +84,8 @@ Fixed parse_fixed(const std::vector<std::string>& items) {
   return f;
 }
 
-std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp, const Fixed& fixed) {
+std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp, const Fixed& fixed,
+                                      const ProblemSource& problems) {
   std::vector<Layout> out;
   const auto& m = w.model;
   const bool moe = m.moe.experts > 0;
@@ -92,8 +107,9 @@ std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp
             std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}};
             if (pp > 1) {
               schedules.push_back({"gpipe", 1});
-              for (int v : {2, 4})
-                if (micro % pp == 0 && m.n_layer >= pp * v) schedules.push_back({"interleaved", v});
+              schedules.push_back({"zbh1", 1});
+              for (int v : interleave_depths(m.n_layer, pp, fixed))
+                if (micro % pp == 0) schedules.push_back({"interleaved", v});
             }
             for (const auto& [sched, v] : schedules)
               for (int zero = 0; zero <= (dp * ep * cp > 1 && w.data_plugin.empty() ? 3 : 0); ++zero)
@@ -101,7 +117,7 @@ std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp
                   for (const char* rc : {"none", "selective", "full"}) {
                     Layout l = base;
                     l.micro_batch = mb, l.schedule = sched, l.chunks = v, l.zero = zero, l.sp = sp, l.recompute = rc;
-                    if (!fixed.allows(l) || !invalid_reason(w, l).empty()) continue;
+                    if (!fixed.allows(l) || !invalid_reason(w, l).empty() || !problems(w, l).empty()) continue;
                     out.push_back(l);
                   }
           }
@@ -113,10 +129,10 @@ std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp
 }
 
 SearchResult search(const Cluster& c, const Workload& w, int devices, const Fixed& fixed,
-                    const CostSource& costs, const PipeSource& pipes) {
+                    const CostSource& costs, const PipeSource& pipes, const ProblemSource& problems) {
   SearchResult r;
   const int max_tp = c.shared_cores > 0 ? devices : std::min(devices, c.per_node);
-  for (const Layout& l : candidate_layouts(w, devices, max_tp, fixed)) {
+  for (const Layout& l : candidate_layouts(w, devices, max_tp, fixed, problems)) {
     Estimate e = estimate(c, w, l, costs, pipes);
     for (const auto& n : e.notes)
       if (std::find(r.notes.begin(), r.notes.end(), n) == r.notes.end()) r.notes.push_back(n);

@@ -8,6 +8,7 @@
 #include "loader/host.hpp"
 #include "loader/selection.hpp"
 #include "parallel/pipeline_plan.hpp"
+#include "train/layout_rules.hpp"
 
 namespace loom::plan {
 
@@ -21,12 +22,15 @@ struct PluginSources::State {
     loom_options options{};
   };
   std::map<std::string, Cost> costs;
-  // Each pipeline shape's makespan at backward cost 2 and 3 (see pipes()).
+  // Each pipeline shape's makespan at backward cost 2 and 3 (see pipes()), or the schedule
+  // plugin's refusal of that shape.
   struct Line {
     double at2 = 0, at3 = 0;
     int in_flight = 0;
+    std::string refused;
   };
   std::map<std::tuple<std::string, int, int, int>, Line> lines;
+  std::map<std::pair<std::string, int>, const loom_plugin*> descs;
   State(std::vector<plugins::SearchDir> dirs, const config::Config* user)
       : registry(std::move(dirs)), cfg(user ? *user : config::Config::parse("[plugins]\n", "<plan>")) {}
 
@@ -36,6 +40,29 @@ struct PluginSources::State {
     const plugins::Found found = registry.find(name, LOOM_KIND_PARALLEL);
     plugins::check_options(cfg, found.desc);  // fills the defaults, as a run does
     return costs[name] = Cost{found.desc, plugins::cost_entry(found.desc), plugins::options_for(cfg, found.desc->name)};
+  }
+
+  const loom_plugin* plugin(const std::string& name, loom_kind kind) {
+    const loom_plugin*& d = descs[{name, int(kind)}];
+    if (!d) d = registry.find(name, kind).desc;
+    return d;
+  }
+
+  // The schedule plugin's plan of one shape, built as a run builds it (plan_pipeline), so that
+  // its refusal is the run's.
+  const Line& line(const std::string& schedule, int pp, int m, int chunks, bool simulate) {
+    Line& line = lines[std::make_tuple(schedule, pp, m, chunks)];
+    if (line.in_flight != 0 || !line.refused.empty()) return line;
+    try {
+      const plugins::Found found = registry.find(schedule, LOOM_KIND_PARALLEL);
+      loom_options none = plugins::options_for(cfg, schedule);
+      const PipelinePlan plan(found, &none, loom_pipeline_shape{pp, m, chunks > 1 ? chunks : 0});
+      line.in_flight = plan.peak_in_flight(0);
+      if (simulate) line.at2 = plan.simulate(1.0, 2.0).makespan, line.at3 = plan.simulate(1.0, 3.0).makespan;
+    } catch (const ConfigError& e) {
+      line.refused = e.what();
+    }
+    return line;
   }
 };
 
@@ -91,18 +118,28 @@ PipeSource PluginSources::pipes() {
       s.in_flight = schedule == "gpipe" ? m * v : schedule == "interleaved" ? 2 * (pp - 1) + (v - 1) * pp + 1 : pp;
       return s;
     }
-    State::Line& line = st->lines[std::make_tuple(schedule, pp, m, chunks)];
-    if (line.in_flight == 0) {
-      const plugins::Found found = st->registry.find(schedule, LOOM_KIND_PARALLEL);
-      loom_options none = plugins::options_for(st->cfg, schedule);
-      const PipelinePlan plan(found, &none, loom_pipeline_shape{pp, m, chunks > 1 ? chunks : 0});
-      line.at2 = plan.simulate(1.0, 2.0).makespan;
-      line.at3 = plan.simulate(1.0, 3.0).makespan;
-      line.in_flight = plan.peak_in_flight(0);
-    }
+    const State::Line& line = st->line(schedule, pp, m, chunks, true);
+    if (!line.refused.empty()) throw ConfigError(line.refused);
     s.makespan = line.at2 + (k - 2) * (line.at3 - line.at2);
     s.in_flight = line.in_flight;
     return s;
+  };
+}
+
+// The facts of a layout as its run would have them: layout_facts' plugins, with the comm and data
+// plugins' real capabilities, then the schedule plugin's plan of the layout's pipeline.
+ProblemSource PluginSources::problems() {
+  auto st = state_;
+  return [st](const Workload& w, const Layout& l) {
+    train::LayoutFacts f = layout_facts(w, l);
+    if (!f.comm.empty()) train::comm_facts(f, st->plugin(f.comm, LOOM_KIND_COMM));
+    if (!f.data.empty()) train::data_facts(f, st->plugin(f.data, LOOM_KIND_PARALLEL));
+    std::string why = train::layout_problem(f);
+    if (why.empty() && l.pp > 1) {  // the batch splits: layout_problem said so
+      const int64_t m = w.global_batch / (int64_t{l.dp} * l.ep) / l.micro_batch;
+      if (m <= 1 << 20) why = st->line(l.schedule, l.pp, int(m), l.chunks, m <= 256).refused;
+    }
+    return why;
   };
 }
 

@@ -24,6 +24,8 @@ class PluginSources {
   ~PluginSources();
   CostSource costs();
   PipeSource pipes();
+  // Why a run of the layout would be refused (train's check, the schedule plugin's plan).
+  ProblemSource problems();
 
  private:
   struct State;

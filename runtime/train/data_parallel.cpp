@@ -131,8 +131,7 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
                            const std::vector<std::string>& own_unit, GradsFinal before_reduce)
     : world_(&world) {
   const plugins::SlotChoice* data = sel.slot("data");
-  if (!data)
-    throw ConfigError(world.mesh().describe() + " needs [plugins] data (e.g. \"ddp\")");
+  if (!data) throw RuntimeError("a data group without a data plugin got past layout_problem");
   loom_options data_opts = plugins::options_for(cfg, data->found.desc->name);
   data_ = std::make_unique<plugins::Instance>(data->found, &data_opts);
   table_ = data_->table<loom_data_v2>();
@@ -140,7 +139,7 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
     sharded_ = data_->table<loom_data_sharded_v2>();
   else
     replicated_ = data_->table<loom_data_replicated_v2>();
-  describe_params(params, world.mesh().ep > 1);  // the plugin declares LOOM_DATA_EXPERTS (check_data_capabilities)
+  describe_params(params, world.mesh().ep > 1);  // the plugin declares LOOM_DATA_EXPERTS (layout_problem)
   std::vector<size_t> first_user;
   find_final_layers(model, first_user);
   const std::vector<int64_t> unit_of_param = build_units(params, model, first_user, own_unit);

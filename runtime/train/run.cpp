@@ -91,7 +91,7 @@ void Run::open_data() {
 void Run::start_processes() {
   if (env_.world == 1) return;
   const plugins::SlotChoice* comm = sel_.slot("comm");
-  if (!comm) throw ConfigError("a run over " + std::to_string(env_.world) + " ranks needs [plugins] comm");
+  if (!comm) throw RuntimeError("several ranks without a comm plugin got past layout_problem");
   loom_options comm_opts = plugins::options_for(cfg_, comm->found.desc->name);
   const dist::ParallelSettings par = dist::read_parallel(cfg_);
   const dist::InterfaceChoice nic = dist::network_interface(par.interface, env_, comm->found.desc->name);
@@ -150,7 +150,7 @@ void Run::start_data_slot() {
                                        [this](const std::vector<Param*>& ps) { on_grads_final(ps); });
   if (dp_->sharded()) {
     const StabilitySettings st = read_stability(cfg_);
-    check_sharded(faults_->faults(), dp_->zero_stage(), device_, st.enabled ? st.check_every : 0);
+    check_sharded(faults_->faults(), dp_->zero_stage(), st.enabled ? st.check_every : 0);
   }
 }
 

@@ -30,7 +30,7 @@ struct Settings {
   LrSchedule lr;
   uint64_t seed;
 };
-// accum is filled in by split_batch (train/trainer_parts.hpp), once the mesh is known.
+// accum is filled in by settle_layout (train/trainer_parts.hpp), once the mesh is known.
 Settings read_settings(const config::Config& cfg);
 
 struct StabilitySettings {

@@ -16,10 +16,7 @@ TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& se
                          dist::CommWorld* world, const loom_ops* ops, GemmNumerics numerics)
     : world_(world), ops_(ops) {
   const int tp = world ? world->mesh().tp : 1;
-  const plugins::SlotChoice* seq = sel.slot("sequence");
-  if (seq && tp == 1)
-    throw ConfigError("[plugins] sequence = \"" + std::string(seq->found.desc->name) +
-                      "\" needs [parallel] tp > 1: sequence parallelism splits rows over the tp group");
+  const plugins::SlotChoice* seq = sel.slot("sequence");  // without tp: layout_problem refused it
   if (tp == 1) {
     api_ = std::make_unique<LayerApi>(ops, numerics);
     start_experts(cfg, sel);
@@ -27,7 +24,7 @@ TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& se
     return;
   }
   const plugins::SlotChoice* tensor = sel.slot("tensor");
-  if (!tensor) throw ConfigError("[parallel] tp = " + std::to_string(tp) + " needs [plugins] tensor (e.g. \"tp\")");
+  if (!tensor) throw RuntimeError("tp > 1 without a tensor plugin got past layout_problem");
   loom_options topts = plugins::options_for(cfg, tensor->found.desc->name);
   tensor_ = std::make_unique<plugins::Instance>(tensor->found, &topts);
   if (seq) {
@@ -60,7 +57,7 @@ void TensorSlots::start_context(const config::Config& cfg, const plugins::Select
   const int cp = world_ ? world_->mesh().cp : 1;
   const plugins::SlotChoice* slot = sel.slot("context");
   if (cp == 1) return;
-  if (!slot) throw ConfigError("[parallel] cp = " + std::to_string(cp) + " needs [plugins] context (e.g. \"cp\")");
+  if (!slot) throw RuntimeError("cp > 1 without a context plugin got past layout_problem");
   loom_options opts = plugins::options_for(cfg, slot->found.desc->name);
   context_plugin_ = std::make_unique<plugins::Instance>(slot->found, &opts);
   loom_context_context ctx{};
@@ -78,9 +75,9 @@ void TensorSlots::start_context(const config::Config& cfg, const plugins::Select
 void TensorSlots::start_experts(const config::Config& cfg, const plugins::Selection& sel) {
   const int ep = world_ ? world_->mesh().ep : 1;
   if (ep == 1) return;
-  const int64_t experts = model::from_config(cfg).moe.experts;  // > 0: the trainer checked (check_experts)
+  const int64_t experts = model::from_config(cfg).moe.experts;  // > 0: layout_problem checked
   const plugins::SlotChoice* slot = sel.slot("expert");
-  if (!slot) throw ConfigError("[parallel] ep = " + std::to_string(ep) + " needs [plugins] expert (e.g. \"ep\")");
+  if (!slot) throw RuntimeError("ep > 1 without an expert plugin got past layout_problem");
   loom_options opts = plugins::options_for(cfg, slot->found.desc->name);
   expert_ = std::make_unique<plugins::Instance>(slot->found, &opts);
   loom_expert_context ctx{};

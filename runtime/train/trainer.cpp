@@ -9,6 +9,7 @@
 #include "core/errors.hpp"
 #include "core/json.hpp"
 #include "parallel/context_attention.hpp"
+#include "train/layout_rules.hpp"
 #include "train/report_fields.hpp"
 #include "train/run.hpp"
 #include "train/sample.hpp"
@@ -28,11 +29,12 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 Settings settle_layout(const config::Config& cfg, const plugins::Selection& selection, const model::Config& mc,
                        const dist::MeshShape& mesh) {
+  const std::string problem = layout_problem(facts_of(cfg, selection, mesh, mc));
+  if (!problem.empty()) throw ConfigError(problem);
   Settings s = read_settings(cfg);
-  check_experts(mc, mesh);
-  check_context(selection, mesh);
-  check_data_capabilities(selection, mesh);
-  split_batch(s, mesh);
+  const int64_t local_batch = s.global_batch / (int64_t{mesh.dp} * mesh.ep);
+  if (s.micro_batch == 0) s.micro_batch = local_batch;
+  s.accum = local_batch / s.micro_batch;
   return s;
 }
 

@@ -162,36 +162,6 @@ std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const m
   return nullptr;
 }
 
-// Sequences per rank per step; fills in micro_batch (0 = all of them) and accum. The dp x ep
-// ranks split the batch (expert parallelism is data parallelism outside the experts).
-int64_t split_batch(Settings& s, const dist::MeshShape& mesh) {
-  const int64_t data = mesh.dp * mesh.ep;
-  const std::string over = mesh.ep > 1 ? "dp x ep = " + std::to_string(data) : "dp = " + std::to_string(data);
-  if (s.global_batch % data != 0)
-    throw ConfigError("[train] global_batch = " + std::to_string(s.global_batch) + " is not a multiple of " + over);
-  const int64_t local_batch = s.global_batch / data;
-  if (s.micro_batch == 0) s.micro_batch = local_batch;
-  if (local_batch % s.micro_batch != 0)
-    throw ConfigError(
-        "[train] global_batch = " + std::to_string(s.global_batch) + " over " + over + " is " +
-        std::to_string(local_batch) + " sequences per rank, not a multiple of micro_batch = " + std::to_string(s.micro_batch));
-  s.accum = local_batch / s.micro_batch;
-  return local_batch;
-}
-
-// Expert parallelism needs experts, an equal share of them per ep rank.
-void check_experts(const model::Config& mc, const dist::MeshShape& mesh) {
-  if (mesh.ep == 1) return;
-  if (mc.moe.experts == 0)
-    throw ConfigError("[parallel] ep = " + std::to_string(mesh.ep) +
-                      " needs a mixture-of-experts model: set [model.moe] experts (a multiple of ep)");
-  if (mc.moe.experts % mesh.ep != 0)
-    throw ConfigError("[model.moe] experts = " + std::to_string(mc.moe.experts) + " is not a multiple of [parallel] ep = " +
-                      std::to_string(mesh.ep) + ": every ep rank holds the same number of experts");
-}
-
-// Context parallelism passes key/value blocks round the cp group: the comm plugin must offer
-// send and recv. Checked from the descriptor, before any rank starts.
 void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh) {
   loom_placement p{};
   p.rank = env.rank, p.world = env.world, p.local_rank = env.local_rank, p.local_world = env.local_world;
@@ -204,37 +174,9 @@ void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh) {
   plugins::set_placement(p, host);
 }
 
-void check_data_capabilities(const plugins::Selection& selection, const dist::MeshShape& mesh) {
-  const plugins::SlotChoice* data = selection.slot("data");
-  if (!data || mesh.dp * mesh.ep * mesh.cp == 1) return;  // no data plugin runs
-  const uint64_t caps = plugins::data_capabilities(data->found.desc);
-  const std::string who = "[plugins] data = \"" + std::string(data->found.desc->name) + "\"";
-  const std::string declared = plugins::declared_note(data->found.desc);
-  if (mesh.ep > 1 && !(caps & LOOM_DATA_EXPERTS))
-    throw ConfigError(who + " does not declare LOOM_DATA_EXPERTS" + declared + ", and [parallel] ep = " +
-                      std::to_string(mesh.ep) + " needs it: expert gradients are reduced over another group than "
-                      "the rest. Use ddp or zero1-3, or declare it once the plugin handles expert_dp");
-  if (mesh.pp > 1 && !(caps & LOOM_DATA_PIPELINE))
-    throw ConfigError(who + " does not declare LOOM_DATA_PIPELINE" + declared + ", and [parallel] pp = " +
-                      std::to_string(mesh.pp) + " needs it: each stage holds only its own parameters, and a "
-                      "mirrored tied embedding must stay out of the norms");
-}
-
-void check_context(const plugins::Selection& selection, const dist::MeshShape& mesh) {
-  const plugins::SlotChoice* comm = selection.slot("comm");
-  if (mesh.cp == 1 || !comm) return;
-  const auto* t = reinterpret_cast<const loom_comm_v2*>(comm->found.desc);
-  if (!t->send || !t->recv)
-    throw ConfigError("[parallel] cp = " + std::to_string(mesh.cp) + " needs a comm backend with send and recv, which [plugins] comm = \"" +
-                      std::string(comm->found.desc->name) + "\" does not offer; use gloo, mpi or nccl");
-}
-
 // What cannot exist with a ZeRO data plugin, refused before the first step rather than half-way.
-void check_sharded(const Faults& faults, int stage, const std::string& device, int64_t check_every) {
+void check_sharded(const Faults& faults, int stage, int64_t check_every) {
   const std::string zero = "[plugins] data = \"zero" + std::to_string(stage) + "\"";
-  if (device != "cpu")
-    throw ConfigError(zero + " with [run] device = \"" + device + "\": the ZeRO plugin keeps its shards in host "
-                      "memory, which the device's kernels cannot read; use ddp");
   if (stage >= 3 && faults.perturb_step > 0)
     throw ConfigError(zero + " with [faults] perturb_step: zero3 holds each parameter once over dp, so there is "
                       "no replica for a perturbed rank to drift from; use zero1, zero2 or ddp to test replica checks");

@@ -29,27 +29,17 @@ class Tokenizer;
 namespace loom::train {
 
 
-// The [train] settings once every check a rank makes of the layout passed (experts, context,
-// the data plugin's capabilities, the batch split), with micro_batch and accum filled in.
+// The [train] settings once the layout passed layout_problem (train/layout_rules.hpp), with
+// micro_batch (0 = the whole per-rank batch) and accum filled in.
 // check_layout (trainer.hpp) adds the pipeline plan; a Run plans it with its model.
 Settings settle_layout(const config::Config& cfg, const plugins::Selection& selection, const model::Config& mc,
                        const dist::MeshShape& mesh);
 
-// Sequences per rank per step; fills in micro_batch (0 = all of them) and accum. The dp x ep
-// ranks split the batch (expert parallelism is data parallelism outside the experts).
-int64_t split_batch(Settings& s, const dist::MeshShape& mesh);
-// Expert parallelism needs experts, an equal share per ep rank.
-void check_experts(const model::Config& mc, const dist::MeshShape& mesh);
-// Context parallelism needs a comm plugin with send and recv (checked from its descriptor).
-void check_context(const plugins::Selection& selection, const dist::MeshShape& mesh);
 // Tells plugins where they run (the loom.placement service), before any is created.
 void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh);
-// The data plugin declares (ABI 1.6 capabilities) what the layout needs of it: experts under
-// ep > 1, pipeline stages under pp > 1.
-void check_data_capabilities(const plugins::Selection& selection, const dist::MeshShape& mesh);
 // What cannot exist with a ZeRO data plugin, refused before the first step rather than half-way.
 // `check_every`: [stability]'s replica checks (0 = never).
-void check_sharded(const Faults& faults, int stage, const std::string& device, int64_t check_every);
+void check_sharded(const Faults& faults, int stage, int64_t check_every);
 
 // The run's tokenizer for text samples: [data] tokenizer, or tokenizer.json beside the shards;
 // null for bytes or when the run takes no samples. Refuses samples of a non-byte vocabulary

@@ -92,7 +92,8 @@ TEST_CASE("loom plan refuses a broken cluster file, too many devices and an impo
   CHECK(has(many.out, "8000 devices asked, but cluster 'h200'"));
   auto bad = run_loom("plan " + cfg + " --cluster " + kClusters + "h100-sxm.toml --explain \"dp1 tp8 pp1 mb3\"");
   CHECK(bad.rc == 2);
-  CHECK(has(bad.out, "micro-batch 3 does not divide 64"));
+  // In the words `loom train` would refuse it with.
+  CHECK(has(bad.out, "--explain dp1 tp8 mb3: [train] global_batch = 64 over dp = 1 is 64 sequences per rank, not a multiple of micro_batch = 3"));
   auto wrong_count = run_loom("plan " + cfg + " --cluster " + kClusters + "h100-sxm.toml --explain \"dp2 tp2\"");
   CHECK(wrong_count.rc == 2);
   CHECK(has(wrong_count.out, "uses 4 devices, not the 8"));
@@ -115,7 +116,7 @@ TEST_CASE("loom plan published prints every Table 1 row with its error, the larg
   CHECK(std::stod(r.out.substr(at + 14)) <= 15.0);
 }
 
-TEST_CASE("a third-party strategy is planned through its own cost entry, and one without is named") {
+TEST_CASE("a third-party strategy is planned through its own cost entry, one without is named, and layouts its plugins refuse are not ranked") {
   TempDir t;
   const std::string head = "[model]\nn_layer = 2\nn_head = 2\nd_model = 64\nseq_len = 32\n[train]\nglobal_batch = 8\n"
                            "[plugins]\npath = [\"" + std::string(LOOM_TEST_PLUGIN_DIR) + "\"]\n";
@@ -127,6 +128,25 @@ TEST_CASE("a third-party strategy is planned through its own cost entry, and one
   auto ranked = run_loom("plan " + ema + " --cluster " + kClusters + "this-machine.toml --devices 2 --json");
   CHECK(ranked.rc == 0);
   CHECK_FALSE(has(ranked.out, "\"zero\": 1"));  // the planner cannot shard a state it does not own
+  CHECK(has(ranked.out, "\"dp\": 2"));
+  // ema declares no LOOM_DATA_PIPELINE: train refuses it pp > 1 wherever a data group exists.
+  // On 8 devices every pp 2 layout of this 2-head model has a data group (dp or cp > 1).
+  auto staged = run_loom("plan " + ema + " --cluster " + kClusters + "h100-sxm.toml --devices 8 --json");
+  CHECK(staged.rc == 0);
+  CHECK(has(staged.out, "\"dp\": 4"));
+  CHECK_FALSE(has(staged.out, "\"pp\": 2"));
+  auto fixed = run_loom("plan " + ema + " --cluster " + kClusters + "h100-sxm.toml --devices 8 --fix pp=2");
+  CHECK(fixed.rc == 2);
+  CHECK(has(fixed.out, "no layout of 8 devices can run this model with the --fix choices"));
+  auto refused = run_loom("plan " + ema + " --cluster " + kClusters + "h100-sxm.toml --devices 8 --explain \"dp4 pp2\"");
+  CHECK(refused.rc == 2);
+  CHECK(has(refused.out, "--explain dp4 pp2 1f1b mb1: [plugins] data = \"ema\" does not declare LOOM_DATA_PIPELINE"));
+  const std::string nop2p = t.write("nop2p.toml", head + "comm = \"nop2p\"\n");
+  auto ring = run_loom("plan " + nop2p + " --cluster " + kClusters + "this-machine.toml --devices 2 --json");
+  CHECK(ring.rc == 0);
+  CHECK(has(ring.out, "\"dp\": 2"));
+  CHECK_FALSE(has(ring.out, "\"cp\": 2"));  // cp's ring and pp's stages need send and recv
+  CHECK_FALSE(has(ring.out, "\"pp\": 2"));
   const std::string old = t.write("old.toml", head + "data = \"ddp12\"\n");
   auto none = run_loom("plan " + old + " --cluster " + kClusters + "this-machine.toml --devices 2 --explain dp2");
   CHECK(none.rc == 0);

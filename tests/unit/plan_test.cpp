@@ -176,7 +176,7 @@ TEST_CASE("a 1024-GPU search for Llama 3 405B takes under 10 s and ranks the pub
   plan::PluginSources sources(plugins::Registry::default_dirs());
   const plan::Workload w = llama3_workload("llama3-405b", 1024);
   const auto t0 = std::chrono::steady_clock::now();
-  const plan::SearchResult r = plan::search(c, w, 1024, {}, sources.costs(), sources.pipes());
+  const plan::SearchResult r = plan::search(c, w, 1024, {}, sources.costs(), sources.pipes(), sources.problems());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   CHECK(seconds < 10);
   CHECK(r.considered > 1000);
@@ -197,7 +197,7 @@ TEST_CASE("a 1024-GPU search for Llama 3 405B takes under 10 s and ranks the pub
 TEST_CASE("Llama 3 8B on one H100 node: the layout that wins fits, and ZeRO-0 at dp 8 does not") {
   const plan::Cluster c = plan::load_cluster(kClusters / "h100-sxm.toml");
   plan::PluginSources sources(plugins::Registry::default_dirs());
-  const plan::SearchResult r = plan::search(c, llama3_workload("llama3-8b", 64), 8, {}, sources.costs(), sources.pipes());
+  const plan::SearchResult r = plan::search(c, llama3_workload("llama3-8b", 64), 8, {}, sources.costs(), sources.pipes(), sources.problems());
   REQUIRE(r.ranked.front().fits);
   // 8B parameters in bf16 with fp32 Adam replicated: 16 bytes x 8.03e9 = 128 GB > 80 GB.
   plan::Layout ddp = plan::parse_layout("dp8 mb1");
@@ -219,7 +219,7 @@ TEST_CASE("layouts read back as they print, and one that cannot exist is refused
   CHECK(plan::parse_layout(l.name()).name() == l.name());
   CHECK_THROWS_AS(plan::parse_layout("dp2 tq2"), ConfigError);
   plan::Workload w = llama3_workload("llama3-8b", 64);
-  CHECK(plan::invalid_reason(w, plan::parse_layout("tp3 dp1")).find("does not divide") != std::string::npos);
+  CHECK(plan::invalid_reason(w, plan::parse_layout("tp3 dp1")).find("n_head = 32 is not divisible by [parallel] tp = 3") != std::string::npos);
   CHECK(plan::invalid_reason(w, plan::parse_layout("dp3")).find("not a multiple") != std::string::npos);
 }
 

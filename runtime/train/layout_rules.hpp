@@ -1,0 +1,47 @@
+// What a layout needs of the model, the batch, the device and the plugins in its slots: one check,
+// made the same way by `loom train` at start-up, by `loom config check`, and by `loom plan` for
+// every layout it would rank. So the planner never recommends a layout that training refuses, and
+// config check refuses what training would, in the same words.
+//
+// The schedule plugin's own refusals (an interleaved schedule whose micro-batches are not a
+// multiple of pp, more stages than layers) come from the plugin itself: train and config check
+// plan the pipeline (plan_pipeline), and the planner builds the same PipelinePlan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "config/config.hpp"
+#include "dist/mesh.hpp"
+#include "loader/selection.hpp"
+#include "model/model.hpp"
+
+namespace loom::train {
+
+struct LayoutFacts {
+  const model::Config* model = nullptr;
+  dist::MeshShape mesh;
+  int64_t global_batch = 0;
+  int64_t micro_batch = 0;  // 0 = the whole per-rank batch
+  std::string device = "cpu";
+  // The plugin filling each slot ("" = none).
+  std::string comm, data, tensor, sequence, context, expert, pipeline;
+  bool comm_p2p = true;        // the comm plugin offers send and recv
+  uint64_t data_caps = 0;      // the data plugin's LOOM_DATA_* capabilities
+  std::string data_declared;   // plugins::declared_note of the data plugin
+};
+
+// Empty when the layout can run; otherwise the reason, as train's ConfigError says it.
+std::string layout_problem(const LayoutFacts& f);
+
+// The facts of a resolved config (after default_plugins), as a run on `mesh` sees them.
+LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh,
+                     const model::Config& mc);
+
+// A plugin's facts for the slots that have some: whether a comm plugin offers send and recv, and
+// a data plugin's capabilities with their note. For the planner, which has descriptors, not a
+// Selection.
+void comm_facts(LayoutFacts& f, const loom_plugin* comm);
+void data_facts(LayoutFacts& f, const loom_plugin* data);
+
+}  // namespace loom::train

@@ -1,0 +1,88 @@
+// loom plan ranks only what runs: each layout it ranks for the Llama 3 jobs, turned into a config
+// by --emit's own overrides, passes the check that `loom train` makes at start-up and that
+// `loom config check` makes (train::check_layout, with the plugins resolved as a job resolves them).
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include <doctest/doctest.h>
+
+#include "config/config.hpp"
+#include "core/errors.hpp"
+#include "dist/mesh.hpp"
+#include "loader/registry.hpp"
+#include "loader/selection.hpp"
+#include "plan/from_config.hpp"
+#include "plan/search.hpp"
+#include "plan/sources.hpp"
+#include "train/trainer.hpp"
+
+namespace {
+
+using namespace loom;
+namespace fs = std::filesystem;
+
+struct Job {
+  const char* preset;
+  int64_t batch;
+  int devices;
+  size_t stride;  // every stride-th ranked layout is checked (and the top 50 always)
+};
+
+}  // namespace
+
+TEST_CASE("every layout loom plan ranks for Llama 3 8B, 70B and 405B on H100 passes train's own check") {
+  const fs::path dir = fs::temp_directory_path() / ("loom_plan_valid_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path file = dir / "job.toml";
+  const plan::Cluster h100 = plan::load_cluster(fs::path(LOOM_SOURCE_DIR) / "clusters" / "h100-sxm.toml");
+  plugins::Registry registry(plugins::Registry::default_dirs());
+  // They rank 7,000, 39,000 and 125,000 layouts at about 2 ms a check: a sample keeps the test
+  // short (every one of them passed when the check was built; docs/plan.md).
+  for (const Job& job : {Job{"llama3-8b", 64, 8, 3}, Job{"llama3-70b", 64, 64, 25}, Job{"llama3-405b", 1024, 1024, 800}}) {
+    {
+      std::ofstream out(file);
+      out << "[model]\npreset = \"" << job.preset << "\"\n[train]\nglobal_batch = " << job.batch
+          << "\n[plugins]\nprecision = \"bf16\"\n";
+    }
+    config::Config base = config::Config::load(file);
+    base.validate_runtime();
+    const plan::Workload w = plan::workload_of(base);
+    plan::PluginSources sources(plugins::Registry::default_dirs(), &base);
+    const plan::SearchResult r = plan::search(h100, w, job.devices, {}, sources.costs(), sources.pipes(), sources.problems());
+    REQUIRE(r.ranked.size() > 100);
+    size_t checked = 0;
+    for (size_t i = 0; i < r.ranked.size(); ++i) {
+      if (i >= 50 && i % job.stride) continue;
+      const plan::Layout& l = r.ranked[i].layout;
+      INFO(job.preset << " #" << i + 1 << ": " << l.name());
+      config::Config cfg = plugins::load_for_job(file.string(), plan::layout_sets(w, l), l.world());
+      const plugins::Selection sel = plugins::resolve(cfg, registry);
+      CHECK_NOTHROW(train::check_layout(cfg, sel, dist::resolve_mesh(cfg, l.world())));
+      CHECK(plan::layout_of(cfg).name() == l.name());  // the config reads back as the layout
+      ++checked;
+    }
+    MESSAGE(std::string(job.preset) << ": " << checked << " of " << r.ranked.size() << " ranked layouts checked");
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the planner leaves out what the runtime refuses: ZeRO off the CPU, and a schedule's own refusal") {
+  config::Config cfg = config::Config::parse(
+      "[run]\ndevice = \"cuda\"\n[model]\npreset = \"llama3-8b\"\n[train]\nglobal_batch = 64\n[plugins]\nprecision = \"bf16\"\n",
+      "<test>");
+  cfg.validate_runtime();
+  const plan::Workload w = plan::workload_of(cfg);
+  plan::PluginSources sources(plugins::Registry::default_dirs(), &cfg);
+  const plan::Cluster h100 = plan::load_cluster(fs::path(LOOM_SOURCE_DIR) / "clusters" / "h100-sxm.toml");
+  const plan::SearchResult r = plan::search(h100, w, 8, {}, sources.costs(), sources.pipes(), sources.problems());
+  REQUIRE_FALSE(r.ranked.empty());
+  for (const auto& e : r.ranked) CHECK(e.layout.zero == 0);  // ZeRO's shards live in host memory
+  CHECK(sources.problems()(w, plan::parse_layout("dp4 zero1 tp2 mb1")).find("keeps its shards in host memory") !=
+        std::string::npos);
+  // 64 sequences over dp 1 in micro-batches of 16: 4 micro-batches, not a multiple of pp 8.
+  const std::string interleaved = sources.problems()(w, plan::parse_layout("dp1 pp8 interleavedx2 mb16"));
+  CHECK(interleaved.find("the interleaved schedule needs the micro-batch count to be a multiple of pp") == 0);
+}
