@@ -275,11 +275,7 @@ struct Predictions {
 
 Predictions predict_both(const std::string& cluster_file, const config::Config& ca, const config::Config& cb) {
   const plan::Cluster cluster = plan::load_cluster(cluster_file);
-  auto predict = [&](const config::Config& cfg) {  // each side's plugins costed with its own options
-    plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
-    return plan::estimate(cluster, plan::workload_of(cfg), plan::layout_of(cfg), sources.costs(), sources.pipes());
-  };
-  Predictions p{"", predict(ca), predict(cb)};
+  Predictions p{"", plan::predict(cluster, ca), plan::predict(cluster, cb)};  // each side's plugins with its options
   p.note = "predictions: loom plan with " + cluster_file + " ('" + cluster.name + "'), layouts " + p.a.layout.name() +
            " and " + p.b.layout.name();
   return p;
@@ -289,9 +285,14 @@ void add_predictions(report::Comparison& c, const Predictions& p) {
   auto at = c.table.begin();
   while (at != c.table.end() && at->what != "step time (ms)") ++at;
   if (at != c.table.end()) ++at;
-  c.table.insert(at, {{"  predicted (loom plan)", p.a.step_ms, p.b.step_ms, "%.1f", false},
-                      {"  predicted peak memory (MiB)", p.a.memory.total() / 1048576.0, p.b.memory.total() / 1048576.0, "%.0f", false}});
+  at = c.table.insert(at, {{"  predicted (loom plan)", p.a.step_ms, p.b.step_ms, "%.1f", false},
+                           {"  predicted peak memory (MiB)", p.a.memory.total() / 1048576.0, p.b.memory.total() / 1048576.0, "%.0f", false}});
+  while (at != c.table.end() && at->what != "exposed comm share") ++at;
+  if (at != c.table.end())
+    c.table.insert(at + 1, {"  predicted (loom plan)", 100 * p.a.exposed_comm_ms / p.a.step_ms, 100 * p.b.exposed_comm_ms / p.b.step_ms, "%.1f%%", false});
   c.notes.push_back(p.note);
+  for (const plan::Estimate* e : {&p.a, &p.b})
+    if (!e->extrapolated.empty()) c.notes.push_back("the prediction for " + e->layout.name() + " is extrapolated: " + e->extrapolated);
 }
 
 namespace {

@@ -22,6 +22,7 @@
 #include "loader/selection.hpp"
 #include "loader/services.hpp"
 #include "model/model.hpp"
+#include "plan/calibration.hpp"
 #include "plan/from_config.hpp"
 #include "plan/published.hpp"
 #include "plan/search.hpp"
@@ -38,17 +39,46 @@ using plan::Estimate;
 
 double gib(double b) { return b / double(1ull << 30); }
 
+// "-12%..+80%": where measured runs here put the step, relative to the prediction.
+std::string band(const Estimate& e) {
+  if (e.band_high_ms <= 0) return "none";
+  char b[48];
+  std::snprintf(b, sizeof b, "%+.0f%%..%+.0f%%", 100 * (e.band_low_ms / e.step_ms - 1), 100 * (e.band_high_ms / e.step_ms - 1));
+  return b;
+}
+
 void print_table(const std::vector<Estimate>& rows, size_t top) {
   int width = 36;  // the layout column grows to its longest name, so the columns after it stay in line
   for (size_t i = 0; i < rows.size() && i < top; ++i) width = std::max(width, static_cast<int>(rows[i].layout.name().size()));
-  std::printf("%4s  %-*s %10s %11s %6s %10s %9s %5s %8s %7s\n", "#", width, "layout", "step ms", "tok/s/dev", "MFU",
-              "TFLOP/s/d", "mem GiB", "fits", "exp.comm", "bubble");
+  std::printf("%4s  %-*s %10s %11s %6s %10s %9s %5s %8s %7s %13s %7s\n", "#", width, "layout", "step ms", "tok/s/dev", "MFU",
+              "TFLOP/s/d", "mem GiB", "fits", "exp.comm", "bubble", "band", "region");
   for (size_t i = 0; i < rows.size() && i < top; ++i) {
     const Estimate& e = rows[i];
-    std::printf("%4zu  %-*s %10.1f %11.1f %5.1f%% %10.2f %9.2f %5s %7.1f%% %6.1f%%\n", i + 1, width, e.layout.name().c_str(),
+    std::printf("%4zu  %-*s %10.1f %11.1f %5.1f%% %10.2f %9.2f %5s %7.1f%% %6.1f%% %13s %7s\n", i + 1, width, e.layout.name().c_str(),
                 e.step_ms, e.tokens_per_s_per_device, 100 * e.mfu, e.tflops_per_device, gib(e.memory.total()),
-                e.fits ? "yes" : "no", 100 * e.exposed_comm_ms / e.step_ms, 100 * e.bubble_ms / e.step_ms);
+                e.fits ? "yes" : "no", 100 * e.exposed_comm_ms / e.step_ms, 100 * e.bubble_ms / e.step_ms, band(e).c_str(),
+                e.extrapolated.empty() ? "in" : "extrap");
   }
+}
+
+// The ranking never puts an extrapolated layout first without saying so, and names the best one
+// inside the calibrated region.
+void print_region(const std::vector<Estimate>& rows, const plan::Calibration& cal) {
+  if (cal.here.empty())
+    std::printf("\nband: none, as no run was measured on this cluster (bench/plan_accuracy.sh --record measures some)");
+  else
+    std::printf("\nband: measured step time over predicted on %zu calibration run%s here", cal.here.size(), cal.here.size() == 1 ? "" : "s");
+  for (const auto& p : cal.here) std::printf("%s %s %+.1f%%", &p == &cal.here.front() ? ":" : ",", p.what.c_str(), 100 * p.residual);
+  std::printf("\n");
+  if (rows.empty() || rows.front().extrapolated.empty()) return;
+  std::printf("note: #1 %s is extrapolated: %s\n", rows.front().layout.name().c_str(), rows.front().extrapolated.c_str());
+  for (size_t i = 1; i < rows.size(); ++i)
+    if (rows[i].extrapolated.empty() && rows[i].fits) {
+      std::printf("note: the best layout inside the calibrated region is #%zu %s, %.1f ms (%+.1f%%)\n", i + 1,
+                  rows[i].layout.name().c_str(), rows[i].step_ms, 100 * (rows[i].step_ms / rows.front().step_ms - 1));
+      return;
+    }
+  std::printf("note: no fitting layout lies inside the calibrated region\n");
 }
 
 std::string estimate_json(const Estimate& e) {
@@ -62,7 +92,8 @@ std::string estimate_json(const Estimate& e) {
   num("tflops_per_device", e.tflops_per_device), num("peak_mem_bytes", e.memory.total());
   num("model_state_bytes", e.memory.model_states()), num("activation_bytes", e.memory.activations);
   num("comm_ms", e.comm_ms), num("exposed_comm_ms", e.exposed_comm_ms), num("bubble_ms", e.bubble_ms);
-  num("optimizer_ms", e.optimizer_ms);
+  num("optimizer_ms", e.optimizer_ms), num("band_low_ms", e.band_low_ms), num("band_high_ms", e.band_high_ms);
+  s += ", \"extrapolated\": " + json_quote(e.extrapolated);
   s += ", \"fits\": " + std::string(e.fits ? "true" : "false") + ", \"why_not\": " + json_quote(e.why_not) + "}";
   return s;
 }
@@ -94,6 +125,8 @@ void explain(const Estimate& e, const plan::Cluster& c) {
               gib(e.memory.params), gib(e.memory.grads), gib(e.memory.optim), gib(e.memory.activations),
               gib(e.memory.buffers), gib(e.memory.process), gib(e.memory.total()), gib(c.memory),
               e.fits ? "fits" : e.why_not.c_str());
+  if (e.band_high_ms > 0) std::printf("band: measured runs here put the step between %.1f and %.1f ms\n", e.band_low_ms, e.band_high_ms);
+  if (!e.extrapolated.empty()) std::printf("extrapolated: %s\n", e.extrapolated.c_str());
   for (const auto& n : e.notes) std::printf("note: %s\n", n.c_str());
 }
 
@@ -184,6 +217,8 @@ void emit_config(const po::variables_map& vm, const plan::Workload& w, const Est
   const std::string file = vm["file"].as<std::string>(), out = vm["out"].as<std::string>();
   std::vector<std::string> overrides = sets(vm);
   for (const std::string& s : plan::layout_sets(w, e.layout)) overrides.push_back(s);
+  // The run then prints this prediction beside what it measures.
+  overrides.push_back("run.plan_cluster=\"" + std::filesystem::absolute(vm["cluster"].as<std::string>()).string() + "\"");
   config::Config cfg = plugins::load_for_job(file, overrides, e.layout.world());
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::set_plugin_source(&reg, &cfg);
@@ -250,14 +285,17 @@ int plan_cmd(const Args& args) {
   plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
   if (vm.count("explain")) {
     const plan::Layout l = named_layout("--explain", vm["explain"].as<std::string>(), devices, w, sources);
-    const Estimate e = plan::estimate(c, w, l, sources.costs(), sources.pipes());
+    Estimate e = plan::estimate(c, w, l, sources.costs(), sources.pipes());
+    plan::judge(e, plan::calibration_of(c), w);
     if (vm["json"].as<bool>()) std::printf("%s\n", estimate_json(e).c_str());
     else explain(e, c);
     return kExitOk;
   }
   const plan::Fixed fixed = plan::parse_fixed(vm.count("fix") ? vm["fix"].as<std::vector<std::string>>() : std::vector<std::string>{});
   const auto t0 = std::chrono::steady_clock::now();
-  const plan::SearchResult r = plan::search(c, w, devices, fixed, sources.costs(), sources.pipes(), sources.problems());
+  plan::SearchResult r = plan::search(c, w, devices, fixed, sources.costs(), sources.pipes(), sources.problems());
+  const plan::Calibration cal = plan::calibration_of(c);
+  for (Estimate& e : r.ranked) plan::judge(e, cal, w);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (r.ranked.empty()) throw ConfigError("no layout of " + std::to_string(devices) + " devices can run this model" +
                                           (fixed.values.empty() ? "" : " with the --fix choices"));
@@ -273,6 +311,7 @@ int plan_cmd(const Args& args) {
               (long long)w.global_batch, (long long)w.model.seq_len, w.dtype.c_str(), devices, c.device.c_str(), c.name.c_str());
   std::printf("%ld layouts costed in %.2f s (those the named plugins can run)\n\n", r.considered, secs);
   print_table(r.ranked, size_t(std::max(1, vm["top"].as<int>())));
+  print_region(r.ranked, cal);
   std::printf("\nwhy: %s\n", plan::reason(r).c_str());
   if (vm.count("versus")) {
     const plan::Layout mine = named_layout("--versus", vm["versus"].as<std::string>(), devices, w, sources);

@@ -1,6 +1,8 @@
 // loom train FILE [--set k=v]... [--run-dir DIR]
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "ckpt/checkpoint_settings.hpp"
 #include "cli/parse.hpp"
@@ -11,6 +13,11 @@
 #include "loader/plugin_settings.hpp"
 #include "loader/selection.hpp"
 #include "loader/services.hpp"
+#include "plan/estimate.hpp"
+#include "plan/from_config.hpp"
+#include "core/json.hpp"
+#include "train/metrics.hpp"
+#include "train/settings.hpp"
 #include "train/trainer.hpp"
 #include "train/trainer_parts.hpp"
 
@@ -57,6 +64,45 @@ int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::Nod
   return dist::run_elastic(elastic, self_invocation());
 }
 
+// [run] plan_cluster: loom plan's prediction for this run, said before it starts (a bad cluster
+// file fails it at once) and put beside what it measured once it ends.
+std::optional<plan::Estimate> predicted(const config::Config& cfg, int world) {
+  const std::string file = train::read_run(cfg).plan_cluster;
+  if (file.empty()) return std::nullopt;
+  const plan::Cluster c = plan::load_cluster(file);
+  const plan::Estimate e = plan::predict(c, cfg, world);
+  std::printf("plan: %s on '%s' (%s): predicted %.1f ms per step", e.layout.name().c_str(), c.name.c_str(), file.c_str(), e.step_ms);
+  if (e.band_high_ms > 0) std::printf(" (measured runs there: %.1f to %.1f)", e.band_low_ms, e.band_high_ms);
+  std::printf(", exposed communication %.1f%%, peak %.3f GiB per rank\n", 100 * e.exposed_comm_ms / e.step_ms,
+              e.memory.total() / double(1ull << 30));
+  if (!e.extrapolated.empty()) std::printf("plan: extrapolated: %s\n", e.extrapolated.c_str());
+  return e;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// The medians of the steps after the first (the first pays for warm-up), beside the prediction;
+// also RUN_DIR/plan.json, for tools.
+void print_beside(const plan::Estimate& e, const train::TrainSummary& s, const std::filesystem::path& run_dir) {
+  const size_t skip = s.step_ms.size() > 1 ? 1 : 0;
+  const std::vector<double> steps(s.step_ms.begin() + skip, s.step_ms.end()), exposed(s.exposed_comm_ms.begin() + skip, s.exposed_comm_ms.end());
+  const double step = median(steps), share = step > 0 ? median(exposed) / step : 0;
+  const double predicted_share = e.exposed_comm_ms / e.step_ms, gib = double(1ull << 30);
+  std::printf("plan vs measured: step %.1f ms predicted, %.1f ms measured (median of %zu step%s, %+.1f%%); exposed "
+              "communication %.1f%% predicted, %.1f%% measured; peak memory %.3f GiB predicted, %.3f GiB measured\n",
+              e.step_ms, step, steps.size(), steps.size() == 1 ? "" : "s", 100 * (step / e.step_ms - 1), 100 * predicted_share,
+              100 * share, e.memory.total() / gib, s.peak_mem_bytes / gib);
+  train::write_checked(run_dir / "plan.json",
+                "{\"layout\": " + json_quote(e.layout.name()) + ", \"predicted_step_ms\": " + json_number(e.step_ms) +
+                    ", \"measured_step_ms\": " + json_number(step) + ", \"predicted_exposed_comm_share\": " +
+                    json_number(predicted_share) + ", \"measured_exposed_comm_share\": " + json_number(share) +
+                    ", \"predicted_peak_mem_bytes\": " + json_number(e.memory.total()) + ", \"measured_peak_mem_bytes\": " +
+                    json_number(s.peak_mem_bytes) + ", \"extrapolated\": " + json_quote(e.extrapolated) + "}\n");
+}
+
 // This process is one rank of the job: train, then say how it ended.
 int run_rank(const po::variables_map& vm, config::Config& cfg) {
   dist::RankEnv rank = dist::rank_from_environment().value_or(dist::RankEnv{});
@@ -64,6 +110,7 @@ int run_rank(const po::variables_map& vm, config::Config& cfg) {
   plugins::set_plugin_source(&reg, &cfg);  // a plugin that wraps another creates it from these
   plugins::Selection sel = plugins::resolve(cfg, reg);
   const std::filesystem::path run_dir = run_dir_of(vm, cfg);
+  const std::optional<plan::Estimate> plan = rank.rank == 0 ? predicted(cfg, rank.world) : std::nullopt;
   train::TrainSummary s = train::train(cfg, sel, rank, run_dir);
   if (!s.stopped_by.empty()) {
     if (rank.rank == 0)
@@ -78,6 +125,7 @@ int run_rank(const po::variables_map& vm, config::Config& cfg) {
   if (s.final_val_loss >= 0) std::printf(", val loss %.4f -> %.4f", s.first_val_loss, s.final_val_loss);
   std::printf(", %.0f tokens/s, MFU %.1f%%; metrics in %s\n", s.tokens_per_s, s.mfu * 100,
               (run_dir / "metrics.jsonl").c_str());
+  if (plan) print_beside(*plan, s, run_dir);
   return kExitOk;
 }
 

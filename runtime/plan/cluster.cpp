@@ -79,15 +79,23 @@ std::vector<SectionSpec> build_schema() {
       {"efficiency", "achieved fractions of peak and fixed costs (loom plan calibrate measures them)", {
           {"gemm", ValueType::Float, "0.7", "large GEMMs, fraction of peak FLOP/s", 0, 1},
           {"gemm_overhead_us", ValueType::Float, "0", "fixed cost per GEMM call (launch, small-shape loss)", 0, kInf},
-          {"attention", ValueType::Float, "0.5", "attention core, fraction of peak FLOP/s", 0, 1},
+          {"attention", ValueType::Float, "0.5", "fused (flash) attention, forward and backward, fraction of peak FLOP/s", 0, 1},
+          {"attention_unfused", ValueType::Float, "0", "unfused attention's batched GEMMs, fraction of peak FLOP/s; 0 = the attention figure", 0, 1},
           {"attention_overhead_us", ValueType::Float, "0", "fixed cost per attention call", 0, kInf},
-          {"score_bytes", ValueType::Float, "0", "bytes each attention score moves in forward when written out (unfused softmax, dropout); 0 = flash", 0, kInf},
+          {"score_bytes", ValueType::Float, "0", "bytes each attention score moves in forward under unfused attention (softmax, dropout)", 0, kInf},
+          {"score_saved_bytes", ValueType::Float, "0", "bytes per score unfused attention keeps for its backward (softmax output, dropout mask and output)", 0, kInf},
           {"memory", ValueType::Float, "0.7", "element-wise ops and the optimizer, fraction of hbm_gbps", 0, 1},
           {"elementwise_overhead_us", ValueType::Float, "0", "fixed cost per element-wise call", 0, kInf},
           {"comm", ValueType::Float, "0.8", "collectives' bus bandwidth, fraction of the link", 0, 1},
           {"compute_scale", ValueType::Float, "1", "a training step's measured compute over the modelled one (calibrated; 1 = trust the op figures)", 0, kInf},
           {"step_overhead_ms", ValueType::Float, "0", "per step outside the model: data, grad norm, logging", 0, kInf},
           {"process_mib", ValueType::Float, "0", "memory a rank holds before the model (runtime, CUDA context)", 0, kInf},
+      }},
+      {"calibration", "layouts measured on this cluster and the model's error on each (bench/plan_accuracy.sh --record)", {
+          {"layouts", ValueType::StringList, "[]", "the measured layouts, as loom plan names them"},
+          {"residuals", ValueType::FloatList, "[]", "measured over predicted step time, less 1, one per layout", -1, kInf},
+          {"seq_len", ValueType::Int, "0", "their sequence length", 0, 1 << 30},
+          {"source", ValueType::String, "\"\"", "what measured them, and when"},
       }},
   };
 }
@@ -207,6 +215,9 @@ void read_efficiency(const toml::table& root, const std::string& source, Cluster
   c.elementwise_overhead = f64(root, "efficiency", "elementwise_overhead_us") * 1e-6;
   c.step_overhead = f64(root, "efficiency", "step_overhead_ms") * 1e-3;
   c.score_bytes = f64(root, "efficiency", "score_bytes");
+  c.score_saved_bytes = f64(root, "efficiency", "score_saved_bytes");
+  c.attention_unfused_eff = f64(root, "efficiency", "attention_unfused");
+  if (c.attention_unfused_eff <= 0) c.attention_unfused_eff = c.attention_eff;
 }
 
 void read_intra_ops(const toml::table& root, const std::string& source, Cluster& c) {
@@ -219,6 +230,19 @@ void read_intra_ops(const toml::table& root, const std::string& source, Cluster&
     c.intra_ops.op[op] = {c.intra.kind, v[1] * 1e9, v[0] * 1e-6};
     c.intra_ops.has[op] = true;
   }
+}
+
+void read_calibration(const toml::table& root, const std::string& source, Cluster& c) {
+  for (const auto& e : *section(root, "calibration").get("layouts")->as_array())
+    c.calibration.layouts.push_back(e.value<std::string>().value());
+  c.calibration.residuals = list(root, "calibration", "residuals");
+  c.calibration.seq_len = i64(root, "calibration", "seq_len");
+  c.calibration.source = str(root, "calibration", "source");
+  if (c.calibration.layouts.size() != c.calibration.residuals.size())
+    throw ConfigError(source + ": [calibration] has " + std::to_string(c.calibration.layouts.size()) + " layouts and " +
+                      std::to_string(c.calibration.residuals.size()) + " residuals; give one residual per layout");
+  if (!c.calibration.layouts.empty() && c.calibration.seq_len <= 0)
+    throw ConfigError(source + ": [calibration] seq_len is missing (the measured layouts' sequence length)");
 }
 
 }  // namespace
@@ -255,6 +279,7 @@ Cluster parse_cluster(const std::string& text, const std::string& source) {
   c.compute_scale = f64(root, "efficiency", "compute_scale");
   require_positive(root, "efficiency", "compute_scale", source);
   c.process_bytes = f64(root, "efficiency", "process_mib") * (1ull << 20);
+  read_calibration(root, source, c);
   return c;
 }
 

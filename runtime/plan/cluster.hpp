@@ -53,10 +53,19 @@ struct Cluster {
   // Measured over modelled compute of a whole training step (calibrated): the runtime's own
   // work the op fits do not see (copies, bias and embedding kernels, accumulation, hooks).
   double compute_scale = 1;
-  // Bytes each attention-score element moves in a forward when the kernels write the scores out
-  // (an unfused softmax and dropout); 0 = a fused (flash) kernel keeps them on chip.
-  double score_bytes = 0;
+  // Unfused attention (a workload's choice: 2021-22 Megatron) writes the [heads, T, T] scores out:
+  // its batched GEMMs' efficiency, the bytes each score moves in a forward (softmax and dropout
+  // read and write it) and the bytes per score it keeps for its backward. A fused (flash) kernel
+  // keeps them on chip.
+  double attention_unfused_eff = 0.5, score_bytes = 0, score_saved_bytes = 0;
   double process_bytes = 0;   // memory a rank holds before the model (runtime, CUDA context)
+  // Layouts measured on this cluster and the model's error on each ([calibration]).
+  struct Measured {
+    std::vector<std::string> layouts;
+    std::vector<double> residuals;  // measured / predicted step time - 1
+    int64_t seq_len = 0;
+    std::string source;
+  } calibration;
 
   // Peak FLOP/s of one device for a training dtype (fp32, bf16, fp16, fp8).
   double peak(const std::string& dtype) const;

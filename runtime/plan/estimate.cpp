@@ -245,6 +245,7 @@ struct Step {
   const BlockWork dense, moe;
   double psi = 0, expert_psi = 0;                     // parameters this rank holds
   double f = 0, b = 0, rc = 0, f_attn = 0, head_gemm = 0;  // seconds per micro-batch
+  double scores = 0;  // attention scores of one micro-batch in one block, on this rank
   double loop_exposed[2] = {0, 0};                    // in-loop comm per micro-batch: fwd, bwd
   PipeShape shape;
   Estimate e;
@@ -267,7 +268,10 @@ struct Step {
   // A BlockWork figure summed over this rank's blocks, dense and MoE.
   double mix(double BlockWork::*field) const { return (layers - moe_layers) * dense.*field + moe_layers * moe.*field; }
   double gemm(double flops, double calls) const { return calls * c.gemm_overhead + flops / (r.peak * c.gemm_eff); }
-  double attn(double flops, double calls) const { return calls * c.attention_overhead + flops / (r.peak * c.attention_eff); }
+  double attn(double flops, double calls) const {
+    const double eff = w.unfused_attention ? c.attention_unfused_eff : c.attention_eff;
+    return calls * c.attention_overhead + flops / (r.peak * eff);
+  }
   double elem(double bytes, double calls) const { return calls * c.elementwise_overhead + bytes / (r.bytes * c.memory_eff); }
 
   // Forward, backward and recompute of one micro-batch through this rank's blocks (balanced
@@ -278,8 +282,8 @@ struct Step {
     const double f_gemm = gemm(mix(&BlockWork::gemm_flops) + head_flops, mix(&BlockWork::gemm_calls) + 1.0 / l.pp);
     // Unfused attention writes the whole [heads, T, T] score matrix per sequence (the mask is
     // applied to it, not skipped), and softmax and dropout read and write it again.
-    const double scores = double(l.micro_batch) * (double(m.n_head) / l.tp) * m.seq_len * (double(m.seq_len) / l.cp);
-    f_attn = attn(mix(&BlockWork::attn_flops), layers) + elem(layers * scores * c.score_bytes, 0);
+    scores = double(l.micro_batch) * (double(m.n_head) / l.tp) * m.seq_len * (double(m.seq_len) / l.cp);
+    f_attn = attn(mix(&BlockWork::attn_flops), layers) + (w.unfused_attention ? elem(layers * scores * c.score_bytes, 0) : 0);
     const double f_elem = elem(mix(&BlockWork::elem_bytes) + head_bytes, mix(&BlockWork::elem_calls) + 3.0 / l.pp);
     head_gemm = head_flops / (r.peak * c.gemm_eff) * c.compute_scale;
     f = (f_gemm + f_attn + f_elem) * c.compute_scale;
@@ -437,9 +441,11 @@ struct Step {
     const double drop = mix(&BlockWork::selective_drop) / std::max(layers, 1e-9) * act_bytes;
     const double held = l.pp > 1 ? double(shape.in_flight) * m.n_layer / (double(l.pp) * l.chunks) : layers;
     const double n_rows = l.sp ? tokens / l.tp : tokens;
-    double acts = held * per_layer;
-    if (l.recompute == "full") acts = held * n_rows * m.d_model * act_bytes + per_layer;
-    else if (l.recompute == "selective") acts = held * (per_layer - drop) + drop;
+    // Unfused attention keeps its scores for the backward unless the block is recomputed.
+    const double kept_scores = w.unfused_attention ? scores * c.score_saved_bytes : 0;
+    double acts = held * (per_layer + kept_scores);
+    if (l.recompute == "full") acts = held * n_rows * m.d_model * act_bytes + per_layer + kept_scores;
+    else if (l.recompute == "selective") acts = held * (per_layer + kept_scores - drop) + drop;
     // The head keeps its logits (fp32) on the last stage; the embedding's output on the first.
     e.memory.activations = acts + tokens * vocab * 4 + 2 * n_rows * m.d_model * 4;
     const double bucket = l.zero ? std::min(psi * 4, 2.0 * 25 * (1 << 20)) : std::min(psi * grad_bytes, 25.0 * (1 << 20));

@@ -45,6 +45,7 @@ struct Workload {
   // holds the model state unsharded, as far as the planner knows.
   std::string data_plugin, tensor_plugin, sequence_plugin, context_plugin, expert_plugin;
   std::string device = "cpu";  // [run] device: what the layout's plugins must run on
+  bool unfused_attention = false;  // scores written out (2021-22 Megatron); a flash kernel otherwise
   std::string comm;            // [plugins] comm ("" = gloo, the default of a job of several ranks)
 };
 
@@ -76,6 +77,10 @@ struct Estimate {
   double model_flops = 0;  // per step, PaLM's count (what MFU divides)
   double mfu = 0, tflops_per_device = 0, tokens_per_s_per_device = 0;
   std::vector<std::string> notes;  // e.g. a plugin without a cost entry
+  // The step time measured runs on this cluster would put it in (plan/calibration.hpp); 0 when no
+  // run was measured here. Why the layout lies outside what they cover ("" when inside).
+  double band_low_ms = 0, band_high_ms = 0;
+  std::string extrapolated;
 };
 
 // The step's collectives of one plugin for a query; empty when it has no cost entry.

@@ -4,6 +4,8 @@
 #include "dist/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
 #include "model/model.hpp"
+#include "plan/calibration.hpp"
+#include "plan/sources.hpp"
 #include "train/settings.hpp"
 
 namespace loom::plan {
@@ -34,13 +36,13 @@ Workload workload_of(const config::Config& cfg, const std::string& dtype) {
   return w;
 }
 
-Layout layout_of(const config::Config& cfg) {
+Layout layout_of(const config::Config& cfg, int world) {
   Layout l;
   const dist::ParallelSettings par = dist::read_parallel(cfg);
   const plugins::PluginSettings slots = plugins::read_plugins(cfg);
   const train::Settings train = train::read_settings(cfg);
   l.tp = par.tp, l.pp = par.pp, l.cp = par.cp, l.ep = par.ep;
-  l.dp = par.dp > 0 ? par.dp : std::max<int>(1, par.nproc / (l.tp * l.pp * l.cp * l.ep));
+  l.dp = par.dp > 0 ? par.dp : std::max<int>(1, int(world > 0 ? world : par.nproc) / (l.tp * l.pp * l.cp * l.ep));
   const std::string data = slots.slot("data");
   l.zero = data.rfind("zero", 0) == 0 && data.size() == 5 ? data[4] - '0' : 0;
   l.sp = slots.slot("sequence") == "sp";
@@ -51,6 +53,14 @@ Layout layout_of(const config::Config& cfg) {
   l.recompute = model::from_config(cfg).recompute;
   l.micro_batch = int(train.micro_batch > 0 ? train.micro_batch : train.global_batch / (int64_t(l.dp) * l.ep));
   return l;
+}
+
+Estimate predict(const Cluster& c, const config::Config& cfg, int world) {
+  PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
+  const Workload w = workload_of(cfg);
+  Estimate e = estimate(c, w, layout_of(cfg, world), sources.costs(), sources.pipes());
+  judge(e, calibration_of(c), w);
+  return e;
 }
 
 std::vector<std::string> layout_sets(const Workload& w, const Layout& l) {

@@ -9,43 +9,50 @@ namespace loom::plan {
 
 namespace {
 
-// GPT as Megatron-LM trains it in the paper: vocabulary 51200, sequence 2048, learned positions,
-// LayerNorm, GELU, biases, tied head, d_ff = 4h; mixed precision (fp16).
-Workload megatron_gpt(int layers, int hidden, int heads, int64_t batch) {
+// GPT as Megatron-LM trains it: vocabulary 51200, sequence 2048, learned positions, LayerNorm,
+// GELU, biases, tied head, d_ff = 4h; mixed precision (fp16 or bf16: the same peak), 2-byte
+// gradients on the wire, unfused attention (2021-22).
+Workload megatron_gpt(int layers, int hidden, int heads, int64_t batch, int64_t vocab = 51200) {
   Workload w;
   model::Config& m = w.model;
   m.n_layer = layers, m.d_model = hidden, m.n_head = heads, m.n_kv_head = heads;
-  m.d_ff = 4 * hidden, m.vocab_size = 51200, m.seq_len = 2048, m.max_positions = 2048;
+  m.d_ff = 4 * hidden, m.vocab_size = vocab, m.seq_len = 2048, m.max_positions = 2048;
   m.positions = "learned", m.norm = "layernorm", m.mlp = "gelu", m.bias = true, m.tied_embeddings = true;
   w.global_batch = batch;
   w.dtype = "fp16";
-  w.grad_bytes = 2;  // Megatron all-reduces fp16 gradients
+  w.grad_bytes = 2;
+  w.unfused_attention = true;  // its softmax and dropout over explicit scores
   return w;
 }
 
 // Llama 3 as the [model] presets describe it (model_presets.cpp, from Meta's model cards).
-Workload llama3(const char* preset, int64_t batch) {
-  config::Config cfg = config::Config::parse(std::string("[model]\npreset = \"") + preset + "\"\n[train]\nglobal_batch = " +
+Workload llama3(const char* preset, int64_t batch, int64_t seq_len = 8192) {
+  config::Config cfg = config::Config::parse(std::string("[model]\npreset = \"") + preset + "\"\nseq_len = " +
+                                                 std::to_string(seq_len) + "\n[train]\nglobal_batch = " +
                                                  std::to_string(batch) + "\n[plugins]\nprecision = \"bf16\"\n",
                                              "<published>");
   cfg.validate_runtime();
   Workload w = workload_of(cfg);
-  w.grad_bytes = 2;  // bf16 gradient reduction (Llama 3's FSDP, torchtitan's default)
+  w.grad_bytes = 2;  // bf16 gradient reduction (Llama 3's FSDP, torchtitan's and NeMo's defaults)
   return w;
 }
 
-Layout layout(int gpus, int tp, int pp, int mb, int chunks, const char* recompute, int zero = 0) {
+// "tp8 pp16 cp16 ..." as Layout: tp, pp, cp, micro-batch, interleave depth, recompute, ZeRO, sp.
+Layout layout(int gpus, int tp, int pp, int mb, int chunks, const char* recompute, int zero = 0, int cp = 1, bool sp = false) {
   Layout l;
-  l.tp = tp, l.pp = pp, l.dp = gpus / (tp * pp), l.micro_batch = mb, l.recompute = recompute, l.zero = zero;
+  l.tp = tp, l.pp = pp, l.cp = cp, l.dp = gpus / (tp * pp * cp), l.micro_batch = mb, l.recompute = recompute, l.zero = zero;
+  l.sp = sp;
   l.schedule = chunks > 1 ? "interleaved" : "1f1b";
   l.chunks = chunks;
   return l;
 }
 
-std::vector<PublishedRun> build() {
-  std::vector<PublishedRun> runs;
-  // Narayanan et al. 2021, Table 1 (per-GPU TFLOP/s); tp, pp, micro-batch, global batch and the
-  // interleaving as in Megatron-LM's examples/sc21/run_table_1.sh; full recompute throughout.
+// Megatron-LM overlapped no tp collective in 2021-22 (its asynchronous tp all-reduce came later).
+const char* kMegatronTp = "[plugins.tp]\noverlap = \"off\"\n";
+
+// Narayanan et al. 2021, Table 1 (per-GPU TFLOP/s by its eq. 3); tp, pp, micro-batch, global
+// batch and the interleaving as in Megatron-LM's examples/sc21/run_table_1.sh; full recompute.
+void narayanan_2021(std::vector<PublishedRun>& runs) {
   const char* t1 = "Narayanan et al. 2021 (SC21), Table 1";
   struct Row {
     const char* name;
@@ -64,23 +71,94 @@ std::vector<PublishedRun> build() {
       {"GPT 529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 1, 3, 163},
       {"GPT 1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 1, 1, 163},
   };
-  // Megatron-LM overlapped no tp collective then (its asynchronous tp all-reduce came later).
   for (const Row& r : rows)
     runs.push_back({r.name, t1, "a100-80g", megatron_gpt(r.layers, r.hidden, r.heads, r.batch),
-                    layout(r.gpus, r.tp, r.pp, r.mb, r.chunks, "full"), "tflops", r.tflops, true,
-                    "[plugins.tp]\noverlap = \"off\"\n"});
-  // Llama 3 405B pre-training (Dubey et al. 2024, Table 4): 16K H100, tp 8, cp 1, pp 16, dp 128,
-  // sequence 8192, 16M tokens per batch, 41% MFU on the 16K-GPU row. The paper runs a modified
-  // interleaved schedule without giving v; v = 2 here is our assumption.
-  runs.push_back({"Llama 3 405B, 16384 H100", "Dubey et al. 2024 (The Llama 3 Herd of Models), Table 4", "h100-sxm",
-                  llama3("llama3-405b", 2048), layout(16384, 8, 16, 1, 2, "none"), "mfu", 0.41});
-  // The 8K-GPU row of the same table: dp 64, the same 16M tokens, 43% MFU.
-  runs.push_back({"Llama 3 405B, 8192 H100", "Dubey et al. 2024 (The Llama 3 Herd of Models), Table 4", "h100-sxm",
-                  llama3("llama3-405b", 2048), layout(8192, 8, 16, 1, 2, "none"), "mfu", 0.43});
-  // torchtitan's published Llama 3 8B on 8 H100: FSDP (ZeRO-3), bf16, local batch 1, sequence
-  // 8192, selective activation checkpointing: 5762 tokens/s per GPU.
-  runs.push_back({"Llama 3 8B, 8 H100, FSDP", "torchtitan docs/performance.md", "h100-sxm",
-                  llama3("llama3-8b", 8), layout(8, 1, 1, 1, 1, "selective", 3), "tokens", 5762});
+                    layout(r.gpus, r.tp, r.pp, r.mb, r.chunks, "full"), "tflops", r.tflops, "megatron2021", kMegatronTp});
+}
+
+// Korthikanti et al. 2022 (Reducing Activation Recomputation), Tables 3 and 5: sequence
+// parallelism with selective recompute on Selene's A100s, MFU by 72 B L s h^2 (1 + s/6h + v/12hL),
+// the tied head included. Megatron's selective recompute reruns the attention core; Loom's reruns
+// the norms and the MLP activation (docs/plan.md).
+void korthikanti_2022(std::vector<PublishedRun>& runs) {
+  const char* src = "Korthikanti et al. 2022 (MLSys 2023), Tables 3 and 5";
+  struct Row {
+    const char* name;
+    int heads, hidden, layers, tp, pp, gpus, batch, chunks;
+    double mfu;
+  };
+  const Row rows[] = {
+      {"GPT 22B, sp + selective", 64, 6144, 48, 8, 1, 8, 4, 1, 0.415},
+      {"GPT 175B, sp + selective", 96, 12288, 96, 8, 8, 64, 64, 3, 0.514},
+      {"GPT 530B, sp + selective", 128, 20480, 105, 8, 35, 280, 280, 3, 0.560},
+      {"GPT 1T, sp + selective", 160, 25600, 128, 8, 64, 512, 512, 1, 0.563},
+      {"GPT 530B, sp + selective, dp 8", 128, 20480, 105, 8, 35, 2240, 2240, 3, 0.542},
+  };
+  for (const Row& r : rows) {
+    const int mb = r.gpus == 8 ? 4 : 1;  // the 22B row runs its 4 sequences as one micro-batch
+    runs.push_back({r.name, src, "a100-80g", megatron_gpt(r.layers, r.hidden, r.heads, r.batch),
+                    layout(r.gpus, r.tp, r.pp, mb, r.chunks, "selective", 0, 1, true), "mfu", r.mfu, "executed", kMegatronTp});
+  }
+}
+
+// Llama 3 405B pre-training (Dubey et al. 2024, Table 4): tp 8, pp 16, 16M tokens per batch; the
+// paper runs a modified interleaved schedule without giving v (v = 2 here is our assumption).
+void llama3_table4(std::vector<PublishedRun>& runs) {
+  const char* src = "Dubey et al. 2024 (The Llama 3 Herd of Models), Table 4";
+  runs.push_back({"Llama 3 405B, 16384 H100", src, "h100-sxm", llama3("llama3-405b", 2048), layout(16384, 8, 16, 1, 2, "none"), "mfu", 0.41});
+  runs.push_back({"Llama 3 405B, 8192 H100", src, "h100-sxm", llama3("llama3-405b", 2048), layout(8192, 8, 16, 1, 2, "none"), "mfu", 0.43});
+  runs.push_back({"Llama 3 405B, 131K, cp 16", src, "h100-sxm", llama3("llama3-405b", 128, 131072),
+                  layout(16384, 8, 16, 1, 2, "none", 0, 16), "mfu", 0.38});
+}
+
+// NVIDIA's DGX Cloud benchmarking recipes (NVIDIA/dgxc-benchmarking, NeMo 24.09, BF16), on DGX
+// H100: MFU by their count (full attention, no recompute, the head but not the input embedding:
+// Loom's). NeMo runs sp with tp, the distributed optimizer (ZeRO-1), flash attention and tp
+// overlap.
+void nemo_h100(std::vector<PublishedRun>& runs) {
+  const char* src = "NVIDIA dgxc-benchmarking (NeMo 24.09 BF16 recipes)";
+  runs.push_back({"Llama 3.1 8B, 8 H100, NeMo", src, "h100-sxm", llama3("llama3-8b", 128),
+                  layout(8, 1, 1, 1, 1, "none", 1, 2), "mfu", 0.5937});
+  runs.push_back({"Llama 3.1 70B, 64 H100, NeMo", src, "h100-sxm", llama3("llama3-70b", 128),
+                  layout(64, 4, 4, 1, 5, "none", 1, 2, true), "mfu", 0.5410});
+  runs.push_back({"Llama 3.1 405B, 576 H100, NeMo", src, "h100-sxm", llama3("llama3-405b", 252),
+                  layout(576, 8, 9, 1, 7, "none", 1, 2, true), "mfu", 0.5578});
+  Workload gpt3 = megatron_gpt(96, 12288, 96, 256);
+  gpt3.dtype = "bf16", gpt3.unfused_attention = false;
+  runs.push_back({"GPT-3 175B, 128 H100, NeMo", src, "h100-sxm", gpt3, layout(128, 4, 8, 1, 12, "none", 1, 1, true), "mfu", 0.5354});
+}
+
+// torchtitan (docs/performance.md): FSDP (ZeRO-3) in eager PyTorch. On A100 80GB, local batch 1;
+// on Grand Teton's H100 (96 GB HBM2e, 2.4 TB/s, 500 W), local batch 2 over 8 GPUs.
+void torchtitan(std::vector<PublishedRun>& runs) {
+  const char* src = "torchtitan docs/performance.md";
+  runs.push_back({"Llama 3 8B, 64 A100, FSDP", src, "a100-80g", llama3("llama3-8b", 64), layout(64, 1, 1, 1, 1, "selective", 3),
+                  "tokens", 2973});
+  runs.push_back({"Llama 3 70B, 64 A100, FSDP", src, "a100-80g", llama3("llama3-70b", 64), layout(64, 1, 1, 1, 1, "full", 3),
+                  "tokens", 331});
+  runs.push_back({"Llama 3.1 8B, 8 H100 500 W, FSDP", src, "h100-gt500", llama3("llama3-8b", 16),
+                  layout(8, 1, 1, 2, 1, "selective", 3), "tokens", 5762});
+}
+
+// BLOOM-176B (BigScience, bigscience-workshop/bigscience tr11-176B-ml): 384 A100 80GB, tp 4, pp 12,
+// dp 8, micro-batch 2, 2048 sequences, full recompute, a ZeRO-1-like bf16 optimizer; 149.8
+// TFLOP/s by Megatron's count with recompute (the paper's eq. 3 coefficient).
+void bloom(std::vector<PublishedRun>& runs) {
+  Workload w = megatron_gpt(70, 14336, 112, 2048, 250880);
+  w.dtype = "bf16";
+  w.model.positions = "none";  // ALiBi: no position table
+  runs.push_back({"BLOOM 176B, 384 A100", "BigScience tr11-176B-ml training log", "a100-80g", w, layout(384, 4, 12, 2, 1, "full", 1),
+                  "tflops", 149.77, "megatron2021"});
+}
+
+std::vector<PublishedRun> build() {
+  std::vector<PublishedRun> runs;
+  narayanan_2021(runs);
+  korthikanti_2022(runs);
+  llama3_table4(runs);
+  nemo_h100(runs);
+  torchtitan(runs);
+  bloom(runs);
   return runs;
 }
 
@@ -108,12 +186,19 @@ double megatron_flops(const model::Config& m, int64_t batch) {
   return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
 
+// The FLOPs of one step as the source counts them.
+double counted_flops(const PublishedRun& run, const Estimate& e) {
+  const model::Config& m = run.workload.model;
+  const double tokens = double(run.workload.global_batch) * double(m.seq_len);
+  if (run.flops == "megatron2021") return megatron_flops(m, run.workload.global_batch);
+  if (run.flops == "executed") return m.executed_flops_per_token() * tokens;
+  return e.model_flops;  // "model": Loom's count, 6 N (head, no input embedding) + 12 L H Q T
+}
+
 double predicted_metric(const PublishedRun& run, const Estimate& e) {
   const double seconds = e.step_ms / 1e3;
-  if (run.metric == "tflops")
-    return (run.megatron_flops ? megatron_flops(run.workload.model, run.workload.global_batch) : e.model_flops) /
-           seconds / run.layout.world() / 1e12;
-  if (run.metric == "mfu") return e.mfu;
+  if (run.metric == "tflops") return counted_flops(run, e) / seconds / run.layout.world() / 1e12;
+  if (run.metric == "mfu") return e.mfu * counted_flops(run, e) / e.model_flops;
   return e.tokens_per_s_per_device;
 }
 

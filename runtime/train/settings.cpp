@@ -19,6 +19,7 @@ config::SectionSpec run_section() {
       {"tensorboard", ValueType::Bool, "false", "also write the metrics as TensorBoard events, in <run dir>/tensorboard"},
       {"profile_layer", ValueType::Bool, "false", "time block 0 segment by segment over the training steps (not evaluation or samples); table at the end"},
       {"trace", ValueType::Bool, "false", "write a Chrome trace-event JSON per rank (run dir/trace/rank<N>.json)"},
+      {"plan_cluster", ValueType::String, "\"\"", "cluster file (clusters/*.toml): print loom plan's predicted step time, exposed communication and memory beside the measured ones"},
   }};
 }
 
@@ -34,6 +35,7 @@ RunSettings read_run(const config::Config& cfg) {
   r.profile_layer = cfg.boolean("run.profile_layer");
   r.tensorboard = cfg.boolean("run.tensorboard");
   r.trace = cfg.boolean("run.trace");
+  r.plan_cluster = cfg.str("run.plan_cluster");
   return r;
 }
 

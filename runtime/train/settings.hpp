@@ -14,6 +14,7 @@ namespace loom::train {
 
 struct RunSettings {
   std::string name, dir, device;
+  std::string plan_cluster;  // "" = no prediction beside the measured figures
   uint64_t seed;
   int threads;  // 0 = all cores, adaptive on one rank per machine
   int64_t log_every;

@@ -39,6 +39,8 @@ void Run::report(int64_t step, const StepResult& r, double step_s, const PipeSte
   sum.final_loss = r.loss;
   sum.last_step = step;
   sum.skipped_steps = skipped_steps_;
+  sum.step_ms.push_back(step_s * 1e3);
+  sum.exposed_comm_ms.push_back(value_of(fields, "exposed_comm_ms"));
   if (!lead_) return;
   const std::string eta = eta_text(step);
   if (step % s_.log_every == 0 || step == last_step_ || !val_text.empty())
@@ -142,6 +144,7 @@ void Run::finish_run(TrainSummary& sum, double total_time) {
   double peak_mem = static_cast<double>(process_memory().peak_bytes);
   std::vector<double> peaks(env_.world, peak_mem);
   if (world_) world_->world().all_gather(flat_view(&peak_mem, LOOM_F64, 1), flat_view(peaks.data(), LOOM_F64, env_.world));
+  sum.peak_mem_bytes = *std::max_element(peaks.begin(), peaks.end());
   if (lead_) {
     std::string ranks = "{\"peak_mem_bytes\": [";
     for (int r = 0; r < env_.world; ++r) ranks += (r ? ", " : "") + std::to_string(static_cast<int64_t>(peaks[r]));

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "dist/launch.hpp"
@@ -22,6 +23,8 @@ struct TrainSummary {
   int64_t last_step = 0;      // the last step this run trained
   std::string stopped_by;     // "SIGTERM", "SIGINT", ...: the run stopped early on a signal
   bool saved_on_stop = false; // and saved a checkpoint of last_step first
+  std::vector<double> step_ms, exposed_comm_ms;  // each step this run trained, as its metrics line has them
+  double peak_mem_bytes = 0;  // the largest rank's
 };
 
 // Trains as the config says, as rank env.rank of env.world. Rank 0 prints and writes

@@ -64,7 +64,7 @@ TEST_CASE("loom plan --emit refuses a rank past the table, a layout the plugins 
   CHECK(has(past.out, "--emit 100000: the table ranks"));
   const auto refused = run_loom(plan + "--emit \"dp1 tp2 mb8\" --set model.n_head=3 --set model.d_model=66 --out " + (t.path / "x.toml").string());
   CHECK(refused.rc == 2);
-  CHECK(has(refused.out, "does not divide the model's 3 heads"));
+  CHECK(has(refused.out, "[model] n_head = 3 is not divisible by [parallel] tp = 2"));
   const auto no_out = run_loom(plan + "--emit 1");
   CHECK(no_out.rc == 2);
   CHECK(has(no_out.out, "--emit needs --out FILE"));
