@@ -61,7 +61,7 @@ std::vector<SectionSpec> build_schema() {
           {"latency_us", ValueType::Float, "0", "per ring hop, us", 0, kInf},
       }},
       {"inter", "the network between nodes", {
-          {"kind", ValueType::String, "\"infiniband\"", "what it is", -kInf, kInf, {"infiniband", "roce", "ethernet", "none"}},
+          {"kind", ValueType::String, "\"infiniband\"", "what it is", -kInf, kInf, {"infiniband", "roce", "omnipath", "ethernet", "none"}},
           {"nics_per_node", ValueType::Int, "0", "compute NICs per node", 0, 1024},
           {"nic_gbits", ValueType::Float, "0", "per NIC, one direction, Gbit/s", 0, kInf},
           {"latency_us", ValueType::Float, "0", "per ring hop across nodes, us", 0, kInf},

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/errors.hpp"
+#include "train/pipeline.hpp"
 
 namespace loom::plan {
 
@@ -179,8 +180,8 @@ Layout parse_layout(const std::string& text) {
     if (!pending.empty()) tok = pending + tok, pending.clear();
     auto starts = [&](const char* p) { return tok.rfind(p, 0) == 0; };
     if (tok == "sp") l.sp = true;
-    else if (tok == "none" || tok == "selective" || tok == "full") l.recompute = tok;
-    else if (tok == "gpipe" || tok == "1f1b" || tok == "interleaved") l.schedule = tok;
+    else if (tok == "none" || tok == "selective" || tok == "full" || tok == "selective-op") l.recompute = tok;
+    else if (tok == "gpipe" || tok == "1f1b" || tok == "interleaved" || tok == "zbh1") l.schedule = tok;
     else if (starts("interleavedx")) l.schedule = "interleaved", l.chunks = number(tok, 12);
     else if (tok == "dp" || tok == "tp" || tok == "pp" || tok == "cp" || tok == "ep" || tok == "zero" || tok == "mb") pending = tok;
     else if (starts("zero")) l.zero = number(tok, 4);
@@ -246,6 +247,7 @@ struct Step {
   double psi = 0, expert_psi = 0;                     // parameters this rank holds
   double f = 0, b = 0, rc = 0, f_attn = 0, head_gemm = 0;  // seconds per micro-batch
   double scores = 0;  // attention scores of one micro-batch in one block, on this rank
+  double block_s = 0, head_s = 0;  // forward of one block (dense and MoE averaged) and of the whole head
   double loop_exposed[2] = {0, 0};                    // in-loop comm per micro-batch: fwd, bwd
   PipeShape shape;
   Estimate e;
@@ -285,13 +287,44 @@ struct Step {
     scores = double(l.micro_batch) * (double(m.n_head) / l.tp) * m.seq_len * (double(m.seq_len) / l.cp);
     f_attn = attn(mix(&BlockWork::attn_flops), layers) + (w.unfused_attention ? elem(layers * scores * c.score_bytes, 0) : 0);
     const double f_elem = elem(mix(&BlockWork::elem_bytes) + head_bytes, mix(&BlockWork::elem_calls) + 3.0 / l.pp);
+    block_s = (gemm(mix(&BlockWork::gemm_flops), mix(&BlockWork::gemm_calls)) + f_attn +
+               elem(mix(&BlockWork::elem_bytes), mix(&BlockWork::elem_calls))) / std::max(layers, 1e-9);
+    head_s = gemm(head_flops * l.pp, 1) + elem(head_bytes * l.pp, 3);
     head_gemm = head_flops / (r.peak * c.gemm_eff) * c.compute_scale;
     f = (f_gemm + f_attn + f_elem) * c.compute_scale;
     // Backward: two GEMMs per forward GEMM, flash-style attention backward (2.5x), element-wise 2x.
     b = (2 * f_gemm + 2.5 * f_attn + 2 * f_elem) * c.compute_scale;
     if (l.recompute == "full") rc = f - head_gemm;
     else if (l.recompute == "selective") rc = elem(mix(&BlockWork::norm_act_bytes), 3 * layers) * c.compute_scale;
+    // torchtitan's per-op policy (a published configuration; Loom does not run it): every other
+    // matmul and every element-wise op of the blocks rerun.
+    else if (l.recompute == "selective-op")
+      rc = (gemm(mix(&BlockWork::gemm_flops) / 2, mix(&BlockWork::gemm_calls) / 2) +
+            elem(mix(&BlockWork::elem_bytes), mix(&BlockWork::elem_calls))) * c.compute_scale;
     b += rc;
+  }
+
+  // What the framework balances its stages by (Workload::stage_split).
+  std::vector<double> split_costs() const {
+    if (w.stage_split == "blocks") {
+      std::vector<double> c(size_t(m.n_layer) + 2, 1.0);
+      c.front() = c.back() = 0;
+      return c;
+    }
+    if (w.stage_split == "count") return std::vector<double>(size_t(m.n_layer) + 2, 1.0);
+    return train::layer_costs(m);
+  }
+
+  // The busiest rank's forward over the mean's: block_s per block, head_s for the head (the
+  // embedding's lookup counts as nothing), summed over each rank's virtual stages.
+  double stage_imbalance() const {
+    std::vector<double> load(size_t(l.pp), 0.0);
+    double total = 0;
+    for (size_t i = 0; i < shape.stage_of.size(); ++i) {
+      const double t = i == 0 ? 0 : i + 1 == shape.stage_of.size() ? head_s : block_s;
+      load[size_t(shape.stage_of[i] % l.pp)] += t, total += t;
+    }
+    return total > 0 ? *std::max_element(load.begin(), load.end()) / (total / l.pp) : 1;
   }
 
   // Parameters of this rank's part: blocks / pp plus the larger end (embedding or head), / tp.
@@ -386,12 +419,14 @@ struct Step {
   }
 
   // The micro-batch loop: plain accumulation, or the schedule's simulated makespan.
+  // The micro-batch loop: the schedule's makespan in chunk forwards, each as long as the busiest
+  // rank's (its stages as the schedule plugin splits the layers); the rest is bubble.
   void loop(const PipeSource& pipes) {
     if (l.pp == 1) {
       e.pipeline_ms = mbs * (f + b) * 1e3;
     } else {
-      shape = pipes(l.schedule, l.pp, mbs, l.chunks, b / f);
-      e.pipeline_ms = shape.makespan * (f / l.chunks) * 1e3;
+      shape = pipes(l.schedule, l.pp, mbs, l.chunks, b / f, split_costs());
+      e.pipeline_ms = shape.makespan * (f * stage_imbalance() / l.chunks) * 1e3;
     }
     e.forward_ms = mbs * (f - loop_exposed[0]) * 1e3;
     e.recompute_ms = mbs * rc * 1e3;
@@ -445,7 +480,7 @@ struct Step {
     const double kept_scores = w.unfused_attention ? scores * c.score_saved_bytes : 0;
     double acts = held * (per_layer + kept_scores);
     if (l.recompute == "full") acts = held * n_rows * m.d_model * act_bytes + per_layer + kept_scores;
-    else if (l.recompute == "selective") acts = held * (per_layer + kept_scores - drop) + drop;
+    else if (l.recompute == "selective" || l.recompute == "selective-op") acts = held * (per_layer + kept_scores - drop) + drop;
     // The head keeps its logits (fp32) on the last stage; the embedding's output on the first.
     e.memory.activations = acts + tokens * vocab * 4 + 2 * n_rows * m.d_model * 4;
     const double bucket = l.zero ? std::min(psi * 4, 2.0 * 25 * (1 << 20)) : std::min(psi * grad_bytes, 25.0 * (1 << 20));

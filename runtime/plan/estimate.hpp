@@ -46,6 +46,10 @@ struct Workload {
   std::string data_plugin, tensor_plugin, sequence_plugin, context_plugin, expert_plugin;
   std::string device = "cpu";  // [run] device: what the layout's plugins must run on
   bool unfused_attention = false;  // scores written out (2021-22 Megatron); a flash kernel otherwise
+  // How the framework splits layers over pipeline stages: "cost" (Loom: balanced by each layer's
+  // FLOPs), "blocks" (Megatron-LM: equal blocks, the embedding and head on top of the ends),
+  // "count" (Megatron-DeepSpeed's type:transformer|embedding: equal layers, E and L among them).
+  std::string stage_split = "cost";
   std::string comm;            // [plugins] comm ("" = gloo, the default of a job of several ranks)
 };
 
@@ -86,13 +90,16 @@ struct Estimate {
 // The step's collectives of one plugin for a query; empty when it has no cost entry.
 using CostSource = std::function<std::vector<loom_cost_collective>(const std::string& plugin,
                                                                    const loom_cost_query& q, bool& has_entry)>;
-// Simulated pipeline makespan in forward units (a forward of one chunk = 1, backward = k), and
-// the most micro-batch chunks in flight on the first rank.
+// Simulated pipeline makespan in forward units (a forward of one chunk = 1, backward = k), the
+// most micro-batch chunks in flight on the first rank, and the schedule plugin's split of the
+// layers (E, the blocks, L) into virtual stages, given each layer's cost (rank = stage % pp).
 struct PipeShape {
   double makespan = 1;
   int in_flight = 1;
+  std::vector<int32_t> stage_of;
 };
-using PipeSource = std::function<PipeShape(const std::string& schedule, int pp, int m, int chunks, double k)>;
+using PipeSource = std::function<PipeShape(const std::string& schedule, int pp, int m, int chunks, double k,
+                                           const std::vector<double>& layer_costs)>;
 
 // Why a run of the layout would be refused, in the run's words (empty when it would start): the
 // check `loom train` and `loom config check` make (train/layout_rules.hpp) with the plugins the

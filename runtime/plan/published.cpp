@@ -22,6 +22,7 @@ Workload megatron_gpt(int layers, int hidden, int heads, int64_t batch, int64_t 
   w.dtype = "fp16";
   w.grad_bytes = 2;
   w.unfused_attention = true;  // its softmax and dropout over explicit scores
+  w.stage_split = "blocks";    // equal blocks per stage, the embedding and head on the ends
   return w;
 }
 
@@ -33,7 +34,7 @@ Workload llama3(const char* preset, int64_t batch, int64_t seq_len = 8192) {
                                              "<published>");
   cfg.validate_runtime();
   Workload w = workload_of(cfg);
-  w.grad_bytes = 2;  // bf16 gradient reduction (Llama 3's FSDP, torchtitan's and NeMo's defaults)
+  w.grad_bytes = 2;  // bf16 gradient reduction (Llama 3's FSDP, NeMo's distributed optimizer)
   return w;
 }
 
@@ -107,8 +108,9 @@ void llama3_table4(std::vector<PublishedRun>& runs) {
   const char* src = "Dubey et al. 2024 (The Llama 3 Herd of Models), Table 4";
   runs.push_back({"Llama 3 405B, 16384 H100", src, "h100-sxm", llama3("llama3-405b", 2048), layout(16384, 8, 16, 1, 2, "none"), "mfu", 0.41});
   runs.push_back({"Llama 3 405B, 8192 H100", src, "h100-sxm", llama3("llama3-405b", 2048), layout(8192, 8, 16, 1, 2, "none"), "mfu", 0.43});
+  // Its cp all-gathers k and v, exposed (section 3.3.2: "the exposed all-gather latency is small").
   runs.push_back({"Llama 3 405B, 131K, cp 16", src, "h100-sxm", llama3("llama3-405b", 128, 131072),
-                  layout(16384, 8, 16, 1, 2, "none", 0, 16), "mfu", 0.38});
+                  layout(16384, 8, 16, 1, 2, "none", 0, 16), "mfu", 0.38, "model", "[plugins.cp]\nalgorithm = \"allgather\"\n"});
 }
 
 // NVIDIA's DGX Cloud benchmarking recipes (NVIDIA/dgxc-benchmarking, NeMo 24.09, BF16), on DGX
@@ -128,26 +130,32 @@ void nemo_h100(std::vector<PublishedRun>& runs) {
   runs.push_back({"GPT-3 175B, 128 H100, NeMo", src, "h100-sxm", gpt3, layout(128, 4, 8, 1, 12, "none", 1, 1, true), "mfu", 0.5354});
 }
 
-// torchtitan (docs/performance.md): FSDP (ZeRO-3) in eager PyTorch. On A100 80GB, local batch 1;
-// on Grand Teton's H100 (96 GB HBM2e, 2.4 TB/s, 500 W), local batch 2 over 8 GPUs.
+// torchtitan (docs/performance.md): FSDP (ZeRO-3) in eager PyTorch, its per-op selective
+// checkpointing (every other matmul rerun) or full. On A100 80GB, local batch 1; on Grand Teton's
+// H100 (96 GB HBM2e, 2.4 TB/s, 500 W), local batch 2 over 8 GPUs.
 void torchtitan(std::vector<PublishedRun>& runs) {
   const char* src = "torchtitan docs/performance.md";
-  runs.push_back({"Llama 3 8B, 64 A100, FSDP", src, "a100-80g", llama3("llama3-8b", 64), layout(64, 1, 1, 1, 1, "selective", 3),
+  auto fsdp = [](Workload w) {
+    w.grad_bytes = 4;  // its default mixed_precision_reduce = "float32"
+    return w;
+  };
+  runs.push_back({"Llama 3 8B, 64 A100, FSDP", src, "a100-80g", fsdp(llama3("llama3-8b", 64)), layout(64, 1, 1, 1, 1, "selective-op", 3),
                   "tokens", 2973});
-  runs.push_back({"Llama 3 70B, 64 A100, FSDP", src, "a100-80g", llama3("llama3-70b", 64), layout(64, 1, 1, 1, 1, "full", 3),
+  runs.push_back({"Llama 3 70B, 64 A100, FSDP", src, "a100-80g", fsdp(llama3("llama3-70b", 64)), layout(64, 1, 1, 1, 1, "full", 3),
                   "tokens", 331});
-  runs.push_back({"Llama 3.1 8B, 8 H100 500 W, FSDP", src, "h100-gt500", llama3("llama3-8b", 16),
-                  layout(8, 1, 1, 2, 1, "selective", 3), "tokens", 5762});
+  runs.push_back({"Llama 3.1 8B, 8 H100 500 W, FSDP", src, "h100-gt500", fsdp(llama3("llama3-8b", 16)),
+                  layout(8, 1, 1, 2, 1, "selective-op", 3), "tokens", 5762});
 }
 
-// BLOOM-176B (BigScience, bigscience-workshop/bigscience tr11-176B-ml): 384 A100 80GB, tp 4, pp 12,
+// BLOOM-176B (BigScience, bigscience-workshop/bigscience tr11-176B-ml) on Jean Zay: 384 A100 80GB, tp 4, pp 12,
 // dp 8, micro-batch 2, 2048 sequences, full recompute, a ZeRO-1-like bf16 optimizer; 149.8
 // TFLOP/s by Megatron's count with recompute (the paper's eq. 3 coefficient).
 void bloom(std::vector<PublishedRun>& runs) {
   Workload w = megatron_gpt(70, 14336, 112, 2048, 250880);
   w.dtype = "bf16";
   w.model.positions = "none";  // ALiBi: no position table
-  runs.push_back({"BLOOM 176B, 384 A100", "BigScience tr11-176B-ml training log", "a100-80g", w, layout(384, 4, 12, 2, 1, "full", 1),
+  w.stage_split = "count";     // pp_partition_method "type:transformer|embedding"
+  runs.push_back({"BLOOM 176B, 384 A100", "BigScience tr11-176B-ml training log", "a100-jeanzay", w, layout(384, 4, 12, 2, 1, "full", 1),
                   "tflops", 149.77, "megatron2021"});
 }
 

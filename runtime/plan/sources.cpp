@@ -31,6 +31,7 @@ struct PluginSources::State {
   };
   std::map<std::tuple<std::string, int, int, int>, Line> lines;
   std::map<std::pair<std::string, int>, const loom_plugin*> descs;
+  std::map<std::tuple<std::string, int, int, std::vector<double>>, std::vector<int32_t>> splits;
   State(std::vector<plugins::SearchDir> dirs, const config::Config* user)
       : registry(std::move(dirs)), cfg(user ? *user : config::Config::parse("[plugins]\n", "<plan>")) {}
 
@@ -40,6 +41,18 @@ struct PluginSources::State {
     const plugins::Found found = registry.find(name, LOOM_KIND_PARALLEL);
     plugins::check_options(cfg, found.desc);  // fills the defaults, as a run does
     return costs[name] = Cost{found.desc, plugins::cost_entry(found.desc), plugins::options_for(cfg, found.desc->name)};
+  }
+
+  // The schedule plugin's split of the layers, as plan_pipeline asks for it (no pp_layout).
+  const std::vector<int32_t>& split(const std::string& schedule, int pp, int chunks, const std::vector<double>& costs) {
+    std::vector<int32_t>& out = splits[std::make_tuple(schedule, pp, chunks, costs)];
+    if (out.empty()) {
+      const plugins::Found found = registry.find(schedule, LOOM_KIND_PARALLEL);
+      loom_options none = plugins::options_for(cfg, schedule);
+      const PipelinePlan plan(found, &none, loom_pipeline_shape{pp, pp, chunks > 1 ? chunks : 0});
+      out = plan.partition("E" + std::string(costs.size() - 2, 't') + "L", costs, "");
+    }
+    return out;
   }
 
   const loom_plugin* plugin(const std::string& name, loom_kind kind) {
@@ -108,10 +121,11 @@ CostSource PluginSources::costs() {
 // other k read off that line: a search of 60,000 layouts meets thousands of distinct k.
 PipeSource PluginSources::pipes() {
   auto st = state_;
-  return [st](const std::string& schedule, int pp, int m, int chunks, double k) {
+  return [st](const std::string& schedule, int pp, int m, int chunks, double k, const std::vector<double>& layer_costs) {
     constexpr int kSimulated = 256;
     const int v = std::max(1, chunks);
     PipeShape s;
+    s.stage_of = st->split(schedule, pp, chunks, layer_costs);
     if (m > kSimulated) {
       s.makespan = schedule == "zbh1" ? double(m) * (1 + k) + (pp - 1) * std::max(1.0, k / 2)
                                       : (double(v) * m + pp - 1) * (1 + k);

@@ -18,8 +18,8 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// Forward FLOPs per token of each layer, as the default split balances them: the embedding is a
-// lookup, a block its four projections, MLP and causal attention, the head its vocabulary GEMM.
+}  // namespace
+
 std::vector<double> layer_costs(const model::Config& c) {
   const double C = double(c.d_model), F = double(c.d_ff), T = double(c.seq_len);
   const double fc_out = c.mlp == "swiglu" ? 2 * F : F;
@@ -30,14 +30,10 @@ std::vector<double> layer_costs(const model::Config& c) {
   return costs;
 }
 
-}  // namespace
-
 PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection& sel,
                              const model::Config& mc, int stages, int microbatches) {
   const plugins::SlotChoice* choice = sel.slot("pipeline");
-  if (!choice)
-    throw ConfigError("[parallel] pp = " + std::to_string(stages) +
-                      " needs [plugins] pipeline (gpipe, 1f1b or interleaved)");
+  if (!choice) throw RuntimeError("pp > 1 without a schedule got past layout_problem");
   loom_options opts = plugins::options_for(cfg, choice->found.desc->name);
   const dist::ParallelSettings par = dist::read_parallel(cfg);
   loom_pipeline_shape shape{stages, microbatches, static_cast<int32_t>(par.pp_chunks)};

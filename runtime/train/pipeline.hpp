@@ -47,6 +47,11 @@ struct PipelineLayout {
 PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection& sel,
                              const model::Config& mc, int stages, int microbatches);
 
+// Forward FLOPs per token of each layer (E, the blocks, L), as the default split balances them:
+// the embedding is a lookup, a block its four projections, MLP and causal attention, the head
+// its vocabulary GEMM. The planner splits with the same figures.
+std::vector<double> layer_costs(const model::Config& c);
+
 class Pipeline {
  public:
   // Runs `layout` on this rank's part of `model`, built from layout.layers_of(this pp rank).

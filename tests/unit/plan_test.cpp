@@ -1,5 +1,6 @@
 // loom plan's model: cluster files, the ZeRO formulas, the strategies' cost entries, the
 // published runs it must predict, and the search's speed and choices.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -151,19 +152,28 @@ TEST_CASE("a strategy's cost entry sees its options: ddp's bf16 wire halves the 
   CHECK(bf16[0].hidden == 0.0);
 }
 
-TEST_CASE("Narayanan et al. 2021 Table 1 is predicted within 15% on every row, from the published layouts") {
-  int rows = 0;
+// docs/plan.md's table: every published run predicted from its published configuration. Table 1,
+// Korthikanti et al., Llama 3's Table 4 and NeMo's H100 recipes within 15% on every row; the
+// median over every run within 10%. The runs that miss (eager torchtitan, BLOOM) are named there.
+TEST_CASE("published runs are predicted from their layouts: Table 1, Korthikanti, Llama 3 and NeMo rows within 15%, the median within 10%") {
+  int rows = 0, table1 = 0;
+  std::vector<double> errors;
   for (const auto& run : plan::published_runs()) {
-    if (run.source.find("Table 1") == std::string::npos) continue;
     plan::PluginSources sources = plan::published_sources(run);
     const plan::Cluster c = plan::load_cluster(kClusters / (run.cluster + ".toml"));
     const plan::Estimate e = plan::estimate(c, run.workload, run.layout, sources.costs(), sources.pipes());
-    const double predicted = plan::predicted_metric(run, e);
+    const double predicted = plan::predicted_metric(run, e), error = std::fabs(predicted / run.published - 1);
     INFO(run.name << ": published " << run.published << ", predicted " << predicted);
-    CHECK(std::fabs(predicted / run.published - 1) <= 0.15);
+    errors.push_back(error);
+    table1 += run.source.find("Table 1") != std::string::npos;
+    for (const char* held : {"Table 1", "Korthikanti", "Table 4", "NeMo"})
+      if (run.source.find(held) != std::string::npos) CHECK(error <= 0.15);
     ++rows;
   }
-  CHECK(rows == 10);
+  CHECK(table1 == 10);
+  CHECK(rows >= 26);
+  std::sort(errors.begin(), errors.end());
+  CHECK(errors[errors.size() / 2] <= 0.10);
   // The paper's own count (eq. 3) for its 1T row: 502 PFLOP/s over 3072 GPUs is 163 TFLOP/s each.
   plan::Workload w;
   w.model.n_layer = 128, w.model.d_model = 25600, w.model.seq_len = 2048, w.model.vocab_size = 51200;
@@ -227,7 +237,9 @@ TEST_CASE("layouts read back as they print, and one that cannot exist is refused
 // the simulated line, zbh1's (its backwards split in halves) included.
 TEST_CASE("the planner's pipeline closed forms continue the simulated makespans, zbh1 included") {
   plan::PluginSources sources(plugins::Registry::default_dirs());
-  const plan::PipeSource pipes = sources.pipes();
+  const plan::PipeSource source = sources.pipes();
+  const std::vector<double> costs(34, 1.0);  // E, 32 blocks, L: the split does not move the makespan
+  auto pipes = [&](const std::string& schedule, int pp, int m, int chunks, double k) { return source(schedule, pp, m, chunks, k, costs); };
   for (const char* schedule : {"1f1b", "gpipe", "zbh1"})
     for (double k : {2.0, 3.0}) {
       INFO(schedule << ", k = " << k);

@@ -66,13 +66,19 @@ class Cp : public loom::sdk::ContextPlugin {
  public:
   // Ring attention (Liu et al. 2023): per block and micro-batch, cp - 1 hops of this rank's k
   // and v forward, and of k, v and their gradients backward, each overlapped with the block
-  // attention of the chunk already here.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
+  // attention of the chunk already here (overlap = false: waited for). The all-gather algorithm
+  // gathers every rank's k and v before the block's attention and reduce-scatters their
+  // gradients after it, with nothing to hide behind (Llama 3's context parallelism).
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options& o) {
     using loom::sdk::collective;
-    const int64_t kv = q.tokens * q.kv_width * q.act_bytes,
-                  hops = int64_t(q.group - 1) * q.layers * q.microbatches;
-    return {collective(LOOM_COST_SEND_RECV, LOOM_COST_FORWARD, kv, hops, 1.0, "k, v ring"),
-            collective(LOOM_COST_SEND_RECV, LOOM_COST_BACKWARD, 2 * kv, hops, 1.0, "k, v and grads ring")};
+    const int64_t kv = q.tokens * q.kv_width * q.act_bytes, calls = int64_t(q.layers) * q.microbatches;
+    if (o.str("algorithm") == "allgather")
+      return {collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, kv * q.group, calls, 0.0, "k, v all-gather"),
+              collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, kv * q.group, calls, 0.0, "k, v grads reduce-scatter")};
+    const double hidden = o.boolean("overlap") ? 1.0 : 0.0;
+    const int64_t hops = int64_t(q.group - 1) * calls;
+    return {collective(LOOM_COST_SEND_RECV, LOOM_COST_FORWARD, kv, hops, hidden, "k, v ring"),
+            collective(LOOM_COST_SEND_RECV, LOOM_COST_BACKWARD, 2 * kv, hops, hidden, "k, v and grads ring")};
   }
   static constexpr loom_option_spec kOptions[] = {
       {"algorithm", LOOM_OPT_STRING, "\"ring\"", "ring (K/V blocks pass round the group, overlapped with compute) or allgather"},
