@@ -6,8 +6,11 @@
 # demo and of llama-tiny (plus a MoE variant for ep), nproc 1-4. Calibrates first unless a
 # cluster file is given.
 #   bench/plan_accuracy.sh [BUILD_DIR] [STEPS] [CLUSTER_FILE] [--quick]
+#   RECORD=clusters/this-machine.toml bench/plan_accuracy.sh build 12
 # --quick runs 5 layouts; targets: median |error| <= 15% and every layout <= 30% for step time,
-# <= 10% for memory (issue "loom plan").
+# <= 10% for memory (issue "loom plan"). RECORD=FILE writes the cluster file the predictions used
+# to FILE with a [calibration] section of the measured layouts and their errors: `loom plan`
+# then gives each prediction on this machine a band and flags layouts those runs do not cover.
 # This machine's speed drifts with its neighbours (the same run has taken 1x-2x as long an hour
 # apart): calibrate in the same quiet period as the runs (the default), and read a table taken
 # while the machine was busy as noise, not as the model's error.
@@ -87,3 +90,17 @@ for r in rows:
 print(f"\nstep time: median |error| {100*statistics.median(t_err):.1f}% (target 15%), worst {100*max(t_err):.1f}% (target 30%)")
 print(f"peak memory: median |error| {100*statistics.median(m_err):.1f}%, worst {100*max(m_err):.1f}% (target 10%)")
 PY
+if [ -n "${RECORD:-}" ]; then
+  python3 - "$work/rows.jsonl" "$cluster" "$RECORD" <<'PY'
+import datetime, json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+text = open(sys.argv[2]).read().split("\n[calibration]")[0].rstrip() + "\n"
+layouts = ", ".join('"%s"' % r["layout"] for r in rows)
+residuals = ", ".join("%.4f" % (r["measured_ms"] / r["predicted_ms"] - 1) for r in rows)
+text += ("\n[calibration]              # measured step over predicted, less 1 (bench/plan_accuracy.sh)\n"
+         f"layouts = [{layouts}]\nresiduals = [{residuals}]\nseq_len = 128\n"
+         f'source = "bench/plan_accuracy.sh, {len(rows)} layouts, {datetime.date.today()}"\n')
+open(sys.argv[3], "w").write(text)
+print(f"wrote {sys.argv[3]}: the cluster file and its [calibration]", file=sys.stderr)
+PY
+fi

@@ -29,6 +29,9 @@
 #include <cstdlib>
 #include <tuple>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 namespace loom::cli {
 
 namespace {
@@ -154,9 +157,35 @@ double mem_total_bytes() {
   return double(kb) * 1024;
 }
 
+// One-thread sgemm in `n` processes at once: their GFLOP/s summed. Ranks split the cores so.
+double concurrent_sgemm(int n) {
+  std::vector<std::pair<pid_t, int>> children;
+  for (int i = 0; i < n; ++i) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw RuntimeError("calibrate: pipe failed");
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      const double g = train::measure_sgemm_gflops(1);
+      (void)!::write(fds[1], &g, sizeof g);
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    children.push_back({pid, fds[0]});
+  }
+  double sum = 0;
+  for (auto [pid, fd] : children) {
+    double g = 0;
+    if (::read(fd, &g, sizeof g) == sizeof g) sum += g;
+    ::close(fd);
+    ::waitpid(pid, nullptr, 0);
+  }
+  return sum * 1e9;
+}
+
 struct Measured {
   int cores = 1;
-  double peak1 = 0, peakn = 0, mem_total = 0;
+  double peak1 = 0, peakn = 0, ranks_n = 0, mem_total = 0;
   Fit gemm, attention, elem;
   double latency = 0, busbw = 0;
   std::pair<double, double> ops[5];  // per loom_cost_op: latency s, bandwidth bytes/s
@@ -164,7 +193,7 @@ struct Measured {
   int max_ranks = 4;
 };
 
-std::string cluster_text(const Measured& m, double compute_scale, double process_mib) {
+std::string cluster_text(const Measured& m, double compute_scale, double rank_compute_scale, double process_mib) {
   std::ostringstream f;
   f.precision(4);
   f << "# This machine, measured by `loom plan calibrate` (" << m.cores << " cores). Figures per core: each rank\n"
@@ -176,7 +205,8 @@ std::string cluster_text(const Measured& m, double compute_scale, double process
     << "\nmemory_gib = " << m.mem_total / double(1ull << 30) << "        # MemTotal, shared by the ranks"
     << "\nhbm_gbps = " << m.elem.rate / 1e9 << "             # element-wise 'add', 1 thread"
     << "\npeak_tflops_fp32 = " << m.peak1 / 1e12 << "      # sgemm 1024^3, 1 thread"
-    << "\nthread_scaling = " << m.peakn / m.peak1 << "         # sgemm on " << m.cores << " threads over 1\n\n"
+    << "\nthread_scaling = " << m.peakn / m.peak1 << "         # sgemm on " << m.cores << " threads over 1"
+    << "\nrank_scaling = " << m.ranks_n / m.peak1 << "           # sgemm in " << m.cores << " one-thread processes at once over 1\n\n"
     << "[intra]\nkind = \"loopback\"\nbandwidth_gbps = " << m.busbw / 1e9 << "       # " << m.comm
     << " all_reduce, 256 KiB - 16 MiB, 2 ranks\nlatency_us = " << m.latency * 1e6 << "\n\n"
     << "[inter]\nkind = \"none\"\n\n"
@@ -188,14 +218,17 @@ std::string cluster_text(const Measured& m, double compute_scale, double process
     << "\nattention = " << std::min(1.0, m.attention.rate / m.peak1) << "\nattention_overhead_us = " << m.attention.overhead * 1e6
     << "\nmemory = 1.0\nelementwise_overhead_us = " << m.elem.overhead * 1e6 << "\ncomm = 1.0"
     << "\ncompute_scale = " << compute_scale << "         # reference run's step over the modelled one"
+    << "\nrank_compute_scale = " << rank_compute_scale << "    # the same with one one-thread rank per core"
     << "\nstep_overhead_ms = 0\nprocess_mib = " << process_mib << "            # reference run's peak RSS less its model\n";
   return f.str();
 }
 
-// A short one-rank training run of a shape no accuracy check uses (d_model 96, 3 layers, T 96),
-// against the model's prediction: the ratio of step times (fastest) becomes compute_scale, and the peak
-// memory left over after the modelled parts becomes the runtime's own memory (process_mib).
-std::pair<double, double> reference_run(const std::string& text) {
+// A short training run of a shape no accuracy check uses (d_model 96, 3 layers, T 96) over `ranks`
+// ranks, against the model's prediction: the ratio of the compute it measured (the fastest step
+// less what the model puts outside the micro-batch loop) to the modelled compute becomes
+// compute_scale (one rank, every core's threads) or rank_compute_scale (one one-thread rank per
+// core), and the peak memory left over after the modelled parts the runtime's own (process_mib).
+std::pair<double, double> reference_run(const std::string& text, int ranks) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   char tmpl[] = "/tmp/loom-calibrate-XXXXXX";
   if (!mkdtemp(tmpl)) throw RuntimeError("cannot make a temporary directory" + os_reason());
@@ -214,7 +247,8 @@ std::pair<double, double> reference_run(const std::string& text) {
                                   << "[train]\nsteps = 20\nglobal_batch = 16\neval_every = 0\n";
   const std::string q = "'", d = dir.string();
   if (std::system((q + self + "' data prepare --text '" + d + "/corpus.txt' --out '" + d + "/data' > /dev/null 2>&1").c_str()) != 0 ||
-      std::system((q + self + "' train '" + d + "/ref.toml' --run-dir '" + d + "/run' > '" + d + "/train.log' 2>&1").c_str()) != 0)
+      std::system((q + self + "' train '" + d + "/ref.toml' --set parallel.nproc=" + std::to_string(ranks) + " --run-dir '" + d +
+                   "/run' > '" + d + "/train.log' 2>&1").c_str()) != 0)
     throw RuntimeError("the reference training run failed; see loom train on a small config");
   std::ifstream metrics(dir / "run" / "metrics.jsonl");
   std::vector<double> steps;
@@ -234,13 +268,13 @@ std::pair<double, double> reference_run(const std::string& text) {
   config::Config cfg = config::Config::load(dir / "ref.toml");
   cfg.validate_runtime();
   const plan::Workload w = plan::workload_of(cfg);
-  const plan::Layout l = plan::layout_of(cfg);
+  const plan::Layout l = plan::layout_of(cfg, ranks);
   plan::PluginSources sources(plugins::Registry::default_dirs());
   const plan::Estimate e = plan::estimate(plan::load_cluster(dir / "cluster.toml"), w, l, sources.costs(), sources.pipes());
-  const double scale = std::max(0.1, (measured - e.optimizer_ms - e.overhead_ms) / e.pipeline_ms);
+  const double scale = std::max(0.1, (measured - (e.step_ms - e.pipeline_ms)) / e.pipeline_ms);
   const double process = std::max(0.0, peak - (e.memory.total() - e.memory.process));
-  std::fprintf(stderr, "  reference run: %.1f ms measured, %.1f ms modelled: compute_scale %.3f; peak memory %.1f MiB\n",
-               measured, e.step_ms, scale, peak / (1 << 20));
+  std::fprintf(stderr, "  reference run on %d rank%s: %.1f ms measured, %.1f ms modelled: scale %.3f; peak memory %.1f MiB\n",
+               ranks, ranks > 1 ? "s" : "", measured, e.step_ms, scale, peak / (1 << 20));
   return {scale, process / (1 << 20)};
 }
 
@@ -269,13 +303,16 @@ int plan_calibrate(const Args& args) {
   ops::set_threads("cpu", m.cores);
   m.peakn = train::measure_sgemm_gflops(m.cores) * 1e9;
   ops::set_threads("cpu", 1);
-  std::fprintf(stderr, "  %d threads: %.1f GFLOP/s; comm over 2 ranks (loom bench comm)...\n", m.cores, m.peakn / 1e9);
+  m.ranks_n = concurrent_sgemm(m.cores);
+  std::fprintf(stderr, "  %d threads: %.1f GFLOP/s; %d one-thread processes: %.1f GFLOP/s together; comm over 2 ranks (loom bench comm)...\n",
+               m.cores, m.peakn / 1e9, m.cores, m.ranks_n / 1e9);
   const char* ops[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "sendrecv"};  // loom_cost_op order
   for (int op = 0; op < 5; ++op) m.ops[op] = alpha_beta(op, measure_op(m.comm, ops[op]));
   std::tie(m.latency, m.busbw) = m.ops[0];
   std::fprintf(stderr, "  %s: %.1f us per hop, %.2f GB/s; a reference training run...\n", m.comm.c_str(), m.latency * 1e6, m.busbw / 1e9);
-  const auto [scale, process_mib] = reference_run(cluster_text(m, 1.0, 0.0));
-  const std::string text = cluster_text(m, scale, process_mib);
+  const auto [scale, process_mib] = reference_run(cluster_text(m, 1.0, 1.0, 0.0), 1);
+  const double rank_scale = m.cores > 1 ? reference_run(cluster_text(m, scale, 1.0, process_mib), m.cores).first : scale;
+  const std::string text = cluster_text(m, scale, rank_scale, process_mib);
   write_file(out_path, text, "cluster file");
   std::printf("%s", text.c_str());
   std::fprintf(stderr, "wrote %s\n", out_path.c_str());

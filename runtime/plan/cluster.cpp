@@ -52,7 +52,8 @@ std::vector<SectionSpec> build_schema() {
           {"peak_tflops_fp8", ValueType::Float, "0", "dense fp8 peak, TFLOP/s; 0 = none", 0, kInf},
           {"peak_tflops_fp32", ValueType::Float, "0", "fp32 peak, TFLOP/s (per core when shared_cores > 0)", 0, kInf},
           {"shared_cores", ValueType::Int, "0", "> 0: the node's ranks share this many CPU cores", 0, 1 << 20},
-          {"thread_scaling", ValueType::Float, "1", "GEMM speed-up of shared_cores threads over one", 0, kInf},
+          {"thread_scaling", ValueType::Float, "1", "GEMM speed-up of shared_cores threads in one process over one thread", 0, kInf},
+          {"rank_scaling", ValueType::Float, "0", "GEMM throughput of shared_cores one-thread processes at once over one alone; 0 = thread_scaling", 0, kInf},
           {"memory_headroom", ValueType::Float, "0.1", "fraction of device memory a plan leaves free", 0, 0.9},
       }},
       {"intra", "the link between devices of one node (NVLink/NVSwitch, PCIe, shared memory)", {
@@ -88,6 +89,7 @@ std::vector<SectionSpec> build_schema() {
           {"elementwise_overhead_us", ValueType::Float, "0", "fixed cost per element-wise call", 0, kInf},
           {"comm", ValueType::Float, "0.8", "collectives' bus bandwidth, fraction of the link", 0, 1},
           {"compute_scale", ValueType::Float, "1", "a training step's measured compute over the modelled one (calibrated; 1 = trust the op figures)", 0, kInf},
+          {"rank_compute_scale", ValueType::Float, "0", "the same, measured with one one-thread rank per core (shared_cores); 0 = compute_scale", 0, kInf},
           {"step_overhead_ms", ValueType::Float, "0", "per step outside the model: data, grad norm, logging", 0, kInf},
           {"process_mib", ValueType::Float, "0", "memory a rank holds before the model (runtime, CUDA context)", 0, kInf},
       }},
@@ -189,6 +191,8 @@ void read_device(const toml::table& root, const std::string& source, Cluster& c)
   c.shared_cores = static_cast<int>(i64(root, "device", "shared_cores"));
   if (c.shared_cores > 0) require_positive(root, "device", "thread_scaling", source);
   c.thread_scaling = f64(root, "device", "thread_scaling");
+  c.rank_scaling = f64(root, "device", "rank_scaling");
+  if (c.rank_scaling <= 0) c.rank_scaling = c.thread_scaling;
   c.headroom = f64(root, "device", "memory_headroom");
 }
 
@@ -277,6 +281,8 @@ Cluster parse_cluster(const std::string& text, const std::string& source) {
   read_efficiency(root, source, c);
   read_intra_ops(root, source, c);
   c.compute_scale = f64(root, "efficiency", "compute_scale");
+  c.rank_compute_scale = f64(root, "efficiency", "rank_compute_scale");
+  if (c.rank_compute_scale <= 0) c.rank_compute_scale = c.compute_scale;
   require_positive(root, "efficiency", "compute_scale", source);
   c.process_bytes = f64(root, "efficiency", "process_mib") * (1ull << 20);
   read_calibration(root, source, c);

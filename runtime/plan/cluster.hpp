@@ -37,6 +37,9 @@ struct Cluster {
   double peak_bf16 = 0, peak_fp16 = 0, peak_fp8 = 0, peak_fp32 = 0;  // FLOP/s, dense
   int shared_cores = 0;       // > 0: the node's devices share this many CPU cores (a CPU machine)
   double thread_scaling = 1;  // speed-up of shared_cores threads over one, for GEMMs
+  // Throughput of shared_cores one-thread processes running at once over one alone: what ranks
+  // that split the cores get together (no shared thread pool, no barriers between them).
+  double rank_scaling = 1;
   double headroom = 0.1;      // fraction of device memory kept free ("fits" leaves this)
 
   Link intra, inter;
@@ -53,6 +56,9 @@ struct Cluster {
   // Measured over modelled compute of a whole training step (calibrated): the runtime's own
   // work the op fits do not see (copies, bias and embedding kernels, accumulation, hooks).
   double compute_scale = 1;
+  // The same with one one-thread rank per core of a CPU machine (shared_cores), where no thread
+  // pool's barriers cost what they cost one rank running every core.
+  double rank_compute_scale = 1;
   // Unfused attention (a workload's choice: 2021-22 Megatron) writes the [heads, T, T] scores out:
   // its batched GEMMs' efficiency, the bytes each score moves in a forward (softmax and dropout
   // read and write it) and the bytes per score it keeps for its backward. A fused (flash) kernel

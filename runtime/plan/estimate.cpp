@@ -116,20 +116,25 @@ double collective_time(const Cluster& c, int op, double S, int n, int stride, st
   return ring_time(op, S, local, intra, c.comm_eff) + ring_time(op, S / local, nodes, net, c.comm_eff);
 }
 
-// Per-rank compute rate: a device's peak, or on a CPU machine an equal share of what all its
-// cores deliver together (one core's figure x thread_scaling): the ranks split the cores, and
-// two single-thread ranks meet the same shared caches, memory and neighbours as two threads.
+// Per-rank compute rate: a device's peak, or on a CPU machine a share of what its cores deliver
+// together. One rank runs every core's threads in one process (one core's figure x
+// thread_scaling); several split the cores, one-thread processes side by side (rank_scaling: no
+// shared thread pool or barriers between them), and ranks past the core count take turns.
 struct Rates {
   double peak = 0, bytes = 0;  // FLOP/s and bytes/s of this rank
+  double compute_scale = 1;    // the cluster's, for one rank or for several sharing the cores
 };
 
 Rates rates(const Cluster& c, const Workload& w, const Layout& l) {
   Rates r;
   r.peak = c.peak(w.dtype);
   r.bytes = c.hbm;
+  r.compute_scale = c.compute_scale;
   if (c.shared_cores > 0) {
     const int ranks = std::min(l.world(), c.per_node);
-    const double share = c.thread_scaling / ranks;
+    const double together = ranks == 1 ? c.thread_scaling : c.rank_scaling * std::min(ranks, c.shared_cores) / c.shared_cores;
+    const double share = together / ranks;
+    if (ranks > 1) r.compute_scale = c.rank_compute_scale;
     r.peak *= share;
     r.bytes *= share;
   }
@@ -290,17 +295,17 @@ struct Step {
     block_s = (gemm(mix(&BlockWork::gemm_flops), mix(&BlockWork::gemm_calls)) + f_attn +
                elem(mix(&BlockWork::elem_bytes), mix(&BlockWork::elem_calls))) / std::max(layers, 1e-9);
     head_s = gemm(head_flops * l.pp, 1) + elem(head_bytes * l.pp, 3);
-    head_gemm = head_flops / (r.peak * c.gemm_eff) * c.compute_scale;
-    f = (f_gemm + f_attn + f_elem) * c.compute_scale;
+    head_gemm = head_flops / (r.peak * c.gemm_eff) * r.compute_scale;
+    f = (f_gemm + f_attn + f_elem) * r.compute_scale;
     // Backward: two GEMMs per forward GEMM, flash-style attention backward (2.5x), element-wise 2x.
-    b = (2 * f_gemm + 2.5 * f_attn + 2 * f_elem) * c.compute_scale;
+    b = (2 * f_gemm + 2.5 * f_attn + 2 * f_elem) * r.compute_scale;
     if (l.recompute == "full") rc = f - head_gemm;
-    else if (l.recompute == "selective") rc = elem(mix(&BlockWork::norm_act_bytes), 3 * layers) * c.compute_scale;
+    else if (l.recompute == "selective") rc = elem(mix(&BlockWork::norm_act_bytes), 3 * layers) * r.compute_scale;
     // torchtitan's per-op policy (a published configuration; Loom does not run it): every other
     // matmul and every element-wise op of the blocks rerun.
     else if (l.recompute == "selective-op")
       rc = (gemm(mix(&BlockWork::gemm_flops) / 2, mix(&BlockWork::gemm_calls) / 2) +
-            elem(mix(&BlockWork::elem_bytes), mix(&BlockWork::elem_calls))) * c.compute_scale;
+            elem(mix(&BlockWork::elem_bytes), mix(&BlockWork::elem_calls))) * r.compute_scale;
     b += rc;
   }
 
