@@ -137,12 +137,17 @@ int published(const Args& args) {
   po::variables_map vm;
   if (!parse(args, "loom plan published [--clusters DIR] [--json]", opts, {}, vm)) return kExitOk;
   const bool json = vm["json"].as<bool>();
-  int run_w = 26, layout_w = 40;  // grown to the longest entry, so the columns stay in line
-  for (const auto& run : plan::published_runs())
+  int run_w = 26, cluster_w = 10, layout_w = 40;  // grown to the longest entry, so the columns stay in line
+  for (const auto& run : plan::published_runs()) {
     run_w = std::max(run_w, static_cast<int>(run.name.size())), layout_w = std::max(layout_w, static_cast<int>(run.layout.name().size()));
+    cluster_w = std::max(cluster_w, static_cast<int>(run.cluster.size()));
+  }
   if (!json)
-    std::printf("%-*s %-10s %-*s %12s %12s %8s\n", run_w, "run", "cluster", layout_w, "layout", "published", "predicted", "error");
+    std::printf("%-*s %-*s %-*s %12s %12s %8s %14s\n", run_w, "run", cluster_w, "cluster", layout_w, "layout", "published", "predicted",
+                "error", "mem GiB / dev");
   double worst = 0;
+  std::vector<double> errors;
+  int fit = 0;
   std::map<std::string, plan::Cluster> clusters;
   for (const auto& run : plan::published_runs()) {
     if (!clusters.count(run.cluster))
@@ -152,6 +157,8 @@ int published(const Args& args) {
     const Estimate e = plan::estimate(c, run.workload, run.layout, sources.costs(), sources.pipes());
     const double p = plan::predicted_metric(run, e), err = p / run.published - 1;
     if (run.source.find("Table 1") != std::string::npos) worst = std::max(worst, std::fabs(err));
+    errors.push_back(std::fabs(err));
+    fit += e.memory.total() <= c.memory;  // they ran: their memory must fit the device
     auto show = [&](double v) {
       char b[32];
       if (run.metric == "mfu") std::snprintf(b, sizeof b, "%.1f%% MFU", 100 * v);
@@ -161,15 +168,21 @@ int published(const Args& args) {
     };
     if (json)
       std::printf("{\"run\": %s, \"source\": %s, \"cluster\": %s, \"layout\": %s, \"metric\": %s, \"published\": %s, "
-                  "\"predicted\": %s, \"error\": %s}\n",
+                  "\"predicted\": %s, \"error\": %s, \"predicted_mem_bytes\": %s, \"device_mem_bytes\": %s}\n",
                   json_quote(run.name).c_str(), json_quote(run.source).c_str(), json_quote(run.cluster).c_str(),
                   json_quote(run.layout.name()).c_str(), json_quote(run.metric).c_str(), json_number(run.published).c_str(),
-                  json_number(p).c_str(), json_number(err).c_str());
+                  json_number(p).c_str(), json_number(err).c_str(), json_number(e.memory.total()).c_str(), json_number(c.memory).c_str());
     else
-      std::printf("%-*s %-10s %-*s %12s %12s %+7.1f%%\n", run_w, run.name.c_str(), run.cluster.c_str(), layout_w, run.layout.name().c_str(),
-                  show(run.published).c_str(), show(p).c_str(), 100 * err);
+      std::printf("%-*s %-*s %-*s %12s %12s %+7.1f%% %8.1f / %3.0f\n", run_w, run.name.c_str(), cluster_w, run.cluster.c_str(), layout_w,
+                  run.layout.name().c_str(), show(run.published).c_str(), show(p).c_str(), 100 * err, e.memory.total() / double(1ull << 30),
+                  c.memory / double(1ull << 30));
   }
-  if (!json) std::printf("\nNarayanan et al. 2021 Table 1: largest error %.1f%% (target 15%%)\n", 100 * worst);
+  if (json) return kExitOk;
+  std::sort(errors.begin(), errors.end());
+  const long within = std::count_if(errors.begin(), errors.end(), [](double e) { return e <= 0.15; });
+  std::printf("\nNarayanan et al. 2021 Table 1: largest error %.1f%% (target 15%%)\n", 100 * worst);
+  std::printf("all %zu runs: median |error| %.1f%% (target 10%%), %ld within 15%%; predicted memory within the device for %d\n",
+              errors.size(), 100 * errors[errors.size() / 2], within, fit);
   return kExitOk;
 }
 

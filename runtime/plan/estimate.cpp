@@ -185,7 +185,8 @@ Layout parse_layout(const std::string& text) {
     if (!pending.empty()) tok = pending + tok, pending.clear();
     auto starts = [&](const char* p) { return tok.rfind(p, 0) == 0; };
     if (tok == "sp") l.sp = true;
-    else if (tok == "none" || tok == "selective" || tok == "full" || tok == "selective-op") l.recompute = tok;
+    else if (tok == "none" || tok == "selective" || tok == "full" || tok == "selective-op" || tok == "selective-megatron")
+      l.recompute = tok;
     else if (tok == "gpipe" || tok == "1f1b" || tok == "interleaved" || tok == "zbh1") l.schedule = tok;
     else if (starts("interleavedx")) l.schedule = "interleaved", l.chunks = number(tok, 12);
     else if (tok == "dp" || tok == "tp" || tok == "pp" || tok == "cp" || tok == "ep" || tok == "zero" || tok == "mb") pending = tok;
@@ -301,8 +302,10 @@ struct Step {
     b = (2 * f_gemm + 2.5 * f_attn + 2 * f_elem) * r.compute_scale;
     if (l.recompute == "full") rc = f - head_gemm;
     else if (l.recompute == "selective") rc = elem(mix(&BlockWork::norm_act_bytes), 3 * layers) * r.compute_scale;
-    // torchtitan's per-op policy (a published configuration; Loom does not run it): every other
-    // matmul and every element-wise op of the blocks rerun.
+    // Two published policies Loom does not run (so the search never ranks them). Megatron's
+    // selective (Korthikanti et al. 2022) reruns the attention core, the scores with it;
+    // torchtitan's per-op policy reruns every other matmul and every element-wise op.
+    else if (l.recompute == "selective-megatron") rc = f_attn * r.compute_scale;
     else if (l.recompute == "selective-op")
       rc = (gemm(mix(&BlockWork::gemm_flops) / 2, mix(&BlockWork::gemm_calls) / 2) +
             elem(mix(&BlockWork::elem_bytes), mix(&BlockWork::elem_calls))) * r.compute_scale;
@@ -482,7 +485,7 @@ struct Step {
     const double held = l.pp > 1 ? double(shape.in_flight) * m.n_layer / (double(l.pp) * l.chunks) : layers;
     const double n_rows = l.sp ? tokens / l.tp : tokens;
     // Unfused attention keeps its scores for the backward unless the block is recomputed.
-    const double kept_scores = w.unfused_attention ? scores * c.score_saved_bytes : 0;
+    const double kept_scores = w.unfused_attention && l.recompute != "selective-megatron" ? scores * c.score_saved_bytes : 0;
     double acts = held * (per_layer + kept_scores);
     if (l.recompute == "full") acts = held * n_rows * m.d_model * act_bytes + per_layer + kept_scores;
     else if (l.recompute == "selective" || l.recompute == "selective-op") acts = held * (per_layer + kept_scores - drop) + drop;

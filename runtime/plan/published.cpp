@@ -78,9 +78,8 @@ void narayanan_2021(std::vector<PublishedRun>& runs) {
 }
 
 // Korthikanti et al. 2022 (Reducing Activation Recomputation), Tables 3 and 5: sequence
-// parallelism with selective recompute on Selene's A100s, MFU by 72 B L s h^2 (1 + s/6h + v/12hL),
-// the tied head included. Megatron's selective recompute reruns the attention core; Loom's reruns
-// the norms and the MLP activation (docs/plan.md).
+// parallelism with selective recompute (theirs: the attention core rerun) on Selene's A100s, MFU
+// by 72 B L s h^2 (1 + s/6h + v/12hL), the tied head included.
 void korthikanti_2022(std::vector<PublishedRun>& runs) {
   const char* src = "Korthikanti et al. 2022 (MLSys 2023), Tables 3 and 5";
   struct Row {
@@ -98,19 +97,22 @@ void korthikanti_2022(std::vector<PublishedRun>& runs) {
   for (const Row& r : rows) {
     const int mb = r.gpus == 8 ? 4 : 1;  // the 22B row runs its 4 sequences as one micro-batch
     runs.push_back({r.name, src, "a100-80g", megatron_gpt(r.layers, r.hidden, r.heads, r.batch),
-                    layout(r.gpus, r.tp, r.pp, mb, r.chunks, "selective", 0, 1, true), "mfu", r.mfu, "executed", kMegatronTp});
+                    layout(r.gpus, r.tp, r.pp, mb, r.chunks, "selective-megatron", 0, 1, true), "mfu", r.mfu, "executed", kMegatronTp});
   }
 }
 
 // Llama 3 405B pre-training (Dubey et al. 2024, Table 4): tp 8, pp 16, 16M tokens per batch; the
-// paper runs a modified interleaved schedule without giving v (v = 2 here is our assumption).
+// paper runs a modified interleaved schedule without giving v (v = 2 here is our assumption), and
+// its tensor parallelism cites Korthikanti et al., whose sequence parallelism we assume with it.
 void llama3_table4(std::vector<PublishedRun>& runs) {
   const char* src = "Dubey et al. 2024 (The Llama 3 Herd of Models), Table 4";
-  runs.push_back({"Llama 3 405B, 16384 H100", src, "h100-sxm", llama3("llama3-405b", 2048), layout(16384, 8, 16, 1, 2, "none"), "mfu", 0.41});
-  runs.push_back({"Llama 3 405B, 8192 H100", src, "h100-sxm", llama3("llama3-405b", 2048), layout(8192, 8, 16, 1, 2, "none"), "mfu", 0.43});
+  runs.push_back({"Llama 3 405B, 16384 H100", src, "h100-sxm", llama3("llama3-405b", 2048),
+                  layout(16384, 8, 16, 1, 2, "none", 1, 1, true), "mfu", 0.41});
+  runs.push_back({"Llama 3 405B, 8192 H100", src, "h100-sxm", llama3("llama3-405b", 2048),
+                  layout(8192, 8, 16, 1, 2, "none", 1, 1, true), "mfu", 0.43});
   // Its cp all-gathers k and v, exposed (section 3.3.2: "the exposed all-gather latency is small").
   runs.push_back({"Llama 3 405B, 131K, cp 16", src, "h100-sxm", llama3("llama3-405b", 128, 131072),
-                  layout(16384, 8, 16, 1, 2, "none", 0, 16), "mfu", 0.38, "model", "[plugins.cp]\nalgorithm = \"allgather\"\n"});
+                  layout(16384, 8, 16, 1, 2, "none", 1, 16, true), "mfu", 0.38, "model", "[plugins.cp]\nalgorithm = \"allgather\"\n"});
 }
 
 // NVIDIA's DGX Cloud benchmarking recipes (NVIDIA/dgxc-benchmarking, NeMo 24.09, BF16), on DGX
