@@ -158,28 +158,46 @@ double mem_total_bytes() {
 }
 
 // One-thread sgemm in `n` processes at once: their GFLOP/s summed. Ranks split the cores so.
+// The caller set the op table to one thread first: a child forked while a thread pool is busy
+// would inherit a pool it cannot use. The children start together, from one pipe.
 double concurrent_sgemm(int n) {
+  int start[2];
+  if (::pipe(start) != 0) throw RuntimeError("calibrate: pipe failed" + os_reason());
   std::vector<std::pair<pid_t, int>> children;
   for (int i = 0; i < n; ++i) {
     int fds[2];
-    if (::pipe(fds) != 0) throw RuntimeError("calibrate: pipe failed");
+    if (::pipe(fds) != 0) throw RuntimeError("calibrate: pipe failed" + os_reason());
     const pid_t pid = ::fork();
+    if (pid < 0) throw RuntimeError("calibrate: fork failed" + os_reason());
     if (pid == 0) {
-      ::close(fds[0]);
-      const double g = train::measure_sgemm_gflops(1);
-      (void)!::write(fds[1], &g, sizeof g);
-      ::_exit(0);
+      ::close(fds[0]), ::close(start[1]);
+      char go = 0;
+      double g = 0;
+      try {
+        if (::read(start[0], &go, 1) == 1) g = train::measure_sgemm_gflops(1);
+      } catch (...) {
+        ::_exit(1);  // never unwind into the parent's code
+      }
+      ::_exit(::write(fds[1], &g, sizeof g) == sizeof g ? 0 : 1);
     }
     ::close(fds[1]);
     children.push_back({pid, fds[0]});
   }
+  ::close(start[0]);
+  const std::string go(size_t(n), 'g');
+  const bool started = ::write(start[1], go.data(), go.size()) == ssize_t(go.size());
+  ::close(start[1]);
   double sum = 0;
+  bool all = started;
   for (auto [pid, fd] : children) {
     double g = 0;
-    if (::read(fd, &g, sizeof g) == sizeof g) sum += g;
+    all = ::read(fd, &g, sizeof g) == sizeof g && all;
+    sum += g;
     ::close(fd);
-    ::waitpid(pid, nullptr, 0);
+    int status = 0;
+    all = ::waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 && all;
   }
+  if (!all) throw RuntimeError("calibrate: a one-thread sgemm process failed");
   return sum * 1e9;
 }
 
@@ -247,8 +265,9 @@ std::pair<double, double> reference_run(const std::string& text, int ranks) {
                                   << "[train]\nsteps = 20\nglobal_batch = 16\neval_every = 0\n";
   const std::string q = "'", d = dir.string();
   if (std::system((q + self + "' data prepare --text '" + d + "/corpus.txt' --out '" + d + "/data' > /dev/null 2>&1").c_str()) != 0 ||
-      std::system((q + self + "' train '" + d + "/ref.toml' --set parallel.nproc=" + std::to_string(ranks) + " --run-dir '" + d +
-                   "/run' > '" + d + "/train.log' 2>&1").c_str()) != 0)
+      std::system((q + self + "' train '" + d + "/ref.toml' --set parallel.nproc=" + std::to_string(ranks) +
+                   " --set train.global_batch=" + std::to_string(16 * ranks) + " --run-dir '" + d + "/run' > '" + d +
+                   "/train.log' 2>&1").c_str()) != 0)
     throw RuntimeError("the reference training run failed; see loom train on a small config");
   std::ifstream metrics(dir / "run" / "metrics.jsonl");
   std::vector<double> steps;
@@ -265,7 +284,7 @@ std::pair<double, double> reference_run(const std::string& text, int ranks) {
   // The fastest step: neighbours on a shared machine only add time, so it is the machine's own
   // speed, and the op fits above are best-of timings too.
   const double measured = *std::min_element(steps.begin(), steps.end());
-  config::Config cfg = config::Config::load(dir / "ref.toml");
+  config::Config cfg = config::Config::load(dir / "ref.toml", {"train.global_batch=" + std::to_string(16 * ranks)});
   cfg.validate_runtime();
   const plan::Workload w = plan::workload_of(cfg);
   const plan::Layout l = plan::layout_of(cfg, ranks);
@@ -311,7 +330,9 @@ int plan_calibrate(const Args& args) {
   std::tie(m.latency, m.busbw) = m.ops[0];
   std::fprintf(stderr, "  %s: %.1f us per hop, %.2f GB/s; a reference training run...\n", m.comm.c_str(), m.latency * 1e6, m.busbw / 1e9);
   const auto [scale, process_mib] = reference_run(cluster_text(m, 1.0, 1.0, 0.0), 1);
-  const double rank_scale = m.cores > 1 ? reference_run(cluster_text(m, scale, 1.0, process_mib), m.cores).first : scale;
+  // Ranks past a node's count would go over the network a CPU file does not have.
+  const int ranks = std::min(m.cores, m.max_ranks);
+  const double rank_scale = ranks > 1 ? reference_run(cluster_text(m, scale, 1.0, process_mib), ranks).first : scale;
   const std::string text = cluster_text(m, scale, rank_scale, process_mib);
   write_file(out_path, text, "cluster file");
   std::printf("%s", text.c_str());

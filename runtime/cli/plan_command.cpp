@@ -65,7 +65,7 @@ void print_table(const std::vector<Estimate>& rows, size_t top) {
 // inside the calibrated region.
 void print_region(const std::vector<Estimate>& rows, const plan::Calibration& cal) {
   if (cal.here.empty())
-    std::printf("\nband: none, as no run was measured on this cluster (bench/plan_accuracy.sh --record measures some)");
+    std::printf("\nband: none, as no run was measured on this cluster (RECORD=FILE bench/plan_accuracy.sh measures some)");
   else
     std::printf("\nband: measured step time over predicted on %zu calibration run%s here", cal.here.size(), cal.here.size() == 1 ? "" : "s");
   for (const auto& p : cal.here) std::printf("%s %s %+.1f%%", &p == &cal.here.front() ? ":" : ",", p.what.c_str(), 100 * p.residual);
@@ -228,7 +228,10 @@ void print_versus(const plan::SearchResult& r, const Estimate& e) {
 void emit_config(const po::variables_map& vm, const plan::Workload& w, const Estimate& e, const plan::Cluster& c) {
   if (!vm.count("out")) throw UsageError("--emit needs --out FILE, where the config is written");
   const std::string file = vm["file"].as<std::string>(), out = vm["out"].as<std::string>();
+  if (e.layout.recompute != "none" && e.layout.recompute != "selective" && e.layout.recompute != "full")
+    throw ConfigError("--emit: recompute '" + e.layout.recompute + "' is a published run's policy that Loom does not run");
   std::vector<std::string> overrides = sets(vm);
+  if (!vm["dtype"].as<std::string>().empty()) overrides.push_back("plugins.precision=" + vm["dtype"].as<std::string>());
   for (const std::string& s : plan::layout_sets(w, e.layout)) overrides.push_back(s);
   // The run then prints this prediction beside what it measures.
   overrides.push_back("run.plan_cluster=\"" + std::filesystem::absolute(vm["cluster"].as<std::string>()).string() + "\"");

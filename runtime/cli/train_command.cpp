@@ -15,6 +15,7 @@
 #include "loader/services.hpp"
 #include "plan/estimate.hpp"
 #include "plan/from_config.hpp"
+#include "report/noise.hpp"
 #include "core/json.hpp"
 #include "train/metrics.hpp"
 #include "train/settings.hpp"
@@ -66,11 +67,19 @@ int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::Nod
 
 // [run] plan_cluster: loom plan's prediction for this run, said before it starts (a bad cluster
 // file fails it at once) and put beside what it measured once it ends.
+// A cluster file that cannot be read fails the run; a layout the planner cannot cost only loses
+// the prediction (the run's own checks come next, and say what is wrong with it).
 std::optional<plan::Estimate> predicted(const config::Config& cfg, int world) {
   const std::string file = train::read_run(cfg).plan_cluster;
   if (file.empty()) return std::nullopt;
   const plan::Cluster c = plan::load_cluster(file);
-  const plan::Estimate e = plan::predict(c, cfg, world);
+  plan::Estimate e;
+  try {
+    e = plan::predict(c, cfg, world);
+  } catch (const std::exception& err) {
+    std::printf("plan: no prediction for this run on '%s': %s\n", c.name.c_str(), err.what());
+    return std::nullopt;
+  }
   std::printf("plan: %s on '%s' (%s): predicted %.1f ms per step", e.layout.name().c_str(), c.name.c_str(), file.c_str(), e.step_ms);
   if (e.band_high_ms > 0) std::printf(" (measured runs there: %.1f to %.1f)", e.band_low_ms, e.band_high_ms);
   std::printf(", exposed communication %.1f%%, peak %.3f GiB per rank\n", 100 * e.exposed_comm_ms / e.step_ms,
@@ -79,25 +88,23 @@ std::optional<plan::Estimate> predicted(const config::Config& cfg, int world) {
   return e;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-
-// The medians of the steps after the first (the first pays for warm-up), beside the prediction;
+// The steps after the first (it pays for warm-up) beside the prediction: the fastest, as
+// calibration and bench/plan_accuracy.sh read a run (neighbours only add time), and the median;
 // also RUN_DIR/plan.json, for tools.
 void print_beside(const plan::Estimate& e, const train::TrainSummary& s, const std::filesystem::path& run_dir) {
   const size_t skip = s.step_ms.size() > 1 ? 1 : 0;
   const std::vector<double> steps(s.step_ms.begin() + skip, s.step_ms.end()), exposed(s.exposed_comm_ms.begin() + skip, s.exposed_comm_ms.end());
-  const double step = median(steps), share = step > 0 ? median(exposed) / step : 0;
+  const double step = *std::min_element(steps.begin(), steps.end()), middle = report::spread(steps).median;
+  const double share = middle > 0 ? report::spread(exposed).median / middle : 0;
   const double predicted_share = e.exposed_comm_ms / e.step_ms, gib = double(1ull << 30);
-  std::printf("plan vs measured: step %.1f ms predicted, %.1f ms measured (median of %zu step%s, %+.1f%%); exposed "
-              "communication %.1f%% predicted, %.1f%% measured; peak memory %.3f GiB predicted, %.3f GiB measured\n",
-              e.step_ms, step, steps.size(), steps.size() == 1 ? "" : "s", 100 * (step / e.step_ms - 1), 100 * predicted_share,
-              100 * share, e.memory.total() / gib, s.peak_mem_bytes / gib);
+  std::printf("plan vs measured: step %.1f ms predicted, %.1f ms measured (the fastest of %zu step%s, %+.1f%%; median %.1f); "
+              "exposed communication %.1f%% predicted, %.1f%% measured; peak memory %.3f GiB predicted, %.3f GiB measured\n",
+              e.step_ms, step, steps.size(), steps.size() == 1 ? "" : "s", 100 * (step / e.step_ms - 1), middle,
+              100 * predicted_share, 100 * share, e.memory.total() / gib, s.peak_mem_bytes / gib);
   train::write_checked(run_dir / "plan.json",
                 "{\"layout\": " + json_quote(e.layout.name()) + ", \"predicted_step_ms\": " + json_number(e.step_ms) +
-                    ", \"measured_step_ms\": " + json_number(step) + ", \"predicted_exposed_comm_share\": " +
+                    ", \"measured_step_ms\": " + json_number(step) + ", \"median_step_ms\": " + json_number(middle) +
+                    ", \"predicted_exposed_comm_share\": " +
                     json_number(predicted_share) + ", \"measured_exposed_comm_share\": " + json_number(share) +
                     ", \"predicted_peak_mem_bytes\": " + json_number(e.memory.total()) + ", \"measured_peak_mem_bytes\": " +
                     json_number(s.peak_mem_bytes) + ", \"extrapolated\": " + json_quote(e.extrapolated) + "}\n");

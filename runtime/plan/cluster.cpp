@@ -1,4 +1,5 @@
 #include "plan/cluster.hpp"
+#include "plan/estimate.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -93,7 +94,7 @@ std::vector<SectionSpec> build_schema() {
           {"step_overhead_ms", ValueType::Float, "0", "per step outside the model: data, grad norm, logging", 0, kInf},
           {"process_mib", ValueType::Float, "0", "memory a rank holds before the model (runtime, CUDA context)", 0, kInf},
       }},
-      {"calibration", "layouts measured on this cluster and the model's error on each (bench/plan_accuracy.sh --record)", {
+      {"calibration", "layouts measured on this cluster and the model's error on each (RECORD=FILE bench/plan_accuracy.sh)", {
           {"layouts", ValueType::StringList, "[]", "the measured layouts, as loom plan names them"},
           {"residuals", ValueType::FloatList, "[]", "measured over predicted step time, less 1, one per layout", -1, kInf},
           {"seq_len", ValueType::Int, "0", "their sequence length", 0, 1 << 30},
@@ -247,6 +248,13 @@ void read_calibration(const toml::table& root, const std::string& source, Cluste
                       std::to_string(c.calibration.residuals.size()) + " residuals; give one residual per layout");
   if (!c.calibration.layouts.empty() && c.calibration.seq_len <= 0)
     throw ConfigError(source + ": [calibration] seq_len is missing (the measured layouts' sequence length)");
+  for (const std::string& l : c.calibration.layouts) {
+    try {
+      parse_layout(l);
+    } catch (const ConfigError& e) {
+      throw ConfigError(source + ": [calibration] layouts: " + e.what());
+    }
+  }
 }
 
 }  // namespace

@@ -118,8 +118,9 @@ double collective_time(const Cluster& c, int op, double S, int n, int stride, st
 
 // Per-rank compute rate: a device's peak, or on a CPU machine a share of what its cores deliver
 // together. One rank runs every core's threads in one process (one core's figure x
-// thread_scaling); several split the cores, one-thread processes side by side (rank_scaling: no
-// shared thread pool or barriers between them), and ranks past the core count take turns.
+// thread_scaling); several split the cores between them (the runtime gives each cores / ranks
+// threads, one when there are more ranks than cores), every core busy as when one-thread
+// processes run side by side (rank_scaling), and share it evenly.
 struct Rates {
   double peak = 0, bytes = 0;  // FLOP/s and bytes/s of this rank
   double compute_scale = 1;    // the cluster's, for one rank or for several sharing the cores
@@ -132,7 +133,7 @@ Rates rates(const Cluster& c, const Workload& w, const Layout& l) {
   r.compute_scale = c.compute_scale;
   if (c.shared_cores > 0) {
     const int ranks = std::min(l.world(), c.per_node);
-    const double together = ranks == 1 ? c.thread_scaling : c.rank_scaling * std::min(ranks, c.shared_cores) / c.shared_cores;
+    const double together = ranks == 1 ? c.thread_scaling : c.rank_scaling;  // every core busy either way
     const double share = together / ranks;
     if (ranks > 1) r.compute_scale = c.rank_compute_scale;
     r.peak *= share;
@@ -235,6 +236,7 @@ std::string invalid_reason(const Workload& w, const Layout& l) {
   if (m.n_layer < l.pp * l.chunks) return std::to_string(m.n_layer) + " blocks cannot fill pp " + std::to_string(l.pp) + " x " + std::to_string(l.chunks) + " chunks";
   if (l.cp > 1 && m.seq_len % (2 * l.cp)) return "seq_len " + std::to_string(m.seq_len) + " is not a multiple of 2 cp (the zig-zag split)";
   if (l.zero && l.dp * l.ep * l.cp == 1) return "ZeRO needs more than one data-parallel rank";
+  if (l.pp == 1 && (l.chunks > 1 || l.schedule != "1f1b")) return "a pipeline schedule (" + l.schedule + ") needs pp > 1";
   return train::layout_problem(layout_facts(w, l));
 }
 
@@ -426,7 +428,6 @@ struct Step {
     if (l.recompute == "full") rc += loop_exposed[0], b += loop_exposed[0];
   }
 
-  // The micro-batch loop: plain accumulation, or the schedule's simulated makespan.
   // The micro-batch loop: the schedule's makespan in chunk forwards, each as long as the busiest
   // rank's (its stages as the schedule plugin splits the layers); the rest is bubble.
   void loop(const PipeSource& pipes) {

@@ -12,6 +12,13 @@
 
 namespace loom::plan {
 
+namespace {
+// Up to this many micro-batches a schedule's action order is simulated; past it the closed forms
+// hold (pipes()). Past kPlanned the planner does not even build the plan to hear a refusal: the
+// search's own filters cover the built-in schedules' rules there.
+constexpr int kSimulated = 256, kPlanned = 4096;
+}  // namespace
+
 struct PluginSources::State {
   plugins::Registry registry;
   // The plugins' options: the user's config's, or every default when the plan has no config.
@@ -63,7 +70,7 @@ struct PluginSources::State {
 
   // The schedule plugin's plan of one shape, built as a run builds it (plan_pipeline), so that
   // its refusal is the run's.
-  const Line& line(const std::string& schedule, int pp, int m, int chunks, bool simulate) {
+  const Line& line(const std::string& schedule, int pp, int m, int chunks) {
     Line& line = lines[std::make_tuple(schedule, pp, m, chunks)];
     if (line.in_flight != 0 || !line.refused.empty()) return line;
     try {
@@ -71,7 +78,7 @@ struct PluginSources::State {
       loom_options none = plugins::options_for(cfg, schedule);
       const PipelinePlan plan(found, &none, loom_pipeline_shape{pp, m, chunks > 1 ? chunks : 0});
       line.in_flight = plan.peak_in_flight(0);
-      if (simulate) line.at2 = plan.simulate(1.0, 2.0).makespan, line.at3 = plan.simulate(1.0, 3.0).makespan;
+      if (m <= kSimulated) line.at2 = plan.simulate(1.0, 2.0).makespan, line.at3 = plan.simulate(1.0, 3.0).makespan;
     } catch (const ConfigError& e) {
       line.refused = e.what();
     }
@@ -122,7 +129,6 @@ CostSource PluginSources::costs() {
 PipeSource PluginSources::pipes() {
   auto st = state_;
   return [st](const std::string& schedule, int pp, int m, int chunks, double k, const std::vector<double>& layer_costs) {
-    constexpr int kSimulated = 256;
     const int v = std::max(1, chunks);
     PipeShape s;
     s.stage_of = st->split(schedule, pp, chunks, layer_costs);
@@ -132,7 +138,7 @@ PipeSource PluginSources::pipes() {
       s.in_flight = schedule == "gpipe" ? m * v : schedule == "interleaved" ? 2 * (pp - 1) + (v - 1) * pp + 1 : pp;
       return s;
     }
-    const State::Line& line = st->line(schedule, pp, m, chunks, true);
+    const State::Line& line = st->line(schedule, pp, m, chunks);
     if (!line.refused.empty()) throw ConfigError(line.refused);
     s.makespan = line.at2 + (k - 2) * (line.at3 - line.at2);
     s.in_flight = line.in_flight;
@@ -146,12 +152,16 @@ ProblemSource PluginSources::problems() {
   auto st = state_;
   return [st](const Workload& w, const Layout& l) {
     train::LayoutFacts f = layout_facts(w, l);
-    if (!f.comm.empty()) train::comm_facts(f, st->plugin(f.comm, LOOM_KIND_COMM));
-    if (!f.data.empty()) train::data_facts(f, st->plugin(f.data, LOOM_KIND_PARALLEL));
+    try {
+      if (!f.comm.empty()) train::comm_facts(f, st->plugin(f.comm, LOOM_KIND_COMM));
+      if (!f.data.empty()) train::data_facts(f, st->plugin(f.data, LOOM_KIND_PARALLEL));
+    } catch (const std::runtime_error& e) {  // not installed: the run would fail to find it too
+      return std::string(e.what());
+    }
     std::string why = train::layout_problem(f);
     if (why.empty() && l.pp > 1) {  // the batch splits: layout_problem said so
       const int64_t m = w.global_batch / (int64_t{l.dp} * l.ep) / l.micro_batch;
-      if (m <= 1 << 20) why = st->line(l.schedule, l.pp, int(m), l.chunks, m <= 256).refused;
+      if (m <= kPlanned) why = st->line(l.schedule, l.pp, int(m), l.chunks).refused;
     }
     return why;
   };

@@ -55,7 +55,7 @@ TEST_CASE("loom plan --emit writes the top 5 layouts of the demo and of llama-ti
   }
 }
 
-TEST_CASE("loom plan --emit refuses a rank past the table, a layout the plugins cannot run, and no --out") {
+TEST_CASE("loom plan --emit refuses a rank past the table, a layout the plugins cannot run, a policy Loom does not run, and no --out") {
   TempDir t;
   const std::string cfg = t.write("m.toml", "[model]\nn_layer = 2\nn_head = 2\nd_model = 64\nseq_len = 32\n[train]\nglobal_batch = 8\n");
   const std::string plan = "plan " + cfg + " --cluster " + kCluster + " --devices 2 ";
@@ -65,6 +65,9 @@ TEST_CASE("loom plan --emit refuses a rank past the table, a layout the plugins 
   const auto refused = run_loom(plan + "--emit \"dp1 tp2 mb8\" --set model.n_head=3 --set model.d_model=66 --out " + (t.path / "x.toml").string());
   CHECK(refused.rc == 2);
   CHECK(has(refused.out, "[model] n_head = 3 is not divisible by [parallel] tp = 2"));
+  const auto policy = run_loom(plan + "--emit \"dp2 mb4 selective-op\" --out " + (t.path / "x.toml").string());
+  CHECK(policy.rc == 2);
+  CHECK(has(policy.out, "recompute 'selective-op' is a published run's policy that Loom does not run"));
   const auto no_out = run_loom(plan + "--emit 1");
   CHECK(no_out.rc == 2);
   CHECK(has(no_out.out, "--emit needs --out FILE"));

@@ -80,4 +80,10 @@ TEST_CASE("a cluster file's [calibration] gives its measured layouts, one residu
   CHECK_THROWS_AS(plan::parse_cluster(base + "[calibration]\nlayouts = [\"dp1 mb16\"]\nresiduals = [0.05, -0.2]\nseq_len = 128\n", "<x>"),
                   ConfigError);
   CHECK_THROWS_AS(plan::parse_cluster(base + "[calibration]\nlayouts = [\"dp1 mb16\"]\nresiduals = [0.05]\n", "<x>"), ConfigError);
+  try {
+    plan::parse_cluster(base + "[calibration]\nlayouts = [\"dp1 mq16\"]\nresiduals = [0.05]\nseq_len = 128\n", "<x>");
+    FAIL("a misspelt layout was read");
+  } catch (const ConfigError& e) {
+    CHECK(std::string(e.what()).find("<x>: [calibration] layouts: ") == 0);
+  }
 }

@@ -118,6 +118,7 @@ TEST_CASE("the built-in strategies report their traffic through their cost entri
   double moved = 0;  // ZeRO-3: 3 psi per micro-batch, as gather + gather + scatter
   for (const auto& c : zero3) moved += double(c.bytes) * c.calls;
   CHECK(moved == doctest::Approx(3.0 * 4000000 * 3));
+  for (const auto& c : zero3) CHECK(c.calls == 3 * (2 + 1));  // a collective per unit (2 blocks, the ends) per micro-batch
   auto tp = costs("tp", q, has);
   int64_t block_calls = 0;
   for (const auto& c : tp)
@@ -231,6 +232,7 @@ TEST_CASE("layouts read back as they print, and one that cannot exist is refused
   plan::Workload w = llama3_workload("llama3-8b", 64);
   CHECK(plan::invalid_reason(w, plan::parse_layout("tp3 dp1")).find("n_head = 32 is not divisible by [parallel] tp = 3") != std::string::npos);
   CHECK(plan::invalid_reason(w, plan::parse_layout("dp3")).find("not a multiple") != std::string::npos);
+  CHECK(plan::invalid_reason(w, plan::parse_layout("dp8 interleavedx2 mb1")).find("needs pp > 1") != std::string::npos);
 }
 
 // Past 256 micro-batches the planner stops simulating and uses closed forms; they must continue

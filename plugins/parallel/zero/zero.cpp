@@ -547,20 +547,23 @@ struct ZeroStage : Zero {
     // the whole data group. Parameters move as their gather_dtype (stages 1-2: 4-byte values),
     // gradients as their reduce_dtype;
     // stage 3's gathers hide behind the previous unit's compute only when prefetched.
+    // Stages 2 and 3 move each unit (a block, the ends) as a collective of its own per
+    // micro-batch, so each pays its latency: at small micro-batches over a wide group that is
+    // what they cost, not the ring's bandwidth.
     const int64_t grad_width = width_of(wire_of(o.str("reduce_dtype")));
     const int64_t gather_width = Stage == 3 ? width_of(wire_of(o.str("gather_dtype"))) : 4;
     const double gather_hidden = o.boolean("prefetch") ? 1.0 : 0.0;
     const bool update_overlap = o.boolean("gather_overlap");
     auto traffic = [&](int64_t params, int32_t group, const char* grads_what, const char* gather_what) {
       if (params <= 0) return;
-      const int64_t bytes = params * 4, m = Stage == 1 ? 1 : q.microbatches;
-      c.push_back(collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, params * grad_width, m, 1.0, grads_what, group));
+      const int64_t units = Stage == 1 ? 1 : int64_t(q.layers) + 1, bytes = params * 4, calls = Stage == 1 ? 1 : q.microbatches * units;
+      c.push_back(collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, params * grad_width / units, calls, 1.0, grads_what, group));
       if (Stage < 3) {  // behind the next step's forward, or after the update
         c.push_back(update_overlap ? collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, bytes, 1, 1.0, gather_what, group)
                                    : collective(LOOM_COST_ALL_GATHER, LOOM_COST_STEP, bytes, 1, 0.0, gather_what, group));
       } else {
         for (loom_cost_phase phase : {LOOM_COST_FORWARD, LOOM_COST_BACKWARD})
-          c.push_back(collective(LOOM_COST_ALL_GATHER, phase, params * gather_width, q.microbatches, gather_hidden,
+          c.push_back(collective(LOOM_COST_ALL_GATHER, phase, params * gather_width / units, calls, gather_hidden,
                                  gather_what, group));
       }
     };
