@@ -5,8 +5,8 @@
 // Memory is checked at the bound (10%) for all five layouts, step time at the issue's
 // 30% for all but pp2. Calibration measures one rank running every core (compute_scale) and one
 // one-thread rank per core (rank_compute_scale, rank_scaling), so dp2 and tp2 are predicted as
-// they run (within 10% on a quiet machine). pp2 is printed and not checked: the model predicts
-// its ranks' compute 25-35% slower than they run (docs/plan.md, "Here"), a gap still open.
+// they run (within 12% on a quiet machine). pp2 is printed and not checked: the model predicts
+// its ranks' compute too slow, by 17% to 36% over two runs (docs/plan.md, "Here").
 #include <cmath>
 #include <sstream>
 #include <string>
