@@ -9,6 +9,7 @@
 #include "loader/selection.hpp"
 #include "parallel/pipeline_plan.hpp"
 #include "train/layout_rules.hpp"
+#include "train/pipeline.hpp"
 
 namespace loom::plan {
 
@@ -50,15 +51,18 @@ struct PluginSources::State {
     return costs[name] = Cost{found.desc, plugins::cost_entry(found.desc), plugins::options_for(cfg, found.desc->name)};
   }
 
-  // The schedule plugin's split of the layers, as plan_pipeline asks for it (no pp_layout).
+  // The schedule plugin's plan of one shape, built as plan_pipeline builds a run's.
+  PipelinePlan plan(const std::string& schedule, int pp, int m, int chunks) {
+    const plugins::Found found = registry.find(schedule, LOOM_KIND_PARALLEL);
+    loom_options options = plugins::options_for(cfg, schedule);
+    return PipelinePlan(found, &options, loom_pipeline_shape{pp, m, chunks > 1 ? chunks : 0});
+  }
+
+  // The schedule plugin's split of the layers, as plan_pipeline asks for it (no pp_layout); the
+  // split does not depend on the micro-batch count, so the plan has pp of them.
   const std::vector<int32_t>& split(const std::string& schedule, int pp, int chunks, const std::vector<double>& costs) {
     std::vector<int32_t>& out = splits[std::make_tuple(schedule, pp, chunks, costs)];
-    if (out.empty()) {
-      const plugins::Found found = registry.find(schedule, LOOM_KIND_PARALLEL);
-      loom_options none = plugins::options_for(cfg, schedule);
-      const PipelinePlan plan(found, &none, loom_pipeline_shape{pp, pp, chunks > 1 ? chunks : 0});
-      out = plan.partition("E" + std::string(costs.size() - 2, 't') + "L", costs, "");
-    }
+    if (out.empty()) out = plan(schedule, pp, pp, chunks).partition(train::layer_kinds(int64_t(costs.size()) - 2), costs, "");
     return out;
   }
 
@@ -68,17 +72,14 @@ struct PluginSources::State {
     return d;
   }
 
-  // The schedule plugin's plan of one shape, built as a run builds it (plan_pipeline), so that
-  // its refusal is the run's.
+  // One shape's simulated line, or the schedule's refusal of it, which is then the run's.
   const Line& line(const std::string& schedule, int pp, int m, int chunks) {
     Line& line = lines[std::make_tuple(schedule, pp, m, chunks)];
     if (line.in_flight != 0 || !line.refused.empty()) return line;
     try {
-      const plugins::Found found = registry.find(schedule, LOOM_KIND_PARALLEL);
-      loom_options none = plugins::options_for(cfg, schedule);
-      const PipelinePlan plan(found, &none, loom_pipeline_shape{pp, m, chunks > 1 ? chunks : 0});
-      line.in_flight = plan.peak_in_flight(0);
-      if (m <= kSimulated) line.at2 = plan.simulate(1.0, 2.0).makespan, line.at3 = plan.simulate(1.0, 3.0).makespan;
+      const PipelinePlan p = plan(schedule, pp, m, chunks);
+      line.in_flight = p.peak_in_flight(0);
+      if (m <= kSimulated) line.at2 = p.simulate(1.0, 2.0).makespan, line.at3 = p.simulate(1.0, 3.0).makespan;
     } catch (const ConfigError& e) {
       line.refused = e.what();
     }

@@ -39,7 +39,7 @@ PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection
   loom_pipeline_shape shape{stages, microbatches, static_cast<int32_t>(par.pp_chunks)};
   PipelineLayout out;
   out.plan = std::make_unique<PipelinePlan>(choice->found, &opts, shape);
-  out.kinds = "E" + std::string(mc.n_layer, 't') + "L";
+  out.kinds = layer_kinds(mc.n_layer);
   out.stage_of = out.plan->partition(out.kinds, layer_costs(mc), par.pp_layout);
   int32_t scatter = 0;  // a schedule without the option sends whole activations
   out.scatter_gather = plugins::host().opt_bool(&opts, "scatter_gather", &scatter) == LOOM_OK && scatter;

@@ -47,6 +47,9 @@ struct PipelineLayout {
 PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection& sel,
                              const model::Config& mc, int stages, int microbatches);
 
+// The layer kinds a schedule splits: "E", a "t" per block, "L".
+inline std::string layer_kinds(int64_t blocks) { return "E" + std::string(size_t(blocks), 't') + "L"; }
+
 // Forward FLOPs per token of each layer (E, the blocks, L), as the default split balances them:
 // the embedding is a lookup, a block its four projections, MLP and causal attention, the head
 // its vocabulary GEMM. The planner splits with the same figures.
