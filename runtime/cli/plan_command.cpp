@@ -242,12 +242,15 @@ void emit_config(const po::variables_map& vm, const plan::Workload& w, const Est
   train::check_layout(cfg, sel, dist::resolve_mesh(cfg, e.layout.world()));
   char head[512];
   std::snprintf(head, sizeof head,
-                "# Written by `loom plan %s --cluster %s --emit \"%s\"`: layout %s, predicted %.1f ms per step, "
-                "%.1f%% MFU, %.2f GiB per rank on %s.\n# Check it with `loom config check`, run it with `loom train`.\n\n",
+                "# Written by `loom plan %s --cluster %s --emit \"%s\"` (its --set overrides included): layout %s, "
+                "predicted %.1f ms per step, %.1f%% MFU, %.2f GiB per rank on %s.\n",
                 file.c_str(), vm["cluster"].as<std::string>().c_str(), vm["emit"].as<std::string>().c_str(),
                 e.layout.name().c_str(), e.step_ms, 100 * e.mfu, gib(e.memory.total()), c.name.c_str());
+  std::string text = head;
+  if (!e.extrapolated.empty()) text += "# Extrapolated: " + e.extrapolated + ".\n";
+  text += "# Check it with `loom config check`, run it with `loom train`.\n\n";
   std::ofstream f(out);
-  f << head << cfg.render(sel.schemas);
+  f << text << cfg.render(sel.schemas);
   if (!f.flush()) throw RuntimeError("cannot write " + out);
   std::printf("wrote %s: %s (%d ranks); loom train %s\n", out.c_str(), e.layout.name().c_str(), e.layout.world(), out.c_str());
 }
@@ -263,7 +266,9 @@ Estimate emitted(const po::variables_map& vm, const plan::SearchResult& r, const
     return r.ranked[rank - 1];
   }
   const plan::Layout l = named_layout("--emit", what, devices, w, sources);
-  return plan::estimate(c, w, l, sources.costs(), sources.pipes());
+  Estimate e = plan::estimate(c, w, l, sources.costs(), sources.pipes());
+  plan::judge(e, plan::calibration_of(c), w);
+  return e;
 }
 
 }  // namespace

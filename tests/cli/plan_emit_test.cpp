@@ -43,6 +43,7 @@ TEST_CASE("loom plan --emit writes the top 5 layouts of the demo and of llama-ti
       INFO(name << " #" << rank << "\n" << emit.out);
       REQUIRE(emit.rc == 0);
       CHECK(has(emit.out, "wrote " + out));
+      CHECK(has(read_text(out), "# Written by `loom plan "));
       const auto check = run_loom("config check " + out);
       INFO(check.out);
       CHECK(check.rc == 0);
