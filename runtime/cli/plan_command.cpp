@@ -208,7 +208,7 @@ plan::Layout named_layout(const std::string& option, const std::string& text, in
   const plan::Layout l = plan::parse_layout(text);
   std::string bad = l.world() != devices ? "uses " + std::to_string(l.world()) + " devices, not the " +
                                                std::to_string(devices) + " planned for (set --devices or --nodes)"
-                                         : plan::invalid_reason(w, l);
+                                         : plan::planner_limits(w, l);
   if (bad.empty()) bad = sources.problems()(w, l);
   if (!bad.empty()) throw ConfigError(option + " " + l.name() + ": " + bad);
   return l;

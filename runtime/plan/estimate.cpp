@@ -230,14 +230,19 @@ train::LayoutFacts layout_facts(const Workload& w, const Layout& l) {
   return f;
 }
 
-std::string invalid_reason(const Workload& w, const Layout& l) {
+std::string planner_limits(const Workload& w, const Layout& l) {
   const auto& m = w.model;
   if (l.micro_batch < 1) return "micro-batch " + std::to_string(l.micro_batch) + " is not a sequence count";
   if (m.n_layer < l.pp * l.chunks) return std::to_string(m.n_layer) + " blocks cannot fill pp " + std::to_string(l.pp) + " x " + std::to_string(l.chunks) + " chunks";
   if (l.cp > 1 && m.seq_len % (2 * l.cp)) return "seq_len " + std::to_string(m.seq_len) + " is not a multiple of 2 cp (the zig-zag split)";
   if (l.zero && l.dp * l.ep * l.cp == 1) return "ZeRO needs more than one data-parallel rank";
   if (l.pp == 1 && (l.chunks > 1 || l.schedule != "1f1b")) return "a pipeline schedule (" + l.schedule + ") needs pp > 1";
-  return train::layout_problem(layout_facts(w, l));
+  return "";
+}
+
+std::string invalid_reason(const Workload& w, const Layout& l) {
+  const std::string limit = planner_limits(w, l);
+  return limit.empty() ? train::layout_problem(layout_facts(w, l)) : limit;
 }
 
 namespace {
@@ -287,18 +292,19 @@ struct Step {
   // Forward, backward and recompute of one micro-batch through this rank's blocks (balanced
   // over pp) and its share of the head.
   void compute() {
-    const double head_flops = 2 * tokens * m.d_model * vocab / l.pp;
-    const double head_bytes = (3 * tokens * vocab * 4 + 2 * tokens * m.d_model * act_bytes) / l.pp;
-    const double f_gemm = gemm(mix(&BlockWork::gemm_flops) + head_flops, mix(&BlockWork::gemm_calls) + 1.0 / l.pp);
+    // The whole head and loss; this rank's share of them is 1 / pp (the pipeline's busiest rank
+    // is stage_imbalance()'s).
+    const double head_flops = 2 * tokens * m.d_model * vocab, head_bytes = 3 * tokens * vocab * 4 + 2 * tokens * m.d_model * act_bytes;
+    const double blocks_gemm = gemm(mix(&BlockWork::gemm_flops), mix(&BlockWork::gemm_calls));
+    const double blocks_elem = elem(mix(&BlockWork::elem_bytes), mix(&BlockWork::elem_calls));
     // Unfused attention writes the whole [heads, T, T] score matrix per sequence (the mask is
     // applied to it, not skipped), and softmax and dropout read and write it again.
     scores = double(l.micro_batch) * (double(m.n_head) / l.tp) * m.seq_len * (double(m.seq_len) / l.cp);
     f_attn = attn(mix(&BlockWork::attn_flops), layers) + (w.unfused_attention ? elem(layers * scores * c.score_bytes, 0) : 0);
-    const double f_elem = elem(mix(&BlockWork::elem_bytes) + head_bytes, mix(&BlockWork::elem_calls) + 3.0 / l.pp);
-    block_s = (gemm(mix(&BlockWork::gemm_flops), mix(&BlockWork::gemm_calls)) + f_attn +
-               elem(mix(&BlockWork::elem_bytes), mix(&BlockWork::elem_calls))) / std::max(layers, 1e-9);
-    head_s = gemm(head_flops * l.pp, 1) + elem(head_bytes * l.pp, 3);
-    head_gemm = head_flops / (r.peak * c.gemm_eff) * r.compute_scale;
+    block_s = (blocks_gemm + f_attn + blocks_elem) / std::max(layers, 1e-9);
+    head_s = gemm(head_flops, 1) + elem(head_bytes, 3);
+    const double f_gemm = blocks_gemm + gemm(head_flops, 1) / l.pp, f_elem = blocks_elem + elem(head_bytes, 3) / l.pp;
+    head_gemm = head_flops / l.pp / (r.peak * c.gemm_eff) * r.compute_scale;
     f = (f_gemm + f_attn + f_elem) * r.compute_scale;
     // Backward: two GEMMs per forward GEMM, flash-style attention backward (2.5x), element-wise 2x.
     b = (2 * f_gemm + 2.5 * f_attn + 2 * f_elem) * r.compute_scale;

@@ -110,9 +110,13 @@ using ProblemSource = std::function<std::string(const Workload& w, const Layout&
 // leaves to them and every capability granted (PluginSources::problems asks the real plugins).
 train::LayoutFacts layout_facts(const Workload& w, const Layout& l);
 
-// Why a layout cannot be costed (empty when it can): what any run of it would be refused for
-// (the model, the batch, as layout_facts has it), and the planner's own limits: balanced
-// pipeline stages (blocks >= pp x chunks), the zig-zag cp split, ZeRO only where a data group is.
+// The planner's own limits (empty when a layout is within them): blocks >= pp x chunks, the
+// zig-zag cp split, ZeRO only where a data group is, a schedule only with pp > 1.
+std::string planner_limits(const Workload& w, const Layout& l);
+
+// Why a layout cannot be costed (empty when it can): the planner's limits, then what any run of
+// it would be refused for as layout_facts has it (the search asks the real plugins instead:
+// planner_limits, then ProblemSource).
 std::string invalid_reason(const Workload& w, const Layout& l);
 
 Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const CostSource& costs,

@@ -63,19 +63,18 @@ Estimate predict(const Cluster& c, const config::Config& cfg, int world) {
   return e;
 }
 
+// The slots' plugins are layout_facts', the ones the planner checked the layout with.
 std::vector<std::string> layout_sets(const Workload& w, const Layout& l) {
   auto n = [](int64_t v) { return std::to_string(v); };
-  auto slot = [](const char* name, bool used, const std::string& mine, const std::string& builtin) {
-    return std::string("plugins.") + name + "=\"" + (used ? (mine.empty() ? builtin : mine) : "") + "\"";
-  };
+  auto slot = [](const char* name, const std::string& plugin) { return std::string("plugins.") + name + "=\"" + plugin + "\""; };
+  const train::LayoutFacts f = layout_facts(w, l);
   std::vector<std::string> sets = {
       "parallel.nproc=" + n(l.world()), "parallel.dp=" + n(l.dp), "parallel.tp=" + n(l.tp), "parallel.pp=" + n(l.pp),
       "parallel.cp=" + n(l.cp), "parallel.ep=" + n(l.ep), "parallel.pp_chunks=" + n(l.schedule == "interleaved" ? l.chunks : 0),
       "train.micro_batch=" + n(l.micro_batch), "model.recompute=\"" + l.recompute + "\"",
-      slot("tensor", l.tp > 1, w.tensor_plugin, "tp"), slot("sequence", l.sp, w.sequence_plugin, "sp"),
-      slot("context", l.cp > 1, w.context_plugin, "cp"), slot("expert", l.ep > 1, w.expert_plugin, "ep"),
-      slot("pipeline", l.pp > 1, "", l.schedule)};
-  if (l.dp * l.ep * l.cp > 1) sets.push_back(slot("data", true, "", l.data_plugin(w)));
+      slot("tensor", f.tensor), slot("sequence", f.sequence), slot("context", f.context), slot("expert", f.expert),
+      slot("pipeline", f.pipeline)};
+  if (!f.data.empty()) sets.push_back(slot("data", f.data));
   return sets;
 }
 

@@ -117,7 +117,7 @@ std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp
                   for (const char* rc : {"none", "selective", "full"}) {
                     Layout l = base;
                     l.micro_batch = mb, l.schedule = sched, l.chunks = v, l.zero = zero, l.sp = sp, l.recompute = rc;
-                    if (!fixed.allows(l) || !invalid_reason(w, l).empty() || !problems(w, l).empty()) continue;
+                    if (!fixed.allows(l) || !planner_limits(w, l).empty() || !problems(w, l).empty()) continue;
                     out.push_back(l);
                   }
           }

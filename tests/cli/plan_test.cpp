@@ -121,34 +121,37 @@ TEST_CASE("a third-party strategy is planned through its own cost entry, one wit
   const std::string head = "[model]\nn_layer = 2\nn_head = 2\nd_model = 64\nseq_len = 32\n[train]\nglobal_batch = 8\n"
                            "[plugins]\npath = [\"" + std::string(LOOM_TEST_PLUGIN_DIR) + "\"]\n";
   const std::string ema = t.write("ema.toml", head + "data = \"ema\"\n");
-  auto r = run_loom("plan " + ema + " --cluster " + kClusters + "this-machine.toml --devices 2 --explain dp2");
+  auto plan = [&](const std::string& cfg, const std::string& cluster, const std::string& args) {
+    return run_loom("plan " + cfg + " --cluster " + kClusters + cluster + " " + args);
+  };
+  auto r = plan(ema, "this-machine.toml", "--devices 2 --explain dp2");
   INFO(r.out);
   REQUIRE(r.rc == 0);
   CHECK(has(r.out, "ema: ema: gradient all-reduce, then average, all_reduce"));
-  auto ranked = run_loom("plan " + ema + " --cluster " + kClusters + "this-machine.toml --devices 2 --json");
+  auto ranked = plan(ema, "this-machine.toml", "--devices 2 --json");
   CHECK(ranked.rc == 0);
   CHECK_FALSE(has(ranked.out, "\"zero\": 1"));  // the planner cannot shard a state it does not own
   CHECK(has(ranked.out, "\"dp\": 2"));
   // ema declares no LOOM_DATA_PIPELINE: train refuses it pp > 1 wherever a data group exists.
   // On 8 devices every pp 2 layout of this 2-head model has a data group (dp or cp > 1).
-  auto staged = run_loom("plan " + ema + " --cluster " + kClusters + "h100-sxm.toml --devices 8 --json");
+  auto staged = plan(ema, "h100-sxm.toml", "--devices 8 --json");
   CHECK(staged.rc == 0);
   CHECK(has(staged.out, "\"dp\": 4"));
   CHECK_FALSE(has(staged.out, "\"pp\": 2"));
-  auto fixed = run_loom("plan " + ema + " --cluster " + kClusters + "h100-sxm.toml --devices 8 --fix pp=2");
+  auto fixed = plan(ema, "h100-sxm.toml", "--devices 8 --fix pp=2");
   CHECK(fixed.rc == 2);
   CHECK(has(fixed.out, "no layout of 8 devices can run this model with the --fix choices"));
-  auto refused = run_loom("plan " + ema + " --cluster " + kClusters + "h100-sxm.toml --devices 8 --explain \"dp4 pp2\"");
+  auto refused = plan(ema, "h100-sxm.toml", "--devices 8 --explain \"dp4 pp2\"");
   CHECK(refused.rc == 2);
   CHECK(has(refused.out, "--explain dp4 pp2 1f1b mb1: [plugins] data = \"ema\" does not declare LOOM_DATA_PIPELINE"));
   const std::string nop2p = t.write("nop2p.toml", head + "comm = \"nop2p\"\n");
-  auto ring = run_loom("plan " + nop2p + " --cluster " + kClusters + "this-machine.toml --devices 2 --json");
+  auto ring = plan(nop2p, "this-machine.toml", "--devices 2 --json");
   CHECK(ring.rc == 0);
   CHECK(has(ring.out, "\"dp\": 2"));
   CHECK_FALSE(has(ring.out, "\"cp\": 2"));  // cp's ring and pp's stages need send and recv
   CHECK_FALSE(has(ring.out, "\"pp\": 2"));
   const std::string old = t.write("old.toml", head + "data = \"ddp12\"\n");
-  auto none = run_loom("plan " + old + " --cluster " + kClusters + "this-machine.toml --devices 2 --explain dp2");
+  auto none = plan(old, "this-machine.toml", "--devices 2 --explain dp2");
   CHECK(none.rc == 0);
   CHECK(has(none.out, "plugin 'ddp12' has no cost entry: planned as communicating nothing"));
 }
