@@ -15,6 +15,7 @@
 #include "ckpt/crc32c.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "core/json_read.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -44,17 +45,19 @@ json file_json(const File& f) {
 }
 
 File file_of(const json& j) {
-  File f{j.at("name").get<std::string>(), j.at("bytes").get<int64_t>(), j.at("crc32c").get<uint32_t>(), {}};
+  File f{j.at("name").get<std::string>(), json_integer<int64_t>(j.at("bytes"), "\"bytes\""),
+         json_integer<uint32_t>(j.at("crc32c"), "\"crc32c\""), {}};
   for (const auto& p : j.at("parts")) {
-    Part part{p.at("tensor").get<std::string>(), p.at("local_shape").get<std::vector<int64_t>>(), {}, p.at("offset").get<int64_t>()};
+    Part part{p.at("tensor").get<std::string>(), json_integers<int64_t>(p.at("local_shape"), "\"local_shape\""), {},
+              json_integer<int64_t>(p.at("offset"), "\"offset\"")};
     const auto& s = p.at("slice");
-    part.slice.dim = s.at("dim").get<int>();
-    part.slice.fused = s.at("fused").get<int>();
-    part.slice.begin = s.at("begin").get<int64_t>();
-    part.slice.length = s.at("length").get<int64_t>();
+    part.slice.dim = json_integer<int>(s.at("dim"), "\"slice.dim\"");
+    part.slice.fused = json_integer<int>(s.at("fused"), "\"slice.fused\"");
+    part.slice.begin = json_integer<int64_t>(s.at("begin"), "\"slice.begin\"");
+    part.slice.length = json_integer<int64_t>(s.at("length"), "\"slice.length\"");
     if (p.contains("flat")) {
-      part.flat_begin = p.at("flat").at("begin").get<int64_t>();
-      part.flat_count = p.at("flat").at("count").get<int64_t>();
+      part.flat_begin = json_integer<int64_t>(p.at("flat").at("begin"), "\"flat.begin\"");
+      part.flat_count = json_integer<int64_t>(p.at("flat").at("count"), "\"flat.count\"");
     }
     f.parts.push_back(std::move(part));
   }
@@ -156,16 +159,16 @@ Manifest read_manifest(const fs::path& dir, const std::string& name) {
     json j = json::parse(in);
     if (j.value("format", "") != "loom-checkpoint-1")
       throw RuntimeError("format is '" + j.value("format", std::string("(none)")) + "', expected loom-checkpoint-1");
-    m.step = j.at("step").get<int64_t>();
-    m.applied = j.at("applied").get<int64_t>();
+    m.step = json_integer<int64_t>(j.at("step"), "\"step\"");
+    m.applied = json_integer<int64_t>(j.at("applied"), "\"applied\"");
     if (m.step < 0) throw RuntimeError("\"step\" is " + std::to_string(m.step) + "; a step count is 0 or more");
     if (m.applied < 0 || m.applied > m.step)
       throw RuntimeError("\"applied\" is " + std::to_string(m.applied) + "; the updates applied are from 0 to the step (" +
                          std::to_string(m.step) + ")");
-    m.layout = j.at("layout").get<std::map<std::string, int64_t>>();
+    for (const auto& [axis, degree] : j.at("layout").items()) m.layout[axis] = json_integer<int64_t>(degree, "\"layout." + axis + "\"");
     m.precision = j.at("precision").at("plugin").get<std::string>();
     m.precision_state = file_of(j.at("precision").at("state"));
-    m.shapes = j.at("shapes").get<std::map<std::string, std::vector<int64_t>>>();
+    for (const auto& [name, shape] : j.at("shapes").items()) m.shapes[name] = json_integers<int64_t>(shape, "\"shapes." + name + "\"");
     for (const auto& f : j.at("files")) m.files.push_back(file_of(f));
     if (j.contains("plugins")) m.plugins = j["plugins"].get<std::vector<std::map<std::string, std::string>>>();
     m.config = j.at("config").get<std::string>();

@@ -9,6 +9,7 @@
 #include "ckpt/convert_util.hpp"
 #include "ckpt/safetensors.hpp"
 #include "core/files.hpp"
+#include "core/json_read.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -65,7 +66,10 @@ template <class T>
 T field(const json& c, const std::string& k, T def, const fs::path& file) {
   if (!c.contains(k) || c[k].is_null()) return def;
   try {
-    return c[k].get<T>();
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+      return json_integer<T>(c[k], file.string() + ": \"" + k + "\"");
+    else
+      return c[k].get<T>();
   } catch (const json::exception&) {
     throw RuntimeError(file.string() + ": \"" + k + "\" has the wrong type: " + c[k].dump());
   }
@@ -74,7 +78,7 @@ T field(const json& c, const std::string& k, T def, const fs::path& file) {
 
 int64_t key_i64(const json& c, const std::string& k, const fs::path& file) {
   if (!c.contains(k) || !c[k].is_number_integer()) throw RuntimeError(file.string() + ": config.json has no integer \"" + k + "\"");
-  return positive(c[k].get<int64_t>(), k, file.string() + ": config.json's");
+  return positive(json_integer<int64_t>(c[k], file.string() + ": \"" + k + "\""), k, file.string() + ": config.json's");
 }
 
 ExternalModel read_hf_gpt2(const json& c, const HfTensors& t, const fs::path& cfg) {
@@ -89,7 +93,7 @@ ExternalModel read_hf_gpt2(const json& c, const HfTensors& t, const fs::path& cf
                        "reorder_and_upcast_attn is set: Loom scales attention scores by 1/sqrt(head_dim) only");
   const int64_t L = key_i64(c, "n_layer", cfg), H = key_i64(c, "n_head", cfg), C = key_i64(c, "n_embd", cfg);
   const int64_t V = key_i64(c, "vocab_size", cfg), P = key_i64(c, "n_positions", cfg);
-  const int64_t F = c.contains("n_inner") && c["n_inner"].is_number() ? c["n_inner"].get<int64_t>() : 4 * C;
+  const int64_t F = c.contains("n_inner") && c["n_inner"].is_number() ? json_integer<int64_t>(c["n_inner"], cfg.string() + ": \"n_inner\"") : 4 * C;
   const int64_t Vp = (V + 63) / 64 * 64;
   const std::string p = t.has("transformer.wte.weight") ? "transformer." : "";
   Builder b;

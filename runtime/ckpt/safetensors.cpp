@@ -6,6 +6,7 @@
 
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "core/json_read.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -63,10 +64,10 @@ std::map<std::string, StEntry> read_one(const fs::path& path) {
     StEntry e;
     try {  // a header entry without its fields, or of other types, is a damaged file (found by fuzzing)
       e.dtype = v.at("dtype").get<std::string>();
-      e.shape = v.at("shape").get<std::vector<int64_t>>();
-      e.begin = v.at("data_offsets").at(0).get<uint64_t>();
-      e.end = v.at("data_offsets").at(1).get<uint64_t>();
-    } catch (const json::exception& x) {
+      e.shape = json_integers<int64_t>(v.at("shape"), "\"shape\"");
+      e.begin = json_integer<uint64_t>(v.at("data_offsets").at(0), "\"data_offsets\"");
+      e.end = json_integer<uint64_t>(v.at("data_offsets").at(1), "\"data_offsets\"");
+    } catch (const std::exception& x) {  // json's own errors, and json_integer's
       throw RuntimeError(where + "tensor " + name + ": header entry is damaged: " + x.what());
     }
     e.file = path;

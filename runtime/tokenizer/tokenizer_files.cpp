@@ -7,6 +7,7 @@
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "core/json_read.hpp"
 #include "data/data_settings.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -124,8 +125,8 @@ void special_frame(const json& pp, std::vector<uint32_t>& prefix, std::vector<ui
     return;
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
-    prefix.push_back(pp.at("cls").at(1).get<uint32_t>());
-    suffix.insert(suffix.begin(), pp.at("sep").at(1).get<uint32_t>());
+    prefix.push_back(json_integer<uint32_t>(pp.at("cls").at(1), where + "post_processor.cls"));
+    suffix.insert(suffix.begin(), json_integer<uint32_t>(pp.at("sep").at(1), where + "post_processor.sep"));
     return;
   }
   if (type != "TemplateProcessing")
@@ -140,7 +141,7 @@ void special_frame(const json& pp, std::vector<uint32_t>& prefix, std::vector<ui
     const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
     if (!pp.at("special_tokens").contains(name))
       throw ConfigError(where + "post_processor names special token \"" + name + "\" that its special_tokens lack");
-    for (const json& id : pp["special_tokens"][name].at("ids")) (seen_text ? suffix : prefix).push_back(id.get<uint32_t>());
+    for (const json& id : pp["special_tokens"][name].at("ids")) (seen_text ? suffix : prefix).push_back(json_integer<uint32_t>(id, where + "post_processor id"));
   }
 }
 
@@ -176,13 +177,13 @@ Tokenizer Tokenizer::from_json_file(const fs::path& path) {
     std::string raw;
     for (const auto& [text, id] : model.at("vocab").items()) {
       if (!from_byte_level(text, raw)) throw ConfigError(where + "vocab token \"" + text + "\" is not in the byte-level alphabet");
-      const uint32_t i = id.get<uint32_t>();
+      const uint32_t i = json_integer<uint32_t>(id, where + "vocab id of \"" + text + "\"");
       if (i >= t.bytes_.size()) t.bytes_.resize(i + 1);
       t.bytes_[i] = raw;
       t.ids_[raw] = i;
     }
     for (const json& a : j.value("added_tokens", json::array())) {
-      const uint32_t i = a.at("id").get<uint32_t>();
+      const uint32_t i = json_integer<uint32_t>(a.at("id"), where + "added token id");
       if (i >= t.bytes_.size()) t.bytes_.resize(i + 1);
       t.bytes_[i] = a.at("content").get<std::string>();
       t.specials_.emplace_back(t.bytes_[i], i);

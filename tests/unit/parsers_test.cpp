@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "ckpt/format.hpp"
 #include "ckpt/safetensors.hpp"
 #include "core/errors.hpp"
 #include "loader/descriptor.hpp"
@@ -40,6 +41,34 @@ TEST_CASE("a safetensors header entry without data_offsets is a named error, not
   const std::string e = error_of([&] { loom::ckpt::read_safetensors_index(path); });
   CHECK(e.find("tensor w: header entry is damaged") != std::string::npos);
   CHECK(e.find(path.string()) != std::string::npos);
+  std::filesystem::remove(path);
+}
+
+// The manifest fuzzer's finding: a float where an integer belongs was cast (UB past int64).
+TEST_CASE("a manifest or safetensors integer that is a huge float, a fraction or out of range is a named error") {
+  const auto dir = std::filesystem::temp_directory_path() / "loom-parsers-test-ckpt";
+  std::filesystem::create_directories(dir);
+  for (const char* step : {"1e300", "2.5", "-1e30", "18446744073709551615"}) {
+    std::ofstream(dir / "manifest.json") << "{\"format\":\"loom-checkpoint-1\",\"step\":" << step << ",\"applied\":0}";
+    const std::string e = error_of([&] { loom::ckpt::read_manifest(dir); });
+    CAPTURE(step);
+    CHECK(e.find("is damaged: \"step\" is") != std::string::npos);
+    CHECK(e.find("not an integer") != std::string::npos);
+  }
+  std::ofstream(dir / "manifest.json") << "{\"format\":\"loom-checkpoint-1\",\"step\":4.0,\"applied\":1e300}";
+  CHECK(error_of([&] { loom::ckpt::read_manifest(dir); }).find("\"applied\" is 1e+300") != std::string::npos);
+  std::filesystem::remove_all(dir);
+
+  const std::string header = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1e300],\"data_offsets\":[0,8]}}";
+  const auto path = std::filesystem::temp_directory_path() / "loom-parsers-test-float.safetensors";
+  {
+    std::ofstream out(path, std::ios::binary);
+    const uint64_t n = header.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << header << std::string(8, '\0');
+  }
+  const std::string e = error_of([&] { loom::ckpt::read_safetensors_index(path); });
+  CHECK(e.find("tensor w: header entry is damaged: \"shape\" is 1e+300, not an integer") != std::string::npos);
   std::filesystem::remove(path);
 }
 
