@@ -21,7 +21,7 @@ PY
 slurm_conf_policy() {
   printf '%s\n' AuthType=auth/none CredType=cred/none SlurmUser=root SlurmdUser=root \
     ProctrackType=proctrack/linuxproc TaskPlugin=task/none JobAcctGatherType=jobacct_gather/none \
-    AccountingStorageType=accounting_storage/none SchedulerType=sched/builtin SelectType=select/cons_tres \
+    AccountingStorageType=accounting_storage/none SchedulerType=sched/backfill SelectType=select/cons_tres \
     SelectTypeParameters=CR_Core MpiDefault=none ReturnToService=2 SlurmdParameters=config_overrides KillWait=5
 }
 

@@ -5,6 +5,7 @@
 #include "cli/parse.hpp"
 #include "loader/services.hpp"
 #include "train/trainer.hpp"
+#include "dist/node_groups.hpp"
 #include "dist/parallel_settings.hpp"
 #include "dist/mesh.hpp"
 #include "loader/plugin_settings.hpp"
@@ -38,9 +39,10 @@ int config(const Args& args) {
   }
   config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
   cfg.validate_runtime();
-  // As `loom train` would run it: [parallel] nproc ranks, the runtime's default plugins, and
-  // every check a rank makes before its first step.
-  const int world = dist::read_parallel(cfg).nproc;
+  // As `loom train` would run it: [parallel] nproc ranks (on each of its groups' nodes), the
+  // runtime's default plugins, and every check a rank makes before its first step.
+  const std::vector<dist::NodeGroup> groups = dist::read_groups(cfg);
+  const int nproc = dist::read_parallel(cfg).nproc, world = dist::groups_world(groups, nproc);
   if (action == "check") {
     cfg = plugins::load_for_job(vm["file"].as<std::string>(), sets(vm), world);
     for (const std::string& n : plugins::idle_slots(cfg)) std::fprintf(stderr, "loom: note: %s\n", n.c_str());
@@ -59,6 +61,8 @@ int config(const Args& args) {
   std::cout << cfg.source() << ": ok";
   for (const auto& s : sel.slots) std::cout << "; " << s.slot << " = " << s.found.desc->name;
   std::cout << "\n";
+  if (!groups.empty())
+    std::cout << "groups: " << dist::describe_groups(groups, nproc, world, dist::read_parallel(cfg).pp) << "\n";
   return kExitOk;
 }
 

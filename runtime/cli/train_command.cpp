@@ -9,6 +9,7 @@
 #include "dist/elastic.hpp"
 #include "dist/launch.hpp"
 #include "dist/mesh.hpp"
+#include "dist/node_groups.hpp"
 #include "dist/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
 #include "loader/selection.hpp"
@@ -110,9 +111,22 @@ void print_beside(const plan::Estimate& e, const train::TrainSummary& s, const s
                     json_number(s.peak_mem_bytes) + ", \"extrapolated\": " + json_quote(e.extrapolated) + "}\n");
 }
 
+// A mixed cluster's groups ([parallel] groups): a Slurm het job's components checked against
+// them, this rank's group settings applied, and the placement said once.
+void place_in_group(config::Config& cfg, const dist::RankEnv& rank) {
+  const std::vector<dist::NodeGroup> groups = dist::read_groups(cfg);
+  if (groups.empty()) return;
+  const dist::ParallelSettings par = dist::read_parallel(cfg);
+  dist::check_het_components(groups, par.nproc);
+  dist::apply_group_settings(cfg, rank.rank);
+  if (rank.rank == 0 && rank.world % par.pp == 0)
+    std::printf("groups: %s\n", dist::describe_groups(groups, par.nproc, rank.world, par.pp).c_str());
+}
+
 // This process is one rank of the job: train, then say how it ended.
 int run_rank(const po::variables_map& vm, config::Config& cfg) {
   dist::RankEnv rank = dist::rank_from_environment().value_or(dist::RankEnv{});
+  place_in_group(cfg, rank);
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::set_plugin_source(&reg, &cfg);  // a plugin that wraps another creates it from these
   plugins::Selection sel = plugins::resolve(cfg, reg);

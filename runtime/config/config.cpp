@@ -264,7 +264,7 @@ void Config::apply_set(const std::string& assignment) {
   toml::table parsed = parse_assignment("v", literal, origin);
   if (!parsed.contains("v") && looks_numeric(literal)) {  // 1e999, 2^64: a number out of range, not a string
     try {
-      toml::parse("v = " + literal, origin);
+      (void)toml::parse("v = " + literal, origin);  // parsed for its error only
     } catch (const toml::parse_error& e) {
       throw ConfigError(origin + ": " + std::string(e.description()));
     }

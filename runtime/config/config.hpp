@@ -45,8 +45,10 @@ class Config {
   std::string render(const std::vector<std::pair<std::string, std::vector<KeySpec>>>&
                          plugin_schemas = {}) const;
 
- private:
+  // One "section.key=value" override, as --set gives it (also a rank's group settings).
   void apply_set(const std::string& assignment);
+
+ private:
   const toml::node& at(std::string_view path) const;
 
   toml::table root_;

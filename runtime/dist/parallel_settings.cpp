@@ -15,6 +15,8 @@ config::SectionSpec parallel_section() {
       {"pp_layout", ValueType::String, "\"\"", "layer split over pp stages, e.g. \"E t t | t t L\"; \"\" = balanced by cost"},
       {"ep", ValueType::Int, "1", "expert-parallel degree", 1, 4096},
       {"cp", ValueType::Int, "1", "context-parallel degree: each rank holds seq_len / cp positions of every sequence", 1, 4096},
+      {"groups", ValueType::StringList, "[]",
+       "a mixed cluster's node groups in node order, each \"NAME nodes=N [threads=T] [device=D]\"; they hold the pp stages in order"},
       {"timeout_s", ValueType::Int, "60", "a collective or rendezvous silent this long fails", 1, 86400},
       {"interface", ValueType::String, "\"\"",
        "network interface the ranks talk on (e.g. \"eth0\"); \"\" = GLOO_SOCKET_IFNAME, else the one that routes to MASTER_ADDR"},

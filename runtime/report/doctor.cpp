@@ -175,6 +175,28 @@ void check_memory_growth(Writer& w, const Run& run) {
            "something holds on to per-step buffers");
 }
 
+// A pipeline's stages compute for different times when the layers are split unevenly for their
+// devices, or the devices differ (a mixed cluster): the busiest stage paces every micro-batch.
+void check_pipeline_balance(Writer& w, const Run& run) {
+  std::vector<double> stage_ms;
+  const size_t from = run.steps.size() > 3 ? 2 : 0;
+  for (size_t s = 0; run.steps.front().has("stage" + std::to_string(s) + "_compute_ms"); ++s)
+    stage_ms.push_back(run.mean("stage" + std::to_string(s) + "_compute_ms", from));
+  if (stage_ms.size() < 2) return;
+  w.section("pipeline");
+  const auto slow = std::max_element(stage_ms.begin(), stage_ms.end()), fast = std::min_element(stage_ms.begin(), stage_ms.end());
+  std::string each;
+  for (size_t s = 0; s < stage_ms.size(); ++s) each += (s ? ", " : "") + g(stage_ms[s], "%.1f");
+  if (*slow > 1.2 * *fast)
+    w.look("stage " + std::to_string(slow - stage_ms.begin()) + " computes " + g(*slow, "%.1f") + " ms per step, " +
+               g(*slow / *fast, "%.2f") + "x stage " + std::to_string(fast - stage_ms.begin()) + "'s; it paces the pipeline "
+               "(stages: " + each + " ms)",
+           "move layers off it with [parallel] pp_layout; on a mixed cluster, `loom plan --cluster FILE` with the "
+           "cluster's [[group]]s balances the split and --emit writes it (docs/plan.md, Mixed clusters)");
+  else
+    w.ok("pipeline stages compute within 20% of each other (" + each + " ms per step)");
+}
+
 void check_hardware(Writer& w, const Run& run) {
   w.section("hardware");
   auto wrong = events_of(run, "collective_mismatch");
@@ -201,6 +223,7 @@ Diagnosis diagnose(const Run& run) {
   check_numeric(w, run);
   check_communication(w, run);
   check_hardware(w, run);
+  if (!run.steps.empty()) check_pipeline_balance(w, run);
   char b[96];
   std::snprintf(b, sizeof b, "\n%d finding%s\n", w.findings, w.findings == 1 ? "" : "s");
   return {w.text + b, w.findings};

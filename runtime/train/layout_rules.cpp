@@ -1,6 +1,7 @@
 #include "train/layout_rules.hpp"
 
 #include "loader/host.hpp"
+#include "dist/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
 #include "train/settings.hpp"
 
@@ -91,10 +92,15 @@ std::string batch_split(const LayoutFacts& f) {
   return "";
 }
 
+// A mixed cluster's groups hold whole pipeline stages.
+std::string group_split(const LayoutFacts& f) {
+  return dist::groups_problem(f.groups, f.nproc, f.mesh.world(), f.mesh.pp);
+}
+
 }  // namespace
 
 std::string layout_problem(const LayoutFacts& f) {
-  for (auto rule : {missing_slot, model_split, plugin_support, batch_split}) {
+  for (auto rule : {missing_slot, model_split, plugin_support, batch_split, group_split}) {
     std::string why = rule(f);
     if (!why.empty()) return why;
   }
@@ -124,6 +130,8 @@ LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& select
   f.global_batch = s.global_batch;
   f.micro_batch = s.micro_batch;
   f.device = read_run(cfg).device;
+  f.groups = dist::read_groups(cfg);
+  f.nproc = dist::read_parallel(cfg).nproc;
   auto name = [&](const char* slot) {
     const plugins::SlotChoice* c = selection.slot(slot);
     return c ? std::string(c->found.desc->name) : std::string();

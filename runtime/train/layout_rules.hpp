@@ -13,6 +13,7 @@
 
 #include "config/config.hpp"
 #include "dist/mesh.hpp"
+#include "dist/node_groups.hpp"
 #include "loader/selection.hpp"
 #include "model/model.hpp"
 
@@ -29,6 +30,8 @@ struct LayoutFacts {
   bool comm_p2p = true;        // the comm plugin offers send and recv
   uint64_t data_caps = 0;      // the data plugin's LOOM_DATA_* capabilities
   std::string data_declared;   // plugins::declared_note of the data plugin
+  std::vector<dist::NodeGroup> groups;  // [parallel] groups, in node order
+  int nproc = 1;                        // ranks per node
 };
 
 // Empty when the layout can run; otherwise the reason, as train's ConfigError says it.

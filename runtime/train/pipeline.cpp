@@ -304,9 +304,14 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   stats.peak_in_flight = peak_live_;
   stats.peak_activation_bytes = peak_live_bytes_;
   if (trace) trace->span("schedule", "step", start, Clock::now());
-  double loss = loss_;
-  pp_.all_reduce(flat_view(&loss, LOOM_F64, 1), LOOM_REDUCE_SUM);  // only the last stage's is non-zero
-  return loss;
+  // The loss (only the last stage's is non-zero) and each stage's compute time in one all-reduce:
+  // a stage that computes longer than the others paces the pipeline (loom doctor names it).
+  std::vector<double> sums(size_t(stages_) + 1, 0.0);
+  sums[0] = loss_;
+  sums[size_t(rank_) + 1] = busy_ms_;
+  pp_.all_reduce(flat_view(sums.data(), LOOM_F64, int64_t(sums.size())), LOOM_REDUCE_SUM);
+  stats.stage_busy_ms.assign(sums.begin() + 1, sums.end());
+  return sums[0];
 }
 
 // Micro-batch after micro-batch, each through the chunks in order: a forward's input was sent

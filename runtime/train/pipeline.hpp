@@ -29,6 +29,7 @@ struct PipeStepStats {
   int peak_in_flight = 0;  // micro-batch chunks holding activations at once, as run
   int64_t peak_activation_bytes = 0;  // what those chunks kept for backward (and split backwards
                                       // for their weight halves), at the peak
+  std::vector<double> stage_busy_ms;  // busy_ms of every pp stage, in stage order
   double bubble() const { return schedule_ms > 0 ? 1 - busy_ms / schedule_ms : 0; }
 };
 

@@ -54,6 +54,13 @@ void add_pipeline_metrics(Fields& f, const PipeStepStats& st) {
   f.push_back({"pipeline_bubble", st.bubble()});
   f.push_back({"pipeline_in_flight", double(st.peak_in_flight)});
   f.push_back({"pipeline_activation_bytes", double(st.peak_activation_bytes)});
+  // Each stage's compute per step, and the busiest over the mean: 1 when balanced.
+  double most = 0, total = 0;
+  for (size_t s = 0; s < st.stage_busy_ms.size(); ++s) {
+    f.push_back({"stage" + std::to_string(s) + "_compute_ms", st.stage_busy_ms[s]});
+    most = std::max(most, st.stage_busy_ms[s]), total += st.stage_busy_ms[s];
+  }
+  if (total > 0) f.push_back({"pipeline_stage_imbalance", most / (total / double(st.stage_busy_ms.size()))});
 }
 
 void add_comm_metrics(Fields& f, const std::vector<dist::GroupTraffic>& traffic, double data_plugin_comm_ms,
