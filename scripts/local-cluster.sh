@@ -19,7 +19,9 @@
 #   scripts/local-cluster.sh cut NODE      take NODE's link down (its cable pulled)
 #   scripts/local-cluster.sh freeze NODE   SIGSTOP every process on NODE; thaw NODE resumes them
 #   scripts/local-cluster.sh kill NODE     SIGKILL every process on NODE (the node dies)
-#   scripts/local-cluster.sh heal NODE     undo rate, delay and cut on NODE
+#   scripts/local-cluster.sh slow NODE C   cap NODE's processes, now and later, at C cores together
+#                                          (a CPU cgroup's quota, e.g. 0.5): a slower node kind
+#   scripts/local-cluster.sh heal NODE     undo rate, delay, cut and slow on NODE
 #   scripts/local-cluster.sh pids NODE     the processes running on NODE
 #
 # LOOM_CLUSTER names the cluster (default "loomc"): namespaces are "$LOOM_CLUSTER-node0", ...,
@@ -44,10 +46,47 @@ addr_of() { [ "$1" = hub ] && echo "$subnet.254" || echo "$subnet.$(( $(node_ind
 in_ns() { local ns=$1; shift; ip netns exec "$name-$ns" "$@"; }
 # Not `ip netns exec`: that mounts a fresh /sys, without the cgroup tree slurmd needs. A private
 # mount namespace bind-mounts the node's hosts file instead.
-run_on() {  # NODE CMD...: the node's network, hosts file and hostname
-  local node=$1; shift
-  nsenter --net="/run/netns/$name-$node" --uts="$state/$node.uts" -- unshare --mount --propagation private -- \
-    /bin/sh -c 'mount --bind "$0" /etc/hosts && exec "$@"' "/etc/netns/$name-$node/hosts" "$@"
+run_on() {  # NODE CMD...: the node's network, hosts file, hostname and CPU cgroup (when slowed)
+  local node=$1 cg=; shift
+  [ -e "$state/$node.cgroup" ] && cg=$(cat "$state/$node.cgroup")
+  LOOM_NODE_CGROUP=$cg nsenter --net="/run/netns/$name-$node" --uts="$state/$node.uts" -- unshare --mount --propagation private -- \
+    /bin/sh -c 'cg=$LOOM_NODE_CGROUP; unset LOOM_NODE_CGROUP; [ -z "$cg" ] || echo $$ > "$cg/cgroup.procs"
+                mount --bind "$0" /etc/hosts && exec "$@"' "/etc/netns/$name-$node/hosts" "$@"
+}
+
+# A node's CPU cgroup: under cgroup v2's unified tree, or v1's cpu controller.
+cgroup_v2() { [ -e /sys/fs/cgroup/cgroup.controllers ]; }
+cgroup_dir() { if cgroup_v2; then echo "/sys/fs/cgroup/loom-$name-$1"; else echo "/sys/fs/cgroup/cpu/loom-$name-$1"; fi; }
+
+# Every process on NODE, and every one run_on starts there later, shares CORES cores: a quota of
+# CORES x 100 ms of CPU time per 100 ms period, however many threads ask for more.
+slow() {
+  local node=$1 cores=$2 dir quota pid
+  [[ $cores =~ ^[0-9]*\.?[0-9]+$ ]] || die "slow needs a core count such as 0.5, not '$cores'"
+  quota=$(awk -v c="$cores" 'BEGIN { printf "%d", c * 100000 }')
+  [ "$quota" -ge 1000 ] || die "slow: $cores cores is below the 0.01 a CPU quota allows"
+  dir=$(cgroup_dir "$node")
+  if cgroup_v2; then
+    grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu > /sys/fs/cgroup/cgroup.subtree_control ||
+      die "slow: cannot enable the cpu controller in /sys/fs/cgroup"
+    mkdir -p "$dir" && echo "$quota 100000" > "$dir/cpu.max" || die "slow: cannot write $dir/cpu.max"
+  else
+    [ -d /sys/fs/cgroup/cpu ] || die "slow needs the cpu cgroup controller (cgroup v2, or v1's /sys/fs/cgroup/cpu)"
+    mkdir -p "$dir" && echo 100000 > "$dir/cpu.cfs_period_us" && echo "$quota" > "$dir/cpu.cfs_quota_us" ||
+      die "slow: cannot set the quota in $dir"
+  fi
+  echo "$dir" > "$state/$node.cgroup"
+  for pid in $(ip netns pids "$name-$node"); do echo "$pid" > "$dir/cgroup.procs" 2>/dev/null || true; done
+}
+
+# The node's processes back in the root cgroup, and its cgroup gone.
+unslow() {
+  local node=$1 dir pid
+  [ -e "$state/$node.cgroup" ] || return 0
+  dir=$(cat "$state/$node.cgroup")
+  for pid in $(cat "$dir/cgroup.procs" 2>/dev/null); do echo "$pid" > "$(dirname "$dir")/cgroup.procs" 2>/dev/null || true; done
+  for _ in $(seq 1 20); do rmdir "$dir" 2>/dev/null && break; [ -d "$dir" ] || break; sleep 0.1; done
+  rm -f "$state/$node.cgroup"
 }
 
 down() {
@@ -58,6 +97,7 @@ down() {
     rm -rf "/etc/netns/$ns"
   done
   if [ -d "$state" ]; then
+    for f in "$state"/*.cgroup; do [ -e "$f" ] && unslow "$(basename "$f" .cgroup)"; done
     for f in "$state"/*.uts; do [ -e "$f" ] && { umount "$f" 2>/dev/null || true; }; done
     for f in "$state"/*.relay.pid; do [ -e "$f" ] && { kill "$(cat "$f")" 2>/dev/null || true; }; done
     rm -rf "$state"
@@ -112,6 +152,7 @@ heal() {
   in_ns hub tc qdisc del dev "n$k" root 2>/dev/null || true
   in_ns "$1" tc qdisc del dev eth0 root 2>/dev/null || true
   in_ns hub ip link set "n$k" up
+  unslow "$1"
 }
 
 # tbf on both ends: the hub's egress is the node's ingress.
@@ -159,6 +200,7 @@ case "$cmd" in
   rate) [ $# -eq 2 ] || die "rate NODE RATE (e.g. 100mbit)"; check_node "$1"; rate "$1" "$2" ;;
   delay) [ $# -ge 3 ] && [ $# -le 4 ] || die "delay NODE MS JITTER_MS [LOSS_PCT]"; check_node "$1"; delay "$@" ;;
   cut) [ $# -eq 1 ] || die "cut NODE"; check_node "$1"; in_ns hub ip link set "n$(node_index "$1")" down ;;
+  slow) [ $# -eq 2 ] || die "slow NODE CORES (e.g. 0.5)"; check_node "$1"; slow "$1" "$2" ;;
   heal) [ $# -eq 1 ] || die "heal NODE"; check_node "$1"; heal "$1" ;;
   freeze | thaw | kill)
     [ $# -eq 1 ] || die "$cmd NODE"; check_node "$1"
@@ -169,5 +211,5 @@ case "$cmd" in
     [ $# -ge 2 ] || die "rsh HOST CMD..."; check_node "$1"; host=$1; shift
     run_on "$host" /bin/sh -c "$*" ;;
   pids) [ $# -eq 1 ] || die "pids NODE"; check_node "$1"; ip netns pids "$name-$1" ;;
-  *) sed -n '2,26p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,28p' "$0" >&2; exit 2 ;;
 esac
