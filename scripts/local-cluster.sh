@@ -59,20 +59,23 @@ cgroup_v2() { [ -e /sys/fs/cgroup/cgroup.controllers ]; }
 cgroup_dir() { if cgroup_v2; then echo "/sys/fs/cgroup/loom-$name-$1"; else echo "/sys/fs/cgroup/cpu/loom-$name-$1"; fi; }
 
 # Every process on NODE, and every one run_on starts there later, shares CORES cores: a quota of
-# CORES x 100 ms of CPU time per 100 ms period, however many threads ask for more.
+# CORES x P of CPU time per period P, however many threads ask for more. The period is as short
+# as the kernel's 1 ms least quota allows (2 ms for half a core), so the node runs slower
+# throughout rather than in bursts and stalls: with the default 100 ms, a throttled rank's
+# communication thread stops for up to 50 ms at a time and the pipeline stages after it wait.
 slow() {
-  local node=$1 cores=$2 dir quota pid
+  local node=$1 cores=$2 dir quota period pid
   [[ $cores =~ ^[0-9]*\.?[0-9]+$ ]] || die "slow needs a core count such as 0.5, not '$cores'"
-  quota=$(awk -v c="$cores" 'BEGIN { printf "%d", c * 100000 }')
-  [ "$quota" -ge 1000 ] || die "slow: $cores cores is below the 0.01 a CPU quota allows"
+  read -r period quota <<< "$(awk -v c="$cores" 'BEGIN { p = 2000; if (c * p < 1000) p = int(1000 / c + 0.999); printf "%d %d", p, c * p }')"
+  [ "$period" -le 1000000 ] && [ "$quota" -ge 1000 ] || die "slow: $cores cores is below the 0.001 a CPU quota allows"
   dir=$(cgroup_dir "$node")
   if cgroup_v2; then
     grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control || echo +cpu > /sys/fs/cgroup/cgroup.subtree_control ||
       die "slow: cannot enable the cpu controller in /sys/fs/cgroup"
-    mkdir -p "$dir" && echo "$quota 100000" > "$dir/cpu.max" || die "slow: cannot write $dir/cpu.max"
+    mkdir -p "$dir" && echo "$quota $period" > "$dir/cpu.max" || die "slow: cannot write $dir/cpu.max"
   else
     [ -d /sys/fs/cgroup/cpu ] || die "slow needs the cpu cgroup controller (cgroup v2, or v1's /sys/fs/cgroup/cpu)"
-    mkdir -p "$dir" && echo 100000 > "$dir/cpu.cfs_period_us" && echo "$quota" > "$dir/cpu.cfs_quota_us" ||
+    mkdir -p "$dir" && echo "$period" > "$dir/cpu.cfs_period_us" && echo "$quota" > "$dir/cpu.cfs_quota_us" ||
       die "slow: cannot set the quota in $dir"
   fi
   echo "$dir" > "$state/$node.cgroup"

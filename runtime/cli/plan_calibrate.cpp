@@ -202,7 +202,9 @@ double concurrent_sgemm(int n) {
 }
 
 struct Measured {
+  std::string name = "this-machine";
   int cores = 1;
+  int threads = 0;  // the reference run's [run] threads: 0 = its default (every core)
   double peak1 = 0, peakn = 0, ranks_n = 0, mem_total = 0;
   Fit gemm, attention, elem;
   double latency = 0, busbw = 0;
@@ -214,10 +216,11 @@ struct Measured {
 std::string cluster_text(const Measured& m, double compute_scale, double rank_compute_scale, double process_mib) {
   std::ostringstream f;
   f.precision(4);
-  f << "# This machine, measured by `loom plan calibrate` (" << m.cores << " cores). Figures per core: each rank\n"
+  f << "# This machine, measured by `loom plan calibrate` (" << m.cores << (m.cores == 1 ? " core" : " cores") << "). Figures per core: each rank\n"
     << "# gets an equal share of what all cores deliver together. A snapshot of a machine whose speed\n"
     << "# drifts with its neighbours: calibrate again before comparing predictions with runs.\n\n"
-    << "[cluster]\nname = \"this-machine\"\ndescription = \"this CPU machine, calibrated\"\nnodes = 1\n"
+    << "[cluster]\nname = \"" << m.name << "\"\ndescription = \"this CPU machine, calibrated on " << m.cores
+    << (m.cores == 1 ? " core" : " cores") << "\"\nnodes = 1\n"
     << "sources = [\"loom plan calibrate: the runtime's CPU op table (OpenBLAS sgemm), loom bench comm, a reference training run\"]\n\n"
     << "[device]\nname = \"CPU core\"\nper_node = " << m.max_ranks << "\nshared_cores = " << m.cores
     << "\nmemory_gib = " << m.mem_total / double(1ull << 30) << "        # MemTotal, shared by the ranks"
@@ -246,7 +249,7 @@ std::string cluster_text(const Measured& m, double compute_scale, double rank_co
 // less what the model puts outside the micro-batch loop) to the modelled compute becomes
 // compute_scale (one rank, every core's threads) or rank_compute_scale (one one-thread rank per
 // core), and the peak memory left over after the modelled parts the runtime's own (process_mib).
-std::pair<double, double> reference_run(const std::string& text, int ranks) {
+std::pair<double, double> reference_run(const std::string& text, int ranks, int threads) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   char tmpl[] = "/tmp/loom-calibrate-XXXXXX";
   if (!mkdtemp(tmpl)) throw RuntimeError("cannot make a temporary directory" + os_reason());
@@ -266,6 +269,7 @@ std::pair<double, double> reference_run(const std::string& text, int ranks) {
   const std::string q = "'", d = dir.string();
   if (std::system((q + self + "' data prepare --text '" + d + "/corpus.txt' --out '" + d + "/data' > /dev/null 2>&1").c_str()) != 0 ||
       std::system((q + self + "' train '" + d + "/ref.toml' --set parallel.nproc=" + std::to_string(ranks) +
+                   (threads > 0 ? " --set run.threads=" + std::to_string(threads) : std::string()) +
                    " --set train.global_batch=" + std::to_string(16 * ranks) + " --run-dir '" + d + "/run' > '" + d +
                    "/train.log' 2>&1").c_str()) != 0)
     throw RuntimeError("the reference training run failed; see loom train on a small config");
@@ -303,13 +307,22 @@ int plan_calibrate(const Args& args) {
   po::options_description opts("loom plan calibrate");
   opts.add_options()("out", po::value<std::string>()->required(), "cluster file to write")(
       "comm", po::value<std::string>()->default_value("gloo"), "comm backend to measure")(
-      "max-ranks", po::value<int>()->default_value(4), "ranks the file allows per node");
+      "max-ranks", po::value<int>()->default_value(4), "ranks the file allows per node")(
+      "cores", po::value<int>(), "measure a node of this many of this machine's cores (default: every core this process may use)")(
+      "name", po::value<std::string>()->default_value("this-machine"), "the cluster's name in the file");
   po::variables_map vm;
-  if (!parse(args, "loom plan calibrate --out FILE [--comm gloo] [--max-ranks N]", opts, {}, vm)) return kExitOk;
+  if (!parse(args, "loom plan calibrate --out FILE [--comm gloo] [--max-ranks N] [--cores N] [--name NAME]", opts, {}, vm)) return kExitOk;
   const std::string out_path = vm["out"].as<std::string>();
   check_can_write(out_path, "cluster file");  // before a minute of measuring, not after it
   Measured m;
   m.cores = usable_cpus().cpus;  // what this process may use (affinity, cgroup quota), not the machine's count
+  if (vm.count("cores")) {
+    // A node of fewer cores (a namespace node of scripts/local-cluster.sh runs one one-thread rank).
+    const int cores = vm["cores"].as<int>();
+    if (cores < 1 || cores > m.cores) throw UsageError("--cores must be from 1 to the " + std::to_string(m.cores) + " this process may use");
+    m.threads = m.cores = cores;
+  }
+  m.name = vm["name"].as<std::string>();
   m.comm = vm["comm"].as<std::string>();
   m.max_ranks = vm["max-ranks"].as<int>();
   m.mem_total = mem_total_bytes();
@@ -329,10 +342,10 @@ int plan_calibrate(const Args& args) {
   for (int op = 0; op < 5; ++op) m.ops[op] = alpha_beta(op, measure_op(m.comm, ops[op]));
   std::tie(m.latency, m.busbw) = m.ops[0];
   std::fprintf(stderr, "  %s: %.1f us per hop, %.2f GB/s; a reference training run...\n", m.comm.c_str(), m.latency * 1e6, m.busbw / 1e9);
-  const auto [scale, process_mib] = reference_run(cluster_text(m, 1.0, 1.0, 0.0), 1);
+  const auto [scale, process_mib] = reference_run(cluster_text(m, 1.0, 1.0, 0.0), 1, m.threads);
   // Ranks past a node's count would go over the network a CPU file does not have.
   const int ranks = std::min(m.cores, m.max_ranks);
-  const double rank_scale = ranks > 1 ? reference_run(cluster_text(m, scale, 1.0, process_mib), ranks).first : scale;
+  const double rank_scale = ranks > 1 ? reference_run(cluster_text(m, scale, 1.0, process_mib), ranks, 0).first : scale;
   const std::string text = cluster_text(m, scale, rank_scale, process_mib);
   write_file(out_path, text, "cluster file");
   std::printf("%s", text.c_str());

@@ -24,6 +24,7 @@
 #include "model/model.hpp"
 #include "plan/calibration.hpp"
 #include "plan/from_config.hpp"
+#include "plan/mixed.hpp"
 #include "plan/published.hpp"
 #include "plan/search.hpp"
 #include "plan/sources.hpp"
@@ -223,36 +224,45 @@ void print_versus(const plan::SearchResult& r, const Estimate& e) {
               rank == 0 ? "it is the top layout" : plan::versus(r.ranked.front(), e).c_str());
 }
 
-// --emit: the config that runs one layout, as `loom config check` and `loom train` read it, checked
-// by the same check before it is written.
-void emit_config(const po::variables_map& vm, const plan::Workload& w, const Estimate& e, const plan::Cluster& c) {
+// --emit's overrides for a layout: the command's own --set and --dtype, the layout's, and the
+// cluster file the run then prints its prediction from.
+std::vector<std::string> emit_overrides(const po::variables_map& vm, const plan::Workload& w, const plan::Layout& l) {
   if (!vm.count("out")) throw UsageError("--emit needs --out FILE, where the config is written");
-  const std::string file = vm["file"].as<std::string>(), out = vm["out"].as<std::string>();
-  if (e.layout.recompute != "none" && e.layout.recompute != "selective" && e.layout.recompute != "full")
-    throw ConfigError("--emit: recompute '" + e.layout.recompute + "' is a published run's policy that Loom does not run");
+  if (l.recompute != "none" && l.recompute != "selective" && l.recompute != "full")
+    throw ConfigError("--emit: recompute '" + l.recompute + "' is a published run's policy that Loom does not run");
   std::vector<std::string> overrides = sets(vm);
   if (!vm["dtype"].as<std::string>().empty()) overrides.push_back("plugins.precision=" + vm["dtype"].as<std::string>());
-  for (const std::string& s : plan::layout_sets(w, e.layout)) overrides.push_back(s);
-  // The run then prints this prediction beside what it measures.
+  for (const std::string& s : plan::layout_sets(w, l)) overrides.push_back(s);
   overrides.push_back("run.plan_cluster=\"" + std::filesystem::absolute(vm["cluster"].as<std::string>()).string() + "\"");
-  config::Config cfg = plugins::load_for_job(file, overrides, e.layout.world());
+  return overrides;
+}
+
+// --emit: the config with `overrides`, as `loom config check` and `loom train` read it, checked by
+// the same check before it is written under `head`.
+void write_emitted(const po::variables_map& vm, const std::vector<std::string>& overrides, int world, const plan::Layout& l,
+                   std::string head) {
+  const std::string file = vm["file"].as<std::string>(), out = vm["out"].as<std::string>();
+  config::Config cfg = plugins::load_for_job(file, overrides, world);
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::set_plugin_source(&reg, &cfg);
   const plugins::Selection sel = plugins::resolve(cfg, reg);
-  train::check_layout(cfg, sel, dist::resolve_mesh(cfg, e.layout.world()));
-  char head[512];
-  std::snprintf(head, sizeof head,
-                "# Written by `loom plan %s --cluster %s --emit \"%s\"` (its --set overrides included): layout %s, "
-                "predicted %.1f ms per step, %.1f%% MFU, %.2f GiB per rank on %s.\n",
-                file.c_str(), vm["cluster"].as<std::string>().c_str(), vm["emit"].as<std::string>().c_str(),
+  train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
+  head = "# Written by `loom plan " + file + " --cluster " + vm["cluster"].as<std::string>() + " --emit \"" +
+         vm["emit"].as<std::string>() + "\"` (its --set overrides included): " + head;
+  head += "# Check it with `loom config check`, run it with `loom train`.\n\n";
+  std::ofstream f(out);
+  f << head << cfg.render(sel.schemas);
+  if (!f.flush()) throw RuntimeError("cannot write " + out);
+  std::printf("wrote %s: %s (%d ranks); loom train %s\n", out.c_str(), l.name().c_str(), world, out.c_str());
+}
+
+void emit_config(const po::variables_map& vm, const plan::Workload& w, const Estimate& e, const plan::Cluster& c) {
+  char head[320];
+  std::snprintf(head, sizeof head, "layout %s, predicted %.1f ms per step, %.1f%% MFU, %.2f GiB per rank on %s.\n",
                 e.layout.name().c_str(), e.step_ms, 100 * e.mfu, gib(e.memory.total()), c.name.c_str());
   std::string text = head;
   if (!e.extrapolated.empty()) text += "# Extrapolated: " + e.extrapolated + ".\n";
-  text += "# Check it with `loom config check`, run it with `loom train`.\n\n";
-  std::ofstream f(out);
-  f << text << cfg.render(sel.schemas);
-  if (!f.flush()) throw RuntimeError("cannot write " + out);
-  std::printf("wrote %s: %s (%d ranks); loom train %s\n", out.c_str(), e.layout.name().c_str(), e.layout.world(), out.c_str());
+  write_emitted(vm, emit_overrides(vm, w, e.layout), e.layout.world(), e.layout, text);
 }
 
 // The layout --emit names: a rank of the table ("1" is the top one) or a layout.
@@ -269,6 +279,72 @@ Estimate emitted(const po::variables_map& vm, const plan::SearchResult& r, const
   Estimate e = plan::estimate(c, w, l, sources.costs(), sources.pipes());
   plan::judge(e, plan::calibration_of(c), w);
   return e;
+}
+
+// A mixed cluster ([[group]]s): the layouts whose stages fit the groups, each in its best group
+// order and balanced split, against the devices-alike split; --explain and --emit as for one kind.
+int plan_mixed(const po::variables_map& vm, const config::Config& cfg) {
+  const plan::MixedCluster mc = plan::load_mixed_cluster(vm["cluster"].as<std::string>());
+  if (vm.count("nodes") || vm.count("devices"))
+    throw UsageError("a mixed cluster is planned on all its groups' devices: set each [[group]]'s nodes in " + mc.source);
+  const plan::Workload w = plan::workload_of(cfg, vm["dtype"].as<std::string>());
+  plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
+  const plan::Fixed fixed = plan::parse_fixed(vm.count("fix") ? vm["fix"].as<std::vector<std::string>>() : std::vector<std::string>{});
+  const plan::MixedSearch r = plan::search_mixed(mc, w, fixed, sources.costs(), sources.pipes(), sources.problems());
+  if (r.ranked.empty())
+    throw ConfigError("no layout of " + std::to_string(mc.devices()) + " devices puts whole pipeline stages on every group of " +
+                      mc.source + " (1F1B or GPipe; each group's devices a multiple of a stage's)");
+  auto named = [&](const std::string& option) -> const plan::MixedEstimate& {
+    const std::string what = vm[option].as<std::string>();
+    if (!what.empty() && what.find_first_not_of("0123456789") == std::string::npos) {
+      const size_t rank = std::stoul(what);
+      if (rank < 1 || rank > r.ranked.size()) throw ConfigError("--" + option + " " + what + ": the table ranks " + std::to_string(r.ranked.size()) + " layouts");
+      return r.ranked[rank - 1];
+    }
+    const std::string name = plan::parse_layout(what).name();
+    for (const plan::MixedEstimate& e : r.ranked)  // ranked: the first is its best group order
+      if (e.layout.name() == name) return e;
+    throw ConfigError("--" + option + " " + name + ": not a layout whose stages fit the groups of " + mc.source);
+  };
+  if (vm.count("explain")) {
+    std::printf("%s", plan::explain_mixed(mc, named("explain")).c_str());
+    return kExitOk;
+  }
+  if (vm.count("emit")) {
+    const plan::MixedEstimate& e = named("emit");
+    std::vector<std::string> overrides = emit_overrides(vm, w, e.layout);
+    int per_node = mc.groups.front().per_node;
+    for (const plan::NodeGroupKind& g : mc.groups)
+      if (g.per_node != per_node) throw ConfigError("--emit: the groups run " + std::to_string(per_node) + " and " + std::to_string(g.per_node) +
+                                                    " ranks per node; Loom's launchers start [parallel] nproc on every node");
+    std::string groups;
+    for (const std::string& g : plan::group_entries(mc, e.order)) groups += (groups.empty() ? "\"" : ", \"") + g + "\"";
+    overrides.push_back("parallel.nproc=" + std::to_string(per_node));
+    overrides.push_back("parallel.groups=[" + groups + "]");
+    overrides.push_back("parallel.pp_layout=\"" + e.pp_layout + "\"");
+    char head[320];
+    std::snprintf(head, sizeof head, "layout %s, groups in node order as [parallel] groups lists them, split %s: predicted %.1f ms per step "
+                  "(%.1f ms with the devices-alike split) on %s.\n", e.layout.name().c_str(), e.pp_layout.c_str(), e.step_ms,
+                  e.uniform_step_ms, mc.name.c_str());
+    write_emitted(vm, overrides, e.layout.world(), e.layout, head);
+    return kExitOk;
+  }
+  std::printf("%s, global batch %lld x %lld tokens, %s, on mixed cluster '%s': %s\n%ld layouts and group orders costed\n\n",
+              w.model.describe().c_str(), (long long)w.global_batch, (long long)w.model.seq_len, w.dtype.c_str(), mc.name.c_str(),
+              mc.describe().c_str(), r.considered);
+  std::printf("%4s  %-30s %-16s %10s %11s %7s %6s %9s %5s  %s\n", "#", "layout", "groups", "step ms", "uniform ms", "faster", "MFU",
+              "mem GiB", "fits", "split");
+  for (size_t i = 0; i < r.ranked.size() && i < size_t(vm["top"].as<int>()); ++i) {
+    const plan::MixedEstimate& e = r.ranked[i];
+    std::string order;
+    for (int g : e.order) order += (order.empty() ? "" : ",") + mc.groups[size_t(g)].name;
+    const Estimate s = plan::summary_of(e);
+    std::printf("%4zu  %-30s %-16s %10.1f %11.1f %6.1f%% %5.1f%% %9.3f %5s  %s\n", i + 1, e.layout.name().c_str(), order.c_str(),
+                e.step_ms, e.uniform_step_ms, 100 * (1 - e.step_ms / e.uniform_step_ms), 100 * e.mfu, gib(s.memory.total()),
+                e.fits ? "yes" : "no", e.pp_layout.c_str());
+  }
+  std::printf("\nwhy #1:\n%s", plan::explain_mixed(mc, r.ranked.front()).c_str());
+  return kExitOk;
 }
 
 }  // namespace
@@ -300,6 +376,7 @@ int plan_cmd(const Args& args) {
   if (!parse(args, synopsis, opts, pos, vm)) return kExitOk;
   config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
   cfg.validate_runtime();
+  if (plan::has_groups(vm["cluster"].as<std::string>())) return plan_mixed(vm, cfg);
   const plan::Cluster c = plan::load_cluster(vm["cluster"].as<std::string>());
   const plan::Workload w = plan::workload_of(cfg, vm["dtype"].as<std::string>());
   const int devices = devices_to_plan(vm, c, cfg);

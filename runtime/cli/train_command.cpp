@@ -16,6 +16,7 @@
 #include "loader/services.hpp"
 #include "plan/estimate.hpp"
 #include "plan/from_config.hpp"
+#include "plan/mixed.hpp"
 #include "report/noise.hpp"
 #include "core/json.hpp"
 #include "train/metrics.hpp"
@@ -73,15 +74,20 @@ int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::Nod
 std::optional<plan::Estimate> predicted(const config::Config& cfg, int world) {
   const std::string file = train::read_run(cfg).plan_cluster;
   if (file.empty()) return std::nullopt;
-  const plan::Cluster c = plan::load_cluster(file);
+  // A mixed cluster ([[group]]s) is costed stage by stage on the config's [parallel] groups.
+  std::optional<plan::Cluster> c;
+  std::optional<plan::MixedCluster> mixed;
+  if (plan::has_groups(file)) mixed = plan::load_mixed_cluster(file);
+  else c = plan::load_cluster(file);
+  const std::string name = mixed ? mixed->name : c->name;
   plan::Estimate e;
   try {
-    e = plan::predict(c, cfg, world);
+    e = mixed ? plan::summary_of(plan::predict_mixed(*mixed, cfg, world)) : plan::predict(*c, cfg, world);
   } catch (const std::exception& err) {
-    std::printf("plan: no prediction for this run on '%s': %s\n", c.name.c_str(), err.what());
+    std::printf("plan: no prediction for this run on '%s': %s\n", name.c_str(), err.what());
     return std::nullopt;
   }
-  std::printf("plan: %s on '%s' (%s): predicted %.1f ms per step", e.layout.name().c_str(), c.name.c_str(), file.c_str(), e.step_ms);
+  std::printf("plan: %s on '%s' (%s): predicted %.1f ms per step", e.layout.name().c_str(), name.c_str(), file.c_str(), e.step_ms);
   if (e.band_high_ms > 0) std::printf(" (measured runs there: %.1f to %.1f)", e.band_low_ms, e.band_high_ms);
   std::printf(", exposed communication %.1f%%, peak %.3f GiB per rank\n", 100 * e.exposed_comm_ms / e.step_ms,
               e.memory.total() / double(1ull << 30));

@@ -273,6 +273,9 @@ double Cluster::peak(const std::string& dtype) const {
 
 Cluster parse_cluster(const std::string& text, const std::string& source) {
   toml::table root = parse_toml(text, source);
+  if (root.contains("group"))
+    throw ConfigError(source + " has [[group]]s: it is a mixed cluster, which loom plan, config check and [run] plan_cluster "
+                      "read as one; a group's own file is uniform");
   check_section_names(root);
   require_figures(root, source);
   fill_defaults(root);

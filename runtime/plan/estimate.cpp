@@ -247,6 +247,12 @@ std::string invalid_reason(const Workload& w, const Layout& l) {
 
 namespace {
 
+double count_moe(const model::Config& m) {
+  double n = 0;
+  for (int64_t i = 0; i < m.n_layer; ++i) n += m.is_moe_block(i) ? 1 : 0;
+  return n;
+}
+
 // One layout's step, worked out in the order estimate() lists: the shared quantities first.
 struct Step {
   const Cluster& c;
@@ -265,21 +271,18 @@ struct Step {
   PipeShape shape;
   Estimate e;
 
-  Step(const Cluster& c_, const Workload& w_, const Layout& l_)
+  const StagePart part;
+
+  Step(const Cluster& c_, const Workload& w_, const Layout& l_, const StagePart& part_)
       : c(c_), w(w_), l(l_), m(w_.model), r(rates(c_, w_, l_)), act_bytes(w_.dtype == "fp32" ? 4 : 2),
         grad_bytes(w_.grad_bytes), mbs(int(w_.global_batch / (int64_t(l_.dp) * l_.ep) / l_.micro_batch)),
         data_group(l_.dp * l_.ep * l_.cp), tokens(double(l_.micro_batch) * m.seq_len / l_.cp),
-        layers(double(m.n_layer) / l_.pp), moe_layers(count_moe(m) / l_.pp), vocab(double(m.vocab_size) / l_.tp),
-        dense(block_work(m, l_, tokens, act_bytes, false)), moe(block_work(m, l_, tokens, act_bytes, true)) {
+        layers(part_.blocks), moe_layers(part_.moe_blocks), vocab(double(m.vocab_size) / l_.tp),
+        dense(block_work(m, l_, tokens, act_bytes, false)), moe(block_work(m, l_, tokens, act_bytes, true)), part(part_) {
     e.layout = l;
     e.microbatches = mbs;
   }
 
-  static double count_moe(const model::Config& m) {
-    double n = 0;
-    for (int64_t i = 0; i < m.n_layer; ++i) n += m.is_moe_block(i) ? 1 : 0;
-    return n;
-  }
   // A BlockWork figure summed over this rank's blocks, dense and MoE.
   double mix(double BlockWork::*field) const { return (layers - moe_layers) * dense.*field + moe_layers * moe.*field; }
   double gemm(double flops, double calls) const { return calls * c.gemm_overhead + flops / (r.peak * c.gemm_eff); }
@@ -289,11 +292,9 @@ struct Step {
   }
   double elem(double bytes, double calls) const { return calls * c.elementwise_overhead + bytes / (r.bytes * c.memory_eff); }
 
-  // Forward, backward and recompute of one micro-batch through this rank's blocks (balanced
-  // over pp) and its share of the head.
+  // Forward, backward and recompute of one micro-batch through this rank's blocks and its share
+  // of the head (the average rank's: 1 / pp; the pipeline's busiest is stage_imbalance()'s).
   void compute() {
-    // The whole head and loss; this rank's share of them is 1 / pp (the pipeline's busiest rank
-    // is stage_imbalance()'s).
     const double head_flops = 2 * tokens * m.d_model * vocab, head_bytes = 3 * tokens * vocab * 4 + 2 * tokens * m.d_model * act_bytes;
     const double blocks_gemm = gemm(mix(&BlockWork::gemm_flops), mix(&BlockWork::gemm_calls));
     const double blocks_elem = elem(mix(&BlockWork::elem_bytes), mix(&BlockWork::elem_calls));
@@ -303,8 +304,8 @@ struct Step {
     f_attn = attn(mix(&BlockWork::attn_flops), layers) + (w.unfused_attention ? elem(layers * scores * c.score_bytes, 0) : 0);
     block_s = (blocks_gemm + f_attn + blocks_elem) / std::max(layers, 1e-9);
     head_s = gemm(head_flops, 1) + elem(head_bytes, 3);
-    const double f_gemm = blocks_gemm + gemm(head_flops, 1) / l.pp, f_elem = blocks_elem + elem(head_bytes, 3) / l.pp;
-    head_gemm = head_flops / l.pp / (r.peak * c.gemm_eff) * r.compute_scale;
+    const double f_gemm = blocks_gemm + gemm(head_flops, 1) * part.head_share, f_elem = blocks_elem + elem(head_bytes, 3) * part.head_share;
+    head_gemm = head_flops * part.head_share / (r.peak * c.gemm_eff) * r.compute_scale;
     f = (f_gemm + f_attn + f_elem) * r.compute_scale;
     // Backward: two GEMMs per forward GEMM, flash-style attention backward (2.5x), element-wise 2x.
     b = (2 * f_gemm + 2.5 * f_attn + 2 * f_elem) * r.compute_scale;
@@ -343,14 +344,15 @@ struct Step {
     return total > 0 ? *std::max_element(load.begin(), load.end()) / (total / l.pp) : 1;
   }
 
-  // Parameters of this rank's part: blocks / pp plus the larger end (embedding or head), / tp.
+  // Parameters of this rank's part, / tp: its blocks, and the average rank's larger end (embedding
+  // or head), or a stage's own (the last keeps a tied embedding for its head).
   void parameters() {
     const ParamCounts pc = count_params(m);
-    const double all_moe = moe_layers * l.pp, all_dense = double(m.n_layer) - all_moe;
-    const double blocks = all_dense * (pc.attention + pc.mlp + pc.norms) +
-                          all_moe * (pc.attention + pc.norms + pc.router + pc.expert_mlp / l.ep);
-    const double ends = l.pp == 1 ? pc.embed + pc.head : std::max(pc.embed, pc.head);
-    psi = (blocks / l.pp + ends) / l.tp;
+    const double blocks = (layers - moe_layers) * (pc.attention + pc.mlp + pc.norms) +
+                          moe_layers * (pc.attention + pc.norms + pc.router + pc.expert_mlp / l.ep);
+    const double ends = part.average ? (l.pp == 1 ? pc.embed + pc.head : std::max(pc.embed, pc.head))
+                                     : (part.first ? pc.embed : 0) + (part.last ? (pc.head > 0 ? pc.head : pc.embed) : 0);
+    psi = (blocks + ends) / l.tp;
     expert_psi = moe_layers * pc.expert_mlp / l.ep / l.tp;
   }
 
@@ -489,15 +491,16 @@ struct Step {
     e.memory.optim = dense_states[2] + expert_states[2];
     const double per_layer = mix(&BlockWork::saved_elems) / std::max(layers, 1e-9) * act_bytes;
     const double drop = mix(&BlockWork::selective_drop) / std::max(layers, 1e-9) * act_bytes;
-    const double held = l.pp > 1 ? double(shape.in_flight) * m.n_layer / (double(l.pp) * l.chunks) : layers;
+    const double held = l.pp > 1 ? double(shape.in_flight) * layers / l.chunks : layers;
     const double n_rows = l.sp ? tokens / l.tp : tokens;
     // Unfused attention keeps its scores for the backward unless the block is recomputed.
     const double kept_scores = w.unfused_attention && l.recompute != "selective-megatron" ? scores * c.score_saved_bytes : 0;
     double acts = held * (per_layer + kept_scores);
     if (l.recompute == "full") acts = held * n_rows * m.d_model * act_bytes + per_layer + kept_scores;
     else if (l.recompute == "selective" || l.recompute == "selective-op") acts = held * (per_layer + kept_scores - drop) + drop;
-    // The head keeps its logits (fp32) on the last stage; the embedding's output on the first.
-    e.memory.activations = acts + tokens * vocab * 4 + 2 * n_rows * m.d_model * 4;
+    // The head keeps its logits (fp32) on the last stage (the average rank is charged them too);
+    // the embedding's output on the first.
+    e.memory.activations = acts + (part.average || part.last ? tokens * vocab * 4 : 0) + 2 * n_rows * m.d_model * 4;
     const double bucket = l.zero ? std::min(psi * 4, 2.0 * 25 * (1 << 20)) : std::min(psi * grad_bytes, 25.0 * (1 << 20));
     // Each MoE block keeps its backward scratch for the routed rows (gradients of the gathered
     // input, pre-activation, activation and expert output), the same size as what it saves.
@@ -525,6 +528,12 @@ struct Step {
 
 }  // namespace
 
+StagePart average_part(const model::Config& m, const Layout& l) {
+  StagePart p;
+  p.blocks = double(m.n_layer) / l.pp, p.moe_blocks = count_moe(m) / l.pp, p.head_share = 1.0 / l.pp;
+  return p;
+}
+
 Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const CostSource& costs,
                   const PipeSource& pipes) {
   const std::string bad = invalid_reason(w, l);
@@ -532,7 +541,7 @@ Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const Co
   if (c.peak(w.dtype) <= 0)
     throw ConfigError("cluster '" + c.name + "' (" + c.source + ") gives no " + w.dtype + " peak: set [device] peak_tflops_" + w.dtype +
                       " or plan another precision (--dtype)");
-  Step s(c, w, l);
+  Step s(c, w, l, average_part(w.model, l));
   s.compute();
   s.parameters();
   s.collectives(costs);
@@ -543,6 +552,26 @@ Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const Co
   s.memory();
   s.headline();
   return s.e;
+}
+
+StageEstimate estimate_stage(const Cluster& c, const Workload& w, const Layout& l, const StagePart& part, int in_flight,
+                             const CostSource& costs) {
+  Step s(c, w, l, part);
+  s.compute();
+  s.parameters();
+  s.collectives(costs);
+  s.shape.in_flight = in_flight;
+  s.e.forward_ms = s.mbs * (s.f - s.loop_exposed[0]) * 1e3;
+  s.e.recompute_ms = s.mbs * s.rc * 1e3;
+  s.e.backward_ms = s.mbs * (s.b - s.loop_exposed[1] - s.rc) * 1e3;
+  const double data_exposed = s.data_overlap();
+  s.optimizer();
+  s.memory();
+  StageEstimate out;
+  out.forward_ms = s.f * 1e3, out.backward_ms = s.b * 1e3, out.recompute_ms = s.rc * 1e3;
+  out.after_loop_ms = data_exposed + s.e.optimizer_ms + s.e.overhead_ms;
+  out.detail = s.e;
+  return out;
 }
 
 }  // namespace loom::plan

@@ -122,6 +122,27 @@ std::string invalid_reason(const Workload& w, const Layout& l);
 Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const CostSource& costs,
                   const PipeSource& pipes);
 
+// The layers one rank computes: a uniform layout's average rank (n_layer / pp blocks, 1 / pp of
+// the head: what estimate() costs), or one stage of an uneven split (plan/mixed.hpp).
+struct StagePart {
+  double blocks = 0, moe_blocks = 0;
+  double head_share = 0;             // the part of the head and loss it computes
+  bool first = false, last = false;  // holds the embedding, the head (a stage only)
+  bool average = true;
+};
+StagePart average_part(const model::Config& m, const Layout& l);
+
+// One pipeline stage of `part` on cluster `c` (a mixed cluster's group), the others as `l` has
+// them: its forward and backward per micro-batch (in-loop communication and recompute included),
+// what it adds after the loop (exposed data-parallel traffic, the optimizer, the step's
+// overhead), and its memory with `in_flight` micro-batches' activations held.
+struct StageEstimate {
+  double forward_ms = 0, backward_ms = 0, recompute_ms = 0, after_loop_ms = 0;
+  Estimate detail;  // comms, memory, fits, notes: as estimate() fills them, for this stage
+};
+StageEstimate estimate_stage(const Cluster& c, const Workload& w, const Layout& l, const StagePart& part, int in_flight,
+                             const CostSource& costs);
+
 // Model-state bytes per rank for psi parameters over n data-parallel ranks, by ZeRO stage
 // (Rajbhandari et al. 2020): mixed precision 16 psi, 4 psi + 12 psi/n, 2 psi + 14 psi/n, 16 psi/n;
 // fp32 (4 params, 4 grads, 8 Adam) 16 psi, 8 psi + 8 psi/n, 4 psi + 12 psi/n, 16 psi/n.
