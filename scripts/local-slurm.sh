@@ -18,6 +18,7 @@ PY
 }
 
 # What both test Slurms share: no authentication, no cgroups, no accounting, root everywhere.
+# sched/backfill: Slurm schedules heterogeneous jobs (#SBATCH hetjob) only through it.
 slurm_conf_policy() {
   printf '%s\n' AuthType=auth/none CredType=cred/none SlurmUser=root SlurmdUser=root \
     ProctrackType=proctrack/linuxproc TaskPlugin=task/none JobAcctGatherType=jobacct_gather/none \

@@ -4,7 +4,9 @@
 #   1. `srun -N 2 -n 4`: dp 4 and dp 2 x tp 2 match the single-rank run (10 steps, 1e-5 relative),
 #      MASTER_ADDR comes from SLURM_STEP_NODELIST, and rank 0 names both hosts and their eth0;
 #   2. `sbatch --wait` of a batch script like docs/cluster.md's (srun inside it) trains the same;
-#   3. a rank killed on node1 ends the job non-zero within 30 s, naming it, with nothing left.
+#   3. a Slurm heterogeneous job of two components runs the planner's layout for a mixed cluster
+#      as the local launcher does, and a component of the wrong node count is refused by name;
+#   4. a rank killed on node1 ends the job non-zero within 30 s, naming it, with nothing left.
 # Removes the daemons and the cluster on every exit path. Prints "N passed, N failed".
 #   tests/slurm/slurm_multinode_test.sh LOOM_BIN
 set -uo pipefail
@@ -51,6 +53,52 @@ SH
 cluster exec hub timeout -k 5 180 sbatch --wait "$work/job.sh" > /dev/null 2>&1
 check "sbatch --wait of the batch script exits 0" test $? -eq 0
 check "the batch job matches one rank" compare_to_one batch
+
+# A mixed cluster as a Slurm heterogeneous job: component k runs [parallel] groups' group k. The
+# planner's layout for clusters/this-machine-halved.toml (its uneven split, its group order)
+# under `sbatch` with two components, against the same config under the local launcher.
+python3 - "$work/e.toml" <<'PY'
+import sys
+p = sys.argv[1]
+t = open(p).read().replace("n_layer = 2", "n_layer = 6")
+open(p.replace("e.toml", "six.toml"), "w").write(t)
+PY
+"$loom" plan "$work/six.toml" --cluster "$root/clusters/this-machine-halved.toml" --emit 1 --out "$work/mixed.toml" > "$work/plan.out" 2>&1
+check "loom plan --emit on the mixed cluster file" grep -q "wrote $work/mixed.toml" "$work/plan.out"
+mixed_local() {  # the local launcher on both nodes, node0 hosting the store
+  local k pids=
+  for k in 1 0; do
+    cluster exec "node$k" env MASTER_ADDR=node0 MASTER_PORT=29470 timeout -k 5 120 "$loom" train "$work/mixed.toml" \
+      --run-dir "$work/mixed_local" --nnodes 2 --node-rank "$k" > "$work/mixed_local.node$k.out" 2>&1 &
+    pids="$pids $!"
+  done
+  wait $pids  # not a bare wait: the Slurm daemons are this shell's children too
+}
+mixed_local
+check "the mixed layout trains under the local launcher" grep -q "done: 10 steps" "$work/mixed_local.node0.out"
+het_script() {  # het_script NAME NODES0 NODES1 CONFIG
+  cat > "$work/$1.sh" <<SH
+#!/bin/bash
+#SBATCH --nodes=$2 --ntasks-per-node=1
+#SBATCH --output=$work/$1.out
+#SBATCH hetjob
+#SBATCH --nodes=$3 --ntasks-per-node=1
+srun --het-group=0,1 --kill-on-bad-exit=1 $loom train $4 --run-dir $work/$1
+SH
+}
+het_script het 1 1 "$work/mixed.toml"
+cluster exec hub timeout -k 5 180 sbatch --wait "$work/het.sh" > /dev/null 2>&1
+check "sbatch --wait of a two-component het job exits 0" test $? -eq 0
+check "the het job matches the local launcher" same_curves "$work/mixed_local" "$work/het" "het job vs local launcher"
+order=$(grep -o "groups: .*" "$work/mixed_local.node0.out" | head -n 1)
+check "component k runs group k, as under the local launcher ($order)" grep -qF "$order" "$work/het.out"
+# The first group asks for 2 nodes; the job's first component has 1.
+sed 's/^groups = \[ '"'"'\([a-z]*\) nodes=1'"'"'/groups = [ '"'"'\1 nodes=2'"'"'/' "$work/mixed.toml" > "$work/wrong.toml"
+het_script wrong 1 1 "$work/wrong.toml"
+cluster exec hub timeout -k 5 180 sbatch --wait "$work/wrong.sh" > /dev/null 2>&1
+check "a het component with the wrong node count fails the job" test $? -ne 0
+check "its tasks exit 2, a config error" grep -q "Exited with exit code 2" "$work/wrong.out"
+check "it names the component and the group" grep -qE "Slurm het component 0 has 1 node; group '[a-z]+' \(\[parallel\] groups\[0\]\) has nodes=2" "$work/wrong.out"
 
 start=$(date +%s)
 hub_srun -N 2 -n 4 --kill-on-bad-exit=1 bash -c '[ "$SLURM_PROCID" = 3 ] && (sleep 3; kill -9 $$) & exec "$0" "$@"' \
