@@ -12,6 +12,7 @@
 #include "loader/selection.hpp"
 #include "model/model.hpp"
 #include "plan/cluster.hpp"
+#include "plan/mixed_cluster.hpp"
 
 namespace loom::cli {
 
@@ -32,6 +33,11 @@ int config(const Args& args) {
   // A cluster description (clusters/*.toml, for loom plan) is checked against its own schema.
   if (plan::is_cluster_file(vm["file"].as<std::string>())) {
     if (!sets(vm).empty()) throw UsageError("--set applies to training configs, not cluster files");
+    if (plan::has_groups(vm["file"].as<std::string>())) {
+      const plan::MixedCluster m = plan::load_mixed_cluster(vm["file"].as<std::string>());
+      std::cout << m.source << ": ok; mixed cluster '" << m.name << "': " << m.describe() << "\n";
+      return kExitOk;
+    }
     const plan::Cluster c = plan::load_cluster(vm["file"].as<std::string>());
     std::cout << c.source << ": ok; cluster '" << c.name << "': " << c.nodes << " x " << c.per_node << " " << c.device
               << ", " << c.peak(c.peak_bf16 > 0 ? "bf16" : "fp32") / 1e12 << " TFLOP/s each\n";

@@ -79,6 +79,11 @@ std::string plugin_support(const LayoutFacts& f) {
   return "";
 }
 
+// A mixed cluster's groups hold whole pipeline stages.
+std::string group_split(const LayoutFacts& f) {
+  return dist::groups_problem(f.groups, f.nproc, f.mesh.world(), f.mesh.pp);
+}
+
 // The dp x ep ranks split the batch (expert parallelism is data parallelism outside the experts),
 // each into whole micro-batches.
 std::string batch_split(const LayoutFacts& f) {
@@ -92,15 +97,10 @@ std::string batch_split(const LayoutFacts& f) {
   return "";
 }
 
-// A mixed cluster's groups hold whole pipeline stages.
-std::string group_split(const LayoutFacts& f) {
-  return dist::groups_problem(f.groups, f.nproc, f.mesh.world(), f.mesh.pp);
-}
-
 }  // namespace
 
 std::string layout_problem(const LayoutFacts& f) {
-  for (auto rule : {missing_slot, model_split, plugin_support, batch_split, group_split}) {
+  for (auto rule : {missing_slot, model_split, plugin_support, group_split, batch_split}) {
     std::string why = rule(f);
     if (!why.empty()) return why;
   }
