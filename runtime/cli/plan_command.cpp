@@ -332,14 +332,17 @@ int plan_mixed(const po::variables_map& vm, const config::Config& cfg) {
   std::printf("%s, global batch %lld x %lld tokens, %s, on mixed cluster '%s': %s\n%ld layouts and group orders costed\n\n",
               w.model.describe().c_str(), (long long)w.global_batch, (long long)w.model.seq_len, w.dtype.c_str(), mc.name.c_str(),
               mc.describe().c_str(), r.considered);
-  std::printf("%4s  %-30s %-16s %10s %11s %7s %6s %9s %5s  %s\n", "#", "layout", "groups", "step ms", "uniform ms", "faster", "MFU",
+  const size_t top = std::min(r.ranked.size(), size_t(vm["top"].as<int>()));
+  int width = 30;
+  for (size_t i = 0; i < top; ++i) width = std::max(width, int(r.ranked[i].layout.name().size()));
+  std::printf("%4s  %-*s %-16s %10s %11s %7s %6s %9s %5s  %s\n", "#", width, "layout", "groups", "step ms", "uniform ms", "faster", "MFU",
               "mem GiB", "fits", "split");
-  for (size_t i = 0; i < r.ranked.size() && i < size_t(vm["top"].as<int>()); ++i) {
+  for (size_t i = 0; i < top; ++i) {
     const plan::MixedEstimate& e = r.ranked[i];
     std::string order;
     for (int g : e.order) order += (order.empty() ? "" : ",") + mc.groups[size_t(g)].name;
     const Estimate s = plan::summary_of(e);
-    std::printf("%4zu  %-30s %-16s %10.1f %11.1f %6.1f%% %5.1f%% %9.3f %5s  %s\n", i + 1, e.layout.name().c_str(), order.c_str(),
+    std::printf("%4zu  %-*s %-16s %10.1f %11.1f %6.1f%% %5.1f%% %9.3f %5s  %s\n", i + 1, width, e.layout.name().c_str(), order.c_str(),
                 e.step_ms, e.uniform_step_ms, 100 * (1 - e.step_ms / e.uniform_step_ms), 100 * e.mfu, gib(s.memory.total()),
                 e.fits ? "yes" : "no", e.pp_layout.c_str());
   }

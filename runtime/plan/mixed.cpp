@@ -25,6 +25,13 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
+std::string bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return fmt(b < 10 ? "%.2f" : "%.1f", b) + " " + units[u];
+}
+
 // The group of every pipeline stage: the groups in `order` hold consecutive stages, as many as
 // their devices make (world / pp ranks each).
 std::vector<int> stage_groups(const MixedCluster& mc, const Layout& l, const std::vector<int>& order) {
@@ -265,9 +272,9 @@ std::string explain_mixed(const MixedCluster& mc, const MixedEstimate& e) {
                                             : "this one is " + fmt("%.1f", 100 * (1 - e.step_ms / e.uniform_step_ms)) + "% faster\n";
   if (mc.groups.size() > 1) {
     const double grads = e.stages.front().detail.memory.grads;
-    out += "  the groups meet at pipeline boundaries: " + fmt("%.1f", e.boundary_bytes / 1024) + " KiB of activations per micro-batch each way " +
+    out += "  the groups meet at pipeline boundaries: " + bytes(e.boundary_bytes) + " of activations per micro-batch each way " +
            "over [between] " + mc.between.kind + " (" + fmt("%.3f", e.boundary_ms) + " ms both ways); dp, tp, cp and ep stay inside a " +
-           "group, where a data-parallel group across them would reduce " + fmt("%.1f", grads / 1024) + " KiB of gradients per rank per step\n";
+           "group, where a data-parallel group across them would reduce " + bytes(grads) + " of gradients per rank per step\n";
     out += "  Loom's mesh gives every stage the same dp x tp x cp x ep, so the groups differ in layer count only\n";
   }
   return out;

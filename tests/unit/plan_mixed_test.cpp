@@ -95,3 +95,17 @@ TEST_CASE("a mixed cluster file with an unknown section, twin group names, a nes
           "[between] bandwidth_gbps is missing");
   CHECK_THROWS_WITH_AS(plan::load_cluster(kClusters / "this-machine-halved.toml"), doctest::Contains("it is a mixed cluster"), ConfigError);
 }
+
+TEST_CASE("every shipped mixed cluster file loads, each group with its node kind's figures") {
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kClusters)) {
+    if (entry.path().extension() != ".toml" || !plan::has_groups(entry.path())) continue;
+    INFO(entry.path());
+    const plan::MixedCluster m = plan::load_mixed_cluster(entry.path());
+    CHECK(m.groups.size() >= 2);
+    CHECK(m.between.bandwidth > 0);
+    for (const plan::NodeGroupKind& g : m.groups) CHECK(std::max(g.cluster.peak("bf16"), g.cluster.peak("fp32")) > 0);
+    ++files;
+  }
+  CHECK(files >= 2);  // this-machine-halved, h100-a100-mixed
+}
