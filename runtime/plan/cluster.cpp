@@ -1,5 +1,6 @@
 #include "plan/cluster.hpp"
 #include "plan/estimate.hpp"
+#include "plan/cluster_toml.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -142,16 +143,6 @@ void require_positive(const toml::table& root, const char* s, const char* k, con
                       std::to_string(n->value<double>().value()));
 }
 
-toml::table parse_toml(const std::string& text, const std::string& source) {
-  try {
-    return toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    const auto& b = e.source().begin;
-    throw ConfigError(source + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) + ": " +
-                      std::string(e.description()));
-  }
-}
-
 void check_section_names(const toml::table& root) {
   std::vector<std::string> names;
   for (const auto& s : cluster_schema()) names.push_back(s.name);
@@ -272,7 +263,7 @@ double Cluster::peak(const std::string& dtype) const {
 }
 
 Cluster parse_cluster(const std::string& text, const std::string& source) {
-  toml::table root = parse_toml(text, source);
+  toml::table root = parse_cluster_toml(text, source);
   if (root.contains("group"))
     throw ConfigError(source + " has [[group]]s: it is a mixed cluster, which loom plan, config check and [run] plan_cluster "
                       "read as one; a group's own file is uniform");
@@ -300,22 +291,36 @@ Cluster parse_cluster(const std::string& text, const std::string& source) {
   return c;
 }
 
-Cluster load_cluster(const std::filesystem::path& file) {
-  std::string text;
+std::string read_cluster_file(const std::filesystem::path& file) {
   try {
-    text = read_file(file, "cluster file");
+    return read_file(file, "cluster file");
   } catch (const RuntimeError& e) {
     throw ConfigError(e.what());  // a path the user typed: exit 2, like a config file
   }
-  return parse_cluster(text, file.string());
 }
 
-bool is_cluster_file(const std::filesystem::path& file) {
+toml::table parse_cluster_toml(const std::string& text, const std::string& source) {
+  try {
+    return toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw ConfigError(source + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) + ": " +
+                      std::string(e.description()));
+  }
+}
+
+Cluster load_cluster(const std::filesystem::path& file) {
+  return parse_cluster(read_cluster_file(file), file.string());
+}
+
+bool has_table_line(const std::filesystem::path& file, const std::string& header) {
   std::ifstream in(file);
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind("[cluster]", 0) == 0) return true;
+    if (line.rfind(header, 0) == 0) return true;
   return false;
 }
+
+bool is_cluster_file(const std::filesystem::path& file) { return has_table_line(file, "[cluster]"); }
 
 }  // namespace loom::plan

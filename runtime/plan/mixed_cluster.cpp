@@ -2,14 +2,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-
-#include <toml++/toml.h>
 
 #include "config/config.hpp"
 #include "core/errors.hpp"
-#include "core/files.hpp"
 #include "core/nearest.hpp"
+#include "plan/cluster_toml.hpp"
 
 namespace loom::plan {
 
@@ -46,15 +43,6 @@ const std::vector<KeySpec>& between_keys() {
       {"latency_us", ValueType::Float, "0", "one message's latency, us", 0, kInf},
   };
   return keys;
-}
-
-toml::table parse_file(const std::string& text, const std::string& source) {
-  try {
-    return toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    const auto& b = e.source().begin;
-    throw ConfigError(source + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) + ": " + std::string(e.description()));
-  }
 }
 
 // One [[group]] entry, checked against its keys, its cluster file loaded.
@@ -108,16 +96,10 @@ std::string MixedCluster::describe() const {
   return out;
 }
 
-bool has_groups(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("[[group]]", 0) == 0) return true;
-  return false;
-}
+bool has_groups(const std::filesystem::path& file) { return has_table_line(file, "[[group]]"); }
 
 MixedCluster parse_mixed_cluster(const std::string& text, const std::string& source, const std::filesystem::path& dir) {
-  toml::table root = parse_file(text, source);
+  toml::table root = parse_cluster_toml(text, source);
   const std::vector<std::string> sections = {"cluster", "group", "between"};
   for (auto&& [key, node] : root) {
     const std::string name(key.str());
@@ -152,13 +134,7 @@ MixedCluster parse_mixed_cluster(const std::string& text, const std::string& sou
 }
 
 MixedCluster load_mixed_cluster(const std::filesystem::path& file) {
-  std::string text;
-  try {
-    text = read_file(file, "cluster file");
-  } catch (const RuntimeError& e) {
-    throw ConfigError(e.what());
-  }
-  return parse_mixed_cluster(text, file.string(), file.parent_path());
+  return parse_mixed_cluster(read_cluster_file(file), file.string(), file.parent_path());
 }
 
 }  // namespace loom::plan

@@ -27,17 +27,20 @@ std::string error_of(const std::function<void()>& f) {
 loom_status create(const loom_host*, const loom_options*, void**, loom_error*) { return LOOM_OK; }
 void destroy(void*) {}
 
+// A safetensors file of one header and 8 bytes of data.
+void write_safetensors(const std::filesystem::path& path, const std::string& header) {
+  std::ofstream out(path, std::ios::binary);
+  const uint64_t n = header.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << header << std::string(8, '\0');
+}
+
 }  // namespace
 
 TEST_CASE("a safetensors header entry without data_offsets is a named error, not a JSON exception") {
   const std::string header = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2]}}";
   const auto path = std::filesystem::temp_directory_path() / "loom-parsers-test.safetensors";
-  {
-    std::ofstream out(path, std::ios::binary);
-    const uint64_t n = header.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out << header << std::string(8, '\0');
-  }
+  write_safetensors(path, header);
   const std::string e = error_of([&] { loom::ckpt::read_safetensors_index(path); });
   CHECK(e.find("tensor w: header entry is damaged") != std::string::npos);
   CHECK(e.find(path.string()) != std::string::npos);
@@ -61,12 +64,7 @@ TEST_CASE("a manifest or safetensors integer that is a huge float, a fraction or
 
   const std::string header = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1e300],\"data_offsets\":[0,8]}}";
   const auto path = std::filesystem::temp_directory_path() / "loom-parsers-test-float.safetensors";
-  {
-    std::ofstream out(path, std::ios::binary);
-    const uint64_t n = header.size();
-    out.write(reinterpret_cast<const char*>(&n), 8);
-    out << header << std::string(8, '\0');
-  }
+  write_safetensors(path, header);
   const std::string e = error_of([&] { loom::ckpt::read_safetensors_index(path); });
   CHECK(e.find("tensor w: header entry is damaged: \"shape\" is 1e+300, not an integer") != std::string::npos);
   std::filesystem::remove(path);
