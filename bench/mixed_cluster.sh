@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A mixed cluster on one machine: two namespace nodes (scripts/local-cluster.sh), node0 held to
-# half a core (`slow node0 0.5`). Calibrates the groups' node kind (one one-thread rank on a core),
-# plans the job on clusters/this-machine-halved.toml, and trains the planner's layout and the same
+# half a core (`slow node0 0.5`). Calibrates the groups' node kinds on the nodes themselves (one
+# one-thread rank on node1's free core and on node0's held one), plans the job on
+# clusters/this-machine-halved.toml, and trains the planner's layout and the same
 # layout with the devices-alike split, ROUNDS times each, alternating. Prints each round's median
 # step (steps after the first two), the prediction, and the speed-up of the planner's split.
 #   bench/mixed_cluster.sh [BUILD_DIR] [ROUNDS] [D_MODEL]     e.g. bench/mixed_cluster.sh build 3 192
@@ -35,13 +36,17 @@ steps = 10
 global_batch = 32
 eval_every = 0
 TOML
-echo "calibrating one core (loom plan calibrate --cores 1)..." >&2
-"$loom" plan calibrate --cores 1 --max-ranks 1 --name this-machine-core --out "$work/this-machine-core.toml" > /dev/null 2>&1
+cluster up 2 > /dev/null
+cluster slow node0 0.5
+echo "calibrating a core on node1 and the held one on node0 (loom plan calibrate --cores 1)..." >&2
+cluster exec node1 "$loom" plan calibrate --cores 1 --max-ranks 1 --name this-machine-core --out "$work/this-machine-core.toml" > /dev/null 2>&1
+cluster exec node0 "$loom" plan calibrate --cores 1 --max-ranks 1 --name this-machine-core-halved \
+  --out "$work/this-machine-core-halved.toml" > /dev/null 2>&1
 cp "$root/clusters/this-machine-halved.toml" "$work/halved.toml"
 "$loom" plan "$work/job.toml" --cluster "$work/halved.toml" --top 3 | sed -n '4,7p' >&2
 "$loom" plan "$work/job.toml" --cluster "$work/halved.toml" --emit 1 --out "$work/mixed.toml" > /dev/null
-cluster up 2 > /dev/null
-cluster slow node0 0.5
+# The planner's order puts the slow group on node 0 or node 1: hold that node.
+if grep -q "^groups = \[ 'fast" "$work/mixed.toml"; then cluster heal node0; cluster slow node1 0.5; fi
 
 run() {  # NAME [--set ...]: trains on both nodes, prints "median predicted"
   local name=$1 k pids=; shift
@@ -62,6 +67,7 @@ PY
 }
 
 split=$(awk -F"'" '/^pp_layout/ {print $2}' "$work/mixed.toml")
+echo "groups in node order: $(awk -F"'" '/^groups/ {print $2, $4}' "$work/mixed.toml")"
 printf "%-6s %-28s %10s %10s %7s   %-28s %10s %10s %7s   %8s\n" round "planner's split" "predicted" "measured" "error" \
   "uniform split" "predicted" "measured" "error" "faster"
 for r in $(seq 1 "$rounds"); do

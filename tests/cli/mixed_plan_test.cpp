@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "support/metrics.hpp"
 #include "support/process.hpp"
 
 using namespace loom::test;
@@ -22,8 +23,8 @@ std::string job(TempDir& t) {
   for (int i = 0; i < 400; ++i) text += "a mixed cluster balances its stages " + std::to_string(i % 11) + "\n";
   t.write("c.txt", text);
   REQUIRE(run_loom("data prepare --text " + (t.path / "c.txt").string() + " --out " + (t.path / "d").string()).rc == 0);
-  return t.write("job.toml", "[run]\nthreads = 1\n[model]\nn_layer = 6\nn_head = 4\nd_model = 64\nseq_len = 64\nvocab_size = 256\n"
-                             "[data]\ndir = \"" + (t.path / "d").string() + "\"\n[train]\nsteps = 2\nglobal_batch = 16\neval_every = 0\n");
+  return t.write("job.toml", "[run]\nthreads = 1\n[model]\nn_layer = 6\nn_head = 4\nd_model = 192\nseq_len = 128\nvocab_size = 256\n"
+                             "[data]\ndir = \"" + (t.path / "d").string() + "\"\n[train]\nsteps = 2\nglobal_batch = 32\neval_every = 0\n");
 }
 
 // `cmd` fails with exit 2 and says `what`.
@@ -36,15 +37,15 @@ void refused(const std::string& cmd, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("loom plan on a mixed cluster: the half-speed group goes first with fewer blocks, --explain says why, --emit writes what config check places") {
+TEST_CASE("loom plan on a mixed cluster: the half-speed group goes first with fewer blocks, --explain says why, --emit writes what config check places and trains with group threads") {
   TempDir t;
   const std::string cfg = job(t);
   const Result plan = run_loom("plan " + cfg + " --cluster " + kHalved + " --top 4");
   INFO(plan.out);
   REQUIRE(plan.rc == 0);
-  CHECK(has(plan.out, "on mixed cluster 'this-machine-halved': fast: 1 node x 1 CPU core; slow: 1 node x 1 CPU core at 0.5 speed"));
+  CHECK(has(plan.out, "on mixed cluster 'this-machine-halved': fast: 1 node x 1 CPU core; slow: 1 node x 1 CPU core; between: veth"));
   CHECK(has(plan.out, "groups in node order: slow fast"));
-  CHECK(has(plan.out, "stage 0 on slow (CPU core at 0.5 speed): E + 2 blocks"));
+  CHECK(has(plan.out, "stage 0 on slow (CPU core): E + 2 blocks"));
   CHECK(has(plan.out, "stage 1 on fast (CPU core): 4 blocks + L"));
   CHECK(has(plan.out, "the groups meet at pipeline boundaries"));
   const Result explain = run_loom("plan " + cfg + " --cluster " + kHalved + " --explain 'dp1 pp2 gpipe mb4'");
@@ -62,6 +63,17 @@ TEST_CASE("loom plan on a mixed cluster: the half-speed group goes first with fe
   INFO(check.out);
   CHECK(check.rc == 0);
   CHECK(has(check.out, "groups: slow: node 0 (rank 0, stage 0); fast: node 1 (rank 1, stage 1)"));
+
+  // Both "nodes" on this machine, one `loom train` each: the slow group's ranks take its threads.
+  const std::string dir = (t.path / "run").string();
+  const std::string node = "LOOM_PLUGIN_PATH=" LOOM_TEST_PLUGIN_DIR " " LOOM_BIN " train " + out + " --run-dir " + dir +
+                           " --set 'parallel.groups=[\"slow nodes=1 threads=2\", \"fast nodes=1\"]' --nnodes 2 --node-rank ";
+  const Result run = sh("export MASTER_ADDR=127.0.0.1 MASTER_PORT=29478; " + node + "1 > /dev/null 2>&1 & " + node + "0; rc=$?; wait; exit $rc");
+  INFO(run.out);
+  REQUIRE(run.rc == 0);
+  CHECK(has(run.out, "groups: slow: node 0 (rank 0, stage 0, threads 2); fast: node 1 (rank 1, stage 1)"));
+  CHECK(column(std::filesystem::path(dir) / "metrics.jsonl", "threads") == std::vector<double>{2, 2});  // [run] threads = 1
+  CHECK(column(std::filesystem::path(dir) / "metrics.jsonl", "stage1_compute_ms").size() == 2);
 }
 
 TEST_CASE("mixed input: groups that do not add up, a stage with no layers, a bad group entry, a bad mixed cluster file: exit 2, named") {
@@ -84,15 +96,17 @@ TEST_CASE("mixed input: groups that do not add up, a stage with no layers, a bad
   const std::string good = read_text(kHalved);
   auto cluster = [&](const std::string& name, const std::string& text) {
     const std::string file = t.write(name, text);
-    std::filesystem::copy_file(std::string(LOOM_SOURCE_DIR) + "/clusters/this-machine-core.toml", t.path / "this-machine-core.toml",
-                               std::filesystem::copy_options::overwrite_existing);
+    for (const char* kind : {"this-machine-core.toml", "this-machine-core-halved.toml"})
+      std::filesystem::copy_file(std::string(LOOM_SOURCE_DIR) + "/clusters/" + kind, t.path / kind,
+                                 std::filesystem::copy_options::overwrite_existing);
     return file;
   };
   std::string typo = good;
-  typo.replace(typo.find("speed = 0.5"), 11, "sped = 0.5");
-  refused("config check " + cluster("typo.toml", typo), "unknown key 'sped'");
+  typo.replace(typo.find("per_node = 1"), 12, "per_nod = 1");
+  refused("config check " + cluster("typo.toml", typo), "unknown key 'per_nod'");
   std::string missing = good;
-  missing.replace(missing.find("this-machine-core.toml"), 22, "no-such-kind.toml");
+  const std::string kind = "cluster = \"this-machine-core.toml\"";
+  missing.replace(missing.find(kind), kind.size(), "cluster = \"no-such-kind.toml\"");
   refused("config check " + cluster("missing.toml", missing), "[[group]] #1 ('fast'): ");
   std::string no_nodes = good;
   no_nodes.replace(no_nodes.find("nodes = 1"), 9, "");
