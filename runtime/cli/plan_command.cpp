@@ -287,6 +287,7 @@ int plan_mixed(const po::variables_map& vm, const config::Config& cfg) {
   const plan::MixedCluster mc = plan::load_mixed_cluster(vm["cluster"].as<std::string>());
   if (vm.count("nodes") || vm.count("devices"))
     throw UsageError("a mixed cluster is planned on all its groups' devices: set each [[group]]'s nodes in " + mc.source);
+  if (vm.count("versus")) throw UsageError("--versus compares layouts on one node kind; on a mixed cluster, --explain LAYOUT");
   const plan::Workload w = plan::workload_of(cfg, vm["dtype"].as<std::string>());
   plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
   const plan::Fixed fixed = plan::parse_fixed(vm.count("fix") ? vm["fix"].as<std::vector<std::string>>() : std::vector<std::string>{});
@@ -327,6 +328,17 @@ int plan_mixed(const po::variables_map& vm, const config::Config& cfg) {
                   "(%.1f ms with the devices-alike split) on %s.\n", e.layout.name().c_str(), e.pp_layout.c_str(), e.step_ms,
                   e.uniform_step_ms, mc.name.c_str());
     write_emitted(vm, overrides, e.layout.world(), e.layout, head);
+    return kExitOk;
+  }
+  if (vm["json"].as<bool>()) {
+    for (const plan::MixedEstimate& e : r.ranked) {
+      std::string order;
+      for (int g : e.order) order += (order.empty() ? "" : ", ") + json_quote(mc.groups[size_t(g)].name);
+      std::printf("{\"layout\": %s, \"groups\": [%s], \"pp_layout\": %s, \"step_ms\": %s, \"uniform_step_ms\": %s, \"mfu\": %s, "
+                  "\"peak_mem_bytes\": %s, \"fits\": %s}\n", json_quote(e.layout.name()).c_str(), order.c_str(),
+                  json_quote(e.pp_layout).c_str(), json_number(e.step_ms).c_str(), json_number(e.uniform_step_ms).c_str(),
+                  json_number(e.mfu).c_str(), json_number(plan::summary_of(e).memory.total()).c_str(), e.fits ? "true" : "false");
+    }
     return kExitOk;
   }
   std::printf("%s, global batch %lld x %lld tokens, %s, on mixed cluster '%s': %s\n%ld layouts and group orders costed\n\n",

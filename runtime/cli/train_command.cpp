@@ -123,7 +123,7 @@ void place_in_group(config::Config& cfg, const dist::RankEnv& rank) {
   const std::vector<dist::NodeGroup> groups = dist::read_groups(cfg);
   if (groups.empty()) return;
   const dist::ParallelSettings par = dist::read_parallel(cfg);
-  dist::check_het_components(groups, par.nproc);
+  if (rank.launcher == "slurm") dist::check_het_components(groups, par.nproc);  // not a local launch inside a het allocation
   dist::apply_group_settings(cfg, rank.rank);
   if (rank.rank == 0 && rank.world % par.pp == 0)
     std::printf("groups: %s\n", dist::describe_groups(groups, par.nproc, rank.world, par.pp).c_str());

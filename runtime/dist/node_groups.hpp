@@ -35,7 +35,7 @@ int group_of_rank(const std::vector<NodeGroup>& groups, int nproc, int rank);
 // This rank's group settings over the config's ([run] threads and device), when it has groups.
 void apply_group_settings(config::Config& cfg, int rank);
 
-// Under a Slurm heterogeneous job (SLURM_HET_SIZE), component k must be group k: the same node
+// Under a Slurm heterogeneous job step (SLURM_HET_SIZE; srun started the ranks), component k must be group k: the same node
 // count and nodes x nproc tasks. Throws ConfigError naming the component otherwise.
 void check_het_components(const std::vector<NodeGroup>& groups, int nproc);
 

@@ -53,6 +53,9 @@ TEST_CASE("loom plan on a mixed cluster: the half-speed group goes first with fe
   CHECK(explain.rc == 0);
   CHECK(has(explain.out, "layout dp1 pp2 gpipe mb4 on this-machine-halved"));
   CHECK(has(explain.out, "this one is "));
+  const Result json = run_loom("plan " + cfg + " --cluster " + kHalved + " --json");
+  CHECK(json.rc == 0);
+  CHECK(has(json.out, "{\"layout\": \"dp1 pp2 1f1b mb1\", \"groups\": [\"slow\", \"fast\"], \"pp_layout\": \"E t t | t t t t L\""));
 
   const std::string out = (t.path / "mixed.toml").string();
   REQUIRE(run_loom("plan " + cfg + " --cluster " + kHalved + " --emit 1 --out " + out).rc == 0);
@@ -112,4 +115,5 @@ TEST_CASE("mixed input: groups that do not add up, a stage with no layers, a bad
   no_nodes.replace(no_nodes.find("nodes = 1"), 9, "");
   refused("config check " + cluster("nonodes.toml", no_nodes), "[[group]] #1 ('fast') has no nodes");
   refused("plan " + cfg + " --cluster " + cluster("ok.toml", good) + " --nodes 2", "a mixed cluster is planned on all its groups' devices");
+  refused("plan " + cfg + " --cluster " + cluster("ok.toml", good) + " --versus 'dp1 pp2 mb1'", "on a mixed cluster, --explain LAYOUT");
 }
