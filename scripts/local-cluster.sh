@@ -65,7 +65,7 @@ cgroup_dir() { if cgroup_v2; then echo "/sys/fs/cgroup/loom-$name-$1"; else echo
 # communication thread stops for up to 50 ms at a time and the pipeline stages after it wait.
 slow() {
   local node=$1 cores=$2 dir quota period pid
-  [[ $cores =~ ^[0-9]*\.?[0-9]+$ ]] || die "slow needs a core count such as 0.5, not '$cores'"
+  [[ $cores =~ ^[0-9]*\.?[0-9]+$ ]] && awk -v c="$cores" 'BEGIN { exit !(c > 0) }' || die "slow needs a core count above 0, such as 0.5, not '$cores'"
   read -r period quota <<< "$(awk -v c="$cores" 'BEGIN { p = 2000; if (c * p < 1000) p = int(1000 / c + 0.999); printf "%d %d", p, c * p }')"
   [ "$period" -le 1000000 ] && [ "$quota" -ge 1000 ] || die "slow: $cores cores is below the 0.001 a CPU quota allows"
   dir=$(cgroup_dir "$node")
@@ -214,5 +214,5 @@ case "$cmd" in
     [ $# -ge 2 ] || die "rsh HOST CMD..."; check_node "$1"; host=$1; shift
     run_on "$host" /bin/sh -c "$*" ;;
   pids) [ $# -eq 1 ] || die "pids NODE"; check_node "$1"; ip netns pids "$name-$1" ;;
-  *) sed -n '2,28p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,29p' "$0" >&2; exit 2 ;;
 esac

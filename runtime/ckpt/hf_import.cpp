@@ -77,7 +77,7 @@ T field(const json& c, const std::string& k, T def, const fs::path& file) {
 
 
 int64_t key_i64(const json& c, const std::string& k, const fs::path& file) {
-  if (!c.contains(k) || !c[k].is_number_integer()) throw RuntimeError(file.string() + ": config.json has no integer \"" + k + "\"");
+  if (!c.contains(k) || !c[k].is_number()) throw RuntimeError(file.string() + ": config.json has no integer \"" + k + "\"");
   return positive(json_integer<int64_t>(c[k], file.string() + ": \"" + k + "\""), k, file.string() + ": config.json's");
 }
 

@@ -323,11 +323,11 @@ int plan_mixed(const po::variables_map& vm, const config::Config& cfg) {
     overrides.push_back("parallel.nproc=" + std::to_string(per_node));
     overrides.push_back("parallel.groups=[" + groups + "]");
     overrides.push_back("parallel.pp_layout=\"" + e.pp_layout + "\"");
-    char head[320];
-    std::snprintf(head, sizeof head, "layout %s, groups in node order as [parallel] groups lists them, split %s: predicted %.1f ms per step "
-                  "(%.1f ms with the devices-alike split) on %s.\n", e.layout.name().c_str(), e.pp_layout.c_str(), e.step_ms,
-                  e.uniform_step_ms, mc.name.c_str());
-    write_emitted(vm, overrides, e.layout.world(), e.layout, head);
+    char steps[160];
+    std::snprintf(steps, sizeof steps, "predicted %.1f ms per step (%.1f ms with the devices-alike split)", e.step_ms, e.uniform_step_ms);
+    write_emitted(vm, overrides, e.layout.world(), e.layout,
+                  "layout " + e.layout.name() + ", groups in node order as [parallel] groups lists them, split " + e.pp_layout + ": " +
+                      steps + " on " + mc.name + ".\n");
     return kExitOk;
   }
   if (vm["json"].as<bool>()) {

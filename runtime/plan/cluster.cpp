@@ -317,7 +317,7 @@ bool has_table_line(const std::filesystem::path& file, const std::string& header
   std::ifstream in(file);
   std::string line;
   while (std::getline(in, line))
-    if (line.rfind(header, 0) == 0) return true;
+    if (line.compare(std::min(line.find_first_not_of(" \t"), line.size()), header.size(), header) == 0) return true;
   return false;
 }
 

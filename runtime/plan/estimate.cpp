@@ -350,8 +350,9 @@ struct Step {
     const ParamCounts pc = count_params(m);
     const double blocks = (layers - moe_layers) * (pc.attention + pc.mlp + pc.norms) +
                           moe_layers * (pc.attention + pc.norms + pc.router + pc.expert_mlp / l.ep);
+    const double tied_copy = part.first ? 0 : double(m.vocab_size) * m.d_model;  // a last stage's own copy of a tied matrix
     const double ends = part.average ? (l.pp == 1 ? pc.embed + pc.head : std::max(pc.embed, pc.head))
-                                     : (part.first ? pc.embed : 0) + (part.last ? (pc.head > 0 ? pc.head : pc.embed) : 0);
+                                     : (part.first ? pc.embed : 0) + (part.last ? (pc.head > 0 ? pc.head : tied_copy) : 0);
     psi = (blocks + ends) / l.tp;
     expert_psi = moe_layers * pc.expert_mlp / l.ep / l.tp;
   }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
-#include <sstream>
 
 #include "core/errors.hpp"
 #include "dist/node_groups.hpp"
@@ -31,6 +30,9 @@ std::string bytes(double b) {
   while (b >= 1024 && u < 4) b /= 1024, ++u;
   return fmt(b < 10 ? "%.2f" : "%.1f", b) + " " + units[u];
 }
+
+// Micro-batches per step on one data-parallel rank.
+int microbatches(const Workload& w, const Layout& l) { return int(w.global_batch / (int64_t(l.dp) * l.ep) / l.micro_batch); }
 
 // The group of every pipeline stage: the groups in `order` hold consecutive stages, as many as
 // their devices make (world / pp ranks each).
@@ -114,26 +116,23 @@ std::string layout_text(const model::Config& m, const Ranges& r) {
   return out;
 }
 
-// A [parallel] pp_layout's stages as ranges; ConfigError when it is not pp stages of the model's
-// layers, each with a block.
+// A [parallel] pp_layout's stages as ranges, spaces optional ("Ett|ttL"); ConfigError when it is
+// not pp non-empty stages of the model's layers in order.
 Ranges parse_split(const model::Config& m, const std::string& text, int pp) {
   const std::string kinds = train::layer_kinds(m.n_layer);
   Ranges r = {0};
   std::string seen;
-  std::istringstream in(text);
-  int blocks_here = 0;
-  for (std::string tok; in >> tok;) {
-    if (tok == "|") {
-      if (blocks_here == 0) throw ConfigError("pp_layout \"" + text + "\": stage " + std::to_string(r.size() - 1) + " has no block");
-      r.push_back(int(seen.size())), blocks_here = 0;
-      continue;
+  for (char c : text) {
+    if (c == '|') {
+      if (int(seen.size()) == r.back()) break;  // an empty stage
+      r.push_back(int(seen.size()));
+    } else if (c != ' ') {
+      seen += c;
     }
-    seen += tok;
-    blocks_here += tok == "t" ? 1 : 0;
   }
   r.push_back(int(seen.size()));
-  if (seen != kinds || int(r.size()) != pp + 1 || blocks_here == 0)
-    throw ConfigError("pp_layout \"" + text + "\" is not " + std::to_string(pp) + " stages of " + kinds + ", each with a block");
+  if (seen != kinds || int(r.size()) != pp + 1 || r[r.size() - 2] == r.back())
+    throw ConfigError("pp_layout \"" + text + "\" is not " + std::to_string(pp) + " non-empty stages of " + kinds);
   return r;
 }
 
@@ -168,7 +167,7 @@ MixedEstimate cost_split(const MixedCluster& mc, const Workload& w, const Layout
   MixedEstimate e;
   e.layout = l, e.order = order, e.pp_layout = layout_text(w.model, r);
   const std::vector<int> groups = stage_groups(mc, l, order);
-  const int mbs = int(w.global_batch / (int64_t(l.dp) * l.ep) / l.micro_batch);
+  const int mbs = microbatches(w, l);
   double peak = 0;
   for (size_t s = 0; s < groups.size(); ++s) {
     const NodeGroupKind& g = mc.groups[size_t(groups[s])];
@@ -191,7 +190,15 @@ MixedEstimate cost_split(const MixedCluster& mc, const Workload& w, const Layout
 
 MixedEstimate estimate_mixed(const MixedCluster& mc, const Workload& w, const Layout& l, const std::vector<int>& order,
                              const std::string& pp_layout, const CostSource& costs, const PipeSource& pipes) {
-  const int mbs = int(w.global_batch / (int64_t(l.dp) * l.ep) / l.micro_batch);
+  const std::string bad = invalid_reason(w, l);
+  if (!bad.empty()) throw ConfigError("layout " + l.name() + ": " + bad);
+  if (l.chunks != 1 || (l.schedule != "1f1b" && l.schedule != "gpipe"))
+    throw ConfigError("layout " + l.name() + ": a mixed cluster's pipeline is costed for 1f1b and gpipe with one chunk per rank");
+  for (int g : order)
+    if (mc.groups[size_t(g)].cluster.peak(w.dtype) <= 0)
+      throw ConfigError("group '" + mc.groups[size_t(g)].name + "' (" + mc.groups[size_t(g)].cluster.source + ") gives no " + w.dtype +
+                        " peak: plan another precision (--dtype)");
+  const int mbs = microbatches(w, l);
   const std::vector<int> groups = stage_groups(mc, l, order);
   if (int(groups.size()) != l.pp)
     throw ConfigError("layout " + l.name() + ": the groups hold " + std::to_string(groups.size()) + " stages of " +
@@ -206,8 +213,15 @@ MixedEstimate estimate_mixed(const MixedCluster& mc, const Workload& w, const La
   }
   MixedEstimate e = cost_split(mc, w, l, order, split, costs);
   const Ranges uniform = uniform_split(w, l, mbs, pipes);
+  if (uniform == split) {
+    e.uniform_step_ms = e.step_ms;
+  } else {
+    MixedEstimate alike = cost_split(mc, w, l, order, uniform, costs);
+    // The split balances per-layer costs; where the step as a whole favours the default, keep that.
+    if (pp_layout.empty() && alike.step_ms < e.step_ms) e = alike;
+    e.uniform_step_ms = alike.step_ms;
+  }
   e.uniform_pp_layout = layout_text(w.model, uniform);
-  e.uniform_step_ms = uniform == split ? e.step_ms : cost_split(mc, w, l, order, uniform, costs).step_ms;
   return e;
 }
 
@@ -290,7 +304,7 @@ MixedEstimate predict_mixed(const MixedCluster& mc, const config::Config& cfg, i
     auto it = std::find_if(mc.groups.begin(), mc.groups.end(), [&](const NodeGroupKind& k) { return k.name == g.name; });
     if (it == mc.groups.end()) throw ConfigError("[parallel] groups names '" + g.name + "', which " + mc.source + " has no [[group]] of");
     NodeGroupKind k = *it;
-    k.nodes = g.nodes, k.per_node = par.nproc;
+    k.nodes = g.nodes, k.per_node = k.cluster.per_node = par.nproc;
     order.push_back(int(run.groups.size()));
     run.groups.push_back(k);
   }
@@ -298,7 +312,7 @@ MixedEstimate predict_mixed(const MixedCluster& mc, const config::Config& cfg, i
   PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
   const Workload w = workload_of(cfg);
   const Layout l = layout_of(cfg, world);
-  const int mbs = int(w.global_batch / (int64_t(l.dp) * l.ep) / l.micro_batch);
+  const int mbs = microbatches(w, l);
   const std::string split = par.pp_layout.empty() ? layout_text(w.model, uniform_split(w, l, mbs, sources.pipes())) : par.pp_layout;
   return estimate_mixed(run, w, l, order, split, sources.costs(), sources.pipes());
 }

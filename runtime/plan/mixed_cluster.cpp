@@ -67,7 +67,7 @@ NodeGroupKind read_group(toml::table& t, size_t index, const std::string& source
     throw ConfigError(named + ": " + e.what());
   }
   const int per_node = static_cast<int>(t["per_node"].value<int64_t>().value());
-  g.per_node = per_node > 0 ? per_node : g.cluster.per_node;
+  g.per_node = g.cluster.per_node = per_node > 0 ? per_node : g.cluster.per_node;  // the links and core sharing see it too
   g.cluster.compute_scale /= g.speed;
   g.cluster.rank_compute_scale /= g.speed;
   return g;

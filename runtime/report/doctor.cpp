@@ -187,7 +187,7 @@ void check_pipeline_balance(Writer& w, const Run& run) {
   const auto slow = std::max_element(stage_ms.begin(), stage_ms.end()), fast = std::min_element(stage_ms.begin(), stage_ms.end());
   std::string each;
   for (size_t s = 0; s < stage_ms.size(); ++s) each += (s ? ", " : "") + g(stage_ms[s], "%.1f");
-  if (*slow > 1.2 * *fast)
+  if (*fast > 0 && *slow > 1.2 * *fast)
     w.look("stage " + std::to_string(slow - stage_ms.begin()) + " computes " + g(*slow, "%.1f") + " ms per step, " +
                g(*slow / *fast, "%.2f") + "x stage " + std::to_string(fast - stage_ms.begin()) + "'s; it paces the pipeline "
                "(stages: " + each + " ms)",

@@ -214,6 +214,8 @@ Tokenizer Tokenizer::from_json_file(const fs::path& path) {
     return t;
   } catch (const json::exception& e) {
     throw ConfigError(where + e.what());
+  } catch (const RuntimeError& e) {  // json_integer's: an id that is not one
+    throw ConfigError(e.what());
   }
 }
 

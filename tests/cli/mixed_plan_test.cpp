@@ -94,6 +94,8 @@ TEST_CASE("mixed input: groups that do not add up, a stage with no layers, a bad
           "the last stage is empty");
   refused(check + "--set 'parallel.groups=[\"a nodes=1\", \"b nodez=1\"]'", "unknown setting 'nodez' (nodes, threads, device); did you mean 'nodes'?");
   refused(check + "--set 'parallel.groups=[\"a\"]'", "nodes=N is missing");
+  refused(check + "--set 'parallel.groups=[\"a nodes=1 device=gpu\", \"b nodes=1\"]'", "device 'gpu' is not one [run] device takes (cpu, cuda)");
+  refused(check + "--set 'parallel.groups=[\"a nodes=1 threads=5000\", \"b nodes=1\"]'", "threads must be from 0 (every core) to 4096");
   refused(check + "--set 'parallel.groups=[\"a nodes=1\", \"a nodes=1\"]'", "the name 'a' is given twice");
 
   const std::string good = read_text(kHalved);
@@ -115,5 +117,6 @@ TEST_CASE("mixed input: groups that do not add up, a stage with no layers, a bad
   no_nodes.replace(no_nodes.find("nodes = 1"), 9, "");
   refused("config check " + cluster("nonodes.toml", no_nodes), "[[group]] #1 ('fast') has no nodes");
   refused("plan " + cfg + " --cluster " + cluster("ok.toml", good) + " --nodes 2", "a mixed cluster is planned on all its groups' devices");
+  refused("plan " + cfg + " --cluster " + cluster("ok.toml", good) + " --dtype bf16", "group 'fast' (" + (t.path / "this-machine-core.toml").string() + ") gives no bf16 peak");
   refused("plan " + cfg + " --cluster " + cluster("ok.toml", good) + " --versus 'dp1 pp2 mb1'", "on a mixed cluster, --explain LAYOUT");
 }

@@ -53,6 +53,13 @@ TEST_CASE("mixed plan: alike groups split as the devices-alike default does, a h
   const double t0 = alike.stages[0].time_ms, t1 = alike.stages[1].time_ms;
   CHECK(alike.pipeline_ms == doctest::Approx(t0 + t1 + alike.boundary_ms + 7 * std::max({t0, t1, alike.boundary_ms})));
 
+  // A split given as a run writes it, spaces optional.
+  const plan::MixedEstimate given = plan::estimate_mixed(two_groups(0.5), w, pp2(2), {0, 1}, "Ett|ttttttL", sources.costs(), sources.pipes());
+  CHECK(given.pp_layout == "E t t | t t t t t t L");
+  CHECK((blocks(given, 0) == 2 && blocks(given, 1) == 6));
+  CHECK_THROWS_WITH_AS(plan::estimate_mixed(two_groups(0.5), w, pp2(2), {0, 1}, "E t t t t t t t t L |", sources.costs(), sources.pipes()),
+                       doctest::Contains("is not 2 non-empty stages"), ConfigError);
+
   const plan::MixedEstimate half = plan::estimate_mixed(two_groups(0.5), w, pp2(2), {0, 1}, "", sources.costs(), sources.pipes());
   CHECK(blocks(half, 1) < blocks(half, 0));
   CHECK(half.step_ms < 0.85 * half.uniform_step_ms);
