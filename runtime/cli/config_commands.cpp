@@ -48,7 +48,8 @@ int config(const Args& args) {
   // As `loom train` would run it: [parallel] nproc ranks (on each of its groups' nodes), the
   // runtime's default plugins, and every check a rank makes before its first step.
   const std::vector<dist::NodeGroup> groups = dist::read_groups(cfg);
-  const int nproc = dist::read_parallel(cfg).nproc, world = dist::groups_world(groups, nproc);
+  const dist::ParallelSettings par = dist::read_parallel(cfg);
+  const int world = dist::groups_world(groups, par.nproc);
   if (action == "check") {
     cfg = plugins::load_for_job(vm["file"].as<std::string>(), sets(vm), world);
     for (const std::string& n : plugins::idle_slots(cfg)) std::fprintf(stderr, "loom: note: %s\n", n.c_str());
@@ -68,7 +69,7 @@ int config(const Args& args) {
   for (const auto& s : sel.slots) std::cout << "; " << s.slot << " = " << s.found.desc->name;
   std::cout << "\n";
   if (!groups.empty())
-    std::cout << "groups: " << dist::describe_groups(groups, nproc, world, dist::read_parallel(cfg).pp) << "\n";
+    std::cout << "groups: " << dist::describe_groups(groups, par.nproc, world, par.pp) << "\n";
   return kExitOk;
 }
 

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "cli/parse.hpp"
 #include "config/config.hpp"
@@ -266,15 +267,19 @@ void emit_config(const po::variables_map& vm, const plan::Workload& w, const Est
 }
 
 // The layout --emit names: a rank of the table ("1" is the top one) or a layout.
+// When an option names a row of the table by its rank ("1" is the top one), that row's index;
+// otherwise (a layout) nothing.
+std::optional<size_t> table_row(const std::string& option, const std::string& what, size_t rows) {
+  if (what.empty() || what.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  const size_t rank = std::stoul(what);
+  if (rank < 1 || rank > rows) throw ConfigError("--" + option + " " + what + ": the table ranks " + std::to_string(rows) + " layouts");
+  return rank - 1;
+}
+
 Estimate emitted(const po::variables_map& vm, const plan::SearchResult& r, const plan::Workload& w, int devices,
                  plan::PluginSources& sources, const plan::Cluster& c) {
   const std::string what = vm["emit"].as<std::string>();
-  if (!what.empty() && what.find_first_not_of("0123456789") == std::string::npos) {
-    const size_t rank = std::stoul(what);
-    if (rank < 1 || rank > r.ranked.size())
-      throw ConfigError("--emit " + what + ": the table ranks " + std::to_string(r.ranked.size()) + " layouts");
-    return r.ranked[rank - 1];
-  }
+  if (const auto row = table_row("emit", what, r.ranked.size())) return r.ranked[*row];
   const plan::Layout l = named_layout("--emit", what, devices, w, sources);
   Estimate e = plan::estimate(c, w, l, sources.costs(), sources.pipes());
   plan::judge(e, plan::calibration_of(c), w);
@@ -297,11 +302,7 @@ int plan_mixed(const po::variables_map& vm, const config::Config& cfg) {
                       mc.source + " (1F1B or GPipe; each group's devices a multiple of a stage's)");
   auto named = [&](const std::string& option) -> const plan::MixedEstimate& {
     const std::string what = vm[option].as<std::string>();
-    if (!what.empty() && what.find_first_not_of("0123456789") == std::string::npos) {
-      const size_t rank = std::stoul(what);
-      if (rank < 1 || rank > r.ranked.size()) throw ConfigError("--" + option + " " + what + ": the table ranks " + std::to_string(r.ranked.size()) + " layouts");
-      return r.ranked[rank - 1];
-    }
+    if (const auto row = table_row(option, what, r.ranked.size())) return r.ranked[*row];
     const std::string name = plan::parse_layout(what).name();
     for (const plan::MixedEstimate& e : r.ranked)  // ranked: the first is its best group order
       if (e.layout.name() == name) return e;

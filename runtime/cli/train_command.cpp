@@ -124,7 +124,7 @@ void place_in_group(config::Config& cfg, const dist::RankEnv& rank) {
   if (groups.empty()) return;
   const dist::ParallelSettings par = dist::read_parallel(cfg);
   if (rank.launcher == "slurm") dist::check_het_components(groups, par.nproc);  // not a local launch inside a het allocation
-  dist::apply_group_settings(cfg, rank.rank);
+  dist::apply_group_settings(cfg, groups, par.nproc, rank.rank);
   if (rank.rank == 0 && rank.world % par.pp == 0)
     std::printf("groups: %s\n", dist::describe_groups(groups, par.nproc, rank.world, par.pp).c_str());
 }

@@ -5,7 +5,6 @@
 
 #include "core/errors.hpp"
 #include "core/nearest.hpp"
-#include "dist/parallel_settings.hpp"
 
 namespace loom::dist {
 
@@ -86,10 +85,9 @@ int group_of_rank(const std::vector<NodeGroup>& groups, int nproc, int rank) {
   return int(groups.size()) - 1;
 }
 
-void apply_group_settings(config::Config& cfg, int rank) {
-  const std::vector<NodeGroup> groups = read_groups(cfg);
+void apply_group_settings(config::Config& cfg, const std::vector<NodeGroup>& groups, int nproc, int rank) {
   if (groups.empty()) return;
-  const NodeGroup& g = groups[size_t(group_of_rank(groups, read_parallel(cfg).nproc, rank))];
+  const NodeGroup& g = groups[size_t(group_of_rank(groups, nproc, rank))];
   if (g.threads >= 0) cfg.apply_set("run.threads=" + str(g.threads));
   if (!g.device.empty()) cfg.apply_set("run.device=\"" + g.device + "\"");
 }

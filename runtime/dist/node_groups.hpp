@@ -32,8 +32,8 @@ int groups_world(const std::vector<NodeGroup>& groups, int nproc);
 // The group rank `rank` is in (its node is rank / nproc).
 int group_of_rank(const std::vector<NodeGroup>& groups, int nproc, int rank);
 
-// This rank's group settings over the config's ([run] threads and device), when it has groups.
-void apply_group_settings(config::Config& cfg, int rank);
+// The settings of rank `rank`'s group over the config's ([run] threads and device).
+void apply_group_settings(config::Config& cfg, const std::vector<NodeGroup>& groups, int nproc, int rank);
 
 // Under a Slurm heterogeneous job step (SLURM_HET_SIZE; srun started the ranks), component k must be group k: the same node
 // count and nodes x nproc tasks. Throws ConfigError naming the component otherwise.

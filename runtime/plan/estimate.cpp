@@ -275,7 +275,7 @@ struct Step {
 
   Step(const Cluster& c_, const Workload& w_, const Layout& l_, const StagePart& part_)
       : c(c_), w(w_), l(l_), m(w_.model), r(rates(c_, w_, l_)), act_bytes(w_.dtype == "fp32" ? 4 : 2),
-        grad_bytes(w_.grad_bytes), mbs(int(w_.global_batch / (int64_t(l_.dp) * l_.ep) / l_.micro_batch)),
+        grad_bytes(w_.grad_bytes), mbs(microbatches(w_, l_)),
         data_group(l_.dp * l_.ep * l_.cp), tokens(double(l_.micro_batch) * m.seq_len / l_.cp),
         layers(part_.blocks), moe_layers(part_.moe_blocks), vocab(double(m.vocab_size) / l_.tp),
         dense(block_work(m, l_, tokens, act_bytes, false)), moe(block_work(m, l_, tokens, act_bytes, true)), part(part_) {

@@ -53,6 +53,9 @@ struct Workload {
   std::string comm;            // [plugins] comm ("" = gloo, the default of a job of several ranks)
 };
 
+// Micro-batches per step on one data-parallel rank.
+inline int microbatches(const Workload& w, const Layout& l) { return int(w.global_batch / (int64_t(l.dp) * l.ep) / l.micro_batch); }
+
 // One collective of the step, as a plugin's cost entry gave it, with its predicted time.
 struct CommItem {
   std::string plugin, what, op, phase, level;  // level: "node" | "network" | "node+network"

@@ -31,9 +31,6 @@ std::string bytes(double b) {
   return fmt(b < 10 ? "%.2f" : "%.1f", b) + " " + units[u];
 }
 
-// Micro-batches per step on one data-parallel rank.
-int microbatches(const Workload& w, const Layout& l) { return int(w.global_batch / (int64_t(l.dp) * l.ep) / l.micro_batch); }
-
 // The group of every pipeline stage: the groups in `order` hold consecutive stages, as many as
 // their devices make (world / pp ranks each).
 std::vector<int> stage_groups(const MixedCluster& mc, const Layout& l, const std::vector<int>& order) {
@@ -186,43 +183,58 @@ MixedEstimate cost_split(const MixedCluster& mc, const Workload& w, const Layout
   return e;
 }
 
-}  // namespace
+// What a layout's estimates in every group order share: the checks, each group's per-layer costs
+// (when the split is to be balanced) and the devices-alike split.
+struct LayoutCosts {
+  std::vector<LayerCosts> by_group;
+  Ranges uniform;
+};
 
-MixedEstimate estimate_mixed(const MixedCluster& mc, const Workload& w, const Layout& l, const std::vector<int>& order,
-                             const std::string& pp_layout, const CostSource& costs, const PipeSource& pipes) {
+LayoutCosts layout_costs(const MixedCluster& mc, const Workload& w, const Layout& l, bool balance, const CostSource& costs,
+                         const PipeSource& pipes) {
   const std::string bad = invalid_reason(w, l);
   if (!bad.empty()) throw ConfigError("layout " + l.name() + ": " + bad);
   if (l.chunks != 1 || (l.schedule != "1f1b" && l.schedule != "gpipe"))
     throw ConfigError("layout " + l.name() + ": a mixed cluster's pipeline is costed for 1f1b and gpipe with one chunk per rank");
-  for (int g : order)
-    if (mc.groups[size_t(g)].cluster.peak(w.dtype) <= 0)
-      throw ConfigError("group '" + mc.groups[size_t(g)].name + "' (" + mc.groups[size_t(g)].cluster.source + ") gives no " + w.dtype +
-                        " peak: plan another precision (--dtype)");
-  const int mbs = microbatches(w, l);
+  LayoutCosts lc;
+  for (const NodeGroupKind& g : mc.groups) {
+    if (g.cluster.peak(w.dtype) <= 0)
+      throw ConfigError("group '" + g.name + "' (" + g.cluster.source + ") gives no " + w.dtype + " peak: plan another precision (--dtype)");
+    if (balance) lc.by_group.push_back(layer_costs_on(g.cluster, w, l, costs));
+  }
+  lc.uniform = uniform_split(w, l, microbatches(w, l), pipes);
+  return lc;
+}
+
+// One group order: the split `given`, or the balanced one; beside it the devices-alike split's
+// step, which is kept instead where its whole step is faster (the balance is of per-layer costs).
+MixedEstimate estimate_order(const MixedCluster& mc, const Workload& w, const Layout& l, const std::vector<int>& order,
+                             const Ranges* given, const LayoutCosts& lc, const CostSource& costs) {
   const std::vector<int> groups = stage_groups(mc, l, order);
   if (int(groups.size()) != l.pp)
     throw ConfigError("layout " + l.name() + ": the groups hold " + std::to_string(groups.size()) + " stages of " +
                       std::to_string(l.world() / l.pp) + " ranks; it has pp " + std::to_string(l.pp));
-  Ranges split;
-  if (!pp_layout.empty()) {
-    split = parse_split(w.model, pp_layout, l.pp);
-  } else {
-    std::vector<LayerCosts> by_group(mc.groups.size());
-    for (int g : order) by_group[size_t(g)] = layer_costs_on(mc.groups[size_t(g)].cluster, w, l, costs);
-    split = balanced_split(w.model, groups, by_group);
-  }
+  const Ranges split = given ? *given : balanced_split(w.model, groups, lc.by_group);
   MixedEstimate e = cost_split(mc, w, l, order, split, costs);
-  const Ranges uniform = uniform_split(w, l, mbs, pipes);
-  if (uniform == split) {
+  if (lc.uniform == split) {
     e.uniform_step_ms = e.step_ms;
   } else {
-    MixedEstimate alike = cost_split(mc, w, l, order, uniform, costs);
-    // The split balances per-layer costs; where the step as a whole favours the default, keep that.
-    if (pp_layout.empty() && alike.step_ms < e.step_ms) e = alike;
+    MixedEstimate alike = cost_split(mc, w, l, order, lc.uniform, costs);
+    if (!given && alike.step_ms < e.step_ms) e = alike;
     e.uniform_step_ms = alike.step_ms;
   }
-  e.uniform_pp_layout = layout_text(w.model, uniform);
+  e.uniform_pp_layout = layout_text(w.model, lc.uniform);
   return e;
+}
+
+}  // namespace
+
+MixedEstimate estimate_mixed(const MixedCluster& mc, const Workload& w, const Layout& l, const std::vector<int>& order,
+                             const std::string& pp_layout, const CostSource& costs, const PipeSource& pipes) {
+  const LayoutCosts lc = layout_costs(mc, w, l, pp_layout.empty(), costs, pipes);
+  if (pp_layout.empty()) return estimate_order(mc, w, l, order, nullptr, lc, costs);
+  const Ranges given = parse_split(w.model, pp_layout, l.pp);
+  return estimate_order(mc, w, l, order, &given, lc, costs);
 }
 
 MixedSearch search_mixed(const MixedCluster& mc, const Workload& w, const Fixed& fixed, const CostSource& costs,
@@ -237,9 +249,10 @@ MixedSearch search_mixed(const MixedCluster& mc, const Workload& w, const Fixed&
     const int per_stage = l.world() / l.pp;
     if (std::any_of(mc.groups.begin(), mc.groups.end(), [&](const NodeGroupKind& g) { return g.devices() % per_stage != 0; }))
       continue;
+    const LayoutCosts lc = layout_costs(mc, w, l, true, costs, pipes);  // once per layout, for every order
     std::sort(order.begin(), order.end());
     do {
-      out.ranked.push_back(estimate_mixed(mc, w, l, order, "", costs, pipes));
+      out.ranked.push_back(estimate_order(mc, w, l, order, nullptr, lc, costs));
       ++out.considered;
     } while (std::next_permutation(order.begin(), order.end()));
   }
