@@ -95,8 +95,8 @@ RopeTables::RopeTables(const GptConfig& c) {
       cs[t * half + i] = std::cos(angle), sn[t * half + i] = std::sin(angle);
     }
   cos = Tensor::empty({T, half}), sin = Tensor::empty({T, half});
-  std::memcpy(cos.data(), cs.data(), cs.size() * sizeof(float));
-  std::memcpy(sin.data(), sn.data(), sn.size() * sizeof(float));
+  upload(cos, cs.data());
+  upload(sin, sn.data());
 }
 
 // ---- embedding --------------------------------------------------------------------------------
@@ -260,8 +260,8 @@ void Block::attend_cached(const Microbatch& mb, const Qkv& L, Tensor& att) {
   if (mb.B != 1 || first + T > kv_->k.dim(0))
     throw RuntimeError("generation: the key/value cache holds " + std::to_string(kv_->k.dim(0)) + " positions of one sequence");
   for (int64_t t = 0; t < T; ++t) {
-    std::memcpy(kv_->k.f32() + (first + t) * W, L.k + t * L.ldkv, W * sizeof(float));
-    std::memcpy(kv_->v.f32() + (first + t) * W, L.v + t * L.ldkv, W * sizeof(float));
+    copy_bytes(kv_->k.f32() + (first + t) * W, L.k + t * L.ldkv, W * sizeof(float));
+    copy_bytes(kv_->v.f32() + (first + t) * W, L.v + t * L.ldkv, W * sizeof(float));
   }
   kv_->length = first + T;
   std::vector<int64_t> qpos(T);
@@ -277,7 +277,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;  // n: rows held here, N: all rows
   Marks marks(api_.profile(), profiled_ && !replaying_);
   Acts& a = *acts_;
-  std::memcpy(a.x_in.data(), x.data(), n * C * sizeof(float));
+  copy_bytes(a.x_in.data(), x.data(), n * C * sizeof(float));
 
   ln1_.forward(o, a.ln1, x, n);
   marks("fwd norm");
@@ -295,7 +295,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   marks("fwd g (exit)");                              // tp overlap runs them interleaved
   if (proj_b_) o->bias_add(y_out.f32(), proj_b_->value.f32(), n, C);
   o->accumulate(x.f32(), y_out.f32(), n * C);
-  std::memcpy(a.x_mid.data(), x.data(), n * C * sizeof(float));
+  copy_bytes(a.x_mid.data(), x.data(), n * C * sizeof(float));
 
   ln2_.forward(o, a.ln2, x, n);
   marks("fwd norm");
@@ -436,7 +436,7 @@ void Head::forward(const Microbatch& mb, Tensor& x) {
   const loom_ops* o = api_.ops();
   const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;
   Acts& a = *acts_;
-  std::memcpy(a.x_in.data(), x.data(), n * C * sizeof(float));
+  copy_bytes(a.x_in.data(), x.data(), n * C * sizeof(float));
   Tensor logits = rows_of(a.logits, N);
   norm_.forward(o, a.norm, x, n);
   // The head is column-parallel over the vocabulary: f on the way in.

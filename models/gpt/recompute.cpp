@@ -71,7 +71,7 @@ void Block::recompute(const Microbatch& mb) {
   const int64_t n = api_.local_rows(mb.rows()), N = mb.rows(), C = c_.d_model;
   if (policy_ == "full") {
     Tensor x = recompute_->x.rows(0, n);
-    std::memcpy(x.data(), a.x_in.data(), n * C * sizeof(float));
+    copy_bytes(x.data(), a.x_in.data(), n * C * sizeof(float));
     replaying_ = true;
     forward(mb, x);
     replaying_ = false;

@@ -35,8 +35,9 @@ NodeGroup parse_group(const std::string& entry, size_t index) {
     else if (key == "device") g.device = value;
     else throw ConfigError(where + ": unknown setting '" + key + "' (nodes, threads, device)" + did_you_mean(key, {"nodes", "threads", "device"}));
     if (key == "threads" && g.threads > 4096) throw ConfigError(where + ": threads must be from 0 (every core) to 4096");
-    if (key == "device" && g.device != "cpu" && g.device != "cuda")
-      throw ConfigError(where + ": device '" + value + "' is not one [run] device takes (cpu, cuda)" + did_you_mean(value, {"cpu", "cuda"}));
+    if (key == "device" && g.device != "cpu" && g.device != "strict" && g.device != "cuda")
+      throw ConfigError(where + ": device '" + value + "' is not one [run] device takes (cpu, strict, cuda)" +
+                        did_you_mean(value, {"cpu", "strict", "cuda"}));
   }
   if (!has_nodes) throw ConfigError(where + ": nodes=N is missing (the group's node count)");
   return g;

@@ -64,12 +64,13 @@ void ParamStore::allocate(uint64_t seed) {
     for (int64_t d : p.local_shape) n *= d;
     total_ += (n + 15) / 16 * 16;  // 64-byte aligned views
   }
-  values_ = Tensor::zeros({total_});
+  values_ = Tensor::empty({total_});
   grads_ = Tensor::zeros({total_});
+  std::vector<float> init(static_cast<size_t>(total_), 0.f);  // made on the host, then uploaded
   for (auto& p : params_) {
     p.value = Tensor::borrow(values_.f32() + p.offset, p.local_shape);
     p.grad = Tensor::borrow(grads_.f32() + p.offset, p.local_shape);
-    float* v = p.value.f32();
+    float* v = init.data() + p.offset;
     int64_t n = p.value.numel();
     if (p.init.kind == Init::Ones) {
       for (int64_t i = 0; i < n; ++i) v[i] = 1.f;
@@ -80,6 +81,7 @@ void ParamStore::allocate(uint64_t seed) {
         v[i] = p.init.std * rng.normal(global_index(i, p.local_shape, p.global_shape, p.slice));
     }
   }
+  upload(values_, init.data());
 }
 
 }  // namespace loom

@@ -55,7 +55,7 @@ void DeferredWeightGrads::add(Param& W, const Tensor& dy, const Tensor& x) {
   auto refill = [this](Tensor& into, const Tensor& from) {
     if (!copies_) return void(into = from);
     if (!into.defined() || into.shape() != from.shape()) into = Tensor::empty(from.shape());
-    std::memcpy(into.data(), from.data(), from.bytes());
+    copy_bytes(into.data(), from.data(), from.bytes());
   };
   d.W = &W;
   refill(d.dy, dy);

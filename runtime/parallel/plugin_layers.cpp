@@ -246,7 +246,7 @@ void PluginLayers::exit_bwd_linear(Tensor& dx, const Tensor& dy_local, const Ten
   gather_in_chunks(dy_local, k, [&](const Tensor& staged, int64_t c0, int64_t c1) {
     for (int r = 0; r < tp_; ++r) {
       const float* piece = staged.f32() + r * (c1 - c0) * out;
-      std::memcpy(dy.f32() + (r * n + c0) * out, piece, (c1 - c0) * out * sizeof(float));
+      copy_bytes(dy.f32() + (r * n + c0) * out, piece, (c1 - c0) * out * sizeof(float));
       ops_->gemm(0, 0, c1 - c0, in, out, 1.f, piece, out, W.value.f32(), in, 0.f, dx.f32() + (r * n + c0) * in, in);
     }
   });
@@ -292,7 +292,7 @@ void PluginLayers::embedding(Tensor& out, const int32_t* tokens, int64_t B, int6
         e, "tp embedding");
   Tensor x = const_cast<PluginLayers*>(this)->region_exit(partial);
   const int64_t rows = x.dim(0), first = first_row(N);
-  std::memcpy(out.data(), x.data(), rows * C * sizeof(float));
+  copy_bytes(out.data(), x.data(), rows * C * sizeof(float));
   if (!wpe) return;
   float* o = out.f32();
   const float* p = wpe->value.f32();

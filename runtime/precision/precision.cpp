@@ -45,7 +45,7 @@ Tensor Precision::operand(const Tensor& t, const std::string& site, loom_operand
   const loom_operand_format f = table_->site_format(instance_->self(), id);
   if (f.dtype == LOOM_F32) return t;  // this site stays fp32: no copy
   Tensor copy = Tensor::empty(t.shape());
-  std::memcpy(copy.data(), t.data(), t.bytes());
+  copy_bytes(copy.data(), t.data(), t.bytes());
   if (f.dtype == LOOM_FORMAT_PLUGIN) {
     if (!table_->round_site) fail("round operand '" + site + "' (its format is LOOM_FORMAT_PLUGIN, and round_site is NULL)");
     loom_tensor d = copy.desc();

@@ -8,6 +8,10 @@
 
 namespace loom {
 
+namespace {
+TensorAllocator g_allocator;  // empty: the host heap
+}  // namespace
+
 size_t dtype_size(loom_dtype dt) {
   switch (dt) {
     case LOOM_F64: case LOOM_I64: return 8;
@@ -36,17 +40,13 @@ const char* dtype_name(loom_dtype dt) {
 loom_tensor flat_view(void* data, loom_dtype dtype, int64_t n) {
   loom_tensor t{};
   t.data = data;
-  t.device = {LOOM_DEVICE_CPU, 0};
+  t.device = g_allocator.owns && g_allocator.owns(data) ? g_allocator.device : loom_device{LOOM_DEVICE_CPU, 0};
   t.dtype = dtype;
   t.ndim = 1;
   t.shape[0] = n;
   t.strides[0] = 1;
   return t;
 }
-
-namespace {
-TensorAllocator g_allocator;  // empty: the host heap
-}  // namespace
 
 void set_tensor_allocator(const TensorAllocator& a) { g_allocator = a; }
 const TensorAllocator& tensor_allocator() { return g_allocator; }
@@ -79,6 +79,7 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
 Tensor Tensor::borrow(void* data, std::vector<int64_t> shape, loom_dtype dtype) {
   Tensor t;
   t.data_ = data;
+  if (g_allocator.owns && g_allocator.owns(data)) t.device_ = g_allocator.device;
   t.dtype_ = dtype;
   t.strides_ = contiguous_strides(shape);
   t.shape_ = std::move(shape);
@@ -149,7 +150,52 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
   return t;
 }
 
-void Tensor::zero() { std::memset(data_, 0, bytes()); }
+namespace {
+// The device table that owns t's memory, or nullptr when the host may touch it.
+const loom_ops* device_table(const Tensor& t) {
+  const TensorAllocator& a = g_allocator;
+  return a.ops && !a.ops->host_reachable && a.owns && a.owns(t.data()) ? a.ops : nullptr;
+}
+}  // namespace
+
+bool host_reachable(const Tensor& t) { return device_table(t) == nullptr; }
+
+void upload(const Tensor& t, const void* host) {
+  if (const loom_ops* ops = device_table(t))
+    ops->copy(t.data(), host, static_cast<int64_t>(t.bytes()));
+  else
+    std::memcpy(t.data(), host, t.bytes());
+}
+
+void download(const Tensor& t, void* host) {
+  if (const loom_ops* ops = device_table(t))
+    ops->copy(host, t.data(), static_cast<int64_t>(t.bytes()));  // to pageable memory: waits
+  else
+    std::memcpy(host, t.data(), t.bytes());
+}
+
+std::vector<float> to_host(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  if (t.dtype() != LOOM_F32) throw RuntimeError("to_host: tensor is " + std::string(dtype_name(t.dtype())) + ", not f32");
+  download(t, v.data());
+  return v;
+}
+
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  const TensorAllocator& a = g_allocator;
+  const loom_ops* ops = a.ops;
+  if (ops && !ops->host_reachable && a.owns && (a.owns(dst) || a.owns(src)))
+    ops->copy(dst, src, static_cast<int64_t>(bytes));
+  else
+    std::memcpy(dst, src, bytes);
+}
+
+void Tensor::zero() {
+  if (const loom_ops* ops = device_table(*this))
+    ops->zero(data_, static_cast<int64_t>(bytes()));
+  else
+    std::memset(data_, 0, bytes());
+}
 
 loom_tensor Tensor::desc() const {
   loom_tensor d{};

@@ -18,11 +18,14 @@ const char* dtype_name(loom_dtype dt);
 loom_tensor flat_view(void* data, loom_dtype dtype, int64_t n);
 
 // Where Tensor::empty gets its memory: the host heap, unless a device's runtime installed its own
-// (CUDA: managed memory that both the host code and the kernels reach).
+// (CUDA: managed memory that both the host code and the kernels reach; strict: memory only the
+// device's op table reaches, so zero() and the host copies go through `ops`).
 struct TensorAllocator {
   void* (*alloc)(size_t bytes) = nullptr;
   void (*free)(void* p) = nullptr;
   loom_device device{LOOM_DEVICE_CPU, 0};
+  const loom_ops* ops = nullptr;  // the device's table; nullptr: the host heap
+  bool (*owns)(const void* p) = nullptr;  // whether p is this allocator's memory (views too)
 };
 void set_tensor_allocator(const TensorAllocator& a);
 const TensorAllocator& tensor_allocator();
@@ -30,6 +33,17 @@ const TensorAllocator& tensor_allocator();
 // the process's code and libraries). heap_bytes_held records an allocation (+) or release (-).
 int64_t heap_tensor_peak_bytes();
 void heap_bytes_held(int64_t delta);
+
+class Tensor;
+// The host's way into a tensor on any device: stream-ordered copies through the device's table
+// (a memcpy for host tensors). A download has finished when it returns.
+void upload(const Tensor& t, const void* host);
+void download(const Tensor& t, void* host);
+std::vector<float> to_host(const Tensor& t);  // an f32 tensor's values
+// Whether host code may dereference t.data() (false on strict, and on CUDA once device-resident).
+bool host_reachable(const Tensor& t);
+// Host memory with a device's contract: copies through `ops` when a pointer is the device's.
+void copy_bytes(void* dst, const void* src, size_t bytes);
 
 class Tensor {
  public:
@@ -62,6 +76,7 @@ class Tensor {
   void zero();
 
   loom_tensor desc() const;
+  loom_device device() const { return device_; }
   std::string describe() const;  // "f32[8, 256, 384]"
 
  private:

@@ -120,7 +120,7 @@ void Pipeline::post(const Tensor& t, int peer, int tag) {
     if (k == send_bufs_.size()) send_bufs_.emplace_back();
     send_bufs_[k] = Tensor::empty({numel});
   }
-  std::memcpy(send_bufs_[k].data(), from, numel * sizeof(float));
+  copy_bytes(send_bufs_[k].data(), from, numel * sizeof(float));
   pending_.push_back(pp_.send(flat_view(send_bufs_[k].f32(), LOOM_F32, numel), peer, tag));
 }
 
@@ -146,7 +146,7 @@ void Pipeline::take(Tensor& into, loom_work* incoming, const Tensor* inbox, int 
   if (sliced(into.shape()[0]))  // the tp ranks' slices, in rank order, are the whole activation
     tp_->all_gather(flat_view(const_cast<float*>(inbox->f32()), LOOM_F32, numel), flat_view(into.f32(), LOOM_F32, into.numel()));
   else
-    std::memcpy(into.data(), inbox->data(), into.numel() * sizeof(float));
+    copy_bytes(into.data(), inbox->data(), into.numel() * sizeof(float));
 }
 
 void Pipeline::run_forward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,

@@ -12,7 +12,7 @@ config::SectionSpec run_section() {
       {"name", ValueType::String, "\"\"", "run name; default: the config file's stem"},
       {"dir", ValueType::String, "\"\"", "run directory; default: runs/<name>"},
       {"seed", ValueType::Int, "1234", "seeds initialisation, data order and sampling", 0, kInf},
-      {"device", ValueType::String, "\"cpu\"", "device the op table runs on", -kInf, kInf, {"cpu", "cuda"}},
+      {"device", ValueType::String, "\"cpu\"", "device the op table runs on (strict: the CPU emulating a discrete GPU)", -kInf, kInf, {"cpu", "strict", "cuda"}},
       {"threads", ValueType::Int, "0", "CPU threads for kernels; 0 = all cores, fewer while other processes keep some busy (one rank per machine)", 0, 4096},
       {"log_every", ValueType::Int, "1", "print a step line every N steps", 1, kInf},
       {"peak_gflops", ValueType::Float, "0", "device peak for MFU; 0 = table or measured", 0, kInf},

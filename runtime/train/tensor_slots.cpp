@@ -66,7 +66,7 @@ void TensorSlots::start_context(const config::Config& cfg, const plugins::Select
   ctx.comm_self = world_->self();
   ctx.cp = world_->axis(dist::Axis::CP).raw();
   ctx.ops = ops_;
-  ctx.device = {read_run(cfg).device == "cuda" ? LOOM_DEVICE_CUDA : LOOM_DEVICE_CPU, 0};
+  ctx.device = ops_->device;
   context_ = std::make_unique<ContextAttention>(ctx, *context_plugin_, model::from_config(cfg).seq_len);
   api_->set_context(context_.get());
 }

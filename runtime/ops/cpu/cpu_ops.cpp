@@ -1,5 +1,8 @@
 #include <omp.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include <cblas.h>
 
 #include "ops/cpu/kernels.hpp"
@@ -56,6 +59,21 @@ const loom_ops* cpu() {
     t.attention_merge = &cpu::attention_merge;
     t.gelu_erf_fwd = &cpu::gelu_erf_fwd;
     t.gelu_erf_bwd = &cpu::gelu_erf_bwd;
+    // The device contract on the host: every call is done when it returns, one stream.
+    t.host_reachable = 1;
+    t.copy = [](void* dst, const void* src, int64_t n) {
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n));
+    };
+    t.zero = [](void* dst, int64_t n) {
+      if (n > 0) std::memset(dst, 0, static_cast<size_t>(n));
+    };
+    t.set_stream = [](int32_t) {};
+    t.record_event = []() -> int64_t { return 0; };
+    t.wait_event = [](int64_t) {};
+    t.sync_event = [](int64_t) {};
+    t.synchronize = [] {};
+    t.pinned_alloc = [](int64_t n) -> void* { return std::aligned_alloc(64, (static_cast<size_t>(n > 0 ? n : 1) + 63) / 64 * 64); };
+    t.pinned_free = [](void* p) { std::free(p); };
     return t;
   }();
   return &table;

@@ -148,7 +148,37 @@ typedef struct loom_ops {
   /* GELU, exact form: out = 0.5 x (1 + erf(x / sqrt 2)) (GPT-2's "gelu", BERT). */
   void (*gelu_erf_fwd)(float* out, const float* inp, int64_t n);
   void (*gelu_erf_bwd)(float* dinp, const float* inp, const float* dout, int64_t n);
+
+  /* ---- added in ABI 2.2: the device contract (check LOOM_HAS_FIELD before use) ----
+   * A discrete device (cuda, strict) runs the kernels above asynchronously, in issue order, on
+   * the calling thread's stream, over memory the host cannot dereference. The host reaches that
+   * memory only through `copy`, and reads what a copy wrote only after waiting for it. On the
+   * CPU every entry here is immediate: copy is memcpy, the streams are the calling thread.
+   * Pointers that may be host memory on every device (the host stages them and waits): tokens,
+   * targets, losses, qpos/kpos, the rope tables, quantize's amax and clipped; sum_squares waits
+   * to return its value. */
+  int32_t host_reachable; /* 1: host code may dereference this device's pointers (the CPU) */
+  /* dst[0, bytes) = src[0, bytes), on the calling thread's stream; either side host or device. */
+  void (*copy)(void* dst, const void* src, int64_t bytes);
+  /* dst[0, bytes) = 0, on the calling thread's stream. */
+  void (*zero)(void* dst, int64_t bytes);
+  /* The stream this thread's kernels and copies go to from now on (LOOM_STREAM_*). */
+  void (*set_stream)(int32_t stream);
+  /* An event after all work issued so far on this thread's stream. wait_event: later work on
+   * this thread's stream starts after it. sync_event: the host blocks until it has happened. */
+  int64_t (*record_event)(void);
+  void (*wait_event)(int64_t event);
+  void (*sync_event)(int64_t event);
+  /* The host blocks until every stream's work is done. */
+  void (*synchronize)(void);
+  /* Host memory a copy can stage through at full speed (page-locked on a GPU). */
+  void* (*pinned_alloc)(int64_t bytes);
+  void (*pinned_free)(void* p);
 } loom_ops;
+
+/* The streams of a device: kernels on one, communication on the other, ordered by events. */
+#define LOOM_STREAM_COMPUTE 0
+#define LOOM_STREAM_COMM 1
 
 #ifdef __cplusplus
 }

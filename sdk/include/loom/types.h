@@ -14,8 +14,10 @@ extern "C" {
 
 #define LOOM_ABI_MAJOR 2
 /* 2.0 froze ABI 1.8's features into one table per slot (see plugin.h); 2.1 added the pipeline
- * action LOOM_PIPE_WEIGHT (a backward split in two), which no table layout changed for. */
-#define LOOM_ABI_MINOR 1
+ * action LOOM_PIPE_WEIGHT (a backward split in two), which no table layout changed for; 2.2
+ * added the device contract at the end of loom_ops (copies, streams, events) and
+ * LOOM_DEVICE_STRICT. */
+#define LOOM_ABI_MINOR 2
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
@@ -64,7 +66,12 @@ typedef enum loom_dtype {
   LOOM_U8 = 8
 } loom_dtype;
 
-typedef enum loom_device_kind { LOOM_DEVICE_CPU = 0, LOOM_DEVICE_CUDA = 1 } loom_device_kind;
+/* LOOM_DEVICE_STRICT (ABI 2.2): the CPU emulating a discrete GPU ([run] device = "strict"). */
+typedef enum loom_device_kind {
+  LOOM_DEVICE_CPU = 0,
+  LOOM_DEVICE_CUDA = 1,
+  LOOM_DEVICE_STRICT = 2
+} loom_device_kind;
 
 typedef struct loom_device {
   int32_t kind; /* loom_device_kind */

@@ -1,0 +1,118 @@
+#include "ops/strict/faults.hpp"
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "ops/strict/memory.hpp"
+#include "ops/strict/streams.hpp"
+
+namespace loom::strict {
+
+namespace {
+
+// Frames that are not "the code that broke the contract": the C and C++ libraries, OpenMP,
+// OpenBLAS, and the strict device itself.
+bool is_bystander(const Dl_info& info) {
+  if (!info.dli_fname) return true;
+  for (const char* lib : {"libc.so", "libstdc++", "libgcc_s", "libgomp", "libopenblas", "ld-linux", "linux-vdso"})
+    if (std::strstr(info.dli_fname, lib)) return true;
+  // A frame without a name is a local function (the strict device's own entries among them);
+  // its named caller says more.
+  return !info.dli_sname || std::strncmp(info.dli_sname, "_ZN4loom6strict", 15) == 0;
+}
+
+// "libloom_x.so (f)", or "the runtime (loom::gpt::RopeTables::RopeTables(...))".
+std::string describe_code(const Dl_info& info) {
+  std::string function;
+  if (info.dli_sname) {
+    int status = 0;
+    char* plain = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+    function = status == 0 && plain ? plain : info.dli_sname;
+    std::free(plain);
+  }
+  const char* base = std::strrchr(info.dli_fname, '/');
+  std::string object = base ? base + 1 : info.dli_fname;
+  if (object.rfind("libloom-runtime", 0) == 0 || object == "loom") object = "the runtime";
+  return function.empty() ? object : object + " (" + function + ")";
+}
+
+std::string owner_of(void* faulting_pc) {
+  Dl_info info{};
+  if (faulting_pc && dladdr(faulting_pc, &info) && !is_bystander(info)) return describe_code(info);
+  return calling_code();
+}
+
+void write_err(const std::string& s) {
+  const ssize_t ignored = write(STDERR_FILENO, s.data(), s.size());
+  (void)ignored;
+}
+
+void on_fault(int sig, siginfo_t* info, void* context) {
+  const void* addr = info->si_addr;
+  char* base = nullptr;
+  size_t bytes = 0;
+  const bool device = is_device(addr);
+  const bool pinned = !device && find_pinned(addr, &base, &bytes);
+  if (!device && !pinned) {
+    signal(sig, SIG_DFL);  // not ours: the default action when the instruction runs again
+    return;
+  }
+  void* pc = nullptr;
+#if defined(__x86_64__)
+  pc = reinterpret_cast<void*>(static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_RIP]);
+#else
+  (void)context;
+#endif
+  std::string who = running_op() ? std::string("op '") + running_op() + "' on a stream worker"
+                                  : "host code in " + owner_of(pc);
+  std::string what =
+      device ? who + " dereferenced device memory (" + describe_device_address(addr) +
+                   "): a device buffer reaches the host only through the op table's copy"
+             : who + " touched a pinned buffer while a copy into it was in flight: wait on the copy "
+                     "(sync_event on an event recorded after it, or synchronize) before reading it";
+  contract_broken(what);
+}
+
+}  // namespace
+
+void install_fault_handler() {
+  static bool installed = [] {
+    struct sigaction sa {};
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, nullptr);
+    sigaction(SIGBUS, &sa, nullptr);
+    return true;
+  }();
+  (void)installed;
+}
+
+std::string calling_code() {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  for (int i = 0; i < n; ++i) {
+    Dl_info info{};
+    if (dladdr(frames[i], &info) && !is_bystander(info)) return describe_code(info);
+  }
+  return "unknown code";
+}
+
+void contract_broken(const std::string& what) {
+  write_err("loom: error: strict device: " + what + "\n");
+  void* frames[48];
+  const int n = backtrace(frames, 48);
+  write_err("loom: the host stack at the fault:\n");
+  backtrace_symbols_fd(frames, n, STDERR_FILENO);
+  std::_Exit(1);
+}
+
+}  // namespace loom::strict

@@ -1,0 +1,19 @@
+// How the strict device reports a broken contract: a message naming the op, and the plugin (or
+// the runtime) whose code broke it, then exit 1, as a GPU's illegal address ends the process.
+#pragma once
+
+#include <string>
+
+namespace loom::strict {
+
+// SIGSEGV/SIGBUS on a device address or on a pinned block a copy is writing becomes such a
+// message; any other fault keeps its default action.
+void install_fault_handler();
+
+// The shared object and function of the first caller outside the strict device and the system
+// libraries: "libloom_host_touch.so (touch_setup)", or "the runtime (loom::gpt::...)".
+std::string calling_code();
+
+[[noreturn]] void contract_broken(const std::string& what);
+
+}  // namespace loom::strict

@@ -1,0 +1,220 @@
+#include "ops/strict/memory.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "core/errors.hpp"
+
+namespace loom::strict {
+
+namespace {
+
+// One memfd mapped twice: `view` is what the host holds (device: never accessible; pinned:
+// accessible unless a copy is writing it), `kernel` is where the stream workers read and write.
+struct Region {
+  char* view = nullptr;
+  char* kernel = nullptr;
+  size_t bytes = 0;
+  bool pinned = false;
+  size_t used = 0;  // device regions: bytes handed out from the front (a bump allocator)
+};
+
+constexpr size_t kRegionBytes = size_t{256} << 20;
+
+// Small requests round up to a power of two, large ones to whole 2 MiB pages (as the CUDA pool).
+size_t size_class(size_t bytes) {
+  if (bytes > (64u << 20)) return (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+  size_t c = 256;
+  while (c < bytes) c *= 2;
+  return c;
+}
+
+size_t page_round(size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return (bytes + page - 1) / page * page;
+}
+
+Region map_region(size_t bytes, bool pinned) {
+  const int fd = memfd_create(pinned ? "loom-strict-pinned" : "loom-strict-device", MFD_CLOEXEC);
+  if (fd < 0) throw RuntimeError(std::string("strict device: memfd_create: ") + std::strerror(errno));
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    close(fd);
+    throw RuntimeError("strict device: cannot reserve " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
+  }
+  void* view = mmap(nullptr, bytes, pinned ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_SHARED, fd, 0);
+  void* kernel = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  close(fd);  // the mappings keep the memory
+  if (view == MAP_FAILED || kernel == MAP_FAILED)
+    throw RuntimeError(std::string("strict device: mmap: ") + std::strerror(errno));
+  Region r;
+  r.view = static_cast<char*>(view);
+  r.kernel = static_cast<char*>(kernel);
+  r.bytes = bytes;
+  r.pinned = pinned;
+  return r;
+}
+
+struct Memory {
+  std::mutex m;
+  std::map<char*, Region> regions;                // by view address
+  std::map<size_t, std::vector<char*>> free_device, free_pinned;
+  std::map<char*, size_t> live_device, live_pinned;  // block -> its size class
+  MemoryStats stats;
+
+  // The region whose view holds p, or nullptr.
+  Region* region_of(const void* p) {
+    const char* c = static_cast<const char*>(p);
+    auto it = regions.upper_bound(const_cast<char*>(c));
+    if (it == regions.begin()) return nullptr;
+    --it;
+    return c < it->second.view + it->second.bytes ? &it->second : nullptr;
+  }
+
+  char* carve(size_t c) {
+    for (auto& [view, r] : regions)
+      if (!r.pinned && r.bytes - r.used >= c) {
+        char* p = view + r.used;
+        r.used += c;
+        return p;
+      }
+    Region r = map_region(c > kRegionBytes ? c : kRegionBytes, false);
+    stats.reserved += r.bytes;
+    r.used = c;
+    regions[r.view] = r;
+    return r.view;
+  }
+};
+
+Memory& memory() {
+  static Memory* m = new Memory;  // never destroyed: tensors may outlive static destruction order
+  return *m;
+}
+
+bool find_in(std::map<char*, size_t>& live, const void* p, char** base, size_t* bytes) {
+  char* c = static_cast<char*>(const_cast<void*>(p));
+  auto it = live.upper_bound(c);
+  if (it == live.begin()) return false;
+  --it;
+  if (c >= it->first + it->second) return false;
+  *base = it->first;
+  *bytes = it->second;
+  return true;
+}
+
+}  // namespace
+
+void* device_alloc(size_t bytes) {
+  Memory& mem = memory();
+  const size_t c = size_class(bytes ? bytes : 1);
+  std::lock_guard<std::mutex> lock(mem.m);
+  auto& list = mem.free_device[c];
+  char* p = nullptr;
+  if (!list.empty()) {
+    p = list.back();
+    list.pop_back();
+  } else {
+    p = mem.carve(c);
+  }
+  mem.live_device[p] = c;
+  mem.stats.in_use += c;
+  if (mem.stats.in_use > mem.stats.peak) mem.stats.peak = mem.stats.in_use;
+  return p;
+}
+
+void device_free(void* ptr) {
+  if (!ptr) return;
+  Memory& mem = memory();
+  std::lock_guard<std::mutex> lock(mem.m);
+  auto it = mem.live_device.find(static_cast<char*>(ptr));
+  if (it == mem.live_device.end()) return;
+  mem.stats.in_use -= it->second;
+  mem.free_device[it->second].push_back(it->first);
+  mem.live_device.erase(it);
+}
+
+MemoryStats memory_stats() {
+  Memory& mem = memory();
+  std::lock_guard<std::mutex> lock(mem.m);
+  return mem.stats;
+}
+
+bool is_device(const void* p) {
+  Memory& mem = memory();
+  std::lock_guard<std::mutex> lock(mem.m);
+  const Region* r = mem.region_of(p);
+  return r && !r->pinned;
+}
+
+void* kernel_view(const void* p) {
+  if (!p) return nullptr;
+  Memory& mem = memory();
+  std::lock_guard<std::mutex> lock(mem.m);
+  const Region* r = mem.region_of(p);
+  if (!r) return const_cast<void*>(p);
+  return r->kernel + (static_cast<const char*>(p) - r->view);
+}
+
+bool find_block(const void* p, char** base, size_t* bytes) {
+  Memory& mem = memory();
+  std::lock_guard<std::mutex> lock(mem.m);
+  return find_in(mem.live_device, p, base, bytes);
+}
+
+std::string describe_device_address(const void* p) {
+  char* base = nullptr;
+  size_t bytes = 0;
+  if (find_block(p, &base, &bytes))
+    return "a " + std::to_string(bytes) + "-byte device block at +" +
+           std::to_string(static_cast<const char*>(p) - base);
+  return is_device(p) ? "device memory outside any live block (freed?)" : "";
+}
+
+void* pinned_alloc(size_t bytes) {
+  Memory& mem = memory();
+  const size_t c = page_round(size_class(bytes ? bytes : 1));
+  std::lock_guard<std::mutex> lock(mem.m);
+  auto& list = mem.free_pinned[c];
+  char* p = nullptr;
+  if (!list.empty()) {
+    p = list.back();
+    list.pop_back();
+  } else {
+    Region r = map_region(c, true);
+    mem.regions[r.view] = r;
+    p = r.view;
+  }
+  mem.live_pinned[p] = c;
+  return p;
+}
+
+void pinned_free(void* ptr) {
+  if (!ptr) return;
+  Memory& mem = memory();
+  std::lock_guard<std::mutex> lock(mem.m);
+  auto it = mem.live_pinned.find(static_cast<char*>(ptr));
+  if (it == mem.live_pinned.end()) return;
+  mem.free_pinned[it->second].push_back(it->first);
+  mem.live_pinned.erase(it);
+}
+
+bool find_pinned(const void* p, char** base, size_t* bytes) {
+  Memory& mem = memory();
+  std::lock_guard<std::mutex> lock(mem.m);
+  return find_in(mem.live_pinned, p, base, bytes);
+}
+
+void protect_pinned(char* base, size_t bytes, PinnedAccess access) {
+  const int prot = access == PinnedAccess::none        ? PROT_NONE
+                   : access == PinnedAccess::read_only ? PROT_READ
+                                                       : PROT_READ | PROT_WRITE;
+  if (mprotect(base, bytes, prot) != 0)
+    throw RuntimeError(std::string("strict device: mprotect: ") + std::strerror(errno));
+}
+
+}  // namespace loom::strict

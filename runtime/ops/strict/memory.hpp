@@ -1,0 +1,48 @@
+// The strict device's memory: as unreachable from host code as a discrete GPU's.
+//
+// Each chunk is one memfd mapped twice. The device view, whose addresses the allocator hands
+// out, is PROT_NONE for its whole life, so a host dereference of a device pointer faults at
+// once, on any thread, at any time. The stream workers run kernels on the kernel view: the same
+// pages at another address. Pinned host buffers are ordinary host memory that the copies
+// protect while a device-to-host copy into them is in flight, so reading one before waiting on
+// the copy faults too.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace loom::strict {
+
+// A caching allocator: freed blocks go to per-size free lists and are reused.
+void* device_alloc(size_t bytes);
+void device_free(void* p);
+
+struct MemoryStats {
+  size_t in_use = 0, peak = 0, reserved = 0;  // bytes handed out now, at most, and mapped in all
+};
+MemoryStats memory_stats();
+
+// Whether p lies in the device view (a live block or not).
+bool is_device(const void* p);
+
+// Where a kernel reads p: the kernel view of a device address; host addresses and NULL as given.
+void* kernel_view(const void* p);
+
+// The live block that holds p: its first byte and size. False for host memory or freed blocks.
+bool find_block(const void* p, char** base, size_t* bytes);
+
+// "a 4096-byte block at +128" for error messages, or "" for host memory.
+std::string describe_device_address(const void* p);
+
+// Page-locked host memory for staging (here: page-aligned host memory the copies can protect).
+void* pinned_alloc(size_t bytes);
+void pinned_free(void* p);
+// The pinned block holding p, for the copies: its first byte and size, or false.
+bool find_pinned(const void* p, char** base, size_t* bytes);
+// What the host may do with a pinned block: nothing while a copy writes it, read while a copy
+// reads it, anything once the host has waited for the copy.
+enum class PinnedAccess { none, read_only, read_write };
+void protect_pinned(char* base, size_t bytes, PinnedAccess access);
+
+}  // namespace loom::strict

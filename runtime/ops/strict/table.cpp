@@ -1,0 +1,511 @@
+#include "ops/strict/table.hpp"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ops/cpu/kernels.hpp"
+#include "ops/strict/faults.hpp"
+#include "ops/strict/memory.hpp"
+#include "ops/strict/streams.hpp"
+
+namespace loom::strict {
+
+namespace {
+
+constexpr size_t kF = sizeof(float);
+
+// The bytes of `rows` rows `ld` elements apart, each `cols` wide.
+size_t span(int64_t rows, int64_t ld, int64_t cols, size_t elem = kF) {
+  return rows <= 0 || cols <= 0 ? 0 : static_cast<size_t>((rows - 1) * ld + cols) * elem;
+}
+size_t floats(int64_t n) { return n <= 0 ? 0 : static_cast<size_t>(n) * kF; }
+
+// From p to the end of its block, for an operand whose length the arguments do not give (the
+// embedding table's rows).
+size_t to_block_end(const void* p) {
+  char* base = nullptr;
+  size_t bytes = 0;
+  return find_block(p, &base, &bytes) ? bytes - (static_cast<const char*>(p) - base) : 0;
+}
+
+// One kernel launch: its operands checked and translated to the kernel view, then queued.
+class Launch {
+ public:
+  explicit Launch(const char* op) : op_(op) {}
+
+  // An operand a GPU kernel reads from device memory; host memory is a broken contract.
+  template <class T>
+  T* device(T* p, size_t bytes, bool write, const char* arg) {
+    if (!p) return nullptr;
+    if (!is_device(p))
+      contract_broken(std::string("op '") + op_ + "' was given host memory for '" + arg + "', called from " +
+                      calling_code() + ": a kernel reads and writes device memory only (copy the buffer to the device first)");
+    access_.push_back(Access{p, bytes, write});
+    return static_cast<T*>(kernel_view(p));
+  }
+  // An operand that may be host memory (the contract's staged arrays): then the host waits.
+  template <class T>
+  T* staged(T* p, size_t bytes, bool write, const char* arg) {
+    if (p && !is_device(p)) {
+      waits_ = true;
+      return p;
+    }
+    return device(p, bytes, write, arg);
+  }
+  void wait() { waits_ = true; }
+
+  template <class F>
+  void run(F work) {
+    enqueue(op_, access_, std::function<void()>(std::move(work)));
+    if (waits_) sync_current_stream();
+  }
+
+ private:
+  const char* op_;
+  std::vector<Access> access_;
+  bool waits_ = false;
+};
+
+#define R(p, bytes) L.device(p, bytes, false, #p)
+#define W(p, bytes) L.device(p, bytes, true, #p)
+
+void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  Launch L("gemm");
+  const float* a = R(A, ta ? span(K, lda, M) : span(M, lda, K));
+  const float* b = R(B, tb ? span(N, ldb, K) : span(K, ldb, N));
+  float* c = W(C, span(M, ldc, N));
+  L.run([=] { cpu::gemm(ta, tb, M, N, K, alpha, a, lda, b, ldb, beta, c, ldc); });
+}
+
+void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                   int64_t T, int64_t C) {
+  Launch L("embedding_fwd");
+  float* o = W(out, floats(B * T * C));
+  const int32_t* tok = L.staged(tokens, B * T * sizeof(int32_t), false, "tokens");
+  const float* e = R(wte, to_block_end(wte));
+  const float* p = R(wpe, floats(T * C));
+  L.run([=] { cpu::embedding_fwd(o, tok, e, p, B, T, C); });
+}
+
+void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
+                   int64_t T, int64_t C) {
+  Launch L("embedding_bwd");
+  float* de = W(dwte, to_block_end(dwte));
+  float* dp = W(dwpe, floats(T * C));
+  const float* d = R(dout, floats(B * T * C));
+  const int32_t* tok = L.staged(tokens, B * T * sizeof(int32_t), false, "tokens");
+  L.run([=] { cpu::embedding_bwd(de, dp, d, tok, B, T, C); });
+}
+
+void layernorm_fwd_eps(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, int64_t N, int64_t C, float eps) {
+  Launch L("layernorm_fwd");
+  float* o = W(out, floats(N * C));
+  float* mu = W(mean, floats(N));
+  float* rs = W(rstd, floats(N));
+  const float* x = R(inp, floats(N * C));
+  const float* wt = R(w, floats(C));
+  const float* bs = R(b, floats(C));
+  L.run([=] { cpu::layernorm_fwd_eps(o, mu, rs, x, wt, bs, N, C, eps); });
+}
+
+void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                   const float* b, int64_t N, int64_t C) {
+  layernorm_fwd_eps(out, mean, rstd, inp, w, b, N, C, 1e-5f);
+}
+
+void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                   const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
+  Launch L("layernorm_bwd");
+  float* dx = W(dinp, floats(N * C));
+  float* dwt = W(dw, floats(C));
+  float* dbs = W(db, floats(C));
+  const float* d = R(dout, floats(N * C));
+  const float* x = R(inp, floats(N * C));
+  const float* wt = R(w, floats(C));
+  const float* mu = R(mean, floats(N));
+  const float* rs = R(rstd, floats(N));
+  L.run([=] { cpu::layernorm_bwd(dx, dwt, dbs, d, x, wt, mu, rs, N, C); });
+}
+
+void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
+                     float eps) {
+  Launch L("rmsnorm_fwd");
+  float* o = W(out, floats(N * C));
+  float* rs = W(rstd, floats(N));
+  const float* x = R(inp, floats(N * C));
+  const float* wt = R(w, floats(C));
+  L.run([=] { cpu::rmsnorm_fwd_eps(o, rs, x, wt, N, C, eps); });
+}
+
+void rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C) {
+  rmsnorm_fwd_eps(out, rstd, inp, w, N, C, 1e-5f);
+}
+
+void rmsnorm_bwd(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                 const float* rstd, int64_t N, int64_t C) {
+  Launch L("rmsnorm_bwd");
+  float* dx = W(dinp, floats(N * C));
+  float* dwt = W(dw, floats(C));
+  const float* d = R(dout, floats(N * C));
+  const float* x = R(inp, floats(N * C));
+  const float* wt = R(w, floats(C));
+  const float* rs = R(rstd, floats(N));
+  L.run([=] { cpu::rmsnorm_bwd(dx, dwt, d, x, wt, rs, N, C); });
+}
+
+void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
+  Launch L("bias_add");
+  float* o = W(out, floats(N * C));
+  const float* b = R(bias, floats(C));
+  L.run([=] { cpu::bias_add(o, b, N, C); });
+}
+
+void bias_bwd(float* dbias, const float* dout, int64_t N, int64_t C) {
+  Launch L("bias_bwd");
+  float* db = W(dbias, floats(C));
+  const float* d = R(dout, floats(N * C));
+  L.run([=] { cpu::bias_bwd(db, d, N, C); });
+}
+
+// The elementwise kernels of one input (or an input and its gradient) over n floats.
+template <void (*Fwd)(float*, const float*, int64_t)>
+void unary_fwd(const char* op, float* out, const float* inp, int64_t n) {
+  Launch L(op);
+  float* o = W(out, floats(n));
+  const float* x = R(inp, floats(n));
+  L.run([=] { Fwd(o, x, n); });
+}
+template <void (*Bwd)(float*, const float*, const float*, int64_t)>
+void unary_bwd(const char* op, float* dinp, const float* inp, const float* dout, int64_t n) {
+  Launch L(op);
+  float* dx = W(dinp, floats(n));
+  const float* x = R(inp, floats(n));
+  const float* d = R(dout, floats(n));
+  L.run([=] { Bwd(dx, x, d, n); });
+}
+void gelu_fwd(float* o, const float* x, int64_t n) { unary_fwd<cpu::gelu_fwd>("gelu_fwd", o, x, n); }
+void gelu_bwd(float* dx, const float* x, const float* d, int64_t n) { unary_bwd<cpu::gelu_bwd>("gelu_bwd", dx, x, d, n); }
+void gelu_erf_fwd(float* o, const float* x, int64_t n) { unary_fwd<cpu::gelu_erf_fwd>("gelu_erf_fwd", o, x, n); }
+void gelu_erf_bwd(float* dx, const float* x, const float* d, int64_t n) {
+  unary_bwd<cpu::gelu_erf_bwd>("gelu_erf_bwd", dx, x, d, n);
+}
+
+void swiglu_fwd(float* out, const float* inp, int64_t N, int64_t F) {
+  Launch L("swiglu_fwd");
+  float* o = W(out, floats(N * F));
+  const float* x = R(inp, floats(2 * N * F));
+  L.run([=] { cpu::swiglu_fwd(o, x, N, F); });
+}
+
+void swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
+  Launch L("swiglu_bwd");
+  float* dx = W(dinp, floats(2 * N * F));
+  const float* x = R(inp, floats(2 * N * F));
+  const float* d = R(dout, floats(N * F));
+  L.run([=] { cpu::swiglu_bwd(dx, x, d, N, F); });
+}
+
+void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t D) {
+  Launch L("attention_fwd");
+  float* o = W(out, floats(B * T * H * D));
+  float* l = W(lse, floats(B * H * T));
+  const float* x = R(qkv, floats(B * T * 3 * H * D));
+  L.run([=] { cpu::attention_fwd(o, l, x, B, T, H, D); });
+}
+
+void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                   int64_t B, int64_t T, int64_t H, int64_t D) {
+  Launch L("attention_bwd");
+  float* dx = W(dqkv, floats(B * T * 3 * H * D));
+  const float* d = R(dout, floats(B * T * H * D));
+  const float* x = R(qkv, floats(B * T * 3 * H * D));
+  const float* o = R(out, floats(B * T * H * D));
+  const float* l = R(lse, floats(B * H * T));
+  L.run([=] { cpu::attention_bwd(dx, d, x, o, l, B, T, H, D); });
+}
+
+// q rows are ldq apart (H heads of D), k and v rows ldkv apart (Hkv heads of D).
+struct GqaShape {
+  int64_t ldq, ldkv, B, Tq, Tk, H, Hkv, D;
+  size_t q() const { return span(B * Tq, ldq, H * D); }
+  size_t kv() const { return span(B * Tk, ldkv, Hkv * D); }
+  size_t out() const { return floats(B * Tq * H * D); }
+  size_t lse() const { return floats(B * H * Tq); }
+};
+
+void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int64_t ldq,
+                       int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+  const GqaShape s{ldq, ldkv, B, T, T, H, Hkv, D};
+  Launch L("attention_gqa_fwd");
+  float* o = W(out, s.out());
+  float* l = W(lse, s.lse());
+  const float* qq = R(q, s.q());
+  const float* kk = R(k, s.kv());
+  const float* vv = R(v, s.kv());
+  L.run([=] { cpu::attention_gqa_fwd(o, l, qq, kk, vv, ldq, ldkv, B, T, H, Hkv, D); });
+}
+
+void attention_gqa_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                       const float* v, const float* out, const float* lse, int64_t ldq, int64_t ldkv,
+                       int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+  const GqaShape s{ldq, ldkv, B, T, T, H, Hkv, D};
+  Launch L("attention_gqa_bwd");
+  float* dqq = W(dq, s.q());
+  float* dkk = W(dk, s.kv());
+  float* dvv = W(dv, s.kv());
+  const float* d = R(dout, s.out());
+  const float* qq = R(q, s.q());
+  const float* kk = R(k, s.kv());
+  const float* vv = R(v, s.kv());
+  const float* o = R(out, s.out());
+  const float* l = R(lse, s.lse());
+  L.run([=] { cpu::attention_gqa_bwd(dqq, dkk, dvv, d, qq, kk, vv, o, l, ldq, ldkv, B, T, H, Hkv, D); });
+}
+
+void attention_block_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int64_t ldq,
+                         int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D,
+                         const int64_t* qpos, const int64_t* kpos) {
+  const GqaShape s{ldq, ldkv, B, Tq, Tk, H, Hkv, D};
+  Launch L("attention_block_fwd");
+  float* o = W(out, s.out());
+  float* l = W(lse, s.lse());
+  const float* qq = R(q, s.q());
+  const float* kk = R(k, s.kv());
+  const float* vv = R(v, s.kv());
+  const int64_t* qp = L.staged(qpos, Tq * sizeof(int64_t), false, "qpos");
+  const int64_t* kp = L.staged(kpos, Tk * sizeof(int64_t), false, "kpos");
+  L.run([=] { cpu::attention_block_fwd(o, l, qq, kk, vv, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qp, kp); });
+}
+
+void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                         const float* v, const float* out, const float* lse, int64_t ldq, int64_t ldkv,
+                         int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D,
+                         const int64_t* qpos, const int64_t* kpos) {
+  const GqaShape s{ldq, ldkv, B, Tq, Tk, H, Hkv, D};
+  Launch L("attention_block_bwd");
+  float* dqq = W(dq, s.q());
+  float* dkk = W(dk, s.kv());
+  float* dvv = W(dv, s.kv());
+  const float* d = R(dout, s.out());
+  const float* qq = R(q, s.q());
+  const float* kk = R(k, s.kv());
+  const float* vv = R(v, s.kv());
+  const float* o = R(out, s.out());
+  const float* l = R(lse, s.lse());
+  const int64_t* qp = L.staged(qpos, Tq * sizeof(int64_t), false, "qpos");
+  const int64_t* kp = L.staged(kpos, Tk * sizeof(int64_t), false, "kpos");
+  L.run([=] { cpu::attention_block_bwd(dqq, dkk, dvv, d, qq, kk, vv, o, l, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qp, kp); });
+}
+
+void attention_merge(float* out, float* lse, const float* part, const float* part_lse, int64_t B, int64_t T,
+                     int64_t H, int64_t D) {
+  Launch L("attention_merge");
+  float* o = W(out, floats(B * T * H * D));
+  float* l = W(lse, floats(B * H * T));
+  const float* p = R(part, floats(B * T * H * D));
+  const float* pl = R(part_lse, floats(B * H * T));
+  L.run([=] { cpu::attention_merge(o, l, p, pl, B, T, H, D); });
+}
+
+template <void (*Rope)(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const float*, const float*, int64_t)>
+void rope(const char* op, float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
+          const float* sin, int64_t pos0) {
+  Launch L(op);
+  float* xx = W(x, span(B * T, ld, heads * D));
+  const size_t table = floats((pos0 + T) * D / 2);
+  const float* c = L.staged(cos, table, false, "cos");
+  const float* s = L.staged(sin, table, false, "sin");
+  L.run([=] { Rope(xx, ld, B, T, heads, D, c, s, pos0); });
+}
+void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t h, int64_t D, const float* c, const float* s,
+              int64_t p0) {
+  rope<cpu::rope_fwd>("rope_fwd", x, ld, B, T, h, D, c, s, p0);
+}
+void rope_bwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t h, int64_t D, const float* c, const float* s,
+              int64_t p0) {
+  rope<cpu::rope_bwd>("rope_bwd", x, ld, B, T, h, D, c, s, p0);
+}
+
+void add(float* y, const float* a, const float* b, int64_t n) {
+  Launch L("add");
+  float* yy = W(y, floats(n));
+  const float* aa = R(a, floats(n));
+  const float* bb = R(b, floats(n));
+  L.run([=] { cpu::add(yy, aa, bb, n); });
+}
+
+void accumulate(float* y, const float* x, int64_t n) {
+  Launch L("accumulate");
+  float* yy = W(y, floats(n));
+  const float* xx = R(x, floats(n));
+  L.run([=] { cpu::accumulate(yy, xx, n); });
+}
+
+void scale(float* x, float s, int64_t n) {
+  Launch L("scale");
+  float* xx = W(x, floats(n));
+  L.run([=] { cpu::scale(xx, s, n); });
+}
+
+// Returns a value, so the host waits for it (a GPU copies the result back and synchronises).
+double sum_squares(const float* x, int64_t n) {
+  Launch L("sum_squares");
+  const float* xx = R(x, floats(n));
+  double result = 0;
+  double* into = &result;
+  L.wait();
+  L.run([=] { *into = cpu::sum_squares(xx, n); });
+  return result;
+}
+
+void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t V_real,
+                  float dloss) {
+  Launch L("softmax_xent");
+  float* lg = W(logits, floats(N * V));
+  float* ls = L.staged(losses, floats(N), true, "losses");
+  const int32_t* tg = L.staged(targets, N * sizeof(int32_t), false, "targets");
+  L.run([=] { cpu::softmax_xent(lg, ls, tg, N, V, V_real, dloss); });
+}
+
+void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+           float eps, float weight_decay, int64_t step) {
+  Launch L("adamw");
+  float* p = W(param, floats(n));
+  const float* g = R(grad, floats(n));
+  float* mm = W(m, floats(n));
+  float* vv = W(v, floats(n));
+  L.run([=] { cpu::adamw(p, g, mm, vv, n, lr, beta1, beta2, eps, weight_decay, step); });
+}
+
+void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped) {
+  Launch L("quantize");
+  float* xx = W(x, floats(n));
+  float* am = L.staged(amax, kF, true, "amax");
+  int64_t* cl = L.staged(clipped, sizeof(int64_t), true, "clipped");
+  L.run([=] { cpu::quantize(xx, n, dtype, scale, am, cl); });
+}
+
+#undef R
+#undef W
+
+// ---- the device contract: copies, streams, events ----
+
+// Host to device from pageable memory takes the bytes at once, as cudaMemcpyAsync does; from a
+// pinned block the copy reads it later, so the block is read-only until the host has seen the
+// copy finish. Device to pageable host waits; to a pinned block it does not, and the block is
+// unreadable until the host has waited for the copy.
+void copy(void* dst, const void* src, int64_t n) {
+  if (n <= 0) return;
+  const size_t bytes = static_cast<size_t>(n);
+  const bool to_device = is_device(dst), from_device = is_device(src);
+  char* pinned = nullptr;
+  size_t pinned_bytes = 0;
+  Launch L("copy");
+  void* d = to_device ? L.device(dst, bytes, true, "dst") : dst;
+  const void* s = from_device ? L.device(src, bytes, false, "src") : src;
+  if (!to_device && !from_device) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  if (!from_device) {
+    if (find_pinned(src, &pinned, &pinned_bytes)) {
+      protect_pinned(pinned, pinned_bytes, PinnedAccess::read_only);
+      L.run([=] { std::memcpy(d, kernel_view(s), bytes); });
+      on_host_sees_current([=] { protect_pinned(pinned, pinned_bytes, PinnedAccess::read_write); });
+      return;
+    }
+    std::vector<char> taken(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    L.run([d, taken = std::move(taken)] { std::memcpy(d, taken.data(), taken.size()); });
+    return;
+  }
+  if (!to_device && find_pinned(dst, &pinned, &pinned_bytes)) {
+    protect_pinned(pinned, pinned_bytes, PinnedAccess::none);
+    void* k = kernel_view(dst);
+    L.run([=] { std::memcpy(k, s, bytes); });
+    on_host_sees_current([=] { protect_pinned(pinned, pinned_bytes, PinnedAccess::read_write); });
+    return;
+  }
+  if (!to_device) L.wait();
+  L.run([=] { std::memcpy(d, s, bytes); });
+}
+
+void zero(void* dst, int64_t n) {
+  if (n <= 0) return;
+  if (!is_device(dst)) {
+    std::memset(dst, 0, static_cast<size_t>(n));
+    return;
+  }
+  Launch L("zero");
+  void* d = L.device(dst, static_cast<size_t>(n), true, "dst");
+  L.run([=] { std::memset(d, 0, static_cast<size_t>(n)); });
+}
+
+void set_stream_entry(int32_t stream) {
+  if (stream != LOOM_STREAM_COMPUTE && stream != LOOM_STREAM_COMM)
+    contract_broken("set_stream(" + std::to_string(stream) + ") from " + calling_code() +
+                    ": the streams are LOOM_STREAM_COMPUTE and LOOM_STREAM_COMM");
+  set_stream(stream);
+}
+
+void* pinned_alloc_entry(int64_t bytes) { return pinned_alloc(bytes > 0 ? static_cast<size_t>(bytes) : 1); }
+
+}  // namespace
+
+const loom_ops* ops() {
+  install_fault_handler();
+  static const loom_ops table = [] {
+    loom_ops t{};
+    t.v = LOOM_VERSION_OF(loom_ops);
+    t.device = {LOOM_DEVICE_STRICT, 0};
+    t.gemm = gemm;
+    t.embedding_fwd = embedding_fwd;
+    t.embedding_bwd = embedding_bwd;
+    t.layernorm_fwd = layernorm_fwd;
+    t.layernorm_bwd = layernorm_bwd;
+    t.rmsnorm_fwd = rmsnorm_fwd;
+    t.rmsnorm_bwd = rmsnorm_bwd;
+    t.bias_add = bias_add;
+    t.bias_bwd = bias_bwd;
+    t.gelu_fwd = gelu_fwd;
+    t.gelu_bwd = gelu_bwd;
+    t.swiglu_fwd = swiglu_fwd;
+    t.swiglu_bwd = swiglu_bwd;
+    t.attention_fwd = attention_fwd;
+    t.attention_bwd = attention_bwd;
+    t.add = add;
+    t.accumulate = accumulate;
+    t.scale = scale;
+    t.sum_squares = sum_squares;
+    t.softmax_xent = softmax_xent;
+    t.adamw = adamw;
+    t.quantize = quantize;
+    t.layernorm_fwd_eps = layernorm_fwd_eps;
+    t.rmsnorm_fwd_eps = rmsnorm_fwd_eps;
+    t.attention_gqa_fwd = attention_gqa_fwd;
+    t.attention_gqa_bwd = attention_gqa_bwd;
+    t.rope_fwd = rope_fwd;
+    t.rope_bwd = rope_bwd;
+    t.attention_block_fwd = attention_block_fwd;
+    t.attention_block_bwd = attention_block_bwd;
+    t.attention_merge = attention_merge;
+    t.gelu_erf_fwd = gelu_erf_fwd;
+    t.gelu_erf_bwd = gelu_erf_bwd;
+    t.host_reachable = 0;
+    t.copy = copy;
+    t.zero = zero;
+    t.set_stream = set_stream_entry;
+    t.record_event = record_event;
+    t.wait_event = wait_event;
+    t.sync_event = sync_event;
+    t.synchronize = synchronize;
+    t.pinned_alloc = pinned_alloc_entry;
+    t.pinned_free = pinned_free;
+    return t;
+  }();
+  return &table;
+}
+
+}  // namespace loom::strict

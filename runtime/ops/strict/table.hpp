@@ -1,0 +1,12 @@
+// The strict device's op table: the CPU kernels, run by stream workers on memory the host cannot
+// touch. Each entry names the bytes it reads and writes, refuses host memory where a GPU kernel
+// could not read it, and queues the kernel on the calling thread's stream.
+#pragma once
+
+#include <loom/plugin.h>
+
+namespace loom::strict {
+
+const loom_ops* ops();
+
+}  // namespace loom::strict
