@@ -224,7 +224,9 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
     if (shards_.pieces) break;
     for (auto [suffix, dst] : {std::pair{"", p.value.f32()}, {".adam_m", m.f32() + p.offset}, {".adam_v", v.f32() + p.offset}}) {
       const std::vector<float> global = assemble(dir, man, p.name + suffix, files, reader);
-      for (int64_t i = 0; i < p.value.numel(); ++i) dst[i] = global[global_index(i, p.local_shape, p.global_shape, p.slice)];
+      std::vector<float> local(static_cast<size_t>(p.value.numel()));  // this rank's slice, then to the device
+      for (int64_t i = 0; i < p.value.numel(); ++i) local[i] = global[global_index(i, p.local_shape, p.global_shape, p.slice)];
+      copy_bytes(dst, local.data(), local.size() * sizeof(float));
     }
   }
   if (precision) {
@@ -298,7 +300,7 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
   // The copy is the whole stall of an async save: spread it over the cores.
 #pragma omp parallel for schedule(dynamic)
   for (size_t k = 0; k < copies.size(); ++k)
-    std::memcpy(blob + p->mine.parts[k].offset, copies[k].first, copies[k].second);
+    copy_bytes(blob + p->mine.parts[k].offset, copies[k].first, copies[k].second);
   // The fault injection stands in for a full disk: the writer is pointed at a directory that
   // does not exist, so its write fails the way ENOSPC would, with the path in the message.
   const std::string target = step == write_error_step_ ? (tmp / "unwritable").string() : tmp.string();

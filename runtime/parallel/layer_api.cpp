@@ -8,8 +8,9 @@
 namespace loom {
 
 std::vector<float> LayerApi::logits_row(const Tensor& logits, int64_t row) const {
-  const float* z = logits.f32() + row * logits.dim(1);
-  return std::vector<float>(z, z + logits.dim(1));
+  std::vector<float> z(static_cast<size_t>(logits.dim(1)));
+  copy_bytes(z.data(), logits.f32() + row * logits.dim(1), z.size() * sizeof(float));
+  return z;
 }
 
 Slice LayerApi::shard(Role, const std::vector<int64_t>&, int) const { return {}; }
