@@ -5,6 +5,7 @@
 
 #include "core/errors.hpp"
 #include "loader/host.hpp"
+#include "tensor/tensor.hpp"
 
 namespace loom::dist {
 
@@ -126,7 +127,16 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
 
   plugin_ = std::make_unique<plugins::Instance>(plugin, options);
   meter_training_thread();  // this thread trains: its waits are the exposed communication
-  watch_comm(watched_, plugin_->table<loom_comm_v2>(), plugin_->self(), env_.rank, timeout_ms + 5000);
+  const loom_comm_v2* backend = plugin_->table<loom_comm_v2>();
+  void* backend_self = plugin_->self();
+  // A host-memory backend on a device the host cannot reach: its buffers go through pinned copies.
+  const loom_ops* device = tensor_allocator().ops;
+  if (device && !device->host_reachable && !comm_takes_device(*plugin.desc, device->device)) {
+    stage_comm(staged_, backend, backend_self, device);
+    backend = &staged_.table;
+    backend_self = &staged_;
+  }
+  watch_comm(watched_, backend, backend_self, env_.rank, timeout_ms + 5000);
   table_ = &watched_.table;
   loom_error e;
   loom_comm* world = nullptr;

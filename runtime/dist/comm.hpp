@@ -12,6 +12,7 @@
 #include "dist/launch.hpp"
 #include "dist/mesh.hpp"
 #include "dist/store.hpp"
+#include "dist/device_staging.hpp"
 #include "dist/watchdog.hpp"
 #include "loader/registry.hpp"
 
@@ -79,6 +80,7 @@ class CommWorld {
   std::unique_ptr<StoreClient> client_;
   loom_store store_{};
   std::unique_ptr<plugins::Instance> plugin_;
+  StagedComm staged_{};    // device buffers through pinned host copies, for a host-memory backend
   WatchedComm watched_{};  // the plugin's table under the watchdog; what table() and self() hand out
   const loom_comm_v2* table_ = nullptr;
   std::unique_ptr<Communicator> world_;

@@ -146,6 +146,15 @@ void set_span_sink(SpanSink sink) {
 
 void set_plugin_source(Registry* registry, config::Config* cfg) { source() = {registry, cfg}; }
 
+namespace {
+const loom_ops*& device_ops() {
+  static const loom_ops* ops = nullptr;
+  return ops;
+}
+}  // namespace
+
+void set_device_ops(const loom_ops* ops) { device_ops() = ops; }
+
 void declare_services(const loom_plugin* desc, bool created) {
   const std::vector<std::string> names = declared_services(desc);
   std::lock_guard<std::mutex> lock(declared().m);
@@ -168,6 +177,7 @@ const void* find_service(const char* name, uint32_t min_minor) {
   if (std::strcmp(name, LOOM_SERVICE_PLACEMENT) == 0) return placement_state().set ? &placement_state().value : nullptr;
   if (std::strcmp(name, LOOM_SERVICE_TRACE) == 0) return &kTrace;
   if (std::strcmp(name, LOOM_SERVICE_PLUGINS) == 0) return source().registry ? &kPlugins : nullptr;
+  if (std::strcmp(name, LOOM_SERVICE_DEVICE) == 0) return device_ops();
   return nullptr;
 }
 

@@ -19,6 +19,8 @@ class Registry;
 
 // Set by `loom train` once the rank and the mesh are known, before any plugin is created.
 void set_placement(const loom_placement& placement, const std::string& host);
+// loom.device: the op table of the device this process trains on.
+void set_device_ops(const loom_ops* ops);
 
 // Where plugins' spans go while a run traces; an empty function stops them.
 using SpanSink = std::function<void(const std::string& name, const std::string& category,

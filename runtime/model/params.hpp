@@ -74,6 +74,7 @@ class ParamStore {
   Param& get(const std::string& name);
   int64_t numel() const { return total_; }
   float* values() { return values_.f32(); }
+  const Tensor& value_buffer() const { return values_; }  // every value, flat (device memory on a device)
   float* grads() { return grads_.f32(); }
   void zero_grads() {
     if (grads_.defined()) grads_.zero();

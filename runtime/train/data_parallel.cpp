@@ -335,8 +335,9 @@ double DataParallel::checksum(const ParamStore& params, bool dense_only) {
   };
   double sum = 0;
   if (!sharded()) {
+    const std::vector<float> values = to_host(params.value_buffer());
     for (const Param& p : params.all())
-      if (!dense_only || !p.ep_sharded()) add(sum, p.value.f32(), p.offset, p.value.numel());
+      if (!dense_only || !p.ep_sharded()) add(sum, values.data() + p.offset, p.offset, p.value.numel());
     return sum;
   }
   for (size_t u = 0; u < units_.size(); ++u) {

@@ -57,6 +57,7 @@ void Run::check_and_settle() {
 void Run::start_devices() {
   device_ = run_.device;
   ops_ = ops::for_device(device_);
+  plugins::set_device_ops(ops_);
   threads_ = run_.threads;
   if (threads_ == 0) {
     const CpuBudget budget = threads_per_rank(env_.local_world, env_.launcher == "slurm");

@@ -18,15 +18,22 @@ namespace loom::strict {
 
 namespace {
 
+bool is_runtime_object(const char* path) {
+  const char* base = std::strrchr(path, '/');
+  const std::string object = base ? base + 1 : path;
+  return object.rfind("libloom-runtime", 0) == 0 || object == "loom";
+}
+
 // Frames that are not "the code that broke the contract": the C and C++ libraries, OpenMP,
 // OpenBLAS, and the strict device itself.
 bool is_bystander(const Dl_info& info) {
   if (!info.dli_fname) return true;
   for (const char* lib : {"libc.so", "libstdc++", "libgcc_s", "libgomp", "libopenblas", "ld-linux", "linux-vdso"})
     if (std::strstr(info.dli_fname, lib)) return true;
-  // A frame without a name is a local function (the strict device's own entries among them);
-  // its named caller says more.
-  return !info.dli_sname || std::strncmp(info.dli_sname, "_ZN4loom6strict", 15) == 0;
+  // A runtime frame without a name is a local function (the strict device's own entries among
+  // them), and its named caller says more; a plugin's (hidden symbols) is the plugin.
+  if (!info.dli_sname) return is_runtime_object(info.dli_fname);
+  return std::strncmp(info.dli_sname, "_ZN4loom6strict", 15) == 0;
 }
 
 // "libloom_x.so (f)", or "the runtime (loom::gpt::RopeTables::RopeTables(...))".
@@ -83,17 +90,14 @@ void on_fault(int sig, siginfo_t* info, void* context) {
 
 }  // namespace
 
+// Installed again on every call: a test framework or a library may have put its own in between.
 void install_fault_handler() {
-  static bool installed = [] {
-    struct sigaction sa {};
-    sa.sa_sigaction = on_fault;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGSEGV, &sa, nullptr);
-    sigaction(SIGBUS, &sa, nullptr);
-    return true;
-  }();
-  (void)installed;
+  struct sigaction sa {};
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, nullptr);
+  sigaction(SIGBUS, &sa, nullptr);
 }
 
 std::string calling_code() {

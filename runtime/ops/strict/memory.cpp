@@ -65,6 +65,7 @@ struct Memory {
   std::map<char*, Region> regions;                // by view address
   std::map<size_t, std::vector<char*>> free_device, free_pinned;
   std::map<char*, size_t> live_device, live_pinned;  // block -> its size class
+  std::map<char*, int> pinned_in_flight;  // block -> copies that still use it
   MemoryStats stats;
 
   // The region whose view holds p, or nullptr.
@@ -203,6 +204,12 @@ void pinned_free(void* ptr) {
   mem.live_pinned.erase(it);
 }
 
+bool pinned_in_flight(const void* p) {
+  Memory& mem = memory();
+  std::lock_guard<std::mutex> lock(mem.m);
+  return mem.pinned_in_flight.count(static_cast<char*>(const_cast<void*>(p))) > 0;
+}
+
 bool find_pinned(const void* p, char** base, size_t* bytes) {
   Memory& mem = memory();
   std::lock_guard<std::mutex> lock(mem.m);
@@ -215,6 +222,11 @@ void protect_pinned(char* base, size_t bytes, PinnedAccess access) {
                                                        : PROT_READ | PROT_WRITE;
   if (mprotect(base, bytes, prot) != 0)
     throw RuntimeError(std::string("strict device: mprotect: ") + std::strerror(errno));
+  Memory& mem = memory();
+  std::lock_guard<std::mutex> lock(mem.m);
+  int& users = mem.pinned_in_flight[base];
+  users += access == PinnedAccess::read_write ? -1 : 1;
+  if (users <= 0) mem.pinned_in_flight.erase(base);
 }
 
 }  // namespace loom::strict

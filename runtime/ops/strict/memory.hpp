@@ -44,5 +44,7 @@ bool find_pinned(const void* p, char** base, size_t* bytes);
 // reads it, anything once the host has waited for the copy.
 enum class PinnedAccess { none, read_only, read_write };
 void protect_pinned(char* base, size_t bytes, PinnedAccess access);
+// Whether a copy the host has not waited for still uses the pinned block at p.
+bool pinned_in_flight(const void* p);
 
 }  // namespace loom::strict

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/errors.hpp"
+#include "ops/strict/faults.hpp"
 #include "ops/strict/memory.hpp"
 
 namespace loom::strict {
@@ -134,7 +135,8 @@ void check_hazards(Device& d, int s, const char* op, const Access& a, const Cloc
     throw RuntimeError(std::string("strict device: op '") + op + "' on the " + stream_name(s) + " stream " +
                        (a.write ? "writes " : "reads ") + where(lo) + ", which op '" + r.op + "' on the " +
                        stream_name(r.stream) + " stream " + (r.write ? "writes" : "reads") +
-                       ", without waiting on that op's event (record_event after it, wait_event before this)");
+                       ", without waiting on that op's event (record_event after it, wait_event before this); "
+                       "called from " + calling_code());
   }
 }
 

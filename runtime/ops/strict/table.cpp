@@ -452,6 +452,13 @@ void set_stream_entry(int32_t stream) {
 
 void* pinned_alloc_entry(int64_t bytes) { return pinned_alloc(bytes > 0 ? static_cast<size_t>(bytes) : 1); }
 
+void pinned_free_entry(void* p) {
+  if (p && pinned_in_flight(p))
+    contract_broken("pinned_free from " + calling_code() +
+                    " of a pinned block that a copy still uses: wait for the copy (sync_event) before freeing it");
+  pinned_free(p);
+}
+
 }  // namespace
 
 const loom_ops* ops() {
@@ -502,7 +509,7 @@ const loom_ops* ops() {
     t.sync_event = sync_event;
     t.synchronize = synchronize;
     t.pinned_alloc = pinned_alloc_entry;
-    t.pinned_free = pinned_free;
+    t.pinned_free = pinned_free_entry;
     return t;
   }();
   return &table;

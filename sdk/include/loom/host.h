@@ -75,6 +75,12 @@ typedef struct loom_trace {
   void (*end)(int64_t token);
 } loom_trace;
 
+/* The op table of the device this process trains on (ABI 2.2), from create() on during `loom
+ * train`: a comm plugin that takes device memory orders its copies against the compute stream
+ * with it (loom_ops.record_event, wait_event, copy on LOOM_STREAM_COMM). The service is the
+ * table itself. */
+#define LOOM_SERVICE_DEVICE "loom.device"
+
 /* Other plugins, for a plugin that wraps one (a counting comm over gloo): creates the plugin
  * `name` of `kind` with the options of its own [plugins.<name>] table, checked against its
  * schema. *desc is its descriptor (cast it to the kind's table), *self its instance; give both

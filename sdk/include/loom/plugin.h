@@ -238,6 +238,13 @@ typedef struct loom_comm_v2 {
   loom_status (*wait)(void* self, loom_work* work, loom_error* err);
 } loom_comm_v2;
 
+/* A comm plugin's optional extension (ABI 2.2), found by get_proc(LOOM_COMM_DEVICES): a
+ * `const uint32_t*` mask of the device kinds (1u << loom_device_kind) whose memory its operations
+ * take. Without it a backend takes host memory only, and on a device whose memory the host cannot
+ * reach (strict, cuda) the runtime stages every buffer through pinned host copies on the comm
+ * stream, as a GPU cluster without NCCL does. */
+#define LOOM_COMM_DEVICES "loom_comm_devices"
+
 /* The parallel slots' tables: data, tensor, sequence, pipeline, expert, context. */
 #include <loom/plugin_parallel.h>
 

@@ -247,6 +247,8 @@ struct About {
   uint64_t capabilities = 0;
   // The LOOM_SERVICE_* names the plugin asks its Host for, "|"-separated.
   const char* services = nullptr;
+  // Extensions found by name (loom_plugin.get_proc): LOOM_COMM_DEVICES for a comm plugin.
+  const void* (*get_proc)(const char* name) = nullptr;
   // Precision kind: the dtype it computes in, and exact = operands pass unchanged (fp32).
   loom_dtype compute_dtype = LOOM_F32;
   bool exact = false;

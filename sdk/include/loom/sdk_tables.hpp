@@ -117,6 +117,7 @@ loom_plugin base(loom_kind kind, loom_slot slot, uint32_t size) {
   b.option_rules = a.option_rules;
   b.validate_options = a.validate ? &validate_options<Impl> : nullptr;
   b.services = a.services;
+  b.get_proc = a.get_proc;
   b.score = a.score ? &score<Impl> : nullptr;
   b.create = &create<Impl>;
   b.destroy = &destroy<Impl>;

@@ -1,0 +1,75 @@
+// The strict emulated device ([run] device = "strict") against the CPU: the same runs, bit for
+// bit, with device memory the host cannot touch, kernels on stream workers and gloo staged
+// through pinned copies. And the two test plugins that break the contract on purpose are named.
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "support/layouts.hpp"
+
+using namespace loom::test;
+
+namespace {
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const char* kLlama = "preset = \"llama-tiny\"\nseq_len = 16";
+const char* kGpt = "preset = \"gpt2-tiny\"\nseq_len = 16";
+const char* kTrain = "steps = 6\nglobal_batch = 4\nlr = 1e-3\nwarmup_steps = 2";
+const char* kStrict = " --set run.device=strict";
+
+}  // namespace
+
+TEST_CASE("strict device: llama-tiny and gpt2-tiny (fp32, bf16) train bit for bit as on the CPU") {
+  for (const char* model : {kLlama, kGpt}) {
+    LayoutRuns runs(model, kTrain);
+    for (const char* sets : {"--set parallel.nproc=1", "--set parallel.nproc=1 --set plugins.precision=bf16"}) {
+      Curves cpu = runs.run(std::string(sets));
+      Curves strict = runs.run(std::string(sets) + kStrict);
+      check_same(cpu, strict, 0.0, std::string(model) + " " + sets);
+    }
+  }
+}
+
+TEST_CASE("strict device: dp2 over gloo, staged through pinned copies on the comm stream, equals the CPU run") {
+  LayoutRuns runs(kLlama, kTrain);
+  const std::string dp2 = "--set parallel.nproc=2 --set plugins.ddp.overlap=false";
+  check_same(runs.run(dp2), runs.run(dp2 + kStrict), 0.0, "dp2 on strict");
+}
+
+TEST_CASE("strict device: the checkpoints it writes are byte for byte the CPU run's") {
+  LayoutRuns runs(kLlama, kTrain, "[plugins]\nckpt = \"sync\"\n[checkpoint]\nevery = 3\n");
+  auto cpu = runs.raw("--set parallel.nproc=1");
+  REQUIRE(cpu.rc == 0);
+  const std::filesystem::path cpu_dir = runs.raw_dir();
+  auto strict = runs.raw(std::string("--set parallel.nproc=1") + kStrict);
+  INFO(strict.out);
+  REQUIRE(strict.rc == 0);
+  for (const char* step : {"step-00000003", "step-00000006"}) {
+    auto bytes = [&](const std::filesystem::path& run) {
+      std::ifstream in(run / "checkpoints" / step / "rank-00000.bin", std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const std::string a = bytes(cpu_dir), b = bytes(runs.raw_dir());
+    CHECK(!a.empty());
+    CHECK(a == b);
+  }
+}
+
+TEST_CASE("strict device: a plugin that dereferences a device pointer, or reads before waiting on an event, is named") {
+  LayoutRuns runs(kLlama, "steps = 2\nglobal_batch = 4\nlr = 1e-3\nwarmup_steps = 1");
+  const std::string base = "--set parallel.nproc=2 --set plugins.ddp.overlap=false" + std::string(kStrict);
+  auto touch = runs.raw(base + " --set plugins.comm=hosttouch");
+  INFO(touch.out);
+  CHECK(touch.rc == 1);
+  CHECK(has(touch.out, "strict device: host code in libloom-precision-hosttouch.so"));
+  CHECK(has(touch.out, "dereferenced device memory"));
+  CHECK(has(touch.out, "job failed: rank"));
+  auto nowait = runs.raw(base + " --set plugins.comm=nowait");
+  INFO(nowait.out);
+  CHECK(nowait.rc == 1);
+  CHECK(has(nowait.out, "op 'copy' on the comm stream reads"));
+  CHECK(has(nowait.out, "which op 'scale' on the compute stream writes, without waiting on that op's event"));
+  CHECK(has(nowait.out, "called from libloom-precision-nowait.so"));
+}

@@ -1,0 +1,171 @@
+// The strict device's contract: its kernels equal the CPU's bit for bit, its memory faults when
+// the host touches it, copies and events order the streams, and an op that reads a buffer
+// another stream writes, without waiting on that stream's event, is refused by name.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/cpu/kernels.hpp"
+#include "ops/strict/memory.hpp"
+#include "ops/strict/table.hpp"
+
+namespace {
+
+std::vector<float> random_floats(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// A device copy of `host`, allocated through the table's own copies.
+float* to_device(const loom_ops* o, const std::vector<float>& host) {
+  auto* p = static_cast<float*>(loom::strict::device_alloc(host.size() * sizeof(float)));
+  o->copy(p, host.data(), static_cast<int64_t>(host.size() * sizeof(float)));
+  return p;
+}
+
+std::vector<float> to_host(const loom_ops* o, const float* device, size_t n) {
+  std::vector<float> v(n);
+  o->copy(v.data(), device, static_cast<int64_t>(n * sizeof(float)));  // to pageable memory: waits
+  return v;
+}
+
+// Runs the hidden test case `name` of this binary in a child process (a fork would inherit a
+// device whose stream workers it does not have); returns its exit code and output.
+std::pair<int, std::string> in_child(const std::string& name) {
+  const std::string cmd = "/proc/" + std::to_string(getpid()) + "/exe --no-skip -tc=\"" + name + "\" 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("strict device: a GEMM, a norm and AdamW through the stream workers equal the CPU kernels bit for bit") {
+  const loom_ops* o = loom::strict::ops();
+  const int64_t M = 37, N = 29, K = 45;
+  const auto A = random_floats(M * K, 1), B = random_floats(K * N, 2);
+  std::vector<float> C(M * N, 0.f);
+  loom::cpu::gemm(0, 0, M, N, K, 1.f, A.data(), K, B.data(), N, 0.f, C.data(), N);
+  float *dA = to_device(o, A), *dB = to_device(o, B), *dC = to_device(o, std::vector<float>(M * N, 0.f));
+  o->gemm(0, 0, M, N, K, 1.f, dA, K, dB, N, 0.f, dC, N);
+  CHECK(to_host(o, dC, M * N) == C);
+
+  const auto w = random_floats(N, 3);
+  std::vector<float> out(M * N), rstd(M);
+  loom::cpu::rmsnorm_fwd(out.data(), rstd.data(), C.data(), w.data(), M, N);
+  float *dw = to_device(o, w), *dout = to_device(o, out), *drstd = to_device(o, rstd);
+  o->rmsnorm_fwd(dout, drstd, dC, dw, M, N);
+  CHECK(to_host(o, dout, M * N) == out);
+  CHECK(o->sum_squares(dout, M * N) == loom::cpu::sum_squares(out.data(), M * N));
+
+  auto p = random_floats(64, 4), g = random_floats(64, 5), m = std::vector<float>(64, 0.f), v = m;
+  float *dp = to_device(o, p), *dg = to_device(o, g), *dm = to_device(o, m), *dv = to_device(o, v);
+  loom::cpu::adamw(p.data(), g.data(), m.data(), v.data(), 64, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+  o->adamw(dp, dg, dm, dv, 64, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+  CHECK(to_host(o, dp, 64) == p);
+  CHECK(to_host(o, dv, 64) == v);
+}
+
+TEST_CASE("strict device: a copy to a pinned block lands once the host has waited on its event") {
+  const loom_ops* o = loom::strict::ops();
+  const auto x = random_floats(1000, 6);
+  float* dx = to_device(o, x);
+  auto* pinned = static_cast<float*>(o->pinned_alloc(1000 * sizeof(float)));
+  o->set_stream(LOOM_STREAM_COMM);
+  o->wait_event([&] {
+    o->set_stream(LOOM_STREAM_COMPUTE);
+    const int64_t e = o->record_event();
+    o->set_stream(LOOM_STREAM_COMM);
+    return e;
+  }());
+  o->copy(pinned, dx, 1000 * sizeof(float));
+  o->sync_event(o->record_event());
+  o->set_stream(LOOM_STREAM_COMPUTE);
+  CHECK(std::vector<float>(pinned, pinned + 1000) == x);
+  o->pinned_free(pinned);
+}
+
+TEST_CASE("strict device: an op reading what another stream writes, without waiting on its event, is refused by name") {
+  const loom_ops* o = loom::strict::ops();
+  float* buf = to_device(o, random_floats(256, 7));
+  float* other = to_device(o, std::vector<float>(256, 0.f));
+  o->synchronize();         // the uploads are done: only the scale below is unordered
+  o->scale(buf, 2.f, 256);  // compute stream
+  o->set_stream(LOOM_STREAM_COMM);
+  std::string message;
+  try {
+    o->accumulate(other, buf, 256);  // comm stream, no wait_event: a race on a GPU
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  INFO(message);
+  CHECK(has(message, "op 'accumulate' on the comm stream reads"));
+  CHECK(has(message, "which op 'scale' on the compute stream writes, without waiting on that op's event"));
+  // With the event waited on, the same op is ordered and runs.
+  o->set_stream(LOOM_STREAM_COMPUTE);
+  const int64_t scaled = o->record_event();
+  o->set_stream(LOOM_STREAM_COMM);
+  o->wait_event(scaled);
+  CHECK_NOTHROW(o->accumulate(other, buf, 256));
+  o->set_stream(LOOM_STREAM_COMPUTE);
+  o->synchronize();
+}
+
+// The faults, each in a process of its own (skipped unless a test above asks for it by name).
+TEST_CASE("strict child: host reads device memory" * doctest::skip()) {
+  const loom_ops* o = loom::strict::ops();
+  float* d = to_device(o, std::vector<float>(16, 1.f));
+  o->synchronize();
+  volatile float x = d[3];
+  (void)x;
+}
+
+TEST_CASE("strict child: host reads a pinned block before waiting on the copy" * doctest::skip()) {
+  const loom_ops* o = loom::strict::ops();
+  float* d = to_device(o, std::vector<float>(1 << 20, 1.f));
+  auto* pinned = static_cast<float*>(o->pinned_alloc(4 << 20));
+  o->gemm(0, 0, 1024, 1024, 1024, 1.f, d, 1024, d, 1024, 0.f, d, 1024);  // keeps the stream busy
+  o->copy(pinned, d, 4 << 20);
+  volatile float x = pinned[0];
+  (void)x;
+}
+
+TEST_CASE("strict child: a kernel given host memory" * doctest::skip()) {
+  const loom_ops* o = loom::strict::ops();
+  std::vector<float> host(16, 1.f);
+  o->scale(host.data(), 2.f, 16);
+}
+
+TEST_CASE("strict device: the host dereferencing device memory, or a pinned block a copy is writing, exits 1 naming it") {
+  auto [rc, err] = in_child("strict child: host reads device memory");
+  INFO(err);
+  CHECK(rc == 1);
+  CHECK(has(err, "strict device: host code in"));
+  CHECK(has(err, "dereferenced device memory (a 256-byte device block at +12)"));
+
+  auto [rc2, err2] = in_child("strict child: host reads a pinned block before waiting on the copy");
+  INFO(err2);
+  CHECK(rc2 == 1);
+  CHECK(has(err2, "touched a pinned buffer while a copy into it was in flight"));
+
+  auto [rc3, err3] = in_child("strict child: a kernel given host memory");
+  INFO(err3);
+  CHECK(rc3 == 1);
+  CHECK(has(err3, "op 'scale' was given host memory for 'x'"));
+}
