@@ -82,6 +82,27 @@ const loom_ops* ops() {
     t.attention_merge = attention_merge;
     t.gelu_erf_fwd = gelu_erf_fwd;
     t.gelu_erf_bwd = gelu_erf_bwd;
+    // Managed memory: the host reaches it, and every op has drained the stream when it returns,
+    // so the device contract's entries are immediate here, as on the CPU.
+    t.host_reachable = 1;
+    t.copy = [](void* dst, const void* src, int64_t n) {
+      if (n > 0) LOOM_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n), cudaMemcpyDefault));
+    };
+    t.zero = [](void* dst, int64_t n) {
+      if (n > 0) LOOM_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(n), stream()));
+      finish_op();
+    };
+    t.set_stream = [](int32_t) {};
+    t.record_event = []() -> int64_t { return 0; };
+    t.wait_event = [](int64_t) {};
+    t.sync_event = [](int64_t) { finish_op(); };
+    t.synchronize = [] { LOOM_CUDA_CHECK(cudaDeviceSynchronize()); };
+    t.pinned_alloc = [](int64_t n) -> void* {
+      void* p = nullptr;
+      LOOM_CUDA_CHECK(cudaMallocHost(&p, static_cast<size_t>(n > 0 ? n : 1)));
+      return p;
+    };
+    t.pinned_free = [](void* p) { cudaFreeHost(p); };
     return t;
   }();
   return &table;
