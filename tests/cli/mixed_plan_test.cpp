@@ -94,7 +94,7 @@ TEST_CASE("mixed input: groups that do not add up, a stage with no layers, a bad
           "the last stage is empty");
   refused(check + "--set 'parallel.groups=[\"a nodes=1\", \"b nodez=1\"]'", "unknown setting 'nodez' (nodes, threads, device); did you mean 'nodes'?");
   refused(check + "--set 'parallel.groups=[\"a\"]'", "nodes=N is missing");
-  refused(check + "--set 'parallel.groups=[\"a nodes=1 device=gpu\", \"b nodes=1\"]'", "device 'gpu' is not one [run] device takes (cpu, cuda)");
+  refused(check + "--set 'parallel.groups=[\"a nodes=1 device=gpu\", \"b nodes=1\"]'", "device 'gpu' is not one [run] device takes (cpu, strict, cuda)");
   refused(check + "--set 'parallel.groups=[\"a nodes=1 threads=5000\", \"b nodes=1\"]'", "threads must be from 0 (every core) to 4096");
   refused(check + "--set 'parallel.groups=[\"a nodes=1\", \"a nodes=1\"]'", "the name 'a' is given twice");
 

@@ -52,7 +52,7 @@ TEST_CASE("an out-of-range value names the allowed range") {
 
 TEST_CASE("a value outside a key's choices lists them") {
   std::string e = error_of("[run]\ndevice = \"cdua\"\n");
-  CHECK(e.find("expected one of \"cpu\", \"cuda\", got \"cdua\"; did you mean 'cuda'?") !=
+  CHECK(e.find("expected one of \"cpu\", \"strict\", \"cuda\", got \"cdua\"; did you mean 'cuda'?") !=
         std::string::npos);
 }
 
