@@ -25,6 +25,10 @@ class Staging {
   // backend will see again (LOOM_COMM_PERSISTENT: gloo keeps its algorithm per pointer).
   Staging(const loom_ops* ops, PinnedCache* kept) : ops_(ops), kept_(kept) {}
   ~Staging() {
+    bool freeing = false;
+    for (const Copy& c : copies_) freeing = freeing || !c.kept;
+    // A copy back may still read the host copies: they are freed once it has run.
+    if (freeing && copied_back_ >= 0) ops_->sync_event(copied_back_);
     for (const Copy& c : copies_)
       if (!c.kept) ops_->pinned_free(c.host.data);
   }
@@ -42,7 +46,7 @@ class Staging {
     ops_->set_stream(LOOM_STREAM_COMM);
     ops_->wait_event(compute_done);
     for (const Copy& c : copies_)
-      if (c.read) ops_->copy(c.host.data, c.device->data, bytes_of(c.device));
+      if (c.read) ops_->copy(c.host.data, c.device.data, bytes_of(&c.device));
     ops_->sync_event(ops_->record_event());
     ops_->set_stream(LOOM_STREAM_COMPUTE);
   }
@@ -54,15 +58,17 @@ class Staging {
     if (!any) return;
     ops_->set_stream(LOOM_STREAM_COMM);
     for (const Copy& c : copies_)
-      if (c.written) ops_->copy(c.device->data, c.host.data, bytes_of(c.device));
-    const int64_t back = ops_->record_event();
+      if (c.written) ops_->copy(c.device.data, c.host.data, bytes_of(&c.device));
+    copied_back_ = ops_->record_event();
     ops_->set_stream(LOOM_STREAM_COMPUTE);
-    ops_->wait_event(back);
+    ops_->wait_event(copied_back_);
   }
 
  private:
+  // The descriptors are copied: the caller's may be gone before an issued operation is waited
+  // for (only the memory must live that long).
   struct Copy {
-    loom_tensor* device;
+    loom_tensor device;
     loom_tensor host;
     bool read, written, kept;
   };
@@ -73,11 +79,11 @@ class Staging {
     const TensorAllocator& device = tensor_allocator();
     if (!t || !device.owns || !device.owns(t->data)) return t;
     for (Copy& c : copies_)  // in place (all_reduce, broadcast): one copy, both ways
-      if (c.device->data == t->data) {
+      if (c.device.data == t->data) {
         c.read = c.read || read, c.written = c.written || written;
         return &c.host;
       }
-    Copy c{t, *t, read, written, kept_ != nullptr};
+    Copy c{*t, *t, read, written, kept_ != nullptr};
     c.host.data = kept_ ? kept_->get(ops_, t->data, bytes_of(t)) : ops_->pinned_alloc(bytes_of(t));
     c.host.device = {LOOM_DEVICE_CPU, 0};
     copies_.push_back(c);
@@ -86,7 +92,8 @@ class Staging {
 
   const loom_ops* ops_;
   PinnedCache* kept_;
-  std::deque<Copy> copies_;  // stable addresses: the backend holds the host descriptors
+  std::deque<Copy> copies_;
+  int64_t copied_back_ = -1;  // the event after the copies back, once finish() has issued them  // stable addresses: the backend holds the host descriptors
 };
 
 // An issued operation and the copies it goes back through when waited for.

@@ -32,10 +32,19 @@ TEST_CASE("strict device: llama-tiny and gpt2-tiny (fp32, bf16) train bit for bi
   }
 }
 
-TEST_CASE("strict device: dp2 over gloo, staged through pinned copies on the comm stream, equals the CPU run") {
+TEST_CASE("strict device: dp2 (buckets during backward or after it) and pp2 over gloo, staged through pinned copies, equal the CPU run") {
   LayoutRuns runs(kLlama, kTrain);
-  const std::string dp2 = "--set parallel.nproc=2 --set plugins.ddp.overlap=false";
-  check_same(runs.run(dp2), runs.run(dp2 + kStrict), 0.0, "dp2 on strict");
+  for (const char* layout : {"--set parallel.nproc=2", "--set parallel.nproc=2 --set plugins.ddp.overlap=false",
+                             "--set parallel.nproc=2 --set parallel.pp=2"}) {
+    const std::string sets = layout;
+    check_same(runs.run(sets), runs.run(sets + kStrict), 0.0, sets + " on strict");
+  }
+}
+
+TEST_CASE("strict device: fp16 and fp8 (their scales read back through copies) and full recompute equal the CPU run") {
+  LayoutRuns runs(kLlama, kTrain);
+  for (const char* sets : {"--set plugins.precision=fp16", "--set plugins.precision=fp8", "--set model.recompute=full"})
+    check_same(runs.run(sets), runs.run(std::string(sets) + kStrict), 0.0, std::string(sets) + " on strict");
 }
 
 TEST_CASE("strict device: the checkpoints it writes are byte for byte the CPU run's") {
@@ -59,7 +68,7 @@ TEST_CASE("strict device: the checkpoints it writes are byte for byte the CPU ru
 
 TEST_CASE("strict device: a plugin that dereferences a device pointer, or reads before waiting on an event, is named") {
   LayoutRuns runs(kLlama, "steps = 2\nglobal_batch = 4\nlr = 1e-3\nwarmup_steps = 1");
-  const std::string base = "--set parallel.nproc=2 --set plugins.ddp.overlap=false" + std::string(kStrict);
+  const std::string base = "--set parallel.nproc=2" + std::string(kStrict);
   auto touch = runs.raw(base + " --set plugins.comm=hosttouch");
   INFO(touch.out);
   CHECK(touch.rc == 1);
