@@ -296,8 +296,8 @@ void PluginLayers::embedding(Tensor& out, const int32_t* tokens, int64_t B, int6
   if (!wpe) return;
   float* o = out.f32();
   const float* p = wpe->value.f32();
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t c = 0; c < C; ++c) o[i * C + c] += p[position((first + i) % T) * C + c];
+  for (int64_t i = 0; i < rows; ++i)  // through the op table: the rows may be device memory
+    ops_->accumulate(o + i * C, p + position((first + i) % T) * C, C);
 }
 
 void PluginLayers::embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t B, int64_t T,
@@ -312,8 +312,7 @@ void PluginLayers::embedding_bwd(const Tensor& dout, const int32_t* tokens, int6
   const int64_t rows = dout.dim(0), first = first_row(N);
   const float* d = dout.f32();
   float* g = wpe->grad.f32();
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t c = 0; c < C; ++c) g[position((first + i) % T) * C + c] += d[i * C + c];
+  for (int64_t i = 0; i < rows; ++i) ops_->accumulate(g + position((first + i) % T) * C, d + i * C, C);
 }
 
 double PluginLayers::cross_entropy(Tensor& logits, const int32_t* targets, int64_t vocab_begin,

@@ -168,7 +168,7 @@ void TensorSlots::check_replicated(const ParamStore& params) {
   for (const Param& p : params.all()) {
     if (p.tp_sharded()) continue;
     double sum = 0;
-    const float* v = p.value.f32();
+    const std::vector<float> v = to_host(p.value);
     for (int64_t i = 0; i < p.value.numel(); ++i) sum += static_cast<double>(v[i]) * (i % 7 + 1);
     double lo = sum, hi = sum;
     tp.all_reduce(flat_view(&lo, LOOM_F64, 1), LOOM_REDUCE_MIN);

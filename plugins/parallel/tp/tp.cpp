@@ -96,23 +96,33 @@ class Tp : public loom::sdk::TensorPlugin {
   // out[i] = wte_local[tokens[i] - vocab_begin] when this rank holds that row, else 0.
   void embedding_fwd(float* out, const int32_t* tokens, int64_t N, const float* wte,
                      int64_t vb, int64_t vl, int64_t C) override {
+    const loom_ops* o = device();
     for (int64_t i = 0; i < N; ++i) {
       int64_t t = tokens[i] - vb;
-      float* o = out + i * C;
-      if (t >= 0 && t < vl)
-        std::memcpy(o, wte + t * C, C * sizeof(float));
-      else
-        std::memset(o, 0, C * sizeof(float));
+      float* row = out + i * C;
+      const bool held = t >= 0 && t < vl;
+      if (o) {  // a device the host cannot reach: the rows move by its copies
+        held ? o->copy(row, wte + t * C, C * sizeof(float)) : o->zero(row, C * sizeof(float));
+      } else if (held) {
+        std::memcpy(row, wte + t * C, C * sizeof(float));
+      } else {
+        std::memset(row, 0, C * sizeof(float));
+      }
     }
   }
 
   void embedding_bwd(float* dwte, const float* dout, const int32_t* tokens, int64_t N, int64_t vb,
                      int64_t vl, int64_t C) override {
+    const loom_ops* o = device();
     for (int64_t i = 0; i < N; ++i) {
       int64_t t = tokens[i] - vb;
       if (t < 0 || t >= vl) continue;
       float* d = dwte + t * C;
       const float* g = dout + i * C;
+      if (o) {
+        o->accumulate(d, g, C);  // in row order, as below: the same sums
+        continue;
+      }
       for (int64_t c = 0; c < C; ++c) d[c] += g[c];
     }
   }
@@ -121,8 +131,23 @@ class Tp : public loom::sdk::TensorPlugin {
   //   m = max_j z_j (all-reduce max), s = sum_j exp(z_j - m) (all-reduce sum),
   //   z_t = the target's logit (all-reduce sum; 0 on ranks that do not hold it),
   //   loss_i = log s + m - z_t;  grad z_j = dloss (exp(z_j - m) / s - [j = t]).
+  // On a device the host cannot reach, the logits come to the host and their gradient goes
+  // back: correct, and as slow as a copy of this rank's N x vl logits each way (no device
+  // kernels for the row statistics yet).
   double cross_entropy(float* z, const int32_t* targets, int64_t N, int64_t vb, int64_t vl,
                        int64_t vr, float dloss) override {
+    const loom_ops* o = device();
+    if (!o) return cross_entropy_on_host(z, targets, N, vb, vl, vr, dloss);
+    std::vector<float> host(static_cast<size_t>(N * vl));
+    o->copy(host.data(), z, static_cast<int64_t>(host.size() * sizeof(float)));
+    const double total = cross_entropy_on_host(host.data(), targets, N, vb, vl, vr, dloss);
+    if (dloss != 0.f) o->copy(z, host.data(), static_cast<int64_t>(host.size() * sizeof(float)));
+    return total;
+  }
+
+ private:
+  double cross_entropy_on_host(float* z, const int32_t* targets, int64_t N, int64_t vb, int64_t vl,
+                               int64_t vr, float dloss) {
     const int64_t real = std::max<int64_t>(0, std::min(vl, vr - vb));
     std::vector<float> mx(N, -std::numeric_limits<float>::infinity()), stats(2 * N, 0.f);
     for (int64_t i = 0; i < N; ++i)
@@ -155,7 +180,12 @@ class Tp : public loom::sdk::TensorPlugin {
     return total;
   }
 
- private:
+  // The op table when the host cannot dereference its memory (ABI 2.2), else nullptr.
+  const loom_ops* device() const {
+    const loom_ops* o = ctx_.ops;
+    return o && LOOM_HAS_FIELD(o, loom_ops, pinned_free) && !o->host_reachable ? o : nullptr;
+  }
+
   void all_reduce(loom_tensor& t, loom_reduce_op op, const char* what) {
     ErrorBox e(host_.raw());
     if (ctx_.comm->all_reduce(ctx_.comm_self, ctx_.tp, &t, op, nullptr, e.get()) != LOOM_OK)
