@@ -110,7 +110,8 @@ class Cp : public loom::sdk::ContextPlugin {
     for (auto* b : {&kv_[0], &kv_[1], &dkv_[0], &dkv_[1], &dkv_block_, &kv_all_, &dkv_all_, &q_, &dq_, &dq_block_, &part_, &part_lse_})
       *b = std::make_unique<DeviceBuffer<float>>(h, ctx.device);
     positions_.resize(n_);
-    for (auto& p : positions_) p = std::make_unique<DeviceBuffer<int64_t>>(h, ctx.device);
+    // Positions stay on the host: the kernels take them as staged arrays, and masked() reads them.
+    for (auto& p : positions_) p = std::make_unique<DeviceBuffer<int64_t>>(h, loom_device{LOOM_DEVICE_CPU, 0});
   }
 
   // zigzag: 2 cp chunks of c = T / (2 cp); rank r holds chunks r and 2 cp - 1 - r.
@@ -157,6 +158,23 @@ class Cp : public loom::sdk::ContextPlugin {
     int64_t q_elems() const { return B * T * H * D; }
   };
 
+  // Byte moves within this rank's buffers, through the device's copies when it has them (ABI 2.2):
+  // on a device the host cannot reach, a memcpy would fault.
+  void copy(void* dst, const void* src, size_t bytes) const {
+    const loom_ops* o = ctx_.ops;
+    if (LOOM_HAS_FIELD(o, loom_ops, copy) && o->copy)
+      o->copy(dst, src, static_cast<int64_t>(bytes));
+    else
+      std::memcpy(dst, src, bytes);
+  }
+  void zero(void* dst, size_t bytes) const {
+    const loom_ops* o = ctx_.ops;
+    if (LOOM_HAS_FIELD(o, loom_ops, zero) && o->zero)
+      o->zero(dst, static_cast<int64_t>(bytes));
+    else
+      std::memset(dst, 0, bytes);
+  }
+
   int next() const { return (rank_ + 1) % n_; }
   int prev() const { return (rank_ + n_ - 1) % n_; }
 
@@ -199,16 +217,16 @@ class Cp : public loom::sdk::ContextPlugin {
   void pack_kv(float* kv, const loom_attention_args& a) const {
     const int64_t C = s_.Hkv * s_.D, W = s_.kv_width();
     for (int64_t row = 0; row < s_.B * s_.T; ++row) {
-      std::memcpy(kv + row * W, a.k + row * a.ldkv, C * sizeof(float));
-      std::memcpy(kv + row * W + C, a.v + row * a.ldkv, C * sizeof(float));
+      copy(kv + row * W, a.k + row * a.ldkv, C * sizeof(float));
+      copy(kv + row * W + C, a.v + row * a.ldkv, C * sizeof(float));
     }
   }
 
   void unpack_kv(const loom_attention_args& a, const float* dkv) const {
     const int64_t C = s_.Hkv * s_.D, W = s_.kv_width();
     for (int64_t row = 0; row < s_.B * s_.T; ++row) {
-      std::memcpy(a.dk + row * a.ldkv, dkv + row * W, C * sizeof(float));
-      std::memcpy(a.dv + row * a.ldkv, dkv + row * W + C, C * sizeof(float));
+      copy(a.dk + row * a.ldkv, dkv + row * W, C * sizeof(float));
+      copy(a.dv + row * a.ldkv, dkv + row * W + C, C * sizeof(float));
     }
   }
 
@@ -279,14 +297,14 @@ class Cp : public loom::sdk::ContextPlugin {
   void start_bwd(const loom_attention_args& a) {
     const int64_t HD = s_.H * s_.D;
     float* q = q_->need(s_.q_elems());
-    for (int64_t row = 0; row < s_.B * s_.T; ++row) std::memcpy(q + row * HD, a.q + row * a.ldq, HD * sizeof(float));
-    std::memset(dq_->need(s_.q_elems()), 0, s_.q_elems() * sizeof(float));
+    for (int64_t row = 0; row < s_.B * s_.T; ++row) copy(q + row * HD, a.q + row * a.ldq, HD * sizeof(float));
+    zero(dq_->need(s_.q_elems()), s_.q_elems() * sizeof(float));
   }
 
   void finish_dq(const loom_attention_args& a) const {
     const int64_t HD = s_.H * s_.D;
     for (int64_t row = 0; row < s_.B * s_.T; ++row)
-      std::memcpy(a.dq + row * a.ldq, dq_->get() + row * HD, HD * sizeof(float));
+      copy(a.dq + row * a.ldq, dq_->get() + row * HD, HD * sizeof(float));
   }
 
   // Step i: rank r holds rank (r - i)'s block and, arriving from rank r - 1, the sum of the
@@ -311,13 +329,13 @@ class Cp : public loom::sdk::ContextPlugin {
       if (i > 0) finish(sums);  // sum_in: ranks (r - i) .. (r - 1)'s shares; sum_out is free
       auto t0 = Clock::now();
       if (i == 0 && added)
-        std::memcpy(sum_out, mine, n * sizeof(float));
+        copy(sum_out, mine, n * sizeof(float));
       else if (i == 0)
-        std::memset(sum_out, 0, n * sizeof(float));
+        zero(sum_out, n * sizeof(float));
       else if (added)
         ctx_.ops->add(sum_out, sum_in, mine, n);
       else
-        std::memcpy(sum_out, sum_in, n * sizeof(float));
+        copy(sum_out, sum_in, n * sizeof(float));
       compute_ms_ += ms_since(t0);
       sums = shift(sum_out, sum_in, n, 2 * i + 1);
       if (more) finish(keys), std::swap(cur, nxt);
@@ -359,7 +377,7 @@ class Cp : public loom::sdk::ContextPlugin {
     const float* all = gather_kv(a);
     float* grads = dkv_all_->need(n * n_);
     for (int src = 0; src < n_; ++src)
-      if (!block_grads(a, all + src * n, src, grads + src * n)) std::memset(grads + src * n, 0, n * sizeof(float));
+      if (!block_grads(a, all + src * n, src, grads + src * n)) zero(grads + src * n, n * sizeof(float));
     float* mine = dkv_block_->need(n);
     loom_tensor in = loom::sdk::flat_tensor(grads, LOOM_F32, n * n_), out = loom::sdk::flat_tensor(mine, LOOM_F32, n);
     in.device = out.device = ctx_.device;
