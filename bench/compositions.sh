@@ -7,11 +7,14 @@
 # docs/architecture.md: the worst relative difference of loss and grad norm over the steps, or
 # why the cell cannot exist. A cell passes within 1e-5 (fp32) or 2e-4 (bf16, fp16, fp8: a layout
 # changes the summation order, and an operand near a rounding boundary may round the other way).
-#   bench/compositions.sh [BUILD_DIR] [STEPS] [CELLS]   (CELLS: "all" or a regex of cell names)
+#   bench/compositions.sh [BUILD_DIR] [STEPS] [CELLS] [strict]   (CELLS: "all" or a regex of cell names)
+# With "strict", each cell (the single items too) trains on the strict emulated device and is
+# compared with the same cell on the CPU: it passes only when equal bit for bit (docs/cuda.md).
 set -euo pipefail
 build=${1:-build}
 steps=${2:-6}
 only=${3:-all}
+against=${4:-}
 source "$(dirname "$0")/corpus.sh"
 bench_workdir "$build" 4000 "every layout and every composition of strategies trains the same model"
 model_file() {  # model_file NAME MODEL_LINES
@@ -78,14 +81,21 @@ cell() {
   local n=1 args=() i p
   for i in "$@"; do n=$((n * ranks[$i])); read -ra more <<< "${sets[$i]}"; args+=("${more[@]}"); done
   p=$(precision_of "$@")
-  local model=dense mb=0 tol=1e-5
+  local model=dense mb=0 tol=1e-5 base
   [[ " $* " == *" ep "* ]] && model=moe
   [[ " $* " == *" pp-"* ]] && mb=1
   case $p in bf16|fp16) tol=2e-4 ;; fp8) tol=2e-3 ;; esac
-  baseline "$model" "$p" "$mb"
+  if [ "$against" = strict ]; then  # the same cell on the CPU, to the bit
+    base="cpu-$name" tol=0
+    train "$model" "$base" "$n" "${args[@]}" || { echo "| $name | $n | — | the CPU run failed: see $work/$base.log |"; refused=$((refused + 1)); return; }
+    args+=(--set run.device=strict)
+  else
+    base="base-$model-$p-$mb"
+    baseline "$model" "$p" "$mb"
+  fi
   if train "$model" "$name" "$n" "${args[@]}"; then
     local w
-    w=$(worst "$name" "base-$model-$p-$mb")
+    w=$(worst "$name" "$base")
     if python3 -c "import sys; sys.exit(0 if float('$w') <= $tol else 1)"; then
       echo "| $name | $n | $w | equal (≤ $tol) |"; passed=$((passed + 1))
     else
@@ -107,6 +117,12 @@ baseline() {
 echo "| cell | ranks | worst rel. diff (loss, grad norm) | verdict |"
 echo "|---|---|---|---|"
 same_slot=0
+if [ "$against" = strict ]; then  # each item alone first
+  for x in "${order[@]}"; do
+    [[ "$only" != all && ! "$x" =~ $only ]] && continue
+    cell "$x" "$x"
+  done
+fi
 for ((a = 0; a < ${#order[@]}; ++a)); do
   for ((b = a + 1; b < ${#order[@]}; ++b)); do
     x=${order[a]} y=${order[b]}

@@ -77,6 +77,7 @@ int bench(const Args& args) {
   const std::string comm = sel.slot("comm")->found.desc->name;
   const dist::InterfaceChoice nic = dist::network_interface(vm["interface"].as<std::string>(), *env, comm);
   if (env->rank == 0) std::printf("# interface: %s %s (from %s)\n", nic.nic.name.c_str(), nic.nic.address.c_str(), nic.source.c_str());
+  if (env->rank == 0 && comm == "nccl") std::printf("# NCCL variables in effect: %s\n", dist::nccl_variables().c_str());
   loom_options comm_opts = plugins::options_for(cfg, comm);
   dist::MeshShape mesh;
   mesh.dp = env->world;

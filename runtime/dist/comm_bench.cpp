@@ -1,5 +1,7 @@
 #include "dist/comm_bench.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -19,6 +21,16 @@ void check_op(const std::string& op) {
   for (const char* k : known)
     if (op == k) return;
   throw UsageError("unknown --op '" + op + "' (all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, sendrecv)");
+}
+
+std::string nccl_variables() {
+  std::vector<std::string> set;
+  for (char** e = environ; e && *e; ++e)
+    if (std::strncmp(*e, "NCCL_", 5) == 0) set.push_back(*e);
+  std::sort(set.begin(), set.end());
+  std::string out;
+  for (const std::string& v : set) out += (out.empty() ? "" : " ") + v;
+  return out.empty() ? "none set (NCCL's defaults)" : out;
 }
 
 double busbw_factor(const std::string& op, int n) {
@@ -106,11 +118,17 @@ class Bench {
   void print_header() const {
     std::printf("# loom bench comm: %s, %d ranks, %s, warmup %d, iters %d\n", o_.op.c_str(), n_,
                 o_.dtype.c_str(), o_.warmup, o_.iters);
-    std::printf("# %12s %12s %8s %6s %5s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
-                "root", "time(us)", "algbw", "busbw", "#wrong");
-    std::printf("# %12s %12s %8s %6s %5s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "", "",
-                "(GB/s)", "(GB/s)", "");
+    // nccl-tests prints an out-of-place and an in-place group per row. Loom's comm ABI has one
+    // variant per op (all_reduce and broadcast in place, the others from an input buffer into an
+    // output buffer): the other group says n/a rather than a figure measured some other way.
+    std::printf("# %46s %-36s %s\n", "", "out-of-place", "in-place");
+    std::printf("# %12s %12s %8s %6s %5s %10s %8s %8s %7s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
+                "root", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw", "busbw", "#wrong");
+    std::printf("# %12s %12s %8s %6s %5s %10s %8s %8s %7s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "",
+                "", "(GB/s)", "(GB/s)", "", "", "(GB/s)", "(GB/s)", "");
   }
+
+  bool in_place() const { return o_.op == "all_reduce" || o_.op == "broadcast"; }
 
   // One row of the table (rank 0 prints it); returns the size's busbw.
   double measure(int64_t size) {
@@ -182,9 +200,12 @@ class Bench {
   void print_row(double bytes, const Shape& s, double us, double algbw, double busbw, double wrong) const {
     const char* redop = o_.op == "all_reduce" || o_.op == "reduce_scatter" ? "sum" : "none";
     const char* root = o_.op == "broadcast" ? "0" : "-1";
-    std::printf("  %12.0f %12lld %8s %6s %5s %10.1f %8.3f %8.3f %7.0f\n", bytes,
+    char measured[64];
+    std::snprintf(measured, sizeof measured, "%10.1f %8.3f %8.3f %7.0f", us, algbw, busbw, wrong);
+    const char* none = "       n/a      n/a      n/a     n/a";
+    std::printf("  %12.0f %12lld %8s %6s %5s %s %s\n", bytes,
                 (long long)(o_.op == "all_gather" || o_.op == "reduce_scatter" ? s.count : s.total),
-                o_.dtype.c_str(), redop, root, us, algbw, busbw, wrong);
+                o_.dtype.c_str(), redop, root, in_place() ? none : measured, in_place() ? measured : none);
     std::fflush(stdout);
   }
 

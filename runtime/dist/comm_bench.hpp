@@ -19,6 +19,8 @@ struct CommBenchOptions {
 };
 
 double busbw_factor(const std::string& op, int n);
+// The NCCL_* environment variables this process sees, "A=1 B=2", or "none set (NCCL's defaults)".
+std::string nccl_variables();
 void check_op(const std::string& op);  // UsageError for an unknown op
 
 // Runs on every rank of `world`; rank 0 prints the table. Returns the average busbw (GB/s).

@@ -95,10 +95,17 @@ class Nccl : public loom::sdk::CommPlugin {
     }
     return 10;
   }
+  // CUDA memory goes to NCCL as it is (host buffers it stages itself): the runtime never stages
+  // for it (LOOM_COMM_DEVICES).
+  static const void* extension(const char* name) {
+    static const uint32_t devices = (1u << LOOM_DEVICE_CPU) | (1u << LOOM_DEVICE_CUDA);
+    return std::strcmp(name, LOOM_COMM_DEVICES) == 0 ? &devices : nullptr;
+  }
   static constexpr loom::sdk::About about{.name = "nccl",
                                           .version = "1.0.0",
                                           .summary = "GPU collectives over NCCL, on a comm stream, abortable",
-                                          .score = &score};
+                                          .score = &score,
+                                          .get_proc = &extension};
 
   explicit Nccl(const loom::sdk::Context& ctx) : host_(ctx.host) {}
 
