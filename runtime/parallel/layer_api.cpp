@@ -104,10 +104,15 @@ void LayerApi::embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t 
   const bool here = wpe && !context_ && offset_ == 0;
   ops_->embedding_fwd(out.f32(), tokens, wte.value.f32(), here ? wpe->value.f32() : nullptr, B, T, C);
   if (!wpe || here) return;
-  float* o = out.f32();
-  const float* p = wpe->value.f32();
-  for (int64_t i = 0; i < B * T; ++i)
-    for (int64_t c = 0; c < C; ++c) o[i * C + c] += p[position(i % T) * C + c];
+  add_positions(out.f32(), wpe->value.f32(), B * T, 0, T, C);
+}
+
+void LayerApi::add_positions(float* rows, const float* table, int64_t n, int64_t first, int64_t T, int64_t C) const {
+  for (int64_t i = 0; i < n; ++i) ops_->accumulate(rows + i * C, table + position((first + i) % T) * C, C);
+}
+
+void LayerApi::add_to_positions(float* table, const float* rows, int64_t n, int64_t first, int64_t T, int64_t C) const {
+  for (int64_t i = 0; i < n; ++i) ops_->accumulate(table + position((first + i) % T) * C, rows + i * C, C);
 }
 
 void LayerApi::embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t B, int64_t T,
@@ -116,10 +121,7 @@ void LayerApi::embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t 
   const bool here = wpe && !context_ && offset_ == 0;
   ops_->embedding_bwd(wte.grad.f32(), here ? wpe->grad.f32() : nullptr, dout.f32(), tokens, B, T, C);
   if (!wpe || here) return;
-  const float* d = dout.f32();
-  float* g = wpe->grad.f32();
-  for (int64_t i = 0; i < B * T; ++i)
-    for (int64_t c = 0; c < C; ++c) g[position(i % T) * C + c] += d[i * C + c];
+  add_to_positions(wpe->grad.f32(), dout.f32(), B * T, 0, T, C);
 }
 
 double LayerApi::cross_entropy(Tensor& logits, const int32_t* targets, int64_t,

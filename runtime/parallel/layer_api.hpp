@@ -172,6 +172,13 @@ class LayerApi {
   // linear_bwd's halves, over the gradient as the precision slot rounded it.
   void input_grad(Tensor& dx, const Tensor& dyr, const Param& W, bool accumulate) const;
   void add_weight_grad(const Tensor& dyr, const Tensor& x, Param& W) const;
+  // A learned position table where the embedding op cannot add it (cp, sp, generation): row i of
+  // `rows` is local row first + i of a sequence of T. Through the op table, row by row, since the
+  // rows and the table may be device memory:
+  //   add_positions:     rows[i] += table[position((first + i) % T)]
+  //   add_to_positions:  table[position((first + i) % T)] += rows[i]
+  void add_positions(float* rows, const float* table, int64_t n, int64_t first, int64_t T, int64_t C) const;
+  void add_to_positions(float* table, const float* rows, int64_t n, int64_t first, int64_t T, int64_t C) const;
   const loom_ops* ops_;
   GemmNumerics numerics_;
   mutable SegmentProfile profile_;

@@ -294,10 +294,7 @@ void PluginLayers::embedding(Tensor& out, const int32_t* tokens, int64_t B, int6
   const int64_t rows = x.dim(0), first = first_row(N);
   copy_bytes(out.data(), x.data(), rows * C * sizeof(float));
   if (!wpe) return;
-  float* o = out.f32();
-  const float* p = wpe->value.f32();
-  for (int64_t i = 0; i < rows; ++i)  // through the op table: the rows may be device memory
-    ops_->accumulate(o + i * C, p + position((first + i) % T) * C, C);
+  add_positions(out.f32(), wpe->value.f32(), rows, first, T, C);
 }
 
 void PluginLayers::embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t B, int64_t T,
@@ -310,9 +307,7 @@ void PluginLayers::embedding_bwd(const Tensor& dout, const int32_t* tokens, int6
         e, "tp embedding backward");
   if (!wpe) return;
   const int64_t rows = dout.dim(0), first = first_row(N);
-  const float* d = dout.f32();
-  float* g = wpe->grad.f32();
-  for (int64_t i = 0; i < rows; ++i) ops_->accumulate(g + position((first + i) % T) * C, d + i * C, C);
+  add_to_positions(wpe->grad.f32(), dout.f32(), rows, first, T, C);
 }
 
 double PluginLayers::cross_entropy(Tensor& logits, const int32_t* targets, int64_t vocab_begin,

@@ -41,6 +41,17 @@ TEST_CASE("strict device: dp2 (buckets during backward or after it) and pp2 over
   }
 }
 
+TEST_CASE("strict device: tp2, tp2+sp (gpt2-tiny: a learned position table) and cp2 (ring and all-gather) equal the CPU run") {
+  LayoutRuns runs(kGpt, kTrain);
+  for (const char* layout : {"--set parallel.nproc=2 --set parallel.tp=2",
+                             "--set parallel.nproc=2 --set parallel.tp=2 --set plugins.sequence=sp",
+                             "--set parallel.nproc=2 --set parallel.cp=2",
+                             "--set parallel.nproc=2 --set parallel.cp=2 --set plugins.cp.algorithm=allgather"}) {
+    const std::string sets = layout;
+    check_same(runs.run(sets), runs.run(sets + kStrict), 0.0, sets + " on strict");
+  }
+}
+
 TEST_CASE("strict device: fp16 and fp8 (their scales read back through copies) and full recompute equal the CPU run") {
   LayoutRuns runs(kLlama, kTrain);
   for (const char* sets : {"--set plugins.precision=fp16", "--set plugins.precision=fp8", "--set model.recompute=full"})
