@@ -25,12 +25,22 @@ Tensor rows_view(Tensor& t, int64_t rows, int64_t cols) {
   return Tensor::borrow(t.f32(), {std::max<int64_t>(rows, 1), cols});
 }
 
+// The first `rows` rows of t, on the host.
+std::vector<float> host_rows(const Tensor& t, int64_t rows, int64_t cols) {
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  if (!v.empty()) copy_bytes(v.data(), t.f32(), v.size() * sizeof(float));
+  return v;
+}
+
 }  // namespace
 
 // What one micro-batch's forward keeps for backward. Rows r = 0..R-1 are the kept (token,
 // choice) assignments grouped by expert: expert e owns rows [first[e], first[e + 1]).
 struct MoeMlp::Acts {
-  Tensor probs, lse, weights;          // [N, E], [N], [N, K]
+  // The router's statistics live on the host, where the routing decisions are made (the router
+  // logits come back from the device once per micro-batch; the gradient of the logits goes out).
+  std::vector<float> probs, lse, weights;  // [N, E], [N], [N, K]
+  Tensor logits;                           // [N, E]: the router GEMM's output, on the device
   std::vector<int32_t> expert;         // [N * K]: token t's k-th expert
   std::vector<int64_t> row_of;         // [N * K]: its row, or -1 when dropped
   std::vector<int64_t> token, first;   // [R], [E + 1]
@@ -48,9 +58,10 @@ struct MoeMlp::Acts {
   Acts(const GptConfig& c, int64_t rows) {
     const int64_t E = c.moe.experts, K = c.moe.top_k, R = rows * K, F = c.d_ff;
     const int64_t FO = c.mlp == "swiglu" ? 2 * F : F;
-    probs = Tensor::empty({rows, E});
-    lse = Tensor::empty({rows});
-    weights = Tensor::empty({rows, K});
+    probs.resize(rows * E);
+    lse.resize(rows);
+    weights.resize(rows * K);
+    logits = Tensor::empty({rows, E});
     xin = Tensor::empty({R, c.d_model});
     fc = Tensor::empty({R, FO});
     act = Tensor::empty({R, F});
@@ -120,10 +131,11 @@ void MoeMlp::choose_experts(const Tensor& h, Acts& a) {
   const loom_ops* o = api_.ops();
   const int64_t N = h.dim(0), C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k;
   a.n = N;
-  float* p = a.probs.f32();
-  o->gemm(0, 1, N, E, C, 1.f, h.f32(), C, router_->value.f32(), C, 0.f, p, E);
-  float* lse = a.lse.f32();
-  float* w = a.weights.f32();
+  o->gemm(0, 1, N, E, C, 1.f, h.f32(), C, router_->value.f32(), C, 0.f, a.logits.f32(), E);
+  float* p = a.probs.data();
+  copy_bytes(p, a.logits.f32(), N * E * sizeof(float));
+  float* lse = a.lse.data();
+  float* w = a.weights.data();
   a.expert.assign(N * K, 0);
   a.load.assign(E, 0);
   for (int64_t t = 0; t < N; ++t) {
@@ -177,12 +189,12 @@ void MoeMlp::route(const Tensor& h, int64_t T, Acts& a) {
   seqs.L = cp ? cp->seq_len() : T;
   for (int64_t i = 0; i < T; ++i) seqs.position.push_back(cp ? cp->position(i) : i);
   if (!cp) {
-    local_choices(a.probs.f32(), a.expert, seqs.B, T, E, K, seqs.expert, seqs.psum);
+    local_choices(a.probs.data(), a.expert, seqs.B, T, E, K, seqs.expert, seqs.psum);
   } else {  // [positions (T) | per sequence: experts (T K), probability sums (E)] from every cp rank
     std::vector<double> mine(seqs.position.begin(), seqs.position.end());
     std::vector<int32_t> ex;
     std::vector<double> psum;
-    local_choices(a.probs.f32(), a.expert, seqs.B, T, E, K, ex, psum);
+    local_choices(a.probs.data(), a.expert, seqs.B, T, E, K, ex, psum);
     for (int64_t b = 0; b < seqs.B; ++b) {
       for (int64_t i = 0; i < T * K; ++i) mine.push_back(ex[b * T * K + i]);
       for (int64_t e = 0; e < E; ++e) mine.push_back(psum[b * E + e]);
@@ -249,7 +261,7 @@ void MoeMlp::forward(const Tensor& h, Tensor& y, int64_t T) {
   route(h, T, a);
   const int64_t C = c_.d_model, E = c_.moe.experts, F = c_.d_ff;
   const int64_t FO = c_.mlp == "swiglu" ? 2 * F : F, R = a.first[E];
-  for (int64_t r = 0; r < R; ++r) std::memcpy(a.xin.f32() + r * C, h.f32() + a.token[r] * C, C * sizeof(float));
+  for (int64_t r = 0; r < R; ++r) copy_bytes(a.xin.f32() + r * C, h.f32() + a.token[r] * C, C * sizeof(float));
   ExpertDispatch* ex = api_.experts();
   auto t0 = Clock::now();
   a.to_local_experts(ex, E, C);
@@ -277,17 +289,20 @@ void MoeMlp::forward(const Tensor& h, Tensor& y, int64_t T) {
   record_stats(a);
 }
 
-// y_t = sum_k w_tk y_{e_tk}(t) over kept assignments.
+// y_t = sum_k w_tk y_{e_tk}(t) over kept assignments, on the host (the weights are there, and
+// the op table has no weighted scatter): the experts' rows come back and y goes out.
 void MoeMlp::combine(Acts& a, Tensor& y) const {
-  const int64_t N = a.n, C = c_.d_model, K = c_.moe.top_k;
-  std::fill(y.f32(), y.f32() + N * C, 0.f);
-  const float* w = a.weights.f32();
+  const int64_t N = a.n, C = c_.d_model, K = c_.moe.top_k, R = a.first[c_.moe.experts];
+  const std::vector<float> yexp = host_rows(a.yexp, R, C);
+  std::vector<float> out(static_cast<size_t>(N * C), 0.f);
+  const float* w = a.weights.data();
   for (int64_t i = 0; i < N * K; ++i) {
     if (a.row_of[i] < 0) continue;
-    float* yt = y.f32() + (i / K) * C;
-    const float* src = a.yexp.f32() + a.row_of[i] * C;
+    float* yt = out.data() + (i / K) * C;
+    const float* src = yexp.data() + a.row_of[i] * C;
     for (int64_t j = 0; j < C; ++j) yt[j] += w[i] * src[j];
   }
+  copy_bytes(y.f32(), out.data(), out.size() * sizeof(float));
 }
 
 // Auxiliary losses: each sequence's E sum_e f_e P_e, counted per token as the cross-entropy is,
@@ -296,7 +311,7 @@ void MoeMlp::record_stats(const Acts& a) {
   const int64_t N = a.n, K = c_.moe.top_k;
   double aux = 0, z = 0;
   for (double s : a.seq_aux) aux += s;
-  for (int64_t t = 0; t < N; ++t) z += static_cast<double>(a.lse.f32()[t]) * a.lse.f32()[t];
+  for (int64_t t = 0; t < N; ++t) z += static_cast<double>(a.lse[t]) * a.lse[t];
   last_aux_ = a.seq_aux.empty() ? 0.0 : aux / static_cast<double>(a.seq_aux.size());
   last_z_ = z / N;
   stats_.aux += aux * static_cast<double>(a.T);
@@ -313,19 +328,22 @@ void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss
   // Combine backward: d y_e(row) = w dy_t; d w_tk = <dy_t, y_e(row)>.
   Tensor dye = Tensor::empty({std::max<int64_t>(R, 1), C}), dxin = Tensor::empty({std::max<int64_t>(R, 1), C});
   std::vector<float> dw(N * K, 0.f);
-  const float* w = a.weights.f32();
+  const float* w = a.weights.data();
+  const std::vector<float> dy_host = host_rows(dy, N, C), yexp = host_rows(a.yexp, R, C);
+  std::vector<float> dye_host(static_cast<size_t>(std::max<int64_t>(R, 1) * C), 0.f);
   for (int64_t i = 0; i < N * K; ++i) {
     const int64_t r = a.row_of[i];
     if (r < 0) continue;
-    const float* dyt = dy.f32() + (i / K) * C;
-    const float* ye = a.yexp.f32() + r * C;
-    float* d = dye.f32() + r * C;
+    const float* dyt = dy_host.data() + (i / K) * C;
+    const float* ye = yexp.data() + r * C;
+    float* d = dye_host.data() + r * C;
     double s = 0;
     for (int64_t j = 0; j < C; ++j) d[j] = w[i] * dyt[j], s += static_cast<double>(dyt[j]) * ye[j];
     dw[i] = static_cast<float>(s);
   }
+  copy_bytes(dye.f32(), dye_host.data(), static_cast<size_t>(R * C) * sizeof(float));
   experts_backward(a, dye, dxin);
-  std::fill(dh.f32(), dh.f32() + N * C, 0.f);
+  api_.ops()->zero(dh.f32(), N * C * static_cast<int64_t>(sizeof(float)));
   for (int64_t r = 0; r < R; ++r) api_.ops()->accumulate(dh.f32() + a.token[r] * C, dxin.f32() + r * C, C);
   router_backward(h, a, dw, dh, dloss);
 }
@@ -373,10 +391,10 @@ void MoeMlp::experts_backward(const Acts& a, Tensor& dye, Tensor& dxin) {
 void MoeMlp::router_backward(const Tensor& h, const Acts& a, const std::vector<float>& dw, Tensor& dh, float dloss) {
   const loom_ops* o = api_.ops();
   const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k;
-  const float* p = a.probs.f32();
-  const float* w = a.weights.f32();
-  Tensor dlogits = Tensor::empty({N, E});
-  float* dl = dlogits.f32();
+  const float* p = a.probs.data();
+  const float* w = a.weights.data();
+  std::vector<float> dlogits(static_cast<size_t>(N * E));  // made on the host, then to the device
+  float* dl = dlogits.data();
   std::vector<double> dp(E);
   for (int64_t t = 0; t < N; ++t) {
     const float* pt = p + t * E;
@@ -392,11 +410,13 @@ void MoeMlp::router_backward(const Tensor& h, const Acts& a, const std::vector<f
     }
     double mean = 0;
     for (int64_t e = 0; e < E; ++e) mean += pt[e] * dp[e];
-    const double zgrad = 2.0 * c_.moe.z_coef * a.lse.f32()[t] * dloss;
+    const double zgrad = 2.0 * c_.moe.z_coef * a.lse[t] * dloss;
     for (int64_t e = 0; e < E; ++e) dl[t * E + e] = static_cast<float>(pt[e] * (dp[e] - mean) + zgrad * pt[e]);
   }
-  o->gemm(1, 0, E, C, N, 1.f, dl, E, h.f32(), C, 1.f, router_->grad.f32(), C);
-  o->gemm(0, 0, N, C, E, 1.f, dl, E, router_->value.f32(), C, 1.f, dh.f32(), C);
+  Tensor on_device = a.logits.rows(0, N);  // the forward's logits are spent: their buffer takes the gradient
+  copy_bytes(on_device.f32(), dl, dlogits.size() * sizeof(float));
+  o->gemm(1, 0, E, C, N, 1.f, on_device.f32(), E, h.f32(), C, 1.f, router_->grad.f32(), C);
+  o->gemm(0, 0, N, C, E, 1.f, on_device.f32(), E, router_->value.f32(), C, 1.f, dh.f32(), C);
 }
 
 }  // namespace loom::gpt

@@ -168,8 +168,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
       }
       if (bf16_)
         for (int64_t i = b.begin; i < b.end; ++i) ctx_.grads[i] = loom::sdk::bf16_to_f32(b.staged[i - b.begin]);
-      if (b.expert)
-        for (int64_t i = b.begin; i < b.end; ++i) ctx_.grads[i] *= expert_scale_;
+      if (b.expert) ctx_.ops->scale(ctx_.grads + b.begin, expert_scale_, b.end - b.begin);  // the grads may be device memory
     }
     auto t1 = Clock::now();
     exposed_ms = ms_between(t0, t1);

@@ -31,9 +31,12 @@ class Ep : public loom::sdk::ExpertPlugin {
   static constexpr loom::sdk::About about{.name = "ep",
                                           .version = "1.0.0",
                                           .summary = "expert parallel: experts split over ep, tokens moved by all-to-all",
-                                          .cost = &cost};
+                                          .cost = &cost,
+                                          .services = LOOM_SERVICE_DEVICE};
 
-  explicit Ep(const loom::sdk::Context& ctx) : host_(ctx.host) {}
+  // The device's table (loom.device), when training: the regrouping copies go through it, since
+  // the rows may be device memory the host cannot touch.
+  explicit Ep(const loom::sdk::Context& ctx) : host_(ctx.host), device_(ctx.host.service<loom_ops>(LOOM_SERVICE_DEVICE)) {}
 
   void setup(const loom_expert_context& ctx, int32_t& first, int32_t& count) override {
     ctx_ = ctx;
@@ -125,11 +128,19 @@ class Ep : public loom::sdk::ExpertPlugin {
     for (int b = 0; b < n_ * local_; ++b) {
       const int64_t from = to_expert_major ? source_at[b] : expert_at[b];
       const int64_t to = to_expert_major ? expert_at[b] : source_at[b];
-      if (received[b] > 0) std::memcpy(dst + to * row, src + from * row, received[b] * row);
+      if (received[b] > 0) copy(dst + to * row, src + from * row, received[b] * row);
     }
   }
 
+  void copy(void* dst, const void* src, size_t bytes) const {
+    if (device_ && LOOM_HAS_FIELD(device_, loom_ops, copy) && device_->copy)
+      device_->copy(dst, src, static_cast<int64_t>(bytes));
+    else
+      std::memcpy(dst, src, bytes);
+  }
+
   loom::sdk::Host host_;
+  const loom_ops* device_;
   loom_expert_context ctx_{};
   int n_ = 1, rank_ = 0, local_ = 0;
   std::vector<char> staged_;
