@@ -5,6 +5,7 @@
 
 #include <cblas.h>
 
+#include "ops/kernel_entries.hpp"
 #include "ops/cpu/kernels.hpp"
 #include "ops/ops.hpp"
 
@@ -26,39 +27,7 @@ const loom_ops* cpu() {
     loom_ops t{};
     t.v = LOOM_VERSION_OF(loom_ops);
     t.device = {LOOM_DEVICE_CPU, 0};
-    t.gemm = &cpu::gemm;
-    t.embedding_fwd = &cpu::embedding_fwd;
-    t.embedding_bwd = &cpu::embedding_bwd;
-    t.layernorm_fwd = &cpu::layernorm_fwd;
-    t.layernorm_bwd = &cpu::layernorm_bwd;
-    t.rmsnorm_fwd = &cpu::rmsnorm_fwd;
-    t.rmsnorm_bwd = &cpu::rmsnorm_bwd;
-    t.bias_add = &cpu::bias_add;
-    t.bias_bwd = &cpu::bias_bwd;
-    t.gelu_fwd = &cpu::gelu_fwd;
-    t.gelu_bwd = &cpu::gelu_bwd;
-    t.swiglu_fwd = &cpu::swiglu_fwd;
-    t.swiglu_bwd = &cpu::swiglu_bwd;
-    t.attention_fwd = &cpu::attention_fwd;
-    t.attention_bwd = &cpu::attention_bwd;
-    t.add = &cpu::add;
-    t.accumulate = &cpu::accumulate;
-    t.scale = &cpu::scale;
-    t.sum_squares = &cpu::sum_squares;
-    t.softmax_xent = &cpu::softmax_xent;
-    t.adamw = &cpu::adamw;
-    t.quantize = &cpu::quantize;
-    t.layernorm_fwd_eps = &cpu::layernorm_fwd_eps;
-    t.rmsnorm_fwd_eps = &cpu::rmsnorm_fwd_eps;
-    t.attention_gqa_fwd = &cpu::attention_gqa_fwd;
-    t.attention_gqa_bwd = &cpu::attention_gqa_bwd;
-    t.rope_fwd = &cpu::rope_fwd;
-    t.rope_bwd = &cpu::rope_bwd;
-    t.attention_block_fwd = &cpu::attention_block_fwd;
-    t.attention_block_bwd = &cpu::attention_block_bwd;
-    t.attention_merge = &cpu::attention_merge;
-    t.gelu_erf_fwd = &cpu::gelu_erf_fwd;
-    t.gelu_erf_bwd = &cpu::gelu_erf_bwd;
+    LOOM_OPS_KERNEL_ENTRIES(t, loom::cpu);
     // The device contract on the host: every call is done when it returns, one stream.
     t.host_reachable = 1;
     t.copy = [](void* dst, const void* src, int64_t n) {

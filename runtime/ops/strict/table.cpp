@@ -1,3 +1,4 @@
+#include "ops/kernel_entries.hpp"
 #include "ops/strict/table.hpp"
 
 #include <cstring>
@@ -467,39 +468,7 @@ const loom_ops* ops() {
     loom_ops t{};
     t.v = LOOM_VERSION_OF(loom_ops);
     t.device = {LOOM_DEVICE_STRICT, 0};
-    t.gemm = gemm;
-    t.embedding_fwd = embedding_fwd;
-    t.embedding_bwd = embedding_bwd;
-    t.layernorm_fwd = layernorm_fwd;
-    t.layernorm_bwd = layernorm_bwd;
-    t.rmsnorm_fwd = rmsnorm_fwd;
-    t.rmsnorm_bwd = rmsnorm_bwd;
-    t.bias_add = bias_add;
-    t.bias_bwd = bias_bwd;
-    t.gelu_fwd = gelu_fwd;
-    t.gelu_bwd = gelu_bwd;
-    t.swiglu_fwd = swiglu_fwd;
-    t.swiglu_bwd = swiglu_bwd;
-    t.attention_fwd = attention_fwd;
-    t.attention_bwd = attention_bwd;
-    t.add = add;
-    t.accumulate = accumulate;
-    t.scale = scale;
-    t.sum_squares = sum_squares;
-    t.softmax_xent = softmax_xent;
-    t.adamw = adamw;
-    t.quantize = quantize;
-    t.layernorm_fwd_eps = layernorm_fwd_eps;
-    t.rmsnorm_fwd_eps = rmsnorm_fwd_eps;
-    t.attention_gqa_fwd = attention_gqa_fwd;
-    t.attention_gqa_bwd = attention_gqa_bwd;
-    t.rope_fwd = rope_fwd;
-    t.rope_bwd = rope_bwd;
-    t.attention_block_fwd = attention_block_fwd;
-    t.attention_block_bwd = attention_block_bwd;
-    t.attention_merge = attention_merge;
-    t.gelu_erf_fwd = gelu_erf_fwd;
-    t.gelu_erf_bwd = gelu_erf_bwd;
+    LOOM_OPS_KERNEL_ENTRIES(t, loom::strict);
     t.host_reachable = 0;
     t.copy = copy;
     t.zero = zero;
