@@ -283,6 +283,27 @@ TEST_CASE("CUDA block attention with positions and merge match the CPU (ABI 1.5)
   close(gdkv2.host(), dkv2, 1e-3f, 1e-4f, "block 2 dk, dv (the key at 16 gets 0)");
 }
 
+TEST_CASE("CUDA device contract (ABI 2.2): copies both ways, zero, events and pinned memory do what the CPU's do") {
+  const loom_ops& g = gpu();
+  REQUIRE(LOOM_HAS_FIELD(&g, loom_ops, pinned_free));
+  const std::vector<float> x = random(4097, 1.f, 11);
+  Dev<float> d(filled(x.size()));
+  g.copy(d.p, x.data(), static_cast<int64_t>(x.size() * sizeof(float)));  // host to device
+  const int64_t copied = g.record_event();
+  g.sync_event(copied);
+  CHECK(d.host() == x);
+  auto* pinned = static_cast<float*>(g.pinned_alloc(static_cast<int64_t>(x.size() * sizeof(float))));
+  REQUIRE(pinned);
+  g.copy(pinned, d.p, static_cast<int64_t>(x.size() * sizeof(float)));  // device to pinned host
+  g.synchronize();
+  CHECK(std::vector<float>(pinned, pinned + x.size()) == x);
+  g.pinned_free(pinned);
+  g.zero(d.p + 1, 100 * sizeof(float));
+  std::vector<float> want = x;
+  cpu().zero(want.data() + 1, 100 * sizeof(float));
+  CHECK(d.host() == want);
+}
+
 TEST_CASE("CUDA softmax cross-entropy, AdamW and quantize match the CPU") {
   const int64_t N = 9, V = 300, Vr = 290;
   auto z = random(N * V, 3.f, 18);
