@@ -87,7 +87,12 @@ cell() {
   case $p in bf16|fp16) tol=2e-4 ;; fp8) tol=2e-3 ;; esac
   if [ "$against" = strict ]; then  # the same cell on the CPU, to the bit
     base="cpu-$name" tol=0
-    train "$model" "$base" "$n" "${args[@]}" || { echo "| $name | $n | — | the CPU run failed: see $work/$base.log |"; refused=$((refused + 1)); return; }
+    if ! train "$model" "$base" "$n" "${args[@]}"; then
+      local why
+      why=$(grep -m1 -E "error" "$work/$base.log" | sed 's/^\[rank [0-9]*\] //; s/|/\\|/g')
+      echo "| $name | $n | — | refused on the CPU too: ${why:-see log} |"; refused=$((refused + 1))
+      return
+    fi
     args+=(--set run.device=strict)
   else
     base="base-$model-$p-$mb"
