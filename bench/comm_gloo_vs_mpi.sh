@@ -9,8 +9,8 @@ build=${1:-build}
 nproc=${2:-2}
 iters=${3:-10}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-busbw() {  # busbw of the row for SIZE in bench output on stdin
-  sed 's/^\[rank [0-9]*\] //' | awk -v size="$1" '$1 == size { print $8 }'
+busbw() {  # busbw of the row for SIZE in bench output on stdin: the out-of-place group's, else the in-place one's
+  sed 's/^\[rank [0-9]*\] //' | awk -v size="$1" '$1 == size { print ($8 == "n/a" ? $12 : $8) }'
 }
 printf "%-15s %10s %12s %12s %10s\n" op bytes "gloo GB/s" "mpi GB/s" "mpi/gloo"
 for op in all_reduce all_gather reduce_scatter all_to_all; do

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "core/cpus.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
+#include "dist/comm_bench.hpp"
 #include "loader/registry.hpp"
 #include "model/model.hpp"
 #include "ops/ops.hpp"
@@ -117,13 +119,9 @@ std::vector<std::pair<double, double>> measure_op(const std::string& comm, const
   if (!p) throw RuntimeError("cannot run loom bench comm");
   char line[512];
   std::vector<std::pair<double, double>> rows;
-  while (std::fgets(line, sizeof line, p)) {
-    double bytes, count, root, time_us, algbw, bus;
-    char type[32], redop[32];
-    if (std::sscanf(line, "[rank 0] %lf %lf %31s %31s %lf %lf %lf %lf", &bytes, &count, type, redop, &root, &time_us,
-                    &algbw, &bus) == 8)
-      rows.push_back({bytes, time_us * 1e-6});
-  }
+  while (std::fgets(line, sizeof line, p))
+    if (std::strncmp(line, "[rank 0]", 8) == 0)
+      if (const auto row = dist::parse_comm_bench_row(line)) rows.push_back({row->bytes, row->time_us * 1e-6});
   if (pclose(p) != 0 || rows.size() < 8)
     throw RuntimeError("loom bench comm --op " + op + " failed; is the '" + comm + "' plugin built?");
   return rows;

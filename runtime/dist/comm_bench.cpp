@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <vector>
 
 #include "core/errors.hpp"
@@ -220,6 +221,24 @@ class Bench {
 };
 
 }  // namespace
+
+std::optional<CommBenchRow> parse_comm_bench_row(const std::string& line) {
+  std::string text = line;
+  if (text.rfind("[rank ", 0) == 0) text = text.substr(text.find(']') + 1);
+  std::istringstream words(text);
+  std::string size, count, type, redop, root;
+  if (!(words >> size >> count >> type >> redop >> root) || size.empty() || size[0] == '#') return std::nullopt;
+  std::string group[8];
+  for (std::string& g : group)
+    if (!(words >> g)) return std::nullopt;
+  const int at = group[0] == "n/a" ? 4 : 0;  // the measured group
+  try {
+    return CommBenchRow{std::stod(size), std::stod(group[at]), std::stod(group[at + 1]), std::stod(group[at + 2]),
+                        std::stod(group[at + 3])};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
 
 double run_comm_bench(CommWorld& world, const CommBenchOptions& o) {
   Bench bench(world, o);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "dist/comm.hpp"
@@ -25,6 +26,13 @@ void check_op(const std::string& op);  // UsageError for an unknown op
 
 // Runs on every rank of `world`; rank 0 prints the table. Returns the average busbw (GB/s).
 double run_comm_bench(CommWorld& world, const CommBenchOptions& o);
+
+// One data row of the table as printed (a launcher's "[rank 0] " prefix allowed): the size and
+// the measured group (out-of-place or in-place, whichever the op has; the other says n/a).
+struct CommBenchRow {
+  double bytes = 0, time_us = 0, algbw = 0, busbw = 0, wrong = 0;
+};
+std::optional<CommBenchRow> parse_comm_bench_row(const std::string& line);
 
 // "256M", "8", "1K" -> bytes.
 int64_t parse_bytes(const std::string& s);

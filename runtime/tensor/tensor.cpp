@@ -158,25 +158,13 @@ const loom_ops* device_table(const Tensor& t) {
 }
 }  // namespace
 
-bool host_reachable(const Tensor& t) { return device_table(t) == nullptr; }
+void upload(const Tensor& t, const void* host) { copy_bytes(t.data(), host, t.bytes()); }
 
-void upload(const Tensor& t, const void* host) {
-  if (const loom_ops* ops = device_table(t))
-    ops->copy(t.data(), host, static_cast<int64_t>(t.bytes()));
-  else
-    std::memcpy(t.data(), host, t.bytes());
-}
-
-void download(const Tensor& t, void* host) {
-  if (const loom_ops* ops = device_table(t))
-    ops->copy(host, t.data(), static_cast<int64_t>(t.bytes()));  // to pageable memory: waits
-  else
-    std::memcpy(host, t.data(), t.bytes());
-}
+void download(const Tensor& t, void* host) { copy_bytes(host, t.data(), t.bytes()); }  // waits
 
 std::vector<float> to_host(const Tensor& t) {
-  std::vector<float> v(static_cast<size_t>(t.numel()));
   if (t.dtype() != LOOM_F32) throw RuntimeError("to_host: tensor is " + std::string(dtype_name(t.dtype())) + ", not f32");
+  std::vector<float> v(static_cast<size_t>(t.numel()));
   download(t, v.data());
   return v;
 }

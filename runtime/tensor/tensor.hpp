@@ -40,9 +40,8 @@ class Tensor;
 void upload(const Tensor& t, const void* host);
 void download(const Tensor& t, void* host);
 std::vector<float> to_host(const Tensor& t);  // an f32 tensor's values
-// Whether host code may dereference t.data() (false on strict, and on CUDA once device-resident).
-bool host_reachable(const Tensor& t);
-// Host memory with a device's contract: copies through `ops` when a pointer is the device's.
+// bytes from src to dst, either side host or device memory: through the device's copy when
+// either is the device's (to host memory it has finished when it returns), else memcpy.
 void copy_bytes(void* dst, const void* src, size_t bytes);
 
 class Tensor {

@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include "cluster/local_cluster.hpp"
+#include "dist/comm_bench.hpp"
 #include "support/layouts.hpp"
 
 using namespace loom;
@@ -276,13 +277,11 @@ double all_reduce_us(const LocalCluster& cluster, int64_t bytes) {
                                                       " --max-bytes " + std::to_string(bytes) + " --iters 10 --warmup 3 --nproc 1");
   INFO(r[0].out << r[1].out);
   REQUIRE(r[0].rc == 0);
-  // "[rank 0]           8192         2048    float    sum    -1     1578.8    0.005    0.005       0"
+  // "[rank 0]  8192  2048  float  sum  -1  n/a n/a n/a n/a  1578.8  0.005  0.005  0": all_reduce is in place
   std::istringstream lines(r[0].out);
-  for (std::string line; std::getline(lines, line);) {
-    std::istringstream words(line.substr(line.find(']') + 1));
-    std::string size, count, type, op, root, time;
-    if (words >> size >> count >> type >> op >> root >> time && size == std::to_string(bytes)) return std::stod(time);
-  }
+  for (std::string line; std::getline(lines, line);)
+    if (const auto row = loom::dist::parse_comm_bench_row(line); row && row->bytes == static_cast<double>(bytes))
+      return row->time_us;
   FAIL("no row for " << bytes << " bytes");
   return 0;
 }

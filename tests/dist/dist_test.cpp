@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "dist/comm_bench.hpp"
 #include "support/process.hpp"
 
 using loom::test::run_loom;
@@ -125,15 +126,20 @@ TEST_CASE("loom bench comm prints nccl-tests rows with no wrong results for ever
     CHECK(r.rc == 0);
     CHECK(has(r.out, "# Avg bus bandwidth"));
     CHECK(has(r.out, "(GB/s)"));
-    // Every data row ends in its #wrong column: all zero.
+    // Every data row: its measured group's #wrong is zero, and the op's other variant says n/a.
     size_t rows = 0, pos = 0;
     while ((pos = r.out.find("[rank 0]  ", pos)) != std::string::npos) {
       size_t eol = r.out.find('\n', pos);
-      std::string row = r.out.substr(pos, eol - pos);
-      CHECK(row.substr(row.find_last_not_of(' ')) == "0");
+      const std::string line = r.out.substr(pos, eol - pos);
+      const auto row = loom::dist::parse_comm_bench_row(line);
+      REQUIRE(row);
+      CHECK(row->wrong == 0);
+      CHECK(has(line, "n/a"));
       ++rows;
       pos = eol;
     }
+    CHECK(has(r.out, "out-of-place"));
+    CHECK(has(r.out, "in-place"));
     CHECK(rows == 14);  // 8 B .. 64 KiB, doubling
   }
   auto bad = run_loom("bench comm --op all_reduse --nproc 1");

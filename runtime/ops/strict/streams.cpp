@@ -72,18 +72,20 @@ void worker(int s) {
   int applied = -1;
   for (;;) {
     Task task;
+    bool device_failed = false;  // after a failed op, later ones are skipped (a GPU's sticky error)
     {
       std::unique_lock<std::mutex> lock(d.mu);
       d.cv.wait(lock, [&] { return !d.queue[s].empty(); });
       task = std::move(d.queue[s].front());
       d.queue[s].pop_front();
+      device_failed = !d.failure.empty();
     }
     const int want = d.threads.load();
     if (want > 0 && want != applied) omp_set_num_threads(applied = want);
     t_running = task.op;
     std::string failed;
     try {
-      if (d.failure.empty()) task.work();
+      if (!device_failed) task.work();
     } catch (const std::exception& e) {
       failed = std::string("op '") + task.op + "' on the " + stream_name(s) + " stream failed: " + e.what();
     }
