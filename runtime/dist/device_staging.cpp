@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "loader/host.hpp"
 #include "tensor/tensor.hpp"
 
 namespace loom::dist {
@@ -18,20 +19,41 @@ int64_t bytes_of(const loom_tensor* t) {
   return n * static_cast<int64_t>(dtype_size(static_cast<loom_dtype>(t->dtype)));
 }
 
+// This thread's work goes to the comm stream while it lives, back to compute after, also when
+// a copy throws.
+class OnCommStream {
+ public:
+  explicit OnCommStream(const loom_ops* ops) : ops_(ops) { ops_->set_stream(LOOM_STREAM_COMM); }
+  ~OnCommStream() { ops_->set_stream(LOOM_STREAM_COMPUTE); }
+  OnCommStream(const OnCommStream&) = delete;
+  OnCommStream& operator=(const OnCommStream&) = delete;
+
+ private:
+  const loom_ops* ops_;
+};
+
 // One operation's host copies of its device tensors.
 class Staging {
  public:
   // `kept`: host copies that outlive the operation, one per device buffer, for a buffer the
   // backend will see again (LOOM_COMM_PERSISTENT: gloo keeps its algorithm per pointer).
   Staging(const loom_ops* ops, PinnedCache* kept) : ops_(ops), kept_(kept) {}
+  // A copy back may still read the host copies: they are freed once it has run. After a failure
+  // (of the device, or of the backend, which may still write them) they are left allocated.
   ~Staging() {
     bool freeing = false;
     for (const Copy& c : copies_) freeing = freeing || !c.kept;
-    // A copy back may still read the host copies: they are freed once it has run.
-    if (freeing && copied_back_ >= 0) ops_->sync_event(copied_back_);
+    if (!freeing || abandoned_) return;
+    try {
+      if (copied_back_ >= 0) ops_->sync_event(copied_back_);
+    } catch (const std::exception&) {
+      return;
+    }
     for (const Copy& c : copies_)
       if (!c.kept) ops_->pinned_free(c.host.data);
   }
+  // The operation failed: nothing may free what the backend or a copy may still use.
+  void abandon() { abandoned_ = true; }
 
   // A tensor the backend reads: a host copy of it. Host tensors pass through.
   loom_tensor* in(const loom_tensor* t) { return stage(const_cast<loom_tensor*>(t), true, false); }
@@ -43,12 +65,11 @@ class Staging {
   void ready() {
     if (copies_.empty()) return;
     const int64_t compute_done = ops_->record_event();
-    ops_->set_stream(LOOM_STREAM_COMM);
+    OnCommStream comm(ops_);
     ops_->wait_event(compute_done);
     for (const Copy& c : copies_)
       if (c.read) ops_->copy(c.host.data, c.device.data, bytes_of(&c.device));
     ops_->sync_event(ops_->record_event());
-    ops_->set_stream(LOOM_STREAM_COMPUTE);
   }
 
   // What the backend wrote goes back on the comm stream; the compute stream's next kernels wait.
@@ -56,11 +77,12 @@ class Staging {
     bool any = false;
     for (const Copy& c : copies_) any = any || c.written;
     if (!any) return;
-    ops_->set_stream(LOOM_STREAM_COMM);
-    for (const Copy& c : copies_)
-      if (c.written) ops_->copy(c.device.data, c.host.data, bytes_of(&c.device));
-    copied_back_ = ops_->record_event();
-    ops_->set_stream(LOOM_STREAM_COMPUTE);
+    {
+      OnCommStream comm(ops_);
+      for (const Copy& c : copies_)
+        if (c.written) ops_->copy(c.device.data, c.host.data, bytes_of(&c.device));
+      copied_back_ = ops_->record_event();
+    }
     ops_->wait_event(copied_back_);
   }
 
@@ -93,7 +115,8 @@ class Staging {
   const loom_ops* ops_;
   PinnedCache* kept_;
   std::deque<Copy> copies_;
-  int64_t copied_back_ = -1;  // the event after the copies back, once finish() has issued them  // stable addresses: the backend holds the host descriptors
+  int64_t copied_back_ = -1;  // the event after the copies back, once finish() has issued them
+  bool abandoned_ = false;  // stable addresses: the backend holds the host descriptors
 };
 
 // An issued operation and the copies it goes back through when waited for.
@@ -104,25 +127,40 @@ struct StagedWork {
 
 // Issues `call` on the staged tensors: to completion (work NULL: then copies back), or as an
 // operation whose wait copies back.
-template <class Call>
-loom_status issue(std::unique_ptr<Staging> st, loom_work** work, Call call) {
-  st->ready();
-  if (!work) {
-    const loom_status s = call(nullptr);
-    if (s == LOOM_OK) st->finish();
-    return s;
+// A refused copy (the strict device's hazard check) becomes the operation's error, as the C
+// boundary requires, instead of an exception through it.
+template <class Body>
+loom_status guarded(loom_error* err, Body body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return plugins::host().set_error(err, LOOM_FATAL, (std::string("staging through host memory: ") + e.what()).c_str());
   }
-  loom_work* inner = nullptr;
-  const loom_status s = call(&inner);
-  if (s == LOOM_OK) *work = reinterpret_cast<loom_work*>(new StagedWork{inner, std::move(st)});
-  return s;
+}
+
+template <class Call>
+loom_status issue(std::unique_ptr<Staging> st, loom_work** work, loom_error* err, Call call) {
+  return guarded(err, [&] {
+    st->ready();
+    if (!work) {
+      const loom_status s = call(nullptr);
+      if (s == LOOM_OK) st->finish();
+      if (s != LOOM_OK) st->abandon();
+      return s;
+    }
+    loom_work* inner = nullptr;
+    const loom_status s = call(&inner);
+    if (s == LOOM_OK) *work = reinterpret_cast<loom_work*>(new StagedWork{inner, std::move(st)});
+    if (s != LOOM_OK) st->abandon();
+    return s;
+  });
 }
 
 loom_status all_reduce(void* self, loom_comm* comm, loom_tensor* buf, int32_t op, loom_work** work, loom_error* err) {
   StagedComm& s = of(self);
   auto st = std::make_unique<Staging>(s.ops, (op & LOOM_COMM_PERSISTENT) ? &s.kept : nullptr);
   loom_tensor* b = st->out(buf, true);
-  return issue(std::move(st), work, [&](loom_work** w) { return s.inner->all_reduce(s.inner_self, comm, b, op, w, err); });
+  return issue(std::move(st), work, err, [&](loom_work** w) { return s.inner->all_reduce(s.inner_self, comm, b, op, w, err); });
 }
 
 loom_status reduce_scatter(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out, int32_t op,
@@ -131,7 +169,7 @@ loom_status reduce_scatter(void* self, loom_comm* comm, const loom_tensor* in, l
   auto st = std::make_unique<Staging>(s.ops, nullptr);
   const loom_tensor* i = st->in(in);
   loom_tensor* o = st->out(out, false);
-  return issue(std::move(st), work,
+  return issue(std::move(st), work, err,
                [&](loom_work** w) { return s.inner->reduce_scatter(s.inner_self, comm, i, o, op, w, err); });
 }
 
@@ -141,14 +179,14 @@ loom_status all_gather(void* self, loom_comm* comm, const loom_tensor* in, loom_
   auto st = std::make_unique<Staging>(s.ops, nullptr);
   const loom_tensor* i = st->in(in);
   loom_tensor* o = st->out(out, false);
-  return issue(std::move(st), work, [&](loom_work** w) { return s.inner->all_gather(s.inner_self, comm, i, o, w, err); });
+  return issue(std::move(st), work, err, [&](loom_work** w) { return s.inner->all_gather(s.inner_self, comm, i, o, w, err); });
 }
 
 loom_status broadcast(void* self, loom_comm* comm, loom_tensor* buf, int32_t root, loom_work** work, loom_error* err) {
   StagedComm& s = of(self);
   auto st = std::make_unique<Staging>(s.ops, nullptr);
   loom_tensor* b = st->out(buf, true);
-  return issue(std::move(st), work, [&](loom_work** w) { return s.inner->broadcast(s.inner_self, comm, b, root, w, err); });
+  return issue(std::move(st), work, err, [&](loom_work** w) { return s.inner->broadcast(s.inner_self, comm, b, root, w, err); });
 }
 
 loom_status all_to_all(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out, const int64_t* send_counts,
@@ -157,7 +195,7 @@ loom_status all_to_all(void* self, loom_comm* comm, const loom_tensor* in, loom_
   auto st = std::make_unique<Staging>(s.ops, nullptr);
   const loom_tensor* i = st->in(in);
   loom_tensor* o = st->out(out, false);
-  return issue(std::move(st), work, [&](loom_work** w) {
+  return issue(std::move(st), work, err, [&](loom_work** w) {
     return s.inner->all_to_all(s.inner_self, comm, i, o, send_counts, recv_counts, w, err);
   });
 }
@@ -167,7 +205,7 @@ loom_status send(void* self, loom_comm* comm, const loom_tensor* buf, int32_t pe
   StagedComm& s = of(self);
   auto st = std::make_unique<Staging>(s.ops, nullptr);
   const loom_tensor* b = st->in(buf);
-  return issue(std::move(st), work, [&](loom_work** w) { return s.inner->send(s.inner_self, comm, b, peer, tag, w, err); });
+  return issue(std::move(st), work, err, [&](loom_work** w) { return s.inner->send(s.inner_self, comm, b, peer, tag, w, err); });
 }
 
 loom_status recv(void* self, loom_comm* comm, loom_tensor* buf, int32_t peer, int32_t tag, loom_work** work,
@@ -175,15 +213,21 @@ loom_status recv(void* self, loom_comm* comm, loom_tensor* buf, int32_t peer, in
   StagedComm& s = of(self);
   auto st = std::make_unique<Staging>(s.ops, nullptr);
   loom_tensor* b = st->out(buf, false);
-  return issue(std::move(st), work, [&](loom_work** w) { return s.inner->recv(s.inner_self, comm, b, peer, tag, w, err); });
+  return issue(std::move(st), work, err, [&](loom_work** w) { return s.inner->recv(s.inner_self, comm, b, peer, tag, w, err); });
 }
 
 loom_status wait(void* self, loom_work* work, loom_error* err) {
   StagedComm& s = of(self);
   std::unique_ptr<StagedWork> sw(reinterpret_cast<StagedWork*>(work));
   const loom_status st = s.inner->wait(s.inner_self, sw->inner, err);
-  if (st == LOOM_OK) sw->staging->finish();
-  return st;
+  if (st != LOOM_OK) {
+    sw->staging->abandon();
+    return st;
+  }
+  return guarded(err, [&] {
+    sw->staging->finish();
+    return LOOM_OK;
+  });
 }
 
 // The calls without tensors go straight through.

@@ -107,12 +107,30 @@ void LayerApi::embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t 
   add_positions(out.f32(), wpe->value.f32(), B * T, 0, T, C);
 }
 
+// Where the host reaches the memory a loop does it (a kernel launch per row of C would cost an
+// OpenMP fork each); elsewhere the op table's accumulate, row by row: the same sums either way.
 void LayerApi::add_positions(float* rows, const float* table, int64_t n, int64_t first, int64_t T, int64_t C) const {
-  for (int64_t i = 0; i < n; ++i) ops_->accumulate(rows + i * C, table + position((first + i) % T) * C, C);
+  for (int64_t i = 0; i < n; ++i) {
+    float* y = rows + i * C;
+    const float* x = table + position((first + i) % T) * C;
+    if (!ops_->host_reachable) {
+      ops_->accumulate(y, x, C);
+      continue;
+    }
+    for (int64_t c = 0; c < C; ++c) y[c] += x[c];
+  }
 }
 
 void LayerApi::add_to_positions(float* table, const float* rows, int64_t n, int64_t first, int64_t T, int64_t C) const {
-  for (int64_t i = 0; i < n; ++i) ops_->accumulate(table + position((first + i) % T) * C, rows + i * C, C);
+  for (int64_t i = 0; i < n; ++i) {
+    float* y = table + position((first + i) % T) * C;
+    const float* x = rows + i * C;
+    if (!ops_->host_reachable) {
+      ops_->accumulate(y, x, C);
+      continue;
+    }
+    for (int64_t c = 0; c < C; ++c) y[c] += x[c];
+  }
 }
 
 void LayerApi::embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t B, int64_t T,

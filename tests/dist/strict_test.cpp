@@ -39,6 +39,10 @@ TEST_CASE("strict device: dp2 (buckets during backward or after it) and pp2 over
     const std::string sets = layout;
     check_same(runs.run(sets), runs.run(sets + kStrict), 0.0, sets + " on strict");
   }
+  // ddp's bf16 wire is encoded by host loops: refused on the device, not a fault.
+  auto bf16 = runs.raw(std::string("--set parallel.nproc=2 --set plugins.ddp.reduce_dtype=bf16") + kStrict);
+  CHECK(bf16.rc == 2);
+  CHECK(has(bf16.out, "reduce_dtype = \"bf16\" encodes the gradients on the host"));
 }
 
 TEST_CASE("strict device: tp2, tp2+sp (gpt2-tiny: a learned position table) and cp2 (ring and all-gather) equal the CPU run") {

@@ -110,8 +110,13 @@ class Cp : public loom::sdk::ContextPlugin {
     for (auto* b : {&kv_[0], &kv_[1], &dkv_[0], &dkv_[1], &dkv_block_, &kv_all_, &dkv_all_, &q_, &dq_, &dq_block_, &part_, &part_lse_})
       *b = std::make_unique<DeviceBuffer<float>>(h, ctx.device);
     positions_.resize(n_);
-    // Positions stay on the host: the kernels take them as staged arrays, and masked() reads them.
-    for (auto& p : positions_) p = std::make_unique<DeviceBuffer<int64_t>>(h, loom_device{LOOM_DEVICE_CPU, 0});
+    // masked() reads the positions on the host. Where the host cannot reach device memory (ABI
+    // 2.2: strict) they stay host arrays, which its kernels take as staged arrays; elsewhere (CPU,
+    // CUDA's managed memory) they are the device's, which both sides reach.
+    const loom_ops* o = ctx.ops;
+    const bool unreachable = LOOM_HAS_FIELD(o, loom_ops, host_reachable) && !o->host_reachable;
+    const loom_device where = unreachable ? loom_device{LOOM_DEVICE_CPU, 0} : ctx.device;
+    for (auto& p : positions_) p = std::make_unique<DeviceBuffer<int64_t>>(h, where);
   }
 
   // zigzag: 2 cp chunks of c = T / (2 cp); rank r holds chunks r and 2 cp - 1 - r.

@@ -106,6 +106,12 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
 
   void setup(const loom_data_context& ctx) override {
     ctx_ = ctx;
+    // The bf16 and fp8 wires are encoded by host loops over the gradients.
+    const loom_ops* o = ctx.ops;
+    if ((bf16_ || fp8_) && o && LOOM_HAS_FIELD(o, loom_ops, host_reachable) && !o->host_reachable)
+      throw loom::sdk::ConfigError(std::string("[plugins.ddp] reduce_dtype = \"") + (bf16_ ? "bf16" : "fp8") +
+                                   "\" encodes the gradients on the host, which this device's memory is not "
+                                   "(device \"strict\"): use reduce_dtype = \"fp32\"");
     expert_dp_ = ctx.expert_dp;
     if (expert_dp_)  // an expert gradient: sum over expert_dp / size(dp) = average x this
       expert_scale_ = static_cast<float>(ctx.comm->size(ctx.comm_self, expert_dp_)) /

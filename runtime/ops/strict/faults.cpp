@@ -64,14 +64,12 @@ void write_err(const std::string& s) {
 
 void on_fault(int sig, siginfo_t* info, void* context) {
   const void* addr = info->si_addr;
-  char* base = nullptr;
-  size_t bytes = 0;
-  const bool device = is_device(addr);
-  const bool pinned = !device && find_pinned(addr, &base, &bytes);
-  if (!device && !pinned) {
-    signal(sig, SIG_DFL);  // not ours: the default action when the instruction runs again
+  const FaultAddress kind = classify_fault_address(addr);
+  if (kind == FaultAddress::other || kind == FaultAddress::unknown) {
+    signal(sig, SIG_DFL);  // not ours (or the allocator itself crashed): the default action when the instruction runs again
     return;
   }
+  const bool device = kind == FaultAddress::device;
   void* pc = nullptr;
 #if defined(__x86_64__)
   pc = reinterpret_cast<void*>(static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_RIP]);
@@ -91,7 +89,14 @@ void on_fault(int sig, siginfo_t* info, void* context) {
 }  // namespace
 
 // Installed again on every call: a test framework or a library may have put its own in between.
+// The handler is best effort: it allocates and walks the stack (backtrace is called here once so
+// that its first use, which loads libgcc_s, is not in the handler), then ends the process.
 void install_fault_handler() {
+  static const int warmed = [] {
+    void* frame[1];
+    return backtrace(frame, 1);
+  }();
+  (void)warmed;
   struct sigaction sa {};
   sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO;

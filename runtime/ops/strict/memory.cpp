@@ -65,7 +65,10 @@ struct Memory {
   std::map<char*, Region> regions;                // by view address
   std::map<size_t, std::vector<char*>> free_device, free_pinned;
   std::map<char*, size_t> live_device, live_pinned;  // block -> its size class
-  std::map<char*, int> pinned_in_flight;  // block -> copies that still use it
+  struct Users {
+    int writers = 0, readers = 0;
+  };
+  std::map<char*, Users> pinned_in_flight;  // block -> the copies that still use it
   MemoryStats stats;
 
   // The region whose view holds p, or nullptr.
@@ -210,23 +213,51 @@ bool pinned_in_flight(const void* p) {
   return mem.pinned_in_flight.count(static_cast<char*>(const_cast<void*>(p))) > 0;
 }
 
+FaultAddress classify_fault_address(const void* p) {
+  Memory& mem = memory();
+  std::unique_lock<std::mutex> lock(mem.m, std::try_to_lock);
+  if (!lock.owns_lock()) return FaultAddress::unknown;
+  const Region* r = mem.region_of(p);
+  if (r && !r->pinned) return FaultAddress::device;
+  char* base = nullptr;
+  size_t bytes = 0;
+  return find_in(mem.live_pinned, p, &base, &bytes) ? FaultAddress::pinned : FaultAddress::other;
+}
+
 bool find_pinned(const void* p, char** base, size_t* bytes) {
   Memory& mem = memory();
   std::lock_guard<std::mutex> lock(mem.m);
   return find_in(mem.live_pinned, p, base, bytes);
 }
 
-void protect_pinned(char* base, size_t bytes, PinnedAccess access) {
-  const int prot = access == PinnedAccess::none        ? PROT_NONE
-                   : access == PinnedAccess::read_only ? PROT_READ
-                                                       : PROT_READ | PROT_WRITE;
-  if (mprotect(base, bytes, prot) != 0)
-    throw RuntimeError(std::string("strict device: mprotect: ") + std::strerror(errno));
+namespace {
+// The host's access to a pinned block from the copies using it; mem.m held, so two threads'
+// changes cannot interleave their mprotect calls.
+void apply_protection(Memory& mem, char* base, size_t bytes) {
+  const auto it = mem.pinned_in_flight.find(base);
+  const int prot = it == mem.pinned_in_flight.end() ? PROT_READ | PROT_WRITE
+                   : it->second.writers > 0         ? PROT_NONE
+                                                    : PROT_READ;
+  if (mprotect(base, bytes, prot) != 0) throw RuntimeError(std::string("strict device: mprotect: ") + std::strerror(errno));
+}
+}  // namespace
+
+void pin_for_copy(char* base, size_t bytes, bool writes) {
   Memory& mem = memory();
   std::lock_guard<std::mutex> lock(mem.m);
-  int& users = mem.pinned_in_flight[base];
-  users += access == PinnedAccess::read_write ? -1 : 1;
-  if (users <= 0) mem.pinned_in_flight.erase(base);
+  Memory::Users& u = mem.pinned_in_flight[base];
+  ++(writes ? u.writers : u.readers);
+  apply_protection(mem, base, bytes);
+}
+
+void unpin_after_copy(char* base, size_t bytes, bool writes) {
+  Memory& mem = memory();
+  std::lock_guard<std::mutex> lock(mem.m);
+  const auto it = mem.pinned_in_flight.find(base);
+  if (it == mem.pinned_in_flight.end()) return;
+  --(writes ? it->second.writers : it->second.readers);
+  if (it->second.writers <= 0 && it->second.readers <= 0) mem.pinned_in_flight.erase(it);
+  apply_protection(mem, base, bytes);
 }
 
 }  // namespace loom::strict

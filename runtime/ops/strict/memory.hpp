@@ -40,10 +40,15 @@ void* pinned_alloc(size_t bytes);
 void pinned_free(void* p);
 // The pinned block holding p, for the copies: its first byte and size, or false.
 bool find_pinned(const void* p, char** base, size_t* bytes);
-// What the host may do with a pinned block: nothing while a copy writes it, read while a copy
-// reads it, anything once the host has waited for the copy.
-enum class PinnedAccess { none, read_only, read_write };
-void protect_pinned(char* base, size_t bytes, PinnedAccess access);
+// A copy into (`writes`) or out of a pinned block starts or ends. While copies write it the host
+// may not touch it; while copies only read it the host may read it; then anything again.
+void pin_for_copy(char* base, size_t bytes, bool writes);
+void unpin_after_copy(char* base, size_t bytes, bool writes);
+// For the fault handler, which must not wait on a lock the faulting thread may hold: whether p
+// is device memory, a pinned block, neither, or unknown (the allocator's lock is taken).
+enum class FaultAddress { device, pinned, other, unknown };
+FaultAddress classify_fault_address(const void* p);
+
 // Whether a copy the host has not waited for still uses the pinned block at p.
 bool pinned_in_flight(const void* p);
 

@@ -250,7 +250,8 @@ void sync_event(int64_t event) {
   std::unique_lock<std::mutex> lock(d.mu);
   if (event < 0 || event >= static_cast<int64_t>(d.events.size()))
     throw RuntimeError("strict device: sync_event on an event that was never recorded (" + std::to_string(event) + ")");
-  wait_for(d, lock, d.events[event]);
+  const Clock target = d.events[event];  // a copy: the vector may grow while this waits
+  wait_for(d, lock, target);
 }
 
 void sync_current_stream() {

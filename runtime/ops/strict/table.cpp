@@ -394,6 +394,19 @@ void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int6
 
 // ---- the device contract: copies, streams, events ----
 
+// A copy that uses a pinned block (already pinned): queued, and unpinned once the host has seen
+// it finish, or at once when it could not be queued.
+template <class F>
+void run_pinned(Launch& L, F work, char* pinned, size_t pinned_bytes, bool writes) {
+  try {
+    L.run(std::move(work));
+  } catch (...) {
+    unpin_after_copy(pinned, pinned_bytes, writes);
+    throw;
+  }
+  on_host_sees_current([=] { unpin_after_copy(pinned, pinned_bytes, writes); });
+}
+
 // Host to device from pageable memory takes the bytes at once, as cudaMemcpyAsync does; from a
 // pinned block the copy reads it later, so the block is read-only until the host has seen the
 // copy finish. Device to pageable host waits; to a pinned block it does not, and the block is
@@ -413,9 +426,8 @@ void copy(void* dst, const void* src, int64_t n) {
   }
   if (!from_device) {
     if (find_pinned(src, &pinned, &pinned_bytes)) {
-      protect_pinned(pinned, pinned_bytes, PinnedAccess::read_only);
-      L.run([=] { std::memcpy(d, kernel_view(s), bytes); });
-      on_host_sees_current([=] { protect_pinned(pinned, pinned_bytes, PinnedAccess::read_write); });
+      pin_for_copy(pinned, pinned_bytes, false);
+      run_pinned(L, [=] { std::memcpy(d, kernel_view(s), bytes); }, pinned, pinned_bytes, false);
       return;
     }
     std::vector<char> taken(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
@@ -423,10 +435,9 @@ void copy(void* dst, const void* src, int64_t n) {
     return;
   }
   if (!to_device && find_pinned(dst, &pinned, &pinned_bytes)) {
-    protect_pinned(pinned, pinned_bytes, PinnedAccess::none);
+    pin_for_copy(pinned, pinned_bytes, true);
     void* k = kernel_view(dst);
-    L.run([=] { std::memcpy(k, s, bytes); });
-    on_host_sees_current([=] { protect_pinned(pinned, pinned_bytes, PinnedAccess::read_write); });
+    run_pinned(L, [=] { std::memcpy(k, s, bytes); }, pinned, pinned_bytes, true);
     return;
   }
   if (!to_device) L.wait();
