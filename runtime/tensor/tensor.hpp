@@ -75,7 +75,6 @@ class Tensor {
   void zero();
 
   loom_tensor desc() const;
-  loom_device device() const { return device_; }
   std::string describe() const;  // "f32[8, 256, 384]"
 
  private:

@@ -197,7 +197,6 @@ void set_stream(int stream) {
     throw RuntimeError("strict device: no stream " + std::to_string(stream) + " (LOOM_STREAM_COMPUTE or _COMM)");
   t_stream = stream;
 }
-int current_stream() { return t_stream; }
 
 void enqueue(const char* op, const std::vector<Access>& accesses, std::function<void()> work) {
   Device& d = device();
