@@ -47,7 +47,7 @@ for data in ("ddp", "zero1", "zero2", "zero3"):
     r = rows(data + "-2")
     ms = statistics.median(x["step_ms"] for x in r[1:])
     base = base or ms
-    sent = r[-1]["comm_bytes"]
+    sent = r[-1]["data_comm_bytes"]
     book = (3 if data == "zero3" else 2) * (2 - 1) / 2 * psi * 4
     print("%-6s %12.1f %8.2f %16.2f %16.2f %8.3f" % (data, ms, ms / base, sent / 2**20, book / 2**20, sent / book))
 print()

@@ -16,29 +16,25 @@ if [ "${1:-}" = "--sanitize" ]; then
   export LOOM_FUZZ_SECONDS=0
 fi
 build=${LOOM_BUILD_DIR:-$root/build}
-bash "$root/scripts/build.sh"
-cd "$build"
-# Processes of this session younger than the suite, other than this script's own: what a test
-# left behind (an orphan keeps its session; other sessions' processes are not the suite's).
-suite_start=$(date +%s)
-session=$(ps -o sid= -p $$ | tr -d ' ')
-leftovers() {
-  local age=$(($(date +%s) - suite_start + 1)) shell=$BASHPID  # this function's own shell, and its ps and awk
-  ps -eo pid=,ppid=,sid=,etimes=,args= | awk -v age="$age" -v me=$$ -v shell="$shell" -v sid="$session" \
-    '$3 == sid && $4 <= age && $1 != me && $2 != me && $1 != shell && $2 != shell && $5 !~ /^\[/'
+# The suite runs under scripts/reaped.py, a subreaper: whatever a test leaves running, however it
+# detached, is still below it when the suite ends, and is named and stopped there. Nothing else
+# the user runs, in this terminal or another, is looked at. The fuzzers run even when ctest fails,
+# so one failure does not hide another; the suite fails if either did.
+suite() {
+  local rc=0
+  ctest --output-on-failure -j "$(nproc)" "$@" || rc=$?
+  if [ "${LOOM_FUZZ_SECONDS:-30}" != 0 ]; then
+    bash "$root/scripts/fuzz.sh" all "${LOOM_FUZZ_SECONDS:-30}" || rc=$((rc ? rc : $?))
+  fi
+  return "$rc"
 }
-ctest --output-on-failure -j "$(nproc)" "$@"
-if [ "${LOOM_FUZZ_SECONDS:-30}" != 0 ]; then
-  bash "$root/scripts/fuzz.sh" all "${LOOM_FUZZ_SECONDS:-30}"
+if [ "${LOOM_SUITE_BODY:-}" = 1 ]; then  # this script again, below the subreaper
+  cd "$build"
+  suite "$@"
+  exit
 fi
-# A test that leaves a process running makes every later timing on the machine wrong (a leaked
-# busy loop once made them 4x slower): the suite fails, naming it, and it is stopped.
-sleep 2  # what the last test stopped is still exiting
-left=$(leftovers)
-if [ -n "$left" ]; then
-  echo "test suite: processes started by the suite are still running:"
-  echo "$left"
-  echo "$left" | awk '{print $1}' | xargs -r kill 2> /dev/null || true
-  exit 1
-fi
-echo "test suite: no process left behind"
+bash "$root/scripts/build.sh"
+rc=0
+LOOM_SUITE_BODY=1 python3 "$root/scripts/reaped.py" --label "test suite" -- bash "$root/scripts/test.sh" "$@" || rc=$?
+if [ "$rc" = 0 ]; then echo "test suite: no process left behind"; fi
+exit "$rc"

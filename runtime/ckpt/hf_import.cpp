@@ -183,8 +183,11 @@ std::string llama_model_toml(const json& c, const LlamaShape& s, const fs::path&
                      toml_line("mlp", "\"swiglu\"") + toml_line("bias", "false") +
                      toml_line("attention_bias", s.qwen2 ? "\"qkv\"" : s.qkv_bias ? "\"all\"" : "\"none\"") +
                      toml_line("tied_embeddings", s.tied ? "true" : "false");
-  if (!c.contains("rope_scaling") || !c["rope_scaling"].is_object()) return toml;
+  if (!c.contains("rope_scaling") || c["rope_scaling"].is_null()) return toml;
   const json& r = c["rope_scaling"];
+  if (!r.is_object())
+    throw RuntimeError(cfg.string() + ": \"rope_scaling\" is " + r.dump() + "; config.json gives it as an object "
+                       "({\"rope_type\": \"llama3\", \"factor\": ...}) or null");
   const std::string type = field<std::string>(r, "rope_type", field<std::string>(r, "type", "?", cfg), cfg);
   if (type != "llama3") throw RuntimeError(cfg.string() + ": rope_scaling type \"" + type + "\" is not supported (llama3 is)");
   return toml + "[model.rope_scaling]\n" + toml_line("type", "\"llama3\"") + toml_line("factor", num(field(r, "factor", 8.0, cfg))) +
@@ -266,6 +269,9 @@ ExternalModel read_hf(const fs::path& dir) {
   } catch (const json::exception& e) {
     throw RuntimeError("'" + cfg.string() + "' is not JSON: " + e.what());
   }
+  if (!c.is_object())
+    throw RuntimeError("'" + cfg.string() + "' holds a JSON " + c.type_name() + "; a Hugging Face config.json is an object "
+                       "({\"model_type\": ..., ...})");
   HfTensors t;
   t.where = fs::exists(dir / "model.safetensors.index.json") ? dir / "model.safetensors.index.json" : dir / "model.safetensors";
   if (!fs::exists(t.where)) throw RuntimeError("'" + dir.string() + "' has neither model.safetensors nor model.safetensors.index.json");

@@ -53,6 +53,30 @@ std::string checked_tokenizer(const fs::path& file, const ckpt::ExternalModel& m
   return read_file(file, "tokenizer");
 }
 
+// An export never replaces an earlier one unasked, as a run never writes over an earlier run:
+// the file, or a folder with anything in it, is refused before the checkpoint is read.
+void refuse_used_output(const fs::path& out, const std::string& format) {
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return;
+  const bool folder = fs::is_directory(out, ec);
+  if (folder && fs::is_empty(out, ec)) return;
+  std::string held;
+  if (folder) {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(out, ec)) {
+      if (++n > 4) {
+        held += ", ...";
+        break;
+      }
+      held += (held.empty() ? "" : ", ") + e.path().filename().string();
+    }
+  }
+  throw UsageError("--out '" + out.string() + "' " +
+                   (folder ? "is a folder that already holds " + held : std::string("already exists")) +
+                   ": an export does not replace " + (format == "hf" ? "an earlier export" : "a file") +
+                   " unasked; give another --out, or --force to replace it");
+}
+
 }  // namespace
 
 int ckpt_cmd(const Args& args) {
@@ -62,12 +86,13 @@ int ckpt_cmd(const Args& args) {
       "a step directory (or a checkpoint root: its latest); import: a Hugging Face folder or an llm.c model file")(
       "format", po::value<std::string>()->default_value("safetensors"), "export format: safetensors (Loom's names) or hf")(
       "out", po::value<std::string>(), "export: the file (safetensors) or folder (hf) to write; import: the checkpoint root")(
-      "tokenizer", po::value<std::string>(), "the tokenizer.json to put beside the weights (export --format hf, and import: an llm.c file has none)");
+      "tokenizer", po::value<std::string>(), "the tokenizer.json to put beside the weights (export --format hf, and import: an llm.c file has none)")(
+      "force", po::bool_switch(), "export: replace what --out already holds");
   po::positional_options_description pos;
   pos.add("action", 1).add("dir", 1);
   po::variables_map vm;
   const std::string synopsis =
-      "loom ckpt verify DIR | inspect DIR | export DIR --format safetensors|hf --out PATH [--tokenizer FILE] | "
+      "loom ckpt verify DIR | inspect DIR | export DIR --format safetensors|hf --out PATH [--tokenizer FILE] [--force] | "
       "import SRC --out DIR [--tokenizer FILE]";
   if (!parse(args, synopsis, opts, pos, vm)) return kExitOk;
   const std::string action = vm["action"].as<std::string>();
@@ -76,6 +101,15 @@ int ckpt_cmd(const Args& args) {
     const fs::path root = vm["out"].as<std::string>();
     ckpt::check_import_target(root);  // before reading gigabytes
     ckpt::ExternalModel model = ckpt::read_external(vm["dir"].as<std::string>());  // all of it, before writing
+    // The [model] keys it made, under the rules every later command applies to them: a
+    // config.json those refuse (rope_theta 0, a negative norm eps) is refused here, before writing.
+    const std::string src = vm["dir"].as<std::string>();
+    try {
+      model::from_config(external_model_config(model, src + " (its [model] keys, as imported)"));
+    } catch (const ConfigError& e) {
+      throw ConfigError("'" + src + "' is refused before anything is written: the model it describes breaks a rule of "
+                        "Loom's [model]: " + e.what());
+    }
     if (vm.count("tokenizer")) model.side_files["tokenizer.json"] = checked_tokenizer(vm["tokenizer"].as<std::string>(), model);
     ckpt::write_as_checkpoint(model, root);
     int64_t n = 0;
@@ -120,17 +154,21 @@ int ckpt_cmd(const Args& args) {
   if (format != "safetensors" && format != "hf")
     throw UsageError("--format " + format + ": expected safetensors or hf");
   if (!vm.count("out")) throw UsageError("export needs --out PATH\nusage: " + synopsis);
+  if (!vm["force"].as<bool>()) refuse_used_output(vm["out"].as<std::string>(), format);
   const ckpt::CheckpointReader source(dir, m);
   ckpt::verify(dir, m, source.reader());
   if (format == "safetensors") {
     export_safetensors(dir, m, source.reader(), vm["out"].as<std::string>());
     return kExitOk;
   }
-  ckpt::write_hf_folder(dir, m, vm["out"].as<std::string>(), vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
   const fs::path out = vm["out"].as<std::string>();
+  const char* const written[] = {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                                 "special_tokens_map.json"};
+  if (vm["force"].as<bool>())  // an earlier export's files go, so none of them outlives it beside the new ones
+    for (const char* name : written) fs::remove(out / name);
+  ckpt::write_hf_folder(dir, m, out, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
   std::string files;
-  for (const char* name : {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                           "special_tokens_map.json"})
+  for (const char* name : written)
     if (fs::exists(out / name)) files += (files.empty() ? "" : ", ") + std::string(name);
   std::printf("wrote %s: %s (step %lld), for transformers' from_pretrained\n", out.c_str(), files.c_str(), (long long)m.step);
   return kExitOk;

@@ -30,10 +30,14 @@ double token_loss(const float* z, int64_t vocab, int32_t target) {
   return max + std::log(sum) - static_cast<double>(z[target]);
 }
 
+// --text scores one text, token by token, and prints a line per token: 64 MiB is far past what
+// anyone reads that way. A corpus goes through `loom data prepare` and --data.
+constexpr uintmax_t kMaxTextBytes = uintmax_t(64) << 20;
+
 // The ids of a text file: tokenized (with the special tokens around it), bytes for a 256-token
 // model without a tokenizer, or ids written out with --ids.
 std::vector<int32_t> text_ids(const fs::path& file, const tok::Tokenizer* tokenizer, bool ids_only, int64_t vocab) {
-  const std::string text = read_file(file, "text");
+  const std::string text = read_regular_file(file, "--text file", kMaxTextBytes);
   std::vector<int32_t> ids;
   if (ids_only) {
     ids = parse_token_ids(text, "--ids: '" + file.string() + "'");

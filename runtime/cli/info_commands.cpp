@@ -8,7 +8,9 @@
 #include "config/schema.hpp"
 #include "core/json.hpp"
 #include "loader/host.hpp"
+#include "loader/isolated.hpp"
 #include "loader/registry.hpp"
+#include "loader/selection.hpp"
 #include "loader/v1_adapter.hpp"
 
 namespace loom::cli {
@@ -33,6 +35,36 @@ std::string kind_slot(const loom_plugin* d) {
   return s;
 }
 
+// ABI 1's SDK filled save_state and load_state for every precision and data plugin, so for an ABI
+// 1 binary their presence says nothing. Such a plugin is created (in a child process, with its
+// default options) and asked the size of its state: the bytes, or -1 when it cannot tell.
+int64_t v1_state_bytes(const plugins::Found& f) {
+  try {
+    const std::string bytes = plugins::run_isolated("plugin '" + std::string(f.desc->name) + "'", [&] {
+      config::Config none;
+      const loom_options opts = plugins::options_for(none, f.desc->name);
+      plugins::Instance inst(f, &opts);
+      size_t n = 0;
+      loom_error err;
+      const auto save = f.desc->kind == LOOM_KIND_PRECISION ? reinterpret_cast<const loom_precision_v2*>(f.desc)->save_state
+                                                            : reinterpret_cast<const loom_data_v2*>(f.desc)->save_state;
+      return save(inst.self(), nullptr, 0, &n, &err) == LOOM_OK ? std::to_string(n) : std::string("-1");
+    }, 10000);
+    return std::stoll(bytes);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// The optional entries a plugin really provides: an ABI 1 plugin whose state is empty when created
+// does not list "state save and load".
+std::vector<std::string> provided(const plugins::Found& f) {
+  std::vector<std::string> entries = plugins::optional_entries(f.desc);
+  if (plugins::v1_original(f.desc) && plugins::keeps_state(f.desc) && v1_state_bytes(f) == 0)
+    std::erase(entries, std::string("state save and load"));
+  return entries;
+}
+
 std::string plugin_json(const plugins::Found& f, bool with_options) {
   const loom_plugin* d = f.desc;
   std::ostringstream os;
@@ -43,7 +75,7 @@ std::string plugin_json(const plugins::Found& f, bool with_options) {
      << ", \"summary\": " << json_quote(d->summary ? d->summary : "");
   if (with_options) {
     os << ", \"provides\": [";
-    const std::vector<std::string> entries = plugins::optional_entries(d);
+    const std::vector<std::string> entries = provided(f);
     for (size_t i = 0; i < entries.size(); ++i) os << (i ? ", " : "") << json_quote(entries[i]);
     os << "], \"services\": [";
     const std::vector<std::string> services = plugins::declared_services(d);
@@ -135,7 +167,7 @@ int info(plugins::Registry& reg, const std::string& name, bool json) {
     std::printf("  declares:  %s\n", caps.empty() ? ("nothing" + plugins::declared_note(d)).c_str() : caps.c_str());
   }
   std::string entries;
-  for (const std::string& e : plugins::optional_entries(d)) entries += (entries.empty() ? "" : ", ") + e;
+  for (const std::string& e : provided(f)) entries += (entries.empty() ? "" : ", ") + e;
   std::printf("  provides:  %s\n", entries.empty() ? ("no optional entries" + plugins::declared_note(d)).c_str() : entries.c_str());
   std::printf("  uses:      %s\n", services_of(d).c_str());
   auto keys = config::plugin_keys(d);

@@ -8,6 +8,26 @@
 
 namespace loom {
 
+std::string read_regular_file(const std::filesystem::path& path, const std::string& what, uintmax_t max_bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  const std::string where = what + " '" + path.string() + "'";
+  if (ec || !fs::exists(st)) throw RuntimeError("cannot open " + where + (ec ? ": " + ec.message() : ": no such file"));
+  if (!fs::is_regular_file(st)) {
+    const char* kind = fs::is_directory(st) ? "a directory" : fs::is_character_file(st) ? "a character device" :
+                       fs::is_block_file(st) ? "a block device" : fs::is_fifo(st) ? "a FIFO" :
+                       fs::is_socket(st) ? "a socket" : "not a file";
+    throw RuntimeError("cannot read " + where + ": it is " + std::string(kind) + ", not a regular file");
+  }
+  const uintmax_t size = fs::file_size(path, ec);
+  if (ec) throw RuntimeError("cannot read " + where + ": " + ec.message());
+  if (size > max_bytes)
+    throw RuntimeError("cannot read " + where + ": it has " + std::to_string(size) + " bytes, more than the " +
+                       std::to_string(max_bytes) + " this command reads");
+  return read_file(path, what);
+}
+
 OutputFile::OutputFile(std::filesystem::path path, std::string what)
     : path_(std::move(path)), partial_(path_.string() + ".partial"), what_(std::move(what)) {
   std::error_code ec;

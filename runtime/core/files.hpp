@@ -33,6 +33,11 @@ inline std::string read_file(const std::filesystem::path& path, const std::strin
   return bytes;
 }
 
+// The whole of a regular file no larger than `max_bytes`, its size read before any allocation: a
+// device (/dev/zero), a FIFO or a file too large for what reads it is refused, naming it, rather
+// than filling memory.
+std::string read_regular_file(const std::filesystem::path& path, const std::string& what, uintmax_t max_bytes);
+
 // A file written in pieces through `path`.partial, renamed to `path` by commit(): a reader never
 // sees half a file, and a failed write (a full disk) throws naming `what`, the file, the system's
 // reason and how many bytes got written. The partial file is removed unless commit() succeeded.

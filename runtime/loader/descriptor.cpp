@@ -255,6 +255,11 @@ void check_descriptor(const loom_plugin* d, const std::string& library) {
 void check_v1_descriptor(const v1::plugin* d, const std::string& library) {
   if (d->v.size < sizeof(v1::plugin) || !d->name || !d->create || !d->destroy)
     throw RuntimeError("plugin in '" + library + "' has an incomplete descriptor");
+  if (d->v.minor > v1::kLastMinor)  // a minor past the last one has fields no adapter knows
+    throw RuntimeError("plugin '" + std::string(d->name) + "' in '" + library + "' was built for plugin ABI 1." +
+                       std::to_string(d->v.minor) + "; ABI 1 ended at 1." + std::to_string(v1::kLastMinor) +
+                       ": this runtime reads ABI 1.0-1." + std::to_string(v1::kLastMinor) + " through its adapter and speaks " +
+                       std::to_string(LOOM_ABI_MAJOR) + "." + std::to_string(LOOM_ABI_MINOR));
   const std::string who = check_head(d->name, d->kind, d->slot, library);
   const std::vector<Entry> entries = required_v1_entries(d->kind, d->slot);
   const size_t size = covered(entries, d->kind == LOOM_KIND_PRECISION ? offsetof(v1::precision, round_operand) + sizeof(void*)

@@ -35,6 +35,8 @@ std::string declared_note(const loom_plugin* desc);
 std::string capability_names(const loom_plugin* desc);
 // A parallel plugin's cost entry for `loom plan`, or nullptr.
 loom_cost_fn cost_entry(const loom_plugin* desc);
+// Whether its table has save_state (data and precision slots).
+bool keeps_state(const loom_plugin* desc);
 // The optional entries a plugin provides, for `loom plugins info`: "option rules", "validate hook",
 // "cost entry", "state save and load" (data and precision), "read path" (checkpoint).
 std::vector<std::string> optional_entries(const loom_plugin* desc);

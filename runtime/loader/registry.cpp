@@ -32,6 +32,7 @@ namespace {
 struct Library {
   boost::dll::shared_library lib;
   std::vector<const loom_plugin*> plugins;
+  std::vector<std::string> skipped;  // descriptors refused, each with its reason
 };
 
 // Process-lifetime storage: a plugin's code must outlive every pointer it handed out, including
@@ -150,6 +151,24 @@ namespace {
   throw RuntimeError("'" + key.string() + "' is not a Loom plugin: it exports no loom_plugin_entry_v2 (or _v1) symbol");
 }
 
+// Entry `i` of a library's list, checked (and adapted, for ABI 1). Throws RuntimeError naming it
+// and its library.
+const loom_plugin* checked_descriptor(const loom_plugin* raw, size_t i, bool v1, const fs::path& key) {
+  if (!raw)
+    throw RuntimeError("plugin library '" + key.string() + "': entry " + std::to_string(i) + " of the list its " +
+                       (v1 ? "loom_plugin_entry_v1" : "loom_plugin_entry_v2") + " returned is NULL");
+  if (v1 && raw->v.major != v1::kMajor)  // what an ABI 1 entry returns has ABI 1's layout
+    throw RuntimeError("plugin in '" + key.string() + "' is returned by loom_plugin_entry_v1 but claims plugin ABI " +
+                       std::to_string(raw->v.major) + "." + std::to_string(raw->v.minor) + "; this runtime speaks ABI " +
+                       std::to_string(LOOM_ABI_MAJOR) + "." + std::to_string(LOOM_ABI_MINOR) + " (and 1 through adapters)");
+  const loom_plugin* d = v1 ? adapt_v1(reinterpret_cast<const v1::plugin*>(raw), key.string()) : raw;
+  if (!v1) {
+    check_descriptor(d, key.string());
+    declare_services(d);  // what its host will hand it
+  }
+  return d;
+}
+
 // dlopen, the entry and every descriptor's checks. Throws RuntimeError naming the library.
 std::unique_ptr<Library> open_library(const fs::path& key) {
   check_elf(key);
@@ -176,21 +195,27 @@ std::unique_ptr<Library> open_library(const fs::path& key) {
                        " plugins and a NULL list");
   if (count > 4096)
     throw RuntimeError("plugin library '" + key.string() + "': its entry reports " + std::to_string(count) + " plugins");
+  // A descriptor that fails its checks is refused alone, named with its library; the library's
+  // other plugins load. A library left with none is refused, with every reason.
   for (size_t i = 0; i < count; ++i) {
-    if (!descs[i]) continue;
-    if (v1 && descs[i]->v.major != v1::kMajor)  // what an ABI 1 entry returns has ABI 1's layout
-      throw RuntimeError("plugin in '" + key.string() + "' is returned by loom_plugin_entry_v1 but claims plugin ABI " +
-                         std::to_string(descs[i]->v.major) + "." + std::to_string(descs[i]->v.minor) +
-                         "; this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
-                         std::to_string(LOOM_ABI_MINOR) + " (and 1 through adapters)");
-    const loom_plugin* d = v1 ? adapt_v1(reinterpret_cast<const v1::plugin*>(descs[i]), key.string()) : descs[i];
-    if (v2) {
-      check_descriptor(d, key.string());
-      declare_services(d);  // what its host will hand it
+    try {
+      lib->plugins.push_back(checked_descriptor(descs[i], i, v1, key));
+    } catch (const RuntimeError& e) {
+      lib->skipped.push_back(e.what());
     }
-    lib->plugins.push_back(d);
+  }
+  if (lib->plugins.empty()) {
+    std::string why;
+    for (const std::string& s : lib->skipped) why += (why.empty() ? "" : "; ") + s;
+    throw RuntimeError(why.empty() ? "plugin library '" + key.string() + "': its entry returned no plugins" : why);
   }
   return lib;
+}
+
+// The descriptors each probed library refused, from the probe's "skipped <reason>" lines.
+std::map<fs::path, std::vector<std::string>>& probe_skipped() {
+  static auto* m = new std::map<fs::path, std::vector<std::string>>();
+  return *m;
 }
 
 // What a library holds ("<kind> <name>" per plugin), learned in a child process: a library whose
@@ -206,6 +231,10 @@ const std::vector<std::string>& probe(const fs::path& key) {
     // Never unloaded, as in the parent: a library whose unload crashes is not this probe's business.
     const Library* lib = open_library(key).release();
     for (const loom_plugin* d : lib->plugins) out += std::string(kind_name(d->kind)) + " " + d->name + "\n";
+    for (std::string why : lib->skipped) {
+      std::replace(why.begin(), why.end(), '\n', ' ');
+      out += "skipped " + why + "\n";
+    }
     return out;
   };
   std::string listing;
@@ -216,8 +245,13 @@ const std::vector<std::string>& probe(const fs::path& key) {
     throw;
   }
   std::vector<std::string> names;
-  for (size_t start = 0, nl; (nl = listing.find('\n', start)) != std::string::npos; start = nl + 1)
-    names.push_back(listing.substr(start, nl - start));
+  for (size_t start = 0, nl; (nl = listing.find('\n', start)) != std::string::npos; start = nl + 1) {
+    const std::string line = listing.substr(start, nl - start);
+    if (line.rfind("skipped ", 0) == 0)
+      probe_skipped()[key].push_back(line.substr(8));
+    else
+      names.push_back(line);
+  }
   return (*probed)[key] = names;
 }
 
@@ -225,6 +259,19 @@ fs::path library_key(const fs::path& library) {
   std::error_code ec;
   fs::path key = fs::weakly_canonical(library, ec);
   return ec ? library : key;
+}
+
+// What a search passed over on its way to the plugin it found, on stderr, each reason once per
+// process: a run that names a plugin found past a broken library still says why that one was
+// skipped. Ranks a launcher started leave it to the launcher, and under srun or mpirun rank 0
+// says it.
+void report_skipped(const std::vector<std::string>& problems) {
+  static auto* said = new std::set<std::string>();
+  const char* launched = std::getenv("LOOM_LAUNCHED");
+  const char* rank = std::getenv("RANK");
+  if ((launched && std::string(launched) == "1") || (rank && std::string(rank) != "0")) return;
+  for (const std::string& p : problems)
+    if (said->insert(p).second) std::fprintf(stderr, "loom: plugin search: skipped: %s\n", p.c_str());
 }
 
 }  // namespace
@@ -255,16 +302,47 @@ const std::vector<const loom_plugin*>& Registry::load(const fs::path& library) {
   return raw->plugins;
 }
 
-std::vector<fs::path> Registry::candidates(size_t dir, const std::string& conventional, std::set<fs::path>& seen) const {
+std::vector<std::string> Registry::skipped_in(const fs::path& library) {
+  const fs::path key = library_key(library);
+  std::lock_guard<std::mutex> lock(loaded_mutex());
+  if (auto it = loaded().find(key); it != loaded().end()) return it->second->skipped;
+  auto it = probe_skipped().find(key);
+  return it == probe_skipped().end() ? std::vector<std::string>{} : it->second;
+}
+
+namespace {
+
+// What a file named like a plugin is, when it is not a library dlopen could take.
+std::string not_a_library(const fs::path& p) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  const std::string at = "'" + p.string() + "' is ";
+  if (ec) return at + "a link that leads to no file (" + ec.message() + ")";
+  if (fs::is_directory(st)) return at + "a directory, not a plugin library";
+  if (fs::is_fifo(st)) return at + "a FIFO, not a plugin library";
+  if (fs::is_socket(st)) return at + "a socket, not a plugin library";
+  if (fs::is_character_file(st) || fs::is_block_file(st)) return at + "a device, not a plugin library";
+  return "";
+}
+
+}  // namespace
+
+std::vector<fs::path> Registry::candidates(size_t dir, const std::string& conventional, std::set<fs::path>& seen,
+                                           std::vector<std::string>& problems) const {
   std::vector<fs::path> here;
   std::error_code ec;
   if (!fs::is_directory(dirs_[dir].path, ec)) return here;
   const std::string prefix = file_prefix(std::nullopt);
   for (const auto& e : fs::directory_iterator(dirs_[dir].path, ec)) {
     std::string f = e.path().filename().string();
+    if (f.rfind(prefix, 0) != 0 || !f.ends_with(".so")) continue;
     // Only regular files (or links to them): dlopen on a FIFO named like a plugin would block
-    // every command that looks for plugins.
-    if (f.rfind(prefix, 0) == 0 && f.ends_with(".so") && fs::is_regular_file(e.path(), ec)) here.push_back(e.path());
+    // every command that looks for plugins. The others are named, not passed over in silence.
+    const std::string what = not_a_library(e.path());
+    if (what.empty())
+      here.push_back(e.path());
+    else if (seen.insert(e.path()).second)
+      problems.push_back(what);
   }
   std::sort(here.begin(), here.end(), [&](const fs::path& a, const fs::path& b) {
     const bool ca = a.filename() == conventional, cb = b.filename() == conventional;
@@ -291,11 +369,16 @@ Found Registry::find(const std::string& name, std::optional<loom_kind> kind) {
   std::set<fs::path> seen;
   const std::string conventional = kind ? file_prefix(kind) + name + ".so" : "";
   for (size_t d = 0; d < dirs_.size(); ++d)
-    for (const fs::path& p : candidates(d, conventional, seen)) {
+    for (const fs::path& p : candidates(d, conventional, seen, problems)) {
       try {
-        if (!holds(p, name, kind)) continue;  // probed in a child: a library the run does not name is never loaded
+        const bool here = holds(p, name, kind);  // probed in a child: a library the run does not name is never loaded
+        for (const std::string& s : skipped_in(p)) problems.push_back(s);
+        if (!here) continue;
         for (const loom_plugin* desc : load(p))
-          if (matches(desc)) return {desc, p, static_cast<int>(d)};
+          if (matches(desc)) {
+            report_skipped(problems);
+            return {desc, p, static_cast<int>(d)};
+          }
       } catch (const std::exception& e) {
         if (p.filename() == conventional) throw;  // the library named for this plugin: its reason is the answer
         problems.push_back(e.what());
@@ -322,14 +405,17 @@ Found Registry::find(const std::string& name, std::optional<loom_kind> kind) {
 std::vector<Found> Registry::all(std::vector<std::string>* problems) {
   std::vector<Found> out;
   std::set<fs::path> seen;
+  std::vector<std::string> found_problems;
   for (size_t d = 0; d < dirs_.size(); ++d)
-    for (const auto& path : candidates(d, "", seen)) {
+    for (const auto& path : candidates(d, "", seen, found_problems)) {
       try {
         for (const loom_plugin* desc : load(path)) out.push_back({desc, path, static_cast<int>(d)});
+        for (const std::string& s : skipped_in(path)) found_problems.push_back(s);
       } catch (const std::exception& e) {
-        if (problems) problems->push_back(e.what());
+        found_problems.push_back(e.what());
       }
     }
+  if (problems) problems->insert(problems->end(), found_problems.begin(), found_problems.end());
   return out;
 }
 

@@ -43,8 +43,13 @@ class Registry {
   Found find(const std::string& name_or_path, std::optional<loom_kind> kind = std::nullopt);
 
   // Every plugin in the search directories, in the order find() prefers them. Libraries that fail
-  // to load are reported in `problems` instead of throwing.
+  // to load, descriptors refused inside a library that loads, and files named like a plugin that
+  // are no library are reported in `problems` instead of throwing.
   std::vector<Found> all(std::vector<std::string>* problems = nullptr);
+
+  // The descriptors `library` holds that were refused, each with its reason (a NULL entry, a
+  // table that fails its checks): the library's other plugins load without them.
+  static std::vector<std::string> skipped_in(const std::filesystem::path& library);
 
   // Whether `library` holds plugin `name` (of this kind), learned without loading it into this
   // process (see probe in registry.cpp). Throws RuntimeError when the library cannot be used.
@@ -58,8 +63,10 @@ class Registry {
  private:
   // The plugin libraries (libloom-*.so) in search directory `dir`, `first` (a file name) first if
   // it is there, then in file-name order, skipping those in `seen`.
-  std::vector<std::filesystem::path> candidates(size_t dir, const std::string& first,
-                                                std::set<std::filesystem::path>& seen) const;
+  // Files named like a plugin that are no library (a directory, a FIFO, a link to nothing) go to
+  // `problems`, each with what it is.
+  std::vector<std::filesystem::path> candidates(size_t dir, const std::string& first, std::set<std::filesystem::path>& seen,
+                                                std::vector<std::string>& problems) const;
   std::vector<SearchDir> dirs_;
 };
 

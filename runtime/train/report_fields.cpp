@@ -26,7 +26,7 @@ std::string human_count(double x) {
 }
 
 void add_memory_metrics(Fields& f, const std::vector<int64_t>& acct) {
-  const char* names[] = {"param_bytes", "grad_bytes", "optim_bytes", "comm_buffer_bytes", "comm_bytes"};
+  const char* names[] = {"param_bytes", "grad_bytes", "optim_bytes", "comm_buffer_bytes", "data_comm_bytes"};
   for (size_t i = 0; i < 5; ++i) f.push_back({names[i], double(acct[i])});
 }
 

@@ -23,7 +23,7 @@ namespace {
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // The command's result, and that it took less than `seconds` (a hang is a failure, not a wait).
-loom::test::Result quickly(const std::string& args, double seconds = 20) {
+loom::test::Result quickly(const std::string& args, double seconds = 60) {
   const auto t0 = std::chrono::steady_clock::now();
   loom::test::Result r = run_loom(args);
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds);

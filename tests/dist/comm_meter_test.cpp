@@ -53,6 +53,10 @@ TEST_CASE("every slot's traffic is metered: dp's bytes follow its wire dtype, tp
     CHECK(tp_exposed[s] > 0);
     CHECK(total_exposed[s] >= tp_exposed[s]);
   }
+  // The data plugin's own count says whose it is: no field named comm_bytes reads 0 beside a tp
+  // run's traffic.
+  CHECK(column(tp.metrics, "comm_bytes").empty());
+  CHECK(each_step(tp, "data_comm_bytes", kSteps).size() == kSteps);
 
   // pp's activations and gradients between the stages; their receives also wait out the bubble,
   // so they are pp_wait_ms, not exposed communication.

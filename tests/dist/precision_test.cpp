@@ -108,9 +108,9 @@ TEST_CASE("ddp reduce_dtype = fp8 tracks the single-rank run within 1e-2 at dp 2
     for (size_t s = 0; s < one.grad_norm.size(); ++s)
       most = std::max(most, std::fabs(fp8.grad_norm[s] - fp32.grad_norm[s]) / fp32.grad_norm[s]);
     CHECK(most > 1e-4);  // the gradients really crossed in fp8
-    // What ddp sent (comm_bytes, its own count): 2 (n-1)/n bytes per gradient plus a scale per
+    // What ddp sent (data_comm_bytes, its own count): 2 (n-1)/n bytes per gradient plus a scale per
     // block, against the fp32 ring's 2 (n-1)/n x 4. Measured 95,232 -> 23,824 bytes at dp 2.
-    const double b32 = column(fp32.metrics, "comm_bytes").back(), b8 = column(fp8.metrics, "comm_bytes").back();
+    const double b32 = column(fp32.metrics, "data_comm_bytes").back(), b8 = column(fp8.metrics, "data_comm_bytes").back();
     CHECK(b8 < 0.26 * b32);
     CHECK(b8 > 0.24 * b32);
   }
@@ -182,13 +182,13 @@ TEST_CASE("zero fp8 wires: reduce-scatters track bf16 on one rank, fp8 gathers f
     const Curves fp32_wire = runs.run(layout);
     const Curves fp8_wire = runs.run(layout + " --set plugins." + zero + ".reduce_dtype=fp8");
     check_same(bf16, fp8_wire, 1e-2, std::string(zero) + ", fp8 reduce-scatters");
-    const double b32 = column(fp32_wire.metrics, "comm_bytes").back(), b8 = column(fp8_wire.metrics, "comm_bytes").back();
+    const double b32 = column(fp32_wire.metrics, "data_comm_bytes").back(), b8 = column(fp8_wire.metrics, "data_comm_bytes").back();
     CHECK(b8 < b32);  // the gradients' share of the bytes went to a quarter
   }
   const Curves fp8 = runs.run("--set plugins.precision=fp8");
   const std::string zero3 = "--set plugins.precision=fp8 --set parallel.nproc=2 --set plugins.data=zero3";
   const Curves fp8_gathers = runs.run(zero3 + " --set plugins.zero3.gather_dtype=fp8");
   check_same(fp8, fp8_gathers, 1e-2, "zero3, fp8 gathers");
-  const double b32 = column(runs.run(zero3).metrics, "comm_bytes").back();
-  CHECK(column(fp8_gathers.metrics, "comm_bytes").back() < 0.5 * b32);
+  const double b32 = column(runs.run(zero3).metrics, "data_comm_bytes").back();
+  CHECK(column(fp8_gathers.metrics, "data_comm_bytes").back() < 0.5 * b32);
 }

@@ -74,7 +74,7 @@ TEST_CASE("model-state bytes follow the ZeRO formulas and traffic the 2 Psi / 3 
   for (int n : {2, 4}) {
     const std::string ranks = "--set parallel.nproc=" + std::to_string(n);
     Curves ddp = runs.run(ranks);
-    near(last(ddp, "comm_bytes"), 2.0 * (n - 1) / n * psi * 4, 1e-9, "ddp all-reduce bytes");
+    near(last(ddp, "data_comm_bytes"), 2.0 * (n - 1) / n * psi * 4, 1e-9, "ddp all-reduce bytes");
     struct Want {
       const char* stage;
       double params, grads, optim, traffic;
@@ -90,7 +90,7 @@ TEST_CASE("model-state bytes follow the ZeRO formulas and traffic the 2 Psi / 3 
       near(last(z, "param_bytes"), w.params, 0.05, what + " param bytes");
       near(last(z, "grad_bytes"), w.grads, 0.05, what + " grad bytes");
       near(last(z, "optim_bytes"), w.optim, 0.05, what + " optimizer bytes");
-      near(last(z, "comm_bytes"), w.traffic, 0.05, what + " bytes sent per step");
+      near(last(z, "data_comm_bytes"), w.traffic, 0.05, what + " bytes sent per step");
       CHECK(last(z, "comm_buffer_bytes") > 0);
       // loom plan's memory model uses the same formulas (fp32: 4 + 4 + 8 bytes, sharded by stage).
       double planned[3];
@@ -186,7 +186,7 @@ TEST_CASE("zero3 prefetch_depth = 3 trains bitwise as depth 1 and holds more gat
   const Curves three = runs.run(layout + " --set plugins.zero3.prefetch_depth=3");
   check_same(one, three, 0.0, "prefetch depth 3");
   CHECK(last(three, "comm_buffer_bytes") > last(one, "comm_buffer_bytes"));
-  CHECK(last(three, "comm_bytes") == last(one, "comm_bytes"));
+  CHECK(last(three, "data_comm_bytes") == last(one, "data_comm_bytes"));
   const auto bad = runs.raw(layout + " --set plugins.zero3.prefetch_depth=0");
   CHECK(bad.rc == 2);
   CHECK(has(bad.out, "prefetch_depth"));

@@ -1,7 +1,6 @@
 // loom plan's model: cluster files, the ZeRO formulas, the strategies' cost entries, the
 // published runs it must predict, and the search's speed and choices.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -183,14 +182,12 @@ TEST_CASE("published runs are predicted from their layouts: Table 1, Korthikanti
                                                                 (1 + 2048 / (6.0 * 25600) + 51200 / (16.0 * 128 * 25600))));
 }
 
-TEST_CASE("a 1024-GPU search for Llama 3 405B takes under 10 s and ranks the published layout's rivals") {
+// How long the search takes is measured by bench/plan_search.sh (its target: 10 s).
+TEST_CASE("a 1024-GPU search for Llama 3 405B ranks the published layout's rivals") {
   const plan::Cluster c = plan::load_cluster(kClusters / "h100-sxm.toml");
   plan::PluginSources sources(plugins::Registry::default_dirs());
   const plan::Workload w = llama3_workload("llama3-405b", 1024);
-  const auto t0 = std::chrono::steady_clock::now();
   const plan::SearchResult r = plan::search(c, w, 1024, {}, sources.costs(), sources.pipes(), sources.problems());
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(seconds < 10);
   CHECK(r.considered > 1000);
   REQUIRE(!r.ranked.empty());
   REQUIRE(r.ranked.front().fits);
