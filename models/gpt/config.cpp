@@ -255,7 +255,9 @@ std::vector<config::SectionSpec> model_sections() {
       {"seq_len", ValueType::Int, "128", "context length T", 1, 1 << 20},
       {"positions", ValueType::String, "\"learned\"", "learned (a table of max_positions rows) | rope | none",
        -kInf, kInf, {"learned", "rope", "none"}},
-      {"max_positions", ValueType::Int, "0", "rows of the learned position table; 0 = seq_len", 0, 1 << 20},
+      {"max_positions", ValueType::Int, "0",
+       "the longest context: rows of the learned position table; with rope, the context an import stated, which "
+       "an export keeps (max_position_embeddings); 0 = seq_len", 0, 1 << 20},
       {"sliding_window", ValueType::Int, "0",
        "the attention window of a model trained with one (Mistral); seq_len may not exceed it; 0 = none", 0, 1 << 20},
       {"rope_theta", ValueType::Float, "10000.0", "RoPE base: 10000 (GPT-NeoX, Llama 2), 500000 (Llama 3)", -kInf, kInf},

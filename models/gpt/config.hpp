@@ -1,6 +1,7 @@
 // GPT hyper-parameters, read from the [model] section (presets fill what the file leaves out).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,7 +18,7 @@ struct GptConfig {
   int64_t n_kv_head = 0;  // 0 until from_config resolves it (= n_head)
   int64_t vocab_size = 256, seq_len = 64;
   std::string positions = "learned";  // learned | rope | none
-  int64_t max_positions = 0;          // rows of the learned table (>= seq_len)
+  int64_t max_positions = 0;          // rows of the learned table (>= seq_len); with rope, the context an import stated
   // A window the model was trained with (Mistral): within it, whole-sequence attention is the
   // same, so seq_len may not exceed it. 0 = none.
   int64_t sliding_window = 0;
@@ -59,6 +60,8 @@ struct GptConfig {
   bool grouped_query() const { return kv_heads() != n_head; }
   bool rope() const { return positions == "rope"; }
   bool learned_positions() const { return positions == "learned"; }
+  // The longest context the model states: what an export writes as max_position_embeddings.
+  int64_t context() const { return std::max(max_positions, seq_len); }
   bool qkv_bias() const { return attention_bias == "as_bias" ? bias : attention_bias != "none"; }
   bool proj_bias() const { return attention_bias == "as_bias" ? bias : attention_bias == "all"; }
   // Width of the first MLP matmul: SwiGLU stacks gate and up.

@@ -143,6 +143,31 @@ void check_parts(const fs::path& file, const Manifest& m) {
   }
 }
 
+// Where a reader who named the wrong folder may find checkpoints: the roots (folders holding
+// `latest`) below `dir` and below ./runs, a few levels down, at most four named. A run keeps its
+// checkpoints in RUN_DIR/checkpoints unless [checkpoint] dir says otherwise, which a newcomer who
+// exports from the folder the docs named does not know.
+std::string where_checkpoints_are(const fs::path& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const fs::path& top : {dir, fs::path("runs")}) {
+    if (!fs::is_directory(top, ec)) continue;
+    fs::recursive_directory_iterator it(top, fs::directory_options::skip_permission_denied, ec), end;
+    for (int seen = 0; !ec && it != end && seen < 2000 && found.size() < 4; it.increment(ec), ++seen) {
+      if (it.depth() > 2) it.disable_recursion_pending();
+      if (it->path().filename() == "latest" && it->is_regular_file(ec)) found.push_back(it->path().parent_path().string());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  found.erase(std::unique(found.begin(), found.end()), found.end());
+  std::string out = " (a checkpoint is a step directory, a root holding `latest`, or a run directory; a run saves into "
+                    "RUN_DIR/checkpoints unless [checkpoint] dir says otherwise";
+  if (found.empty()) return out + ")";
+  out += "; checkpoints found:";
+  for (const std::string& f : found) out += " " + f;
+  return out + ")";
+}
+
 }  // namespace
 
 Manifest read_manifest(const fs::path& dir, const std::string& name) {
@@ -152,7 +177,7 @@ Manifest read_manifest(const fs::path& dir, const std::string& name) {
     std::error_code ec;
     if (!fs::exists(dir, ec)) throw RuntimeError("checkpoint '" + dir.string() + "' does not exist");
     if (!fs::is_directory(dir, ec)) throw RuntimeError("'" + dir.string() + "' is a file, not a checkpoint directory");
-    throw RuntimeError("'" + dir.string() + "' is not a complete checkpoint: it has no " + name);
+    throw RuntimeError("'" + dir.string() + "' is not a complete checkpoint: it has no " + name + where_checkpoints_are(dir));
   }
   Manifest m;
   try {

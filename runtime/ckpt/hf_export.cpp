@@ -154,7 +154,7 @@ json llama_config(const model::Config& c) {
   json config = {{"architectures", {qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM"}}, {"model_type", qwen2 ? "qwen2" : "llama"},
                  {"num_hidden_layers", c.n_layer},
                  {"num_attention_heads", H}, {"num_key_value_heads", Hkv}, {"hidden_size", C}, {"intermediate_size", F},
-                 {"vocab_size", V}, {"max_position_embeddings", c.seq_len}, {"rms_norm_eps", c.norm_eps},
+                 {"vocab_size", V}, {"max_position_embeddings", c.context()}, {"rms_norm_eps", c.norm_eps},
                  {"rope_theta", c.rope_theta}, {"hidden_act", "silu"}, {"attention_bias", c.proj_bias()}, {"mlp_bias", false},
                  {"tie_word_embeddings", c.tied_embeddings}, {"torch_dtype", "float32"}};
   if (qwen2) config["use_sliding_window"] = false;
@@ -262,7 +262,7 @@ void write_hf_folder(const fs::path& step_dir, const Manifest& m, const fs::path
   fs::create_directories(out);
   write_safetensors_file(out / "model.safetensors", tensors, m.step);
   write_durable(out / "config.json", config.dump(2) + "\n");
-  write_generation_files(out, root, tok, imported_tokenizer, ids, c.seq_len);
+  write_generation_files(out, root, tok, imported_tokenizer, ids, c.context());
 }
 
 }  // namespace loom::ckpt

@@ -165,7 +165,8 @@ LlamaShape llama_shape(const json& c, const fs::path& cfg) {
 // causal attention over a sequence no longer than the window: seq_len is capped there, so the
 // import is exact, and [model] sliding_window keeps a later config from going past it.
 std::string llama_model_toml(const json& c, const LlamaShape& s, const fs::path& cfg) {
-  int64_t seq = std::min<int64_t>(field<int64_t>(c, "max_position_embeddings", 2048, cfg), 8192);
+  const int64_t context = field<int64_t>(c, "max_position_embeddings", 2048, cfg);
+  int64_t seq = std::min<int64_t>(context, 8192);
   const int64_t window = field<int64_t>(c, "sliding_window", 0, cfg);
   const bool windowed = window > 0 && field<bool>(c, "use_sliding_window", !s.qwen2, cfg);  // Qwen2's is off unless set
   if (windowed && window < seq) {
@@ -177,6 +178,8 @@ std::string llama_model_toml(const json& c, const LlamaShape& s, const fs::path&
                      toml_line("n_kv_head", std::to_string(s.Hkv)) + toml_line("d_model", std::to_string(s.C)) +
                      toml_line("d_ff", std::to_string(s.F)) + toml_line("vocab_size", std::to_string(s.V)) +
                      toml_line("seq_len", std::to_string(seq)) +
+                     // The context it was built for, which a shorter training seq_len must not shrink on export.
+                     toml_line("max_positions", std::to_string(context)) +
                      (windowed ? toml_line("sliding_window", std::to_string(window)) : "") +
                      toml_line("positions", "\"rope\"") + toml_line("rope_theta", num(field(c, "rope_theta", 10000.0, cfg))) +
                      toml_line("norm", "\"rmsnorm\"") + toml_line("norm_eps", num(field(c, "rms_norm_eps", 1e-6, cfg))) +

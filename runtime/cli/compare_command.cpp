@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -139,9 +140,11 @@ void train_rounds(Side& a, Side& b, const fs::path& out, const Plan& p) {
       continue;
     }
     for (Side* s : r % 2 == 0 ? std::vector<Side*>{&a, &b} : std::vector<Side*>{&b, &a}) {
-      std::printf("== %s%s: loom train %s\n", s->name.c_str(),
+      std::string sets;
+      for (const auto& o : s->overrides) sets += " --set " + o;
+      std::printf("== %s%s: loom train %s%s\n", s->name.c_str(),
                   p.rounds > 1 ? (", round " + std::to_string(r + 1) + "/" + std::to_string(p.rounds)).c_str() : "",
-                  s->file.c_str());
+                  s->file.c_str(), sets.c_str());
       const int rc = wait_child(start_child(train_argv(*s, s->dirs.back(), p, r, 0)));
       if (rc != 0) throw RuntimeError("training " + s->name + " (" + s->file + ") failed with exit code " + std::to_string(rc));
     }
@@ -318,6 +321,8 @@ void add_compare_options(po::options_description& opts) {
       "rtol", ranged<double>("rtol", 0, 1000)->default_value(1e-4, "1e-4"), "relative tolerance for loss and grad norm")(
       "json", "print everything as JSON (also written to OUT/compare.json)")(
       "out", po::value<std::string>(), "directory for the runs and report.html (default runs/compare-A-vs-B)")(
+      "name-a", po::value<std::string>(), "side A's name in the report (default: its config's name, or its --set-a settings)")(
+      "name-b", po::value<std::string>(), "side B's name in the report (default: its config's name, or its --set-b settings)")(
       "cluster", po::value<std::string>(), "print loom plan's predicted step time and memory beside the measured ones");
 }
 
@@ -349,8 +354,34 @@ struct Sides {
   std::vector<std::string> notes;
 };
 
-// Two sides may share a name ("a.toml" in two folders); the report needs them apart.
-void tell_apart(Sides& s) {
+// A side's name from its own overrides: "parallel.tp=2", "plugins.data=zero2" give "tp=2,data=zero2",
+// or "" when it has none. Only characters a directory name takes.
+std::string name_of_overrides(const std::vector<std::string>& overrides) {
+  std::string out;
+  for (const std::string& o : overrides) {
+    const size_t eq = o.find('='), dot = o.rfind('.', eq);
+    std::string part = dot == std::string::npos ? o : o.substr(dot + 1);
+    for (char& ch : part)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '=' && ch != '.' && ch != '-' && ch != '_') ch = '_';
+    out += (out.empty() ? "" : ",") + part;
+  }
+  return out.size() > 60 ? "" : out;
+}
+
+// The sides' names: --name-a and --name-b; else each config's name, or where both sides are the
+// same config, the settings that make them differ (--set-a parallel.dp=2 names A "dp=2"). Two sides
+// may still share a name ("a.toml" in two folders); the report needs them apart.
+void name_sides(Sides& s, const po::variables_map& vm) {
+  if (s.a.name == s.b.name) {
+    const std::string a = name_of_overrides(s.a.overrides), b = name_of_overrides(s.b.overrides);
+    if (!a.empty()) s.a.name = a;
+    if (!b.empty()) s.b.name = b;
+  }
+  if (vm.count("name-a")) s.a.name = vm["name-a"].as<std::string>();
+  if (vm.count("name-b")) s.b.name = vm["name-b"].as<std::string>();
+  for (const Side* side : {&s.a, &s.b})
+    if (side->name.empty() || side->name.find('/') != std::string::npos || side->name == "." || side->name == "..")
+      throw UsageError("--name-a and --name-b name a folder of the report's: '" + side->name + "' cannot be one");
   if (s.a.name == s.b.name) s.a.name += "-A", s.b.name += "-B";
 }
 
@@ -369,7 +400,7 @@ Sides sides_from_runs(const po::variables_map& vm) {
   s.a.dirs = split_dirs(runs[0]), s.b.dirs = split_dirs(runs[1]);
   if (s.a.dirs.empty() || s.b.dirs.empty()) throw UsageError("--from-runs: each side needs at least one run directory");
   s.a.name = s.a.dirs[0].filename().string(), s.b.name = s.b.dirs[0].filename().string();
-  tell_apart(s);
+  name_sides(s, vm);
   if (fs::exists(s.a.dirs[0] / "config.toml") && fs::exists(s.b.dirs[0] / "config.toml"))
     s.notes = differences(config::Config::load(s.a.dirs[0] / "config.toml"), config::Config::load(s.b.dirs[0] / "config.toml"));
   s.out = vm.count("out") ? fs::path(vm["out"].as<std::string>())
@@ -404,7 +435,7 @@ Sides sides_from_configs(const po::variables_map& vm, Plan& plan) {
   s.notes = differences(ca, cb);
   plan.seed0 = static_cast<int64_t>(train::read_run(ca).seed);
   s.a.name = ca.stem(), s.b.name = cb.stem(), s.a.file = files[0], s.b.file = files[1];
-  tell_apart(s);
+  name_sides(s, vm);
   s.out = vm.count("out") ? fs::path(vm["out"].as<std::string>()) : fs::path("runs") / ("compare-" + s.a.name + "-vs-" + s.b.name);
   if (vm.count("cluster")) s.predictions = predict_both(vm["cluster"].as<std::string>(), ca, cb);
   return s;
@@ -461,17 +492,21 @@ int compare(const Args& args) {
     noise = assess(s.a.name, ra, s.b.name, rb, static_cast<size_t>(set.warmup), from_runs ? 0 : set.plan.seeds,
                    vm["min-effect"].as<double>(), vm["effect"].as<double>());
   const fs::path html = s.out / "report.html";
-  write_file(html, report::html_report(c, ra[0], rb[0], several ? noise_html(noise, set.plan.together) : ""), "the report");
+  const std::string one_sample =
+      "one run of each side: its step times are one sample, which proves nothing about which is faster on a shared machine; "
+      "--rounds 5 interleaves runs and says whether a difference is real";
+  write_file(html,
+             report::html_report(c, ra[0], rb[0],
+                                 several ? noise_html(noise, set.plan.together)
+                                         : "<p id=\"speed-caveat\" class=\"bad\">" + report::html_escape(one_sample) + "</p>\n"),
+             "the report");
   const std::string json = comparison_json(s, c, several ? &noise : nullptr, html);
   write_file(s.out / "compare.json", json, "the comparison");
   if (vm.count("json"))
     std::fputs(json.c_str(), stdout);
   else
     std::printf("\n%s%sreport: %s\n", report::describe(c).c_str(),
-                several ? ("\n" + noise.text).c_str()
-                        : "\none run of each side: its step times are one sample, which proves nothing about which is faster "
-                          "on a shared machine; --rounds 5 interleaves runs and says whether a difference is real\n",
-                html.c_str());
+                several ? ("\n" + noise.text).c_str() : ("\n" + one_sample + "\n").c_str(), html.c_str());
   return exit_code(set.plan, noise, c);
 }
 

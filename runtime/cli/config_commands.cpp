@@ -4,6 +4,7 @@
 
 #include "cli/parse.hpp"
 #include "loader/services.hpp"
+#include "train/data_check.hpp"
 #include "train/trainer.hpp"
 #include "dist/node_groups.hpp"
 #include "dist/parallel_settings.hpp"
@@ -20,11 +21,12 @@ int config(const Args& args) {
   po::options_description opts("loom config");
   add_set_option(opts);
   opts.add_options()("action", po::value<std::string>()->required(), "check | show")(
-      "file", po::value<std::string>()->required(), "config file (TOML)");
+      "file", po::value<std::string>()->required(), "config file (TOML)")(
+      "no-data", po::bool_switch(), "check: the config alone, without its data (a config written before its data is prepared)");
   po::positional_options_description pos;
   pos.add("action", 1).add("file", 1);
   po::variables_map vm;
-  if (!parse(args, "loom config (check | show) FILE [--set section.key=value]...", opts, pos, vm))
+  if (!parse(args, "loom config (check | show) FILE [--set section.key=value]... [--no-data]", opts, pos, vm))
     return kExitOk;
   std::string action = vm["action"].as<std::string>();
   if (action != "check" && action != "show")
@@ -57,7 +59,10 @@ int config(const Args& args) {
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::set_plugin_source(&reg, &cfg);  // a wrapper's validate hook checks the plugin it wraps
   plugins::Selection sel = plugins::resolve(cfg, reg);
-  if (action == "check") train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
+  if (action == "check") {
+    train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
+    if (!vm["no-data"].as<bool>()) train::check_data(cfg);  // as train does before its first step
+  }
   if (action == "show") {
     const model::Config m = model::from_config(cfg);
     std::cout << "# model: " << m.describe() << "\n# " << m.params() << " params (" << m.non_embedding_params()

@@ -5,7 +5,10 @@
 // every token of a text, given the tokens before it (the tokenizer's special tokens around it, as
 // transformers' tokenizer(text) puts them). --logits N: the logits of the first N positions, as
 // safetensors. SRC is any model `loom generate` reads.
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -96,8 +99,9 @@ int eval_text(model::Model& model, const std::vector<int32_t>& ids, const tok::T
   return kExitOk;
 }
 
-// Mean loss over the split's windows [s, s + T] at s = 0, T, 2T, ..., `batch` at a time, with
-// progress on stderr for long sets.
+// Mean loss over the split's windows [s, s + T] at s = 0, T, 2T, ..., `batch` at a time. Progress
+// goes to stderr only where a person watches it (a terminal) and only once the work has taken a
+// few seconds: a script or a short set gets the result line alone.
 int eval_data(model::Model& model, const fs::path& dir, const std::string& split, int64_t max_windows, int64_t batch,
               int64_t logits_rows, const fs::path& logits_out) {
   const int64_t T = model.config().seq_len, V = model.config().vocab_size;
@@ -110,6 +114,8 @@ int eval_data(model::Model& model, const fs::path& dir, const std::string& split
   std::vector<int32_t> in(static_cast<size_t>(batch * (T + 1))), x(static_cast<size_t>(batch * T)), y(x.size());
   double sum = 0;
   int64_t done = 0, shown = 0;
+  const bool watched = ::isatty(STDERR_FILENO) != 0;
+  const auto start = std::chrono::steady_clock::now();
   while (done < windows) {
     const int64_t b = std::min(batch, windows - done);
     for (int64_t w = 0; w < b; ++w) {
@@ -123,7 +129,8 @@ int eval_data(model::Model& model, const fs::path& dir, const std::string& split
     }
     sum += model.forward({x.data(), y.data(), b, T, 0.f});
     done += b;
-    if (windows >= 20 && done * 10 / windows > shown) {
+    const bool long_work = std::chrono::steady_clock::now() - start > std::chrono::seconds(3);
+    if (watched && long_work && done < windows && done * 10 / windows > shown) {
       shown = done * 10 / windows;
       std::fprintf(stderr, "eval: %lld / %lld windows, mean loss so far %.6f\n", (long long)done, (long long)windows,
                    sum / static_cast<double>(done * T));

@@ -19,10 +19,11 @@ int generate(const Args& args) {
   po::options_description opts("loom generate");
   opts.add_options()("src", po::value<std::string>()->required(),
                      "a Loom checkpoint (a step directory, a checkpoint root or a run directory), a Hugging Face folder or an llm.c model file")(
-      "prompt", po::value<std::string>()->default_value("\n"), "the text to continue (token ids with --ids)")(
+      "prompt", po::value<std::string>()->default_value("\n", "a line break"), "the text to continue (token ids with --ids)")(
       "max-tokens", ranged<int64_t>("max-tokens", 1, 1000000)->default_value(64), "tokens to generate at most")(
-      "temperature", po::value<double>()->default_value(1.0), "0 = greedy")(
-      "top-k", ranged<int64_t>("top-k", 0, 1 << 30)->default_value(0), "sample from the k likeliest tokens; 0 = all")(
+      "temperature", po::value<double>()->default_value(1.0), "0 = greedy; 1, as the training-time samples")(
+      "top-k", ranged<int64_t>("top-k", 0, 1 << 30)->default_value(8),
+      "sample from the k likeliest tokens, 8 as the training-time samples ([train] sample_top_k); 0 = all")(
       "top-p", po::value<double>()->default_value(1.0), "nucleus: the likeliest tokens holding this probability")(
       "seed", po::value<uint64_t>()->default_value(1), "sampling seed")(
       "tokenizer", po::value<std::string>(), "tokenizer.json (default: beside the weights or the run's data)")(

@@ -19,6 +19,7 @@
 #include "plan/mixed.hpp"
 #include "report/noise.hpp"
 #include "core/json.hpp"
+#include "train/data_check.hpp"
 #include "train/metrics.hpp"
 #include "train/settings.hpp"
 #include "train/trainer.hpp"
@@ -53,6 +54,7 @@ int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::Nod
   plugins::set_plugin_source(&reg, &cfg);
   plugins::Selection sel = plugins::resolve(cfg, reg);
   train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
+  train::check_data(cfg);  // once here for the ranks it starts
   if (node.node_rank == 0)  // one lock per job: other nodes may see the same directory over a shared filesystem
     train::claim_run_dir(run_dir_of(vm, cfg), cfg);
   ::setenv("LOOM_RUN_DIR_LOCKED", "1", 1);  // the ranks share this process's lock
@@ -129,6 +131,37 @@ void place_in_group(config::Config& cfg, const dist::RankEnv& rank) {
     std::printf("groups: %s\n", dist::describe_groups(groups, par.nproc, rank.world, par.pp).c_str());
 }
 
+// What the run did, on one line: its steps (those of this run, after a resume), its losses, its
+// speed, where its metrics are, and what it saved, or that it saved nothing, which a newcomer
+// would otherwise learn only from `loom eval` finding no checkpoint.
+std::string done_line(const train::TrainSummary& s, const config::Config& cfg, const std::filesystem::path& run_dir) {
+  char b[512];
+  std::string out = "done: ";
+  if (s.first_step > 1)
+    std::snprintf(b, sizeof b, "steps %lld-%lld (%lld, resumed after step %lld)", (long long)s.first_step, (long long)s.last_step,
+                  (long long)s.steps, (long long)(s.first_step - 1));
+  else
+    std::snprintf(b, sizeof b, "%lld steps", (long long)s.steps);
+  out += b;
+  std::snprintf(b, sizeof b, ", train loss %.4f -> %.4f", s.first_loss, s.final_loss);
+  out += b;
+  if (s.evaluations == 1)
+    std::snprintf(b, sizeof b, ", val loss %.4f (one evaluation)", s.final_val_loss);
+  else if (s.evaluations > 1)
+    std::snprintf(b, sizeof b, ", val loss %.4f -> %.4f", s.first_val_loss, s.final_val_loss);
+  out += s.evaluations > 0 ? b : "";
+  std::snprintf(b, sizeof b, ", %.0f tokens/s, MFU %.1f%%; metrics in %s", s.tokens_per_s, s.mfu * 100, (run_dir / "metrics.jsonl").c_str());
+  out += b;
+  const ckpt::CheckpointSettings c = ckpt::read_checkpoint(cfg);
+  const std::filesystem::path root = c.dir.empty() ? run_dir / "checkpoints" : std::filesystem::path(c.dir);
+  if (s.last_saved_step > 0)
+    return out + "; checkpoint of step " + std::to_string(s.last_saved_step) + " in " + root.string();
+  return out + "; nothing saved" +
+         (c.every == 0 ? std::string(" ([checkpoint] every = 0): loom eval, generate and export have no checkpoint to read; set "
+                                     "[checkpoint] every = N with [plugins] ckpt = \"sync\"")
+                       : std::string(": no step of this run was due a checkpoint ([checkpoint] every = ") + std::to_string(c.every) + ")");
+}
+
 // This process is one rank of the job: train, then say how it ended.
 int run_rank(const po::variables_map& vm, config::Config& cfg) {
   dist::RankEnv rank = dist::rank_from_environment().value_or(dist::RankEnv{});
@@ -136,6 +169,10 @@ int run_rank(const po::variables_map& vm, config::Config& cfg) {
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::set_plugin_source(&reg, &cfg);  // a plugin that wraps another creates it from these
   plugins::Selection sel = plugins::resolve(cfg, reg);
+  if (!std::getenv("LOOM_LAUNCHED")) {  // a rank srun or mpirun started checks what a local launcher would have
+    train::check_layout(cfg, sel, dist::resolve_mesh(cfg, rank.world));
+    train::check_data(cfg);
+  }
   const std::filesystem::path run_dir = run_dir_of(vm, cfg);
   const std::optional<plan::Estimate> plan = rank.rank == 0 ? predicted(cfg, rank.world) : std::nullopt;
   train::TrainSummary s = train::train(cfg, sel, rank, run_dir);
@@ -148,10 +185,7 @@ int run_rank(const po::variables_map& vm, config::Config& cfg) {
     return kExitStopped;
   }
   if (rank.rank != 0 || s.steps == 0) return kExitOk;  // nothing was left to train: said already
-  std::printf("done: %lld steps, train loss %.4f -> %.4f", (long long)s.steps, s.first_loss, s.final_loss);
-  if (s.final_val_loss >= 0) std::printf(", val loss %.4f -> %.4f", s.first_val_loss, s.final_val_loss);
-  std::printf(", %.0f tokens/s, MFU %.1f%%; metrics in %s\n", s.tokens_per_s, s.mfu * 100,
-              (run_dir / "metrics.jsonl").c_str());
+  std::printf("%s\n", done_line(s, cfg, run_dir).c_str());
   if (plan) print_beside(*plan, s, run_dir);
   return kExitOk;
 }

@@ -40,7 +40,8 @@ Series series(const std::string& name, const std::string& color, const Run& r, c
   return s;
 }
 
-// A line chart of the series against step, with five ticks on each axis and a legend.
+// A line chart of the series against step, with five ticks on each axis and a legend. The second
+// series is dashed, so that two curves that agree (the point of most comparisons) both show.
 std::string svg_chart(const std::string& title, const std::string& ylabel, const std::vector<Series>& all) {
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
   for (const auto& s : all)
@@ -57,12 +58,13 @@ std::string svg_chart(const std::string& title, const std::string& ylabel, const
     out += f.x_tick(px(x), b);
   }
   for (size_t k = 0; k < all.size(); ++k) {
-    out += "<polyline fill=\"none\" stroke-width=\"1.5\" stroke=\"" + all[k].color + "\" points=\"";
+    out += "<polyline class=\"curve\" fill=\"none\" stroke-width=\"1.5\"" +
+           std::string(k > 0 ? " stroke-dasharray=\"6 4\"" : "") + " stroke=\"" + all[k].color + "\" points=\"";
     for (auto [x, y] : all[k].points) {
       std::snprintf(b, sizeof b, "%.1f,%.1f ", px(x), f.py(y));
       out += b;
     }
-    out += "\"/>\n" + f.legend(k, all[k].name, all[k].color);
+    out += "\"/>\n" + f.legend(k, all[k].name + (k > 0 ? " (dashed)" : ""), all[k].color);
   }
   return out + "</svg>\n";
 }

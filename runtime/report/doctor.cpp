@@ -37,7 +37,12 @@ std::vector<const EventRow*> events_of(const Run& r, const std::string& event) {
 }
 
 std::string headline(const Run& run) {
-  return "loom doctor: " + run.dir.string() + ": " + std::to_string(run.steps.size()) + " steps, " +
+  std::string resumed;
+  for (const EventRow* e : events_of(run, "resume")) resumed += (resumed.empty() ? "" : ", ") + std::to_string(e->step);
+  if (!resumed.empty()) resumed = " (resumed after step " + resumed + ")";
+  if (run.superseded_rows > 0)
+    resumed += "; " + std::to_string(run.superseded_rows) + " rows of a stopped run written again by its resume are left out";
+  return "loom doctor: " + run.dir.string() + ": " + std::to_string(run.steps.size()) + " steps" + resumed + ", " +
          std::to_string(run.events.size()) + (run.events.size() == 1 ? " event\n" : " events\n");
 }
 

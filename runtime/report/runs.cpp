@@ -80,6 +80,10 @@ Run read_run(const std::filesystem::path& dir) {
       run.initial_val_loss = row.get("val_loss");
       continue;
     }
+    while (!run.steps.empty() && run.steps.back().get("step") >= row.get("step")) {
+      run.steps.pop_back();
+      ++run.superseded_rows;
+    }
     run.steps.push_back(std::move(row));
   }
   if (in.bad()) throw RuntimeError("cannot read metrics file '" + metrics.string() + "'" + os_reason());

@@ -30,7 +30,10 @@ struct EventRow {
 
 struct Run {
   std::filesystem::path dir;
-  std::vector<StepRow> steps;  // step 1 onwards
+  std::vector<StepRow> steps;  // step 1 onwards, one row per step
+  // Rows a resume wrote again: a run resumed before Loom dropped the stopped run's rows past its
+  // checkpoint repeats those steps; the later rows are kept.
+  int64_t superseded_rows = 0;
   double initial_val_loss = NAN;  // step 0's line: the validation loss before the first update
   std::vector<EventRow> events;
   std::vector<double> peak_mem_per_rank;  // from ranks.json, written at the end of a run

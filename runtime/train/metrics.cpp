@@ -45,6 +45,28 @@ void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields
   if (tensorboard_) tensorboard_->write(fields);
 }
 
+int64_t drop_rows_from(const std::filesystem::path& file, int64_t first_step) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return 0;
+  const std::string text = read_file(file, "metrics file");
+  std::string kept;
+  int64_t dropped = 0;
+  for (size_t at = 0; at < text.size();) {
+    size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();  // a last line the dead run left half-written
+    const std::string line = text.substr(at, nl - at);
+    at = nl + 1;
+    long long step = -1;
+    const bool whole = !line.empty() && line.back() == '}';
+    if (whole && std::sscanf(line.c_str(), "{\"step\": %lld", &step) == 1 && step < first_step)
+      kept += line + "\n";
+    else if (!line.empty())
+      ++dropped;
+  }
+  if (dropped > 0) write_file(file, kept, "metrics file");
+  return dropped;
+}
+
 std::string eta_suffix(double elapsed_s, int64_t done, int64_t left) {
   if (done < 1 || left < 1) return "";
   const double eta = elapsed_s / static_cast<double>(done) * static_cast<double>(left);

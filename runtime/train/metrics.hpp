@@ -36,6 +36,11 @@ class MetricsLog {
   std::unique_ptr<report::TensorBoardWriter> tensorboard_;
 };
 
+// A resumed run continues after step `first_step` - 1: the rows of `file` from `first_step` on were
+// written by the run that died after its checkpoint, and the resumed run writes those steps
+// again. They are dropped (the file rewritten whole), so each step has one row. Returns how many.
+int64_t drop_rows_from(const std::filesystem::path& file, int64_t first_step);
+
 // " | eta 12m05s" for a step line: `left` steps at the mean time of the `done` ones so far (evaluations
 // and checkpoints included); empty for a run shorter than a minute, and at its last step.
 std::string eta_suffix(double elapsed_s, int64_t done, int64_t left);

@@ -174,6 +174,7 @@ void Run::start_reporters() {
     write_checked(run_dir_ / "config.toml", cfg_.render(sel_.schemas));
     write_plugins_record(run_dir_, sel_);
     if (!links_.empty()) write_links(run_dir_, hosts_.of_rank[0], links_);
+    superseded_rows_ = first_step_ > 1 ? drop_rows_from(run_dir_ / "metrics.jsonl", first_step_) : 0;
     log_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", first_step_ > 1,
                                         run_.tensorboard ? run_dir_ / "tensorboard" : fs::path());
   }
@@ -181,6 +182,8 @@ void Run::start_reporters() {
   flops_per_token_ = mc_.flops_per_token();
   activation_bytes_ = model_->activation_bytes({nullptr, nullptr, s_.micro_batch, T_local_, 0.f});
   stability_ = std::make_unique<Stability>(cfg_, world_.get(), dp_.get(), lead_, run_dir_, first_step_ > 1);
+  if (first_step_ > 1)  // where this run took over: metrics.jsonl's rows past it were the stopped run's
+    stability_->log({first_step_ - 1, "run", "resume", {{"superseded_rows", std::to_string(superseded_rows_)}}});
   reporters_.push_back([this](Fields& f) { stability_->add_metrics(f); });
   reporters_.push_back([this](Fields& f) { add_memory_metrics(f, optimizer_->accounting()); });
   SumOverData sum_over_data;

@@ -126,6 +126,7 @@ class Run {
   std::unique_ptr<FaultInjector> faults_;
   std::unique_ptr<ckpt::Checkpointer> checkpoints_;
   int64_t first_step_ = 1, last_step_ = 0;
+  int64_t superseded_rows_ = 0;  // metrics.jsonl rows of the stopped run this one resumed, dropped
 
   std::unique_ptr<MetricsLog> log_;
   std::unique_ptr<Trace> trace_;

@@ -93,6 +93,7 @@ void Run::evaluate_and_sample(int64_t step, Fields& fields, std::string& val_tex
     if (lead_) val_text = b;
     if (sum.first_val_loss < 0) sum.first_val_loss = val;
     sum.final_val_loss = val;
+    ++sum.evaluations;
   }
   if (lead_) log_->write(fields);
   if (s_.sample_every > 0 && (step % s_.sample_every == 0 || step == s_.steps)) {
@@ -152,6 +153,7 @@ void Run::finish_run(TrainSummary& sum, double total_time) {
   }
   if (trace_) trace_->write();  // a full disk fails the run here, naming the file
   if (world_) world_->world().barrier();  // rank 0 hosts the store: leave together
+  sum.first_step = first_step_;
   sum.steps = sum.last_step - first_step_ + 1;  // this run's, after a resume, an exit or a signal
   const double tokens = static_cast<double>(sum.steps * s_.global_batch * T_);
   sum.tokens_per_s = tokens / total_time;

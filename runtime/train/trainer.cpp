@@ -87,6 +87,7 @@ TrainSummary Run::train() {
     // Stopping makes this step the last one, which always saves.
     const bool saved = checkpoints_->after_step(step, stopping && save_on_signal ? step : last_step_, params_, optimizer_->m(),
                                                 optimizer_->v(), optimizer_->applied(), precision_.get());
+    if (saved) sum.last_saved_step = step;
     faults_->step_end(seconds_since(t0));
     const double step_s = seconds_since(t0);
     r.traffic = dist::take_traffic();  // what the report then sends (norms, evaluation) is not the step's

@@ -18,6 +18,7 @@
 #include "parallel/context_attention.hpp"
 #include "parallel/layer_api.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "train/data_check.hpp"
 #include "train/metrics.hpp"
 
 namespace fs = std::filesystem;
@@ -150,9 +151,7 @@ std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const m
   const fs::path path = tok::run_tokenizer_path(cfg);
   if (!path.empty()) {
     auto t = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(path));
-    if (t->vocab_size() > mc.vocab_size)
-      throw ConfigError("[data] tokenizer '" + path.string() + "' has " + std::to_string(t->vocab_size()) +
-                        " tokens, more than [model] vocab_size = " + std::to_string(mc.vocab_size));
+    check_tokenizer_fits(t->vocab_size(), path, mc.vocab_size);
     return t;
   }
   if (mc.vocab_size != 256)

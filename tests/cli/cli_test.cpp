@@ -73,9 +73,12 @@ TEST_CASE("config errors exit 2 with file:line:col") {
 TEST_CASE("config check and show resolve plugins and fill defaults") {
   TempDir t;
   std::string f = t.write("c.toml", "[run]\nseed = 5\n[plugins]\nprecision = \"fp32\"\n");
-  auto check = run_loom("config check " + f);
+  auto check = run_loom("config check " + f + " --no-data");  // data/fortunes is the demo's, not prepared here
   CHECK(check.rc == 0);
   CHECK(has(check.out, "ok; precision = fp32"));
+  auto data = run_loom("config check " + f);  // checked against its data, as train would
+  CHECK(data.rc == 2);
+  CHECK(has(data.out, "[data] dir = \"data/fortunes\" does not exist; make it with: loom data prepare"));
   auto show = run_loom("config show " + f + " --set run.seed=11 --set run.threads=2");
   CHECK(show.rc == 0);
   CHECK(has(show.out, "seed = 11"));

@@ -151,9 +151,16 @@ TEST_CASE("config check refuses what train would refuse at start-up, with the sa
   const std::string why = "tp x pp x ep x cp = 2 does not divide the world size 1 (set [parallel] nproc";
   CHECK(has(check.out, why));
   CHECK(has(train.out, why));
-  auto ok = quickly("config check " + cfg + " --set parallel.tp=2 --set parallel.nproc=2");
+  auto ok = quickly("config check " + cfg + " --set parallel.tp=2 --set parallel.nproc=2 --no-data");
   CHECK(ok.rc == 0);
   CHECK(has(ok.out, "tensor = tp"));
+  // With its data checked, as train checks it: the directory holds no shards.
+  auto data = quickly("config check " + cfg + " --set parallel.tp=2 --set parallel.nproc=2");
+  auto trained = quickly("train " + cfg + " --set parallel.tp=2 --set parallel.nproc=2 --run-dir " + (t.path / "r2").string());
+  INFO(data.out << trained.out);
+  CHECK(data.rc == 2);
+  CHECK(trained.rc == 2);
+  for (const auto* out : {&data.out, &trained.out}) CHECK(has(*out, "no train shards (*train*.bin) in '" + t.path.string() + "'"));
 }
 
 
@@ -230,7 +237,7 @@ TEST_CASE("a wrapper whose inner plugin is of another kind fails config check, a
   INFO(check.out);
   CHECK(check.rc == 2);
   CHECK(has(check.out, "[plugins.counting] inner = \"ddp\": 'ddp' is a parallel plugin, not a comm plugin"));
-  CHECK(quickly("config check " + cfg + " --set plugins.counting.inner=gloo").rc == 0);
+  CHECK(quickly("config check " + cfg + " --set plugins.counting.inner=gloo --no-data").rc == 0);
   auto bench = quickly("bench comm --comm counting --max-bytes 1K --iters 2 --warmup 1", 60);
   INFO(bench.out);
   CHECK(bench.rc == 0);

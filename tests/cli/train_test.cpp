@@ -87,8 +87,8 @@ TEST_CASE("training failures reach the user with the right exit code") {
   CHECK(declines.rc == 1);
   CHECK(has(declines.out, "cannot run here: needs a device this machine does not have"));
   auto no_data = run_loom("train " + s.cfg + " --set data.dir=/nonexistent");
-  CHECK(no_data.rc == 1);
-  CHECK(has(no_data.out, "cannot read data directory '/nonexistent'"));
+  CHECK(no_data.rc == 2);  // bad input, refused before anything starts
+  CHECK(has(no_data.out, "[data] dir = \"/nonexistent\" does not exist; make it with: loom data prepare"));
   auto bad_batch = run_loom("train " + s.cfg + " --set train.micro_batch=3");
   CHECK(bad_batch.rc == 2);
   CHECK(has(bad_batch.out, "global_batch = 4 over dp = 1 is 4 sequences per rank, not a multiple of micro_batch = 3"));

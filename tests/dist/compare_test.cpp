@@ -58,6 +58,24 @@ TEST_CASE("compare: dp=2 agrees with dp=1, another seed diverges at step 1, and 
   CHECK(has(sides.out, "agree: 8 steps"));
   CHECK(has(sides.out, "note: B differs from A in parallel.nproc: 1 -> 2"));
   CHECK(has(sides.out, "one run of each side: its step times are one sample"));
+  // Each side is named for its own settings, and each round's header says them.
+  CHECK(has(sides.out, "== nproc=1: loom train " + cfg + " --set parallel.nproc=1"));
+  CHECK(has(sides.out, "== nproc=2: loom train " + cfg + " --set parallel.nproc=2"));
+  // Its report, in a real browser: the names, the single-sample caveat the terminal printed, and
+  // the second side's curves dashed, so that curves that agree both show.
+  auto page = sh("chromium --headless --no-sandbox --disable-gpu --dump-dom file://" + (t.path / "ab" / "report.html").string() +
+                 " 2>/dev/null");
+  CHECK(has(page.out, "<h1>nproc=1 vs nproc=2</h1>"));
+  CHECK(has(page.out, "<p id=\"speed-caveat\" class=\"bad\">one run of each side: its step times are one sample, which proves nothing"));
+  CHECK(count(page.out, "stroke-dasharray") == 3);
+  CHECK(has(page.out, "nproc=2 (dashed)"));
+  auto named = run_loom("compare --from-runs " + (t.path / "ab" / "nproc=1").string() + " " + (t.path / "ab" / "nproc=2").string() +
+                        " --name-a dp1 --name-b dp2 --out " + (t.path / "named").string());
+  INFO(named.out);
+  CHECK(named.rc == 0);
+  CHECK(has(read_text(t.path / "named" / "report.html"), "<h1>dp1 vs dp2</h1>"));
+  CHECK(run_loom("compare --from-runs " + (t.path / "ab" / "nproc=1").string() + " " + (t.path / "ab" / "nproc=2").string() +
+                 " --name-a a/b").rc == 2);
 
   auto diverged = run_loom("compare " + cfg + " " + seed + " --out " + (t.path / "seed").string());
   CHECK(diverged.rc == 1);
