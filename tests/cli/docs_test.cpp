@@ -114,10 +114,7 @@ TEST_CASE("every block the guides mark runnable runs as written, the fine-tuning
     finetune = true;
     // Fine-tuned at dp 2 for its steps, saved where the example looks, exported with the context
     // the imported model stated (64), not the run's seq_len (32), and read back by transformers.
-    const std::string metrics = read_text(t.path / "runs/finetune/metrics.jsonl");
-    size_t steps = 0;
-    for (size_t at = metrics.find("\"loss\""); at != std::string::npos; at = metrics.find("\"loss\"", at + 1)) ++steps;
-    CHECK(steps == 4);
+    CHECK(loom::test::occurrences(read_text(t.path / "runs/finetune/metrics.jsonl"), "\"loss\"") == 4);
     const auto config = nlohmann::json::parse(read_text(t.path / "my-llama-notes/config.json"));
     CHECK(config["max_position_embeddings"] == 64);
     CHECK(nlohmann::json::parse(read_text(t.path / "my-llama-notes/tokenizer_config.json"))["model_max_length"] == 64);

@@ -16,11 +16,7 @@ namespace fs = std::filesystem;
 namespace {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-size_t count(const std::string& text, const std::string& part) {
-  size_t n = 0;
-  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
-  return n;
-}
+using loom::test::occurrences;
 
 // Text prepared in `t` with a BPE tokenizer of `vocab` tokens learned from it: the data dir.
 std::string bpe_data(const TempDir& t, int vocab) {
@@ -103,10 +99,10 @@ TEST_CASE("after a resume, metrics.jsonl holds one row per step, events.jsonl th
   CHECK(resumed.rc == 0);
   CHECK(has(resumed.out, "done: steps 9-12 (4, resumed after step 8)"));
   const std::string metrics = read_text(fs::path(run) / "metrics.jsonl");
-  CHECK(count(metrics, "\"loss\"") == 12);
-  for (int step = 1; step <= 12; ++step) CHECK(count(metrics, "{\"step\": " + std::to_string(step) + ",") == 1);
+  CHECK(occurrences(metrics, "\"loss\"") == 12);
+  for (int step = 1; step <= 12; ++step) CHECK(occurrences(metrics, "{\"step\": " + std::to_string(step) + ",") == 1);
   const std::string events = read_text(fs::path(run) / "events.jsonl");
-  CHECK(count(events, "\"event\": \"resume\"") == 1);
+  CHECK(occurrences(events, "\"event\": \"resume\"") == 1);
   CHECK(has(events, "{\"step\": 8, \"layer\": \"run\", \"event\": \"resume\", \"superseded_rows\": 4}"));
   auto doctor = run_loom("doctor " + run);
   INFO(doctor.out);

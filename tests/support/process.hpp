@@ -42,6 +42,13 @@ inline std::string mpirun(int n) {
          " --oversubscribe --mca btl self,vader,tcp --mca btl_tcp_if_include lo";
 }
 
+// How many times `part` occurs in `text` (rows of a metrics file, events, elements of a page).
+inline size_t occurrences(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
 // A file's whole contents ("" when it cannot be read).
 inline std::string read_text(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
