@@ -86,13 +86,27 @@ def main():
         sys.exit(f"reaped.py: prctl(PR_SET_CHILD_SUBREAPER): {os.strerror(ctypes.get_errno())}")
     child = os.fork()
     if child == 0:
+        # Python ignores SIGPIPE and SIGXFSZ for itself; the command gets the defaults a shell
+        # would give it, or `producer | head` would see EPIPE instead of ending.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
         try:
             os.execvp(command[0], command)
-        finally:
-            os._exit(127)
+        except OSError as e:
+            print(f"reaped.py: cannot run {command[0]}: {e.strerror}", file=sys.stderr)
+        os._exit(127)
     # A terminal's ^C reaches the whole foreground group; a TERM sent to this process alone is
-    # passed on, so the command can clean up.
-    signal.signal(signal.SIGTERM, lambda *_: os.kill(child, signal.SIGTERM))
+    # passed on while the command runs, so it can clean up, and afterwards only hurries the sweep.
+    running = [True]
+
+    def on_term(*_):
+        if running[0]:
+            try:
+                os.kill(child, signal.SIGTERM)
+            except OSError:
+                pass
+
+    signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     status = None
     while status is None:  # reaping orphans as they end, so none lingers as a zombie
@@ -102,6 +116,7 @@ def main():
             continue
         if pid == child:
             status = os.waitstatus_to_exitcode(raw)
+            running[0] = False
     deadline = time.monotonic() + grace  # what the command stopped last may still be exiting
     while descendants(os.getpid()) and time.monotonic() < deadline:
         reap_all()
@@ -116,7 +131,7 @@ def main():
         for pid, _, _ in descendants(os.getpid()):
             try:
                 os.kill(pid, sig)
-            except ProcessLookupError:
+            except OSError:  # gone already, or not ours to signal: the listing has named it
                 pass
         end = time.monotonic() + 2
         while descendants(os.getpid()) and time.monotonic() < end:

@@ -165,7 +165,8 @@ LlamaShape llama_shape(const json& c, const fs::path& cfg) {
 // causal attention over a sequence no longer than the window: seq_len is capped there, so the
 // import is exact, and [model] sliding_window keeps a later config from going past it.
 std::string llama_model_toml(const json& c, const LlamaShape& s, const fs::path& cfg) {
-  const int64_t context = field<int64_t>(c, "max_position_embeddings", 2048, cfg);
+  // Capped where [model] max_positions is (a model stating ten million positions still imports).
+  const int64_t context = std::min<int64_t>(field<int64_t>(c, "max_position_embeddings", 2048, cfg), int64_t(1) << 20);
   int64_t seq = std::min<int64_t>(context, 8192);
   const int64_t window = field<int64_t>(c, "sliding_window", 0, cfg);
   const bool windowed = window > 0 && field<bool>(c, "use_sliding_window", !s.qwen2, cfg);  // Qwen2's is off unless set

@@ -164,9 +164,26 @@ int ckpt_cmd(const Args& args) {
   const fs::path out = vm["out"].as<std::string>();
   const char* const written[] = {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                                  "special_tokens_map.json"};
-  if (vm["force"].as<bool>())  // an earlier export's files go, so none of them outlives it beside the new ones
+  const std::string tokenizer = vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "";
+  std::error_code ec;
+  if (vm["force"].as<bool>() && fs::exists(out, ec)) {
+    if (!fs::is_directory(out, ec)) throw UsageError("--out '" + out.string() + "' is a file; --format hf writes a folder");
+    // The new export is written whole beside the old one first: a failure (a full disk) leaves the
+    // old export as it was. Then the old export's files go, so none outlives it beside the new ones.
+    const fs::path fresh = out.parent_path() / ("." + out.filename().string() + ".export-partial");
+    fs::remove_all(fresh);
+    try {
+      ckpt::write_hf_folder(dir, m, fresh, tokenizer);
+    } catch (...) {
+      fs::remove_all(fresh, ec);
+      throw;
+    }
     for (const char* name : written) fs::remove(out / name);
-  ckpt::write_hf_folder(dir, m, out, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
+    for (const auto& e : fs::directory_iterator(fresh)) fs::rename(e.path(), out / e.path().filename());
+    fs::remove(fresh);
+  } else {
+    ckpt::write_hf_folder(dir, m, out, tokenizer);
+  }
   std::string files;
   for (const char* name : written)
     if (fs::exists(out / name)) files += (files.empty() ? "" : ", ") + std::string(name);

@@ -169,10 +169,6 @@ int run_rank(const po::variables_map& vm, config::Config& cfg) {
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::set_plugin_source(&reg, &cfg);  // a plugin that wraps another creates it from these
   plugins::Selection sel = plugins::resolve(cfg, reg);
-  if (!std::getenv("LOOM_LAUNCHED")) {  // a rank srun or mpirun started checks what a local launcher would have
-    train::check_layout(cfg, sel, dist::resolve_mesh(cfg, rank.world));
-    train::check_data(cfg);
-  }
   const std::filesystem::path run_dir = run_dir_of(vm, cfg);
   const std::optional<plan::Estimate> plan = rank.rank == 0 ? predicted(cfg, rank.world) : std::nullopt;
   train::TrainSummary s = train::train(cfg, sel, rank, run_dir);

@@ -268,8 +268,9 @@ fs::path library_key(const fs::path& library) {
 void report_skipped(const std::vector<std::string>& problems) {
   static auto* said = new std::set<std::string>();
   const char* launched = std::getenv("LOOM_LAUNCHED");
-  const char* rank = std::getenv("RANK");
-  if ((launched && std::string(launched) == "1") || (rank && std::string(rank) != "0")) return;
+  if (launched && std::string(launched) == "1") return;
+  for (const char* var : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"})  // torchrun-style, mpirun, srun
+    if (const char* rank = std::getenv(var); rank && std::string(rank) != "0") return;
   for (const std::string& p : problems)
     if (said->insert(p).second) std::fprintf(stderr, "loom: plugin search: skipped: %s\n", p.c_str());
 }
@@ -317,7 +318,11 @@ std::string not_a_library(const fs::path& p) {
   std::error_code ec;
   const fs::file_status st = fs::status(p, ec);
   const std::string at = "'" + p.string() + "' is ";
-  if (ec) return at + "a link that leads to no file (" + ec.message() + ")";
+  if (ec) {
+    std::error_code lec;
+    const bool link = fs::is_symlink(fs::symlink_status(p, lec));
+    return at + (link ? "a link that leads to no file (" : "not readable (") + ec.message() + ")";
+  }
   if (fs::is_directory(st)) return at + "a directory, not a plugin library";
   if (fs::is_fifo(st)) return at + "a FIFO, not a plugin library";
   if (fs::is_socket(st)) return at + "a socket, not a plugin library";

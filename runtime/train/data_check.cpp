@@ -26,15 +26,6 @@ void scan_split(const fs::path& dir, const std::string& split, int64_t vocab) {
     tokens.read(at, std::min<int64_t>(static_cast<int64_t>(chunk.size()), n - at), chunk.data());
 }
 
-bool has_split(const fs::path& dir, const std::string& split) {
-  try {
-    data::TokenSplit(dir, split, 1 << 30);
-    return true;
-  } catch (const RuntimeError&) {
-    return false;
-  }
-}
-
 }  // namespace
 
 void check_tokenizer_fits(int64_t tokens, const fs::path& path, int64_t vocab) {
@@ -54,7 +45,7 @@ void check_data(const config::Config& cfg) {
   if (!tokenizer.empty()) check_tokenizer_fits(tok::Tokenizer::from_json_file(tokenizer).vocab_size(), tokenizer, vocab);
   try {
     scan_split(ds.dir, "train", vocab);
-    if (has_split(ds.dir, "val")) scan_split(ds.dir, "val", vocab);
+    if (cfg.i64("train.eval_every") > 0) scan_split(ds.dir, "val", vocab);  // read only where the run evaluates
   } catch (const RuntimeError& e) {
     throw ConfigError(std::string(e.what()) + " ([model] vocab_size = " + std::to_string(vocab) + ")");
   }

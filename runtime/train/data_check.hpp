@@ -10,12 +10,13 @@
 namespace loom::train {
 
 // Throws ConfigError naming the directory, the tokenizer or the shard and the position of the
-// first bad id. Reads at most kDataCheckTokens of each split (a corpus of many gigabytes is
-// checked from its start; the rest is checked as training reads it).
+// first bad id. Reads at most kDataCheckTokens of the train split, and of the val split where the
+// run evaluates (a corpus of many gigabytes is checked from its start; the rest is checked as
+// training reads it).
 void check_data(const config::Config& cfg);
+inline constexpr int64_t kDataCheckTokens = int64_t(16) << 20;
 
 // A tokenizer of `tokens` tokens read from `path` against [model] vocab_size.
 void check_tokenizer_fits(int64_t tokens, const std::filesystem::path& path, int64_t vocab);
-inline constexpr int64_t kDataCheckTokens = int64_t(64) << 20;
 
 }  // namespace loom::train

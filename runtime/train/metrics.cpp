@@ -45,11 +45,11 @@ void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields
   if (tensorboard_) tensorboard_->write(fields);
 }
 
-int64_t drop_rows_from(const std::filesystem::path& file, int64_t first_step) {
+int64_t drop_rows_from(const std::filesystem::path& file, int64_t first_step, const std::filesystem::path& superseded) {
   std::error_code ec;
   if (!std::filesystem::exists(file, ec)) return 0;
   const std::string text = read_file(file, "metrics file");
-  std::string kept;
+  std::string kept, moved;
   int64_t dropped = 0;
   for (size_t at = 0; at < text.size();) {
     size_t nl = text.find('\n', at);
@@ -61,9 +61,14 @@ int64_t drop_rows_from(const std::filesystem::path& file, int64_t first_step) {
     if (whole && std::sscanf(line.c_str(), "{\"step\": %lld", &step) == 1 && step < first_step)
       kept += line + "\n";
     else if (!line.empty())
-      ++dropped;
+      ++dropped, moved += line + "\n";
   }
-  if (dropped > 0) write_file(file, kept, "metrics file");
+  if (dropped == 0) return 0;
+  std::ofstream out(superseded, std::ios::app);  // first: a failure below leaves both copies, never none
+  out << moved;
+  out.flush();
+  if (!out) throw RuntimeError("cannot write '" + superseded.string() + "'" + os_reason());
+  write_file(file, kept, "metrics file");
   return dropped;
 }
 

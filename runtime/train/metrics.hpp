@@ -38,8 +38,10 @@ class MetricsLog {
 
 // A resumed run continues after step `first_step` - 1: the rows of `file` from `first_step` on were
 // written by the run that died after its checkpoint, and the resumed run writes those steps
-// again. They are dropped (the file rewritten whole), so each step has one row. Returns how many.
-int64_t drop_rows_from(const std::filesystem::path& file, int64_t first_step);
+// again. They move to `superseded` (appended: the spike or NaN that stopped the run stays
+// readable), and `file` is rewritten whole without them, so it has one row per step. Returns how
+// many moved.
+int64_t drop_rows_from(const std::filesystem::path& file, int64_t first_step, const std::filesystem::path& superseded);
 
 // " | eta 12m05s" for a step line: `left` steps at the mean time of the `done` ones so far (evaluations
 // and checkpoints included); empty for a run shorter than a minute, and at its last step.

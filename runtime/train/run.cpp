@@ -16,6 +16,7 @@
 #include "parallel/context_attention.hpp"
 #include "parallel/layer_api.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "train/data_check.hpp"
 #include "train/report_fields.hpp"
 
 namespace fs = std::filesystem;
@@ -45,6 +46,9 @@ void Run::check_and_settle() {
   mc_ = model::from_config(cfg_);
   mesh_ = dist::resolve_mesh(cfg_, env_.world);
   s_ = settle_layout(cfg_, sel_, mc_, mesh_);
+  // The data, as `config check` checks it, after the layout as there. A local launcher checked it
+  // once for the ranks it started; a rank srun or mpirun started checks it itself.
+  if (!std::getenv("LOOM_LAUNCHED")) check_data(cfg_);
   local_batch_ = s_.micro_batch * s_.accum;  // sequences per rank per step
   if (lead_) claim_run_dir(run_dir_, cfg_);  // before anything is written there
   publish_placement(env_, mesh_);
@@ -174,7 +178,7 @@ void Run::start_reporters() {
     write_checked(run_dir_ / "config.toml", cfg_.render(sel_.schemas));
     write_plugins_record(run_dir_, sel_);
     if (!links_.empty()) write_links(run_dir_, hosts_.of_rank[0], links_);
-    superseded_rows_ = first_step_ > 1 ? drop_rows_from(run_dir_ / "metrics.jsonl", first_step_) : 0;
+    superseded_rows_ = first_step_ > 1 ? drop_rows_from(run_dir_ / "metrics.jsonl", first_step_, run_dir_ / "metrics.superseded.jsonl") : 0;
     log_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", first_step_ > 1,
                                         run_.tensorboard ? run_dir_ / "tensorboard" : fs::path());
   }

@@ -101,6 +101,8 @@ TEST_CASE("after a resume, metrics.jsonl holds one row per step, events.jsonl th
   const std::string metrics = read_text(fs::path(run) / "metrics.jsonl");
   CHECK(occurrences(metrics, "\"loss\"") == 12);
   for (int step = 1; step <= 12; ++step) CHECK(occurrences(metrics, "{\"step\": " + std::to_string(step) + ",") == 1);
+  // The stopped run's rows of steps 9-12 are kept aside, not lost.
+  CHECK(occurrences(read_text(fs::path(run) / "metrics.superseded.jsonl"), "\"loss\"") == 4);
   const std::string events = read_text(fs::path(run) / "events.jsonl");
   CHECK(occurrences(events, "\"event\": \"resume\"") == 1);
   CHECK(has(events, "{\"step\": 8, \"layer\": \"run\", \"event\": \"resume\", \"superseded_rows\": 4}"));

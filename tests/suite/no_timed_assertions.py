@@ -54,7 +54,7 @@ def shell_checks(text):
 
 def flagged(root):
     for path in sorted((root / "tests").rglob("*")):
-        if path.suffix not in (".cpp", ".hpp", ".sh") or "fuzz" in path.parts:
+        if path.suffix not in (".cpp", ".hpp", ".sh") or "fuzz" in path.relative_to(root).parts:
             continue
         text = path.read_text(errors="replace")
         found = statements(text) if path.suffix != ".sh" else shell_checks(text)

@@ -40,6 +40,11 @@ done
 check "the sleep started beside it ($beside) is not named" bash -c "! grep -q 'sleep 1004' '$work/out'"
 check "the sleep started beside it ($beside) still runs" alive "$beside"
 
+# The command gets the signal defaults a shell gives (Python ignores SIGPIPE for itself).
+python3 "$reaped" -- bash -c 'yes | head -1 > /dev/null; exit "${PIPESTATUS[0]}"'
+rc=$?
+check "a writer to a closed pipe ends by SIGPIPE, as under a shell (exit $rc)" test "$rc" = 141
+
 # A command that leaves nothing: its own exit status, and no listing.
 python3 "$reaped" -- bash -c "sleep 0.2 & wait; exit 7" > "$work/clean" 2>&1
 rc=$?
