@@ -77,8 +77,8 @@ row() {  # LABEL BYTES_KEY BASE OFF ON [SHARE_KEY]
   read -r so xo bo <<< "$off"
   read -r sn xn bn <<< "$on"
   printf '%-34s %9s %9s %6s   %6s %6s %6s   %10s %10s %6s\n' "$1" "$so" "$sn" \
-    "$(awk "BEGIN {printf \"%.2f\", $sn / $so}")" "$xo" "$xn" "$(awk "BEGIN {printf \"%.2f\", ($xo > 0 ? $xn / $xo : 0)}")" \
-    "$bo" "$bn" "$(awk "BEGIN {printf \"%.2f\", ($bo > 0 ? $bn / $bo : 0)}")"
+    "$(awk "BEGIN {printf \"%.2f\", $sn / $so}")" "$xo" "$xn" "$(awk "BEGIN {printf \"%.2f\", ($xo <= 0 ? 0 : $xn / $xo)}")" \
+    "$bo" "$bn" "$(awk "BEGIN {printf \"%.2f\", ($bo <= 0 ? 0 : $bn / $bo)}")"
 }
 
 for rate in $rates; do

@@ -79,97 +79,75 @@ void refuse_used_output(const fs::path& out, const std::string& format) {
 
 }  // namespace
 
-int ckpt_cmd(const Args& args) {
-  po::options_description opts("loom ckpt");
-  opts.add_options()("action", po::value<std::string>()->required(), "verify | inspect | export | import")(
-      "dir", po::value<std::string>()->required(),
-      "a step directory (or a checkpoint root: its latest); import: a Hugging Face folder or an llm.c model file")(
-      "format", po::value<std::string>()->default_value("safetensors"), "export format: safetensors (Loom's names) or hf")(
-      "out", po::value<std::string>(), "export: the file (safetensors) or folder (hf) to write; import: the checkpoint root")(
-      "tokenizer", po::value<std::string>(), "the tokenizer.json to put beside the weights (export --format hf, and import: an llm.c file has none)")(
-      "force", po::bool_switch(), "export: replace what --out already holds");
-  po::positional_options_description pos;
-  pos.add("action", 1).add("dir", 1);
-  po::variables_map vm;
-  const std::string synopsis =
-      "loom ckpt verify DIR | inspect DIR | export DIR --format safetensors|hf --out PATH [--tokenizer FILE] [--force] | "
-      "import SRC --out DIR [--tokenizer FILE]";
-  if (!parse(args, synopsis, opts, pos, vm)) return kExitOk;
-  const std::string action = vm["action"].as<std::string>();
-  if (action == "import") {
-    if (!vm.count("out")) throw UsageError("import needs --out DIR\nusage: " + synopsis);
-    const fs::path root = vm["out"].as<std::string>();
-    ckpt::check_import_target(root);  // before reading gigabytes
-    ckpt::ExternalModel model = ckpt::read_external(vm["dir"].as<std::string>());  // all of it, before writing
-    // The [model] keys it made, under the rules every later command applies to them: a
-    // config.json those refuse (rope_theta 0, a negative norm eps) is refused here, before writing.
-    const std::string src = vm["dir"].as<std::string>();
-    try {
-      model::from_config(external_model_config(model, src + " (its [model] keys, as imported)"));
-    } catch (const ConfigError& e) {
-      throw ConfigError("'" + src + "' is refused before anything is written: the model it describes breaks a rule of "
-                        "Loom's [model]: " + e.what());
-    }
-    if (vm.count("tokenizer")) model.side_files["tokenizer.json"] = checked_tokenizer(vm["tokenizer"].as<std::string>(), model);
-    ckpt::write_as_checkpoint(model, root);
-    int64_t n = 0;
-    for (const auto& [name, t] : model.tensors) n += static_cast<int64_t>(t.size());
-    std::printf("imported %s: %zu tensors, %lld parameters, into %s (step 0)\n[model] keys, also in %s:\n%s",
-                model.source.c_str(), model.tensors.size(), (long long)n, (root / ckpt::step_name(0)).c_str(),
-                (root / "model.toml").c_str(), model.model_toml.c_str());
-    return kExitOk;
+namespace {
+
+const std::string kSynopsis =
+    "loom ckpt verify DIR | inspect DIR | export DIR --format safetensors|hf --out PATH [--tokenizer FILE] [--force] | "
+    "import SRC --out DIR [--tokenizer FILE]";
+
+// An external model read whole and checked against the model rules before anything is written.
+int import_model(const po::variables_map& vm) {
+  if (!vm.count("out")) throw UsageError("import needs --out DIR\nusage: " + kSynopsis);
+  const fs::path root = vm["out"].as<std::string>();
+  ckpt::check_import_target(root);  // before reading gigabytes
+  const std::string src = vm["dir"].as<std::string>();
+  ckpt::ExternalModel model = ckpt::read_external(src);  // all of it, before writing
+  // The [model] keys it made, under the rules every later command applies to them: a
+  // config.json those refuse (rope_theta 0, a negative norm eps) is refused here, before writing.
+  try {
+    model::from_config(external_model_config(model, src + " (its [model] keys, as imported)"));
+  } catch (const ConfigError& e) {
+    throw ConfigError("'" + src + "' is refused before anything is written: the model it describes breaks a rule of "
+                      "Loom's [model]: " + e.what());
   }
-  const fs::path dir = step_dir(vm["dir"].as<std::string>());
-  if (action != "verify" && action != "inspect" && action != "export")
-    throw UsageError("unknown action '" + action + "'\nusage: " + synopsis);
-  const ckpt::Manifest m = ckpt::read_manifest(dir);
-  if (action == "verify") {
-    const ckpt::CheckpointReader source(dir, m);
-    ckpt::verify(dir, m, source.reader());
-    std::printf("%s: complete, %zu files checked (crc32c%s), %zu tensors covered\n", dir.c_str(), m.files.size() + 1,
-                source.reader().via == "disk" ? "" : (", read through " + source.reader().via).c_str(), m.shapes.size());
-    return kExitOk;
-  }
-  if (action == "inspect") {
-    std::printf("checkpoint %s\nstep %lld (optimizer step %lld), precision %s\nlayout:", dir.c_str(), (long long)m.step,
-                (long long)m.applied, m.precision.c_str());
-    for (const auto& [k, v] : m.layout) std::printf(" %s=%lld", k.c_str(), (long long)v);
-    std::printf("\n\n%-32s %-18s %12s\n", "tensor", "shape", "MiB");
-    int64_t total = 0;
-    for (const auto& [name, shape] : m.shapes) {
-      int64_t n = 1;
-      std::string s;
-      for (int64_t d : shape) n *= d, s += (s.empty() ? "" : "x") + std::to_string(d);
-      total += 4 * n;
-      std::printf("%-32s %-18s %12.3f\n", name.c_str(), s.c_str(), 4.0 * n / 1048576.0);
-    }
-    std::printf("\n%zu tensors, %.2f MiB; files:\n", m.shapes.size(), total / 1048576.0);
-    for (const auto& f : m.files)
-      std::printf("  %s  %lld bytes  crc32c %08x  %zu tensors\n", f.name.c_str(), (long long)f.bytes, f.crc32c, f.parts.size());
-    std::printf("  %s  %lld bytes  crc32c %08x\n\nconfig:\n%s", m.precision_state.name.c_str(),
-                (long long)m.precision_state.bytes, m.precision_state.crc32c, m.config.c_str());
-    return kExitOk;
-  }
-  const std::string format = vm["format"].as<std::string>();
-  if (format != "safetensors" && format != "hf")
-    throw UsageError("--format " + format + ": expected safetensors or hf");
-  if (!vm.count("out")) throw UsageError("export needs --out PATH\nusage: " + synopsis);
-  if (!vm["force"].as<bool>()) refuse_used_output(vm["out"].as<std::string>(), format);
+  if (vm.count("tokenizer")) model.side_files["tokenizer.json"] = checked_tokenizer(vm["tokenizer"].as<std::string>(), model);
+  ckpt::write_as_checkpoint(model, root);
+  int64_t n = 0;
+  for (const auto& [name, t] : model.tensors) n += static_cast<int64_t>(t.size());
+  std::printf("imported %s: %zu tensors, %lld parameters, into %s (step 0)\n[model] keys, also in %s:\n%s",
+              model.source.c_str(), model.tensors.size(), (long long)n, (root / ckpt::step_name(0)).c_str(),
+              (root / "model.toml").c_str(), model.model_toml.c_str());
+  return kExitOk;
+}
+
+int verify_checkpoint(const fs::path& dir, const ckpt::Manifest& m) {
   const ckpt::CheckpointReader source(dir, m);
   ckpt::verify(dir, m, source.reader());
-  if (format == "safetensors") {
-    export_safetensors(dir, m, source.reader(), vm["out"].as<std::string>());
-    return kExitOk;
+  std::printf("%s: complete, %zu files checked (crc32c%s), %zu tensors covered\n", dir.c_str(), m.files.size() + 1,
+              source.reader().via == "disk" ? "" : (", read through " + source.reader().via).c_str(), m.shapes.size());
+  return kExitOk;
+}
+
+int inspect_checkpoint(const fs::path& dir, const ckpt::Manifest& m) {
+  std::printf("checkpoint %s\nstep %lld (optimizer step %lld), precision %s\nlayout:", dir.c_str(), (long long)m.step,
+              (long long)m.applied, m.precision.c_str());
+  for (const auto& [k, v] : m.layout) std::printf(" %s=%lld", k.c_str(), (long long)v);
+  std::printf("\n\n%-32s %-18s %12s\n", "tensor", "shape", "MiB");
+  int64_t total = 0;
+  for (const auto& [name, shape] : m.shapes) {
+    int64_t n = 1;
+    std::string s;
+    for (int64_t d : shape) n *= d, s += (s.empty() ? "" : "x") + std::to_string(d);
+    total += 4 * n;
+    std::printf("%-32s %-18s %12.3f\n", name.c_str(), s.c_str(), 4.0 * n / 1048576.0);
   }
-  const fs::path out = vm["out"].as<std::string>();
+  std::printf("\n%zu tensors, %.2f MiB; files:\n", m.shapes.size(), total / 1048576.0);
+  for (const auto& f : m.files)
+    std::printf("  %s  %lld bytes  crc32c %08x  %zu tensors\n", f.name.c_str(), (long long)f.bytes, f.crc32c, f.parts.size());
+  std::printf("  %s  %lld bytes  crc32c %08x\n\nconfig:\n%s", m.precision_state.name.c_str(),
+              (long long)m.precision_state.bytes, m.precision_state.crc32c, m.config.c_str());
+  return kExitOk;
+}
+
+// --format hf. With --force over an earlier export, the new one is written whole beside it first:
+// a failure (a full disk) leaves the old export as it was. Then the old export's files go, so
+// none outlives it beside the new ones; a user's own files in the folder stay.
+int export_hf(const fs::path& dir, const ckpt::Manifest& m, const fs::path& out, const std::string& tokenizer, bool force) {
   const char* const written[] = {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                                  "special_tokens_map.json"};
-  const std::string tokenizer = vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "";
   std::error_code ec;
-  if (vm["force"].as<bool>() && fs::exists(out, ec)) {
+  if (force && fs::exists(out, ec)) {
     if (!fs::is_directory(out, ec)) throw UsageError("--out '" + out.string() + "' is a file; --format hf writes a folder");
-    // The new export is written whole beside the old one first: a failure (a full disk) leaves the
-    // old export as it was. Then the old export's files go, so none outlives it beside the new ones.
     const fs::path fresh = out.parent_path() / ("." + out.filename().string() + ".export-partial");
     fs::remove_all(fresh);
     try {
@@ -189,6 +167,48 @@ int ckpt_cmd(const Args& args) {
     if (fs::exists(out / name)) files += (files.empty() ? "" : ", ") + std::string(name);
   std::printf("wrote %s: %s (step %lld), for transformers' from_pretrained\n", out.c_str(), files.c_str(), (long long)m.step);
   return kExitOk;
+}
+
+int export_checkpoint(const po::variables_map& vm, const fs::path& dir, const ckpt::Manifest& m) {
+  const std::string format = vm["format"].as<std::string>();
+  if (format != "safetensors" && format != "hf") throw UsageError("--format " + format + ": expected safetensors or hf");
+  if (!vm.count("out")) throw UsageError("export needs --out PATH\nusage: " + kSynopsis);
+  const bool force = vm["force"].as<bool>();
+  const fs::path out = vm["out"].as<std::string>();
+  if (!force) refuse_used_output(out, format);
+  const ckpt::CheckpointReader source(dir, m);
+  ckpt::verify(dir, m, source.reader());
+  if (format == "safetensors") {
+    export_safetensors(dir, m, source.reader(), out);
+    return kExitOk;
+  }
+  return export_hf(dir, m, out, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "", force);
+}
+
+}  // namespace
+
+int ckpt_cmd(const Args& args) {
+  po::options_description opts("loom ckpt");
+  opts.add_options()("action", po::value<std::string>()->required(), "verify | inspect | export | import")(
+      "dir", po::value<std::string>()->required(),
+      "a step directory (or a checkpoint root: its latest); import: a Hugging Face folder or an llm.c model file")(
+      "format", po::value<std::string>()->default_value("safetensors"), "export format: safetensors (Loom's names) or hf")(
+      "out", po::value<std::string>(), "export: the file (safetensors) or folder (hf) to write; import: the checkpoint root")(
+      "tokenizer", po::value<std::string>(), "the tokenizer.json to put beside the weights (export --format hf, and import: an llm.c file has none)")(
+      "force", po::bool_switch(), "export: replace what --out already holds");
+  po::positional_options_description pos;
+  pos.add("action", 1).add("dir", 1);
+  po::variables_map vm;
+  if (!parse(args, kSynopsis, opts, pos, vm)) return kExitOk;
+  const std::string action = vm["action"].as<std::string>();
+  if (action == "import") return import_model(vm);
+  const fs::path dir = step_dir(vm["dir"].as<std::string>());
+  if (action != "verify" && action != "inspect" && action != "export")
+    throw UsageError("unknown action '" + action + "'\nusage: " + kSynopsis);
+  const ckpt::Manifest m = ckpt::read_manifest(dir);
+  if (action == "verify") return verify_checkpoint(dir, m);
+  if (action == "inspect") return inspect_checkpoint(dir, m);
+  return export_checkpoint(vm, dir, m);
 }
 
 }  // namespace loom::cli
