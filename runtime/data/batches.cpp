@@ -1,5 +1,6 @@
 #include "data/batches.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/errors.hpp"
@@ -13,25 +14,41 @@ Sampling sampling_from(const std::string& name) {
   throw ConfigError("[data] sampling = \"" + name + "\": expected \"random\" or \"epoch\"");
 }
 
-Batches::Batches(TokenSplit train, TokenSplit val, int64_t seq_len, uint64_t seed, Sampling sampling,
-                 int64_t global_batch)
-    : train_(std::move(train)), val_(std::move(val)), T_(seq_len), seed_(seed), sampling_(sampling),
-      global_batch_(global_batch) {
-  if (train_.size() < T_ + 2)
-    throw RuntimeError("the training split has " + std::to_string(train_.size()) +
-                       " tokens, fewer than one sequence of " + std::to_string(T_ + 1));
-}
-
 namespace {
 
-uint64_t philox64(uint64_t a, uint64_t b, uint64_t key) {
-  auto r = philox4x32({static_cast<uint32_t>(a), static_cast<uint32_t>(a >> 32), static_cast<uint32_t>(b),
-                       static_cast<uint32_t>(b >> 32)},
-                      {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
-  return (static_cast<uint64_t>(r[0]) << 32) | r[1];
+std::vector<Source> one_source(TokenSplit train, TokenSplit val) {
+  std::vector<Source> s(1);
+  s[0].train = std::move(train), s[0].val = std::move(val);
+  return s;
+}
+
+std::vector<double> weights_of(const std::vector<Source>& sources) {
+  std::vector<double> w;
+  for (const Source& s : sources) w.push_back(s.weight);
+  return w;
 }
 
 }  // namespace
+
+Batches::Batches(TokenSplit train, TokenSplit val, int64_t seq_len, uint64_t seed, Sampling sampling,
+                 int64_t global_batch)
+    : Batches(one_source(std::move(train), std::move(val)), seq_len, seed, sampling, global_batch) {}
+
+Batches::Batches(std::vector<Source> sources, int64_t seq_len, uint64_t seed, Sampling sampling, int64_t global_batch)
+    : src_(std::move(sources)), blend_(weights_of(src_)), T_(seq_len), seed_(seed), sampling_(sampling),
+      global_batch_(global_batch) {
+  for (const Source& s : src_)
+    if (s.train.size() < T_ + 2)
+      throw RuntimeError("the training split" + (src_.size() > 1 ? " of blend source '" + s.name + "'" : std::string()) +
+                         " has " + std::to_string(s.train.size()) + " tokens, fewer than one sequence of " +
+                         std::to_string(T_ + 1));
+}
+
+int64_t Batches::train_tokens() const {
+  int64_t n = 0;
+  for (const Source& s : src_) n += s.train.size();
+  return n;
+}
 
 // Four rounds of L, R = R, L xor f(R) over half-width words; a permutation of [0, 4^k) for any
 // round function, restricted to [0, n) by applying it again until the value falls inside.
@@ -54,10 +71,36 @@ int64_t permute(int64_t i, int64_t n, uint64_t seed, uint64_t round_key) {
 
 int64_t Batches::epoch_of(int64_t step) const {
   if (sampling_ == Sampling::Random) return 0;
+  if (src_.size() > 1) {  // the epoch of the first sample's source
+    const auto [s, k] = blend_.route((step - 1) * global_batch_);
+    return k / windows(s);
+  }
   return (step - 1) * global_batch_ / train_windows();
 }
 
+std::pair<int, int64_t> Batches::blended(int64_t g) const {
+  const auto [s, k] = blend_.route(g);
+  if (sampling_ == Sampling::Epoch) {
+    const int64_t W = windows(s);
+    return {s, permute(k % W, W, seed_ ^ static_cast<uint64_t>(s), static_cast<uint64_t>(k / W)) * T_};
+  }
+  const uint64_t x = philox64(static_cast<uint64_t>(k), static_cast<uint64_t>(s), seed_ ^ 0xb1e4dda7au);
+  return {s, static_cast<int64_t>(x % static_cast<uint64_t>(src_[s].train.size() - T_ - 1))};
+}
+
+int Batches::train_source(int64_t step, int64_t sample) const {
+  return src_.size() > 1 ? blended((step - 1) * global_batch_ + sample).first : 0;
+}
+
+std::vector<std::pair<std::string, int64_t>> Batches::tokens_by_source(int64_t step) const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (src_.size() > 1)
+    for (int s = 0; s < static_cast<int>(src_.size()); ++s) out.emplace_back(src_[s].name, blend_.count(s, step * global_batch_) * T_);
+  return out;
+}
+
 int64_t Batches::train_offset(int64_t step, int64_t sample) const {
+  if (src_.size() > 1) return blended((step - 1) * global_batch_ + sample).second;
   if (sampling_ == Sampling::Epoch) {
     // Global sample g of the run, in epoch g / W at position g % W of that epoch's order.
     const int64_t W = train_windows(), g = (step - 1) * global_batch_ + sample;
@@ -65,7 +108,7 @@ int64_t Batches::train_offset(int64_t step, int64_t sample) const {
   }
   // Counter = (step, sample): the same sample of the same step always starts at the same place.
   const uint64_t x = philox64(static_cast<uint64_t>(step), static_cast<uint64_t>(sample), seed_ ^ 0x5eedda7au);
-  return static_cast<int64_t>(x % static_cast<uint64_t>(train_.size() - T_ - 1));
+  return static_cast<int64_t>(x % static_cast<uint64_t>(src_[0].train.size() - T_ - 1));
 }
 
 void Batches::window(const TokenSplit& split, int64_t start, int64_t s, int32_t* tokens, int32_t* targets) const {
@@ -78,13 +121,32 @@ void Batches::window(const TokenSplit& split, int64_t start, int64_t s, int32_t*
 }
 
 void Batches::train_batch(int64_t step, int64_t first, int64_t count, int32_t* tokens, int32_t* targets) const {
-  for (int64_t s = 0; s < count; ++s) window(train_, train_offset(step, first + s), s, tokens, targets);
+  for (int64_t s = 0; s < count; ++s)
+    window(src_[train_source(step, first + s)].train, train_offset(step, first + s), s, tokens, targets);
 }
 
-int64_t Batches::val_windows() const { return val_.size() > T_ ? (val_.size() - 1) / T_ : 0; }
+int64_t Batches::val_windows(int source) const {
+  const TokenSplit& v = src_[source].val;
+  return v.size() > T_ ? (v.size() - 1) / T_ : 0;
+}
+
+// With a blend, the fewest any weighted source has: every source must have one.
+int64_t Batches::val_windows() const {
+  int64_t n = -1;
+  for (int s = 0; s < static_cast<int>(src_.size()); ++s)
+    if (src_.size() == 1 || src_[s].weight > 0) n = n < 0 ? val_windows(s) : std::min(n, val_windows(s));
+  return std::max<int64_t>(n, 0);
+}
 
 void Batches::val_batch(int64_t first, int64_t count, int32_t* tokens, int32_t* targets) const {
-  for (int64_t s = 0; s < count; ++s) window(val_, ((first + s) % val_windows()) * T_, s, tokens, targets);
+  for (int64_t i = 0; i < count; ++i) {
+    if (src_.size() == 1) {
+      window(src_[0].val, ((first + i) % val_windows(0)) * T_, i, tokens, targets);
+      continue;
+    }
+    const auto [s, k] = blend_.route(first + i);
+    window(src_[s].val, (k % val_windows(s)) * T_, i, tokens, targets);
+  }
 }
 
 }  // namespace loom::data

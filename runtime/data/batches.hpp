@@ -5,7 +5,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "data/blend.hpp"
 #include "data/shards.hpp"
 
 namespace loom::data {
@@ -16,16 +19,33 @@ namespace loom::data {
 enum class Sampling { Random, Epoch };
 Sampling sampling_from(const std::string& name);  // throws ConfigError naming [data] sampling
 
+// One prepared directory of a blend ([data] blend, weights).
+struct Source {
+  std::string name;  // for the metrics: the directory's last component
+  double weight = 1;
+  TokenSplit train, val;
+};
+
+// One source: a window is drawn from (step, sample) as above. Several: global sample
+// g = (step - 1) x global_batch + sample goes to a source by the blend's weights (blend.hpp) as
+// that source's k-th sample, and k draws the window within it (random: Philox at (k, source);
+// epoch: window permute(k mod W) of the source's epoch k / W). Validation window w is routed the
+// same way over the sources' validation splits.
 class Batches {
  public:
   Batches(TokenSplit train, TokenSplit val, int64_t seq_len, uint64_t seed, Sampling sampling = Sampling::Random,
           int64_t global_batch = 1);
+  Batches(std::vector<Source> sources, int64_t seq_len, uint64_t seed, Sampling sampling, int64_t global_batch);
 
   // Tokens and next-token targets for global samples [first, first + count) of `step`, written
   // row-major into [count, T] buffers.
   void train_batch(int64_t step, int64_t first, int64_t count, int32_t* tokens, int32_t* targets) const;
-  // The start offset in the training stream of one sample (what `train_batch` reads).
+  // The start offset in the training stream of one sample (what `train_batch` reads), and the
+  // source whose stream it is (0 without a blend).
   int64_t train_offset(int64_t step, int64_t sample) const;
+  int train_source(int64_t step, int64_t sample) const;
+  // A blend's tokens drawn from each source in steps [1, step], by name; empty for one source.
+  std::vector<std::pair<std::string, int64_t>> tokens_by_source(int64_t step) const;
   // epoch sampling: the epoch a step's first sample belongs to (0 for random sampling).
   int64_t epoch_of(int64_t step) const;
 
@@ -33,14 +53,18 @@ class Batches {
   int64_t val_windows() const;
   void val_batch(int64_t first, int64_t count, int32_t* tokens, int32_t* targets) const;
 
-  int64_t train_tokens() const { return train_.size(); }
-  int64_t train_windows() const { return (train_.size() - 1) / T_; }
+  int64_t train_tokens() const;  // of every source
+  int64_t train_windows() const { return windows(0); }
   int64_t seq_len() const { return T_; }
-  const TokenSplit& train() const { return train_; }
 
  private:
   void window(const TokenSplit& split, int64_t start, int64_t s, int32_t* tokens, int32_t* targets) const;
-  TokenSplit train_, val_;
+  int64_t windows(int source) const { return (src_[source].train.size() - 1) / T_; }
+  int64_t val_windows(int source) const;
+  // (source, offset) of a global sample g: a blend's route, then the source's own draw.
+  std::pair<int, int64_t> blended(int64_t g) const;
+  std::vector<Source> src_;
+  Blend blend_;
   int64_t T_;
   uint64_t seed_;
   Sampling sampling_;

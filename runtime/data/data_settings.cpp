@@ -1,5 +1,10 @@
 #include "data/data_settings.hpp"
 
+#include <cmath>
+#include <cstdio>
+
+#include "core/errors.hpp"
+
 namespace loom::data {
 
 using config::kInf;
@@ -9,6 +14,10 @@ config::SectionSpec data_section() {
   return {"data", "training and validation tokens", {
       {"dir", ValueType::String, "\"data/fortunes\"",
        "directory of llm.c token shards: *train*.bin and *val*.bin (loom data prepare)"},
+      {"blend", ValueType::StringList, "[]", "several such directories, each sample drawn from one by [data] weights "
+       "(every layout the same); [] = dir alone"},
+      {"weights", ValueType::FloatList, "[]", "one weight per blend directory; a source's share is its weight over their sum",
+       0, kInf},
       {"sampling", ValueType::String, "\"random\"", "random: windows anywhere, with replacement (llm.c); "
        "epoch: every window once per epoch, in a seeded order", -kInf, kInf, {"random", "epoch"}},
       {"tokenizer", ValueType::String, "\"\"", "tokenizer.json for text samples; \"\" = the one beside the shards, if any"},
@@ -16,7 +25,39 @@ config::SectionSpec data_section() {
 }
 
 DataSettings read_data(const config::Config& cfg) {
-  return {cfg.str("data.dir"), cfg.str("data.sampling"), cfg.str("data.tokenizer")};
+  DataSettings d{cfg.str("data.dir"), cfg.str("data.sampling"), cfg.str("data.tokenizer"), cfg.str_list("data.blend"), {}};
+  const toml::node* w = cfg.table().at_path("data.weights").node();
+  const std::string at = w ? config::where(*w) + ": " : "";
+  if (const toml::array* a = w ? w->as_array() : nullptr)
+    for (const toml::node& e : *a) d.weights.push_back(e.value<double>().value_or(0));
+  if (d.weights.size() != d.blend.size())
+    throw ConfigError(at + "[data] weights has " + std::to_string(d.weights.size()) + " entries and [data] blend " +
+                      std::to_string(d.blend.size()) + ": give one weight per blend directory");
+  double sum = 0;
+  for (double x : d.weights) sum += x;
+  if (!d.blend.empty() && !(sum > 0 && std::isfinite(sum)))
+    throw ConfigError(at + "[data] weights must sum to a positive number (a source's share is its weight over the sum)");
+  return d;
+}
+
+std::vector<std::pair<std::string, double>> DataSettings::sources() const {
+  if (blend.empty()) return {{dir, 1.0}};
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < blend.size(); ++i) out.emplace_back(blend[i], weights[i]);
+  return out;
+}
+
+std::string DataSettings::describe() const {
+  if (blend.empty()) return dir;
+  double sum = 0;
+  for (double x : weights) sum += x;
+  std::string out = "a blend of ";
+  for (size_t i = 0; i < blend.size(); ++i) {
+    char share[32];
+    std::snprintf(share, sizeof share, " (%.1f%%)", 100 * weights[i] / sum);
+    out += (i ? ", " : "") + blend[i] + share;
+  }
+  return out;
 }
 
 }  // namespace loom::data

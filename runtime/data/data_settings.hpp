@@ -2,6 +2,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "config/config.hpp"
 #include "config/schema.hpp"
@@ -10,7 +12,13 @@ namespace loom::data {
 
 struct DataSettings {
   std::string dir, sampling, tokenizer;
+  std::vector<std::string> blend;  // several directories drawn by weight; empty = dir alone
+  std::vector<double> weights;
+  // The directories the run reads, each with its weight: the blend's, else {dir, 1}.
+  std::vector<std::pair<std::string, double>> sources() const;
+  std::string describe() const;  // "data/fortunes", or "blend of a (25%), b (75%)"
 };
+// Throws ConfigError naming the file and line where the blend and its weights disagree.
 DataSettings read_data(const config::Config& cfg);
 config::SectionSpec data_section();
 

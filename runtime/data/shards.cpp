@@ -176,45 +176,4 @@ std::vector<int32_t> TokenSplit::all() const {
   return t;
 }
 
-PrepareReport write_splits(const std::vector<std::vector<uint32_t>>& documents, const fs::path& out_dir,
-                           double val_fraction, int64_t vocab_size, int64_t shard_tokens) {
-  if (!(val_fraction >= 0 && val_fraction < 1))  // NaN fails every comparison
-    throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(val_fraction));
-  std::vector<uint32_t> train, val;
-  for (const auto& doc : documents) {
-    size_t split = doc.size() - static_cast<size_t>(doc.size() * val_fraction);
-    train.insert(train.end(), doc.begin(), doc.begin() + split);
-    val.insert(val.end(), doc.begin() + split, doc.end());
-  }
-  if (train.empty()) throw UsageError("the input has no tokens: nothing to write");
-  fs::create_directories(out_dir);
-  PrepareReport r;
-  r.train_tokens = static_cast<int64_t>(train.size());
-  r.val_tokens = static_cast<int64_t>(val.size());
-  auto write_split = [&](const std::string& name, const std::vector<uint32_t>& tokens) {
-    for (size_t begin = 0, k = 0; begin < tokens.size(); begin += shard_tokens, ++k) {
-      size_t end = std::min(tokens.size(), begin + static_cast<size_t>(shard_tokens));
-      char file[64];
-      std::snprintf(file, sizeof file, "%s_%06zu.bin", name.c_str(), k);
-      write_shard(out_dir / file, std::vector<uint32_t>(tokens.begin() + begin, tokens.begin() + end), vocab_size);
-      r.written.push_back(out_dir / file);
-    }
-  };
-  write_split("train", train);
-  if (!val.empty()) write_split("val", val);
-  return r;
-}
-
-PrepareReport prepare_text(const std::vector<fs::path>& inputs, const fs::path& out_dir, double val_fraction,
-                           int64_t shard_tokens) {
-  if (inputs.empty()) throw UsageError("data prepare needs at least one --text file");
-  std::vector<std::vector<uint32_t>> docs;
-  for (const auto& f : inputs) {
-    const std::string bytes = read_file(f, "text file");
-    docs.emplace_back(bytes.begin(), bytes.end());
-    for (auto& t : docs.back()) t &= 0xff;
-  }
-  return write_splits(docs, out_dir, val_fraction, 256, shard_tokens);
-}
-
 }  // namespace loom::data

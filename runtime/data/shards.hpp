@@ -61,19 +61,4 @@ class TokenSplit {
   int64_t total_ = 0;
 };
 
-struct PrepareReport {
-  int64_t train_tokens = 0, val_tokens = 0;
-  std::vector<std::filesystem::path> written;
-};
-
-// Splits each document's token ids: the last `val_fraction` to the validation split, the rest
-// to training; writes shards of at most `shard_tokens` tokens as train_NNNNNN.bin, val_NNNNNN.bin.
-PrepareReport write_splits(const std::vector<std::vector<uint32_t>>& documents, const std::filesystem::path& out_dir,
-                           double val_fraction, int64_t vocab_size, int64_t shard_tokens = 100'000'000);
-
-// Byte-level tokenisation of text files (vocabulary 256), then write_splits.
-PrepareReport prepare_text(const std::vector<std::filesystem::path>& inputs,
-                           const std::filesystem::path& out_dir, double val_fraction,
-                           int64_t shard_tokens = 100'000'000);
-
 }  // namespace loom::data

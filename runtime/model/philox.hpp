@@ -25,6 +25,14 @@ inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::arra
   return ctr;
 }
 
+// 64 bits of Philox at counter (a, b) under `key`: a seeded hash of two integers.
+inline uint64_t philox64(uint64_t a, uint64_t b, uint64_t key) {
+  const auto r = philox4x32({static_cast<uint32_t>(a), static_cast<uint32_t>(a >> 32), static_cast<uint32_t>(b),
+                             static_cast<uint32_t>(b >> 32)},
+                            {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
+  return (static_cast<uint64_t>(r[0]) << 32) | r[1];
+}
+
 // FNV-1a, to turn a parameter name into part of the key.
 inline uint32_t name_hash(std::string_view s) {
   uint32_t h = 2166136261u;

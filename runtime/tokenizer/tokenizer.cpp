@@ -96,7 +96,7 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<uint32_t>& out)
     }
     sym.resize(w);
   }
-  if (cache_.size() > (1u << 20)) cache_.clear();
+  if (cache_.size() >= cache_limit_) cache_.clear();
   out.insert(out.end(), sym.begin(), sym.end());
   cache_.emplace(std::move(key), std::move(sym));
 }

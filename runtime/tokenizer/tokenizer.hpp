@@ -57,6 +57,8 @@ class Tokenizer {
   // A special token's id, or -1.
   int64_t special(const std::string& content) const;
   void save_json(const std::filesystem::path& path) const;
+  // Pieces remembered with their ids (each ~100 bytes); the memory is dropped when full.
+  void set_cache_limit(size_t entries) { cache_limit_ = entries; }
 
  private:
   Tokenizer();
@@ -79,6 +81,7 @@ class Tokenizer {
   uint32_t byte_id_[256] = {};
   std::unique_ptr<Regex> regex_;
   mutable std::unordered_map<std::string, std::vector<uint32_t>> cache_;
+  size_t cache_limit_ = size_t{1} << 20;
 };
 
 }  // namespace loom::tok

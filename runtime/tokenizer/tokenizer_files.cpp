@@ -150,7 +150,7 @@ void special_frame(const json& pp, std::vector<uint32_t>& prefix, std::vector<ui
 fs::path run_tokenizer_path(const config::Config& cfg) {
   const data::DataSettings ds = data::read_data(cfg);
   if (!ds.tokenizer.empty()) return ds.tokenizer;
-  const fs::path beside = fs::path(ds.dir) / "tokenizer.json";
+  const fs::path beside = fs::path(ds.sources().front().first) / "tokenizer.json";  // a blend's share one
   return fs::exists(beside) ? beside : fs::path();
 }
 

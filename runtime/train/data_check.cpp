@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "data/data_settings.hpp"
 #include "data/shards.hpp"
 #include "model/model.hpp"
@@ -26,6 +27,26 @@ void scan_split(const fs::path& dir, const std::string& split, int64_t vocab) {
     tokens.read(at, std::min<int64_t>(static_cast<int64_t>(chunk.size()), n - at), chunk.data());
 }
 
+// A blend mixes ids, so its directories must share one vocabulary: the same tokenizer.json
+// beside each (byte for byte), or none beside any (bytes).
+void check_same_tokenizer(const data::DataSettings& ds) {
+  if (ds.blend.size() < 2) return;
+  auto tokenizer_of = [](const std::string& dir) {
+    const fs::path t = fs::path(dir) / "tokenizer.json";
+    return fs::exists(t) ? read_file(t, "tokenizer") : std::string();
+  };
+  const std::string first = tokenizer_of(ds.blend[0]);
+  for (size_t i = 1; i < ds.blend.size(); ++i)
+    if (tokenizer_of(ds.blend[i]) != first) {
+      const bool has0 = fs::exists(fs::path(ds.blend[0]) / "tokenizer.json"), has = fs::exists(fs::path(ds.blend[i]) / "tokenizer.json");
+      const std::string why = has0 && has ? "their tokenizer.json files differ"
+                              : has0      ? "the second has no tokenizer.json, so it holds bytes"
+                                          : "the first has no tokenizer.json, so it holds bytes";
+      throw ConfigError("[data] blend: '" + ds.blend[0] + "' and '" + ds.blend[i] + "' were tokenized differently (" + why +
+                        "): a blend's directories must share one tokenizer; prepare them with the same --tokenizer");
+    }
+}
+
 }  // namespace
 
 void check_tokenizer_fits(int64_t tokens, const fs::path& path, int64_t vocab) {
@@ -37,17 +58,23 @@ void check_tokenizer_fits(int64_t tokens, const fs::path& path, int64_t vocab) {
 void check_data(const config::Config& cfg) {
   const data::DataSettings ds = data::read_data(cfg);
   const int64_t vocab = model::from_config(cfg).vocab_size;
+  const char* key = ds.blend.empty() ? "[data] dir" : "[data] blend";
   std::error_code ec;
-  if (!fs::is_directory(ds.dir, ec))
-    throw ConfigError("[data] dir = \"" + ds.dir + "\" " + (fs::exists(ds.dir, ec) ? "is not a directory" : "does not exist") +
-                      "; make it with: loom data prepare --text FILE... --out " + ds.dir);
+  for (const auto& [dir, weight] : ds.sources())
+    if (!fs::is_directory(dir, ec))
+      throw ConfigError(std::string(key) + " names \"" + dir + "\", which " +
+                        (fs::exists(dir, ec) ? "is not a directory" : "does not exist") +
+                        "; make it with: loom data prepare --jsonl FILE... --out " + dir);
+  check_same_tokenizer(ds);
   const fs::path tokenizer = tok::run_tokenizer_path(cfg);
   if (!tokenizer.empty()) check_tokenizer_fits(tok::Tokenizer::from_json_file(tokenizer).vocab_size(), tokenizer, vocab);
-  try {
-    scan_split(ds.dir, "train", vocab);
-    if (cfg.i64("train.eval_every") > 0) scan_split(ds.dir, "val", vocab);  // read only where the run evaluates
-  } catch (const RuntimeError& e) {
-    throw ConfigError(std::string(e.what()) + " ([model] vocab_size = " + std::to_string(vocab) + ")");
+  for (const auto& [dir, weight] : ds.sources()) {
+    try {
+      scan_split(dir, "train", vocab);
+      if (cfg.i64("train.eval_every") > 0 && weight > 0) scan_split(dir, "val", vocab);  // read only where the run evaluates
+    } catch (const RuntimeError& e) {
+      throw ConfigError(std::string(e.what()) + " ([model] vocab_size = " + std::to_string(vocab) + ")");
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "ckpt/checkpoint_settings.hpp"
@@ -83,13 +84,28 @@ void Run::start_precision() {
 
 void Run::open_data() {
   const data::DataSettings ds = data::read_data(cfg_);
-  const fs::path dir = ds.dir;
-  data_ = std::make_unique<data::Batches>(
-      data::TokenSplit(dir, "train", mc_.vocab_size),
-      s_.eval_every > 0 ? data::TokenSplit(dir, "val", mc_.vocab_size) : data::TokenSplit{}, mc_.seq_len, s_.seed,
-      data::sampling_from(ds.sampling), s_.global_batch);
-  if (s_.eval_every > 0 && data_->val_windows() == 0)
-    throw RuntimeError("the validation split in '" + dir.string() + "' is shorter than one sequence");
+  std::vector<data::Source> sources;
+  for (const auto& [dir, weight] : ds.sources()) {
+    data::Source s;
+    fs::path named = fs::path(dir).lexically_normal();
+    if (named.filename().empty()) named = named.parent_path();  // "data/web/"
+    s.name = named.filename().string(), s.weight = weight;
+    for (const data::Source& o : sources)
+      if (o.name == s.name) s.name += "_" + std::to_string(sources.size());  // two "train" folders stay apart
+    s.train = data::TokenSplit(dir, "train", mc_.vocab_size);
+    if (s_.eval_every > 0 && weight > 0) {
+      s.val = data::TokenSplit(dir, "val", mc_.vocab_size);
+      if (s.val.size() <= mc_.seq_len) throw RuntimeError("the validation split in '" + dir + "' is shorter than one sequence");
+    }
+    sources.push_back(std::move(s));
+  }
+  data_ = std::make_unique<data::Batches>(std::move(sources), mc_.seq_len, s_.seed, data::sampling_from(ds.sampling),
+                                          s_.global_batch);
+  if (const char* dir = std::getenv("LOOM_DATA_TRACE")) {
+    const fs::path file = fs::path(dir) / ("rank" + std::to_string(env_.rank) + ".tsv");
+    data_trace_.reset(std::fopen(file.c_str(), "a"));
+    if (!data_trace_) throw RuntimeError("LOOM_DATA_TRACE: cannot open '" + file.string() + "'" + os_reason());
+  }
 }
 
 // The comm world, where each rank runs, and the links between hosts.
@@ -214,7 +230,7 @@ void Run::print_banner() const {
   std::printf("model: %s: %s params (%s non-embedding)\n", mc_.describe().c_str(), human_count(mc_.params()).c_str(),
               human_count(mc_.non_embedding_params()).c_str());
   std::printf("data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of %lld)\n",
-              human_count(data_->train_tokens()).c_str(), data::read_data(cfg_).dir.c_str(), (long long)s_.global_batch,
+              human_count(data_->train_tokens()).c_str(), data::read_data(cfg_).describe().c_str(), (long long)s_.global_batch,
               (long long)mc_.seq_len, (long long)s_.accum, (long long)s_.micro_batch);
   std::printf("device: %s, %d threads%s, precision %s; MFU peak %.1f GFLOP/s from %s\n", device_.c_str(), threads_,
               device_ == "cpu" ? threads_from_.c_str() : "", precision_ ? precision_->name() : "fp32", peak_.gflops,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -112,6 +113,9 @@ class Run {
   std::unique_ptr<ThreadPolicy> thread_policy_;
   std::unique_ptr<Precision> precision_;
   std::unique_ptr<data::Batches> data_;
+  // LOOM_DATA_TRACE=DIR: each rank writes DIR/rank<N>.tsv, a line per sample it reads (step,
+  // global sample, source, offset), so tests can see every layout read the same windows.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> data_trace_{nullptr, &std::fclose};
 
   std::unique_ptr<dist::CommWorld> world_;
   Hosts hosts_;

@@ -79,6 +79,7 @@ Fields Run::common_fields(int64_t step, const StepResult& r, double step_s, cons
               {"threads", double(threads_)}};
   add_comm_metrics(f, r.traffic, r.comm_ms, r.exposed_ms);
   if (pipe_) add_pipeline_metrics(f, pipe_stats);
+  for (const auto& [source, tokens] : data_->tokens_by_source(step)) f.push_back({"tokens." + source, double(tokens)});
   return f;
 }
 

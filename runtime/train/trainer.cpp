@@ -162,7 +162,11 @@ double Run::forward_backward(int64_t step, float dloss, PipeStepStats& pipe_stat
 // it holds under cp.
 BatchFn Run::train_batches(int64_t step) {
   return local_positions(slots_->context(), s_.micro_batch, [this, step](int a, int32_t* tokens, int32_t* targets) {
-    data_->train_batch(step, first_sample_ + a * s_.micro_batch, s_.micro_batch, tokens, targets);
+    const int64_t first = first_sample_ + a * s_.micro_batch;
+    data_->train_batch(step, first, s_.micro_batch, tokens, targets);
+    for (int64_t g = first; data_trace_ && g < first + s_.micro_batch; ++g)
+      std::fprintf(data_trace_.get(), "%lld\t%lld\t%d\t%lld\n", (long long)step, (long long)g, data_->train_source(step, g),
+                   (long long)data_->train_offset(step, g));
     faults_->read_batch(step, targets, s_.micro_batch * T_);
   });
 }

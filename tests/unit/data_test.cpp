@@ -6,6 +6,7 @@
 
 #include "core/errors.hpp"
 #include "data/batches.hpp"
+#include "data/prepare.hpp"
 #include "data/shards.hpp"
 #include "support/process.hpp"
 
@@ -123,24 +124,35 @@ TEST_CASE("a shard truncated in place while it is read is an error naming it, no
   }
 }
 
-TEST_CASE("prepare splits each file's tail into validation") {
+TEST_CASE("prepare holds whole documents out for validation, and a single text file's tail") {
   TempDir t;
-  std::string a = t.write("a.txt", std::string(100, 'a')), b = t.write("b.txt", std::string(50, 'b'));
-  data::PrepareReport r = data::prepare_text({a, b}, t.path / "out", 0.1);
-  CHECK(r.train_tokens == 90 + 45);
-  CHECK(r.val_tokens == 10 + 5);
+  std::vector<std::string> files;
+  for (int i = 0; i < 20; ++i) files.push_back(t.write("f" + std::to_string(i) + ".txt", std::string(10, char('a' + i))));
+  data::PrepareOptions o;
+  o.inputs = files, o.format = data::InputFormat::Text, o.out = t.path / "out", o.val_fraction = 0.1, o.threads = 2;
+  data::PrepareSummary s = data::prepare(o);
+  CHECK(s.totals.train_tokens == 180);  // 18 whole documents
+  CHECK(s.totals.val_tokens == 20);     // 2 whole documents, every tenth from a seeded start
   std::vector<int32_t> val = data::TokenSplit(t.path / "out", "val", 256).all();
-  CHECK(val.size() == 15);
-  CHECK(val.front() == 'a');
-  CHECK(val.back() == 'b');
+  REQUIRE(val.size() == 20);
+  CHECK(val[0] == val[9]);
+  CHECK(val[10] == val[19]);
+  CHECK(val[9] + 10 == val[10]);
+
+  o.inputs = {t.write("one.txt", std::string(100, 'a') + std::string(10, 'b'))}, o.out = t.path / "one";
+  s = data::prepare(o);
+  CHECK(s.totals.train_tokens == 99);  // one document: its tail
+  CHECK(s.totals.val_tokens == 11);
+  CHECK(data::TokenSplit(t.path / "one", "val", 256).all().back() == 'b');
 }
 
 TEST_CASE("prepare refuses input without a single token") {
   TempDir t;
-  std::string empty = t.write("empty.txt", "");
-  CHECK_THROWS_WITH_AS(data::prepare_text({empty}, t.path / "out", 0.1), "the input has no tokens: nothing to write",
-                       UsageError);
+  data::PrepareOptions o;
+  o.inputs = {t.write("empty.txt", "")}, o.format = data::InputFormat::Text, o.out = t.path / "out";
+  CHECK_THROWS_WITH_AS(data::prepare(o), "the input has no tokens: nothing to write", UsageError);
   CHECK(!std::filesystem::exists(t.path / "out" / "train_000000.bin"));
+  CHECK(!std::filesystem::exists(t.path / "out" / "train_000000.bin.tmp"));
 }
 
 TEST_CASE("a batch is a pure function of (seed, step, global sample index)") {

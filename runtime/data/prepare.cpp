@@ -1,0 +1,330 @@
+#include "data/prepare.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <thread>
+
+#include "core/files.hpp"
+#include "data/shard_writer.hpp"
+#include "model/philox.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace loom::data {
+
+namespace {
+
+constexpr uint64_t kValKey = 0x7a15e1u, kSampleKey = 0x5a3b1eu;
+// A batch ends at this many documents or a sixteenth of the memory bound, whichever comes first:
+// enough to keep every thread busy, and a resume point every few seconds.
+constexpr size_t kBatchDocuments = 4096;
+
+// What a resumed prepare must share with the one it continues.
+json settings_of(const PrepareOptions& o, int64_t vocab) {
+  json inputs = json::array();
+  for (const std::string& in : o.inputs) {
+    struct stat st {};
+    const bool known = in != "-" && ::stat(in.c_str(), &st) == 0;
+    inputs.push_back({{"path", in}, {"bytes", known ? int64_t(st.st_size) : -1},
+                      {"mtime_ns", known ? int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec : -1}});
+  }
+  return {{"inputs", inputs},
+          {"format", o.format == InputFormat::Jsonl ? "jsonl" : "text"},
+          {"field", o.field},
+          {"vocab_size", vocab},
+          {"val_fraction", o.val_fraction},
+          {"seed", o.seed},
+          {"shard_tokens", o.shard_tokens},
+          {"skip_bad", o.skip_bad}};
+}
+
+// How far a prepare got: the documents read, and each split's whole shards and tokens of the next.
+struct ResumePoint {
+  uint64_t documents = 0, skipped = 0, text_bytes = 0;
+  int64_t shards[2] = {0, 0}, partial[2] = {0, 0};
+  std::string first_skipped;
+  bool complete = false;
+};
+
+void save_point(const fs::path& out, const json& settings, const ResumePoint& p) {
+  json j = {{"version", 1},          {"settings", settings}, {"complete", p.complete},
+            {"documents", p.documents}, {"skipped", p.skipped}, {"first_skipped", p.first_skipped},
+            {"text_bytes", p.text_bytes},
+            {"train", {{"shards", p.shards[0]}, {"partial_tokens", p.partial[0]}}},
+            {"val", {{"shards", p.shards[1]}, {"partial_tokens", p.partial[1]}}}};
+  write_file(out / "prepare.json", j.dump(2) + "\n", "prepare record");
+}
+
+ResumePoint load_point(const fs::path& out, const json& settings) {
+  const fs::path file = out / "prepare.json";
+  json j;
+  try {
+    j = json::parse(read_file(file, "prepare record"));
+  } catch (const json::exception& e) {
+    throw RuntimeError("--resume: '" + file.string() + "' is not readable JSON (" + e.what() + "); prepare again without --resume");
+  }
+  const json& was = j.at("settings");
+  for (const auto& [key, value] : settings.items())
+    if (was.value(key, json()) != value)
+      throw UsageError("--resume: the earlier prepare into '" + out.string() + "' had " + key + " = " +
+                       was.value(key, json()).dump() + ", this one " + value.dump() +
+                       "; resume with the same inputs and options, or prepare again without --resume");
+  ResumePoint p;
+  p.complete = j.at("complete");
+  p.documents = j.at("documents"), p.skipped = j.at("skipped"), p.text_bytes = j.at("text_bytes");
+  p.first_skipped = j.value("first_skipped", "");
+  p.shards[0] = j.at("train").at("shards"), p.partial[0] = j.at("train").at("partial_tokens");
+  p.shards[1] = j.at("val").at("shards"), p.partial[1] = j.at("val").at("partial_tokens");
+  return p;
+}
+
+// Turns documents into ids, one per thread: its own tokenizer (their piece caches are not shared).
+struct Encoder {
+  std::unique_ptr<tok::Tokenizer> tok;  // null: bytes
+  int64_t marker = -1;
+
+  std::vector<uint32_t> encode(const std::string& text) const {
+    if (!tok) return std::vector<uint32_t>(reinterpret_cast<const unsigned char*>(text.data()),
+                                           reinterpret_cast<const unsigned char*>(text.data()) + text.size());
+    std::vector<uint32_t> ids;
+    if (marker >= 0) ids.push_back(static_cast<uint32_t>(marker));
+    std::vector<uint32_t> body = tok->encode(text);
+    ids.insert(ids.end(), body.begin(), body.end());
+    return ids;
+  }
+};
+
+std::vector<Encoder> make_encoders(const fs::path& tokenizer_json, int threads, uint64_t cache_bytes) {
+  std::vector<Encoder> enc(threads);
+  if (tokenizer_json.empty()) return enc;
+  for (Encoder& e : enc) {
+    e.tok = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(tokenizer_json));
+    e.tok->set_cache_limit(std::max<uint64_t>(1024, cache_bytes / threads / 128));
+    e.marker = e.tok->special("<|endoftext|>");
+    if (e.marker < 0) e.marker = e.tok->special("<|begin_of_text|>");
+  }
+  return enc;
+}
+
+// A seeded sample of the documents, at most `cap` bytes: those with the smallest Philox keys
+// (each document truncated to the cap), in input order. A document's key is known before its
+// JSON is parsed, so most documents of a large corpus are passed over unread.
+std::vector<std::string> tokenizer_sample(const PrepareOptions& o, uint64_t max_doc,
+                                          const std::function<void(const PrepareProgress&)>& progress) {
+  using Entry = std::tuple<uint64_t, uint64_t, std::string>;  // key, index, text
+  auto later = [](const Entry& a, const Entry& b) { return std::get<0>(a) < std::get<0>(b); };
+  std::priority_queue<Entry, std::vector<Entry>, decltype(later)> heap(later);
+  uint64_t held = 0;
+  DocumentReader reader(o.inputs, o.format, max_doc);
+  RawDocument doc;
+  PrepareProgress p;
+  p.total_bytes = reader.total_bytes();
+  for (uint64_t i = 0; reader.next(doc); ++i) {
+    const uint64_t key = philox64(i, o.seed, kSampleKey);
+    if (held >= o.tokenizer_sample_bytes && key >= std::get<0>(heap.top())) continue;
+    std::string text;
+    try {
+      text = document_text(doc, o.format, o.field, reader.inputs()[doc.input]);
+    } catch (const BadDocument&) {
+      if (o.skip_bad) continue;
+      throw;
+    }
+    if (text.size() > o.tokenizer_sample_bytes) text.resize(o.tokenizer_sample_bytes);
+    held += text.size();
+    heap.emplace(key, i, std::move(text));
+    while (held > o.tokenizer_sample_bytes && heap.size() > 1) {
+      held -= std::get<2>(heap.top()).size();
+      heap.pop();
+    }
+    if (progress && i % 4096 == 0) {
+      p.bytes_read = reader.bytes_read(), p.documents = i + 1;
+      progress(p);
+    }
+  }
+  std::vector<Entry> kept;
+  for (; !heap.empty(); heap.pop()) kept.push_back(std::move(const_cast<Entry&>(heap.top())));
+  std::sort(kept.begin(), kept.end(), [](const Entry& a, const Entry& b) { return std::get<1>(a) < std::get<1>(b); });
+  std::vector<std::string> texts;
+  for (Entry& e : kept) texts.push_back(std::move(std::get<2>(e)));
+  return texts;
+}
+
+// The tokenizer.json beside the shards: copied from --tokenizer, learned from a sample, or (on a
+// resume) the one the earlier prepare put there. Returns the path ("" for bytes) and a note.
+std::pair<fs::path, std::string> settle_tokenizer(const PrepareOptions& o, uint64_t max_doc,
+                                                  const std::function<void(const PrepareProgress&)>& progress) {
+  const fs::path beside = o.out / "tokenizer.json";
+  if (o.train_tokenizer && o.resume && fs::exists(o.out / "prepare.json") && fs::exists(beside)) return {beside, "the tokenizer the earlier prepare learned"};
+  if (o.train_tokenizer) {
+    if (std::count(o.inputs.begin(), o.inputs.end(), "-"))
+      throw UsageError("--train-tokenizer reads the input twice (a sample, then everything), and standard input can be "
+                       "read once: give files, or a --tokenizer learned elsewhere");
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<std::string> sample = tokenizer_sample(o, max_doc, progress);
+    uint64_t bytes = 0;
+    for (const std::string& s : sample) bytes += s.size();
+    tok::Tokenizer t = tok::Tokenizer::train(sample, o.vocab_size);
+    t.save_json(beside);
+    char note[160];
+    std::snprintf(note, sizeof note, "learned a %lld-token byte-level BPE vocabulary from %zu documents (%.1f MB) in %.1f s",
+                  (long long)t.vocab_size(), sample.size(), bytes / 1e6,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return {beside, note};
+  }
+  if (o.tokenizer.empty()) return {fs::path(), ""};
+  const std::string bytes = read_file(o.tokenizer, "tokenizer");
+  if (o.resume && fs::exists(beside) && read_file(beside, "tokenizer") != bytes)
+    throw UsageError("--resume: --tokenizer '" + o.tokenizer + "' differs from the tokenizer.json the earlier prepare "
+                     "copied into '" + o.out.string() + "'");
+  write_file(beside, bytes, "tokenizer");  // the user's file as it is: it may carry fields Loom does not use
+  return {beside, ""};
+}
+
+// Whether document i goes to validation: floor((i + 1) f + u) > floor(i f + u) holds for a share
+// f of the documents, evenly spread, from a seeded phase u.
+struct ValChoice {
+  double f, u;
+  ValChoice(double fraction, uint64_t seed)
+      : f(fraction), u(static_cast<double>(philox64(0, seed, kValKey) >> 11) * 0x1.0p-53) {}
+  bool operator()(uint64_t i) const { return std::floor((i + 1) * f + u) > std::floor(i * f + u); }
+};
+
+struct Batch {
+  std::vector<RawDocument> raw;
+  std::vector<std::vector<uint32_t>> ids;
+  std::vector<std::string> error;
+  uint64_t text_bytes = 0;
+};
+
+bool read_batch(DocumentReader& reader, uint64_t bytes, Batch& b) {
+  b.raw.clear();
+  uint64_t got = 0;
+  RawDocument doc;
+  while (got < bytes && b.raw.size() < kBatchDocuments && reader.next(doc)) {
+    got += doc.bytes.size();
+    b.raw.push_back(std::move(doc));
+  }
+  return !b.raw.empty();
+}
+
+void encode_batch(Batch& b, std::vector<Encoder>& enc, const PrepareOptions& o, const std::vector<std::string>& inputs) {
+  const size_t n = b.raw.size();
+  b.ids.assign(n, {});
+  b.error.assign(n, {});
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> text_bytes{0};
+  auto work = [&](Encoder& e) {
+    for (size_t i; (i = next++) < n;) {
+      try {
+        const std::string text = document_text(b.raw[i], o.format, o.field, inputs[b.raw[i].input]);
+        text_bytes += text.size();
+        b.ids[i] = e.encode(text);
+      } catch (const BadDocument& err) {
+        b.error[i] = err.what();
+      }
+      std::string().swap(b.raw[i].bytes);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < enc.size(); ++t) pool.emplace_back(work, std::ref(enc[t]));
+  work(enc[0]);
+  for (std::thread& t : pool) t.join();
+  b.text_bytes = text_bytes;
+}
+
+}  // namespace
+
+PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const PrepareProgress&)>& progress) {
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1))  // NaN fails every comparison
+    throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(o.val_fraction));
+  if (o.memory_bytes < (uint64_t{64} << 20)) throw UsageError("--memory-mb must be at least 64");
+  if (o.train_tokenizer && !o.tokenizer.empty()) throw UsageError("--tokenizer and --train-tokenizer exclude each other");
+  if (o.shard_tokens < 1 || o.shard_tokens > INT32_MAX)
+    throw UsageError("--shard-tokens must be in [1, 2^31), got " + std::to_string(o.shard_tokens));
+  const uint64_t max_doc = o.memory_bytes / 4, batch_bytes = o.memory_bytes / 16;
+  fs::create_directories(o.out);
+  PrepareSummary sum;
+  sum.threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const auto [tok_path, note] = settle_tokenizer(o, max_doc, progress);
+  sum.tokenizer_note = note;
+  const auto t0 = std::chrono::steady_clock::now();  // the rate is of encoding, not of learning a tokenizer
+  std::vector<Encoder> enc = make_encoders(tok_path, sum.threads, o.memory_bytes / 4);
+  sum.vocab_size = enc[0].tok ? enc[0].tok->vocab_size() : 256;
+  const json settings = settings_of(o, sum.vocab_size);
+  const bool earlier = o.resume && fs::exists(o.out / "prepare.json");
+  ResumePoint at = earlier ? load_point(o.out, settings) : ResumePoint{};
+  sum.resumed = earlier;
+  if (at.complete) {
+    sum.already_complete = true;
+    sum.totals.documents = at.documents, sum.totals.skipped = at.skipped;
+    sum.train_shards = at.shards[0], sum.val_shards = at.shards[1];
+    return sum;
+  }
+  DocumentReader reader(o.inputs, o.format, max_doc);
+  ShardWriter train(o.out, "train", sum.vocab_size, o.shard_tokens, at.shards[0], at.partial[0]);
+  ShardWriter val(o.out, "val", sum.vocab_size, o.shard_tokens, at.shards[1], at.partial[1]);
+  if (!earlier) save_point(o.out, settings, at);  // a resume point before the first batch
+  PrepareProgress& p = sum.totals;
+  p.phase = "encoding";
+  p.total_bytes = reader.total_bytes();
+  p.documents = at.documents, p.skipped = at.skipped, p.text_bytes = at.text_bytes;
+  RawDocument skip;  // what the shards on disk already hold
+  for (uint64_t i = 0; i < at.documents; ++i)
+    if (!reader.next(skip))
+      throw UsageError("--resume: the inputs hold " + std::to_string(i) + " documents, fewer than the " +
+                       std::to_string(at.documents) + " the earlier prepare read");
+  const bool tail = o.format == InputFormat::Text && o.inputs.size() == 1;
+  const ValChoice to_val(o.val_fraction, o.seed);
+  Batch b;
+  while (read_batch(reader, batch_bytes, b)) {
+    encode_batch(b, enc, o, reader.inputs());
+    for (size_t i = 0; i < b.raw.size(); ++i, ++p.documents) {
+      if (!b.error[i].empty()) {
+        if (!o.skip_bad) throw BadDocument(b.error[i] + " (--skip-bad passes over such documents and counts them)");
+        if (p.skipped++ == 0) at.first_skipped = b.error[i];
+        continue;
+      }
+      const std::vector<uint32_t>& ids = b.ids[i];
+      if (tail) {  // one document: its last val_fraction to validation
+        const size_t cut = ids.size() - static_cast<size_t>(ids.size() * o.val_fraction);
+        train.append(ids.data(), cut);
+        val.append(ids.data() + cut, ids.size() - cut);
+      } else {
+        (to_val(p.documents) ? val : train).append(ids.data(), ids.size());
+      }
+    }
+    p.text_bytes += b.text_bytes;
+    p.new_text_bytes += b.text_bytes;
+    train.sync();
+    val.sync();
+    at.documents = p.documents, at.skipped = p.skipped, at.text_bytes = p.text_bytes;
+    at.shards[0] = train.complete(), at.partial[0] = train.partial();
+    at.shards[1] = val.complete(), at.partial[1] = val.partial();
+    save_point(o.out, settings, at);
+    p.bytes_read = reader.bytes_read(), p.train_tokens = train.tokens(), p.val_tokens = val.tokens();
+    p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (progress) progress(p);
+  }
+  const bool empty = train.tokens() == 0;
+  train.finish();
+  val.finish();
+  if (empty) throw UsageError("the input has no tokens: nothing to write");
+  at.complete = true;
+  at.shards[0] = train.complete(), at.partial[0] = 0, at.shards[1] = val.complete(), at.partial[1] = 0;
+  save_point(o.out, settings, at);
+  sum.train_shards = train.complete(), sum.val_shards = val.complete();
+  sum.first_skipped = at.first_skipped;
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return sum;
+}
+
+}  // namespace loom::data
