@@ -163,7 +163,8 @@ std::vector<std::string> tokenizer_sample(const PrepareOptions& o, uint64_t max_
 std::pair<fs::path, std::string> settle_tokenizer(const PrepareOptions& o, uint64_t max_doc,
                                                   const std::function<void(const PrepareProgress&)>& progress) {
   const fs::path beside = o.out / "tokenizer.json";
-  if (o.train_tokenizer && o.resume && fs::exists(o.out / "prepare.json") && fs::exists(beside)) return {beside, "the tokenizer the earlier prepare learned"};
+  if (o.train_tokenizer && o.resume && fs::exists(o.out / "prepare.json") && fs::exists(beside))
+    return {beside, "kept the tokenizer the earlier prepare learned"};
   if (o.train_tokenizer) {
     if (std::count(o.inputs.begin(), o.inputs.end(), "-"))
       throw UsageError("--train-tokenizer reads the input twice (a sample, then everything), and standard input can be "
@@ -196,6 +197,20 @@ struct ValChoice {
   ValChoice(double fraction, uint64_t seed)
       : f(fraction), u(static_cast<double>(philox64(0, seed, kValKey) >> 11) * 0x1.0p-53) {}
   bool operator()(uint64_t i) const { return std::floor((i + 1) * f + u) > std::floor(i * f + u); }
+};
+
+// Where each document's ids go.
+struct Split {
+  ShardWriter &train, &val;
+  ValChoice to_val;
+  bool tail;  // a single document: its last val_fraction to validation
+
+  void operator()(const std::vector<uint32_t>& ids, uint64_t document) const {
+    if (!tail) return (to_val(document) ? val : train).append(ids.data(), ids.size());
+    const size_t cut = ids.size() - static_cast<size_t>(ids.size() * to_val.f);
+    train.append(ids.data(), cut);
+    val.append(ids.data() + cut, ids.size() - cut);
+  }
 };
 
 struct Batch {
@@ -282,24 +297,17 @@ PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const P
     if (!reader.next(skip))
       throw UsageError("--resume: the inputs hold " + std::to_string(i) + " documents, fewer than the " +
                        std::to_string(at.documents) + " the earlier prepare read");
-  const bool tail = o.format == InputFormat::Text && o.inputs.size() == 1;
-  const ValChoice to_val(o.val_fraction, o.seed);
+  const Split split{train, val, ValChoice(o.val_fraction, o.seed), o.format == InputFormat::Text && o.inputs.size() == 1};
   Batch b;
   while (read_batch(reader, batch_bytes, b)) {
     encode_batch(b, enc, o, reader.inputs());
     for (size_t i = 0; i < b.raw.size(); ++i, ++p.documents) {
-      if (!b.error[i].empty()) {
-        if (!o.skip_bad) throw BadDocument(b.error[i] + " (--skip-bad passes over such documents and counts them)");
-        if (p.skipped++ == 0) at.first_skipped = b.error[i];
-        continue;
-      }
-      const std::vector<uint32_t>& ids = b.ids[i];
-      if (tail) {  // one document: its last val_fraction to validation
-        const size_t cut = ids.size() - static_cast<size_t>(ids.size() * o.val_fraction);
-        train.append(ids.data(), cut);
-        val.append(ids.data() + cut, ids.size() - cut);
-      } else {
-        (to_val(p.documents) ? val : train).append(ids.data(), ids.size());
+      if (b.error[i].empty()) {
+        split(b.ids[i], p.documents);
+      } else if (!o.skip_bad) {
+        throw BadDocument(b.error[i] + " (--skip-bad passes over such documents and counts them)");
+      } else if (p.skipped++ == 0) {
+        at.first_skipped = b.error[i];
       }
     }
     p.text_bytes += b.text_bytes;

@@ -93,7 +93,9 @@ void ShardWriter::restore() {
   }
   fd_ = ::open(tmp(complete_).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw RuntimeError("cannot create token shard '" + tmp(complete_).string() + "'" + os_reason());
-  if (::ftruncate(fd_, static_cast<off_t>(want)) != 0 || ::lseek(fd_, static_cast<off_t>(want), SEEK_SET) < 0)
+  const std::vector<char> zeros(1024, 0);  // a shard named back to .tmp loses its header until it is whole again
+  if (::ftruncate(fd_, static_cast<off_t>(want)) != 0 || ::pwrite(fd_, zeros.data(), zeros.size(), 0) != 1024 ||
+      ::lseek(fd_, static_cast<off_t>(want), SEEK_SET) < 0)
     throw RuntimeError("cannot cut '" + tmp(complete_).string() + "' back to the resume point" + os_reason());
 }
 

@@ -58,11 +58,10 @@ void check_tokenizer_fits(int64_t tokens, const fs::path& path, int64_t vocab) {
 void check_data(const config::Config& cfg) {
   const data::DataSettings ds = data::read_data(cfg);
   const int64_t vocab = model::from_config(cfg).vocab_size;
-  const char* key = ds.blend.empty() ? "[data] dir" : "[data] blend";
   std::error_code ec;
   for (const auto& [dir, weight] : ds.sources())
     if (!fs::is_directory(dir, ec))
-      throw ConfigError(std::string(key) + " names \"" + dir + "\", which " +
+      throw ConfigError((ds.blend.empty() ? "[data] dir = \"" + dir + "\" " : "[data] blend names \"" + dir + "\", which ") +
                         (fs::exists(dir, ec) ? "is not a directory" : "does not exist") +
                         "; make it with: loom data prepare --jsonl FILE... --out " + dir);
   check_same_tokenizer(ds);

@@ -1,7 +1,8 @@
 """Hugging Face tokenizers as the reference for `loom data prepare`.
 
-  corpus FORTUNES_DIR OUT_JSONL REPEAT SEED   the fortunes as JSONL: one fortune per line ({"id", "text"}),
-                                              shuffled with SEED, REPEAT times over (each pass reshuffled)
+  corpus FORTUNES_DIR OUT_JSONL MIN_MB SEED   the fortunes as JSONL: one fortune per line ({"id", "text"}),
+                                              shuffled with SEED, pass after pass (each reshuffled) until
+                                              the file holds MIN_MB megabytes
   sample JSONL OUT_JSONL N SEED               N lines of JSONL chosen with SEED (read once, reservoir)
   check TOKENIZER_JSON JSONL SHARD_DIR        the train shards of a prepare with --val-fraction 0 must be each
                                               document's <|endoftext|> then its ids, as the library encodes them
@@ -29,14 +30,18 @@ def fortunes(root):
     return docs
 
 
-def corpus(root, out, repeat, seed):
-    docs, rng, n = fortunes(root), random.Random(int(seed)), 0
+def corpus(root, out, min_mb, seed):
+    docs, rng, n, size = fortunes(root), random.Random(int(seed)), 0, 0
     with open(out, "w", encoding="utf-8") as f:
-        for _ in range(int(repeat)):
+        while size < float(min_mb) * 1e6:
             rng.shuffle(docs)
+            lines = []
             for d in docs:
-                f.write(json.dumps({"id": n, "text": d}, ensure_ascii=False) + "\n")
+                lines.append(json.dumps({"id": n, "text": d}, ensure_ascii=False) + "\n")
                 n += 1
+            chunk = "".join(lines)
+            f.write(chunk)
+            size += len(chunk.encode("utf-8"))
 
 
 def sample(src, out, n, seed):
