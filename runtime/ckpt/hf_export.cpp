@@ -8,6 +8,7 @@
 #include "ckpt/safetensors.hpp"
 #include "config/config.hpp"
 #include "core/files.hpp"
+#include "data/data_settings.hpp"
 #include "model/model.hpp"
 #include "tokenizer/special_ids.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -181,7 +182,7 @@ namespace {
 // themselves. Empty when there is none.
 std::optional<tok::Tokenizer> export_tokenizer(const fs::path& named, const config::Config& cfg, const fs::path& root,
                                               int64_t vocab_size, bool& imported) {
-  fs::path path = named.empty() ? tok::run_tokenizer_path(cfg) : named;
+  fs::path path = named.empty() ? data::run_tokenizer_path(cfg) : named;
   imported = path.empty() && fs::exists(root / "tokenizer.json");
   if (imported) path = root / "tokenizer.json";
   if (!path.empty()) return tok::Tokenizer::from_json_file(path);

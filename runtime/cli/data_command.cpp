@@ -44,7 +44,7 @@ class ProgressLine {
       std::snprintf(rate, sizeof rate, ", %.1f MB/s of text", p.seconds > 0 ? p.new_text_bytes / p.seconds / 1e6 : 0.0);
       line += ", " + train::human_count(double(p.train_tokens + p.val_tokens)) + " tokens" + rate;
       if (p.total_bytes > 0 && p.bytes_read > 0)
-        line += train::eta_suffix(p.seconds, int64_t(p.bytes_read), int64_t(p.total_bytes - p.bytes_read));
+        line += train::eta_suffix(p.seconds, int64_t(p.bytes_read - p.skipped_bytes), int64_t(p.total_bytes - p.bytes_read));
     }
     if (tty_) {
       std::fprintf(stderr, "\r\033[K%s", line.c_str());
@@ -101,6 +101,7 @@ int prepare_command(const po::variables_map& vm) {
     return kExitOk;
   }
   if (!s.tokenizer_note.empty()) std::printf("%s\n", s.tokenizer_note.c_str());
+  if (!s.split_note.empty()) std::printf("validation: %s\n", s.split_note.c_str());
   std::printf("wrote %lld training and %lld validation shards to %s: %lld and %lld tokens (vocabulary %lld) from %llu "
               "documents, %.1f MB of text, in %.1f s (%.1f MB/s on %d threads%s); peak memory %.0f MiB\n",
               (long long)s.train_shards, (long long)s.val_shards, o.out.c_str(), (long long)t.train_tokens,

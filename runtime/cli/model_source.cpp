@@ -7,6 +7,7 @@
 #include "ckpt/init_from.hpp"
 #include "core/cpus.hpp"
 #include "core/errors.hpp"
+#include "data/data_settings.hpp"
 #include "ops/ops.hpp"
 
 namespace fs = std::filesystem;
@@ -36,7 +37,7 @@ ModelSource open_model_source(const fs::path& src, const fs::path& tokenizer) {
   const fs::path dir = ckpt::find_checkpoint(src), root = dir.parent_path();
   s.cfg = config::Config::parse(ckpt::read_manifest(dir).config, (dir / "manifest.json").string());
   s.cfg.validate_runtime();
-  if (s.tokenizer_path.empty()) s.tokenizer_path = fs::exists(root / "tokenizer.json") ? root / "tokenizer.json" : tok::run_tokenizer_path(s.cfg);
+  if (s.tokenizer_path.empty()) s.tokenizer_path = fs::exists(root / "tokenizer.json") ? root / "tokenizer.json" : data::run_tokenizer_path(s.cfg);
   s.special = tok::read_special_ids(root);
   return s;
 }

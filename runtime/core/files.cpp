@@ -54,16 +54,25 @@ void OutputFile::fail(const std::string& why) {
 // A write that comes up short is retried; the retry says why (ENOSPC, EDQUOT, EIO), so the
 // reason is never "Success".
 void OutputFile::append(const void* data, size_t bytes) {
+  const size_t done = write_fully(fd_, data, bytes);
+  if (done < bytes)
+    fail(std::string(errno ? std::strerror(errno) : "the system accepted no more bytes") + " (" +
+         std::to_string(written_ + done) + " bytes written)");
+  written_ += bytes;
+}
+
+size_t write_fully(int fd, const void* data, size_t bytes) {
   const char* p = static_cast<const char*>(data);
   for (size_t done = 0; done < bytes;) {
-    const ssize_t n = ::write(fd_, p + done, bytes - done);
+    const ssize_t n = ::write(fd, p + done, bytes - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      fail(std::string(n < 0 ? std::strerror(errno) : "the system accepted no more bytes") + " (" +
-           std::to_string(written_ + done) + " bytes written)");
+    if (n <= 0) {
+      if (n == 0) errno = 0;
+      return done;
+    }
     done += static_cast<size_t>(n);
   }
-  written_ += bytes;
+  return bytes;
 }
 
 void OutputFile::commit(bool durable) {

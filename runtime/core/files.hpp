@@ -59,6 +59,10 @@ class OutputFile {
   size_t written_ = 0;
 };
 
+// Writes all `bytes` to `fd`, retrying short writes and EINTR. Returns how many were written:
+// fewer only on failure, with errno saying why (0 when the system accepted no more bytes).
+size_t write_fully(int fd, const void* data, size_t bytes);
+
 // Writes `bytes` as `path`, through `path`.partial and a rename: a reader never sees half a file,
 // and a failed write (a full disk) removes the partial file and throws naming `what`, the file,
 // the system's reason and how many bytes got written.

@@ -44,6 +44,8 @@ class Batches {
   // source whose stream it is (0 without a blend).
   int64_t train_offset(int64_t step, int64_t sample) const;
   int train_source(int64_t step, int64_t sample) const;
+  bool blended() const { return src_.size() > 1; }
+  const std::string& source_name(int source) const { return src_[source].name; }
   // A blend's tokens drawn from each source in steps [1, step], by name; empty for one source.
   std::vector<std::pair<std::string, int64_t>> tokens_by_source(int64_t step) const;
   // epoch sampling: the epoch a step's first sample belongs to (0 for random sampling).

@@ -40,6 +40,13 @@ DataSettings read_data(const config::Config& cfg) {
   return d;
 }
 
+std::filesystem::path run_tokenizer_path(const config::Config& cfg) {
+  const DataSettings ds = read_data(cfg);
+  if (!ds.tokenizer.empty()) return ds.tokenizer;
+  const std::filesystem::path beside = std::filesystem::path(ds.sources().front().first) / "tokenizer.json";
+  return std::filesystem::exists(beside) ? beside : std::filesystem::path();
+}
+
 std::vector<std::pair<std::string, double>> DataSettings::sources() const {
   if (blend.empty()) return {{dir, 1.0}};
   std::vector<std::pair<std::string, double>> out;

@@ -1,6 +1,7 @@
 // The [data] section: declared here and read here.
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,9 @@ struct DataSettings {
 };
 // Throws ConfigError naming the file and line where the blend and its weights disagree.
 DataSettings read_data(const config::Config& cfg);
+// A run's tokenizer.json: [data] tokenizer, else the one beside its shards (a blend's first
+// directory: they share one), else none (empty).
+std::filesystem::path run_tokenizer_path(const config::Config& cfg);
 config::SectionSpec data_section();
 
 }  // namespace loom::data

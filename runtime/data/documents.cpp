@@ -42,16 +42,15 @@ bool DocumentReader::next(RawDocument& doc) {
       ++at_;
       return true;
     }
-    while (stream_->next_line(doc.bytes)) {
+    while (stream_->next_line(doc.bytes, max_bytes_)) {
       ++line_;
-      if (doc.bytes.size() > max_bytes_)
-        throw RuntimeError(stream_->name() + ":" + std::to_string(line_) + ": a line of " +
-                           std::to_string(doc.bytes.size() >> 20) + " MiB, more than the " + std::to_string(max_bytes_ >> 20) +
-                           " MiB one document may take under --memory-mb");
       if (doc.bytes.find_first_not_of(" \t\r") == std::string::npos) continue;
       doc.line = line_;
       return true;
     }
+    if (stream_->line_too_long(max_bytes_))
+      throw RuntimeError(stream_->name() + ":" + std::to_string(line_ + 1) + ": a line longer than the " +
+                         std::to_string(max_bytes_ >> 20) + " MiB one document may take under --memory-mb (is it JSONL?)");
     done_bytes_ += stream_->consumed();
     stream_.reset();
     ++at_;
@@ -112,10 +111,11 @@ std::string document_text(const RawDocument& doc, InputFormat format, const std:
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(doc.bytes);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     // "[json.exception.parse_error.101] parse error at line 1, column 7: syntax error ..." -> from "column"
     std::string why = e.what();
     if (const size_t c = why.find("column"); c != std::string::npos) why = why.substr(c);
+    else if (const size_t c2 = why.find("] "); c2 != std::string::npos) why = why.substr(c2 + 2);
     bad(input, doc.line, "not a JSON value (" + why + ")");
   }
   if (!j.is_object()) bad(input, doc.line, std::string("a JSON ") + j.type_name() + ", not an object with a \"" + field + "\" field");
@@ -127,7 +127,7 @@ std::string document_text(const RawDocument& doc, InputFormat format, const std:
                              "); choose one with --field");
   }
   if (!it->is_string()) bad(input, doc.line, "\"" + field + "\" is a " + it->type_name() + ", not a string");
-  return it->get<std::string>();
+  return std::move(it->get_ref<std::string&>());
 }
 
 }  // namespace loom::data

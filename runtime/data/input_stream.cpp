@@ -40,7 +40,7 @@ InputStream::InputStream(std::string path) : name_(std::move(path)), dec_(std::m
     name_ = "standard input";
   } else {
     std::error_code ec;
-    if (std::filesystem::is_directory(name_, ec)) throw RuntimeError("input '" + name_ + "' is a directory");
+    if (std::filesystem::is_directory(name_, ec)) throw RuntimeError("cannot read input '" + name_ + "': it is a directory");
     fd_ = ::open(name_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) throw RuntimeError("cannot open input '" + name_ + "'" + os_reason());
     own_fd_ = true;
@@ -54,10 +54,17 @@ InputStream::InputStream(std::string path) : name_(std::move(path)), dec_(std::m
     d.in_len += n;
   }
   const unsigned char* m = reinterpret_cast<const unsigned char*>(d.in.data());
+  const bool xz = d.in_len >= 4 && m[0] == 0xfd && m[1] == '7' && m[2] == 'z' && m[3] == 'X';
+  if (xz || (d.in_len >= 3 && m[0] == 'B' && m[1] == 'Z' && m[2] == 'h'))
+    throw RuntimeError("input '" + name_ + "' is " + (xz ? "xz" : "bzip2") + "-compressed; Loom reads gzip and zstd: "
+                       "pipe it in instead (" + (xz ? "xz" : "bzip2") + " -dc FILE | loom data prepare --jsonl - ...)");
+  // A zstd frame, or a skippable frame before one (pzstd writes one first).
+  const bool zstd = d.in_len >= 4 && ((m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd) ||
+                                      ((m[0] & 0xf0) == 0x50 && m[1] == 0x2a && m[2] == 0x4d && m[3] == 0x18));
   if (d.in_len >= 2 && m[0] == 0x1f && m[1] == 0x8b) {
     d.kind = Decoder::Gzip;
     if (inflateInit2(&d.z, 15 + 16) != Z_OK) throw RuntimeError("zlib: cannot start a gzip decoder");
-  } else if (d.in_len >= 4 && m[0] == 0x28 && m[1] == 0xb5 && m[2] == 0x2f && m[3] == 0xfd) {
+  } else if (zstd) {
     d.kind = Decoder::Zstd;
     d.zs = ZSTD_createDStream();
     if (!d.zs || ZSTD_isError(ZSTD_initDStream(d.zs))) throw RuntimeError("zstd: cannot start a decoder");
@@ -142,7 +149,7 @@ bool InputStream::fill() {
   return true;
 }
 
-bool InputStream::next_line(std::string& line) {
+bool InputStream::next_line(std::string& line, size_t max_bytes) {
   for (size_t scanned = pos_;;) {
     const size_t nl = buf_.find('\n', scanned);
     if (nl != std::string::npos) {
@@ -151,6 +158,7 @@ bool InputStream::next_line(std::string& line) {
       return true;
     }
     const size_t have = buf_.size() - pos_;
+    if (have > max_bytes) return false;  // the caller names the line: it is too long to hold
     if (!fill()) {
       if (pos_ == buf_.size()) return false;
       line.assign(buf_, pos_, std::string::npos);
@@ -160,6 +168,8 @@ bool InputStream::next_line(std::string& line) {
     scanned = have;  // fill() moved the unread bytes to the front
   }
 }
+
+bool InputStream::line_too_long(size_t max_bytes) const { return buf_.size() - pos_ > max_bytes; }
 
 std::string InputStream::rest(uint64_t max_bytes) {
   std::string out;

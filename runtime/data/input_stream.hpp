@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -16,10 +17,12 @@ class InputStream {
   InputStream(const InputStream&) = delete;
   InputStream& operator=(const InputStream&) = delete;
 
-  // The next line, without its '\n' (a last line without one counts too); false at the end.
-  // A compressed stream that ends before its last frame does, or holds corrupt data, throws
-  // naming the file and the byte offset in it.
-  bool next_line(std::string& line);
+  // The next line, without its '\n' (a last line without one counts too); false at the end, or
+  // when more than `max_bytes` come without a newline (line_too_long() then tells). A compressed
+  // stream that ends before its last frame does, or holds corrupt data, throws naming the file
+  // and the byte offset in it.
+  bool next_line(std::string& line, size_t max_bytes = SIZE_MAX);
+  bool line_too_long(size_t max_bytes) const;
   // What is left, at most `max_bytes` (throws naming the file and the limit past it).
   std::string rest(uint64_t max_bytes);
 

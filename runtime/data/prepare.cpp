@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -24,9 +25,6 @@ namespace loom::data {
 namespace {
 
 constexpr uint64_t kValKey = 0x7a15e1u, kSampleKey = 0x5a3b1eu;
-// A batch ends at this many documents or a sixteenth of the memory bound, whichever comes first:
-// enough to keep every thread busy, and a resume point every few seconds.
-constexpr size_t kBatchDocuments = 4096;
 
 // What a resumed prepare must share with the one it continues.
 json settings_of(const PrepareOptions& o, int64_t vocab) {
@@ -37,9 +35,12 @@ json settings_of(const PrepareOptions& o, int64_t vocab) {
     inputs.push_back({{"path", in}, {"bytes", known ? int64_t(st.st_size) : -1},
                       {"mtime_ns", known ? int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec : -1}});
   }
+  const json tokenizer = o.train_tokenizer ? json{{"learned", {{"vocab_size", o.vocab_size}, {"sample_bytes", o.tokenizer_sample_bytes}}}}
+                         : o.tokenizer.empty() ? json("bytes") : json(o.tokenizer);
   return {{"inputs", inputs},
           {"format", o.format == InputFormat::Jsonl ? "jsonl" : "text"},
           {"field", o.field},
+          {"tokenizer", tokenizer},
           {"vocab_size", vocab},
           {"val_fraction", o.val_fraction},
           {"seed", o.seed},
@@ -66,24 +67,25 @@ void save_point(const fs::path& out, const json& settings, const ResumePoint& p)
 
 ResumePoint load_point(const fs::path& out, const json& settings) {
   const fs::path file = out / "prepare.json";
-  json j;
+  ResumePoint p;
+  json was;
   try {
-    j = json::parse(read_file(file, "prepare record"));
+    const json j = json::parse(read_file(file, "prepare record"));
+    was = j.at("settings");
+    p.complete = j.at("complete");
+    p.documents = j.at("documents"), p.skipped = j.at("skipped"), p.text_bytes = j.at("text_bytes");
+    p.first_skipped = j.value("first_skipped", "");
+    p.shards[0] = j.at("train").at("shards"), p.partial[0] = j.at("train").at("partial_tokens");
+    p.shards[1] = j.at("val").at("shards"), p.partial[1] = j.at("val").at("partial_tokens");
   } catch (const json::exception& e) {
-    throw RuntimeError("--resume: '" + file.string() + "' is not readable JSON (" + e.what() + "); prepare again without --resume");
+    throw RuntimeError("--resume: '" + file.string() + "' is not a prepare record Loom can read (" + e.what() +
+                       "); prepare again without --resume");
   }
-  const json& was = j.at("settings");
   for (const auto& [key, value] : settings.items())
     if (was.value(key, json()) != value)
       throw UsageError("--resume: the earlier prepare into '" + out.string() + "' had " + key + " = " +
                        was.value(key, json()).dump() + ", this one " + value.dump() +
                        "; resume with the same inputs and options, or prepare again without --resume");
-  ResumePoint p;
-  p.complete = j.at("complete");
-  p.documents = j.at("documents"), p.skipped = j.at("skipped"), p.text_bytes = j.at("text_bytes");
-  p.first_skipped = j.value("first_skipped", "");
-  p.shards[0] = j.at("train").at("shards"), p.partial[0] = j.at("train").at("partial_tokens");
-  p.shards[1] = j.at("val").at("shards"), p.partial[1] = j.at("val").at("partial_tokens");
   return p;
 }
 
@@ -108,7 +110,7 @@ std::vector<Encoder> make_encoders(const fs::path& tokenizer_json, int threads, 
   if (tokenizer_json.empty()) return enc;
   for (Encoder& e : enc) {
     e.tok = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(tokenizer_json));
-    e.tok->set_cache_limit(std::max<uint64_t>(1024, cache_bytes / threads / 128));
+    e.tok->set_cache_limit(std::max<uint64_t>(1024, cache_bytes / threads / 256));  // entries of up to ~256 bytes
     e.marker = e.tok->special("<|endoftext|>");
     if (e.marker < 0) e.marker = e.tok->special("<|begin_of_text|>");
   }
@@ -121,16 +123,18 @@ std::vector<Encoder> make_encoders(const fs::path& tokenizer_json, int threads, 
 std::vector<std::string> tokenizer_sample(const PrepareOptions& o, uint64_t max_doc,
                                           const std::function<void(const PrepareProgress&)>& progress) {
   using Entry = std::tuple<uint64_t, uint64_t, std::string>;  // key, index, text
+  constexpr uint64_t kEntryBytes = 64;                         // what an entry costs besides its text
   auto later = [](const Entry& a, const Entry& b) { return std::get<0>(a) < std::get<0>(b); };
   std::priority_queue<Entry, std::vector<Entry>, decltype(later)> heap(later);
   uint64_t held = 0;
+  bool full = false;  // the sample has reached its cap once
   DocumentReader reader(o.inputs, o.format, max_doc);
   RawDocument doc;
   PrepareProgress p;
   p.total_bytes = reader.total_bytes();
   for (uint64_t i = 0; reader.next(doc); ++i) {
     const uint64_t key = philox64(i, o.seed, kSampleKey);
-    if (held >= o.tokenizer_sample_bytes && key >= std::get<0>(heap.top())) continue;
+    if (full && key >= std::get<0>(heap.top())) continue;  // would be the first to leave again
     std::string text;
     try {
       text = document_text(doc, o.format, o.field, reader.inputs()[doc.input]);
@@ -138,12 +142,14 @@ std::vector<std::string> tokenizer_sample(const PrepareOptions& o, uint64_t max_
       if (o.skip_bad) continue;
       throw;
     }
+    if (text.empty()) continue;  // teaches nothing
     if (text.size() > o.tokenizer_sample_bytes) text.resize(o.tokenizer_sample_bytes);
-    held += text.size();
+    held += text.size() + kEntryBytes;
     heap.emplace(key, i, std::move(text));
     while (held > o.tokenizer_sample_bytes && heap.size() > 1) {
-      held -= std::get<2>(heap.top()).size();
+      held -= std::get<2>(heap.top()).size() + kEntryBytes;
       heap.pop();
+      full = true;
     }
     if (progress && i % 4096 == 0) {
       p.bytes_read = reader.bytes_read(), p.documents = i + 1;
@@ -176,7 +182,7 @@ std::pair<fs::path, std::string> settle_tokenizer(const PrepareOptions& o, uint6
     tok::Tokenizer t = tok::Tokenizer::train(sample, o.vocab_size);
     t.save_json(beside);
     char note[160];
-    std::snprintf(note, sizeof note, "learned a %lld-token byte-level BPE vocabulary from %zu documents (%.1f MB) in %.1f s",
+    std::snprintf(note, sizeof note, "trained a %lld-token byte-level BPE vocabulary from %zu documents (%.1f MB) in %.1f s",
                   (long long)t.vocab_size(), sample.size(), bytes / 1e6,
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return {beside, note};
@@ -203,7 +209,7 @@ struct ValChoice {
 struct Split {
   ShardWriter &train, &val;
   ValChoice to_val;
-  bool tail;  // a single document: its last val_fraction to validation
+  bool tail;  // each document's last val_fraction to validation
 
   void operator()(const std::vector<uint32_t>& ids, uint64_t document) const {
     if (!tail) return (to_val(document) ? val : train).append(ids.data(), ids.size());
@@ -220,11 +226,11 @@ struct Batch {
   uint64_t text_bytes = 0;
 };
 
-bool read_batch(DocumentReader& reader, uint64_t bytes, Batch& b) {
+bool read_batch(DocumentReader& reader, uint64_t bytes, size_t documents, Batch& b) {
   b.raw.clear();
   uint64_t got = 0;
   RawDocument doc;
-  while (got < bytes && b.raw.size() < kBatchDocuments && reader.next(doc)) {
+  while (got < bytes && b.raw.size() < documents && reader.next(doc)) {
     got += doc.bytes.size();
     b.raw.push_back(std::move(doc));
   }
@@ -237,36 +243,64 @@ void encode_batch(Batch& b, std::vector<Encoder>& enc, const PrepareOptions& o, 
   b.error.assign(n, {});
   std::atomic<size_t> next{0};
   std::atomic<uint64_t> text_bytes{0};
-  auto work = [&](Encoder& e) {
-    for (size_t i; (i = next++) < n;) {
-      try {
-        const std::string text = document_text(b.raw[i], o.format, o.field, inputs[b.raw[i].input]);
-        text_bytes += text.size();
-        b.ids[i] = e.encode(text);
-      } catch (const BadDocument& err) {
-        b.error[i] = err.what();
+  std::vector<std::exception_ptr> failed(enc.size());  // rethrown once every thread has joined
+  auto work = [&](size_t t) {
+    try {
+      for (size_t i; (i = next++) < n;) {
+        try {
+          std::string text = document_text(b.raw[i], o.format, o.field, inputs[b.raw[i].input]);
+          std::string().swap(b.raw[i].bytes);
+          text_bytes += text.size();
+          b.ids[i] = enc[t].encode(text);
+        } catch (const BadDocument& err) {
+          b.error[i] = err.what();
+        }
+        std::string().swap(b.raw[i].bytes);
       }
-      std::string().swap(b.raw[i].bytes);
+    } catch (...) {
+      failed[t] = std::current_exception();
+      next = n;  // the others stop at their next document
     }
   };
   std::vector<std::thread> pool;
-  for (size_t t = 1; t < enc.size(); ++t) pool.emplace_back(work, std::ref(enc[t]));
-  work(enc[0]);
+  for (size_t t = 1; t < enc.size(); ++t) pool.emplace_back(work, t);
+  work(0);
   for (std::thread& t : pool) t.join();
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
   b.text_bytes = text_bytes;
 }
 
-}  // namespace
-
-PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const PrepareProgress&)>& progress) {
+void check_options(const PrepareOptions& o) {
   if (!(o.val_fraction >= 0 && o.val_fraction < 1))  // NaN fails every comparison
     throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(o.val_fraction));
   if (o.memory_bytes < (uint64_t{64} << 20)) throw UsageError("--memory-mb must be at least 64");
   if (o.train_tokenizer && !o.tokenizer.empty()) throw UsageError("--tokenizer and --train-tokenizer exclude each other");
   if (o.shard_tokens < 1 || o.shard_tokens > INT32_MAX)
     throw UsageError("--shard-tokens must be in [1, 2^31), got " + std::to_string(o.shard_tokens));
-  const uint64_t max_doc = o.memory_bytes / 4, batch_bytes = o.memory_bytes / 16;
+  if (o.batch_documents < 1) throw UsageError("a batch needs at least one document");
+}
+
+// Reads past the documents a resumed prepare's shards already hold (read, not encoded).
+void skip_documents(DocumentReader& reader, uint64_t documents) {
+  RawDocument skip;
+  for (uint64_t i = 0; i < documents; ++i)
+    if (!reader.next(skip))
+      throw UsageError("--resume: the inputs hold " + std::to_string(i) + " documents, fewer than the " +
+                       std::to_string(documents) + " the earlier prepare read");
+}
+
+}  // namespace
+
+PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const PrepareProgress&)>& progress) {
+  check_options(o);
+  // One document takes up to an eighth of the bound, and its ids (4 bytes each) up to half more.
+  const uint64_t max_doc = o.memory_bytes / 8, batch_bytes = o.memory_bytes / 16;
   fs::create_directories(o.out);
+  const bool earlier = o.resume && fs::exists(o.out / "prepare.json");
+  // A fresh start first takes away the old record, so no kill from here on leaves a record
+  // that speaks for shards or a tokenizer it did not see.
+  if (!earlier) fs::remove(o.out / "prepare.json");
   PrepareSummary sum;
   sum.threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   const auto [tok_path, note] = settle_tokenizer(o, max_doc, progress);
@@ -275,7 +309,6 @@ PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const P
   std::vector<Encoder> enc = make_encoders(tok_path, sum.threads, o.memory_bytes / 4);
   sum.vocab_size = enc[0].tok ? enc[0].tok->vocab_size() : 256;
   const json settings = settings_of(o, sum.vocab_size);
-  const bool earlier = o.resume && fs::exists(o.out / "prepare.json");
   ResumePoint at = earlier ? load_point(o.out, settings) : ResumePoint{};
   sum.resumed = earlier;
   if (at.complete) {
@@ -292,14 +325,14 @@ PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const P
   p.phase = "encoding";
   p.total_bytes = reader.total_bytes();
   p.documents = at.documents, p.skipped = at.skipped, p.text_bytes = at.text_bytes;
-  RawDocument skip;  // what the shards on disk already hold
-  for (uint64_t i = 0; i < at.documents; ++i)
-    if (!reader.next(skip))
-      throw UsageError("--resume: the inputs hold " + std::to_string(i) + " documents, fewer than the " +
-                       std::to_string(at.documents) + " the earlier prepare read");
-  const Split split{train, val, ValChoice(o.val_fraction, o.seed), o.format == InputFormat::Text && o.inputs.size() == 1};
+  skip_documents(reader, at.documents);
+  // Text files are whole documents: too few of them to hold any out whole, and each keeps its tail.
+  const bool tails = o.format == InputFormat::Text && o.val_fraction > 0 && o.inputs.size() * o.val_fraction < 1;
+  if (tails) sum.split_note = "too few documents to hold any out whole: the last share of each went to validation";
+  const Split split{train, val, ValChoice(o.val_fraction, o.seed), tails};
+  p.skipped_bytes = reader.bytes_read();
   Batch b;
-  while (read_batch(reader, batch_bytes, b)) {
+  while (read_batch(reader, batch_bytes, o.batch_documents, b)) {
     encode_batch(b, enc, o, reader.inputs());
     for (size_t i = 0; i < b.raw.size(); ++i, ++p.documents) {
       if (b.error[i].empty()) {
@@ -326,6 +359,7 @@ PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const P
   train.finish();
   val.finish();
   if (empty) throw UsageError("the input has no tokens: nothing to write");
+  p.train_tokens = train.tokens(), p.val_tokens = val.tokens();
   at.complete = true;
   at.shards[0] = train.complete(), at.partial[0] = 0, at.shards[1] = val.complete(), at.partial[1] = 0;
   save_point(o.out, settings, at);

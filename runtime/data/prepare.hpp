@@ -5,8 +5,8 @@
 // thread takes documents from the batch, turns each into text (parses its JSON, checks its UTF-8)
 // and encodes it, marker first; the ids are then written in document order, so the output does
 // not depend on the thread count. A document goes whole to validation or to training: every
-// 1/val_fraction-th one from a seeded starting point (a single text file is the exception: its
-// tail is held out, as there is no second document to hold out). Shards are named only when
+// 1/val_fraction-th one from a seeded starting point (text files too few to hold any out whole
+// are the exception: each one's tail is held out). Shards are named only when
 // complete (shard_writer.hpp), and after each batch `prepare.json` records how far the input
 // got, so `--resume` continues a killed prepare and gives the same bytes as an uninterrupted one.
 #pragma once
@@ -36,11 +36,15 @@ struct PrepareOptions {
   uint64_t memory_bytes = uint64_t{512} << 20;
   int threads = 0;  // 0 = every core
   bool skip_bad = false, resume = false;
+  // A batch ends at this many documents or a sixteenth of the memory bound, whichever comes
+  // first: enough to keep every thread busy, and a resume point every few seconds.
+  size_t batch_documents = 4096;
 };
 
 struct PrepareProgress {
   const char* phase = "sampling";  // "sampling" (for --train-tokenizer), then "encoding"
   uint64_t bytes_read = 0, total_bytes = 0;  // of the inputs (compressed where they are)
+  uint64_t skipped_bytes = 0;                 // read by a resume to pass what the shards hold: not in the ETA
   uint64_t text_bytes = 0, documents = 0, skipped = 0;  // since the start (a resumed prepare's included)
   uint64_t new_text_bytes = 0;                            // encoded by this process: the rate's
   int64_t train_tokens = 0, val_tokens = 0;
@@ -51,7 +55,8 @@ struct PrepareSummary {
   PrepareProgress totals;
   int64_t train_shards = 0, val_shards = 0, vocab_size = 0;
   std::string first_skipped;  // the first bad document's message, under skip_bad
-  std::string tokenizer_note;  // what --train-tokenizer did, or "" 
+  std::string tokenizer_note;  // what --train-tokenizer did, or ""
+  std::string split_note;      // how the validation split was taken, when not document by document
   bool resumed = false, already_complete = false;
   int threads = 0;
 };

@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <array>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "core/files.hpp"
 #include "data/shards.hpp"
 
 namespace fs = std::filesystem;
@@ -19,12 +21,7 @@ namespace {
 constexpr size_t kBufferBytes = size_t{4} << 20;
 
 void write_all(int fd, const char* p, size_t n, const fs::path& file) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) throw RuntimeError("cannot write token shard '" + file.string() + "'" + os_reason());
-    p += w, n -= static_cast<size_t>(w);
-  }
+  if (write_fully(fd, p, n) < n) throw RuntimeError("cannot write token shard '" + file.string() + "'" + os_reason());
 }
 
 // Tokens in every split's shards (those on disk when this process resumed, and those it appended since), for kill_at_token.
@@ -43,7 +40,7 @@ int64_t ShardWriter::kill_at_token() {
 ShardWriter::ShardWriter(fs::path dir, std::string split, int64_t vocab_size, int64_t shard_tokens, int64_t complete,
                          int64_t partial)
     : dir_(std::move(dir)), split_(std::move(split)), width_(vocab_size > 65536 ? 4 : 2), vocab_(vocab_size),
-      shard_tokens_(shard_tokens), complete_(complete), partial_(partial) {
+      shard_tokens_(shard_tokens), complete_(complete), partial_(partial), total_(complete * shard_tokens + partial) {
   if (shard_tokens_ < 1 || shard_tokens_ > INT32_MAX)
     throw UsageError("--shard-tokens must be in [1, 2^31), got " + std::to_string(shard_tokens_));
   buf_.reserve(kBufferBytes);
@@ -129,6 +126,7 @@ void ShardWriter::append(const uint32_t* ids, size_t n) {
       }
     }
     partial_ += static_cast<int64_t>(take);
+    total_ += static_cast<int64_t>(take);
     g_appended += static_cast<int64_t>(take);
     ids += take, n -= take;
     if (die) {
@@ -141,11 +139,8 @@ void ShardWriter::append(const uint32_t* ids, size_t n) {
 
 void ShardWriter::complete_shard() {
   flush();
-  int32_t header[kHeaderInts] = {};
-  header[0] = width_ == 4 ? kShardMagic32 : kShardMagic;
-  header[1] = width_ == 4 ? kShardVersion32 : kShardVersion;
-  header[2] = static_cast<int32_t>(partial_);
-  if (::pwrite(fd_, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header) || ::fsync(fd_) != 0)
+  const std::array<int32_t, kHeaderInts> header = shard_header(width_, partial_);
+  if (::pwrite(fd_, header.data(), sizeof header, 0) != static_cast<ssize_t>(sizeof header) || ::fsync(fd_) != 0)
     throw RuntimeError("cannot write token shard '" + tmp(complete_).string() + "'" + os_reason());
   ::close(fd_);
   fd_ = -1;

@@ -27,7 +27,7 @@ class ShardWriter {
 
   int64_t complete() const { return complete_; }
   int64_t partial() const { return partial_; }
-  int64_t tokens() const { return complete_ * shard_tokens_ + partial_; }
+  int64_t tokens() const { return total_; }
   const std::vector<std::filesystem::path>& written() const { return written_; }
 
   // The token count at which `data prepare` kills itself (LOOM_PREPARE_KILL_AT_TOKEN, for the
@@ -46,6 +46,7 @@ class ShardWriter {
   std::string split_;
   int width_;
   int64_t vocab_, shard_tokens_, complete_, partial_;
+  int64_t total_;  // every shard's tokens: the last, once finished, may hold fewer than shard_tokens
   int fd_ = -1;
   std::vector<char> buf_;
   std::vector<std::filesystem::path> written_;

@@ -17,12 +17,17 @@ namespace fs = std::filesystem;
 
 namespace loom::data {
 
+std::array<int32_t, kHeaderInts> shard_header(int width, int64_t count) {
+  std::array<int32_t, kHeaderInts> h{};
+  h[0] = width == 4 ? kShardMagic32 : kShardMagic;
+  h[1] = width == 4 ? kShardVersion32 : kShardVersion;
+  h[2] = static_cast<int32_t>(count);
+  return h;
+}
+
 void write_shard(const fs::path& path, const std::vector<uint32_t>& tokens, int64_t vocab_size) {
   const bool wide = vocab_size > 65536;
-  std::vector<int32_t> header(kHeaderInts, 0);
-  header[0] = wide ? kShardMagic32 : kShardMagic;
-  header[1] = wide ? kShardVersion32 : kShardVersion;
-  header[2] = static_cast<int32_t>(tokens.size());
+  const std::array<int32_t, kHeaderInts> header = shard_header(wide ? 4 : 2, static_cast<int64_t>(tokens.size()));
   fs::path tmp = path;
   tmp += ".tmp";
   {

@@ -4,6 +4,7 @@
 // rank's memory does not grow with the dataset.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -16,6 +17,9 @@ namespace loom::data {
 constexpr int32_t kShardMagic = 20240520, kShardVersion = 1;      // uint16 tokens
 constexpr int32_t kShardMagic32 = 20240801, kShardVersion32 = 7;  // uint32 tokens
 constexpr size_t kHeaderInts = 256;
+
+// The header of a shard of `count` tokens, `width` bytes each.
+std::array<int32_t, kHeaderInts> shard_header(int width, int64_t count);
 
 // uint16 when every id of the vocabulary fits (vocab_size <= 65536), uint32 otherwise.
 void write_shard(const std::filesystem::path& path, const std::vector<uint32_t>& tokens, int64_t vocab_size);

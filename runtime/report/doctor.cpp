@@ -58,7 +58,10 @@ void check_data(Writer& w, const Run& run) {
                                    ? std::string()
                                    : " of step " + e->field("batch_step") + ", whose loss jumped first") +
                ": global samples " + e->field("samples") + " start at token offsets " +
-               e->field("token_offsets") + " of the training split; per-layer grad norms " +
+               e->field("token_offsets") +
+               (e->field("sources").empty() || e->field("sources") == "null" ? " of the training split"
+                                                                             : " of the training splits of blend sources " + e->field("sources")) +
+               "; per-layer grad norms " +
                e->field("layer_grad_norms"));
 }
 

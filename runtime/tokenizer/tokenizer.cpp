@@ -96,8 +96,9 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<uint32_t>& out)
     }
     sym.resize(w);
   }
-  if (cache_.size() >= cache_limit_) cache_.clear();
   out.insert(out.end(), sym.begin(), sym.end());
+  if (key.size() > kCachedPieceBytes) return;  // long pieces are rare, and would make an entry's size unbounded
+  if (cache_.size() >= cache_limit_) cache_.clear();
   cache_.emplace(std::move(key), std::move(sym));
 }
 

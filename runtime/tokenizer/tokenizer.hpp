@@ -14,14 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace loom::config {
-class Config;
-}
-
 namespace loom::tok {
-
-// A run's tokenizer.json: [data] tokenizer, else the one beside its shards, else none (empty).
-std::filesystem::path run_tokenizer_path(const config::Config& cfg);
 
 // GPT-2's split, and the one of cl100k / Llama 3 (numbers in groups of three, case-insensitive
 // contractions, newlines kept apart).
@@ -57,7 +50,9 @@ class Tokenizer {
   // A special token's id, or -1.
   int64_t special(const std::string& content) const;
   void save_json(const std::filesystem::path& path) const;
-  // Pieces remembered with their ids (each ~100 bytes); the memory is dropped when full.
+  // Pieces remembered with their ids, those of up to kCachedPieceBytes (an entry then takes at
+  // most ~256 bytes); the memory is dropped when full.
+  static constexpr size_t kCachedPieceBytes = 48;
   void set_cache_limit(size_t entries) { cache_limit_ = entries; }
 
  private:

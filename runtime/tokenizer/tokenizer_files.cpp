@@ -8,7 +8,6 @@
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "core/json_read.hpp"
-#include "data/data_settings.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace fs = std::filesystem;
@@ -146,13 +145,6 @@ void special_frame(const json& pp, std::vector<uint32_t>& prefix, std::vector<ui
 }
 
 }  // namespace
-
-fs::path run_tokenizer_path(const config::Config& cfg) {
-  const data::DataSettings ds = data::read_data(cfg);
-  if (!ds.tokenizer.empty()) return ds.tokenizer;
-  const fs::path beside = fs::path(ds.sources().front().first) / "tokenizer.json";  // a blend's share one
-  return fs::exists(beside) ? beside : fs::path();
-}
 
 Tokenizer Tokenizer::from_json_file(const fs::path& path) {
   const std::string where = "tokenizer '" + path.string() + "': ";

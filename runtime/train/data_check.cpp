@@ -65,7 +65,7 @@ void check_data(const config::Config& cfg) {
                         (fs::exists(dir, ec) ? "is not a directory" : "does not exist") +
                         "; make it with: loom data prepare --jsonl FILE... --out " + dir);
   check_same_tokenizer(ds);
-  const fs::path tokenizer = tok::run_tokenizer_path(cfg);
+  const fs::path tokenizer = data::run_tokenizer_path(cfg);
   if (!tokenizer.empty()) check_tokenizer_fits(tok::Tokenizer::from_json_file(tokenizer).vocab_size(), tokenizer, vocab);
   for (const auto& [dir, weight] : ds.sources()) {
     try {

@@ -118,6 +118,7 @@ bool Stability::on_nonfinite(int64_t step, double loss, double grad_norm, const 
 }
 
 bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::vector<int64_t>& offsets,
+                        const std::vector<std::string>& sources,
                         const std::function<std::vector<std::pair<std::string, double>>()>& layer_norms) {
   if (!enabled_) return false;
   bool spike = false;
@@ -127,7 +128,7 @@ bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::
     zg = zscore_of(grad_norm, norms_);
     spike = zl > zscore_ || zg > zscore_;
   }
-  recent_.push_back({step, zl, offsets});
+  recent_.push_back({step, zl, offsets, sources});
   if (recent_.size() > 3) recent_.pop_front();
   // A spike stays out of the window, so it does not widen the next judgement, unless it is the
   // third in a row: then the level itself has moved, and the window follows it.
@@ -149,7 +150,9 @@ bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::
     }
   std::string samples = "[", layers = "{";
   for (size_t i = 0; i < cause->offsets.size(); ++i) samples += (i ? ", " : "") + std::to_string(i);
-  const std::string starts = json_list(cause->offsets);
+  std::string starts = json_list(cause->offsets), in_sources;
+  for (const std::string& name : cause->sources) in_sources += (in_sources.empty() ? "[" : ", ") + json_quote(name);
+  if (!in_sources.empty()) in_sources += "]";
   std::string worst;
   double worst_norm = -1;
   for (const auto& [layer, n] : layer_norms()) {
@@ -159,12 +162,14 @@ bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::
   const std::string whose = cause->step == step ? "Batch" : "Batch of step " + std::to_string(cause->step) + ", whose loss jumped";
   if (lead_)
     std::printf("step %lld: spike (loss %.4f, z %.1f; grad norm %.3f, z %.1f); largest layer grad norm: %s %.3f; "
-                "%s. %s: global samples 0..%zu at token offsets %s\n",
+                "%s. %s: global samples 0..%zu at token offsets %s%s%s\n",
                 (long long)step, loss, zl, grad_norm, zg, worst.c_str(), worst_norm,
-                skip_spikes_ ? "update skipped" : "update applied", whose.c_str(), cause->offsets.size() - 1, starts.c_str());
+                skip_spikes_ ? "update skipped" : "update applied", whose.c_str(), cause->offsets.size() - 1, starts.c_str(),
+                in_sources.empty() ? "" : " of blend sources ", in_sources.c_str());
   log({step, "data", "spike",
        {{"loss", json_number(loss)}, {"loss_z", json_number(zl)}, {"grad_norm", json_number(grad_norm)}, {"grad_norm_z", json_number(zg)},
         {"batch_step", std::to_string(cause->step)}, {"samples", samples + "]"}, {"token_offsets", starts},
+        {"sources", in_sources.empty() ? "null" : in_sources},
         {"layer_grad_norms", layers + "}"}, {"action", skip_spikes_ ? "\"skipped\"" : "\"logged\""}}});
   return skip_spikes_;
 }

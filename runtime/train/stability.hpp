@@ -48,9 +48,11 @@ class Stability {
   // nonfinite = "fail". `searchable`: the parameters' gradients are local (not ZeRO-sharded).
   bool on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params, bool searchable = true);
   // Judges this step's loss and grad norm against the window. On a spike logs the batch (sample
-  // indices and their token offsets, from `offsets`) and the per-layer norms (`layer_norms`,
-  // called only then; a collective over tp, so every rank calls this); returns true to skip.
+  // indices and their token offsets, from `offsets`, in a blend's `sources`) and the per-layer
+  // norms (`layer_norms`, called only then; a collective over tp, so every rank calls this);
+  // returns true to skip.
   bool on_step(int64_t step, double loss, double grad_norm, const std::vector<int64_t>& offsets,
+               const std::vector<std::string>& sources,
                const std::function<std::vector<std::pair<std::string, double>>()>& layer_norms);
   // Every check_every steps: replicas compared over dp, and a collective re-run over the world.
   // A mismatch throws, naming the ranks.
@@ -76,6 +78,7 @@ class Stability {
     int64_t step;
     double loss_z;
     std::vector<int64_t> offsets;  // its batch
+    std::vector<std::string> sources;  // a blend's source of each sample; empty for one directory
   };
   std::deque<Recent> recent_;  // the last three steps: a spike may come from the batch before it
   int consecutive_ = 0;  // spikes in a row

@@ -206,8 +206,12 @@ bool Run::judge(int64_t step, StepResult& r, double grad_scale) {
     return true;
   }
   if (found_inf) return stability_->on_nonfinite(step, r.loss, r.grad_norm, params_, !optimizer_->sharded());
-  for (int64_t i = 0; i < s_.global_batch; ++i) offsets_[i] = data_->train_offset(step, i);
-  return stability_->on_step(step, r.loss, r.grad_norm, offsets_,
+  std::vector<std::string> sources;  // a blend's, so an offset names a place in one directory
+  for (int64_t i = 0; i < s_.global_batch; ++i) {
+    offsets_[i] = data_->train_offset(step, i);
+    if (data_->blended()) sources.push_back(data_->source_name(data_->train_source(step, i)));
+  }
+  return stability_->on_step(step, r.loss, r.grad_norm, offsets_, sources,
                              [&] { return optimizer_->layer_grad_norms(grad_scale); });
 }
 

@@ -10,10 +10,11 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/errors.hpp"
-#include "core/json.hpp"
 #include "ckpt/checkpoint_settings.hpp"
 #include "ckpt/format.hpp"
+#include "core/errors.hpp"
+#include "core/json.hpp"
+#include "data/data_settings.hpp"
 #include "loader/services.hpp"
 #include "parallel/context_attention.hpp"
 #include "parallel/layer_api.hpp"
@@ -148,7 +149,7 @@ void add_context_metrics(std::vector<std::pair<std::string, double>>& fields, co
 // Without one, samples are bytes, which only a 256-token vocabulary can print.
 std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const model::Config& mc, bool sampling) {
   if (!sampling) return nullptr;  // only samples decode text
-  const fs::path path = tok::run_tokenizer_path(cfg);
+  const fs::path path = data::run_tokenizer_path(cfg);
   if (!path.empty()) {
     auto t = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(path));
     check_tokenizer_fits(t->vocab_size(), path, mc.vocab_size);

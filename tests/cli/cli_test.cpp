@@ -220,7 +220,7 @@ TEST_CASE("messages name what the user typed: --set arguments, missing positiona
   const std::string dir = (t.path / "adir").string();
   auto text = run_loom("data prepare --text " + dir + " --out " + (t.path / "o").string());
   CHECK(text.rc == 1);
-  CHECK(has(text.out, "cannot read text file '" + dir + "': it is a directory"));
+  CHECK(has(text.out, "cannot read input '" + dir + "': it is a directory"));
   const std::string txt = t.write("t.txt", "some text\n");
   auto tok = run_loom("data prepare --text " + txt + " --tokenizer " + dir + " --out " + (t.path / "o").string());
   CHECK(has(tok.out, "cannot read tokenizer '" + dir + "': it is a directory"));

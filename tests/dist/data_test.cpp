@@ -77,6 +77,8 @@ TEST_CASE("the validation loss is the same under one rank, micro_batch 4, dp 2, 
 
 namespace {
 
+bool has_text(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
 // Each rank's trace (LOOM_DATA_TRACE): "step sample source offset" lines, merged and sorted.
 std::vector<std::string> traced(const fs::path& dir) {
   std::set<std::string> lines;
@@ -93,7 +95,7 @@ std::vector<std::string> traced(const fs::path& dir) {
 
 }  // namespace
 
-TEST_CASE("a 0.25 / 0.75 blend: shares within a point over 400 steps, the same windows at dp1, dp2 and pp2, and a bitwise resume") {
+TEST_CASE("a 0.25 / 0.75 blend: shares within a point over 400 steps, the same windows at dp1, dp2 and pp2, a bitwise resume, spikes named by source") {
   TempDir t;
   std::string a, b;
   for (int i = 0; i < 300; ++i) a += "source a, line " + std::to_string(i) + ": code code code\n";
@@ -103,7 +105,7 @@ TEST_CASE("a 0.25 / 0.75 blend: shares within a point over 400 steps, the same w
   const std::string cfg = t.write("blend.toml", "[run]\nthreads = 1\npeak_gflops = 10\n[model]\npreset = \"llama-tiny\"\nseq_len = 16\n"
                                                 "[data]\nblend = [\"" + (t.path / "a").string() + "\", \"" + (t.path / "b").string() +
                                                 "\"]\nweights = [0.25, 0.75]\n[train]\nsteps = 400\nglobal_batch = 4\nlr = 3e-3\n"
-                                                "warmup_steps = 2\neval_every = 0\n");
+                                                "warmup_steps = 2\neval_every = 0\n[faults]\nbad_batch_step = 300\n");
   int runs = 0;
   auto train = [&](const std::string& sets, const fs::path& run_dir) {
     const fs::path trace = t.path / ("trace" + std::to_string(runs++));
@@ -128,6 +130,10 @@ TEST_CASE("a 0.25 / 0.75 blend: shares within a point over 400 steps, the same w
   CHECK(column(metrics, "tokens.a").back() == from_a * 16);
   CHECK(column(metrics, "tokens.b").back() == (1600 - from_a) * 16);
   const std::vector<double> loss = column(metrics, "loss");
+  // The spike of step 300's scrambled batch names each sample's source with its offset.
+  const std::string events = read_text(t.path / "one" / "events.jsonl");
+  CHECK(has_text(events, "\"batch_step\": 300"));
+  CHECK(has_text(events, "\"sources\": [\""));
   for (const char* layout : {"--set parallel.nproc=2", "--set parallel.nproc=2 --set parallel.pp=2 --set train.micro_batch=2"}) {
     const fs::path dir = t.path / ("layout" + std::to_string(runs));
     CHECK_MESSAGE(traced(train(layout, dir)) == one, layout);

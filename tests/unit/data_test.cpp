@@ -124,7 +124,7 @@ TEST_CASE("a shard truncated in place while it is read is an error naming it, no
   }
 }
 
-TEST_CASE("prepare holds whole documents out for validation, and a single text file's tail") {
+TEST_CASE("prepare holds whole documents out for validation, and each text file's tail when they are too few") {
   TempDir t;
   std::vector<std::string> files;
   for (int i = 0; i < 20; ++i) files.push_back(t.write("f" + std::to_string(i) + ".txt", std::string(10, char('a' + i))));
@@ -144,6 +144,11 @@ TEST_CASE("prepare holds whole documents out for validation, and a single text f
   CHECK(s.totals.train_tokens == 99);  // one document: its tail
   CHECK(s.totals.val_tokens == 11);
   CHECK(data::TokenSplit(t.path / "one", "val", 256).all().back() == 'b');
+
+  o.inputs = {files[0], files[1], files[2]}, o.out = t.path / "three";  // 3 x 0.1 < 1: each file's tail
+  s = data::prepare(o);
+  CHECK(s.totals.val_tokens == 3);
+  CHECK(!s.split_note.empty());
 }
 
 TEST_CASE("prepare refuses input without a single token") {

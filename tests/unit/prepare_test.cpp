@@ -57,6 +57,22 @@ TEST_CASE("gzip, zstd and concatenated gzip members read as the plain file, line
   }
   data::InputStream z((t.path / "a.jsonl.zst").string());
   CHECK(std::string(z.format()) == "zstd");
+  // A skippable frame first, as pzstd writes: magic 0x184D2A50, a 4-byte length, the payload.
+  t.write("skip.zst", std::string("\x50\x2a\x4d\x18\x04\x00\x00\x00loom", 12) + read_text(t.path / "a.jsonl.zst"));
+  CHECK(lines_of((t.path / "skip.zst").string()) == want);
+  t.write("a.xz", std::string("\xfd" "7zXZ\0rest", 10));
+  CHECK(error_of([&] { lines_of((t.path / "a.xz").string()); }) ==
+        "input '" + (t.path / "a.xz").string() + "' is xz-compressed; Loom reads gzip and zstd: pipe it in instead "
+        "(xz -dc FILE | loom data prepare --jsonl - ...)");
+}
+
+TEST_CASE("a JSONL line longer than one document may be is an error naming it, before it is held whole") {
+  TempDir t;
+  const std::string in = t.write("c.jsonl", "{\"text\": \"short\"}\n{\"text\": \"" + std::string(3 << 20, 'x') + "\"}\n");
+  data::DocumentReader r({in}, data::InputFormat::Jsonl, 1 << 20);
+  data::RawDocument d;
+  REQUIRE(r.next(d));
+  CHECK(error_of([&] { r.next(d); }) == in + ":2: a line longer than the 1 MiB one document may take under --memory-mb (is it JSONL?)");
 }
 
 TEST_CASE("a truncated or corrupt compressed file is an error naming it and the byte offset") {
@@ -86,6 +102,7 @@ TEST_CASE("a record that is not a document names the file, the line and why") {
   CHECK(why("{\"body\": \"x\", \"id\": 1}") == "c.jsonl:7: no \"text\" field (the record has: body, id); choose one with --field");
   CHECK(why("{\"text\": 5}") == "c.jsonl:7: \"text\" is a number, not a string");
   CHECK(why("[\"text\"]") == "c.jsonl:7: a JSON array, not an object with a \"text\" field");
+  CHECK(why("{\"text\": \"a\", \"n\": 1e400}").find("c.jsonl:7: not a JSON value (") == 0);  // nlohmann's out_of_range
   CHECK(why("{\"text\": \"caf\xc3\"}") == "c.jsonl:7: invalid UTF-8 (byte 0xc3 at offset 13)");
   CHECK(why("line one\nline \xff two", data::InputFormat::Text) == "c.jsonl:2: invalid UTF-8 (byte 0xff at offset 14)");
   data::RawDocument ok;
@@ -112,7 +129,7 @@ TEST_CASE("prepare's shards do not depend on the thread count or the batch size,
   o.inputs = {in}, o.shard_tokens = 50'000, o.val_fraction = 0.1, o.skip_bad = true;
   o.out = t.path / "one", o.threads = 1;
   const data::PrepareSummary one = data::prepare(o);
-  o.out = t.path / "two", o.threads = 2, o.memory_bytes = uint64_t{64} << 20;
+  o.out = t.path / "two", o.threads = 2, o.memory_bytes = uint64_t{64} << 20, o.batch_documents = 100;
   const data::PrepareSummary two = data::prepare(o);
   CHECK(one.totals.skipped == 1);
   CHECK(one.first_skipped == in + ":4001: no \"text\" field (the record has: id); choose one with --field");
