@@ -9,7 +9,7 @@ packages=(
   libboost-dev libboost-program-options-dev
   libopenblas-dev libopenblas-openmp-dev libomp-dev
   libpcre2-dev  # the tokenizers' Unicode pre-tokenizer patterns
-  zlib1g-dev libzstd-dev zstd  # compressed JSONL corpora in `loom data prepare` (zstd: bench/prepare.sh)
+  zlib1g-dev libzstd-dev zstd libsimdjson-dev  # JSONL corpora, compressed, in `loom data prepare`
   libprotobuf-dev protobuf-compiler  # TensorBoard event files ([run] tensorboard)
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan and UBSan
   libgloo-dev libopenmpi-dev openmpi-bin

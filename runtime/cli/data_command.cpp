@@ -157,7 +157,7 @@ int data(const Args& args) {
       "train-tokenizer", po::bool_switch(), "learn a byte-level BPE vocabulary from a sample of the documents first")(
       "vocab-size", po::value<int64_t>()->default_value(4096), "with --train-tokenizer: tokens in the vocabulary")(
       "tokenizer-sample-mb", po::value<int64_t>()->default_value(64), "with --train-tokenizer: text it learns from, a seeded sample")(
-      "val-fraction", po::value<double>()->default_value(0.05), "share of the documents held out for validation")(
+      "val-fraction", po::value<double>()->default_value(0.05, "0.05"), "share of the documents held out for validation")(
       "seed", po::value<uint64_t>()->default_value(1234), "chooses the validation documents and the tokenizer's sample")(
       "shard-tokens", po::value<int64_t>()->default_value(100'000'000), "tokens per shard")(
       "memory-mb", po::value<int64_t>()->default_value(512), "memory bound: batches, one document and the tokenizers' caches")(
