@@ -13,7 +13,7 @@ using config::ValueType;
 config::SectionSpec data_section() {
   return {"data", "training and validation tokens", {
       {"dir", ValueType::String, "\"data/fortunes\"",
-       "directory of llm.c token shards: *train*.bin and *val*.bin (loom data prepare)"},
+       "directory of llm.c token shards: *train*.bin and *val*.bin (loom data prepare); unread when blend is set"},
       {"blend", ValueType::StringList, "[]", "several such directories, each sample drawn from one by [data] weights "
        "(every layout the same); [] = dir alone"},
       {"weights", ValueType::FloatList, "[]", "one weight per blend directory; a source's share is its weight over their sum",
