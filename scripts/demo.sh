@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo from a fresh Debian 12 machine: install, build, tokenise the fortunes corpus, and
-# train configs/demo.toml (a small GPT over a BPE vocabulary learnt from the corpus, about three
-# minutes on 2 cores).
+# train configs/demo.toml (a small GPT over a BPE vocabulary learnt from the corpus, a minute and a
+# half to three minutes on 2 cores, as busy as they are).
 # Extra arguments go to `loom train`, e.g. --set train.steps=100. Each demo trains in a new run
 # directory (runs/demo-DATE-TIME) unless --run-dir names one, and leaves a checkpoint there to
 # generate from.

@@ -31,9 +31,9 @@ class ProgressLine {
     if (drawn_) std::fprintf(stderr, "\r\033[K");
   }
   void operator()(const data::PrepareProgress& p) {
-    const auto now = std::chrono::steady_clock::now();
-    if (std::chrono::duration<double>(now - last_).count() < (tty_ ? 0.5 : 30.0)) return;
-    last_ = now;
+    const auto now = std::chrono::steady_clock::now();  // the first batch's line at once, then at the interval
+    if (shown_ && std::chrono::duration<double>(now - last_).count() < (tty_ ? 0.5 : 30.0)) return;
+    last_ = now, shown_ = true;
     std::string read = human_bytes(p.bytes_read);
     if (p.total_bytes > 0)
       read += " of " + human_bytes(p.total_bytes) + " (" + std::to_string(100 * p.bytes_read / p.total_bytes) + "%)";
@@ -60,7 +60,7 @@ class ProgressLine {
     std::snprintf(s, sizeof s, b >= 1e9 ? "%.2f GB" : "%.1f MB", b >= 1e9 ? b / 1e9 : b / 1e6);
     return s;
   }
-  bool tty_, drawn_ = false;
+  bool tty_, drawn_ = false, shown_ = false;
   std::chrono::steady_clock::time_point last_;
 };
 

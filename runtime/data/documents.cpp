@@ -102,10 +102,16 @@ void check_utf8(const std::string& text, const std::string& input, uint64_t line
   bad(input, line, std::string("invalid UTF-8 (byte ") + hex + " at offset " + std::to_string(at) + ")");
 }
 
+constexpr size_t kKeptParserBytes = size_t{1} << 20;
+
 // simdjson validates the whole record, its JSON and its UTF-8, at GB/s: nlohmann took a third of
 // an encoding thread's time (bench/prepare.sh). A record it refuses goes the slow way, for the message.
 std::optional<std::string> fast_text(const std::string& record, const std::string& field) {
-  thread_local simdjson::dom::parser parser;
+  // A parser keeps buffers sized to the largest record it has seen: a thread's own for the usual
+  // records, and one freed at return for the rare large one, so none stays large.
+  thread_local simdjson::dom::parser kept;
+  std::optional<simdjson::dom::parser> once;
+  simdjson::dom::parser& parser = record.size() <= kKeptParserBytes ? kept : once.emplace();
   simdjson::dom::element root;
   simdjson::dom::object object;
   std::string_view text;

@@ -35,6 +35,15 @@ struct InputStream::Decoder {
 };
 
 InputStream::InputStream(std::string path) : name_(std::move(path)), dec_(std::make_unique<Decoder>()) {
+  try {
+    open();
+  } catch (...) {
+    if (own_fd_) ::close(fd_);  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+void InputStream::open() {
   if (name_ == "-") {
     fd_ = 0;
     name_ = "standard input";
@@ -55,7 +64,8 @@ InputStream::InputStream(std::string path) : name_(std::move(path)), dec_(std::m
   }
   const unsigned char* m = reinterpret_cast<const unsigned char*>(d.in.data());
   const bool xz = d.in_len >= 4 && m[0] == 0xfd && m[1] == '7' && m[2] == 'z' && m[3] == 'X';
-  if (xz || (d.in_len >= 3 && m[0] == 'B' && m[1] == 'Z' && m[2] == 'h'))
+  const bool bzip2 = d.in_len >= 4 && m[0] == 'B' && m[1] == 'Z' && m[2] == 'h' && m[3] >= '1' && m[3] <= '9';
+  if (xz || bzip2)
     throw RuntimeError("input '" + name_ + "' is " + (xz ? "xz" : "bzip2") + "-compressed; Loom reads gzip and zstd: "
                        "pipe it in instead (" + (xz ? "xz" : "bzip2") + " -dc FILE | loom data prepare --jsonl - ...)");
   // A zstd frame, or a skippable frame before one (pzstd writes one first).
@@ -77,6 +87,7 @@ InputStream::InputStream(std::string path) : name_(std::move(path)), dec_(std::m
 InputStream::~InputStream() {
   if (own_fd_) ::close(fd_);
 }
+
 
 const char* InputStream::format() const {
   return dec_->kind == Decoder::Gzip ? "gzip" : dec_->kind == Decoder::Zstd ? "zstd" : "plain";
@@ -152,6 +163,7 @@ bool InputStream::fill() {
 bool InputStream::next_line(std::string& line, size_t max_bytes) {
   for (size_t scanned = pos_;;) {
     const size_t nl = buf_.find('\n', scanned);
+    if (nl != std::string::npos && nl - pos_ > max_bytes) return false;  // line_too_long() says so
     if (nl != std::string::npos) {
       line.assign(buf_, pos_, nl - pos_);
       pos_ = nl + 1;

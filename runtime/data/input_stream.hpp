@@ -33,6 +33,7 @@ class InputStream {
 
  private:
   struct Decoder;
+  void open();  // the file, and its format from the first bytes
   bool fill();  // more decompressed bytes into buf_; false at the end of the input
   size_t read_raw(char* out, size_t cap);
 

@@ -187,7 +187,10 @@ std::pair<fs::path, std::string> settle_tokenizer(const PrepareOptions& o, uint6
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return {beside, note};
   }
-  if (o.tokenizer.empty()) return {fs::path(), ""};
+  if (o.tokenizer.empty()) {
+    fs::remove(beside);  // bytes: a tokenizer.json an earlier prepare left would speak for these shards
+    return {fs::path(), ""};
+  }
   const std::string bytes = read_file(o.tokenizer, "tokenizer");
   if (o.resume && fs::exists(beside) && read_file(beside, "tokenizer") != bytes)
     throw UsageError("--resume: --tokenizer '" + o.tokenizer + "' differs from the tokenizer.json the earlier prepare "
@@ -305,7 +308,6 @@ PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const P
   sum.threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   const auto [tok_path, note] = settle_tokenizer(o, max_doc, progress);
   sum.tokenizer_note = note;
-  const auto t0 = std::chrono::steady_clock::now();  // the rate is of encoding, not of learning a tokenizer
   std::vector<Encoder> enc = make_encoders(tok_path, sum.threads, o.memory_bytes / 4);
   sum.vocab_size = enc[0].tok ? enc[0].tok->vocab_size() : 256;
   const json settings = settings_of(o, sum.vocab_size);
@@ -326,6 +328,9 @@ PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const P
   p.total_bytes = reader.total_bytes();
   p.documents = at.documents, p.skipped = at.skipped, p.text_bytes = at.text_bytes;
   skip_documents(reader, at.documents);
+  // The rate and the ETA are of the documents this run encodes: not of learning a tokenizer, not
+  // of reading past what a resumed prepare's shards hold.
+  const auto t0 = std::chrono::steady_clock::now();
   // Text files are whole documents: too few of them to hold any out whole, and each keeps its tail.
   const bool tails = o.format == InputFormat::Text && o.val_fraction > 0 && o.inputs.size() * o.val_fraction < 1;
   if (tails) sum.split_note = "too few documents to hold any out whole: the last share of each went to validation";

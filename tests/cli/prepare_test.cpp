@@ -65,6 +65,14 @@ TEST_CASE("prepared ids equal Hugging Face tokenizers' for 1,000 sampled documen
   INFO(check.out);
   CHECK(check.rc == 0);
   CHECK(has(check.out, "equal: 1000 documents"));
+  // On a terminal (script(1) gives it one) a progress line is drawn, then cleared for the summary.
+  auto tty = sh("script -qec '" LOOM_BIN " data prepare --jsonl " + sample + " --out " + (c.t.path / "c").string() +
+                " --tokenizer " + c.tokenizer + " --val-fraction 0' /dev/null");
+  INFO(tty.out);
+  CHECK(tty.rc == 0);
+  CHECK(has(tty.out, "\r\033[Kprepare: encoding: "));
+  CHECK(has(tty.out, " (100%) read, 1.0k documents, "));
+  CHECK(has(tty.out, "\r\033[Kwrote 1 training and 0 validation shards"));
   auto piped = sh("cat " + sample + " | " LOOM_BIN " data prepare --jsonl - --out " + (c.t.path / "b").string() +
                   " --tokenizer " + c.tokenizer + " --val-fraction 0");
   REQUIRE(piped.rc == 0);

@@ -73,6 +73,10 @@ TEST_CASE("a JSONL line longer than one document may be is an error naming it, b
   data::RawDocument d;
   REQUIRE(r.next(d));
   CHECK(error_of([&] { r.next(d); }) == in + ":2: a line longer than the 1 MiB one document may take under --memory-mb (is it JSONL?)");
+  // Just past the limit, with its newline in the same read.
+  const std::string near = t.write("n.jsonl", std::string((1 << 20) + 10, ' ') + "{}\n");
+  data::DocumentReader n({near}, data::InputFormat::Jsonl, 1 << 20);
+  CHECK(error_of([&] { n.next(d); }) == near + ":1: a line longer than the 1 MiB one document may take under --memory-mb (is it JSONL?)");
 }
 
 TEST_CASE("a truncated or corrupt compressed file is an error naming it and the byte offset") {
@@ -138,6 +142,10 @@ TEST_CASE("prepare's shards do not depend on the thread count or the batch size,
   CHECK(one.train_shards == two.train_shards);
   for (const auto& e : fs::directory_iterator(t.path / "one"))
     if (e.path().extension() == ".bin") CHECK(read_text(e.path()) == read_text(t.path / "two" / e.path().filename()));
+  t.write("one/tokenizer.json", "{}");  // left by an earlier prepare with a tokenizer
+  o.out = t.path / "one", o.threads = 1;
+  data::prepare(o);
+  CHECK(!fs::exists(t.path / "one" / "tokenizer.json"));  // these shards are bytes
   o.skip_bad = false, o.out = t.path / "strict";
   CHECK(error_of([&] { data::prepare(o); }) == in + ":4001: no \"text\" field (the record has: id); choose one with --field "
                                                     "(--skip-bad passes over such documents and counts them)");
