@@ -78,7 +78,7 @@ int64_t Batches::epoch_of(int64_t step) const {
   return (step - 1) * global_batch_ / train_windows();
 }
 
-std::pair<int, int64_t> Batches::blended(int64_t g) const {
+std::pair<int, int64_t> Batches::blend_window(int64_t g) const {
   const auto [s, k] = blend_.route(g);
   if (sampling_ == Sampling::Epoch) {
     const int64_t W = windows(s);
@@ -88,10 +88,6 @@ std::pair<int, int64_t> Batches::blended(int64_t g) const {
   return {s, static_cast<int64_t>(x % static_cast<uint64_t>(src_[s].train.size() - T_ - 1))};
 }
 
-int Batches::train_source(int64_t step, int64_t sample) const {
-  return src_.size() > 1 ? blended((step - 1) * global_batch_ + sample).first : 0;
-}
-
 std::vector<std::pair<std::string, int64_t>> Batches::tokens_by_source(int64_t step) const {
   std::vector<std::pair<std::string, int64_t>> out;
   if (src_.size() > 1)
@@ -99,16 +95,16 @@ std::vector<std::pair<std::string, int64_t>> Batches::tokens_by_source(int64_t s
   return out;
 }
 
-int64_t Batches::train_offset(int64_t step, int64_t sample) const {
-  if (src_.size() > 1) return blended((step - 1) * global_batch_ + sample).second;
+std::pair<int, int64_t> Batches::train_window(int64_t step, int64_t sample) const {
+  if (src_.size() > 1) return blend_window((step - 1) * global_batch_ + sample);
   if (sampling_ == Sampling::Epoch) {
     // Global sample g of the run, in epoch g / W at position g % W of that epoch's order.
     const int64_t W = train_windows(), g = (step - 1) * global_batch_ + sample;
-    return permute(g % W, W, seed_, static_cast<uint64_t>(g / W)) * T_;
+    return {0, permute(g % W, W, seed_, static_cast<uint64_t>(g / W)) * T_};
   }
   // Counter = (step, sample): the same sample of the same step always starts at the same place.
   const uint64_t x = philox64(static_cast<uint64_t>(step), static_cast<uint64_t>(sample), seed_ ^ 0x5eedda7au);
-  return static_cast<int64_t>(x % static_cast<uint64_t>(src_[0].train.size() - T_ - 1));
+  return {0, static_cast<int64_t>(x % static_cast<uint64_t>(src_[0].train.size() - T_ - 1))};
 }
 
 void Batches::window(const TokenSplit& split, int64_t start, int64_t s, int32_t* tokens, int32_t* targets) const {
@@ -121,8 +117,10 @@ void Batches::window(const TokenSplit& split, int64_t start, int64_t s, int32_t*
 }
 
 void Batches::train_batch(int64_t step, int64_t first, int64_t count, int32_t* tokens, int32_t* targets) const {
-  for (int64_t s = 0; s < count; ++s)
-    window(src_[train_source(step, first + s)].train, train_offset(step, first + s), s, tokens, targets);
+  for (int64_t s = 0; s < count; ++s) {
+    const auto [source, offset] = train_window(step, first + s);
+    window(src_[source].train, offset, s, tokens, targets);
+  }
 }
 
 int64_t Batches::val_windows(int source) const {

@@ -40,11 +40,11 @@ class Batches {
   // Tokens and next-token targets for global samples [first, first + count) of `step`, written
   // row-major into [count, T] buffers.
   void train_batch(int64_t step, int64_t first, int64_t count, int32_t* tokens, int32_t* targets) const;
-  // The start offset in the training stream of one sample (what `train_batch` reads), and the
-  // source whose stream it is (0 without a blend).
-  int64_t train_offset(int64_t step, int64_t sample) const;
-  int train_source(int64_t step, int64_t sample) const;
-  bool blended() const { return src_.size() > 1; }
+  // Where one sample's window starts (what `train_batch` reads): (source, offset in its training
+  // stream), the source 0 without a blend.
+  std::pair<int, int64_t> train_window(int64_t step, int64_t sample) const;
+  int64_t train_offset(int64_t step, int64_t sample) const { return train_window(step, sample).second; }
+  int sources() const { return static_cast<int>(src_.size()); }
   const std::string& source_name(int source) const { return src_[source].name; }
   // A blend's tokens drawn from each source in steps [1, step], by name; empty for one source.
   std::vector<std::pair<std::string, int64_t>> tokens_by_source(int64_t step) const;
@@ -64,7 +64,7 @@ class Batches {
   int64_t windows(int source) const { return (src_[source].train.size() - 1) / T_; }
   int64_t val_windows(int source) const;
   // (source, offset) of a global sample g: a blend's route, then the source's own draw.
-  std::pair<int, int64_t> blended(int64_t g) const;
+  std::pair<int, int64_t> blend_window(int64_t g) const;
   std::vector<Source> src_;
   Blend blend_;
   int64_t T_;

@@ -43,14 +43,21 @@ DataSettings read_data(const config::Config& cfg) {
 std::filesystem::path run_tokenizer_path(const config::Config& cfg) {
   const DataSettings ds = read_data(cfg);
   if (!ds.tokenizer.empty()) return ds.tokenizer;
-  const std::filesystem::path beside = std::filesystem::path(ds.sources().front().first) / "tokenizer.json";
+  const std::filesystem::path beside = std::filesystem::path(ds.sources().front().dir) / "tokenizer.json";
   return std::filesystem::exists(beside) ? beside : std::filesystem::path();
 }
 
-std::vector<std::pair<std::string, double>> DataSettings::sources() const {
-  if (blend.empty()) return {{dir, 1.0}};
-  std::vector<std::pair<std::string, double>> out;
-  for (size_t i = 0; i < blend.size(); ++i) out.emplace_back(blend[i], weights[i]);
+std::vector<DataSettings::SourceDir> DataSettings::sources() const {
+  if (blend.empty()) return {{dir, "", 1.0}};
+  std::vector<SourceDir> out;
+  for (size_t i = 0; i < blend.size(); ++i) {
+    std::filesystem::path named = std::filesystem::path(blend[i]).lexically_normal();
+    if (named.filename().empty()) named = named.parent_path();  // "data/web/"
+    std::string name = named.filename().string();
+    for (const SourceDir& o : out)
+      if (o.name == name) name += "_" + std::to_string(i);  // two "train" folders stay apart
+    out.push_back({blend[i], name, weights[i]});
+  }
   return out;
 }
 

@@ -3,7 +3,6 @@
 
 #include <filesystem>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "config/config.hpp"
@@ -16,7 +15,11 @@ struct DataSettings {
   std::vector<std::string> blend;  // several directories drawn by weight; empty = dir alone
   std::vector<double> weights;
   // The directories the run reads, each with its weight: the blend's, else {dir, 1}.
-  std::vector<std::pair<std::string, double>> sources() const;
+  struct SourceDir {
+    std::string dir, name;  // name: the directory's last part, "_<index>" added to a repeat (metrics)
+    double weight;
+  };
+  std::vector<SourceDir> sources() const;
   std::string describe() const;  // "data/fortunes", or "blend of a (25%), b (75%)"
 };
 // Throws ConfigError naming the file and line where the blend and its weights disagree.

@@ -250,15 +250,15 @@ void encode_batch(Batch& b, std::vector<Encoder>& enc, const PrepareOptions& o, 
   auto work = [&](size_t t) {
     try {
       for (size_t i; (i = next++) < n;) {
+        std::string text;
         try {
-          std::string text = document_text(b.raw[i], o.format, o.field, inputs[b.raw[i].input]);
-          std::string().swap(b.raw[i].bytes);
-          text_bytes += text.size();
-          b.ids[i] = enc[t].encode(text);
+          text = document_text(b.raw[i], o.format, o.field, inputs[b.raw[i].input]);
         } catch (const BadDocument& err) {
           b.error[i] = err.what();
         }
-        std::string().swap(b.raw[i].bytes);
+        std::string().swap(b.raw[i].bytes);  // the record goes before its ids are made
+        text_bytes += text.size();
+        if (b.error[i].empty()) b.ids[i] = enc[t].encode(text);
       }
     } catch (...) {
       failed[t] = std::current_exception();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "core/errors.hpp"
@@ -31,20 +32,21 @@ void scan_split(const fs::path& dir, const std::string& split, int64_t vocab) {
 // beside each (byte for byte), or none beside any (bytes).
 void check_same_tokenizer(const data::DataSettings& ds) {
   if (ds.blend.size() < 2) return;
-  auto tokenizer_of = [](const std::string& dir) {
+  auto tokenizer_of = [](const std::string& dir) -> std::optional<std::string> {
     const fs::path t = fs::path(dir) / "tokenizer.json";
-    return fs::exists(t) ? read_file(t, "tokenizer") : std::string();
+    if (!fs::exists(t)) return std::nullopt;
+    return read_file(t, "tokenizer");
   };
-  const std::string first = tokenizer_of(ds.blend[0]);
-  for (size_t i = 1; i < ds.blend.size(); ++i)
-    if (tokenizer_of(ds.blend[i]) != first) {
-      const bool has0 = fs::exists(fs::path(ds.blend[0]) / "tokenizer.json"), has = fs::exists(fs::path(ds.blend[i]) / "tokenizer.json");
-      const std::string why = has0 && has ? "their tokenizer.json files differ"
-                              : has0      ? "the second has no tokenizer.json, so it holds bytes"
-                                          : "the first has no tokenizer.json, so it holds bytes";
-      throw ConfigError("[data] blend: '" + ds.blend[0] + "' and '" + ds.blend[i] + "' were tokenized differently (" + why +
-                        "): a blend's directories must share one tokenizer; prepare them with the same --tokenizer");
-    }
+  const std::optional<std::string> first = tokenizer_of(ds.blend[0]);
+  for (size_t i = 1; i < ds.blend.size(); ++i) {
+    const std::optional<std::string> other = tokenizer_of(ds.blend[i]);
+    if (other == first) continue;
+    const std::string why = first && other ? "their tokenizer.json files differ"
+                            : first        ? "the second has no tokenizer.json, so it holds bytes"
+                                           : "the first has no tokenizer.json, so it holds bytes";
+    throw ConfigError("[data] blend: '" + ds.blend[0] + "' and '" + ds.blend[i] + "' were tokenized differently (" + why +
+                      "): a blend's directories must share one tokenizer; prepare them with the same --tokenizer");
+  }
 }
 
 }  // namespace
@@ -59,18 +61,18 @@ void check_data(const config::Config& cfg) {
   const data::DataSettings ds = data::read_data(cfg);
   const int64_t vocab = model::from_config(cfg).vocab_size;
   std::error_code ec;
-  for (const auto& [dir, weight] : ds.sources())
-    if (!fs::is_directory(dir, ec))
-      throw ConfigError((ds.blend.empty() ? "[data] dir = \"" + dir + "\" " : "[data] blend names \"" + dir + "\", which ") +
-                        (fs::exists(dir, ec) ? "is not a directory" : "does not exist") +
-                        "; make it with: loom data prepare --jsonl FILE... --out " + dir);
+  for (const auto& d : ds.sources())
+    if (!fs::is_directory(d.dir, ec))
+      throw ConfigError((ds.blend.empty() ? "[data] dir = \"" + d.dir + "\" " : "[data] blend names \"" + d.dir + "\", which ") +
+                        (fs::exists(d.dir, ec) ? "is not a directory" : "does not exist") +
+                        "; make it with: loom data prepare --jsonl FILE... --out " + d.dir);
   check_same_tokenizer(ds);
   const fs::path tokenizer = data::run_tokenizer_path(cfg);
   if (!tokenizer.empty()) check_tokenizer_fits(tok::Tokenizer::from_json_file(tokenizer).vocab_size(), tokenizer, vocab);
-  for (const auto& [dir, weight] : ds.sources()) {
+  for (const auto& d : ds.sources()) {
     try {
-      scan_split(dir, "train", vocab);
-      if (cfg.i64("train.eval_every") > 0 && weight > 0) scan_split(dir, "val", vocab);  // read only where the run evaluates
+      scan_split(d.dir, "train", vocab);
+      if (cfg.i64("train.eval_every") > 0 && d.weight > 0) scan_split(d.dir, "val", vocab);  // read only where the run evaluates
     } catch (const RuntimeError& e) {
       throw ConfigError(std::string(e.what()) + " ([model] vocab_size = " + std::to_string(vocab) + ")");
     }

@@ -85,17 +85,13 @@ void Run::start_precision() {
 void Run::open_data() {
   const data::DataSettings ds = data::read_data(cfg_);
   std::vector<data::Source> sources;
-  for (const auto& [dir, weight] : ds.sources()) {
+  for (const auto& d : ds.sources()) {
     data::Source s;
-    fs::path named = fs::path(dir).lexically_normal();
-    if (named.filename().empty()) named = named.parent_path();  // "data/web/"
-    s.name = named.filename().string(), s.weight = weight;
-    for (const data::Source& o : sources)
-      if (o.name == s.name) s.name += "_" + std::to_string(sources.size());  // two "train" folders stay apart
-    s.train = data::TokenSplit(dir, "train", mc_.vocab_size);
-    if (s_.eval_every > 0 && weight > 0) {
-      s.val = data::TokenSplit(dir, "val", mc_.vocab_size);
-      if (s.val.size() <= mc_.seq_len) throw RuntimeError("the validation split in '" + dir + "' is shorter than one sequence");
+    s.name = d.name, s.weight = d.weight;
+    s.train = data::TokenSplit(d.dir, "train", mc_.vocab_size);
+    if (s_.eval_every > 0 && d.weight > 0) {
+      s.val = data::TokenSplit(d.dir, "val", mc_.vocab_size);
+      if (s.val.size() <= mc_.seq_len) throw RuntimeError("the validation split in '" + d.dir + "' is shorter than one sequence");
     }
     sources.push_back(std::move(s));
   }

@@ -164,9 +164,10 @@ BatchFn Run::train_batches(int64_t step) {
   return local_positions(slots_->context(), s_.micro_batch, [this, step](int a, int32_t* tokens, int32_t* targets) {
     const int64_t first = first_sample_ + a * s_.micro_batch;
     data_->train_batch(step, first, s_.micro_batch, tokens, targets);
-    for (int64_t g = first; data_trace_ && g < first + s_.micro_batch; ++g)
-      std::fprintf(data_trace_.get(), "%lld\t%lld\t%d\t%lld\n", (long long)step, (long long)g, data_->train_source(step, g),
-                   (long long)data_->train_offset(step, g));
+    for (int64_t g = first; data_trace_ && g < first + s_.micro_batch; ++g) {
+      const auto [source, offset] = data_->train_window(step, g);
+      std::fprintf(data_trace_.get(), "%lld\t%lld\t%d\t%lld\n", (long long)step, (long long)g, source, (long long)offset);
+    }
     faults_->read_batch(step, targets, s_.micro_batch * T_);
   });
 }
@@ -208,8 +209,9 @@ bool Run::judge(int64_t step, StepResult& r, double grad_scale) {
   if (found_inf) return stability_->on_nonfinite(step, r.loss, r.grad_norm, params_, !optimizer_->sharded());
   std::vector<std::string> sources;  // a blend's, so an offset names a place in one directory
   for (int64_t i = 0; i < s_.global_batch; ++i) {
-    offsets_[i] = data_->train_offset(step, i);
-    if (data_->blended()) sources.push_back(data_->source_name(data_->train_source(step, i)));
+    const auto [source, offset] = data_->train_window(step, i);
+    offsets_[i] = offset;
+    if (data_->sources() > 1) sources.push_back(data_->source_name(source));
   }
   return stability_->on_step(step, r.loss, r.grad_norm, offsets_, sources,
                              [&] { return optimizer_->layer_grad_norms(grad_scale); });

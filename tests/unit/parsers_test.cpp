@@ -12,17 +12,11 @@
 #include "ckpt/safetensors.hpp"
 #include "core/errors.hpp"
 #include "loader/descriptor.hpp"
+#include "support/process.hpp"
+
+using loom::test::error_of;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const loom::RuntimeError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 loom_status create(const loom_host*, const loom_options*, void**, loom_error*) { return LOOM_OK; }
 void destroy(void*) {}

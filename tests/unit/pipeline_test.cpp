@@ -12,9 +12,12 @@
 #include "loader/registry.hpp"
 #include "loader/selection.hpp"
 #include "parallel/pipeline_plan.hpp"
+#include "support/process.hpp"
 
 using namespace loom;
 using namespace loom::plugins;
+
+using loom::test::error_of;
 
 namespace {
 
@@ -25,15 +28,6 @@ PipelinePlan plan(const std::string& name, int p, int m, int v = 0) {
   static config::Config cfg = config::Config::parse("", "t.toml");
   loom_options none = options_for(cfg, name);
   return PipelinePlan(reg.find(name, LOOM_KIND_PARALLEL), &none, loom_pipeline_shape{p, m, v});
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

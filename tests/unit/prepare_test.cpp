@@ -26,15 +26,6 @@ std::vector<std::string> lines_of(const std::string& path) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 std::string jsonl_of(int n) {
   std::string s;
   for (int i = 0; i < n; ++i) s += "{\"id\": " + std::to_string(i) + ", \"text\": \"document " + std::to_string(i) + " caf\\u00e9 \\n line two\"}\n";
