@@ -36,4 +36,5 @@
   (t).attention_block_bwd = &ns::attention_block_bwd; \
   (t).attention_merge = &ns::attention_merge;   \
   (t).gelu_erf_fwd = &ns::gelu_erf_fwd;         \
-  (t).gelu_erf_bwd = &ns::gelu_erf_bwd
+  (t).gelu_erf_bwd = &ns::gelu_erf_bwd;         \
+  (t).adamw_multi = &ns::adamw_multi

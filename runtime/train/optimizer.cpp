@@ -28,10 +28,18 @@ void Optimizer::apply(double lr, double grad_norm, double grad_scale) {
   ++applied_;
   if (sharded()) return dp_->step({lr, hp_.beta1, hp_.beta2, hp_.eps, hp_.weight_decay, factor, applied_});
   if (factor != 1.0) ops_->scale(params_.grads(), static_cast<float>(factor), params_.numel());
-  for (Param& p : params_.all())
-    ops_->adamw(p.value.f32(), p.grad.f32(), m_.f32() + p.offset, v_.f32() + p.offset, p.value.numel(),
-                static_cast<float>(lr), hp_.beta1, hp_.beta2, hp_.eps, p.weight_decay ? hp_.weight_decay : 0.f,
-                applied_);
+  // Every tensor in one call (one launch on a GPU).
+  std::vector<float*> value, m, v;
+  std::vector<const float*> grad;
+  std::vector<int64_t> numel;
+  std::vector<float> decay;
+  for (Param& p : params_.all()) {
+    value.push_back(p.value.f32()), grad.push_back(p.grad.f32());
+    m.push_back(m_.f32() + p.offset), v.push_back(v_.f32() + p.offset);
+    numel.push_back(p.value.numel()), decay.push_back(p.weight_decay ? hp_.weight_decay : 0.f);
+  }
+  ops_->adamw_multi(static_cast<int64_t>(value.size()), value.data(), grad.data(), m.data(), v.data(), numel.data(),
+                    decay.data(), static_cast<float>(lr), hp_.beta1, hp_.beta2, hp_.eps, applied_);
 }
 
 std::vector<int64_t> Optimizer::accounting() {

@@ -1,6 +1,4 @@
-// What every CUDA kernel file shares: error checks that throw, the stream all ops run on, and
-// the launch arithmetic. Kernels are written for clarity first (llm.c style): one thread per
-// element, or one warp per row, with the math in a comment above each.
+// What every CUDA file shares: error checks that throw and the stream all ops run on.
 #pragma once
 
 #include <cstdint>
@@ -27,22 +25,5 @@ cudaStream_t stream();
 // writes the same managed memory) sees the kernels' results and never races them. The price is
 // a synchronisation per op; overlapping ops with host work is the next step.
 void finish_op();
-
-constexpr int kBlock = 256;
-constexpr int kWarp = 32;
-inline unsigned blocks_for(int64_t n, int per_block = kBlock) {
-  return static_cast<unsigned>((n + per_block - 1) / per_block);
-}
-
-#ifdef __CUDACC__  // device helpers: only in .cu files
-__device__ inline float warp_sum(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ inline float warp_max(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-#endif
 
 }  // namespace loom::cuda

@@ -1,46 +1,26 @@
-// Rotary position embedding on the device, the CPU kernel's formula (runtime/ops/cpu/rope.cpp):
-// one thread per (row, head, channel pair).
-#include "ops/cuda/common.cuh"
+// The RoPE entries of the CUDA op table: kernels/rope.cuh on the device.
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/kernels.hpp"
+#include "ops/cuda/kernels/rope.cuh"
 
 namespace loom::cuda {
 
-namespace {
-
-// x'[i] = x[i] cos - x[i+D/2] (sign sin), x'[i+D/2] = x[i+D/2] cos + x[i] (sign sin)
-__global__ void rope_k(float* x, int64_t ld, int64_t rows, int64_t T, int64_t heads, int64_t D, const float* cos,
-                       const float* sin, int64_t pos0, float sign) {
-  const int64_t half = D / 2;
-  const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (n >= rows * heads * half) return;
-  const int64_t i = n % half, h = (n / half) % heads, row = n / (half * heads);
-  const int64_t p = pos0 + row % T;
-  float* lo = x + row * ld + h * D + i;
-  float* hi = lo + half;
-  const float c = cos[p * half + i], s = sign * sin[p * half + i], a = *lo, z = *hi;
-  *lo = a * c - z * s;
-  *hi = z * c + a * s;
-}
-
-void rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos, const float* sin,
-          int64_t pos0, float sign) {
-  const int64_t n = B * T * heads * (D / 2);
-  if (n == 0) return;
-  rope_k<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(x, ld, B * T, T, heads, D, cos, sin, pos0, sign);
-  LOOM_CUDA_LAUNCHED();
-  finish_op();
-}
-
-}  // namespace
-
 void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
               const float* sin, int64_t pos0) {
-  rope(x, ld, B, T, heads, D, cos, sin, pos0, 1.f);
+  {
+    DeviceGo go;
+    rope::run(go, x, ld, B, T, heads, D, cos, sin, pos0, 1.f);
+  }
+  finish_op();
 }
 
 void rope_bwd(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
               const float* sin, int64_t pos0) {
-  rope(dx, ld, B, T, heads, D, cos, sin, pos0, -1.f);
+  {
+    DeviceGo go;
+    rope::run(go, dx, ld, B, T, heads, D, cos, sin, pos0, -1.f);
+  }
+  finish_op();
 }
 
 }  // namespace loom::cuda

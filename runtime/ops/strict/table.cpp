@@ -381,6 +381,14 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float
   L.run([=] { cpu::adamw(p, g, mm, vv, n, lr, beta1, beta2, eps, weight_decay, step); });
 }
 
+// One queued kernel per tensor, each declaring what it reads and writes.
+void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m, float* const* v,
+                 const int64_t* numel, const float* weight_decay, float lr, float beta1, float beta2, float eps,
+                 int64_t step) {
+  for (int64_t t = 0; t < count; ++t)
+    adamw(params[t], grads[t], m[t], v[t], numel[t], lr, beta1, beta2, eps, weight_decay[t], step);
+}
+
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped) {
   Launch L("quantize");
   float* xx = W(x, floats(n));

@@ -174,6 +174,14 @@ typedef struct loom_ops {
   /* Host memory a copy can stage through at full speed (page-locked on a GPU). */
   void* (*pinned_alloc)(int64_t bytes);
   void (*pinned_free)(void* p);
+
+  /* ---- added in ABI 2.3 (check LOOM_HAS_FIELD before use) ----
+   * adamw over `count` tensors at once (one launch on a GPU): tensor t is params[t], grads[t],
+   * m[t] and v[t], numel[t] elements, with weight decay weight_decay[t]; the other arguments as
+   * adamw's. The five arrays of pointers and sizes are host memory. */
+  void (*adamw_multi)(int64_t count, float* const* params, const float* const* grads, float* const* m,
+                      float* const* v, const int64_t* numel, const float* weight_decay, float lr,
+                      float beta1, float beta2, float eps, int64_t step);
 } loom_ops;
 
 /* The streams of a device: kernels on one, communication on the other, ordered by events. */
