@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <random>
 #include <string>
 #include <vector>
@@ -304,7 +305,7 @@ TEST_CASE("CUDA device contract (ABI 2.2): copies both ways, zero, events and pi
   CHECK(d.host() == want);
 }
 
-TEST_CASE("CUDA softmax cross-entropy, AdamW and quantize match the CPU") {
+TEST_CASE("CUDA softmax cross-entropy, AdamW (one tensor and several) and quantize match the CPU") {
   const int64_t N = 9, V = 300, Vr = 290;
   auto z = random(N * V, 3.f, 18);
   std::vector<int32_t> t(N);
@@ -326,6 +327,28 @@ TEST_CASE("CUDA softmax cross-entropy, AdamW and quantize match the CPU") {
   gpu().adamw(gp.p, gg.p, gm.p, gv.p, 4096, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 7);
   close(gp.host(), pc, 1e-5f, 1e-7f, "adamw params");
   close(gv.host(), vc, 1e-5f, 1e-9f, "adamw v");
+
+  // Several tensors in one launch (ABI 2.3): sizes over a chunk, of one element and of none.
+  const std::vector<int64_t> numel = {40000, 1, 0, 333};
+  const std::vector<float> wd = {0.1f, 0.f, 0.1f, 0.05f};
+  std::vector<std::vector<float>> hp, hg, hm, hv;
+  std::deque<Dev<float>> dp, dg, dm, dv;  // a deque never moves its elements
+  std::vector<float*> pp, mp, vp;
+  std::vector<const float*> gp2;
+  for (size_t i = 0; i < numel.size(); ++i) {
+    hp.push_back(random(numel[i], 1.f, 30 + i)), hg.push_back(random(numel[i], 1.f, 40 + i));
+    hm.push_back(random(numel[i], 0.1f, 50 + i)), hv.push_back(random(numel[i], 0.1f, 60 + i));
+    for (float& x : hv.back()) x = std::fabs(x);
+    dp.emplace_back(hp[i]), dg.emplace_back(hg[i]), dm.emplace_back(hm[i]), dv.emplace_back(hv[i]);
+    pp.push_back(dp[i].p), gp2.push_back(dg[i].p), mp.push_back(dm[i].p), vp.push_back(dv[i].p);
+  }
+  gpu().adamw_multi(4, pp.data(), gp2.data(), mp.data(), vp.data(), numel.data(), wd.data(), 1e-3f, 0.9f, 0.95f, 1e-8f, 7);
+  cpu().adamw_multi(4, std::vector<float*>{hp[0].data(), hp[1].data(), hp[2].data(), hp[3].data()}.data(),
+                    std::vector<const float*>{hg[0].data(), hg[1].data(), hg[2].data(), hg[3].data()}.data(),
+                    std::vector<float*>{hm[0].data(), hm[1].data(), hm[2].data(), hm[3].data()}.data(),
+                    std::vector<float*>{hv[0].data(), hv[1].data(), hv[2].data(), hv[3].data()}.data(), numel.data(),
+                    wd.data(), 1e-3f, 0.9f, 0.95f, 1e-8f, 7);
+  for (size_t i = 0; i < numel.size(); ++i) close(dp[i].host(), hp[i], 1e-5f, 1e-7f, "adamw_multi params");
 
   for (int32_t dtype : {LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3, LOOM_FP8_E5M2})
     for (float scale : {2.f, 3.f}) {  // 3: 1/scale is not exact, so the order of operations shows
