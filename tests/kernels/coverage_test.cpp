@@ -22,7 +22,8 @@ std::set<std::pair<std::string, std::string>> kernels_in_sources() {
   for (const char* dir : {"runtime", "plugins", "models", "sdk"}) {
     for (const auto& e : fs::recursive_directory_iterator(fs::path(LOOM_SOURCE_DIR) / dir)) {
       const std::string ext = e.path().extension().string();
-      if (!e.is_regular_file() || (ext != ".cu" && ext != ".cuh" && ext != ".hpp" && ext != ".h" && ext != ".cpp"))
+      if (!e.is_regular_file() ||
+          (ext != ".cu" && ext != ".cuh" && ext != ".hpp" && ext != ".h" && ext != ".cpp"))
         continue;
       const std::string text = loom::test::read_text(e.path());
       for (std::sregex_iterator m(text.begin(), text.end(), global), end; m != end; ++m)
@@ -39,14 +40,17 @@ TEST_CASE("every __global__ kernel in the tree runs in a harness case") {
   REQUIRE(kernels.size() >= 20);  // the scan finds the tree's kernels at all
   loom::test::TempDir dir;
   const fs::path log = dir.path / "launched.txt";
-  const auto run = loom::test::sh("LOOM_KERNEL_LOG=" + log.string() + " /proc/" + std::to_string(getpid()) +
-                                  "/exe --test-case-exclude='every __global__ kernel*' --no-version");
+  const auto run =
+      loom::test::sh("LOOM_KERNEL_LOG=" + log.string() + " /proc/" + std::to_string(getpid()) +
+                     "/exe --test-case-exclude='every __global__ kernel*' --no-version");
   REQUIRE(run.rc == 0);
   std::set<std::string> launched;
   std::istringstream lines(loom::test::read_text(log));
-  for (std::string name; std::getline(lines, name);) launched.insert(name.substr(0, name.find('<')));
+  for (std::string name; std::getline(lines, name);)
+    launched.insert(name.substr(0, name.find('<')));
   for (const auto& [name, file] : kernels) {
     CAPTURE(file);
-    CHECK_MESSAGE(launched.count(name) == 1, name << " (" << file << ") has no case in tests/kernels");
+    CHECK_MESSAGE(launched.count(name) == 1,
+                  name << " (" << file << ") has no case in tests/kernels");
   }
 }

@@ -58,8 +58,10 @@ __global__ void missing_barrier_k(float* out) {
 
 // Lane 0 waits at __syncthreads, the other lanes at a shuffle that needs lane 0.
 __global__ void barrier_against_shuffle_k(float* out) {
-  if (threadIdx.x == 0) __syncthreads();
-  else out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.f, 1);
+  if (threadIdx.x == 0)
+    __syncthreads();
+  else
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.f, 1);
 }
 
 // Lanes 16.. return, then the rest shuffle with a full mask.
@@ -95,14 +97,16 @@ std::string error_of_launch(void (*kernel)(float*), unsigned threads) {
 
 }  // namespace
 
-TEST_CASE("kernel harness: barriers and shared memory per block sum three blocks, the last partial") {
+TEST_CASE(
+    "kernel harness: barriers and shared memory per block sum three blocks, the last partial") {
   std::vector<float> in(150), out(3, -1.f);
   for (int i = 0; i < 150; ++i) in[i] = static_cast<float>(i);
   loom::kh::HostGo go;
-  go(LOOM_KERNEL(tree_sum_k), Shape{dim3(3), dim3(64)}, out.data(), static_cast<const float*>(in.data()), 150);
-  CHECK(out[0] == 2016.f);                  // 0 + ... + 63
-  CHECK(out[1] == 6112.f);                  // 64 + ... + 127
-  CHECK(out[2] == 3047.f);                  // 128 + ... + 149
+  go(LOOM_KERNEL(tree_sum_k), Shape{dim3(3), dim3(64)}, out.data(),
+     static_cast<const float*>(in.data()), 150);
+  CHECK(out[0] == 2016.f);  // 0 + ... + 63
+  CHECK(out[1] == 6112.f);  // 64 + ... + 127
+  CHECK(out[2] == 3047.f);  // 128 + ... + 149
 }
 
 TEST_CASE("kernel harness: shuffles, votes and widths give each lane what a GPU gives it") {
@@ -130,7 +134,8 @@ TEST_CASE("kernel harness: lanes ordered by __syncwarp are not a race") {
 TEST_CASE("kernel harness: two threads writing one shared address between barriers is reported") {
   const std::string e = error_of_launch(racy_write_k, 8);
   CHECK(e.find("race on shared memory: kernel block (0,0,0) thread 1") != std::string::npos);
-  CHECK(e.find("writes part[0], which thread 0 wrote with no barrier between them") != std::string::npos);
+  CHECK(e.find("writes part[0], which thread 0 wrote with no barrier between them") !=
+        std::string::npos);
 }
 
 TEST_CASE("kernel harness: a read of another warp's write with no barrier between is reported") {
@@ -139,10 +144,11 @@ TEST_CASE("kernel harness: a read of another warp's write with no barrier betwee
   CHECK(e.find("reads part[") != std::string::npos);
 }
 
-TEST_CASE("kernel harness: a barrier against a warp intrinsic is a deadlock naming who waits where") {
+TEST_CASE(
+    "kernel harness: a barrier against a warp intrinsic is a deadlock naming who waits where") {
   const std::string e = error_of_launch(barrier_against_shuffle_k, 32);
-  CHECK(e.find("deadlock, no barrier can complete: thread 0 at __syncthreads; thread 1 at a warp intrinsic") !=
-        std::string::npos);
+  CHECK(e.find("deadlock, no barrier can complete: thread 0 at __syncthreads; thread 1 at a warp "
+               "intrinsic") != std::string::npos);
 }
 
 TEST_CASE("kernel harness: a warp intrinsic whose mask names a returned lane is reported") {
@@ -152,5 +158,6 @@ TEST_CASE("kernel harness: a warp intrinsic whose mask names a returned lane is 
 
 TEST_CASE("kernel harness: an index outside a shared array is reported and not performed") {
   const std::string e = error_of_launch(shared_overflow_k, 16);
-  CHECK(e.find("thread 8 (8,0,0) writes part[8], outside its 8 elements of shared memory") != std::string::npos);
+  CHECK(e.find("thread 8 (8,0,0) writes part[8], outside its 8 elements of shared memory") !=
+        std::string::npos);
 }

@@ -1,22 +1,22 @@
 // The CUDA reductions and AdamW (ops/cuda/kernels/reductions.cuh, adamw.cuh) run on the CPU
 // through the kernel harness, against the CPU's: the sum of squares, quantize (bit for bit, with
 // its amax, NaN and clipped counts) for every narrow format, and the multi-tensor AdamW.
+#include "ops/cuda/kernels/reductions.cuh"
+
 #include <doctest/doctest.h>
+#include <loom/plugin.h>
 
 #include <cstring>
 #include <vector>
 
-#include <loom/plugin.h>
-
 #include "ops/cpu/kernels.hpp"
 #include "ops/cuda/kernels/adamw.cuh"
-#include "ops/cuda/kernels/reductions.cuh"
 #include "twins.hpp"
 
 namespace {
 
 using loom::kernel_tests::distance;
-using loom::kernel_tests::normal;
+using loom::kernel_tests::randn;
 namespace rd = loom::cuda::reductions;
 
 rd::NarrowFormat format(int32_t dtype) {
@@ -29,7 +29,7 @@ TEST_CASE("CUDA sum of squares on the CPU: one partial block, several, and none"
   loom::kh::HostGo go;
   for (int64_t n : {0, 100, 5000}) {
     CAPTURE(n);
-    const std::vector<float> x = normal(n + 1, 1);
+    const std::vector<float> x = randn(n + 1, 1);
     double* total = go.workspace<double>(1);
     rd::sum_squares(go, total, x.data(), n);
     const double want = loom::cpu::sum_squares(x.data(), n);
@@ -37,10 +37,13 @@ TEST_CASE("CUDA sum of squares on the CPU: one partial block, several, and none"
   }
 }
 
-TEST_CASE("CUDA quantize on the CPU: bit for bit with the CPU for bf16, fp16 and both fp8, with amax and counts") {
+TEST_CASE(
+    "CUDA quantize on the CPU: bit for bit with the CPU for bf16, fp16 and both fp8, with amax and "
+    "counts") {
   loom::kh::HostGo go;
-  std::vector<float> x = normal(3000, 2, 100.f);
-  x[7] = 1e6f, x[8] = -3e38f, x[9] = INFINITY, x[10] = 1e-9f;  // clipped in fp8 and fp16; inf; subnormal
+  std::vector<float> x = randn(3000, 2, 100.f);
+  x[7] = 1e6f, x[8] = -3e38f, x[9] = INFINITY,
+  x[10] = 1e-9f;  // clipped in fp8 and fp16; inf; subnormal
   for (int32_t dtype : {LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3, LOOM_FP8_E5M2}) {
     CAPTURE(dtype);
     for (float scale : {1.f, 0.01f}) {
@@ -58,31 +61,37 @@ TEST_CASE("CUDA quantize on the CPU: bit for bit with the CPU for bf16, fp16 and
   }
   x[11] = NAN;
   rd::CastStats* stats = go.workspace<rd::CastStats>(1);
-  rd::quantize(go, stats, x.data(), static_cast<int64_t>(x.size()), format(-1), 1.f);  // statistics only
+  rd::quantize(go, stats, x.data(), static_cast<int64_t>(x.size()), format(-1),
+               1.f);  // statistics only
   CHECK(stats->nans == 1);
   CHECK(stats->amax == INFINITY);
   CHECK(stats->clips == 0);
 }
 
-TEST_CASE("CUDA multi-tensor AdamW on the CPU: tensors of several chunks, one element and none, decay per tensor") {
+TEST_CASE(
+    "CUDA multi-tensor AdamW on the CPU: tensors of several chunks, one element and none, decay "
+    "per tensor") {
   const std::vector<int64_t> numel = {5, 40000, 1, 0, 333};  // 40000: 3 chunks, the last partial
   std::vector<std::vector<float>> p, g, m, v;
   for (size_t t = 0; t < numel.size(); ++t) {
-    p.push_back(normal(numel[t], 10 + t)), g.push_back(normal(numel[t], 20 + t));
-    m.push_back(normal(numel[t], 30 + t, 0.1f)), v.push_back(normal(numel[t], 40 + t, 0.1f));
+    p.push_back(randn(numel[t], 10 + t)), g.push_back(randn(numel[t], 20 + t));
+    m.push_back(randn(numel[t], 30 + t, 0.1f)), v.push_back(randn(numel[t], 40 + t, 0.1f));
     for (float& x : v.back()) x = x * x;
   }
   auto pc = p, mc = m, vc = v;
   const std::vector<float> wd = {0.1f, 0.f, 0.1f, 0.1f, 0.05f};
   std::vector<float*> pp, mp, vp;
   std::vector<const float*> gp;
-  for (size_t t = 0; t < numel.size(); ++t) pp.push_back(p[t].data()), gp.push_back(g[t].data()), mp.push_back(m[t].data()), vp.push_back(v[t].data());
+  for (size_t t = 0; t < numel.size(); ++t)
+    pp.push_back(p[t].data()), gp.push_back(g[t].data()), mp.push_back(m[t].data()),
+        vp.push_back(v[t].data());
   loom::kh::HostGo go;
-  loom::cuda::adam::run(go, static_cast<int64_t>(numel.size()), pp.data(), gp.data(), mp.data(), vp.data(),
-                        numel.data(), wd.data(), 1e-3f, 0.9f, 0.95f, 1e-8f, 7);
+  loom::cuda::adam::run(go, static_cast<int64_t>(numel.size()), pp.data(), gp.data(), mp.data(),
+                        vp.data(), numel.data(), wd.data(), 1e-3f, 0.9f, 0.95f, 1e-8f, 7);
   for (size_t t = 0; t < numel.size(); ++t) {
     CAPTURE(t);
-    loom::cpu::adamw(pc[t].data(), g[t].data(), mc[t].data(), vc[t].data(), numel[t], 1e-3f, 0.9f, 0.95f, 1e-8f, wd[t], 7);
+    loom::cpu::adamw(pc[t].data(), g[t].data(), mc[t].data(), vc[t].data(), numel[t], 1e-3f, 0.9f,
+                     0.95f, 1e-8f, wd[t], 7);
     CHECK(distance(p[t], pc[t]) < 1e-6);
     CHECK(distance(m[t], mc[t]) < 1e-6);
     CHECK(distance(v[t], vc[t]) < 1e-6);

@@ -1,4 +1,4 @@
-// What the kernel cases share: seeded inputs, and the distance between a kernel's output and its
+// What the kernel cases share: the distance between a kernel's output and its
 // CPU twin's, scaled by the twin's largest magnitude (summation orders differ between the two, so
 // fp32 agreement is to rounding, not to the bit, except where a case says so).
 #pragma once
@@ -6,22 +6,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "ops/cuda/host/host_go.hpp"
+#include "support/gradcheck.hpp"
 
 namespace loom::kernel_tests {
 
-inline std::vector<float> normal(size_t n, uint64_t seed, float scale = 1.f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using loom::test::randn;  // seeded normal inputs
 
-// max_i |a_i - b_i| / max(1e-6, max_i |b_i|); infinity when the sizes differ or a is NaN where b is not.
+// max_i |a_i - b_i| / max(1e-6, max_i |b_i|); infinity when the sizes differ or a is NaN where b is
+// not.
 inline double distance(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return INFINITY;
   double top = 1e-6, worst = 0;

@@ -2,11 +2,11 @@
 // of kernels/elementwise.cuh, reductions.cuh and adamw.cuh on the device.
 #include <cmath>
 
-#include "ops/cuda/launch.cuh"
 #include "ops/cuda/kernels.hpp"
 #include "ops/cuda/kernels/adamw.cuh"
 #include "ops/cuda/kernels/elementwise.cuh"
 #include "ops/cuda/kernels/reductions.cuh"
+#include "ops/cuda/launch.cuh"
 #include "ops/cuda/memory.hpp"
 
 namespace loom::cuda {
@@ -28,15 +28,17 @@ void op(F&& f) {
 namespace ew = elementwise;
 
 // Token ids may live in host memory (the data loader's buffers): staged for the kernel.
-void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
-                   int64_t C) {
+void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                   int64_t T, int64_t C) {
   Staged tok(const_cast<int32_t*>(tokens), B * T * sizeof(int32_t), true, false);
   op([&](DeviceGo& go) { ew::embedding_fwd(go, out, tok.as<const int32_t>(), wte, wpe, B, T, C); });
 }
-void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                   int64_t C) {
+void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
+                   int64_t T, int64_t C) {
   Staged tok(const_cast<int32_t*>(tokens), B * T * sizeof(int32_t), true, false);
-  op([&](DeviceGo& go) { ew::embedding_bwd(go, dwte, dwpe, dout, tok.as<const int32_t>(), B, T, C); });
+  op([&](DeviceGo& go) {
+    ew::embedding_bwd(go, dwte, dwpe, dout, tok.as<const int32_t>(), B, T, C);
+  });
 }
 void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
   op([&](DeviceGo& go) { ew::bias_add(go, out, bias, N, C); });
@@ -84,17 +86,19 @@ double sum_squares(const float* x, int64_t n) {
   return out;
 }
 
-void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-           float eps, float weight_decay, int64_t step) {
+void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, int64_t step) {
   op([&](DeviceGo& go) {
     adam::run(go, 1, &param, &grad, &m, &v, &n, &weight_decay, lr, beta1, beta2, eps, step);
   });
 }
 
-void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m, float* const* v,
-                 const int64_t* numel, const float* weight_decay, float lr, float beta1, float beta2, float eps,
-                 int64_t step) {
-  op([&](DeviceGo& go) { adam::run(go, count, params, grads, m, v, numel, weight_decay, lr, beta1, beta2, eps, step); });
+void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m,
+                 float* const* v, const int64_t* numel, const float* weight_decay, float lr,
+                 float beta1, float beta2, float eps, int64_t step) {
+  op([&](DeviceGo& go) {
+    adam::run(go, count, params, grads, m, v, numel, weight_decay, lr, beta1, beta2, eps, step);
+  });
 }
 
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped) {

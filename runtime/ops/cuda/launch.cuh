@@ -22,7 +22,8 @@ class DeviceGo {
   template <class... P, class... A>
   void operator()(const char*, void (*kernel)(P...), Shape s, A... args) {
     if (s.shared > 48 * 1024)  // beyond the default: opt in (sm_80 allows 163 KiB, sm_90 227 KiB)
-      LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(s.shared)));
+      LOOM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(s.shared)));
     kernel<<<s.grid, s.block, s.shared, stream()>>>(static_cast<P>(args)...);
     LOOM_CUDA_LAUNCHED();
   }
@@ -36,7 +37,8 @@ class DeviceGo {
   template <class T>
   const T* upload(const T* host, int64_t n) {
     T* d = workspace<T>(n);
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(d, host, static_cast<size_t>(n) * sizeof(T), cudaMemcpyHostToDevice, stream()));
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(d, host, static_cast<size_t>(n) * sizeof(T),
+                                    cudaMemcpyHostToDevice, stream()));
     return d;
   }
 

@@ -1,12 +1,12 @@
 // The RoPE entries of the CUDA op table: kernels/rope.cuh on the device.
-#include "ops/cuda/launch.cuh"
 #include "ops/cuda/kernels.hpp"
 #include "ops/cuda/kernels/rope.cuh"
+#include "ops/cuda/launch.cuh"
 
 namespace loom::cuda {
 
-void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
-              const float* sin, int64_t pos0) {
+void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+              const float* cos, const float* sin, int64_t pos0) {
   {
     DeviceGo go;
     rope::run(go, x, ld, B, T, heads, D, cos, sin, pos0, 1.f);
@@ -14,8 +14,8 @@ void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t
   finish_op();
 }
 
-void rope_bwd(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
-              const float* sin, int64_t pos0) {
+void rope_bwd(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+              const float* cos, const float* sin, int64_t pos0) {
   {
     DeviceGo go;
     rope::run(go, dx, ld, B, T, heads, D, cos, sin, pos0, -1.f);

@@ -79,8 +79,8 @@ thread_local Launch* active = nullptr;
 void* stack_at(size_t i) {
   thread_local std::vector<void*> pool;
   while (pool.size() <= i) {
-    void* p = mmap(nullptr, kStackBytes + kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    void* p = mmap(nullptr, kStackBytes + kPage, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) throw std::runtime_error("kernel harness: cannot map a fiber stack");
     mprotect(p, kPage, PROT_NONE);
     pool.push_back(static_cast<char*>(p) + kPage);
@@ -95,8 +95,8 @@ void report(Launch& L, const std::string& what) {
 std::string where(const Launch& L, const Fiber& f) {
   const dim3 &b = f.c.block, &t = f.c.thread;
   return std::string(L.name) + " block (" + std::to_string(b.x) + "," + std::to_string(b.y) + "," +
-         std::to_string(b.z) + ") thread " + std::to_string(f.tid) + " (" + std::to_string(t.x) + "," +
-         std::to_string(t.y) + "," + std::to_string(t.z) + ")";
+         std::to_string(b.z) + ") thread " + std::to_string(f.tid) + " (" + std::to_string(t.x) +
+         "," + std::to_string(t.y) + "," + std::to_string(t.z) + ")";
 }
 
 // The context switches, told to AddressSanitizer when it watches the stacks.
@@ -145,11 +145,16 @@ void block_until(Wait w) {
 int src_lane(const Fiber& f, int lane) {
   const int w = f.width, base = lane & ~(w - 1), in = lane - base;
   switch (f.op) {
-    case WarpOp::shfl_idx: return base + (f.arg % w + w) % w;
-    case WarpOp::shfl_xor: return base + ((in ^ f.arg) & (w - 1));
-    case WarpOp::shfl_down: return in + f.arg < w ? lane + f.arg : lane;
-    case WarpOp::shfl_up: return in >= f.arg ? lane - f.arg : lane;
-    default: return lane;
+    case WarpOp::shfl_idx:
+      return base + (f.arg % w + w) % w;
+    case WarpOp::shfl_xor:
+      return base + ((in ^ f.arg) & (w - 1));
+    case WarpOp::shfl_down:
+      return in + f.arg < w ? lane + f.arg : lane;
+    case WarpOp::shfl_up:
+      return in >= f.arg ? lane - f.arg : lane;
+    default:
+      return lane;
   }
 }
 
@@ -171,8 +176,9 @@ bool settle_warp(Launch& L, int w) {
     for (int k = 0; k < kWarpSize && ready; ++k) {
       if (!(f.mask >> k & 1u)) continue;
       if (first + k >= n || L.fibers[first + k].wait == Wait::done) {
-        report(L, where(L, f) + ": a warp intrinsic's mask names lane " + std::to_string(k) +
-                      (first + k >= n ? ", which the block does not have" : ", which has returned"));
+        report(L,
+               where(L, f) + ": a warp intrinsic's mask names lane " + std::to_string(k) +
+                   (first + k >= n ? ", which the block does not have" : ", which has returned"));
         L.block_failed = true;
         return false;
       }
@@ -187,11 +193,14 @@ bool settle_warp(Launch& L, int w) {
       if (!(f.mask >> k & 1u)) continue;
       Fiber& g = L.fibers[first + k];
       const int src = src_lane(g, k);
-      if (g.op == WarpOp::ballot) g.result = ballot;
+      if (g.op == WarpOp::ballot)
+        g.result = ballot;
       else if (g.op != WarpOp::sync && !(f.mask >> src & 1u)) {
-        report(L, where(L, g) + ": a shuffle reads lane " + std::to_string(src) + ", outside the mask");
+        report(L, where(L, g) + ": a shuffle reads lane " + std::to_string(src) +
+                      ", outside the mask");
         L.block_failed = true;
-      } else g.result = L.fibers[first + src].bits;
+      } else
+        g.result = L.fibers[first + src].bits;
       g.wait = Wait::running;
     }
     ++L.warp_epoch[w];
@@ -218,7 +227,8 @@ void report_deadlock(Launch& L) {
       who += "...";
       break;
     }
-    who += "thread " + std::to_string(f.tid) + (f.wait == Wait::block ? " at __syncthreads" : " at a warp intrinsic");
+    who += "thread " + std::to_string(f.tid) +
+           (f.wait == Wait::block ? " at __syncthreads" : " at a warp intrinsic");
   }
   report(L, where(L, L.fibers[0]) + ": deadlock, no barrier can complete: " + who);
 }
@@ -229,7 +239,8 @@ void run_block(Launch& L, dim3 b) {
     Fiber& f = L.fibers[i];
     f = Fiber{};
     f.tid = i;
-    f.c = {dim3(i % L.block.x, (i / L.block.x) % L.block.y, i / (L.block.x * L.block.y)), b, L.block, L.grid};
+    f.c = {dim3(i % L.block.x, (i / L.block.x) % L.block.y, i / (L.block.x * L.block.y)), b,
+           L.block, L.grid};
     f.stack = stack_at(i);
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = f.stack;
@@ -240,7 +251,8 @@ void run_block(Launch& L, dim3 b) {
   L.tracks.clear();
   L.block_epoch = 0;
   L.warp_epoch.assign((n + kWarpSize - 1) / kWarpSize, 0);
-  for (auto& s : L.statics) std::fill(s.second.begin(), s.second.end(), 0xff);  // unset reads as NaN
+  for (auto& s : L.statics)
+    std::fill(s.second.begin(), s.second.end(), 0xff);  // unset reads as NaN
   std::fill(L.dynamic.begin(), L.dynamic.end(), 0xff);
   L.block_failed = false;
   for (;;) {
@@ -251,7 +263,8 @@ void run_block(Launch& L, dim3 b) {
     for (const Fiber& f : L.fibers) all_done = all_done && f.wait == Wait::done;
     if (all_done) return;
     bool settled = false;
-    for (size_t w = 0; w < L.warp_epoch.size(); ++w) settled = settle_warp(L, static_cast<int>(w)) || settled;
+    for (size_t w = 0; w < L.warp_epoch.size(); ++w)
+      settled = settle_warp(L, static_cast<int>(w)) || settled;
     if (L.block_failed) return;
     if (settled || settle_block(L)) continue;
     report_deadlock(L);
@@ -275,9 +288,12 @@ uint64_t warp_exchange(WarpOp op, unsigned mask, uint64_t bits, int arg, int wid
 bool note(const void* at, const char* name, int64_t index, int64_t size, bool write) {
   Launch& L = *active;
   const Fiber& f = *L.current;
-  auto what = [&] { return std::string(write ? " writes " : " reads ") + name + "[" + std::to_string(index) + "]"; };
+  auto what = [&] {
+    return std::string(write ? " writes " : " reads ") + name + "[" + std::to_string(index) + "]";
+  };
   if (index < 0 || index >= size) {
-    report(L, where(L, f) + what() + ", outside its " + std::to_string(size) + " elements of shared memory");
+    report(L, where(L, f) + what() + ", outside its " + std::to_string(size) +
+                  " elements of shared memory");
     return false;
   }
   Track& t = L.tracks[reinterpret_cast<uintptr_t>(at)];
@@ -286,10 +302,12 @@ bool note(const void* at, const char* name, int64_t index, int64_t size, bool wr
     if (a.tid < 0 || a.tid == f.tid || a.block_epoch != L.block_epoch) return false;
     return a.tid / kWarpSize != warp || a.warp_epoch == L.warp_epoch[warp];
   };
-  const Access* other = unordered(t.write) ? &t.write : (write && unordered(t.read) ? &t.read : nullptr);
+  const Access* other =
+      unordered(t.write) ? &t.write : (write && unordered(t.read) ? &t.read : nullptr);
   if (other)
-    report(L, "race on shared memory: " + where(L, f) + what() + ", which thread " + std::to_string(other->tid) +
-                  (other == &t.write ? " wrote" : " read") + " with no barrier between them");
+    report(L, "race on shared memory: " + where(L, f) + what() + ", which thread " +
+                  std::to_string(other->tid) + (other == &t.write ? " wrote" : " read") +
+                  " with no barrier between them");
   (write ? t.write : t.read) = Access{f.tid, L.block_epoch, L.warp_epoch[warp]};
   return true;
 }
@@ -305,9 +323,12 @@ void* dynamic_shared(size_t* bytes) {
   return active->dynamic.data();
 }
 
-void run(const char* name, dim3 grid, dim3 block, size_t dynamic_shared, const std::function<void()>& body) {
+void run(const char* name, dim3 grid, dim3 block, size_t dynamic_shared,
+         const std::function<void()>& body) {
   const uint64_t threads = uint64_t(block.x) * block.y * block.z;
-  if (threads == 0 || threads > 1024) throw std::runtime_error(std::string(name) + ": a block of " + std::to_string(threads) + " threads (1 to 1024)");
+  if (threads == 0 || threads > 1024)
+    throw std::runtime_error(std::string(name) + ": a block of " + std::to_string(threads) +
+                             " threads (1 to 1024)");
   if (active) throw std::runtime_error(std::string(name) + ": launched from inside a kernel");
   auto L = std::make_unique<Launch>();
   L->name = name, L->body = &body, L->grid = grid, L->block = block;
@@ -318,7 +339,8 @@ void run(const char* name, dim3 grid, dim3 block, size_t dynamic_shared, const s
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) run_block(*L, dim3(x, y, z));
   active = nullptr;
-  if (const char* log = std::getenv("LOOM_KERNEL_LOG")) std::ofstream(log, std::ios::app) << name << "\n";
+  if (const char* log = std::getenv("LOOM_KERNEL_LOG"))
+    std::ofstream(log, std::ios::app) << name << "\n";
   if (L->reports.empty()) return;
   std::string all;
   for (const std::string& r : L->reports) all += (all.empty() ? "" : "\n") + r;

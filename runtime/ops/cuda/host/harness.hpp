@@ -47,7 +47,8 @@ const Coords& coords();
 // Runs `body` as every thread of every block of the grid; throws what the launch reported.
 // `dynamic_shared` bytes back `LOOM_DYNAMIC_SHARED`. Names launched are logged to the file
 // LOOM_KERNEL_LOG names, one per line (the coverage test reads it).
-void run(const char* name, dim3 grid, dim3 block, size_t dynamic_shared, const std::function<void()>& body);
+void run(const char* name, dim3 grid, dim3 block, size_t dynamic_shared,
+         const std::function<void()>& body);
 
 // The synchronisation points.
 void sync_block();
@@ -136,7 +137,7 @@ T from_bits(uint64_t b) {
 #define blockIdx (::loom::kh::coords().block)
 #define blockDim (::loom::kh::coords().block_dim)
 #define gridDim (::loom::kh::coords().grid_dim)
-#define LOOM_SHARED(T, name, n)  \
+#define LOOM_SHARED(T, name, n)      \
   static const char name##_site = 0; \
   auto name = ::loom::kh::shared_array<T>(&name##_site, (n), #name)
 #define LOOM_DYNAMIC_SHARED(T, name) auto name = ::loom::kh::dynamic_array<T>(#name)
@@ -163,18 +164,23 @@ T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
 template <class T>
 T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   using namespace ::loom::kh;
-  return from_bits<T>(warp_exchange(WarpOp::shfl_down, mask, bits_of(v), static_cast<int>(delta), width));
+  return from_bits<T>(
+      warp_exchange(WarpOp::shfl_down, mask, bits_of(v), static_cast<int>(delta), width));
 }
 template <class T>
 T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   using namespace ::loom::kh;
-  return from_bits<T>(warp_exchange(WarpOp::shfl_up, mask, bits_of(v), static_cast<int>(delta), width));
+  return from_bits<T>(
+      warp_exchange(WarpOp::shfl_up, mask, bits_of(v), static_cast<int>(delta), width));
 }
 inline unsigned __ballot_sync(unsigned mask, int pred) {
-  return static_cast<unsigned>(::loom::kh::warp_exchange(::loom::kh::WarpOp::ballot, mask, pred != 0, 0, 32));
+  return static_cast<unsigned>(
+      ::loom::kh::warp_exchange(::loom::kh::WarpOp::ballot, mask, pred != 0, 0, 32));
 }
 inline int __any_sync(unsigned mask, int pred) { return (__ballot_sync(mask, pred) & mask) != 0; }
-inline int __all_sync(unsigned mask, int pred) { return (__ballot_sync(mask, pred) & mask) == mask; }
+inline int __all_sync(unsigned mask, int pred) {
+  return (__ballot_sync(mask, pred) & mask) == mask;
+}
 
 template <class T>
 T atomicAdd(T* p, T v) {  // blocks run one at a time: a plain read-modify-write
@@ -190,8 +196,12 @@ inline unsigned atomicMax(unsigned* p, unsigned v) {
 
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
-inline unsigned __float_as_uint(float v) { return ::loom::kh::from_bits<unsigned>(::loom::kh::bits_of(v)); }
-inline float __uint_as_float(unsigned v) { return ::loom::kh::from_bits<float>(::loom::kh::bits_of(v)); }
+inline unsigned __float_as_uint(float v) {
+  return ::loom::kh::from_bits<unsigned>(::loom::kh::bits_of(v));
+}
+inline float __uint_as_float(unsigned v) {
+  return ::loom::kh::from_bits<float>(::loom::kh::bits_of(v));
+}
 inline float __int_as_float(int v) { return ::loom::kh::from_bits<float>(::loom::kh::bits_of(v)); }
 using std::isfinite;
 using std::isinf;

@@ -20,7 +20,8 @@ class HostGo {
   template <class T>
   T* workspace(int64_t n) {
     const size_t bytes = static_cast<size_t>(n > 0 ? n : 1) * sizeof(T);
-    held_.push_back(std::make_unique<unsigned char[]>(bytes));  // new[]: aligned for any scalar type
+    held_.push_back(
+        std::make_unique<unsigned char[]>(bytes));  // new[]: aligned for any scalar type
     std::memset(held_.back().get(), 0xff, bytes);
     return reinterpret_cast<T*>(held_.back().get());
   }

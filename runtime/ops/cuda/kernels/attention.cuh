@@ -28,10 +28,10 @@ namespace loom::cuda::attention {
 
 constexpr int kMaxD = 256;
 constexpr int kThreads = 128, kWarps = kThreads / kWarp;
-constexpr int kBr = 16, kRowsPerWarp = kBr / kWarps;  // forward and dQ: query rows per block
-constexpr int kBc = 32;                                // keys per tile: one per lane
+constexpr int kBr = 16, kRowsPerWarp = kBr / kWarps;      // forward and dQ: query rows per block
+constexpr int kBc = 32;                                   // keys per tile: one per lane
 constexpr int kKeys = 16, kKeysPerWarp = kKeys / kWarps;  // dK/dV: keys per block
-constexpr int kRows = 32;                              // dK/dV: query rows per tile, one per lane
+constexpr int kRows = 32;  // dK/dV: query rows per tile, one per lane
 
 // Where the heads lie: q rows ldq apart (head h at h*D, Tq rows per sequence), k and v rows
 // ldkv apart (head g at g*D, Tk rows per sequence); query head h reads key/value head
@@ -50,8 +50,10 @@ struct Layout {
     int64_t lo = 0, hi = Tk;
     while (lo < hi) {
       const int64_t mid = (lo + hi) / 2;
-      if (kp(mid) <= p) lo = mid + 1;
-      else hi = mid;
+      if (kp(mid) <= p)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
     return lo;
   }
@@ -61,8 +63,10 @@ struct Layout {
     int64_t lo = 0, hi = Tq;
     while (lo < hi) {
       const int64_t mid = (lo + hi) / 2;
-      if (qp(mid) < p) lo = mid + 1;
-      else hi = mid;
+      if (qp(mid) < p)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
     return lo;
   }
@@ -70,8 +74,8 @@ struct Layout {
 
 // dst[r, 0:D] = src[r * ld_src + 0:D] for r < valid, else 0; dst rows ld_dst apart. Every
 // thread of the block takes part.
-__device__ inline void load_rows(SharedPtr<float> dst, int64_t ld_dst, const float* src, int64_t ld_src,
-                                 int64_t valid, int rows, int64_t D) {
+__device__ inline void load_rows(SharedPtr<float> dst, int64_t ld_dst, const float* src,
+                                 int64_t ld_src, int64_t valid, int rows, int64_t D) {
   for (int64_t e = threadIdx.x; e < rows * D; e += blockDim.x) {
     const int64_t r = e / D, d = e % D;
     dst[r * ld_dst + d] = r < valid ? src[r * ld_src + d] : 0.f;
@@ -91,7 +95,8 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_k(float* out, float* l
   const int64_t D = L.D, ld = D + 1;
   SharedPtr<float> Qs = smem, Ks = Qs + kBr * D, Vs = Ks + kBc * ld, Ps = Vs + kBc * ld;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t b = blockIdx.y / L.H, h = blockIdx.y % L.H, g = h / (L.H / L.Hkv), i0 = int64_t(blockIdx.x) * kBr;
+  const int64_t b = blockIdx.y / L.H, h = blockIdx.y % L.H, g = h / (L.H / L.Hkv),
+                i0 = int64_t(blockIdx.x) * kBr;
   load_rows(Qs, D, L.q + (b * L.Tq + i0) * L.ldq + h * D, L.ldq, L.Tq - i0, kBr, D);
   float acc[kRowsPerWarp][PL] = {}, m[kRowsPerWarp], l[kRowsPerWarp];
   int64_t n[kRowsPerWarp];
@@ -99,7 +104,8 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_k(float* out, float* l
     const int64_t i = i0 + warp * kRowsPerWarp + k;
     m[k] = -INFINITY, l[k] = 0.f, n[k] = i < L.Tq ? L.visible_keys(i) : 0;
   }
-  const int64_t keys = L.visible_keys(i0 + kBr <= L.Tq ? i0 + kBr - 1 : L.Tq - 1);  // the most any row sees
+  const int64_t keys =
+      L.visible_keys(i0 + kBr <= L.Tq ? i0 + kBr - 1 : L.Tq - 1);  // the most any row sees
   const float scale = rsqrtf(static_cast<float>(D));
   for (int64_t j0 = 0; j0 < keys; j0 += kBc) {
     __syncthreads();  // the previous tile is read
@@ -130,14 +136,15 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_k(float* out, float* l
     const int64_t i = i0 + warp * kRowsPerWarp + k;
     if (i >= L.Tq) break;
     float* o = out + (b * L.Tq + i) * L.H * D + h * D;
-    for (int u = 0; u < PL && lane + u * kWarp < D; ++u) o[lane + u * kWarp] = l[k] > 0.f ? acc[k][u] / l[k] : 0.f;
+    for (int u = 0; u < PL && lane + u * kWarp < D; ++u)
+      o[lane + u * kWarp] = l[k] > 0.f ? acc[k][u] / l[k] : 0.f;
     if (lane == 0) lse[(b * L.H + h) * L.Tq + i] = l[k] > 0.f ? m[k] + logf(l[k]) : -INFINITY;
   }
 }
 
 // delta[(b H + h) Tq + i] = dout_i . out_i, one warp per row.
-__global__ void attention_delta_k(float* delta, const float* dout, const float* out, int64_t rows, int64_t Tq,
-                                  int64_t H, int64_t D) {
+__global__ void attention_delta_k(float* delta, const float* dout, const float* out, int64_t rows,
+                                  int64_t Tq, int64_t H, int64_t D) {
   const int64_t w = blockIdx.x * static_cast<int64_t>(kBlock / kWarp) + threadIdx.x / kWarp;
   if (w >= rows) return;
   const int64_t i = w % Tq, bh = w / Tq, at = ((bh / H) * Tq + i) * H * D + (bh % H) * D;
@@ -149,12 +156,15 @@ __global__ void attention_delta_k(float* delta, const float* dout, const float* 
 
 template <int PL>
 __global__ void __launch_bounds__(kThreads)
-    attention_dq_k(float* dq_out, const float* dout, const float* lse, const float* delta, Layout L) {
+    attention_dq_k(float* dq_out, const float* dout, const float* lse, const float* delta,
+                   Layout L) {
   LOOM_DYNAMIC_SHARED(float, smem);
   const int64_t D = L.D, ld = D + 1;
-  SharedPtr<float> Qs = smem, dOs = Qs + kBr * D, Ks = dOs + kBr * D, Vs = Ks + kBc * ld, Ps = Vs + kBc * ld;
+  SharedPtr<float> Qs = smem, dOs = Qs + kBr * D, Ks = dOs + kBr * D, Vs = Ks + kBc * ld,
+                   Ps = Vs + kBc * ld;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t b = blockIdx.y / L.H, h = blockIdx.y % L.H, g = h / (L.H / L.Hkv), i0 = int64_t(blockIdx.x) * kBr;
+  const int64_t b = blockIdx.y / L.H, h = blockIdx.y % L.H, g = h / (L.H / L.Hkv),
+                i0 = int64_t(blockIdx.x) * kBr;
   load_rows(Qs, D, L.q + (b * L.Tq + i0) * L.ldq + h * D, L.ldq, L.Tq - i0, kBr, D);
   load_rows(dOs, D, dout + (b * L.Tq + i0) * L.H * D + h * D, L.H * D, L.Tq - i0, kBr, D);
   float dq[kRowsPerWarp][PL] = {}, lse_r[kRowsPerWarp], delta_r[kRowsPerWarp];
@@ -199,8 +209,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int PL>
-__global__ void __launch_bounds__(kThreads) attention_dkdv_k(float* dk_out, float* dv_out, const float* dout,
-                                                              const float* lse, const float* delta, Layout L) {
+__global__ void __launch_bounds__(kThreads)
+    attention_dkdv_k(float* dk_out, float* dv_out, const float* dout, const float* lse,
+                     const float* delta, Layout L) {
   LOOM_DYNAMIC_SHARED(float, smem);
   const int64_t D = L.D, ld = D + 1;
   SharedPtr<float> Ks = smem, Vs = Ks + kKeys * D, Qs = Vs + kKeys * D, dOs = Qs + kRows * ld,
@@ -259,8 +270,8 @@ __global__ void __launch_bounds__(kThreads) attention_dkdv_k(float* dk_out, floa
 //   lse' = log(exp(lse_a) + exp(lse_b)) = mx + log(exp(lse_a - mx) + exp(lse_b - mx)), mx = max,
 //   out' = out_a exp(lse_a - lse') + out_b exp(lse_b - lse').
 // lse_b = -inf: an empty part, skipped; lse_a = -inf: out' = out_b (its weight is 0, not NaN).
-__global__ void attention_merge_k(float* out, float* lse, const float* part, const float* part_lse, int64_t B,
-                                  int64_t T, int64_t H, int64_t D) {
+__global__ void attention_merge_k(float* out, float* lse, const float* part, const float* part_lse,
+                                  int64_t B, int64_t T, int64_t H, int64_t D) {
   const int64_t w = blockIdx.x * static_cast<int64_t>(kBlock / kWarp) + threadIdx.x / kWarp;
   if (w >= B * H * T) return;
   const int64_t t = w % T, h = (w / T) % H, b = w / (T * H);
@@ -281,64 +292,76 @@ __global__ void attention_merge_k(float* out, float* lse, const float* part, con
 
 inline void check_head_dim(int64_t D) {
   if (D > kMaxD)
-    throw std::runtime_error("CUDA attention: head dimension " + std::to_string(D) + " > " + std::to_string(kMaxD));
+    throw std::runtime_error("CUDA attention: head dimension " + std::to_string(D) + " > " +
+                             std::to_string(kMaxD));
 }
 
 template <int PL, class Go>
 void forward(Go& go, float* out, float* lse, const Layout& L, int64_t B) {
   const size_t shared = sizeof(float) * (kBr * L.D + 2 * kBc * (L.D + 1) + kBr * kBc);
-  go(LOOM_KERNEL(attention_fwd_k<PL>), Shape{dim3(blocks_for(L.Tq, kBr), B * L.H), dim3(kThreads), shared}, out, lse,
-     L);
+  go(LOOM_KERNEL(attention_fwd_k<PL>),
+     Shape{dim3(blocks_for(L.Tq, kBr), B * L.H), dim3(kThreads), shared}, out, lse, L);
 }
 
 template <int PL, class Go>
-void backward(Go& go, float* dq, float* dk, float* dv, const float* dout, const float* lse, const float* delta,
-              const Layout& L, int64_t B) {
-  const size_t kv_shared = sizeof(float) * (2 * kKeys * L.D + 2 * kRows * (L.D + 1) + 2 * kWarps * kRows);
+void backward(Go& go, float* dq, float* dk, float* dv, const float* dout, const float* lse,
+              const float* delta, const Layout& L, int64_t B) {
+  const size_t kv_shared =
+      sizeof(float) * (2 * kKeys * L.D + 2 * kRows * (L.D + 1) + 2 * kWarps * kRows);
   if (B * L.Tk * L.Hkv > 0)
-    go(LOOM_KERNEL(attention_dkdv_k<PL>), Shape{dim3(blocks_for(L.Tk, kKeys), B * L.Hkv), dim3(kThreads), kv_shared},
-       dk, dv, dout, lse, delta, L);
+    go(LOOM_KERNEL(attention_dkdv_k<PL>),
+       Shape{dim3(blocks_for(L.Tk, kKeys), B * L.Hkv), dim3(kThreads), kv_shared}, dk, dv, dout,
+       lse, delta, L);
   const size_t q_shared = sizeof(float) * (2 * kBr * L.D + 2 * kBc * (L.D + 1) + kBr * kBc);
   if (B * L.Tq * L.H > 0)
-    go(LOOM_KERNEL(attention_dq_k<PL>), Shape{dim3(blocks_for(L.Tq, kBr), B * L.H), dim3(kThreads), q_shared}, dq,
-       dout, lse, delta, L);
+    go(LOOM_KERNEL(attention_dq_k<PL>),
+       Shape{dim3(blocks_for(L.Tq, kBr), B * L.H), dim3(kThreads), q_shared}, dq, dout, lse, delta,
+       L);
 }
 
 template <class Go>
-void block_fwd(Go& go, float* out, float* lse, const float* q, const float* k, const float* v, int64_t ldq,
-               int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D,
-               const int64_t* qpos, const int64_t* kpos) {
+void block_fwd(Go& go, float* out, float* lse, const float* q, const float* k, const float* v,
+               int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv,
+               int64_t D, const int64_t* qpos, const int64_t* kpos) {
   check_head_dim(D);
   if (B * Tq * H == 0) return;
   const Layout L{q, k, v, ldq, ldkv, Tq, Tk, H, Hkv, D, qpos, kpos};
-  if (D <= 64) forward<2>(go, out, lse, L, B);
-  else if (D <= 128) forward<4>(go, out, lse, L, B);
-  else forward<8>(go, out, lse, L, B);
+  if (D <= 64)
+    forward<2>(go, out, lse, L, B);
+  else if (D <= 128)
+    forward<4>(go, out, lse, L, B);
+  else
+    forward<8>(go, out, lse, L, B);
 }
 
 // dk and dv are written for every key, 0 where no query sees it.
 template <class Go>
-void block_bwd(Go& go, float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-               const float* v, const float* out, const float* lse, int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq,
-               int64_t Tk, int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos) {
+void block_bwd(Go& go, float* dq, float* dk, float* dv, const float* dout, const float* q,
+               const float* k, const float* v, const float* out, const float* lse, int64_t ldq,
+               int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D,
+               const int64_t* qpos, const int64_t* kpos) {
   check_head_dim(D);
   const Layout L{q, k, v, ldq, ldkv, Tq, Tk, H, Hkv, D, qpos, kpos};
   const int64_t rows = B * H * Tq;
   float* delta = rows > 0 ? go.template workspace<float>(rows) : nullptr;
   if (rows > 0)
-    go(LOOM_KERNEL(attention_delta_k), Shape{dim3(blocks_for(rows, kBlock / kWarp)), dim3(kBlock)}, delta, dout, out,
-       rows, Tq, H, D);
-  if (D <= 64) backward<2>(go, dq, dk, dv, dout, lse, delta, L, B);
-  else if (D <= 128) backward<4>(go, dq, dk, dv, dout, lse, delta, L, B);
-  else backward<8>(go, dq, dk, dv, dout, lse, delta, L, B);
+    go(LOOM_KERNEL(attention_delta_k), Shape{dim3(blocks_for(rows, kBlock / kWarp)), dim3(kBlock)},
+       delta, dout, out, rows, Tq, H, D);
+  if (D <= 64)
+    backward<2>(go, dq, dk, dv, dout, lse, delta, L, B);
+  else if (D <= 128)
+    backward<4>(go, dq, dk, dv, dout, lse, delta, L, B);
+  else
+    backward<8>(go, dq, dk, dv, dout, lse, delta, L, B);
 }
 
 template <class Go>
-void merge(Go& go, float* out, float* lse, const float* part, const float* part_lse, int64_t B, int64_t T, int64_t H,
-           int64_t D) {
+void merge(Go& go, float* out, float* lse, const float* part, const float* part_lse, int64_t B,
+           int64_t T, int64_t H, int64_t D) {
   if (B * T * H == 0) return;
-  go(LOOM_KERNEL(attention_merge_k), Shape{dim3(blocks_for(B * H * T, kBlock / kWarp)), dim3(kBlock)}, out, lse, part,
-     part_lse, B, T, H, D);
+  go(LOOM_KERNEL(attention_merge_k),
+     Shape{dim3(blocks_for(B * H * T, kBlock / kWarp)), dim3(kBlock)}, out, lse, part, part_lse, B,
+     T, H, D);
 }
 
 }  // namespace loom::cuda::attention

@@ -17,7 +17,7 @@ constexpr int kCols = 32, kRowLanes = 8, kChunks = 64;
 
 template <class F>
 __global__ void column_sums_k(float* partial, F f, int64_t N, int64_t C, int64_t rows_per_chunk) {
-  LOOM_SHARED(float, part, kRowLanes * kCols);
+  LOOM_SHARED(float, part, kRowLanes* kCols);
   const int x = threadIdx.x, ry = threadIdx.y;
   const int64_t c = int64_t(blockIdx.x) * kCols + x, r0 = int64_t(blockIdx.y) * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
@@ -47,9 +47,11 @@ void add_sums(Go& go, float* out, F f, int64_t N, int64_t C) {
   const int64_t per = (N + kChunks - 1) / kChunks;
   const int64_t rows = per > kRowLanes ? per : kRowLanes, chunks = (N + rows - 1) / rows;
   float* partial = go.template workspace<float>(chunks * C);
-  go(LOOM_KERNEL(column_sums_k<F>), Shape{dim3(blocks_for(C, kCols), static_cast<unsigned>(chunks)), dim3(kCols, kRowLanes)},
+  go(LOOM_KERNEL(column_sums_k<F>),
+     Shape{dim3(blocks_for(C, kCols), static_cast<unsigned>(chunks)), dim3(kCols, kRowLanes)},
      partial, f, N, C, rows);
-  go(LOOM_KERNEL(fold_columns_k<>), Shape{dim3(blocks_for(C)), dim3(kBlock)}, out, partial, chunks, C);
+  go(LOOM_KERNEL(fold_columns_k<>), Shape{dim3(blocks_for(C)), dim3(kBlock)}, out, partial, chunks,
+     C);
 }
 
 // The terms the kernels sum.
@@ -61,12 +63,16 @@ struct Plain {  // dout[r, c]: a bias's gradient, LayerNorm's db
 struct Centered {  // dout[r, c] (x[r, c] - mean[r]) rstd[r]: LayerNorm's dw
   const float *dout, *x, *mean, *rstd;
   int64_t C;
-  __device__ float operator()(int64_t r, int64_t c) const { return dout[r * C + c] * ((x[r * C + c] - mean[r]) * rstd[r]); }
+  __device__ float operator()(int64_t r, int64_t c) const {
+    return dout[r * C + c] * ((x[r * C + c] - mean[r]) * rstd[r]);
+  }
 };
 struct Scaled {  // dout[r, c] x[r, c] rstd[r]: RMSNorm's dw
   const float *dout, *x, *rstd;
   int64_t C;
-  __device__ float operator()(int64_t r, int64_t c) const { return dout[r * C + c] * (x[r * C + c] * rstd[r]); }
+  __device__ float operator()(int64_t r, int64_t c) const {
+    return dout[r * C + c] * (x[r * C + c] * rstd[r]);
+  }
 };
 
 }  // namespace loom::cuda::columns

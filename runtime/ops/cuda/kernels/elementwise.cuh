@@ -16,23 +16,29 @@ namespace loom::cuda::elementwise {
 // gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
 constexpr float kGeluK = 0.7978845608028654f;
 struct Gelu {
-  __device__ float operator()(float x) const { return 0.5f * x * (1.f + tanhf(kGeluK * (x + 0.044715f * x * x * x))); }
+  __device__ float operator()(float x) const {
+    return 0.5f * x * (1.f + tanhf(kGeluK * (x + 0.044715f * x * x * x)));
+  }
 };
 // dinp = dout (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2))
 struct GeluGrad {
   __device__ float operator()(float x, float dout) const {
     const float th = tanhf(kGeluK * (x + 0.044715f * x * x * x));
-    return dout * (0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * kGeluK * (1.f + 3.f * 0.044715f * x * x));
+    return dout * (0.5f * (1.f + th) +
+                   0.5f * x * (1.f - th * th) * kGeluK * (1.f + 3.f * 0.044715f * x * x));
   }
 };
 // gelu_erf(x) = 0.5 x (1 + erf(x / sqrt 2))
 struct GeluErf {
-  __device__ float operator()(float x) const { return 0.5f * x * (1.f + erff(x * 0.7071067811865476f)); }
+  __device__ float operator()(float x) const {
+    return 0.5f * x * (1.f + erff(x * 0.7071067811865476f));
+  }
 };
 // dinp = dout (0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi))
 struct GeluErfGrad {
   __device__ float operator()(float x, float dout) const {
-    return dout * (0.5f * (1.f + erff(x * 0.7071067811865476f)) + x * 0.3989422804014327f * expf(-0.5f * x * x));
+    return dout * (0.5f * (1.f + erff(x * 0.7071067811865476f)) +
+                   x * 0.3989422804014327f * expf(-0.5f * x * x));
   }
 };
 struct Add {
@@ -63,8 +69,10 @@ __global__ void zip_k(float* out, const float* a, const float* b, int64_t n, boo
   const int64_t i = 4 * (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x);
   if (i >= n) return;
   if (vec && i + 4 <= n) {
-    const float4 x = *reinterpret_cast<const float4*>(a + i), y = *reinterpret_cast<const float4*>(b + i);
-    *reinterpret_cast<float4*>(out + i) = float4{f(x.x, y.x), f(x.y, y.y), f(x.z, y.z), f(x.w, y.w)};
+    const float4 x = *reinterpret_cast<const float4*>(a + i),
+                 y = *reinterpret_cast<const float4*>(b + i);
+    *reinterpret_cast<float4*>(out + i) =
+        float4{f(x.x, y.x), f(x.y, y.y), f(x.z, y.z), f(x.w, y.w)};
     return;
   }
   for (int64_t j = i; j < n && j < i + 4; ++j) out[j] = f(a[j], b[j]);
@@ -85,8 +93,8 @@ __global__ void bias_add_k(float* out, const float* bias, int64_t N, int64_t C, 
 }
 
 // out[bt, c] = wte[tok[bt], c] + wpe[t, c]
-__global__ void embedding_fwd_k(float* out, const int32_t* tok, const float* wte, const float* wpe, int64_t BT,
-                                int64_t T, int64_t C) {
+__global__ void embedding_fwd_k(float* out, const int32_t* tok, const float* wte, const float* wpe,
+                                int64_t BT, int64_t T, int64_t C) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= BT * C) return;
   const int64_t bt = i / C, c = i % C;
@@ -94,8 +102,8 @@ __global__ void embedding_fwd_k(float* out, const int32_t* tok, const float* wte
 }
 
 // dwte[tok[bt], c] += dout[bt, c]; dwpe[t, c] += dout[bt, c] (atomics: a token repeats in a batch)
-__global__ void embedding_bwd_k(float* dwte, float* dwpe, const float* dout, const int32_t* tok, int64_t BT,
-                                int64_t T, int64_t C) {
+__global__ void embedding_bwd_k(float* dwte, float* dwpe, const float* dout, const int32_t* tok,
+                                int64_t BT, int64_t T, int64_t C) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= BT * C) return;
   const int64_t bt = i / C, c = i % C;
@@ -115,7 +123,8 @@ __global__ void swiglu_fwd_k(float* out, const float* inp, int64_t N, int64_t F)
 }
 
 // dg = dout u s (1 + g (1 - s)), du = dout g s, s = sigmoid(g)
-__global__ void swiglu_bwd_k(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
+__global__ void swiglu_bwd_k(float* dinp, const float* inp, const float* dout, int64_t N,
+                             int64_t F) {
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (k >= N * F) return;
   const int64_t i = k / F, j = k % F;
@@ -136,11 +145,14 @@ void map(Go& go, float* out, const float* in, int64_t n, F f) {
 }
 template <class Go, class F>
 void zip(Go& go, float* out, const float* a, const float* b, int64_t n, F f) {
-  if (n > 0) go(LOOM_KERNEL(zip_k<F>), by4(n), out, a, b, n, aligned(out) && aligned(a) && aligned(b), f);
+  if (n > 0)
+    go(LOOM_KERNEL(zip_k<F>), by4(n), out, a, b, n, aligned(out) && aligned(a) && aligned(b), f);
 }
 template <class Go>
 void bias_add(Go& go, float* out, const float* bias, int64_t N, int64_t C) {
-  if (N * C > 0) go(LOOM_KERNEL(bias_add_k), by4(N * C), out, bias, N, C, C % 4 == 0 && aligned(out) && aligned(bias));
+  if (N * C > 0)
+    go(LOOM_KERNEL(bias_add_k), by4(N * C), out, bias, N, C,
+       C % 4 == 0 && aligned(out) && aligned(bias));
 }
 // dbias[c] += sum_r dout[r, c]
 template <class Go>
@@ -148,14 +160,16 @@ void bias_bwd(Go& go, float* dbias, const float* dout, int64_t N, int64_t C) {
   columns::add_sums(go, dbias, columns::Plain{dout, C}, N, C);
 }
 template <class Go>
-void embedding_fwd(Go& go, float* out, const int32_t* tok, const float* wte, const float* wpe, int64_t B, int64_t T,
-                   int64_t C) {
-  if (B * T * C > 0) go(LOOM_KERNEL(embedding_fwd_k), by1(B * T * C), out, tok, wte, wpe, B * T, T, C);
+void embedding_fwd(Go& go, float* out, const int32_t* tok, const float* wte, const float* wpe,
+                   int64_t B, int64_t T, int64_t C) {
+  if (B * T * C > 0)
+    go(LOOM_KERNEL(embedding_fwd_k), by1(B * T * C), out, tok, wte, wpe, B * T, T, C);
 }
 template <class Go>
-void embedding_bwd(Go& go, float* dwte, float* dwpe, const float* dout, const int32_t* tok, int64_t B, int64_t T,
-                   int64_t C) {
-  if (B * T * C > 0) go(LOOM_KERNEL(embedding_bwd_k), by1(B * T * C), dwte, dwpe, dout, tok, B * T, T, C);
+void embedding_bwd(Go& go, float* dwte, float* dwpe, const float* dout, const int32_t* tok,
+                   int64_t B, int64_t T, int64_t C) {
+  if (B * T * C > 0)
+    go(LOOM_KERNEL(embedding_bwd_k), by1(B * T * C), dwte, dwpe, dout, tok, B * T, T, C);
 }
 template <class Go>
 void swiglu_fwd(Go& go, float* out, const float* inp, int64_t N, int64_t F) {

@@ -11,11 +11,13 @@ namespace loom::cuda::norms {
 constexpr float kEps = 1e-5f;
 constexpr int kRowsPerBlock = kBlock / kWarp;
 
-inline Shape rows_shape(int64_t N) { return Shape{dim3(blocks_for(N, kRowsPerBlock)), dim3(kBlock)}; }
+inline Shape rows_shape(int64_t N) {
+  return Shape{dim3(blocks_for(N, kRowsPerBlock)), dim3(kBlock)};
+}
 
 // mean = sum(x)/C, var = sum((x - mean)^2)/C, rstd = 1/sqrt(var + eps), out = (x - mean) rstd w + b
-__global__ void layernorm_fwd_k(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                                const float* b, int64_t N, int64_t C, float eps) {
+__global__ void layernorm_fwd_k(float* out, float* mean, float* rstd, const float* inp,
+                                const float* w, const float* b, int64_t N, int64_t C, float eps) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= N) return;
@@ -26,13 +28,14 @@ __global__ void layernorm_fwd_k(float* out, float* mean, float* rstd, const floa
   float v = 0.f;
   for (int64_t c = lane; c < C; c += kWarp) v += (x[c] - m) * (x[c] - m);
   const float r = rsqrtf(warp_sum(v) / C + eps);
-  for (int64_t c = lane; c < C; c += kWarp) out[row * C + c] = (x[c] - m) * r * w[c] + (b ? b[c] : 0.f);
+  for (int64_t c = lane; c < C; c += kWarp)
+    out[row * C + c] = (x[c] - m) * r * w[c] + (b ? b[c] : 0.f);
   if (lane == 0) mean[row] = m, rstd[row] = r;
 }
 
 // xhat = (x - mean) rstd, g = dout w: dx = rstd (g - mean(g) - xhat mean(g xhat))
-__global__ void layernorm_dinp_k(float* dinp, const float* dout, const float* inp, const float* w, const float* mean,
-                                 const float* rstd, int64_t N, int64_t C) {
+__global__ void layernorm_dinp_k(float* dinp, const float* dout, const float* inp, const float* w,
+                                 const float* mean, const float* rstd, int64_t N, int64_t C) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= N) return;
@@ -51,8 +54,8 @@ __global__ void layernorm_dinp_k(float* dinp, const float* dout, const float* in
 }
 
 // rstd = 1/sqrt(mean(x^2) + eps), out = x rstd w
-__global__ void rmsnorm_fwd_k(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
-                              float eps) {
+__global__ void rmsnorm_fwd_k(float* out, float* rstd, const float* inp, const float* w, int64_t N,
+                              int64_t C, float eps) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= N) return;
@@ -65,8 +68,8 @@ __global__ void rmsnorm_fwd_k(float* out, float* rstd, const float* inp, const f
 }
 
 // xhat = x rstd, g = dout w: dx = rstd (g - xhat mean(g xhat))
-__global__ void rmsnorm_dinp_k(float* dinp, const float* dout, const float* inp, const float* w, const float* rstd,
-                               int64_t N, int64_t C) {
+__global__ void rmsnorm_dinp_k(float* dinp, const float* dout, const float* inp, const float* w,
+                               const float* rstd, int64_t N, int64_t C) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= N) return;
@@ -75,20 +78,21 @@ __global__ void rmsnorm_dinp_k(float* dinp, const float* dout, const float* inp,
   float gx = 0.f;
   for (int64_t c = lane; c < C; c += kWarp) gx += d[c] * w[c] * x[c] * r;
   const float gx_mean = warp_sum(gx) / C;
-  for (int64_t c = lane; c < C; c += kWarp) dinp[row * C + c] = r * (d[c] * w[c] - x[c] * r * gx_mean);
+  for (int64_t c = lane; c < C; c += kWarp)
+    dinp[row * C + c] = r * (d[c] * w[c] - x[c] * r * gx_mean);
 }
 
 // ---- launch sequences ----
 
 template <class Go>
-void layernorm_fwd(Go& go, float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
-                   int64_t N, int64_t C, float eps) {
+void layernorm_fwd(Go& go, float* out, float* mean, float* rstd, const float* inp, const float* w,
+                   const float* b, int64_t N, int64_t C, float eps) {
   if (N > 0) go(LOOM_KERNEL(layernorm_fwd_k), rows_shape(N), out, mean, rstd, inp, w, b, N, C, eps);
 }
 
 template <class Go>
-void layernorm_bwd(Go& go, float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                   const float* mean, const float* rstd, int64_t N, int64_t C) {
+void layernorm_bwd(Go& go, float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                   const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
   if (N <= 0) return;
   go(LOOM_KERNEL(layernorm_dinp_k), rows_shape(N), dinp, dout, inp, w, mean, rstd, N, C);
   columns::add_sums(go, dw, columns::Centered{dout, inp, mean, rstd, C}, N, C);
@@ -96,13 +100,14 @@ void layernorm_bwd(Go& go, float* dinp, float* dw, float* db, const float* dout,
 }
 
 template <class Go>
-void rmsnorm_fwd(Go& go, float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps) {
+void rmsnorm_fwd(Go& go, float* out, float* rstd, const float* inp, const float* w, int64_t N,
+                 int64_t C, float eps) {
   if (N > 0) go(LOOM_KERNEL(rmsnorm_fwd_k), rows_shape(N), out, rstd, inp, w, N, C, eps);
 }
 
 template <class Go>
-void rmsnorm_bwd(Go& go, float* dinp, float* dw, const float* dout, const float* inp, const float* w,
-                 const float* rstd, int64_t N, int64_t C) {
+void rmsnorm_bwd(Go& go, float* dinp, float* dw, const float* dout, const float* inp,
+                 const float* w, const float* rstd, int64_t N, int64_t C) {
   if (N <= 0) return;
   go(LOOM_KERNEL(rmsnorm_dinp_k), rows_shape(N), dinp, dout, inp, w, rstd, N, C);
   columns::add_sums(go, dw, columns::Scaled{dout, inp, rstd, C}, N, C);

@@ -27,7 +27,9 @@ __device__ T fold_block(SharedPtr<T> part, T v, Op op) {
   part[threadIdx.x] = v;
   __syncthreads();
   for (unsigned w = kBlock / 2; w > 0; w /= 2) {
-    if (threadIdx.x < w) part[threadIdx.x] = op(static_cast<T>(part[threadIdx.x]), static_cast<T>(part[threadIdx.x + w]));
+    if (threadIdx.x < w)
+      part[threadIdx.x] =
+          op(static_cast<T>(part[threadIdx.x]), static_cast<T>(part[threadIdx.x + w]));
     __syncthreads();
   }
   return part[0];
@@ -36,7 +38,9 @@ struct SumD {
   __device__ double operator()(double a, double b) const { return a + b; }
 };
 struct SumU {
-  __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const { return a + b; }
+  __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const {
+    return a + b;
+  }
 };
 struct MaxU {
   __device__ unsigned operator()(unsigned a, unsigned b) const { return a > b ? a : b; }
@@ -64,7 +68,8 @@ __global__ void fold_sum_k(double* out, const double* partial, int64_t count) {
 
 // Per block: max |x| over its share (|x| >= 0, so the order of the bits is the order of the
 // values) and the count of NaNs.
-__global__ void amax_k(unsigned* amax_part, unsigned long long* nan_part, const float* x, int64_t n) {
+__global__ void amax_k(unsigned* amax_part, unsigned long long* nan_part, const float* x,
+                       int64_t n) {
   LOOM_SHARED(unsigned, top, kBlock);
   LOOM_SHARED(unsigned long long, nans, kBlock);
   unsigned m = 0;
@@ -72,8 +77,10 @@ __global__ void amax_k(unsigned* amax_part, unsigned long long* nan_part, const 
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const unsigned a = __float_as_uint(x[i]) & 0x7fffffffu;
-    if (a > 0x7f800000u) ++c;
-    else m = a > m ? a : m;
+    if (a > 0x7f800000u)
+      ++c;
+    else
+      m = a > m ? a : m;
   }
   m = fold_block(top, m, MaxU{});
   c = fold_block(nans, c, SumU{});
@@ -146,7 +153,8 @@ __global__ void quantize_k(float* x, int64_t n, NarrowFormat f, float scale, flo
 }
 
 // One block: the statistics from the partials (clip_part null: no cast ran).
-__global__ void cast_stats_k(CastStats* out, const unsigned* amax_part, const unsigned long long* nan_part,
+__global__ void cast_stats_k(CastStats* out, const unsigned* amax_part,
+                             const unsigned long long* nan_part,
                              const unsigned long long* clip_part, int64_t blocks) {
   if (threadIdx.x != 0) return;
   unsigned m = 0;
@@ -172,12 +180,13 @@ void sum_squares(Go& go, double* out, const float* x, int64_t n) {
   const unsigned blocks = grid_for(n);
   double* partial = go.template workspace<double>(blocks);
   go(LOOM_KERNEL(sum_squares_k), Shape{dim3(blocks), dim3(kBlock)}, partial, x, n);
-  go(LOOM_KERNEL(fold_sum_k), Shape{dim3(1), dim3(kBlock)}, out, static_cast<const double*>(partial),
-     static_cast<int64_t>(blocks));
+  go(LOOM_KERNEL(fold_sum_k), Shape{dim3(1), dim3(kBlock)}, out,
+     static_cast<const double*>(partial), static_cast<int64_t>(blocks));
 }
 
 // The format of a dtype; man < 0: not a narrow format (statistics only).
-inline NarrowFormat narrow_format(int32_t dtype, int32_t bf16, int32_t f16, int32_t e4m3, int32_t e5m2) {
+inline NarrowFormat narrow_format(int32_t dtype, int32_t bf16, int32_t f16, int32_t e4m3,
+                                  int32_t e5m2) {
   if (dtype == bf16) return {7, -126, 3.38953139e38f, true, false, true};
   if (dtype == f16) return {10, -14, 65504.f, true, false, false};
   if (dtype == e4m3) return {3, -6, 448.f, false, true, false};
@@ -191,13 +200,14 @@ void quantize(Go& go, CastStats* out, float* x, int64_t n, NarrowFormat f, float
   const unsigned blocks = grid_for(n);
   unsigned* amax_part = go.template workspace<unsigned>(blocks);
   unsigned long long* nan_part = go.template workspace<unsigned long long>(blocks);
-  unsigned long long* clip_part = f.man >= 0 ? go.template workspace<unsigned long long>(blocks) : nullptr;
+  unsigned long long* clip_part =
+      f.man >= 0 ? go.template workspace<unsigned long long>(blocks) : nullptr;
   const Shape s{dim3(blocks), dim3(kBlock)};
   go(LOOM_KERNEL(amax_k), s, amax_part, nan_part, static_cast<const float*>(x), n);
   if (clip_part) go(LOOM_KERNEL(quantize_k), s, x, n, f, scale, 1.f / scale, clip_part);
-  go(LOOM_KERNEL(cast_stats_k), Shape{dim3(1), dim3(kWarp)}, out, static_cast<const unsigned*>(amax_part),
-     static_cast<const unsigned long long*>(nan_part), static_cast<const unsigned long long*>(clip_part),
-     static_cast<int64_t>(blocks));
+  go(LOOM_KERNEL(cast_stats_k), Shape{dim3(1), dim3(kWarp)}, out,
+     static_cast<const unsigned*>(amax_part), static_cast<const unsigned long long*>(nan_part),
+     static_cast<const unsigned long long*>(clip_part), static_cast<int64_t>(blocks));
 }
 
 }  // namespace loom::cuda::reductions

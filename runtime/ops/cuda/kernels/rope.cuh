@@ -9,8 +9,8 @@
 namespace loom::cuda::rope {
 
 // x'[i] = x[i] cos - x[i+D/2] (sign sin), x'[i+D/2] = x[i+D/2] cos + x[i] (sign sin)
-__global__ void rope_k(float* x, int64_t ld, int64_t rows, int64_t T, int64_t heads, int64_t D, const float* cos,
-                       const float* sin, int64_t pos0, float sign) {
+__global__ void rope_k(float* x, int64_t ld, int64_t rows, int64_t T, int64_t heads, int64_t D,
+                       const float* cos, const float* sin, int64_t pos0, float sign) {
   const int64_t half = D / 2;
   const int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (n >= rows * heads * half) return;
@@ -25,11 +25,12 @@ __global__ void rope_k(float* x, int64_t ld, int64_t rows, int64_t T, int64_t he
 
 // sign 1: forward; -1: the inverse rotation (backward).
 template <class Go>
-void run(Go& go, float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
-         const float* sin, int64_t pos0, float sign) {
+void run(Go& go, float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+         const float* cos, const float* sin, int64_t pos0, float sign) {
   const int64_t n = B * T * heads * (D / 2);
   if (n > 0)
-    go(LOOM_KERNEL(rope_k), Shape{dim3(blocks_for(n)), dim3(kBlock)}, x, ld, B * T, T, heads, D, cos, sin, pos0, sign);
+    go(LOOM_KERNEL(rope_k), Shape{dim3(blocks_for(n)), dim3(kBlock)}, x, ld, B * T, T, heads, D,
+       cos, sin, pos0, sign);
 }
 
 }  // namespace loom::cuda::rope

@@ -31,8 +31,8 @@ __device__ inline void block_lse(float& m, float& s, SharedPtr<float> ms) {
   }
 }
 
-__global__ void softmax_xent_k(float* logits, float* losses, const int32_t* targets, int64_t V, int64_t V_real,
-                               float dloss) {
+__global__ void softmax_xent_k(float* logits, float* losses, const int32_t* targets, int64_t V,
+                               int64_t V_real, float dloss) {
   LOOM_SHARED(float, ms, 2 * kBlock / kWarp);
   const int64_t row = blockIdx.x;
   float* z = logits + row * V;
@@ -47,8 +47,10 @@ __global__ void softmax_xent_k(float* logits, float* losses, const int32_t* targ
   float m = -FLT_MAX, s = 0.f;
   for (int64_t j = threadIdx.x; j < V_real; j += blockDim.x) {
     const float x = z[j];
-    if (x > m) s = s * expf(m - x) + 1.f, m = x;
-    else s += expf(x - m);
+    if (x > m)
+      s = s * expf(m - x) + 1.f, m = x;
+    else
+      s += expf(x - m);
   }
   block_lse(m, s, ms);
   const float lse = m + logf(s);
@@ -59,11 +61,11 @@ __global__ void softmax_xent_k(float* logits, float* losses, const int32_t* targ
 }
 
 template <class Go>
-void run(Go& go, float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t V_real,
-         float dloss) {
+void run(Go& go, float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+         int64_t V_real, float dloss) {
   if (N > 0)
-    go(LOOM_KERNEL(softmax_xent_k), Shape{dim3(static_cast<unsigned>(N)), dim3(kBlock)}, logits, losses, targets, V,
-       V_real, dloss);
+    go(LOOM_KERNEL(softmax_xent_k), Shape{dim3(static_cast<unsigned>(N)), dim3(kBlock)}, logits,
+       losses, targets, V, V_real, dloss);
 }
 
 }  // namespace loom::cuda::xent
