@@ -348,7 +348,11 @@ TEST_CASE("CUDA softmax cross-entropy, AdamW (one tensor and several) and quanti
                     std::vector<float*>{hm[0].data(), hm[1].data(), hm[2].data(), hm[3].data()}.data(),
                     std::vector<float*>{hv[0].data(), hv[1].data(), hv[2].data(), hv[3].data()}.data(), numel.data(),
                     wd.data(), 1e-3f, 0.9f, 0.95f, 1e-8f, 7);
-  for (size_t i = 0; i < numel.size(); ++i) close(dp[i].host(), hp[i], 1e-5f, 1e-7f, "adamw_multi params");
+  for (size_t i = 0; i < numel.size(); ++i) {
+    close(dp[i].host(), hp[i], 1e-5f, 1e-7f, "adamw_multi params");
+    close(dm[i].host(), hm[i], 1e-5f, 1e-9f, "adamw_multi m");
+    close(dv[i].host(), hv[i], 1e-5f, 1e-9f, "adamw_multi v");
+  }
 
   for (int32_t dtype : {LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3, LOOM_FP8_E5M2})
     for (float scale : {2.f, 3.f}) {  // 3: 1/scale is not exact, so the order of operations shows

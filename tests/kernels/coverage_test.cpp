@@ -17,7 +17,10 @@ namespace {
 
 // name -> the file that defines it, for every __global__ function under the source folders.
 std::set<std::pair<std::string, std::string>> kernels_in_sources() {
-  const std::regex global(R"(__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\()");
+  // __global__ [static] [__launch_bounds__(...)] void [__launch_bounds__(...)] name(
+  const std::regex global(
+      R"(__global__\s+(?:static\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+)"
+      R"((?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\()");
   std::set<std::pair<std::string, std::string>> found;
   for (const char* dir : {"runtime", "plugins", "models", "sdk"}) {
     for (const auto& e : fs::recursive_directory_iterator(fs::path(LOOM_SOURCE_DIR) / dir)) {
@@ -38,6 +41,12 @@ std::set<std::pair<std::string, std::string>> kernels_in_sources() {
 TEST_CASE("every __global__ kernel in the tree runs in a harness case") {
   const auto kernels = kernels_in_sources();
   REQUIRE(kernels.size() >= 20);  // the scan finds the tree's kernels at all
+  std::set<std::string> names;
+  for (const auto& k : kernels) {
+    CAPTURE(k.second);
+    CHECK_MESSAGE(names.insert(k.first).second,
+                  k.first << " is defined twice: the log could not tell them apart");
+  }
   loom::test::TempDir dir;
   const fs::path log = dir.path / "launched.txt";
   const auto run =
@@ -52,5 +61,20 @@ TEST_CASE("every __global__ kernel in the tree runs in a harness case") {
     CAPTURE(file);
     CHECK_MESSAGE(launched.count(name) == 1,
                   name << " (" << file << ") has no case in tests/kernels");
+  }
+}
+
+// The kernels that must not contend on an address: attention, the norms, the column sums (norm
+// and bias gradients) and the reductions (amax, sum of squares) use no atomic at all.
+TEST_CASE("the attention, norm, column-sum and reduction kernels use no atomics") {
+  for (const char* file : {"attention.cuh", "norms.cuh", "columns.cuh", "reductions.cuh"}) {
+    CAPTURE(file);
+    std::istringstream text(
+        loom::test::read_text(fs::path(LOOM_SOURCE_DIR) / "runtime/ops/cuda/kernels" / file));
+    std::string code;
+    for (std::string line; std::getline(text, line);)
+      code += line.substr(0, line.find("//")) + "\n";
+    REQUIRE(code.size() > 500);
+    CHECK(code.find("atomic") == std::string::npos);
   }
 }

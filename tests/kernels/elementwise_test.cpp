@@ -69,7 +69,7 @@ TEST_CASE(
 TEST_CASE(
     "CUDA bias add and bias gradient on the CPU: widths a multiple of 4 and not, partial chunks") {
   loom::kh::HostGo go;
-  for (int64_t C : {64, 30}) {
+  for (int64_t C : {64, 30, 260}) {  // 260: two blocks of columns to fold
     for (int64_t N : {5, 300}) {
       CAPTURE(C);
       CAPTURE(N);

@@ -8,6 +8,7 @@
 
 #include "ops/cuda/device.cuh"
 #include "ops/cuda/host/host_go.hpp"
+#include "support/process.hpp"
 
 using loom::cuda::Shape;
 using loom::cuda::SharedPtr;
@@ -82,6 +83,35 @@ __global__ void warp_ordered_k(float* out) {
   part[threadIdx.x] = static_cast<float>(threadIdx.x);
   __syncwarp();
   out[threadIdx.x] = part[threadIdx.x ^ 1];
+}
+
+// The tree sum with the barrier inside the loop missing: thread t reads part[t + w] while thread
+// t + w may not have written its own sum into it yet.
+__global__ void tree_without_barrier_k(float* out) {
+  LOOM_SHARED(float, part, 64);
+  part[threadIdx.x] = 1.f;
+  __syncthreads();
+  for (unsigned w = 32; w > 0; w /= 2)
+    if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+  __syncthreads();
+  out[threadIdx.x] = part[0];
+}
+
+// A shuffle exchanges values, not memory: lane l reads what lane l ^ 1 wrote after a shuffle only.
+__global__ void shuffle_is_no_fence_k(float* out) {
+  LOOM_SHARED(float, part, 32);
+  part[threadIdx.x] = static_cast<float>(threadIdx.x);
+  const float v = __shfl_xor_sync(0xffffffffu, 1.f, 1);
+  out[threadIdx.x] = part[threadIdx.x ^ 1] + v;
+}
+
+// Two parts carved from a dynamic array, the second running past its end.
+__global__ void carve_past_end_k(float* out) {
+  LOOM_DYNAMIC_SHARED(float, smem);
+  loom::cuda::SharedPtr<float> a = loom::cuda::carve(smem, 0, 8, "a"),
+                               b = loom::cuda::carve(smem, 8, 16, "b");
+  a[threadIdx.x] = 1.f;
+  out[threadIdx.x] = a[threadIdx.x] + (threadIdx.x < 8 ? static_cast<float>(b[threadIdx.x]) : 0.f);
 }
 
 std::string error_of_launch(void (*kernel)(float*), unsigned threads) {
@@ -159,5 +189,46 @@ TEST_CASE("kernel harness: a warp intrinsic whose mask names a returned lane is 
 TEST_CASE("kernel harness: an index outside a shared array is reported and not performed") {
   const std::string e = error_of_launch(shared_overflow_k, 16);
   CHECK(e.find("thread 8 (8,0,0) writes part[8], outside its 8 elements of shared memory") !=
+        std::string::npos);
+}
+
+TEST_CASE("kernel harness: a tree reduction without its barrier is a race, read before written") {
+  const std::string e = error_of_launch(tree_without_barrier_k, 64);
+  CHECK(e.find("race on shared memory") != std::string::npos);
+  CHECK(e.find("writes part[") != std::string::npos);
+}
+
+TEST_CASE("kernel harness: a shuffle does not order shared memory between lanes, __syncwarp does") {
+  const std::string e = error_of_launch(shuffle_is_no_fence_k, 32);
+  CHECK(
+      e.find("thread 0 (0,0,0) reads part[1], which thread 1 wrote with no barrier between them") !=
+      std::string::npos);
+}
+
+TEST_CASE("kernel harness: a part carved past the end of dynamic shared memory is named") {
+  std::vector<float> out(8);
+  loom::kh::HostGo go;
+  const std::string e = loom::test::error_of([&] {
+    go(LOOM_KERNEL(carve_past_end_k), Shape{dim3(1), dim3(8), 20 * sizeof(float)}, out.data());
+  });
+  CHECK(e.find("a part of 16 elements at 8 of smem, which has 20 elements there") !=
+        std::string::npos);
+}
+
+TEST_CASE(
+    "kernel harness: a launch a GPU refuses is refused: grid y past 65535, 2048 threads, 200 KiB "
+    "of shared memory") {
+  std::vector<float> out(1);
+  loom::kh::HostGo go;
+  auto launch = [&](Shape s) {
+    return loom::test::error_of([&] {
+      go("tree_sum_k", tree_sum_k, s, out.data(), static_cast<const float*>(out.data()), 0);
+    });
+  };
+  CHECK(launch(Shape{dim3(1, 70000), dim3(64)})
+            .find("a GPU refuses this launch: a grid of 1x70000x1 blocks") != std::string::npos);
+  CHECK(launch(Shape{dim3(1), dim3(2048)}).find("a block of 2048x1x1 threads") !=
+        std::string::npos);
+  CHECK(launch(Shape{dim3(1), dim3(64), 200 << 10}).find("204800 bytes of dynamic shared memory") !=
         std::string::npos);
 }

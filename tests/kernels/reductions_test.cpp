@@ -25,9 +25,10 @@ rd::NarrowFormat format(int32_t dtype) {
 
 }  // namespace
 
-TEST_CASE("CUDA sum of squares on the CPU: one partial block, several, and none") {
+TEST_CASE(
+    "CUDA sum of squares on the CPU: none, one partial block, several, and past 1024 blocks") {
   loom::kh::HostGo go;
-  for (int64_t n : {0, 100, 5000}) {
+  for (int64_t n : {0, 100, 5000, 270000}) {  // 270000: 1024 blocks, each thread striding
     CAPTURE(n);
     const std::vector<float> x = randn(n + 1, 1);
     double* total = go.workspace<double>(1);
@@ -37,22 +38,23 @@ TEST_CASE("CUDA sum of squares on the CPU: one partial block, several, and none"
   }
 }
 
-TEST_CASE(
-    "CUDA quantize on the CPU: bit for bit with the CPU for bf16, fp16 and both fp8, with amax and "
-    "counts") {
+namespace {
+
+void check_quantize(int64_t n) {
+  CAPTURE(n);
   loom::kh::HostGo go;
-  std::vector<float> x = randn(3000, 2, 100.f);
-  x[7] = 1e6f, x[8] = -3e38f, x[9] = INFINITY,
-  x[10] = 1e-9f;  // clipped in fp8 and fp16; inf; subnormal
+  std::vector<float> x = randn(n, 2, 100.f);
+  x[7] = 1e6f, x[8] = -3e38f;      // clipped in fp8 and fp16
+  x[9] = INFINITY, x[10] = 1e-9f;  // inf; subnormal in the narrow formats
   for (int32_t dtype : {LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3, LOOM_FP8_E5M2}) {
     CAPTURE(dtype);
     for (float scale : {1.f, 0.01f}) {
       std::vector<float> a = x, b = x;
       rd::CastStats* stats = go.workspace<rd::CastStats>(1);
-      rd::quantize(go, stats, a.data(), static_cast<int64_t>(a.size()), format(dtype), scale);
+      rd::quantize(go, stats, a.data(), n, format(dtype), scale);
       float amax = 0;
       int64_t clipped = -1;
-      loom::cpu::quantize(b.data(), static_cast<int64_t>(b.size()), dtype, scale, &amax, &clipped);
+      loom::cpu::quantize(b.data(), n, dtype, scale, &amax, &clipped);
       CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
       CHECK(stats->amax == amax);
       CHECK(static_cast<int64_t>(stats->clips) == clipped);
@@ -61,17 +63,13 @@ TEST_CASE(
   }
   x[11] = NAN;
   rd::CastStats* stats = go.workspace<rd::CastStats>(1);
-  rd::quantize(go, stats, x.data(), static_cast<int64_t>(x.size()), format(-1),
-               1.f);  // statistics only
+  rd::quantize(go, stats, x.data(), n, format(-1), 1.f);  // statistics only
   CHECK(stats->nans == 1);
   CHECK(stats->amax == INFINITY);
   CHECK(stats->clips == 0);
 }
 
-TEST_CASE(
-    "CUDA multi-tensor AdamW on the CPU: tensors of several chunks, one element and none, decay "
-    "per tensor") {
-  const std::vector<int64_t> numel = {5, 40000, 1, 0, 333};  // 40000: 3 chunks, the last partial
+void check_adamw(const std::vector<int64_t>& numel, const std::vector<float>& wd) {
   std::vector<std::vector<float>> p, g, m, v;
   for (size_t t = 0; t < numel.size(); ++t) {
     p.push_back(randn(numel[t], 10 + t)), g.push_back(randn(numel[t], 20 + t));
@@ -79,12 +77,12 @@ TEST_CASE(
     for (float& x : v.back()) x = x * x;
   }
   auto pc = p, mc = m, vc = v;
-  const std::vector<float> wd = {0.1f, 0.f, 0.1f, 0.1f, 0.05f};
   std::vector<float*> pp, mp, vp;
   std::vector<const float*> gp;
-  for (size_t t = 0; t < numel.size(); ++t)
-    pp.push_back(p[t].data()), gp.push_back(g[t].data()), mp.push_back(m[t].data()),
-        vp.push_back(v[t].data());
+  for (size_t t = 0; t < numel.size(); ++t) {
+    pp.push_back(p[t].data()), gp.push_back(g[t].data());
+    mp.push_back(m[t].data()), vp.push_back(v[t].data());
+  }
   loom::kh::HostGo go;
   loom::cuda::adam::run(go, static_cast<int64_t>(numel.size()), pp.data(), gp.data(), mp.data(),
                         vp.data(), numel.data(), wd.data(), 1e-3f, 0.9f, 0.95f, 1e-8f, 7);
@@ -96,4 +94,21 @@ TEST_CASE(
     CHECK(distance(m[t], mc[t]) < 1e-6);
     CHECK(distance(v[t], vc[t]) < 1e-6);
   }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "CUDA quantize on the CPU: bit for bit with the CPU in every narrow format, with amax and "
+    "counts") {
+  check_quantize(3000);   // 12 blocks, the last partial
+  check_quantize(20000);  // 79 blocks, the last partial
+}
+
+TEST_CASE(
+    "CUDA multi-tensor AdamW on the CPU: tensors of several chunks, one element and none, decay "
+    "per tensor") {
+  check_adamw({5, 40000, 1, 0, 333},
+              {0.1f, 0.f, 0.1f, 0.1f, 0.05f});  // 40000: 3 chunks, the last partial
+  check_adamw({16384, 16385}, {0.f, 0.2f});     // a whole chunk, and one more element
 }

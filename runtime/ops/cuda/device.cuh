@@ -12,6 +12,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
@@ -20,7 +22,13 @@
 namespace loom::cuda {
 template <class T>
 using SharedPtr = T*;
+// n elements from offset of a shared array, as an array of their own (the harness names them and
+// checks their bounds; on the GPU a pointer).
+template <class T>
+__device__ inline T* carve(T* from, int64_t offset, int64_t, const char*) {
+  return from + offset;
 }
+}  // namespace loom::cuda
 #else
 #include "ops/cuda/host/harness.hpp"
 #endif
@@ -34,8 +42,17 @@ constexpr int kBlock = 256;
 constexpr int kWarp = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-inline unsigned blocks_for(int64_t n, int64_t per_block = kBlock) {
-  return static_cast<unsigned>((n + per_block - 1) / per_block);
+inline int64_t blocks_for(int64_t n, int64_t per_block = kBlock) {
+  return (n + per_block - 1) / per_block;
+}
+
+// A one-dimensional grid of n blocks; past the x limit (2^31 - 1) is a clear error, not a
+// truncated launch.
+inline dim3 grid_of(int64_t n) {
+  if (n > 2147483647)
+    throw std::runtime_error("CUDA launch: " + std::to_string(n) +
+                             " blocks is past the grid's 2^31 - 1");
+  return dim3(static_cast<unsigned>(n));
 }
 
 // A launch's grid, block and dynamic shared memory in bytes.
@@ -52,27 +69,5 @@ __device__ inline float warp_max(float v) {
   for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
   return v;
 }
-
-// A block of kBlock threads reduces v: warps by shuffles, then warp 0 over the warps' partials
-// held in `part` (kBlock / kWarp floats); every thread gets the result. Op is a functor
-// combining two values.
-template <class Op>
-__device__ float block_reduce(float v, Op op, SharedPtr<float> part) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  for (int o = kWarp / 2; o > 0; o /= 2) v = op(v, __shfl_xor_sync(kFullMask, v, o));
-  if (lane == 0) part[warp] = v;
-  __syncthreads();
-  float r = part[0];
-  for (int w = 1; w < kBlock / kWarp; ++w) r = op(r, static_cast<float>(part[w]));
-  __syncthreads();  // part is free again when this returns
-  return r;
-}
-
-struct Sum {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
 
 }  // namespace loom::cuda

@@ -50,7 +50,8 @@ struct Access {
   uint64_t block_epoch = 0, warp_epoch = 0;
 };
 struct Track {
-  Access write, read;
+  Access write;
+  std::vector<Access> reads;  // since the block's last barrier
 };
 
 struct Launch {
@@ -203,7 +204,9 @@ bool settle_warp(Launch& L, int w) {
         g.result = L.fibers[first + src].bits;
       g.wait = Wait::running;
     }
-    ++L.warp_epoch[w];
+    // Only __syncwarp orders memory between lanes (a shuffle exchanges values, not memory), and
+    // only a whole warp's is counted: a partial group would order some lanes and not others.
+    if (f.op == WarpOp::sync && f.mask == 0xffffffffu) ++L.warp_epoch[w];
     settled = true;
   }
   return settled;
@@ -302,14 +305,28 @@ bool note(const void* at, const char* name, int64_t index, int64_t size, bool wr
     if (a.tid < 0 || a.tid == f.tid || a.block_epoch != L.block_epoch) return false;
     return a.tid / kWarpSize != warp || a.warp_epoch == L.warp_epoch[warp];
   };
-  const Access* other =
-      unordered(t.write) ? &t.write : (write && unordered(t.read) ? &t.read : nullptr);
+  const Access* other = unordered(t.write) ? &t.write : nullptr;
+  for (size_t i = 0; write && !other && i < t.reads.size(); ++i)
+    if (unordered(t.reads[i])) other = &t.reads[i];
   if (other)
     report(L, "race on shared memory: " + where(L, f) + what() + ", which thread " +
                   std::to_string(other->tid) + (other == &t.write ? " wrote" : " read") +
                   " with no barrier between them");
-  (write ? t.write : t.read) = Access{f.tid, L.block_epoch, L.warp_epoch[warp]};
+  const Access now{f.tid, L.block_epoch, L.warp_epoch[warp]};
+  if (write) {
+    t.write = now;
+  } else {
+    if (!t.reads.empty() && t.reads.front().block_epoch != L.block_epoch) t.reads.clear();
+    if (t.reads.empty() || t.reads.back().tid != f.tid) t.reads.push_back(now);
+  }
   return true;
+}
+
+void report_carve(const char* from, int64_t offset, int64_t n, int64_t left) {
+  Launch& L = *active;
+  report(L, where(L, *L.current) + ": a part of " + std::to_string(n) + " elements at " +
+                std::to_string(offset) + " of " + from + ", which has " + std::to_string(left) +
+                " elements there");
 }
 
 void* static_shared(const void* site, size_t bytes) {
@@ -323,22 +340,44 @@ void* dynamic_shared(size_t* bytes) {
   return active->dynamic.data();
 }
 
+namespace {
+
+// What a GPU refuses at launch: the grid and block limits of sm_80 and sm_90, and dynamic
+// shared memory past sm_80's opt-in maximum (163 KiB; sm_90 allows 227).
+void check_launch(const char* name, dim3 grid, dim3 block, size_t dynamic_shared) {
+  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
+  auto dims = [](dim3 d) {
+    return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" + std::to_string(d.z);
+  };
+  std::string bad;
+  if (threads == 0 || threads > 1024 || block.z > 64)
+    bad = "a block of " + dims(block) + " threads (1 to 1024, z at most 64)";
+  else if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 ||
+           grid.z > 65535)
+    bad = "a grid of " + dims(grid) + " blocks (x up to 2^31 - 1, y and z up to 65535)";
+  else if (dynamic_shared > 166912)
+    bad = std::to_string(dynamic_shared) + " bytes of dynamic shared memory (sm_80 allows 166912)";
+  if (!bad.empty())
+    throw std::runtime_error(std::string(name) + ": a GPU refuses this launch: " + bad);
+  if (active) throw std::runtime_error(std::string(name) + ": launched from inside a kernel");
+}
+
+}  // namespace
+
 void run(const char* name, dim3 grid, dim3 block, size_t dynamic_shared,
          const std::function<void()>& body) {
-  const uint64_t threads = uint64_t(block.x) * block.y * block.z;
-  if (threads == 0 || threads > 1024)
-    throw std::runtime_error(std::string(name) + ": a block of " + std::to_string(threads) +
-                             " threads (1 to 1024)");
-  if (active) throw std::runtime_error(std::string(name) + ": launched from inside a kernel");
+  check_launch(name, grid, block, dynamic_shared);
   auto L = std::make_unique<Launch>();
   L->name = name, L->body = &body, L->grid = grid, L->block = block;
-  L->fibers.resize(threads);
+  L->fibers.resize(uint64_t(block.x) * block.y * block.z);
   L->dynamic.assign(dynamic_shared, 0xff);
-  active = L.get();
+  struct Active {  // reset however the launch ends
+    explicit Active(Launch* l) { active = l; }
+    ~Active() { active = nullptr; }
+  } guard(L.get());
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) run_block(*L, dim3(x, y, z));
-  active = nullptr;
   if (const char* log = std::getenv("LOOM_KERNEL_LOG"))
     std::ofstream(log, std::ios::app) << name << "\n";
   if (L->reports.empty()) return;

@@ -59,6 +59,7 @@ uint64_t warp_exchange(WarpOp op, unsigned mask, uint64_t bits, int arg, int wid
 // against the block's accesses since the last barrier.
 bool note(const void* at, const char* name, int64_t index, int64_t size, bool write);
 void* static_shared(const void* site, size_t bytes);
+void report_carve(const char* from, int64_t offset, int64_t n, int64_t left);
 void* dynamic_shared(size_t* bytes);
 
 template <class T>
@@ -90,6 +91,12 @@ class SharedPtr {
     SharedPtr s = *this;
     s.p_ += i;
     return s;
+  }
+  // n elements from offset as an array of their own, named, checked against its own bounds.
+  SharedPtr carve(int64_t offset, int64_t n, const char* name) const {
+    const int64_t left = n_ - (p_ - base_);
+    if (offset < 0 || offset + n > left) report_carve(name_, offset, n, left);
+    return {p_ + offset, n, name};
   }
 
  private:
@@ -145,7 +152,11 @@ T from_bits(uint64_t b) {
 namespace loom::cuda {
 template <class T>
 using SharedPtr = ::loom::kh::SharedPtr<T>;
+template <class T>
+SharedPtr<T> carve(SharedPtr<T> from, int64_t offset, int64_t n, const char* name) {
+  return from.carve(offset, n, name);
 }
+}  // namespace loom::cuda
 
 inline void __syncthreads() { ::loom::kh::sync_block(); }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {

@@ -1,10 +1,10 @@
 // Causal grouped-query attention, tiled with an online softmax (FlashAttention-2, Dao 2023):
 // no Tq x Tk matrix exists and no atomics are used.
 //
-// Forward, one block per (16 queries, sequence, head); 4 warps, 4 query rows each. The block's
-// queries sit in shared memory; it walks the keys in tiles of 32 (one key per lane) up to the
-// last key its last query sees, and per row keeps a running max m, a running sum
-// l = sum exp(s - m) and acc = sum exp(s - m) v, rescaled by exp(m_old - m_new) when the max
+// Forward, one block per (16 queries, sequence, head), on a one-dimensional grid; 4 warps, 4 query
+// rows each. The block's queries sit in shared memory; it walks the keys in tiles of 32 (one key
+// per lane) up to the last key its last query sees, and per row keeps a running max m, a running
+// sum l = sum exp(s - m) and acc = sum exp(s - m) v, rescaled by exp(m_old - m_new) when the max
 // grows: out = acc / l, lse = m + log l (a row with no visible key: out 0, lse -inf).
 //
 // Backward recomputes the probabilities p = exp(s - lse) from the saved lse, with
@@ -92,11 +92,13 @@ __device__ inline float dot(SharedPtr<float> a, SharedPtr<float> b, int64_t D) {
 template <int PL>
 __global__ void __launch_bounds__(kThreads) attention_fwd_k(float* out, float* lse, Layout L) {
   LOOM_DYNAMIC_SHARED(float, smem);
-  const int64_t D = L.D, ld = D + 1;
-  SharedPtr<float> Qs = smem, Ks = Qs + kBr * D, Vs = Ks + kBc * ld, Ps = Vs + kBc * ld;
+  const int64_t D = L.D, ld = D + 1, tiles = (L.Tq + kBr - 1) / kBr;
+  SharedPtr<float> Qs = carve(smem, 0, kBr * D, "Qs"), Ks = carve(smem, kBr * D, kBc * ld, "Ks"),
+                   Vs = carve(smem, kBr * D + kBc * ld, kBc * ld, "Vs"),
+                   Ps = carve(smem, kBr * D + 2 * kBc * ld, kBr * kBc, "Ps");
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t b = blockIdx.y / L.H, h = blockIdx.y % L.H, g = h / (L.H / L.Hkv),
-                i0 = int64_t(blockIdx.x) * kBr;
+  const int64_t bh = blockIdx.x / tiles, b = bh / L.H, h = bh % L.H, g = h / (L.H / L.Hkv),
+                i0 = (blockIdx.x % tiles) * kBr;
   load_rows(Qs, D, L.q + (b * L.Tq + i0) * L.ldq + h * D, L.ldq, L.Tq - i0, kBr, D);
   float acc[kRowsPerWarp][PL] = {}, m[kRowsPerWarp], l[kRowsPerWarp];
   int64_t n[kRowsPerWarp];
@@ -159,12 +161,14 @@ __global__ void __launch_bounds__(kThreads)
     attention_dq_k(float* dq_out, const float* dout, const float* lse, const float* delta,
                    Layout L) {
   LOOM_DYNAMIC_SHARED(float, smem);
-  const int64_t D = L.D, ld = D + 1;
-  SharedPtr<float> Qs = smem, dOs = Qs + kBr * D, Ks = dOs + kBr * D, Vs = Ks + kBc * ld,
-                   Ps = Vs + kBc * ld;
+  const int64_t D = L.D, ld = D + 1, tiles = (L.Tq + kBr - 1) / kBr;
+  SharedPtr<float> Qs = carve(smem, 0, kBr * D, "Qs"), dOs = carve(smem, kBr * D, kBr * D, "dOs"),
+                   Ks = carve(smem, 2 * kBr * D, kBc * ld, "Ks"),
+                   Vs = carve(smem, 2 * kBr * D + kBc * ld, kBc * ld, "Vs"),
+                   Ps = carve(smem, 2 * kBr * D + 2 * kBc * ld, kBr * kBc, "Ps");
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t b = blockIdx.y / L.H, h = blockIdx.y % L.H, g = h / (L.H / L.Hkv),
-                i0 = int64_t(blockIdx.x) * kBr;
+  const int64_t bh = blockIdx.x / tiles, b = bh / L.H, h = bh % L.H, g = h / (L.H / L.Hkv),
+                i0 = (blockIdx.x % tiles) * kBr;
   load_rows(Qs, D, L.q + (b * L.Tq + i0) * L.ldq + h * D, L.ldq, L.Tq - i0, kBr, D);
   load_rows(dOs, D, dout + (b * L.Tq + i0) * L.H * D + h * D, L.H * D, L.Tq - i0, kBr, D);
   float dq[kRowsPerWarp][PL] = {}, lse_r[kRowsPerWarp], delta_r[kRowsPerWarp];
@@ -214,10 +218,16 @@ __global__ void __launch_bounds__(kThreads)
                      const float* delta, Layout L) {
   LOOM_DYNAMIC_SHARED(float, smem);
   const int64_t D = L.D, ld = D + 1;
-  SharedPtr<float> Ks = smem, Vs = Ks + kKeys * D, Qs = Vs + kKeys * D, dOs = Qs + kRows * ld,
-                   Pw = dOs + kRows * ld, Sw = Pw + kWarps * kRows;
+  const int64_t kv = 2 * kKeys * D, rows = kv + 2 * kRows * ld, tiles = (L.Tk + kKeys - 1) / kKeys;
+  SharedPtr<float> Ks = carve(smem, 0, kKeys * D, "Ks"),
+                   Vs = carve(smem, kKeys * D, kKeys * D, "Vs"),
+                   Qs = carve(smem, kv, kRows * ld, "Qs"),
+                   dOs = carve(smem, kv + kRows * ld, kRows * ld, "dOs"),
+                   Pw = carve(smem, rows, kWarps * kRows, "Pw"),
+                   Sw = carve(smem, rows + kWarps * kRows, kWarps * kRows, "Sw");
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t b = blockIdx.y / L.Hkv, g = blockIdx.y % L.Hkv, j0 = int64_t(blockIdx.x) * kKeys;
+  const int64_t bg = blockIdx.x / tiles, b = bg / L.Hkv, g = bg % L.Hkv,
+                j0 = (blockIdx.x % tiles) * kKeys;
   const int64_t at = (b * L.Tk + j0) * L.ldkv + g * D, group = L.H / L.Hkv;
   load_rows(Ks, D, L.k + at, L.ldkv, L.Tk - j0, kKeys, D);
   load_rows(Vs, D, L.v + at, L.ldkv, L.Tk - j0, kKeys, D);
@@ -300,7 +310,7 @@ template <int PL, class Go>
 void forward(Go& go, float* out, float* lse, const Layout& L, int64_t B) {
   const size_t shared = sizeof(float) * (kBr * L.D + 2 * kBc * (L.D + 1) + kBr * kBc);
   go(LOOM_KERNEL(attention_fwd_k<PL>),
-     Shape{dim3(blocks_for(L.Tq, kBr), B * L.H), dim3(kThreads), shared}, out, lse, L);
+     Shape{grid_of(blocks_for(L.Tq, kBr) * B * L.H), dim3(kThreads), shared}, out, lse, L);
 }
 
 template <int PL, class Go>
@@ -310,13 +320,13 @@ void backward(Go& go, float* dq, float* dk, float* dv, const float* dout, const 
       sizeof(float) * (2 * kKeys * L.D + 2 * kRows * (L.D + 1) + 2 * kWarps * kRows);
   if (B * L.Tk * L.Hkv > 0)
     go(LOOM_KERNEL(attention_dkdv_k<PL>),
-       Shape{dim3(blocks_for(L.Tk, kKeys), B * L.Hkv), dim3(kThreads), kv_shared}, dk, dv, dout,
+       Shape{grid_of(blocks_for(L.Tk, kKeys) * B * L.Hkv), dim3(kThreads), kv_shared}, dk, dv, dout,
        lse, delta, L);
   const size_t q_shared = sizeof(float) * (2 * kBr * L.D + 2 * kBc * (L.D + 1) + kBr * kBc);
   if (B * L.Tq * L.H > 0)
     go(LOOM_KERNEL(attention_dq_k<PL>),
-       Shape{dim3(blocks_for(L.Tq, kBr), B * L.H), dim3(kThreads), q_shared}, dq, dout, lse, delta,
-       L);
+       Shape{grid_of(blocks_for(L.Tq, kBr) * B * L.H), dim3(kThreads), q_shared}, dq, dout, lse,
+       delta, L);
 }
 
 template <class Go>
@@ -345,8 +355,9 @@ void block_bwd(Go& go, float* dq, float* dk, float* dv, const float* dout, const
   const int64_t rows = B * H * Tq;
   float* delta = rows > 0 ? go.template workspace<float>(rows) : nullptr;
   if (rows > 0)
-    go(LOOM_KERNEL(attention_delta_k), Shape{dim3(blocks_for(rows, kBlock / kWarp)), dim3(kBlock)},
-       delta, dout, out, rows, Tq, H, D);
+    go(LOOM_KERNEL(attention_delta_k),
+       Shape{grid_of(blocks_for(rows, kBlock / kWarp)), dim3(kBlock)}, delta, dout, out, rows, Tq,
+       H, D);
   if (D <= 64)
     backward<2>(go, dq, dk, dv, dout, lse, delta, L, B);
   else if (D <= 128)
@@ -360,8 +371,8 @@ void merge(Go& go, float* out, float* lse, const float* part, const float* part_
            int64_t T, int64_t H, int64_t D) {
   if (B * T * H == 0) return;
   go(LOOM_KERNEL(attention_merge_k),
-     Shape{dim3(blocks_for(B * H * T, kBlock / kWarp)), dim3(kBlock)}, out, lse, part, part_lse, B,
-     T, H, D);
+     Shape{grid_of(blocks_for(B * H * T, kBlock / kWarp)), dim3(kBlock)}, out, lse, part, part_lse,
+     B, T, H, D);
 }
 
 }  // namespace loom::cuda::attention

@@ -48,10 +48,11 @@ void add_sums(Go& go, float* out, F f, int64_t N, int64_t C) {
   const int64_t rows = per > kRowLanes ? per : kRowLanes, chunks = (N + rows - 1) / rows;
   float* partial = go.template workspace<float>(chunks * C);
   go(LOOM_KERNEL(column_sums_k<F>),
-     Shape{dim3(blocks_for(C, kCols), static_cast<unsigned>(chunks)), dim3(kCols, kRowLanes)},
+     Shape{dim3(static_cast<unsigned>(blocks_for(C, kCols)), static_cast<unsigned>(chunks)),
+           dim3(kCols, kRowLanes)},
      partial, f, N, C, rows);
-  go(LOOM_KERNEL(fold_columns_k<>), Shape{dim3(blocks_for(C)), dim3(kBlock)}, out, partial, chunks,
-     C);
+  go(LOOM_KERNEL(fold_columns_k<>), Shape{grid_of(blocks_for(C)), dim3(kBlock)}, out, partial,
+     chunks, C);
 }
 
 // The terms the kernels sum.

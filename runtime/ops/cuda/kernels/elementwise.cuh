@@ -136,8 +136,8 @@ __global__ void swiglu_bwd_k(float* dinp, const float* inp, const float* dout, i
 // ---- launch sequences ----
 
 inline bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-inline Shape by4(int64_t n) { return Shape{dim3(blocks_for((n + 3) / 4)), dim3(kBlock)}; }
-inline Shape by1(int64_t n) { return Shape{dim3(blocks_for(n)), dim3(kBlock)}; }
+inline Shape by4(int64_t n) { return Shape{grid_of(blocks_for((n + 3) / 4)), dim3(kBlock)}; }
+inline Shape by1(int64_t n) { return Shape{grid_of(blocks_for(n)), dim3(kBlock)}; }
 
 template <class Go, class F>
 void map(Go& go, float* out, const float* in, int64_t n, F f) {

@@ -12,7 +12,7 @@ constexpr float kEps = 1e-5f;
 constexpr int kRowsPerBlock = kBlock / kWarp;
 
 inline Shape rows_shape(int64_t N) {
-  return Shape{dim3(blocks_for(N, kRowsPerBlock)), dim3(kBlock)};
+  return Shape{grid_of(blocks_for(N, kRowsPerBlock)), dim3(kBlock)};
 }
 
 // mean = sum(x)/C, var = sum((x - mean)^2)/C, rstd = 1/sqrt(var + eps), out = (x - mean) rstd w + b

@@ -170,8 +170,8 @@ __global__ void cast_stats_k(CastStats* out, const unsigned* amax_part,
 // ---- launch sequences ----
 
 inline unsigned grid_for(int64_t n) {
-  const unsigned b = blocks_for(n);
-  return b < kMaxBlocks ? (b ? b : 1) : kMaxBlocks;
+  const int64_t b = blocks_for(n);
+  return static_cast<unsigned>(b < kMaxBlocks ? (b > 0 ? b : 1) : kMaxBlocks);
 }
 
 // *out = sum x^2 (out is workspace or device memory)

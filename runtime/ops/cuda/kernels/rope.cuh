@@ -29,7 +29,7 @@ void run(Go& go, float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int6
          const float* cos, const float* sin, int64_t pos0, float sign) {
   const int64_t n = B * T * heads * (D / 2);
   if (n > 0)
-    go(LOOM_KERNEL(rope_k), Shape{dim3(blocks_for(n)), dim3(kBlock)}, x, ld, B * T, T, heads, D,
+    go(LOOM_KERNEL(rope_k), Shape{grid_of(blocks_for(n)), dim3(kBlock)}, x, ld, B * T, T, heads, D,
        cos, sin, pos0, sign);
 }
 

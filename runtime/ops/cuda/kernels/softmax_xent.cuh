@@ -64,8 +64,8 @@ template <class Go>
 void run(Go& go, float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
          int64_t V_real, float dloss) {
   if (N > 0)
-    go(LOOM_KERNEL(softmax_xent_k), Shape{dim3(static_cast<unsigned>(N)), dim3(kBlock)}, logits,
-       losses, targets, V, V_real, dloss);
+    go(LOOM_KERNEL(softmax_xent_k), Shape{grid_of(N), dim3(kBlock)}, logits, losses, targets, V,
+       V_real, dloss);
 }
 
 }  // namespace loom::cuda::xent
