@@ -33,6 +33,17 @@ __device__ inline T* carve(T* from, int64_t offset, int64_t, const char*) {
 #include "ops/cuda/host/harness.hpp"
 #endif
 
+// Loop unrolling for nvcc (loops over a warp's rows and a lane's channels, so their arrays stay in
+// registers); nothing for the host compiler.
+#ifdef __CUDACC__
+#define LOOM_PRAGMA(x) _Pragma(#x)
+#define LOOM_UNROLL LOOM_PRAGMA(unroll)
+#define LOOM_UNROLL_BY(n) LOOM_PRAGMA(unroll n)
+#else
+#define LOOM_UNROLL
+#define LOOM_UNROLL_BY(n)
+#endif
+
 // A kernel and its name, for the launcher (the harness logs names; the coverage test reads them).
 #define LOOM_KERNEL(k) #k, k
 

@@ -90,7 +90,7 @@ __device__ inline float dot(SharedPtr<float> a, SharedPtr<float> b, int64_t D) {
 }
 
 template <int PL>
-__global__ void __launch_bounds__(kThreads) attention_fwd_k(float* out, float* lse, Layout L) {
+__global__ void __launch_bounds__(kThreads, 1) attention_fwd_k(float* out, float* lse, Layout L) {
   LOOM_DYNAMIC_SHARED(float, smem);
   const int64_t D = L.D, ld = D + 1, tiles = (L.Tq + kBr - 1) / kBr;
   SharedPtr<float> Qs = carve(smem, 0, kBr * D, "Qs"), Ks = carve(smem, kBr * D, kBc * ld, "Ks"),
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_k(float* out, float* l
   load_rows(Qs, D, L.q + (b * L.Tq + i0) * L.ldq + h * D, L.ldq, L.Tq - i0, kBr, D);
   float acc[kRowsPerWarp][PL] = {}, m[kRowsPerWarp], l[kRowsPerWarp];
   int64_t n[kRowsPerWarp];
-  for (int k = 0; k < kRowsPerWarp; ++k) {
+  LOOM_UNROLL for (int k = 0; k < kRowsPerWarp; ++k) {
     const int64_t i = i0 + warp * kRowsPerWarp + k;
     m[k] = -INFINITY, l[k] = 0.f, n[k] = i < L.Tq ? L.visible_keys(i) : 0;
   }
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_k(float* out, float* l
     load_rows(Ks, ld, L.k + at, L.ldkv, L.Tk - j0, kBc, D);
     load_rows(Vs, ld, L.v + at, L.ldkv, L.Tk - j0, kBc, D);
     __syncthreads();
-    for (int k = 0; k < kRowsPerWarp; ++k) {
+    LOOM_UNROLL for (int k = 0; k < kRowsPerWarp; ++k) {
       const int r = warp * kRowsPerWarp + k;
       const bool seen = j0 + lane < n[k];
       const float s = seen ? dot(Qs + r * D, Ks + lane * ld, D) * scale : -INFINITY;
@@ -126,20 +126,21 @@ __global__ void __launch_bounds__(kThreads) attention_fwd_k(float* out, float* l
       m[k] = m_new;
       Ps[r * kBc + lane] = p;
       __syncwarp();
-      for (int u = 0; u < PL && lane + u * kWarp < D; ++u) {
+      LOOM_UNROLL for (int u = 0; u < PL; ++u) {
         const int64_t d = lane + u * kWarp;
+        if (d >= D) continue;
         float a = acc[k][u] * corr;
-        for (int jj = 0; jj < kBc; ++jj) a += Ps[r * kBc + jj] * Vs[jj * ld + d];
+        LOOM_UNROLL_BY(8) for (int jj = 0; jj < kBc; ++jj) a += Ps[r * kBc + jj] * Vs[jj * ld + d];
         acc[k][u] = a;
       }
     }
   }
-  for (int k = 0; k < kRowsPerWarp; ++k) {
+  LOOM_UNROLL for (int k = 0; k < kRowsPerWarp; ++k) {
     const int64_t i = i0 + warp * kRowsPerWarp + k;
     if (i >= L.Tq) break;
     float* o = out + (b * L.Tq + i) * L.H * D + h * D;
-    for (int u = 0; u < PL && lane + u * kWarp < D; ++u)
-      o[lane + u * kWarp] = l[k] > 0.f ? acc[k][u] / l[k] : 0.f;
+    LOOM_UNROLL for (int u = 0; u < PL; ++u) if (lane + u * kWarp < D) o[lane + u * kWarp] =
+        l[k] > 0.f ? acc[k][u] / l[k] : 0.f;
     if (lane == 0) lse[(b * L.H + h) * L.Tq + i] = l[k] > 0.f ? m[k] + logf(l[k]) : -INFINITY;
   }
 }
@@ -157,7 +158,7 @@ __global__ void attention_delta_k(float* delta, const float* dout, const float* 
 }
 
 template <int PL>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     attention_dq_k(float* dq_out, const float* dout, const float* lse, const float* delta,
                    Layout L) {
   LOOM_DYNAMIC_SHARED(float, smem);
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(kThreads)
   load_rows(dOs, D, dout + (b * L.Tq + i0) * L.H * D + h * D, L.H * D, L.Tq - i0, kBr, D);
   float dq[kRowsPerWarp][PL] = {}, lse_r[kRowsPerWarp], delta_r[kRowsPerWarp];
   int64_t n[kRowsPerWarp];
-  for (int k = 0; k < kRowsPerWarp; ++k) {
+  LOOM_UNROLL for (int k = 0; k < kRowsPerWarp; ++k) {
     const int64_t i = i0 + warp * kRowsPerWarp + k, at = (b * L.H + h) * L.Tq + i;
     n[k] = i < L.Tq ? L.visible_keys(i) : 0;
     lse_r[k] = n[k] ? lse[at] : 0.f, delta_r[k] = n[k] ? delta[at] : 0.f;
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(kThreads)
     load_rows(Ks, ld, L.k + at, L.ldkv, L.Tk - j0, kBc, D);
     load_rows(Vs, ld, L.v + at, L.ldkv, L.Tk - j0, kBc, D);
     __syncthreads();
-    for (int k = 0; k < kRowsPerWarp; ++k) {
+    LOOM_UNROLL for (int k = 0; k < kRowsPerWarp; ++k) {
       if (n[k] <= j0) continue;  // the whole warp: this row sees no key of the tile
       const int r = warp * kRowsPerWarp + k;
       float ds = 0.f;
@@ -196,24 +197,26 @@ __global__ void __launch_bounds__(kThreads)
       }
       Ps[r * kBc + lane] = ds;
       __syncwarp();
-      for (int u = 0; u < PL && lane + u * kWarp < D; ++u) {
+      LOOM_UNROLL for (int u = 0; u < PL; ++u) {
         const int64_t d = lane + u * kWarp;
+        if (d >= D) continue;
         float a = dq[k][u];
-        for (int jj = 0; jj < kBc; ++jj) a += Ps[r * kBc + jj] * Ks[jj * ld + d];
+        LOOM_UNROLL_BY(8) for (int jj = 0; jj < kBc; ++jj) a += Ps[r * kBc + jj] * Ks[jj * ld + d];
         dq[k][u] = a;
       }
     }
   }
-  for (int k = 0; k < kRowsPerWarp; ++k) {
+  LOOM_UNROLL for (int k = 0; k < kRowsPerWarp; ++k) {
     const int64_t i = i0 + warp * kRowsPerWarp + k;
     if (i >= L.Tq) break;
     float* o = dq_out + (b * L.Tq + i) * L.ldq + h * D;
-    for (int u = 0; u < PL && lane + u * kWarp < D; ++u) o[lane + u * kWarp] = dq[k][u] * scale;
+    LOOM_UNROLL for (int u = 0; u < PL; ++u) if (lane + u * kWarp < D) o[lane + u * kWarp] =
+        dq[k][u] * scale;
   }
 }
 
 template <int PL>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     attention_dkdv_k(float* dk_out, float* dv_out, const float* dout, const float* lse,
                      const float* delta, Layout L) {
   LOOM_DYNAMIC_SHARED(float, smem);
@@ -241,7 +244,7 @@ __global__ void __launch_bounds__(kThreads)
       load_rows(dOs, ld, dout + (b * L.Tq + i0) * L.H * D + h * D, L.H * D, L.Tq - i0, kRows, D);
       __syncthreads();
       const int64_t i = i0 + lane, row = (b * L.H + h) * L.Tq + i;
-      for (int kk = 0; kk < kKeysPerWarp; ++kk) {
+      LOOM_UNROLL for (int kk = 0; kk < kKeysPerWarp; ++kk) {
         const int jl = warp * kKeysPerWarp + kk;
         const int64_t j = j0 + jl;
         float p = 0.f, ds = 0.f;
@@ -252,10 +255,11 @@ __global__ void __launch_bounds__(kThreads)
         Pw[warp * kRows + lane] = p;
         Sw[warp * kRows + lane] = ds;
         __syncwarp();
-        for (int u = 0; u < PL && lane + u * kWarp < D; ++u) {
+        LOOM_UNROLL for (int u = 0; u < PL; ++u) {
           const int64_t d = lane + u * kWarp;
+          if (d >= D) continue;
           float a = dv[kk][u], c = dk[kk][u];
-          for (int r = 0; r < kRows; ++r) {
+          LOOM_UNROLL_BY(8) for (int r = 0; r < kRows; ++r) {
             a += Pw[warp * kRows + r] * dOs[r * ld + d];
             c += Sw[warp * kRows + r] * Qs[r * ld + d];
           }
@@ -265,11 +269,12 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  for (int kk = 0; kk < kKeysPerWarp; ++kk) {
+  LOOM_UNROLL for (int kk = 0; kk < kKeysPerWarp; ++kk) {
     const int64_t j = j0 + warp * kKeysPerWarp + kk;
     if (j >= L.Tk) break;
     const int64_t o = (b * L.Tk + j) * L.ldkv + g * D;
-    for (int u = 0; u < PL && lane + u * kWarp < D; ++u) {
+    LOOM_UNROLL for (int u = 0; u < PL; ++u) {
+      if (lane + u * kWarp >= D) continue;
       dk_out[o + lane + u * kWarp] = dk[kk][u] * scale;
       dv_out[o + lane + u * kWarp] = dv[kk][u];
     }
