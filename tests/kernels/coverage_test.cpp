@@ -3,8 +3,8 @@
 // sources must be among the names the harness launched.
 #include <doctest/doctest.h>
 
+#include <cctype>
 #include <filesystem>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -15,12 +15,34 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// name -> the file that defines it, for every __global__ function under the source folders.
+// The name a __global__ declaration at `at` defines: past `static`, `void` and any
+// __launch_bounds__(...), the identifier before "(" ("" when the text is not such a declaration).
+std::string kernel_name(const std::string& text, size_t at) {
+  size_t i = at + std::string("__global__").size();
+  auto word = [&] {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    const size_t from = i;
+    while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '_'))
+      ++i;
+    return text.substr(from, i - from);
+  };
+  for (int tokens = 0; tokens < 4; ++tokens) {
+    const std::string w = word();
+    if (w == "static" || w == "void") continue;
+    if (w == "__launch_bounds__") {
+      i = text.find(')', i);
+      if (i == std::string::npos) return "";
+      ++i;
+      continue;
+    }
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+    return i < text.size() && text[i] == '(' ? w : "";
+  }
+  return "";
+}
+
+// (name, file) for every __global__ function under the source folders.
 std::set<std::pair<std::string, std::string>> kernels_in_sources() {
-  // __global__ [static] [__launch_bounds__(...)] void [__launch_bounds__(...)] name(
-  const std::regex global(
-      R"(__global__\s+(?:static\s+)?(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+)"
-      R"((?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\()");
   std::set<std::pair<std::string, std::string>> found;
   for (const char* dir : {"runtime", "plugins", "models", "sdk"}) {
     for (const auto& e : fs::recursive_directory_iterator(fs::path(LOOM_SOURCE_DIR) / dir)) {
@@ -29,8 +51,10 @@ std::set<std::pair<std::string, std::string>> kernels_in_sources() {
           (ext != ".cu" && ext != ".cuh" && ext != ".hpp" && ext != ".h" && ext != ".cpp"))
         continue;
       const std::string text = loom::test::read_text(e.path());
-      for (std::sregex_iterator m(text.begin(), text.end(), global), end; m != end; ++m)
-        found.insert({(*m)[1].str(), fs::relative(e.path(), LOOM_SOURCE_DIR).string()});
+      for (size_t at = text.find("__global__"); at != std::string::npos;
+           at = text.find("__global__", at + 1))
+        if (const std::string name = kernel_name(text, at); !name.empty())
+          found.insert({name, fs::relative(e.path(), LOOM_SOURCE_DIR).string()});
     }
   }
   return found;

@@ -236,21 +236,25 @@ void report_deadlock(Launch& L) {
   report(L, where(L, L.fibers[0]) + ": deadlock, no barrier can complete: " + who);
 }
 
+// Thread i of block b, ready to start. Its own function: getcontext returns twice, and no local
+// of the caller's loop may live across it.
+[[gnu::noinline]] void start_fiber(Launch& L, int i, dim3 b) {
+  Fiber& f = L.fibers[i];
+  f = Fiber{};
+  f.tid = i;
+  f.c = {dim3(i % L.block.x, (i / L.block.x) % L.block.y, i / (L.block.x * L.block.y)), b,
+         L.block, L.grid};
+  f.stack = stack_at(i);
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack;
+  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_link = nullptr;
+  makecontext(&f.ctx, fiber_main, 0);
+}
+
 void run_block(Launch& L, dim3 b) {
   const int n = static_cast<int>(L.fibers.size());
-  for (int i = 0; i < n; ++i) {
-    Fiber& f = L.fibers[i];
-    f = Fiber{};
-    f.tid = i;
-    f.c = {dim3(i % L.block.x, (i / L.block.x) % L.block.y, i / (L.block.x * L.block.y)), b,
-           L.block, L.grid};
-    f.stack = stack_at(i);
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack;
-    f.ctx.uc_stack.ss_size = kStackBytes;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, fiber_main, 0);
-  }
+  for (int i = 0; i < n; ++i) start_fiber(L, i, b);
   L.tracks.clear();
   L.block_epoch = 0;
   L.warp_epoch.assign((n + kWarpSize - 1) / kWarpSize, 0);
