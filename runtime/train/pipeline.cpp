@@ -371,8 +371,7 @@ void Pipeline::sync_tied(ParamStore& params, DataParallel* dp) {
   } else {  // the owner adds the mirror's and returns the same bits
     Tensor theirs = Tensor::empty({n});
     pp_.recv(flat_view(theirs.f32(), LOOM_F32, n), last, sync_tag);
-    const float* other = theirs.f32();
-    for (int64_t i = 0; i < n; ++i) grad[i] += other[i];
+    model_->api().ops()->accumulate(grad, theirs.f32(), n);  // a kernel: on a device, grad is device memory
     pp_.wait(pp_.send(g, last, sync_tag + 1));
   }
 }

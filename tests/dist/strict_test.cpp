@@ -45,6 +45,16 @@ TEST_CASE("strict device: dp2 (buckets during backward or after it) and pp2 over
   CHECK(has(bf16.out, "reduce_dtype = \"bf16\" encodes the gradients on the host"));
 }
 
+TEST_CASE("strict device: pp2 with tied embeddings (gpt2) under 1f1b, interleaved and zbh1 equals the CPU run") {
+  // The tied embedding's gradient is summed between the first and last stage on the device.
+  LayoutRuns runs("preset = \"gpt2-tiny\"\nseq_len = 16\nn_layer = 4", kTrain);
+  for (const char* schedule : {"1f1b", "interleaved", "zbh1"}) {
+    const std::string sets =
+        std::string("--set parallel.nproc=2 --set parallel.pp=2 --set train.micro_batch=1 --set plugins.pipeline=") + schedule;
+    check_same(runs.run(sets), runs.run(sets + kStrict), 0.0, sets + " on strict");
+  }
+}
+
 TEST_CASE("strict device: tp2, tp2+sp (gpt2-tiny: a learned position table) and cp2 (ring and all-gather) equal the CPU run") {
   LayoutRuns runs(kGpt, kTrain);
   for (const char* layout : {"--set parallel.nproc=2 --set parallel.tp=2",
