@@ -114,15 +114,13 @@ __global__ void carve_past_end_k(float* out) {
   out[threadIdx.x] = a[threadIdx.x] + (threadIdx.x < 8 ? static_cast<float>(b[threadIdx.x]) : 0.f);
 }
 
+// What one block of `threads` running `kernel` reports ("" when nothing).
 std::string error_of_launch(void (*kernel)(float*), unsigned threads) {
   std::vector<float> out(threads);
   loom::kh::HostGo go;
-  try {
+  return loom::test::error_of([&] {
     go("kernel", kernel, Shape{dim3(1), dim3(threads)}, out.data());
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  });
 }
 
 }  // namespace

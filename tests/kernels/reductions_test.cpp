@@ -7,6 +7,7 @@
 #include <loom/plugin.h>
 
 #include <cstring>
+#include <loom/formats.hpp>
 #include <vector>
 
 #include "ops/cpu/kernels.hpp"
@@ -18,10 +19,6 @@ namespace {
 using loom::kernel_tests::distance;
 using loom::kernel_tests::randn;
 namespace rd = loom::cuda::reductions;
-
-rd::NarrowFormat format(int32_t dtype) {
-  return rd::narrow_format(dtype, LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3, LOOM_FP8_E5M2);
-}
 
 }  // namespace
 
@@ -51,7 +48,7 @@ void check_quantize(int64_t n) {
     for (float scale : {1.f, 0.01f}) {
       std::vector<float> a = x, b = x;
       rd::CastStats* stats = go.workspace<rd::CastStats>(1);
-      rd::quantize(go, stats, a.data(), n, format(dtype), scale);
+      rd::quantize(go, stats, a.data(), n, rd::narrow_format(dtype), scale);
       float amax = 0;
       int64_t clipped = -1;
       loom::cpu::quantize(b.data(), n, dtype, scale, &amax, &clipped);
@@ -63,7 +60,7 @@ void check_quantize(int64_t n) {
   }
   x[11] = NAN;
   rd::CastStats* stats = go.workspace<rd::CastStats>(1);
-  rd::quantize(go, stats, x.data(), n, format(-1), 1.f);  // statistics only
+  rd::quantize(go, stats, x.data(), n, rd::narrow_format(-1), 1.f);  // statistics only
   CHECK(stats->nans == 1);
   CHECK(stats->amax == INFINITY);
   CHECK(stats->clips == 0);
@@ -97,6 +94,21 @@ void check_adamw(const std::vector<int64_t>& numel, const std::vector<float>& wd
 }
 
 }  // namespace
+
+TEST_CASE("the CUDA quantize's formats are loom/formats.hpp's") {
+  for (int32_t dtype : {LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3, LOOM_FP8_E5M2}) {
+    CAPTURE(dtype);
+    const loom::formats::Format& f = *loom::formats::format_of(dtype);
+    const rd::NarrowFormat g = rd::narrow_format(dtype);
+    CHECK(g.man == f.man_bits);
+    CHECK(g.emin == f.emin());
+    CHECK(g.max == f.max);
+    CHECK(g.has_inf == f.has_inf);
+    CHECK(g.saturates == f.saturates);
+    CHECK(g.bf16 == (dtype == LOOM_BF16));
+  }
+  CHECK(rd::narrow_format(LOOM_F32).man < 0);
+}
 
 TEST_CASE(
     "CUDA quantize on the CPU: bit for bit with the CPU in every narrow format, with amax and "

@@ -9,32 +9,24 @@ namespace loom::cuda {
 void attention_block_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
                          int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
                          int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos) {
-  {
-    DeviceGo go;
+  run_op([&](DeviceGo& go) {
     attention::block_fwd(go, out, lse, q, k, v, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos, kpos);
-  }
-  finish_op();
+  });
 }
 
 void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q,
                          const float* k, const float* v, const float* out, const float* lse,
                          int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
                          int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos) {
-  {
-    DeviceGo go;
+  run_op([&](DeviceGo& go) {
     attention::block_bwd(go, dq, dk, dv, dout, q, k, v, out, lse, ldq, ldkv, B, Tq, Tk, H, Hkv, D,
                          qpos, kpos);
-  }
-  finish_op();
+  });
 }
 
 void attention_merge(float* out, float* lse, const float* part, const float* part_lse, int64_t B,
                      int64_t T, int64_t H, int64_t D) {
-  {
-    DeviceGo go;
-    attention::merge(go, out, lse, part, part_lse, B, T, H, D);
-  }
-  finish_op();
+  run_op([&](DeviceGo& go) { attention::merge(go, out, lse, part, part_lse, B, T, H, D); });
 }
 
 void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, const float* v,

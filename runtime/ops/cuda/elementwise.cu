@@ -11,84 +11,70 @@
 
 namespace loom::cuda {
 
-namespace {
-
-// One op: its sequence on a launcher whose scratch is freed at the end, then the drain.
-template <class F>
-void op(F&& f) {
-  {
-    DeviceGo go;
-    f(go);
-  }
-  finish_op();
-}
-
-}  // namespace
-
 namespace ew = elementwise;
 
 // Token ids may live in host memory (the data loader's buffers): staged for the kernel.
 void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
                    int64_t T, int64_t C) {
   Staged tok(const_cast<int32_t*>(tokens), B * T * sizeof(int32_t), true, false);
-  op([&](DeviceGo& go) { ew::embedding_fwd(go, out, tok.as<const int32_t>(), wte, wpe, B, T, C); });
+  run_op([&](DeviceGo& go) {
+    ew::embedding_fwd(go, out, tok.as<const int32_t>(), wte, wpe, B, T, C);
+  });
 }
 void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
                    int64_t T, int64_t C) {
   Staged tok(const_cast<int32_t*>(tokens), B * T * sizeof(int32_t), true, false);
-  op([&](DeviceGo& go) {
+  run_op([&](DeviceGo& go) {
     ew::embedding_bwd(go, dwte, dwpe, dout, tok.as<const int32_t>(), B, T, C);
   });
 }
 void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
-  op([&](DeviceGo& go) { ew::bias_add(go, out, bias, N, C); });
+  run_op([&](DeviceGo& go) { ew::bias_add(go, out, bias, N, C); });
 }
 void bias_bwd(float* dbias, const float* dout, int64_t N, int64_t C) {
-  op([&](DeviceGo& go) { ew::bias_bwd(go, dbias, dout, N, C); });
+  run_op([&](DeviceGo& go) { ew::bias_bwd(go, dbias, dout, N, C); });
 }
 void gelu_fwd(float* out, const float* inp, int64_t n) {
-  op([&](DeviceGo& go) { ew::map(go, out, inp, n, ew::Gelu{}); });
+  run_op([&](DeviceGo& go) { ew::map(go, out, inp, n, ew::Gelu{}); });
 }
 void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
-  op([&](DeviceGo& go) { ew::zip(go, dinp, inp, dout, n, ew::GeluGrad{}); });
+  run_op([&](DeviceGo& go) { ew::zip(go, dinp, inp, dout, n, ew::GeluGrad{}); });
 }
 void gelu_erf_fwd(float* out, const float* inp, int64_t n) {
-  op([&](DeviceGo& go) { ew::map(go, out, inp, n, ew::GeluErf{}); });
+  run_op([&](DeviceGo& go) { ew::map(go, out, inp, n, ew::GeluErf{}); });
 }
 void gelu_erf_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
-  op([&](DeviceGo& go) { ew::zip(go, dinp, inp, dout, n, ew::GeluErfGrad{}); });
+  run_op([&](DeviceGo& go) { ew::zip(go, dinp, inp, dout, n, ew::GeluErfGrad{}); });
 }
 void swiglu_fwd(float* out, const float* inp, int64_t N, int64_t F) {
-  op([&](DeviceGo& go) { ew::swiglu_fwd(go, out, inp, N, F); });
+  run_op([&](DeviceGo& go) { ew::swiglu_fwd(go, out, inp, N, F); });
 }
 void swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F) {
-  op([&](DeviceGo& go) { ew::swiglu_bwd(go, dinp, inp, dout, N, F); });
+  run_op([&](DeviceGo& go) { ew::swiglu_bwd(go, dinp, inp, dout, N, F); });
 }
 void add(float* y, const float* a, const float* b, int64_t n) {
-  op([&](DeviceGo& go) { ew::zip(go, y, a, b, n, ew::Add{}); });
+  run_op([&](DeviceGo& go) { ew::zip(go, y, a, b, n, ew::Add{}); });
 }
 void accumulate(float* y, const float* x, int64_t n) {
-  op([&](DeviceGo& go) { ew::zip(go, y, y, x, n, ew::Add{}); });
+  run_op([&](DeviceGo& go) { ew::zip(go, y, y, x, n, ew::Add{}); });
 }
 void scale(float* x, float s, int64_t n) {
-  op([&](DeviceGo& go) { ew::map(go, x, x, n, ew::Times{s}); });
+  run_op([&](DeviceGo& go) { ew::map(go, x, x, n, ew::Times{s}); });
 }
 
 double sum_squares(const float* x, int64_t n) {
   double out = 0;
-  {
-    DeviceGo go;
+  run_op([&](DeviceGo& go) {
     double* total = go.workspace<double>(1);
     reductions::sum_squares(go, total, x, n);
     LOOM_CUDA_CHECK(cudaMemcpyAsync(&out, total, sizeof out, cudaMemcpyDeviceToHost, stream()));
-  }
-  finish_op();
+  });
   return out;
 }
 
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
            float beta2, float eps, float weight_decay, int64_t step) {
-  op([&](DeviceGo& go) {
+  run_op([&](DeviceGo& go) {
     adam::run(go, 1, &param, &grad, &m, &v, &n, &weight_decay, lr, beta1, beta2, eps, step);
   });
 }
@@ -96,22 +82,19 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float
 void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m,
                  float* const* v, const int64_t* numel, const float* weight_decay, float lr,
                  float beta1, float beta2, float eps, int64_t step) {
-  op([&](DeviceGo& go) {
+  run_op([&](DeviceGo& go) {
     adam::run(go, count, params, grads, m, v, numel, weight_decay, lr, beta1, beta2, eps, step);
   });
 }
 
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped) {
-  const reductions::NarrowFormat f =
-      reductions::narrow_format(dtype, LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3, LOOM_FP8_E5M2);
+  const reductions::NarrowFormat f = reductions::narrow_format(dtype);
   reductions::CastStats stats{};
-  {
-    DeviceGo go;
+  run_op([&](DeviceGo& go) {
     reductions::CastStats* dev = go.workspace<reductions::CastStats>(1);
     reductions::quantize(go, dev, x, n, f, scale);
     LOOM_CUDA_CHECK(cudaMemcpyAsync(&stats, dev, sizeof stats, cudaMemcpyDeviceToHost, stream()));
-  }
-  finish_op();
+  });
   if (amax) *amax = stats.nans ? NAN : stats.amax;
   if (clipped) *clipped = static_cast<int64_t>(stats.clips);
 }

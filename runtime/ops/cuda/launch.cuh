@@ -46,4 +46,15 @@ class DeviceGo {
   std::vector<void*> held_;
 };
 
+// One op of the table: its launch sequence on a launcher whose scratch is freed at the end, then
+// the drain every op ends with (finish_op).
+template <class F>
+void run_op(F&& sequence) {
+  {
+    DeviceGo go;
+    sequence(go);
+  }
+  finish_op();
+}
+
 }  // namespace loom::cuda

@@ -7,11 +7,7 @@ namespace loom::cuda {
 
 void layernorm_fwd_eps(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, int64_t N, int64_t C, float eps) {
-  {
-    DeviceGo go;
-    norms::layernorm_fwd(go, out, mean, rstd, inp, w, b, N, C, eps);
-  }
-  finish_op();
+  run_op([&](DeviceGo& go) { norms::layernorm_fwd(go, out, mean, rstd, inp, w, b, N, C, eps); });
 }
 
 void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const float* w,
@@ -21,20 +17,14 @@ void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const
 
 void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                    const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
-  {
-    DeviceGo go;
+  run_op([&](DeviceGo& go) {
     norms::layernorm_bwd(go, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-  }
-  finish_op();
+  });
 }
 
 void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, int64_t N,
                      int64_t C, float eps) {
-  {
-    DeviceGo go;
-    norms::rmsnorm_fwd(go, out, rstd, inp, w, N, C, eps);
-  }
-  finish_op();
+  run_op([&](DeviceGo& go) { norms::rmsnorm_fwd(go, out, rstd, inp, w, N, C, eps); });
 }
 
 void rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C) {
@@ -43,11 +33,7 @@ void rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* w, int6
 
 void rmsnorm_bwd(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                  const float* rstd, int64_t N, int64_t C) {
-  {
-    DeviceGo go;
-    norms::rmsnorm_bwd(go, dinp, dw, dout, inp, w, rstd, N, C);
-  }
-  finish_op();
+  run_op([&](DeviceGo& go) { norms::rmsnorm_bwd(go, dinp, dw, dout, inp, w, rstd, N, C); });
 }
 
 }  // namespace loom::cuda

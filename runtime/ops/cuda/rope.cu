@@ -7,20 +7,12 @@ namespace loom::cuda {
 
 void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
               const float* cos, const float* sin, int64_t pos0) {
-  {
-    DeviceGo go;
-    rope::run(go, x, ld, B, T, heads, D, cos, sin, pos0, 1.f);
-  }
-  finish_op();
+  run_op([&](DeviceGo& go) { rope::run(go, x, ld, B, T, heads, D, cos, sin, pos0, 1.f); });
 }
 
 void rope_bwd(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
               const float* cos, const float* sin, int64_t pos0) {
-  {
-    DeviceGo go;
-    rope::run(go, dx, ld, B, T, heads, D, cos, sin, pos0, -1.f);
-  }
-  finish_op();
+  run_op([&](DeviceGo& go) { rope::run(go, dx, ld, B, T, heads, D, cos, sin, pos0, -1.f); });
 }
 
 }  // namespace loom::cuda

@@ -12,11 +12,9 @@ void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t 
   // Targets and per-row losses are host arrays in the runtime: staged in and out.
   Staged t(const_cast<int32_t*>(targets), N * sizeof(int32_t), true, false),
       l(losses, N * sizeof(float), false, true);
-  {
-    DeviceGo go;
+  run_op([&](DeviceGo& go) {
     xent::run(go, logits, l.as<float>(), t.as<const int32_t>(), N, V, V_real, dloss);
-  }
-  finish_op();
+  });
 }
 
 }  // namespace loom::cuda

@@ -7,6 +7,8 @@
 // table and the rounding rule), and must match it bit for bit.
 #pragma once
 
+#include <loom/types.h>
+
 #include <cstdint>
 
 #include "ops/cuda/device.cuh"
@@ -184,14 +186,22 @@ void sum_squares(Go& go, double* out, const float* x, int64_t n) {
      static_cast<const double*>(partial), static_cast<int64_t>(blocks));
 }
 
-// The format of a dtype; man < 0: not a narrow format (statistics only).
-inline NarrowFormat narrow_format(int32_t dtype, int32_t bf16, int32_t f16, int32_t e4m3,
-                                  int32_t e5m2) {
-  if (dtype == bf16) return {7, -126, 3.38953139e38f, true, false, true};
-  if (dtype == f16) return {10, -14, 65504.f, true, false, false};
-  if (dtype == e4m3) return {3, -6, 448.f, false, true, false};
-  if (dtype == e5m2) return {2, -14, 57344.f, true, true, false};
-  return {-1, 0, 0.f, false, false, false};
+// The device's view of a dtype's format: loom/formats.hpp's table, written again because that
+// header needs C++20 and CUDA compiles as C++17 here (tests/kernels holds the two equal).
+// man < 0: not a narrow format (statistics only).
+inline NarrowFormat narrow_format(int32_t dtype) {
+  switch (dtype) {
+    case LOOM_BF16:
+      return {7, -126, 3.38953139e38f, true, false, true};
+    case LOOM_F16:
+      return {10, -14, 65504.f, true, false, false};
+    case LOOM_FP8_E4M3:
+      return {3, -6, 448.f, false, true, false};
+    case LOOM_FP8_E5M2:
+      return {2, -14, 57344.f, true, true, false};
+    default:
+      return {-1, 0, 0.f, false, false, false};
+  }
 }
 
 // Statistics of x (before the cast), then x = cast(x scale) / scale where f is a format.
