@@ -33,16 +33,19 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bo
     if (builds(i + 1)) {
       in_chunk = i > 0 && builds(i) ? in_chunk + 1 : 0;
       const bool recomputes = recompute_ && (c_.recompute_layers == 0 || in_chunk < c_.recompute_layers);
+      TensorPurpose purpose("block " + std::to_string(i) + "'s buffers");
       layers_.push_back(std::make_unique<Block>(i, c_, api, ps, *scratch_, max_rows, rope_.get(),
                                                 recomputes ? recompute_.get() : nullptr, profile));
       numbers_.push_back(i + 1);
     }
   if (builds(last)) {
+    TensorPurpose purpose("the head's buffers (logits)");
     auto head = std::make_unique<Head>(c_, api, ps, tied, max_rows);
     head_ = head.get();
     layers_.push_back(std::move(head));
     numbers_.push_back(last);
   }
+  TensorPurpose purpose("the residual stream and its gradient");
   x_ = Tensor::empty({max_rows, c_.d_model});
   dx_ = Tensor::empty({max_rows, c_.d_model});
 }
@@ -75,7 +78,10 @@ double Gpt::aux_objective() const {
 }
 
 void Gpt::use_slot(int k, size_t first, size_t last) {
-  for (size_t i = first; i < last; ++i) layers_[i]->use_slot(k);
+  for (size_t i = first; i < last; ++i) {
+    TensorPurpose purpose("layer " + std::to_string(numbers_[i]) + "'s saved activations (slot " + std::to_string(k) + ")");
+    layers_[i]->use_slot(k);
+  }
 }
 
 void Gpt::forward_range(const Microbatch& mb, Tensor& x, size_t first, size_t last) {

@@ -89,6 +89,16 @@ void Communicator::wait(loom_work* work) {
   if (work) check(t_->wait(self_, work, &e), e, "wait");
 }
 
+void Communicator::group_start() {
+  loom_error e;
+  if (t_->group_start) check(t_->group_start(self_, c_, &e), e, "group start");
+}
+
+void Communicator::group_end() {
+  loom_error e;
+  if (t_->group_end) check(t_->group_end(self_, c_, &e), e, "group end");
+}
+
 void Communicator::barrier() {
   loom_error e;
   check(t_->barrier(self_, c_, &e), e, "barrier");
@@ -127,7 +137,8 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
 
   plugin_ = std::make_unique<plugins::Instance>(plugin, options);
   meter_training_thread();  // this thread trains: its waits are the exposed communication
-  const loom_comm_v2* backend = plugin_->table<loom_comm_v2>();
+  full_ = plugins::full_comm_table(plugin_->table<loom_comm_v2>());
+  const loom_comm_v2* backend = &full_;
   void* backend_self = plugin_->self();
   // A host-memory backend on a device the host cannot reach: its buffers go through pinned copies.
   const loom_ops* device = tensor_allocator().ops;

@@ -39,6 +39,10 @@ class Communicator {
   void recv(loom_tensor t, int peer, int tag);
   loom_work* irecv(const loom_tensor& t, int peer, int tag);  // completes at wait()
   void wait(loom_work* work);
+  // The sends and receives issued between the two start together (loom_comm_v2.group_start);
+  // no-ops for a backend without groups.
+  void group_start();
+  void group_end();
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name);
 
  private:
@@ -80,6 +84,7 @@ class CommWorld {
   std::unique_ptr<StoreClient> client_;
   loom_store store_{};
   std::unique_ptr<plugins::Instance> plugin_;
+  loom_comm_v2 full_{};    // the plugin's table with every field (plugins::full_comm_table)
   StagedComm staged_{};    // device buffers through pinned host copies, for a host-memory backend
   WatchedComm watched_{};  // the plugin's table under the watchdog; what table() and self() hand out
   const loom_comm_v2* table_ = nullptr;

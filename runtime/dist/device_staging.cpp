@@ -242,6 +242,12 @@ void free_comm(void* self, loom_comm* c) { of(self).inner->free_comm(of(self).in
 int32_t rank_of(void* self, const loom_comm* c) { return of(self).inner->rank(of(self).inner_self, c); }
 int32_t size_of(void* self, const loom_comm* c) { return of(self).inner->size(of(self).inner_self, c); }
 loom_status barrier(void* self, loom_comm* c, loom_error* err) { return of(self).inner->barrier(of(self).inner_self, c, err); }
+loom_status group_start(void* self, loom_comm* c, loom_error* err) {
+  return of(self).inner->group_start(of(self).inner_self, c, err);
+}
+loom_status group_end(void* self, loom_comm* c, loom_error* err) {
+  return of(self).inner->group_end(of(self).inner_self, c, err);
+}
 
 }  // namespace
 
@@ -272,6 +278,8 @@ void stage_comm(StagedComm& s, const loom_comm_v2* inner, void* inner_self, cons
   s.table.recv = inner->recv ? &recv : nullptr;
   s.table.barrier = &barrier;
   s.table.wait = &wait;
+  s.table.group_start = inner->group_start ? &group_start : nullptr;
+  s.table.group_end = inner->group_end ? &group_end : nullptr;
 }
 
 }  // namespace loom::dist

@@ -36,7 +36,7 @@ const char* slot_name(int32_t slot) {
 
 size_t table_size(int32_t kind, int32_t slot, uint64_t data_capabilities) {
   switch (kind) {
-    case LOOM_KIND_COMM: return sizeof(loom_comm_v2);
+    case LOOM_KIND_COMM: return offsetof(loom_comm_v2, group_start);  // ABI 2.0's; 2.4 appended
     case LOOM_KIND_PRECISION: return sizeof(loom_precision_v2);
     case LOOM_KIND_CKPT: return sizeof(loom_ckpt_v2);
     case LOOM_KIND_PARALLEL:

@@ -1,5 +1,8 @@
 #include "loader/host.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 #include "core/bar_list.hpp"
 #include "core/errors.hpp"
 #include "loader/services.hpp"
@@ -140,7 +143,25 @@ uint64_t ckpt_capabilities(const loom_plugin* d) {
   return reinterpret_cast<const loom_ckpt_v2*>(d)->capabilities;
 }
 
+uint64_t comm_capabilities(const loom_plugin* d) {
+  if (d->kind != LOOM_KIND_COMM) return 0;
+  const auto* t = reinterpret_cast<const loom_comm_v2*>(d);
+  return LOOM_HAS_FIELD(&t->base, loom_comm_v2, capabilities) ? t->capabilities : 0;
+}
+
+loom_comm_v2 full_comm_table(const loom_comm_v2* t) {
+  loom_comm_v2 out{};
+  std::memcpy(static_cast<void*>(&out), t, std::min<size_t>(t->base.v.size, sizeof out));
+  out.base.v.size = sizeof out;
+  return out;
+}
+
 std::string declared_note(const loom_plugin* d) {
+  if (d->kind == LOOM_KIND_COMM && d->v.major == 2 && d->v.minor < 4)
+    return " (it was built against plugin ABI 2." + std::to_string(d->v.minor) +
+           ", before comm plugins declared capabilities: rebuild it against ABI 2.4 and declare LOOM_COMM_P2P)";
+  if (d->kind == LOOM_KIND_COMM && d->v.major == 1)
+    return " (it was built against plugin ABI 1, before comm plugins declared capabilities)";
   if (d->v.major != 1 || d->v.minor >= 6) return "";
   return " (it was built against plugin ABI 1." + std::to_string(d->v.minor) +
          ", before plugins declared capabilities)";
@@ -152,6 +173,9 @@ std::string capability_names(const loom_plugin* d) {
   if (d->kind == LOOM_KIND_PARALLEL && d->slot == LOOM_SLOT_DATA) {
     caps = data_capabilities(d);
     names = {{LOOM_DATA_EXPERTS, "experts"}, {LOOM_DATA_PIPELINE, "pipeline"}, {LOOM_DATA_SHARDED, "sharded state"}};
+  } else if (d->kind == LOOM_KIND_COMM) {
+    caps = comm_capabilities(d);
+    names = {{LOOM_COMM_P2P, "point-to-point"}};
   } else if (d->kind == LOOM_KIND_CKPT) {
     caps = ckpt_capabilities(d);
     names = {{LOOM_CKPT_ASYNC, "async"}};

@@ -29,6 +29,10 @@ const char* status_name(loom_status s);
 // What a plugin declares it handles; 0 for a plugin built before ABI 1.6, which had no declarations.
 uint64_t data_capabilities(const loom_plugin* desc);
 uint64_t ckpt_capabilities(const loom_plugin* desc);
+uint64_t comm_capabilities(const loom_plugin* desc);  // LOOM_COMM_*; 0 before ABI 2.4
+// A comm plugin's table with every field this runtime knows: an older plugin's later entries
+// (group_start, group_end, capabilities) read as NULL and 0, so wrappers copy it whole.
+loom_comm_v2 full_comm_table(const loom_comm_v2* table);
 // " (it was built against ABI 1.3, before plugins declared capabilities)" or "".
 std::string declared_note(const loom_plugin* desc);
 // "experts, pipeline" for `loom plugins info`.

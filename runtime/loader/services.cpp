@@ -151,9 +151,14 @@ const loom_ops*& device_ops() {
   static const loom_ops* ops = nullptr;
   return ops;
 }
+const loom_native_streams*& native_streams() {
+  static const loom_native_streams* streams = nullptr;
+  return streams;
+}
 }  // namespace
 
 void set_device_ops(const loom_ops* ops) { device_ops() = ops; }
+void set_native_streams(const loom_native_streams* streams) { native_streams() = streams; }
 
 void declare_services(const loom_plugin* desc, bool created) {
   const std::vector<std::string> names = declared_services(desc);
@@ -178,6 +183,7 @@ const void* find_service(const char* name, uint32_t min_minor) {
   if (std::strcmp(name, LOOM_SERVICE_TRACE) == 0) return &kTrace;
   if (std::strcmp(name, LOOM_SERVICE_PLUGINS) == 0) return source().registry ? &kPlugins : nullptr;
   if (std::strcmp(name, LOOM_SERVICE_DEVICE) == 0) return device_ops();
+  if (std::strcmp(name, LOOM_SERVICE_NATIVE_STREAMS) == 0) return min_minor <= LOOM_ABI_MINOR ? native_streams() : nullptr;
   return nullptr;
 }
 

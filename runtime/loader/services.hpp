@@ -21,6 +21,8 @@ class Registry;
 void set_placement(const loom_placement& placement, const std::string& host);
 // loom.device: the op table of the device this process trains on.
 void set_device_ops(const loom_ops* ops);
+// The device's native streams (loom.native_streams), or nullptr (cpu, strict).
+void set_native_streams(const loom_native_streams* streams);
 
 // Where plugins' spans go while a run traces; an empty function stops them.
 using SpanSink = std::function<void(const std::string& name, const std::string& category,

@@ -64,7 +64,11 @@ void ParamStore::allocate(uint64_t seed) {
     for (int64_t d : p.local_shape) n *= d;
     total_ += (n + 15) / 16 * 16;  // 64-byte aligned views
   }
-  values_ = Tensor::empty({total_});
+  {
+    TensorPurpose purpose("the parameters");
+    values_ = Tensor::empty({total_});
+  }
+  TensorPurpose purpose("the gradients");
   grads_ = Tensor::zeros({total_});
   std::vector<float> init(static_cast<size_t>(total_), 0.f);  // made on the host, then uploaded
   for (auto& p : params_) {

@@ -20,8 +20,9 @@ const loom_ops* for_device(const std::string& device) {
     std::string why;
     if (!cuda::available(&why)) throw ConfigError("[run] device = \"cuda\": " + why);
     cuda::select_device();
-    // Tensors from here on live in managed memory, reachable from the kernels and the host code.
-    set_tensor_allocator({cuda::managed_alloc, cuda::managed_free, {LOOM_DEVICE_CUDA, 0}, cuda::ops()});
+    // Tensors from here on live in device memory, which only the op table's kernels and copies
+    // reach (as on the strict device).
+    set_tensor_allocator({cuda::device_alloc, cuda::device_free, {LOOM_DEVICE_CUDA, 0}, cuda::ops(), cuda::owns});
     return cuda::ops();
 #else
     throw ConfigError("[run] device = \"cuda\": this build has no CUDA kernels (the CUDA toolkit was not found; "
@@ -38,6 +39,8 @@ const loom_ops* for_device(const std::string& device) {
                     built_devices() + ")");
 }
 
+bool declared_host_reachable(const std::string& device) { return device == "cpu"; }
+
 std::string built_devices() {
 #ifdef LOOM_HAVE_CUDA
   return "cpu, strict, cuda";
@@ -52,6 +55,33 @@ int64_t device_peak_bytes(const std::string& device) {
   if (device == "cuda") return static_cast<int64_t>(cuda::memory_stats().peak);
 #endif
   return device == "cpu" ? heap_tensor_peak_bytes() : 0;
+}
+
+int64_t device_host_waits(const std::string& device) {
+  if (device == "strict") return strict::host_waits();
+#ifdef LOOM_HAVE_CUDA
+  if (device == "cuda") return cuda::host_waits();
+#endif
+  return 0;
+}
+
+void set_memory_cap(const std::string& device, int64_t bytes) {
+  if (device == "strict") return strict::set_memory_cap(static_cast<size_t>(bytes));
+#ifdef LOOM_HAVE_CUDA
+  if (device == "cuda") return cuda::set_memory_cap(static_cast<size_t>(bytes));
+#endif
+  if (bytes > 0)
+    throw ConfigError("[run] device_memory_mib caps a device's memory (strict, cuda); with [run] device = \"" + device +
+                      "\" tensors live on the host heap: remove it or set it to 0");
+}
+
+const loom_native_streams* native_streams(const std::string& device) {
+#ifdef LOOM_HAVE_CUDA
+  static const loom_native_streams cuda_streams{LOOM_VERSION_OF(loom_native_streams), cuda::native_stream};
+  if (device == "cuda") return &cuda_streams;
+#endif
+  (void)device;
+  return nullptr;
 }
 
 int set_threads(const std::string& device, int threads) {

@@ -14,12 +14,29 @@ const loom_ops* cpu();
 // The table for a [run] device name; throws ConfigError when that device is not built in.
 const loom_ops* for_device(const std::string& device);
 
+// What a device's op table declares of its memory (loom_ops.host_reachable), known without the
+// device: config check and loom plan judge a CUDA layout on a machine without a GPU. A test holds
+// it equal to each built table's own field.
+bool declared_host_reachable(const std::string& device);
+
 // The devices this build has kernels for, "cpu, strict[, cuda]".
 std::string built_devices();
 
 // Peak bytes the device's tensors (and plugins' buffers from the host allocator) held at once;
 // on the CPU, the host-heap tensors: the run's own memory without the process's code and libraries.
 int64_t device_peak_bytes(const std::string& device);
+
+// How many times the host has blocked on the device so far (0 on the CPU, where nothing is
+// asynchronous): a step's count is the difference across it, the same on every run of a layout.
+int64_t device_host_waits(const std::string& device);
+
+// Caps the device's tensor memory at `bytes` (0: none): an allocation past it fails as a full
+// GPU's does. ConfigError on the CPU, whose tensors are the host heap's.
+void set_memory_cap(const std::string& device, int64_t bytes);
+
+// The device's own stream handles for the loom.native_streams service (cudaStream_t on CUDA);
+// nullptr on devices without them.
+const loom_native_streams* native_streams(const std::string& device);
 
 // Sets kernel threads for the device (CPU: OpenMP and OpenBLAS); 0 = all cores. Returns count.
 int set_threads(const std::string& device, int threads);

@@ -173,6 +173,38 @@ PipeTimeline PipelinePlan::simulate(double forward_cost, double backward_cost, d
   return t;
 }
 
+// On a timeline where a forward takes 1 and a backward 2 (1 + 1 when split), every end time is
+// an integer, so equal points compare exactly.
+std::vector<PipeExchange> PipelinePlan::exchanges(int rank) const {
+  const PipeTimeline t = simulate(1, 2, 0.5);
+  const int p = shape_.stages, S = virtual_stages();
+  std::map<std::tuple<int, int, int>, double> ends;  // (op, micro-batch, virtual stage) -> end
+  for (int r = 0; r < p; ++r)
+    for (const PipeSpan& sp : t.ranks[r]) ends[{sp.action.op, sp.action.microbatch, virtual_stage(r, sp.action.chunk)}] = sp.end;
+  std::map<double, PipeExchange> at;
+  const std::vector<PipeSpan>& mine = t.ranks[rank];
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const loom_pipe_action& a = mine[k].action;
+    const int s = virtual_stage(rank, a.chunk);
+    if (a.op == LOOM_PIPE_WEIGHT) continue;
+    const bool forward = a.op == LOOM_PIPE_FORWARD;
+    if (forward ? s + 1 < S : s > 0) at[mine[k].end].sends.push_back(k);
+    if (forward ? s > 0 : s + 1 < S) at[ends.at({a.op, a.microbatch, forward ? s - 1 : s + 1})].recvs.push_back(k);
+  }
+  std::vector<PipeExchange> out;
+  for (auto& [point, x] : at) {
+    x.at = point;
+    x.before = mine.size();
+    for (size_t k = 0; k < mine.size(); ++k)
+      if (mine[k].start >= point) {
+        x.before = k;
+        break;
+      }
+    out.push_back(std::move(x));
+  }
+  return out;
+}
+
 int PipelinePlan::peak_in_flight(int rank) const {
   int live = 0, peak = 0;
   for (const auto& a : actions_[rank]) {

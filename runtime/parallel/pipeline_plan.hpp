@@ -6,8 +6,9 @@
 // stage s > 0 first waits for its input from stage s - 1, and sends its output to stage s + 1
 // without waiting; a backward waits for its gradient from stage s + 1 and sends to s - 1 the
 // same way; a weight action (the second half of a split backward) waits for nothing but its own
-// backward, earlier on the rank. Sends never block (and receives are posted ahead), so the order
-// is deadlock-free exactly when the simulation below, which follows the same rules, finishes.
+// backward, earlier on the rank. Sends never block, and sends and receives go in paired groups
+// (exchanges), so the order is deadlock-free exactly when the simulation below, which follows
+// the same rules, finishes.
 #pragma once
 
 #include <memory>
@@ -32,6 +33,18 @@ struct PipeTimeline {
   double bubble() const;
 };
 
+// One paired exchange of a step: the sends and receives a pp rank issues together (one comm
+// group), at a point of the unit-time timeline. Every message sits in the exchange at the end
+// time of the action that produces it, on the sender and on the receiver alike, so exchange g
+// of a rank sends exactly what exchange g of each peer receives: on a backend whose unmatched
+// send holds up its stream (NCCL), the groups can never wait on each other in a cycle.
+struct PipeExchange {
+  double at = 0;              // the timeline point
+  size_t before = 0;          // issued before this rank's action `before` (actions().size(): after the last)
+  std::vector<size_t> sends;  // this rank's actions whose output goes out here
+  std::vector<size_t> recvs;  // this rank's actions whose input comes in here
+};
+
 class PipelinePlan {
  public:
   // Configures the schedule for `shape` (chunks 0 = the schedule's default), asks it for every
@@ -53,6 +66,8 @@ class PipelinePlan {
   // backward `backward_cost`, transfers free. A split backward's weight action takes
   // `weight_share` of it and its input-gradient half the rest.
   PipeTimeline simulate(double forward_cost = 1, double backward_cost = 1, double weight_share = 0.5) const;
+  // Rank `rank`'s exchanges of a step, in the order it issues them (PipeExchange).
+  std::vector<PipeExchange> exchanges(int rank) const;
   // Whether rank `rank` splits the backward of (micro-batch, chunk): its list holds a weight action.
   bool split(int rank, int microbatch, int chunk) const;
   // The most micro-batch chunks rank `rank` holds activations for at once (forwarded, not yet

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "core/errors.hpp"
+#include "ops/ops.hpp"
 #include "train/pipeline.hpp"
 
 namespace loom::plan {
@@ -219,6 +220,7 @@ train::LayoutFacts layout_facts(const Workload& w, const Layout& l) {
   f.model = &w.model;
   f.mesh.tp = l.tp, f.mesh.cp = l.cp, f.mesh.ep = l.ep, f.mesh.dp = l.dp, f.mesh.pp = l.pp;
   f.global_batch = w.global_batch, f.micro_batch = l.micro_batch, f.device = w.device;
+  f.device_host_memory = ops::declared_host_reachable(w.device);
   if (l.world() > 1) f.comm = own(w.comm, "gloo");
   if (l.dp * l.ep * l.cp > 1) f.data = l.data_plugin(w);
   if (l.tp > 1) f.tensor = own(w.tensor_plugin, "tp");

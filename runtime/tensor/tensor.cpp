@@ -10,7 +10,17 @@ namespace loom {
 
 namespace {
 TensorAllocator g_allocator;  // empty: the host heap
+thread_local std::string t_purpose;
+
+std::string shape_text(const std::vector<int64_t>& shape, loom_dtype dtype) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? " x " : "") + std::to_string(shape[i]);
+  return s + "] " + dtype_name(dtype);
+}
 }  // namespace
+
+TensorPurpose::TensorPurpose(std::string what) : previous_(std::move(t_purpose)) { t_purpose = std::move(what); }
+TensorPurpose::~TensorPurpose() { t_purpose = std::move(previous_); }
 
 size_t dtype_size(loom_dtype dt) {
   switch (dt) {
@@ -91,7 +101,13 @@ Tensor Tensor::empty(std::vector<int64_t> shape, loom_dtype dtype) {
   for (int64_t d : shape) n *= d;
   size_t bytes = (static_cast<size_t>(n) * dtype_size(dtype) + 63) / 64 * 64;
   if (g_allocator.alloc) {
-    void* p = g_allocator.alloc(bytes ? bytes : 64);
+    void* p = nullptr;
+    try {
+      p = g_allocator.alloc(bytes ? bytes : 64);
+    } catch (const RuntimeError& e) {  // the device is full: say which tensor asked
+      throw RuntimeError("allocating " + (t_purpose.empty() ? std::string("a tensor") : t_purpose) + " " +
+                         shape_text(shape, dtype) + ": " + e.what());
+    }
     Tensor t = borrow(p, std::move(shape), dtype);
     t.owner_ = std::shared_ptr<void>(p, g_allocator.free);
     t.device_ = g_allocator.device;

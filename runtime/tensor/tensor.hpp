@@ -34,6 +34,20 @@ const TensorAllocator& tensor_allocator();
 int64_t heap_tensor_peak_bytes();
 void heap_bytes_held(int64_t delta);
 
+// What the tensors this thread allocates while it lives are for ("the parameters", "block 3"):
+// a device's out-of-memory error names it, with the tensor's shape. Scopes nest; the innermost
+// names.
+class TensorPurpose {
+ public:
+  explicit TensorPurpose(std::string what);
+  ~TensorPurpose();
+  TensorPurpose(const TensorPurpose&) = delete;
+  TensorPurpose& operator=(const TensorPurpose&) = delete;
+
+ private:
+  std::string previous_;
+};
+
 class Tensor;
 // The host's way into a tensor on any device: stream-ordered copies through the device's table
 // (a memcpy for host tensors). A download has finished when it returns.

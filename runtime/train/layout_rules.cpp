@@ -1,6 +1,7 @@
 #include "train/layout_rules.hpp"
 
 #include "loader/host.hpp"
+#include "ops/ops.hpp"
 #include "dist/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
 #include "train/settings.hpp"
@@ -61,6 +62,9 @@ std::string plugin_support(const LayoutFacts& f) {
   const dist::MeshShape& m = f.mesh;
   if ((m.cp > 1 || m.pp > 1) && !f.comm_p2p) {
     const std::string degree = m.cp > 1 ? "[parallel] cp = " + str(m.cp) : "[parallel] pp = " + str(m.pp);
+    if (f.comm_send)
+      return "[plugins] comm = \"" + f.comm + "\" has send and recv but does not declare LOOM_COMM_P2P" +
+             f.comm_declared + ", and " + degree + " needs point-to-point transfers; use gloo, mpi or nccl";
     return degree + " needs a comm backend with send and recv, which [plugins] comm = \"" + f.comm +
            "\" does not offer; use gloo, mpi or nccl";
   }
@@ -73,9 +77,9 @@ std::string plugin_support(const LayoutFacts& f) {
   if (m.pp > 1 && !(f.data_caps & LOOM_DATA_PIPELINE))
     return who + " does not declare LOOM_DATA_PIPELINE" + f.data_declared + ", and [parallel] pp = " + str(m.pp) +
            " needs it: each stage holds only its own parameters, and a mirrored tied embedding must stay out of the norms";
-  if ((f.data_caps & LOOM_DATA_SHARDED) && f.device != "cpu")
-    return who + " with [run] device = \"" + f.device + "\": the ZeRO plugin keeps its shards in host memory, which "
-           "the device's kernels cannot read; use ddp";
+  if ((f.data_caps & LOOM_DATA_SHARDED) && !f.device_host_memory)
+    return who + " keeps its shards in host memory, which the kernels of a device the host cannot reach ([run] device) "
+           "cannot read; use ddp";
   return "";
 }
 
@@ -111,7 +115,9 @@ void comm_facts(LayoutFacts& f, const loom_plugin* comm) {
   if (!comm) return;
   const auto* t = reinterpret_cast<const loom_comm_v2*>(comm);
   f.comm = comm->name;
-  f.comm_p2p = t->send && t->recv;
+  f.comm_send = t->send && t->recv;
+  f.comm_p2p = f.comm_send && (plugins::comm_capabilities(comm) & LOOM_COMM_P2P);
+  f.comm_declared = plugins::declared_note(comm);
 }
 
 void data_facts(LayoutFacts& f, const loom_plugin* data) {
@@ -130,6 +136,7 @@ LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& select
   f.global_batch = s.global_batch;
   f.micro_batch = s.micro_batch;
   f.device = read_run(cfg).device;
+  f.device_host_memory = ops::declared_host_reachable(f.device);
   f.groups = dist::read_groups(cfg);
   f.nproc = dist::read_parallel(cfg).nproc;
   auto name = [&](const char* slot) {

@@ -25,9 +25,12 @@ struct LayoutFacts {
   int64_t global_batch = 0;
   int64_t micro_batch = 0;  // 0 = the whole per-rank batch
   std::string device = "cpu";
+  bool device_host_memory = true;  // host code reaches the device's memory (ops::declared_host_reachable)
   // The plugin filling each slot ("" = none).
   std::string comm, data, tensor, sequence, context, expert, pipeline;
-  bool comm_p2p = true;        // the comm plugin offers send and recv
+  bool comm_p2p = true;        // the comm plugin has send and recv and declares LOOM_COMM_P2P
+  bool comm_send = true;       // its table has send and recv, declared or not
+  std::string comm_declared;   // plugins::declared_note of the comm plugin
   uint64_t data_caps = 0;      // the data plugin's LOOM_DATA_* capabilities
   std::string data_declared;   // plugins::declared_note of the data plugin
   std::vector<dist::NodeGroup> groups;  // [parallel] groups, in node order
@@ -41,7 +44,7 @@ std::string layout_problem(const LayoutFacts& f);
 LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh,
                      const model::Config& mc);
 
-// A plugin's facts for the slots that have some: whether a comm plugin offers send and recv, and
+// A plugin's facts for the slots that have some: whether a comm plugin declares send and recv, and
 // a data plugin's capabilities with their note. For the planner, which has descriptors, not a
 // Selection.
 void comm_facts(LayoutFacts& f, const loom_plugin* comm);

@@ -4,6 +4,7 @@ namespace loom::train {
 
 Optimizer::Optimizer(ParamStore& params, TensorSlots& slots, DataParallel* dp, const loom_ops* ops, AdamW hp)
     : params_(params), slots_(slots), dp_(dp), ops_(ops), hp_(hp) {
+  TensorPurpose purpose("AdamW's moments (m, v)");
   if (!sharded()) m_ = Tensor::zeros({params.numel()}), v_ = Tensor::zeros({params.numel()});
 }
 

@@ -80,6 +80,7 @@ Pipeline::Pipeline(PipelineLayout layout, dist::CommWorld& world, model::Model& 
   const int64_t C = model.config().d_model;
   x_ = Tensor::empty({max_rows, C});
   dx_ = Tensor::empty({max_rows, C});
+  exchanges_ = plan_->exchanges(rank_);
   const int m = plan_->shape().microbatches;
   slot_of_.assign(static_cast<size_t>(m) * v, -1);
   deferred_of_.assign(static_cast<size_t>(m) * v, -1);
@@ -121,7 +122,24 @@ void Pipeline::post(const Tensor& t, int peer, int tag) {
     send_bufs_[k] = Tensor::empty({numel});
   }
   copy_bytes(send_bufs_[k].data(), from, numel * sizeof(float));
+  if (deferring_) {  // a step's send goes out in its exchange (exchange())
+    outgoing_[current_action_] = Outgoing{k, numel, peer, tag};
+    pending_.push_back(nullptr);  // holds the buffer's place until then
+    return;
+  }
   pending_.push_back(pp_.send(flat_view(send_bufs_[k].f32(), LOOM_F32, numel), peer, tag));
+}
+
+// One paired group of sends and receives (PipeExchange): group g of this rank with group g of
+// each neighbour.
+void Pipeline::exchange(const PipeExchange& x, int64_t rows) {
+  pp_.group_start();
+  for (size_t k : x.sends) {
+    const Outgoing& o = outgoing_[k];
+    pending_[o.buffer] = pp_.send(flat_view(send_bufs_[o.buffer].f32(), LOOM_F32, o.numel), o.peer, o.tag);
+  }
+  for (size_t k : x.recvs) post_receive(k, rows);
+  pp_.group_end();
 }
 
 void Pipeline::finish_sends() {
@@ -223,22 +241,16 @@ void Pipeline::run_weight(int index, int chunk, Trace* trace, const std::string&
   if (trace) trace->span(name, "weight", t0, t1);
 }
 
-void Pipeline::post_receives(int64_t rows) {
-  const auto& actions = plan_->actions(rank_);
-  const int64_t C = model_->config().d_model, last = plan_->virtual_stages() - 1;
-  receives_.assign(actions.size(), nullptr);
-  if (recv_bufs_.size() < actions.size()) recv_bufs_.resize(actions.size());
-  for (size_t k = 0; k < actions.size(); ++k) {
-    const loom_pipe_action& a = actions[k];
-    const int s = plan_->virtual_stage(rank_, a.chunk);
-    const bool forward = a.op == LOOM_PIPE_FORWARD;
-    if (a.op == LOOM_PIPE_WEIGHT || (forward ? s == 0 : s == last)) continue;
-    const int64_t numel = wire_rows(rows) * C;
-    if (recv_bufs_[k].numel() < numel) recv_bufs_[k] = Tensor::empty({numel});
-    const int peer = forward ? (rank_ + stages_ - 1) % stages_ : (rank_ + 1) % stages_;
-    receives_[k] = pp_.irecv(flat_view(recv_bufs_[k].f32(), LOOM_F32, numel), peer,
-                             tag(!forward, forward ? s - 1 : s + 1, a.microbatch));
-  }
+// The receive of action k's input, into its own buffer.
+void Pipeline::post_receive(size_t k, int64_t rows) {
+  const loom_pipe_action& a = plan_->actions(rank_)[k];
+  const int s = plan_->virtual_stage(rank_, a.chunk);
+  const bool forward = a.op == LOOM_PIPE_FORWARD;
+  const int64_t numel = wire_rows(rows) * model_->config().d_model;
+  if (recv_bufs_[k].numel() < numel) recv_bufs_[k] = Tensor::empty({numel});
+  const int peer = forward ? (rank_ + stages_ - 1) % stages_ : (rank_ + 1) % stages_;
+  receives_[k] = pp_.irecv(flat_view(recv_bufs_[k].f32(), LOOM_F32, numel), peer,
+                           tag(!forward, forward ? s - 1 : s + 1, a.microbatch));
 }
 
 double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dloss,
@@ -266,8 +278,19 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
     for (size_t i = ch.first; i < ch.last; ++i) ch.bytes += model_->layer_saved_bytes(i, probe);
   }
   const auto start = Clock::now();
-  post_receives(model_->api().local_rows(B * T));
+  const int64_t rows = model_->api().local_rows(B * T);
+  receives_.assign(actions.size(), nullptr);
+  if (recv_bufs_.size() < actions.size()) recv_bufs_.resize(actions.size());
+  outgoing_.assign(actions.size(), Outgoing{});
+  deferring_ = true;
+  size_t next_exchange = 0;
+  auto exchanges_before = [&](size_t k) {
+    for (; next_exchange < exchanges_.size() && exchanges_[next_exchange].before <= k; ++next_exchange)
+      exchange(exchanges_[next_exchange], rows);
+  };
   for (size_t k = 0; k < actions.size(); ++k) {
+    exchanges_before(k);
+    current_action_ = k;
     const loom_pipe_action& a = actions[k];
     model::Microbatch mb{tokens_[a.microbatch].data(), targets_[a.microbatch].data(), B, T, dloss};
     int& slot = slot_of_[static_cast<size_t>(a.chunk) * m + a.microbatch];
@@ -296,6 +319,8 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
       live_bytes_ -= ch.bytes;
     }
   }
+  exchanges_before(actions.size());
+  deferring_ = false;
   auto t0 = Clock::now();
   finish_sends();
   if (trace) trace->span("wait sends", "wait", t0, Clock::now());

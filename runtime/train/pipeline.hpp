@@ -1,7 +1,7 @@
 // The pipeline slot as the trainer sees it: which layers this rank builds, and a step's schedule
-// run over the pp group. Activations go forward and their gradients backward by send (not
-// waited for until the step's end) and by receives posted when the step starts, in the order
-// the plugin gave and the plan checked (parallel/pipeline_plan.hpp). Each micro-batch in flight
+// run over the pp group. Activations go forward and their gradients backward by sends (not
+// waited for until the step's end) and receives issued in paired groups, the plan's exchanges,
+// in the order the plugin gave and the plan checked (parallel/pipeline_plan.hpp). Each micro-batch in flight
 // through a chunk keeps its activations in its own slot of that chunk's layers.
 #pragma once
 
@@ -96,8 +96,10 @@ class Pipeline {
   // The weight half of a split backward: the GEMMs its input half set aside.
   void run_weight(int index, int chunk, Trace* trace, const std::string& name,
                   const std::function<void(size_t)>& after_layer);
-  void post_receives(int64_t rows);
+  void post_receive(size_t action, int64_t rows);
+  // Sends t's rows to `peer`; within a step, in the exchange that pairs it (exchange()).
   void post(const Tensor& t, int peer, int tag);
+  void exchange(const PipeExchange& x, int64_t rows);
   // Waits for the pre-posted receive of `into`'s rows (or receives them now) and, under
   // scatter/gather, all-gathers them over tp.
   void take(Tensor& into, loom_work* incoming, const Tensor* inbox, int peer, int tag);
@@ -120,10 +122,19 @@ class Pipeline {
   double loss_ = 0, busy_ms_ = 0;
   // Outgoing activations: a buffer per send until the step's end, reused across steps.
   std::vector<Tensor> send_bufs_;
-  std::vector<loom_work*> pending_;
-  // Incoming ones: every receive of a step is posted at its start, into its own buffer, so a
-  // sender finds it waiting and writes at once (gloo otherwise needs a round trip through the
-  // sender's progress thread, tens of ms on a loaded machine). Indexed by action.
+  std::vector<loom_work*> pending_;  // by send buffer; null until a deferred send goes out
+  // A step's sends wait for their exchange: each action's output, staged in its send buffer.
+  struct Outgoing {
+    size_t buffer = 0;
+    int64_t numel = 0;
+    int peer = 0, tag = 0;
+  };
+  std::vector<Outgoing> outgoing_;  // by action
+  std::vector<PipeExchange> exchanges_;  // this rank's, in issue order
+  bool deferring_ = false;
+  size_t current_action_ = 0;
+  // Incoming ones: each receive of a step is posted in its exchange, into its own buffer, ahead
+  // of the action that reads it. Indexed by action.
   std::vector<Tensor> recv_bufs_;
   std::vector<loom_work*> receives_;
   // Activation slots: which one each (micro-batch, chunk) in flight holds.

@@ -62,7 +62,9 @@ void Run::check_and_settle() {
 void Run::start_devices() {
   device_ = run_.device;
   ops_ = ops::for_device(device_);
+  ops::set_memory_cap(device_, run_.device_memory);
   plugins::set_device_ops(ops_);
+  plugins::set_native_streams(ops::native_streams(device_));
   threads_ = run_.threads;
   if (threads_ == 0) {
     const CpuBudget budget = threads_per_rank(env_.local_world, env_.launcher == "slurm");

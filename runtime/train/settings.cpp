@@ -13,6 +13,7 @@ config::SectionSpec run_section() {
       {"dir", ValueType::String, "\"\"", "run directory; default: runs/<name>"},
       {"seed", ValueType::Int, "1234", "seeds initialisation, data order and sampling", 0, kInf},
       {"device", ValueType::String, "\"cpu\"", "device the op table runs on (strict: the CPU emulating a discrete GPU)", -kInf, kInf, {"cpu", "strict", "cuda"}},
+      {"device_memory_mib", ValueType::Float, "0", "cap on the device's tensor memory in MiB (strict, cuda), as a smaller GPU's; 0 = the device's own", 0, kInf},
       {"threads", ValueType::Int, "0", "CPU threads for kernels; 0 = all cores, fewer while other processes keep some busy (one rank per machine)", 0, 4096},
       {"log_every", ValueType::Int, "1", "print a step line every N steps", 1, kInf},
       {"peak_gflops", ValueType::Float, "0", "device peak for MFU; 0 = table or measured", 0, kInf},
@@ -28,6 +29,7 @@ RunSettings read_run(const config::Config& cfg) {
   r.name = cfg.str("run.name");
   r.dir = cfg.str("run.dir");
   r.device = cfg.str("run.device");
+  r.device_memory = static_cast<int64_t>(cfg.f64("run.device_memory_mib") * 1048576.0);
   r.seed = static_cast<uint64_t>(cfg.i64("run.seed"));
   r.threads = static_cast<int>(cfg.i64("run.threads"));
   r.log_every = cfg.i64("run.log_every");

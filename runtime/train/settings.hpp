@@ -14,6 +14,7 @@ namespace loom::train {
 
 struct RunSettings {
   std::string name, dir, device;
+  int64_t device_memory;     // bytes; 0 = no cap
   std::string plan_cluster;  // "" = no prediction beside the measured figures
   uint64_t seed;
   int threads;  // 0 = all cores, adaptive on one rank per machine

@@ -8,6 +8,7 @@
 #include "ckpt/checkpoint_settings.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
+#include "ops/ops.hpp"
 #include "parallel/context_attention.hpp"
 #include "train/layout_rules.hpp"
 #include "train/report_fields.hpp"
@@ -112,6 +113,7 @@ TrainSummary Run::train() {
 Run::StepResult Run::step_once(int64_t step, PipeStepStats& pipe_stats) {
   const Clock::time_point t0 = Clock::now();
   current_step_ = step;
+  const int64_t waits0 = ops::device_host_waits(device_);
   StepResult r;
   r.lr = s_.lr.at(step);
   params_.zero_grads();
@@ -131,6 +133,7 @@ Run::StepResult Run::step_once(int64_t step, PipeStepStats& pipe_stats) {
   if (trace_) trace_->span("step " + std::to_string(step), "step", t0, Clock::now());
   faults_->after_update(step, *optimizer_);
   stability_->check(step, params_);
+  r.host_waits = ops::device_host_waits(device_) - waits0;
   return r;
 }
 

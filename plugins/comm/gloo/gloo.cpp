@@ -185,15 +185,20 @@ class Gloo : public loom::sdk::CommPlugin {
       {"check_every", LOOM_OPT_INT, "64",
        "compare each collective's op and size with the ring neighbours for the first 64, then every N-th (1 = "
        "all, 0 = never): a size that differs between ranks is an error, not a silent partial sum"},
+      {"record_groups", LOOM_OPT_STRING, "\"\"",
+       "write every point-to-point group (group_start to group_end) and every lone send or receive to "
+       "<this>.rank<N>, one line each, so a test can check that the groups pair as NCCL needs; \"\" = off"},
       {nullptr, 0, nullptr, nullptr},
   };
   static constexpr loom::sdk::About about{.name = "gloo",
-                                          .version = "1.0.0",
+                                          .version = "1.1.0",
                                           .summary = "CPU collectives over gloo's TCP transport",
-                                          .options = kOptions};
+                                          .options = kOptions,
+                                          .capabilities = LOOM_COMM_P2P};
 
   explicit Gloo(const loom::sdk::Context& ctx)
-      : iface_(ctx.options.str("iface")), hostname_(ctx.options.str("hostname")), check_every_(ctx.options.i64("check_every")) {
+      : iface_(ctx.options.str("iface")), hostname_(ctx.options.str("hostname")), check_every_(ctx.options.i64("check_every")),
+        record_(ctx.options.str("record_groups")) {
     if (check_every_ < 0) throw loom::sdk::ConfigError("[plugins.gloo] check_every must be 0 or more");
     install_abort_handler();
   }
@@ -219,6 +224,7 @@ class Gloo : public loom::sdk::CommPlugin {
       }
     }
     device_ = gloo::transport::tcp::CreateDevice(attr);
+    if (!record_.empty()) open_record(rank);
     return as_handle(connect(store, "loom/world/", rank, size, std::chrono::milliseconds(timeout_ms)));
   }
 
@@ -381,6 +387,22 @@ class Gloo : public loom::sdk::CommPlugin {
     return post(as_comm(handle), buf, peer, tag, false, async);
   }
 
+  // Groups only matter to a backend whose unmatched transfers block (NCCL): gloo's start at
+  // once. Here a group is checked for nesting and, with record_groups, written down.
+  void group_start(loom_comm* handle) override {
+    Comm* c = as_comm(handle);
+    if (c->grouped) throw Error(LOOM_INTERNAL, "gloo: group_start inside a group (groups do not nest)");
+    c->grouped = true;
+    c->group.clear();
+  }
+
+  void group_end(loom_comm* handle) override {
+    Comm* c = as_comm(handle);
+    if (!c->grouped) throw Error(LOOM_INTERNAL, "gloo: group_end without group_start");
+    c->grouped = false;
+    if (!c->group.empty()) record(*c, "group", c->group);
+  }
+
   void barrier(loom_comm* handle) override {
     Comm* c = as_comm(handle);
     c->run([c] {
@@ -420,6 +442,14 @@ class Gloo : public loom::sdk::CommPlugin {
   loom_work* post(Comm* c, const loom_tensor& t, int peer, int tag, bool is_send, bool async) {
     c->drain();  // keep issue order: collectives queued before this transfer complete first
     size_t bytes = numel(t) * element_size(t.dtype);
+    if (record_log_) {
+      const std::string op = std::string(is_send ? "send " : "recv ") + std::to_string(peer) + " " + std::to_string(tag) +
+                             " " + std::to_string(bytes);
+      if (c->grouped)
+        c->group += (c->group.empty() ? "" : ";") + op;
+      else
+        record(*c, "lone", op);
+    }
     auto w = std::make_unique<loom_work>();
     if (bytes == 0) {  // both sides know the size: nothing to move
       std::promise<void> p;
@@ -434,7 +464,7 @@ class Gloo : public loom::sdk::CommPlugin {
       // (this step's message must not land in the last step's buffer, still registered).
       // Unlike gloo's unbound rendezvous, a bound pair reads its peer's messages in order: data
       // for a receive not yet posted holds up the pair until it is. The pipeline executor posts
-      // every receive of a step when the step starts, so its transfers never wait on that.
+      // each receive in its exchange, in the order the sender sends, so it never waits on that.
       const int from = is_send ? c->rank : peer, to = is_send ? peer : c->rank;
       const int direction = from < to ? 0 : 1;
       const uint32_t seq = c->p2p_sent[{peer, direction, tag}]++ % kSeqPeriod;
@@ -491,8 +521,24 @@ class Gloo : public loom::sdk::CommPlugin {
                                        std::to_string(c.rank) + " but " + std::to_string(theirs) + " on rank 0: every rank needs the same");
   }
 
+  // record_groups: one line per group or lone transfer, "<communicator>\t<rank>\t<group|lone>\t
+  // <op>;<op>..." with each op "send|recv <peer> <tag> <bytes>".
+  void open_record(int world_rank) {
+    const std::string path = record_ + ".rank" + std::to_string(world_rank);
+    record_log_.reset(std::fopen(path.c_str(), "w"));
+    if (!record_log_) throw Error(LOOM_BAD_CONFIG, "[plugins.gloo] record_groups: cannot write " + path);
+  }
+  void record(const Comm& c, const char* kind, const std::string& ops) {
+    std::lock_guard<std::mutex> lock(record_mutex_);
+    std::fprintf(record_log_.get(), "%s\t%d\t%s\t%s\n", c.id.c_str(), c.rank, kind, ops.c_str());
+    std::fflush(record_log_.get());
+  }
+
   std::string iface_, hostname_;
   int64_t check_every_;
+  std::string record_;
+  std::unique_ptr<FILE, int (*)(FILE*)> record_log_{nullptr, &std::fclose};
+  std::mutex record_mutex_;
   std::shared_ptr<gloo::transport::Device> device_;
 };
 

@@ -93,7 +93,8 @@ class Mpi : public loom::sdk::CommPlugin {
   static constexpr loom::sdk::About about{.name = "mpi",
                                           .version = "1.0.0",
                                           .summary = "CPU collectives over MPI (Open MPI), nonblocking",
-                                          .score = &score};
+                                          .score = &score,
+                                          .capabilities = LOOM_COMM_P2P};
 
   explicit Mpi(const loom::sdk::Context&) {}
 

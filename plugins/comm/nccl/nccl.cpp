@@ -3,27 +3,32 @@
 // Bootstrap: rank 0 of each new communicator makes an ncclUniqueId and publishes it through the
 // runtime's store; the mesh groups come from ncclCommSplit. Communicators are non-blocking
 // (config.blocking = 0) so that no call can hang: every call is settled by polling
-// ncclCommGetAsyncError, and a peer that never shows up past the timeout aborts the
-// communicator (ncclCommAbort) and becomes an error naming the operation.
+// ncclCommGetAsyncError, and an operation not done past the timeout aborts its communicator
+// (ncclCommAbort) and ends the process with an error naming the operation.
 //
-// Every operation of every communicator runs on one stream per rank, so operations of different
-// groups (ddp's buckets, the expert all-to-alls) run in the program's issue order, the same on
-// every rank, rather than concurrently, which NCCL documents as a deadlock hazard. A handle is a
-// CUDA event recorded after its operation. Tensors in host memory (the runtime's scalars, CPU
-// runs of the bench) are staged through device memory and copied back when waited for.
+// Streams (the device contract, loom.device and loom.native_streams): every operation of every
+// communicator runs on the device's comm stream, after an event of the compute stream, so it
+// reads what the kernels before it wrote; waiting for it puts the compute stream behind its event,
+// so the host does not block. One stream keeps the operations of different groups (ddp's buckets,
+// the expert all-to-alls) in the program's issue order, the same on every rank, which NCCL needs
+// against deadlock. Outside `loom train` (the bench) the plugin makes its own stream.
 //
-// Point-to-point (pipelines) is refused for now: the pipeline executor posts its receives at the
-// start of a step and sends without waiting, and on one stream a posted ncclRecv or an unmatched
-// ncclSend holds up everything queued behind it. It needs matched sends and receives grouped
-// (ncclGroupStart/End) per schedule action, which the executor does not issue yet.
+// Point-to-point: a send or receive between group_start and group_end goes to NCCL inside
+// ncclGroupStart/End, so the matched pairs of a pipeline exchange or a ring step start together;
+// a lone one is its own group. Tensors in host memory (the runtime's scalars, CPU runs of the
+// bench) are staged through device memory, and the host waits for them: a host output is read
+// only after its operation.
 #include <loom/sdk.hpp>
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <list>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,14 +38,18 @@ struct loom_comm {
   int rank = 0, size = 1, splits = 0;
   cudaStream_t stream = nullptr;
   std::chrono::milliseconds timeout{300000};
+  int grouped = 0;  // inside group_start .. group_end
+  std::vector<loom_work*> in_group;  // issued in the open group: on the stream at group_end
 };
 
-// An issued operation: the event after it, and a staged host output to copy back.
+// An issued operation: the events after it, and a staged host output to copy back.
 struct loom_work {
-  cudaEvent_t done = nullptr;
+  cudaEvent_t done = nullptr;   // on the comm stream, for polling
+  int64_t device_done = -1;     // the op table's event after it (loom.device), or -1
   loom_comm* comm = nullptr;
   std::string what;
   void* device_copy = nullptr;  // staging buffer (device), freed at wait
+  void* staged_in = nullptr;    // an input's staging copy, freed once the operation is queued
   void* host_out = nullptr;     // where the staged result goes
   size_t bytes = 0;
 };
@@ -84,6 +93,64 @@ bool on_host(const void* p) {
   return a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
 }
 
+// Operations in flight whose host nobody waits on (a device output the compute stream waits
+// for): polled here, so a dead peer still ends the job instead of hanging the next host wait.
+class Watchdog {
+ public:
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+  void watch(loom_comm* c, cudaEvent_t done, const std::string& what) {
+    std::lock_guard<std::mutex> lock(m_);
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    watched_.push_back(Watched{c, done, what, Clock::now()});
+  }
+
+ private:
+  struct Watched {
+    loom_comm* comm;
+    cudaEvent_t done;
+    std::string what;
+    Clock::time_point since;
+  };
+  void run() {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::lock_guard<std::mutex> lock(m_);
+      if (stop_) return;
+      for (auto it = watched_.begin(); it != watched_.end();) {
+        const cudaError_t e = cudaEventQuery(it->done);
+        if (e == cudaSuccess) {
+          cudaEventDestroy(it->done);
+          it = watched_.erase(it);
+          continue;
+        }
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(it->comm->comm, &async);
+        const bool late = Clock::now() - it->since > it->comm->timeout;
+        if ((e != cudaErrorNotReady) || (async != ncclSuccess && async != ncclInProgress) || late) {
+          ncclCommAbort(it->comm->comm);  // the peers' operations with this rank fail too
+          std::fprintf(stderr, "loom: error: nccl %s on rank %d of %d %s; exiting\n", it->what.c_str(),
+                       it->comm->rank, it->comm->size,
+                       late ? "did not complete within the timeout: a peer is dead or stuck"
+                            : (std::string("failed: ") + (e != cudaErrorNotReady ? cudaGetErrorString(e) : ncclGetErrorString(async))).c_str());
+          std::fflush(stderr);
+          std::_Exit(1);
+        }
+        ++it;
+      }
+    }
+  }
+  std::mutex m_;
+  std::list<Watched> watched_;
+  std::thread thread_;
+  bool stop_ = false;
+};
+
 class Nccl : public loom::sdk::CommPlugin {
  public:
   static int score(const loom::sdk::Host&, std::string& why_not) {
@@ -102,15 +169,21 @@ class Nccl : public loom::sdk::CommPlugin {
     return std::strcmp(name, LOOM_COMM_DEVICES) == 0 ? &devices : nullptr;
   }
   static constexpr loom::sdk::About about{.name = "nccl",
-                                          .version = "1.0.0",
-                                          .summary = "GPU collectives over NCCL, on a comm stream, abortable",
+                                          .version = "1.1.0",
+                                          .summary = "GPU collectives and point-to-point over NCCL, on the device's comm stream",
                                           .score = &score,
+                                          .capabilities = LOOM_COMM_P2P,
+                                          .services = LOOM_SERVICE_DEVICE "|" LOOM_SERVICE_NATIVE_STREAMS,
                                           .get_proc = &extension};
 
-  explicit Nccl(const loom::sdk::Context& ctx) : host_(ctx.host) {}
+  explicit Nccl(const loom::sdk::Context& ctx) : host_(ctx.host) {
+    const loom_ops* ops = host_.service<loom_ops>(LOOM_SERVICE_DEVICE);
+    if (ops && ops->device.kind == LOOM_DEVICE_CUDA) dev_ = ops;
+    streams_ = host_.service<loom_native_streams>(LOOM_SERVICE_NATIVE_STREAMS);
+  }
 
   ~Nccl() override {
-    if (stream_) cudaStreamDestroy(stream_);
+    if (own_stream_) cudaStreamDestroy(stream_);
   }
 
   loom_comm* init(const loom_store& store, int rank, int size, int64_t timeout_ms) override {
@@ -135,7 +208,12 @@ class Nccl : public loom::sdk::CommPlugin {
     config.blocking = 0;
     check(ncclCommInitRankConfig(&c->comm, size, id, rank, &config), c, "ncclCommInitRankConfig");
     settle(c, "initialising the world communicator");
-    cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (streams_ && dev_) {
+      stream_ = static_cast<cudaStream_t>(streams_->stream(LOOM_STREAM_COMM));
+    } else {
+      cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      own_stream_ = true;
+    }
     c->stream = stream_;
     return c;
   }
@@ -154,9 +232,9 @@ class Nccl : public loom::sdk::CommPlugin {
     return c;
   }
 
+  // The stream is the device's (or the plugin's), shared: its work is the device's to finish.
   void free_comm(loom_comm* c) override {
     if (!c) return;
-    if (c->stream) cudaStreamSynchronize(c->stream);  // the stream is the plugin's, shared
     if (c->comm) ncclCommDestroy(c->comm);
     delete c;
   }
@@ -165,42 +243,43 @@ class Nccl : public loom::sdk::CommPlugin {
   int size(const loom_comm* c) override { return c->size; }
 
   loom_work* all_reduce(loom_comm* c, loom_tensor& buf, loom_reduce_op op, bool async) override {
+    after_compute();
     const size_t n = static_cast<size_t>(loom::sdk::numel(buf));
     Staged s = stage(c, buf.data, n * loom::sdk::element_size(buf.dtype), true);
     check(ncclAllReduce(s.ptr, s.ptr, n, nccl_type(buf.dtype), nccl_op(op), c->comm, c->stream), c, "ncclAllReduce");
-    return finish(c, "all_reduce", s, buf.data, async);
+    return finish(c, "all_reduce", {}, s, buf.data, async);
   }
 
   loom_work* reduce_scatter(loom_comm* c, const loom_tensor& in, loom_tensor& out, loom_reduce_op op,
                             bool async) override {
+    after_compute();
     const size_t n = static_cast<size_t>(loom::sdk::numel(out)), es = loom::sdk::element_size(in.dtype);
     Staged si = stage(c, in.data, n * c->size * es, true), so = stage(c, out.data, n * es, false);
     check(ncclReduceScatter(si.ptr, so.ptr, n, nccl_type(in.dtype), nccl_op(op), c->comm, c->stream), c,
           "ncclReduceScatter");
-    settle(c, "reduce_scatter");  // on the stream now: the staged input may be freed after it
-    release(c, si);
-    return finish(c, "reduce_scatter", so, out.data, async);
+    return finish(c, "reduce_scatter", si, so, out.data, async);
   }
 
   loom_work* all_gather(loom_comm* c, const loom_tensor& in, loom_tensor& out, bool async) override {
+    after_compute();
     const size_t n = static_cast<size_t>(loom::sdk::numel(in)), es = loom::sdk::element_size(in.dtype);
     Staged si = stage(c, in.data, n * es, true), so = stage(c, out.data, n * c->size * es, false);
     check(ncclAllGather(si.ptr, so.ptr, n, nccl_type(in.dtype), c->comm, c->stream), c, "ncclAllGather");
-    settle(c, "all_gather");
-    release(c, si);
-    return finish(c, "all_gather", so, out.data, async);
+    return finish(c, "all_gather", si, so, out.data, async);
   }
 
   loom_work* broadcast(loom_comm* c, loom_tensor& buf, int root, bool async) override {
+    after_compute();
     const size_t n = static_cast<size_t>(loom::sdk::numel(buf));
     Staged s = stage(c, buf.data, n * loom::sdk::element_size(buf.dtype), true);
     check(ncclBroadcast(s.ptr, s.ptr, n, nccl_type(buf.dtype), root, c->comm, c->stream), c, "ncclBroadcast");
-    return finish(c, "broadcast", s, buf.data, async);
+    return finish(c, "broadcast", {}, s, buf.data, async);
   }
 
   // A grouped send to and receive from every peer, blocks packed in rank order.
   loom_work* all_to_all(loom_comm* c, const loom_tensor& in, loom_tensor& out, const int64_t* send_counts,
                         const int64_t* recv_counts, bool async) override {
+    after_compute();
     const size_t es = loom::sdk::element_size(in.dtype);
     std::vector<size_t> sc(c->size), rc(c->size), so(c->size + 1, 0), ro(c->size + 1, 0);
     for (int p = 0; p < c->size; ++p) {
@@ -215,13 +294,39 @@ class Nccl : public loom::sdk::CommPlugin {
       if (rc[p]) check(ncclRecv(static_cast<char*>(sr.ptr) + ro[p], rc[p], ncclUint8, p, c->comm, c->stream), c, "ncclRecv");
     }
     check(ncclGroupEnd(), c, "ncclGroupEnd");
-    settle(c, "all_to_all");
-    release(c, si);
-    return finish(c, "all_to_all", sr, out.data, async);
+    return finish(c, "all_to_all", si, sr, out.data, async);
   }
 
-  loom_work* send(loom_comm*, const loom_tensor&, int peer, int, bool) override { return refuse_p2p("send to", peer); }
-  loom_work* recv(loom_comm*, loom_tensor&, int peer, int, bool) override { return refuse_p2p("recv from", peer); }
+  // Inside a group the transfer joins it (ncclGroupEnd starts them all); alone it is its own.
+  loom_work* send(loom_comm* c, const loom_tensor& buf, int peer, int, bool async) override {
+    after_compute();
+    const size_t bytes = static_cast<size_t>(loom::sdk::numel(buf)) * loom::sdk::element_size(buf.dtype);
+    Staged s = stage(c, buf.data, bytes, true);
+    point_to_point(c, [&] { return ncclSend(s.ptr, bytes, ncclUint8, peer, c->comm, c->stream); }, "ncclSend");
+    return finish(c, "send to rank " + std::to_string(peer), s, {}, nullptr, async);
+  }
+
+  loom_work* recv(loom_comm* c, loom_tensor& buf, int peer, int, bool async) override {
+    after_compute();
+    const size_t bytes = static_cast<size_t>(loom::sdk::numel(buf)) * loom::sdk::element_size(buf.dtype);
+    Staged s = stage(c, buf.data, bytes, false);
+    point_to_point(c, [&] { return ncclRecv(s.ptr, bytes, ncclUint8, peer, c->comm, c->stream); }, "ncclRecv");
+    return finish(c, "recv from rank " + std::to_string(peer), {}, s, buf.data, async);
+  }
+
+  void group_start(loom_comm* c) override {
+    if (c->grouped++) throw Error(LOOM_INTERNAL, "nccl: group_start inside a group (groups do not nest)");
+    check(ncclGroupStart(), c, "ncclGroupStart");
+  }
+
+  void group_end(loom_comm* c) override {
+    if (c->grouped != 1) throw Error(LOOM_INTERNAL, "nccl: group_end without group_start");
+    c->grouped = 0;
+    check(ncclGroupEnd(), c, "ncclGroupEnd");
+    settle(c, "a group of sends and receives");
+    for (loom_work* w : c->in_group) queued(*w);
+    c->in_group.clear();
+  }
 
   void barrier(loom_comm* c) override {
     float one = 1.f;
@@ -229,32 +334,25 @@ class Nccl : public loom::sdk::CommPlugin {
     all_reduce(c, t, LOOM_REDUCE_SUM, false);
   }
 
-  // Polls the event, watching for asynchronous NCCL errors and the timeout; a stuck operation
-  // aborts its communicator so that it cannot hang the job.
+  // A device output: the compute stream waits for the operation, the host does not (the
+  // watchdog polls it). A host output: the host waits, polling for NCCL errors and the timeout.
   void wait(loom_work* work) override {
     std::unique_ptr<loom_work> w(work);
-    const auto start = Clock::now();
-    for (;;) {
-      const cudaError_t e = cudaEventQuery(w->done);
-      if (e == cudaSuccess) break;
-      if (e != cudaErrorNotReady) cuda(e, "nccl " + w->what);
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(w->comm->comm, &async);
-      if (async != ncclSuccess && async != ncclInProgress) {
-        ncclCommAbort(w->comm->comm);
-        throw Error(LOOM_FATAL, "nccl " + w->what + " failed on rank " + std::to_string(w->comm->rank) + ": " +
-                                    ncclGetErrorString(async) + " (" + ncclGetLastError(nullptr) + ")");
-      }
-      if (Clock::now() - start > w->comm->timeout) {
-        ncclCommAbort(w->comm->comm);
-        throw Error(LOOM_FATAL, "nccl " + w->what + " over " + std::to_string(w->comm->size) + " ranks timed out on rank " +
-                                    std::to_string(w->comm->rank) + " after " +
-                                    std::to_string(w->comm->timeout.count() / 1000) + " s: a peer is dead or stuck");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (!w->host_out && w->device_done >= 0) {
+      dev_->wait_event(w->device_done);
+      release(w->comm, w->device_copy);
+      watchdog_.watch(w->comm, w->done, w->what);
+      return;
     }
-    if (w->host_out) cuda(cudaMemcpy(w->host_out, w->device_copy, w->bytes, cudaMemcpyDeviceToHost), "copying a result to the host");
-    if (w->device_copy) cudaFree(w->device_copy);  // the stream is past it: the event completed
+    poll(*w);
+    if (w->host_out) {
+      cuda(cudaMemcpyAsync(w->host_out, w->device_copy, w->bytes, cudaMemcpyDeviceToHost, w->comm->stream),
+           "copying a result to the host");
+      cudaEvent_t copied = w->done;
+      cuda(cudaEventRecord(copied, w->comm->stream), "cudaEventRecord");
+      poll(*w);
+    }
+    release(w->comm, w->device_copy);
     cudaEventDestroy(w->done);
   }
 
@@ -265,7 +363,28 @@ class Nccl : public loom::sdk::CommPlugin {
     size_t bytes = 0;
   };
 
-  // Host memory goes through a device copy (in: copied now; out: copied back at wait).
+  // The comm stream starts after the compute stream's work so far (the kernels that wrote what
+  // this operation reads).
+  void after_compute() {
+    if (!dev_) return;
+    const int64_t compute = dev_->record_event();
+    dev_->set_stream(LOOM_STREAM_COMM);
+    dev_->wait_event(compute);
+    dev_->set_stream(LOOM_STREAM_COMPUTE);
+  }
+
+  template <class Call>
+  void point_to_point(loom_comm* c, Call call, const char* what) {
+    if (!c->grouped) check(ncclGroupStart(), c, "ncclGroupStart");
+    check(call(), c, what);
+    if (!c->grouped) {
+      check(ncclGroupEnd(), c, "ncclGroupEnd");
+      settle(c, what);
+    }
+  }
+
+  // Host memory goes through a device copy (in: copied now, stream-ordered; out: copied back at
+  // wait). Device memory passes.
   Staged stage(loom_comm* c, void* data, size_t bytes, bool copy_in) {
     if (!on_host(data)) return {data, nullptr, bytes};
     Staged s{nullptr, data, bytes};
@@ -273,22 +392,66 @@ class Nccl : public loom::sdk::CommPlugin {
     if (copy_in && bytes) cuda(cudaMemcpyAsync(s.ptr, data, bytes, cudaMemcpyHostToDevice, c->stream), "staging a host buffer");
     return s;
   }
-  // An input's staging copy, once the operation queued on the stream has read it.
-  void release(loom_comm* c, Staged& s) {
-    if (s.host) cudaFreeAsync(s.ptr, c->stream);
+  void release(loom_comm* c, void* device_copy) {
+    if (device_copy) cudaFreeAsync(device_copy, c->stream);
   }
 
-  loom_work* finish(loom_comm* c, const std::string& what, const Staged& out, void* host_out, bool async) {
-    settle(c, what);
+  // `in`: a staged input, freed once the operation is on the stream; `out`: the output. Inside a
+  // group NCCL queues nothing until group_end, so the events wait for it too.
+  loom_work* finish(loom_comm* c, const std::string& what, const Staged& in, const Staged& out, void* host_out,
+                    bool async) {
     auto w = std::make_unique<loom_work>();
     w->comm = c;
     w->what = what;
-    if (out.host) w->device_copy = out.ptr, w->host_out = host_out, w->bytes = out.bytes;  // host_out null: a send
+    if (in.host) w->staged_in = in.ptr;
+    if (out.host) w->device_copy = out.ptr, w->host_out = host_out, w->bytes = out.bytes;
     cuda(cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming), "cudaEventCreate");
-    cuda(cudaEventRecord(w->done, c->stream), "cudaEventRecord");
+    if (c->grouped) {
+      if (!async) throw Error(LOOM_INTERNAL, "nccl: " + what + " waited for inside a group, which starts only at group_end");
+      c->in_group.push_back(w.get());
+      return w.release();
+    }
+    settle(c, what);
+    queued(*w);
     if (async) return w.release();
     wait(w.release());
     return nullptr;
+  }
+
+  // The operation is on the comm stream: its staged input may go, and its events follow it.
+  void queued(loom_work& w) {
+    release(w.comm, w.staged_in);
+    w.staged_in = nullptr;
+    cuda(cudaEventRecord(w.done, w.comm->stream), "cudaEventRecord");
+    if (dev_) {
+      dev_->set_stream(LOOM_STREAM_COMM);
+      w.device_done = dev_->record_event();
+      dev_->set_stream(LOOM_STREAM_COMPUTE);
+    }
+  }
+
+  // The host's wait for an operation: its event polled with NCCL's errors and the timeout.
+  void poll(loom_work& w) {
+    const auto start = Clock::now();
+    for (;;) {
+      const cudaError_t e = cudaEventQuery(w.done);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) cuda(e, "nccl " + w.what);
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(w.comm->comm, &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        ncclCommAbort(w.comm->comm);
+        throw Error(LOOM_FATAL, "nccl " + w.what + " failed on rank " + std::to_string(w.comm->rank) + ": " +
+                                    ncclGetErrorString(async) + " (" + ncclGetLastError(nullptr) + ")");
+      }
+      if (Clock::now() - start > w.comm->timeout) {
+        ncclCommAbort(w.comm->comm);
+        throw Error(LOOM_FATAL, "nccl " + w.what + " over " + std::to_string(w.comm->size) + " ranks timed out on rank " +
+                                    std::to_string(w.comm->rank) + " after " +
+                                    std::to_string(w.comm->timeout.count() / 1000) + " s: a peer is dead or stuck");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 
   // A non-blocking communicator's call may still be in progress: poll it to a result.
@@ -316,11 +479,6 @@ class Nccl : public loom::sdk::CommPlugin {
     if (c && c->comm) ncclCommAbort(c->comm);
     throw Error(LOOM_FATAL, std::string("nccl: ") + what + " failed: " + ncclGetErrorString(r));
   }
-  [[noreturn]] static loom_work* refuse_p2p(const char* what, int peer) {
-    throw Error(LOOM_BAD_CONFIG, std::string("nccl: ") + what + " rank " + std::to_string(peer) +
-                                     ": point-to-point transfers (pipeline parallelism) are not built into the nccl "
-                                     "plugin yet; run pipelines over gloo or mpi");
-  }
 
   void put(const std::string& key, const void* data, size_t n) {
     loom::sdk::ErrorBox e(host_.raw());
@@ -336,7 +494,11 @@ class Nccl : public loom::sdk::CommPlugin {
 
   loom::sdk::Host host_;
   const loom_store* store_ = nullptr;
-  cudaStream_t stream_ = nullptr;  // every communicator's
+  const loom_ops* dev_ = nullptr;                 // the CUDA op table, in `loom train`
+  const loom_native_streams* streams_ = nullptr;  // its streams
+  cudaStream_t stream_ = nullptr;                 // every communicator's: the device's comm stream
+  bool own_stream_ = false;
+  Watchdog watchdog_;
 };
 
 }  // namespace

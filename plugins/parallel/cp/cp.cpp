@@ -242,16 +242,21 @@ class Cp : public loom::sdk::ContextPlugin {
     loom_work* recv = nullptr;
   };
 
-  // Receive first, then send: a bound pair reads its peer's messages in order.
+  // Receive first, then send: a bound pair reads its peer's messages in order. Both in one comm
+  // group (ABI 2.4): every rank's ring step k is its group k, paired with its neighbours'.
   Transfer shift(float* out, float* in, int64_t n, int tag) {
     Transfer t;
     loom_tensor to = loom::sdk::flat_tensor(in, LOOM_F32, n), from = loom::sdk::flat_tensor(out, LOOM_F32, n);
     to.device = from.device = ctx_.device;
     ErrorBox e(host_.raw());
-    if (ctx_.comm->recv(ctx_.comm_self, ctx_.cp, &to, prev(), tag, &t.recv, e.get()) != LOOM_OK)
+    const loom_comm_v2* c = ctx_.comm;
+    const bool groups = LOOM_HAS_FIELD(&c->base, loom_comm_v2, group_end) && c->group_start && c->group_end;
+    if (groups && c->group_start(ctx_.comm_self, ctx_.cp, e.get()) != LOOM_OK) e.raise("cp ring: group start");
+    if (c->recv(ctx_.comm_self, ctx_.cp, &to, prev(), tag, &t.recv, e.get()) != LOOM_OK)
       e.raise("cp ring: receive from cp rank " + std::to_string(prev()));
-    if (ctx_.comm->send(ctx_.comm_self, ctx_.cp, &from, next(), tag, &t.send, e.get()) != LOOM_OK)
+    if (c->send(ctx_.comm_self, ctx_.cp, &from, next(), tag, &t.send, e.get()) != LOOM_OK)
       e.raise("cp ring: send to cp rank " + std::to_string(next()));
+    if (groups && c->group_end(ctx_.comm_self, ctx_.cp, e.get()) != LOOM_OK) e.raise("cp ring: group end");
     bytes_sent_ += n * static_cast<int64_t>(sizeof(float));
     return t;
   }

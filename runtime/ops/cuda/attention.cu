@@ -1,5 +1,5 @@
 // The attention entries of the CUDA op table: kernels/attention.cuh's launch sequences on the
-// device. Positions (qpos, kpos) are device memory here; context parallelism gives them so.
+// device. Positions (qpos, kpos) may be host arrays (the contract's): uploaded when they are.
 #include "ops/cuda/kernels.hpp"
 #include "ops/cuda/kernels/attention.cuh"
 #include "ops/cuda/launch.cuh"
@@ -10,7 +10,8 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
                          int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
                          int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos) {
   run_op([&](DeviceGo& go) {
-    attention::block_fwd(go, out, lse, q, k, v, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos, kpos);
+    attention::block_fwd(go, out, lse, q, k, v, ldq, ldkv, B, Tq, Tk, H, Hkv, D, go.in(qpos, Tq),
+                         go.in(kpos, Tk));
   });
 }
 
@@ -20,7 +21,7 @@ void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, con
                          int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos) {
   run_op([&](DeviceGo& go) {
     attention::block_bwd(go, dq, dk, dv, dout, q, k, v, out, lse, ldq, ldkv, B, Tq, Tk, H, Hkv, D,
-                         qpos, kpos);
+                         go.in(qpos, Tq), go.in(kpos, Tk));
   });
 }
 

@@ -1,4 +1,4 @@
-// What every CUDA file shares: error checks that throw and the stream all ops run on.
+// What every CUDA file shares: error checks that throw, and the streams the ops run on.
 #pragma once
 
 #include <cstdint>
@@ -19,11 +19,12 @@ void fail(cudaError_t e, const char* what, const char* file, int line);
 // After a launch: catches bad launch configurations at once (not at the next sync).
 #define LOOM_CUDA_LAUNCHED() LOOM_CUDA_CHECK(cudaGetLastError())
 
-// The compute stream: every op of the table is issued on it, in order.
-cudaStream_t stream();
-// The end of every op: the stream is drained, so the host code between ops (which reads and
-// writes the same managed memory) sees the kernels' results and never races them. The price is
-// a synchronisation per op; overlapping ops with host work is the next step.
-void finish_op();
+// The device's two streams (LOOM_STREAM_COMPUTE, LOOM_STREAM_COMM), made on first use. Every op
+// of the table is issued on the calling thread's current stream, in order, and returns without
+// waiting for it: the host waits only through sync_event, synchronize, and the contract's host
+// outputs (memory.hpp's wait_current_stream).
+cudaStream_t stream_of(int which);
+void set_current_stream(int which);
+cudaStream_t stream();  // the calling thread's current stream
 
 }  // namespace loom::cuda

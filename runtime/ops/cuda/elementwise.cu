@@ -7,25 +7,22 @@
 #include "ops/cuda/kernels/elementwise.cuh"
 #include "ops/cuda/kernels/reductions.cuh"
 #include "ops/cuda/launch.cuh"
-#include "ops/cuda/memory.hpp"
 
 namespace loom::cuda {
 
 namespace ew = elementwise;
 
-// Token ids may live in host memory (the data loader's buffers): staged for the kernel.
+// Token ids may live in host memory (the data loader's buffers): uploaded for the kernel.
 void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
                    int64_t T, int64_t C) {
-  Staged tok(const_cast<int32_t*>(tokens), B * T * sizeof(int32_t), true, false);
   run_op([&](DeviceGo& go) {
-    ew::embedding_fwd(go, out, tok.as<const int32_t>(), wte, wpe, B, T, C);
+    ew::embedding_fwd(go, out, go.in(tokens, B * T), wte, wpe, B, T, C);
   });
 }
 void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
                    int64_t T, int64_t C) {
-  Staged tok(const_cast<int32_t*>(tokens), B * T * sizeof(int32_t), true, false);
   run_op([&](DeviceGo& go) {
-    ew::embedding_bwd(go, dwte, dwpe, dout, tok.as<const int32_t>(), B, T, C);
+    ew::embedding_bwd(go, dwte, dwpe, dout, go.in(tokens, B * T), B, T, C);
   });
 }
 void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
@@ -62,13 +59,10 @@ void scale(float* x, float s, int64_t n) {
   run_op([&](DeviceGo& go) { ew::map(go, x, x, n, ew::Times{s}); });
 }
 
+// The contract's one waiting reduction: the host gets the value.
 double sum_squares(const float* x, int64_t n) {
   double out = 0;
-  run_op([&](DeviceGo& go) {
-    double* total = go.workspace<double>(1);
-    reductions::sum_squares(go, total, x, n);
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(&out, total, sizeof out, cudaMemcpyDeviceToHost, stream()));
-  });
+  run_op([&](DeviceGo& go) { reductions::sum_squares(go, go.out(&out, 1), x, n); });
   return out;
 }
 
@@ -90,11 +84,7 @@ void adamw_multi(int64_t count, float* const* params, const float* const* grads,
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped) {
   const reductions::NarrowFormat f = reductions::narrow_format(dtype);
   reductions::CastStats stats{};
-  run_op([&](DeviceGo& go) {
-    reductions::CastStats* dev = go.workspace<reductions::CastStats>(1);
-    reductions::quantize(go, dev, x, n, f, scale);
-    LOOM_CUDA_CHECK(cudaMemcpyAsync(&stats, dev, sizeof stats, cudaMemcpyDeviceToHost, stream()));
-  });
+  run_op([&](DeviceGo& go) { reductions::quantize(go, go.out(&stats, 1), x, n, f, scale); });
   if (amax) *amax = stats.nans ? NAN : stats.amax;
   if (clipped) *clipped = static_cast<int64_t>(stats.clips);
 }

@@ -9,6 +9,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/kernels.hpp"
+#include "ops/cuda/memory.hpp"
 
 namespace loom::cuda {
 
@@ -26,7 +27,7 @@ struct Lt {
   void* workspace = nullptr;
   Lt() {
     check(cublasLtCreate(&handle), "cublasLtCreate");
-    LOOM_CUDA_CHECK(cudaMalloc(&workspace, kWorkspace));
+    workspace = device_alloc(kWorkspace);
   }
 };
 Lt& lt() {
@@ -89,7 +90,6 @@ void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha
   cublasLtMatrixLayoutDestroy(la);
   cublasLtMatrixLayoutDestroy(lb);
   cublasLtMatmulDescDestroy(desc);
-  finish_op();
 }
 
 }  // namespace loom::cuda

@@ -15,6 +15,8 @@ bool available(std::string* why = nullptr);
 void select_device();
 // The op table over device pointers. Throws when no device is available.
 const loom_ops* ops();
+// The cudaStream_t of LOOM_STREAM_COMPUTE or _COMM, for the loom.native_streams service.
+void* native_stream(int32_t which);
 
 void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);

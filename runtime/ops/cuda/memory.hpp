@@ -1,42 +1,57 @@
-// Device memory for the CUDA op table and the trainer: a caching allocator over managed memory
-// (host code and kernels both reach it, so the runtime's host-side code runs unchanged while
-// the kernels run on the GPU), and staging for the few host arrays the ops read or write
-// (tokens, targets, per-row losses).
+// Device memory for the CUDA op table and the trainer, as the strict device's is: memory the host
+// cannot dereference (host_reachable = 0), reached only through the table's asynchronous copies.
+//
+//  - Tensors come from a stream-ordered caching allocator over cudaMalloc: a freed block keeps
+//    the event of the stream that freed it, and the next user's stream waits on that event (on
+//    the device, not the host) before reusing it, so no free ever synchronises.
+//  - The few host arrays an op reads or writes (tokens, targets, positions, losses, a norm) pass
+//    through pinned blocks that are reused once the copy that used them has finished.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include <cuda_runtime.h>
+
 namespace loom::cuda {
 
-// Size classes are kept on free lists when a tensor dies and reused by the next allocation of
-// the class, so cudaMallocManaged runs while the first steps grow the pool, not in every step.
-void* managed_alloc(size_t bytes);
-void managed_free(void* p);
+// Size classes: small requests round up to a power of two, large ones to whole 2 MiB pages.
+// Past the cap or the GPU's memory: a RuntimeError naming the size asked and the memory left.
+void* device_alloc(size_t bytes);
+void device_free(void* p);
+// Whether p lies in a live block of device_alloc (views into a tensor too).
+bool owns(const void* p);
+// The most bytes of blocks held at once ([run] device_memory_mib); 0: the GPU's own memory.
+void set_memory_cap(size_t bytes);
 
 struct MemoryStats {
   size_t in_use = 0, peak = 0, reserved = 0;  // bytes handed out now, at most, and held in all
 };
 MemoryStats memory_stats();
 
-// Whether a kernel can dereference `p` (device or managed memory).
-bool device_reachable(const void* p);
-
-// A device copy of a host array for the length of one op: copied in at construction when
-// `in`, copied back at destruction when `out`. Device-reachable arrays pass through untouched.
-class Staged {
+// A pinned host block for one staged transfer, reused after the stream has passed `done`.
+class PinnedSlot {
  public:
-  Staged(void* p, size_t bytes, bool in, bool out);
-  ~Staged();
-  Staged(const Staged&) = delete;
-  Staged& operator=(const Staged&) = delete;
-  template <class T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  explicit PinnedSlot(size_t bytes);  // takes a finished block of at least `bytes`, or makes one
+  ~PinnedSlot();                      // records the event after the work queued so far
+  PinnedSlot(const PinnedSlot&) = delete;
+  PinnedSlot& operator=(const PinnedSlot&) = delete;
+  void* data() const { return data_; }
 
  private:
-  void *host_ = nullptr, *ptr_ = nullptr;
+  void* data_ = nullptr;
   size_t bytes_ = 0;
-  bool out_ = false;
+  cudaEvent_t done_ = nullptr;
 };
+
+// A host array's device copy for one op, on the current stream: uploaded through a pinned slot
+// (no host wait). Device memory passes through untouched.
+const void* stage_in(const void* host, size_t bytes, void* device_scratch);
+
+// The host blocks until the current stream's work so far is done, counted as one host wait:
+// the contract's waits (a host output, sum_squares) and nothing else call it.
+void wait_current_stream();
+int64_t host_waits();
+void count_host_wait();
 
 }  // namespace loom::cuda

@@ -2,18 +2,15 @@
 #include "ops/cuda/kernels.hpp"
 #include "ops/cuda/kernels/softmax_xent.cuh"
 #include "ops/cuda/launch.cuh"
-#include "ops/cuda/memory.hpp"
 
 namespace loom::cuda {
 
+// Targets and per-row losses may be host arrays (the contract's): uploaded, and copied back.
 void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
                   int64_t V_real, float dloss) {
   if (N == 0) return;
-  // Targets and per-row losses are host arrays in the runtime: staged in and out.
-  Staged t(const_cast<int32_t*>(targets), N * sizeof(int32_t), true, false),
-      l(losses, N * sizeof(float), false, true);
   run_op([&](DeviceGo& go) {
-    xent::run(go, logits, l.as<float>(), t.as<const int32_t>(), N, V, V_real, dloss);
+    xent::run(go, logits, go.out(losses, N), go.in(targets, N), N, V, V_real, dloss);
   });
 }
 

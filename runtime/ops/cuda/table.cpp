@@ -1,11 +1,17 @@
-// The CUDA op table: the device check, the compute stream, and the loom_ops that points at the
-// kernels of this folder. Pointers passed to it are device memory.
+// The CUDA op table: the device check, the two streams and their events, and the loom_ops that
+// points at the kernels of this folder. Pointers passed to it are device memory, which the host
+// does not touch (host_reachable = 0): the strict device's contract, kept on a GPU.
+#include <array>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "core/errors.hpp"
 #include "ops/kernel_entries.hpp"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/kernels.hpp"
+#include "ops/cuda/memory.hpp"
 
 namespace loom::cuda {
 
@@ -32,16 +38,89 @@ void select_device() {
   LOOM_CUDA_CHECK(cudaSetDevice((local ? std::atoi(local) : 0) % n));
 }
 
-cudaStream_t stream() {
-  static cudaStream_t s = [] {
-    cudaStream_t created = nullptr;
-    LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&created, cudaStreamNonBlocking));
-    return created;
-  }();
-  return s;
+namespace {
+
+thread_local int t_stream = LOOM_STREAM_COMPUTE;
+
+// Events by number: a ring reused in order. An event is waited for soon after it is recorded
+// (an operation's copies, a collective's completion); one older than the ring is refused rather
+// than silently standing for a later point.
+constexpr int64_t kEvents = 4096;
+struct Events {
+  std::mutex m;
+  std::array<cudaEvent_t, kEvents> ring{};
+  int64_t next = 0;
+
+  cudaEvent_t of(int64_t id, const char* who) {
+    std::lock_guard<std::mutex> lock(m);
+    if (id < 0 || id >= next || id < next - kEvents)
+      throw RuntimeError(std::string("cuda device: ") + who + " on event " + std::to_string(id) +
+                         (id >= next || id < 0 ? ", which was never recorded" : ", recorded more than 4096 events ago"));
+    return ring[static_cast<size_t>(id % kEvents)];
+  }
+};
+Events& events() {
+  static Events* e = new Events;
+  return *e;
 }
 
-void finish_op() { LOOM_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+int64_t record_event() {
+  Events& ev = events();
+  std::lock_guard<std::mutex> lock(ev.m);
+  cudaEvent_t& e = ev.ring[static_cast<size_t>(ev.next % kEvents)];
+  if (!e) LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  LOOM_CUDA_CHECK(cudaEventRecord(e, stream()));
+  return ev.next++;
+}
+
+void wait_event(int64_t id) { LOOM_CUDA_CHECK(cudaStreamWaitEvent(stream(), events().of(id, "wait_event"), 0)); }
+
+void sync_event(int64_t id) {
+  count_host_wait();
+  LOOM_CUDA_CHECK(cudaEventSynchronize(events().of(id, "sync_event")));
+}
+
+void synchronize() {
+  count_host_wait();
+  LOOM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// Either side may be host memory; a pageable host destination makes the driver finish the copy
+// before returning, a pinned one is read after the caller's sync_event, as the contract says.
+void copy(void* dst, const void* src, int64_t n) {
+  if (n > 0) LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n), cudaMemcpyDefault, stream()));
+}
+
+void zero(void* dst, int64_t n) {
+  if (n > 0) LOOM_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(n), stream()));
+}
+
+void* pinned_alloc(int64_t n) {
+  void* p = nullptr;
+  LOOM_CUDA_CHECK(cudaHostAlloc(&p, static_cast<size_t>(n > 0 ? n : 1), cudaHostAllocDefault));
+  return p;
+}
+
+}  // namespace
+
+cudaStream_t stream_of(int which) {
+  static std::array<cudaStream_t, 2> streams = [] {
+    std::array<cudaStream_t, 2> made{};
+    for (cudaStream_t& s : made) LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return made;
+  }();
+  return streams[static_cast<size_t>(which == LOOM_STREAM_COMM ? 1 : 0)];
+}
+
+void set_current_stream(int which) {
+  if (which != LOOM_STREAM_COMPUTE && which != LOOM_STREAM_COMM)
+    throw RuntimeError("cuda device: no stream " + std::to_string(which) + " (LOOM_STREAM_COMPUTE or _COMM)");
+  t_stream = which;
+}
+
+cudaStream_t stream() { return stream_of(t_stream); }
+
+void* native_stream(int32_t which) { return stream_of(which); }
 
 const loom_ops* ops() {
   std::string why;
@@ -51,26 +130,15 @@ const loom_ops* ops() {
     t.v = LOOM_VERSION_OF(loom_ops);
     t.device = {LOOM_DEVICE_CUDA, 0};
     LOOM_OPS_KERNEL_ENTRIES(t, loom::cuda);
-    // Managed memory: the host reaches it, and every op has drained the stream when it returns,
-    // so the device contract's entries are immediate here, as on the CPU.
-    t.host_reachable = 1;
-    t.copy = [](void* dst, const void* src, int64_t n) {
-      if (n > 0) LOOM_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(n), cudaMemcpyDefault));
-    };
-    t.zero = [](void* dst, int64_t n) {
-      if (n > 0) LOOM_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(n), stream()));
-      finish_op();
-    };
-    t.set_stream = [](int32_t) {};
-    t.record_event = []() -> int64_t { return 0; };
-    t.wait_event = [](int64_t) {};
-    t.sync_event = [](int64_t) { finish_op(); };
-    t.synchronize = [] { LOOM_CUDA_CHECK(cudaDeviceSynchronize()); };
-    t.pinned_alloc = [](int64_t n) -> void* {
-      void* p = nullptr;
-      LOOM_CUDA_CHECK(cudaMallocHost(&p, static_cast<size_t>(n > 0 ? n : 1)));
-      return p;
-    };
+    t.host_reachable = 0;
+    t.copy = copy;
+    t.zero = zero;
+    t.set_stream = set_current_stream;
+    t.record_event = record_event;
+    t.wait_event = wait_event;
+    t.sync_event = sync_event;
+    t.synchronize = synchronize;
+    t.pinned_alloc = pinned_alloc;
     t.pinned_free = [](void* p) { cudaFreeHost(p); };
     return t;
   }();

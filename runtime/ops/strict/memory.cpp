@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -70,6 +71,7 @@ struct Memory {
   };
   std::map<char*, Users> pinned_in_flight;  // block -> the copies that still use it
   MemoryStats stats;
+  size_t cap = 0;
 
   // The region whose view holds p, or nullptr.
   Region* region_of(const void* p) {
@@ -111,12 +113,28 @@ bool find_in(std::map<char*, size_t>& live, const void* p, char** base, size_t* 
   return true;
 }
 
+std::string mib(size_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f MiB", static_cast<double>(bytes) / 1048576.0);
+  return b;
+}
+
 }  // namespace
+
+void set_memory_cap(size_t bytes) {
+  Memory& mem = memory();
+  std::lock_guard<std::mutex> lock(mem.m);
+  mem.cap = bytes;
+}
 
 void* device_alloc(size_t bytes) {
   Memory& mem = memory();
   const size_t c = size_class(bytes ? bytes : 1);
   std::lock_guard<std::mutex> lock(mem.m);
+  if (mem.cap && mem.stats.in_use + c > mem.cap)
+    throw RuntimeError("strict device: out of device memory: asked " + mib(bytes) + " (" + std::to_string(bytes) +
+                       " bytes), " + mib(mem.cap - mem.stats.in_use) + " left of the " + mib(mem.cap) +
+                       " cap ([run] device_memory_mib), " + mib(mem.stats.in_use) + " in use");
   auto& list = mem.free_device[c];
   char* p = nullptr;
   if (!list.empty()) {

@@ -14,8 +14,12 @@
 
 namespace loom::strict {
 
-// A caching allocator: freed blocks go to per-size free lists and are reused.
+// A caching allocator: freed blocks go to per-size free lists and are reused. Past the cap,
+// a request throws RuntimeError with the size asked and the memory left, as a GPU's would.
 void* device_alloc(size_t bytes);
+// The most bytes of blocks held at once ([run] device_memory_mib), as a GPU's memory is; 0: no
+// cap but the host's.
+void set_memory_cap(size_t bytes);
 void device_free(void* p);
 
 struct MemoryStats {

@@ -163,7 +163,10 @@ void settle(Device& d) {
   d.releases.swap(keep);
 }
 
+std::atomic<int64_t> g_host_waits{0};
+
 void wait_for(Device& d, std::unique_lock<std::mutex>& lock, const Clock& target) {
+  g_host_waits.fetch_add(1, std::memory_order_relaxed);
   d.cv.wait(lock, [&] {
     for (int s = 0; s < kStreams; ++s)
       if (d.done[s] < target[s]) return false;
@@ -272,6 +275,8 @@ void on_host_sees_current(std::function<void()> release) {
   std::lock_guard<std::mutex> lock(d.mu);
   d.releases.push_back(Release{t_stream, d.issued[t_stream], std::move(release)});
 }
+
+int64_t host_waits() { return g_host_waits.load(std::memory_order_relaxed); }
 
 void set_worker_threads(int threads) { device().threads = threads; }
 

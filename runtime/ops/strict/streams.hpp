@@ -38,6 +38,10 @@ void sync_event(int64_t event);
 void sync_current_stream();
 void synchronize();
 
+// How many times the host has blocked on the device so far (sync_event, synchronize, a staged
+// operand's wait): the same count for the same program, whatever the timing.
+int64_t host_waits();
+
 // Run once when the host has seen the current stream's work so far complete (a pinned block's
 // protection lifted after the copy into it). Runs at the next wait that covers it.
 void on_host_sees_current(std::function<void()> release);

@@ -28,6 +28,7 @@ class Counting : public loom::sdk::CommPlugin {
                                           .summary = "counts the collectives of another comm plugin it wraps",
                                           .options = kOptions,
                                           .validate = &validate,
+                                          .capabilities = LOOM_COMM_P2P,  // its inner plugin's sends, as they are
                                           .services = LOOM_SERVICE_PLUGINS "|" LOOM_SERVICE_TRACE "|" LOOM_SERVICE_PLACEMENT};
 
   explicit Counting(const loom::sdk::Context& ctx) : host_(ctx.host), inner_(ctx.host, ctx.options.str("inner"), LOOM_KIND_COMM) {
@@ -90,8 +91,19 @@ class Counting : public loom::sdk::CommPlugin {
     inner_.call("barrier", &loom_comm_v2::barrier, c);
   }
   void wait(loom_work* w) override { inner_.call("wait", &loom_comm_v2::wait, w); }
+  // Groups go through to a backend that has them (ABI 2.4; an older table is shorter).
+  void group_start(loom_comm* c) override {
+    if (has_groups()) inner_.call("group_start", &loom_comm_v2::group_start, c);
+  }
+  void group_end(loom_comm* c) override {
+    if (has_groups()) inner_.call("group_end", &loom_comm_v2::group_end, c);
+  }
 
  private:
+  bool has_groups() const {
+    const loom_comm_v2& t = inner_.table();
+    return LOOM_HAS_FIELD(&t.base, loom_comm_v2, group_end) && t.group_start && t.group_end;
+  }
   // A counted collective: the inner plugin's entry with the arguments, then the work handle.
   template <class Entry, class... Args>
   loom_work* collective(const char* what, Entry loom_comm_v2::*entry, bool async, Args... args) {

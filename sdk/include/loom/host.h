@@ -81,6 +81,16 @@ typedef struct loom_trace {
  * table itself. */
 #define LOOM_SERVICE_DEVICE "loom.device"
 
+/* The device's own stream handles (ABI 2.4), for a plugin that issues work on them itself (NCCL
+ * on the comm stream): stream(LOOM_STREAM_COMPUTE or _COMM) is a cudaStream_t on CUDA. NULL on
+ * devices without native streams (cpu, strict). Order work against the table's own with
+ * loom.device's record_event and wait_event. */
+#define LOOM_SERVICE_NATIVE_STREAMS "loom.native_streams"
+typedef struct loom_native_streams {
+  loom_version v;
+  void* (*stream)(int32_t which);
+} loom_native_streams;
+
 /* Other plugins, for a plugin that wraps one (a counting comm over gloo): creates the plugin
  * `name` of `kind` with the options of its own [plugins.<name>] table, checked against its
  * schema. *desc is its descriptor (cast it to the kind's table), *self its instance; give both

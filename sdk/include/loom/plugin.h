@@ -236,7 +236,22 @@ typedef struct loom_comm_v2 {
   loom_status (*barrier)(void* self, loom_comm* comm, loom_error* err);
   /* Completes and frees an issued operation. */
   loom_status (*wait)(void* self, loom_work* work, loom_error* err);
+
+  /* ---- added in ABI 2.4 (check LOOM_HAS_FIELD before use) ---- */
+  /* The sends and receives issued on `comm` between group_start and group_end start together
+   * (NCCL's ncclGroupStart/End): a backend whose unmatched send or receive holds up its stream
+   * needs them so. The runtime issues one group per exchange of a pipeline schedule and per ring
+   * step, paired on every rank: group k of a rank sends exactly what group k of its peer
+   * receives. NULL: every operation stands alone (gloo, MPI). */
+  loom_status (*group_start)(void* self, loom_comm* comm, loom_error* err);
+  loom_status (*group_end)(void* self, loom_comm* comm, loom_error* err);
+  /* LOOM_COMM_* flags: what the backend declares it offers, read without creating it. */
+  uint64_t capabilities;
 } loom_comm_v2;
+
+/* loom_comm_v2.capabilities (ABI 2.4). A table with send and recv that does not declare
+ * LOOM_COMM_P2P is refused for pipelines and ring attention at config time, naming it. */
+#define LOOM_COMM_P2P 0x1ull
 
 /* A comm plugin's optional extension (ABI 2.2), found by get_proc(LOOM_COMM_DEVICES): a
  * `const uint32_t*` mask of the device kinds (1u << loom_device_kind) whose memory its operations

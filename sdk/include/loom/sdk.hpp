@@ -243,7 +243,8 @@ struct About {
   // Parallel kinds: the step's collectives, for `loom plan`, with the plugin's options as a run
   // would get them.
   std::vector<loom_cost_collective> (*cost)(const loom_cost_query&, const Options&) = nullptr;
-  // Data (LOOM_DATA_*) and checkpoint (LOOM_CKPT_*) kinds: what the plugin handles.
+  // Data (LOOM_DATA_*), checkpoint (LOOM_CKPT_*) and comm (LOOM_COMM_*) kinds: what the plugin
+  // handles or offers.
   uint64_t capabilities = 0;
   // The LOOM_SERVICE_* names the plugin asks its Host for, "|"-separated.
   const char* services = nullptr;
@@ -365,6 +366,10 @@ class CommPlugin : public Plugin {
   virtual loom_work* recv(loom_comm* c, loom_tensor& buf, int peer, int tag, bool async) = 0;
   virtual void barrier(loom_comm* c) = 0;
   virtual void wait(loom_work* work) = 0;
+  // The sends and receives between the two start together (loom_comm_v2.group_start); a
+  // backend whose operations never hold each other up leaves them as they are.
+  virtual void group_start(loom_comm*) {}
+  virtual void group_end(loom_comm*) {}
 };
 
 // A data-parallel strategy whose model state stays replicated in the runtime's buffers (DDP):

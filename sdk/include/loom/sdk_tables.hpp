@@ -54,8 +54,10 @@ consteval bool check_about(loom_kind kind) {
   if (kind != LOOM_KIND_PARALLEL && a.cost) throw "About::cost is for parallel plugins";  // consteval: a compile error
   if (kind != LOOM_KIND_PRECISION && (a.exact || a.compute_dtype != LOOM_F32))
     throw "About::exact and compute_dtype are for precision plugins";
-  if ((kind == LOOM_KIND_COMM || kind == LOOM_KIND_PRECISION) && a.capabilities)
-    throw "About::capabilities is for data and checkpoint plugins";
+  if (kind == LOOM_KIND_PRECISION && a.capabilities)
+    throw "About::capabilities is for data, checkpoint and comm plugins";
+  if (kind == LOOM_KIND_COMM && (a.capabilities & ~LOOM_COMM_P2P))
+    throw "a comm plugin's About::capabilities takes LOOM_COMM_* flags only";
   return true;
 }
 
@@ -322,6 +324,13 @@ const loom_plugin* comm_plugin() {
     t.wait = [](void* self, loom_work* w, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->wait(w); });
     };
+    t.group_start = [](void* self, loom_comm* c, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->group_start(c); });
+    };
+    t.group_end = [](void* self, loom_comm* c, loom_error* e) {
+      return detail::guarded(e, [&] { static_cast<Impl*>(self)->group_end(c); });
+    };
+    t.capabilities = Impl::about.capabilities;
     return t;
   }();
   return &table.base;
