@@ -14,13 +14,23 @@ Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bo
   const int tp = api.tp_size();
   if (c_.n_head % tp || c_.kv_heads() % tp || c_.d_ff % tp)
     throw RuntimeError("a tp that does not split the heads and d_ff got past layout_problem");
-  scratch_ = std::make_unique<Scratch>(c_, max_rows);
-  if (c_.rope()) rope_ = std::make_unique<RopeTables>(c_);
-  if (c_.recompute != "none") recompute_ = std::make_unique<RecomputeScratch>(c_, max_rows);
+  {
+    TensorPurpose purpose("the layers' shared scratch");
+    scratch_ = std::make_unique<Scratch>(c_, max_rows);
+  }
+  if (c_.rope()) {
+    TensorPurpose purpose("the RoPE tables");
+    rope_ = std::make_unique<RopeTables>(c_);
+  }
+  if (c_.recompute != "none") {
+    TensorPurpose purpose("the recomputation scratch");
+    recompute_ = std::make_unique<RecomputeScratch>(c_, max_rows);
+  }
   const int last = static_cast<int>(c_.n_layer) + 1;
   auto builds = [&](int n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };
   Param* tied = nullptr;
   if (builds(0)) {
+    TensorPurpose purpose("the embedding's buffers");
     auto emb = std::make_unique<Embedding>(c_, api, ps);
     if (c_.tied_embeddings) tied = &emb->wte();
     layers_.push_back(std::move(emb));

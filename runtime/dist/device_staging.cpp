@@ -66,10 +66,14 @@ class Staging {
     if (copies_.empty()) return;
     const int64_t compute_done = ops_->record_event();
     OnCommStream comm(ops_);
-    ops_->wait_event(compute_done);
+    ops_->wait_event(compute_done);  // also orders finish()'s copies back after the kernels' uses
+    bool reads = false;
     for (const Copy& c : copies_)
-      if (c.read) ops_->copy(c.host.data, c.device.data, bytes_of(&c.device));
-    ops_->sync_event(ops_->record_event());
+      if (c.read) {
+        ops_->copy(c.host.data, c.device.data, bytes_of(&c.device));
+        reads = true;
+      }
+    if (reads) ops_->sync_event(ops_->record_event());  // a receive alone needs no host wait
   }
 
   // What the backend wrote goes back on the comm stream; the compute stream's next kernels wait.

@@ -37,4 +37,5 @@
   (t).attention_merge = &ns::attention_merge;   \
   (t).gelu_erf_fwd = &ns::gelu_erf_fwd;         \
   (t).gelu_erf_bwd = &ns::gelu_erf_bwd;         \
-  (t).adamw_multi = &ns::adamw_multi
+  (t).adamw_multi = &ns::adamw_multi;         \
+  (t).sum_squares_multi = &ns::sum_squares_multi

@@ -100,14 +100,26 @@ TensorSlots::~TensorSlots() {
   tensor_.reset();
 }
 
+// Every tensor's sum of squares in one call (one host wait on a device), then summed in
+// parameter order, as one sum_squares per tensor would.
 double TensorSlots::global_norm(ParamStore& params, Tensor Param::*which) {
-  double replicated = 0, sharded = 0, experts = 0;
+  std::vector<const Param*> counted;
+  std::vector<const float*> x;
+  std::vector<int64_t> n;
   for (const Param& p : params.all()) {
     if (p.mirror) continue;  // the owner's copy counts
-    const Tensor& t = p.*which;
-    double ss = ops_->sum_squares(t.f32(), t.numel());
-    (p.tp_sharded() ? sharded : p.ep_sharded() ? experts : replicated) += ss;
+    counted.push_back(&p);
+    x.push_back((p.*which).f32());
+    n.push_back((p.*which).numel());
   }
+  std::vector<double> ss(counted.size(), 0.0);
+  if (LOOM_HAS_FIELD(ops_, loom_ops, sum_squares_multi))
+    ops_->sum_squares_multi(static_cast<int64_t>(x.size()), x.data(), n.data(), ss.data());
+  else
+    for (size_t i = 0; i < x.size(); ++i) ss[i] = ops_->sum_squares(x[i], n[i]);
+  double replicated = 0, sharded = 0, experts = 0;
+  for (size_t i = 0; i < counted.size(); ++i)
+    (counted[i]->tp_sharded() ? sharded : counted[i]->ep_sharded() ? experts : replicated) += ss[i];
   return norm_of({replicated + over_ep(experts), sharded});
 }
 

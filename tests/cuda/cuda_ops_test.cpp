@@ -305,6 +305,48 @@ TEST_CASE("CUDA device contract (ABI 2.2): copies both ways, zero, events and pi
   CHECK(d.host() == want);
 }
 
+TEST_CASE("CUDA device contract (ABI 2.4): declared as config check reads it, streams ordered by events, host operands without a drain") {
+  const loom_ops& g = gpu();
+  CHECK(g.host_reachable == 0);
+  CHECK(loom::ops::declared_host_reachable("cuda") == (g.host_reachable == 1));
+  // A kernel on compute, a copy of its output on comm after compute's event, read after comm's.
+  const std::vector<float> a = random(3001, 1.f, 12), b = random(3001, 1.f, 13);
+  Dev<float> da(a), db(b), dy(filled(a.size()));
+  g.add(dy.p, da.p, db.p, static_cast<int64_t>(a.size()));
+  const int64_t added = g.record_event();
+  g.set_stream(LOOM_STREAM_COMM);
+  g.wait_event(added);
+  std::vector<float> y(a.size());
+  auto* pinned = static_cast<float*>(g.pinned_alloc(static_cast<int64_t>(y.size() * sizeof(float))));
+  g.copy(pinned, dy.p, static_cast<int64_t>(y.size() * sizeof(float)));
+  const int64_t copied = g.record_event();
+  g.set_stream(LOOM_STREAM_COMPUTE);
+  g.sync_event(copied);
+  std::vector<float> want(a.size());
+  cpu().add(want.data(), a.data(), b.data(), static_cast<int64_t>(a.size()));
+  CHECK(std::vector<float>(pinned, pinned + y.size()) == want);
+  g.pinned_free(pinned);
+  // Token ids in pageable host memory, overwritten at once: the op has its own copy.
+  const int64_t B = 2, T = 5, C = 16;
+  std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 0, 1, 2};
+  const std::vector<float> wte = random(8 * C, 1.f, 14);
+  Dev<float> dwte(wte), dout(filled(B * T * C));
+  g.embedding_fwd(dout.p, tokens.data(), dwte.p, nullptr, B, T, C);
+  const std::vector<int32_t> sent = tokens;
+  std::fill(tokens.begin(), tokens.end(), 7);
+  std::vector<float> out(B * T * C);
+  cpu().embedding_fwd(out.data(), sent.data(), wte.data(), nullptr, B, T, C);
+  CHECK(dout.host() == out);
+  // Every tensor's sum of squares in one call, as one per tensor.
+  REQUIRE(LOOM_HAS_FIELD(&g, loom_ops, sum_squares_multi));
+  const std::vector<const float*> xs = {da.p, db.p};
+  const std::vector<int64_t> n = {3001, 1000};
+  std::vector<double> sums(2);
+  g.sum_squares_multi(2, xs.data(), n.data(), sums.data());
+  CHECK(sums[0] == doctest::Approx(cpu().sum_squares(a.data(), 3001)).epsilon(1e-9));
+  CHECK(sums[1] == doctest::Approx(cpu().sum_squares(b.data(), 1000)).epsilon(1e-9));
+}
+
 TEST_CASE("CUDA softmax cross-entropy, AdamW (one tensor and several) and quantize match the CPU") {
   const int64_t N = 9, V = 300, Vr = 290;
   auto z = random(N * V, 3.f, 18);

@@ -1,6 +1,8 @@
 /* A comm plugin with collectives but no point-to-point transfers (send and recv are NULL): the
  * runtime must refuse it for layouts that need send/recv (context parallelism's ring) before any
- * rank starts. It is never initialised. */
+ * rank starts. It is never initialised. Built with LOOM_TEST_UNDECLARED it is "undeclared": send
+ * and recv are there but LOOM_COMM_P2P is not declared, which the runtime refuses the same way,
+ * naming the plugin. */
 #include <loom/plugin.h>
 
 static loom_status create(const loom_host* h, const loom_options* o, void** self, loom_error* e) {
@@ -57,11 +59,31 @@ static loom_status wait_for(void* self, loom_work* work, loom_error* e) {
   return LOOM_UNAVAILABLE;
 }
 
+#ifdef LOOM_TEST_UNDECLARED
+static loom_status send(void* self, loom_comm* comm, const loom_tensor* buf, int32_t peer, int32_t tag, loom_work** work,
+                        loom_error* e) {
+  (void)self; (void)comm; (void)buf; (void)peer; (void)tag; (void)work; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+static loom_status recv(void* self, loom_comm* comm, loom_tensor* buf, int32_t peer, int32_t tag, loom_work** work,
+                        loom_error* e) {
+  (void)self; (void)comm; (void)buf; (void)peer; (void)tag; (void)work; (void)e;
+  return LOOM_UNAVAILABLE;
+}
+#define NAME "undeclared"
+#define SUMMARY "send and recv without LOOM_COMM_P2P"
+#define P2P .send = send, .recv = recv,
+#else
+#define NAME "nop2p"
+#define SUMMARY "collectives only, no send/recv"
+#define P2P
+#endif
+
 static const loom_comm_v2 table = {.base = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_comm_v2)},
                                             .kind = LOOM_KIND_COMM,
-                                            .name = "nop2p",
+                                            .name = NAME,
                                             .version = "0.0.1",
-                                            .summary = "collectives only, no send/recv",
+                                            .summary = SUMMARY,
                                             .create = create,
                                             .destroy = destroy},
                                    .init = init,
@@ -74,6 +96,7 @@ static const loom_comm_v2 table = {.base = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR
                                    .all_gather = all_gather,
                                    .broadcast = broadcast,
                                    .all_to_all = all_to_all,
+                                   P2P
                                    .barrier = barrier,
                                    .wait = wait_for};
 static const loom_plugin* const list[] = {&table.base};

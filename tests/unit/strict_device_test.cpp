@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "ops/cpu/kernels.hpp"
+#include "ops/ops.hpp"
 #include "ops/strict/memory.hpp"
+#include "ops/strict/streams.hpp"
 #include "ops/strict/table.hpp"
 
 namespace {
@@ -80,6 +82,26 @@ TEST_CASE("strict device: a GEMM, a norm and AdamW through the stream workers eq
   o->adamw(dp, dg, dm, dv, 64, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
   CHECK(to_host(o, dp, 64) == p);
   CHECK(to_host(o, dv, 64) == v);
+}
+
+TEST_CASE("strict device: sum_squares_multi equals one sum_squares per tensor, with one host wait for them all") {
+  const loom_ops* o = loom::strict::ops();
+  const std::vector<std::vector<float>> xs = {random_floats(5000, 7), random_floats(1, 8), random_floats(333, 9)};
+  std::vector<const float*> on_device;
+  std::vector<int64_t> n;
+  for (const auto& x : xs) on_device.push_back(to_device(o, x)), n.push_back(static_cast<int64_t>(x.size()));
+  std::vector<double> sums(xs.size(), -1.0);
+  const int64_t before = loom::strict::host_waits();
+  o->sum_squares_multi(3, on_device.data(), n.data(), sums.data());
+  CHECK(loom::strict::host_waits() - before == 1);
+  for (size_t t = 0; t < xs.size(); ++t) CHECK(sums[t] == loom::cpu::sum_squares(xs[t].data(), n[t]));
+}
+
+TEST_CASE("what config check reads of each device's memory without the device is what its table declares") {
+  CHECK(loom::ops::declared_host_reachable("cpu") == (loom::ops::cpu()->host_reachable == 1));
+  CHECK(loom::ops::declared_host_reachable("strict") == (loom::strict::ops()->host_reachable == 1));
+  CHECK_FALSE(loom::ops::declared_host_reachable("strict"));
+  CHECK_FALSE(loom::ops::declared_host_reachable("cuda"));  // the CUDA table itself: tests/cuda (a GPU)
 }
 
 TEST_CASE("strict device: a copy to a pinned block lands once the host has waited on its event") {

@@ -154,4 +154,8 @@ double sum_squares(const float* x, int64_t n) {
   return total;
 }
 
+void sum_squares_multi(int64_t count, const float* const* x, const int64_t* n, double* out) {
+  for (int64_t t = 0; t < count; ++t) out[t] = sum_squares(x[t], n[t]);
+}
+
 }  // namespace loom::cpu

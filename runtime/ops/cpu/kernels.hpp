@@ -78,6 +78,8 @@ void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t 
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
            float beta2, float eps, float weight_decay, int64_t step);
 
+// out[t] = sum_squares(x[t], n[t]), tensor after tensor.
+void sum_squares_multi(int64_t count, const float* const* x, const int64_t* n, double* out);
 void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m, float* const* v,
                  const int64_t* numel, const float* weight_decay, float lr, float beta1, float beta2, float eps,
                  int64_t step);

@@ -66,6 +66,15 @@ double sum_squares(const float* x, int64_t n) {
   return out;
 }
 
+// Every tensor's sum into one device array, and one host wait for the lot.
+void sum_squares_multi(int64_t count, const float* const* x, const int64_t* n, double* out) {
+  if (count <= 0) return;
+  run_op([&](DeviceGo& go) {
+    double* sums = go.out(out, count);
+    for (int64_t t = 0; t < count; ++t) reductions::sum_squares(go, sums + t, x[t], n[t]);
+  });
+}
+
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
            float beta2, float eps, float weight_decay, int64_t step) {
   run_op([&](DeviceGo& go) {

@@ -75,5 +75,6 @@ void adamw_multi(int64_t count, float* const* params, const float* const* grads,
                  const int64_t* numel, const float* weight_decay, float lr, float beta1, float beta2, float eps,
                  int64_t step);
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped);
+void sum_squares_multi(int64_t count, const float* const* x, const int64_t* n, double* out);
 
 }  // namespace loom::cuda

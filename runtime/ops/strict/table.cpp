@@ -2,6 +2,7 @@
 #include "ops/strict/table.hpp"
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,26 +46,32 @@ class Launch {
     access_.push_back(Access{p, bytes, write});
     return static_cast<T*>(kernel_view(p));
   }
-  // An operand that may be host memory (the contract's staged arrays): then the host waits.
+  // An operand that may be host memory (the contract's staged arrays). One the kernel reads is
+  // copied now, as a GPU's pinned upload is, and the host goes on; one it writes (losses, amax)
+  // makes the host wait for the op.
   template <class T>
   T* staged(T* p, size_t bytes, bool write, const char* arg) {
-    if (p && !is_device(p)) {
+    if (!p || is_device(p)) return device(p, bytes, write, arg);
+    if (write) {
       waits_ = true;
       return p;
     }
-    return device(p, bytes, write, arg);
+    const char* c = reinterpret_cast<const char*>(p);
+    uploads_.push_back(std::make_shared<std::vector<char>>(c, c + bytes));
+    return reinterpret_cast<T*>(uploads_.back()->data());
   }
   void wait() { waits_ = true; }
 
   template <class F>
   void run(F work) {
-    enqueue(op_, access_, std::function<void()>(std::move(work)));
+    enqueue(op_, access_, [work = std::move(work), held = std::move(uploads_)] { work(); });
     if (waits_) sync_current_stream();
   }
 
  private:
   const char* op_;
   std::vector<Access> access_;
+  std::vector<std::shared_ptr<std::vector<char>>> uploads_;  // host operands, copied at issue
   bool waits_ = false;
 };
 
@@ -360,6 +367,16 @@ double sum_squares(const float* x, int64_t n) {
   L.wait();
   L.run([=] { *into = cpu::sum_squares(xx, n); });
   return result;
+}
+
+// One queued kernel over every tensor, and one host wait for the sums.
+void sum_squares_multi(int64_t count, const float* const* x, const int64_t* n, double* out) {
+  Launch L("sum_squares_multi");
+  std::vector<const float*> xs(static_cast<size_t>(count));
+  std::vector<int64_t> ns(n, n + count);
+  for (int64_t t = 0; t < count; ++t) xs[t] = L.device(x[t], floats(n[t]), false, "x[t]");
+  double* into = L.staged(out, static_cast<size_t>(count) * sizeof(double), true, "out");
+  L.run([=] { cpu::sum_squares_multi(count, xs.data(), ns.data(), into); });
 }
 
 void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t V_real,

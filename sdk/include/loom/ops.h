@@ -182,6 +182,12 @@ typedef struct loom_ops {
   void (*adamw_multi)(int64_t count, float* const* params, const float* const* grads, float* const* m,
                       float* const* v, const int64_t* numel, const float* weight_decay, float lr,
                       float beta1, float beta2, float eps, int64_t step);
+
+  /* ---- added in ABI 2.4 (check LOOM_HAS_FIELD before use) ----
+   * out[t] = sum_squares(x[t], n[t]) for `count` tensors, each accumulated in double as
+   * sum_squares does; the arrays of pointers and sizes and `out` are host memory. One host wait
+   * for all of them (a gradient norm over every parameter). */
+  void (*sum_squares_multi)(int64_t count, const float* const* x, const int64_t* n, double* out);
 } loom_ops;
 
 /* The streams of a device: kernels on one, communication on the other, ordered by events. */
