@@ -81,6 +81,7 @@ Pipeline::Pipeline(PipelineLayout layout, dist::CommWorld& world, model::Model& 
   x_ = Tensor::empty({max_rows, C});
   dx_ = Tensor::empty({max_rows, C});
   exchanges_ = plan_->exchanges(rank_);
+  eager_receives_ = model.api().ops()->host_reachable != 0;
   const int m = plan_->shape().microbatches;
   slot_of_.assign(static_cast<size_t>(m) * v, -1);
   deferred_of_.assign(static_cast<size_t>(m) * v, -1);
@@ -138,7 +139,8 @@ void Pipeline::exchange(const PipeExchange& x, int64_t rows) {
     const Outgoing& o = outgoing_[k];
     pending_[o.buffer] = pp_.send(flat_view(send_bufs_[o.buffer].f32(), LOOM_F32, o.numel), o.peer, o.tag);
   }
-  for (size_t k : x.recvs) post_receive(k, rows);
+  if (!eager_receives_)
+    for (size_t k : x.recvs) post_receive(k, rows);
   pp_.group_end();
 }
 
@@ -283,6 +285,9 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   if (recv_bufs_.size() < actions.size()) recv_bufs_.resize(actions.size());
   outgoing_.assign(actions.size(), Outgoing{});
   deferring_ = true;
+  if (eager_receives_)
+    for (const PipeExchange& x : exchanges_)
+      for (size_t k : x.recvs) post_receive(k, rows);
   size_t next_exchange = 0;
   auto exchanges_before = [&](size_t k) {
     for (; next_exchange < exchanges_.size() && exchanges_[next_exchange].before <= k; ++next_exchange)

@@ -132,9 +132,14 @@ class Pipeline {
   std::vector<Outgoing> outgoing_;  // by action
   std::vector<PipeExchange> exchanges_;  // this rank's, in issue order
   bool deferring_ = false;
+  // Host memory (the CPU): every receive is posted when the step starts, so the sender's data
+  // finds it waiting (gloo's bound pairs otherwise hold it until it is posted: a pp2 step of
+  // configs/pipeline.toml took 10-15% longer). On a device, where NCCL's unmatched receive would
+  // hold up its stream, each goes in its exchange.
+  bool eager_receives_ = false;
   size_t current_action_ = 0;
-  // Incoming ones: each receive of a step is posted in its exchange, into its own buffer, ahead
-  // of the action that reads it. Indexed by action.
+  // Incoming ones: each receive of a step is posted into its own buffer, at the step's start or
+  // in its exchange (eager_receives_), ahead of the action that reads it. Indexed by action.
   std::vector<Tensor> recv_bufs_;
   std::vector<loom_work*> receives_;
   // Activation slots: which one each (micro-batch, chunk) in flight holds.
