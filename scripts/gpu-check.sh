@@ -32,9 +32,10 @@ python3 - "$out/gpt2/metrics.jsonl" <<'PY' || status=1
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 steady = rows[5:] or rows
-print("steps %d | median %.1f ms/step | %.0f tokens/s | MFU %.2f%% (of 989 TFLOP/s) | device peak %.2f GiB" % (
+print("steps %d | median %.1f ms/step | %.0f tokens/s | MFU %.2f%% (of 989 TFLOP/s) | device peak %.2f GiB | host waits/step %d" % (
     len(rows), statistics.median(r["step_ms"] for r in steady), statistics.median(r["tokens_per_s"] for r in steady),
-    100 * statistics.median(r["mfu"] for r in steady), rows[-1].get("device_peak_bytes", 0) / 2**30))
+    100 * statistics.median(r["mfu"] for r in steady), rows[-1].get("device_peak_bytes", 0) / 2**30,
+    rows[-1].get("host_waits", -1)))
 PY
 echo "== 3. NCCL, one rank"
 timeout 120 "$bin/loom" bench comm --comm nccl --nproc 1 --max-bytes 64M 2>&1 | tee "$out/nccl.log" || status=1

@@ -35,9 +35,10 @@ struct PipeTimeline {
 
 // One paired exchange of a step: the sends and receives a pp rank issues together (one comm
 // group), at a point of the unit-time timeline. Every message sits in the exchange at the end
-// time of the action that produces it, on the sender and on the receiver alike, so exchange g
-// of a rank sends exactly what exchange g of each peer receives: on a backend whose unmatched
-// send holds up its stream (NCCL), the groups can never wait on each other in a cycle.
+// time of the action that produces it, on the sender and on the receiver alike, so a rank's
+// exchange at point t holds, towards each neighbour, the mirror of that neighbour's exchange at
+// t (and the k-th exchanges two neighbours share pair up): on a backend whose unmatched send
+// holds up its stream (NCCL), the groups can never wait on each other in a cycle.
 struct PipeExchange {
   double at = 0;              // the timeline point
   size_t before = 0;          // issued before this rank's action `before` (actions().size(): after the last)

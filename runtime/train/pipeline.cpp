@@ -137,6 +137,7 @@ void Pipeline::exchange(const PipeExchange& x, int64_t rows) {
   pp_.group_start();
   for (size_t k : x.sends) {
     const Outgoing& o = outgoing_[k];
+    if (o.numel == 0) throw RuntimeError("pipeline: action " + std::to_string(k) + "'s output was due in an exchange before it ran");
     pending_[o.buffer] = pp_.send(flat_view(send_bufs_[o.buffer].f32(), LOOM_F32, o.numel), o.peer, o.tag);
   }
   if (!eager_receives_)
@@ -285,6 +286,10 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   if (recv_bufs_.size() < actions.size()) recv_bufs_.resize(actions.size());
   outgoing_.assign(actions.size(), Outgoing{});
   deferring_ = true;
+  struct StopDeferring {  // also when the step throws: evaluation and samples send at once
+    bool& flag;
+    ~StopDeferring() { flag = false; }
+  } stop_deferring{deferring_};
   if (eager_receives_)
     for (const PipeExchange& x : exchanges_)
       for (size_t k : x.recvs) post_receive(k, rows);

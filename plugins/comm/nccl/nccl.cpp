@@ -38,14 +38,11 @@ struct loom_comm {
   int rank = 0, size = 1, splits = 0;
   cudaStream_t stream = nullptr;
   std::chrono::milliseconds timeout{300000};
-  int grouped = 0;  // inside group_start .. group_end
-  std::vector<loom_work*> in_group;  // issued in the open group: on the stream at group_end
 };
 
 // An issued operation: the events after it, and a staged host output to copy back.
 struct loom_work {
-  cudaEvent_t done = nullptr;   // on the comm stream, for polling
-  int64_t device_done = -1;     // the op table's event after it (loom.device), or -1
+  cudaEvent_t done = nullptr;   // on the comm stream after the operation (owned by the work)
   loom_comm* comm = nullptr;
   std::string what;
   void* device_copy = nullptr;  // staging buffer (device), freed at wait
@@ -104,10 +101,25 @@ class Watchdog {
     }
     if (thread_.joinable()) thread_.join();
   }
-  void watch(loom_comm* c, cudaEvent_t done, const std::string& what) {
+  // `device`: the GPU the events belong to, which the thread makes its own (a thread without
+  // one would open a context on GPU 0).
+  void watch(int device, loom_comm* c, cudaEvent_t done, const std::string& what) {
     std::lock_guard<std::mutex> lock(m_);
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    if (!thread_.joinable()) thread_ = std::thread([this, device] { run(device); });
     watched_.push_back(Watched{c, done, what, Clock::now()});
+  }
+  // Until no operation of `c` is watched (they finish, or the watchdog ends the process): before
+  // the communicator goes.
+  void forget(loom_comm* c) {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(m_);
+        bool left = false;
+        for (const Watched& w : watched_) left = left || w.comm == c;
+        if (!left) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
  private:
@@ -117,7 +129,8 @@ class Watchdog {
     std::string what;
     Clock::time_point since;
   };
-  void run() {
+  void run(int device) {
+    cudaSetDevice(device);
     for (;;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       std::lock_guard<std::mutex> lock(m_);
@@ -129,6 +142,7 @@ class Watchdog {
           it = watched_.erase(it);
           continue;
         }
+        cudaGetLastError();  // a not-ready query leaves nothing for the next call to find
         ncclResult_t async = ncclSuccess;
         ncclCommGetAsyncError(it->comm->comm, &async);
         const bool late = Clock::now() - it->since > it->comm->timeout;
@@ -188,10 +202,13 @@ class Nccl : public loom::sdk::CommPlugin {
 
   loom_comm* init(const loom_store& store, int rank, int size, int64_t timeout_ms) override {
     store_ = &store;
-    int devices = 0;
-    cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-    const char* local = std::getenv("LOCAL_RANK");
-    cuda(cudaSetDevice((local ? std::atoi(local) : rank) % devices), "cudaSetDevice");
+    if (!dev_) {  // in `loom train` the runtime chose this process's GPU (LOCAL_RANK % devices)
+      int devices = 0;
+      cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+      const char* local = std::getenv("LOCAL_RANK");
+      cuda(cudaSetDevice((local ? std::atoi(local) : rank) % devices), "cudaSetDevice");
+    }
+    cuda(cudaGetDevice(&device_), "cudaGetDevice");
     ncclUniqueId id{};
     const std::string key = "nccl/world/id";
     if (rank == 0) {
@@ -235,6 +252,7 @@ class Nccl : public loom::sdk::CommPlugin {
   // The stream is the device's (or the plugin's), shared: its work is the device's to finish.
   void free_comm(loom_comm* c) override {
     if (!c) return;
+    watchdog_.forget(c);
     if (c->comm) ncclCommDestroy(c->comm);
     delete c;
   }
@@ -314,18 +332,20 @@ class Nccl : public loom::sdk::CommPlugin {
     return finish(c, "recv from rank " + std::to_string(peer), {}, s, buf.data, async);
   }
 
+  // NCCL's groups are per thread, not per communicator: so is this one.
   void group_start(loom_comm* c) override {
-    if (c->grouped++) throw Error(LOOM_INTERNAL, "nccl: group_start inside a group (groups do not nest)");
+    if (grouped_) throw Error(LOOM_INTERNAL, "nccl: group_start inside a group (groups do not nest)");
+    grouped_ = true;
     check(ncclGroupStart(), c, "ncclGroupStart");
   }
 
   void group_end(loom_comm* c) override {
-    if (c->grouped != 1) throw Error(LOOM_INTERNAL, "nccl: group_end without group_start");
-    c->grouped = 0;
+    if (!grouped_) throw Error(LOOM_INTERNAL, "nccl: group_end without group_start");
+    grouped_ = false;
     check(ncclGroupEnd(), c, "ncclGroupEnd");
-    settle(c, "a group of sends and receives");
-    for (loom_work* w : c->in_group) queued(*w);
-    c->in_group.clear();
+    for (loom_work* w : in_group_) settle(w->comm, "a group of sends and receives");
+    for (loom_work* w : in_group_) queued(*w);
+    in_group_.clear();
   }
 
   void barrier(loom_comm* c) override {
@@ -338,10 +358,11 @@ class Nccl : public loom::sdk::CommPlugin {
   // watchdog polls it). A host output: the host waits, polling for NCCL errors and the timeout.
   void wait(loom_work* work) override {
     std::unique_ptr<loom_work> w(work);
-    if (!w->host_out && w->device_done >= 0) {
-      dev_->wait_event(w->device_done);
+    if (!w->host_out && dev_ && streams_) {
+      auto* compute = static_cast<cudaStream_t>(streams_->stream(LOOM_STREAM_COMPUTE));
+      cuda(cudaStreamWaitEvent(compute, w->done, 0), "ordering the compute stream after " + w->what);
       release(w->comm, w->device_copy);
-      watchdog_.watch(w->comm, w->done, w->what);
+      watchdog_.watch(device_, w->comm, w->done, w->what);  // it destroys the event when done
       return;
     }
     poll(*w);
@@ -375,12 +396,9 @@ class Nccl : public loom::sdk::CommPlugin {
 
   template <class Call>
   void point_to_point(loom_comm* c, Call call, const char* what) {
-    if (!c->grouped) check(ncclGroupStart(), c, "ncclGroupStart");
+    if (!grouped_) check(ncclGroupStart(), c, "ncclGroupStart");
     check(call(), c, what);
-    if (!c->grouped) {
-      check(ncclGroupEnd(), c, "ncclGroupEnd");
-      settle(c, what);
-    }
+    if (!grouped_) check(ncclGroupEnd(), c, "ncclGroupEnd");
   }
 
   // Host memory goes through a device copy (in: copied now, stream-ordered; out: copied back at
@@ -406,9 +424,9 @@ class Nccl : public loom::sdk::CommPlugin {
     if (in.host) w->staged_in = in.ptr;
     if (out.host) w->device_copy = out.ptr, w->host_out = host_out, w->bytes = out.bytes;
     cuda(cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming), "cudaEventCreate");
-    if (c->grouped) {
+    if (grouped_) {
       if (!async) throw Error(LOOM_INTERNAL, "nccl: " + what + " waited for inside a group, which starts only at group_end");
-      c->in_group.push_back(w.get());
+      in_group_.push_back(w.get());
       return w.release();
     }
     settle(c, what);
@@ -418,16 +436,11 @@ class Nccl : public loom::sdk::CommPlugin {
     return nullptr;
   }
 
-  // The operation is on the comm stream: its staged input may go, and its events follow it.
+  // The operation is on the comm stream: its staged input may go, and its event follows it.
   void queued(loom_work& w) {
     release(w.comm, w.staged_in);
     w.staged_in = nullptr;
     cuda(cudaEventRecord(w.done, w.comm->stream), "cudaEventRecord");
-    if (dev_) {
-      dev_->set_stream(LOOM_STREAM_COMM);
-      w.device_done = dev_->record_event();
-      dev_->set_stream(LOOM_STREAM_COMPUTE);
-    }
   }
 
   // The host's wait for an operation: its event polled with NCCL's errors and the timeout.
@@ -498,6 +511,9 @@ class Nccl : public loom::sdk::CommPlugin {
   const loom_native_streams* streams_ = nullptr;  // its streams
   cudaStream_t stream_ = nullptr;                 // every communicator's: the device's comm stream
   bool own_stream_ = false;
+  int device_ = 0;                                // this process's GPU
+  bool grouped_ = false;                          // inside group_start .. group_end
+  std::vector<loom_work*> in_group_;              // issued in the open group: queued at group_end
   Watchdog watchdog_;
 };
 

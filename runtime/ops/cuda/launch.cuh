@@ -11,15 +11,16 @@
 
 namespace loom::cuda {
 
-// Runs a launch sequence on the current stream. Workspace and uploads are stream-ordered
-// allocations, freed (stream-ordered too) when the launcher goes out of scope.
+// Runs a launch sequence on the current stream. Workspace and uploads come from the caching
+// allocator (so the memory cap and the peak count them), freed when the launcher goes out of
+// scope: stream-ordered, as every free of that allocator is.
 class DeviceGo {
  public:
   DeviceGo() = default;
   DeviceGo(const DeviceGo&) = delete;
   DeviceGo& operator=(const DeviceGo&) = delete;
   ~DeviceGo() {
-    for (void* p : held_) cudaFreeAsync(p, stream());
+    for (void* p : held_) device_free(p);
   }
   template <class... P, class... A>
   void operator()(const char*, void (*kernel)(P...), Shape s, A... args) {
@@ -31,8 +32,7 @@ class DeviceGo {
   }
   template <class T>
   T* workspace(int64_t n) {
-    void* p = nullptr;
-    LOOM_CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(n > 0 ? n : 1) * sizeof(T), stream()));
+    void* p = device_alloc(static_cast<size_t>(n > 0 ? n : 1) * sizeof(T));
     held_.push_back(p);
     return static_cast<T*>(p);
   }
@@ -47,7 +47,7 @@ class DeviceGo {
   // device memory as it is, a host array uploaded.
   template <class T>
   const T* in(const T* p, int64_t n) {
-    if (!p || n <= 0) return p;
+    if (!p || n <= 0 || is_device(p)) return p;
     return static_cast<const T*>(stage_in(p, static_cast<size_t>(n) * sizeof(T), workspace<T>(n)));
   }
   // An output the contract lets be host memory (per-row losses, a norm): kernels write device

@@ -173,13 +173,16 @@ PinnedSlot::PinnedSlot(size_t bytes) : bytes_(bytes ? bytes : 1) {
     std::lock_guard<std::mutex> lock(pool.m);
     for (size_t i = 0; i < pool.idle.size(); ++i) {
       PinnedBlock& b = pool.idle[i];
-      if (b.bytes < bytes_ || cudaEventQuery(b.done) != cudaSuccess) continue;
+      if (b.bytes < bytes_) continue;
+      if (cudaEventQuery(b.done) != cudaSuccess) {
+        cudaGetLastError();  // not ready: leave nothing for the next call to find
+        continue;
+      }
       data_ = b.p, bytes_ = b.bytes, done_ = b.done;
       pool.idle.erase(pool.idle.begin() + static_cast<std::ptrdiff_t>(i));
       return;
     }
   }
-  cudaGetLastError();  // a query of an unfinished event leaves cudaErrorNotReady behind
   LOOM_CUDA_CHECK(cudaHostAlloc(&data_, bytes_, cudaHostAllocDefault));
   LOOM_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
 }

@@ -17,11 +17,15 @@ namespace loom::cuda {
 
 // Size classes: small requests round up to a power of two, large ones to whole 2 MiB pages.
 // Past the cap or the GPU's memory: a RuntimeError naming the size asked and the memory left.
+// A block is freed on the stream of the freeing thread: every use of it on the other stream
+// must be ordered before that stream's work by then (the runtime waits for a comm operation, or
+// its copies back, before it drops the buffers).
 void* device_alloc(size_t bytes);
 void device_free(void* p);
 // Whether p lies in a live block of device_alloc (views into a tensor too).
 bool owns(const void* p);
-// The most bytes of blocks held at once ([run] device_memory_mib); 0: the GPU's own memory.
+// The most bytes of blocks in use at once ([run] device_memory_mib); 0: the GPU's own memory.
+// Freed blocks kept for reuse do not count.
 void set_memory_cap(size_t bytes);
 
 struct MemoryStats {

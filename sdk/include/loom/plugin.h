@@ -241,7 +241,7 @@ typedef struct loom_comm_v2 {
   /* The sends and receives issued on `comm` between group_start and group_end start together
    * (NCCL's ncclGroupStart/End): a backend whose unmatched send or receive holds up its stream
    * needs them so. The runtime issues one group per exchange of a pipeline schedule and per ring
-   * step, paired on every rank: group k of a rank sends exactly what group k of its peer
+   * step, paired on every rank: the k-th group two ranks share holds one's sends as the other's
    * receives. NULL: every operation stands alone (gloo, MPI). */
   loom_status (*group_start)(void* self, loom_comm* comm, loom_error* err);
   loom_status (*group_end)(void* self, loom_comm* comm, loom_error* err);
