@@ -39,3 +39,17 @@
   (t).gelu_erf_bwd = &ns::gelu_erf_bwd;         \
   (t).adamw_multi = &ns::adamw_multi;         \
   (t).sum_squares_multi = &ns::sum_squares_multi
+
+// The device contract's entries (ABI 2.2) of a device whose memory the host cannot reach (strict,
+// cuda), each pointed at the function of that name in the device's namespace.
+#define LOOM_OPS_CONTRACT_ENTRIES(t, ns)        \
+  (t).host_reachable = 0;                       \
+  (t).copy = &ns::copy;                         \
+  (t).zero = &ns::zero;                         \
+  (t).set_stream = &ns::set_stream_entry;       \
+  (t).record_event = &ns::record_event;         \
+  (t).wait_event = &ns::wait_event;             \
+  (t).sync_event = &ns::sync_event;             \
+  (t).synchronize = &ns::synchronize;           \
+  (t).pinned_alloc = &ns::pinned_alloc_entry;   \
+  (t).pinned_free = &ns::pinned_free_entry

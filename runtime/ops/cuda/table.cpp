@@ -95,11 +95,15 @@ void zero(void* dst, int64_t n) {
   if (n > 0) LOOM_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(n), stream()));
 }
 
-void* pinned_alloc(int64_t n) {
+void* pinned_alloc_entry(int64_t n) {
   void* p = nullptr;
   LOOM_CUDA_CHECK(cudaHostAlloc(&p, static_cast<size_t>(n > 0 ? n : 1), cudaHostAllocDefault));
   return p;
 }
+
+void pinned_free_entry(void* p) { cudaFreeHost(p); }
+
+void set_stream_entry(int32_t which) { set_current_stream(which); }
 
 }  // namespace
 
@@ -130,16 +134,7 @@ const loom_ops* ops() {
     t.v = LOOM_VERSION_OF(loom_ops);
     t.device = {LOOM_DEVICE_CUDA, 0};
     LOOM_OPS_KERNEL_ENTRIES(t, loom::cuda);
-    t.host_reachable = 0;
-    t.copy = copy;
-    t.zero = zero;
-    t.set_stream = set_current_stream;
-    t.record_event = record_event;
-    t.wait_event = wait_event;
-    t.sync_event = sync_event;
-    t.synchronize = synchronize;
-    t.pinned_alloc = pinned_alloc;
-    t.pinned_free = [](void* p) { cudaFreeHost(p); };
+    LOOM_OPS_CONTRACT_ENTRIES(t, loom::cuda);
     return t;
   }();
   return &table;

@@ -505,16 +505,7 @@ const loom_ops* ops() {
     t.v = LOOM_VERSION_OF(loom_ops);
     t.device = {LOOM_DEVICE_STRICT, 0};
     LOOM_OPS_KERNEL_ENTRIES(t, loom::strict);
-    t.host_reachable = 0;
-    t.copy = copy;
-    t.zero = zero;
-    t.set_stream = set_stream_entry;
-    t.record_event = record_event;
-    t.wait_event = wait_event;
-    t.sync_event = sync_event;
-    t.synchronize = synchronize;
-    t.pinned_alloc = pinned_alloc_entry;
-    t.pinned_free = pinned_free_entry;
+    LOOM_OPS_CONTRACT_ENTRIES(t, loom::strict);
     return t;
   }();
   return &table;
