@@ -101,10 +101,18 @@ std::string batch_split(const LayoutFacts& f) {
   return "";
 }
 
+// A memory cap is for a device's memory; the host heap has none.
+std::string device_settings(const LayoutFacts& f) {
+  if (f.device_memory > 0 && f.device_host_memory)
+    return "[run] device_memory_mib caps a device's memory (strict, cuda); with [run] device = \"" + f.device +
+           "\" tensors live on the host heap: remove it or set it to 0";
+  return "";
+}
+
 }  // namespace
 
 std::string layout_problem(const LayoutFacts& f) {
-  for (auto rule : {missing_slot, model_split, plugin_support, group_split, batch_split}) {
+  for (auto rule : {device_settings, missing_slot, model_split, plugin_support, group_split, batch_split}) {
     std::string why = rule(f);
     if (!why.empty()) return why;
   }
@@ -137,6 +145,7 @@ LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& select
   f.micro_batch = s.micro_batch;
   f.device = read_run(cfg).device;
   f.device_host_memory = ops::declared_host_reachable(f.device);
+  f.device_memory = read_run(cfg).device_memory;
   f.groups = dist::read_groups(cfg);
   f.nproc = dist::read_parallel(cfg).nproc;
   auto name = [&](const char* slot) {

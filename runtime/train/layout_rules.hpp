@@ -26,6 +26,7 @@ struct LayoutFacts {
   int64_t micro_batch = 0;  // 0 = the whole per-rank batch
   std::string device = "cpu";
   bool device_host_memory = true;  // host code reaches the device's memory (ops::declared_host_reachable)
+  int64_t device_memory = 0;       // [run] device_memory_mib, in bytes (0: no cap)
   // The plugin filling each slot ("" = none).
   std::string comm, data, tensor, sequence, context, expert, pipeline;
   bool comm_p2p = true;        // the comm plugin has send and recv and declares LOOM_COMM_P2P

@@ -1,7 +1,6 @@
 #include "train/settings.hpp"
 
 #include "core/errors.hpp"
-#include "ops/ops.hpp"
 
 namespace loom::train {
 
@@ -31,9 +30,6 @@ RunSettings read_run(const config::Config& cfg) {
   r.dir = cfg.str("run.dir");
   r.device = cfg.str("run.device");
   r.device_memory = static_cast<int64_t>(cfg.f64("run.device_memory_mib") * 1048576.0);
-  if (r.device_memory > 0 && ops::declared_host_reachable(r.device))  // config check reads settings here too
-    throw ConfigError("[run] device_memory_mib caps a device's memory (strict, cuda); with [run] device = \"" + r.device +
-                      "\" tensors live on the host heap: remove it or set it to 0");
   r.seed = static_cast<uint64_t>(cfg.i64("run.seed"));
   r.threads = static_cast<int>(cfg.i64("run.threads"));
   r.log_every = cfg.i64("run.log_every");
