@@ -256,6 +256,27 @@ void Pipeline::post_receive(size_t k, int64_t rows) {
                            tag(!forward, forward ? s - 1 : s + 1, a.microbatch));
 }
 
+// A step's counters and per-action state, what one micro-batch leaves in each chunk's slots, and
+// on the CPU every receive posted (eager_receives_).
+void Pipeline::start_step(int64_t B, int64_t T, int64_t rows) {
+  const size_t n = plan_->actions(rank_).size();
+  loss_ = 0;
+  busy_ms_ = 0;
+  live_ = peak_live_ = 0;
+  live_bytes_ = peak_live_bytes_ = 0;
+  for (Chunk& ch : chunks_) {
+    model::Microbatch probe{nullptr, nullptr, B, T, 0.f};
+    ch.bytes = 0;
+    for (size_t i = ch.first; i < ch.last; ++i) ch.bytes += model_->layer_saved_bytes(i, probe);
+  }
+  receives_.assign(n, nullptr);
+  if (recv_bufs_.size() < n) recv_bufs_.resize(n);
+  outgoing_.assign(n, Outgoing{});
+  if (eager_receives_)
+    for (const PipeExchange& x : exchanges_)
+      for (size_t k : x.recvs) post_receive(k, rows);
+}
+
 double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dloss,
                             const std::function<void(size_t)>& after_layer, Trace* trace, PipeStepStats& stats) {
   const auto& shape = plan_->shape();
@@ -271,28 +292,14 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
       last_gradients[a.chunk] = k;
   }
   static const std::function<void(size_t)> none;
-  loss_ = 0;
-  busy_ms_ = 0;
-  live_ = peak_live_ = 0;
-  live_bytes_ = peak_live_bytes_ = 0;
-  for (Chunk& ch : chunks_) {  // what one micro-batch leaves in each chunk's slots
-    model::Microbatch probe{nullptr, nullptr, B, T, 0.f};
-    ch.bytes = 0;
-    for (size_t i = ch.first; i < ch.last; ++i) ch.bytes += model_->layer_saved_bytes(i, probe);
-  }
   const auto start = Clock::now();
   const int64_t rows = model_->api().local_rows(B * T);
-  receives_.assign(actions.size(), nullptr);
-  if (recv_bufs_.size() < actions.size()) recv_bufs_.resize(actions.size());
-  outgoing_.assign(actions.size(), Outgoing{});
+  start_step(B, T, rows);
   deferring_ = true;
   struct StopDeferring {  // also when the step throws: evaluation and samples send at once
     bool& flag;
     ~StopDeferring() { flag = false; }
   } stop_deferring{deferring_};
-  if (eager_receives_)
-    for (const PipeExchange& x : exchanges_)
-      for (size_t k : x.recvs) post_receive(k, rows);
   size_t next_exchange = 0;
   auto exchanges_before = [&](size_t k) {
     for (; next_exchange < exchanges_.size() && exchanges_[next_exchange].before <= k; ++next_exchange)

@@ -96,6 +96,7 @@ class Pipeline {
   // The weight half of a split backward: the GEMMs its input half set aside.
   void run_weight(int index, int chunk, Trace* trace, const std::string& name,
                   const std::function<void(size_t)>& after_layer);
+  void start_step(int64_t B, int64_t T, int64_t rows);
   void post_receive(size_t action, int64_t rows);
   // Sends t's rows to `peer`; within a step, in the exchange that pairs it (exchange()).
   void post(const Tensor& t, int peer, int tag);
