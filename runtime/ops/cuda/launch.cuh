@@ -47,14 +47,14 @@ class DeviceGo {
   // device memory as it is, a host array uploaded.
   template <class T>
   const T* in(const T* p, int64_t n) {
-    if (!p || n <= 0 || is_device(p)) return p;
+    if (!p || n <= 0 || is_device_pointer(p)) return p;
     return static_cast<const T*>(stage_in(p, static_cast<size_t>(n) * sizeof(T), workspace<T>(n)));
   }
   // An output the contract lets be host memory (per-row losses, a norm): kernels write device
   // memory, copied to `p` when the op ends (finish), after the one host wait the contract allows.
   template <class T>
   T* out(T* p, int64_t n) {
-    if (!p || n <= 0 || is_device(p)) return p;
+    if (!p || n <= 0 || is_device_pointer(p)) return p;
     T* d = workspace<T>(n);
     fetches_.push_back(Fetch{p, d, static_cast<size_t>(n) * sizeof(T)});
     return d;
@@ -85,13 +85,6 @@ class DeviceGo {
     const void* device;
     size_t bytes;
   };
-  static bool is_device(const void* p) {
-    if (owns(p)) return true;
-    cudaPointerAttributes a{};
-    const bool device = cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeDevice;
-    cudaGetLastError();
-    return device;
-  }
   static void stage_in_always(const void* host, size_t bytes, void* device) {
     PinnedSlot slot(bytes);
     std::memcpy(slot.data(), host, bytes);

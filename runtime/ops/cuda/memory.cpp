@@ -194,11 +194,16 @@ PinnedSlot::~PinnedSlot() {
   pool.idle.push_back(PinnedBlock{data_, bytes_, done_});
 }
 
-const void* stage_in(const void* host, size_t bytes, void* device_scratch) {
-  if (!host || !bytes || owns(host)) return host;
+bool is_device_pointer(const void* p) {
+  if (owns(p)) return true;
   cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, host) == cudaSuccess && a.type == cudaMemoryTypeDevice) return host;
-  cudaGetLastError();
+  const bool device = cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeDevice;
+  cudaGetLastError();  // a host pointer's query leaves an error behind on older drivers
+  return device;
+}
+
+const void* stage_in(const void* host, size_t bytes, void* device_scratch) {
+  if (!host || !bytes || is_device_pointer(host)) return host;
   PinnedSlot slot(bytes);
   std::memcpy(slot.data(), host, bytes);
   LOOM_CUDA_CHECK(cudaMemcpyAsync(device_scratch, slot.data(), bytes, cudaMemcpyHostToDevice, stream()));

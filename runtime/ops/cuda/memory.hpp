@@ -24,6 +24,9 @@ void* device_alloc(size_t bytes);
 void device_free(void* p);
 // Whether p lies in a live block of device_alloc (views into a tensor too).
 bool owns(const void* p);
+// Whether a kernel can read p as it is: this allocator's memory, or other device memory (a
+// plugin's cudaMalloc). Host memory, pageable or pinned, is not.
+bool is_device_pointer(const void* p);
 // The most bytes of blocks in use at once ([run] device_memory_mib); 0: the GPU's own memory.
 // Freed blocks kept for reuse do not count.
 void set_memory_cap(size_t bytes);

@@ -251,6 +251,33 @@ const loom_plugin* ckpt_plugin() {
   return &table.base;
 }
 
+namespace detail {
+// A comm table's send and recv, and the group entries around them (ABI 2.4).
+template <class Impl>
+void point_to_point(loom_comm_v2& t) {
+  t.send = [](void* self, loom_comm* c, const loom_tensor* b, int32_t peer, int32_t tag,
+              loom_work** w, loom_error* e) {
+    return detail::guarded(e, [&] {
+      loom_work* h = static_cast<Impl*>(self)->send(c, *b, peer, tag, w != nullptr);
+      if (w) *w = h;
+    });
+  };
+  t.recv = [](void* self, loom_comm* c, loom_tensor* b, int32_t peer, int32_t tag,
+              loom_work** w, loom_error* e) {
+    return detail::guarded(e, [&] {
+      loom_work* h = static_cast<Impl*>(self)->recv(c, *b, peer, tag, w != nullptr);
+      if (w) *w = h;
+    });
+  };
+  t.group_start = [](void* self, loom_comm* c, loom_error* e) {
+    return detail::guarded(e, [&] { static_cast<Impl*>(self)->group_start(c); });
+  };
+  t.group_end = [](void* self, loom_comm* c, loom_error* e) {
+    return detail::guarded(e, [&] { static_cast<Impl*>(self)->group_end(c); });
+  };
+}
+}  // namespace detail
+
 template <class Impl>
 const loom_plugin* comm_plugin() {
   static_assert(std::is_base_of_v<CommPlugin, Impl>, "a comm plugin derives from loom::sdk::CommPlugin");
@@ -304,31 +331,12 @@ const loom_plugin* comm_plugin() {
         if (w) *w = h;
       });
     };
-    t.send = [](void* self, loom_comm* c, const loom_tensor* b, int32_t peer, int32_t tag,
-                loom_work** w, loom_error* e) {
-      return detail::guarded(e, [&] {
-        loom_work* h = static_cast<Impl*>(self)->send(c, *b, peer, tag, w != nullptr);
-        if (w) *w = h;
-      });
-    };
-    t.recv = [](void* self, loom_comm* c, loom_tensor* b, int32_t peer, int32_t tag,
-                loom_work** w, loom_error* e) {
-      return detail::guarded(e, [&] {
-        loom_work* h = static_cast<Impl*>(self)->recv(c, *b, peer, tag, w != nullptr);
-        if (w) *w = h;
-      });
-    };
+    detail::point_to_point<Impl>(t);
     t.barrier = [](void* self, loom_comm* c, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->barrier(c); });
     };
     t.wait = [](void* self, loom_work* w, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->wait(w); });
-    };
-    t.group_start = [](void* self, loom_comm* c, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->group_start(c); });
-    };
-    t.group_end = [](void* self, loom_comm* c, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->group_end(c); });
     };
     t.capabilities = Impl::about.capabilities;
     return t;
