@@ -215,7 +215,9 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
         const std::string name = q.name + suffix;
         if (!global.count(name)) global[name] = assemble(dir, man, name, files, reader);
         const std::vector<float>& g = global[name];
-        for (int64_t i = 0; i < pc.count; ++i) dst[i] = g[global_index(pc.begin + i, q.local_shape, q.global_shape, q.slice)];
+        std::vector<float> piece(static_cast<size_t>(pc.count));  // then to the plugin's memory, maybe the device's
+        for (int64_t i = 0; i < pc.count; ++i) piece[i] = g[global_index(pc.begin + i, q.local_shape, q.global_shape, q.slice)];
+        copy_bytes(dst, piece.data(), piece.size() * sizeof(float));
       }
     }
     shards_.loaded();

@@ -172,7 +172,7 @@ std::string capability_names(const loom_plugin* d) {
   uint64_t caps = 0;
   if (d->kind == LOOM_KIND_PARALLEL && d->slot == LOOM_SLOT_DATA) {
     caps = data_capabilities(d);
-    names = {{LOOM_DATA_EXPERTS, "experts"}, {LOOM_DATA_PIPELINE, "pipeline"}, {LOOM_DATA_SHARDED, "sharded state"}};
+    names = {{LOOM_DATA_EXPERTS, "experts"}, {LOOM_DATA_PIPELINE, "pipeline"}, {LOOM_DATA_SHARDED, "sharded state"}, {LOOM_DATA_DEVICE, "device state"}};
   } else if (d->kind == LOOM_KIND_COMM) {
     caps = comm_capabilities(d);
     names = {{LOOM_COMM_P2P, "point-to-point"}};

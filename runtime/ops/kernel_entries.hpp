@@ -38,7 +38,11 @@
   (t).gelu_erf_fwd = &ns::gelu_erf_fwd;         \
   (t).gelu_erf_bwd = &ns::gelu_erf_bwd;         \
   (t).adamw_multi = &ns::adamw_multi;         \
-  (t).sum_squares_multi = &ns::sum_squares_multi
+  (t).sum_squares_multi = &ns::sum_squares_multi; \
+  (t).to_bf16 = &ns::to_bf16;                   \
+  (t).from_bf16 = &ns::from_bf16;               \
+  (t).encode_blocks = &ns::encode_blocks;       \
+  (t).decode_blocks = &ns::decode_blocks
 
 // The device contract's entries (ABI 2.2) of a device whose memory the host cannot reach (strict,
 // cuda), each pointed at the function of that name in the device's namespace.

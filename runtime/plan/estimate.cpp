@@ -228,7 +228,7 @@ train::LayoutFacts layout_facts(const Workload& w, const Layout& l) {
   if (l.cp > 1) f.context = own(w.context_plugin, "cp");
   if (l.ep > 1) f.expert = own(w.expert_plugin, "ep");
   if (l.pp > 1) f.pipeline = l.schedule;
-  f.data_caps = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE | (l.zero ? LOOM_DATA_SHARDED : 0);
+  f.data_caps = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE | (l.zero ? LOOM_DATA_SHARDED | LOOM_DATA_DEVICE : 0);
   return f;
 }
 

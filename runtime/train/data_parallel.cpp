@@ -340,9 +340,12 @@ double DataParallel::checksum(const ParamStore& params, bool dense_only) {
       if (!dense_only || !p.ep_sharded()) add(sum, values.data() + p.offset, p.offset, p.value.numel());
     return sum;
   }
+  std::vector<float> host;
   for (size_t u = 0; u < units_.size(); ++u) {
     if (dense_only && expert_unit_[u]) continue;
-    with_unit_values(static_cast<int64_t>(u), [&](float* v) { add(sum, v, units_[u].offset, units_[u].numel); });
+    host.resize(static_cast<size_t>(units_[u].numel));
+    with_unit_values(static_cast<int64_t>(u), [&](float* v) { copy_bytes(host.data(), v, 4 * host.size()); });
+    add(sum, host.data(), units_[u].offset, units_[u].numel);
   }
   return sum;
 }
@@ -350,10 +353,16 @@ double DataParallel::checksum(const ParamStore& params, bool dense_only) {
 void DataParallel::nudge_replica(float delta) {
   if (stage_ >= 3)
     throw RuntimeError("zero3 holds each parameter once over dp: there is no replica to nudge");
-  with_unit_values(0, [delta](float* v) { v[0] += delta; });
+  with_unit_values(0, [delta](float* v) {  // the plugin's memory may be the device's
+    float first = 0;
+    copy_bytes(&first, v, sizeof first);
+    first += delta;
+    copy_bytes(v, &first, sizeof first);
+  });
 }
 
-// The plugin's whole values of unit u (zero1/2: the replica it keeps), acquired for `use`.
+// The plugin's whole values of unit u (zero1/2: the replica it keeps), acquired for `use`: device
+// memory on a device, reached with copy_bytes.
 void DataParallel::with_unit_values(int64_t u, const std::function<void(float*)>& use) {
   float* v = nullptr;
   loom_error e;

@@ -57,7 +57,7 @@ std::string model_split(const LayoutFacts& f) {
 }
 
 // What the plugins must offer the layout: send and recv for cp's ring and pp's stages, the data
-// plugin's declared capabilities, and host memory for ZeRO's shards.
+// plugin's declared capabilities, and device memory for a sharded plugin's state off the CPU.
 std::string plugin_support(const LayoutFacts& f) {
   const dist::MeshShape& m = f.mesh;
   if ((m.cp > 1 || m.pp > 1) && !f.comm_p2p) {
@@ -77,9 +77,10 @@ std::string plugin_support(const LayoutFacts& f) {
   if (m.pp > 1 && !(f.data_caps & LOOM_DATA_PIPELINE))
     return who + " does not declare LOOM_DATA_PIPELINE" + f.data_declared + ", and [parallel] pp = " + str(m.pp) +
            " needs it: each stage holds only its own parameters, and a mirrored tied embedding must stay out of the norms";
-  if ((f.data_caps & LOOM_DATA_SHARDED) && !f.device_host_memory)
-    return who + " keeps its shards in host memory, which the kernels of a device the host cannot reach ([run] device) "
-           "cannot read; use ddp";
+  if ((f.data_caps & LOOM_DATA_SHARDED) && !(f.data_caps & LOOM_DATA_DEVICE) && !f.device_host_memory)
+    return who + " does not declare LOOM_DATA_DEVICE" + f.data_declared + ", so its shards may be host memory, which "
+           "the kernels of a device the host cannot reach ([run] device = \"" + f.device + "\") cannot read; use "
+           "zero1-3 or ddp";
   return "";
 }
 

@@ -1,17 +1,23 @@
-// The CUDA reductions and AdamW (ops/cuda/kernels/reductions.cuh, adamw.cuh) run on the CPU
-// through the kernel harness, against the CPU's: the sum of squares, quantize (bit for bit, with
-// its amax, NaN and clipped counts) for every narrow format, and the multi-tensor AdamW.
+// The CUDA reductions, AdamW and wire codecs (ops/cuda/kernels/reductions.cuh, adamw.cuh,
+// codecs.cuh) run on the CPU through the kernel harness, against the CPU's: the sum of squares,
+// quantize (bit for bit, with its amax, NaN and clipped counts) for every narrow format, the
+// multi-tensor AdamW, and the codecs byte for byte: bf16 both ways, and E4M3 blocks encoded and
+// decoded in every mode over values that reach every branch (zero and -0, subnormal codes,
+// saturation, inf, NaN, an all-zero block, a short last block). One translation unit: a kernel
+// header defines its __global__ functions where it is included.
 #include "ops/cuda/kernels/reductions.cuh"
 
 #include <doctest/doctest.h>
 #include <loom/plugin.h>
 
+#include <cmath>
 #include <cstring>
 #include <loom/formats.hpp>
 #include <vector>
 
 #include "ops/cpu/kernels.hpp"
 #include "ops/cuda/kernels/adamw.cuh"
+#include "ops/cuda/kernels/codecs.cuh"
 #include "twins.hpp"
 
 namespace {
@@ -123,4 +129,71 @@ TEST_CASE(
   check_adamw({5, 40000, 1, 0, 333},
               {0.1f, 0.f, 0.1f, 0.1f, 0.05f});  // 40000: 3 chunks, the last partial
   check_adamw({16384, 16385}, {0.f, 0.2f});     // a whole chunk, and one more element
+}
+
+namespace {
+
+namespace cc = loom::cuda::codecs;
+using loom::kernel_tests::randn;
+
+// Gaussian values over six decades, with the special values planted at fixed places.
+std::vector<float> awkward(int64_t n, uint64_t seed) {
+  std::vector<float> x = randn(n, seed);
+  for (int64_t i = 0; i < n; ++i) x[i] *= std::pow(10.f, static_cast<float>(i % 7) - 3.f);
+  if (n > 12) {
+    x[1] = 0.f, x[2] = -0.f, x[3] = 1e-9f, x[4] = -3e-3f, x[5] = 1e30f;
+    x[6] = INFINITY, x[7] = NAN, x[8] = -INFINITY, x[9] = 448.f, x[10] = 1e-40f;
+  }
+  return x;
+}
+
+template <class T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA bf16 wire codec on the CPU: the SDK's rounding and exact widening, bit for bit") {
+  loom::kh::HostGo go;
+  for (int64_t n : {1, 300, 5000}) {
+    CAPTURE(n);
+    const std::vector<float> x = awkward(n, 3);
+    std::vector<uint16_t> a(n, 1), b(n, 2);
+    cc::to_bf16(go, a.data(), x.data(), n);
+    loom::cpu::to_bf16(b.data(), x.data(), n);
+    CHECK(same_bytes(a, b));
+    std::vector<float> wa(n, 1.f), wb(n, 2.f);
+    cc::from_bf16(go, wa.data(), a.data(), n);
+    loom::cpu::from_bf16(wb.data(), b.data(), n);
+    CHECK(same_bytes(wa, wb));
+  }
+}
+
+TEST_CASE("CUDA E4M3 wire blocks on the CPU: encode and decode in each mode, byte for byte") {
+  loom::kh::HostGo go;
+  // (count, width, blocks): whole blocks, a short last block, blocks past count, one wide block.
+  const int64_t shapes[][3] = {{64, 16, 4}, {50, 16, 4}, {20, 16, 4}, {3000, 3000, 1}, {700, 300, 3}};
+  for (const auto& s : shapes) {
+    const int64_t count = s[0], width = s[1], blocks = s[2], bytes = blocks * (4 + width);
+    CAPTURE(count);
+    CAPTURE(width);
+    CAPTURE(blocks);
+    std::vector<float> x = awkward(width * blocks, 5);
+    for (int64_t i = width; i < 2 * width && i < count; ++i) x[i] = 0.f;  // an all-zero block: scale 1
+    std::vector<uint8_t> a(bytes, 7), b(bytes, 9);
+    cc::encode_blocks(go, a.data(), x.data(), count, width, blocks);
+    loom::cpu::encode_blocks(b.data(), x.data(), count, width, blocks);
+    CHECK(same_bytes(a, b));
+    for (int32_t flags : {0, LOOM_BLOCKS_ADD, LOOM_BLOCKS_SUM, LOOM_BLOCKS_SUM | LOOM_BLOCKS_ADD}) {
+      CAPTURE(flags);
+      const int64_t n = (flags & LOOM_BLOCKS_SUM) ? width : width * blocks;
+      const std::vector<float> start = randn(n, 11);
+      std::vector<float> da = start, db = start;
+      cc::decode_blocks(go, da.data(), a.data(), count, width, blocks, flags);
+      loom::cpu::decode_blocks(db.data(), b.data(), count, width, blocks, flags);
+      CHECK(same_bytes(da, db));
+      CHECK(!same_bytes(da, start));  // something was written
+    }
+  }
 }

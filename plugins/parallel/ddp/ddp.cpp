@@ -17,7 +17,8 @@
 //      encoded again with its own scale; every rank decodes every block, its own included, so
 //      the replicas stay identical.
 // 2 (n-1)/n bytes per gradient plus the scales. Phase 1 runs during the backward; phase 2, which
-// needs phase 1 done, in finish_grads. E4M3 rather than E5M2: the scale takes care of the range,
+// needs phase 1 done, in finish_grads. Both wires are encoded and decoded by the op table's codec
+// kernels (ABI 2.5) in buffers on the gradients' device, so they run where the gradients live. E4M3 rather than E5M2: the scale takes care of the range,
 // and the third mantissa bit halves the rounding error.
 // bucket_mb = 0 sizes the buckets from the link itself: at setup ddp times small and large
 // all-reduces over dp and fits t(S) = alpha + S / beta; a bucket of 9 alpha beta bytes spends at
@@ -25,7 +26,6 @@
 // reasoning behind PyTorch DDP's fixed 25 MiB, made per link). Off by default: an element's
 // summation order in a ring depends on where the bucket boundaries fall, so a measured size
 // would let the last bits of a dp > 2 run vary from one launch to the next.
-#include <loom/bf16.hpp>
 #include <loom/formats.hpp>
 #include <loom/sdk.hpp>
 
@@ -49,13 +49,13 @@ struct Bucket {
   int params = 0, pending = 0;
   bool expert = false;  // LOOM_PARAM_EXPERT gradients, reduced over expert_dp
   loom_work* work = nullptr;
-  std::vector<uint16_t> staged;  // the bucket in bf16 while reduce_dtype = "bf16"
-  std::vector<uint8_t> sent, received;  // reduce_dtype = "fp8": n blocks of (scale, codes)
+  // The wire, on the gradients' device, kept from step to step: the bucket in bf16 while
+  // reduce_dtype = "bf16"; for "fp8" n blocks of (scale, codes) each way, and this rank's sum.
+  loom::sdk::DeviceArray<uint8_t> staged, sent, received;
+  loom::sdk::DeviceArray<float> sum;
 };
 
 using loom::formats::block_bytes;
-using loom::formats::decode_block;
-using loom::formats::encode_block;
 
 class Ddp : public loom::sdk::ReplicatedDataPlugin {
  public:
@@ -106,12 +106,9 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
 
   void setup(const loom_data_context& ctx) override {
     ctx_ = ctx;
-    // The bf16 and fp8 wires are encoded by host loops over the gradients.
-    const loom_ops* o = ctx.ops;
-    if ((bf16_ || fp8_) && o && LOOM_HAS_FIELD(o, loom_ops, host_reachable) && !o->host_reachable)
-      throw loom::sdk::ConfigError(std::string("[plugins.ddp] reduce_dtype = \"") + (bf16_ ? "bf16" : "fp8") +
-                                   "\" encodes the gradients on the host, which this device's memory is not "
-                                   "(device \"strict\"): use reduce_dtype = \"fp32\"");
+    if ((bf16_ || fp8_) && !LOOM_HAS_FIELD(ctx.ops, loom_ops, decode_blocks))
+      throw loom::sdk::Error(LOOM_UNAVAILABLE, std::string("[plugins.ddp] reduce_dtype = \"") + (bf16_ ? "bf16" : "fp8") +
+                                                   "\" needs the op table's wire kernels (ABI 2.5); this runtime's is older");
     expert_dp_ = ctx.expert_dp;
     if (expert_dp_)  // an expert gradient: sum over expert_dp / size(dp) = average x this
       expert_scale_ = static_cast<float>(ctx.comm->size(ctx.comm_self, expert_dp_)) /
@@ -130,7 +127,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
         b.end = info.offset + info.numel;
         b.begin = info.offset;
         b.expert = expert;
-        buckets_.push_back(b);
+        buckets_.push_back(std::move(b));
       }
       Bucket& b = buckets_.back();
       b.begin = std::min(b.begin, info.offset);
@@ -172,8 +169,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
         }
         continue;
       }
-      if (bf16_)
-        for (int64_t i = b.begin; i < b.end; ++i) ctx_.grads[i] = loom::sdk::bf16_to_f32(b.staged[i - b.begin]);
+      if (bf16_) ctx_.ops->from_bf16(ctx_.grads + b.begin, u16(b.staged), b.end - b.begin);
       if (b.expert) ctx_.ops->scale(ctx_.grads + b.begin, expert_scale_, b.end - b.begin);  // the grads may be device memory
     }
     auto t1 = Clock::now();
@@ -187,8 +183,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   // Model state stays in the runtime's buffers; what ddp adds is the bf16 staging and the wire.
   void accounting(int64_t out[5]) override {
     std::fill(out, out + 5, 0);
-    for (const auto& b : buckets_)
-      out[3] += static_cast<int64_t>(b.staged.capacity()) * 2 + static_cast<int64_t>(b.sent.capacity() + b.received.capacity());
+    for (const auto& b : buckets_) out[3] += b.staged.bytes() + b.sent.bytes() + b.received.bytes() + b.sum.bytes();
     out[4] = last_sent_;
   }
 
@@ -244,12 +239,11 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   // fp8 phase 1: every rank's block j, scaled, to rank j (see the top of the file).
   void issue_fp8(Bucket& b, loom_comm* group, int64_t n) {
     const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = block_bytes(width);
-    b.sent.resize(n * stride);
-    b.received.resize(n * stride);
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t lo = std::min(count, j * width), hi = std::min(count, lo + width);
-      encode_block(ctx_.grads + b.begin + lo, hi - lo, width, &b.sent[j * stride]);
+    if (b.sent.size() == 0) {
+      b.sent = bytes(n * stride, "an fp8 gradient wire"), b.received = bytes(n * stride, "an fp8 gradient wire");
+      b.sum = loom::sdk::DeviceArray<float>(host_.raw(), ctx_.ops, width, "an fp8 bucket's reduced block");
     }
+    ctx_.ops->encode_blocks(b.sent.data(), ctx_.grads + b.begin, count, width, n);
     loom_tensor in = loom::sdk::flat_tensor(b.sent.data(), LOOM_U8, n * stride);
     loom_tensor out = loom::sdk::flat_tensor(b.received.data(), LOOM_U8, n * stride);
     sent_ += 2 * (n - 1) * stride;  // this phase and the gather
@@ -263,22 +257,24 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     loom_comm* group = b.expert ? expert_dp_ : ctx_.dp;
     const int64_t n = ctx_.comm->size(ctx_.comm_self, group), r = ctx_.comm->rank(ctx_.comm_self, group);
     const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = block_bytes(width);
-    std::vector<float> sum(width, 0.f);
-    for (int64_t j = 0; j < n; ++j) decode_block(&b.received[j * stride], width, sum.data(), true);
+    ctx_.ops->zero(b.sum.data(), b.sum.bytes());
+    ctx_.ops->decode_blocks(b.sum.data(), b.received.data(), width, width, n, LOOM_BLOCKS_SUM | LOOM_BLOCKS_ADD);
     const float mean = (b.expert ? expert_scale_ : 1.f) / static_cast<float>(n);
-    for (float& v : sum) v *= mean;
+    ctx_.ops->scale(b.sum.data(), mean, width);
     const int64_t mine = std::max<int64_t>(0, std::min(width, count - r * width));
-    encode_block(sum.data(), mine, width, b.sent.data());
+    ctx_.ops->encode_blocks(b.sent.data(), b.sum.data(), mine, width, 1);
     loom_tensor in = loom::sdk::flat_tensor(b.sent.data(), LOOM_U8, stride);
     loom_tensor out = loom::sdk::flat_tensor(b.received.data(), LOOM_U8, n * stride);
     loom::sdk::ErrorBox err(host_.raw());
     if (ctx_.comm->all_gather(ctx_.comm_self, group, &in, &out, nullptr, err.get()) != LOOM_OK)
       err.raise("gradient all-gather (fp8)");
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t lo = std::min(count, j * width), hi = std::min(count, lo + width);
-      decode_block(&b.received[j * stride], hi - lo, ctx_.grads + b.begin + lo, false);
-    }
+    ctx_.ops->decode_blocks(ctx_.grads + b.begin, b.received.data(), count, width, n, 0);
   }
+
+  loom::sdk::DeviceArray<uint8_t> bytes(int64_t n, const char* what) const {
+    return loom::sdk::DeviceArray<uint8_t>(host_.raw(), ctx_.ops, n, what);
+  }
+  static uint16_t* u16(const loom::sdk::DeviceArray<uint8_t>& a) { return reinterpret_cast<uint16_t*>(a.data()); }
 
   void issue(Bucket& b) {
     if (!issued_any_) first_issue_ = Clock::now(), issued_any_ = true;
@@ -287,8 +283,8 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     if (fp8_) return issue_fp8(b, group, n);
     loom_tensor t = loom::sdk::flat_tensor(ctx_.grads + b.begin, LOOM_F32, b.end - b.begin);
     if (bf16_) {
-      b.staged.resize(b.end - b.begin);
-      for (int64_t i = b.begin; i < b.end; ++i) b.staged[i - b.begin] = loom::sdk::f32_to_bf16(ctx_.grads[i]);
+      if (b.staged.size() == 0) b.staged = bytes(2 * (b.end - b.begin), "a bf16 gradient wire");
+      ctx_.ops->to_bf16(u16(b.staged), ctx_.grads + b.begin, b.end - b.begin);
       t = loom::sdk::flat_tensor(b.staged.data(), LOOM_BF16, b.end - b.begin);
     }
     sent_ += 2 * (n - 1) * (b.end - b.begin) * (bf16_ ? 2 : 4) / n;  // a ring sends 2 (n-1)/n of the buffer

@@ -28,18 +28,20 @@
 // the unit's buffer: every rank computes with the same bf16-rounded weights, half the bytes cross.
 // "fp8" on either (loom/formats.hpp's E4M3 blocks, a scale each): a reduce-scatter in fp8 is an
 // all-to-all of every rank's blocks and a sum in fp32 on arrival; a gather sends one block per rank.
-#include <loom/bf16.hpp>
-#include <loom/formats.hpp>
+// How each dtype crosses is zero_wire.hpp's codec; this file decides only what is sharded.
+//
+// Shards, buckets, gathered copies and wire buffers live on the op table's device (the host heap
+// on the CPU), and only the table's kernels and copies touch them (LOOM_DATA_DEVICE): the same
+// code runs on the CPU, the strict device and a GPU.
 #include <loom/sdk.hpp>
 
 #include "zero_parts.hpp"
+#include "zero_wire.hpp"
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <deque>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,12 +49,11 @@ namespace {
 
 using loom::sdk::Error;
 using Clock = std::chrono::steady_clock;
+using Floats = loom::sdk::DeviceArray<float>;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
-
-loom_tensor flat(float* data, int64_t n) { return loom::sdk::flat_tensor(data, LOOM_F32, n); }
 
 using namespace loom_zero;
 
@@ -80,9 +81,11 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   Zero(const loom::sdk::Context& ctx, int stage)
       : host_(ctx.host), stage_(stage), max_in_flight_(static_cast<int>(ctx.options.i64("buckets"))),
         prefetch_(ctx.options.boolean("prefetch")), prefetch_depth_(static_cast<int>(ctx.options.i64("prefetch_depth"))),
-        reduce_wire_(wire_of(ctx.options.str("reduce_dtype"))),
-        gather_overlap_(ctx.options.boolean("gather_overlap")), gather_wire_(wire_of(ctx.options.str("gather_dtype"))) {
-    if (gather_wire_ != Wire::F32 && stage != 3)
+        gather_overlap_(ctx.options.boolean("gather_overlap")),
+        reduce_(wire_of(ctx.options.str("reduce_dtype")), ctx_, ctx.host.raw()),
+        gather_(wire_of(ctx.options.str("gather_dtype")), ctx_, ctx.host.raw()),
+        update_gather_(Wire::F32, ctx_, ctx.host.raw()) {
+    if (gather_.wire() != Wire::F32 && stage != 3)
       throw loom::sdk::ConfigError("[plugins.zero" + std::to_string(stage) + "] gather_dtype = \"" +
                                    ctx.options.str("gather_dtype") +
                                    "\" is for zero3: stages 1-2 keep every parameter whole in fp32 on every rank, and "
@@ -99,6 +102,9 @@ class Zero : public loom::sdk::ShardedDataPlugin {
 
   void setup(const loom_data_context& ctx) override {
     if (!ctx.units) throw Error(LOOM_INTERNAL, "zero needs the model's units in its setup context");
+    if (!LOOM_HAS_FIELD(ctx.ops, loom_ops, decode_blocks))
+      throw Error(LOOM_UNAVAILABLE, "zero keeps its shards with the op table's copies and wire kernels (ABI 2.5); "
+                                    "this runtime's table is older");
     ctx_ = ctx;
     const int64_t U = ctx.n_units;
     loom_comm* expert_dp = ctx.expert_dp;
@@ -111,13 +117,11 @@ class Zero : public loom::sdk::ShardedDataPlugin {
         if (ctx.param_flags[p] & LOOM_PARAM_EXPERT) group_[unit_of(ctx.params[p].offset)] = experts;
     }
     piece_.resize(U);
-    padded_at_.resize(U);
     shard_at_.resize(U);
     int64_t padded = 0, shard = 0, biggest = 0;
     for (int64_t u = 0; u < U; ++u) {
       const int n = group_[u].n;
       piece_[u] = (ctx.units[u].numel + n - 1) / n;
-      padded_at_[u] = padded;
       shard_at_[u] = shard;
       padded += piece_[u] * n;
       shard += piece_[u];
@@ -133,35 +137,19 @@ class Zero : public loom::sdk::ShardedDataPlugin {
       const int64_t a = std::max(lo, info.offset), b = std::min(hi, info.offset + info.numel);
       if (a < b) segments_.push_back({shard_at_[u] + (a - lo), b - a, ctx.param_flags[p], p, a - info.offset});
     }
-    // Master weights: the full (padded) parameters for stages 1-2, this rank's pieces for 3.
-    if (stage_ < 3) {
-      full_.assign(padded_total_, 0.f);
-      for (int64_t u = 0; u < U; ++u)
-        std::memcpy(&full_[padded_at_[u]], ctx.values + ctx.units[u].offset, ctx.units[u].numel * sizeof(float));
-    } else {
-      master_.assign(shard_total_, 0.f);
-      for (int64_t u = 0; u < U; ++u) {
-        const int64_t lo = group_[u].rank * piece_[u], len = std::max<int64_t>(0, std::min(piece_[u], ctx.units[u].numel - lo));
-        if (len > 0) std::memcpy(&master_[shard_at_[u]], ctx.values + ctx.units[u].offset + lo, len * sizeof(float));
-      }
-    }
-    if (stage_ == 1) full_grads_.assign(padded_total_, 0.f);
-    else shard_grads_.assign(shard_total_, 0.f);
+    place_state();
     if (stage_ < 3) updates_.assign(U, nullptr);
-    m_.assign(shard_total_, 0.f);
-    v_.assign(shard_total_, 0.f);
     host_.info("ZeRO-" + std::to_string(stage_) + ": " + std::to_string(U) + " units over " + std::to_string(data.n) +
                " dp ranks; this rank's shard is " + std::to_string(shard_total_) + " of " +
                std::to_string(padded_total_) + " elements");
   }
-
 
   // ---- parameters ----
 
   float* acquire_params(int64_t u, bool backward, bool prefetch) override {
     if (stage_ < 3) {
       if (updates_[u]) wait(updates_[u], "all-gather of a layer's updated parameters");
-      return &full_[padded_at_[u]];
+      return full_[u].data();
     }
     Gather& g = gather(u);
     complete(u, g);
@@ -172,7 +160,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
         if (next < 0 || next >= ctx_.n_units) break;
         gather(next);
       }
-    return g.buf->data();
+    return g.buf.data();
   }
 
   void release_params(int64_t u) override {
@@ -189,16 +177,16 @@ class Zero : public loom::sdk::ShardedDataPlugin {
 
   float* grad_buffer(int64_t u) override {
     if (finished_) {  // the first backward of a new step: the last step's gradients are spent
-      std::fill(stage_ == 1 ? full_grads_.begin() : shard_grads_.begin(),
-                stage_ == 1 ? full_grads_.end() : shard_grads_.end(), 0.f);
+      for (const Floats& unit : full_grads_) ctx_.ops->zero(unit.data(), unit.bytes());
+      if (stage_ > 1) ctx_.ops->zero(shard_grads_.data(), shard_grads_.bytes());
       finished_ = false;
     }
-    if (stage_ == 1) return &full_grads_[padded_at_[u]];
+    if (stage_ == 1) return full_grads_[u].data();
     while (static_cast<int>(in_flight_.size()) >= max_in_flight_) complete_oldest();
-    int b = take_bucket();
-    std::fill(buckets_[b]->begin(), buckets_[b]->begin() + piece_[u] * group_[u].n, 0.f);
+    const int b = take_bucket();
+    ctx_.ops->zero(buckets_[b].data(), 4 * piece_[u] * group_[u].n);
     bucket_of_[u] = b;
-    return buckets_[b]->data();
+    return buckets_[b].data();
   }
 
   void unit_grads_ready(int64_t u, bool last) override {
@@ -207,53 +195,18 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     if (!issued_any_) first_issue_ = Clock::now(), issued_any_ = true;
     Reduction r;
     r.unit = u;
-    float* in = &full_grads_.data()[0];
-    if (stage_ == 1) {
-      in = &full_grads_[padded_at_[u]];
-    } else {
-      r.bucket = bucket_of_.at(u);
-      in = buckets_[r.bucket]->data();
-    }
+    if (stage_ > 1) r.bucket = bucket_of_.at(u);
+    const float* in = stage_ == 1 ? full_grads_[u].data() : buckets_[r.bucket].data();
     if (free_pieces_.empty()) {
-      free_pieces_.push_back(std::make_unique<std::vector<float>>(piece_max_ + 1));
+      free_pieces_.push_back(floats(piece_max_ + 1, "a reduced gradient piece"));
       note_buffers();
     }
-    pieces_.push_back(std::move(free_pieces_.back()));
+    r.piece = std::move(free_pieces_.back());
     free_pieces_.pop_back();
-    const Group& g = group_[u];
-    loom_tensor tin = flat(in, piece_[u] * g.n), tout = flat(pieces_.back()->data(), piece_[u]);
-    if (reduce_wire_ == Wire::FP8) return issue_fp8_reduction(std::move(r), in);
-    if (reduce_wire_ == Wire::BF16) {
-      r.wire_in.resize(static_cast<size_t>(piece_[u] * g.n));
-      r.wire_out.resize(static_cast<size_t>(piece_[u]));
-      for (size_t i = 0; i < r.wire_in.size(); ++i) r.wire_in[i] = loom::sdk::f32_to_bf16(in[i]);
-      tin = loom::sdk::flat_tensor(r.wire_in.data(), LOOM_BF16, piece_[u] * g.n);
-      tout = loom::sdk::flat_tensor(r.wire_out.data(), LOOM_BF16, piece_[u]);
-    }
     in_flight_.push_back(std::move(r));
     Reduction& issued = in_flight_.back();  // a deque keeps its elements, and their buffers, in place
-    loom::sdk::ErrorBox err(host_.raw());
-    if (ctx_.comm->reduce_scatter(ctx_.comm_self, g.comm, &tin, &tout, LOOM_REDUCE_AVG, &issued.work, err.get()) != LOOM_OK)
-      err.raise("issuing a gradient reduce-scatter");
-    sent_ += (g.n - 1) * wire_bytes(reduce_wire_, piece_[u]);
-  }
-
-  // A reduce-scatter in fp8: rank j's block of every rank, as E4M3 blocks, to rank j; summed in
-  // fp32 when it completes (complete_oldest).
-  void issue_fp8_reduction(Reduction r, const float* in) {
-    const Group& g = group_[r.unit];
-    const int64_t piece = piece_[r.unit], stride = block_bytes(piece);
-    r.fp8_in.resize(g.n * stride);
-    r.fp8_out.resize(g.n * stride);
-    for (int j = 0; j < g.n; ++j) loom::formats::encode_block(in + j * piece, piece, piece, &r.fp8_in[j * stride]);
-    in_flight_.push_back(std::move(r));
-    Reduction& issued = in_flight_.back();
-    loom_tensor tin = loom::sdk::flat_tensor(issued.fp8_in.data(), LOOM_U8, g.n * stride);
-    loom_tensor tout = loom::sdk::flat_tensor(issued.fp8_out.data(), LOOM_U8, g.n * stride);
-    loom::sdk::ErrorBox err(host_.raw());
-    if (ctx_.comm->all_to_all(ctx_.comm_self, g.comm, &tin, &tout, nullptr, nullptr, &issued.work, err.get()) != LOOM_OK)
-      err.raise("issuing a gradient all-to-all (fp8)");
-    sent_ += (g.n - 1) * stride;
+    const Group& g = group_[u];
+    sent_ += reduce_.reduce_scatter(g.comm, g.n, in, issued.piece.data(), piece_[u], issued.wire, &issued.work);
   }
 
   void finish_grads(double& comm_ms, double& exposed_ms) override {
@@ -268,16 +221,24 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     last_sent_ = sent_, sent_ = 0;
   }
 
+  // Every segment's sum of squares in one call (one host wait on a device), added in segment order.
   void sum_squares(int which, double out[2]) override {
     // While the update's gathers are in flight this rank's pieces are read from their source
     // copy, so a norm does not make the gathers finish before the next forward.
     const bool in_flight = std::any_of(updates_.begin(), updates_.end(), [](loom_work* w) { return w != nullptr; });
-    out[0] = out[1] = 0;
+    std::vector<const float*> x;
+    std::vector<int64_t> n;
+    std::vector<int> part;
     for (const Segment& s : segments_) {
       if (s.flags & LOOM_PARAM_MIRROR) continue;
-      const float* x = which == 0 ? grad_at(s.shard_at) : in_flight ? &update_src_[s.shard_at] : value_at(s.shard_at);
-      out[(s.flags & LOOM_PARAM_TP_SHARDED) ? 1 : 0] += ctx_.ops->sum_squares(x, s.len);
+      x.push_back(which == 0 ? grad_at(s.shard_at) : in_flight ? update_src_.data() + s.shard_at : value_at(s.shard_at));
+      n.push_back(s.len);
+      part.push_back((s.flags & LOOM_PARAM_TP_SHARDED) ? 1 : 0);
     }
+    std::vector<double> sums(x.size(), 0.0);
+    if (!x.empty()) ctx_.ops->sum_squares_multi(static_cast<int64_t>(x.size()), x.data(), n.data(), sums.data());
+    out[0] = out[1] = 0;
+    for (size_t i = 0; i < sums.size(); ++i) out[part[i]] += sums[i];
   }
 
   // ---- the update ----
@@ -288,9 +249,10 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     for (const Segment& s : segments_) {
       float* g = grad_at(s.shard_at);
       if (hp.grad_scale != 1.0) ctx_.ops->scale(g, static_cast<float>(hp.grad_scale), s.len);
-      ctx_.ops->adamw(value_at(s.shard_at), g, &m_[s.shard_at], &v_[s.shard_at], s.len, static_cast<float>(hp.lr),
-                      static_cast<float>(hp.beta1), static_cast<float>(hp.beta2), static_cast<float>(hp.eps),
-                      (s.flags & LOOM_PARAM_DECAY) ? static_cast<float>(hp.weight_decay) : 0.f, hp.step);
+      ctx_.ops->adamw(value_at(s.shard_at), g, m_.data() + s.shard_at, v_.data() + s.shard_at, s.len,
+                      static_cast<float>(hp.lr), static_cast<float>(hp.beta1), static_cast<float>(hp.beta2),
+                      static_cast<float>(hp.eps), (s.flags & LOOM_PARAM_DECAY) ? static_cast<float>(hp.weight_decay) : 0.f,
+                      hp.step);
     }
     if (stage_ == 3) {  // gathered copies are stale now; the next forward gathers again
       for (auto& [u, g] : gathers_) free_bufs_.push_back(std::move(g.buf));
@@ -302,11 +264,13 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     }
   }
 
+  // Device pointers on a device: the runtime moves them with the op table's copies.
   std::vector<loom_shard_piece> shard_pieces() override {
     await_updates();
     std::vector<loom_shard_piece> out;
     for (const Segment& s : segments_)
-      out.push_back({s.param, s.begin, s.len, value_at(s.shard_at), &m_[s.shard_at], &v_[s.shard_at], grad_at(s.shard_at)});
+      out.push_back({s.param, s.begin, s.len, value_at(s.shard_at), m_.data() + s.shard_at, v_.data() + s.shard_at,
+                     grad_at(s.shard_at)});
     return out;
   }
 
@@ -315,45 +279,6 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     if (stage_ < 3) gather_full();
   }
 
- private:
-  // Stages 1-2: every rank's pieces of the parameters into everyone's full copy.
-  void gather_full() {
-    std::vector<float> mine(piece_max_ + 1);
-    for (int64_t u = 0; u < ctx_.n_units; ++u) {
-      const Group& g = group_[u];
-      std::memcpy(mine.data(), &full_[padded_at_[u] + g.rank * piece_[u]], piece_[u] * sizeof(float));
-      loom_tensor tin = flat(mine.data(), piece_[u]), tout = flat(&full_[padded_at_[u]], piece_[u] * g.n);
-      loom::sdk::ErrorBox err(host_.raw());
-      if (ctx_.comm->all_gather(ctx_.comm_self, g.comm, &tin, &tout, nullptr, err.get()) != LOOM_OK)
-        err.raise("all-gather of updated parameters");
-      sent_ += (g.n - 1) * piece_[u] * 4;
-    }
-    scratch_peak_ = std::max<int64_t>(scratch_peak_, 4 * static_cast<int64_t>(mine.size()));
-  }
-
-  // Stages 1-2 with gather_overlap: every unit's all-gather issued at once, from a copy of this
-  // rank's piece that lives until the gather is waited for.
-  void issue_updates() {
-    update_src_.resize(shard_total_);
-    for (int64_t u = 0; u < ctx_.n_units; ++u) {
-      const Group& g = group_[u];
-      float* mine = &update_src_[shard_at_[u]];
-      std::memcpy(mine, &full_[padded_at_[u] + g.rank * piece_[u]], piece_[u] * sizeof(float));
-      loom_tensor tin = flat(mine, piece_[u]), tout = flat(&full_[padded_at_[u]], piece_[u] * g.n);
-      loom::sdk::ErrorBox err(host_.raw());
-      if (ctx_.comm->all_gather(ctx_.comm_self, g.comm, &tin, &tout, &updates_[u], err.get()) != LOOM_OK)
-        err.raise("issuing the all-gather of updated parameters");
-      sent_ += (g.n - 1) * piece_[u] * 4;
-    }
-    scratch_peak_ = std::max<int64_t>(scratch_peak_, 4 * shard_total_);
-  }
-  // Before anything reads the whole parameters but a unit's own acquire.
-  void await_updates() {
-    for (loom_work*& w : updates_)
-      if (w) wait(w, "all-gather of updated parameters");
-  }
-
- public:
   void accounting(int64_t out[5]) override {
     out[0] = 4 * (stage_ < 3 ? padded_total_ : shard_total_);
     out[1] = 4 * (stage_ == 1 ? padded_total_ : shard_total_);
@@ -363,23 +288,85 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   }
 
  private:
+  // A reduce-scatter in flight: the bucket it reads, the piece it writes, what its wire holds.
+  struct Reduction {
+    loom_work* work = nullptr;
+    int bucket = -1;  // -1: reads the full gradient buffer (stage 1)
+    int64_t unit = 0;
+    Floats piece;
+    WireBufs wire;
+  };
+  // A unit's gather (stage 3): its buffer, the work in flight, its users, what its wire holds.
   struct Gather {
-    std::unique_ptr<std::vector<float>> buf;
+    Floats buf;
     loom_work* work = nullptr;
     int users = 0;
-    std::vector<uint16_t> wire_in, wire_out;  // gather_dtype = "bf16": what crosses, until it completes
-    std::vector<uint8_t> fp8_in, fp8_out;     // gather_dtype = "fp8": one E4M3 block per rank
+    WireBufs wire;
   };
+
+  Floats floats(int64_t n, const char* what) const { return Floats(host_.raw(), ctx_.ops, n, what); }
+
+  // The model state on the op table's device, from the runtime's initial values: each unit's
+  // full (padded) parameters for stages 1-2, this rank's pieces for 3; gradients; AdamW's moments.
+  void place_state() {
+    const loom_ops* ops = ctx_.ops;
+    const loom_data_unit* units = ctx_.units;
+    if (stage_ < 3) {
+      for (int64_t u = 0; u < ctx_.n_units; ++u) {
+        full_.push_back(floats(piece_[u] * group_[u].n, "a layer's parameters"));
+        ops->copy(full_[u].data(), ctx_.values + units[u].offset, 4 * units[u].numel);
+      }
+    } else {
+      master_ = floats(shard_total_, "this rank's parameter pieces");
+      for (int64_t u = 0; u < ctx_.n_units; ++u) {
+        const int64_t lo = group_[u].rank * piece_[u], len = std::max<int64_t>(0, std::min(piece_[u], units[u].numel - lo));
+        if (len > 0) ops->copy(master_.data() + shard_at_[u], ctx_.values + units[u].offset + lo, 4 * len);
+      }
+    }
+    if (stage_ == 1)
+      for (int64_t u = 0; u < ctx_.n_units; ++u) full_grads_.push_back(floats(piece_[u] * group_[u].n, "a layer's gradients"));
+    else
+      shard_grads_ = floats(shard_total_, "this rank's gradient pieces");
+    m_ = floats(shard_total_, "AdamW's first moments");
+    v_ = floats(shard_total_, "AdamW's second moments");
+  }
+
+  // Stages 1-2: every rank's pieces of the parameters into everyone's full copy.
+  void gather_full() {
+    const Floats mine = floats(piece_max_ + 1, "this rank's updated piece");
+    for (int64_t u = 0; u < ctx_.n_units; ++u) {
+      const Group& g = group_[u];
+      float* all = full_[u].data();
+      ctx_.ops->copy(mine.data(), all + g.rank * piece_[u], 4 * piece_[u]);
+      sent_ += update_gather_.all_gather(g.comm, g.n, mine.data(), all, piece_[u], no_wire_, nullptr);
+    }
+    scratch_peak_ = std::max<int64_t>(scratch_peak_, mine.bytes());
+  }
+
+  // Stages 1-2 with gather_overlap: every unit's all-gather issued at once, from a copy of this
+  // rank's piece that lives until the gather is waited for.
+  void issue_updates() {
+    if (update_src_.size() == 0) update_src_ = floats(shard_total_, "the updated pieces' source copy");
+    for (int64_t u = 0; u < ctx_.n_units; ++u) {
+      const Group& g = group_[u];
+      float* mine = update_src_.data() + shard_at_[u];
+      float* all = full_[u].data();
+      ctx_.ops->copy(mine, all + g.rank * piece_[u], 4 * piece_[u]);
+      sent_ += update_gather_.all_gather(g.comm, g.n, mine, all, piece_[u], no_wire_, &updates_[u]);
+    }
+    scratch_peak_ = std::max<int64_t>(scratch_peak_, 4 * shard_total_);
+  }
+  // Before anything reads the whole parameters but a unit's own acquire.
+  void await_updates() {
+    for (loom_work*& w : updates_)
+      if (w) wait(w, "all-gather of updated parameters");
+  }
 
   // Waits for unit u's gather, if it is still on its way, and widens what crossed narrower.
   void complete(int64_t u, Gather& g) {
     if (!g.work) return;
     wait(g.work, "all-gather of a layer's parameters");
-    for (size_t i = 0; i < g.wire_out.size(); ++i) (*g.buf)[i] = loom::sdk::bf16_to_f32(g.wire_out[i]);
-    if (!g.fp8_out.empty())
-      for (int j = 0; j < group_[u].n; ++j)
-        loom::formats::decode_block(&g.fp8_out[j * block_bytes(piece_[u])], piece_[u], g.buf->data() + j * piece_[u], false);
-    g.wire_in.clear(), g.wire_out.clear(), g.fp8_in.clear(), g.fp8_out.clear();
+    gather_.gathered(group_[u].n, g.buf.data(), piece_[u], g.wire);
   }
 
   int64_t unit_of(int64_t offset) const {
@@ -388,15 +375,15 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     throw Error(LOOM_INTERNAL, "a parameter outside every unit");
   }
 
-  float* value_at(int64_t shard_at) {
-    if (stage_ == 3) return &master_[shard_at];
-    int64_t u = unit_at(shard_at);
-    return &full_[padded_at_[u] + group_[u].rank * piece_[u] + (shard_at - shard_at_[u])];
+  float* value_at(int64_t shard_at) const {
+    if (stage_ == 3) return master_.data() + shard_at;
+    const int64_t u = unit_at(shard_at);
+    return full_[u].data() + group_[u].rank * piece_[u] + (shard_at - shard_at_[u]);
   }
-  float* grad_at(int64_t shard_at) {
-    if (stage_ != 1) return &shard_grads_[shard_at];
-    int64_t u = unit_at(shard_at);
-    return &full_grads_[padded_at_[u] + group_[u].rank * piece_[u] + (shard_at - shard_at_[u])];
+  float* grad_at(int64_t shard_at) const {
+    if (stage_ != 1) return shard_grads_.data() + shard_at;
+    const int64_t u = unit_at(shard_at);
+    return full_grads_[u].data() + group_[u].rank * piece_[u] + (shard_at - shard_at_[u]);
   }
   int64_t unit_at(int64_t shard_at) const {
     return static_cast<int64_t>(std::upper_bound(shard_at_.begin(), shard_at_.end(), shard_at) - shard_at_.begin()) - 1;
@@ -411,29 +398,12 @@ class Zero : public loom::sdk::ShardedDataPlugin {
       g.buf = std::move(free_bufs_.back());
       free_bufs_.pop_back();
     } else {
-      g.buf = std::make_unique<std::vector<float>>(unit_max_);
+      g.buf = floats(unit_max_, "a gathered layer's parameters");
     }
-    const Group& grp = group_[u];
-    loom_tensor tin = flat(&master_[shard_at_[u]], piece_[u]), tout = flat(g.buf->data(), piece_[u] * grp.n);
-    if (gather_wire_ == Wire::FP8) {
-      g.fp8_in.resize(block_bytes(piece_[u]));
-      g.fp8_out.resize(block_bytes(piece_[u]) * grp.n);
-      loom::formats::encode_block(&master_[shard_at_[u]], piece_[u], piece_[u], g.fp8_in.data());
-      tin = loom::sdk::flat_tensor(g.fp8_in.data(), LOOM_U8, block_bytes(piece_[u]));
-      tout = loom::sdk::flat_tensor(g.fp8_out.data(), LOOM_U8, block_bytes(piece_[u]) * grp.n);
-    }
-    if (gather_wire_ == Wire::BF16) {
-      g.wire_in.resize(piece_[u]);
-      g.wire_out.resize(piece_[u] * grp.n);
-      for (int64_t i = 0; i < piece_[u]; ++i) g.wire_in[i] = loom::sdk::f32_to_bf16(master_[shard_at_[u] + i]);
-      tin = loom::sdk::flat_tensor(g.wire_in.data(), LOOM_BF16, piece_[u]);
-      tout = loom::sdk::flat_tensor(g.wire_out.data(), LOOM_BF16, piece_[u] * grp.n);
-    }
-    loom::sdk::ErrorBox err(host_.raw());
-    if (ctx_.comm->all_gather(ctx_.comm_self, grp.comm, &tin, &tout, &g.work, err.get()) != LOOM_OK)
-      err.raise("issuing a parameter all-gather");
-    sent_ += (grp.n - 1) * wire_bytes(gather_wire_, piece_[u]);
     Gather& added = gathers_.emplace(u, std::move(g)).first->second;
+    const Group& grp = group_[u];
+    sent_ += gather_.all_gather(grp.comm, grp.n, master_.data() + shard_at_[u], added.buf.data(), piece_[u], added.wire,
+                                &added.work);
     note_buffers();
     return added;
   }
@@ -441,7 +411,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   int take_bucket() {
     for (size_t b = 0; b < buckets_.size(); ++b)
       if (!bucket_busy_[b]) return bucket_busy_[b] = true, static_cast<int>(b);
-    buckets_.push_back(std::make_unique<std::vector<float>>(unit_max_));
+    buckets_.push_back(floats(unit_max_, "a gradient bucket"));
     bucket_busy_.push_back(true);
     note_buffers();
     return static_cast<int>(buckets_.size()) - 1;
@@ -451,34 +421,27 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   void complete_oldest() {
     Reduction r = std::move(in_flight_.front());
     in_flight_.pop_front();
-    std::unique_ptr<std::vector<float>> piece = std::move(pieces_.front());
-    pieces_.pop_front();
     wait(r.work, "gradient reduce-scatter");
-    for (size_t i = 0; i < r.wire_out.size(); ++i) (*piece)[i] = loom::sdk::bf16_to_f32(r.wire_out[i]);
     const Group& g = group_[r.unit];
-    if (!r.fp8_out.empty()) {  // the n blocks of this rank's piece: their mean, as the fp32 reduce-scatter's AVG
-      const int64_t stride = block_bytes(piece_[r.unit]);
-      for (int j = 0; j < g.n; ++j) loom::formats::decode_block(&r.fp8_out[j * stride], piece_[r.unit], piece->data(), j > 0);
-      ctx_.ops->scale(piece->data(), 1.f / static_cast<float>(g.n), piece_[r.unit]);
-    }
-    if (g.scale != 1.f) ctx_.ops->scale(piece->data(), g.scale, piece_[r.unit]);
-    float* dst = stage_ == 1 ? &full_grads_[padded_at_[r.unit] + g.rank * piece_[r.unit]] : &shard_grads_[shard_at_[r.unit]];
+    const int64_t piece = piece_[r.unit];
+    reduce_.reduced(g.n, r.piece.data(), piece, r.wire);
+    if (g.scale != 1.f) ctx_.ops->scale(r.piece.data(), g.scale, piece);
     if (stage_ == 1)
-      std::memcpy(dst, piece->data(), piece_[r.unit] * sizeof(float));
+      ctx_.ops->copy(full_grads_[r.unit].data() + g.rank * piece, r.piece.data(), 4 * piece);
     else
-      ctx_.ops->accumulate(dst, piece->data(), piece_[r.unit]);
+      ctx_.ops->accumulate(shard_grads_.data() + shard_at_[r.unit], r.piece.data(), piece);
     if (r.bucket >= 0) bucket_busy_[r.bucket] = false;
-    free_pieces_.push_back(std::move(piece));
+    free_pieces_.push_back(std::move(r.piece));
   }
 
   // Every communication buffer allocated so far (pools keep what they allocate).
   void note_buffers() {
     int64_t live = 0;
-    for (auto& b : buckets_) live += 4 * static_cast<int64_t>(b->size());
-    for (auto& [u, g] : gathers_) live += 4 * static_cast<int64_t>(g.buf->size()) + 2 * static_cast<int64_t>(g.wire_in.size() + g.wire_out.size());
-    for (auto& b : free_bufs_) live += 4 * static_cast<int64_t>(b->size());
-    for (auto& p : pieces_) live += 4 * static_cast<int64_t>(p->size());
-    for (auto& p : free_pieces_) live += 4 * static_cast<int64_t>(p->size());
+    for (const Floats& b : buckets_) live += b.bytes();
+    for (const auto& [u, g] : gathers_) live += g.buf.bytes() + g.wire.bytes();
+    for (const Floats& b : free_bufs_) live += b.bytes();
+    for (const Reduction& r : in_flight_) live += r.piece.bytes();
+    for (const Floats& p : free_pieces_) live += p.bytes();
     buffers_peak_ = std::max(buffers_peak_, live);
   }
 
@@ -499,10 +462,12 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   int stage_, max_in_flight_;
   bool prefetch_;
   int prefetch_depth_;
-  Wire reduce_wire_;
   bool gather_overlap_;
-  Wire gather_wire_;
   loom_data_context ctx_{};
+  // How gradients cross (reduce_dtype), how stage 3's parameters cross (gather_dtype), and the
+  // fp32 gathers of stages 1-2's updated parameters.
+  WireCodec reduce_, gather_, update_gather_;
+  WireBufs no_wire_;
   // The group a unit is split over: the data group, or expert_dp for a unit of experts, whose
   // reduced gradients are scaled from that group's mean to the data group's.
   struct Group {
@@ -511,20 +476,22 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     float scale;
   };
   std::vector<Group> group_;
-  std::vector<int64_t> piece_, padded_at_, shard_at_;
+  std::vector<int64_t> piece_, shard_at_;
   int64_t padded_total_ = 0, shard_total_ = 0, unit_max_ = 0, piece_max_ = 0;
   std::vector<Segment> segments_;
-  std::vector<float> full_, master_, full_grads_, shard_grads_, m_, v_;
+  // Stages 1-2: each unit's whole parameters (and stage 1's gradients) in a block of its own, so a
+  // layer's gather lands while kernels still read the others.
+  std::vector<Floats> full_, full_grads_;
+  Floats master_, shard_grads_, m_, v_;
   std::vector<loom_work*> updates_;  // stages 1-2: each unit's all-gather of updated parameters in flight
-  std::vector<float> update_src_;    // this rank's pieces they read
-  std::vector<std::unique_ptr<std::vector<float>>> buckets_;
+  Floats update_src_;                // this rank's pieces they read
+  std::vector<Floats> buckets_;
   std::vector<bool> bucket_busy_;
   std::map<int64_t, int> bucket_of_;
   std::deque<Reduction> in_flight_;
-  std::deque<std::unique_ptr<std::vector<float>>> pieces_;
-  std::vector<std::unique_ptr<std::vector<float>>> free_pieces_;
+  std::vector<Floats> free_pieces_;
   std::map<int64_t, Gather> gathers_;
-  std::vector<std::unique_ptr<std::vector<float>>> free_bufs_;
+  std::vector<Floats> free_bufs_;
   int64_t buffers_peak_ = 0, scratch_peak_ = 0, sent_ = 0, last_sent_ = 0;
   bool finished_ = true, issued_any_ = false;
   Clock::time_point first_issue_;
@@ -577,7 +544,7 @@ struct ZeroStage : Zero {
                                           .options = kOptions,
                                           .option_rules = kRules,
                                           .cost = &cost,
-                                          .capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE};
+                                          .capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE | LOOM_DATA_DEVICE};
   explicit ZeroStage(const loom::sdk::Context& ctx) : Zero(ctx, Stage) {}
 };
 

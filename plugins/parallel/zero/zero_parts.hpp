@@ -1,5 +1,5 @@
-// ZeRO's bookkeeping records and wire dtypes: what zero.cpp's shards, reductions and gathers
-// carry, kept apart so the plugin reads as its algorithm.
+// ZeRO's bookkeeping records and wire dtypes: where a parameter's elements sit in a shard, and
+// the dtypes a collective may carry, kept apart so the plugin reads as its algorithm.
 #pragma once
 
 #include <loom/formats.hpp>
@@ -16,15 +16,6 @@ struct Segment {
   int64_t shard_at, len;
   int32_t flags;
   int64_t param, begin;  // which parameter, from which of its elements
-};
-
-// A reduce-scatter in flight: the bucket it reads, the piece it writes, where the piece goes.
-struct Reduction {
-  loom_work* work = nullptr;
-  int bucket = -1;  // -1: reads the full gradient buffer (stage 1)
-  int64_t unit = 0;
-  std::vector<uint16_t> wire_in, wire_out;  // reduce_dtype = "bf16": what crosses, until it completes
-  std::vector<uint8_t> fp8_in, fp8_out;     // reduce_dtype = "fp8": n E4M3 blocks each way
 };
 
 using loom::formats::block_bytes;

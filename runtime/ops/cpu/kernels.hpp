@@ -85,6 +85,13 @@ void adamw_multi(int64_t count, float* const* params, const float* const* grads,
                  int64_t step);
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped);
 
+// The wire codecs (ABI 2.5; loom/ops.h says what each writes).
+void to_bf16(uint16_t* dst, const float* src, int64_t n);
+void from_bf16(float* dst, const uint16_t* src, int64_t n);
+void encode_blocks(uint8_t* dst, const float* src, int64_t count, int64_t width, int64_t blocks);
+void decode_blocks(float* dst, const uint8_t* src, int64_t count, int64_t width, int64_t blocks,
+                   int32_t flags);
+
 // Threads for OpenMP kernels and OpenBLAS; 0 = all cores. Returns the count in use.
 int set_threads(int n);
 

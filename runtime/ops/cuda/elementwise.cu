@@ -1,9 +1,11 @@
-// The element-wise, reduction and optimizer entries of the CUDA op table: the launch sequences
-// of kernels/elementwise.cuh, reductions.cuh and adamw.cuh on the device.
+// The element-wise, reduction, optimizer and wire codec entries of the CUDA op table: the launch
+// sequences of kernels/elementwise.cuh, reductions.cuh, adamw.cuh and codecs.cuh on the device
+// (one translation unit: a kernel header's __global__ functions are defined where it is included).
 #include <cmath>
 
 #include "ops/cuda/kernels.hpp"
 #include "ops/cuda/kernels/adamw.cuh"
+#include "ops/cuda/kernels/codecs.cuh"
 #include "ops/cuda/kernels/elementwise.cuh"
 #include "ops/cuda/kernels/reductions.cuh"
 #include "ops/cuda/launch.cuh"
@@ -96,6 +98,21 @@ void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int6
   run_op([&](DeviceGo& go) { reductions::quantize(go, go.out(&stats, 1), x, n, f, scale); });
   if (amax) *amax = stats.nans ? NAN : stats.amax;
   if (clipped) *clipped = static_cast<int64_t>(stats.clips);
+}
+
+// The wire codecs, over a plugin's device buffers.
+void to_bf16(uint16_t* dst, const float* src, int64_t n) {
+  run_op([&](DeviceGo& go) { codecs::to_bf16(go, dst, src, n); });
+}
+void from_bf16(float* dst, const uint16_t* src, int64_t n) {
+  run_op([&](DeviceGo& go) { codecs::from_bf16(go, dst, src, n); });
+}
+void encode_blocks(uint8_t* dst, const float* src, int64_t count, int64_t width, int64_t blocks) {
+  run_op([&](DeviceGo& go) { codecs::encode_blocks(go, dst, src, count, width, blocks); });
+}
+void decode_blocks(float* dst, const uint8_t* src, int64_t count, int64_t width, int64_t blocks,
+                   int32_t flags) {
+  run_op([&](DeviceGo& go) { codecs::decode_blocks(go, dst, src, count, width, blocks, flags); });
 }
 
 }  // namespace loom::cuda

@@ -76,5 +76,10 @@ void adamw_multi(int64_t count, float* const* params, const float* const* grads,
                  int64_t step);
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped);
 void sum_squares_multi(int64_t count, const float* const* x, const int64_t* n, double* out);
+void to_bf16(uint16_t* dst, const float* src, int64_t n);
+void from_bf16(float* dst, const uint16_t* src, int64_t n);
+void encode_blocks(uint8_t* dst, const float* src, int64_t count, int64_t width, int64_t blocks);
+void decode_blocks(float* dst, const uint8_t* src, int64_t count, int64_t width, int64_t blocks,
+                   int32_t flags);
 
 }  // namespace loom::cuda

@@ -1,6 +1,7 @@
 #include "ops/kernel_entries.hpp"
 #include "ops/strict/table.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -412,6 +413,41 @@ void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int6
   float* am = L.staged(amax, kF, true, "amax");
   int64_t* cl = L.staged(clipped, sizeof(int64_t), true, "clipped");
   L.run([=] { cpu::quantize(xx, n, dtype, scale, am, cl); });
+}
+
+// The wire codecs: each reads and writes only device memory (a plugin's buffers).
+void to_bf16(uint16_t* dst, const float* src, int64_t n) {
+  Launch L("to_bf16");
+  uint16_t* d = W(dst, n <= 0 ? 0 : static_cast<size_t>(n) * 2);
+  const float* x = R(src, floats(n));
+  L.run([=] { cpu::to_bf16(d, x, n); });
+}
+
+void from_bf16(float* dst, const uint16_t* src, int64_t n) {
+  Launch L("from_bf16");
+  float* d = W(dst, floats(n));
+  const uint16_t* x = R(src, n <= 0 ? 0 : static_cast<size_t>(n) * 2);
+  L.run([=] { cpu::from_bf16(d, x, n); });
+}
+
+size_t block_span(int64_t width, int64_t blocks) {
+  return blocks <= 0 ? 0 : static_cast<size_t>(blocks * (4 + width));
+}
+
+void encode_blocks(uint8_t* dst, const float* src, int64_t count, int64_t width, int64_t blocks) {
+  Launch L("encode_blocks");
+  uint8_t* d = W(dst, block_span(width, blocks));
+  const float* x = R(src, floats(std::min(count, width * blocks)));
+  L.run([=] { cpu::encode_blocks(d, x, count, width, blocks); });
+}
+
+void decode_blocks(float* dst, const uint8_t* src, int64_t count, int64_t width, int64_t blocks,
+                   int32_t flags) {
+  Launch L("decode_blocks");
+  const bool sum = flags & LOOM_BLOCKS_SUM;
+  float* d = W(dst, floats(sum ? std::min(count, width) : std::min(count, width * blocks)));
+  const uint8_t* x = R(src, block_span(width, blocks));
+  L.run([=] { cpu::decode_blocks(d, x, count, width, blocks, flags); });
 }
 
 #undef R

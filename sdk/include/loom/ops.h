@@ -188,7 +188,29 @@ typedef struct loom_ops {
    * sum_squares does; the arrays of pointers and sizes and `out` are host memory. One host wait
    * for all of them (a gradient norm over every parameter). */
   void (*sum_squares_multi)(int64_t count, const float* const* x, const int64_t* n, double* out);
+
+  /* ---- added in ABI 2.5 (check LOOM_HAS_FIELD before use) ----
+   * The wire codecs of plugins that send gradients or parameters narrower than fp32 (ddp's and
+   * zero's reduce_dtype, zero3's gather_dtype), as kernels, so the buffers stay on the device.
+   * bf16 is loom/bf16.hpp's rounding (nearest-even, a NaN stays a NaN); the fp8 blocks are
+   * loom/formats.hpp's E4M3 wire blocks (a 4-byte scale, then `width` codes). */
+  void (*to_bf16)(uint16_t* dst, const float* src, int64_t n);
+  void (*from_bf16)(float* dst, const uint16_t* src, int64_t n);
+  /* Block j of `blocks` (each block_bytes(width) = 4 + width bytes at dst + j (4 + width)) holds
+   * src[j width, j width + c_j), c_j = clamp(count - j width, 0, width), as formats'
+   * encode_block(src + j width, c_j, width, ...) writes it. */
+  void (*encode_blocks)(uint8_t* dst, const float* src, int64_t count, int64_t width,
+                        int64_t blocks);
+  /* The inverse, per LOOM_BLOCKS_* flags: without LOOM_BLOCKS_SUM block j goes to
+   * dst + j width (c_j values as above); with it every block's first `count` values (count <=
+   * width) fold into dst[0, count) in block order: dst = b_0 + b_1 + ... With LOOM_BLOCKS_ADD
+   * the first block adds to what dst holds instead of replacing it. */
+  void (*decode_blocks)(float* dst, const uint8_t* src, int64_t count, int64_t width,
+                        int64_t blocks, int32_t flags);
 } loom_ops;
+
+#define LOOM_BLOCKS_SUM 1
+#define LOOM_BLOCKS_ADD 2
 
 /* The streams of a device: kernels on one, communication on the other, ordered by events. */
 #define LOOM_STREAM_COMPUTE 0

@@ -212,6 +212,9 @@ typedef struct loom_data_sharded_v2 {
 #define LOOM_DATA_PIPELINE 2 /* pp > 1: the context lists this stage's parameters only, and a
                               * LOOM_PARAM_MIRROR copy is left out of sum_squares */
 #define LOOM_DATA_SHARDED 4  /* the table is a loom_data_sharded_v2: the plugin owns the model state */
+#define LOOM_DATA_DEVICE 8   /* (ABI 2.5) the model state it owns lives on ops->device (host->alloc)
+                              * and is touched only by ops' kernels and copies: a sharded plugin
+                              * without it is refused on a device the host cannot reach */
 
 /* ---- the tensor and sequence slots (parallel kind, LOOM_SLOT_TENSOR / LOOM_SLOT_SEQUENCE) ---- */
 

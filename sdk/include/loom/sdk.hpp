@@ -27,6 +27,7 @@
 #include <loom/plugin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -163,6 +164,51 @@ class ErrorBox {
  private:
   const loom_host* h_;
   loom_error* e_;
+};
+
+// n elements of T on the op table's device, zero-filled, freed with the object: the host heap
+// on the CPU; otherwise the device's memory (host->alloc), which host code may reach only
+// through the table's copies and kernels (ops->host_reachable says which). For the model state
+// and wire buffers of a data plugin declaring LOOM_DATA_DEVICE.
+template <class T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(const loom_host* host, const loom_ops* ops, int64_t n, const char* what)
+      : host_(host), device_(ops->device), n_(n) {
+    const size_t bytes = static_cast<size_t>(n > 0 ? n : 1) * sizeof(T);
+    p_ = static_cast<T*>(on_host() ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : host->alloc(device_, bytes));
+    if (!p_)
+      throw Error(LOOM_SYSTEM, std::string("out of ") + (on_host() ? "host" : "device") + " memory for " + what +
+                                   " (" + std::to_string(bytes) + " bytes)");
+    if (n > 0) ops->zero(p_, static_cast<int64_t>(bytes));
+  }
+  ~DeviceArray() { release(); }
+  DeviceArray(DeviceArray&& o) noexcept { take(o); }
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    if (this != &o) release(), take(o);
+    return *this;
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  T* data() const { return p_; }
+  int64_t size() const { return n_; }
+  int64_t bytes() const { return n_ * static_cast<int64_t>(sizeof(T)); }
+
+ private:
+  bool on_host() const { return device_.kind == LOOM_DEVICE_CPU; }
+  void release() {
+    if (p_) on_host() ? std::free(p_) : host_->free(device_, p_);
+    p_ = nullptr, n_ = 0;
+  }
+  void take(DeviceArray& o) {
+    host_ = o.host_, device_ = o.device_, p_ = o.p_, n_ = o.n_;
+    o.p_ = nullptr, o.n_ = 0;
+  }
+  const loom_host* host_ = nullptr;
+  loom_device device_{};
+  T* p_ = nullptr;
+  int64_t n_ = 0;
 };
 
 // ---- wrapping another plugin (the loom.plugins service) ---------------------------------------

@@ -17,7 +17,7 @@ extern "C" {
  * action LOOM_PIPE_WEIGHT (a backward split in two), which no table layout changed for; 2.2
  * added the device contract at the end of loom_ops (copies, streams, events) and
  * LOOM_DEVICE_STRICT. */
-#define LOOM_ABI_MINOR 4
+#define LOOM_ABI_MINOR 5
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
