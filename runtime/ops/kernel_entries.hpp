@@ -42,7 +42,10 @@
   (t).to_bf16 = &ns::to_bf16;                   \
   (t).from_bf16 = &ns::from_bf16;               \
   (t).encode_blocks = &ns::encode_blocks;       \
-  (t).decode_blocks = &ns::decode_blocks
+  (t).decode_blocks = &ns::decode_blocks;       \
+  (t).row_max = &ns::row_max;                   \
+  (t).xent_stats = &ns::xent_stats;             \
+  (t).xent_grad = &ns::xent_grad
 
 // The device contract's entries (ABI 2.2) of a device whose memory the host cannot reach (strict,
 // cuda), each pointed at the function of that name in the device's namespace.

@@ -65,6 +65,10 @@ int64_t device_host_waits(const std::string& device) {
   return 0;
 }
 
+int64_t device_host_read_bytes(const std::string& device) {
+  return device == "strict" ? strict::host_read_bytes() : 0;
+}
+
 void set_memory_cap(const std::string& device, int64_t bytes) {
   if (device == "strict") return strict::set_memory_cap(static_cast<size_t>(bytes));
 #ifdef LOOM_HAVE_CUDA

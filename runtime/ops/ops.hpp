@@ -30,6 +30,11 @@ int64_t device_peak_bytes(const std::string& device);
 // asynchronous): a step's count is the difference across it, the same on every run of a layout.
 int64_t device_host_waits(const std::string& device);
 
+// Bytes host code has copied out of device memory so far (the strict device counts its compute
+// stream's copies to the host, leaving out the comm stream's staging; 0 elsewhere): a step's
+// difference is its data round trips, which a layout that keeps its data on the device holds at 0.
+int64_t device_host_read_bytes(const std::string& device);
+
 // Caps the device's tensor memory at `bytes` (0: none): an allocation past it fails as a full
 // GPU's does. ConfigError on the CPU, whose tensors are the host heap's.
 void set_memory_cap(const std::string& device, int64_t bytes);

@@ -61,7 +61,8 @@ class Run {
     double loss = 0, grad_norm = 0, lr = 0, comm_ms = 0, exposed_ms = 0;
     std::vector<dist::GroupTraffic> traffic;  // the comm meter's, over exactly the step's wall time
     bool skipped = false;
-    int64_t host_waits = 0;  // times the host blocked on the device during the step
+    int64_t host_waits = 0;       // times the host blocked on the device during the step
+    int64_t host_read_bytes = 0;  // bytes host code copied out of device memory during it
   };
 
   // ---- assembly (run.cpp), in this order ----

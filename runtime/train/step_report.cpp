@@ -73,6 +73,7 @@ Fields Run::common_fields(int64_t step, const StepResult& r, double step_s, cons
               {"peak_mem_bytes", double(mem.peak_bytes)},
               {"device_peak_bytes", double(ops::device_peak_bytes(device_))},
               {"host_waits", double(r.host_waits)},
+              {"host_read_bytes", double(r.host_read_bytes)},
               {"activation_bytes", double(activation_bytes_)},
               {"param_norm", optimizer_->param_norm()},
               {"skipped", r.skipped ? 1.0 : 0.0},

@@ -113,7 +113,7 @@ TrainSummary Run::train() {
 Run::StepResult Run::step_once(int64_t step, PipeStepStats& pipe_stats) {
   const Clock::time_point t0 = Clock::now();
   current_step_ = step;
-  const int64_t waits0 = ops::device_host_waits(device_);
+  const int64_t waits0 = ops::device_host_waits(device_), reads0 = ops::device_host_read_bytes(device_);
   StepResult r;
   r.lr = s_.lr.at(step);
   params_.zero_grads();
@@ -134,6 +134,7 @@ Run::StepResult Run::step_once(int64_t step, PipeStepStats& pipe_stats) {
   faults_->after_update(step, *optimizer_);
   stability_->check(step, params_);
   r.host_waits = ops::device_host_waits(device_) - waits0;
+  r.host_read_bytes = ops::device_host_read_bytes(device_) - reads0;
   return r;
 }
 

@@ -18,7 +18,7 @@ bool has(const std::string& text, const std::string& part) {
 TEST_CASE("version and help") {
   auto v = run_loom("version");
   CHECK(v.rc == 0);
-  CHECK(has(v.out, "plugin ABI 2.4"));
+  CHECK(has(v.out, "plugin ABI 2.5"));
   auto h = run_loom("--help");
   CHECK(h.rc == 0);
   CHECK(has(h.out, "config check FILE"));
@@ -41,7 +41,7 @@ TEST_CASE("loom plugins lists name, kind, versions and path, --json too") {
   auto j = run_loom("plugins --json");
   CHECK(j.rc == 0);
   CHECK(has(j.out, "\"name\": \"fp32\", \"kind\": \"precision\""));
-  CHECK(has(j.out, "\"abi\": \"2.4\""));  // what the SDK stamps into a plugin built now
+  CHECK(has(j.out, "\"abi\": \"2.5\""));  // what the SDK stamps into a plugin built now
 }
 
 TEST_CASE("loom plugins info prints options with types, defaults and help") {
@@ -98,7 +98,7 @@ TEST_CASE("plugin failures at the command line") {
   CHECK(has(not_found.out, "found:"));
   auto abi = run_loom("config check " + t.write("b.toml", "[plugins]\nprecision = \"future\"\n"));
   CHECK(abi.rc == 1);
-  CHECK(has(abi.out, "ABI 99.3; this runtime speaks ABI 2.4"));
+  CHECK(has(abi.out, "ABI 99.3; this runtime speaks ABI 2.5"));
   auto junk = run_loom("config check " + t.write("c.toml", "[plugins]\nprecision = \"notaplugin\"\n"));
   CHECK(junk.rc == 1);
   CHECK(has(junk.out, "is not a Loom plugin"));
@@ -238,7 +238,7 @@ TEST_CASE("loom plugins info lists the optional entries a plugin provides and th
   auto fp16 = run_loom("plugins info fp16");
   CHECK(has(fp16.out, "  provides:  state save and load\n"));
   auto zero3 = run_loom("plugins info zero3");
-  CHECK(has(zero3.out, "  declares:  experts, pipeline, sharded state\n"));
+  CHECK(has(zero3.out, "  declares:  experts, pipeline, sharded state, device state\n"));
   auto counting = run_loom("plugins info counting");
   CHECK(has(counting.out, "  uses:      loom.plugins, loom.trace, loom.placement\n"));
   auto fp32 = run_loom("plugins info fp32");

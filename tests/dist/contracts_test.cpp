@@ -27,7 +27,7 @@ TEST_CASE("a data plugin that does not declare experts or pipeline is refused un
   CHECK(pp.rc == 2);
   CHECK(has(pp.out, "[plugins] data = \"ema\" does not declare LOOM_DATA_PIPELINE, and [parallel] pp = 2 needs it"));
   auto info = run_loom("plugins info zero2");
-  CHECK(has(info.out, "declares:  experts, pipeline, sharded state"));
+  CHECK(has(info.out, "declares:  experts, pipeline, sharded state, device state"));
 }
 
 TEST_CASE("a data plugin's own state is saved per rank and restored: dp = 2 resumes bitwise") {

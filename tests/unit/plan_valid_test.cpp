@@ -17,6 +17,7 @@
 #include "plan/from_config.hpp"
 #include "plan/search.hpp"
 #include "plan/sources.hpp"
+#include "train/layout_rules.hpp"
 #include "train/trainer.hpp"
 
 namespace {
@@ -69,7 +70,7 @@ TEST_CASE("every layout loom plan ranks for Llama 3 8B, 70B and 405B on H100 pas
   fs::remove_all(dir);
 }
 
-TEST_CASE("the planner leaves out what the runtime refuses: ZeRO off the CPU, and a schedule's own refusal") {
+TEST_CASE("the planner ranks ZeRO on a GPU, and leaves out a schedule's own refusal") {
   config::Config cfg = config::Config::parse(
       "[run]\ndevice = \"cuda\"\n[model]\npreset = \"llama3-8b\"\n[train]\nglobal_batch = 64\n[plugins]\nprecision = \"bf16\"\n",
       "<test>");
@@ -79,10 +80,29 @@ TEST_CASE("the planner leaves out what the runtime refuses: ZeRO off the CPU, an
   const plan::Cluster h100 = plan::load_cluster(fs::path(LOOM_SOURCE_DIR) / "clusters" / "h100-sxm.toml");
   const plan::SearchResult r = plan::search(h100, w, 8, {}, sources.costs(), sources.pipes(), sources.problems());
   REQUIRE_FALSE(r.ranked.empty());
-  for (const auto& e : r.ranked) CHECK(e.layout.zero == 0);  // ZeRO's shards live in host memory
-  CHECK(sources.problems()(w, plan::parse_layout("dp4 zero1 tp2 mb1")).find("keeps its shards in host memory") !=
-        std::string::npos);
+  // zero1-3 keep their state in device memory (LOOM_DATA_DEVICE): a ZeRO layout is a candidate.
+  CHECK(sources.problems()(w, plan::parse_layout("dp4 zero1 tp2 mb1")) == "");
+  CHECK(sources.problems()(w, plan::parse_layout("dp8 zero3 mb1")) == "");
   // 64 sequences over dp 1 in micro-batches of 16: 4 micro-batches, not a multiple of pp 8.
   const std::string interleaved = sources.problems()(w, plan::parse_layout("dp1 pp8 interleavedx2 mb16"));
   CHECK(interleaved.find("the interleaved schedule needs the micro-batch count to be a multiple of pp") == 0);
+}
+
+TEST_CASE("a sharded data plugin that does not declare device state is refused off the CPU, in train's words") {
+  config::Config cfg = config::Config::parse("[model]\npreset = \"llama-tiny\"\n", "<test>");
+  cfg.validate_runtime();
+  const model::Config mc = model::from_config(cfg);
+  train::LayoutFacts f;
+  f.model = &mc;
+  f.mesh.dp = 2;
+  f.global_batch = 8;
+  f.comm = "nccl", f.data = "myzero";
+  f.data_caps = LOOM_DATA_SHARDED;
+  CHECK(train::layout_problem(f) == "");  // on the CPU its host memory is the device's
+  f.device = "cuda", f.device_host_memory = false;
+  const std::string why = train::layout_problem(f);
+  CHECK(why.find("[plugins] data = \"myzero\" does not declare LOOM_DATA_DEVICE") == 0);
+  CHECK(why.find("[run] device = \"cuda\"") != std::string::npos);
+  f.data_caps |= LOOM_DATA_DEVICE;
+  CHECK(train::layout_problem(f) == "");
 }

@@ -92,6 +92,13 @@ void encode_blocks(uint8_t* dst, const float* src, int64_t count, int64_t width,
 void decode_blocks(float* dst, const uint8_t* src, int64_t count, int64_t width, int64_t blocks,
                    int32_t flags);
 
+// Cross-entropy over a slice of the classes (ABI 2.5; loom/ops.h), for a vocab-parallel loss.
+void row_max(float* mx, const float* z, int64_t N, int64_t ld, int64_t cols);
+void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N, int64_t ld,
+                int64_t cols, int64_t first);
+void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats, int64_t N,
+               int64_t ld, int64_t cols, int64_t first, float dloss);
+
 // Threads for OpenMP kernels and OpenBLAS; 0 = all cores. Returns the count in use.
 int set_threads(int n);
 

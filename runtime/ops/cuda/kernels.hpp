@@ -81,5 +81,10 @@ void from_bf16(float* dst, const uint16_t* src, int64_t n);
 void encode_blocks(uint8_t* dst, const float* src, int64_t count, int64_t width, int64_t blocks);
 void decode_blocks(float* dst, const uint8_t* src, int64_t count, int64_t width, int64_t blocks,
                    int32_t flags);
+void row_max(float* mx, const float* z, int64_t N, int64_t ld, int64_t cols);
+void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N, int64_t ld,
+                int64_t cols, int64_t first);
+void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats, int64_t N,
+               int64_t ld, int64_t cols, int64_t first, float dloss);
 
 }  // namespace loom::cuda

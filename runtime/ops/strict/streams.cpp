@@ -201,6 +201,8 @@ void set_stream(int stream) {
   t_stream = stream;
 }
 
+int current_stream() { return t_stream; }
+
 void enqueue(const char* op, const std::vector<Access>& accesses, std::function<void()> work) {
   Device& d = device();
   std::lock_guard<std::mutex> lock(d.mu);

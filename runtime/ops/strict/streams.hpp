@@ -20,6 +20,7 @@ const char* stream_name(int stream);
 
 // The stream this thread's work goes to (like a current CUDA stream); compute by default.
 void set_stream(int stream);
+int current_stream();
 
 // Bytes an op reads or writes. Host memory in an access is not tracked.
 struct Access {

@@ -2,6 +2,7 @@
 #include "ops/strict/table.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -450,6 +451,36 @@ void decode_blocks(float* dst, const uint8_t* src, int64_t count, int64_t width,
   L.run([=] { cpu::decode_blocks(d, x, count, width, blocks, flags); });
 }
 
+// The vocab-parallel loss: the logits stay on the device; targets are staged, the per-row
+// losses come back to the host (a wait, as softmax_xent's).
+void row_max(float* mx, const float* z, int64_t N, int64_t ld, int64_t cols) {
+  Launch L("row_max");
+  float* m = W(mx, floats(N));
+  const float* zz = R(z, N > 0 ? span(N, ld, cols) : 0);
+  L.run([=] { cpu::row_max(m, zz, N, ld, cols); });
+}
+
+void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N, int64_t ld,
+                int64_t cols, int64_t first) {
+  Launch L("xent_stats");
+  float* st = W(stats, floats(2 * N));
+  const float* zz = R(z, N > 0 ? span(N, ld, ld) : 0);
+  const int32_t* tg = L.staged(targets, N * sizeof(int32_t), false, "targets");
+  const float* m = R(mx, floats(N));
+  L.run([=] { cpu::xent_stats(st, zz, tg, m, N, ld, cols, first); });
+}
+
+void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats, int64_t N,
+               int64_t ld, int64_t cols, int64_t first, float dloss) {
+  Launch L("xent_grad");
+  float* zz = W(z, N > 0 ? span(N, ld, ld) : 0);
+  float* ls = L.staged(losses, floats(N), true, "losses");
+  const int32_t* tg = L.staged(targets, N * sizeof(int32_t), false, "targets");
+  const float* m = R(mx, floats(N));
+  const float* st = R(stats, floats(2 * N));
+  L.run([=] { cpu::xent_grad(zz, ls, tg, m, st, N, ld, cols, first, dloss); });
+}
+
 #undef R
 #undef W
 
@@ -472,6 +503,8 @@ void run_pinned(Launch& L, F work, char* pinned, size_t pinned_bytes, bool write
 // pinned block the copy reads it later, so the block is read-only until the host has seen the
 // copy finish. Device to pageable host waits; to a pinned block it does not, and the block is
 // unreadable until the host has waited for the copy.
+std::atomic<int64_t> g_host_read_bytes{0};
+
 void copy(void* dst, const void* src, int64_t n) {
   if (n <= 0) return;
   const size_t bytes = static_cast<size_t>(n);
@@ -495,6 +528,7 @@ void copy(void* dst, const void* src, int64_t n) {
     L.run([d, taken = std::move(taken)] { std::memcpy(d, taken.data(), taken.size()); });
     return;
   }
+  if (!to_device && current_stream() == LOOM_STREAM_COMPUTE) g_host_read_bytes.fetch_add(n, std::memory_order_relaxed);
   if (!to_device && find_pinned(dst, &pinned, &pinned_bytes)) {
     pin_for_copy(pinned, pinned_bytes, true);
     void* k = kernel_view(dst);
@@ -533,6 +567,8 @@ void pinned_free_entry(void* p) {
 }
 
 }  // namespace
+
+int64_t host_read_bytes() { return g_host_read_bytes.load(std::memory_order_relaxed); }
 
 const loom_ops* ops() {
   install_fault_handler();

@@ -9,4 +9,8 @@ namespace loom::strict {
 
 const loom_ops* ops();
 
+// Bytes `copy` has moved from device memory to the host on the compute stream so far: the data
+// round trips of host code (the comm stream's staging for gloo and MPI is left out).
+int64_t host_read_bytes();
+
 }  // namespace loom::strict

@@ -207,6 +207,24 @@ typedef struct loom_ops {
    * the first block adds to what dst holds instead of replacing it. */
   void (*decode_blocks)(float* dst, const uint8_t* src, int64_t count, int64_t width,
                         int64_t blocks, int32_t flags);
+
+  /* Cross-entropy over a slice of the classes (a tensor plugin's vocab-parallel loss), in three
+   * kernels with the plugin's all-reduces between them, so the logits never leave the device.
+   * z is [N, ld]; its first `cols` columns are real classes; the slice starts at class `first`;
+   * a row whose target is < 0 is ignored; targets may be host memory (staged).
+   * row_max: mx[i] = max_{j < cols} z[i, j] (-inf for cols = 0). */
+  void (*row_max)(float* mx, const float* z, int64_t N, int64_t ld, int64_t cols);
+  /* stats[i] = sum_{j < cols} exp(z[i, j] - mx[i]) in column order; stats[N + i] = z[i, t] for
+   * t = targets[i] - first in [0, ld), else 0. */
+  void (*xent_stats)(float* stats, const float* z, const int32_t* targets, const float* mx,
+                     int64_t N, int64_t ld, int64_t cols, int64_t first);
+  /* With the all-reduced mx and stats: losses[i] = log(stats[i]) + mx[i] - stats[N + i], 0 for
+   * an ignored row (losses may be host memory: the host waits). With dloss != 0, z becomes its
+   * gradient: dloss exp(z - mx) / stats[i] on real columns, 0 past them and on ignored rows,
+   * and dloss less at the target. */
+  void (*xent_grad)(float* z, float* losses, const int32_t* targets, const float* mx,
+                    const float* stats, int64_t N, int64_t ld, int64_t cols, int64_t first,
+                    float dloss);
 } loom_ops;
 
 #define LOOM_BLOCKS_SUM 1
