@@ -109,14 +109,11 @@ class Cp : public loom::sdk::ContextPlugin {
     const loom_host* h = host_.raw();
     for (auto* b : {&kv_[0], &kv_[1], &dkv_[0], &dkv_[1], &dkv_block_, &kv_all_, &dkv_all_, &q_, &dq_, &dq_block_, &part_, &part_lse_})
       *b = std::make_unique<DeviceBuffer<float>>(h, ctx.device);
+    // The kernels read every rank's positions from the device, uploaded once per sequence
+    // length; masked() reads the host's copy.
     positions_.resize(n_);
-    // masked() reads the positions on the host. Where the host cannot reach device memory (ABI
-    // 2.2: strict) they stay host arrays, which its kernels take as staged arrays; elsewhere (CPU,
-    // CUDA's managed memory) they are the device's, which both sides reach.
-    const loom_ops* o = ctx.ops;
-    const bool unreachable = LOOM_HAS_FIELD(o, loom_ops, host_reachable) && !o->host_reachable;
-    const loom_device where = unreachable ? loom_device{LOOM_DEVICE_CPU, 0} : ctx.device;
-    for (auto& p : positions_) p = std::make_unique<DeviceBuffer<int64_t>>(h, where);
+    host_positions_.resize(n_);
+    for (auto& p : positions_) p = std::make_unique<DeviceBuffer<int64_t>>(h, ctx.device);
   }
 
   // zigzag: 2 cp chunks of c = T / (2 cp); rank r holds chunks r and 2 cp - 1 - r.
@@ -189,16 +186,17 @@ class Cp : public loom::sdk::ContextPlugin {
     if (a.T * n_ == seq_len_) return;
     seq_len_ = a.T * n_;
     for (int r = 0; r < n_; ++r) {
-      int64_t* p = positions_[r]->need(a.T);
-      int64_t i = 0;
+      std::vector<int64_t>& p = host_positions_[r];
+      p.clear();
       for (const loom_position_run& run : split(seq_len_, r))
-        for (int64_t t = 0; t < run.length; ++t) p[i++] = run.begin + t;
+        for (int64_t t = 0; t < run.length; ++t) p.push_back(run.begin + t);
+      copy(positions_[r]->need(a.T), p.data(), static_cast<size_t>(a.T) * sizeof(int64_t));
     }
   }
 
   const int64_t* pos(int r) const { return positions_[r]->get(); }
   // No query of this rank sees a key of rank src (causal): the block is skipped.
-  bool masked(int src) const { return pos(src)[0] > pos(rank_)[s_.T - 1]; }
+  bool masked(int src) const { return host_positions_[src][0] > host_positions_[rank_][s_.T - 1]; }
 
   // out rows are (b t, H D); lse [B, H, T]. Block src's share goes straight into out when first.
   void fold_block(const loom_attention_args& a, const float* kv, int src, bool first) {
@@ -409,7 +407,8 @@ class Cp : public loom::sdk::ContextPlugin {
   Shape s_{};
   int64_t seq_len_ = 0;
   std::unique_ptr<DeviceBuffer<float>> kv_[2], dkv_[2], dkv_block_, kv_all_, dkv_all_, q_, dq_, dq_block_, part_, part_lse_;
-  std::vector<std::unique_ptr<DeviceBuffer<int64_t>>> positions_;
+  std::vector<std::unique_ptr<DeviceBuffer<int64_t>>> positions_;  // on the device, for the kernels
+  std::vector<std::vector<int64_t>> host_positions_;                // the same, for masked()
   double compute_ms_ = 0, exposed_ms_ = 0;
   int64_t bytes_sent_ = 0;
 };

@@ -17,9 +17,9 @@
 //      encoded again with its own scale; every rank decodes every block, its own included, so
 //      the replicas stay identical.
 // 2 (n-1)/n bytes per gradient plus the scales. Phase 1 runs during the backward; phase 2, which
-// needs phase 1 done, in finish_grads. Both wires are encoded and decoded by the op table's codec
-// kernels (ABI 2.5) in buffers on the gradients' device, so they run where the gradients live. E4M3 rather than E5M2: the scale takes care of the range,
-// and the third mantissa bit halves the rounding error.
+// needs phase 1 done, in finish_grads. E4M3 rather than E5M2: the scale takes care of the range,
+// and the third mantissa bit halves the rounding error. Both wires are encoded and decoded by the
+// op table's codec kernels (ABI 2.5) in buffers on the gradients' device, where the gradients are.
 // bucket_mb = 0 sizes the buckets from the link itself: at setup ddp times small and large
 // all-reduces over dp and fits t(S) = alpha + S / beta; a bucket of 9 alpha beta bytes spends at
 // most a tenth of its all-reduce on latency, and anything smaller only adds latency (the
@@ -50,9 +50,8 @@ struct Bucket {
   bool expert = false;  // LOOM_PARAM_EXPERT gradients, reduced over expert_dp
   loom_work* work = nullptr;
   // The wire, on the gradients' device, kept from step to step: the bucket in bf16 while
-  // reduce_dtype = "bf16"; for "fp8" n blocks of (scale, codes) each way, and this rank's sum.
+  // reduce_dtype = "bf16"; for "fp8" n blocks of (scale, codes) each way.
   loom::sdk::DeviceArray<uint8_t> staged, sent, received;
-  loom::sdk::DeviceArray<float> sum;
 };
 
 using loom::formats::block_bytes;
@@ -169,7 +168,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
         }
         continue;
       }
-      if (bf16_) ctx_.ops->from_bf16(ctx_.grads + b.begin, u16(b.staged), b.end - b.begin);
+      if (bf16_) ctx_.ops->from_bf16(ctx_.grads + b.begin, b.staged.as<uint16_t>(), b.end - b.begin);
       if (b.expert) ctx_.ops->scale(ctx_.grads + b.begin, expert_scale_, b.end - b.begin);  // the grads may be device memory
     }
     auto t1 = Clock::now();
@@ -183,7 +182,8 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   // Model state stays in the runtime's buffers; what ddp adds is the bf16 staging and the wire.
   void accounting(int64_t out[5]) override {
     std::fill(out, out + 5, 0);
-    for (const auto& b : buckets_) out[3] += b.staged.bytes() + b.sent.bytes() + b.received.bytes() + b.sum.bytes();
+    for (const auto& b : buckets_) out[3] += b.staged.bytes() + b.sent.bytes() + b.received.bytes();
+    out[3] += sum_.bytes();
     out[4] = last_sent_;
   }
 
@@ -239,10 +239,8 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   // fp8 phase 1: every rank's block j, scaled, to rank j (see the top of the file).
   void issue_fp8(Bucket& b, loom_comm* group, int64_t n) {
     const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = block_bytes(width);
-    if (b.sent.size() == 0) {
-      b.sent = bytes(n * stride, "an fp8 gradient wire"), b.received = bytes(n * stride, "an fp8 gradient wire");
-      b.sum = loom::sdk::DeviceArray<float>(host_.raw(), ctx_.ops, width, "an fp8 bucket's reduced block");
-    }
+    if (b.sent.size() == 0) b.sent = bytes(n * stride, "an fp8 gradient wire"), b.received = bytes(n * stride, "an fp8 gradient wire");
+    if (sum_.size() < width) sum_ = loom::sdk::DeviceArray<float>(host_.raw(), ctx_.ops, width, "an fp8 bucket's reduced block");
     ctx_.ops->encode_blocks(b.sent.data(), ctx_.grads + b.begin, count, width, n);
     loom_tensor in = loom::sdk::flat_tensor(b.sent.data(), LOOM_U8, n * stride);
     loom_tensor out = loom::sdk::flat_tensor(b.received.data(), LOOM_U8, n * stride);
@@ -257,12 +255,12 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     loom_comm* group = b.expert ? expert_dp_ : ctx_.dp;
     const int64_t n = ctx_.comm->size(ctx_.comm_self, group), r = ctx_.comm->rank(ctx_.comm_self, group);
     const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = block_bytes(width);
-    ctx_.ops->zero(b.sum.data(), b.sum.bytes());
-    ctx_.ops->decode_blocks(b.sum.data(), b.received.data(), width, width, n, LOOM_BLOCKS_SUM | LOOM_BLOCKS_ADD);
+    ctx_.ops->zero(sum_.data(), 4 * width);
+    ctx_.ops->decode_blocks(sum_.data(), b.received.data(), width, width, n, LOOM_BLOCKS_SUM | LOOM_BLOCKS_ADD);
     const float mean = (b.expert ? expert_scale_ : 1.f) / static_cast<float>(n);
-    ctx_.ops->scale(b.sum.data(), mean, width);
+    ctx_.ops->scale(sum_.data(), mean, width);
     const int64_t mine = std::max<int64_t>(0, std::min(width, count - r * width));
-    ctx_.ops->encode_blocks(b.sent.data(), b.sum.data(), mine, width, 1);
+    ctx_.ops->encode_blocks(b.sent.data(), sum_.data(), mine, width, 1);
     loom_tensor in = loom::sdk::flat_tensor(b.sent.data(), LOOM_U8, stride);
     loom_tensor out = loom::sdk::flat_tensor(b.received.data(), LOOM_U8, n * stride);
     loom::sdk::ErrorBox err(host_.raw());
@@ -274,7 +272,6 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   loom::sdk::DeviceArray<uint8_t> bytes(int64_t n, const char* what) const {
     return loom::sdk::DeviceArray<uint8_t>(host_.raw(), ctx_.ops, n, what);
   }
-  static uint16_t* u16(const loom::sdk::DeviceArray<uint8_t>& a) { return reinterpret_cast<uint16_t*>(a.data()); }
 
   void issue(Bucket& b) {
     if (!issued_any_) first_issue_ = Clock::now(), issued_any_ = true;
@@ -284,7 +281,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     loom_tensor t = loom::sdk::flat_tensor(ctx_.grads + b.begin, LOOM_F32, b.end - b.begin);
     if (bf16_) {
       if (b.staged.size() == 0) b.staged = bytes(2 * (b.end - b.begin), "a bf16 gradient wire");
-      ctx_.ops->to_bf16(u16(b.staged), ctx_.grads + b.begin, b.end - b.begin);
+      ctx_.ops->to_bf16(b.staged.as<uint16_t>(), ctx_.grads + b.begin, b.end - b.begin);
       t = loom::sdk::flat_tensor(b.staged.data(), LOOM_BF16, b.end - b.begin);
     }
     sent_ += 2 * (n - 1) * (b.end - b.begin) * (bf16_ ? 2 : 4) / n;  // a ring sends 2 (n-1)/n of the buffer
@@ -296,6 +293,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   loom::sdk::Host host_;
   int64_t bucket_bytes_;
   bool overlap_, bf16_ = false, fp8_ = false;
+  loom::sdk::DeviceArray<float> sum_;  // fp8 phase 2: this rank's reduced block, the widest bucket's
   loom_data_context ctx_{};
   loom_comm* expert_dp_ = nullptr;
   float expert_scale_ = 1.f;

@@ -207,6 +207,7 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     Reduction& issued = in_flight_.back();  // a deque keeps its elements, and their buffers, in place
     const Group& g = group_[u];
     sent_ += reduce_.reduce_scatter(g.comm, g.n, in, issued.piece.data(), piece_[u], issued.wire, &issued.work);
+    note_buffers();  // with its wire buffers
   }
 
   void finish_grads(double& comm_ms, double& exposed_ms) override {
@@ -338,7 +339,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
       const Group& g = group_[u];
       float* all = full_[u].data();
       ctx_.ops->copy(mine.data(), all + g.rank * piece_[u], 4 * piece_[u]);
-      sent_ += update_gather_.all_gather(g.comm, g.n, mine.data(), all, piece_[u], no_wire_, nullptr);
+      sent_ += update_gather_.all_gather(g.comm, g.n, mine.data(), all, piece_[u], no_wire_, nullptr,
+                                         "all-gather of updated parameters");
     }
     scratch_peak_ = std::max<int64_t>(scratch_peak_, mine.bytes());
   }
@@ -352,7 +354,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
       float* mine = update_src_.data() + shard_at_[u];
       float* all = full_[u].data();
       ctx_.ops->copy(mine, all + g.rank * piece_[u], 4 * piece_[u]);
-      sent_ += update_gather_.all_gather(g.comm, g.n, mine, all, piece_[u], no_wire_, &updates_[u]);
+      sent_ += update_gather_.all_gather(g.comm, g.n, mine, all, piece_[u], no_wire_, &updates_[u],
+                                         "issuing the all-gather of updated parameters");
     }
     scratch_peak_ = std::max<int64_t>(scratch_peak_, 4 * shard_total_);
   }
@@ -400,10 +403,10 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     } else {
       g.buf = floats(unit_max_, "a gathered layer's parameters");
     }
-    Gather& added = gathers_.emplace(u, std::move(g)).first->second;
-    const Group& grp = group_[u];
-    sent_ += gather_.all_gather(grp.comm, grp.n, master_.data() + shard_at_[u], added.buf.data(), piece_[u], added.wire,
-                                &added.work);
+    const Group& grp = group_[u];  // issued before it is recorded: a failed issue leaves no entry behind
+    sent_ += gather_.all_gather(grp.comm, grp.n, master_.data() + shard_at_[u], g.buf.data(), piece_[u], g.wire, &g.work,
+                                "issuing a parameter all-gather");
+    Gather& added = gathers_.emplace(u, std::move(g)).first->second;  // the buffers move, their memory stays
     note_buffers();
     return added;
   }
@@ -434,13 +437,14 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     free_pieces_.push_back(std::move(r.piece));
   }
 
-  // Every communication buffer allocated so far (pools keep what they allocate).
+  // The communication buffers held at once: the pools (which keep what they allocate), and the
+  // gathers' and reductions' wire buffers while they are in flight.
   void note_buffers() {
     int64_t live = 0;
     for (const Floats& b : buckets_) live += b.bytes();
     for (const auto& [u, g] : gathers_) live += g.buf.bytes() + g.wire.bytes();
     for (const Floats& b : free_bufs_) live += b.bytes();
-    for (const Reduction& r : in_flight_) live += r.piece.bytes();
+    for (const Reduction& r : in_flight_) live += r.piece.bytes() + r.wire.bytes();
     for (const Floats& p : free_pieces_) live += p.bytes();
     buffers_peak_ = std::max(buffers_peak_, live);
   }

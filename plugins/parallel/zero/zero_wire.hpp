@@ -28,7 +28,10 @@ struct WireBufs {
 
 class WireCodec {
  public:
+  // ctx: the owning plugin's setup context, read at each call (set after construction).
   WireCodec(Wire wire, const loom_data_context& ctx, const loom_host* host) : wire_(wire), ctx_(ctx), host_(host) {}
+  WireCodec(const WireCodec&) = delete;
+  WireCodec& operator=(const WireCodec&) = delete;
   Wire wire() const { return wire_; }
 
   // out[0, piece) = the mean over `group`'s n ranks of their in[rank piece, (rank + 1) piece),
@@ -48,7 +51,7 @@ class WireCodec {
     }
     if (wire_ == Wire::BF16) {
       bufs.in = array(2 * piece * n, "a bf16 gradient wire"), bufs.out = array(2 * piece, "a bf16 gradient wire");
-      ctx_.ops->to_bf16(u16(bufs.in), in, piece * n);
+      ctx_.ops->to_bf16(bufs.in.as<uint16_t>(), in, piece * n);
       tin = flat(bufs.in.data(), LOOM_BF16, piece * n), tout = flat(bufs.out.data(), LOOM_BF16, piece);
     }
     loom::sdk::ErrorBox err(host_);
@@ -57,16 +60,17 @@ class WireCodec {
     return (n - 1) * wire_bytes(wire_, piece);
   }
   void reduced(int n, float* out, int64_t piece, WireBufs& bufs) const {
-    if (wire_ == Wire::BF16) ctx_.ops->from_bf16(out, u16(bufs.out), piece);
+    if (wire_ == Wire::BF16) ctx_.ops->from_bf16(out, bufs.out.as<uint16_t>(), piece);
     if (wire_ != Wire::FP8) return;
     ctx_.ops->decode_blocks(out, bufs.out.data(), piece, piece, n, LOOM_BLOCKS_SUM);
     ctx_.ops->scale(out, 1.f / static_cast<float>(n), piece);  // the sum of n blocks: their mean, as AVG
   }
 
   // all[0, piece n) = every rank's mine[0, piece), in rank order, once `work` completed and
-  // gathered() ran (null work: waited for here). Returns the bytes this rank sends.
+  // gathered() ran (null work: waited for here). `what` names it in an error. Returns the bytes
+  // this rank sends.
   int64_t all_gather(loom_comm* group, int n, const float* mine, float* all, int64_t piece, WireBufs& bufs,
-                     loom_work** work) {
+                     loom_work** work, const char* what) {
     loom_tensor tin = flat(const_cast<float*>(mine), LOOM_F32, piece), tout = flat(all, LOOM_F32, piece * n);
     if (wire_ == Wire::FP8) {
       const int64_t stride = block_bytes(piece);
@@ -75,23 +79,22 @@ class WireCodec {
       tin = flat(bufs.in.data(), LOOM_U8, stride), tout = flat(bufs.out.data(), LOOM_U8, n * stride);
     } else if (wire_ == Wire::BF16) {
       bufs.in = array(2 * piece, "a bf16 parameter wire"), bufs.out = array(2 * piece * n, "a bf16 parameter wire");
-      ctx_.ops->to_bf16(u16(bufs.in), mine, piece);
+      ctx_.ops->to_bf16(bufs.in.as<uint16_t>(), mine, piece);
       tin = flat(bufs.in.data(), LOOM_BF16, piece), tout = flat(bufs.out.data(), LOOM_BF16, piece * n);
     }
     loom::sdk::ErrorBox err(host_);
     if (ctx_.comm->all_gather(ctx_.comm_self, group, &tin, &tout, work, err.get()) != LOOM_OK)
-      err.raise(work ? "issuing a parameter all-gather" : "all-gather of updated parameters");
+      err.raise(what);
     return (n - 1) * wire_bytes(wire_, piece);
   }
   void gathered(int n, float* all, int64_t piece, WireBufs& bufs) const {
-    if (wire_ == Wire::BF16) ctx_.ops->from_bf16(all, u16(bufs.out), piece * n);
+    if (wire_ == Wire::BF16) ctx_.ops->from_bf16(all, bufs.out.as<uint16_t>(), piece * n);
     if (wire_ == Wire::FP8) ctx_.ops->decode_blocks(all, bufs.out.data(), piece * n, piece, n, 0);
     bufs = WireBufs{};
   }
 
  private:
   static loom_tensor flat(void* p, loom_dtype dtype, int64_t n) { return loom::sdk::flat_tensor(p, dtype, n); }
-  static uint16_t* u16(const loom::sdk::DeviceArray<uint8_t>& a) { return reinterpret_cast<uint16_t*>(a.data()); }
   loom::sdk::DeviceArray<uint8_t> array(int64_t bytes, const char* what) const {
     return loom::sdk::DeviceArray<uint8_t>(host_, ctx_.ops, bytes, what);
   }

@@ -473,7 +473,7 @@ void xent_stats(float* stats, const float* z, const int32_t* targets, const floa
 void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats, int64_t N,
                int64_t ld, int64_t cols, int64_t first, float dloss) {
   Launch L("xent_grad");
-  float* zz = W(z, N > 0 ? span(N, ld, ld) : 0);
+  float* zz = L.device(z, N > 0 ? span(N, ld, ld) : 0, dloss != 0.f, "z");  // written only for a gradient
   float* ls = L.staged(losses, floats(N), true, "losses");
   const int32_t* tg = L.staged(targets, N * sizeof(int32_t), false, "targets");
   const float* m = R(mx, floats(N));
@@ -499,12 +499,13 @@ void run_pinned(Launch& L, F work, char* pinned, size_t pinned_bytes, bool write
   on_host_sees_current([=] { unpin_after_copy(pinned, pinned_bytes, writes); });
 }
 
+// Bytes copy() moved out of device memory on the compute stream (host_read_bytes).
+std::atomic<int64_t> g_host_read_bytes{0};
+
 // Host to device from pageable memory takes the bytes at once, as cudaMemcpyAsync does; from a
 // pinned block the copy reads it later, so the block is read-only until the host has seen the
 // copy finish. Device to pageable host waits; to a pinned block it does not, and the block is
 // unreadable until the host has waited for the copy.
-std::atomic<int64_t> g_host_read_bytes{0};
-
 void copy(void* dst, const void* src, int64_t n) {
   if (n <= 0) return;
   const size_t bytes = static_cast<size_t>(n);

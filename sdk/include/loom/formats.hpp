@@ -130,7 +130,8 @@ inline constexpr int64_t block_bytes(int64_t width) { return kBlockScaleBytes + 
 inline void encode_block(const float* x, int64_t count, int64_t width, uint8_t* out) {
   float amax = 0.f;
   for (int64_t i = 0; i < count; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-  const float scale = amax > 0.f && std::isfinite(amax) ? kE4M3.max / amax : 1.f;
+  // At most FLT_MAX: a block whose values all lie below 448 / FLT_MAX keeps finite codes.
+  const float scale = amax > 0.f && std::isfinite(amax) ? std::fmin(kE4M3.max / amax, 0x1.fffffep127f) : 1.f;
   std::memcpy(out, &scale, kBlockScaleBytes);
   for (int64_t i = 0; i < width; ++i) out[kBlockScaleBytes + i] = i < count ? encode8(kE4M3, x[i] * scale) : 0;
 }

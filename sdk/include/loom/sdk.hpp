@@ -192,6 +192,11 @@ class DeviceArray {
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
   T* data() const { return p_; }
+  // The same bytes as another element type (a bf16 wire held as bytes).
+  template <class U>
+  U* as() const {
+    return reinterpret_cast<U*>(p_);
+  }
   int64_t size() const { return n_; }
   int64_t bytes() const { return n_ * static_cast<int64_t>(sizeof(T)); }
 

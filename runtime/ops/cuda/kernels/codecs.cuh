@@ -5,18 +5,20 @@
 //   bf16:  the upper half of the fp32 pattern, rounded to nearest-even (reductions.cuh's
 //          round_bf16); widening is exact.
 //   E4M3 block j of a wire (loom/formats.hpp): c_j = clamp(count - j w, 0, w) values x_i,
-//          amax = max |x_i| (NaN ignored), s = 448 / amax (1 when amax is 0 or inf), then the
-//          4 bytes of s and w codes: code(round_e4m3(x_i s)) for i < c_j, 0 past it.
-//          Decoding gives code_value / s.
+//          amax = max |x_i| (NaN ignored), s = min(448 / amax, FLT_MAX) (1 when amax is 0 or
+//          inf), then the 4 bytes of s and w codes: code(round_e4m3(x_i s)) for i < c_j, 0 past
+//          it. Decoding gives code_value / s.
 //
-// Encoding runs one thread block per wire block (the amax is a fold over the block's values);
-// decoding one thread per value. With LOOM_BLOCKS_SUM a thread folds its element over every block
+// Encoding folds each wire block's amax in chunks over the whole grid, then writes the scales,
+// then one code per thread; decoding is one thread per value. With LOOM_BLOCKS_SUM a thread folds its element over every block
 // in block order, as the CPU loop does, so the sum's rounding is the same.
 #pragma once
 
 #include <loom/ops.h>
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "ops/cuda/device.cuh"
 #include "ops/cuda/kernels/reductions.cuh"
@@ -58,6 +60,13 @@ __device__ inline float get_scale(const unsigned char* at) {
                          (static_cast<unsigned>(at[2]) << 16) | (static_cast<unsigned>(at[3]) << 24));
 }
 
+// Value i of a wire block: code_value / scale; a NaN code gives the CPU's NaN (0x7fc00000), not
+// the quotient, whose bits a GPU may canonicalise otherwise.
+__device__ inline float decoded(const unsigned char* block, int64_t i) {
+  const float c = e4m3_value(block[4 + i]);
+  return isnan(c) ? c : c / get_scale(block);
+}
+
 __device__ inline int64_t block_count(int64_t count, int64_t width, int64_t j) {
   const int64_t c = count - j * width;
   return c < 0 ? 0 : c > width ? width : c;
@@ -74,27 +83,46 @@ __global__ void from_bf16_k(float* dst, const uint16_t* src, int64_t n) {
   if (i < n) dst[i] = __uint_as_float(static_cast<unsigned>(src[i]) << 16);
 }
 
-// Thread block j: wire block j (amax, scale, codes).
-// f: E4M3's grid (reductions::narrow_format, passed in: it is host code).
-__global__ void encode_blocks_k(unsigned char* dst, const float* src, int64_t count, int64_t width,
-                                reductions::NarrowFormat f) {
+// partial[j chunks + c] = max |x| over chunk c of wire block j's values (grid: chunks x blocks),
+// as bits: for non-negative floats the bits order as the values. A NaN is skipped, as fmax skips it.
+__global__ void block_amax_k(unsigned* partial, const float* src, int64_t count, int64_t width, int64_t chunk) {
   LOOM_SHARED(unsigned, part, kBlock);
-  const int64_t j = blockIdx.x, c = block_count(count, width, j);
-  const float* x = src + j * width;
-  unsigned m = 0;  // |x| as bits: for non-negative floats the bits order as the values
-  for (int64_t i = threadIdx.x; i < c; i += blockDim.x) {
-    const unsigned a = __float_as_uint(x[i]) & 0x7fffffffu;
-    if (a <= 0x7f800000u && a > m) m = a;  // a NaN is skipped, as fmax skips it
+  const int64_t j = blockIdx.y, c = block_count(count, width, j), lo = blockIdx.x * chunk;
+  const int64_t hi = lo + chunk < c ? lo + chunk : c;
+  unsigned m = 0;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    const unsigned a = __float_as_uint(src[j * width + i]) & 0x7fffffffu;
+    if (a <= 0x7f800000u && a > m) m = a;
   }
   m = reductions::fold_block(part, m, reductions::MaxU{});
+  if (threadIdx.x == 0) partial[j * gridDim.x + blockIdx.x] = m;
+}
+
+// One thread per wire block: its scale s = 448 / amax from the partials (1 when amax is 0 or
+// inf; at most FLT_MAX, so a block of values below 448 / FLT_MAX stays finite), written as the
+// block's first 4 bytes and kept for the codes.
+__global__ void block_scale_k(unsigned char* dst, float* scales, const unsigned* partial, int64_t chunks,
+                              int64_t width, int64_t blocks) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= blocks) return;
+  unsigned m = 0;
+  for (int64_t c = 0; c < chunks; ++c) m = partial[j * chunks + c] > m ? partial[j * chunks + c] : m;
   const float amax = __uint_as_float(m);
-  const float s = amax > 0.f && isfinite(amax) ? 448.f / amax : 1.f;
-  unsigned char* out = dst + j * (4 + width);
-  if (threadIdx.x == 0) put_scale(out, s);
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-    bool clipped = false;
-    out[4 + i] = i < c ? e4m3_code(reductions::cast_grid(f, x[i] * s, &clipped)) : 0;
-  }
+  const float s = amax > 0.f && isfinite(amax) ? fminf(448.f / amax, 3.40282347e38f) : 1.f;
+  scales[j] = s;
+  put_scale(dst + j * (4 + width), s);
+}
+
+// One thread per code: code(round_e4m3(x s_j)) for block j's values, 0 past them. f: E4M3's grid
+// (reductions::narrow_format, passed in: it is host code).
+__global__ void encode_codes_k(unsigned char* dst, const float* src, const float* scales, int64_t count,
+                               int64_t width, int64_t blocks, reductions::NarrowFormat f) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= width * blocks) return;
+  const int64_t j = t / width, i = t % width;
+  bool clipped = false;
+  dst[j * (4 + width) + 4 + i] =
+      i < block_count(count, width, j) ? e4m3_code(reductions::cast_grid(f, src[t] * scales[j], &clipped)) : 0;
 }
 
 // One thread per (block, value): dst[j width + i] = (dst[...] +) value / scale.
@@ -105,7 +133,7 @@ __global__ void decode_blocks_k(float* dst, const unsigned char* src, int64_t co
   const int64_t j = t / width, i = t % width;
   if (i >= block_count(count, width, j)) return;
   const unsigned char* in = src + j * (4 + width);
-  const float v = e4m3_value(in[4 + i]) / get_scale(in);
+  const float v = decoded(in, i);
   dst[t] = add ? dst[t] + v : v;
 }
 
@@ -117,7 +145,7 @@ __global__ void sum_blocks_k(float* dst, const unsigned char* src, int64_t count
   float acc = 0.f;
   for (int64_t j = 0; j < blocks; ++j) {
     const unsigned char* in = src + j * (4 + width);
-    const float v = e4m3_value(in[4 + i]) / get_scale(in);
+    const float v = decoded(in, i);
     acc = j == 0 ? (add ? dst[i] + v : v) : acc + v;
   }
   if (blocks > 0) dst[i] = acc;
@@ -133,11 +161,23 @@ template <class Go>
 void from_bf16(Go& go, float* dst, const uint16_t* src, int64_t n) {
   if (n > 0) go(LOOM_KERNEL(from_bf16_k), Shape{grid_of(blocks_for(n)), dim3(kBlock)}, dst, src, n);
 }
+// Three launches: every wire block's amax in chunks over the whole grid, the scales, the codes.
 template <class Go>
 void encode_blocks(Go& go, uint8_t* dst, const float* src, int64_t count, int64_t width, int64_t blocks) {
-  if (blocks > 0)
-    go(LOOM_KERNEL(encode_blocks_k), Shape{grid_of(blocks), dim3(kBlock)},
-       reinterpret_cast<unsigned char*>(dst), src, count, width, reductions::narrow_format(LOOM_FP8_E4M3));
+  if (blocks <= 0) return;
+  if (blocks > 65535) throw std::runtime_error("encode_blocks: " + std::to_string(blocks) + " wire blocks is past 65535");
+  constexpr int64_t kChunk = 8 * kBlock;
+  const int64_t chunks = width > kChunk ? (width + kChunk - 1) / kChunk : 1;
+  unsigned* partial = go.template workspace<unsigned>(chunks * blocks);
+  float* scales = go.template workspace<float>(blocks);
+  auto* out = reinterpret_cast<unsigned char*>(dst);
+  go(LOOM_KERNEL(block_amax_k), Shape{dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(blocks)), dim3(kBlock)},
+     partial, src, count, width, kChunk);
+  go(LOOM_KERNEL(block_scale_k), Shape{grid_of(blocks_for(blocks)), dim3(kBlock)}, out, scales,
+     static_cast<const unsigned*>(partial), chunks, width, blocks);
+  if (width > 0)
+    go(LOOM_KERNEL(encode_codes_k), Shape{grid_of(blocks_for(width * blocks)), dim3(kBlock)}, out, src,
+       static_cast<const float*>(scales), count, width, blocks, reductions::narrow_format(LOOM_FP8_E4M3));
 }
 template <class Go>
 void decode_blocks(Go& go, float* dst, const uint8_t* src, int64_t count, int64_t width, int64_t blocks,

@@ -2,11 +2,12 @@
 // around its all-reduces (runtime/ops/cpu/vocab_xent.cpp is the twin). One warp per row; per row
 // i over the real columns j < cols:
 //   row_max:    m_i = max_j z_ij
-//   xent_stats: s_i = sum_j exp(z_ij - m_i) (a warp sum: the order differs from the CPU's, so the
-//               two agree to rounding), zt_i = z_i,target on this slice, else 0
+//   xent_stats: s_i = sum_j exp(z_ij - m_i) (a warp sum, in another order than the CPU's),
+//               zt_i = z_i,target on this slice, else 0
 //   xent_grad:  loss_i = log s_i + m_i - zt_i; grad z_ij = dloss (exp(z_ij - m_i) / s_i - [j = t]),
 //               0 past the real columns and on an ignored row (target < 0)
-// with m, s and zt summed over the ranks between the steps by the caller.
+// with m, s and zt summed over the ranks between the steps by the caller. expf, logf and the sum's
+// order are the GPU's, so the statistics, losses and gradient equal the CPU's to rounding.
 #pragma once
 
 #include <cstdint>
