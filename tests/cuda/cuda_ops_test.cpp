@@ -5,6 +5,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -411,6 +412,60 @@ TEST_CASE("CUDA softmax cross-entropy, AdamW (one tensor and several) and quanti
       CHECK(gamax == amax);
       CHECK(gclipped == clipped);
     }
+}
+
+TEST_CASE("CUDA wire codecs (byte for byte) and the vocab-slice cross-entropy match the CPU (ABI 2.5)") {
+  auto x = random(2000, 10.f, 24);
+  x[3] = 0.f, x[4] = -0.f, x[5] = 1e30f, x[6] = NAN, x[7] = INFINITY, x[8] = 1e-40f;
+  for (int i = 100; i < 113; ++i) x[i] = 1e-38f * static_cast<float>(i - 99);  // a block below 448 / FLT_MAX
+  std::vector<uint16_t> half(2000);
+  cpu().to_bf16(half.data(), x.data(), 2000);
+  Dev<float> gx(x);
+  Dev<uint16_t> gh{std::vector<uint16_t>(2000)};
+  gpu().to_bf16(gh.p, gx.p, 2000);
+  CHECK(gh.host() == half);
+  std::vector<float> wide(2000);
+  cpu().from_bf16(wide.data(), half.data(), 2000);
+  Dev<float> gw(filled(2000));
+  gpu().from_bf16(gw.p, gh.p, 2000);
+  close(gw.host(), wide, 0.f, 0.f, "from_bf16 (bit-exact)");
+  // (count, width, blocks): a short last block and odd widths (unaligned scales); one wide block.
+  for (const auto& [count, width, blocks] : {std::array<int64_t, 3>{1990, 13, 160}, {2000, 2000, 1}, {900, 301, 4}}) {
+    INFO("count " << count << ", width " << width << ", blocks " << blocks);
+    const int64_t bytes = blocks * (4 + width);
+    std::vector<uint8_t> code(bytes);
+    cpu().encode_blocks(code.data(), x.data(), count, width, blocks);
+    Dev<uint8_t> gc{std::vector<uint8_t>(static_cast<size_t>(bytes))};
+    gpu().encode_blocks(gc.p, gx.p, count, width, blocks);
+    CHECK(gc.host() == code);
+    for (int32_t flags : {0, LOOM_BLOCKS_SUM | LOOM_BLOCKS_ADD}) {
+      const int64_t n = (flags & LOOM_BLOCKS_SUM) ? width : width * blocks;
+      auto back = random(n, 1.f, 25);
+      Dev<float> gb(back);
+      cpu().decode_blocks(back.data(), code.data(), count, width, blocks, flags);
+      gpu().decode_blocks(gb.p, gc.p, count, width, blocks, flags);
+      close(gb.host(), back, flags ? 1e-6f : 0.f, 0.f, "decode_blocks");
+    }
+  }
+  // A slice [100, 100 + ld) of the classes, cols of them real; a row ignored, a target off the slice.
+  const int64_t N = 33, ld = 260, cols = 250, first = 100;
+  auto z = random(N * ld, 3.f, 26);
+  std::vector<int32_t> t(N);
+  for (int64_t i = 0; i < N; ++i) t[i] = static_cast<int32_t>(first + (i * 53) % (cols + 30));
+  t[2] = -1, t[3] = 5;
+  std::vector<float> mx(N), st(2 * N), losses(N), zc = z;
+  cpu().row_max(mx.data(), z.data(), N, ld, cols);
+  cpu().xent_stats(st.data(), z.data(), t.data(), mx.data(), N, ld, cols, first);
+  cpu().xent_grad(zc.data(), losses.data(), t.data(), mx.data(), st.data(), N, ld, cols, first, 0.125f);
+  Dev<float> gz(z), gm(filled(N)), gs(filled(2 * N));
+  std::vector<float> glosses(N, -1.f);
+  gpu().row_max(gm.p, gz.p, N, ld, cols);
+  close(gm.host(), mx, 0.f, 0.f, "row_max (bit-exact)");
+  gpu().xent_stats(gs.p, gz.p, t.data(), gm.p, N, ld, cols, first);  // targets from host memory
+  close(gs.host(), st, 1e-5f, 1e-7f, "xent_stats");
+  gpu().xent_grad(gz.p, glosses.data(), t.data(), gm.p, gs.p, N, ld, cols, first, 0.125f);
+  close(glosses, losses, 1e-5f, 1e-6f, "vocab-slice losses");
+  close(gz.host(), zc, 1e-4f, 1e-7f, "vocab-slice gradient");
 }
 
 int main(int argc, char** argv) {
