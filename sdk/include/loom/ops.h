@@ -1,8 +1,8 @@
 /*
  * Loom plugin ABI 2: the op table, every kernel the model and the strategies run on one device.
- * The runtime fills it; a plugin reads it (loom_host.ops, or its slot's setup context). It is the
- * one table that grows within a major: new kernels go at the end, so read v.size before a kernel
- * added after 2.0. Self-contained C11; <loom/plugin.h> includes it.
+ * The runtime fills it; a plugin reads it (loom_host.ops, or its slot's setup context). It grows
+ * within a major (as the comm table does since 2.4): new kernels go at the end, so read v.size
+ * before a kernel added after 2.0. Self-contained C11; <loom/plugin.h> includes it.
  */
 #ifndef LOOM_OPS_H
 #define LOOM_OPS_H
@@ -214,7 +214,8 @@ typedef struct loom_ops {
    * a row whose target is < 0 is ignored; targets may be host memory (staged).
    * row_max: mx[i] = max_{j < cols} z[i, j] (-inf for cols = 0). */
   void (*row_max)(float* mx, const float* z, int64_t N, int64_t ld, int64_t cols);
-  /* stats[i] = sum_{j < cols} exp(z[i, j] - mx[i]) in column order; stats[N + i] = z[i, t] for
+  /* stats[i] = sum_{j < cols} exp(z[i, j] - mx[i]) (in column order on the CPU and strict; a
+   * GPU sums in another order, equal to rounding); stats[N + i] = z[i, t] for
    * t = targets[i] - first in [0, ld), else 0. */
   void (*xent_stats)(float* stats, const float* z, const int32_t* targets, const float* mx,
                      int64_t N, int64_t ld, int64_t cols, int64_t first);

@@ -16,7 +16,9 @@ extern "C" {
 /* 2.0 froze ABI 1.8's features into one table per slot (see plugin.h); 2.1 added the pipeline
  * action LOOM_PIPE_WEIGHT (a backward split in two), which no table layout changed for; 2.2
  * added the device contract at the end of loom_ops (copies, streams, events) and
- * LOOM_DEVICE_STRICT. */
+ * LOOM_DEVICE_STRICT; 2.3 adamw_multi; 2.4 sum_squares_multi, the comm table's group_start,
+ * group_end and capabilities, and loom.native_streams; 2.5 the wire codecs and the vocab-parallel
+ * loss's kernels in loom_ops, and LOOM_DATA_DEVICE (docs/plugins.md has the whole changelog). */
 #define LOOM_ABI_MINOR 5
 
 #if defined(_WIN32)
