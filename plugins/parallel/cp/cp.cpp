@@ -19,48 +19,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 
 namespace {
 
+using loom::sdk::DeviceArray;
 using loom::sdk::ErrorBox;
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
-
-// n elements of T on the activations' device, through the host's allocator.
-template <class T>
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const loom_host* h, loom_device d) : h_(h), d_(d) {}
-  ~DeviceBuffer() {
-    if (h_) h_->free(d_, p_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  // At least n elements; the contents are undefined after growing.
-  T* need(int64_t n) {
-    if (n > n_) {
-      h_->free(d_, p_);
-      p_ = static_cast<T*>(h_->alloc(d_, static_cast<size_t>(n) * sizeof(T)));
-      if (!p_) throw loom::sdk::Error(LOOM_SYSTEM, "cp: out of memory for " + std::to_string(n * sizeof(T)) + " bytes");
-      n_ = n;
-    }
-    return p_;
-  }
-  T* get() const { return p_; }
-
- private:
-  const loom_host* h_ = nullptr;
-  loom_device d_{};
-  T* p_ = nullptr;
-  int64_t n_ = 0;
-};
 
 class Cp : public loom::sdk::ContextPlugin {
  public:
@@ -108,12 +78,12 @@ class Cp : public loom::sdk::ContextPlugin {
     rank_ = ctx.comm->rank(ctx.comm_self, ctx.cp);
     const loom_host* h = host_.raw();
     for (auto* b : {&kv_[0], &kv_[1], &dkv_[0], &dkv_[1], &dkv_block_, &kv_all_, &dkv_all_, &q_, &dq_, &dq_block_, &part_, &part_lse_})
-      *b = std::make_unique<DeviceBuffer<float>>(h, ctx.device);
+      *b = DeviceArray<float>(h, ctx.ops, 0, "cp's attention buffers");
     // The kernels read every rank's positions from the device, uploaded once per sequence
     // length; masked() reads the host's copy.
     positions_.resize(n_);
     host_positions_.resize(n_);
-    for (auto& p : positions_) p = std::make_unique<DeviceBuffer<int64_t>>(h, ctx.device);
+    for (auto& p : positions_) p = DeviceArray<int64_t>(h, ctx.ops, 0, "cp's positions");
   }
 
   // zigzag: 2 cp chunks of c = T / (2 cp); rank r holds chunks r and 2 cp - 1 - r.
@@ -190,11 +160,11 @@ class Cp : public loom::sdk::ContextPlugin {
       p.clear();
       for (const loom_position_run& run : split(seq_len_, r))
         for (int64_t t = 0; t < run.length; ++t) p.push_back(run.begin + t);
-      copy(positions_[r]->need(a.T), p.data(), static_cast<size_t>(a.T) * sizeof(int64_t));
+      copy(positions_[r].at_least(a.T), p.data(), static_cast<size_t>(a.T) * sizeof(int64_t));
     }
   }
 
-  const int64_t* pos(int r) const { return positions_[r]->get(); }
+  const int64_t* pos(int r) const { return positions_[r].data(); }
   // No query of this rank sees a key of rank src (causal): the block is skipped.
   bool masked(int src) const { return host_positions_[src][0] > host_positions_[rank_][s_.T - 1]; }
 
@@ -207,8 +177,8 @@ class Cp : public loom::sdk::ContextPlugin {
       o->attention_block_fwd(a.out, a.lse, a.q, kv, kv + C, a.ldq, W, s_.B, s_.T, s_.T, s_.H, s_.Hkv, s_.D,
                              pos(rank_), pos(src));
     } else if (!masked(src)) {
-      float* part = part_->need(s_.q_elems());
-      float* part_lse = part_lse_->need(s_.B * s_.H * s_.T);
+      float* part = part_.at_least(s_.q_elems());
+      float* part_lse = part_lse_.at_least(s_.B * s_.H * s_.T);
       o->attention_block_fwd(part, part_lse, a.q, kv, kv + C, a.ldq, W, s_.B, s_.T, s_.T, s_.H, s_.Hkv,
                              s_.D, pos(rank_), pos(src));
       o->attention_merge(a.out, a.lse, part, part_lse, s_.B, s_.T, s_.H, s_.D);
@@ -272,8 +242,8 @@ class Cp : public loom::sdk::ContextPlugin {
   // Step i: fold in the block of rank (r - i) while the one of rank (r - i - 1) arrives.
   void ring_fwd(const loom_attention_args& a) {
     const int64_t n = s_.kv_elems();
-    float* cur = kv_[0]->need(n);
-    float* nxt = kv_[1]->need(n);
+    float* cur = kv_[0].at_least(n);
+    float* nxt = kv_[1].at_least(n);
     pack_kv(cur, a);
     for (int i = 0; i < n_; ++i) {
       const int src = (rank_ - i + n_) % n_;
@@ -292,11 +262,11 @@ class Cp : public loom::sdk::ContextPlugin {
     if (masked(src)) return false;
     const loom_ops* o = ctx_.ops;
     const int64_t W = s_.kv_width(), C = s_.Hkv * s_.D, HD = s_.H * s_.D;
-    float* dq = dq_block_->need(s_.q_elems());
+    float* dq = dq_block_.at_least(s_.q_elems());
     auto t0 = Clock::now();
-    o->attention_block_bwd(dq, dkv, dkv + C, a.dout, q_->get(), kv, kv + C, a.out, a.lse, HD, W, s_.B, s_.T, s_.T,
+    o->attention_block_bwd(dq, dkv, dkv + C, a.dout, q_.data(), kv, kv + C, a.out, a.lse, HD, W, s_.B, s_.T, s_.T,
                            s_.H, s_.Hkv, s_.D, pos(rank_), pos(src));
-    o->accumulate(dq_->get(), dq, s_.q_elems());
+    o->accumulate(dq_.data(), dq, s_.q_elems());
     compute_ms_ += ms_since(t0);
     return true;
   }
@@ -304,15 +274,15 @@ class Cp : public loom::sdk::ContextPlugin {
   // Contiguous copies of q (so dq shares its layout) and a zeroed dq sum.
   void start_bwd(const loom_attention_args& a) {
     const int64_t HD = s_.H * s_.D;
-    float* q = q_->need(s_.q_elems());
+    float* q = q_.at_least(s_.q_elems());
     for (int64_t row = 0; row < s_.B * s_.T; ++row) copy(q + row * HD, a.q + row * a.ldq, HD * sizeof(float));
-    zero(dq_->need(s_.q_elems()), s_.q_elems() * sizeof(float));
+    zero(dq_.at_least(s_.q_elems()), s_.q_elems() * sizeof(float));
   }
 
   void finish_dq(const loom_attention_args& a) const {
     const int64_t HD = s_.H * s_.D;
     for (int64_t row = 0; row < s_.B * s_.T; ++row)
-      copy(a.dq + row * a.ldq, dq_->get() + row * HD, HD * sizeof(float));
+      copy(a.dq + row * a.ldq, dq_.data() + row * HD, HD * sizeof(float));
   }
 
   // Step i: rank r holds rank (r - i)'s block and, arriving from rank r - 1, the sum of the
@@ -321,11 +291,11 @@ class Cp : public loom::sdk::ContextPlugin {
   void ring_bwd(const loom_attention_args& a) {
     const int64_t n = s_.kv_elems();
     start_bwd(a);
-    float* cur = kv_[0]->need(n);
-    float* nxt = kv_[1]->need(n);
-    float* mine = dkv_block_->need(n);
-    float* sum_in = dkv_[0]->need(n);   // received from rank r - 1
-    float* sum_out = dkv_[1]->need(n);  // sent to rank r + 1
+    float* cur = kv_[0].at_least(n);
+    float* nxt = kv_[1].at_least(n);
+    float* mine = dkv_block_.at_least(n);
+    float* sum_in = dkv_[0].at_least(n);   // received from rank r - 1
+    float* sum_out = dkv_[1].at_least(n);  // sent to rank r + 1
     pack_kv(cur, a);
     Transfer sums;
     for (int i = 0; i < n_; ++i) {
@@ -356,8 +326,8 @@ class Cp : public loom::sdk::ContextPlugin {
   // All blocks at once: kv_all[s] is rank s's block.
   float* gather_kv(const loom_attention_args& a) {
     const int64_t n = s_.kv_elems();
-    float* mine = kv_[0]->need(n);
-    float* all = kv_all_->need(n * n_);
+    float* mine = kv_[0].at_least(n);
+    float* all = kv_all_.at_least(n * n_);
     pack_kv(mine, a);
     loom_tensor in = loom::sdk::flat_tensor(mine, LOOM_F32, n), out = loom::sdk::flat_tensor(all, LOOM_F32, n * n_);
     in.device = out.device = ctx_.device;
@@ -383,10 +353,10 @@ class Cp : public loom::sdk::ContextPlugin {
     const int64_t n = s_.kv_elems();
     start_bwd(a);
     const float* all = gather_kv(a);
-    float* grads = dkv_all_->need(n * n_);
+    float* grads = dkv_all_.at_least(n * n_);
     for (int src = 0; src < n_; ++src)
       if (!block_grads(a, all + src * n, src, grads + src * n)) zero(grads + src * n, n * sizeof(float));
-    float* mine = dkv_block_->need(n);
+    float* mine = dkv_block_.at_least(n);
     loom_tensor in = loom::sdk::flat_tensor(grads, LOOM_F32, n * n_), out = loom::sdk::flat_tensor(mine, LOOM_F32, n);
     in.device = out.device = ctx_.device;
     auto t0 = Clock::now();
@@ -406,8 +376,8 @@ class Cp : public loom::sdk::ContextPlugin {
   int n_ = 1, rank_ = 0;
   Shape s_{};
   int64_t seq_len_ = 0;
-  std::unique_ptr<DeviceBuffer<float>> kv_[2], dkv_[2], dkv_block_, kv_all_, dkv_all_, q_, dq_, dq_block_, part_, part_lse_;
-  std::vector<std::unique_ptr<DeviceBuffer<int64_t>>> positions_;  // on the device, for the kernels
+  DeviceArray<float> kv_[2], dkv_[2], dkv_block_, kv_all_, dkv_all_, q_, dq_, dq_block_, part_, part_lse_;
+  std::vector<DeviceArray<int64_t>> positions_;       // on the device, for the kernels
   std::vector<std::vector<int64_t>> host_positions_;                // the same, for masked()
   double compute_ms_ = 0, exposed_ms_ = 0;
   int64_t bytes_sent_ = 0;

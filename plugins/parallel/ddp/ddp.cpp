@@ -108,6 +108,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     if ((bf16_ || fp8_) && !LOOM_HAS_FIELD(ctx.ops, loom_ops, decode_blocks))
       throw loom::sdk::Error(LOOM_UNAVAILABLE, std::string("[plugins.ddp] reduce_dtype = \"") + (bf16_ ? "bf16" : "fp8") +
                                                    "\" needs the op table's wire kernels (ABI 2.5); this runtime's is older");
+    if (fp8_) sum_ = loom::sdk::DeviceArray<float>(host_.raw(), ctx.ops, 0, "an fp8 bucket's reduced block");
     expert_dp_ = ctx.expert_dp;
     if (expert_dp_)  // an expert gradient: sum over expert_dp / size(dp) = average x this
       expert_scale_ = static_cast<float>(ctx.comm->size(ctx.comm_self, expert_dp_)) /
@@ -240,7 +241,6 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   void issue_fp8(Bucket& b, loom_comm* group, int64_t n) {
     const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = block_bytes(width);
     if (b.sent.size() == 0) b.sent = bytes(n * stride, "an fp8 gradient wire"), b.received = bytes(n * stride, "an fp8 gradient wire");
-    if (sum_.size() < width) sum_ = loom::sdk::DeviceArray<float>(host_.raw(), ctx_.ops, width, "an fp8 bucket's reduced block");
     ctx_.ops->encode_blocks(b.sent.data(), ctx_.grads + b.begin, count, width, n);
     loom_tensor in = loom::sdk::flat_tensor(b.sent.data(), LOOM_U8, n * stride);
     loom_tensor out = loom::sdk::flat_tensor(b.received.data(), LOOM_U8, n * stride);
@@ -255,7 +255,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     loom_comm* group = b.expert ? expert_dp_ : ctx_.dp;
     const int64_t n = ctx_.comm->size(ctx_.comm_self, group), r = ctx_.comm->rank(ctx_.comm_self, group);
     const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = block_bytes(width);
-    ctx_.ops->zero(sum_.data(), 4 * width);
+    ctx_.ops->zero(sum_.at_least(width), 4 * width);
     ctx_.ops->decode_blocks(sum_.data(), b.received.data(), width, width, n, LOOM_BLOCKS_SUM | LOOM_BLOCKS_ADD);
     const float mean = (b.expert ? expert_scale_ : 1.f) / static_cast<float>(n);
     ctx_.ops->scale(sum_.data(), mean, width);

@@ -75,6 +75,8 @@ class Tp : public loom::sdk::TensorPlugin {
     if (!LOOM_HAS_FIELD(ctx.ops, loom_ops, xent_grad))
       throw loom::sdk::Error(LOOM_UNAVAILABLE, "tp's vocab-parallel loss runs as op-table kernels (ABI 2.5); this runtime's table is older");
     ctx_ = ctx;
+    row_max_ = loom::sdk::DeviceArray<float>(host_.raw(), ctx.ops, 0, "the loss's row maxima");
+    row_sums_ = loom::sdk::DeviceArray<float>(host_.raw(), ctx.ops, 0, "the loss's row sums");
     rank_ = ctx.comm->rank(ctx.comm_self, ctx.tp);
     size_ = ctx.comm->size(ctx.comm_self, ctx.tp);
   }
@@ -139,18 +141,16 @@ class Tp : public loom::sdk::TensorPlugin {
                        int64_t vr, float dloss) override {
     const loom_ops* o = ctx_.ops;
     const int64_t real = std::max<int64_t>(0, std::min(vl, vr - vb));
-    if (row_max_.size() < N) {
-      row_max_ = loom::sdk::DeviceArray<float>(host_.raw(), o, N, "the loss's row maxima");
-      row_sums_ = loom::sdk::DeviceArray<float>(host_.raw(), o, 2 * N, "the loss's row sums");
-    }
-    o->row_max(row_max_.data(), z, N, vl, real);
-    loom_tensor tm = flat_tensor(row_max_.data(), LOOM_F32, N);
+    float* mx = row_max_.at_least(N);
+    float* sums = row_sums_.at_least(2 * N);
+    o->row_max(mx, z, N, vl, real);
+    loom_tensor tm = flat_tensor(mx, LOOM_F32, N);
     all_reduce(tm, LOOM_REDUCE_MAX, "cross-entropy max");
-    o->xent_stats(row_sums_.data(), z, targets, row_max_.data(), N, vl, real, vb);
-    loom_tensor ts = flat_tensor(row_sums_.data(), LOOM_F32, 2 * N);
+    o->xent_stats(sums, z, targets, mx, N, vl, real, vb);
+    loom_tensor ts = flat_tensor(sums, LOOM_F32, 2 * N);
     all_reduce(ts, LOOM_REDUCE_SUM, "cross-entropy sums");
     losses_.resize(static_cast<size_t>(N));
-    o->xent_grad(z, losses_.data(), targets, row_max_.data(), row_sums_.data(), N, vl, real, vb, dloss);
+    o->xent_grad(z, losses_.data(), targets, mx, sums, N, vl, real, vb, dloss);
     double total = 0;
     for (int64_t i = 0; i < N; ++i)
       if (targets[i] >= 0) total += losses_[i];

@@ -27,7 +27,6 @@
 #include <loom/plugin.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -166,21 +165,20 @@ class ErrorBox {
   loom_error* e_;
 };
 
-// n elements of T on the op table's device, zero-filled, freed with the object: the host heap
-// on the CPU; otherwise the device's memory (host->alloc), which host code may reach only
-// through the table's copies and kernels (ops->host_reachable says which). For the model state
-// and wire buffers of a data plugin declaring LOOM_DATA_DEVICE.
+// n elements of T on the op table's device (host->alloc on ops->device: the host heap on the CPU,
+// counted with the tensors; device memory elsewhere, which host code reaches only through the
+// table's copies and kernels), zero-filled, freed with the object. For the model state, wire
+// buffers and scratch of a plugin that runs where the tensors live (LOOM_DATA_DEVICE).
 template <class T>
 class DeviceArray {
  public:
   DeviceArray() = default;
+  // `what` names the buffer in an out-of-memory error; a string literal (it is kept).
   DeviceArray(const loom_host* host, const loom_ops* ops, int64_t n, const char* what)
-      : host_(host), device_(ops->device), n_(n) {
+      : host_(host), ops_(ops), what_(what), n_(n) {
     const size_t bytes = static_cast<size_t>(n > 0 ? n : 1) * sizeof(T);
-    p_ = static_cast<T*>(on_host() ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : host->alloc(device_, bytes));
-    if (!p_)
-      throw Error(LOOM_SYSTEM, std::string("out of ") + (on_host() ? "host" : "device") + " memory for " + what +
-                                   " (" + std::to_string(bytes) + " bytes)");
+    p_ = static_cast<T*>(host->alloc(ops->device, bytes));
+    if (!p_) throw Error(LOOM_SYSTEM, std::string("out of memory for ") + what + " (" + std::to_string(bytes) + " bytes)");
     if (n > 0) ops->zero(p_, static_cast<int64_t>(bytes));
   }
   ~DeviceArray() { release(); }
@@ -199,19 +197,24 @@ class DeviceArray {
   }
   int64_t size() const { return n_; }
   int64_t bytes() const { return n_ * static_cast<int64_t>(sizeof(T)); }
+  // At least n elements: reallocated, zero-filled, when it holds fewer (its contents are lost).
+  T* at_least(int64_t n) {
+    if (n > n_) *this = DeviceArray(host_, ops_, n, what_);
+    return p_;
+  }
 
  private:
-  bool on_host() const { return device_.kind == LOOM_DEVICE_CPU; }
   void release() {
-    if (p_) on_host() ? std::free(p_) : host_->free(device_, p_);
+    if (p_) host_->free(ops_->device, p_);
     p_ = nullptr, n_ = 0;
   }
   void take(DeviceArray& o) {
-    host_ = o.host_, device_ = o.device_, p_ = o.p_, n_ = o.n_;
+    host_ = o.host_, ops_ = o.ops_, what_ = o.what_, p_ = o.p_, n_ = o.n_;
     o.p_ = nullptr, o.n_ = 0;
   }
   const loom_host* host_ = nullptr;
-  loom_device device_{};
+  const loom_ops* ops_ = nullptr;
+  const char* what_ = "";
   T* p_ = nullptr;
   int64_t n_ = 0;
 };
