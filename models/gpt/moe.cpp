@@ -25,25 +25,19 @@ Tensor rows_view(Tensor& t, int64_t rows, int64_t cols) {
   return Tensor::borrow(t.f32(), {std::max<int64_t>(rows, 1), cols});
 }
 
-// The first `rows` rows of t, on the host.
-std::vector<float> host_rows(const Tensor& t, int64_t rows, int64_t cols) {
-  std::vector<float> v(static_cast<size_t>(rows * cols));
-  if (!v.empty()) copy_bytes(v.data(), t.f32(), v.size() * sizeof(float));
-  return v;
-}
-
 }  // namespace
 
 // What one micro-batch's forward keeps for backward. Rows r = 0..R-1 are the kept (token,
 // choice) assignments grouped by expert: expert e owns rows [first[e], first[e + 1]).
 struct MoeMlp::Acts {
-  // The router's statistics live on the host, where the routing decisions are made (the router
-  // logits come back from the device once per micro-batch; the gradient of the logits goes out).
-  std::vector<float> probs, lse, weights;  // [N, E], [N], [N, K]
-  Tensor logits;                           // [N, E]: the router GEMM's output, on the device
+  // The router's probabilities stay on the device; the op table's router_topk hands the host
+  // each token's experts and each sequence's sums, all the routing decisions need.
+  Tensor logits, probs, lse, weights;  // [N, E] (the router GEMM's output), [N, E], [N], [N, K]
   std::vector<int32_t> expert;         // [N * K]: token t's k-th expert
-  std::vector<int64_t> row_of;         // [N * K]: its row, or -1 when dropped
-  std::vector<int64_t> token, first;   // [R], [E + 1]
+  std::vector<double> seq;             // [B, E + 1]: each sequence's sum of p_e over its rows here, and of lse^2
+  std::vector<int32_t> slot;           // [N * K]: its row, or -1 when dropped
+  std::vector<int32_t> token;          // [R]: each row's token
+  std::vector<int64_t> first;          // [E + 1]
   std::vector<int64_t> load;           // [E]: this rank's assignments before capacity
   std::vector<double> share, mean_p;   // [B, E]: f_e and P_e of each sequence, all its positions
   std::vector<double> seq_aux;         // [B]: each sequence's E sum_e f_e P_e
@@ -58,10 +52,10 @@ struct MoeMlp::Acts {
   Acts(const GptConfig& c, int64_t rows) {
     const int64_t E = c.moe.experts, K = c.moe.top_k, R = rows * K, F = c.d_ff;
     const int64_t FO = c.mlp == "swiglu" ? 2 * F : F;
-    probs.resize(rows * E);
-    lse.resize(rows);
-    weights.resize(rows * K);
     logits = Tensor::empty({rows, E});
+    probs = Tensor::empty({rows, E});
+    lse = Tensor::empty({rows});
+    weights = Tensor::empty({rows, K});
     xin = Tensor::empty({R, c.d_model});
     fc = Tensor::empty({R, FO});
     act = Tensor::empty({R, F});
@@ -105,7 +99,7 @@ void MoeMlp::use_slot(int k) { acts_->use(k); }
 int64_t MoeMlp::saved_bytes(int64_t rows) const {
   const int64_t E = c_.moe.experts, K = c_.moe.top_k, C = c_.d_model, F = c_.d_ff;
   const int64_t FO = c_.mlp == "swiglu" ? 2 * F : F, R = rows * K;
-  return 4 * (rows * (E + 1 + K) + R * (2 * C + FO + F)) + rows * K * 12;
+  return 4 * (rows * (2 * E + 1 + K) + R * (2 * C + FO + F));
 }
 
 double MoeMlp::aux_objective() const { return c_.moe.aux_coef * last_aux_ + c_.moe.z_coef * last_z_; }
@@ -126,50 +120,30 @@ struct MoeMlp::Choices {
 };
 
 // probs = softmax(h Wr^T); each token's top k (ties to the lower expert) with weights
-// renormalised over the k (k = 1 keeps the raw probability, as Switch).
-void MoeMlp::choose_experts(const Tensor& h, Acts& a) {
+// renormalised over the k (k = 1 keeps the raw probability, as Switch): the router GEMM and the
+// op table's router_topk, which writes the experts and the sequences' sums to the host.
+void MoeMlp::choose_experts(const Tensor& h, int64_t T, Acts& a) {
   const loom_ops* o = api_.ops();
   const int64_t N = h.dim(0), C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k;
   a.n = N;
   o->gemm(0, 1, N, E, C, 1.f, h.f32(), C, router_->value.f32(), C, 0.f, a.logits.f32(), E);
-  float* p = a.probs.data();
-  copy_bytes(p, a.logits.f32(), N * E * sizeof(float));
-  float* lse = a.lse.data();
-  float* w = a.weights.data();
   a.expert.assign(N * K, 0);
+  a.seq.assign((N / T) * (E + 1), 0.0);
+  o->router_topk(a.probs.f32(), a.lse.f32(), a.weights.f32(), a.expert.data(), a.seq.data(), a.logits.f32(), N, E, K,
+                 T);
   a.load.assign(E, 0);
-  for (int64_t t = 0; t < N; ++t) {
-    float* pt = p + t * E;
-    float m = *std::max_element(pt, pt + E);
-    double s = 0;
-    for (int64_t e = 0; e < E; ++e) s += std::exp(static_cast<double>(pt[e] - m));
-    lse[t] = m + static_cast<float>(std::log(s));
-    for (int64_t e = 0; e < E; ++e) pt[e] = static_cast<float>(std::exp(static_cast<double>(pt[e] - m)) / s);
-    int32_t* ex = &a.expert[t * K];
-    for (int64_t k = 0; k < K; ++k) {  // selection: the largest not yet taken, lowest index on ties
-      int32_t best = -1;
-      for (int32_t e = 0; e < E; ++e) {
-        if (std::find(ex, ex + k, e) != ex + k) continue;
-        if (best < 0 || pt[e] > pt[best]) best = e;
-      }
-      ex[k] = best;
-      ++a.load[best];
-    }
-    double sum = 0;
-    for (int64_t k = 0; k < K; ++k) sum += pt[ex[k]];
-    for (int64_t k = 0; k < K; ++k) w[t * K + k] = K > 1 ? static_cast<float>(pt[ex[k]] / sum) : pt[ex[k]];
-  }
+  for (int32_t e : a.expert) ++a.load[e];
 }
 
 namespace {
 
 // Sequence b's choices and probability sums from this rank's rows alone (whole sequences here).
-void local_choices(const float* p, const std::vector<int32_t>& expert, int64_t B, int64_t T, int64_t E, int64_t K,
+void local_choices(const std::vector<double>& seq, const std::vector<int32_t>& expert, int64_t B, int64_t E,
                    std::vector<int32_t>& out_expert, std::vector<double>& psum) {
   out_expert = expert;
   psum.assign(B * E, 0.0);
-  for (int64_t t = 0; t < B * T; ++t)
-    for (int64_t e = 0; e < E; ++e) psum[(t / T) * E + e] += p[t * E + e];
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t e = 0; e < E; ++e) psum[b * E + e] = seq[b * (E + 1) + e];
 }
 
 }  // namespace
@@ -181,7 +155,7 @@ void MoeMlp::route(const Tensor& h, int64_t T, Acts& a) {
   if (T <= 0 || h.dim(0) % T != 0)
     throw RuntimeError("MoE routing got " + std::to_string(h.dim(0)) + " rows, not whole sequences of " +
                        std::to_string(T) + ": routing groups are sequences");
-  choose_experts(h, a);
+  choose_experts(h, T, a);
   a.T = T;
   Choices seqs;
   seqs.B = a.n / T;
@@ -189,12 +163,12 @@ void MoeMlp::route(const Tensor& h, int64_t T, Acts& a) {
   seqs.L = cp ? cp->seq_len() : T;
   for (int64_t i = 0; i < T; ++i) seqs.position.push_back(cp ? cp->position(i) : i);
   if (!cp) {
-    local_choices(a.probs.data(), a.expert, seqs.B, T, E, K, seqs.expert, seqs.psum);
+    local_choices(a.seq, a.expert, seqs.B, E, seqs.expert, seqs.psum);
   } else {  // [positions (T) | per sequence: experts (T K), probability sums (E)] from every cp rank
     std::vector<double> mine(seqs.position.begin(), seqs.position.end());
     std::vector<int32_t> ex;
     std::vector<double> psum;
-    local_choices(a.probs.data(), a.expert, seqs.B, T, E, K, ex, psum);
+    local_choices(a.seq, a.expert, seqs.B, E, ex, psum);
     for (int64_t b = 0; b < seqs.B; ++b) {
       for (int64_t i = 0; i < T * K; ++i) mine.push_back(ex[b * T * K + i]);
       for (int64_t e = 0; e < E; ++e) mine.push_back(psum[b * E + e]);
@@ -237,21 +211,21 @@ void MoeMlp::keep_within_capacity(const Choices& seqs, Acts& a) {
     std::vector<int64_t> seen(E, 0);
     for (int64_t i = 0; i < L * K; ++i) kept[b * L * K + i] = seen[seqs.expert[b * L * K + i]]++ < cap;
   }
-  std::vector<int64_t> taken(E, 0);
-  a.row_of.assign(N * K, -1);
+  std::vector<int32_t> taken(E, 0);
+  a.slot.assign(N * K, -1);
   a.dropped = 0;
   for (int64_t i = 0; i < N * K; ++i) {
     const int64_t t = i / K, b = t / T, at = (b * L + seqs.position[t % T]) * K + i % K;
-    if (kept[at]) a.row_of[i] = taken[a.expert[i]]++;
+    if (kept[at]) a.slot[i] = taken[a.expert[i]]++;
     else ++a.dropped;
   }
   a.first.assign(E + 1, 0);
   for (int64_t e = 0; e < E; ++e) a.first[e + 1] = a.first[e] + taken[e];
   a.token.assign(a.first[E], 0);
   for (int64_t i = 0; i < N * K; ++i)
-    if (a.row_of[i] >= 0) {
-      a.row_of[i] += a.first[a.expert[i]];
-      a.token[a.row_of[i]] = i / K;
+    if (a.slot[i] >= 0) {
+      a.slot[i] += static_cast<int32_t>(a.first[a.expert[i]]);
+      a.token[a.slot[i]] = static_cast<int32_t>(i / K);
     }
 }
 
@@ -261,7 +235,7 @@ void MoeMlp::forward(const Tensor& h, Tensor& y, int64_t T) {
   route(h, T, a);
   const int64_t C = c_.d_model, E = c_.moe.experts, F = c_.d_ff;
   const int64_t FO = c_.mlp == "swiglu" ? 2 * F : F, R = a.first[E];
-  for (int64_t r = 0; r < R; ++r) copy_bytes(a.xin.f32() + r * C, h.f32() + a.token[r] * C, C * sizeof(float));
+  o->gather_rows(a.xin.f32(), h.f32(), a.token.data(), R, C);
   ExpertDispatch* ex = api_.experts();
   auto t0 = Clock::now();
   a.to_local_experts(ex, E, C);
@@ -289,29 +263,18 @@ void MoeMlp::forward(const Tensor& h, Tensor& y, int64_t T) {
   record_stats(a);
 }
 
-// y_t = sum_k w_tk y_{e_tk}(t) over kept assignments, on the host (the weights are there, and
-// the op table has no weighted scatter): the experts' rows come back and y goes out.
+// y_t = sum_k w_tk y_{e_tk}(t) over kept assignments, k in order (combine_rows).
 void MoeMlp::combine(Acts& a, Tensor& y) const {
-  const int64_t N = a.n, C = c_.d_model, K = c_.moe.top_k, R = a.first[c_.moe.experts];
-  const std::vector<float> yexp = host_rows(a.yexp, R, C);
-  std::vector<float> out(static_cast<size_t>(N * C), 0.f);
-  const float* w = a.weights.data();
-  for (int64_t i = 0; i < N * K; ++i) {
-    if (a.row_of[i] < 0) continue;
-    float* yt = out.data() + (i / K) * C;
-    const float* src = yexp.data() + a.row_of[i] * C;
-    for (int64_t j = 0; j < C; ++j) yt[j] += w[i] * src[j];
-  }
-  copy_bytes(y.f32(), out.data(), out.size() * sizeof(float));
+  api_.ops()->combine_rows(y.f32(), a.yexp.f32(), a.weights.f32(), a.slot.data(), a.n, c_.moe.top_k, c_.d_model);
 }
 
 // Auxiliary losses: each sequence's E sum_e f_e P_e, counted per token as the cross-entropy is,
 // and the z-loss mean_t lse_t^2; the stats sum this rank's tokens.
 void MoeMlp::record_stats(const Acts& a) {
-  const int64_t N = a.n, K = c_.moe.top_k;
+  const int64_t N = a.n, K = c_.moe.top_k, E = c_.moe.experts;
   double aux = 0, z = 0;
   for (double s : a.seq_aux) aux += s;
-  for (int64_t t = 0; t < N; ++t) z += static_cast<double>(a.lse[t]) * a.lse[t];
+  for (size_t b = 0; b < a.seq.size() / (E + 1); ++b) z += a.seq[b * (E + 1) + E];
   last_aux_ = a.seq_aux.empty() ? 0.0 : aux / static_cast<double>(a.seq_aux.size());
   last_z_ = z / N;
   stats_.aux += aux * static_cast<double>(a.T);
@@ -323,28 +286,16 @@ void MoeMlp::record_stats(const Acts& a) {
 }
 
 void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss) {
+  const loom_ops* o = api_.ops();
   const Acts& a = **acts_;
   const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k, R = a.first[E];
   // Combine backward: d y_e(row) = w dy_t; d w_tk = <dy_t, y_e(row)>.
   Tensor dye = Tensor::empty({std::max<int64_t>(R, 1), C}), dxin = Tensor::empty({std::max<int64_t>(R, 1), C});
-  std::vector<float> dw(N * K, 0.f);
-  const float* w = a.weights.data();
-  const std::vector<float> dy_host = host_rows(dy, N, C), yexp = host_rows(a.yexp, R, C);
-  std::vector<float> dye_host(static_cast<size_t>(std::max<int64_t>(R, 1) * C), 0.f);
-  for (int64_t i = 0; i < N * K; ++i) {
-    const int64_t r = a.row_of[i];
-    if (r < 0) continue;
-    const float* dyt = dy_host.data() + (i / K) * C;
-    const float* ye = yexp.data() + r * C;
-    float* d = dye_host.data() + r * C;
-    double s = 0;
-    for (int64_t j = 0; j < C; ++j) d[j] = w[i] * dyt[j], s += static_cast<double>(dyt[j]) * ye[j];
-    dw[i] = static_cast<float>(s);
-  }
-  copy_bytes(dye.f32(), dye_host.data(), static_cast<size_t>(R * C) * sizeof(float));
+  Tensor dw = Tensor::empty({std::max<int64_t>(N * K, 1)});
+  o->combine_rows_bwd(dye.f32(), dw.f32(), dy.f32(), a.yexp.f32(), a.weights.f32(), a.slot.data(), N, K, C);
   experts_backward(a, dye, dxin);
-  api_.ops()->zero(dh.f32(), N * C * static_cast<int64_t>(sizeof(float)));
-  for (int64_t r = 0; r < R; ++r) api_.ops()->accumulate(dh.f32() + a.token[r] * C, dxin.f32() + r * C, C);
+  // dh_t = sum over its kept choices of the experts' input gradients; the router's adds to it.
+  o->combine_rows(dh.f32(), dxin.f32(), nullptr, a.slot.data(), N, K, C);
   router_backward(h, a, dw, dh, dloss);
 }
 
@@ -387,36 +338,17 @@ void MoeMlp::experts_backward(const Acts& a, Tensor& dye, Tensor& dxin) {
 // Router: d p from the weights (renormalised: d p_k = (d w_k - sum_j d w_j w_j) / S), plus the
 // load-balancing term coef E f_e (the token's sequence's f_e) per token, then through the
 // softmax, plus the z-loss term 2 z_coef lse_t p_te; both auxiliary terms weigh a token as the
-// main loss does (dloss).
-void MoeMlp::router_backward(const Tensor& h, const Acts& a, const std::vector<float>& dw, Tensor& dh, float dloss) {
+// main loss does (dloss). router_topk_bwd runs it per token; the balance term is the host's.
+void MoeMlp::router_backward(const Tensor& h, const Acts& a, const Tensor& dw, Tensor& dh, float dloss) {
   const loom_ops* o = api_.ops();
   const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k;
-  const float* p = a.probs.data();
-  const float* w = a.weights.data();
-  std::vector<float> dlogits(static_cast<size_t>(N * E));  // made on the host, then to the device
-  float* dl = dlogits.data();
-  std::vector<double> dp(E);
-  for (int64_t t = 0; t < N; ++t) {
-    const float* pt = p + t * E;
-    const double* share = &a.share[(t / a.T) * E];
-    for (int64_t e = 0; e < E; ++e) dp[e] = c_.moe.aux_coef * E * share[e] * dloss;
-    const int32_t* ex = &a.expert[t * K];
-    if (K > 1) {
-      double S = 0, dot = 0;
-      for (int64_t k = 0; k < K; ++k) S += pt[ex[k]], dot += static_cast<double>(dw[t * K + k]) * w[t * K + k];
-      for (int64_t k = 0; k < K; ++k) dp[ex[k]] += (dw[t * K + k] - dot) / S;
-    } else {
-      dp[ex[0]] += dw[t];
-    }
-    double mean = 0;
-    for (int64_t e = 0; e < E; ++e) mean += pt[e] * dp[e];
-    const double zgrad = 2.0 * c_.moe.z_coef * a.lse[t] * dloss;
-    for (int64_t e = 0; e < E; ++e) dl[t * E + e] = static_cast<float>(pt[e] * (dp[e] - mean) + zgrad * pt[e]);
-  }
-  Tensor on_device = a.logits.rows(0, N);  // the forward's logits are spent: their buffer takes the gradient
-  copy_bytes(on_device.f32(), dl, dlogits.size() * sizeof(float));
-  o->gemm(1, 0, E, C, N, 1.f, on_device.f32(), E, h.f32(), C, 1.f, router_->grad.f32(), C);
-  o->gemm(0, 0, N, C, E, 1.f, on_device.f32(), E, router_->value.f32(), C, 1.f, dh.f32(), C);
+  std::vector<double> balance(a.share.size());
+  for (size_t i = 0; i < balance.size(); ++i) balance[i] = c_.moe.aux_coef * E * a.share[i] * dloss;
+  Tensor dlogits = a.logits.rows(0, N);  // the forward's logits are spent: their buffer takes the gradient
+  o->router_topk_bwd(dlogits.f32(), a.probs.f32(), a.lse.f32(), a.weights.f32(), dw.f32(), a.expert.data(),
+                     balance.data(), 2.0 * c_.moe.z_coef * dloss, N, E, K, a.T);
+  o->gemm(1, 0, E, C, N, 1.f, dlogits.f32(), E, h.f32(), C, 1.f, router_->grad.f32(), C);
+  o->gemm(0, 0, N, C, E, 1.f, dlogits.f32(), E, router_->value.f32(), C, 1.f, dh.f32(), C);
 }
 
 }  // namespace loom::gpt

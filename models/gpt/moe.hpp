@@ -49,12 +49,12 @@ class MoeMlp : public model::RoutedLayer {
   struct Acts;
   struct Choices;
   void route(const Tensor& h, int64_t T, Acts& a);
-  void choose_experts(const Tensor& h, Acts& a);
+  void choose_experts(const Tensor& h, int64_t T, Acts& a);
   void keep_within_capacity(const Choices& seqs, Acts& a);
   void combine(Acts& a, Tensor& y) const;
   void record_stats(const Acts& a);
   void experts_backward(const Acts& a, Tensor& dye, Tensor& dxin);
-  void router_backward(const Tensor& h, const Acts& a, const std::vector<float>& dw, Tensor& dh, float dloss);
+  void router_backward(const Tensor& h, const Acts& a, const Tensor& dw, Tensor& dh, float dloss);
   const GptConfig& c_;
   LayerApi& api_;
   Param *router_, *fc_w_, *fc_b_ = nullptr, *out_w_, *out_b_ = nullptr;  // biases: [model] bias

@@ -45,7 +45,12 @@
   (t).decode_blocks = &ns::decode_blocks;       \
   (t).row_max = &ns::row_max;                   \
   (t).xent_stats = &ns::xent_stats;             \
-  (t).xent_grad = &ns::xent_grad
+  (t).xent_grad = &ns::xent_grad;               \
+  (t).router_topk = &ns::router_topk;           \
+  (t).router_topk_bwd = &ns::router_topk_bwd;   \
+  (t).gather_rows = &ns::gather_rows;           \
+  (t).combine_rows = &ns::combine_rows;         \
+  (t).combine_rows_bwd = &ns::combine_rows_bwd
 
 // The device contract's entries (ABI 2.2) of a device whose memory the host cannot reach (strict,
 // cuda), each pointed at the function of that name in the device's namespace.

@@ -253,7 +253,7 @@ TEST_CASE("the run directory and the checkpoint manifest record each plugin's li
                    " --set plugins.ckpt=sync --set checkpoint.every=6 --set checkpoint.dir=" + ck).rc == 0);
   std::ifstream rec(std::filesystem::path(s.run_dir("r4")) / "plugins.json");
   const std::string run((std::istreambuf_iterator<char>(rec)), {});
-  CHECK(run.find("\"slot\": \"precision\", \"name\": \"fp32\", \"version\": \"1.0.0\", \"abi\": \"2.5\", \"library\": \"") !=
+  CHECK(run.find("\"slot\": \"precision\", \"name\": \"fp32\", \"version\": \"1.0.0\", \"abi\": \"2.6\", \"library\": \"") !=
         std::string::npos);
   CHECK(run.find("libloom-precision-fp32.so\"") != std::string::npos);
   std::ifstream man(std::filesystem::path(ck) / "step-00000006" / "manifest.json");

@@ -468,6 +468,51 @@ TEST_CASE("CUDA wire codecs (byte for byte) and the vocab-slice cross-entropy ma
   close(gz.host(), zc, 1e-4f, 1e-7f, "vocab-slice gradient");
 }
 
+// The MoE routing entries: experts and sequences' sums written to host arrays, indices and slots
+// read from host arrays. A GPU's double exp and log may differ from glibc's in the last bit, so
+// the floats are held within 1e-6 and the experts chosen exactly (the inputs have no near ties).
+TEST_CASE("CUDA MoE routing (router top-k and its backward, gather, combine and its backward) matches the CPU (ABI 2.6)") {
+  const int64_t N = 512, E = 8, K = 2, T = 128, B = N / T, C = 96;
+  const auto z = random(N * E, 2.f, 31);
+  std::vector<float> p(N * E), lse(N), w(N * K);
+  std::vector<int32_t> ex(N * K), gex(N * K, -1);
+  std::vector<double> seq(B * (E + 1)), gseq(B * (E + 1), -1.0);
+  cpu().router_topk(p.data(), lse.data(), w.data(), ex.data(), seq.data(), z.data(), N, E, K, T);
+  Dev<float> gz(z), gp(filled(N * E)), gl(filled(N)), gw(filled(N * K));
+  gpu().router_topk(gp.p, gl.p, gw.p, gex.data(), gseq.data(), gz.p, N, E, K, T);
+  CHECK(gex == ex);
+  close(gp.host(), p, 1e-6f, 1e-7f, "router probabilities");
+  close(gl.host(), lse, 1e-6f, 1e-7f, "router log-sum-exp");
+  close(gw.host(), w, 1e-6f, 1e-7f, "router weights");
+  for (size_t i = 0; i < seq.size(); ++i) CHECK(gseq[i] == doctest::Approx(seq[i]).epsilon(1e-9));
+  std::vector<int32_t> slot(N * K), token;
+  for (int64_t i = 0; i < N * K; ++i) {  // every ninth choice dropped
+    slot[i] = i % 9 == 4 ? -1 : static_cast<int32_t>(token.size());
+    if (slot[i] >= 0) token.push_back(static_cast<int32_t>(i / K));
+  }
+  const int64_t R = static_cast<int64_t>(token.size());
+  const auto h = random(N * C, 1.f, 32), dy = random(N * C, 1.f, 33), dwk = random(N * K, 1.f, 34);
+  std::vector<float> rows(R * C), y(N * C), drows(R * C), dw(N * K), dz(N * E);
+  std::vector<double> balance(B * E);
+  for (int64_t i = 0; i < B * E; ++i) balance[i] = 0.01 * static_cast<double>(i % 5);
+  cpu().gather_rows(rows.data(), h.data(), token.data(), R, C);
+  cpu().combine_rows(y.data(), rows.data(), w.data(), slot.data(), N, K, C);
+  cpu().combine_rows_bwd(drows.data(), dw.data(), dy.data(), rows.data(), w.data(), slot.data(), N, K, C);
+  cpu().router_topk_bwd(dz.data(), p.data(), lse.data(), w.data(), dwk.data(), ex.data(), balance.data(), 0.004, N, E,
+                        K, T);
+  Dev<float> gh(h), grows(filled(R * C)), gy(filled(N * C)), gdy(dy), gdrows(filled(R * C)), gdw(filled(N * K));
+  Dev<float> gdwk(dwk), gdz(filled(N * E)), gpc(p), glc(lse), gwc(w);
+  gpu().gather_rows(grows.p, gh.p, token.data(), R, C);
+  close(grows.host(), rows, 0.f, 0.f, "gather_rows (bit-exact)");
+  gpu().combine_rows(gy.p, grows.p, gwc.p, slot.data(), N, K, C);
+  close(gy.host(), y, 1e-6f, 1e-7f, "combine_rows");
+  gpu().combine_rows_bwd(gdrows.p, gdw.p, gdy.p, grows.p, gwc.p, slot.data(), N, K, C);
+  close(gdrows.host(), drows, 0.f, 0.f, "combine_rows_bwd rows (bit-exact)");
+  close(gdw.host(), dw, 1e-6f, 1e-7f, "combine_rows_bwd weights");
+  gpu().router_topk_bwd(gdz.p, gpc.p, glc.p, gwc.p, gdwk.p, ex.data(), balance.data(), 0.004, N, E, K, T);
+  close(gdz.host(), dz, 1e-6f, 1e-7f, "router backward");
+}
+
 int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
   bool listing = false;

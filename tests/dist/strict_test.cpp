@@ -101,7 +101,7 @@ TEST_CASE("strict device: tp2, tp2+sp (gpt2-tiny: a learned position table) and 
   }
 }
 
-TEST_CASE("strict device: a MoE llama-tiny on one rank and under ep2 (routing on the host, rows by the device's copies) equals the CPU run") {
+TEST_CASE("strict device: a MoE llama-tiny on one rank and under ep2 (routing and row moves as op-table kernels) equals the CPU run") {
   LayoutRuns runs(std::string(kLlama) + "\n[model.moe]\nexperts = 4\ntop_k = 2\nevery = 2\ncapacity_factor = 1.0", kTrain);
   for (const char* layout : {"--set parallel.nproc=1", "--set parallel.nproc=2 --set parallel.ep=2"}) {
     const std::string sets = layout;

@@ -97,6 +97,58 @@ TEST_CASE("strict device: sum_squares_multi equals one sum_squares per tensor, w
   for (size_t t = 0; t < xs.size(); ++t) CHECK(sums[t] == loom::cpu::sum_squares(xs[t].data(), n[t]));
 }
 
+// The MoE routing entries through the stream workers: the probabilities and weights stay in
+// device memory, the experts chosen and the sequences' sums reach host arrays after one wait,
+// and the row moves read their indices from host arrays; everything equals the CPU kernels.
+// Only the explicit copies back count as data read out of device memory.
+TEST_CASE("strict device: the MoE routing entries equal the CPU kernels bit for bit, handing the host only experts and sums") {
+  const loom_ops* o = loom::strict::ops();
+  const int64_t N = 12, E = 5, K = 2, T = 4, B = N / T, C = 7;
+  const auto z = random_floats(N * E, 11);
+  std::vector<float> p(N * E), lse(N), w(N * K);
+  std::vector<int32_t> ex(N * K), ex_s(N * K, -1);
+  std::vector<double> seq(B * (E + 1)), seq_s(B * (E + 1), -1.0);
+  loom::cpu::router_topk(p.data(), lse.data(), w.data(), ex.data(), seq.data(), z.data(), N, E, K, T);
+  float *dz = to_device(o, z), *dp = to_device(o, p), *dl = to_device(o, lse), *dw = to_device(o, w);
+  const int64_t waits = loom::strict::host_waits(), read = loom::strict::host_read_bytes();
+  o->router_topk(dp, dl, dw, ex_s.data(), seq_s.data(), dz, N, E, K, T);
+  CHECK(loom::strict::host_waits() - waits == 1);
+  CHECK(loom::strict::host_read_bytes() == read);  // kernel outputs, not copies
+  CHECK(ex_s == ex);
+  CHECK(seq_s == seq);
+  CHECK(to_host(o, dp, N * E) == p);
+  CHECK(loom::strict::host_read_bytes() - read == N * E * 4);  // the copy back counts
+  CHECK(to_host(o, dw, N * K) == w);
+
+  std::vector<int32_t> slot(N * K), token;
+  for (int64_t i = 0; i < N * K; ++i) {  // every fifth choice dropped; the rest in token order
+    slot[i] = i % 5 == 3 ? -1 : static_cast<int32_t>(token.size());
+    if (slot[i] >= 0) token.push_back(static_cast<int32_t>(i / K));
+  }
+  const int64_t R = static_cast<int64_t>(token.size());
+  const auto h = random_floats(N * C, 12), dy = random_floats(N * C, 13), dwk = random_floats(N * K, 14);
+  std::vector<float> rows(R * C), y(N * C), drows(R * C), dwc(N * K), dlog(N * E);
+  std::vector<double> balance = {0.1, 0.0, -0.2, 0.3, 0.05, 0.0, 0.0, 0.1, 0.2, 0.0, 0.4, 0.0, 0.0, 0.3, 0.1};
+  loom::cpu::gather_rows(rows.data(), h.data(), token.data(), R, C);
+  loom::cpu::combine_rows(y.data(), rows.data(), w.data(), slot.data(), N, K, C);
+  loom::cpu::combine_rows_bwd(drows.data(), dwc.data(), dy.data(), rows.data(), w.data(), slot.data(), N, K, C);
+  loom::cpu::router_topk_bwd(dlog.data(), p.data(), lse.data(), w.data(), dwk.data(), ex.data(), balance.data(), 0.02,
+                             N, E, K, T);
+  float *dh = to_device(o, h), *drw = to_device(o, std::vector<float>(R * C)), *dyd = to_device(o, dy);
+  float *dyv = to_device(o, std::vector<float>(N * C)), *ddr = to_device(o, std::vector<float>(R * C));
+  float *ddw = to_device(o, std::vector<float>(N * K)), *dwkd = to_device(o, dwk), *ddl = to_device(o, dlog);
+  o->gather_rows(drw, dh, token.data(), R, C);
+  o->combine_rows(dyv, drw, dw, slot.data(), N, K, C);
+  o->combine_rows_bwd(ddr, ddw, dyd, drw, dw, slot.data(), N, K, C);
+  o->router_topk_bwd(ddl, dp, dl, dw, dwkd, ex.data(), balance.data(), 0.02, N, E, K, T);
+  CHECK(to_host(o, drw, R * C) == rows);
+  CHECK(to_host(o, dyv, N * C) == y);
+  CHECK(to_host(o, ddr, R * C) == drows);
+  CHECK(to_host(o, ddw, N * K) == dwc);
+  CHECK(to_host(o, ddl, N * E) == dlog);
+  CHECK(dwc[3] == 0.f);  // a dropped choice's weight gets no gradient
+}
+
 TEST_CASE("what config check reads of each device's memory without the device is what its table declares") {
   CHECK(loom::ops::declared_host_reachable("cpu") == (loom::ops::cpu()->host_reachable == 1));
   CHECK(loom::ops::declared_host_reachable("strict") == (loom::strict::ops()->host_reachable == 1));

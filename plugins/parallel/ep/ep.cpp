@@ -84,10 +84,21 @@ class Ep : public loom::sdk::ExpertPlugin {
       for (int j = 0; j < local_; ++j) r[d] += counts[d * local_ + j];
     return r;
   }
-  // The rows between the all-to-all and the regrouping (calls are synchronous: one buffer).
+  // The rows between the all-to-all and the regrouping (calls are synchronous: one buffer), on
+  // the rows' device, so that neither the exchange nor the regrouping goes through the host.
   loom_tensor staging(int32_t dtype, int64_t n) {
-    staged_.resize(n * loom::sdk::element_size(dtype));
-    return loom::sdk::flat_tensor(staged_.data(), static_cast<loom_dtype>(dtype), n);
+    const int64_t bytes = n * static_cast<int64_t>(loom::sdk::element_size(dtype));
+    void* p = nullptr;
+    if (!device_) {
+      staged_.resize(static_cast<size_t>(bytes));
+      p = staged_.data();
+    } else if (!staged_device_.data()) {
+      staged_device_ = loom::sdk::DeviceArray<char>(host_.raw(), device_, bytes, "ep's dispatch staging");
+      p = staged_device_.data();
+    } else {
+      p = staged_device_.at_least(bytes);
+    }
+    return loom::sdk::flat_tensor(p, static_cast<loom_dtype>(dtype), n);
   }
   static int64_t total(const std::vector<int64_t>& v) {
     int64_t s = 0;
@@ -143,7 +154,8 @@ class Ep : public loom::sdk::ExpertPlugin {
   const loom_ops* device_;
   loom_expert_context ctx_{};
   int n_ = 1, rank_ = 0, local_ = 0;
-  std::vector<char> staged_;
+  std::vector<char> staged_;                       // without a device table (never when training)
+  loom::sdk::DeviceArray<char> staged_device_;      // with one
 };
 
 }  // namespace

@@ -99,6 +99,17 @@ void xent_stats(float* stats, const float* z, const int32_t* targets, const floa
 void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats, int64_t N,
                int64_t ld, int64_t cols, int64_t first, float dloss);
 
+// A mixture-of-experts layer's routing and row moves (ABI 2.6; loom/ops.h).
+void router_topk(float* probs, float* lse, float* weights, int32_t* experts, double* seq, const float* logits,
+                 int64_t N, int64_t E, int64_t K, int64_t T);
+void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const float* weights, const float* dw,
+                     const int32_t* experts, const double* balance, double z_scale, int64_t N, int64_t E, int64_t K,
+                     int64_t T);
+void gather_rows(float* dst, const float* src, const int32_t* index, int64_t rows, int64_t C);
+void combine_rows(float* y, const float* rows, const float* w, const int32_t* slot, int64_t N, int64_t K, int64_t C);
+void combine_rows_bwd(float* drows, float* dw, const float* dy, const float* rows, const float* w, const int32_t* slot,
+                      int64_t N, int64_t K, int64_t C);
+
 // Threads for OpenMP kernels and OpenBLAS; 0 = all cores. Returns the count in use.
 int set_threads(int n);
 

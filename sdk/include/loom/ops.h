@@ -226,6 +226,41 @@ typedef struct loom_ops {
   void (*xent_grad)(float* z, float* losses, const int32_t* targets, const float* mx,
                     const float* stats, int64_t N, int64_t ld, int64_t cols, int64_t first,
                     float dloss);
+
+  /* ---- added in ABI 2.6 (check LOOM_HAS_FIELD before use) ----
+   * A mixture-of-experts layer's routing and row moves, as kernels: the router's probabilities
+   * and the experts' rows stay on the device, and the host receives only what dispatch and the
+   * statistics need (each token's experts and each sequence's sums). Rows are tokens t < N, in
+   * sequences of T rows (N a multiple of T, b = t / T), E experts, K choices per token.
+   * router_topk, per row of logits [N, E], in double: m = max_e z, s = sum_e exp(z - m),
+   * probs[t, e] = exp(z - m) / s, lse[t] = m + log s; experts[t, k] is the k-th largest
+   * probability (ties to the lower expert); weights[t, k] = p_k / sum_j p_j for K > 1, p_0 for
+   * K = 1. seq[b, e] = sum of probs[t, e] over the rows of sequence b (e < E) and
+   * seq[b, E] = sum of lse[t]^2 over them, each in double in row order. experts and seq may be
+   * host memory (the host waits). */
+  void (*router_topk)(float* probs, float* lse, float* weights, int32_t* experts, double* seq,
+                      const float* logits, int64_t N, int64_t E, int64_t K, int64_t T);
+  /* Its backward, in double per row: dp[e] = balance[b, e], plus at e = experts[t, k]
+   * (dw[t, k] - sum_j dw[t, j] weights[t, j]) / sum_j probs[t, experts[t, j]] for K > 1, or
+   * dw[t, 0] for K = 1; then dlogits[t, e] = p_e (dp[e] - sum_e' p_e' dp[e']) + z_scale lse[t] p_e.
+   * experts and balance ([N / T, E]) may be host memory (staged). */
+  void (*router_topk_bwd)(float* dlogits, const float* probs, const float* lse,
+                          const float* weights, const float* dw, const int32_t* experts,
+                          const double* balance, double z_scale, int64_t N, int64_t E, int64_t K,
+                          int64_t T);
+  /* dst[r, :] = src[index[r], :] for r < rows, rows of C floats; index may be host memory. */
+  void (*gather_rows)(float* dst, const float* src, const int32_t* index, int64_t rows,
+                      int64_t C);
+  /* y[t, :] = sum over k < K in order, where slot[t K + k] >= 0, of
+   * w[t K + k] rows[slot[t K + k], :] (w null: weight 1); a token with no slot gets 0. slot may
+   * be host memory. */
+  void (*combine_rows)(float* y, const float* rows, const float* w, const int32_t* slot,
+                       int64_t N, int64_t K, int64_t C);
+  /* Its backward for i = t K + k with slot[i] >= 0: drows[slot[i], :] = w[i] dy[t, :] and
+   * dw[i] = sum_j dy[t, j] rows[slot[i], j] in double; dw[i] = 0 where slot[i] < 0. Every row
+   * of drows is some slot's (slots are distinct). slot may be host memory. */
+  void (*combine_rows_bwd)(float* drows, float* dw, const float* dy, const float* rows,
+                           const float* w, const int32_t* slot, int64_t N, int64_t K, int64_t C);
 } loom_ops;
 
 #define LOOM_BLOCKS_SUM 1
