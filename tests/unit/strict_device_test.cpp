@@ -109,7 +109,9 @@ TEST_CASE("strict device: the MoE routing entries equal the CPU kernels bit for 
   std::vector<int32_t> ex(N * K), ex_s(N * K, -1);
   std::vector<double> seq(B * (E + 1)), seq_s(B * (E + 1), -1.0);
   loom::cpu::router_topk(p.data(), lse.data(), w.data(), ex.data(), seq.data(), z.data(), N, E, K, T);
-  float *dz = to_device(o, z), *dp = to_device(o, p), *dl = to_device(o, lse), *dw = to_device(o, w);
+  auto sentinel = [](int64_t n) { return std::vector<float>(n, -7.f); };  // what no kernel writes
+  float *dz = to_device(o, z), *dp = to_device(o, sentinel(N * E)), *dl = to_device(o, sentinel(N));
+  float* dw = to_device(o, sentinel(N * K));
   const int64_t waits = loom::strict::host_waits(), read = loom::strict::host_read_bytes();
   o->router_topk(dp, dl, dw, ex_s.data(), seq_s.data(), dz, N, E, K, T);
   CHECK(loom::strict::host_waits() - waits == 1);
@@ -134,9 +136,9 @@ TEST_CASE("strict device: the MoE routing entries equal the CPU kernels bit for 
   loom::cpu::combine_rows_bwd(drows.data(), dwc.data(), dy.data(), rows.data(), w.data(), slot.data(), N, K, C);
   loom::cpu::router_topk_bwd(dlog.data(), p.data(), lse.data(), w.data(), dwk.data(), ex.data(), balance.data(), 0.02,
                              N, E, K, T);
-  float *dh = to_device(o, h), *drw = to_device(o, std::vector<float>(R * C)), *dyd = to_device(o, dy);
-  float *dyv = to_device(o, std::vector<float>(N * C)), *ddr = to_device(o, std::vector<float>(R * C));
-  float *ddw = to_device(o, std::vector<float>(N * K)), *dwkd = to_device(o, dwk), *ddl = to_device(o, dlog);
+  float *dh = to_device(o, h), *drw = to_device(o, sentinel(R * C)), *dyd = to_device(o, dy);
+  float *dyv = to_device(o, sentinel(N * C)), *ddr = to_device(o, sentinel(R * C));
+  float *ddw = to_device(o, sentinel(N * K)), *dwkd = to_device(o, dwk), *ddl = to_device(o, sentinel(N * E));
   o->gather_rows(drw, dh, token.data(), R, C);
   o->combine_rows(dyv, drw, dw, slot.data(), N, K, C);
   o->combine_rows_bwd(ddr, ddw, dyd, drw, dw, slot.data(), N, K, C);

@@ -11,7 +11,8 @@
 //   combine_rows: y_t = sum_k w_tk rows_slot[tk] over kept slots, k in order
 //   combine_rows_bwd: drows_slot[tk] = w_tk dy_t;  dw_tk = sum_j dy_tj rows_slot[tk],j in double
 // One thread per token for the routing (E and K are small: a row's loops are the CPU's, in its
-// order, so only exp and log's last bit can differ), per sequence and statistic for the sums,
+// order, so only exp and log's last bit and nvcc's fused multiply-adds can differ), per sequence
+// and statistic for the sums (T rows each, in order: a long sequence's sums are a serial loop),
 // per element for the row moves, per assignment for dw. No atomics: every output has one writer.
 #pragma once
 
