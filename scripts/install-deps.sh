@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Installs every package Loom needs on Debian 12, skipping what is already present.
 # Idempotent: a second run installs nothing and does not touch the network.
+#   scripts/install-deps.sh [--bench]   --bench: also the baselines bench/ measures against (below)
 set -euo pipefail
+
+bench=0
+for arg in "$@"; do
+  case $arg in
+    --bench) bench=1 ;;
+    *) echo "install-deps: unknown option $arg (the one option is --bench)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   build-essential g++ cmake pkg-config
@@ -37,6 +46,23 @@ python_references() {
   "$venv/bin/pip" install -q "tokenizers>=0.19,<1" "transformers==4.44.2" "safetensors>=0.4" "tensorboard>=2.14,<3"
 }
 
+# The baselines bench/ compares Loom with that the tests do not need: PyTorch 2.15 from PyPI and
+# transformers, in .venv-bench (bench/cpu_profile.sh). PyPI's Linux wheel is the CUDA build, about
+# 3 GB with its NVIDIA libraries; on a CPU it runs its own MKL and oneDNN kernels, as a user's
+# `pip install torch` does (Debian's 1.13 in .venv is a generic build, far slower). Only with --bench.
+bench_baselines() {
+  local root venv
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  venv="$root/.venv-bench"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import torch, transformers" 2>/dev/null; then
+    echo "[install] bench baselines present in $venv"
+    return
+  fi
+  echo "[install] bench baselines (PyTorch 2.15, transformers) into $venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "torch==2.15.0" "transformers==5.25.0"
+}
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -47,6 +73,7 @@ done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "[install] all ${#packages[@]} packages present"
   python_references
+  [ "$bench" -eq 0 ] || bench_baselines
   exit 0
 fi
 
@@ -57,3 +84,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -q
 "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
 python_references
+[ "$bench" -eq 0 ] || bench_baselines
