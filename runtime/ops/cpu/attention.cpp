@@ -3,6 +3,14 @@
 // and keys in blocks of kBc columns, so the largest score buffer is kBr x kBc, never T x T. A
 // query head reads its group's key/value head where it lies: K and V are never repeated in memory
 // (each thread copies the one head it works on, as for multi-head attention).
+//
+// Each tile's products are small GEMMs through OpenBLAS (single-threaded inside the parallel
+// region): S = Q_i K_j^T and out += P V_j forward; S, dP = dO_i V_j^T, then dV_j += P^T dO_i,
+// dK_j += dS^T Q_i and dQ_i += dS K_j backward, with P and dS zero past the causal limit. As
+// FlashAttention-2 does on a GPU, the work between the products is element-wise on one tile, so
+// the products run at GEMM speed rather than as one multiply-add per score and channel.
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -15,12 +23,11 @@ namespace loom::cpu {
 
 namespace {
 
-constexpr int64_t kBr = 32;  // query rows per tile
+constexpr int64_t kBr = 64;  // query rows per tile
 constexpr int64_t kBc = 64;  // key columns per tile
 
 // One query head of one sequence and its key/value head, copied out of the strided rows into
-// contiguous buffers: q (Tq x D, pre-scaled by 1/sqrt(D)), k and v (Tk x D) and the transposes
-// kt, vt (D x Tk) that let score tiles be built as outer products with unit-stride inner loops.
+// contiguous buffers: q (Tq x D, pre-scaled by 1/sqrt(D)), k and v (Tk x D).
 struct Layout {
   const float *q, *k, *v;
   int64_t ldq, ldkv, Tq, Tk, H, Hkv, D;
@@ -28,12 +35,11 @@ struct Layout {
 };
 
 struct HeadView {
-  std::vector<float> q, k, v, kt, vt;
-  void load(const Layout& L, int64_t b, int64_t h, bool need_vt) {
+  std::vector<float> q, k, v;
+  void load(const Layout& L, int64_t b, int64_t h) {
     const int64_t Tq = L.Tq, Tk = L.Tk, D = L.D, g = L.group(h);
     float s = 1.f / std::sqrt(static_cast<float>(D));
-    q.resize(Tq * D), k.resize(Tk * D), v.resize(Tk * D), kt.resize(D * Tk);
-    if (need_vt) vt.resize(D * Tk);
+    q.resize(Tq * D), k.resize(Tk * D), v.resize(Tk * D);
     for (int64_t t = 0; t < Tq; ++t) {
       const float* qr = L.q + (b * Tq + t) * L.ldq + h * D;
       for (int64_t d = 0; d < D; ++d) q[t * D + d] = qr[d] * s;
@@ -44,8 +50,6 @@ struct HeadView {
       for (int64_t d = 0; d < D; ++d) {
         k[t * D + d] = kr[d];
         v[t * D + d] = vr[d];
-        kt[d * Tk + t] = kr[d];
-        if (need_vt) vt[d * Tk + t] = vr[d];
       }
     }
   }
@@ -62,22 +66,6 @@ std::vector<int64_t> visible_keys(int64_t Tq, int64_t Tk, const int64_t* qpos, c
     n[i] = j;
   }
   return n;
-}
-
-// S[r, c] = sum_d A[i0 + r, d] * Bt[d, j0 + c]   for r < rows, c < cols   (A is _ x D, Bt D x Tk)
-void score_tile(float* S, const float* A, const float* Bt, int64_t i0, int64_t rows, int64_t j0,
-                int64_t cols, int64_t Tk, int64_t D) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* s = S + r * kBc;
-    for (int64_t c = 0; c < cols; ++c) s[c] = 0.f;
-    const float* a = A + (i0 + r) * D;
-    for (int64_t d = 0; d < D; ++d) {
-      const float ad = a[d];
-      const float* bt = Bt + d * Tk + j0;
-#pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) s[c] += ad * bt[c];
-    }
-  }
 }
 
 // dk[b, t, g] = sum over the heads h of group g (in order) of share_dk[b, h, t]; dv likewise.
@@ -121,7 +109,7 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
-        hv.load(L, b, h, false);
+        hv.load(L, b, h);
         for (int64_t i0 = 0; i0 < Tq; i0 += kBr) {
           int64_t rows = std::min(kBr, Tq - i0);
           const int64_t keys = visible[i0 + rows - 1];  // the tile's last row sees the most
@@ -130,31 +118,31 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
           std::fill(acc.begin(), acc.end(), 0.f);
           for (int64_t j0 = 0; j0 < keys; j0 += kBc) {
             int64_t cols = std::min(kBc, keys - j0);
-            score_tile(S.data(), hv.q.data(), hv.kt.data(), i0, rows, j0, cols, Tk, D);
+            // S = Q_i K_j^T
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f, hv.q.data() + i0 * D, D,
+                        hv.k.data() + j0 * D, D, 0.f, S.data(), kBc);
             for (int64_t r = 0; r < rows; ++r) {
               float* s = S.data() + r * kBc;
-              int64_t valid = std::min(cols, visible[i0 + r] - j0);  // causal limit within the tile
-              if (valid <= 0) continue;
+              int64_t valid = std::max<int64_t>(0, std::min(cols, visible[i0 + r] - j0));  // causal limit
               float mx = m[r];
               for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, s[c]);
-              float alpha = exp_fast(m[r] - mx);
+              float alpha = valid > 0 ? exp_fast(m[r] - mx) : 1.f;
               float sum = 0.f;
               for (int64_t c = 0; c < valid; ++c) {
                 s[c] = exp_fast(s[c] - mx);
                 sum += s[c];
               }
+              for (int64_t c = valid; c < cols; ++c) s[c] = 0.f;
+              if (valid == 0) continue;
               l[r] = l[r] * alpha + sum;
               m[r] = mx;
               float* a = acc.data() + r * D;
 #pragma omp simd
               for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
-              for (int64_t c = 0; c < valid; ++c) {
-                const float p = s[c];
-                const float* vj = hv.v.data() + (j0 + c) * D;
-#pragma omp simd
-                for (int64_t d = 0; d < D; ++d) a[d] += p * vj[d];
-              }
             }
+            // acc += P V_j
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols, 1.f, S.data(), kBc,
+                        hv.v.data() + j0 * D, D, 1.f, acc.data(), D);
           }
           for (int64_t r = 0; r < rows; ++r) {
             int64_t t = i0 + r;
@@ -201,7 +189,7 @@ void attention_block_bwd(float* dq_out, float* dk_out, float* dv_out, const floa
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
-        hv.load(layout, b, h, true);
+        hv.load(layout, b, h);
         dO.assign(Tq * D, 0.f), delta.assign(Tq, 0.f);
         dq.assign(Tq * D, 0.f), dk.assign(Tk * D, 0.f), dv.assign(Tk * D, 0.f);
         for (int64_t t = 0; t < Tq; ++t) {
@@ -221,31 +209,28 @@ void attention_block_bwd(float* dq_out, float* dk_out, float* dv_out, const floa
           int64_t first = std::upper_bound(visible.begin(), visible.end(), j0) - visible.begin();
           for (int64_t i0 = (first / kBr) * kBr; i0 < Tq; i0 += kBr) {
             int64_t rows = std::min(kBr, Tq - i0);
-            score_tile(S.data(), hv.q.data(), hv.kt.data(), i0, rows, j0, cols, Tk, D);
-            score_tile(dP.data(), dO.data(), hv.vt.data(), i0, rows, j0, cols, Tk, D);
-            for (int64_t r = 0; r < rows; ++r) {
-              int64_t i = i0 + r;
-              int64_t valid = std::min(cols, visible[i] - j0);
-              if (valid <= 0) continue;
+            const float *qi = hv.q.data() + i0 * D, *kj = hv.k.data() + j0 * D, *go = dO.data() + i0 * D;
+            // S = Q_i K_j^T, dP = dO_i V_j^T
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f, qi, D, kj, D, 0.f, S.data(), kBc);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f, go, D, hv.v.data() + j0 * D, D,
+                        0.f, dP.data(), kBc);
+            for (int64_t r = 0; r < rows; ++r) {  // S becomes P, dP becomes dS; 0 past the causal limit
+              const int64_t i = i0 + r, valid = std::max<int64_t>(0, std::min(cols, visible[i] - j0));
               float* s = S.data() + r * kBc;
               float* dp = dP.data() + r * kBc;
-              const float* go = dO.data() + i * D;
-              const float* qi = hv.q.data() + i * D;
-              float* dqi = dq.data() + i * D;
               for (int64_t c = 0; c < valid; ++c) {
-                float p = exp_fast(s[c] - L[i]);
-                float ds = p * (dp[c] - delta[i]);
-                float* dvj = dv.data() + (j0 + c) * D;
-                float* dkj = dk.data() + (j0 + c) * D;
-                const float* kj = hv.k.data() + (j0 + c) * D;
-#pragma omp simd
-                for (int64_t d = 0; d < D; ++d) {
-                  dvj[d] += p * go[d];
-                  dkj[d] += ds * qi[d];
-                  dqi[d] += ds * kj[d];
-                }
+                s[c] = exp_fast(s[c] - L[i]);
+                dp[c] = s[c] * (dp[c] - delta[i]);
               }
+              for (int64_t c = valid; c < cols; ++c) s[c] = dp[c] = 0.f;
             }
+            // dV_j += P^T dO_i, dK_j += dS^T Q_i, dQ_i += dS K_j
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows, 1.f, S.data(), kBc, go, D, 1.f,
+                        dv.data() + j0 * D, D);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows, 1.f, dP.data(), kBc, qi, D, 1.f,
+                        dk.data() + j0 * D, D);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols, 1.f, dP.data(), kBc, kj, D, 1.f,
+                        dq.data() + i0 * D, D);
           }
         }
         // q was pre-scaled, so dk already carries 1/sqrt(D).
