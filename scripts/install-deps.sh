@@ -30,20 +30,30 @@ packages=(
   python3-venv python3-pip     # .venv: the Python references PyPI has and Debian does not
 )
 
-# The references the tests compare against that Debian does not package (Hugging Face tokenizers,
-# transformers, safetensors, and tensorboard, which reads back Loom's event files), in .venv beside Debian's python3-torch (1.13: transformers 4.44 is
-# the newest that runs on it). Idempotent: nothing is fetched once they import.
-python_references() {
-  local root venv
-  root=$(cd "$(dirname "$0")/.." && pwd)
-  venv="$root/.venv"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import tokenizers, transformers, safetensors, tensorboard" 2>/dev/null; then
-    echo "[install] python references present in $venv"
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+# A virtual environment in which `import IMPORTS` works: left alone when it does (nothing is
+# fetched), else made with `python3 -m venv FLAGS` and the packages installed.
+#   ensure_venv DIR "IMPORTS" "FLAGS" PACKAGE...
+ensure_venv() {
+  local venv=$1 imports=$2 flags=$3
+  shift 3
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import $imports" 2>/dev/null; then
+    echo "[install] $imports present in $venv"
     return
   fi
-  echo "[install] python references into $venv"
-  /usr/bin/python3 -m venv --system-site-packages "$venv"
-  "$venv/bin/pip" install -q "tokenizers>=0.19,<1" "transformers==4.44.2" "safetensors>=0.4" "tensorboard>=2.14,<3"
+  echo "[install] $imports into $venv"
+  # shellcheck disable=SC2086  # FLAGS is a list of options, or nothing
+  /usr/bin/python3 -m venv $flags "$venv"
+  "$venv/bin/pip" install -q "$@"
+}
+
+# The references the tests compare against that Debian does not package (Hugging Face tokenizers,
+# transformers, safetensors, and tensorboard, which reads back Loom's event files), in .venv beside
+# Debian's python3-torch (1.13: transformers 4.44 is the newest that runs on it).
+python_references() {
+  ensure_venv "$root/.venv" "tokenizers, transformers, safetensors, tensorboard" --system-site-packages \
+    "tokenizers>=0.19,<1" "transformers==4.44.2" "safetensors>=0.4" "tensorboard>=2.14,<3"
 }
 
 # The baselines bench/ compares Loom with that the tests do not need: PyTorch 2.15 from PyPI and
@@ -51,16 +61,7 @@ python_references() {
 # 3 GB with its NVIDIA libraries; on a CPU it runs its own MKL and oneDNN kernels, as a user's
 # `pip install torch` does (Debian's 1.13 in .venv is a generic build, far slower). Only with --bench.
 bench_baselines() {
-  local root venv
-  root=$(cd "$(dirname "$0")/.." && pwd)
-  venv="$root/.venv-bench"
-  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import torch, transformers" 2>/dev/null; then
-    echo "[install] bench baselines present in $venv"
-    return
-  fi
-  echo "[install] bench baselines (PyTorch 2.15, transformers) into $venv"
-  /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/pip" install -q "torch==2.15.0" "transformers==5.25.0"
+  ensure_venv "$root/.venv-bench" "torch, transformers" "" "torch==2.15.0" "transformers==5.25.0"
 }
 
 missing=()
