@@ -1,13 +1,45 @@
-// The row statistics are sums over C that the compiler may only vectorise when told the order
-// is free: `omp simd reduction` sums in vector lanes, then folds the lanes. The order is fixed
-// by the build (the vector width), so a row's result does not depend on threads or layout, and
-// it differs from a serial sum only by rounding.
+// The row statistics are sums over C. A serial float sum is one long dependency chain the
+// compiler may not reorder; lane_sum keeps 8 sums in one vector (element c in lane c % 8) and
+// folds them pairwise. The order depends on C alone: not on threads, layout, or where the row
+// lies in memory (a vectoriser's own alignment peel would move elements between lanes, and the
+// same row in two buffers would normalise to different bits), so every layout gets the same bits.
 #include <cmath>
+#include <cstring>
 
 #include "ops/cpu/column_reduce.hpp"
 #include "ops/cpu/kernels.hpp"
 
 namespace loom::cpu {
+
+namespace {
+
+using Lanes = float __attribute__((vector_size(32)));
+
+// Elements c..c+7 of p as one vector (any alignment), or element c alone.
+struct Eight {
+  Lanes operator()(const float* p, int64_t c) const {
+    Lanes v;
+    std::memcpy(&v, p + c, sizeof v);
+    return v;
+  }
+};
+struct One {
+  float operator()(const float* p, int64_t c) const { return p[c]; }
+};
+
+// sum over c < C of f(load, c), f written once for a vector of 8 elements and for one.
+template <class F>
+float lane_sum(int64_t C, F f) {
+  Lanes acc = {};
+  int64_t c = 0;
+  for (; c + 8 <= C; c += 8) acc += f(Eight{}, c);
+  float a[8];
+  std::memcpy(a, &acc, sizeof a);
+  for (; c < C; ++c) a[c % 8] += f(One{}, c);
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+}  // namespace
 
 constexpr float kNormEps = 1e-5f;
 
@@ -18,13 +50,8 @@ void layernorm_fwd_eps(float* out, float* mean, float* rstd, const float* inp, c
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
-    float s = 0.f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t c = 0; c < C; ++c) s += x[c];
-    float m = s / C;
-    float v = 0.f;
-#pragma omp simd reduction(+ : v)
-    for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
+    float m = lane_sum(C, [x](auto ld, int64_t c) { return ld(x, c); }) / C;
+    float v = lane_sum(C, [x, m](auto ld, int64_t c) { return (ld(x, c) - m) * (ld(x, c) - m); });
     float r = 1.f / std::sqrt(v / C + eps);
     float* o = out + i * C;
 #pragma omp simd
@@ -48,15 +75,9 @@ void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const f
     const float* x = inp + i * C;
     const float* d = dout + i * C;
     float m = mean[i], r = rstd[i];
-    float g_mean = 0.f, gx_mean = 0.f;
-#pragma omp simd reduction(+ : g_mean, gx_mean)
-    for (int64_t c = 0; c < C; ++c) {
-      float g = d[c] * w[c];
-      g_mean += g;
-      gx_mean += g * (x[c] - m) * r;
-    }
-    g_mean /= C;
-    gx_mean /= C;
+    const float g_mean = lane_sum(C, [d, w](auto ld, int64_t c) { return ld(d, c) * ld(w, c); }) / C;
+    const float gx_mean =
+        lane_sum(C, [d, w, x, m, r](auto ld, int64_t c) { return ld(d, c) * ld(w, c) * (ld(x, c) - m) * r; }) / C;
     float* dx = dinp + i * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
@@ -76,9 +97,7 @@ void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, 
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
-    float ss = 0.f;
-#pragma omp simd reduction(+ : ss)
-    for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
+    const float ss = lane_sum(C, [x](auto ld, int64_t c) { return ld(x, c) * ld(x, c); });
     float r = 1.f / std::sqrt(ss / C + eps);
     float* o = out + i * C;
 #pragma omp simd
@@ -100,10 +119,8 @@ void rmsnorm_bwd(float* dinp, float* dw, const float* dout, const float* inp, co
     const float* x = inp + i * C;
     const float* d = dout + i * C;
     float r = rstd[i];
-    float gx_mean = 0.f;
-#pragma omp simd reduction(+ : gx_mean)
-    for (int64_t c = 0; c < C; ++c) gx_mean += d[c] * w[c] * x[c] * r;
-    gx_mean /= C;
+    const float gx_mean =
+        lane_sum(C, [d, w, x, r](auto ld, int64_t c) { return ld(d, c) * ld(w, c) * ld(x, c) * r; }) / C;
     float* dx = dinp + i * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) dx[c] = r * (d[c] * w[c] - x[c] * r * gx_mean);
