@@ -56,6 +56,7 @@ for f in fams:
     print(f"  {f:22} {loom[f]:9.1f} {torch[f]:9.1f} {ratio}")
 outside = {name: sum(r[f] for f in fams if f != "gemm") for name, r in (("loom", loom), ("torch", torch))}
 print(f"  {'outside the GEMMs':22} {outside['loom']:9.1f} {outside['torch']:9.1f} {outside['loom'] / outside['torch']:13.2f}")
-print("  (families from each side's profiled run: PyTorch's include torch.profiler's cost, mostly in framework)")
+print("  (families from each side's profiled run: PyTorch's include torch.profiler's cost, mostly in framework;")
+print("   PyTorch's linear layers add their bias inside addmm (gemm), Loom's in bias_add (elementwise+copies))")
 PY
 done

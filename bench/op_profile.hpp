@@ -97,6 +97,19 @@ inline loom_ops profiled(const loom_ops* base) {
   LOOM_TIMED(scale, kElementwise);
   LOOM_TIMED(copy, kElementwise);
   LOOM_TIMED(zero, kElementwise);
+  LOOM_TIMED(quantize, kElementwise);  // narrow formats and wires
+  LOOM_TIMED(to_bf16, kElementwise);
+  LOOM_TIMED(from_bf16, kElementwise);
+  LOOM_TIMED(encode_blocks, kElementwise);
+  LOOM_TIMED(decode_blocks, kElementwise);
+  LOOM_TIMED(row_max, kLoss);  // the vocab-parallel loss
+  LOOM_TIMED(xent_stats, kLoss);
+  LOOM_TIMED(xent_grad, kLoss);
+  LOOM_TIMED(router_topk, kActivation);  // MoE routing, with the MLP it routes to
+  LOOM_TIMED(router_topk_bwd, kActivation);
+  LOOM_TIMED(gather_rows, kElementwise);
+  LOOM_TIMED(combine_rows, kElementwise);
+  LOOM_TIMED(combine_rows_bwd, kElementwise);
 #undef LOOM_TIMED
   return t;
 }

@@ -203,6 +203,41 @@ TEST_CASE("tiled attention equals the naive reference, including ragged tiles") 
   check_attention({1, 130, 1, 64});
 }
 
+// Context parallelism's form: all T queries against the keys in two blocks of T / 2 at their
+// positions, merged, equal the whole causal attention; backward, each block's dk and dv are the
+// whole's rows and the blocks' dq add up to the whole's. T = 300 gives several 64-row tiles, a
+// ragged last one, and key blocks that start inside a query tile.
+TEST_CASE("attention over two positioned key blocks, merged, equals the whole attention, forward and backward") {
+  const int64_t T = 300, Tk = T / 2, H = 2, Hkv = 1, D = 16, ldq = H * D, ldkv = Hkv * D;
+  const auto q = randn(T * ldq, 31), k = randn(T * ldkv, 32), v = randn(T * ldkv, 33), dout = randn(T * ldq, 34);
+  std::vector<int64_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = t;
+  std::vector<float> out(T * ldq), lse(H * T), part(T * ldq), part_lse(H * T), merged(T * ldq), merged_lse(H * T);
+  cpu::attention_gqa_fwd(out.data(), lse.data(), q.data(), k.data(), v.data(), ldq, ldkv, 1, T, H, Hkv, D);
+  for (int64_t blk = 0; blk < 2; ++blk) {
+    float* o = blk == 0 ? merged.data() : part.data();
+    float* l = blk == 0 ? merged_lse.data() : part_lse.data();
+    cpu::attention_block_fwd(o, l, q.data(), k.data() + blk * Tk * ldkv, v.data() + blk * Tk * ldkv, ldq, ldkv, 1, T,
+                             Tk, H, Hkv, D, pos.data(), pos.data() + blk * Tk);
+  }
+  cpu::attention_merge(merged.data(), merged_lse.data(), part.data(), part_lse.data(), 1, T, H, D);
+  CHECK(max_abs_diff(merged, out) < 1e-5);
+  CHECK(max_abs_diff(merged_lse, lse) < 1e-5);
+  std::vector<float> dq(T * ldq), dk(T * ldkv), dv(T * ldkv), dq_sum(T * ldq, 0.f), dk_blk(T * ldkv), dv_blk(T * ldkv);
+  cpu::attention_gqa_bwd(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
+                         lse.data(), ldq, ldkv, 1, T, H, Hkv, D);
+  for (int64_t blk = 0; blk < 2; ++blk) {
+    std::vector<float> dq_part(T * ldq);
+    cpu::attention_block_bwd(dq_part.data(), dk_blk.data() + blk * Tk * ldkv, dv_blk.data() + blk * Tk * ldkv,
+                             dout.data(), q.data(), k.data() + blk * Tk * ldkv, v.data() + blk * Tk * ldkv, out.data(),
+                             lse.data(), ldq, ldkv, 1, T, Tk, H, Hkv, D, pos.data(), pos.data() + blk * Tk);
+    for (int64_t i = 0; i < T * ldq; ++i) dq_sum[i] += dq_part[i];
+  }
+  CHECK(max_abs_diff(dq_sum, dq) < 1e-4);
+  CHECK(max_abs_diff(dk_blk, dk) < 1e-4);
+  CHECK(max_abs_diff(dv_blk, dv) < 1e-4);
+}
+
 TEST_CASE("attention backward matches finite differences") {
   const int64_t B = 1, T = 5, H = 2, D = 3, C = H * D;
   auto qkv = randn(B * T * 3 * C, 24), r = randn(B * T * C, 25);
