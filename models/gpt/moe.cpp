@@ -135,19 +135,6 @@ void MoeMlp::choose_experts(const Tensor& h, int64_t T, Acts& a) {
   for (int32_t e : a.expert) ++a.load[e];
 }
 
-namespace {
-
-// Sequence b's choices and probability sums from this rank's rows alone (whole sequences here).
-void local_choices(const std::vector<double>& seq, const std::vector<int32_t>& expert, int64_t B, int64_t E,
-                   std::vector<int32_t>& out_expert, std::vector<double>& psum) {
-  out_expert = expert;
-  psum.assign(B * E, 0.0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t e = 0; e < E; ++e) psum[b * E + e] = seq[b * (E + 1) + e];
-}
-
-}  // namespace
-
 // Routing groups are sequences: capacity, f_e and P_e are each sequence's own, over all its
 // positions, whichever ranks hold them, so they do not depend on the layout.
 void MoeMlp::route(const Tensor& h, int64_t T, Acts& a) {
@@ -162,16 +149,16 @@ void MoeMlp::route(const Tensor& h, int64_t T, Acts& a) {
   const ContextAttention* cp = api_.context();
   seqs.L = cp ? cp->seq_len() : T;
   for (int64_t i = 0; i < T; ++i) seqs.position.push_back(cp ? cp->position(i) : i);
-  if (!cp) {
-    local_choices(a.seq, a.expert, seqs.B, E, seqs.expert, seqs.psum);
+  if (!cp) {  // whole sequences here: router_topk's sums are theirs
+    seqs.expert = a.expert;
+    seqs.psum.assign(seqs.B * E, 0.0);
+    for (int64_t b = 0; b < seqs.B; ++b)
+      for (int64_t e = 0; e < E; ++e) seqs.psum[b * E + e] = a.seq[b * (E + 1) + e];
   } else {  // [positions (T) | per sequence: experts (T K), probability sums (E)] from every cp rank
     std::vector<double> mine(seqs.position.begin(), seqs.position.end());
-    std::vector<int32_t> ex;
-    std::vector<double> psum;
-    local_choices(a.seq, a.expert, seqs.B, E, ex, psum);
     for (int64_t b = 0; b < seqs.B; ++b) {
-      for (int64_t i = 0; i < T * K; ++i) mine.push_back(ex[b * T * K + i]);
-      for (int64_t e = 0; e < E; ++e) mine.push_back(psum[b * E + e]);
+      for (int64_t i = 0; i < T * K; ++i) mine.push_back(a.expert[b * T * K + i]);
+      for (int64_t e = 0; e < E; ++e) mine.push_back(a.seq[b * (E + 1) + e]);
     }
     const std::vector<double> all = cp->all_gather(mine);
     const int64_t per = static_cast<int64_t>(mine.size());

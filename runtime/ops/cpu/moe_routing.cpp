@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "ops/cpu/kernels.hpp"
 
@@ -38,6 +37,15 @@ void route_row(float* p, float* lse, float* w, int32_t* ex, const float* z, int6
   double sum = 0;
   for (int64_t k = 0; k < K; ++k) sum += p[ex[k]];
   for (int64_t k = 0; k < K; ++k) w[k] = K > 1 ? static_cast<float>(p[ex[k]] / sum) : p[ex[k]];
+}
+
+// dp_e of a token: its sequence's balance term, plus its choice's weight gradient when e is one
+// of its experts (renormalised for K > 1). Recomputed per e rather than stored: no per-token array.
+double router_dp(int64_t e, const double* bal, const int32_t* ex, const float* dwt, double dot, double S, int64_t K) {
+  double dp = bal[e];
+  for (int64_t k = 0; k < K; ++k)
+    if (ex[k] == e) dp += K > 1 ? (dwt[k] - dot) / S : static_cast<double>(dwt[k]);
+  return dp;
 }
 
 }  // namespace
@@ -67,18 +75,14 @@ void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const
     const float* p = probs + t * E;
     const int32_t* ex = experts + t * K;
     const float *dwt = dw + t * K, *wt = weights + t * K;
-    std::vector<double> dp(balance + (t / T) * E, balance + (t / T + 1) * E);
-    if (K > 1) {
-      double S = 0, dot = 0;
-      for (int64_t k = 0; k < K; ++k) S += p[ex[k]], dot += static_cast<double>(dwt[k]) * wt[k];
-      for (int64_t k = 0; k < K; ++k) dp[ex[k]] += (dwt[k] - dot) / S;
-    } else {
-      dp[ex[0]] += dwt[0];
-    }
+    const double* bal = balance + (t / T) * E;
+    double S = 0, dot = 0;
+    for (int64_t k = 0; k < K; ++k) S += p[ex[k]], dot += static_cast<double>(dwt[k]) * wt[k];
     double mean = 0;
-    for (int64_t e = 0; e < E; ++e) mean += p[e] * dp[e];
+    for (int64_t e = 0; e < E; ++e) mean += p[e] * router_dp(e, bal, ex, dwt, dot, S, K);
     const double zgrad = z_scale * lse[t];
-    for (int64_t e = 0; e < E; ++e) dlogits[t * E + e] = static_cast<float>(p[e] * (dp[e] - mean) + zgrad * p[e]);
+    for (int64_t e = 0; e < E; ++e)
+      dlogits[t * E + e] = static_cast<float>(p[e] * (router_dp(e, bal, ex, dwt, dot, S, K) - mean) + zgrad * p[e]);
   }
 }
 
