@@ -77,7 +77,7 @@ struct Update {
 
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
-  gpt::GptConfig c;  // GPT-2: learned positions, LayerNorm, tanh GELU, biases, tied head
+  model::Config c;  // GPT-2: learned positions, LayerNorm, tanh GELU, biases, tied head
   c.n_layer = a.layers, c.n_head = a.heads, c.d_model = a.d, c.d_ff = 4 * a.d, c.vocab_size = a.vocab, c.seq_len = a.T;
   cpu::set_threads(a.threads);
   const loom_ops timed = bench::profiled(ops::cpu());

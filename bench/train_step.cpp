@@ -27,7 +27,7 @@ struct Row {
   double mean_s, best_s, flops_per_token;
 };
 
-Row time_steps(const gpt::GptConfig& c, int batch, int steps) {
+Row time_steps(const model::Config& c, int batch, int steps) {
   const int T = static_cast<int>(c.seq_len);
   LayerApi api(ops::cpu());
   ParamStore ps;
@@ -62,13 +62,13 @@ int main(int argc, char** argv) {
     else if (a == "--batch") batch = v;
     else if (a == "--steps") steps = v;
   }
-  gpt::GptConfig gpt2;
+  model::Config gpt2;
   gpt2.n_layer = 6, gpt2.n_head = 6, gpt2.d_model = 384, gpt2.d_ff = 1536, gpt2.vocab_size = 256, gpt2.seq_len = 256;
-  gpt::GptConfig llama = gpt2;
+  model::Config llama = gpt2;
   llama.n_kv_head = 2, llama.positions = "rope", llama.norm = "rmsnorm", llama.mlp = "swiglu", llama.bias = false;
   llama.tied_embeddings = false;
   llama.d_ff = 1024;  // 2/3 of 4 d_model, a multiple of 256 (Llama's rounding)
-  gpt::GptConfig full = llama;
+  model::Config full = llama;
   full.recompute = "full";
   const int T = static_cast<int>(gpt2.seq_len);
 

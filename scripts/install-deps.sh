@@ -21,6 +21,7 @@ packages=(
   zlib1g-dev libzstd-dev zstd libsimdjson-dev  # JSONL corpora, compressed, in `loom data prepare`
   libprotobuf-dev protobuf-compiler  # TensorBoard event files ([run] tensorboard)
   clang libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan and UBSan
+  clang-format               # scripts/check-format.sh: the tree as .clang-format writes it
   libgloo-dev libopenmpi-dev openmpi-bin
   slurmctld slurmd slurm-client
   iproute2 util-linux ethtool  # scripts/local-cluster.sh: namespaces (ip), nsenter, unshare; offloads off for loom-netfault

@@ -6,7 +6,7 @@
 
 namespace loom::gpt {
 
-Gpt::Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bool profile,
+Gpt::Gpt(const model::Config& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bool profile,
          const std::vector<int>& only)
     : c_(c), api_(api) {
   // The layout's fit to this model (heads, d_ff and rows over tp, MoE without sp) is checked before
@@ -183,3 +183,13 @@ void Gpt::backward(const Microbatch& mb, const std::function<void(size_t)>& afte
 }
 
 }  // namespace loom::gpt
+
+namespace loom::model {
+
+// The one place that names the implementation of model::Model.
+std::unique_ptr<Model> build(const Config& c, LayerApi& api, ParamStore& params, int64_t max_rows, bool profile,
+                             const std::vector<int>& only) {
+  return std::make_unique<gpt::Gpt>(c, api, params, max_rows, profile, only);
+}
+
+}  // namespace loom::model

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "gpt/config.hpp"
+#include "model/config.hpp"
 #include "gpt/layers.hpp"
 #include "gpt/moe.hpp"
 
@@ -19,10 +19,10 @@ class Gpt : public model::Model {
   // activations are sized for up to `max_rows` = micro-batch x sequence length tokens. Layers are
   // numbered 0 (embedding), 1..n_layer (blocks), n_layer + 1 (head); `only` lists the ones this
   // rank builds (a pipeline stage's), ascending; empty = all of them.
-  Gpt(const GptConfig& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bool profile = false,
+  Gpt(const model::Config& c, LayerApi& api, ParamStore& ps, int64_t max_rows, bool profile = false,
       const std::vector<int>& only = {});
 
-  const GptConfig& config() const override { return c_; }
+  const model::Config& config() const override { return c_; }
   LayerApi& api() override { return api_; }
   std::vector<std::unique_ptr<Layer>>& layers() { return layers_; }
   // The model-wide number of each entry of layers().
@@ -74,7 +74,7 @@ class Gpt : public model::Model {
   int64_t max_rows() const override { return x_.dim(0); }
 
  private:
-  GptConfig c_;
+  model::Config c_;
   LayerApi& api_;
   std::unique_ptr<Scratch> scratch_;
   std::unique_ptr<RopeTables> rope_;

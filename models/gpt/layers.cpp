@@ -3,7 +3,6 @@
 #include "core/errors.hpp"
 
 #include "gpt/moe.hpp"
-#include "parallel/expert_dispatch.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -13,7 +12,7 @@ namespace loom::gpt {
 namespace {
 
 // The vocabulary is padded to a multiple of 64 per tensor-parallel rank.
-int64_t vocab_rows(const GptConfig& c, const LayerApi& api) { return c.padded_vocab(64 * api.tp_size()); }
+int64_t vocab_rows(const model::Config& c, const LayerApi& api) { return c.padded_vocab(64 * api.tp_size()); }
 
 Tensor rows_of(const Tensor& t, int64_t rows) { return t.rows(0, rows); }
 
@@ -44,39 +43,13 @@ struct Marks {
   }
 };
 
-// The MLP's activation over N rows of F outputs (fc rows are 2F wide for SwiGLU's [gate | up]).
-void activation_fwd(const loom_ops* o, const GptConfig& c, float* act, const float* fc, int64_t N, int64_t F) {
-  if (c.mlp == "swiglu") return o->swiglu_fwd(act, fc, N, F);
-  if (c.mlp == "gelu") return o->gelu_fwd(act, fc, N * F);
-  if (!LOOM_HAS_FIELD(o, loom_ops, gelu_erf_fwd) || !o->gelu_erf_fwd)
-    throw RuntimeError("[model] mlp = \"gelu_exact\": this device's op table has no exact GELU (ABI 1.8)");
-  o->gelu_erf_fwd(act, fc, N * F);
-}
-
-void activation_bwd(const loom_ops* o, const GptConfig& c, float* dfc, const float* fc, const float* dact, int64_t N,
-                    int64_t F) {
-  if (c.mlp == "swiglu") return o->swiglu_bwd(dfc, fc, dact, N, F);
-  if (c.mlp == "gelu") return o->gelu_bwd(dfc, fc, dact, N * F);
-  o->gelu_erf_bwd(dfc, fc, dact, N * F);
-}
-
-Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
-                     Role role, std::vector<int64_t> shape, Init init, bool decay, int fused) {
-  // Experts are split by the expert slot (over ep), everything else by the tensor slot (over tp).
-  const ExpertDispatch* ex = api.experts();
-  Slice s = role == Role::Expert && ex ? Slice{0, ex->first_expert(), ex->local_experts(), 1} : api.shard(role, shape, fused);
-  Param& p = ps.declare(std::move(name), role, std::move(shape), init, decay, s);
-  owner.push_back(&p);
-  return p;
-}
-
 NormActs::NormActs(int64_t rows, int64_t C)
     : out(Tensor::empty({rows, C})), mean(Tensor::empty({rows})), rstd(Tensor::empty({rows})) {}
 
 Head::Acts::Acts(int64_t rows, int64_t C, int64_t vocab_local)
     : x_in(Tensor::empty({rows, C})), logits(Tensor::empty({rows, vocab_local})), norm(rows, C) {}
 
-Scratch::Scratch(const GptConfig& c, int64_t rows) {
+Scratch::Scratch(const model::Config& c, int64_t rows) {
   dh = Tensor::empty({rows, c.d_model});
   dqkv = Tensor::empty({rows, c.qkv_width()});
   datt = Tensor::empty({rows, c.d_model});
@@ -85,7 +58,7 @@ Scratch::Scratch(const GptConfig& c, int64_t rows) {
 }
 
 // cos/sin of t * inv_freq_i, in fp32 as the reference implementations compute them.
-RopeTables::RopeTables(const GptConfig& c) {
+RopeTables::RopeTables(const model::Config& c) {
   const int64_t half = c.head_dim() / 2, T = c.seq_len;
   std::vector<double> inv = c.rope_inv_freq();
   std::vector<float> cs(T * half), sn(T * half);
@@ -103,7 +76,7 @@ RopeTables::RopeTables(const GptConfig& c) {
 
 // A learned position table has max_positions rows (a checkpoint's 1024 can train at T = 256);
 // RoPE and "none" have no table.
-Embedding::Embedding(const GptConfig& c, LayerApi& api, ParamStore& ps) : api_(api) {
+Embedding::Embedding(const model::Config& c, LayerApi& api, ParamStore& ps) : api_(api) {
   wte_ = &declare_param(ps, api, params_, "wte", Role::Vocab, {vocab_rows(c, api), c.d_model},
                   normal(c.init_std), false);
   if (c.learned_positions())
@@ -121,7 +94,7 @@ void Embedding::backward(const Microbatch& mb, Tensor& dx) {
 
 // ---- transformer block ------------------------------------------------------------------------
 
-Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scratch& scratch,
+Block::Block(int index, const model::Config& c, LayerApi& api, ParamStore& ps, Scratch& scratch,
              int64_t rows, const RopeTables* rope, RecomputeScratch* recompute, bool profile)
     : name_("block" + std::to_string(index)), c_(c), api_(api), s_(scratch), rope_(rope),
       recompute_(c.is_moe_block(index) ? nullptr : recompute), profiled_(index == 0 && profile) {
@@ -159,7 +132,7 @@ Block::Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scrat
 // head). Grouped-query attention has a q weight (H heads) and a kv weight (K and V stacked, Hkv
 // heads each): tp splits query heads and key/value heads alike, so a rank holds whole groups.
 void Block::declare_attention(const std::string& p, ParamStore& ps, float resid_std) {
-  const GptConfig& c = c_;
+  const model::Config& c = c_;
   const int64_t C = c.d_model, D = c.head_dim(), q_width = c.n_head * D, kv_width = 2 * c.kv_heads() * D;
   if (!c.grouped_query()) {
     qkv_w_ = &declare_param(ps, api_, params_, p + "attn.qkv.w", Role::Column, {3 * q_width, C}, normal(c.init_std), true, 3);
@@ -407,7 +380,7 @@ int64_t Block::saved_bytes(const Microbatch& mb) const {
 
 // ---- head -------------------------------------------------------------------------------------
 
-Head::Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows)
+Head::Head(const model::Config& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows)
     : c_(c), api_(api) {
   const int64_t C = c.d_model;
   norm_.rms = c.norm == "rmsnorm", norm_.eps = static_cast<float>(c.norm_eps);

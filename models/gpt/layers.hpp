@@ -3,26 +3,17 @@
 // the parallel layer API, never testing a parallel degree itself.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <vector>
 #include <string>
 
-#include "gpt/config.hpp"
+#include "model/config.hpp"
 #include "gpt/layer.hpp"
+#include "gpt/layer_parts.hpp"
 #include "model/params.hpp"
 #include "parallel/layer_api.hpp"
 
 namespace loom::gpt {
-
-// Declares a parameter with its role, sharded as the layer API says, and lists it in `owner`.
-Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
-                     Role role, std::vector<int64_t> shape, Init init, bool decay, int fused = 1);
-
-// The MLP's activation ([model] mlp) over N rows of F outputs, forward and backward.
-void activation_fwd(const loom_ops* o, const GptConfig& c, float* act, const float* fc, int64_t N, int64_t F);
-void activation_bwd(const loom_ops* o, const GptConfig& c, float* dfc, const float* fc, const float* dact, int64_t N,
-                    int64_t F);
 
 class MoeMlp;
 struct Marks;  // the profiled block's segment timer
@@ -30,7 +21,7 @@ struct Marks;  // the profiled block's segment timer
 // Backward temporaries shared by every block (only one block runs backward at a time).
 struct Scratch {
   Tensor dh, dqkv, datt, dfc, dact;
-  Scratch(const GptConfig& c, int64_t rows);
+  Scratch(const model::Config& c, int64_t rows);
 };
 
 // What a norm keeps from forward for backward: its output and row statistics.
@@ -55,7 +46,7 @@ struct Norm {
 // RoPE's cos and sin of every position's angles, [seq_len, head_dim / 2] each, shared by blocks.
 struct RopeTables {
   Tensor cos, sin;
-  explicit RopeTables(const GptConfig& c);
+  explicit RopeTables(const model::Config& c);
 };
 
 // What a block keeps from forward for backward: block input, residual after attention, both
@@ -66,11 +57,11 @@ struct BlockActs {
   Tensor x_in, x_mid, qkv, att, lse, fc, act;
   NormActs ln1, ln2;
   BlockActs() = default;
-  BlockActs(const GptConfig& c, int64_t rows);
+  BlockActs(const model::Config& c, int64_t rows);
   // Owns what `policy` keeps ("selective" or "full"), aliases the rest to `shared`.
-  BlockActs(const GptConfig& c, int64_t rows, const std::string& policy, const BlockActs& shared);
+  BlockActs(const model::Config& c, int64_t rows, const std::string& policy, const BlockActs& shared);
   // Only what `policy` drops: the set its blocks share.
-  static BlockActs dropped_by(const GptConfig& c, int64_t rows, const std::string& policy);
+  static BlockActs dropped_by(const model::Config& c, int64_t rows, const std::string& policy);
 };
 
 // The activations every recomputing block shares (one block runs backward at a time), and the
@@ -78,38 +69,16 @@ struct BlockActs {
 struct RecomputeScratch {
   BlockActs acts;
   Tensor x;
-  RecomputeScratch(const GptConfig& c, int64_t rows);  // for c.recompute, "selective" or "full"
+  RecomputeScratch(const model::Config& c, int64_t rows);  // for c.recompute, "selective" or "full"
   int64_t bytes() const { return bytes_; }
 
  private:
   int64_t bytes_ = 0;
 };
 
-// Per-micro-batch activation slots: slot k is allocated by `make` the first time it is used.
-template <class Acts>
-class Slots {
- public:
-  void init(std::function<std::unique_ptr<Acts>()> make) {
-    make_ = std::move(make);
-    all_.clear();
-    use(0);
-  }
-  void use(int k) {
-    while (static_cast<int>(all_.size()) <= k) all_.push_back(make_());
-    cur_ = all_[k].get();
-  }
-  Acts& operator*() const { return *cur_; }
-  Acts* operator->() const { return cur_; }
-
- private:
-  std::function<std::unique_ptr<Acts>()> make_;
-  std::vector<std::unique_ptr<Acts>> all_;
-  Acts* cur_ = nullptr;
-};
-
 class Embedding : public Layer {
  public:
-  Embedding(const GptConfig& c, LayerApi& api, ParamStore& ps);
+  Embedding(const model::Config& c, LayerApi& api, ParamStore& ps);
   const std::string& name() const override { return name_; }
   void forward(const Microbatch& mb, Tensor& x) override;
   void backward(const Microbatch& mb, Tensor& dx) override;
@@ -133,7 +102,7 @@ class Block : public Layer {
   // `profile`: block 0 records its segment timings in api.profile().
   // `rope`: the position tables when [model] positions = "rope", else null. `recompute`: the
   // shared activations when this block recomputes ([model] recompute), else null.
-  Block(int index, const GptConfig& c, LayerApi& api, ParamStore& ps, Scratch& scratch,
+  Block(int index, const model::Config& c, LayerApi& api, ParamStore& ps, Scratch& scratch,
         int64_t rows, const RopeTables* rope, RecomputeScratch* recompute, bool profile = false);
   const std::string& name() const override { return name_; }
   void forward(const Microbatch& mb, Tensor& x) override;
@@ -157,7 +126,7 @@ class Block : public Layer {
   };
   Qkv qkv_layout(const Tensor& buf, int64_t N) const;
   std::string name_;
-  const GptConfig& c_;
+  const model::Config& c_;
   LayerApi& api_;
   Scratch& s_;
   const RopeTables* rope_;
@@ -189,7 +158,7 @@ class Head : public Layer {
  public:
   // With tied embeddings the head reads the embedding's table: `tied_wte` when this rank builds
   // the embedding too, otherwise a mirror of it that the pipeline keeps equal (Param::mirror).
-  Head(const GptConfig& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows);
+  Head(const model::Config& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows);
   const std::string& name() const override { return name_; }
   void forward(const Microbatch& mb, Tensor& x) override;
   void backward(const Microbatch& mb, Tensor& dx) override;
@@ -208,7 +177,7 @@ class Head : public Layer {
     Acts(int64_t rows, int64_t C, int64_t vocab_local);
   };
   std::string name_ = "head";
-  const GptConfig& c_;
+  const model::Config& c_;
   LayerApi& api_;
   Norm norm_;
   Param* head_w_;

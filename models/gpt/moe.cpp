@@ -49,7 +49,7 @@ struct MoeMlp::Acts {
   ExpertRoute route;
   Tensor xl, fc, act, yl;              // [Rl, C], [Rl, FO], [Rl, F], [Rl, C]
   int64_t n = 0;
-  Acts(const GptConfig& c, int64_t rows) {
+  Acts(const model::Config& c, int64_t rows) {
     const int64_t E = c.moe.experts, K = c.moe.top_k, R = rows * K, F = c.d_ff;
     const int64_t FO = c.mlp == "swiglu" ? 2 * F : F;
     logits = Tensor::empty({rows, E});
@@ -76,7 +76,7 @@ struct MoeMlp::Acts {
   }
 };
 
-MoeMlp::MoeMlp(const std::string& prefix, const GptConfig& c, LayerApi& api, ParamStore& ps,
+MoeMlp::MoeMlp(const std::string& prefix, const model::Config& c, LayerApi& api, ParamStore& ps,
                std::vector<Param*>& owner, int64_t rows)
     : c_(c), api_(api) {
   const int64_t C = c.d_model, F = c.d_ff, E = c.moe.experts, FO = c.mlp == "swiglu" ? 2 * F : F;

@@ -15,8 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "gpt/config.hpp"
-#include "gpt/layers.hpp"
+#include "model/config.hpp"
+#include "gpt/layer_parts.hpp"
+#include "model/model.hpp"
 
 namespace loom::gpt {
 
@@ -25,7 +26,7 @@ using MoeStats = model::RoutingStats;
 class MoeMlp : public model::RoutedLayer {
  public:
   // Declares the router and the experts' parameters (`prefix` "h3.moe.") into `owner`.
-  MoeMlp(const std::string& prefix, const GptConfig& c, LayerApi& api, ParamStore& ps,
+  MoeMlp(const std::string& prefix, const model::Config& c, LayerApi& api, ParamStore& ps,
          std::vector<Param*>& owner, int64_t rows);
   ~MoeMlp();
   // y[N, C] = sum over each token's kept experts of weight x expert(h); h is the normed input,
@@ -55,7 +56,7 @@ class MoeMlp : public model::RoutedLayer {
   void record_stats(const Acts& a);
   void experts_backward(const Acts& a, Tensor& dye, Tensor& dxin);
   void router_backward(const Tensor& h, const Acts& a, const Tensor& dw, Tensor& dh, float dloss);
-  const GptConfig& c_;
+  const model::Config& c_;
   LayerApi& api_;
   Param *router_, *fc_w_, *fc_b_ = nullptr, *out_w_, *out_b_ = nullptr;  // biases: [model] bias
   std::unique_ptr<Slots<Acts>> acts_;

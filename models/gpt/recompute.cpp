@@ -16,7 +16,7 @@ int level(const std::string& policy) { return policy == "full" ? 2 : policy == "
 // full keeps the input only; selective also keeps the GEMM outputs, the attention core and the
 // norms' statistics, and drops the norms' outputs and the MLP activation.
 template <class F>
-void each_part(BlockActs& a, const GptConfig& c, int64_t rows, F&& f) {
+void each_part(BlockActs& a, const model::Config& c, int64_t rows, F&& f) {
   const int64_t C = c.d_model;
   f(a.x_in, std::vector<int64_t>{rows, C}, 2);
   f(a.x_mid, std::vector<int64_t>{rows, C}, 1);
@@ -34,18 +34,18 @@ void each_part(BlockActs& a, const GptConfig& c, int64_t rows, F&& f) {
 
 }  // namespace
 
-BlockActs::BlockActs(const GptConfig& c, int64_t rows) {
+BlockActs::BlockActs(const model::Config& c, int64_t rows) {
   each_part(*this, c, rows, [](Tensor& t, std::vector<int64_t> shape, int) { t = Tensor::empty(std::move(shape)); });
 }
 
-BlockActs::BlockActs(const GptConfig& c, int64_t rows, const std::string& policy, const BlockActs& shared)
+BlockActs::BlockActs(const model::Config& c, int64_t rows, const std::string& policy, const BlockActs& shared)
     : BlockActs(shared) {
   each_part(*this, c, rows, [&](Tensor& t, std::vector<int64_t> shape, int keeps) {
     if (keeps >= level(policy)) t = Tensor::empty(std::move(shape));
   });
 }
 
-BlockActs BlockActs::dropped_by(const GptConfig& c, int64_t rows, const std::string& policy) {
+BlockActs BlockActs::dropped_by(const model::Config& c, int64_t rows, const std::string& policy) {
   BlockActs a;
   each_part(a, c, rows, [&](Tensor& t, std::vector<int64_t> shape, int keeps) {
     if (keeps < level(policy)) t = Tensor::empty(std::move(shape));
@@ -54,7 +54,7 @@ BlockActs BlockActs::dropped_by(const GptConfig& c, int64_t rows, const std::str
 }
 
 // A full replay also needs a residual stream to run on.
-RecomputeScratch::RecomputeScratch(const GptConfig& c, int64_t rows)
+RecomputeScratch::RecomputeScratch(const model::Config& c, int64_t rows)
     : acts(BlockActs::dropped_by(c, rows, c.recompute)) {
   if (c.recompute == "full") x = Tensor::empty({rows, c.d_model});
   bytes_ = x.defined() ? static_cast<int64_t>(x.bytes()) : 0;

@@ -13,10 +13,10 @@
 #include "ckpt/checkpoint_settings.hpp"
 #include "ckpt/crc32c.hpp"
 #include "ckpt/reader.hpp"
+#include "config/config.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
-#include "dist/mesh.hpp"
-#include "loader/plugin_settings.hpp"
+#include "distributed/mesh.hpp"
 #include "model/model.hpp"
 
 namespace fs = std::filesystem;
@@ -33,40 +33,30 @@ std::string rank_file(int rank, const char* ext) {
 
 }  // namespace
 
-Checkpointer::Checkpointer(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
-                           const dist::MeshShape& mesh, int rank, const fs::path& run_dir, std::string config_text,
-                           int64_t write_error_step, StateAccess state)
-    : Checkpointer(read_checkpoint(cfg), cfg, sel, world, mesh, rank, run_dir, std::move(config_text), write_error_step,
-                   std::move(state)) {}
-
-Checkpointer::Checkpointer(const CheckpointSettings& settings, const config::Config& cfg, const plugins::Selection& sel,
-                           dist::CommWorld* world, const dist::MeshShape& mesh, int rank, const fs::path& run_dir,
-                           std::string config_text, int64_t write_error_step, StateAccess state)
-    : every_(settings.every),
-      keep_last_(settings.keep_last),
-      verify_(settings.verify),
-      resume_(settings.resume),
-      config_text_(std::move(config_text)),
-      precision_name_(plugins::read_plugins(cfg).slot("precision")),
-      world_(world),
-      mesh_(mesh),
-      rank_(rank),
-      write_error_step_(write_error_step),
-      model_(model::from_config(cfg)),
-      shards_(std::move(state.shards)),
-      state_(std::move(state.plugin)) {
+Checkpointer::Checkpointer(CheckpointerSetup setup, TrainingState state)
+    : every_(setup.settings.every),
+      keep_last_(setup.settings.keep_last),
+      verify_(setup.settings.verify),
+      resume_(setup.settings.resume),
+      config_text_(std::move(setup.config_text)),
+      precision_name_(std::move(setup.precision)),
+      world_(setup.world),
+      mesh_(setup.mesh),
+      rank_(setup.rank),
+      write_error_step_(setup.write_error_step),
+      model_(std::move(setup.model)),
+      state_(std::move(state)) {
+  const plugins::Selection& sel = *setup.selection;
   for (const plugins::SlotChoice& c : sel.slots)
     plugins_.push_back({{"slot", c.slot}, {"name", c.found.desc->name},
                         {"version", c.found.desc->version ? c.found.desc->version : ""},
                         {"abi", std::to_string(c.found.desc->v.major) + "." + std::to_string(c.found.desc->v.minor)},
                         {"library", c.found.library.string()}});
-  const std::string dir = settings.dir;
-  root_ = dir.empty() ? run_dir / "checkpoints" : fs::path(dir);
+  root_ = setup.settings.dir.empty() ? setup.run_dir / "checkpoints" : fs::path(setup.settings.dir);
   if (every_ == 0) return;
   const plugins::SlotChoice* ckpt = sel.slot("ckpt");
   if (!ckpt) throw ConfigError("[checkpoint] every = " + std::to_string(every_) + " needs a writer: [plugins] ckpt = \"sync\" or \"async\"");
-  loom_options opts = plugins::options_for(cfg, ckpt->found.desc->name);
-  writer_ = std::make_unique<plugins::Instance>(ckpt->found, &opts);
+  writer_ = std::make_unique<plugins::Instance>(ckpt->found, &setup.writer_options);
   table_ = writer_->table<loom_ckpt_v2>();
   if (table_->open) {
     loom_error e;
@@ -113,18 +103,18 @@ void Checkpointer::barrier() {
 // rank 0; a pipeline mirror never (its owner does).
 bool Checkpointer::writes(const Param& q) const {
   const dist::Coord c = dist::coord_of(mesh_, rank_);
-  return !q.mirror && (shards_.pieces || (c.dp == 0 && c.cp == 0 && (q.ep_sharded() || c.ep == 0))) &&
+  return !q.mirror && (state_.shards.pieces || (c.dp == 0 && c.cp == 0 && (q.ep_sharded() || c.ep == 0))) &&
          (q.tp_sharded() || c.tp == 0);
 }
 
-size_t Checkpointer::owned_bytes(const ParamStore& params) const {
+size_t Checkpointer::owned_bytes() const {
   size_t total = 0;
-  if (shards_.pieces) {
-    for (const loom_shard_piece& pc : shards_.pieces())
-      if (writes(params.all()[pc.param])) total += 3 * 4 * static_cast<size_t>(pc.count);
+  if (state_.shards.pieces) {
+    for (const loom_shard_piece& pc : state_.shards.pieces())
+      if (writes(state_.params->all()[pc.param])) total += 3 * 4 * static_cast<size_t>(pc.count);
     return total;
   }
-  for (const Param& q : params.all())
+  for (const Param& q : state_.params->all())
     if (writes(q)) total += 3 * 4 * static_cast<size_t>(q.value.numel());
   return total;
 }
@@ -168,7 +158,7 @@ void Checkpointer::verify_written(const fs::path& dir, const File& f) const {
 void Checkpointer::check_same_model(const fs::path& dir, const Manifest& man) const {
   if (man.config.empty()) return;  // written before checkpoints carried their config
   config::Config theirs = config::Config::parse(man.config, (dir / "manifest.json").string());
-  theirs.validate_runtime();
+  theirs.check_sections(model::model_sections());
   const std::vector<std::string> diff = model::architecture_differences(model::from_config(theirs), model_);
   if (diff.empty()) return;
   std::string list;
@@ -176,11 +166,12 @@ void Checkpointer::check_same_model(const fs::path& dir, const Manifest& man) co
   throw ConfigError("cannot resume: " + dir.string() + " holds another model ([model] " + list + ")");
 }
 
-int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision* precision, int64_t& applied) {
-  applied = 0;
+int64_t Checkpointer::resume() {
+  ParamStore& params = *state_.params;
+  *state_.applied = 0;
   // The staging buffer is allocated and touched now, before training: the first save then
   // stalls no longer than the later ones.
-  if (writer_) blob_.resize(owned_bytes(params));
+  if (writer_) blob_.resize(owned_bytes());
   if (resume_.empty()) return 1;
   std::error_code ec;
   if (resume_ == "auto" && !fs::exists(root_ / "latest", ec)) {  // a first submission: start fresh
@@ -200,38 +191,17 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
                                                                  "[checkpoint] resume = \"<dir>\" if you want it"
                                                                : ""));
   }
-  std::map<std::string, std::vector<char>> files;  // each file read once
   for (Param& p : params.all()) {
     auto expect = man.shapes.find(p.name);
     if (expect == man.shapes.end()) throw RuntimeError("cannot resume: " + dir.string() + " has no parameter " + p.name);
     if (expect->second != p.global_shape)
       throw RuntimeError("cannot resume: parameter " + p.name + " has another shape in " + dir.string());
   }
-  if (shards_.pieces) {  // this rank's pieces only
-    std::map<std::string, std::vector<float>> global;
-    for (const loom_shard_piece& pc : shards_.pieces()) {
-      const Param& q = params.all()[pc.param];
-      for (auto [suffix, dst] : {std::pair{"", pc.value}, {".adam_m", pc.adam_m}, {".adam_v", pc.adam_v}}) {
-        const std::string name = q.name + suffix;
-        if (!global.count(name)) global[name] = assemble(dir, man, name, files, reader);
-        const std::vector<float>& g = global[name];
-        std::vector<float> piece(static_cast<size_t>(pc.count));  // then to the plugin's memory, maybe the device's
-        for (int64_t i = 0; i < pc.count; ++i) piece[i] = g[global_index(pc.begin + i, q.local_shape, q.global_shape, q.slice)];
-        copy_bytes(dst, piece.data(), piece.size() * sizeof(float));
-      }
-    }
-    shards_.loaded();
-  }
-  for (Param& p : params.all()) {
-    if (shards_.pieces) break;
-    for (auto [suffix, dst] : {std::pair{"", p.value.f32()}, {".adam_m", m.f32() + p.offset}, {".adam_v", v.f32() + p.offset}}) {
-      const std::vector<float> global = assemble(dir, man, p.name + suffix, files, reader);
-      std::vector<float> local(static_cast<size_t>(p.value.numel()));  // this rank's slice, then to the device
-      for (int64_t i = 0; i < p.value.numel(); ++i) local[i] = global[global_index(i, p.local_shape, p.global_shape, p.slice)];
-      copy_bytes(dst, local.data(), local.size() * sizeof(float));
-    }
-  }
-  if (precision) {
+  if (state_.shards.pieces)
+    load_pieces(dir, man, reader);
+  else
+    load_slices(dir, man, reader);
+  if (Precision* precision = state_.precision) {
     if (man.precision != precision->name())
       throw RuntimeError("cannot resume: " + dir.string() + " was written under precision '" + man.precision +
                          "', this run uses '" + precision->name() + "'");
@@ -239,16 +209,46 @@ int64_t Checkpointer::resume(ParamStore& params, Tensor& m, Tensor& v, Precision
     precision->load_state(std::string(state.begin(), state.end()));
   }
   load_plugin_state(dir, man, reader);
-  applied = man.applied;
+  *state_.applied = man.applied;
   if (rank_ == 0) std::printf("resumed from %s: step %lld done\n", dir.c_str(), (long long)man.step);
   return man.step + 1;
 }
 
-bool Checkpointer::after_step(int64_t step, int64_t last_step, ParamStore& params, const Tensor& m, const Tensor& v,
-                              int64_t applied, Precision* precision) {
+// ZeRO: this rank's pieces only, each cut from the tensor assembled globally.
+void Checkpointer::load_pieces(const fs::path& dir, const Manifest& man, const Reader& reader) {
+  std::map<std::string, std::vector<char>> files;  // each file read once
+  std::map<std::string, std::vector<float>> global;
+  for (const loom_shard_piece& pc : state_.shards.pieces()) {
+    const Param& q = state_.params->all()[pc.param];
+    for (auto [suffix, dst] : {std::pair{"", pc.value}, {".adam_m", pc.adam_m}, {".adam_v", pc.adam_v}}) {
+      const std::string name = q.name + suffix;
+      if (!global.count(name)) global[name] = assemble(dir, man, name, files, reader);
+      const std::vector<float>& g = global[name];
+      std::vector<float> piece(static_cast<size_t>(pc.count));  // then to the plugin's memory, maybe the device's
+      for (int64_t i = 0; i < pc.count; ++i) piece[i] = g[global_index(pc.begin + i, q.local_shape, q.global_shape, q.slice)];
+      copy_bytes(dst, piece.data(), piece.size() * sizeof(float));
+    }
+  }
+  state_.shards.loaded();
+}
+
+// Replicated state: this rank's slice of each parameter and its moments.
+void Checkpointer::load_slices(const fs::path& dir, const Manifest& man, const Reader& reader) {
+  std::map<std::string, std::vector<char>> files;  // each file read once
+  for (Param& p : state_.params->all()) {
+    for (auto [suffix, dst] : {std::pair{"", p.value.f32()}, {".adam_m", state_.m->f32() + p.offset}, {".adam_v", state_.v->f32() + p.offset}}) {
+      const std::vector<float> global = assemble(dir, man, p.name + suffix, files, reader);
+      std::vector<float> local(static_cast<size_t>(p.value.numel()));  // this rank's slice, then to the device
+      for (int64_t i = 0; i < p.value.numel(); ++i) local[i] = global[global_index(i, p.local_shape, p.global_shape, p.slice)];
+      copy_bytes(dst, local.data(), local.size() * sizeof(float));
+    }
+  }
+}
+
+bool Checkpointer::after_step(int64_t step, int64_t last_step) {
   if (!writer_) return false;
   if (step % every_ == 0 || step == last_step) {
-    save(step, params, m, v, applied, precision);
+    save(step);
     return true;
   }
   loom_error e;
@@ -256,8 +256,40 @@ bool Checkpointer::after_step(int64_t step, int64_t last_step, ParamStore& param
   return false;
 }
 
-void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const Tensor& v, int64_t applied,
-                        Precision* precision) {
+// ZeRO: the rank's pieces of the values and moments, each a flat range of its parameter.
+size_t Checkpointer::stage_pieces(Pending& p, Copies& copies) const {
+  size_t at = 0;
+  for (const loom_shard_piece& pc : state_.shards.pieces()) {
+    const Param& q = state_.params->all()[pc.param];
+    if (!writes(q)) continue;
+    for (auto [suffix, src] : {std::pair{"", pc.value}, {".adam_m", pc.adam_m}, {".adam_v", pc.adam_v}}) {
+      Part part{q.name + suffix, q.local_shape, q.slice.length >= 0 ? q.slice : Slice{}, static_cast<int64_t>(at)};
+      part.flat_begin = pc.begin;
+      part.flat_count = pc.count;
+      p.mine.parts.push_back(part);
+      copies.push_back({src, 4 * static_cast<size_t>(pc.count)});
+      at += 4 * pc.count;
+    }
+  }
+  return at;
+}
+
+// Replicated state: the slices this rank writes of each parameter and its moments.
+size_t Checkpointer::stage_slices(Pending& p, Copies& copies) const {
+  size_t at = 0;
+  for (const Param& q : state_.params->all()) {
+    if (!writes(q)) continue;
+    for (auto [suffix, src] : {std::pair{"", q.value.f32()}, {".adam_m", state_.m->f32() + q.offset},
+                               {".adam_v", state_.v->f32() + q.offset}}) {
+      p.mine.parts.push_back({q.name + suffix, q.local_shape, q.slice.length >= 0 ? q.slice : Slice{}, static_cast<int64_t>(at)});
+      copies.push_back({src, 4 * static_cast<size_t>(q.value.numel())});
+      at += 4 * q.value.numel();
+    }
+  }
+  return at;
+}
+
+void Checkpointer::save(int64_t step) {
   if (pending_) commit();  // the previous save completes before the next starts
   const fs::path tmp = root_ / (step_name(step) + ".tmp");
   if (rank_ == 0) {
@@ -268,68 +300,51 @@ void Checkpointer::save(int64_t step, ParamStore& params, const Tensor& m, const
   barrier();
   auto p = std::make_unique<Pending>();
   p->step = step;
-  p->applied = applied;
-  const size_t total = owned_bytes(params);
+  p->applied = *state_.applied;
+  const size_t total = owned_bytes();
   // The staging buffer is kept between saves: after the first, building it faults no pages.
   if (blob_.size() < total) blob_.resize(total);
-  char* blob = blob_.data();
-  size_t at = 0;
-  std::vector<std::pair<const float*, size_t>> copies;  // source and byte count of each part
-  for (const Param& q : params.all())
+  for (const Param& q : state_.params->all())
     for (const char* suffix : {"", ".adam_m", ".adam_v"}) p->shapes[q.name + suffix] = q.global_shape;
-  if (shards_.pieces)  // ZeRO: the rank's pieces
-    for (const loom_shard_piece& pc : shards_.pieces()) {
-      const Param& q = params.all()[pc.param];
-      if (!writes(q)) continue;
-      for (auto [suffix, src] : {std::pair{"", pc.value}, {".adam_m", pc.adam_m}, {".adam_v", pc.adam_v}}) {
-        Part part{q.name + suffix, q.local_shape, q.slice.length >= 0 ? q.slice : Slice{}, static_cast<int64_t>(at)};
-        part.flat_begin = pc.begin;
-        part.flat_count = pc.count;
-        p->mine.parts.push_back(part);
-        copies.push_back({src, 4 * static_cast<size_t>(pc.count)});
-        at += 4 * pc.count;
-      }
-    }
-  for (const Param& q : params.all()) {
-    if (shards_.pieces) break;
-    if (!writes(q)) continue;
-    for (auto [suffix, src] : {std::pair{"", q.value.f32()}, {".adam_m", m.f32() + q.offset}, {".adam_v", v.f32() + q.offset}}) {
-      p->mine.parts.push_back({q.name + suffix, q.local_shape, q.slice.length >= 0 ? q.slice : Slice{}, static_cast<int64_t>(at)});
-      copies.push_back({src, 4 * static_cast<size_t>(q.value.numel())});
-      at += 4 * q.value.numel();
-    }
-  }
+  Copies copies;  // source and byte count of each part
+  state_.shards.pieces ? stage_pieces(*p, copies) : stage_slices(*p, copies);
   // The copy is the whole stall of an async save: spread it over the cores.
+  char* blob = blob_.data();
 #pragma omp parallel for schedule(dynamic)
   for (size_t k = 0; k < copies.size(); ++k)
     copy_bytes(blob + p->mine.parts[k].offset, copies[k].first, copies[k].second);
   // The fault injection stands in for a full disk: the writer is pointed at a directory that
   // does not exist, so its write fails the way ENOSPC would, with the path in the message.
-  const std::string target = step == write_error_step_ ? (tmp / "unwritable").string() : tmp.string();
-  loom_error e;
-  if (!p->mine.parts.empty()) {
-    p->mine.name = rank_file(rank_, "bin");
-    p->mine.bytes = static_cast<int64_t>(total);
-    // blob_ stays unchanged until commit() (the next save starts with it): the checksum runs in
-    // the background and a writer that can may write straight from it.
-    p->crc = std::async(std::launch::async, [blob, total] { return crc32c(blob, total); });
-    auto save = table_->save_stable ? table_->save_stable : table_->save;
-    check(save(writer_->self(), target.c_str(), p->mine.name.c_str(), blob, total, &e), e, "checkpoint " + step_name(step));
-  }
-  if (state_.save && !(p->state_bytes = state_.save()).empty()) {
-    p->state = {data_state_file(rank_), static_cast<int64_t>(p->state_bytes.size()),
-                crc32c(p->state_bytes.data(), p->state_bytes.size()), {}};
-    check(table_->save(writer_->self(), target.c_str(), p->state.name.c_str(), p->state_bytes.data(),
-                       p->state_bytes.size(), &e), e, "checkpoint " + step_name(step));
-  }
-  if (rank_ == 0) {
-    const std::string state = precision ? precision->save_state() : std::string();
-    p->precision = {"precision.bin", static_cast<int64_t>(state.size()), crc32c(state.data(), state.size()), {}};
-    check(table_->save(writer_->self(), target.c_str(), "precision.bin", state.data(), state.size(), &e), e,
-          "checkpoint " + step_name(step));
-  }
+  write_files(*p, step == write_error_step_ ? (tmp / "unwritable").string() : tmp.string(), total);
   pending_ = std::move(p);
   if (!(plugins::ckpt_capabilities(writer_->desc()) & LOOM_CKPT_ASYNC)) commit();  // a sync writer is done
+}
+
+// Hands the writer this rank's file, its data-plugin state and (rank 0) the precision state.
+void Checkpointer::write_files(Pending& p, const std::string& target, size_t total) {
+  loom_error e;
+  const std::string what = "checkpoint " + step_name(p.step);
+  if (!p.mine.parts.empty()) {
+    p.mine.name = rank_file(rank_, "bin");
+    p.mine.bytes = static_cast<int64_t>(total);
+    // blob_ stays unchanged until commit() (the next save starts with it): the checksum runs in
+    // the background and a writer that can may write straight from it.
+    const char* blob = blob_.data();
+    p.crc = std::async(std::launch::async, [blob, total] { return crc32c(blob, total); });
+    auto save = table_->save_stable ? table_->save_stable : table_->save;
+    check(save(writer_->self(), target.c_str(), p.mine.name.c_str(), blob, total, &e), e, what);
+  }
+  if (state_.plugin.save && !(p.state_bytes = state_.plugin.save()).empty()) {
+    p.state = {data_state_file(rank_), static_cast<int64_t>(p.state_bytes.size()),
+               crc32c(p.state_bytes.data(), p.state_bytes.size()), {}};
+    check(table_->save(writer_->self(), target.c_str(), p.state.name.c_str(), p.state_bytes.data(), p.state_bytes.size(), &e),
+          e, what);
+  }
+  if (rank_ == 0) {
+    const std::string state = state_.precision ? state_.precision->save_state() : std::string();
+    p.precision = {"precision.bin", static_cast<int64_t>(state.size()), crc32c(state.data(), state.size()), {}};
+    check(table_->save(writer_->self(), target.c_str(), "precision.bin", state.data(), state.size(), &e), e, what);
+  }
 }
 
 void Checkpointer::commit() {
@@ -428,8 +443,8 @@ void Checkpointer::load_plugin_state(const fs::path& dir, const Manifest& man, c
   for (const auto& p : man.plugins)
     if (p.count("slot") && p.at("slot") == "data" && p.count("name")) saved_by = p.at("name");
   if (states.empty()) return;
-  const std::string why = saved_by != state_.plugin ? "this run does not use (its data plugin is '" + state_.plugin + "')"
-                          : !state_.load             ? "this run's build of it cannot load"
+  const std::string why = saved_by != state_.plugin.plugin ? "this run does not use (its data plugin is '" + state_.plugin.plugin + "')"
+                          : !state_.plugin.load      ? "this run's build of it cannot load"
                           : man.layout != layout()   ? "was saved under another layout"
                                                      : "";
   if (!why.empty()) {
@@ -441,7 +456,7 @@ void Checkpointer::load_plugin_state(const fs::path& dir, const Manifest& man, c
   for (const File* f : states)
     if (f->name == data_state_file(rank_)) {
       const std::vector<char> bytes = reader.read(dir, f->name);
-      state_.load(std::string(bytes.begin(), bytes.end()));
+      state_.plugin.load(std::string(bytes.begin(), bytes.end()));
     }
 }
 

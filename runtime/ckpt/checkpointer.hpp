@@ -19,8 +19,7 @@
 
 #include "ckpt/checkpoint_settings.hpp"
 #include "ckpt/format.hpp"
-#include "config/config.hpp"
-#include "dist/comm.hpp"
+#include "distributed/comm.hpp"
 #include "loader/registry.hpp"
 #include "loader/selection.hpp"
 #include "model/model.hpp"
@@ -36,36 +35,52 @@ struct ShardAccess {
   std::function<void()> loaded;  // after resume wrote into the pieces
 };
 
-// The data plugin's own state (ABI 1.6), saved per rank in every checkpoint.
+// The data plugin's own state, saved per rank in every checkpoint.
 struct PluginState {
   std::string plugin;                          // its name, recorded with the state
   std::function<std::string()> save;           // "" = nothing to save
   std::function<void(const std::string&)> load;
 };
 
-// Where the optimizer keeps what a checkpoint holds beyond the parameters' flat buffers: either
-// field may be empty (replicated state; a data plugin without state of its own).
-struct StateAccess {
-  ShardAccess shards;
-  PluginState plugin;
+// What a checkpoint saves and resume restores, as the run holds it: the parameters, then either
+// the flat AdamW moments (replicated state) or the data plugin's pieces (sharded); the data
+// plugin's own state; the precision slot's state; and the count of applied updates. The one
+// channel through which the checkpointer reaches the training state.
+struct TrainingState {
+  ParamStore* params = nullptr;
+  Tensor* m = nullptr;  // AdamW moments over the flat buffers; unused when `shards` is set
+  Tensor* v = nullptr;
+  ShardAccess shards;   // set: the data plugin's pieces hold the values and moments
+  PluginState plugin;   // empty: a data plugin without state of its own
+  Precision* precision = nullptr;
+  int64_t* applied = nullptr;
+};
+
+// How a run sets its checkpointer up.
+struct CheckpointerSetup {
+  CheckpointSettings settings;
+  std::string precision;                        // [plugins] precision, recorded in manifests
+  model::Config model;                          // this run's model, which a resumed checkpoint must hold
+  const plugins::Selection* selection = nullptr;  // the ckpt slot's writer and the plugins manifests record
+  loom_options writer_options{};                // the writer's [plugins.<name>] table
+  dist::CommWorld* world = nullptr;
+  dist::MeshShape mesh;
+  int rank = 0;
+  std::filesystem::path run_dir;
+  std::string config_text;       // the resolved config, saved in every manifest
+  int64_t write_error_step = 0;  // [faults] ckpt_write_error_step
 };
 
 class Checkpointer {
  public:
-  Checkpointer(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
-               const dist::MeshShape& mesh, int rank, const std::filesystem::path& run_dir,
-               std::string config_text, int64_t write_error_step, StateAccess state = {});
-  Checkpointer(const CheckpointSettings& settings, const config::Config& cfg, const plugins::Selection& sel,
-               dist::CommWorld* world, const dist::MeshShape& mesh, int rank, const std::filesystem::path& run_dir,
-               std::string config_text, int64_t write_error_step, StateAccess state);
+  Checkpointer(CheckpointerSetup setup, TrainingState state);
   ~Checkpointer();
-  // Loads [checkpoint] resume into the parameters, AdamW moments and precision state; returns
-  // the first step to run (1 when not resuming) and sets `applied`.
-  int64_t resume(ParamStore& params, Tensor& m, Tensor& v, Precision* precision, int64_t& applied);
+  // Loads [checkpoint] resume into the training state; returns the first step to run (1 when
+  // not resuming).
+  int64_t resume();
   // After step `step`'s update: saves when due (committing the previous async save first), and
   // otherwise asks the writer whether a background write failed. True when it saved this step.
-  bool after_step(int64_t step, int64_t last_step, ParamStore& params, const Tensor& m, const Tensor& v,
-                  int64_t applied, Precision* precision);
+  bool after_step(int64_t step, int64_t last_step);
   // Saves are on ([checkpoint] every > 0).
   bool enabled() const { return writer_ != nullptr; }
   // Commits what is still pending; called once training ends.
@@ -81,9 +96,17 @@ class Checkpointer {
     std::string state_bytes;      // kept until the commit
     std::map<std::string, std::vector<int64_t>> shapes;
   };
-  size_t owned_bytes(const ParamStore& params) const;  // this rank's share of a checkpoint
-  bool writes(const Param& q) const;                   // this rank writes q (or its pieces)
-  void save(int64_t step, ParamStore& params, const Tensor& m, const Tensor& v, int64_t applied, Precision* precision);
+  size_t owned_bytes() const;          // this rank's share of a checkpoint
+  bool writes(const Param& q) const;   // this rank writes q (or its pieces)
+  // The tensors of a checkpoint, read back into this rank's pieces or slices.
+  void load_pieces(const std::filesystem::path& dir, const Manifest& man, const Reader& reader);
+  void load_slices(const std::filesystem::path& dir, const Manifest& man, const Reader& reader);
+  // This rank's parts of a save and where their bytes come from: its pieces, or its slices.
+  using Copies = std::vector<std::pair<const float*, size_t>>;
+  size_t stage_pieces(Pending& p, Copies& copies) const;
+  size_t stage_slices(Pending& p, Copies& copies) const;
+  void save(int64_t step);
+  void write_files(Pending& p, const std::string& target, size_t total);
   void commit();
   void barrier();
   std::map<std::string, int64_t> layout() const;  // this run's mesh, as manifests record it
@@ -98,8 +121,7 @@ class Checkpointer {
   int rank_;
   int64_t write_error_step_;
   model::Config model_;  // this run's model, which a resumed checkpoint must hold
-  ShardAccess shards_;    // set: the training state is the data plugin's shard, not the flat buffers, m and v
-  PluginState state_;     // the data plugin's own state, if it has any
+  TrainingState state_;
   std::vector<std::map<std::string, std::string>> plugins_;  // recorded in every manifest
   void check_same_model(const std::filesystem::path& dir, const Manifest& man) const;
   void load_plugin_state(const std::filesystem::path& dir, const Manifest& man, const Reader& reader);

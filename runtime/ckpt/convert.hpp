@@ -2,29 +2,12 @@
 // safetensors, single or sharded) and llm.c model files, in Loom's parameter names and layouts.
 #pragma once
 
-#include <cstdint>
 #include <filesystem>
-#include <map>
-#include <string>
-#include <vector>
 
+#include "ckpt/external_model.hpp"
 #include "ckpt/format.hpp"
 
 namespace loom::ckpt {
-
-// A model's weights as global fp32 tensors under Loom's names ("h0.attn.qkv.w"), and the
-// [model] keys that describe it (TOML lines).
-struct ExternalModel {
-  std::string source;      // "Hugging Face GPT-2", "llm.c (version 3, fp32)", ...
-  std::string model_toml;  // "n_layer = 12\n..."
-  std::map<std::string, std::vector<int64_t>> shapes;
-  std::map<std::string, std::vector<float>> tensors;
-  // Files that go beside the checkpoint, by name, with their bytes: a Hugging Face folder's
-  // tokenizer.json, tokenizer_config.json, special_tokens_map.json and generation_config.json
-  // (written from config.json's bos/eos ids when the folder has none), or a tokenizer named at
-  // import. `loom generate` and `loom eval` find them there.
-  std::map<std::string, std::string> side_files;
-};
 
 // A Hugging Face folder (config.json + model.safetensors or model.safetensors.index.json) or an
 // llm.c model file (magic 20240326, versions 3 fp32 and 5 bf16). Errors name the file and the

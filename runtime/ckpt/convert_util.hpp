@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/convert.hpp"
+#include "ckpt/external_model.hpp"
 #include "core/errors.hpp"
 
 namespace loom::ckpt::convert {

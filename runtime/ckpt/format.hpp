@@ -57,7 +57,7 @@ bool is_step_name(const std::string& s);  // "step-" and at least 8 digits, as s
 std::string existing_checkpoints(const std::filesystem::path& root);
 
 // How a checkpoint's files are read: from disk, or through the ckpt plugin that wrote them when it
-// stores them in a form of its own (the ABI 1.6 read path; ckpt/reader.hpp).
+// stores them in a form of its own (the ckpt slot's read path; ckpt/reader.hpp).
 struct Reader {
   std::function<std::vector<char>(const std::filesystem::path& dir, const std::string& name)> read;
   // The file's size as it was saved; -1 when it is not there.
@@ -68,7 +68,7 @@ const Reader& disk_reader();
 // The crc32c of a file as `reader` reads it back (from disk: streamed, in pieces).
 uint32_t checksum(const Reader& reader, const std::filesystem::path& dir, const std::string& name);
 
-// "data-state-00003.bin": rank 3's state of the data plugin (ABI 1.6 save_state).
+// "data-state-00003.bin": rank 3's state of the data plugin (its save_state).
 std::string data_state_file(int rank);
 
 // Reads DIR/manifest.json. A missing, truncated or hand-edited manifest is a RuntimeError that

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "ckpt/convert.hpp"
 #include "ckpt/convert_util.hpp"
 #include "ckpt/reader.hpp"
 #include "ckpt/safetensors.hpp"
@@ -243,7 +244,9 @@ void write_generation_files(const fs::path& out, const fs::path& root, const std
 
 void write_hf_folder(const fs::path& step_dir, const Manifest& m, const fs::path& out, const fs::path& tokenizer) {
   config::Config cfg = config::Config::parse(m.config, (step_dir / "manifest.json").string());
-  cfg.validate_runtime();
+  std::vector<config::SectionSpec> read = model::model_sections();  // exportable_model's and the tokenizer's
+  read.push_back(data::data_section());
+  cfg.check_sections(read);
   const model::Config c = exportable_model(cfg);
   const bool llama = c.rope();
   const fs::path root = step_dir.parent_path();  // where an import put the tokenizer and generation files

@@ -4,6 +4,7 @@
 #include "config/schema.hpp"
 #include "core/errors.hpp"
 #include "loader/host.hpp"
+#include "loader/plugin_settings.hpp"
 #include "loader/selection.hpp"
 
 namespace fs = std::filesystem;
@@ -69,7 +70,7 @@ CheckpointReader::CheckpointReader(const fs::path& dir, const Manifest& m) : rea
   const std::string name = found.desc->name;
   config::Config cfg = m.config.empty() ? config::Config::parse("[run]\n", "manifest") :
                                           config::Config::parse(m.config, (dir / "manifest.json").string());
-  cfg.validate_runtime();
+  cfg.check_sections({plugins::plugins_section()});
   plugins::check_options(cfg, found.desc);
   loom_options opts = plugins::options_for(cfg, name);
   writer_ = std::make_unique<plugins::Instance>(found, &opts);

@@ -1,4 +1,4 @@
-// The checkpoint read path of the ckpt slot (ABI 1.6). A writer that stores files in a form of
+// The checkpoint read path of the ckpt slot. A writer that stores files in a form of
 // its own (compressed, bundled, remote) reads them back through its table; a writer that stores
 // them as given leaves `read` NULL and the runtime reads the files. Resume, verify, inspect,
 // export and init_from all read through here.

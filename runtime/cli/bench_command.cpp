@@ -2,10 +2,10 @@
 #include <cstdio>
 
 #include "cli/parse.hpp"
-#include "loader/services.hpp"
+#include "cli/job_config.hpp"
 #include "config/config.hpp"
-#include "dist/comm_bench.hpp"
-#include "dist/network.hpp"
+#include "distributed/comm_bench.hpp"
+#include "distributed/network.hpp"
 #include "loader/plugin_settings.hpp"
 #include "loader/selection.hpp"
 
@@ -52,12 +52,12 @@ int bench(const Args& args) {
   if (vm.count("comm")) overrides.push_back("plugins.comm=" + vm["comm"].as<std::string>());
   config::Config cfg = vm.count("config") ? config::Config::load(vm["config"].as<std::string>(), overrides)
                                           : config::Config::parse("[plugins]\n", "--comm", overrides);
-  cfg.validate_runtime();
+  cfg.validate(runtime_schema());
   if (plugins::read_plugins(cfg).slot("comm").empty()) {
     overrides.push_back("plugins.comm=gloo");
     cfg = vm.count("config") ? config::Config::load(vm["config"].as<std::string>(), overrides)
                              : config::Config::parse("[plugins]\n", "--comm", overrides);
-    cfg.validate_runtime();
+    cfg.validate(runtime_schema());
   }
   // gloo's signature check is a round trip of its own on the first 64 collectives: a benchmark
   // of the collective leaves it out unless asked for.
@@ -66,7 +66,7 @@ int bench(const Args& args) {
     overrides.push_back("plugins.gloo.check_every=0");
     cfg = vm.count("config") ? config::Config::load(vm["config"].as<std::string>(), overrides)
                              : config::Config::parse("[plugins]\n", "--comm", overrides);
-    cfg.validate_runtime();
+    cfg.validate(runtime_schema());
   }
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::set_plugin_source(&reg, &cfg);  // loom.plugins: a wrapper benchmarks as it trains

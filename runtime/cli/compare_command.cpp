@@ -17,10 +17,12 @@
 #include <sstream>
 
 #include "cli/parse.hpp"
+#include "cli/job_config.hpp"
 #include "config/config.hpp"
 #include "core/files.hpp"
 #include "core/json.hpp"
 #include "loader/plugin_settings.hpp"
+#include "plan/calibration.hpp"
 #include "plan/from_config.hpp"
 #include "plan/sources.hpp"
 #include "report/compare.hpp"
@@ -387,7 +389,7 @@ void name_sides(Sides& s, const po::variables_map& vm) {
 
 config::Config saved_config(const fs::path& dir) {
   config::Config cfg = config::Config::load(dir / "config.toml");
-  cfg.validate_runtime();
+  cfg.validate(runtime_schema());
   return cfg;
 }
 
@@ -428,7 +430,7 @@ Sides sides_from_configs(const po::variables_map& vm, Plan& plan) {
     std::vector<std::string> all = plan.overrides;
     all.insert(all.end(), mine.begin(), mine.end());
     config::Config c = config::Config::load(file, all);
-    c.validate_runtime();
+    c.validate(runtime_schema());
     return c;
   };
   config::Config ca = load(files[0], s.a.overrides), cb = load(files[1], s.b.overrides);

@@ -3,17 +3,18 @@
 #include <iostream>
 
 #include "cli/parse.hpp"
-#include "loader/services.hpp"
-#include "train/data_check.hpp"
-#include "train/trainer.hpp"
-#include "dist/node_groups.hpp"
-#include "dist/parallel_settings.hpp"
-#include "dist/mesh.hpp"
+#include "cli/job_config.hpp"
+#include "distributed/mesh.hpp"
+#include "distributed/node_groups.hpp"
+#include "distributed/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
 #include "loader/selection.hpp"
 #include "model/model.hpp"
 #include "plan/cluster.hpp"
 #include "plan/mixed_cluster.hpp"
+#include "train/data_check.hpp"
+#include "train/layout_rules.hpp"
+#include "train/trainer.hpp"
 
 namespace loom::cli {
 
@@ -46,15 +47,16 @@ int config(const Args& args) {
     return kExitOk;
   }
   config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
-  cfg.validate_runtime();
+  cfg.validate(runtime_schema());
   // As `loom train` would run it: [parallel] nproc ranks (on each of its groups' nodes), the
   // runtime's default plugins, and every check a rank makes before its first step.
   const std::vector<dist::NodeGroup> groups = dist::read_groups(cfg);
   const dist::ParallelSettings par = dist::read_parallel(cfg);
   const int world = dist::groups_world(groups, par.nproc);
   if (action == "check") {
-    cfg = plugins::load_for_job(vm["file"].as<std::string>(), sets(vm), world);
-    for (const std::string& n : plugins::idle_slots(cfg)) std::fprintf(stderr, "loom: note: %s\n", n.c_str());
+    cfg = load_for_job(vm["file"].as<std::string>(), sets(vm), world);
+    for (const std::string& n : plugins::idle_slots(cfg, slot_degrees(cfg)))
+      std::fprintf(stderr, "loom: note: %s\n", n.c_str());
   }
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::set_plugin_source(&reg, &cfg);  // a wrapper's validate hook checks the plugin it wraps

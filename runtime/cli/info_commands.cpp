@@ -11,6 +11,7 @@
 #include "loader/isolated.hpp"
 #include "loader/registry.hpp"
 #include "loader/selection.hpp"
+#include "loader/services.hpp"
 #include "loader/v1_adapter.hpp"
 
 namespace loom::cli {

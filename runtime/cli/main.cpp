@@ -9,7 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "core/errors.hpp"
-#include "dist/network.hpp"
+#include "distributed/network.hpp"
 
 namespace loom::cli {
 namespace {

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/parse.hpp"
+#include "cli/job_config.hpp"
 #include "config/config.hpp"
 #include "config/schema.hpp"
 #include "core/json.hpp"
@@ -112,7 +113,7 @@ int model(const Args& args) {
   const int64_t dp = vm["dp"].as<int64_t>();
   if (dp < 1) throw UsageError("--dp " + std::to_string(dp) + ": needs at least 1 rank");
   config::Config cfg = model_config(words[1], sets(vm));
-  cfg.validate_runtime();
+  cfg.validate(runtime_schema());
   const model::Config m = model::from_config(cfg);
   if (vm.count("json"))
     print_json(words[1], m, dp);

@@ -5,6 +5,7 @@
 
 #include "ckpt/format.hpp"
 #include "ckpt/init_from.hpp"
+#include "cli/job_config.hpp"
 #include "core/cpus.hpp"
 #include "core/errors.hpp"
 #include "data/data_settings.hpp"
@@ -16,7 +17,7 @@ namespace loom::cli {
 
 config::Config external_model_config(const ckpt::ExternalModel& m, const std::string& where) {
   config::Config cfg = config::Config::parse("[model]\n" + m.model_toml, where);
-  cfg.validate_runtime();
+  cfg.validate(runtime_schema());
   return cfg;
 }
 
@@ -36,7 +37,7 @@ ModelSource open_model_source(const fs::path& src, const fs::path& tokenizer) {
   }
   const fs::path dir = ckpt::find_checkpoint(src), root = dir.parent_path();
   s.cfg = config::Config::parse(ckpt::read_manifest(dir).config, (dir / "manifest.json").string());
-  s.cfg.validate_runtime();
+  s.cfg.validate(runtime_schema());
   if (s.tokenizer_path.empty()) s.tokenizer_path = fs::exists(root / "tokenizer.json") ? root / "tokenizer.json" : data::run_tokenizer_path(s.cfg);
   s.special = tok::read_special_ids(root);
   return s;

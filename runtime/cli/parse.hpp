@@ -10,7 +10,7 @@
 
 #include "cli/commands.hpp"
 #include "core/errors.hpp"
-#include "dist/launch.hpp"
+#include "distributed/launch.hpp"
 
 namespace loom::cli {
 

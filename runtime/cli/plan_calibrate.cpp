@@ -15,11 +15,12 @@
 #include <vector>
 
 #include "cli/parse.hpp"
+#include "cli/job_config.hpp"
 #include "config/config.hpp"
 #include "core/cpus.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
-#include "dist/comm_bench.hpp"
+#include "distributed/comm_bench.hpp"
 #include "loader/registry.hpp"
 #include "model/model.hpp"
 #include "ops/ops.hpp"
@@ -287,7 +288,7 @@ std::pair<double, double> reference_run(const std::string& text, int ranks, int 
   // speed, and the op fits above are best-of timings too.
   const double measured = *std::min_element(steps.begin(), steps.end());
   config::Config cfg = config::Config::load(dir / "ref.toml", {"train.global_batch=" + std::to_string(16 * ranks)});
-  cfg.validate_runtime();
+  cfg.validate(runtime_schema());
   const plan::Workload w = plan::workload_of(cfg);
   const plan::Layout l = plan::layout_of(cfg, ranks);
   plan::PluginSources sources(plugins::Registry::default_dirs());

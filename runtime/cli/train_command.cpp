@@ -6,24 +6,26 @@
 
 #include "ckpt/checkpoint_settings.hpp"
 #include "cli/parse.hpp"
-#include "dist/elastic.hpp"
-#include "dist/launch.hpp"
-#include "dist/mesh.hpp"
-#include "dist/node_groups.hpp"
-#include "dist/parallel_settings.hpp"
+#include "cli/job_config.hpp"
+#include "core/json.hpp"
+#include "distributed/elastic.hpp"
+#include "distributed/launch.hpp"
+#include "distributed/mesh.hpp"
+#include "distributed/node_groups.hpp"
+#include "distributed/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
 #include "loader/selection.hpp"
-#include "loader/services.hpp"
 #include "plan/estimate.hpp"
+#include "plan/calibration.hpp"
 #include "plan/from_config.hpp"
 #include "plan/mixed.hpp"
 #include "report/noise.hpp"
-#include "core/json.hpp"
 #include "train/data_check.hpp"
 #include "train/metrics.hpp"
 #include "train/settings.hpp"
+#include "train/layout_rules.hpp"
 #include "train/trainer.hpp"
-#include "train/trainer_parts.hpp"
+#include "train/run_dir.hpp"
 
 namespace loom::cli {
 
@@ -46,6 +48,7 @@ namespace {
 std::filesystem::path run_dir_of(const po::variables_map& vm, const config::Config& cfg) {
   return vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>()) : train::default_run_dir(cfg);
 }
+
 
 // No outer launcher: this process becomes the local launcher of nproc ranks (elastic when
 // asked). The config is checked here first, so a bad one fails once, not once per rank.
@@ -203,15 +206,16 @@ int train(const Args& args) {
     return kExitOk;
   const std::string file = vm["file"].as<std::string>();
   config::Config cfg = config::Config::load(file, sets(vm));
-  cfg.validate_runtime();
+  cfg.validate(runtime_schema());
   const int nproc = dist::read_parallel(cfg).nproc;
   const dist::NodeSpec node = node_spec(vm, nproc);
   std::optional<dist::RankEnv> env = dist::rank_from_environment();
   // A launcher that started a single task (an sbatch step, `srun -n1`) leaves the spawning to us.
   const bool spawn = (!env || env->world == 1) && nproc * node.nnodes > 1;
-  cfg = plugins::load_for_job(file, sets(vm), spawn ? nproc * node.nnodes : env ? env->world : 1);
+  cfg = load_for_job(file, sets(vm), spawn ? nproc * node.nnodes : env ? env->world : 1);
   if (!env || env->rank == 0)  // once per job
-    for (const std::string& n : plugins::idle_slots(cfg)) std::fprintf(stderr, "loom: note: %s\n", n.c_str());
+    for (const std::string& n : plugins::idle_slots(cfg, slot_degrees(cfg)))
+      std::fprintf(stderr, "loom: note: %s\n", n.c_str());
   if (spawn) return launch_job(vm, cfg, node, nproc * node.nnodes);
   return run_rank(vm, cfg);
 }

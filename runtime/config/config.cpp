@@ -289,8 +289,7 @@ void Config::apply_set(const std::string& assignment) {
   t->insert_or_assign(parts.back(), std::move(*parsed.get("v")));
 }
 
-void Config::validate_runtime() {
-  const auto& schema = runtime_schema();
+void Config::validate(const std::vector<SectionSpec>& schema) {
   std::vector<std::string> names;
   for (const auto& s : schema) names.push_back(s.name);
   for (auto&& [key, node] : root_) {
@@ -304,13 +303,19 @@ void Config::validate_runtime() {
       throw ConfigError(key_location(key, node) + ": unknown section [" + name + "]" +
                         did_you_mean(name, names));
   }
-  for (const auto& s : schema) {
+  check_sections(schema);
+}
+
+void Config::check_sections(const std::vector<SectionSpec>& sections) {
+  for (const auto& s : sections) {
     std::vector<std::string> children;  // [model.moe] is a subsection of [model]
-    for (const auto& c : schema)
+    for (const auto& c : sections)
       if (c.name.size() > s.name.size() && c.name.rfind(s.name + ".", 0) == 0) children.push_back(c.name.substr(s.name.size() + 1));
     toml::table& t = section_table(root_, s.name);
     apply_preset(t, s);
     check_table(t, "[" + s.name + "]", s.keys, s.allows_subtables, children);
+    auto same = [&](const SectionSpec& c) { return c.name == s.name; };
+    if (std::find_if(checked_.begin(), checked_.end(), same) == checked_.end()) checked_.push_back(s);
   }
 }
 
@@ -377,7 +382,7 @@ std::string Config::render(
     const std::vector<std::pair<std::string, std::vector<KeySpec>>>& plugin_schemas) const {
   std::ostringstream os;
   os << "# resolved from " << source_ << "\n";
-  for (const auto& s : runtime_schema()) {
+  for (const auto& s : checked_) {
     const toml::table* t = root_.at_path(s.name).as_table();
     if (!t) continue;
     os << "\n[" << s.name << "]  # " << s.help << "\n";

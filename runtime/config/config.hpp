@@ -21,8 +21,13 @@ class Config {
   static Config parse(std::string_view text, const std::string& source_name,
                       const std::vector<std::string>& sets = {});
 
-  // Checks the runtime's sections and fills their defaults. Throws ConfigError.
-  void validate_runtime();
+  // Checks the file against every section the program declares (the top-level command's
+  // list): an unknown section is an error; each known one is checked and filled with its
+  // defaults. Throws ConfigError.
+  void validate(const std::vector<SectionSpec>& schema);
+  // Checks and fills only these sections, leaving the others as they are: for a config that was
+  // validated whole when it was written (a checkpoint's), read by a part that needs a few.
+  void check_sections(const std::vector<SectionSpec>& sections);
   // Checks [plugins.<plugin>] against a plugin's schema and fills its defaults.
   void validate_plugin_options(const std::string& plugin, const std::vector<KeySpec>& keys);
   // Subtable names under [plugins] (one per plugin given options).
@@ -40,7 +45,8 @@ class Config {
   std::string str(std::string_view path) const;
   std::vector<std::string> str_list(std::string_view path) const;
 
-  // The resolved configuration as TOML, in schema order, each key with its help as a comment.
+  // The resolved configuration as TOML, in the order of the sections it was checked against,
+  // each key with its help as a comment.
   // `plugin_schemas` gives the keys of each plugin table, for ordering and help.
   std::string render(const std::vector<std::pair<std::string, std::vector<KeySpec>>>&
                          plugin_schemas = {}) const;
@@ -53,6 +59,7 @@ class Config {
 
   toml::table root_;
   std::string source_;
+  std::vector<SectionSpec> checked_;  // the sections validate and check_sections went through
 };
 
 // "file:line:col" of a node, or the --set assignment that produced it.

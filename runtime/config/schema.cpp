@@ -3,14 +3,8 @@
 #include <algorithm>
 #include <string_view>
 
-#include "ckpt/checkpoint_settings.hpp"
 #include "core/bar_list.hpp"
 #include "core/errors.hpp"
-#include "data/data_settings.hpp"
-#include "dist/parallel_settings.hpp"
-#include "loader/plugin_settings.hpp"
-#include "model/model.hpp"
-#include "train/settings.hpp"
 
 namespace loom::config {
 
@@ -29,19 +23,6 @@ const char* type_name(ValueType t) {
 
 // Each section is declared beside the code that reads it; this is only their order, as
 // `loom config show` prints them.
-const std::vector<SectionSpec>& runtime_schema() {
-  static const std::vector<SectionSpec> schema = [] {
-    std::vector<SectionSpec> s = {train::run_section(), train::stability_section(), ckpt::checkpoint_section(),
-                                  train::faults_section()};
-    for (SectionSpec& m : model::model_sections()) s.push_back(std::move(m));
-    for (SectionSpec (*section)() : {data::data_section, train::train_section, dist::parallel_section,
-                                     plugins::plugins_section})
-      s.push_back(section());
-    return s;
-  }();
-  return schema;
-}
-
 std::vector<KeySpec> plugin_keys(const loom_option_spec* options) {
   std::vector<KeySpec> keys;
   for (const loom_option_spec* o = options; o && o->name; ++o) {

@@ -1,6 +1,7 @@
-// Declared schemas: every key the runtime and each plugin accept, with type, default and help.
-// Validation, `loom config show` and `loom plugins info` all read these tables, so a key exists
-// exactly when it is declared here (or in a plugin's loom_option_spec list).
+// Declared schemas: how a section, its keys (type, default, help) and a plugin's options are
+// described. Validation, `loom config show` and `loom plugins info` all read these tables, so a
+// key exists exactly when a component declares it in its section (cli/job_config.cpp gathers
+// them) or a plugin in its loom_option_spec list.
 #pragma once
 
 #include <limits>
@@ -26,7 +27,7 @@ struct KeySpec {
   double max = std::numeric_limits<double>::infinity();
   std::vector<std::string> choices;  // for strings; empty = any
   bool below_max = false;            // max itself is excluded (AdamW's betas < 1)
-  bool required = false;             // a plugin option the user must set (ABI 1.6 rules)
+  bool required = false;             // a plugin option the user must set (its option rules)
 };
 
 struct SectionSpec {
@@ -43,12 +44,9 @@ struct SectionSpec {
 const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>& model_presets();
 std::vector<std::string> model_preset_names();
 
-// The runtime's own sections, in the order `loom config show` prints them.
-const std::vector<SectionSpec>& runtime_schema();
-
 // A plugin's C option schema as KeySpecs (NULL schema = no options).
 std::vector<KeySpec> plugin_keys(const loom_option_spec* options);
-// The plugin's options with its ABI 1.6 rules (ranges, choices, required) applied.
+// The plugin's options with its option rules (ranges, choices, required) applied.
 std::vector<KeySpec> plugin_keys(const loom_plugin* desc);
 
 // The [plugins] keys that select a plugin for a slot, with the kind each must be.

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/bar_list.hpp"
 #include "core/errors.hpp"
 #include "loader/services.hpp"
 #include "tensor/tensor.hpp"
@@ -217,8 +216,6 @@ std::vector<std::string> optional_entries(const loom_plugin* d) {
   if (d->kind == LOOM_KIND_CKPT && reinterpret_cast<const loom_ckpt_v2*>(d)->read) out.push_back("read path");
   return out;
 }
-
-std::vector<std::string> declared_services(const loom_plugin* d) { return split_bar_list(d->services); }
 
 std::string describe(const loom_error& e) {
   std::string s = status_name(e.status);

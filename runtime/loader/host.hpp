@@ -44,8 +44,6 @@ bool keeps_state(const loom_plugin* desc);
 // The optional entries a plugin provides, for `loom plugins info`: "option rules", "validate hook",
 // "cost entry", "state save and load" (data and precision), "read path" (checkpoint).
 std::vector<std::string> optional_entries(const loom_plugin* desc);
-// The services it declares (loom_plugin.services), the only ones its host hands it.
-std::vector<std::string> declared_services(const loom_plugin* desc);
 
 // "status: message" for errors that came back across the boundary.
 std::string describe(const loom_error& e);

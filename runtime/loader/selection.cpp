@@ -1,8 +1,10 @@
 #include "loader/selection.hpp"
+#include "loader/descriptor.hpp"
+#include "loader/plugin_settings.hpp"
+#include "loader/services.hpp"
 #include "loader/v1_adapter.hpp"
 
 #include "core/errors.hpp"
-#include "dist/parallel_settings.hpp"
 
 namespace loom::plugins {
 
@@ -31,7 +33,7 @@ const SlotChoice* Selection::slot(const std::string& key) const {
 }
 
 Selection resolve(config::Config& cfg, Registry& registry) {
-  cfg.validate_runtime();
+  cfg.check_sections({plugins_section()});
   const toml::table& plugins = *cfg.table().get_as<toml::table>("plugins");
   Selection sel;
   std::vector<std::string> validated;
@@ -88,14 +90,13 @@ loom_options options_for(const config::Config& cfg, const std::string& plugin) {
   return loom_options{cfg.plugin_table(plugin)};
 }
 
-std::vector<std::string> default_plugins(const config::Config& cfg, int world) {
+std::vector<std::string> default_plugins(const config::Config& cfg, int world, const SlotDegrees& par) {
   std::vector<std::string> out;
   auto fill = [&](bool needed, const char* slot, const char* plugin) {
     if (needed && cfg.str(std::string("plugins.") + slot).empty()) out.push_back(std::string("plugins.") + slot + "=" + plugin);
   };
   fill(world > 1, "comm", "gloo");
   fill(world > 1, "data", "ddp");
-  const dist::ParallelSettings par = dist::read_parallel(cfg);
   fill(par.tp > 1, "tensor", "tp");
   fill(par.pp > 1, "pipeline", "1f1b");
   fill(par.ep > 1, "expert", "ep");
@@ -103,8 +104,7 @@ std::vector<std::string> default_plugins(const config::Config& cfg, int world) {
   return out;
 }
 
-std::vector<std::string> idle_slots(const config::Config& cfg) {
-  const dist::ParallelSettings par = dist::read_parallel(cfg);
+std::vector<std::string> idle_slots(const config::Config& cfg, const SlotDegrees& par) {
   std::vector<std::string> notes;
   auto note = [&](const char* slot, int64_t degree, const char* key, const char* meaning) {
     const std::string plugin = cfg.str(std::string("plugins.") + slot);
@@ -120,15 +120,64 @@ std::vector<std::string> idle_slots(const config::Config& cfg) {
   return notes;
 }
 
-config::Config load_for_job(const std::string& file, std::vector<std::string> sets, int world) {
-  config::Config cfg = config::Config::load(file, sets);
-  cfg.validate_runtime();
-  const std::vector<std::string> defaults = default_plugins(cfg, world);
-  if (defaults.empty()) return cfg;
-  sets.insert(sets.end(), defaults.begin(), defaults.end());
-  cfg = config::Config::load(file, sets);
-  cfg.validate_runtime();
-  return cfg;
+// ---- loom.plugins: a wrapper creates the plugin it wraps as a config selects one -------------
+
+namespace {
+
+struct Source {
+  Registry* registry = nullptr;
+  config::Config* cfg = nullptr;
+};
+Source& source() {
+  static Source s;
+  return s;
+}
+
+loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** desc, void** self, loom_error* err) {
+  const loom_host& h = host();
+  if (!source().registry || !source().cfg)
+    return h.set_error(err, LOOM_UNAVAILABLE, "loom.plugins: no configuration to create plugins from in this command");
+  try {
+    const std::string wanted = name ? name : "";
+    Found f;
+    try {
+      f = source().registry->find(wanted, static_cast<loom_kind>(kind));
+    } catch (const ConfigError& none) {  // a plugin of another kind by that name says more than "no such plugin"
+      Found other;
+      try {
+        other = source().registry->find(wanted);
+      } catch (const ConfigError&) {
+        throw none;
+      }
+      throw ConfigError("'" + wanted + "' is a " + kind_name(other.desc->kind) + " plugin, not a " + kind_name(kind) + " plugin");
+    }
+    check_options(*source().cfg, f.desc);
+    loom_options opts = options_for(*source().cfg, f.desc->name);
+    const char* why = nullptr;
+    if (score_plugin(f.desc, &why) <= 0)
+      return h.set_error(err, LOOM_UNAVAILABLE, ("plugin '" + std::string(f.desc->name) + "' cannot run here: " +
+                                                 (why && *why ? why : "it gave no reason")).c_str());
+    const loom_status s = create_plugin_instance(f.desc, &opts, self, err);
+    if (s == LOOM_OK) *desc = f.desc;
+    return s;
+  } catch (const ConfigError& e) {
+    return h.set_error(err, LOOM_BAD_CONFIG, e.what());
+  } catch (const std::exception& e) {
+    return h.set_error(err, LOOM_SYSTEM, e.what());
+  }
+}
+
+void release_plugin(const loom_plugin* desc, void* self) {
+  if (desc && self) destroy_plugin_instance(desc, self);
+}
+
+const loom_plugins kPlugins = {LOOM_VERSION_OF(loom_plugins), &create_plugin, &release_plugin};
+
+}  // namespace
+
+void set_plugin_source(Registry* registry, config::Config* cfg) {
+  source() = {registry, cfg};
+  set_plugins_service(registry ? &kPlugins : nullptr);  // the service exists while a registry does
 }
 
 }  // namespace loom::plugins

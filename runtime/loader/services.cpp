@@ -6,13 +6,7 @@
 #include <set>
 #include <vector>
 
-#include "config/config.hpp"
-#include "core/errors.hpp"
-#include "loader/descriptor.hpp"
-#include "loader/host.hpp"
-#include "loader/v1_adapter.hpp"
-#include "loader/registry.hpp"
-#include "loader/selection.hpp"
+#include "core/bar_list.hpp"
 
 namespace loom::plugins {
 namespace {
@@ -67,54 +61,10 @@ const loom_trace kTrace = {LOOM_VERSION_OF(loom_trace), &trace_begin, &trace_end
 
 // ---- loom.plugins ----
 
-struct Source {
-  Registry* registry = nullptr;
-  config::Config* cfg = nullptr;
-};
-Source& source() {
-  static Source s;
-  return s;
+const loom_plugins*& plugins_table() {
+  static const loom_plugins* table = nullptr;
+  return table;
 }
-
-loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** desc, void** self, loom_error* err) {
-  const loom_host& h = host();
-  if (!source().registry || !source().cfg)
-    return h.set_error(err, LOOM_UNAVAILABLE, "loom.plugins: no configuration to create plugins from in this command");
-  try {
-    const std::string wanted = name ? name : "";
-    Found f;
-    try {
-      f = source().registry->find(wanted, static_cast<loom_kind>(kind));
-    } catch (const ConfigError& none) {  // a plugin of another kind by that name says more than "no such plugin"
-      Found other;
-      try {
-        other = source().registry->find(wanted);
-      } catch (const ConfigError&) {
-        throw none;
-      }
-      throw ConfigError("'" + wanted + "' is a " + kind_name(other.desc->kind) + " plugin, not a " + kind_name(kind) + " plugin");
-    }
-    check_options(*source().cfg, f.desc);
-    loom_options opts = options_for(*source().cfg, f.desc->name);
-    const char* why = nullptr;
-    if (score_plugin(f.desc, &why) <= 0)
-      return h.set_error(err, LOOM_UNAVAILABLE, ("plugin '" + std::string(f.desc->name) + "' cannot run here: " +
-                                                 (why && *why ? why : "it gave no reason")).c_str());
-    const loom_status s = create_plugin_instance(f.desc, &opts, self, err);
-    if (s == LOOM_OK) *desc = f.desc;
-    return s;
-  } catch (const ConfigError& e) {
-    return h.set_error(err, LOOM_BAD_CONFIG, e.what());
-  } catch (const std::exception& e) {
-    return h.set_error(err, LOOM_SYSTEM, e.what());
-  }
-}
-
-void release_plugin(const loom_plugin* desc, void* self) {
-  if (desc && self) destroy_plugin_instance(desc, self);
-}
-
-const loom_plugins kPlugins = {LOOM_VERSION_OF(loom_plugins), &create_plugin, &release_plugin};
 
 // Each ABI 2 plugin's declared services (loom_plugin.services), by plugin name.
 struct Declared {
@@ -144,7 +94,7 @@ void set_span_sink(SpanSink sink) {
   t.open.clear();
 }
 
-void set_plugin_source(Registry* registry, config::Config* cfg) { source() = {registry, cfg}; }
+void set_plugins_service(const loom_plugins* table) { plugins_table() = table; }
 
 namespace {
 const loom_ops*& device_ops() {
@@ -159,6 +109,8 @@ const loom_native_streams*& native_streams() {
 
 void set_device_ops(const loom_ops* ops) { device_ops() = ops; }
 void set_native_streams(const loom_native_streams* streams) { native_streams() = streams; }
+
+std::vector<std::string> declared_services(const loom_plugin* d) { return split_bar_list(d->services); }
 
 void declare_services(const loom_plugin* desc, bool created) {
   const std::vector<std::string> names = declared_services(desc);
@@ -181,7 +133,7 @@ const void* find_service(const char* name, uint32_t min_minor) {
   if (!name || min_minor > LOOM_ABI_MINOR) return nullptr;
   if (std::strcmp(name, LOOM_SERVICE_PLACEMENT) == 0) return placement_state().set ? &placement_state().value : nullptr;
   if (std::strcmp(name, LOOM_SERVICE_TRACE) == 0) return &kTrace;
-  if (std::strcmp(name, LOOM_SERVICE_PLUGINS) == 0) return source().registry ? &kPlugins : nullptr;
+  if (std::strcmp(name, LOOM_SERVICE_PLUGINS) == 0) return plugins_table();
   if (std::strcmp(name, LOOM_SERVICE_DEVICE) == 0) return device_ops();
   if (std::strcmp(name, LOOM_SERVICE_NATIVE_STREAMS) == 0) return min_minor <= LOOM_ABI_MINOR ? native_streams() : nullptr;
   return nullptr;

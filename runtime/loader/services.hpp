@@ -6,16 +6,11 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <loom/plugin.h>
 
-namespace loom::config {
-class Config;
-}
-
 namespace loom::plugins {
-
-class Registry;
 
 // Set by `loom train` once the rank and the mesh are known, before any plugin is created.
 void set_placement(const loom_placement& placement, const std::string& host);
@@ -30,8 +25,10 @@ using SpanSink = std::function<void(const std::string& name, const std::string& 
                                     std::chrono::steady_clock::time_point end)>;
 void set_span_sink(SpanSink sink);
 
-// The registry and config that loom.plugins creates wrapped plugins from (both outlive the run).
-void set_plugin_source(Registry* registry, config::Config* cfg);
+// loom.plugins' table, or nullptr while no command gave a configuration to create plugins from.
+// Its entries resolve plugins from a registry and a config, above this layer: set_plugin_source
+// (loader/selection.hpp) installs it.
+void set_plugins_service(const loom_plugins* table);
 
 // A service by name, for the runtime and the ABI 1 host (which grants every service).
 const void* find_service(const char* name, uint32_t min_minor);
@@ -41,5 +38,7 @@ const void* find_declared_service(const char* plugin, const char* name, uint32_t
 // holding the name, in search order, which is the one a run would pick), and again when an
 // instance is created (`created`), from the descriptor actually used.
 void declare_services(const loom_plugin* desc, bool created = false);
+// The services it declares (loom_plugin.services), the only ones its host hands it.
+std::vector<std::string> declared_services(const loom_plugin* desc);
 
 }  // namespace loom::plugins

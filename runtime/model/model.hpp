@@ -1,7 +1,7 @@
 // The runtime's one view of a model: what the trainer, the data slot, the pipeline, generation
 // and the reporters call, and the shape description (Config) that the planner, checkpoints and
-// import/export read. The decoder in models/gpt implements it; runtime code includes this
-// header, and only runtime/model/model.cpp names the implementation.
+// import/export read (model/config.hpp). The decoder in models/gpt implements it; runtime code
+// includes this header and never names the implementation.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpt/config.hpp"
+#include "model/config.hpp"
 #include "model/params.hpp"
 #include "tensor/tensor.hpp"
 
@@ -21,13 +21,6 @@ class DeferredWeightGrads;
 }
 
 namespace loom::model {
-
-// The model's shape and options, from [model] (presets fill what the file leaves out).
-using Config = gpt::GptConfig;
-using gpt::from_config;
-using gpt::init_from;
-using gpt::model_sections;
-using gpt::architecture_differences;
 
 struct Microbatch {
   const int32_t* tokens = nullptr;   // [B, T]

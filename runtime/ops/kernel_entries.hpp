@@ -52,7 +52,7 @@
   (t).combine_rows = &ns::combine_rows;         \
   (t).combine_rows_bwd = &ns::combine_rows_bwd
 
-// The device contract's entries (ABI 2.2) of a device whose memory the host cannot reach (strict,
+// The device contract's entries of a device whose memory the host cannot reach (strict,
 // cuda), each pointed at the function of that name in the device's namespace.
 #define LOOM_OPS_CONTRACT_ENTRIES(t, ns)        \
   (t).host_reachable = 0;                       \

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "loader/plugin_settings.hpp"
+#include "plan/from_config.hpp"
 #include "plan/published.hpp"
+#include "plan/sources.hpp"
 
 namespace loom::plan {
 
@@ -93,6 +96,14 @@ std::string extrapolation(const Calibration& cal, const Workload& w, const Layou
 void judge(Estimate& e, const Calibration& cal, const Workload& w) {
   if (!cal.here.empty()) e.band_low_ms = e.step_ms * (1 + cal.low), e.band_high_ms = e.step_ms * (1 + cal.high);
   e.extrapolated = extrapolation(cal, w, e.layout);
+}
+
+Estimate predict(const Cluster& c, const config::Config& cfg, int world) {
+  PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
+  const Workload w = workload_of(cfg);
+  Estimate e = estimate(c, w, layout_of(cfg, world), sources.costs(), sources.pipes());
+  judge(e, calibration_of(c), w);
+  return e;
 }
 
 }  // namespace loom::plan

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
 #include "plan/cluster.hpp"
 #include "plan/estimate.hpp"
 
@@ -40,5 +41,9 @@ std::string extrapolation(const Calibration& cal, const Workload& w, const Layou
 // Sets e's band (measured step time between step x (1 + low) and step x (1 + high)) and its
 // extrapolation.
 void judge(Estimate& e, const Calibration& cal, const Workload& w);
+
+// loom plan's prediction for a config as it stands, on `c`, with its plugins' options and the band
+// and extrapolation of c's calibration (`loom compare --cluster`, [run] plan_cluster).
+Estimate predict(const Cluster& c, const config::Config& cfg, int world = 0);
 
 }  // namespace loom::plan

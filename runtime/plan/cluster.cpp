@@ -1,5 +1,5 @@
 #include "plan/cluster.hpp"
-#include "plan/estimate.hpp"
+#include "plan/layout.hpp"
 #include "plan/cluster_toml.hpp"
 
 #include <algorithm>

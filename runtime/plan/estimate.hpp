@@ -1,7 +1,8 @@
 // The cost model of `loom plan`: one layout of one model on one cluster -> predicted step time,
 // broken into compute, each collective, the pipeline bubble and the optimizer, and memory per
 // rank. It needs no trainer: the strategies' traffic comes from their plugins' cost entries
-// (ABI 1.7) and the pipeline's shape from the schedule plugins, both through the two callbacks.
+// (LOOM_PROC_COST) and the pipeline's shape from the schedule plugins, both through the two
+// callbacks (plan/costing.hpp); plan/step.hpp works one layout out.
 #pragma once
 
 #include <functional>
@@ -12,97 +13,10 @@
 
 #include "model/model.hpp"
 #include "plan/cluster.hpp"
+#include "plan/costing.hpp"
 #include "train/layout_rules.hpp"
 
 namespace loom::plan {
-
-struct Layout {
-  int dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
-  int zero = 0;             // 0 = ddp, 1..3 = ZeRO stage
-  bool sp = false;          // sequence parallel beside tp
-  int micro_batch = 1;      // sequences per forward/backward on one dp rank
-  std::string schedule = "1f1b";
-  int chunks = 1;           // interleaved: model chunks per pp rank
-  std::string recompute = "none";
-  int world() const { return dp * tp * pp * cp * ep; }
-  // "dp4 tp2 pp2 zero1 mb2 1f1b" (what --explain and --fix read back)
-  std::string name() const;
-  // The data-slot plugin: ddp, zero1, zero2, zero3.
-  std::string data_plugin() const { return zero ? "zero" + std::to_string(zero) : "ddp"; }
-  std::string data_plugin(const struct Workload& w) const;
-};
-
-// Parses a name as Layout::name writes it ("tp=2 pp=2" and "tp2,pp2" work too). ConfigError.
-Layout parse_layout(const std::string& text);
-
-struct Workload {
-  model::Config model;
-  int64_t global_batch = 16;  // sequences per step
-  std::string dtype = "fp32"; // fp32 | bf16 | fp16 | fp8: GEMM peak, and model-state formulas
-  int grad_bytes = 4;         // bytes per gradient element (fp32 masters; a data plugin may narrow its wire)
-  // A plugin the config names for a slot that is not a built-in ("data" = "my_dp"): costed
-  // through its own cost entry in every layout that uses the slot. The data slot's plugin then
-  // holds the model state unsharded, as far as the planner knows.
-  std::string data_plugin, tensor_plugin, sequence_plugin, context_plugin, expert_plugin;
-  std::string device = "cpu";  // [run] device: what the layout's plugins must run on
-  bool unfused_attention = false;  // scores written out (2021-22 Megatron); a flash kernel otherwise
-  // How the framework splits layers over pipeline stages: "cost" (Loom: balanced by each layer's
-  // FLOPs), "blocks" (Megatron-LM: equal blocks, the embedding and head on top of the ends),
-  // "count" (Megatron-DeepSpeed's type:transformer|embedding: equal layers, E and L among them).
-  std::string stage_split = "cost";
-  std::string comm;            // [plugins] comm ("" = gloo, the default of a job of several ranks)
-};
-
-// Micro-batches per step on one data-parallel rank.
-inline int microbatches(const Workload& w, const Layout& l) { return int(w.global_batch / (int64_t(l.dp) * l.ep) / l.micro_batch); }
-
-// One collective of the step, as a plugin's cost entry gave it, with its predicted time.
-struct CommItem {
-  std::string plugin, what, op, phase, level;  // level: "node" | "network" | "node+network"
-  int group = 1;
-  double bytes = 0, calls = 0, hidden = 0, ms = 0, exposed_ms = 0;
-};
-
-struct Memory {
-  double params = 0, grads = 0, optim = 0, activations = 0, buffers = 0, process = 0;
-  double model_states() const { return params + grads + optim; }
-  double total() const { return params + grads + optim + activations + buffers + process; }
-};
-
-struct Estimate {
-  Layout layout;
-  int microbatches = 1;
-  double forward_ms = 0, backward_ms = 0, recompute_ms = 0;  // compute, per step, per rank
-  double pipeline_ms = 0, bubble_ms = 0;  // the micro-batch loop, and its idle part
-  double optimizer_ms = 0, overhead_ms = 0;
-  double comm_ms = 0, exposed_comm_ms = 0;
-  double step_ms = 0;
-  std::vector<CommItem> comms;
-  Memory memory;
-  bool fits = true;
-  std::string why_not;
-  double model_flops = 0;  // per step, PaLM's count (what MFU divides)
-  double mfu = 0, tflops_per_device = 0, tokens_per_s_per_device = 0;
-  std::vector<std::string> notes;  // e.g. a plugin without a cost entry
-  // The step time measured runs on this cluster would put it in (plan/calibration.hpp); 0 when no
-  // run was measured here. Why the layout lies outside what they cover ("" when inside).
-  double band_low_ms = 0, band_high_ms = 0;
-  std::string extrapolated;
-};
-
-// The step's collectives of one plugin for a query; empty when it has no cost entry.
-using CostSource = std::function<std::vector<loom_cost_collective>(const std::string& plugin,
-                                                                   const loom_cost_query& q, bool& has_entry)>;
-// Simulated pipeline makespan in forward units (a forward of one chunk = 1, backward = k), the
-// most micro-batch chunks in flight on the first rank, and the schedule plugin's split of the
-// layers (E, the blocks, L) into virtual stages, given each layer's cost (rank = stage % pp).
-struct PipeShape {
-  double makespan = 1;
-  int in_flight = 1;
-  std::vector<int32_t> stage_of;
-};
-using PipeSource = std::function<PipeShape(const std::string& schedule, int pp, int m, int chunks, double k,
-                                           const std::vector<double>& layer_costs)>;
 
 // Why a run of the layout would be refused, in the run's words (empty when it would start): the
 // check `loom train` and `loom config check` make (train/layout_rules.hpp) with the plugins the
@@ -125,31 +39,14 @@ std::string invalid_reason(const Workload& w, const Layout& l);
 Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const CostSource& costs,
                   const PipeSource& pipes);
 
-// The layers one rank computes: a uniform layout's average rank (n_layer / pp blocks, 1 / pp of
-// the head: what estimate() costs), or one stage of an uneven split (plan/mixed.hpp).
-struct StagePart {
-  double blocks = 0, moe_blocks = 0;
-  double head_share = 0;             // the part of the head and loss it computes
-  bool first = false, last = false;  // holds the embedding, the head (a stage only)
-  bool average = true;
-};
+// A uniform layout's average rank: n_layer / pp blocks and 1 / pp of the head.
 StagePart average_part(const model::Config& m, const Layout& l);
 
 // One pipeline stage of `part` on cluster `c` (a mixed cluster's group), the others as `l` has
 // them: its forward and backward per micro-batch (in-loop communication and recompute included),
 // what it adds after the loop (exposed data-parallel traffic, the optimizer, the step's
 // overhead), and its memory with `in_flight` micro-batches' activations held.
-struct StageEstimate {
-  double forward_ms = 0, backward_ms = 0, recompute_ms = 0, after_loop_ms = 0;
-  Estimate detail;  // comms, memory, fits, notes: as estimate() fills them, for this stage
-};
 StageEstimate estimate_stage(const Cluster& c, const Workload& w, const Layout& l, const StagePart& part, int in_flight,
                              const CostSource& costs);
-
-// Model-state bytes per rank for psi parameters over n data-parallel ranks, by ZeRO stage
-// (Rajbhandari et al. 2020): mixed precision 16 psi, 4 psi + 12 psi/n, 2 psi + 14 psi/n, 16 psi/n;
-// fp32 (4 params, 4 grads, 8 Adam) 16 psi, 8 psi + 8 psi/n, 4 psi + 12 psi/n, 16 psi/n.
-// out: params, grads, optimizer states.
-void model_state_bytes(double psi, int n, int stage, bool mixed, double out[3]);
 
 }  // namespace loom::plan

@@ -1,11 +1,9 @@
 #include "plan/from_config.hpp"
 
 #include "core/errors.hpp"
-#include "dist/parallel_settings.hpp"
+#include "distributed/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
 #include "model/model.hpp"
-#include "plan/calibration.hpp"
-#include "plan/sources.hpp"
 #include "train/settings.hpp"
 
 namespace loom::plan {
@@ -53,14 +51,6 @@ Layout layout_of(const config::Config& cfg, int world) {
   l.recompute = model::from_config(cfg).recompute;
   l.micro_batch = int(train.micro_batch > 0 ? train.micro_batch : train.global_batch / (int64_t(l.dp) * l.ep));
   return l;
-}
-
-Estimate predict(const Cluster& c, const config::Config& cfg, int world) {
-  PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
-  const Workload w = workload_of(cfg);
-  Estimate e = estimate(c, w, layout_of(cfg, world), sources.costs(), sources.pipes());
-  judge(e, calibration_of(c), w);
-  return e;
 }
 
 // The slots' plugins are layout_facts', the ones the planner checked the layout with.

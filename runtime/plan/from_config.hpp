@@ -12,10 +12,6 @@ Workload workload_of(const config::Config& cfg, const std::string& dtype = "");
 // dp "auto" resolves from the world (0: [parallel] nproc); micro_batch 0 from the global batch.
 Layout layout_of(const config::Config& cfg, int world = 0);
 
-// loom plan's prediction for a config as it stands, on `c`, with its plugins' options and the band
-// and extrapolation of c's calibration (`loom compare --cluster`, [run] plan_cluster).
-Estimate predict(const Cluster& c, const config::Config& cfg, int world = 0);
-
 // The --set overrides that turn a config of workload `w` into one that runs layout `l` (the
 // inverse of layout_of): [parallel] degrees and nproc, the slots' plugins (the workload's own where
 // it names some), [train] micro_batch and [model] recompute.

@@ -5,8 +5,8 @@
 #include <numeric>
 
 #include "core/errors.hpp"
-#include "dist/node_groups.hpp"
-#include "dist/parallel_settings.hpp"
+#include "distributed/node_groups.hpp"
+#include "distributed/parallel_settings.hpp"
 #include "plan/from_config.hpp"
 #include "plan/sources.hpp"
 #include "loader/plugin_settings.hpp"

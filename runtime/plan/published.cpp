@@ -3,7 +3,10 @@
 #include <map>
 
 #include "config/config.hpp"
+#include "loader/plugin_settings.hpp"
+#include "model/config.hpp"
 #include "plan/from_config.hpp"
+#include "train/settings.hpp"
 
 namespace loom::plan {
 
@@ -32,7 +35,9 @@ Workload llama3(const char* preset, int64_t batch, int64_t seq_len = 8192) {
                                                  std::to_string(seq_len) + "\n[train]\nglobal_batch = " +
                                                  std::to_string(batch) + "\n[plugins]\nprecision = \"bf16\"\n",
                                              "<published>");
-  cfg.validate_runtime();
+  std::vector<config::SectionSpec> read = model::model_sections();  // the sections workload_of reads
+  for (auto section : {train::run_section, train::train_section, plugins::plugins_section}) read.push_back(section());
+  cfg.check_sections(read);
   Workload w = workload_of(cfg);
   w.grad_bytes = 2;  // bf16 gradient reduction (Llama 3's FSDP, NeMo's distributed optimizer)
   return w;

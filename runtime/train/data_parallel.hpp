@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/comm.hpp"
+#include "distributed/comm.hpp"
 #include "loader/selection.hpp"
 #include "model/model.hpp"
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/comm.hpp"
-#include "dist/network.hpp"
+#include "distributed/comm.hpp"
+#include "distributed/network.hpp"
 
 namespace loom::train {
 

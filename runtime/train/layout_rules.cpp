@@ -1,9 +1,11 @@
 #include "train/layout_rules.hpp"
 
+#include "core/errors.hpp"
 #include "loader/host.hpp"
 #include "ops/ops.hpp"
-#include "dist/parallel_settings.hpp"
+#include "distributed/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
+#include "train/pipeline.hpp"
 #include "train/settings.hpp"
 
 namespace loom::train {
@@ -16,7 +18,7 @@ std::string str(int64_t v) { return std::to_string(v); }
 std::string missing_slot(const LayoutFacts& f) {
   const dist::MeshShape& m = f.mesh;
   if (m.world() > 1 && f.comm.empty()) return "a run over " + str(m.world()) + " ranks needs [plugins] comm";
-  if (m.dp * m.ep * m.cp > 1 && f.data.empty()) return m.describe() + " needs [plugins] data (e.g. \"ddp\")";
+  if (m.data_ranks() > 1 && f.data.empty()) return m.describe() + " needs [plugins] data (e.g. \"ddp\")";
   if (!f.sequence.empty() && m.tp == 1)
     return "[plugins] sequence = \"" + f.sequence + "\" needs [parallel] tp > 1: sequence parallelism splits rows over the tp group";
   if (m.tp > 1 && f.tensor.empty()) return "[parallel] tp = " + str(m.tp) + " needs [plugins] tensor (e.g. \"tp\")";
@@ -68,7 +70,7 @@ std::string plugin_support(const LayoutFacts& f) {
     return degree + " needs a comm backend with send and recv, which [plugins] comm = \"" + f.comm +
            "\" does not offer; use gloo, mpi or nccl";
   }
-  if (m.dp * m.ep * m.cp == 1) return "";  // no data plugin runs
+  if (m.data_ranks() == 1) return "";  // no data plugin runs
   const std::string who = "[plugins] data = \"" + f.data + "\"";
   if (m.ep > 1 && !(f.data_caps & LOOM_DATA_EXPERTS))
     return who + " does not declare LOOM_DATA_EXPERTS" + f.data_declared + ", and [parallel] ep = " + str(m.ep) +
@@ -158,6 +160,23 @@ LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& select
   if (const plugins::SlotChoice* c = selection.slot("comm")) comm_facts(f, c->found.desc);
   if (const plugins::SlotChoice* c = selection.slot("data")) data_facts(f, c->found.desc);
   return f;
+}
+
+Settings settle_layout(const config::Config& cfg, const plugins::Selection& selection, const model::Config& mc,
+                       const dist::MeshShape& mesh) {
+  const std::string problem = layout_problem(facts_of(cfg, selection, mesh, mc));
+  if (!problem.empty()) throw ConfigError(problem);
+  Settings s = read_settings(cfg);
+  const int64_t local_batch = s.global_batch / (int64_t{mesh.dp} * mesh.ep);
+  if (s.micro_batch == 0) s.micro_batch = local_batch;
+  s.accum = local_batch / s.micro_batch;
+  return s;
+}
+
+void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh) {
+  const model::Config mc = model::from_config(cfg);
+  const Settings s = settle_layout(cfg, selection, mc, mesh);
+  if (mesh.pp > 1) plan_pipeline(cfg, selection, mc, mesh.pp, static_cast<int>(s.accum));
 }
 
 }  // namespace loom::train

@@ -12,10 +12,11 @@
 #include <string>
 
 #include "config/config.hpp"
-#include "dist/mesh.hpp"
-#include "dist/node_groups.hpp"
+#include "distributed/mesh.hpp"
+#include "distributed/node_groups.hpp"
 #include "loader/selection.hpp"
 #include "model/model.hpp"
+#include "train/settings.hpp"
 
 namespace loom::train {
 
@@ -50,5 +51,15 @@ LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& select
 // Selection.
 void comm_facts(LayoutFacts& f, const loom_plugin* comm);
 void data_facts(LayoutFacts& f, const loom_plugin* data);
+
+// The [train] settings once the layout passed layout_problem, with micro_batch (0 = the whole
+// per-rank batch) and accum filled in. check_layout adds the pipeline plan; a Run plans it with
+// its model.
+Settings settle_layout(const config::Config& cfg, const plugins::Selection& selection, const model::Config& mc,
+                       const dist::MeshShape& mesh);
+
+// What every rank would refuse, checked once by the local launcher before it starts them: the
+// batch split over dp and micro-batches, and the pipeline schedule and layer split.
+void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh);
 
 }  // namespace loom::train

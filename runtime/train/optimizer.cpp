@@ -16,15 +16,15 @@ double Optimizer::param_norm() {
   return sharded() ? slots_.norm_of(dp_->sum_squares(1)) : slots_.param_norm(params_);
 }
 
-std::vector<std::pair<std::string, double>> Optimizer::layer_grad_norms(double grad_scale) {
+std::vector<std::pair<std::string, double>> Optimizer::layer_grad_norms(double carried_scale) {
   if (sharded()) return {};
   auto norms = slots_.layer_grad_norms(params_);
-  for (auto& n : norms) n.second /= grad_scale;
+  for (auto& n : norms) n.second /= carried_scale;
   return norms;
 }
 
-void Optimizer::apply(double lr, double grad_norm, double grad_scale) {
-  double factor = 1.0 / grad_scale;
+void Optimizer::apply(double lr, double grad_norm, double carried_scale) {
+  double factor = 1.0 / carried_scale;
   if (hp_.grad_clip > 0 && grad_norm > hp_.grad_clip) factor *= hp_.grad_clip / grad_norm;
   ++applied_;
   if (sharded()) return dp_->step({lr, hp_.beta1, hp_.beta2, hp_.eps, hp_.weight_decay, factor, applied_});
@@ -62,13 +62,14 @@ void Optimizer::perturb_replica(float delta) {
   params_.values()[0] += delta;
 }
 
-ckpt::StateAccess Optimizer::checkpoint_access() {
-  ckpt::StateAccess access;
-  if (sharded()) access.shards = {[this] { return dp_->shard_pieces(); }, [this] { dp_->pieces_loaded(); }};
+ckpt::TrainingState Optimizer::checkpoint_state() {
+  ckpt::TrainingState state;
+  state.params = &params_, state.m = &m_, state.v = &v_, state.applied = &applied_;
+  if (sharded()) state.shards = {[this] { return dp_->shard_pieces(); }, [this] { dp_->pieces_loaded(); }};
   if (dp_ && dp_->has_state())
-    access.plugin = {dp_->name(), [this] { return dp_->save_state(); },
-                     [this](const std::string& s) { dp_->load_state(s); }};
-  return access;
+    state.plugin = {dp_->name(), [this] { return dp_->save_state(); },
+                    [this](const std::string& s) { dp_->load_state(s); }};
+  return state;
 }
 
 }  // namespace loom::train

@@ -28,15 +28,16 @@ class Optimizer {
   Optimizer(ParamStore& params, TensorSlots& slots, DataParallel* dp, const loom_ops* ops, AdamW hp);
 
   bool sharded() const { return dp_ && dp_->sharded(); }
-  // Global norms of the gradients (still carrying the step's gradient scale) and the values.
+  // Global norms of the gradients (still carrying the step's carried_scale) and the values.
   double grad_norm();
   double param_norm();
-  // Per-layer gradient norms, divided by `grad_scale`, for a spike's report; none when sharded
+  // Per-layer gradient norms, divided by `carried_scale`, for a spike's report; none when sharded
   // (no rank holds a layer's gradient whole).
-  std::vector<std::pair<std::string, double>> layer_grad_norms(double grad_scale);
-  // One pass over the gradients: divides `grad_scale` out, clips the global norm to grad_clip
-  // (`grad_norm` is already unscaled) and takes an AdamW step at `lr`.
-  void apply(double lr, double grad_norm, double grad_scale);
+  std::vector<std::pair<std::string, double>> layer_grad_norms(double carried_scale);
+  // One pass over the gradients: divides `carried_scale` out, clips the global norm to grad_clip
+  // (`grad_norm` is already unscaled) and takes an AdamW step at `lr`. A sharding plugin gets the
+  // one factor as the ABI's grad_scale, which multiplies.
+  void apply(double lr, double grad_norm, double carried_scale);
   // Optimizer steps taken (a skipped step does not advance AdamW's bias correction).
   int64_t& applied() { return applied_; }
   // {parameter, gradient, optimizer-state, comm-buffer bytes held; bytes sent last step}.
@@ -48,10 +49,10 @@ class Optimizer {
   // The [faults] perturb: nudges this rank's copy of the first parameter element.
   void perturb_replica(float delta);
 
-  // What a checkpoint saves: AdamW moments here (empty when sharded), or the plugin's pieces.
-  Tensor& m() { return m_; }
-  Tensor& v() { return v_; }
-  ckpt::StateAccess checkpoint_access();
+  // What a checkpoint saves and resume restores of the optimizer's: the parameters, the AdamW
+  // moments here (empty when sharded) or the plugin's pieces, the plugin's own state, and the
+  // applied updates. The run adds the precision slot's.
+  ckpt::TrainingState checkpoint_state();
 
  private:
   ParamStore& params_;

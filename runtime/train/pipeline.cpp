@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "core/errors.hpp"
-#include "dist/parallel_settings.hpp"
+#include "distributed/parallel_settings.hpp"
 #include "loader/host.hpp"
 #include "parallel/layer_api.hpp"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/comm.hpp"
+#include "distributed/comm.hpp"
 #include "loader/selection.hpp"
 #include "model/model.hpp"
 #include "parallel/layer_api.hpp"

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/comm_meter.hpp"
+#include "distributed/comm_meter.hpp"
 #include "model/model.hpp"
 #include "train/pipeline.hpp"
 
@@ -27,7 +27,7 @@ void add_memory_metrics(Fields& f, const std::vector<int64_t>& accounting);
 // expert loads, over the whole batch (`sum_over_data` adds up the ranks that split it).
 using SumOverData = std::function<void(double*, int64_t)>;
 void add_moe_metrics(Fields& f, const model::Model& model, bool expert_parallel, const SumOverData& sum_over_data);
-// Every communicator's traffic this step (dist/comm_meter.hpp): comm_ms and exposed_comm_ms over
+// Every communicator's traffic this step (distributed/comm_meter.hpp): comm_ms and exposed_comm_ms over
 // every group but pp, whose receives wait out the pipeline bubble too (pp_wait_ms); comm_bytes_all
 // over all; and per group, exposed_comm_ms_<group> and comm_bytes_<group>. The data plugin's own
 // figures follow as data_plugin_comm_ms and data_plugin_exposed_comm_ms.

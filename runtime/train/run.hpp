@@ -1,9 +1,9 @@
 // A training run, assembled once and in one direction:
 //   settings -> mesh and processes -> precision -> data -> tensor slots -> model (and its
 //   pipeline stage) -> data slot -> optimizer -> faults -> checkpointer -> reporters
-// Each piece is built from the ones before it and never reconfigured by a later one. train()
-// then runs steps (runtime/train/trainer.cpp): each step is a list of named parts, and each slot
-// adds its own fields to the step's metrics line.
+// (run_assembly.cpp). Each piece is built from the ones before it and never reconfigured by a
+// later one. train() then runs steps (run_step.cpp): each step is a list of named parts. After
+// each, the run reports (run_report.cpp): each slot adds its own fields to the metrics line.
 #pragma once
 
 #include <chrono>
@@ -18,10 +18,10 @@
 #include "ckpt/checkpointer.hpp"
 #include "config/config.hpp"
 #include "data/batches.hpp"
-#include "dist/comm_meter.hpp"
-#include "dist/comm.hpp"
-#include "dist/launch.hpp"
-#include "dist/mesh.hpp"
+#include "distributed/comm_meter.hpp"
+#include "distributed/comm.hpp"
+#include "distributed/launch.hpp"
+#include "distributed/mesh.hpp"
 #include "loader/selection.hpp"
 #include "model/model.hpp"
 #include "precision/precision.hpp"
@@ -32,12 +32,12 @@
 #include "train/optimizer.hpp"
 #include "train/peak.hpp"
 #include "train/pipeline.hpp"
+#include "train/settings.hpp"
 #include "train/stability.hpp"
 #include "train/tensor_slots.hpp"
 #include "train/thread_policy.hpp"
 #include "train/trace.hpp"
-#include "train/trainer.hpp"
-#include "train/trainer_parts.hpp"
+#include "train/summary.hpp"
 
 namespace loom::tok {
 class Tokenizer;
@@ -65,7 +65,7 @@ class Run {
     int64_t host_read_bytes = 0;  // bytes host code copied out of device memory during it
   };
 
-  // ---- assembly (run.cpp), in this order ----
+  // ---- assembly (run_assembly.cpp), in this order ----
   void check_and_settle();
   void start_devices();
   void start_precision();
@@ -77,16 +77,16 @@ class Run {
   void start_reporters();
   void print_banner() const;
 
-  // ---- steps (trainer.cpp) ----
+  // ---- steps (run_step.cpp) ----
   StepResult step_once(int64_t step, PipeStepStats& pipe_stats);
   double forward_backward(int64_t step, float dloss, PipeStepStats& pipe_stats);
   BatchFn train_batches(int64_t step);
   void on_grads_final(const std::vector<Param*>& params);
   void reduce_gradients(StepResult& r);
-  bool judge(int64_t step, StepResult& r, double grad_scale);
+  bool judge(int64_t step, StepResult& r, double carried_scale);
   void reduce_over_sharers(float* v, int64_t n);
 
-  // ---- after each step (step_report.cpp) ----
+  // ---- after each step and at the end (run_report.cpp) ----
   void report(int64_t step, const StepResult& r, double step_s, const PipeStepStats& pipe_stats, TrainSummary& sum);
   Fields common_fields(int64_t step, const StepResult& r, double step_s, const PipeStepStats& pipe_stats);
   void evaluate_and_sample(int64_t step, Fields& fields, std::string& val_text, TrainSummary& sum);

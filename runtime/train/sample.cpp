@@ -5,9 +5,13 @@
 #include <numeric>
 
 #include "core/errors.hpp"
+#include "data/data_settings.hpp"
 #include "model/philox.hpp"
 #include "parallel/layer_api.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "train/data_check.hpp"
+
+namespace fs = std::filesystem;
 
 namespace loom::train {
 
@@ -122,6 +126,23 @@ std::string printable(const std::string& bytes) {
     if (u != '\n' && (u < 0x20 || u == 0x7f)) ch = '.';
   }
   return s;
+}
+
+// The run's tokenizer, for text samples: [data] tokenizer, or tokenizer.json beside the shards.
+// Without one, samples are bytes, which only a 256-token vocabulary can print.
+std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const model::Config& mc, bool sampling) {
+  if (!sampling) return nullptr;  // only samples decode text
+  const fs::path path = data::run_tokenizer_path(cfg);
+  if (!path.empty()) {
+    auto t = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(path));
+    check_tokenizer_fits(t->vocab_size(), path, mc.vocab_size);
+    return t;
+  }
+  if (mc.vocab_size != 256)
+    throw ConfigError("[train] sample_every > 0 with [model] vocab_size = " + std::to_string(mc.vocab_size) +
+                      " and no tokenizer: samples would print token ids as bytes; set [data] tokenizer, or put "
+                      "tokenizer.json beside the shards (loom data prepare writes it), or set sample_every = 0");
+  return nullptr;
 }
 
 }  // namespace loom::train

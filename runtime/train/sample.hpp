@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
 #include "model/model.hpp"
 
 namespace loom::tok {
@@ -48,5 +50,10 @@ std::string generate(model::Model& model, const tok::Tokenizer* tokenizer, const
 
 // The bytes made printable for a terminal: control bytes other than newline become '.'.
 std::string printable(const std::string& bytes);
+
+// The run's tokenizer for text samples: [data] tokenizer, or tokenizer.json beside the shards;
+// null for bytes or when the run takes no samples. Refuses samples of a non-byte vocabulary
+// without one.
+std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const model::Config& mc, bool sampling);
 
 }  // namespace loom::train

@@ -32,7 +32,7 @@ struct Settings {
   LrSchedule lr;
   uint64_t seed;
 };
-// accum is filled in by settle_layout (train/trainer_parts.hpp), once the mesh is known.
+// accum is filled in by settle_layout (train/layout_rules.hpp), once the mesh is known.
 Settings read_settings(const config::Config& cfg);
 
 struct StabilitySettings {

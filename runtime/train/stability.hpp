@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "config/config.hpp"
-#include "dist/comm.hpp"
+#include "distributed/comm.hpp"
 #include "model/params.hpp"
 #include "train/settings.hpp"
 

@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include "dist/comm.hpp"
+#include "distributed/comm.hpp"
 #include "tensor/tensor.hpp"
 
 namespace loom::train {

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/comm.hpp"
+#include "distributed/comm.hpp"
 #include "parallel/layer_api.hpp"
 #include "loader/selection.hpp"
 

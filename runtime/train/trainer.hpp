@@ -1,45 +1,21 @@
-// The single-rank training loop: data -> micro-batches (gradient accumulation) -> global grad
-// norm and clipping -> AdamW -> metrics, with validation and text samples along the way.
+// The training entry point: one rank's run, assembled (run_assembly.cpp), stepped (run_step.cpp)
+// and reported (run_report.cpp) by train::Run. The loop per step: data -> micro-batches (gradient
+// accumulation) -> global grad norm and clipping -> AdamW -> metrics, with validation and text
+// samples along the way.
 #pragma once
 
 #include <filesystem>
-#include <memory>
-#include <string>
-#include <vector>
 
 #include "config/config.hpp"
-#include "dist/launch.hpp"
-#include "dist/mesh.hpp"
+#include "distributed/launch.hpp"
 #include "loader/selection.hpp"
+#include "train/summary.hpp"
 
 namespace loom::train {
-
-struct TrainSummary {
-  int64_t steps = 0;
-  double first_loss = 0, final_loss = 0;
-  double first_val_loss = -1, final_val_loss = -1;  // -1: never evaluated
-  double tokens_per_s = 0, mfu = 0;
-  int64_t skipped_steps = 0;  // updates the precision slot skipped (fp16 overflow)
-  int64_t first_step = 0;     // the first step this run trained (past 1 after a resume)
-  int64_t last_step = 0;      // the last step this run trained
-  int64_t last_saved_step = 0;  // the last step this run saved a checkpoint of; 0: none
-  int64_t evaluations = 0;    // validation losses this run computed after an update
-  std::string stopped_by;     // "SIGTERM", "SIGINT", ...: the run stopped early on a signal
-  bool saved_on_stop = false; // and saved a checkpoint of last_step first
-  std::vector<double> step_ms, exposed_comm_ms;  // each step this run trained, as its metrics line has them
-  double peak_mem_bytes = 0;  // the largest rank's
-};
 
 // Trains as the config says, as rank env.rank of env.world. Rank 0 prints and writes
 // <run_dir>/metrics.jsonl and <run_dir>/config.toml.
 TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
                    const dist::RankEnv& env, const std::filesystem::path& run_dir);
-
-// What every rank would refuse, checked once by the local launcher before it starts them: the
-// batch split over dp and micro-batches, and the pipeline schedule and layer split.
-void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh);
-
-// [run] dir, else runs/<[run] name or the config's stem>.
-std::filesystem::path default_run_dir(const config::Config& cfg);
 
 }  // namespace loom::train

@@ -10,7 +10,7 @@
 #include <doctest/doctest.h>
 
 #include "cluster/local_cluster.hpp"
-#include "dist/comm_bench.hpp"
+#include "distributed/comm_bench.hpp"
 #include "support/layouts.hpp"
 
 using namespace loom;

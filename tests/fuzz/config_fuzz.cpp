@@ -1,5 +1,6 @@
 // The config path: TOML parsing, a --set override (the input's first line), the runtime schema
 // with its presets, ranges and choices, and rendering the result back.
+#include "cli/job_config.hpp"
 #include "config/config.hpp"
 #include "fuzz_input.hpp"
 
@@ -9,12 +10,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string first = text.substr(0, nl), rest = nl == std::string::npos ? "" : text.substr(nl + 1);
   loom::fuzz::expect_clean([&] {
     loom::config::Config c = loom::config::Config::parse(rest, "fuzz.toml", {first});
-    c.validate_runtime();
+    c.validate(loom::cli::runtime_schema());
     (void)c.render({});
   });
   loom::fuzz::expect_clean([&] {
     loom::config::Config c = loom::config::Config::parse(text, "fuzz.toml");
-    c.validate_runtime();
+    c.validate(loom::cli::runtime_schema());
   });
   return 0;
 }

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include "cli/job_config.hpp"
 #include "config/config.hpp"
 #include "core/errors.hpp"
 
@@ -12,7 +13,7 @@ namespace {
 std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
   try {
     Config c = Config::parse(text, "t.toml", sets);
-    c.validate_runtime();
+    c.validate(loom::cli::runtime_schema());
   } catch (const ConfigError& e) {
     return e.what();
   } catch (const UsageError& e) {
@@ -58,7 +59,7 @@ TEST_CASE("a value outside a key's choices lists them") {
 
 TEST_CASE("defaults are filled in for every declared key") {
   Config c = Config::parse("[run]\nseed = 7\n", "t.toml");
-  c.validate_runtime();
+  c.validate(loom::cli::runtime_schema());
   CHECK(c.i64("run.seed") == 7);
   CHECK(c.i64("run.threads") == 0);
   CHECK(c.str("run.device") == "cpu");
@@ -72,7 +73,7 @@ TEST_CASE("defaults are filled in for every declared key") {
 TEST_CASE("--set overrides any key, creating sections as needed") {
   Config c = Config::parse("[run]\nseed = 7\n", "t.toml",
                            {"run.seed=9", "run.name=plain words", "plugins.path=[\"/x\"]"});
-  c.validate_runtime();
+  c.validate(loom::cli::runtime_schema());
   CHECK(c.i64("run.seed") == 9);
   CHECK(c.str("run.name") == "plain words");
   CHECK(c.str_list("plugins.path") == std::vector<std::string>{"/x"});
@@ -89,7 +90,7 @@ TEST_CASE("--set errors name the assignment") {
 
 TEST_CASE("plugin option tables are checked against the plugin's schema") {
   Config c = Config::parse("[plugins.fp16]\ninitial_scal = 4\n", "t.toml");
-  c.validate_runtime();
+  c.validate(loom::cli::runtime_schema());
   std::vector<loom::config::KeySpec> keys = {
       {"initial_scale", loom::config::ValueType::Float, "65536.0", "first loss scale"},
       {"hysteresis", loom::config::ValueType::Int, "2", "overflows before backing off"}};
@@ -102,7 +103,7 @@ TEST_CASE("plugin option tables are checked against the plugin's schema") {
           "'initial_scale'?");
   }
   Config ok = Config::parse("[plugins.fp16]\ninitial_scale = 4\n", "t.toml");
-  ok.validate_runtime();
+  ok.validate(loom::cli::runtime_schema());
   ok.validate_plugin_options("fp16", keys);
   CHECK(ok.f64("plugins.fp16.initial_scale") == 4.0);  // an integer is accepted as a float
   CHECK(ok.i64("plugins.fp16.hysteresis") == 2);

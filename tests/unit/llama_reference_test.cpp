@@ -24,7 +24,7 @@ void dump(const std::filesystem::path& p, const T* data, size_t n) {
 }  // namespace
 
 TEST_CASE("a Llama-shaped model's loss and gradients match PyTorch (float64) on the same weights") {
-  gpt::GptConfig c;
+  model::Config c;
   c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.d_model = 32, c.vocab_size = 64, c.seq_len = 24;
   c.d_ff = 48, c.positions = "rope", c.rope_theta = 500000, c.norm = "rmsnorm", c.norm_eps = 1e-5;
   c.mlp = "swiglu", c.bias = false, c.tied_embeddings = false;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "cli/job_config.hpp"
 #include "config/config.hpp"
 #include "gpt/gpt.hpp"
 #include "ops/cpu/kernels.hpp"
@@ -121,8 +122,8 @@ TEST_CASE("grouped-query attention backward is the same for 1 and 2 threads, to 
 
 namespace {
 
-gpt::GptConfig rope_model(bool scaled) {
-  gpt::GptConfig c;
+model::Config rope_model(bool scaled) {
+  model::Config c;
   c.n_head = 2, c.d_model = 16, c.seq_len = 12, c.positions = "rope", c.rope_theta = 10000;
   if (scaled) {
     c.rope_scaling.type = "llama3", c.rope_scaling.factor = 8, c.rope_scaling.original_max_position = 8;
@@ -133,7 +134,7 @@ gpt::GptConfig rope_model(bool scaled) {
 }  // namespace
 
 TEST_CASE("RoPE rotates channel i with channel i + D/2 by position x frequency (rotate_half)") {
-  gpt::GptConfig c = rope_model(false);
+  model::Config c = rope_model(false);
   gpt::RopeTables tab(c);
   const int64_t D = c.head_dim(), T = c.seq_len;
   std::vector<float> x(T * D, 0.f);
@@ -156,7 +157,7 @@ TEST_CASE("RoPE rotates channel i with channel i + D/2 by position x frequency (
 TEST_CASE("RoPE backward matches finite differences, plain and with Llama 3.1 scaling") {
   for (bool scaled : {false, true}) {
     INFO("scaled " << scaled);
-    gpt::GptConfig c = rope_model(scaled);
+    model::Config c = rope_model(scaled);
     gpt::RopeTables tab(c);
     const int64_t D = c.head_dim(), T = c.seq_len, heads = 2, ld = 3 * D;  // strided rows
     auto x = randn(T * ld, 37), r = randn(T * ld, 38);
@@ -173,7 +174,7 @@ TEST_CASE("RoPE backward matches finite differences, plain and with Llama 3.1 sc
 }
 
 TEST_CASE("Llama 3.1 frequency scaling keeps high frequencies, divides low ones, blends between") {
-  gpt::GptConfig c;
+  model::Config c;
   c.n_head = 32, c.d_model = 4096, c.positions = "rope", c.rope_theta = 500000;
   auto plain = c.rope_inv_freq();
   c.rope_scaling.type = "llama3";  // factor 8, low 1, high 4, original 8192 (Llama 3.1)
@@ -200,7 +201,7 @@ TEST_CASE("Llama 3.1 frequency scaling keeps high frequencies, divides low ones,
 }
 
 TEST_CASE("a Llama-shaped model's gradients match finite differences: RoPE, GQA, RMSNorm, SwiGLU, no bias") {
-  gpt::GptConfig c;
+  model::Config c;
   c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.d_model = 16, c.d_ff = 24, c.vocab_size = 40, c.seq_len = 8;
   c.positions = "rope", c.norm = "rmsnorm", c.mlp = "swiglu", c.bias = false, c.tied_embeddings = false;
   c.norm_eps = 1e-6;
@@ -239,14 +240,14 @@ TEST_CASE("a Llama-shaped model's gradients match finite differences: RoPE, GQA,
 
 namespace {
 
-gpt::GptConfig preset(const std::string& name) {
+model::Config preset(const std::string& name) {
   config::Config cfg = config::Config::parse("[model]\npreset = \"" + name + "\"\n", "t.toml");
-  cfg.validate_runtime();
-  return gpt::from_config(cfg);
+  cfg.validate(loom::cli::runtime_schema());
+  return model::from_config(cfg);
 }
 
 // Every parameter the model declares (global shapes), without allocating any of them.
-int64_t declared(const gpt::GptConfig& c) {
+int64_t declared(const model::Config& c) {
   LayerApi api(ops::cpu());
   ParamStore ps;
   gpt::Gpt model(c, api, ps, 1);

@@ -14,14 +14,14 @@ using namespace loom::test;
 namespace {
 
 struct TinyRun {
-  GptConfig c;
+  model::Config c;
   LayerApi api{ops::cpu()};
   ParamStore ps;
   std::unique_ptr<Gpt> model;
   std::vector<int32_t> tokens, targets;
   int64_t B = 2, T = 8;
 
-  explicit TinyRun(GptConfig cfg) : c(cfg) {
+  explicit TinyRun(model::Config cfg) : c(cfg) {
     model = std::make_unique<Gpt>(c, api, ps, B * T);
     ps.allocate(42);
     // Larger-than-default weights so gradients are well above finite-difference noise.
@@ -41,7 +41,7 @@ struct TinyRun {
   }
 };
 
-void check_model(GptConfig c) {
+void check_model(model::Config c) {
   TinyRun run(c);
   run.ps.zero_grads();
   run.model->forward(run.mb(1.f / (run.B * run.T)));
@@ -60,8 +60,8 @@ void check_model(GptConfig c) {
   }
 }
 
-GptConfig tiny() {
-  GptConfig c;
+model::Config tiny() {
+  model::Config c;
   c.n_layer = 2, c.n_head = 2, c.d_model = 16, c.d_ff = 32, c.vocab_size = 50, c.seq_len = 8;
   return c;
 }
@@ -76,21 +76,21 @@ TEST_CASE("GPT gradients match finite differences: layernorm, gelu, tied embeddi
 // renormalised path is checked with k = E (weights p_k / sum p, no selection) and the raw one
 // with k = 1 on a model whose top choice stays put; the selection itself is tested below.
 TEST_CASE("MoE gradients match finite differences: renormalised weights, dropless, aux and z losses") {
-  GptConfig c = tiny();
+  model::Config c = tiny();
   c.moe.experts = 3, c.moe.top_k = 3, c.moe.every = 1, c.moe.dropless = true;
   c.moe.aux_coef = 0.1, c.moe.z_coef = 0.01;
   check_model(c);
 }
 
 TEST_CASE("MoE gradients match finite differences: top-1 (raw probability), swiglu, rmsnorm") {
-  GptConfig c = tiny();
+  model::Config c = tiny();
   c.norm = "rmsnorm", c.mlp = "swiglu";
   c.moe.experts = 3, c.moe.top_k = 1, c.moe.every = 2, c.moe.dropless = true, c.moe.aux_coef = 0.05;
   check_model(c);
 }
 
 TEST_CASE("MoE capacity drops the same assignments every time, in token order") {
-  GptConfig c = tiny();
+  model::Config c = tiny();
   c.moe.experts = 4, c.moe.top_k = 2, c.moe.every = 1, c.moe.capacity_factor = 0.5;
   TinyRun run(c);
   auto layers = run.model->moe_layers();
@@ -112,13 +112,13 @@ TEST_CASE("MoE capacity drops the same assignments every time, in token order") 
 }
 
 TEST_CASE("GPT gradients match finite differences: rmsnorm, swiglu, untied head") {
-  GptConfig c = tiny();
+  model::Config c = tiny();
   c.norm = "rmsnorm", c.mlp = "swiglu", c.tied_embeddings = false;
   check_model(c);
 }
 
 TEST_CASE("the initial loss of a fresh model is near log(vocab)") {
-  GptConfig c = tiny();
+  model::Config c = tiny();
   LayerApi api(ops::cpu());
   ParamStore ps;
   Gpt model(c, api, ps, 16);
@@ -146,7 +146,7 @@ TEST_CASE("a shard generated on its own equals the slice of the global tensor") 
 }
 
 TEST_CASE("FLOPs per token follow PaLM's 6N + 12 L H Q T") {
-  GptConfig c;
+  model::Config c;
   c.n_layer = 6, c.n_head = 6, c.d_model = 384, c.d_ff = 1536, c.vocab_size = 256, c.seq_len = 256;
   int64_t per_layer = 4 * 384 + (3 * 384 * 384 + 3 * 384) + (384 * 384 + 384) +
                       (1536 * 384 + 1536) + (384 * 1536 + 384);

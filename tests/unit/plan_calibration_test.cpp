@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include "cli/job_config.hpp"
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "plan/calibration.hpp"
@@ -20,7 +21,7 @@ plan::Workload llama(const std::string& preset, int64_t batch, const std::string
   config::Config cfg = config::Config::parse("[model]\npreset = \"" + preset + "\"\n[train]\nglobal_batch = " +
                                                  std::to_string(batch) + "\n[plugins]\nprecision = \"bf16\"\n",
                                              "<test>");
-  cfg.validate_runtime();
+  cfg.validate(loom::cli::runtime_schema());
   plan::Workload w = plan::workload_of(cfg);
   w.data_plugin = data;
   return w;

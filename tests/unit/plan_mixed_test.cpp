@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "cli/job_config.hpp"
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "loader/registry.hpp"
@@ -20,7 +21,7 @@ const std::filesystem::path kClusters = std::filesystem::path(LOOM_SOURCE_DIR) /
 plan::Workload workload() {
   config::Config cfg = config::Config::parse(
       "[model]\nn_layer = 8\nn_head = 4\nd_model = 128\nseq_len = 128\nvocab_size = 8192\n[train]\nglobal_batch = 16\n", "<test>");
-  cfg.validate_runtime();
+  cfg.validate(loom::cli::runtime_schema());
   return plan::workload_of(cfg);
 }
 

@@ -7,9 +7,10 @@
 
 #include <doctest/doctest.h>
 
+#include "cli/job_config.hpp"
+#include "config/config.hpp"
 #include "core/errors.hpp"
 #include "loader/registry.hpp"
-#include "config/config.hpp"
 #include "plan/from_config.hpp"
 #include "plan/mixed_cluster.hpp"
 #include "plan/published.hpp"
@@ -37,7 +38,7 @@ plan::Workload llama3_workload(const std::string& preset, int64_t batch) {
   config::Config cfg = config::Config::parse("[model]\npreset = \"" + preset + "\"\n[train]\nglobal_batch = " +
                                                  std::to_string(batch) + "\n[plugins]\nprecision = \"bf16\"\n",
                                              "<test>");
-  cfg.validate_runtime();
+  cfg.validate(loom::cli::runtime_schema());
   return plan::workload_of(cfg);
 }
 

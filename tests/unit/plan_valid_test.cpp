@@ -9,9 +9,10 @@
 
 #include <doctest/doctest.h>
 
+#include "cli/job_config.hpp"
 #include "config/config.hpp"
 #include "core/errors.hpp"
-#include "dist/mesh.hpp"
+#include "distributed/mesh.hpp"
 #include "loader/registry.hpp"
 #include "loader/selection.hpp"
 #include "plan/from_config.hpp"
@@ -32,6 +33,7 @@ struct Job {
   size_t stride;  // every stride-th ranked layout is checked (and the top 50 always)
 };
 
+
 }  // namespace
 
 TEST_CASE("every layout loom plan ranks for Llama 3 8B, 70B and 405B on H100 passes train's own check") {
@@ -49,7 +51,7 @@ TEST_CASE("every layout loom plan ranks for Llama 3 8B, 70B and 405B on H100 pas
           << "\n[plugins]\nprecision = \"bf16\"\n";
     }
     config::Config base = config::Config::load(file);
-    base.validate_runtime();
+    base.validate(loom::cli::runtime_schema());
     const plan::Workload w = plan::workload_of(base);
     plan::PluginSources sources(plugins::Registry::default_dirs(), &base);
     const plan::SearchResult r = plan::search(h100, w, job.devices, {}, sources.costs(), sources.pipes(), sources.problems());
@@ -59,7 +61,7 @@ TEST_CASE("every layout loom plan ranks for Llama 3 8B, 70B and 405B on H100 pas
       if (i >= 50 && i % job.stride) continue;
       const plan::Layout& l = r.ranked[i].layout;
       INFO(job.preset << " #" << i + 1 << ": " << l.name());
-      config::Config cfg = plugins::load_for_job(file.string(), plan::layout_sets(w, l), l.world());
+      config::Config cfg = cli::load_for_job(file.string(), plan::layout_sets(w, l), l.world());
       const plugins::Selection sel = plugins::resolve(cfg, registry);
       CHECK_NOTHROW(train::check_layout(cfg, sel, dist::resolve_mesh(cfg, l.world())));
       CHECK(plan::layout_of(cfg).name() == l.name());  // the config reads back as the layout
@@ -74,7 +76,7 @@ TEST_CASE("the planner ranks ZeRO on a GPU, and leaves out a schedule's own refu
   config::Config cfg = config::Config::parse(
       "[run]\ndevice = \"cuda\"\n[model]\npreset = \"llama3-8b\"\n[train]\nglobal_batch = 64\n[plugins]\nprecision = \"bf16\"\n",
       "<test>");
-  cfg.validate_runtime();
+  cfg.validate(loom::cli::runtime_schema());
   const plan::Workload w = plan::workload_of(cfg);
   plan::PluginSources sources(plugins::Registry::default_dirs(), &cfg);
   const plan::Cluster h100 = plan::load_cluster(fs::path(LOOM_SOURCE_DIR) / "clusters" / "h100-sxm.toml");
@@ -90,7 +92,7 @@ TEST_CASE("the planner ranks ZeRO on a GPU, and leaves out a schedule's own refu
 
 TEST_CASE("a sharded data plugin that does not declare device state is refused off the CPU, in train's words") {
   config::Config cfg = config::Config::parse("[model]\npreset = \"llama-tiny\"\n", "<test>");
-  cfg.validate_runtime();
+  cfg.validate(loom::cli::runtime_schema());
   const model::Config mc = model::from_config(cfg);
   train::LayoutFacts f;
   f.model = &mc;

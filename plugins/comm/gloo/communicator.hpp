@@ -96,7 +96,7 @@ struct Comm {
   // 1: all). The numbering is the same on every rank, so every rank checks the same ones.
   static constexpr uint64_t kFirstChecked = 64;
   int64_t check_every = 64;
-  // Between group_start and group_end (ABI 2.4), and the group's transfers so far when recorded.
+  // Between group_start and group_end, and the group's transfers so far when recorded.
   bool grouped = false;
   std::string group;
 

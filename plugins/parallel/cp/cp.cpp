@@ -130,7 +130,7 @@ class Cp : public loom::sdk::ContextPlugin {
     int64_t q_elems() const { return B * T * H * D; }
   };
 
-  // Byte moves within this rank's buffers, through the device's copies when it has them (ABI 2.2):
+  // Byte moves within this rank's buffers, through the device's copies when it has them:
   // on a device the host cannot reach, a memcpy would fault.
   void copy(void* dst, const void* src, size_t bytes) const {
     const loom_ops* o = ctx_.ops;
@@ -211,7 +211,7 @@ class Cp : public loom::sdk::ContextPlugin {
   };
 
   // Receive first, then send: a bound pair reads its peer's messages in order. Both in one comm
-  // group (ABI 2.4): every rank's ring step k is its group k, paired with its neighbours'.
+  // group: every rank's ring step k is its group k, paired with its neighbours'.
   Transfer shift(float* out, float* in, int64_t n, int tag) {
     Transfer t;
     loom_tensor to = loom::sdk::flat_tensor(in, LOOM_F32, n), from = loom::sdk::flat_tensor(out, LOOM_F32, n);

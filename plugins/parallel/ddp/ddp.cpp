@@ -19,7 +19,7 @@
 // 2 (n-1)/n bytes per gradient plus the scales. Phase 1 runs during the backward; phase 2, which
 // needs phase 1 done, in finish_grads. E4M3 rather than E5M2: the scale takes care of the range,
 // and the third mantissa bit halves the rounding error. Both wires are encoded and decoded by the
-// op table's codec kernels (ABI 2.5) in buffers on the gradients' device, where the gradients are.
+// op table's codec kernels in buffers on the gradients' device, where the gradients are.
 // bucket_mb = 0 sizes the buckets from the link itself: at setup ddp times small and large
 // all-reduces over dp and fits t(S) = alpha + S / beta; a bucket of 9 alpha beta bytes spends at
 // most a tenth of its all-reduce on latency, and anything smaller only adds latency (the

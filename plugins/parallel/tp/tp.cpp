@@ -158,7 +158,7 @@ class Tp : public loom::sdk::TensorPlugin {
   }
 
  private:
-  // The op table when the host cannot dereference its memory (ABI 2.2), else nullptr.
+  // The op table when the host cannot dereference its memory, else nullptr.
   const loom_ops* device() const {
     const loom_ops* o = ctx_.ops;
     return o && LOOM_HAS_FIELD(o, loom_ops, pinned_free) && !o->host_reachable ? o : nullptr;

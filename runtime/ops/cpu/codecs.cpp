@@ -1,4 +1,4 @@
-// The wire codecs (ABI 2.5): fp32 <-> bf16, and fp32 <-> E4M3 blocks with a scale each. The
+// The wire codecs: fp32 <-> bf16, and fp32 <-> E4M3 blocks with a scale each. The
 // arithmetic is the SDK's own (loom/bf16.hpp, loom/formats.hpp), so these kernels write the bytes
 // formats' encode_block writes, and a plugin may mix the two.
 #include <algorithm>

@@ -85,21 +85,21 @@ void adamw_multi(int64_t count, float* const* params, const float* const* grads,
                  int64_t step);
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped);
 
-// The wire codecs (ABI 2.5; loom/ops.h says what each writes).
+// The wire codecs (loom/ops.h says what each writes).
 void to_bf16(uint16_t* dst, const float* src, int64_t n);
 void from_bf16(float* dst, const uint16_t* src, int64_t n);
 void encode_blocks(uint8_t* dst, const float* src, int64_t count, int64_t width, int64_t blocks);
 void decode_blocks(float* dst, const uint8_t* src, int64_t count, int64_t width, int64_t blocks,
                    int32_t flags);
 
-// Cross-entropy over a slice of the classes (ABI 2.5; loom/ops.h), for a vocab-parallel loss.
+// Cross-entropy over a slice of the classes (loom/ops.h), for a vocab-parallel loss.
 void row_max(float* mx, const float* z, int64_t N, int64_t ld, int64_t cols);
 void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N, int64_t ld,
                 int64_t cols, int64_t first);
 void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats, int64_t N,
                int64_t ld, int64_t cols, int64_t first, float dloss);
 
-// A mixture-of-experts layer's routing and row moves (ABI 2.6; loom/ops.h).
+// A mixture-of-experts layer's routing and row moves (loom/ops.h).
 void router_topk(float* probs, float* lse, float* weights, int32_t* experts, double* seq, const float* logits,
                  int64_t N, int64_t E, int64_t K, int64_t T);
 void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const float* weights, const float* dw,

@@ -1,4 +1,4 @@
-// A mixture-of-experts layer's routing and row moves (ABI 2.6; loom/ops.h says what each
+// A mixture-of-experts layer's routing and row moves (loom/ops.h says what each
 // writes). Per token t of N, with E experts and K choices, in sequences of T rows:
 //   router_topk:      p = softmax(z) and lse = log sum exp(z) in double; the K largest p (ties
 //                     to the lower expert), weights renormalised over them (K = 1: the raw p);

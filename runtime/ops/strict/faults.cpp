@@ -12,11 +12,12 @@
 #include <cstring>
 
 #include "ops/strict/memory.hpp"
-#include "ops/strict/streams.hpp"
 
 namespace loom::strict {
 
 namespace {
+
+thread_local const char* t_running = nullptr;
 
 bool is_runtime_object(const char* path) {
   const char* base = std::strrchr(path, '/');
@@ -123,5 +124,9 @@ void contract_broken(const std::string& what) {
   backtrace_symbols_fd(frames, n, STDERR_FILENO);
   std::_Exit(1);
 }
+
+void set_running_op(const char* op) { t_running = op; }
+
+const char* running_op() { return t_running; }
 
 }  // namespace loom::strict

@@ -16,4 +16,8 @@ std::string calling_code();
 
 [[noreturn]] void contract_broken(const std::string& what);
 
+// The op a stream worker is running on this thread, or nullptr: a fault inside it names the op.
+void set_running_op(const char* op);
+const char* running_op();
+
 }  // namespace loom::strict

@@ -1,4 +1,4 @@
-// The strict device's MoE routing entries (ABI 2.6; loom/ops.h says what each writes): the CPU
+// The strict device's MoE routing entries (loom/ops.h says what each writes): the CPU
 // kernels behind the strict device's checks, as the rest of its table.
 #pragma once
 

@@ -65,7 +65,6 @@ struct Device {
 Device& device();
 
 thread_local int t_stream = 0;
-thread_local const char* t_running = nullptr;
 
 void worker(int s) {
   Device& d = device();
@@ -82,14 +81,14 @@ void worker(int s) {
     }
     const int want = d.threads.load();
     if (want > 0 && want != applied) omp_set_num_threads(applied = want);
-    t_running = task.op;
+    set_running_op(task.op);
     std::string failed;
     try {
       if (!device_failed) task.work();
     } catch (const std::exception& e) {
       failed = std::string("op '") + task.op + "' on the " + stream_name(s) + " stream failed: " + e.what();
     }
-    t_running = nullptr;
+    set_running_op(nullptr);
     std::lock_guard<std::mutex> lock(d.mu);
     if (!failed.empty() && d.failure.empty()) d.failure = failed;
     d.done[s] = task.seq;
@@ -281,7 +280,5 @@ void on_host_sees_current(std::function<void()> release) {
 int64_t host_waits() { return g_host_waits.load(std::memory_order_relaxed); }
 
 void set_worker_threads(int threads) { device().threads = threads; }
-
-const char* running_op() { return t_running; }
 
 }  // namespace loom::strict

@@ -50,7 +50,4 @@ void on_host_sees_current(std::function<void()> release);
 // Kernel threads for the workers (OpenMP's count is per thread).
 void set_worker_threads(int threads);
 
-// The op a worker is running on this thread, or nullptr (for the fault handler).
-const char* running_op();
-
 }  // namespace loom::strict

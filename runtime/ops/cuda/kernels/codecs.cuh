@@ -1,4 +1,4 @@
-// The wire codecs (ABI 2.5): what ddp and zero send narrower than fp32, encoded and decoded where
+// The wire codecs: what ddp and zero send narrower than fp32, encoded and decoded where
 // the buffers live. Each mirrors runtime/ops/cpu/codecs.cpp bit for bit (tests/kernels holds
 // them equal):
 //

@@ -1,4 +1,4 @@
-// A mixture-of-experts layer's routing and row moves (ABI 2.6; runtime/ops/cpu/moe_routing.cpp
+// A mixture-of-experts layer's routing and row moves (runtime/ops/cpu/moe_routing.cpp
 // is the twin). Per token t of N, E experts, K choices, sequences of T rows (b = t / T):
 //   router_topk:  m = max_e z_te, s = sum_e exp(z_te - m), p_te = exp(z_te - m) / s and
 //                 lse_t = m + log s in double; experts_tk = the k-th largest p (ties to the

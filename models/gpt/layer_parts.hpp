@@ -1,0 +1,47 @@
+// What the GPT's layers (embedding, blocks, head, the MoE MLP) are built from: a parameter
+// declared with its role and shard, the MLP's activation, and per-micro-batch activation slots.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/params.hpp"
+#include "parallel/layer_api.hpp"
+
+namespace loom::gpt {
+
+// Declares a parameter with its role, sharded as the layer API says, and lists it in `owner`.
+Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
+                     Role role, std::vector<int64_t> shape, Init init, bool decay, int fused = 1);
+
+// The MLP's activation ([model] mlp) over N rows of F outputs, forward and backward.
+void activation_fwd(const loom_ops* o, const model::Config& c, float* act, const float* fc, int64_t N, int64_t F);
+void activation_bwd(const loom_ops* o, const model::Config& c, float* dfc, const float* fc, const float* dact, int64_t N,
+                    int64_t F);
+
+// Per-micro-batch activation slots: slot k is allocated by `make` the first time it is used.
+template <class Acts>
+class Slots {
+ public:
+  void init(std::function<std::unique_ptr<Acts>()> make) {
+    make_ = std::move(make);
+    all_.clear();
+    use(0);
+  }
+  void use(int k) {
+    while (static_cast<int>(all_.size()) <= k) all_.push_back(make_());
+    cur_ = all_[k].get();
+  }
+  Acts& operator*() const { return *cur_; }
+  Acts* operator->() const { return cur_; }
+
+ private:
+  std::function<std::unique_ptr<Acts>()> make_;
+  std::vector<std::unique_ptr<Acts>> all_;
+  Acts* cur_ = nullptr;
+};
+
+}  // namespace loom::gpt

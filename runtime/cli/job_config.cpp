@@ -1,0 +1,41 @@
+#include "cli/job_config.hpp"
+
+#include "ckpt/checkpoint_settings.hpp"
+#include "data/data_settings.hpp"
+#include "distributed/parallel_settings.hpp"
+#include "loader/plugin_settings.hpp"
+#include "model/config.hpp"
+#include "train/settings.hpp"
+
+namespace loom::cli {
+
+const std::vector<config::SectionSpec>& runtime_schema() {
+  static const std::vector<config::SectionSpec> schema = [] {
+    std::vector<config::SectionSpec> s = {train::run_section(), train::stability_section(), ckpt::checkpoint_section(),
+                                          train::faults_section()};
+    for (config::SectionSpec& m : model::model_sections()) s.push_back(std::move(m));
+    for (config::SectionSpec (*section)() : {data::data_section, train::train_section, dist::parallel_section,
+                                             plugins::plugins_section})
+      s.push_back(section());
+    return s;
+  }();
+  return schema;
+}
+
+plugins::SlotDegrees slot_degrees(const config::Config& cfg) {
+  const dist::ParallelSettings p = dist::read_parallel(cfg);
+  return {p.tp, p.pp, p.ep, p.cp};
+}
+
+config::Config load_for_job(const std::string& file, std::vector<std::string> sets, int world) {
+  config::Config cfg = config::Config::load(file, sets);
+  cfg.validate(runtime_schema());
+  const std::vector<std::string> defaults = plugins::default_plugins(cfg, world, slot_degrees(cfg));
+  if (defaults.empty()) return cfg;
+  sets.insert(sets.end(), defaults.begin(), defaults.end());
+  cfg = config::Config::load(file, sets);
+  cfg.validate(runtime_schema());
+  return cfg;
+}
+
+}  // namespace loom::cli
