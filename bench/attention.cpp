@@ -27,7 +27,7 @@ double now_s() {
 
 struct Result {
   double seconds;
-  double extra_bytes;     // working memory the algorithm allocates
+  double extra_bytes;      // working memory the algorithm allocates
   double peak_rise_bytes;  // measured VmHWM rise while it ran
 };
 
@@ -57,8 +57,9 @@ Result run(bool tiled, int64_t T, int64_t H, int64_t D, int threads, const std::
 
 // Grouped-query: q [T, H*D], kv [T, 2*Hkv*D]. Tiled reads the shared heads in place; naive
 // first repeats K and V to H heads (2 T H D floats) and then stores the T x T probabilities.
-Result run_gqa(bool tiled, int64_t T, int64_t H, int64_t Hkv, int64_t D, int threads, const std::vector<float>& q,
-               const std::vector<float>& kv, const std::vector<float>& dout) {
+Result run_gqa(bool tiled, int64_t T, int64_t H, int64_t Hkv, int64_t D, int threads,
+               const std::vector<float>& q, const std::vector<float>& kv,
+               const std::vector<float>& dout) {
   const int64_t C = H * D, per = H / Hkv;
   int64_t before = train::process_memory().peak_bytes;
   double t0 = now_s();
@@ -66,10 +67,11 @@ Result run_gqa(bool tiled, int64_t T, int64_t H, int64_t Hkv, int64_t D, int thr
   double extra;
   if (tiled) {
     std::vector<float> lse(H * T), dq(T * C), dkv(T * 2 * Hkv * D);
-    cpu::attention_gqa_fwd(out.data(), lse.data(), q.data(), kv.data(), kv.data() + Hkv * D, C, 2 * Hkv * D, 1, T,
-                           H, Hkv, D);
-    cpu::attention_gqa_bwd(dq.data(), dkv.data(), dkv.data() + Hkv * D, dout.data(), q.data(), kv.data(),
-                           kv.data() + Hkv * D, out.data(), lse.data(), C, 2 * Hkv * D, 1, T, H, Hkv, D);
+    cpu::attention_gqa_fwd(out.data(), lse.data(), q.data(), kv.data(), kv.data() + Hkv * D, C,
+                           2 * Hkv * D, 1, T, H, Hkv, D);
+    cpu::attention_gqa_bwd(dq.data(), dkv.data(), dkv.data() + Hkv * D, dout.data(), q.data(),
+                           kv.data(), kv.data() + Hkv * D, out.data(), lse.data(), C, 2 * Hkv * D,
+                           1, T, H, Hkv, D);
     // As above, plus each head's dk and dv share (2 T D per head) summed over its group.
     extra = 4.0 * (H * T + 2.0 * H * T * D + threads * (9.0 * T * D + T + 2 * 32 * 64 + 32 * D));
   } else {
@@ -91,9 +93,10 @@ Result run_gqa(bool tiled, int64_t T, int64_t H, int64_t Hkv, int64_t D, int thr
 }
 
 void print_row(int64_t T, const Result& a, const Result& b) {
-  std::printf("%6lld | %10.1f %10.1f %6.2fx | %12.2f %12.2f %8.0fx | %.1f / %.1f\n", (long long)T, a.seconds * 1e3,
-              b.seconds * 1e3, b.seconds / a.seconds, a.extra_bytes / 1048576, b.extra_bytes / 1048576,
-              b.extra_bytes / a.extra_bytes, a.peak_rise_bytes / 1048576, b.peak_rise_bytes / 1048576);
+  std::printf("%6lld | %10.1f %10.1f %6.2fx | %12.2f %12.2f %8.0fx | %.1f / %.1f\n", (long long)T,
+              a.seconds * 1e3, b.seconds * 1e3, b.seconds / a.seconds, a.extra_bytes / 1048576,
+              b.extra_bytes / 1048576, b.extra_bytes / a.extra_bytes, a.peak_rise_bytes / 1048576,
+              b.peak_rise_bytes / 1048576);
   std::fflush(stdout);
 }
 
@@ -125,8 +128,10 @@ int main(int argc, char** argv) {
     print_row(T, a, b);
   }
   const int64_t Hkv = 2;
-  std::printf("\ngrouped-query attention fwd+bwd, B=1 H=%lld Hkv=%lld D=%lld: tiled GQA vs naive on repeated K/V\n",
-              (long long)H, (long long)Hkv, (long long)D);
+  std::printf(
+      "\ngrouped-query attention fwd+bwd, B=1 H=%lld Hkv=%lld D=%lld: tiled GQA vs naive on "
+      "repeated K/V\n",
+      (long long)H, (long long)Hkv, (long long)D);
   for (int64_t T : {256, 1024, 4096}) {
     if (T > max_t) break;
     std::mt19937 g(2);

@@ -32,14 +32,22 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     const int v = std::atoi(argv[i + 1]);
-    if (k == "--layers") a.layers = v;
-    else if (k == "--d") a.d = v;
-    else if (k == "--heads") a.heads = v;
-    else if (k == "--T") a.T = v;
-    else if (k == "--batch") a.batch = v;
-    else if (k == "--vocab") a.vocab = v;
-    else if (k == "--threads") a.threads = v;
-    else if (k == "--steps") a.steps = v;
+    if (k == "--layers")
+      a.layers = v;
+    else if (k == "--d")
+      a.d = v;
+    else if (k == "--heads")
+      a.heads = v;
+    else if (k == "--T")
+      a.T = v;
+    else if (k == "--batch")
+      a.batch = v;
+    else if (k == "--vocab")
+      a.vocab = v;
+    else if (k == "--threads")
+      a.threads = v;
+    else if (k == "--steps")
+      a.steps = v;
     else {
       std::fprintf(stderr, "bench_cpu_profile: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -68,8 +76,8 @@ struct Update {
     const int64_t count = static_cast<int64_t>(value.size());
     std::vector<double> norms(count);
     o->sum_squares_multi(count, grad_in.data(), numel.data(), norms.data());
-    o->adamw_multi(count, value.data(), grad.data(), m.data(), v.data(), numel.data(), decay.data(), 1e-4f, 0.9f,
-                   0.95f, 1e-8f, t);
+    o->adamw_multi(count, value.data(), grad.data(), m.data(), v.data(), numel.data(), decay.data(),
+                   1e-4f, 0.9f, 0.95f, 1e-8f, t);
   }
 };
 
@@ -78,7 +86,8 @@ struct Update {
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   model::Config c;  // GPT-2: learned positions, LayerNorm, tanh GELU, biases, tied head
-  c.n_layer = a.layers, c.n_head = a.heads, c.d_model = a.d, c.d_ff = 4 * a.d, c.vocab_size = a.vocab, c.seq_len = a.T;
+  c.n_layer = a.layers, c.n_head = a.heads, c.d_model = a.d, c.d_ff = 4 * a.d,
+  c.vocab_size = a.vocab, c.seq_len = a.T;
   cpu::set_threads(a.threads);
   const loom_ops timed = bench::profiled(ops::cpu());
   LayerApi api(&timed);
@@ -89,7 +98,8 @@ int main(int argc, char** argv) {
   std::vector<int32_t> tok(a.batch * a.T), tgt(a.batch * a.T);
   std::mt19937 g(3);
   for (size_t i = 0; i < tok.size(); ++i) tok[i] = g() % a.vocab, tgt[i] = g() % a.vocab;
-  model::Microbatch mb{tok.data(), tgt.data(), a.batch, a.T, 1.f / static_cast<float>(a.batch * a.T)};
+  model::Microbatch mb{tok.data(), tgt.data(), a.batch, a.T,
+                       1.f / static_cast<float>(a.batch * a.T)};
   double total = 0, best = 1e30;
   for (int s = 0; s <= a.steps; ++s) {
     if (s == 1) bench::op_profile().clear();  // step 0 warms up

@@ -21,10 +21,12 @@
 int main(int argc, char** argv) {
   long long bytes = 64ll << 20;
   int iters = 20, reuse = 1;
-  std::string dir = "/tmp/loom-gloo-baseline-" + std::string(std::getenv("MASTER_PORT") ? std::getenv("MASTER_PORT") : "0");
+  std::string dir = "/tmp/loom-gloo-baseline-" +
+                    std::string(std::getenv("MASTER_PORT") ? std::getenv("MASTER_PORT") : "0");
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
-    if (a == "--bytes") bytes = std::atoll(v.c_str()) * (v.back() == 'M' ? 1 << 20 : v.back() == 'K' ? 1024 : 1);
+    if (a == "--bytes")
+      bytes = std::atoll(v.c_str()) * (v.back() == 'M' ? 1 << 20 : v.back() == 'K' ? 1024 : 1);
     if (a == "--iters") iters = std::atoi(v.c_str());
     if (a == "--reuse") reuse = std::atoi(v.c_str());
   }
@@ -46,7 +48,8 @@ int main(int argc, char** argv) {
   std::vector<float> data(count, 1.f);
   float* p = data.data();
   std::unique_ptr<gloo::AllreduceRingChunked<float>> algo;
-  if (reuse) algo = std::make_unique<gloo::AllreduceRingChunked<float>>(ctx, std::vector<float*>{p}, count);
+  if (reuse)
+    algo = std::make_unique<gloo::AllreduceRingChunked<float>>(ctx, std::vector<float*>{p}, count);
   auto once = [&] {
     if (reuse) {
       algo->run();
@@ -59,11 +62,15 @@ int main(int argc, char** argv) {
   gloo::BarrierAllToOne(ctx).run();
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) once();
-  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+  double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+      iters;
   double algbw = bytes / (us * 1e-6) / 1e9, busbw = algbw * 2.0 * (size - 1) / size;
   if (rank == 0)
-    std::printf("gloo AllreduceRingChunked (%s): %lld bytes, %d ranks: %.1f us, algbw %.3f GB/s, busbw %.3f GB/s\n",
-                reuse ? "built once" : "built per call", bytes, size, us, algbw, busbw);
+    std::printf(
+        "gloo AllreduceRingChunked (%s): %lld bytes, %d ranks: %.1f us, algbw %.3f GB/s, busbw "
+        "%.3f GB/s\n",
+        reuse ? "built once" : "built per call", bytes, size, us, algbw, busbw);
   gloo::BarrierAllToOne(ctx).run();
   if (rank == 0) std::filesystem::remove_all(dir);
   return 0;

@@ -14,10 +14,20 @@
 namespace loom::bench {
 
 // The op families a step's time is split into, the order the tables print them in.
-enum Family : int { kGemm, kAttention, kNorm, kActivation, kEmbedding, kLoss, kOptimizer, kElementwise, kFamilies };
+enum Family : int {
+  kGemm,
+  kAttention,
+  kNorm,
+  kActivation,
+  kEmbedding,
+  kLoss,
+  kOptimizer,
+  kElementwise,
+  kFamilies
+};
 inline const char* family_name(int f) {
-  static const char* names[] = {"gemm", "attention", "norms", "activation", "embedding", "loss", "optimizer",
-                                "elementwise+copies"};
+  static const char* names[] = {"gemm",      "attention", "norms",     "activation",
+                                "embedding", "loss",      "optimizer", "elementwise+copies"};
   return names[f];
 }
 
@@ -46,7 +56,8 @@ struct Timed<Field, F> {
     struct Add {
       std::chrono::steady_clock::time_point t0;
       ~Add() {
-        op_profile().seconds[F] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        op_profile().seconds[F] +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ++op_profile().calls[F];
       }
     } add{t0};

@@ -58,14 +58,19 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     int v = std::atoi(argv[i + 1]);
-    if (a == "--threads") threads = v;
-    else if (a == "--batch") batch = v;
-    else if (a == "--steps") steps = v;
+    if (a == "--threads")
+      threads = v;
+    else if (a == "--batch")
+      batch = v;
+    else if (a == "--steps")
+      steps = v;
   }
   model::Config gpt2;
-  gpt2.n_layer = 6, gpt2.n_head = 6, gpt2.d_model = 384, gpt2.d_ff = 1536, gpt2.vocab_size = 256, gpt2.seq_len = 256;
+  gpt2.n_layer = 6, gpt2.n_head = 6, gpt2.d_model = 384, gpt2.d_ff = 1536, gpt2.vocab_size = 256,
+  gpt2.seq_len = 256;
   model::Config llama = gpt2;
-  llama.n_kv_head = 2, llama.positions = "rope", llama.norm = "rmsnorm", llama.mlp = "swiglu", llama.bias = false;
+  llama.n_kv_head = 2, llama.positions = "rope", llama.norm = "rmsnorm", llama.mlp = "swiglu",
+  llama.bias = false;
   llama.tied_embeddings = false;
   llama.d_ff = 1024;  // 2/3 of 4 d_model, a multiple of 256 (Llama's rounding)
   model::Config full = llama;
@@ -75,14 +80,19 @@ int main(int argc, char** argv) {
   double ceiling = train::measure_sgemm_gflops(threads, 1024, 5);
   cpu::set_threads(threads);
   // Interleaved, so drift hits both shapes alike.
-  Row g1 = time_steps(gpt2, batch, steps), l1 = time_steps(llama, batch, steps), f1 = time_steps(full, batch, steps);
-  Row g2 = time_steps(gpt2, batch, steps), l2 = time_steps(llama, batch, steps), f2 = time_steps(full, batch, steps);
+  Row g1 = time_steps(gpt2, batch, steps), l1 = time_steps(llama, batch, steps),
+      f1 = time_steps(full, batch, steps);
+  Row g2 = time_steps(gpt2, batch, steps), l2 = time_steps(llama, batch, steps),
+      f2 = time_steps(full, batch, steps);
   double ceiling_after = train::measure_sgemm_gflops(threads, 1024, 5);
   const double ceil = std::max(ceiling, ceiling_after), tokens = static_cast<double>(batch) * T;
-  std::printf("train_step L=%lld d=%lld h=%lld T=%d B=%d threads=%d; sgemm ceiling %.1f GFLOP/s (before %.1f, after %.1f)\n",
-              (long long)gpt2.n_layer, (long long)gpt2.d_model, (long long)gpt2.n_head, T, batch, threads, ceil,
-              ceiling, ceiling_after);
-  std::printf("  %-34s %9s %9s %11s %12s %9s\n", "model", "mean ms", "best ms", "tokens/s", "GFLOP/s", "/ceiling");
+  std::printf(
+      "train_step L=%lld d=%lld h=%lld T=%d B=%d threads=%d; sgemm ceiling %.1f GFLOP/s (before "
+      "%.1f, after %.1f)\n",
+      (long long)gpt2.n_layer, (long long)gpt2.d_model, (long long)gpt2.n_head, T, batch, threads,
+      ceil, ceiling, ceiling_after);
+  std::printf("  %-34s %9s %9s %11s %12s %9s\n", "model", "mean ms", "best ms", "tokens/s",
+              "GFLOP/s", "/ceiling");
   double ratios[2];
   int k = 0;
   for (auto [name, a, b] : {std::tuple{"gpt2-shaped (gelu, layernorm)", g1, g2},
@@ -90,13 +100,15 @@ int main(int argc, char** argv) {
     const double mean = std::min(a.mean_s, b.mean_s), best = std::min(a.best_s, b.best_s);
     const double achieved = tokens * a.flops_per_token / mean / 1e9;
     ratios[k++] = achieved / ceil;
-    std::printf("  %-34s %9.1f %9.1f %11.0f %12.1f %9.3f\n", name, mean * 1e3, best * 1e3, tokens / mean, achieved,
-                achieved / ceil);
+    std::printf("  %-34s %9.1f %9.1f %11.0f %12.1f %9.3f\n", name, mean * 1e3, best * 1e3,
+                tokens / mean, achieved, achieved / ceil);
   }
-  std::printf("  FLOPs/token: 6N + 12LHQT + LM head 6VC (gpt2 %.3g, llama %.3g)\n", g1.flops_per_token,
-              l1.flops_per_token);
+  std::printf("  FLOPs/token: 6N + 12LHQT + LM head 6VC (gpt2 %.3g, llama %.3g)\n",
+              g1.flops_per_token, l1.flops_per_token);
   std::printf("  llama / gpt2 ratio to the ceiling: %.3f\n", ratios[1] / ratios[0]);
   const double plain = std::min(l1.mean_s, l2.mean_s), replay = std::min(f1.mean_s, f2.mean_s);
-  std::printf("  llama with recompute = full: mean %.1f ms; step time over recompute = none: %.3f (theory 1.33)\n",
-              replay * 1e3, replay / plain);
+  std::printf(
+      "  llama with recompute = full: mean %.1f ms; step time over recompute = none: %.3f (theory "
+      "1.33)\n",
+      replay * 1e3, replay / plain);
 }

@@ -27,7 +27,9 @@ Gpt::Gpt(const model::Config& c, LayerApi& api, ParamStore& ps, int64_t max_rows
     recompute_ = std::make_unique<RecomputeScratch>(c_, max_rows);
   }
   const int last = static_cast<int>(c_.n_layer) + 1;
-  auto builds = [&](int n) { return only.empty() || std::find(only.begin(), only.end(), n) != only.end(); };
+  auto builds = [&](int n) {
+    return only.empty() || std::find(only.begin(), only.end(), n) != only.end();
+  };
   Param* tied = nullptr;
   if (builds(0)) {
     TensorPurpose purpose("the embedding's buffers");
@@ -42,7 +44,8 @@ Gpt::Gpt(const model::Config& c, LayerApi& api, ParamStore& ps, int64_t max_rows
   for (int i = 0; i < c_.n_layer; ++i)
     if (builds(i + 1)) {
       in_chunk = i > 0 && builds(i) ? in_chunk + 1 : 0;
-      const bool recomputes = recompute_ && (c_.recompute_layers == 0 || in_chunk < c_.recompute_layers);
+      const bool recomputes =
+          recompute_ && (c_.recompute_layers == 0 || in_chunk < c_.recompute_layers);
       TensorPurpose purpose("block " + std::to_string(i) + "'s buffers");
       layers_.push_back(std::make_unique<Block>(i, c_, api, ps, *scratch_, max_rows, rope_.get(),
                                                 recomputes ? recompute_.get() : nullptr, profile));
@@ -71,7 +74,8 @@ double Gpt::head_loss() const { return head_ ? head_->loss_sum() : 0.0; }
 std::vector<std::pair<std::string, MoeMlp*>> Gpt::moe_layers() const {
   std::vector<std::pair<std::string, MoeMlp*>> out;
   for (const auto& l : layers_)
-    if (auto* b = dynamic_cast<Block*>(l.get()); b && b->moe()) out.push_back({"h" + l->name().substr(5), b->moe()});
+    if (auto* b = dynamic_cast<Block*>(l.get()); b && b->moe())
+      out.push_back({"h" + l->name().substr(5), b->moe()});
   return out;
 }
 
@@ -89,7 +93,8 @@ double Gpt::aux_objective() const {
 
 void Gpt::use_slot(int k, size_t first, size_t last) {
   for (size_t i = first; i < last; ++i) {
-    TensorPurpose purpose("layer " + std::to_string(numbers_[i]) + "'s saved activations (slot " + std::to_string(k) + ")");
+    TensorPurpose purpose("layer " + std::to_string(numbers_[i]) + "'s saved activations (slot " +
+                          std::to_string(k) + ")");
     layers_[i]->use_slot(k);
   }
 }
@@ -160,7 +165,8 @@ void Gpt::use_kv_cache(int64_t capacity) {
   kv_.assign(capacity > 0 ? blocks.size() : 0, KvCache{});
   const int64_t W = c_.kv_heads() * c_.head_dim() / api_.tp_size();
   for (size_t i = 0; i < blocks.size(); ++i) {
-    if (capacity > 0) kv_[i].k = Tensor::zeros({capacity, W}), kv_[i].v = Tensor::zeros({capacity, W});
+    if (capacity > 0)
+      kv_[i].k = Tensor::zeros({capacity, W}), kv_[i].v = Tensor::zeros({capacity, W});
     blocks[i]->set_kv_cache(capacity > 0 ? &kv_[i] : nullptr);
   }
 }
@@ -187,8 +193,8 @@ void Gpt::backward(const Microbatch& mb, const std::function<void(size_t)>& afte
 namespace loom::model {
 
 // The one place that names the implementation of model::Model.
-std::unique_ptr<Model> build(const Config& c, LayerApi& api, ParamStore& params, int64_t max_rows, bool profile,
-                             const std::vector<int>& only) {
+std::unique_ptr<Model> build(const Config& c, LayerApi& api, ParamStore& params, int64_t max_rows,
+                             bool profile, const std::vector<int>& only) {
   return std::make_unique<gpt::Gpt>(c, api, params, max_rows, profile, only);
 }
 

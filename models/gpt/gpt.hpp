@@ -7,9 +7,9 @@
 #include <memory>
 #include <vector>
 
-#include "model/config.hpp"
 #include "gpt/layers.hpp"
 #include "gpt/moe.hpp"
+#include "model/config.hpp"
 
 namespace loom::gpt {
 
@@ -37,7 +37,9 @@ class Gpt : public model::Model {
   int layer_number(size_t i) const override { return numbers_[i]; }
   const std::string& layer_name(size_t i) const override { return layers_[i]->name(); }
   const std::vector<Param*>& layer_params(size_t i) const override { return layers_[i]->params(); }
-  int64_t layer_saved_bytes(size_t i, const Microbatch& mb) const override { return layers_[i]->saved_bytes(mb); }
+  int64_t layer_saved_bytes(size_t i, const Microbatch& mb) const override {
+    return layers_[i]->saved_bytes(mb);
+  }
   // What the MoE layers' auxiliary losses added to the objective in their last forward.
   double aux_objective() const;
   // Forward / backward of layers()[first, last) on the residual stream the caller holds.

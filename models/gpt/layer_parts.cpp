@@ -6,16 +6,18 @@
 namespace loom::gpt {
 
 // The MLP's activation over N rows of F outputs (fc rows are 2F wide for SwiGLU's [gate | up]).
-void activation_fwd(const loom_ops* o, const model::Config& c, float* act, const float* fc, int64_t N, int64_t F) {
+void activation_fwd(const loom_ops* o, const model::Config& c, float* act, const float* fc,
+                    int64_t N, int64_t F) {
   if (c.mlp == "swiglu") return o->swiglu_fwd(act, fc, N, F);
   if (c.mlp == "gelu") return o->gelu_fwd(act, fc, N * F);
   if (!LOOM_HAS_FIELD(o, loom_ops, gelu_erf_fwd) || !o->gelu_erf_fwd)
-    throw RuntimeError("[model] mlp = \"gelu_exact\": this device's op table has no exact GELU (ABI 1.8)");
+    throw RuntimeError(
+        "[model] mlp = \"gelu_exact\": this device's op table has no exact GELU (ABI 1.8)");
   o->gelu_erf_fwd(act, fc, N * F);
 }
 
-void activation_bwd(const loom_ops* o, const model::Config& c, float* dfc, const float* fc, const float* dact, int64_t N,
-                    int64_t F) {
+void activation_bwd(const loom_ops* o, const model::Config& c, float* dfc, const float* fc,
+                    const float* dact, int64_t N, int64_t F) {
   if (c.mlp == "swiglu") return o->swiglu_bwd(dfc, fc, dact, N, F);
   if (c.mlp == "gelu") return o->gelu_bwd(dfc, fc, dact, N * F);
   o->gelu_erf_bwd(dfc, fc, dact, N * F);
@@ -25,7 +27,8 @@ Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, 
                      Role role, std::vector<int64_t> shape, Init init, bool decay, int fused) {
   // Experts are split by the expert slot (over ep), everything else by the tensor slot (over tp).
   const ExpertDispatch* ex = api.experts();
-  Slice s = role == Role::Expert && ex ? Slice{0, ex->first_expert(), ex->local_experts(), 1} : api.shard(role, shape, fused);
+  Slice s = role == Role::Expert && ex ? Slice{0, ex->first_expert(), ex->local_experts(), 1}
+                                       : api.shard(role, shape, fused);
   Param& p = ps.declare(std::move(name), role, std::move(shape), init, decay, s);
   owner.push_back(&p);
   return p;

@@ -1,24 +1,27 @@
 #include "gpt/layers.hpp"
 
-#include "core/errors.hpp"
-
-#include "gpt/moe.hpp"
-
 #include <cmath>
 #include <cstring>
+
+#include "core/errors.hpp"
+#include "gpt/moe.hpp"
 
 namespace loom::gpt {
 
 namespace {
 
 // The vocabulary is padded to a multiple of 64 per tensor-parallel rank.
-int64_t vocab_rows(const model::Config& c, const LayerApi& api) { return c.padded_vocab(64 * api.tp_size()); }
+int64_t vocab_rows(const model::Config& c, const LayerApi& api) {
+  return c.padded_vocab(64 * api.tp_size());
+}
 
 Tensor rows_of(const Tensor& t, int64_t rows) { return t.rows(0, rows); }
 
 // A [rows, cols] view of the front of a buffer allocated for the unsharded layer: under tensor
 // parallelism a rank's widths are a fraction of the buffer's.
-Tensor view(const Tensor& buf, int64_t rows, int64_t cols) { return Tensor::borrow(buf.data(), {rows, cols}); }
+Tensor view(const Tensor& buf, int64_t rows, int64_t cols) {
+  return Tensor::borrow(buf.data(), {rows, cols});
+}
 
 Init normal(float std) { return {Init::Normal, std}; }
 constexpr Init kZeros{Init::Zeros, 0.f};
@@ -78,7 +81,7 @@ RopeTables::RopeTables(const model::Config& c) {
 // RoPE and "none" have no table.
 Embedding::Embedding(const model::Config& c, LayerApi& api, ParamStore& ps) : api_(api) {
   wte_ = &declare_param(ps, api, params_, "wte", Role::Vocab, {vocab_rows(c, api), c.d_model},
-                  normal(c.init_std), false);
+                        normal(c.init_std), false);
   if (c.learned_positions())
     wpe_ = &declare_param(ps, api, params_, "wpe", Role::Replicated, {c.max_positions, c.d_model},
                           normal(c.init_std), false);
@@ -96,8 +99,13 @@ void Embedding::backward(const Microbatch& mb, Tensor& dx) {
 
 Block::Block(int index, const model::Config& c, LayerApi& api, ParamStore& ps, Scratch& scratch,
              int64_t rows, const RopeTables* rope, RecomputeScratch* recompute, bool profile)
-    : name_("block" + std::to_string(index)), c_(c), api_(api), s_(scratch), rope_(rope),
-      recompute_(c.is_moe_block(index) ? nullptr : recompute), profiled_(index == 0 && profile) {
+    : name_("block" + std::to_string(index)),
+      c_(c),
+      api_(api),
+      s_(scratch),
+      rope_(rope),
+      recompute_(c.is_moe_block(index) ? nullptr : recompute),
+      profiled_(index == 0 && profile) {
   const int64_t C = c.d_model, F = c.d_ff, fc_out = c.fc_out();
   const std::string p = "h" + std::to_string(index) + ".";
   // Residual projections are scaled by 1/sqrt(2 L) so the residual stream's variance stays
@@ -106,23 +114,31 @@ Block::Block(int index, const model::Config& c, LayerApi& api, ParamStore& ps, S
   for (auto [n, tag] : {std::pair{&ln1_, "ln1"}, std::pair{&ln2_, "ln2"}}) {
     n->rms = c.norm == "rmsnorm", n->eps = static_cast<float>(c.norm_eps);
     n->w = &declare_param(ps, api, params_, p + tag + ".w", Role::Replicated, {C}, kOnes, false);
-    if (!n->rms && c.bias) n->b = &declare_param(ps, api, params_, p + tag + ".b", Role::Replicated, {C}, kZeros, false);
+    if (!n->rms && c.bias)
+      n->b = &declare_param(ps, api, params_, p + tag + ".b", Role::Replicated, {C}, kZeros, false);
   }
   declare_attention(p, ps, resid_std);
   if (c.is_moe_block(index)) {
     moe_ = std::make_unique<MoeMlp>(p + "moe.", c, api, ps, params_, rows);
   } else {
     const int fc_parts = c.mlp == "swiglu" ? 2 : 1;  // SwiGLU stacks gate and up
-    fc_w_ = &declare_param(ps, api, params_, p + "mlp.fc.w", Role::Column, {fc_out, C}, normal(c.init_std), true, fc_parts);
-    if (c.bias) fc_b_ = &declare_param(ps, api, params_, p + "mlp.fc.b", Role::Column, {fc_out}, kZeros, false, fc_parts);
-    out_w_ = &declare_param(ps, api, params_, p + "mlp.proj.w", Role::Row, {C, F}, normal(resid_std), true);
-    if (c.bias) out_b_ = &declare_param(ps, api, params_, p + "mlp.proj.b", Role::Replicated, {C}, kZeros, false);
+    fc_w_ = &declare_param(ps, api, params_, p + "mlp.fc.w", Role::Column, {fc_out, C},
+                           normal(c.init_std), true, fc_parts);
+    if (c.bias)
+      fc_b_ = &declare_param(ps, api, params_, p + "mlp.fc.b", Role::Column, {fc_out}, kZeros,
+                             false, fc_parts);
+    out_w_ = &declare_param(ps, api, params_, p + "mlp.proj.w", Role::Row, {C, F},
+                            normal(resid_std), true);
+    if (c.bias)
+      out_b_ =
+          &declare_param(ps, api, params_, p + "mlp.proj.b", Role::Replicated, {C}, kZeros, false);
   }
 
   // MoE blocks keep everything: a replay would route and exchange tokens again.
   if (recompute_) policy_ = c.recompute;
   if (recompute_)
-    acts_.init([&c, rows, this] { return std::make_unique<Acts>(c, rows, policy_, recompute_->acts); });
+    acts_.init(
+        [&c, rows, this] { return std::make_unique<Acts>(c, rows, policy_, recompute_->acts); });
   else
     acts_.init([&c, rows] { return std::make_unique<Acts>(c, rows); });
   tmp_ = Tensor::empty({rows, C});
@@ -133,25 +149,39 @@ Block::Block(int index, const model::Config& c, LayerApi& api, ParamStore& ps, S
 // heads each): tp splits query heads and key/value heads alike, so a rank holds whole groups.
 void Block::declare_attention(const std::string& p, ParamStore& ps, float resid_std) {
   const model::Config& c = c_;
-  const int64_t C = c.d_model, D = c.head_dim(), q_width = c.n_head * D, kv_width = 2 * c.kv_heads() * D;
+  const int64_t C = c.d_model, D = c.head_dim(), q_width = c.n_head * D,
+                kv_width = 2 * c.kv_heads() * D;
   if (!c.grouped_query()) {
-    qkv_w_ = &declare_param(ps, api_, params_, p + "attn.qkv.w", Role::Column, {3 * q_width, C}, normal(c.init_std), true, 3);
-    if (c.qkv_bias()) qkv_b_ = &declare_param(ps, api_, params_, p + "attn.qkv.b", Role::Column, {3 * q_width}, kZeros, false, 3);
+    qkv_w_ = &declare_param(ps, api_, params_, p + "attn.qkv.w", Role::Column, {3 * q_width, C},
+                            normal(c.init_std), true, 3);
+    if (c.qkv_bias())
+      qkv_b_ = &declare_param(ps, api_, params_, p + "attn.qkv.b", Role::Column, {3 * q_width},
+                              kZeros, false, 3);
     heads_ = kv_heads_ = local_dim0(*qkv_w_) / (3 * D);
   } else {
-    q_w_ = &declare_param(ps, api_, params_, p + "attn.q.w", Role::Column, {q_width, C}, normal(c.init_std), true);
-    if (c.qkv_bias()) q_b_ = &declare_param(ps, api_, params_, p + "attn.q.b", Role::Column, {q_width}, kZeros, false);
-    kv_w_ = &declare_param(ps, api_, params_, p + "attn.kv.w", Role::Column, {kv_width, C}, normal(c.init_std), true, 2);
-    if (c.qkv_bias()) kv_b_ = &declare_param(ps, api_, params_, p + "attn.kv.b", Role::Column, {kv_width}, kZeros, false, 2);
+    q_w_ = &declare_param(ps, api_, params_, p + "attn.q.w", Role::Column, {q_width, C},
+                          normal(c.init_std), true);
+    if (c.qkv_bias())
+      q_b_ =
+          &declare_param(ps, api_, params_, p + "attn.q.b", Role::Column, {q_width}, kZeros, false);
+    kv_w_ = &declare_param(ps, api_, params_, p + "attn.kv.w", Role::Column, {kv_width, C},
+                           normal(c.init_std), true, 2);
+    if (c.qkv_bias())
+      kv_b_ = &declare_param(ps, api_, params_, p + "attn.kv.b", Role::Column, {kv_width}, kZeros,
+                             false, 2);
     heads_ = local_dim0(*q_w_) / D, kv_heads_ = local_dim0(*kv_w_) / (2 * D);
   }
-  proj_w_ = &declare_param(ps, api_, params_, p + "attn.proj.w", Role::Row, {C, q_width}, normal(resid_std), true);
-  if (c.proj_bias()) proj_b_ = &declare_param(ps, api_, params_, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
+  proj_w_ = &declare_param(ps, api_, params_, p + "attn.proj.w", Role::Row, {C, q_width},
+                           normal(resid_std), true);
+  if (c.proj_bias())
+    proj_b_ =
+        &declare_param(ps, api_, params_, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
 }
 
 Block::Qkv Block::qkv_layout(const Tensor& buf, int64_t N) const {
   const int64_t D = c_.head_dim(), hq = heads_ * D, hkv = kv_heads_ * D;
-  float* base = const_cast<Tensor&>(buf).f32();  // the saved activations are read, the scratch written
+  float* base =
+      const_cast<Tensor&>(buf).f32();  // the saved activations are read, the scratch written
   if (qkv_w_) return {base, base + hq, base + 2 * hq, 3 * hq, 3 * hq};
   float* kv = base + N * hq;
   return {base, kv, kv + hkv, hq, 2 * hkv};
@@ -231,7 +261,8 @@ void Norm::backward(const loom_ops* o, const NormActs& a, Tensor& dinp, const Te
 void Block::attend_cached(const Microbatch& mb, const Qkv& L, Tensor& att) {
   const int64_t W = kv_heads_ * c_.head_dim(), first = kv_->length, T = mb.T;
   if (mb.B != 1 || first + T > kv_->k.dim(0))
-    throw RuntimeError("generation: the key/value cache holds " + std::to_string(kv_->k.dim(0)) + " positions of one sequence");
+    throw RuntimeError("generation: the key/value cache holds " + std::to_string(kv_->k.dim(0)) +
+                       " positions of one sequence");
   for (int64_t t = 0; t < T; ++t) {
     copy_bytes(kv_->k.f32() + (first + t) * W, L.k + t * L.ldkv, W * sizeof(float));
     copy_bytes(kv_->v.f32() + (first + t) * W, L.v + t * L.ldkv, W * sizeof(float));
@@ -240,8 +271,9 @@ void Block::attend_cached(const Microbatch& mb, const Qkv& L, Tensor& att) {
   std::vector<int64_t> qpos(T);
   for (int64_t t = 0; t < T; ++t) qpos[t] = first + t;
   Tensor lse = Tensor::empty({heads_ * T});
-  api_.ops()->attention_block_fwd(att.f32(), lse.f32(), L.q, kv_->k.f32(), kv_->v.f32(), L.ldq, W, 1, T, kv_->length,
-                                  heads_, kv_heads_, c_.head_dim(), qpos.data(), nullptr);
+  api_.ops()->attention_block_fwd(att.f32(), lse.f32(), L.q, kv_->k.f32(), kv_->v.f32(), L.ldq, W,
+                                  1, T, kv_->length, heads_, kv_heads_, c_.head_dim(), qpos.data(),
+                                  nullptr);
 }
 
 // x_mid = x + proj(attn(qkv(ln1(x))));  x_out = x_mid + mlp_proj(act(fc(ln2(x_mid))))
@@ -256,13 +288,13 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   marks("fwd norm");
   Tensor att = view(a.att, N, proj_w_->local_shape[1]), y = view(tmp_, N, C);
   project_qkv(mb, rows_of(a.ln1.out, n), a.qkv);  // f's gather and the GEMMs: one segment, as
-  marks("fwd f (enter)");                          // tp overlap runs them interleaved
+  marks("fwd f (enter)");                         // tp overlap runs them interleaved
   const Qkv L = qkv_layout(a.qkv, N);
   if (kv_)
     attend_cached(mb, L, att);
   else
-    api_.attention({att.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_,
-                    c_.head_dim(), nullptr, nullptr, nullptr, nullptr});
+    api_.attention({att.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_,
+                    kv_heads_, c_.head_dim(), nullptr, nullptr, nullptr, nullptr});
   marks("fwd attention");
   Tensor y_out = api_.linear_exit(y, att, *proj_w_);  // the proj GEMM is in the exit's segment:
   marks("fwd g (exit)");                              // tp overlap runs them interleaved
@@ -272,7 +304,8 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
 
   ln2_.forward(o, a.ln2, x, n);
   marks("fwd norm");
-  if (moe_) {  // routed experts on full rows, the same on every tp rank: no region to enter or leave
+  if (moe_) {  // routed experts on full rows, the same on every tp rank: no region to enter or
+               // leave
     moe_->forward(rows_of(a.ln2.out, n), y, mb.T);
     o->accumulate(x.f32(), y.f32(), n * C);
     marks("fwd moe");
@@ -328,7 +361,8 @@ void Block::mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks&
   if (fc_b_) o->bias_bwd(fc_b_->grad.f32(), dfc.f32(), N, fc.dim(1));
   marks("bwd mlp");
   Tensor dh2 = view(s_.dh, N, C);
-  api_.linears_bwd_regather(dh2, rows_of(a.ln2.out, n), {{&dfc, fc_w_}});  // sp gathers the rows again
+  api_.linears_bwd_regather(dh2, rows_of(a.ln2.out, n),
+                            {{&dfc, fc_w_}});  // sp gathers the rows again
   marks("bwd f (re-gather)");
   Tensor dh2_local = api_.region_enter_bwd(dh2);
   marks("bwd f (enter)");
@@ -349,8 +383,9 @@ void Block::attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, 
   api_.exit_bwd_linear(datt, dx, att, *proj_w_);
   marks("bwd g (exit)");
   const Qkv L = qkv_layout(a.qkv, N), dL = qkv_layout(s_.dqkv, N);
-  api_.attention_bwd({const_cast<float*>(att.f32()), const_cast<float*>(a.lse.f32()), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_,
-                      c_.head_dim(), datt.f32(), dL.q, dL.k, dL.v});
+  api_.attention_bwd({const_cast<float*>(att.f32()), const_cast<float*>(a.lse.f32()), L.q, L.k, L.v,
+                      L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_, c_.head_dim(), datt.f32(), dL.q,
+                      dL.k, dL.v});
   marks("bwd attention");
   Tensor dh1 = view(s_.dh, N, C);
   project_qkv_bwd(mb, s_.dqkv, rows_of(a.ln1.out, n), dh1);
@@ -392,11 +427,11 @@ Head::Head(const model::Config& c, LayerApi& api, ParamStore& ps, Param* tied_wt
     head_w_ = tied_wte;
   } else if (c.tied_embeddings) {  // the embedding is on another pipeline stage
     head_w_ = &declare_param(ps, api, params_, "wte", Role::Vocab, {vocab_rows(c, api), C},
-                       normal(c.init_std), false);
+                             normal(c.init_std), false);
     head_w_->mirror = true;
   } else {
     head_w_ = &declare_param(ps, api, params_, "lm_head.w", Role::Vocab, {vocab_rows(c, api), C},
-                       normal(c.init_std), true);
+                             normal(c.init_std), true);
   }
   const int64_t vocab_local = head_w_->local_shape[0];
   acts_.init([rows, C, vocab_local] { return std::make_unique<Acts>(rows, C, vocab_local); });
@@ -415,8 +450,9 @@ void Head::forward(const Microbatch& mb, Tensor& x) {
   // The head is column-parallel over the vocabulary: f on the way in.
   api_.enter_linears(rows_of(a.norm.out, n), {{&logits, head_w_}});
   const int64_t vocab_begin = head_w_->slice.length >= 0 ? head_w_->slice.begin : 0;
-  loss_sum_ = mb.targets ? api_.cross_entropy(logits, mb.targets, vocab_begin, c_.vocab_size, mb.dloss)
-                         : 0.0;
+  loss_sum_ = mb.targets
+                  ? api_.cross_entropy(logits, mb.targets, vocab_begin, c_.vocab_size, mb.dloss)
+                  : 0.0;
 }
 
 int64_t Head::saved_bytes(const Microbatch& mb) const {
@@ -430,7 +466,8 @@ void Head::backward(const Microbatch& mb, Tensor& dx) {
   const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
   const Acts& a = *acts_;
   Tensor dlogits = rows_of(a.logits, N), dh = rows_of(dh_, N);
-  api_.linears_bwd_regather(dh, rows_of(a.norm.out, n), {{&dlogits, head_w_}});  // sp gathers the rows again
+  api_.linears_bwd_regather(dh, rows_of(a.norm.out, n),
+                            {{&dlogits, head_w_}});  // sp gathers the rows again
   Tensor dh_local = api_.region_enter_bwd(dh);
   norm_.backward(o, a.norm, dx, dh_local, rows_of(a.x_in, n), n);
 }

@@ -4,12 +4,12 @@
 #pragma once
 
 #include <memory>
-#include <vector>
 #include <string>
+#include <vector>
 
-#include "model/config.hpp"
 #include "gpt/layer.hpp"
 #include "gpt/layer_parts.hpp"
+#include "model/config.hpp"
 #include "model/params.hpp"
 #include "parallel/layer_api.hpp"
 
@@ -59,7 +59,8 @@ struct BlockActs {
   BlockActs() = default;
   BlockActs(const model::Config& c, int64_t rows);
   // Owns what `policy` keeps ("selective" or "full"), aliases the rest to `shared`.
-  BlockActs(const model::Config& c, int64_t rows, const std::string& policy, const BlockActs& shared);
+  BlockActs(const model::Config& c, int64_t rows, const std::string& policy,
+            const BlockActs& shared);
   // Only what `policy` drops: the set its blocks share.
   static BlockActs dropped_by(const model::Config& c, int64_t rows, const std::string& policy);
 };

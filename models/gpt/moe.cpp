@@ -1,15 +1,14 @@
 #include "gpt/moe.hpp"
 
-#include "core/errors.hpp"
-
-#include "parallel/context_attention.hpp"
-#include "parallel/expert_dispatch.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#include "core/errors.hpp"
+#include "parallel/context_attention.hpp"
+#include "parallel/expert_dispatch.hpp"
 
 namespace loom::gpt {
 
@@ -17,11 +16,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 // A [rows, cols] view of `t`, reallocated when it is too small (routed row counts vary).
 Tensor rows_view(Tensor& t, int64_t rows, int64_t cols) {
-  if (!t.defined() || t.numel() < std::max<int64_t>(rows, 1) * cols) t = Tensor::empty({std::max<int64_t>(rows, 1), cols});
+  if (!t.defined() || t.numel() < std::max<int64_t>(rows, 1) * cols)
+    t = Tensor::empty({std::max<int64_t>(rows, 1), cols});
   return Tensor::borrow(t.f32(), {std::max<int64_t>(rows, 1), cols});
 }
 
@@ -34,20 +36,21 @@ struct MoeMlp::Acts {
   // each token's experts and each sequence's sums, all the routing decisions need.
   Tensor logits, probs, lse, weights;  // [N, E] (the router GEMM's output), [N, E], [N], [N, K]
   std::vector<int32_t> expert;         // [N * K]: token t's k-th expert
-  std::vector<double> seq;             // [B, E + 1]: each sequence's sum of p_e over its rows here, and of lse^2
-  std::vector<int32_t> slot;           // [N * K]: its row, or -1 when dropped
-  std::vector<int32_t> token;          // [R]: each row's token
-  std::vector<int64_t> first;          // [E + 1]
-  std::vector<int64_t> load;           // [E]: this rank's assignments before capacity
-  std::vector<double> share, mean_p;   // [B, E]: f_e and P_e of each sequence, all its positions
-  std::vector<double> seq_aux;         // [B]: each sequence's E sum_e f_e P_e
-  int64_t T = 0, dropped = 0;          // rows per sequence here; this rank's dropped assignments
-  Tensor xin, yexp;                    // [R, C]: this rank's kept rows, in and out of the experts
+  std::vector<double>
+      seq;  // [B, E + 1]: each sequence's sum of p_e over its rows here, and of lse^2
+  std::vector<int32_t> slot;          // [N * K]: its row, or -1 when dropped
+  std::vector<int32_t> token;         // [R]: each row's token
+  std::vector<int64_t> first;         // [E + 1]
+  std::vector<int64_t> load;          // [E]: this rank's assignments before capacity
+  std::vector<double> share, mean_p;  // [B, E]: f_e and P_e of each sequence, all its positions
+  std::vector<double> seq_aux;        // [B]: each sequence's E sum_e f_e P_e
+  int64_t T = 0, dropped = 0;         // rows per sequence here; this rank's dropped assignments
+  Tensor xin, yexp;                   // [R, C]: this rank's kept rows, in and out of the experts
   // The rows the local experts run on, local expert j owning rows [route.first[j], ...): under
   // expert parallelism what dispatch brought here from the ep group, otherwise xin and yexp
   // themselves.
   ExpertRoute route;
-  Tensor xl, fc, act, yl;              // [Rl, C], [Rl, FO], [Rl, F], [Rl, C]
+  Tensor xl, fc, act, yl;  // [Rl, C], [Rl, FO], [Rl, F], [Rl, C]
   int64_t n = 0;
   Acts(const model::Config& c, int64_t rows) {
     const int64_t E = c.moe.experts, K = c.moe.top_k, R = rows * K, F = c.d_ff;
@@ -81,12 +84,16 @@ MoeMlp::MoeMlp(const std::string& prefix, const model::Config& c, LayerApi& api,
     : c_(c), api_(api) {
   const int64_t C = c.d_model, F = c.d_ff, E = c.moe.experts, FO = c.mlp == "swiglu" ? 2 * F : F;
   const float resid_std = c.init_std / std::sqrt(2.f * c.n_layer);
-  const Init normal{Init::Normal, c.init_std}, resid{Init::Normal, resid_std}, zeros{Init::Zeros, 0.f};
-  router_ = &declare_param(ps, api, owner, prefix + "router.w", Role::Replicated, {E, C}, normal, false);
+  const Init normal{Init::Normal, c.init_std}, resid{Init::Normal, resid_std},
+      zeros{Init::Zeros, 0.f};
+  router_ =
+      &declare_param(ps, api, owner, prefix + "router.w", Role::Replicated, {E, C}, normal, false);
   fc_w_ = &declare_param(ps, api, owner, prefix + "fc.w", Role::Expert, {E, FO, C}, normal, true);
-  if (c.bias) fc_b_ = &declare_param(ps, api, owner, prefix + "fc.b", Role::Expert, {E, FO}, zeros, false);
+  if (c.bias)
+    fc_b_ = &declare_param(ps, api, owner, prefix + "fc.b", Role::Expert, {E, FO}, zeros, false);
   out_w_ = &declare_param(ps, api, owner, prefix + "proj.w", Role::Expert, {E, C, F}, resid, true);
-  if (c.bias) out_b_ = &declare_param(ps, api, owner, prefix + "proj.b", Role::Expert, {E, C}, zeros, false);
+  if (c.bias)
+    out_b_ = &declare_param(ps, api, owner, prefix + "proj.b", Role::Expert, {E, C}, zeros, false);
   acts_ = std::make_unique<Slots<Acts>>();
   acts_->init([&c, rows] { return std::make_unique<Acts>(c, rows); });
   stats_.load.assign(E, 0);
@@ -102,7 +109,9 @@ int64_t MoeMlp::saved_bytes(int64_t rows) const {
   return 4 * (rows * (2 * E + 1 + K) + R * (2 * C + FO + F));
 }
 
-double MoeMlp::aux_objective() const { return c_.moe.aux_coef * last_aux_ + c_.moe.z_coef * last_z_; }
+double MoeMlp::aux_objective() const {
+  return c_.moe.aux_coef * last_aux_ + c_.moe.z_coef * last_z_;
+}
 
 void MoeMlp::reset_stats() {
   stats_ = MoeStats{};
@@ -114,8 +123,8 @@ void MoeMlp::reset_stats() {
 // probability sum over them. Under cp the ranks holding a sequence's other positions send theirs.
 struct MoeMlp::Choices {
   int64_t B = 0, L = 0;
-  std::vector<int32_t> expert;  // [B, L, K]
-  std::vector<double> psum;     // [B, E]
+  std::vector<int32_t> expert;    // [B, L, K]
+  std::vector<double> psum;       // [B, E]
   std::vector<int64_t> position;  // [T]: the position of each local row of a sequence
 };
 
@@ -129,8 +138,8 @@ void MoeMlp::choose_experts(const Tensor& h, int64_t T, Acts& a) {
   o->gemm(0, 1, N, E, C, 1.f, h.f32(), C, router_->value.f32(), C, 0.f, a.logits.f32(), E);
   a.expert.assign(N * K, 0);
   a.seq.assign((N / T) * (E + 1), 0.0);
-  o->router_topk(a.probs.f32(), a.lse.f32(), a.weights.f32(), a.expert.data(), a.seq.data(), a.logits.f32(), N, E, K,
-                 T);
+  o->router_topk(a.probs.f32(), a.lse.f32(), a.weights.f32(), a.expert.data(), a.seq.data(),
+                 a.logits.f32(), N, E, K, T);
   a.load.assign(E, 0);
   for (int32_t e : a.expert) ++a.load[e];
 }
@@ -140,8 +149,9 @@ void MoeMlp::choose_experts(const Tensor& h, int64_t T, Acts& a) {
 void MoeMlp::route(const Tensor& h, int64_t T, Acts& a) {
   const int64_t E = c_.moe.experts, K = c_.moe.top_k;
   if (T <= 0 || h.dim(0) % T != 0)
-    throw RuntimeError("MoE routing got " + std::to_string(h.dim(0)) + " rows, not whole sequences of " +
-                       std::to_string(T) + ": routing groups are sequences");
+    throw RuntimeError("MoE routing got " + std::to_string(h.dim(0)) +
+                       " rows, not whole sequences of " + std::to_string(T) +
+                       ": routing groups are sequences");
   choose_experts(h, T, a);
   a.T = T;
   Choices seqs;
@@ -154,7 +164,8 @@ void MoeMlp::route(const Tensor& h, int64_t T, Acts& a) {
     seqs.psum.assign(seqs.B * E, 0.0);
     for (int64_t b = 0; b < seqs.B; ++b)
       for (int64_t e = 0; e < E; ++e) seqs.psum[b * E + e] = a.seq[b * (E + 1) + e];
-  } else {  // [positions (T) | per sequence: experts (T K), probability sums (E)] from every cp rank
+  } else {  // [positions (T) | per sequence: experts (T K), probability sums (E)] from every cp
+            // rank
     std::vector<double> mine(seqs.position.begin(), seqs.position.end());
     for (int64_t b = 0; b < seqs.B; ++b) {
       for (int64_t i = 0; i < T * K; ++i) mine.push_back(a.expert[b * T * K + i]);
@@ -170,14 +181,16 @@ void MoeMlp::route(const Tensor& h, int64_t T, Acts& a) {
         const double* xb = x + T + b * (T * K + E);
         for (int64_t i = 0; i < T; ++i)
           for (int64_t k = 0; k < K; ++k)
-            seqs.expert[(b * seqs.L + static_cast<int64_t>(x[i])) * K + k] = static_cast<int32_t>(xb[i * K + k]);
+            seqs.expert[(b * seqs.L + static_cast<int64_t>(x[i])) * K + k] =
+                static_cast<int32_t>(xb[i * K + k]);
         for (int64_t e = 0; e < E; ++e) seqs.psum[b * E + e] += xb[T * K + e];
       }
     }
   }
   a.share.assign(seqs.B * E, 0.0), a.mean_p.assign(seqs.B * E, 0.0), a.seq_aux.assign(seqs.B, 0.0);
   for (int64_t b = 0; b < seqs.B; ++b) {
-    for (int64_t i = 0; i < seqs.L * K; ++i) a.share[b * E + seqs.expert[b * seqs.L * K + i]] += 1.0;
+    for (int64_t i = 0; i < seqs.L * K; ++i)
+      a.share[b * E + seqs.expert[b * seqs.L * K + i]] += 1.0;
     for (int64_t e = 0; e < E; ++e) {
       a.share[b * E + e] /= static_cast<double>(seqs.L * K);
       a.mean_p[b * E + e] = seqs.psum[b * E + e] / static_cast<double>(seqs.L);
@@ -191,20 +204,24 @@ void MoeMlp::route(const Tensor& h, int64_t T, Acts& a) {
 // (position, k) order; this rank's kept rows are then grouped by expert, in token order.
 void MoeMlp::keep_within_capacity(const Choices& seqs, Acts& a) {
   const int64_t E = c_.moe.experts, K = c_.moe.top_k, N = a.n, T = a.T, L = seqs.L;
-  const int64_t cap = c_.moe.dropless || !capacity_on_ ? std::numeric_limits<int64_t>::max()
-                                                        : static_cast<int64_t>(std::ceil(c_.moe.capacity_factor * L * K / E));
+  const int64_t cap = c_.moe.dropless || !capacity_on_
+                          ? std::numeric_limits<int64_t>::max()
+                          : static_cast<int64_t>(std::ceil(c_.moe.capacity_factor * L * K / E));
   std::vector<char> kept(seqs.B * L * K, 0);
   for (int64_t b = 0; b < seqs.B; ++b) {
     std::vector<int64_t> seen(E, 0);
-    for (int64_t i = 0; i < L * K; ++i) kept[b * L * K + i] = seen[seqs.expert[b * L * K + i]]++ < cap;
+    for (int64_t i = 0; i < L * K; ++i)
+      kept[b * L * K + i] = seen[seqs.expert[b * L * K + i]]++ < cap;
   }
   std::vector<int32_t> taken(E, 0);
   a.slot.assign(N * K, -1);
   a.dropped = 0;
   for (int64_t i = 0; i < N * K; ++i) {
     const int64_t t = i / K, b = t / T, at = (b * L + seqs.position[t % T]) * K + i % K;
-    if (kept[at]) a.slot[i] = taken[a.expert[i]]++;
-    else ++a.dropped;
+    if (kept[at])
+      a.slot[i] = taken[a.expert[i]]++;
+    else
+      ++a.dropped;
   }
   a.first.assign(E + 1, 0);
   for (int64_t e = 0; e < E; ++e) a.first[e + 1] = a.first[e] + taken[e];
@@ -233,7 +250,8 @@ void MoeMlp::forward(const Tensor& h, Tensor& y, int64_t T) {
   for (int64_t j = 0; j + 1 < static_cast<int64_t>(a.route.first.size()); ++j) {
     const int64_t r0 = a.route.first[j], n = a.route.first[j + 1] - r0;
     if (n == 0) continue;
-    float *xin = a.xl.f32() + r0 * C, *fc = a.fc.f32() + r0 * FO, *act = a.act.f32() + r0 * F, *ye = a.yl.f32() + r0 * C;
+    float *xin = a.xl.f32() + r0 * C, *fc = a.fc.f32() + r0 * FO, *act = a.act.f32() + r0 * F,
+          *ye = a.yl.f32() + r0 * C;
     o->gemm(0, 1, n, FO, C, 1.f, xin, C, fc_w_->value.f32() + j * FO * C, C, 0.f, fc, FO);
     if (fc_b_) o->bias_add(fc, fc_b_->value.f32() + j * FO, n, FO);
     activation_fwd(o, c_, act, fc, n, F);
@@ -252,7 +270,8 @@ void MoeMlp::forward(const Tensor& h, Tensor& y, int64_t T) {
 
 // y_t = sum_k w_tk y_{e_tk}(t) over kept assignments, k in order (combine_rows).
 void MoeMlp::combine(Acts& a, Tensor& y) const {
-  api_.ops()->combine_rows(y.f32(), a.yexp.f32(), a.weights.f32(), a.slot.data(), a.n, c_.moe.top_k, c_.d_model);
+  api_.ops()->combine_rows(y.f32(), a.yexp.f32(), a.weights.f32(), a.slot.data(), a.n, c_.moe.top_k,
+                           c_.d_model);
 }
 
 // Auxiliary losses: each sequence's E sum_e f_e P_e, counted per token as the cross-entropy is,
@@ -277,9 +296,11 @@ void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss
   const Acts& a = **acts_;
   const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k, R = a.first[E];
   // Combine backward: d y_e(row) = w dy_t; d w_tk = <dy_t, y_e(row)>.
-  Tensor dye = Tensor::empty({std::max<int64_t>(R, 1), C}), dxin = Tensor::empty({std::max<int64_t>(R, 1), C});
+  Tensor dye = Tensor::empty({std::max<int64_t>(R, 1), C}),
+         dxin = Tensor::empty({std::max<int64_t>(R, 1), C});
   Tensor dw = Tensor::empty({std::max<int64_t>(N * K, 1)});
-  o->combine_rows_bwd(dye.f32(), dw.f32(), dy.f32(), a.yexp.f32(), a.weights.f32(), a.slot.data(), N, K, C);
+  o->combine_rows_bwd(dye.f32(), dw.f32(), dy.f32(), a.yexp.f32(), a.weights.f32(), a.slot.data(),
+                      N, K, C);
   experts_backward(a, dye, dxin);
   // dh_t = sum over its kept choices of the experts' input gradients; the router's adds to it.
   o->combine_rows(dh.f32(), dxin.f32(), nullptr, a.slot.data(), N, K, C);
@@ -296,16 +317,19 @@ void MoeMlp::experts_backward(const Acts& a, Tensor& dye, Tensor& dxin) {
   Tensor dyl = dye, dxl = dxin;
   auto t0 = Clock::now();
   if (ex) {
-    dyl = Tensor::empty({std::max<int64_t>(Rl, 1), C}), dxl = Tensor::empty({std::max<int64_t>(Rl, 1), C});
+    dyl = Tensor::empty({std::max<int64_t>(Rl, 1), C}),
+    dxl = Tensor::empty({std::max<int64_t>(Rl, 1), C});
     ex->dispatch(a.route, dye, dyl);
   }
   double a2a = ex ? ms_since(t0) : 0.0;
-  Tensor dact = Tensor::empty({std::max<int64_t>(Rl, 1), F}), dfc = Tensor::empty({std::max<int64_t>(Rl, 1), FO});
+  Tensor dact = Tensor::empty({std::max<int64_t>(Rl, 1), F}),
+         dfc = Tensor::empty({std::max<int64_t>(Rl, 1), FO});
   for (int64_t j = 0; j + 1 < static_cast<int64_t>(a.route.first.size()); ++j) {
     const int64_t r0 = a.route.first[j], n = a.route.first[j + 1] - r0;
     if (n == 0) continue;
     const float *xin = a.xl.f32() + r0 * C, *fc = a.fc.f32() + r0 * FO, *act = a.act.f32() + r0 * F;
-    float *d_y = dyl.f32() + r0 * C, *d_act = dact.f32() + r0 * F, *d_fc = dfc.f32() + r0 * FO, *d_x = dxl.f32() + r0 * C;
+    float *d_y = dyl.f32() + r0 * C, *d_act = dact.f32() + r0 * F, *d_fc = dfc.f32() + r0 * FO,
+          *d_x = dxl.f32() + r0 * C;
     if (out_b_) o->bias_bwd(out_b_->grad.f32() + j * C, d_y, n, C);
     o->gemm(0, 0, n, F, C, 1.f, d_y, C, out_w_->value.f32() + j * C * F, F, 0.f, d_act, F);
     o->gemm(1, 0, C, F, n, 1.f, d_y, C, act, F, 1.f, out_w_->grad.f32() + j * C * F, F);
@@ -326,14 +350,16 @@ void MoeMlp::experts_backward(const Acts& a, Tensor& dye, Tensor& dxin) {
 // load-balancing term coef E f_e (the token's sequence's f_e) per token, then through the
 // softmax, plus the z-loss term 2 z_coef lse_t p_te; both auxiliary terms weigh a token as the
 // main loss does (dloss). router_topk_bwd runs it per token; the balance term is the host's.
-void MoeMlp::router_backward(const Tensor& h, const Acts& a, const Tensor& dw, Tensor& dh, float dloss) {
+void MoeMlp::router_backward(const Tensor& h, const Acts& a, const Tensor& dw, Tensor& dh,
+                             float dloss) {
   const loom_ops* o = api_.ops();
   const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k;
   std::vector<double> balance(a.share.size());
   for (size_t i = 0; i < balance.size(); ++i) balance[i] = c_.moe.aux_coef * E * a.share[i] * dloss;
-  Tensor dlogits = a.logits.rows(0, N);  // the forward's logits are spent: their buffer takes the gradient
-  o->router_topk_bwd(dlogits.f32(), a.probs.f32(), a.lse.f32(), a.weights.f32(), dw.f32(), a.expert.data(),
-                     balance.data(), 2.0 * c_.moe.z_coef * dloss, N, E, K, a.T);
+  Tensor dlogits =
+      a.logits.rows(0, N);  // the forward's logits are spent: their buffer takes the gradient
+  o->router_topk_bwd(dlogits.f32(), a.probs.f32(), a.lse.f32(), a.weights.f32(), dw.f32(),
+                     a.expert.data(), balance.data(), 2.0 * c_.moe.z_coef * dloss, N, E, K, a.T);
   o->gemm(1, 0, E, C, N, 1.f, dlogits.f32(), E, h.f32(), C, 1.f, router_->grad.f32(), C);
   o->gemm(0, 0, N, C, E, 1.f, dlogits.f32(), E, router_->value.f32(), C, 1.f, dh.f32(), C);
 }

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "model/config.hpp"
 #include "gpt/layer_parts.hpp"
+#include "model/config.hpp"
 #include "model/model.hpp"
 
 namespace loom::gpt {

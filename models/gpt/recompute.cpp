@@ -10,7 +10,9 @@ namespace loom::gpt {
 namespace {
 
 // How far recomputation may go and still keep a tensor: 0 none, 1 selective, 2 full.
-int level(const std::string& policy) { return policy == "full" ? 2 : policy == "selective" ? 1 : 0; }
+int level(const std::string& policy) {
+  return policy == "full" ? 2 : policy == "selective" ? 1 : 0;
+}
 
 // Every activation of a block with its shape and the strongest policy that still keeps it:
 // full keeps the input only; selective also keeps the GEMM outputs, the attention core and the
@@ -35,10 +37,13 @@ void each_part(BlockActs& a, const model::Config& c, int64_t rows, F&& f) {
 }  // namespace
 
 BlockActs::BlockActs(const model::Config& c, int64_t rows) {
-  each_part(*this, c, rows, [](Tensor& t, std::vector<int64_t> shape, int) { t = Tensor::empty(std::move(shape)); });
+  each_part(*this, c, rows, [](Tensor& t, std::vector<int64_t> shape, int) {
+    t = Tensor::empty(std::move(shape));
+  });
 }
 
-BlockActs::BlockActs(const model::Config& c, int64_t rows, const std::string& policy, const BlockActs& shared)
+BlockActs::BlockActs(const model::Config& c, int64_t rows, const std::string& policy,
+                     const BlockActs& shared)
     : BlockActs(shared) {
   each_part(*this, c, rows, [&](Tensor& t, std::vector<int64_t> shape, int keeps) {
     if (keeps >= level(policy)) t = Tensor::empty(std::move(shape));

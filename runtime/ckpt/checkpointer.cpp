@@ -48,19 +48,24 @@ Checkpointer::Checkpointer(CheckpointerSetup setup, TrainingState state)
       state_(std::move(state)) {
   const plugins::Selection& sel = *setup.selection;
   for (const plugins::SlotChoice& c : sel.slots)
-    plugins_.push_back({{"slot", c.slot}, {"name", c.found.desc->name},
+    plugins_.push_back({{"slot", c.slot},
+                        {"name", c.found.desc->name},
                         {"version", c.found.desc->version ? c.found.desc->version : ""},
-                        {"abi", std::to_string(c.found.desc->v.major) + "." + std::to_string(c.found.desc->v.minor)},
+                        {"abi", std::to_string(c.found.desc->v.major) + "." +
+                                    std::to_string(c.found.desc->v.minor)},
                         {"library", c.found.library.string()}});
   root_ = setup.settings.dir.empty() ? setup.run_dir / "checkpoints" : fs::path(setup.settings.dir);
   if (every_ == 0) return;
   const plugins::SlotChoice* ckpt = sel.slot("ckpt");
-  if (!ckpt) throw ConfigError("[checkpoint] every = " + std::to_string(every_) + " needs a writer: [plugins] ckpt = \"sync\" or \"async\"");
+  if (!ckpt)
+    throw ConfigError("[checkpoint] every = " + std::to_string(every_) +
+                      " needs a writer: [plugins] ckpt = \"sync\" or \"async\"");
   writer_ = std::make_unique<plugins::Instance>(ckpt->found, &setup.writer_options);
   table_ = writer_->table<loom_ckpt_v2>();
   if (table_->open) {
     loom_error e;
-    check(table_->open(writer_->self(), root_.c_str(), rank_, mesh_.world(), &e), e, "checkpoint writer open");
+    check(table_->open(writer_->self(), root_.c_str(), rank_, mesh_.world(), &e), e,
+          "checkpoint writer open");
   }
   reader_ = reader_of(*writer_);
   if (rank_ == 0) check_writable();
@@ -92,7 +97,8 @@ void Checkpointer::check(loom_status s, const loom_error& e, const std::string& 
 }
 
 std::map<std::string, int64_t> Checkpointer::layout() const {
-  return {{"world", mesh_.world()}, {"dp", mesh_.dp}, {"tp", mesh_.tp}, {"pp", mesh_.pp}, {"ep", mesh_.ep}, {"cp", mesh_.cp}};
+  return {{"world", mesh_.world()}, {"dp", mesh_.dp}, {"tp", mesh_.tp},
+          {"pp", mesh_.pp},         {"ep", mesh_.ep}, {"cp", mesh_.cp}};
 }
 
 void Checkpointer::barrier() {
@@ -103,7 +109,8 @@ void Checkpointer::barrier() {
 // rank 0; a pipeline mirror never (its owner does).
 bool Checkpointer::writes(const Param& q) const {
   const dist::Coord c = dist::coord_of(mesh_, rank_);
-  return !q.mirror && (state_.shards.pieces || (c.dp == 0 && c.cp == 0 && (q.ep_sharded() || c.ep == 0))) &&
+  return !q.mirror &&
+         (state_.shards.pieces || (c.dp == 0 && c.cp == 0 && (q.ep_sharded() || c.ep == 0))) &&
          (q.tp_sharded() || c.tp == 0);
 }
 
@@ -124,12 +131,14 @@ void Checkpointer::check_written(const fs::path& dir, const Manifest& m) const {
   auto one = [&](const File& f) {
     const int64_t size = reader_.size(dir, f.name);
     if (size < 0)
-      throw RuntimeError("checkpoint " + dir.stem().string() + ": the writer did not write " + f.name + " (" +
-                         (reader_.via == "disk" ? "no such file" : reader_.via + " does not hold it") +
-                         "); not committed, the previous checkpoint and `latest` are kept");
+      throw RuntimeError(
+          "checkpoint " + dir.stem().string() + ": the writer did not write " + f.name + " (" +
+          (reader_.via == "disk" ? "no such file" : reader_.via + " does not hold it") +
+          "); not committed, the previous checkpoint and `latest` are kept");
     if (size != f.bytes)
-      throw RuntimeError("checkpoint " + dir.stem().string() + ": " + f.name + " has " + std::to_string(size) +
-                         " bytes, the writer was given " + std::to_string(f.bytes) +
+      throw RuntimeError("checkpoint " + dir.stem().string() + ": " + f.name + " has " +
+                         std::to_string(size) + " bytes, the writer was given " +
+                         std::to_string(f.bytes) +
                          "; not committed, the previous checkpoint and `latest` are kept");
   };
   for (const File& f : m.files) one(f);
@@ -147,8 +156,11 @@ void Checkpointer::verify_written(const fs::path& dir, const File& f) const {
   const uint32_t crc = checksum(reader_, dir, f.name);
   if (crc != f.crc32c) {
     char b[160];
-    std::snprintf(b, sizeof b, ": read back, its crc32c is %08x, the bytes the writer was given have %08x", crc, f.crc32c);
-    throw RuntimeError("checkpoint " + dir.stem().string() + ": " + f.name + b + " (" + reader_.via +
+    std::snprintf(b, sizeof b,
+                  ": read back, its crc32c is %08x, the bytes the writer was given have %08x", crc,
+                  f.crc32c);
+    throw RuntimeError("checkpoint " + dir.stem().string() + ": " + f.name + b + " (" +
+                       reader_.via +
                        "); not committed, the previous checkpoint and `latest` are kept");
   }
 }
@@ -159,11 +171,13 @@ void Checkpointer::check_same_model(const fs::path& dir, const Manifest& man) co
   if (man.config.empty()) return;  // written before checkpoints carried their config
   config::Config theirs = config::Config::parse(man.config, (dir / "manifest.json").string());
   theirs.check_sections(model::model_sections());
-  const std::vector<std::string> diff = model::architecture_differences(model::from_config(theirs), model_);
+  const std::vector<std::string> diff =
+      model::architecture_differences(model::from_config(theirs), model_);
   if (diff.empty()) return;
   std::string list;
   for (const auto& d : diff) list += (list.empty() ? "" : "; ") + d;
-  throw ConfigError("cannot resume: " + dir.string() + " holds another model ([model] " + list + ")");
+  throw ConfigError("cannot resume: " + dir.string() + " holds another model ([model] " + list +
+                    ")");
 }
 
 int64_t Checkpointer::resume() {
@@ -175,7 +189,9 @@ int64_t Checkpointer::resume() {
   if (resume_.empty()) return 1;
   std::error_code ec;
   if (resume_ == "auto" && !fs::exists(root_ / "latest", ec)) {  // a first submission: start fresh
-    if (rank_ == 0) std::printf("resume = \"auto\": no checkpoint in %s yet; starting at step 1\n", root_.c_str());
+    if (rank_ == 0)
+      std::printf("resume = \"auto\": no checkpoint in %s yet; starting at step 1\n",
+                  root_.c_str());
     return 1;
   }
   const fs::path dir = resolve(root_, resume_ == "auto" ? "latest" : resume_);
@@ -187,15 +203,18 @@ int64_t Checkpointer::resume() {
     verify(dir, man, reader);
   } catch (const RuntimeError& e) {
     throw RuntimeError(std::string("cannot resume: ") + e.what() +
-                       (resume_ == "latest" || resume_ == "auto" ? "; not falling back to an older checkpoint on my own: name one with "
-                                                                 "[checkpoint] resume = \"<dir>\" if you want it"
-                                                               : ""));
+                       (resume_ == "latest" || resume_ == "auto"
+                            ? "; not falling back to an older checkpoint on my own: name one with "
+                              "[checkpoint] resume = \"<dir>\" if you want it"
+                            : ""));
   }
   for (Param& p : params.all()) {
     auto expect = man.shapes.find(p.name);
-    if (expect == man.shapes.end()) throw RuntimeError("cannot resume: " + dir.string() + " has no parameter " + p.name);
+    if (expect == man.shapes.end())
+      throw RuntimeError("cannot resume: " + dir.string() + " has no parameter " + p.name);
     if (expect->second != p.global_shape)
-      throw RuntimeError("cannot resume: parameter " + p.name + " has another shape in " + dir.string());
+      throw RuntimeError("cannot resume: parameter " + p.name + " has another shape in " +
+                         dir.string());
   }
   if (state_.shards.pieces)
     load_pieces(dir, man, reader);
@@ -203,14 +222,15 @@ int64_t Checkpointer::resume() {
     load_slices(dir, man, reader);
   if (Precision* precision = state_.precision) {
     if (man.precision != precision->name())
-      throw RuntimeError("cannot resume: " + dir.string() + " was written under precision '" + man.precision +
-                         "', this run uses '" + precision->name() + "'");
+      throw RuntimeError("cannot resume: " + dir.string() + " was written under precision '" +
+                         man.precision + "', this run uses '" + precision->name() + "'");
     const std::vector<char> state = reader.read(dir, man.precision_state.name);
     precision->load_state(std::string(state.begin(), state.end()));
   }
   load_plugin_state(dir, man, reader);
   *state_.applied = man.applied;
-  if (rank_ == 0) std::printf("resumed from %s: step %lld done\n", dir.c_str(), (long long)man.step);
+  if (rank_ == 0)
+    std::printf("resumed from %s: step %lld done\n", dir.c_str(), (long long)man.step);
   return man.step + 1;
 }
 
@@ -220,12 +240,15 @@ void Checkpointer::load_pieces(const fs::path& dir, const Manifest& man, const R
   std::map<std::string, std::vector<float>> global;
   for (const loom_shard_piece& pc : state_.shards.pieces()) {
     const Param& q = state_.params->all()[pc.param];
-    for (auto [suffix, dst] : {std::pair{"", pc.value}, {".adam_m", pc.adam_m}, {".adam_v", pc.adam_v}}) {
+    for (auto [suffix, dst] :
+         {std::pair{"", pc.value}, {".adam_m", pc.adam_m}, {".adam_v", pc.adam_v}}) {
       const std::string name = q.name + suffix;
       if (!global.count(name)) global[name] = assemble(dir, man, name, files, reader);
       const std::vector<float>& g = global[name];
-      std::vector<float> piece(static_cast<size_t>(pc.count));  // then to the plugin's memory, maybe the device's
-      for (int64_t i = 0; i < pc.count; ++i) piece[i] = g[global_index(pc.begin + i, q.local_shape, q.global_shape, q.slice)];
+      std::vector<float> piece(
+          static_cast<size_t>(pc.count));  // then to the plugin's memory, maybe the device's
+      for (int64_t i = 0; i < pc.count; ++i)
+        piece[i] = g[global_index(pc.begin + i, q.local_shape, q.global_shape, q.slice)];
       copy_bytes(dst, piece.data(), piece.size() * sizeof(float));
     }
   }
@@ -236,10 +259,14 @@ void Checkpointer::load_pieces(const fs::path& dir, const Manifest& man, const R
 void Checkpointer::load_slices(const fs::path& dir, const Manifest& man, const Reader& reader) {
   std::map<std::string, std::vector<char>> files;  // each file read once
   for (Param& p : state_.params->all()) {
-    for (auto [suffix, dst] : {std::pair{"", p.value.f32()}, {".adam_m", state_.m->f32() + p.offset}, {".adam_v", state_.v->f32() + p.offset}}) {
+    for (auto [suffix, dst] : {std::pair{"", p.value.f32()},
+                               {".adam_m", state_.m->f32() + p.offset},
+                               {".adam_v", state_.v->f32() + p.offset}}) {
       const std::vector<float> global = assemble(dir, man, p.name + suffix, files, reader);
-      std::vector<float> local(static_cast<size_t>(p.value.numel()));  // this rank's slice, then to the device
-      for (int64_t i = 0; i < p.value.numel(); ++i) local[i] = global[global_index(i, p.local_shape, p.global_shape, p.slice)];
+      std::vector<float> local(
+          static_cast<size_t>(p.value.numel()));  // this rank's slice, then to the device
+      for (int64_t i = 0; i < p.value.numel(); ++i)
+        local[i] = global[global_index(i, p.local_shape, p.global_shape, p.slice)];
       copy_bytes(dst, local.data(), local.size() * sizeof(float));
     }
   }
@@ -252,7 +279,8 @@ bool Checkpointer::after_step(int64_t step, int64_t last_step) {
     return true;
   }
   loom_error e;
-  check(table_->poll ? table_->poll(writer_->self(), &e) : LOOM_OK, e, "checkpoint " + step_name(pending_ ? pending_->step : step));
+  check(table_->poll ? table_->poll(writer_->self(), &e) : LOOM_OK, e,
+        "checkpoint " + step_name(pending_ ? pending_->step : step));
   return false;
 }
 
@@ -262,8 +290,10 @@ size_t Checkpointer::stage_pieces(Pending& p, Copies& copies) const {
   for (const loom_shard_piece& pc : state_.shards.pieces()) {
     const Param& q = state_.params->all()[pc.param];
     if (!writes(q)) continue;
-    for (auto [suffix, src] : {std::pair{"", pc.value}, {".adam_m", pc.adam_m}, {".adam_v", pc.adam_v}}) {
-      Part part{q.name + suffix, q.local_shape, q.slice.length >= 0 ? q.slice : Slice{}, static_cast<int64_t>(at)};
+    for (auto [suffix, src] :
+         {std::pair{"", pc.value}, {".adam_m", pc.adam_m}, {".adam_v", pc.adam_v}}) {
+      Part part{q.name + suffix, q.local_shape, q.slice.length >= 0 ? q.slice : Slice{},
+                static_cast<int64_t>(at)};
       part.flat_begin = pc.begin;
       part.flat_count = pc.count;
       p.mine.parts.push_back(part);
@@ -279,9 +309,11 @@ size_t Checkpointer::stage_slices(Pending& p, Copies& copies) const {
   size_t at = 0;
   for (const Param& q : state_.params->all()) {
     if (!writes(q)) continue;
-    for (auto [suffix, src] : {std::pair{"", q.value.f32()}, {".adam_m", state_.m->f32() + q.offset},
+    for (auto [suffix, src] : {std::pair{"", q.value.f32()},
+                               {".adam_m", state_.m->f32() + q.offset},
                                {".adam_v", state_.v->f32() + q.offset}}) {
-      p.mine.parts.push_back({q.name + suffix, q.local_shape, q.slice.length >= 0 ? q.slice : Slice{}, static_cast<int64_t>(at)});
+      p.mine.parts.push_back({q.name + suffix, q.local_shape,
+                              q.slice.length >= 0 ? q.slice : Slice{}, static_cast<int64_t>(at)});
       copies.push_back({src, 4 * static_cast<size_t>(q.value.numel())});
       at += 4 * q.value.numel();
     }
@@ -305,7 +337,8 @@ void Checkpointer::save(int64_t step) {
   // The staging buffer is kept between saves: after the first, building it faults no pages.
   if (blob_.size() < total) blob_.resize(total);
   for (const Param& q : state_.params->all())
-    for (const char* suffix : {"", ".adam_m", ".adam_v"}) p->shapes[q.name + suffix] = q.global_shape;
+    for (const char* suffix : {"", ".adam_m", ".adam_v"})
+      p->shapes[q.name + suffix] = q.global_shape;
   Copies copies;  // source and byte count of each part
   state_.shards.pieces ? stage_pieces(*p, copies) : stage_slices(*p, copies);
   // The copy is the whole stall of an async save: spread it over the cores.
@@ -317,7 +350,8 @@ void Checkpointer::save(int64_t step) {
   // does not exist, so its write fails the way ENOSPC would, with the path in the message.
   write_files(*p, step == write_error_step_ ? (tmp / "unwritable").string() : tmp.string(), total);
   pending_ = std::move(p);
-  if (!(plugins::ckpt_capabilities(writer_->desc()) & LOOM_CKPT_ASYNC)) commit();  // a sync writer is done
+  if (!(plugins::ckpt_capabilities(writer_->desc()) & LOOM_CKPT_ASYNC))
+    commit();  // a sync writer is done
 }
 
 // Hands the writer this rank's file, its data-plugin state and (rank 0) the precision state.
@@ -335,15 +369,23 @@ void Checkpointer::write_files(Pending& p, const std::string& target, size_t tot
     check(save(writer_->self(), target.c_str(), p.mine.name.c_str(), blob, total, &e), e, what);
   }
   if (state_.plugin.save && !(p.state_bytes = state_.plugin.save()).empty()) {
-    p.state = {data_state_file(rank_), static_cast<int64_t>(p.state_bytes.size()),
-               crc32c(p.state_bytes.data(), p.state_bytes.size()), {}};
-    check(table_->save(writer_->self(), target.c_str(), p.state.name.c_str(), p.state_bytes.data(), p.state_bytes.size(), &e),
+    p.state = {data_state_file(rank_),
+               static_cast<int64_t>(p.state_bytes.size()),
+               crc32c(p.state_bytes.data(), p.state_bytes.size()),
+               {}};
+    check(table_->save(writer_->self(), target.c_str(), p.state.name.c_str(), p.state_bytes.data(),
+                       p.state_bytes.size(), &e),
           e, what);
   }
   if (rank_ == 0) {
     const std::string state = state_.precision ? state_.precision->save_state() : std::string();
-    p.precision = {"precision.bin", static_cast<int64_t>(state.size()), crc32c(state.data(), state.size()), {}};
-    check(table_->save(writer_->self(), target.c_str(), "precision.bin", state.data(), state.size(), &e), e, what);
+    p.precision = {"precision.bin",
+                   static_cast<int64_t>(state.size()),
+                   crc32c(state.data(), state.size()),
+                   {}};
+    check(table_->save(writer_->self(), target.c_str(), "precision.bin", state.data(), state.size(),
+                       &e),
+          e, what);
   }
 }
 
@@ -352,7 +394,8 @@ void Checkpointer::commit() {
   const std::string name = step_name(p->step);
   const fs::path tmp = root_ / (name + ".tmp"), final_dir = root_ / name;
   loom_error e;
-  check(table_->finish(writer_->self(), &e), e, "checkpoint " + name + " (the previous one is intact)");
+  check(table_->finish(writer_->self(), &e), e,
+        "checkpoint " + name + " (the previous one is intact)");
   if (!p->mine.parts.empty() || !p->state.name.empty()) {
     Manifest one;  // a manifest of this rank's files alone, read back and merged by rank 0
     one.shapes = p->shapes;
@@ -381,11 +424,14 @@ void Checkpointer::commit() {
       if (!fs::exists(note)) continue;
       Manifest theirs = read_manifest(tmp, note.filename().string());
       man.files.insert(man.files.end(), theirs.files.begin(), theirs.files.end());
-      man.shapes.insert(theirs.shapes.begin(), theirs.shapes.end());  // other pipeline stages' tensors
+      man.shapes.insert(theirs.shapes.begin(),
+                        theirs.shapes.end());  // other pipeline stages' tensors
       fs::remove(note);
     }
-    check_coverage(tmp, man);  // a rank's note missing would leave a tensor short: never publish that
-    check_written(tmp, man);   // a writer that wrote nothing, or elsewhere, or short: never publish that
+    check_coverage(tmp,
+                   man);  // a rank's note missing would leave a tensor short: never publish that
+    check_written(tmp,
+                  man);  // a writer that wrote nothing, or elsewhere, or short: never publish that
     write_json(tmp / "manifest.json", man);
     sync_dir(tmp);
     // A checkpoint of this step from an earlier run (resumed from an older one) is moved aside,
@@ -401,7 +447,8 @@ void Checkpointer::commit() {
   }
   barrier();
   if (table_->committed)
-    check(table_->committed(writer_->self(), final_dir.c_str(), p->step, &e), e, "checkpoint " + name + " commit notice");
+    check(table_->committed(writer_->self(), final_dir.c_str(), p->step, &e), e,
+          "checkpoint " + name + " commit notice");
 }
 
 // Retention: the oldest committed checkpoints beyond keep_last go; the newest never does.
@@ -414,7 +461,8 @@ void Checkpointer::retire_old(const fs::path& final_dir) {
     const std::string name_here = entry.path().filename().string();
     if (!entry.is_directory() || !is_step_name(entry.path().stem().string())) continue;
     if (name_here == entry.path().stem().string()) done.push_back(entry.path());
-    if (entry.path().extension() == ".deleting") drop.push_back(entry.path());  // incl. a crash's leftovers
+    if (entry.path().extension() == ".deleting")
+      drop.push_back(entry.path());  // incl. a crash's leftovers
   }
   std::sort(done.begin(), done.end());
   for (size_t i = 0; i + keep_last_ < done.size(); ++i)
@@ -435,7 +483,8 @@ void Checkpointer::retire_old(const fs::path& final_dir) {
 
 // The data plugin's state is per rank of one layout: it comes back only when this run has the
 // same layout and the same data plugin; otherwise the plugin starts afresh, and says so.
-void Checkpointer::load_plugin_state(const fs::path& dir, const Manifest& man, const Reader& reader) {
+void Checkpointer::load_plugin_state(const fs::path& dir, const Manifest& man,
+                                     const Reader& reader) {
   std::vector<const File*> states;
   for (const File& f : man.files)
     if (f.name.rfind("data-state-", 0) == 0) states.push_back(&f);
@@ -443,14 +492,17 @@ void Checkpointer::load_plugin_state(const fs::path& dir, const Manifest& man, c
   for (const auto& p : man.plugins)
     if (p.count("slot") && p.at("slot") == "data" && p.count("name")) saved_by = p.at("name");
   if (states.empty()) return;
-  const std::string why = saved_by != state_.plugin.plugin ? "this run does not use (its data plugin is '" + state_.plugin.plugin + "')"
-                          : !state_.plugin.load      ? "this run's build of it cannot load"
-                          : man.layout != layout()   ? "was saved under another layout"
-                                                     : "";
+  const std::string why =
+      saved_by != state_.plugin.plugin
+          ? "this run does not use (its data plugin is '" + state_.plugin.plugin + "')"
+      : !state_.plugin.load    ? "this run's build of it cannot load"
+      : man.layout != layout() ? "was saved under another layout"
+                               : "";
   if (!why.empty()) {
     if (rank_ == 0)
-      std::printf("note: %s holds %zu rank(s)' state of data plugin '%s', which %s; it starts afresh\n",
-                  dir.c_str(), states.size(), saved_by.c_str(), why.c_str());
+      std::printf(
+          "note: %s holds %zu rank(s)' state of data plugin '%s', which %s; it starts afresh\n",
+          dir.c_str(), states.size(), saved_by.c_str(), why.c_str());
     return;
   }
   for (const File* f : states)

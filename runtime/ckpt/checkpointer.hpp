@@ -37,8 +37,8 @@ struct ShardAccess {
 
 // The data plugin's own state, saved per rank in every checkpoint.
 struct PluginState {
-  std::string plugin;                          // its name, recorded with the state
-  std::function<std::string()> save;           // "" = nothing to save
+  std::string plugin;                 // its name, recorded with the state
+  std::function<std::string()> save;  // "" = nothing to save
   std::function<void(const std::string&)> load;
 };
 
@@ -50,8 +50,8 @@ struct TrainingState {
   ParamStore* params = nullptr;
   Tensor* m = nullptr;  // AdamW moments over the flat buffers; unused when `shards` is set
   Tensor* v = nullptr;
-  ShardAccess shards;   // set: the data plugin's pieces hold the values and moments
-  PluginState plugin;   // empty: a data plugin without state of its own
+  ShardAccess shards;  // set: the data plugin's pieces hold the values and moments
+  PluginState plugin;  // empty: a data plugin without state of its own
   Precision* precision = nullptr;
   int64_t* applied = nullptr;
 };
@@ -59,10 +59,11 @@ struct TrainingState {
 // How a run sets its checkpointer up.
 struct CheckpointerSetup {
   CheckpointSettings settings;
-  std::string precision;                        // [plugins] precision, recorded in manifests
-  model::Config model;                          // this run's model, which a resumed checkpoint must hold
-  const plugins::Selection* selection = nullptr;  // the ckpt slot's writer and the plugins manifests record
-  loom_options writer_options{};                // the writer's [plugins.<name>] table
+  std::string precision;  // [plugins] precision, recorded in manifests
+  model::Config model;    // this run's model, which a resumed checkpoint must hold
+  const plugins::Selection* selection =
+      nullptr;                    // the ckpt slot's writer and the plugins manifests record
+  loom_options writer_options{};  // the writer's [plugins.<name>] table
   dist::CommWorld* world = nullptr;
   dist::MeshShape mesh;
   int rank = 0;
@@ -89,15 +90,15 @@ class Checkpointer {
  private:
   struct Pending {
     int64_t step = 0, applied = 0;
-    File mine;                    // this rank's file, if it owns any slice
-    std::future<uint32_t> crc;    // its checksum, computed while training goes on
-    File precision;               // rank 0: precision.bin
-    File state;                   // this rank's data-plugin state, if it has any
-    std::string state_bytes;      // kept until the commit
+    File mine;                  // this rank's file, if it owns any slice
+    std::future<uint32_t> crc;  // its checksum, computed while training goes on
+    File precision;             // rank 0: precision.bin
+    File state;                 // this rank's data-plugin state, if it has any
+    std::string state_bytes;    // kept until the commit
     std::map<std::string, std::vector<int64_t>> shapes;
   };
-  size_t owned_bytes() const;          // this rank's share of a checkpoint
-  bool writes(const Param& q) const;   // this rank writes q (or its pieces)
+  size_t owned_bytes() const;         // this rank's share of a checkpoint
+  bool writes(const Param& q) const;  // this rank writes q (or its pieces)
   // The tensors of a checkpoint, read back into this rank's pieces or slices.
   void load_pieces(const std::filesystem::path& dir, const Manifest& man, const Reader& reader);
   void load_slices(const std::filesystem::path& dir, const Manifest& man, const Reader& reader);
@@ -124,7 +125,8 @@ class Checkpointer {
   TrainingState state_;
   std::vector<std::map<std::string, std::string>> plugins_;  // recorded in every manifest
   void check_same_model(const std::filesystem::path& dir, const Manifest& man) const;
-  void load_plugin_state(const std::filesystem::path& dir, const Manifest& man, const Reader& reader);
+  void load_plugin_state(const std::filesystem::path& dir, const Manifest& man,
+                         const Reader& reader);
   void check_written(const std::filesystem::path& dir, const Manifest& m) const;
   void verify_written(const std::filesystem::path& dir, const File& f) const;
   void retire_old(const std::filesystem::path& final_dir);  // retention after a commit
@@ -132,9 +134,9 @@ class Checkpointer {
   std::unique_ptr<plugins::Instance> writer_;
   const loom_ckpt_v2* table_ = nullptr;
   std::unique_ptr<Pending> pending_;
-  std::vector<char> blob_;  // this rank's file, assembled here before the writer takes it
+  std::vector<char> blob_;     // this rank's file, assembled here before the writer takes it
   std::future<void> cleanup_;  // checkpoints beyond keep_last, being deleted
-  Reader reader_;  // the writer's read path, or the disk
+  Reader reader_;              // the writer's read path, or the disk
 };
 
 }  // namespace loom::ckpt

@@ -23,16 +23,22 @@ ExternalModel read_external(const fs::path& src) {
 void check_import_target(const fs::path& root) {
   const std::string held = existing_checkpoints(root);
   if (!held.empty())
-    throw ConfigError("'" + root.string() + "' already holds checkpoints (" + held + "); an import writes step-00000000 and "
-                      "points `latest` at it, so a later resume = \"latest\" there would start that run over. Import into "
+    throw ConfigError("'" + root.string() + "' already holds checkpoints (" + held +
+                      "); an import writes step-00000000 and "
+                      "points `latest` at it, so a later resume = \"latest\" there would start "
+                      "that run over. Import into "
                       "a new directory and name it in [model] init_from or checkpoint.resume");
-  fs::path existing = root;  // the directory, or the nearest parent that exists: nothing is created yet
+  fs::path existing =
+      root;  // the directory, or the nearest parent that exists: nothing is created yet
   std::error_code ec;
   while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
   if (existing.empty()) existing = ".";
-  if (!fs::is_directory(existing, ec)) throw RuntimeError("cannot import into '" + root.string() + "': '" + existing.string() + "' is a file");
+  if (!fs::is_directory(existing, ec))
+    throw RuntimeError("cannot import into '" + root.string() + "': '" + existing.string() +
+                       "' is a file");
   if (::access(existing.c_str(), W_OK) != 0)
-    throw RuntimeError("cannot import into '" + root.string() + "': '" + existing.string() + "' is not writable: " + std::strerror(errno));
+    throw RuntimeError("cannot import into '" + root.string() + "': '" + existing.string() +
+                       "' is not writable: " + std::strerror(errno));
 }
 
 void write_as_checkpoint(const ExternalModel& m, const fs::path& root) {

@@ -25,7 +25,7 @@ void write_as_checkpoint(const ExternalModel& m, const std::filesystem::path& ro
 // A Loom checkpoint as a Hugging Face folder transformers loads with from_pretrained:
 // config.json (GPT2LMHeadModel or LlamaForCausalLM) and model.safetensors, and tokenizer.json:
 // `tokenizer` when given, otherwise the run's ([data] tokenizer, or the one beside its shards).
-void write_hf_folder(const std::filesystem::path& step_dir, const Manifest& m, const std::filesystem::path& out,
-                     const std::filesystem::path& tokenizer = {});
+void write_hf_folder(const std::filesystem::path& step_dir, const Manifest& m,
+                     const std::filesystem::path& out, const std::filesystem::path& tokenizer = {});
 
 }  // namespace loom::ckpt

@@ -29,7 +29,8 @@ inline std::vector<float> pad_rows(std::vector<float> a, int64_t cols, int64_t p
 }
 
 // Rows [first, first + n) of a matrix `cols` wide.
-inline std::vector<float> row_block(const std::vector<float>& a, int64_t first, int64_t n, int64_t cols) {
+inline std::vector<float> row_block(const std::vector<float>& a, int64_t first, int64_t n,
+                                    int64_t cols) {
   return std::vector<float>(a.begin() + first * cols, a.begin() + (first + n) * cols);
 }
 
@@ -50,11 +51,14 @@ struct Builder {
 // A shape's size from a header or config.json: every one of them counts something, so it must be
 // >= 1 (a 0 would divide by zero in import, generate and init_from).
 inline int64_t positive(int64_t v, const std::string& what, const std::string& whose) {
-  if (v < 1) throw RuntimeError(whose + " \"" + what + "\" = " + std::to_string(v) + " must be at least 1");
+  if (v < 1)
+    throw RuntimeError(whose + " \"" + what + "\" = " + std::to_string(v) + " must be at least 1");
   return v;
 }
 
-inline std::string toml_line(const std::string& k, const std::string& v) { return k + " = " + v + "\n"; }
+inline std::string toml_line(const std::string& k, const std::string& v) {
+  return k + " = " + v + "\n";
+}
 inline std::string num(double x) {
   char b[32];
   std::snprintf(b, sizeof b, "%.9g", x);

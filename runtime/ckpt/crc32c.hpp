@@ -27,8 +27,9 @@ inline uint32_t crc32c_table(const void* data, size_t n, uint32_t crc = 0) {
 }  // namespace loom::ckpt
 
 #if defined(__SSE4_2__)
-#include <cstring>
 #include <nmmintrin.h>
+
+#include <cstring>
 #endif
 
 namespace loom::ckpt {

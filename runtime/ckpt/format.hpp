@@ -23,11 +23,11 @@ struct Part {
   std::string tensor;                // "h0.attn.qkv.w", "h0.attn.qkv.w.adam_m", ...
   std::vector<int64_t> local_shape;  // of the slice this file holds
   Slice slice;
-  int64_t offset = 0;                // bytes into the file
+  int64_t offset = 0;  // bytes into the file
   // A ZeRO shard's piece: elements [flat_begin, flat_begin + flat_count) of the slice, in its
   // row-major order; flat_count -1 = the whole slice.
   int64_t flat_begin = 0, flat_count = -1;
-  int64_t count() const;             // elements this part holds
+  int64_t count() const;  // elements this part holds
 };
 
 struct File {
@@ -38,18 +38,18 @@ struct File {
 };
 
 struct Manifest {
-  int64_t step = 0, applied = 0;  // the last step done, and AdamW's step count
-  std::map<std::string, int64_t> layout;  // world, dp, tp, pp, ep
-  std::string precision;          // the plugin that wrote precision.bin
-  File precision_state;           // precision.bin (no parts)
+  int64_t step = 0, applied = 0;                       // the last step done, and AdamW's step count
+  std::map<std::string, int64_t> layout;               // world, dp, tp, pp, ep
+  std::string precision;                               // the plugin that wrote precision.bin
+  File precision_state;                                // precision.bin (no parts)
   std::map<std::string, std::vector<int64_t>> shapes;  // every tensor's global shape
   std::vector<File> files;
-  std::string config;             // the resolved config that trained it
+  std::string config;  // the resolved config that trained it
   // The plugins that wrote it, per slot: name, version, the ABI they were built for, library path.
   std::vector<std::map<std::string, std::string>> plugins;
 };
 
-std::string step_name(int64_t step);  // "step-00000010"
+std::string step_name(int64_t step);      // "step-00000010"
 bool is_step_name(const std::string& s);  // "step-" and at least 8 digits, as step_name writes them
 
 // What a checkpoint root already holds, for a message ("latest: step-00000004", or "step-00000002
@@ -74,7 +74,8 @@ std::string data_state_file(int rank);
 // Reads DIR/manifest.json. A missing, truncated or hand-edited manifest is a RuntimeError that
 // names the file and what is wrong, never a crash.
 Manifest read_manifest(const std::filesystem::path& dir, const std::string& file = "manifest.json");
-void write_json(const std::filesystem::path& file, const Manifest& m);  // durably: temporary, fsync, rename
+void write_json(const std::filesystem::path& file,
+                const Manifest& m);  // durably: temporary, fsync, rename
 
 // Writes a file durably: a temporary beside it, fsynced, renamed over it.
 void write_durable(const std::filesystem::path& file, const std::string& text);
@@ -86,12 +87,15 @@ void check_coverage(const std::filesystem::path& dir, const Manifest& m);
 
 // Every file present, of its size and checksum, and every tensor fully covered by its parts.
 // Throws naming the file (and the tensors it holds) or the tensor at fault.
-void verify(const std::filesystem::path& dir, const Manifest& m, const Reader& reader = disk_reader());
+void verify(const std::filesystem::path& dir, const Manifest& m,
+            const Reader& reader = disk_reader());
 
 // The global tensor `name` assembled from every part that holds a piece of it. `files` caches
 // the files read, so assembling every tensor reads each file once.
-std::vector<float> assemble(const std::filesystem::path& dir, const Manifest& m, const std::string& name,
-                            std::map<std::string, std::vector<char>>& files, const Reader& reader = disk_reader());
+std::vector<float> assemble(const std::filesystem::path& dir, const Manifest& m,
+                            const std::string& name,
+                            std::map<std::string, std::vector<char>>& files,
+                            const Reader& reader = disk_reader());
 
 // What a user may name as a checkpoint: a step directory (itself), a checkpoint root (its latest)
 // or a run directory (its checkpoints' latest). Anything else comes back as it is, for the reader

@@ -22,8 +22,8 @@ std::string shape_text(const std::vector<int64_t>& s) {
 // The embedding and head are padded to a multiple of 64 x tp rows: rows past the real
 // vocabulary are zero wherever they come from, so a different padding is not a different model.
 bool same_but_padding(const Param& p, const std::vector<int64_t>& have) {
-  return (p.name == "wte" || p.name == "lm_head.w") && have.size() == 2 && p.global_shape.size() == 2 &&
-         have[1] == p.global_shape[1];
+  return (p.name == "wte" || p.name == "lm_head.w") && have.size() == 2 &&
+         p.global_shape.size() == 2 && have[1] == p.global_shape[1];
 }
 
 // Every parameter this rank holds from the source's global tensor of the same name.
@@ -32,12 +32,14 @@ void fill_params(const fs::path& src, const ExternalModel& w, ParamStore& params
   for (Param& p : params.all()) {
     auto t = w.tensors.find(p.name);
     if (t == w.tensors.end())
-      throw ConfigError("[model] init_from = \"" + src.string() + "\": it has no tensor " + p.name + " for this model" + hint);
+      throw ConfigError("[model] init_from = \"" + src.string() + "\": it has no tensor " + p.name +
+                        " for this model" + hint);
     const std::vector<int64_t>& have = w.shapes.at(p.name);
     const bool padded = have != p.global_shape && same_but_padding(p, have);
     if (have != p.global_shape && !padded)
-      throw ConfigError("[model] init_from = \"" + src.string() + "\": tensor " + p.name + " is " + shape_text(have) +
-                        " there and " + shape_text(p.global_shape) + " in this model" + hint);
+      throw ConfigError("[model] init_from = \"" + src.string() + "\": tensor " + p.name + " is " +
+                        shape_text(have) + " there and " + shape_text(p.global_shape) +
+                        " in this model" + hint);
     float* dst = p.value.f32();
     const int64_t cols = p.global_shape.size() == 2 ? p.global_shape[1] : 1, rows_have = have[0];
     for (int64_t i = 0; i < p.value.numel(); ++i) {
@@ -51,7 +53,8 @@ void fill_params(const fs::path& src, const ExternalModel& w, ParamStore& params
 
 void init_from(const fs::path& src, ParamStore& params, bool verbose) {
   ExternalModel w;
-  if (fs::exists(src / "manifest.json") || fs::exists(src / "latest") || fs::exists(src / "metrics.jsonl")) {
+  if (fs::exists(src / "manifest.json") || fs::exists(src / "latest") ||
+      fs::exists(src / "metrics.jsonl")) {
     const fs::path dir = find_checkpoint(src);
     const Manifest m = read_manifest(dir);
     const CheckpointReader source(dir, m);
@@ -59,7 +62,8 @@ void init_from(const fs::path& src, ParamStore& params, bool verbose) {
     std::map<std::string, std::vector<char>> files;
     for (const Param& p : params.all())
       if (m.shapes.count(p.name))
-        w.tensors[p.name] = assemble(dir, m, p.name, files, source.reader()), w.shapes[p.name] = m.shapes.at(p.name);
+        w.tensors[p.name] = assemble(dir, m, p.name, files, source.reader()),
+        w.shapes[p.name] = m.shapes.at(p.name);
     w.source = "Loom checkpoint " + dir.string() + " (step " + std::to_string(m.step) + ")";
     w.model_toml = m.config;
   } else {
@@ -69,9 +73,11 @@ void init_from(const fs::path& src, ParamStore& params, bool verbose) {
   init_from(src, w, params, verbose);
 }
 
-void init_from(const fs::path& src, const ExternalModel& weights, ParamStore& params, bool verbose) {
+void init_from(const fs::path& src, const ExternalModel& weights, ParamStore& params,
+               bool verbose) {
   fill_params(src, weights, params);
-  if (verbose) std::printf("init_from: %s, %zu tensors\n", weights.source.c_str(), params.all().size());
+  if (verbose)
+    std::printf("init_from: %s, %zu tensors\n", weights.source.c_str(), params.all().size());
 }
 
 }  // namespace loom::ckpt

@@ -15,6 +15,7 @@ namespace loom::ckpt {
 void init_from(const std::filesystem::path& src, ParamStore& params, bool verbose);
 // The same from weights already read (read_external), so a caller that needed the source's
 // model description first does not read the weights twice.
-void init_from(const std::filesystem::path& src, const ExternalModel& weights, ParamStore& params, bool verbose);
+void init_from(const std::filesystem::path& src, const ExternalModel& weights, ParamStore& params,
+               bool verbose);
 
 }  // namespace loom::ckpt

@@ -18,7 +18,6 @@ float bf16_to_float(uint16_t h) {
   return f;
 }
 
-
 }  // namespace
 
 // llm.c's GPT-2 file: 256 int32 (magic 20240326, version 3 = fp32 or 5 = bf16, max_seq_len,
@@ -28,21 +27,41 @@ ExternalModel read_llmc(const fs::path& file) {
   const std::string where = "llm.c model '" + file.string() + "': ";
   std::ifstream in = open_input(file, "llm.c model");
   int32_t h[256];
-  if (!in.read(reinterpret_cast<char*>(h), sizeof h)) throw RuntimeError(where + "shorter than its 1024-byte header");
-  if (h[0] != 20240326) throw RuntimeError(where + "bad magic " + std::to_string(h[0]) + " (expected 20240326)");
-  if (h[1] != 3 && h[1] != 5) throw RuntimeError(where + "version " + std::to_string(h[1]) + " is not supported (3: fp32, 5: bf16)");
-  const int64_t T = positive(h[2], "max_seq_len", where + "header's"), V = positive(h[3], "vocab_size", where + "header's");
-  const int64_t L = positive(h[4], "num_layers", where + "header's"), H = positive(h[5], "num_heads", where + "header's");
-  const int64_t C = positive(h[6], "channels", where + "header's"), Vp = positive(h[7], "padded_vocab_size", where + "header's");
+  if (!in.read(reinterpret_cast<char*>(h), sizeof h))
+    throw RuntimeError(where + "shorter than its 1024-byte header");
+  if (h[0] != 20240326)
+    throw RuntimeError(where + "bad magic " + std::to_string(h[0]) + " (expected 20240326)");
+  if (h[1] != 3 && h[1] != 5)
+    throw RuntimeError(where + "version " + std::to_string(h[1]) +
+                       " is not supported (3: fp32, 5: bf16)");
+  const int64_t T = positive(h[2], "max_seq_len", where + "header's"),
+                V = positive(h[3], "vocab_size", where + "header's");
+  const int64_t L = positive(h[4], "num_layers", where + "header's"),
+                H = positive(h[5], "num_heads", where + "header's");
+  const int64_t C = positive(h[6], "channels", where + "header's"),
+                Vp = positive(h[7], "padded_vocab_size", where + "header's");
   const int64_t width = h[1] == 3 ? 4 : 2;
   if (C % H != 0 || Vp < V)
-    throw RuntimeError(where + "channels " + std::to_string(C) + " over " + std::to_string(H) + " heads, vocabulary " +
-                       std::to_string(V) + " padded to " + std::to_string(Vp) + ": not a GPT-2 shape");
+    throw RuntimeError(where + "channels " + std::to_string(C) + " over " + std::to_string(H) +
+                       " heads, vocabulary " + std::to_string(V) + " padded to " +
+                       std::to_string(Vp) + ": not a GPT-2 shape");
   const std::vector<std::pair<std::string, std::vector<int64_t>>> order = {
-      {"wte", {Vp, C}}, {"wpe", {T, C}}, {"ln1.w", {L, C}}, {"ln1.b", {L, C}}, {"attn.qkv.w", {L, 3 * C, C}},
-      {"attn.qkv.b", {L, 3 * C}}, {"attn.proj.w", {L, C, C}}, {"attn.proj.b", {L, C}}, {"ln2.w", {L, C}},
-      {"ln2.b", {L, C}}, {"mlp.fc.w", {L, 4 * C, C}}, {"mlp.fc.b", {L, 4 * C}}, {"mlp.proj.w", {L, C, 4 * C}},
-      {"mlp.proj.b", {L, C}}, {"ln_f.w", {C}}, {"ln_f.b", {C}}};
+      {"wte", {Vp, C}},
+      {"wpe", {T, C}},
+      {"ln1.w", {L, C}},
+      {"ln1.b", {L, C}},
+      {"attn.qkv.w", {L, 3 * C, C}},
+      {"attn.qkv.b", {L, 3 * C}},
+      {"attn.proj.w", {L, C, C}},
+      {"attn.proj.b", {L, C}},
+      {"ln2.w", {L, C}},
+      {"ln2.b", {L, C}},
+      {"mlp.fc.w", {L, 4 * C, C}},
+      {"mlp.fc.b", {L, 4 * C}},
+      {"mlp.proj.w", {L, C, 4 * C}},
+      {"mlp.proj.b", {L, C}},
+      {"ln_f.w", {C}},
+      {"ln_f.b", {C}}};
   int64_t total = 0;
   for (const auto& [n, s] : order) {
     int64_t k = 1;
@@ -51,16 +70,18 @@ ExternalModel read_llmc(const fs::path& file) {
   }
   const uintmax_t expect = 1024 + static_cast<uintmax_t>(total * width);
   if (fs::file_size(file) != expect)
-    throw RuntimeError(where + "the header's shape needs " + std::to_string(expect) + " bytes, the file has " +
-                       std::to_string(fs::file_size(file)));
+    throw RuntimeError(where + "the header's shape needs " + std::to_string(expect) +
+                       " bytes, the file has " + std::to_string(fs::file_size(file)));
   Builder b;
-  b.m.source = std::string("llm.c (version ") + std::to_string(h[1]) + (h[1] == 3 ? ", fp32)" : ", bf16)");
-  b.m.model_toml = toml_line("n_layer", std::to_string(L)) + toml_line("n_head", std::to_string(H)) +
-                   toml_line("d_model", std::to_string(C)) + toml_line("d_ff", std::to_string(4 * C)) +
-                   toml_line("vocab_size", std::to_string(V)) + toml_line("seq_len", std::to_string(T)) +
-                   toml_line("max_positions", std::to_string(T)) + toml_line("positions", "\"learned\"") +
-                   toml_line("norm", "\"layernorm\"") + toml_line("mlp", "\"gelu\"") + toml_line("bias", "true") +
-                   toml_line("tied_embeddings", "true");
+  b.m.source =
+      std::string("llm.c (version ") + std::to_string(h[1]) + (h[1] == 3 ? ", fp32)" : ", bf16)");
+  b.m.model_toml =
+      toml_line("n_layer", std::to_string(L)) + toml_line("n_head", std::to_string(H)) +
+      toml_line("d_model", std::to_string(C)) + toml_line("d_ff", std::to_string(4 * C)) +
+      toml_line("vocab_size", std::to_string(V)) + toml_line("seq_len", std::to_string(T)) +
+      toml_line("max_positions", std::to_string(T)) + toml_line("positions", "\"learned\"") +
+      toml_line("norm", "\"layernorm\"") + toml_line("mlp", "\"gelu\"") +
+      toml_line("bias", "true") + toml_line("tied_embeddings", "true");
   const int64_t Vl = (V + 63) / 64 * 64;
   for (const auto& [name, shape] : order) {
     int64_t k = 1;
@@ -82,11 +103,11 @@ ExternalModel read_llmc(const fs::path& file) {
       const int64_t per = k / L;
       std::vector<int64_t> s(shape.begin() + 1, shape.end());
       for (int64_t l = 0; l < L; ++l)
-        b.put("h" + std::to_string(l) + "." + name, s, std::vector<float>(data.begin() + l * per, data.begin() + (l + 1) * per));
+        b.put("h" + std::to_string(l) + "." + name, s,
+              std::vector<float>(data.begin() + l * per, data.begin() + (l + 1) * per));
     }
   }
   return b.m;
 }
-
 
 }  // namespace loom::ckpt::convert

@@ -26,7 +26,9 @@ Reader reader_of(const plugins::Instance& writer) {
   r.size = [t, self](const fs::path& dir, const std::string& name) -> int64_t {
     loom_error e;
     size_t n = 0;
-    return t->read(self, dir.c_str(), name.c_str(), nullptr, 0, &n, &e) == LOOM_OK ? static_cast<int64_t>(n) : -1;
+    return t->read(self, dir.c_str(), name.c_str(), nullptr, 0, &n, &e) == LOOM_OK
+               ? static_cast<int64_t>(n)
+               : -1;
   };
   r.read = [t, self, via](const fs::path& dir, const std::string& name) {
     loom_error e;
@@ -38,7 +40,8 @@ Reader reader_of(const plugins::Instance& writer) {
       s = t->read(self, dir.c_str(), name.c_str(), bytes.data(), n, &n, &e);
     }
     if (s != LOOM_OK)
-      throw RuntimeError("checkpoint file " + (dir / name).string() + ": " + via + " cannot read it: " + e.message);
+      throw RuntimeError("checkpoint file " + (dir / name).string() + ": " + via +
+                         " cannot read it: " + e.message);
     bytes.resize(n);
     return bytes;
   };
@@ -63,20 +66,23 @@ plugins::Found recorded_writer(const Manifest& m, plugins::Registry& reg) {
 
 }  // namespace
 
-CheckpointReader::CheckpointReader(const fs::path& dir, const Manifest& m) : reader_(disk_reader()) {
+CheckpointReader::CheckpointReader(const fs::path& dir, const Manifest& m)
+    : reader_(disk_reader()) {
   plugins::Registry reg(plugins::Registry::default_dirs());
   const plugins::Found found = recorded_writer(m, reg);
   if (!reads_back(found.desc)) return;  // files stored as given: read them from disk
   const std::string name = found.desc->name;
-  config::Config cfg = m.config.empty() ? config::Config::parse("[run]\n", "manifest") :
-                                          config::Config::parse(m.config, (dir / "manifest.json").string());
+  config::Config cfg = m.config.empty()
+                           ? config::Config::parse("[run]\n", "manifest")
+                           : config::Config::parse(m.config, (dir / "manifest.json").string());
   cfg.check_sections({plugins::plugins_section()});
   plugins::check_options(cfg, found.desc);
   loom_options opts = plugins::options_for(cfg, name);
   writer_ = std::make_unique<plugins::Instance>(found, &opts);
   const loom_ckpt_v2* t = writer_->table<loom_ckpt_v2>();
   loom_error e;
-  plugins::check(t->open(writer_->self(), dir.parent_path().c_str(), 0, 1, &e), e, "ckpt plugin '" + name + "' open");
+  plugins::check(t->open(writer_->self(), dir.parent_path().c_str(), 0, 1, &e), e,
+                 "ckpt plugin '" + name + "' open");
   reader_ = reader_of(*writer_);
 }
 

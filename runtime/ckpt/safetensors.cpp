@@ -15,7 +15,9 @@ namespace loom::ckpt {
 
 namespace {
 
-size_t dtype_bytes(const std::string& d) { return d == "F32" ? 4 : (d == "F16" || d == "BF16") ? 2 : 0; }
+size_t dtype_bytes(const std::string& d) {
+  return d == "F32" ? 4 : (d == "F16" || d == "BF16") ? 2 : 0;
+}
 
 // IEEE half to float, subnormals included.
 float half_to_float(uint16_t h) {
@@ -27,7 +29,8 @@ float half_to_float(uint16_t h) {
     } else {  // subnormal: normalise
       int e = -1;
       uint32_t m = man;
-      do ++e, m <<= 1; while (!(m & 0x400));
+      do ++e, m <<= 1;
+      while (!(m & 0x400));
       bits = sign | ((127 - 15 - e) << 23) | ((m & 0x3ff) << 13);
     }
   } else if (exp == 31) {
@@ -45,11 +48,13 @@ std::map<std::string, StEntry> read_one(const fs::path& path) {
   std::ifstream in = open_input(path, "safetensors file");
   const uint64_t size = fs::file_size(path);
   unsigned char len[8];
-  if (!in.read(reinterpret_cast<char*>(len), 8)) throw RuntimeError(where + "shorter than the 8-byte header length");
+  if (!in.read(reinterpret_cast<char*>(len), 8))
+    throw RuntimeError(where + "shorter than the 8-byte header length");
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
-  if (n > size - 8) throw RuntimeError(where + "header length " + std::to_string(n) + " is past the end of the " +
-                                       std::to_string(size) + "-byte file");
+  if (n > size - 8)
+    throw RuntimeError(where + "header length " + std::to_string(n) + " is past the end of the " +
+                       std::to_string(size) + "-byte file");
   std::string text(n, '\0');
   in.read(text.data(), static_cast<std::streamsize>(n));
   json header;
@@ -62,7 +67,8 @@ std::map<std::string, StEntry> read_one(const fs::path& path) {
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") continue;
     StEntry e;
-    try {  // a header entry without its fields, or of other types, is a damaged file (found by fuzzing)
+    try {  // a header entry without its fields, or of other types, is a damaged file (found by
+           // fuzzing)
       e.dtype = v.at("dtype").get<std::string>();
       e.shape = json_integers<int64_t>(v.at("shape"), "\"shape\"");
       e.begin = json_integer<uint64_t>(v.at("data_offsets").at(0), "\"data_offsets\"");
@@ -72,16 +78,20 @@ std::map<std::string, StEntry> read_one(const fs::path& path) {
     }
     e.file = path;
     e.data_start = 8 + n;
-    if (!dtype_bytes(e.dtype)) throw RuntimeError(where + "tensor " + name + " has dtype " + e.dtype + " (F32, F16 or BF16 expected)");
+    if (!dtype_bytes(e.dtype))
+      throw RuntimeError(where + "tensor " + name + " has dtype " + e.dtype +
+                         " (F32, F16 or BF16 expected)");
     uint64_t count = 1;
     for (int64_t d : e.shape) {
       if (d < 0 || (d > 0 && count > (uint64_t{1} << 48) / static_cast<uint64_t>(d)))
         throw RuntimeError(where + "tensor " + name + " has an impossible shape");
       count *= static_cast<uint64_t>(d);
     }
-    if (e.end < e.begin || e.end - e.begin != count * dtype_bytes(e.dtype) || e.data_start + e.end > size)
-      throw RuntimeError(where + "tensor " + name + ": data_offsets [" + std::to_string(e.begin) + ", " +
-                         std::to_string(e.end) + ") do not hold its shape or lie past the end of the file");
+    if (e.end < e.begin || e.end - e.begin != count * dtype_bytes(e.dtype) ||
+        e.data_start + e.end > size)
+      throw RuntimeError(where + "tensor " + name + ": data_offsets [" + std::to_string(e.begin) +
+                         ", " + std::to_string(e.end) +
+                         ") do not hold its shape or lie past the end of the file");
     out[name] = e;
   }
   return out;
@@ -102,15 +112,18 @@ std::map<std::string, StEntry> read_safetensors_index(const fs::path& path) {
   std::map<std::string, std::map<std::string, StEntry>> files;
   std::map<std::string, StEntry> out;
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-    throw RuntimeError("'" + path.string() + "' has no \"weight_map\" object (tensor name -> file)");
+    throw RuntimeError("'" + path.string() +
+                       "' has no \"weight_map\" object (tensor name -> file)");
   for (const auto& [name, file] : index["weight_map"].items()) {
     if (!file.is_string())
-      throw RuntimeError("'" + path.string() + "': weight_map[\"" + name + "\"] must be a file name, got " + file.dump());
+      throw RuntimeError("'" + path.string() + "': weight_map[\"" + name +
+                         "\"] must be a file name, got " + file.dump());
     const std::string f = file.get<std::string>();
     if (!files.count(f)) files[f] = read_one(path.parent_path() / f);
     auto it = files[f].find(name);
     if (it == files[f].end())
-      throw RuntimeError("'" + path.string() + "' puts tensor " + name + " in " + f + ", which does not hold it");
+      throw RuntimeError("'" + path.string() + "' puts tensor " + name + " in " + f +
+                         ", which does not hold it");
     out[name] = it->second;
   }
   return out;
@@ -141,13 +154,16 @@ std::vector<float> read_tensor(const std::string& name, const StEntry& e) {
   return out;
 }
 
-void write_safetensors(const fs::path& path, const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes,
-                       const std::vector<const std::vector<float>*>& data, const std::map<std::string, std::string>& metadata) {
+void write_safetensors(const fs::path& path,
+                       const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes,
+                       const std::vector<const std::vector<float>*>& data,
+                       const std::map<std::string, std::string>& metadata) {
   json header = json::object();
   uint64_t offset = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const uint64_t bytes = 4 * data[i]->size();
-    header[shapes[i].first] = {{"dtype", "F32"}, {"shape", shapes[i].second}, {"data_offsets", {offset, offset + bytes}}};
+    header[shapes[i].first] = {
+        {"dtype", "F32"}, {"shape", shapes[i].second}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;

@@ -1,8 +1,9 @@
-// loom bench comm --op OP --min-bytes B --max-bytes B --nproc N [--comm gloo] [--config FILE] [--set k=v]
+// loom bench comm --op OP --min-bytes B --max-bytes B --nproc N [--comm gloo] [--config FILE]
+// [--set k=v]
 #include <cstdio>
 
-#include "cli/parse.hpp"
 #include "cli/job_config.hpp"
+#include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "distributed/comm_bench.hpp"
 #include "distributed/network.hpp"
@@ -18,19 +19,25 @@ int bench(const Args& args) {
       "all_reduce | all_gather | reduce_scatter | broadcast | all_to_all | sendrecv")(
       "min-bytes", po::value<std::string>()->default_value("8"), "smallest buffer (8, 1K, 64M)")(
       "max-bytes", po::value<std::string>()->default_value("256M"), "largest buffer")(
-      "nproc", ranged<int>("nproc", 1, 4096)->default_value(2), "ranks to start when not under a launcher")(
-      "comm", po::value<std::string>(), "comm plugin (default: the config's [plugins] comm, else gloo)")(
-      "config", po::value<std::string>(), "a config whose [plugins] comm and [plugins.<name>] options to use")(
+      "nproc", ranged<int>("nproc", 1, 4096)->default_value(2),
+      "ranks to start when not under a launcher")(
+      "comm", po::value<std::string>(),
+      "comm plugin (default: the config's [plugins] comm, else gloo)")(
+      "config", po::value<std::string>(),
+      "a config whose [plugins] comm and [plugins.<name>] options to use")(
       "iters", ranged<int>("iters", 1, 1000000)->default_value(20), "timed iterations per size")(
       "warmup", ranged<int>("warmup", 0, 1000000)->default_value(5), "untimed iterations per size")(
       "dtype", po::value<std::string>()->default_value("float"), "float | bfloat16")(
-      "interface", po::value<std::string>()->default_value(""), "network interface ([parallel] interface)");
+      "interface", po::value<std::string>()->default_value(""),
+      "network interface ([parallel] interface)");
   add_set_option(opts);
   add_node_options(opts);
   po::positional_options_description pos;
   pos.add("what", 1);
   po::variables_map vm;
-  if (!parse(args, "loom bench comm [--op OP] [--min-bytes B] [--max-bytes B] [--nproc N] [--comm NAME] [--config FILE] [--set k=v]",
+  if (!parse(args,
+             "loom bench comm [--op OP] [--min-bytes B] [--max-bytes B] [--nproc N] [--comm NAME] "
+             "[--config FILE] [--set k=v]",
              opts, pos, vm))
     return kExitOk;
   if (vm["what"].as<std::string>() != "comm")
@@ -42,16 +49,19 @@ int bench(const Args& args) {
   o.iters = vm["iters"].as<int>();
   o.warmup = vm["warmup"].as<int>();
   o.dtype = vm["dtype"].as<std::string>();
-  if (o.dtype != "float" && o.dtype != "bfloat16") throw UsageError("--dtype must be float or bfloat16");
+  if (o.dtype != "float" && o.dtype != "bfloat16")
+    throw UsageError("--dtype must be float or bfloat16");
   dist::check_op(o.op);
-  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes) throw UsageError("need 1 <= --min-bytes <= --max-bytes");
+  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes)
+    throw UsageError("need 1 <= --min-bytes <= --max-bytes");
 
   // The plugin and its options: --config's [plugins], then --set, then --comm. Resolved here, so a
   // third-party plugin's options are checked and an unknown name fails before any rank starts.
   std::vector<std::string> overrides = sets(vm);
   if (vm.count("comm")) overrides.push_back("plugins.comm=" + vm["comm"].as<std::string>());
-  config::Config cfg = vm.count("config") ? config::Config::load(vm["config"].as<std::string>(), overrides)
-                                          : config::Config::parse("[plugins]\n", "--comm", overrides);
+  config::Config cfg = vm.count("config")
+                           ? config::Config::load(vm["config"].as<std::string>(), overrides)
+                           : config::Config::parse("[plugins]\n", "--comm", overrides);
   cfg.validate(runtime_schema());
   if (plugins::read_plugins(cfg).slot("comm").empty()) {
     overrides.push_back("plugins.comm=gloo");
@@ -62,7 +72,8 @@ int bench(const Args& args) {
   // gloo's signature check is a round trip of its own on the first 64 collectives: a benchmark
   // of the collective leaves it out unless asked for.
   const toml::table* gloo = cfg.plugin_table("gloo");
-  if (plugins::read_plugins(cfg).slot("comm") == "gloo" && !(gloo && gloo->contains("check_every"))) {
+  if (plugins::read_plugins(cfg).slot("comm") == "gloo" &&
+      !(gloo && gloo->contains("check_every"))) {
     overrides.push_back("plugins.gloo.check_every=0");
     cfg = vm.count("config") ? config::Config::load(vm["config"].as<std::string>(), overrides)
                              : config::Config::parse("[plugins]\n", "--comm", overrides);
@@ -75,9 +86,13 @@ int bench(const Args& args) {
   std::optional<dist::RankEnv> env = dist::rank_from_environment();
   if (!env) return dist::spawn_node(node_spec(vm, vm["nproc"].as<int>()), self_invocation());
   const std::string comm = sel.slot("comm")->found.desc->name;
-  const dist::InterfaceChoice nic = dist::network_interface(vm["interface"].as<std::string>(), *env, comm);
-  if (env->rank == 0) std::printf("# interface: %s %s (from %s)\n", nic.nic.name.c_str(), nic.nic.address.c_str(), nic.source.c_str());
-  if (env->rank == 0 && comm == "nccl") std::printf("# NCCL variables in effect: %s\n", dist::nccl_variables().c_str());
+  const dist::InterfaceChoice nic =
+      dist::network_interface(vm["interface"].as<std::string>(), *env, comm);
+  if (env->rank == 0)
+    std::printf("# interface: %s %s (from %s)\n", nic.nic.name.c_str(), nic.nic.address.c_str(),
+                nic.source.c_str());
+  if (env->rank == 0 && comm == "nccl")
+    std::printf("# NCCL variables in effect: %s\n", dist::nccl_variables().c_str());
   loom_options comm_opts = plugins::options_for(cfg, comm);
   dist::MeshShape mesh;
   mesh.dp = env->world;

@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "ckpt/convert.hpp"
@@ -28,7 +27,8 @@ bool is_moment(const std::string& name) {
 }
 
 // Every tensor but the AdamW moments, fp32, in one .safetensors file written whole or not at all.
-void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const ckpt::Reader& reader, const fs::path& out) {
+void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const ckpt::Reader& reader,
+                        const fs::path& out) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
   std::vector<std::vector<float>> tensors;
   std::map<std::string, std::vector<char>> files;
@@ -41,9 +41,10 @@ void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const ckpt
   }
   std::vector<const std::vector<float>*> data;
   for (const auto& t : tensors) data.push_back(&t);
-  ckpt::write_safetensors(out, shapes, data, {{"format", "pt"}, {"loom_step", std::to_string(m.step)}});
-  std::printf("wrote %s: %zu tensors, %.1f MiB (step %lld)\n", out.c_str(), tensors.size(), bytes / 1048576.0,
-              (long long)m.step);
+  ckpt::write_safetensors(out, shapes, data,
+                          {{"format", "pt"}, {"loom_step", std::to_string(m.step)}});
+  std::printf("wrote %s: %zu tensors, %.1f MiB (step %lld)\n", out.c_str(), tensors.size(),
+              bytes / 1048576.0, (long long)m.step);
 }
 
 // A tokenizer named at import, read as Loom will read it, so a file generation cannot use is
@@ -71,10 +72,11 @@ void refuse_used_output(const fs::path& out, const std::string& format) {
       held += (held.empty() ? "" : ", ") + e.path().filename().string();
     }
   }
-  throw UsageError("--out '" + out.string() + "' " +
-                   (folder ? "is a folder that already holds " + held : std::string("already exists")) +
-                   ": an export does not replace " + (format == "hf" ? "an earlier export" : "a file") +
-                   " unasked; give another --out, or --force to replace it");
+  throw UsageError(
+      "--out '" + out.string() + "' " +
+      (folder ? "is a folder that already holds " + held : std::string("already exists")) +
+      ": an export does not replace " + (format == "hf" ? "an earlier export" : "a file") +
+      " unasked; give another --out, or --force to replace it");
 }
 
 }  // namespace
@@ -82,7 +84,8 @@ void refuse_used_output(const fs::path& out, const std::string& format) {
 namespace {
 
 const std::string kSynopsis =
-    "loom ckpt verify DIR | inspect DIR | export DIR --format safetensors|hf --out PATH [--tokenizer FILE] [--force] | "
+    "loom ckpt verify DIR | inspect DIR | export DIR --format safetensors|hf --out PATH "
+    "[--tokenizer FILE] [--force] | "
     "import SRC --out DIR [--tokenizer FILE]";
 
 // An external model read whole and checked against the model rules before anything is written.
@@ -97,30 +100,39 @@ int import_model(const po::variables_map& vm) {
   try {
     model::from_config(external_model_config(model, src + " (its [model] keys, as imported)"));
   } catch (const ConfigError& e) {
-    throw ConfigError("'" + src + "' is refused before anything is written: the model it describes breaks a rule of "
-                      "Loom's [model]: " + e.what());
+    throw ConfigError(
+        "'" + src +
+        "' is refused before anything is written: the model it describes breaks a rule of "
+        "Loom's [model]: " +
+        e.what());
   }
-  if (vm.count("tokenizer")) model.side_files["tokenizer.json"] = checked_tokenizer(vm["tokenizer"].as<std::string>(), model);
+  if (vm.count("tokenizer"))
+    model.side_files["tokenizer.json"] =
+        checked_tokenizer(vm["tokenizer"].as<std::string>(), model);
   ckpt::write_as_checkpoint(model, root);
   int64_t n = 0;
   for (const auto& [name, t] : model.tensors) n += static_cast<int64_t>(t.size());
-  std::printf("imported %s: %zu tensors, %lld parameters, into %s (step 0)\n[model] keys, also in %s:\n%s",
-              model.source.c_str(), model.tensors.size(), (long long)n, (root / ckpt::step_name(0)).c_str(),
-              (root / "model.toml").c_str(), model.model_toml.c_str());
+  std::printf(
+      "imported %s: %zu tensors, %lld parameters, into %s (step 0)\n[model] keys, also in %s:\n%s",
+      model.source.c_str(), model.tensors.size(), (long long)n, (root / ckpt::step_name(0)).c_str(),
+      (root / "model.toml").c_str(), model.model_toml.c_str());
   return kExitOk;
 }
 
 int verify_checkpoint(const fs::path& dir, const ckpt::Manifest& m) {
   const ckpt::CheckpointReader source(dir, m);
   ckpt::verify(dir, m, source.reader());
-  std::printf("%s: complete, %zu files checked (crc32c%s), %zu tensors covered\n", dir.c_str(), m.files.size() + 1,
-              source.reader().via == "disk" ? "" : (", read through " + source.reader().via).c_str(), m.shapes.size());
+  std::printf(
+      "%s: complete, %zu files checked (crc32c%s), %zu tensors covered\n", dir.c_str(),
+      m.files.size() + 1,
+      source.reader().via == "disk" ? "" : (", read through " + source.reader().via).c_str(),
+      m.shapes.size());
   return kExitOk;
 }
 
 int inspect_checkpoint(const fs::path& dir, const ckpt::Manifest& m) {
-  std::printf("checkpoint %s\nstep %lld (optimizer step %lld), precision %s\nlayout:", dir.c_str(), (long long)m.step,
-              (long long)m.applied, m.precision.c_str());
+  std::printf("checkpoint %s\nstep %lld (optimizer step %lld), precision %s\nlayout:", dir.c_str(),
+              (long long)m.step, (long long)m.applied, m.precision.c_str());
   for (const auto& [k, v] : m.layout) std::printf(" %s=%lld", k.c_str(), (long long)v);
   std::printf("\n\n%-32s %-18s %12s\n", "tensor", "shape", "MiB");
   int64_t total = 0;
@@ -133,7 +145,8 @@ int inspect_checkpoint(const fs::path& dir, const ckpt::Manifest& m) {
   }
   std::printf("\n%zu tensors, %.2f MiB; files:\n", m.shapes.size(), total / 1048576.0);
   for (const auto& f : m.files)
-    std::printf("  %s  %lld bytes  crc32c %08x  %zu tensors\n", f.name.c_str(), (long long)f.bytes, f.crc32c, f.parts.size());
+    std::printf("  %s  %lld bytes  crc32c %08x  %zu tensors\n", f.name.c_str(), (long long)f.bytes,
+                f.crc32c, f.parts.size());
   std::printf("  %s  %lld bytes  crc32c %08x\n\nconfig:\n%s", m.precision_state.name.c_str(),
               (long long)m.precision_state.bytes, m.precision_state.crc32c, m.config.c_str());
   return kExitOk;
@@ -142,12 +155,15 @@ int inspect_checkpoint(const fs::path& dir, const ckpt::Manifest& m) {
 // --format hf. With --force over an earlier export, the new one is written whole beside it first:
 // a failure (a full disk) leaves the old export as it was. Then the old export's files go, so
 // none outlives it beside the new ones; a user's own files in the folder stay.
-int export_hf(const fs::path& dir, const ckpt::Manifest& m, const fs::path& out, const std::string& tokenizer, bool force) {
-  const char* const written[] = {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                                 "special_tokens_map.json"};
+int export_hf(const fs::path& dir, const ckpt::Manifest& m, const fs::path& out,
+              const std::string& tokenizer, bool force) {
+  const char* const written[] = {
+      "config.json",    "model.safetensors",     "generation_config.json",
+      "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
   std::error_code ec;
   if (force && fs::exists(out, ec)) {
-    if (!fs::is_directory(out, ec)) throw UsageError("--out '" + out.string() + "' is a file; --format hf writes a folder");
+    if (!fs::is_directory(out, ec))
+      throw UsageError("--out '" + out.string() + "' is a file; --format hf writes a folder");
     const fs::path fresh = out.parent_path() / ("." + out.filename().string() + ".export-partial");
     fs::remove_all(fresh);
     try {
@@ -157,7 +173,8 @@ int export_hf(const fs::path& dir, const ckpt::Manifest& m, const fs::path& out,
       throw;
     }
     for (const char* name : written) fs::remove(out / name);
-    for (const auto& e : fs::directory_iterator(fresh)) fs::rename(e.path(), out / e.path().filename());
+    for (const auto& e : fs::directory_iterator(fresh))
+      fs::rename(e.path(), out / e.path().filename());
     fs::remove(fresh);
   } else {
     ckpt::write_hf_folder(dir, m, out, tokenizer);
@@ -165,13 +182,15 @@ int export_hf(const fs::path& dir, const ckpt::Manifest& m, const fs::path& out,
   std::string files;
   for (const char* name : written)
     if (fs::exists(out / name)) files += (files.empty() ? "" : ", ") + std::string(name);
-  std::printf("wrote %s: %s (step %lld), for transformers' from_pretrained\n", out.c_str(), files.c_str(), (long long)m.step);
+  std::printf("wrote %s: %s (step %lld), for transformers' from_pretrained\n", out.c_str(),
+              files.c_str(), (long long)m.step);
   return kExitOk;
 }
 
 int export_checkpoint(const po::variables_map& vm, const fs::path& dir, const ckpt::Manifest& m) {
   const std::string format = vm["format"].as<std::string>();
-  if (format != "safetensors" && format != "hf") throw UsageError("--format " + format + ": expected safetensors or hf");
+  if (format != "safetensors" && format != "hf")
+    throw UsageError("--format " + format + ": expected safetensors or hf");
   if (!vm.count("out")) throw UsageError("export needs --out PATH\nusage: " + kSynopsis);
   const bool force = vm["force"].as<bool>();
   const fs::path out = vm["out"].as<std::string>();
@@ -182,20 +201,25 @@ int export_checkpoint(const po::variables_map& vm, const fs::path& dir, const ck
     export_safetensors(dir, m, source.reader(), out);
     return kExitOk;
   }
-  return export_hf(dir, m, out, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "", force);
+  return export_hf(dir, m, out, vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "",
+                   force);
 }
 
 }  // namespace
 
 int ckpt_cmd(const Args& args) {
   po::options_description opts("loom ckpt");
-  opts.add_options()("action", po::value<std::string>()->required(), "verify | inspect | export | import")(
+  opts.add_options()("action", po::value<std::string>()->required(),
+                     "verify | inspect | export | import")(
       "dir", po::value<std::string>()->required(),
-      "a step directory (or a checkpoint root: its latest); import: a Hugging Face folder or an llm.c model file")(
-      "format", po::value<std::string>()->default_value("safetensors"), "export format: safetensors (Loom's names) or hf")(
-      "out", po::value<std::string>(), "export: the file (safetensors) or folder (hf) to write; import: the checkpoint root")(
-      "tokenizer", po::value<std::string>(), "the tokenizer.json to put beside the weights (export --format hf, and import: an llm.c file has none)")(
-      "force", po::bool_switch(), "export: replace what --out already holds");
+      "a step directory (or a checkpoint root: its latest); import: a Hugging Face folder or an "
+      "llm.c model file")("format", po::value<std::string>()->default_value("safetensors"),
+                          "export format: safetensors (Loom's names) or hf")(
+      "out", po::value<std::string>(),
+      "export: the file (safetensors) or folder (hf) to write; import: the checkpoint root")(
+      "tokenizer", po::value<std::string>(),
+      "the tokenizer.json to put beside the weights (export --format hf, and import: an llm.c file "
+      "has none)")("force", po::bool_switch(), "export: replace what --out already holds");
   po::positional_options_description pos;
   pos.add("action", 1).add("dir", 1);
   po::variables_map vm;

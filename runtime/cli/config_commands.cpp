@@ -2,8 +2,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "cli/parse.hpp"
 #include "cli/job_config.hpp"
+#include "cli/parse.hpp"
 #include "distributed/mesh.hpp"
 #include "distributed/node_groups.hpp"
 #include "distributed/parallel_settings.hpp"
@@ -23,11 +23,13 @@ int config(const Args& args) {
   add_set_option(opts);
   opts.add_options()("action", po::value<std::string>()->required(), "check | show")(
       "file", po::value<std::string>()->required(), "config file (TOML)")(
-      "no-data", po::bool_switch(), "check: the config alone, without its data (a config written before its data is prepared)");
+      "no-data", po::bool_switch(),
+      "check: the config alone, without its data (a config written before its data is prepared)");
   po::positional_options_description pos;
   pos.add("action", 1).add("file", 1);
   po::variables_map vm;
-  if (!parse(args, "loom config (check | show) FILE [--set section.key=value]... [--no-data]", opts, pos, vm))
+  if (!parse(args, "loom config (check | show) FILE [--set section.key=value]... [--no-data]", opts,
+             pos, vm))
     return kExitOk;
   std::string action = vm["action"].as<std::string>();
   if (action != "check" && action != "show")
@@ -42,8 +44,9 @@ int config(const Args& args) {
       return kExitOk;
     }
     const plan::Cluster c = plan::load_cluster(vm["file"].as<std::string>());
-    std::cout << c.source << ": ok; cluster '" << c.name << "': " << c.nodes << " x " << c.per_node << " " << c.device
-              << ", " << c.peak(c.peak_bf16 > 0 ? "bf16" : "fp32") / 1e12 << " TFLOP/s each\n";
+    std::cout << c.source << ": ok; cluster '" << c.name << "': " << c.nodes << " x " << c.per_node
+              << " " << c.device << ", " << c.peak(c.peak_bf16 > 0 ? "bf16" : "fp32") / 1e12
+              << " TFLOP/s each\n";
     return kExitOk;
   }
   config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
@@ -67,8 +70,9 @@ int config(const Args& args) {
   }
   if (action == "show") {
     const model::Config m = model::from_config(cfg);
-    std::cout << "# model: " << m.describe() << "\n# " << m.params() << " params (" << m.non_embedding_params()
-              << " non-embedding), " << m.flops_per_token() << " FLOPs/token; loom model info FILE for more\n";
+    std::cout << "# model: " << m.describe() << "\n# " << m.params() << " params ("
+              << m.non_embedding_params() << " non-embedding), " << m.flops_per_token()
+              << " FLOPs/token; loom model info FILE for more\n";
     std::cout << cfg.render(sel.schemas);
     return kExitOk;
   }

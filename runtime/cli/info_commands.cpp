@@ -1,8 +1,8 @@
 // loom version, loom plugins [list|info NAME]
 #include <cmath>
 #include <iostream>
-#include <tuple>
 #include <sstream>
+#include <tuple>
 
 #include "cli/parse.hpp"
 #include "config/schema.hpp"
@@ -41,16 +41,21 @@ std::string kind_slot(const loom_plugin* d) {
 // default options) and asked the size of its state: the bytes, or -1 when it cannot tell.
 int64_t v1_state_bytes(const plugins::Found& f) {
   try {
-    const std::string bytes = plugins::run_isolated("plugin '" + std::string(f.desc->name) + "'", [&] {
-      config::Config none;
-      const loom_options opts = plugins::options_for(none, f.desc->name);
-      plugins::Instance inst(f, &opts);
-      size_t n = 0;
-      loom_error err;
-      const auto save = f.desc->kind == LOOM_KIND_PRECISION ? reinterpret_cast<const loom_precision_v2*>(f.desc)->save_state
-                                                            : reinterpret_cast<const loom_data_v2*>(f.desc)->save_state;
-      return save(inst.self(), nullptr, 0, &n, &err) == LOOM_OK ? std::to_string(n) : std::string("-1");
-    }, 10000);
+    const std::string bytes = plugins::run_isolated(
+        "plugin '" + std::string(f.desc->name) + "'",
+        [&] {
+          config::Config none;
+          const loom_options opts = plugins::options_for(none, f.desc->name);
+          plugins::Instance inst(f, &opts);
+          size_t n = 0;
+          loom_error err;
+          const auto save = f.desc->kind == LOOM_KIND_PRECISION
+                                ? reinterpret_cast<const loom_precision_v2*>(f.desc)->save_state
+                                : reinterpret_cast<const loom_data_v2*>(f.desc)->save_state;
+          return save(inst.self(), nullptr, 0, &n, &err) == LOOM_OK ? std::to_string(n)
+                                                                    : std::string("-1");
+        },
+        10000);
     return std::stoll(bytes);
   } catch (const std::exception&) {
     return -1;
@@ -69,7 +74,8 @@ std::vector<std::string> provided(const plugins::Found& f) {
 std::string plugin_json(const plugins::Found& f, bool with_options) {
   const loom_plugin* d = f.desc;
   std::ostringstream os;
-  os << "{\"name\": " << json_quote(d->name) << ", \"kind\": " << json_quote(plugins::kind_name(d->kind))
+  os << "{\"name\": " << json_quote(d->name)
+     << ", \"kind\": " << json_quote(plugins::kind_name(d->kind))
      << ", \"slot\": " << json_quote(plugins::slot_name(d->slot))
      << ", \"version\": " << json_quote(d->version ? d->version : "")
      << ", \"abi\": " << json_quote(abi_of(d)) << ", \"path\": " << json_quote(f.library.string())
@@ -100,13 +106,15 @@ std::string plugin_json(const plugins::Found& f, bool with_options) {
 // rule is Registry::find's: the first search directory, then the conventional file name.
 std::vector<const plugins::Found*> shadowing(const std::vector<plugins::Found>& found) {
   auto rank = [](const plugins::Found& f) {
-    const std::string conventional = std::string("libloom-") + plugins::kind_name(f.desc->kind) + "-" + f.desc->name + ".so";
+    const std::string conventional =
+        std::string("libloom-") + plugins::kind_name(f.desc->kind) + "-" + f.desc->name + ".so";
     return std::make_tuple(f.dir, f.library.filename() != conventional, f.library.string());
   };
   std::vector<const plugins::Found*> winner(found.size(), nullptr);
   for (size_t i = 0; i < found.size(); ++i)
     for (size_t j = 0; j < found.size(); ++j)
-      if (i != j && found[i].desc->kind == found[j].desc->kind && std::string(found[i].desc->name) == found[j].desc->name &&
+      if (i != j && found[i].desc->kind == found[j].desc->kind &&
+          std::string(found[i].desc->name) == found[j].desc->name &&
           rank(found[j]) < rank(found[i]) && (!winner[i] || rank(found[j]) < rank(*winner[i])))
         winner[i] = &found[j];
   return winner;
@@ -121,11 +129,13 @@ int list(plugins::Registry& reg, bool json) {
     for (size_t i = 0; i < found.size(); ++i) {
       std::string entry = plugin_json(found[i], false);
       entry.pop_back();  // the closing brace: two more fields
-      std::cout << (i ? ",\n " : "") << entry << ", \"active\": " << (shadowed_by[i] ? "false" : "true")
-                << ", \"shadowed_by\": " << (shadowed_by[i] ? json_quote(shadowed_by[i]->library.string()) : "null") << "}";
+      std::cout << (i ? ",\n " : "") << entry
+                << ", \"active\": " << (shadowed_by[i] ? "false" : "true") << ", \"shadowed_by\": "
+                << (shadowed_by[i] ? json_quote(shadowed_by[i]->library.string()) : "null") << "}";
     }
     std::cout << "],\n \"skipped\": [";
-    for (size_t i = 0; i < problems.size(); ++i) std::cout << (i ? ", " : "") << json_quote(problems[i]);
+    for (size_t i = 0; i < problems.size(); ++i)
+      std::cout << (i ? ", " : "") << json_quote(problems[i]);
     std::cout << "],\n \"searched\": [";
     for (size_t i = 0; i < reg.dirs().size(); ++i)
       std::cout << (i ? ", " : "") << "{\"path\": " << json_quote(reg.dirs()[i].path.string())
@@ -136,15 +146,20 @@ int list(plugins::Registry& reg, bool json) {
   std::printf("%-14s %-20s %-9s %-5s %s\n", "NAME", "KIND/SLOT", "VERSION", "ABI", "PATH");
   for (size_t i = 0; i < found.size(); ++i) {
     const plugins::Found& f = found[i];
-    std::printf("%-14s %-20s %-9s %-5s %s%s\n", f.desc->name, kind_slot(f.desc).c_str(), f.desc->version ? f.desc->version : "",
-                abi_of(f.desc).c_str(), f.library.c_str(), shadowed_by[i] ? "  (shadowed)" : "");
+    std::printf("%-14s %-20s %-9s %-5s %s%s\n", f.desc->name, kind_slot(f.desc).c_str(),
+                f.desc->version ? f.desc->version : "", abi_of(f.desc).c_str(), f.library.c_str(),
+                shadowed_by[i] ? "  (shadowed)" : "");
   }
   for (size_t i = 0; i < found.size(); ++i) {
     const plugins::Found* w = shadowed_by[i];
     if (!w) continue;
-    std::printf("\nshadowed: %s in %s\n  %s wins: %s\n", found[i].desc->name, found[i].library.c_str(), w->library.c_str(),
-                w->dir < found[i].dir ? ("its directory comes first in the search path (" + reg.dirs()[w->dir].origin + ")").c_str()
-                                      : "same directory, and its file has the conventional name libloom-<kind>-<name>.so");
+    std::printf(
+        "\nshadowed: %s in %s\n  %s wins: %s\n", found[i].desc->name, found[i].library.c_str(),
+        w->library.c_str(),
+        w->dir < found[i].dir
+            ? ("its directory comes first in the search path (" + reg.dirs()[w->dir].origin + ")")
+                  .c_str()
+            : "same directory, and its file has the conventional name libloom-<kind>-<name>.so");
   }
   std::printf("\nsearched:");
   for (const auto& d : reg.dirs()) std::printf(" %s (%s)", d.path.c_str(), d.origin.c_str());
@@ -161,15 +176,20 @@ int info(plugins::Registry& reg, const std::string& name, bool json) {
   }
   const loom_plugin* d = f.desc;
   std::printf("%s — %s\n  kind/slot: %s\n  version:   %s\n  abi:       %s%s\n  path:      %s\n",
-              d->name, d->summary ? d->summary : "", kind_slot(d).c_str(), d->version ? d->version : "",
-              abi_of(d).c_str(), plugins::v1_original(d) ? " (loaded through the ABI 1 adapter)" : "", f.library.c_str());
+              d->name, d->summary ? d->summary : "", kind_slot(d).c_str(),
+              d->version ? d->version : "", abi_of(d).c_str(),
+              plugins::v1_original(d) ? " (loaded through the ABI 1 adapter)" : "",
+              f.library.c_str());
   if (d->kind == LOOM_KIND_CKPT || (d->kind == LOOM_KIND_PARALLEL && d->slot == LOOM_SLOT_DATA)) {
     const std::string caps = plugins::capability_names(d);
-    std::printf("  declares:  %s\n", caps.empty() ? ("nothing" + plugins::declared_note(d)).c_str() : caps.c_str());
+    std::printf("  declares:  %s\n",
+                caps.empty() ? ("nothing" + plugins::declared_note(d)).c_str() : caps.c_str());
   }
   std::string entries;
   for (const std::string& e : provided(f)) entries += (entries.empty() ? "" : ", ") + e;
-  std::printf("  provides:  %s\n", entries.empty() ? ("no optional entries" + plugins::declared_note(d)).c_str() : entries.c_str());
+  std::printf("  provides:  %s\n", entries.empty()
+                                       ? ("no optional entries" + plugins::declared_note(d)).c_str()
+                                       : entries.c_str());
   std::printf("  uses:      %s\n", services_of(d).c_str());
   auto keys = config::plugin_keys(d);
   if (keys.empty()) {
@@ -188,7 +208,8 @@ int info(plugins::Registry& reg, const std::string& name, bool json) {
       limits += ";";
     }
     std::printf("    %-20s %-8s default %-10s %s%s\n", k.name.c_str(), config::type_name(k.type),
-                k.required ? "(none)" : k.default_toml.c_str(), k.help.c_str(), limits.empty() ? "" : (" [" + limits.substr(1, limits.size() - 2) + "]").c_str());
+                k.required ? "(none)" : k.default_toml.c_str(), k.help.c_str(),
+                limits.empty() ? "" : (" [" + limits.substr(1, limits.size() - 2) + "]").c_str());
   }
   return kExitOk;
 }
@@ -230,19 +251,27 @@ std::string usage() {
   return "usage: loom <command> [options]     (loom <command> --help for each)\n\n"
          "commands:\n"
          "  train FILE             train the model a config describes (--set, --run-dir)\n"
-         "  data prepare           tokenise JSONL (.gz, .zst, stdin) or text files into llm.c shards (--jsonl | --text,\n"
-         "                         --out; BPE: --tokenizer, --train-tokenizer; --resume); data encode: a file's ids\n"
+         "  data prepare           tokenise JSONL (.gz, .zst, stdin) or text files into llm.c "
+         "shards (--jsonl | --text,\n"
+         "                         --out; BPE: --tokenizer, --train-tokenizer; --resume); data "
+         "encode: a file's ids\n"
          "  launch -n N -- CMD     run N ranks of a command with torchrun-style variables\n"
          "  bench comm             collective bandwidth, nccl-tests style (--op, --nproc)\n"
          "  compare A.toml B.toml  train both, compare speed, memory and loss; HTML report\n"
          "  doctor RUN_DIR         what a run's metrics and events say, layer by layer\n"
-         "  ckpt verify|inspect DIR  check or describe a checkpoint; ckpt export DIR --out F [--format hf]\n"
-         "  ckpt import SRC --out DIR  a Hugging Face folder or an llm.c model file as a checkpoint\n"
-         "  generate SRC --prompt T text from a checkpoint, Hugging Face folder or llm.c file (KV cache)\n"
-         "  eval SRC --data D|--text F  loss and perplexity of a model over a data set, or per token of a text\n"
+         "  ckpt verify|inspect DIR  check or describe a checkpoint; ckpt export DIR --out F "
+         "[--format hf]\n"
+         "  ckpt import SRC --out DIR  a Hugging Face folder or an llm.c model file as a "
+         "checkpoint\n"
+         "  generate SRC --prompt T text from a checkpoint, Hugging Face folder or llm.c file (KV "
+         "cache)\n"
+         "  eval SRC --data D|--text F  loss and perplexity of a model over a data set, or per "
+         "token of a text\n"
          "  schedule --pp P --microbatches M --schedule S  a pipeline schedule's timeline\n"
-         "  plan CONFIG --cluster FILE   predict step time, MFU and memory of every layout; rank them\n"
-         "  model info PRESET|FILE params, FLOPs/token and ZeRO state bytes of a model (--dp, --json)\n"
+         "  plan CONFIG --cluster FILE   predict step time, MFU and memory of every layout; rank "
+         "them\n"
+         "  model info PRESET|FILE params, FLOPs/token and ZeRO state bytes of a model (--dp, "
+         "--json)\n"
          "  config check FILE      validate a config and the plugins it names\n"
          "  config show FILE       print the resolved config with every default filled in\n"
          "  plugins [list]         list every plugin found (--json)\n"

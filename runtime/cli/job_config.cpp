@@ -11,11 +11,11 @@ namespace loom::cli {
 
 const std::vector<config::SectionSpec>& runtime_schema() {
   static const std::vector<config::SectionSpec> schema = [] {
-    std::vector<config::SectionSpec> s = {train::run_section(), train::stability_section(), ckpt::checkpoint_section(),
-                                          train::faults_section()};
+    std::vector<config::SectionSpec> s = {train::run_section(), train::stability_section(),
+                                          ckpt::checkpoint_section(), train::faults_section()};
     for (config::SectionSpec& m : model::model_sections()) s.push_back(std::move(m));
-    for (config::SectionSpec (*section)() : {data::data_section, train::train_section, dist::parallel_section,
-                                             plugins::plugins_section})
+    for (config::SectionSpec (*section)() : {data::data_section, train::train_section,
+                                             dist::parallel_section, plugins::plugins_section})
       s.push_back(section());
     return s;
   }();

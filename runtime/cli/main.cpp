@@ -35,7 +35,9 @@ namespace {
 // user set is kept.
 void spin_briefly_at_barriers(int argc, char** argv) {
   // libgomp lets GOMP_SPINCOUNT override OMP_WAIT_POLICY: a user's policy is kept as well.
-  if (argc < 2 || std::string(argv[1]) != "train" || std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
+  if (argc < 2 || std::string(argv[1]) != "train" || std::getenv("GOMP_SPINCOUNT") ||
+      std::getenv("OMP_WAIT_POLICY"))
+    return;
   ::setenv("GOMP_SPINCOUNT", "1000", 1);
   ::execv("/proc/self/exe", argv);  // returns only on failure: then train with libgomp's default
 }
@@ -56,14 +58,12 @@ int main(int argc, char** argv) {
     return args.empty() ? kExitUsage : kExitOk;
   }
   static const std::map<std::string, int (*)(const cli::Args&)> commands = {
-      {"version", &cli::version}, {"--version", &cli::version},
-      {"plugins", &cli::plugins}, {"config", &cli::config},
-      {"train", &cli::train},     {"data", &cli::data},
-      {"launch", &cli::launch},   {"bench", &cli::bench},
-      {"compare", &cli::compare}, {"doctor", &cli::doctor},
-      {"ckpt", &cli::ckpt_cmd},   {"schedule", &cli::schedule},
-      {"model", &cli::model},     {"generate", &cli::generate},
-      {"plan", &cli::plan_cmd},   {"eval", &cli::eval},
+      {"version", &cli::version}, {"--version", &cli::version}, {"plugins", &cli::plugins},
+      {"config", &cli::config},   {"train", &cli::train},       {"data", &cli::data},
+      {"launch", &cli::launch},   {"bench", &cli::bench},       {"compare", &cli::compare},
+      {"doctor", &cli::doctor},   {"ckpt", &cli::ckpt_cmd},     {"schedule", &cli::schedule},
+      {"model", &cli::model},     {"generate", &cli::generate}, {"plan", &cli::plan_cmd},
+      {"eval", &cli::eval},
   };
   std::string name = args[0];
   args.erase(args.begin());

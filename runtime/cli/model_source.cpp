@@ -25,12 +25,14 @@ config::Config external_model_config(const ckpt::ExternalModel& m, const std::st
 // run's; a Hugging Face folder holds its own; an llm.c file has none unless named.
 ModelSource open_model_source(const fs::path& src, const fs::path& tokenizer) {
   ModelSource s{src, config::Config(), std::nullopt, tokenizer, {}};
-  const bool loom = fs::exists(src / "manifest.json") || fs::exists(src / "latest") || fs::exists(src / "metrics.jsonl");
+  const bool loom = fs::exists(src / "manifest.json") || fs::exists(src / "latest") ||
+                    fs::exists(src / "metrics.jsonl");
   if (!loom) {
     s.external = ckpt::read_external(src);
     s.cfg = external_model_config(*s.external, src.string());
     if (fs::is_directory(src)) {
-      if (s.tokenizer_path.empty() && fs::exists(src / "tokenizer.json")) s.tokenizer_path = src / "tokenizer.json";
+      if (s.tokenizer_path.empty() && fs::exists(src / "tokenizer.json"))
+        s.tokenizer_path = src / "tokenizer.json";
       s.special = tok::read_special_ids(src);
     }
     return s;
@@ -38,7 +40,9 @@ ModelSource open_model_source(const fs::path& src, const fs::path& tokenizer) {
   const fs::path dir = ckpt::find_checkpoint(src), root = dir.parent_path();
   s.cfg = config::Config::parse(ckpt::read_manifest(dir).config, (dir / "manifest.json").string());
   s.cfg.validate(runtime_schema());
-  if (s.tokenizer_path.empty()) s.tokenizer_path = fs::exists(root / "tokenizer.json") ? root / "tokenizer.json" : data::run_tokenizer_path(s.cfg);
+  if (s.tokenizer_path.empty())
+    s.tokenizer_path = fs::exists(root / "tokenizer.json") ? root / "tokenizer.json"
+                                                           : data::run_tokenizer_path(s.cfg);
   s.special = tok::read_special_ids(root);
   return s;
 }
@@ -67,16 +71,19 @@ tok::Tokenizer load_tokenizer(const fs::path& file, int64_t vocab) {
 }
 
 int inference_threads(int64_t asked) {
-  return ops::set_threads("cpu", asked > 0 ? static_cast<int>(asked) : threads_per_rank(1, false).cpus);
+  return ops::set_threads("cpu",
+                          asked > 0 ? static_cast<int>(asked) : threads_per_rank(1, false).cpus);
 }
 
 std::unique_ptr<tok::Tokenizer> tokenizer_for(const ModelSource& s, bool ids_only) {
   if (ids_only) return nullptr;
   const int64_t vocab = model::from_config(s.cfg).vocab_size;
-  if (!s.tokenizer_path.empty()) return std::make_unique<tok::Tokenizer>(load_tokenizer(s.tokenizer_path, vocab));
+  if (!s.tokenizer_path.empty())
+    return std::make_unique<tok::Tokenizer>(load_tokenizer(s.tokenizer_path, vocab));
   if (vocab != 256)
-    throw UsageError("the model's vocabulary has " + std::to_string(vocab) +
-                     " tokens and no tokenizer was found: pass --tokenizer tokenizer.json, or --ids");
+    throw UsageError(
+        "the model's vocabulary has " + std::to_string(vocab) +
+        " tokens and no tokenizer was found: pass --tokenizer tokenizer.json, or --ids");
   return nullptr;
 }
 
@@ -85,7 +92,8 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
   std::istringstream in(text);
   int64_t id;
   while (in >> id) {
-    if (id < INT32_MIN || id > INT32_MAX) throw UsageError(what + ": token id " + std::to_string(id) + " is out of range");
+    if (id < INT32_MIN || id > INT32_MAX)
+      throw UsageError(what + ": token id " + std::to_string(id) + " is out of range");
     ids.push_back(static_cast<int32_t>(id));
   }
   if (!in.eof()) throw UsageError(what + " must be token ids separated by white space");
@@ -94,7 +102,8 @@ std::vector<int32_t> parse_token_ids(const std::string& text, const std::string&
 
 std::vector<int64_t> stop_ids(const ModelSource& s, const tok::Tokenizer* tokenizer) {
   if (!s.special.eos.empty()) return s.special.eos;
-  if (tokenizer && tokenizer->special("<|endoftext|>") >= 0) return {tokenizer->special("<|endoftext|>")};
+  if (tokenizer && tokenizer->special("<|endoftext|>") >= 0)
+    return {tokenizer->special("<|endoftext|>")};
   return {};
 }
 

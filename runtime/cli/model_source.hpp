@@ -20,14 +20,16 @@ namespace loom::cli {
 
 struct ModelSource {
   std::filesystem::path src;
-  config::Config cfg;                          // its [model] section, validated
-  std::optional<ckpt::ExternalModel> external;  // the weights of a Hugging Face or llm.c source, read once
-  std::filesystem::path tokenizer_path;        // empty: none found
-  tok::SpecialIds special;                     // from generation_config.json / config.json beside the weights
+  config::Config cfg;  // its [model] section, validated
+  std::optional<ckpt::ExternalModel>
+      external;                          // the weights of a Hugging Face or llm.c source, read once
+  std::filesystem::path tokenizer_path;  // empty: none found
+  tok::SpecialIds special;  // from generation_config.json / config.json beside the weights
 };
 
 // `tokenizer` overrides the one found beside the weights or the run's data.
-ModelSource open_model_source(const std::filesystem::path& src, const std::filesystem::path& tokenizer = {});
+ModelSource open_model_source(const std::filesystem::path& src,
+                              const std::filesystem::path& tokenizer = {});
 
 // The [model] keys of an imported model, validated, as a config (for its vocabulary and shape).
 config::Config external_model_config(const ckpt::ExternalModel& m, const std::string& where);
@@ -46,7 +48,8 @@ std::unique_ptr<LoadedModel> load_model(const ModelSource& s, int64_t max_rows);
 // Loom would index past the embedding).
 tok::Tokenizer load_tokenizer(const std::filesystem::path& file, int64_t vocab);
 
-// CPU threads for one inference process: `asked`, or the cores this process may use (0). Set and returned.
+// CPU threads for one inference process: `asked`, or the cores this process may use (0). Set and
+// returned.
 int inference_threads(int64_t asked);
 
 // The tokenizer, or none: --ids, or a 256-token model read as bytes. A larger vocabulary with no

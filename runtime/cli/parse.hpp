@@ -1,8 +1,8 @@
 // Shared command-line parsing: Boost.Program_options with errors turned into UsageError.
 #pragma once
 
-#include <boost/program_options.hpp>
 #include <algorithm>
+#include <boost/program_options.hpp>
 #include <cctype>
 #include <iostream>
 #include <sstream>
@@ -60,15 +60,18 @@ po::typed_value<T>* ranged(const std::string& name, T lo, T hi) {
 // The --set option every config-taking command accepts.
 // --nnodes and --node-rank: one node's launcher of a job over several (dist::spawn_node).
 inline void add_node_options(po::options_description& opts) {
-  opts.add_options()("nnodes", po::value<int>()->default_value(1), "nodes the job spans; run this command on each")(
-      "node-rank", po::value<int>()->default_value(0), "this node's index in [0, nnodes); node 0 hosts the store at MASTER_ADDR");
+  opts.add_options()("nnodes", po::value<int>()->default_value(1),
+                     "nodes the job spans; run this command on each")(
+      "node-rank", po::value<int>()->default_value(0),
+      "this node's index in [0, nnodes); node 0 hosts the store at MASTER_ADDR");
 }
 
 inline dist::NodeSpec node_spec(const po::variables_map& vm, int nproc) {
   dist::NodeSpec n{nproc, vm["nnodes"].as<int>(), vm["node-rank"].as<int>()};
   if (n.nnodes < 1) throw UsageError("--nnodes must be at least 1");
   if (n.node_rank < 0 || n.node_rank >= n.nnodes)
-    throw UsageError("--node-rank " + std::to_string(n.node_rank) + " is not in [0, --nnodes " + std::to_string(n.nnodes) + ")");
+    throw UsageError("--node-rank " + std::to_string(n.node_rank) + " is not in [0, --nnodes " +
+                     std::to_string(n.nnodes) + ")");
   return n;
 }
 

@@ -5,11 +5,10 @@
 
 #include <cstddef>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "config/config.hpp"
 #include "plan/costing.hpp"
@@ -56,6 +55,7 @@ std::unique_ptr<Ranking> mixed_ranking(const PlanOptions& o, const config::Confi
 // prints its prediction from).
 double gib(double bytes);
 std::optional<size_t> table_row(const std::string& option, const std::string& what, size_t rows);
-std::vector<std::string> emit_overrides(const PlanOptions& o, const plan::Workload& w, const plan::Layout& l);
+std::vector<std::string> emit_overrides(const PlanOptions& o, const plan::Workload& w,
+                                        const plan::Layout& l);
 
 }  // namespace loom::cli

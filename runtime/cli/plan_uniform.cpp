@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "cli/plan_ranking.hpp"
-#include "core/json_line.hpp"
 #include "core/errors.hpp"
+#include "core/json_line.hpp"
 #include "distributed/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
 #include "loader/registry.hpp"
@@ -24,20 +24,25 @@ using plan::Estimate;
 std::string band(const Estimate& e) {
   if (e.band_high_ms <= 0) return "none";
   char b[48];
-  std::snprintf(b, sizeof b, "%+.0f%%..%+.0f%%", 100 * (e.band_low_ms / e.step_ms - 1), 100 * (e.band_high_ms / e.step_ms - 1));
+  std::snprintf(b, sizeof b, "%+.0f%%..%+.0f%%", 100 * (e.band_low_ms / e.step_ms - 1),
+                100 * (e.band_high_ms / e.step_ms - 1));
   return b;
 }
 
 void print_table(const std::vector<Estimate>& rows, size_t top) {
-  int width = 36;  // the layout column grows to its longest name, so the columns after it stay in line
-  for (size_t i = 0; i < rows.size() && i < top; ++i) width = std::max(width, static_cast<int>(rows[i].layout.name().size()));
-  std::printf("%4s  %-*s %10s %11s %6s %10s %9s %5s %8s %7s %13s %7s\n", "#", width, "layout", "step ms", "tok/s/dev", "MFU",
-              "TFLOP/s/d", "mem GiB", "fits", "exp.comm", "bubble", "band", "region");
+  int width =
+      36;  // the layout column grows to its longest name, so the columns after it stay in line
+  for (size_t i = 0; i < rows.size() && i < top; ++i)
+    width = std::max(width, static_cast<int>(rows[i].layout.name().size()));
+  std::printf("%4s  %-*s %10s %11s %6s %10s %9s %5s %8s %7s %13s %7s\n", "#", width, "layout",
+              "step ms", "tok/s/dev", "MFU", "TFLOP/s/d", "mem GiB", "fits", "exp.comm", "bubble",
+              "band", "region");
   for (size_t i = 0; i < rows.size() && i < top; ++i) {
     const Estimate& e = rows[i];
-    std::printf("%4zu  %-*s %10.1f %11.1f %5.1f%% %10.2f %9.2f %5s %7.1f%% %6.1f%% %13s %7s\n", i + 1, width, e.layout.name().c_str(),
-                e.step_ms, e.tokens_per_s_per_device, 100 * e.mfu, e.tflops_per_device, gib(e.memory.total()),
-                e.fits ? "yes" : "no", 100 * e.exposed_comm_ms / e.step_ms, 100 * e.bubble_ms / e.step_ms, band(e).c_str(),
+    std::printf("%4zu  %-*s %10.1f %11.1f %5.1f%% %10.2f %9.2f %5s %7.1f%% %6.1f%% %13s %7s\n",
+                i + 1, width, e.layout.name().c_str(), e.step_ms, e.tokens_per_s_per_device,
+                100 * e.mfu, e.tflops_per_device, gib(e.memory.total()), e.fits ? "yes" : "no",
+                100 * e.exposed_comm_ms / e.step_ms, 100 * e.bubble_ms / e.step_ms, band(e).c_str(),
                 e.extrapolated.empty() ? "in" : "extrap");
   }
 }
@@ -46,17 +51,25 @@ void print_table(const std::vector<Estimate>& rows, size_t top) {
 // inside the calibrated region.
 void print_region(const std::vector<Estimate>& rows, const plan::Calibration& cal) {
   if (cal.here.empty())
-    std::printf("\nband: none, as no run was measured on this cluster (RECORD=FILE bench/plan_accuracy.sh measures some)");
+    std::printf(
+        "\nband: none, as no run was measured on this cluster (RECORD=FILE bench/plan_accuracy.sh "
+        "measures some)");
   else
-    std::printf("\nband: measured step time over predicted on %zu calibration run%s here", cal.here.size(), cal.here.size() == 1 ? "" : "s");
-  for (const auto& p : cal.here) std::printf("%s %s %+.1f%%", &p == &cal.here.front() ? ":" : ",", p.what.c_str(), 100 * p.residual);
+    std::printf("\nband: measured step time over predicted on %zu calibration run%s here",
+                cal.here.size(), cal.here.size() == 1 ? "" : "s");
+  for (const auto& p : cal.here)
+    std::printf("%s %s %+.1f%%", &p == &cal.here.front() ? ":" : ",", p.what.c_str(),
+                100 * p.residual);
   std::printf("\n");
   if (rows.empty() || rows.front().extrapolated.empty()) return;
-  std::printf("note: #1 %s is extrapolated: %s\n", rows.front().layout.name().c_str(), rows.front().extrapolated.c_str());
+  std::printf("note: #1 %s is extrapolated: %s\n", rows.front().layout.name().c_str(),
+              rows.front().extrapolated.c_str());
   for (size_t i = 1; i < rows.size(); ++i)
     if (rows[i].extrapolated.empty() && rows[i].fits) {
-      std::printf("note: the best layout inside the calibrated region is #%zu %s, %.1f ms (%+.1f%%)\n", i + 1,
-                  rows[i].layout.name().c_str(), rows[i].step_ms, 100 * (rows[i].step_ms / rows.front().step_ms - 1));
+      std::printf(
+          "note: the best layout inside the calibrated region is #%zu %s, %.1f ms (%+.1f%%)\n",
+          i + 1, rows[i].layout.name().c_str(), rows[i].step_ms,
+          100 * (rows[i].step_ms / rows.front().step_ms - 1));
       return;
     }
   std::printf("note: no fitting layout lies inside the calibrated region\n");
@@ -69,19 +82,21 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
   j["dp"] = l.dp, j["tp"] = l.tp, j["pp"] = l.pp, j["cp"] = l.cp, j["ep"] = l.ep;
   j["zero"] = l.zero, j["micro_batch"] = l.micro_batch, j["chunks"] = l.chunks;
   j["sp"] = l.sp, j["schedule"] = l.schedule, j["recompute"] = l.recompute;
-  j["step_ms"] = e.step_ms, j["tokens_per_s_per_device"] = e.tokens_per_s_per_device, j["mfu"] = e.mfu;
+  j["step_ms"] = e.step_ms, j["tokens_per_s_per_device"] = e.tokens_per_s_per_device,
+  j["mfu"] = e.mfu;
   j["tflops_per_device"] = e.tflops_per_device, j["peak_mem_bytes"] = e.memory.total();
   j["model_state_bytes"] = e.memory.model_states(), j["activation_bytes"] = e.memory.activations;
   j["comm_ms"] = e.comm_ms, j["exposed_comm_ms"] = e.exposed_comm_ms, j["bubble_ms"] = e.bubble_ms;
-  j["optimizer_ms"] = e.optimizer_ms, j["band_low_ms"] = e.band_low_ms, j["band_high_ms"] = e.band_high_ms;
+  j["optimizer_ms"] = e.optimizer_ms, j["band_low_ms"] = e.band_low_ms,
+  j["band_high_ms"] = e.band_high_ms;
   j["extrapolated"] = e.extrapolated;
   j["fits"] = e.fits, j["why_not"] = e.why_not;
   return j;
 }
 
 void print_explanation(const Estimate& e, const plan::Cluster& c) {
-  std::printf("%s on %s: %d micro-batch%s of %d per step\n\n", e.layout.name().c_str(), c.name.c_str(),
-              e.microbatches, e.microbatches > 1 ? "es" : "", e.layout.micro_batch);
+  std::printf("%s on %s: %d micro-batch%s of %d per step\n\n", e.layout.name().c_str(),
+              c.name.c_str(), e.microbatches, e.microbatches > 1 ? "es" : "", e.layout.micro_batch);
   auto line = [&](const std::string& what, double ms) {
     std::printf("  %-58s %10.2f ms %6.1f%%\n", what.c_str(), ms, 100 * ms / e.step_ms);
   };
@@ -91,22 +106,29 @@ void print_explanation(const Estimate& e, const plan::Cluster& c) {
   if (e.layout.pp > 1) line("pipeline bubble (" + e.layout.schedule + ")", e.bubble_ms);
   for (const auto& it : e.comms) {
     char what[160];
-    std::snprintf(what, sizeof what, "%s: %s, %s %.3g MB x %.0f over %d (%s), exposed", it.plugin.c_str(), it.what.c_str(),
-                  it.op.c_str(), it.bytes / 1e6, it.calls, it.group, it.level.c_str());
+    std::snprintf(what, sizeof what, "%s: %s, %s %.3g MB x %.0f over %d (%s), exposed",
+                  it.plugin.c_str(), it.what.c_str(), it.op.c_str(), it.bytes / 1e6, it.calls,
+                  it.group, it.level.c_str());
     line(what, it.exposed_ms);
-    if (it.ms > it.exposed_ms) std::printf("  %-58s %10.2f ms\n", "    (of which hidden behind compute)", it.ms - it.exposed_ms);
+    if (it.ms > it.exposed_ms)
+      std::printf("  %-58s %10.2f ms\n", "    (of which hidden behind compute)",
+                  it.ms - it.exposed_ms);
   }
   line("optimizer (AdamW, grad norm)", e.optimizer_ms);
   if (e.overhead_ms > 0) line("per-step overhead (calibrated)", e.overhead_ms);
   std::printf("  %-58s %10.2f ms\n\n", "step", e.step_ms);
-  std::printf("MFU %.1f%%, %.2f TFLOP/s and %.1f tokens/s per device\n", 100 * e.mfu, e.tflops_per_device,
-              e.tokens_per_s_per_device);
-  std::printf("memory per rank: parameters %.3f GiB, gradients %.3f, optimizer %.3f, activations %.3f, buffers %.3f, "
-              "runtime %.3f = %.3f GiB of %.1f (%s)\n",
-              gib(e.memory.params), gib(e.memory.grads), gib(e.memory.optim), gib(e.memory.activations),
-              gib(e.memory.buffers), gib(e.memory.process), gib(e.memory.total()), gib(c.memory),
-              e.fits ? "fits" : e.why_not.c_str());
-  if (e.band_high_ms > 0) std::printf("band: measured runs here put the step between %.1f and %.1f ms\n", e.band_low_ms, e.band_high_ms);
+  std::printf("MFU %.1f%%, %.2f TFLOP/s and %.1f tokens/s per device\n", 100 * e.mfu,
+              e.tflops_per_device, e.tokens_per_s_per_device);
+  std::printf(
+      "memory per rank: parameters %.3f GiB, gradients %.3f, optimizer %.3f, activations %.3f, "
+      "buffers %.3f, "
+      "runtime %.3f = %.3f GiB of %.1f (%s)\n",
+      gib(e.memory.params), gib(e.memory.grads), gib(e.memory.optim), gib(e.memory.activations),
+      gib(e.memory.buffers), gib(e.memory.process), gib(e.memory.total()), gib(c.memory),
+      e.fits ? "fits" : e.why_not.c_str());
+  if (e.band_high_ms > 0)
+    std::printf("band: measured runs here put the step between %.1f and %.1f ms\n", e.band_low_ms,
+                e.band_high_ms);
   if (!e.extrapolated.empty()) std::printf("extrapolated: %s\n", e.extrapolated.c_str());
   for (const auto& n : e.notes) std::printf("note: %s\n", n.c_str());
 }
@@ -120,20 +142,22 @@ int devices_to_plan(const PlanOptions& o, const plan::Cluster& c, const config::
   if (o.devices) asked = *o.devices;
   if (asked < 1) throw UsageError("--nodes and --devices must be at least 1");
   if (asked > c.devices())
-    throw ConfigError(std::to_string(asked) + " devices asked, but cluster '" + c.name + "' (" + c.source + ") has " +
-                      std::to_string(c.nodes) + " node" + (c.nodes > 1 ? "s" : "") + " of " + std::to_string(c.per_node) +
-                      " = " + std::to_string(c.devices()));
+    throw ConfigError(std::to_string(asked) + " devices asked, but cluster '" + c.name + "' (" +
+                      c.source + ") has " + std::to_string(c.nodes) + " node" +
+                      (c.nodes > 1 ? "s" : "") + " of " + std::to_string(c.per_node) + " = " +
+                      std::to_string(c.devices()));
   return static_cast<int>(asked);
 }
 
 // A layout named on the command line, checked as the search checks its own: it must use the
 // planned devices and be one a run would start (the run's own words otherwise).
-plan::Layout named_layout(const std::string& option, const std::string& text, int devices, const plan::Workload& w,
-                          plan::PluginSources& sources) {
+plan::Layout named_layout(const std::string& option, const std::string& text, int devices,
+                          const plan::Workload& w, plan::PluginSources& sources) {
   const plan::Layout l = plan::parse_layout(text);
-  std::string bad = l.world() != devices ? "uses " + std::to_string(l.world()) + " devices, not the " +
-                                               std::to_string(devices) + " planned for (set --devices or --nodes)"
-                                         : plan::planner_limits(w, l);
+  std::string bad = l.world() != devices
+                        ? "uses " + std::to_string(l.world()) + " devices, not the " +
+                              std::to_string(devices) + " planned for (set --devices or --nodes)"
+                        : plan::planner_limits(w, l);
   if (bad.empty()) bad = sources.problems()(w, l);
   if (!bad.empty()) throw ConfigError(option + " " + l.name() + ": " + bad);
   return l;
@@ -142,8 +166,10 @@ plan::Layout named_layout(const std::string& option, const std::string& text, in
 void print_versus(const plan::SearchResult& r, const Estimate& e) {
   size_t rank = 0;
   while (rank < r.ranked.size() && r.ranked[rank].layout.name() != e.layout.name()) ++rank;
-  const std::string where = rank < r.ranked.size() ? "rank " + std::to_string(rank + 1) + " of " + std::to_string(r.ranked.size())
-                                                   : "not among the ranked layouts (--fix leaves it out)";
+  const std::string where =
+      rank < r.ranked.size()
+          ? "rank " + std::to_string(rank + 1) + " of " + std::to_string(r.ranked.size())
+          : "not among the ranked layouts (--fix leaves it out)";
   std::printf("versus %s: %.1f ms, %s; %s\n", e.layout.name().c_str(), e.step_ms, where.c_str(),
               rank == 0 ? "it is the top layout" : plan::versus(r.ranked.front(), e).c_str());
 }
@@ -154,15 +180,18 @@ void print_versus(const plan::SearchResult& r, const Estimate& e) {
 class UniformRanking final : public Ranking {
  public:
   UniformRanking(const PlanOptions& o, const config::Config& cfg)
-      : o_(o), c_(plan::load_cluster(o.cluster)), w_(plan::workload_of(cfg, o.dtype)), devices_(devices_to_plan(o, c_, cfg)),
+      : o_(o),
+        c_(plan::load_cluster(o.cluster)),
+        w_(plan::workload_of(cfg, o.dtype)),
+        devices_(devices_to_plan(o, c_, cfg)),
         sources_(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg) {}
 
   // A named layout's row follows the ranked ones (the index holds until the next search).
   size_t row(const std::string& option, const std::string& what) override {
     if (!what.empty() && what.find_first_not_of("0123456789") == std::string::npos)
       return *table_row(option, what, ranked().size());
-    Estimate e = plan::estimate(c_, w_, named_layout("--" + option, what, devices_, w_, sources_), sources_.costs(),
-                                sources_.pipes());
+    Estimate e = plan::estimate(c_, w_, named_layout("--" + option, what, devices_, w_, sources_),
+                                sources_.costs(), sources_.pipes());
     plan::judge(e, calibration(), w_);
     named_.push_back(e);
     return r_.ranked.size() + named_.size() - 1;
@@ -174,8 +203,10 @@ class UniformRanking final : public Ranking {
   Emitted emitted(size_t i) const override {
     const Estimate& e = at(i);
     char head[320];
-    std::snprintf(head, sizeof head, "layout %s, predicted %.1f ms per step, %.1f%% MFU, %.2f GiB per rank on %s.\n",
-                  e.layout.name().c_str(), e.step_ms, 100 * e.mfu, gib(e.memory.total()), c_.name.c_str());
+    std::snprintf(head, sizeof head,
+                  "layout %s, predicted %.1f ms per step, %.1f%% MFU, %.2f GiB per rank on %s.\n",
+                  e.layout.name().c_str(), e.step_ms, 100 * e.mfu, gib(e.memory.total()),
+                  c_.name.c_str());
     std::string text = head;
     if (!e.extrapolated.empty()) text += "# Extrapolated: " + e.extrapolated + ".\n";
     return {e.layout, e.layout.world(), emit_overrides(o_, w_, e.layout), text};
@@ -183,23 +214,31 @@ class UniformRanking final : public Ranking {
 
   void table(size_t top) override {
     const std::vector<Estimate>& rows = ranked();
-    std::printf("%s, global batch %lld x %lld tokens, %s, on %d x %s (%s)\n", w_.model.describe().c_str(),
-                (long long)w_.global_batch, (long long)w_.model.seq_len, w_.dtype.c_str(), devices_, c_.device.c_str(),
+    std::printf("%s, global batch %lld x %lld tokens, %s, on %d x %s (%s)\n",
+                w_.model.describe().c_str(), (long long)w_.global_batch,
+                (long long)w_.model.seq_len, w_.dtype.c_str(), devices_, c_.device.c_str(),
                 c_.name.c_str());
-    std::printf("%ld layouts costed in %.2f s (those the named plugins can run)\n\n", r_.considered, search_s_);
+    std::printf("%ld layouts costed in %.2f s (those the named plugins can run)\n\n", r_.considered,
+                search_s_);
     print_table(rows, top);
     print_region(rows, calibration());
     std::printf("\nwhy: %s\n", plan::reason(r_).c_str());
     if (!o_.versus.empty()) {
       const plan::Layout mine = named_layout("--versus", o_.versus, devices_, w_, sources_);
-      const auto it = std::find_if(rows.begin(), rows.end(), [&](const Estimate& e) { return e.layout.name() == mine.name(); });
-      print_versus(r_, it != rows.end() ? *it : plan::estimate(c_, w_, mine, sources_.costs(), sources_.pipes()));
+      const auto it = std::find_if(rows.begin(), rows.end(), [&](const Estimate& e) {
+        return e.layout.name() == mine.name();
+      });
+      print_versus(r_, it != rows.end()
+                           ? *it
+                           : plan::estimate(c_, w_, mine, sources_.costs(), sources_.pipes()));
     }
     for (const auto& n : r_.notes) std::printf("note: %s\n", n.c_str());
   }
 
  private:
-  const Estimate& at(size_t i) const { return i < r_.ranked.size() ? r_.ranked[i] : named_.at(i - r_.ranked.size()); }
+  const Estimate& at(size_t i) const {
+    return i < r_.ranked.size() ? r_.ranked[i] : named_.at(i - r_.ranked.size());
+  }
 
   const plan::Calibration& calibration() {
     if (!cal_) cal_ = plan::calibration_of(c_);
@@ -210,7 +249,8 @@ class UniformRanking final : public Ranking {
     if (searched_) return r_.ranked;
     const plan::Fixed fixed = plan::parse_fixed(o_.fix);
     const auto t0 = std::chrono::steady_clock::now();
-    r_ = plan::search(c_, w_, devices_, fixed, sources_.costs(), sources_.pipes(), sources_.problems());
+    r_ = plan::search(c_, w_, devices_, fixed, sources_.costs(), sources_.pipes(),
+                      sources_.problems());
     for (Estimate& e : r_.ranked) plan::judge(e, calibration(), w_);
     search_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     searched_ = true;

@@ -5,8 +5,8 @@
 #include <optional>
 
 #include "ckpt/checkpoint_settings.hpp"
-#include "cli/parse.hpp"
 #include "cli/job_config.hpp"
+#include "cli/parse.hpp"
 #include "core/json.hpp"
 #include "distributed/elastic.hpp"
 #include "distributed/launch.hpp"
@@ -15,17 +15,17 @@
 #include "distributed/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
 #include "loader/selection.hpp"
-#include "plan/estimate.hpp"
 #include "plan/calibration.hpp"
+#include "plan/estimate.hpp"
 #include "plan/from_config.hpp"
 #include "plan/mixed.hpp"
 #include "report/noise.hpp"
 #include "train/data_check.hpp"
-#include "train/metrics.hpp"
-#include "train/settings.hpp"
 #include "train/layout_rules.hpp"
-#include "train/trainer.hpp"
+#include "train/metrics.hpp"
 #include "train/run_dir.hpp"
+#include "train/settings.hpp"
+#include "train/trainer.hpp"
 
 namespace loom::cli {
 
@@ -37,7 +37,9 @@ int launch(const Args& args) {
   po::positional_options_description pos;
   pos.add("program", -1);
   po::variables_map vm;
-  if (!parse(args, "loom launch --nproc N [--nnodes M --node-rank K] -- PROGRAM [ARGS...]", opts, pos, vm)) return kExitOk;
+  if (!parse(args, "loom launch --nproc N [--nnodes M --node-rank K] -- PROGRAM [ARGS...]", opts,
+             pos, vm))
+    return kExitOk;
   int n = vm["nproc"].as<int>();
   if (n < 1) throw UsageError("--nproc must be at least 1");
   return dist::spawn_node(node_spec(vm, n), vm["program"].as<std::vector<std::string>>());
@@ -46,26 +48,29 @@ int launch(const Args& args) {
 namespace {
 
 std::filesystem::path run_dir_of(const po::variables_map& vm, const config::Config& cfg) {
-  return vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>()) : train::default_run_dir(cfg);
+  return vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>())
+                             : train::default_run_dir(cfg);
 }
-
 
 // No outer launcher: this process becomes the local launcher of nproc ranks (elastic when
 // asked). The config is checked here first, so a bad one fails once, not once per rank.
-int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::NodeSpec& node, int world) {
+int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::NodeSpec& node,
+               int world) {
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::set_plugin_source(&reg, &cfg);
   plugins::Selection sel = plugins::resolve(cfg, reg);
   train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
   train::check_data(cfg);  // once here for the ranks it starts
-  if (node.node_rank == 0)  // one lock per job: other nodes may see the same directory over a shared filesystem
+  if (node.node_rank ==
+      0)  // one lock per job: other nodes may see the same directory over a shared filesystem
     train::claim_run_dir(run_dir_of(vm, cfg), cfg);
   ::setenv("LOOM_RUN_DIR_LOCKED", "1", 1);  // the ranks share this process's lock
   const int max_restarts = vm["max-restarts"].as<int>();
   const int min_nodes = vm.count("min-nodes") ? vm["min-nodes"].as<int>() : node.nnodes;
   if (max_restarts < 0) throw UsageError("--max-restarts must be at least 0");
   if (min_nodes < 1 || min_nodes > node.nnodes)
-    throw UsageError("--min-nodes " + std::to_string(min_nodes) + " is not in [1, --nnodes " + std::to_string(node.nnodes) + "]");
+    throw UsageError("--min-nodes " + std::to_string(min_nodes) + " is not in [1, --nnodes " +
+                     std::to_string(node.nnodes) + "]");
   if (max_restarts == 0) return dist::spawn_node(node, self_invocation());
   dist::ElasticSpec elastic{node, max_restarts, min_nodes};
   elastic.run_dir = run_dir_of(vm, cfg);
@@ -82,20 +87,25 @@ std::optional<plan::Estimate> predicted(const config::Config& cfg, int world) {
   // A mixed cluster ([[group]]s) is costed stage by stage on the config's [parallel] groups.
   std::optional<plan::Cluster> c;
   std::optional<plan::MixedCluster> mixed;
-  if (plan::has_groups(file)) mixed = plan::load_mixed_cluster(file);
-  else c = plan::load_cluster(file);
+  if (plan::has_groups(file))
+    mixed = plan::load_mixed_cluster(file);
+  else
+    c = plan::load_cluster(file);
   const std::string name = mixed ? mixed->name : c->name;
   plan::Estimate e;
   try {
-    e = mixed ? plan::summary_of(plan::predict_mixed(*mixed, cfg, world)) : plan::predict(*c, cfg, world);
+    e = mixed ? plan::summary_of(plan::predict_mixed(*mixed, cfg, world))
+              : plan::predict(*c, cfg, world);
   } catch (const std::exception& err) {
     std::printf("plan: no prediction for this run on '%s': %s\n", name.c_str(), err.what());
     return std::nullopt;
   }
-  std::printf("plan: %s on '%s' (%s): predicted %.1f ms per step", e.layout.name().c_str(), name.c_str(), file.c_str(), e.step_ms);
-  if (e.band_high_ms > 0) std::printf(" (measured runs there: %.1f to %.1f)", e.band_low_ms, e.band_high_ms);
-  std::printf(", exposed communication %.1f%%, peak %.3f GiB per rank\n", 100 * e.exposed_comm_ms / e.step_ms,
-              e.memory.total() / double(1ull << 30));
+  std::printf("plan: %s on '%s' (%s): predicted %.1f ms per step", e.layout.name().c_str(),
+              name.c_str(), file.c_str(), e.step_ms);
+  if (e.band_high_ms > 0)
+    std::printf(" (measured runs there: %.1f to %.1f)", e.band_low_ms, e.band_high_ms);
+  std::printf(", exposed communication %.1f%%, peak %.3f GiB per rank\n",
+              100 * e.exposed_comm_ms / e.step_ms, e.memory.total() / double(1ull << 30));
   if (!e.extrapolated.empty()) std::printf("plan: extrapolated: %s\n", e.extrapolated.c_str());
   return e;
 }
@@ -103,23 +113,31 @@ std::optional<plan::Estimate> predicted(const config::Config& cfg, int world) {
 // The steps after the first (it pays for warm-up) beside the prediction: the fastest, as
 // calibration and bench/plan_accuracy.sh read a run (neighbours only add time), and the median;
 // also RUN_DIR/plan.json, for tools.
-void print_beside(const plan::Estimate& e, const train::TrainSummary& s, const std::filesystem::path& run_dir) {
+void print_beside(const plan::Estimate& e, const train::TrainSummary& s,
+                  const std::filesystem::path& run_dir) {
   const size_t skip = s.step_ms.size() > 1 ? 1 : 0;
-  const std::vector<double> steps(s.step_ms.begin() + skip, s.step_ms.end()), exposed(s.exposed_comm_ms.begin() + skip, s.exposed_comm_ms.end());
-  const double step = *std::min_element(steps.begin(), steps.end()), middle = report::spread(steps).median;
+  const std::vector<double> steps(s.step_ms.begin() + skip, s.step_ms.end()),
+      exposed(s.exposed_comm_ms.begin() + skip, s.exposed_comm_ms.end());
+  const double step = *std::min_element(steps.begin(), steps.end()),
+               middle = report::spread(steps).median;
   const double share = middle > 0 ? report::spread(exposed).median / middle : 0;
   const double predicted_share = e.exposed_comm_ms / e.step_ms, gib = double(1ull << 30);
-  std::printf("plan vs measured: step %.1f ms predicted, %.1f ms measured (the fastest of %zu step%s, %+.1f%%; median %.1f); "
-              "exposed communication %.1f%% predicted, %.1f%% measured; peak memory %.3f GiB predicted, %.3f GiB measured\n",
-              e.step_ms, step, steps.size(), steps.size() == 1 ? "" : "s", 100 * (step / e.step_ms - 1), middle,
-              100 * predicted_share, 100 * share, e.memory.total() / gib, s.peak_mem_bytes / gib);
+  std::printf(
+      "plan vs measured: step %.1f ms predicted, %.1f ms measured (the fastest of %zu step%s, "
+      "%+.1f%%; median %.1f); "
+      "exposed communication %.1f%% predicted, %.1f%% measured; peak memory %.3f GiB predicted, "
+      "%.3f GiB measured\n",
+      e.step_ms, step, steps.size(), steps.size() == 1 ? "" : "s", 100 * (step / e.step_ms - 1),
+      middle, 100 * predicted_share, 100 * share, e.memory.total() / gib, s.peak_mem_bytes / gib);
   train::write_checked(run_dir / "plan.json",
-                "{\"layout\": " + json_quote(e.layout.name()) + ", \"predicted_step_ms\": " + json_number(e.step_ms) +
-                    ", \"measured_step_ms\": " + json_number(step) + ", \"median_step_ms\": " + json_number(middle) +
-                    ", \"predicted_exposed_comm_share\": " +
-                    json_number(predicted_share) + ", \"measured_exposed_comm_share\": " + json_number(share) +
-                    ", \"predicted_peak_mem_bytes\": " + json_number(e.memory.total()) + ", \"measured_peak_mem_bytes\": " +
-                    json_number(s.peak_mem_bytes) + ", \"extrapolated\": " + json_quote(e.extrapolated) + "}\n");
+                       "{\"layout\": " + json_quote(e.layout.name()) + ", \"predicted_step_ms\": " +
+                           json_number(e.step_ms) + ", \"measured_step_ms\": " + json_number(step) +
+                           ", \"median_step_ms\": " + json_number(middle) +
+                           ", \"predicted_exposed_comm_share\": " + json_number(predicted_share) +
+                           ", \"measured_exposed_comm_share\": " + json_number(share) +
+                           ", \"predicted_peak_mem_bytes\": " + json_number(e.memory.total()) +
+                           ", \"measured_peak_mem_bytes\": " + json_number(s.peak_mem_bytes) +
+                           ", \"extrapolated\": " + json_quote(e.extrapolated) + "}\n");
 }
 
 // A mixed cluster's groups ([parallel] groups): a Slurm het job's components checked against
@@ -128,21 +146,25 @@ void place_in_group(config::Config& cfg, const dist::RankEnv& rank) {
   const std::vector<dist::NodeGroup> groups = dist::read_groups(cfg);
   if (groups.empty()) return;
   const dist::ParallelSettings par = dist::read_parallel(cfg);
-  if (rank.launcher == "slurm") dist::check_het_components(groups, par.nproc);  // not a local launch inside a het allocation
+  if (rank.launcher == "slurm")
+    dist::check_het_components(groups, par.nproc);  // not a local launch inside a het allocation
   dist::apply_group_settings(cfg, groups, par.nproc, rank.rank);
   if (rank.rank == 0 && rank.world % par.pp == 0)
-    std::printf("groups: %s\n", dist::describe_groups(groups, par.nproc, rank.world, par.pp).c_str());
+    std::printf("groups: %s\n",
+                dist::describe_groups(groups, par.nproc, rank.world, par.pp).c_str());
 }
 
 // What the run did, on one line: its steps (those of this run, after a resume), its losses, its
 // speed, where its metrics are, and what it saved, or that it saved nothing, which a newcomer
 // would otherwise learn only from `loom eval` finding no checkpoint.
-std::string done_line(const train::TrainSummary& s, const config::Config& cfg, const std::filesystem::path& run_dir) {
+std::string done_line(const train::TrainSummary& s, const config::Config& cfg,
+                      const std::filesystem::path& run_dir) {
   char b[512];
   std::string out = "done: ";
   if (s.first_step > 1)
-    std::snprintf(b, sizeof b, "steps %lld-%lld (%lld, resumed after step %lld)", (long long)s.first_step, (long long)s.last_step,
-                  (long long)s.steps, (long long)(s.first_step - 1));
+    std::snprintf(b, sizeof b, "steps %lld-%lld (%lld, resumed after step %lld)",
+                  (long long)s.first_step, (long long)s.last_step, (long long)s.steps,
+                  (long long)(s.first_step - 1));
   else
     std::snprintf(b, sizeof b, "%lld steps", (long long)s.steps);
   out += b;
@@ -153,16 +175,22 @@ std::string done_line(const train::TrainSummary& s, const config::Config& cfg, c
   else if (s.evaluations > 1)
     std::snprintf(b, sizeof b, ", val loss %.4f -> %.4f", s.first_val_loss, s.final_val_loss);
   out += s.evaluations > 0 ? b : "";
-  std::snprintf(b, sizeof b, ", %.0f tokens/s, MFU %.1f%%; metrics in %s", s.tokens_per_s, s.mfu * 100, (run_dir / "metrics.jsonl").c_str());
+  std::snprintf(b, sizeof b, ", %.0f tokens/s, MFU %.1f%%; metrics in %s", s.tokens_per_s,
+                s.mfu * 100, (run_dir / "metrics.jsonl").c_str());
   out += b;
   const ckpt::CheckpointSettings c = ckpt::read_checkpoint(cfg);
-  const std::filesystem::path root = c.dir.empty() ? run_dir / "checkpoints" : std::filesystem::path(c.dir);
+  const std::filesystem::path root =
+      c.dir.empty() ? run_dir / "checkpoints" : std::filesystem::path(c.dir);
   if (s.last_saved_step > 0)
-    return out + "; checkpoint of step " + std::to_string(s.last_saved_step) + " in " + root.string();
+    return out + "; checkpoint of step " + std::to_string(s.last_saved_step) + " in " +
+           root.string();
   return out + "; nothing saved" +
-         (c.every == 0 ? std::string(" ([checkpoint] every = 0): loom eval, generate and export have no checkpoint to read; set "
-                                     "[checkpoint] every = N with [plugins] ckpt = \"sync\"")
-                       : std::string(": no step of this run was due a checkpoint ([checkpoint] every = ") + std::to_string(c.every) + ")");
+         (c.every == 0
+              ? std::string(" ([checkpoint] every = 0): loom eval, generate and export have no "
+                            "checkpoint to read; set "
+                            "[checkpoint] every = N with [plugins] ckpt = \"sync\"")
+              : std::string(": no step of this run was due a checkpoint ([checkpoint] every = ") +
+                    std::to_string(c.every) + ")");
 }
 
 // This process is one rank of the job: train, then say how it ended.
@@ -173,14 +201,17 @@ int run_rank(const po::variables_map& vm, config::Config& cfg) {
   plugins::set_plugin_source(&reg, &cfg);  // a plugin that wraps another creates it from these
   plugins::Selection sel = plugins::resolve(cfg, reg);
   const std::filesystem::path run_dir = run_dir_of(vm, cfg);
-  const std::optional<plan::Estimate> plan = rank.rank == 0 ? predicted(cfg, rank.world) : std::nullopt;
+  const std::optional<plan::Estimate> plan =
+      rank.rank == 0 ? predicted(cfg, rank.world) : std::nullopt;
   train::TrainSummary s = train::train(cfg, sel, rank, run_dir);
   if (!s.stopped_by.empty()) {
     if (rank.rank == 0)
       std::printf("stopped by %s after step %lld%s\n", s.stopped_by.c_str(), (long long)s.last_step,
-                  s.saved_on_stop ? "; its checkpoint is saved: resume with --set checkpoint.resume=latest"
-                  : ckpt::read_checkpoint(cfg).every == 0 ? "; nothing saved ([checkpoint] every = 0)"
-                                                     : "; nothing saved ([checkpoint] on_signal = \"exit\")");
+                  s.saved_on_stop
+                      ? "; its checkpoint is saved: resume with --set checkpoint.resume=latest"
+                  : ckpt::read_checkpoint(cfg).every == 0
+                      ? "; nothing saved ([checkpoint] every = 0)"
+                      : "; nothing saved ([checkpoint] on_signal = \"exit\")");
     return kExitStopped;
   }
   if (rank.rank != 0 || s.steps == 0) return kExitOk;  // nothing was left to train: said already
@@ -196,13 +227,18 @@ int train(const Args& args) {
   add_set_option(opts);
   opts.add_options()("run-dir", po::value<std::string>(), "where metrics and outputs go")(
       "file", po::value<std::string>()->required(), "config file (TOML)")(
-      "max-restarts", po::value<int>()->default_value(0), "restart the job this many times after a failure, from the latest checkpoint")(
-      "min-nodes", po::value<int>(), "an elastic restart goes on with at least this many nodes (default: --nnodes)");
+      "max-restarts", po::value<int>()->default_value(0),
+      "restart the job this many times after a failure, from the latest checkpoint")(
+      "min-nodes", po::value<int>(),
+      "an elastic restart goes on with at least this many nodes (default: --nnodes)");
   add_node_options(opts);
   po::positional_options_description pos;
   pos.add("file", 1);
   po::variables_map vm;
-  if (!parse(args, "loom train FILE [--set section.key=value]... [--run-dir DIR] [--nnodes M --node-rank K]", opts, pos, vm))
+  if (!parse(
+          args,
+          "loom train FILE [--set section.key=value]... [--run-dir DIR] [--nnodes M --node-rank K]",
+          opts, pos, vm))
     return kExitOk;
   const std::string file = vm["file"].as<std::string>();
   config::Config cfg = config::Config::load(file, sets(vm));

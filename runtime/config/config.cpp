@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -57,16 +57,21 @@ toml::table parse_assignment(const std::string& key, const std::string& literal,
 // Digits with a sign, a point, an exponent or underscores: what a user means as a number.
 bool looks_numeric(const std::string& s) {
   const size_t first = s.find_first_not_of("+-");
-  if (first == std::string::npos || !std::isdigit(static_cast<unsigned char>(s[first]))) return false;
+  if (first == std::string::npos || !std::isdigit(static_cast<unsigned char>(s[first])))
+    return false;
   return s.find_first_not_of("0123456789+-._eE") == std::string::npos;
 }
 
 bool fits_type(const toml::node& n, ValueType t) {
   switch (t) {
-    case ValueType::Int: return n.is_integer();
-    case ValueType::Float: return n.is_floating_point() || n.is_integer();
-    case ValueType::Bool: return n.is_boolean();
-    case ValueType::String: return n.is_string();
+    case ValueType::Int:
+      return n.is_integer();
+    case ValueType::Float:
+      return n.is_floating_point() || n.is_integer();
+    case ValueType::Bool:
+      return n.is_boolean();
+    case ValueType::String:
+      return n.is_string();
     case ValueType::IntOrAuto:
       return n.is_integer() || (n.is_string() && n.value<std::string>() == "auto");
     case ValueType::StringList: {
@@ -89,7 +94,8 @@ bool fits_type(const toml::node& n, ValueType t) {
 
 // A bound as the key's type writes it: 1000000 for an integer key, not 1e+06.
 std::string bound_text(const KeySpec& k, double v) {
-  if (k.type == ValueType::Int || k.type == ValueType::IntOrAuto) return std::to_string(static_cast<int64_t>(v));
+  if (k.type == ValueType::Int || k.type == ValueType::IntOrAuto)
+    return std::to_string(static_cast<int64_t>(v));
   std::ostringstream os;
   os << v;
   return os.str();
@@ -112,18 +118,21 @@ void check_value(const toml::node& n, const std::string& label, const KeySpec& k
   if (!fits_type(n, k.type)) throw ConfigError(head + type_name(k.type) + ", got " + describe(n));
   if (n.is_integer() || n.is_floating_point()) {
     // An integer past 2^53 has no exact double, and toml++ then gives none: take the nearest.
-    const double v = n.is_integer() ? static_cast<double>(n.as_integer()->get()) : n.as_floating_point()->get();
+    const double v =
+        n.is_integer() ? static_cast<double>(n.as_integer()->get()) : n.as_floating_point()->get();
     // NaN compares false with everything: refused by name, as are infinities.
-    if (!std::isfinite(v)) throw ConfigError(head + "a finite " + range_text(k) + ", got " + describe(n));
+    if (!std::isfinite(v))
+      throw ConfigError(head + "a finite " + range_text(k) + ", got " + describe(n));
     if (v < k.min || v > k.max || (k.below_max && v >= k.max))
       throw ConfigError(head + range_text(k) + ", got " + describe(n));
   }
   if (const toml::array* a = n.as_array(); a && k.type == ValueType::FloatList)
     for (const auto& e : *a) {
-      const double v = e.is_integer() ? static_cast<double>(e.as_integer()->get()) : e.value<double>().value_or(NAN);
+      const double v = e.is_integer() ? static_cast<double>(e.as_integer()->get())
+                                      : e.value<double>().value_or(NAN);
       if (!std::isfinite(v) || v < k.min || v > k.max)
-        throw ConfigError(where(e) + ": " + label + " " + k.name + ": every element must be " + range_text(k) +
-                          ", got " + describe(e));
+        throw ConfigError(where(e) + ": " + label + " " + k.name + ": every element must be " +
+                          range_text(k) + ", got " + describe(e));
     }
   if (n.is_string() && !k.choices.empty()) {
     std::string v = n.value<std::string>().value();
@@ -157,7 +166,8 @@ void apply_preset(toml::table& t, const SectionSpec& s) {
         leaf = key.substr(dot + 1);
         if (!into) continue;  // not a table: check_table reports it
       }
-      if (!into->contains(leaf)) into->insert(leaf, *parse_assignment(leaf, literal, "<preset>").get(leaf));
+      if (!into->contains(leaf))
+        into->insert(leaf, *parse_assignment(leaf, literal, "<preset>").get(leaf));
     }
   }
 }
@@ -172,7 +182,8 @@ toml::table& section_table(toml::table& root, const std::string& name) {
   size_t start = 0;
   while (true) {
     const size_t dot = name.find('.', start);
-    const std::string part = name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const std::string part =
+        name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     if (!t->contains(part)) t->insert(part, toml::table{});
     toml::table* next = t->get_as<toml::table>(part);
     if (!next) throw ConfigError("[" + name.substr(0, dot) + "] must be a table");
@@ -193,12 +204,13 @@ void check_table(toml::table& t, const std::string& label, const std::vector<Key
       if (k.name == name) spec = &k;
     if (!spec) {
       if (allows_subtables && node.is_table()) continue;
-      const bool subsection = std::find(subsections.begin(), subsections.end(), name) != subsections.end();
+      const bool subsection =
+          std::find(subsections.begin(), subsections.end(), name) != subsections.end();
       if (node.is_table() && subsection) continue;
       if (subsection)  // [model] moe = 5: the name is right, the shape is not
-        throw ConfigError(key_location(key, node) + ": " + label + " " + name + " must be a table ([" +
-                          label.substr(1, label.size() - 2) + "." + name + "], or " + name + " = { ... }), got " +
-                          describe(node));
+        throw ConfigError(key_location(key, node) + ": " + label + " " + name +
+                          " must be a table ([" + label.substr(1, label.size() - 2) + "." + name +
+                          "], or " + name + " = { ... }), got " + describe(node));
       throw ConfigError(key_location(key, node) + ": unknown key '" + name + "' in " + label +
                         did_you_mean(name, names));
     }
@@ -220,7 +232,8 @@ Config Config::load(const std::filesystem::path& file, const std::vector<std::st
   if (std::filesystem::is_directory(file, ec))
     throw ConfigError("config '" + file.string() + "' is a directory, not a TOML file");
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw ConfigError("cannot read config file '" + file.string() + "': " + std::strerror(errno));
+  if (!in)
+    throw ConfigError("cannot read config file '" + file.string() + "': " + std::strerror(errno));
   std::stringstream text;
   text << in.rdbuf();
   const std::string s = text.str();
@@ -228,7 +241,8 @@ Config Config::load(const std::filesystem::path& file, const std::vector<std::st
     throw ConfigError("config '" + file.string() + "' is empty: nothing says what to train");
   Config c = parse(s, file.string(), {});
   if (c.root_.empty())  // comments alone would train the default model without a word
-    throw ConfigError("config '" + file.string() + "' holds only comments: nothing says what to train");
+    throw ConfigError("config '" + file.string() +
+                      "' holds only comments: nothing says what to train");
   for (const auto& set : sets) c.apply_set(set);
   return c;
 }
@@ -262,14 +276,16 @@ void Config::apply_set(const std::string& assignment) {
     throw UsageError("--set expects section.key=value, got '" + assignment + "'");
   std::string origin = std::string(kSetPrefix) + assignment;
   toml::table parsed = parse_assignment("v", literal, origin);
-  if (!parsed.contains("v") && looks_numeric(literal)) {  // 1e999, 2^64: a number out of range, not a string
+  if (!parsed.contains("v") &&
+      looks_numeric(literal)) {  // 1e999, 2^64: a number out of range, not a string
     try {
       (void)toml::parse("v = " + literal, origin);  // parsed for its error only
     } catch (const toml::parse_error& e) {
       throw ConfigError(origin + ": " + std::string(e.description()));
     }
   }
-  if (!parsed.contains("v")) {  // not a TOML literal: take the text as a string, as a shell user means
+  if (!parsed.contains(
+          "v")) {  // not a TOML literal: take the text as a string, as a shell user means
     std::string quoted = "\"";
     for (char ch : literal) {
       if (ch == '"' || ch == '\\') quoted += '\\';
@@ -310,12 +326,14 @@ void Config::check_sections(const std::vector<SectionSpec>& sections) {
   for (const auto& s : sections) {
     std::vector<std::string> children;  // [model.moe] is a subsection of [model]
     for (const auto& c : sections)
-      if (c.name.size() > s.name.size() && c.name.rfind(s.name + ".", 0) == 0) children.push_back(c.name.substr(s.name.size() + 1));
+      if (c.name.size() > s.name.size() && c.name.rfind(s.name + ".", 0) == 0)
+        children.push_back(c.name.substr(s.name.size() + 1));
     toml::table& t = section_table(root_, s.name);
     apply_preset(t, s);
     check_table(t, "[" + s.name + "]", s.keys, s.allows_subtables, children);
     auto same = [&](const SectionSpec& c) { return c.name == s.name; };
-    if (std::find_if(checked_.begin(), checked_.end(), same) == checked_.end()) checked_.push_back(s);
+    if (std::find_if(checked_.begin(), checked_.end(), same) == checked_.end())
+      checked_.push_back(s);
   }
 }
 

@@ -2,12 +2,12 @@
 // schemas and completed with every default, before anything runs.
 #pragma once
 
+#include <toml++/toml.h>
+
 #include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <toml++/toml.h>
 
 #include "config/schema.hpp"
 
@@ -48,8 +48,8 @@ class Config {
   // The resolved configuration as TOML, in the order of the sections it was checked against,
   // each key with its help as a comment.
   // `plugin_schemas` gives the keys of each plugin table, for ordering and help.
-  std::string render(const std::vector<std::pair<std::string, std::vector<KeySpec>>>&
-                         plugin_schemas = {}) const;
+  std::string render(
+      const std::vector<std::pair<std::string, std::vector<KeySpec>>>& plugin_schemas = {}) const;
 
   // One "section.key=value" override, as --set gives it (also a rank's group settings).
   void apply_set(const std::string& assignment);
@@ -68,7 +68,6 @@ std::string where(const toml::node& n);
 // Checks one table against its keys, filling defaults; `label` names it in messages
 // ("[run]" or "plugin 'fp16' [plugins.fp16]").
 void check_table(toml::table& t, const std::string& label, const std::vector<KeySpec>& keys,
-                 bool allows_subtables,
-                 const std::vector<std::string>& subsections = {});
+                 bool allows_subtables, const std::vector<std::string>& subsections = {});
 
 }  // namespace loom::config

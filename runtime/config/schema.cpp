@@ -10,13 +10,20 @@ namespace loom::config {
 
 const char* type_name(ValueType t) {
   switch (t) {
-    case ValueType::Int: return "integer";
-    case ValueType::Float: return "float";
-    case ValueType::Bool: return "boolean";
-    case ValueType::String: return "string";
-    case ValueType::StringList: return "array of strings";
-    case ValueType::IntOrAuto: return "integer or \"auto\"";
-    case ValueType::FloatList: return "array of numbers";
+    case ValueType::Int:
+      return "integer";
+    case ValueType::Float:
+      return "float";
+    case ValueType::Bool:
+      return "boolean";
+    case ValueType::String:
+      return "string";
+    case ValueType::StringList:
+      return "array of strings";
+    case ValueType::IntOrAuto:
+      return "integer or \"auto\"";
+    case ValueType::FloatList:
+      return "array of numbers";
   }
   return "?";
 }
@@ -28,10 +35,18 @@ std::vector<KeySpec> plugin_keys(const loom_option_spec* options) {
   for (const loom_option_spec* o = options; o && o->name; ++o) {
     ValueType t = ValueType::String;
     switch (o->type) {
-      case LOOM_OPT_INT: t = ValueType::Int; break;
-      case LOOM_OPT_FLOAT: t = ValueType::Float; break;
-      case LOOM_OPT_BOOL: t = ValueType::Bool; break;
-      default: t = ValueType::String; break;
+      case LOOM_OPT_INT:
+        t = ValueType::Int;
+        break;
+      case LOOM_OPT_FLOAT:
+        t = ValueType::Float;
+        break;
+      case LOOM_OPT_BOOL:
+        t = ValueType::Bool;
+        break;
+      default:
+        t = ValueType::String;
+        break;
     }
     keys.push_back({o->name, t, o->default_value ? o->default_value : "", o->help ? o->help : ""});
   }
@@ -41,7 +56,8 @@ std::vector<KeySpec> plugin_keys(const loom_option_spec* options) {
 std::vector<KeySpec> plugin_keys(const loom_plugin* d) {
   std::vector<KeySpec> keys = plugin_keys(d->options);
   for (const loom_option_rule* r = d->option_rules; r && r->name; ++r) {
-    auto k = std::find_if(keys.begin(), keys.end(), [&](const KeySpec& s) { return s.name == r->name; });
+    auto k =
+        std::find_if(keys.begin(), keys.end(), [&](const KeySpec& s) { return s.name == r->name; });
     if (k == keys.end())
       throw RuntimeError("plugin '" + std::string(d->name) + "' has a rule for option '" + r->name +
                          "', which its schema does not declare");

@@ -4,11 +4,11 @@
 // them) or a plugin in its loom_option_spec list.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <limits>
 #include <string>
 #include <vector>
-
-#include <loom/plugin.h>
 
 namespace loom::config {
 
@@ -41,7 +41,8 @@ struct SectionSpec {
 };
 
 // The [model] presets (runtime/config/model_presets.cpp), and their names with "" first.
-const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>& model_presets();
+const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>>&
+model_presets();
 std::vector<std::string> model_preset_names();
 
 // A plugin's C option schema as KeySpecs (NULL schema = no options).

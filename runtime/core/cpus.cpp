@@ -32,7 +32,8 @@ std::string own_cgroup(const std::string& root) {
 // cpu.max is "QUOTA PERIOD" (or "max PERIOD"); the tightest over this cgroup and its parents.
 double quota_cpus(const std::string& root) {
   double tightest = 0;
-  for (std::string dir = own_cgroup(root); dir.size() >= root.size(); dir = dir.substr(0, dir.rfind('/'))) {
+  for (std::string dir = own_cgroup(root); dir.size() >= root.size();
+       dir = dir.substr(0, dir.rfind('/'))) {
     std::ifstream in(dir + "/cpu.max");
     std::string quota;
     double period = 0;
@@ -53,7 +54,8 @@ CpuBudget usable_cpus(const std::string& cgroup_root) {
   if (quota > 0 && std::floor(quota + 0.01) < b.cpus) {
     std::ostringstream why;
     why << "cgroup quota " << quota << " CPUs";
-    b = {std::max(1, static_cast<int>(std::floor(quota + 0.01))), why.str()};  // threads past the quota are throttled
+    b = {std::max(1, static_cast<int>(std::floor(quota + 0.01))),
+         why.str()};  // threads past the quota are throttled
   }
   return b;
 }
@@ -64,10 +66,13 @@ CpuBudget threads_per_rank(int local_ranks, bool per_task, const std::string& cg
     const int cpus = std::min(std::atoi(slurm), all.cpus);
     const std::string source = "SLURM_CPUS_PER_TASK=" + std::string(slurm);
     if (cpus > 0 && (per_task || local_ranks <= 1)) return {cpus, source};
-    if (cpus > 0) return {std::max(1, cpus / local_ranks), source + " shared by " + std::to_string(local_ranks) + " ranks"};
+    if (cpus > 0)
+      return {std::max(1, cpus / local_ranks),
+              source + " shared by " + std::to_string(local_ranks) + " ranks"};
   }
   if (local_ranks <= 1) return all;
-  return {std::max(1, all.cpus / local_ranks), all.source + " shared by " + std::to_string(local_ranks) + " ranks"};
+  return {std::max(1, all.cpus / local_ranks),
+          all.source + " shared by " + std::to_string(local_ranks) + " ranks"};
 }
 
 }  // namespace loom

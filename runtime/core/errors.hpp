@@ -30,6 +30,8 @@ struct RuntimeError : std::runtime_error {
 };
 
 // ": <the OS's reason>" for a message about a file operation that just failed (errno).
-inline std::string os_reason() { return std::string(": ") + (errno ? std::strerror(errno) : "the system gave no reason"); }
+inline std::string os_reason() {
+  return std::string(": ") + (errno ? std::strerror(errno) : "the system gave no reason");
+}
 
 }  // namespace loom

@@ -8,23 +8,30 @@
 
 namespace loom {
 
-std::string read_regular_file(const std::filesystem::path& path, const std::string& what, uintmax_t max_bytes) {
+std::string read_regular_file(const std::filesystem::path& path, const std::string& what,
+                              uintmax_t max_bytes) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   const std::string where = what + " '" + path.string() + "'";
-  if (ec || !fs::exists(st)) throw RuntimeError("cannot open " + where + (ec ? ": " + ec.message() : ": no such file"));
+  if (ec || !fs::exists(st))
+    throw RuntimeError("cannot open " + where + (ec ? ": " + ec.message() : ": no such file"));
   if (!fs::is_regular_file(st)) {
-    const char* kind = fs::is_directory(st) ? "a directory" : fs::is_character_file(st) ? "a character device" :
-                       fs::is_block_file(st) ? "a block device" : fs::is_fifo(st) ? "a FIFO" :
-                       fs::is_socket(st) ? "a socket" : "not a file";
-    throw RuntimeError("cannot read " + where + ": it is " + std::string(kind) + ", not a regular file");
+    const char* kind = fs::is_directory(st)        ? "a directory"
+                       : fs::is_character_file(st) ? "a character device"
+                       : fs::is_block_file(st)     ? "a block device"
+                       : fs::is_fifo(st)           ? "a FIFO"
+                       : fs::is_socket(st)         ? "a socket"
+                                                   : "not a file";
+    throw RuntimeError("cannot read " + where + ": it is " + std::string(kind) +
+                       ", not a regular file");
   }
   const uintmax_t size = fs::file_size(path, ec);
   if (ec) throw RuntimeError("cannot read " + where + ": " + ec.message());
   if (size > max_bytes)
-    throw RuntimeError("cannot read " + where + ": it has " + std::to_string(size) + " bytes, more than the " +
-                       std::to_string(max_bytes) + " this command reads");
+    throw RuntimeError("cannot read " + where + ": it has " + std::to_string(size) +
+                       " bytes, more than the " + std::to_string(max_bytes) +
+                       " this command reads");
   return read_file(path, what);
 }
 
@@ -32,7 +39,8 @@ OutputFile::OutputFile(std::filesystem::path path, std::string what)
     : path_(std::move(path)), partial_(path_.string() + ".partial"), what_(std::move(what)) {
   std::error_code ec;
   if (std::filesystem::is_directory(path_, ec)) fail("it is a directory");
-  fd_ = ::open(partial_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask, as ofstream does
+  fd_ = ::open(partial_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+               0666);  // less the umask, as ofstream does
   if (fd_ < 0) fail(std::strerror(errno));
 }
 
@@ -91,7 +99,8 @@ void OutputFile::commit(bool durable) {
   }
 }
 
-void write_file(const std::filesystem::path& path, std::string_view bytes, const std::string& what) {
+void write_file(const std::filesystem::path& path, std::string_view bytes,
+                const std::string& what) {
   OutputFile out(path, what);
   out.append(bytes.data(), bytes.size());
   out.commit();
@@ -102,8 +111,11 @@ void check_can_write(const std::filesystem::path& path, const std::string& what)
   if (std::filesystem::is_directory(path, ec))
     throw RuntimeError("cannot write " + what + " '" + path.string() + "': it is a directory");
   const std::filesystem::path probe = path.string() + ".partial";
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);  // less the umask, as ofstream does
-  if (fd < 0) throw RuntimeError("cannot write " + what + " '" + path.string() + "': " + std::strerror(errno));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                        0666);  // less the umask, as ofstream does
+  if (fd < 0)
+    throw RuntimeError("cannot write " + what + " '" + path.string() +
+                       "': " + std::strerror(errno));
   ::close(fd);
   ::unlink(probe.c_str());
 }

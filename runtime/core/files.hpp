@@ -28,15 +28,18 @@ inline std::string read_file(const std::filesystem::path& path, const std::strin
   std::ifstream in = open_input(path, what);
   std::string bytes;
   char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) bytes.append(buf, static_cast<size_t>(in.gcount()));
-  if (in.bad()) throw RuntimeError("cannot read " + what + " '" + path.string() + "'" + os_reason());
+  while (in.read(buf, sizeof buf) || in.gcount() > 0)
+    bytes.append(buf, static_cast<size_t>(in.gcount()));
+  if (in.bad())
+    throw RuntimeError("cannot read " + what + " '" + path.string() + "'" + os_reason());
   return bytes;
 }
 
 // The whole of a regular file no larger than `max_bytes`, its size read before any allocation: a
 // device (/dev/zero), a FIFO or a file too large for what reads it is refused, naming it, rather
 // than filling memory.
-std::string read_regular_file(const std::filesystem::path& path, const std::string& what, uintmax_t max_bytes);
+std::string read_regular_file(const std::filesystem::path& path, const std::string& what,
+                              uintmax_t max_bytes);
 
 // A file written in pieces through `path`.partial, renamed to `path` by commit(): a reader never
 // sees half a file, and a failed write (a full disk) throws naming `what`, the file, the system's

@@ -3,9 +3,8 @@
 // numbers as json_number writes them ({"layout": "dp4 mb1", "dp": 4, "mfu": 0.41}).
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/json.hpp"
 
@@ -24,9 +23,12 @@ inline std::string json_line(const nlohmann::ordered_json& v) {
       for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + json_line(v[i]);
       return s + "]";
     }
-    case nlohmann::ordered_json::value_t::string: return json_quote(v.get_ref<const std::string&>());
-    case nlohmann::ordered_json::value_t::number_float: return json_number(v.get<double>());
-    default: return v.dump();  // integers, booleans, null
+    case nlohmann::ordered_json::value_t::string:
+      return json_quote(v.get_ref<const std::string&>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return json_number(v.get<double>());
+    default:
+      return v.dump();  // integers, booleans, null
   }
 }
 

@@ -6,13 +6,12 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/errors.hpp"
 
@@ -39,13 +38,15 @@ T json_integer(const nlohmann::json& v, std::string_view what) {
       return static_cast<T>(static_cast<int64_t>(d));
   }
   throw RuntimeError(std::string(what) + " is " + v.dump() + ", not an integer from " +
-                     std::to_string(std::numeric_limits<T>::min()) + " to " + std::to_string(std::numeric_limits<T>::max()));
+                     std::to_string(std::numeric_limits<T>::min()) + " to " +
+                     std::to_string(std::numeric_limits<T>::max()));
 }
 
 // A JSON array of such integers.
 template <class T>
 std::vector<T> json_integers(const nlohmann::json& v, std::string_view what) {
-  if (!v.is_array()) throw RuntimeError(std::string(what) + " is " + v.dump() + ", not a list of integers");
+  if (!v.is_array())
+    throw RuntimeError(std::string(what) + " is " + v.dump() + ", not a list of integers");
   std::vector<T> out;
   out.reserve(v.size());
   for (const auto& x : v) out.push_back(json_integer<T>(x, what));

@@ -30,18 +30,25 @@ std::vector<double> weights_of(const std::vector<Source>& sources) {
 
 }  // namespace
 
-Batches::Batches(TokenSplit train, TokenSplit val, int64_t seq_len, uint64_t seed, Sampling sampling,
-                 int64_t global_batch)
-    : Batches(one_source(std::move(train), std::move(val)), seq_len, seed, sampling, global_batch) {}
+Batches::Batches(TokenSplit train, TokenSplit val, int64_t seq_len, uint64_t seed,
+                 Sampling sampling, int64_t global_batch)
+    : Batches(one_source(std::move(train), std::move(val)), seq_len, seed, sampling, global_batch) {
+}
 
-Batches::Batches(std::vector<Source> sources, int64_t seq_len, uint64_t seed, Sampling sampling, int64_t global_batch)
-    : src_(std::move(sources)), blend_(weights_of(src_)), T_(seq_len), seed_(seed), sampling_(sampling),
+Batches::Batches(std::vector<Source> sources, int64_t seq_len, uint64_t seed, Sampling sampling,
+                 int64_t global_batch)
+    : src_(std::move(sources)),
+      blend_(weights_of(src_)),
+      T_(seq_len),
+      seed_(seed),
+      sampling_(sampling),
       global_batch_(global_batch) {
   for (const Source& s : src_)
     if (s.train.size() < T_ + 2)
-      throw RuntimeError("the training split" + (src_.size() > 1 ? " of blend source '" + s.name + "'" : std::string()) +
-                         " has " + std::to_string(s.train.size()) + " tokens, fewer than one sequence of " +
-                         std::to_string(T_ + 1));
+      throw RuntimeError("the training split" +
+                         (src_.size() > 1 ? " of blend source '" + s.name + "'" : std::string()) +
+                         " has " + std::to_string(s.train.size()) +
+                         " tokens, fewer than one sequence of " + std::to_string(T_ + 1));
 }
 
 int64_t Batches::train_tokens() const {
@@ -82,16 +89,19 @@ std::pair<int, int64_t> Batches::blend_window(int64_t g) const {
   const auto [s, k] = blend_.route(g);
   if (sampling_ == Sampling::Epoch) {
     const int64_t W = windows(s);
-    return {s, permute(k % W, W, seed_ ^ static_cast<uint64_t>(s), static_cast<uint64_t>(k / W)) * T_};
+    return {s,
+            permute(k % W, W, seed_ ^ static_cast<uint64_t>(s), static_cast<uint64_t>(k / W)) * T_};
   }
-  const uint64_t x = philox64(static_cast<uint64_t>(k), static_cast<uint64_t>(s), seed_ ^ 0xb1e4dda7au);
+  const uint64_t x =
+      philox64(static_cast<uint64_t>(k), static_cast<uint64_t>(s), seed_ ^ 0xb1e4dda7au);
   return {s, static_cast<int64_t>(x % static_cast<uint64_t>(src_[s].train.size() - T_ - 1))};
 }
 
 std::vector<std::pair<std::string, int64_t>> Batches::tokens_by_source(int64_t step) const {
   std::vector<std::pair<std::string, int64_t>> out;
   if (src_.size() > 1)
-    for (int s = 0; s < static_cast<int>(src_.size()); ++s) out.emplace_back(src_[s].name, blend_.count(s, step * global_batch_) * T_);
+    for (int s = 0; s < static_cast<int>(src_.size()); ++s)
+      out.emplace_back(src_[s].name, blend_.count(s, step * global_batch_) * T_);
   return out;
 }
 
@@ -103,11 +113,13 @@ std::pair<int, int64_t> Batches::train_window(int64_t step, int64_t sample) cons
     return {0, permute(g % W, W, seed_, static_cast<uint64_t>(g / W)) * T_};
   }
   // Counter = (step, sample): the same sample of the same step always starts at the same place.
-  const uint64_t x = philox64(static_cast<uint64_t>(step), static_cast<uint64_t>(sample), seed_ ^ 0x5eedda7au);
+  const uint64_t x =
+      philox64(static_cast<uint64_t>(step), static_cast<uint64_t>(sample), seed_ ^ 0x5eedda7au);
   return {0, static_cast<int64_t>(x % static_cast<uint64_t>(src_[0].train.size() - T_ - 1))};
 }
 
-void Batches::window(const TokenSplit& split, int64_t start, int64_t s, int32_t* tokens, int32_t* targets) const {
+void Batches::window(const TokenSplit& split, int64_t start, int64_t s, int32_t* tokens,
+                     int32_t* targets) const {
   std::vector<int32_t> w(T_ + 1);
   split.read(start, T_ + 1, w.data());
   for (int64_t t = 0; t < T_; ++t) {
@@ -116,7 +128,8 @@ void Batches::window(const TokenSplit& split, int64_t start, int64_t s, int32_t*
   }
 }
 
-void Batches::train_batch(int64_t step, int64_t first, int64_t count, int32_t* tokens, int32_t* targets) const {
+void Batches::train_batch(int64_t step, int64_t first, int64_t count, int32_t* tokens,
+                          int32_t* targets) const {
   for (int64_t s = 0; s < count; ++s) {
     const auto [source, offset] = train_window(step, first + s);
     window(src_[source].train, offset, s, tokens, targets);
@@ -132,7 +145,8 @@ int64_t Batches::val_windows(int source) const {
 int64_t Batches::val_windows() const {
   int64_t n = -1;
   for (int s = 0; s < static_cast<int>(src_.size()); ++s)
-    if (src_.size() == 1 || src_[s].weight > 0) n = n < 0 ? val_windows(s) : std::min(n, val_windows(s));
+    if (src_.size() == 1 || src_[s].weight > 0)
+      n = n < 0 ? val_windows(s) : std::min(n, val_windows(s));
   return std::max<int64_t>(n, 0);
 }
 

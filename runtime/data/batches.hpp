@@ -33,17 +33,21 @@ struct Source {
 // same way over the sources' validation splits.
 class Batches {
  public:
-  Batches(TokenSplit train, TokenSplit val, int64_t seq_len, uint64_t seed, Sampling sampling = Sampling::Random,
-          int64_t global_batch = 1);
-  Batches(std::vector<Source> sources, int64_t seq_len, uint64_t seed, Sampling sampling, int64_t global_batch);
+  Batches(TokenSplit train, TokenSplit val, int64_t seq_len, uint64_t seed,
+          Sampling sampling = Sampling::Random, int64_t global_batch = 1);
+  Batches(std::vector<Source> sources, int64_t seq_len, uint64_t seed, Sampling sampling,
+          int64_t global_batch);
 
   // Tokens and next-token targets for global samples [first, first + count) of `step`, written
   // row-major into [count, T] buffers.
-  void train_batch(int64_t step, int64_t first, int64_t count, int32_t* tokens, int32_t* targets) const;
+  void train_batch(int64_t step, int64_t first, int64_t count, int32_t* tokens,
+                   int32_t* targets) const;
   // Where one sample's window starts (what `train_batch` reads): (source, offset in its training
   // stream), the source 0 without a blend.
   std::pair<int, int64_t> train_window(int64_t step, int64_t sample) const;
-  int64_t train_offset(int64_t step, int64_t sample) const { return train_window(step, sample).second; }
+  int64_t train_offset(int64_t step, int64_t sample) const {
+    return train_window(step, sample).second;
+  }
   int sources() const { return static_cast<int>(src_.size()); }
   const std::string& source_name(int source) const { return src_[source].name; }
   // A blend's tokens drawn from each source in steps [1, step], by name; empty for one source.
@@ -60,7 +64,8 @@ class Batches {
   int64_t seq_len() const { return T_; }
 
  private:
-  void window(const TokenSplit& split, int64_t start, int64_t s, int32_t* tokens, int32_t* targets) const;
+  void window(const TokenSplit& split, int64_t start, int64_t s, int32_t* tokens,
+              int32_t* targets) const;
   int64_t windows(int source) const { return (src_[source].train.size() - 1) / T_; }
   int64_t val_windows(int source) const;
   // (source, offset) of a global sample g: a blend's route, then the source's own draw.

@@ -11,39 +11,59 @@ using config::kInf;
 using config::ValueType;
 
 config::SectionSpec data_section() {
-  return {"data", "training and validation tokens", {
-      {"dir", ValueType::String, "\"data/fortunes\"",
-       "directory of llm.c token shards: *train*.bin and *val*.bin (loom data prepare); unread when blend is set"},
-      {"blend", ValueType::StringList, "[]", "several such directories, each sample drawn from one by [data] weights "
-       "(every layout the same); [] = dir alone"},
-      {"weights", ValueType::FloatList, "[]", "one weight per blend directory; a source's share is its weight over their sum",
-       0, kInf},
-      {"sampling", ValueType::String, "\"random\"", "random: windows anywhere, with replacement (llm.c); "
-       "epoch: every window once per epoch, in a seeded order", -kInf, kInf, {"random", "epoch"}},
-      {"tokenizer", ValueType::String, "\"\"", "tokenizer.json for text samples; \"\" = the one beside the shards, if any"},
-  }};
+  return {"data",
+          "training and validation tokens",
+          {
+              {"dir", ValueType::String, "\"data/fortunes\"",
+               "directory of llm.c token shards: *train*.bin and *val*.bin (loom data prepare); "
+               "unread when blend is set"},
+              {"blend", ValueType::StringList, "[]",
+               "several such directories, each sample drawn from one by [data] weights "
+               "(every layout the same); [] = dir alone"},
+              {"weights", ValueType::FloatList, "[]",
+               "one weight per blend directory; a source's share is its weight over their sum", 0,
+               kInf},
+              {"sampling",
+               ValueType::String,
+               "\"random\"",
+               "random: windows anywhere, with replacement (llm.c); "
+               "epoch: every window once per epoch, in a seeded order",
+               -kInf,
+               kInf,
+               {"random", "epoch"}},
+              {"tokenizer", ValueType::String, "\"\"",
+               "tokenizer.json for text samples; \"\" = the one beside the shards, if any"},
+          }};
 }
 
 DataSettings read_data(const config::Config& cfg) {
-  DataSettings d{cfg.str("data.dir"), cfg.str("data.sampling"), cfg.str("data.tokenizer"), cfg.str_list("data.blend"), {}};
+  DataSettings d{cfg.str("data.dir"),
+                 cfg.str("data.sampling"),
+                 cfg.str("data.tokenizer"),
+                 cfg.str_list("data.blend"),
+                 {}};
   const toml::node* w = cfg.table().at_path("data.weights").node();
   const std::string at = w ? config::where(*w) + ": " : "";
   if (const toml::array* a = w ? w->as_array() : nullptr)
     for (const toml::node& e : *a) d.weights.push_back(e.value<double>().value_or(0));
   if (d.weights.size() != d.blend.size())
-    throw ConfigError(at + "[data] weights has " + std::to_string(d.weights.size()) + " entries and [data] blend " +
-                      std::to_string(d.blend.size()) + ": give one weight per blend directory");
+    throw ConfigError(at + "[data] weights has " + std::to_string(d.weights.size()) +
+                      " entries and [data] blend " + std::to_string(d.blend.size()) +
+                      ": give one weight per blend directory");
   double sum = 0;
   for (double x : d.weights) sum += x;
   if (!d.blend.empty() && !(sum > 0 && std::isfinite(sum)))
-    throw ConfigError(at + "[data] weights must sum to a positive number (a source's share is its weight over the sum)");
+    throw ConfigError(at +
+                      "[data] weights must sum to a positive number (a source's share is its "
+                      "weight over the sum)");
   return d;
 }
 
 std::filesystem::path run_tokenizer_path(const config::Config& cfg) {
   const DataSettings ds = read_data(cfg);
   if (!ds.tokenizer.empty()) return ds.tokenizer;
-  const std::filesystem::path beside = std::filesystem::path(ds.sources().front().dir) / "tokenizer.json";
+  const std::filesystem::path beside =
+      std::filesystem::path(ds.sources().front().dir) / "tokenizer.json";
   return std::filesystem::exists(beside) ? beside : std::filesystem::path();
 }
 

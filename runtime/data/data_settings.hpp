@@ -16,7 +16,8 @@ struct DataSettings {
   std::vector<double> weights;
   // The directories the run reads, each with its weight: the blend's, else {dir, 1}.
   struct SourceDir {
-    std::string dir, name;  // name: the directory's last part, "_<index>" added to a repeat (metrics)
+    std::string dir,
+        name;  // name: the directory's last part, "_<index>" added to a repeat (metrics)
     double weight;
   };
   std::vector<SourceDir> sources() const;

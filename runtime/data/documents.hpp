@@ -38,7 +38,8 @@ class DocumentReader {
 
   const std::vector<std::string>& inputs() const { return inputs_; }
   InputFormat format() const { return format_; }
-  uint64_t bytes_read() const;   // bytes of the inputs read so far (compressed bytes where compressed)
+  uint64_t bytes_read()
+      const;  // bytes of the inputs read so far (compressed bytes where compressed)
   uint64_t total_bytes() const;  // their sizes; 0 when one is unknown (standard input)
 
  private:
@@ -52,7 +53,8 @@ class DocumentReader {
 
 // The text of a document: the JSONL record's `field`, which must be a string, or the text file's
 // bytes; either must be valid UTF-8. Throws BadDocument naming `input` and the line.
-std::string document_text(const RawDocument& doc, InputFormat format, const std::string& field, const std::string& input);
+std::string document_text(const RawDocument& doc, InputFormat format, const std::string& field,
+                          const std::string& input);
 
 // The offset of the first byte that does not belong to well-formed UTF-8 (overlong forms,
 // surrogates and code points past U+10FFFF included), or npos.

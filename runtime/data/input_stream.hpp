@@ -3,8 +3,8 @@
 // read buffer and one decompressed buffer, whatever the file's size.
 #pragma once
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -27,7 +27,7 @@ class InputStream {
   std::string rest(uint64_t max_bytes);
 
   const std::string& name() const { return name_; }
-  const char* format() const;                    // "plain", "gzip", "zstd"
+  const char* format() const;                      // "plain", "gzip", "zstd"
   uint64_t consumed() const { return raw_read_; }  // bytes of the file read so far
   uint64_t size() const { return size_; }          // 0 when unknown (a pipe)
 

@@ -32,19 +32,22 @@ json settings_of(const PrepareOptions& o, int64_t vocab) {
   for (const std::string& in : o.inputs) {
     struct stat st {};
     const bool known = in != "-" && ::stat(in.c_str(), &st) == 0;
-    inputs.push_back({{"path", in}, {"bytes", known ? int64_t(st.st_size) : -1},
-                      {"mtime_ns", known ? int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec : -1}});
+    inputs.push_back(
+        {{"path", in},
+         {"bytes", known ? int64_t(st.st_size) : -1},
+         {"mtime_ns",
+          known ? int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec : -1}});
   }
-  const json tokenizer = o.train_tokenizer ? json{{"learned", {{"vocab_size", o.vocab_size}, {"sample_bytes", o.tokenizer_sample_bytes}}}}
-                         : o.tokenizer.empty() ? json("bytes") : json(o.tokenizer);
-  return {{"inputs", inputs},
-          {"format", o.format == InputFormat::Jsonl ? "jsonl" : "text"},
-          {"field", o.field},
-          {"tokenizer", tokenizer},
-          {"vocab_size", vocab},
-          {"val_fraction", o.val_fraction},
-          {"seed", o.seed},
-          {"shard_tokens", o.shard_tokens},
+  const json tokenizer =
+      o.train_tokenizer
+          ? json{{"learned",
+                  {{"vocab_size", o.vocab_size}, {"sample_bytes", o.tokenizer_sample_bytes}}}}
+      : o.tokenizer.empty() ? json("bytes")
+                            : json(o.tokenizer);
+  return {{"inputs", inputs},      {"format", o.format == InputFormat::Jsonl ? "jsonl" : "text"},
+          {"field", o.field},      {"tokenizer", tokenizer},
+          {"vocab_size", vocab},   {"val_fraction", o.val_fraction},
+          {"seed", o.seed},        {"shard_tokens", o.shard_tokens},
           {"skip_bad", o.skip_bad}};
 }
 
@@ -57,8 +60,12 @@ struct ResumePoint {
 };
 
 void save_point(const fs::path& out, const json& settings, const ResumePoint& p) {
-  json j = {{"version", 1},          {"settings", settings}, {"complete", p.complete},
-            {"documents", p.documents}, {"skipped", p.skipped}, {"first_skipped", p.first_skipped},
+  json j = {{"version", 1},
+            {"settings", settings},
+            {"complete", p.complete},
+            {"documents", p.documents},
+            {"skipped", p.skipped},
+            {"first_skipped", p.first_skipped},
             {"text_bytes", p.text_bytes},
             {"train", {{"shards", p.shards[0]}, {"partial_tokens", p.partial[0]}}},
             {"val", {{"shards", p.shards[1]}, {"partial_tokens", p.partial[1]}}}};
@@ -78,14 +85,15 @@ ResumePoint load_point(const fs::path& out, const json& settings) {
     p.shards[0] = j.at("train").at("shards"), p.partial[0] = j.at("train").at("partial_tokens");
     p.shards[1] = j.at("val").at("shards"), p.partial[1] = j.at("val").at("partial_tokens");
   } catch (const json::exception& e) {
-    throw RuntimeError("--resume: '" + file.string() + "' is not a prepare record Loom can read (" + e.what() +
-                       "); prepare again without --resume");
+    throw RuntimeError("--resume: '" + file.string() + "' is not a prepare record Loom can read (" +
+                       e.what() + "); prepare again without --resume");
   }
   for (const auto& [key, value] : settings.items())
     if (was.value(key, json()) != value)
-      throw UsageError("--resume: the earlier prepare into '" + out.string() + "' had " + key + " = " +
-                       was.value(key, json()).dump() + ", this one " + value.dump() +
-                       "; resume with the same inputs and options, or prepare again without --resume");
+      throw UsageError(
+          "--resume: the earlier prepare into '" + out.string() + "' had " + key + " = " +
+          was.value(key, json()).dump() + ", this one " + value.dump() +
+          "; resume with the same inputs and options, or prepare again without --resume");
   return p;
 }
 
@@ -95,8 +103,10 @@ struct Encoder {
   int64_t marker = -1;
 
   std::vector<uint32_t> encode(const std::string& text) const {
-    if (!tok) return std::vector<uint32_t>(reinterpret_cast<const unsigned char*>(text.data()),
-                                           reinterpret_cast<const unsigned char*>(text.data()) + text.size());
+    if (!tok)
+      return std::vector<uint32_t>(
+          reinterpret_cast<const unsigned char*>(text.data()),
+          reinterpret_cast<const unsigned char*>(text.data()) + text.size());
     std::vector<uint32_t> ids;
     if (marker >= 0) ids.push_back(static_cast<uint32_t>(marker));
     std::vector<uint32_t> body = tok->encode(text);
@@ -105,12 +115,14 @@ struct Encoder {
   }
 };
 
-std::vector<Encoder> make_encoders(const fs::path& tokenizer_json, int threads, uint64_t cache_bytes) {
+std::vector<Encoder> make_encoders(const fs::path& tokenizer_json, int threads,
+                                   uint64_t cache_bytes) {
   std::vector<Encoder> enc(threads);
   if (tokenizer_json.empty()) return enc;
   for (Encoder& e : enc) {
     e.tok = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(tokenizer_json));
-    e.tok->set_cache_limit(std::max<uint64_t>(1024, cache_bytes / threads / 256));  // entries of up to ~256 bytes
+    e.tok->set_cache_limit(
+        std::max<uint64_t>(1024, cache_bytes / threads / 256));  // entries of up to ~256 bytes
     e.marker = e.tok->special("<|endoftext|>");
     if (e.marker < 0) e.marker = e.tok->special("<|begin_of_text|>");
   }
@@ -120,10 +132,11 @@ std::vector<Encoder> make_encoders(const fs::path& tokenizer_json, int threads, 
 // A seeded sample of the documents, at most `cap` bytes: those with the smallest Philox keys
 // (each document truncated to the cap), in input order. A document's key is known before its
 // JSON is parsed, so most documents of a large corpus are passed over unread.
-std::vector<std::string> tokenizer_sample(const PrepareOptions& o, uint64_t max_doc,
-                                          const std::function<void(const PrepareProgress&)>& progress) {
+std::vector<std::string> tokenizer_sample(
+    const PrepareOptions& o, uint64_t max_doc,
+    const std::function<void(const PrepareProgress&)>& progress) {
   using Entry = std::tuple<uint64_t, uint64_t, std::string>;  // key, index, text
-  constexpr uint64_t kEntryBytes = 64;                         // what an entry costs besides its text
+  constexpr uint64_t kEntryBytes = 64;  // what an entry costs besides its text
   auto later = [](const Entry& a, const Entry& b) { return std::get<0>(a) < std::get<0>(b); };
   std::priority_queue<Entry, std::vector<Entry>, decltype(later)> heap(later);
   uint64_t held = 0;
@@ -158,7 +171,8 @@ std::vector<std::string> tokenizer_sample(const PrepareOptions& o, uint64_t max_
   }
   std::vector<Entry> kept;
   for (; !heap.empty(); heap.pop()) kept.push_back(std::move(const_cast<Entry&>(heap.top())));
-  std::sort(kept.begin(), kept.end(), [](const Entry& a, const Entry& b) { return std::get<1>(a) < std::get<1>(b); });
+  std::sort(kept.begin(), kept.end(),
+            [](const Entry& a, const Entry& b) { return std::get<1>(a) < std::get<1>(b); });
   std::vector<std::string> texts;
   for (Entry& e : kept) texts.push_back(std::move(std::get<2>(e)));
   return texts;
@@ -166,15 +180,18 @@ std::vector<std::string> tokenizer_sample(const PrepareOptions& o, uint64_t max_
 
 // The tokenizer.json beside the shards: copied from --tokenizer, learned from a sample, or (on a
 // resume) the one the earlier prepare put there. Returns the path ("" for bytes) and a note.
-std::pair<fs::path, std::string> settle_tokenizer(const PrepareOptions& o, uint64_t max_doc,
-                                                  const std::function<void(const PrepareProgress&)>& progress) {
+std::pair<fs::path, std::string> settle_tokenizer(
+    const PrepareOptions& o, uint64_t max_doc,
+    const std::function<void(const PrepareProgress&)>& progress) {
   const fs::path beside = o.out / "tokenizer.json";
   if (o.train_tokenizer && o.resume && fs::exists(o.out / "prepare.json") && fs::exists(beside))
     return {beside, "kept the tokenizer the earlier prepare learned"};
   if (o.train_tokenizer) {
     if (std::count(o.inputs.begin(), o.inputs.end(), "-"))
-      throw UsageError("--train-tokenizer reads the input twice (a sample, then everything), and standard input can be "
-                       "read once: give files, or a --tokenizer learned elsewhere");
+      throw UsageError(
+          "--train-tokenizer reads the input twice (a sample, then everything), and standard input "
+          "can be "
+          "read once: give files, or a --tokenizer learned elsewhere");
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<std::string> sample = tokenizer_sample(o, max_doc, progress);
     uint64_t bytes = 0;
@@ -182,20 +199,26 @@ std::pair<fs::path, std::string> settle_tokenizer(const PrepareOptions& o, uint6
     tok::Tokenizer t = tok::Tokenizer::train(sample, o.vocab_size);
     t.save_json(beside);
     char note[160];
-    std::snprintf(note, sizeof note, "trained a %lld-token byte-level BPE vocabulary from %zu documents (%.1f MB) in %.1f s",
-                  (long long)t.vocab_size(), sample.size(), bytes / 1e6,
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::snprintf(
+        note, sizeof note,
+        "trained a %lld-token byte-level BPE vocabulary from %zu documents (%.1f MB) in %.1f s",
+        (long long)t.vocab_size(), sample.size(), bytes / 1e6,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return {beside, note};
   }
   if (o.tokenizer.empty()) {
-    fs::remove(beside);  // bytes: a tokenizer.json an earlier prepare left would speak for these shards
+    fs::remove(
+        beside);  // bytes: a tokenizer.json an earlier prepare left would speak for these shards
     return {fs::path(), ""};
   }
   const std::string bytes = read_file(o.tokenizer, "tokenizer");
   if (o.resume && fs::exists(beside) && read_file(beside, "tokenizer") != bytes)
-    throw UsageError("--resume: --tokenizer '" + o.tokenizer + "' differs from the tokenizer.json the earlier prepare "
-                     "copied into '" + o.out.string() + "'");
-  write_file(beside, bytes, "tokenizer");  // the user's file as it is: it may carry fields Loom does not use
+    throw UsageError("--resume: --tokenizer '" + o.tokenizer +
+                     "' differs from the tokenizer.json the earlier prepare "
+                     "copied into '" +
+                     o.out.string() + "'");
+  write_file(beside, bytes,
+             "tokenizer");  // the user's file as it is: it may carry fields Loom does not use
   return {beside, ""};
 }
 
@@ -240,7 +263,8 @@ bool read_batch(DocumentReader& reader, uint64_t bytes, size_t documents, Batch&
   return !b.raw.empty();
 }
 
-void encode_batch(Batch& b, std::vector<Encoder>& enc, const PrepareOptions& o, const std::vector<std::string>& inputs) {
+void encode_batch(Batch& b, std::vector<Encoder>& enc, const PrepareOptions& o,
+                  const std::vector<std::string>& inputs) {
   const size_t n = b.raw.size();
   b.ids.assign(n, {});
   b.error.assign(n, {});
@@ -278,7 +302,8 @@ void check_options(const PrepareOptions& o) {
   if (!(o.val_fraction >= 0 && o.val_fraction < 1))  // NaN fails every comparison
     throw UsageError("--val-fraction must be in [0, 1), got " + std::to_string(o.val_fraction));
   if (o.memory_bytes < (uint64_t{64} << 20)) throw UsageError("--memory-mb must be at least 64");
-  if (o.train_tokenizer && !o.tokenizer.empty()) throw UsageError("--tokenizer and --train-tokenizer exclude each other");
+  if (o.train_tokenizer && !o.tokenizer.empty())
+    throw UsageError("--tokenizer and --train-tokenizer exclude each other");
   if (o.shard_tokens < 1 || o.shard_tokens > INT32_MAX)
     throw UsageError("--shard-tokens must be in [1, 2^31), got " + std::to_string(o.shard_tokens));
   if (o.batch_documents < 1) throw UsageError("a batch needs at least one document");
@@ -289,13 +314,15 @@ void skip_documents(DocumentReader& reader, uint64_t documents) {
   RawDocument skip;
   for (uint64_t i = 0; i < documents; ++i)
     if (!reader.next(skip))
-      throw UsageError("--resume: the inputs hold " + std::to_string(i) + " documents, fewer than the " +
-                       std::to_string(documents) + " the earlier prepare read");
+      throw UsageError("--resume: the inputs hold " + std::to_string(i) +
+                       " documents, fewer than the " + std::to_string(documents) +
+                       " the earlier prepare read");
 }
 
 }  // namespace
 
-PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const PrepareProgress&)>& progress) {
+PrepareSummary prepare(const PrepareOptions& o,
+                       const std::function<void(const PrepareProgress&)>& progress) {
   check_options(o);
   // One document takes up to an eighth of the bound, and its ids (4 bytes each) up to half more.
   const uint64_t max_doc = o.memory_bytes / 8, batch_bytes = o.memory_bytes / 16;
@@ -332,8 +359,11 @@ PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const P
   // of reading past what a resumed prepare's shards hold.
   const auto t0 = std::chrono::steady_clock::now();
   // Text files are whole documents: too few of them to hold any out whole, and each keeps its tail.
-  const bool tails = o.format == InputFormat::Text && o.val_fraction > 0 && o.inputs.size() * o.val_fraction < 1;
-  if (tails) sum.split_note = "too few documents to hold any out whole: the last share of each went to validation";
+  const bool tails =
+      o.format == InputFormat::Text && o.val_fraction > 0 && o.inputs.size() * o.val_fraction < 1;
+  if (tails)
+    sum.split_note =
+        "too few documents to hold any out whole: the last share of each went to validation";
   const Split split{train, val, ValChoice(o.val_fraction, o.seed), tails};
   p.skipped_bytes = reader.bytes_read();
   Batch b;
@@ -356,7 +386,8 @@ PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const P
     at.shards[0] = train.complete(), at.partial[0] = train.partial();
     at.shards[1] = val.complete(), at.partial[1] = val.partial();
     save_point(o.out, settings, at);
-    p.bytes_read = reader.bytes_read(), p.train_tokens = train.tokens(), p.val_tokens = val.tokens();
+    p.bytes_read = reader.bytes_read(), p.train_tokens = train.tokens(),
+    p.val_tokens = val.tokens();
     p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (progress) progress(p);
   }
@@ -366,7 +397,8 @@ PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const P
   if (empty) throw UsageError("the input has no tokens: nothing to write");
   p.train_tokens = train.tokens(), p.val_tokens = val.tokens();
   at.complete = true;
-  at.shards[0] = train.complete(), at.partial[0] = 0, at.shards[1] = val.complete(), at.partial[1] = 0;
+  at.shards[0] = train.complete(), at.partial[0] = 0, at.shards[1] = val.complete(),
+  at.partial[1] = 0;
   save_point(o.out, settings, at);
   sum.train_shards = train.complete(), sum.val_shards = val.complete();
   sum.first_skipped = at.first_skipped;

@@ -26,7 +26,8 @@ struct PrepareOptions {
   InputFormat format = InputFormat::Jsonl;
   std::string field = "text";
   std::filesystem::path out;
-  std::string tokenizer;  // tokenizer.json to encode with; "" = bytes (vocabulary 256) unless train_tokenizer
+  std::string tokenizer;  // tokenizer.json to encode with; "" = bytes (vocabulary 256) unless
+                          // train_tokenizer
   bool train_tokenizer = false;
   int64_t vocab_size = 4096;
   uint64_t tokenizer_sample_bytes = uint64_t{64} << 20;
@@ -42,11 +43,12 @@ struct PrepareOptions {
 };
 
 struct PrepareProgress {
-  const char* phase = "sampling";  // "sampling" (for --train-tokenizer), then "encoding"
+  const char* phase = "sampling";            // "sampling" (for --train-tokenizer), then "encoding"
   uint64_t bytes_read = 0, total_bytes = 0;  // of the inputs (compressed where they are)
-  uint64_t skipped_bytes = 0;                 // read by a resume to pass what the shards hold: not in the ETA
-  uint64_t text_bytes = 0, documents = 0, skipped = 0;  // since the start (a resumed prepare's included)
-  uint64_t new_text_bytes = 0;                            // encoded by this process: the rate's
+  uint64_t skipped_bytes = 0;  // read by a resume to pass what the shards hold: not in the ETA
+  uint64_t text_bytes = 0, documents = 0,
+           skipped = 0;         // since the start (a resumed prepare's included)
+  uint64_t new_text_bytes = 0;  // encoded by this process: the rate's
   int64_t train_tokens = 0, val_tokens = 0;
   double seconds = 0;
 };
@@ -54,7 +56,7 @@ struct PrepareProgress {
 struct PrepareSummary {
   PrepareProgress totals;
   int64_t train_shards = 0, val_shards = 0, vocab_size = 0;
-  std::string first_skipped;  // the first bad document's message, under skip_bad
+  std::string first_skipped;   // the first bad document's message, under skip_bad
   std::string tokenizer_note;  // what --train-tokenizer did, or ""
   std::string split_note;      // how the validation split was taken, when not document by document
   bool resumed = false, already_complete = false;
@@ -62,6 +64,7 @@ struct PrepareSummary {
 };
 
 // `progress` is called after each batch (and while a tokenizer sample is read).
-PrepareSummary prepare(const PrepareOptions& o, const std::function<void(const PrepareProgress&)>& progress = {});
+PrepareSummary prepare(const PrepareOptions& o,
+                       const std::function<void(const PrepareProgress&)>& progress = {});
 
 }  // namespace loom::data

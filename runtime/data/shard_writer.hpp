@@ -15,14 +15,14 @@ class ShardWriter {
  public:
   // From scratch (complete = partial = 0: every earlier shard of the split is removed), or after
   // `complete` whole shards with `partial` tokens of the next one on disk.
-  ShardWriter(std::filesystem::path dir, std::string split, int64_t vocab_size, int64_t shard_tokens,
-              int64_t complete = 0, int64_t partial = 0);
+  ShardWriter(std::filesystem::path dir, std::string split, int64_t vocab_size,
+              int64_t shard_tokens, int64_t complete = 0, int64_t partial = 0);
   ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
   void append(const uint32_t* ids, size_t n);
-  void sync();    // the partial shard's tokens written and on disk, so a resume point may count them
+  void sync();  // the partial shard's tokens written and on disk, so a resume point may count them
   void finish();  // the last shard, however short, gets its header and name
 
   int64_t complete() const { return complete_; }
@@ -46,7 +46,8 @@ class ShardWriter {
   std::string split_;
   int width_;
   int64_t vocab_, shard_tokens_, complete_, partial_;
-  int64_t total_;  // every shard's tokens: the last, once finished, may hold fewer than shard_tokens
+  int64_t
+      total_;  // every shard's tokens: the last, once finished, may hold fewer than shard_tokens
   int fd_ = -1;
   std::vector<char> buf_;
   std::vector<std::filesystem::path> written_;

@@ -27,7 +27,8 @@ std::array<int32_t, kHeaderInts> shard_header(int width, int64_t count) {
 
 void write_shard(const fs::path& path, const std::vector<uint32_t>& tokens, int64_t vocab_size) {
   const bool wide = vocab_size > 65536;
-  const std::array<int32_t, kHeaderInts> header = shard_header(wide ? 4 : 2, static_cast<int64_t>(tokens.size()));
+  const std::array<int32_t, kHeaderInts> header =
+      shard_header(wide ? 4 : 2, static_cast<int64_t>(tokens.size()));
   fs::path tmp = path;
   tmp += ".tmp";
   {
@@ -39,7 +40,9 @@ void write_shard(const fs::path& path, const std::vector<uint32_t>& tokens, int6
       std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
       out.write(reinterpret_cast<const char*>(narrow.data()), narrow.size() * 2);
     }
-    if (!out) throw RuntimeError("cannot write token shard '" + tmp.string() + "': " + std::strerror(errno));
+    if (!out)
+      throw RuntimeError("cannot write token shard '" + tmp.string() +
+                         "': " + std::strerror(errno));
   }
   fs::rename(tmp, path);  // readers never see a half-written shard
 }
@@ -61,17 +64,18 @@ TokenShard::TokenShard(const fs::path& path, int64_t vocab_size) : path_(path), 
   } else if (header[0] == kShardMagic32 && header[1] == kShardVersion32) {
     width_ = 4;
   } else if (header[0] != kShardMagic && header[0] != kShardMagic32) {
-    fail("bad magic " + std::to_string(header[0]) + " (expected " + std::to_string(kShardMagic) + " or " +
-         std::to_string(kShardMagic32) + "); not an llm.c token shard");
+    fail("bad magic " + std::to_string(header[0]) + " (expected " + std::to_string(kShardMagic) +
+         " or " + std::to_string(kShardMagic32) + "); not an llm.c token shard");
   } else {
-    fail("version " + std::to_string(header[1]) + " with magic " + std::to_string(header[0]) + ", expected " +
+    fail("version " + std::to_string(header[1]) + " with magic " + std::to_string(header[0]) +
+         ", expected " +
          std::to_string(header[0] == kShardMagic ? kShardVersion : kShardVersion32));
   }
   count_ = header[2];
   const uintmax_t expected = 1024 + static_cast<uintmax_t>(width_) * static_cast<uintmax_t>(count_);
   if (count_ < 0 || actual != expected)
-    fail("header says " + std::to_string(count_) + " tokens (" + std::to_string(expected) + " bytes) but the file has " +
-         std::to_string(actual) + " bytes");
+    fail("header says " + std::to_string(count_) + " tokens (" + std::to_string(expected) +
+         " bytes) but the file has " + std::to_string(actual) + " bytes");
   bytes_ = static_cast<size_t>(actual);
   struct stat st {};
   ::fstat(fd, &st);
@@ -84,15 +88,19 @@ void TokenShard::read(int64_t first, int64_t n, int32_t* out) const {
   // mapped page past the new end of the file would kill the process with SIGBUS. Opened per
   // window, so thousands of shards hold no descriptors (one open costs microseconds).
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw RuntimeError("cannot open token shard '" + path_.string() + "': " + std::strerror(errno));
+  if (fd < 0)
+    throw RuntimeError("cannot open token shard '" + path_.string() + "': " + std::strerror(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && (static_cast<uint64_t>(st.st_dev) != inode_.first || static_cast<uint64_t>(st.st_ino) != inode_.second))
-    throw RuntimeError("token shard '" + path_.string() + "' was replaced by another file while the run read it (a new `data "
-                       "prepare` into the same directory?): restart the run to read the new data from its start");
+  if (::fstat(fd, &st) == 0 && (static_cast<uint64_t>(st.st_dev) != inode_.first ||
+                                static_cast<uint64_t>(st.st_ino) != inode_.second))
+    throw RuntimeError(
+        "token shard '" + path_.string() +
+        "' was replaced by another file while the run read it (a new `data "
+        "prepare` into the same directory?): restart the run to read the new data from its start");
   const size_t want = static_cast<size_t>(width_ * n);
   std::vector<char> raw(want);
   const off_t at = static_cast<off_t>(1024 + width_ * first);
@@ -102,10 +110,14 @@ void TokenShard::read(int64_t first, int64_t n, int32_t* out) const {
     if (got <= 0) {
       std::error_code ec;
       const uintmax_t now = fs::file_size(path_, ec);
-      throw RuntimeError("token shard '" + path_.string() + "': cannot read tokens " + std::to_string(first) + ".." +
-                         std::to_string(first + n) + ": " + (got < 0 ? std::string(std::strerror(errno)) :
-                         "the file now has " + (ec ? std::string("no size") : std::to_string(now) + " bytes") + ", " +
-                         std::to_string(bytes_) + " when the run opened it (was it truncated or rewritten in place?)"));
+      throw RuntimeError(
+          "token shard '" + path_.string() + "': cannot read tokens " + std::to_string(first) +
+          ".." + std::to_string(first + n) + ": " +
+          (got < 0 ? std::string(std::strerror(errno))
+                   : "the file now has " +
+                         (ec ? std::string("no size") : std::to_string(now) + " bytes") + ", " +
+                         std::to_string(bytes_) +
+                         " when the run opened it (was it truncated or rewritten in place?)"));
     }
     done += static_cast<size_t>(got);
   }
@@ -119,8 +131,9 @@ void TokenShard::read(int64_t first, int64_t n, int32_t* out) const {
       std::memcpy(&t, raw.data() + 4 * i, 4);
     }
     if (static_cast<int64_t>(t) >= vocab_)
-      throw RuntimeError("token shard '" + path_.string() + "': token " + std::to_string(t) + " at position " +
-                         std::to_string(first + i) + " is outside the vocabulary (" + std::to_string(vocab_) + ")");
+      throw RuntimeError("token shard '" + path_.string() + "': token " + std::to_string(t) +
+                         " at position " + std::to_string(first + i) +
+                         " is outside the vocabulary (" + std::to_string(vocab_) + ")");
     out[i] = static_cast<int32_t>(t);
   }
 }
@@ -156,7 +169,8 @@ TokenSplit::TokenSplit(const fs::path& dir, const std::string& split, int64_t vo
   for (const auto& f : files) {
     // A FIFO or a device under a shard's name would block the run on its first read.
     if (!fs::is_regular_file(f, ec))
-      throw RuntimeError("shard '" + f.string() + "' is not a regular file (a FIFO, a device or a directory)");
+      throw RuntimeError("shard '" + f.string() +
+                         "' is not a regular file (a FIFO, a device or a directory)");
     shards_.push_back(std::make_unique<TokenShard>(f, vocab_size));
     begin_.push_back(total_);
     total_ += shards_.back()->size();
@@ -165,8 +179,8 @@ TokenSplit::TokenSplit(const fs::path& dir, const std::string& split, int64_t vo
 
 void TokenSplit::read(int64_t first, int64_t n, int32_t* out) const {
   if (first < 0 || first + n > total_)
-    throw RuntimeError("tokens [" + std::to_string(first) + ", " + std::to_string(first + n) + ") are past the split's " +
-                       std::to_string(total_));
+    throw RuntimeError("tokens [" + std::to_string(first) + ", " + std::to_string(first + n) +
+                       ") are past the split's " + std::to_string(total_));
   size_t s = std::upper_bound(begin_.begin(), begin_.end(), first) - begin_.begin() - 1;
   while (n > 0) {
     const int64_t at = first - begin_[s], take = std::min(n, shards_[s]->size() - at);

@@ -22,7 +22,8 @@ constexpr size_t kHeaderInts = 256;
 std::array<int32_t, kHeaderInts> shard_header(int width, int64_t count);
 
 // uint16 when every id of the vocabulary fits (vocab_size <= 65536), uint32 otherwise.
-void write_shard(const std::filesystem::path& path, const std::vector<uint32_t>& tokens, int64_t vocab_size);
+void write_shard(const std::filesystem::path& path, const std::vector<uint32_t>& tokens,
+                 int64_t vocab_size);
 
 // One shard, open for reading. The header and the file size are checked when it opens; each
 // token is checked against the vocabulary when it is read, and a read that finds the file shorter
@@ -42,7 +43,8 @@ class TokenShard {
   int64_t vocab_, count_ = 0;
   int width_ = 2;
   size_t bytes_ = 0;
-  std::pair<uint64_t, uint64_t> inode_;  // (device, inode) when opened: a shard replaced by rename is refused
+  std::pair<uint64_t, uint64_t>
+      inode_;  // (device, inode) when opened: a shard replaced by rename is refused
 };
 
 // The shards of one split of a data directory, in name order, as one stream of tokens.

@@ -1,9 +1,9 @@
-#include "distributed/comm_meter.hpp"
 #include "distributed/comm.hpp"
 
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "distributed/comm_meter.hpp"
 #include "loader/host.hpp"
 #include "tensor/tensor.hpp"
 
@@ -14,8 +14,8 @@ namespace {
 // loom_store over a StoreClient. get's bytes live in a thread-local buffer until the next get.
 loom_status store_set(void* self, const char* key, const void* data, size_t n, loom_error* err) {
   try {
-    static_cast<StoreClient*>(self)->set(key, Bytes(static_cast<const char*>(data),
-                                                    static_cast<const char*>(data) + n));
+    static_cast<StoreClient*>(self)->set(
+        key, Bytes(static_cast<const char*>(data), static_cast<const char*>(data) + n));
     return LOOM_OK;
   } catch (const std::exception& e) {
     return plugins::host().set_error(err, LOOM_SYSTEM, e.what());
@@ -67,20 +67,23 @@ void Communicator::all_gather(const loom_tensor& in, loom_tensor out) {
 loom_work* Communicator::send(const loom_tensor& t, int peer, int tag) {
   loom_error e;
   loom_work* w = nullptr;
-  check(t_->send(self_, c_, &t, peer, tag, &w, &e), e, ("send to " + name_ + " rank " + std::to_string(peer)).c_str());
+  check(t_->send(self_, c_, &t, peer, tag, &w, &e), e,
+        ("send to " + name_ + " rank " + std::to_string(peer)).c_str());
   return w;
 }
 
 void Communicator::recv(loom_tensor t, int peer, int tag) {
   loom_error e;
-  check(t_->recv(self_, c_, &t, peer, tag, nullptr, &e), e, ("recv from " + name_ + " rank " + std::to_string(peer)).c_str());
+  check(t_->recv(self_, c_, &t, peer, tag, nullptr, &e), e,
+        ("recv from " + name_ + " rank " + std::to_string(peer)).c_str());
 }
 
 loom_work* Communicator::irecv(const loom_tensor& t, int peer, int tag) {
   loom_error e;
   loom_work* w = nullptr;
   loom_tensor buf = t;
-  check(t_->recv(self_, c_, &buf, peer, tag, &w, &e), e, ("recv from " + name_ + " rank " + std::to_string(peer)).c_str());
+  check(t_->recv(self_, c_, &buf, peer, tag, &w, &e), e,
+        ("recv from " + name_ + " rank " + std::to_string(peer)).c_str());
   return w;
 }
 
@@ -120,7 +123,8 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
                      const loom_options* options, int64_t timeout_ms)
     : env_(env), mesh_(mesh) {
   if (plugin.desc->kind != LOOM_KIND_COMM)
-    throw ConfigError("[plugins] comm names '" + std::string(plugin.desc->name) + "', not a comm plugin");
+    throw ConfigError("[plugins] comm names '" + std::string(plugin.desc->name) +
+                      "', not a comm plugin");
   if (env_.rank == 0) {
     int fd = inherited_store_fd();
     server_ = fd >= 0 ? std::make_unique<StoreServer>(fd)
@@ -152,11 +156,12 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
   loom_error e;
   loom_comm* world = nullptr;
   loom_status st = table_->init(self(), &store_, env_.rank, env_.world, timeout_ms, &world, &e);
-  if (st == LOOM_BAD_CONFIG) throw ConfigError("comm plugin '" + std::string(plugin.desc->name) + "': " + e.message);
+  if (st == LOOM_BAD_CONFIG)
+    throw ConfigError("comm plugin '" + std::string(plugin.desc->name) + "': " + e.message);
   if (st != LOOM_OK)
-    throw RuntimeError("comm plugin '" + std::string(plugin.desc->name) + "' could not start rank " +
-                       std::to_string(env_.rank) + " of " + std::to_string(env_.world) + ": " +
-                       e.message);
+    throw RuntimeError("comm plugin '" + std::string(plugin.desc->name) +
+                       "' could not start rank " + std::to_string(env_.rank) + " of " +
+                       std::to_string(env_.world) + ": " + e.message);
   world_ = std::make_unique<Communicator>(table_, self(), world, "world");
   for (Axis a : {Axis::TP, Axis::CP, Axis::EP, Axis::DP, Axis::PP}) {
     Split s = split_for(mesh_, env_.rank, a);

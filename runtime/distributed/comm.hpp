@@ -3,16 +3,16 @@
 // failed status into RuntimeError.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <loom/plugin.h>
-
+#include "distributed/device_staging.hpp"
 #include "distributed/launch.hpp"
 #include "distributed/mesh.hpp"
 #include "distributed/store.hpp"
-#include "distributed/device_staging.hpp"
 #include "distributed/watchdog.hpp"
 #include "loader/registry.hpp"
 
@@ -69,7 +69,9 @@ class CommWorld {
   // ep > 1 the expert-data group (expert_data(), dp x cp) reduces the experts' gradients.
   Communicator& data() { return data_ ? *data_ : axis(Axis::DP); }
   // The dp x cp ranks that hold the same experts and everything else alike (the replicas).
-  Communicator& expert_data() { return expert_data_ ? *expert_data_ : mesh_.ep > 1 ? axis(Axis::DP) : data(); }
+  Communicator& expert_data() {
+    return expert_data_ ? *expert_data_ : mesh_.ep > 1 ? axis(Axis::DP) : data();
+  }
   int data_rank() const { return batch_rank() * mesh_.cp + coord().cp; }
   int data_size() const { return mesh_.dp * mesh_.ep * mesh_.cp; }
   // Which share of the global batch's sequences this rank reads: cp ranks read the same ones.
@@ -84,13 +86,14 @@ class CommWorld {
   std::unique_ptr<StoreClient> client_;
   loom_store store_{};
   std::unique_ptr<plugins::Instance> plugin_;
-  loom_comm_v2 full_{};    // the plugin's table with every field (plugins::full_comm_table)
-  StagedComm staged_{};    // device buffers through pinned host copies, for a host-memory backend
-  WatchedComm watched_{};  // the plugin's table under the watchdog; what table() and self() hand out
+  loom_comm_v2 full_{};  // the plugin's table with every field (plugins::full_comm_table)
+  StagedComm staged_{};  // device buffers through pinned host copies, for a host-memory backend
+  WatchedComm
+      watched_{};  // the plugin's table under the watchdog; what table() and self() hand out
   const loom_comm_v2* table_ = nullptr;
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Communicator> axes_[kAxes];
-  std::unique_ptr<Communicator> data_;  // ep > 1 or cp > 1 only
+  std::unique_ptr<Communicator> data_;         // ep > 1 or cp > 1 only
   std::unique_ptr<Communicator> expert_data_;  // ep > 1 and cp > 1 only
 };
 

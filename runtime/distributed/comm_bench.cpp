@@ -18,10 +18,12 @@
 namespace loom::dist {
 
 void check_op(const std::string& op) {
-  static const char* known[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv"};
+  static const char* known[] = {"all_reduce", "all_gather", "reduce_scatter",
+                                "broadcast",  "all_to_all", "sendrecv"};
   for (const char* k : known)
     if (op == k) return;
-  throw UsageError("unknown --op '" + op + "' (all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, sendrecv)");
+  throw UsageError("unknown --op '" + op +
+                   "' (all_reduce, all_gather, reduce_scatter, broadcast, all_to_all, sendrecv)");
 }
 
 std::string nccl_variables() {
@@ -47,8 +49,10 @@ int64_t parse_bytes(const std::string& s) {
   if (s.empty()) throw UsageError("empty byte count");
   const char unit = s.back();
   const int64_t mult = unit == 'K' ? 1024 : unit == 'M' ? 1 << 20 : unit == 'G' ? 1ll << 30 : 1;
-  const std::string digits = std::isdigit(static_cast<unsigned char>(unit)) ? s : s.substr(0, s.size() - 1);
-  if (digits.empty() || digits.size() > 12 || !std::all_of(digits.begin(), digits.end(), ::isdigit) ||
+  const std::string digits =
+      std::isdigit(static_cast<unsigned char>(unit)) ? s : s.substr(0, s.size() - 1);
+  if (digits.empty() || digits.size() > 12 ||
+      !std::all_of(digits.begin(), digits.end(), ::isdigit) ||
       (mult == 1 && !std::isdigit(static_cast<unsigned char>(unit))))
     throw UsageError(examples);
   return std::stoll(digits) * mult;
@@ -112,8 +116,14 @@ Shape shape_of(const std::string& op, int64_t size, size_t es, int n) {
 class Bench {
  public:
   Bench(CommWorld& world, const CommBenchOptions& o)
-      : world_(world), o_(o), t_(world.table()), self_(world.self()), c_(world.world().raw()),
-        n_(world.world().size()), me_(world.world().rank()), dt_(o.dtype == "bfloat16" ? LOOM_BF16 : LOOM_F32),
+      : world_(world),
+        o_(o),
+        t_(world.table()),
+        self_(world.self()),
+        c_(world.world().raw()),
+        n_(world.world().size()),
+        me_(world.world().rank()),
+        dt_(o.dtype == "bfloat16" ? LOOM_BF16 : LOOM_F32),
         es_(dt_ == LOOM_F32 ? 4 : 2) {}
 
   void print_header() const {
@@ -123,10 +133,11 @@ class Bench {
     // variant per op (all_reduce and broadcast in place, the others from an input buffer into an
     // output buffer): the other group says n/a rather than a figure measured some other way.
     std::printf("# %46s %-36s %s\n", "", "out-of-place", "in-place");
-    std::printf("# %12s %12s %8s %6s %5s %10s %8s %8s %7s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
-                "root", "time(us)", "algbw", "busbw", "#wrong", "time(us)", "algbw", "busbw", "#wrong");
-    std::printf("# %12s %12s %8s %6s %5s %10s %8s %8s %7s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "",
-                "", "(GB/s)", "(GB/s)", "", "", "(GB/s)", "(GB/s)", "");
+    std::printf("# %12s %12s %8s %6s %5s %10s %8s %8s %7s %10s %8s %8s %7s\n", "size", "count",
+                "type", "redop", "root", "time(us)", "algbw", "busbw", "#wrong", "time(us)",
+                "algbw", "busbw", "#wrong");
+    std::printf("# %12s %12s %8s %6s %5s %10s %8s %8s %7s %10s %8s %8s %7s\n", "(B)", "(elements)",
+                "", "", "", "", "(GB/s)", "(GB/s)", "", "", "(GB/s)", "(GB/s)", "");
   }
 
   bool in_place() const { return o_.op == "all_reduce" || o_.op == "broadcast"; }
@@ -143,7 +154,9 @@ class Bench {
     world_.world().barrier();
     auto t0 = std::chrono::steady_clock::now();
     for (int it = 0; it < o_.iters; ++it) run_once(b, s);
-    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / o_.iters;
+    double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+        o_.iters;
     double stats[2] = {us, static_cast<double>(wrong)};
     world_.world().all_reduce(view(stats, LOOM_F64, 1), LOOM_REDUCE_MAX);
     world_.world().all_reduce(view(stats + 1, LOOM_F64, 1), LOOM_REDUCE_SUM);
@@ -162,11 +175,16 @@ class Bench {
     loom_status s = LOOM_OK;
     loom_tensor in = view(b.in.data(), dt_, o_.op == "all_gather" ? sh.count : sh.total);
     loom_tensor out = view(b.out.data(), dt_, o_.op == "reduce_scatter" ? sh.count : sh.total);
-    if (o_.op == "all_reduce") s = t_->all_reduce(self_, c_, &in, LOOM_REDUCE_SUM | LOOM_COMM_PERSISTENT, nullptr, &e);
-    else if (o_.op == "all_gather") s = t_->all_gather(self_, c_, &in, &out, nullptr, &e);
-    else if (o_.op == "reduce_scatter") s = t_->reduce_scatter(self_, c_, &in, &out, LOOM_REDUCE_SUM, nullptr, &e);
-    else if (o_.op == "broadcast") s = t_->broadcast(self_, c_, &in, 0, nullptr, &e);
-    else if (o_.op == "all_to_all") s = t_->all_to_all(self_, c_, &in, &out, nullptr, nullptr, nullptr, &e);
+    if (o_.op == "all_reduce")
+      s = t_->all_reduce(self_, c_, &in, LOOM_REDUCE_SUM | LOOM_COMM_PERSISTENT, nullptr, &e);
+    else if (o_.op == "all_gather")
+      s = t_->all_gather(self_, c_, &in, &out, nullptr, &e);
+    else if (o_.op == "reduce_scatter")
+      s = t_->reduce_scatter(self_, c_, &in, &out, LOOM_REDUCE_SUM, nullptr, &e);
+    else if (o_.op == "broadcast")
+      s = t_->broadcast(self_, c_, &in, 0, nullptr, &e);
+    else if (o_.op == "all_to_all")
+      s = t_->all_to_all(self_, c_, &in, &out, nullptr, nullptr, nullptr, &e);
     else {  // sendrecv: each rank sends to the next and receives from the previous
       loom_work *ws = nullptr, *wr = nullptr;
       s = t_->recv(self_, c_, &out, (me_ + n_ - 1) % n_, 1, &wr, &e);
@@ -198,7 +216,8 @@ class Bench {
     return wrong;
   }
 
-  void print_row(double bytes, const Shape& s, double us, double algbw, double busbw, double wrong) const {
+  void print_row(double bytes, const Shape& s, double us, double algbw, double busbw,
+                 double wrong) const {
     const char* redop = o_.op == "all_reduce" || o_.op == "reduce_scatter" ? "sum" : "none";
     const char* root = o_.op == "broadcast" ? "0" : "-1";
     char measured[64];
@@ -206,7 +225,8 @@ class Bench {
     const char* none = "       n/a      n/a      n/a     n/a";
     std::printf("  %12.0f %12lld %8s %6s %5s %s %s\n", bytes,
                 (long long)(o_.op == "all_gather" || o_.op == "reduce_scatter" ? s.count : s.total),
-                o_.dtype.c_str(), redop, root, in_place() ? none : measured, in_place() ? measured : none);
+                o_.dtype.c_str(), redop, root, in_place() ? none : measured,
+                in_place() ? measured : none);
     std::fflush(stdout);
   }
 
@@ -227,14 +247,15 @@ std::optional<CommBenchRow> parse_comm_bench_row(const std::string& line) {
   if (text.rfind("[rank ", 0) == 0) text = text.substr(text.find(']') + 1);
   std::istringstream words(text);
   std::string size, count, type, redop, root;
-  if (!(words >> size >> count >> type >> redop >> root) || size.empty() || size[0] == '#') return std::nullopt;
+  if (!(words >> size >> count >> type >> redop >> root) || size.empty() || size[0] == '#')
+    return std::nullopt;
   std::string group[8];
   for (std::string& g : group)
     if (!(words >> g)) return std::nullopt;
   const int at = group[0] == "n/a" ? 4 : 0;  // the measured group
   try {
-    return CommBenchRow{std::stod(size), std::stod(group[at]), std::stod(group[at + 1]), std::stod(group[at + 2]),
-                        std::stod(group[at + 3])};
+    return CommBenchRow{std::stod(size), std::stod(group[at]), std::stod(group[at + 1]),
+                        std::stod(group[at + 2]), std::stod(group[at + 3])};
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -249,7 +270,8 @@ double run_comm_bench(CommWorld& world, const CommBenchOptions& o) {
     bus_sum += bench.measure(size);
     ++rows;
   }
-  if (bench.rank() == 0) std::printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? bus_sum / rows : 0.0);
+  if (bench.rank() == 0)
+    std::printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? bus_sum / rows : 0.0);
   return rows ? bus_sum / rows : 0.0;
 }
 

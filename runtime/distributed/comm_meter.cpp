@@ -49,7 +49,8 @@ double union_ms(std::vector<Interval> v, MeterClock::time_point from) {
   double total = 0;
   for (size_t i = 0; i < v.size();) {
     Interval run = v[i++];
-    while (i < v.size() && v[i].first <= run.second) run.second = std::max(run.second, v[i++].second);
+    while (i < v.size() && v[i].first <= run.second)
+      run.second = std::max(run.second, v[i++].second);
     if (run.second > run.first) total += ms(run.second - run.first);
   }
   return total;
@@ -107,12 +108,16 @@ std::vector<GroupTraffic> take_traffic() {
   std::vector<GroupTraffic> out;
   for (auto& [name, g] : m.groups) {
     if (g.calls == 0 && g.in_flight.empty()) continue;
-    out.push_back({name, g.calls, g.bytes, union_ms(g.in_flight, m.window), union_ms(g.blocked, m.window)});
+    out.push_back(
+        {name, g.calls, g.bytes, union_ms(g.in_flight, m.window), union_ms(g.blocked, m.window)});
     if (std::getenv("LOOM_DEBUG_METER")) {
       double sum = 0;
       for (const Interval& i : g.blocked) sum += ms(i.second - i.first);
-      std::fprintf(stderr, "[meter] %s: %lld calls, blocked %.2f ms summed, %.2f ms as a union, window %.2f ms\n",
-                   name.c_str(), (long long)g.calls, sum, out.back().exposed_ms, ms(MeterClock::now() - m.window));
+      std::fprintf(
+          stderr,
+          "[meter] %s: %lld calls, blocked %.2f ms summed, %.2f ms as a union, window %.2f ms\n",
+          name.c_str(), (long long)g.calls, sum, out.back().exposed_ms,
+          ms(MeterClock::now() - m.window));
     }
     g = Group();
   }

@@ -10,12 +10,12 @@
 //             no compute hid.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <loom/plugin.h>
 
 namespace loom::dist {
 

@@ -120,7 +120,7 @@ class Staging {
   PinnedCache* kept_;
   std::deque<Copy> copies_;
   int64_t copied_back_ = -1;  // the event after the copies back, once finish() has issued them
-  bool abandoned_ = false;  // stable addresses: the backend holds the host descriptors
+  bool abandoned_ = false;    // stable addresses: the backend holds the host descriptors
 };
 
 // An issued operation and the copies it goes back through when waited for.
@@ -138,7 +138,8 @@ loom_status guarded(loom_error* err, Body body) {
   try {
     return body();
   } catch (const std::exception& e) {
-    return plugins::host().set_error(err, LOOM_FATAL, (std::string("staging through host memory: ") + e.what()).c_str());
+    return plugins::host().set_error(
+        err, LOOM_FATAL, (std::string("staging through host memory: ") + e.what()).c_str());
   }
 }
 
@@ -160,41 +161,51 @@ loom_status issue(std::unique_ptr<Staging> st, loom_work** work, loom_error* err
   });
 }
 
-loom_status all_reduce(void* self, loom_comm* comm, loom_tensor* buf, int32_t op, loom_work** work, loom_error* err) {
+loom_status all_reduce(void* self, loom_comm* comm, loom_tensor* buf, int32_t op, loom_work** work,
+                       loom_error* err) {
   StagedComm& s = of(self);
   auto st = std::make_unique<Staging>(s.ops, (op & LOOM_COMM_PERSISTENT) ? &s.kept : nullptr);
   loom_tensor* b = st->out(buf, true);
-  return issue(std::move(st), work, err, [&](loom_work** w) { return s.inner->all_reduce(s.inner_self, comm, b, op, w, err); });
+  return issue(std::move(st), work, err, [&](loom_work** w) {
+    return s.inner->all_reduce(s.inner_self, comm, b, op, w, err);
+  });
 }
 
-loom_status reduce_scatter(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out, int32_t op,
-                           loom_work** work, loom_error* err) {
+loom_status reduce_scatter(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out,
+                           int32_t op, loom_work** work, loom_error* err) {
   StagedComm& s = of(self);
   auto st = std::make_unique<Staging>(s.ops, nullptr);
   const loom_tensor* i = st->in(in);
   loom_tensor* o = st->out(out, false);
-  return issue(std::move(st), work, err,
-               [&](loom_work** w) { return s.inner->reduce_scatter(s.inner_self, comm, i, o, op, w, err); });
+  return issue(std::move(st), work, err, [&](loom_work** w) {
+    return s.inner->reduce_scatter(s.inner_self, comm, i, o, op, w, err);
+  });
 }
 
-loom_status all_gather(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out, loom_work** work,
-                       loom_error* err) {
+loom_status all_gather(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out,
+                       loom_work** work, loom_error* err) {
   StagedComm& s = of(self);
   auto st = std::make_unique<Staging>(s.ops, nullptr);
   const loom_tensor* i = st->in(in);
   loom_tensor* o = st->out(out, false);
-  return issue(std::move(st), work, err, [&](loom_work** w) { return s.inner->all_gather(s.inner_self, comm, i, o, w, err); });
+  return issue(std::move(st), work, err, [&](loom_work** w) {
+    return s.inner->all_gather(s.inner_self, comm, i, o, w, err);
+  });
 }
 
-loom_status broadcast(void* self, loom_comm* comm, loom_tensor* buf, int32_t root, loom_work** work, loom_error* err) {
+loom_status broadcast(void* self, loom_comm* comm, loom_tensor* buf, int32_t root, loom_work** work,
+                      loom_error* err) {
   StagedComm& s = of(self);
   auto st = std::make_unique<Staging>(s.ops, nullptr);
   loom_tensor* b = st->out(buf, true);
-  return issue(std::move(st), work, err, [&](loom_work** w) { return s.inner->broadcast(s.inner_self, comm, b, root, w, err); });
+  return issue(std::move(st), work, err, [&](loom_work** w) {
+    return s.inner->broadcast(s.inner_self, comm, b, root, w, err);
+  });
 }
 
-loom_status all_to_all(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out, const int64_t* send_counts,
-                       const int64_t* recv_counts, loom_work** work, loom_error* err) {
+loom_status all_to_all(void* self, loom_comm* comm, const loom_tensor* in, loom_tensor* out,
+                       const int64_t* send_counts, const int64_t* recv_counts, loom_work** work,
+                       loom_error* err) {
   StagedComm& s = of(self);
   auto st = std::make_unique<Staging>(s.ops, nullptr);
   const loom_tensor* i = st->in(in);
@@ -204,20 +215,24 @@ loom_status all_to_all(void* self, loom_comm* comm, const loom_tensor* in, loom_
   });
 }
 
-loom_status send(void* self, loom_comm* comm, const loom_tensor* buf, int32_t peer, int32_t tag, loom_work** work,
-                 loom_error* err) {
+loom_status send(void* self, loom_comm* comm, const loom_tensor* buf, int32_t peer, int32_t tag,
+                 loom_work** work, loom_error* err) {
   StagedComm& s = of(self);
   auto st = std::make_unique<Staging>(s.ops, nullptr);
   const loom_tensor* b = st->in(buf);
-  return issue(std::move(st), work, err, [&](loom_work** w) { return s.inner->send(s.inner_self, comm, b, peer, tag, w, err); });
+  return issue(std::move(st), work, err, [&](loom_work** w) {
+    return s.inner->send(s.inner_self, comm, b, peer, tag, w, err);
+  });
 }
 
-loom_status recv(void* self, loom_comm* comm, loom_tensor* buf, int32_t peer, int32_t tag, loom_work** work,
-                 loom_error* err) {
+loom_status recv(void* self, loom_comm* comm, loom_tensor* buf, int32_t peer, int32_t tag,
+                 loom_work** work, loom_error* err) {
   StagedComm& s = of(self);
   auto st = std::make_unique<Staging>(s.ops, nullptr);
   loom_tensor* b = st->out(buf, false);
-  return issue(std::move(st), work, err, [&](loom_work** w) { return s.inner->recv(s.inner_self, comm, b, peer, tag, w, err); });
+  return issue(std::move(st), work, err, [&](loom_work** w) {
+    return s.inner->recv(s.inner_self, comm, b, peer, tag, w, err);
+  });
 }
 
 loom_status wait(void* self, loom_work* work, loom_error* err) {
@@ -235,17 +250,24 @@ loom_status wait(void* self, loom_work* work, loom_error* err) {
 }
 
 // The calls without tensors go straight through.
-loom_status init(void* self, const loom_store* store, int32_t rank, int32_t size, int64_t timeout_ms, loom_comm** out,
-                 loom_error* err) {
+loom_status init(void* self, const loom_store* store, int32_t rank, int32_t size,
+                 int64_t timeout_ms, loom_comm** out, loom_error* err) {
   return of(self).inner->init(of(self).inner_self, store, rank, size, timeout_ms, out, err);
 }
-loom_status split(void* self, loom_comm* parent, int32_t color, int32_t key, loom_comm** out, loom_error* err) {
+loom_status split(void* self, loom_comm* parent, int32_t color, int32_t key, loom_comm** out,
+                  loom_error* err) {
   return of(self).inner->split(of(self).inner_self, parent, color, key, out, err);
 }
 void free_comm(void* self, loom_comm* c) { of(self).inner->free_comm(of(self).inner_self, c); }
-int32_t rank_of(void* self, const loom_comm* c) { return of(self).inner->rank(of(self).inner_self, c); }
-int32_t size_of(void* self, const loom_comm* c) { return of(self).inner->size(of(self).inner_self, c); }
-loom_status barrier(void* self, loom_comm* c, loom_error* err) { return of(self).inner->barrier(of(self).inner_self, c, err); }
+int32_t rank_of(void* self, const loom_comm* c) {
+  return of(self).inner->rank(of(self).inner_self, c);
+}
+int32_t size_of(void* self, const loom_comm* c) {
+  return of(self).inner->size(of(self).inner_self, c);
+}
+loom_status barrier(void* self, loom_comm* c, loom_error* err) {
+  return of(self).inner->barrier(of(self).inner_self, c, err);
+}
 loom_status group_start(void* self, loom_comm* c, loom_error* err) {
   return of(self).inner->group_start(of(self).inner_self, c, err);
 }

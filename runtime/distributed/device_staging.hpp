@@ -5,11 +5,11 @@
 // it is waited for. This is how a GPU cluster without NCCL runs gloo.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <cstdint>
 #include <map>
 #include <utility>
-
-#include <loom/plugin.h>
 
 namespace loom::dist {
 
@@ -23,7 +23,8 @@ class PinnedCache {
   }
 
  private:
-  std::map<std::pair<const void*, int64_t>, void*> blocks_;  // never freed: the backend keeps state on them
+  std::map<std::pair<const void*, int64_t>, void*>
+      blocks_;  // never freed: the backend keeps state on them
 };
 
 struct StagedComm {

@@ -18,11 +18,11 @@
 namespace loom::dist {
 
 struct ElasticSpec {
-  NodeSpec node;      // nnodes: the nodes the job starts on (and the most it runs on)
+  NodeSpec node;  // nnodes: the nodes the job starts on (and the most it runs on)
   int max_restarts = 0;
-  int min_nodes = 1;  // a round with fewer ends the job
+  int min_nodes = 1;                     // a round with fewer ends the job
   std::chrono::seconds rejoin_wait{10};  // how long node 0 waits for the others after a failure
-  std::filesystem::path run_dir;          // where events.jsonl is
+  std::filesystem::path run_dir;         // where events.jsonl is
 };
 
 // Runs argv (a `loom train` command line) round after round; the job's exit code.

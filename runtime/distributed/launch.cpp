@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <csignal>
 #include <cstdio>
-#include <cerrno>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -36,22 +36,27 @@ std::optional<int> env_int(const char* name, bool prefix = false) {
   errno = 0;
   const long x = std::strtol(v, &end, 10);
   if (end == v || (!prefix && *end) || errno == ERANGE || x < INT_MIN || x > INT_MAX)
-    throw UsageError(std::string("launcher variable ") + name + " = \"" + v + "\" is not an integer");
+    throw UsageError(std::string("launcher variable ") + name + " = \"" + v +
+                     "\" is not an integer");
   return static_cast<int>(x);
 }
 
 // Every rank variable in range, before anything divides by a world size or waits on a rank
 // that cannot exist.
-void check_ranks(const RankEnv& e, const char* rank, const char* world, const char* local_rank, const char* local_world) {
+void check_ranks(const RankEnv& e, const char* rank, const char* world, const char* local_rank,
+                 const char* local_world) {
   auto fail = [](const std::string& what) { throw UsageError("launcher variables: " + what); };
   if (e.world < 1) fail(std::string(world) + " = " + std::to_string(e.world) + " (at least 1)");
   if (e.rank < 0 || e.rank >= e.world)
-    fail(std::string(rank) + " = " + std::to_string(e.rank) + " is not in [0, " + world + " = " + std::to_string(e.world) + ")");
-  if (e.local_world < 1) fail(std::string(local_world) + " = " + std::to_string(e.local_world) + " (at least 1)");
+    fail(std::string(rank) + " = " + std::to_string(e.rank) + " is not in [0, " + world + " = " +
+         std::to_string(e.world) + ")");
+  if (e.local_world < 1)
+    fail(std::string(local_world) + " = " + std::to_string(e.local_world) + " (at least 1)");
   if (e.local_rank < 0 || e.local_rank >= e.local_world)
-    fail(std::string(local_rank) + " = " + std::to_string(e.local_rank) + " is not in [0, " + local_world + " = " +
-         std::to_string(e.local_world) + ")");
-  if (e.master_port < 1 || e.master_port > 65535) fail("MASTER_PORT = " + std::to_string(e.master_port) + " (1-65535)");
+    fail(std::string(local_rank) + " = " + std::to_string(e.local_rank) + " is not in [0, " +
+         local_world + " = " + std::to_string(e.local_world) + ")");
+  if (e.master_port < 1 || e.master_port > 65535)
+    fail("MASTER_PORT = " + std::to_string(e.master_port) + " (1-65535)");
 }
 
 std::string env_str(const char* name, const std::string& fallback) {
@@ -143,9 +148,11 @@ std::optional<RankEnv> rank_from_environment() {
     e.local_rank = env_int("SLURM_LOCALID").value_or(0);
     // SLURM_NTASKS_PER_NODE is set only when asked for; SLURM_STEP_TASKS_PER_NODE always is
     // ("2(x3),1": its first count, which is enough to share a node's cores between its ranks).
-    e.local_world = env_int("SLURM_NTASKS_PER_NODE").value_or(env_int("SLURM_STEP_TASKS_PER_NODE", true).value_or(e.world));
+    e.local_world = env_int("SLURM_NTASKS_PER_NODE")
+                        .value_or(env_int("SLURM_STEP_TASKS_PER_NODE", true).value_or(e.world));
     e.launcher = "slurm";
-    names[0] = "SLURM_PROCID", names[1] = "SLURM_NTASKS", names[2] = "SLURM_LOCALID", names[3] = "SLURM_NTASKS_PER_NODE";
+    names[0] = "SLURM_PROCID", names[1] = "SLURM_NTASKS", names[2] = "SLURM_LOCALID",
+    names[3] = "SLURM_NTASKS_PER_NODE";
   } else {
     return std::nullopt;
   }
@@ -156,8 +163,10 @@ std::optional<RankEnv> rank_from_environment() {
   // range 20000-32767 stays below Linux's ephemeral ports.
   if (!std::getenv("MASTER_PORT")) {
     std::string job;
-    if (e.launcher == "mpi") job = env_str("OMPI_MCA_ess_base_jobid", env_str("PMIX_NAMESPACE", ""));
-    if (e.launcher == "slurm") job = env_str("SLURM_JOB_ID", "") + "." + env_str("SLURM_STEP_ID", "");
+    if (e.launcher == "mpi")
+      job = env_str("OMPI_MCA_ess_base_jobid", env_str("PMIX_NAMESPACE", ""));
+    if (e.launcher == "slurm")
+      job = env_str("SLURM_JOB_ID", "") + "." + env_str("SLURM_STEP_ID", "");
     if (!job.empty()) e.master_port = port_for_job(job);
   }
   if (e.launcher == "slurm" && !std::getenv("MASTER_ADDR")) {
@@ -193,10 +202,12 @@ std::string first_host(const std::string& nodelist) {
   const size_t open = entry.find('[');
   if (open == std::string::npos) return entry;
   const size_t close = entry.find(']', open);
-  const std::string ranges = entry.substr(open + 1, close == std::string::npos ? std::string::npos : close - open - 1);
+  const std::string ranges =
+      entry.substr(open + 1, close == std::string::npos ? std::string::npos : close - open - 1);
   const std::string first = ranges.substr(0, ranges.find_first_of(",-"));
   const std::string suffix = close == std::string::npos ? "" : entry.substr(close + 1);
-  return entry.substr(0, open) + first + (suffix.empty() ? "" : first_host(suffix));  // "r[1-2]-n[01-04]"
+  return entry.substr(0, open) + first +
+         (suffix.empty() ? "" : first_host(suffix));  // "r[1-2]-n[01-04]"
 }
 
 int free_port() {
@@ -232,9 +243,11 @@ int listen_any_port(int* port) {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_ANY);
   a.sin_port = htons(static_cast<uint16_t>(*port));
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 1024) != 0)
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::listen(fd, 1024) != 0)
     throw RuntimeError(std::string("launcher: cannot open the store's socket") +
-                       (*port ? " on port " + std::to_string(*port) + " (MASTER_PORT)" : "") + ": " + std::strerror(errno));
+                       (*port ? " on port " + std::to_string(*port) + " (MASTER_PORT)" : "") +
+                       ": " + std::strerror(errno));
   socklen_t len = sizeof a;
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   *port = ntohs(a.sin_port);
@@ -251,10 +264,12 @@ struct Launch {
 
 Launch prepare_launch(const NodeSpec& node) {
   if (node.nnodes > 1 && !std::getenv("MASTER_ADDR"))
-    throw UsageError("a launch over " + std::to_string(node.nnodes) + " nodes needs MASTER_ADDR: node 0's address, "
+    throw UsageError("a launch over " + std::to_string(node.nnodes) +
+                     " nodes needs MASTER_ADDR: node 0's address, "
                      "reachable from every node");
   Launch l;
-  l.nproc = node.nproc, l.first_rank = node.node_rank * node.nproc, l.world = node.nnodes * node.nproc;
+  l.nproc = node.nproc, l.first_rank = node.node_rank * node.nproc,
+  l.world = node.nnodes * node.nproc;
   // One node: any free port. Several: the agreed MASTER_PORT, and only node 0 opens it.
   l.port = node.nnodes > 1 ? env_int("MASTER_PORT").value_or(29500) : 0;
   l.store_fd = node.node_rank == 0 ? listen_any_port(&l.port) : -1;
@@ -271,7 +286,8 @@ void catch_stop_signals() {
 }
 
 // The child's side of the fork: dies with the launcher, writes stdout and stderr into `out`.
-[[noreturn]] void exec_rank(const Launch& l, int r, int out, pid_t launcher, const std::vector<std::string>& argv) {
+[[noreturn]] void exec_rank(const Launch& l, int r, int out, pid_t launcher,
+                            const std::vector<std::string>& argv) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != launcher) _exit(1);
   ::dup2(out, 1);  // dup2 clears close-on-exec on 1 and 2
@@ -290,7 +306,8 @@ void catch_stop_signals() {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  ::execvp(argv[0].c_str(), args.data());  // a bare name (`loom launch -- python3`) is looked up in PATH
+  ::execvp(argv[0].c_str(),
+           args.data());  // a bare name (`loom launch -- python3`) is looked up in PATH
   std::fprintf(stderr, "cannot start %s: %s\n", argv[0].c_str(), std::strerror(errno));
   _exit(127);
 }
@@ -351,9 +368,12 @@ std::string frozen_state(pid_t pid) {
   const size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
   if (paren == std::string::npos || paren + 2 >= stat.size()) return "";
   switch (stat[paren + 2]) {
-    case 'T': return "state T: stopped by a signal";
-    case 't': return "state t: stopped by a debugger";
-    case 'D': return "state D: waiting on the kernel (a hung filesystem or device)";
+    case 'T':
+      return "state T: stopped by a signal";
+    case 't':
+      return "state t: stopped by a debugger";
+    case 'D':
+      return "state D: waiting on the kernel (a hung filesystem or device)";
   }
   return "";
 }
@@ -377,7 +397,8 @@ class Supervisor {
       stop_on_signal();
       stop_if_peers_failed();
       const auto grace = by_signal_ ? signal_grace_ : std::chrono::seconds(7);
-      if (stopping_ && (std::chrono::steady_clock::now() - stop_started_ > grace || g_signals > 1)) stop_all(SIGKILL);
+      if (stopping_ && (std::chrono::steady_clock::now() - stop_started_ > grace || g_signals > 1))
+        stop_all(SIGKILL);
     }
   }
 
@@ -385,10 +406,12 @@ class Supervisor {
   int job_status() const {
     if (first_failed_ >= 0) {
       const int status = kids_[first_failed_].status;
-      std::string what = "rank " + std::to_string(l_.first_rank + first_failed_) + l_.on_host + " " + describe_exit(status);
+      std::string what = "rank " + std::to_string(l_.first_rank + first_failed_) + l_.on_host +
+                         " " + describe_exit(status);
       if (frozen_rank_ >= 0)
-        what = "rank " + std::to_string(l_.first_rank + frozen_rank_) + l_.on_host + " was frozen (" + frozen_why_ +
-               ") and stopped answering; " + what + " waiting for it";
+        what = "rank " + std::to_string(l_.first_rank + frozen_rank_) + l_.on_host +
+               " was frozen (" + frozen_why_ + ") and stopped answering; " + what +
+               " waiting for it";
       std::fprintf(stderr, "loom: job failed: %s\n", what.c_str());
       if (node_.failure) *node_.failure = what;
       // A rank that rejected its configuration keeps the usage/config exit code.
@@ -416,10 +439,13 @@ class Supervisor {
     std::vector<int> owner;
     for (int r = 0; r < l_.nproc; ++r)
       if (kids_[r].out >= 0) fds.push_back({kids_[r].out, POLLIN, 0}), owner.push_back(r);
-    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
-    else ::usleep(100 * 1000);
+    if (!fds.empty())
+      ::poll(fds.data(), fds.size(), 100);
+    else
+      ::usleep(100 * 1000);
     for (size_t i = 0; i < fds.size(); ++i)
-      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) read_ready(kids_[owner[i]], l_.first_rank + owner[i]);
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
+        read_ready(kids_[owner[i]], l_.first_rank + owner[i]);
   }
 
   // Reaps everything that exited since the last sweep, and names one failure: a rank killed by
@@ -431,7 +457,8 @@ class Supervisor {
       if (k.exited || ::waitpid(k.pid, &k.status, WNOHANG) != k.pid) continue;
       k.exited = true;
       --live_;
-      if (failed(k.status) && (culprit < 0 || more_telling(k.status, kids_[culprit].status))) culprit = r;
+      if (failed(k.status) && (culprit < 0 || more_telling(k.status, kids_[culprit].status)))
+        culprit = r;
     }
     return culprit;
   }
@@ -439,7 +466,8 @@ class Supervisor {
   // After a failure the others get a moment to fail on their own (a peer lost mid-collective
   // fails within milliseconds) and say what they saw, before they are stopped.
   bool all_stopped() const {
-    return std::all_of(kids_.begin(), kids_.end(), [](const Child& k) { return k.exited && stopped(k.status); });
+    return std::all_of(kids_.begin(), kids_.end(),
+                       [](const Child& k) { return k.exited && stopped(k.status); });
   }
 
   // A rank that exited 3 may be the first of a preemption the others follow within the step;
@@ -452,20 +480,22 @@ class Supervisor {
   void report_failure(int culprit) {
     first_failed_ = culprit;
     // A rank that times out waiting for a frozen peer is not the cause: the frozen one is. The
-    // state must hold over half a second: a rank can pass through D briefly (a page fault, a write).
+    // state must hold over half a second: a rank can pass through D briefly (a page fault, a
+    // write).
     for (int r = 0; r < l_.nproc && frozen_rank_ < 0; ++r) {
       if (r == culprit || kids_[r].exited || frozen_state(kids_[r].pid).empty()) continue;
       ::usleep(500 * 1000);
       if (!(frozen_why_ = frozen_state(kids_[r].pid)).empty()) frozen_rank_ = r;
     }
-    std::fprintf(stderr, "loom: rank %d%s %s; stopping the other ranks\n", l_.first_rank + culprit, l_.on_host.c_str(),
-                 describe_exit(kids_[culprit].status).c_str());
+    std::fprintf(stderr, "loom: rank %d%s %s; stopping the other ranks\n", l_.first_rank + culprit,
+                 l_.on_host.c_str(), describe_exit(kids_[culprit].status).c_str());
     stopping_ = true;
     stop_started_ = std::chrono::steady_clock::now();
   }
 
   void terminate_after_failure() {
-    if (first_failed_ >= 0 && !terminated_ && std::chrono::steady_clock::now() - stop_started_ > std::chrono::seconds(2)) {
+    if (first_failed_ >= 0 && !terminated_ &&
+        std::chrono::steady_clock::now() - stop_started_ > std::chrono::seconds(2)) {
       terminated_ = true;
       stop_all(SIGTERM);
     }
@@ -473,7 +503,8 @@ class Supervisor {
 
   void stop_on_signal() {
     if (!g_stop_signal || stopping_) return;
-    std::fprintf(stderr, "loom: received %s; the ranks stop after their current step (again to stop now)\n",
+    std::fprintf(stderr,
+                 "loom: received %s; the ranks stop after their current step (again to stop now)\n",
                  strsignal(g_stop_signal));
     stopping_ = terminated_ = by_signal_ = true;
     stop_started_ = std::chrono::steady_clock::now();
@@ -481,7 +512,8 @@ class Supervisor {
   }
 
   void stop_if_peers_failed() {
-    if (!node_.peers_failed || stopping_ || std::chrono::steady_clock::now() - last_poll_ <= std::chrono::milliseconds(500))
+    if (!node_.peers_failed || stopping_ ||
+        std::chrono::steady_clock::now() - last_poll_ <= std::chrono::milliseconds(500))
       return;
     last_poll_ = std::chrono::steady_clock::now();
     if (!node_.peers_failed()) return;
@@ -508,7 +540,9 @@ class Supervisor {
 
 }  // namespace
 
-int spawn_local(int nproc, const std::vector<std::string>& argv) { return spawn_node({nproc, 1, 0}, argv); }
+int spawn_local(int nproc, const std::vector<std::string>& argv) {
+  return spawn_node({nproc, 1, 0}, argv);
+}
 
 int spawn_node(const NodeSpec& node, const std::vector<std::string>& argv) {
   const Launch launch = prepare_launch(node);

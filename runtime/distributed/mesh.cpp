@@ -8,22 +8,32 @@ namespace loom::dist {
 
 const char* axis_name(Axis a) {
   switch (a) {
-    case Axis::TP: return "tp";
-    case Axis::CP: return "cp";
-    case Axis::EP: return "ep";
-    case Axis::DP: return "dp";
-    case Axis::PP: return "pp";
+    case Axis::TP:
+      return "tp";
+    case Axis::CP:
+      return "cp";
+    case Axis::EP:
+      return "ep";
+    case Axis::DP:
+      return "dp";
+    case Axis::PP:
+      return "pp";
   }
   return "?";
 }
 
 int MeshShape::degree(Axis a) const {
   switch (a) {
-    case Axis::TP: return tp;
-    case Axis::CP: return cp;
-    case Axis::EP: return ep;
-    case Axis::DP: return dp;
-    case Axis::PP: return pp;
+    case Axis::TP:
+      return tp;
+    case Axis::CP:
+      return cp;
+    case Axis::EP:
+      return ep;
+    case Axis::DP:
+      return dp;
+    case Axis::PP:
+      return pp;
   }
   return 1;
 }
@@ -35,11 +45,16 @@ std::string MeshShape::describe() const {
 
 int Coord::along(Axis a) const {
   switch (a) {
-    case Axis::TP: return tp;
-    case Axis::CP: return cp;
-    case Axis::EP: return ep;
-    case Axis::DP: return dp;
-    case Axis::PP: return pp;
+    case Axis::TP:
+      return tp;
+    case Axis::CP:
+      return cp;
+    case Axis::EP:
+      return ep;
+    case Axis::DP:
+      return dp;
+    case Axis::PP:
+      return pp;
   }
   return 0;
 }
@@ -87,11 +102,21 @@ Split split_for(const MeshShape& m, int rank, Axis a) {
   int key = c.along(a);
   Coord base = c;
   switch (a) {
-    case Axis::TP: base.tp = 0; break;
-    case Axis::CP: base.cp = 0; break;
-    case Axis::EP: base.ep = 0; break;
-    case Axis::DP: base.dp = 0; break;
-    case Axis::PP: base.pp = 0; break;
+    case Axis::TP:
+      base.tp = 0;
+      break;
+    case Axis::CP:
+      base.cp = 0;
+      break;
+    case Axis::EP:
+      base.ep = 0;
+      break;
+    case Axis::DP:
+      base.dp = 0;
+      break;
+    case Axis::PP:
+      base.pp = 0;
+      break;
   }
   return {rank_of(m, base), key};
 }

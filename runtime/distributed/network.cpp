@@ -42,7 +42,8 @@ std::string host_name() {
 
 std::vector<Interface> interfaces() {
   ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) throw RuntimeError(std::string("cannot list network interfaces: ") + std::strerror(errno));
+  if (::getifaddrs(&list) != 0)
+    throw RuntimeError(std::string("cannot list network interfaces: ") + std::strerror(errno));
   std::vector<Interface> out;
   for (ifaddrs* i = list; i; i = i->ifa_next)
     if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP))
@@ -55,7 +56,8 @@ Interface interface_named(const std::string& name, const std::string& what) {
   const std::vector<Interface> all = interfaces();
   for (const Interface& i : all)
     if (i.name == name) return i;
-  throw ConfigError(what + " = \"" + name + "\": this host (" + host_name() + ") has no such interface up with an IPv4 address; it has " + names_of(all));
+  throw ConfigError(what + " = \"" + name + "\": this host (" + host_name() +
+                    ") has no such interface up with an IPv4 address; it has " + names_of(all));
 }
 
 std::string resolve_ipv4(const std::string& host, const std::string& what) {
@@ -64,7 +66,8 @@ std::string resolve_ipv4(const std::string& host, const std::string& what) {
   hints.ai_socktype = SOCK_STREAM;
   const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
   if (rc != 0 || !res)
-    throw ConfigError(what + " = \"" + host + "\" does not resolve to an IPv4 address: " + gai_strerror(rc));
+    throw ConfigError(what + " = \"" + host +
+                      "\" does not resolve to an IPv4 address: " + gai_strerror(rc));
   const std::string out = ipv4_text(res->ai_addr);
   ::freeaddrinfo(res);
   return out;
@@ -76,7 +79,8 @@ Interface interface_toward(const std::string& ipv4) {
   sockaddr_in to{};
   to.sin_family = AF_INET;
   to.sin_port = htons(9);
-  if (::inet_pton(AF_INET, ipv4.c_str(), &to.sin_addr) != 1) throw ConfigError("'" + ipv4 + "' is not an IPv4 address");
+  if (::inet_pton(AF_INET, ipv4.c_str(), &to.sin_addr) != 1)
+    throw ConfigError("'" + ipv4 + "' is not an IPv4 address");
   const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_in from{};
   socklen_t len = sizeof from;
@@ -92,8 +96,10 @@ Interface interface_toward(const std::string& ipv4) {
 }
 
 InterfaceChoice choose_interface(const std::string& configured, const std::string& master_addr) {
-  const std::string master = resolve_ipv4(master_addr, "MASTER_ADDR");  // checked whichever way the choice goes
-  if (!configured.empty()) return {interface_named(configured, "[parallel] interface"), "[parallel] interface"};
+  const std::string master =
+      resolve_ipv4(master_addr, "MASTER_ADDR");  // checked whichever way the choice goes
+  if (!configured.empty())
+    return {interface_named(configured, "[parallel] interface"), "[parallel] interface"};
   for (const char* var : {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}) {
     const char* v = std::getenv(var);
     // NCCL's list syntax ("^docker,lo", "=eth0", "eth") is NCCL's to read; a plain name is taken.
@@ -127,7 +133,8 @@ Interface open_mpi_interface() {
       }
       in_addr net{}, addr{};
       const int bits = std::atoi(entry.c_str() + slash + 1);
-      if (bits < 0 || bits > 32 || ::inet_pton(AF_INET, entry.substr(0, slash).c_str(), &net) != 1 ||
+      if (bits < 0 || bits > 32 ||
+          ::inet_pton(AF_INET, entry.substr(0, slash).c_str(), &net) != 1 ||
           ::inet_pton(AF_INET, i.address.c_str(), &addr) != 1)
         continue;
       const uint32_t mask = bits == 0 ? 0 : htonl(~uint32_t{0} << (32 - bits));
@@ -139,7 +146,8 @@ Interface open_mpi_interface() {
 
 }  // namespace
 
-InterfaceChoice network_interface(const std::string& configured, const RankEnv& env, const std::string& comm) {
+InterfaceChoice network_interface(const std::string& configured, const RankEnv& env,
+                                  const std::string& comm) {
   if (configured.empty() && env.launcher == "mpi" && !std::getenv("MASTER_ADDR") && comm == "mpi") {
     const Interface nic = open_mpi_interface();
     if (!nic.name.empty()) return {nic, "Open MPI's btl_tcp_if_include"};
@@ -168,10 +176,13 @@ std::string name_addresses(const std::string& message) {
   std::string notes;
   for (const auto& [address, who] : known_addresses()) {
     // A whole address: "10.1.0.2" must not match inside "10.1.0.23".
-    for (size_t at = message.find(address); at != std::string::npos; at = message.find(address, at + 1)) {
+    for (size_t at = message.find(address); at != std::string::npos;
+         at = message.find(address, at + 1)) {
       const size_t end = at + address.size();
-      const bool whole = (at == 0 || !std::isdigit(static_cast<unsigned char>(message[at - 1]))) &&
-                         (end == message.size() || (!std::isdigit(static_cast<unsigned char>(message[end])) && message[end] != '.'));
+      const bool whole =
+          (at == 0 || !std::isdigit(static_cast<unsigned char>(message[at - 1]))) &&
+          (end == message.size() ||
+           (!std::isdigit(static_cast<unsigned char>(message[end])) && message[end] != '.'));
       if (!whole) continue;
       notes += " [" + address + " is " + who + "]";
       break;

@@ -46,7 +46,8 @@ void export_interface(const InterfaceChoice& choice);
 // What a rank of a job does before its comm plugin starts: chooses and exports the interface.
 // Under mpirun with no MASTER_ADDR, the mpi plugin needs no store and Open MPI picks its own
 // interfaces: then the choice says so and sets nothing.
-InterfaceChoice network_interface(const std::string& configured, const RankEnv& env, const std::string& comm);
+InterfaceChoice network_interface(const std::string& configured, const RankEnv& env,
+                                  const std::string& comm);
 
 // Who is behind an address, once the ranks have said (describe_hosts): name_addresses() appends
 // "[10.1.0.2 is node1: ranks 2-3]" for each known address a message mentions, so a backend's

@@ -33,10 +33,12 @@ int groups_world(const std::vector<NodeGroup>& groups, int nproc);
 int group_of_rank(const std::vector<NodeGroup>& groups, int nproc, int rank);
 
 // The settings of rank `rank`'s group over the config's ([run] threads and device).
-void apply_group_settings(config::Config& cfg, const std::vector<NodeGroup>& groups, int nproc, int rank);
+void apply_group_settings(config::Config& cfg, const std::vector<NodeGroup>& groups, int nproc,
+                          int rank);
 
-// Under a Slurm heterogeneous job step (SLURM_HET_SIZE; srun started the ranks), component k must be group k: the same node
-// count and nodes x nproc tasks. Throws ConfigError naming the component otherwise.
+// Under a Slurm heterogeneous job step (SLURM_HET_SIZE; srun started the ranks), component k must
+// be group k: the same node count and nodes x nproc tasks. Throws ConfigError naming the component
+// otherwise.
 void check_het_components(const std::vector<NodeGroup>& groups, int nproc);
 
 // "fast: node 0 (ranks 0-1, stage 0); slow: node 1 (ranks 2-3, stage 1)".

@@ -210,9 +210,9 @@ Bytes StoreClient::request(char op, const std::string& key, const Bytes& value, 
   char f = 0;
   uint64_t rlen = 0;
   Bytes reply;
-  bool ok = write_all(fd_, &op, 1) && write_all(fd_, &klen, 4) && write_all(fd_, key.data(), klen) &&
-            write_all(fd_, &vlen, 8) && write_all(fd_, value.data(), vlen) && read_all(fd_, &f, 1) &&
-            read_all(fd_, &rlen, 8);
+  bool ok = write_all(fd_, &op, 1) && write_all(fd_, &klen, 4) &&
+            write_all(fd_, key.data(), klen) && write_all(fd_, &vlen, 8) &&
+            write_all(fd_, value.data(), vlen) && read_all(fd_, &f, 1) && read_all(fd_, &rlen, 8);
   if (ok) {
     reply.resize(rlen);
     ok = read_all(fd_, reply.data(), rlen);
@@ -224,7 +224,9 @@ Bytes StoreClient::request(char op, const std::string& key, const Bytes& value, 
   return reply;
 }
 
-void StoreClient::set(const std::string& key, const Bytes& value) { request(kSet, key, value, nullptr); }
+void StoreClient::set(const std::string& key, const Bytes& value) {
+  request(kSet, key, value, nullptr);
+}
 
 bool StoreClient::check(const std::string& key) {
   bool found = false;
@@ -234,13 +236,15 @@ bool StoreClient::check(const std::string& key) {
 
 Bytes StoreClient::get(const std::string& key) {
   auto deadline = std::chrono::steady_clock::now() + timeout_;
-  for (auto pause = std::chrono::microseconds(200);; pause = std::min(pause * 2, std::chrono::microseconds(20000))) {
+  for (auto pause = std::chrono::microseconds(200);;
+       pause = std::min(pause * 2, std::chrono::microseconds(20000))) {
     bool found = false;
     Bytes v = request(kGet, key, {}, &found);
     if (found) return v;
     if (std::chrono::steady_clock::now() > deadline)
       throw RuntimeError("store " + address() + ": timed out after " +
-                         std::to_string(timeout_.count() / 1000) + " s waiting for key '" + key + "'");
+                         std::to_string(timeout_.count() / 1000) + " s waiting for key '" + key +
+                         "'");
     std::this_thread::sleep_for(pause);
   }
 }

@@ -39,7 +39,7 @@ class StoreClient {
   ~StoreClient();
 
   void set(const std::string& key, const Bytes& value);
-  Bytes get(const std::string& key);  // waits for the key
+  Bytes get(const std::string& key);   // waits for the key
   bool check(const std::string& key);  // exists now?
   void wait(const std::vector<std::string>& keys);
   int64_t add(const std::string& key, int64_t delta);  // atomic; returns the new value

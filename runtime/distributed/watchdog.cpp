@@ -41,8 +41,10 @@ int64_t g_limit_ms = 0;
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - op.since).count();
       if (ms < g_limit_ms) continue;
       std::fprintf(stderr,
-                   "loom: error: rank %d on %s: %s has not completed in %.0f s ([parallel] timeout_s + 5 s): a peer "
-                   "is unreachable (a cut link), stopped or dead, and the comm backend did not notice; exiting\n",
+                   "loom: error: rank %d on %s: %s has not completed in %.0f s ([parallel] "
+                   "timeout_s + 5 s): a peer "
+                   "is unreachable (a cut link), stopped or dead, and the comm backend did not "
+                   "notice; exiting\n",
                    g_rank, host_name().c_str(), op.what, ms / 1000.0);
       std::fflush(stderr);
       _exit(1);
@@ -144,20 +146,28 @@ loom_status wait_for(void* self, loom_work* work, loom_error* err) {
 }
 
 constexpr char kInit[] = "the comm backend's start-up", kSplit[] = "a communicator split",
-               kAllReduce[] = "an all_reduce", kReduceScatter[] = "a reduce_scatter", kAllGather[] = "an all_gather",
-               kBroadcast[] = "a broadcast", kAllToAll[] = "an all_to_all", kSend[] = "a send", kRecv[] = "a recv",
-               kBarrier[] = "a barrier", kGroupStart[] = "a group's start", kGroupEnd[] = "a group's end";
+               kAllReduce[] = "an all_reduce", kReduceScatter[] = "a reduce_scatter",
+               kAllGather[] = "an all_gather", kBroadcast[] = "a broadcast",
+               kAllToAll[] = "an all_to_all", kSend[] = "a send", kRecv[] = "a recv",
+               kBarrier[] = "a barrier", kGroupStart[] = "a group's start",
+               kGroupEnd[] = "a group's end";
 
 void free_comm(void* self, loom_comm* c) { of(self).inner->free_comm(of(self).inner_self, c); }
-int32_t rank_of(void* self, const loom_comm* c) { return of(self).inner->rank(of(self).inner_self, c); }
-int32_t size_of(void* self, const loom_comm* c) { return of(self).inner->size(of(self).inner_self, c); }
+int32_t rank_of(void* self, const loom_comm* c) {
+  return of(self).inner->rank(of(self).inner_self, c);
+}
+int32_t size_of(void* self, const loom_comm* c) {
+  return of(self).inner->size(of(self).inner_self, c);
+}
 
 }  // namespace
 
-void watch_comm(WatchedComm& w, const loom_comm_v2* inner, void* inner_self, int rank, int64_t limit_ms) {
+void watch_comm(WatchedComm& w, const loom_comm_v2* inner, void* inner_self, int rank,
+                int64_t limit_ms) {
   w.inner = inner;
   w.inner_self = inner_self;
-  w.table = *inner;  // a whole table (full_comm_table): the descriptor and capabilities stay the plugin's
+  w.table =
+      *inner;  // a whole table (full_comm_table): the descriptor and capabilities stay the plugin's
   w.table.init = &Forward<&loom_comm_v2::init>::call<kInit>;
   w.table.split = &Forward<&loom_comm_v2::split>::call<kSplit>;
   w.table.free_comm = &free_comm;
@@ -172,8 +182,10 @@ void watch_comm(WatchedComm& w, const loom_comm_v2* inner, void* inner_self, int
   w.table.recv = inner->recv ? &Forward<&loom_comm_v2::recv>::call<kRecv> : nullptr;
   w.table.barrier = &Forward<&loom_comm_v2::barrier>::call<kBarrier>;
   w.table.wait = &wait_for;
-  w.table.group_start = inner->group_start ? &Forward<&loom_comm_v2::group_start>::call<kGroupStart> : nullptr;
-  w.table.group_end = inner->group_end ? &Forward<&loom_comm_v2::group_end>::call<kGroupEnd> : nullptr;
+  w.table.group_start =
+      inner->group_start ? &Forward<&loom_comm_v2::group_start>::call<kGroupStart> : nullptr;
+  w.table.group_end =
+      inner->group_end ? &Forward<&loom_comm_v2::group_end>::call<kGroupEnd> : nullptr;
   static std::once_flag once;
   std::call_once(once, [&] {
     g_rank = rank;

@@ -8,21 +8,22 @@
 // meter (comm_meter.hpp) what each operation moved and how long it blocked.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <cstdint>
 #include <string>
-
-#include <loom/plugin.h>
 
 namespace loom::dist {
 
 struct WatchedComm {
-  loom_comm_v2 table;       // forwards to `inner`, timing each blocking call
+  loom_comm_v2 table;  // forwards to `inner`, timing each blocking call
   const loom_comm_v2* inner;
   void* inner_self;
 };
 
 // Starts the watchdog thread (once per process) and fills `w` to forward to (inner, inner_self).
 // `rank` and the limit go into its message.
-void watch_comm(WatchedComm& w, const loom_comm_v2* inner, void* inner_self, int rank, int64_t limit_ms);
+void watch_comm(WatchedComm& w, const loom_comm_v2* inner, void* inner_self, int rank,
+                int64_t limit_ms);
 
 }  // namespace loom::dist

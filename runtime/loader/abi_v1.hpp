@@ -1,8 +1,9 @@
 // The layouts of plugin ABI 1 (1.0 to 1.8) as a plugin binary built against them sees its tables,
 // frozen here for the adapters that load those binaries (v1_adapter.cpp). Nothing else in the
 // runtime uses them. The types ABI 2 kept unchanged (tensors, options, the op table, the services
-// but loom.plugins, the store, shard pieces, slices, pipeline actions) are shared with <loom/plugin.h>.
-// A table of minor m holds the entries up to m's; read base.v.size before a later one.
+// but loom.plugins, the store, shard pieces, slices, pipeline actions) are shared with
+// <loom/plugin.h>. A table of minor m holds the entries up to m's; read base.v.size before a later
+// one.
 #pragma once
 
 #include <loom/plugin.h>
@@ -46,10 +47,12 @@ struct plugin {
   int32_t (*score)(const host*, const char**);
   loom_status (*create)(const host*, const loom_options*, void**, loom_error*);
   void (*destroy)(void*);
-  const void* (*get_proc)(const char*);  // "loom_option_rules_v1", "loom_validate_options_v1", "loom_cost_v1" (1.6, 1.7)
+  const void* (*get_proc)(const char*);  // "loom_option_rules_v1", "loom_validate_options_v1",
+                                         // "loom_cost_v1" (1.6, 1.7)
 };
 using validate_fn = loom_status (*)(const void* host, const loom_options*, loom_error*);
-using cost_fn = loom_status (*)(const loom_cost_query*, loom_cost_collective*, int64_t, int64_t*, loom_error*);  // 1.7
+using cost_fn = loom_status (*)(const loom_cost_query*, loom_cost_collective*, int64_t, int64_t*,
+                                loom_error*);  // 1.7
 using entry_fn = loom_status (*)(const host*, const plugin* const**, size_t*, loom_error*);
 
 // loom.plugins as a 1.6 plugin sees it: descriptors of ABI 1 layout.

@@ -2,10 +2,10 @@
 // functions of the descriptor's bytes, so the fuzzer (tests/fuzz) can drive them without a library.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <cstddef>
 #include <string>
-
-#include <loom/plugin.h>
 
 namespace loom::plugins {
 

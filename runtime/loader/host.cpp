@@ -1,17 +1,16 @@
 #include "loader/host.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "core/errors.hpp"
 #include "loader/services.hpp"
 #include "tensor/tensor.hpp"
-
-#include <cstdio>
-#include <cstdlib>
-#include <mutex>
-#include <utility>
-#include <vector>
 
 namespace loom::plugins {
 
@@ -50,8 +49,12 @@ loom_status read(const loom_options* o, const char* key, T* out) {
   return LOOM_OK;
 }
 
-loom_status opt_i64(const loom_options* o, const char* key, int64_t* out) { return read(o, key, out); }
-loom_status opt_f64(const loom_options* o, const char* key, double* out) { return read(o, key, out); }
+loom_status opt_i64(const loom_options* o, const char* key, int64_t* out) {
+  return read(o, key, out);
+}
+loom_status opt_f64(const loom_options* o, const char* key, double* out) {
+  return read(o, key, out);
+}
 loom_status opt_bool(const loom_options* o, const char* key, int32_t* out) {
   bool b = false;
   loom_status s = read(o, key, &b);
@@ -71,7 +74,9 @@ loom_status opt_str(const loom_options* o, const char* key, const char** out) {
 void* alloc(loom_device device, size_t bytes) {
   const TensorAllocator& device_alloc = tensor_allocator();
   if (device.kind != LOOM_DEVICE_CPU)
-    return device_alloc.alloc && device_alloc.device.kind == device.kind ? device_alloc.alloc(bytes ? bytes : 64) : nullptr;
+    return device_alloc.alloc && device_alloc.device.kind == device.kind
+               ? device_alloc.alloc(bytes ? bytes : 64)
+               : nullptr;
   const size_t rounded = (bytes + 63) / 64 * 64;
   auto* p = static_cast<char*>(std::aligned_alloc(64, rounded + 64));
   if (!p) return nullptr;
@@ -90,7 +95,6 @@ void release(loom_device device, void* ptr) {
   heap_bytes_held(-static_cast<int64_t>(*reinterpret_cast<size_t*>(p)));
   std::free(p);
 }
-
 
 loom_error* error_new() { return new loom_error(); }
 void error_free(loom_error* e) { delete e; }
@@ -122,12 +126,18 @@ loom_host& host() {
 
 const char* status_name(loom_status s) {
   switch (s) {
-    case LOOM_OK: return "ok";
-    case LOOM_UNAVAILABLE: return "unavailable";
-    case LOOM_BAD_CONFIG: return "bad config";
-    case LOOM_SYSTEM: return "system error";
-    case LOOM_INTERNAL: return "internal error";
-    case LOOM_FATAL: return "fatal";
+    case LOOM_OK:
+      return "ok";
+    case LOOM_UNAVAILABLE:
+      return "unavailable";
+    case LOOM_BAD_CONFIG:
+      return "bad config";
+    case LOOM_SYSTEM:
+      return "system error";
+    case LOOM_INTERNAL:
+      return "internal error";
+    case LOOM_FATAL:
+      return "fatal";
   }
   return "unknown status";
 }
@@ -158,7 +168,8 @@ loom_comm_v2 full_comm_table(const loom_comm_v2* t) {
 std::string declared_note(const loom_plugin* d) {
   if (d->kind == LOOM_KIND_COMM && d->v.major == 2 && d->v.minor < 4)
     return " (it was built against plugin ABI 2." + std::to_string(d->v.minor) +
-           ", before comm plugins declared capabilities: rebuild it against ABI 2.4 and declare LOOM_COMM_P2P)";
+           ", before comm plugins declared capabilities: rebuild it against ABI 2.4 and declare "
+           "LOOM_COMM_P2P)";
   if (d->kind == LOOM_KIND_COMM && d->v.major == 1)
     return " (it was built against plugin ABI 1, before comm plugins declared capabilities)";
   if (d->v.major != 1 || d->v.minor >= 6) return "";
@@ -171,7 +182,10 @@ std::string capability_names(const loom_plugin* d) {
   uint64_t caps = 0;
   if (d->kind == LOOM_KIND_PARALLEL && d->slot == LOOM_SLOT_DATA) {
     caps = data_capabilities(d);
-    names = {{LOOM_DATA_EXPERTS, "experts"}, {LOOM_DATA_PIPELINE, "pipeline"}, {LOOM_DATA_SHARDED, "sharded state"}, {LOOM_DATA_DEVICE, "device state"}};
+    names = {{LOOM_DATA_EXPERTS, "experts"},
+             {LOOM_DATA_PIPELINE, "pipeline"},
+             {LOOM_DATA_SHARDED, "sharded state"},
+             {LOOM_DATA_DEVICE, "device state"}};
   } else if (d->kind == LOOM_KIND_COMM) {
     caps = comm_capabilities(d);
     names = {{LOOM_COMM_P2P, "point-to-point"}};
@@ -189,19 +203,26 @@ std::string capability_names(const loom_plugin* d) {
 loom_cost_fn cost_entry(const loom_plugin* d) {
   if (d->kind != LOOM_KIND_PARALLEL) return nullptr;
   switch (d->slot) {
-    case LOOM_SLOT_DATA: return reinterpret_cast<const loom_data_v2*>(d)->cost;
-    case LOOM_SLOT_TENSOR: return reinterpret_cast<const loom_tensor_v2*>(d)->cost;
-    case LOOM_SLOT_SEQUENCE: return reinterpret_cast<const loom_sequence_v2*>(d)->cost;
-    case LOOM_SLOT_PIPELINE: return reinterpret_cast<const loom_pipeline_v2*>(d)->cost;
-    case LOOM_SLOT_EXPERT: return reinterpret_cast<const loom_expert_v2*>(d)->cost;
-    case LOOM_SLOT_CONTEXT: return reinterpret_cast<const loom_context_v2*>(d)->cost;
+    case LOOM_SLOT_DATA:
+      return reinterpret_cast<const loom_data_v2*>(d)->cost;
+    case LOOM_SLOT_TENSOR:
+      return reinterpret_cast<const loom_tensor_v2*>(d)->cost;
+    case LOOM_SLOT_SEQUENCE:
+      return reinterpret_cast<const loom_sequence_v2*>(d)->cost;
+    case LOOM_SLOT_PIPELINE:
+      return reinterpret_cast<const loom_pipeline_v2*>(d)->cost;
+    case LOOM_SLOT_EXPERT:
+      return reinterpret_cast<const loom_expert_v2*>(d)->cost;
+    case LOOM_SLOT_CONTEXT:
+      return reinterpret_cast<const loom_context_v2*>(d)->cost;
   }
   return nullptr;
 }
 
 // Whether the plugin keeps state of its own in checkpoints (data and precision slots).
 bool keeps_state(const loom_plugin* d) {
-  if (d->kind == LOOM_KIND_PRECISION) return reinterpret_cast<const loom_precision_v2*>(d)->save_state != nullptr;
+  if (d->kind == LOOM_KIND_PRECISION)
+    return reinterpret_cast<const loom_precision_v2*>(d)->save_state != nullptr;
   if (d->kind == LOOM_KIND_PARALLEL && d->slot == LOOM_SLOT_DATA)
     return reinterpret_cast<const loom_data_v2*>(d)->save_state != nullptr;
   return false;
@@ -213,7 +234,8 @@ std::vector<std::string> optional_entries(const loom_plugin* d) {
   if (d->validate_options) out.push_back("validate hook");
   if (cost_entry(d)) out.push_back("cost entry");
   if (keeps_state(d)) out.push_back("state save and load");
-  if (d->kind == LOOM_KIND_CKPT && reinterpret_cast<const loom_ckpt_v2*>(d)->read) out.push_back("read path");
+  if (d->kind == LOOM_KIND_CKPT && reinterpret_cast<const loom_ckpt_v2*>(d)->read)
+    out.push_back("read path");
   return out;
 }
 

@@ -2,13 +2,13 @@
 // tables.
 #pragma once
 
+#include <loom/plugin.h>
+#include <toml++/toml.h>
+
 #include <string>
 #include <vector>
 
-#include <loom/plugin.h>
-
 #include "loader/descriptor.hpp"
-#include <toml++/toml.h>
 
 struct loom_error {
   loom_status status = LOOM_OK;
@@ -26,7 +26,8 @@ loom_host& host();
 
 const char* status_name(loom_status s);
 
-// What a plugin declares it handles; 0 for a plugin built before ABI 1.6, which had no declarations.
+// What a plugin declares it handles; 0 for a plugin built before ABI 1.6, which had no
+// declarations.
 uint64_t data_capabilities(const loom_plugin* desc);
 uint64_t ckpt_capabilities(const loom_plugin* desc);
 uint64_t comm_capabilities(const loom_plugin* desc);  // LOOM_COMM_*; 0 before ABI 2.4

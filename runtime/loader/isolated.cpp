@@ -31,7 +31,8 @@ bool read_all(int fd, std::string& out, int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   char buf[4096];
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
     pollfd p{fd, POLLIN, 0};
     const int r = ::poll(&p, 1, static_cast<int>(left.count()));
@@ -55,9 +56,11 @@ std::string how_it_ended(int status) {
 
 }  // namespace
 
-std::string run_isolated(const std::string& what, const std::function<std::string()>& work, int timeout_ms) {
+std::string run_isolated(const std::string& what, const std::function<std::string()>& work,
+                         int timeout_ms) {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw RuntimeError("cannot probe " + what + ": pipe: " + std::strerror(errno));
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw RuntimeError("cannot probe " + what + ": pipe: " + std::strerror(errno));
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(fds[0]);
@@ -84,9 +87,11 @@ std::string run_isolated(const std::string& what, const std::function<std::strin
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!in_time)
-    throw RuntimeError(what + " did not answer within " + std::to_string(timeout_ms / 1000) + " s (it hangs); it is not loaded");
+    throw RuntimeError(what + " did not answer within " + std::to_string(timeout_ms / 1000) +
+                       " s (it hangs); it is not loaded");
   if (reply.empty() || !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-    throw RuntimeError(what + " " + how_it_ended(status) + " while it was probed in a separate process; it is not loaded");
+    throw RuntimeError(what + " " + how_it_ended(status) +
+                       " while it was probed in a separate process; it is not loaded");
   if (reply[0] == 'e') throw RuntimeError(reply.substr(1));
   return reply.substr(1);
 }

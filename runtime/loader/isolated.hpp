@@ -11,6 +11,7 @@ namespace loom::plugins {
 // threw), then exits without running destructors or atexit handlers. Returns that string. Throws
 // RuntimeError naming `what` when the child dies by a signal, exits early, or runs past
 // timeout_ms (it is then killed). A thrown exception's message comes back as a RuntimeError too.
-std::string run_isolated(const std::string& what, const std::function<std::string()>& work, int timeout_ms);
+std::string run_isolated(const std::string& what, const std::function<std::string()>& work,
+                         int timeout_ms);
 
 }  // namespace loom::plugins

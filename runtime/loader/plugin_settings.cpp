@@ -25,22 +25,30 @@ namespace loom::plugins {
 
 namespace {
 using config::ValueType;
-config::KeySpec slot_key(const char* name, const char* help) { return {name, ValueType::String, "\"\"", help}; }
+config::KeySpec slot_key(const char* name, const char* help) {
+  return {name, ValueType::String, "\"\"", help};
+}
 }  // namespace
 
 config::SectionSpec plugins_section() {
-  return {"plugins", "which plugin fills each slot; [plugins.<name>] holds its options", {
-      {"path", ValueType::StringList, "[]", "extra directories searched for plugins first"},
-      slot_key("comm", "communication backend (gloo, mpi, nccl); \"\" = gloo when world > 1"),
-      slot_key("data", "data-parallel strategy (ddp, zero1, zero2, zero3); \"\" = ddp when dp > 1"),
-      slot_key("tensor", "tensor-parallel strategy (tp)"),
-      slot_key("sequence", "sequence-parallel strategy (sp)"),
-      slot_key("pipeline", "pipeline schedule (gpipe, 1f1b, interleaved); \"\" = 1f1b when pp > 1"),
-      slot_key("expert", "expert-parallel strategy (ep); \"\" = ep when ep > 1"),
-      slot_key("context", "context-parallel attention (cp); \"\" = cp when cp > 1"),
-      {"precision", ValueType::String, "\"fp32\"", "GEMM and optimizer numerics"},
-      slot_key("ckpt", "checkpoint writer (sync, async); \"\" = no checkpoints"),
-  }, true};
+  return {
+      "plugins",
+      "which plugin fills each slot; [plugins.<name>] holds its options",
+      {
+          {"path", ValueType::StringList, "[]", "extra directories searched for plugins first"},
+          slot_key("comm", "communication backend (gloo, mpi, nccl); \"\" = gloo when world > 1"),
+          slot_key("data",
+                   "data-parallel strategy (ddp, zero1, zero2, zero3); \"\" = ddp when dp > 1"),
+          slot_key("tensor", "tensor-parallel strategy (tp)"),
+          slot_key("sequence", "sequence-parallel strategy (sp)"),
+          slot_key("pipeline",
+                   "pipeline schedule (gpipe, 1f1b, interleaved); \"\" = 1f1b when pp > 1"),
+          slot_key("expert", "expert-parallel strategy (ep); \"\" = ep when ep > 1"),
+          slot_key("context", "context-parallel attention (cp); \"\" = cp when cp > 1"),
+          {"precision", ValueType::String, "\"fp32\"", "GEMM and optimizer numerics"},
+          slot_key("ckpt", "checkpoint writer (sync, async); \"\" = no checkpoints"),
+      },
+      true};
 }
 
 PluginSettings read_plugins(const config::Config& cfg) {

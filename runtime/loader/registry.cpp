@@ -1,27 +1,26 @@
 #include "loader/registry.hpp"
 
+#include <algorithm>
+#include <boost/dll/library_info.hpp>
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <regex>
 #include <set>
 
-#include <boost/dll/library_info.hpp>
-#include <boost/dll/runtime_symbol_info.hpp>
-#include <fstream>
-#include <algorithm>
-#include <boost/dll/shared_library.hpp>
-
 #include "core/errors.hpp"
 #include "core/nearest.hpp"
 #include "loader/descriptor.hpp"
 #include "loader/host.hpp"
-#include "loader/v1_adapter.hpp"
 #include "loader/isolated.hpp"
 #include "loader/services.hpp"
+#include "loader/v1_adapter.hpp"
 
 namespace fs = std::filesystem;
 
@@ -62,7 +61,9 @@ void check_elf(const fs::path& library) {
   if (in.gcount() < 64 || h[0] != 0x7f || h[1] != 'E' || h[2] != 'L' || h[3] != 'F')
     throw RuntimeError(where + "not an ELF shared library");
   if (h[4] != 2) throw RuntimeError(where + "not a 64-bit ELF library");
-  auto u16 = [](const unsigned char* p) { return static_cast<uint64_t>(p[0]) | static_cast<uint64_t>(p[1]) << 8; };
+  auto u16 = [](const unsigned char* p) {
+    return static_cast<uint64_t>(p[0]) | static_cast<uint64_t>(p[1]) << 8;
+  };
   auto u64 = [](const unsigned char* p) {
     uint64_t v = 0;
     for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
@@ -79,8 +80,8 @@ void check_elf(const fs::path& library) {
       need = std::max(need, u64(&ph[i * phent + 8]) + u64(&ph[i * phent + 32]));
   }
   if (need > size)
-    throw RuntimeError(where + "truncated ELF: the file has " + std::to_string(size) + " bytes, its headers and segments need " +
-                       std::to_string(need));
+    throw RuntimeError(where + "truncated ELF: the file has " + std::to_string(size) +
+                       " bytes, its headers and segments need " + std::to_string(need));
 }
 
 // The ABI majors a library was built for, read from its exported entry names.
@@ -115,8 +116,8 @@ std::vector<SearchDir> Registry::default_dirs(const std::vector<std::string>& co
   for (const auto& p : config_path) {
     std::error_code ec;
     if (!fs::is_directory(p, ec))
-      std::fprintf(stderr, "loom: warning: [plugins] path entry '%s' %s; it is skipped\n", p.c_str(),
-                   fs::exists(p, ec) ? "is not a directory" : "does not exist");
+      std::fprintf(stderr, "loom: warning: [plugins] path entry '%s' %s; it is skipped\n",
+                   p.c_str(), fs::exists(p, ec) ? "is not a directory" : "does not exist");
     dirs.push_back({p, "[plugins] path"});
   }
   if (const char* env = std::getenv("LOOM_PLUGIN_PATH")) {
@@ -140,28 +141,37 @@ namespace {
   const std::vector<int> majors = exported_abi_majors(key);
   for (int major : {LOOM_ABI_MAJOR, 1})
     if (std::find(majors.begin(), majors.end(), major) != majors.end())
-      throw RuntimeError("plugin library '" + key.string() + "' lists loom_plugin_entry_v" + std::to_string(major) +
-                         " in its symbol table, but the dynamic loader cannot find it there: the library's dynamic "
+      throw RuntimeError("plugin library '" + key.string() + "' lists loom_plugin_entry_v" +
+                         std::to_string(major) +
+                         " in its symbol table, but the dynamic loader cannot find it there: the "
+                         "library's dynamic "
                          "section is damaged; rebuild it");
   if (!majors.empty())
     throw RuntimeError("plugin library '" + key.string() + "' was built for Loom plugin ABI " +
-                       std::to_string(majors.front()) + " (exports loom_plugin_entry_v" + std::to_string(majors.front()) +
-                       "); this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
-                       std::to_string(LOOM_ABI_MINOR) + " (and 1 through adapters)");
-  throw RuntimeError("'" + key.string() + "' is not a Loom plugin: it exports no loom_plugin_entry_v2 (or _v1) symbol");
+                       std::to_string(majors.front()) + " (exports loom_plugin_entry_v" +
+                       std::to_string(majors.front()) + "); this runtime speaks ABI " +
+                       std::to_string(LOOM_ABI_MAJOR) + "." + std::to_string(LOOM_ABI_MINOR) +
+                       " (and 1 through adapters)");
+  throw RuntimeError("'" + key.string() +
+                     "' is not a Loom plugin: it exports no loom_plugin_entry_v2 (or _v1) symbol");
 }
 
 // Entry `i` of a library's list, checked (and adapted, for ABI 1). Throws RuntimeError naming it
 // and its library.
-const loom_plugin* checked_descriptor(const loom_plugin* raw, size_t i, bool v1, const fs::path& key) {
+const loom_plugin* checked_descriptor(const loom_plugin* raw, size_t i, bool v1,
+                                      const fs::path& key) {
   if (!raw)
-    throw RuntimeError("plugin library '" + key.string() + "': entry " + std::to_string(i) + " of the list its " +
-                       (v1 ? "loom_plugin_entry_v1" : "loom_plugin_entry_v2") + " returned is NULL");
+    throw RuntimeError(
+        "plugin library '" + key.string() + "': entry " + std::to_string(i) + " of the list its " +
+        (v1 ? "loom_plugin_entry_v1" : "loom_plugin_entry_v2") + " returned is NULL");
   if (v1 && raw->v.major != v1::kMajor)  // what an ABI 1 entry returns has ABI 1's layout
-    throw RuntimeError("plugin in '" + key.string() + "' is returned by loom_plugin_entry_v1 but claims plugin ABI " +
-                       std::to_string(raw->v.major) + "." + std::to_string(raw->v.minor) + "; this runtime speaks ABI " +
-                       std::to_string(LOOM_ABI_MAJOR) + "." + std::to_string(LOOM_ABI_MINOR) + " (and 1 through adapters)");
-  const loom_plugin* d = v1 ? adapt_v1(reinterpret_cast<const v1::plugin*>(raw), key.string()) : raw;
+    throw RuntimeError("plugin in '" + key.string() +
+                       "' is returned by loom_plugin_entry_v1 but claims plugin ABI " +
+                       std::to_string(raw->v.major) + "." + std::to_string(raw->v.minor) +
+                       "; this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
+                       std::to_string(LOOM_ABI_MINOR) + " (and 1 through adapters)");
+  const loom_plugin* d =
+      v1 ? adapt_v1(reinterpret_cast<const v1::plugin*>(raw), key.string()) : raw;
   if (!v1) {
     check_descriptor(d, key.string());
     declare_services(d);  // what its host will hand it
@@ -184,17 +194,19 @@ std::unique_ptr<Library> open_library(const fs::path& key) {
   const loom_plugin* const* descs = nullptr;
   size_t count = 0;
   loom_error err;
-  const loom_status s = v2 ? lib->lib.get<std::remove_pointer_t<loom_plugin_entry_v2_fn>>(LOOM_PLUGIN_ENTRY_V2)(
-                                 &host(), &descs, &count, &err)
-                           : lib->lib.get<std::remove_pointer_t<v1::entry_fn>>(v1::kEntry)(
-                                 &v1_host(), reinterpret_cast<const v1::plugin* const**>(&descs), &count, &err);
+  const loom_status s =
+      v2 ? lib->lib.get<std::remove_pointer_t<loom_plugin_entry_v2_fn>>(LOOM_PLUGIN_ENTRY_V2)(
+               &host(), &descs, &count, &err)
+         : lib->lib.get<std::remove_pointer_t<v1::entry_fn>>(v1::kEntry)(
+               &v1_host(), reinterpret_cast<const v1::plugin* const**>(&descs), &count, &err);
   if (s != LOOM_OK)
     throw RuntimeError("plugin library '" + key.string() + "' failed to start: " + describe(err));
   if (count > 0 && !descs)
-    throw RuntimeError("plugin library '" + key.string() + "': its entry reports " + std::to_string(count) +
-                       " plugins and a NULL list");
+    throw RuntimeError("plugin library '" + key.string() + "': its entry reports " +
+                       std::to_string(count) + " plugins and a NULL list");
   if (count > 4096)
-    throw RuntimeError("plugin library '" + key.string() + "': its entry reports " + std::to_string(count) + " plugins");
+    throw RuntimeError("plugin library '" + key.string() + "': its entry reports " +
+                       std::to_string(count) + " plugins");
   // A descriptor that fails its checks is refused alone, named with its library; the library's
   // other plugins load. A library left with none is refused, with every reason.
   for (size_t i = 0; i < count; ++i) {
@@ -207,7 +219,8 @@ std::unique_ptr<Library> open_library(const fs::path& key) {
   if (lib->plugins.empty()) {
     std::string why;
     for (const std::string& s : lib->skipped) why += (why.empty() ? "" : "; ") + s;
-    throw RuntimeError(why.empty() ? "plugin library '" + key.string() + "': its entry returned no plugins" : why);
+    throw RuntimeError(
+        why.empty() ? "plugin library '" + key.string() + "': its entry returned no plugins" : why);
   }
   return lib;
 }
@@ -222,15 +235,18 @@ std::map<fs::path, std::vector<std::string>>& probe_skipped() {
 // loading or entry crashes or hangs takes only the child down. Cached per path.
 const std::vector<std::string>& probe(const fs::path& key) {
   static auto* probed = new std::map<fs::path, std::vector<std::string>>();
-  static auto* failed = new std::map<fs::path, std::string>();  // a library that hangs costs its 30 s once
+  static auto* failed =
+      new std::map<fs::path, std::string>();  // a library that hangs costs its 30 s once
   if (auto it = probed->find(key); it != probed->end()) return it->second;
   if (auto it = failed->find(key); it != failed->end()) throw RuntimeError(it->second);
   constexpr int kProbeTimeoutMs = 30000;
   auto list_plugins = [&] {  // in the child
     std::string out;
-    // Never unloaded, as in the parent: a library whose unload crashes is not this probe's business.
+    // Never unloaded, as in the parent: a library whose unload crashes is not this probe's
+    // business.
     const Library* lib = open_library(key).release();
-    for (const loom_plugin* d : lib->plugins) out += std::string(kind_name(d->kind)) + " " + d->name + "\n";
+    for (const loom_plugin* d : lib->plugins)
+      out += std::string(kind_name(d->kind)) + " " + d->name + "\n";
     for (std::string why : lib->skipped) {
       std::replace(why.begin(), why.end(), '\n', ' ');
       out += "skipped " + why + "\n";
@@ -245,7 +261,8 @@ const std::vector<std::string>& probe(const fs::path& key) {
     throw;
   }
   std::vector<std::string> names;
-  for (size_t start = 0, nl; (nl = listing.find('\n', start)) != std::string::npos; start = nl + 1) {
+  for (size_t start = 0, nl; (nl = listing.find('\n', start)) != std::string::npos;
+       start = nl + 1) {
     const std::string line = listing.substr(start, nl - start);
     if (line.rfind("skipped ", 0) == 0)
       probe_skipped()[key].push_back(line.substr(8));
@@ -269,15 +286,18 @@ void report_skipped(const std::vector<std::string>& problems) {
   static auto* said = new std::set<std::string>();
   const char* launched = std::getenv("LOOM_LAUNCHED");
   if (launched && std::string(launched) == "1") return;
-  for (const char* var : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"})  // torchrun-style, mpirun, srun
+  for (const char* var : {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
+                          "PMI_RANK"})  // torchrun-style, mpirun, srun
     if (const char* rank = std::getenv(var); rank && std::string(rank) != "0") return;
   for (const std::string& p : problems)
-    if (said->insert(p).second) std::fprintf(stderr, "loom: plugin search: skipped: %s\n", p.c_str());
+    if (said->insert(p).second)
+      std::fprintf(stderr, "loom: plugin search: skipped: %s\n", p.c_str());
 }
 
 }  // namespace
 
-bool Registry::holds(const fs::path& library, const std::string& name, std::optional<loom_kind> kind) {
+bool Registry::holds(const fs::path& library, const std::string& name,
+                     std::optional<loom_kind> kind) {
   const fs::path key = library_key(library);
   std::lock_guard<std::mutex> lock(loaded_mutex());
   if (auto it = loaded().find(key); it != loaded().end()) {
@@ -287,7 +307,8 @@ bool Registry::holds(const fs::path& library, const std::string& name, std::opti
   }
   for (const std::string& entry : probe(key)) {  // "<kind> <name>"
     const size_t space = entry.find(' ');
-    if (entry.substr(space + 1) == name && (!kind || entry.substr(0, space) == kind_name(*kind))) return true;
+    if (entry.substr(space + 1) == name && (!kind || entry.substr(0, space) == kind_name(*kind)))
+      return true;
   }
   return false;
 }
@@ -296,7 +317,8 @@ const std::vector<const loom_plugin*>& Registry::load(const fs::path& library) {
   const fs::path key = library_key(library);
   std::lock_guard<std::mutex> lock(loaded_mutex());
   if (auto it = loaded().find(key); it != loaded().end()) return it->second->plugins;
-  if (!fs::exists(key)) throw RuntimeError("plugin library '" + library.string() + "' does not exist");
+  if (!fs::exists(key))
+    throw RuntimeError("plugin library '" + library.string() + "' does not exist");
   probe(key);
   Library* raw = open_library(key).release();
   loaded()[key] = raw;
@@ -326,13 +348,15 @@ std::string not_a_library(const fs::path& p) {
   if (fs::is_directory(st)) return at + "a directory, not a plugin library";
   if (fs::is_fifo(st)) return at + "a FIFO, not a plugin library";
   if (fs::is_socket(st)) return at + "a socket, not a plugin library";
-  if (fs::is_character_file(st) || fs::is_block_file(st)) return at + "a device, not a plugin library";
+  if (fs::is_character_file(st) || fs::is_block_file(st))
+    return at + "a device, not a plugin library";
   return "";
 }
 
 }  // namespace
 
-std::vector<fs::path> Registry::candidates(size_t dir, const std::string& conventional, std::set<fs::path>& seen,
+std::vector<fs::path> Registry::candidates(size_t dir, const std::string& conventional,
+                                           std::set<fs::path>& seen,
                                            std::vector<std::string>& problems) const {
   std::vector<fs::path> here;
   std::error_code ec;
@@ -376,7 +400,8 @@ Found Registry::find(const std::string& name, std::optional<loom_kind> kind) {
   for (size_t d = 0; d < dirs_.size(); ++d)
     for (const fs::path& p : candidates(d, conventional, seen, problems)) {
       try {
-        const bool here = holds(p, name, kind);  // probed in a child: a library the run does not name is never loaded
+        const bool here = holds(
+            p, name, kind);  // probed in a child: a library the run does not name is never loaded
         for (const std::string& s : skipped_in(p)) problems.push_back(s);
         if (!here) continue;
         for (const loom_plugin* desc : load(p))
@@ -385,7 +410,8 @@ Found Registry::find(const std::string& name, std::optional<loom_kind> kind) {
             return {desc, p, static_cast<int>(d)};
           }
       } catch (const std::exception& e) {
-        if (p.filename() == conventional) throw;  // the library named for this plugin: its reason is the answer
+        if (p.filename() == conventional)
+          throw;  // the library named for this plugin: its reason is the answer
         problems.push_back(e.what());
       }
     }
@@ -427,8 +453,8 @@ std::vector<Found> Registry::all(std::vector<std::string>* problems) {
 Instance::Instance(const Found& found, const loom_options* options) : desc_(found.desc) {
   const char* why = nullptr;
   if (score_plugin(desc_, &why) <= 0)
-    throw RuntimeError("plugin '" + std::string(desc_->name) + "' cannot run here: " +
-                       (why && *why ? why : "it gave no reason"));
+    throw RuntimeError("plugin '" + std::string(desc_->name) +
+                       "' cannot run here: " + (why && *why ? why : "it gave no reason"));
   loom_error err;
   loom_status s = create_plugin_instance(desc_, options, &self_, &err);
   if (s != LOOM_OK) {

@@ -4,13 +4,13 @@
 // names). Libraries are loaded RTLD_LOCAL and never unloaded while the process runs.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <loom/plugin.h>
 
 namespace loom::plugins {
 
@@ -53,7 +53,8 @@ class Registry {
 
   // Whether `library` holds plugin `name` (of this kind), learned without loading it into this
   // process (see probe in registry.cpp). Throws RuntimeError when the library cannot be used.
-  bool holds(const std::filesystem::path& library, const std::string& name, std::optional<loom_kind> kind);
+  bool holds(const std::filesystem::path& library, const std::string& name,
+             std::optional<loom_kind> kind);
 
   // Loads one library and returns its descriptors (cached). It is first opened in a child
   // process, so a library that crashes or hangs while loading is an error, not a dead process.
@@ -65,7 +66,8 @@ class Registry {
   // it is there, then in file-name order, skipping those in `seen`.
   // Files named like a plugin that are no library (a directory, a FIFO, a link to nothing) go to
   // `problems`, each with what it is.
-  std::vector<std::filesystem::path> candidates(size_t dir, const std::string& first, std::set<std::filesystem::path>& seen,
+  std::vector<std::filesystem::path> candidates(size_t dir, const std::string& first,
+                                                std::set<std::filesystem::path>& seen,
                                                 std::vector<std::string>& problems) const;
   std::vector<SearchDir> dirs_;
 };
@@ -82,7 +84,9 @@ class Instance {
   const loom_plugin* desc() const { return desc_; }
   void* self() const { return self_; }
   template <class Table>
-  const Table* table() const { return reinterpret_cast<const Table*>(desc_); }
+  const Table* table() const {
+    return reinterpret_cast<const Table*>(desc_);
+  }
 
  private:
   const loom_plugin* desc_;

@@ -1,10 +1,10 @@
 #include "loader/selection.hpp"
+
+#include "core/errors.hpp"
 #include "loader/descriptor.hpp"
 #include "loader/plugin_settings.hpp"
 #include "loader/services.hpp"
 #include "loader/v1_adapter.hpp"
-
-#include "core/errors.hpp"
 
 namespace loom::plugins {
 
@@ -53,8 +53,8 @@ Selection resolve(config::Config& cfg, Registry& registry) {
                       [&] { return registry.find(name, sk.kind); });
     if (sk.kind == LOOM_KIND_PARALLEL && f.desc->slot != sk.slot)
       throw ConfigError(config::where(*node) + ": [plugins] " + sk.key + " = \"" + name +
-                        "\" names a plugin for the " + slot_name(f.desc->slot) +
-                        " slot, not the " + slot_name(sk.slot) + " slot");
+                        "\" names a plugin for the " + slot_name(f.desc->slot) + " slot, not the " +
+                        slot_name(sk.slot) + " slot");
     sel.slots.push_back({sk.key, f});
     add_schema(f.desc);
   }
@@ -74,14 +74,16 @@ std::vector<config::KeySpec> check_options(config::Config& cfg, const loom_plugi
   const toml::table* mine = cfg.plugin_table(name);
   for (const config::KeySpec& k : keys)
     if (k.required && (!mine || !mine->contains(k.name)))
-      throw ConfigError("plugin '" + name + "' needs [plugins." + name + "] " + k.name + " (" + k.help + ")");
+      throw ConfigError("plugin '" + name + "' needs [plugins." + name + "] " + k.name + " (" +
+                        k.help + ")");
   cfg.validate_plugin_options(name, keys);
   if (d->validate_options) {
     loom_options opts = options_for(cfg, name);
     loom_error e;
     const loom_status s = validate_plugin_options(d, &opts, &e);
     if (s == LOOM_BAD_CONFIG) throw ConfigError("[plugins." + name + "]: " + e.message);
-    if (s != LOOM_OK) throw RuntimeError("plugin '" + name + "' failed to check its options: " + describe(e));
+    if (s != LOOM_OK)
+      throw RuntimeError("plugin '" + name + "' failed to check its options: " + describe(e));
   }
   return keys;
 }
@@ -90,10 +92,12 @@ loom_options options_for(const config::Config& cfg, const std::string& plugin) {
   return loom_options{cfg.plugin_table(plugin)};
 }
 
-std::vector<std::string> default_plugins(const config::Config& cfg, int world, const SlotDegrees& par) {
+std::vector<std::string> default_plugins(const config::Config& cfg, int world,
+                                         const SlotDegrees& par) {
   std::vector<std::string> out;
   auto fill = [&](bool needed, const char* slot, const char* plugin) {
-    if (needed && cfg.str(std::string("plugins.") + slot).empty()) out.push_back(std::string("plugins.") + slot + "=" + plugin);
+    if (needed && cfg.str(std::string("plugins.") + slot).empty())
+      out.push_back(std::string("plugins.") + slot + "=" + plugin);
   };
   fill(world > 1, "comm", "gloo");
   fill(world > 1, "data", "ddp");
@@ -109,8 +113,9 @@ std::vector<std::string> idle_slots(const config::Config& cfg, const SlotDegrees
   auto note = [&](const char* slot, int64_t degree, const char* key, const char* meaning) {
     const std::string plugin = cfg.str(std::string("plugins.") + slot);
     if (!plugin.empty() && degree == 1)
-      notes.push_back("[plugins] " + std::string(slot) + " = \"" + plugin + "\" does nothing at [parallel] " + key +
-                      " = 1 (" + meaning + "); set " + key + " above 1 to use it");
+      notes.push_back("[plugins] " + std::string(slot) + " = \"" + plugin +
+                      "\" does nothing at [parallel] " + key + " = 1 (" + meaning + "); set " +
+                      key + " above 1 to use it");
   };
   note("pipeline", par.pp, "pp", "one stage");
   note("tensor", par.tp, "tp", "no tensor split");
@@ -133,30 +138,36 @@ Source& source() {
   return s;
 }
 
-loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** desc, void** self, loom_error* err) {
+loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** desc, void** self,
+                          loom_error* err) {
   const loom_host& h = host();
   if (!source().registry || !source().cfg)
-    return h.set_error(err, LOOM_UNAVAILABLE, "loom.plugins: no configuration to create plugins from in this command");
+    return h.set_error(err, LOOM_UNAVAILABLE,
+                       "loom.plugins: no configuration to create plugins from in this command");
   try {
     const std::string wanted = name ? name : "";
     Found f;
     try {
       f = source().registry->find(wanted, static_cast<loom_kind>(kind));
-    } catch (const ConfigError& none) {  // a plugin of another kind by that name says more than "no such plugin"
+    } catch (const ConfigError&
+                 none) {  // a plugin of another kind by that name says more than "no such plugin"
       Found other;
       try {
         other = source().registry->find(wanted);
       } catch (const ConfigError&) {
         throw none;
       }
-      throw ConfigError("'" + wanted + "' is a " + kind_name(other.desc->kind) + " plugin, not a " + kind_name(kind) + " plugin");
+      throw ConfigError("'" + wanted + "' is a " + kind_name(other.desc->kind) + " plugin, not a " +
+                        kind_name(kind) + " plugin");
     }
     check_options(*source().cfg, f.desc);
     loom_options opts = options_for(*source().cfg, f.desc->name);
     const char* why = nullptr;
     if (score_plugin(f.desc, &why) <= 0)
-      return h.set_error(err, LOOM_UNAVAILABLE, ("plugin '" + std::string(f.desc->name) + "' cannot run here: " +
-                                                 (why && *why ? why : "it gave no reason")).c_str());
+      return h.set_error(err, LOOM_UNAVAILABLE,
+                         ("plugin '" + std::string(f.desc->name) +
+                          "' cannot run here: " + (why && *why ? why : "it gave no reason"))
+                             .c_str());
     const loom_status s = create_plugin_instance(f.desc, &opts, self, err);
     if (s == LOOM_OK) *desc = f.desc;
     return s;

@@ -41,7 +41,8 @@ std::vector<std::string> idle_slots(const config::Config& cfg, const SlotDegrees
 // The runtime's defaults for slots a config leaves empty, as --set overrides: a job of several
 // ranks talks over gloo and reduces gradients with ddp; tp > 1 uses the tp plugin, pp > 1 the
 // 1f1b schedule, ep > 1 the ep plugin and cp > 1 the cp plugin (ring attention).
-std::vector<std::string> default_plugins(const config::Config& cfg, int world, const SlotDegrees& degrees);
+std::vector<std::string> default_plugins(const config::Config& cfg, int world,
+                                         const SlotDegrees& degrees);
 
 // Checks a plugin's [plugins.<name>] table against its schema and rules (filling defaults), then
 // runs its validate hook; returns the keys. Throws ConfigError naming the key.

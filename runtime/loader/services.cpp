@@ -110,7 +110,9 @@ const loom_native_streams*& native_streams() {
 void set_device_ops(const loom_ops* ops) { device_ops() = ops; }
 void set_native_streams(const loom_native_streams* streams) { native_streams() = streams; }
 
-std::vector<std::string> declared_services(const loom_plugin* d) { return split_bar_list(d->services); }
+std::vector<std::string> declared_services(const loom_plugin* d) {
+  return split_bar_list(d->services);
+}
 
 void declare_services(const loom_plugin* desc, bool created) {
   const std::vector<std::string> names = declared_services(desc);
@@ -131,11 +133,13 @@ const void* find_declared_service(const char* plugin, const char* name, uint32_t
 
 const void* find_service(const char* name, uint32_t min_minor) {
   if (!name || min_minor > LOOM_ABI_MINOR) return nullptr;
-  if (std::strcmp(name, LOOM_SERVICE_PLACEMENT) == 0) return placement_state().set ? &placement_state().value : nullptr;
+  if (std::strcmp(name, LOOM_SERVICE_PLACEMENT) == 0)
+    return placement_state().set ? &placement_state().value : nullptr;
   if (std::strcmp(name, LOOM_SERVICE_TRACE) == 0) return &kTrace;
   if (std::strcmp(name, LOOM_SERVICE_PLUGINS) == 0) return plugins_table();
   if (std::strcmp(name, LOOM_SERVICE_DEVICE) == 0) return device_ops();
-  if (std::strcmp(name, LOOM_SERVICE_NATIVE_STREAMS) == 0) return min_minor <= LOOM_ABI_MINOR ? native_streams() : nullptr;
+  if (std::strcmp(name, LOOM_SERVICE_NATIVE_STREAMS) == 0)
+    return min_minor <= LOOM_ABI_MINOR ? native_streams() : nullptr;
   return nullptr;
 }
 

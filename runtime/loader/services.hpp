@@ -3,12 +3,12 @@
 // (loom.plugins). Each is NULL until the part of the runtime that provides it has started.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <loom/plugin.h>
 
 namespace loom::plugins {
 

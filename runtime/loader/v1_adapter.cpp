@@ -27,7 +27,9 @@ struct Wrapped {
 
 Wrapped* wrapped(void* s) { return static_cast<Wrapped*>(s); }
 template <class V1>
-const V1* old_table(void* s) { return reinterpret_cast<const V1*>(wrapped(s)->table); }
+const V1* old_table(void* s) {
+  return reinterpret_cast<const V1*>(wrapped(s)->table);
+}
 
 // Forward<&v1::comm::barrier>::call(self, args...) unwraps self and calls the ABI 1 entry.
 template <auto Field>
@@ -42,7 +44,8 @@ template <auto Field, class V1>
 auto forward_if_set(const V1* t) -> decltype(&Forward<Field>::call) {
   return v1::has(t, Field) && t->*Field ? &Forward<Field>::call : nullptr;
 }
-#define LOOM_FORWARD(dst, src, field) (dst).field = forward_if_set<&std::remove_cvref_t<decltype(*(src))>::field>(src)
+#define LOOM_FORWARD(dst, src, field) \
+  (dst).field = forward_if_set<&std::remove_cvref_t<decltype(*(src))>::field>(src)
 
 // A comm table of either major in ABI 1's layout, for the contexts of ABI 1 plugins; self stays
 // the comm plugin's (an adapted comm's entries unwrap it themselves).
@@ -54,7 +57,8 @@ v1::comm downgrade(const loom_comm_v2* t) {
   c.base.version = t->base.version;
   c.base.summary = t->base.summary;
   c.base.options = t->base.options;
-  c.init = t->init, c.split = t->split, c.free_comm = t->free_comm, c.rank = t->rank, c.size = t->size;
+  c.init = t->init, c.split = t->split, c.free_comm = t->free_comm, c.rank = t->rank,
+  c.size = t->size;
   c.all_reduce = t->all_reduce, c.reduce_scatter = t->reduce_scatter, c.all_gather = t->all_gather;
   c.broadcast = t->broadcast, c.all_to_all = t->all_to_all, c.send = t->send, c.recv = t->recv;
   c.barrier = t->barrier, c.wait = t->wait;
@@ -64,16 +68,19 @@ v1::comm downgrade(const loom_comm_v2* t) {
 // ---- base and lifecycle -----------------------------------------------------------------------
 
 loom_status no_direct_create(const loom_host*, const loom_options*, void**, loom_error* err) {
-  return host().set_error(err, LOOM_INTERNAL, "an adapted ABI 1 plugin is created through create_plugin_instance");
+  return host().set_error(err, LOOM_INTERNAL,
+                          "an adapted ABI 1 plugin is created through create_plugin_instance");
 }
 void no_direct_destroy(void*) {}
 loom_status no_direct_validate(const loom_host*, const loom_options*, loom_error* err) {
-  return host().set_error(err, LOOM_INTERNAL, "an adapted ABI 1 plugin is validated through validate_plugin_options");
+  return host().set_error(err, LOOM_INTERNAL,
+                          "an adapted ABI 1 plugin is validated through validate_plugin_options");
 }
 
 template <class T>
 T proc(const v1::plugin* d, const char* name) {
-  return d->v.minor >= 6 && d->get_proc ? reinterpret_cast<T>(const_cast<void*>(d->get_proc(name))) : nullptr;
+  return d->v.minor >= 6 && d->get_proc ? reinterpret_cast<T>(const_cast<void*>(d->get_proc(name)))
+                                        : nullptr;
 }
 
 loom_plugin adapt_base(const v1::plugin* d, uint32_t size) {
@@ -86,7 +93,8 @@ loom_plugin adapt_base(const v1::plugin* d, uint32_t size) {
   b.summary = d->summary;
   b.options = d->options;
   b.option_rules = proc<const loom_option_rule*>(d, "loom_option_rules_v1");
-  b.validate_options = proc<v1::validate_fn>(d, "loom_validate_options_v1") ? &no_direct_validate : nullptr;
+  b.validate_options =
+      proc<v1::validate_fn>(d, "loom_validate_options_v1") ? &no_direct_validate : nullptr;
   b.services = nullptr;  // ABI 1 declared none; its host grants every service
   b.score = nullptr;     // through score_plugin
   b.create = &no_direct_create;
@@ -95,8 +103,8 @@ loom_plugin adapt_base(const v1::plugin* d, uint32_t size) {
 }
 
 // 1.7's cost entry took no options: the adapted entry finds the old one through the descriptor.
-loom_status v1_cost(const loom_plugin* plugin, const loom_options*, const loom_cost_query* q, loom_cost_collective* out,
-                    int64_t cap, int64_t* n, loom_error* err) {
+loom_status v1_cost(const loom_plugin* plugin, const loom_options*, const loom_cost_query* q,
+                    loom_cost_collective* out, int64_t cap, int64_t* n, loom_error* err) {
   const loom_status s = proc<v1::cost_fn>(v1_original(plugin), "loom_cost_v1")(q, out, cap, n, err);
   // 1.7 had no axis: its what[] ran 4 bytes longer, over where axis now lies.
   for (int64_t i = 0; s == LOOM_OK && out && i < std::min(*n, cap); ++i) {
@@ -105,7 +113,9 @@ loom_status v1_cost(const loom_plugin* plugin, const loom_options*, const loom_c
   }
   return s;
 }
-loom_cost_fn cost_of(const v1::plugin* d) { return proc<v1::cost_fn>(d, "loom_cost_v1") ? &v1_cost : nullptr; }
+loom_cost_fn cost_of(const v1::plugin* d) {
+  return proc<v1::cost_fn>(d, "loom_cost_v1") ? &v1_cost : nullptr;
+}
 
 // A parallel slot's table with its base and the cost entry (1.7) filled.
 template <class Table>
@@ -116,7 +126,8 @@ Table parallel_table(const v1::plugin* d) {
   return t;
 }
 
-// ---- kinds ----------------------------------------------------------------------------------------
+// ---- kinds
+// ----------------------------------------------------------------------------------------
 
 loom_comm_v2 adapt_comm(const v1::comm* s) {
   loom_comm_v2 t{};
@@ -132,10 +143,12 @@ loom_comm_v2 adapt_comm(const v1::comm* s) {
 loom_ckpt_v2 adapt_ckpt(const v1::ckpt* s) {
   loom_ckpt_v2 t{};
   t.base = adapt_base(&s->base, sizeof t);
-  LOOM_FORWARD(t, s, save), LOOM_FORWARD(t, s, finish), LOOM_FORWARD(t, s, poll), LOOM_FORWARD(t, s, save_stable);
+  LOOM_FORWARD(t, s, save), LOOM_FORWARD(t, s, finish), LOOM_FORWARD(t, s, poll),
+      LOOM_FORWARD(t, s, save_stable);
   if (s->base.v.minor < 6) return t;  // what came in 1.6 was not there before
   t.capabilities = v1::has(s, &v1::ckpt::capabilities) ? s->capabilities : 0;
-  LOOM_FORWARD(t, s, open), LOOM_FORWARD(t, s, committed), LOOM_FORWARD(t, s, read), LOOM_FORWARD(t, s, list);
+  LOOM_FORWARD(t, s, open), LOOM_FORWARD(t, s, committed), LOOM_FORWARD(t, s, read),
+      LOOM_FORWARD(t, s, list);
   return t;
 }
 
@@ -147,7 +160,8 @@ loom_status rounding_add_site(void* s, const char*, int32_t role, int32_t* id, l
 }
 loom_operand_format rounding_site_format(void*, int32_t) { return {LOOM_FORMAT_PLUGIN, 1.f}; }
 loom_status rounding_round_site(void* s, int32_t id, loom_tensor* t, loom_error* err) {
-  return old_table<v1::precision>(s)->round_operand(wrapped(s)->self, t, wrapped(s)->roles.at(id), err);
+  return old_table<v1::precision>(s)->round_operand(wrapped(s)->self, t, wrapped(s)->roles.at(id),
+                                                    err);
 }
 
 loom_precision_v2 adapt_precision(const v1::precision* s) {
@@ -171,17 +185,33 @@ loom_precision_v2 adapt_precision(const v1::precision* s) {
 loom_status data_setup(void* s, const loom_data_context* c, loom_error* err) {
   Wrapped* w = wrapped(s);
   w->comm = downgrade(c->comm);
-  v1::data_context d{{v1::kMajor, v1::kLastMinor, sizeof d}, &w->comm, c->comm_self, c->dp, c->values, c->grads,
-                     c->numel, c->params, c->n_params, c->units, c->n_units, c->param_flags, c->ops, c->expert_dp};
+  v1::data_context d{{v1::kMajor, v1::kLastMinor, sizeof d},
+                     &w->comm,
+                     c->comm_self,
+                     c->dp,
+                     c->values,
+                     c->grads,
+                     c->numel,
+                     c->params,
+                     c->n_params,
+                     c->units,
+                     c->n_units,
+                     c->param_flags,
+                     c->ops,
+                     c->expert_dp};
   const auto* t = old_table<v1::data>(s);
   const loom_status st = t->setup(w->self, &d, err);
   // Sharding is declared since 1.6; a plugin that shards without saying so cannot run.
-  if (st == LOOM_OK && v1::has(t, &v1::data::zero_stage) && t->zero_stage && t->zero_stage(w->self) > 0 &&
-      !(v1::has(t, &v1::data::capabilities) && t->base.v.minor >= 6 && (t->capabilities & LOOM_DATA_SHARDED)))
+  if (st == LOOM_OK && v1::has(t, &v1::data::zero_stage) && t->zero_stage &&
+      t->zero_stage(w->self) > 0 &&
+      !(v1::has(t, &v1::data::capabilities) && t->base.v.minor >= 6 &&
+        (t->capabilities & LOOM_DATA_SHARDED)))
     return host().set_error(err, LOOM_BAD_CONFIG,
                             ("data plugin '" + std::string(t->base.name) + "' reports ZeRO stage " +
-                             std::to_string(t->zero_stage(w->self)) + " but does not declare LOOM_DATA_SHARDED (it was built " +
-                             "against plugin ABI 1." + std::to_string(t->base.v.minor) + ")").c_str());
+                             std::to_string(t->zero_stage(w->self)) +
+                             " but does not declare LOOM_DATA_SHARDED (it was built " +
+                             "against plugin ABI 1." + std::to_string(t->base.v.minor) + ")")
+                                .c_str());
   return st;
 }
 
@@ -209,7 +239,8 @@ loom_data_sharded_v2 adapt_sharded(const v1::data* s) {
   loom_data_sharded_v2 t{};
   t.data = adapt_data_head(s, sizeof t);
   t.stage = forward_if_set<&v1::data::zero_stage>(s);
-  LOOM_FORWARD(t, s, acquire_params), LOOM_FORWARD(t, s, release_params), LOOM_FORWARD(t, s, grad_buffer);
+  LOOM_FORWARD(t, s, acquire_params), LOOM_FORWARD(t, s, release_params),
+      LOOM_FORWARD(t, s, grad_buffer);
   LOOM_FORWARD(t, s, unit_grads_ready), LOOM_FORWARD(t, s, sum_squares), LOOM_FORWARD(t, s, step);
   LOOM_FORWARD(t, s, shard_pieces), LOOM_FORWARD(t, s, pieces_loaded);
   return t;
@@ -217,7 +248,11 @@ loom_data_sharded_v2 adapt_sharded(const v1::data* s) {
 
 v1::tensor_context old_tensor_context(void* s, const loom_tensor_context* c) {
   wrapped(s)->comm = downgrade(c->comm);
-  return {{v1::kMajor, v1::kLastMinor, sizeof(v1::tensor_context)}, &wrapped(s)->comm, c->comm_self, c->tp, c->ops};
+  return {{v1::kMajor, v1::kLastMinor, sizeof(v1::tensor_context)},
+          &wrapped(s)->comm,
+          c->comm_self,
+          c->tp,
+          c->ops};
 }
 loom_status tensor_setup(void* s, const loom_tensor_context* c, loom_error* err) {
   const v1::tensor_context d = old_tensor_context(s, c);
@@ -227,15 +262,21 @@ loom_status sequence_setup(void* s, const loom_tensor_context* c, loom_error* er
   const v1::tensor_context d = old_tensor_context(s, c);
   return old_table<v1::sequence>(s)->setup(wrapped(s)->self, &d, err);
 }
-loom_status expert_setup(void* s, const loom_expert_context* c, int32_t* first, int32_t* count, loom_error* err) {
+loom_status expert_setup(void* s, const loom_expert_context* c, int32_t* first, int32_t* count,
+                         loom_error* err) {
   wrapped(s)->comm = downgrade(c->comm);
-  const v1::expert_context d{{v1::kMajor, v1::kLastMinor, sizeof d}, &wrapped(s)->comm, c->comm_self, c->ep, c->experts};
+  const v1::expert_context d{
+      {v1::kMajor, v1::kLastMinor, sizeof d}, &wrapped(s)->comm, c->comm_self, c->ep, c->experts};
   return old_table<v1::expert>(s)->setup(wrapped(s)->self, &d, first, count, err);
 }
 loom_status context_setup(void* s, const loom_context_context* c, loom_error* err) {
   wrapped(s)->comm = downgrade(c->comm);
-  const v1::context_context d{{v1::kMajor, v1::kLastMinor, sizeof d}, &wrapped(s)->comm, c->comm_self,
-                              c->cp, c->ops, c->device};
+  const v1::context_context d{{v1::kMajor, v1::kLastMinor, sizeof d},
+                              &wrapped(s)->comm,
+                              c->comm_self,
+                              c->cp,
+                              c->ops,
+                              c->device};
   return old_table<v1::context>(s)->setup(wrapped(s)->self, &d, err);
 }
 
@@ -243,7 +284,8 @@ loom_tensor_v2 adapt_tensor(const v1::tensor* s) {
   auto t = parallel_table<loom_tensor_v2>(&s->base);
   t.setup = &tensor_setup;
   LOOM_FORWARD(t, s, shard), LOOM_FORWARD(t, s, enter_bwd), LOOM_FORWARD(t, s, exit_fwd);
-  LOOM_FORWARD(t, s, embedding_fwd), LOOM_FORWARD(t, s, embedding_bwd), LOOM_FORWARD(t, s, cross_entropy);
+  LOOM_FORWARD(t, s, embedding_fwd), LOOM_FORWARD(t, s, embedding_bwd),
+      LOOM_FORWARD(t, s, cross_entropy);
   return t;
 }
 
@@ -278,8 +320,9 @@ loom_context_v2 adapt_context(const v1::context* s) {
 
 // ---- the adapted tables of this process ---------------------------------------------------------
 
-using Table = std::variant<loom_comm_v2, loom_ckpt_v2, loom_precision_v2, loom_data_replicated_v2, loom_data_sharded_v2,
-                           loom_tensor_v2, loom_sequence_v2, loom_pipeline_v2, loom_expert_v2, loom_context_v2>;
+using Table = std::variant<loom_comm_v2, loom_ckpt_v2, loom_precision_v2, loom_data_replicated_v2,
+                           loom_data_sharded_v2, loom_tensor_v2, loom_sequence_v2, loom_pipeline_v2,
+                           loom_expert_v2, loom_context_v2>;
 
 struct Adapted {
   std::mutex m;
@@ -293,28 +336,40 @@ Adapted& adapted() {
 }
 
 template <class V1>
-const V1* as(const v1::plugin* d) { return reinterpret_cast<const V1*>(d); }
+const V1* as(const v1::plugin* d) {
+  return reinterpret_cast<const V1*>(d);
+}
 
 Table adapt_table(const v1::plugin* d) {
   switch (d->kind) {
-    case LOOM_KIND_COMM: return adapt_comm(as<v1::comm>(d));
-    case LOOM_KIND_CKPT: return adapt_ckpt(as<v1::ckpt>(d));
-    case LOOM_KIND_PRECISION: return adapt_precision(as<v1::precision>(d));
+    case LOOM_KIND_COMM:
+      return adapt_comm(as<v1::comm>(d));
+    case LOOM_KIND_CKPT:
+      return adapt_ckpt(as<v1::ckpt>(d));
+    case LOOM_KIND_PRECISION:
+      return adapt_precision(as<v1::precision>(d));
   }
   switch (d->slot) {
     case LOOM_SLOT_DATA: {
       const auto* t = as<v1::data>(d);
-      const bool sharded = d->v.minor >= 6 && v1::has(t, &v1::data::capabilities) && (t->capabilities & LOOM_DATA_SHARDED);
+      const bool sharded = d->v.minor >= 6 && v1::has(t, &v1::data::capabilities) &&
+                           (t->capabilities & LOOM_DATA_SHARDED);
       if (sharded) return adapt_sharded(t);
       return adapt_replicated(t);
     }
-    case LOOM_SLOT_TENSOR: return adapt_tensor(as<v1::tensor>(d));
-    case LOOM_SLOT_SEQUENCE: return adapt_sequence(as<v1::sequence>(d));
-    case LOOM_SLOT_PIPELINE: return adapt_pipeline(as<v1::pipeline>(d));
-    case LOOM_SLOT_EXPERT: return adapt_expert(as<v1::expert>(d));
-    case LOOM_SLOT_CONTEXT: return adapt_context(as<v1::context>(d));
+    case LOOM_SLOT_TENSOR:
+      return adapt_tensor(as<v1::tensor>(d));
+    case LOOM_SLOT_SEQUENCE:
+      return adapt_sequence(as<v1::sequence>(d));
+    case LOOM_SLOT_PIPELINE:
+      return adapt_pipeline(as<v1::pipeline>(d));
+    case LOOM_SLOT_EXPERT:
+      return adapt_expert(as<v1::expert>(d));
+    case LOOM_SLOT_CONTEXT:
+      return adapt_context(as<v1::context>(d));
   }
-  throw RuntimeError("no ABI 1 table of kind " + std::to_string(d->kind) + ", slot " + std::to_string(d->slot));
+  throw RuntimeError("no ABI 1 table of kind " + std::to_string(d->kind) + ", slot " +
+                     std::to_string(d->slot));
 }
 
 }  // namespace
@@ -325,7 +380,8 @@ const loom_plugin* adapt_v1(const v1::plugin* d, const std::string& library) {
   if (auto it = a.of_old.find(d); it != a.of_old.end()) return it->second;
   check_v1_descriptor(d, library);
   const Table& t = a.tables.emplace_back(adapt_table(d));
-  const loom_plugin* view = std::visit([](const auto& table) { return reinterpret_cast<const loom_plugin*>(&table); }, t);
+  const loom_plugin* view =
+      std::visit([](const auto& table) { return reinterpret_cast<const loom_plugin*>(&table); }, t);
   a.of_old[d] = view;
   a.old_of[view] = d;
   return view;
@@ -341,11 +397,13 @@ const v1::plugin* v1_original(const loom_plugin* desc) {
 
 int32_t score_plugin(const loom_plugin* desc, const char** why_not) {
   if (why_not) *why_not = "";
-  if (const v1::plugin* old = v1_original(desc)) return old->score ? old->score(&v1_host(), why_not) : 1;
+  if (const v1::plugin* old = v1_original(desc))
+    return old->score ? old->score(&v1_host(), why_not) : 1;
   return desc->score ? desc->score(&host(), why_not) : 1;
 }
 
-loom_status create_plugin_instance(const loom_plugin* desc, const loom_options* opts, void** self, loom_error* err) {
+loom_status create_plugin_instance(const loom_plugin* desc, const loom_options* opts, void** self,
+                                   loom_error* err) {
   const v1::plugin* old = v1_original(desc);
   if (!old) {
     declare_services(desc, true);
@@ -365,7 +423,8 @@ void destroy_plugin_instance(const loom_plugin* desc, void* self) {
   delete wrapped(self);
 }
 
-loom_status validate_plugin_options(const loom_plugin* desc, const loom_options* opts, loom_error* err) {
+loom_status validate_plugin_options(const loom_plugin* desc, const loom_options* opts,
+                                    loom_error* err) {
   if (const v1::plugin* old = v1_original(desc)) {
     const auto validate = proc<v1::validate_fn>(old, "loom_validate_options_v1");
     return validate ? validate(&v1_host(), opts, err) : LOOM_OK;
@@ -387,16 +446,24 @@ Downgraded& downgraded() {
   return d;
 }
 
-loom_status v1_create_wrapped(const char* name, int32_t kind, const v1::plugin** desc, void** self, loom_error* err) {
+loom_status v1_create_wrapped(const char* name, int32_t kind, const v1::plugin** desc, void** self,
+                              loom_error* err) {
   if (kind != LOOM_KIND_COMM)
-    return host().set_error(err, LOOM_BAD_CONFIG, "a plugin built against ABI 1 can wrap comm plugins only; rebuild it against ABI 2");
+    return host().set_error(
+        err, LOOM_BAD_CONFIG,
+        "a plugin built against ABI 1 can wrap comm plugins only; rebuild it against ABI 2");
   const auto* plugins = static_cast<const loom_plugins*>(find_service(LOOM_SERVICE_PLUGINS, 0));
-  if (!plugins) return host().set_error(err, LOOM_UNAVAILABLE, "loom.plugins: no configuration to create plugins from in this command");
+  if (!plugins)
+    return host().set_error(
+        err, LOOM_UNAVAILABLE,
+        "loom.plugins: no configuration to create plugins from in this command");
   const loom_plugin* inner = nullptr;
   const loom_status s = plugins->create(name, kind, &inner, self, err);
   if (s != LOOM_OK) return s;
   std::lock_guard<std::mutex> lock(downgraded().m);
-  auto it = downgraded().of.try_emplace(inner, downgrade(reinterpret_cast<const loom_comm_v2*>(inner))).first;
+  auto it = downgraded()
+                .of.try_emplace(inner, downgrade(reinterpret_cast<const loom_comm_v2*>(inner)))
+                .first;
   *desc = &it->second.base;
   return LOOM_OK;
 }
@@ -413,14 +480,16 @@ void v1_release_wrapped(const v1::plugin* desc, void* self) {
 
 const void* v1_service(const char* name, uint32_t min_minor) {
   if (!name || min_minor > v1::kLastMinor) return nullptr;
-  if (std::strcmp(name, LOOM_SERVICE_PLUGINS) == 0) return find_service(name, 0) ? &v1_plugins_service() : nullptr;
+  if (std::strcmp(name, LOOM_SERVICE_PLUGINS) == 0)
+    return find_service(name, 0) ? &v1_plugins_service() : nullptr;
   return find_service(name, 0);
 }
 
 }  // namespace
 
 const v1::plugins_service& v1_plugins_service() {
-  static const v1::plugins_service s{{v1::kMajor, v1::kLastMinor, sizeof(v1::plugins_service)}, &v1_create_wrapped,
+  static const v1::plugins_service s{{v1::kMajor, v1::kLastMinor, sizeof(v1::plugins_service)},
+                                     &v1_create_wrapped,
                                      &v1_release_wrapped};
   return s;
 }
@@ -433,7 +502,8 @@ const v1::host& v1_host() {
     t.runtime_version = now.runtime_version;
     t.log = now.log;
     t.set_error = now.set_error;
-    t.opt_i64 = now.opt_i64, t.opt_f64 = now.opt_f64, t.opt_bool = now.opt_bool, t.opt_str = now.opt_str;
+    t.opt_i64 = now.opt_i64, t.opt_f64 = now.opt_f64, t.opt_bool = now.opt_bool,
+    t.opt_str = now.opt_str;
     t.alloc = now.alloc;
     t.free = now.free;
     t.service = &v1_service;

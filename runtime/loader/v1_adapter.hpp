@@ -7,9 +7,9 @@
 // below for both majors, because an adapted descriptor needs the old host table for those calls.
 #pragma once
 
-#include <string>
-
 #include <loom/plugin.h>
+
+#include <string>
 
 #include "loader/abi_v1.hpp"
 #include "loader/descriptor.hpp"
@@ -25,10 +25,12 @@ const v1::plugin* v1_original(const loom_plugin* desc);
 
 // score() > 0, or 0 with *why_not; a NULL score is 1.
 int32_t score_plugin(const loom_plugin* desc, const char** why_not);
-loom_status create_plugin_instance(const loom_plugin* desc, const loom_options* opts, void** self, loom_error* err);
+loom_status create_plugin_instance(const loom_plugin* desc, const loom_options* opts, void** self,
+                                   loom_error* err);
 void destroy_plugin_instance(const loom_plugin* desc, void* self);
 // The plugin's validate hook; LOOM_OK when it has none.
-loom_status validate_plugin_options(const loom_plugin* desc, const loom_options* opts, loom_error* err);
+loom_status validate_plugin_options(const loom_plugin* desc, const loom_options* opts,
+                                    loom_error* err);
 
 // The host table ABI 1 plugins receive, sharing the ABI 2 host's functions.
 const v1::host& v1_host();

@@ -1,13 +1,12 @@
 #include "model/config.hpp"
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "config/config.hpp"
 #include "config/schema.hpp"
 #include "core/errors.hpp"
-
-#include <limits>
 
 namespace loom::model {
 
@@ -23,8 +22,8 @@ std::string num(double v) {
 int64_t params_counting(const Config& g, int64_t experts_counted) {
   const int64_t C = g.d_model, F = g.d_ff, fc_out = g.fc_out(), bias = g.bias ? 1 : 0;
   const int64_t norm_params = g.norm == "layernorm" ? (1 + bias) * C : C;
-  const int64_t attn = C * g.qkv_width() + (g.qkv_bias() ? g.qkv_width() : 0) + C * g.n_head * g.head_dim() +
-                       (g.proj_bias() ? C : 0);
+  const int64_t attn = C * g.qkv_width() + (g.qkv_bias() ? g.qkv_width() : 0) +
+                       C * g.n_head * g.head_dim() + (g.proj_bias() ? C : 0);
   const int64_t mlp_params = fc_out * C + bias * fc_out + C * F + bias * C;
   int64_t total = 0;
   for (int64_t i = 0; i < g.n_layer; ++i)
@@ -49,14 +48,16 @@ int64_t llama_ffn_width(int64_t d_model, double multiplier, int64_t multiple_of)
 void check_moe(const Config& g) {
   if (g.moe.experts == 0) return;
   if (g.moe.top_k > g.moe.experts)
-    throw ConfigError("[model.moe] top_k = " + std::to_string(g.moe.top_k) + " is more than experts = " +
-                      std::to_string(g.moe.experts) + ": a token cannot go to more experts than there are");
+    throw ConfigError("[model.moe] top_k = " + std::to_string(g.moe.top_k) +
+                      " is more than experts = " + std::to_string(g.moe.experts) +
+                      ": a token cannot go to more experts than there are");
   if (!g.moe.dropless && !(g.moe.capacity_factor > 0))
     throw ConfigError("[model.moe] capacity_factor = " + std::to_string(g.moe.capacity_factor) +
                       " must be positive (or set dropless = true)");
   if (g.moe.every > g.n_layer)
-    throw ConfigError("[model.moe] every = " + std::to_string(g.moe.every) + " is more than n_layer = " +
-                      std::to_string(g.n_layer) + ": no block would be MoE");
+    throw ConfigError("[model.moe] every = " + std::to_string(g.moe.every) +
+                      " is more than n_layer = " + std::to_string(g.n_layer) +
+                      ": no block would be MoE");
 }
 
 void check_attention(const Config& g) {
@@ -64,18 +65,21 @@ void check_attention(const Config& g) {
     throw ConfigError("[model] d_model = " + std::to_string(g.d_model) +
                       " is not divisible by n_head = " + std::to_string(g.n_head));
   if (g.n_head % g.kv_heads() != 0)
-    throw ConfigError("[model] n_kv_head = " + std::to_string(g.kv_heads()) + " does not divide n_head = " +
-                      std::to_string(g.n_head) + ": each key/value head serves a whole group of query heads");
+    throw ConfigError("[model] n_kv_head = " + std::to_string(g.kv_heads()) +
+                      " does not divide n_head = " + std::to_string(g.n_head) +
+                      ": each key/value head serves a whole group of query heads");
 }
 
 void check_positions(const Config& g) {
   if (g.sliding_window > 0 && g.seq_len > g.sliding_window)
-    throw ConfigError("[model] seq_len = " + std::to_string(g.seq_len) + " is more than sliding_window = " +
-                      std::to_string(g.sliding_window) + ": Loom attends over whole sequences, so a context longer than "
+    throw ConfigError("[model] seq_len = " + std::to_string(g.seq_len) +
+                      " is more than sliding_window = " + std::to_string(g.sliding_window) +
+                      ": Loom attends over whole sequences, so a context longer than "
                       "the window would not be this model's attention");
   if (g.learned_positions() && g.seq_len > g.max_positions)
-    throw ConfigError("[model] seq_len = " + std::to_string(g.seq_len) + " is more than max_positions = " +
-                      std::to_string(g.max_positions) + ": the learned position table has no row for it");
+    throw ConfigError("[model] seq_len = " + std::to_string(g.seq_len) +
+                      " is more than max_positions = " + std::to_string(g.max_positions) +
+                      ": the learned position table has no row for it");
   if (!g.rope()) return;
   if (!(g.rope_theta > 0))
     throw ConfigError("[model] rope_theta = " + num(g.rope_theta) + " must be positive");
@@ -130,7 +134,9 @@ int64_t Config::non_embedding_params() const { return params_counting(*this, moe
 
 int64_t Config::params() const { return non_embedding_params() + embedding_params(*this); }
 
-int64_t Config::active_params() const { return params_counting(*this, moe.top_k) + embedding_params(*this); }
+int64_t Config::active_params() const {
+  return params_counting(*this, moe.top_k) + embedding_params(*this);
+}
 
 // A MoE layer runs top_k experts per token: the FLOPs follow the active parameters. The
 // attention term counts query heads: grouped-query attention shares K and V, not the scores.
@@ -147,9 +153,10 @@ std::string Config::describe() const {
   std::ostringstream os;
   os << n_layer << " layers, d_model " << d_model << ", " << n_head << " heads";
   if (grouped_query()) os << " (" << kv_heads() << " kv heads)";
-  os << ", " << positions << (positions == "none" ? " positions" : "") << ", " << norm << ", " << mlp << ", d_ff "
-     << d_ff << (bias ? "" : ", no bias");
-  if (attention_bias != "as_bias" && attention_bias != "none") os << ", attention bias " << attention_bias;
+  os << ", " << positions << (positions == "none" ? " positions" : "") << ", " << norm << ", "
+     << mlp << ", d_ff " << d_ff << (bias ? "" : ", no bias");
+  if (attention_bias != "as_bias" && attention_bias != "none")
+    os << ", attention bias " << attention_bias;
   os << (tied_embeddings ? ", tied" : "");
   if (moe.experts > 0) os << ", " << moe.experts << " experts (top " << moe.top_k << ")";
   os << ", T " << seq_len << ", vocab " << vocab_size;
@@ -167,8 +174,9 @@ Config from_config(const config::Config& cfg) {
   g.d_ff = cfg.i64("model.d_ff");
   const int64_t multiple_of = cfg.i64("model.multiple_of");
   if (g.d_ff == 0)
-    g.d_ff = multiple_of > 0 ? llama_ffn_width(g.d_model, cfg.f64("model.ffn_dim_multiplier"), multiple_of)
-                             : 4 * g.d_model;
+    g.d_ff = multiple_of > 0
+                 ? llama_ffn_width(g.d_model, cfg.f64("model.ffn_dim_multiplier"), multiple_of)
+                 : 4 * g.d_model;
   g.vocab_size = cfg.i64("model.vocab_size");
   g.seq_len = cfg.i64("model.seq_len");
   g.positions = cfg.str("model.positions");
@@ -190,8 +198,8 @@ Config from_config(const config::Config& cfg) {
   g.recompute = cfg.str("model.recompute");
   g.recompute_layers = cfg.i64("model.recompute_layers");
   if (g.recompute_layers > g.n_layer)
-    throw ConfigError("[model] recompute_layers = " + std::to_string(g.recompute_layers) + " is more than n_layer = " +
-                      std::to_string(g.n_layer));
+    throw ConfigError("[model] recompute_layers = " + std::to_string(g.recompute_layers) +
+                      " is more than n_layer = " + std::to_string(g.n_layer));
   g.moe.experts = cfg.i64("model.moe.experts");
   g.moe.top_k = cfg.i64("model.moe.top_k");
   g.moe.every = cfg.i64("model.moe.every");
@@ -220,7 +228,8 @@ std::vector<std::string> architecture_differences(const Config& a, const Config&
   cmp("d_ff", a.d_ff, b.d_ff);
   cmp("vocab_size", a.vocab_size, b.vocab_size);
   cmp("positions", a.positions, b.positions);
-  if (a.learned_positions() && b.learned_positions()) cmp("max_positions", a.max_positions, b.max_positions);
+  if (a.learned_positions() && b.learned_positions())
+    cmp("max_positions", a.max_positions, b.max_positions);
   if (a.rope() && b.rope()) cmp("rope_theta", a.rope_theta, b.rope_theta);
   cmp("norm", a.norm, b.norm);
   cmp("norm_eps", a.norm_eps, b.norm_eps);
@@ -241,61 +250,117 @@ std::vector<std::string> architecture_differences(const Config& a, const Config&
 std::vector<config::SectionSpec> model_sections() {
   using config::kInf;
   using config::ValueType;
-  config::SectionSpec model{"model", "the network: a decoder-only transformer, GPT-2 to Llama 3 (docs/models.md)", {
-      {"preset", ValueType::String, "\"\"", "fill unset keys from a preset (loom model info PRESET)", -kInf, kInf,
-       config::model_preset_names()},
-      {"n_layer", ValueType::Int, "4", "transformer blocks", 1, 1024},
-      {"n_head", ValueType::Int, "4", "attention (query) heads", 1, 1024},
-      {"n_kv_head", ValueType::Int, "0", "key/value heads: 1 = multi-query, n_head = multi-head; 0 = n_head", 0, 1024},
-      {"d_model", ValueType::Int, "128", "residual stream width", 1, 65536},
-      {"d_ff", ValueType::Int, "0", "MLP hidden width; 0 = 4 * d_model, or Llama's rounding when multiple_of > 0", 0, 1 << 20},
-      {"ffn_dim_multiplier", ValueType::Float, "0.0", "Llama: d_ff = multiplier x 2/3 x 4 d_model (0 = 1) ...", 0, 64},
-      {"multiple_of", ValueType::Int, "0", "... rounded up to a multiple of this (with d_ff = 0); 0 = off", 0, 1 << 20},
-      {"vocab_size", ValueType::Int, "256", "vocabulary (256 = bytes)", 2, 1 << 24},
-      {"seq_len", ValueType::Int, "128", "context length T", 1, 1 << 20},
-      {"positions", ValueType::String, "\"learned\"", "learned (a table of max_positions rows) | rope | none",
-       -kInf, kInf, {"learned", "rope", "none"}},
-      {"max_positions", ValueType::Int, "0",
-       "the longest context: rows of the learned position table; with rope, the context an import stated, which "
-       "an export keeps (max_position_embeddings); 0 = seq_len", 0, 1 << 20},
-      {"sliding_window", ValueType::Int, "0",
-       "the attention window of a model trained with one (Mistral); seq_len may not exceed it; 0 = none", 0, 1 << 20},
-      {"rope_theta", ValueType::Float, "10000.0", "RoPE base: 10000 (GPT-NeoX, Llama 2), 500000 (Llama 3)", -kInf, kInf},
-      {"norm", ValueType::String, "\"layernorm\"", "layernorm | rmsnorm", -kInf, kInf,
-       {"layernorm", "rmsnorm"}},
-      {"norm_eps", ValueType::Float, "1e-5", "epsilon of every norm", 0, 1},
-      {"bias", ValueType::Bool, "true", "biases in every linear layer and LayerNorm (false: Llama)"},
-      {"attention_bias", ValueType::String, "\"as_bias\"",
-       "attention biases alone: as_bias (follow bias) | none | qkv (Qwen2) | all (Llama attention_bias: q, k, v, o)",
-       -kInf, kInf, {"as_bias", "none", "qkv", "all"}},
-      {"mlp", ValueType::String, "\"gelu\"", "gelu (tanh form) | gelu_exact (erf form) | swiglu", -kInf, kInf,
-       {"gelu", "gelu_exact", "swiglu"}},
-      {"tied_embeddings", ValueType::Bool, "true", "share the token embedding with the LM head"},
-      {"init_std", ValueType::Float, "0.02", "std of weight init (residual projections / sqrt(2L))",
-       0, 10},
-      {"recompute", ValueType::String, "\"none\"",
-       "activation recomputation: none | selective (norms and MLP activation, no GEMM) | full (the whole block)",
-       -kInf, kInf, {"none", "selective", "full"}},
-      {"recompute_layers", ValueType::Int, "0", "recompute the first N blocks of each pipeline chunk; 0 = all", 0, 1024},
-      {"init_from", ValueType::String, "\"\"", "start from these weights: a Loom checkpoint (any layout), a Hugging Face "
-       "folder or an llm.c model file; the optimizer starts fresh"},
-  }};
-  config::SectionSpec moe{"model.moe", "mixture of experts: every `every`-th block's MLP routed to `experts` MLPs", {
-      {"experts", ValueType::Int, "0", "experts per MoE layer; 0 = a dense model", 0, 4096},
-      {"top_k", ValueType::Int, "2", "experts each token goes to", 1, 64},
-      {"every", ValueType::Int, "2", "every this many blocks (the last of each group) is MoE", 1, 1024},
-      {"capacity_factor", ValueType::Float, "1.25", "per-expert slots in each sequence = ceil(factor x seq_len x top_k / experts)", -kInf, kInf},
-      {"dropless", ValueType::Bool, "false", "no capacity: every routed token is computed"},
-      {"aux_coef", ValueType::Float, "0.01", "load-balancing loss coefficient (Switch/GShard form)", 0, kInf},
-      {"z_coef", ValueType::Float, "0.0", "router z-loss coefficient", 0, kInf},
-  }};
-  config::SectionSpec rope_scaling{"model.rope_scaling", "RoPE frequency scaling for long context (Llama 3.1)", {
-      {"type", ValueType::String, "\"none\"", "none | llama3", -kInf, kInf, {"none", "llama3"}},
-      {"factor", ValueType::Float, "8.0", "low frequencies are divided by this", -kInf, kInf},
-      {"low_freq_factor", ValueType::Float, "1.0", "wavelengths above original_max_position / this are scaled", -kInf, kInf},
-      {"high_freq_factor", ValueType::Float, "4.0", "wavelengths below original_max_position / this are kept", -kInf, kInf},
-      {"original_max_position", ValueType::Int, "8192", "the context the model was pre-trained at", 1, 1 << 24},
-  }};
+  config::SectionSpec model{
+      "model",
+      "the network: a decoder-only transformer, GPT-2 to Llama 3 (docs/models.md)",
+      {
+          {"preset", ValueType::String, "\"\"",
+           "fill unset keys from a preset (loom model info PRESET)", -kInf, kInf,
+           config::model_preset_names()},
+          {"n_layer", ValueType::Int, "4", "transformer blocks", 1, 1024},
+          {"n_head", ValueType::Int, "4", "attention (query) heads", 1, 1024},
+          {"n_kv_head", ValueType::Int, "0",
+           "key/value heads: 1 = multi-query, n_head = multi-head; 0 = n_head", 0, 1024},
+          {"d_model", ValueType::Int, "128", "residual stream width", 1, 65536},
+          {"d_ff", ValueType::Int, "0",
+           "MLP hidden width; 0 = 4 * d_model, or Llama's rounding when multiple_of > 0", 0,
+           1 << 20},
+          {"ffn_dim_multiplier", ValueType::Float, "0.0",
+           "Llama: d_ff = multiplier x 2/3 x 4 d_model (0 = 1) ...", 0, 64},
+          {"multiple_of", ValueType::Int, "0",
+           "... rounded up to a multiple of this (with d_ff = 0); 0 = off", 0, 1 << 20},
+          {"vocab_size", ValueType::Int, "256", "vocabulary (256 = bytes)", 2, 1 << 24},
+          {"seq_len", ValueType::Int, "128", "context length T", 1, 1 << 20},
+          {"positions",
+           ValueType::String,
+           "\"learned\"",
+           "learned (a table of max_positions rows) | rope | none",
+           -kInf,
+           kInf,
+           {"learned", "rope", "none"}},
+          {"max_positions", ValueType::Int, "0",
+           "the longest context: rows of the learned position table; with rope, the context an "
+           "import stated, which "
+           "an export keeps (max_position_embeddings); 0 = seq_len",
+           0, 1 << 20},
+          {"sliding_window", ValueType::Int, "0",
+           "the attention window of a model trained with one (Mistral); seq_len may not exceed it; "
+           "0 = none",
+           0, 1 << 20},
+          {"rope_theta", ValueType::Float, "10000.0",
+           "RoPE base: 10000 (GPT-NeoX, Llama 2), 500000 (Llama 3)", -kInf, kInf},
+          {"norm",
+           ValueType::String,
+           "\"layernorm\"",
+           "layernorm | rmsnorm",
+           -kInf,
+           kInf,
+           {"layernorm", "rmsnorm"}},
+          {"norm_eps", ValueType::Float, "1e-5", "epsilon of every norm", 0, 1},
+          {"bias", ValueType::Bool, "true",
+           "biases in every linear layer and LayerNorm (false: Llama)"},
+          {"attention_bias",
+           ValueType::String,
+           "\"as_bias\"",
+           "attention biases alone: as_bias (follow bias) | none | qkv (Qwen2) | all (Llama "
+           "attention_bias: q, k, v, o)",
+           -kInf,
+           kInf,
+           {"as_bias", "none", "qkv", "all"}},
+          {"mlp",
+           ValueType::String,
+           "\"gelu\"",
+           "gelu (tanh form) | gelu_exact (erf form) | swiglu",
+           -kInf,
+           kInf,
+           {"gelu", "gelu_exact", "swiglu"}},
+          {"tied_embeddings", ValueType::Bool, "true",
+           "share the token embedding with the LM head"},
+          {"init_std", ValueType::Float, "0.02",
+           "std of weight init (residual projections / sqrt(2L))", 0, 10},
+          {"recompute",
+           ValueType::String,
+           "\"none\"",
+           "activation recomputation: none | selective (norms and MLP activation, no GEMM) | full "
+           "(the whole block)",
+           -kInf,
+           kInf,
+           {"none", "selective", "full"}},
+          {"recompute_layers", ValueType::Int, "0",
+           "recompute the first N blocks of each pipeline chunk; 0 = all", 0, 1024},
+          {"init_from", ValueType::String, "\"\"",
+           "start from these weights: a Loom checkpoint (any layout), a Hugging Face "
+           "folder or an llm.c model file; the optimizer starts fresh"},
+      }};
+  config::SectionSpec moe{
+      "model.moe",
+      "mixture of experts: every `every`-th block's MLP routed to `experts` MLPs",
+      {
+          {"experts", ValueType::Int, "0", "experts per MoE layer; 0 = a dense model", 0, 4096},
+          {"top_k", ValueType::Int, "2", "experts each token goes to", 1, 64},
+          {"every", ValueType::Int, "2", "every this many blocks (the last of each group) is MoE",
+           1, 1024},
+          {"capacity_factor", ValueType::Float, "1.25",
+           "per-expert slots in each sequence = ceil(factor x seq_len x top_k / experts)", -kInf,
+           kInf},
+          {"dropless", ValueType::Bool, "false", "no capacity: every routed token is computed"},
+          {"aux_coef", ValueType::Float, "0.01",
+           "load-balancing loss coefficient (Switch/GShard form)", 0, kInf},
+          {"z_coef", ValueType::Float, "0.0", "router z-loss coefficient", 0, kInf},
+      }};
+  config::SectionSpec rope_scaling{
+      "model.rope_scaling",
+      "RoPE frequency scaling for long context (Llama 3.1)",
+      {
+          {"type", ValueType::String, "\"none\"", "none | llama3", -kInf, kInf, {"none", "llama3"}},
+          {"factor", ValueType::Float, "8.0", "low frequencies are divided by this", -kInf, kInf},
+          {"low_freq_factor", ValueType::Float, "1.0",
+           "wavelengths above original_max_position / this are scaled", -kInf, kInf},
+          {"high_freq_factor", ValueType::Float, "4.0",
+           "wavelengths below original_max_position / this are kept", -kInf, kInf},
+          {"original_max_position", ValueType::Int, "8192",
+           "the context the model was pre-trained at", 1, 1 << 24},
+      }};
   model.presets = config::model_presets();
   return {model, moe, rope_scaling};
 }

@@ -10,7 +10,7 @@
 namespace loom::config {
 class Config;
 struct SectionSpec;
-}
+}  // namespace loom::config
 
 namespace loom::model {
 
@@ -19,7 +19,8 @@ struct Config {
   int64_t n_kv_head = 0;  // 0 until from_config resolves it (= n_head)
   int64_t vocab_size = 256, seq_len = 64;
   std::string positions = "learned";  // learned | rope | none
-  int64_t max_positions = 0;          // rows of the learned table (>= seq_len); with rope, the context an import stated
+  int64_t max_positions =
+      0;  // rows of the learned table (>= seq_len); with rope, the context an import stated
   // A window the model was trained with (Mistral): within it, whole-sequence attention is the
   // same, so seq_len may not exceed it. 0 = none.
   int64_t sliding_window = 0;
@@ -32,11 +33,11 @@ struct Config {
   } rope_scaling;
   std::string norm = "layernorm";  // layernorm | rmsnorm
   double norm_eps = 1e-5;
-  bool bias = true;                // linear layers and LayerNorm
+  bool bias = true;  // linear layers and LayerNorm
   // Biases of attention alone: as_bias (follow `bias`) | none | qkv (Qwen2: q, k and v) | all
   // (Llama's attention_bias: q, k, v and the output projection).
   std::string attention_bias = "as_bias";
-  std::string mlp = "gelu";        // gelu (tanh form) | gelu_exact (erf form) | swiglu
+  std::string mlp = "gelu";  // gelu (tanh form) | gelu_exact (erf form) | swiglu
   bool tied_embeddings = true;
   float init_std = 0.02f;
   // Activation recomputation ([model] recompute): what a block keeps from forward for backward.

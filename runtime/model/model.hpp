@@ -18,7 +18,7 @@
 namespace loom {
 class LayerApi;
 class DeferredWeightGrads;
-}
+}  // namespace loom
 
 namespace loom::model {
 
@@ -55,8 +55,8 @@ class LayerHooks {
 struct RoutingStats {
   std::vector<int64_t> load;  // assignments routed to each expert, before capacity
   int64_t assignments = 0, dropped = 0, tokens = 0;
-  double aux = 0, z = 0;      // over tokens: their sequence's load-balancing loss, their lse^2
-  double all_to_all_ms = 0;   // in the expert slot's collectives (ep > 1), forward and backward
+  double aux = 0, z = 0;     // over tokens: their sequence's load-balancing loss, their lse^2
+  double all_to_all_ms = 0;  // in the expert slot's collectives (ep > 1), forward and backward
 };
 
 class RoutedLayer {

@@ -7,11 +7,16 @@ namespace loom {
 
 const char* role_name(Role r) {
   switch (r) {
-    case Role::Column: return "column";
-    case Role::Row: return "row";
-    case Role::Vocab: return "vocab";
-    case Role::Replicated: return "replicated";
-    case Role::Expert: return "expert";
+    case Role::Column:
+      return "column";
+    case Role::Row:
+      return "row";
+    case Role::Vocab:
+      return "vocab";
+    case Role::Replicated:
+      return "replicated";
+    case Role::Expert:
+      return "expert";
   }
   return "?";
 }
@@ -42,8 +47,8 @@ Param& ParamStore::get(const std::string& name) {
 }
 
 // Global flat index of local element `i` of a row-major slice along `s.dim`.
-int64_t global_index(int64_t i, const std::vector<int64_t>& local, const std::vector<int64_t>& global,
-                     const Slice& s) {
+int64_t global_index(int64_t i, const std::vector<int64_t>& local,
+                     const std::vector<int64_t>& global, const Slice& s) {
   int64_t g = 0, gstride = 1;
   for (int d = static_cast<int>(local.size()) - 1; d >= 0; --d) {
     int64_t coord = i % local[d];

@@ -56,8 +56,8 @@ struct Param {
 
 // The flat index in the global tensor of element `i` of a rank's local part (`local` shape,
 // `s` the slice it holds): how initialisation and checkpoints stay layout-independent.
-int64_t global_index(int64_t i, const std::vector<int64_t>& local, const std::vector<int64_t>& global,
-                     const Slice& s);
+int64_t global_index(int64_t i, const std::vector<int64_t>& local,
+                     const std::vector<int64_t>& global, const Slice& s);
 
 class ParamStore {
  public:
@@ -74,7 +74,9 @@ class ParamStore {
   Param& get(const std::string& name);
   int64_t numel() const { return total_; }
   float* values() { return values_.f32(); }
-  const Tensor& value_buffer() const { return values_; }  // every value, flat (device memory on a device)
+  const Tensor& value_buffer() const {
+    return values_;
+  }  // every value, flat (device memory on a device)
   float* grads() { return grads_.f32(); }
   void zero_grads() {
     if (grads_.defined()) grads_.zero();

@@ -11,7 +11,8 @@
 
 namespace loom {
 
-inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key) {
+inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr,
+                                          std::array<uint32_t, 2> key) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   for (int round = 0; round < 10; ++round) {
@@ -27,8 +28,8 @@ inline std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> ctr, std::arra
 
 // 64 bits of Philox at counter (a, b) under `key`: a seeded hash of two integers.
 inline uint64_t philox64(uint64_t a, uint64_t b, uint64_t key) {
-  const auto r = philox4x32({static_cast<uint32_t>(a), static_cast<uint32_t>(a >> 32), static_cast<uint32_t>(b),
-                             static_cast<uint32_t>(b >> 32)},
+  const auto r = philox4x32({static_cast<uint32_t>(a), static_cast<uint32_t>(a >> 32),
+                             static_cast<uint32_t>(b), static_cast<uint32_t>(b >> 32)},
                             {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
   return (static_cast<uint64_t>(r[0]) << 32) | r[1];
 }

@@ -22,21 +22,27 @@ const loom_ops* for_device(const std::string& device) {
     cuda::select_device();
     // Tensors from here on live in device memory, which only the op table's kernels and copies
     // reach (as on the strict device).
-    set_tensor_allocator({cuda::device_alloc, cuda::device_free, {LOOM_DEVICE_CUDA, 0}, cuda::ops(), cuda::owns});
+    set_tensor_allocator(
+        {cuda::device_alloc, cuda::device_free, {LOOM_DEVICE_CUDA, 0}, cuda::ops(), cuda::owns});
     return cuda::ops();
 #else
-    throw ConfigError("[run] device = \"cuda\": this build has no CUDA kernels (the CUDA toolkit was not found; "
-                      "install it and configure with -DLOOM_WITH_CUDA=ON)");
+    throw ConfigError(
+        "[run] device = \"cuda\": this build has no CUDA kernels (the CUDA toolkit was not found; "
+        "install it and configure with -DLOOM_WITH_CUDA=ON)");
 #endif
   }
   if (device == "strict") {
     // Tensors from here on live where only the op table's kernels and copies reach them.
-    set_tensor_allocator(
-        {strict::device_alloc, strict::device_free, {LOOM_DEVICE_STRICT, 0}, strict::ops(), strict::is_device});
+    set_tensor_allocator({strict::device_alloc,
+                          strict::device_free,
+                          {LOOM_DEVICE_STRICT, 0},
+                          strict::ops(),
+                          strict::is_device});
     return strict::ops();
   }
-  throw ConfigError("[run] device = \"" + device + "\": this build has no kernels for it (built devices: " +
-                    built_devices() + ")");
+  throw ConfigError("[run] device = \"" + device +
+                    "\": this build has no kernels for it (built devices: " + built_devices() +
+                    ")");
 }
 
 bool declared_host_reachable(const std::string& device) { return device == "cpu"; }
@@ -75,13 +81,15 @@ void set_memory_cap(const std::string& device, int64_t bytes) {
   if (device == "cuda") return cuda::set_memory_cap(static_cast<size_t>(bytes));
 #endif
   if (bytes > 0)
-    throw ConfigError("[run] device_memory_mib caps a device's memory (strict, cuda); with [run] device = \"" + device +
-                      "\" tensors live on the host heap: remove it or set it to 0");
+    throw ConfigError(
+        "[run] device_memory_mib caps a device's memory (strict, cuda); with [run] device = \"" +
+        device + "\" tensors live on the host heap: remove it or set it to 0");
 }
 
 const loom_native_streams* native_streams(const std::string& device) {
 #ifdef LOOM_HAVE_CUDA
-  static const loom_native_streams cuda_streams{LOOM_VERSION_OF(loom_native_streams), cuda::native_stream};
+  static const loom_native_streams cuda_streams{LOOM_VERSION_OF(loom_native_streams),
+                                                cuda::native_stream};
   if (device == "cuda") return &cuda_streams;
 #endif
   (void)device;

@@ -2,10 +2,10 @@
 // so which device runs a step is decided once, by [run] device.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <cstdint>
 #include <string>
-
-#include <loom/plugin.h>
 
 namespace loom::ops {
 

@@ -2,10 +2,10 @@
 // attention across the cp group (the plugin's ring or all-gather).
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <loom/plugin.h>
 
 #include "loader/registry.hpp"
 

@@ -2,10 +2,10 @@
 // of a MoE layer over the ep group (count exchange, dispatch, combine).
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <loom/plugin.h>
 
 #include "loader/registry.hpp"
 #include "tensor/tensor.hpp"

@@ -24,7 +24,8 @@ void LayerApi::linear(Tensor& y, const Tensor& x, const Param& W) const {
   ops_->gemm(0, 1, N, out, in, 1.f, xr.f32(), in, wr.f32(), in, 0.f, y.f32(), out);
 }
 
-void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W, bool accumulate) const {
+void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W,
+                          bool accumulate) const {
   const Tensor dyr = numerics_.operand(dy, W.name + ".dy", LOOM_OPERAND_GRADIENT);
   if (dx && dx->defined()) input_grad(*dx, dyr, W, accumulate);
   add_weight_grad(dyr, x, W);
@@ -34,7 +35,8 @@ void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& 
 void LayerApi::input_grad(Tensor& dx, const Tensor& dyr, const Param& W, bool accumulate) const {
   const int64_t N = dyr.dim(0), in = W.local_shape[1], out = W.local_shape[0];
   const Tensor wr = numerics_.operand(W.value, W.name, LOOM_OPERAND_WEIGHT);
-  ops_->gemm(0, 0, N, in, out, 1.f, dyr.f32(), out, wr.f32(), in, accumulate ? 1.f : 0.f, dx.f32(), in);
+  ops_->gemm(0, 0, N, in, out, 1.f, dyr.f32(), out, wr.f32(), in, accumulate ? 1.f : 0.f, dx.f32(),
+             in);
 }
 
 // dW += dyr^T x, now or set aside (a split backward's W, or tp overlap's collective).
@@ -74,7 +76,9 @@ void LayerApi::weight_grad(const DeferredWeightGrad& d) const {
   ops_->gemm(1, 0, out, in, N, 1.f, d.dy.f32(), out, d.x.f32(), in, 1.f, d.W->grad.f32(), in);
 }
 
-int64_t LayerApi::position(int64_t t) const { return context_ ? context_->position(t) : offset_ + t; }
+int64_t LayerApi::position(int64_t t) const {
+  return context_ ? context_->position(t) : offset_ + t;
+}
 
 void LayerApi::attention(const loom_attention_args& a) const {
   if (context_) return context_->forward(a);
@@ -83,13 +87,13 @@ void LayerApi::attention(const loom_attention_args& a) const {
 
 void LayerApi::attention_bwd(const loom_attention_args& a) const {
   if (context_) return context_->backward(a);
-  ops_->attention_gqa_bwd(a.dq, a.dk, a.dv, a.dout, a.q, a.k, a.v, a.out, a.lse, a.ldq, a.ldkv, a.B, a.T, a.H,
-                          a.Hkv, a.D);
+  ops_->attention_gqa_bwd(a.dq, a.dk, a.dv, a.dout, a.q, a.k, a.v, a.out, a.lse, a.ldq, a.ldkv, a.B,
+                          a.T, a.H, a.Hkv, a.D);
 }
 
 // Under cp a sequence's local rows are runs of consecutive positions: one call per run.
-void LayerApi::rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
-                    const float* sin, bool inverse) const {
+void LayerApi::rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+                    const float* cos, const float* sin, bool inverse) const {
   auto op = inverse ? ops_->rope_bwd : ops_->rope_fwd;
   if (!context_) return op(x, ld, B, T, heads, D, cos, sin, offset_);
   for (int64_t b = 0; b < B; ++b)
@@ -98,18 +102,20 @@ void LayerApi::rope(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, i
 }
 
 // Learned positions under cp: the table rows of each local row's global position.
-void LayerApi::embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T,
-                         const Param& wte, const Param* wpe) const {
+void LayerApi::embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T, const Param& wte,
+                         const Param* wpe) const {
   const int64_t C = wte.local_shape[1];
   const bool here = wpe && !context_ && offset_ == 0;
-  ops_->embedding_fwd(out.f32(), tokens, wte.value.f32(), here ? wpe->value.f32() : nullptr, B, T, C);
+  ops_->embedding_fwd(out.f32(), tokens, wte.value.f32(), here ? wpe->value.f32() : nullptr, B, T,
+                      C);
   if (!wpe || here) return;
   add_positions(out.f32(), wpe->value.f32(), B * T, 0, T, C);
 }
 
 // Where the host reaches the memory a loop does it (a kernel launch per row of C would cost an
 // OpenMP fork each); elsewhere the op table's accumulate, row by row: the same sums either way.
-void LayerApi::add_positions(float* rows, const float* table, int64_t n, int64_t first, int64_t T, int64_t C) const {
+void LayerApi::add_positions(float* rows, const float* table, int64_t n, int64_t first, int64_t T,
+                             int64_t C) const {
   for (int64_t i = 0; i < n; ++i) {
     float* y = rows + i * C;
     const float* x = table + position((first + i) % T) * C;
@@ -121,7 +127,8 @@ void LayerApi::add_positions(float* rows, const float* table, int64_t n, int64_t
   }
 }
 
-void LayerApi::add_to_positions(float* table, const float* rows, int64_t n, int64_t first, int64_t T, int64_t C) const {
+void LayerApi::add_to_positions(float* table, const float* rows, int64_t n, int64_t first,
+                                int64_t T, int64_t C) const {
   for (int64_t i = 0; i < n; ++i) {
     float* y = table + position((first + i) % T) * C;
     const float* x = rows + i * C;
@@ -137,13 +144,14 @@ void LayerApi::embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t 
                              Param& wte, Param* wpe) const {
   const int64_t C = wte.local_shape[1];
   const bool here = wpe && !context_ && offset_ == 0;
-  ops_->embedding_bwd(wte.grad.f32(), here ? wpe->grad.f32() : nullptr, dout.f32(), tokens, B, T, C);
+  ops_->embedding_bwd(wte.grad.f32(), here ? wpe->grad.f32() : nullptr, dout.f32(), tokens, B, T,
+                      C);
   if (!wpe || here) return;
   add_to_positions(wpe->grad.f32(), dout.f32(), B * T, 0, T, C);
 }
 
-double LayerApi::cross_entropy(Tensor& logits, const int32_t* targets, int64_t,
-                               int64_t vocab_real, float dloss) const {
+double LayerApi::cross_entropy(Tensor& logits, const int32_t* targets, int64_t, int64_t vocab_real,
+                               float dloss) const {
   int64_t N = logits.dim(0), V = logits.dim(1);
   std::vector<float> losses(N);
   ops_->softmax_xent(logits.f32(), losses.data(), targets, N, V, vocab_real, dloss);

@@ -5,11 +5,11 @@
 // rank, every region boundary the identity).
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <functional>
 #include <initializer_list>
 #include <vector>
-
-#include <loom/plugin.h>
 
 #include "model/params.hpp"
 #include "parallel/segment_profile.hpp"
@@ -107,7 +107,8 @@ class LayerApi {
   }
   // dx = dy W (skipped when dx is undefined; dx += dy W with `accumulate`); dW += dy^T x, or that
   // GEMM set aside while deferring.
-  void linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W, bool accumulate = false) const;
+  void linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W,
+                  bool accumulate = false) const;
   // While set, linear_bwd appends its weight-gradient GEMM to `into` instead of running it (null:
   // run them). Only the linear layers' GEMMs wait; every other gradient is computed at once.
   // The backward of a row-parallel linear with g's backward before it: dy = g'(dy_local), dx = dy
@@ -124,7 +125,8 @@ class LayerApi {
     const Tensor* dy;
     Param* W;
   };
-  virtual void linears_bwd_regather(Tensor& dx, const Tensor& x_local, std::initializer_list<LinearGrad> grads) {
+  virtual void linears_bwd_regather(Tensor& dx, const Tensor& x_local,
+                                    std::initializer_list<LinearGrad> grads) {
     const Tensor h = region_enter(x_local);
     bool first = true;
     for (const LinearGrad& g : grads) linear_bwd(&dx, *g.dy, h, *g.W, !first), first = false;
@@ -136,8 +138,8 @@ class LayerApi {
   void flush_weight_grads();
 
   // out[B*T, C] = wte[token] + wpe[t] (wpe may be null).
-  virtual void embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T,
-                         const Param& wte, const Param* wpe) const;
+  virtual void embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T, const Param& wte,
+                         const Param* wpe) const;
   virtual void embedding_bwd(const Tensor& dout, const int32_t* tokens, int64_t B, int64_t T,
                              Param& wte, Param* wpe) const;
 
@@ -177,8 +179,10 @@ class LayerApi {
   // rows and the table may be device memory:
   //   add_positions:     rows[i] += table[position((first + i) % T)]
   //   add_to_positions:  table[position((first + i) % T)] += rows[i]
-  void add_positions(float* rows, const float* table, int64_t n, int64_t first, int64_t T, int64_t C) const;
-  void add_to_positions(float* table, const float* rows, int64_t n, int64_t first, int64_t T, int64_t C) const;
+  void add_positions(float* rows, const float* table, int64_t n, int64_t first, int64_t T,
+                     int64_t C) const;
+  void add_to_positions(float* table, const float* rows, int64_t n, int64_t first, int64_t T,
+                        int64_t C) const;
   const loom_ops* ops_;
   GemmNumerics numerics_;
   mutable SegmentProfile profile_;

@@ -40,17 +40,20 @@ PipelinePlan::PipelinePlan(const plugins::Found& plugin, const loom_options* opt
   loom_error e;
   loom_status s = table_->configure(plugin_->self(), &shape_, &e);
   if (s == LOOM_BAD_CONFIG) throw ConfigError(e.message);
-  if (s != LOOM_OK) throw RuntimeError("pipeline schedule '" + name_ + "': " + plugins::describe(e));
+  if (s != LOOM_OK)
+    throw RuntimeError("pipeline schedule '" + name_ + "': " + plugins::describe(e));
   if (shape_.chunks < 1) throw RuntimeError("pipeline schedule '" + name_ + "' left chunks at 0");
   const int64_t cap = 3 * int64_t{shape_.microbatches} * shape_.chunks;
   for (int r = 0; r < shape_.stages; ++r) {
     std::vector<loom_pipe_action> a(cap);
     int64_t n = 0;
     s = table_->schedule(plugin_->self(), &shape_, r, a.data(), cap, &n, &e);
-    if (s != LOOM_OK) throw RuntimeError("pipeline schedule '" + name_ + "' for rank " + str(r) + ": " + plugins::describe(e));
+    if (s != LOOM_OK)
+      throw RuntimeError("pipeline schedule '" + name_ + "' for rank " + str(r) + ": " +
+                         plugins::describe(e));
     if (n < 0 || n > cap)
-      throw RuntimeError("pipeline schedule '" + name_ + "' for rank " + str(r) + " reports " + str(n) +
-                         " actions; a step has at most " + str(cap));
+      throw RuntimeError("pipeline schedule '" + name_ + "' for rank " + str(r) + " reports " +
+                         str(n) + " actions; a step has at most " + str(cap));
     a.resize(n);
     actions_.push_back(std::move(a));
   }
@@ -63,14 +66,17 @@ bool PipelinePlan::split(int rank, int microbatch, int chunk) const {
 
 PipelinePlan::~PipelinePlan() = default;
 
-std::vector<int32_t> PipelinePlan::partition(const std::string& kinds, const std::vector<double>& costs,
+std::vector<int32_t> PipelinePlan::partition(const std::string& kinds,
+                                             const std::vector<double>& costs,
                                              const std::string& layout) const {
   std::vector<int32_t> stage_of(kinds.size(), -1);
   loom_error e;
-  loom_status s = table_->partition(plugin_->self(), &shape_, static_cast<int32_t>(kinds.size()),
-                                    kinds.c_str(), costs.data(), layout.c_str(), stage_of.data(), &e);
+  loom_status s =
+      table_->partition(plugin_->self(), &shape_, static_cast<int32_t>(kinds.size()), kinds.c_str(),
+                        costs.data(), layout.c_str(), stage_of.data(), &e);
   if (s == LOOM_BAD_CONFIG) throw ConfigError(e.message);
-  if (s != LOOM_OK) throw RuntimeError("pipeline schedule '" + name_ + "' partition: " + plugins::describe(e));
+  if (s != LOOM_OK)
+    throw RuntimeError("pipeline schedule '" + name_ + "' partition: " + plugins::describe(e));
   // Contiguous, in order, every virtual stage used: the runtime relies on all three.
   int expect = 0;
   for (size_t i = 0; i < stage_of.size(); ++i) {
@@ -94,28 +100,35 @@ void PipelinePlan::check() {
   for (int r = 0; r < shape_.stages; ++r) {
     std::vector<int> seen(3 * m * v, 0);
     for (const auto& a : actions_[r]) {
-      if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= v || a.op < 0 || a.op > 2)
-        throw RuntimeError("pipeline schedule '" + name_ + "' gave rank " + str(r) + " an action outside " +
-                           str(m) + " micro-batches x " + str(v) + " chunks (or an op other than F, B, W)");
+      if (a.microbatch < 0 || a.microbatch >= m || a.chunk < 0 || a.chunk >= v || a.op < 0 ||
+          a.op > 2)
+        throw RuntimeError("pipeline schedule '" + name_ + "' gave rank " + str(r) +
+                           " an action outside " + str(m) + " micro-batches x " + str(v) +
+                           " chunks (or an op other than F, B, W)");
       auto count = [&](int op) -> int& { return seen[(op * v + a.chunk) * m + a.microbatch]; };
       if (++count(a.op) > 1)
-        throw RuntimeError("pipeline schedule '" + name_ + "' runs " + label(a, v > 1) + " twice on rank " + str(r));
+        throw RuntimeError("pipeline schedule '" + name_ + "' runs " + label(a, v > 1) +
+                           " twice on rank " + str(r));
       const int before = a.op == LOOM_PIPE_WEIGHT ? LOOM_PIPE_BACKWARD : LOOM_PIPE_FORWARD;
       if (a.op != LOOM_PIPE_FORWARD && count(before) == 0)
-        throw RuntimeError("pipeline schedule '" + name_ + "' runs " + label(a, v > 1) + " before its " +
-                           (before == LOOM_PIPE_FORWARD ? "forward" : "backward") + " on rank " + str(r));
-      if (a.op == LOOM_PIPE_WEIGHT) split_[r][static_cast<size_t>(a.chunk) * m + a.microbatch] = true;
+        throw RuntimeError("pipeline schedule '" + name_ + "' runs " + label(a, v > 1) +
+                           " before its " + (before == LOOM_PIPE_FORWARD ? "forward" : "backward") +
+                           " on rank " + str(r));
+      if (a.op == LOOM_PIPE_WEIGHT)
+        split_[r][static_cast<size_t>(a.chunk) * m + a.microbatch] = true;
     }
     const int64_t weights = std::count(split_[r].begin(), split_[r].end(), true);
     if (static_cast<int64_t>(actions_[r].size()) != 2 * m * v + weights)
       throw RuntimeError("pipeline schedule '" + name_ + "' gave rank " + str(r) + " " +
                          str(actions_[r].size()) + " actions; a step needs " + str(2 * m * v) +
-                         " forwards and backwards" + (weights ? " and its " + str(weights) + " weight actions" : ""));
+                         " forwards and backwards" +
+                         (weights ? " and its " + str(weights) + " weight actions" : ""));
   }
   simulate();
 }
 
-PipeTimeline PipelinePlan::simulate(double forward_cost, double backward_cost, double weight_share) const {
+PipeTimeline PipelinePlan::simulate(double forward_cost, double backward_cost,
+                                    double weight_share) const {
   const int p = shape_.stages, S = virtual_stages();
   std::map<std::tuple<int, int, int>, double> done;  // (op, micro-batch, virtual stage) -> end
   std::vector<size_t> next(p, 0);
@@ -147,8 +160,8 @@ PipeTimeline PipelinePlan::simulate(double forward_cost, double backward_cost, d
         }
         const double start = std::max(free_at[r], ready);
         const double weight = backward_cost * weight_share;
-        const double cost = a.op == LOOM_PIPE_FORWARD  ? forward_cost
-                            : a.op == LOOM_PIPE_WEIGHT ? weight
+        const double cost = a.op == LOOM_PIPE_FORWARD         ? forward_cost
+                            : a.op == LOOM_PIPE_WEIGHT        ? weight
                             : split(r, a.microbatch, a.chunk) ? backward_cost - weight
                                                               : backward_cost;
         const double end = start + cost;
@@ -164,8 +177,9 @@ PipeTimeline PipelinePlan::simulate(double forward_cost, double backward_cost, d
   std::string stuck;
   for (int r = 0; r < p; ++r)
     if (next[r] < actions_[r].size())
-      stuck += "\n  rank " + str(r) + " waits to run " + label(actions_[r][next[r]], shape_.chunks > 1) +
-               " (action " + str(next[r]) + " of " + str(actions_[r].size()) + ")";
+      stuck += "\n  rank " + str(r) + " waits to run " +
+               label(actions_[r][next[r]], shape_.chunks > 1) + " (action " + str(next[r]) +
+               " of " + str(actions_[r].size()) + ")";
   if (!stuck.empty())
     throw RuntimeError("pipeline schedule '" + name_ + "' would deadlock (pp = " + str(p) + ", " +
                        str(shape_.microbatches) + " micro-batches, " + str(shape_.chunks) +
@@ -180,7 +194,8 @@ std::vector<PipeExchange> PipelinePlan::exchanges(int rank) const {
   const int p = shape_.stages, S = virtual_stages();
   std::map<std::tuple<int, int, int>, double> ends;  // (op, micro-batch, virtual stage) -> end
   for (int r = 0; r < p; ++r)
-    for (const PipeSpan& sp : t.ranks[r]) ends[{sp.action.op, sp.action.microbatch, virtual_stage(r, sp.action.chunk)}] = sp.end;
+    for (const PipeSpan& sp : t.ranks[r])
+      ends[{sp.action.op, sp.action.microbatch, virtual_stage(r, sp.action.chunk)}] = sp.end;
   std::map<double, PipeExchange> at;
   const std::vector<PipeSpan>& mine = t.ranks[rank];
   for (size_t k = 0; k < mine.size(); ++k) {
@@ -189,7 +204,8 @@ std::vector<PipeExchange> PipelinePlan::exchanges(int rank) const {
     if (a.op == LOOM_PIPE_WEIGHT) continue;
     const bool forward = a.op == LOOM_PIPE_FORWARD;
     if (forward ? s + 1 < S : s > 0) at[mine[k].end].sends.push_back(k);
-    if (forward ? s > 0 : s + 1 < S) at[ends.at({a.op, a.microbatch, forward ? s - 1 : s + 1})].recvs.push_back(k);
+    if (forward ? s > 0 : s + 1 < S)
+      at[ends.at({a.op, a.microbatch, forward ? s - 1 : s + 1})].recvs.push_back(k);
   }
   std::vector<PipeExchange> out;
   for (auto& [point, x] : at) {

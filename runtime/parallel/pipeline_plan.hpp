@@ -11,11 +11,11 @@
 // the same rules, finishes.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <loom/plugin.h>
 
 #include "loader/registry.hpp"
 
@@ -40,8 +40,9 @@ struct PipeTimeline {
 // t (and the k-th exchanges two neighbours share pair up): on a backend whose unmatched send
 // holds up its stream (NCCL), the groups can never wait on each other in a cycle.
 struct PipeExchange {
-  double at = 0;              // the timeline point
-  size_t before = 0;          // issued before this rank's action `before` (actions().size(): after the last)
+  double at = 0;  // the timeline point
+  size_t before =
+      0;  // issued before this rank's action `before` (actions().size(): after the last)
   std::vector<size_t> sends;  // this rank's actions whose output goes out here
   std::vector<size_t> recvs;  // this rank's actions whose input comes in here
 };
@@ -51,7 +52,8 @@ class PipelinePlan {
   // Configures the schedule for `shape` (chunks 0 = the schedule's default), asks it for every
   // rank's actions and checks them. Throws ConfigError for a shape the schedule refuses and
   // RuntimeError for an order that is incomplete or would deadlock.
-  PipelinePlan(const plugins::Found& plugin, const loom_options* options, loom_pipeline_shape shape);
+  PipelinePlan(const plugins::Found& plugin, const loom_options* options,
+               loom_pipeline_shape shape);
   ~PipelinePlan();
 
   const std::string& name() const { return name_; }
@@ -66,10 +68,12 @@ class PipelinePlan {
   // Every rank's actions run under the execution rules, a forward taking `forward_cost` and a
   // backward `backward_cost`, transfers free. A split backward's weight action takes
   // `weight_share` of it and its input-gradient half the rest.
-  PipeTimeline simulate(double forward_cost = 1, double backward_cost = 1, double weight_share = 0.5) const;
+  PipeTimeline simulate(double forward_cost = 1, double backward_cost = 1,
+                        double weight_share = 0.5) const;
   // Rank `rank`'s exchanges of a step, in the order it issues them (PipeExchange).
   std::vector<PipeExchange> exchanges(int rank) const;
-  // Whether rank `rank` splits the backward of (micro-batch, chunk): its list holds a weight action.
+  // Whether rank `rank` splits the backward of (micro-batch, chunk): its list holds a weight
+  // action.
   bool split(int rank, int microbatch, int chunk) const;
   // The most micro-batch chunks rank `rank` holds activations for at once (forwarded, not yet
   // backwarded; a split backward's weight action keeps only its GEMMs' operands).

@@ -16,11 +16,16 @@ namespace {
 
 loom_role to_abi(Role r) {
   switch (r) {
-    case Role::Column: return LOOM_ROLE_COLUMN;
-    case Role::Row: return LOOM_ROLE_ROW;
-    case Role::Vocab: return LOOM_ROLE_VOCAB;
-    case Role::Replicated: return LOOM_ROLE_REPLICATED;
-    case Role::Expert: return LOOM_ROLE_EXPERT;
+    case Role::Column:
+      return LOOM_ROLE_COLUMN;
+    case Role::Row:
+      return LOOM_ROLE_ROW;
+    case Role::Vocab:
+      return LOOM_ROLE_VOCAB;
+    case Role::Replicated:
+      return LOOM_ROLE_REPLICATED;
+    case Role::Expert:
+      return LOOM_ROLE_EXPERT;
   }
   return LOOM_ROLE_REPLICATED;
 }
@@ -87,9 +92,11 @@ loom_work* PluginLayers::issue_sum(const Tensor& in, Tensor& out) {
   loom_work* w = nullptr;
   loom_error e;
   if (seq_)
-    check(ctx_.comm->reduce_scatter(ctx_.comm_self, ctx_.tp, &i, &o, LOOM_REDUCE_SUM, &w, &e), e, "tp overlap reduce-scatter");
+    check(ctx_.comm->reduce_scatter(ctx_.comm_self, ctx_.tp, &i, &o, LOOM_REDUCE_SUM, &w, &e), e,
+          "tp overlap reduce-scatter");
   else
-    check(ctx_.comm->all_reduce(ctx_.comm_self, ctx_.tp, &o, LOOM_REDUCE_SUM, &w, &e), e, "tp overlap all-reduce");
+    check(ctx_.comm->all_reduce(ctx_.comm_self, ctx_.tp, &o, LOOM_REDUCE_SUM, &w, &e), e,
+          "tp overlap all-reduce");
   return w;
 }
 
@@ -193,7 +200,8 @@ loom_work* PluginLayers::issue_gather(const Tensor& local, int64_t c0, int64_t c
   loom_tensor in = local.rows(c0, c1).desc(), out = staged.desc();
   loom_work* w = nullptr;
   loom_error e;
-  check(ctx_.comm->all_gather(ctx_.comm_self, ctx_.tp, &in, &out, &w, &e), e, "tp overlap all-gather");
+  check(ctx_.comm->all_gather(ctx_.comm_self, ctx_.tp, &in, &out, &w, &e), e,
+        "tp overlap all-gather");
   return w;
 }
 
@@ -229,8 +237,8 @@ void PluginLayers::enter_linears(const Tensor& x, std::initializer_list<LinearOu
     for (const LinearOut& o : outs) {
       const int64_t out = o.W->local_shape[0];
       for (int r = 0; r < tp_; ++r)
-        ops_->gemm(0, 1, c1 - c0, out, C, 1.f, staged.f32() + r * (c1 - c0) * C, C, o.W->value.f32(), C, 0.f,
-                   o.y->f32() + (r * n + c0) * out, out);
+        ops_->gemm(0, 1, c1 - c0, out, C, 1.f, staged.f32() + r * (c1 - c0) * C, C,
+                   o.W->value.f32(), C, 0.f, o.y->f32() + (r * n + c0) * out, out);
     }
   });
   profile_.collective(x.bytes() * tp_);
@@ -247,7 +255,8 @@ void PluginLayers::exit_bwd_linear(Tensor& dx, const Tensor& dy_local, const Ten
     for (int r = 0; r < tp_; ++r) {
       const float* piece = staged.f32() + r * (c1 - c0) * out;
       copy_bytes(dy.f32() + (r * n + c0) * out, piece, (c1 - c0) * out * sizeof(float));
-      ops_->gemm(0, 0, c1 - c0, in, out, 1.f, piece, out, W.value.f32(), in, 0.f, dx.f32() + (r * n + c0) * in, in);
+      ops_->gemm(0, 0, c1 - c0, in, out, 1.f, piece, out, W.value.f32(), in, 0.f,
+                 dx.f32() + (r * n + c0) * in, in);
     }
   });
   profile_.collective(dy.bytes());
@@ -256,7 +265,8 @@ void PluginLayers::exit_bwd_linear(Tensor& dx, const Tensor& dy_local, const Ten
 
 // The gather of f's input again, behind the dx GEMMs (which read only dy and W); the weight
 // gradients, which read the gathered rows, after it.
-void PluginLayers::linears_bwd_regather(Tensor& dx, const Tensor& x_local, std::initializer_list<LinearGrad> grads) {
+void PluginLayers::linears_bwd_regather(Tensor& dx, const Tensor& x_local,
+                                        std::initializer_list<LinearGrad> grads) {
   if (!overlap_ || !seq_) return LayerApi::linears_bwd_regather(dx, x_local, grads);
   Tensor h;
   loom_work* w = issue_gather(x_local, 0, x_local.dim(0), h);  // all rows: rank-major is row order
@@ -326,7 +336,8 @@ std::vector<float> PluginLayers::logits_row(const Tensor& logits, int64_t row) c
   loom_tensor in = flat_view(const_cast<float*>(logits.f32()) + row * V, LOOM_F32, V);
   loom_tensor out = flat_view(full.data(), LOOM_F32, V * tp_);
   loom_error e;
-  check(ctx_.comm->all_gather(ctx_.comm_self, ctx_.tp, &in, &out, nullptr, &e), e, "tp logits gather");
+  check(ctx_.comm->all_gather(ctx_.comm_self, ctx_.tp, &in, &out, nullptr, &e), e,
+        "tp logits gather");
   return full;
 }
 

@@ -36,7 +36,8 @@ class PluginLayers : public LayerApi {
   Tensor linear_exit(Tensor& y, const Tensor& x, const Param& W) override;
   void enter_linears(const Tensor& x, std::initializer_list<LinearOut> outs) override;
   void exit_bwd_linear(Tensor& dx, const Tensor& dy_local, const Tensor& x, Param& W) override;
-  void linears_bwd_regather(Tensor& dx, const Tensor& x_local, std::initializer_list<LinearGrad> grads) override;
+  void linears_bwd_regather(Tensor& dx, const Tensor& x_local,
+                            std::initializer_list<LinearGrad> grads) override;
 
   void embedding(Tensor& out, const int32_t* tokens, int64_t B, int64_t T, const Param& wte,
                  const Param* wpe) const override;
@@ -46,14 +47,15 @@ class PluginLayers : public LayerApi {
                        int64_t vocab_real, float dloss) const override;
 
  private:
-  Tensor gather(const Tensor& local) const;   // sp: local rows -> all rows
-  Tensor scatter(const Tensor& full) const;   // sp: all rows -> this rank's rows, summed
+  Tensor gather(const Tensor& local) const;  // sp: local rows -> all rows
+  Tensor scatter(const Tensor& full) const;  // sp: all rows -> this rank's rows, summed
   // Overlap: f's and g's collectives issued as ABI 2 defines them (all-reduce sum over tp; under
   // sp reduce-scatter), asynchronously, on the watched comm table.
   loom_work* issue_sum(const Tensor& in, Tensor& out);
   void wait(loom_work* w);
   void wait_all(const std::vector<loom_work*>& works);
-  // Issues the all-gather of rows [c0, c1) of every rank's block of `local` into `staged` (rank-major).
+  // Issues the all-gather of rows [c0, c1) of every rank's block of `local` into `staged`
+  // (rank-major).
   loom_work* issue_gather(const Tensor& local, int64_t c0, int64_t c1, Tensor& staged);
   // Gathers `local` in k row chunks, chunk c + 1 in flight while use(staged, c0, c1) runs on chunk
   // c; every handle is completed whatever happens.

@@ -12,7 +12,9 @@ namespace loom::plan {
 
 namespace {
 
-double micro_tokens(const Layout& l, int64_t seq_len) { return double(l.micro_batch) * double(seq_len) / l.cp; }
+double micro_tokens(const Layout& l, int64_t seq_len) {
+  return double(l.micro_batch) * double(seq_len) / l.cp;
+}
 
 std::string join(const std::vector<std::string>& parts, const char* sep) {
   std::string out;
@@ -27,7 +29,8 @@ std::string count(double v) {
 }
 
 // Against the runs here: micro-batches no thinner than theirs, cp over sequences no shorter.
-std::vector<std::string> outside_shapes(const Calibration& cal, const Workload& w, const Layout& l) {
+std::vector<std::string> outside_shapes(const Calibration& cal, const Workload& w,
+                                        const Layout& l) {
   if (cal.here.empty()) return {"no calibration run on this cluster"};
   std::vector<std::string> why;
   const int64_t T = w.model.seq_len;
@@ -37,11 +40,14 @@ std::vector<std::string> outside_shapes(const Calibration& cal, const Workload& 
     if (p.layout.cp > 1) shortest = std::min(shortest, double(p.seq_len) / p.layout.cp);
   }
   if (micro_tokens(l, T) < thinnest)
-    why.push_back("micro-batches of " + count(micro_tokens(l, T)) + " tokens per rank, thinner than any calibration run's here (" +
-                  count(thinnest) + ")");
-  if (l.cp > 1 && shortest == 1e300) why.push_back("no calibration run here uses cp");
+    why.push_back("micro-batches of " + count(micro_tokens(l, T)) +
+                  " tokens per rank, thinner than any calibration run's here (" + count(thinnest) +
+                  ")");
+  if (l.cp > 1 && shortest == 1e300)
+    why.push_back("no calibration run here uses cp");
   else if (l.cp > 1 && double(T) / l.cp < shortest)
-    why.push_back("cp over " + count(double(T) / l.cp) + " positions per rank, shorter than any calibration run's here (" +
+    why.push_back("cp over " + count(double(T) / l.cp) +
+                  " positions per rank, shorter than any calibration run's here (" +
                   count(shortest) + ")");
   return why;
 }
@@ -57,7 +63,8 @@ std::vector<std::string> features(const Workload& w, const Layout& l) {
   if (l.ep > 1) out.push_back("ep");
   if (l.zero) out.push_back("zero" + std::to_string(l.zero));
   if (l.recompute != "none") out.push_back("recompute " + l.recompute);
-  for (const std::string* own : {&w.data_plugin, &w.tensor_plugin, &w.sequence_plugin, &w.context_plugin, &w.expert_plugin})
+  for (const std::string* own :
+       {&w.data_plugin, &w.tensor_plugin, &w.sequence_plugin, &w.context_plugin, &w.expert_plugin})
     if (!own->empty()) out.push_back("plugin '" + *own + "'");
   return out;
 }
@@ -69,12 +76,14 @@ Calibration calibration_of(const Cluster& c) {
     if (run.cluster != c.name) continue;
     PluginSources sources = published_sources(run);
     const Estimate e = estimate(c, run.workload, run.layout, sources.costs(), sources.pipes());
-    cal.here.push_back({run.name, run.layout, run.workload.model.seq_len, predicted_metric(run, e) / run.published - 1});
+    cal.here.push_back({run.name, run.layout, run.workload.model.seq_len,
+                        predicted_metric(run, e) / run.published - 1});
   }
   for (size_t i = 0; i < c.calibration.layouts.size(); ++i) {
     const Layout l = parse_layout(c.calibration.layouts[i]);
     for (const std::string& f : features(Workload{}, l)) cal.features.insert(f);
-    cal.here.push_back({"measured: " + l.name(), l, c.calibration.seq_len, c.calibration.residuals[i]});
+    cal.here.push_back(
+        {"measured: " + l.name(), l, c.calibration.seq_len, c.calibration.residuals[i]});
   }
   for (size_t i = 0; i < cal.here.size(); ++i) {
     cal.low = i ? std::min(cal.low, cal.here[i].residual) : cal.here[i].residual;
@@ -94,7 +103,8 @@ std::string extrapolation(const Calibration& cal, const Workload& w, const Layou
 }
 
 void judge(Estimate& e, const Calibration& cal, const Workload& w) {
-  if (!cal.here.empty()) e.band_low_ms = e.step_ms * (1 + cal.low), e.band_high_ms = e.step_ms * (1 + cal.high);
+  if (!cal.here.empty())
+    e.band_low_ms = e.step_ms * (1 + cal.low), e.band_high_ms = e.step_ms * (1 + cal.high);
   e.extrapolated = extrapolation(cal, w, e.layout);
 }
 

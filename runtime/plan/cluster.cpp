@@ -1,18 +1,18 @@
 #include "plan/cluster.hpp"
-#include "plan/layout.hpp"
-#include "plan/cluster_toml.hpp"
+
+#include <toml++/toml.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
 
-#include <toml++/toml.h>
-
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "core/nearest.hpp"
+#include "plan/cluster_toml.hpp"
+#include "plan/layout.hpp"
 
 namespace loom::plan {
 
@@ -29,8 +29,8 @@ struct Required {
   const char* key;
 };
 const Required kRequired[] = {
-    {"cluster", "name"},         {"cluster", "nodes"},           {"device", "name"},
-    {"device", "per_node"},      {"device", "memory_gib"},       {"device", "hbm_gbps"},
+    {"cluster", "name"},         {"cluster", "nodes"},     {"device", "name"},
+    {"device", "per_node"},      {"device", "memory_gib"}, {"device", "hbm_gbps"},
     {"intra", "bandwidth_gbps"}, {"intra", "latency_us"},
 };
 const Required kRequiredAcrossNodes[] = {
@@ -38,69 +38,133 @@ const Required kRequiredAcrossNodes[] = {
 
 std::vector<SectionSpec> build_schema() {
   return {
-      {"cluster", "the machine kind: how many nodes there are and where the figures come from", {
-          {"name", ValueType::String, "\"\"", "short name, shown by loom plan"},
-          {"description", ValueType::String, "\"\"", "one line"},
-          {"nodes", ValueType::Int, "1", "nodes available; a plan for more is refused", 1, 1e7},
-          {"sources", ValueType::StringList, "[]", "where the figures come from (datasheets, papers, a calibration)"},
-      }},
-      {"device", "one accelerator (or, with shared_cores, one rank of a CPU machine)", {
-          {"name", ValueType::String, "\"\"", "the part, as its vendor names it"},
-          {"per_node", ValueType::Int, "8", "devices (ranks) per node", 1, 4096},
-          {"memory_gib", ValueType::Float, "0", "device memory, GiB", 0, kInf},
-          {"hbm_gbps", ValueType::Float, "0", "memory bandwidth, GB/s", 0, kInf},
-          {"peak_tflops_bf16", ValueType::Float, "0", "dense bf16 peak, TFLOP/s (no sparsity)", 0, kInf},
-          {"peak_tflops_fp16", ValueType::Float, "0", "dense fp16 peak, TFLOP/s; 0 = the bf16 figure", 0, kInf},
-          {"peak_tflops_fp8", ValueType::Float, "0", "dense fp8 peak, TFLOP/s; 0 = none", 0, kInf},
-          {"peak_tflops_fp32", ValueType::Float, "0", "fp32 peak, TFLOP/s (per core when shared_cores > 0)", 0, kInf},
-          {"shared_cores", ValueType::Int, "0", "> 0: the node's ranks share this many CPU cores", 0, 1 << 20},
-          {"thread_scaling", ValueType::Float, "1", "GEMM speed-up of shared_cores threads in one process over one thread", 0, kInf},
-          {"rank_scaling", ValueType::Float, "0", "GEMM throughput of shared_cores one-thread processes at once over one alone; 0 = thread_scaling", 0, kInf},
-          {"memory_headroom", ValueType::Float, "0.1", "fraction of device memory a plan leaves free", 0, 0.9},
-      }},
-      {"intra", "the link between devices of one node (NVLink/NVSwitch, PCIe, shared memory)", {
-          {"kind", ValueType::String, "\"nvswitch\"", "what it is", -kInf, kInf, {"nvswitch", "nvlink", "pcie", "loopback"}},
-          {"bandwidth_gbps", ValueType::Float, "0", "per device, one direction, GB/s", 0, kInf},
-          {"latency_us", ValueType::Float, "0", "per ring hop, us", 0, kInf},
-      }},
-      {"inter", "the network between nodes", {
-          {"kind", ValueType::String, "\"infiniband\"", "what it is", -kInf, kInf, {"infiniband", "roce", "omnipath", "ethernet", "none"}},
-          {"nics_per_node", ValueType::Int, "0", "compute NICs per node", 0, 1024},
-          {"nic_gbits", ValueType::Float, "0", "per NIC, one direction, Gbit/s", 0, kInf},
-          {"latency_us", ValueType::Float, "0", "per ring hop across nodes, us", 0, kInf},
-          {"rail_optimized", ValueType::Bool, "true", "NIC i of every node on one rail (DGX SuperPOD)"},
-          {"nodes_per_pod", ValueType::Int, "0", "nodes under one non-blocking switch group; 0 = all", 0, 1e7},
-          {"oversubscription", ValueType::Float, "1", "bandwidth divisor between pods", 1, kInf},
-      }},
-      {"intra_ops", "each collective within a node, measured over 2 ranks (loom plan calibrate): [latency per hop us, bus bandwidth GB/s]", {
-          {"all_reduce", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
-          {"reduce_scatter", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
-          {"all_gather", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
-          {"all_to_all", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
-          {"send_recv", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
-      }},
-      {"efficiency", "achieved fractions of peak and fixed costs (loom plan calibrate measures them)", {
-          {"gemm", ValueType::Float, "0.7", "large GEMMs, fraction of peak FLOP/s", 0, 1},
-          {"gemm_overhead_us", ValueType::Float, "0", "fixed cost per GEMM call (launch, small-shape loss)", 0, kInf},
-          {"attention", ValueType::Float, "0.5", "fused (flash) attention, forward and backward, fraction of peak FLOP/s", 0, 1},
-          {"attention_unfused", ValueType::Float, "0", "unfused attention's batched GEMMs, fraction of peak FLOP/s; 0 = the attention figure", 0, 1},
-          {"attention_overhead_us", ValueType::Float, "0", "fixed cost per attention call", 0, kInf},
-          {"score_bytes", ValueType::Float, "0", "bytes each attention score moves in forward under unfused attention (softmax, dropout)", 0, kInf},
-          {"score_saved_bytes", ValueType::Float, "0", "bytes per score unfused attention keeps for its backward (softmax output, dropout mask and output)", 0, kInf},
-          {"memory", ValueType::Float, "0.7", "element-wise ops and the optimizer, fraction of hbm_gbps", 0, 1},
-          {"elementwise_overhead_us", ValueType::Float, "0", "fixed cost per element-wise call", 0, kInf},
-          {"comm", ValueType::Float, "0.8", "collectives' bus bandwidth, fraction of the link", 0, 1},
-          {"compute_scale", ValueType::Float, "1", "a training step's measured compute over the modelled one (calibrated; 1 = trust the op figures)", 0, kInf},
-          {"rank_compute_scale", ValueType::Float, "0", "the same, measured with one one-thread rank per core (shared_cores); 0 = compute_scale", 0, kInf},
-          {"step_overhead_ms", ValueType::Float, "0", "per step outside the model: data, grad norm, logging", 0, kInf},
-          {"process_mib", ValueType::Float, "0", "memory a rank holds before the model (runtime, CUDA context)", 0, kInf},
-      }},
-      {"calibration", "layouts measured on this cluster and the model's error on each (RECORD=FILE bench/plan_accuracy.sh)", {
-          {"layouts", ValueType::StringList, "[]", "the measured layouts, as loom plan names them"},
-          {"residuals", ValueType::FloatList, "[]", "measured over predicted step time, less 1, one per layout", -1, kInf},
-          {"seq_len", ValueType::Int, "0", "their sequence length", 0, 1 << 30},
-          {"source", ValueType::String, "\"\"", "what measured them, and when"},
-      }},
+      {"cluster",
+       "the machine kind: how many nodes there are and where the figures come from",
+       {
+           {"name", ValueType::String, "\"\"", "short name, shown by loom plan"},
+           {"description", ValueType::String, "\"\"", "one line"},
+           {"nodes", ValueType::Int, "1", "nodes available; a plan for more is refused", 1, 1e7},
+           {"sources", ValueType::StringList, "[]",
+            "where the figures come from (datasheets, papers, a calibration)"},
+       }},
+      {"device",
+       "one accelerator (or, with shared_cores, one rank of a CPU machine)",
+       {
+           {"name", ValueType::String, "\"\"", "the part, as its vendor names it"},
+           {"per_node", ValueType::Int, "8", "devices (ranks) per node", 1, 4096},
+           {"memory_gib", ValueType::Float, "0", "device memory, GiB", 0, kInf},
+           {"hbm_gbps", ValueType::Float, "0", "memory bandwidth, GB/s", 0, kInf},
+           {"peak_tflops_bf16", ValueType::Float, "0", "dense bf16 peak, TFLOP/s (no sparsity)", 0,
+            kInf},
+           {"peak_tflops_fp16", ValueType::Float, "0",
+            "dense fp16 peak, TFLOP/s; 0 = the bf16 figure", 0, kInf},
+           {"peak_tflops_fp8", ValueType::Float, "0", "dense fp8 peak, TFLOP/s; 0 = none", 0, kInf},
+           {"peak_tflops_fp32", ValueType::Float, "0",
+            "fp32 peak, TFLOP/s (per core when shared_cores > 0)", 0, kInf},
+           {"shared_cores", ValueType::Int, "0", "> 0: the node's ranks share this many CPU cores",
+            0, 1 << 20},
+           {"thread_scaling", ValueType::Float, "1",
+            "GEMM speed-up of shared_cores threads in one process over one thread", 0, kInf},
+           {"rank_scaling", ValueType::Float, "0",
+            "GEMM throughput of shared_cores one-thread processes at once over one alone; 0 = "
+            "thread_scaling",
+            0, kInf},
+           {"memory_headroom", ValueType::Float, "0.1",
+            "fraction of device memory a plan leaves free", 0, 0.9},
+       }},
+      {"intra",
+       "the link between devices of one node (NVLink/NVSwitch, PCIe, shared memory)",
+       {
+           {"kind",
+            ValueType::String,
+            "\"nvswitch\"",
+            "what it is",
+            -kInf,
+            kInf,
+            {"nvswitch", "nvlink", "pcie", "loopback"}},
+           {"bandwidth_gbps", ValueType::Float, "0", "per device, one direction, GB/s", 0, kInf},
+           {"latency_us", ValueType::Float, "0", "per ring hop, us", 0, kInf},
+       }},
+      {"inter",
+       "the network between nodes",
+       {
+           {"kind",
+            ValueType::String,
+            "\"infiniband\"",
+            "what it is",
+            -kInf,
+            kInf,
+            {"infiniband", "roce", "omnipath", "ethernet", "none"}},
+           {"nics_per_node", ValueType::Int, "0", "compute NICs per node", 0, 1024},
+           {"nic_gbits", ValueType::Float, "0", "per NIC, one direction, Gbit/s", 0, kInf},
+           {"latency_us", ValueType::Float, "0", "per ring hop across nodes, us", 0, kInf},
+           {"rail_optimized", ValueType::Bool, "true",
+            "NIC i of every node on one rail (DGX SuperPOD)"},
+           {"nodes_per_pod", ValueType::Int, "0",
+            "nodes under one non-blocking switch group; 0 = all", 0, 1e7},
+           {"oversubscription", ValueType::Float, "1", "bandwidth divisor between pods", 1, kInf},
+       }},
+      {"intra_ops",
+       "each collective within a node, measured over 2 ranks (loom plan calibrate): [latency per "
+       "hop us, bus bandwidth GB/s]",
+       {
+           {"all_reduce", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
+           {"reduce_scatter", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
+           {"all_gather", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
+           {"all_to_all", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
+           {"send_recv", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
+       }},
+      {"efficiency",
+       "achieved fractions of peak and fixed costs (loom plan calibrate measures them)",
+       {
+           {"gemm", ValueType::Float, "0.7", "large GEMMs, fraction of peak FLOP/s", 0, 1},
+           {"gemm_overhead_us", ValueType::Float, "0",
+            "fixed cost per GEMM call (launch, small-shape loss)", 0, kInf},
+           {"attention", ValueType::Float, "0.5",
+            "fused (flash) attention, forward and backward, fraction of peak FLOP/s", 0, 1},
+           {"attention_unfused", ValueType::Float, "0",
+            "unfused attention's batched GEMMs, fraction of peak FLOP/s; 0 = the attention figure",
+            0, 1},
+           {"attention_overhead_us", ValueType::Float, "0", "fixed cost per attention call", 0,
+            kInf},
+           {"score_bytes", ValueType::Float, "0",
+            "bytes each attention score moves in forward under unfused attention (softmax, "
+            "dropout)",
+            0, kInf},
+           {"score_saved_bytes", ValueType::Float, "0",
+            "bytes per score unfused attention keeps for its backward (softmax output, dropout "
+            "mask and output)",
+            0, kInf},
+           {"memory", ValueType::Float, "0.7",
+            "element-wise ops and the optimizer, fraction of hbm_gbps", 0, 1},
+           {"elementwise_overhead_us", ValueType::Float, "0", "fixed cost per element-wise call", 0,
+            kInf},
+           {"comm", ValueType::Float, "0.8", "collectives' bus bandwidth, fraction of the link", 0,
+            1},
+           {"compute_scale", ValueType::Float, "1",
+            "a training step's measured compute over the modelled one (calibrated; 1 = trust the "
+            "op figures)",
+            0, kInf},
+           {"rank_compute_scale", ValueType::Float, "0",
+            "the same, measured with one one-thread rank per core (shared_cores); 0 = "
+            "compute_scale",
+            0, kInf},
+           {"step_overhead_ms", ValueType::Float, "0",
+            "per step outside the model: data, grad norm, logging", 0, kInf},
+           {"process_mib", ValueType::Float, "0",
+            "memory a rank holds before the model (runtime, CUDA context)", 0, kInf},
+       }},
+      {"calibration",
+       "layouts measured on this cluster and the model's error on each (RECORD=FILE "
+       "bench/plan_accuracy.sh)",
+       {
+           {"layouts", ValueType::StringList, "[]",
+            "the measured layouts, as loom plan names them"},
+           {"residuals", ValueType::FloatList, "[]",
+            "measured over predicted step time, less 1, one per layout", -1, kInf},
+           {"seq_len", ValueType::Int, "0", "their sequence length", 0, 1 << 30},
+           {"source", ValueType::String, "\"\"", "what measured them, and when"},
+       }},
   };
 }
 
@@ -118,7 +182,8 @@ int64_t i64(const toml::table& root, const char* s, const char* k) {
 }
 std::vector<double> list(const toml::table& root, const char* s, const char* k) {
   std::vector<double> out;
-  for (const auto& e : *section(root, s).get(k)->as_array()) out.push_back(e.value<double>().value());
+  for (const auto& e : *section(root, s).get(k)->as_array())
+    out.push_back(e.value<double>().value());
   return out;
 }
 
@@ -126,17 +191,20 @@ std::string str(const toml::table& root, const char* s, const char* k) {
   return section(root, s).get(k)->value<std::string>().value();
 }
 
-void require(const toml::table& root, const Required& r, const std::string& source, const std::string& why) {
+void require(const toml::table& root, const Required& r, const std::string& source,
+             const std::string& why) {
   const std::vector<SectionSpec>& schema = cluster_schema();
   std::string help;
   for (const auto& s : schema)
     for (const auto& k : s.keys)
       if (s.name == r.section && k.name == r.key) help = k.help;
   if (!section(root, r.section).contains(r.key))
-    throw ConfigError(source + ": [" + r.section + "] " + r.key + " is missing (" + help + ")" + why);
+    throw ConfigError(source + ": [" + r.section + "] " + r.key + " is missing (" + help + ")" +
+                      why);
 }
 
-void require_positive(const toml::table& root, const char* s, const char* k, const std::string& source) {
+void require_positive(const toml::table& root, const char* s, const char* k,
+                      const std::string& source) {
   const toml::node* n = section(root, s).get(k);
   if (n->value<double>().value() <= 0)
     throw ConfigError(config::where(*n) + ": [" + s + "] " + k + " must be positive, got " +
@@ -160,8 +228,9 @@ void require_figures(const toml::table& root, const std::string& source) {
   const toml::node* nodes = section(root, "cluster").get("nodes");
   if (nodes && nodes->is_integer() && nodes->value<int64_t>().value() > 1)
     for (const Required& r : kRequiredAcrossNodes)
-      require(root, r, source, "; a cluster of " + std::to_string(nodes->value<int64_t>().value()) +
-                                   " nodes needs the network between them");
+      require(root, r, source,
+              "; a cluster of " + std::to_string(nodes->value<int64_t>().value()) +
+                  " nodes needs the network between them");
 }
 
 void fill_defaults(toml::table& root) {
@@ -179,7 +248,8 @@ void read_device(const toml::table& root, const std::string& source, Cluster& c)
   c.peak_fp8 = f64(root, "device", "peak_tflops_fp8") * 1e12;
   c.peak_fp32 = f64(root, "device", "peak_tflops_fp32") * 1e12;
   if (c.peak_bf16 <= 0 && c.peak_fp32 <= 0)
-    throw ConfigError(source + ": [device] needs a peak: peak_tflops_bf16 or peak_tflops_fp32 (missing or 0)");
+    throw ConfigError(
+        source + ": [device] needs a peak: peak_tflops_bf16 or peak_tflops_fp32 (missing or 0)");
   c.shared_cores = static_cast<int>(i64(root, "device", "shared_cores"));
   if (c.shared_cores > 0) require_positive(root, "device", "thread_scaling", source);
   c.thread_scaling = f64(root, "device", "thread_scaling");
@@ -189,12 +259,15 @@ void read_device(const toml::table& root, const std::string& source, Cluster& c)
 }
 
 void read_links(const toml::table& root, const std::string& source, Cluster& c) {
-  c.intra = {str(root, "intra", "kind"), f64(root, "intra", "bandwidth_gbps") * 1e9, f64(root, "intra", "latency_us") * 1e-6};
+  c.intra = {str(root, "intra", "kind"), f64(root, "intra", "bandwidth_gbps") * 1e9,
+             f64(root, "intra", "latency_us") * 1e-6};
   if (c.nodes > 1) {
-    for (const char* k : {"nics_per_node", "nic_gbits", "latency_us"}) require_positive(root, "inter", k, source);
+    for (const char* k : {"nics_per_node", "nic_gbits", "latency_us"})
+      require_positive(root, "inter", k, source);
   }
   c.nics_per_node = static_cast<int>(i64(root, "inter", "nics_per_node"));
-  c.inter = {str(root, "inter", "kind"), f64(root, "inter", "nic_gbits") * 1e9 / 8, f64(root, "inter", "latency_us") * 1e-6};
+  c.inter = {str(root, "inter", "kind"), f64(root, "inter", "nic_gbits") * 1e9 / 8,
+             f64(root, "inter", "latency_us") * 1e-6};
   c.rail_optimized = section(root, "inter").get("rail_optimized")->value<bool>().value();
   c.nodes_per_pod = static_cast<int>(i64(root, "inter", "nodes_per_pod"));
   c.oversubscription = f64(root, "inter", "oversubscription");
@@ -205,7 +278,8 @@ void read_efficiency(const toml::table& root, const std::string& source, Cluster
   c.attention_eff = f64(root, "efficiency", "attention");
   c.memory_eff = f64(root, "efficiency", "memory");
   c.comm_eff = f64(root, "efficiency", "comm");
-  for (const char* k : {"gemm", "attention", "memory", "comm"}) require_positive(root, "efficiency", k, source);
+  for (const char* k : {"gemm", "attention", "memory", "comm"})
+    require_positive(root, "efficiency", k, source);
   c.gemm_overhead = f64(root, "efficiency", "gemm_overhead_us") * 1e-6;
   c.attention_overhead = f64(root, "efficiency", "attention_overhead_us") * 1e-6;
   c.elementwise_overhead = f64(root, "efficiency", "elementwise_overhead_us") * 1e-6;
@@ -217,12 +291,14 @@ void read_efficiency(const toml::table& root, const std::string& source, Cluster
 }
 
 void read_intra_ops(const toml::table& root, const std::string& source, Cluster& c) {
-  const char* ops[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"};  // loom_cost_op order
+  const char* ops[] = {"all_reduce", "reduce_scatter", "all_gather", "all_to_all",
+                       "send_recv"};  // loom_cost_op order
   for (int op = 0; op < 5; ++op) {
     const std::vector<double> v = list(root, "intra_ops", ops[op]);
     if (v.empty()) continue;
     if (v.size() != 2 || v[1] <= 0)
-      throw ConfigError(source + ": [intra_ops] " + ops[op] + " must be [latency us, bandwidth GB/s > 0]");
+      throw ConfigError(source + ": [intra_ops] " + ops[op] +
+                        " must be [latency us, bandwidth GB/s > 0]");
     c.intra_ops.op[op] = {c.intra.kind, v[1] * 1e9, v[0] * 1e-6};
     c.intra_ops.has[op] = true;
   }
@@ -235,10 +311,13 @@ void read_calibration(const toml::table& root, const std::string& source, Cluste
   c.calibration.seq_len = i64(root, "calibration", "seq_len");
   c.calibration.source = str(root, "calibration", "source");
   if (c.calibration.layouts.size() != c.calibration.residuals.size())
-    throw ConfigError(source + ": [calibration] has " + std::to_string(c.calibration.layouts.size()) + " layouts and " +
-                      std::to_string(c.calibration.residuals.size()) + " residuals; give one residual per layout");
+    throw ConfigError(source + ": [calibration] has " +
+                      std::to_string(c.calibration.layouts.size()) + " layouts and " +
+                      std::to_string(c.calibration.residuals.size()) +
+                      " residuals; give one residual per layout");
   if (!c.calibration.layouts.empty() && c.calibration.seq_len <= 0)
-    throw ConfigError(source + ": [calibration] seq_len is missing (the measured layouts' sequence length)");
+    throw ConfigError(source +
+                      ": [calibration] seq_len is missing (the measured layouts' sequence length)");
   for (const std::string& l : c.calibration.layouts) {
     try {
       parse_layout(l);
@@ -265,7 +344,9 @@ double Cluster::peak(const std::string& dtype) const {
 Cluster parse_cluster(const std::string& text, const std::string& source) {
   toml::table root = parse_cluster_toml(text, source);
   if (root.contains("group"))
-    throw ConfigError(source + " has [[group]]s: it is a mixed cluster, which loom plan, config check and [run] plan_cluster "
+    throw ConfigError(source +
+                      " has [[group]]s: it is a mixed cluster, which loom plan, config check and "
+                      "[run] plan_cluster "
                       "read as one; a group's own file is uniform");
   check_section_names(root);
   require_figures(root, source);
@@ -304,8 +385,8 @@ toml::table parse_cluster_toml(const std::string& text, const std::string& sourc
     return toml::parse(text, source);
   } catch (const toml::parse_error& e) {
     const auto& b = e.source().begin;
-    throw ConfigError(source + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) + ": " +
-                      std::string(e.description()));
+    throw ConfigError(source + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) +
+                      ": " + std::string(e.description()));
   }
 }
 
@@ -317,10 +398,14 @@ bool has_table_line(const std::filesystem::path& file, const std::string& header
   std::ifstream in(file);
   std::string line;
   while (std::getline(in, line))
-    if (line.compare(std::min(line.find_first_not_of(" \t"), line.size()), header.size(), header) == 0) return true;
+    if (line.compare(std::min(line.find_first_not_of(" \t"), line.size()), header.size(), header) ==
+        0)
+      return true;
   return false;
 }
 
-bool is_cluster_file(const std::filesystem::path& file) { return has_table_line(file, "[cluster]"); }
+bool is_cluster_file(const std::filesystem::path& file) {
+  return has_table_line(file, "[cluster]");
+}
 
 }  // namespace loom::plan

@@ -31,16 +31,16 @@ struct Cluster {
   int nodes = 1;             // nodes the cluster has; the planner refuses more
 
   std::string device;
-  int per_node = 1;           // devices (ranks) per node
-  double memory = 0;          // bytes per device
-  double hbm = 0;             // bytes/s per device
+  int per_node = 1;                                                  // devices (ranks) per node
+  double memory = 0;                                                 // bytes per device
+  double hbm = 0;                                                    // bytes/s per device
   double peak_bf16 = 0, peak_fp16 = 0, peak_fp8 = 0, peak_fp32 = 0;  // FLOP/s, dense
   int shared_cores = 0;       // > 0: the node's devices share this many CPU cores (a CPU machine)
   double thread_scaling = 1;  // speed-up of shared_cores threads over one, for GEMMs
   // Throughput of shared_cores one-thread processes running at once over one alone: what ranks
   // that split the cores get together (no shared thread pool, no barriers between them).
   double rank_scaling = 1;
-  double headroom = 0.1;      // fraction of device memory kept free ("fits" leaves this)
+  double headroom = 0.1;  // fraction of device memory kept free ("fits" leaves this)
 
   Link intra, inter;
   OpLinks intra_ops;  // empty unless calibrated
@@ -52,7 +52,7 @@ struct Cluster {
   // Achieved fractions of peak and fixed costs, calibrated (this machine) or chosen per kind.
   double gemm_eff = 0.7, attention_eff = 0.5, memory_eff = 0.7, comm_eff = 0.8;
   double gemm_overhead = 0, attention_overhead = 0, elementwise_overhead = 0;  // seconds per call
-  double step_overhead = 0;   // seconds per step outside the model (data, logging, grad norm)
+  double step_overhead = 0;  // seconds per step outside the model (data, logging, grad norm)
   // Measured over modelled compute of a whole training step (calibrated): the runtime's own
   // work the op fits do not see (copies, bias and embedding kernels, accumulation, hooks).
   double compute_scale = 1;
@@ -64,7 +64,7 @@ struct Cluster {
   // read and write it) and the bytes per score it keeps for its backward. A fused (flash) kernel
   // keeps them on chip.
   double attention_unfused_eff = 0.5, score_bytes = 0, score_saved_bytes = 0;
-  double process_bytes = 0;   // memory a rank holds before the model (runtime, CUDA context)
+  double process_bytes = 0;  // memory a rank holds before the model (runtime, CUDA context)
   // Layouts measured on this cluster and the model's error on each ([calibration]).
   struct Measured {
     std::vector<std::string> layouts;

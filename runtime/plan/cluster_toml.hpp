@@ -2,10 +2,10 @@
 // typed (a missing one is a ConfigError, exit 2) and parsed with file:line:column in its errors.
 #pragma once
 
+#include <toml++/toml.h>
+
 #include <filesystem>
 #include <string>
-
-#include <toml++/toml.h>
 
 namespace loom::plan {
 

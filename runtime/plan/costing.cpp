@@ -2,7 +2,9 @@
 
 namespace loom::plan {
 
-std::string Layout::data_plugin(const Workload& w) const { return w.data_plugin.empty() ? data_plugin() : w.data_plugin; }
+std::string Layout::data_plugin(const Workload& w) const {
+  return w.data_plugin.empty() ? data_plugin() : w.data_plugin;
+}
 
 void model_state_bytes(double psi, int n, int stage, bool mixed, double out[3]) {
   // mixed: 2 (bf16 params) + 2 (bf16 grads) + 12 (fp32 master, m, v); fp32: 4 + 4 + 8.

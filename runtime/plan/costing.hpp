@@ -3,11 +3,11 @@
 // schedules, a rank's or stage's share of the layers, and ZeRO's model-state formula.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <loom/plugin.h>
 
 #include "model/config.hpp"
 #include "plan/layout.hpp"
@@ -16,24 +16,28 @@ namespace loom::plan {
 
 struct Workload {
   model::Config model;
-  int64_t global_batch = 16;  // sequences per step
-  std::string dtype = "fp32"; // fp32 | bf16 | fp16 | fp8: GEMM peak, and model-state formulas
-  int grad_bytes = 4;         // bytes per gradient element (fp32 masters; a data plugin may narrow its wire)
+  int64_t global_batch = 16;   // sequences per step
+  std::string dtype = "fp32";  // fp32 | bf16 | fp16 | fp8: GEMM peak, and model-state formulas
+  int grad_bytes =
+      4;  // bytes per gradient element (fp32 masters; a data plugin may narrow its wire)
   // A plugin the config names for a slot that is not a built-in ("data" = "my_dp"): costed
   // through its own cost entry in every layout that uses the slot. The data slot's plugin then
   // holds the model state unsharded, as far as the planner knows.
   std::string data_plugin, tensor_plugin, sequence_plugin, context_plugin, expert_plugin;
   std::string device = "cpu";  // [run] device: what the layout's plugins must run on
-  bool unfused_attention = false;  // scores written out (2021-22 Megatron); a flash kernel otherwise
+  bool unfused_attention =
+      false;  // scores written out (2021-22 Megatron); a flash kernel otherwise
   // How the framework splits layers over pipeline stages: "cost" (Loom: balanced by each layer's
   // FLOPs), "blocks" (Megatron-LM: equal blocks, the embedding and head on top of the ends),
   // "count" (Megatron-DeepSpeed's type:transformer|embedding: equal layers, E and L among them).
   std::string stage_split = "cost";
-  std::string comm;            // [plugins] comm ("" = gloo, the default of a job of several ranks)
+  std::string comm;  // [plugins] comm ("" = gloo, the default of a job of several ranks)
 };
 
 // Micro-batches per step on one data-parallel rank.
-inline int microbatches(const Workload& w, const Layout& l) { return int(w.global_batch / (int64_t(l.dp) * l.ep) / l.micro_batch); }
+inline int microbatches(const Workload& w, const Layout& l) {
+  return int(w.global_batch / (int64_t(l.dp) * l.ep) / l.micro_batch);
+}
 
 // One collective of the step, as a plugin's cost entry gave it, with its predicted time.
 struct CommItem {
@@ -70,8 +74,8 @@ struct Estimate {
 };
 
 // The step's collectives of one plugin for a query; empty when it has no cost entry.
-using CostSource = std::function<std::vector<loom_cost_collective>(const std::string& plugin,
-                                                                   const loom_cost_query& q, bool& has_entry)>;
+using CostSource = std::function<std::vector<loom_cost_collective>(
+    const std::string& plugin, const loom_cost_query& q, bool& has_entry)>;
 // Simulated pipeline makespan in forward units (a forward of one chunk = 1, backward = k), the
 // most micro-batch chunks in flight on the first rank, and the schedule plugin's split of the
 // layers (E, the blocks, L) into virtual stages, given each layer's cost (rank = stage % pp).
@@ -80,8 +84,8 @@ struct PipeShape {
   int in_flight = 1;
   std::vector<int32_t> stage_of;
 };
-using PipeSource = std::function<PipeShape(const std::string& schedule, int pp, int m, int chunks, double k,
-                                           const std::vector<double>& layer_costs)>;
+using PipeSource = std::function<PipeShape(const std::string& schedule, int pp, int m, int chunks,
+                                           double k, const std::vector<double>& layer_costs)>;
 
 // The layers one rank computes: a uniform layout's average rank (n_layer / pp blocks, 1 / pp of
 // the head: what estimate() costs), or one stage of an uneven split (plan/mixed.hpp).

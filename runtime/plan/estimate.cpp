@@ -7,7 +7,9 @@
 namespace loom::plan {
 
 train::LayoutFacts layout_facts(const Workload& w, const Layout& l) {
-  auto own = [](const std::string& mine, const char* builtin) { return mine.empty() ? std::string(builtin) : mine; };
+  auto own = [](const std::string& mine, const char* builtin) {
+    return mine.empty() ? std::string(builtin) : mine;
+  };
   train::LayoutFacts f;
   f.model = &w.model;
   f.mesh.tp = l.tp, f.mesh.cp = l.cp, f.mesh.ep = l.ep, f.mesh.dp = l.dp, f.mesh.pp = l.pp;
@@ -20,17 +22,24 @@ train::LayoutFacts layout_facts(const Workload& w, const Layout& l) {
   if (l.cp > 1) f.context = own(w.context_plugin, "cp");
   if (l.ep > 1) f.expert = own(w.expert_plugin, "ep");
   if (l.pp > 1) f.pipeline = l.schedule;
-  f.data_caps = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE | (l.zero ? LOOM_DATA_SHARDED | LOOM_DATA_DEVICE : 0);
+  f.data_caps =
+      LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE | (l.zero ? LOOM_DATA_SHARDED | LOOM_DATA_DEVICE : 0);
   return f;
 }
 
 std::string planner_limits(const Workload& w, const Layout& l) {
   const auto& m = w.model;
-  if (l.micro_batch < 1) return "micro-batch " + std::to_string(l.micro_batch) + " is not a sequence count";
-  if (m.n_layer < l.pp * l.chunks) return std::to_string(m.n_layer) + " blocks cannot fill pp " + std::to_string(l.pp) + " x " + std::to_string(l.chunks) + " chunks";
-  if (l.cp > 1 && m.seq_len % (2 * l.cp)) return "seq_len " + std::to_string(m.seq_len) + " is not a multiple of 2 cp (the zig-zag split)";
+  if (l.micro_batch < 1)
+    return "micro-batch " + std::to_string(l.micro_batch) + " is not a sequence count";
+  if (m.n_layer < l.pp * l.chunks)
+    return std::to_string(m.n_layer) + " blocks cannot fill pp " + std::to_string(l.pp) + " x " +
+           std::to_string(l.chunks) + " chunks";
+  if (l.cp > 1 && m.seq_len % (2 * l.cp))
+    return "seq_len " + std::to_string(m.seq_len) +
+           " is not a multiple of 2 cp (the zig-zag split)";
   if (l.zero && l.data_ranks() == 1) return "ZeRO needs more than one data-parallel rank";
-  if (l.pp == 1 && (l.chunks > 1 || l.schedule != "1f1b")) return "a pipeline schedule (" + l.schedule + ") needs pp > 1";
+  if (l.pp == 1 && (l.chunks > 1 || l.schedule != "1f1b"))
+    return "a pipeline schedule (" + l.schedule + ") needs pp > 1";
   return "";
 }
 
@@ -51,7 +60,8 @@ double count_moe(const model::Config& m) {
 
 StagePart average_part(const model::Config& m, const Layout& l) {
   StagePart p;
-  p.blocks = double(m.n_layer) / l.pp, p.moe_blocks = count_moe(m) / l.pp, p.head_share = 1.0 / l.pp;
+  p.blocks = double(m.n_layer) / l.pp, p.moe_blocks = count_moe(m) / l.pp,
+  p.head_share = 1.0 / l.pp;
   return p;
 }
 
@@ -60,7 +70,8 @@ Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const Co
   const std::string bad = invalid_reason(w, l);
   if (!bad.empty()) throw ConfigError("layout " + l.name() + ": " + bad);
   if (c.peak(w.dtype) <= 0)
-    throw ConfigError("cluster '" + c.name + "' (" + c.source + ") gives no " + w.dtype + " peak: set [device] peak_tflops_" + w.dtype +
+    throw ConfigError("cluster '" + c.name + "' (" + c.source + ") gives no " + w.dtype +
+                      " peak: set [device] peak_tflops_" + w.dtype +
                       " or plan another precision (--dtype)");
   Step s(c, w, l, average_part(w.model, l));
   s.compute();
@@ -75,8 +86,8 @@ Estimate estimate(const Cluster& c, const Workload& w, const Layout& l, const Co
   return s.e;
 }
 
-StageEstimate estimate_stage(const Cluster& c, const Workload& w, const Layout& l, const StagePart& part, int in_flight,
-                             const CostSource& costs) {
+StageEstimate estimate_stage(const Cluster& c, const Workload& w, const Layout& l,
+                             const StagePart& part, int in_flight, const CostSource& costs) {
   Step s(c, w, l, part);
   s.compute();
   s.parameters();

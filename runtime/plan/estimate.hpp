@@ -5,11 +5,11 @@
 // callbacks (plan/costing.hpp); plan/step.hpp works one layout out.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <functional>
 #include <string>
 #include <vector>
-
-#include <loom/plugin.h>
 
 #include "model/model.hpp"
 #include "plan/cluster.hpp"
@@ -46,7 +46,7 @@ StagePart average_part(const model::Config& m, const Layout& l);
 // them: its forward and backward per micro-batch (in-loop communication and recompute included),
 // what it adds after the loop (exposed data-parallel traffic, the optimizer, the step's
 // overhead), and its memory with `in_flight` micro-batches' activations held.
-StageEstimate estimate_stage(const Cluster& c, const Workload& w, const Layout& l, const StagePart& part, int in_flight,
-                             const CostSource& costs);
+StageEstimate estimate_stage(const Cluster& c, const Workload& w, const Layout& l,
+                             const StagePart& part, int in_flight, const CostSource& costs);
 
 }  // namespace loom::plan

@@ -40,7 +40,9 @@ Layout layout_of(const config::Config& cfg, int world) {
   const plugins::PluginSettings slots = plugins::read_plugins(cfg);
   const train::Settings train = train::read_settings(cfg);
   l.tp = par.tp, l.pp = par.pp, l.cp = par.cp, l.ep = par.ep;
-  l.dp = par.dp > 0 ? par.dp : std::max<int>(1, int(world > 0 ? world : par.nproc) / (l.tp * l.pp * l.cp * l.ep));
+  l.dp = par.dp > 0
+             ? par.dp
+             : std::max<int>(1, int(world > 0 ? world : par.nproc) / (l.tp * l.pp * l.cp * l.ep));
   const std::string data = slots.slot("data");
   l.zero = data.rfind("zero", 0) == 0 && data.size() == 5 ? data[4] - '0' : 0;
   l.sp = slots.slot("sequence") == "sp";
@@ -49,20 +51,32 @@ Layout layout_of(const config::Config& cfg, int world) {
     l.chunks = l.schedule == "interleaved" ? std::max<int>(2, par.pp_chunks) : 1;
   }
   l.recompute = model::from_config(cfg).recompute;
-  l.micro_batch = int(train.micro_batch > 0 ? train.micro_batch : train.global_batch / (int64_t(l.dp) * l.ep));
+  l.micro_batch =
+      int(train.micro_batch > 0 ? train.micro_batch : train.global_batch / (int64_t(l.dp) * l.ep));
   return l;
 }
 
 // The slots' plugins are layout_facts', the ones the planner checked the layout with.
 std::vector<std::string> layout_sets(const Workload& w, const Layout& l) {
   auto n = [](int64_t v) { return std::to_string(v); };
-  auto slot = [](const char* name, const std::string& plugin) { return std::string("plugins.") + name + "=\"" + plugin + "\""; };
+  auto slot = [](const char* name, const std::string& plugin) {
+    return std::string("plugins.") + name + "=\"" + plugin + "\"";
+  };
   const train::LayoutFacts f = layout_facts(w, l);
   std::vector<std::string> sets = {
-      "parallel.nproc=" + n(l.world()), "parallel.dp=" + n(l.dp), "parallel.tp=" + n(l.tp), "parallel.pp=" + n(l.pp),
-      "parallel.cp=" + n(l.cp), "parallel.ep=" + n(l.ep), "parallel.pp_chunks=" + n(l.schedule == "interleaved" ? l.chunks : 0),
-      "train.micro_batch=" + n(l.micro_batch), "model.recompute=\"" + l.recompute + "\"",
-      slot("tensor", f.tensor), slot("sequence", f.sequence), slot("context", f.context), slot("expert", f.expert),
+      "parallel.nproc=" + n(l.world()),
+      "parallel.dp=" + n(l.dp),
+      "parallel.tp=" + n(l.tp),
+      "parallel.pp=" + n(l.pp),
+      "parallel.cp=" + n(l.cp),
+      "parallel.ep=" + n(l.ep),
+      "parallel.pp_chunks=" + n(l.schedule == "interleaved" ? l.chunks : 0),
+      "train.micro_batch=" + n(l.micro_batch),
+      "model.recompute=\"" + l.recompute + "\"",
+      slot("tensor", f.tensor),
+      slot("sequence", f.sequence),
+      slot("context", f.context),
+      slot("expert", f.expert),
       slot("pipeline", f.pipeline)};
   if (!f.data.empty()) sets.push_back(slot("data", f.data));
   return sets;

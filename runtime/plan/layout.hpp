@@ -11,11 +11,11 @@ struct Workload;
 
 struct Layout {
   int dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
-  int zero = 0;             // 0 = ddp, 1..3 = ZeRO stage
-  bool sp = false;          // sequence parallel beside tp
-  int micro_batch = 1;      // sequences per forward/backward on one dp rank
+  int zero = 0;         // 0 = ddp, 1..3 = ZeRO stage
+  bool sp = false;      // sequence parallel beside tp
+  int micro_batch = 1;  // sequences per forward/backward on one dp rank
   std::string schedule = "1f1b";
-  int chunks = 1;           // interleaved: model chunks per pp rank
+  int chunks = 1;  // interleaved: model chunks per pp rank
   std::string recompute = "none";
   int world() const { return dp * tp * pp * cp * ep; }
   int data_ranks() const { return dp * ep * cp; }  // the data slot's group, as MeshShape's

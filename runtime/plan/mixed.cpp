@@ -7,9 +7,9 @@
 #include "core/errors.hpp"
 #include "distributed/node_groups.hpp"
 #include "distributed/parallel_settings.hpp"
+#include "loader/plugin_settings.hpp"
 #include "plan/from_config.hpp"
 #include "plan/sources.hpp"
-#include "loader/plugin_settings.hpp"
 #include "train/pipeline.hpp"
 
 namespace loom::plan {
@@ -33,7 +33,8 @@ std::string bytes(double b) {
 
 // The group of every pipeline stage: the groups in `order` hold consecutive stages, as many as
 // their devices make (world / pp ranks each).
-std::vector<int> stage_groups(const MixedCluster& mc, const Layout& l, const std::vector<int>& order) {
+std::vector<int> stage_groups(const MixedCluster& mc, const Layout& l,
+                              const std::vector<int>& order) {
   const int per_stage = l.world() / l.pp;
   std::vector<int> out;
   for (int g : order)
@@ -60,10 +61,12 @@ struct LayerCosts {
   double base = 0, dense = 0, moe = 0, head = 0;
 };
 
-LayerCosts layer_costs_on(const Cluster& c, const Workload& w, const Layout& l, const CostSource& costs) {
+LayerCosts layer_costs_on(const Cluster& c, const Workload& w, const Layout& l,
+                          const CostSource& costs) {
   auto time = [&](double blocks, double moe_blocks, bool head) {
     StagePart p;
-    p.average = false, p.blocks = blocks, p.moe_blocks = moe_blocks, p.last = head, p.head_share = head ? 1 : 0;
+    p.average = false, p.blocks = blocks, p.moe_blocks = moe_blocks, p.last = head,
+    p.head_share = head ? 1 : 0;
     const StageEstimate s = estimate_stage(c, w, l, p, 1, costs);
     return s.forward_ms + s.backward_ms;
   };
@@ -77,7 +80,8 @@ LayerCosts layer_costs_on(const Cluster& c, const Workload& w, const Layout& l, 
 
 // The contiguous split with the smallest slowest stage, every stage holding a block:
 // best[s][i] = the least bottleneck of stages 0..s-1 over layers [0, i).
-Ranges balanced_split(const model::Config& m, const std::vector<int>& groups, const std::vector<LayerCosts>& by_group) {
+Ranges balanced_split(const model::Config& m, const std::vector<int>& groups,
+                      const std::vector<LayerCosts>& by_group) {
   const int S = int(groups.size()), N = int(m.n_layer) + 2;
   auto layer = [&](const LayerCosts& c, int i) {
     return i == 0 ? 0.0 : i == N - 1 ? c.head : m.is_moe_block(i - 1) ? c.moe : c.dense;
@@ -92,9 +96,11 @@ Ranges balanced_split(const model::Config& m, const std::vector<int>& groups, co
       double t = c.base;
       for (int j = i - 1; j >= 0; --j) {  // the stage holds [j, i)
         t += layer(c, j);
-        if (std::max(j, 1) >= std::min(i, N - 1) || best[size_t(s - 1)][size_t(j)] == inf) continue;  // no block in it
+        if (std::max(j, 1) >= std::min(i, N - 1) || best[size_t(s - 1)][size_t(j)] == inf)
+          continue;  // no block in it
         const double worst = std::max(best[size_t(s - 1)][size_t(j)], t);
-        if (worst < best[size_t(s)][size_t(i)]) best[size_t(s)][size_t(i)] = worst, from[size_t(s)][size_t(i)] = j;
+        if (worst < best[size_t(s)][size_t(i)])
+          best[size_t(s)][size_t(i)] = worst, from[size_t(s)][size_t(i)] = j;
       }
     }
   }
@@ -108,7 +114,8 @@ std::string layout_text(const model::Config& m, const Ranges& r) {
   std::string out;
   for (size_t s = 0; s + 1 < r.size(); ++s) {
     if (s) out += " |";
-    for (int i = r[s]; i < r[s + 1]; ++i) out += (out.empty() ? "" : " ") + std::string(1, kinds[size_t(i)]);
+    for (int i = r[s]; i < r[s + 1]; ++i)
+      out += (out.empty() ? "" : " ") + std::string(1, kinds[size_t(i)]);
   }
   return out;
 }
@@ -129,7 +136,8 @@ Ranges parse_split(const model::Config& m, const std::string& text, int pp) {
   }
   r.push_back(int(seen.size()));
   if (seen != kinds || int(r.size()) != pp + 1 || r[r.size() - 2] == r.back())
-    throw ConfigError("pp_layout \"" + text + "\" is not " + std::to_string(pp) + " non-empty stages of " + kinds);
+    throw ConfigError("pp_layout \"" + text + "\" is not " + std::to_string(pp) +
+                      " non-empty stages of " + kinds);
   return r;
 }
 
@@ -146,21 +154,27 @@ Ranges uniform_split(const Workload& w, const Layout& l, int mbs, const PipeSour
 // The pipeline formula of plan/mixed.hpp over stages already costed.
 void pipeline_time(MixedEstimate& e, const MixedCluster& mc, const Workload& w, int mbs) {
   const Layout& l = e.layout;
-  e.boundary_bytes = double(l.micro_batch) * w.model.seq_len / l.cp * w.model.d_model * (w.dtype == "fp32" ? 4 : 2);
-  e.boundary_ms = 2 * (mc.between.latency + (mc.between.bandwidth > 0 ? e.boundary_bytes / mc.between.bandwidth : 0)) * 1e3;
+  e.boundary_bytes = double(l.micro_batch) * w.model.seq_len / l.cp * w.model.d_model *
+                     (w.dtype == "fp32" ? 4 : 2);
+  e.boundary_ms = 2 *
+                  (mc.between.latency +
+                   (mc.between.bandwidth > 0 ? e.boundary_bytes / mc.between.bandwidth : 0)) *
+                  1e3;
   double sum = 0, slowest = 0, after = 0;
   for (size_t s = 0; s < e.stages.size(); ++s) {
     const MixedStage& st = e.stages[s];
-    sum += st.time_ms, slowest = std::max(slowest, st.time_ms), after = std::max(after, st.after_ms);
-    if (s + 1 < e.stages.size() && e.stages[s + 1].group != st.group) sum += e.boundary_ms, slowest = std::max(slowest, e.boundary_ms);
+    sum += st.time_ms, slowest = std::max(slowest, st.time_ms),
+                       after = std::max(after, st.after_ms);
+    if (s + 1 < e.stages.size() && e.stages[s + 1].group != st.group)
+      sum += e.boundary_ms, slowest = std::max(slowest, e.boundary_ms);
   }
   e.pipeline_ms = sum + (mbs - 1) * slowest;
   e.step_ms = e.pipeline_ms + after;
 }
 
 // Costs every stage of a split and the step they make.
-MixedEstimate cost_split(const MixedCluster& mc, const Workload& w, const Layout& l, const std::vector<int>& order,
-                         const Ranges& r, const CostSource& costs) {
+MixedEstimate cost_split(const MixedCluster& mc, const Workload& w, const Layout& l,
+                         const std::vector<int>& order, const Ranges& r, const CostSource& costs) {
   MixedEstimate e;
   e.layout = l, e.order = order, e.pp_layout = layout_text(w.model, r);
   const std::vector<int> groups = stage_groups(mc, l, order);
@@ -171,8 +185,11 @@ MixedEstimate cost_split(const MixedCluster& mc, const Workload& w, const Layout
     const StagePart p = part_of(w.model, r[s], r[s + 1]);
     const int in_flight = l.schedule == "gpipe" ? mbs : std::min(mbs, l.pp - int(s));
     const StageEstimate se = estimate_stage(g.cluster, w, l, p, in_flight, costs);
-    MixedStage st{groups[s], int(p.blocks), p.first, p.last, se.forward_ms + se.backward_ms, se.after_loop_ms, se.detail};
-    if (!st.detail.fits && e.fits) e.fits = false, e.why_not = "stage " + std::to_string(s) + " on " + g.name + " " + st.detail.why_not;
+    MixedStage st{groups[s],        int(p.blocks), p.first, p.last, se.forward_ms + se.backward_ms,
+                  se.after_loop_ms, se.detail};
+    if (!st.detail.fits && e.fits)
+      e.fits = false,
+      e.why_not = "stage " + std::to_string(s) + " on " + g.name + " " + st.detail.why_not;
     e.stages.push_back(st);
     peak += g.cluster.peak(w.dtype) * (l.world() / l.pp);
   }
@@ -190,16 +207,19 @@ struct LayoutCosts {
   Ranges uniform;
 };
 
-LayoutCosts layout_costs(const MixedCluster& mc, const Workload& w, const Layout& l, bool balance, const CostSource& costs,
-                         const PipeSource& pipes) {
+LayoutCosts layout_costs(const MixedCluster& mc, const Workload& w, const Layout& l, bool balance,
+                         const CostSource& costs, const PipeSource& pipes) {
   const std::string bad = invalid_reason(w, l);
   if (!bad.empty()) throw ConfigError("layout " + l.name() + ": " + bad);
   if (l.chunks != 1 || (l.schedule != "1f1b" && l.schedule != "gpipe"))
-    throw ConfigError("layout " + l.name() + ": a mixed cluster's pipeline is costed for 1f1b and gpipe with one chunk per rank");
+    throw ConfigError(
+        "layout " + l.name() +
+        ": a mixed cluster's pipeline is costed for 1f1b and gpipe with one chunk per rank");
   LayoutCosts lc;
   for (const NodeGroupKind& g : mc.groups) {
     if (g.cluster.peak(w.dtype) <= 0)
-      throw ConfigError("group '" + g.name + "' (" + g.cluster.source + ") gives no " + w.dtype + " peak: plan another precision (--dtype)");
+      throw ConfigError("group '" + g.name + "' (" + g.cluster.source + ") gives no " + w.dtype +
+                        " peak: plan another precision (--dtype)");
     if (balance) lc.by_group.push_back(layer_costs_on(g.cluster, w, l, costs));
   }
   lc.uniform = uniform_split(w, l, microbatches(w, l), pipes);
@@ -208,12 +228,14 @@ LayoutCosts layout_costs(const MixedCluster& mc, const Workload& w, const Layout
 
 // One group order: the split `given`, or the balanced one; beside it the devices-alike split's
 // step, which is kept instead where its whole step is faster (the balance is of per-layer costs).
-MixedEstimate estimate_order(const MixedCluster& mc, const Workload& w, const Layout& l, const std::vector<int>& order,
-                             const Ranges* given, const LayoutCosts& lc, const CostSource& costs) {
+MixedEstimate estimate_order(const MixedCluster& mc, const Workload& w, const Layout& l,
+                             const std::vector<int>& order, const Ranges* given,
+                             const LayoutCosts& lc, const CostSource& costs) {
   const std::vector<int> groups = stage_groups(mc, l, order);
   if (int(groups.size()) != l.pp)
-    throw ConfigError("layout " + l.name() + ": the groups hold " + std::to_string(groups.size()) + " stages of " +
-                      std::to_string(l.world() / l.pp) + " ranks; it has pp " + std::to_string(l.pp));
+    throw ConfigError("layout " + l.name() + ": the groups hold " + std::to_string(groups.size()) +
+                      " stages of " + std::to_string(l.world() / l.pp) + " ranks; it has pp " +
+                      std::to_string(l.pp));
   const Ranges split = given ? *given : balanced_split(w.model, groups, lc.by_group);
   MixedEstimate e = cost_split(mc, w, l, order, split, costs);
   if (lc.uniform == split) {
@@ -229,43 +251,51 @@ MixedEstimate estimate_order(const MixedCluster& mc, const Workload& w, const La
 
 }  // namespace
 
-MixedEstimate estimate_mixed(const MixedCluster& mc, const Workload& w, const Layout& l, const std::vector<int>& order,
-                             const std::string& pp_layout, const CostSource& costs, const PipeSource& pipes) {
+MixedEstimate estimate_mixed(const MixedCluster& mc, const Workload& w, const Layout& l,
+                             const std::vector<int>& order, const std::string& pp_layout,
+                             const CostSource& costs, const PipeSource& pipes) {
   const LayoutCosts lc = layout_costs(mc, w, l, pp_layout.empty(), costs, pipes);
   if (pp_layout.empty()) return estimate_order(mc, w, l, order, nullptr, lc, costs);
   const Ranges given = parse_split(w.model, pp_layout, l.pp);
   return estimate_order(mc, w, l, order, &given, lc, costs);
 }
 
-MixedSearch search_mixed(const MixedCluster& mc, const Workload& w, const Fixed& fixed, const CostSource& costs,
-                         const PipeSource& pipes, const ProblemSource& problems) {
+MixedSearch search_mixed(const MixedCluster& mc, const Workload& w, const Fixed& fixed,
+                         const CostSource& costs, const PipeSource& pipes,
+                         const ProblemSource& problems) {
   int max_tp = 1 << 30;
   for (const NodeGroupKind& g : mc.groups) max_tp = std::min(max_tp, g.per_node);
   std::vector<int> order(mc.groups.size());
   std::iota(order.begin(), order.end(), 0);
   MixedSearch out;
   for (const Layout& l : candidate_layouts(w, mc.devices(), max_tp, fixed, problems)) {
-    if (l.chunks != 1 || (l.schedule != "1f1b" && l.schedule != "gpipe") || (mc.groups.size() > 1 && l.pp == 1)) continue;
-    const int per_stage = l.world() / l.pp;
-    if (std::any_of(mc.groups.begin(), mc.groups.end(), [&](const NodeGroupKind& g) { return g.devices() % per_stage != 0; }))
+    if (l.chunks != 1 || (l.schedule != "1f1b" && l.schedule != "gpipe") ||
+        (mc.groups.size() > 1 && l.pp == 1))
       continue;
-    const LayoutCosts lc = layout_costs(mc, w, l, true, costs, pipes);  // once per layout, for every order
+    const int per_stage = l.world() / l.pp;
+    if (std::any_of(mc.groups.begin(), mc.groups.end(),
+                    [&](const NodeGroupKind& g) { return g.devices() % per_stage != 0; }))
+      continue;
+    const LayoutCosts lc =
+        layout_costs(mc, w, l, true, costs, pipes);  // once per layout, for every order
     std::sort(order.begin(), order.end());
     do {
       out.ranked.push_back(estimate_order(mc, w, l, order, nullptr, lc, costs));
       ++out.considered;
     } while (std::next_permutation(order.begin(), order.end()));
   }
-  std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const MixedEstimate& a, const MixedEstimate& b) {
-    return a.fits != b.fits ? a.fits : a.step_ms < b.step_ms;
-  });
+  std::stable_sort(out.ranked.begin(), out.ranked.end(),
+                   [](const MixedEstimate& a, const MixedEstimate& b) {
+                     return a.fits != b.fits ? a.fits : a.step_ms < b.step_ms;
+                   });
   return out;
 }
 
 Estimate summary_of(const MixedEstimate& e) {
   Estimate s;
   s.layout = e.layout;
-  s.step_ms = e.step_ms, s.pipeline_ms = e.pipeline_ms, s.mfu = e.mfu, s.tokens_per_s_per_device = e.tokens_per_s_per_device;
+  s.step_ms = e.step_ms, s.pipeline_ms = e.pipeline_ms, s.mfu = e.mfu,
+  s.tokens_per_s_per_device = e.tokens_per_s_per_device;
   s.fits = e.fits, s.why_not = e.why_not;
   for (const MixedStage& st : e.stages) {
     if (st.detail.memory.total() > s.memory.total()) s.memory = st.detail.memory;
@@ -277,7 +307,9 @@ Estimate summary_of(const MixedEstimate& e) {
 
 std::vector<std::string> group_entries(const MixedCluster& mc, const std::vector<int>& order) {
   std::vector<std::string> out;
-  for (int g : order) out.push_back(mc.groups[size_t(g)].name + " nodes=" + std::to_string(mc.groups[size_t(g)].nodes));
+  for (int g : order)
+    out.push_back(mc.groups[size_t(g)].name +
+                  " nodes=" + std::to_string(mc.groups[size_t(g)].nodes));
   return out;
 }
 
@@ -285,24 +317,35 @@ std::string explain_mixed(const MixedCluster& mc, const MixedEstimate& e) {
   const Layout& l = e.layout;
   std::string out = "layout " + l.name() + " on " + mc.name + ", groups in node order:";
   for (int g : e.order) out += " " + mc.groups[size_t(g)].name;
-  out += "\n  split " + e.pp_layout + ": step " + fmt("%.1f", e.step_ms) + " ms (pipeline " + fmt("%.1f", e.pipeline_ms) + " ms)\n";
+  out += "\n  split " + e.pp_layout + ": step " + fmt("%.1f", e.step_ms) + " ms (pipeline " +
+         fmt("%.1f", e.pipeline_ms) + " ms)\n";
   for (size_t s = 0; s < e.stages.size(); ++s) {
     const MixedStage& st = e.stages[s];
     const NodeGroupKind& g = mc.groups[size_t(st.group)];
-    out += "  stage " + std::to_string(s) + " on " + g.name + " (" + g.cluster.device + (g.speed != 1 ? fmt(" at %.3g speed", g.speed) : "") +
-           "): " + (st.first ? "E + " : "") + std::to_string(st.blocks) + " block" + (st.blocks == 1 ? "" : "s") + (st.last ? " + L" : "") +
-           ", " + fmt("%.2f", st.time_ms) + " ms forward and backward per micro-batch, " + fmt("%.2f", st.after_ms) +
-           " ms after the loop, " + fmt("%.3f", st.detail.memory.total() / double(1ull << 30)) + " GiB" + (st.detail.fits ? "" : " (does not fit)") + "\n";
+    out += "  stage " + std::to_string(s) + " on " + g.name + " (" + g.cluster.device +
+           (g.speed != 1 ? fmt(" at %.3g speed", g.speed) : "") + "): " + (st.first ? "E + " : "") +
+           std::to_string(st.blocks) + " block" + (st.blocks == 1 ? "" : "s") +
+           (st.last ? " + L" : "") + ", " + fmt("%.2f", st.time_ms) +
+           " ms forward and backward per micro-batch, " + fmt("%.2f", st.after_ms) +
+           " ms after the loop, " + fmt("%.3f", st.detail.memory.total() / double(1ull << 30)) +
+           " GiB" + (st.detail.fits ? "" : " (does not fit)") + "\n";
   }
-  out += "  the split the devices-alike default makes, " + e.uniform_pp_layout + ", takes " + fmt("%.1f", e.uniform_step_ms) + " ms: ";
-  out += e.uniform_pp_layout == e.pp_layout ? "the same split\n"
-                                            : "this one is " + fmt("%.1f", 100 * (1 - e.step_ms / e.uniform_step_ms)) + "% faster\n";
+  out += "  the split the devices-alike default makes, " + e.uniform_pp_layout + ", takes " +
+         fmt("%.1f", e.uniform_step_ms) + " ms: ";
+  out +=
+      e.uniform_pp_layout == e.pp_layout
+          ? "the same split\n"
+          : "this one is " + fmt("%.1f", 100 * (1 - e.step_ms / e.uniform_step_ms)) + "% faster\n";
   if (mc.groups.size() > 1) {
     const double grads = e.stages.front().detail.memory.grads;
-    out += "  the groups meet at pipeline boundaries: " + bytes(e.boundary_bytes) + " of activations per micro-batch each way " +
-           "over [between] " + mc.between.kind + " (" + fmt("%.3f", e.boundary_ms) + " ms both ways); dp, tp, cp and ep stay inside a " +
-           "group, where a data-parallel group across them would reduce " + bytes(grads) + " of gradients per rank per step\n";
-    out += "  Loom's mesh gives every stage the same dp x tp x cp x ep, so the groups differ in layer count only\n";
+    out += "  the groups meet at pipeline boundaries: " + bytes(e.boundary_bytes) +
+           " of activations per micro-batch each way " + "over [between] " + mc.between.kind +
+           " (" + fmt("%.3f", e.boundary_ms) + " ms both ways); dp, tp, cp and ep stay inside a " +
+           "group, where a data-parallel group across them would reduce " + bytes(grads) +
+           " of gradients per rank per step\n";
+    out +=
+        "  Loom's mesh gives every stage the same dp x tp x cp x ep, so the groups differ in layer "
+        "count only\n";
   }
   return out;
 }
@@ -314,19 +357,26 @@ MixedEstimate predict_mixed(const MixedCluster& mc, const config::Config& cfg, i
   run.groups.clear();
   std::vector<int> order;
   for (const dist::NodeGroup& g : groups) {
-    auto it = std::find_if(mc.groups.begin(), mc.groups.end(), [&](const NodeGroupKind& k) { return k.name == g.name; });
-    if (it == mc.groups.end()) throw ConfigError("[parallel] groups names '" + g.name + "', which " + mc.source + " has no [[group]] of");
+    auto it = std::find_if(mc.groups.begin(), mc.groups.end(),
+                           [&](const NodeGroupKind& k) { return k.name == g.name; });
+    if (it == mc.groups.end())
+      throw ConfigError("[parallel] groups names '" + g.name + "', which " + mc.source +
+                        " has no [[group]] of");
     NodeGroupKind k = *it;
     k.nodes = g.nodes, k.per_node = k.cluster.per_node = par.nproc;
     order.push_back(int(run.groups.size()));
     run.groups.push_back(k);
   }
-  if (groups.empty()) throw ConfigError(mc.source + " is a mixed cluster: the run needs [parallel] groups naming its [[group]]s");
+  if (groups.empty())
+    throw ConfigError(mc.source +
+                      " is a mixed cluster: the run needs [parallel] groups naming its [[group]]s");
   PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
   const Workload w = workload_of(cfg);
   const Layout l = layout_of(cfg, world);
   const int mbs = microbatches(w, l);
-  const std::string split = par.pp_layout.empty() ? layout_text(w.model, uniform_split(w, l, mbs, sources.pipes())) : par.pp_layout;
+  const std::string split = par.pp_layout.empty()
+                                ? layout_text(w.model, uniform_split(w, l, mbs, sources.pipes()))
+                                : par.pp_layout;
   return estimate_mixed(run, w, l, order, split, sources.costs(), sources.pipes());
 }
 

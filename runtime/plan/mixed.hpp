@@ -23,12 +23,12 @@
 namespace loom::plan {
 
 struct MixedStage {
-  int group = 0;           // index into MixedCluster::groups
+  int group = 0;  // index into MixedCluster::groups
   int blocks = 0;
   bool first = false, last = false;
-  double time_ms = 0;      // forward + backward per micro-batch
-  double after_ms = 0;     // after the loop: exposed data-parallel traffic, optimizer, overhead
-  Estimate detail;         // its memory, fits and comms
+  double time_ms = 0;   // forward + backward per micro-batch
+  double after_ms = 0;  // after the loop: exposed data-parallel traffic, optimizer, overhead
+  Estimate detail;      // its memory, fits and comms
 };
 
 struct MixedEstimate {
@@ -53,13 +53,15 @@ struct MixedSearch {
 };
 
 // One layout with the groups in `order`: the split `pp_layout`, or "" for the balanced one.
-MixedEstimate estimate_mixed(const MixedCluster& mc, const Workload& w, const Layout& l, const std::vector<int>& order,
-                             const std::string& pp_layout, const CostSource& costs, const PipeSource& pipes);
+MixedEstimate estimate_mixed(const MixedCluster& mc, const Workload& w, const Layout& l,
+                             const std::vector<int>& order, const std::string& pp_layout,
+                             const CostSource& costs, const PipeSource& pipes);
 
 // Every layout of all the cluster's devices whose stages fit the groups (1F1B and GPipe, one
 // chunk per rank), in every group order, each with its balanced split.
-MixedSearch search_mixed(const MixedCluster& mc, const Workload& w, const Fixed& fixed, const CostSource& costs,
-                         const PipeSource& pipes, const ProblemSource& problems);
+MixedSearch search_mixed(const MixedCluster& mc, const Workload& w, const Fixed& fixed,
+                         const CostSource& costs, const PipeSource& pipes,
+                         const ProblemSource& problems);
 
 // What --explain prints: each stage on its group, the split against the uniform one, and why the
 // groups meet where they do.

@@ -42,6 +42,7 @@ bool has_groups(const std::filesystem::path& file);
 // without a name, nodes or cluster file, a group file that does not load, or two groups of one
 // name are each a ConfigError naming the file and the group.
 MixedCluster load_mixed_cluster(const std::filesystem::path& file);
-MixedCluster parse_mixed_cluster(const std::string& text, const std::string& source, const std::filesystem::path& dir);
+MixedCluster parse_mixed_cluster(const std::string& text, const std::string& source,
+                                 const std::filesystem::path& dir);
 
 }  // namespace loom::plan

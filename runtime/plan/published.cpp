@@ -20,7 +20,8 @@ Workload megatron_gpt(int layers, int hidden, int heads, int64_t batch, int64_t 
   model::Config& m = w.model;
   m.n_layer = layers, m.d_model = hidden, m.n_head = heads, m.n_kv_head = heads;
   m.d_ff = 4 * hidden, m.vocab_size = vocab, m.seq_len = 2048, m.max_positions = 2048;
-  m.positions = "learned", m.norm = "layernorm", m.mlp = "gelu", m.bias = true, m.tied_embeddings = true;
+  m.positions = "learned", m.norm = "layernorm", m.mlp = "gelu", m.bias = true,
+  m.tied_embeddings = true;
   w.global_batch = batch;
   w.dtype = "fp16";
   w.grad_bytes = 2;
@@ -31,12 +32,15 @@ Workload megatron_gpt(int layers, int hidden, int heads, int64_t batch, int64_t 
 
 // Llama 3 as the [model] presets describe it (model_presets.cpp, from Meta's model cards).
 Workload llama3(const char* preset, int64_t batch, int64_t seq_len = 8192) {
-  config::Config cfg = config::Config::parse(std::string("[model]\npreset = \"") + preset + "\"\nseq_len = " +
-                                                 std::to_string(seq_len) + "\n[train]\nglobal_batch = " +
-                                                 std::to_string(batch) + "\n[plugins]\nprecision = \"bf16\"\n",
-                                             "<published>");
-  std::vector<config::SectionSpec> read = model::model_sections();  // the sections workload_of reads
-  for (auto section : {train::run_section, train::train_section, plugins::plugins_section}) read.push_back(section());
+  config::Config cfg = config::Config::parse(
+      std::string("[model]\npreset = \"") + preset + "\"\nseq_len = " + std::to_string(seq_len) +
+          "\n[train]\nglobal_batch = " + std::to_string(batch) +
+          "\n[plugins]\nprecision = \"bf16\"\n",
+      "<published>");
+  std::vector<config::SectionSpec> read =
+      model::model_sections();  // the sections workload_of reads
+  for (auto section : {train::run_section, train::train_section, plugins::plugins_section})
+    read.push_back(section());
   cfg.check_sections(read);
   Workload w = workload_of(cfg);
   w.grad_bytes = 2;  // bf16 gradient reduction (Llama 3's FSDP, NeMo's distributed optimizer)
@@ -44,9 +48,11 @@ Workload llama3(const char* preset, int64_t batch, int64_t seq_len = 8192) {
 }
 
 // "tp8 pp16 cp16 ..." as Layout: tp, pp, cp, micro-batch, interleave depth, recompute, ZeRO, sp.
-Layout layout(int gpus, int tp, int pp, int mb, int chunks, const char* recompute, int zero = 0, int cp = 1, bool sp = false) {
+Layout layout(int gpus, int tp, int pp, int mb, int chunks, const char* recompute, int zero = 0,
+              int cp = 1, bool sp = false) {
   Layout l;
-  l.tp = tp, l.pp = pp, l.cp = cp, l.dp = gpus / (tp * pp * cp), l.micro_batch = mb, l.recompute = recompute, l.zero = zero;
+  l.tp = tp, l.pp = pp, l.cp = cp, l.dp = gpus / (tp * pp * cp), l.micro_batch = mb,
+  l.recompute = recompute, l.zero = zero;
   l.sp = sp;
   l.schedule = chunks > 1 ? "interleaved" : "1f1b";
   l.chunks = chunks;
@@ -79,7 +85,8 @@ void narayanan_2021(std::vector<PublishedRun>& runs) {
   };
   for (const Row& r : rows)
     runs.push_back({r.name, t1, "a100-80g", megatron_gpt(r.layers, r.hidden, r.heads, r.batch),
-                    layout(r.gpus, r.tp, r.pp, r.mb, r.chunks, "full"), "tflops", r.tflops, "megatron2021", kMegatronTp});
+                    layout(r.gpus, r.tp, r.pp, r.mb, r.chunks, "full"), "tflops", r.tflops,
+                    "megatron2021", kMegatronTp});
 }
 
 // Korthikanti et al. 2022 (Reducing Activation Recomputation), Tables 3 and 5: sequence
@@ -102,7 +109,8 @@ void korthikanti_2022(std::vector<PublishedRun>& runs) {
   for (const Row& r : rows) {
     const int mb = r.gpus == 8 ? 4 : 1;  // the 22B row runs its 4 sequences as one micro-batch
     runs.push_back({r.name, src, "a100-80g", megatron_gpt(r.layers, r.hidden, r.heads, r.batch),
-                    layout(r.gpus, r.tp, r.pp, mb, r.chunks, "selective-megatron", 0, 1, true), "mfu", r.mfu, "executed", kMegatronTp});
+                    layout(r.gpus, r.tp, r.pp, mb, r.chunks, "selective-megatron", 0, 1, true),
+                    "mfu", r.mfu, "executed", kMegatronTp});
   }
 }
 
@@ -117,7 +125,8 @@ void llama3_table4(std::vector<PublishedRun>& runs) {
                   layout(8192, 8, 16, 1, 2, "none", 1, 1, true), "mfu", 0.43});
   // Its cp all-gathers k and v, exposed (section 3.3.2: "the exposed all-gather latency is small").
   runs.push_back({"Llama 3 405B, 131K, cp 16", src, "h100-sxm", llama3("llama3-405b", 128, 131072),
-                  layout(16384, 8, 16, 1, 2, "none", 1, 16, true), "mfu", 0.38, "model", "[plugins.cp]\nalgorithm = \"allgather\"\n"});
+                  layout(16384, 8, 16, 1, 2, "none", 1, 16, true), "mfu", 0.38, "model",
+                  "[plugins.cp]\nalgorithm = \"allgather\"\n"});
 }
 
 // NVIDIA's DGX Cloud benchmarking recipes (NVIDIA/dgxc-benchmarking, NeMo 24.09, BF16), on DGX
@@ -134,7 +143,8 @@ void nemo_h100(std::vector<PublishedRun>& runs) {
                   layout(576, 8, 9, 1, 7, "none", 1, 2, true), "mfu", 0.5578});
   Workload gpt3 = megatron_gpt(96, 12288, 96, 256);
   gpt3.dtype = "bf16", gpt3.unfused_attention = false;
-  runs.push_back({"GPT-3 175B, 128 H100, NeMo", src, "h100-sxm", gpt3, layout(128, 4, 8, 1, 12, "none", 1, 1, true), "mfu", 0.5354});
+  runs.push_back({"GPT-3 175B, 128 H100, NeMo", src, "h100-sxm", gpt3,
+                  layout(128, 4, 8, 1, 12, "none", 1, 1, true), "mfu", 0.5354});
 }
 
 // torchtitan (docs/performance.md): FSDP (ZeRO-3) in eager PyTorch, its per-op selective
@@ -146,24 +156,25 @@ void torchtitan(std::vector<PublishedRun>& runs) {
     w.grad_bytes = 4;  // its default mixed_precision_reduce = "float32"
     return w;
   };
-  runs.push_back({"Llama 3 8B, 64 A100, FSDP", src, "a100-80g", fsdp(llama3("llama3-8b", 64)), layout(64, 1, 1, 1, 1, "selective-op", 3),
-                  "tokens", 2973});
-  runs.push_back({"Llama 3 70B, 64 A100, FSDP", src, "a100-80g", fsdp(llama3("llama3-70b", 64)), layout(64, 1, 1, 1, 1, "full", 3),
-                  "tokens", 331});
-  runs.push_back({"Llama 3.1 8B, 8 H100 500 W, FSDP", src, "h100-gt500", fsdp(llama3("llama3-8b", 16)),
-                  layout(8, 1, 1, 2, 1, "selective-op", 3), "tokens", 5762});
+  runs.push_back({"Llama 3 8B, 64 A100, FSDP", src, "a100-80g", fsdp(llama3("llama3-8b", 64)),
+                  layout(64, 1, 1, 1, 1, "selective-op", 3), "tokens", 2973});
+  runs.push_back({"Llama 3 70B, 64 A100, FSDP", src, "a100-80g", fsdp(llama3("llama3-70b", 64)),
+                  layout(64, 1, 1, 1, 1, "full", 3), "tokens", 331});
+  runs.push_back({"Llama 3.1 8B, 8 H100 500 W, FSDP", src, "h100-gt500",
+                  fsdp(llama3("llama3-8b", 16)), layout(8, 1, 1, 2, 1, "selective-op", 3), "tokens",
+                  5762});
 }
 
-// BLOOM-176B (BigScience, bigscience-workshop/bigscience tr11-176B-ml) on Jean Zay: 384 A100 80GB, tp 4, pp 12,
-// dp 8, micro-batch 2, 2048 sequences, full recompute, a ZeRO-1-like bf16 optimizer; 149.8
-// TFLOP/s by Megatron's count with recompute (the paper's eq. 3 coefficient).
+// BLOOM-176B (BigScience, bigscience-workshop/bigscience tr11-176B-ml) on Jean Zay: 384 A100 80GB,
+// tp 4, pp 12, dp 8, micro-batch 2, 2048 sequences, full recompute, a ZeRO-1-like bf16 optimizer;
+// 149.8 TFLOP/s by Megatron's count with recompute (the paper's eq. 3 coefficient).
 void bloom(std::vector<PublishedRun>& runs) {
   Workload w = megatron_gpt(70, 14336, 112, 2048, 250880);
   w.dtype = "bf16";
   w.model.positions = "none";  // ALiBi: no position table
   w.stage_split = "count";     // pp_partition_method "type:transformer|embedding"
-  runs.push_back({"BLOOM 176B, 384 A100", "BigScience tr11-176B-ml training log", "a100-jeanzay", w, layout(384, 4, 12, 2, 1, "full", 1),
-                  "tflops", 149.77, "megatron2021"});
+  runs.push_back({"BLOOM 176B, 384 A100", "BigScience tr11-176B-ml training log", "a100-jeanzay", w,
+                  layout(384, 4, 12, 2, 1, "full", 1), "tflops", 149.77, "megatron2021"});
 }
 
 std::vector<PublishedRun> build() {
@@ -189,15 +200,18 @@ PluginSources published_sources(const PublishedRun& run) {
   static std::map<std::string, PluginSources> by_options;
   auto it = by_options.find(run.plugin_options);
   if (it == by_options.end()) {
-    const config::Config cfg = config::Config::parse("[plugins]\n" + run.plugin_options, "<published: " + run.name + ">");
-    it = by_options.emplace(run.plugin_options, PluginSources(plugins::Registry::default_dirs(), &cfg)).first;
+    const config::Config cfg =
+        config::Config::parse("[plugins]\n" + run.plugin_options, "<published: " + run.name + ">");
+    it = by_options
+             .emplace(run.plugin_options, PluginSources(plugins::Registry::default_dirs(), &cfg))
+             .first;
   }
   return it->second;  // a copy shares the scan and the cost cache
 }
 
 double megatron_flops(const model::Config& m, int64_t batch) {
-  const double B = double(batch), s = double(m.seq_len), l = double(m.n_layer), h = double(m.d_model),
-               V = double(m.vocab_size);
+  const double B = double(batch), s = double(m.seq_len), l = double(m.n_layer),
+               h = double(m.d_model), V = double(m.vocab_size);
   return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
 

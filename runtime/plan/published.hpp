@@ -1,6 +1,6 @@
 // Published large training runs, from their configurations alone, for checking the planner:
-// Narayanan et al. 2021 (SC21) Table 1 and later runs on A100, and runs on H100. Each row's layout is the
-// one the authors published; the planner predicts its throughput with one cluster file per
+// Narayanan et al. 2021 (SC21) Table 1 and later runs on A100, and runs on H100. Each row's layout
+// is the one the authors published; the planner predicts its throughput with one cluster file per
 // machine kind and no per-row settings.
 #pragma once
 
@@ -18,8 +18,8 @@ struct PublishedRun {
   Layout layout;
   std::string metric;    // "tflops" (per GPU, the paper's count) | "mfu" | "tokens"
   double published = 0;  // in the metric's unit (TFLOP/s, fraction, tokens/s/GPU)
-  // How the source counts FLOPs: "model" (Loom's: 6 N with the head, no input embedding, + 12 L H Q T),
-  // "executed" (the tied head too: Korthikanti et al.), "megatron2021" (Narayanan et al. eq. 3,
+  // How the source counts FLOPs: "model" (Loom's: 6 N with the head, no input embedding, + 12 L H Q
+  // T), "executed" (the tied head too: Korthikanti et al.), "megatron2021" (Narayanan et al. eq. 3,
   // recompute included: 96 B s l h^2 ...).
   std::string flops = "model";
   // Plugin options of the published configuration where Loom's defaults differ ("[plugins.tp]

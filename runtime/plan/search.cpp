@@ -11,7 +11,8 @@ namespace loom::plan {
 
 namespace {
 
-const std::vector<std::string> kFixKeys = {"dp", "tp", "pp", "cp", "ep", "zero", "mb", "sp", "schedule", "chunks", "recompute"};
+const std::vector<std::string> kFixKeys = {"dp", "tp", "pp",       "cp",     "ep",       "zero",
+                                           "mb", "sp", "schedule", "chunks", "recompute"};
 
 std::vector<int> divisors(int n) {
   std::vector<int> d;
@@ -39,7 +40,8 @@ std::vector<int> micro_batches(int64_t per_rank) {
   std::vector<int> out;
   for (int mb = 1; mb <= 16 && mb <= per_rank; mb *= 2)
     if (per_rank % mb == 0) out.push_back(mb);
-  if (per_rank <= 4096 && std::find(out.begin(), out.end(), int(per_rank)) == out.end()) out.push_back(int(per_rank));
+  if (per_rank <= 4096 && std::find(out.begin(), out.end(), int(per_rank)) == out.end())
+    out.push_back(int(per_rank));
   return out;
 }
 
@@ -74,18 +76,21 @@ Fixed parse_fixed(const std::vector<std::string>& items) {
     std::string part;
     while (std::getline(in, part, ',')) {
       const size_t eq = part.find('=');
-      if (eq == std::string::npos) throw ConfigError("--fix " + part + ": expected KEY=VALUE (" + "tp=8, zero=1, schedule=1f1b)");
+      if (eq == std::string::npos)
+        throw ConfigError("--fix " + part + ": expected KEY=VALUE (" +
+                          "tp=8, zero=1, schedule=1f1b)");
       const std::string key = part.substr(0, eq), value = part.substr(eq + 1);
       if (std::find(kFixKeys.begin(), kFixKeys.end(), key) == kFixKeys.end())
-        throw ConfigError("--fix " + part + ": unknown key '" + key + "'" + did_you_mean(key, kFixKeys));
+        throw ConfigError("--fix " + part + ": unknown key '" + key + "'" +
+                          did_you_mean(key, kFixKeys));
       f.values[key] = value == "on" ? "true" : value == "off" ? "false" : value;
     }
   }
   return f;
 }
 
-std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp, const Fixed& fixed,
-                                      const ProblemSource& problems) {
+std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp,
+                                      const Fixed& fixed, const ProblemSource& problems) {
   std::vector<Layout> out;
   const auto& m = w.model;
   const bool moe = m.moe.experts > 0;
@@ -112,12 +117,16 @@ std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp
                 if (micro % pp == 0) schedules.push_back({"interleaved", v});
             }
             for (const auto& [sched, v] : schedules)
-              for (int zero = 0; zero <= (dp * ep * cp > 1 && w.data_plugin.empty() ? 3 : 0); ++zero)
+              for (int zero = 0; zero <= (dp * ep * cp > 1 && w.data_plugin.empty() ? 3 : 0);
+                   ++zero)
                 for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp)
                   for (const char* rc : {"none", "selective", "full"}) {
                     Layout l = base;
-                    l.micro_batch = mb, l.schedule = sched, l.chunks = v, l.zero = zero, l.sp = sp, l.recompute = rc;
-                    if (!fixed.allows(l) || !planner_limits(w, l).empty() || !problems(w, l).empty()) continue;
+                    l.micro_batch = mb, l.schedule = sched, l.chunks = v, l.zero = zero, l.sp = sp,
+                    l.recompute = rc;
+                    if (!fixed.allows(l) || !planner_limits(w, l).empty() ||
+                        !problems(w, l).empty())
+                      continue;
                     out.push_back(l);
                   }
           }
@@ -129,7 +138,8 @@ std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp
 }
 
 SearchResult search(const Cluster& c, const Workload& w, int devices, const Fixed& fixed,
-                    const CostSource& costs, const PipeSource& pipes, const ProblemSource& problems) {
+                    const CostSource& costs, const PipeSource& pipes,
+                    const ProblemSource& problems) {
   SearchResult r;
   const int max_tp = c.shared_cores > 0 ? devices : std::min(devices, c.per_node);
   for (const Layout& l : candidate_layouts(w, devices, max_tp, fixed, problems)) {
@@ -153,19 +163,19 @@ std::string versus(const Estimate& best, const Estimate& other) {
     const char* name;
     double best, other;
   };
-  const Part parts[] = {
-      {"compute", best.forward_ms + best.backward_ms + best.recompute_ms, other.forward_ms + other.backward_ms + other.recompute_ms},
-      {"exposed communication", best.exposed_comm_ms, other.exposed_comm_ms},
-      {"pipeline bubble", best.bubble_ms, other.bubble_ms},
-      {"optimizer", best.optimizer_ms, other.optimizer_ms}};
+  const Part parts[] = {{"compute", best.forward_ms + best.backward_ms + best.recompute_ms,
+                         other.forward_ms + other.backward_ms + other.recompute_ms},
+                        {"exposed communication", best.exposed_comm_ms, other.exposed_comm_ms},
+                        {"pipeline bubble", best.bubble_ms, other.bubble_ms},
+                        {"optimizer", best.optimizer_ms, other.optimizer_ms}};
   const Part* worst = &parts[0];
   for (const Part& p : parts)
     if (p.other - p.best > worst->other - worst->best) worst = &p;
   std::ostringstream os;
   os.setf(std::ios::fixed);
   os.precision(1);
-  os << 100 * (other.step_ms / best.step_ms - 1) << "% slower, mostly " << worst->name << " (" << worst->other
-     << " ms against " << worst->best << " ms)";
+  os << 100 * (other.step_ms / best.step_ms - 1) << "% slower, mostly " << worst->name << " ("
+     << worst->other << " ms against " << worst->best << " ms)";
   if (!other.fits) os << ", and it does not fit: " << other.why_not;
   return os.str();
 }
@@ -178,12 +188,14 @@ std::string reason(const SearchResult& r) {
   os.setf(std::ios::fixed);
   os.precision(1);
   const double compute = best.forward_ms + best.backward_ms + best.recompute_ms;
-  os << best.layout.name() << ": compute " << 100 * compute / best.step_ms << "% of the step, exposed communication "
-     << 100 * best.exposed_comm_ms / best.step_ms << "%, bubble " << 100 * best.bubble_ms / best.step_ms << "%";
+  os << best.layout.name() << ": compute " << 100 * compute / best.step_ms
+     << "% of the step, exposed communication " << 100 * best.exposed_comm_ms / best.step_ms
+     << "%, bubble " << 100 * best.bubble_ms / best.step_ms << "%";
   // The fastest layout of another shape (different dp/tp/pp/cp/ep), and what costs it more.
   for (const Estimate& e : r.ranked) {
     const Layout &a = best.layout, &b = e.layout;
-    if (!e.fits || (a.tp == b.tp && a.pp == b.pp && a.cp == b.cp && a.ep == b.ep && a.dp == b.dp)) continue;
+    if (!e.fits || (a.tp == b.tp && a.pp == b.pp && a.cp == b.cp && a.ep == b.ep && a.dp == b.dp))
+      continue;
     os << "; the best other shape, " << b.name() << ", is " << versus(best, e);
     break;
   }

@@ -26,11 +26,12 @@ struct SearchResult {
 
 // Every layout of `devices` devices that the planner can cost and that `problems` says would run.
 // max_tp: the largest tp tried (a node's devices).
-std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp, const Fixed& fixed,
-                                      const ProblemSource& problems);
+std::vector<Layout> candidate_layouts(const Workload& w, int devices, int max_tp,
+                                      const Fixed& fixed, const ProblemSource& problems);
 
 SearchResult search(const Cluster& c, const Workload& w, int devices, const Fixed& fixed,
-                    const CostSource& costs, const PipeSource& pipes, const ProblemSource& problems);
+                    const CostSource& costs, const PipeSource& pipes,
+                    const ProblemSource& problems);
 
 // Why the best layout beats the next different kind of layout ("tp 8 keeps the tensor-parallel
 // all-reduces on NVLink; pp 2 instead adds a 3.1% bubble"), for the ranked table.

@@ -41,14 +41,16 @@ struct PluginSources::State {
   std::map<std::pair<std::string, int>, const loom_plugin*> descs;
   std::map<std::tuple<std::string, int, int, std::vector<double>>, std::vector<int32_t>> splits;
   State(std::vector<plugins::SearchDir> dirs, const config::Config* user)
-      : registry(std::move(dirs)), cfg(user ? *user : config::Config::parse("[plugins]\n", "<plan>")) {}
+      : registry(std::move(dirs)),
+        cfg(user ? *user : config::Config::parse("[plugins]\n", "<plan>")) {}
 
   const Cost& cost_of(const std::string& name) {
     auto it = costs.find(name);
     if (it != costs.end()) return it->second;
     const plugins::Found found = registry.find(name, LOOM_KIND_PARALLEL);
     plugins::check_options(cfg, found.desc);  // fills the defaults, as a run does
-    return costs[name] = Cost{found.desc, plugins::cost_entry(found.desc), plugins::options_for(cfg, found.desc->name)};
+    return costs[name] = Cost{found.desc, plugins::cost_entry(found.desc),
+                              plugins::options_for(cfg, found.desc->name)};
   }
 
   // The schedule plugin's plan of one shape, built as plan_pipeline builds a run's.
@@ -60,9 +62,12 @@ struct PluginSources::State {
 
   // The schedule plugin's split of the layers, as plan_pipeline asks for it (no pp_layout); the
   // split does not depend on the micro-batch count, so the plan has pp of them.
-  const std::vector<int32_t>& split(const std::string& schedule, int pp, int chunks, const std::vector<double>& costs) {
+  const std::vector<int32_t>& split(const std::string& schedule, int pp, int chunks,
+                                    const std::vector<double>& costs) {
     std::vector<int32_t>& out = splits[std::make_tuple(schedule, pp, chunks, costs)];
-    if (out.empty()) out = plan(schedule, pp, pp, chunks).partition(train::layer_kinds(int64_t(costs.size()) - 2), costs, "");
+    if (out.empty())
+      out = plan(schedule, pp, pp, chunks)
+                .partition(train::layer_kinds(int64_t(costs.size()) - 2), costs, "");
     return out;
   }
 
@@ -79,7 +84,8 @@ struct PluginSources::State {
     try {
       const PipelinePlan p = plan(schedule, pp, m, chunks);
       line.in_flight = p.peak_in_flight(0);
-      if (m <= kSimulated) line.at2 = p.simulate(1.0, 2.0).makespan, line.at3 = p.simulate(1.0, 3.0).makespan;
+      if (m <= kSimulated)
+        line.at2 = p.simulate(1.0, 2.0).makespan, line.at3 = p.simulate(1.0, 3.0).makespan;
     } catch (const ConfigError& e) {
       line.refused = e.what();
     }
@@ -107,13 +113,14 @@ CostSource PluginSources::costs() {
       throw RuntimeError("plugin '" + plugin + "': its cost entry failed: " + plugins::describe(e));
     for (loom_cost_collective& c : out) {
       c.what[sizeof c.what - 1] = '\0';
-      if (c.op < LOOM_COST_ALL_REDUCE || c.op > LOOM_COST_SEND_RECV || c.phase < LOOM_COST_FORWARD ||
-          c.phase > LOOM_COST_STEP || c.bytes < 0 || c.calls < 0 || !(c.hidden >= 0 && c.hidden <= 1) || c.group < 0 ||
-          c.axis < 0 || c.axis > LOOM_AXES)
-        throw RuntimeError("plugin '" + plugin + "': its cost entry gave an impossible collective ('" + c.what +
-                           "': op " + std::to_string(c.op) + ", phase " + std::to_string(c.phase) + ", " +
-                           std::to_string(c.bytes) + " bytes x " + std::to_string(c.calls) + ", hidden " +
-                           std::to_string(c.hidden) + ")");
+      if (c.op < LOOM_COST_ALL_REDUCE || c.op > LOOM_COST_SEND_RECV ||
+          c.phase < LOOM_COST_FORWARD || c.phase > LOOM_COST_STEP || c.bytes < 0 || c.calls < 0 ||
+          !(c.hidden >= 0 && c.hidden <= 1) || c.group < 0 || c.axis < 0 || c.axis > LOOM_AXES)
+        throw RuntimeError("plugin '" + plugin +
+                           "': its cost entry gave an impossible collective ('" + c.what +
+                           "': op " + std::to_string(c.op) + ", phase " + std::to_string(c.phase) +
+                           ", " + std::to_string(c.bytes) + " bytes x " + std::to_string(c.calls) +
+                           ", hidden " + std::to_string(c.hidden) + ")");
     }
     return out;
   };
@@ -129,14 +136,17 @@ CostSource PluginSources::costs() {
 // other k read off that line: a search of 60,000 layouts meets thousands of distinct k.
 PipeSource PluginSources::pipes() {
   auto st = state_;
-  return [st](const std::string& schedule, int pp, int m, int chunks, double k, const std::vector<double>& layer_costs) {
+  return [st](const std::string& schedule, int pp, int m, int chunks, double k,
+              const std::vector<double>& layer_costs) {
     const int v = std::max(1, chunks);
     PipeShape s;
     s.stage_of = st->split(schedule, pp, chunks, layer_costs);
     if (m > kSimulated) {
       s.makespan = schedule == "zbh1" ? double(m) * (1 + k) + (pp - 1) * std::max(1.0, k / 2)
                                       : (double(v) * m + pp - 1) * (1 + k);
-      s.in_flight = schedule == "gpipe" ? m * v : schedule == "interleaved" ? 2 * (pp - 1) + (v - 1) * pp + 1 : pp;
+      s.in_flight = schedule == "gpipe"         ? m * v
+                    : schedule == "interleaved" ? 2 * (pp - 1) + (v - 1) * pp + 1
+                                                : pp;
       return s;
     }
     const State::Line& line = st->line(schedule, pp, m, chunks);

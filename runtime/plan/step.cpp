@@ -22,23 +22,28 @@ struct ParamCounts {
 ParamCounts count_params(const model::Config& m) {
   ParamCounts p;
   const double d = double(m.d_model), bias = m.bias ? 1 : 0;
-  p.attention = d * m.qkv_width() + d * d + (m.qkv_bias() ? m.qkv_width() : 0) + (m.proj_bias() ? d : 0);
+  p.attention =
+      d * m.qkv_width() + d * d + (m.qkv_bias() ? m.qkv_width() : 0) + (m.proj_bias() ? d : 0);
   p.mlp = d * m.fc_out() + double(m.d_ff) * d + bias * (m.fc_out() + d);
   p.router = m.moe.experts > 0 ? d * m.moe.experts : 0;
   p.expert_mlp = p.mlp * m.moe.experts;
   p.norms = (m.norm == "rmsnorm" || !m.bias ? 1 : 2) * 2 * d;
-  p.embed = double(m.vocab_size) * d + (m.learned_positions() ? double(std::max(m.max_positions, m.seq_len)) * d : 0);
+  p.embed = double(m.vocab_size) * d +
+            (m.learned_positions() ? double(std::max(m.max_positions, m.seq_len)) * d : 0);
   p.head = m.tied_embeddings ? 0 : double(m.vocab_size) * d;
   return p;
 }
 
-BlockWork block_work(const model::Config& m, const Layout& l, double tokens, int act_bytes, bool moe) {
+BlockWork block_work(const model::Config& m, const Layout& l, double tokens, int act_bytes,
+                     bool moe) {
   BlockWork w;
   const double d = double(m.d_model), tp = l.tp, N = tokens, n = l.sp ? tokens / l.tp : tokens;
-  const double qkv = double(m.qkv_width()) / tp, fc = double(m.fc_out()) / tp, ff = double(m.d_ff) / tp;
+  const double qkv = double(m.qkv_width()) / tp, fc = double(m.fc_out()) / tp,
+               ff = double(m.d_ff) / tp;
   const double k = moe ? double(m.moe.top_k) : 1.0;
   // 2 flops per multiply-add: q/k/v, the output projection, and the MLP's two (three) matrices.
-  w.gemm_flops = 2 * N * d * (qkv + d / tp) + k * 2 * N * d * (fc + ff) + (moe ? 2 * N * d * m.moe.experts : 0);
+  w.gemm_flops = 2 * N * d * (qkv + d / tp) + k * 2 * N * d * (fc + ff) +
+                 (moe ? 2 * N * d * m.moe.experts : 0);
   w.gemm_calls = (m.grouped_query() ? 3 : 2) + (moe ? 1 + 2 * m.moe.top_k : 2);
   // Scores and the weighted sum, 2 x 2 T d flops per token over the whole context, half of it
   // under the causal mask.
@@ -65,19 +70,27 @@ double ring_time(int op, double S, int n, const Link& link, double eff) {
   if (n <= 1 || S <= 0) return 0;
   const double bw = link.bandwidth * eff;
   switch (op) {
-    case LOOM_COST_ALL_REDUCE: return 2.0 * (n - 1) / n * S / bw + 2.0 * (n - 1) * link.latency;
-    case LOOM_COST_SEND_RECV: return S / bw + link.latency;
-    default: return double(n - 1) / n * S / bw + (n - 1) * link.latency;  // gather, scatter, all-to-all
+    case LOOM_COST_ALL_REDUCE:
+      return 2.0 * (n - 1) / n * S / bw + 2.0 * (n - 1) * link.latency;
+    case LOOM_COST_SEND_RECV:
+      return S / bw + link.latency;
+    default:
+      return double(n - 1) / n * S / bw + (n - 1) * link.latency;  // gather, scatter, all-to-all
   }
 }
 
 const char* op_name(int op) {
   switch (op) {
-    case LOOM_COST_ALL_REDUCE: return "all_reduce";
-    case LOOM_COST_REDUCE_SCATTER: return "reduce_scatter";
-    case LOOM_COST_ALL_GATHER: return "all_gather";
-    case LOOM_COST_ALL_TO_ALL: return "all_to_all";
-    default: return "send_recv";
+    case LOOM_COST_ALL_REDUCE:
+      return "all_reduce";
+    case LOOM_COST_REDUCE_SCATTER:
+      return "reduce_scatter";
+    case LOOM_COST_ALL_GATHER:
+      return "all_gather";
+    case LOOM_COST_ALL_TO_ALL:
+      return "all_to_all";
+    default:
+      return "send_recv";
   }
 }
 
@@ -94,8 +107,10 @@ double collective_time(const Cluster& c, int op, double S, int n, int stride, st
   Link net = c.inter;
   net.bandwidth = c.inter.bandwidth * std::max(1, c.nics_per_node) / c.per_node;
   const long span_nodes = (span + c.per_node - 1) / c.per_node;
-  if (!c.rail_optimized || (c.nodes_per_pod > 0 && span_nodes > c.nodes_per_pod)) net.bandwidth /= c.oversubscription;
-  if (op == LOOM_COST_SEND_RECV) {  // neighbours stride apart: as slow as a hop that leaves the node
+  if (!c.rail_optimized || (c.nodes_per_pod > 0 && span_nodes > c.nodes_per_pod))
+    net.bandwidth /= c.oversubscription;
+  if (op ==
+      LOOM_COST_SEND_RECV) {  // neighbours stride apart: as slow as a hop that leaves the node
     const bool same = span <= c.per_node;
     level = same ? "node" : "network";
     return ring_time(op, S, 2, same ? intra : net, c.comm_eff);
@@ -104,9 +119,9 @@ double collective_time(const Cluster& c, int op, double S, int n, int stride, st
   const int local = std::max(1, std::min(n, c.per_node / std::max(1, stride)));
   const int nodes = (n + local - 1) / local;
   level = local > 1 ? "node+network" : "network";
-  return ring_time(op, S, local, intra, c.comm_eff) + ring_time(op, S / local, nodes, net, c.comm_eff);
+  return ring_time(op, S, local, intra, c.comm_eff) +
+         ring_time(op, S / local, nodes, net, c.comm_eff);
 }
-
 
 Rates rates(const Cluster& c, const Workload& w, const Layout& l) {
   Rates r;
@@ -115,7 +130,8 @@ Rates rates(const Cluster& c, const Workload& w, const Layout& l) {
   r.compute_scale = c.compute_scale;
   if (c.shared_cores > 0) {
     const int ranks = std::min(l.world(), c.per_node);
-    const double together = ranks == 1 ? c.thread_scaling : c.rank_scaling;  // every core busy either way
+    const double together =
+        ranks == 1 ? c.thread_scaling : c.rank_scaling;  // every core busy either way
     const double share = together / ranks;
     if (ranks > 1) r.compute_scale = c.rank_compute_scale;
     r.peak *= share;
@@ -134,11 +150,22 @@ std::string gib(double b) {
 }  // namespace
 
 Step::Step(const Cluster& c_, const Workload& w_, const Layout& l_, const StagePart& part_)
-    : c(c_), w(w_), l(l_), m(w_.model), r(rates(c_, w_, l_)), act_bytes(w_.dtype == "fp32" ? 4 : 2),
-      grad_bytes(w_.grad_bytes), mbs(microbatches(w_, l_)),
-      data_group(l_.data_ranks()), tokens(double(l_.micro_batch) * m.seq_len / l_.cp),
-      layers(part_.blocks), moe_layers(part_.moe_blocks), vocab(double(m.vocab_size) / l_.tp),
-      dense(block_work(m, l_, tokens, act_bytes, false)), moe(block_work(m, l_, tokens, act_bytes, true)), part(part_) {
+    : c(c_),
+      w(w_),
+      l(l_),
+      m(w_.model),
+      r(rates(c_, w_, l_)),
+      act_bytes(w_.dtype == "fp32" ? 4 : 2),
+      grad_bytes(w_.grad_bytes),
+      mbs(microbatches(w_, l_)),
+      data_group(l_.data_ranks()),
+      tokens(double(l_.micro_batch) * m.seq_len / l_.cp),
+      layers(part_.blocks),
+      moe_layers(part_.moe_blocks),
+      vocab(double(m.vocab_size) / l_.tp),
+      dense(block_work(m, l_, tokens, act_bytes, false)),
+      moe(block_work(m, l_, tokens, act_bytes, true)),
+      part(part_) {
   e.layout = l;
   e.microbatches = mbs;
 }
@@ -151,29 +178,37 @@ double Step::attn(double flops, double calls) const {
 // Forward, backward and recompute of one micro-batch through this rank's blocks and its share
 // of the head (the average rank's: 1 / pp; the pipeline's busiest is stage_imbalance()'s).
 void Step::compute() {
-  const double head_flops = 2 * tokens * m.d_model * vocab, head_bytes = 3 * tokens * vocab * 4 + 2 * tokens * m.d_model * act_bytes;
+  const double head_flops = 2 * tokens * m.d_model * vocab,
+               head_bytes = 3 * tokens * vocab * 4 + 2 * tokens * m.d_model * act_bytes;
   const double blocks_gemm = gemm(mix(&BlockWork::gemm_flops), mix(&BlockWork::gemm_calls));
   const double blocks_elem = elem(mix(&BlockWork::elem_bytes), mix(&BlockWork::elem_calls));
   // Unfused attention writes the whole [heads, T, T] score matrix per sequence (the mask is
   // applied to it, not skipped), and softmax and dropout read and write it again.
-  scores = double(l.micro_batch) * (double(m.n_head) / l.tp) * m.seq_len * (double(m.seq_len) / l.cp);
-  f_attn = attn(mix(&BlockWork::attn_flops), layers) + (w.unfused_attention ? elem(layers * scores * c.score_bytes, 0) : 0);
+  scores =
+      double(l.micro_batch) * (double(m.n_head) / l.tp) * m.seq_len * (double(m.seq_len) / l.cp);
+  f_attn = attn(mix(&BlockWork::attn_flops), layers) +
+           (w.unfused_attention ? elem(layers * scores * c.score_bytes, 0) : 0);
   block_s = (blocks_gemm + f_attn + blocks_elem) / std::max(layers, 1e-9);
   head_s = gemm(head_flops, 1) + elem(head_bytes, 3);
-  const double f_gemm = blocks_gemm + gemm(head_flops, 1) * part.head_share, f_elem = blocks_elem + elem(head_bytes, 3) * part.head_share;
+  const double f_gemm = blocks_gemm + gemm(head_flops, 1) * part.head_share,
+               f_elem = blocks_elem + elem(head_bytes, 3) * part.head_share;
   head_gemm = head_flops * part.head_share / (r.peak * c.gemm_eff) * r.compute_scale;
   f = (f_gemm + f_attn + f_elem) * r.compute_scale;
   // Backward: two GEMMs per forward GEMM, flash-style attention backward (2.5x), element-wise 2x.
   b = (2 * f_gemm + 2.5 * f_attn + 2 * f_elem) * r.compute_scale;
-  if (l.recompute == "full") rc = f - head_gemm;
-  else if (l.recompute == "selective") rc = elem(mix(&BlockWork::norm_act_bytes), 3 * layers) * r.compute_scale;
+  if (l.recompute == "full")
+    rc = f - head_gemm;
+  else if (l.recompute == "selective")
+    rc = elem(mix(&BlockWork::norm_act_bytes), 3 * layers) * r.compute_scale;
   // Two published policies Loom does not run (so the search never ranks them). Megatron's
   // selective (Korthikanti et al. 2022) reruns the attention core, the scores with it;
   // torchtitan's per-op policy reruns every other matmul and every element-wise op.
-  else if (l.recompute == "selective-megatron") rc = f_attn * r.compute_scale;
+  else if (l.recompute == "selective-megatron")
+    rc = f_attn * r.compute_scale;
   else if (l.recompute == "selective-op")
     rc = (gemm(mix(&BlockWork::gemm_flops) / 2, mix(&BlockWork::gemm_calls) / 2) +
-          elem(mix(&BlockWork::elem_bytes), mix(&BlockWork::elem_calls))) * r.compute_scale;
+          elem(mix(&BlockWork::elem_bytes), mix(&BlockWork::elem_calls))) *
+         r.compute_scale;
   b += rc;
 }
 
@@ -206,9 +241,12 @@ void Step::parameters() {
   const ParamCounts pc = count_params(m);
   const double blocks = (layers - moe_layers) * (pc.attention + pc.mlp + pc.norms) +
                         moe_layers * (pc.attention + pc.norms + pc.router + pc.expert_mlp / l.ep);
-  const double tied_copy = part.first ? 0 : double(m.vocab_size) * m.d_model;  // a last stage's own copy of a tied matrix
+  const double tied_copy =
+      part.first ? 0
+                 : double(m.vocab_size) * m.d_model;  // a last stage's own copy of a tied matrix
   const double ends = part.average ? (l.pp == 1 ? pc.embed + pc.head : std::max(pc.embed, pc.head))
-                                   : (part.first ? pc.embed : 0) + (part.last ? (pc.head > 0 ? pc.head : tied_copy) : 0);
+                                   : (part.first ? pc.embed : 0) +
+                                         (part.last ? (pc.head > 0 ? pc.head : tied_copy) : 0);
   psi = (blocks + ends) / l.tp;
   expert_psi = moe_layers * pc.expert_mlp / l.ep / l.tp;
 }
@@ -252,7 +290,9 @@ void Step::collectives(const CostSource& costs) {
     int size, stride;  // mesh order tp -> cp -> ep -> dp -> pp; the data group's stride is tp
   };
   std::vector<Axis> axes;
-  auto named = [](const std::string& chosen, const char* builtin) { return chosen.empty() ? std::string(builtin) : chosen; };
+  auto named = [](const std::string& chosen, const char* builtin) {
+    return chosen.empty() ? std::string(builtin) : chosen;
+  };
   if (l.tp > 1) axes.push_back({named(w.tensor_plugin, "tp"), l.tp, 1});
   if (l.sp) axes.push_back({named(w.sequence_plugin, "sp"), l.tp, 1});
   if (l.cp > 1) axes.push_back({named(w.context_plugin, "cp"), l.cp, l.tp});
@@ -268,14 +308,17 @@ void Step::collectives(const CostSource& costs) {
       it.plugin = a.plugin;
       it.what = cc.what;
       it.op = op_name(cc.op);
-      it.phase = cc.phase == LOOM_COST_FORWARD ? "forward" : cc.phase == LOOM_COST_BACKWARD ? "backward" : "step";
+      it.phase = cc.phase == LOOM_COST_FORWARD    ? "forward"
+                 : cc.phase == LOOM_COST_BACKWARD ? "backward"
+                                                  : "step";
       it.group = cc.group > 0 ? cc.group : a.size;
       it.bytes = double(cc.bytes);
       it.calls = double(cc.calls);
       it.hidden = cc.hidden;
       // A sub-group of the axis (ddp's expert gradients over expert_dp) spans as far as the axis;
       // a collective on another axis (a pipeline's all-gather over tp) spans that axis.
-      int stride = it.group == a.size ? a.stride : std::max(1, a.stride * a.size / std::max(1, it.group));
+      int stride =
+          it.group == a.size ? a.stride : std::max(1, a.stride * a.size / std::max(1, it.group));
       if (cc.axis > 0) std::tie(it.group, stride) = axis_extent(cc.axis - 1);
       it.ms = collective_time(c, cc.op, it.bytes, it.group, stride, it.level) * it.calls * 1e3;
       if (a.plugin != l.data_plugin(w)) {
@@ -285,7 +328,9 @@ void Step::collectives(const CostSource& costs) {
       }
       e.comms.push_back(it);
     }
-    if (!has) e.notes.push_back("plugin '" + a.plugin + "' has no cost entry: planned as communicating nothing");
+    if (!has)
+      e.notes.push_back("plugin '" + a.plugin +
+                        "' has no cost entry: planned as communicating nothing");
   }
   f += loop_exposed[0];
   b += loop_exposed[1];
@@ -304,7 +349,8 @@ void Step::loop(const PipeSource& pipes) {
   }
   e.forward_ms = mbs * (f - loop_exposed[0]) * 1e3;
   e.recompute_ms = mbs * rc * 1e3;
-  e.backward_ms = mbs * (b - loop_exposed[1] - rc) * 1e3;  // rc: the recompute, its traffic included
+  e.backward_ms =
+      mbs * (b - loop_exposed[1] - rc) * 1e3;  // rc: the recompute, its traffic included
   e.bubble_ms = std::max(0.0, e.pipeline_ms - mbs * (f + b) * 1e3);
 }
 
@@ -312,7 +358,8 @@ void Step::loop(const PipeSource& pipes) {
 // once-a-step reduction, every one's for ZeRO-2/3) and ZeRO-3's gathers the forwards; what
 // does not fit is exposed. Returns the exposed part.
 double Step::data_overlap() {
-  double window_fwd = mbs * f * 1e3, window_bwd_all = mbs * b * 1e3, window_bwd_last = b / l.chunks * 1e3;
+  double window_fwd = mbs * f * 1e3, window_bwd_all = mbs * b * 1e3,
+         window_bwd_last = b / l.chunks * 1e3;
   double exposed = 0;
   for (CommItem& it : e.comms) {
     if (it.plugin != l.data_plugin(w)) continue;
@@ -332,7 +379,8 @@ double Step::data_overlap() {
 // (a read of the gradients) and zeroing them.
 void Step::optimizer() {
   const double expert_group = l.dp * l.cp;  // ZeRO splits expert units over expert_dp only
-  const double opt_params = l.zero >= 1 ? (psi - expert_psi) / data_group + expert_psi / expert_group : psi;
+  const double opt_params =
+      l.zero >= 1 ? (psi - expert_psi) / data_group + expert_psi / expert_group : psi;
   e.optimizer_ms = elem(opt_params * 28 + psi * grad_bytes * 2, 4) * 1e3;
   e.overhead_ms = c.step_overhead * 1e3;
 }
@@ -351,17 +399,23 @@ void Step::memory() {
   const double held = l.pp > 1 ? double(shape.in_flight) * layers / l.chunks : layers;
   const double n_rows = l.sp ? tokens / l.tp : tokens;
   // Unfused attention keeps its scores for the backward unless the block is recomputed.
-  const double kept_scores = w.unfused_attention && l.recompute != "selective-megatron" ? scores * c.score_saved_bytes : 0;
+  const double kept_scores =
+      w.unfused_attention && l.recompute != "selective-megatron" ? scores * c.score_saved_bytes : 0;
   double acts = held * (per_layer + kept_scores);
-  if (l.recompute == "full") acts = held * n_rows * m.d_model * act_bytes + per_layer + kept_scores;
-  else if (l.recompute == "selective" || l.recompute == "selective-op") acts = held * (per_layer + kept_scores - drop) + drop;
+  if (l.recompute == "full")
+    acts = held * n_rows * m.d_model * act_bytes + per_layer + kept_scores;
+  else if (l.recompute == "selective" || l.recompute == "selective-op")
+    acts = held * (per_layer + kept_scores - drop) + drop;
   // The head keeps its logits (fp32) on the last stage (the average rank is charged them too);
   // the embedding's output on the first.
-  e.memory.activations = acts + (part.average || part.last ? tokens * vocab * 4 : 0) + 2 * n_rows * m.d_model * 4;
-  const double bucket = l.zero ? std::min(psi * 4, 2.0 * 25 * (1 << 20)) : std::min(psi * grad_bytes, 25.0 * (1 << 20));
+  e.memory.activations =
+      acts + (part.average || part.last ? tokens * vocab * 4 : 0) + 2 * n_rows * m.d_model * 4;
+  const double bucket = l.zero ? std::min(psi * 4, 2.0 * 25 * (1 << 20))
+                               : std::min(psi * grad_bytes, 25.0 * (1 << 20));
   // Each MoE block keeps its backward scratch for the routed rows (gradients of the gathered
   // input, pre-activation, activation and expert output), the same size as what it saves.
-  const double moe_scratch = moe_layers * m.moe.top_k * tokens * (2.0 * m.d_model + double(m.fc_out() + m.d_ff) / l.tp) * act_bytes;
+  const double moe_scratch = moe_layers * m.moe.top_k * tokens *
+                             (2.0 * m.d_model + double(m.fc_out() + m.d_ff) / l.tp) * act_bytes;
   e.memory.buffers = 2 * tokens * m.d_model * 4 + (data_group > 1 ? bucket : 0) + moe_scratch;
   e.memory.process = c.process_bytes;
   // A CPU machine's memory is shared by the ranks on it.

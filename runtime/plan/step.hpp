@@ -3,10 +3,10 @@
 // optimizer, memory and the headline figures, each a method estimate() calls in that order.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <utility>
 #include <vector>
-
-#include <loom/plugin.h>
 
 #include "plan/cluster.hpp"
 #include "plan/costing.hpp"
@@ -16,11 +16,11 @@ namespace loom::plan {
 // Work of one transformer block on one rank for one micro-batch, forward only.
 struct BlockWork {
   double gemm_flops = 0, gemm_calls = 0;
-  double attn_flops = 0;            // causal: half the score matrix is computed
+  double attn_flops = 0;  // causal: half the score matrix is computed
   double elem_bytes = 0, elem_calls = 0;
-  double saved_elems = 0;           // activations kept for backward, no recompute
-  double selective_drop = 0;        // of them, what selective recompute drops
-  double norm_act_bytes = 0;        // what selective recompute redoes (norms, MLP activation)
+  double saved_elems = 0;     // activations kept for backward, no recompute
+  double selective_drop = 0;  // of them, what selective recompute drops
+  double norm_act_bytes = 0;  // what selective recompute redoes (norms, MLP activation)
 };
 
 // Per-rank compute rate: a device's peak, or on a CPU machine a share of what its cores deliver
@@ -43,11 +43,12 @@ struct Step {
   const int act_bytes, grad_bytes, mbs, data_group;
   const double tokens, layers, moe_layers, vocab;
   const BlockWork dense, moe;
-  double psi = 0, expert_psi = 0;                     // parameters this rank holds
+  double psi = 0, expert_psi = 0;                          // parameters this rank holds
   double f = 0, b = 0, rc = 0, f_attn = 0, head_gemm = 0;  // seconds per micro-batch
   double scores = 0;  // attention scores of one micro-batch in one block, on this rank
-  double block_s = 0, head_s = 0;  // forward of one block (dense and MoE averaged) and of the whole head
-  double loop_exposed[2] = {0, 0};                    // in-loop comm per micro-batch: fwd, bwd
+  double block_s = 0,
+         head_s = 0;  // forward of one block (dense and MoE averaged) and of the whole head
+  double loop_exposed[2] = {0, 0};  // in-loop comm per micro-batch: fwd, bwd
   PipeShape shape;
   Estimate e;
 
@@ -56,10 +57,16 @@ struct Step {
   Step(const Cluster& c_, const Workload& w_, const Layout& l_, const StagePart& part_);
 
   // A BlockWork figure summed over this rank's blocks, dense and MoE.
-  double mix(double BlockWork::*field) const { return (layers - moe_layers) * dense.*field + moe_layers * moe.*field; }
-  double gemm(double flops, double calls) const { return calls * c.gemm_overhead + flops / (r.peak * c.gemm_eff); }
+  double mix(double BlockWork::*field) const {
+    return (layers - moe_layers) * dense.*field + moe_layers * moe.*field;
+  }
+  double gemm(double flops, double calls) const {
+    return calls * c.gemm_overhead + flops / (r.peak * c.gemm_eff);
+  }
   double attn(double flops, double calls) const;
-  double elem(double bytes, double calls) const { return calls * c.elementwise_overhead + bytes / (r.bytes * c.memory_eff); }
+  double elem(double bytes, double calls) const {
+    return calls * c.elementwise_overhead + bytes / (r.bytes * c.memory_eff);
+  }
 
   // Forward, backward and recompute of one micro-batch through this rank's blocks and its share
   // of the head (the average rank's: 1 / pp; the pipeline's busiest is stage_imbalance()'s).

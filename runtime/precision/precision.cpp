@@ -1,7 +1,7 @@
 #include "precision/precision.hpp"
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "core/errors.hpp"
@@ -47,9 +47,12 @@ Tensor Precision::operand(const Tensor& t, const std::string& site, loom_operand
   Tensor copy = Tensor::empty(t.shape());
   copy_bytes(copy.data(), t.data(), t.bytes());
   if (f.dtype == LOOM_FORMAT_PLUGIN) {
-    if (!table_->round_site) fail("round operand '" + site + "' (its format is LOOM_FORMAT_PLUGIN, and round_site is NULL)");
+    if (!table_->round_site)
+      fail("round operand '" + site +
+           "' (its format is LOOM_FORMAT_PLUGIN, and round_site is NULL)");
     loom_tensor d = copy.desc();
-    if (table_->round_site(instance_->self(), id, &d, &err_) != LOOM_OK) fail("round GEMM operand '" + site + "'");
+    if (table_->round_site(instance_->self(), id, &d, &err_) != LOOM_OK)
+      fail("round GEMM operand '" + site + "'");
     return copy;
   }
   float amax = 0;
@@ -63,7 +66,8 @@ double Precision::loss_scale() const {
   return table_->loss_scale ? table_->loss_scale(instance_->self()) : 1.0;
 }
 
-bool Precision::end_step(bool found_inf, const ReduceMax& over_sharers, const ReduceMax& over_world) {
+bool Precision::end_step(bool found_inf, const ReduceMax& over_sharers,
+                         const ReduceMax& over_world) {
   float* stats = nullptr;
   int64_t n = 0;
   if (table_->step_stats && table_->step_stats(instance_->self(), &stats, &n, &err_) != LOOM_OK)
@@ -78,7 +82,8 @@ bool Precision::end_step(bool found_inf, const ReduceMax& over_sharers, const Re
   std::copy(shared.begin(), shared.begin() + n, stats);
   found_inf = shared[n] > 0.f;
   int32_t skip = 0;
-  if (table_->end_step && table_->end_step(instance_->self(), found_inf ? 1 : 0, &skip, &err_) != LOOM_OK)
+  if (table_->end_step &&
+      table_->end_step(instance_->self(), found_inf ? 1 : 0, &skip, &err_) != LOOM_OK)
     fail("end the step");
   return skip != 0;
 }
@@ -96,7 +101,8 @@ std::vector<std::pair<std::string, double>> Precision::metrics() const {
 std::string Precision::save_state() const {
   if (!table_->save_state) return {};
   size_t bytes = 0;
-  if (table_->save_state(instance_->self(), nullptr, 0, &bytes, &err_) != LOOM_OK) fail("size its state");
+  if (table_->save_state(instance_->self(), nullptr, 0, &bytes, &err_) != LOOM_OK)
+    fail("size its state");
   std::string out(bytes, '\0');
   if (table_->save_state(instance_->self(), out.data(), out.size(), &bytes, &err_) != LOOM_OK)
     fail("save its state");
@@ -105,10 +111,12 @@ std::string Precision::save_state() const {
 
 void Precision::load_state(const std::string& bytes) {
   if (!table_->load_state) {
-    if (!bytes.empty()) throw RuntimeError(std::string("precision '") + name() + "' keeps no state to load");
+    if (!bytes.empty())
+      throw RuntimeError(std::string("precision '") + name() + "' keeps no state to load");
     return;
   }
-  if (table_->load_state(instance_->self(), bytes.data(), bytes.size(), &err_) != LOOM_OK) fail("load its state");
+  if (table_->load_state(instance_->self(), bytes.data(), bytes.size(), &err_) != LOOM_OK)
+    fail("load its state");
 }
 
 }  // namespace loom

@@ -4,14 +4,14 @@
 // overflow verdict (already global) is handed in, and the plugin answers skip or apply.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
-
-#include <loom/plugin.h>
 
 #include "loader/host.hpp"
 #include "loader/registry.hpp"

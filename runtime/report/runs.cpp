@@ -62,8 +62,10 @@ Run read_run(const std::filesystem::path& dir) {
   run.dir = dir;
   const auto metrics = dir / "metrics.jsonl";
   std::error_code ec;
-  if (!std::filesystem::exists(dir, ec)) throw RuntimeError("run directory '" + dir.string() + "' does not exist");
-  if (!std::filesystem::is_directory(dir, ec)) throw RuntimeError("'" + dir.string() + "' is a file, not a run directory");
+  if (!std::filesystem::exists(dir, ec))
+    throw RuntimeError("run directory '" + dir.string() + "' does not exist");
+  if (!std::filesystem::is_directory(dir, ec))
+    throw RuntimeError("'" + dir.string() + "' is a file, not a run directory");
   if (!std::filesystem::exists(metrics, ec))
     throw RuntimeError("'" + dir.string() + "' is not a run directory: no metrics.jsonl in it");
   std::ifstream in = open_input(metrics, "metrics file");
@@ -72,10 +74,12 @@ Run read_run(const std::filesystem::path& dir) {
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.empty()) continue;
     StepRow row;
-    for (auto it = std::sregex_iterator(line.begin(), line.end(), pair); it != std::sregex_iterator(); ++it)
+    for (auto it = std::sregex_iterator(line.begin(), line.end(), pair);
+         it != std::sregex_iterator(); ++it)
       row.v[(*it)[1]] = (*it)[2] == "null" ? NAN : std::stod((*it)[2]);
     if (!row.has("step"))
-      throw RuntimeError(metrics.string() + ":" + std::to_string(n) + ": not a metrics line (no \"step\")");
+      throw RuntimeError(metrics.string() + ":" + std::to_string(n) +
+                         ": not a metrics line (no \"step\")");
     if (row.get("step") == 0 && !row.has("loss")) {
       run.initial_val_loss = row.get("val_loss");
       continue;
@@ -86,30 +90,38 @@ Run read_run(const std::filesystem::path& dir) {
     }
     run.steps.push_back(std::move(row));
   }
-  if (in.bad()) throw RuntimeError("cannot read metrics file '" + metrics.string() + "'" + os_reason());
+  if (in.bad())
+    throw RuntimeError("cannot read metrics file '" + metrics.string() + "'" + os_reason());
   if (run.steps.empty())
-    throw RuntimeError("'" + metrics.string() + "' records no training step (did the run end before step 1?): nothing to read");
+    throw RuntimeError(
+        "'" + metrics.string() +
+        "' records no training step (did the run end before step 1?): nothing to read");
   std::ifstream ev(dir / "events.jsonl");
-  static const std::regex head("^\\{\"step\": ([0-9]+), \"layer\": \"([a-z]+)\", \"event\": \"([a-z_]+)\"");
+  static const std::regex head(
+      "^\\{\"step\": ([0-9]+), \"layer\": \"([a-z]+)\", \"event\": \"([a-z_]+)\"");
   for (int n = 1; std::getline(ev, line); ++n) {
     std::smatch m;
     if (line.empty()) continue;
     if (!std::regex_search(line, m, head))
-      throw RuntimeError((dir / "events.jsonl").string() + ":" + std::to_string(n) + ": not an event line");
+      throw RuntimeError((dir / "events.jsonl").string() + ":" + std::to_string(n) +
+                         ": not an event line");
     run.events.push_back({std::stoll(m[1]), m[2], m[3], line});
   }
   std::ifstream links(dir / "links.json");
-  static const std::regex to("^\\{\"to\": \"([^\"]*)\""), link("\\{\"host\": \"([^\"]*)\", \"mb_per_s\": ([0-9.eE+-]+)\\}");
+  static const std::regex to("^\\{\"to\": \"([^\"]*)\""),
+      link("\\{\"host\": \"([^\"]*)\", \"mb_per_s\": ([0-9.eE+-]+)\\}");
   if (std::getline(links, line)) {
     std::smatch m;
     if (std::regex_search(line, m, to)) run.links_to = m[1];
-    for (auto it = std::sregex_iterator(line.begin(), line.end(), link); it != std::sregex_iterator(); ++it)
+    for (auto it = std::sregex_iterator(line.begin(), line.end(), link);
+         it != std::sregex_iterator(); ++it)
       run.links.emplace_back((*it)[1], std::stod((*it)[2]));
   }
   std::ifstream ranks(dir / "ranks.json");
   static const std::regex number("[0-9]+");
   if (std::getline(ranks, line))
-    for (auto it = std::sregex_iterator(line.begin(), line.end(), number); it != std::sregex_iterator(); ++it)
+    for (auto it = std::sregex_iterator(line.begin(), line.end(), number);
+         it != std::sregex_iterator(); ++it)
       run.peak_mem_per_rank.push_back(std::stod(it->str()));
   return run;
 }

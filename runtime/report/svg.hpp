@@ -14,8 +14,8 @@ struct SvgFrame {
   double py(double y) const { return h - bottom - (y - y0) / (y1 - y0) * (h - top - bottom); }
   double plot_width() const { return w - left - right; }
   // "<svg ...>", the title, the y grid, the axes and their labels; close with "</svg>\n".
-  std::string open(const std::string& css_class, const std::string& title, const std::string& xlabel,
-                   const std::string& ylabel) const;
+  std::string open(const std::string& css_class, const std::string& title,
+                   const std::string& xlabel, const std::string& ylabel) const;
   // Legend entry k: the name in its colour.
   std::string legend(size_t k, const std::string& name, const std::string& color) const;
   // An x tick label at pixel x.

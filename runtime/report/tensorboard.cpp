@@ -34,10 +34,12 @@ TensorBoardWriter::TensorBoardWriter(const fs::path& dir) {
   fs::create_directories(dir, ec);
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
-  path_ = dir / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) + "." + host + "." +
-                 std::to_string(::getpid()) + ".loom");
+  path_ = dir / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now_seconds())) +
+                 "." + host + "." + std::to_string(::getpid()) + ".loom");
   out_.open(path_, std::ios::binary | std::ios::trunc);
-  if (!out_) throw RuntimeError("cannot write TensorBoard events file '" + path_.string() + "': " + std::strerror(errno));
+  if (!out_)
+    throw RuntimeError("cannot write TensorBoard events file '" + path_.string() +
+                       "': " + std::strerror(errno));
   tensorboard::Event first;
   first.set_wall_time(now_seconds());
   first.set_file_version("brain.Event:2");
@@ -60,17 +62,21 @@ void TensorBoardWriter::write(const std::vector<std::pair<std::string, double>>&
   append_record(event.SerializeAsString());
 }
 
-// uint64 length, uint32 masked CRC of those 8 bytes, the bytes, uint32 masked CRC of them (little-endian).
+// uint64 length, uint32 masked CRC of those 8 bytes, the bytes, uint32 masked CRC of them
+// (little-endian).
 void TensorBoardWriter::append_record(const std::string& bytes) {
   const uint64_t length = bytes.size();
-  const uint32_t length_crc = masked_crc(&length, sizeof length), data_crc = masked_crc(bytes.data(), bytes.size());
+  const uint32_t length_crc = masked_crc(&length, sizeof length),
+                 data_crc = masked_crc(bytes.data(), bytes.size());
   errno = 0;
   out_.write(reinterpret_cast<const char*>(&length), sizeof length);
   out_.write(reinterpret_cast<const char*>(&length_crc), sizeof length_crc);
   out_.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   out_.write(reinterpret_cast<const char*>(&data_crc), sizeof data_crc);
   out_.flush();
-  if (!out_) throw RuntimeError("writing '" + path_.string() + "' failed: " + (errno ? std::strerror(errno) : "I/O error"));
+  if (!out_)
+    throw RuntimeError("writing '" + path_.string() +
+                       "' failed: " + (errno ? std::strerror(errno) : "I/O error"));
 }
 
 }  // namespace loom::report

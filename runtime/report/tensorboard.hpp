@@ -19,7 +19,8 @@ class TensorBoardWriter {
   // events.out.tfevents.<seconds>.<host>.<pid>.loom. A resumed run adds a new file; TensorBoard
   // reads every file of the directory in order.
   explicit TensorBoardWriter(const std::filesystem::path& dir);
-  // The fields of one metrics line: "step" is the step, every other field a scalar tagged by its name.
+  // The fields of one metrics line: "step" is the step, every other field a scalar tagged by its
+  // name.
   void write(const std::vector<std::pair<std::string, double>>& fields);
   const std::filesystem::path& path() const { return path_; }
 

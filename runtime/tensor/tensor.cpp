@@ -19,30 +19,50 @@ std::string shape_text(const std::vector<int64_t>& shape, loom_dtype dtype) {
 }
 }  // namespace
 
-TensorPurpose::TensorPurpose(std::string what) : previous_(std::move(t_purpose)) { t_purpose = std::move(what); }
+TensorPurpose::TensorPurpose(std::string what) : previous_(std::move(t_purpose)) {
+  t_purpose = std::move(what);
+}
 TensorPurpose::~TensorPurpose() { t_purpose = std::move(previous_); }
 
 size_t dtype_size(loom_dtype dt) {
   switch (dt) {
-    case LOOM_F64: case LOOM_I64: return 8;
-    case LOOM_F32: case LOOM_I32: return 4;
-    case LOOM_BF16: case LOOM_F16: return 2;
-    case LOOM_FP8_E4M3: case LOOM_FP8_E5M2: case LOOM_U8: return 1;
+    case LOOM_F64:
+    case LOOM_I64:
+      return 8;
+    case LOOM_F32:
+    case LOOM_I32:
+      return 4;
+    case LOOM_BF16:
+    case LOOM_F16:
+      return 2;
+    case LOOM_FP8_E4M3:
+    case LOOM_FP8_E5M2:
+    case LOOM_U8:
+      return 1;
   }
   return 0;
 }
 
 const char* dtype_name(loom_dtype dt) {
   switch (dt) {
-    case LOOM_F32: return "f32";
-    case LOOM_F64: return "f64";
-    case LOOM_BF16: return "bf16";
-    case LOOM_F16: return "f16";
-    case LOOM_FP8_E4M3: return "fp8_e4m3";
-    case LOOM_FP8_E5M2: return "fp8_e5m2";
-    case LOOM_I32: return "i32";
-    case LOOM_I64: return "i64";
-    case LOOM_U8: return "u8";
+    case LOOM_F32:
+      return "f32";
+    case LOOM_F64:
+      return "f64";
+    case LOOM_BF16:
+      return "bf16";
+    case LOOM_F16:
+      return "f16";
+    case LOOM_FP8_E4M3:
+      return "fp8_e4m3";
+    case LOOM_FP8_E5M2:
+      return "fp8_e5m2";
+    case LOOM_I32:
+      return "i32";
+    case LOOM_I64:
+      return "i64";
+    case LOOM_U8:
+      return "u8";
   }
   return "?";
 }
@@ -50,7 +70,8 @@ const char* dtype_name(loom_dtype dt) {
 loom_tensor flat_view(void* data, loom_dtype dtype, int64_t n) {
   loom_tensor t{};
   t.data = data;
-  t.device = g_allocator.owns && g_allocator.owns(data) ? g_allocator.device : loom_device{LOOM_DEVICE_CPU, 0};
+  t.device = g_allocator.owns && g_allocator.owns(data) ? g_allocator.device
+                                                        : loom_device{LOOM_DEVICE_CPU, 0};
   t.dtype = dtype;
   t.ndim = 1;
   t.shape[0] = n;
@@ -105,8 +126,8 @@ Tensor Tensor::empty(std::vector<int64_t> shape, loom_dtype dtype) {
     try {
       p = g_allocator.alloc(bytes ? bytes : 64);
     } catch (const RuntimeError& e) {  // the device is full: say which tensor asked
-      throw RuntimeError("allocating " + (t_purpose.empty() ? std::string("a tensor") : t_purpose) + " " +
-                         shape_text(shape, dtype) + ": " + e.what());
+      throw RuntimeError("allocating " + (t_purpose.empty() ? std::string("a tensor") : t_purpose) +
+                         " " + shape_text(shape, dtype) + ": " + e.what());
     }
     Tensor t = borrow(p, std::move(shape), dtype);
     t.owner_ = std::shared_ptr<void>(p, g_allocator.free);
@@ -141,7 +162,8 @@ bool Tensor::contiguous() const { return strides_ == contiguous_strides(shape_);
 template <class T>
 T* Tensor::checked(loom_dtype want) {
   if (dtype_ != want)
-    throw RuntimeError(std::string("tensor is ") + dtype_name(dtype_) + ", not " + dtype_name(want));
+    throw RuntimeError(std::string("tensor is ") + dtype_name(dtype_) + ", not " +
+                       dtype_name(want));
   return static_cast<T*>(data_);
 }
 
@@ -179,7 +201,8 @@ void upload(const Tensor& t, const void* host) { copy_bytes(t.data(), host, t.by
 void download(const Tensor& t, void* host) { copy_bytes(host, t.data(), t.bytes()); }  // waits
 
 std::vector<float> to_host(const Tensor& t) {
-  if (t.dtype() != LOOM_F32) throw RuntimeError("to_host: tensor is " + std::string(dtype_name(t.dtype())) + ", not f32");
+  if (t.dtype() != LOOM_F32)
+    throw RuntimeError("to_host: tensor is " + std::string(dtype_name(t.dtype())) + ", not f32");
   std::vector<float> v(static_cast<size_t>(t.numel()));
   download(t, v.data());
   return v;

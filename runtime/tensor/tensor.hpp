@@ -2,12 +2,12 @@
 // Views (reshape, row slices) share the buffer; the C descriptor (loom_tensor) borrows it.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <loom/plugin.h>
 
 namespace loom {
 
@@ -24,7 +24,7 @@ struct TensorAllocator {
   void* (*alloc)(size_t bytes) = nullptr;
   void (*free)(void* p) = nullptr;
   loom_device device{LOOM_DEVICE_CPU, 0};
-  const loom_ops* ops = nullptr;  // the device's table; nullptr: the host heap
+  const loom_ops* ops = nullptr;          // the device's table; nullptr: the host heap
   bool (*owns)(const void* p) = nullptr;  // whether p is this allocator's memory (views too)
 };
 void set_tensor_allocator(const TensorAllocator& a);

@@ -14,7 +14,8 @@ namespace {
 
 // One id or a list of ids; anything else names the file and key.
 std::vector<int64_t> ids_of(const json& v, const fs::path& file, const char* key) {
-  const RuntimeError bad("'" + file.string() + "': \"" + key + "\" must be a token id or a list of them, not " + v.dump());
+  const RuntimeError bad("'" + file.string() + "': \"" + key +
+                         "\" must be a token id or a list of them, not " + v.dump());
   if (v.is_null()) return {};
   if (v.is_number_integer()) return {v.get<int64_t>()};
   if (!v.is_array()) throw bad;
@@ -44,7 +45,8 @@ SpecialIds read_special_ids(const fs::path& dir) {
       const std::vector<int64_t> bos = ids_of(j["bos_token_id"], file, "bos_token_id");
       s.bos = bos.empty() ? -1 : bos[0], have_bos = true;
     }
-    if (!have_eos && j.contains("eos_token_id")) s.eos = ids_of(j["eos_token_id"], file, "eos_token_id"), have_eos = true;
+    if (!have_eos && j.contains("eos_token_id"))
+      s.eos = ids_of(j["eos_token_id"], file, "eos_token_id"), have_eos = true;
   }
   return s;
 }

@@ -27,7 +27,8 @@ class Tokenizer {
   // is refused naming the file and the key.
   static Tokenizer from_json_file(const std::filesystem::path& path);
   // A tiktoken rank file (base64 token, rank per line), with the Llama 3 pattern unless given.
-  static Tokenizer from_tiktoken(const std::filesystem::path& path, const std::string& pattern = kLlama3Pattern,
+  static Tokenizer from_tiktoken(const std::filesystem::path& path,
+                                 const std::string& pattern = kLlama3Pattern,
                                  const std::vector<std::string>& specials = {});
   // Learns `vocab_size` tokens (256 bytes, merges, then `specials`) from the texts.
   static Tokenizer train(const std::vector<std::string>& texts, int64_t vocab_size,
@@ -65,9 +66,10 @@ class Tokenizer {
   // Calls fn on each piece the pattern splits `text` (no special tokens in it) into.
   void for_each_piece(std::string_view text, const std::function<void(std::string_view)>& fn) const;
 
-  std::vector<std::string> bytes_;                     // id -> raw bytes
-  std::unordered_map<std::string, uint32_t> ids_;      // raw bytes -> id (ordinary tokens)
-  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> merges_;  // (left, right) -> (rank, merged)
+  std::vector<std::string> bytes_;                 // id -> raw bytes
+  std::unordered_map<std::string, uint32_t> ids_;  // raw bytes -> id (ordinary tokens)
+  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>>
+      merges_;  // (left, right) -> (rank, merged)
   std::vector<std::pair<std::string, uint32_t>> specials_;
   std::string pattern_;
   std::vector<uint32_t> prefix_, suffix_;

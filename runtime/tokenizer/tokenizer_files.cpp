@@ -1,8 +1,8 @@
 // tokenizer.json (Hugging Face tokenizers) and tiktoken rank files, in and out.
 #include <algorithm>
 #include <fstream>
-#include <tuple>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "config/config.hpp"
 #include "core/errors.hpp"
@@ -73,7 +73,8 @@ bool from_byte_level(const std::string& text, std::string& raw) {
 }
 
 std::string base64_decode(const std::string& in) {
-  static const std::string chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  static const std::string chars =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   uint32_t acc = 0;
   int bits = 0;
@@ -99,23 +100,28 @@ std::string pattern_of(const json& pre, bool& prefix, const std::string& where) 
     std::string pattern;
     for (const json& p : pre.at("pretokenizers")) {
       const std::string t = p.value("type", "");
-      if (t == "Split" && p.at("pattern").contains("Regex") && p.value("behavior", "") == "Isolated" && !p.value("invert", false))
+      if (t == "Split" && p.at("pattern").contains("Regex") &&
+          p.value("behavior", "") == "Isolated" && !p.value("invert", false))
         pattern = p.at("pattern").at("Regex").get<std::string>();
       else if (t == "ByteLevel" && !p.value("use_regex", true))
         prefix = p.value("add_prefix_space", false);
       else
-        throw ConfigError(where + "pre_tokenizer " + t + " is not supported: Loom reads a byte-level BPE split by one regex");
+        throw ConfigError(where + "pre_tokenizer " + t +
+                          " is not supported: Loom reads a byte-level BPE split by one regex");
     }
     if (!pattern.empty()) return pattern;
   }
-  throw ConfigError(where + "pre_tokenizer.type = \"" + type + "\" is not supported: Loom reads byte-level BPE (ByteLevel, or Split then ByteLevel)");
+  throw ConfigError(
+      where + "pre_tokenizer.type = \"" + type +
+      "\" is not supported: Loom reads byte-level BPE (ByteLevel, or Split then ByteLevel)");
 }
 
 // The special tokens a post_processor puts around a text: TemplateProcessing's single template
-// (Llama 3's <|begin_of_text|> first), Roberta/BertProcessing's cls and sep, ByteLevel (offsets only,
-// no tokens) and a Sequence of these. Ids come from the file, so a token missing from the
+// (Llama 3's <|begin_of_text|> first), Roberta/BertProcessing's cls and sep, ByteLevel (offsets
+// only, no tokens) and a Sequence of these. Ids come from the file, so a token missing from the
 // vocabulary is an error naming it.
-void special_frame(const json& pp, std::vector<uint32_t>& prefix, std::vector<uint32_t>& suffix, const std::string& where) {
+void special_frame(const json& pp, std::vector<uint32_t>& prefix, std::vector<uint32_t>& suffix,
+                   const std::string& where) {
   if (pp.is_null()) return;
   const std::string type = pp.value("type", "");
   if (type == "ByteLevel") return;
@@ -125,11 +131,13 @@ void special_frame(const json& pp, std::vector<uint32_t>& prefix, std::vector<ui
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     prefix.push_back(json_integer<uint32_t>(pp.at("cls").at(1), where + "post_processor.cls"));
-    suffix.insert(suffix.begin(), json_integer<uint32_t>(pp.at("sep").at(1), where + "post_processor.sep"));
+    suffix.insert(suffix.begin(),
+                  json_integer<uint32_t>(pp.at("sep").at(1), where + "post_processor.sep"));
     return;
   }
   if (type != "TemplateProcessing")
-    throw ConfigError(where + "post_processor.type = \"" + type + "\" is not supported (TemplateProcessing, "
+    throw ConfigError(where + "post_processor.type = \"" + type +
+                      "\" is not supported (TemplateProcessing, "
                       "RobertaProcessing, BertProcessing, ByteLevel)");
   bool seen_text = false;
   for (const json& piece : pp.at("single")) {
@@ -139,8 +147,11 @@ void special_frame(const json& pp, std::vector<uint32_t>& prefix, std::vector<ui
     }
     const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
     if (!pp.at("special_tokens").contains(name))
-      throw ConfigError(where + "post_processor names special token \"" + name + "\" that its special_tokens lack");
-    for (const json& id : pp["special_tokens"][name].at("ids")) (seen_text ? suffix : prefix).push_back(json_integer<uint32_t>(id, where + "post_processor id"));
+      throw ConfigError(where + "post_processor names special token \"" + name +
+                        "\" that its special_tokens lack");
+    for (const json& id : pp["special_tokens"][name].at("ids"))
+      (seen_text ? suffix : prefix)
+          .push_back(json_integer<uint32_t>(id, where + "post_processor id"));
   }
 }
 
@@ -159,16 +170,20 @@ Tokenizer Tokenizer::from_json_file(const fs::path& path) {
     const json& model = j.at("model");
     const std::string type = model.value("type", "BPE");
     if (type != "BPE")
-      throw ConfigError(where + "model.type = \"" + type + "\" is not supported: Loom reads byte-level BPE tokenizers");
+      throw ConfigError(where + "model.type = \"" + type +
+                        "\" is not supported: Loom reads byte-level BPE tokenizers");
     if (j.contains("normalizer") && !j["normalizer"].is_null())
-      throw ConfigError(where + "normalizer.type = \"" + j["normalizer"].value("type", "?") + "\" is not supported");
-    if (model.value("byte_fallback", false)) throw ConfigError(where + "model.byte_fallback (SentencePiece-style BPE) is not supported");
+      throw ConfigError(where + "normalizer.type = \"" + j["normalizer"].value("type", "?") +
+                        "\" is not supported");
+    if (model.value("byte_fallback", false))
+      throw ConfigError(where + "model.byte_fallback (SentencePiece-style BPE) is not supported");
     Tokenizer t;
     const std::string pattern = pattern_of(j.at("pre_tokenizer"), t.add_prefix_space_, where);
     t.ignore_merges_ = model.value("ignore_merges", false);
     std::string raw;
     for (const auto& [text, id] : model.at("vocab").items()) {
-      if (!from_byte_level(text, raw)) throw ConfigError(where + "vocab token \"" + text + "\" is not in the byte-level alphabet");
+      if (!from_byte_level(text, raw))
+        throw ConfigError(where + "vocab token \"" + text + "\" is not in the byte-level alphabet");
       const uint32_t i = json_integer<uint32_t>(id, where + "vocab id of \"" + text + "\"");
       if (i >= t.bytes_.size()) t.bytes_.resize(i + 1);
       t.bytes_[i] = raw;
@@ -186,22 +201,27 @@ Tokenizer Tokenizer::from_json_file(const fs::path& path) {
       if (m.is_string()) {
         const std::string s = m.get<std::string>();
         const size_t sp = s.find(' ');
-        if (sp == std::string::npos) throw ConfigError(where + "merge \"" + s + "\" is not two tokens");
+        if (sp == std::string::npos)
+          throw ConfigError(where + "merge \"" + s + "\" is not two tokens");
         l = s.substr(0, sp), r = s.substr(sp + 1);
       } else {
         l = m.at(0).get<std::string>(), r = m.at(1).get<std::string>();
       }
-      if (!from_byte_level(l, left) || !from_byte_level(r, right)) throw ConfigError(where + "merge \"" + l + " " + r + "\" is not byte-level");
+      if (!from_byte_level(l, left) || !from_byte_level(r, right))
+        throw ConfigError(where + "merge \"" + l + " " + r + "\" is not byte-level");
       auto a = t.ids_.find(left), b = t.ids_.find(right), c = t.ids_.find(left + right);
       if (a == t.ids_.end() || b == t.ids_.end() || c == t.ids_.end())
-        throw ConfigError(where + "merge \"" + l + " " + r + "\" names a token missing from model.vocab");
+        throw ConfigError(where + "merge \"" + l + " " + r +
+                          "\" names a token missing from model.vocab");
       t.add_merge(a->second, b->second, c->second);
     }
     t.finish(pattern);
     special_frame(j.value("post_processor", json()), t.prefix_, t.suffix_, where);
     for (const auto* frame : {&t.prefix_, &t.suffix_})
       for (uint32_t id : *frame)
-        if (id >= t.bytes_.size()) throw ConfigError(where + "post_processor adds token id " + std::to_string(id) + ", outside the vocabulary");
+        if (id >= t.bytes_.size())
+          throw ConfigError(where + "post_processor adds token id " + std::to_string(id) +
+                            ", outside the vocabulary");
     if (j.contains("post_processor")) t.post_processor_ = j["post_processor"].dump();
     return t;
   } catch (const json::exception& e) {
@@ -211,7 +231,8 @@ Tokenizer Tokenizer::from_json_file(const fs::path& path) {
   }
 }
 
-Tokenizer Tokenizer::from_tiktoken(const fs::path& path, const std::string& pattern, const std::vector<std::string>& specials) {
+Tokenizer Tokenizer::from_tiktoken(const fs::path& path, const std::string& pattern,
+                                   const std::vector<std::string>& specials) {
   std::ifstream in = open_input(path, "tiktoken file");
   Tokenizer t;
   std::string b64;
@@ -223,7 +244,8 @@ Tokenizer Tokenizer::from_tiktoken(const fs::path& path, const std::string& patt
     try {
       raw = base64_decode(b64);
     } catch (const RuntimeError& e) {
-      throw RuntimeError("tiktoken file '" + path.string() + "' line " + std::to_string(line) + ": " + e.what());
+      throw RuntimeError("tiktoken file '" + path.string() + "' line " + std::to_string(line) +
+                         ": " + e.what());
     }
     if (rank >= t.bytes_.size()) t.bytes_.resize(rank + 1);
     t.bytes_[rank] = raw;
@@ -239,7 +261,8 @@ Tokenizer Tokenizer::from_tiktoken(const fs::path& path, const std::string& patt
       if (l != t.ids_.end() && r != t.ids_.end()) merges.emplace_back(l->second, r->second, id);
     }
   }
-  for (auto [l, r, id] : merges) t.merges_.emplace((static_cast<uint64_t>(l) << 32) | r, std::make_pair(id, id));
+  for (auto [l, r, id] : merges)
+    t.merges_.emplace((static_cast<uint64_t>(l) << 32) | r, std::make_pair(id, id));
   for (const std::string& s : specials) {
     t.specials_.emplace_back(s, static_cast<uint32_t>(t.bytes_.size()));
     t.bytes_.push_back(s);
@@ -255,16 +278,30 @@ void Tokenizer::save_json(const fs::path& path) const {
   for (const auto& [key, rm] : merges_) by_rank.emplace_back(rm.first, key);
   std::sort(by_rank.begin(), by_rank.end());
   for (const auto& [rank, key] : by_rank)
-    merges.push_back(to_byte_level(bytes_[key >> 32]) + " " + to_byte_level(bytes_[key & 0xffffffffu]));
+    merges.push_back(to_byte_level(bytes_[key >> 32]) + " " +
+                     to_byte_level(bytes_[key & 0xffffffffu]));
   for (const auto& [content, id] : specials_)
-    added.push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                     {"normalized", false}, {"special", true}});
-  json pre = pattern_ == kGpt2Pattern
-                 ? json{{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space_}, {"trim_offsets", true}, {"use_regex", true}}
-                 : json{{"type", "Sequence"},
-                        {"pretokenizers",
-                         {{{"type", "Split"}, {"pattern", {{"Regex", pattern_}}}, {"behavior", "Isolated"}, {"invert", false}},
-                          {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space_}, {"trim_offsets", true}, {"use_regex", false}}}}};
+    added.push_back({{"id", id},
+                     {"content", content},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  json pre = pattern_ == kGpt2Pattern ? json{{"type", "ByteLevel"},
+                                             {"add_prefix_space", add_prefix_space_},
+                                             {"trim_offsets", true},
+                                             {"use_regex", true}}
+                                      : json{{"type", "Sequence"},
+                                             {"pretokenizers",
+                                              {{{"type", "Split"},
+                                                {"pattern", {{"Regex", pattern_}}},
+                                                {"behavior", "Isolated"},
+                                                {"invert", false}},
+                                               {{"type", "ByteLevel"},
+                                                {"add_prefix_space", add_prefix_space_},
+                                                {"trim_offsets", true},
+                                                {"use_regex", false}}}}};
   json j = {{"version", "1.0"},
             {"truncation", nullptr},
             {"padding", nullptr},
@@ -272,11 +309,22 @@ void Tokenizer::save_json(const fs::path& path) const {
             {"normalizer", nullptr},
             {"pre_tokenizer", pre},
             {"post_processor", post_processor_.empty() ? json() : json::parse(post_processor_)},
-            {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+            {"decoder",
+             {{"type", "ByteLevel"},
+              {"add_prefix_space", true},
+              {"trim_offsets", true},
+              {"use_regex", true}}},
             {"model",
-             {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-              {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-              {"ignore_merges", ignore_merges_}, {"vocab", vocab}, {"merges", merges}}}};
+             {{"type", "BPE"},
+              {"dropout", nullptr},
+              {"unk_token", nullptr},
+              {"continuing_subword_prefix", nullptr},
+              {"end_of_word_suffix", nullptr},
+              {"fuse_unk", false},
+              {"byte_fallback", false},
+              {"ignore_merges", ignore_merges_},
+              {"vocab", vocab},
+              {"merges", merges}}}};
   fs::path tmp = path;
   tmp += ".tmp";
   {

@@ -36,8 +36,9 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& texts, int64_t vocab_
                            const std::vector<std::string>& specials, const std::string& pattern) {
   const int64_t merges_wanted = vocab_size - 256 - static_cast<int64_t>(specials.size());
   if (merges_wanted < 0)
-    throw UsageError("--vocab-size " + std::to_string(vocab_size) + " is less than the 256 bytes plus " +
-                     std::to_string(specials.size()) + " special tokens");
+    throw UsageError("--vocab-size " + std::to_string(vocab_size) +
+                     " is less than the 256 bytes plus " + std::to_string(specials.size()) +
+                     " special tokens");
   Tokenizer t;
   for (int b = 0; b < 256; ++b) {
     t.bytes_.push_back(std::string(1, static_cast<char>(b)));
@@ -52,12 +53,14 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& texts, int64_t vocab_
       size_t cut = rest.size(), len = 0;
       for (const std::string& s : specials)
         if (size_t p = rest.find(s); p < cut) cut = p, len = s.size();
-      t.for_each_piece(rest.substr(0, cut), [&](std::string_view piece) { ++pieces[std::string(piece)]; });
+      t.for_each_piece(rest.substr(0, cut),
+                       [&](std::string_view piece) { ++pieces[std::string(piece)]; });
       rest.remove_prefix(std::min(rest.size(), cut + len));
     }
   }
   std::vector<Word> words;
-  std::map<std::string, int64_t> ordered(pieces.begin(), pieces.end());  // a fixed order: deterministic
+  std::map<std::string, int64_t> ordered(pieces.begin(),
+                                         pieces.end());  // a fixed order: deterministic
   for (const auto& [piece, count] : ordered) {
     Word w{{}, count};
     for (unsigned char c : piece) w.sym.push_back(c);
@@ -65,7 +68,8 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& texts, int64_t vocab_
   }
   std::unordered_map<uint64_t, int64_t> counts;
   std::unordered_map<uint64_t, std::vector<int>> where;
-  for (size_t i = 0; i < words.size(); ++i) count_pairs(words[i], static_cast<int>(i), 1, counts, where);
+  for (size_t i = 0; i < words.size(); ++i)
+    count_pairs(words[i], static_cast<int>(i), 1, counts, where);
 
   for (int64_t m = 0; m < merges_wanted; ++m) {
     uint64_t best = 0;
@@ -77,7 +81,8 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& texts, int64_t vocab_
         best = k, best_count = c;
     }
     if (best_count == 0) break;  // nothing left to merge: a smaller vocabulary
-    const uint32_t a = static_cast<uint32_t>(best >> 32), b = static_cast<uint32_t>(best & 0xffffffffu);
+    const uint32_t a = static_cast<uint32_t>(best >> 32),
+                   b = static_cast<uint32_t>(best & 0xffffffffu);
     const uint32_t merged = static_cast<uint32_t>(t.bytes_.size());
     t.bytes_.push_back(t.bytes_[a] + t.bytes_[b]);
     t.ids_[t.bytes_.back()] = merged;

@@ -22,12 +22,14 @@ BatchFn local_positions(const ContextAttention* cp, int64_t micro, BatchFn read)
 
 // The context plugin's attention time and exposed transfer time of the last step, and the
 // spread of attention time over the cp group (its load balance).
-void add_context_metrics(std::vector<std::pair<std::string, double>>& fields, const ContextAttention* cp,
-                         dist::CommWorld* world) {
+void add_context_metrics(std::vector<std::pair<std::string, double>>& fields,
+                         const ContextAttention* cp, dist::CommWorld* world) {
   if (!cp) return;
   ContextStats st = cp->stats();
   std::vector<double> all(cp->size());
-  world->axis(dist::Axis::CP).all_gather(flat_view(&st.compute_ms, LOOM_F64, 1), flat_view(all.data(), LOOM_F64, cp->size()));
+  world->axis(dist::Axis::CP)
+      .all_gather(flat_view(&st.compute_ms, LOOM_F64, 1),
+                  flat_view(all.data(), LOOM_F64, cp->size()));
   fields.push_back({"cp_attention_ms", st.compute_ms});
   fields.push_back({"cp_attention_ms_max", *std::max_element(all.begin(), all.end())});
   fields.push_back({"cp_attention_ms_min", *std::min_element(all.begin(), all.end())});

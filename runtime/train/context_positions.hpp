@@ -20,7 +20,7 @@ namespace loom::train {
 BatchFn local_positions(const ContextAttention* cp, int64_t micro, BatchFn read);
 // The context plugin's attention and exposed transfer time of the last step, and the spread of
 // attention time over the cp group (its load balance).
-void add_context_metrics(std::vector<std::pair<std::string, double>>& fields, const ContextAttention* cp,
-                         dist::CommWorld* world);
+void add_context_metrics(std::vector<std::pair<std::string, double>>& fields,
+                         const ContextAttention* cp, dist::CommWorld* world);
 
 }  // namespace loom::train

@@ -44,8 +44,10 @@ void check_same_tokenizer(const data::DataSettings& ds) {
     const std::string why = first && other ? "their tokenizer.json files differ"
                             : first        ? "the second has no tokenizer.json, so it holds bytes"
                                            : "the first has no tokenizer.json, so it holds bytes";
-    throw ConfigError("[data] blend: '" + ds.blend[0] + "' and '" + ds.blend[i] + "' were tokenized differently (" + why +
-                      "): a blend's directories must share one tokenizer; prepare them with the same --tokenizer");
+    throw ConfigError("[data] blend: '" + ds.blend[0] + "' and '" + ds.blend[i] +
+                      "' were tokenized differently (" + why +
+                      "): a blend's directories must share one tokenizer; prepare them with the "
+                      "same --tokenizer");
   }
 }
 
@@ -53,8 +55,9 @@ void check_same_tokenizer(const data::DataSettings& ds) {
 
 void check_tokenizer_fits(int64_t tokens, const fs::path& path, int64_t vocab) {
   if (tokens > vocab)
-    throw ConfigError("[data] tokenizer '" + path.string() + "' has " + std::to_string(tokens) + " tokens, more than [model] vocab_size = " +
-                      std::to_string(vocab) + "; set [model] vocab_size = " + std::to_string(tokens) + " (or more)");
+    throw ConfigError("[data] tokenizer '" + path.string() + "' has " + std::to_string(tokens) +
+                      " tokens, more than [model] vocab_size = " + std::to_string(vocab) +
+                      "; set [model] vocab_size = " + std::to_string(tokens) + " (or more)");
 }
 
 void check_data(const config::Config& cfg) {
@@ -63,18 +66,22 @@ void check_data(const config::Config& cfg) {
   std::error_code ec;
   for (const auto& d : ds.sources())
     if (!fs::is_directory(d.dir, ec))
-      throw ConfigError((ds.blend.empty() ? "[data] dir = \"" + d.dir + "\" " : "[data] blend names \"" + d.dir + "\", which ") +
+      throw ConfigError((ds.blend.empty() ? "[data] dir = \"" + d.dir + "\" "
+                                          : "[data] blend names \"" + d.dir + "\", which ") +
                         (fs::exists(d.dir, ec) ? "is not a directory" : "does not exist") +
                         "; make it with: loom data prepare --jsonl FILE... --out " + d.dir);
   check_same_tokenizer(ds);
   const fs::path tokenizer = data::run_tokenizer_path(cfg);
-  if (!tokenizer.empty()) check_tokenizer_fits(tok::Tokenizer::from_json_file(tokenizer).vocab_size(), tokenizer, vocab);
+  if (!tokenizer.empty())
+    check_tokenizer_fits(tok::Tokenizer::from_json_file(tokenizer).vocab_size(), tokenizer, vocab);
   for (const auto& d : ds.sources()) {
     try {
       scan_split(d.dir, "train", vocab);
-      if (cfg.i64("train.eval_every") > 0 && d.weight > 0) scan_split(d.dir, "val", vocab);  // read only where the run evaluates
+      if (cfg.i64("train.eval_every") > 0 && d.weight > 0)
+        scan_split(d.dir, "val", vocab);  // read only where the run evaluates
     } catch (const RuntimeError& e) {
-      throw ConfigError(std::string(e.what()) + " ([model] vocab_size = " + std::to_string(vocab) + ")");
+      throw ConfigError(std::string(e.what()) + " ([model] vocab_size = " + std::to_string(vocab) +
+                        ")");
     }
   }
 }

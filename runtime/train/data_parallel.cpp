@@ -24,8 +24,8 @@ loom_tensor scalar_f64(double* v, int64_t n = 1) { return flat_view(v, LOOM_F64,
 class DataParallel::Shards : public model::LayerHooks {
  public:
   Shards(const loom_data_sharded_v2* table, void* self, ParamStore& params, model::Model& model,
-         const std::vector<loom_data_unit>& units, const std::vector<int64_t>& unit_of_param, int microbatches,
-         GradsFinal before_reduce, int stage)
+         const std::vector<loom_data_unit>& units, const std::vector<int64_t>& unit_of_param,
+         int microbatches, GradsFinal before_reduce, int stage)
       : t_(table),
         self_(self),
         units_(units),
@@ -81,7 +81,8 @@ class DataParallel::Shards : public model::LayerHooks {
       float* g = nullptr;
       loom_error e;
       check(t_->grad_buffer(self_, u, &g, &e), e, "data plugin grad_buffer");
-      for (Param* p : members_[u]) p->grad = Tensor::borrow(g + (p->offset - units_[u].offset), p->local_shape);
+      for (Param* p : members_[u])
+        p->grad = Tensor::borrow(g + (p->offset - units_[u].offset), p->local_shape);
       open_[u] = true;
     }
   }
@@ -89,7 +90,8 @@ class DataParallel::Shards : public model::LayerHooks {
     for (int64_t u : uses_[i]) {
       if (owner_[u] != i) continue;
       open_[u] = false;
-      const bool last = ++ready_[u] == microbatches_;  // every micro-batch runs each unit's backward once
+      const bool last =
+          ++ready_[u] == microbatches_;  // every micro-batch runs each unit's backward once
       if (last) ready_[u] = 0;
       // zero1 accumulates a step's micro-batches in one buffer and reduces at the last; zero2 and
       // zero3 reduce each micro-batch's bucket. Either way each contribution passes once.
@@ -102,9 +104,11 @@ class DataParallel::Shards : public model::LayerHooks {
   void bind_values(int64_t u, size_t layer, bool backward) {
     float* v = nullptr;
     loom_error e;
-    const int32_t flags = (backward ? LOOM_ACQUIRE_BACKWARD : 0) | (owner_[u] == layer ? LOOM_ACQUIRE_PREFETCH : 0);
+    const int32_t flags =
+        (backward ? LOOM_ACQUIRE_BACKWARD : 0) | (owner_[u] == layer ? LOOM_ACQUIRE_PREFETCH : 0);
     check(t_->acquire_params(self_, u, flags, &v, &e), e, "data plugin acquire_params");
-    for (Param* p : members_[u]) p->value = Tensor::borrow(v + (p->offset - units_[u].offset), p->local_shape);
+    for (Param* p : members_[u])
+      p->value = Tensor::borrow(v + (p->offset - units_[u].offset), p->local_shape);
   }
   // Views are unbound after use: a stray read fails loudly instead of reading another layer.
   void release(int64_t u) {
@@ -127,8 +131,9 @@ class DataParallel::Shards : public model::LayerHooks {
 };
 
 DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& sel,
-                           dist::CommWorld& world, ParamStore& params, model::Model& model, int microbatches,
-                           const std::vector<std::string>& own_unit, GradsFinal before_reduce)
+                           dist::CommWorld& world, ParamStore& params, model::Model& model,
+                           int microbatches, const std::vector<std::string>& own_unit,
+                           GradsFinal before_reduce)
     : world_(&world) {
   const plugins::SlotChoice* data = sel.slot("data");
   if (!data) throw RuntimeError("a data group without a data plugin got past layout_problem");
@@ -139,14 +144,16 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
     sharded_ = data_->table<loom_data_sharded_v2>();
   else
     replicated_ = data_->table<loom_data_replicated_v2>();
-  describe_params(params, world.mesh().ep > 1);  // the plugin declares LOOM_DATA_EXPERTS (layout_problem)
+  describe_params(params,
+                  world.mesh().ep > 1);  // the plugin declares LOOM_DATA_EXPERTS (layout_problem)
   std::vector<size_t> first_user;
   find_final_layers(model, first_user);
   const std::vector<int64_t> unit_of_param = build_units(params, model, first_user, own_unit);
   start_plugin(*data, params, model);
   if (stage_ > 0) {
-    shards_ = std::make_unique<Shards>(sharded_, data_->self(), params, model, units_, unit_of_param, microbatches,
-                                       std::move(before_reduce), stage_);
+    shards_ =
+        std::make_unique<Shards>(sharded_, data_->self(), params, model, units_, unit_of_param,
+                                 microbatches, std::move(before_reduce), stage_);
     model.set_hooks(shards_.get());
     params.release_buffers();  // the plugin keeps its own copy, sharded as its stage says
   }
@@ -155,8 +162,9 @@ DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& 
 void DataParallel::describe_params(const ParamStore& params, bool ep) {
   for (const Param& p : params.all()) {
     infos_.push_back({p.name.c_str(), p.offset, p.value.numel()});
-    flags_.push_back((p.weight_decay ? LOOM_PARAM_DECAY : 0) | (p.tp_sharded() ? LOOM_PARAM_TP_SHARDED : 0) |
-                     (p.mirror ? LOOM_PARAM_MIRROR : 0) | (ep && p.ep_sharded() ? LOOM_PARAM_EXPERT : 0));
+    flags_.push_back(
+        (p.weight_decay ? LOOM_PARAM_DECAY : 0) | (p.tp_sharded() ? LOOM_PARAM_TP_SHARDED : 0) |
+        (p.mirror ? LOOM_PARAM_MIRROR : 0) | (ep && p.ep_sharded() ? LOOM_PARAM_EXPERT : 0));
   }
 }
 
@@ -165,7 +173,8 @@ void DataParallel::describe_params(const ParamStore& params, bool ep) {
 void DataParallel::find_final_layers(model::Model& model, std::vector<size_t>& first_user) {
   first_user.assign(infos_.size(), SIZE_MAX);
   for (size_t i = 0; i < model.layer_count(); ++i)
-    for (const Param* p : model.layer_params(i)) first_user[p->index] = std::min(first_user[p->index], i);
+    for (const Param* p : model.layer_params(i))
+      first_user[p->index] = std::min(first_user[p->index], i);
   final_after_.assign(model.layer_count(), {});
   for (size_t p = 0; p < first_user.size(); ++p)
     if (first_user[p] != SIZE_MAX) final_after_[first_user[p]].push_back(static_cast<int64_t>(p));
@@ -178,12 +187,15 @@ std::vector<int64_t> DataParallel::build_units(const ParamStore& params, model::
                                                const std::vector<size_t>& first_user,
                                                const std::vector<std::string>& own_unit) {
   std::vector<int64_t> unit_of_param(infos_.size(), -1);
-  auto alone = [&](const Param& p) { return std::find(own_unit.begin(), own_unit.end(), p.name) != own_unit.end(); };
+  auto alone = [&](const Param& p) {
+    return std::find(own_unit.begin(), own_unit.end(), p.name) != own_unit.end();
+  };
   auto end_of = [](const Param& p) { return p.offset + (p.value.numel() + 15) / 16 * 16; };
   for (size_t i = 0; i < model.layer_count(); ++i) {
     for (int expert = 0; expert < 2; ++expert) {
       auto member = [&](const Param& p) {
-        return first_user[p.index] == i && !alone(p) && (flags_[p.index] & LOOM_PARAM_EXPERT ? 1 : 0) == expert;
+        return first_user[p.index] == i && !alone(p) &&
+               (flags_[p.index] & LOOM_PARAM_EXPERT ? 1 : 0) == expert;
       };
       int64_t lo = INT64_MAX, hi = -1, inside = 0;
       for (const Param& p : params.all()) {
@@ -197,7 +209,8 @@ std::vector<int64_t> DataParallel::build_units(const ParamStore& params, model::
       }
       if (hi < 0) continue;
       if (inside != hi - lo)
-        throw RuntimeError("layer " + model.layer_name(i) + ": its " + (expert ? "expert" : "other") +
+        throw RuntimeError("layer " + model.layer_name(i) + ": its " +
+                           (expert ? "expert" : "other") +
                            " parameters are not contiguous in the flat buffer");
       for (const Param& p : params.all())
         if (member(p)) unit_of_param[p.index] = static_cast<int64_t>(units_.size());
@@ -208,7 +221,8 @@ std::vector<int64_t> DataParallel::build_units(const ParamStore& params, model::
   return unit_of_param;
 }
 
-void DataParallel::start_plugin(const plugins::SlotChoice& data, ParamStore& params, model::Model& model) {
+void DataParallel::start_plugin(const plugins::SlotChoice& data, ParamStore& params,
+                                model::Model& model) {
   const bool ep = world_->mesh().ep > 1;
   loom_data_context ctx{};
   ctx.v = LOOM_VERSION_OF(loom_data_context);
@@ -230,8 +244,9 @@ void DataParallel::start_plugin(const plugins::SlotChoice& data, ParamStore& par
   if (!sharded_) return;
   stage_ = sharded_->stage(data_->self());
   if (stage_ < 1 || stage_ > 3)
-    throw RuntimeError("[plugins] data = \"" + std::string(data.found.desc->name) + "\" is a sharded data plugin whose stage() is " +
-                       std::to_string(stage_) + "; a sharded plugin's stage is 1, 2 or 3");
+    throw RuntimeError("[plugins] data = \"" + std::string(data.found.desc->name) +
+                       "\" is a sharded data plugin whose stage() is " + std::to_string(stage_) +
+                       "; a sharded plugin's stage is 1, 2 or 3");
 }
 
 DataParallel::~DataParallel() = default;
@@ -246,7 +261,8 @@ std::pair<double, double> DataParallel::sum_squares(int which) {
 
 void DataParallel::step(const loom_adamw& hp) {
   loom_error e;
-  check(sharded_->step(data_->self(), &hp, &e), e, "rank " + std::to_string(world_->env().rank) + ": data plugin step");
+  check(sharded_->step(data_->self(), &hp, &e), e,
+        "rank " + std::to_string(world_->env().rank) + ": data plugin step");
 }
 
 std::vector<loom_shard_piece> DataParallel::shard_pieces() {
@@ -254,7 +270,8 @@ std::vector<loom_shard_piece> DataParallel::shard_pieces() {
   loom_error e;
   check(sharded_->shard_pieces(data_->self(), nullptr, 0, &n, &e), e, "data plugin shard_pieces");
   std::vector<loom_shard_piece> out(n);
-  check(sharded_->shard_pieces(data_->self(), out.data(), n, &n, &e), e, "data plugin shard_pieces");
+  check(sharded_->shard_pieces(data_->self(), out.data(), n, &n, &e), e,
+        "data plugin shard_pieces");
   return out;
 }
 
@@ -263,23 +280,23 @@ void DataParallel::pieces_loaded() {
   check(sharded_->pieces_loaded(data_->self(), &e), e, "data plugin pieces_loaded");
 }
 
-bool DataParallel::has_state() const {
-  return table_->save_state && table_->load_state;
-}
+bool DataParallel::has_state() const { return table_->save_state && table_->load_state; }
 
 std::string DataParallel::save_state() {
   loom_error e;
   size_t n = 0;
   check(table_->save_state(data_->self(), nullptr, 0, &n, &e), e, "data plugin save_state");
   std::string bytes(n, '\0');
-  if (n > 0) check(table_->save_state(data_->self(), bytes.data(), n, &n, &e), e, "data plugin save_state");
+  if (n > 0)
+    check(table_->save_state(data_->self(), bytes.data(), n, &n, &e), e, "data plugin save_state");
   bytes.resize(n);
   return bytes;
 }
 
 void DataParallel::load_state(const std::string& bytes) {
   loom_error e;
-  check(table_->load_state(data_->self(), bytes.data(), bytes.size(), &e), e, "data plugin load_state");
+  check(table_->load_state(data_->self(), bytes.data(), bytes.size(), &e), e,
+        "data plugin load_state");
 }
 
 std::vector<int64_t> DataParallel::accounting() {
@@ -331,20 +348,23 @@ std::vector<int> DataParallel::odd_replicas(const ParamStore& params) {
 // (the same offsets, so the same sum for the same values).
 double DataParallel::checksum(const ParamStore& params, bool dense_only) {
   auto add = [](double& sum, const float* v, int64_t offset, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(v[i]) * static_cast<double>((offset + i) % 9973 + 1);
+    for (int64_t i = 0; i < n; ++i)
+      sum += static_cast<double>(v[i]) * static_cast<double>((offset + i) % 9973 + 1);
   };
   double sum = 0;
   if (!sharded()) {
     const std::vector<float> values = to_host(params.value_buffer());
     for (const Param& p : params.all())
-      if (!dense_only || !p.ep_sharded()) add(sum, values.data() + p.offset, p.offset, p.value.numel());
+      if (!dense_only || !p.ep_sharded())
+        add(sum, values.data() + p.offset, p.offset, p.value.numel());
     return sum;
   }
   std::vector<float> host;
   for (size_t u = 0; u < units_.size(); ++u) {
     if (dense_only && expert_unit_[u]) continue;
     host.resize(static_cast<size_t>(units_[u].numel));
-    with_unit_values(static_cast<int64_t>(u), [&](float* v) { copy_bytes(host.data(), v, 4 * host.size()); });
+    with_unit_values(static_cast<int64_t>(u),
+                     [&](float* v) { copy_bytes(host.data(), v, 4 * host.size()); });
     add(sum, host.data(), units_[u].offset, units_[u].numel);
   }
   return sum;
@@ -383,7 +403,8 @@ std::vector<int> DataParallel::odd_in(dist::Communicator& group, double checksum
     if (same > best) best = same, majority = all[2 * r];
   }
   std::vector<int> odd;
-  const bool tie = 2 * best <= static_cast<size_t>(group.size()) && best < static_cast<size_t>(group.size());
+  const bool tie =
+      2 * best <= static_cast<size_t>(group.size()) && best < static_cast<size_t>(group.size());
   for (int r = 0; r < group.size(); ++r)
     if (tie || all[2 * r] != majority) odd.push_back(static_cast<int>(all[2 * r + 1]));
   return odd;
@@ -391,14 +412,16 @@ std::vector<int> DataParallel::odd_in(dist::Communicator& group, double checksum
 
 std::string describe_ranks(const std::vector<int>& ranks) {
   std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? (i + 1 == ranks.size() ? " and " : ", ") : "") + std::to_string(ranks[i]);
+  for (size_t i = 0; i < ranks.size(); ++i)
+    s += (i ? (i + 1 == ranks.size() ? " and " : ", ") : "") + std::to_string(ranks[i]);
   return s;
 }
 
 void DataParallel::check_identical(const ParamStore& params, const std::string& when) {
   std::vector<int> odd = odd_replicas(params);
   if (!odd.empty())
-    throw RuntimeError("data-parallel replicas' parameters differ " + when + ": " + describe_ranks(odd) +
+    throw RuntimeError("data-parallel replicas' parameters differ " + when + ": " +
+                       describe_ranks(odd) +
                        (odd.size() == 1 ? " differs from the other replicas" : " disagree"));
 }
 

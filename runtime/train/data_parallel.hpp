@@ -86,7 +86,8 @@ class DataParallel {
   void describe_params(const ParamStore& params, bool ep);
   void find_final_layers(model::Model& model, std::vector<size_t>& first_user);
   std::vector<int64_t> build_units(const ParamStore& params, model::Model& model,
-                                   const std::vector<size_t>& first_user, const std::vector<std::string>& own_unit);
+                                   const std::vector<size_t>& first_user,
+                                   const std::vector<std::string>& own_unit);
   void start_plugin(const plugins::SlotChoice& data, ParamStore& params, model::Model& model);
   dist::CommWorld* world_;
   std::unique_ptr<plugins::Instance> data_;

@@ -10,7 +10,8 @@
 
 namespace loom::train {
 
-FaultInjector::FaultInjector(const Faults& faults, int rank, int64_t vocab, const ParamStore& params)
+FaultInjector::FaultInjector(const Faults& faults, int rank, int64_t vocab,
+                             const ParamStore& params)
     : f_(faults), rank_(rank), vocab_(vocab) {
   if (f_.nan_grad_step <= 0) return;
   std::vector<std::string> names;
@@ -18,8 +19,8 @@ FaultInjector::FaultInjector(const Faults& faults, int rank, int64_t vocab, cons
     if (p.name == f_.nan_grad_param) return;
     names.push_back(p.name);
   }
-  throw ConfigError("[faults] nan_grad_param = \"" + f_.nan_grad_param + "\" is not a parameter of this model" +
-                    did_you_mean(f_.nan_grad_param, names));
+  throw ConfigError("[faults] nan_grad_param = \"" + f_.nan_grad_param +
+                    "\" is not a parameter of this model" + did_you_mean(f_.nan_grad_param, names));
 }
 
 void FaultInjector::read_batch(int64_t step, int32_t* targets, int64_t n) const {
@@ -42,7 +43,8 @@ void FaultInjector::after_update(int64_t step, Optimizer& optimizer) const {
 }
 
 void FaultInjector::step_end(double step_seconds) const {
-  if (f_.slow_step > 0) std::this_thread::sleep_for(std::chrono::duration<double>(f_.slow_step * step_seconds));
+  if (f_.slow_step > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(f_.slow_step * step_seconds));
 }
 
 }  // namespace loom::train

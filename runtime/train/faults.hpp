@@ -3,7 +3,8 @@
 //   read_batch        bad_batch_step     the batch's targets scrambled (a spike to catch)
 //   loss_gradient     inf_loss_*         an infinite loss gradient on one rank (fp16 skips)
 //   gradients_final   nan_grad_*         a NaN in one parameter's gradient: after the data slot's
-//                                        reduction (ddp), or before a ZeRO plugin reduce-scatters it
+//                                        reduction (ddp), or before a ZeRO plugin reduce-scatters
+//                                        it
 //   after_update      perturb_*          one rank's parameters nudged off their replicas
 //   step_end          slow_step          every step sleeps a share of its own time
 // (ckpt_write_error_step is the checkpointer's: a writer failure at that step's save.)
@@ -19,7 +20,6 @@
 namespace loom::train {
 
 class Optimizer;
-
 
 class FaultInjector {
  public:

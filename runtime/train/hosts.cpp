@@ -20,18 +20,24 @@ Hosts gather_hosts(dist::CommWorld& world, const dist::InterfaceChoice& nic) {
   mine.resize(kWords * 8 - 1);
   std::vector<double> in(kWords), all(static_cast<size_t>(kWords) * n);
   std::memcpy(in.data(), mine.c_str(), mine.size() + 1);
-  world.world().all_gather(flat_view(in.data(), LOOM_F64, kWords), flat_view(all.data(), LOOM_F64, kWords * n));
+  world.world().all_gather(flat_view(in.data(), LOOM_F64, kWords),
+                           flat_view(all.data(), LOOM_F64, kWords * n));
   std::vector<std::string> said(n);
-  for (int r = 0; r < n; ++r) said[r] = reinterpret_cast<const char*>(all.data() + static_cast<size_t>(r) * kWords);
+  for (int r = 0; r < n; ++r)
+    said[r] = reinterpret_cast<const char*>(all.data() + static_cast<size_t>(r) * kWords);
   Hosts out;
   // Consecutive ranks on one host read as a range, the way launchers place them.
   for (int first = 0, end; first < n; first = end) {
     for (end = first + 1; end < n && said[end] == said[first];) ++end;
     const size_t t1 = said[first].find('\t'), t2 = said[first].find('\t', t1 + 1);
-    const std::string name = said[first].substr(0, t1), iface = said[first].substr(t1 + 1, t2 - t1 - 1),
+    const std::string name = said[first].substr(0, t1),
+                      iface = said[first].substr(t1 + 1, t2 - t1 - 1),
                       address = said[first].substr(t2 + 1);
-    const std::string ranks = "rank" + (end - 1 > first ? "s " + std::to_string(first) + "-" : " ") + std::to_string(end - 1);
-    out.line += (out.line.empty() ? "" : "; ") + name + " (" + iface + (address.empty() ? "" : " " + address) + "): " + ranks;
+    const std::string ranks = "rank" +
+                              (end - 1 > first ? "s " + std::to_string(first) + "-" : " ") +
+                              std::to_string(end - 1);
+    out.line += (out.line.empty() ? "" : "; ") + name + " (" + iface +
+                (address.empty() ? "" : " " + address) + "): " + ranks;
     dist::remember_address(address, name + ": " + ranks);
     for (int r = first; r < end; ++r) out.of_rank.push_back(name);
   }
@@ -65,7 +71,8 @@ std::vector<Link> probe_links(dist::CommWorld& world, const Hosts& hosts) {
         w.wait(w.send(t, 0, kTag));
       }
     }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (w.rank() == 0) links.push_back({host, 2.0 * kRounds * kFloats * 4 / s / 1e6});
   }
   return links;
@@ -81,12 +88,14 @@ std::string describe_links(const std::vector<Link>& links) {
   return out;
 }
 
-void write_links(const std::filesystem::path& run_dir, const std::string& rank0_host, const std::vector<Link>& links) {
+void write_links(const std::filesystem::path& run_dir, const std::string& rank0_host,
+                 const std::vector<Link>& links) {
   std::string out = "{\"to\": " + json_quote(rank0_host) + ", \"links\": [";
   char mbs[32];
   for (size_t i = 0; i < links.size(); ++i) {
     std::snprintf(mbs, sizeof mbs, "%.3f", links[i].mb_per_s);
-    out += std::string(i ? ", " : "") + "{\"host\": " + json_quote(links[i].host) + ", \"mb_per_s\": " + mbs + "}";
+    out += std::string(i ? ", " : "") + "{\"host\": " + json_quote(links[i].host) +
+           ", \"mb_per_s\": " + mbs + "}";
   }
   write_checked(run_dir / "links.json", out + "]}\n");
 }

@@ -13,7 +13,7 @@
 namespace loom::train {
 
 struct Hosts {
-  std::string line;                // "node0 (eth0 10.1.0.1): ranks 0-1; node1 (eth0 10.1.0.2): ranks 2-3"
+  std::string line;  // "node0 (eth0 10.1.0.1): ranks 0-1; node1 (eth0 10.1.0.2): ranks 2-3"
   std::vector<std::string> of_rank;  // each rank's host name
 };
 
@@ -32,6 +32,7 @@ std::vector<Link> probe_links(dist::CommWorld& world, const Hosts& hosts);
 
 // "node1 11.2 MB/s, node2 940.0 MB/s" and links.json's text.
 std::string describe_links(const std::vector<Link>& links);
-void write_links(const std::filesystem::path& run_dir, const std::string& rank0_host, const std::vector<Link>& links);
+void write_links(const std::filesystem::path& run_dir, const std::string& rank0_host,
+                 const std::vector<Link>& links);
 
 }  // namespace loom::train

@@ -1,10 +1,10 @@
 #include "train/layout_rules.hpp"
 
 #include "core/errors.hpp"
-#include "loader/host.hpp"
-#include "ops/ops.hpp"
 #include "distributed/parallel_settings.hpp"
+#include "loader/host.hpp"
 #include "loader/plugin_settings.hpp"
+#include "ops/ops.hpp"
 #include "train/pipeline.hpp"
 #include "train/settings.hpp"
 
@@ -17,14 +17,22 @@ std::string str(int64_t v) { return std::to_string(v); }
 // Every degree above 1 needs the plugin of its slot (default_plugins fills them for a job).
 std::string missing_slot(const LayoutFacts& f) {
   const dist::MeshShape& m = f.mesh;
-  if (m.world() > 1 && f.comm.empty()) return "a run over " + str(m.world()) + " ranks needs [plugins] comm";
-  if (m.data_ranks() > 1 && f.data.empty()) return m.describe() + " needs [plugins] data (e.g. \"ddp\")";
+  if (m.world() > 1 && f.comm.empty())
+    return "a run over " + str(m.world()) + " ranks needs [plugins] comm";
+  if (m.data_ranks() > 1 && f.data.empty())
+    return m.describe() + " needs [plugins] data (e.g. \"ddp\")";
   if (!f.sequence.empty() && m.tp == 1)
-    return "[plugins] sequence = \"" + f.sequence + "\" needs [parallel] tp > 1: sequence parallelism splits rows over the tp group";
-  if (m.tp > 1 && f.tensor.empty()) return "[parallel] tp = " + str(m.tp) + " needs [plugins] tensor (e.g. \"tp\")";
-  if (m.pp > 1 && f.pipeline.empty()) return "[parallel] pp = " + str(m.pp) + " needs [plugins] pipeline (gpipe, 1f1b or interleaved)";
-  if (m.cp > 1 && f.context.empty()) return "[parallel] cp = " + str(m.cp) + " needs [plugins] context (e.g. \"cp\")";
-  if (m.ep > 1 && f.expert.empty()) return "[parallel] ep = " + str(m.ep) + " needs [plugins] expert (e.g. \"ep\")";
+    return "[plugins] sequence = \"" + f.sequence +
+           "\" needs [parallel] tp > 1: sequence parallelism splits rows over the tp group";
+  if (m.tp > 1 && f.tensor.empty())
+    return "[parallel] tp = " + str(m.tp) + " needs [plugins] tensor (e.g. \"tp\")";
+  if (m.pp > 1 && f.pipeline.empty())
+    return "[parallel] pp = " + str(m.pp) +
+           " needs [plugins] pipeline (gpipe, 1f1b or interleaved)";
+  if (m.cp > 1 && f.context.empty())
+    return "[parallel] cp = " + str(m.cp) + " needs [plugins] context (e.g. \"cp\")";
+  if (m.ep > 1 && f.expert.empty())
+    return "[parallel] ep = " + str(m.ep) + " needs [plugins] expert (e.g. \"ep\")";
   return "";
 }
 
@@ -34,9 +42,11 @@ std::string model_split(const LayoutFacts& f) {
   const model::Config& mc = *f.model;
   const dist::MeshShape& m = f.mesh;
   if (m.ep > 1 && mc.moe.experts == 0)
-    return "[parallel] ep = " + str(m.ep) + " needs a mixture-of-experts model: set [model.moe] experts (a multiple of ep)";
+    return "[parallel] ep = " + str(m.ep) +
+           " needs a mixture-of-experts model: set [model.moe] experts (a multiple of ep)";
   if (m.ep > 1 && mc.moe.experts % m.ep != 0)
-    return "[model.moe] experts = " + str(mc.moe.experts) + " is not a multiple of [parallel] ep = " + str(m.ep) +
+    return "[model.moe] experts = " + str(mc.moe.experts) +
+           " is not a multiple of [parallel] ep = " + str(m.ep) +
            ": every ep rank holds the same number of experts";
   const std::string by_tp = " is not divisible by [parallel] tp = " + str(m.tp);
   if (mc.n_head % m.tp != 0) return "[model] n_head = " + str(mc.n_head) + by_tp;
@@ -45,15 +55,19 @@ std::string model_split(const LayoutFacts& f) {
            ": each tp rank holds whole key/value heads (use tp <= n_kv_head, a divisor of it)";
   if (mc.d_ff % m.tp != 0) return "[model] d_ff = " + str(mc.d_ff) + by_tp;
   const bool sp = !f.sequence.empty() && m.tp > 1;
-  if (sp && mc.seq_len % m.tp != 0) return "[model] seq_len = " + str(mc.seq_len) + by_tp + " (sequence parallelism splits it)";
+  if (sp && mc.seq_len % m.tp != 0)
+    return "[model] seq_len = " + str(mc.seq_len) + by_tp + " (sequence parallelism splits it)";
   // Under tp every tp rank runs the MoE layers on the same full rows (experts replicated over
   // tp); sequence parallelism would split the rows, and with them the routing.
   if (sp && mc.moe.experts > 0)
-    return "[model.moe] experts = " + str(mc.moe.experts) + " with [plugins] sequence: Loom replicates experts over tp, "
-           "so every tp rank routes the same full rows, and sequence parallelism splits exactly those rows over the "
+    return "[model.moe] experts = " + str(mc.moe.experts) +
+           " with [plugins] sequence: Loom replicates experts over tp, "
+           "so every tp rank routes the same full rows, and sequence parallelism splits exactly "
+           "those rows over the "
            "tp ranks; use tp without sp for a MoE model";
   if (m.cp > 1 && mc.seq_len % m.cp != 0)
-    return "[model] seq_len = " + str(mc.seq_len) + " is not a multiple of [parallel] cp = " + str(m.cp) +
+    return "[model] seq_len = " + str(mc.seq_len) +
+           " is not a multiple of [parallel] cp = " + str(m.cp) +
            ": each cp rank holds an equal part of every sequence";
   return "";
 }
@@ -63,25 +77,35 @@ std::string model_split(const LayoutFacts& f) {
 std::string plugin_support(const LayoutFacts& f) {
   const dist::MeshShape& m = f.mesh;
   if ((m.cp > 1 || m.pp > 1) && !f.comm_p2p) {
-    const std::string degree = m.cp > 1 ? "[parallel] cp = " + str(m.cp) : "[parallel] pp = " + str(m.pp);
+    const std::string degree =
+        m.cp > 1 ? "[parallel] cp = " + str(m.cp) : "[parallel] pp = " + str(m.pp);
     if (f.comm_send)
-      return "[plugins] comm = \"" + f.comm + "\" has send and recv but does not declare LOOM_COMM_P2P" +
-             f.comm_declared + ", and " + degree + " needs point-to-point transfers; use gloo, mpi or nccl";
+      return "[plugins] comm = \"" + f.comm +
+             "\" has send and recv but does not declare LOOM_COMM_P2P" + f.comm_declared +
+             ", and " + degree + " needs point-to-point transfers; use gloo, mpi or nccl";
     return degree + " needs a comm backend with send and recv, which [plugins] comm = \"" + f.comm +
            "\" does not offer; use gloo, mpi or nccl";
   }
   if (m.data_ranks() == 1) return "";  // no data plugin runs
   const std::string who = "[plugins] data = \"" + f.data + "\"";
   if (m.ep > 1 && !(f.data_caps & LOOM_DATA_EXPERTS))
-    return who + " does not declare LOOM_DATA_EXPERTS" + f.data_declared + ", and [parallel] ep = " + str(m.ep) +
-           " needs it: expert gradients are reduced over another group than the rest. Use ddp or zero1-3, or "
+    return who + " does not declare LOOM_DATA_EXPERTS" + f.data_declared +
+           ", and [parallel] ep = " + str(m.ep) +
+           " needs it: expert gradients are reduced over another group than the rest. Use ddp or "
+           "zero1-3, or "
            "declare it once the plugin handles expert_dp";
   if (m.pp > 1 && !(f.data_caps & LOOM_DATA_PIPELINE))
-    return who + " does not declare LOOM_DATA_PIPELINE" + f.data_declared + ", and [parallel] pp = " + str(m.pp) +
-           " needs it: each stage holds only its own parameters, and a mirrored tied embedding must stay out of the norms";
-  if ((f.data_caps & LOOM_DATA_SHARDED) && !(f.data_caps & LOOM_DATA_DEVICE) && !f.device_host_memory)
-    return who + " does not declare LOOM_DATA_DEVICE" + f.data_declared + ", so its shards may be host memory, which "
-           "the kernels of a device the host cannot reach ([run] device = \"" + f.device + "\") cannot read; use "
+    return who + " does not declare LOOM_DATA_PIPELINE" + f.data_declared +
+           ", and [parallel] pp = " + str(m.pp) +
+           " needs it: each stage holds only its own parameters, and a mirrored tied embedding "
+           "must stay out of the norms";
+  if ((f.data_caps & LOOM_DATA_SHARDED) && !(f.data_caps & LOOM_DATA_DEVICE) &&
+      !f.device_host_memory)
+    return who + " does not declare LOOM_DATA_DEVICE" + f.data_declared +
+           ", so its shards may be host memory, which "
+           "the kernels of a device the host cannot reach ([run] device = \"" +
+           f.device +
+           "\") cannot read; use "
            "zero1-3 or ddp";
   return "";
 }
@@ -96,7 +120,8 @@ std::string group_split(const LayoutFacts& f) {
 std::string batch_split(const LayoutFacts& f) {
   const int64_t data = int64_t(f.mesh.dp) * f.mesh.ep;
   const std::string over = f.mesh.ep > 1 ? "dp x ep = " + str(data) : "dp = " + str(data);
-  if (f.global_batch % data != 0) return "[train] global_batch = " + str(f.global_batch) + " is not a multiple of " + over;
+  if (f.global_batch % data != 0)
+    return "[train] global_batch = " + str(f.global_batch) + " is not a multiple of " + over;
   const int64_t local = f.global_batch / data;
   if (f.micro_batch > 0 && local % f.micro_batch != 0)
     return "[train] global_batch = " + str(f.global_batch) + " over " + over + " is " + str(local) +
@@ -107,15 +132,16 @@ std::string batch_split(const LayoutFacts& f) {
 // A memory cap is for a device's memory; the host heap has none.
 std::string device_settings(const LayoutFacts& f) {
   if (f.device_memory > 0 && f.device_host_memory)
-    return "[run] device_memory_mib caps a device's memory (strict, cuda); with [run] device = \"" + f.device +
-           "\" tensors live on the host heap: remove it or set it to 0";
+    return "[run] device_memory_mib caps a device's memory (strict, cuda); with [run] device = \"" +
+           f.device + "\" tensors live on the host heap: remove it or set it to 0";
   return "";
 }
 
 }  // namespace
 
 std::string layout_problem(const LayoutFacts& f) {
-  for (auto rule : {device_settings, missing_slot, model_split, plugin_support, group_split, batch_split}) {
+  for (auto rule :
+       {device_settings, missing_slot, model_split, plugin_support, group_split, batch_split}) {
     std::string why = rule(f);
     if (!why.empty()) return why;
   }
@@ -138,8 +164,8 @@ void data_facts(LayoutFacts& f, const loom_plugin* data) {
   f.data_declared = plugins::declared_note(data);
 }
 
-LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh,
-                     const model::Config& mc) {
+LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& selection,
+                     const dist::MeshShape& mesh, const model::Config& mc) {
   LayoutFacts f;
   f.model = &mc;
   f.mesh = mesh;
@@ -162,8 +188,8 @@ LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& select
   return f;
 }
 
-Settings settle_layout(const config::Config& cfg, const plugins::Selection& selection, const model::Config& mc,
-                       const dist::MeshShape& mesh) {
+Settings settle_layout(const config::Config& cfg, const plugins::Selection& selection,
+                       const model::Config& mc, const dist::MeshShape& mesh) {
   const std::string problem = layout_problem(facts_of(cfg, selection, mesh, mc));
   if (!problem.empty()) throw ConfigError(problem);
   Settings s = read_settings(cfg);
@@ -173,7 +199,8 @@ Settings settle_layout(const config::Config& cfg, const plugins::Selection& sele
   return s;
 }
 
-void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh) {
+void check_layout(const config::Config& cfg, const plugins::Selection& selection,
+                  const dist::MeshShape& mesh) {
   const model::Config mc = model::from_config(cfg);
   const Settings s = settle_layout(cfg, selection, mc, mesh);
   if (mesh.pp > 1) plan_pipeline(cfg, selection, mc, mesh.pp, static_cast<int>(s.accum));

@@ -26,15 +26,16 @@ struct LayoutFacts {
   int64_t global_batch = 0;
   int64_t micro_batch = 0;  // 0 = the whole per-rank batch
   std::string device = "cpu";
-  bool device_host_memory = true;  // host code reaches the device's memory (ops::declared_host_reachable)
-  int64_t device_memory = 0;       // [run] device_memory_mib, in bytes (0: no cap)
+  bool device_host_memory =
+      true;  // host code reaches the device's memory (ops::declared_host_reachable)
+  int64_t device_memory = 0;  // [run] device_memory_mib, in bytes (0: no cap)
   // The plugin filling each slot ("" = none).
   std::string comm, data, tensor, sequence, context, expert, pipeline;
-  bool comm_p2p = true;        // the comm plugin has send and recv and declares LOOM_COMM_P2P
-  bool comm_send = true;       // its table has send and recv, declared or not
-  std::string comm_declared;   // plugins::declared_note of the comm plugin
-  uint64_t data_caps = 0;      // the data plugin's LOOM_DATA_* capabilities
-  std::string data_declared;   // plugins::declared_note of the data plugin
+  bool comm_p2p = true;       // the comm plugin has send and recv and declares LOOM_COMM_P2P
+  bool comm_send = true;      // its table has send and recv, declared or not
+  std::string comm_declared;  // plugins::declared_note of the comm plugin
+  uint64_t data_caps = 0;     // the data plugin's LOOM_DATA_* capabilities
+  std::string data_declared;  // plugins::declared_note of the data plugin
   std::vector<dist::NodeGroup> groups;  // [parallel] groups, in node order
   int nproc = 1;                        // ranks per node
 };
@@ -43,8 +44,8 @@ struct LayoutFacts {
 std::string layout_problem(const LayoutFacts& f);
 
 // The facts of a resolved config (after default_plugins), as a run on `mesh` sees them.
-LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh,
-                     const model::Config& mc);
+LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& selection,
+                     const dist::MeshShape& mesh, const model::Config& mc);
 
 // A plugin's facts for the slots that have some: whether a comm plugin declares send and recv, and
 // a data plugin's capabilities with their note. For the planner, which has descriptors, not a
@@ -55,11 +56,12 @@ void data_facts(LayoutFacts& f, const loom_plugin* data);
 // The [train] settings once the layout passed layout_problem, with micro_batch (0 = the whole
 // per-rank batch) and accum filled in. check_layout adds the pipeline plan; a Run plans it with
 // its model.
-Settings settle_layout(const config::Config& cfg, const plugins::Selection& selection, const model::Config& mc,
-                       const dist::MeshShape& mesh);
+Settings settle_layout(const config::Config& cfg, const plugins::Selection& selection,
+                       const model::Config& mc, const dist::MeshShape& mesh);
 
 // What every rank would refuse, checked once by the local launcher before it starts them: the
 // batch split over dp and micro-batches, and the pipeline schedule and layer split.
-void check_layout(const config::Config& cfg, const plugins::Selection& selection, const dist::MeshShape& mesh);
+void check_layout(const config::Config& cfg, const plugins::Selection& selection,
+                  const dist::MeshShape& mesh);
 
 }  // namespace loom::train

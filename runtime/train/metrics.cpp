@@ -1,7 +1,5 @@
 #include "train/metrics.hpp"
 
-#include "report/tensorboard.hpp"
-
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +8,7 @@
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "core/json.hpp"
+#include "report/tensorboard.hpp"
 
 namespace loom::train {
 
@@ -25,9 +24,12 @@ Memory process_memory() {
   return m;
 }
 
-MetricsLog::MetricsLog(const std::filesystem::path& file, bool append, const std::filesystem::path& tensorboard)
+MetricsLog::MetricsLog(const std::filesystem::path& file, bool append,
+                       const std::filesystem::path& tensorboard)
     : file_(file), out_(file, append ? std::ios::app : std::ios::trunc) {
-  if (!out_) throw RuntimeError("cannot write metrics file '" + file.string() + "': " + std::strerror(errno));
+  if (!out_)
+    throw RuntimeError("cannot write metrics file '" + file.string() +
+                       "': " + std::strerror(errno));
   if (!tensorboard.empty()) tensorboard_ = std::make_unique<report::TensorBoardWriter>(tensorboard);
 }
 
@@ -41,11 +43,14 @@ void MetricsLog::write(const std::vector<std::pair<std::string, double>>& fields
   errno = 0;
   out_ << line << "}\n";
   out_.flush();
-  if (!out_) throw RuntimeError("writing '" + file_.string() + "' failed: " + (errno ? std::strerror(errno) : "I/O error"));
+  if (!out_)
+    throw RuntimeError("writing '" + file_.string() +
+                       "' failed: " + (errno ? std::strerror(errno) : "I/O error"));
   if (tensorboard_) tensorboard_->write(fields);
 }
 
-int64_t drop_rows_from(const std::filesystem::path& file, int64_t first_step, const std::filesystem::path& superseded) {
+int64_t drop_rows_from(const std::filesystem::path& file, int64_t first_step,
+                       const std::filesystem::path& superseded) {
   std::error_code ec;
   if (!std::filesystem::exists(file, ec)) return 0;
   const std::string text = read_file(file, "metrics file");
@@ -64,7 +69,8 @@ int64_t drop_rows_from(const std::filesystem::path& file, int64_t first_step, co
       ++dropped, moved += line + "\n";
   }
   if (dropped == 0) return 0;
-  std::ofstream out(superseded, std::ios::app);  // first: a failure below leaves both copies, never none
+  std::ofstream out(superseded,
+                    std::ios::app);  // first: a failure below leaves both copies, never none
   out << moved;
   out.flush();
   if (!out) throw RuntimeError("cannot write '" + superseded.string() + "'" + os_reason());
@@ -79,12 +85,15 @@ std::string eta_suffix(double elapsed_s, int64_t done, int64_t left) {
   const auto s = static_cast<int64_t>(eta + 0.5);
   char b[48];
   if (s >= 3600)
-    std::snprintf(b, sizeof b, " | eta %lldh%02lldm", (long long)(s / 3600), (long long)(s / 60 % 60));
+    std::snprintf(b, sizeof b, " | eta %lldh%02lldm", (long long)(s / 3600),
+                  (long long)(s / 60 % 60));
   else
     std::snprintf(b, sizeof b, " | eta %lldm%02llds", (long long)(s / 60), (long long)(s % 60));
   return b;
 }
 
-void write_checked(const std::filesystem::path& file, const std::string& text) { write_file(file, text, "file"); }
+void write_checked(const std::filesystem::path& file, const std::string& text) {
+  write_file(file, text, "file");
+}
 
 }  // namespace loom::train

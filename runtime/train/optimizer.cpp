@@ -2,7 +2,8 @@
 
 namespace loom::train {
 
-Optimizer::Optimizer(ParamStore& params, TensorSlots& slots, DataParallel* dp, const loom_ops* ops, AdamW hp)
+Optimizer::Optimizer(ParamStore& params, TensorSlots& slots, DataParallel* dp, const loom_ops* ops,
+                     AdamW hp)
     : params_(params), slots_(slots), dp_(dp), ops_(ops), hp_(hp) {
   TensorPurpose purpose("AdamW's moments (m, v)");
   if (!sharded()) m_ = Tensor::zeros({params.numel()}), v_ = Tensor::zeros({params.numel()});
@@ -27,7 +28,8 @@ void Optimizer::apply(double lr, double grad_norm, double carried_scale) {
   double factor = 1.0 / carried_scale;
   if (hp_.grad_clip > 0 && grad_norm > hp_.grad_clip) factor *= hp_.grad_clip / grad_norm;
   ++applied_;
-  if (sharded()) return dp_->step({lr, hp_.beta1, hp_.beta2, hp_.eps, hp_.weight_decay, factor, applied_});
+  if (sharded())
+    return dp_->step({lr, hp_.beta1, hp_.beta2, hp_.eps, hp_.weight_decay, factor, applied_});
   if (factor != 1.0) ops_->scale(params_.grads(), static_cast<float>(factor), params_.numel());
   // Every tensor in one call (one launch on a GPU).
   std::vector<float*> value, m, v;
@@ -39,8 +41,9 @@ void Optimizer::apply(double lr, double grad_norm, double carried_scale) {
     m.push_back(m_.f32() + p.offset), v.push_back(v_.f32() + p.offset);
     numel.push_back(p.value.numel()), decay.push_back(p.weight_decay ? hp_.weight_decay : 0.f);
   }
-  ops_->adamw_multi(static_cast<int64_t>(value.size()), value.data(), grad.data(), m.data(), v.data(), numel.data(),
-                    decay.data(), static_cast<float>(lr), hp_.beta1, hp_.beta2, hp_.eps, applied_);
+  ops_->adamw_multi(static_cast<int64_t>(value.size()), value.data(), grad.data(), m.data(),
+                    v.data(), numel.data(), decay.data(), static_cast<float>(lr), hp_.beta1,
+                    hp_.beta2, hp_.eps, applied_);
 }
 
 std::vector<int64_t> Optimizer::accounting() {
@@ -65,7 +68,8 @@ void Optimizer::perturb_replica(float delta) {
 ckpt::TrainingState Optimizer::checkpoint_state() {
   ckpt::TrainingState state;
   state.params = &params_, state.m = &m_, state.v = &v_, state.applied = &applied_;
-  if (sharded()) state.shards = {[this] { return dp_->shard_pieces(); }, [this] { dp_->pieces_loaded(); }};
+  if (sharded())
+    state.shards = {[this] { return dp_->shard_pieces(); }, [this] { dp_->pieces_loaded(); }};
   if (dp_ && dp_->has_state())
     state.plugin = {dp_->name(), [this] { return dp_->save_state(); },
                     [this](const std::string& s) { dp_->load_state(s); }};

@@ -25,7 +25,8 @@ struct AdamW {
 class Optimizer {
  public:
   // `dp` may be null (one data rank).
-  Optimizer(ParamStore& params, TensorSlots& slots, DataParallel* dp, const loom_ops* ops, AdamW hp);
+  Optimizer(ParamStore& params, TensorSlots& slots, DataParallel* dp, const loom_ops* ops,
+            AdamW hp);
 
   bool sharded() const { return dp_ && dp_->sharded(); }
   // Global norms of the gradients (still carrying the step's carried_scale) and the values.

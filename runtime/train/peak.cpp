@@ -61,9 +61,9 @@ Peak device_peak(const std::string& device, const std::string& dtype, int thread
     while (std::getline(in, line)) {
       size_t bar = line.rfind(" = ");
       if (bar != std::string::npos && line.substr(0, bar) == key)
-        return {std::stod(line.substr(bar + 3)),
-                "measured sgemm probe, " + std::to_string(threads) + " threads (cached in " +
-                    file.string() + ")"};
+        return {std::stod(line.substr(bar + 3)), "measured sgemm probe, " +
+                                                     std::to_string(threads) +
+                                                     " threads (cached in " + file.string() + ")"};
     }
   }
   double g = measure_sgemm_gflops(threads);

@@ -42,7 +42,8 @@ PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection
   out.kinds = layer_kinds(mc.n_layer);
   out.stage_of = out.plan->partition(out.kinds, layer_costs(mc), par.pp_layout);
   int32_t scatter = 0;  // a schedule without the option sends whole activations
-  out.scatter_gather = plugins::host().opt_bool(&opts, "scatter_gather", &scatter) == LOOM_OK && scatter;
+  out.scatter_gather =
+      plugins::host().opt_bool(&opts, "scatter_gather", &scatter) == LOOM_OK && scatter;
   return out;
 }
 
@@ -53,7 +54,8 @@ std::vector<int> PipelineLayout::layers_of(int rank, int stages) const {
   return layers;
 }
 
-Pipeline::Pipeline(PipelineLayout layout, dist::CommWorld& world, model::Model& model, int64_t max_rows)
+Pipeline::Pipeline(PipelineLayout layout, dist::CommWorld& world, model::Model& model,
+                   int64_t max_rows)
     : pp_(world.axis(dist::Axis::PP)),
       rank_(world.coord().pp),
       stages_(world.mesh().pp),
@@ -98,9 +100,9 @@ Pipeline::~Pipeline() {
 
 std::string Pipeline::describe() const {
   const auto& s = plan_->shape();
-  std::string out = plan_->name() + ", " + std::to_string(s.stages) + " stages x " + std::to_string(s.chunks) +
-                    (s.chunks == 1 ? " chunk" : " chunks") + ", " + std::to_string(s.microbatches) +
-                    " micro-batches: ";
+  std::string out = plan_->name() + ", " + std::to_string(s.stages) + " stages x " +
+                    std::to_string(s.chunks) + (s.chunks == 1 ? " chunk" : " chunks") + ", " +
+                    std::to_string(s.microbatches) + " micro-batches: ";
   for (size_t i = 0; i < kinds_.size(); ++i) {
     if (i > 0) out += stage_of_[i] != stage_of_[i - 1] ? " | " : " ";
     out += kinds_[i];
@@ -110,7 +112,8 @@ std::string Pipeline::describe() const {
 
 // Unique within a step for every message between two neighbours.
 int Pipeline::tag(bool backward, int sender_stage, int mb) const {
-  return ((backward ? plan_->virtual_stages() : 0) + sender_stage) * plan_->shape().microbatches + mb;
+  return ((backward ? plan_->virtual_stages() : 0) + sender_stage) * plan_->shape().microbatches +
+         mb;
 }
 
 // Under scatter/gather this tp rank sends its slice, rows [r n / tp, (r + 1) n / tp).
@@ -137,8 +140,11 @@ void Pipeline::exchange(const PipeExchange& x, int64_t rows) {
   pp_.group_start();
   for (size_t k : x.sends) {
     const Outgoing& o = outgoing_[k];
-    if (o.numel == 0) throw RuntimeError("pipeline: action " + std::to_string(k) + "'s output was due in an exchange before it ran");
-    pending_[o.buffer] = pp_.send(flat_view(send_bufs_[o.buffer].f32(), LOOM_F32, o.numel), o.peer, o.tag);
+    if (o.numel == 0)
+      throw RuntimeError("pipeline: action " + std::to_string(k) +
+                         "'s output was due in an exchange before it ran");
+    pending_[o.buffer] =
+        pp_.send(flat_view(send_bufs_[o.buffer].f32(), LOOM_F32, o.numel), o.peer, o.tag);
   }
   if (!eager_receives_)
     for (size_t k : x.recvs) post_receive(k, rows);
@@ -165,13 +171,14 @@ void Pipeline::take(Tensor& into, loom_work* incoming, const Tensor* inbox, int 
     inbox = &slice;
   }
   if (sliced(into.shape()[0]))  // the tp ranks' slices, in rank order, are the whole activation
-    tp_->all_gather(flat_view(const_cast<float*>(inbox->f32()), LOOM_F32, numel), flat_view(into.f32(), LOOM_F32, into.numel()));
+    tp_->all_gather(flat_view(const_cast<float*>(inbox->f32()), LOOM_F32, numel),
+                    flat_view(into.f32(), LOOM_F32, into.numel()));
   else
     copy_bytes(into.data(), inbox->data(), into.numel() * sizeof(float));
 }
 
-void Pipeline::run_forward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
-                           Trace* trace, const std::string& name) {
+void Pipeline::run_forward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming,
+                           Tensor* inbox, Trace* trace, const std::string& name) {
   const Chunk& ch = chunks_[chunk];
   const int64_t n = model_->api().local_rows(mb.rows());
   Tensor x = x_.rows(0, n);
@@ -194,8 +201,9 @@ void Pipeline::run_forward(const model::Microbatch& mb, int index, int chunk, lo
   }
 }
 
-void Pipeline::run_backward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
-                            Trace* trace, const std::string& name, const std::function<void(size_t)>& after_layer) {
+void Pipeline::run_backward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming,
+                            Tensor* inbox, Trace* trace, const std::string& name,
+                            const std::function<void(size_t)>& after_layer) {
   const Chunk& ch = chunks_[chunk];
   const int64_t n = model_->api().local_rows(mb.rows());
   Tensor dx = dx_.rows(0, n);
@@ -278,7 +286,8 @@ void Pipeline::start_step(int64_t B, int64_t T, int64_t rows) {
 }
 
 double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dloss,
-                            const std::function<void(size_t)>& after_layer, Trace* trace, PipeStepStats& stats) {
+                            const std::function<void(size_t)>& after_layer, Trace* trace,
+                            PipeStepStats& stats) {
   const auto& shape = plan_->shape();
   const int m = shape.microbatches;
   for (int i = 0; i < m; ++i) batch(i, tokens_[i].data(), targets_[i].data());
@@ -288,7 +297,8 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   std::vector<size_t> last_gradients(shape.chunks, 0);
   for (size_t k = 0; k < actions.size(); ++k) {
     const loom_pipe_action& a = actions[k];
-    if (a.op == LOOM_PIPE_WEIGHT || (a.op == LOOM_PIPE_BACKWARD && !plan_->split(rank_, a.microbatch, a.chunk)))
+    if (a.op == LOOM_PIPE_WEIGHT ||
+        (a.op == LOOM_PIPE_BACKWARD && !plan_->split(rank_, a.microbatch, a.chunk)))
       last_gradients[a.chunk] = k;
   }
   static const std::function<void(size_t)> none;
@@ -302,7 +312,8 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   } stop_deferring{deferring_};
   size_t next_exchange = 0;
   auto exchanges_before = [&](size_t k) {
-    for (; next_exchange < exchanges_.size() && exchanges_[next_exchange].before <= k; ++next_exchange)
+    for (; next_exchange < exchanges_.size() && exchanges_[next_exchange].before <= k;
+         ++next_exchange)
       exchange(exchanges_[next_exchange], rows);
   };
   for (size_t k = 0; k < actions.size(); ++k) {
@@ -324,7 +335,8 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
       run_forward(mb, a.microbatch, a.chunk, receives_[k], &recv_bufs_[k], trace, name);
       receives_[k] = nullptr;
     } else if (a.op == LOOM_PIPE_WEIGHT) {
-      run_weight(a.microbatch, a.chunk, trace, name, k == last_gradients[a.chunk] ? after_layer : none);
+      run_weight(a.microbatch, a.chunk, trace, name,
+                 k == last_gradients[a.chunk] ? after_layer : none);
     } else {
       model_->use_slot(slot, ch.first, ch.last);
       run_backward(mb, a.microbatch, a.chunk, receives_[k], &recv_bufs_[k], trace, name,
@@ -364,7 +376,8 @@ double Pipeline::evaluate(const BatchFn& batch, int n, int64_t B, int64_t T) {
   for (int i = 0; i < n; ++i) {
     batch(i, tokens_[0].data(), targets_[0].data());
     model::Microbatch mb{tokens_[0].data(), targets_[0].data(), B, T, 0.f};
-    for (int c = 0; c < plan_->shape().chunks; ++c) run_forward(mb, 0, c, nullptr, nullptr, nullptr, "");
+    for (int c = 0; c < plan_->shape().chunks; ++c)
+      run_forward(mb, 0, c, nullptr, nullptr, nullptr, "");
     finish_sends();
   }
   double loss = loss_;
@@ -381,20 +394,23 @@ std::vector<float> Pipeline::next_logits(const std::vector<int32_t>& ctx) {
   window.resize(std::min(model_->config().seq_len, (T + tp - 1) / tp * tp), 0);
   const model::Microbatch mb{window.data(), nullptr, 1, static_cast<int64_t>(window.size()), 0.f};
   model_->use_slot(0, 0, model_->layer_count());
-  for (int c = 0; c < plan_->shape().chunks; ++c) run_forward(mb, 0, c, nullptr, nullptr, nullptr, "");
+  for (int c = 0; c < plan_->shape().chunks; ++c)
+    run_forward(mb, 0, c, nullptr, nullptr, nullptr, "");
   finish_sends();
   std::vector<float> row(model_->config().vocab_size, 0.f);
   if (model_->has_head()) {
     std::vector<float> full = model_->api().logits_row(model_->logits(), T - 1);
     std::copy(full.begin(), full.begin() + static_cast<int64_t>(row.size()), row.begin());
   }
-  pp_.all_reduce(flat_view(row.data(), LOOM_F32, static_cast<int64_t>(row.size())), LOOM_REDUCE_SUM);
+  pp_.all_reduce(flat_view(row.data(), LOOM_F32, static_cast<int64_t>(row.size())),
+                 LOOM_REDUCE_SUM);
   return row;
 }
 
 void Pipeline::sync_tied(ParamStore& params, DataParallel* dp) {
   if (!model_->config().tied_embeddings) return;
-  const int last = stages_ - 1, sync_tag = 2 * plan_->virtual_stages() * plan_->shape().microbatches;
+  const int last = stages_ - 1,
+            sync_tag = 2 * plan_->virtual_stages() * plan_->shape().microbatches;
   if (rank_ != 0 && rank_ != last) return;
   Param& wte = params.get("wte");
   float* grad = nullptr;
@@ -413,7 +429,8 @@ void Pipeline::sync_tied(ParamStore& params, DataParallel* dp) {
   } else {  // the owner adds the mirror's and returns the same bits
     Tensor theirs = Tensor::empty({n});
     pp_.recv(flat_view(theirs.f32(), LOOM_F32, n), last, sync_tag);
-    model_->api().ops()->accumulate(grad, theirs.f32(), n);  // a kernel: on a device, grad is device memory
+    model_->api().ops()->accumulate(grad, theirs.f32(),
+                                    n);  // a kernel: on a device, grad is device memory
     pp_.wait(pp_.send(g, last, sync_tag + 1));
   }
 }

@@ -1,8 +1,8 @@
 // The pipeline slot as the trainer sees it: which layers this rank builds, and a step's schedule
 // run over the pp group. Activations go forward and their gradients backward by sends (not
 // waited for until the step's end) and receives issued in paired groups, the plan's exchanges,
-// in the order the plugin gave and the plan checked (parallel/pipeline_plan.hpp). Each micro-batch in flight
-// through a chunk keeps its activations in its own slot of that chunk's layers.
+// in the order the plugin gave and the plan checked (parallel/pipeline_plan.hpp). Each micro-batch
+// in flight through a chunk keeps its activations in its own slot of that chunk's layers.
 #pragma once
 
 #include <functional>
@@ -24,9 +24,9 @@ namespace loom::train {
 using BatchFn = std::function<void(int mb, int32_t* tokens, int32_t* targets)>;
 
 struct PipeStepStats {
-  double schedule_ms = 0;  // from the first action to the last send's completion
-  double busy_ms = 0;      // in forward and backward compute
-  int peak_in_flight = 0;  // micro-batch chunks holding activations at once, as run
+  double schedule_ms = 0;             // from the first action to the last send's completion
+  double busy_ms = 0;                 // in forward and backward compute
+  int peak_in_flight = 0;             // micro-batch chunks holding activations at once, as run
   int64_t peak_activation_bytes = 0;  // what those chunks kept for backward (and split backwards
                                       // for their weight halves), at the peak
   std::vector<double> stage_busy_ms;  // busy_ms of every pp stage, in stage order
@@ -37,8 +37,8 @@ struct PipeStepStats {
 // what every rank of the job computes alike.
 struct PipelineLayout {
   std::unique_ptr<PipelinePlan> plan;
-  std::string kinds;                // "E" + n_layer x "t" + "L"
-  std::vector<int32_t> stage_of;    // virtual stage of every layer
+  std::string kinds;              // "E" + n_layer x "t" + "L"
+  std::vector<int32_t> stage_of;  // virtual stage of every layer
   // The schedule plugin's scatter_gather option (false when it has none): with tp > 1 and the
   // activations whole on every tp rank, each sends 1/tp of them and the receiver all-gathers.
   bool scatter_gather = false;
@@ -49,7 +49,9 @@ PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection
                              const model::Config& mc, int stages, int microbatches);
 
 // The layer kinds a schedule splits: "E", a "t" per block, "L".
-inline std::string layer_kinds(int64_t blocks) { return "E" + std::string(size_t(blocks), 't') + "L"; }
+inline std::string layer_kinds(int64_t blocks) {
+  return "E" + std::string(size_t(blocks), 't') + "L";
+}
 
 // Forward FLOPs per token of each layer (E, the blocks, L), as the default split balances them:
 // the embedding is a lookup, a block its four projections, MLP and causal attention, the head
@@ -69,7 +71,8 @@ class Pipeline {
   // `after_layer(i)` runs during the last backward through model.layers()[i] (the data slot's
   // grad-ready hook). Returns the step's loss sum, on every pp rank.
   double train_step(const BatchFn& batch, int64_t B, int64_t T, float dloss,
-                    const std::function<void(size_t)>& after_layer, Trace* trace, PipeStepStats& stats);
+                    const std::function<void(size_t)>& after_layer, Trace* trace,
+                    PipeStepStats& stats);
   // Forward only over `n` micro-batches (evaluation); the loss sum on every pp rank.
   double evaluate(const BatchFn& batch, int n, int64_t B, int64_t T);
   // Text samples: the logits over the vocabulary of the last of `ctx`'s positions (one sequence,
@@ -82,17 +85,18 @@ class Pipeline {
 
  private:
   struct Chunk {
-    size_t first = 0, last = 0;  // model.layers()[first, last)
-    int stage = 0;               // virtual stage
+    size_t first = 0, last = 0;   // model.layers()[first, last)
+    int stage = 0;                // virtual stage
     std::vector<int> free_slots;  // activation slots of this chunk's layers not in use
     int slots = 0;
-    int64_t bytes = 0;            // activations one micro-batch keeps here
+    int64_t bytes = 0;  // activations one micro-batch keeps here
   };
   // `incoming`: the pre-posted receive of this action's input (null: receive it now).
-  void run_forward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
-                   Trace* trace, const std::string& name);
-  void run_backward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming, Tensor* inbox,
-                    Trace* trace, const std::string& name, const std::function<void(size_t)>& after_layer);
+  void run_forward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming,
+                   Tensor* inbox, Trace* trace, const std::string& name);
+  void run_backward(const model::Microbatch& mb, int index, int chunk, loom_work* incoming,
+                    Tensor* inbox, Trace* trace, const std::string& name,
+                    const std::function<void(size_t)>& after_layer);
   // The weight half of a split backward: the GEMMs its input half set aside.
   void run_weight(int index, int chunk, Trace* trace, const std::string& name,
                   const std::function<void(size_t)>& after_layer);
@@ -130,7 +134,7 @@ class Pipeline {
     int64_t numel = 0;
     int peer = 0, tag = 0;
   };
-  std::vector<Outgoing> outgoing_;  // by action
+  std::vector<Outgoing> outgoing_;       // by action
   std::vector<PipeExchange> exchanges_;  // this rank's, in issue order
   bool deferring_ = false;
   // Host memory (the CPU): every receive is posted when the step starts, so the sender's data

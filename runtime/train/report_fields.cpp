@@ -26,20 +26,24 @@ std::string human_count(double x) {
 }
 
 void add_memory_metrics(Fields& f, const std::vector<int64_t>& acct) {
-  const char* names[] = {"param_bytes", "grad_bytes", "optim_bytes", "comm_buffer_bytes", "data_comm_bytes"};
+  const char* names[] = {"param_bytes", "grad_bytes", "optim_bytes", "comm_buffer_bytes",
+                         "data_comm_bytes"};
   for (size_t i = 0; i < 5; ++i) f.push_back({names[i], double(acct[i])});
 }
 
-void add_moe_metrics(Fields& f, const model::Model& model, bool expert_parallel, const SumOverData& sum_over_data) {
+void add_moe_metrics(Fields& f, const model::Model& model, bool expert_parallel,
+                     const SumOverData& sum_over_data) {
   for (auto& [name, routed] : model.routed_layers()) {
     const model::RoutingStats& st = routed->stats();
     // [load (E) | assignments, dropped, tokens, aux, z]
     std::vector<double> sums(st.load.begin(), st.load.end());
-    for (double v : {double(st.assignments), double(st.dropped), double(st.tokens), st.aux, st.z}) sums.push_back(v);
+    for (double v : {double(st.assignments), double(st.dropped), double(st.tokens), st.aux, st.z})
+      sums.push_back(v);
     if (sum_over_data) sum_over_data(sums.data(), static_cast<int64_t>(sums.size()));
     const size_t E = st.load.size();
     const double assignments = sums[E], dropped = sums[E + 1], tokens = sums[E + 2];
-    const double mean = assignments / double(E), most = *std::max_element(sums.begin(), sums.begin() + E);
+    const double mean = assignments / double(E),
+                 most = *std::max_element(sums.begin(), sums.begin() + E);
     const std::string at = "moe." + name + ".";
     f.push_back({at + "load_max_over_mean", mean > 0 ? most / mean : 0.0});
     f.push_back({at + "dropped", assignments > 0 ? dropped / assignments : 0.0});
@@ -60,11 +64,12 @@ void add_pipeline_metrics(Fields& f, const PipeStepStats& st) {
     f.push_back({"stage" + std::to_string(s) + "_compute_ms", st.stage_busy_ms[s]});
     most = std::max(most, st.stage_busy_ms[s]), total += st.stage_busy_ms[s];
   }
-  if (total > 0) f.push_back({"pipeline_stage_imbalance", most / (total / double(st.stage_busy_ms.size()))});
+  if (total > 0)
+    f.push_back({"pipeline_stage_imbalance", most / (total / double(st.stage_busy_ms.size()))});
 }
 
-void add_comm_metrics(Fields& f, const std::vector<dist::GroupTraffic>& traffic, double data_plugin_comm_ms,
-                      double data_plugin_exposed_ms) {
+void add_comm_metrics(Fields& f, const std::vector<dist::GroupTraffic>& traffic,
+                      double data_plugin_comm_ms, double data_plugin_exposed_ms) {
   double comm_ms = 0, exposed_ms = 0, bytes = 0, pp_wait_ms = 0;
   Fields groups;
   for (const dist::GroupTraffic& g : traffic) {

@@ -26,13 +26,14 @@ void add_memory_metrics(Fields& f, const std::vector<int64_t>& accounting);
 // Per MoE layer of this rank's stage: load balance, dropped share, the auxiliary losses and
 // expert loads, over the whole batch (`sum_over_data` adds up the ranks that split it).
 using SumOverData = std::function<void(double*, int64_t)>;
-void add_moe_metrics(Fields& f, const model::Model& model, bool expert_parallel, const SumOverData& sum_over_data);
-// Every communicator's traffic this step (distributed/comm_meter.hpp): comm_ms and exposed_comm_ms over
-// every group but pp, whose receives wait out the pipeline bubble too (pp_wait_ms); comm_bytes_all
-// over all; and per group, exposed_comm_ms_<group> and comm_bytes_<group>. The data plugin's own
-// figures follow as data_plugin_comm_ms and data_plugin_exposed_comm_ms.
-void add_comm_metrics(Fields& f, const std::vector<dist::GroupTraffic>& traffic, double data_plugin_comm_ms,
-                      double data_plugin_exposed_ms);
+void add_moe_metrics(Fields& f, const model::Model& model, bool expert_parallel,
+                     const SumOverData& sum_over_data);
+// Every communicator's traffic this step (distributed/comm_meter.hpp): comm_ms and exposed_comm_ms
+// over every group but pp, whose receives wait out the pipeline bubble too (pp_wait_ms);
+// comm_bytes_all over all; and per group, exposed_comm_ms_<group> and comm_bytes_<group>. The data
+// plugin's own figures follow as data_plugin_comm_ms and data_plugin_exposed_comm_ms.
+void add_comm_metrics(Fields& f, const std::vector<dist::GroupTraffic>& traffic,
+                      double data_plugin_comm_ms, double data_plugin_exposed_ms);
 // The pipeline schedule as run on this rank (rank 0: the first stage, holding the most).
 void add_pipeline_metrics(Fields& f, const PipeStepStats& st);
 

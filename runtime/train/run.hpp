@@ -18,8 +18,8 @@
 #include "ckpt/checkpointer.hpp"
 #include "config/config.hpp"
 #include "data/batches.hpp"
-#include "distributed/comm_meter.hpp"
 #include "distributed/comm.hpp"
+#include "distributed/comm_meter.hpp"
 #include "distributed/launch.hpp"
 #include "distributed/mesh.hpp"
 #include "loader/selection.hpp"
@@ -34,10 +34,10 @@
 #include "train/pipeline.hpp"
 #include "train/settings.hpp"
 #include "train/stability.hpp"
+#include "train/summary.hpp"
 #include "train/tensor_slots.hpp"
 #include "train/thread_policy.hpp"
 #include "train/trace.hpp"
-#include "train/summary.hpp"
 
 namespace loom::tok {
 class Tokenizer;
@@ -87,8 +87,10 @@ class Run {
   void reduce_over_sharers(float* v, int64_t n);
 
   // ---- after each step and at the end (run_report.cpp) ----
-  void report(int64_t step, const StepResult& r, double step_s, const PipeStepStats& pipe_stats, TrainSummary& sum);
-  Fields common_fields(int64_t step, const StepResult& r, double step_s, const PipeStepStats& pipe_stats);
+  void report(int64_t step, const StepResult& r, double step_s, const PipeStepStats& pipe_stats,
+              TrainSummary& sum);
+  Fields common_fields(int64_t step, const StepResult& r, double step_s,
+                       const PipeStepStats& pipe_stats);
   void evaluate_and_sample(int64_t step, Fields& fields, std::string& val_text, TrainSummary& sum);
   double validation_loss();
   void evaluating(bool on);
@@ -145,7 +147,8 @@ class Run {
 
   int64_t current_step_ = 0;  // for the named fault points reached from inside backward
   int64_t skipped_steps_ = 0;
-  std::chrono::steady_clock::time_point first_report_;  // when this run's first step reported (for the ETA)
+  std::chrono::steady_clock::time_point
+      first_report_;  // when this run's first step reported (for the ETA)
   std::string eta_text(int64_t step);
   std::vector<int32_t> tok_, tgt_;
   std::vector<int64_t> offsets_;

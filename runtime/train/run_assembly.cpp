@@ -1,11 +1,9 @@
-#include "train/run.hpp"
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
-
-#include <unistd.h>
 
 #include "ckpt/checkpoint_settings.hpp"
 #include "ckpt/init_from.hpp"
@@ -20,10 +18,11 @@
 #include "parallel/context_attention.hpp"
 #include "parallel/layer_api.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "train/data_check.hpp"
 #include "train/context_positions.hpp"
+#include "train/data_check.hpp"
 #include "train/layout_rules.hpp"
 #include "train/report_fields.hpp"
+#include "train/run.hpp"
 #include "train/run_dir.hpp"
 #include "train/sample.hpp"
 
@@ -36,7 +35,8 @@ namespace {
 // Tells plugins where they run (the loom.placement service), before any is created.
 void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh) {
   loom_placement p{};
-  p.rank = env.rank, p.world = env.world, p.local_rank = env.local_rank, p.local_world = env.local_world;
+  p.rank = env.rank, p.world = env.world, p.local_rank = env.local_rank,
+  p.local_world = env.local_world;
   const dist::Coord c = dist::coord_of(mesh, env.rank);
   const int sizes[LOOM_AXES] = {mesh.tp, mesh.cp, mesh.ep, mesh.dp, mesh.pp};
   const int coords[LOOM_AXES] = {c.tp, c.cp, c.ep, c.dp, c.pp};
@@ -50,17 +50,23 @@ void publish_placement(const dist::RankEnv& env, const dist::MeshShape& mesh) {
 void check_sharded(const Faults& faults, int stage, int64_t check_every) {
   const std::string zero = "[plugins] data = \"zero" + std::to_string(stage) + "\"";
   if (stage >= 3 && faults.perturb_step > 0)
-    throw ConfigError(zero + " with [faults] perturb_step: zero3 holds each parameter once over dp, so there is "
-                      "no replica for a perturbed rank to drift from; use zero1, zero2 or ddp to test replica checks");
+    throw ConfigError(
+        zero +
+        " with [faults] perturb_step: zero3 holds each parameter once over dp, so there is "
+        "no replica for a perturbed rank to drift from; use zero1, zero2 or ddp to test replica "
+        "checks");
   if (faults.perturb_step > 0 && (check_every == 0 || faults.perturb_step % check_every != 0))
-    throw ConfigError(zero + " with [faults] perturb_step = " + std::to_string(faults.perturb_step) +
-                      ": every step rebuilds the whole parameters from the shards, so a perturbed replica lives only "
-                      "until the next all-gather; set [stability] check_every to a divisor of perturb_step");
+    throw ConfigError(
+        zero + " with [faults] perturb_step = " + std::to_string(faults.perturb_step) +
+        ": every step rebuilds the whole parameters from the shards, so a perturbed replica lives "
+        "only "
+        "until the next all-gather; set [stability] check_every to a divisor of perturb_step");
 }
 
 }  // namespace
 
-Run::Run(config::Config& cfg, const plugins::Selection& selection, const dist::RankEnv& env, const fs::path& run_dir)
+Run::Run(config::Config& cfg, const plugins::Selection& selection, const dist::RankEnv& env,
+         const fs::path& run_dir)
     : cfg_(cfg), sel_(selection), env_(env), run_dir_(run_dir), lead_(env.rank == 0) {
   check_and_settle();
   start_devices();
@@ -70,12 +76,15 @@ Run::Run(config::Config& cfg, const plugins::Selection& selection, const dist::R
   build_model();
   start_data_slot();
   start_optimizer_and_checkpoints();
-  if (first_step_ > last_step_) return;  // resumed at or past the end: train() says so, writes nothing
+  if (first_step_ > last_step_)
+    return;  // resumed at or past the end: train() says so, writes nothing
   start_reporters();
   print_banner();
 }
 
-Run::~Run() { plugins::set_span_sink({}); }  // the trace goes with the run; plugins' spans stop first
+Run::~Run() {
+  plugins::set_span_sink({});
+}  // the trace goes with the run; plugins' spans stop first
 
 // Everything every rank would refuse, before anything is started or written.
 void Run::check_and_settle() {
@@ -129,16 +138,18 @@ void Run::open_data() {
     s.train = data::TokenSplit(d.dir, "train", mc_.vocab_size);
     if (s_.eval_every > 0 && d.weight > 0) {
       s.val = data::TokenSplit(d.dir, "val", mc_.vocab_size);
-      if (s.val.size() <= mc_.seq_len) throw RuntimeError("the validation split in '" + d.dir + "' is shorter than one sequence");
+      if (s.val.size() <= mc_.seq_len)
+        throw RuntimeError("the validation split in '" + d.dir + "' is shorter than one sequence");
     }
     sources.push_back(std::move(s));
   }
-  data_ = std::make_unique<data::Batches>(std::move(sources), mc_.seq_len, s_.seed, data::sampling_from(ds.sampling),
-                                          s_.global_batch);
+  data_ = std::make_unique<data::Batches>(std::move(sources), mc_.seq_len, s_.seed,
+                                          data::sampling_from(ds.sampling), s_.global_batch);
   if (const char* dir = std::getenv("LOOM_DATA_TRACE")) {
     const fs::path file = fs::path(dir) / ("rank" + std::to_string(env_.rank) + ".tsv");
     data_trace_.reset(std::fopen(file.c_str(), "a"));
-    if (!data_trace_) throw RuntimeError("LOOM_DATA_TRACE: cannot open '" + file.string() + "'" + os_reason());
+    if (!data_trace_)
+      throw RuntimeError("LOOM_DATA_TRACE: cannot open '" + file.string() + "'" + os_reason());
   }
 }
 
@@ -149,8 +160,10 @@ void Run::start_processes() {
   if (!comm) throw RuntimeError("several ranks without a comm plugin got past layout_problem");
   loom_options comm_opts = plugins::options_for(cfg_, comm->found.desc->name);
   const dist::ParallelSettings par = dist::read_parallel(cfg_);
-  const dist::InterfaceChoice nic = dist::network_interface(par.interface, env_, comm->found.desc->name);
-  world_ = std::make_unique<dist::CommWorld>(env_, mesh_, comm->found, &comm_opts, par.timeout_s * 1000);
+  const dist::InterfaceChoice nic =
+      dist::network_interface(par.interface, env_, comm->found.desc->name);
+  world_ =
+      std::make_unique<dist::CommWorld>(env_, mesh_, comm->found, &comm_opts, par.timeout_s * 1000);
   hosts_ = gather_hosts(*world_, nic);
   hosts_.line += " (interface from " + nic.source + ")";
   links_ = probe_links(*world_, hosts_);
@@ -162,16 +175,21 @@ void Run::start_processes() {
 // parallelism splits a decode's rows, a pipeline's stages hold no cache): under cp the
 // activations then also hold one full-length sequence.
 void Run::build_model() {
-  slots_ = std::make_unique<TensorSlots>(cfg_, sel_, world_.get(), ops_, GemmNumerics{precision_.get()});
+  slots_ =
+      std::make_unique<TensorSlots>(cfg_, sel_, world_.get(), ops_, GemmNumerics{precision_.get()});
   const ContextAttention* cp = slots_->context();
   T_ = mc_.seq_len;
   T_local_ = cp ? cp->local_len() : T_;
-  const bool full_context_samples = cp && s_.sample_every > 0 && (sel_.slot("sequence") || mesh_.pp > 1);
+  const bool full_context_samples =
+      cp && s_.sample_every > 0 && (sel_.slot("sequence") || mesh_.pp > 1);
   max_rows_ = std::max(s_.micro_batch * T_local_, full_context_samples ? T_ : int64_t{0});
   if (full_context_samples && lead_)
-    std::printf("note: text samples under cp with %s keep activations for one whole sequence (%lld rows) besides the "
-                "micro-batch's %lld; sample_every = 0 frees them\n",
-                mesh_.pp > 1 ? "pp" : "sequence parallelism", (long long)T_, (long long)(s_.micro_batch * T_local_));
+    std::printf(
+        "note: text samples under cp with %s keep activations for one whole sequence (%lld rows) "
+        "besides the "
+        "micro-batch's %lld; sample_every = 0 frees them\n",
+        mesh_.pp > 1 ? "pp" : "sequence parallelism", (long long)T_,
+        (long long)(s_.micro_batch * T_local_));
   PipelineLayout layout;
   std::vector<int> only;
   if (mesh_.pp > 1) {
@@ -179,11 +197,14 @@ void Run::build_model() {
     only = layout.layers_of(world_->coord().pp, mesh_.pp);
   }
   model_ = model::build(mc_, slots_->api(), params_, max_rows_, run_.profile_layer, only);
-  if (mesh_.pp > 1) pipe_ = std::make_unique<Pipeline>(std::move(layout), *world_, *model_, max_rows_);
+  if (mesh_.pp > 1)
+    pipe_ = std::make_unique<Pipeline>(std::move(layout), *world_, *model_, max_rows_);
   params_.allocate(s_.seed);
   const std::string src = model::init_from(cfg_);
   if (!src.empty() && ckpt::read_checkpoint(cfg_).may_start_fresh())
-    ckpt::init_from(src, params_, lead_);  // before the data plugin copies (and shards) the values; a resume overwrites
+    ckpt::init_from(
+        src, params_,
+        lead_);  // before the data plugin copies (and shards) the values; a resume overwrites
   tok_.assign(s_.micro_batch * T_, 0);
   tgt_.assign(s_.micro_batch * T_, 0);
   offsets_.assign(s_.global_batch, 0);
@@ -194,8 +215,9 @@ void Run::start_data_slot() {
   if (mesh_.data_ranks() == 1) return;
   const std::vector<std::string> own_unit =
       pipe_ && mc_.tied_embeddings ? std::vector<std::string>{"wte"} : std::vector<std::string>{};
-  dp_ = std::make_unique<DataParallel>(cfg_, sel_, *world_, params_, *model_, static_cast<int>(s_.accum), own_unit,
-                                       [this](const std::vector<Param*>& ps) { on_grads_final(ps); });
+  dp_ = std::make_unique<DataParallel>(
+      cfg_, sel_, *world_, params_, *model_, static_cast<int>(s_.accum), own_unit,
+      [this](const std::vector<Param*>& ps) { on_grads_final(ps); });
   if (dp_->sharded()) {
     const StabilitySettings st = read_stability(cfg_);
     check_sharded(faults_->faults(), dp_->zero_stage(), st.enabled ? st.check_every : 0);
@@ -203,21 +225,25 @@ void Run::start_data_slot() {
 }
 
 void Run::start_optimizer_and_checkpoints() {
-  optimizer_ = std::make_unique<Optimizer>(params_, *slots_, dp_.get(), ops_,
-                                           AdamW{s_.beta1, s_.beta2, s_.eps, s_.weight_decay, s_.grad_clip});
+  optimizer_ =
+      std::make_unique<Optimizer>(params_, *slots_, dp_.get(), ops_,
+                                  AdamW{s_.beta1, s_.beta2, s_.eps, s_.weight_decay, s_.grad_clip});
   ckpt::CheckpointerSetup setup;
   setup.settings = ckpt::read_checkpoint(cfg_);
   setup.precision = plugins::read_plugins(cfg_).slot("precision");
   setup.model = mc_, setup.selection = &sel_;
-  if (const plugins::SlotChoice* writer = sel_.slot("ckpt")) setup.writer_options = plugins::options_for(cfg_, writer->found.desc->name);
+  if (const plugins::SlotChoice* writer = sel_.slot("ckpt"))
+    setup.writer_options = plugins::options_for(cfg_, writer->found.desc->name);
   setup.world = world_.get(), setup.mesh = mesh_, setup.rank = env_.rank, setup.run_dir = run_dir_;
-  setup.config_text = cfg_.render(sel_.schemas), setup.write_error_step = faults_->faults().ckpt_write_error_step;
+  setup.config_text = cfg_.render(sel_.schemas),
+  setup.write_error_step = faults_->faults().ckpt_write_error_step;
   ckpt::TrainingState state = optimizer_->checkpoint_state();
   state.precision = precision_.get();
   checkpoints_ = std::make_unique<ckpt::Checkpointer>(std::move(setup), std::move(state));
   first_step_ = checkpoints_->resume();
   last_step_ = s_.exit_after > 0 ? std::min(s_.exit_after, s_.steps) : s_.steps;
-  if (first_step_ <= last_step_) optimizer_->check_replicas(first_step_ > 1 ? "after resuming" : "at initialisation");
+  if (first_step_ <= last_step_)
+    optimizer_->check_replicas(first_step_ > 1 ? "after resuming" : "at initialisation");
 }
 
 // What rank 0 writes beside the metrics, the trace, the stability watch, and each slot's
@@ -228,53 +254,73 @@ void Run::start_reporters() {
     write_checked(run_dir_ / "config.toml", cfg_.render(sel_.schemas));
     write_plugins_record(run_dir_, sel_);
     if (!links_.empty()) write_links(run_dir_, hosts_.of_rank[0], links_);
-    superseded_rows_ = first_step_ > 1 ? drop_rows_from(run_dir_ / "metrics.jsonl", first_step_, run_dir_ / "metrics.superseded.jsonl") : 0;
+    superseded_rows_ = first_step_ > 1 ? drop_rows_from(run_dir_ / "metrics.jsonl", first_step_,
+                                                        run_dir_ / "metrics.superseded.jsonl")
+                                       : 0;
     log_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", first_step_ > 1,
                                         run_.tensorboard ? run_dir_ / "tensorboard" : fs::path());
   }
-  peak_ = device_peak(device_, precision_ ? precision_->name() : "fp32", threads_, run_.peak_gflops);
+  peak_ =
+      device_peak(device_, precision_ ? precision_->name() : "fp32", threads_, run_.peak_gflops);
   flops_per_token_ = mc_.flops_per_token();
   activation_bytes_ = model_->activation_bytes({nullptr, nullptr, s_.micro_batch, T_local_, 0.f});
-  stability_ = std::make_unique<Stability>(cfg_, world_.get(), dp_.get(), lead_, run_dir_, first_step_ > 1);
-  if (first_step_ > 1)  // where this run took over: metrics.jsonl's rows past it were the stopped run's
-    stability_->log({first_step_ - 1, "run", "resume", {{"superseded_rows", std::to_string(superseded_rows_)}}});
+  stability_ =
+      std::make_unique<Stability>(cfg_, world_.get(), dp_.get(), lead_, run_dir_, first_step_ > 1);
+  if (first_step_ >
+      1)  // where this run took over: metrics.jsonl's rows past it were the stopped run's
+    stability_->log({first_step_ - 1,
+                     "run",
+                     "resume",
+                     {{"superseded_rows", std::to_string(superseded_rows_)}}});
   reporters_.push_back([this](Fields& f) { stability_->add_metrics(f); });
   reporters_.push_back([this](Fields& f) { add_memory_metrics(f, optimizer_->accounting()); });
   SumOverData sum_over_data;
   if (mesh_.data_ranks() > 1)
-    sum_over_data = [this](double* v, int64_t n) { world_->data().all_reduce(flat_view(v, LOOM_F64, n), LOOM_REDUCE_SUM); };
-  reporters_.push_back([this, sum_over_data](Fields& f) { add_moe_metrics(f, *model_, mesh_.ep > 1, sum_over_data); });
-  if (precision_) reporters_.push_back([this](Fields& f) {
+    sum_over_data = [this](double* v, int64_t n) {
+      world_->data().all_reduce(flat_view(v, LOOM_F64, n), LOOM_REDUCE_SUM);
+    };
+  reporters_.push_back([this, sum_over_data](Fields& f) {
+    add_moe_metrics(f, *model_, mesh_.ep > 1, sum_over_data);
+  });
+  if (precision_)
+    reporters_.push_back([this](Fields& f) {
       for (auto& kv : precision_->metrics()) f.push_back(kv);
     });
   ContextAttention* cp = slots_->context();
   if (cp) reporters_.push_back([this, cp](Fields& f) { add_context_metrics(f, cp, world_.get()); });
   // Last: nothing after it may throw, or the plugins' span sink would outlive the trace.
   if (run_.trace) {
-    trace_ = std::make_unique<Trace>(run_dir_ / "trace" / ("rank" + std::to_string(env_.rank) + ".json"), env_.rank,
-                                     "rank " + std::to_string(env_.rank) + " (" + mesh_.describe() + " coord pp " +
-                                         std::to_string(world_ ? world_->coord().pp : 0) + ")");
+    trace_ = std::make_unique<Trace>(
+        run_dir_ / "trace" / ("rank" + std::to_string(env_.rank) + ".json"), env_.rank,
+        "rank " + std::to_string(env_.rank) + " (" + mesh_.describe() + " coord pp " +
+            std::to_string(world_ ? world_->coord().pp : 0) + ")");
     plugins::set_span_sink([t = trace_.get()](const std::string& name, const std::string& category,
-                                              Clock::time_point b, Clock::time_point e) { t->span(name, category, b, e); });
+                                              Clock::time_point b, Clock::time_point e) {
+      t->span(name, category, b, e);
+    });
   }
 }
 
 void Run::print_banner() const {
   if (!lead_) return;
-  std::printf("model: %s: %s params (%s non-embedding)\n", mc_.describe().c_str(), human_count(mc_.params()).c_str(),
-              human_count(mc_.non_embedding_params()).c_str());
-  std::printf("data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of %lld)\n",
-              human_count(data_->train_tokens()).c_str(), data::read_data(cfg_).describe().c_str(), (long long)s_.global_batch,
-              (long long)mc_.seq_len, (long long)s_.accum, (long long)s_.micro_batch);
-  std::printf("device: %s, %d threads%s, precision %s; MFU peak %.1f GFLOP/s from %s\n", device_.c_str(), threads_,
-              device_ == "cpu" ? threads_from_.c_str() : "", precision_ ? precision_->name() : "fp32", peak_.gflops,
-              peak_.source.c_str());
+  std::printf("model: %s: %s params (%s non-embedding)\n", mc_.describe().c_str(),
+              human_count(mc_.params()).c_str(), human_count(mc_.non_embedding_params()).c_str());
+  std::printf(
+      "data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of %lld)\n",
+      human_count(data_->train_tokens()).c_str(), data::read_data(cfg_).describe().c_str(),
+      (long long)s_.global_batch, (long long)mc_.seq_len, (long long)s_.accum,
+      (long long)s_.micro_batch);
+  std::printf("device: %s, %d threads%s, precision %s; MFU peak %.1f GFLOP/s from %s\n",
+              device_.c_str(), threads_, device_ == "cpu" ? threads_from_.c_str() : "",
+              precision_ ? precision_->name() : "fp32", peak_.gflops, peak_.source.c_str());
   if (world_) {
-    std::printf("mesh: %d ranks (launched by %s), %s, %lld sequences per rank per step\n", env_.world,
-                env_.launcher.c_str(), mesh_.describe().c_str(), (long long)local_batch_);
+    std::printf("mesh: %d ranks (launched by %s), %s, %lld sequences per rank per step\n",
+                env_.world, env_.launcher.c_str(), mesh_.describe().c_str(),
+                (long long)local_batch_);
     std::printf("hosts: %s\n", hosts_.line.c_str());
   }
-  if (!links_.empty()) std::printf("links to %s: %s\n", hosts_.of_rank[0].c_str(), describe_links(links_).c_str());
+  if (!links_.empty())
+    std::printf("links to %s: %s\n", hosts_.of_rank[0].c_str(), describe_links(links_).c_str());
   if (pipe_) std::printf("pipeline: %s\n", pipe_->describe().c_str());
   if (!dp_ && sel_.slot("data") && std::string(sel_.slot("data")->found.desc->name) != "ddp")
     std::printf("note: [plugins] data = \"%s\" has nothing to shard or reduce with dp = 1\n",

@@ -38,13 +38,14 @@ void lock_dir(const fs::path& dir, const std::string& what, const std::string& w
     std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "another process";
     while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
     ::close(fd);
-    throw ConfigError(what + " '" + dir.string() + "' is in use by another job (pid and host: " + who + "); " + way_out +
-                      ", or wait for it to end");
+    throw ConfigError(what + " '" + dir.string() + "' is in use by another job (pid and host: " +
+                      who + "); " + way_out + ", or wait for it to end");
   }
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const std::string me = std::to_string(::getpid()) + " " + host + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
     throw RuntimeError("cannot write '" + lock.string() + "': " + std::strerror(errno));
   // fd stays open, and the lock held, until the process exits.
 }
@@ -56,7 +57,8 @@ bool same_dir(const fs::path& a, const fs::path& b) {
 
 // A run that starts fresh would truncate an earlier run's metrics.jsonl and replace its
 // checkpoints step by step: refused, with the two ways to go on.
-void refuse_earlier_run(const fs::path& run_dir, const ckpt::CheckpointSettings& c, const fs::path& root) {
+void refuse_earlier_run(const fs::path& run_dir, const ckpt::CheckpointSettings& c,
+                        const fs::path& root) {
   if (!c.resume.empty()) return;
   const std::string held = c.every > 0 ? ckpt::existing_checkpoints(root) : "";
   std::error_code ec;
@@ -66,16 +68,20 @@ void refuse_earlier_run(const fs::path& run_dir, const ckpt::CheckpointSettings&
   const bool own_root = same_dir(root, run_dir / "checkpoints");
   std::vector<std::string> found;
   if (recorded)
-    found.push_back("run directory '" + run_dir.string() + "' holds an earlier run's metrics.jsonl" +
+    found.push_back("run directory '" + run_dir.string() +
+                    "' holds an earlier run's metrics.jsonl" +
                     (own_root && !held.empty() ? " and checkpoints (" + held + ")" : ""));
   if (!held.empty() && (!recorded || !own_root))
     found.push_back("[checkpoint] dir '" + root.string() + "' holds checkpoints (" + held + ")");
   const std::string what = found.size() == 1 ? found[0] : found[0] + ", and " + found[1];
   const std::string elsewhere = held.empty() || own_root ? "--run-dir"
-                                : recorded          ? "--run-dir and [checkpoint] dir"
-                                                    : "[checkpoint] dir";
-  throw ConfigError(what + ", and this run starts fresh ([checkpoint] resume = \"\"): it would overwrite them. Continue it "
-                    "with --set checkpoint.resume=auto, or give this run another " + elsewhere + " (or move the old ones away)");
+                                : recorded               ? "--run-dir and [checkpoint] dir"
+                                                         : "[checkpoint] dir";
+  throw ConfigError(what +
+                    ", and this run starts fresh ([checkpoint] resume = \"\"): it would overwrite "
+                    "them. Continue it "
+                    "with --set checkpoint.resume=auto, or give this run another " +
+                    elsewhere + " (or move the old ones away)");
 }
 
 }  // namespace
@@ -95,9 +101,11 @@ void write_plugins_record(const fs::path& run_dir, const plugins::Selection& sel
   for (size_t i = 0; i < selection.slots.size(); ++i) {
     const plugins::SlotChoice& c = selection.slots[i];
     const loom_plugin* d = c.found.desc;
-    out += std::string(i ? ",\n  " : "\n  ") + "{\"slot\": " + json_quote(c.slot) + ", \"name\": " + json_quote(d->name) +
-           ", \"version\": " + json_quote(d->version ? d->version : "") + ", \"abi\": \"" + std::to_string(d->v.major) + "." +
-           std::to_string(d->v.minor) + "\", \"library\": " + json_quote(c.found.library.string()) + "}";
+    out += std::string(i ? ",\n  " : "\n  ") + "{\"slot\": " + json_quote(c.slot) +
+           ", \"name\": " + json_quote(d->name) +
+           ", \"version\": " + json_quote(d->version ? d->version : "") + ", \"abi\": \"" +
+           std::to_string(d->v.major) + "." + std::to_string(d->v.minor) +
+           "\", \"library\": " + json_quote(c.found.library.string()) + "}";
   }
   write_checked(run_dir / "plugins.json", out + "\n]}\n");
 }

@@ -21,6 +21,7 @@ void claim_run_dir(const std::filesystem::path& run_dir, const config::Config& c
 
 // RUN_DIR/plugins.json: for each slot, the plugin that filled it, its library path, version and
 // the ABI it was built for, so a run says which of two same-named libraries it used.
-void write_plugins_record(const std::filesystem::path& run_dir, const plugins::Selection& selection);
+void write_plugins_record(const std::filesystem::path& run_dir,
+                          const plugins::Selection& selection);
 
 }  // namespace loom::train

@@ -17,8 +17,9 @@ namespace loom::train {
 namespace {
 
 // This rank's sum of validation token losses over `batches` fixed windows of T local positions.
-double validation_loss_sum(model::Model& model, const BatchFn& batch, int64_t batches, int64_t micro, int64_t T,
-                           std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+double validation_loss_sum(model::Model& model, const BatchFn& batch, int64_t batches,
+                           int64_t micro, int64_t T, std::vector<int32_t>& tok,
+                           std::vector<int32_t>& tgt) {
   double sum = 0;
   for (int64_t b = 0; b < batches; ++b) {
     batch(static_cast<int>(b), tok.data(), tgt.data());
@@ -27,22 +28,24 @@ double validation_loss_sum(model::Model& model, const BatchFn& batch, int64_t ba
   return sum;
 }
 
-
 // Block 0's segments per micro-batch, averaged over the run (first step included).
 void print_profile(const SegmentProfile& p, int64_t microbatches) {
   double total = 0;
   for (const auto& r : p.rows()) total += r.ms;
   std::printf("block0 profile, per micro-batch (averaged over %lld):\n", (long long)microbatches);
-  std::printf("  %-20s %10s %7s %12s %14s\n", "segment", "ms", "share", "collectives", "bytes moved");
+  std::printf("  %-20s %10s %7s %12s %14s\n", "segment", "ms", "share", "collectives",
+              "bytes moved");
   for (const auto& r : p.rows())
     std::printf("  %-20s %10.3f %6.1f%% %12.1f %14.0f\n", r.name.c_str(), r.ms / microbatches,
-                100 * r.ms / total, double(r.collectives) / microbatches, double(r.bytes) / microbatches);
+                100 * r.ms / total, double(r.collectives) / microbatches,
+                double(r.bytes) / microbatches);
   std::printf("  %-20s %10.3f\n", "total", total / microbatches);
 }
 
 }  // namespace
 
-void Run::report(int64_t step, const StepResult& r, double step_s, const PipeStepStats& pipe_stats, TrainSummary& sum) {
+void Run::report(int64_t step, const StepResult& r, double step_s, const PipeStepStats& pipe_stats,
+                 TrainSummary& sum) {
   Fields fields = common_fields(step, r, step_s, pipe_stats);
   for (auto& add : reporters_) add(fields);
   std::string val_text;
@@ -56,10 +59,12 @@ void Run::report(int64_t step, const StepResult& r, double step_s, const PipeSte
   if (!lead_) return;
   const std::string eta = eta_text(step);
   if (step % s_.log_every == 0 || step == last_step_ || !val_text.empty())
-    std::printf("step %5lld/%lld | loss %.4f%s | grad %.3f | lr %.2e | %s tok/s | mfu %.1f%% | %.0f ms | mem %.0f MiB%s\n",
-                (long long)step, (long long)s_.steps, r.loss, val_text.c_str(), r.grad_norm, r.lr,
-                human_count(value_of(fields, "tokens_per_s")).c_str(), value_of(fields, "mfu") * 100, step_s * 1e3,
-                value_of(fields, "mem_bytes") / 1048576.0, eta.c_str());
+    std::printf(
+        "step %5lld/%lld | loss %.4f%s | grad %.3f | lr %.2e | %s tok/s | mfu %.1f%% | %.0f ms | "
+        "mem %.0f MiB%s\n",
+        (long long)step, (long long)s_.steps, r.loss, val_text.c_str(), r.grad_norm, r.lr,
+        human_count(value_of(fields, "tokens_per_s")).c_str(), value_of(fields, "mfu") * 100,
+        step_s * 1e3, value_of(fields, "mem_bytes") / 1048576.0, eta.c_str());
   std::fflush(stdout);
 }
 
@@ -67,11 +72,13 @@ void Run::report(int64_t step, const StepResult& r, double step_s, const PipeSte
 std::string Run::eta_text(int64_t step) {
   const auto now = std::chrono::steady_clock::now();
   if (step == first_step_) first_report_ = now;
-  return eta_suffix(std::chrono::duration<double>(now - first_report_).count(), step - first_step_, last_step_ - step);
+  return eta_suffix(std::chrono::duration<double>(now - first_report_).count(), step - first_step_,
+                    last_step_ - step);
 }
 
 // Every run's fields; the slots' own follow (runtime/train/report_fields.hpp).
-Fields Run::common_fields(int64_t step, const StepResult& r, double step_s, const PipeStepStats& pipe_stats) {
+Fields Run::common_fields(int64_t step, const StepResult& r, double step_s,
+                          const PipeStepStats& pipe_stats) {
   const double tps = static_cast<double>(s_.global_batch * T_) / step_s;
   const Memory mem = process_memory();
   Fields f = {{"step", double(step)},
@@ -93,12 +100,14 @@ Fields Run::common_fields(int64_t step, const StepResult& r, double step_s, cons
               {"threads", double(threads_)}};
   add_comm_metrics(f, r.traffic, r.comm_ms, r.exposed_ms);
   if (pipe_) add_pipeline_metrics(f, pipe_stats);
-  for (const auto& [source, tokens] : data_->tokens_by_source(step)) f.push_back({"tokens." + source, double(tokens)});
+  for (const auto& [source, tokens] : data_->tokens_by_source(step))
+    f.push_back({"tokens." + source, double(tokens)});
   return f;
 }
 
 // Every rank evaluates and samples (tensor-parallel layers talk inside forward); rank 0 writes.
-void Run::evaluate_and_sample(int64_t step, Fields& fields, std::string& val_text, TrainSummary& sum) {
+void Run::evaluate_and_sample(int64_t step, Fields& fields, std::string& val_text,
+                              TrainSummary& sum) {
   evaluating(true);
   if (s_.eval_every > 0 && (step % s_.eval_every == 0 || step == s_.steps || step == 1)) {
     const double val = validation_loss();
@@ -115,14 +124,17 @@ void Run::evaluate_and_sample(int64_t step, Fields& fields, std::string& val_tex
     ContextAttention* cp = slots_->context();
     LayerApi& api = slots_->api();
     api.set_context(nullptr);  // a sample runs on every cp rank whole, through its KV cache
-    const NextLogits through_stages =
-        pipe_ ? NextLogits([this](const std::vector<int32_t>& ctx) { return pipe_->next_logits(ctx); }) : NextLogits{};
-    const std::string text = generate(*model_, tokenizer_.get(), s_.sample_prompt,
-                                      {s_.sample_tokens, 1.0, s_.sample_top_k, 1.0, s_.seed + step}, through_stages);
+    const NextLogits through_stages = pipe_ ? NextLogits([this](const std::vector<int32_t>& ctx) {
+      return pipe_->next_logits(ctx);
+    })
+                                            : NextLogits{};
+    const std::string text =
+        generate(*model_, tokenizer_.get(), s_.sample_prompt,
+                 {s_.sample_tokens, 1.0, s_.sample_top_k, 1.0, s_.seed + step}, through_stages);
     api.set_context(cp);
     if (lead_)
-      std::printf("---- sample at step %lld ----\n%s%s\n----\n", (long long)step, printable(s_.sample_prompt).c_str(),
-                  printable(text).c_str());
+      std::printf("---- sample at step %lld ----\n%s%s\n----\n", (long long)step,
+                  printable(s_.sample_prompt).c_str(), printable(text).c_str());
   }
   evaluating(false);
 }
@@ -132,12 +144,14 @@ void Run::evaluate_and_sample(int64_t step, Fields& fields, std::string& val_tex
 // of them, so the validation loss does not depend on the layout.
 double Run::validation_loss() {
   ContextAttention* cp = slots_->context();
-  BatchFn val_batch = local_positions(cp, s_.micro_batch, [this](int b, int32_t* tokens, int32_t* targets) {
-    data_->val_batch(b * s_.micro_batch, s_.micro_batch, tokens, targets);
-  });
+  BatchFn val_batch =
+      local_positions(cp, s_.micro_batch, [this](int b, int32_t* tokens, int32_t* targets) {
+        data_->val_batch(b * s_.micro_batch, s_.micro_batch, tokens, targets);
+      });
   const int64_t chunks = s_.eval_batches * s_.global_batch / s_.micro_batch;
-  double val = pipe_ ? pipe_->evaluate(val_batch, static_cast<int>(chunks), s_.micro_batch, T_local_)
-                     : validation_loss_sum(*model_, val_batch, chunks, s_.micro_batch, T_local_, tok_, tgt_);
+  double val =
+      pipe_ ? pipe_->evaluate(val_batch, static_cast<int>(chunks), s_.micro_batch, T_local_)
+            : validation_loss_sum(*model_, val_batch, chunks, s_.micro_batch, T_local_, tok_, tgt_);
   if (cp) world_->axis(dist::Axis::CP).all_reduce(flat_view(&val, LOOM_F64, 1), LOOM_REDUCE_SUM);
   if (cp) cp->stats();  // evaluation's attention is not a step's
   return val / static_cast<double>(chunks * s_.micro_batch * T_);
@@ -154,19 +168,24 @@ void Run::evaluating(bool on) {
 // run's throughput.
 void Run::finish_run(TrainSummary& sum, double total_time) {
   checkpoints_->close();
-  if (model_ && run_.profile_layer && lead_) print_profile(slots_->api().profile(), s_.steps * s_.accum);
-  optimizer_->check_tp_replicas();                          // norms and row-parallel biases stayed identical across tp
-  optimizer_->check_replicas("at the end of the run");  // every replica applied (or skipped) the same updates
+  if (model_ && run_.profile_layer && lead_)
+    print_profile(slots_->api().profile(), s_.steps * s_.accum);
+  optimizer_->check_tp_replicas();  // norms and row-parallel biases stayed identical across tp
+  optimizer_->check_replicas(
+      "at the end of the run");  // every replica applied (or skipped) the same updates
   double peak_mem = static_cast<double>(process_memory().peak_bytes);
   std::vector<double> peaks(env_.world, peak_mem);
-  if (world_) world_->world().all_gather(flat_view(&peak_mem, LOOM_F64, 1), flat_view(peaks.data(), LOOM_F64, env_.world));
+  if (world_)
+    world_->world().all_gather(flat_view(&peak_mem, LOOM_F64, 1),
+                               flat_view(peaks.data(), LOOM_F64, env_.world));
   sum.peak_mem_bytes = *std::max_element(peaks.begin(), peaks.end());
   if (lead_) {
     std::string ranks = "{\"peak_mem_bytes\": [";
-    for (int r = 0; r < env_.world; ++r) ranks += (r ? ", " : "") + std::to_string(static_cast<int64_t>(peaks[r]));
+    for (int r = 0; r < env_.world; ++r)
+      ranks += (r ? ", " : "") + std::to_string(static_cast<int64_t>(peaks[r]));
     write_checked(run_dir_ / "ranks.json", ranks + "]}\n");
   }
-  if (trace_) trace_->write();  // a full disk fails the run here, naming the file
+  if (trace_) trace_->write();            // a full disk fails the run here, naming the file
   if (world_) world_->world().barrier();  // rank 0 hosts the store: leave together
   sum.first_step = first_step_;
   sum.steps = sum.last_step - first_step_ + 1;  // this run's, after a resume, an exit or a signal

@@ -1,5 +1,3 @@
-#include "train/run.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,9 +8,10 @@
 #include "core/json.hpp"
 #include "ops/ops.hpp"
 #include "parallel/context_attention.hpp"
-#include "train/layout_rules.hpp"
 #include "train/context_positions.hpp"
+#include "train/layout_rules.hpp"
 #include "train/report_fields.hpp"
+#include "train/run.hpp"
 #include "train/sample.hpp"
 #include "train/stop_signal.hpp"
 
@@ -24,7 +23,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 }  // namespace
 
@@ -34,9 +35,11 @@ TrainSummary Run::train() {
   TrainSummary sum;
   if (first_step_ > last_step_) {
     if (lead_)
-      std::printf("nothing to do: the checkpoint has step %lld done and the run ends at step %lld ([train] steps%s)\n",
-                  (long long)(first_step_ - 1), (long long)last_step_,
-                  s_.exit_after > 0 ? " or exit_after" : "");
+      std::printf(
+          "nothing to do: the checkpoint has step %lld done and the run ends at step %lld ([train] "
+          "steps%s)\n",
+          (long long)(first_step_ - 1), (long long)last_step_,
+          s_.exit_after > 0 ? " or exit_after" : "");
     if (world_) world_->world().barrier();
     return sum;
   }
@@ -44,7 +47,9 @@ TrainSummary Run::train() {
     evaluating(true);
     const double val = validation_loss();
     evaluating(false);
-    if (lead_) std::printf("step %5d/%lld | val %.4f (before the first update)\n", 0, (long long)s_.steps, val);
+    if (lead_)
+      std::printf("step %5d/%lld | val %.4f (before the first update)\n", 0, (long long)s_.steps,
+                  val);
     if (lead_) log_->write({{"step", 0.0}, {"val_loss", val}});
   }
   StopSignal stop_signal;
@@ -57,11 +62,13 @@ TrainSummary Run::train() {
     StepResult r = step_once(step, pipe_stats);
     const bool stopping = stop_signal.agreed(world_.get());
     // Stopping makes this step the last one, which always saves.
-    const bool saved = checkpoints_->after_step(step, stopping && save_on_signal ? step : last_step_);
+    const bool saved =
+        checkpoints_->after_step(step, stopping && save_on_signal ? step : last_step_);
     if (saved) sum.last_saved_step = step;
     faults_->step_end(seconds_since(t0));
     const double step_s = seconds_since(t0);
-    r.traffic = dist::take_traffic();  // what the report then sends (norms, evaluation) is not the step's
+    r.traffic =
+        dist::take_traffic();  // what the report then sends (norms, evaluation) is not the step's
     total_time += step_s;
     report(step, r, step_s, pipe_stats, sum);
     threads_ = thread_policy_->after_step();
@@ -85,7 +92,8 @@ TrainSummary Run::train() {
 Run::StepResult Run::step_once(int64_t step, PipeStepStats& pipe_stats) {
   const Clock::time_point t0 = Clock::now();
   current_step_ = step;
-  const int64_t waits0 = ops::device_host_waits(device_), reads0 = ops::device_host_read_bytes(device_);
+  const int64_t waits0 = ops::device_host_waits(device_),
+                reads0 = ops::device_host_read_bytes(device_);
   StepResult r;
   r.lr = s_.lr.at(step);
   params_.zero_grads();
@@ -93,7 +101,8 @@ Run::StepResult Run::step_once(int64_t step, PipeStepStats& pipe_stats) {
   const double loss_scale = precision_ ? precision_->loss_scale() : 1.0;
   const double data_ranks = static_cast<double>(mesh_.data_ranks());
   const double carried_scale = loss_scale / data_ranks;
-  const float dloss = faults_->loss_gradient(step, static_cast<float>(carried_scale / (local_batch_ * T_local_)));
+  const float dloss =
+      faults_->loss_gradient(step, static_cast<float>(carried_scale / (local_batch_ * T_local_)));
   r.loss = forward_backward(step, dloss, pipe_stats) / static_cast<double>(local_batch_ * T_local_);
   reduce_gradients(r);
   r.grad_norm = optimizer_->grad_norm() / carried_scale;
@@ -124,7 +133,9 @@ double Run::forward_backward(int64_t step, float dloss, PipeStepStats& pipe_stat
   auto grad_ready = [this](size_t layer) {
     if (dp_) dp_->after_layer(layer);
   };
-  if (pipe_) return pipe_->train_step(batch, s_.micro_batch, T_local_, dloss, grad_ready, trace_.get(), pipe_stats);
+  if (pipe_)
+    return pipe_->train_step(batch, s_.micro_batch, T_local_, dloss, grad_ready, trace_.get(),
+                             pipe_stats);
   double loss_sum = 0;
   for (int64_t a = 0; a < s_.accum; ++a) {
     batch(static_cast<int>(a), tok_.data(), tgt_.data());
@@ -144,15 +155,17 @@ double Run::forward_backward(int64_t step, float dloss, PipeStepStats& pipe_stat
 // This rank's micro-batches of the step: its samples of the global batch, cut to the positions
 // it holds under cp.
 BatchFn Run::train_batches(int64_t step) {
-  return local_positions(slots_->context(), s_.micro_batch, [this, step](int a, int32_t* tokens, int32_t* targets) {
-    const int64_t first = first_sample_ + a * s_.micro_batch;
-    data_->train_batch(step, first, s_.micro_batch, tokens, targets);
-    for (int64_t g = first; data_trace_ && g < first + s_.micro_batch; ++g) {
-      const auto [source, offset] = data_->train_window(step, g);
-      std::fprintf(data_trace_.get(), "%lld\t%lld\t%d\t%lld\n", (long long)step, (long long)g, source, (long long)offset);
-    }
-    faults_->read_batch(step, targets, s_.micro_batch * T_);
-  });
+  return local_positions(slots_->context(), s_.micro_batch,
+                         [this, step](int a, int32_t* tokens, int32_t* targets) {
+                           const int64_t first = first_sample_ + a * s_.micro_batch;
+                           data_->train_batch(step, first, s_.micro_batch, tokens, targets);
+                           for (int64_t g = first; data_trace_ && g < first + s_.micro_batch; ++g) {
+                             const auto [source, offset] = data_->train_window(step, g);
+                             std::fprintf(data_trace_.get(), "%lld\t%lld\t%d\t%lld\n",
+                                          (long long)step, (long long)g, source, (long long)offset);
+                           }
+                           faults_->read_batch(step, targets, s_.micro_batch * T_);
+                         });
 }
 
 // The data slot finishes its reductions, the pipeline sums the tied embedding between its two
@@ -177,19 +190,28 @@ void Run::reduce_gradients(StepResult& r) {
 // non-finite loss or gradient norm, or a spike the stability watch skips.
 bool Run::judge(int64_t step, StepResult& r, double carried_scale) {
   const bool found_inf = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
-  const bool overflow = precision_ && precision_->end_step(
-                                          found_inf, [this](float* v, int64_t n) { reduce_over_sharers(v, n); },
-                                          [this](float* v, int64_t n) {  // the sharers are the world unless pp > 1
-                                            if (mesh_.pp > 1) world_->axis(dist::Axis::PP).all_reduce(flat_view(v, LOOM_F32, n), LOOM_REDUCE_MAX);
-                                          });
+  const bool overflow =
+      precision_ &&
+      precision_->end_step(
+          found_inf, [this](float* v, int64_t n) { reduce_over_sharers(v, n); },
+          [this](float* v, int64_t n) {  // the sharers are the world unless pp > 1
+            if (mesh_.pp > 1)
+              world_->axis(dist::Axis::PP).all_reduce(flat_view(v, LOOM_F32, n), LOOM_REDUCE_MAX);
+          });
   if (overflow) {
     if (lead_)
-      std::printf("step %lld: gradients overflowed on some rank; update skipped on every rank (loss scale now %g)\n",
-                  (long long)step, precision_->loss_scale());
-    stability_->log({step, "numeric", "overflow_skip", {{"loss_scale", json_number(precision_->loss_scale())}}});
+      std::printf(
+          "step %lld: gradients overflowed on some rank; update skipped on every rank (loss scale "
+          "now %g)\n",
+          (long long)step, precision_->loss_scale());
+    stability_->log({step,
+                     "numeric",
+                     "overflow_skip",
+                     {{"loss_scale", json_number(precision_->loss_scale())}}});
     return true;
   }
-  if (found_inf) return stability_->on_nonfinite(step, r.loss, r.grad_norm, params_, !optimizer_->sharded());
+  if (found_inf)
+    return stability_->on_nonfinite(step, r.loss, r.grad_norm, params_, !optimizer_->sharded());
   std::vector<std::string> sources;  // a blend's, so an offset names a place in one directory
   for (int64_t i = 0; i < s_.global_batch; ++i) {
     const auto [source, offset] = data_->train_window(step, i);
@@ -203,7 +225,8 @@ bool Run::judge(int64_t step, StepResult& r, double carried_scale) {
 // The ranks of one pipeline stage name the same GEMM operands: tp, then the data group.
 void Run::reduce_over_sharers(float* v, int64_t n) {
   if (!world_) return;
-  if (mesh_.tp > 1) world_->axis(dist::Axis::TP).all_reduce(flat_view(v, LOOM_F32, n), LOOM_REDUCE_MAX);
+  if (mesh_.tp > 1)
+    world_->axis(dist::Axis::TP).all_reduce(flat_view(v, LOOM_F32, n), LOOM_REDUCE_MAX);
   if (mesh_.data_ranks() > 1) world_->data().all_reduce(flat_view(v, LOOM_F32, n), LOOM_REDUCE_MAX);
 }
 

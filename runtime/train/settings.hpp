@@ -43,10 +43,11 @@ struct StabilitySettings {
 StabilitySettings read_stability(const config::Config& cfg);
 
 struct Faults {
-  int64_t inf_loss_step = 0, inf_loss_rank = 0, nan_grad_step = 0, bad_batch_step = 0, perturb_step = 0,
-          perturb_rank = 0, ckpt_write_error_step = 0;
+  int64_t inf_loss_step = 0, inf_loss_rank = 0, nan_grad_step = 0, bad_batch_step = 0,
+          perturb_step = 0, perturb_rank = 0, ckpt_write_error_step = 0;
   std::string nan_grad_param;
-  double slow_step = 0;  // every step sleeps this fraction of its own time (a slower B for loom compare)
+  double slow_step =
+      0;  // every step sleeps this fraction of its own time (a slower B for loom compare)
   static Faults from(const config::Config& cfg);
 };
 

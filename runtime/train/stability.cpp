@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
-
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "core/errors.hpp"
 #include "core/json.hpp"
@@ -39,7 +38,8 @@ double jump_score(double x, const std::deque<double>& w) {
   if (w.size() < 3) return 0;
   std::vector<double> steps, recent;
   for (size_t i = 1; i < w.size(); ++i) steps.push_back(std::fabs(w[i] - w[i - 1]));
-  for (size_t i = w.size() - std::min<size_t>(5, w.size()); i < w.size(); ++i) recent.push_back(w[i]);
+  for (size_t i = w.size() - std::min<size_t>(5, w.size()); i < w.size(); ++i)
+    recent.push_back(w[i]);
   const double sigma = median(steps) / 0.954;
   return sigma > 0 ? (x - median(recent)) / sigma : 0;
 }
@@ -56,8 +56,8 @@ Stability::Stability(const config::Config& cfg, dist::CommWorld* world, DataPara
                      const std::filesystem::path& run_dir, bool append)
     : Stability(read_stability(cfg), world, dp, lead, run_dir, append) {}
 
-Stability::Stability(const StabilitySettings& s, dist::CommWorld* world, DataParallel* dp, bool lead,
-                     const std::filesystem::path& run_dir, bool append)
+Stability::Stability(const StabilitySettings& s, dist::CommWorld* world, DataParallel* dp,
+                     bool lead, const std::filesystem::path& run_dir, bool append)
     : enabled_(s.enabled),
       fail_on_nonfinite_(s.fail_on_nonfinite),
       skip_spikes_(s.skip_spikes),
@@ -74,24 +74,27 @@ Stability::Stability(const StabilitySettings& s, dist::CommWorld* world, DataPar
 
 void Stability::log(const Event& e) {
   if (!lead_) return;
-  std::string line = "{\"step\": " + std::to_string(e.step) + ", \"layer\": " + json_quote(e.layer) +
-                     ", \"event\": " + json_quote(e.event);
+  std::string line = "{\"step\": " + std::to_string(e.step) +
+                     ", \"layer\": " + json_quote(e.layer) + ", \"event\": " + json_quote(e.event);
   for (const auto& [k, v] : e.fields) line += ", " + json_quote(k) + ": " + v;
   errno = 0;
   events_ << line << "}\n";
   events_.flush();
   if (!events_)
-    throw RuntimeError("writing '" + events_path_.string() + "' failed: " + (errno ? std::strerror(errno) : "I/O error"));
+    throw RuntimeError("writing '" + events_path_.string() +
+                       "' failed: " + (errno ? std::strerror(errno) : "I/O error"));
 }
 
-bool Stability::on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params, bool searchable) {
+bool Stability::on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params,
+                             bool searchable) {
   // Backward produces gradients from the last parameter to the first: the first non-finite one
   // in that order is where the bad value entered (or the loss itself, when all are).
   // Every rank is here together (found_inf is global), so the earliest bad parameter over all
   // ranks is agreed with one MIN all-reduce of its backward-order position.
   const auto& all = params.all();
   double found = static_cast<double>(all.size());
-  for (size_t k = 0; searchable && k < all.size() && found == static_cast<double>(all.size()); ++k) {
+  for (size_t k = 0; searchable && k < all.size() && found == static_cast<double>(all.size());
+       ++k) {
     const Param& p = all[all.size() - 1 - k];
     const float* g = p.grad.f32();
     for (int64_t i = 0; i < p.grad.numel(); ++i)
@@ -101,25 +104,34 @@ bool Stability::on_nonfinite(int64_t step, double loss, double grad_norm, const 
       }
   }
   if (world_) world_->world().all_reduce(flat_view(&found, LOOM_F64, 1), LOOM_REDUCE_MIN);
-  const std::string first = found < static_cast<double>(all.size()) ? all[all.size() - 1 - static_cast<size_t>(found)].name : "";
+  const std::string first = found < static_cast<double>(all.size())
+                                ? all[all.size() - 1 - static_cast<size_t>(found)].name
+                                : "";
   const std::string where = !searchable ? "in the ZeRO-sharded gradients (no per-parameter search)"
-                            : first.empty() ? "in no gradient (the loss itself)"
-                                          : "first in layer " + layer_of(first) + ", parameter " + first;
+                            : first.empty()
+                                ? "in no gradient (the loss itself)"
+                                : "first in layer " + layer_of(first) + ", parameter " + first;
   const std::string what = "step " + std::to_string(step) + ": non-finite " +
-                           (std::isfinite(loss) ? "gradient" : "loss") + " (loss " + std::to_string(loss) +
-                           ", grad norm " + std::to_string(grad_norm) + "), " + where;
+                           (std::isfinite(loss) ? "gradient" : "loss") + " (loss " +
+                           std::to_string(loss) + ", grad norm " + std::to_string(grad_norm) +
+                           "), " + where;
   if (!enabled_ || fail_on_nonfinite_) throw RuntimeError(what);
   if (lead_) std::printf("%s; update skipped\n", what.c_str());
-  log({step, "numeric", "nonfinite",
-       {{"loss", json_number(loss)}, {"grad_norm", json_number(grad_norm)},
+  log({step,
+       "numeric",
+       "nonfinite",
+       {{"loss", json_number(loss)},
+        {"grad_norm", json_number(grad_norm)},
         {"in_layer", first.empty() ? "null" : json_quote(layer_of(first))},
-        {"param", first.empty() ? "null" : json_quote(first)}, {"action", "\"skipped\""}}});
+        {"param", first.empty() ? "null" : json_quote(first)},
+        {"action", "\"skipped\""}}});
   return true;
 }
 
-bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::vector<int64_t>& offsets,
-                        const std::vector<std::string>& sources,
-                        const std::function<std::vector<std::pair<std::string, double>>()>& layer_norms) {
+bool Stability::on_step(
+    int64_t step, double loss, double grad_norm, const std::vector<int64_t>& offsets,
+    const std::vector<std::string>& sources,
+    const std::function<std::vector<std::pair<std::string, double>>()>& layer_norms) {
   if (!enabled_) return false;
   bool spike = false;
   double zl = 0, zg = 0;
@@ -151,7 +163,8 @@ bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::
   std::string samples = "[", layers = "{";
   for (size_t i = 0; i < cause->offsets.size(); ++i) samples += (i ? ", " : "") + std::to_string(i);
   std::string starts = json_list(cause->offsets), in_sources;
-  for (const std::string& name : cause->sources) in_sources += (in_sources.empty() ? "[" : ", ") + json_quote(name);
+  for (const std::string& name : cause->sources)
+    in_sources += (in_sources.empty() ? "[" : ", ") + json_quote(name);
   if (!in_sources.empty()) in_sources += "]";
   std::string worst;
   double worst_norm = -1;
@@ -159,18 +172,31 @@ bool Stability::on_step(int64_t step, double loss, double grad_norm, const std::
     layers += (layers.size() > 1 ? ", " : "") + json_quote(layer) + ": " + json_number(n);
     if (n > worst_norm) worst_norm = n, worst = layer;
   }
-  const std::string whose = cause->step == step ? "Batch" : "Batch of step " + std::to_string(cause->step) + ", whose loss jumped";
+  const std::string whose =
+      cause->step == step ? "Batch"
+                          : "Batch of step " + std::to_string(cause->step) + ", whose loss jumped";
   if (lead_)
-    std::printf("step %lld: spike (loss %.4f, z %.1f; grad norm %.3f, z %.1f); largest layer grad norm: %s %.3f; "
-                "%s. %s: global samples 0..%zu at token offsets %s%s%s\n",
-                (long long)step, loss, zl, grad_norm, zg, worst.c_str(), worst_norm,
-                skip_spikes_ ? "update skipped" : "update applied", whose.c_str(), cause->offsets.size() - 1, starts.c_str(),
-                in_sources.empty() ? "" : " of blend sources ", in_sources.c_str());
-  log({step, "data", "spike",
-       {{"loss", json_number(loss)}, {"loss_z", json_number(zl)}, {"grad_norm", json_number(grad_norm)}, {"grad_norm_z", json_number(zg)},
-        {"batch_step", std::to_string(cause->step)}, {"samples", samples + "]"}, {"token_offsets", starts},
+    std::printf(
+        "step %lld: spike (loss %.4f, z %.1f; grad norm %.3f, z %.1f); largest layer grad norm: %s "
+        "%.3f; "
+        "%s. %s: global samples 0..%zu at token offsets %s%s%s\n",
+        (long long)step, loss, zl, grad_norm, zg, worst.c_str(), worst_norm,
+        skip_spikes_ ? "update skipped" : "update applied", whose.c_str(),
+        cause->offsets.size() - 1, starts.c_str(), in_sources.empty() ? "" : " of blend sources ",
+        in_sources.c_str());
+  log({step,
+       "data",
+       "spike",
+       {{"loss", json_number(loss)},
+        {"loss_z", json_number(zl)},
+        {"grad_norm", json_number(grad_norm)},
+        {"grad_norm_z", json_number(zg)},
+        {"batch_step", std::to_string(cause->step)},
+        {"samples", samples + "]"},
+        {"token_offsets", starts},
         {"sources", in_sources.empty() ? "null" : in_sources},
-        {"layer_grad_norms", layers + "}"}, {"action", skip_spikes_ ? "\"skipped\"" : "\"logged\""}}});
+        {"layer_grad_norms", layers + "}"},
+        {"action", skip_spikes_ ? "\"skipped\"" : "\"logged\""}}});
   return skip_spikes_;
 }
 
@@ -189,7 +215,8 @@ void Stability::check(int64_t step, const ParamStore& params) {
   const int n = w.size();
   std::vector<float> probe(1024);
   for (size_t i = 0; i < probe.size(); ++i) probe[i] = static_cast<float>(i % 7 + 1);
-  w.all_reduce(flat_view(probe.data(), LOOM_F32, static_cast<int64_t>(probe.size())), LOOM_REDUCE_SUM);
+  w.all_reduce(flat_view(probe.data(), LOOM_F32, static_cast<int64_t>(probe.size())),
+               LOOM_REDUCE_SUM);
   double bad = 0;
   for (size_t i = 0; i < probe.size(); ++i)
     if (probe[i] != static_cast<float>(n * (i % 7 + 1))) bad = 1;
@@ -199,8 +226,12 @@ void Stability::check(int64_t step, const ParamStore& params) {
   for (int r = 0; r < n; ++r)
     if (flags[r] != 0) wrong.push_back(r);
   if (!wrong.empty()) {
-    log({step, "hardware", "collective_mismatch", {{"ranks", "\"" + describe_ranks(wrong) + "\""}}});
-    throw RuntimeError("step " + std::to_string(step) + ": a check all-reduce with a known answer came out wrong on " +
+    log({step,
+         "hardware",
+         "collective_mismatch",
+         {{"ranks", "\"" + describe_ranks(wrong) + "\""}}});
+    throw RuntimeError("step " + std::to_string(step) +
+                       ": a check all-reduce with a known answer came out wrong on " +
                        describe_ranks(wrong) + " (suspect that host's memory, CPU or network)");
   }
   // Communication: replicas must hold identical parameters.
@@ -209,8 +240,9 @@ void Stability::check(int64_t step, const ParamStore& params) {
   std::vector<int> odd = dp_->odd_replicas(params);
   if (odd.empty()) return;
   log({step, "communication", "replica_mismatch", {{"ranks", "\"" + describe_ranks(odd) + "\""}}});
-  throw RuntimeError("step " + std::to_string(step) + ": data-parallel replicas' parameters differ: " +
-                     describe_ranks(odd) + (odd.size() == 1 ? " differs from the other replicas" : " disagree") +
+  throw RuntimeError("step " + std::to_string(step) +
+                     ": data-parallel replicas' parameters differ: " + describe_ranks(odd) +
+                     (odd.size() == 1 ? " differs from the other replicas" : " disagree") +
                      " (a corrupted reduction or a bad host)");
 }
 

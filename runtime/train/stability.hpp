@@ -33,7 +33,6 @@ struct Event {
   std::vector<std::pair<std::string, std::string>> fields;  // values already JSON-encoded
 };
 
-
 class Stability {
  public:
   // `append`: a resumed run adds to the events of the run it continues.
@@ -46,7 +45,8 @@ class Stability {
   // A non-finite loss or gradient at `step` (every rank calls this together): names where it
   // appeared first on any rank and returns true to skip the step, or throws when [stability]
   // nonfinite = "fail". `searchable`: the parameters' gradients are local (not ZeRO-sharded).
-  bool on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params, bool searchable = true);
+  bool on_nonfinite(int64_t step, double loss, double grad_norm, const ParamStore& params,
+                    bool searchable = true);
   // Judges this step's loss and grad norm against the window. On a spike logs the batch (sample
   // indices and their token offsets, from `offsets`, in a blend's `sources`) and the per-layer
   // norms (`layer_norms`, called only then; a collective over tp, so every rank calls this);
@@ -77,11 +77,11 @@ class Stability {
   struct Recent {
     int64_t step;
     double loss_z;
-    std::vector<int64_t> offsets;  // its batch
+    std::vector<int64_t> offsets;      // its batch
     std::vector<std::string> sources;  // a blend's source of each sample; empty for one directory
   };
   std::deque<Recent> recent_;  // the last three steps: a spike may come from the batch before it
-  int consecutive_ = 0;  // spikes in a row
+  int consecutive_ = 0;        // spikes in a row
 };
 
 }  // namespace loom::train

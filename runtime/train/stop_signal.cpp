@@ -31,7 +31,8 @@ StopSignal::StopSignal() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, &old_term_);
   sigaction(SIGINT, &sa, &old_int_);
-  sigaction(SIGHUP, &sa, &old_hup_);  // the terminal or the ssh session went away: save, as on SIGTERM
+  sigaction(SIGHUP, &sa,
+            &old_hup_);  // the terminal or the ssh session went away: save, as on SIGTERM
 }
 
 StopSignal::~StopSignal() {
@@ -48,10 +49,14 @@ bool StopSignal::agreed(dist::CommWorld* world) {
 
 std::string StopSignal::name() const {
   switch (g_signal) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGHUP: return "SIGHUP";
-    default: return "a signal on another rank";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "a signal on another rank";
   }
 }
 

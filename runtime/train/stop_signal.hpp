@@ -28,7 +28,8 @@ class StopSignal {
   std::string name() const;
 
  private:
-  struct sigaction old_term_{}, old_int_{}, old_hup_{};
+  struct sigaction old_term_ {
+  }, old_int_{}, old_hup_{};
 };
 
 }  // namespace loom::train

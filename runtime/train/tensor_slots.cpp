@@ -44,7 +44,8 @@ TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& se
   const char* mode = nullptr;
   int64_t chunks = 1;
   if (plugins::host().opt_str(&topts, "overlap", &mode) == LOOM_OK && mode)
-    overlap.on = std::string(mode) == "on" || (std::string(mode) == "auto" && read_run(cfg).device == "cuda");
+    overlap.on = std::string(mode) == "on" ||
+                 (std::string(mode) == "auto" && read_run(cfg).device == "cuda");
   if (overlap.on && plugins::host().opt_i64(&topts, "overlap_chunks", &chunks) == LOOM_OK)
     overlap.chunks = static_cast<int>(chunks);
   api_ = std::make_unique<PluginLayers>(ops, numerics, ctx, *tensor_, sequence_.get(), overlap);
@@ -67,7 +68,8 @@ void TensorSlots::start_context(const config::Config& cfg, const plugins::Select
   ctx.cp = world_->axis(dist::Axis::CP).raw();
   ctx.ops = ops_;
   ctx.device = ops_->device;
-  context_ = std::make_unique<ContextAttention>(ctx, *context_plugin_, model::from_config(cfg).seq_len);
+  context_ =
+      std::make_unique<ContextAttention>(ctx, *context_plugin_, model::from_config(cfg).seq_len);
   api_->set_context(context_.get());
 }
 
@@ -125,7 +127,8 @@ double TensorSlots::global_norm(ParamStore& params, Tensor Param::*which) {
 
 // Each ep rank holds different experts (and the same everything else).
 double TensorSlots::over_ep(double sum) {
-  if (world_ && world_->mesh().ep > 1) world_->axis(dist::Axis::EP).all_reduce(flat_view(&sum, LOOM_F64, 1), LOOM_REDUCE_SUM);
+  if (world_ && world_->mesh().ep > 1)
+    world_->axis(dist::Axis::EP).all_reduce(flat_view(&sum, LOOM_F64, 1), LOOM_REDUCE_SUM);
   return sum;
 }
 
@@ -159,14 +162,20 @@ std::vector<std::pair<std::string, double>> TensorSlots::layer_grad_norms(ParamS
       replicated.push_back(0);
       experts.push_back(0);
     }
-    (p.tp_sharded() ? sharded : p.ep_sharded() ? experts : replicated).back() += ops_->sum_squares(p.grad.f32(), p.grad.numel());
+    (p.tp_sharded()   ? sharded
+     : p.ep_sharded() ? experts
+                      : replicated)
+        .back() += ops_->sum_squares(p.grad.f32(), p.grad.numel());
   }
   if (world_ && world_->mesh().tp > 1)
-    world_->axis(dist::Axis::TP).all_reduce(flat_view(sharded.data(), LOOM_F64, sharded.size()), LOOM_REDUCE_SUM);
+    world_->axis(dist::Axis::TP)
+        .all_reduce(flat_view(sharded.data(), LOOM_F64, sharded.size()), LOOM_REDUCE_SUM);
   if (world_ && world_->mesh().ep > 1)
-    world_->axis(dist::Axis::EP).all_reduce(flat_view(experts.data(), LOOM_F64, experts.size()), LOOM_REDUCE_SUM);
+    world_->axis(dist::Axis::EP)
+        .all_reduce(flat_view(experts.data(), LOOM_F64, experts.size()), LOOM_REDUCE_SUM);
   std::vector<std::pair<std::string, double>> out;
-  for (size_t i = 0; i < names.size(); ++i) out.push_back({names[i], std::sqrt(sharded[i] + replicated[i] + experts[i])});
+  for (size_t i = 0; i < names.size(); ++i)
+    out.push_back({names[i], std::sqrt(sharded[i] + replicated[i] + experts[i])});
   return out;
 }
 
@@ -186,8 +195,9 @@ void TensorSlots::check_replicated(const ParamStore& params) {
     tp.all_reduce(flat_view(&lo, LOOM_F64, 1), LOOM_REDUCE_MIN);
     tp.all_reduce(flat_view(&hi, LOOM_F64, 1), LOOM_REDUCE_MAX);
     if (lo != hi)
-      throw RuntimeError("replicated parameter '" + p.name + "' differs between tp ranks (checksums " +
-                         std::to_string(lo) + " .. " + std::to_string(hi) + ")");
+      throw RuntimeError("replicated parameter '" + p.name +
+                         "' differs between tp ranks (checksums " + std::to_string(lo) + " .. " +
+                         std::to_string(hi) + ")");
   }
 }
 

@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "distributed/comm.hpp"
-#include "parallel/layer_api.hpp"
 #include "loader/selection.hpp"
+#include "parallel/layer_api.hpp"
 
 namespace loom {
 class ExpertDispatch;
 class ContextAttention;
-}
+}  // namespace loom
 
 namespace loom::train {
 

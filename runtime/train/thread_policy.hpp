@@ -19,7 +19,8 @@ class ThreadPolicy {
   // other ranks are "other processes" too, so the count stays fixed); threads: the count now.
   // It looks every `every` steps, once `min_window_s` has passed since the last look (/proc/stat
   // counts in 10 ms ticks, so short steps, such as generated tokens, need a longer window).
-  ThreadPolicy(std::string device, int threads, bool adaptive, bool verbose, int64_t every = 5, double min_window_s = 0);
+  ThreadPolicy(std::string device, int threads, bool adaptive, bool verbose, int64_t every = 5,
+               double min_window_s = 0);
   // After each step; may change the thread count for the next ones. Returns the count in use.
   int after_step();
 

@@ -27,12 +27,14 @@ void Trace::span(const std::string& name, const std::string& category, Clock::ti
 void Trace::write() {
   std::lock_guard<std::mutex> lock(m_);
   written_ = true;
-  std::string out = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " +
-                    std::to_string(rank_) + ", \"tid\": 0, \"args\": {\"name\": \"" + label_ + "\"}}";
+  std::string out =
+      "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n{\"name\": \"process_name\", \"ph\": "
+      "\"M\", \"pid\": " +
+      std::to_string(rank_) + ", \"tid\": 0, \"args\": {\"name\": \"" + label_ + "\"}}";
   char buf[64];
   for (const Span& s : spans_) {
-    out += ",\n{\"name\": " + json_quote(s.name) + ", \"cat\": " + json_quote(s.category) + ", \"ph\": \"X\", \"pid\": " +
-           std::to_string(rank_) + ", \"tid\": 0";
+    out += ",\n{\"name\": " + json_quote(s.name) + ", \"cat\": " + json_quote(s.category) +
+           ", \"ph\": \"X\", \"pid\": " + std::to_string(rank_) + ", \"tid\": 0";
     std::snprintf(buf, sizeof buf, ", \"ts\": %.3f, \"dur\": %.3f}", s.ts_us, s.dur_us);
     out += buf;
   }

@@ -14,7 +14,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Sources = std::vector<std::pair<std::string, std::string>>;  // {source in the tree, library name}
+using Sources =
+    std::vector<std::pair<std::string, std::string>>;  // {source in the tree, library name}
 
 // Builds `sources` as they were at REV against REV's headers into DIR; empty REV: today's.
 void build_plugins(const std::string& rev, const Sources& sources, const fs::path& dir) {
@@ -24,31 +25,40 @@ void build_plugins(const std::string& rev, const Sources& sources, const fs::pat
   if (!rev.empty()) {
     std::string paths = " sdk/include";
     for (const auto& [src, lib] : sources) paths += " " + src;
-    auto files = sh("git -C " LOOM_SOURCE_DIR " archive '" + rev + "'" + paths + " | tar -x -C " + (dir / "src").string());
+    auto files = sh("git -C " LOOM_SOURCE_DIR " archive '" + rev + "'" + paths + " | tar -x -C " +
+                    (dir / "src").string());
     REQUIRE_MESSAGE(files.rc == 0, files.out);
     root = (dir / "src").string();
   }
   for (const auto& [src, lib] : sources) {
-    auto built = sh("c++" + flags + root + "/sdk/include " + root + "/" + src + " -o " + (dir / lib).string());
+    auto built = sh("c++" + flags + root + "/sdk/include " + root + "/" + src + " -o " +
+                    (dir / lib).string());
     REQUIRE_MESSAGE(built.rc == 0, built.out);
   }
 }
 
 void write_config(const TempDir& t, const std::string& parallel, const std::string& plugins) {
   std::string text;
-  for (int i = 0; i < 60; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+  for (int i = 0; i < 60; ++i)
+    text += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
   if (!fs::exists(t.path / "d"))
-    REQUIRE(run_loom("data prepare --text " + t.write("c.txt", text) + " --out " + (t.path / "d").string()).rc == 0);
-  t.write("t.toml", "[run]\nthreads = 1\n[data]\ndir = \"" + (t.path / "d").string() + "\"\n[model]\npreset = \"llama-tiny\"\n"
-                    "seq_len = 32\n[train]\nsteps = 4\nglobal_batch = 4\neval_every = 0\n[parallel]\n" + parallel +
-                    "[plugins]\n" + plugins);
+    REQUIRE(run_loom("data prepare --text " + t.write("c.txt", text) + " --out " +
+                     (t.path / "d").string())
+                .rc == 0);
+  t.write("t.toml",
+          "[run]\nthreads = 1\n[data]\ndir = \"" + (t.path / "d").string() +
+              "\"\n[model]\npreset = \"llama-tiny\"\n"
+              "seq_len = 32\n[train]\nsteps = 4\nglobal_batch = 4\neval_every = 0\n[parallel]\n" +
+              parallel + "[plugins]\n" + plugins);
 }
 
-// Each step's "loss" and "grad_norm" as metrics.jsonl spells them, and the ABI plugins.json records.
-std::vector<std::string> train(const TempDir& t, const fs::path& plugins, const std::string& name, std::string& abis) {
+// Each step's "loss" and "grad_norm" as metrics.jsonl spells them, and the ABI plugins.json
+// records.
+std::vector<std::string> train(const TempDir& t, const fs::path& plugins, const std::string& name,
+                               std::string& abis) {
   const fs::path run = t.path / ("run-" + name);
-  auto r = sh("LOOM_PLUGIN_PATH=" + plugins.string() + " " LOOM_BIN " train " + (t.path / "t.toml").string() + " --run-dir " +
-              run.string());
+  auto r = sh("LOOM_PLUGIN_PATH=" + plugins.string() + " " LOOM_BIN " train " +
+              (t.path / "t.toml").string() + " --run-dir " + run.string());
   INFO(r.out);
   REQUIRE(r.rc == 0);
   std::vector<std::string> steps;
@@ -60,22 +70,29 @@ std::vector<std::string> train(const TempDir& t, const fs::path& plugins, const 
   }
   std::ifstream record(run / "plugins.json");
   const nlohmann::json used = nlohmann::json::parse(record);
-  for (const auto& slot : used["plugins"]) abis += slot["name"].get<std::string>() + "=" + slot["abi"].get<std::string>() + " ";
+  for (const auto& slot : used["plugins"])
+    abis += slot["name"].get<std::string>() + "=" + slot["abi"].get<std::string>() + " ";
   return steps;
 }
 
 }  // namespace
 
-TEST_CASE("ddp and tf32 built against the ABI 1.3 and 1.7 headers from git history train 2 ranks bitwise as today's") {
+TEST_CASE(
+    "ddp and tf32 built against the ABI 1.3 and 1.7 headers from git history train 2 ranks bitwise "
+    "as today's") {
   TempDir t;
   write_config(t, "nproc = 2\ndp = 2\n", "precision = \"tf32\"\n");
-  build_plugins("", {{"sdk/examples/tf32-precision/tf32.cpp", "libloom-precision-tf32.so"}}, t.path / "today");
+  build_plugins("", {{"sdk/examples/tf32-precision/tf32.cpp", "libloom-precision-tf32.so"}},
+                t.path / "today");
   std::string today_abis;
   const std::vector<std::string> today = train(t, t.path / "today", "today", today_abis);
   REQUIRE(today.size() == 4);
-  for (const auto& [rev, abi] : {std::pair<std::string, std::string>{"37750d7^", "1.3"}, {"9453c5d^", "1.7"}}) {
-    build_plugins(rev, {{"plugins/parallel/ddp/ddp.cpp", "libloom-parallel-ddp.so"},
-                        {"sdk/examples/tf32-precision/tf32.cpp", "libloom-precision-tf32.so"}}, t.path / abi);
+  for (const auto& [rev, abi] :
+       {std::pair<std::string, std::string>{"37750d7^", "1.3"}, {"9453c5d^", "1.7"}}) {
+    build_plugins(rev,
+                  {{"plugins/parallel/ddp/ddp.cpp", "libloom-parallel-ddp.so"},
+                   {"sdk/examples/tf32-precision/tf32.cpp", "libloom-precision-tf32.so"}},
+                  t.path / abi);
     std::string abis;
     const std::vector<std::string> old = train(t, t.path / abi, abi, abis);
     INFO("ABI " << abi << ": " << abis << " against " << today_abis);
@@ -87,15 +104,21 @@ TEST_CASE("ddp and tf32 built against the ABI 1.3 and 1.7 headers from git histo
 
 // The sharded data kind and a wrapper through loom.plugins, from the last ABI 1 minor before 2.0's
 // split: zero2 and the counting comm over gloo, as ABI 1.7 built them, against today's builds.
-TEST_CASE("zero2 and a counting comm built against ABI 1.7 train 2 ranks bitwise as today's, and 1.3's zero is refused") {
+TEST_CASE(
+    "zero2 and a counting comm built against ABI 1.7 train 2 ranks bitwise as today's, and 1.3's "
+    "zero is refused") {
   TempDir t;
-  write_config(t, "nproc = 2\ndp = 2\n", "data = \"zero2\"\ncomm = \"counting\"\n[plugins.counting]\ninner = \"gloo\"\n");
-  build_plugins("", {{"sdk/examples/counting-comm/counting.cpp", "libloom-comm-counting.so"}}, t.path / "today");
+  write_config(t, "nproc = 2\ndp = 2\n",
+               "data = \"zero2\"\ncomm = \"counting\"\n[plugins.counting]\ninner = \"gloo\"\n");
+  build_plugins("", {{"sdk/examples/counting-comm/counting.cpp", "libloom-comm-counting.so"}},
+                t.path / "today");
   std::string today_abis;
   const std::vector<std::string> today = train(t, t.path / "today", "today", today_abis);
   REQUIRE(today.size() == 4);
-  build_plugins("9453c5d^", {{"plugins/parallel/zero/zero.cpp", "libloom-parallel-zero.so"},
-                             {"tests/plugins/comm_counting.cpp", "libloom-comm-counting.so"}}, t.path / "1.7");
+  build_plugins("9453c5d^",
+                {{"plugins/parallel/zero/zero.cpp", "libloom-parallel-zero.so"},
+                 {"tests/plugins/comm_counting.cpp", "libloom-comm-counting.so"}},
+                t.path / "1.7");
   std::string abis;
   const std::vector<std::string> old = train(t, t.path / "1.7", "1.7", abis);
   INFO(abis << " against " << today_abis);
@@ -104,12 +127,13 @@ TEST_CASE("zero2 and a counting comm built against ABI 1.7 train 2 ranks bitwise
   CHECK(old == today);
 
   // ABI 1.3 had no capability declarations: its ZeRO cannot say it shards, so it does not run.
-  build_plugins("37750d7^", {{"plugins/parallel/zero/zero.cpp", "libloom-parallel-zero.so"}}, t.path / "1.3");
+  build_plugins("37750d7^", {{"plugins/parallel/zero/zero.cpp", "libloom-parallel-zero.so"}},
+                t.path / "1.3");
   write_config(t, "nproc = 2\ndp = 2\n", "data = \"zero2\"\n");
-  auto refused = sh("LOOM_PLUGIN_PATH=" + (t.path / "1.3").string() + " " LOOM_BIN " train " + (t.path / "t.toml").string() +
-                    " --run-dir " + (t.path / "run-13").string());
+  auto refused = sh("LOOM_PLUGIN_PATH=" + (t.path / "1.3").string() + " " LOOM_BIN " train " +
+                    (t.path / "t.toml").string() + " --run-dir " + (t.path / "run-13").string());
   INFO(refused.out);
   CHECK(refused.rc == 2);
-  CHECK(refused.out.find("reports ZeRO stage 2 but does not declare LOOM_DATA_SHARDED (it was built against plugin ABI 1.3)") !=
-        std::string::npos);
+  CHECK(refused.out.find("reports ZeRO stage 2 but does not declare LOOM_DATA_SHARDED (it was "
+                         "built against plugin ABI 1.3)") != std::string::npos);
 }

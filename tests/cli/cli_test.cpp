@@ -73,12 +73,14 @@ TEST_CASE("config errors exit 2 with file:line:col") {
 TEST_CASE("config check and show resolve plugins and fill defaults") {
   TempDir t;
   std::string f = t.write("c.toml", "[run]\nseed = 5\n[plugins]\nprecision = \"fp32\"\n");
-  auto check = run_loom("config check " + f + " --no-data");  // data/fortunes is the demo's, not prepared here
+  auto check = run_loom("config check " + f +
+                        " --no-data");  // data/fortunes is the demo's, not prepared here
   CHECK(check.rc == 0);
   CHECK(has(check.out, "ok; precision = fp32"));
   auto data = run_loom("config check " + f);  // checked against its data, as train would
   CHECK(data.rc == 2);
-  CHECK(has(data.out, "[data] dir = \"data/fortunes\" does not exist; make it with: loom data prepare"));
+  CHECK(has(data.out,
+            "[data] dir = \"data/fortunes\" does not exist; make it with: loom data prepare"));
   auto show = run_loom("config show " + f + " --set run.seed=11 --set run.threads=2");
   CHECK(show.rc == 0);
   CHECK(has(show.out, "seed = 11"));
@@ -91,7 +93,8 @@ TEST_CASE("config check and show resolve plugins and fill defaults") {
 
 TEST_CASE("plugin failures at the command line") {
   TempDir t;
-  auto not_found = run_loom("config check " + t.write("a.toml", "[plugins]\nprecision = \"bf61\"\n"));
+  auto not_found =
+      run_loom("config check " + t.write("a.toml", "[plugins]\nprecision = \"bf61\"\n"));
   CHECK(not_found.rc == 2);
   CHECK(has(not_found.out, "a.toml:2:13: [plugins] precision: no precision plugin named 'bf61'"));
   CHECK(has(not_found.out, "searched:"));
@@ -99,7 +102,8 @@ TEST_CASE("plugin failures at the command line") {
   auto abi = run_loom("config check " + t.write("b.toml", "[plugins]\nprecision = \"future\"\n"));
   CHECK(abi.rc == 1);
   CHECK(has(abi.out, "ABI 99.3; this runtime speaks ABI 2.6"));
-  auto junk = run_loom("config check " + t.write("c.toml", "[plugins]\nprecision = \"notaplugin\"\n"));
+  auto junk =
+      run_loom("config check " + t.write("c.toml", "[plugins]\nprecision = \"notaplugin\"\n"));
   CHECK(junk.rc == 1);
   CHECK(has(junk.out, "is not a Loom plugin"));
 }
@@ -109,7 +113,9 @@ TEST_CASE("loom schedule prints a pipeline's timeline, its bubble and memory, ba
   CHECK(f.rc == 0);
   CHECK(has(f.out, "rank 0  F0 F1 F2 F3 .  .  .  .  .  .  B0 B0 F4 B1 B1"));
   CHECK(has(f.out, "rank 3  .  .  .  F0 B0 B0 F1 B1 B1 F2 B2 B2"));
-  CHECK(has(f.out, "bubble 27.3% of rank-time, 9 units idle per rank (theory without split backwards (p-1)/(v m + p-1) = 27.3%"));
+  CHECK(has(f.out,
+            "bubble 27.3% of rank-time, 9 units idle per rank (theory without split backwards "
+            "(p-1)/(v m + p-1) = 27.3%"));
   CHECK(has(f.out, "per rank: 4 3 2 1"));
   auto z = run_loom("schedule --pp 4 --microbatches 8 --schedule zbh1");
   CHECK(z.rc == 0);
@@ -132,7 +138,9 @@ TEST_CASE("loom schedule prints a pipeline's timeline, its bubble and memory, ba
   CHECK(has(typo.out, "did you mean '1f1b'"));
 }
 
-TEST_CASE("loom model info reports parameters, FLOPs per token and ZeRO state bytes of a preset or a file") {
+TEST_CASE(
+    "loom model info reports parameters, FLOPs per token and ZeRO state bytes of a preset or a "
+    "file") {
   auto llama = run_loom("model info llama3-8b");
   CHECK(llama.rc == 0);
   CHECK(has(llama.out, "32 heads (8 kv heads), rope, rmsnorm, swiglu, d_ff 14336, no bias"));
@@ -161,7 +169,8 @@ TEST_CASE("loom model info reports parameters, FLOPs per token and ZeRO state by
 TEST_CASE("a truncated plugin library on the search path is skipped with a message, not a SIGBUS") {
   TempDir t;
   const auto lib = t.path / "libloom-parallel-cut.so";
-  std::filesystem::copy_file(std::filesystem::path(LOOM_BINARY_DIR) / "lib/loom/plugins/libloom-parallel-sp.so", lib);
+  std::filesystem::copy_file(
+      std::filesystem::path(LOOM_BINARY_DIR) / "lib/loom/plugins/libloom-parallel-sp.so", lib);
   std::filesystem::resize_file(lib, std::filesystem::file_size(lib) / 2);
   auto list = loom::test::sh("LOOM_PLUGIN_PATH=" + t.path.string() + " " LOOM_BIN " plugins");
   INFO(list.out);
@@ -173,14 +182,18 @@ TEST_CASE("a truncated plugin library on the search path is skipped with a messa
   CHECK(has(named.out, "truncated ELF"));
 }
 
-TEST_CASE("loom schedule caps the micro-batch count with the bubble formula instead of running for minutes") {
+TEST_CASE(
+    "loom schedule caps the micro-batch count with the bubble formula instead of running for "
+    "minutes") {
   auto big = run_loom("schedule --pp 4 --microbatches 1000000 --schedule 1f1b");
   CHECK(big.rc == 2);
   CHECK(has(big.out, "--microbatches 1000000 is more than loom schedule draws (4096)"));
   CHECK(run_loom("schedule --pp 4 --microbatches 4096 --schedule 1f1b").rc == 0);
 }
 
-TEST_CASE("loom bench comm takes a config and --set for its plugin, and refuses --nproc 0 or an unknown plugin before ranks start") {
+TEST_CASE(
+    "loom bench comm takes a config and --set for its plugin, and refuses --nproc 0 or an unknown "
+    "plugin before ranks start") {
   auto zero = run_loom("bench comm --nproc 0");
   CHECK(zero.rc == 2);
   CHECK(has(zero.out, "--nproc must be a number from 1 to 4096, got 0"));
@@ -189,16 +202,21 @@ TEST_CASE("loom bench comm takes a config and --set for its plugin, and refuses 
   CHECK(has(unknown.out, "nosuch"));
   CHECK(!has(unknown.out, "[rank"));  // refused by the launcher itself
   TempDir t;
-  const std::string cfg = t.write("b.toml", "[plugins]\ncomm = \"gloo\"\n[plugins.gloo]\niface = \"lo\"\n");
-  auto ok = run_loom("bench comm --nproc 2 --config " + cfg + " --min-bytes 1K --max-bytes 4K --iters 2 --warmup 1");
+  const std::string cfg =
+      t.write("b.toml", "[plugins]\ncomm = \"gloo\"\n[plugins.gloo]\niface = \"lo\"\n");
+  auto ok = run_loom("bench comm --nproc 2 --config " + cfg +
+                     " --min-bytes 1K --max-bytes 4K --iters 2 --warmup 1");
   INFO(ok.out);
   CHECK(ok.rc == 0);
-  auto bad_option = run_loom("bench comm --nproc 2 --config " + cfg + " --set plugins.gloo.ifac=lo --max-bytes 1K");
+  auto bad_option = run_loom("bench comm --nproc 2 --config " + cfg +
+                             " --set plugins.gloo.ifac=lo --max-bytes 1K");
   CHECK(bad_option.rc == 2);
   CHECK(has(bad_option.out, "did you mean 'iface'"));
 }
 
-TEST_CASE("messages name what the user typed: --set arguments, missing positional arguments, directories given as files") {
+TEST_CASE(
+    "messages name what the user typed: --set arguments, missing positional arguments, directories "
+    "given as files") {
   TempDir t;
   const std::string cfg = t.write("c.toml", "[train]\nsteps = 1\n");
   auto key = run_loom("config check " + cfg + " --set train.lrr=1");
@@ -208,8 +226,10 @@ TEST_CASE("messages name what the user typed: --set arguments, missing positiona
   auto section = run_loom("config check " + cfg + " --set nosuch.x=1");
   CHECK(has(section.out, "--set nosuch.x=1: unknown section [nosuch]"));
   // Positional arguments have internal option names; the message uses the synopsis' words.
-  for (auto [cmd, word] : {std::pair{"train", "missing FILE"}, {"ckpt verify", "missing DIR"},
-                           {"generate", "missing SRC"}, {"launch -n 2", "missing PROGRAM"}}) {
+  for (auto [cmd, word] : {std::pair{"train", "missing FILE"},
+                           {"ckpt verify", "missing DIR"},
+                           {"generate", "missing SRC"},
+                           {"launch -n 2", "missing PROGRAM"}}) {
     auto r = run_loom(cmd);
     INFO(cmd);
     CHECK(r.rc == 2);
@@ -222,14 +242,17 @@ TEST_CASE("messages name what the user typed: --set arguments, missing positiona
   CHECK(text.rc == 1);
   CHECK(has(text.out, "cannot read input '" + dir + "': it is a directory"));
   const std::string txt = t.write("t.txt", "some text\n");
-  auto tok = run_loom("data prepare --text " + txt + " --tokenizer " + dir + " --out " + (t.path / "o").string());
+  auto tok = run_loom("data prepare --text " + txt + " --tokenizer " + dir + " --out " +
+                      (t.path / "o").string());
   CHECK(has(tok.out, "cannot read tokenizer '" + dir + "': it is a directory"));
-  auto missing = run_loom("data prepare --text " + (t.path / "none.txt").string() + " --out " + (t.path / "o").string());
+  auto missing = run_loom("data prepare --text " + (t.path / "none.txt").string() + " --out " +
+                          (t.path / "o").string());
   CHECK(has(missing.out, "none.txt': No such file or directory"));
   for (const auto& r : {text, tok, missing}) CHECK_FALSE(has(r.out, "basic_filebuf"));
 }
 
-TEST_CASE("loom plugins info lists the optional entries a plugin provides and the services it uses") {
+TEST_CASE(
+    "loom plugins info lists the optional entries a plugin provides and the services it uses") {
   auto ruled = run_loom("plugins info ruled");
   CHECK(has(ruled.out, "  provides:  option rules, validate hook\n"));
   CHECK(has(ruled.out, "  uses:      none\n"));
@@ -248,5 +271,7 @@ TEST_CASE("loom plugins info lists the optional entries a plugin provides and th
   CHECK(has(old.out, "  provides:  no optional entries (it was built against plugin ABI 1.2"));
   CHECK(has(old.out, "  uses:      any (ABI 1 plugins declare none)\n"));
   auto json = run_loom("plugins info counting --json");
-  CHECK(has(json.out, "\"provides\": [\"validate hook\"], \"services\": [\"loom.plugins\", \"loom.trace\", \"loom.placement\"], \"adapted\": false"));
+  CHECK(has(json.out,
+            "\"provides\": [\"validate hook\"], \"services\": [\"loom.plugins\", \"loom.trace\", "
+            "\"loom.placement\"], \"adapted\": false"));
 }

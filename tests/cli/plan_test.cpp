@@ -3,9 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "support/process.hpp"
 
@@ -14,12 +13,16 @@ using loom::test::TempDir;
 
 namespace {
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 const std::string kClusters = std::string(LOOM_SOURCE_DIR) + "/clusters/";
 
 std::string llama8b(const TempDir& t) {
-  return t.write("l.toml", "[model]\npreset = \"llama3-8b\"\n[train]\nglobal_batch = 64\n[plugins]\nprecision = \"bf16\"\n");
+  return t.write("l.toml",
+                 "[model]\npreset = \"llama3-8b\"\n[train]\nglobal_batch = "
+                 "64\n[plugins]\nprecision = \"bf16\"\n");
 }
 
 }  // namespace
@@ -35,7 +38,8 @@ TEST_CASE("loom plan ranks the layouts of one H100 node, as a table and as JSON"
   CHECK(has(table.out, "   3  "));
   CHECK_FALSE(has(table.out, "   4  "));
   CHECK(has(table.out, "why: "));
-  auto json = run_loom("plan " + cfg + " --cluster " + kClusters + "h100-sxm.toml --json --fix tp=2,recompute=full");
+  auto json = run_loom("plan " + cfg + " --cluster " + kClusters +
+                       "h100-sxm.toml --json --fix tp=2,recompute=full");
   REQUIRE(json.rc == 0);
   std::istringstream lines(json.out);
   std::string line;
@@ -61,7 +65,8 @@ TEST_CASE("loom plan ranks the layouts of one H100 node, as a table and as JSON"
 
 TEST_CASE("loom plan --explain breaks a step into compute, each collective, bubble and optimizer") {
   TempDir t;
-  auto r = run_loom("plan " + llama8b(t) + " --cluster " + kClusters + "h100-sxm.toml --nodes 2 --explain \"dp4 tp4 zero1 mb1 selective\"");
+  auto r = run_loom("plan " + llama8b(t) + " --cluster " + kClusters +
+                    "h100-sxm.toml --nodes 2 --explain \"dp4 tp4 zero1 mb1 selective\"");
   INFO(r.out);
   REQUIRE(r.rc == 0);
   CHECK(has(r.out, "forward (all micro-batches)"));
@@ -72,12 +77,15 @@ TEST_CASE("loom plan --explain breaks a step into compute, each collective, bubb
   CHECK(has(r.out, "memory per rank: parameters"));
 }
 
-TEST_CASE("loom plan refuses a broken cluster file, too many devices and an impossible layout with exit 2") {
+TEST_CASE(
+    "loom plan refuses a broken cluster file, too many devices and an impossible layout with exit "
+    "2") {
   TempDir t;
   const std::string cfg = llama8b(t);
   std::ifstream in(kClusters + "h100-sxm.toml");
   std::string text((std::istreambuf_iterator<char>(in)), {});
-  const std::string negative = t.write("neg.toml", text.replace(text.find("latency_us = 3.0"), 16, "latency_us = -3.0"));
+  const std::string negative =
+      t.write("neg.toml", text.replace(text.find("latency_us = 3.0"), 16, "latency_us = -3.0"));
   auto neg = run_loom("plan " + cfg + " --cluster " + negative);
   CHECK(neg.rc == 2);
   CHECK(has(neg.out, "neg.toml:"));
@@ -90,11 +98,15 @@ TEST_CASE("loom plan refuses a broken cluster file, too many devices and an impo
   auto many = run_loom("plan " + cfg + " --cluster " + kClusters + "h200.toml --nodes 1000");
   CHECK(many.rc == 2);
   CHECK(has(many.out, "8000 devices asked, but cluster 'h200'"));
-  auto bad = run_loom("plan " + cfg + " --cluster " + kClusters + "h100-sxm.toml --explain \"dp1 tp8 pp1 mb3\"");
+  auto bad = run_loom("plan " + cfg + " --cluster " + kClusters +
+                      "h100-sxm.toml --explain \"dp1 tp8 pp1 mb3\"");
   CHECK(bad.rc == 2);
   // In the words `loom train` would refuse it with.
-  CHECK(has(bad.out, "--explain dp1 tp8 mb3: [train] global_batch = 64 over dp = 1 is 64 sequences per rank, not a multiple of micro_batch = 3"));
-  auto wrong_count = run_loom("plan " + cfg + " --cluster " + kClusters + "h100-sxm.toml --explain \"dp2 tp2\"");
+  CHECK(has(bad.out,
+            "--explain dp1 tp8 mb3: [train] global_batch = 64 over dp = 1 is 64 sequences per "
+            "rank, not a multiple of micro_batch = 3"));
+  auto wrong_count =
+      run_loom("plan " + cfg + " --cluster " + kClusters + "h100-sxm.toml --explain \"dp2 tp2\"");
   CHECK(wrong_count.rc == 2);
   CHECK(has(wrong_count.out, "uses 4 devices, not the 8"));
   auto fix = run_loom("plan " + cfg + " --cluster " + kClusters + "h100-sxm.toml --fix tq=2");
@@ -116,10 +128,14 @@ TEST_CASE("loom plan published prints every Table 1 row with its error, the larg
   CHECK(std::stod(r.out.substr(at + 14)) <= 15.0);
 }
 
-TEST_CASE("a third-party strategy is planned through its own cost entry, one without is named, and layouts its plugins refuse are not ranked") {
+TEST_CASE(
+    "a third-party strategy is planned through its own cost entry, one without is named, and "
+    "layouts its plugins refuse are not ranked") {
   TempDir t;
-  const std::string head = "[model]\nn_layer = 2\nn_head = 2\nd_model = 64\nseq_len = 32\n[train]\nglobal_batch = 8\n"
-                           "[plugins]\npath = [\"" + std::string(LOOM_TEST_PLUGIN_DIR) + "\"]\n";
+  const std::string head =
+      "[model]\nn_layer = 2\nn_head = 2\nd_model = 64\nseq_len = 32\n[train]\nglobal_batch = 8\n"
+      "[plugins]\npath = [\"" +
+      std::string(LOOM_TEST_PLUGIN_DIR) + "\"]\n";
   const std::string ema = t.write("ema.toml", head + "data = \"ema\"\n");
   auto plan = [&](const std::string& cfg, const std::string& cluster, const std::string& args) {
     return run_loom("plan " + cfg + " --cluster " + kClusters + cluster + " " + args);
@@ -143,7 +159,9 @@ TEST_CASE("a third-party strategy is planned through its own cost entry, one wit
   CHECK(has(fixed.out, "no layout of 8 devices can run this model with the --fix choices"));
   auto refused = plan(ema, "h100-sxm.toml", "--devices 8 --explain \"dp4 pp2\"");
   CHECK(refused.rc == 2);
-  CHECK(has(refused.out, "--explain dp4 pp2 1f1b mb1: [plugins] data = \"ema\" does not declare LOOM_DATA_PIPELINE"));
+  CHECK(has(
+      refused.out,
+      "--explain dp4 pp2 1f1b mb1: [plugins] data = \"ema\" does not declare LOOM_DATA_PIPELINE"));
   const std::string nop2p = t.write("nop2p.toml", head + "comm = \"nop2p\"\n");
   auto ring = plan(nop2p, "this-machine.toml", "--devices 2 --json");
   CHECK(ring.rc == 0);
@@ -157,7 +175,8 @@ TEST_CASE("a third-party strategy is planned through its own cost entry, one wit
 }
 
 TEST_CASE("loom plan keeps its columns in line when layout names run past 40 characters") {
-  auto r = run_loom("plan " LOOM_SOURCE_DIR "/configs/llama.toml --cluster " LOOM_SOURCE_DIR "/clusters/h100-sxm.toml --nodes 64 --top 60");
+  auto r = run_loom("plan " LOOM_SOURCE_DIR "/configs/llama.toml --cluster " LOOM_SOURCE_DIR
+                    "/clusters/h100-sxm.toml --nodes 64 --top 60");
   REQUIRE(r.rc == 0);
   std::istringstream in(r.out);
   std::string line, header;

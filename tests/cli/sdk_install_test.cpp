@@ -1,5 +1,5 @@
-// The plugin boundary as a stranger sees it: install Loom into a prefix, build the installed SDK examples
-// against that prefix alone, load them with the installed `loom`, and compile its headers.
+// The plugin boundary as a stranger sees it: install Loom into a prefix, build the installed SDK
+// examples against that prefix alone, load them with the installed `loom`, and compile its headers.
 #include <doctest/doctest.h>
 
 #include <array>
@@ -50,9 +50,11 @@ TEST_CASE("the installed examples build against the installed SDK alone and load
 
   // Every installed example builds from the prefix alone, as its CMakeLists.txt says.
   for (const auto& [example, plugin, provides] : std::vector<std::array<std::string, 3>>{
-           {"ema-data", "ema", "cost entry, state save and load"}, {"scramble-ckpt", "scramble", "read path"},
+           {"ema-data", "ema", "cost entry, state save and load"},
+           {"scramble-ckpt", "scramble", "read path"},
            {"counting-comm", "counting", "validate hook"}}) {
-    const std::string copy = (t.path / example).string(), out = (t.path / (example + "-build")).string();
+    const std::string copy = (t.path / example).string(),
+                      out = (t.path / (example + "-build")).string();
     REQUIRE(sh("cp -r " + prefix + "/share/loom/examples/" + example + " " + copy).rc == 0);
     auto conf = sh("cmake -S " + copy + " -B " + out + " -DCMAKE_PREFIX_PATH=" + prefix);
     REQUIRE_MESSAGE(conf.rc == 0, conf.out);
@@ -66,16 +68,20 @@ TEST_CASE("the installed examples build against the installed SDK alone and load
     CHECK(about.out.find(provides) != std::string::npos);
   }
 
-  std::string cfg = t.write("tf32.toml", "[plugins]\nprecision = \"tf32\"\n[plugins.tf32]\nmantisa_bits = 8\n");
+  std::string cfg =
+      t.write("tf32.toml", "[plugins]\nprecision = \"tf32\"\n[plugins.tf32]\nmantisa_bits = 8\n");
   auto check = sh(loom + " config check " + cfg);
   CHECK(check.rc == 2);
   CHECK(check.out.find("did you mean 'mantissa_bits'?") != std::string::npos);
-  cfg = t.write("tf32ok.toml", "[plugins]\nprecision = \"tf32\"\n[plugins.tf32]\nmantissa_bits = 8\n");
+  cfg = t.write("tf32ok.toml",
+                "[plugins]\nprecision = \"tf32\"\n[plugins.tf32]\nmantissa_bits = 8\n");
   auto ok = sh(loom + " config check --no-data " + cfg);  // the plugin's options, before any data
   CHECK(ok.rc == 0);
   CHECK(ok.out.find("precision = tf32") != std::string::npos);
-  cfg = t.write("tf32far.toml", "[plugins]\nprecision = \"tf32\"\n[plugins.tf32]\nmantissa_bits = 30\n");
-  auto far = sh(loom + " config check " + cfg);  // the example's option rule, checked by the runtime
+  cfg = t.write("tf32far.toml",
+                "[plugins]\nprecision = \"tf32\"\n[plugins.tf32]\nmantissa_bits = 30\n");
+  auto far =
+      sh(loom + " config check " + cfg);  // the example's option rule, checked by the runtime
   CHECK(far.rc == 2);
   CHECK(far.out.find("mantissa_bits") != std::string::npos);
 }
@@ -85,49 +91,74 @@ TEST_CASE("the installed examples build against the installed SDK alone and load
 // stop the build with a message.
 TEST_CASE("a misspelt or mistyped optional member of a plugin is a compile error") {
   TempDir t;
-  const std::string head = "#include <loom/sdk.hpp>\nstruct P : loom::sdk::ReplicatedDataPlugin {\n";
-  const std::string tail = "  explicit P(const loom::sdk::Context&) {}\n  void setup(const loom_data_context&) override {}\n"
-                           "  void grad_ready(int64_t) override {}\n  void finish_grads(double&, double&) override {}\n};\n"
-                           "LOOM_PLUGIN(loom::sdk::data_plugin<P>())\n";
+  const std::string head =
+      "#include <loom/sdk.hpp>\nstruct P : loom::sdk::ReplicatedDataPlugin {\n";
+  const std::string tail =
+      "  explicit P(const loom::sdk::Context&) {}\n  void setup(const loom_data_context&) override "
+      "{}\n"
+      "  void grad_ready(int64_t) override {}\n  void finish_grads(double&, double&) override "
+      "{}\n};\n"
+      "LOOM_PLUGIN(loom::sdk::data_plugin<P>())\n";
   auto build = [&](const std::string& name, const std::string& body) {
-    return sh("c++ -std=c++20 -fsyntax-only -I" LOOM_SOURCE_DIR "/sdk/include " + t.write(name + ".cpp", head + body + tail));
+    return sh("c++ -std=c++20 -fsyntax-only -I" LOOM_SOURCE_DIR "/sdk/include " +
+              t.write(name + ".cpp", head + body + tail));
   };
-  const std::string about = "  static constexpr loom::sdk::About about{.name = \"p\", .version = \"1\", .summary = \"s\"";
+  const std::string about =
+      "  static constexpr loom::sdk::About about{.name = \"p\", .version = \"1\", .summary = \"s\"";
   auto good = build("good", about + ", .capabilities = LOOM_DATA_PIPELINE};\n");
   CHECK_MESSAGE(good.rc == 0, good.out);
   auto misspelt = build("misspelt", about + ", .capabilites = LOOM_DATA_PIPELINE};\n");
   CHECK(misspelt.rc != 0);
   CHECK(misspelt.out.find("capabilites") != std::string::npos);
-  auto mistyped = build("mistyped", "  static void validate(const loom::sdk::Options&) {}\n" + about + ", .validate = &validate};\n");
+  auto mistyped = build("mistyped", "  static void validate(const loom::sdk::Options&) {}\n" +
+                                        about + ", .validate = &validate};\n");
   CHECK(mistyped.rc != 0);
   CHECK(mistyped.out.find("validate") != std::string::npos);
-  auto unwired = build("unwired", "  static void validate(const loom::sdk::Options&, const loom::sdk::Host&) {}\n" + about + "};\n");
+  auto unwired = build(
+      "unwired", "  static void validate(const loom::sdk::Options&, const loom::sdk::Host&) {}\n" +
+                     about + "};\n");
   CHECK(unwired.rc != 0);
   CHECK(unwired.out.find("name it in About::validate") != std::string::npos);
-  auto leftover = build("leftover", "  static constexpr uint64_t capabilities = LOOM_DATA_PIPELINE;\n" + about + "};\n");
+  auto leftover =
+      build("leftover",
+            "  static constexpr uint64_t capabilities = LOOM_DATA_PIPELINE;\n" + about + "};\n");
   CHECK(leftover.rc != 0);
-  CHECK(leftover.out.find("capabilities, compute_dtype and exact are not read: set them in About") != std::string::npos);
+  CHECK(
+      leftover.out.find("capabilities, compute_dtype and exact are not read: set them in About") !=
+      std::string::npos);
   auto misplaced = build("misplaced", about + ", .exact = true};\n");
   CHECK(misplaced.rc != 0);
-  CHECK(misplaced.out.find("About::exact and compute_dtype are for precision plugins") != std::string::npos);
+  CHECK(misplaced.out.find("About::exact and compute_dtype are for precision plugins") !=
+        std::string::npos);
 }
 
-TEST_CASE("the installed headers compile warning-free as C11 and C++17 under gcc and clang, and a part alone names its header") {
+TEST_CASE(
+    "the installed headers compile warning-free as C11 and C++17 under gcc and clang, and a part "
+    "alone names its header") {
   TempDir t;
   const std::string prefix = (t.path / "prefix").string();
   auto install = sh("cmake --install " LOOM_BINARY_DIR " --prefix " + prefix);
   REQUIRE_MESSAGE(install.rc == 0, install.out);
-  const std::string flags = " -Wall -Wextra -Werror -pedantic -I" + prefix + "/include -fsyntax-only ";
-  auto compile = [&](const std::string& compiler, const std::string& std, const std::string& header, const std::string& ext) {
-    const std::string src = t.write("h" + ext, "#include <loom/" + header + ">\nint main(void) { return 0; }\n");
+  const std::string flags =
+      " -Wall -Wextra -Werror -pedantic -I" + prefix + "/include -fsyntax-only ";
+  auto compile = [&](const std::string& compiler, const std::string& std, const std::string& header,
+                     const std::string& ext) {
+    const std::string src =
+        t.write("h" + ext, "#include <loom/" + header + ">\nint main(void) { return 0; }\n");
     return sh(compiler + " -std=" + std + flags + src);
   };
-  for (const auto& [cc, cxx] : {std::pair<std::string, std::string>{"gcc", "g++"}, {"clang", "clang++"}}) {
-    for (const auto& [compiler, std, header, ext] : std::vector<std::array<std::string, 4>>{
-             {cc, "c11", "plugin.h", ".c"}, {cxx, "c++17", "plugin.h", ".cpp"}, {cc, "c11", "types.h", ".c"},
-             {cc, "c11", "ops.h", ".c"}, {cc, "c11", "host.h", ".c"}, {cxx, "c++17", "host.h", ".cpp"},
-             {cxx, "c++17", "bf16.hpp", ".cpp"}, {cxx, "c++20", "formats.hpp", ".cpp"},
-             {cxx, "c++20", "sdk.hpp", ".cpp"}}) {
+  for (const auto& [cc, cxx] :
+       {std::pair<std::string, std::string>{"gcc", "g++"}, {"clang", "clang++"}}) {
+    for (const auto& [compiler, std, header, ext] :
+         std::vector<std::array<std::string, 4>>{{cc, "c11", "plugin.h", ".c"},
+                                                 {cxx, "c++17", "plugin.h", ".cpp"},
+                                                 {cc, "c11", "types.h", ".c"},
+                                                 {cc, "c11", "ops.h", ".c"},
+                                                 {cc, "c11", "host.h", ".c"},
+                                                 {cxx, "c++17", "host.h", ".cpp"},
+                                                 {cxx, "c++17", "bf16.hpp", ".cpp"},
+                                                 {cxx, "c++20", "formats.hpp", ".cpp"},
+                                                 {cxx, "c++20", "sdk.hpp", ".cpp"}}) {
       auto r = compile(compiler, std, header, ext);
       INFO(compiler << " -std=" << std << " " << header << "\n" << r.out);
       CHECK(r.rc == 0);

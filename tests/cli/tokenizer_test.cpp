@@ -13,9 +13,12 @@ using namespace loom::test;
 
 namespace {
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
-const std::string kPython = LOOM_SOURCE_DIR "/.venv/bin/python " LOOM_SOURCE_DIR "/tests/reference/tokenizer_reference.py";
+const std::string kPython =
+    LOOM_SOURCE_DIR "/.venv/bin/python " LOOM_SOURCE_DIR "/tests/reference/tokenizer_reference.py";
 
 // Accents, CJK, emoji, numbers of every length, whitespace runs, tabs, CRLF, contractions in
 // both cases, punctuation runs, a special token in the middle.
@@ -38,16 +41,20 @@ std::string slurp(const std::filesystem::path& p) {
 
 // The demo corpus's prose: fortunes, as scripts/fortunes.sh picks them (a few files suffice).
 std::string corpus(TempDir& t) {
-  auto r = sh("find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' ! -name art "
-              "! -name ascii-art ! -name translate-me | sort | head -12 | xargs cat > " + (t.path / "corpus.txt").string());
+  auto r =
+      sh("find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' ! -name '*.u8' ! "
+         "-name art "
+         "! -name ascii-art ! -name translate-me | sort | head -12 | xargs cat > " +
+         (t.path / "corpus.txt").string());
   REQUIRE(r.rc == 0);
   return (t.path / "corpus.txt").string();
 }
 
 // Loom's ids and the library's for one file must be equal, and Loom's must decode back.
-void check_same_ids(TempDir& t, const std::string& tokenizer, const std::string& text, const std::string& what) {
-  auto loom = run_loom("data encode --check --tokenizer " + tokenizer + " --text " + text + " --out " +
-                       (t.path / "loom.txt").string());
+void check_same_ids(TempDir& t, const std::string& tokenizer, const std::string& text,
+                    const std::string& what) {
+  auto loom = run_loom("data encode --check --tokenizer " + tokenizer + " --text " + text +
+                       " --out " + (t.path / "loom.txt").string());
   INFO(what << "\n" << loom.out);
   REQUIRE(loom.rc == 0);
   CHECK(has(loom.out, "decode(encode(x)) == x"));
@@ -61,11 +68,13 @@ void check_same_ids(TempDir& t, const std::string& tokenizer, const std::string&
 
 }  // namespace
 
-TEST_CASE("a tokenizer Loom trains loads in Hugging Face tokenizers and gives the same ids, torture file included") {
+TEST_CASE(
+    "a tokenizer Loom trains loads in Hugging Face tokenizers and gives the same ids, torture file "
+    "included") {
   TempDir t;
   const std::string text = corpus(t), torture = t.write("torture.txt", kTorture);
-  auto prep = run_loom("data prepare --text " + text + " " + torture + " --out " + (t.path / "d").string() +
-                       " --train-tokenizer --vocab-size 1024");
+  auto prep = run_loom("data prepare --text " + text + " " + torture + " --out " +
+                       (t.path / "d").string() + " --train-tokenizer --vocab-size 1024");
   INFO(prep.out);
   REQUIRE(prep.rc == 0);
   CHECK(has(prep.out, "trained a 1024-token byte-level BPE vocabulary"));
@@ -74,7 +83,9 @@ TEST_CASE("a tokenizer Loom trains loads in Hugging Face tokenizers and gives th
   check_same_ids(t, tj, torture, "Loom-trained, torture");
 }
 
-TEST_CASE("tokenizers the library trained (GPT-2 split, Llama 3 split with ignore_merges) encode the same in Loom") {
+TEST_CASE(
+    "tokenizers the library trained (GPT-2 split, Llama 3 split with ignore_merges) encode the "
+    "same in Loom") {
   TempDir t;
   const std::string text = corpus(t), torture = t.write("torture.txt", kTorture);
   for (const char* kind : {"gpt2", "llama3"}) {
@@ -88,31 +99,41 @@ TEST_CASE("tokenizers the library trained (GPT-2 split, Llama 3 split with ignor
 TEST_CASE("tokenizers that are not byte-level BPE are refused, naming the file and the key") {
   TempDir t;
   const std::string text = t.write("x.txt", "hello");
-  auto wordpiece = run_loom("data encode --text " + text + " --tokenizer " +
-                            t.write("wp.json", R"({"model": {"type": "WordPiece", "vocab": {}}, "pre_tokenizer": null})"));
+  auto wordpiece =
+      run_loom("data encode --text " + text + " --tokenizer " +
+               t.write("wp.json",
+                       R"({"model": {"type": "WordPiece", "vocab": {}}, "pre_tokenizer": null})"));
   CHECK(wordpiece.rc == 2);
   CHECK(has(wordpiece.out, "wp.json': model.type = \"WordPiece\" is not supported"));
   auto unigram = run_loom("data encode --text " + text + " --tokenizer " +
                           t.write("ug.json", R"({"model": {"type": "Unigram", "vocab": []}})"));
   CHECK(unigram.rc == 2);
   CHECK(has(unigram.out, "model.type = \"Unigram\" is not supported"));
-  auto broken = run_loom("data encode --text " + text + " --tokenizer " + t.write("b.json", "{\"model\": "));
+  auto broken =
+      run_loom("data encode --text " + text + " --tokenizer " + t.write("b.json", "{\"model\": "));
   CHECK(broken.rc != 0);
   CHECK(has(broken.out, "b.json': not JSON"));
-  auto empty = run_loom("data prepare --text " + t.write("empty.txt", "") + " --out " + (t.path / "o").string());
+  auto empty = run_loom("data prepare --text " + t.write("empty.txt", "") + " --out " +
+                        (t.path / "o").string());
   CHECK(empty.rc == 2);
   CHECK(has(empty.out, "the input has no tokens"));
 }
 
-TEST_CASE("a run trains on BPE shards and samples through their tokenizer.json, and without one samples are refused") {
+TEST_CASE(
+    "a run trains on BPE shards and samples through their tokenizer.json, and without one samples "
+    "are refused") {
   TempDir t;
   const std::string text = corpus(t);
   REQUIRE(run_loom("data prepare --text " + text + " --out " + (t.path / "d").string() +
-                   " --train-tokenizer --vocab-size 512").rc == 0);
-  const std::string cfg = t.write("c.toml", "[run]\nthreads = 1\n[model]\npreset = \"llama-tiny\"\nvocab_size = 512\n"
-                                            "seq_len = 32\n[data]\ndir = \"" + (t.path / "d").string() +
-                                            "\"\n[train]\nsteps = 4\nglobal_batch = 4\neval_every = 0\nsample_every = 4\n"
-                                            "sample_tokens = 12\nsample_prompt = \"The meaning of\"\n");
+                   " --train-tokenizer --vocab-size 512")
+              .rc == 0);
+  const std::string cfg =
+      t.write("c.toml",
+              "[run]\nthreads = 1\n[model]\npreset = \"llama-tiny\"\nvocab_size = 512\n"
+              "seq_len = 32\n[data]\ndir = \"" +
+                  (t.path / "d").string() +
+                  "\"\n[train]\nsteps = 4\nglobal_batch = 4\neval_every = 0\nsample_every = 4\n"
+                  "sample_tokens = 12\nsample_prompt = \"The meaning of\"\n");
   auto r = run_loom("train " + cfg + " --run-dir " + (t.path / "run").string());
   INFO(r.out);
   REQUIRE(r.rc == 0);

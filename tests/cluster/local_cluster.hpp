@@ -3,6 +3,7 @@
 // its own name, so tests run side by side.
 #pragma once
 
+#include <doctest/doctest.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,8 +11,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <doctest/doctest.h>
 
 #include "support/process.hpp"
 
@@ -48,13 +47,15 @@ class LocalCluster {
 
   // `loom ARGS --nnodes N --node-rank K` on every node at once, node 0 hosting the store at
   // MASTER_ADDR=node0; each node's result, in node order. `during` runs while they do.
-  std::vector<Result> loom_on_nodes(const std::string& args, const std::function<void()>& during = {}) const {
+  std::vector<Result> loom_on_nodes(const std::string& args,
+                                    const std::function<void()>& during = {}) const {
     std::vector<Result> out(nodes_);
     std::vector<std::thread> threads;
     for (int k = 0; k < nodes_; ++k)
       threads.emplace_back([&, k] {
-        out[k] = sh(on("node" + std::to_string(k), "MASTER_ADDR=node0 MASTER_PORT=29400 " LOOM_BIN " " + args +
-                                                       " --nnodes " + std::to_string(nodes_) + " --node-rank " + std::to_string(k)));
+        out[k] = sh(on("node" + std::to_string(k),
+                       "MASTER_ADDR=node0 MASTER_PORT=29400 " LOOM_BIN " " + args + " --nnodes " +
+                           std::to_string(nodes_) + " --node-rank " + std::to_string(k)));
       });
     if (during) during();
     for (auto& t : threads) t.join();
@@ -64,9 +65,13 @@ class LocalCluster {
   // mpirun from the hub over these nodes (a hostfile of `slots` ranks each, started through
   // `local-cluster.sh rsh`), Open MPI's TCP confined to the cluster's subnet.
   std::string mpirun(int np, const std::string& hostfile) const {
-    return on("hub", "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --hostfile " + hostfile +
-                         " -np " + std::to_string(np) + " --mca plm_rsh_agent 'bash " LOOM_SOURCE_DIR "/scripts/local-cluster.sh rsh'"
-                         " --mca btl self,vader,tcp --mca btl_tcp_if_include 10.213.0.0/24 --mca oob_tcp_if_include 10.213.0.0/24");
+    return on("hub",
+              "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --hostfile " +
+                  hostfile + " -np " + std::to_string(np) +
+                  " --mca plm_rsh_agent 'bash " LOOM_SOURCE_DIR
+                  "/scripts/local-cluster.sh rsh'"
+                  " --mca btl self,vader,tcp --mca btl_tcp_if_include 10.213.0.0/24 --mca "
+                  "oob_tcp_if_include 10.213.0.0/24");
   }
 
  private:

@@ -31,8 +31,10 @@ const Item kItems[] = {
     {"tp+sp", "tp", 2, "--set parallel.tp=2 --set plugins.sequence=sp"},
     {"cp", "cp", 2, "--set parallel.cp=2"},
     {"ep", "ep", 2, "--set parallel.ep=2"},
-    {"pp-1f1b", "pp", 2, "--set parallel.pp=2 --set plugins.pipeline=1f1b --set train.micro_batch=1"},
-    {"pp-interleaved", "pp", 2, "--set parallel.pp=2 --set plugins.pipeline=interleaved --set train.micro_batch=1"},
+    {"pp-1f1b", "pp", 2,
+     "--set parallel.pp=2 --set plugins.pipeline=1f1b --set train.micro_batch=1"},
+    {"pp-interleaved", "pp", 2,
+     "--set parallel.pp=2 --set plugins.pipeline=interleaved --set train.micro_batch=1"},
     {"recompute-full", "recompute", 1, "--set model.recompute=full"},
     {"recompute-selective", "recompute", 1, "--set model.recompute=selective"},
     {"bf16", "precision", 1, "--set plugins.precision=bf16"},
@@ -47,7 +49,8 @@ std::string verdict(const Result& r) {
   size_t at = 0;
   while (at < r.out.size()) {
     const size_t end = r.out.find('\n', at);
-    const std::string line = r.out.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    const std::string line =
+        r.out.substr(at, end == std::string::npos ? std::string::npos : end - at);
     at = end == std::string::npos ? r.out.size() : end + 1;
     if (line.find("error") != std::string::npos) out += line + "\n";
   }
@@ -56,17 +59,25 @@ std::string verdict(const Result& r) {
 
 }  // namespace
 
-TEST_CASE("config check: every composition gets one verdict under strict + gloo and cuda + nccl, ZeRO accepted on both") {
+TEST_CASE(
+    "config check: every composition gets one verdict under strict + gloo and cuda + nccl, ZeRO "
+    "accepted on both") {
   TempDir t;
   std::string text;
-  for (int i = 0; i < 400; ++i) text += "a device's layouts are judged without the device " + std::to_string(i % 7) + "\n";
+  for (int i = 0; i < 400; ++i)
+    text += "a device's layouts are judged without the device " + std::to_string(i % 7) + "\n";
   t.write("c.txt", text);
-  REQUIRE(run_loom("data prepare --text " + (t.path / "c.txt").string() + " --out " + (t.path / "d").string()).rc == 0);
+  REQUIRE(run_loom("data prepare --text " + (t.path / "c.txt").string() + " --out " +
+                   (t.path / "d").string())
+              .rc == 0);
   const std::string data = "[data]\ndir = \"" + (t.path / "d").string() +
                            "\"\n[train]\nsteps = 2\nglobal_batch = 8\nlr = 1e-3\neval_every = 0\n";
-  const std::string dense = t.write("dense.toml", "[model]\npreset = \"llama-tiny\"\nseq_len = 16\n" + data);
-  const std::string moe = t.write("moe.toml", "[model]\npreset = \"llama-tiny\"\nseq_len = 16\n"
-                                              "moe = { experts = 4, top_k = 2, every = 2 }\n" + data);
+  const std::string dense =
+      t.write("dense.toml", "[model]\npreset = \"llama-tiny\"\nseq_len = 16\n" + data);
+  const std::string moe = t.write("moe.toml",
+                                  "[model]\npreset = \"llama-tiny\"\nseq_len = 16\n"
+                                  "moe = { experts = 4, top_k = 2, every = 2 }\n" +
+                                      data);
   std::vector<std::vector<const Item*>> cells;
   for (const Item& a : kItems) {
     cells.push_back({&a});
@@ -79,11 +90,13 @@ TEST_CASE("config check: every composition gets one verdict under strict + gloo 
     std::string sets, name;
     bool experts = false, zero = false;
     for (const Item* i : cell) {
-      ranks *= i->ranks, sets += std::string(" ") + i->sets, name += std::string(name.empty() ? "" : " x ") + i->name;
+      ranks *= i->ranks, sets += std::string(" ") + i->sets,
+          name += std::string(name.empty() ? "" : " x ") + i->name;
       experts = experts || std::string(i->slot) == "ep";
       zero = zero || std::string(i->name).rfind("zero", 0) == 0;
     }
-    const std::string base = "config check " + (experts ? moe : dense) + " --set parallel.nproc=" + std::to_string(ranks) + sets;
+    const std::string base = "config check " + (experts ? moe : dense) +
+                             " --set parallel.nproc=" + std::to_string(ranks) + sets;
     const Result strict = run_loom(base + " --set run.device=strict --set plugins.comm=gloo");
     const Result cuda = run_loom(base + " --set run.device=cuda --set plugins.comm=nccl");
     INFO(name << "\nstrict + gloo:\n" << strict.out << "\ncuda + nccl:\n" << cuda.out);

@@ -1,9 +1,10 @@
 // Run as one rank of a job (`loom launch -n N -- collectives_worker [COMM]`, or under mpirun
-// with COMM = mpi): checks every collective of the comm plugin (default gloo) for fp32 and bf16 at sizes 0, 1, odd and not divisible by the world size,
-// sync and async. Prints one line per failure and exits 1 if there was any.
-#include <cstdlib>
+// with COMM = mpi): checks every collective of the comm plugin (default gloo) for fp32 and bf16 at
+// sizes 0, 1, odd and not divisible by the world size, sync and async. Prints one line per failure
+// and exits 1 if there was any.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -62,7 +63,8 @@ struct Ops {
   void* self;
   loom_comm* c;
   // Runs op sync or async (issue then wait) and checks the status.
-  void run(const std::string& what, bool async, const std::function<loom_status(loom_work**, loom_error*)>& op) {
+  void run(const std::string& what, bool async,
+           const std::function<loom_status(loom_work**, loom_error*)>& op) {
     loom_error e;
     loom_work* w = nullptr;
     loom_status s = op(async ? &w : nullptr, &e);
@@ -78,14 +80,17 @@ void check_all(Ops& ops, loom_dtype dt, int64_t count, bool async) {
     Buf b(dt, count);
     for (int64_t i = 0; i < count; ++i) b.set(i, float(i % 8 + me + 1));
     loom_tensor t = b.t();
-    ops.run("all_reduce " + tag, async, [&](loom_work** w, loom_error* e) { return ops.t->all_reduce(ops.self, ops.c, &t, op, w, e); });
+    ops.run("all_reduce " + tag, async, [&](loom_work** w, loom_error* e) {
+      return ops.t->all_reduce(ops.self, ops.c, &t, op, w, e);
+    });
     for (int64_t i = 0; i < count; ++i) {
-      double base = i % 8, want = op == LOOM_REDUCE_SUM ? n * base + n * (n + 1) / 2.0
-                              : op == LOOM_REDUCE_AVG ? base + (n + 1) / 2.0
-                              : op == LOOM_REDUCE_MAX ? base + n
-                                                      : base + 1;
+      double base = i % 8, want = op == LOOM_REDUCE_SUM   ? n * base + n * (n + 1) / 2.0
+                                  : op == LOOM_REDUCE_AVG ? base + (n + 1) / 2.0
+                                  : op == LOOM_REDUCE_MAX ? base + n
+                                                          : base + 1;
       if (b.get(i) != want) {
-        expect(false, "all_reduce op " + std::to_string(op) + " " + tag + " at " + std::to_string(i));
+        expect(false,
+               "all_reduce op " + std::to_string(op) + " " + tag + " at " + std::to_string(i));
         break;
       }
     }
@@ -94,7 +99,9 @@ void check_all(Ops& ops, loom_dtype dt, int64_t count, bool async) {
     Buf in(dt, count * n), out(dt, count);
     for (int64_t j = 0; j < count * n; ++j) in.set(j, float(j % 8 + me));
     loom_tensor ti = in.t(), to = out.t();
-    ops.run("reduce_scatter " + tag, async, [&](loom_work** w, loom_error* e) { return ops.t->reduce_scatter(ops.self, ops.c, &ti, &to, LOOM_REDUCE_SUM, w, e); });
+    ops.run("reduce_scatter " + tag, async, [&](loom_work** w, loom_error* e) {
+      return ops.t->reduce_scatter(ops.self, ops.c, &ti, &to, LOOM_REDUCE_SUM, w, e);
+    });
     for (int64_t k = 0; k < count; ++k)
       if (out.get(k) != n * float((me * count + k) % 8) + n * (n - 1) / 2.0f) {
         expect(false, "reduce_scatter " + tag + " at " + std::to_string(k));
@@ -105,7 +112,9 @@ void check_all(Ops& ops, loom_dtype dt, int64_t count, bool async) {
     Buf in(dt, count), out(dt, count * n);
     for (int64_t k = 0; k < count; ++k) in.set(k, float(me * 8 + k % 8));
     loom_tensor ti = in.t(), to = out.t();
-    ops.run("all_gather " + tag, async, [&](loom_work** w, loom_error* e) { return ops.t->all_gather(ops.self, ops.c, &ti, &to, w, e); });
+    ops.run("all_gather " + tag, async, [&](loom_work** w, loom_error* e) {
+      return ops.t->all_gather(ops.self, ops.c, &ti, &to, w, e);
+    });
     for (int r = 0; r < n; ++r)
       for (int64_t k = 0; k < count; ++k)
         if (out.get(r * count + k) != float(r * 8 + k % 8)) {
@@ -118,7 +127,9 @@ void check_all(Ops& ops, loom_dtype dt, int64_t count, bool async) {
     Buf b(dt, count);
     for (int64_t k = 0; k < count; ++k) b.set(k, float(me * 8 + k % 8));
     loom_tensor t = b.t();
-    ops.run("broadcast " + tag, async, [&](loom_work** w, loom_error* e) { return ops.t->broadcast(ops.self, ops.c, &t, n - 1, w, e); });
+    ops.run("broadcast " + tag, async, [&](loom_work** w, loom_error* e) {
+      return ops.t->broadcast(ops.self, ops.c, &t, n - 1, w, e);
+    });
     for (int64_t k = 0; k < count; ++k)
       if (b.get(k) != float((n - 1) * 8 + k % 8)) {
         expect(false, "broadcast " + tag);
@@ -130,7 +141,9 @@ void check_all(Ops& ops, loom_dtype dt, int64_t count, bool async) {
     for (int p = 0; p < n; ++p)
       for (int64_t k = 0; k < count; ++k) in.set(p * count + k, float(me * 8 + p + k % 2));
     loom_tensor ti = in.t(), to = out.t();
-    ops.run("all_to_all " + tag, async, [&](loom_work** w, loom_error* e) { return ops.t->all_to_all(ops.self, ops.c, &ti, &to, nullptr, nullptr, w, e); });
+    ops.run("all_to_all " + tag, async, [&](loom_work** w, loom_error* e) {
+      return ops.t->all_to_all(ops.self, ops.c, &ti, &to, nullptr, nullptr, w, e);
+    });
     for (int p = 0; p < n; ++p)
       for (int64_t k = 0; k < count; ++k)
         if (out.get(p * count + k) != float(p * 8 + me + k % 2)) {
@@ -147,7 +160,9 @@ void check_all(Ops& ops, loom_dtype dt, int64_t count, bool async) {
     for (int p = 0; p < n; ++p)
       for (int64_t k = 0; k < count + me; ++k) in.set(p * (count + me) + k, float(me * 8 + p));
     loom_tensor ti = in.t(), to = out.t();
-    ops.run("all_to_all_v " + tag, async, [&](loom_work** w, loom_error* e) { return ops.t->all_to_all(ops.self, ops.c, &ti, &to, sc.data(), rc.data(), w, e); });
+    ops.run("all_to_all_v " + tag, async, [&](loom_work** w, loom_error* e) {
+      return ops.t->all_to_all(ops.self, ops.c, &ti, &to, sc.data(), rc.data(), w, e);
+    });
     int64_t off = 0;
     for (int p = 0; p < n; ++p)
       for (int64_t k = 0; k < count + p; ++k, ++off)
@@ -187,10 +202,12 @@ int main(int argc, char** argv) {
     }
     me = env->rank, n = env->world;
     const std::string comm = argc > 1 ? argv[1] : "gloo";
-    const char* check_every = std::getenv("GLOO_CHECK_EVERY");  // [plugins.gloo] check_every, for the off-by-one runs
-    config::Config cfg = config::Config::parse("[plugins]\ncomm = \"" + comm + "\"\n" +
-                                                   (check_every ? "[plugins.gloo]\ncheck_every = " + std::string(check_every) + "\n" : ""),
-                                               "worker.toml");
+    const char* check_every =
+        std::getenv("GLOO_CHECK_EVERY");  // [plugins.gloo] check_every, for the off-by-one runs
+    config::Config cfg = config::Config::parse(
+        "[plugins]\ncomm = \"" + comm + "\"\n" +
+            (check_every ? "[plugins.gloo]\ncheck_every = " + std::string(check_every) + "\n" : ""),
+        "worker.toml");
     plugins::Registry reg(plugins::Registry::default_dirs());
     plugins::Selection sel = plugins::resolve(cfg, reg);
     loom_options opts = plugins::options_for(cfg, comm);
@@ -203,9 +220,10 @@ int main(int argc, char** argv) {
       // not abort.
       Buf b(LOOM_F32, me == 0 ? 4096 : 1024);
       loom_tensor t = b.t();
-      ops.run("all_reduce of a different size on each rank", false, [&](loom_work** w, loom_error* e) {
-        return ops.t->all_reduce(ops.self, ops.c, &t, LOOM_REDUCE_SUM, w, e);
-      });
+      ops.run("all_reduce of a different size on each rank", false,
+              [&](loom_work** w, loom_error* e) {
+                return ops.t->all_reduce(ops.self, ops.c, &t, LOOM_REDUCE_SUM, w, e);
+              });
       return failures == 0 ? 0 : 1;
     }
     if (argc > 2 && std::string(argv[2]) == "off_by_one") {
@@ -217,7 +235,8 @@ int main(int argc, char** argv) {
         Buf in(LOOM_F32, count * (op == "all_reduce" ? 1 : n)), out(LOOM_F32, count);
         loom_tensor ti = in.t(), to = out.t();
         ops.run(op, false, [&](loom_work** w, loom_error* e) {
-          if (op == "reduce_scatter") return ops.t->reduce_scatter(ops.self, ops.c, &ti, &to, LOOM_REDUCE_SUM, w, e);
+          if (op == "reduce_scatter")
+            return ops.t->reduce_scatter(ops.self, ops.c, &ti, &to, LOOM_REDUCE_SUM, w, e);
           if (op == "broadcast") return ops.t->broadcast(ops.self, ops.c, &to, 0, w, e);
           return ops.t->all_reduce(ops.self, ops.c, &ti, LOOM_REDUCE_SUM, w, e);
         });
@@ -228,7 +247,8 @@ int main(int argc, char** argv) {
       for (int64_t count : {0, 1, 7, 13, 1001})
         for (bool async : {false, true}) check_all(ops, dt, count, async);
     world.world().barrier();
-    if (failures == 0) std::printf("rank %d: all collectives correct on %d ranks (%s)\n", me, n, comm.c_str());
+    if (failures == 0)
+      std::printf("rank %d: all collectives correct on %d ranks (%s)\n", me, n, comm.c_str());
   } catch (const std::exception& e) {
     std::printf("rank %d: error: %s\n", me, e.what());
     return 1;

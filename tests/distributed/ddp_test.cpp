@@ -17,15 +17,18 @@ TEST_CASE("ddp on 2 and 4 ranks matches the single-rank run: loss and grad norm,
 }
 
 TEST_CASE("bucket_mb = 0 sizes ddp's buckets from the measured dp link, the same on every rank") {
-  LayoutRuns runs("preset = \"tiny\"\nseq_len = 32", "steps = 4\nglobal_batch = 8\nmicro_batch = 1\nlr = 3e-3");
+  LayoutRuns runs("preset = \"tiny\"\nseq_len = 32",
+                  "steps = 4\nglobal_batch = 8\nmicro_batch = 1\nlr = 3e-3");
   const Curves fixed = runs.run("--set parallel.nproc=2");
   const Curves measured = runs.run("--set parallel.nproc=2 --set plugins.ddp.bucket_mb=0");
   // Two ranks sum a + b whatever the buckets: the same bits.
   check_same(fixed, measured, 0.0, "measured buckets, dp = 2");
   CHECK(measured.out.find("ddp measured the dp link: ") != std::string::npos);
   CHECK(measured.out.find("KiB keep latency under a tenth of each") != std::string::npos);
-  check_same(fixed, runs.run("--set parallel.nproc=4 --set plugins.ddp.bucket_mb=0"), 1e-5, "measured buckets, dp = 4");
+  check_same(fixed, runs.run("--set parallel.nproc=4 --set plugins.ddp.bucket_mb=0"), 1e-5,
+             "measured buckets, dp = 4");
   const auto bad = runs.raw("--set parallel.nproc=2 --set plugins.ddp.bucket_mb=-1");
   CHECK(bad.rc != 0);
-  CHECK(bad.out.find("bucket_mb must be positive, or 0 to size buckets from the measured link") != std::string::npos);
+  CHECK(bad.out.find("bucket_mb must be positive, or 0 to size buckets from the measured link") !=
+        std::string::npos);
 }

@@ -17,7 +17,9 @@ using namespace loom::test;
 
 namespace {
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 const char* kLlama = "preset = \"llama-tiny\"\nseq_len = 16";
 const char* kTrain = "steps = 4\nglobal_batch = 4\nlr = 1e-3\nwarmup_steps = 2";
@@ -32,7 +34,8 @@ struct Op {
 using Group = std::vector<Op>;
 
 // Every rank's groups, by communicator and rank in it, in issue order.
-std::map<std::pair<std::string, int>, std::vector<Group>> read_groups(const std::filesystem::path& prefix, int world) {
+std::map<std::pair<std::string, int>, std::vector<Group>> read_groups(
+    const std::filesystem::path& prefix, int world) {
   std::map<std::pair<std::string, int>, std::vector<Group>> out;
   for (int r = 0; r < world; ++r) {
     std::ifstream in(prefix.string() + ".rank" + std::to_string(r));
@@ -74,8 +77,9 @@ std::vector<std::tuple<bool, long, long>> with(const Group& g, int peer, bool mi
 // For every two ranks of a communicator: the k-th group of one that talks to the other holds
 // exactly the mirror of the other's k-th such group. Returns how many groups were paired, and
 // how many of them held a send and a receive together.
-std::pair<int, int> check_pairing(const std::map<std::pair<std::string, int>, std::vector<Group>>& groups,
-                                  const std::string& what) {
+std::pair<int, int> check_pairing(
+    const std::map<std::pair<std::string, int>, std::vector<Group>>& groups,
+    const std::string& what) {
   int paired = 0, both = 0;
   for (const auto& [a_key, a_groups] : groups)
     for (const auto& [b_key, b_groups] : groups) {
@@ -90,8 +94,9 @@ std::pair<int, int> check_pairing(const std::map<std::pair<std::string, int>, st
       REQUIRE(from_a.size() == from_b.size());
       for (size_t k = 0; k < from_a.size(); ++k) CHECK(from_a[k] == from_b[k]);
       paired += static_cast<int>(from_a.size());
-      for (const auto& v : from_a) both += std::any_of(v.begin(), v.end(), [](auto& o) { return std::get<0>(o); }) &&
-                                          std::any_of(v.begin(), v.end(), [](auto& o) { return !std::get<0>(o); });
+      for (const auto& v : from_a)
+        both += std::any_of(v.begin(), v.end(), [](auto& o) { return std::get<0>(o); }) &&
+                std::any_of(v.begin(), v.end(), [](auto& o) { return !std::get<0>(o); });
     }
   return {paired, both};
 }
@@ -111,10 +116,11 @@ TEST_CASE("strict device: the host waits on the device a listed number of times 
     const char* sets;
     double waits;
   };
-  for (const Budget b : {Budget{"--set parallel.nproc=1", 2},                     // loss + norm
-                         Budget{"--set parallel.nproc=1 --set train.micro_batch=2", 3},  // two losses + norm
-                         Budget{"--set parallel.nproc=2", 3},                     // + the one gradient bucket
-                         Budget{"--set parallel.nproc=2 --set parallel.pp=2 --set train.micro_batch=1", 9}}) {
+  for (const Budget b :
+       {Budget{"--set parallel.nproc=1", 2},                            // loss + norm
+        Budget{"--set parallel.nproc=1 --set train.micro_batch=2", 3},  // two losses + norm
+        Budget{"--set parallel.nproc=2", 3},                            // + the one gradient bucket
+        Budget{"--set parallel.nproc=2 --set parallel.pp=2 --set train.micro_batch=1", 9}}) {
     // pp2 rank 0: the norm + 4 activations out + 4 gradients in (its stage computes no loss)
     const std::vector<double> waits = host_waits(runs.run(std::string(b.sets) + kStrict));
     INFO(b.sets);
@@ -132,36 +138,47 @@ TEST_CASE("strict device: the host waits on the device a listed number of times 
 // routes with the op table's kernels, which hand the host only each token's experts and each
 // sequence's sums: none of these layouts copies a byte out during a step. gloo's staging runs
 // on the comm stream and is not counted (NCCL needs none).
-TEST_CASE("strict device: one rank, tp2 (gpt2, the vocab-parallel loss), zero1-3 and MoE (one rank, ep2) copy nothing out of device memory during a step") {
+TEST_CASE(
+    "strict device: one rank, tp2 (gpt2, the vocab-parallel loss), zero1-3 and MoE (one rank, ep2) "
+    "copy nothing out of device memory during a step") {
   LayoutRuns llama(kLlama, kTrain), gpt("preset = \"gpt2-tiny\"\nseq_len = 16", kTrain);
-  LayoutRuns moe(std::string(kLlama) + "\n[model.moe]\nexperts = 4\ntop_k = 2\nevery = 2\ncapacity_factor = 1.0", kTrain);
+  LayoutRuns moe(std::string(kLlama) +
+                     "\n[model.moe]\nexperts = 4\ntop_k = 2\nevery = 2\ncapacity_factor = 1.0",
+                 kTrain);
   struct Layout {
     LayoutRuns* runs;
     const char* sets;
   };
-  for (const Layout l : {Layout{&llama, "--set parallel.nproc=1"}, Layout{&gpt, "--set parallel.nproc=2 --set parallel.tp=2"},
+  for (const Layout l : {Layout{&llama, "--set parallel.nproc=1"},
+                         Layout{&gpt, "--set parallel.nproc=2 --set parallel.tp=2"},
                          Layout{&llama, "--set parallel.nproc=2 --set parallel.tp=2"},
                          Layout{&llama, "--set parallel.nproc=2 --set plugins.data=zero1"},
                          Layout{&llama, "--set parallel.nproc=2 --set plugins.data=zero2"},
                          Layout{&llama, "--set parallel.nproc=2 --set plugins.data=zero3"},
-                         Layout{&moe, "--set parallel.nproc=1"}, Layout{&moe, "--set parallel.nproc=2 --set parallel.ep=2"}}) {
-    const std::vector<double> bytes = column(l.runs->run(std::string(l.sets) + kStrict).metrics, "host_read_bytes");
+                         Layout{&moe, "--set parallel.nproc=1"},
+                         Layout{&moe, "--set parallel.nproc=2 --set parallel.ep=2"}}) {
+    const std::vector<double> bytes =
+        column(l.runs->run(std::string(l.sets) + kStrict).metrics, "host_read_bytes");
     INFO(std::string(l.sets));
     REQUIRE(bytes.size() == 4);
     for (double b : bytes) CHECK(b == 0);
   }
 }
 
-TEST_CASE("strict device: grouped sends and receives pair up between ranks under pp2 (1f1b, interleaved, zbh1) and ring cp2") {
+TEST_CASE(
+    "strict device: grouped sends and receives pair up between ranks under pp2 (1f1b, interleaved, "
+    "zbh1) and ring cp2") {
   LayoutRuns runs("preset = \"gpt2-tiny\"\nseq_len = 16\nn_layer = 4", kTrain);
   TempDir t;
   int n = 0;
-  for (const char* layout : {"--set parallel.pp=2 --set train.micro_batch=1 --set plugins.pipeline=1f1b",
-                             "--set parallel.pp=2 --set train.micro_batch=1 --set plugins.pipeline=interleaved",
-                             "--set parallel.pp=2 --set train.micro_batch=1 --set plugins.pipeline=zbh1",
-                             "--set parallel.cp=2"}) {
+  for (const char* layout :
+       {"--set parallel.pp=2 --set train.micro_batch=1 --set plugins.pipeline=1f1b",
+        "--set parallel.pp=2 --set train.micro_batch=1 --set plugins.pipeline=interleaved",
+        "--set parallel.pp=2 --set train.micro_batch=1 --set plugins.pipeline=zbh1",
+        "--set parallel.cp=2"}) {
     const std::filesystem::path prefix = t.path / ("groups" + std::to_string(n++));
-    runs.run(std::string("--set parallel.nproc=2 ") + layout + " --set plugins.gloo.record_groups=" + prefix.string() + kStrict);
+    runs.run(std::string("--set parallel.nproc=2 ") + layout +
+             " --set plugins.gloo.record_groups=" + prefix.string() + kStrict);
     const auto [paired, both] = check_pairing(read_groups(prefix, 2), layout);
     INFO(layout);
     CHECK(paired >= 8);  // 4 steps of at least 4 micro-batches' (or ring steps') transfers
@@ -172,13 +189,16 @@ TEST_CASE("strict device: grouped sends and receives pair up between ranks under
   }
 }
 
-TEST_CASE("strict device: past [run] device_memory_mib a run fails naming the tensor, and its checkpoints still load") {
+TEST_CASE(
+    "strict device: past [run] device_memory_mib a run fails naming the tensor, and its "
+    "checkpoints still load") {
   LayoutRuns runs(kLlama, kTrain, "[plugins]\nckpt = \"sync\"\n[checkpoint]\nevery = 2\n");
   auto first = runs.raw(std::string("--set parallel.nproc=1") + kStrict);
   INFO(first.out);
   REQUIRE(first.rc == 0);
   const std::filesystem::path dir = runs.raw_dir();
-  auto full = runs.raw(std::string("--set parallel.nproc=1 --set run.device_memory_mib=0.01") + kStrict);
+  auto full =
+      runs.raw(std::string("--set parallel.nproc=1 --set run.device_memory_mib=0.01") + kStrict);
   INFO(full.out);
   CHECK(full.rc != 0);
   CHECK(has(full.out, "loom: error: allocating the layers' shared scratch [64 x 64] f32: "));
@@ -188,8 +208,9 @@ TEST_CASE("strict device: past [run] device_memory_mib a run fails naming the te
   INFO(verify.out);
   CHECK(verify.rc == 0);
   // On the CPU there is no device memory to cap: refused by train and by config check alike.
-  for (const std::string command : {"train " + runs.config() + " --run-dir " + (dir.parent_path() / "cpu").string(),
-                                    "config check " + runs.config()}) {
+  for (const std::string command :
+       {"train " + runs.config() + " --run-dir " + (dir.parent_path() / "cpu").string(),
+        "config check " + runs.config()}) {
     auto cpu = run_loom(command + " --set parallel.nproc=1 --set run.device_memory_mib=64");
     INFO(command);
     CHECK(cpu.rc == 2);
@@ -197,14 +218,19 @@ TEST_CASE("strict device: past [run] device_memory_mib a run fails naming the te
   }
 }
 
-TEST_CASE("a comm plugin with send and recv that does not declare LOOM_COMM_P2P is refused for pp and cp, named") {
+TEST_CASE(
+    "a comm plugin with send and recv that does not declare LOOM_COMM_P2P is refused for pp and "
+    "cp, named") {
   LayoutRuns runs(kLlama, kTrain);
   for (const char* layout : {"--set parallel.pp=2", "--set parallel.cp=2"}) {
-    auto r = runs.raw(std::string("--set parallel.nproc=2 ") + layout + " --set plugins.comm=" LOOM_TEST_PLUGIN_DIR
-                      "/libloom-precision-undeclared.so");
+    auto r =
+        runs.raw(std::string("--set parallel.nproc=2 ") + layout +
+                 " --set plugins.comm=" LOOM_TEST_PLUGIN_DIR "/libloom-precision-undeclared.so");
     INFO(r.out);
     CHECK(r.rc == 2);
-    CHECK(has(r.out, "[plugins] comm = \"undeclared\" has send and recv but does not declare LOOM_COMM_P2P"));
+    CHECK(has(
+        r.out,
+        "[plugins] comm = \"undeclared\" has send and recv but does not declare LOOM_COMM_P2P"));
     CHECK(has(r.out, "needs point-to-point transfers"));
   }
 }

@@ -1,6 +1,5 @@
 // Real processes over gloo on loopback: collectives, the launcher, and a rank dying mid-run.
 #include <doctest/doctest.h>
-
 #include <signal.h>
 
 #include <chrono>
@@ -16,7 +15,9 @@ using loom::test::sh;
 using loom::test::TempDir;
 
 namespace {
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 }  // namespace
 
 TEST_CASE("every collective is correct on 2, 3 and 4 ranks") {
@@ -29,7 +30,9 @@ TEST_CASE("every collective is correct on 2, 3 and 4 ranks") {
   }
 }
 
-TEST_CASE("ranks that issue different collectives get an error naming the operation on each, not SIGABRT") {
+TEST_CASE(
+    "ranks that issue different collectives get an error naming the operation on each, not "
+    "SIGABRT") {
   // Rank 0 all-reduces 4096 floats, rank 1 1024: gloo aborts inside its event loop on one of them.
   auto r = run_loom("launch -n 2 -- " COLLECTIVES_WORKER " gloo mismatch");
   INFO(r.out);
@@ -40,22 +43,31 @@ TEST_CASE("ranks that issue different collectives get an error naming the operat
   CHECK(has(r.out, "every rank must issue the same collectives with the same sizes"));
 }
 
-TEST_CASE("a collective one element longer on one rank is caught by gloo's signature check, not summed in part") {
+TEST_CASE(
+    "a collective one element longer on one rank is caught by gloo's signature check, not summed "
+    "in part") {
   // On 3 ranks gloo's ring all-reduce of 1025 against 1024 elements completes without a word.
-  auto silent = run_loom("launch -n 3 -- " COLLECTIVES_WORKER " gloo off_by_one", "GLOO_CHECK_EVERY=0");
+  auto silent =
+      run_loom("launch -n 3 -- " COLLECTIVES_WORKER " gloo off_by_one", "GLOO_CHECK_EVERY=0");
   CHECK(silent.rc == 0);
   // Checked (the default: the first 64 collectives, then every 64th), it fails at #128.
   auto r = run_loom("launch -n 3 -- " COLLECTIVES_WORKER " gloo off_by_one");
   INFO(r.out);
   CHECK(r.rc == 1);
-  CHECK(has(r.out, "all_reduce of 1024 x f32 #128: group rank 1 runs all_reduce of 1024 x f32, group rank 0 runs all_reduce of "
-                   "1025 x f32 (every rank must issue the same collectives with the same sizes)"));
-  auto every = run_loom("launch -n 3 -- " COLLECTIVES_WORKER " gloo off_by_one", "GLOO_CHECK_EVERY=1");
-  CHECK(has(every.out, "all_reduce of 1024 x f32 #101: group rank 1 runs all_reduce of 1024 x f32"));
+  CHECK(has(r.out,
+            "all_reduce of 1024 x f32 #128: group rank 1 runs all_reduce of 1024 x f32, group rank "
+            "0 runs all_reduce of "
+            "1025 x f32 (every rank must issue the same collectives with the same sizes)"));
+  auto every =
+      run_loom("launch -n 3 -- " COLLECTIVES_WORKER " gloo off_by_one", "GLOO_CHECK_EVERY=1");
+  CHECK(
+      has(every.out, "all_reduce of 1024 x f32 #101: group rank 1 runs all_reduce of 1024 x f32"));
 }
 
 TEST_CASE("the launcher prefixes output and names the first rank that fails") {
-  auto r = run_loom("launch -n 3 -- /bin/sh -c 'echo hello from $RANK of $WORLD_SIZE; [ $RANK = 1 ] && sleep 1 && exit 3; sleep 30'");
+  auto r = run_loom(
+      "launch -n 3 -- /bin/sh -c 'echo hello from $RANK of $WORLD_SIZE; [ $RANK = 1 ] && sleep 1 "
+      "&& exit 3; sleep 30'");
   CHECK(r.rc == 1);
   CHECK(has(r.out, "[rank 0] hello from 0 of 3"));
   CHECK(has(r.out, "[rank 2] hello from 2 of 3"));
@@ -75,13 +87,19 @@ TEST_CASE("the launcher passes on everything a rank prints just before it exits"
 TEST_CASE("a rank killed mid-run ends the job within 30 s, naming it, with no process left") {
   TempDir t;
   std::string text;
-  for (int i = 0; i < 300; ++i) text += "a fault test needs some text to train on, line " + std::to_string(i) + "\n";
+  for (int i = 0; i < 300; ++i)
+    text += "a fault test needs some text to train on, line " + std::to_string(i) + "\n";
   t.write("c.txt", text);
-  REQUIRE(run_loom("data prepare --text " + (t.path / "c.txt").string() + " --out " + (t.path / "d").string()).rc == 0);
-  std::string cfg = t.write("f.toml", "[run]\nthreads = 1\npeak_gflops = 10\n[model]\npreset = \"tiny\"\n"
-                                      "[data]\ndir = \"" + (t.path / "d").string() + "\"\n"
-                                      "[train]\nsteps = 100000\nglobal_batch = 4\neval_every = 0\n"
-                                      "[parallel]\nnproc = 2\n");
+  REQUIRE(run_loom("data prepare --text " + (t.path / "c.txt").string() + " --out " +
+                   (t.path / "d").string())
+              .rc == 0);
+  std::string cfg = t.write("f.toml",
+                            "[run]\nthreads = 1\npeak_gflops = 10\n[model]\npreset = \"tiny\"\n"
+                            "[data]\ndir = \"" +
+                                (t.path / "d").string() +
+                                "\"\n"
+                                "[train]\nsteps = 100000\nglobal_batch = 4\neval_every = 0\n"
+                                "[parallel]\nnproc = 2\n");
   std::string log = (t.path / "log").string(), pidfile = (t.path / "pid").string();
   // Start the job in the background; its launcher's pid goes to pidfile.
   sh("LOOM_PLUGIN_PATH=" LOOM_TEST_PLUGIN_DIR " " LOOM_BIN " train " + cfg + " --run-dir " +
@@ -120,8 +138,10 @@ TEST_CASE("a rank killed mid-run ends the job within 30 s, naming it, with no pr
 }
 
 TEST_CASE("loom bench comm prints nccl-tests rows with no wrong results for every op") {
-  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv"}) {
-    auto r = run_loom(std::string("bench comm --op ") + op + " --min-bytes 8 --max-bytes 64K --nproc 2 --iters 2 --warmup 1");
+  for (const char* op :
+       {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all", "sendrecv"}) {
+    auto r = run_loom(std::string("bench comm --op ") + op +
+                      " --min-bytes 8 --max-bytes 64K --nproc 2 --iters 2 --warmup 1");
     INFO(op << "\n" << r.out);
     CHECK(r.rc == 0);
     CHECK(has(r.out, "# Avg bus bandwidth"));
@@ -151,33 +171,46 @@ TEST_CASE("without a supervising launcher, a dead peer fails the survivor's coll
   // As under srun or mpirun: each rank is started on its own with the torchrun variables.
   TempDir t;
   std::string text;
-  for (int i = 0; i < 300; ++i) text += "a dead peer must not hang the survivor, line " + std::to_string(i) + "\n";
+  for (int i = 0; i < 300; ++i)
+    text += "a dead peer must not hang the survivor, line " + std::to_string(i) + "\n";
   t.write("c.txt", text);
-  REQUIRE(run_loom("data prepare --text " + (t.path / "c.txt").string() + " --out " + (t.path / "d").string()).rc == 0);
-  std::string cfg = t.write("f.toml", "[run]\nthreads = 1\npeak_gflops = 10\n[model]\npreset = \"tiny\"\n"
-                                      "[data]\ndir = \"" + (t.path / "d").string() + "\"\n"
-                                      "[train]\nsteps = 100000\nglobal_batch = 4\neval_every = 0\n"
-                                      "[parallel]\ntimeout_s = 20\n");
+  REQUIRE(run_loom("data prepare --text " + (t.path / "c.txt").string() + " --out " +
+                   (t.path / "d").string())
+              .rc == 0);
+  std::string cfg = t.write("f.toml",
+                            "[run]\nthreads = 1\npeak_gflops = 10\n[model]\npreset = \"tiny\"\n"
+                            "[data]\ndir = \"" +
+                                (t.path / "d").string() +
+                                "\"\n"
+                                "[train]\nsteps = 100000\nglobal_batch = 4\neval_every = 0\n"
+                                "[parallel]\ntimeout_s = 20\n");
   int port = 0;
   {
-    auto p = sh("python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); print(s.getsockname()[1])'");
+    auto p =
+        sh("python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 0)); "
+           "print(s.getsockname()[1])'");
     port = std::stoi(p.out);
   }
-  std::string env = "LOOM_PLUGIN_PATH=" LOOM_TEST_PLUGIN_DIR " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
+  std::string env = "LOOM_PLUGIN_PATH=" LOOM_TEST_PLUGIN_DIR
+                    " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                     std::to_string(port);
   for (int r = 0; r < 2; ++r)
-    sh("( " + env + " RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) + " " LOOM_BIN " train " + cfg +
-       " --run-dir " + (t.path / ("run" + std::to_string(r))).string() + " > " + (t.path / ("log" + std::to_string(r))).string() +
-       " 2>&1; echo $? > " + (t.path / ("rc" + std::to_string(r))).string() + " ) > /dev/null 2>&1 &");
+    sh("( " + env + " RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
+       " " LOOM_BIN " train " + cfg + " --run-dir " +
+       (t.path / ("run" + std::to_string(r))).string() + " > " +
+       (t.path / ("log" + std::to_string(r))).string() + " 2>&1; echo $? > " +
+       (t.path / ("rc" + std::to_string(r))).string() + " ) > /dev/null 2>&1 &");
   auto log0 = [&] { return sh("cat " + (t.path / "log0").string()).out; };
-  for (int i = 0; i < 300 && !has(log0(), "step "); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 0; i < 300 && !has(log0(), "step "); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   REQUIRE(has(log0(), "step "));
   // Rank 1 dies; rank 0 must end by itself within the timeout, non-zero, naming the collective.
   sh("pkill -9 -f 'run-dir " + (t.path / "run1").string() + "'");
   bool ended = false;
   auto t0 = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
-    if (std::filesystem::exists(t.path / "rc0") && !sh("cat " + (t.path / "rc0").string()).out.empty()) {
+    if (std::filesystem::exists(t.path / "rc0") &&
+        !sh("cat " + (t.path / "rc0").string()).out.empty()) {
       ended = true;
       break;
     }

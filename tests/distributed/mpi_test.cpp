@@ -9,8 +9,11 @@
 using namespace loom::test;
 
 namespace {
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-const char* kModel = "n_layer = 2\nn_head = 4\nd_model = 32\nd_ff = 64\nvocab_size = 130\nseq_len = 16";
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+const char* kModel =
+    "n_layer = 2\nn_head = 4\nd_model = 32\nd_ff = 64\nvocab_size = 130\nseq_len = 16";
 const char* kTrain = "steps = 10\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2";
 }  // namespace
 
@@ -48,8 +51,11 @@ TEST_CASE("a rank killed under mpirun ends the job non-zero with the rank named,
   TempDir t;
   const std::string dir = (t.path / "killed").string();
   auto t0 = std::chrono::steady_clock::now();
-  auto r = sh(mpirun(2) + " bash -c '[ $OMPI_COMM_WORLD_RANK = 1 ] && (sleep 2; kill -9 $$) & exec " LOOM_BIN
-              " train " + runs.config() + " --run-dir " + dir + " --set plugins.comm=mpi --set run.log_every=100000'");
+  auto r = sh(mpirun(2) +
+              " bash -c '[ $OMPI_COMM_WORLD_RANK = 1 ] && (sleep 2; kill -9 $$) & exec " LOOM_BIN
+              " train " +
+              runs.config() + " --run-dir " + dir +
+              " --set plugins.comm=mpi --set run.log_every=100000'");
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(r.out);
   CHECK(r.rc != 0);

@@ -9,20 +9,25 @@ using namespace loom::test;
 
 namespace {
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 const char* kModel = "preset = \"llama-tiny\"\nseq_len = 16";
 const char* kTrain = "steps = 10\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2";
 
 }  // namespace
 
-TEST_CASE("recompute none, selective and full give the same losses and grad norms, bit for bit, in every layout") {
+TEST_CASE(
+    "recompute none, selective and full give the same losses and grad norms, bit for bit, in every "
+    "layout") {
   LayoutRuns runs(kModel, kTrain);
   const char* layouts[] = {
       "--set parallel.nproc=1",
       "--set parallel.nproc=4 --set parallel.tp=2",
       "--set parallel.nproc=2 --set parallel.tp=2 --set plugins.sequence=sp",
-      "--set parallel.nproc=2 --set parallel.pp=2 --set train.micro_batch=1 --set plugins.pipeline=interleaved",
+      "--set parallel.nproc=2 --set parallel.pp=2 --set train.micro_batch=1 --set "
+      "plugins.pipeline=interleaved",
       "--set parallel.nproc=2 --set plugins.data=zero3",
       "--set parallel.nproc=1 --set plugins.precision=bf16",
   };
@@ -36,15 +41,21 @@ TEST_CASE("recompute none, selective and full give the same losses and grad norm
   }
 }
 
-TEST_CASE("recompute with MoE blocks and expert parallelism: dense blocks recompute, the losses stay bitwise") {
-  LayoutRuns runs(std::string(kModel) + "\n[model.moe]\nexperts = 4\ntop_k = 2\nevery = 2\ndropless = true", kTrain);
+TEST_CASE(
+    "recompute with MoE blocks and expert parallelism: dense blocks recompute, the losses stay "
+    "bitwise") {
+  LayoutRuns runs(
+      std::string(kModel) + "\n[model.moe]\nexperts = 4\ntop_k = 2\nevery = 2\ndropless = true",
+      kTrain);
   Curves none = runs.run("--set parallel.nproc=2 --set parallel.ep=2");
-  check_bitwise(none, runs.run("--set parallel.nproc=2 --set parallel.ep=2 --set model.recompute=full"));
+  check_bitwise(none,
+                runs.run("--set parallel.nproc=2 --set parallel.ep=2 --set model.recompute=full"));
 }
 
 TEST_CASE("what each policy keeps: activation bytes and the measured peak fall together") {
   // Activations dominate by construction: T = 512, 8 blocks, a micro-batch of 8 sequences.
-  LayoutRuns runs("preset = \"llama-tiny\"\nseq_len = 512\nn_layer = 8", "steps = 2\nglobal_batch = 8");
+  LayoutRuns runs("preset = \"llama-tiny\"\nseq_len = 512\nn_layer = 8",
+                  "steps = 2\nglobal_batch = 8");
   double bytes[3], peak[3];
   const char* policies[] = {"none", "selective", "full"};
   for (int i = 0; i < 3; ++i) {
@@ -52,8 +63,8 @@ TEST_CASE("what each policy keeps: activation bytes and the measured peak fall t
     bytes[i] = column(c.metrics, "activation_bytes").back();
     peak[i] = column(c.metrics, "peak_mem_bytes").back();
   }
-  INFO("activation bytes " << bytes[0] << " " << bytes[1] << " " << bytes[2] << ", peak " << peak[0] << " " << peak[1]
-                           << " " << peak[2]);
+  INFO("activation bytes " << bytes[0] << " " << bytes[1] << " " << bytes[2] << ", peak " << peak[0]
+                           << " " << peak[1] << " " << peak[2]);
   CHECK(bytes[1] < bytes[0]);
   CHECK(bytes[2] < 0.4 * bytes[0]);
   // The peak falls by what the model says it no longer keeps, within 15%.
@@ -88,8 +99,8 @@ namespace {
 // one block's dropped set at full width (the shared replay buffer, N = s·b rows) and, for full, a
 // residual stream to replay on. The head keeps its input and norm output (2h rows, 2 statistics),
 // the gathered rows under sp (h) and the logits (V/t).
-double korthikanti_bytes(const std::string& policy, double s, double b, double h, double a, double V, double L,
-                         double t, bool sp) {
+double korthikanti_bytes(const std::string& policy, double s, double b, double h, double a,
+                         double V, double L, double t, bool sp) {
   const double N = s * b, r = sp ? t : 1;
   double layer = (4 * h + 4) / r + (12 * h + a) / t, replay = 0;
   if (policy == "selective") layer -= 2 * h / r + 4 * h / t, replay = 2 * h + 4 * h;
@@ -100,17 +111,22 @@ double korthikanti_bytes(const std::string& policy, double s, double b, double h
 
 }  // namespace
 
-TEST_CASE("activation bytes follow Korthikanti et al.'s Table 2, adapted to the tiled kernel, at tp = 1, 2, 4 with and without sp") {
+TEST_CASE(
+    "activation bytes follow Korthikanti et al.'s Table 2, adapted to the tiled kernel, at tp = 1, "
+    "2, 4 with and without sp") {
   // GPT-2 shaped: 4 blocks, h = 64, 4 heads, T = 64, micro-batch 2, 256-token vocabulary.
   LayoutRuns runs("preset = \"gpt2-tiny\"\nn_layer = 4\nn_head = 4", "steps = 1\nglobal_batch = 2");
   struct Layout {
     int tp;
     bool sp;
   };
-  for (Layout l : {Layout{1, false}, Layout{2, false}, Layout{2, true}, Layout{4, false}, Layout{4, true}}) {
+  for (Layout l :
+       {Layout{1, false}, Layout{2, false}, Layout{2, true}, Layout{4, false}, Layout{4, true}}) {
     for (const char* policy : {"none", "selective", "full"}) {
-      std::string sets = "--set parallel.nproc=" + std::to_string(l.tp) + " --set parallel.tp=" + std::to_string(l.tp) +
-                         " --set model.recompute=" + policy + (l.sp ? " --set plugins.sequence=sp" : "");
+      std::string sets = "--set parallel.nproc=" + std::to_string(l.tp) +
+                         " --set parallel.tp=" + std::to_string(l.tp) +
+                         " --set model.recompute=" + policy +
+                         (l.sp ? " --set plugins.sequence=sp" : "");
       Curves c = runs.run(sets);
       const double got = column(c.metrics, "activation_bytes").back();
       const double want = korthikanti_bytes(policy, 64, 2, 64, 4, 256, 4, l.tp, l.sp);

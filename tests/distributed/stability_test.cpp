@@ -11,19 +11,25 @@
 using namespace loom::test;
 
 namespace {
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p);
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
 }
-const char* kModel = "n_layer = 2\nn_head = 4\nd_model = 32\nd_ff = 64\nvocab_size = 130\nseq_len = 16";
+const char* kModel =
+    "n_layer = 2\nn_head = 4\nd_model = 32\nd_ff = 64\nvocab_size = 130\nseq_len = 16";
 }  // namespace
 
-TEST_CASE("a NaN in one layer's gradient is named, the step skipped on every rank, the weights kept") {
+TEST_CASE(
+    "a NaN in one layer's gradient is named, the step skipped on every rank, the weights kept") {
   LayoutRuns runs(kModel, "steps = 6\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 1");
-  Curves c = runs.run("--set parallel.nproc=2 --set faults.nan_grad_step=4 --set faults.nan_grad_param=h1.mlp.fc.w");
+  Curves c = runs.run(
+      "--set parallel.nproc=2 --set faults.nan_grad_step=4 --set "
+      "faults.nan_grad_param=h1.mlp.fc.w");
   CHECK(has(c.out, "step 4: non-finite gradient"));
   CHECK(has(c.out, "first in layer h1, parameter h1.mlp.fc.w; update skipped"));
   CHECK(column(c.metrics, "skipped") == std::vector<double>{0, 0, 0, 1, 0, 0});
@@ -35,7 +41,8 @@ TEST_CASE("a NaN in one layer's gradient is named, the step skipped on every ran
   CHECK(has(events, "\"param\": \"h1.mlp.fc.w\""));
   auto doc = run_loom("doctor " + c.metrics.parent_path().string());
   CHECK(doc.rc == 0);
-  CHECK(has(doc.out, "step 4: non-finite value, first in parameter \"h1.mlp.fc.w\" (layer \"h1\")"));
+  CHECK(
+      has(doc.out, "step 4: non-finite value, first in parameter \"h1.mlp.fc.w\" (layer \"h1\")"));
   // Six steps at check_every = 100: the replica checks never ran, and doctor says so.
   CHECK(has(doc.out, "--    data-parallel replicas not checked (no step ran it"));
   CHECK(has(doc.out, "--    check collective not run (no step ran it"));
@@ -44,9 +51,11 @@ TEST_CASE("a NaN in one layer's gradient is named, the step skipped on every ran
   CHECK(has(typo.out, "did you mean 'h1.mlp.fc.w'?"));
 }
 
-TEST_CASE("a corrupted batch is caught as a spike, logged with its samples, and optionally skipped") {
+TEST_CASE(
+    "a corrupted batch is caught as a spike, logged with its samples, and optionally skipped") {
   LayoutRuns runs(kModel, "steps = 24\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2");
-  const std::string sets = "--set faults.bad_batch_step=20 --set stability.min_steps=5 --set stability.window=10";
+  const std::string sets =
+      "--set faults.bad_batch_step=20 --set stability.min_steps=5 --set stability.window=10";
   Curves logged = runs.run(sets);
   CHECK(has(logged.out, "step 20: spike"));
   CHECK(has(logged.out, "update applied. Batch: global samples 0..3 at token offsets ["));
@@ -63,7 +72,9 @@ TEST_CASE("a corrupted batch is caught as a spike, logged with its samples, and 
   CHECK(has(doc.out, "read the batch: global samples [0, 1, 2, 3] start at token offsets ["));
 }
 
-TEST_CASE("a bad batch while the loss still falls fast is flagged at its own step, and later spikes name it") {
+TEST_CASE(
+    "a bad batch while the loss still falls fast is flagged at its own step, and later spikes name "
+    "it") {
   // Default settings (a 50-step window): early in training the window's spread is wide, so only
   // the step-to-step jump score finds step 18.
   LayoutRuns runs(kModel, "steps = 24\nglobal_batch = 4\nlr = 3e-3\nwarmup_steps = 2");
@@ -78,7 +89,8 @@ TEST_CASE("a bad batch while the loss still falls fast is flagged at its own ste
     const int step = std::stoi(line.substr(line.find(':') + 1));
     INFO(line);
     CHECK(step >= 18);
-    if (step <= 20) CHECK(has(line, "\"batch_step\": 18"));  // the update of step 18's batch, not theirs
+    if (step <= 20)
+      CHECK(has(line, "\"batch_step\": 18"));  // the update of step 18's batch, not theirs
   }
   auto doc = run_loom("doctor " + c.metrics.parent_path().string());
   CHECK(has(doc.out, "LOOK  step 18: spike"));
@@ -86,14 +98,19 @@ TEST_CASE("a bad batch while the loss still falls fast is flagged at its own ste
 
 TEST_CASE("a rank whose parameters drift off its replicas is named by the replica checksum") {
   LayoutRuns runs(kModel, "steps = 6\nglobal_batch = 6\nlr = 3e-3\nwarmup_steps = 1");
-  auto r = runs.raw("--set parallel.nproc=3 --set faults.perturb_step=3 --set faults.perturb_rank=1 "
-                    "--set stability.check_every=1");
+  auto r = runs.raw(
+      "--set parallel.nproc=3 --set faults.perturb_step=3 --set faults.perturb_rank=1 "
+      "--set stability.check_every=1");
   INFO(r.out);
   CHECK(r.rc == 1);
-  CHECK(has(r.out, "step 3: data-parallel replicas' parameters differ: rank 1 differs from the other replicas"));
+  CHECK(has(
+      r.out,
+      "step 3: data-parallel replicas' parameters differ: rank 1 differs from the other replicas"));
   CHECK(has(slurp(runs.raw_dir() / "events.jsonl"),
-            "{\"step\": 3, \"layer\": \"communication\", \"event\": \"replica_mismatch\", \"ranks\": \"rank 1\"}"));
-  CHECK(has(run_loom("doctor " + runs.raw_dir().string()).out, "LOOK  step 3: replicas' parameters differ: \"rank 1\""));
+            "{\"step\": 3, \"layer\": \"communication\", \"event\": \"replica_mismatch\", "
+            "\"ranks\": \"rank 1\"}"));
+  CHECK(has(run_loom("doctor " + runs.raw_dir().string()).out,
+            "LOOK  step 3: replicas' parameters differ: \"rank 1\""));
   // Healthy replicas pass the same check every step, and the check collective agrees.
   Curves ok = runs.run("--set parallel.nproc=3 --set stability.check_every=1");
   CHECK(slurp(ok.metrics.parent_path() / "events.jsonl").empty());

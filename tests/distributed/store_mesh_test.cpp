@@ -32,19 +32,23 @@ TEST_CASE("the store sets, gets, adds, and times out with the key's name") {
     b.get("never");
     FAIL("expected a timeout");
   } catch (const RuntimeError& e) {
-    CHECK(std::string(e.what()).find("timed out after 0 s waiting for key 'never'") != std::string::npos);
+    CHECK(std::string(e.what()).find("timed out after 0 s waiting for key 'never'") !=
+          std::string::npos);
   }
 }
 
-TEST_CASE("connecting to a store that is not there fails within the timeout, at the first request") {
+TEST_CASE(
+    "connecting to a store that is not there fails within the timeout, at the first request") {
   int port = free_port();
   auto t0 = std::chrono::steady_clock::now();
   try {
-    StoreClient c("127.0.0.1", port, std::chrono::milliseconds(200));  // connects lazily: the mpi plugin never asks
+    StoreClient c("127.0.0.1", port,
+                  std::chrono::milliseconds(200));  // connects lazily: the mpi plugin never asks
     c.set("k", Bytes{'v'});
     FAIL("expected an error");
   } catch (const RuntimeError& e) {
-    CHECK(std::string(e.what()).find("cannot connect to 127.0.0.1:" + std::to_string(port)) != std::string::npos);
+    CHECK(std::string(e.what()).find("cannot connect to 127.0.0.1:" + std::to_string(port)) !=
+          std::string::npos);
   }
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
 }
@@ -74,7 +78,8 @@ TEST_CASE("mesh degrees come from [parallel], a mismatch with the world is an er
     resolve_mesh(fixed, 4);
     FAIL("expected an error");
   } catch (const ConfigError& e) {
-    CHECK(std::string(e.what()).find("dp=3 tp=1 pp=1 ep=1 needs 3 ranks, but the world has 4") != std::string::npos);
+    CHECK(std::string(e.what()).find("dp=3 tp=1 pp=1 ep=1 needs 3 ranks, but the world has 4") !=
+          std::string::npos);
   }
   try {
     resolve_mesh(auto_dp, 3);

@@ -7,7 +7,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   const size_t nl = text.find('\n');
-  const std::string first = text.substr(0, nl), rest = nl == std::string::npos ? "" : text.substr(nl + 1);
+  const std::string first = text.substr(0, nl),
+                    rest = nl == std::string::npos ? "" : text.substr(nl + 1);
   loom::fuzz::expect_clean([&] {
     loom::config::Config c = loom::config::Config::parse(rest, "fuzz.toml", {first});
     c.validate(loom::cli::runtime_schema());

@@ -54,10 +54,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   d->destroy = set & 4 ? &destroy : nullptr;
   const int n_options = in.take<uint8_t>() % 6;
   std::vector<std::string> names, defaults, helps;
-  for (int i = 0; i < n_options; ++i) names.push_back(in.text()), defaults.push_back(in.text()), helps.push_back(in.text());
+  for (int i = 0; i < n_options; ++i)
+    names.push_back(in.text()), defaults.push_back(in.text()), helps.push_back(in.text());
   std::vector<loom_option_spec> specs;
   for (int i = 0; i < n_options; ++i)
-    specs.push_back({names[i].c_str(), static_cast<int32_t>(in.take<uint8_t>() % 5), defaults[i].c_str(), helps[i].c_str()});
+    specs.push_back({names[i].c_str(), static_cast<int32_t>(in.take<uint8_t>() % 5),
+                     defaults[i].c_str(), helps[i].c_str()});
   specs.push_back({nullptr, 0, nullptr, nullptr});
   d->options = set & 8 ? specs.data() : nullptr;
   loom::fuzz::expect_clean([&] {

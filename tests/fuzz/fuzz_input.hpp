@@ -23,9 +23,11 @@ inline const std::filesystem::path& scratch() {
   return dir;
 }
 
-inline std::filesystem::path write_input(const std::string& name, const uint8_t* data, size_t size) {
+inline std::filesystem::path write_input(const std::string& name, const uint8_t* data,
+                                         size_t size) {
   const std::filesystem::path p = scratch() / name;
-  std::ofstream(p, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  std::ofstream(p, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   return p;
 }
 

@@ -6,7 +6,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto path = loom::fuzz::write_input("model.safetensors", data, size);
   loom::fuzz::expect_clean([&] {
-    for (const auto& [name, entry] : loom::ckpt::read_safetensors_index(path)) (void)loom::ckpt::read_tensor(name, entry);
+    for (const auto& [name, entry] : loom::ckpt::read_safetensors_index(path))
+      (void)loom::ckpt::read_tensor(name, entry);
   });
   return 0;
 }

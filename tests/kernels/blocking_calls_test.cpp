@@ -46,8 +46,12 @@ int calls(const std::string& code, const std::string& name) {
   return n;
 }
 
-const char* const kBlocking[] = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                                 "cudaMemcpy", "cudaMalloc", "cudaFree"};
+const char* const kBlocking[] = {"cudaStreamSynchronize",
+                                 "cudaDeviceSynchronize",
+                                 "cudaEventSynchronize",
+                                 "cudaMemcpy",
+                                 "cudaMalloc",
+                                 "cudaFree"};
 
 struct Allowed {
   const char* file;
@@ -55,18 +59,25 @@ struct Allowed {
   const char* reason;
 };
 const Allowed kAllowed[] = {
-    {"runtime/ops/cuda/table.cpp", "cudaEventSynchronize", "sync_event: the contract's host wait on an event"},
-    {"runtime/ops/cuda/table.cpp", "cudaDeviceSynchronize", "synchronize: the contract's wait for every stream"},
+    {"runtime/ops/cuda/table.cpp", "cudaEventSynchronize",
+     "sync_event: the contract's host wait on an event"},
+    {"runtime/ops/cuda/table.cpp", "cudaDeviceSynchronize",
+     "synchronize: the contract's wait for every stream"},
     {"runtime/ops/cuda/memory.cpp", "cudaMalloc", "the caching allocator's blocks"},
-    {"runtime/ops/cuda/memory.cpp", "cudaFree", "the allocator hands its cached blocks back when the GPU is full"},
-    {"runtime/ops/cuda/memory.cpp", "cudaDeviceSynchronize", "before those blocks go back: only when the GPU is full"},
+    {"runtime/ops/cuda/memory.cpp", "cudaFree",
+     "the allocator hands its cached blocks back when the GPU is full"},
+    {"runtime/ops/cuda/memory.cpp", "cudaDeviceSynchronize",
+     "before those blocks go back: only when the GPU is full"},
     {"runtime/ops/cuda/memory.cpp", "cudaStreamSynchronize",
-     "wait_current_stream: a host output the contract names (per-row losses, a norm, quantize's amax)"},
+     "wait_current_stream: a host output the contract names (per-row losses, a norm, quantize's "
+     "amax)"},
 };
 
 }  // namespace
 
-TEST_CASE("the CUDA backend and NCCL plugin block the host only at the contract's waits, each allowed with a reason") {
+TEST_CASE(
+    "the CUDA backend and NCCL plugin block the host only at the contract's waits, each allowed "
+    "with a reason") {
   std::set<std::pair<std::string, std::string>> found;
   for (const char* dir : {"runtime/ops/cuda", "plugins/comm/nccl"})
     for (const auto& e : fs::recursive_directory_iterator(fs::path(LOOM_SOURCE_DIR) / dir)) {
@@ -81,28 +92,35 @@ TEST_CASE("the CUDA backend and NCCL plugin block the host only at the contract'
   std::set<std::pair<std::string, std::string>> allowed;
   for (const Allowed& a : kAllowed) allowed.insert({a.file, a.call});
   for (const auto& [file, call] : found) {
-    INFO(file << " calls " << call << ", which blocks the host or allocates outside the caching allocator");
+    INFO(file << " calls " << call
+              << ", which blocks the host or allocates outside the caching allocator");
     CHECK(allowed.count({file, call}) == 1);
   }
   for (const auto& [file, call] : allowed) {
-    INFO("the allowlist names " << call << " in " << file << ", which no longer calls it: remove the entry");
+    INFO("the allowlist names " << call << " in " << file
+                                << ", which no longer calls it: remove the entry");
     CHECK(found.count({file, call}) == 1);
   }
 }
 
-TEST_CASE("no managed memory anywhere in the tree, and the CUDA table declares host_reachable = 0") {
+TEST_CASE(
+    "no managed memory anywhere in the tree, and the CUDA table declares host_reachable = 0") {
   const std::string managed = std::string("cudaMalloc") + "Managed";
   for (const char* dir : {"runtime", "plugins", "sdk", "models", "tests", "bench", "tools"})
     for (const auto& e : fs::recursive_directory_iterator(fs::path(LOOM_SOURCE_DIR) / dir)) {
       if (!e.is_regular_file()) continue;
       const std::string ext = e.path().extension().string();
-      if (ext != ".cpp" && ext != ".cu" && ext != ".cuh" && ext != ".hpp" && ext != ".h" && ext != ".c") continue;
+      if (ext != ".cpp" && ext != ".cu" && ext != ".cuh" && ext != ".hpp" && ext != ".h" &&
+          ext != ".c")
+        continue;
       INFO(e.path().string());
       CHECK(code_of(loom::test::read_text(e.path())).find(managed) == std::string::npos);
     }
   // The table takes the contract's entries, host_reachable = 0 among them, from one macro.
-  const std::string table = code_of(loom::test::read_text(fs::path(LOOM_SOURCE_DIR) / "runtime/ops/cuda/table.cpp"));
-  const std::string entries = code_of(loom::test::read_text(fs::path(LOOM_SOURCE_DIR) / "runtime/ops/kernel_entries.hpp"));
+  const std::string table =
+      code_of(loom::test::read_text(fs::path(LOOM_SOURCE_DIR) / "runtime/ops/cuda/table.cpp"));
+  const std::string entries =
+      code_of(loom::test::read_text(fs::path(LOOM_SOURCE_DIR) / "runtime/ops/kernel_entries.hpp"));
   CHECK(table.find("LOOM_OPS_CONTRACT_ENTRIES(t, loom::cuda);") != std::string::npos);
   CHECK(table.find("host_reachable") == std::string::npos);
   const size_t contract = entries.find("#define LOOM_OPS_CONTRACT_ENTRIES");

@@ -1,6 +1,7 @@
 // The CUDA element-wise kernels (ops/cuda/kernels/elementwise.cuh, softmax_xent.cuh,
-// vocab_xent.cuh, rope.cuh) run on the CPU through the kernel harness, against the CPU's. The vectorised maps run both
-// ways: aligned with a tail that is not a multiple of 4, and misaligned (one by one).
+// vocab_xent.cuh, rope.cuh) run on the CPU through the kernel harness, against the CPU's. The
+// vectorised maps run both ways: aligned with a tail that is not a multiple of 4, and misaligned
+// (one by one).
 #include "ops/cuda/kernels/elementwise.cuh"
 
 #include <doctest/doctest.h>
@@ -141,13 +142,16 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("CUDA vocab-slice cross-entropy on the CPU: row max, sums, loss and gradient, a target off the slice") {
+TEST_CASE(
+    "CUDA vocab-slice cross-entropy on the CPU: row max, sums, loss and gradient, a target off the "
+    "slice") {
   namespace vx = loom::cuda::vocab_xent;
   for (int64_t ld : {300, 40}) {  // rows longer than a warp's stride, and barely longer
     CAPTURE(ld);
     const int64_t N = 11, cols = ld - 7, first = 100;  // this slice holds classes [100, 100 + ld)
     std::vector<int32_t> targets(N);
-    for (int64_t i = 0; i < N; ++i) targets[i] = static_cast<int32_t>(first + (i * 37) % (cols + 20));
+    for (int64_t i = 0; i < N; ++i)
+      targets[i] = static_cast<int32_t>(first + (i * 37) % (cols + 20));
     targets[2] = -1, targets[3] = 5;  // ignored; held by another rank
     const std::vector<float> logits = randn(N * ld, 31, 3.f);
     loom::kh::HostGo go;
@@ -156,14 +160,17 @@ TEST_CASE("CUDA vocab-slice cross-entropy on the CPU: row max, sums, loss and gr
     loom::cpu::row_max(mx_c.data(), logits.data(), N, ld, cols);
     CHECK(mx == mx_c);  // a max has no rounding
     vx::xent_stats(go, st.data(), logits.data(), targets.data(), mx.data(), N, ld, cols, first);
-    loom::cpu::xent_stats(st_c.data(), logits.data(), targets.data(), mx_c.data(), N, ld, cols, first);
+    loom::cpu::xent_stats(st_c.data(), logits.data(), targets.data(), mx_c.data(), N, ld, cols,
+                          first);
     CHECK(distance(st, st_c) < 1e-5);
     CHECK(st[N + 3] == 0.f);
     for (float dloss : {0.f, 0.2f}) {
       CAPTURE(dloss);
       std::vector<float> z = logits, z_c = logits, loss(N, -1.f), loss_c(N, -1.f);
-      vx::xent_grad(go, z.data(), loss.data(), targets.data(), mx.data(), st_c.data(), N, ld, cols, first, dloss);
-      loom::cpu::xent_grad(z_c.data(), loss_c.data(), targets.data(), mx_c.data(), st_c.data(), N, ld, cols, first, dloss);
+      vx::xent_grad(go, z.data(), loss.data(), targets.data(), mx.data(), st_c.data(), N, ld, cols,
+                    first, dloss);
+      loom::cpu::xent_grad(z_c.data(), loss_c.data(), targets.data(), mx_c.data(), st_c.data(), N,
+                           ld, cols, first, dloss);
       CHECK(distance(loss, loss_c) < 1e-6);
       CHECK(distance(z, z_c) < 1e-6);
       CHECK(loss[2] == 0.f);

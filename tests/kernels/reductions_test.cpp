@@ -175,14 +175,16 @@ TEST_CASE("CUDA E4M3 wire blocks on the CPU: encode and decode in each mode, byt
   // (count, width, blocks): whole blocks, a short last block, blocks past count, one wide block.
   // (37, 13, 3): odd widths, so the scales sit unaligned; its first block holds values below
   // 448 / FLT_MAX, whose scale saturates at FLT_MAX instead of becoming inf.
-  const int64_t shapes[][3] = {{64, 16, 4}, {50, 16, 4}, {20, 16, 4}, {3000, 3000, 1}, {700, 300, 3}, {37, 13, 3}};
+  const int64_t shapes[][3] = {{64, 16, 4},     {50, 16, 4},   {20, 16, 4},
+                               {3000, 3000, 1}, {700, 300, 3}, {37, 13, 3}};
   for (const auto& s : shapes) {
     const int64_t count = s[0], width = s[1], blocks = s[2], bytes = blocks * (4 + width);
     CAPTURE(count);
     CAPTURE(width);
     CAPTURE(blocks);
     std::vector<float> x = awkward(width * blocks, 5);
-    for (int64_t i = width; i < 2 * width && i < count; ++i) x[i] = 0.f;  // an all-zero block: scale 1
+    for (int64_t i = width; i < 2 * width && i < count; ++i)
+      x[i] = 0.f;  // an all-zero block: scale 1
     if (width == 13)
       for (int64_t i = 0; i < width; ++i) x[i] = 1e-38f * static_cast<float>(i + 1);
     std::vector<uint8_t> a(bytes, 7), b(bytes, 9);

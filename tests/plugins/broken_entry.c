@@ -1,12 +1,13 @@
 /* Libraries whose entry or table would crash a runtime that trusts them, one way each, selected by
  * the macro the build defines. They live in their own directory (tests/plugins-broken): a run that
  * searches it but names none of them must not notice them. */
+#include <loom/plugin.h>
 #include <stddef.h>
 
-#include <loom/plugin.h>
-
 static loom_status create(const loom_host* h, const loom_options* o, void** self, loom_error* e) {
-  (void)h; (void)o; (void)e;
+  (void)h;
+  (void)o;
+  (void)e;
   *self = 0;
   return LOOM_OK;
 }
@@ -27,7 +28,8 @@ static const loom_plugin* const list[] = {&impostor.base};
 
 LOOM_EXPORT loom_status loom_plugin_entry_v2(const loom_host* host, const loom_plugin* const** out,
                                              size_t* count, loom_error* err) {
-  (void)host; (void)err;
+  (void)host;
+  (void)err;
 #if defined(LOOM_TEST_NULL_LIST)
   *out = NULL; /* says one plugin, hands over none */
   *count = 1;

@@ -40,8 +40,9 @@ const v1::plugin* const list[] = {&table.base};
 
 }  // namespace
 
-extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v1(const v1::host*, const v1::plugin* const** out, size_t* count,
-                                                        loom_error*) {
+extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v1(const v1::host*,
+                                                        const v1::plugin* const** out,
+                                                        size_t* count, loom_error*) {
   *out = list;
   *count = 1;
   return LOOM_OK;

@@ -8,9 +8,8 @@ struct Base : loom::sdk::PrecisionPlugin {};
 
 #if defined(LOOM_TEST_THROWS)
 struct Throws : Base {
-  static constexpr loom::sdk::About about{.name = "throws",
-                                          .version = "0.0.1",
-                                          .summary = "create() throws"};
+  static constexpr loom::sdk::About about{
+      .name = "throws", .version = "0.0.1", .summary = "create() throws"};
   explicit Throws(const loom::sdk::Context&) {
     throw loom::sdk::ConfigError("the flux capacitor needs 1.21 gigawatts");
   }
@@ -23,7 +22,8 @@ struct Declines : Base {
     why = "needs a device this machine does not have";
     return 0;
   }
-  static constexpr loom::sdk::About about{.name = "declines", .version = "0.0.1", .summary = "score() is 0", .score = &score};
+  static constexpr loom::sdk::About about{
+      .name = "declines", .version = "0.0.1", .summary = "score() is 0", .score = &score};
   explicit Declines(const loom::sdk::Context&) {}
 };
 LOOM_PLUGIN(loom::sdk::precision_plugin<Declines>())
@@ -73,14 +73,16 @@ struct Ruled : Base {
   };
   static void validate(const loom::sdk::Options& o, const loom::sdk::Host&) {
     if (o.f64("low") > o.f64("high"))
-      throw loom::sdk::ConfigError("low = " + std::to_string(o.f64("low")) + " is above high = " + std::to_string(o.f64("high")));
+      throw loom::sdk::ConfigError("low = " + std::to_string(o.f64("low")) +
+                                   " is above high = " + std::to_string(o.f64("high")));
   }
-  static constexpr loom::sdk::About about{.name = "ruled",
-                                          .version = "0.0.1",
-                                          .summary = "options with ranges, choices, a required key and a cross-check",
-                                          .options = kOptions,
-                                          .option_rules = kRules,
-                                          .validate = &validate};
+  static constexpr loom::sdk::About about{
+      .name = "ruled",
+      .version = "0.0.1",
+      .summary = "options with ranges, choices, a required key and a cross-check",
+      .options = kOptions,
+      .option_rules = kRules,
+      .validate = &validate};
   explicit Ruled(const loom::sdk::Context&) {}
 };
 LOOM_PLUGIN(loom::sdk::precision_plugin<Ruled>())

@@ -89,7 +89,9 @@ const loom_plugin* const v2_list[] = {&good.base, &bad.base};
 }  // namespace
 
 #if defined(LOOM_TEST_V1_NULL_ENTRY) || defined(LOOM_TEST_V1_MINOR_9)
-extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v1(const v1::host*, const v1::plugin* const** out, size_t* count, loom_error*) {
+extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v1(const v1::host*,
+                                                        const v1::plugin* const** out,
+                                                        size_t* count, loom_error*) {
   *out = v1_list;
 #if defined(LOOM_TEST_V1_NULL_ENTRY)
   *count = 3;
@@ -99,7 +101,9 @@ extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v1(const v1::host*, const v
   return LOOM_OK;
 }
 #else
-extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v2(const loom_host*, const loom_plugin* const** out, size_t* count, loom_error*) {
+extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v2(const loom_host*,
+                                                        const loom_plugin* const** out,
+                                                        size_t* count, loom_error*) {
   *out = v2_list;
 #if defined(LOOM_TEST_EMPTY_LIST)
   *count = 0;

@@ -3,7 +3,9 @@
 #include <loom/plugin.h>
 
 static loom_status create(const loom_host* h, const loom_options* o, void** self, loom_error* e) {
-  (void)h; (void)o; (void)e;
+  (void)h;
+  (void)o;
+  (void)e;
   *self = 0;
   return LOOM_OK;
 }
@@ -20,7 +22,8 @@ static const loom_plugin* const list[] = {&table};
 
 LOOM_EXPORT loom_status loom_plugin_entry_v2(const loom_host* host, const loom_plugin* const** out,
                                              size_t* count, loom_error* err) {
-  (void)host; (void)err;
+  (void)host;
+  (void)err;
   *out = list;
   *count = 1;
   return LOOM_OK;

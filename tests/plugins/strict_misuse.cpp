@@ -21,14 +21,16 @@ class Misuse : public loom::sdk::CommPlugin {
 #else
   static constexpr const char* kName = "nowait";
 #endif
-  static constexpr loom::sdk::About about{.name = kName,
-                                          .version = "0.0.1",
-                                          .summary = "breaks the device contract on purpose (tests)",
-                                          .services = LOOM_SERVICE_PLUGINS "|" LOOM_SERVICE_DEVICE,
-                                          .get_proc = &extension};
+  static constexpr loom::sdk::About about{
+      .name = kName,
+      .version = "0.0.1",
+      .summary = "breaks the device contract on purpose (tests)",
+      .services = LOOM_SERVICE_PLUGINS "|" LOOM_SERVICE_DEVICE,
+      .get_proc = &extension};
 
   explicit Misuse(const loom::sdk::Context& ctx)
-      : inner_(ctx.host, "gloo", LOOM_KIND_COMM), ops_(ctx.host.service<loom_ops>(LOOM_SERVICE_DEVICE)) {}
+      : inner_(ctx.host, "gloo", LOOM_KIND_COMM),
+        ops_(ctx.host.service<loom_ops>(LOOM_SERVICE_DEVICE)) {}
 
   loom_comm* init(const loom_store& store, int rank, int size, int64_t timeout_ms) override {
     loom_comm* c = nullptr;
@@ -52,12 +54,15 @@ class Misuse : public loom::sdk::CommPlugin {
     inner_.call("all_reduce", &loom_comm_v2::all_reduce, c, &buf, op, async ? &w : nullptr);
     return w;
   }
-  loom_work* reduce_scatter(loom_comm* c, const loom_tensor& in, loom_tensor& out, loom_reduce_op op, bool async) override {
+  loom_work* reduce_scatter(loom_comm* c, const loom_tensor& in, loom_tensor& out,
+                            loom_reduce_op op, bool async) override {
     loom_work* w = nullptr;
-    inner_.call("reduce_scatter", &loom_comm_v2::reduce_scatter, c, &in, &out, op, async ? &w : nullptr);
+    inner_.call("reduce_scatter", &loom_comm_v2::reduce_scatter, c, &in, &out, op,
+                async ? &w : nullptr);
     return w;
   }
-  loom_work* all_gather(loom_comm* c, const loom_tensor& in, loom_tensor& out, bool async) override {
+  loom_work* all_gather(loom_comm* c, const loom_tensor& in, loom_tensor& out,
+                        bool async) override {
     loom_work* w = nullptr;
     inner_.call("all_gather", &loom_comm_v2::all_gather, c, &in, &out, async ? &w : nullptr);
     return w;
@@ -67,10 +72,11 @@ class Misuse : public loom::sdk::CommPlugin {
     inner_.call("broadcast", &loom_comm_v2::broadcast, c, &buf, root, async ? &w : nullptr);
     return w;
   }
-  loom_work* all_to_all(loom_comm* c, const loom_tensor& in, loom_tensor& out, const int64_t* sc, const int64_t* rc,
-                        bool async) override {
+  loom_work* all_to_all(loom_comm* c, const loom_tensor& in, loom_tensor& out, const int64_t* sc,
+                        const int64_t* rc, bool async) override {
     loom_work* w = nullptr;
-    inner_.call("all_to_all", &loom_comm_v2::all_to_all, c, &in, &out, sc, rc, async ? &w : nullptr);
+    inner_.call("all_to_all", &loom_comm_v2::all_to_all, c, &in, &out, sc, rc,
+                async ? &w : nullptr);
     return w;
   }
   loom_work* send(loom_comm* c, const loom_tensor& buf, int peer, int tag, bool async) override {

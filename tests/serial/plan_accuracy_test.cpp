@@ -6,20 +6,22 @@
 // which the machine's load does not change. The step-time errors are printed, not checked: they
 // move with whatever else runs on the machine (30.9% for tp2 on a busy day against 12% on a quiet
 // one), so bench/plan_accuracy.sh reports them, against its targets (docs/plan.md, "Here").
+#include <doctest/doctest.h>
+
 #include <cmath>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <doctest/doctest.h>
-
 #include "support/process.hpp"
 
 using namespace loom;
 
-TEST_CASE("after loom plan calibrate, predicted peak memory matches measured runs, and every layout gets a step-time prediction") {
-  const std::string cmd = "bash " + std::string(LOOM_SOURCE_DIR) + "/bench/plan_accuracy.sh " + std::string(LOOM_BINARY_DIR) +
-                          " 12 '' --quick";
+TEST_CASE(
+    "after loom plan calibrate, predicted peak memory matches measured runs, and every layout gets "
+    "a step-time prediction") {
+  const std::string cmd = "bash " + std::string(LOOM_SOURCE_DIR) + "/bench/plan_accuracy.sh " +
+                          std::string(LOOM_BINARY_DIR) + " 12 '' --quick";
   const test::Result r = test::sh(cmd);
   INFO(r.out);
   REQUIRE(r.rc == 0);
@@ -35,8 +37,9 @@ TEST_CASE("after loom plan calibrate, predicted peak memory matches measured run
       if (w.size() > 1 && w.back() == '%') errors.push_back(std::stod(w));
     REQUIRE(errors.size() == 2);
     INFO(line);
-    CHECK(std::isfinite(errors[0]));           // step time: a prediction, its error printed (see the top of the file)
-    CHECK(std::fabs(errors[1]) <= 10.0);       // peak memory per rank
+    CHECK(std::isfinite(
+        errors[0]));  // step time: a prediction, its error printed (see the top of the file)
+    CHECK(std::fabs(errors[1]) <= 10.0);  // peak memory per rank
     ++rows;
   }
   CHECK(rows == 5);

@@ -55,8 +55,8 @@ double grad_error(std::vector<float>& x, const std::vector<float>& analytic, Los
   size_t stride = std::max<size_t>(1, x.size() / samples);
   for (size_t i = 0; i < x.size(); i += stride) {
     double numeric = numeric_gradient(x, i, loss, h);
-    double denom = std::max({std::fabs(numeric), std::fabs(static_cast<double>(analytic[i])),
-                             1e-2 * amax, 1e-6});
+    double denom = std::max(
+        {std::fabs(numeric), std::fabs(static_cast<double>(analytic[i])), 1e-2 * amax, 1e-6});
     worst = std::max(worst, std::fabs(numeric - analytic[i]) / denom);
   }
   return worst;
@@ -81,7 +81,8 @@ double grad_error_l2(std::vector<float>& x, const std::vector<float>& analytic, 
 
 inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  for (size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
   return m;
 }
 

@@ -2,11 +2,11 @@
 // layouts, each run's per-step loss and grad norm read back from its metrics.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <cmath>
 #include <string>
 #include <vector>
-
-#include <doctest/doctest.h>
 
 #include "support/metrics.hpp"
 #include "support/process.hpp"
@@ -25,13 +25,15 @@ class LayoutRuns {
   LayoutRuns(const std::string& model, const std::string& train, const std::string& plugins = "") {
     std::string text;
     for (int i = 0; i < 500; ++i)
-      text += "every parallel layout trains the same model, step after step " + std::to_string(i % 13) + "\n";
+      text += "every parallel layout trains the same model, step after step " +
+              std::to_string(i % 13) + "\n";
     t_.write("c.txt", text);
-    auto prep = run_loom("data prepare --text " + (t_.path / "c.txt").string() + " --out " + (t_.path / "d").string());
+    auto prep = run_loom("data prepare --text " + (t_.path / "c.txt").string() + " --out " +
+                         (t_.path / "d").string());
     REQUIRE(prep.rc == 0);
     cfg_ = t_.write("e.toml", "[run]\nthreads = 1\npeak_gflops = 10\n[model]\n" + model +
-                                  "\n[data]\ndir = \"" + (t_.path / "d").string() + "\"\n[train]\n" + train +
-                                  "\neval_every = 0\n" + plugins);
+                                  "\n[data]\ndir = \"" + (t_.path / "d").string() +
+                                  "\"\n[train]\n" + train + "\neval_every = 0\n" + plugins);
   }
 
   // Trains with extra --set flags (e.g. "--set parallel.nproc=2"), under `launcher` if given;
@@ -50,7 +52,8 @@ class LayoutRuns {
   // previous call's.
   Result raw(const std::string& sets, const std::string& launcher = "") {
     if (sets.find("checkpoint.resume") == std::string::npos) ++raws_;
-    return run_loom("train " + cfg_ + " --run-dir " + raw_dir().string() + " " + sets, "", launcher);
+    return run_loom("train " + cfg_ + " --run-dir " + raw_dir().string() + " " + sets, "",
+                    launcher);
   }
   const std::string& config() const { return cfg_; }
   // Where the last raw() run wrote.
@@ -76,7 +79,8 @@ inline std::string sample_text(const std::string& out, int step) {
 
 // Greedy text samples at step 10, 40 tokens after "The".
 inline const char* kGreedySample =
-    " --set train.sample_every=10 --set train.sample_top_k=1 --set train.sample_tokens=40 --set train.sample_prompt=The";
+    " --set train.sample_every=10 --set train.sample_top_k=1 --set train.sample_tokens=40 --set "
+    "train.sample_prompt=The";
 
 inline void check_same(const Curves& ref, const Curves& got, double rtol, const std::string& what) {
   REQUIRE(got.loss.size() == ref.loss.size());
@@ -91,8 +95,10 @@ inline void check_same(const Curves& ref, const Curves& got, double rtol, const 
 // A MoE layout routes as the reference run does: every step drops the same share of MoE layer
 // `layer`'s assignments and sends expert 0 the same load.
 inline void check_same_routing(const Curves& ref, const Curves& got, const std::string& layer) {
-  CHECK(column(got.metrics, "moe." + layer + ".dropped") == column(ref.metrics, "moe." + layer + ".dropped"));
-  CHECK(column(got.metrics, "moe." + layer + ".load.0") == column(ref.metrics, "moe." + layer + ".load.0"));
+  CHECK(column(got.metrics, "moe." + layer + ".dropped") ==
+        column(ref.metrics, "moe." + layer + ".dropped"));
+  CHECK(column(got.metrics, "moe." + layer + ".load.0") ==
+        column(ref.metrics, "moe." + layer + ".load.0"));
 }
 
 // Every step of `resumed` equals the same step of `full`, to the bit.
@@ -107,14 +113,18 @@ inline void check_bitwise(const Curves& full, const Curves& resumed) {
 
 // Trains under `from` to step `at`, saving a sync checkpoint there, then resumes it under `from`
 // and under each of `to`: every resumed run matches the `from` one within `rtol`.
-inline void check_reshard(LayoutRuns& runs, const std::string& from, int at, const std::vector<std::string>& to,
-                          double rtol) {
+inline void check_reshard(LayoutRuns& runs, const std::string& from, int at,
+                          const std::vector<std::string>& to, double rtol) {
   TempDir t;
   const std::string ck = " --set checkpoint.dir=" + (t.path / "ck").string();
   const std::string n = std::to_string(at);
-  REQUIRE(runs.raw(from + " --set plugins.ckpt=sync --set checkpoint.every=" + n + " --set train.exit_after=" + n + ck).rc == 0);
+  REQUIRE(runs.raw(from + " --set plugins.ckpt=sync --set checkpoint.every=" + n +
+                   " --set train.exit_after=" + n + ck)
+              .rc == 0);
   Curves same = runs.run(from + ck + " --set checkpoint.resume=latest");
-  for (const auto& layout : to) check_same(same, runs.run(layout + ck + " --set checkpoint.resume=latest"), rtol, from + " -> " + layout);
+  for (const auto& layout : to)
+    check_same(same, runs.run(layout + ck + " --set checkpoint.resume=latest"), rtol,
+               from + " -> " + layout);
 }
 
 }  // namespace loom::test

@@ -2,15 +2,15 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
-#include <unistd.h>
 
 namespace loom::test {
 
@@ -33,13 +33,16 @@ inline Result sh(const std::string& command) {
 
 // The loom binary under test, with the misbehaving test plugins on the search path; `launcher`
 // goes in front of it ("mpirun -np 2", "srun -n 2").
-inline Result run_loom(const std::string& args, const std::string& env = "", const std::string& launcher = "") {
-  return sh(env + " LOOM_PLUGIN_PATH=" LOOM_TEST_PLUGIN_DIR " " + launcher + " " LOOM_BIN " " + args);
+inline Result run_loom(const std::string& args, const std::string& env = "",
+                       const std::string& launcher = "") {
+  return sh(env + " LOOM_PLUGIN_PATH=" LOOM_TEST_PLUGIN_DIR " " + launcher + " " LOOM_BIN " " +
+            args);
 }
 
 // mpirun as the tests use it: allowed as root, more ranks than cores, loopback only.
 inline std::string mpirun(int n) {
-  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np " + std::to_string(n) +
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np " +
+         std::to_string(n) +
          " --oversubscribe --mca btl self,vader,tcp --mca btl_tcp_if_include lo";
 }
 

@@ -1,7 +1,8 @@
+#include "config/config.hpp"
+
 #include <doctest/doctest.h>
 
 #include "cli/job_config.hpp"
-#include "config/config.hpp"
 #include "core/errors.hpp"
 
 using loom::ConfigError;
@@ -53,8 +54,9 @@ TEST_CASE("an out-of-range value names the allowed range") {
 
 TEST_CASE("a value outside a key's choices lists them") {
   std::string e = error_of("[run]\ndevice = \"cdua\"\n");
-  CHECK(e.find("expected one of \"cpu\", \"strict\", \"cuda\", got \"cdua\"; did you mean 'cuda'?") !=
-        std::string::npos);
+  CHECK(
+      e.find("expected one of \"cpu\", \"strict\", \"cuda\", got \"cdua\"; did you mean 'cuda'?") !=
+      std::string::npos);
 }
 
 TEST_CASE("defaults are filled in for every declared key") {
@@ -109,14 +111,17 @@ TEST_CASE("plugin option tables are checked against the plugin's schema") {
   CHECK(ok.i64("plugins.fp16.hysteresis") == 2);
 }
 
-TEST_CASE("integers past 2^53 are legal values, not a crash: a huge step count, a seed of 2^53 + 1") {
+TEST_CASE(
+    "integers past 2^53 are legal values, not a crash: a huge step count, a seed of 2^53 + 1") {
   // toml++ gives no double for an integer with no exact one; the range check took it anyway.
   CHECK(error_of("[train]\nsteps = 9223372036854775807\n") == "");
   CHECK(error_of("[run]\nseed = 9007199254740993\n") == "");
-  Config c = Config::parse("[train]\nsteps = 9223372036854775807\nlr = 9007199254740993\n", "t.toml", {});
+  Config c =
+      Config::parse("[train]\nsteps = 9223372036854775807\nlr = 9007199254740993\n", "t.toml", {});
   CHECK(c.i64("train.steps") == 9223372036854775807LL);
   CHECK(c.f64("train.lr") == 9007199254740992.0);  // the nearest double
-  CHECK(error_of("[train]\nlr = 9007199254740993\n").find("expected float in [0, 10]") != std::string::npos);
+  CHECK(error_of("[train]\nlr = 9007199254740993\n").find("expected float in [0, 10]") !=
+        std::string::npos);
 }
 
 TEST_CASE("a subsection written as a value is named as such, not as an unknown key") {
@@ -125,6 +130,8 @@ TEST_CASE("a subsection written as a value is named as such, not as an unknown k
 }
 
 TEST_CASE("an integer key's range is written as integers") {
-  CHECK(error_of("[run]\nthreads = 100000\n") == "t.toml:2:11: [run] threads: expected integer in [0, 4096], got integer 100000");
-  CHECK(error_of("[train]\nsteps = 0\n").find("expected integer >= 1, got integer 0") != std::string::npos);
+  CHECK(error_of("[run]\nthreads = 100000\n") ==
+        "t.toml:2:11: [run] threads: expected integer in [0, 4096], got integer 100000");
+  CHECK(error_of("[train]\nsteps = 0\n").find("expected integer >= 1, got integer 0") !=
+        std::string::npos);
 }

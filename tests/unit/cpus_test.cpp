@@ -1,7 +1,8 @@
 // The CPU budget under [run] threads = 0: what a cgroup quota, an affinity mask and Slurm's
 // --cpus-per-task allow, not the machine's core count.
-#include <doctest/doctest.h>
+#include "core/cpus.hpp"
 
+#include <doctest/doctest.h>
 #include <sched.h>
 
 #include <cstdlib>
@@ -9,7 +10,6 @@
 #include <fstream>
 #include <string>
 
-#include "core/cpus.hpp"
 #include "support/process.hpp"
 
 namespace {

@@ -5,7 +5,8 @@
 
 #include "ckpt/crc32c.hpp"
 
-TEST_CASE("crc32c: the standard check value, and the fast path agrees with the table at every length") {
+TEST_CASE(
+    "crc32c: the standard check value, and the fast path agrees with the table at every length") {
   const std::string check = "123456789";
   CHECK(loom::ckpt::crc32c(check.data(), check.size()) == 0xE3069283u);
   CHECK(loom::ckpt::crc32c_table(check.data(), check.size()) == 0xE3069283u);

@@ -36,10 +36,13 @@ data::TokenSplit split_of(const std::filesystem::path& dir, const std::string& n
   for (int64_t i = 0; i < n; ++i) t[i] = i % 251;
   std::filesystem::create_directories(dir);
   // Written once: a split already open elsewhere in a test would see its shard replaced.
-  if (!std::filesystem::exists(dir / (name + "_000000.bin"))) data::write_shard(dir / (name + "_000000.bin"), t, 256);
+  if (!std::filesystem::exists(dir / (name + "_000000.bin")))
+    data::write_shard(dir / (name + "_000000.bin"), t, 256);
   return data::TokenSplit(dir, name, 256);
 }
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 }  // namespace
 
 TEST_CASE("a shard round-trips in llm.c's layout, uint16 or uint32 as the vocabulary needs") {
@@ -84,12 +87,14 @@ TEST_CASE("llm.c's shard names are found, several shards read as one stream") {
 TEST_CASE("bad shards are rejected with what is wrong") {
   TempDir t;
   data::write_shard(t.path / "ok.bin", {1, 2, 300}, 512);
-  CHECK(has(error_reading(t.path / "ok.bin", 256), "token 300 at position 2 is outside the vocabulary (256)"));
+  CHECK(has(error_reading(t.path / "ok.bin", 256),
+            "token 300 at position 2 is outside the vocabulary (256)"));
   std::string text = t.write("magic.bin", std::string(1030, 'x'));
   CHECK(has(error_reading(text), "bad magic"));
   data::write_shard(t.path / "short.bin", {1, 2, 3, 4}, 256);
   std::filesystem::resize_file(t.path / "short.bin", 1024 + 6);
-  CHECK(has(error_reading(t.path / "short.bin"), "header says 4 tokens (1032 bytes) but the file has 1030 bytes"));
+  CHECK(has(error_reading(t.path / "short.bin"),
+            "header says 4 tokens (1032 bytes) but the file has 1030 bytes"));
   CHECK(has(error_reading(t.write("tiny.bin", "abc")), "shorter than the 1024-byte header"));
   try {
     data::TokenSplit(t.path / "nowhere", "train", 256);
@@ -107,15 +112,19 @@ TEST_CASE("a shard truncated in place while it is read is an error naming it, no
   std::vector<int32_t> out(1000);
   shard.read(0, 1000, out.data());
   CHECK(out[999] == 7);
-  std::filesystem::resize_file(t.path / "train_000000.bin", 4096);  // what `truncate -s 4K` does to it
+  std::filesystem::resize_file(t.path / "train_000000.bin",
+                               4096);  // what `truncate -s 4K` does to it
   try {
     shard.read(90000, 1000, out.data());
     FAIL("expected an error");
   } catch (const RuntimeError& e) {
-    CHECK(has(e.what(), "train_000000.bin': cannot read tokens 90000..91000: the file now has 4096 bytes, 201024 when the "
-                        "run opened it (was it truncated or rewritten in place?)"));
+    CHECK(has(e.what(),
+              "train_000000.bin': cannot read tokens 90000..91000: the file now has 4096 bytes, "
+              "201024 when the "
+              "run opened it (was it truncated or rewritten in place?)"));
   }
-  data::write_shard(t.path / "train_000000.bin", tokens, 256);  // replaced by rename, as data prepare does
+  data::write_shard(t.path / "train_000000.bin", tokens,
+                    256);  // replaced by rename, as data prepare does
   try {
     shard.read(0, 10, out.data());
     FAIL("expected an error");
@@ -124,12 +133,16 @@ TEST_CASE("a shard truncated in place while it is read is an error naming it, no
   }
 }
 
-TEST_CASE("prepare holds whole documents out for validation, and each text file's tail when they are too few") {
+TEST_CASE(
+    "prepare holds whole documents out for validation, and each text file's tail when they are too "
+    "few") {
   TempDir t;
   std::vector<std::string> files;
-  for (int i = 0; i < 20; ++i) files.push_back(t.write("f" + std::to_string(i) + ".txt", std::string(10, char('a' + i))));
+  for (int i = 0; i < 20; ++i)
+    files.push_back(t.write("f" + std::to_string(i) + ".txt", std::string(10, char('a' + i))));
   data::PrepareOptions o;
-  o.inputs = files, o.format = data::InputFormat::Text, o.out = t.path / "out", o.val_fraction = 0.1, o.threads = 2;
+  o.inputs = files, o.format = data::InputFormat::Text, o.out = t.path / "out",
+  o.val_fraction = 0.1, o.threads = 2;
   data::PrepareSummary s = data::prepare(o);
   CHECK(s.totals.train_tokens == 180);  // 18 whole documents
   CHECK(s.totals.val_tokens == 20);     // 2 whole documents, every tenth from a seeded start
@@ -139,13 +152,15 @@ TEST_CASE("prepare holds whole documents out for validation, and each text file'
   CHECK(val[10] == val[19]);
   CHECK(val[9] + 10 == val[10]);
 
-  o.inputs = {t.write("one.txt", std::string(100, 'a') + std::string(10, 'b'))}, o.out = t.path / "one";
+  o.inputs = {t.write("one.txt", std::string(100, 'a') + std::string(10, 'b'))},
+  o.out = t.path / "one";
   s = data::prepare(o);
   CHECK(s.totals.train_tokens == 99);  // one document: its tail
   CHECK(s.totals.val_tokens == 11);
   CHECK(data::TokenSplit(t.path / "one", "val", 256).all().back() == 'b');
 
-  o.inputs = {files[0], files[1], files[2]}, o.out = t.path / "three";  // 3 x 0.1 < 1: each file's tail
+  o.inputs = {files[0], files[1], files[2]},
+  o.out = t.path / "three";  // 3 x 0.1 < 1: each file's tail
   s = data::prepare(o);
   CHECK(s.totals.val_tokens == 3);
   CHECK(!s.split_note.empty());
@@ -163,8 +178,8 @@ TEST_CASE("prepare refuses input without a single token") {
 TEST_CASE("a batch is a pure function of (seed, step, global sample index)") {
   TempDir t;
   auto split = [&](int64_t n) { return split_of(t.path / "d", "train", n); };
-  data::Batches b(split(5000), split_of(t.path / "v", "val", 600), 16, 7), same(split(5000), {}, 16, 7),
-      other(split(5000), {}, 16, 8);
+  data::Batches b(split(5000), split_of(t.path / "v", "val", 600), 16, 7),
+      same(split(5000), {}, 16, 7), other(split(5000), {}, 16, 8);
   CHECK(b.train_offset(3, 5) == same.train_offset(3, 5));
   CHECK(b.train_offset(3, 5) != other.train_offset(3, 5));
   CHECK(b.train_offset(3, 5) != b.train_offset(4, 5));
@@ -179,15 +194,20 @@ TEST_CASE("a batch is a pure function of (seed, step, global sample index)") {
   CHECK(b.val_windows() == (600 - 1) / 16);
 }
 
-TEST_CASE("epoch sampling visits every window once per epoch, in an order that changes with the epoch") {
+TEST_CASE(
+    "epoch sampling visits every window once per epoch, in an order that changes with the epoch") {
   TempDir t;
   // 16 windows of 16 + 1 tokens; a global batch of 4: an epoch is 4 steps.
-  data::Batches b(split_of(t.path / "d", "train", 16 * 16 + 1), {}, 16, 3, data::Sampling::Epoch, 4);
+  data::Batches b(split_of(t.path / "d", "train", 16 * 16 + 1), {}, 16, 3, data::Sampling::Epoch,
+                  4);
   REQUIRE(b.train_windows() == 16);
   std::vector<int64_t> first, second;
   for (int64_t step = 1; step <= 8; ++step)
     for (int64_t s = 0; s < 4; ++s) (step <= 4 ? first : second).push_back(b.train_offset(step, s));
-  auto sorted = [](std::vector<int64_t> v) { std::sort(v.begin(), v.end()); return v; };
+  auto sorted = [](std::vector<int64_t> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
   std::vector<int64_t> all;
   for (int64_t w = 0; w < 16; ++w) all.push_back(w * 16);
   CHECK(sorted(first) == all);

@@ -6,10 +6,10 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <loom/formats.hpp>
 #include <vector>
 
 #include "ops/cpu/kernels.hpp"
-#include <loom/formats.hpp>
 
 using namespace loom::formats;
 
@@ -24,17 +24,20 @@ float decode16(uint16_t h) {
   return sign * std::ldexp(1.f + m / 1024.f, e - 15);
 }
 
-bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); }
+bool same(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) ||
+         std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
 
 }  // namespace
 
 TEST_CASE("every fp8 code decodes to its hand-derived value and encodes back to itself") {
   // E4M3: exponent bias 7, no infinities, S.1111.111 is NaN; max 1.75 * 2^8 = 448.
   CHECK(decode8(kE4M3, 0x7e) == 448.f);
-  CHECK(decode8(kE4M3, 0x38) == 1.f);                // 0.0111.000 = 2^0
+  CHECK(decode8(kE4M3, 0x38) == 1.f);                  // 0.0111.000 = 2^0
   CHECK(decode8(kE4M3, 0x01) == std::ldexp(1.f, -9));  // smallest subnormal 2^-6 * 1/8
   CHECK(decode8(kE4M3, 0x08) == std::ldexp(1.f, -6));  // smallest normal
-  CHECK(decode8(kE4M3, 0x78) == 256.f);              // 0.1111.000 is a number in E4M3
+  CHECK(decode8(kE4M3, 0x78) == 256.f);                // 0.1111.000 is a number in E4M3
   CHECK(std::isnan(decode8(kE4M3, 0x7f)));
   CHECK(std::isnan(decode8(kE4M3, 0xff)));
   // E5M2: bias 15, IEEE-like; max 1.75 * 2^15 = 57344.
@@ -100,9 +103,10 @@ TEST_CASE("bf16 and fp16 round at their boundaries and overflow to infinity") {
   // bf16 keeps 7 mantissa bits: spacing at 1 is 2^-7.
   CHECK(round_to(kBf16, 1.f + std::ldexp(1.f, -8)) == 1.f);  // tie, to even
   CHECK(round_to(kBf16, 1.f + std::ldexp(3.f, -8)) == 1.f + std::ldexp(1.f, -6));
-  CHECK(round_to(kBf16, 1.f + std::ldexp(1.f, -8) + std::ldexp(1.f, -20)) == 1.f + std::ldexp(1.f, -7));
-  CHECK(round_bf16(0x1.fep127f) == 0x1.fep127f);      // bf16 max
-  CHECK(round_bf16(0x1.ffp127f) == INFINITY);         // halfway past max: to even = overflow
+  CHECK(round_to(kBf16, 1.f + std::ldexp(1.f, -8) + std::ldexp(1.f, -20)) ==
+        1.f + std::ldexp(1.f, -7));
+  CHECK(round_bf16(0x1.fep127f) == 0x1.fep127f);  // bf16 max
+  CHECK(round_bf16(0x1.ffp127f) == INFINITY);     // halfway past max: to even = overflow
   CHECK(round_bf16(std::ldexp(1.f, -133)) == std::ldexp(1.f, -133));  // smallest bf16 subnormal
   CHECK(std::isnan(round_bf16(NAN)));
   CHECK(round_bf16(-INFINITY) == -INFINITY);
@@ -154,8 +158,9 @@ TEST_CASE("the CPU quantize kernel casts with a scale and reports amax and clipp
 
 TEST_CASE("the vectorised CPU cast agrees with the scalar reference on every kind of value") {
   // Random magnitudes over fp32's whole range, every fp8 midpoint, and the special values.
-  std::vector<float> values = {0.f, -0.f, INFINITY, -INFINITY, NAN, 448.f, 464.f, 470.f, 57344.f, 61440.f,
-                               65504.f, 65520.f, 1e-45f, -1e-40f, 3.4e38f, -3.4e38f};
+  std::vector<float> values = {0.f,    -0.f,    INFINITY, -INFINITY, NAN,     448.f,
+                               464.f,  470.f,   57344.f,  61440.f,   65504.f, 65520.f,
+                               1e-45f, -1e-40f, 3.4e38f,  -3.4e38f};
   uint64_t s = 12345;
   for (int i = 0; i < 200000; ++i) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;

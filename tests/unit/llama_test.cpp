@@ -28,13 +28,14 @@ struct Gqa {
     out.resize(rows() * H * D), lse.resize(B * H * T);
   }
   void forward() {
-    cpu::attention_gqa_fwd(out.data(), lse.data(), q.data(), kv.data(), kv.data() + Hkv * D, H * D, 2 * Hkv * D, B, T,
-                           H, Hkv, D);
+    cpu::attention_gqa_fwd(out.data(), lse.data(), q.data(), kv.data(), kv.data() + Hkv * D, H * D,
+                           2 * Hkv * D, B, T, H, Hkv, D);
   }
   void backward(const std::vector<float>& dout, std::vector<float>& dq, std::vector<float>& dkv) {
     dq.assign(q.size(), 0.f), dkv.assign(kv.size(), 0.f);
-    cpu::attention_gqa_bwd(dq.data(), dkv.data(), dkv.data() + Hkv * D, dout.data(), q.data(), kv.data(),
-                           kv.data() + Hkv * D, out.data(), lse.data(), H * D, 2 * Hkv * D, B, T, H, Hkv, D);
+    cpu::attention_gqa_bwd(dq.data(), dkv.data(), dkv.data() + Hkv * D, dout.data(), q.data(),
+                           kv.data(), kv.data() + Hkv * D, out.data(), lse.data(), H * D,
+                           2 * Hkv * D, B, T, H, Hkv, D);
   }
   // The same attention as multi-head rows [q | k repeated | v repeated].
   std::vector<float> repeated_qkv() const {
@@ -70,7 +71,8 @@ void check_against_repeated(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_
   for (int64_t r = 0; r < g.rows(); ++r)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t d = 0; d < D; ++d)
-        worst = std::max(worst, double(std::fabs(dq[r * C + h * D + d] - dqkv[r * 3 * C + h * D + d])));
+        worst =
+            std::max(worst, double(std::fabs(dq[r * C + h * D + d] - dqkv[r * 3 * C + h * D + d])));
   for (int64_t r = 0; r < g.rows(); ++r)
     for (int64_t kvh = 0; kvh < Hkv; ++kvh)
       for (int64_t d = 0; d < D; ++d) {
@@ -85,7 +87,8 @@ void check_against_repeated(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_
 
 }  // namespace
 
-TEST_CASE("grouped-query attention equals multi-head attention on repeated K/V, forward and backward") {
+TEST_CASE(
+    "grouped-query attention equals multi-head attention on repeated K/V, forward and backward") {
   check_against_repeated(2, 8, 4, 2, 4);
   check_against_repeated(1, 100, 4, 1, 16);  // multi-query; ragged tiles
   check_against_repeated(2, 33, 6, 3, 8);
@@ -126,7 +129,8 @@ model::Config rope_model(bool scaled) {
   model::Config c;
   c.n_head = 2, c.d_model = 16, c.seq_len = 12, c.positions = "rope", c.rope_theta = 10000;
   if (scaled) {
-    c.rope_scaling.type = "llama3", c.rope_scaling.factor = 8, c.rope_scaling.original_max_position = 8;
+    c.rope_scaling.type = "llama3", c.rope_scaling.factor = 8,
+    c.rope_scaling.original_max_position = 8;
   }
   return c;
 }
@@ -200,10 +204,14 @@ TEST_CASE("Llama 3.1 frequency scaling keeps high frequencies, divides low ones,
   CHECK(blended > 0);
 }
 
-TEST_CASE("a Llama-shaped model's gradients match finite differences: RoPE, GQA, RMSNorm, SwiGLU, no bias") {
+TEST_CASE(
+    "a Llama-shaped model's gradients match finite differences: RoPE, GQA, RMSNorm, SwiGLU, no "
+    "bias") {
   model::Config c;
-  c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.d_model = 16, c.d_ff = 24, c.vocab_size = 40, c.seq_len = 8;
-  c.positions = "rope", c.norm = "rmsnorm", c.mlp = "swiglu", c.bias = false, c.tied_embeddings = false;
+  c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.d_model = 16, c.d_ff = 24, c.vocab_size = 40,
+  c.seq_len = 8;
+  c.positions = "rope", c.norm = "rmsnorm", c.mlp = "swiglu", c.bias = false,
+  c.tied_embeddings = false;
   c.norm_eps = 1e-6;
   LayerApi api(ops::cpu());
   ParamStore ps;
@@ -270,8 +278,8 @@ TEST_CASE("presets have the published parameter counts, to the parameter") {
   CHECK(preset("llama3-70b").d_ff == 28672);
   CHECK(preset("llama3-405b").params() == 405853388800LL);  // 405B
   CHECK(preset("llama3-405b").d_ff == 53248);
-  CHECK(preset("llama3-1b").params() == 1235814400LL);  // Llama 3.2 1B: 1.24B, tied
-  CHECK(preset("llama3-3b").params() == 3212749824LL);  // Llama 3.2 3B: 3.21B, tied
+  CHECK(preset("llama3-1b").params() == 1235814400LL);             // Llama 3.2 1B: 1.24B, tied
+  CHECK(preset("llama3-3b").params() == 3212749824LL);             // Llama 3.2 3B: 3.21B, tied
   CHECK(preset("mixtral-8x7b").params() == 46702792704LL);         // 46.7B
   CHECK(preset("mixtral-8x7b").active_params() == 12879925248LL);  // 12.9B per token
   CHECK(preset("gpt2").params() == 124439808LL);  // GPT-2 124M (the Hugging Face gpt2 checkpoint)

@@ -75,7 +75,8 @@ TEST_CASE("GPT gradients match finite differences: layernorm, gelu, tied embeddi
 // Finite differences cannot cross a top-k selection change (the objective jumps there), so the
 // renormalised path is checked with k = E (weights p_k / sum p, no selection) and the raw one
 // with k = 1 on a model whose top choice stays put; the selection itself is tested below.
-TEST_CASE("MoE gradients match finite differences: renormalised weights, dropless, aux and z losses") {
+TEST_CASE(
+    "MoE gradients match finite differences: renormalised weights, dropless, aux and z losses") {
   model::Config c = tiny();
   c.moe.experts = 3, c.moe.top_k = 3, c.moe.every = 1, c.moe.dropless = true;
   c.moe.aux_coef = 0.1, c.moe.z_coef = 0.01;

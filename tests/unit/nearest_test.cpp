@@ -1,6 +1,6 @@
-#include <doctest/doctest.h>
-
 #include "core/nearest.hpp"
+
+#include <doctest/doctest.h>
 
 using namespace loom;
 

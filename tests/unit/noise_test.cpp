@@ -1,21 +1,24 @@
 // The statistics behind `loom compare --rounds`: quartiles, the paired B/A interval, the rounds a
 // given effect needs, and the verdicts, on data whose answer is known.
+#include "report/noise.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <random>
 
-#include "report/noise.hpp"
-
 using namespace loom::report;
 
 namespace {
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 // Per-round medians of A and B: B = A x (1 + effect), each round's pair sharing the machine's
 // drift, with independent noise of relative size `noise` on each run.
-void rounds(int n, double effect, double noise, uint32_t seed, std::vector<double>& a, std::vector<double>& b) {
+void rounds(int n, double effect, double noise, uint32_t seed, std::vector<double>& a,
+            std::vector<double>& b) {
   std::mt19937 g(seed);
   std::normal_distribution<double> d(0, noise);
   a.clear(), b.clear();
@@ -53,7 +56,9 @@ TEST_CASE("paired rounds cancel drift: a 15% slower B is found with an interval 
   CHECK(has(v.text, "% slower than A (95% CI +"));
 }
 
-TEST_CASE("A/A: the interval contains 1 in at least 90 of 100 trials, and the verdict says no difference") {
+TEST_CASE(
+    "A/A: the interval contains 1 in at least 90 of 100 trials, and the verdict says no "
+    "difference") {
   int covered = 0, said_none = 0;
   for (uint32_t t = 0; t < 100; ++t) {
     std::vector<double> a, b;
@@ -62,11 +67,12 @@ TEST_CASE("A/A: the interval contains 1 in at least 90 of 100 trials, and the ve
     covered += r.lo <= 1 && r.hi >= 1;
     said_none += speed_verdict(r, 0.01, 0.02).sign == 0;
   }
-  CHECK(covered >= 90);     // a 95% interval
-  CHECK(said_none >= 95);   // and the 1% practical threshold on top
+  CHECK(covered >= 90);    // a 95% interval
+  CHECK(said_none >= 95);  // and the 1% practical threshold on top
 }
 
-TEST_CASE("a 2% difference under 3% noise with 3 rounds needs more rounds, and says about how many") {
+TEST_CASE(
+    "a 2% difference under 3% noise with 3 rounds needs more rounds, and says about how many") {
   std::vector<double> a, b;
   rounds(3, 0.02, 0.03, 7, a, b);
   RatioEstimate r = paired_ratio(a, b);
@@ -80,11 +86,13 @@ TEST_CASE("a 2% difference under 3% noise with 3 rounds needs more rounds, and s
 }
 
 TEST_CASE("loss against seed noise: a small change lies within A's spread, a broken B does not") {
-  LossVerdict same = loss_verdict({2.50, 2.54, 2.47}, {2.51, 2.49, 2.53}, {3.1, 3.2, 3.0}, {3.12, 3.05, 3.15});
+  LossVerdict same =
+      loss_verdict({2.50, 2.54, 2.47}, {2.51, 2.49, 2.53}, {3.1, 3.2, 3.0}, {3.12, 3.05, 3.15});
   CHECK(same.final_within);
   CHECK(same.curve_within);
   CHECK(has(same.text, "no sign that B changes convergence"));
-  LossVerdict broken = loss_verdict({2.50, 2.54, 2.47}, {3.9, 4.1, 4.0}, {3.1, 3.2, 3.0}, {4.5, 4.6, 4.4});
+  LossVerdict broken =
+      loss_verdict({2.50, 2.54, 2.47}, {3.9, 4.1, 4.0}, {3.1, 3.2, 3.0}, {4.5, 4.6, 4.4});
   CHECK_FALSE(broken.final_within);
   CHECK(has(broken.text, "lies OUTSIDE"));
   CHECK(has(broken.text, "beyond seed-to-seed noise"));

@@ -21,7 +21,8 @@ TEST_CASE("gemm matches a direct sum for every transpose combination") {
       for (int64_t k = 0; k < K; ++k)
         for (int64_t j = 0; j < N; ++j) Bs[tb ? j * K + k : k * N + j] = B[k * N + j];
       std::vector<float> C(M * N, 1.f);
-      cpu::gemm(ta, tb, M, N, K, 2.f, As.data(), ta ? M : K, Bs.data(), tb ? K : N, 0.5f, C.data(), N);
+      cpu::gemm(ta, tb, M, N, K, 2.f, As.data(), ta ? M : K, Bs.data(), tb ? K : N, 0.5f, C.data(),
+                N);
       double err = 0;
       for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < N; ++j) {
@@ -81,7 +82,8 @@ TEST_CASE("gelu (tanh and exact forms) and swiglu backward match finite differen
   std::vector<float> exact(n), dexact(n);
   cpu::gelu_erf_fwd(exact.data(), x.data(), n);
   for (int64_t i = 0; i < n; ++i)
-    CHECK(exact[i] == doctest::Approx(0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0)))).epsilon(1e-6));
+    CHECK(exact[i] ==
+          doctest::Approx(0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0)))).epsilon(1e-6));
   auto exact_loss = [&] {
     cpu::gelu_erf_fwd(out.data(), x.data(), n);
     return dot(out, r);
@@ -185,13 +187,16 @@ struct AttentionCase {
 void check_attention(const AttentionCase& c) {
   const int64_t C = c.H * c.D, rows = c.B * c.T;
   auto qkv = randn(rows * 3 * C, 22), dout = randn(rows * C, 23);
-  std::vector<float> out(rows * C), lse(c.B * c.H * c.T), ref(rows * C), probs(c.B * c.H * c.T * c.T);
+  std::vector<float> out(rows * C), lse(c.B * c.H * c.T), ref(rows * C),
+      probs(c.B * c.H * c.T * c.T);
   cpu::attention_fwd(out.data(), lse.data(), qkv.data(), c.B, c.T, c.H, c.D);
   cpu::attention_naive_fwd(ref.data(), probs.data(), qkv.data(), c.B, c.T, c.H, c.D);
   CHECK(max_abs_diff(out, ref) < 1e-5);
   std::vector<float> dq(rows * 3 * C), dq_ref(rows * 3 * C);
-  cpu::attention_bwd(dq.data(), dout.data(), qkv.data(), out.data(), lse.data(), c.B, c.T, c.H, c.D);
-  cpu::attention_naive_bwd(dq_ref.data(), dout.data(), qkv.data(), probs.data(), c.B, c.T, c.H, c.D);
+  cpu::attention_bwd(dq.data(), dout.data(), qkv.data(), out.data(), lse.data(), c.B, c.T, c.H,
+                     c.D);
+  cpu::attention_naive_bwd(dq_ref.data(), dout.data(), qkv.data(), probs.data(), c.B, c.T, c.H,
+                           c.D);
   CHECK(max_abs_diff(dq, dq_ref) < 1e-4);
 }
 
@@ -207,30 +212,37 @@ TEST_CASE("tiled attention equals the naive reference, including ragged tiles") 
 // positions, merged, equal the whole causal attention; backward, each block's dk and dv are the
 // whole's rows and the blocks' dq add up to the whole's. T = 300 gives several 64-row tiles, a
 // ragged last one, and key blocks that start inside a query tile.
-TEST_CASE("attention over two positioned key blocks, merged, equals the whole attention, forward and backward") {
+TEST_CASE(
+    "attention over two positioned key blocks, merged, equals the whole attention, forward and "
+    "backward") {
   const int64_t T = 300, Tk = T / 2, H = 2, Hkv = 1, D = 16, ldq = H * D, ldkv = Hkv * D;
-  const auto q = randn(T * ldq, 31), k = randn(T * ldkv, 32), v = randn(T * ldkv, 33), dout = randn(T * ldq, 34);
+  const auto q = randn(T * ldq, 31), k = randn(T * ldkv, 32), v = randn(T * ldkv, 33),
+             dout = randn(T * ldq, 34);
   std::vector<int64_t> pos(T);
   for (int64_t t = 0; t < T; ++t) pos[t] = t;
-  std::vector<float> out(T * ldq), lse(H * T), part(T * ldq), part_lse(H * T), merged(T * ldq), merged_lse(H * T);
-  cpu::attention_gqa_fwd(out.data(), lse.data(), q.data(), k.data(), v.data(), ldq, ldkv, 1, T, H, Hkv, D);
+  std::vector<float> out(T * ldq), lse(H * T), part(T * ldq), part_lse(H * T), merged(T * ldq),
+      merged_lse(H * T);
+  cpu::attention_gqa_fwd(out.data(), lse.data(), q.data(), k.data(), v.data(), ldq, ldkv, 1, T, H,
+                         Hkv, D);
   for (int64_t blk = 0; blk < 2; ++blk) {
     float* o = blk == 0 ? merged.data() : part.data();
     float* l = blk == 0 ? merged_lse.data() : part_lse.data();
-    cpu::attention_block_fwd(o, l, q.data(), k.data() + blk * Tk * ldkv, v.data() + blk * Tk * ldkv, ldq, ldkv, 1, T,
-                             Tk, H, Hkv, D, pos.data(), pos.data() + blk * Tk);
+    cpu::attention_block_fwd(o, l, q.data(), k.data() + blk * Tk * ldkv, v.data() + blk * Tk * ldkv,
+                             ldq, ldkv, 1, T, Tk, H, Hkv, D, pos.data(), pos.data() + blk * Tk);
   }
   cpu::attention_merge(merged.data(), merged_lse.data(), part.data(), part_lse.data(), 1, T, H, D);
   CHECK(max_abs_diff(merged, out) < 1e-5);
   CHECK(max_abs_diff(merged_lse, lse) < 1e-5);
-  std::vector<float> dq(T * ldq), dk(T * ldkv), dv(T * ldkv), dq_sum(T * ldq, 0.f), dk_blk(T * ldkv), dv_blk(T * ldkv);
-  cpu::attention_gqa_bwd(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
-                         lse.data(), ldq, ldkv, 1, T, H, Hkv, D);
+  std::vector<float> dq(T * ldq), dk(T * ldkv), dv(T * ldkv), dq_sum(T * ldq, 0.f),
+      dk_blk(T * ldkv), dv_blk(T * ldkv);
+  cpu::attention_gqa_bwd(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(),
+                         out.data(), lse.data(), ldq, ldkv, 1, T, H, Hkv, D);
   for (int64_t blk = 0; blk < 2; ++blk) {
     std::vector<float> dq_part(T * ldq);
-    cpu::attention_block_bwd(dq_part.data(), dk_blk.data() + blk * Tk * ldkv, dv_blk.data() + blk * Tk * ldkv,
-                             dout.data(), q.data(), k.data() + blk * Tk * ldkv, v.data() + blk * Tk * ldkv, out.data(),
-                             lse.data(), ldq, ldkv, 1, T, Tk, H, Hkv, D, pos.data(), pos.data() + blk * Tk);
+    cpu::attention_block_bwd(
+        dq_part.data(), dk_blk.data() + blk * Tk * ldkv, dv_blk.data() + blk * Tk * ldkv,
+        dout.data(), q.data(), k.data() + blk * Tk * ldkv, v.data() + blk * Tk * ldkv, out.data(),
+        lse.data(), ldq, ldkv, 1, T, Tk, H, Hkv, D, pos.data(), pos.data() + blk * Tk);
     for (int64_t i = 0; i < T * ldq; ++i) dq_sum[i] += dq_part[i];
   }
   CHECK(max_abs_diff(dq_sum, dq) < 1e-4);

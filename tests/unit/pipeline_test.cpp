@@ -21,7 +21,9 @@ using loom::test::error_of;
 
 namespace {
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 PipelinePlan plan(const std::string& name, int p, int m, int v = 0) {
   static Registry reg{{{Registry::install_dir(), "install"}}};
@@ -32,7 +34,9 @@ PipelinePlan plan(const std::string& name, int p, int m, int v = 0) {
 
 }  // namespace
 
-TEST_CASE("gpipe and 1f1b finish for every p and m, with the (p-1)/(m+p-1) bubble and their memory bounds") {
+TEST_CASE(
+    "gpipe and 1f1b finish for every p and m, with the (p-1)/(m+p-1) bubble and their memory "
+    "bounds") {
   for (int p = 2; p <= 8; ++p)
     for (int m = 1; m <= 3 * p; ++m) {
       INFO("p = " << p << ", m = " << m);
@@ -40,8 +44,8 @@ TEST_CASE("gpipe and 1f1b finish for every p and m, with the (p-1)/(m+p-1) bubbl
       const double theory = double(p - 1) / (m + p - 1);
       CHECK(g.simulate().bubble() == doctest::Approx(theory));
       CHECK(f.simulate().bubble() == doctest::Approx(theory));
-      CHECK(g.peak_in_flight(0) == m);                 // GPipe keeps every micro-batch
-      CHECK(f.peak_in_flight(0) == std::min(m, p));    // 1F1B at most p on the first stage
+      CHECK(g.peak_in_flight(0) == m);               // GPipe keeps every micro-batch
+      CHECK(f.peak_in_flight(0) == std::min(m, p));  // 1F1B at most p on the first stage
       for (int r = 0; r < p; ++r) CHECK(f.peak_in_flight(r) <= p - r);
     }
 }
@@ -61,7 +65,9 @@ TEST_CASE("interleaved finishes for every p, v and m = k p, and cuts the bubble 
   CHECK(plan("interleaved", 4, 8).shape().chunks == 2);  // the default
 }
 
-TEST_CASE("zbh1 splits every backward and leaves a third of 1f1b's idle time, with 1f1b's activations in flight") {
+TEST_CASE(
+    "zbh1 splits every backward and leaves a third of 1f1b's idle time, with 1f1b's activations in "
+    "flight") {
   for (int p = 2; p <= 8; ++p)
     for (int m = 1; m <= 3 * p; ++m) {
       INFO("p = " << p << ", m = " << m);
@@ -98,7 +104,9 @@ TEST_CASE("the timeline shows who runs what when") {
   CHECK(has(text, "rank 1  .  F0 B0 F1 B1 F2 B2"));
 }
 
-TEST_CASE("the default split balances cost, a layout string splits as written, and a wrong one says why") {
+TEST_CASE(
+    "the default split balances cost, a layout string splits as written, and a wrong one says "
+    "why") {
   PipelinePlan two = plan("1f1b", 2, 4);
   // Six equal blocks and a head as heavy as two of them: the head's stage gets fewer blocks.
   auto split = two.partition("EttttttL", {0.01, 1, 1, 1, 1, 1, 1, 2}, "");
@@ -107,21 +115,37 @@ TEST_CASE("the default split balances cost, a layout string splits as written, a
   CHECK(even == std::vector<int32_t>{0, 0, 0, 1, 1, 1});
   auto uneven = two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "E t | t t t L");
   CHECK(uneven == std::vector<int32_t>{0, 0, 1, 1, 1, 1});
-  CHECK(has(error_of([&] { two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "E t t | t t L L"); }),
+  CHECK(has(error_of([&] {
+              two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "E t t | t t L L");
+            }),
             "more layers than the model's 6"));
-  CHECK(has(error_of([&] { two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "E t t | t t t L"); }),
+  CHECK(has(error_of([&] {
+              two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "E t t | t t t L");
+            }),
             "layer 5 is 'L' in the model, not 't'"));
-  CHECK(has(error_of([&] { two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "E t | t | t t L"); }),
+  CHECK(has(error_of([&] {
+              two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "E t | t | t t L");
+            }),
             "3 stages; pp x chunks is 2"));
-  CHECK(has(error_of([&] { two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "E t t | t t"); }),
+  CHECK(has(error_of([&] {
+              two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "E t t | t t");
+            }),
             "names 5 layers; the model has 6"));
-  CHECK(has(error_of([&] { two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "E t t x | t L"); }),
+  CHECK(has(error_of([&] {
+              two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "E t t x | t L");
+            }),
             "'x' is not a layer"));
-  CHECK(has(error_of([&] { two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "t E t t | t L"); }),
+  CHECK(has(error_of([&] {
+              two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "t E t t | t L");
+            }),
             "layer 0 is 'E' in the model, not 't'"));
-  CHECK(has(error_of([&] { two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "| E t t t t L"); }),
+  CHECK(has(error_of([&] {
+              two.partition("EttttL", {1, 1, 1, 1, 1, 1}, "| E t t t t L");
+            }),
             "stage 0 is empty"));
   PipelinePlan eight = plan("interleaved", 4, 8, 2);
-  CHECK(has(error_of([&] { eight.partition("EttttL", {1, 1, 1, 1, 1, 1}, ""); }),
+  CHECK(has(error_of([&] {
+              eight.partition("EttttL", {1, 1, 1, 1, 1, 1}, "");
+            }),
             "6 pipeline layers (embedding, blocks, head), fewer than the 8 stages"));
 }

@@ -1,11 +1,11 @@
 // loom plan's model: cluster files, the ZeRO formulas, the strategies' cost entries, the
 // published runs it must predict, and the search's speed and choices.
+#include <doctest/doctest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-
-#include <doctest/doctest.h>
 
 #include "cli/job_config.hpp"
 #include "config/config.hpp"
@@ -35,9 +35,10 @@ std::string replace(std::string s, const std::string& from, const std::string& t
 
 // A Llama 3 job as a config describes it: the [model] preset, a global batch, bf16.
 plan::Workload llama3_workload(const std::string& preset, int64_t batch) {
-  config::Config cfg = config::Config::parse("[model]\npreset = \"" + preset + "\"\n[train]\nglobal_batch = " +
-                                                 std::to_string(batch) + "\n[plugins]\nprecision = \"bf16\"\n",
-                                             "<test>");
+  config::Config cfg = config::Config::parse(
+      "[model]\npreset = \"" + preset + "\"\n[train]\nglobal_batch = " + std::to_string(batch) +
+          "\n[plugins]\nprecision = \"bf16\"\n",
+      "<test>");
   cfg.validate(loom::cli::runtime_schema());
   return plan::workload_of(cfg);
 }
@@ -47,7 +48,8 @@ plan::Workload llama3_workload(const std::string& preset, int64_t batch) {
 TEST_CASE("every shipped cluster file parses, with its figures where the datasheets put them") {
   int files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(kClusters)) {
-    if (entry.path().extension() != ".toml" || plan::has_groups(entry.path())) continue;  // mixed: plan_mixed_test.cpp
+    if (entry.path().extension() != ".toml" || plan::has_groups(entry.path()))
+      continue;  // mixed: plan_mixed_test.cpp
     INFO(entry.path());
     const plan::Cluster c = plan::load_cluster(entry.path());
     CHECK(std::max(c.peak("bf16"), c.peak("fp32")) > 0);
@@ -59,7 +61,8 @@ TEST_CASE("every shipped cluster file parses, with its figures where the datashe
   CHECK(h100.peak("bf16") == doctest::Approx(989e12));
   CHECK(h100.peak("fp8") == doctest::Approx(1979e12));
   CHECK(h100.inter.bandwidth == doctest::Approx(50e9));  // NDR 400 Gb/s
-  CHECK(plan::load_cluster(kClusters / "b200.toml").peak("bf16") == doctest::Approx(2250e12));  // dense, not the sparse 4.5 PF
+  CHECK(plan::load_cluster(kClusters / "b200.toml").peak("bf16") ==
+        doctest::Approx(2250e12));  // dense, not the sparse 4.5 PF
 }
 
 TEST_CASE("a cluster file with a missing, negative or misspelt figure is an error naming it") {
@@ -72,14 +75,19 @@ TEST_CASE("a cluster file with a missing, negative or misspelt figure is an erro
     }
     return std::string("no error");
   };
-  CHECK(error_of(replace(good, "hbm_gbps = 3350.0", "")).find("[device] hbm_gbps is missing") != std::string::npos);
+  CHECK(error_of(replace(good, "hbm_gbps = 3350.0", "")).find("[device] hbm_gbps is missing") !=
+        std::string::npos);
   const std::string negative = error_of(replace(good, "hbm_gbps = 3350.0", "hbm_gbps = -3350.0"));
   CHECK(negative.find("c.toml:") == 0);
   CHECK(negative.find("hbm_gbps") != std::string::npos);
-  CHECK(error_of(replace(good, "memory_gib = 80.0", "memory_gib = 0")).find("must be positive") != std::string::npos);
-  CHECK(error_of(replace(good, "rail_optimized = true", "rail_optimised = true")).find("did you mean 'rail_optimized'") != std::string::npos);
-  CHECK(error_of(replace(good, "nics_per_node = 8\n", "")).find("needs the network between them") != std::string::npos);
-  CHECK(error_of(replace(good, "[intra]", "[intro]")).find("did you mean 'intra'") != std::string::npos);
+  CHECK(error_of(replace(good, "memory_gib = 80.0", "memory_gib = 0")).find("must be positive") !=
+        std::string::npos);
+  CHECK(error_of(replace(good, "rail_optimized = true", "rail_optimised = true"))
+            .find("did you mean 'rail_optimized'") != std::string::npos);
+  CHECK(error_of(replace(good, "nics_per_node = 8\n", "")).find("needs the network between them") !=
+        std::string::npos);
+  CHECK(error_of(replace(good, "[intra]", "[intro]")).find("did you mean 'intra'") !=
+        std::string::npos);
   CHECK(error_of(good) == "no error");
 }
 
@@ -107,7 +115,8 @@ TEST_CASE("the built-in strategies report their traffic through their cost entri
   plan::PluginSources sources(plugins::Registry::default_dirs());
   const plan::CostSource costs = sources.costs();
   loom_cost_query q{};
-  q.group = 4, q.params = 1000000, q.grad_bytes = 4, q.act_bytes = 4, q.tokens = 512, q.d_model = 64;
+  q.group = 4, q.params = 1000000, q.grad_bytes = 4, q.act_bytes = 4, q.tokens = 512,
+  q.d_model = 64;
   q.kv_width = 128, q.layers = 2, q.microbatches = 3, q.chunks = 1;
   bool has = false;
   auto ddp = costs("ddp", q, has);
@@ -119,12 +128,14 @@ TEST_CASE("the built-in strategies report their traffic through their cost entri
   double moved = 0;  // ZeRO-3: 3 psi per micro-batch, as gather + gather + scatter
   for (const auto& c : zero3) moved += double(c.bytes) * c.calls;
   CHECK(moved == doctest::Approx(3.0 * 4000000 * 3));
-  for (const auto& c : zero3) CHECK(c.calls == 3 * (2 + 1));  // a collective per unit (2 blocks, the ends) per micro-batch
+  for (const auto& c : zero3)
+    CHECK(c.calls == 3 * (2 + 1));  // a collective per unit (2 blocks, the ends) per micro-batch
   auto tp = costs("tp", q, has);
   int64_t block_calls = 0;
   for (const auto& c : tp)
     if (std::string(c.what).find("block") != std::string::npos) block_calls += c.calls;
-  CHECK(block_calls == 4 * 2 * 3);  // 2 forward + 2 backward all-reduces, per layer, per micro-batch
+  CHECK(block_calls ==
+        4 * 2 * 3);  // 2 forward + 2 backward all-reduces, per layer, per micro-batch
   q.sequence_parallel = 1;
   auto sp = costs("sp", q, has);
   CHECK(sp.size() == 4);
@@ -135,15 +146,21 @@ TEST_CASE("the built-in strategies report their traffic through their cost entri
 }
 
 // The cost entry sees the plugin's options as the run would get them, so the plan follows them.
-TEST_CASE("a strategy's cost entry sees its options: ddp's bf16 wire halves the bytes, no overlap exposes them") {
+TEST_CASE(
+    "a strategy's cost entry sees its options: ddp's bf16 wire halves the bytes, no overlap "
+    "exposes them") {
   loom_cost_query q{};
-  q.group = 4, q.params = 1000000, q.grad_bytes = 4, q.act_bytes = 4, q.tokens = 512, q.d_model = 64, q.layers = 2;
+  q.group = 4, q.params = 1000000, q.grad_bytes = 4, q.act_bytes = 4, q.tokens = 512,
+  q.d_model = 64, q.layers = 2;
   q.microbatches = 1, q.chunks = 1;
   bool has = false;
   const config::Config defaults = config::Config::parse("[plugins]\n", "a.toml");
-  const auto fp32 = plan::PluginSources(plugins::Registry::default_dirs(), &defaults).costs()("ddp", q, has);
-  const config::Config narrow = config::Config::parse("[plugins.ddp]\nreduce_dtype = \"bf16\"\noverlap = false\n", "b.toml");
-  const auto bf16 = plan::PluginSources(plugins::Registry::default_dirs(), &narrow).costs()("ddp", q, has);
+  const auto fp32 =
+      plan::PluginSources(plugins::Registry::default_dirs(), &defaults).costs()("ddp", q, has);
+  const config::Config narrow =
+      config::Config::parse("[plugins.ddp]\nreduce_dtype = \"bf16\"\noverlap = false\n", "b.toml");
+  const auto bf16 =
+      plan::PluginSources(plugins::Registry::default_dirs(), &narrow).costs()("ddp", q, has);
   REQUIRE(fp32.size() == 1);
   REQUIRE(bf16.size() == 1);
   CHECK(fp32[0].bytes == 4000000);
@@ -157,14 +174,18 @@ TEST_CASE("a strategy's cost entry sees its options: ddp's bf16 wire halves the 
 // docs/plan.md's table: every published run predicted from its published configuration. Table 1,
 // Korthikanti et al., Llama 3's Table 4 and NeMo's H100 recipes within 15% on every row; the
 // median over every run within 10%. The runs that miss (eager torchtitan, BLOOM) are named there.
-TEST_CASE("published runs are predicted from their layouts: Table 1, Korthikanti, Llama 3 and NeMo rows within 15%, the median within 10%") {
+TEST_CASE(
+    "published runs are predicted from their layouts: Table 1, Korthikanti, Llama 3 and NeMo rows "
+    "within 15%, the median within 10%") {
   int rows = 0, table1 = 0;
   std::vector<double> errors;
   for (const auto& run : plan::published_runs()) {
     plan::PluginSources sources = plan::published_sources(run);
     const plan::Cluster c = plan::load_cluster(kClusters / (run.cluster + ".toml"));
-    const plan::Estimate e = plan::estimate(c, run.workload, run.layout, sources.costs(), sources.pipes());
-    const double predicted = plan::predicted_metric(run, e), error = std::fabs(predicted / run.published - 1);
+    const plan::Estimate e =
+        plan::estimate(c, run.workload, run.layout, sources.costs(), sources.pipes());
+    const double predicted = plan::predicted_metric(run, e),
+                 error = std::fabs(predicted / run.published - 1);
     INFO(run.name << ": published " << run.published << ", predicted " << predicted);
     errors.push_back(error);
     table1 += run.source.find("Table 1") != std::string::npos;
@@ -178,9 +199,11 @@ TEST_CASE("published runs are predicted from their layouts: Table 1, Korthikanti
   CHECK(errors[errors.size() / 2] <= 0.10);
   // The paper's own count (eq. 3) for its 1T row: 502 PFLOP/s over 3072 GPUs is 163 TFLOP/s each.
   plan::Workload w;
-  w.model.n_layer = 128, w.model.d_model = 25600, w.model.seq_len = 2048, w.model.vocab_size = 51200;
-  CHECK(plan::megatron_flops(w.model, 3072) == doctest::Approx(96.0 * 3072 * 2048 * 128 * 25600.0 * 25600 *
-                                                                (1 + 2048 / (6.0 * 25600) + 51200 / (16.0 * 128 * 25600))));
+  w.model.n_layer = 128, w.model.d_model = 25600, w.model.seq_len = 2048,
+  w.model.vocab_size = 51200;
+  CHECK(plan::megatron_flops(w.model, 3072) ==
+        doctest::Approx(96.0 * 3072 * 2048 * 128 * 25600.0 * 25600 *
+                        (1 + 2048 / (6.0 * 25600) + 51200 / (16.0 * 128 * 25600))));
 }
 
 // How long the search takes is measured by bench/plan_search.sh (its target: 10 s).
@@ -188,7 +211,8 @@ TEST_CASE("a 1024-GPU search for Llama 3 405B ranks the published layout's rival
   const plan::Cluster c = plan::load_cluster(kClusters / "h100-sxm.toml");
   plan::PluginSources sources(plugins::Registry::default_dirs());
   const plan::Workload w = llama3_workload("llama3-405b", 1024);
-  const plan::SearchResult r = plan::search(c, w, 1024, {}, sources.costs(), sources.pipes(), sources.problems());
+  const plan::SearchResult r =
+      plan::search(c, w, 1024, {}, sources.costs(), sources.pipes(), sources.problems());
   CHECK(r.considered > 1000);
   REQUIRE(!r.ranked.empty());
   REQUIRE(r.ranked.front().fits);
@@ -196,8 +220,9 @@ TEST_CASE("a 1024-GPU search for Llama 3 405B ranks the published layout's rival
   // is at least as fast by the model's account, with a reason.
   const plan::Estimate* published = nullptr;
   for (const auto& e : r.ranked)
-    if (e.layout.tp == 8 && e.layout.pp == 16 && e.layout.cp == 1 && e.layout.dp == 8 && e.layout.micro_batch == 1 &&
-        e.layout.schedule == "1f1b" && e.layout.zero == 1 && e.layout.recompute == "none" && !e.layout.sp)
+    if (e.layout.tp == 8 && e.layout.pp == 16 && e.layout.cp == 1 && e.layout.dp == 8 &&
+        e.layout.micro_batch == 1 && e.layout.schedule == "1f1b" && e.layout.zero == 1 &&
+        e.layout.recompute == "none" && !e.layout.sp)
       published = &e;
   REQUIRE(published);
   CHECK(r.ranked.front().step_ms <= published->step_ms);
@@ -207,11 +232,13 @@ TEST_CASE("a 1024-GPU search for Llama 3 405B ranks the published layout's rival
 TEST_CASE("Llama 3 8B on one H100 node: the layout that wins fits, and ZeRO-0 at dp 8 does not") {
   const plan::Cluster c = plan::load_cluster(kClusters / "h100-sxm.toml");
   plan::PluginSources sources(plugins::Registry::default_dirs());
-  const plan::SearchResult r = plan::search(c, llama3_workload("llama3-8b", 64), 8, {}, sources.costs(), sources.pipes(), sources.problems());
+  const plan::SearchResult r = plan::search(c, llama3_workload("llama3-8b", 64), 8, {},
+                                            sources.costs(), sources.pipes(), sources.problems());
   REQUIRE(r.ranked.front().fits);
   // 8B parameters in bf16 with fp32 Adam replicated: 16 bytes x 8.03e9 = 128 GB > 80 GB.
   plan::Layout ddp = plan::parse_layout("dp8 mb1");
-  const plan::Estimate e = plan::estimate(c, llama3_workload("llama3-8b", 64), ddp, sources.costs(), sources.pipes());
+  const plan::Estimate e =
+      plan::estimate(c, llama3_workload("llama3-8b", 64), ddp, sources.costs(), sources.pipes());
   CHECK_FALSE(e.fits);
   CHECK(e.why_not.find("model states") != std::string::npos);
   CHECK(e.memory.model_states() == doctest::Approx(16.0 * 8.03e9).epsilon(0.01));
@@ -229,9 +256,12 @@ TEST_CASE("layouts read back as they print, and one that cannot exist is refused
   CHECK(plan::parse_layout(l.name()).name() == l.name());
   CHECK_THROWS_AS(plan::parse_layout("dp2 tq2"), ConfigError);
   plan::Workload w = llama3_workload("llama3-8b", 64);
-  CHECK(plan::invalid_reason(w, plan::parse_layout("tp3 dp1")).find("n_head = 32 is not divisible by [parallel] tp = 3") != std::string::npos);
-  CHECK(plan::invalid_reason(w, plan::parse_layout("dp3")).find("not a multiple") != std::string::npos);
-  CHECK(plan::invalid_reason(w, plan::parse_layout("dp8 interleavedx2 mb1")).find("needs pp > 1") != std::string::npos);
+  CHECK(plan::invalid_reason(w, plan::parse_layout("tp3 dp1"))
+            .find("n_head = 32 is not divisible by [parallel] tp = 3") != std::string::npos);
+  CHECK(plan::invalid_reason(w, plan::parse_layout("dp3")).find("not a multiple") !=
+        std::string::npos);
+  CHECK(plan::invalid_reason(w, plan::parse_layout("dp8 interleavedx2 mb1")).find("needs pp > 1") !=
+        std::string::npos);
 }
 
 // Past 256 micro-batches the planner stops simulating and uses closed forms; they must continue
@@ -239,14 +269,19 @@ TEST_CASE("layouts read back as they print, and one that cannot exist is refused
 TEST_CASE("the planner's pipeline closed forms continue the simulated makespans, zbh1 included") {
   plan::PluginSources sources(plugins::Registry::default_dirs());
   const plan::PipeSource source = sources.pipes();
-  const std::vector<double> costs(34, 1.0);  // E, 32 blocks, L: the split does not move the makespan
-  auto pipes = [&](const std::string& schedule, int pp, int m, int chunks, double k) { return source(schedule, pp, m, chunks, k, costs); };
+  const std::vector<double> costs(34,
+                                  1.0);  // E, 32 blocks, L: the split does not move the makespan
+  auto pipes = [&](const std::string& schedule, int pp, int m, int chunks, double k) {
+    return source(schedule, pp, m, chunks, k, costs);
+  };
   for (const char* schedule : {"1f1b", "gpipe", "zbh1"})
     for (double k : {2.0, 3.0}) {
       INFO(schedule << ", k = " << k);
-      const double simulated = pipes(schedule, 4, 256, 1, k).makespan, closed = pipes(schedule, 4, 257, 1, k).makespan;
-      CHECK(closed - simulated == doctest::Approx(1 + k));  // one more micro-batch: a forward and a backward
+      const double simulated = pipes(schedule, 4, 256, 1, k).makespan,
+                   closed = pipes(schedule, 4, 257, 1, k).makespan;
+      CHECK(closed - simulated ==
+            doctest::Approx(1 + k));  // one more micro-batch: a forward and a backward
     }
-  CHECK(pipes("zbh1", 4, 257, 1, 2.0).makespan == doctest::Approx(257 * 3 + 3));      // (p - 1) F
+  CHECK(pipes("zbh1", 4, 257, 1, 2.0).makespan == doctest::Approx(257 * 3 + 3));        // (p - 1) F
   CHECK(pipes("zbh1", 4, 257, 1, 3.0).makespan == doctest::Approx(257 * 4 + 3 * 1.5));  // (p - 1) B
 }

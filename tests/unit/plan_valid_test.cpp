@@ -1,13 +1,13 @@
 // loom plan ranks only what runs: each layout it ranks for the Llama 3 jobs, turned into a config
 // by --emit's own overrides, passes the check that `loom train` makes at start-up and that
-// `loom config check` makes (train::check_layout, with the plugins resolved as a job resolves them).
+// `loom config check` makes (train::check_layout, with the plugins resolved as a job resolves
+// them).
+#include <doctest/doctest.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-
-#include <unistd.h>
-
-#include <doctest/doctest.h>
 
 #include "cli/job_config.hpp"
 #include "config/config.hpp"
@@ -33,18 +33,21 @@ struct Job {
   size_t stride;  // every stride-th ranked layout is checked (and the top 50 always)
 };
 
-
 }  // namespace
 
-TEST_CASE("every layout loom plan ranks for Llama 3 8B, 70B and 405B on H100 passes train's own check") {
-  const fs::path dir = fs::temp_directory_path() / ("loom_plan_valid_" + std::to_string(::getpid()));
+TEST_CASE(
+    "every layout loom plan ranks for Llama 3 8B, 70B and 405B on H100 passes train's own check") {
+  const fs::path dir =
+      fs::temp_directory_path() / ("loom_plan_valid_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const fs::path file = dir / "job.toml";
-  const plan::Cluster h100 = plan::load_cluster(fs::path(LOOM_SOURCE_DIR) / "clusters" / "h100-sxm.toml");
+  const plan::Cluster h100 =
+      plan::load_cluster(fs::path(LOOM_SOURCE_DIR) / "clusters" / "h100-sxm.toml");
   plugins::Registry registry(plugins::Registry::default_dirs());
   // They rank 7,000, 39,000 and 125,000 layouts at about 2 ms a check: a sample keeps the test
   // short (every one of them passed when the check was built; docs/plan.md).
-  for (const Job& job : {Job{"llama3-8b", 64, 8, 3}, Job{"llama3-70b", 64, 64, 25}, Job{"llama3-405b", 1024, 1024, 800}}) {
+  for (const Job& job : {Job{"llama3-8b", 64, 8, 3}, Job{"llama3-70b", 64, 64, 25},
+                         Job{"llama3-405b", 1024, 1024, 800}}) {
     {
       std::ofstream out(file);
       out << "[model]\npreset = \"" << job.preset << "\"\n[train]\nglobal_batch = " << job.batch
@@ -54,7 +57,8 @@ TEST_CASE("every layout loom plan ranks for Llama 3 8B, 70B and 405B on H100 pas
     base.validate(loom::cli::runtime_schema());
     const plan::Workload w = plan::workload_of(base);
     plan::PluginSources sources(plugins::Registry::default_dirs(), &base);
-    const plan::SearchResult r = plan::search(h100, w, job.devices, {}, sources.costs(), sources.pipes(), sources.problems());
+    const plan::SearchResult r = plan::search(h100, w, job.devices, {}, sources.costs(),
+                                              sources.pipes(), sources.problems());
     REQUIRE(r.ranked.size() > 100);
     size_t checked = 0;
     for (size_t i = 0; i < r.ranked.size(); ++i) {
@@ -67,30 +71,38 @@ TEST_CASE("every layout loom plan ranks for Llama 3 8B, 70B and 405B on H100 pas
       CHECK(plan::layout_of(cfg).name() == l.name());  // the config reads back as the layout
       ++checked;
     }
-    MESSAGE(std::string(job.preset) << ": " << checked << " of " << r.ranked.size() << " ranked layouts checked");
+    MESSAGE(std::string(job.preset)
+            << ": " << checked << " of " << r.ranked.size() << " ranked layouts checked");
   }
   fs::remove_all(dir);
 }
 
 TEST_CASE("the planner ranks ZeRO on a GPU, and leaves out a schedule's own refusal") {
   config::Config cfg = config::Config::parse(
-      "[run]\ndevice = \"cuda\"\n[model]\npreset = \"llama3-8b\"\n[train]\nglobal_batch = 64\n[plugins]\nprecision = \"bf16\"\n",
+      "[run]\ndevice = \"cuda\"\n[model]\npreset = \"llama3-8b\"\n[train]\nglobal_batch = "
+      "64\n[plugins]\nprecision = \"bf16\"\n",
       "<test>");
   cfg.validate(loom::cli::runtime_schema());
   const plan::Workload w = plan::workload_of(cfg);
   plan::PluginSources sources(plugins::Registry::default_dirs(), &cfg);
-  const plan::Cluster h100 = plan::load_cluster(fs::path(LOOM_SOURCE_DIR) / "clusters" / "h100-sxm.toml");
-  const plan::SearchResult r = plan::search(h100, w, 8, {}, sources.costs(), sources.pipes(), sources.problems());
+  const plan::Cluster h100 =
+      plan::load_cluster(fs::path(LOOM_SOURCE_DIR) / "clusters" / "h100-sxm.toml");
+  const plan::SearchResult r =
+      plan::search(h100, w, 8, {}, sources.costs(), sources.pipes(), sources.problems());
   REQUIRE_FALSE(r.ranked.empty());
   // zero1-3 keep their state in device memory (LOOM_DATA_DEVICE): a ZeRO layout is a candidate.
   CHECK(sources.problems()(w, plan::parse_layout("dp4 zero1 tp2 mb1")) == "");
   CHECK(sources.problems()(w, plan::parse_layout("dp8 zero3 mb1")) == "");
   // 64 sequences over dp 1 in micro-batches of 16: 4 micro-batches, not a multiple of pp 8.
-  const std::string interleaved = sources.problems()(w, plan::parse_layout("dp1 pp8 interleavedx2 mb16"));
-  CHECK(interleaved.find("the interleaved schedule needs the micro-batch count to be a multiple of pp") == 0);
+  const std::string interleaved =
+      sources.problems()(w, plan::parse_layout("dp1 pp8 interleavedx2 mb16"));
+  CHECK(interleaved.find(
+            "the interleaved schedule needs the micro-batch count to be a multiple of pp") == 0);
 }
 
-TEST_CASE("a sharded data plugin that does not declare device state is refused off the CPU, in train's words") {
+TEST_CASE(
+    "a sharded data plugin that does not declare device state is refused off the CPU, in train's "
+    "words") {
   config::Config cfg = config::Config::parse("[model]\npreset = \"llama-tiny\"\n", "<test>");
   cfg.validate(loom::cli::runtime_schema());
   const model::Config mc = model::from_config(cfg);

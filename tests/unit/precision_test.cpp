@@ -1,18 +1,19 @@
 // The precision plugins through their ABI 1.1 tables: the fp16 loss scaler's policy, fp8's
 // delayed scaling (amax history, margin, the E4M3/E5M2 split, saturation counts), state that
 // survives a save and load, and the runtime's Precision casting operands through the op table.
+#include "precision/precision.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <loom/formats.hpp>
 #include <string>
 
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "loader/registry.hpp"
 #include "loader/selection.hpp"
-#include <loom/formats.hpp>
 #include "ops/ops.hpp"
-#include "precision/precision.hpp"
 
 using namespace loom;
 using namespace loom::plugins;
@@ -29,8 +30,9 @@ struct Plugin {
   const loom_precision_v2* t;
 
   Plugin(const std::string& name, const std::string& options)
-      : cfg(config::Config::parse("[plugins]\nprecision = \"" + name + "\"\n[plugins." + name + "]\n" + options,
-                                  "t.toml")),
+      : cfg(config::Config::parse(
+            "[plugins]\nprecision = \"" + name + "\"\n[plugins." + name + "]\n" + options,
+            "t.toml")),
         sel(resolve(cfg, reg)),
         opts(options_for(cfg, name)),
         inst(std::make_unique<Instance>(sel.slot("precision")->found, &opts)),
@@ -83,8 +85,10 @@ struct Plugin {
 
 }  // namespace
 
-TEST_CASE("fp16: skipped overflow steps back off after the hysteresis, clean steps grow the scale") {
-  Plugin p("fp16", "initial_scale = 1024.0\ngrowth_interval = 3\nhysteresis = 2\nmin_scale = 256.0\n");
+TEST_CASE(
+    "fp16: skipped overflow steps back off after the hysteresis, clean steps grow the scale") {
+  Plugin p("fp16",
+           "initial_scale = 1024.0\ngrowth_interval = 3\nhysteresis = 2\nmin_scale = 256.0\n");
   CHECK(p.format(p.site("w", LOOM_OPERAND_WEIGHT)).dtype == LOOM_F16);
   CHECK(p.t->loss_scale(p.inst->self()) == 1024.0);
   CHECK_FALSE(p.end(false));
@@ -148,7 +152,7 @@ TEST_CASE("fp8: delayed scaling from the reduced amax history, E4M3 forward and 
   CHECK(q.format(0).scale == p.format(w).scale);
   CHECK(q.format(1).dtype == LOOM_FP8_E5M2);
   CHECK(q.metric("fp8_tensors") == 2.0);  // named onto the loaded sites, not appended
-  CHECK(q.load(state) == LOOM_OK);         // and after: the same sites, kept
+  CHECK(q.load(state) == LOOM_OK);        // and after: the same sites, kept
   Plugin tiny("fp8", "");
   const int32_t t = tiny.site("w", LOOM_OPERAND_WEIGHT);
   tiny.t->observe(tiny.inst->self(), t, 1e-38f, 0);
@@ -158,7 +162,8 @@ TEST_CASE("fp8: delayed scaling from the reduced amax history, E4M3 forward and 
   other.site("blocks.0.qkv.weight", LOOM_OPERAND_WEIGHT);
   std::string why;
   CHECK(other.load(state, &why) == LOOM_BAD_CONFIG);
-  CHECK(why.find("names site 'blocks.0.fc.weight' where this model has 'blocks.0.qkv.weight'") != std::string::npos);
+  CHECK(why.find("names site 'blocks.0.fc.weight' where this model has 'blocks.0.qkv.weight'") !=
+        std::string::npos);
   Plugin longer("fp8", "amax_history_len = 3\n");
   CHECK(longer.load(state, &why) == LOOM_BAD_CONFIG);
   CHECK(why.find("amax_history_len 2, this run 3") != std::string::npos);
@@ -173,10 +178,12 @@ TEST_CASE("fp8 most_recent uses the last amax only, bad options are config error
   p.t->observe(p.inst->self(), dy, 2.f, 0);
   p.end(false);
   CHECK(p.format(dy).scale == 448.f / 2.f);
-  CHECK_THROWS_WITH_AS(Plugin("fp8", "margin = -1\n"), doctest::Contains("margin must be >= 0"), ConfigError);
-  CHECK_THROWS_WITH_AS(Plugin("fp8", "format = \"e3m4\"\n"), doctest::Contains("format must be"), ConfigError);
-  CHECK_THROWS_WITH_AS(Plugin("fp16", "backoff_factor = 2.0\n"), doctest::Contains("backoff_factor must be in (0, 1)"),
+  CHECK_THROWS_WITH_AS(Plugin("fp8", "margin = -1\n"), doctest::Contains("margin must be >= 0"),
                        ConfigError);
+  CHECK_THROWS_WITH_AS(Plugin("fp8", "format = \"e3m4\"\n"), doctest::Contains("format must be"),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(Plugin("fp16", "backoff_factor = 2.0\n"),
+                       doctest::Contains("backoff_factor must be in (0, 1)"), ConfigError);
 }
 
 TEST_CASE("the runtime casts each operand through the op table and leaves the original alone") {
@@ -195,5 +202,6 @@ TEST_CASE("the runtime casts each operand through the op table and leaves the or
   CHECK(r.f32()[2] == -2.5f);
   CHECK(x.f32()[0] == 1.f + std::ldexp(1.f, -8));  // the master copy is untouched
   CHECK(prec.loss_scale() == 1.0);
-  CHECK_FALSE(prec.end_step(false, [](float*, int64_t) {}, [](float*, int64_t) {}));
+  CHECK_FALSE(prec.end_step(
+      false, [](float*, int64_t) {}, [](float*, int64_t) {}));
 }

@@ -1,10 +1,11 @@
+#include "loader/registry.hpp"
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
 
 #include "config/config.hpp"
 #include "core/errors.hpp"
-#include "loader/registry.hpp"
 #include "loader/selection.hpp"
 
 using namespace loom;
@@ -55,7 +56,9 @@ TEST_CASE("a plugin built for another ABI major names both versions") {
   Registry reg = test_registry();
   std::string future = message_of<RuntimeError>(
       [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-future.so"); });
-  CHECK(has(future, "was built for Loom plugin ABI 99.3; this runtime speaks ABI 2.6 (and loads ABI 1 through adapters)"));
+  CHECK(has(future,
+            "was built for Loom plugin ABI 99.3; this runtime speaks ABI 2.6 (and loads ABI 1 "
+            "through adapters)"));
   std::string next = message_of<RuntimeError>(
       [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-nextmajor.so"); });
   CHECK(has(next, "was built for Loom plugin ABI 3 (exports loom_plugin_entry_v3)"));
@@ -68,7 +71,8 @@ TEST_CASE("a descriptor smaller than its kind's table is refused, not read past 
       [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-short.so"); });
   CHECK(has(e, "plugin 'short'"));
   // ABI 2.0's comm table ends at wait; 2.4 appended group_start, group_end and capabilities.
-  CHECK(has(e, "-byte comm table; ABI 2.0's is " + std::to_string(offsetof(loom_comm_v2, group_start)) + " bytes"));
+  CHECK(has(e, "-byte comm table; ABI 2.0's is " +
+                   std::to_string(offsetof(loom_comm_v2, group_start)) + " bytes"));
 }
 
 TEST_CASE("a shared library that is not a Loom plugin says so") {
@@ -83,7 +87,8 @@ TEST_CASE("a plugin's own message from create() reaches the user") {
   Found f = reg.find("throws", LOOM_KIND_PRECISION);
   // A ConfigError thrown inside the plugin comes back as one: the user's config is at fault.
   std::string e = message_of<ConfigError>([&] { Instance i(f, nullptr); });
-  CHECK(e == "plugin 'throws' failed to start: bad config: the flux capacitor needs 1.21 gigawatts");
+  CHECK(e ==
+        "plugin 'throws' failed to start: bad config: the flux capacitor needs 1.21 gigawatts");
 }
 
 TEST_CASE("score() == 0 reports that the plugin cannot run here, with its reason") {
@@ -101,7 +106,8 @@ TEST_CASE("a plugin reads its validated options, defaults filled, through the ho
   Selection sel = resolve(cfg, reg);
   REQUIRE(sel.slot("precision") != nullptr);
   loom_options opts = options_for(cfg, "options");
-  std::string e = message_of<RuntimeError>([&] { Instance i(sel.slot("precision")->found, &opts); });
+  std::string e =
+      message_of<RuntimeError>([&] { Instance i(sel.slot("precision")->found, &opts); });
   CHECK(has(e, "read 3,2.000000,false,most_recent"));
 }
 

@@ -2,12 +2,10 @@
 // the host touches it, copies and events order the streams, and an op that reads a buffer
 // another stream writes, without waiting on that stream's event, is refused by name.
 #include <doctest/doctest.h>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
-
 #include <random>
 #include <string>
 #include <vector>
@@ -44,7 +42,8 @@ std::vector<float> to_host(const loom_ops* o, const float* device, size_t n) {
 // Runs the hidden test case `name` of this binary in a child process (a fork would inherit a
 // device whose stream workers it does not have); returns its exit code and output.
 std::pair<int, std::string> in_child(const std::string& name) {
-  const std::string cmd = "/proc/" + std::to_string(getpid()) + "/exe --no-skip -tc=\"" + name + "\" 2>&1";
+  const std::string cmd =
+      "/proc/" + std::to_string(getpid()) + "/exe --no-skip -tc=\"" + name + "\" 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p);
   std::string out;
@@ -54,17 +53,22 @@ std::pair<int, std::string> in_child(const std::string& name) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 }  // namespace
 
-TEST_CASE("strict device: a GEMM, a norm and AdamW through the stream workers equal the CPU kernels bit for bit") {
+TEST_CASE(
+    "strict device: a GEMM, a norm and AdamW through the stream workers equal the CPU kernels bit "
+    "for bit") {
   const loom_ops* o = loom::strict::ops();
   const int64_t M = 37, N = 29, K = 45;
   const auto A = random_floats(M * K, 1), B = random_floats(K * N, 2);
   std::vector<float> C(M * N, 0.f);
   loom::cpu::gemm(0, 0, M, N, K, 1.f, A.data(), K, B.data(), N, 0.f, C.data(), N);
-  float *dA = to_device(o, A), *dB = to_device(o, B), *dC = to_device(o, std::vector<float>(M * N, 0.f));
+  float *dA = to_device(o, A), *dB = to_device(o, B),
+        *dC = to_device(o, std::vector<float>(M * N, 0.f));
   o->gemm(0, 0, M, N, K, 1.f, dA, K, dB, N, 0.f, dC, N);
   CHECK(to_host(o, dC, M * N) == C);
 
@@ -84,31 +88,39 @@ TEST_CASE("strict device: a GEMM, a norm and AdamW through the stream workers eq
   CHECK(to_host(o, dv, 64) == v);
 }
 
-TEST_CASE("strict device: sum_squares_multi equals one sum_squares per tensor, with one host wait for them all") {
+TEST_CASE(
+    "strict device: sum_squares_multi equals one sum_squares per tensor, with one host wait for "
+    "them all") {
   const loom_ops* o = loom::strict::ops();
-  const std::vector<std::vector<float>> xs = {random_floats(5000, 7), random_floats(1, 8), random_floats(333, 9)};
+  const std::vector<std::vector<float>> xs = {random_floats(5000, 7), random_floats(1, 8),
+                                              random_floats(333, 9)};
   std::vector<const float*> on_device;
   std::vector<int64_t> n;
-  for (const auto& x : xs) on_device.push_back(to_device(o, x)), n.push_back(static_cast<int64_t>(x.size()));
+  for (const auto& x : xs)
+    on_device.push_back(to_device(o, x)), n.push_back(static_cast<int64_t>(x.size()));
   std::vector<double> sums(xs.size(), -1.0);
   const int64_t before = loom::strict::host_waits();
   o->sum_squares_multi(3, on_device.data(), n.data(), sums.data());
   CHECK(loom::strict::host_waits() - before == 1);
-  for (size_t t = 0; t < xs.size(); ++t) CHECK(sums[t] == loom::cpu::sum_squares(xs[t].data(), n[t]));
+  for (size_t t = 0; t < xs.size(); ++t)
+    CHECK(sums[t] == loom::cpu::sum_squares(xs[t].data(), n[t]));
 }
 
 // The MoE routing entries through the stream workers: the probabilities and weights stay in
 // device memory, the experts chosen and the sequences' sums reach host arrays after one wait,
 // and the row moves read their indices from host arrays; everything equals the CPU kernels.
 // Only the explicit copies back count as data read out of device memory.
-TEST_CASE("strict device: the MoE routing entries equal the CPU kernels bit for bit, handing the host only experts and sums") {
+TEST_CASE(
+    "strict device: the MoE routing entries equal the CPU kernels bit for bit, handing the host "
+    "only experts and sums") {
   const loom_ops* o = loom::strict::ops();
   const int64_t N = 12, E = 5, K = 2, T = 4, B = N / T, C = 7;
   const auto z = random_floats(N * E, 11);
   std::vector<float> p(N * E), lse(N), w(N * K);
   std::vector<int32_t> ex(N * K), ex_s(N * K, -1);
   std::vector<double> seq(B * (E + 1)), seq_s(B * (E + 1), -1.0);
-  loom::cpu::router_topk(p.data(), lse.data(), w.data(), ex.data(), seq.data(), z.data(), N, E, K, T);
+  loom::cpu::router_topk(p.data(), lse.data(), w.data(), ex.data(), seq.data(), z.data(), N, E, K,
+                         T);
   auto sentinel = [](int64_t n) { return std::vector<float>(n, -7.f); };  // what no kernel writes
   float *dz = to_device(o, z), *dp = to_device(o, sentinel(N * E)), *dl = to_device(o, sentinel(N));
   float* dw = to_device(o, sentinel(N * K));
@@ -128,17 +140,21 @@ TEST_CASE("strict device: the MoE routing entries equal the CPU kernels bit for 
     if (slot[i] >= 0) token.push_back(static_cast<int32_t>(i / K));
   }
   const int64_t R = static_cast<int64_t>(token.size());
-  const auto h = random_floats(N * C, 12), dy = random_floats(N * C, 13), dwk = random_floats(N * K, 14);
+  const auto h = random_floats(N * C, 12), dy = random_floats(N * C, 13),
+             dwk = random_floats(N * K, 14);
   std::vector<float> rows(R * C), y(N * C), drows(R * C), dwc(N * K), dlog(N * E);
-  std::vector<double> balance = {0.1, 0.0, -0.2, 0.3, 0.05, 0.0, 0.0, 0.1, 0.2, 0.0, 0.4, 0.0, 0.0, 0.3, 0.1};
+  std::vector<double> balance = {0.1, 0.0, -0.2, 0.3, 0.05, 0.0, 0.0, 0.1,
+                                 0.2, 0.0, 0.4,  0.0, 0.0,  0.3, 0.1};
   loom::cpu::gather_rows(rows.data(), h.data(), token.data(), R, C);
   loom::cpu::combine_rows(y.data(), rows.data(), w.data(), slot.data(), N, K, C);
-  loom::cpu::combine_rows_bwd(drows.data(), dwc.data(), dy.data(), rows.data(), w.data(), slot.data(), N, K, C);
-  loom::cpu::router_topk_bwd(dlog.data(), p.data(), lse.data(), w.data(), dwk.data(), ex.data(), balance.data(), 0.02,
-                             N, E, K, T);
+  loom::cpu::combine_rows_bwd(drows.data(), dwc.data(), dy.data(), rows.data(), w.data(),
+                              slot.data(), N, K, C);
+  loom::cpu::router_topk_bwd(dlog.data(), p.data(), lse.data(), w.data(), dwk.data(), ex.data(),
+                             balance.data(), 0.02, N, E, K, T);
   float *dh = to_device(o, h), *drw = to_device(o, sentinel(R * C)), *dyd = to_device(o, dy);
   float *dyv = to_device(o, sentinel(N * C)), *ddr = to_device(o, sentinel(R * C));
-  float *ddw = to_device(o, sentinel(N * K)), *dwkd = to_device(o, dwk), *ddl = to_device(o, sentinel(N * E));
+  float *ddw = to_device(o, sentinel(N * K)), *dwkd = to_device(o, dwk),
+        *ddl = to_device(o, sentinel(N * E));
   o->gather_rows(drw, dh, token.data(), R, C);
   o->combine_rows(dyv, drw, dw, slot.data(), N, K, C);
   o->combine_rows_bwd(ddr, ddw, dyd, drw, dw, slot.data(), N, K, C);
@@ -151,11 +167,14 @@ TEST_CASE("strict device: the MoE routing entries equal the CPU kernels bit for 
   CHECK(dwc[3] == 0.f);  // a dropped choice's weight gets no gradient
 }
 
-TEST_CASE("what config check reads of each device's memory without the device is what its table declares") {
+TEST_CASE(
+    "what config check reads of each device's memory without the device is what its table "
+    "declares") {
   CHECK(loom::ops::declared_host_reachable("cpu") == (loom::ops::cpu()->host_reachable == 1));
   CHECK(loom::ops::declared_host_reachable("strict") == (loom::strict::ops()->host_reachable == 1));
   CHECK_FALSE(loom::ops::declared_host_reachable("strict"));
-  CHECK_FALSE(loom::ops::declared_host_reachable("cuda"));  // the CUDA table itself: tests/cuda (a GPU)
+  CHECK_FALSE(
+      loom::ops::declared_host_reachable("cuda"));  // the CUDA table itself: tests/cuda (a GPU)
 }
 
 TEST_CASE("strict device: a copy to a pinned block lands once the host has waited on its event") {
@@ -177,7 +196,9 @@ TEST_CASE("strict device: a copy to a pinned block lands once the host has waite
   o->pinned_free(pinned);
 }
 
-TEST_CASE("strict device: an op reading what another stream writes, without waiting on its event, is refused by name") {
+TEST_CASE(
+    "strict device: an op reading what another stream writes, without waiting on its event, is "
+    "refused by name") {
   const loom_ops* o = loom::strict::ops();
   float* buf = to_device(o, random_floats(256, 7));
   float* other = to_device(o, std::vector<float>(256, 0.f));
@@ -192,7 +213,8 @@ TEST_CASE("strict device: an op reading what another stream writes, without wait
   }
   INFO(message);
   CHECK(has(message, "op 'accumulate' on the comm stream reads"));
-  CHECK(has(message, "which op 'scale' on the compute stream writes, without waiting on that op's event"));
+  CHECK(has(message,
+            "which op 'scale' on the compute stream writes, without waiting on that op's event"));
   // With the event waited on, the same op is ordered and runs.
   o->set_stream(LOOM_STREAM_COMPUTE);
   const int64_t scaled = o->record_event();
@@ -228,7 +250,9 @@ TEST_CASE("strict child: a kernel given host memory" * doctest::skip()) {
   o->scale(host.data(), 2.f, 16);
 }
 
-TEST_CASE("strict device: the host dereferencing device memory, or a pinned block a copy is writing, exits 1 naming it") {
+TEST_CASE(
+    "strict device: the host dereferencing device memory, or a pinned block a copy is writing, "
+    "exits 1 naming it") {
   auto [rc, err] = in_child("strict child: host reads device memory");
   INFO(err);
   CHECK(rc == 1);

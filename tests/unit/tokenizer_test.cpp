@@ -1,12 +1,13 @@
 // The byte-level BPE on its own: training, save and load, tiktoken rank files, round trips.
 // (Agreement with Hugging Face tokenizers is tests/cli/tokenizer_test.cpp.)
+#include "tokenizer/tokenizer.hpp"
+
 #include <doctest/doctest.h>
 
 #include <fstream>
 
 #include "core/errors.hpp"
 #include "support/process.hpp"
-#include "tokenizer/tokenizer.hpp"
 
 using namespace loom;
 using loom::test::TempDir;
@@ -31,7 +32,9 @@ std::string base64(const std::string& in) {
   return out;
 }
 
-std::vector<int32_t> ids(const std::vector<uint32_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
+std::vector<int32_t> ids(const std::vector<uint32_t>& v) {
+  return std::vector<int32_t>(v.begin(), v.end());
+}
 
 }  // namespace
 
@@ -48,7 +51,8 @@ TEST_CASE("a trained tokenizer round-trips any text, and saving and loading it k
   t.save_json(d.path / "t.json");
   tok::Tokenizer back = tok::Tokenizer::from_json_file(d.path / "t.json");
   CHECK(back.encode(kText) == e);
-  static const char raw[] = "\x00\xff\xfe\x80 bytes that are not UTF-8 \xc3";  // 31 bytes, NUL first
+  static const char raw[] =
+      "\x00\xff\xfe\x80 bytes that are not UTF-8 \xc3";  // 31 bytes, NUL first
   const std::string binary(raw, sizeof raw - 1);
   CHECK(back.decode(ids(back.encode(binary))) == binary);
 }
@@ -59,23 +63,30 @@ TEST_CASE("a tiktoken rank file of the same vocabulary encodes as the BPE merges
   TempDir d;
   {
     std::ofstream f(d.path / "t.tiktoken");
-    for (int64_t id = 0; id < t.vocab_size(); ++id) f << base64(t.token_bytes(static_cast<uint32_t>(id))) << " " << id << "\n";
+    for (int64_t id = 0; id < t.vocab_size(); ++id)
+      f << base64(t.token_bytes(static_cast<uint32_t>(id))) << " " << id << "\n";
   }
-  tok::Tokenizer tk = tok::Tokenizer::from_tiktoken(d.path / "t.tiktoken", tok::kGpt2Pattern, {"<|endoftext|>"});
-  CHECK(tk.encode("The quick brown fox's 12345 metres") == t.encode("The quick brown fox's 12345 metres"));
+  tok::Tokenizer tk =
+      tok::Tokenizer::from_tiktoken(d.path / "t.tiktoken", tok::kGpt2Pattern, {"<|endoftext|>"});
+  CHECK(tk.encode("The quick brown fox's 12345 metres") ==
+        t.encode("The quick brown fox's 12345 metres"));
   CHECK(tk.special("<|endoftext|>") == t.vocab_size());
   CHECK(tk.decode(ids(tk.encode(kText))) == kText);
 }
 
 TEST_CASE("a vocabulary without every byte, or a merge of unknown tokens, is refused") {
   TempDir d;
-  const std::string missing = d.write("m.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+  const std::string missing =
+      d.write("m.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
     "pre_tokenizer": {"type": "ByteLevel"}})");
-  CHECK_THROWS_WITH_AS(tok::Tokenizer::from_json_file(missing), doctest::Contains("has no token for byte 0"), ConfigError);
-  const std::string bad_merge = d.write("b.json", R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]},
+  CHECK_THROWS_WITH_AS(tok::Tokenizer::from_json_file(missing),
+                       doctest::Contains("has no token for byte 0"), ConfigError);
+  const std::string bad_merge =
+      d.write("b.json", R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a c"]},
     "pre_tokenizer": {"type": "ByteLevel"}})");
-  CHECK_THROWS_WITH_AS(tok::Tokenizer::from_json_file(bad_merge), doctest::Contains("merge \"a c\" names a token missing"),
-                       ConfigError);
-  CHECK_THROWS_WITH_AS(tok::Tokenizer::train({"x"}, 100), "--vocab-size 100 is less than the 256 bytes plus 1 special tokens",
+  CHECK_THROWS_WITH_AS(tok::Tokenizer::from_json_file(bad_merge),
+                       doctest::Contains("merge \"a c\" names a token missing"), ConfigError);
+  CHECK_THROWS_WITH_AS(tok::Tokenizer::train({"x"}, 100),
+                       "--vocab-size 100 is less than the 256 bytes plus 1 special tokens",
                        UsageError);
 }

@@ -37,7 +37,9 @@ struct Options {
 };
 
 [[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr, "loom-netfault: %s\nusage: loom-netfault --a IF --b IF [--delay-ms D] [--jitter-ms J] [--loss PCT] [--seed S]\n",
+  std::fprintf(stderr,
+               "loom-netfault: %s\nusage: loom-netfault --a IF --b IF [--delay-ms D] [--jitter-ms "
+               "J] [--loss PCT] [--seed S]\n",
                why.c_str());
   std::exit(2);
 }
@@ -46,7 +48,8 @@ double number(const char* flag, const char* text, double lo, double hi) {
   char* end = nullptr;
   const double v = std::strtod(text, &end);
   if (end == text || *end || v < lo || v > hi)
-    usage(std::string(flag) + " " + text + ": expected a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    usage(std::string(flag) + " " + text + ": expected a number in [" + std::to_string(lo) + ", " +
+          std::to_string(hi) + "]");
   return v;
 }
 
@@ -56,13 +59,20 @@ Options parse(int argc, char** argv) {
     const std::string flag = argv[i];
     if (i + 1 >= argc) usage(flag + " needs a value");
     const char* v = argv[i + 1];
-    if (flag == "--a") o.a = v;
-    else if (flag == "--b") o.b = v;
-    else if (flag == "--delay-ms") o.delay_ms = number("--delay-ms", v, 0, 60000);
-    else if (flag == "--jitter-ms") o.jitter_ms = number("--jitter-ms", v, 0, 60000);
-    else if (flag == "--loss") o.loss_pct = number("--loss", v, 0, 100);
-    else if (flag == "--seed") o.seed = static_cast<unsigned>(number("--seed", v, 0, 4294967295.0));
-    else usage("unknown option " + flag);
+    if (flag == "--a")
+      o.a = v;
+    else if (flag == "--b")
+      o.b = v;
+    else if (flag == "--delay-ms")
+      o.delay_ms = number("--delay-ms", v, 0, 60000);
+    else if (flag == "--jitter-ms")
+      o.jitter_ms = number("--jitter-ms", v, 0, 60000);
+    else if (flag == "--loss")
+      o.loss_pct = number("--loss", v, 0, 100);
+    else if (flag == "--seed")
+      o.seed = static_cast<unsigned>(number("--seed", v, 0, 4294967295.0));
+    else
+      usage("unknown option " + flag);
   }
   if (o.a.empty() || o.b.empty()) usage("--a and --b are required");
   if (o.jitter_ms > o.delay_ms) usage("--jitter-ms must not exceed --delay-ms");
@@ -79,7 +89,8 @@ int open_port(const std::string& name) {
   at.sll_family = AF_PACKET;
   at.sll_protocol = htons(ETH_P_ALL);
   at.sll_ifindex = static_cast<int>(index);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) != 0) usage("bind " + name + ": " + std::strerror(errno));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) != 0)
+    usage("bind " + name + ": " + std::strerror(errno));
   return fd;
 }
 
@@ -91,7 +102,8 @@ struct Frame {
 // One direction of the link: what arrives on `in` leaves on `out`, late or not at all.
 class Direction {
  public:
-  Direction(int in, int out, const Options& o, unsigned seed) : in_(in), out_(out), o_(o), rng_(seed) {}
+  Direction(int in, int out, const Options& o, unsigned seed)
+      : in_(in), out_(out), o_(o), rng_(seed) {}
 
   void run() {
     std::thread sender([this] { send_loop(); });
@@ -107,7 +119,8 @@ class Direction {
     for (;;) {
       sockaddr_ll from{};
       socklen_t len = sizeof from;
-      const ssize_t n = ::recvfrom(in_, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &len);
+      const ssize_t n =
+          ::recvfrom(in_, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &len);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         std::perror("loom-netfault: recvfrom");
@@ -116,7 +129,8 @@ class Direction {
       if (from.sll_pkttype == PACKET_OUTGOING) continue;  // our own forwarding, seen on the way out
       if (o_.loss_pct > 0 && unit(rng_) * 100 < o_.loss_pct) continue;
       const double ms = o_.delay_ms + o_.jitter_ms * (2 * unit(rng_) - 1);
-      Clock::time_point due = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
+      Clock::time_point due =
+          Clock::now() + std::chrono::microseconds(static_cast<int64_t>(ms * 1000));
       if (due < last_due) due = last_due;  // in order
       last_due = due;
       std::lock_guard<std::mutex> lock(mutex_);
@@ -155,8 +169,8 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   const int a = open_port(o.a), b = open_port(o.b);
   Direction ab(a, b, o, o.seed), ba(b, a, o, o.seed + 1);
-  std::printf("loom-netfault: forwarding %s <-> %s, delay %.1f ms +- %.1f ms, loss %.1f%%\n", o.a.c_str(), o.b.c_str(),
-              o.delay_ms, o.jitter_ms, o.loss_pct);
+  std::printf("loom-netfault: forwarding %s <-> %s, delay %.1f ms +- %.1f ms, loss %.1f%%\n",
+              o.a.c_str(), o.b.c_str(), o.delay_ms, o.jitter_ms, o.loss_pct);
   std::fflush(stdout);
   std::thread t([&] { ab.run(); });
   ba.run();

@@ -3,8 +3,6 @@
 // nothing; a background thread writes and fsyncs either while training goes on. A failed write is
 // reported by the next poll(), save() or finish(), never dropped; finish() returns when every
 // staged blob is durable, so the runtime commits a checkpoint only after it.
-#include <loom/sdk.hpp>
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -12,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <loom/sdk.hpp>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,8 +20,8 @@ namespace {
 
 struct Job {
   std::string path;
-  std::vector<char> bytes;          // a staged copy, or
-  const char* borrowed = nullptr;   // the caller's buffer, stable until finish()
+  std::vector<char> bytes;         // a staged copy, or
+  const char* borrowed = nullptr;  // the caller's buffer, stable until finish()
   size_t size() const { return borrowed ? borrowed_bytes : bytes.size(); }
   size_t borrowed_bytes = 0;
   const char* data() const { return borrowed ? borrowed : bytes.data(); }
@@ -30,14 +29,16 @@ struct Job {
 
 struct Async : loom::sdk::CkptPlugin {
   static constexpr loom_option_spec kOptions[] = {
-      {"budget_mb", LOOM_OPT_FLOAT, "4096.0", "host staging memory in flight; save() waits beyond it"},
+      {"budget_mb", LOOM_OPT_FLOAT, "4096.0",
+       "host staging memory in flight; save() waits beyond it"},
       {nullptr, 0, nullptr, nullptr},
   };
-  static constexpr loom::sdk::About about{.name = "async",
-                                          .version = "1.0.0",
-                                          .summary = "checkpoint shards staged in memory and written in the background",
-                                          .options = kOptions,
-                                          .capabilities = LOOM_CKPT_ASYNC};
+  static constexpr loom::sdk::About about{
+      .name = "async",
+      .version = "1.0.0",
+      .summary = "checkpoint shards staged in memory and written in the background",
+      .options = kOptions,
+      .capabilities = LOOM_CKPT_ASYNC};
 
   explicit Async(const loom::sdk::Context& ctx)
       : budget_(static_cast<size_t>(ctx.options.f64("budget_mb") * 1048576.0)) {
@@ -54,11 +55,13 @@ struct Async : loom::sdk::CkptPlugin {
     worker_.join();  // what was staged is still written: the process is leaving normally
   }
 
-  void save(const std::string& dir, const std::string& file, const void* data, size_t bytes) override {
+  void save(const std::string& dir, const std::string& file, const void* data,
+            size_t bytes) override {
     std::unique_lock<std::mutex> lock(m_);
     raise_locked();
     // A blob larger than the whole budget goes alone; otherwise wait for room.
-    done_cv_.wait(lock, [&] { return !error_.empty() || staged_ == 0 || staged_ + bytes <= budget_; });
+    done_cv_.wait(lock,
+                  [&] { return !error_.empty() || staged_ == 0 || staged_ + bytes <= budget_; });
     raise_locked();
     // A buffer from an earlier save is reused when one is large enough: copying into memory
     // already touched costs a memcpy, not a page fault per 4 KiB.
@@ -71,7 +74,8 @@ struct Async : loom::sdk::CkptPlugin {
       }
     lock.unlock();
     j.bytes.resize(bytes);
-    if (bytes > 0) std::memcpy(j.bytes.data(), data, bytes);  // an empty file: no buffer to copy into
+    if (bytes > 0)
+      std::memcpy(j.bytes.data(), data, bytes);  // an empty file: no buffer to copy into
     lock.lock();
     staged_ += bytes;
     queue_.push_back(std::move(j));
@@ -79,7 +83,8 @@ struct Async : loom::sdk::CkptPlugin {
   }
 
   // The runtime keeps `data` unchanged until finish(): written from where it is, no copy.
-  void save_stable(const std::string& dir, const std::string& file, const void* data, size_t bytes) override {
+  void save_stable(const std::string& dir, const std::string& file, const void* data,
+                   size_t bytes) override {
     std::lock_guard<std::mutex> lock(m_);
     raise_locked();
     Job j{dir + "/" + file, {}, static_cast<const char*>(data), bytes};
@@ -142,12 +147,13 @@ struct Async : loom::sdk::CkptPlugin {
       if (n <= 0) {
         std::string why = n < 0 ? std::strerror(errno) : "wrote nothing";
         ::close(fd);
-        return "writing " + j.path + " failed after " + std::to_string(done) + " of " + std::to_string(j.size()) +
-               " bytes: " + why;
+        return "writing " + j.path + " failed after " + std::to_string(done) + " of " +
+               std::to_string(j.size()) + " bytes: " + why;
       }
       done += static_cast<size_t>(n);
     }
-    if (::fsync(fd) != 0 || ::close(fd) != 0) return "flushing " + j.path + " failed: " + std::strerror(errno);
+    if (::fsync(fd) != 0 || ::close(fd) != 0)
+      return "flushing " + j.path + " failed: " + std::strerror(errno);
     return "";
   }
 

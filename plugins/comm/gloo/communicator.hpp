@@ -3,9 +3,6 @@
 // Internal to plugins/comm/gloo (included by gloo.cpp only, hence the unnamed namespace).
 #pragma once
 
-#include <loom/bf16.hpp>
-#include <loom/sdk.hpp>
-
 #include <gloo/allgather_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/barrier_all_to_one.h>
@@ -22,10 +19,12 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <loom/bf16.hpp>
+#include <loom/sdk.hpp>
 #include <map>
-#include <tuple>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 // A queued collective (done), or a posted point-to-point transfer (p2p) that completes in wait.
@@ -38,8 +37,8 @@ struct loom_work {
 
 namespace {
 
-using loom::sdk::Error;
 using loom::sdk::element_size;
+using loom::sdk::Error;
 using loom::sdk::numel;
 
 // gloo's rendezvous store interface over the runtime's store, under a key prefix per communicator.
@@ -144,12 +143,14 @@ struct Comm {
 
   // Runs `f` on the worker after everything issued before it; returns a handle or waits.
   // `what` names the operation and its size ("all_reduce of 1024 x f32"); the communicator
-  // numbers it, so ranks that issue different collectives can say which ones (see disagreement.hpp).
+  // numbers it, so ranks that issue different collectives can say which ones (see
+  // disagreement.hpp).
   loom_work* run(std::function<void()> f, bool async, const std::string& what) {
     const bool local = what == "drain";  // not a collective: other ranks do not count it
     const std::string name = local ? what : what + " #" + std::to_string(++issued);
-    const bool check = !local && size > 1 && check_every > 0 &&
-                       (issued <= kFirstChecked || issued % static_cast<uint64_t>(check_every) == 0);
+    const bool check =
+        !local && size > 1 && check_every > 0 &&
+        (issued <= kFirstChecked || issued % static_cast<uint64_t>(check_every) == 0);
     std::packaged_task<void()> task([this, f = std::move(f), name, what, check] {
       set_running(name);
       try {
@@ -214,7 +215,8 @@ struct Comm {
 
 // "all_reduce of 1024 x f32": what a failure report says about an operation.
 std::string describe(const char* op, const loom_tensor& t) {
-  static const char* names[] = {"f32", "f64", "bf16", "f16", "fp8e4m3", "fp8e5m2", "i32", "i64", "u8"};
+  static const char* names[] = {"f32",     "f64", "bf16", "f16", "fp8e4m3",
+                                "fp8e5m2", "i32", "i64",  "u8"};
   const char* dtype = t.dtype >= 0 && t.dtype <= LOOM_U8 ? names[t.dtype] : "?";
   return std::string(op) + " of " + std::to_string(numel(t)) + " x " + dtype;
 }
@@ -226,9 +228,15 @@ loom_comm* as_handle(Comm* c) { return reinterpret_cast<loom_comm*>(c); }
 // Reduction of fp32 staging buffers: dst = op(dst, src).
 void combine(float* dst, const float* src, size_t n, loom_reduce_op op) {
   switch (op) {
-    case LOOM_REDUCE_MAX: for (size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]); break;
-    case LOOM_REDUCE_MIN: for (size_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]); break;
-    default: for (size_t i = 0; i < n; ++i) dst[i] += src[i]; break;
+    case LOOM_REDUCE_MAX:
+      for (size_t i = 0; i < n; ++i) dst[i] = std::max(dst[i], src[i]);
+      break;
+    case LOOM_REDUCE_MIN:
+      for (size_t i = 0; i < n; ++i) dst[i] = std::min(dst[i], src[i]);
+      break;
+    default:
+      for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+      break;
   }
 }
 
@@ -255,7 +263,8 @@ void from_f32(const std::vector<float>& v, const loom_tensor& t, size_t offset_e
   if (t.dtype == LOOM_F32) {
     if (n > 0) std::memcpy(static_cast<float*>(t.data), v.data() + offset_elems, n * 4);
   } else {
-    for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(v[offset_elems + i]);
+    for (int64_t i = 0; i < n; ++i)
+      static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(v[offset_elems + i]);
   }
 }
 
@@ -267,9 +276,12 @@ void reduce_in_place(Comm* c, T* data, int64_t n, loom_reduce_op op, bool persis
                                          : op == LOOM_REDUCE_MIN ? gloo::ReductionFunction<T>::min
                                                                  : gloo::ReductionFunction<T>::sum;
   if (persistent) {
-    auto key = std::make_tuple(static_cast<void*>(data), n, static_cast<int>(op), static_cast<int>(sizeof(T)));
+    auto key = std::make_tuple(static_cast<void*>(data), n, static_cast<int>(op),
+                               static_cast<int>(sizeof(T)));
     auto& algo = c->persistent[key];
-    if (!algo) algo = std::make_unique<gloo::AllreduceRingChunked<T>>(c->ctx, std::vector<T*>{data}, static_cast<int>(n), fn);
+    if (!algo)
+      algo = std::make_unique<gloo::AllreduceRingChunked<T>>(c->ctx, std::vector<T*>{data},
+                                                             static_cast<int>(n), fn);
     algo->run();
   } else {
     gloo::AllreduceRingChunked<T> algo(c->ctx, {data}, static_cast<int>(n), fn);

@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -52,12 +52,14 @@ int64_t publish_failure(const Comm& c, const std::string& op) {
 }
 
 // The reports other ranks published, waiting up to `patience` for at least one.
-std::vector<std::string> peer_failures(const Comm& c, int64_t mine, std::chrono::milliseconds patience) {
+std::vector<std::string> peer_failures(const Comm& c, int64_t mine,
+                                       std::chrono::milliseconds patience) {
   loom::sdk::ErrorBox e(loom::sdk::detail::host());
   const auto deadline = std::chrono::steady_clock::now() + patience;
   int64_t count = 0;
   for (;;) {
-    if (c.store->add(c.store->self, report_key(c).c_str(), 0, &count, e.get()) != LOOM_OK) return {};
+    if (c.store->add(c.store->self, report_key(c).c_str(), 0, &count, e.get()) != LOOM_OK)
+      return {};
     if (count > (mine > 0 ? 1 : 0) || std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -121,7 +123,7 @@ int64_t number_of(const std::string& op) {
 std::string Comm::failure_message(const std::string& op, const std::string& gloo_error) {
   std::string reports;
   std::vector<bool> reported(size, false);
-  bool same_op = true;  // every peer that reported was stuck in this very operation
+  bool same_op = true;   // every peer that reported was stuck in this very operation
   bool adjacent = true;  // or in the one before or after it: a rank that got through first moved on
   reported[rank] = true;
   try {
@@ -130,15 +132,16 @@ std::string Comm::failure_message(const std::string& op, const std::string& gloo
       reports += (reports.empty() ? "" : "; ") + r;
       int peer = -1;
       char tail[512] = {};
-      if (std::sscanf(r.c_str(), "group rank %d was running %511[^\n]", &peer, tail) == 2 && peer >= 0 && peer < size)
+      if (std::sscanf(r.c_str(), "group rank %d was running %511[^\n]", &peer, tail) == 2 &&
+          peer >= 0 && peer < size)
         reported[peer] = true;
       same_op = same_op && op == tail;
       adjacent = adjacent && std::llabs(number_of(tail) - number_of(op)) <= 1;
     }
   } catch (const std::exception&) {  // the store is gone too: say what is known
   }
-  const std::string where = op + " over " + std::to_string(size) + " ranks failed on group rank " +
-                            std::to_string(rank);
+  const std::string where =
+      op + " over " + std::to_string(size) + " ranks failed on group rank " + std::to_string(rank);
   std::string silent;
   for (int r = 0; r < size; ++r)
     if (!reported[r]) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
@@ -151,8 +154,9 @@ std::string Comm::failure_message(const std::string& op, const std::string& gloo
   // next one before the lost peer stopped the rest. Different sizes at one number are caught by
   // the signature check (compare_with_neighbours), so this is not a disagreement.
   if (!reports.empty() && adjacent && !silent.empty())
-    return where + ", while " + reports + " (one collective apart: a rank that finished its part moved on); group " +
-           "rank(s) " + silent + " did not report and are unreachable, stopped or dead. gloo: " + gloo_error;
+    return where + ", while " + reports +
+           " (one collective apart: a rank that finished its part moved on); group " + "rank(s) " +
+           silent + " did not report and are unreachable, stopped or dead. gloo: " + gloo_error;
   if (!reports.empty() && !same_op)
     return where + ", while " + reports + ": the ranks issued different collectives (every rank " +
            "must issue the same ones, in the same order, with the same sizes). gloo: " + gloo_error;
@@ -174,12 +178,16 @@ void Comm::compare_with_neighbours(const std::string& what, const std::string& n
   try {
     recv->waitRecv();
   } catch (...) {
-    try { send->waitSend(); } catch (...) {}
+    try {
+      send->waitSend();
+    } catch (...) {
+    }
     throw;
   }
   send->waitSend();
   if (std::strncmp(mine, theirs, kBytes) != 0)
-    throw Error(LOOM_FATAL, name + ": group rank " + std::to_string(rank) + " runs " + mine + ", group rank " +
-                                std::to_string(prev()) + " runs " + theirs +
-                                " (every rank must issue the same collectives with the same sizes)");
+    throw Error(LOOM_FATAL,
+                name + ": group rank " + std::to_string(rank) + " runs " + mine + ", group rank " +
+                    std::to_string(prev()) + " runs " + theirs +
+                    " (every rank must issue the same collectives with the same sizes)");
 }

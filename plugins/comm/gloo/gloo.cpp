@@ -13,9 +13,11 @@ namespace {
 
 // len elements of input block b (blocks `count` long) from element i, in fp32: a plain copy for
 // fp32 storage.
-void read_block(const loom_tensor& ti, int64_t count, int64_t b, int64_t i, int64_t len, float* dst) {
+void read_block(const loom_tensor& ti, int64_t count, int64_t b, int64_t i, int64_t len,
+                float* dst) {
   if (ti.dtype == LOOM_F32) {
-    if (len > 0) std::memcpy(dst, static_cast<const float*>(ti.data) + b * count + i, len * sizeof(float));
+    if (len > 0)
+      std::memcpy(dst, static_cast<const float*>(ti.data) + b * count + i, len * sizeof(float));
   } else {
     const uint16_t* h = static_cast<const uint16_t*>(ti.data) + b * count + i;
     for (int64_t j = 0; j < len; ++j) dst[j] = bf16_to_f32(h[j]);
@@ -34,11 +36,23 @@ void read_block(const loom_tensor& ti, int64_t count, int64_t b, int64_t i, int6
 class RingReduceScatter {
  public:
   // `result` (count elements) receives the sum of block r when the output is not fp32.
-  RingReduceScatter(Comm* c, const loom_tensor& ti, const loom_tensor& to, loom_reduce_op op, float* result)
-      : c_(c), ti_(ti), to_(to), op_(op), n_(c->size), r_(c->rank), count_(numel(to)), f32_(ti.dtype == LOOM_F32),
-        K_(std::max<int64_t>(1, std::min<int64_t>(2, count_ * 4 / (256 << 10)))), chunk_((count_ + K_ - 1) / K_),
-        result_(result), right_(c->ctx->getPair(c->next(0))), left_(c->ctx->getPair(c->prev())),
-        first_block_(((r_ - 1) % n_ + n_) % n_), transfers_((n_ - 1) * K_) {
+  RingReduceScatter(Comm* c, const loom_tensor& ti, const loom_tensor& to, loom_reduce_op op,
+                    float* result)
+      : c_(c),
+        ti_(ti),
+        to_(to),
+        op_(op),
+        n_(c->size),
+        r_(c->rank),
+        count_(numel(to)),
+        f32_(ti.dtype == LOOM_F32),
+        K_(std::max<int64_t>(1, std::min<int64_t>(2, count_ * 4 / (256 << 10)))),
+        chunk_((count_ + K_ - 1) / K_),
+        result_(result),
+        right_(c->ctx->getPair(c->next(0))),
+        left_(c->ctx->getPair(c->prev())),
+        first_block_(((r_ - 1) % n_ + n_) % n_),
+        transfers_((n_ - 1) * K_) {
     carve_working_memory();
     create_ring_buffers();
     if (f32_) create_direct_sends();
@@ -63,7 +77,8 @@ class RingReduceScatter {
     }
     wait_for_sends();
     if (f32_ && op_ == LOOM_REDUCE_AVG)  // the sum is already in `to`
-      for (int64_t i = 0; i < count_; ++i) static_cast<float*>(to_.data)[i] /= static_cast<float>(n_);
+      for (int64_t i = 0; i < count_; ++i)
+        static_cast<float*>(to_.data)[i] /= static_cast<float>(n_);
   }
 
  private:
@@ -88,9 +103,12 @@ class RingReduceScatter {
   // caller's memory, on the slot of the inbox it lands in, instead of a copy to an outbox.
   void create_direct_sends() {
     for (int64_t u = 0; u < K_; ++u) {
-      const int64_t begin = u * chunk_, len = std::max<int64_t>(0, std::min(chunk_, count_ - begin));
-      float* src = const_cast<float*>(static_cast<const float*>(ti_.data)) + first_block_ * count_ + begin;
-      direct_.push_back(len > 0 ? right_->createSendBuffer(slots_[u & 1], src, len * sizeof(float)) : nullptr);
+      const int64_t begin = u * chunk_,
+                    len = std::max<int64_t>(0, std::min(chunk_, count_ - begin));
+      float* src =
+          const_cast<float*>(static_cast<const float*>(ti_.data)) + first_block_ * count_ + begin;
+      direct_.push_back(len > 0 ? right_->createSendBuffer(slots_[u & 1], src, len * sizeof(float))
+                                : nullptr);
     }
   }
 
@@ -112,8 +130,8 @@ class RingReduceScatter {
     float* box = outbox_[u & 1];
     if (s == 0)
       read_block(ti_, count_, first_block_, begin, len, box);
-    else
-      if (len > 0) std::memcpy(box, partial_[(s - 1) & 1] + begin, len * sizeof(float));
+    else if (len > 0)
+      std::memcpy(box, partial_[(s - 1) & 1] + begin, len * sizeof(float));
     if (u >= 2) free_in_->waitRecv();  // the right neighbour emptied inbox u & 1
     send_[u & 1]->send(0, len * sizeof(float), 0);
     in_flight_[u & 1] = true;
@@ -178,16 +196,21 @@ class Gloo : public loom::sdk::CommPlugin {
  public:
   static constexpr loom_option_spec kOptions[] = {
       {"iface", LOOM_OPT_STRING, "\"\"",
-       "network interface to bind (e.g. eth0); \"\" = GLOO_SOCKET_IFNAME (the runtime sets it from [parallel] interface "
+       "network interface to bind (e.g. eth0); \"\" = GLOO_SOCKET_IFNAME (the runtime sets it from "
+       "[parallel] interface "
        "or the route to MASTER_ADDR), else by hostname"},
       {"hostname", LOOM_OPT_STRING, "\"\"",
-       "address to bind; \"\" = 127.0.0.1 when MASTER_ADDR is loopback or unset, else this host's name"},
+       "address to bind; \"\" = 127.0.0.1 when MASTER_ADDR is loopback or unset, else this host's "
+       "name"},
       {"check_every", LOOM_OPT_INT, "64",
-       "compare each collective's op and size with the ring neighbours for the first 64, then every N-th (1 = "
+       "compare each collective's op and size with the ring neighbours for the first 64, then "
+       "every N-th (1 = "
        "all, 0 = never): a size that differs between ranks is an error, not a silent partial sum"},
       {"record_groups", LOOM_OPT_STRING, "\"\"",
-       "write every point-to-point group (group_start to group_end) and every lone send or receive to "
-       "<this>.rank<N>, one line each, so a test can check that the groups pair as NCCL needs; \"\" = off"},
+       "write every point-to-point group (group_start to group_end) and every lone send or receive "
+       "to "
+       "<this>.rank<N>, one line each, so a test can check that the groups pair as NCCL needs; "
+       "\"\" = off"},
       {nullptr, 0, nullptr, nullptr},
   };
   static constexpr loom::sdk::About about{.name = "gloo",
@@ -197,9 +220,12 @@ class Gloo : public loom::sdk::CommPlugin {
                                           .capabilities = LOOM_COMM_P2P};
 
   explicit Gloo(const loom::sdk::Context& ctx)
-      : iface_(ctx.options.str("iface")), hostname_(ctx.options.str("hostname")), check_every_(ctx.options.i64("check_every")),
+      : iface_(ctx.options.str("iface")),
+        hostname_(ctx.options.str("hostname")),
+        check_every_(ctx.options.i64("check_every")),
         record_(ctx.options.str("record_groups")) {
-    if (check_every_ < 0) throw loom::sdk::ConfigError("[plugins.gloo] check_every must be 0 or more");
+    if (check_every_ < 0)
+      throw loom::sdk::ConfigError("[plugins.gloo] check_every must be 0 or more");
     install_abort_handler();
   }
 
@@ -225,7 +251,8 @@ class Gloo : public loom::sdk::CommPlugin {
     }
     device_ = gloo::transport::tcp::CreateDevice(attr);
     if (!record_.empty()) open_record(rank);
-    return as_handle(connect(store, "loom/world/", rank, size, std::chrono::milliseconds(timeout_ms)));
+    return as_handle(
+        connect(store, "loom/world/", rank, size, std::chrono::milliseconds(timeout_ms)));
   }
 
   loom_comm* split(loom_comm* parent, int color, int key) override {
@@ -259,19 +286,21 @@ class Gloo : public loom::sdk::CommPlugin {
     loom_tensor t = buf;
     const bool persistent = (flagged_op & LOOM_COMM_PERSISTENT) != 0;
     const auto op = static_cast<loom_reduce_op>(flagged_op & ~LOOM_COMM_PERSISTENT);
-    return c->run([c, t, op, persistent] {
-      const int64_t n = numel(t);
-      if (n == 0 || c->size == 1) return;
-      if (t.dtype == LOOM_F64) {
-        reduce_in_place(c, static_cast<double*>(t.data), n, op, persistent);
-      } else if (t.dtype == LOOM_F32) {
-        reduce_in_place(c, static_cast<float*>(t.data), n, op, persistent);
-      } else {  // bf16: staged through fp32 so the sum does not lose bits on every hop
-        std::vector<float> staged = to_f32(t, n);
-        reduce_in_place(c, staged.data(), n, op, false);
-        from_f32(staged, t, 0, n);
-      }
-    }, async, describe("all_reduce", t));
+    return c->run(
+        [c, t, op, persistent] {
+          const int64_t n = numel(t);
+          if (n == 0 || c->size == 1) return;
+          if (t.dtype == LOOM_F64) {
+            reduce_in_place(c, static_cast<double*>(t.data), n, op, persistent);
+          } else if (t.dtype == LOOM_F32) {
+            reduce_in_place(c, static_cast<float*>(t.data), n, op, persistent);
+          } else {  // bf16: staged through fp32 so the sum does not lose bits on every hop
+            std::vector<float> staged = to_f32(t, n);
+            reduce_in_place(c, staged.data(), n, op, false);
+            from_f32(staged, t, 0, n);
+          }
+        },
+        async, describe("all_reduce", t));
   }
 
   // A pipelined ring over gloo's pair buffers (this gloo's ReduceScatterHalvingDoubling is 3x
@@ -280,26 +309,28 @@ class Gloo : public loom::sdk::CommPlugin {
                             loom_reduce_op op, bool async) override {
     Comm* c = as_comm(handle);
     loom_tensor ti = in, to = out;
-    return c->run([c, ti, to, op] {
-      const int n = c->size;
-      const int64_t count = numel(to);
-      if (numel(ti) != count * n)
-        throw Error(LOOM_INTERNAL, "reduce_scatter: input must hold size x output elements");
-      if (ti.dtype != LOOM_F32 && ti.dtype != LOOM_BF16)
-        throw Error(LOOM_INTERNAL, "gloo reduces f32 and bf16 tensors only");
-      std::vector<float>& result = c->work;  // the reduced block r, before dtype conversion
-      result.resize(static_cast<size_t>(count));
-      if (n == 1 || count == 0) {
-        read_block(ti, count, c->rank, 0, count, result.data());
-      } else {
-        RingReduceScatter ring(c, ti, to, op, result.data());
-        ring.run();
-        if (ti.dtype == LOOM_F32) return;  // the ring left the result in `to`
-      }
-      if (op == LOOM_REDUCE_AVG)
-        for (int64_t i = 0; i < count; ++i) result[i] /= static_cast<float>(n);
-      from_f32(result, to, 0, count);
-    }, async, describe("reduce_scatter", ti));
+    return c->run(
+        [c, ti, to, op] {
+          const int n = c->size;
+          const int64_t count = numel(to);
+          if (numel(ti) != count * n)
+            throw Error(LOOM_INTERNAL, "reduce_scatter: input must hold size x output elements");
+          if (ti.dtype != LOOM_F32 && ti.dtype != LOOM_BF16)
+            throw Error(LOOM_INTERNAL, "gloo reduces f32 and bf16 tensors only");
+          std::vector<float>& result = c->work;  // the reduced block r, before dtype conversion
+          result.resize(static_cast<size_t>(count));
+          if (n == 1 || count == 0) {
+            read_block(ti, count, c->rank, 0, count, result.data());
+          } else {
+            RingReduceScatter ring(c, ti, to, op, result.data());
+            ring.run();
+            if (ti.dtype == LOOM_F32) return;  // the ring left the result in `to`
+          }
+          if (op == LOOM_REDUCE_AVG)
+            for (int64_t i = 0; i < count; ++i) result[i] /= static_cast<float>(n);
+          from_f32(result, to, 0, count);
+        },
+        async, describe("reduce_scatter", ti));
   }
 
   // gloo's AllgatherRing over bytes (any dtype): n-1 steps of one block each.
@@ -307,31 +338,36 @@ class Gloo : public loom::sdk::CommPlugin {
                         bool async) override {
     Comm* c = as_comm(handle);
     loom_tensor ti = in, to = out;
-    return c->run([c, ti, to] {
-      const int n = c->size, r = c->rank;
-      const size_t es = element_size(ti.dtype), block = numel(ti) * es;
-      if (static_cast<size_t>(numel(to)) * element_size(to.dtype) != block * n)
-        throw Error(LOOM_INTERNAL, "all_gather: output must hold size x input elements");
-      char* o = static_cast<char*>(to.data);
-      if (block == 0) return;
-      if (n == 1) {
-        std::memcpy(o + r * block, ti.data, block);
-        return;
-      }
-      gloo::AllgatherRing<char> algo(c->ctx, {static_cast<const char*>(ti.data)}, o, static_cast<int>(block));
-      algo.run();
-    }, async, describe("all_gather", ti));
+    return c->run(
+        [c, ti, to] {
+          const int n = c->size, r = c->rank;
+          const size_t es = element_size(ti.dtype), block = numel(ti) * es;
+          if (static_cast<size_t>(numel(to)) * element_size(to.dtype) != block * n)
+            throw Error(LOOM_INTERNAL, "all_gather: output must hold size x input elements");
+          char* o = static_cast<char*>(to.data);
+          if (block == 0) return;
+          if (n == 1) {
+            std::memcpy(o + r * block, ti.data, block);
+            return;
+          }
+          gloo::AllgatherRing<char> algo(c->ctx, {static_cast<const char*>(ti.data)}, o,
+                                         static_cast<int>(block));
+          algo.run();
+        },
+        async, describe("all_gather", ti));
   }
 
   loom_work* broadcast(loom_comm* handle, loom_tensor& buf, int root, bool async) override {
     Comm* c = as_comm(handle);
     loom_tensor t = buf;
-    return c->run([c, t, root] {
-      size_t bytes = numel(t) * element_size(t.dtype);
-      if (c->size == 1 || bytes == 0) return;
-      gloo::BroadcastOneToAll<char> algo(c->ctx, {static_cast<char*>(t.data)}, bytes, root, 0);
-      algo.run();
-    }, async, describe("broadcast", t) + " from " + std::to_string(root));
+    return c->run(
+        [c, t, root] {
+          size_t bytes = numel(t) * element_size(t.dtype);
+          if (c->size == 1 || bytes == 0) return;
+          gloo::BroadcastOneToAll<char> algo(c->ctx, {static_cast<char*>(t.data)}, bytes, root, 0);
+          algo.run();
+        },
+        async, describe("broadcast", t) + " from " + std::to_string(root));
   }
 
   // Pairwise: post a receive from and a send to every other rank, then wait for all of them.
@@ -346,40 +382,49 @@ class Gloo : public loom::sdk::CommPlugin {
       sc[i] = send_counts ? send_counts[i] : numel(ti) / n;
       rc[i] = recv_counts ? recv_counts[i] : numel(to) / n;
     }
-    return c->run([c, ti, to, sc, rc] {
-      const int n = c->size, r = c->rank;
-      const size_t es = element_size(ti.dtype);
-      std::vector<size_t> soff(n + 1, 0), roff(n + 1, 0);
-      for (int i = 0; i < n; ++i) soff[i + 1] = soff[i] + sc[i] * es, roff[i + 1] = roff[i] + rc[i] * es;
-      char* o = static_cast<char*>(to.data);
-      const char* s = static_cast<const char*>(ti.data);
-      if (sc[r] != rc[r]) throw Error(LOOM_INTERNAL, "all_to_all: own block sizes differ");
-      if (sc[r] > 0) std::memcpy(o + roff[r], s + soff[r], sc[r] * es);
-      if (n == 1) return;
-      // gloo's bound (legacy) pair buffers: its unbound-buffer path stalls here for ~10 ms
-      // event-loop ticks per message (see docs/distributed.md).
-      const int slot = static_cast<int>(c->ctx->nextSlot());
-      std::vector<std::unique_ptr<gloo::transport::Buffer>> recvs, sends;
-      for (int p = 0; p < n; ++p)
-        if (p != r && rc[p] > 0) recvs.push_back(c->ctx->getPair(p)->createRecvBuffer(slot, o + roff[p], rc[p] * es));
-      for (int p = 0; p < n; ++p)
-        if (p != r && sc[p] > 0) {
-          sends.push_back(c->ctx->getPair(p)->createSendBuffer(slot, const_cast<char*>(s) + soff[p], sc[p] * es));
-          sends.back()->send(0, sc[p] * es);
-        }
-      try {
-        for (auto& b : recvs) b->waitRecv();
-      } catch (...) {  // a send still queued must finish (or fail) before its buffer goes
-        for (auto& b : sends) try { b->waitSend(); } catch (...) {}
-        throw;
-      }
-      for (auto& b : sends) b->waitSend();
-    }, async, describe("all_to_all", ti));
+    return c->run(
+        [c, ti, to, sc, rc] {
+          const int n = c->size, r = c->rank;
+          const size_t es = element_size(ti.dtype);
+          std::vector<size_t> soff(n + 1, 0), roff(n + 1, 0);
+          for (int i = 0; i < n; ++i)
+            soff[i + 1] = soff[i] + sc[i] * es, roff[i + 1] = roff[i] + rc[i] * es;
+          char* o = static_cast<char*>(to.data);
+          const char* s = static_cast<const char*>(ti.data);
+          if (sc[r] != rc[r]) throw Error(LOOM_INTERNAL, "all_to_all: own block sizes differ");
+          if (sc[r] > 0) std::memcpy(o + roff[r], s + soff[r], sc[r] * es);
+          if (n == 1) return;
+          // gloo's bound (legacy) pair buffers: its unbound-buffer path stalls here for ~10 ms
+          // event-loop ticks per message (see docs/distributed.md).
+          const int slot = static_cast<int>(c->ctx->nextSlot());
+          std::vector<std::unique_ptr<gloo::transport::Buffer>> recvs, sends;
+          for (int p = 0; p < n; ++p)
+            if (p != r && rc[p] > 0)
+              recvs.push_back(c->ctx->getPair(p)->createRecvBuffer(slot, o + roff[p], rc[p] * es));
+          for (int p = 0; p < n; ++p)
+            if (p != r && sc[p] > 0) {
+              sends.push_back(c->ctx->getPair(p)->createSendBuffer(
+                  slot, const_cast<char*>(s) + soff[p], sc[p] * es));
+              sends.back()->send(0, sc[p] * es);
+            }
+          try {
+            for (auto& b : recvs) b->waitRecv();
+          } catch (...) {  // a send still queued must finish (or fail) before its buffer goes
+            for (auto& b : sends) try {
+                b->waitSend();
+              } catch (...) {
+              }
+            throw;
+          }
+          for (auto& b : sends) b->waitSend();
+        },
+        async, describe("all_to_all", ti));
   }
 
   // Point-to-point transfers are posted at once, not queued: a receive that waits on the queue
   // would stop the matching send behind it from ever being posted.
-  loom_work* send(loom_comm* handle, const loom_tensor& buf, int peer, int tag, bool async) override {
+  loom_work* send(loom_comm* handle, const loom_tensor& buf, int peer, int tag,
+                  bool async) override {
     return post(as_comm(handle), buf, peer, tag, true, async);
   }
 
@@ -391,7 +436,8 @@ class Gloo : public loom::sdk::CommPlugin {
   // once. Here a group is checked for nesting and, with record_groups, written down.
   void group_start(loom_comm* handle) override {
     Comm* c = as_comm(handle);
-    if (c->grouped) throw Error(LOOM_INTERNAL, "gloo: group_start inside a group (groups do not nest)");
+    if (c->grouped)
+      throw Error(LOOM_INTERNAL, "gloo: group_start inside a group (groups do not nest)");
     c->grouped = true;
     c->group.clear();
   }
@@ -405,11 +451,13 @@ class Gloo : public loom::sdk::CommPlugin {
 
   void barrier(loom_comm* handle) override {
     Comm* c = as_comm(handle);
-    c->run([c] {
-      if (c->size == 1) return;
-      gloo::BarrierAllToOne b(c->ctx);
-      b.run();
-    }, false, "barrier");
+    c->run(
+        [c] {
+          if (c->size == 1) return;
+          gloo::BarrierAllToOne b(c->ctx);
+          b.run();
+        },
+        false, "barrier");
   }
 
   void wait(loom_work* work) override {
@@ -443,8 +491,8 @@ class Gloo : public loom::sdk::CommPlugin {
     c->drain();  // keep issue order: collectives queued before this transfer complete first
     size_t bytes = numel(t) * element_size(t.dtype);
     if (record_log_) {
-      const std::string op = std::string(is_send ? "send " : "recv ") + std::to_string(peer) + " " + std::to_string(tag) +
-                             " " + std::to_string(bytes);
+      const std::string op = std::string(is_send ? "send " : "recv ") + std::to_string(peer) + " " +
+                             std::to_string(tag) + " " + std::to_string(bytes);
       if (c->grouped)
         c->group += (c->group.empty() ? "" : ";") + op;
       else
@@ -456,7 +504,8 @@ class Gloo : public loom::sdk::CommPlugin {
       p.set_value();
       w->done = p.get_future();
     } else {
-      if (tag < 0 || tag >= kMaxTag) throw Error(LOOM_INTERNAL, "gloo: point-to-point tag out of range");
+      if (tag < 0 || tag >= kMaxTag)
+        throw Error(LOOM_INTERNAL, "gloo: point-to-point tag out of range");
       // A bound pair buffer per transfer, as all_to_all uses: gloo's unbound path stalls here.
       // A bound receive takes whatever arrives for its slot, so the slot is unique among the
       // transfers that could overlap: it carries the direction (a send and a receive with the
@@ -468,7 +517,9 @@ class Gloo : public loom::sdk::CommPlugin {
       const int from = is_send ? c->rank : peer, to = is_send ? peer : c->rank;
       const int direction = from < to ? 0 : 1;
       const uint32_t seq = c->p2p_sent[{peer, direction, tag}]++ % kSeqPeriod;
-      const int slot = kTagSlot + static_cast<int>((static_cast<uint32_t>(tag) * 2 + direction) * kSeqPeriod + seq);
+      const int slot =
+          kTagSlot +
+          static_cast<int>((static_cast<uint32_t>(tag) * 2 + direction) * kSeqPeriod + seq);
       auto& pair = c->ctx->getPair(peer);
       w->is_send = is_send;
       w->peer = peer;
@@ -517,8 +568,10 @@ class Gloo : public loom::sdk::CommPlugin {
     int64_t theirs = 0;
     std::memcpy(&theirs, first.data(), std::min(first.size(), sizeof theirs));
     if (theirs != c.check_every)
-      throw Error(LOOM_BAD_CONFIG, "[plugins.gloo] check_every is " + std::to_string(c.check_every) + " on rank " +
-                                       std::to_string(c.rank) + " but " + std::to_string(theirs) + " on rank 0: every rank needs the same");
+      throw Error(LOOM_BAD_CONFIG, "[plugins.gloo] check_every is " +
+                                       std::to_string(c.check_every) + " on rank " +
+                                       std::to_string(c.rank) + " but " + std::to_string(theirs) +
+                                       " on rank 0: every rank needs the same");
   }
 
   // record_groups: one line per group or lone transfer, "<communicator>\t<rank>\t<group|lone>\t
@@ -526,7 +579,8 @@ class Gloo : public loom::sdk::CommPlugin {
   void open_record(int world_rank) {
     const std::string path = record_ + ".rank" + std::to_string(world_rank);
     record_log_.reset(std::fopen(path.c_str(), "w"));
-    if (!record_log_) throw Error(LOOM_BAD_CONFIG, "[plugins.gloo] record_groups: cannot write " + path);
+    if (!record_log_)
+      throw Error(LOOM_BAD_CONFIG, "[plugins.gloo] record_groups: cannot write " + path);
   }
   void record(const Comm& c, const char* kind, const std::string& ops) {
     std::lock_guard<std::mutex> lock(record_mutex_);

@@ -4,17 +4,14 @@
 // ...) issued on the calling thread; its handle wraps the MPI_Request plus what must happen when
 // it completes (widening a bf16 result, dividing a sum into a mean). A synchronous one is the
 // blocking call: Open MPI's blocking collectives use its tuned algorithms, its nonblocking ones
-// the generic libnbc schedules, which measured up to 2x slower here at 64 MiB. MPI has no bf16 type, so
-// bf16 reductions are staged through fp32; data that is only moved travels as bytes.
-// MPI ranks and communicators are MPI's: init checks that the launcher's rank and size agree
-// with MPI_COMM_WORLD, split is MPI_Comm_split. The store is not needed.
+// the generic libnbc schedules, which measured up to 2x slower here at 64 MiB. MPI has no bf16
+// type, so bf16 reductions are staged through fp32; data that is only moved travels as bytes. MPI
+// ranks and communicators are MPI's: init checks that the launcher's rank and size agree with
+// MPI_COMM_WORLD, split is MPI_Comm_split. The store is not needed.
 //
 // Failure: MPI has no timeouts. A rank that dies makes mpirun (or srun) stop the job and name
 // the rank; this plugin never sees it. Progress: Open MPI advances nonblocking collectives only
 // inside MPI calls, so each new operation also tests the ones still pending.
-#include <loom/bf16.hpp>
-#include <loom/sdk.hpp>
-
 #include <mpi.h>
 
 #include <climits>
@@ -23,21 +20,23 @@
 #include <exception>
 #include <functional>
 #include <list>
+#include <loom/bf16.hpp>
+#include <loom/sdk.hpp>
 #include <memory>
 #include <string>
 #include <vector>
 
 struct loom_work {
   MPI_Request request = MPI_REQUEST_NULL;
-  std::vector<float> staged;           // bf16 data widened to fp32 for a reduction
-  std::function<void()> finish;        // runs once the request completed
-  std::string what;                    // "all_reduce over 4 ranks", for errors
+  std::vector<float> staged;     // bf16 data widened to fp32 for a reduction
+  std::function<void()> finish;  // runs once the request completed
+  std::string what;              // "all_reduce over 4 ranks", for errors
 };
 
 namespace {
 
-using loom::sdk::Error;
 using loom::sdk::element_size;
+using loom::sdk::Error;
 using loom::sdk::numel;
 
 struct Comm {
@@ -51,15 +50,20 @@ loom_comm* as_handle(Comm* c) { return reinterpret_cast<loom_comm*>(c); }
 
 // MPI counts are int: refuse what does not fit rather than truncate.
 int count_of(int64_t n, const char* what) {
-  if (n > INT_MAX) throw Error(LOOM_INTERNAL, std::string(what) + ": " + std::to_string(n) + " elements exceed MPI's int count");
+  if (n > INT_MAX)
+    throw Error(LOOM_INTERNAL,
+                std::string(what) + ": " + std::to_string(n) + " elements exceed MPI's int count");
   return static_cast<int>(n);
 }
 
 MPI_Op mpi_op(loom_reduce_op op) {
   switch (op) {
-    case LOOM_REDUCE_MAX: return MPI_MAX;
-    case LOOM_REDUCE_MIN: return MPI_MIN;
-    default: return MPI_SUM;  // AVG divides after the sum
+    case LOOM_REDUCE_MAX:
+      return MPI_MAX;
+    case LOOM_REDUCE_MIN:
+      return MPI_MIN;
+    default:
+      return MPI_SUM;  // AVG divides after the sum
   }
 }
 
@@ -86,15 +90,17 @@ class Mpi : public loom::sdk::CommPlugin {
   static int score(const loom::sdk::Host&, std::string& why_not) {
     for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
       if (std::getenv(v)) return 1;
-    why_not = "not launched by an MPI launcher (no OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK): "
-              "start the job with mpirun, or use comm = \"gloo\"";
+    why_not =
+        "not launched by an MPI launcher (no OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK): "
+        "start the job with mpirun, or use comm = \"gloo\"";
     return 0;
   }
-  static constexpr loom::sdk::About about{.name = "mpi",
-                                          .version = "1.0.0",
-                                          .summary = "CPU collectives over MPI (Open MPI), nonblocking",
-                                          .score = &score,
-                                          .capabilities = LOOM_COMM_P2P};
+  static constexpr loom::sdk::About about{
+      .name = "mpi",
+      .version = "1.0.0",
+      .summary = "CPU collectives over MPI (Open MPI), nonblocking",
+      .score = &score,
+      .capabilities = LOOM_COMM_P2P};
 
   explicit Mpi(const loom::sdk::Context&) {}
 
@@ -125,9 +131,9 @@ class Mpi : public loom::sdk::CommPlugin {
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
     if (c->rank != rank || c->size != size) {
-      const std::string msg = "the launcher says rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                              " but MPI_COMM_WORLD says rank " + std::to_string(c->rank) + " of " +
-                              std::to_string(c->size);
+      const std::string msg = "the launcher says rank " + std::to_string(rank) + " of " +
+                              std::to_string(size) + " but MPI_COMM_WORLD says rank " +
+                              std::to_string(c->rank) + " of " + std::to_string(c->size);
       free_comm(as_handle(c));
       throw loom::sdk::ConfigError(msg);
     }
@@ -151,46 +157,58 @@ class Mpi : public loom::sdk::CommPlugin {
   int rank(const loom_comm* c) override { return as_comm(c)->rank; }
   int size(const loom_comm* c) override { return as_comm(c)->size; }
 
-  loom_work* all_reduce(loom_comm* handle, loom_tensor& buf, loom_reduce_op flagged_op, bool async) override {
+  loom_work* all_reduce(loom_comm* handle, loom_tensor& buf, loom_reduce_op flagged_op,
+                        bool async) override {
     Comm* c = as_comm(handle);
     const auto op = static_cast<loom_reduce_op>(flagged_op & ~LOOM_COMM_PERSISTENT);
     const int64_t n = numel(buf);
     auto w = start("all_reduce", c);
     ReduceBuffer rb = reduce_buffer(buf, n, *w);
     const int count = count_of(n, "all_reduce");
-    check(async ? MPI_Iallreduce(MPI_IN_PLACE, rb.data, count, rb.type, mpi_op(op), c->comm, &w->request)
+    check(async ? MPI_Iallreduce(MPI_IN_PLACE, rb.data, count, rb.type, mpi_op(op), c->comm,
+                                 &w->request)
                 : MPI_Allreduce(MPI_IN_PLACE, rb.data, count, rb.type, mpi_op(op), c->comm),
           w->what);
-    w->finish = [t = buf, n, op, size = c->size, wp = w.get()] { finish_reduce(t, 0, n, op, size, wp->staged); };
+    w->finish = [t = buf, n, op, size = c->size, wp = w.get()] {
+      finish_reduce(t, 0, n, op, size, wp->staged);
+    };
     return issue(std::move(w), async);
   }
 
-  loom_work* reduce_scatter(loom_comm* handle, const loom_tensor& in, loom_tensor& out, loom_reduce_op op,
-                            bool async) override {
+  loom_work* reduce_scatter(loom_comm* handle, const loom_tensor& in, loom_tensor& out,
+                            loom_reduce_op op, bool async) override {
     Comm* c = as_comm(handle);
     const int64_t n = numel(out);
-    if (numel(in) != n * c->size) throw Error(LOOM_INTERNAL, "reduce_scatter: input must hold size x output elements");
+    if (numel(in) != n * c->size)
+      throw Error(LOOM_INTERNAL, "reduce_scatter: input must hold size x output elements");
     auto w = start("reduce_scatter", c);
     ReduceBuffer src = reduce_buffer(in, n * c->size, *w);
     // The result lands at the front of the (staged or output) buffer.
     void* dst = out.dtype == LOOM_BF16 ? static_cast<void*>(w->staged.data()) : out.data;
-    if (out.dtype == LOOM_BF16 && in.dtype != LOOM_BF16) throw Error(LOOM_INTERNAL, "reduce_scatter: dtypes differ");
+    if (out.dtype == LOOM_BF16 && in.dtype != LOOM_BF16)
+      throw Error(LOOM_INTERNAL, "reduce_scatter: dtypes differ");
     const void* from = out.dtype == LOOM_BF16 ? MPI_IN_PLACE : src.data;
     const int count = count_of(n, "reduce_scatter");
-    check(async ? MPI_Ireduce_scatter_block(from, dst, count, src.type, mpi_op(op), c->comm, &w->request)
+    check(async ? MPI_Ireduce_scatter_block(from, dst, count, src.type, mpi_op(op), c->comm,
+                                            &w->request)
                 : MPI_Reduce_scatter_block(from, dst, count, src.type, mpi_op(op), c->comm),
           w->what);
-    w->finish = [t = out, n, op, size = c->size, wp = w.get()] { finish_reduce(t, 0, n, op, size, wp->staged); };
+    w->finish = [t = out, n, op, size = c->size, wp = w.get()] {
+      finish_reduce(t, 0, n, op, size, wp->staged);
+    };
     return issue(std::move(w), async);
   }
 
-  loom_work* all_gather(loom_comm* handle, const loom_tensor& in, loom_tensor& out, bool async) override {
+  loom_work* all_gather(loom_comm* handle, const loom_tensor& in, loom_tensor& out,
+                        bool async) override {
     Comm* c = as_comm(handle);
     const int64_t bytes = numel(in) * static_cast<int64_t>(element_size(in.dtype));
-    if (numel(out) != numel(in) * c->size) throw Error(LOOM_INTERNAL, "all_gather: output must hold size x input elements");
+    if (numel(out) != numel(in) * c->size)
+      throw Error(LOOM_INTERNAL, "all_gather: output must hold size x input elements");
     auto w = start("all_gather", c);
     const int count = count_of(bytes, "all_gather");
-    check(async ? MPI_Iallgather(in.data, count, MPI_BYTE, out.data, count, MPI_BYTE, c->comm, &w->request)
+    check(async ? MPI_Iallgather(in.data, count, MPI_BYTE, out.data, count, MPI_BYTE, c->comm,
+                                 &w->request)
                 : MPI_Allgather(in.data, count, MPI_BYTE, out.data, count, MPI_BYTE, c->comm),
           w->what);
     return issue(std::move(w), async);
@@ -207,8 +225,9 @@ class Mpi : public loom::sdk::CommPlugin {
     return issue(std::move(w), async);
   }
 
-  loom_work* all_to_all(loom_comm* handle, const loom_tensor& in, loom_tensor& out, const int64_t* send_counts,
-                        const int64_t* recv_counts, bool async) override {
+  loom_work* all_to_all(loom_comm* handle, const loom_tensor& in, loom_tensor& out,
+                        const int64_t* send_counts, const int64_t* recv_counts,
+                        bool async) override {
     Comm* c = as_comm(handle);
     const int64_t es = static_cast<int64_t>(element_size(in.dtype));
     std::vector<int> sc(c->size), rc(c->size), sd(c->size), rd(c->size);
@@ -229,19 +248,22 @@ class Mpi : public loom::sdk::CommPlugin {
     for (auto* v : {&sc, &rc, &sd, &rd}) counts->insert(counts->end(), v->begin(), v->end());
     const int n = c->size;
     int* k = counts->data();
-    check(async ? MPI_Ialltoallv(in.data, k, k + 2 * n, MPI_BYTE, out.data, k + n, k + 3 * n, MPI_BYTE, c->comm,
-                                 &w->request)
-                : MPI_Alltoallv(in.data, k, k + 2 * n, MPI_BYTE, out.data, k + n, k + 3 * n, MPI_BYTE, c->comm),
+    check(async ? MPI_Ialltoallv(in.data, k, k + 2 * n, MPI_BYTE, out.data, k + n, k + 3 * n,
+                                 MPI_BYTE, c->comm, &w->request)
+                : MPI_Alltoallv(in.data, k, k + 2 * n, MPI_BYTE, out.data, k + n, k + 3 * n,
+                                MPI_BYTE, c->comm),
           w->what);
     w->finish = [counts] {};
     return issue(std::move(w), async);
   }
 
-  loom_work* send(loom_comm* handle, const loom_tensor& buf, int peer, int tag, bool async) override {
+  loom_work* send(loom_comm* handle, const loom_tensor& buf, int peer, int tag,
+                  bool async) override {
     Comm* c = as_comm(handle);
     const int64_t bytes = numel(buf) * static_cast<int64_t>(element_size(buf.dtype));
     auto w = start("send to rank " + std::to_string(peer), c);
-    check(MPI_Isend(buf.data, count_of(bytes, "send"), MPI_BYTE, peer, tag, c->comm, &w->request), w->what);
+    check(MPI_Isend(buf.data, count_of(bytes, "send"), MPI_BYTE, peer, tag, c->comm, &w->request),
+          w->what);
     return issue(std::move(w), async);
   }
 
@@ -249,7 +271,8 @@ class Mpi : public loom::sdk::CommPlugin {
     Comm* c = as_comm(handle);
     const int64_t bytes = numel(buf) * static_cast<int64_t>(element_size(buf.dtype));
     auto w = start("recv from rank " + std::to_string(peer), c);
-    check(MPI_Irecv(buf.data, count_of(bytes, "recv"), MPI_BYTE, peer, tag, c->comm, &w->request), w->what);
+    check(MPI_Irecv(buf.data, count_of(bytes, "recv"), MPI_BYTE, peer, tag, c->comm, &w->request),
+          w->what);
     return issue(std::move(w), async);
   }
 
@@ -272,21 +295,24 @@ class Mpi : public loom::sdk::CommPlugin {
   // f32 and f64 reduce in place; bf16 is widened into the handle's fp32 staging buffer.
   static ReduceBuffer reduce_buffer(const loom_tensor& t, int64_t n, loom_work& w) {
     switch (t.dtype) {
-      case LOOM_F32: return {t.data, MPI_FLOAT};
-      case LOOM_F64: return {t.data, MPI_DOUBLE};
+      case LOOM_F32:
+        return {t.data, MPI_FLOAT};
+      case LOOM_F64:
+        return {t.data, MPI_DOUBLE};
       case LOOM_BF16: {
         w.staged.resize(static_cast<size_t>(n));
         const auto* h = static_cast<const uint16_t*>(t.data);
         for (int64_t i = 0; i < n; ++i) w.staged[i] = loom::sdk::bf16_to_f32(h[i]);
         return {w.staged.data(), MPI_FLOAT};
       }
-      default: throw Error(LOOM_INTERNAL, "mpi reduces f32, f64 and bf16 tensors only");
+      default:
+        throw Error(LOOM_INTERNAL, "mpi reduces f32, f64 and bf16 tensors only");
     }
   }
 
   // After a sum, AVG divides by the group size; a bf16 tensor gets its staged result back.
-  static void finish_reduce(const loom_tensor& t, int64_t first, int64_t n, loom_reduce_op op, int size,
-                            const std::vector<float>& staged) {
+  static void finish_reduce(const loom_tensor& t, int64_t first, int64_t n, loom_reduce_op op,
+                            int size, const std::vector<float>& staged) {
     if (t.dtype == LOOM_BF16) {
       auto* h = static_cast<uint16_t*>(t.data);
       for (int64_t i = 0; i < n; ++i) {
@@ -307,7 +333,8 @@ class Mpi : public loom::sdk::CommPlugin {
   loom_work* issue(std::unique_ptr<loom_work> w, bool async) {
     for (loom_work* p : pending_) {
       int done = 0;
-      MPI_Test(&p->request, &done, MPI_STATUS_IGNORE);  // a completed request becomes MPI_REQUEST_NULL
+      MPI_Test(&p->request, &done,
+               MPI_STATUS_IGNORE);  // a completed request becomes MPI_REQUEST_NULL
     }
     if (async) {
       pending_.push_back(w.get());

@@ -18,8 +18,6 @@
 // a lone one is its own group. Tensors in host memory (the runtime's scalars, CPU runs of the
 // bench) are staged through device memory, and the host waits for them: a host output is read
 // only after its operation.
-#include <loom/sdk.hpp>
-
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -28,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <list>
+#include <loom/sdk.hpp>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -42,7 +41,7 @@ struct loom_comm {
 
 // An issued operation: the events after it, and a staged host output to copy back.
 struct loom_work {
-  cudaEvent_t done = nullptr;   // on the comm stream after the operation (owned by the work)
+  cudaEvent_t done = nullptr;  // on the comm stream after the operation (owned by the work)
   loom_comm* comm = nullptr;
   std::string what;
   void* device_copy = nullptr;  // staging buffer (device), freed at wait
@@ -62,22 +61,33 @@ void cuda(cudaError_t e, const std::string& what) {
 
 ncclDataType_t nccl_type(int32_t dtype) {
   switch (dtype) {
-    case LOOM_F32: return ncclFloat32;
-    case LOOM_F64: return ncclFloat64;
-    case LOOM_BF16: return ncclBfloat16;
-    case LOOM_F16: return ncclFloat16;
-    case LOOM_I32: return ncclInt32;
-    case LOOM_I64: return ncclInt64;
-    default: return ncclUint8;  // fp8 and bytes move as bytes (no reduction over them)
+    case LOOM_F32:
+      return ncclFloat32;
+    case LOOM_F64:
+      return ncclFloat64;
+    case LOOM_BF16:
+      return ncclBfloat16;
+    case LOOM_F16:
+      return ncclFloat16;
+    case LOOM_I32:
+      return ncclInt32;
+    case LOOM_I64:
+      return ncclInt64;
+    default:
+      return ncclUint8;  // fp8 and bytes move as bytes (no reduction over them)
   }
 }
 
 ncclRedOp_t nccl_op(int32_t op) {
   switch (op & 0xff) {  // LOOM_COMM_PERSISTENT is a hint this plugin does not need
-    case LOOM_REDUCE_AVG: return ncclAvg;
-    case LOOM_REDUCE_MAX: return ncclMax;
-    case LOOM_REDUCE_MIN: return ncclMin;
-    default: return ncclSum;
+    case LOOM_REDUCE_AVG:
+      return ncclAvg;
+    case LOOM_REDUCE_MAX:
+      return ncclMax;
+    case LOOM_REDUCE_MIN:
+      return ncclMin;
+    default:
+      return ncclSum;
   }
 }
 
@@ -148,10 +158,13 @@ class Watchdog {
         const bool late = Clock::now() - it->since > it->comm->timeout;
         if ((e != cudaErrorNotReady) || (async != ncclSuccess && async != ncclInProgress) || late) {
           ncclCommAbort(it->comm->comm);  // the peers' operations with this rank fail too
-          std::fprintf(stderr, "loom: error: nccl %s on rank %d of %d %s; exiting\n", it->what.c_str(),
-                       it->comm->rank, it->comm->size,
-                       late ? "did not complete within the timeout: a peer is dead or stuck"
-                            : (std::string("failed: ") + (e != cudaErrorNotReady ? cudaGetErrorString(e) : ncclGetErrorString(async))).c_str());
+          std::fprintf(
+              stderr, "loom: error: nccl %s on rank %d of %d %s; exiting\n", it->what.c_str(),
+              it->comm->rank, it->comm->size,
+              late ? "did not complete within the timeout: a peer is dead or stuck"
+                   : (std::string("failed: ") +
+                      (e != cudaErrorNotReady ? cudaGetErrorString(e) : ncclGetErrorString(async)))
+                         .c_str());
           std::fflush(stderr);
           std::_Exit(1);
         }
@@ -182,13 +195,14 @@ class Nccl : public loom::sdk::CommPlugin {
     static const uint32_t devices = (1u << LOOM_DEVICE_CPU) | (1u << LOOM_DEVICE_CUDA);
     return std::strcmp(name, LOOM_COMM_DEVICES) == 0 ? &devices : nullptr;
   }
-  static constexpr loom::sdk::About about{.name = "nccl",
-                                          .version = "1.1.0",
-                                          .summary = "GPU collectives and point-to-point over NCCL, on the device's comm stream",
-                                          .score = &score,
-                                          .capabilities = LOOM_COMM_P2P,
-                                          .services = LOOM_SERVICE_DEVICE "|" LOOM_SERVICE_NATIVE_STREAMS,
-                                          .get_proc = &extension};
+  static constexpr loom::sdk::About about{
+      .name = "nccl",
+      .version = "1.1.0",
+      .summary = "GPU collectives and point-to-point over NCCL, on the device's comm stream",
+      .score = &score,
+      .capabilities = LOOM_COMM_P2P,
+      .services = LOOM_SERVICE_DEVICE "|" LOOM_SERVICE_NATIVE_STREAMS,
+      .get_proc = &extension};
 
   explicit Nccl(const loom::sdk::Context& ctx) : host_(ctx.host) {
     const loom_ops* ops = host_.service<loom_ops>(LOOM_SERVICE_DEVICE);
@@ -216,7 +230,8 @@ class Nccl : public loom::sdk::CommPlugin {
       put(key, &id, sizeof id);
     } else {
       std::vector<char> got = fetch(key);
-      if (got.size() != sizeof id) throw Error(LOOM_FATAL, "nccl: the unique id in the store has the wrong size");
+      if (got.size() != sizeof id)
+        throw Error(LOOM_FATAL, "nccl: the unique id in the store has the wrong size");
       std::memcpy(&id, got.data(), sizeof id);
     }
     auto* c = new loom_comm;
@@ -264,25 +279,31 @@ class Nccl : public loom::sdk::CommPlugin {
     after_compute();
     const size_t n = static_cast<size_t>(loom::sdk::numel(buf));
     Staged s = stage(c, buf.data, n * loom::sdk::element_size(buf.dtype), true);
-    check(ncclAllReduce(s.ptr, s.ptr, n, nccl_type(buf.dtype), nccl_op(op), c->comm, c->stream), c, "ncclAllReduce");
+    check(ncclAllReduce(s.ptr, s.ptr, n, nccl_type(buf.dtype), nccl_op(op), c->comm, c->stream), c,
+          "ncclAllReduce");
     return finish(c, "all_reduce", {}, s, buf.data, async);
   }
 
-  loom_work* reduce_scatter(loom_comm* c, const loom_tensor& in, loom_tensor& out, loom_reduce_op op,
-                            bool async) override {
+  loom_work* reduce_scatter(loom_comm* c, const loom_tensor& in, loom_tensor& out,
+                            loom_reduce_op op, bool async) override {
     after_compute();
-    const size_t n = static_cast<size_t>(loom::sdk::numel(out)), es = loom::sdk::element_size(in.dtype);
+    const size_t n = static_cast<size_t>(loom::sdk::numel(out)),
+                 es = loom::sdk::element_size(in.dtype);
     Staged si = stage(c, in.data, n * c->size * es, true), so = stage(c, out.data, n * es, false);
-    check(ncclReduceScatter(si.ptr, so.ptr, n, nccl_type(in.dtype), nccl_op(op), c->comm, c->stream), c,
-          "ncclReduceScatter");
+    check(
+        ncclReduceScatter(si.ptr, so.ptr, n, nccl_type(in.dtype), nccl_op(op), c->comm, c->stream),
+        c, "ncclReduceScatter");
     return finish(c, "reduce_scatter", si, so, out.data, async);
   }
 
-  loom_work* all_gather(loom_comm* c, const loom_tensor& in, loom_tensor& out, bool async) override {
+  loom_work* all_gather(loom_comm* c, const loom_tensor& in, loom_tensor& out,
+                        bool async) override {
     after_compute();
-    const size_t n = static_cast<size_t>(loom::sdk::numel(in)), es = loom::sdk::element_size(in.dtype);
+    const size_t n = static_cast<size_t>(loom::sdk::numel(in)),
+                 es = loom::sdk::element_size(in.dtype);
     Staged si = stage(c, in.data, n * es, true), so = stage(c, out.data, n * c->size * es, false);
-    check(ncclAllGather(si.ptr, so.ptr, n, nccl_type(in.dtype), c->comm, c->stream), c, "ncclAllGather");
+    check(ncclAllGather(si.ptr, so.ptr, n, nccl_type(in.dtype), c->comm, c->stream), c,
+          "ncclAllGather");
     return finish(c, "all_gather", si, so, out.data, async);
   }
 
@@ -290,26 +311,34 @@ class Nccl : public loom::sdk::CommPlugin {
     after_compute();
     const size_t n = static_cast<size_t>(loom::sdk::numel(buf));
     Staged s = stage(c, buf.data, n * loom::sdk::element_size(buf.dtype), true);
-    check(ncclBroadcast(s.ptr, s.ptr, n, nccl_type(buf.dtype), root, c->comm, c->stream), c, "ncclBroadcast");
+    check(ncclBroadcast(s.ptr, s.ptr, n, nccl_type(buf.dtype), root, c->comm, c->stream), c,
+          "ncclBroadcast");
     return finish(c, "broadcast", {}, s, buf.data, async);
   }
 
   // A grouped send to and receive from every peer, blocks packed in rank order.
-  loom_work* all_to_all(loom_comm* c, const loom_tensor& in, loom_tensor& out, const int64_t* send_counts,
-                        const int64_t* recv_counts, bool async) override {
+  loom_work* all_to_all(loom_comm* c, const loom_tensor& in, loom_tensor& out,
+                        const int64_t* send_counts, const int64_t* recv_counts,
+                        bool async) override {
     after_compute();
     const size_t es = loom::sdk::element_size(in.dtype);
     std::vector<size_t> sc(c->size), rc(c->size), so(c->size + 1, 0), ro(c->size + 1, 0);
     for (int p = 0; p < c->size; ++p) {
-      sc[p] = static_cast<size_t>(send_counts ? send_counts[p] : loom::sdk::numel(in) / c->size) * es;
-      rc[p] = static_cast<size_t>(recv_counts ? recv_counts[p] : loom::sdk::numel(out) / c->size) * es;
+      sc[p] =
+          static_cast<size_t>(send_counts ? send_counts[p] : loom::sdk::numel(in) / c->size) * es;
+      rc[p] =
+          static_cast<size_t>(recv_counts ? recv_counts[p] : loom::sdk::numel(out) / c->size) * es;
       so[p + 1] = so[p] + sc[p], ro[p + 1] = ro[p] + rc[p];
     }
     Staged si = stage(c, in.data, so[c->size], true), sr = stage(c, out.data, ro[c->size], false);
     check(ncclGroupStart(), c, "ncclGroupStart");
     for (int p = 0; p < c->size; ++p) {
-      if (sc[p]) check(ncclSend(static_cast<char*>(si.ptr) + so[p], sc[p], ncclUint8, p, c->comm, c->stream), c, "ncclSend");
-      if (rc[p]) check(ncclRecv(static_cast<char*>(sr.ptr) + ro[p], rc[p], ncclUint8, p, c->comm, c->stream), c, "ncclRecv");
+      if (sc[p])
+        check(ncclSend(static_cast<char*>(si.ptr) + so[p], sc[p], ncclUint8, p, c->comm, c->stream),
+              c, "ncclSend");
+      if (rc[p])
+        check(ncclRecv(static_cast<char*>(sr.ptr) + ro[p], rc[p], ncclUint8, p, c->comm, c->stream),
+              c, "ncclRecv");
     }
     check(ncclGroupEnd(), c, "ncclGroupEnd");
     return finish(c, "all_to_all", si, sr, out.data, async);
@@ -318,23 +347,28 @@ class Nccl : public loom::sdk::CommPlugin {
   // Inside a group the transfer joins it (ncclGroupEnd starts them all); alone it is its own.
   loom_work* send(loom_comm* c, const loom_tensor& buf, int peer, int, bool async) override {
     after_compute();
-    const size_t bytes = static_cast<size_t>(loom::sdk::numel(buf)) * loom::sdk::element_size(buf.dtype);
+    const size_t bytes =
+        static_cast<size_t>(loom::sdk::numel(buf)) * loom::sdk::element_size(buf.dtype);
     Staged s = stage(c, buf.data, bytes, true);
-    point_to_point(c, [&] { return ncclSend(s.ptr, bytes, ncclUint8, peer, c->comm, c->stream); }, "ncclSend");
+    point_to_point(
+        c, [&] { return ncclSend(s.ptr, bytes, ncclUint8, peer, c->comm, c->stream); }, "ncclSend");
     return finish(c, "send to rank " + std::to_string(peer), s, {}, nullptr, async);
   }
 
   loom_work* recv(loom_comm* c, loom_tensor& buf, int peer, int, bool async) override {
     after_compute();
-    const size_t bytes = static_cast<size_t>(loom::sdk::numel(buf)) * loom::sdk::element_size(buf.dtype);
+    const size_t bytes =
+        static_cast<size_t>(loom::sdk::numel(buf)) * loom::sdk::element_size(buf.dtype);
     Staged s = stage(c, buf.data, bytes, false);
-    point_to_point(c, [&] { return ncclRecv(s.ptr, bytes, ncclUint8, peer, c->comm, c->stream); }, "ncclRecv");
+    point_to_point(
+        c, [&] { return ncclRecv(s.ptr, bytes, ncclUint8, peer, c->comm, c->stream); }, "ncclRecv");
     return finish(c, "recv from rank " + std::to_string(peer), {}, s, buf.data, async);
   }
 
   // NCCL's groups are per thread, not per communicator: so is this one.
   void group_start(loom_comm* c) override {
-    if (grouped_) throw Error(LOOM_INTERNAL, "nccl: group_start inside a group (groups do not nest)");
+    if (grouped_)
+      throw Error(LOOM_INTERNAL, "nccl: group_start inside a group (groups do not nest)");
     grouped_ = true;
     check(ncclGroupStart(), c, "ncclGroupStart");
   }
@@ -360,14 +394,16 @@ class Nccl : public loom::sdk::CommPlugin {
     std::unique_ptr<loom_work> w(work);
     if (!w->host_out && dev_ && streams_) {
       auto* compute = static_cast<cudaStream_t>(streams_->stream(LOOM_STREAM_COMPUTE));
-      cuda(cudaStreamWaitEvent(compute, w->done, 0), "ordering the compute stream after " + w->what);
+      cuda(cudaStreamWaitEvent(compute, w->done, 0),
+           "ordering the compute stream after " + w->what);
       release(w->comm, w->device_copy);
       watchdog_.watch(device_, w->comm, w->done, w->what);  // it destroys the event when done
       return;
     }
     poll(*w);
     if (w->host_out) {
-      cuda(cudaMemcpyAsync(w->host_out, w->device_copy, w->bytes, cudaMemcpyDeviceToHost, w->comm->stream),
+      cuda(cudaMemcpyAsync(w->host_out, w->device_copy, w->bytes, cudaMemcpyDeviceToHost,
+                           w->comm->stream),
            "copying a result to the host");
       cudaEvent_t copied = w->done;
       cuda(cudaEventRecord(copied, w->comm->stream), "cudaEventRecord");
@@ -407,7 +443,9 @@ class Nccl : public loom::sdk::CommPlugin {
     if (!on_host(data)) return {data, nullptr, bytes};
     Staged s{nullptr, data, bytes};
     cuda(cudaMallocAsync(&s.ptr, std::max<size_t>(bytes, 1), c->stream), "staging a host buffer");
-    if (copy_in && bytes) cuda(cudaMemcpyAsync(s.ptr, data, bytes, cudaMemcpyHostToDevice, c->stream), "staging a host buffer");
+    if (copy_in && bytes)
+      cuda(cudaMemcpyAsync(s.ptr, data, bytes, cudaMemcpyHostToDevice, c->stream),
+           "staging a host buffer");
     return s;
   }
   void release(loom_comm* c, void* device_copy) {
@@ -416,8 +454,8 @@ class Nccl : public loom::sdk::CommPlugin {
 
   // `in`: a staged input, freed once the operation is on the stream; `out`: the output. Inside a
   // group NCCL queues nothing until group_end, so the events wait for it too.
-  loom_work* finish(loom_comm* c, const std::string& what, const Staged& in, const Staged& out, void* host_out,
-                    bool async) {
+  loom_work* finish(loom_comm* c, const std::string& what, const Staged& in, const Staged& out,
+                    void* host_out, bool async) {
     auto w = std::make_unique<loom_work>();
     w->comm = c;
     w->what = what;
@@ -425,7 +463,9 @@ class Nccl : public loom::sdk::CommPlugin {
     if (out.host) w->device_copy = out.ptr, w->host_out = host_out, w->bytes = out.bytes;
     cuda(cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming), "cudaEventCreate");
     if (grouped_) {
-      if (!async) throw Error(LOOM_INTERNAL, "nccl: " + what + " waited for inside a group, which starts only at group_end");
+      if (!async)
+        throw Error(LOOM_INTERNAL,
+                    "nccl: " + what + " waited for inside a group, which starts only at group_end");
       in_group_.push_back(w.get());
       return w.release();
     }
@@ -454,14 +494,16 @@ class Nccl : public loom::sdk::CommPlugin {
       ncclCommGetAsyncError(w.comm->comm, &async);
       if (async != ncclSuccess && async != ncclInProgress) {
         ncclCommAbort(w.comm->comm);
-        throw Error(LOOM_FATAL, "nccl " + w.what + " failed on rank " + std::to_string(w.comm->rank) + ": " +
-                                    ncclGetErrorString(async) + " (" + ncclGetLastError(nullptr) + ")");
+        throw Error(LOOM_FATAL,
+                    "nccl " + w.what + " failed on rank " + std::to_string(w.comm->rank) + ": " +
+                        ncclGetErrorString(async) + " (" + ncclGetLastError(nullptr) + ")");
       }
       if (Clock::now() - start > w.comm->timeout) {
         ncclCommAbort(w.comm->comm);
-        throw Error(LOOM_FATAL, "nccl " + w.what + " over " + std::to_string(w.comm->size) + " ranks timed out on rank " +
-                                    std::to_string(w.comm->rank) + " after " +
-                                    std::to_string(w.comm->timeout.count() / 1000) + " s: a peer is dead or stuck");
+        throw Error(LOOM_FATAL, "nccl " + w.what + " over " + std::to_string(w.comm->size) +
+                                    " ranks timed out on rank " + std::to_string(w.comm->rank) +
+                                    " after " + std::to_string(w.comm->timeout.count() / 1000) +
+                                    " s: a peer is dead or stuck");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
@@ -495,13 +537,15 @@ class Nccl : public loom::sdk::CommPlugin {
 
   void put(const std::string& key, const void* data, size_t n) {
     loom::sdk::ErrorBox e(host_.raw());
-    if (store_->set(store_->self, key.c_str(), data, n, e.get()) != LOOM_OK) e.raise("nccl: store set");
+    if (store_->set(store_->self, key.c_str(), data, n, e.get()) != LOOM_OK)
+      e.raise("nccl: store set");
   }
   std::vector<char> fetch(const std::string& key) {
     loom::sdk::ErrorBox e(host_.raw());
     const void* p = nullptr;
     size_t n = 0;
-    if (store_->get(store_->self, key.c_str(), &p, &n, e.get()) != LOOM_OK) e.raise("nccl: store get");
+    if (store_->get(store_->self, key.c_str(), &p, &n, e.get()) != LOOM_OK)
+      e.raise("nccl: store get");
     return std::vector<char>(static_cast<const char*>(p), static_cast<const char*>(p) + n);
   }
 
@@ -511,9 +555,9 @@ class Nccl : public loom::sdk::CommPlugin {
   const loom_native_streams* streams_ = nullptr;  // its streams
   cudaStream_t stream_ = nullptr;                 // every communicator's: the device's comm stream
   bool own_stream_ = false;
-  int device_ = 0;                                // this process's GPU
-  bool grouped_ = false;                          // inside group_start .. group_end
-  std::vector<loom_work*> in_group_;              // issued in the open group: queued at group_end
+  int device_ = 0;                    // this process's GPU
+  bool grouped_ = false;              // inside group_start .. group_end
+  std::vector<loom_work*> in_group_;  // issued in the open group: queued at group_end
   Watchdog watchdog_;
 };
 

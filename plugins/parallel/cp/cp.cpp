@@ -14,11 +14,10 @@
 // The causal mask makes a contiguous split unfair: the rank holding the last positions sees every
 // key, the first sees only its own. The zig-zag split cuts each sequence into 2 cp chunks and
 // gives rank r chunks r and 2 cp - 1 - r, so every rank does the same work at every ring step.
-#include <loom/sdk.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <loom/sdk.hpp>
 #include <string>
 #include <vector>
 
@@ -39,27 +38,37 @@ class Cp : public loom::sdk::ContextPlugin {
   // attention of the chunk already here (overlap = false: waited for). The all-gather algorithm
   // gathers every rank's k and v before the block's attention and reduce-scatters their
   // gradients after it, with nothing to hide behind (Llama 3's context parallelism).
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options& o) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q,
+                                                const loom::sdk::Options& o) {
     using loom::sdk::collective;
-    const int64_t kv = q.tokens * q.kv_width * q.act_bytes, calls = int64_t(q.layers) * q.microbatches;
+    const int64_t kv = q.tokens * q.kv_width * q.act_bytes,
+                  calls = int64_t(q.layers) * q.microbatches;
     if (o.str("algorithm") == "allgather")
-      return {collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, kv * q.group, calls, 0.0, "k, v all-gather"),
-              collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, kv * q.group, calls, 0.0, "k, v grads reduce-scatter")};
+      return {collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, kv * q.group, calls, 0.0,
+                         "k, v all-gather"),
+              collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, kv * q.group, calls, 0.0,
+                         "k, v grads reduce-scatter")};
     const double hidden = o.boolean("overlap") ? 1.0 : 0.0;
     const int64_t hops = int64_t(q.group - 1) * calls;
     return {collective(LOOM_COST_SEND_RECV, LOOM_COST_FORWARD, kv, hops, hidden, "k, v ring"),
-            collective(LOOM_COST_SEND_RECV, LOOM_COST_BACKWARD, 2 * kv, hops, hidden, "k, v and grads ring")};
+            collective(LOOM_COST_SEND_RECV, LOOM_COST_BACKWARD, 2 * kv, hops, hidden,
+                       "k, v and grads ring")};
   }
   static constexpr loom_option_spec kOptions[] = {
-      {"algorithm", LOOM_OPT_STRING, "\"ring\"", "ring (K/V blocks pass round the group, overlapped with compute) or allgather"},
-      {"split", LOOM_OPT_STRING, "\"zigzag\"", "zigzag (two mirrored chunks per rank: balanced under the causal mask) or contiguous"},
-      {"overlap", LOOM_OPT_BOOL, "true", "ring: send the next block while computing this one (false: wait first, to measure the transfers alone)"},
+      {"algorithm", LOOM_OPT_STRING, "\"ring\"",
+       "ring (K/V blocks pass round the group, overlapped with compute) or allgather"},
+      {"split", LOOM_OPT_STRING, "\"zigzag\"",
+       "zigzag (two mirrored chunks per rank: balanced under the causal mask) or contiguous"},
+      {"overlap", LOOM_OPT_BOOL, "true",
+       "ring: send the next block while computing this one (false: wait first, to measure the "
+       "transfers alone)"},
       {nullptr, 0, nullptr, nullptr}};
-  static constexpr loom::sdk::About about{.name = "cp",
-                                          .version = "1.0.0",
-                                          .summary = "context parallel: ring or all-gather attention over a zig-zag split",
-                                          .options = kOptions,
-                                          .cost = &cost};
+  static constexpr loom::sdk::About about{
+      .name = "cp",
+      .version = "1.0.0",
+      .summary = "context parallel: ring or all-gather attention over a zig-zag split",
+      .options = kOptions,
+      .cost = &cost};
 
   explicit Cp(const loom::sdk::Context& ctx)
       : host_(ctx.host),
@@ -67,9 +76,11 @@ class Cp : public loom::sdk::ContextPlugin {
         split_(ctx.options.str("split")),
         overlap_(ctx.options.boolean("overlap")) {
     if (algorithm_ != "ring" && algorithm_ != "allgather")
-      throw loom::sdk::ConfigError("[plugins.cp] algorithm = \"" + algorithm_ + "\": expected \"ring\" or \"allgather\"");
+      throw loom::sdk::ConfigError("[plugins.cp] algorithm = \"" + algorithm_ +
+                                   "\": expected \"ring\" or \"allgather\"");
     if (split_ != "zigzag" && split_ != "contiguous")
-      throw loom::sdk::ConfigError("[plugins.cp] split = \"" + split_ + "\": expected \"zigzag\" or \"contiguous\"");
+      throw loom::sdk::ConfigError("[plugins.cp] split = \"" + split_ +
+                                   "\": expected \"zigzag\" or \"contiguous\"");
   }
 
   void setup(const loom_context_context& ctx) override {
@@ -77,7 +88,8 @@ class Cp : public loom::sdk::ContextPlugin {
     n_ = ctx.comm->size(ctx.comm_self, ctx.cp);
     rank_ = ctx.comm->rank(ctx.comm_self, ctx.cp);
     const loom_host* h = host_.raw();
-    for (auto* b : {&kv_[0], &kv_[1], &dkv_[0], &dkv_[1], &dkv_block_, &kv_all_, &dkv_all_, &q_, &dq_, &dq_block_, &part_, &part_lse_})
+    for (auto* b : {&kv_[0], &kv_[1], &dkv_[0], &dkv_[1], &dkv_block_, &kv_all_, &dkv_all_, &q_,
+                    &dq_, &dq_block_, &part_, &part_lse_})
       *b = DeviceArray<float>(h, ctx.ops, 0, "cp's attention buffers");
     // The kernels read every rank's positions from the device, uploaded once per sequence
     // length; masked() reads the host's copy.
@@ -91,10 +103,12 @@ class Cp : public loom::sdk::ContextPlugin {
   std::vector<loom_position_run> split(int64_t T, int rank) override {
     const int64_t parts = split_ == "zigzag" ? 2 * n_ : n_;
     if (T % parts != 0)
-      throw loom::sdk::ConfigError("[model] seq_len = " + std::to_string(T) + " is not a multiple of " +
-                                   (split_ == "zigzag" ? "2 x cp = " : "cp = ") + std::to_string(parts) +
-                                   (split_ == "zigzag" ? ": the zig-zag split gives each cp rank two chunks of every sequence"
-                                                       : ": each cp rank holds an equal part of every sequence"));
+      throw loom::sdk::ConfigError(
+          "[model] seq_len = " + std::to_string(T) + " is not a multiple of " +
+          (split_ == "zigzag" ? "2 x cp = " : "cp = ") + std::to_string(parts) +
+          (split_ == "zigzag"
+               ? ": the zig-zag split gives each cp rank two chunks of every sequence"
+               : ": each cp rank holds an equal part of every sequence"));
     const int64_t c = T / parts;
     if (split_ == "contiguous") return {{rank * c, c}};
     return {{rank * c, c}, {(2 * n_ - 1 - rank) * c, c}};
@@ -174,13 +188,13 @@ class Cp : public loom::sdk::ContextPlugin {
     const int64_t W = s_.kv_width(), C = s_.Hkv * s_.D;
     auto t0 = Clock::now();
     if (first) {
-      o->attention_block_fwd(a.out, a.lse, a.q, kv, kv + C, a.ldq, W, s_.B, s_.T, s_.T, s_.H, s_.Hkv, s_.D,
-                             pos(rank_), pos(src));
+      o->attention_block_fwd(a.out, a.lse, a.q, kv, kv + C, a.ldq, W, s_.B, s_.T, s_.T, s_.H,
+                             s_.Hkv, s_.D, pos(rank_), pos(src));
     } else if (!masked(src)) {
       float* part = part_.at_least(s_.q_elems());
       float* part_lse = part_lse_.at_least(s_.B * s_.H * s_.T);
-      o->attention_block_fwd(part, part_lse, a.q, kv, kv + C, a.ldq, W, s_.B, s_.T, s_.T, s_.H, s_.Hkv,
-                             s_.D, pos(rank_), pos(src));
+      o->attention_block_fwd(part, part_lse, a.q, kv, kv + C, a.ldq, W, s_.B, s_.T, s_.T, s_.H,
+                             s_.Hkv, s_.D, pos(rank_), pos(src));
       o->attention_merge(a.out, a.lse, part, part_lse, s_.B, s_.T, s_.H, s_.D);
     }
     compute_ms_ += ms_since(t0);
@@ -214,17 +228,21 @@ class Cp : public loom::sdk::ContextPlugin {
   // group: every rank's ring step k is its group k, paired with its neighbours'.
   Transfer shift(float* out, float* in, int64_t n, int tag) {
     Transfer t;
-    loom_tensor to = loom::sdk::flat_tensor(in, LOOM_F32, n), from = loom::sdk::flat_tensor(out, LOOM_F32, n);
+    loom_tensor to = loom::sdk::flat_tensor(in, LOOM_F32, n),
+                from = loom::sdk::flat_tensor(out, LOOM_F32, n);
     to.device = from.device = ctx_.device;
     ErrorBox e(host_.raw());
     const loom_comm_v2* c = ctx_.comm;
-    const bool groups = LOOM_HAS_FIELD(&c->base, loom_comm_v2, group_end) && c->group_start && c->group_end;
-    if (groups && c->group_start(ctx_.comm_self, ctx_.cp, e.get()) != LOOM_OK) e.raise("cp ring: group start");
+    const bool groups =
+        LOOM_HAS_FIELD(&c->base, loom_comm_v2, group_end) && c->group_start && c->group_end;
+    if (groups && c->group_start(ctx_.comm_self, ctx_.cp, e.get()) != LOOM_OK)
+      e.raise("cp ring: group start");
     if (c->recv(ctx_.comm_self, ctx_.cp, &to, prev(), tag, &t.recv, e.get()) != LOOM_OK)
       e.raise("cp ring: receive from cp rank " + std::to_string(prev()));
     if (c->send(ctx_.comm_self, ctx_.cp, &from, next(), tag, &t.send, e.get()) != LOOM_OK)
       e.raise("cp ring: send to cp rank " + std::to_string(next()));
-    if (groups && c->group_end(ctx_.comm_self, ctx_.cp, e.get()) != LOOM_OK) e.raise("cp ring: group end");
+    if (groups && c->group_end(ctx_.comm_self, ctx_.cp, e.get()) != LOOM_OK)
+      e.raise("cp ring: group end");
     bytes_sent_ += n * static_cast<int64_t>(sizeof(float));
     return t;
   }
@@ -233,7 +251,8 @@ class Cp : public loom::sdk::ContextPlugin {
     auto t0 = Clock::now();
     ErrorBox e(host_.raw());
     for (loom_work** w : {&t.send, &t.recv}) {
-      if (*w && ctx_.comm->wait(ctx_.comm_self, *w, e.get()) != LOOM_OK) e.raise("cp ring transfer");
+      if (*w && ctx_.comm->wait(ctx_.comm_self, *w, e.get()) != LOOM_OK)
+        e.raise("cp ring transfer");
       *w = nullptr;
     }
     exposed_ms_ += ms_since(t0);
@@ -264,8 +283,8 @@ class Cp : public loom::sdk::ContextPlugin {
     const int64_t W = s_.kv_width(), C = s_.Hkv * s_.D, HD = s_.H * s_.D;
     float* dq = dq_block_.at_least(s_.q_elems());
     auto t0 = Clock::now();
-    o->attention_block_bwd(dq, dkv, dkv + C, a.dout, q_.data(), kv, kv + C, a.out, a.lse, HD, W, s_.B, s_.T, s_.T,
-                           s_.H, s_.Hkv, s_.D, pos(rank_), pos(src));
+    o->attention_block_bwd(dq, dkv, dkv + C, a.dout, q_.data(), kv, kv + C, a.out, a.lse, HD, W,
+                           s_.B, s_.T, s_.T, s_.H, s_.Hkv, s_.D, pos(rank_), pos(src));
     o->accumulate(dq_.data(), dq, s_.q_elems());
     compute_ms_ += ms_since(t0);
     return true;
@@ -275,7 +294,8 @@ class Cp : public loom::sdk::ContextPlugin {
   void start_bwd(const loom_attention_args& a) {
     const int64_t HD = s_.H * s_.D;
     float* q = q_.at_least(s_.q_elems());
-    for (int64_t row = 0; row < s_.B * s_.T; ++row) copy(q + row * HD, a.q + row * a.ldq, HD * sizeof(float));
+    for (int64_t row = 0; row < s_.B * s_.T; ++row)
+      copy(q + row * HD, a.q + row * a.ldq, HD * sizeof(float));
     zero(dq_.at_least(s_.q_elems()), s_.q_elems() * sizeof(float));
   }
 
@@ -329,7 +349,8 @@ class Cp : public loom::sdk::ContextPlugin {
     float* mine = kv_[0].at_least(n);
     float* all = kv_all_.at_least(n * n_);
     pack_kv(mine, a);
-    loom_tensor in = loom::sdk::flat_tensor(mine, LOOM_F32, n), out = loom::sdk::flat_tensor(all, LOOM_F32, n * n_);
+    loom_tensor in = loom::sdk::flat_tensor(mine, LOOM_F32, n),
+                out = loom::sdk::flat_tensor(all, LOOM_F32, n * n_);
     in.device = out.device = ctx_.device;
     auto t0 = Clock::now();
     ErrorBox e(host_.raw());
@@ -355,13 +376,16 @@ class Cp : public loom::sdk::ContextPlugin {
     const float* all = gather_kv(a);
     float* grads = dkv_all_.at_least(n * n_);
     for (int src = 0; src < n_; ++src)
-      if (!block_grads(a, all + src * n, src, grads + src * n)) zero(grads + src * n, n * sizeof(float));
+      if (!block_grads(a, all + src * n, src, grads + src * n))
+        zero(grads + src * n, n * sizeof(float));
     float* mine = dkv_block_.at_least(n);
-    loom_tensor in = loom::sdk::flat_tensor(grads, LOOM_F32, n * n_), out = loom::sdk::flat_tensor(mine, LOOM_F32, n);
+    loom_tensor in = loom::sdk::flat_tensor(grads, LOOM_F32, n * n_),
+                out = loom::sdk::flat_tensor(mine, LOOM_F32, n);
     in.device = out.device = ctx_.device;
     auto t0 = Clock::now();
     ErrorBox e(host_.raw());
-    if (ctx_.comm->reduce_scatter(ctx_.comm_self, ctx_.cp, &in, &out, LOOM_REDUCE_SUM, nullptr, e.get()) != LOOM_OK)
+    if (ctx_.comm->reduce_scatter(ctx_.comm_self, ctx_.cp, &in, &out, LOOM_REDUCE_SUM, nullptr,
+                                  e.get()) != LOOM_OK)
       e.raise("cp reduce-scatter of key and value gradients");
     exposed_ms_ += ms_since(t0);
     bytes_sent_ += n * static_cast<int64_t>(sizeof(float)) * (n_ - 1);
@@ -376,9 +400,10 @@ class Cp : public loom::sdk::ContextPlugin {
   int n_ = 1, rank_ = 0;
   Shape s_{};
   int64_t seq_len_ = 0;
-  DeviceArray<float> kv_[2], dkv_[2], dkv_block_, kv_all_, dkv_all_, q_, dq_, dq_block_, part_, part_lse_;
+  DeviceArray<float> kv_[2], dkv_[2], dkv_block_, kv_all_, dkv_all_, q_, dq_, dq_block_, part_,
+      part_lse_;
   std::vector<DeviceArray<int64_t>> positions_;       // on the device, for the kernels
-  std::vector<std::vector<int64_t>> host_positions_;                // the same, for masked()
+  std::vector<std::vector<int64_t>> host_positions_;  // the same, for masked()
   double compute_ms_ = 0, exposed_ms_ = 0;
   int64_t bytes_sent_ = 0;
 };

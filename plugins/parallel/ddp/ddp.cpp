@@ -26,13 +26,12 @@
 // reasoning behind PyTorch DDP's fixed 25 MiB, made per link). Off by default: an element's
 // summation order in a ring depends on where the bucket boundaries fall, so a measured size
 // would let the last bits of a dp > 2 run vary from one launch to the next.
-#include <loom/formats.hpp>
-#include <loom/sdk.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <loom/formats.hpp>
+#include <loom/sdk.hpp>
 #include <string>
 #include <vector>
 
@@ -63,7 +62,8 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   // The options change the plan as they change the run: bf16 wires send 2 bytes per gradient
   // (otherwise the workload's width), and overlap = false reduces every bucket after the
   // backward, exposed.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options& o) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q,
+                                                const loom::sdk::Options& o) {
     using loom::sdk::collective;
     const std::string dtype = o.str("reduce_dtype");
     const int64_t width = dtype == "bf16" ? 2 : dtype == "fp8" ? 1 : q.grad_bytes;
@@ -72,33 +72,40 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     const double hidden = overlap ? 1.0 : 0.0;
     std::vector<loom_cost_collective> c;
     const int64_t dense = q.params - q.expert_params;
-    c.push_back(collective(LOOM_COST_ALL_REDUCE, phase, dense * width, 1, hidden, "gradient all-reduce (buckets)"));
+    c.push_back(collective(LOOM_COST_ALL_REDUCE, phase, dense * width, 1, hidden,
+                           "gradient all-reduce (buckets)"));
     if (q.expert_params > 0 && q.expert_dp > 1)
-      c.push_back(collective(LOOM_COST_ALL_REDUCE, phase, q.expert_params * width, 1, hidden, "expert gradient all-reduce",
-                             q.expert_dp));
+      c.push_back(collective(LOOM_COST_ALL_REDUCE, phase, q.expert_params * width, 1, hidden,
+                             "expert gradient all-reduce", q.expert_dp));
     return c;
   }
   static constexpr loom_option_spec kOptions[] = {
-      {"bucket_mb", LOOM_OPT_FLOAT, "25.0", "gradient bucket size in MiB; 0 = sized from the measured link"},
+      {"bucket_mb", LOOM_OPT_FLOAT, "25.0",
+       "gradient bucket size in MiB; 0 = sized from the measured link"},
       {"overlap", LOOM_OPT_BOOL, "true", "reduce buckets during backward (false: all after it)"},
-      {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient all-reduce dtype: fp32, bf16 or fp8 (E4M3, a scale per block)"},
+      {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"",
+       "gradient all-reduce dtype: fp32, bf16 or fp8 (E4M3, a scale per block)"},
       {nullptr, 0, nullptr, nullptr},
   };
-  static constexpr loom::sdk::About about{.name = "ddp",
-                                          .version = "1.0.0",
-                                          .summary = "data parallel: bucketed gradient all-reduce overlapped with backward",
-                                          .options = kOptions,
-                                          .cost = &cost,
-                                          .capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE};
+  static constexpr loom::sdk::About about{
+      .name = "ddp",
+      .version = "1.0.0",
+      .summary = "data parallel: bucketed gradient all-reduce overlapped with backward",
+      .options = kOptions,
+      .cost = &cost,
+      .capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE};
 
   explicit Ddp(const loom::sdk::Context& ctx)
       : host_(ctx.host),
         bucket_bytes_(static_cast<int64_t>(ctx.options.f64("bucket_mb") * 1048576.0)),
         overlap_(ctx.options.boolean("overlap")) {
-    if (bucket_bytes_ < 0) throw loom::sdk::ConfigError("bucket_mb must be positive, or 0 to size buckets from the measured link");
+    if (bucket_bytes_ < 0)
+      throw loom::sdk::ConfigError(
+          "bucket_mb must be positive, or 0 to size buckets from the measured link");
     const std::string dtype = ctx.options.str("reduce_dtype");
     if (dtype != "fp32" && dtype != "bf16" && dtype != "fp8")
-      throw loom::sdk::ConfigError("reduce_dtype must be \"fp32\", \"bf16\" or \"fp8\", got \"" + dtype + "\"");
+      throw loom::sdk::ConfigError("reduce_dtype must be \"fp32\", \"bf16\" or \"fp8\", got \"" +
+                                   dtype + "\"");
     bf16_ = dtype == "bf16";
     fp8_ = dtype == "fp8";
   }
@@ -106,9 +113,13 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   void setup(const loom_data_context& ctx) override {
     ctx_ = ctx;
     if ((bf16_ || fp8_) && !LOOM_HAS_FIELD(ctx.ops, loom_ops, decode_blocks))
-      throw loom::sdk::Error(LOOM_UNAVAILABLE, std::string("[plugins.ddp] reduce_dtype = \"") + (bf16_ ? "bf16" : "fp8") +
-                                                   "\" needs the op table's wire kernels (ABI 2.5); this runtime's is older");
-    if (fp8_) sum_ = loom::sdk::DeviceArray<float>(host_.raw(), ctx.ops, 0, "an fp8 bucket's reduced block");
+      throw loom::sdk::Error(
+          LOOM_UNAVAILABLE,
+          std::string("[plugins.ddp] reduce_dtype = \"") + (bf16_ ? "bf16" : "fp8") +
+              "\" needs the op table's wire kernels (ABI 2.5); this runtime's is older");
+    if (fp8_)
+      sum_ =
+          loom::sdk::DeviceArray<float>(host_.raw(), ctx.ops, 0, "an fp8 bucket's reduced block");
     expert_dp_ = ctx.expert_dp;
     if (expert_dp_)  // an expert gradient: sum over expert_dp / size(dp) = average x this
       expert_scale_ = static_cast<float>(ctx.comm->size(ctx.comm_self, expert_dp_)) /
@@ -169,8 +180,11 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
         }
         continue;
       }
-      if (bf16_) ctx_.ops->from_bf16(ctx_.grads + b.begin, b.staged.as<uint16_t>(), b.end - b.begin);
-      if (b.expert) ctx_.ops->scale(ctx_.grads + b.begin, expert_scale_, b.end - b.begin);  // the grads may be device memory
+      if (bf16_)
+        ctx_.ops->from_bf16(ctx_.grads + b.begin, b.staged.as<uint16_t>(), b.end - b.begin);
+      if (b.expert)
+        ctx_.ops->scale(ctx_.grads + b.begin, expert_scale_,
+                        b.end - b.begin);  // the grads may be device memory
     }
     auto t1 = Clock::now();
     exposed_ms = ms_between(t0, t1);
@@ -240,23 +254,28 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
   // fp8 phase 1: every rank's block j, scaled, to rank j (see the top of the file).
   void issue_fp8(Bucket& b, loom_comm* group, int64_t n) {
     const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = block_bytes(width);
-    if (b.sent.size() == 0) b.sent = bytes(n * stride, "an fp8 gradient wire"), b.received = bytes(n * stride, "an fp8 gradient wire");
+    if (b.sent.size() == 0)
+      b.sent = bytes(n * stride, "an fp8 gradient wire"),
+      b.received = bytes(n * stride, "an fp8 gradient wire");
     ctx_.ops->encode_blocks(b.sent.data(), ctx_.grads + b.begin, count, width, n);
     loom_tensor in = loom::sdk::flat_tensor(b.sent.data(), LOOM_U8, n * stride);
     loom_tensor out = loom::sdk::flat_tensor(b.received.data(), LOOM_U8, n * stride);
     sent_ += 2 * (n - 1) * stride;  // this phase and the gather
     loom::sdk::ErrorBox err(host_.raw());
-    if (ctx_.comm->all_to_all(ctx_.comm_self, group, &in, &out, nullptr, nullptr, &b.work, err.get()) != LOOM_OK)
+    if (ctx_.comm->all_to_all(ctx_.comm_self, group, &in, &out, nullptr, nullptr, &b.work,
+                              err.get()) != LOOM_OK)
       err.raise("issuing a gradient all-to-all (fp8)");
   }
   // fp8 phase 2, once phase 1 completed: the mean of this rank's block, encoded and gathered, and
   // every gathered block decoded into the gradients.
   void gather_fp8(Bucket& b) {
     loom_comm* group = b.expert ? expert_dp_ : ctx_.dp;
-    const int64_t n = ctx_.comm->size(ctx_.comm_self, group), r = ctx_.comm->rank(ctx_.comm_self, group);
+    const int64_t n = ctx_.comm->size(ctx_.comm_self, group),
+                  r = ctx_.comm->rank(ctx_.comm_self, group);
     const int64_t count = b.end - b.begin, width = (count + n - 1) / n, stride = block_bytes(width);
     ctx_.ops->zero(sum_.at_least(width), 4 * width);
-    ctx_.ops->decode_blocks(sum_.data(), b.received.data(), width, width, n, LOOM_BLOCKS_SUM | LOOM_BLOCKS_ADD);
+    ctx_.ops->decode_blocks(sum_.data(), b.received.data(), width, width, n,
+                            LOOM_BLOCKS_SUM | LOOM_BLOCKS_ADD);
     const float mean = (b.expert ? expert_scale_ : 1.f) / static_cast<float>(n);
     ctx_.ops->scale(sum_.data(), mean, width);
     const int64_t mine = std::max<int64_t>(0, std::min(width, count - r * width));
@@ -284,16 +303,19 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
       ctx_.ops->to_bf16(b.staged.as<uint16_t>(), ctx_.grads + b.begin, b.end - b.begin);
       t = loom::sdk::flat_tensor(b.staged.data(), LOOM_BF16, b.end - b.begin);
     }
-    sent_ += 2 * (n - 1) * (b.end - b.begin) * (bf16_ ? 2 : 4) / n;  // a ring sends 2 (n-1)/n of the buffer
+    sent_ += 2 * (n - 1) * (b.end - b.begin) * (bf16_ ? 2 : 4) /
+             n;  // a ring sends 2 (n-1)/n of the buffer
     loom::sdk::ErrorBox err(host_.raw());
-    if (ctx_.comm->all_reduce(ctx_.comm_self, group, &t, LOOM_REDUCE_AVG | LOOM_COMM_PERSISTENT, &b.work, err.get()) != LOOM_OK)
+    if (ctx_.comm->all_reduce(ctx_.comm_self, group, &t, LOOM_REDUCE_AVG | LOOM_COMM_PERSISTENT,
+                              &b.work, err.get()) != LOOM_OK)
       err.raise("issuing a gradient all-reduce");
   }
 
   loom::sdk::Host host_;
   int64_t bucket_bytes_;
   bool overlap_, bf16_ = false, fp8_ = false;
-  loom::sdk::DeviceArray<float> sum_;  // fp8 phase 2: this rank's reduced block, the widest bucket's
+  loom::sdk::DeviceArray<float>
+      sum_;  // fp8 phase 2: this rank's reduced block, the widest bucket's
   loom_data_context ctx_{};
   loom_comm* expert_dp_ = nullptr;
   float expert_scale_ = 1.f;

@@ -7,9 +7,8 @@
 // contiguous block. They arrive grouped by source rank; dispatch regroups them by local expert
 // (each expert's rows contiguous, one GEMM per expert) and combine undoes that before sending
 // them home.
-#include <loom/sdk.hpp>
-
 #include <cstring>
+#include <loom/sdk.hpp>
 #include <string>
 #include <vector>
 
@@ -21,22 +20,27 @@ class Ep : public loom::sdk::ExpertPlugin {
  public:
   // GShard's dispatch and combine: per MoE block and micro-batch, two all-to-alls of the routed
   // tokens (tokens x top_k rows of d_model) forward and two backward.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q,
+                                                const loom::sdk::Options&) {
     using loom::sdk::collective;
     const int64_t rows = q.tokens * q.top_k * q.d_model * q.act_bytes,
                   calls = 2 * int64_t(q.moe_layers) * q.microbatches;
-    return {collective(LOOM_COST_ALL_TO_ALL, LOOM_COST_FORWARD, rows, calls, 0.0, "token dispatch and combine"),
-            collective(LOOM_COST_ALL_TO_ALL, LOOM_COST_BACKWARD, rows, calls, 0.0, "gradient dispatch and combine")};
+    return {collective(LOOM_COST_ALL_TO_ALL, LOOM_COST_FORWARD, rows, calls, 0.0,
+                       "token dispatch and combine"),
+            collective(LOOM_COST_ALL_TO_ALL, LOOM_COST_BACKWARD, rows, calls, 0.0,
+                       "gradient dispatch and combine")};
   }
-  static constexpr loom::sdk::About about{.name = "ep",
-                                          .version = "1.0.0",
-                                          .summary = "expert parallel: experts split over ep, tokens moved by all-to-all",
-                                          .cost = &cost,
-                                          .services = LOOM_SERVICE_DEVICE};
+  static constexpr loom::sdk::About about{
+      .name = "ep",
+      .version = "1.0.0",
+      .summary = "expert parallel: experts split over ep, tokens moved by all-to-all",
+      .cost = &cost,
+      .services = LOOM_SERVICE_DEVICE};
 
   // The device's table (loom.device), when training: the regrouping copies go through it, since
   // the rows may be device memory the host cannot touch.
-  explicit Ep(const loom::sdk::Context& ctx) : host_(ctx.host), device_(ctx.host.service<loom_ops>(LOOM_SERVICE_DEVICE)) {}
+  explicit Ep(const loom::sdk::Context& ctx)
+      : host_(ctx.host), device_(ctx.host.service<loom_ops>(LOOM_SERVICE_DEVICE)) {}
 
   void setup(const loom_expert_context& ctx, int32_t& first, int32_t& count) override {
     ctx_ = ctx;
@@ -56,11 +60,13 @@ class Ep : public loom::sdk::ExpertPlugin {
     loom_tensor in = loom::sdk::flat_tensor(const_cast<int64_t*>(sent), LOOM_I64, ctx_.experts);
     loom_tensor out = loom::sdk::flat_tensor(received, LOOM_I64, ctx_.experts);
     ErrorBox e(host_.raw());
-    if (ctx_.comm->all_to_all(ctx_.comm_self, ctx_.ep, &in, &out, nullptr, nullptr, nullptr, e.get()) != LOOM_OK)
+    if (ctx_.comm->all_to_all(ctx_.comm_self, ctx_.ep, &in, &out, nullptr, nullptr, nullptr,
+                              e.get()) != LOOM_OK)
       e.raise("ep count exchange (all-to-all)");
   }
 
-  void dispatch(const loom_tensor& rows, const int64_t* sent, const int64_t* received, loom_tensor& out) override {
+  void dispatch(const loom_tensor& rows, const int64_t* sent, const int64_t* received,
+                loom_tensor& out) override {
     const int64_t width = row_width(rows);
     const std::vector<int64_t> to = per_rank(sent), from = per_rank(received);
     loom_tensor mid = staging(rows.dtype, total(from) * width);
@@ -68,7 +74,8 @@ class Ep : public loom::sdk::ExpertPlugin {
     regroup(mid, out, received, width, true);
   }
 
-  void combine(const loom_tensor& rows, const int64_t* sent, const int64_t* received, loom_tensor& out) override {
+  void combine(const loom_tensor& rows, const int64_t* sent, const int64_t* received,
+               loom_tensor& out) override {
     const int64_t width = row_width(rows);
     const std::vector<int64_t> to = per_rank(received), from = per_rank(sent);
     loom_tensor mid = staging(rows.dtype, total(to) * width);
@@ -93,7 +100,8 @@ class Ep : public loom::sdk::ExpertPlugin {
       staged_.resize(static_cast<size_t>(bytes));
       p = staged_.data();
     } else if (!staged_device_.data()) {
-      staged_device_ = loom::sdk::DeviceArray<char>(host_.raw(), device_, bytes, "ep's dispatch staging");
+      staged_device_ =
+          loom::sdk::DeviceArray<char>(host_.raw(), device_, bytes, "ep's dispatch staging");
       p = staged_device_.data();
     } else {
       p = staged_device_.at_least(bytes);
@@ -119,18 +127,21 @@ class Ep : public loom::sdk::ExpertPlugin {
     loom_tensor i = loom::sdk::flat_tensor(in.data, static_cast<loom_dtype>(in.dtype), total(sc));
     loom_tensor o = loom::sdk::flat_tensor(out.data, static_cast<loom_dtype>(out.dtype), total(rc));
     ErrorBox e(host_.raw());
-    if (ctx_.comm->all_to_all(ctx_.comm_self, ctx_.ep, &i, &o, sc.data(), rc.data(), nullptr, e.get()) != LOOM_OK)
+    if (ctx_.comm->all_to_all(ctx_.comm_self, ctx_.ep, &i, &o, sc.data(), rc.data(), nullptr,
+                              e.get()) != LOOM_OK)
       e.raise(what);
   }
 
   // Source-major (for each source s, its rows for local experts 0..) <-> expert-major (for each
   // local expert j, the rows of sources 0..); received[s * local + j] rows in block (s, j).
-  void regroup(const loom_tensor& in, loom_tensor& out, const int64_t* received, int64_t width, bool to_expert_major) {
+  void regroup(const loom_tensor& in, loom_tensor& out, const int64_t* received, int64_t width,
+               bool to_expert_major) {
     const size_t row = width * loom::sdk::element_size(in.dtype);
     std::vector<int64_t> source_at(n_ * local_), expert_at(n_ * local_);
     int64_t at = 0;
     for (int s = 0; s < n_; ++s)
-      for (int j = 0; j < local_; ++j) source_at[s * local_ + j] = at, at += received[s * local_ + j];
+      for (int j = 0; j < local_; ++j)
+        source_at[s * local_ + j] = at, at += received[s * local_ + j];
     at = 0;
     for (int j = 0; j < local_; ++j)
       for (int s = 0; s < n_; ++s) expert_at[s * local_ + j] = at, at += received[s * local_ + j];
@@ -154,8 +165,8 @@ class Ep : public loom::sdk::ExpertPlugin {
   const loom_ops* device_;
   loom_expert_context ctx_{};
   int n_ = 1, rank_ = 0, local_ = 0;
-  std::vector<char> staged_;                       // without a device table (never when training)
-  loom::sdk::DeviceArray<char> staged_device_;      // with one
+  std::vector<char> staged_;                    // without a device table (never when training)
+  loom::sdk::DeviceArray<char> staged_device_;  // with one
 };
 
 }  // namespace

@@ -1,10 +1,9 @@
 // Pipeline schedules: gpipe, 1f1b, interleaved and zbh1, one library. Each decides how the model's
 // layers split into (virtual) stages and in which order a pp rank runs its micro-batches forward
 // and backward; the runtime moves the activations and checks that the order cannot deadlock.
-#include <loom/sdk.hpp>
-
 #include <algorithm>
 #include <limits>
+#include <loom/sdk.hpp>
 #include <sstream>
 
 namespace {
@@ -36,8 +35,9 @@ std::vector<int32_t> parse_layout(const std::string& layout, const std::string& 
         continue;
       }
       if (ch != 'E' && ch != 't' && ch != 'L')
-        throw ConfigError(where() + "'" + std::string(1, ch) +
-                          "' is not a layer (E = embedding, t = transformer block, L = head and loss)");
+        throw ConfigError(
+            where() + "'" + std::string(1, ch) +
+            "' is not a layer (E = embedding, t = transformer block, L = head and loss)");
       const size_t at = stage_of.size();
       if (at >= kinds.size())
         throw ConfigError(where() + "more layers than the model's " + str(kinds.size()) + " (" +
@@ -63,8 +63,9 @@ std::vector<int32_t> parse_layout(const std::string& layout, const std::string& 
 std::vector<int32_t> balance(const std::vector<double>& cost, int k) {
   const int n = static_cast<int>(cost.size());
   if (n < k)
-    throw ConfigError("the model has " + str(n) + " pipeline layers (embedding, blocks, head), fewer than the " +
-                      str(k) + " stages asked for; lower [parallel] pp (or pp_chunks) or add layers");
+    throw ConfigError("the model has " + str(n) +
+                      " pipeline layers (embedding, blocks, head), fewer than the " + str(k) +
+                      " stages asked for; lower [parallel] pp (or pp_chunks) or add layers");
   std::vector<double> prefix(n + 1, 0);
   for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + cost[i];
   const double inf = std::numeric_limits<double>::infinity();
@@ -91,30 +92,39 @@ class Schedule : public loom::sdk::PipelinePlugin {
  public:
   static constexpr loom_option_spec kOptions[] = {
       {"scatter_gather", LOOM_OPT_BOOL, "true",
-       "with tp > 1 (no sp), each tp rank sends 1/tp of the activations and the next stage all-gathers them"},
+       "with tp > 1 (no sp), each tp rank sends 1/tp of the activations and the next stage "
+       "all-gathers them"},
       {nullptr, 0, nullptr, nullptr},
   };
   // Every schedule moves the same bytes (REFERENCE.md): each micro-batch's [tokens, d_model]
   // activations forward and their gradients backward, once per chunk boundary a rank owns.
   // Under sp a rank holds 1/tp of the rows; with scatter_gather (Megatron's scatter/gather,
   // Narayanan et al. 2021, 4.1) a tp rank sends its 1/tp slice and the receiver all-gathers them
-  // over tp. Sends do not block the sender; the receiver's wait is the schedule's, so none is hidden.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options& o) {
+  // over tp. Sends do not block the sender; the receiver's wait is the schedule's, so none is
+  // hidden.
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q,
+                                                const loom::sdk::Options& o) {
     using loom::sdk::collective;
     const int tp = std::max(1, q.tp);
     const bool gather = !q.sequence_parallel && tp > 1 && o.boolean("scatter_gather");
-    const int64_t act = q.tokens * q.d_model * q.act_bytes, calls = int64_t(q.microbatches) * std::max(1, q.chunks);
+    const int64_t act = q.tokens * q.d_model * q.act_bytes,
+                  calls = int64_t(q.microbatches) * std::max(1, q.chunks);
     const int64_t wire = q.sequence_parallel || gather ? act / tp : act;
     std::vector<loom_cost_collective> c = {
-        collective(LOOM_COST_SEND_RECV, LOOM_COST_FORWARD, wire, calls, 0.0, "activations to the next stage"),
-        collective(LOOM_COST_SEND_RECV, LOOM_COST_BACKWARD, wire, calls, 0.0, "gradients to the previous stage")};
+        collective(LOOM_COST_SEND_RECV, LOOM_COST_FORWARD, wire, calls, 0.0,
+                   "activations to the next stage"),
+        collective(LOOM_COST_SEND_RECV, LOOM_COST_BACKWARD, wire, calls, 0.0,
+                   "gradients to the previous stage")};
     if (gather)
       for (loom_cost_phase phase : {LOOM_COST_FORWARD, LOOM_COST_BACKWARD})
-        c.push_back(loom::sdk::on_axis(collective(LOOM_COST_ALL_GATHER, phase, act, calls, 0.0, "stage input all-gather over tp"), LOOM_AXIS_TP));
+        c.push_back(loom::sdk::on_axis(collective(LOOM_COST_ALL_GATHER, phase, act, calls, 0.0,
+                                                  "stage input all-gather over tp"),
+                                       LOOM_AXIS_TP));
     return c;
   }
   std::vector<int32_t> partition(const loom_pipeline_shape& shape, const std::string& kinds,
-                                 const std::vector<double>& costs, const std::string& layout) override {
+                                 const std::vector<double>& costs,
+                                 const std::string& layout) override {
     const int stages = shape.stages * shape.chunks;
     return layout.empty() ? balance(costs, stages) : parse_layout(layout, kinds, stages);
   }
@@ -122,8 +132,9 @@ class Schedule : public loom::sdk::PipelinePlugin {
  protected:
   static void one_chunk(const loom_pipeline_shape& shape, const char* name) {
     if (shape.chunks > 1)
-      throw ConfigError("[parallel] pp_chunks = " + str(shape.chunks) + ": the " + name +
-                        " schedule runs one model chunk per rank; chunks > 1 need pipeline = \"interleaved\"");
+      throw ConfigError(
+          "[parallel] pp_chunks = " + str(shape.chunks) + ": the " + name +
+          " schedule runs one model chunk per rank; chunks > 1 need pipeline = \"interleaved\"");
   }
 };
 
@@ -139,11 +150,12 @@ struct OneChunk : Schedule {
 // GPipe (Huang et al. 2019): every micro-batch forward, then every one backward. Simple, and
 // the first stage holds all m micro-batches' activations at once.
 struct GPipe : OneChunk<GPipe> {
-  static constexpr loom::sdk::About about{.name = "gpipe",
-                                          .version = "1.0.0",
-                                          .summary = "pipeline schedule: all forwards, then all backwards",
-                                          .options = kOptions,
-                                          .cost = &cost};
+  static constexpr loom::sdk::About about{
+      .name = "gpipe",
+      .version = "1.0.0",
+      .summary = "pipeline schedule: all forwards, then all backwards",
+      .options = kOptions,
+      .cost = &cost};
   explicit GPipe(const loom::sdk::Context&) {}
   Actions schedule(const loom_pipeline_shape& shape, int) override {
     Actions a;
@@ -157,11 +169,12 @@ struct GPipe : OneChunk<GPipe> {
 // alternates one forward and one backward, then drains the backwards. Same bubble as GPipe, but
 // at most p - r micro-batches are in flight on rank r.
 struct OneFOneB : OneChunk<OneFOneB> {
-  static constexpr loom::sdk::About about{.name = "1f1b",
-                                          .version = "1.0.0",
-                                          .summary = "pipeline schedule: warm-up, one forward one backward, cool-down",
-                                          .options = kOptions,
-                                          .cost = &cost};
+  static constexpr loom::sdk::About about{
+      .name = "1f1b",
+      .version = "1.0.0",
+      .summary = "pipeline schedule: warm-up, one forward one backward, cool-down",
+      .options = kOptions,
+      .cost = &cost};
   explicit OneFOneB(const loom::sdk::Context&) {}
   Actions schedule(const loom_pipeline_shape& shape, int rank) override {
     const int m = shape.microbatches, warm = std::min(shape.stages - rank - 1, m);
@@ -179,22 +192,26 @@ struct OneFOneB : OneChunk<OneFOneB> {
 // (k / p) % v; backward units run the chunks in reverse. Rank r warms up with
 // 2 (p - r - 1) + (v - 1) p forward units, then alternates, then drains.
 struct Interleaved : Schedule {
-  static constexpr loom::sdk::About about{.name = "interleaved",
-                                          .version = "1.0.0",
-                                          .summary = "pipeline schedule: interleaved 1F1B over v model chunks per rank",
-                                          .options = kOptions,
-                                          .cost = &cost};
+  static constexpr loom::sdk::About about{
+      .name = "interleaved",
+      .version = "1.0.0",
+      .summary = "pipeline schedule: interleaved 1F1B over v model chunks per rank",
+      .options = kOptions,
+      .cost = &cost};
   explicit Interleaved(const loom::sdk::Context&) {}
   void configure(loom_pipeline_shape& shape) override {
     if (shape.chunks == 0) shape.chunks = 2;
     if (shape.chunks < 2)
-      throw ConfigError("[parallel] pp_chunks = " + str(shape.chunks) +
-                        ": the interleaved schedule needs at least 2 model chunks per rank (1 chunk is 1f1b)");
+      throw ConfigError(
+          "[parallel] pp_chunks = " + str(shape.chunks) +
+          ": the interleaved schedule needs at least 2 model chunks per rank (1 chunk is 1f1b)");
     if (shape.microbatches % shape.stages != 0)
-      throw ConfigError("the interleaved schedule needs the micro-batch count to be a multiple of pp: " +
-                        str(shape.microbatches) + " micro-batches (global_batch / dp / micro_batch) over pp = " +
-                        str(shape.stages) + "; use " + str((shape.microbatches / shape.stages + 1) * shape.stages) +
-                        " micro-batches, or the 1f1b schedule");
+      throw ConfigError(
+          "the interleaved schedule needs the micro-batch count to be a multiple of pp: " +
+          str(shape.microbatches) +
+          " micro-batches (global_batch / dp / micro_batch) over pp = " + str(shape.stages) +
+          "; use " + str((shape.microbatches / shape.stages + 1) * shape.stages) +
+          " micro-batches, or the 1f1b schedule");
   }
   Actions schedule(const loom_pipeline_shape& shape, int rank) override {
     const int p = shape.stages, v = shape.chunks, units = shape.microbatches * v;
@@ -205,7 +222,8 @@ struct Interleaved : Schedule {
     const int warm = std::min(2 * (p - rank - 1) + (v - 1) * p, units);
     Actions a;
     for (int k = 0; k < warm; ++k) a.push_back(unit(k, true));
-    for (int k = 0; k < units - warm; ++k) a.push_back(unit(warm + k, true)), a.push_back(unit(k, false));
+    for (int k = 0; k < units - warm; ++k)
+      a.push_back(unit(warm + k, true)), a.push_back(unit(k, false));
     for (int k = units - warm; k < units; ++k) a.push_back(unit(k, false));
     return a;
   }
@@ -222,7 +240,9 @@ struct Interleaved : Schedule {
 struct ZeroBubbleH1 : OneChunk<ZeroBubbleH1> {
   static constexpr loom::sdk::About about{.name = "zbh1",
                                           .version = "1.0.0",
-                                          .summary = "pipeline schedule: zero-bubble ZB-H1, 1F1B with weight gradients deferred into the bubble",
+                                          .summary =
+                                              "pipeline schedule: zero-bubble ZB-H1, 1F1B with "
+                                              "weight gradients deferred into the bubble",
                                           .options = kOptions,
                                           .cost = &cost};
   explicit ZeroBubbleH1(const loom::sdk::Context&) {}

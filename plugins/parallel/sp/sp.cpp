@@ -14,18 +14,25 @@ class Sp : public loom::sdk::SequencePlugin {
  public:
   // Korthikanti et al. 2022: each of tp's all-reduces becomes an all-gather before the region
   // and a reduce-scatter after it, the same bytes on the wire (REFERENCE.md).
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options&) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q,
+                                                const loom::sdk::Options&) {
     using loom::sdk::collective;
-    const int64_t act = q.tokens * q.d_model * q.act_bytes, calls = 2 * int64_t(q.layers) * q.microbatches;
-    return {collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, act, calls, 0.0, "block input all-gather"),
-            collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_FORWARD, act, calls, 0.0, "block output reduce-scatter"),
-            collective(LOOM_COST_ALL_GATHER, LOOM_COST_BACKWARD, act, calls, 0.0, "block grad all-gather"),
-            collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, act, calls, 0.0, "block grad reduce-scatter")};
+    const int64_t act = q.tokens * q.d_model * q.act_bytes,
+                  calls = 2 * int64_t(q.layers) * q.microbatches;
+    return {collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, act, calls, 0.0,
+                       "block input all-gather"),
+            collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_FORWARD, act, calls, 0.0,
+                       "block output reduce-scatter"),
+            collective(LOOM_COST_ALL_GATHER, LOOM_COST_BACKWARD, act, calls, 0.0,
+                       "block grad all-gather"),
+            collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, act, calls, 0.0,
+                       "block grad reduce-scatter")};
   }
-  static constexpr loom::sdk::About about{.name = "sp",
-                                          .version = "1.0.0",
-                                          .summary = "sequence parallel: rows split over tp outside the tp regions",
-                                          .cost = &cost};
+  static constexpr loom::sdk::About about{
+      .name = "sp",
+      .version = "1.0.0",
+      .summary = "sequence parallel: rows split over tp outside the tp regions",
+      .cost = &cost};
 
   explicit Sp(const loom::sdk::Context& ctx) : host_(ctx.host) {}
 
@@ -46,7 +53,8 @@ class Sp : public loom::sdk::SequencePlugin {
 
   void reduce_replicated(loom_tensor& grad) override {
     ErrorBox e(host_.raw());
-    if (ctx_.comm->all_reduce(ctx_.comm_self, ctx_.tp, &grad, LOOM_REDUCE_SUM, nullptr, e.get()) != LOOM_OK)
+    if (ctx_.comm->all_reduce(ctx_.comm_self, ctx_.tp, &grad, LOOM_REDUCE_SUM, nullptr, e.get()) !=
+        LOOM_OK)
       e.raise("sp replicated-gradient all-reduce");
   }
 

@@ -7,11 +7,10 @@
 // backward). The embedding table and the LM head are split by vocabulary; the cross-entropy
 // all-reduces only the row max, the sum of exponentials and the target logit, so no rank ever
 // holds the full logits.
-#include <loom/sdk.hpp>
-
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <loom/sdk.hpp>
 #include <vector>
 
 namespace {
@@ -22,7 +21,9 @@ using loom::sdk::ErrorBox;
 using loom::sdk::flat_tensor;
 
 // The overlap option as it applies: "auto" is on unless the collectives share the compute's cores.
-bool overlapping(const std::string& option, bool cpu) { return option == "on" || (option == "auto" && !cpu); }
+bool overlapping(const std::string& option, bool cpu) {
+  return option == "on" || (option == "auto" && !cpu);
+}
 
 class Tp : public loom::sdk::TensorPlugin {
  public:
@@ -32,7 +33,8 @@ class Tp : public loom::sdk::TensorPlugin {
   // vocab-split embedding adds one forward all-reduce; the loss reduces two floats per token.
   // With overlap the backward all-reduces run behind the weight-gradient GEMMs (hidden, as far as
   // the planner's compute window reaches) and a forward one exposes only its last row chunk.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options& o) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q,
+                                                const loom::sdk::Options& o) {
     using loom::sdk::collective;
     const int64_t act = q.tokens * q.d_model * q.act_bytes, m = q.microbatches;
     const bool cpu = LOOM_HAS_FIELD(&q, loom_cost_query, comm_shares_cores) && q.comm_shares_cores;
@@ -42,17 +44,21 @@ class Tp : public loom::sdk::TensorPlugin {
     if (!q.sequence_parallel) {
       c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, act, 2 * q.layers * m,
                              overlap ? 1.0 - 1.0 / chunks : 0.0, "block outputs all-reduce"));
-      c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_BACKWARD, act, 2 * q.layers * m, overlap ? 1.0 : 0.0,
-                             "block input-grad all-reduce"));
+      c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_BACKWARD, act, 2 * q.layers * m,
+                             overlap ? 1.0 : 0.0, "block input-grad all-reduce"));
     }
-    c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, act, m, 0.0, "embedding all-reduce"));
-    c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, q.tokens * 8, 2 * m, 0.0, "loss max and sum"));
+    c.push_back(
+        collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, act, m, 0.0, "embedding all-reduce"));
+    c.push_back(collective(LOOM_COST_ALL_REDUCE, LOOM_COST_FORWARD, q.tokens * 8, 2 * m, 0.0,
+                           "loss max and sum"));
     return c;
   }
   static constexpr loom_option_spec kOptions[] = {
       {"overlap", LOOM_OPT_STRING, "\"auto\"",
-       "on: f's backward collective behind the weight-gradient GEMMs, g's forward one (and sp's gather) in row "
-       "chunks behind the GEMMs (the runtime issues them as ABI 2 defines f and g); off; auto: on for CUDA, off on "
+       "on: f's backward collective behind the weight-gradient GEMMs, g's forward one (and sp's "
+       "gather) in row "
+       "chunks behind the GEMMs (the runtime issues them as ABI 2 defines f and g); off; auto: on "
+       "for CUDA, off on "
        "CPUs, whose comm threads would take the compute's cores"},
       {"overlap_chunks", LOOM_OPT_INT, "4", "row chunks of a row-parallel GEMM under overlap"},
       {nullptr, 0, nullptr, nullptr},
@@ -62,18 +68,21 @@ class Tp : public loom::sdk::TensorPlugin {
       {"overlap_chunks", 1, 64, nullptr, 0},
       {nullptr, 0, 0, nullptr, 0},
   };
-  static constexpr loom::sdk::About about{.name = "tp",
-                                          .version = "1.0.0",
-                                          .summary = "tensor parallel: column/row-split linears, vocab-split embedding and loss",
-                                          .options = kOptions,
-                                          .option_rules = kRules,
-                                          .cost = &cost};
+  static constexpr loom::sdk::About about{
+      .name = "tp",
+      .version = "1.0.0",
+      .summary = "tensor parallel: column/row-split linears, vocab-split embedding and loss",
+      .options = kOptions,
+      .option_rules = kRules,
+      .cost = &cost};
 
   explicit Tp(const loom::sdk::Context& ctx) : host_(ctx.host) {}
 
   void setup(const loom_tensor_context& ctx) override {
     if (!LOOM_HAS_FIELD(ctx.ops, loom_ops, xent_grad))
-      throw loom::sdk::Error(LOOM_UNAVAILABLE, "tp's vocab-parallel loss runs as op-table kernels (ABI 2.5); this runtime's table is older");
+      throw loom::sdk::Error(LOOM_UNAVAILABLE,
+                             "tp's vocab-parallel loss runs as op-table kernels (ABI 2.5); this "
+                             "runtime's table is older");
     ctx_ = ctx;
     row_max_ = loom::sdk::DeviceArray<float>(host_.raw(), ctx.ops, 0, "the loss's row maxima");
     row_sums_ = loom::sdk::DeviceArray<float>(host_.raw(), ctx.ops, 0, "the loss's row sums");
@@ -82,14 +91,16 @@ class Tp : public loom::sdk::TensorPlugin {
   }
 
   loom_slice shard(loom_role role, int ndim, const int64_t* shape, int fused) override {
-    if (role == LOOM_ROLE_REPLICATED || role == LOOM_ROLE_EXPERT || size_ == 1) return {0, 1, 0, -1};
+    if (role == LOOM_ROLE_REPLICATED || role == LOOM_ROLE_EXPERT || size_ == 1)
+      return {0, 1, 0, -1};
     int dim = role == LOOM_ROLE_ROW ? 1 : 0;
     if (dim >= ndim) return {0, 1, 0, -1};  // the bias of a row-parallel layer: replicated
     int64_t part = shape[dim] / fused;
     if (part * fused != shape[dim] || part % size_ != 0)
-      throw ConfigError("tensor parallelism cannot split a dimension of " + std::to_string(shape[dim]) +
-                        (fused > 1 ? " (" + std::to_string(fused) + " fused parts)" : std::string()) +
-                        " over tp = " + std::to_string(size_));
+      throw ConfigError(
+          "tensor parallelism cannot split a dimension of " + std::to_string(shape[dim]) +
+          (fused > 1 ? " (" + std::to_string(fused) + " fused parts)" : std::string()) +
+          " over tp = " + std::to_string(size_));
     int64_t length = part / size_;
     return {dim, fused, rank_ * length, length};
   }
@@ -98,8 +109,8 @@ class Tp : public loom::sdk::TensorPlugin {
   void exit_fwd(loom_tensor& y) override { all_reduce(y, LOOM_REDUCE_SUM, "g forward"); }
 
   // out[i] = wte_local[tokens[i] - vocab_begin] when this rank holds that row, else 0.
-  void embedding_fwd(float* out, const int32_t* tokens, int64_t N, const float* wte,
-                     int64_t vb, int64_t vl, int64_t C) override {
+  void embedding_fwd(float* out, const int32_t* tokens, int64_t N, const float* wte, int64_t vb,
+                     int64_t vl, int64_t C) override {
     const loom_ops* o = device();
     for (int64_t i = 0; i < N; ++i) {
       int64_t t = tokens[i] - vb;

@@ -20,30 +20,30 @@
 //            soon as the unit is done, so no full-size gradient buffer exists.
 //   stage 3: parameters are sharded too. A unit is all-gathered into a buffer before its forward
 //            and again before its backward and released after; acquiring unit u prefetches the
-//            next prefetch_depth ones in the same direction, so their gathers run behind u's compute.
+//            next prefetch_depth ones in the same direction, so their gathers run behind u's
+//            compute.
 //
 // reduce_dtype = "bf16" sends the gradients' reduce-scatters in bf16 (half the bytes) and widens
 // each reduced piece back into the fp32 shard: master weights, moments and the update stay fp32.
 // gather_dtype = "bf16" (stage 3) gathers bf16 copies of the master pieces and widens them into
 // the unit's buffer: every rank computes with the same bf16-rounded weights, half the bytes cross.
 // "fp8" on either (loom/formats.hpp's E4M3 blocks, a scale each): a reduce-scatter in fp8 is an
-// all-to-all of every rank's blocks and a sum in fp32 on arrival; a gather sends one block per rank.
-// How each dtype crosses is zero_wire.hpp's codec; this file decides only what is sharded.
+// all-to-all of every rank's blocks and a sum in fp32 on arrival; a gather sends one block per
+// rank. How each dtype crosses is zero_wire.hpp's codec; this file decides only what is sharded.
 //
 // Shards, buckets, gathered copies and wire buffers live on the op table's device (the host heap
 // on the CPU), and only the table's kernels and copies touch them (LOOM_DATA_DEVICE): the same
 // code runs on the CPU, the strict device and a GPU.
-#include <loom/sdk.hpp>
-
-#include "zero_parts.hpp"
-#include "zero_wire.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <loom/sdk.hpp>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "zero_parts.hpp"
+#include "zero_wire.hpp"
 
 namespace {
 
@@ -62,12 +62,16 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   static constexpr loom_option_spec kOptions[] = {
       {"buckets", LOOM_OPT_INT, "2", "gradient reduce-scatters in flight at once"},
       {"prefetch", LOOM_OPT_BOOL, "true", "stage 3: gather the next units while this one computes"},
-      {"prefetch_depth", LOOM_OPT_INT, "1", "stage 3: how many units ahead prefetch gathers (each holds a gathered copy)"},
-      {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"", "gradient reduce-scatter dtype: fp32, bf16 or fp8 (E4M3 blocks)"},
+      {"prefetch_depth", LOOM_OPT_INT, "1",
+       "stage 3: how many units ahead prefetch gathers (each holds a gathered copy)"},
+      {"reduce_dtype", LOOM_OPT_STRING, "\"fp32\"",
+       "gradient reduce-scatter dtype: fp32, bf16 or fp8 (E4M3 blocks)"},
       {"gather_overlap", LOOM_OPT_BOOL, "true",
-       "stages 1-2: all-gather the updated parameters behind the next forward (false: at the end of the step)"},
+       "stages 1-2: all-gather the updated parameters behind the next forward (false: at the end "
+       "of the step)"},
       {"gather_dtype", LOOM_OPT_STRING, "\"fp32\"",
-       "stage 3: parameter all-gather dtype, fp32, bf16 or fp8 (forward and backward then use the rounded weights)"},
+       "stage 3: parameter all-gather dtype, fp32, bf16 or fp8 (forward and backward then use the "
+       "rounded weights)"},
       {nullptr, 0, nullptr, nullptr},
   };
   static constexpr loom_option_rule kRules[] = {
@@ -79,17 +83,21 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   };
 
   Zero(const loom::sdk::Context& ctx, int stage)
-      : host_(ctx.host), stage_(stage), max_in_flight_(static_cast<int>(ctx.options.i64("buckets"))),
-        prefetch_(ctx.options.boolean("prefetch")), prefetch_depth_(static_cast<int>(ctx.options.i64("prefetch_depth"))),
+      : host_(ctx.host),
+        stage_(stage),
+        max_in_flight_(static_cast<int>(ctx.options.i64("buckets"))),
+        prefetch_(ctx.options.boolean("prefetch")),
+        prefetch_depth_(static_cast<int>(ctx.options.i64("prefetch_depth"))),
         gather_overlap_(ctx.options.boolean("gather_overlap")),
         reduce_(wire_of(ctx.options.str("reduce_dtype")), ctx_, ctx.host.raw()),
         gather_(wire_of(ctx.options.str("gather_dtype")), ctx_, ctx.host.raw()),
         update_gather_(Wire::F32, ctx_, ctx.host.raw()) {
     if (gather_.wire() != Wire::F32 && stage != 3)
-      throw loom::sdk::ConfigError("[plugins.zero" + std::to_string(stage) + "] gather_dtype = \"" +
-                                   ctx.options.str("gather_dtype") +
-                                   "\" is for zero3: stages 1-2 keep every parameter whole in fp32 on every rank, and "
-                                   "their gathers write into those copies");
+      throw loom::sdk::ConfigError(
+          "[plugins.zero" + std::to_string(stage) + "] gather_dtype = \"" +
+          ctx.options.str("gather_dtype") +
+          "\" is for zero3: stages 1-2 keep every parameter whole in fp32 on every rank, and "
+          "their gathers write into those copies");
   }
 
   ~Zero() override {
@@ -103,16 +111,19 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   void setup(const loom_data_context& ctx) override {
     if (!ctx.units) throw Error(LOOM_INTERNAL, "zero needs the model's units in its setup context");
     if (!LOOM_HAS_FIELD(ctx.ops, loom_ops, decode_blocks))
-      throw Error(LOOM_UNAVAILABLE, "zero keeps its shards with the op table's copies and wire kernels (ABI 2.5); "
-                                    "this runtime's table is older");
+      throw Error(LOOM_UNAVAILABLE,
+                  "zero keeps its shards with the op table's copies and wire kernels (ABI 2.5); "
+                  "this runtime's table is older");
     ctx_ = ctx;
     const int64_t U = ctx.n_units;
     loom_comm* expert_dp = ctx.expert_dp;
-    const Group data{ctx.dp, ctx.comm->size(ctx.comm_self, ctx.dp), ctx.comm->rank(ctx.comm_self, ctx.dp), 1.f};
+    const Group data{ctx.dp, ctx.comm->size(ctx.comm_self, ctx.dp),
+                     ctx.comm->rank(ctx.comm_self, ctx.dp), 1.f};
     group_.assign(U, data);
     if (expert_dp) {
       const int n = ctx.comm->size(ctx.comm_self, expert_dp);
-      const Group experts{expert_dp, n, ctx.comm->rank(ctx.comm_self, expert_dp), static_cast<float>(n) / data.n};
+      const Group experts{expert_dp, n, ctx.comm->rank(ctx.comm_self, expert_dp),
+                          static_cast<float>(n) / data.n};
       for (int64_t p = 0; p < ctx.n_params; ++p)
         if (ctx.param_flags[p] & LOOM_PARAM_EXPERT) group_[unit_of(ctx.params[p].offset)] = experts;
     }
@@ -135,13 +146,15 @@ class Zero : public loom::sdk::ShardedDataPlugin {
       const int64_t u = unit_of(info.offset);
       const int64_t lo = ctx.units[u].offset + group_[u].rank * piece_[u], hi = lo + piece_[u];
       const int64_t a = std::max(lo, info.offset), b = std::min(hi, info.offset + info.numel);
-      if (a < b) segments_.push_back({shard_at_[u] + (a - lo), b - a, ctx.param_flags[p], p, a - info.offset});
+      if (a < b)
+        segments_.push_back(
+            {shard_at_[u] + (a - lo), b - a, ctx.param_flags[p], p, a - info.offset});
     }
     place_state();
     if (stage_ < 3) updates_.assign(U, nullptr);
-    host_.info("ZeRO-" + std::to_string(stage_) + ": " + std::to_string(U) + " units over " + std::to_string(data.n) +
-               " dp ranks; this rank's shard is " + std::to_string(shard_total_) + " of " +
-               std::to_string(padded_total_) + " elements");
+    host_.info("ZeRO-" + std::to_string(stage_) + ": " + std::to_string(U) + " units over " +
+               std::to_string(data.n) + " dp ranks; this rank's shard is " +
+               std::to_string(shard_total_) + " of " + std::to_string(padded_total_) + " elements");
   }
 
   // ---- parameters ----
@@ -154,7 +167,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     Gather& g = gather(u);
     complete(u, g);
     ++g.users;
-    if (prefetch_ && prefetch)  // the next units in this direction: their gathers run behind this unit's compute
+    if (prefetch_ &&
+        prefetch)  // the next units in this direction: their gathers run behind this unit's compute
       for (int k = 1; k <= prefetch_depth_; ++k) {
         const int64_t next = backward ? u - k : u + k;
         if (next < 0 || next >= ctx_.n_units) break;
@@ -166,7 +180,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   void release_params(int64_t u) override {
     if (stage_ < 3) return;
     auto it = gathers_.find(u);
-    if (it == gathers_.end() || it->second.users == 0) throw Error(LOOM_INTERNAL, "released a unit not acquired");
+    if (it == gathers_.end() || it->second.users == 0)
+      throw Error(LOOM_INTERNAL, "released a unit not acquired");
     if (--it->second.users == 0 && !it->second.work) {
       free_bufs_.push_back(std::move(it->second.buf));
       gathers_.erase(it);
@@ -204,9 +219,11 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     r.piece = std::move(free_pieces_.back());
     free_pieces_.pop_back();
     in_flight_.push_back(std::move(r));
-    Reduction& issued = in_flight_.back();  // a deque keeps its elements, and their buffers, in place
+    Reduction& issued =
+        in_flight_.back();  // a deque keeps its elements, and their buffers, in place
     const Group& g = group_[u];
-    sent_ += reduce_.reduce_scatter(g.comm, g.n, in, issued.piece.data(), piece_[u], issued.wire, &issued.work);
+    sent_ += reduce_.reduce_scatter(g.comm, g.n, in, issued.piece.data(), piece_[u], issued.wire,
+                                    &issued.work);
     note_buffers();  // with its wire buffers
   }
 
@@ -226,18 +243,22 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   void sum_squares(int which, double out[2]) override {
     // While the update's gathers are in flight this rank's pieces are read from their source
     // copy, so a norm does not make the gathers finish before the next forward.
-    const bool in_flight = std::any_of(updates_.begin(), updates_.end(), [](loom_work* w) { return w != nullptr; });
+    const bool in_flight =
+        std::any_of(updates_.begin(), updates_.end(), [](loom_work* w) { return w != nullptr; });
     std::vector<const float*> x;
     std::vector<int64_t> n;
     std::vector<int> part;
     for (const Segment& s : segments_) {
       if (s.flags & LOOM_PARAM_MIRROR) continue;
-      x.push_back(which == 0 ? grad_at(s.shard_at) : in_flight ? update_src_.data() + s.shard_at : value_at(s.shard_at));
+      x.push_back(which == 0  ? grad_at(s.shard_at)
+                  : in_flight ? update_src_.data() + s.shard_at
+                              : value_at(s.shard_at));
       n.push_back(s.len);
       part.push_back((s.flags & LOOM_PARAM_TP_SHARDED) ? 1 : 0);
     }
     std::vector<double> sums(x.size(), 0.0);
-    if (!x.empty()) ctx_.ops->sum_squares_multi(static_cast<int64_t>(x.size()), x.data(), n.data(), sums.data());
+    if (!x.empty())
+      ctx_.ops->sum_squares_multi(static_cast<int64_t>(x.size()), x.data(), n.data(), sums.data());
     out[0] = out[1] = 0;
     for (size_t i = 0; i < sums.size(); ++i) out[part[i]] += sums[i];
   }
@@ -245,14 +266,16 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   // ---- the update ----
 
   void step(const loom_adamw& hp) override {
-    for (auto& [u, g] : gathers_) complete(u, g);  // no gather may still be reading the weights about to change
+    for (auto& [u, g] : gathers_)
+      complete(u, g);  // no gather may still be reading the weights about to change
     await_updates();
     for (const Segment& s : segments_) {
       float* g = grad_at(s.shard_at);
       if (hp.grad_scale != 1.0) ctx_.ops->scale(g, static_cast<float>(hp.grad_scale), s.len);
-      ctx_.ops->adamw(value_at(s.shard_at), g, m_.data() + s.shard_at, v_.data() + s.shard_at, s.len,
-                      static_cast<float>(hp.lr), static_cast<float>(hp.beta1), static_cast<float>(hp.beta2),
-                      static_cast<float>(hp.eps), (s.flags & LOOM_PARAM_DECAY) ? static_cast<float>(hp.weight_decay) : 0.f,
+      ctx_.ops->adamw(value_at(s.shard_at), g, m_.data() + s.shard_at, v_.data() + s.shard_at,
+                      s.len, static_cast<float>(hp.lr), static_cast<float>(hp.beta1),
+                      static_cast<float>(hp.beta2), static_cast<float>(hp.eps),
+                      (s.flags & LOOM_PARAM_DECAY) ? static_cast<float>(hp.weight_decay) : 0.f,
                       hp.step);
     }
     if (stage_ == 3) {  // gathered copies are stale now; the next forward gathers again
@@ -270,8 +293,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     await_updates();
     std::vector<loom_shard_piece> out;
     for (const Segment& s : segments_)
-      out.push_back({s.param, s.begin, s.len, value_at(s.shard_at), m_.data() + s.shard_at, v_.data() + s.shard_at,
-                     grad_at(s.shard_at)});
+      out.push_back({s.param, s.begin, s.len, value_at(s.shard_at), m_.data() + s.shard_at,
+                     v_.data() + s.shard_at, grad_at(s.shard_at)});
     return out;
   }
 
@@ -305,7 +328,9 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     WireBufs wire;
   };
 
-  Floats floats(int64_t n, const char* what) const { return Floats(host_.raw(), ctx_.ops, n, what); }
+  Floats floats(int64_t n, const char* what) const {
+    return Floats(host_.raw(), ctx_.ops, n, what);
+  }
 
   // The model state on the op table's device, from the runtime's initial values: each unit's
   // full (padded) parameters for stages 1-2, this rank's pieces for 3; gradients; AdamW's moments.
@@ -320,12 +345,15 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     } else {
       master_ = floats(shard_total_, "this rank's parameter pieces");
       for (int64_t u = 0; u < ctx_.n_units; ++u) {
-        const int64_t lo = group_[u].rank * piece_[u], len = std::max<int64_t>(0, std::min(piece_[u], units[u].numel - lo));
-        if (len > 0) ops->copy(master_.data() + shard_at_[u], ctx_.values + units[u].offset + lo, 4 * len);
+        const int64_t lo = group_[u].rank * piece_[u],
+                      len = std::max<int64_t>(0, std::min(piece_[u], units[u].numel - lo));
+        if (len > 0)
+          ops->copy(master_.data() + shard_at_[u], ctx_.values + units[u].offset + lo, 4 * len);
       }
     }
     if (stage_ == 1)
-      for (int64_t u = 0; u < ctx_.n_units; ++u) full_grads_.push_back(floats(piece_[u] * group_[u].n, "a layer's gradients"));
+      for (int64_t u = 0; u < ctx_.n_units; ++u)
+        full_grads_.push_back(floats(piece_[u] * group_[u].n, "a layer's gradients"));
     else
       shard_grads_ = floats(shard_total_, "this rank's gradient pieces");
     m_ = floats(shard_total_, "AdamW's first moments");
@@ -339,8 +367,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
       const Group& g = group_[u];
       float* all = full_[u].data();
       ctx_.ops->copy(mine.data(), all + g.rank * piece_[u], 4 * piece_[u]);
-      sent_ += update_gather_.all_gather(g.comm, g.n, mine.data(), all, piece_[u], no_wire_, nullptr,
-                                         "all-gather of updated parameters");
+      sent_ += update_gather_.all_gather(g.comm, g.n, mine.data(), all, piece_[u], no_wire_,
+                                         nullptr, "all-gather of updated parameters");
     }
     scratch_peak_ = std::max<int64_t>(scratch_peak_, mine.bytes());
   }
@@ -348,7 +376,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   // Stages 1-2 with gather_overlap: every unit's all-gather issued at once, from a copy of this
   // rank's piece that lives until the gather is waited for.
   void issue_updates() {
-    if (update_src_.size() == 0) update_src_ = floats(shard_total_, "the updated pieces' source copy");
+    if (update_src_.size() == 0)
+      update_src_ = floats(shard_total_, "the updated pieces' source copy");
     for (int64_t u = 0; u < ctx_.n_units; ++u) {
       const Group& g = group_[u];
       float* mine = update_src_.data() + shard_at_[u];
@@ -374,7 +403,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
 
   int64_t unit_of(int64_t offset) const {
     for (int64_t u = 0; u < ctx_.n_units; ++u)
-      if (offset >= ctx_.units[u].offset && offset < ctx_.units[u].offset + ctx_.units[u].numel) return u;
+      if (offset >= ctx_.units[u].offset && offset < ctx_.units[u].offset + ctx_.units[u].numel)
+        return u;
     throw Error(LOOM_INTERNAL, "a parameter outside every unit");
   }
 
@@ -389,7 +419,9 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     return full_grads_[u].data() + group_[u].rank * piece_[u] + (shard_at - shard_at_[u]);
   }
   int64_t unit_at(int64_t shard_at) const {
-    return static_cast<int64_t>(std::upper_bound(shard_at_.begin(), shard_at_.end(), shard_at) - shard_at_.begin()) - 1;
+    return static_cast<int64_t>(std::upper_bound(shard_at_.begin(), shard_at_.end(), shard_at) -
+                                shard_at_.begin()) -
+           1;
   }
 
   // Unit u's gather, issued if it is not already gathered or on its way.
@@ -403,10 +435,12 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     } else {
       g.buf = floats(unit_max_, "a gathered layer's parameters");
     }
-    const Group& grp = group_[u];  // issued before it is recorded: a failed issue leaves no entry behind
-    sent_ += gather_.all_gather(grp.comm, grp.n, master_.data() + shard_at_[u], g.buf.data(), piece_[u], g.wire, &g.work,
-                                "issuing a parameter all-gather");
-    Gather& added = gathers_.emplace(u, std::move(g)).first->second;  // the buffers move, their memory stays
+    const Group& grp =
+        group_[u];  // issued before it is recorded: a failed issue leaves no entry behind
+    sent_ += gather_.all_gather(grp.comm, grp.n, master_.data() + shard_at_[u], g.buf.data(),
+                                piece_[u], g.wire, &g.work, "issuing a parameter all-gather");
+    Gather& added =
+        gathers_.emplace(u, std::move(g)).first->second;  // the buffers move, their memory stays
     note_buffers();
     return added;
   }
@@ -487,8 +521,9 @@ class Zero : public loom::sdk::ShardedDataPlugin {
   // layer's gather lands while kernels still read the others.
   std::vector<Floats> full_, full_grads_;
   Floats master_, shard_grads_, m_, v_;
-  std::vector<loom_work*> updates_;  // stages 1-2: each unit's all-gather of updated parameters in flight
-  Floats update_src_;                // this rank's pieces they read
+  std::vector<loom_work*>
+      updates_;        // stages 1-2: each unit's all-gather of updated parameters in flight
+  Floats update_src_;  // this rank's pieces they read
   std::vector<Floats> buckets_;
   std::vector<bool> bucket_busy_;
   std::map<int64_t, int> bucket_of_;
@@ -504,14 +539,15 @@ class Zero : public loom::sdk::ShardedDataPlugin {
 template <int Stage>
 struct ZeroStage : Zero {
   static constexpr const char* kSummary =
-      Stage == 1 ? "ZeRO-1: optimizer states sharded over dp"
-                 : Stage == 2 ? "ZeRO-2: optimizer states and gradients sharded over dp"
-                              : "ZeRO-3: optimizer states, gradients and parameters sharded over dp";
+      Stage == 1   ? "ZeRO-1: optimizer states sharded over dp"
+      : Stage == 2 ? "ZeRO-2: optimizer states and gradients sharded over dp"
+                   : "ZeRO-3: optimizer states, gradients and parameters sharded over dp";
   // ZeRO's traffic (Rajbhandari et al. 2020; REFERENCE.md): stages 1 and 2 reduce-scatter the
   // gradients and all-gather the updated parameters (2 psi, as DP); stage 1 once per step, stage
   // 2 per micro-batch as units finish; stage 3 also gathers each unit before its forward and its
   // backward (3 psi per micro-batch), prefetched behind compute.
-  static std::vector<loom_cost_collective> cost(const loom_cost_query& q, const loom::sdk::Options& o) {
+  static std::vector<loom_cost_collective> cost(const loom_cost_query& q,
+                                                const loom::sdk::Options& o) {
     using loom::sdk::collective;
     std::vector<loom_cost_collective> c;
     // Expert units are split over expert_dp (the ranks sharing those experts), the rest over
@@ -525,30 +561,40 @@ struct ZeroStage : Zero {
     const int64_t gather_width = Stage == 3 ? width_of(wire_of(o.str("gather_dtype"))) : 4;
     const double gather_hidden = o.boolean("prefetch") ? 1.0 : 0.0;
     const bool update_overlap = o.boolean("gather_overlap");
-    auto traffic = [&](int64_t params, int32_t group, const char* grads_what, const char* gather_what) {
+    auto traffic = [&](int64_t params, int32_t group, const char* grads_what,
+                       const char* gather_what) {
       if (params <= 0) return;
-      const int64_t units = Stage == 1 ? 1 : int64_t(q.layers) + 1, bytes = params * 4, calls = Stage == 1 ? 1 : q.microbatches * units;
-      c.push_back(collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD, params * grad_width / units, calls, 1.0, grads_what, group));
+      const int64_t units = Stage == 1 ? 1 : int64_t(q.layers) + 1, bytes = params * 4,
+                    calls = Stage == 1 ? 1 : q.microbatches * units;
+      c.push_back(collective(LOOM_COST_REDUCE_SCATTER, LOOM_COST_BACKWARD,
+                             params * grad_width / units, calls, 1.0, grads_what, group));
       if (Stage < 3) {  // behind the next step's forward, or after the update
-        c.push_back(update_overlap ? collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, bytes, 1, 1.0, gather_what, group)
-                                   : collective(LOOM_COST_ALL_GATHER, LOOM_COST_STEP, bytes, 1, 0.0, gather_what, group));
+        c.push_back(update_overlap ? collective(LOOM_COST_ALL_GATHER, LOOM_COST_FORWARD, bytes, 1,
+                                                1.0, gather_what, group)
+                                   : collective(LOOM_COST_ALL_GATHER, LOOM_COST_STEP, bytes, 1, 0.0,
+                                                gather_what, group));
       } else {
         for (loom_cost_phase phase : {LOOM_COST_FORWARD, LOOM_COST_BACKWARD})
-          c.push_back(collective(LOOM_COST_ALL_GATHER, phase, params * gather_width / units, calls, gather_hidden,
-                                 gather_what, group));
+          c.push_back(collective(LOOM_COST_ALL_GATHER, phase, params * gather_width / units, calls,
+                                 gather_hidden, gather_what, group));
       }
     };
     traffic(q.params - q.expert_params, 0, "gradient reduce-scatter", "parameter all-gather");
-    if (q.expert_dp > 1) traffic(q.expert_params, q.expert_dp, "expert gradient reduce-scatter", "expert parameter all-gather");
+    if (q.expert_dp > 1)
+      traffic(q.expert_params, q.expert_dp, "expert gradient reduce-scatter",
+              "expert parameter all-gather");
     return c;
   }
-  static constexpr loom::sdk::About about{.name = Stage == 1 ? "zero1" : Stage == 2 ? "zero2" : "zero3",
-                                          .version = "1.0.0",
-                                          .summary = kSummary,
-                                          .options = kOptions,
-                                          .option_rules = kRules,
-                                          .cost = &cost,
-                                          .capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE | LOOM_DATA_DEVICE};
+  static constexpr loom::sdk::About about{
+      .name = Stage == 1   ? "zero1"
+              : Stage == 2 ? "zero2"
+                           : "zero3",
+      .version = "1.0.0",
+      .summary = kSummary,
+      .options = kOptions,
+      .option_rules = kRules,
+      .cost = &cost,
+      .capabilities = LOOM_DATA_EXPERTS | LOOM_DATA_PIPELINE | LOOM_DATA_DEVICE};
   explicit ZeroStage(const loom::sdk::Context& ctx) : Zero(ctx, Stage) {}
 };
 

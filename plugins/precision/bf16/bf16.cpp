@@ -6,10 +6,11 @@
 namespace {
 
 struct Bf16 : loom::sdk::PrecisionPlugin {
-  static constexpr loom::sdk::About about{.name = "bf16",
-                                          .version = "1.0.0",
-                                          .summary = "bf16 GEMM operands, fp32 accumulation and master weights",
-                                          .compute_dtype = LOOM_BF16};
+  static constexpr loom::sdk::About about{
+      .name = "bf16",
+      .version = "1.0.0",
+      .summary = "bf16 GEMM operands, fp32 accumulation and master weights",
+      .compute_dtype = LOOM_BF16};
 
   explicit Bf16(const loom::sdk::Context&) {}
   int32_t add_site(const std::string&, loom_operand_role) override { return sites_++; }

@@ -4,10 +4,9 @@
 // gradients before clipping. A step whose gradients hold inf or NaN on any rank is skipped on
 // every rank and the scale backs off; after `growth_interval` clean steps it grows (the PyTorch
 // GradScaler policy; `hysteresis` > 1 tolerates that many overflows first, as Megatron does).
-#include <loom/sdk.hpp>
-
 #include <algorithm>
 #include <cstring>
+#include <loom/sdk.hpp>
 #include <string>
 
 namespace {
@@ -15,7 +14,8 @@ namespace {
 struct Fp16 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
   static constexpr loom_option_spec kOptions[] = {
       {"initial_scale", LOOM_OPT_FLOAT, "65536.0", "loss scale at step 1 (2^16)"},
-      {"growth_factor", LOOM_OPT_FLOAT, "2.0", "scale multiplier after growth_interval clean steps"},
+      {"growth_factor", LOOM_OPT_FLOAT, "2.0",
+       "scale multiplier after growth_interval clean steps"},
       {"backoff_factor", LOOM_OPT_FLOAT, "0.5", "scale multiplier on an overflow"},
       {"growth_interval", LOOM_OPT_INT, "2000", "clean steps before the scale grows"},
       {"hysteresis", LOOM_OPT_INT, "1", "overflows tolerated before backing off (Megatron uses 2)"},
@@ -39,12 +39,16 @@ struct Fp16 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
         max_(ctx.options.f64("max_scale")),
         tolerance_(hysteresis_) {
     using loom::sdk::ConfigError;
-    if (!(scale_ > 0)) throw ConfigError("initial_scale must be > 0, got " + std::to_string(scale_));
-    if (!(growth_ >= 1)) throw ConfigError("growth_factor must be >= 1, got " + std::to_string(growth_));
+    if (!(scale_ > 0))
+      throw ConfigError("initial_scale must be > 0, got " + std::to_string(scale_));
+    if (!(growth_ >= 1))
+      throw ConfigError("growth_factor must be >= 1, got " + std::to_string(growth_));
     if (!(backoff_ > 0 && backoff_ < 1))
       throw ConfigError("backoff_factor must be in (0, 1), got " + std::to_string(backoff_));
-    if (interval_ < 1) throw ConfigError("growth_interval must be >= 1, got " + std::to_string(interval_));
-    if (hysteresis_ < 1) throw ConfigError("hysteresis must be >= 1, got " + std::to_string(hysteresis_));
+    if (interval_ < 1)
+      throw ConfigError("growth_interval must be >= 1, got " + std::to_string(interval_));
+    if (hysteresis_ < 1)
+      throw ConfigError("hysteresis must be >= 1, got " + std::to_string(hysteresis_));
     if (!(min_ > 0 && min_ <= max_))
       throw ConfigError("need 0 < min_scale <= max_scale, got " + std::to_string(min_) + " and " +
                         std::to_string(max_));
@@ -87,7 +91,8 @@ struct Fp16 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
   void load_state(const std::string& bytes) override {
     State s;
     if (bytes.size() != sizeof s)
-      throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp16 scaler state is " + std::to_string(bytes.size()) +
+      throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp16 scaler state is " +
+                                                  std::to_string(bytes.size()) +
                                                   " bytes, expected " + std::to_string(sizeof s));
     std::memcpy(&s, bytes.data(), sizeof s);
     scale_ = s.scale;

@@ -4,11 +4,12 @@
 namespace {
 
 struct Fp32 : loom::sdk::PrecisionPlugin {
-  static constexpr loom::sdk::About about{.name = "fp32",
-                                          .version = "1.0.0",
-                                          .summary = "fp32 operands, fp32 accumulation (the reference)",
-                                          .compute_dtype = LOOM_F32,
-                                          .exact = true};
+  static constexpr loom::sdk::About about{
+      .name = "fp32",
+      .version = "1.0.0",
+      .summary = "fp32 operands, fp32 accumulation (the reference)",
+      .compute_dtype = LOOM_F32,
+      .exact = true};
 
   explicit Fp32(const loom::sdk::Context&) {}
 };

@@ -1,6 +1,6 @@
 // fp8 with delayed scaling (Transformer Engine's recipe). Each GEMM operand ("site") is cast as
-// fp8(x * scale) * (1 / scale): HYBRID uses E4M3 (max 448) for weights and activations in forward and
-// E5M2 (max 57344) for gradients in backward. A site's scale comes from the amaxes of earlier
+// fp8(x * scale) * (1 / scale): HYBRID uses E4M3 (max 448) for weights and activations in forward
+// and E5M2 (max 57344) for gradients in backward. A site's scale comes from the amaxes of earlier
 // steps, never the current one, so the cast needs no extra pass over the data first:
 //   amax  = max over the last amax_history_len steps (or the most recent step's)
 //   scale = (fp8_max / amax) / 2^margin
@@ -8,12 +8,11 @@
 // are reduced with MAX across the ranks that share the sites (tp and dp) before the history
 // moves, so every rank uses the same scale. A site whose cast clipped counts as saturated in
 // the step's metrics.
-#include <loom/sdk.hpp>
-
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <loom/sdk.hpp>
 #include <string>
 #include <vector>
 
@@ -29,27 +28,32 @@ struct Site {
 
 struct Fp8 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
   static constexpr loom_option_spec kOptions[] = {
-      {"format", LOOM_OPT_STRING, "\"hybrid\"", "hybrid (E4M3 forward, E5M2 gradients) or e4m3 (both)"},
+      {"format", LOOM_OPT_STRING, "\"hybrid\"",
+       "hybrid (E4M3 forward, E5M2 gradients) or e4m3 (both)"},
       {"amax_history_len", LOOM_OPT_INT, "1024", "steps of amax history per tensor"},
       {"amax_compute_algo", LOOM_OPT_STRING, "\"max\"", "max (over the history) or most_recent"},
       {"margin", LOOM_OPT_INT, "0", "scale = (fp8_max / amax) / 2^margin"},
       {nullptr, 0, nullptr, nullptr},
   };
-  static constexpr loom::sdk::About about{.name = "fp8",
-                                          .version = "1.0.0",
-                                          .summary = "fp8 GEMM operands (E4M3 forward, E5M2 backward), delayed scaling",
-                                          .options = kOptions,
-                                          .compute_dtype = LOOM_FP8_E4M3};
+  static constexpr loom::sdk::About about{
+      .name = "fp8",
+      .version = "1.0.0",
+      .summary = "fp8 GEMM operands (E4M3 forward, E5M2 backward), delayed scaling",
+      .options = kOptions,
+      .compute_dtype = LOOM_FP8_E4M3};
 
   explicit Fp8(const loom::sdk::Context& ctx)
       : history_len_(ctx.options.i64("amax_history_len")), margin_(ctx.options.i64("margin")) {
     using loom::sdk::ConfigError;
-    const std::string format = ctx.options.str("format"), algo = ctx.options.str("amax_compute_algo");
+    const std::string format = ctx.options.str("format"),
+                      algo = ctx.options.str("amax_compute_algo");
     if (format != "hybrid" && format != "e4m3")
       throw ConfigError("format must be \"hybrid\" or \"e4m3\", got \"" + format + "\"");
     if (algo != "max" && algo != "most_recent")
-      throw ConfigError("amax_compute_algo must be \"max\" or \"most_recent\", got \"" + algo + "\"");
-    if (history_len_ < 1) throw ConfigError("amax_history_len must be >= 1, got " + std::to_string(history_len_));
+      throw ConfigError("amax_compute_algo must be \"max\" or \"most_recent\", got \"" + algo +
+                        "\"");
+    if (history_len_ < 1)
+      throw ConfigError("amax_history_len must be >= 1, got " + std::to_string(history_len_));
     if (margin_ < 0) throw ConfigError("margin must be >= 0, got " + std::to_string(margin_));
     hybrid_ = format == "hybrid";
     most_recent_ = algo == "most_recent";
@@ -60,14 +64,16 @@ struct Fp8 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
     for (size_t i = registered_; i < sites_.size(); ++i)
       if (sites_[i].name == site) {
         if (i != registered_)
-          throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state has site '" + site + "' at position " +
-                                                      std::to_string(i) + ", the model names it " +
+          throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state has site '" + site +
+                                                      "' at position " + std::to_string(i) +
+                                                      ", the model names it " +
                                                       std::to_string(registered_) + "th");
         sites_[i].backward = role == LOOM_OPERAND_GRADIENT;
         return static_cast<int32_t>(registered_++);
       }
     if (registered_ < sites_.size())
-      throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state names site '" + sites_[registered_].name +
+      throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state names site '" +
+                                                  sites_[registered_].name +
                                                   "' where this model has '" + site + "'");
     ++registered_;
     sites_.push_back({site, role == LOOM_OPERAND_GRADIENT});
@@ -108,11 +114,13 @@ struct Fp8 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
       if (std::isfinite(amax)) s.history[s.filled++ % history_len_] = amax;
       if (s.filled == 0) continue;
       const float recent = s.history[(s.filled - 1) % history_len_];
-      const float used = most_recent_ ? recent
-                                      : *std::max_element(s.history.begin(),
-                                                          s.history.begin() + std::min(s.filled, history_len_));
+      const float used =
+          most_recent_ ? recent
+                       : *std::max_element(s.history.begin(),
+                                           s.history.begin() + std::min(s.filled, history_len_));
       // A tiny amax would give an infinite scale (and 0 * inf = NaN): clamp it, as TE does.
-      if (used > 0.f) s.scale = std::min(std::ldexp(fp8_max(s) / used, -static_cast<int>(margin_)), FLT_MAX);
+      if (used > 0.f)
+        s.scale = std::min(std::ldexp(fp8_max(s) / used, -static_cast<int>(margin_)), FLT_MAX);
     }
     std::fill(stats_.begin(), stats_.end(), 0.f);
     return false;
@@ -145,7 +153,8 @@ struct Fp8 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
   void load_state(const std::string& bytes) override {
     size_t at = 0;
     auto get = [&](void* p, size_t n) {
-      if (at + n > bytes.size()) throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state is truncated");
+      if (at + n > bytes.size())
+        throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state is truncated");
       std::memcpy(p, bytes.data() + at, n);
       at += n;
     };
@@ -153,8 +162,9 @@ struct Fp8 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
     get(&count, 8);
     get(&len, 8);
     if (len != history_len_)
-      throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state has amax_history_len " + std::to_string(len) +
-                                                  ", this run " + std::to_string(history_len_));
+      throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state has amax_history_len " +
+                                                  std::to_string(len) + ", this run " +
+                                                  std::to_string(history_len_));
     std::vector<Site> sites;
     for (int64_t i = 0; i < count; ++i) {
       Site s;
@@ -168,16 +178,19 @@ struct Fp8 : loom::sdk::PrecisionPlugin, loom::sdk::Stateful {
       get(s.history.data(), 4 * history_len_);
       const bool known = i < static_cast<int64_t>(registered_);
       if (known && sites_[i].name != s.name)
-        throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state names site '" + s.name + "' where this model has '" +
-                                                    sites_[i].name + "'");
+        throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state names site '" + s.name +
+                                                    "' where this model has '" + sites_[i].name +
+                                                    "'");
       s.backward = known ? sites_[i].backward : s.name.ends_with(".dy");
       sites.push_back(std::move(s));
     }
-    if (at != bytes.size()) throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state has trailing bytes");
+    if (at != bytes.size())
+      throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state has trailing bytes");
     // Sites the model already named keep their ids, so the state must cover exactly those.
     if (registered_ > 0 && sites.size() != registered_)
-      throw loom::sdk::Error(LOOM_BAD_CONFIG, "fp8 scaling state has " + std::to_string(sites.size()) +
-                                                  " tensors, this model " + std::to_string(registered_));
+      throw loom::sdk::Error(LOOM_BAD_CONFIG,
+                             "fp8 scaling state has " + std::to_string(sites.size()) +
+                                 " tensors, this model " + std::to_string(registered_));
     sites_ = std::move(sites);
     stats_.clear();
   }

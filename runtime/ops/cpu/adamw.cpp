@@ -24,9 +24,9 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float
 }
 
 // Each tensor in turn: on the CPU one loop per tensor is what a fused launch would do.
-void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m, float* const* v,
-                 const int64_t* numel, const float* weight_decay, float lr, float beta1, float beta2, float eps,
-                 int64_t step) {
+void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m,
+                 float* const* v, const int64_t* numel, const float* weight_decay, float lr,
+                 float beta1, float beta2, float eps, int64_t step) {
   for (int64_t t = 0; t < count; ++t)
     adamw(params[t], grads[t], m[t], v[t], numel[t], lr, beta1, beta2, eps, weight_decay[t], step);
 }

@@ -57,7 +57,8 @@ struct HeadView {
 
 // visible[i]: how many keys query i sees. Positions ascend, so they are a prefix: the keys whose
 // position is at most the query's (causal). Without positions, query i and key i share position i.
-std::vector<int64_t> visible_keys(int64_t Tq, int64_t Tk, const int64_t* qpos, const int64_t* kpos) {
+std::vector<int64_t> visible_keys(int64_t Tq, int64_t Tk, const int64_t* qpos,
+                                  const int64_t* kpos) {
   std::vector<int64_t> n(Tq);
   int64_t j = 0;
   for (int64_t i = 0; i < Tq; ++i) {
@@ -119,11 +120,12 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
           for (int64_t j0 = 0; j0 < keys; j0 += kBc) {
             int64_t cols = std::min(kBc, keys - j0);
             // S = Q_i K_j^T
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f, hv.q.data() + i0 * D, D,
-                        hv.k.data() + j0 * D, D, 0.f, S.data(), kBc);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f,
+                        hv.q.data() + i0 * D, D, hv.k.data() + j0 * D, D, 0.f, S.data(), kBc);
             for (int64_t r = 0; r < rows; ++r) {
               float* s = S.data() + r * kBc;
-              int64_t valid = std::max<int64_t>(0, std::min(cols, visible[i0 + r] - j0));  // causal limit
+              int64_t valid =
+                  std::max<int64_t>(0, std::min(cols, visible[i0 + r] - j0));  // causal limit
               float mx = m[r];
               for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, s[c]);
               float alpha = valid > 0 ? exp_fast(m[r] - mx) : 1.f;
@@ -141,8 +143,8 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
               for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
             }
             // acc += P V_j
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols, 1.f, S.data(), kBc,
-                        hv.v.data() + j0 * D, D, 1.f, acc.data(), D);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols, 1.f, S.data(),
+                        kBc, hv.v.data() + j0 * D, D, 1.f, acc.data(), D);
           }
           for (int64_t r = 0; r < rows; ++r) {
             int64_t t = i0 + r;
@@ -209,13 +211,17 @@ void attention_block_bwd(float* dq_out, float* dk_out, float* dv_out, const floa
           int64_t first = std::upper_bound(visible.begin(), visible.end(), j0) - visible.begin();
           for (int64_t i0 = (first / kBr) * kBr; i0 < Tq; i0 += kBr) {
             int64_t rows = std::min(kBr, Tq - i0);
-            const float *qi = hv.q.data() + i0 * D, *kj = hv.k.data() + j0 * D, *go = dO.data() + i0 * D;
+            const float *qi = hv.q.data() + i0 * D, *kj = hv.k.data() + j0 * D,
+                        *go = dO.data() + i0 * D;
             // S = Q_i K_j^T, dP = dO_i V_j^T
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f, qi, D, kj, D, 0.f, S.data(), kBc);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f, go, D, hv.v.data() + j0 * D, D,
-                        0.f, dP.data(), kBc);
-            for (int64_t r = 0; r < rows; ++r) {  // S becomes P, dP becomes dS; 0 past the causal limit
-              const int64_t i = i0 + r, valid = std::max<int64_t>(0, std::min(cols, visible[i] - j0));
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f, qi, D, kj, D,
+                        0.f, S.data(), kBc);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f, go, D,
+                        hv.v.data() + j0 * D, D, 0.f, dP.data(), kBc);
+            for (int64_t r = 0; r < rows;
+                 ++r) {  // S becomes P, dP becomes dS; 0 past the causal limit
+              const int64_t i = i0 + r,
+                            valid = std::max<int64_t>(0, std::min(cols, visible[i] - j0));
               float* s = S.data() + r * kBc;
               float* dp = dP.data() + r * kBc;
               for (int64_t c = 0; c < valid; ++c) {
@@ -225,12 +231,12 @@ void attention_block_bwd(float* dq_out, float* dk_out, float* dv_out, const floa
               for (int64_t c = valid; c < cols; ++c) s[c] = dp[c] = 0.f;
             }
             // dV_j += P^T dO_i, dK_j += dS^T Q_i, dQ_i += dS K_j
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows, 1.f, S.data(), kBc, go, D, 1.f,
-                        dv.data() + j0 * D, D);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows, 1.f, dP.data(), kBc, qi, D, 1.f,
-                        dk.data() + j0 * D, D);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols, 1.f, dP.data(), kBc, kj, D, 1.f,
-                        dq.data() + i0 * D, D);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows, 1.f, S.data(), kBc,
+                        go, D, 1.f, dv.data() + j0 * D, D);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows, 1.f, dP.data(), kBc,
+                        qi, D, 1.f, dk.data() + j0 * D, D);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols, 1.f, dP.data(),
+                        kBc, kj, D, 1.f, dq.data() + i0 * D, D);
           }
         }
         // q was pre-scaled, so dk already carries 1/sqrt(D).

@@ -1,12 +1,13 @@
 // The wire codecs: fp32 <-> bf16, and fp32 <-> E4M3 blocks with a scale each. The
 // arithmetic is the SDK's own (loom/bf16.hpp, loom/formats.hpp), so these kernels write the bytes
 // formats' encode_block writes, and a plugin may mix the two.
-#include <algorithm>
+#include <loom/ops.h>
 
-#include "ops/cpu/kernels.hpp"
+#include <algorithm>
 #include <loom/bf16.hpp>
 #include <loom/formats.hpp>
-#include <loom/ops.h>
+
+#include "ops/cpu/kernels.hpp"
 
 namespace loom::cpu {
 

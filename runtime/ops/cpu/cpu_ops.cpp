@@ -1,12 +1,11 @@
+#include <cblas.h>
 #include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
 
-#include <cblas.h>
-
-#include "ops/kernel_entries.hpp"
 #include "ops/cpu/kernels.hpp"
+#include "ops/kernel_entries.hpp"
 #include "ops/ops.hpp"
 
 namespace loom::cpu {
@@ -41,7 +40,9 @@ const loom_ops* cpu() {
     t.wait_event = [](int64_t) {};
     t.sync_event = [](int64_t) {};
     t.synchronize = [] {};
-    t.pinned_alloc = [](int64_t n) -> void* { return std::aligned_alloc(64, (static_cast<size_t>(n > 0 ? n : 1) + 63) / 64 * 64); };
+    t.pinned_alloc = [](int64_t n) -> void* {
+      return std::aligned_alloc(64, (static_cast<size_t>(n > 0 ? n : 1) + 63) / 64 * 64);
+    };
     t.pinned_free = [](void* p) { std::free(p); };
     return t;
   }();

@@ -8,8 +8,8 @@
 namespace loom::cpu {
 
 // out[b,t,c] = wte[tokens[b,t], c] + wpe[t, c]
-void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                   int64_t B, int64_t T, int64_t C) {
+void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                   int64_t T, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < B * T; ++i) {
     const float* e = wte + static_cast<int64_t>(tokens[i]) * C;
@@ -50,9 +50,8 @@ void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
 }
 
 void bias_bwd(float* dbias, const float* dout, int64_t N, int64_t C) {
-  column_reduce<1>(N, C, {dbias}, [&](int64_t i, int64_t c) {
-    return std::array<float, 1>{dout[i * C + c]};
-  });
+  column_reduce<1>(N, C, {dbias},
+                   [&](int64_t i, int64_t c) { return std::array<float, 1>{dout[i * C + c]}; });
 }
 
 // gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
@@ -72,7 +71,8 @@ void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float x = inp[i];
     float th = tanh_fast(k * (x + 0.044715f * x * x * x));
-    float grad = 0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * k * (1.f + 3.f * 0.044715f * x * x);
+    float grad =
+        0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * k * (1.f + 3.f * 0.044715f * x * x);
     dinp[i] = grad * dout[i];
   }
 }
@@ -80,7 +80,8 @@ void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n) {
 // gelu_erf(x) = 0.5 x (1 + erf(x / sqrt 2)), the exact form (GPT-2's "gelu", BERT)
 void gelu_erf_fwd(float* out, const float* inp, int64_t n) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = 0.5f * inp[i] * (1.f + std::erf(inp[i] * static_cast<float>(M_SQRT1_2)));
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = 0.5f * inp[i] * (1.f + std::erf(inp[i] * static_cast<float>(M_SQRT1_2)));
 }
 
 // d/dx gelu_erf = 0.5 (1 + erf(x / sqrt 2)) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)

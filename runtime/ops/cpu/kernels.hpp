@@ -10,8 +10,8 @@ namespace loom::cpu {
 void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                   int64_t B, int64_t T, int64_t C);
+void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                   int64_t T, int64_t C);
 void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
                    int64_t T, int64_t C);
 
@@ -22,8 +22,8 @@ void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const f
 void rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C);
 void layernorm_fwd_eps(float* out, float* mean, float* rstd, const float* inp, const float* w,
                        const float* b, int64_t N, int64_t C, float eps);
-void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
-                     float eps);
+void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, int64_t N,
+                     int64_t C, float eps);
 void rmsnorm_bwd(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                  const float* rstd, int64_t N, int64_t C);
 
@@ -80,9 +80,9 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float
 
 // out[t] = sum_squares(x[t], n[t]), tensor after tensor.
 void sum_squares_multi(int64_t count, const float* const* x, const int64_t* n, double* out);
-void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m, float* const* v,
-                 const int64_t* numel, const float* weight_decay, float lr, float beta1, float beta2, float eps,
-                 int64_t step);
+void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m,
+                 float* const* v, const int64_t* numel, const float* weight_decay, float lr,
+                 float beta1, float beta2, float eps, int64_t step);
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped);
 
 // The wire codecs (loom/ops.h says what each writes).
@@ -94,21 +94,22 @@ void decode_blocks(float* dst, const uint8_t* src, int64_t count, int64_t width,
 
 // Cross-entropy over a slice of the classes (loom/ops.h), for a vocab-parallel loss.
 void row_max(float* mx, const float* z, int64_t N, int64_t ld, int64_t cols);
-void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N, int64_t ld,
-                int64_t cols, int64_t first);
-void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats, int64_t N,
-               int64_t ld, int64_t cols, int64_t first, float dloss);
+void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N,
+                int64_t ld, int64_t cols, int64_t first);
+void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats,
+               int64_t N, int64_t ld, int64_t cols, int64_t first, float dloss);
 
 // A mixture-of-experts layer's routing and row moves (loom/ops.h).
-void router_topk(float* probs, float* lse, float* weights, int32_t* experts, double* seq, const float* logits,
-                 int64_t N, int64_t E, int64_t K, int64_t T);
-void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const float* weights, const float* dw,
-                     const int32_t* experts, const double* balance, double z_scale, int64_t N, int64_t E, int64_t K,
-                     int64_t T);
+void router_topk(float* probs, float* lse, float* weights, int32_t* experts, double* seq,
+                 const float* logits, int64_t N, int64_t E, int64_t K, int64_t T);
+void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const float* weights,
+                     const float* dw, const int32_t* experts, const double* balance, double z_scale,
+                     int64_t N, int64_t E, int64_t K, int64_t T);
 void gather_rows(float* dst, const float* src, const int32_t* index, int64_t rows, int64_t C);
-void combine_rows(float* y, const float* rows, const float* w, const int32_t* slot, int64_t N, int64_t K, int64_t C);
-void combine_rows_bwd(float* drows, float* dw, const float* dy, const float* rows, const float* w, const int32_t* slot,
-                      int64_t N, int64_t K, int64_t C);
+void combine_rows(float* y, const float* rows, const float* w, const int32_t* slot, int64_t N,
+                  int64_t K, int64_t C);
+void combine_rows_bwd(float* drows, float* dw, const float* dy, const float* rows, const float* w,
+                      const int32_t* slot, int64_t N, int64_t K, int64_t C);
 
 // Threads for OpenMP kernels and OpenBLAS; 0 = all cores. Returns the count in use.
 int set_threads(int n);

@@ -25,7 +25,8 @@ void route_row(float* p, float* lse, float* w, int32_t* ex, const float* z, int6
   double s = 0;
   for (int64_t e = 0; e < E; ++e) s += std::exp(static_cast<double>(z[e] - m));
   *lse = m + static_cast<float>(std::log(s));
-  for (int64_t e = 0; e < E; ++e) p[e] = static_cast<float>(std::exp(static_cast<double>(z[e] - m)) / s);
+  for (int64_t e = 0; e < E; ++e)
+    p[e] = static_cast<float>(std::exp(static_cast<double>(z[e] - m)) / s);
   for (int64_t k = 0; k < K; ++k) {  // the largest not yet taken, the lower expert on ties
     int32_t best = -1;
     for (int32_t e = 0; e < E; ++e) {
@@ -41,7 +42,8 @@ void route_row(float* p, float* lse, float* w, int32_t* ex, const float* z, int6
 
 // dp_e of a token: its sequence's balance term, plus its choice's weight gradient when e is one
 // of its experts (renormalised for K > 1). Recomputed per e rather than stored: no per-token array.
-double router_dp(int64_t e, const double* bal, const int32_t* ex, const float* dwt, double dot, double S, int64_t K) {
+double router_dp(int64_t e, const double* bal, const int32_t* ex, const float* dwt, double dot,
+                 double S, int64_t K) {
   double dp = bal[e];
   for (int64_t k = 0; k < K; ++k)
     if (ex[k] == e) dp += K > 1 ? (dwt[k] - dot) / S : static_cast<double>(dwt[k]);
@@ -50,8 +52,8 @@ double router_dp(int64_t e, const double* bal, const int32_t* ex, const float* d
 
 }  // namespace
 
-void router_topk(float* probs, float* lse, float* weights, int32_t* experts, double* seq, const float* logits,
-                 int64_t N, int64_t E, int64_t K, int64_t T) {
+void router_topk(float* probs, float* lse, float* weights, int32_t* experts, double* seq,
+                 const float* logits, int64_t N, int64_t E, int64_t K, int64_t T) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t)
     route_row(probs + t * E, lse + t, weights + t * K, experts + t * K, logits + t * E, E, K);
@@ -67,9 +69,9 @@ void router_topk(float* probs, float* lse, float* weights, int32_t* experts, dou
   }
 }
 
-void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const float* weights, const float* dw,
-                     const int32_t* experts, const double* balance, double z_scale, int64_t N, int64_t E, int64_t K,
-                     int64_t T) {
+void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const float* weights,
+                     const float* dw, const int32_t* experts, const double* balance, double z_scale,
+                     int64_t N, int64_t E, int64_t K, int64_t T) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
     const float* p = probs + t * E;
@@ -82,17 +84,20 @@ void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const
     for (int64_t e = 0; e < E; ++e) mean += p[e] * router_dp(e, bal, ex, dwt, dot, S, K);
     const double zgrad = z_scale * lse[t];
     for (int64_t e = 0; e < E; ++e)
-      dlogits[t * E + e] = static_cast<float>(p[e] * (router_dp(e, bal, ex, dwt, dot, S, K) - mean) + zgrad * p[e]);
+      dlogits[t * E + e] =
+          static_cast<float>(p[e] * (router_dp(e, bal, ex, dwt, dot, S, K) - mean) + zgrad * p[e]);
   }
 }
 
 void gather_rows(float* dst, const float* src, const int32_t* index, int64_t rows, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + r * C, src + static_cast<int64_t>(index[r]) * C, static_cast<size_t>(C) * sizeof(float));
+    std::memcpy(dst + r * C, src + static_cast<int64_t>(index[r]) * C,
+                static_cast<size_t>(C) * sizeof(float));
 }
 
-void combine_rows(float* y, const float* rows, const float* w, const int32_t* slot, int64_t N, int64_t K, int64_t C) {
+void combine_rows(float* y, const float* rows, const float* w, const int32_t* slot, int64_t N,
+                  int64_t K, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
     float* yt = y + t * C;
@@ -107,8 +112,8 @@ void combine_rows(float* y, const float* rows, const float* w, const int32_t* sl
   }
 }
 
-void combine_rows_bwd(float* drows, float* dw, const float* dy, const float* rows, const float* w, const int32_t* slot,
-                      int64_t N, int64_t K, int64_t C) {
+void combine_rows_bwd(float* drows, float* dw, const float* dy, const float* rows, const float* w,
+                      const int32_t* slot, int64_t N, int64_t K, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N * K; ++i) {
     if (slot[i] < 0) {

@@ -67,7 +67,8 @@ void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const
 }
 
 // xhat = (x - mean) * rstd, g = dout * w
-// dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)); dw += dout * xhat; db += dout (db may be null)
+// dinp = rstd * (g - mean(g) - xhat * mean(g * xhat)); dw += dout * xhat; db += dout (db may be
+// null)
 void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                    const float* w, const float* mean, const float* rstd, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static)
@@ -75,9 +76,12 @@ void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const f
     const float* x = inp + i * C;
     const float* d = dout + i * C;
     float m = mean[i], r = rstd[i];
-    const float g_mean = lane_sum(C, [d, w](auto ld, int64_t c) { return ld(d, c) * ld(w, c); }) / C;
+    const float g_mean =
+        lane_sum(C, [d, w](auto ld, int64_t c) { return ld(d, c) * ld(w, c); }) / C;
     const float gx_mean =
-        lane_sum(C, [d, w, x, m, r](auto ld, int64_t c) { return ld(d, c) * ld(w, c) * (ld(x, c) - m) * r; }) / C;
+        lane_sum(C, [d, w, x, m, r](
+                        auto ld, int64_t c) { return ld(d, c) * ld(w, c) * (ld(x, c) - m) * r; }) /
+        C;
     float* dx = dinp + i * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
@@ -92,8 +96,8 @@ void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const f
 }
 
 // rstd = 1/sqrt(mean(x^2) + eps), out = x * rstd * w
-void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
-                     float eps) {
+void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, int64_t N,
+                     int64_t C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
@@ -120,7 +124,9 @@ void rmsnorm_bwd(float* dinp, float* dw, const float* dout, const float* inp, co
     const float* d = dout + i * C;
     float r = rstd[i];
     const float gx_mean =
-        lane_sum(C, [d, w, x, r](auto ld, int64_t c) { return ld(d, c) * ld(w, c) * ld(x, c) * r; }) / C;
+        lane_sum(C,
+                 [d, w, x, r](auto ld, int64_t c) { return ld(d, c) * ld(w, c) * ld(x, c) * r; }) /
+        C;
     float* dx = dinp + i * C;
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) dx[c] = r * (d[c] * w[c] - x[c] * r * gx_mean);

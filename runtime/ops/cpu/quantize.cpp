@@ -1,9 +1,9 @@
 #include <bit>
 #include <cfloat>
 #include <cmath>
+#include <loom/formats.hpp>
 
 #include "ops/cpu/kernels.hpp"
-#include <loom/formats.hpp>
 
 namespace loom::cpu {
 
@@ -20,7 +20,8 @@ inline float cast_grid(const formats::Format& f, float v, int64_t& clips) {
   int32_t eb = static_cast<int32_t>(abs_bits >> 23);  // biased fp32 exponent of a
   const int32_t eb_min = f.emin() + 127;
   eb = eb < eb_min ? eb_min : eb;
-  eb = eb > 254 - f.man_bits ? 254 - f.man_bits : eb;  // keeps 1/q normal; such a is past max anyway
+  eb =
+      eb > 254 - f.man_bits ? 254 - f.man_bits : eb;  // keeps 1/q normal; such a is past max anyway
   const float inv_q = std::bit_cast<float>(static_cast<uint32_t>(254 - eb + f.man_bits) << 23);
   const float q = std::bit_cast<float>(static_cast<uint32_t>(eb - f.man_bits) << 23);
   float r = ((a * inv_q + 0x1p23f) - 0x1p23f) * q;

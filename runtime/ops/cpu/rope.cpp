@@ -34,8 +34,8 @@ void rotate(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D
 
 }  // namespace
 
-void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
-              const float* sin, int64_t pos0) {
+void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+              const float* cos, const float* sin, int64_t pos0) {
   rotate(x, ld, B, T, heads, D, cos, sin, pos0, 1.f);
 }
 

@@ -15,7 +15,7 @@ namespace loom::cpu {
 // NaN stays NaN (so a diverging run is still caught by the non-finite checks).
 inline float exp_fast(float x) {
   float xc = x > 88.7f ? 88.7f : x;  // comparisons, not fmin/fmax: they compile to blends
-  xc = xc < -87.3f ? -87.3f : xc;       // (a NaN passes through both and poisons p)
+  xc = xc < -87.3f ? -87.3f : xc;    // (a NaN passes through both and poisons p)
   const float k = std::floor(xc * 1.44269504f + 0.5f);
   const float r = (xc - k * 0.693359375f) - k * -2.12194440e-4f;
   float p = 1.f / 720.f;

@@ -23,8 +23,8 @@ void row_max(float* mx, const float* z, int64_t N, int64_t ld, int64_t cols) {
   }
 }
 
-void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N, int64_t ld,
-                int64_t cols, int64_t first) {
+void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N,
+                int64_t ld, int64_t cols, int64_t first) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     float s = 0.f;
@@ -35,8 +35,8 @@ void xent_stats(float* stats, const float* z, const int32_t* targets, const floa
   }
 }
 
-void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats, int64_t N,
-               int64_t ld, int64_t cols, int64_t first, float dloss) {
+void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats,
+               int64_t N, int64_t ld, int64_t cols, int64_t first, float dloss) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
     float* row = z + i * ld;

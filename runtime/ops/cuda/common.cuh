@@ -1,19 +1,19 @@
 // What every CUDA file shares: error checks that throw, and the streams the ops run on.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-
-#include <cuda_runtime.h>
 
 namespace loom::cuda {
 
 // A CUDA failure is a bug or a dead device: the runtime reports it as a RuntimeError.
 void fail(cudaError_t e, const char* what, const char* file, int line);
-#define LOOM_CUDA_CHECK(call)                                              \
-  do {                                                                     \
-    cudaError_t loom_e_ = (call);                                          \
+#define LOOM_CUDA_CHECK(call)                                                           \
+  do {                                                                                  \
+    cudaError_t loom_e_ = (call);                                                       \
     if (loom_e_ != cudaSuccess) ::loom::cuda::fail(loom_e_, #call, __FILE__, __LINE__); \
   } while (0)
 // After a launch: catches bad launch configurations at once (not at the next sync).

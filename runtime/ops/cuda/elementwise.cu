@@ -17,9 +17,8 @@ namespace ew = elementwise;
 // Token ids may live in host memory (the data loader's buffers): uploaded for the kernel.
 void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
                    int64_t T, int64_t C) {
-  run_op([&](DeviceGo& go) {
-    ew::embedding_fwd(go, out, go.in(tokens, B * T), wte, wpe, B, T, C);
-  });
+  run_op(
+      [&](DeviceGo& go) { ew::embedding_fwd(go, out, go.in(tokens, B * T), wte, wpe, B, T, C); });
 }
 void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
                    int64_t T, int64_t C) {

@@ -2,10 +2,10 @@
 // file holds a family; table.cpp assembles them into the table.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <cstdint>
 #include <string>
-
-#include <loom/plugin.h>
 
 namespace loom::cuda {
 
@@ -18,22 +18,23 @@ const loom_ops* ops();
 // The cudaStream_t of LOOM_STREAM_COMPUTE or _COMM, for the loom.native_streams service.
 void* native_stream(int32_t which);
 
-void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
-                   int64_t C);
-void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                   int64_t C);
-void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
-                   int64_t N, int64_t C);
-void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                   const float* mean, const float* rstd, int64_t N, int64_t C);
+void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void embedding_fwd(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
+                   int64_t T, int64_t C);
+void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
+                   int64_t T, int64_t C);
+void layernorm_fwd(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                   const float* b, int64_t N, int64_t C);
+void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                   const float* w, const float* mean, const float* rstd, int64_t N, int64_t C);
 void rmsnorm_fwd(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C);
-void layernorm_fwd_eps(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
-                       int64_t N, int64_t C, float eps);
-void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps);
-void rmsnorm_bwd(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
-                 int64_t N, int64_t C);
+void layernorm_fwd_eps(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                       const float* b, int64_t N, int64_t C, float eps);
+void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, int64_t N,
+                     int64_t C, float eps);
+void rmsnorm_bwd(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                 const float* rstd, int64_t N, int64_t C);
 void bias_add(float* out, const float* bias, int64_t N, int64_t C);
 void bias_bwd(float* dbias, const float* dout, int64_t N, int64_t C);
 void gelu_fwd(float* out, const float* inp, int64_t n);
@@ -42,38 +43,41 @@ void gelu_erf_fwd(float* out, const float* inp, int64_t n);
 void gelu_erf_bwd(float* dinp, const float* inp, const float* dout, int64_t n);
 void swiglu_fwd(float* out, const float* inp, int64_t N, int64_t F);
 void swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F);
-void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t D);
-void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int64_t B,
-                   int64_t T, int64_t H, int64_t D);
-void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int64_t ldq,
-                       int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D);
-void attention_gqa_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                       const float* v, const float* out, const float* lse, int64_t ldq, int64_t ldkv, int64_t B,
-                       int64_t T, int64_t H, int64_t Hkv, int64_t D);
-void attention_block_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int64_t ldq,
-                         int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D,
-                         const int64_t* qpos, const int64_t* kpos);
-void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                         const float* v, const float* out, const float* lse, int64_t ldq, int64_t ldkv, int64_t B,
-                         int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
-                         const int64_t* kpos);
-void attention_merge(float* out, float* lse, const float* part, const float* part_lse, int64_t B, int64_t T,
-                     int64_t H, int64_t D);
-void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
-              const float* sin, int64_t pos0);
-void rope_bwd(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
-              const float* sin, int64_t pos0);
+void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H,
+                   int64_t D);
+void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* out,
+                   const float* lse, int64_t B, int64_t T, int64_t H, int64_t D);
+void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
+                       int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                       int64_t D);
+void attention_gqa_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                       const float* k, const float* v, const float* out, const float* lse,
+                       int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                       int64_t D);
+void attention_block_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
+                         int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
+                         int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos);
+void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                         const float* k, const float* v, const float* out, const float* lse,
+                         int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
+                         int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos);
+void attention_merge(float* out, float* lse, const float* part, const float* part_lse, int64_t B,
+                     int64_t T, int64_t H, int64_t D);
+void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+              const float* cos, const float* sin, int64_t pos0);
+void rope_bwd(float* dx, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+              const float* cos, const float* sin, int64_t pos0);
 void add(float* y, const float* a, const float* b, int64_t n);
 void accumulate(float* y, const float* x, int64_t n);
 void scale(float* x, float s, int64_t n);
 double sum_squares(const float* x, int64_t n);
-void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t V_real,
-                  float dloss);
-void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-           float eps, float weight_decay, int64_t step);
-void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m, float* const* v,
-                 const int64_t* numel, const float* weight_decay, float lr, float beta1, float beta2, float eps,
-                 int64_t step);
+void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+                  int64_t V_real, float dloss);
+void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, int64_t step);
+void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m,
+                 float* const* v, const int64_t* numel, const float* weight_decay, float lr,
+                 float beta1, float beta2, float eps, int64_t step);
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped);
 void sum_squares_multi(int64_t count, const float* const* x, const int64_t* n, double* out);
 void to_bf16(uint16_t* dst, const float* src, int64_t n);
@@ -82,18 +86,19 @@ void encode_blocks(uint8_t* dst, const float* src, int64_t count, int64_t width,
 void decode_blocks(float* dst, const uint8_t* src, int64_t count, int64_t width, int64_t blocks,
                    int32_t flags);
 void row_max(float* mx, const float* z, int64_t N, int64_t ld, int64_t cols);
-void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N, int64_t ld,
-                int64_t cols, int64_t first);
-void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats, int64_t N,
-               int64_t ld, int64_t cols, int64_t first, float dloss);
-void router_topk(float* probs, float* lse, float* weights, int32_t* experts, double* seq, const float* logits,
-                 int64_t N, int64_t E, int64_t K, int64_t T);
-void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const float* weights, const float* dw,
-                     const int32_t* experts, const double* balance, double z_scale, int64_t N, int64_t E, int64_t K,
-                     int64_t T);
+void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N,
+                int64_t ld, int64_t cols, int64_t first);
+void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats,
+               int64_t N, int64_t ld, int64_t cols, int64_t first, float dloss);
+void router_topk(float* probs, float* lse, float* weights, int32_t* experts, double* seq,
+                 const float* logits, int64_t N, int64_t E, int64_t K, int64_t T);
+void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const float* weights,
+                     const float* dw, const int32_t* experts, const double* balance, double z_scale,
+                     int64_t N, int64_t E, int64_t K, int64_t T);
 void gather_rows(float* dst, const float* src, const int32_t* index, int64_t rows, int64_t C);
-void combine_rows(float* y, const float* rows, const float* w, const int32_t* slot, int64_t N, int64_t K, int64_t C);
-void combine_rows_bwd(float* drows, float* dw, const float* dy, const float* rows, const float* w, const int32_t* slot,
-                      int64_t N, int64_t K, int64_t C);
+void combine_rows(float* y, const float* rows, const float* w, const int32_t* slot, int64_t N,
+                  int64_t K, int64_t C);
+void combine_rows_bwd(float* drows, float* dw, const float* dy, const float* rows, const float* w,
+                      const int32_t* slot, int64_t N, int64_t K, int64_t C);
 
 }  // namespace loom::cuda

@@ -71,9 +71,9 @@ struct Pool {
         cudaGetLastError();
         size_t left = 0, total = 0;
         cudaMemGetInfo(&left, &total);
-        throw RuntimeError("cuda: out of device memory: asked " + mib(asked) + " (" + std::to_string(asked) +
-                           " bytes), " + mib(left) + " free of the GPU's " + mib(total) + ", " + mib(stats.in_use) +
-                           " in Loom's tensors");
+        throw RuntimeError("cuda: out of device memory: asked " + mib(asked) + " (" +
+                           std::to_string(asked) + " bytes), " + mib(left) + " free of the GPU's " +
+                           mib(total) + ", " + mib(stats.in_use) + " in Loom's tensors");
       }
     }
     stats.reserved += c;
@@ -110,8 +110,9 @@ void* device_alloc(size_t bytes) {
   const size_t c = size_class(bytes ? bytes : 1);
   std::lock_guard<std::mutex> lock(p.m);
   if (p.cap && p.stats.in_use + c > p.cap)
-    throw RuntimeError("cuda: out of device memory: asked " + mib(bytes) + " (" + std::to_string(bytes) + " bytes), " +
-                       mib(p.cap - p.stats.in_use) + " left of the " + mib(p.cap) + " cap ([run] device_memory_mib), " +
+    throw RuntimeError("cuda: out of device memory: asked " + mib(bytes) + " (" +
+                       std::to_string(bytes) + " bytes), " + mib(p.cap - p.stats.in_use) +
+                       " left of the " + mib(p.cap) + " cap ([run] device_memory_mib), " +
                        mib(p.stats.in_use) + " in use");
   char* ptr = nullptr;
   auto& list = p.free[c];
@@ -197,7 +198,8 @@ PinnedSlot::~PinnedSlot() {
 bool is_device_pointer(const void* p) {
   if (owns(p)) return true;
   cudaPointerAttributes a{};
-  const bool device = cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeDevice;
+  const bool device =
+      cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeDevice;
   cudaGetLastError();  // a host pointer's query leaves an error behind on older drivers
   return device;
 }
@@ -206,7 +208,8 @@ const void* stage_in(const void* host, size_t bytes, void* device_scratch) {
   if (!host || !bytes || is_device_pointer(host)) return host;
   PinnedSlot slot(bytes);
   std::memcpy(slot.data(), host, bytes);
-  LOOM_CUDA_CHECK(cudaMemcpyAsync(device_scratch, slot.data(), bytes, cudaMemcpyHostToDevice, stream()));
+  LOOM_CUDA_CHECK(
+      cudaMemcpyAsync(device_scratch, slot.data(), bytes, cudaMemcpyHostToDevice, stream()));
   return device_scratch;
 }
 

@@ -8,10 +8,10 @@
 //    through pinned blocks that are reused once the copy that used them has finished.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstddef>
 #include <cstdint>
-
-#include <cuda_runtime.h>
 
 namespace loom::cuda {
 

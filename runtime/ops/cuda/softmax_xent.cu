@@ -19,16 +19,19 @@ void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t 
 void row_max(float* mx, const float* z, int64_t N, int64_t ld, int64_t cols) {
   run_op([&](DeviceGo& go) { vocab_xent::row_max(go, mx, z, N, ld, cols); });
 }
-void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N, int64_t ld,
-                int64_t cols, int64_t first) {
-  if (N == 0) return;
-  run_op([&](DeviceGo& go) { vocab_xent::xent_stats(go, stats, z, go.in(targets, N), mx, N, ld, cols, first); });
-}
-void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats, int64_t N,
-               int64_t ld, int64_t cols, int64_t first, float dloss) {
+void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N,
+                int64_t ld, int64_t cols, int64_t first) {
   if (N == 0) return;
   run_op([&](DeviceGo& go) {
-    vocab_xent::xent_grad(go, z, go.out(losses, N), go.in(targets, N), mx, stats, N, ld, cols, first, dloss);
+    vocab_xent::xent_stats(go, stats, z, go.in(targets, N), mx, N, ld, cols, first);
+  });
+}
+void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats,
+               int64_t N, int64_t ld, int64_t cols, int64_t first, float dloss) {
+  if (N == 0) return;
+  run_op([&](DeviceGo& go) {
+    vocab_xent::xent_grad(go, z, go.out(losses, N), go.in(targets, N), mx, stats, N, ld, cols,
+                          first, dloss);
   });
 }
 

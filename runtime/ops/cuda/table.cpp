@@ -8,23 +8,26 @@
 #include <vector>
 
 #include "core/errors.hpp"
-#include "ops/kernel_entries.hpp"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/kernels.hpp"
 #include "ops/cuda/memory.hpp"
+#include "ops/kernel_entries.hpp"
 
 namespace loom::cuda {
 
 void fail(cudaError_t e, const char* what, const char* file, int line) {
-  throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ") in " +
-                           what + " at " + file + ":" + std::to_string(line));
+  throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorName(e) + " (" +
+                           cudaGetErrorString(e) + ") in " + what + " at " + file + ":" +
+                           std::to_string(line));
 }
 
 bool available(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
-    if (why) *why = e != cudaSuccess ? std::string("no CUDA driver or device: ") + cudaGetErrorString(e) : "no CUDA device visible";
+    if (why)
+      *why = e != cudaSuccess ? std::string("no CUDA driver or device: ") + cudaGetErrorString(e)
+                              : "no CUDA device visible";
     cudaGetLastError();  // clear the sticky error of a failed probe
     return false;
   }
@@ -55,7 +58,8 @@ struct Events {
     std::lock_guard<std::mutex> lock(m);
     if (id < 0 || id >= next || id < next - kEvents)
       throw RuntimeError(std::string("cuda device: ") + who + " on event " + std::to_string(id) +
-                         (id >= next || id < 0 ? ", which was never recorded" : ", recorded more than 4096 events ago"));
+                         (id >= next || id < 0 ? ", which was never recorded"
+                                               : ", recorded more than 4096 events ago"));
     return ring[static_cast<size_t>(id % kEvents)];
   }
 };
@@ -73,7 +77,9 @@ int64_t record_event() {
   return ev.next++;
 }
 
-void wait_event(int64_t id) { LOOM_CUDA_CHECK(cudaStreamWaitEvent(stream(), events().of(id, "wait_event"), 0)); }
+void wait_event(int64_t id) {
+  LOOM_CUDA_CHECK(cudaStreamWaitEvent(stream(), events().of(id, "wait_event"), 0));
+}
 
 void sync_event(int64_t id) {
   count_host_wait();
@@ -88,7 +94,8 @@ void synchronize() {
 // Either side may be host memory; a pageable host destination makes the driver finish the copy
 // before returning, a pinned one is read after the caller's sync_event, as the contract says.
 void copy(void* dst, const void* src, int64_t n) {
-  if (n > 0) LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n), cudaMemcpyDefault, stream()));
+  if (n > 0)
+    LOOM_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n), cudaMemcpyDefault, stream()));
 }
 
 void zero(void* dst, int64_t n) {
@@ -110,7 +117,8 @@ void set_stream_entry(int32_t which) { set_current_stream(which); }
 cudaStream_t stream_of(int which) {
   static std::array<cudaStream_t, 2> streams = [] {
     std::array<cudaStream_t, 2> made{};
-    for (cudaStream_t& s : made) LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (cudaStream_t& s : made)
+      LOOM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     return made;
   }();
   return streams[static_cast<size_t>(which == LOOM_STREAM_COMM ? 1 : 0)];
@@ -118,7 +126,8 @@ cudaStream_t stream_of(int which) {
 
 void set_current_stream(int which) {
   if (which != LOOM_STREAM_COMPUTE && which != LOOM_STREAM_COMM)
-    throw RuntimeError("cuda device: no stream " + std::to_string(which) + " (LOOM_STREAM_COMPUTE or _COMM)");
+    throw RuntimeError("cuda device: no stream " + std::to_string(which) +
+                       " (LOOM_STREAM_COMPUTE or _COMM)");
   t_stream = which;
 }
 

@@ -29,7 +29,8 @@ bool is_runtime_object(const char* path) {
 // OpenBLAS, and the strict device itself.
 bool is_bystander(const Dl_info& info) {
   if (!info.dli_fname) return true;
-  for (const char* lib : {"libc.so", "libstdc++", "libgcc_s", "libgomp", "libopenblas", "ld-linux", "linux-vdso"})
+  for (const char* lib :
+       {"libc.so", "libstdc++", "libgcc_s", "libgomp", "libopenblas", "ld-linux", "linux-vdso"})
     if (std::strstr(info.dli_fname, lib)) return true;
   // A runtime frame without a name is a local function (the strict device's own entries among
   // them), and its named caller says more; a plugin's (hidden symbols) is the plugin.
@@ -67,7 +68,8 @@ void on_fault(int sig, siginfo_t* info, void* context) {
   const void* addr = info->si_addr;
   const FaultAddress kind = classify_fault_address(addr);
   if (kind == FaultAddress::other || kind == FaultAddress::unknown) {
-    signal(sig, SIG_DFL);  // not ours (or the allocator itself crashed): the default action when the instruction runs again
+    signal(sig, SIG_DFL);  // not ours (or the allocator itself crashed): the default action when
+                           // the instruction runs again
     return;
   }
   const bool device = kind == FaultAddress::device;
@@ -78,12 +80,13 @@ void on_fault(int sig, siginfo_t* info, void* context) {
   (void)context;
 #endif
   std::string who = running_op() ? std::string("op '") + running_op() + "' on a stream worker"
-                                  : "host code in " + owner_of(pc);
+                                 : "host code in " + owner_of(pc);
   std::string what =
       device ? who + " dereferenced device memory (" + describe_device_address(addr) +
                    "): a device buffer reaches the host only through the op table's copy"
-             : who + " touched a pinned buffer while a copy into it was in flight: wait on the copy "
-                     "(sync_event on an event recorded after it, or synchronize) before reading it";
+             : who +
+                   " touched a pinned buffer while a copy into it was in flight: wait on the copy "
+                   "(sync_event on an event recorded after it, or synchronize) before reading it";
   contract_broken(what);
 }
 

@@ -42,8 +42,10 @@ class Launch {
   T* device(T* p, size_t bytes, bool write, const char* arg) {
     if (!p) return nullptr;
     if (!is_device(p))
-      contract_broken(std::string("op '") + op_ + "' was given host memory for '" + arg + "', called from " +
-                      calling_code() + ": a kernel reads and writes device memory only (copy the buffer to the device first)");
+      contract_broken(
+          std::string("op '") + op_ + "' was given host memory for '" + arg + "', called from " +
+          calling_code() +
+          ": a kernel reads and writes device memory only (copy the buffer to the device first)");
     access_.push_back(Access{p, bytes, write});
     return static_cast<T*>(kernel_view(p));
   }
@@ -75,7 +77,6 @@ class Launch {
   std::vector<std::shared_ptr<std::vector<char>>> uploads_;  // host operands, copied at issue
   bool waits_ = false;
 };
-
 
 #define R(p, bytes) L.device(p, bytes, false, #p)
 #define W(p, bytes) L.device(p, bytes, true, #p)

@@ -43,10 +43,12 @@ size_t page_round(size_t bytes) {
 
 Region map_region(size_t bytes, bool pinned) {
   const int fd = memfd_create(pinned ? "loom-strict-pinned" : "loom-strict-device", MFD_CLOEXEC);
-  if (fd < 0) throw RuntimeError(std::string("strict device: memfd_create: ") + std::strerror(errno));
+  if (fd < 0)
+    throw RuntimeError(std::string("strict device: memfd_create: ") + std::strerror(errno));
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     close(fd);
-    throw RuntimeError("strict device: cannot reserve " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
+    throw RuntimeError("strict device: cannot reserve " + std::to_string(bytes) +
+                       " bytes: " + std::strerror(errno));
   }
   void* view = mmap(nullptr, bytes, pinned ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_SHARED, fd, 0);
   void* kernel = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
@@ -63,7 +65,7 @@ Region map_region(size_t bytes, bool pinned) {
 
 struct Memory {
   std::mutex m;
-  std::map<char*, Region> regions;                // by view address
+  std::map<char*, Region> regions;  // by view address
   std::map<size_t, std::vector<char*>> free_device, free_pinned;
   std::map<char*, size_t> live_device, live_pinned;  // block -> its size class
   struct Users {
@@ -132,9 +134,10 @@ void* device_alloc(size_t bytes) {
   const size_t c = size_class(bytes ? bytes : 1);
   std::lock_guard<std::mutex> lock(mem.m);
   if (mem.cap && mem.stats.in_use + c > mem.cap)
-    throw RuntimeError("strict device: out of device memory: asked " + mib(bytes) + " (" + std::to_string(bytes) +
-                       " bytes), " + mib(mem.cap - mem.stats.in_use) + " left of the " + mib(mem.cap) +
-                       " cap ([run] device_memory_mib), " + mib(mem.stats.in_use) + " in use");
+    throw RuntimeError("strict device: out of device memory: asked " + mib(bytes) + " (" +
+                       std::to_string(bytes) + " bytes), " + mib(mem.cap - mem.stats.in_use) +
+                       " left of the " + mib(mem.cap) + " cap ([run] device_memory_mib), " +
+                       mib(mem.stats.in_use) + " in use");
   auto& list = mem.free_device[c];
   char* p = nullptr;
   if (!list.empty()) {
@@ -256,7 +259,8 @@ void apply_protection(Memory& mem, char* base, size_t bytes) {
   const int prot = it == mem.pinned_in_flight.end() ? PROT_READ | PROT_WRITE
                    : it->second.writers > 0         ? PROT_NONE
                                                     : PROT_READ;
-  if (mprotect(base, bytes, prot) != 0) throw RuntimeError(std::string("strict device: mprotect: ") + std::strerror(errno));
+  if (mprotect(base, bytes, prot) != 0)
+    throw RuntimeError(std::string("strict device: mprotect: ") + std::strerror(errno));
 }
 }  // namespace
 

@@ -18,7 +18,8 @@ namespace {
 // The bytes of the rows of C floats at `base` that an index array names: [0, max + 1) when the
 // array is host memory (`staged`, its copy), else to the end of base's block (a device array's
 // values are not the host's to read before the kernel runs).
-size_t rows_named(const int32_t* index, const int32_t* staged, int64_t n, const float* base, int64_t C) {
+size_t rows_named(const int32_t* index, const int32_t* staged, int64_t n, const float* base,
+                  int64_t C) {
   if (!base) return 0;
   if (index && is_device(index)) return to_block_end(base);
   int32_t top = -1;
@@ -28,22 +29,24 @@ size_t rows_named(const int32_t* index, const int32_t* staged, int64_t n, const 
 
 }  // namespace
 
-void router_topk(float* probs, float* lse, float* weights, int32_t* experts, double* seq, const float* logits,
-                 int64_t N, int64_t E, int64_t K, int64_t T) {
+void router_topk(float* probs, float* lse, float* weights, int32_t* experts, double* seq,
+                 const float* logits, int64_t N, int64_t E, int64_t K, int64_t T) {
   Launch L("router_topk");
   const int64_t B = T > 0 ? N / T : 0;
   float* p = W(probs, floats(N * E));
   float* l = W(lse, floats(N));
   float* w = W(weights, floats(N * K));
-  int32_t* ex = L.staged(experts, static_cast<size_t>(std::max<int64_t>(N * K, 0)) * sizeof(int32_t), true, "experts");
-  double* sq = L.staged(seq, static_cast<size_t>(std::max<int64_t>(B * (E + 1), 0)) * sizeof(double), true, "seq");
+  int32_t* ex = L.staged(
+      experts, static_cast<size_t>(std::max<int64_t>(N * K, 0)) * sizeof(int32_t), true, "experts");
+  double* sq = L.staged(
+      seq, static_cast<size_t>(std::max<int64_t>(B * (E + 1), 0)) * sizeof(double), true, "seq");
   const float* z = R(logits, floats(N * E));
   L.run([=] { cpu::router_topk(p, l, w, ex, sq, z, N, E, K, T); });
 }
 
-void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const float* weights, const float* dw,
-                     const int32_t* experts, const double* balance, double z_scale, int64_t N, int64_t E, int64_t K,
-                     int64_t T) {
+void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const float* weights,
+                     const float* dw, const int32_t* experts, const double* balance, double z_scale,
+                     int64_t N, int64_t E, int64_t K, int64_t T) {
   Launch L("router_topk_bwd");
   const int64_t B = T > 0 ? N / T : 0;
   float* dz = W(dlogits, floats(N * E));
@@ -51,32 +54,39 @@ void router_topk_bwd(float* dlogits, const float* probs, const float* lse, const
   const float* l = R(lse, floats(N));
   const float* w = R(weights, floats(N * K));
   const float* d = R(dw, floats(N * K));
-  const int32_t* ex = L.staged(experts, static_cast<size_t>(std::max<int64_t>(N * K, 0)) * sizeof(int32_t), false, "experts");
-  const double* bal = L.staged(balance, static_cast<size_t>(std::max<int64_t>(B * E, 0)) * sizeof(double), false, "balance");
+  const int32_t* ex =
+      L.staged(experts, static_cast<size_t>(std::max<int64_t>(N * K, 0)) * sizeof(int32_t), false,
+               "experts");
+  const double* bal = L.staged(
+      balance, static_cast<size_t>(std::max<int64_t>(B * E, 0)) * sizeof(double), false, "balance");
   L.run([=] { cpu::router_topk_bwd(dz, p, l, w, d, ex, bal, z_scale, N, E, K, T); });
 }
 
 void gather_rows(float* dst, const float* src, const int32_t* index, int64_t rows, int64_t C) {
   Launch L("gather_rows");
-  const int32_t* ix = L.staged(index, static_cast<size_t>(std::max<int64_t>(rows, 0)) * sizeof(int32_t), false, "index");
+  const int32_t* ix = L.staged(
+      index, static_cast<size_t>(std::max<int64_t>(rows, 0)) * sizeof(int32_t), false, "index");
   float* d = W(dst, floats(rows * C));
   const float* s = R(src, rows_named(index, ix, rows, src, C));
   L.run([=] { cpu::gather_rows(d, s, ix, rows, C); });
 }
 
-void combine_rows(float* y, const float* rows, const float* w, const int32_t* slot, int64_t N, int64_t K, int64_t C) {
+void combine_rows(float* y, const float* rows, const float* w, const int32_t* slot, int64_t N,
+                  int64_t K, int64_t C) {
   Launch L("combine_rows");
-  const int32_t* sl = L.staged(slot, static_cast<size_t>(std::max<int64_t>(N * K, 0)) * sizeof(int32_t), false, "slot");
+  const int32_t* sl = L.staged(
+      slot, static_cast<size_t>(std::max<int64_t>(N * K, 0)) * sizeof(int32_t), false, "slot");
   float* out = W(y, floats(N * C));
   const float* r = R(rows, rows_named(slot, sl, N * K, rows, C));
   const float* wt = R(w, floats(N * K));
   L.run([=] { cpu::combine_rows(out, r, wt, sl, N, K, C); });
 }
 
-void combine_rows_bwd(float* drows, float* dw, const float* dy, const float* rows, const float* w, const int32_t* slot,
-                      int64_t N, int64_t K, int64_t C) {
+void combine_rows_bwd(float* drows, float* dw, const float* dy, const float* rows, const float* w,
+                      const int32_t* slot, int64_t N, int64_t K, int64_t C) {
   Launch L("combine_rows_bwd");
-  const int32_t* sl = L.staged(slot, static_cast<size_t>(std::max<int64_t>(N * K, 0)) * sizeof(int32_t), false, "slot");
+  const int32_t* sl = L.staged(
+      slot, static_cast<size_t>(std::max<int64_t>(N * K, 0)) * sizeof(int32_t), false, "slot");
   float* dr = W(drows, rows_named(slot, sl, N * K, drows, C));
   float* d = W(dw, floats(N * K));
   const float* g = R(dy, floats(N * C));

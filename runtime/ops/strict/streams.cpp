@@ -54,7 +54,7 @@ struct Device {
   std::array<std::deque<Task>, kStreams> queue;
   Clock issued{}, done{};
   std::array<Clock, kStreams> ordered_after{};  // per stream: what it has waited for
-  Clock host{};                                  // what the host has seen finish
+  Clock host{};                                 // what the host has seen finish
   std::vector<Clock> events;
   std::vector<Record> records;
   std::vector<Release> releases;
@@ -86,7 +86,8 @@ void worker(int s) {
     try {
       if (!device_failed) task.work();
     } catch (const std::exception& e) {
-      failed = std::string("op '") + task.op + "' on the " + stream_name(s) + " stream failed: " + e.what();
+      failed = std::string("op '") + task.op + "' on the " + stream_name(s) +
+               " stream failed: " + e.what();
     }
     set_running_op(nullptr);
     std::lock_guard<std::mutex> lock(d.mu);
@@ -133,11 +134,13 @@ void check_hazards(Device& d, int s, const char* op, const Access& a, const Cloc
   for (const Record& r : d.records) {
     if (r.stream == s || hi <= r.lo || r.hi <= lo || !(r.write || a.write)) continue;
     if (after[r.stream] >= r.seq) continue;
-    throw RuntimeError(std::string("strict device: op '") + op + "' on the " + stream_name(s) + " stream " +
-                       (a.write ? "writes " : "reads ") + where(lo) + ", which op '" + r.op + "' on the " +
-                       stream_name(r.stream) + " stream " + (r.write ? "writes" : "reads") +
-                       ", without waiting on that op's event (record_event after it, wait_event before this); "
-                       "called from " + calling_code());
+    throw RuntimeError(
+        std::string("strict device: op '") + op + "' on the " + stream_name(s) + " stream " +
+        (a.write ? "writes " : "reads ") + where(lo) + ", which op '" + r.op + "' on the " +
+        stream_name(r.stream) + " stream " + (r.write ? "writes" : "reads") +
+        ", without waiting on that op's event (record_event after it, wait_event before this); "
+        "called from " +
+        calling_code());
   }
 }
 
@@ -196,7 +199,8 @@ const char* stream_name(int stream) { return stream == 0 ? "compute" : "comm"; }
 
 void set_stream(int stream) {
   if (stream < 0 || stream >= kStreams)
-    throw RuntimeError("strict device: no stream " + std::to_string(stream) + " (LOOM_STREAM_COMPUTE or _COMM)");
+    throw RuntimeError("strict device: no stream " + std::to_string(stream) +
+                       " (LOOM_STREAM_COMPUTE or _COMM)");
   t_stream = stream;
 }
 
@@ -234,7 +238,8 @@ void wait_event(int64_t event) {
   Device& d = device();
   std::lock_guard<std::mutex> lock(d.mu);
   if (event < 0 || event >= static_cast<int64_t>(d.events.size()))
-    throw RuntimeError("strict device: wait_event on an event that was never recorded (" + std::to_string(event) + ")");
+    throw RuntimeError("strict device: wait_event on an event that was never recorded (" +
+                       std::to_string(event) + ")");
   const int s = t_stream;
   const Clock target = d.events[event];
   join(d.ordered_after[s], target);
@@ -252,7 +257,8 @@ void sync_event(int64_t event) {
   Device& d = device();
   std::unique_lock<std::mutex> lock(d.mu);
   if (event < 0 || event >= static_cast<int64_t>(d.events.size()))
-    throw RuntimeError("strict device: sync_event on an event that was never recorded (" + std::to_string(event) + ")");
+    throw RuntimeError("strict device: sync_event on an event that was never recorded (" +
+                       std::to_string(event) + ")");
   const Clock target = d.events[event];  // a copy: the vector may grow while this waits
   wait_for(d, lock, target);
 }

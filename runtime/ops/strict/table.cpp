@@ -1,4 +1,3 @@
-#include "ops/kernel_entries.hpp"
 #include "ops/strict/table.hpp"
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "ops/cpu/kernels.hpp"
+#include "ops/kernel_entries.hpp"
 #include "ops/strict/launch.hpp"
 #include "ops/strict/routing.hpp"
 #include "ops/strict/streams.hpp"
@@ -77,8 +77,8 @@ void layernorm_bwd(float* dinp, float* dw, float* db, const float* dout, const f
   L.run([=] { cpu::layernorm_bwd(dx, dwt, dbs, d, x, wt, mu, rs, N, C); });
 }
 
-void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C,
-                     float eps) {
+void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, int64_t N,
+                     int64_t C, float eps) {
   Launch L("rmsnorm_fwd");
   float* o = W(out, floats(N * C));
   float* rs = W(rstd, floats(N));
@@ -133,9 +133,15 @@ void unary_bwd(const char* op, float* dinp, const float* inp, const float* dout,
   const float* d = R(dout, floats(n));
   L.run([=] { Bwd(dx, x, d, n); });
 }
-void gelu_fwd(float* o, const float* x, int64_t n) { unary_fwd<cpu::gelu_fwd>("gelu_fwd", o, x, n); }
-void gelu_bwd(float* dx, const float* x, const float* d, int64_t n) { unary_bwd<cpu::gelu_bwd>("gelu_bwd", dx, x, d, n); }
-void gelu_erf_fwd(float* o, const float* x, int64_t n) { unary_fwd<cpu::gelu_erf_fwd>("gelu_erf_fwd", o, x, n); }
+void gelu_fwd(float* o, const float* x, int64_t n) {
+  unary_fwd<cpu::gelu_fwd>("gelu_fwd", o, x, n);
+}
+void gelu_bwd(float* dx, const float* x, const float* d, int64_t n) {
+  unary_bwd<cpu::gelu_bwd>("gelu_bwd", dx, x, d, n);
+}
+void gelu_erf_fwd(float* o, const float* x, int64_t n) {
+  unary_fwd<cpu::gelu_erf_fwd>("gelu_erf_fwd", o, x, n);
+}
 void gelu_erf_bwd(float* dx, const float* x, const float* d, int64_t n) {
   unary_bwd<cpu::gelu_erf_bwd>("gelu_erf_bwd", dx, x, d, n);
 }
@@ -155,7 +161,8 @@ void swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int
   L.run([=] { cpu::swiglu_bwd(dx, x, d, N, F); });
 }
 
-void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t D) {
+void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H,
+                   int64_t D) {
   Launch L("attention_fwd");
   float* o = W(out, floats(B * T * H * D));
   float* l = W(lse, floats(B * H * T));
@@ -163,8 +170,8 @@ void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t 
   L.run([=] { cpu::attention_fwd(o, l, x, B, T, H, D); });
 }
 
-void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                   int64_t B, int64_t T, int64_t H, int64_t D) {
+void attention_bwd(float* dqkv, const float* dout, const float* qkv, const float* out,
+                   const float* lse, int64_t B, int64_t T, int64_t H, int64_t D) {
   Launch L("attention_bwd");
   float* dx = W(dqkv, floats(B * T * 3 * H * D));
   const float* d = R(dout, floats(B * T * H * D));
@@ -183,8 +190,9 @@ struct GqaShape {
   size_t lse() const { return floats(B * H * Tq); }
 };
 
-void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int64_t ldq,
-                       int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
+                       int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                       int64_t D) {
   const GqaShape s{ldq, ldkv, B, T, T, H, Hkv, D};
   Launch L("attention_gqa_fwd");
   float* o = W(out, s.out());
@@ -195,9 +203,10 @@ void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, c
   L.run([=] { cpu::attention_gqa_fwd(o, l, qq, kk, vv, ldq, ldkv, B, T, H, Hkv, D); });
 }
 
-void attention_gqa_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                       const float* v, const float* out, const float* lse, int64_t ldq, int64_t ldkv,
-                       int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+void attention_gqa_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                       const float* k, const float* v, const float* out, const float* lse,
+                       int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                       int64_t D) {
   const GqaShape s{ldq, ldkv, B, T, T, H, Hkv, D};
   Launch L("attention_gqa_bwd");
   float* dqq = W(dq, s.q());
@@ -209,12 +218,14 @@ void attention_gqa_bwd(float* dq, float* dk, float* dv, const float* dout, const
   const float* vv = R(v, s.kv());
   const float* o = R(out, s.out());
   const float* l = R(lse, s.lse());
-  L.run([=] { cpu::attention_gqa_bwd(dqq, dkk, dvv, d, qq, kk, vv, o, l, ldq, ldkv, B, T, H, Hkv, D); });
+  L.run([=] {
+    cpu::attention_gqa_bwd(dqq, dkk, dvv, d, qq, kk, vv, o, l, ldq, ldkv, B, T, H, Hkv, D);
+  });
 }
 
-void attention_block_fwd(float* out, float* lse, const float* q, const float* k, const float* v, int64_t ldq,
-                         int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D,
-                         const int64_t* qpos, const int64_t* kpos) {
+void attention_block_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
+                         int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
+                         int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos) {
   const GqaShape s{ldq, ldkv, B, Tq, Tk, H, Hkv, D};
   Launch L("attention_block_fwd");
   float* o = W(out, s.out());
@@ -224,13 +235,14 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
   const float* vv = R(v, s.kv());
   const int64_t* qp = L.staged(qpos, Tq * sizeof(int64_t), false, "qpos");
   const int64_t* kp = L.staged(kpos, Tk * sizeof(int64_t), false, "kpos");
-  L.run([=] { cpu::attention_block_fwd(o, l, qq, kk, vv, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qp, kp); });
+  L.run(
+      [=] { cpu::attention_block_fwd(o, l, qq, kk, vv, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qp, kp); });
 }
 
-void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                         const float* v, const float* out, const float* lse, int64_t ldq, int64_t ldkv,
-                         int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D,
-                         const int64_t* qpos, const int64_t* kpos) {
+void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                         const float* k, const float* v, const float* out, const float* lse,
+                         int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
+                         int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos) {
   const GqaShape s{ldq, ldkv, B, Tq, Tk, H, Hkv, D};
   Launch L("attention_block_bwd");
   float* dqq = W(dq, s.q());
@@ -244,11 +256,14 @@ void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, con
   const float* l = R(lse, s.lse());
   const int64_t* qp = L.staged(qpos, Tq * sizeof(int64_t), false, "qpos");
   const int64_t* kp = L.staged(kpos, Tk * sizeof(int64_t), false, "kpos");
-  L.run([=] { cpu::attention_block_bwd(dqq, dkk, dvv, d, qq, kk, vv, o, l, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qp, kp); });
+  L.run([=] {
+    cpu::attention_block_bwd(dqq, dkk, dvv, d, qq, kk, vv, o, l, ldq, ldkv, B, Tq, Tk, H, Hkv, D,
+                             qp, kp);
+  });
 }
 
-void attention_merge(float* out, float* lse, const float* part, const float* part_lse, int64_t B, int64_t T,
-                     int64_t H, int64_t D) {
+void attention_merge(float* out, float* lse, const float* part, const float* part_lse, int64_t B,
+                     int64_t T, int64_t H, int64_t D) {
   Launch L("attention_merge");
   float* o = W(out, floats(B * T * H * D));
   float* l = W(lse, floats(B * H * T));
@@ -257,9 +272,10 @@ void attention_merge(float* out, float* lse, const float* part, const float* par
   L.run([=] { cpu::attention_merge(o, l, p, pl, B, T, H, D); });
 }
 
-template <void (*Rope)(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const float*, const float*, int64_t)>
-void rope(const char* op, float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D, const float* cos,
-          const float* sin, int64_t pos0) {
+template <void (*Rope)(float*, int64_t, int64_t, int64_t, int64_t, int64_t, const float*,
+                       const float*, int64_t)>
+void rope(const char* op, float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+          const float* cos, const float* sin, int64_t pos0) {
   Launch L(op);
   float* xx = W(x, span(B * T, ld, heads * D));
   const size_t table = floats((pos0 + T) * D / 2);
@@ -267,12 +283,12 @@ void rope(const char* op, float* x, int64_t ld, int64_t B, int64_t T, int64_t he
   const float* s = L.staged(sin, table, false, "sin");
   L.run([=] { Rope(xx, ld, B, T, heads, D, c, s, pos0); });
 }
-void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t h, int64_t D, const float* c, const float* s,
-              int64_t p0) {
+void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t h, int64_t D, const float* c,
+              const float* s, int64_t p0) {
   rope<cpu::rope_fwd>("rope_fwd", x, ld, B, T, h, D, c, s, p0);
 }
-void rope_bwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t h, int64_t D, const float* c, const float* s,
-              int64_t p0) {
+void rope_bwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t h, int64_t D, const float* c,
+              const float* s, int64_t p0) {
   rope<cpu::rope_bwd>("rope_bwd", x, ld, B, T, h, D, c, s, p0);
 }
 
@@ -318,8 +334,8 @@ void sum_squares_multi(int64_t count, const float* const* x, const int64_t* n, d
   L.run([=] { cpu::sum_squares_multi(count, xs.data(), ns.data(), into); });
 }
 
-void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V, int64_t V_real,
-                  float dloss) {
+void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+                  int64_t V_real, float dloss) {
   Launch L("softmax_xent");
   float* lg = W(logits, floats(N * V));
   float* ls = L.staged(losses, floats(N), true, "losses");
@@ -327,8 +343,8 @@ void softmax_xent(float* logits, float* losses, const int32_t* targets, int64_t 
   L.run([=] { cpu::softmax_xent(lg, ls, tg, N, V, V_real, dloss); });
 }
 
-void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-           float eps, float weight_decay, int64_t step) {
+void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, int64_t step) {
   Launch L("adamw");
   float* p = W(param, floats(n));
   const float* g = R(grad, floats(n));
@@ -338,9 +354,9 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float
 }
 
 // One queued kernel per tensor, each declaring what it reads and writes.
-void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m, float* const* v,
-                 const int64_t* numel, const float* weight_decay, float lr, float beta1, float beta2, float eps,
-                 int64_t step) {
+void adamw_multi(int64_t count, float* const* params, const float* const* grads, float* const* m,
+                 float* const* v, const int64_t* numel, const float* weight_decay, float lr,
+                 float beta1, float beta2, float eps, int64_t step) {
   for (int64_t t = 0; t < count; ++t)
     adamw(params[t], grads[t], m[t], v[t], numel[t], lr, beta1, beta2, eps, weight_decay[t], step);
 }
@@ -397,8 +413,8 @@ void row_max(float* mx, const float* z, int64_t N, int64_t ld, int64_t cols) {
   L.run([=] { cpu::row_max(m, zz, N, ld, cols); });
 }
 
-void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N, int64_t ld,
-                int64_t cols, int64_t first) {
+void xent_stats(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N,
+                int64_t ld, int64_t cols, int64_t first) {
   Launch L("xent_stats");
   float* st = W(stats, floats(2 * N));
   const float* zz = R(z, N > 0 ? span(N, ld, ld) : 0);
@@ -407,10 +423,11 @@ void xent_stats(float* stats, const float* z, const int32_t* targets, const floa
   L.run([=] { cpu::xent_stats(st, zz, tg, m, N, ld, cols, first); });
 }
 
-void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats, int64_t N,
-               int64_t ld, int64_t cols, int64_t first, float dloss) {
+void xent_grad(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats,
+               int64_t N, int64_t ld, int64_t cols, int64_t first, float dloss) {
   Launch L("xent_grad");
-  float* zz = L.device(z, N > 0 ? span(N, ld, ld) : 0, dloss != 0.f, "z");  // written only for a gradient
+  float* zz =
+      L.device(z, N > 0 ? span(N, ld, ld) : 0, dloss != 0.f, "z");  // written only for a gradient
   float* ls = L.staged(losses, floats(N), true, "losses");
   const int32_t* tg = L.staged(targets, N * sizeof(int32_t), false, "targets");
   const float* m = R(mx, floats(N));
@@ -459,18 +476,21 @@ void copy(void* dst, const void* src, int64_t n) {
   if (!from_device) {
     if (find_pinned(src, &pinned, &pinned_bytes)) {
       pin_for_copy(pinned, pinned_bytes, false);
-      run_pinned(L, [=] { std::memcpy(d, kernel_view(s), bytes); }, pinned, pinned_bytes, false);
+      run_pinned(
+          L, [=] { std::memcpy(d, kernel_view(s), bytes); }, pinned, pinned_bytes, false);
       return;
     }
     std::vector<char> taken(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
     L.run([d, taken = std::move(taken)] { std::memcpy(d, taken.data(), taken.size()); });
     return;
   }
-  if (!to_device && current_stream() == LOOM_STREAM_COMPUTE) g_host_read_bytes.fetch_add(n, std::memory_order_relaxed);
+  if (!to_device && current_stream() == LOOM_STREAM_COMPUTE)
+    g_host_read_bytes.fetch_add(n, std::memory_order_relaxed);
   if (!to_device && find_pinned(dst, &pinned, &pinned_bytes)) {
     pin_for_copy(pinned, pinned_bytes, true);
     void* k = kernel_view(dst);
-    run_pinned(L, [=] { std::memcpy(k, s, bytes); }, pinned, pinned_bytes, true);
+    run_pinned(
+        L, [=] { std::memcpy(k, s, bytes); }, pinned, pinned_bytes, true);
     return;
   }
   if (!to_device) L.wait();
@@ -495,12 +515,15 @@ void set_stream_entry(int32_t stream) {
   set_stream(stream);
 }
 
-void* pinned_alloc_entry(int64_t bytes) { return pinned_alloc(bytes > 0 ? static_cast<size_t>(bytes) : 1); }
+void* pinned_alloc_entry(int64_t bytes) {
+  return pinned_alloc(bytes > 0 ? static_cast<size_t>(bytes) : 1);
+}
 
 void pinned_free_entry(void* p) {
   if (p && pinned_in_flight(p))
     contract_broken("pinned_free from " + calling_code() +
-                    " of a pinned block that a copy still uses: wait for the copy (sync_event) before freeing it");
+                    " of a pinned block that a copy still uses: wait for the copy (sync_event) "
+                    "before freeing it");
   pinned_free(p);
 }
 

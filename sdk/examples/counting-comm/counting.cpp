@@ -1,13 +1,13 @@
 // A comm plugin that wraps another one (the loom.plugins service): it creates the plugin
 // named by its `inner` option with that plugin's own [plugins.<inner>] options, forwards every
 // operation to it, and counts them. At the end it logs, with where it ran (loom.placement),
-//   counting: rank R of W (host H, dp coordinate D): N collectives over <inner>, B bytes all-reduced
+//   counting: rank R of W (host H, dp coordinate D): N collectives over <inner>, B bytes
+//   all-reduced
 // Each all_reduce is also a span on the run's trace (loom.trace). loom::sdk::Wrapped creates the
 // inner plugin, releases it, and turns its failures into errors naming it; this file only forwards
 // the comm table's 14 entries, which is why it is longer than 100 lines.
-#include <loom/sdk.hpp>
-
 #include <atomic>
+#include <loom/sdk.hpp>
 
 namespace {
 
@@ -21,25 +21,29 @@ class Counting : public loom::sdk::CommPlugin {
   // The wrapped plugin must exist and be a comm plugin: `loom config check` says so, instead of
   // every rank failing at create().
   static void validate(const loom::sdk::Options& o, const loom::sdk::Host& host) {
-    loom::sdk::Wrapped<loom_comm_v2>::check(host, o.str("inner"), LOOM_KIND_COMM, "[plugins.counting] inner");
+    loom::sdk::Wrapped<loom_comm_v2>::check(host, o.str("inner"), LOOM_KIND_COMM,
+                                            "[plugins.counting] inner");
   }
-  static constexpr loom::sdk::About about{.name = "counting",
-                                          .version = "0.0.1",
-                                          .summary = "counts the collectives of another comm plugin it wraps",
-                                          .options = kOptions,
-                                          .validate = &validate,
-                                          .capabilities = LOOM_COMM_P2P,  // its inner plugin's sends, as they are
-                                          .services = LOOM_SERVICE_PLUGINS "|" LOOM_SERVICE_TRACE "|" LOOM_SERVICE_PLACEMENT};
+  static constexpr loom::sdk::About about{
+      .name = "counting",
+      .version = "0.0.1",
+      .summary = "counts the collectives of another comm plugin it wraps",
+      .options = kOptions,
+      .validate = &validate,
+      .capabilities = LOOM_COMM_P2P,  // its inner plugin's sends, as they are
+      .services = LOOM_SERVICE_PLUGINS "|" LOOM_SERVICE_TRACE "|" LOOM_SERVICE_PLACEMENT};
 
-  explicit Counting(const loom::sdk::Context& ctx) : host_(ctx.host), inner_(ctx.host, ctx.options.str("inner"), LOOM_KIND_COMM) {
+  explicit Counting(const loom::sdk::Context& ctx)
+      : host_(ctx.host), inner_(ctx.host, ctx.options.str("inner"), LOOM_KIND_COMM) {
     trace_ = host_.service<loom_trace>(LOOM_SERVICE_TRACE);
     if (const loom_placement* p = host_.placement())
-      where_ = "rank " + std::to_string(p->rank) + " of " + std::to_string(p->world) + " (host " + p->host +
-               ", dp coordinate " + std::to_string(p->axis_coord[LOOM_AXIS_DP]) + ")";
+      where_ = "rank " + std::to_string(p->rank) + " of " + std::to_string(p->world) + " (host " +
+               p->host + ", dp coordinate " + std::to_string(p->axis_coord[LOOM_AXIS_DP]) + ")";
   }
   ~Counting() override {
-    host_.info("counting: " + where_ + ": " + std::to_string(collectives_.load()) + " collectives over " + inner_.name() +
-               ", " + std::to_string(reduced_bytes_.load()) + " bytes all-reduced");
+    host_.info("counting: " + where_ + ": " + std::to_string(collectives_.load()) +
+               " collectives over " + inner_.name() + ", " + std::to_string(reduced_bytes_.load()) +
+               " bytes all-reduced");
   }
 
   loom_comm* init(const loom_store& store, int rank, int size, int64_t timeout_ms) override {
@@ -57,23 +61,26 @@ class Counting : public loom::sdk::CommPlugin {
   int size(const loom_comm* c) override { return inner_.table().size(inner_.self(), c); }
 
   loom_work* all_reduce(loom_comm* c, loom_tensor& buf, loom_reduce_op op, bool async) override {
-    reduced_bytes_ += loom::sdk::numel(buf) * static_cast<int64_t>(loom::sdk::element_size(buf.dtype));
+    reduced_bytes_ +=
+        loom::sdk::numel(buf) * static_cast<int64_t>(loom::sdk::element_size(buf.dtype));
     const int64_t span = trace_ ? trace_->begin("counting all_reduce", "comm") : 0;
     loom_work* w = collective("all_reduce", &loom_comm_v2::all_reduce, async, c, &buf, op);
     if (trace_) trace_->end(span);
     return w;
   }
-  loom_work* reduce_scatter(loom_comm* c, const loom_tensor& in, loom_tensor& out, loom_reduce_op op, bool async) override {
+  loom_work* reduce_scatter(loom_comm* c, const loom_tensor& in, loom_tensor& out,
+                            loom_reduce_op op, bool async) override {
     return collective("reduce_scatter", &loom_comm_v2::reduce_scatter, async, c, &in, &out, op);
   }
-  loom_work* all_gather(loom_comm* c, const loom_tensor& in, loom_tensor& out, bool async) override {
+  loom_work* all_gather(loom_comm* c, const loom_tensor& in, loom_tensor& out,
+                        bool async) override {
     return collective("all_gather", &loom_comm_v2::all_gather, async, c, &in, &out);
   }
   loom_work* broadcast(loom_comm* c, loom_tensor& buf, int root, bool async) override {
     return collective("broadcast", &loom_comm_v2::broadcast, async, c, &buf, root);
   }
-  loom_work* all_to_all(loom_comm* c, const loom_tensor& in, loom_tensor& out, const int64_t* sc, const int64_t* rc,
-                        bool async) override {
+  loom_work* all_to_all(loom_comm* c, const loom_tensor& in, loom_tensor& out, const int64_t* sc,
+                        const int64_t* rc, bool async) override {
     return collective("all_to_all", &loom_comm_v2::all_to_all, async, c, &in, &out, sc, rc);
   }
   loom_work* send(loom_comm* c, const loom_tensor& buf, int peer, int tag, bool async) override {

@@ -1,12 +1,11 @@
 // A checkpoint writer that stores files in a form of its own, as a compressing, bundling or
 // object-store writer does: every file is kept as <name>.scr, each byte XOR-ed with 0x5a behind
 // an 8-byte header. The runtime cannot read those files directly, so resume, verify and export
-// work only through the read path (CkptReader: read and list). It also appends each commit notice to
-// <root>/commits.log, so a test can see committed() arrive.
-#include <loom/sdk.hpp>
-
+// work only through the read path (CkptReader: read and list). It also appends each commit notice
+// to <root>/commits.log, so a test can see committed() arrive.
 #include <filesystem>
 #include <fstream>
+#include <loom/sdk.hpp>
 #include <sstream>
 
 namespace {
@@ -17,9 +16,10 @@ constexpr char kMagic[8] = {'S', 'C', 'R', 'A', 'M', 'B', 'L', 'E'};
 
 class Scramble : public loom::sdk::CkptReader {
  public:
-  static constexpr loom::sdk::About about{.name = "scramble",
-                                          .version = "0.0.1",
-                                          .summary = "checkpoint files XOR-scrambled (a writer with a format of its own)"};
+  static constexpr loom::sdk::About about{
+      .name = "scramble",
+      .version = "0.0.1",
+      .summary = "checkpoint files XOR-scrambled (a writer with a format of its own)"};
 
   explicit Scramble(const loom::sdk::Context&) {}
 
@@ -27,17 +27,21 @@ class Scramble : public loom::sdk::CkptReader {
     root_ = root;
     rank_ = rank;
   }
-  void save(const std::string& dir, const std::string& file, const void* data, size_t bytes) override {
+  void save(const std::string& dir, const std::string& file, const void* data,
+            size_t bytes) override {
     std::string out(kMagic, sizeof kMagic);
     out.append(static_cast<const char*>(data), bytes);
     for (size_t i = sizeof kMagic; i < out.size(); ++i) out[i] ^= 0x5a;
     std::ofstream f(fs::path(dir) / (file + ".scr"), std::ios::binary);
     if (!f.write(out.data(), static_cast<std::streamsize>(out.size())) || !f.flush())
-      throw loom::sdk::Error(LOOM_SYSTEM, "scramble: cannot write " + (fs::path(dir) / (file + ".scr")).string());
+      throw loom::sdk::Error(
+          LOOM_SYSTEM, "scramble: cannot write " + (fs::path(dir) / (file + ".scr")).string());
   }
   std::string read(const std::string& dir, const std::string& file) override {
     std::ifstream f(fs::path(dir) / (file + ".scr"), std::ios::binary);
-    if (!f) throw loom::sdk::Error(LOOM_SYSTEM, "scramble: no " + (fs::path(dir) / (file + ".scr")).string());
+    if (!f)
+      throw loom::sdk::Error(LOOM_SYSTEM,
+                             "scramble: no " + (fs::path(dir) / (file + ".scr")).string());
     std::stringstream s;
     s << f.rdbuf();
     std::string bytes = s.str();

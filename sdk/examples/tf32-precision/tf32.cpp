@@ -3,11 +3,10 @@
 // CPU shows how much a model's loss moves when its GEMMs lose 13 bits of mantissa.
 //
 // Built against the installed SDK alone: it includes nothing but <loom/sdk.hpp>.
-#include <loom/sdk.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <loom/sdk.hpp>
 #include <string>
 
 namespace {
@@ -39,12 +38,13 @@ struct Tf32 : loom::sdk::RoundingPrecision {
       {"mantissa_bits", 1, 22, nullptr, 0},
       {nullptr, 0, 0, nullptr, 0},
   };
-  static constexpr loom::sdk::About about{.name = "tf32",
-                                          .version = "1.0.0",
-                                          .summary = "GEMM operands rounded to TensorFloat-32 (example plugin)",
-                                          .options = kOptions,
-                                          .option_rules = kRules,
-                                          .compute_dtype = LOOM_F32};
+  static constexpr loom::sdk::About about{
+      .name = "tf32",
+      .version = "1.0.0",
+      .summary = "GEMM operands rounded to TensorFloat-32 (example plugin)",
+      .options = kOptions,
+      .option_rules = kRules,
+      .compute_dtype = LOOM_F32};
 
   explicit Tf32(const loom::sdk::Context& ctx)
       : bits_(static_cast<int>(ctx.options.i64("mantissa_bits"))),

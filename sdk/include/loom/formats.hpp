@@ -16,22 +16,22 @@
 // beats turning it into a non-finite value that poisons the whole GEMM.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-
 #include <loom/bf16.hpp>
-#include <loom/plugin.h>
 
 namespace loom::formats {
 
 struct Format {
   const char* name;
   int exp_bits, man_bits, bias;
-  float max;       // largest finite value
-  bool has_inf;    // IEEE infinities exist
-  bool saturates;  // finite overflow clamps to +-max instead of becoming inf
+  float max;                             // largest finite value
+  bool has_inf;                          // IEEE infinities exist
+  bool saturates;                        // finite overflow clamps to +-max instead of becoming inf
   int emin() const { return 1 - bias; }  // exponent of the smallest normal
 };
 
@@ -43,11 +43,16 @@ inline constexpr Format kE5M2{"fp8_e5m2", 5, 2, 15, 57344.f, true, true};
 // The format a loom_dtype casts through; null for fp32 and the non-float types.
 inline const Format* format_of(int32_t dtype) {
   switch (dtype) {
-    case LOOM_BF16: return &kBf16;
-    case LOOM_F16: return &kF16;
-    case LOOM_FP8_E4M3: return &kE4M3;
-    case LOOM_FP8_E5M2: return &kE5M2;
-    default: return nullptr;
+    case LOOM_BF16:
+      return &kBf16;
+    case LOOM_F16:
+      return &kF16;
+    case LOOM_FP8_E4M3:
+      return &kE4M3;
+    case LOOM_FP8_E5M2:
+      return &kE5M2;
+    default:
+      return nullptr;
   }
 }
 
@@ -96,7 +101,7 @@ inline float decode8(const Format& f, uint8_t code) {
   const float sign = (code & 0x80) ? -1.f : 1.f;
   if (exp == exp_max) {
     if (f.has_inf) return man == 0 ? sign * INFINITY : NAN;  // E5M2: IEEE-like
-    if (man == man_mask) return NAN;                          // E4M3: S.1111.111 only
+    if (man == man_mask) return NAN;                         // E4M3: S.1111.111 only
   }
   if (exp == 0) return sign * std::ldexp(static_cast<float>(man), f.emin() - f.man_bits);
   return sign * std::ldexp(1.f + static_cast<float>(man) / (1 << f.man_bits), exp - f.bias);
@@ -131,9 +136,11 @@ inline void encode_block(const float* x, int64_t count, int64_t width, uint8_t* 
   float amax = 0.f;
   for (int64_t i = 0; i < count; ++i) amax = std::fmax(amax, std::fabs(x[i]));
   // At most FLT_MAX: a block whose values all lie below 448 / FLT_MAX keeps finite codes.
-  const float scale = amax > 0.f && std::isfinite(amax) ? std::fmin(kE4M3.max / amax, 0x1.fffffep127f) : 1.f;
+  const float scale =
+      amax > 0.f && std::isfinite(amax) ? std::fmin(kE4M3.max / amax, 0x1.fffffep127f) : 1.f;
   std::memcpy(out, &scale, kBlockScaleBytes);
-  for (int64_t i = 0; i < width; ++i) out[kBlockScaleBytes + i] = i < count ? encode8(kE4M3, x[i] * scale) : 0;
+  for (int64_t i = 0; i < width; ++i)
+    out[kBlockScaleBytes + i] = i < count ? encode8(kE4M3, x[i] * scale) : 0;
 }
 
 // x[i] = (or, with `add`, +=) the block's i-th value, for i < count.

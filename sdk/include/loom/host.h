@@ -96,11 +96,12 @@ typedef struct loom_native_streams {
  * schema. *desc is its descriptor (cast it to the kind's table), *self its instance; give both
  * back to release. Wrapping a plugin of another kind or an unknown name is LOOM_BAD_CONFIG. */
 #define LOOM_SERVICE_PLUGINS "loom.plugins"
-struct loom_plugin; /* plugin.h defines it; declared here so C sees one struct, not one per prototype */
+struct loom_plugin; /* plugin.h defines it; declared here so C sees one struct, not one per
+                       prototype */
 typedef struct loom_plugins {
   loom_version v;
-  loom_status (*create)(const char* name, int32_t kind, const struct loom_plugin** desc, void** self,
-                        loom_error* err);
+  loom_status (*create)(const char* name, int32_t kind, const struct loom_plugin** desc,
+                        void** self, loom_error* err);
   void (*release)(const struct loom_plugin* desc, void* self);
 } loom_plugins;
 

@@ -35,13 +35,12 @@ typedef struct loom_ops {
   void (*layernorm_fwd)(float* out, float* mean, float* rstd, const float* inp, const float* w,
                         const float* b, int64_t N, int64_t C);
   void (*layernorm_bwd)(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                        const float* w, const float* mean, const float* rstd, int64_t N,
-                        int64_t C);
+                        const float* w, const float* mean, const float* rstd, int64_t N, int64_t C);
   /* RMSNorm over C; saves rstd per row. */
   void (*rmsnorm_fwd)(float* out, float* rstd, const float* inp, const float* w, int64_t N,
                       int64_t C);
-  void (*rmsnorm_bwd)(float* dinp, float* dw, const float* dout, const float* inp,
-                      const float* w, const float* rstd, int64_t N, int64_t C);
+  void (*rmsnorm_bwd)(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                      const float* rstd, int64_t N, int64_t C);
 
   /* out[:, j] += bias[j] over N rows; dbias[j] += sum over rows of dout[:, j]. */
   void (*bias_add)(float* out, const float* bias, int64_t N, int64_t C);
@@ -57,8 +56,8 @@ typedef struct loom_ops {
   /* Causal multi-head attention. qkv rows are [q (H*D) | k (H*D) | v (H*D)], out rows H*D.
    * Forward saves lse[b,h,t] = log sum_j exp(s_tj) (the online-softmax statistics) so backward
    * recomputes the probabilities tile by tile; no T x T matrix is ever stored. */
-  void (*attention_fwd)(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
-                        int64_t H, int64_t D);
+  void (*attention_fwd)(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H,
+                        int64_t D);
   void (*attention_bwd)(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int64_t B, int64_t T, int64_t H, int64_t D);
 
@@ -83,11 +82,12 @@ typedef struct loom_ops {
   /* ---- added in ABI 1.1 (the layout is frozen as 1.8 left it) ---- */
   /* A GEMM operand cast through a narrower format, in place in fp32 storage:
    *   x[i] = cast(x[i] * scale) * (1 / scale)
-   * with round-to-nearest-even (a finite x[i] whose product overflows fp32 counts as overflow). dtype is LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3 or LOOM_FP8_E5M2.
-   * bf16 and fp16 overflow to infinity (IEEE); both fp8 formats saturate finite overflow to their
-   * largest value (448, 57344). Writes *amax = max |x[i]| before the cast (NaN when any x[i] is
-   * NaN) and *clipped = how many finite elements overflowed or saturated. A device with native
-   * narrow GEMMs casts into real narrow buffers instead; this is the emulation every device has. */
+   * with round-to-nearest-even (a finite x[i] whose product overflows fp32 counts as overflow).
+   * dtype is LOOM_BF16, LOOM_F16, LOOM_FP8_E4M3 or LOOM_FP8_E5M2. bf16 and fp16 overflow to
+   * infinity (IEEE); both fp8 formats saturate finite overflow to their largest value (448, 57344).
+   * Writes *amax = max |x[i]| before the cast (NaN when any x[i] is NaN) and *clipped = how many
+   * finite elements overflowed or saturated. A device with native narrow GEMMs casts into real
+   * narrow buffers instead; this is the emulation every device has. */
   void (*quantize)(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped);
 
   /* ---- added in ABI 1.4 ---- */
@@ -104,12 +104,12 @@ typedef struct loom_ops {
    * dq, dk, dv in the layouts of q, k, v. Hkv = H with q, k, v inside one [q | k | v] row is
    * attention_fwd above. */
   void (*attention_gqa_fwd)(float* out, float* lse, const float* q, const float* k, const float* v,
-                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H,
-                            int64_t Hkv, int64_t D);
+                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                            int64_t D);
   void (*attention_gqa_bwd)(float* dq, float* dk, float* dv, const float* dout, const float* q,
                             const float* k, const float* v, const float* out, const float* lse,
-                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H,
-                            int64_t Hkv, int64_t D);
+                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                            int64_t D);
   /* Rotary position embedding, half-split ("rotate_half") layout, in place on `heads` heads of D
    * (even) channels per row (row b*T+t at x + row*ld, head h at + h*D), at position pos0 + t:
    *   x'[i]       = x[i] cos_pi - x[i+D/2] sin_pi
@@ -140,7 +140,8 @@ typedef struct loom_ops {
                               int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
                               const int64_t* kpos);
   /* Folds part (out rows H*D, part_lse [B, H, T]) over another key block into out and lse:
-   * lse' = log(exp(lse) + exp(part_lse)), out' = out exp(lse - lse') + part exp(part_lse - lse'). */
+   * lse' = log(exp(lse) + exp(part_lse)), out' = out exp(lse - lse') + part exp(part_lse - lse').
+   */
   void (*attention_merge)(float* out, float* lse, const float* part, const float* part_lse,
                           int64_t B, int64_t T, int64_t H, int64_t D);
 
@@ -179,9 +180,10 @@ typedef struct loom_ops {
    * adamw over `count` tensors at once (one launch on a GPU): tensor t is params[t], grads[t],
    * m[t] and v[t], numel[t] elements, with weight decay weight_decay[t]; the other arguments as
    * adamw's. The five arrays of pointers and sizes are host memory. */
-  void (*adamw_multi)(int64_t count, float* const* params, const float* const* grads, float* const* m,
-                      float* const* v, const int64_t* numel, const float* weight_decay, float lr,
-                      float beta1, float beta2, float eps, int64_t step);
+  void (*adamw_multi)(int64_t count, float* const* params, const float* const* grads,
+                      float* const* m, float* const* v, const int64_t* numel,
+                      const float* weight_decay, float lr, float beta1, float beta2, float eps,
+                      int64_t step);
 
   /* ---- added in ABI 2.4 (check LOOM_HAS_FIELD before use) ----
    * out[t] = sum_squares(x[t], n[t]) for `count` tensors, each accumulated in double as
@@ -249,13 +251,12 @@ typedef struct loom_ops {
                           const double* balance, double z_scale, int64_t N, int64_t E, int64_t K,
                           int64_t T);
   /* dst[r, :] = src[index[r], :] for r < rows, rows of C floats; index may be host memory. */
-  void (*gather_rows)(float* dst, const float* src, const int32_t* index, int64_t rows,
-                      int64_t C);
+  void (*gather_rows)(float* dst, const float* src, const int32_t* index, int64_t rows, int64_t C);
   /* y[t, :] = sum over k < K in order, where slot[t K + k] >= 0, of
    * w[t K + k] rows[slot[t K + k], :] (w null: weight 1); a token with no slot gets 0. slot may
    * be host memory. */
-  void (*combine_rows)(float* y, const float* rows, const float* w, const int32_t* slot,
-                       int64_t N, int64_t K, int64_t C);
+  void (*combine_rows)(float* y, const float* rows, const float* w, const int32_t* slot, int64_t N,
+                       int64_t K, int64_t C);
   /* Its backward for i = t K + k with slot[i] >= 0: drows[slot[i], :] = w[i] dy[t, :] and
    * dw[i] = sum_j dy[t, j] rows[slot[i], j] in double; dw[i] = 0 where slot[i] < 0. Every row
    * of drows is some slot's (slots are distinct). slot may be host memory. */

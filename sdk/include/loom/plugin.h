@@ -56,15 +56,18 @@ typedef enum loom_slot {
 /* First member of every kind's table, so a loom_plugin* can point at any of them. */
 typedef struct loom_plugin {
   loom_version v;
-  int32_t kind; /* loom_kind */
-  int32_t slot; /* loom_slot */
+  int32_t kind;        /* loom_kind */
+  int32_t slot;        /* loom_slot */
   const char* name;    /* what a config names: "zero2", "fp16" */
   const char* version; /* the plugin's own version, "1.2.0" */
   const char* summary; /* one line for `loom plugins` */
-  const loom_option_spec* options;     /* the [plugins.<name>] schema, NULL-name-terminated (optional) */
-  const loom_option_rule* option_rules; /* limits on those options, NULL-name-terminated (optional) */
+  const loom_option_spec*
+      options; /* the [plugins.<name>] schema, NULL-name-terminated (optional) */
+  const loom_option_rule*
+      option_rules; /* limits on those options, NULL-name-terminated (optional) */
   loom_validate_options_fn validate_options; /* what the rules cannot say (optional) */
-  const char* services; /* the LOOM_SERVICE_* names it asks the host for, "|"-separated (optional) */
+  const char*
+      services; /* the LOOM_SERVICE_* names it asks the host for, "|"-separated (optional) */
 
   /* > 0: can run here (higher is preferred when several could); 0: cannot, *why_not says why.
    * Optional: NULL means it can always run. */
@@ -97,14 +100,14 @@ typedef struct loom_operand_format {
 /* The plugin is the policy; the runtime's op table does the cast (quantize), so the same plugin
  * drives a CPU emulation or a device's native narrow GEMMs. A site is one GEMM operand of the
  * model ("h2.mlp.fc.w", "h2.mlp.fc.w.x", "h2.mlp.fc.w.dy"); the runtime names each once, in the
- * same order on every rank. An exact precision (fp32) sets exact = 1 and leaves every entry NULL. */
+ * same order on every rank. An exact precision (fp32) sets exact = 1 and leaves every entry NULL.
+ */
 typedef struct loom_precision_v2 {
   loom_plugin base;
   int32_t compute_dtype; /* loom_dtype this precision computes in (for logs and the MFU peak) */
   int32_t exact;         /* 1: operands pass unchanged: the runtime names no sites */
   /* Required unless exact. */
-  loom_status (*add_site)(void* self, const char* name, int32_t role, int32_t* id,
-                          loom_error* err);
+  loom_status (*add_site)(void* self, const char* name, int32_t role, int32_t* id, loom_error* err);
   /* The format and scale of a site for the current step. */
   loom_operand_format (*site_format)(void* self, int32_t id);
   /* Rounds a copy of the operand in place (fp32 storage) for a site whose format is
@@ -128,7 +131,8 @@ typedef struct loom_precision_v2 {
   loom_status (*load_state)(void* self, const void* buf, size_t bytes, loom_error* err);
 } loom_precision_v2;
 
-/* ---- checkpoints (LOOM_KIND_CKPT) ------------------------------------------------------------- */
+/* ---- checkpoints (LOOM_KIND_CKPT) -------------------------------------------------------------
+ */
 
 /* Saves named byte blobs of one rank under a step directory. `save` may return before the bytes
  * are on disk (an async writer copies them first); `finish` makes them durable. */
@@ -138,8 +142,8 @@ typedef struct loom_ckpt_v2 {
   /* Before the first save or read: the checkpoint root (where step directories go), this rank and
    * the world. Optional. */
   loom_status (*open)(void* self, const char* root, int32_t rank, int32_t world, loom_error* err);
-  loom_status (*save)(void* self, const char* dir, const char* name, const void* data,
-                      size_t bytes, loom_error* err);
+  loom_status (*save)(void* self, const char* dir, const char* name, const void* data, size_t bytes,
+                      loom_error* err);
   /* Optional: like save, but `data` stays valid and unchanged until the next finish(), so a
    * writer may write straight from it instead of copying. NULL: the runtime calls save. */
   loom_status (*save_stable)(void* self, const char* dir, const char* name, const void* data,
@@ -162,10 +166,12 @@ typedef struct loom_ckpt_v2 {
 } loom_ckpt_v2;
 
 /* loom_ckpt_v2.capabilities */
-#define LOOM_CKPT_ASYNC 1 /* save() returns before the bytes are durable: the runtime commits a save
-                           * at the next save (or the end), so training runs while it writes */
+#define LOOM_CKPT_ASYNC                                                        \
+  1 /* save() returns before the bytes are durable: the runtime commits a save \
+     * at the next save (or the end), so training runs while it writes */
 
-/* ---- communication (comm kind) ---------------------------------------------------------------- */
+/* ---- communication (comm kind) ----------------------------------------------------------------
+ */
 
 /* The rendezvous store, provided by the runtime: bytes under string keys, shared by every rank.
  * get blocks until the key exists or the store's timeout passes (then LOOM_SYSTEM). */

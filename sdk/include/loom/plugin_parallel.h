@@ -11,28 +11,29 @@
 #error "loom/plugin_parallel.h is part of <loom/plugin.h>: include <loom/plugin.h> instead"
 #endif
 
-/* ---- what a strategy costs, for `loom plan` (the optional `cost` entry of every parallel table) - */
+/* ---- what a strategy costs, for `loom plan` (the optional `cost` entry of every parallel table) -
+ */
 
 /* One layout as the planner sees it, from this strategy's point of view. Sizes are per rank. */
 typedef struct loom_cost_query {
-  loom_version v;          /* {2, 0, sizeof}: the runtime may append fields; read v.size first */
-  int32_t group;           /* ranks in this strategy's group (its mesh axis) */
-  int32_t zero_stage;      /* the data slot's stage, for plugins that wrap it */
-  int64_t params;          /* parameters this rank's model part holds (after tp and pp) */
-  int64_t expert_params;   /* of them, those in expert MLPs (their gradients reduce over expert_dp) */
-  int32_t expert_dp;       /* ranks that share this rank's experts */
-  int32_t grad_bytes;      /* bytes per gradient element on the wire */
-  int32_t act_bytes;       /* bytes per activation element */
-  int64_t tokens;          /* tokens in one micro-batch on this rank (micro_batch x seq_len / cp) */
+  loom_version v;        /* {2, 0, sizeof}: the runtime may append fields; read v.size first */
+  int32_t group;         /* ranks in this strategy's group (its mesh axis) */
+  int32_t zero_stage;    /* the data slot's stage, for plugins that wrap it */
+  int64_t params;        /* parameters this rank's model part holds (after tp and pp) */
+  int64_t expert_params; /* of them, those in expert MLPs (their gradients reduce over expert_dp) */
+  int32_t expert_dp;     /* ranks that share this rank's experts */
+  int32_t grad_bytes;    /* bytes per gradient element on the wire */
+  int32_t act_bytes;     /* bytes per activation element */
+  int64_t tokens;        /* tokens in one micro-batch on this rank (micro_batch x seq_len / cp) */
   int64_t d_model;
-  int64_t kv_width;        /* width of k and v together, per token (2 x kv heads x head_dim / tp) */
-  int32_t layers;          /* transformer blocks this rank runs */
-  int32_t moe_layers;      /* of them, MoE blocks */
+  int64_t kv_width;   /* width of k and v together, per token (2 x kv heads x head_dim / tp) */
+  int32_t layers;     /* transformer blocks this rank runs */
+  int32_t moe_layers; /* of them, MoE blocks */
   int32_t top_k;
-  int32_t microbatches;    /* per step */
-  int32_t chunks;          /* pipeline model chunks per rank (interleaved: > 1) */
+  int32_t microbatches;      /* per step */
+  int32_t chunks;            /* pipeline model chunks per rank (interleaved: > 1) */
   int32_t sequence_parallel; /* 1: an sp plugin fills the sequence slot beside tp */
-  int32_t tp;                /* the tensor-parallel degree (activations whole on each tp rank unless sp) */
+  int32_t tp; /* the tensor-parallel degree (activations whole on each tp rank unless sp) */
   /* 2.1: 1 when the ranks' collectives run on the CPU cores their compute uses (a CPU cluster:
    * gloo's threads copy through the same cores), so overlapping them with compute gains nothing.
    * Check LOOM_HAS_FIELD(q, loom_cost_query, comm_shares_cores) first. */
@@ -75,8 +76,8 @@ typedef struct loom_cost_collective {
  * bucket size) changes the plan. A plugin without the entry is planned as if it communicated
  * nothing, and `loom plan` says so. */
 typedef loom_status (*loom_cost_fn)(const struct loom_plugin* plugin, const loom_options* opts,
-                                    const loom_cost_query* q, loom_cost_collective* out, int64_t cap,
-                                    int64_t* n, loom_error* err);
+                                    const loom_cost_query* q, loom_cost_collective* out,
+                                    int64_t cap, int64_t* n, loom_error* err);
 
 /* ---- the data slot (parallel kind, LOOM_SLOT_DATA) ------------------------------------------- */
 
@@ -117,14 +118,15 @@ typedef struct loom_data_context {
   /* What a plugin that shards model state (ZeRO) needs. */
   const loom_data_unit* units; /* one per layer, in model order; every parameter in exactly one */
   int64_t n_units;
-  const int32_t* param_flags;  /* LOOM_PARAM_* per parameter */
+  const int32_t* param_flags; /* LOOM_PARAM_* per parameter */
   const loom_ops* ops;
   /* Expert parallelism (ep > 1; NULL otherwise). `dp` is then the data group: the dp x ep
    * ranks that split the batch. A LOOM_PARAM_EXPERT parameter is held by the ranks of its ep
    * coordinate only, and every rank of the data group fed it tokens through the expert slot: its
    * gradient is the SUM over expert_dp (the dp ranks holding the same experts) divided by the size
    * of `dp`, which is `dp`'s average scaled by size(expert_dp) / size(dp). A unit never mixes
-   * expert and other parameters. A data plugin that does not declare LOOM_DATA_EXPERTS is refused with ep > 1. */
+   * expert and other parameters. A data plugin that does not declare LOOM_DATA_EXPERTS is refused
+   * with ep > 1. */
   loom_comm* expert_dp;
 } loom_data_context;
 
@@ -208,13 +210,16 @@ typedef struct loom_data_sharded_v2 {
 } loom_data_sharded_v2;
 
 /* loom_data_v2.capabilities */
-#define LOOM_DATA_EXPERTS 1  /* ep > 1: the expert-gradient rule of loom_data_context.expert_dp */
-#define LOOM_DATA_PIPELINE 2 /* pp > 1: the context lists this stage's parameters only, and a
-                              * LOOM_PARAM_MIRROR copy is left out of sum_squares */
-#define LOOM_DATA_SHARDED 4  /* the table is a loom_data_sharded_v2: the plugin owns the model state */
-#define LOOM_DATA_DEVICE 8   /* (ABI 2.5) the model state it owns lives on ops->device (host->alloc)
-                              * and is touched only by ops' kernels and copies: a sharded plugin
-                              * without it is refused on a device the host cannot reach */
+#define LOOM_DATA_EXPERTS 1 /* ep > 1: the expert-gradient rule of loom_data_context.expert_dp */
+#define LOOM_DATA_PIPELINE                                           \
+  2 /* pp > 1: the context lists this stage's parameters only, and a \
+     * LOOM_PARAM_MIRROR copy is left out of sum_squares */
+#define LOOM_DATA_SHARDED \
+  4 /* the table is a loom_data_sharded_v2: the plugin owns the model state */
+#define LOOM_DATA_DEVICE                                                    \
+  8 /* (ABI 2.5) the model state it owns lives on ops->device (host->alloc) \
+     * and is touched only by ops' kernels and copies: a sharded plugin     \
+     * without it is refused on a device the host cannot reach */
 
 /* ---- the tensor and sequence slots (parallel kind, LOOM_SLOT_TENSOR / LOOM_SLOT_SEQUENCE) ---- */
 
@@ -303,7 +308,11 @@ typedef struct loom_pipeline_shape {
  * gradient of its input (what the previous stage waits for) and sets the linear layers'
  * weight-gradient GEMMs aside; the WEIGHT, later on the same rank, runs them. Zero-bubble
  * schedules (Qi et al. 2023) fill the pipeline's idle time with these. */
-typedef enum loom_pipe_op { LOOM_PIPE_FORWARD = 0, LOOM_PIPE_BACKWARD = 1, LOOM_PIPE_WEIGHT = 2 } loom_pipe_op;
+typedef enum loom_pipe_op {
+  LOOM_PIPE_FORWARD = 0,
+  LOOM_PIPE_BACKWARD = 1,
+  LOOM_PIPE_WEIGHT = 2
+} loom_pipe_op;
 
 /* One unit of a rank's step: micro-batch `microbatch` forward or backward through its chunk. */
 typedef struct loom_pipe_action {

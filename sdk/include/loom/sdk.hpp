@@ -21,7 +21,8 @@
 #pragma once
 
 #if !defined(__cplusplus) || __cplusplus < 202002L
-#error "<loom/sdk.hpp> is the C++20 layer of the Loom plugin SDK (compile with -std=c++20); C and C++17 plugins include <loom/plugin.h>"
+#error \
+    "<loom/sdk.hpp> is the C++20 layer of the Loom plugin SDK (compile with -std=c++20); C and C++17 plugins include <loom/plugin.h>"
 #endif
 
 #include <loom/plugin.h>
@@ -30,17 +31,18 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
-#include <stdexcept>
-#include <string>
 
 namespace loom::sdk {
 
 // One entry of a strategy's cost, for About::cost.
-inline loom_cost_collective collective(loom_cost_op op, loom_cost_phase phase, int64_t bytes, int64_t calls,
-                                       double hidden, const char* what, int32_t group = 0) {
+inline loom_cost_collective collective(loom_cost_op op, loom_cost_phase phase, int64_t bytes,
+                                       int64_t calls, double hidden, const char* what,
+                                       int32_t group = 0) {
   loom_cost_collective c{};
   c.group = group;
   c.op = op;
@@ -81,7 +83,9 @@ class Host {
     return h_->service ? static_cast<const T*>(h_->service(plugin_, name, min_minor)) : nullptr;
   }
   // Where this process runs (nullptr outside `loom train`); needs "loom.placement" in services.
-  const loom_placement* placement() const { return service<loom_placement>(LOOM_SERVICE_PLACEMENT); }
+  const loom_placement* placement() const {
+    return service<loom_placement>(LOOM_SERVICE_PLACEMENT);
+  }
   void log(loom_log_level level, const std::string& msg) const {
     h_->log(level, plugin_, msg.c_str());
   }
@@ -140,10 +144,17 @@ inline loom_tensor flat_tensor(void* data, loom_dtype dtype, int64_t n) {
 
 inline size_t element_size(int32_t dtype) {
   switch (dtype) {
-    case LOOM_F64: case LOOM_I64: return 8;
-    case LOOM_F32: case LOOM_I32: return 4;
-    case LOOM_BF16: case LOOM_F16: return 2;
-    default: return 1;  // fp8, u8
+    case LOOM_F64:
+    case LOOM_I64:
+      return 8;
+    case LOOM_F32:
+    case LOOM_I32:
+      return 4;
+    case LOOM_BF16:
+    case LOOM_F16:
+      return 2;
+    default:
+      return 1;  // fp8, u8
   }
 }
 
@@ -178,7 +189,9 @@ class DeviceArray {
       : host_(host), ops_(ops), what_(what), n_(n) {
     const size_t bytes = static_cast<size_t>(n > 0 ? n : 1) * sizeof(T);
     p_ = static_cast<T*>(host->alloc(ops->device, bytes));
-    if (!p_) throw Error(LOOM_SYSTEM, std::string("out of memory for ") + what + " (" + std::to_string(bytes) + " bytes)");
+    if (!p_)
+      throw Error(LOOM_SYSTEM, std::string("out of memory for ") + what + " (" +
+                                   std::to_string(bytes) + " bytes)");
     if (n > 0) ops->zero(p_, static_cast<int64_t>(bytes));
   }
   ~DeviceArray() { release(); }
@@ -231,13 +244,17 @@ class DeviceArray {
 template <class Table>
 class Wrapped {
  public:
-  Wrapped(const Host& host, std::string name, int32_t kind) : h_(host.raw()), name_(std::move(name)) {
+  Wrapped(const Host& host, std::string name, int32_t kind)
+      : h_(host.raw()), name_(std::move(name)) {
     plugins_ = host.service<loom_plugins>(LOOM_SERVICE_PLUGINS);
     if (!plugins_)
-      throw Unavailable("wrapping '" + name_ + "' needs the loom.plugins service (in `loom train`, with \"loom.plugins\" in About::services)");
+      throw Unavailable("wrapping '" + name_ +
+                        "' needs the loom.plugins service (in `loom train`, with \"loom.plugins\" "
+                        "in About::services)");
     const loom_plugin* desc = nullptr;
     if (plugins_->create(name_.c_str(), kind, &desc, &self_, error()) != LOOM_OK)
-      throw Error(LOOM_BAD_CONFIG, h_->error_message(error()));  // the service's message names the plugin
+      throw Error(LOOM_BAD_CONFIG,
+                  h_->error_message(error()));  // the service's message names the plugin
     table_ = reinterpret_cast<const Table*>(desc);
   }
   ~Wrapped() { plugins_->release(&table_->base, self_); }
@@ -256,7 +273,8 @@ class Wrapped {
 
   // For a validate hook: that `name` is a plugin of `kind` this runtime can create, or a
   // ConfigError naming `key`. Without the service (an older runtime, or `loom plugins`) it passes.
-  static void check(const Host& host, const std::string& name, int32_t kind, const std::string& key) {
+  static void check(const Host& host, const std::string& name, int32_t kind,
+                    const std::string& key) {
     if (!host.service<loom_plugins>(LOOM_SERVICE_PLUGINS)) return;
     try {
       Wrapped probe(host, name, kind);
@@ -285,9 +303,9 @@ class Wrapped {
 // Declared once per plugin class as `static constexpr loom::sdk::About about{...}`, with
 // designated initializers: name, version and summary are required, the rest optional.
 struct About {
-  const char* name = nullptr;     // what a config names: "zero2"
-  const char* version = nullptr;  // the plugin's own version: "1.2.0"
-  const char* summary = nullptr;  // one line for `loom plugins`
+  const char* name = nullptr;                      // what a config names: "zero2"
+  const char* version = nullptr;                   // the plugin's own version: "1.2.0"
+  const char* summary = nullptr;                   // one line for `loom plugins`
   const loom_option_spec* options = nullptr;       // the [plugins.<name>] schema, ended by {}
   const loom_option_rule* option_rules = nullptr;  // ranges, choices, required keys, ended by {}
   // What the rules cannot say: throw ConfigError naming the keys. The Host reaches the services.
@@ -318,7 +336,8 @@ class Plugin {
 
 // State of the plugin's own that training depends on, saved in every checkpoint (per rank) and
 // given back when a run resumes on the same layout: derive from it beside the kind's base class
-// (a data or precision plugin). Without it the plugin keeps no state and `loom plugins info` says so.
+// (a data or precision plugin). Without it the plugin keeps no state and `loom plugins info` says
+// so.
 class Stateful {
  public:
   virtual ~Stateful() = default;
@@ -333,17 +352,23 @@ class Stateful {
 class PrecisionPlugin : public Plugin {
  public:
   // Names a site once (same order on every rank); returns its id.
-  virtual int32_t add_site(const std::string& /*name*/, loom_operand_role /*role*/) { return sites_++; }
+  virtual int32_t add_site(const std::string& /*name*/, loom_operand_role /*role*/) {
+    return sites_++;
+  }
   virtual loom_operand_format site_format(int32_t /*id*/) { return {LOOM_F32, 1.f}; }
   // For a site whose format is LOOM_FORMAT_PLUGIN: round the fp32 copy in place.
   virtual void round_site(int32_t /*id*/, loom_tensor& /*t*/) {
-    throw Error(LOOM_INTERNAL, "a site's format is LOOM_FORMAT_PLUGIN but round_site is not overridden");
+    throw Error(LOOM_INTERNAL,
+                "a site's format is LOOM_FORMAT_PLUGIN but round_site is not overridden");
   }
   // What the cast saw: amax of |x| before scaling (NaN/inf when the operand held one).
   virtual void observe(int32_t /*id*/, float /*amax*/, bool /*clipped*/) {}
   virtual double loss_scale() { return 1.0; }
   // Values the runtime reduces in place with MAX across the ranks sharing the sites.
-  virtual float* step_stats(int64_t& n) { n = 0; return nullptr; }
+  virtual float* step_stats(int64_t& n) {
+    n = 0;
+    return nullptr;
+  }
   // Returns true when the runtime must skip this step's update.
   virtual bool end_step(bool /*found_inf*/) { return false; }
   virtual void metrics(std::vector<std::pair<const char*, double>>& /*out*/) {}
@@ -382,7 +407,8 @@ class CkptPlugin : public Plugin {
   // Throws the error of a background write that already failed; never blocks.
   virtual void poll() {}
   // `data` stays valid and unchanged until the next finish(); the default copies like save().
-  virtual void save_stable(const std::string& dir, const std::string& name, const void* data, size_t bytes) {
+  virtual void save_stable(const std::string& dir, const std::string& name, const void* data,
+                           size_t bytes) {
     save(dir, name, data, bytes);
   }
 };
@@ -478,7 +504,8 @@ class PipelinePlugin : public Plugin {
   // Throw ConfigError when the shape does not fit the schedule; set chunks when it is 0.
   virtual void configure(loom_pipeline_shape& shape) = 0;
   virtual std::vector<int32_t> partition(const loom_pipeline_shape& shape, const std::string& kinds,
-                                         const std::vector<double>& costs, const std::string& layout) = 0;
+                                         const std::vector<double>& costs,
+                                         const std::string& layout) = 0;
   virtual std::vector<loom_pipe_action> schedule(const loom_pipeline_shape& shape, int rank) = 0;
 };
 
@@ -497,8 +524,10 @@ class ExpertPlugin : public Plugin {
   // This rank's experts [first, first + count); throw ConfigError when they do not fit.
   virtual void setup(const loom_expert_context& ctx, int32_t& first, int32_t& count) = 0;
   virtual void exchange_counts(const int64_t* sent, int64_t* received) = 0;
-  virtual void dispatch(const loom_tensor& rows, const int64_t* sent, const int64_t* received, loom_tensor& out) = 0;
-  virtual void combine(const loom_tensor& rows, const int64_t* sent, const int64_t* received, loom_tensor& out) = 0;
+  virtual void dispatch(const loom_tensor& rows, const int64_t* sent, const int64_t* received,
+                        loom_tensor& out) = 0;
+  virtual void combine(const loom_tensor& rows, const int64_t* sent, const int64_t* received,
+                       loom_tensor& out) = 0;
 };
 
 // Context parallelism (the context slot): which positions a rank holds, and attention
@@ -522,15 +551,14 @@ class ContextPlugin : public Plugin {
 #include <loom/sdk_tables.hpp>
 #undef LOOM_SDK_TABLES_FROM_SDK
 
-
 // Generates loom_plugin_entry_v2 returning the listed descriptors.
-#define LOOM_PLUGIN(...)                                                                         \
-  extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v2(                                       \
-      const loom_host* host, const loom_plugin* const** out, size_t* count, loom_error* err) {  \
-    ::loom::sdk::detail::host() = host;                                                          \
-    return ::loom::sdk::detail::guarded(err, [&] {                                               \
-      static const loom_plugin* const list[] = {__VA_ARGS__};                                    \
-      *out = list;                                                                               \
-      *count = sizeof(list) / sizeof(list[0]);                                                   \
-    });                                                                                          \
+#define LOOM_PLUGIN(...)                                                                       \
+  extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v2(                                     \
+      const loom_host* host, const loom_plugin* const** out, size_t* count, loom_error* err) { \
+    ::loom::sdk::detail::host() = host;                                                        \
+    return ::loom::sdk::detail::guarded(err, [&] {                                             \
+      static const loom_plugin* const list[] = {__VA_ARGS__};                                  \
+      *out = list;                                                                             \
+      *count = sizeof(list) / sizeof(list[0]);                                                 \
+    });                                                                                        \
   }

@@ -37,21 +37,33 @@ loom_status guarded(loom_error* err, F&& f) noexcept {
 // nothing for the kind.
 template <class Impl>
 consteval bool check_about(loom_kind kind) {
-  static_assert(requires { Impl::about; }, "declare `static constexpr loom::sdk::About about{...}` in the plugin class");
-  static_assert(std::is_same_v<std::remove_cv_t<decltype(Impl::about)>, About>, "`about` must be a loom::sdk::About");
+  static_assert(
+      requires { Impl::about; },
+      "declare `static constexpr loom::sdk::About about{...}` in the plugin class");
+  static_assert(std::is_same_v<std::remove_cv_t<decltype(Impl::about)>, About>,
+                "`about` must be a loom::sdk::About");
   constexpr const About& a = Impl::about;
   static_assert(a.name && a.version && a.summary, "About needs .name, .version and .summary");
-  if constexpr (requires { &Impl::validate; }) static_assert(a.validate, "the class has a static validate: name it in About::validate");
-  if constexpr (requires { &Impl::score; }) static_assert(a.score, "the class has a static score: name it in About::score");
-  if constexpr (requires { &Impl::cost; }) static_assert(a.cost, "the class has a static cost: name it in About::cost");
+  if constexpr (requires { &Impl::validate; })
+    static_assert(a.validate, "the class has a static validate: name it in About::validate");
+  if constexpr (requires { &Impl::score; })
+    static_assert(a.score, "the class has a static score: name it in About::score");
+  if constexpr (requires { &Impl::cost; })
+    static_assert(a.cost, "the class has a static cost: name it in About::cost");
   // What SDK 1 found by name is read from `about` alone now: a leftover would silently do nothing.
-  static_assert(!requires { Impl::options(); } && !requires { Impl::option_rules(); },
-                "options() and option_rules() are not read: give the arrays to About::options and About::option_rules");
-  static_assert(!requires { Impl::name; } && !requires { Impl::version; } && !requires { Impl::summary; },
-                "name, version and summary are not read: set them in About");
-  static_assert(!requires { Impl::capabilities; } && !requires { Impl::compute_dtype; } && !requires { Impl::exact; },
-                "capabilities, compute_dtype and exact are not read: set them in About");
-  if (kind != LOOM_KIND_PARALLEL && a.cost) throw "About::cost is for parallel plugins";  // consteval: a compile error
+  static_assert(
+      !requires { Impl::options(); } && !requires { Impl::option_rules(); },
+      "options() and option_rules() are not read: give the arrays to About::options and "
+      "About::option_rules");
+  static_assert(
+      !requires { Impl::name; } && !requires { Impl::version; } && !requires { Impl::summary; },
+      "name, version and summary are not read: set them in About");
+  static_assert(
+      !requires { Impl::capabilities; } && !requires { Impl::compute_dtype; } &&
+          !requires { Impl::exact; },
+      "capabilities, compute_dtype and exact are not read: set them in About");
+  if (kind != LOOM_KIND_PARALLEL && a.cost)
+    throw "About::cost is for parallel plugins";  // consteval: a compile error
   if (kind != LOOM_KIND_PRECISION && (a.exact || a.compute_dtype != LOOM_F32))
     throw "About::exact and compute_dtype are for precision plugins";
   if (kind == LOOM_KIND_PRECISION && a.capabilities)
@@ -91,8 +103,8 @@ loom_status validate_options(const loom_host* h, const loom_options* o, loom_err
 }
 
 template <class Impl>
-loom_status cost_entry(const loom_plugin*, const loom_options* opts, const loom_cost_query* q, loom_cost_collective* out,
-                       int64_t cap, int64_t* n, loom_error* err) {
+loom_status cost_entry(const loom_plugin*, const loom_options* opts, const loom_cost_query* q,
+                       loom_cost_collective* out, int64_t cap, int64_t* n, loom_error* err) {
   return guarded(err, [&] {
     const std::vector<loom_cost_collective> all = Impl::about.cost(*q, Options(host(), opts));
     *n = static_cast<int64_t>(all.size());
@@ -146,7 +158,8 @@ void fill_state(Table& t) {
     };
     t.load_state = [](void* self, const void* buf, size_t bytes, loom_error* err) {
       return guarded(err, [&] {
-        static_cast<Stateful*>(self_of<Impl>(self))->load_state(std::string(static_cast<const char*>(buf), bytes));
+        static_cast<Stateful*>(self_of<Impl>(self))
+            ->load_state(std::string(static_cast<const char*>(buf), bytes));
       });
     };
   }
@@ -161,7 +174,8 @@ PrecisionPlugin* policy(void* self) {
 
 template <class Impl>
 const loom_plugin* precision_plugin() {
-  static_assert(std::is_base_of_v<PrecisionPlugin, Impl>, "a precision plugin derives from loom::sdk::PrecisionPlugin");
+  static_assert(std::is_base_of_v<PrecisionPlugin, Impl>,
+                "a precision plugin derives from loom::sdk::PrecisionPlugin");
   static_assert(detail::check_about<Impl>(LOOM_KIND_PRECISION));
   static const loom_precision_v2 table = [] {
     using detail::guarded, detail::policy;
@@ -171,7 +185,9 @@ const loom_plugin* precision_plugin() {
     t.exact = Impl::about.exact ? 1 : 0;
     if (t.exact) return t;
     t.add_site = [](void* self, const char* name, int32_t role, int32_t* id, loom_error* err) {
-      return guarded(err, [&] { *id = policy<Impl>(self)->add_site(name, static_cast<loom_operand_role>(role)); });
+      return guarded(err, [&] {
+        *id = policy<Impl>(self)->add_site(name, static_cast<loom_operand_role>(role));
+      });
     };
     t.site_format = [](void* self, int32_t id) { return policy<Impl>(self)->site_format(id); };
     t.round_site = [](void* self, int32_t id, loom_tensor* x, loom_error* err) {
@@ -191,7 +207,8 @@ const loom_plugin* precision_plugin() {
       std::vector<std::pair<const char*, double>> out;
       policy<Impl>(self)->metrics(out);
       int32_t n = 0;
-      for (; n < cap && n < static_cast<int32_t>(out.size()); ++n) names[n] = out[n].first, values[n] = out[n].second;
+      for (; n < cap && n < static_cast<int32_t>(out.size()); ++n)
+        names[n] = out[n].first, values[n] = out[n].second;
       return n;
     };
     detail::fill_state<Impl>(t);
@@ -202,7 +219,8 @@ const loom_plugin* precision_plugin() {
 
 template <class Impl>
 const loom_plugin* ckpt_plugin() {
-  static_assert(std::is_base_of_v<CkptPlugin, Impl>, "a checkpoint plugin derives from loom::sdk::CkptPlugin");
+  static_assert(std::is_base_of_v<CkptPlugin, Impl>,
+                "a checkpoint plugin derives from loom::sdk::CkptPlugin");
   static_assert(detail::check_about<Impl>(LOOM_KIND_CKPT));
   static const loom_ckpt_v2 table = [] {
     loom_ckpt_v2 t{};
@@ -217,9 +235,10 @@ const loom_plugin* ckpt_plugin() {
     t.poll = [](void* self, loom_error* err) {
       return detail::guarded(err, [&] { static_cast<Impl*>(self)->poll(); });
     };
-    t.save_stable = [](void* self, const char* dir, const char* name, const void* data, size_t bytes,
-                       loom_error* err) {
-      return detail::guarded(err, [&] { static_cast<Impl*>(self)->save_stable(dir, name, data, bytes); });
+    t.save_stable = [](void* self, const char* dir, const char* name, const void* data,
+                       size_t bytes, loom_error* err) {
+      return detail::guarded(
+          err, [&] { static_cast<Impl*>(self)->save_stable(dir, name, data, bytes); });
     };
     t.capabilities = Impl::about.capabilities;
     t.open = [](void* self, const char* root, int32_t rank, int32_t world, loom_error* err) {
@@ -229,15 +248,16 @@ const loom_plugin* ckpt_plugin() {
       return detail::guarded(err, [&] { static_cast<Impl*>(self)->committed(dir, step); });
     };
     if constexpr (std::is_base_of_v<CkptReader, Impl>) {
-      t.read = [](void* self, const char* dir, const char* name, void* buf, size_t cap, size_t* bytes,
-                  loom_error* err) {
+      t.read = [](void* self, const char* dir, const char* name, void* buf, size_t cap,
+                  size_t* bytes, loom_error* err) {
         return detail::guarded(err, [&] {
           const std::string data = static_cast<Impl*>(self)->read(dir, name);
           *bytes = data.size();
           if (buf) std::memcpy(buf, data.data(), std::min(cap, data.size()));
         });
       };
-      t.list = [](void* self, const char* dir, char* buf, size_t cap, size_t* bytes, loom_error* err) {
+      t.list = [](void* self, const char* dir, char* buf, size_t cap, size_t* bytes,
+                  loom_error* err) {
         return detail::guarded(err, [&] {
           std::string text;
           for (const std::string& n : static_cast<Impl*>(self)->list(dir)) text += n + "\n";
@@ -262,8 +282,8 @@ void point_to_point(loom_comm_v2& t) {
       if (w) *w = h;
     });
   };
-  t.recv = [](void* self, loom_comm* c, loom_tensor* b, int32_t peer, int32_t tag,
-              loom_work** w, loom_error* e) {
+  t.recv = [](void* self, loom_comm* c, loom_tensor* b, int32_t peer, int32_t tag, loom_work** w,
+              loom_error* e) {
     return detail::guarded(e, [&] {
       loom_work* h = static_cast<Impl*>(self)->recv(c, *b, peer, tag, w != nullptr);
       if (w) *w = h;
@@ -280,7 +300,8 @@ void point_to_point(loom_comm_v2& t) {
 
 template <class Impl>
 const loom_plugin* comm_plugin() {
-  static_assert(std::is_base_of_v<CommPlugin, Impl>, "a comm plugin derives from loom::sdk::CommPlugin");
+  static_assert(std::is_base_of_v<CommPlugin, Impl>,
+                "a comm plugin derives from loom::sdk::CommPlugin");
   static_assert(detail::check_about<Impl>(LOOM_KIND_COMM));
   static const loom_comm_v2 table = [] {
     loom_comm_v2 t{};
@@ -294,19 +315,25 @@ const loom_plugin* comm_plugin() {
       return detail::guarded(e, [&] { *c = static_cast<Impl*>(self)->split(p, color, key); });
     };
     t.free_comm = [](void* self, loom_comm* c) { static_cast<Impl*>(self)->free_comm(c); };
-    t.rank = [](void* self, const loom_comm* c) { return static_cast<int32_t>(static_cast<Impl*>(self)->rank(c)); };
-    t.size = [](void* self, const loom_comm* c) { return static_cast<int32_t>(static_cast<Impl*>(self)->size(c)); };
+    t.rank = [](void* self, const loom_comm* c) {
+      return static_cast<int32_t>(static_cast<Impl*>(self)->rank(c));
+    };
+    t.size = [](void* self, const loom_comm* c) {
+      return static_cast<int32_t>(static_cast<Impl*>(self)->size(c));
+    };
     t.all_reduce = [](void* self, loom_comm* c, loom_tensor* b, int32_t o, loom_work** w,
                       loom_error* e) {
       return detail::guarded(e, [&] {
-        loom_work* h = static_cast<Impl*>(self)->all_reduce(c, *b, static_cast<loom_reduce_op>(o), w != nullptr);
+        loom_work* h = static_cast<Impl*>(self)->all_reduce(c, *b, static_cast<loom_reduce_op>(o),
+                                                            w != nullptr);
         if (w) *w = h;
       });
     };
     t.reduce_scatter = [](void* self, loom_comm* c, const loom_tensor* in, loom_tensor* o,
                           int32_t r, loom_work** w, loom_error* e) {
       return detail::guarded(e, [&] {
-        loom_work* h = static_cast<Impl*>(self)->reduce_scatter(c, *in, *o, static_cast<loom_reduce_op>(r), w != nullptr);
+        loom_work* h = static_cast<Impl*>(self)->reduce_scatter(
+            c, *in, *o, static_cast<loom_reduce_op>(r), w != nullptr);
         if (w) *w = h;
       });
     };
@@ -381,7 +408,8 @@ template <class Impl>
 const loom_plugin* sharded_data_plugin() {
   static const loom_data_sharded_v2 table = [] {
     loom_data_sharded_v2 t{};
-    fill_data_head<Impl, loom_data_sharded_v2>(t.data, Impl::about.capabilities | LOOM_DATA_SHARDED);
+    fill_data_head<Impl, loom_data_sharded_v2>(t.data,
+                                               Impl::about.capabilities | LOOM_DATA_SHARDED);
     t.stage = [](void* self) { return static_cast<int32_t>(self_of<Impl>(self)->stage()); };
     t.acquire_params = [](void* self, int64_t u, int32_t flags, float** values, loom_error* e) {
       return guarded(e, [&] {
@@ -425,8 +453,10 @@ const loom_plugin* sharded_data_plugin() {
 template <class Impl>
 const loom_plugin* data_plugin() {
   static_assert(detail::check_about<Impl>(LOOM_KIND_PARALLEL));
-  static_assert(std::is_base_of_v<ReplicatedDataPlugin, Impl> != std::is_base_of_v<ShardedDataPlugin, Impl>,
-                "a data plugin derives from exactly one of loom::sdk::ReplicatedDataPlugin and ShardedDataPlugin");
+  static_assert(
+      std::is_base_of_v<ReplicatedDataPlugin, Impl> != std::is_base_of_v<ShardedDataPlugin, Impl>,
+      "a data plugin derives from exactly one of loom::sdk::ReplicatedDataPlugin and "
+      "ShardedDataPlugin");
   if constexpr (std::is_base_of_v<ShardedDataPlugin, Impl>)
     return detail::sharded_data_plugin<Impl>();
   else
@@ -457,11 +487,13 @@ const loom_plugin* tensor_plugin() {
     };
     t.embedding_fwd = [](void* self, float* out, const int32_t* tok, int64_t N, const float* wte,
                          int64_t vb, int64_t vl, int64_t C, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->embedding_fwd(out, tok, N, wte, vb, vl, C); });
+      return detail::guarded(
+          e, [&] { static_cast<Impl*>(self)->embedding_fwd(out, tok, N, wte, vb, vl, C); });
     };
     t.embedding_bwd = [](void* self, float* dwte, const float* dout, const int32_t* tok, int64_t N,
                          int64_t vb, int64_t vl, int64_t C, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->embedding_bwd(dwte, dout, tok, N, vb, vl, C); });
+      return detail::guarded(
+          e, [&] { static_cast<Impl*>(self)->embedding_bwd(dwte, dout, tok, N, vb, vl, C); });
     };
     t.cross_entropy = [](void* self, float* logits, const int32_t* tgt, int64_t N, int64_t vb,
                          int64_t vl, int64_t vr, float dloss, double* loss, loom_error* e) {
@@ -513,15 +545,17 @@ const loom_plugin* pipeline_plugin() {
       return detail::guarded(e, [&] {
         auto s = static_cast<Impl*>(self)->partition(*shape, std::string(kinds, n),
                                                      std::vector<double>(costs, costs + n), layout);
-        if (s.size() != static_cast<size_t>(n)) throw Error(LOOM_INTERNAL, "partition size mismatch");
+        if (s.size() != static_cast<size_t>(n))
+          throw Error(LOOM_INTERNAL, "partition size mismatch");
         std::copy(s.begin(), s.end(), stage_of);
       });
     };
-    t.schedule = [](void* self, const loom_pipeline_shape* shape, int32_t rank, loom_pipe_action* out,
-                    int64_t cap, int64_t* n, loom_error* e) {
+    t.schedule = [](void* self, const loom_pipeline_shape* shape, int32_t rank,
+                    loom_pipe_action* out, int64_t cap, int64_t* n, loom_error* e) {
       return detail::guarded(e, [&] {
         auto a = static_cast<Impl*>(self)->schedule(*shape, rank);
-        if (static_cast<int64_t>(a.size()) > cap) throw Error(LOOM_INTERNAL, "schedule longer than cap");
+        if (static_cast<int64_t>(a.size()) > cap)
+          throw Error(LOOM_INTERNAL, "schedule longer than cap");
         std::copy(a.begin(), a.end(), out);
         *n = static_cast<int64_t>(a.size());
       });
@@ -538,19 +572,22 @@ const loom_plugin* expert_plugin() {
     loom_expert_v2 t{};
     t.base = detail::base<Impl>(LOOM_KIND_PARALLEL, LOOM_SLOT_EXPERT, sizeof(loom_expert_v2));
     t.cost = detail::cost_of<Impl>();
-    t.setup = [](void* self, const loom_expert_context* c, int32_t* first, int32_t* count, loom_error* e) {
+    t.setup = [](void* self, const loom_expert_context* c, int32_t* first, int32_t* count,
+                 loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->setup(*c, *first, *count); });
     };
     t.exchange_counts = [](void* self, const int64_t* sent, int64_t* received, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->exchange_counts(sent, received); });
     };
-    t.dispatch = [](void* self, const loom_tensor* rows, const int64_t* sent, const int64_t* received,
-                    loom_tensor* out, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->dispatch(*rows, sent, received, *out); });
+    t.dispatch = [](void* self, const loom_tensor* rows, const int64_t* sent,
+                    const int64_t* received, loom_tensor* out, loom_error* e) {
+      return detail::guarded(
+          e, [&] { static_cast<Impl*>(self)->dispatch(*rows, sent, received, *out); });
     };
-    t.combine = [](void* self, const loom_tensor* rows, const int64_t* sent, const int64_t* received,
-                   loom_tensor* out, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->combine(*rows, sent, received, *out); });
+    t.combine = [](void* self, const loom_tensor* rows, const int64_t* sent,
+                   const int64_t* received, loom_tensor* out, loom_error* e) {
+      return detail::guarded(
+          e, [&] { static_cast<Impl*>(self)->combine(*rows, sent, received, *out); });
     };
     return t;
   }();
@@ -571,7 +608,8 @@ const loom_plugin* context_plugin() {
                  int32_t* n, loom_error* e) {
       return detail::guarded(e, [&] {
         auto r = static_cast<Impl*>(self)->split(seq_len, rank);
-        if (static_cast<int64_t>(r.size()) > cap) throw Error(LOOM_INTERNAL, "more position runs than cap");
+        if (static_cast<int64_t>(r.size()) > cap)
+          throw Error(LOOM_INTERNAL, "more position runs than cap");
         std::copy(r.begin(), r.end(), runs);
         *n = static_cast<int32_t>(r.size());
       });
@@ -582,8 +620,10 @@ const loom_plugin* context_plugin() {
     t.attention_bwd = [](void* self, const loom_attention_args* a, loom_error* e) {
       return detail::guarded(e, [&] { static_cast<Impl*>(self)->attention_bwd(*a); });
     };
-    t.stats = [](void* self, double* compute_ms, double* exposed_ms, int64_t* bytes, loom_error* e) {
-      return detail::guarded(e, [&] { static_cast<Impl*>(self)->stats(*compute_ms, *exposed_ms, *bytes); });
+    t.stats = [](void* self, double* compute_ms, double* exposed_ms, int64_t* bytes,
+                 loom_error* e) {
+      return detail::guarded(
+          e, [&] { static_cast<Impl*>(self)->stats(*compute_ms, *exposed_ms, *bytes); });
     };
     return t;
   }();

@@ -37,7 +37,7 @@ typedef struct loom_version {
 } loom_version;
 
 #define LOOM_VERSION_OF(type) \
-  { (uint16_t)LOOM_ABI_MAJOR, (uint16_t)LOOM_ABI_MINOR, (uint32_t)sizeof(type) }
+  { (uint16_t) LOOM_ABI_MAJOR, (uint16_t)LOOM_ABI_MINOR, (uint32_t)sizeof(type) }
 
 /* True when a struct produced by the other side is large enough to contain `field`. */
 #define LOOM_HAS_FIELD(ptr, type, field) \
@@ -125,8 +125,8 @@ typedef struct loom_option_rule {
  * filled options before create() and by `loom config check`, without an instance. Returns
  * LOOM_BAD_CONFIG with a message naming the keys. */
 struct loom_host;
-typedef loom_status (*loom_validate_options_fn)(const struct loom_host* host, const loom_options* opts,
-                                                loom_error* err);
+typedef loom_status (*loom_validate_options_fn)(const struct loom_host* host,
+                                                const loom_options* opts, loom_error* err);
 
 typedef enum loom_log_level {
   LOOM_LOG_DEBUG = 0,

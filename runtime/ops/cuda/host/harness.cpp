@@ -242,8 +242,8 @@ void report_deadlock(Launch& L) {
   Fiber& f = L.fibers[i];
   f = Fiber{};
   f.tid = i;
-  f.c = {dim3(i % L.block.x, (i / L.block.x) % L.block.y, i / (L.block.x * L.block.y)), b,
-         L.block, L.grid};
+  f.c = {dim3(i % L.block.x, (i / L.block.x) % L.block.y, i / (L.block.x * L.block.y)), b, L.block,
+         L.grid};
   f.stack = stack_at(i);
   getcontext(&f.ctx);
   f.ctx.uc_stack.ss_sp = f.stack;

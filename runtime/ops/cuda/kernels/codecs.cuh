@@ -10,8 +10,9 @@
 //          it. Decoding gives code_value / s.
 //
 // Encoding folds each wire block's amax in chunks over the whole grid, then writes the scales,
-// then one code per thread; decoding is one thread per value. With LOOM_BLOCKS_SUM a thread folds its element over every block
-// in block order, as the CPU loop does, so the sum's rounding is the same.
+// then one code per thread; decoding is one thread per value. With LOOM_BLOCKS_SUM a thread folds
+// its element over every block in block order, as the CPU loop does, so the sum's rounding is the
+// same.
 #pragma once
 
 #include <loom/ops.h>
@@ -26,7 +27,9 @@
 namespace loom::cuda::codecs {
 
 // 2^k for an fp32 normal exponent k, built in the exponent bits (exact).
-__device__ inline float pow2(int k) { return __uint_as_float(static_cast<unsigned>(k + 127) << 23); }
+__device__ inline float pow2(int k) {
+  return __uint_as_float(static_cast<unsigned>(k + 127) << 23);
+}
 
 // The E4M3 code of a value already on E4M3's grid (sign | 4 exponent bits | 3 mantissa bits):
 // NaN is 0x7f, -0 keeps its sign, a subnormal |r| = man 2^-9.
@@ -37,8 +40,11 @@ __device__ inline unsigned char e4m3_code(float r) {
   const unsigned abs_bits = bits & 0x7fffffffu;
   if (abs_bits == 0) return static_cast<unsigned char>(sign);
   const int e = static_cast<int>(abs_bits >> 23) - 127;
-  if (e < -6) return static_cast<unsigned char>(sign | static_cast<unsigned>(__uint_as_float(abs_bits) * pow2(9)));
-  return static_cast<unsigned char>(sign | (static_cast<unsigned>(e + 7) << 3) | ((abs_bits >> 20) & 7u));
+  if (e < -6)
+    return static_cast<unsigned char>(sign |
+                                      static_cast<unsigned>(__uint_as_float(abs_bits) * pow2(9)));
+  return static_cast<unsigned char>(sign | (static_cast<unsigned>(e + 7) << 3) |
+                                    ((abs_bits >> 20) & 7u));
 }
 
 // The value of an E4M3 code: S.1111.111 is NaN; exponent 0 is subnormal, man 2^-9.
@@ -57,7 +63,8 @@ __device__ inline void put_scale(unsigned char* at, float s) {
 }
 __device__ inline float get_scale(const unsigned char* at) {
   return __uint_as_float(static_cast<unsigned>(at[0]) | (static_cast<unsigned>(at[1]) << 8) |
-                         (static_cast<unsigned>(at[2]) << 16) | (static_cast<unsigned>(at[3]) << 24));
+                         (static_cast<unsigned>(at[2]) << 16) |
+                         (static_cast<unsigned>(at[3]) << 24));
 }
 
 // Value i of a wire block: code_value / scale; a NaN code gives the CPU's NaN (0x7fc00000), not
@@ -84,8 +91,10 @@ __global__ void from_bf16_k(float* dst, const uint16_t* src, int64_t n) {
 }
 
 // partial[j chunks + c] = max |x| over chunk c of wire block j's values (grid: chunks x blocks),
-// as bits: for non-negative floats the bits order as the values. A NaN is skipped, as fmax skips it.
-__global__ void block_amax_k(unsigned* partial, const float* src, int64_t count, int64_t width, int64_t chunk) {
+// as bits: for non-negative floats the bits order as the values. A NaN is skipped, as fmax skips
+// it.
+__global__ void block_amax_k(unsigned* partial, const float* src, int64_t count, int64_t width,
+                             int64_t chunk) {
   LOOM_SHARED(unsigned, part, kBlock);
   const int64_t j = blockIdx.y, c = block_count(count, width, j), lo = blockIdx.x * chunk;
   const int64_t hi = lo + chunk < c ? lo + chunk : c;
@@ -101,12 +110,13 @@ __global__ void block_amax_k(unsigned* partial, const float* src, int64_t count,
 // One thread per wire block: its scale s = 448 / amax from the partials (1 when amax is 0 or
 // inf; at most FLT_MAX, so a block of values below 448 / FLT_MAX stays finite), written as the
 // block's first 4 bytes and kept for the codes.
-__global__ void block_scale_k(unsigned char* dst, float* scales, const unsigned* partial, int64_t chunks,
-                              int64_t width, int64_t blocks) {
+__global__ void block_scale_k(unsigned char* dst, float* scales, const unsigned* partial,
+                              int64_t chunks, int64_t width, int64_t blocks) {
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= blocks) return;
   unsigned m = 0;
-  for (int64_t c = 0; c < chunks; ++c) m = partial[j * chunks + c] > m ? partial[j * chunks + c] : m;
+  for (int64_t c = 0; c < chunks; ++c)
+    m = partial[j * chunks + c] > m ? partial[j * chunks + c] : m;
   const float amax = __uint_as_float(m);
   const float s = amax > 0.f && isfinite(amax) ? fminf(448.f / amax, 3.40282347e38f) : 1.f;
   scales[j] = s;
@@ -115,14 +125,17 @@ __global__ void block_scale_k(unsigned char* dst, float* scales, const unsigned*
 
 // One thread per code: code(round_e4m3(x s_j)) for block j's values, 0 past them. f: E4M3's grid
 // (reductions::narrow_format, passed in: it is host code).
-__global__ void encode_codes_k(unsigned char* dst, const float* src, const float* scales, int64_t count,
-                               int64_t width, int64_t blocks, reductions::NarrowFormat f) {
+__global__ void encode_codes_k(unsigned char* dst, const float* src, const float* scales,
+                               int64_t count, int64_t width, int64_t blocks,
+                               reductions::NarrowFormat f) {
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (t >= width * blocks) return;
   const int64_t j = t / width, i = t % width;
   bool clipped = false;
   dst[j * (4 + width) + 4 + i] =
-      i < block_count(count, width, j) ? e4m3_code(reductions::cast_grid(f, src[t] * scales[j], &clipped)) : 0;
+      i < block_count(count, width, j)
+          ? e4m3_code(reductions::cast_grid(f, src[t] * scales[j], &clipped))
+          : 0;
 }
 
 // One thread per (block, value): dst[j width + i] = (dst[...] +) value / scale.
@@ -163,34 +176,40 @@ void from_bf16(Go& go, float* dst, const uint16_t* src, int64_t n) {
 }
 // Three launches: every wire block's amax in chunks over the whole grid, the scales, the codes.
 template <class Go>
-void encode_blocks(Go& go, uint8_t* dst, const float* src, int64_t count, int64_t width, int64_t blocks) {
+void encode_blocks(Go& go, uint8_t* dst, const float* src, int64_t count, int64_t width,
+                   int64_t blocks) {
   if (blocks <= 0) return;
-  if (blocks > 65535) throw std::runtime_error("encode_blocks: " + std::to_string(blocks) + " wire blocks is past 65535");
+  if (blocks > 65535)
+    throw std::runtime_error("encode_blocks: " + std::to_string(blocks) +
+                             " wire blocks is past 65535");
   constexpr int64_t kChunk = 8 * kBlock;
   const int64_t chunks = width > kChunk ? (width + kChunk - 1) / kChunk : 1;
   unsigned* partial = go.template workspace<unsigned>(chunks * blocks);
   float* scales = go.template workspace<float>(blocks);
   auto* out = reinterpret_cast<unsigned char*>(dst);
-  go(LOOM_KERNEL(block_amax_k), Shape{dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(blocks)), dim3(kBlock)},
+  go(LOOM_KERNEL(block_amax_k),
+     Shape{dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(blocks)), dim3(kBlock)},
      partial, src, count, width, kChunk);
   go(LOOM_KERNEL(block_scale_k), Shape{grid_of(blocks_for(blocks)), dim3(kBlock)}, out, scales,
      static_cast<const unsigned*>(partial), chunks, width, blocks);
   if (width > 0)
-    go(LOOM_KERNEL(encode_codes_k), Shape{grid_of(blocks_for(width * blocks)), dim3(kBlock)}, out, src,
-       static_cast<const float*>(scales), count, width, blocks, reductions::narrow_format(LOOM_FP8_E4M3));
+    go(LOOM_KERNEL(encode_codes_k), Shape{grid_of(blocks_for(width * blocks)), dim3(kBlock)}, out,
+       src, static_cast<const float*>(scales), count, width, blocks,
+       reductions::narrow_format(LOOM_FP8_E4M3));
 }
 template <class Go>
-void decode_blocks(Go& go, float* dst, const uint8_t* src, int64_t count, int64_t width, int64_t blocks,
-                   int32_t flags) {
+void decode_blocks(Go& go, float* dst, const uint8_t* src, int64_t count, int64_t width,
+                   int64_t blocks, int32_t flags) {
   const auto* in = reinterpret_cast<const unsigned char*>(src);
   const bool add = flags & LOOM_BLOCKS_ADD;
   if (flags & LOOM_BLOCKS_SUM) {
     const int64_t n = count < width ? count : width;
     if (n > 0 && blocks > 0)
-      go(LOOM_KERNEL(sum_blocks_k), Shape{grid_of(blocks_for(n)), dim3(kBlock)}, dst, in, n, width, blocks, add);
+      go(LOOM_KERNEL(sum_blocks_k), Shape{grid_of(blocks_for(n)), dim3(kBlock)}, dst, in, n, width,
+         blocks, add);
   } else if (width * blocks > 0) {
-    go(LOOM_KERNEL(decode_blocks_k), Shape{grid_of(blocks_for(width * blocks)), dim3(kBlock)}, dst, in, count,
-       width, blocks, add);
+    go(LOOM_KERNEL(decode_blocks_k), Shape{grid_of(blocks_for(width * blocks)), dim3(kBlock)}, dst,
+       in, count, width, blocks, add);
   }
 }
 

@@ -22,8 +22,8 @@
 
 namespace loom::cuda::moe_routing {
 
-__global__ void router_rows_k(float* probs, float* lse, float* weights, int32_t* experts, const float* logits,
-                              int64_t N, int64_t E, int64_t K) {
+__global__ void router_rows_k(float* probs, float* lse, float* weights, int32_t* experts,
+                              const float* logits, int64_t N, int64_t E, int64_t K) {
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (t >= N) return;
   const float* z = logits + t * E;
@@ -46,11 +46,13 @@ __global__ void router_rows_k(float* probs, float* lse, float* weights, int32_t*
   }
   double sum = 0;
   for (int64_t k = 0; k < K; ++k) sum += p[ex[k]];
-  for (int64_t k = 0; k < K; ++k) weights[t * K + k] = K > 1 ? static_cast<float>(p[ex[k]] / sum) : p[ex[k]];
+  for (int64_t k = 0; k < K; ++k)
+    weights[t * K + k] = K > 1 ? static_cast<float>(p[ex[k]] / sum) : p[ex[k]];
 }
 
 // Thread (b, e) for e <= E: sequence b's probability sum of expert e, or (e = E) its sum of lse^2.
-__global__ void router_seq_k(double* seq, const float* probs, const float* lse, int64_t B, int64_t E, int64_t T) {
+__global__ void router_seq_k(double* seq, const float* probs, const float* lse, int64_t B,
+                             int64_t E, int64_t T) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= B * (E + 1)) return;
   const int64_t b = i / (E + 1), e = i % (E + 1);
@@ -61,17 +63,18 @@ __global__ void router_seq_k(double* seq, const float* probs, const float* lse, 
 }
 
 // dp_e of token t: the balance term, plus its choice's weight gradient if e is among its experts.
-__device__ inline double router_dp(int64_t e, const double* bal, const int32_t* ex, const float* dwt, double dot,
-                                   double S, int64_t K) {
+__device__ inline double router_dp(int64_t e, const double* bal, const int32_t* ex,
+                                   const float* dwt, double dot, double S, int64_t K) {
   double dp = bal[e];
   for (int64_t k = 0; k < K; ++k)
     if (ex[k] == e) dp += K > 1 ? (dwt[k] - dot) / S : static_cast<double>(dwt[k]);
   return dp;
 }
 
-__global__ void router_bwd_k(float* dlogits, const float* probs, const float* lse, const float* weights,
-                             const float* dw, const int32_t* experts, const double* balance, double z_scale,
-                             int64_t N, int64_t E, int64_t K, int64_t T) {
+__global__ void router_bwd_k(float* dlogits, const float* probs, const float* lse,
+                             const float* weights, const float* dw, const int32_t* experts,
+                             const double* balance, double z_scale, int64_t N, int64_t E, int64_t K,
+                             int64_t T) {
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (t >= N) return;
   const float* p = probs + t * E;
@@ -84,17 +87,19 @@ __global__ void router_bwd_k(float* dlogits, const float* probs, const float* ls
   for (int64_t e = 0; e < E; ++e) mean += p[e] * router_dp(e, bal, ex, dwt, dot, S, K);
   const double zgrad = z_scale * lse[t];
   for (int64_t e = 0; e < E; ++e)
-    dlogits[t * E + e] = static_cast<float>(p[e] * (router_dp(e, bal, ex, dwt, dot, S, K) - mean) + zgrad * p[e]);
+    dlogits[t * E + e] =
+        static_cast<float>(p[e] * (router_dp(e, bal, ex, dwt, dot, S, K) - mean) + zgrad * p[e]);
 }
 
-__global__ void gather_rows_k(float* dst, const float* src, const int32_t* index, int64_t rows, int64_t C) {
+__global__ void gather_rows_k(float* dst, const float* src, const int32_t* index, int64_t rows,
+                              int64_t C) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * C) return;
   dst[i] = src[static_cast<int64_t>(index[i / C]) * C + i % C];
 }
 
-__global__ void combine_rows_k(float* y, const float* rows, const float* w, const int32_t* slot, int64_t N,
-                               int64_t K, int64_t C) {
+__global__ void combine_rows_k(float* y, const float* rows, const float* w, const int32_t* slot,
+                               int64_t N, int64_t K, int64_t C) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= N * C) return;
   const int64_t t = i / C, j = i % C;
@@ -106,16 +111,16 @@ __global__ void combine_rows_k(float* y, const float* rows, const float* w, cons
   y[i] = acc;
 }
 
-__global__ void combine_bwd_rows_k(float* drows, const float* dy, const float* w, const int32_t* slot, int64_t N,
-                                   int64_t K, int64_t C) {
+__global__ void combine_bwd_rows_k(float* drows, const float* dy, const float* w,
+                                   const int32_t* slot, int64_t N, int64_t K, int64_t C) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= N * K * C) return;
   const int64_t a = i / C, j = i % C;
   if (slot[a] >= 0) drows[static_cast<int64_t>(slot[a]) * C + j] = w[a] * dy[(a / K) * C + j];
 }
 
-__global__ void combine_bwd_weights_k(float* dw, const float* dy, const float* rows, const int32_t* slot, int64_t N,
-                                      int64_t K, int64_t C) {
+__global__ void combine_bwd_weights_k(float* dw, const float* dy, const float* rows,
+                                      const int32_t* slot, int64_t N, int64_t K, int64_t C) {
   const int64_t a = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (a >= N * K) return;
   if (slot[a] < 0) {
@@ -138,28 +143,32 @@ void router_topk(Go& go, float* probs, float* lse, float* weights, int32_t* expe
   if (N <= 0 || E <= 0) return;
   go(LOOM_KERNEL(router_rows_k), flat(N), probs, lse, weights, experts, logits, N, E, K);
   const int64_t B = T > 0 ? N / T : 0;
-  if (B > 0) go(LOOM_KERNEL(router_seq_k), flat(B * (E + 1)), seq, static_cast<const float*>(probs),
-                static_cast<const float*>(lse), B, E, T);
+  if (B > 0)
+    go(LOOM_KERNEL(router_seq_k), flat(B * (E + 1)), seq, static_cast<const float*>(probs),
+       static_cast<const float*>(lse), B, E, T);
 }
 template <class Go>
-void router_topk_bwd(Go& go, float* dlogits, const float* probs, const float* lse, const float* weights,
-                     const float* dw, const int32_t* experts, const double* balance, double z_scale, int64_t N,
-                     int64_t E, int64_t K, int64_t T) {
+void router_topk_bwd(Go& go, float* dlogits, const float* probs, const float* lse,
+                     const float* weights, const float* dw, const int32_t* experts,
+                     const double* balance, double z_scale, int64_t N, int64_t E, int64_t K,
+                     int64_t T) {
   if (N > 0 && E > 0)
-    go(LOOM_KERNEL(router_bwd_k), flat(N), dlogits, probs, lse, weights, dw, experts, balance, z_scale, N, E, K, T);
+    go(LOOM_KERNEL(router_bwd_k), flat(N), dlogits, probs, lse, weights, dw, experts, balance,
+       z_scale, N, E, K, T);
 }
 template <class Go>
-void gather_rows(Go& go, float* dst, const float* src, const int32_t* index, int64_t rows, int64_t C) {
+void gather_rows(Go& go, float* dst, const float* src, const int32_t* index, int64_t rows,
+                 int64_t C) {
   if (rows > 0 && C > 0) go(LOOM_KERNEL(gather_rows_k), flat(rows * C), dst, src, index, rows, C);
 }
 template <class Go>
-void combine_rows(Go& go, float* y, const float* rows, const float* w, const int32_t* slot, int64_t N, int64_t K,
-                  int64_t C) {
+void combine_rows(Go& go, float* y, const float* rows, const float* w, const int32_t* slot,
+                  int64_t N, int64_t K, int64_t C) {
   if (N > 0 && C > 0) go(LOOM_KERNEL(combine_rows_k), flat(N * C), y, rows, w, slot, N, K, C);
 }
 template <class Go>
-void combine_rows_bwd(Go& go, float* drows, float* dw, const float* dy, const float* rows, const float* w,
-                      const int32_t* slot, int64_t N, int64_t K, int64_t C) {
+void combine_rows_bwd(Go& go, float* drows, float* dw, const float* dy, const float* rows,
+                      const float* w, const int32_t* slot, int64_t N, int64_t K, int64_t C) {
   if (N <= 0 || K <= 0) return;
   if (C > 0) go(LOOM_KERNEL(combine_bwd_rows_k), flat(N * K * C), drows, dy, w, slot, N, K, C);
   go(LOOM_KERNEL(combine_bwd_weights_k), flat(N * K), dw, dy, rows, slot, N, K, C);

@@ -28,8 +28,8 @@ __global__ void row_max_k(float* mx, const float* z, int64_t N, int64_t ld, int6
   if (lane == 0) mx[i] = m;
 }
 
-__global__ void xent_stats_k(float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N,
-                             int64_t ld, int64_t cols, int64_t first) {
+__global__ void xent_stats_k(float* stats, const float* z, const int32_t* targets, const float* mx,
+                             int64_t N, int64_t ld, int64_t cols, int64_t first) {
   const int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (i >= N) return;
@@ -42,8 +42,9 @@ __global__ void xent_stats_k(float* stats, const float* z, const int32_t* target
   stats[N + i] = targets[i] >= 0 && t >= 0 && t < ld ? z[i * ld + t] : 0.f;
 }
 
-__global__ void xent_grad_k(float* z, float* losses, const int32_t* targets, const float* mx, const float* stats,
-                            int64_t N, int64_t ld, int64_t cols, int64_t first, float dloss) {
+__global__ void xent_grad_k(float* z, float* losses, const int32_t* targets, const float* mx,
+                            const float* stats, int64_t N, int64_t ld, int64_t cols, int64_t first,
+                            float dloss) {
   const int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (i >= N) return;
@@ -61,21 +62,27 @@ __global__ void xent_grad_k(float* z, float* losses, const int32_t* targets, con
 
 // ---- launch sequences ----
 
-inline Shape rows_shape(int64_t N) { return Shape{grid_of(blocks_for(N, kRowsPerBlock)), dim3(kBlock)}; }
+inline Shape rows_shape(int64_t N) {
+  return Shape{grid_of(blocks_for(N, kRowsPerBlock)), dim3(kBlock)};
+}
 
 template <class Go>
 void row_max(Go& go, float* mx, const float* z, int64_t N, int64_t ld, int64_t cols) {
   if (N > 0) go(LOOM_KERNEL(row_max_k), rows_shape(N), mx, z, N, ld, cols);
 }
 template <class Go>
-void xent_stats(Go& go, float* stats, const float* z, const int32_t* targets, const float* mx, int64_t N, int64_t ld,
-                int64_t cols, int64_t first) {
-  if (N > 0) go(LOOM_KERNEL(xent_stats_k), rows_shape(N), stats, z, targets, mx, N, ld, cols, first);
+void xent_stats(Go& go, float* stats, const float* z, const int32_t* targets, const float* mx,
+                int64_t N, int64_t ld, int64_t cols, int64_t first) {
+  if (N > 0)
+    go(LOOM_KERNEL(xent_stats_k), rows_shape(N), stats, z, targets, mx, N, ld, cols, first);
 }
 template <class Go>
-void xent_grad(Go& go, float* z, float* losses, const int32_t* targets, const float* mx, const float* stats,
-               int64_t N, int64_t ld, int64_t cols, int64_t first, float dloss) {
-  if (N > 0) go(LOOM_KERNEL(xent_grad_k), rows_shape(N), z, losses, targets, mx, stats, N, ld, cols, first, dloss);
+void xent_grad(Go& go, float* z, float* losses, const int32_t* targets, const float* mx,
+               const float* stats, int64_t N, int64_t ld, int64_t cols, int64_t first,
+               float dloss) {
+  if (N > 0)
+    go(LOOM_KERNEL(xent_grad_k), rows_shape(N), z, losses, targets, mx, stats, N, ld, cols, first,
+       dloss);
 }
 
 }  // namespace loom::cuda::vocab_xent
