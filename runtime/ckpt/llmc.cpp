@@ -18,6 +18,27 @@ float bf16_to_float(uint16_t h) {
   return f;
 }
 
+// The tensors of llm.c's file in its order, each layer-stacked, weights [out, in].
+std::vector<std::pair<std::string, std::vector<int64_t>>> llmc_order(int64_t Vp, int64_t T,
+                                                                     int64_t L, int64_t C) {
+  return {{"wte", {Vp, C}},
+          {"wpe", {T, C}},
+          {"ln1.w", {L, C}},
+          {"ln1.b", {L, C}},
+          {"attn.qkv.w", {L, 3 * C, C}},
+          {"attn.qkv.b", {L, 3 * C}},
+          {"attn.proj.w", {L, C, C}},
+          {"attn.proj.b", {L, C}},
+          {"ln2.w", {L, C}},
+          {"ln2.b", {L, C}},
+          {"mlp.fc.w", {L, 4 * C, C}},
+          {"mlp.fc.b", {L, 4 * C}},
+          {"mlp.proj.w", {L, C, 4 * C}},
+          {"mlp.proj.b", {L, C}},
+          {"ln_f.w", {C}},
+          {"ln_f.b", {C}}};
+}
+
 }  // namespace
 
 // llm.c's GPT-2 file: 256 int32 (magic 20240326, version 3 = fp32 or 5 = bf16, max_seq_len,
@@ -45,23 +66,7 @@ ExternalModel read_llmc(const fs::path& file) {
     throw RuntimeError(where + "channels " + std::to_string(C) + " over " + std::to_string(H) +
                        " heads, vocabulary " + std::to_string(V) + " padded to " +
                        std::to_string(Vp) + ": not a GPT-2 shape");
-  const std::vector<std::pair<std::string, std::vector<int64_t>>> order = {
-      {"wte", {Vp, C}},
-      {"wpe", {T, C}},
-      {"ln1.w", {L, C}},
-      {"ln1.b", {L, C}},
-      {"attn.qkv.w", {L, 3 * C, C}},
-      {"attn.qkv.b", {L, 3 * C}},
-      {"attn.proj.w", {L, C, C}},
-      {"attn.proj.b", {L, C}},
-      {"ln2.w", {L, C}},
-      {"ln2.b", {L, C}},
-      {"mlp.fc.w", {L, 4 * C, C}},
-      {"mlp.fc.b", {L, 4 * C}},
-      {"mlp.proj.w", {L, C, 4 * C}},
-      {"mlp.proj.b", {L, C}},
-      {"ln_f.w", {C}},
-      {"ln_f.b", {C}}};
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> order = llmc_order(Vp, T, L, C);
   int64_t total = 0;
   for (const auto& [n, s] : order) {
     int64_t k = 1;

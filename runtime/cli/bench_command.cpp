@@ -12,6 +12,55 @@
 
 namespace loom::cli {
 
+namespace {
+
+// --op, the sizes, the iterations and the dtype, checked.
+dist::CommBenchOptions bench_options(const po::variables_map& vm) {
+  dist::CommBenchOptions o;
+  o.op = vm["op"].as<std::string>();
+  o.min_bytes = dist::parse_bytes(vm["min-bytes"].as<std::string>());
+  o.max_bytes = dist::parse_bytes(vm["max-bytes"].as<std::string>());
+  o.iters = vm["iters"].as<int>();
+  o.warmup = vm["warmup"].as<int>();
+  o.dtype = vm["dtype"].as<std::string>();
+  if (o.dtype != "float" && o.dtype != "bfloat16")
+    throw UsageError("--dtype must be float or bfloat16");
+  dist::check_op(o.op);
+  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes)
+    throw UsageError("need 1 <= --min-bytes <= --max-bytes");
+  return o;
+}
+
+// The plugin and its options: --config's [plugins], then --set, then --comm, else gloo. Resolved
+// here, so a third-party plugin's options are checked and an unknown name fails before any rank
+// starts. gloo's signature check is a round trip of its own on the first 64 collectives: a
+// benchmark of the collective leaves it out unless asked for.
+config::Config bench_config(const po::variables_map& vm) {
+  std::vector<std::string> overrides = sets(vm);
+  if (vm.count("comm")) overrides.push_back("plugins.comm=" + vm["comm"].as<std::string>());
+  auto load = [&] {
+    config::Config c = vm.count("config")
+                           ? config::Config::load(vm["config"].as<std::string>(), overrides)
+                           : config::Config::parse("[plugins]\n", "--comm", overrides);
+    c.validate(runtime_schema());
+    return c;
+  };
+  config::Config cfg = load();
+  if (plugins::read_plugins(cfg).slot("comm").empty()) {
+    overrides.push_back("plugins.comm=gloo");
+    cfg = load();
+  }
+  const toml::table* gloo = cfg.plugin_table("gloo");
+  if (plugins::read_plugins(cfg).slot("comm") == "gloo" &&
+      !(gloo && gloo->contains("check_every"))) {
+    overrides.push_back("plugins.gloo.check_every=0");
+    cfg = load();
+  }
+  return cfg;
+}
+
+}  // namespace
+
 int bench(const Args& args) {
   po::options_description opts("loom bench comm");
   opts.add_options()("what", po::value<std::string>()->required(), "comm")(
@@ -42,43 +91,8 @@ int bench(const Args& args) {
     return kExitOk;
   if (vm["what"].as<std::string>() != "comm")
     throw UsageError("unknown benchmark '" + vm["what"].as<std::string>() + "': expected 'comm'");
-  dist::CommBenchOptions o;
-  o.op = vm["op"].as<std::string>();
-  o.min_bytes = dist::parse_bytes(vm["min-bytes"].as<std::string>());
-  o.max_bytes = dist::parse_bytes(vm["max-bytes"].as<std::string>());
-  o.iters = vm["iters"].as<int>();
-  o.warmup = vm["warmup"].as<int>();
-  o.dtype = vm["dtype"].as<std::string>();
-  if (o.dtype != "float" && o.dtype != "bfloat16")
-    throw UsageError("--dtype must be float or bfloat16");
-  dist::check_op(o.op);
-  if (o.min_bytes < 1 || o.max_bytes < o.min_bytes)
-    throw UsageError("need 1 <= --min-bytes <= --max-bytes");
-
-  // The plugin and its options: --config's [plugins], then --set, then --comm. Resolved here, so a
-  // third-party plugin's options are checked and an unknown name fails before any rank starts.
-  std::vector<std::string> overrides = sets(vm);
-  if (vm.count("comm")) overrides.push_back("plugins.comm=" + vm["comm"].as<std::string>());
-  config::Config cfg = vm.count("config")
-                           ? config::Config::load(vm["config"].as<std::string>(), overrides)
-                           : config::Config::parse("[plugins]\n", "--comm", overrides);
-  cfg.validate(runtime_schema());
-  if (plugins::read_plugins(cfg).slot("comm").empty()) {
-    overrides.push_back("plugins.comm=gloo");
-    cfg = vm.count("config") ? config::Config::load(vm["config"].as<std::string>(), overrides)
-                             : config::Config::parse("[plugins]\n", "--comm", overrides);
-    cfg.validate(runtime_schema());
-  }
-  // gloo's signature check is a round trip of its own on the first 64 collectives: a benchmark
-  // of the collective leaves it out unless asked for.
-  const toml::table* gloo = cfg.plugin_table("gloo");
-  if (plugins::read_plugins(cfg).slot("comm") == "gloo" &&
-      !(gloo && gloo->contains("check_every"))) {
-    overrides.push_back("plugins.gloo.check_every=0");
-    cfg = vm.count("config") ? config::Config::load(vm["config"].as<std::string>(), overrides)
-                             : config::Config::parse("[plugins]\n", "--comm", overrides);
-    cfg.validate(runtime_schema());
-  }
+  const dist::CommBenchOptions o = bench_options(vm);
+  config::Config cfg = bench_config(vm);
   plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
   plugins::set_plugin_source(&reg, &cfg);  // loom.plugins: a wrapper benchmarks as it trains
   plugins::Selection sel = plugins::resolve(cfg, reg);

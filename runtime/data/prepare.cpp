@@ -319,6 +319,32 @@ void skip_documents(DocumentReader& reader, uint64_t documents) {
                        " the earlier prepare read");
 }
 
+// Each encoded document of the batch to its split; a bad one stops the prepare, or with
+// --skip-bad is counted (the first one's error kept).
+void split_batch(const Batch& b, const Split& split, bool skip_bad, PrepareProgress& p,
+                 ResumePoint& at) {
+  for (size_t i = 0; i < b.raw.size(); ++i, ++p.documents) {
+    if (b.error[i].empty()) {
+      split(b.ids[i], p.documents);
+    } else if (!skip_bad) {
+      throw BadDocument(b.error[i] + " (--skip-bad passes over such documents and counts them)");
+    } else if (p.skipped++ == 0) {
+      at.first_skipped = b.error[i];
+    }
+  }
+  p.text_bytes += b.text_bytes;
+  p.new_text_bytes += b.text_bytes;
+}
+
+// The resume point after a batch whose shards are synced: a kill from here on resumes after it.
+void save_progress(const ShardWriter& train, const ShardWriter& val, const PrepareProgress& p,
+                   const fs::path& out, const json& settings, ResumePoint& at) {
+  at.documents = p.documents, at.skipped = p.skipped, at.text_bytes = p.text_bytes;
+  at.shards[0] = train.complete(), at.partial[0] = train.partial();
+  at.shards[1] = val.complete(), at.partial[1] = val.partial();
+  save_point(out, settings, at);
+}
+
 }  // namespace
 
 PrepareSummary prepare(const PrepareOptions& o,
@@ -369,23 +395,10 @@ PrepareSummary prepare(const PrepareOptions& o,
   Batch b;
   while (read_batch(reader, batch_bytes, o.batch_documents, b)) {
     encode_batch(b, enc, o, reader.inputs());
-    for (size_t i = 0; i < b.raw.size(); ++i, ++p.documents) {
-      if (b.error[i].empty()) {
-        split(b.ids[i], p.documents);
-      } else if (!o.skip_bad) {
-        throw BadDocument(b.error[i] + " (--skip-bad passes over such documents and counts them)");
-      } else if (p.skipped++ == 0) {
-        at.first_skipped = b.error[i];
-      }
-    }
-    p.text_bytes += b.text_bytes;
-    p.new_text_bytes += b.text_bytes;
+    split_batch(b, split, o.skip_bad, p, at);
     train.sync();
     val.sync();
-    at.documents = p.documents, at.skipped = p.skipped, at.text_bytes = p.text_bytes;
-    at.shards[0] = train.complete(), at.partial[0] = train.partial();
-    at.shards[1] = val.complete(), at.partial[1] = val.partial();
-    save_point(o.out, settings, at);
+    save_progress(train, val, p, o.out, settings, at);
     p.bytes_read = reader.bytes_read(), p.train_tokens = train.tokens(),
     p.val_tokens = val.tokens();
     p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

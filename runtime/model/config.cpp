@@ -246,92 +246,112 @@ std::vector<std::string> architecture_differences(const Config& a, const Config&
   return out;
 }
 
+namespace {
+
+using config::kInf;
+using config::ValueType;
+
+// [model]'s keys: the shape (sizes and context) ...
+std::vector<config::KeySpec> shape_keys() {
+  return {
+      {"preset", ValueType::String, "\"\"",
+       "fill unset keys from a preset (loom model info PRESET)", -kInf, kInf,
+       config::model_preset_names()},
+      {"n_layer", ValueType::Int, "4", "transformer blocks", 1, 1024},
+      {"n_head", ValueType::Int, "4", "attention (query) heads", 1, 1024},
+      {"n_kv_head", ValueType::Int, "0",
+       "key/value heads: 1 = multi-query, n_head = multi-head; 0 = n_head", 0, 1024},
+      {"d_model", ValueType::Int, "128", "residual stream width", 1, 65536},
+      {"d_ff", ValueType::Int, "0",
+       "MLP hidden width; 0 = 4 * d_model, or Llama's rounding when multiple_of > 0", 0, 1 << 20},
+      {"ffn_dim_multiplier", ValueType::Float, "0.0",
+       "Llama: d_ff = multiplier x 2/3 x 4 d_model (0 = 1) ...", 0, 64},
+      {"multiple_of", ValueType::Int, "0",
+       "... rounded up to a multiple of this (with d_ff = 0); 0 = off", 0, 1 << 20},
+      {"vocab_size", ValueType::Int, "256", "vocabulary (256 = bytes)", 2, 1 << 24},
+      {"seq_len", ValueType::Int, "128", "context length T", 1, 1 << 20},
+  };
+}
+
+// ... the architecture (positions, norms, biases, MLP, attention window) ...
+std::vector<config::KeySpec> architecture_keys() {
+  return {
+      {"positions",
+       ValueType::String,
+       "\"learned\"",
+       "learned (a table of max_positions rows) | rope | none",
+       -kInf,
+       kInf,
+       {"learned", "rope", "none"}},
+      {"max_positions", ValueType::Int, "0",
+       "the longest context: rows of the learned position table; with rope, the context an "
+       "import stated, which "
+       "an export keeps (max_position_embeddings); 0 = seq_len",
+       0, 1 << 20},
+      {"sliding_window", ValueType::Int, "0",
+       "the attention window of a model trained with one (Mistral); seq_len may not exceed it; "
+       "0 = none",
+       0, 1 << 20},
+      {"rope_theta", ValueType::Float, "10000.0",
+       "RoPE base: 10000 (GPT-NeoX, Llama 2), 500000 (Llama 3)", -kInf, kInf},
+      {"norm",
+       ValueType::String,
+       "\"layernorm\"",
+       "layernorm | rmsnorm",
+       -kInf,
+       kInf,
+       {"layernorm", "rmsnorm"}},
+      {"norm_eps", ValueType::Float, "1e-5", "epsilon of every norm", 0, 1},
+      {"bias", ValueType::Bool, "true",
+       "biases in every linear layer and LayerNorm (false: Llama)"},
+      {"attention_bias",
+       ValueType::String,
+       "\"as_bias\"",
+       "attention biases alone: as_bias (follow bias) | none | qkv (Qwen2) | all (Llama "
+       "attention_bias: q, k, v, o)",
+       -kInf,
+       kInf,
+       {"as_bias", "none", "qkv", "all"}},
+      {"mlp",
+       ValueType::String,
+       "\"gelu\"",
+       "gelu (tanh form) | gelu_exact (erf form) | swiglu",
+       -kInf,
+       kInf,
+       {"gelu", "gelu_exact", "swiglu"}},
+  };
+}
+
+// ... and how it is initialised and what backward recomputes.
+std::vector<config::KeySpec> training_keys() {
+  return {
+      {"tied_embeddings", ValueType::Bool, "true", "share the token embedding with the LM head"},
+      {"init_std", ValueType::Float, "0.02", "std of weight init (residual projections / sqrt(2L))",
+       0, 10},
+      {"recompute",
+       ValueType::String,
+       "\"none\"",
+       "activation recomputation: none | selective (norms and MLP activation, no GEMM) | full "
+       "(the whole block)",
+       -kInf,
+       kInf,
+       {"none", "selective", "full"}},
+      {"recompute_layers", ValueType::Int, "0",
+       "recompute the first N blocks of each pipeline chunk; 0 = all", 0, 1024},
+      {"init_from", ValueType::String, "\"\"",
+       "start from these weights: a Loom checkpoint (any layout), a Hugging Face "
+       "folder or an llm.c model file; the optimizer starts fresh"},
+  };
+}
+
+}  // namespace
+
 // [model], [model.moe] and [model.rope_scaling]: declared here, beside from_config that reads them.
 std::vector<config::SectionSpec> model_sections() {
-  using config::kInf;
-  using config::ValueType;
   config::SectionSpec model{
-      "model",
-      "the network: a decoder-only transformer, GPT-2 to Llama 3 (docs/models.md)",
-      {
-          {"preset", ValueType::String, "\"\"",
-           "fill unset keys from a preset (loom model info PRESET)", -kInf, kInf,
-           config::model_preset_names()},
-          {"n_layer", ValueType::Int, "4", "transformer blocks", 1, 1024},
-          {"n_head", ValueType::Int, "4", "attention (query) heads", 1, 1024},
-          {"n_kv_head", ValueType::Int, "0",
-           "key/value heads: 1 = multi-query, n_head = multi-head; 0 = n_head", 0, 1024},
-          {"d_model", ValueType::Int, "128", "residual stream width", 1, 65536},
-          {"d_ff", ValueType::Int, "0",
-           "MLP hidden width; 0 = 4 * d_model, or Llama's rounding when multiple_of > 0", 0,
-           1 << 20},
-          {"ffn_dim_multiplier", ValueType::Float, "0.0",
-           "Llama: d_ff = multiplier x 2/3 x 4 d_model (0 = 1) ...", 0, 64},
-          {"multiple_of", ValueType::Int, "0",
-           "... rounded up to a multiple of this (with d_ff = 0); 0 = off", 0, 1 << 20},
-          {"vocab_size", ValueType::Int, "256", "vocabulary (256 = bytes)", 2, 1 << 24},
-          {"seq_len", ValueType::Int, "128", "context length T", 1, 1 << 20},
-          {"positions",
-           ValueType::String,
-           "\"learned\"",
-           "learned (a table of max_positions rows) | rope | none",
-           -kInf,
-           kInf,
-           {"learned", "rope", "none"}},
-          {"max_positions", ValueType::Int, "0",
-           "the longest context: rows of the learned position table; with rope, the context an "
-           "import stated, which "
-           "an export keeps (max_position_embeddings); 0 = seq_len",
-           0, 1 << 20},
-          {"sliding_window", ValueType::Int, "0",
-           "the attention window of a model trained with one (Mistral); seq_len may not exceed it; "
-           "0 = none",
-           0, 1 << 20},
-          {"rope_theta", ValueType::Float, "10000.0",
-           "RoPE base: 10000 (GPT-NeoX, Llama 2), 500000 (Llama 3)", -kInf, kInf},
-          {"norm",
-           ValueType::String,
-           "\"layernorm\"",
-           "layernorm | rmsnorm",
-           -kInf,
-           kInf,
-           {"layernorm", "rmsnorm"}},
-          {"norm_eps", ValueType::Float, "1e-5", "epsilon of every norm", 0, 1},
-          {"bias", ValueType::Bool, "true",
-           "biases in every linear layer and LayerNorm (false: Llama)"},
-          {"attention_bias",
-           ValueType::String,
-           "\"as_bias\"",
-           "attention biases alone: as_bias (follow bias) | none | qkv (Qwen2) | all (Llama "
-           "attention_bias: q, k, v, o)",
-           -kInf,
-           kInf,
-           {"as_bias", "none", "qkv", "all"}},
-          {"mlp",
-           ValueType::String,
-           "\"gelu\"",
-           "gelu (tanh form) | gelu_exact (erf form) | swiglu",
-           -kInf,
-           kInf,
-           {"gelu", "gelu_exact", "swiglu"}},
-          {"tied_embeddings", ValueType::Bool, "true",
-           "share the token embedding with the LM head"},
-          {"init_std", ValueType::Float, "0.02",
-           "std of weight init (residual projections / sqrt(2L))", 0, 10},
-          {"recompute",
-           ValueType::String,
-           "\"none\"",
-           "activation recomputation: none | selective (norms and MLP activation, no GEMM) | full "
-           "(the whole block)",
-           -kInf,
-           kInf,
-           {"none", "selective", "full"}},
-          {"recompute_layers", ValueType::Int, "0",
-           "recompute the first N blocks of each pipeline chunk; 0 = all", 0, 1024},
-          {"init_from", ValueType::String, "\"\"",
-           "start from these weights: a Loom checkpoint (any layout), a Hugging Face "
-           "folder or an llm.c model file; the optimizer starts fresh"},
-      }};
+      "model", "the network: a decoder-only transformer, GPT-2 to Llama 3 (docs/models.md)", {}};
+  for (auto keys : {shape_keys, architecture_keys, training_keys})
+    for (config::KeySpec& k : keys()) model.keys.push_back(std::move(k));
   config::SectionSpec moe{
       "model.moe",
       "mixture of experts: every `every`-th block's MLP routed to `experts` MLPs",

@@ -13,6 +13,8 @@
 
 namespace loom::ops {
 
+const loom_ops* cpu() { return loom::cpu::op_table(); }
+
 const loom_ops* for_device(const std::string& device) {
   if (device == "cpu") return cpu();
   if (device == "cuda") {

@@ -36,7 +36,8 @@ const Required kRequired[] = {
 const Required kRequiredAcrossNodes[] = {
     {"inter", "nics_per_node"}, {"inter", "nic_gbits"}, {"inter", "latency_us"}};
 
-std::vector<SectionSpec> build_schema() {
+// The cluster file's sections: the machine kind and its devices.
+std::vector<SectionSpec> machine_sections() {
   return {
       {"cluster",
        "the machine kind: how many nodes there are and where the figures come from",
@@ -71,7 +72,13 @@ std::vector<SectionSpec> build_schema() {
             0, kInf},
            {"memory_headroom", ValueType::Float, "0.1",
             "fraction of device memory a plan leaves free", 0, 0.9},
-       }},
+       }}};
+}
+
+// The cluster file's sections: how devices talk: inside a node, between nodes, and the small ops
+// inside one.
+std::vector<SectionSpec> links_sections() {
+  return {
       {"intra",
        "the link between devices of one node (NVLink/NVSwitch, PCIe, shared memory)",
        {
@@ -113,7 +120,12 @@ std::vector<SectionSpec> build_schema() {
            {"all_gather", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
            {"all_to_all", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
            {"send_recv", ValueType::FloatList, "[]", "[us, GB/s]", 0, kInf},
-       }},
+       }}};
+}
+
+// The cluster file's sections: what was fitted or measured on it.
+std::vector<SectionSpec> fitted_sections() {
+  return {
       {"efficiency",
        "achieved fractions of peak and fixed costs (loom plan calibrate measures them)",
        {
@@ -164,8 +176,14 @@ std::vector<SectionSpec> build_schema() {
             "measured over predicted step time, less 1, one per layout", -1, kInf},
            {"seq_len", ValueType::Int, "0", "their sequence length", 0, 1 << 30},
            {"source", ValueType::String, "\"\"", "what measured them, and when"},
-       }},
-  };
+       }}};
+}
+
+std::vector<SectionSpec> build_schema() {
+  std::vector<SectionSpec> all;
+  for (auto part : {machine_sections, links_sections, fitted_sections})
+    for (SectionSpec& s : part()) all.push_back(std::move(s));
+  return all;
 }
 
 const toml::table& section(const toml::table& root, const char* name) {

@@ -17,7 +17,7 @@ import sys
 
 # Names of measured times and rates, as the runtime's metrics and the tests spell them.
 MEASURED = re.compile(
-    r"_ms\b|_ms\"|\bms\b|tokens_per_s|tok/s|\bmfu\b|\bMFU\b|steady_clock|\bseconds\b|elapsed|\btook\b|"
+    r"_ms\b|_ms\"|\bms\b|_us\b|_us\"|tokens_per_s|tok/s|\bmfu\b|\bMFU\b|steady_clock|\bseconds\b|elapsed|\btook\b|"
     r"busbw|algbw|gflops|GFLOP|speed|throughput|step_time")
 ASSERTION = re.compile(r"\b(CHECK|REQUIRE|WARN)(_FALSE|_EQ|_NE|_LT|_GT|_LE|_GE|_MESSAGE|_UNARY|_UNARY_FALSE)?\s*\(")
 # What names a quantity only to test that it is there: a column's length, its emptiness.

@@ -164,6 +164,27 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
   }
 }
 
+namespace {
+
+// Head h of sequence b's output gradient dO, and delta_t = dO_t . O_t, the row term of the
+// softmax backward (dS = P (dP - delta)).
+void load_dout(const float* dout, const float* out, int64_t b, int64_t h, int64_t Tq, int64_t C,
+               int64_t D, std::vector<float>& dO, std::vector<float>& delta) {
+  dO.assign(Tq * D, 0.f), delta.assign(Tq, 0.f);
+  for (int64_t t = 0; t < Tq; ++t) {
+    const float* g = dout + (b * Tq + t) * C + h * D;
+    const float* o = out + (b * Tq + t) * C + h * D;
+    float s = 0.f;
+    for (int64_t d = 0; d < D; ++d) {
+      dO[t * D + d] = g[d];
+      s += g[d] * o[d];
+    }
+    delta[t] = s;
+  }
+}
+
+}  // namespace
+
 // With p_ij = exp(s_ij - lse_i) recomputed per tile and Delta_i = dout_i . out_i:
 //   dv_j += sum_i p_ij dout_i
 //   dp_ij = dout_i . v_j,   ds_ij = p_ij (dp_ij - Delta_i)
@@ -192,18 +213,8 @@ void attention_block_bwd(float* dq_out, float* dk_out, float* dv_out, const floa
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
         hv.load(layout, b, h);
-        dO.assign(Tq * D, 0.f), delta.assign(Tq, 0.f);
+        load_dout(dout, out, b, h, Tq, C, D, dO, delta);
         dq.assign(Tq * D, 0.f), dk.assign(Tk * D, 0.f), dv.assign(Tk * D, 0.f);
-        for (int64_t t = 0; t < Tq; ++t) {
-          const float* g = dout + (b * Tq + t) * C + h * D;
-          const float* o = out + (b * Tq + t) * C + h * D;
-          float s = 0.f;
-          for (int64_t d = 0; d < D; ++d) {
-            dO[t * D + d] = g[d];
-            s += g[d] * o[d];
-          }
-          delta[t] = s;
-        }
         const float* L = lse + (b * H + h) * Tq;
         for (int64_t j0 = 0; j0 < Tk; j0 += kBc) {
           int64_t cols = std::min(kBc, Tk - j0);
@@ -218,8 +229,8 @@ void attention_block_bwd(float* dq_out, float* dk_out, float* dv_out, const floa
                         0.f, S.data(), kBc);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f, go, D,
                         hv.v.data() + j0 * D, D, 0.f, dP.data(), kBc);
-            for (int64_t r = 0; r < rows;
-                 ++r) {  // S becomes P, dP becomes dS; 0 past the causal limit
+            // S becomes P, dP becomes dS; 0 past the causal limit
+            for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = i0 + r,
                             valid = std::max<int64_t>(0, std::min(cols, visible[i] - j0));
               float* s = S.data() + r * kBc;

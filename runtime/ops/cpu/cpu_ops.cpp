@@ -6,7 +6,6 @@
 
 #include "ops/cpu/kernels.hpp"
 #include "ops/kernel_entries.hpp"
-#include "ops/ops.hpp"
 
 namespace loom::cpu {
 
@@ -17,11 +16,7 @@ int set_threads(int n) {
   return n;
 }
 
-}  // namespace loom::cpu
-
-namespace loom::ops {
-
-const loom_ops* cpu() {
+const loom_ops* op_table() {
   static const loom_ops table = [] {
     loom_ops t{};
     t.v = LOOM_VERSION_OF(loom_ops);
@@ -49,4 +44,4 @@ const loom_ops* cpu() {
   return &table;
 }
 
-}  // namespace loom::ops
+}  // namespace loom::cpu

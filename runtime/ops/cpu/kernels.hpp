@@ -3,6 +3,8 @@
 // GEMMs go to OpenBLAS.
 #pragma once
 
+#include <loom/plugin.h>
+
 #include <cstdint>
 
 namespace loom::cpu {
@@ -113,5 +115,8 @@ void combine_rows_bwd(float* drows, float* dw, const float* dy, const float* row
 
 // Threads for OpenMP kernels and OpenBLAS; 0 = all cores. Returns the count in use.
 int set_threads(int n);
+
+// The op table of these kernels, on the host's memory (ops::cpu() hands it out).
+const loom_ops* op_table();
 
 }  // namespace loom::cpu

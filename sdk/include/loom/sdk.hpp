@@ -549,6 +549,7 @@ class ContextPlugin : public Plugin {
 // The C tables behind the base classes: kind_plugin<Impl>() descriptor helpers.
 #define LOOM_SDK_TABLES_FROM_SDK
 #include <loom/sdk_tables.hpp>
+#include <loom/sdk_tables_parallel.hpp>
 #undef LOOM_SDK_TABLES_FROM_SDK
 
 // Generates loom_plugin_entry_v2 returning the listed descriptors.
