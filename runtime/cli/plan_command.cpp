@@ -115,9 +115,9 @@ void write_emitted(const PlanOptions& o, const Emitted& e) {
   const plugins::Selection sel = plugins::resolve(cfg, reg);
   train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
   std::string head = "# Written by `loom plan " + file + " --cluster " + o.cluster + " --emit \"" +
-                     o.emit + "\"` (its --set overrides included): " + e.head;
+                     *o.emit + "\"` (its --set overrides included): " + e.head;
   head += "# Check it with `loom config check`, run it with `loom train`.\n\n";
-  const std::string& out = o.out;
+  const std::string& out = *o.out;
   std::ofstream f(out);
   f << head << cfg.render(sel.schemas);
   if (!f.flush()) throw RuntimeError("cannot write " + out);
@@ -190,7 +190,7 @@ std::optional<size_t> table_row(const std::string& option, const std::string& wh
 
 std::vector<std::string> emit_overrides(const PlanOptions& o, const plan::Workload& w,
                                         const plan::Layout& l) {
-  if (o.out.empty()) throw UsageError("--emit needs --out FILE, where the config is written");
+  if (!o.out) throw UsageError("--emit needs --out FILE, where the config is written");
   if (l.recompute != "none" && l.recompute != "selective" && l.recompute != "full")
     throw ConfigError("--emit: recompute '" + l.recompute +
                       "' is a published run's policy that Loom does not run");
@@ -211,14 +211,14 @@ int plan_cmd(const Args& args) {
   cfg.validate(runtime_schema());
   const std::unique_ptr<Ranking> ranking =
       plan::has_groups(o->cluster) ? mixed_ranking(*o, cfg) : uniform_ranking(*o, cfg);
-  if (!o->explain.empty()) {
-    const size_t row = ranking->row("explain", o->explain);
+  if (o->explain) {
+    const size_t row = ranking->row("explain", *o->explain);
     if (o->json)
       std::printf("%s\n", json_line(ranking->json(row)).c_str());
     else
       ranking->explain(row);
-  } else if (!o->emit.empty()) {
-    write_emitted(*o, ranking->emitted(ranking->row("emit", o->emit)));
+  } else if (o->emit) {
+    write_emitted(*o, ranking->emitted(ranking->row("emit", *o->emit)));
   } else if (o->json) {
     for (size_t i = 0; i < ranking->size(); ++i)
       std::printf("%s\n", json_line(ranking->json(i)).c_str());

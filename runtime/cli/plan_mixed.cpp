@@ -23,7 +23,7 @@ plan::MixedCluster checked_cluster(const PlanOptions& o) {
     throw UsageError(
         "a mixed cluster is planned on all its groups' devices: set each [[group]]'s nodes in " +
         mc.source);
-  if (!o.versus.empty())
+  if (o.versus)
     throw UsageError(
         "--versus compares layouts on one node kind; on a mixed cluster, --explain LAYOUT");
   return mc;

@@ -21,7 +21,8 @@ struct PlanOptions {
   std::optional<int> nodes, devices;
   int top = 10;
   std::vector<std::string> fix, sets;
-  std::string explain, versus, emit, out, dtype;
+  std::optional<std::string> explain, versus, emit, out;  // absent unless given, even as ""
+  std::string dtype;
   bool json = false;
 };
 

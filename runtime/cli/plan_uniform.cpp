@@ -186,7 +186,8 @@ class UniformRanking final : public Ranking {
         devices_(devices_to_plan(o, c_, cfg)),
         sources_(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg) {}
 
-  // A named layout's row follows the ranked ones (the index holds until the next search).
+  // A named layout's row is numbered from kNamed, apart from the table's, which a later search
+  // may fill.
   size_t row(const std::string& option, const std::string& what) override {
     if (!what.empty() && what.find_first_not_of("0123456789") == std::string::npos)
       return *table_row(option, what, ranked().size());
@@ -194,7 +195,7 @@ class UniformRanking final : public Ranking {
                                 sources_.costs(), sources_.pipes());
     plan::judge(e, calibration(), w_);
     named_.push_back(e);
-    return r_.ranked.size() + named_.size() - 1;
+    return kNamed + named_.size() - 1;
   }
   size_t size() override { return ranked().size(); }
   nlohmann::ordered_json json(size_t i) const override { return estimate_json(at(i)); }
@@ -223,8 +224,8 @@ class UniformRanking final : public Ranking {
     print_table(rows, top);
     print_region(rows, calibration());
     std::printf("\nwhy: %s\n", plan::reason(r_).c_str());
-    if (!o_.versus.empty()) {
-      const plan::Layout mine = named_layout("--versus", o_.versus, devices_, w_, sources_);
+    if (o_.versus) {
+      const plan::Layout mine = named_layout("--versus", *o_.versus, devices_, w_, sources_);
       const auto it = std::find_if(rows.begin(), rows.end(), [&](const Estimate& e) {
         return e.layout.name() == mine.name();
       });
@@ -237,7 +238,7 @@ class UniformRanking final : public Ranking {
 
  private:
   const Estimate& at(size_t i) const {
-    return i < r_.ranked.size() ? r_.ranked[i] : named_.at(i - r_.ranked.size());
+    return i >= kNamed ? named_.at(i - kNamed) : r_.ranked.at(i);
   }
 
   const plan::Calibration& calibration() {
@@ -269,6 +270,7 @@ class UniformRanking final : public Ranking {
   plan::SearchResult r_;
   bool searched_ = false;
   double search_s_ = 0;
+  static constexpr size_t kNamed = size_t(1) << 40;
   std::vector<Estimate> named_;
 };
 

@@ -15,9 +15,11 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/checkpoint_settings.hpp"
 #include "ckpt/checkpointer.hpp"
 #include "config/config.hpp"
 #include "data/batches.hpp"
+#include "data/data_settings.hpp"
 #include "distributed/comm.hpp"
 #include "distributed/comm_meter.hpp"
 #include "distributed/launch.hpp"
@@ -102,9 +104,12 @@ class Run {
   const std::filesystem::path run_dir_;
   const bool lead_;
 
+  // The sections the run reads again after check_and_settle, read there once.
   RunSettings run_;
   Settings s_;
   model::Config mc_;
+  data::DataSettings data_settings_;
+  ckpt::CheckpointSettings ckpt_settings_;
   dist::MeshShape mesh_;
   int64_t local_batch_ = 0, first_sample_ = 0;
   int64_t T_ = 0, T_local_ = 0, max_rows_ = 0;

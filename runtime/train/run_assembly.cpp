@@ -94,6 +94,8 @@ void Run::check_and_settle() {
   s_ = settle_layout(cfg_, sel_, mc_, mesh_);
   // The data, as `config check` checks it, after the layout as there. A local launcher checked it
   // once for the ranks it started; a rank srun or mpirun started checks it itself.
+  data_settings_ = data::read_data(cfg_);
+  ckpt_settings_ = ckpt::read_checkpoint(cfg_);
   if (!std::getenv("LOOM_LAUNCHED")) check_data(cfg_);
   local_batch_ = s_.micro_batch * s_.accum;  // sequences per rank per step
   if (lead_) claim_run_dir(run_dir_, cfg_);  // before anything is written there
@@ -130,7 +132,7 @@ void Run::start_precision() {
 }
 
 void Run::open_data() {
-  const data::DataSettings ds = data::read_data(cfg_);
+  const data::DataSettings& ds = data_settings_;
   std::vector<data::Source> sources;
   for (const auto& d : ds.sources()) {
     data::Source s;
@@ -201,7 +203,7 @@ void Run::build_model() {
     pipe_ = std::make_unique<Pipeline>(std::move(layout), *world_, *model_, max_rows_);
   params_.allocate(s_.seed);
   const std::string src = model::init_from(cfg_);
-  if (!src.empty() && ckpt::read_checkpoint(cfg_).may_start_fresh())
+  if (!src.empty() && ckpt_settings_.may_start_fresh())
     ckpt::init_from(
         src, params_,
         lead_);  // before the data plugin copies (and shards) the values; a resume overwrites
@@ -229,7 +231,7 @@ void Run::start_optimizer_and_checkpoints() {
       std::make_unique<Optimizer>(params_, *slots_, dp_.get(), ops_,
                                   AdamW{s_.beta1, s_.beta2, s_.eps, s_.weight_decay, s_.grad_clip});
   ckpt::CheckpointerSetup setup;
-  setup.settings = ckpt::read_checkpoint(cfg_);
+  setup.settings = ckpt_settings_;
   setup.precision = plugins::read_plugins(cfg_).slot("precision");
   setup.model = mc_, setup.selection = &sel_;
   if (const plugins::SlotChoice* writer = sel_.slot("ckpt"))
@@ -307,7 +309,7 @@ void Run::print_banner() const {
               human_count(mc_.params()).c_str(), human_count(mc_.non_embedding_params()).c_str());
   std::printf(
       "data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of %lld)\n",
-      human_count(data_->train_tokens()).c_str(), data::read_data(cfg_).describe().c_str(),
+      human_count(data_->train_tokens()).c_str(), data_settings_.describe().c_str(),
       (long long)s_.global_batch, (long long)mc_.seq_len, (long long)s_.accum,
       (long long)s_.micro_batch);
   std::printf("device: %s, %d threads%s, precision %s; MFU peak %.1f GFLOP/s from %s\n",
