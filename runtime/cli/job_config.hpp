@@ -1,18 +1,15 @@
-// The config as the commands hand it down: every component's section gathered in one list (the
-// components declare them beside their code; only this top level includes them all), and a job's
-// config loaded, checked against that list and completed with the plugins its layout needs.
+// A job's config as the commands hand it down: loaded, checked against every section
+// (cli/sections.hpp) and completed with the plugins its layout needs.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "cli/sections.hpp"
 #include "config/config.hpp"
 #include "loader/selection.hpp"
 
 namespace loom::cli {
-
-// Every section a config file may hold, in the order `loom config show` prints them.
-const std::vector<config::SectionSpec>& runtime_schema();
 
 // [parallel]'s degrees, which decide the plugins a job gets by default.
 plugins::SlotDegrees slot_degrees(const config::Config& cfg);

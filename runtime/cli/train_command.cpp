@@ -61,9 +61,8 @@ int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::Nod
   plugins::Selection sel = plugins::resolve(cfg, reg);
   train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
   train::check_data(cfg);  // once here for the ranks it starts
-  if (node.node_rank ==
-      0)  // one lock per job: other nodes may see the same directory over a shared filesystem
-    train::claim_run_dir(run_dir_of(vm, cfg), cfg);
+  // One lock per job: other nodes may see the same directory over a shared filesystem.
+  if (node.node_rank == 0) train::claim_run_dir(run_dir_of(vm, cfg), cfg);
   ::setenv("LOOM_RUN_DIR_LOCKED", "1", 1);  // the ranks share this process's lock
   const int max_restarts = vm["max-restarts"].as<int>();
   const int min_nodes = vm.count("min-nodes") ? vm["min-nodes"].as<int>() : node.nnodes;

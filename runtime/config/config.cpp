@@ -284,8 +284,8 @@ void Config::apply_set(const std::string& assignment) {
       throw ConfigError(origin + ": " + std::string(e.description()));
     }
   }
-  if (!parsed.contains(
-          "v")) {  // not a TOML literal: take the text as a string, as a shell user means
+  // Not a TOML literal: take the text as a string, as a shell user means.
+  if (!parsed.contains("v")) {
     std::string quoted = "\"";
     for (char ch : literal) {
       if (ch == '"' || ch == '\\') quoted += '\\';

@@ -153,8 +153,8 @@ std::string document_text(const RawDocument& doc, InputFormat format, const std:
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(doc.bytes);
-  } catch (const nlohmann::json::exception&
-               e) {  // parse_error, and out_of_range for a number like 1e400
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number like 1e400.
     // "[json.exception.parse_error.101] parse error at line 1, column 7: syntax error ..." -> from
     // "column"
     std::string why = e.what();

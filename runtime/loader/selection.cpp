@@ -149,8 +149,8 @@ loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** de
     Found f;
     try {
       f = source().registry->find(wanted, static_cast<loom_kind>(kind));
-    } catch (const ConfigError&
-                 none) {  // a plugin of another kind by that name says more than "no such plugin"
+    } catch (const ConfigError& none) {
+      // A plugin of another kind by that name says more than "no such plugin".
       Found other;
       try {
         other = source().registry->find(wanted);

@@ -268,8 +268,8 @@ void Run::start_reporters() {
   activation_bytes_ = model_->activation_bytes({nullptr, nullptr, s_.micro_batch, T_local_, 0.f});
   stability_ =
       std::make_unique<Stability>(cfg_, world_.get(), dp_.get(), lead_, run_dir_, first_step_ > 1);
-  if (first_step_ >
-      1)  // where this run took over: metrics.jsonl's rows past it were the stopped run's
+  // Where this run took over: metrics.jsonl's rows past it were the stopped run's.
+  if (first_step_ > 1)
     stability_->log({first_step_ - 1,
                      "run",
                      "resume",

@@ -1,6 +1,6 @@
 // The config path: TOML parsing, a --set override (the input's first line), the runtime schema
 // with its presets, ranges and choices, and rendering the result back.
-#include "cli/job_config.hpp"
+#include "cli/sections.hpp"
 #include "config/config.hpp"
 #include "fuzz_input.hpp"
 

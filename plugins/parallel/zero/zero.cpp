@@ -168,8 +168,8 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     Gather& g = gather(u);
     complete(u, g);
     ++g.users;
-    if (prefetch_ &&
-        prefetch)  // the next units in this direction: their gathers run behind this unit's compute
+    // The next units in this direction: their gathers run behind this unit's compute.
+    if (prefetch_ && prefetch)
       for (int k = 1; k <= prefetch_depth_; ++k) {
         const int64_t next = backward ? u - k : u + k;
         if (next < 0 || next >= ctx_.n_units) break;
