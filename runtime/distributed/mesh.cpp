@@ -6,6 +6,27 @@
 
 namespace loom::dist {
 
+namespace {
+
+// The one of five values (in mesh order) that names axis a; `other` for a value outside Axis.
+int along_axis(Axis a, int tp, int cp, int ep, int dp, int pp, int other) {
+  switch (a) {
+    case Axis::TP:
+      return tp;
+    case Axis::CP:
+      return cp;
+    case Axis::EP:
+      return ep;
+    case Axis::DP:
+      return dp;
+    case Axis::PP:
+      return pp;
+  }
+  return other;
+}
+
+}  // namespace
+
 const char* axis_name(Axis a) {
   switch (a) {
     case Axis::TP:
@@ -22,42 +43,14 @@ const char* axis_name(Axis a) {
   return "?";
 }
 
-int MeshShape::degree(Axis a) const {
-  switch (a) {
-    case Axis::TP:
-      return tp;
-    case Axis::CP:
-      return cp;
-    case Axis::EP:
-      return ep;
-    case Axis::DP:
-      return dp;
-    case Axis::PP:
-      return pp;
-  }
-  return 1;
-}
+int MeshShape::degree(Axis a) const { return along_axis(a, tp, cp, ep, dp, pp, 1); }
 
 std::string MeshShape::describe() const {
   return "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
          " ep=" + std::to_string(ep) + (cp > 1 ? " cp=" + std::to_string(cp) : "");
 }
 
-int Coord::along(Axis a) const {
-  switch (a) {
-    case Axis::TP:
-      return tp;
-    case Axis::CP:
-      return cp;
-    case Axis::EP:
-      return ep;
-    case Axis::DP:
-      return dp;
-    case Axis::PP:
-      return pp;
-  }
-  return 0;
-}
+int Coord::along(Axis a) const { return along_axis(a, tp, cp, ep, dp, pp, 0); }
 
 MeshShape resolve_mesh(const config::Config& cfg, int world) {
   const ParallelSettings p = read_parallel(cfg);

@@ -2,6 +2,7 @@
 // repeatedly merge the most frequent adjacent pair of tokens (ties: the pair whose bytes sort
 // first), updating the counts of the words that contain it.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -30,6 +31,33 @@ void count_pairs(const Word& w, int index, int sign, std::unordered_map<uint64_t
   }
 }
 
+// Every piece of the texts (special tokens taken out first) as a word of bytes, with how often
+// it occurs, in a fixed order so that training is deterministic.
+// `pieces_of` is the tokenizer's pre-tokenizer: it calls back with each piece of a text.
+using PieceFn = std::function<void(std::string_view)>;
+std::vector<Word> count_words(
+    const std::vector<std::string>& texts, const std::vector<std::string>& specials,
+    const std::function<void(std::string_view, const PieceFn&)>& pieces_of) {
+  std::unordered_map<std::string, int64_t> pieces;
+  for (const std::string& text : texts) {
+    std::string_view rest = text;
+    while (!rest.empty()) {
+      size_t cut = rest.size(), len = 0;
+      for (const std::string& s : specials)
+        if (size_t p = rest.find(s); p < cut) cut = p, len = s.size();
+      pieces_of(rest.substr(0, cut), [&](std::string_view piece) { ++pieces[std::string(piece)]; });
+      rest.remove_prefix(std::min(rest.size(), cut + len));
+    }
+  }
+  std::vector<Word> words;
+  for (const auto& [piece, count] : std::map<std::string, int64_t>(pieces.begin(), pieces.end())) {
+    Word w{{}, count};
+    for (unsigned char c : piece) w.sym.push_back(c);
+    words.push_back(std::move(w));
+  }
+  return words;
+}
+
 }  // namespace
 
 Tokenizer Tokenizer::train(const std::vector<std::string>& texts, int64_t vocab_size,
@@ -45,27 +73,9 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& texts, int64_t vocab_
     t.ids_[t.bytes_.back()] = static_cast<uint32_t>(b);
   }
   t.finish(pattern);
-  // Count the pieces, special tokens taken out first.
-  std::unordered_map<std::string, int64_t> pieces;
-  for (const std::string& text : texts) {
-    std::string_view rest = text;
-    while (!rest.empty()) {
-      size_t cut = rest.size(), len = 0;
-      for (const std::string& s : specials)
-        if (size_t p = rest.find(s); p < cut) cut = p, len = s.size();
-      t.for_each_piece(rest.substr(0, cut),
-                       [&](std::string_view piece) { ++pieces[std::string(piece)]; });
-      rest.remove_prefix(std::min(rest.size(), cut + len));
-    }
-  }
-  std::vector<Word> words;
-  std::map<std::string, int64_t> ordered(pieces.begin(),
-                                         pieces.end());  // a fixed order: deterministic
-  for (const auto& [piece, count] : ordered) {
-    Word w{{}, count};
-    for (unsigned char c : piece) w.sym.push_back(c);
-    words.push_back(std::move(w));
-  }
+  std::vector<Word> words =
+      count_words(texts, specials,
+                  [&](std::string_view text, const PieceFn& fn) { t.for_each_piece(text, fn); });
   std::unordered_map<uint64_t, int64_t> counts;
   std::unordered_map<uint64_t, std::vector<int>> where;
   for (size_t i = 0; i < words.size(); ++i)

@@ -292,15 +292,7 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   const int m = shape.microbatches;
   for (int i = 0; i < m; ++i) batch(i, tokens_[i].data(), targets_[i].data());
   const auto& actions = plan_->actions(rank_);
-  // The last action through each chunk that adds weight gradients (a backward, or the weight
-  // half of a split one): its layers' gradients are final when it ends.
-  std::vector<size_t> last_gradients(shape.chunks, 0);
-  for (size_t k = 0; k < actions.size(); ++k) {
-    const loom_pipe_action& a = actions[k];
-    if (a.op == LOOM_PIPE_WEIGHT ||
-        (a.op == LOOM_PIPE_BACKWARD && !plan_->split(rank_, a.microbatch, a.chunk)))
-      last_gradients[a.chunk] = k;
-  }
+  const std::vector<size_t> last_gradients = last_gradient_actions();
   static const std::function<void(size_t)> none;
   const auto start = Clock::now();
   const int64_t rows = model_->api().local_rows(B * T);
@@ -353,19 +345,37 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
   auto t0 = Clock::now();
   finish_sends();
   if (trace) trace->span("wait sends", "wait", t0, Clock::now());
+  if (trace) trace->span("schedule", "step", start, Clock::now());
+  return step_totals(start, stats);
+}
+
+// The loss (only the last stage's is non-zero) and each stage's compute time in one all-reduce:
+// a stage that computes longer than the others paces the pipeline (loom doctor names it).
+double Pipeline::step_totals(Clock::time_point start, PipeStepStats& stats) {
   stats.schedule_ms = ms_between(start, Clock::now());
   stats.busy_ms = busy_ms_;
   stats.peak_in_flight = peak_live_;
   stats.peak_activation_bytes = peak_live_bytes_;
-  if (trace) trace->span("schedule", "step", start, Clock::now());
-  // The loss (only the last stage's is non-zero) and each stage's compute time in one all-reduce:
-  // a stage that computes longer than the others paces the pipeline (loom doctor names it).
   std::vector<double> sums(size_t(stages_) + 1, 0.0);
   sums[0] = loss_;
   sums[size_t(rank_) + 1] = busy_ms_;
   pp_.all_reduce(flat_view(sums.data(), LOOM_F64, int64_t(sums.size())), LOOM_REDUCE_SUM);
   stats.stage_busy_ms.assign(sums.begin() + 1, sums.end());
   return sums[0];
+}
+
+// The last action through each chunk that adds weight gradients (a backward, or the weight half
+// of a split one): its layers' gradients are final when it ends.
+std::vector<size_t> Pipeline::last_gradient_actions() const {
+  const auto& actions = plan_->actions(rank_);
+  std::vector<size_t> last(plan_->shape().chunks, 0);
+  for (size_t k = 0; k < actions.size(); ++k) {
+    const loom_pipe_action& a = actions[k];
+    if (a.op == LOOM_PIPE_WEIGHT ||
+        (a.op == LOOM_PIPE_BACKWARD && !plan_->split(rank_, a.microbatch, a.chunk)))
+      last[a.chunk] = k;
+  }
+  return last;
 }
 
 // Micro-batch after micro-batch, each through the chunks in order: a forward's input was sent

@@ -5,6 +5,7 @@
 // in flight through a chunk keeps its activations in its own slot of that chunk's layers.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -84,6 +85,10 @@ class Pipeline {
   void sync_tied(ParamStore& params, DataParallel* dp);
 
  private:
+  // After the schedule: the step's stats, and the loss and each stage's busy time summed over pp.
+  double step_totals(std::chrono::steady_clock::time_point start, PipeStepStats& stats);
+  // For each chunk, the index of the last action that adds weight gradients.
+  std::vector<size_t> last_gradient_actions() const;
   struct Chunk {
     size_t first = 0, last = 0;   // model.layers()[first, last)
     int stage = 0;                // virtual stage
