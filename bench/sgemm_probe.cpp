@@ -6,6 +6,6 @@
 int main() {
   for (int t : {1, 2, 0}) {
     double g = loom::train::measure_sgemm_gflops(t, 1024, 5);
-    std::printf("sgemm 1024^3, threads=%d: %.1f GFLOP/s\n", t, g);
+    std::printf("sgemm (1024 x max(threads, 2)) x 1024 x 1024, threads=%d: %.1f GFLOP/s\n", t, g);
   }
 }

@@ -240,7 +240,7 @@ std::string cluster_text(const Measured& m, double compute_scale, double rank_co
     << "\nmemory_gib = " << m.mem_total / double(1ull << 30)
     << "        # MemTotal, shared by the ranks"
     << "\nhbm_gbps = " << m.elem.rate / 1e9 << "             # element-wise 'add', 1 thread"
-    << "\npeak_tflops_fp32 = " << m.peak1 / 1e12 << "      # sgemm 1024^3, 1 thread"
+    << "\npeak_tflops_fp32 = " << m.peak1 / 1e12 << "      # sgemm 2048 x 1024 x 1024, 1 thread"
     << "\nthread_scaling = " << m.peakn / m.peak1 << "         # sgemm on " << m.cores
     << " threads over 1"
     << "\nrank_scaling = " << m.ranks_n / m.peak1 << "           # sgemm in " << m.cores

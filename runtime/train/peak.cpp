@@ -1,5 +1,6 @@
 #include "train/peak.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -14,16 +15,19 @@ namespace fs = std::filesystem;
 namespace loom::train {
 
 double measure_sgemm_gflops(int threads, int size, int repeats) {
-  cpu::set_threads(threads);
-  std::vector<float> a(size * size, 0.5f), b(size * size, 0.25f), c(size * size, 0.f);
+  const int used = cpu::set_threads(threads);
+  // One block of `size` rows per thread (at least two), so that a GEMM cut into blocks of rows
+  // (ops/cpu/gemm.cpp) has one for each thread.
+  const int64_t rows = int64_t{size} * std::clamp(used, 2, 16);
+  std::vector<float> a(rows * size, 0.5f), b(int64_t{size} * size, 0.25f), c(rows * size, 0.f);
   double best = 1e30;
   for (int r = 0; r < repeats + 1; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    cpu::gemm(0, 0, size, size, size, 1.f, a.data(), size, b.data(), size, 0.f, c.data(), size);
+    cpu::gemm(0, 0, rows, size, size, 1.f, a.data(), size, b.data(), size, 0.f, c.data(), size);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r > 0) best = std::min(best, s);  // the first call warms caches and threads
   }
-  return 2.0 * size * size * static_cast<double>(size) / best / 1e9;
+  return 2.0 * static_cast<double>(rows) * size * size / best / 1e9;
 }
 
 namespace {

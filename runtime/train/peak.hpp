@@ -12,7 +12,8 @@ struct Peak {
   std::string source;  // said in the log: "measured sgemm probe (2 threads, cached ...)"
 };
 
-// Best of a few 1024^3 sgemm calls on `threads` threads, in GFLOP/s. Not cached.
+// Best of a few sgemm calls on `threads` threads, (size x threads) x size x size, in GFLOP/s.
+// Not cached.
 double measure_sgemm_gflops(int threads, int size = 1024, int repeats = 5);
 
 Peak device_peak(const std::string& device, const std::string& dtype, int threads,

@@ -35,6 +35,45 @@ TEST_CASE("gemm matches a direct sum for every transpose combination") {
   }
 }
 
+TEST_CASE(
+    "a GEMM cut into blocks matches a direct sum, with the same bits at 1, 2, 8, 16 threads") {
+  // Cut along C's rows, its columns and K (its longest side), and a shape whose K oneDNN's own
+  // threading would split at 8 threads.
+  struct Shape {
+    int64_t M, N, K;
+  };
+  for (const Shape s :
+       {Shape{2100, 40, 30}, Shape{30, 2100, 40}, Shape{40, 30, 2100}, Shape{64, 384, 1536}}) {
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        const auto A = randn(s.M * s.K, 31), B = randn(s.K * s.N, 32);  // stored as op() wants
+        const int64_t lda = ta ? s.M : s.K, ldb = tb ? s.K : s.N;
+        std::vector<std::vector<float>> C;
+        for (int threads : {1, 2, 8, 16}) {
+          cpu::set_threads(threads);
+          C.emplace_back(s.M * s.N, 1.f);
+          cpu::gemm(ta, tb, s.M, s.N, s.K, 2.f, A.data(), lda, B.data(), ldb, 0.5f, C.back().data(),
+                    s.N);
+        }
+        cpu::set_threads(0);
+        double err = 0;
+        for (int64_t i = 0; i < s.M; ++i)
+          for (int64_t j = 0; j < s.N; ++j) {
+            double sum = 0;
+            for (int64_t k = 0; k < s.K; ++k)
+              sum += static_cast<double>(A[ta ? k * lda + i : i * lda + k]) *
+                     B[tb ? j * ldb + k : k * ldb + j];
+            err = std::max(err, std::fabs(C[0][i * s.N + j] - (2 * sum + 0.5)));
+          }
+        INFO("M " << s.M << " N " << s.N << " K " << s.K << " ta " << ta << " tb " << tb);
+        CHECK(err <
+              1e-2);  // fp32 sums of up to 1536 products of size ~1; a wrong block is off by ~1
+        for (size_t t = 1; t < C.size(); ++t) CHECK(C[t] == C[0]);
+      }
+    }
+  }
+}
+
 TEST_CASE("layernorm backward matches finite differences") {
   const int64_t N = 6, C = 16;
   auto x = randn(N * C, 3), w = randn(C, 4), b = randn(C, 5), r = randn(N * C, 6);

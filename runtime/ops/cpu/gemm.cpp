@@ -1,16 +1,139 @@
+#ifdef LOOM_CPU_GEMM_ONEDNN
+#include <dnnl.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/errors.hpp"
+#else
 #include <cblas.h>
+#endif
 
 #include "ops/cpu/kernels.hpp"
 
 namespace loom::cpu {
 
-// C = alpha * op(A) @ op(B) + beta * C, row-major, transposes handled by BLAS without copies.
+#ifdef LOOM_CPU_GEMM_ONEDNN
+namespace {
+
+// A GEMM below this many multiply-adds runs as one call: threads would cost more than they save.
+constexpr int64_t kSerialWork = int64_t{1} << 20;
+// Rows, columns or K per block, at least: oneDNN's single-threaded kernel keeps its speed on
+// blocks of 1024 (2 Xeon threads: a GPT block's GEMMs at d 384 as fast as under oneDNN's own
+// threading) and not on smaller ones (2048 x 1536 x 384 in blocks of 256 rows: 228 GFLOP/s
+// against 337).
+constexpr int64_t kMinBlock = 1024;
+constexpr int64_t kMaxBlocks = 16;  // along each cut side
+
+// One oneDNN call on the calling thread alone: oneDNN reads the thread's OpenMP thread count.
+dnnl_status_t sgemm_serial(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                           const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                           float* C, int64_t ldc) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const dnnl_status_t status = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  omp_set_num_threads(threads);
+  return status;
+}
+
+// oneDNN refuses only arguments no caller should pass (a negative size, a short leading side).
+void check(int status, int64_t M, int64_t N, int64_t K) {
+  if (status != dnnl_success)
+    throw RuntimeError("oneDNN sgemm failed (status " + std::to_string(status) + ") at M " +
+                       std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
+}
+
+int64_t block_count(int64_t side) { return std::clamp<int64_t>(side / kMinBlock, 1, kMaxBlocks); }
+
+// C cut into row_blocks x col_blocks tiles, one call each, spread over the team.
+int sgemm_tiles(int64_t row_blocks, int64_t col_blocks, char ta, char tb, int64_t M, int64_t N,
+                int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                float beta, float* C, int64_t ldc) {
+  const int64_t rows = (M + row_blocks - 1) / row_blocks, cols = (N + col_blocks - 1) / col_blocks;
+  int failed = dnnl_success;  // an exception may not leave an OpenMP region
+#pragma omp parallel for schedule(static) collapse(2) reduction(max : failed)
+  for (int64_t rb = 0; rb < row_blocks; ++rb) {
+    for (int64_t cb = 0; cb < col_blocks; ++cb) {
+      const int64_t i = rb * rows, j = cb * cols;
+      const int64_t m = std::min(rows, M - i), n = std::min(cols, N - j);
+      if (m <= 0 || n <= 0) continue;
+      const float* a = ta == 'T' ? A + i : A + i * lda;  // rows i..i+m of op(A)
+      const float* b = tb == 'T' ? B + j * ldb : B + j;  // columns j..j+n of op(B)
+      const dnnl_status_t status =
+          sgemm_serial(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, C + i * ldc + j, ldc);
+      failed = std::max(failed, static_cast<int>(status));
+    }
+  }
+  return failed;
+}
+
+// K cut into `chunks` (a weight gradient: K is the tokens, C is small): chunk 0 goes into C with
+// beta, chunk c > 0 into its own scratch matrix P_c, and then C += P_1 + P_2 + ... in that order.
+int sgemm_chunks(int64_t chunks, char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                 int64_t ldc) {
+  const int64_t size = (K + chunks - 1) / chunks;
+  thread_local std::vector<float> scratch;
+  scratch.resize(static_cast<size_t>((chunks - 1) * M * N));
+  float* P = scratch.data();
+  int failed = dnnl_success;
+#pragma omp parallel for schedule(static) reduction(max : failed)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t first = c * size, n = std::min(size, K - first);
+    const float* a = ta == 'T' ? A + first * lda : A + first;  // columns of op(A)
+    const float* b = tb == 'T' ? B + first : B + first * ldb;  // rows of op(B)
+    const dnnl_status_t status =
+        n <= 0 ? dnnl_success
+        : c == 0
+            ? sgemm_serial(ta, tb, M, N, n, alpha, a, lda, b, ldb, beta, C, ldc)
+            : sgemm_serial(ta, tb, M, N, n, alpha, a, lda, b, ldb, 0.f, P + (c - 1) * M * N, N);
+    failed = std::max(failed, static_cast<int>(status));
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < M; ++i) {
+    float* row = C + i * ldc;
+    for (int64_t c = 1; c < chunks && (c * size) < K; ++c) {
+      const float* p = P + (c - 1) * M * N + i * N;
+#pragma omp simd
+      for (int64_t j = 0; j < N; ++j) row[j] += p[j];
+    }
+  }
+  return failed;
+}
+
+}  // namespace
+#endif
+
+// C = alpha * op(A) @ op(B) + beta * C, row-major, transposes handled by the library without
+// copies. With oneDNN (the default; CMake's LOOM_CPU_GEMM), C is cut into tiles of at least 1024
+// rows and 1024 columns (at most 16 along each side), or, where K is the longest side (a weight
+// gradient), K into chunks of at least 1024 whose products are added in a fixed order. The cuts
+// depend on the shape alone, and each block is one single-threaded
+// oneDNN call, the blocks spread over the OpenMP team: so a result does not depend on the thread
+// count, which [run] threads = 0 adapts during a run. oneDNN's own threading splits K on 8 or
+// more threads for some shapes. OpenBLAS, the other choice, splits only M and N.
 void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+#ifdef LOOM_CPU_GEMM_ONEDNN
+  const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
+  const bool serial = M * N * K < kSerialWork || omp_in_parallel();
+  int status;
+  if (serial || std::max({M, N, K}) < 2 * kMinBlock)
+    status = sgemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else if (K > std::max(M, N))
+    status = sgemm_chunks(block_count(K), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    status = sgemm_tiles(block_count(M), block_count(N), ta, tb, M, N, K, alpha, A, lda, B, ldb,
+                         beta, C, ldc);
+  check(status, M, N, K);
+#else
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
               static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta,
               C, static_cast<int>(ldc));
+#endif
 }
 
 }  // namespace loom::cpu
