@@ -20,11 +20,17 @@ namespace {
 
 // A GEMM below this many multiply-adds runs as one call: threads would cost more than they save.
 constexpr int64_t kSerialWork = int64_t{1} << 20;
-// Rows, columns or K per block, at least: oneDNN's single-threaded kernel keeps its speed on
-// blocks of 1024 (2 Xeon threads: a GPT block's GEMMs at d 384 as fast as under oneDNN's own
-// threading) and not on smaller ones (2048 x 1536 x 384 in blocks of 256 rows: 228 GFLOP/s
-// against 337).
-constexpr int64_t kMinBlock = 1024;
+// Rows, columns or K per block, at least: 1024 on a machine of 2 cores, down to 256 from 8 cores
+// up, so that a bigger machine gets a piece for each core. The figure depends on the cores the
+// process may use, never on how many threads it runs. oneDNN's single-threaded kernel keeps its
+// speed on blocks of 1024 (2 Xeon threads: a GPT block's GEMMs at d 384 as fast as under
+// oneDNN's own threading) and loses some on smaller ones (2048 x 1536 x 384 in blocks of 256
+// rows: 228 GFLOP/s against 337).
+int64_t min_block() {
+  static const int64_t size =
+      std::clamp<int64_t>(2048 / std::max(1, omp_get_num_procs()), 256, 1024);
+  return size;
+}
 constexpr int64_t kMaxBlocks = 16;  // along each cut side
 
 // One oneDNN call on the calling thread alone: oneDNN reads the thread's OpenMP thread count.
@@ -45,7 +51,7 @@ void check(int status, int64_t M, int64_t N, int64_t K) {
                        std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
 }
 
-int64_t block_count(int64_t side) { return std::clamp<int64_t>(side / kMinBlock, 1, kMaxBlocks); }
+int64_t block_count(int64_t side) { return std::clamp<int64_t>(side / min_block(), 1, kMaxBlocks); }
 
 // C cut into row_blocks x col_blocks tiles, one call each, spread over the team.
 int sgemm_tiles(int64_t row_blocks, int64_t col_blocks, char ta, char tb, int64_t M, int64_t N,
@@ -107,20 +113,21 @@ int sgemm_chunks(int64_t chunks, char ta, char tb, int64_t M, int64_t N, int64_t
 #endif
 
 // C = alpha * op(A) @ op(B) + beta * C, row-major, transposes handled by the library without
-// copies. With oneDNN (the default; CMake's LOOM_CPU_GEMM), C is cut into tiles of at least 1024
-// rows and 1024 columns (at most 16 along each side), or, where K is the longest side (a weight
-// gradient), K into chunks of at least 1024 whose products are added in a fixed order. The cuts
-// depend on the shape alone, and each block is one single-threaded
-// oneDNN call, the blocks spread over the OpenMP team: so a result does not depend on the thread
-// count, which [run] threads = 0 adapts during a run. oneDNN's own threading splits K on 8 or
-// more threads for some shapes. OpenBLAS, the other choice, splits only M and N.
+// copies. With oneDNN (the default; CMake's LOOM_CPU_GEMM), C is cut into tiles of at least
+// min_block() rows and columns (at most 16 along each side), or, where K is the longest side (a
+// weight gradient), K into chunks of at least min_block() whose products are added in a fixed
+// order. The cuts depend on the shape and the machine alone, and each piece is one
+// single-threaded oneDNN call, the pieces spread over the OpenMP team: so a result does not
+// depend on the thread count, which [run] threads = 0 adapts during a run. oneDNN's own
+// threading splits K on 8 or more threads for some shapes. OpenBLAS, the other choice, splits
+// only M and N.
 void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
 #ifdef LOOM_CPU_GEMM_ONEDNN
   const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
   const bool serial = M * N * K < kSerialWork || omp_in_parallel();
   int status;
-  if (serial || std::max({M, N, K}) < 2 * kMinBlock)
+  if (serial || std::max({M, N, K}) < 2 * min_block())
     status = sgemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   else if (K > std::max(M, N))
     status = sgemm_chunks(block_count(K), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
