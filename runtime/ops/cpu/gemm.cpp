@@ -32,6 +32,9 @@ int64_t min_block() {
   return size;
 }
 constexpr int64_t kMaxBlocks = 16;  // along each cut side
+// Floats of scratch the K chunks may take beyond C (64 MiB): a GEMM with a small C gets every
+// chunk, one whose C is near 2 min_block() squared gets fewer.
+constexpr int64_t kMaxScratch = int64_t{16} << 20;
 
 // One oneDNN call on the calling thread alone: oneDNN reads the thread's OpenMP thread count.
 dnnl_status_t sgemm_serial(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
@@ -114,10 +117,10 @@ int sgemm_chunks(int64_t chunks, char ta, char tb, int64_t M, int64_t N, int64_t
 
 // C = alpha * op(A) @ op(B) + beta * C, row-major, transposes handled by the library without
 // copies. With oneDNN (the default; CMake's LOOM_CPU_GEMM), C is cut into tiles of at least
-// min_block() rows and columns (at most 16 along each side), or, where K is the longest side (a
-// weight gradient), K into chunks of at least min_block() whose products are added in a fixed
-// order. The cuts depend on the shape and the machine alone, and each piece is one
-// single-threaded oneDNN call, the pieces spread over the OpenMP team: so a result does not
+// min_block() rows and columns (at most 16 along each side), or, where K is the longest side and
+// C too small to cut (a weight gradient), K into chunks of at least min_block() whose products
+// are added in a fixed order. The cuts depend on the shape and the machine alone, and each piece is
+// one single-threaded oneDNN call, the pieces spread over the OpenMP team: so a result does not
 // depend on the thread count, which [run] threads = 0 adapts during a run. oneDNN's own
 // threading splits K on 8 or more threads for some shapes. OpenBLAS, the other choice, splits
 // only M and N.
@@ -129,8 +132,9 @@ void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha
   int status;
   if (serial || std::max({M, N, K}) < 2 * min_block())
     status = sgemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  else if (K > std::max(M, N))
-    status = sgemm_chunks(block_count(K), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  else if (K > std::max(M, N) && block_count(M) * block_count(N) == 1)
+    status = sgemm_chunks(std::min(block_count(K), 1 + kMaxScratch / (M * N)), ta, tb, M, N, K,
+                          alpha, A, lda, B, ldb, beta, C, ldc);
   else
     status = sgemm_tiles(block_count(M), block_count(N), ta, tb, M, N, K, alpha, A, lda, B, ldb,
                          beta, C, ldc);
