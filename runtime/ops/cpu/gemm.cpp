@@ -122,7 +122,7 @@ int sgemm_chunks(int64_t chunks, char ta, char tb, int64_t M, int64_t N, int64_t
 // are added in a fixed order. The cuts depend on the shape and the machine alone, and each piece is
 // one single-threaded oneDNN call, the pieces spread over the OpenMP team: so a result does not
 // depend on the thread count, which [run] threads = 0 adapts during a run. oneDNN's own
-// threading splits K on 8 or more threads for some shapes. OpenBLAS, the other choice, splits
+// threading split K at 8 and 16 threads for some shapes. OpenBLAS, the other choice, splits
 // only M and N.
 void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
