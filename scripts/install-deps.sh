@@ -17,7 +17,7 @@ packages=(
   libtomlplusplus-dev doctest-dev nlohmann-json3-dev
   libboost-dev libboost-program-options-dev
   libopenblas-dev libopenblas-openmp-dev libomp-dev
-  libdnnl-dev  # oneDNN: the CPU GEMM (CMake LOOM_CPU_GEMM=onednn, the default)
+  libdnnl-dev  # oneDNN: the CPU GEMM (CMake LOOM_CPU_GEMM=auto, the default, takes it when present)
   libpcre2-dev  # the tokenizers' Unicode pre-tokenizer patterns
   zlib1g-dev libzstd-dev zstd libsimdjson-dev  # JSONL corpora, compressed, in `loom data prepare`
   libprotobuf-dev protobuf-compiler  # TensorBoard event files ([run] tensorboard)

@@ -116,12 +116,12 @@ int sgemm_chunks(int64_t chunks, char ta, char tb, int64_t M, int64_t N, int64_t
 #endif
 
 // C = alpha * op(A) @ op(B) + beta * C, row-major, transposes handled by the library without
-// copies. With oneDNN (the default; CMake's LOOM_CPU_GEMM), C is cut into tiles of at least
-// min_block() rows and columns (at most 16 along each side), or, where K is the longest side and
-// C too small to cut (a weight gradient), K into chunks of at least min_block() whose products
-// are added in a fixed order. The cuts depend on the shape and the machine alone, and each piece is
-// one single-threaded oneDNN call, the pieces spread over the OpenMP team: so a result does not
-// depend on the thread count, which [run] threads = 0 adapts during a run. oneDNN's own
+// copies. With oneDNN (CMake's LOOM_CPU_GEMM; auto takes it when installed), C is cut into tiles of
+// at least min_block() rows and columns (at most 16 along each side), or, where K is the longest
+// side and C too small to cut (a weight gradient), K into chunks of at least min_block() whose
+// products are added in a fixed order. The cuts depend on the shape and the machine alone, and each
+// piece is one single-threaded oneDNN call, the pieces spread over the OpenMP team: so a result
+// does not depend on the thread count, which [run] threads = 0 adapts during a run. oneDNN's own
 // threading split K at 8 and 16 threads for some shapes. OpenBLAS, the other choice, splits
 // only M and N.
 void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
