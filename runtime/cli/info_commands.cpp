@@ -13,6 +13,7 @@
 #include "loader/selection.hpp"
 #include "loader/services.hpp"
 #include "loader/v1_adapter.hpp"
+#include "ops/cpu/kernels.hpp"
 
 namespace loom::cli {
 
@@ -218,6 +219,7 @@ int info(plugins::Registry& reg, const std::string& name, bool json) {
 
 int version(const Args&) {
   std::printf("loom %s (plugin ABI %d.%d)\n", LOOM_VERSION_STRING, LOOM_ABI_MAJOR, LOOM_ABI_MINOR);
+  std::printf("CPU GEMM: %s\n", cpu::gemm_library());
   return kExitOk;
 }
 

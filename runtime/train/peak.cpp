@@ -57,7 +57,9 @@ Peak device_peak(const std::string& device, const std::string& dtype, int thread
     // so that MFU stays comparable across precisions. Without a device query we assume H100.
     return {989e3, "table: H100/H200 SXM dense bf16 989 TFLOP/s (" + dtype + ")"};
   }
-  std::string key = cpu_model() + " | threads=" + std::to_string(threads);
+  // The GEMM library is in the key: a build with another one has another ceiling.
+  const std::string key =
+      cpu_model() + " | threads=" + std::to_string(threads) + " | " + cpu::gemm_library();
   fs::path file = cache_file();
   {
     std::ifstream in(file);
@@ -65,17 +67,17 @@ Peak device_peak(const std::string& device, const std::string& dtype, int thread
     while (std::getline(in, line)) {
       size_t bar = line.rfind(" = ");
       if (bar != std::string::npos && line.substr(0, bar) == key)
-        return {std::stod(line.substr(bar + 3)), "measured sgemm probe, " +
-                                                     std::to_string(threads) +
-                                                     " threads (cached in " + file.string() + ")"};
+        return {std::stod(line.substr(bar + 3)),
+                "measured sgemm probe (" + std::string(cpu::gemm_library()) + "), " +
+                    std::to_string(threads) + " threads (cached in " + file.string() + ")"};
     }
   }
   double g = measure_sgemm_gflops(threads);
   std::error_code ec;
   fs::create_directories(file.parent_path(), ec);
   std::ofstream(file, std::ios::app) << key << " = " << g << "\n";
-  return {g, "measured sgemm probe, " + std::to_string(threads) + " threads (now cached in " +
-                 file.string() + ")"};
+  return {g, "measured sgemm probe (" + std::string(cpu::gemm_library()) + "), " +
+                 std::to_string(threads) + " threads (now cached in " + file.string() + ")"};
 }
 
 }  // namespace loom::train

@@ -19,6 +19,7 @@ TEST_CASE("version and help") {
   auto v = run_loom("version");
   CHECK(v.rc == 0);
   CHECK(has(v.out, "plugin ABI 2.6"));
+  CHECK((has(v.out, "CPU GEMM: oneDNN ") || has(v.out, "CPU GEMM: OpenBLAS ")));
   auto h = run_loom("--help");
   CHECK(h.rc == 0);
   CHECK(has(h.out, "config check FILE"));

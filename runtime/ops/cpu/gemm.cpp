@@ -1,8 +1,10 @@
 #ifdef LOOM_CPU_GEMM_ONEDNN
 #include <dnnl.h>
 #include <omp.h>
+#include <pthread.h>
 
 #include <algorithm>
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -10,6 +12,8 @@
 #else
 #include <cblas.h>
 #endif
+
+#include <string>
 
 #include "ops/cpu/kernels.hpp"
 
@@ -36,10 +40,33 @@ constexpr int64_t kMaxBlocks = 16;  // along each cut side
 // chunk, one whose C is near 2 min_block() squared gets fewer.
 constexpr int64_t kMaxScratch = int64_t{16} << 20;
 
+// oneDNN 2.6's JIT f32 GEMM kernels point the stack pointer into the heap while they run
+// (oneDNN issue 4845, fixed upstream in March 2026, after Debian 12's 2.6.3): a signal handled on
+// that thread meanwhile writes its frame over the heap. Loom handles SIGTERM, SIGINT and SIGHUP
+// (a preempted run saves its step), and with them 1 run in 5 here died in free(). So the thread
+// blocks asynchronous signals for the call; one that comes meanwhile is handled when it returns.
+// Faults (SIGSEGV and the like) stay unblocked: blocked, they would end the process unreported.
+class AsyncSignalsHeld {
+ public:
+  AsyncSignalsHeld() {
+    sigset_t held;
+    sigfillset(&held);
+    for (int fault : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT}) sigdelset(&held, fault);
+    pthread_sigmask(SIG_BLOCK, &held, &before_);
+  }
+  ~AsyncSignalsHeld() { pthread_sigmask(SIG_SETMASK, &before_, nullptr); }
+  AsyncSignalsHeld(const AsyncSignalsHeld&) = delete;
+  AsyncSignalsHeld& operator=(const AsyncSignalsHeld&) = delete;
+
+ private:
+  sigset_t before_;
+};
+
 // One oneDNN call on the calling thread alone: oneDNN reads the thread's OpenMP thread count.
 dnnl_status_t sgemm_serial(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                            const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                            float* C, int64_t ldc) {
+  const AsyncSignalsHeld held;
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
   const dnnl_status_t status = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -116,19 +143,21 @@ int sgemm_chunks(int64_t chunks, char ta, char tb, int64_t M, int64_t N, int64_t
 #endif
 
 // C = alpha * op(A) @ op(B) + beta * C, row-major, transposes handled by the library without
-// copies. With oneDNN (CMake's LOOM_CPU_GEMM; auto takes it when installed), C is cut into tiles of
-// at least min_block() rows and columns (at most 16 along each side), or, where K is the longest
-// side and C too small to cut (a weight gradient), K into chunks of at least min_block() whose
-// products are added in a fixed order. The cuts depend on the shape and the machine alone, and each
-// piece is one single-threaded oneDNN call, the pieces spread over the OpenMP team: so a result
-// does not depend on the thread count, which [run] threads = 0 adapts during a run. oneDNN's own
-// threading split K at 8 and 16 threads for some shapes. OpenBLAS, the other choice, splits
-// only M and N.
+// copies. With oneDNN (CMake's LOOM_CPU_GEMM; auto takes it when installed), C is cut into tiles:
+// each of its sides of at least 2 min_block() into pieces of at least min_block() (at most 16).
+// Where K is the longest side and C too small to cut (a weight gradient), K is cut instead, into
+// chunks of at least min_block() whose products are added in a fixed order. The cuts depend on the
+// shape and the machine alone, and each piece is one single-threaded oneDNN call, the pieces spread
+// over the OpenMP team: so a result does not depend on the thread count, which [run] threads = 0
+// adapts during a run. oneDNN's own threading split K at 8 and 16 threads for some shapes.
+// OpenBLAS, the other choice, splits only M and N.
 void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
 #ifdef LOOM_CPU_GEMM_ONEDNN
   const char ta = trans_a ? 'T' : 'N', tb = trans_b ? 'T' : 'N';
-  const bool serial = M * N * K < kSerialWork || omp_in_parallel();
+  // Inside any parallel region, even one of a single thread, one whole call: a caller's team of
+  // one thread and of two must get the same bits.
+  const bool serial = M * N * K < kSerialWork || omp_get_level() > 0;
   int status;
   if (serial || std::max({M, N, K}) < 2 * min_block())
     status = sgemm_serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -145,6 +174,22 @@ void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha
               static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta,
               C, static_cast<int>(ldc));
 #endif
+}
+
+const char* gemm_library() {
+  static const std::string name = [] {
+#ifdef LOOM_CPU_GEMM_ONEDNN
+    const dnnl_version_t* v = dnnl_version();
+    return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+           std::to_string(v->patch);
+#else
+    // "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY SkylakeX MAX_THREADS=64": the name, the version.
+    const std::string config = openblas_get_config();
+    const size_t second_space = config.find(' ', config.find(' ') + 1);
+    return config.substr(0, second_space);
+#endif
+  }();
+  return name.c_str();
 }
 
 }  // namespace loom::cpu

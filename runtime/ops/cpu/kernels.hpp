@@ -116,6 +116,10 @@ void combine_rows_bwd(float* drows, float* dw, const float* dy, const float* row
 // Threads for OpenMP kernels and OpenBLAS; 0 = all cores. Returns the count in use.
 int set_threads(int n);
 
+// The library behind gemm and its version ("oneDNN 2.6.3", "OpenBLAS 0.3.21"), for `loom
+// version` and the sgemm probe's cache key.
+const char* gemm_library();
+
 // The op table of these kernels, on the host's memory (ops::cpu() hands it out).
 const loom_ops* op_table();
 
