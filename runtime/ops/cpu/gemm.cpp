@@ -83,7 +83,8 @@ void check(int status, int64_t M, int64_t N, int64_t K) {
 
 int64_t block_count(int64_t side) { return std::clamp<int64_t>(side / min_block(), 1, kMaxBlocks); }
 
-// C cut into row_blocks x col_blocks tiles, one call each, spread over the team.
+// C cut into row_blocks x col_blocks tiles, one call each, spread over the team. No tile is
+// empty: a side is cut into at most side / min_block() pieces, so the last one starts inside it.
 int sgemm_tiles(int64_t row_blocks, int64_t col_blocks, char ta, char tb, int64_t M, int64_t N,
                 int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
                 float beta, float* C, int64_t ldc) {
@@ -94,7 +95,6 @@ int sgemm_tiles(int64_t row_blocks, int64_t col_blocks, char ta, char tb, int64_
     for (int64_t cb = 0; cb < col_blocks; ++cb) {
       const int64_t i = rb * rows, j = cb * cols;
       const int64_t m = std::min(rows, M - i), n = std::min(cols, N - j);
-      if (m <= 0 || n <= 0) continue;
       const float* a = ta == 'T' ? A + i : A + i * lda;  // rows i..i+m of op(A)
       const float* b = tb == 'T' ? B + j * ldb : B + j;  // columns j..j+n of op(B)
       const dnnl_status_t status =
@@ -107,6 +107,7 @@ int sgemm_tiles(int64_t row_blocks, int64_t col_blocks, char ta, char tb, int64_
 
 // K cut into `chunks` (a weight gradient: K is the tokens, C is small): chunk 0 goes into C with
 // beta, chunk c > 0 into its own scratch matrix P_c, and then C += P_1 + P_2 + ... in that order.
+// No chunk is empty, for the reason no tile is.
 int sgemm_chunks(int64_t chunks, char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha,
                  const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                  int64_t ldc) {
@@ -121,16 +122,14 @@ int sgemm_chunks(int64_t chunks, char ta, char tb, int64_t M, int64_t N, int64_t
     const float* a = ta == 'T' ? A + first * lda : A + first;  // columns of op(A)
     const float* b = tb == 'T' ? B + first : B + first * ldb;  // rows of op(B)
     const dnnl_status_t status =
-        n <= 0 ? dnnl_success
-        : c == 0
-            ? sgemm_serial(ta, tb, M, N, n, alpha, a, lda, b, ldb, beta, C, ldc)
-            : sgemm_serial(ta, tb, M, N, n, alpha, a, lda, b, ldb, 0.f, P + (c - 1) * M * N, N);
+        c == 0 ? sgemm_serial(ta, tb, M, N, n, alpha, a, lda, b, ldb, beta, C, ldc)
+               : sgemm_serial(ta, tb, M, N, n, alpha, a, lda, b, ldb, 0.f, P + (c - 1) * M * N, N);
     failed = std::max(failed, static_cast<int>(status));
   }
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < M; ++i) {
     float* row = C + i * ldc;
-    for (int64_t c = 1; c < chunks && (c * size) < K; ++c) {
+    for (int64_t c = 1; c < chunks; ++c) {
       const float* p = P + (c - 1) * M * N + i * N;
 #pragma omp simd
       for (int64_t j = 0; j < N; ++j) row[j] += p[j];
