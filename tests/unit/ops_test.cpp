@@ -245,6 +245,7 @@ TEST_CASE("tiled attention equals the naive reference, including ragged tiles") 
   check_attention({2, 8, 2, 4});
   check_attention({1, 100, 3, 16});  // T not a multiple of either tile size
   check_attention({1, 130, 1, 64});
+  check_attention({1, 600, 2, 16});  // three key tiles of up to 256, the online softmax across them
 }
 
 // Context parallelism's form: all T queries against the keys in two blocks of T / 2 at their

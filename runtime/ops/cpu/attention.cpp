@@ -1,16 +1,16 @@
 // Causal grouped-query attention as tiled online softmax (Dao et al., FlashAttention 1 and 2).
 // Work is split over (batch, query head) pairs; within one pair, queries go in blocks of kBr rows
-// and keys in blocks of kBc columns, so the largest score buffer is kBr x kBc, never T x T. A
-// query head reads its group's key/value head where it lies: K and V are never repeated in memory
-// (each thread copies the one head it works on, as for multi-head attention).
+// and keys in blocks of up to kBc columns, so the largest score buffer is kBr x kBc, never T x T.
+// A query head reads its group's key/value head where it lies: no head is copied, and K and V
+// are never repeated in memory.
 //
-// Each tile's products are small GEMMs through OpenBLAS (single-threaded inside the parallel
+// Each tile's products are GEMMs through cpu::gemm (one single-threaded call inside the parallel
 // region): S = Q_i K_j^T and out += P V_j forward; S, dP = dO_i V_j^T, then dV_j += P^T dO_i,
-// dK_j += dS^T Q_i and dQ_i += dS K_j backward, with P and dS zero past the causal limit. As
-// FlashAttention-2 does on a GPU, the work between the products is element-wise on one tile, so
-// the products run at GEMM speed rather than as one multiply-add per score and channel.
-#include <cblas.h>
-
+// dK_j += dS^T Q_i and dQ_i += dS K_j backward, with P and dS zero past the causal limit and the
+// keys no row of the tile sees left out. As FlashAttention-2 does on a GPU, the work between the
+// products is element-wise on one tile, so the products run at GEMM speed rather than as one
+// multiply-add per score and channel. Wide key tiles (256) make few, larger calls: at T 256 a
+// query tile's keys are one tile, and the online softmax's rescaling starts beyond that.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -23,36 +23,19 @@ namespace loom::cpu {
 
 namespace {
 
-constexpr int64_t kBr = 64;  // query rows per tile
-constexpr int64_t kBc = 64;  // key columns per tile
+constexpr int64_t kBr = 64;   // query rows per tile
+constexpr int64_t kBc = 256;  // key columns per tile
 
-// One query head of one sequence and its key/value head, copied out of the strided rows into
-// contiguous buffers: q (Tq x D, pre-scaled by 1/sqrt(D)), k and v (Tk x D).
+// Where one (sequence, query head) pair's rows lie: the GEMMs read Q, K and V in place, through
+// their leading dimensions, so no head is copied. Row t of query head h of sequence b is at
+// q_head(b, h) + t * ldq; a query head reads its group's key/value head.
 struct Layout {
   const float *q, *k, *v;
   int64_t ldq, ldkv, Tq, Tk, H, Hkv, D;
   int64_t group(int64_t h) const { return h / (H / Hkv); }
-};
-
-struct HeadView {
-  std::vector<float> q, k, v;
-  void load(const Layout& L, int64_t b, int64_t h) {
-    const int64_t Tq = L.Tq, Tk = L.Tk, D = L.D, g = L.group(h);
-    float s = 1.f / std::sqrt(static_cast<float>(D));
-    q.resize(Tq * D), k.resize(Tk * D), v.resize(Tk * D);
-    for (int64_t t = 0; t < Tq; ++t) {
-      const float* qr = L.q + (b * Tq + t) * L.ldq + h * D;
-      for (int64_t d = 0; d < D; ++d) q[t * D + d] = qr[d] * s;
-    }
-    for (int64_t t = 0; t < Tk; ++t) {
-      const float* kr = L.k + (b * Tk + t) * L.ldkv + g * D;
-      const float* vr = L.v + (b * Tk + t) * L.ldkv + g * D;
-      for (int64_t d = 0; d < D; ++d) {
-        k[t * D + d] = kr[d];
-        v[t * D + d] = vr[d];
-      }
-    }
-  }
+  const float* q_head(int64_t b, int64_t h) const { return q + b * Tq * ldq + h * D; }
+  const float* k_head(int64_t b, int64_t h) const { return k + b * Tk * ldkv + group(h) * D; }
+  const float* v_head(int64_t b, int64_t h) const { return v + b * Tk * ldkv + group(h) * D; }
 };
 
 // visible[i]: how many keys query i sees. Positions ascend, so they are a prefix: the keys whose
@@ -102,15 +85,15 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
                          int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos) {
   const int64_t C = H * D;
   const Layout L{q, k, v, ldq, ldkv, Tq, Tk, H, Hkv, D};
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
   const std::vector<int64_t> visible = visible_keys(Tq, Tk, qpos, kpos);
 #pragma omp parallel
   {
-    HeadView hv;
     std::vector<float> S(kBr * kBc), acc(kBr * D), m(kBr), l(kBr);
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
-        hv.load(L, b, h);
+        const float *qh = L.q_head(b, h), *kh = L.k_head(b, h), *vh = L.v_head(b, h);
         for (int64_t i0 = 0; i0 < Tq; i0 += kBr) {
           int64_t rows = std::min(kBr, Tq - i0);
           const int64_t keys = visible[i0 + rows - 1];  // the tile's last row sees the most
@@ -119,17 +102,21 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
           std::fill(acc.begin(), acc.end(), 0.f);
           for (int64_t j0 = 0; j0 < keys; j0 += kBc) {
             int64_t cols = std::min(kBc, keys - j0);
-            // S = Q_i K_j^T
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f,
-                        hv.q.data() + i0 * D, D, hv.k.data() + j0 * D, D, 0.f, S.data(), kBc);
+            // S = Q_i K_j^T / sqrt(D)
+            gemm(0, 1, rows, cols, D, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv, 0.f,
+                 S.data(), kBc);
             for (int64_t r = 0; r < rows; ++r) {
               float* s = S.data() + r * kBc;
               int64_t valid =
                   std::max<int64_t>(0, std::min(cols, visible[i0 + r] - j0));  // causal limit
+              // Both reductions in vector lanes: in order, each is a chain of dependent
+              // scalar operations, and the max alone took a third of the forward's time.
               float mx = m[r];
-              for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, s[c]);
+#pragma omp simd reduction(max : mx)
+              for (int64_t c = 0; c < valid; ++c) mx = s[c] > mx ? s[c] : mx;
               float alpha = valid > 0 ? exp_fast(m[r] - mx) : 1.f;
               float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
               for (int64_t c = 0; c < valid; ++c) {
                 s[c] = exp_fast(s[c] - mx);
                 sum += s[c];
@@ -143,8 +130,7 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
               for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
             }
             // acc += P V_j
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols, 1.f, S.data(),
-                        kBc, hv.v.data() + j0 * D, D, 1.f, acc.data(), D);
+            gemm(0, 0, rows, D, cols, 1.f, S.data(), kBc, vh + j0 * ldkv, ldkv, 1.f, acc.data(), D);
           }
           for (int64_t r = 0; r < rows; ++r) {
             int64_t t = i0 + r;
@@ -166,20 +152,68 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
 
 namespace {
 
-// Head h of sequence b's output gradient dO, and delta_t = dO_t . O_t, the row term of the
-// softmax backward (dS = P (dP - delta)).
-void load_dout(const float* dout, const float* out, int64_t b, int64_t h, int64_t Tq, int64_t C,
-               int64_t D, std::vector<float>& dO, std::vector<float>& delta) {
-  dO.assign(Tq * D, 0.f), delta.assign(Tq, 0.f);
+// delta_t = dO_t . O_t for each query row of one head: the row term of the softmax backward
+// (dS = P (dP - delta)). dO and O are rows of ld floats.
+void row_deltas(const float* dO, const float* O, int64_t ld, int64_t Tq, int64_t D, float* delta) {
   for (int64_t t = 0; t < Tq; ++t) {
-    const float* g = dout + (b * Tq + t) * C + h * D;
-    const float* o = out + (b * Tq + t) * C + h * D;
+    const float *g = dO + t * ld, *o = O + t * ld;
     float s = 0.f;
-    for (int64_t d = 0; d < D; ++d) {
-      dO[t * D + d] = g[d];
-      s += g[d] * o[d];
-    }
+#pragma omp simd reduction(+ : s)
+    for (int64_t d = 0; d < D; ++d) s += g[d] * o[d];
     delta[t] = s;
+  }
+}
+
+void zero_rows(float* x, int64_t ld, int64_t rows, int64_t D) {
+  for (int64_t t = 0; t < rows; ++t) std::fill(x + t * ld, x + t * ld + D, 0.f);
+}
+
+// One (sequence, query head) pair's backward, every product a GEMM on a tile, each gradient
+// accumulated where it goes: dq in its rows of dq_out (ldq), dk and dv in rows of ldkv floats
+// (the head's own rows of dk_out and dv_out, or its share of a group's).
+struct HeadGrads {
+  float *dq, *dk, *dv;
+  int64_t ldkv;
+};
+
+void head_bwd(const Layout& L, const float* dO, const float* O, int64_t C, const float* lse,
+              const std::vector<int64_t>& visible, int64_t b, int64_t h, const HeadGrads& g,
+              std::vector<float>& S, std::vector<float>& dP, std::vector<float>& delta) {
+  const int64_t Tq = L.Tq, Tk = L.Tk, D = L.D, ldq = L.ldq, ldkv = L.ldkv;
+  const float scale = 1.f / std::sqrt(static_cast<float>(D));
+  const float *qh = L.q_head(b, h), *kh = L.k_head(b, h), *vh = L.v_head(b, h);
+  row_deltas(dO, O, C, Tq, D, delta.data());
+  zero_rows(g.dq, ldq, Tq, D), zero_rows(g.dk, g.ldkv, Tk, D), zero_rows(g.dv, g.ldkv, Tk, D);
+  for (int64_t j0 = 0; j0 < Tk; j0 += kBc) {
+    const int64_t key_cols = std::min(kBc, Tk - j0);
+    // The first query that sees key j0, rounded down to its tile.
+    const int64_t first = std::upper_bound(visible.begin(), visible.end(), j0) - visible.begin();
+    const float *kj = kh + j0 * ldkv, *vj = vh + j0 * ldkv;
+    for (int64_t i0 = (first / kBr) * kBr; i0 < Tq; i0 += kBr) {
+      const int64_t rows = std::min(kBr, Tq - i0);
+      // Keys past what the tile's last row sees are zero in P and dS: leave them out.
+      const int64_t cols = std::min(key_cols, visible[i0 + rows - 1] - j0);
+      const float *qi = qh + i0 * ldq, *go = dO + i0 * C;
+      // S = Q_i K_j^T / sqrt(D), dP = dO_i V_j^T
+      gemm(0, 1, rows, cols, D, scale, qi, ldq, kj, ldkv, 0.f, S.data(), kBc);
+      gemm(0, 1, rows, cols, D, 1.f, go, C, vj, ldkv, 0.f, dP.data(), kBc);
+      // S becomes P, dP becomes dS; 0 past the causal limit
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = i0 + r, valid = std::max<int64_t>(0, std::min(cols, visible[i] - j0));
+        float *s = S.data() + r * kBc, *dp = dP.data() + r * kBc;
+        const float li = lse[i], di = delta[i];
+#pragma omp simd
+        for (int64_t c = 0; c < valid; ++c) {
+          s[c] = exp_fast(s[c] - li);
+          dp[c] = s[c] * (dp[c] - di);
+        }
+        for (int64_t c = valid; c < cols; ++c) s[c] = dp[c] = 0.f;
+      }
+      // dV_j += P^T dO_i, dK_j += dS^T Q_i / sqrt(D), dQ_i += dS K_j / sqrt(D)
+      gemm(1, 0, cols, D, rows, 1.f, S.data(), kBc, go, C, 1.f, g.dv + j0 * g.ldkv, g.ldkv);
+      gemm(1, 0, cols, D, rows, scale, dP.data(), kBc, qi, ldq, 1.f, g.dk + j0 * g.ldkv, g.ldkv);
+      gemm(0, 0, rows, D, cols, scale, dP.data(), kBc, kj, ldkv, 1.f, g.dq + i0 * ldq, ldq);
+    }
   }
 }
 
@@ -201,72 +235,23 @@ void attention_block_bwd(float* dq_out, float* dk_out, float* dv_out, const floa
                          const int64_t* kpos) {
   const int64_t C = H * D, per_group = H / Hkv;
   const Layout layout{q, k, v, ldq, ldkv, Tq, Tk, H, Hkv, D};
-  const float scale = 1.f / std::sqrt(static_cast<float>(D));
   const std::vector<int64_t> visible = visible_keys(Tq, Tk, qpos, kpos);
   std::vector<float> shares(per_group > 1 ? 2 * B * H * Tk * D : 0);
 #pragma omp parallel
   {
-    HeadView hv;
-    std::vector<float> S(kBr * kBc), dP(kBr * kBc);
-    std::vector<float> dO, delta, dq, dk, dv;
+    std::vector<float> S(kBr * kBc), dP(kBr * kBc), delta(Tq);
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
-        hv.load(layout, b, h);
-        load_dout(dout, out, b, h, Tq, C, D, dO, delta);
-        dq.assign(Tq * D, 0.f), dk.assign(Tk * D, 0.f), dv.assign(Tk * D, 0.f);
-        const float* L = lse + (b * H + h) * Tq;
-        for (int64_t j0 = 0; j0 < Tk; j0 += kBc) {
-          int64_t cols = std::min(kBc, Tk - j0);
-          // The first query that sees key j0, rounded down to its tile.
-          int64_t first = std::upper_bound(visible.begin(), visible.end(), j0) - visible.begin();
-          for (int64_t i0 = (first / kBr) * kBr; i0 < Tq; i0 += kBr) {
-            int64_t rows = std::min(kBr, Tq - i0);
-            const float *qi = hv.q.data() + i0 * D, *kj = hv.k.data() + j0 * D,
-                        *go = dO.data() + i0 * D;
-            // S = Q_i K_j^T, dP = dO_i V_j^T
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f, qi, D, kj, D,
-                        0.f, S.data(), kBc);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, D, 1.f, go, D,
-                        hv.v.data() + j0 * D, D, 0.f, dP.data(), kBc);
-            // S becomes P, dP becomes dS; 0 past the causal limit
-            for (int64_t r = 0; r < rows; ++r) {
-              const int64_t i = i0 + r,
-                            valid = std::max<int64_t>(0, std::min(cols, visible[i] - j0));
-              float* s = S.data() + r * kBc;
-              float* dp = dP.data() + r * kBc;
-              for (int64_t c = 0; c < valid; ++c) {
-                s[c] = exp_fast(s[c] - L[i]);
-                dp[c] = s[c] * (dp[c] - delta[i]);
-              }
-              for (int64_t c = valid; c < cols; ++c) s[c] = dp[c] = 0.f;
-            }
-            // dV_j += P^T dO_i, dK_j += dS^T Q_i, dQ_i += dS K_j
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows, 1.f, S.data(), kBc,
-                        go, D, 1.f, dv.data() + j0 * D, D);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, D, rows, 1.f, dP.data(), kBc,
-                        qi, D, 1.f, dk.data() + j0 * D, D);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, D, cols, 1.f, dP.data(),
-                        kBc, kj, D, 1.f, dq.data() + i0 * D, D);
-          }
+        const int64_t at = (b * Tq) * C + h * D;  // the head's first row of dout and out
+        HeadGrads g{dq_out + b * Tq * ldq + h * D, dk_out + b * Tk * ldkv + layout.group(h) * D,
+                    dv_out + b * Tk * ldkv + layout.group(h) * D, ldkv};
+        if (per_group > 1) {
+          float* share = shares.data() + 2 * (b * H + h) * Tk * D;
+          g.dk = share, g.dv = share + Tk * D, g.ldkv = D;
         }
-        // q was pre-scaled, so dk already carries 1/sqrt(D).
-        const int64_t g = layout.group(h);
-        float* share = per_group > 1 ? shares.data() + 2 * (b * H + h) * Tk * D : nullptr;
-        for (int64_t t = 0; t < Tq; ++t) {
-          float* dqr = dq_out + (b * Tq + t) * ldq + h * D;
-          for (int64_t d = 0; d < D; ++d) dqr[d] = dq[t * D + d] * scale;
-        }
-        if (share) {
-          std::copy(dk.begin(), dk.end(), share);
-          std::copy(dv.begin(), dv.end(), share + Tk * D);
-          continue;
-        }
-        for (int64_t t = 0; t < Tk; ++t) {
-          float* dkr = dk_out + (b * Tk + t) * ldkv + g * D;
-          float* dvr = dv_out + (b * Tk + t) * ldkv + g * D;
-          for (int64_t d = 0; d < D; ++d) dkr[d] = dk[t * D + d], dvr[d] = dv[t * D + d];
-        }
+        head_bwd(layout, dout + at, out + at, C, lse + (b * H + h) * Tq, visible, b, h, g, S, dP,
+                 delta);
       }
     }
   }
