@@ -32,14 +32,14 @@ config::SectionSpec checkpoint_section() {
           }};
 }
 
-CheckpointSettings read_checkpoint(const config::Config& cfg) {
+CheckpointSettings read_checkpoint(const config::Section& checkpoint) {
   CheckpointSettings c;
-  c.dir = cfg.str("checkpoint.dir");
-  c.resume = cfg.str("checkpoint.resume");
-  c.every = cfg.i64("checkpoint.every");
-  c.keep_last = cfg.i64("checkpoint.keep_last");
-  c.save_on_signal = cfg.str("checkpoint.on_signal") == "save";
-  c.verify = cfg.boolean("checkpoint.verify");
+  c.dir = checkpoint.str("dir");
+  c.resume = checkpoint.str("resume");
+  c.every = checkpoint.i64("every");
+  c.keep_last = checkpoint.i64("keep_last");
+  c.save_on_signal = checkpoint.str("on_signal") == "save";
+  c.verify = checkpoint.boolean("verify");
   return c;
 }
 

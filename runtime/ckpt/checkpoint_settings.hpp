@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "config/config.hpp"
 #include "config/schema.hpp"
+#include "config/section.hpp"
 
 namespace loom::ckpt {
 
@@ -18,7 +18,7 @@ struct CheckpointSettings {
   // init_from yields to a resume: "" and "auto" may start fresh, anything else resumes.
   bool may_start_fresh() const { return resume.empty() || resume == "auto"; }
 };
-CheckpointSettings read_checkpoint(const config::Config& cfg);
+CheckpointSettings read_checkpoint(const config::Section& checkpoint);
 config::SectionSpec checkpoint_section();
 
 }  // namespace loom::ckpt

@@ -14,6 +14,7 @@
 #include "ckpt/crc32c.hpp"
 #include "ckpt/reader.hpp"
 #include "config/config.hpp"
+#include "config/section.hpp"
 #include "core/errors.hpp"
 #include "core/files.hpp"
 #include "distributed/mesh.hpp"
@@ -172,7 +173,7 @@ void Checkpointer::check_same_model(const fs::path& dir, const Manifest& man) co
   config::Config theirs = config::Config::parse(man.config, (dir / "manifest.json").string());
   theirs.check_sections(model::model_sections());
   const std::vector<std::string> diff =
-      model::architecture_differences(model::from_config(theirs), model_);
+      model::architecture_differences(model::read_model(theirs.section("model")), model_);
   if (diff.empty()) return;
   std::string list;
   for (const auto& d : diff) list += (list.empty() ? "" : "; ") + d;

@@ -8,6 +8,7 @@
 #include "ckpt/reader.hpp"
 #include "ckpt/safetensors.hpp"
 #include "config/config.hpp"
+#include "config/section.hpp"
 #include "core/files.hpp"
 #include "data/data_settings.hpp"
 #include "model/model.hpp"
@@ -51,9 +52,8 @@ struct HfTensorList {
   }
 };
 
-// The model of a checkpoint's config, when a Hugging Face class can hold it.
-model::Config exportable_model(const config::Config& cfg) {
-  const model::Config c = model::from_config(cfg);
+// A checkpoint's model, when a Hugging Face class can hold it.
+model::Config exportable_model(const model::Config& c) {
   if (c.moe.experts > 0)
     throw RuntimeError("exporting a mixture-of-experts model to Hugging Face is not supported");
   const bool llama = c.rope();
@@ -216,10 +216,10 @@ namespace {
 // The tokenizer that goes with the weights: the one named, the run's ([data] tokenizer, or beside
 // its shards), the one an import put beside the checkpoint, or for a 256-token model the bytes
 // themselves. Empty when there is none.
-std::optional<tok::Tokenizer> export_tokenizer(const fs::path& named, const config::Config& cfg,
-                                               const fs::path& root, int64_t vocab_size,
-                                               bool& imported) {
-  fs::path path = named.empty() ? data::run_tokenizer_path(cfg) : named;
+std::optional<tok::Tokenizer> export_tokenizer(const fs::path& named,
+                                               const data::DataSettings& data, const fs::path& root,
+                                               int64_t vocab_size, bool& imported) {
+  fs::path path = named.empty() ? data.tokenizer_path() : named;
   imported = path.empty() && fs::exists(root / "tokenizer.json");
   if (imported) path = root / "tokenizer.json";
   if (!path.empty()) return tok::Tokenizer::from_json_file(path);
@@ -301,13 +301,13 @@ void write_hf_folder(const fs::path& step_dir, const Manifest& m, const fs::path
       model::model_sections();  // exportable_model's and the tokenizer's
   read.push_back(data::data_section());
   cfg.check_sections(read);
-  const model::Config c = exportable_model(cfg);
+  const model::Config c = exportable_model(model::read_model(cfg.section("model")));
   const bool llama = c.rope();
   const fs::path root =
       step_dir.parent_path();  // where an import put the tokenizer and generation files
   bool imported_tokenizer = false;
-  const std::optional<tok::Tokenizer> tok =
-      export_tokenizer(tokenizer, cfg, root, c.vocab_size, imported_tokenizer);
+  const std::optional<tok::Tokenizer> tok = export_tokenizer(
+      tokenizer, data::read_data(cfg.section("data")), root, c.vocab_size, imported_tokenizer);
   if (tok && tok->vocab_size() > c.vocab_size)
     throw RuntimeError("the tokenizer has " + std::to_string(tok->vocab_size()) +
                        " tokens and the model's vocabulary " + std::to_string(c.vocab_size) +

@@ -5,6 +5,7 @@
 #include "cli/job_config.hpp"
 #include "cli/parse.hpp"
 #include "config/config.hpp"
+#include "config/section.hpp"
 #include "distributed/comm_bench.hpp"
 #include "distributed/network.hpp"
 #include "loader/plugin_settings.hpp"
@@ -46,12 +47,12 @@ config::Config bench_config(const po::variables_map& vm) {
     return c;
   };
   config::Config cfg = load();
-  if (plugins::read_plugins(cfg).slot("comm").empty()) {
+  if (plugins::read_plugins(cfg.section("plugins")).slot("comm").empty()) {
     overrides.push_back("plugins.comm=gloo");
     cfg = load();
   }
   const toml::table* gloo = cfg.plugin_table("gloo");
-  if (plugins::read_plugins(cfg).slot("comm") == "gloo" &&
+  if (plugins::read_plugins(cfg.section("plugins")).slot("comm") == "gloo" &&
       !(gloo && gloo->contains("check_every"))) {
     overrides.push_back("plugins.gloo.check_every=0");
     cfg = load();
@@ -93,7 +94,8 @@ int bench(const Args& args) {
     throw UsageError("unknown benchmark '" + vm["what"].as<std::string>() + "': expected 'comm'");
   const dist::CommBenchOptions o = bench_options(vm);
   config::Config cfg = bench_config(vm);
-  plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
+  plugins::Registry reg(
+      plugins::Registry::default_dirs(plugins::read_plugins(cfg.section("plugins")).path));
   plugins::set_plugin_source(&reg, &cfg);  // loom.plugins: a wrapper benchmarks as it trains
   plugins::Selection sel = plugins::resolve(cfg, reg);
   if (!sel.slot("comm")) throw UsageError("no comm plugin selected");
@@ -107,7 +109,7 @@ int bench(const Args& args) {
                 nic.source.c_str());
   if (env->rank == 0 && comm == "nccl")
     std::printf("# NCCL variables in effect: %s\n", dist::nccl_variables().c_str());
-  loom_options comm_opts = plugins::options_for(cfg, comm);
+  loom_options comm_opts = sel.slot("comm")->options;
   dist::MeshShape mesh;
   mesh.dp = env->world;
   dist::CommWorld world(*env, mesh, sel.slot("comm")->found, &comm_opts, 120000);

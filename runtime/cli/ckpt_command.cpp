@@ -11,6 +11,7 @@
 #include "ckpt/safetensors.hpp"
 #include "cli/model_source.hpp"
 #include "cli/parse.hpp"
+#include "config/section.hpp"
 #include "core/files.hpp"
 
 namespace fs = std::filesystem;
@@ -50,7 +51,9 @@ void export_safetensors(const fs::path& dir, const ckpt::Manifest& m, const ckpt
 // A tokenizer named at import, read as Loom will read it, so a file generation cannot use is
 // refused before anything is written.
 std::string checked_tokenizer(const fs::path& file, const ckpt::ExternalModel& model) {
-  load_tokenizer(file, model::from_config(external_model_config(model, model.source)).vocab_size);
+  load_tokenizer(
+      file,
+      model::read_model(external_model_config(model, model.source).section("model")).vocab_size);
   return read_file(file, "tokenizer");
 }
 
@@ -98,7 +101,8 @@ int import_model(const po::variables_map& vm) {
   // The [model] keys it made, under the rules every later command applies to them: a
   // config.json those refuse (rope_theta 0, a negative norm eps) is refused here, before writing.
   try {
-    model::from_config(external_model_config(model, src + " (its [model] keys, as imported)"));
+    model::read_model(
+        external_model_config(model, src + " (its [model] keys, as imported)").section("model"));
   } catch (const ConfigError& e) {
     throw ConfigError(
         "'" + src +

@@ -19,6 +19,7 @@
 #include "cli/job_config.hpp"
 #include "cli/parse.hpp"
 #include "config/config.hpp"
+#include "config/section.hpp"
 #include "core/files.hpp"
 #include "core/json.hpp"
 #include "loader/plugin_settings.hpp"
@@ -64,40 +65,10 @@ int wait_child(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-std::string text_of(const toml::node* n) {
-  if (!n) return "(unset)";
-  std::ostringstream s;
-  if (auto v = n->as_string())
-    s << '"' << v->get() << '"';
-  else if (auto f = n->as_floating_point())
-    s << std::setprecision(12) << f->get();  // 0.003, not 0.0030000000000000001
-  else
-    n->visit([&](const auto& x) { s << x; });
-  return s.str();
-}
-
-// Every setting that differs between the two configs, "section.key: A -> B", in the sections that
-// decide what is trained, how and where (run, model, data, train, parallel, plugins, faults).
-std::vector<std::string> differences(const config::Config& a, const config::Config& b) {
-  std::vector<std::string> out;
-  auto diff = [&](const std::string& path) {
-    const toml::node* x = a.table().at_path(path).node();
-    const toml::node* y = b.table().at_path(path).node();
-    if ((x && x->is_table()) || (y && y->is_table())) return;
-    const std::string tx = text_of(x), ty = text_of(y);
-    if (tx != ty) out.push_back("B differs from A in " + path + ": " + tx + " -> " + ty);
-  };
-  for (const char* section : {"run", "model", "data", "train", "parallel", "plugins", "faults"}) {
-    std::vector<std::string> keys;
-    for (const auto* cfg : {&a, &b})
-      if (const toml::table* t = cfg->table()[section].as_table())
-        for (const auto& [k, v] : *t)
-          if (std::find(keys.begin(), keys.end(), std::string(k.str())) == keys.end())
-            keys.push_back(std::string(k.str()));
-    for (const auto& k : keys) diff(std::string(section) + "." + k);
-  }
-  return out;
-}
+// The sections that decide what is trained, how and where: the settings the notes compare
+// ("B differs from A in section.key: A -> B").
+const std::vector<std::string> kDecisiveSections = {"run",      "model",   "data",  "train",
+                                                    "parallel", "plugins", "faults"};
 
 struct Side {
   std::string name, file;
@@ -310,8 +281,8 @@ struct Predictions {
   plan::Estimate a, b;
 };
 
-Predictions predict_both(const std::string& cluster_file, const config::Config& ca,
-                         const config::Config& cb) {
+Predictions predict_both(const std::string& cluster_file, const train::JobSettings& ca,
+                         const train::JobSettings& cb) {
   const plan::Cluster cluster = plan::load_cluster(cluster_file);
   Predictions p{"", plan::predict(cluster, ca),
                 plan::predict(cluster, cb)};  // each side's plugins with its options
@@ -467,13 +438,15 @@ Sides sides_from_runs(const po::variables_map& vm) {
   s.a.name = s.a.dirs[0].filename().string(), s.b.name = s.b.dirs[0].filename().string();
   name_sides(s, vm);
   if (fs::exists(s.a.dirs[0] / "config.toml") && fs::exists(s.b.dirs[0] / "config.toml"))
-    s.notes = differences(config::Config::load(s.a.dirs[0] / "config.toml"),
-                          config::Config::load(s.b.dirs[0] / "config.toml"));
+    s.notes =
+        config::differences(config::Config::load(s.a.dirs[0] / "config.toml"),
+                            config::Config::load(s.b.dirs[0] / "config.toml"), kDecisiveSections);
   s.out = vm.count("out") ? fs::path(vm["out"].as<std::string>())
                           : s.a.dirs[0].parent_path() / ("compare-" + s.a.name + "-vs-" + s.b.name);
   if (vm.count("cluster"))
-    s.predictions = predict_both(vm["cluster"].as<std::string>(), saved_config(s.a.dirs[0]),
-                                 saved_config(s.b.dirs[0]));
+    s.predictions =
+        predict_both(vm["cluster"].as<std::string>(), train::read_job(saved_config(s.a.dirs[0])),
+                     train::read_job(saved_config(s.b.dirs[0])));
   return s;
 }
 
@@ -504,13 +477,15 @@ Sides sides_from_configs(const po::variables_map& vm, Plan& plan) {
     return c;
   };
   config::Config ca = load(files[0], s.a.overrides), cb = load(files[1], s.b.overrides);
-  s.notes = differences(ca, cb);
-  plan.seed0 = static_cast<int64_t>(train::read_run(ca).seed);
+  s.notes = config::differences(ca, cb, kDecisiveSections);
+  plan.seed0 = static_cast<int64_t>(train::read_run(ca.section("run")).seed);
   s.a.name = ca.stem(), s.b.name = cb.stem(), s.a.file = files[0], s.b.file = files[1];
   name_sides(s, vm);
   s.out = vm.count("out") ? fs::path(vm["out"].as<std::string>())
                           : fs::path("runs") / ("compare-" + s.a.name + "-vs-" + s.b.name);
-  if (vm.count("cluster")) s.predictions = predict_both(vm["cluster"].as<std::string>(), ca, cb);
+  if (vm.count("cluster"))
+    s.predictions =
+        predict_both(vm["cluster"].as<std::string>(), train::read_job(ca), train::read_job(cb));
   return s;
 }
 

@@ -53,30 +53,31 @@ int config(const Args& args) {
   cfg.validate(runtime_schema());
   // As `loom train` would run it: [parallel] nproc ranks (on each of its groups' nodes), the
   // runtime's default plugins, and every check a rank makes before its first step.
-  const std::vector<dist::NodeGroup> groups = dist::read_groups(cfg);
-  const dist::ParallelSettings par = dist::read_parallel(cfg);
+  const std::vector<dist::NodeGroup> groups = dist::read_groups(cfg.section("parallel"));
+  const dist::ParallelSettings par = dist::read_parallel(cfg.section("parallel"));
   const int world = dist::groups_world(groups, par.nproc);
   if (action == "check") {
     cfg = load_for_job(vm["file"].as<std::string>(), sets(vm), world);
     for (const std::string& n : plugins::idle_slots(cfg, slot_degrees(cfg)))
       std::fprintf(stderr, "loom: note: %s\n", n.c_str());
   }
-  plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
-  plugins::set_plugin_source(&reg, &cfg);  // a wrapper's validate hook checks the plugin it wraps
-  plugins::Selection sel = plugins::resolve(cfg, reg);
+  // A wrapper's validate hook checks the plugin it wraps (open_job sets the plugin source).
+  const std::unique_ptr<Job> job = open_job(std::move(cfg));
+  const plugins::Selection& sel = job->selection;
+  const train::JobSettings& settings = job->settings;
   if (action == "check") {
-    train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
-    if (!vm["no-data"].as<bool>()) train::check_data(cfg);  // as train does before its first step
+    train::check_layout(settings, sel, dist::resolve_mesh(settings.parallel, world));
+    if (!vm["no-data"].as<bool>()) train::check_data(settings);  // as train does before step 1
   }
   if (action == "show") {
-    const model::Config m = model::from_config(cfg);
+    const model::Config& m = settings.model;
     std::cout << "# model: " << m.describe() << "\n# " << m.params() << " params ("
               << m.non_embedding_params() << " non-embedding), " << m.flops_per_token()
               << " FLOPs/token; loom model info FILE for more\n";
-    std::cout << cfg.render(sel.schemas);
+    std::cout << settings.text;
     return kExitOk;
   }
-  std::cout << cfg.source() << ": ok";
+  std::cout << job->cfg.source() << ": ok";
   for (const auto& s : sel.slots) std::cout << "; " << s.slot << " = " << s.found.desc->name;
   std::cout << "\n";
   if (!groups.empty())

@@ -196,8 +196,7 @@ int eval(const Args& args) {
       vm["src"].as<std::string>(), vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
   const int64_t asked = vm["threads"].as<int64_t>();
   inference_threads(asked);
-  const int64_t T = model::from_config(source.cfg).seq_len,
-                batch = vm.count("data") ? vm["batch"].as<int64_t>() : 1;
+  const int64_t T = source.model.seq_len, batch = vm.count("data") ? vm["batch"].as<int64_t>() : 1;
   const auto loaded = load_model(source, batch * T);
   const int64_t logits = vm["logits"].as<int64_t>();
   const fs::path logits_out = vm["logits-out"].as<std::string>();
@@ -207,10 +206,10 @@ int eval(const Args& args) {
                      vm["windows"].as<int64_t>(), batch, logits, logits_out);
   const bool ids_only = vm["ids"].as<bool>();
   const std::unique_ptr<tok::Tokenizer> tokenizer = tokenizer_for(source, ids_only);
-  return eval_text(*loaded->model,
-                   text_ids(vm["text"].as<std::string>(), tokenizer.get(), ids_only,
-                            model::from_config(source.cfg).vocab_size),
-                   tokenizer.get(), logits, logits_out);
+  return eval_text(
+      *loaded->model,
+      text_ids(vm["text"].as<std::string>(), tokenizer.get(), ids_only, source.model.vocab_size),
+      tokenizer.get(), logits, logits_out);
 }
 
 }  // namespace loom::cli

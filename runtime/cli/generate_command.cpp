@@ -52,7 +52,7 @@ int generate(const Args& args) {
       vm["src"].as<std::string>(), vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : "");
   const bool ids = vm["ids"].as<bool>();
   const std::unique_ptr<tok::Tokenizer> tokenizer = tokenizer_for(source, ids);
-  const auto loaded = load_model(source, model::from_config(source.cfg).seq_len);
+  const auto loaded = load_model(source, source.model.seq_len);
   // Like training: all the cores while they are free, fewer while other processes take some.
   const int64_t asked = vm["threads"].as<int64_t>();
   const int threads = inference_threads(asked);

@@ -1,12 +1,16 @@
 #include "cli/job_config.hpp"
 
+#include <cstdio>
+
 #include "cli/sections.hpp"
+#include "distributed/node_groups.hpp"
 #include "distributed/parallel_settings.hpp"
+#include "loader/plugin_settings.hpp"
 
 namespace loom::cli {
 
 plugins::SlotDegrees slot_degrees(const config::Config& cfg) {
-  const dist::ParallelSettings p = dist::read_parallel(cfg);
+  const dist::ParallelSettings p = dist::read_parallel(cfg.section("parallel"));
   return {p.tp, p.pp, p.ep, p.cp};
 }
 
@@ -19,6 +23,29 @@ config::Config load_for_job(const std::string& file, std::vector<std::string> se
   cfg = config::Config::load(file, sets);
   cfg.validate(runtime_schema());
   return cfg;
+}
+
+std::vector<std::string> place_in_group(const config::Config& cfg, const dist::RankEnv& rank) {
+  const dist::ParallelSettings par = dist::read_parallel(cfg.section("parallel"));
+  const std::vector<dist::NodeGroup> groups = dist::read_groups(cfg.section("parallel"));
+  if (groups.empty()) return {};
+  if (rank.launcher == "slurm")
+    dist::check_het_components(groups, par.nproc);  // not a local launch inside a het allocation
+  if (rank.rank == 0 && rank.world % par.pp == 0)
+    std::printf("groups: %s\n",
+                dist::describe_groups(groups, par.nproc, rank.world, par.pp).c_str());
+  return dist::group_overrides(groups, par.nproc, rank.rank);
+}
+
+std::unique_ptr<Job> open_job(config::Config cfg) {
+  auto job = std::make_unique<Job>();
+  job->cfg = std::move(cfg);
+  const plugins::PluginSettings slots = plugins::read_plugins(job->cfg.section("plugins"));
+  job->registry = std::make_unique<plugins::Registry>(plugins::Registry::default_dirs(slots.path));
+  plugins::set_plugin_source(job->registry.get(), &job->cfg);
+  job->selection = plugins::resolve(job->cfg, *job->registry);
+  job->settings = train::read_job(job->cfg, job->selection);
+  return job;
 }
 
 }  // namespace loom::cli

@@ -8,6 +8,7 @@
 #include "cli/parse.hpp"
 #include "config/config.hpp"
 #include "config/schema.hpp"
+#include "config/section.hpp"
 #include "core/json.hpp"
 #include "core/nearest.hpp"
 #include "model/model.hpp"
@@ -127,7 +128,7 @@ int model(const Args& args) {
   if (dp < 1) throw UsageError("--dp " + std::to_string(dp) + ": needs at least 1 rank");
   config::Config cfg = model_config(words[1], sets(vm));
   cfg.validate(runtime_schema());
-  const model::Config m = model::from_config(cfg);
+  const model::Config m = model::read_model(cfg.section("model"));
   if (vm.count("json"))
     print_json(words[1], m, dp);
   else

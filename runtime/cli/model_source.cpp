@@ -6,6 +6,7 @@
 #include "ckpt/format.hpp"
 #include "ckpt/init_from.hpp"
 #include "cli/job_config.hpp"
+#include "config/section.hpp"
 #include "core/cpus.hpp"
 #include "core/errors.hpp"
 #include "data/data_settings.hpp"
@@ -24,12 +25,12 @@ config::Config external_model_config(const ckpt::ExternalModel& m, const std::st
 // A Loom checkpoint finds its tokenizer where an import put it (the checkpoint root), else the
 // run's; a Hugging Face folder holds its own; an llm.c file has none unless named.
 ModelSource open_model_source(const fs::path& src, const fs::path& tokenizer) {
-  ModelSource s{src, config::Config(), std::nullopt, tokenizer, {}};
+  ModelSource s{src, model::Config(), std::nullopt, tokenizer, {}};
   const bool loom = fs::exists(src / "manifest.json") || fs::exists(src / "latest") ||
                     fs::exists(src / "metrics.jsonl");
   if (!loom) {
     s.external = ckpt::read_external(src);
-    s.cfg = external_model_config(*s.external, src.string());
+    s.model = model::read_model(external_model_config(*s.external, src.string()).section("model"));
     if (fs::is_directory(src)) {
       if (s.tokenizer_path.empty() && fs::exists(src / "tokenizer.json"))
         s.tokenizer_path = src / "tokenizer.json";
@@ -38,17 +39,20 @@ ModelSource open_model_source(const fs::path& src, const fs::path& tokenizer) {
     return s;
   }
   const fs::path dir = ckpt::find_checkpoint(src), root = dir.parent_path();
-  s.cfg = config::Config::parse(ckpt::read_manifest(dir).config, (dir / "manifest.json").string());
-  s.cfg.validate(runtime_schema());
+  config::Config cfg =
+      config::Config::parse(ckpt::read_manifest(dir).config, (dir / "manifest.json").string());
+  cfg.validate(runtime_schema());
+  s.model = model::read_model(cfg.section("model"));
   if (s.tokenizer_path.empty())
-    s.tokenizer_path = fs::exists(root / "tokenizer.json") ? root / "tokenizer.json"
-                                                           : data::run_tokenizer_path(s.cfg);
+    s.tokenizer_path = fs::exists(root / "tokenizer.json")
+                           ? root / "tokenizer.json"
+                           : data::read_data(cfg.section("data")).tokenizer_path();
   s.special = tok::read_special_ids(root);
   return s;
 }
 
 std::unique_ptr<LoadedModel> load_model(const ModelSource& s, int64_t max_rows) {
-  const model::Config c = model::from_config(s.cfg);
+  const model::Config& c = s.model;
   auto m = std::make_unique<LoadedModel>(ops::cpu());
   m->model = model::build(c, m->api, m->params, max_rows);
   // Inference routes dropless, as evaluation and training samples do, so how the tokens are
@@ -77,7 +81,7 @@ int inference_threads(int64_t asked) {
 
 std::unique_ptr<tok::Tokenizer> tokenizer_for(const ModelSource& s, bool ids_only) {
   if (ids_only) return nullptr;
-  const int64_t vocab = model::from_config(s.cfg).vocab_size;
+  const int64_t vocab = s.model.vocab_size;
   if (!s.tokenizer_path.empty())
     return std::make_unique<tok::Tokenizer>(load_tokenizer(s.tokenizer_path, vocab));
   if (vocab != 256)

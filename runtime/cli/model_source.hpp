@@ -20,7 +20,7 @@ namespace loom::cli {
 
 struct ModelSource {
   std::filesystem::path src;
-  config::Config cfg;  // its [model] section, validated
+  model::Config model;  // its [model] section, read
   std::optional<ckpt::ExternalModel>
       external;                          // the weights of a Hugging Face or llm.c source, read once
   std::filesystem::path tokenizer_path;  // empty: none found

@@ -324,8 +324,9 @@ std::pair<double, double> reference_run(const std::string& text, int ranks, int 
   config::Config cfg =
       config::Config::load(dir / "ref.toml", {"train.global_batch=" + std::to_string(16 * ranks)});
   cfg.validate(runtime_schema());
-  const plan::Workload w = plan::workload_of(cfg);
-  const plan::Layout l = plan::layout_of(cfg, ranks);
+  const train::JobSettings job = train::read_job(cfg);
+  const plan::Workload w = plan::workload_of(job);
+  const plan::Layout l = plan::layout_of(job, ranks);
   plan::PluginSources sources(plugins::Registry::default_dirs());
   const plan::Estimate e = plan::estimate(plan::load_cluster(dir / "cluster.toml"), w, l,
                                           sources.costs(), sources.pipes());

@@ -109,17 +109,15 @@ int published(const Args& args) {
 void write_emitted(const PlanOptions& o, const Emitted& e) {
   const std::string& file = o.file;
   const int world = e.world;
-  config::Config cfg = load_for_job(file, e.overrides, world);
-  plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
-  plugins::set_plugin_source(&reg, &cfg);
-  const plugins::Selection sel = plugins::resolve(cfg, reg);
-  train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
+  const std::unique_ptr<Job> job = open_job(load_for_job(file, e.overrides, world));
+  const train::JobSettings& settings = job->settings;
+  train::check_layout(settings, job->selection, dist::resolve_mesh(settings.parallel, world));
   std::string head = "# Written by `loom plan " + file + " --cluster " + o.cluster + " --emit \"" +
                      *o.emit + "\"` (its --set overrides included): " + e.head;
   head += "# Check it with `loom config check`, run it with `loom train`.\n\n";
   const std::string& out = *o.out;
   std::ofstream f(out);
-  f << head << cfg.render(sel.schemas);
+  f << head << settings.text;
   if (!f.flush()) throw RuntimeError("cannot write " + out);
   std::printf("wrote %s: %s (%d ranks); loom train %s\n", out.c_str(), e.layout.name().c_str(),
               world, out.c_str());
@@ -209,8 +207,9 @@ int plan_cmd(const Args& args) {
   if (!o) return kExitOk;
   config::Config cfg = config::Config::load(o->file, o->sets);
   cfg.validate(runtime_schema());
+  const train::JobSettings job = train::read_job(cfg);
   const std::unique_ptr<Ranking> ranking =
-      plan::has_groups(o->cluster) ? mixed_ranking(*o, cfg) : uniform_ranking(*o, cfg);
+      plan::has_groups(o->cluster) ? mixed_ranking(*o, job) : uniform_ranking(*o, job);
   if (o->explain) {
     const size_t row = ranking->row("explain", *o->explain);
     if (o->json)

@@ -33,10 +33,10 @@ plan::MixedCluster checked_cluster(const PlanOptions& o) {
 // best group order and balanced split, against the devices-alike split.
 class MixedRanking final : public Ranking {
  public:
-  MixedRanking(const PlanOptions& o, const config::Config& cfg)
-      : o_(o), mc_(checked_cluster(o)), w_(plan::workload_of(cfg, o.dtype)) {
-    plan::PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path),
-                                &cfg);
+  MixedRanking(const PlanOptions& o, const train::JobSettings& job)
+      : o_(o), mc_(checked_cluster(o)), w_(plan::workload_of(job, o.dtype)) {
+    plan::PluginSources sources(plugins::Registry::default_dirs(job.plugins.path),
+                                job.plugins.tables);
     r_ = plan::search_mixed(mc_, w_, plan::parse_fixed(o.fix), sources.costs(), sources.pipes(),
                             sources.problems());
     if (r_.ranked.empty())
@@ -129,8 +129,8 @@ class MixedRanking final : public Ranking {
 
 }  // namespace
 
-std::unique_ptr<Ranking> mixed_ranking(const PlanOptions& o, const config::Config& cfg) {
-  return std::make_unique<MixedRanking>(o, cfg);
+std::unique_ptr<Ranking> mixed_ranking(const PlanOptions& o, const train::JobSettings& job) {
+  return std::make_unique<MixedRanking>(o, job);
 }
 
 }  // namespace loom::cli

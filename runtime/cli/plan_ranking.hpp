@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "config/config.hpp"
 #include "plan/costing.hpp"
+#include "train/job_settings.hpp"
 
 namespace loom::cli {
 
@@ -48,8 +48,8 @@ class Ranking {
   virtual void table(size_t top) = 0;
 };
 
-std::unique_ptr<Ranking> uniform_ranking(const PlanOptions& o, const config::Config& cfg);
-std::unique_ptr<Ranking> mixed_ranking(const PlanOptions& o, const config::Config& cfg);
+std::unique_ptr<Ranking> uniform_ranking(const PlanOptions& o, const train::JobSettings& job);
+std::unique_ptr<Ranking> mixed_ranking(const PlanOptions& o, const train::JobSettings& job);
 
 // Shared by both: GiB; a row number as --OPTION gives it (none for a layout); --emit's overrides
 // for a layout (the command's --set and --dtype, the layout's, and the cluster file the run then

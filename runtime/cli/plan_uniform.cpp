@@ -134,8 +134,8 @@ void print_explanation(const Estimate& e, const plan::Cluster& c) {
 }
 
 // How many devices to plan: --nodes or --devices, else one node (a CPU machine: [parallel] nproc).
-int devices_to_plan(const PlanOptions& o, const plan::Cluster& c, const config::Config& cfg) {
-  int64_t asked = c.shared_cores > 0 ? dist::read_parallel(cfg).nproc : c.per_node;
+int devices_to_plan(const PlanOptions& o, const plan::Cluster& c, const train::JobSettings& job) {
+  int64_t asked = c.shared_cores > 0 ? job.parallel.nproc : c.per_node;
   if (o.nodes && o.devices) throw UsageError("give --nodes or --devices, not both");
   // In 64 bits: 300,000,000 nodes of 8 is past an int, not "less than 1".
   if (o.nodes) asked = int64_t{*o.nodes} * c.per_node;
@@ -179,12 +179,12 @@ void print_versus(const plan::SearchResult& r, const Estimate& e) {
 // costed on its own, without a search.
 class UniformRanking final : public Ranking {
  public:
-  UniformRanking(const PlanOptions& o, const config::Config& cfg)
+  UniformRanking(const PlanOptions& o, const train::JobSettings& job)
       : o_(o),
         c_(plan::load_cluster(o.cluster)),
-        w_(plan::workload_of(cfg, o.dtype)),
-        devices_(devices_to_plan(o, c_, cfg)),
-        sources_(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg) {}
+        w_(plan::workload_of(job, o.dtype)),
+        devices_(devices_to_plan(o, c_, job)),
+        sources_(plugins::Registry::default_dirs(job.plugins.path), job.plugins.tables) {}
 
   // A named layout's row is numbered from kNamed, apart from the table's, which a later search
   // may fill.
@@ -276,8 +276,8 @@ class UniformRanking final : public Ranking {
 
 }  // namespace
 
-std::unique_ptr<Ranking> uniform_ranking(const PlanOptions& o, const config::Config& cfg) {
-  return std::make_unique<UniformRanking>(o, cfg);
+std::unique_ptr<Ranking> uniform_ranking(const PlanOptions& o, const train::JobSettings& job) {
+  return std::make_unique<UniformRanking>(o, job);
 }
 
 }  // namespace loom::cli

@@ -47,22 +47,19 @@ int launch(const Args& args) {
 
 namespace {
 
-std::filesystem::path run_dir_of(const po::variables_map& vm, const config::Config& cfg) {
+std::filesystem::path run_dir_of(const po::variables_map& vm, const train::JobSettings& job) {
   return vm.count("run-dir") ? std::filesystem::path(vm["run-dir"].as<std::string>())
-                             : train::default_run_dir(cfg);
+                             : train::default_run_dir(job);
 }
 
 // No outer launcher: this process becomes the local launcher of nproc ranks (elastic when
 // asked). The config is checked here first, so a bad one fails once, not once per rank.
-int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::NodeSpec& node,
-               int world) {
-  plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
-  plugins::set_plugin_source(&reg, &cfg);
-  plugins::Selection sel = plugins::resolve(cfg, reg);
-  train::check_layout(cfg, sel, dist::resolve_mesh(cfg, world));
-  train::check_data(cfg);  // once here for the ranks it starts
+int launch_job(const po::variables_map& vm, const Job& job, const dist::NodeSpec& node, int world) {
+  const train::JobSettings& s = job.settings;
+  train::check_layout(s, job.selection, dist::resolve_mesh(s.parallel, world));
+  train::check_data(s);  // once here for the ranks it starts
   // One lock per job: other nodes may see the same directory over a shared filesystem.
-  if (node.node_rank == 0) train::claim_run_dir(run_dir_of(vm, cfg), cfg);
+  if (node.node_rank == 0) train::claim_run_dir(run_dir_of(vm, s), s.checkpoint);
   ::setenv("LOOM_RUN_DIR_LOCKED", "1", 1);  // the ranks share this process's lock
   const int max_restarts = vm["max-restarts"].as<int>();
   const int min_nodes = vm.count("min-nodes") ? vm["min-nodes"].as<int>() : node.nnodes;
@@ -72,7 +69,7 @@ int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::Nod
                      std::to_string(node.nnodes) + "]");
   if (max_restarts == 0) return dist::spawn_node(node, self_invocation());
   dist::ElasticSpec elastic{node, max_restarts, min_nodes};
-  elastic.run_dir = run_dir_of(vm, cfg);
+  elastic.run_dir = run_dir_of(vm, s);
   return dist::run_elastic(elastic, self_invocation());
 }
 
@@ -80,8 +77,8 @@ int launch_job(const po::variables_map& vm, config::Config& cfg, const dist::Nod
 // file fails it at once) and put beside what it measured once it ends.
 // A cluster file that cannot be read fails the run; a layout the planner cannot cost only loses
 // the prediction (the run's own checks come next, and say what is wrong with it).
-std::optional<plan::Estimate> predicted(const config::Config& cfg, int world) {
-  const std::string file = train::read_run(cfg).plan_cluster;
+std::optional<plan::Estimate> predicted(const train::JobSettings& job, int world) {
+  const std::string file = job.run.plan_cluster;
   if (file.empty()) return std::nullopt;
   // A mixed cluster ([[group]]s) is costed stage by stage on the config's [parallel] groups.
   std::optional<plan::Cluster> c;
@@ -93,8 +90,8 @@ std::optional<plan::Estimate> predicted(const config::Config& cfg, int world) {
   const std::string name = mixed ? mixed->name : c->name;
   plan::Estimate e;
   try {
-    e = mixed ? plan::summary_of(plan::predict_mixed(*mixed, cfg, world))
-              : plan::predict(*c, cfg, world);
+    e = mixed ? plan::summary_of(plan::predict_mixed(*mixed, job, world))
+              : plan::predict(*c, job, world);
   } catch (const std::exception& err) {
     std::printf("plan: no prediction for this run on '%s': %s\n", name.c_str(), err.what());
     return std::nullopt;
@@ -139,24 +136,10 @@ void print_beside(const plan::Estimate& e, const train::TrainSummary& s,
                            ", \"extrapolated\": " + json_quote(e.extrapolated) + "}\n");
 }
 
-// A mixed cluster's groups ([parallel] groups): a Slurm het job's components checked against
-// them, this rank's group settings applied, and the placement said once.
-void place_in_group(config::Config& cfg, const dist::RankEnv& rank) {
-  const std::vector<dist::NodeGroup> groups = dist::read_groups(cfg);
-  if (groups.empty()) return;
-  const dist::ParallelSettings par = dist::read_parallel(cfg);
-  if (rank.launcher == "slurm")
-    dist::check_het_components(groups, par.nproc);  // not a local launch inside a het allocation
-  dist::apply_group_settings(cfg, groups, par.nproc, rank.rank);
-  if (rank.rank == 0 && rank.world % par.pp == 0)
-    std::printf("groups: %s\n",
-                dist::describe_groups(groups, par.nproc, rank.world, par.pp).c_str());
-}
-
 // What the run did, on one line: its steps (those of this run, after a resume), its losses, its
 // speed, where its metrics are, and what it saved, or that it saved nothing, which a newcomer
 // would otherwise learn only from `loom eval` finding no checkpoint.
-std::string done_line(const train::TrainSummary& s, const config::Config& cfg,
+std::string done_line(const train::TrainSummary& s, const ckpt::CheckpointSettings& c,
                       const std::filesystem::path& run_dir) {
   char b[512];
   std::string out = "done: ";
@@ -177,7 +160,6 @@ std::string done_line(const train::TrainSummary& s, const config::Config& cfg,
   std::snprintf(b, sizeof b, ", %.0f tokens/s, MFU %.1f%%; metrics in %s", s.tokens_per_s,
                 s.mfu * 100, (run_dir / "metrics.jsonl").c_str());
   out += b;
-  const ckpt::CheckpointSettings c = ckpt::read_checkpoint(cfg);
   const std::filesystem::path root =
       c.dir.empty() ? run_dir / "checkpoints" : std::filesystem::path(c.dir);
   if (s.last_saved_step > 0)
@@ -193,28 +175,23 @@ std::string done_line(const train::TrainSummary& s, const config::Config& cfg,
 }
 
 // This process is one rank of the job: train, then say how it ended.
-int run_rank(const po::variables_map& vm, config::Config& cfg) {
-  dist::RankEnv rank = dist::rank_from_environment().value_or(dist::RankEnv{});
-  place_in_group(cfg, rank);
-  plugins::Registry reg(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path));
-  plugins::set_plugin_source(&reg, &cfg);  // a plugin that wraps another creates it from these
-  plugins::Selection sel = plugins::resolve(cfg, reg);
-  const std::filesystem::path run_dir = run_dir_of(vm, cfg);
+int run_rank(const po::variables_map& vm, const Job& job, const dist::RankEnv& rank) {
+  const train::JobSettings& settings = job.settings;
+  const std::filesystem::path run_dir = run_dir_of(vm, settings);
   const std::optional<plan::Estimate> plan =
-      rank.rank == 0 ? predicted(cfg, rank.world) : std::nullopt;
-  train::TrainSummary s = train::train(cfg, sel, rank, run_dir);
+      rank.rank == 0 ? predicted(settings, rank.world) : std::nullopt;
+  train::TrainSummary s = train::train(settings, job.selection, rank, run_dir);
   if (!s.stopped_by.empty()) {
     if (rank.rank == 0)
-      std::printf("stopped by %s after step %lld%s\n", s.stopped_by.c_str(), (long long)s.last_step,
-                  s.saved_on_stop
-                      ? "; its checkpoint is saved: resume with --set checkpoint.resume=latest"
-                  : ckpt::read_checkpoint(cfg).every == 0
-                      ? "; nothing saved ([checkpoint] every = 0)"
-                      : "; nothing saved ([checkpoint] on_signal = \"exit\")");
+      std::printf(
+          "stopped by %s after step %lld%s\n", s.stopped_by.c_str(), (long long)s.last_step,
+          s.saved_on_stop ? "; its checkpoint is saved: resume with --set checkpoint.resume=latest"
+          : settings.checkpoint.every == 0 ? "; nothing saved ([checkpoint] every = 0)"
+                                           : "; nothing saved ([checkpoint] on_signal = \"exit\")");
     return kExitStopped;
   }
   if (rank.rank != 0 || s.steps == 0) return kExitOk;  // nothing was left to train: said already
-  std::printf("%s\n", done_line(s, cfg, run_dir).c_str());
+  std::printf("%s\n", done_line(s, settings.checkpoint, run_dir).c_str());
   if (plan) print_beside(*plan, s, run_dir);
   return kExitOk;
 }
@@ -242,7 +219,7 @@ int train(const Args& args) {
   const std::string file = vm["file"].as<std::string>();
   config::Config cfg = config::Config::load(file, sets(vm));
   cfg.validate(runtime_schema());
-  const int nproc = dist::read_parallel(cfg).nproc;
+  const int nproc = dist::read_parallel(cfg.section("parallel")).nproc;
   const dist::NodeSpec node = node_spec(vm, nproc);
   std::optional<dist::RankEnv> env = dist::rank_from_environment();
   // A launcher that started a single task (an sbatch step, `srun -n1`) leaves the spawning to us.
@@ -251,8 +228,10 @@ int train(const Args& args) {
   if (!env || env->rank == 0)  // once per job
     for (const std::string& n : plugins::idle_slots(cfg, slot_degrees(cfg)))
       std::fprintf(stderr, "loom: note: %s\n", n.c_str());
-  if (spawn) return launch_job(vm, cfg, node, nproc * node.nnodes);
-  return run_rank(vm, cfg);
+  if (spawn) return launch_job(vm, *open_job(std::move(cfg)), node, nproc * node.nnodes);
+  const dist::RankEnv rank = env.value_or(dist::RankEnv{});
+  for (const std::string& set : place_in_group(cfg, rank)) cfg.apply_set(set);
+  return run_rank(vm, *open_job(std::move(cfg)), rank);
 }
 
 }  // namespace loom::cli

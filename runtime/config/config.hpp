@@ -13,6 +13,8 @@
 
 namespace loom::config {
 
+class Section;
+
 class Config {
  public:
   // Parses a file (errors carry file:line:column) and applies "section.key=value" overrides.
@@ -38,6 +40,10 @@ class Config {
   const std::string& source() const { return source_; }
   std::string stem() const;  // "demo" for configs/demo.toml
 
+  // One section, for the read function of the component that declares it (config/section.hpp,
+  // which defines it: the view depends on the config, not the other way).
+  Section section(std::string name) const;
+
   // Typed reads of validated keys, by "section.key".
   int64_t i64(std::string_view path) const;
   double f64(std::string_view path) const;
@@ -61,6 +67,11 @@ class Config {
   std::string source_;
   std::vector<SectionSpec> checked_;  // the sections validate and check_sections went through
 };
+
+// Every value that differs between two configs in these sections, as "B differs from A in
+// section.key: A -> B" (a key one side lacks reads "(unset)"), in the sections' order.
+std::vector<std::string> differences(const Config& a, const Config& b,
+                                     const std::vector<std::string>& sections);
 
 // "file:line:col" of a node, or the --set assignment that produced it.
 std::string where(const toml::node& n);

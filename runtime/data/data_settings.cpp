@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "config/config.hpp"
 #include "core/errors.hpp"
 
 namespace loom::data {
@@ -36,13 +37,10 @@ config::SectionSpec data_section() {
           }};
 }
 
-DataSettings read_data(const config::Config& cfg) {
-  DataSettings d{cfg.str("data.dir"),
-                 cfg.str("data.sampling"),
-                 cfg.str("data.tokenizer"),
-                 cfg.str_list("data.blend"),
-                 {}};
-  const toml::node* w = cfg.table().at_path("data.weights").node();
+DataSettings read_data(const config::Section& data) {
+  DataSettings d{
+      data.str("dir"), data.str("sampling"), data.str("tokenizer"), data.str_list("blend"), {}};
+  const toml::node* w = data.node("weights");
   const std::string at = w ? config::where(*w) + ": " : "";
   if (const toml::array* a = w ? w->as_array() : nullptr)
     for (const toml::node& e : *a) d.weights.push_back(e.value<double>().value_or(0));
@@ -59,11 +57,10 @@ DataSettings read_data(const config::Config& cfg) {
   return d;
 }
 
-std::filesystem::path run_tokenizer_path(const config::Config& cfg) {
-  const DataSettings ds = read_data(cfg);
-  if (!ds.tokenizer.empty()) return ds.tokenizer;
+std::filesystem::path DataSettings::tokenizer_path() const {
+  if (!tokenizer.empty()) return tokenizer;
   const std::filesystem::path beside =
-      std::filesystem::path(ds.sources().front().dir) / "tokenizer.json";
+      std::filesystem::path(sources().front().dir) / "tokenizer.json";
   return std::filesystem::exists(beside) ? beside : std::filesystem::path();
 }
 

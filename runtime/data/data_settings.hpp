@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "config/config.hpp"
 #include "config/schema.hpp"
+#include "config/section.hpp"
 
 namespace loom::data {
 
@@ -22,12 +22,12 @@ struct DataSettings {
   };
   std::vector<SourceDir> sources() const;
   std::string describe() const;  // "data/fortunes", or "blend of a (25%), b (75%)"
+  // The run's tokenizer.json: [data] tokenizer, else the one beside its shards (a blend's first
+  // directory: they share one), else none (empty).
+  std::filesystem::path tokenizer_path() const;
 };
 // Throws ConfigError naming the file and line where the blend and its weights disagree.
-DataSettings read_data(const config::Config& cfg);
-// A run's tokenizer.json: [data] tokenizer, else the one beside its shards (a blend's first
-// directory: they share one), else none (empty).
-std::filesystem::path run_tokenizer_path(const config::Config& cfg);
+DataSettings read_data(const config::Section& data);
 config::SectionSpec data_section();
 
 }  // namespace loom::data

@@ -1,8 +1,6 @@
 #include "distributed/mesh.hpp"
 
-#include "config/config.hpp"
 #include "core/errors.hpp"
-#include "distributed/parallel_settings.hpp"
 
 namespace loom::dist {
 
@@ -52,8 +50,7 @@ std::string MeshShape::describe() const {
 
 int Coord::along(Axis a) const { return along_axis(a, tp, cp, ep, dp, pp, 0); }
 
-MeshShape resolve_mesh(const config::Config& cfg, int world) {
-  const ParallelSettings p = read_parallel(cfg);
+MeshShape resolve_mesh(const ParallelSettings& p, int world) {
   MeshShape m;
   m.tp = p.tp, m.pp = p.pp, m.ep = p.ep, m.cp = p.cp;
   int others = m.tp * m.pp * m.ep * m.cp;

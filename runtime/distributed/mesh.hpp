@@ -4,9 +4,7 @@
 
 #include <string>
 
-namespace loom::config {
-class Config;
-}
+#include "distributed/parallel_settings.hpp"
 
 namespace loom::dist {
 
@@ -31,7 +29,7 @@ struct Coord {
 
 // Degrees from [parallel] for `world` ranks; dp = "auto" takes what the others leave.
 // Throws ConfigError when the product does not match the world size.
-MeshShape resolve_mesh(const config::Config& cfg, int world);
+MeshShape resolve_mesh(const ParallelSettings& parallel, int world);
 Coord coord_of(const MeshShape& m, int rank);
 int rank_of(const MeshShape& m, const Coord& c);
 

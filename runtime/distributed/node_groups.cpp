@@ -56,9 +56,9 @@ NodeGroup parse_group(const std::string& entry, size_t index) {
 
 }  // namespace
 
-std::vector<NodeGroup> read_groups(const config::Config& cfg) {
+std::vector<NodeGroup> read_groups(const config::Section& parallel) {
   std::vector<NodeGroup> out;
-  for (const std::string& entry : cfg.str_list("parallel.groups")) {
+  for (const std::string& entry : parallel.str_list("groups")) {
     out.push_back(parse_group(entry, out.size()));
     for (size_t i = 0; i + 1 < out.size(); ++i)
       if (out[i].name == out.back().name)
@@ -101,12 +101,14 @@ int group_of_rank(const std::vector<NodeGroup>& groups, int nproc, int rank) {
   return int(groups.size()) - 1;
 }
 
-void apply_group_settings(config::Config& cfg, const std::vector<NodeGroup>& groups, int nproc,
-                          int rank) {
-  if (groups.empty()) return;
+std::vector<std::string> group_overrides(const std::vector<NodeGroup>& groups, int nproc,
+                                         int rank) {
+  std::vector<std::string> sets;
+  if (groups.empty()) return sets;
   const NodeGroup& g = groups[size_t(group_of_rank(groups, nproc, rank))];
-  if (g.threads >= 0) cfg.apply_set("run.threads=" + str(g.threads));
-  if (!g.device.empty()) cfg.apply_set("run.device=\"" + g.device + "\"");
+  if (g.threads >= 0) sets.push_back("run.threads=" + str(g.threads));
+  if (!g.device.empty()) sets.push_back("run.device=\"" + g.device + "\"");
+  return sets;
 }
 
 void check_het_components(const std::vector<NodeGroup>& groups, int nproc) {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "config/config.hpp"
+#include "config/section.hpp"
 
 namespace loom::dist {
 
@@ -20,7 +20,7 @@ struct NodeGroup {
 
 // The groups, each entry "NAME nodes=N [threads=T] [device=D]"; empty when none are given.
 // A malformed entry is a ConfigError naming it.
-std::vector<NodeGroup> read_groups(const config::Config& cfg);
+std::vector<NodeGroup> read_groups(const config::Section& parallel);
 
 // Whether the groups hold the job: their nodes x nproc ranks add up to the world, and each
 // holds whole pipeline stages (world / pp ranks each). "" when they do; else the reason.
@@ -32,9 +32,9 @@ int groups_world(const std::vector<NodeGroup>& groups, int nproc);
 // The group rank `rank` is in (its node is rank / nproc).
 int group_of_rank(const std::vector<NodeGroup>& groups, int nproc, int rank);
 
-// The settings of rank `rank`'s group over the config's ([run] threads and device).
-void apply_group_settings(config::Config& cfg, const std::vector<NodeGroup>& groups, int nproc,
-                          int rank);
+// The settings of rank `rank`'s group, as --set overrides of the config's ([run] threads and
+// device); none without groups.
+std::vector<std::string> group_overrides(const std::vector<NodeGroup>& groups, int nproc, int rank);
 
 // Under a Slurm heterogeneous job step (SLURM_HET_SIZE; srun started the ranks), component k must
 // be group k: the same node count and nodes x nproc tasks. Throws ConfigError naming the component

@@ -34,19 +34,19 @@ config::SectionSpec parallel_section() {
           }};
 }
 
-ParallelSettings read_parallel(const config::Config& cfg) {
+ParallelSettings read_parallel(const config::Section& parallel) {
   ParallelSettings p;
-  p.nproc = static_cast<int>(cfg.i64("parallel.nproc"));
-  const toml::node* dp = cfg.table().at_path("parallel.dp").node();
+  p.nproc = static_cast<int>(parallel.i64("nproc"));
+  const toml::node* dp = parallel.node("dp");
   p.dp = dp->is_string() ? 0 : static_cast<int>(dp->value<int64_t>().value());
-  p.tp = static_cast<int>(cfg.i64("parallel.tp"));
-  p.pp = static_cast<int>(cfg.i64("parallel.pp"));
-  p.ep = static_cast<int>(cfg.i64("parallel.ep"));
-  p.cp = static_cast<int>(cfg.i64("parallel.cp"));
-  p.pp_chunks = static_cast<int>(cfg.i64("parallel.pp_chunks"));
-  p.pp_layout = cfg.str("parallel.pp_layout");
-  p.interface = cfg.str("parallel.interface");
-  p.timeout_s = cfg.i64("parallel.timeout_s");
+  p.tp = static_cast<int>(parallel.i64("tp"));
+  p.pp = static_cast<int>(parallel.i64("pp"));
+  p.ep = static_cast<int>(parallel.i64("ep"));
+  p.cp = static_cast<int>(parallel.i64("cp"));
+  p.pp_chunks = static_cast<int>(parallel.i64("pp_chunks"));
+  p.pp_layout = parallel.str("pp_layout");
+  p.interface = parallel.str("interface");
+  p.timeout_s = parallel.i64("timeout_s");
   return p;
 }
 

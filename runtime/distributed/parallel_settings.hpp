@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "config/config.hpp"
 #include "config/schema.hpp"
+#include "config/section.hpp"
 
 namespace loom::dist {
 
@@ -16,7 +16,7 @@ struct ParallelSettings {
   std::string pp_layout, interface;
   int64_t timeout_s;
 };
-ParallelSettings read_parallel(const config::Config& cfg);
+ParallelSettings read_parallel(const config::Section& parallel);
 config::SectionSpec parallel_section();
 
 }  // namespace loom::dist

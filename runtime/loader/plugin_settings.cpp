@@ -51,17 +51,18 @@ config::SectionSpec plugins_section() {
       true};
 }
 
-PluginSettings read_plugins(const config::Config& cfg) {
+PluginSettings read_plugins(const config::Section& plugins) {
   PluginSettings p;
-  p.path = cfg.str_list("plugins.path");
-  p.cfg = &cfg;
+  p.path = plugins.str_list("path");
+  for (const auto& sk : config::slot_keys()) p.plugin_of[sk.key] = plugins.str(sk.key);
+  p.tables = plugins.toml();
   return p;
 }
 
 std::string PluginSettings::slot(const std::string& name) const {
-  for (const auto& sk : config::slot_keys())
-    if (sk.key == name) return cfg->str("plugins." + name);
-  throw RuntimeError("no plugin slot named '" + name + "'");
+  const auto it = plugin_of.find(name);
+  if (it == plugin_of.end()) throw RuntimeError("no plugin slot named '" + name + "'");
+  return it->second;
 }
 
 }  // namespace loom::plugins

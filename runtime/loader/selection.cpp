@@ -65,6 +65,8 @@ Selection resolve(config::Config& cfg, Registry& registry) {
                       [&] { return registry.find(table); });
     add_schema(f.desc);
   }
+  // After every check: checking may add a plugin's table, filled with its defaults.
+  for (SlotChoice& s : sel.slots) s.options = options_for(cfg, s.found.desc->name);
   return sel;
 }
 

@@ -16,6 +16,7 @@ namespace loom::plugins {
 struct SlotChoice {
   std::string slot;  // the [plugins] key: "precision", "data", ...
   Found found;
+  loom_options options{};  // its [plugins.<name>] table, checked, as create() takes it
 };
 
 struct Selection {

@@ -4,8 +4,8 @@
 #include <limits>
 #include <sstream>
 
-#include "config/config.hpp"
 #include "config/schema.hpp"
+#include "config/section.hpp"
 #include "core/errors.hpp"
 
 namespace loom::model {
@@ -163,50 +163,50 @@ std::string Config::describe() const {
   return os.str();
 }
 
-Config from_config(const config::Config& cfg) {
+Config read_model(const config::Section& model) {
   Config g;
-  g.n_layer = cfg.i64("model.n_layer");
-  g.n_head = cfg.i64("model.n_head");
-  g.n_kv_head = cfg.i64("model.n_kv_head");
+  g.n_layer = model.i64("n_layer");
+  g.n_head = model.i64("n_head");
+  g.n_kv_head = model.i64("n_kv_head");
   if (g.n_kv_head == 0) g.n_kv_head = g.n_head;
-  g.d_model = cfg.i64("model.d_model");
-  g.mlp = cfg.str("model.mlp");
-  g.d_ff = cfg.i64("model.d_ff");
-  const int64_t multiple_of = cfg.i64("model.multiple_of");
+  g.d_model = model.i64("d_model");
+  g.mlp = model.str("mlp");
+  g.d_ff = model.i64("d_ff");
+  const int64_t multiple_of = model.i64("multiple_of");
   if (g.d_ff == 0)
     g.d_ff = multiple_of > 0
-                 ? llama_ffn_width(g.d_model, cfg.f64("model.ffn_dim_multiplier"), multiple_of)
+                 ? llama_ffn_width(g.d_model, model.f64("ffn_dim_multiplier"), multiple_of)
                  : 4 * g.d_model;
-  g.vocab_size = cfg.i64("model.vocab_size");
-  g.seq_len = cfg.i64("model.seq_len");
-  g.positions = cfg.str("model.positions");
-  g.max_positions = cfg.i64("model.max_positions");
+  g.vocab_size = model.i64("vocab_size");
+  g.seq_len = model.i64("seq_len");
+  g.positions = model.str("positions");
+  g.max_positions = model.i64("max_positions");
   if (g.max_positions == 0) g.max_positions = g.seq_len;
-  g.sliding_window = cfg.i64("model.sliding_window");
-  g.rope_theta = cfg.f64("model.rope_theta");
-  g.rope_scaling.type = cfg.str("model.rope_scaling.type");
-  g.rope_scaling.factor = cfg.f64("model.rope_scaling.factor");
-  g.rope_scaling.low_freq_factor = cfg.f64("model.rope_scaling.low_freq_factor");
-  g.rope_scaling.high_freq_factor = cfg.f64("model.rope_scaling.high_freq_factor");
-  g.rope_scaling.original_max_position = cfg.i64("model.rope_scaling.original_max_position");
-  g.norm = cfg.str("model.norm");
-  g.norm_eps = cfg.f64("model.norm_eps");
-  g.bias = cfg.boolean("model.bias");
-  g.attention_bias = cfg.str("model.attention_bias");
-  g.tied_embeddings = cfg.boolean("model.tied_embeddings");
-  g.init_std = static_cast<float>(cfg.f64("model.init_std"));
-  g.recompute = cfg.str("model.recompute");
-  g.recompute_layers = cfg.i64("model.recompute_layers");
+  g.sliding_window = model.i64("sliding_window");
+  g.rope_theta = model.f64("rope_theta");
+  g.rope_scaling.type = model.str("rope_scaling.type");
+  g.rope_scaling.factor = model.f64("rope_scaling.factor");
+  g.rope_scaling.low_freq_factor = model.f64("rope_scaling.low_freq_factor");
+  g.rope_scaling.high_freq_factor = model.f64("rope_scaling.high_freq_factor");
+  g.rope_scaling.original_max_position = model.i64("rope_scaling.original_max_position");
+  g.norm = model.str("norm");
+  g.norm_eps = model.f64("norm_eps");
+  g.bias = model.boolean("bias");
+  g.attention_bias = model.str("attention_bias");
+  g.tied_embeddings = model.boolean("tied_embeddings");
+  g.init_std = static_cast<float>(model.f64("init_std"));
+  g.recompute = model.str("recompute");
+  g.recompute_layers = model.i64("recompute_layers");
   if (g.recompute_layers > g.n_layer)
     throw ConfigError("[model] recompute_layers = " + std::to_string(g.recompute_layers) +
                       " is more than n_layer = " + std::to_string(g.n_layer));
-  g.moe.experts = cfg.i64("model.moe.experts");
-  g.moe.top_k = cfg.i64("model.moe.top_k");
-  g.moe.every = cfg.i64("model.moe.every");
-  g.moe.capacity_factor = cfg.f64("model.moe.capacity_factor");
-  g.moe.dropless = cfg.boolean("model.moe.dropless");
-  g.moe.aux_coef = cfg.f64("model.moe.aux_coef");
-  g.moe.z_coef = cfg.f64("model.moe.z_coef");
+  g.moe.experts = model.i64("moe.experts");
+  g.moe.top_k = model.i64("moe.top_k");
+  g.moe.every = model.i64("moe.every");
+  g.moe.capacity_factor = model.f64("moe.capacity_factor");
+  g.moe.dropless = model.boolean("moe.dropless");
+  g.moe.aux_coef = model.f64("moe.aux_coef");
+  g.moe.z_coef = model.f64("moe.z_coef");
   check_moe(g);
   check_attention(g);
   check_positions(g);
@@ -346,7 +346,7 @@ std::vector<config::KeySpec> training_keys() {
 
 }  // namespace
 
-// [model], [model.moe] and [model.rope_scaling]: declared here, beside from_config that reads them.
+// [model], [model.moe] and [model.rope_scaling]: declared here, beside read_model that reads them.
 std::vector<config::SectionSpec> model_sections() {
   config::SectionSpec model{
       "model", "the network: a decoder-only transformer, GPT-2 to Llama 3 (docs/models.md)", {}};
@@ -385,6 +385,6 @@ std::vector<config::SectionSpec> model_sections() {
   return {model, moe, rope_scaling};
 }
 
-std::string init_from(const config::Config& cfg) { return cfg.str("model.init_from"); }
+std::string init_from(const config::Section& model) { return model.str("init_from"); }
 
 }  // namespace loom::model

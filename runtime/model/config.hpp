@@ -8,7 +8,7 @@
 #include <vector>
 
 namespace loom::config {
-class Config;
+class Section;
 struct SectionSpec;
 }  // namespace loom::config
 
@@ -16,7 +16,7 @@ namespace loom::model {
 
 struct Config {
   int64_t n_layer = 2, n_head = 2, d_model = 64, d_ff = 256;
-  int64_t n_kv_head = 0;  // 0 until from_config resolves it (= n_head)
+  int64_t n_kv_head = 0;  // 0 until read_model resolves it (= n_head)
   int64_t vocab_size = 256, seq_len = 64;
   std::string positions = "learned";  // learned | rope | none
   int64_t max_positions =
@@ -93,10 +93,10 @@ struct Config {
 };
 
 // Reads and checks [model]; throws ConfigError naming the offending key.
-Config from_config(const config::Config& cfg);
+Config read_model(const config::Section& model);
 // [model] init_from: where the weights start ("" = initialised from the seed).
-std::string init_from(const config::Config& cfg);
-// The sections from_config reads, declared beside it: [model], [model.moe], [model.rope_scaling].
+std::string init_from(const config::Section& model);
+// The sections read_model reads, declared beside it: [model], [model.moe], [model.rope_scaling].
 std::vector<config::SectionSpec> model_sections();
 
 // The architecture keys on which two models differ, as "n_head = 4 there, 2 here" (a: there, b:

@@ -108,10 +108,10 @@ void judge(Estimate& e, const Calibration& cal, const Workload& w) {
   e.extrapolated = extrapolation(cal, w, e.layout);
 }
 
-Estimate predict(const Cluster& c, const config::Config& cfg, int world) {
-  PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
-  const Workload w = workload_of(cfg);
-  Estimate e = estimate(c, w, layout_of(cfg, world), sources.costs(), sources.pipes());
+Estimate predict(const Cluster& c, const train::JobSettings& job, int world) {
+  PluginSources sources(plugins::Registry::default_dirs(job.plugins.path), job.plugins.tables);
+  const Workload w = workload_of(job);
+  Estimate e = estimate(c, w, layout_of(job, world), sources.costs(), sources.pipes());
   judge(e, calibration_of(c), w);
   return e;
 }

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "config/config.hpp"
 #include "plan/cluster.hpp"
 #include "plan/estimate.hpp"
+#include "train/job_settings.hpp"
 
 namespace loom::plan {
 
@@ -44,6 +44,6 @@ void judge(Estimate& e, const Calibration& cal, const Workload& w);
 
 // loom plan's prediction for a config as it stands, on `c`, with its plugins' options and the band
 // and extrapolation of c's calibration (`loom compare --cluster`, [run] plan_cluster).
-Estimate predict(const Cluster& c, const config::Config& cfg, int world = 0);
+Estimate predict(const Cluster& c, const train::JobSettings& job, int world = 0);
 
 }  // namespace loom::plan

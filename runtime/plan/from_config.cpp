@@ -1,18 +1,14 @@
 #include "plan/from_config.hpp"
 
 #include "core/errors.hpp"
-#include "distributed/parallel_settings.hpp"
-#include "loader/plugin_settings.hpp"
-#include "model/model.hpp"
-#include "train/settings.hpp"
 
 namespace loom::plan {
 
-Workload workload_of(const config::Config& cfg, const std::string& dtype) {
+Workload workload_of(const train::JobSettings& job, const std::string& dtype) {
   Workload w;
-  w.model = model::from_config(cfg);
-  const plugins::PluginSettings slots = plugins::read_plugins(cfg);
-  w.global_batch = train::read_settings(cfg).global_batch;
+  w.model = job.model;
+  const plugins::PluginSettings& slots = job.plugins;
+  w.global_batch = job.train.global_batch;
   w.dtype = dtype.empty() ? slots.slot("precision") : dtype;
   if (w.dtype != "fp32" && w.dtype != "bf16" && w.dtype != "fp16" && w.dtype != "fp8")
     throw UsageError("precision '" + w.dtype + "': the planner knows fp32, bf16, fp16 and fp8");
@@ -29,16 +25,16 @@ Workload workload_of(const config::Config& cfg, const std::string& dtype) {
   w.sequence_plugin = own("sequence", "sp");
   w.context_plugin = own("context", "cp");
   w.expert_plugin = own("expert", "ep");
-  w.device = train::read_run(cfg).device;
+  w.device = job.run.device;
   w.comm = slots.slot("comm");
   return w;
 }
 
-Layout layout_of(const config::Config& cfg, int world) {
+Layout layout_of(const train::JobSettings& job, int world) {
   Layout l;
-  const dist::ParallelSettings par = dist::read_parallel(cfg);
-  const plugins::PluginSettings slots = plugins::read_plugins(cfg);
-  const train::Settings train = train::read_settings(cfg);
+  const dist::ParallelSettings& par = job.parallel;
+  const plugins::PluginSettings& slots = job.plugins;
+  const train::Settings& train = job.train;
   l.tp = par.tp, l.pp = par.pp, l.cp = par.cp, l.ep = par.ep;
   l.dp = par.dp > 0
              ? par.dp
@@ -50,7 +46,7 @@ Layout layout_of(const config::Config& cfg, int world) {
     l.schedule = slots.slot("pipeline").empty() ? "1f1b" : slots.slot("pipeline");
     l.chunks = l.schedule == "interleaved" ? std::max<int>(2, par.pp_chunks) : 1;
   }
-  l.recompute = model::from_config(cfg).recompute;
+  l.recompute = job.model.recompute;
   l.micro_batch =
       int(train.micro_batch > 0 ? train.micro_batch : train.global_batch / (int64_t(l.dp) * l.ep));
   return l;

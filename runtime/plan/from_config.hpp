@@ -2,15 +2,15 @@
 // layout its [parallel], [plugins] and [train] sections ask for.
 #pragma once
 
-#include "config/config.hpp"
 #include "plan/estimate.hpp"
+#include "train/job_settings.hpp"
 
 namespace loom::plan {
 
 // dtype "" = [plugins] precision. UsageError for a precision the planner does not know.
-Workload workload_of(const config::Config& cfg, const std::string& dtype = "");
+Workload workload_of(const train::JobSettings& job, const std::string& dtype = "");
 // dp "auto" resolves from the world (0: [parallel] nproc); micro_batch 0 from the global batch.
-Layout layout_of(const config::Config& cfg, int world = 0);
+Layout layout_of(const train::JobSettings& job, int world = 0);
 
 // The --set overrides that turn a config of workload `w` into one that runs layout `l` (the
 // inverse of layout_of): [parallel] degrees and nproc, the slots' plugins (the workload's own where

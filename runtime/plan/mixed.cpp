@@ -350,9 +350,9 @@ std::string explain_mixed(const MixedCluster& mc, const MixedEstimate& e) {
   return out;
 }
 
-MixedEstimate predict_mixed(const MixedCluster& mc, const config::Config& cfg, int world) {
-  const std::vector<dist::NodeGroup> groups = dist::read_groups(cfg);
-  const dist::ParallelSettings par = dist::read_parallel(cfg);
+MixedEstimate predict_mixed(const MixedCluster& mc, const train::JobSettings& job, int world) {
+  const std::vector<dist::NodeGroup>& groups = job.groups;
+  const dist::ParallelSettings& par = job.parallel;
   MixedCluster run = mc;
   run.groups.clear();
   std::vector<int> order;
@@ -370,9 +370,9 @@ MixedEstimate predict_mixed(const MixedCluster& mc, const config::Config& cfg, i
   if (groups.empty())
     throw ConfigError(mc.source +
                       " is a mixed cluster: the run needs [parallel] groups naming its [[group]]s");
-  PluginSources sources(plugins::Registry::default_dirs(plugins::read_plugins(cfg).path), &cfg);
-  const Workload w = workload_of(cfg);
-  const Layout l = layout_of(cfg, world);
+  PluginSources sources(plugins::Registry::default_dirs(job.plugins.path), job.plugins.tables);
+  const Workload w = workload_of(job);
+  const Layout l = layout_of(job, world);
   const int mbs = microbatches(w, l);
   const std::string split = par.pp_layout.empty()
                                 ? layout_text(w.model, uniform_split(w, l, mbs, sources.pipes()))

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "config/config.hpp"
 #include "plan/estimate.hpp"
 #include "plan/mixed_cluster.hpp"
 #include "plan/search.hpp"
+#include "train/job_settings.hpp"
 
 namespace loom::plan {
 
@@ -76,6 +76,6 @@ std::vector<std::string> group_entries(const MixedCluster& mc, const std::vector
 
 // [run] plan_cluster on a mixed cluster: the config's layout, [parallel] groups (by name) and
 // pp_layout. ConfigError when its groups are not the cluster's.
-MixedEstimate predict_mixed(const MixedCluster& mc, const config::Config& cfg, int world);
+MixedEstimate predict_mixed(const MixedCluster& mc, const train::JobSettings& job, int world);
 
 }  // namespace loom::plan

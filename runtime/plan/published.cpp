@@ -3,6 +3,7 @@
 #include <map>
 
 #include "config/config.hpp"
+#include "config/section.hpp"
 #include "loader/plugin_settings.hpp"
 #include "model/config.hpp"
 #include "plan/from_config.hpp"
@@ -42,7 +43,12 @@ Workload llama3(const char* preset, int64_t batch, int64_t seq_len = 8192) {
   for (auto section : {train::run_section, train::train_section, plugins::plugins_section})
     read.push_back(section());
   cfg.check_sections(read);
-  Workload w = workload_of(cfg);
+  train::JobSettings job;  // the sections workload_of reads
+  job.model = model::read_model(cfg.section("model"));
+  job.run = train::read_run(cfg.section("run"));
+  job.train = train::read_settings(cfg.section("train"), job.run);
+  job.plugins = plugins::read_plugins(cfg.section("plugins"));
+  Workload w = workload_of(job);
   w.grad_bytes = 2;  // bf16 gradient reduction (Llama 3's FSDP, NeMo's distributed optimizer)
   return w;
 }
@@ -200,10 +206,9 @@ PluginSources published_sources(const PublishedRun& run) {
   static std::map<std::string, PluginSources> by_options;
   auto it = by_options.find(run.plugin_options);
   if (it == by_options.end()) {
-    const config::Config cfg =
-        config::Config::parse("[plugins]\n" + run.plugin_options, "<published: " + run.name + ">");
     it = by_options
-             .emplace(run.plugin_options, PluginSources(plugins::Registry::default_dirs(), &cfg))
+             .emplace(run.plugin_options, PluginSources(plugins::Registry::default_dirs(),
+                                                        "[plugins]\n" + run.plugin_options))
              .first;
   }
   return it->second;  // a copy shares the scan and the cost cache

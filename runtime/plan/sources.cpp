@@ -40,9 +40,9 @@ struct PluginSources::State {
   std::map<std::tuple<std::string, int, int, int>, Line> lines;
   std::map<std::pair<std::string, int>, const loom_plugin*> descs;
   std::map<std::tuple<std::string, int, int, std::vector<double>>, std::vector<int32_t>> splits;
-  State(std::vector<plugins::SearchDir> dirs, const config::Config* user)
+  State(std::vector<plugins::SearchDir> dirs, const std::string& tables)
       : registry(std::move(dirs)),
-        cfg(user ? *user : config::Config::parse("[plugins]\n", "<plan>")) {}
+        cfg(config::Config::parse(tables.empty() ? "[plugins]\n" : tables, "<plan: [plugins]>")) {}
 
   const Cost& cost_of(const std::string& name) {
     auto it = costs.find(name);
@@ -93,8 +93,8 @@ struct PluginSources::State {
   }
 };
 
-PluginSources::PluginSources(std::vector<plugins::SearchDir> dirs, const config::Config* cfg)
-    : state_(std::make_shared<State>(std::move(dirs), cfg)) {}
+PluginSources::PluginSources(std::vector<plugins::SearchDir> dirs, const std::string& plugin_tables)
+    : state_(std::make_shared<State>(std::move(dirs), plugin_tables)) {}
 PluginSources::~PluginSources() = default;
 
 CostSource PluginSources::costs() {

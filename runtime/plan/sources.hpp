@@ -11,16 +11,14 @@
 #include "loader/registry.hpp"
 #include "plan/estimate.hpp"
 
-namespace loom::config {
-class Config;
-}
-
 namespace loom::plan {
 
 class PluginSources {
  public:
-  // `cfg`: the config whose [plugins.<name>] options the cost entries see (nullptr: defaults).
-  explicit PluginSources(std::vector<plugins::SearchDir> dirs, const config::Config* cfg = nullptr);
+  // `plugin_tables`: [plugins] with the [plugins.<name>] options the cost entries see, as TOML
+  // (PluginSettings::tables); "" = every plugin's defaults.
+  explicit PluginSources(std::vector<plugins::SearchDir> dirs,
+                         const std::string& plugin_tables = "");
   ~PluginSources();
   CostSource costs();
   PipeSource pipes();

@@ -60,9 +60,9 @@ void check_tokenizer_fits(int64_t tokens, const fs::path& path, int64_t vocab) {
                       "; set [model] vocab_size = " + std::to_string(tokens) + " (or more)");
 }
 
-void check_data(const config::Config& cfg) {
-  const data::DataSettings ds = data::read_data(cfg);
-  const int64_t vocab = model::from_config(cfg).vocab_size;
+void check_data(const JobSettings& job) {
+  const data::DataSettings& ds = job.data;
+  const int64_t vocab = job.model.vocab_size;
   std::error_code ec;
   for (const auto& d : ds.sources())
     if (!fs::is_directory(d.dir, ec))
@@ -71,13 +71,13 @@ void check_data(const config::Config& cfg) {
                         (fs::exists(d.dir, ec) ? "is not a directory" : "does not exist") +
                         "; make it with: loom data prepare --jsonl FILE... --out " + d.dir);
   check_same_tokenizer(ds);
-  const fs::path tokenizer = data::run_tokenizer_path(cfg);
+  const fs::path tokenizer = ds.tokenizer_path();
   if (!tokenizer.empty())
     check_tokenizer_fits(tok::Tokenizer::from_json_file(tokenizer).vocab_size(), tokenizer, vocab);
   for (const auto& d : ds.sources()) {
     try {
       scan_split(d.dir, "train", vocab);
-      if (cfg.i64("train.eval_every") > 0 && d.weight > 0)
+      if (job.train.eval_every > 0 && d.weight > 0)
         scan_split(d.dir, "val", vocab);  // read only where the run evaluates
     } catch (const RuntimeError& e) {
       throw ConfigError(std::string(e.what()) + " ([model] vocab_size = " + std::to_string(vocab) +

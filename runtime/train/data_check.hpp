@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "config/config.hpp"
+#include "train/job_settings.hpp"
 
 namespace loom::train {
 
@@ -13,7 +13,7 @@ namespace loom::train {
 // first bad id. Reads at most kDataCheckTokens of the train split, and of the val split where the
 // run evaluates (a corpus of many gigabytes is checked from its start; the rest is checked as
 // training reads it).
-void check_data(const config::Config& cfg);
+void check_data(const JobSettings& job);
 inline constexpr int64_t kDataCheckTokens = int64_t(16) << 20;
 
 // A tokenizer of `tokens` tokens read from `path` against [model] vocab_size.

@@ -130,14 +130,13 @@ class DataParallel::Shards : public model::LayerHooks {
   std::vector<int> ready_;
 };
 
-DataParallel::DataParallel(const config::Config& cfg, const plugins::Selection& sel,
-                           dist::CommWorld& world, ParamStore& params, model::Model& model,
-                           int microbatches, const std::vector<std::string>& own_unit,
-                           GradsFinal before_reduce)
+DataParallel::DataParallel(const plugins::Selection& sel, dist::CommWorld& world,
+                           ParamStore& params, model::Model& model, int microbatches,
+                           const std::vector<std::string>& own_unit, GradsFinal before_reduce)
     : world_(&world) {
   const plugins::SlotChoice* data = sel.slot("data");
   if (!data) throw RuntimeError("a data group without a data plugin got past layout_problem");
-  loom_options data_opts = plugins::options_for(cfg, data->found.desc->name);
+  loom_options data_opts = data->options;
   data_ = std::make_unique<plugins::Instance>(data->found, &data_opts);
   table_ = data_->table<loom_data_v2>();
   if (table_->capabilities & LOOM_DATA_SHARDED)

@@ -31,9 +31,9 @@ class DataParallel {
   // the dp axis when ep > 1); `microbatches` backward
   // passes make one step. Parameters named in `own_unit` get a sharding unit of their own (the
   // tied embedding under pp, so its shards line up on the two stages that hold it).
-  DataParallel(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld& world,
-               ParamStore& params, model::Model& model, int microbatches,
-               const std::vector<std::string>& own_unit = {}, GradsFinal before_reduce = {});
+  DataParallel(const plugins::Selection& sel, dist::CommWorld& world, ParamStore& params,
+               model::Model& model, int microbatches, const std::vector<std::string>& own_unit = {},
+               GradsFinal before_reduce = {});
   ~DataParallel();
 
   // This rank's place in the data group (dp x ep: the ranks that split the batch) and its size.

@@ -164,19 +164,18 @@ void data_facts(LayoutFacts& f, const loom_plugin* data) {
   f.data_declared = plugins::declared_note(data);
 }
 
-LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& selection,
-                     const dist::MeshShape& mesh, const model::Config& mc) {
+LayoutFacts facts_of(const JobSettings& job, const plugins::Selection& selection,
+                     const dist::MeshShape& mesh) {
   LayoutFacts f;
-  f.model = &mc;
+  f.model = &job.model;
   f.mesh = mesh;
-  const Settings s = read_settings(cfg);
-  f.global_batch = s.global_batch;
-  f.micro_batch = s.micro_batch;
-  f.device = read_run(cfg).device;
+  f.global_batch = job.train.global_batch;
+  f.micro_batch = job.train.micro_batch;
+  f.device = job.run.device;
   f.device_host_memory = ops::declared_host_reachable(f.device);
-  f.device_memory = read_run(cfg).device_memory;
-  f.groups = dist::read_groups(cfg);
-  f.nproc = dist::read_parallel(cfg).nproc;
+  f.device_memory = job.run.device_memory;
+  f.groups = job.groups;
+  f.nproc = job.parallel.nproc;
   auto name = [&](const char* slot) {
     const plugins::SlotChoice* c = selection.slot(slot);
     return c ? std::string(c->found.desc->name) : std::string();
@@ -188,22 +187,22 @@ LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& select
   return f;
 }
 
-Settings settle_layout(const config::Config& cfg, const plugins::Selection& selection,
-                       const model::Config& mc, const dist::MeshShape& mesh) {
-  const std::string problem = layout_problem(facts_of(cfg, selection, mesh, mc));
+Settings settle_layout(const JobSettings& job, const plugins::Selection& selection,
+                       const dist::MeshShape& mesh) {
+  const std::string problem = layout_problem(facts_of(job, selection, mesh));
   if (!problem.empty()) throw ConfigError(problem);
-  Settings s = read_settings(cfg);
+  Settings s = job.train;
   const int64_t local_batch = s.global_batch / (int64_t{mesh.dp} * mesh.ep);
   if (s.micro_batch == 0) s.micro_batch = local_batch;
   s.accum = local_batch / s.micro_batch;
   return s;
 }
 
-void check_layout(const config::Config& cfg, const plugins::Selection& selection,
+void check_layout(const JobSettings& job, const plugins::Selection& selection,
                   const dist::MeshShape& mesh) {
-  const model::Config mc = model::from_config(cfg);
-  const Settings s = settle_layout(cfg, selection, mc, mesh);
-  if (mesh.pp > 1) plan_pipeline(cfg, selection, mc, mesh.pp, static_cast<int>(s.accum));
+  const Settings s = settle_layout(job, selection, mesh);
+  if (mesh.pp > 1)
+    plan_pipeline(job.parallel, selection, job.model, mesh.pp, static_cast<int>(s.accum));
 }
 
 }  // namespace loom::train

@@ -11,11 +11,11 @@
 #include <cstdint>
 #include <string>
 
-#include "config/config.hpp"
 #include "distributed/mesh.hpp"
 #include "distributed/node_groups.hpp"
 #include "loader/selection.hpp"
 #include "model/model.hpp"
+#include "train/job_settings.hpp"
 #include "train/settings.hpp"
 
 namespace loom::train {
@@ -44,8 +44,8 @@ struct LayoutFacts {
 std::string layout_problem(const LayoutFacts& f);
 
 // The facts of a resolved config (after default_plugins), as a run on `mesh` sees them.
-LayoutFacts facts_of(const config::Config& cfg, const plugins::Selection& selection,
-                     const dist::MeshShape& mesh, const model::Config& mc);
+LayoutFacts facts_of(const JobSettings& job, const plugins::Selection& selection,
+                     const dist::MeshShape& mesh);
 
 // A plugin's facts for the slots that have some: whether a comm plugin declares send and recv, and
 // a data plugin's capabilities with their note. For the planner, which has descriptors, not a
@@ -56,12 +56,12 @@ void data_facts(LayoutFacts& f, const loom_plugin* data);
 // The [train] settings once the layout passed layout_problem, with micro_batch (0 = the whole
 // per-rank batch) and accum filled in. check_layout adds the pipeline plan; a Run plans it with
 // its model.
-Settings settle_layout(const config::Config& cfg, const plugins::Selection& selection,
-                       const model::Config& mc, const dist::MeshShape& mesh);
+Settings settle_layout(const JobSettings& job, const plugins::Selection& selection,
+                       const dist::MeshShape& mesh);
 
 // What every rank would refuse, checked once by the local launcher before it starts them: the
 // batch split over dp and micro-batches, and the pipeline schedule and layer split.
-void check_layout(const config::Config& cfg, const plugins::Selection& selection,
+void check_layout(const JobSettings& job, const plugins::Selection& selection,
                   const dist::MeshShape& mesh);
 
 }  // namespace loom::train

@@ -30,12 +30,11 @@ std::vector<double> layer_costs(const model::Config& c) {
   return costs;
 }
 
-PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection& sel,
+PipelineLayout plan_pipeline(const dist::ParallelSettings& par, const plugins::Selection& sel,
                              const model::Config& mc, int stages, int microbatches) {
   const plugins::SlotChoice* choice = sel.slot("pipeline");
   if (!choice) throw RuntimeError("pp > 1 without a schedule got past layout_problem");
-  loom_options opts = plugins::options_for(cfg, choice->found.desc->name);
-  const dist::ParallelSettings par = dist::read_parallel(cfg);
+  loom_options opts = choice->options;
   loom_pipeline_shape shape{stages, microbatches, static_cast<int32_t>(par.pp_chunks)};
   PipelineLayout out;
   out.plan = std::make_unique<PipelinePlan>(choice->found, &opts, shape);

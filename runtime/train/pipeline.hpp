@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "distributed/comm.hpp"
+#include "distributed/parallel_settings.hpp"
 #include "loader/selection.hpp"
 #include "model/model.hpp"
 #include "parallel/layer_api.hpp"
@@ -46,7 +47,8 @@ struct PipelineLayout {
   // Model-wide numbers of the layers pp rank `rank` builds (Gpt's `only`).
   std::vector<int> layers_of(int rank, int stages) const;
 };
-PipelineLayout plan_pipeline(const config::Config& cfg, const plugins::Selection& sel,
+// The schedule's layer split over `stages` ([parallel] pp_chunks and pp_layout from `par`).
+PipelineLayout plan_pipeline(const dist::ParallelSettings& par, const plugins::Selection& sel,
                              const model::Config& mc, int stages, int microbatches);
 
 // The layer kinds a schedule splits: "E", a "t" per block, "L".

@@ -17,7 +17,6 @@
 
 #include "ckpt/checkpoint_settings.hpp"
 #include "ckpt/checkpointer.hpp"
-#include "config/config.hpp"
 #include "data/batches.hpp"
 #include "data/data_settings.hpp"
 #include "distributed/comm.hpp"
@@ -30,6 +29,7 @@
 #include "train/data_parallel.hpp"
 #include "train/faults.hpp"
 #include "train/hosts.hpp"
+#include "train/job_settings.hpp"
 #include "train/metrics.hpp"
 #include "train/optimizer.hpp"
 #include "train/peak.hpp"
@@ -52,7 +52,7 @@ using Fields = std::vector<std::pair<std::string, double>>;
 
 class Run {
  public:
-  Run(config::Config& cfg, const plugins::Selection& selection, const dist::RankEnv& env,
+  Run(const JobSettings& job, const plugins::Selection& selection, const dist::RankEnv& env,
       const std::filesystem::path& run_dir);
   ~Run();
   TrainSummary train();
@@ -98,18 +98,18 @@ class Run {
   void evaluating(bool on);
   void finish_run(TrainSummary& sum, double total_time);
 
-  config::Config& cfg_;
+  const JobSettings job_;
   const plugins::Selection& sel_;
   const dist::RankEnv env_;
   const std::filesystem::path run_dir_;
   const bool lead_;
 
-  // The sections the run reads again after check_and_settle, read there once.
-  RunSettings run_;
+  // job_'s, by the names the run's code uses; s_ with the layout's accum.
+  const RunSettings& run_ = job_.run;
   Settings s_;
-  model::Config mc_;
-  data::DataSettings data_settings_;
-  ckpt::CheckpointSettings ckpt_settings_;
+  const model::Config& mc_ = job_.model;
+  const data::DataSettings& data_settings_ = job_.data;
+  const ckpt::CheckpointSettings& ckpt_settings_ = job_.checkpoint;
   dist::MeshShape mesh_;
   int64_t local_batch_ = 0, first_sample_ = 0;
   int64_t T_ = 0, T_local_ = 0, max_rows_ = 0;

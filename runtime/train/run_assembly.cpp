@@ -65,9 +65,9 @@ void check_sharded(const Faults& faults, int stage, int64_t check_every) {
 
 }  // namespace
 
-Run::Run(config::Config& cfg, const plugins::Selection& selection, const dist::RankEnv& env,
+Run::Run(const JobSettings& job, const plugins::Selection& selection, const dist::RankEnv& env,
          const fs::path& run_dir)
-    : cfg_(cfg), sel_(selection), env_(env), run_dir_(run_dir), lead_(env.rank == 0) {
+    : job_(job), sel_(selection), env_(env), run_dir_(run_dir), lead_(env.rank == 0) {
   check_and_settle();
   start_devices();
   start_precision();
@@ -88,19 +88,15 @@ Run::~Run() {
 
 // Everything every rank would refuse, before anything is started or written.
 void Run::check_and_settle() {
-  run_ = read_run(cfg_);
-  mc_ = model::from_config(cfg_);
-  mesh_ = dist::resolve_mesh(cfg_, env_.world);
-  s_ = settle_layout(cfg_, sel_, mc_, mesh_);
+  mesh_ = dist::resolve_mesh(job_.parallel, env_.world);
+  s_ = settle_layout(job_, sel_, mesh_);
   // The data, as `config check` checks it, after the layout as there. A local launcher checked it
   // once for the ranks it started; a rank srun or mpirun started checks it itself.
-  data_settings_ = data::read_data(cfg_);
-  ckpt_settings_ = ckpt::read_checkpoint(cfg_);
-  if (!std::getenv("LOOM_LAUNCHED")) check_data(cfg_);
-  local_batch_ = s_.micro_batch * s_.accum;  // sequences per rank per step
-  if (lead_) claim_run_dir(run_dir_, cfg_);  // before anything is written there
+  if (!std::getenv("LOOM_LAUNCHED")) check_data(job_);
+  local_batch_ = s_.micro_batch * s_.accum;             // sequences per rank per step
+  if (lead_) claim_run_dir(run_dir_, job_.checkpoint);  // before anything is written there
   publish_placement(env_, mesh_);
-  tokenizer_ = run_tokenizer(cfg_, mc_, s_.sample_every > 0);
+  tokenizer_ = run_tokenizer(job_.data.tokenizer_path(), mc_, s_.sample_every > 0);
 }
 
 // Ranks on one machine share its cores unless told otherwise; [run] threads = 0 on one rank per
@@ -126,7 +122,7 @@ void Run::start_devices() {
 // The precision slot decides GEMM operand numerics and loss scaling.
 void Run::start_precision() {
   if (const plugins::SlotChoice* p = sel_.slot("precision")) {
-    loom_options opts = plugins::options_for(cfg_, p->found.desc->name);
+    loom_options opts = p->options;
     precision_ = std::make_unique<Precision>(p->found, &opts, ops_);
   }
 }
@@ -160,8 +156,8 @@ void Run::start_processes() {
   if (env_.world == 1) return;
   const plugins::SlotChoice* comm = sel_.slot("comm");
   if (!comm) throw RuntimeError("several ranks without a comm plugin got past layout_problem");
-  loom_options comm_opts = plugins::options_for(cfg_, comm->found.desc->name);
-  const dist::ParallelSettings par = dist::read_parallel(cfg_);
+  loom_options comm_opts = comm->options;
+  const dist::ParallelSettings& par = job_.parallel;
   const dist::InterfaceChoice nic =
       dist::network_interface(par.interface, env_, comm->found.desc->name);
   world_ =
@@ -177,8 +173,8 @@ void Run::start_processes() {
 // parallelism splits a decode's rows, a pipeline's stages hold no cache): under cp the
 // activations then also hold one full-length sequence.
 void Run::build_model() {
-  slots_ =
-      std::make_unique<TensorSlots>(cfg_, sel_, world_.get(), ops_, GemmNumerics{precision_.get()});
+  slots_ = std::make_unique<TensorSlots>(mc_, run_.device, sel_, world_.get(), ops_,
+                                         GemmNumerics{precision_.get()});
   const ContextAttention* cp = slots_->context();
   T_ = mc_.seq_len;
   T_local_ = cp ? cp->local_len() : T_;
@@ -195,14 +191,14 @@ void Run::build_model() {
   PipelineLayout layout;
   std::vector<int> only;
   if (mesh_.pp > 1) {
-    layout = plan_pipeline(cfg_, sel_, mc_, mesh_.pp, static_cast<int>(s_.accum));
+    layout = plan_pipeline(job_.parallel, sel_, mc_, mesh_.pp, static_cast<int>(s_.accum));
     only = layout.layers_of(world_->coord().pp, mesh_.pp);
   }
   model_ = model::build(mc_, slots_->api(), params_, max_rows_, run_.profile_layer, only);
   if (mesh_.pp > 1)
     pipe_ = std::make_unique<Pipeline>(std::move(layout), *world_, *model_, max_rows_);
   params_.allocate(s_.seed);
-  const std::string src = model::init_from(cfg_);
+  const std::string& src = job_.init_from;
   if (!src.empty() && ckpt_settings_.may_start_fresh())
     ckpt::init_from(
         src, params_,
@@ -213,15 +209,15 @@ void Run::build_model() {
 }
 
 void Run::start_data_slot() {
-  faults_ = std::make_unique<FaultInjector>(Faults::from(cfg_), env_.rank, mc_.vocab_size, params_);
+  faults_ = std::make_unique<FaultInjector>(job_.faults, env_.rank, mc_.vocab_size, params_);
   if (mesh_.data_ranks() == 1) return;
   const std::vector<std::string> own_unit =
       pipe_ && mc_.tied_embeddings ? std::vector<std::string>{"wte"} : std::vector<std::string>{};
   dp_ = std::make_unique<DataParallel>(
-      cfg_, sel_, *world_, params_, *model_, static_cast<int>(s_.accum), own_unit,
+      sel_, *world_, params_, *model_, static_cast<int>(s_.accum), own_unit,
       [this](const std::vector<Param*>& ps) { on_grads_final(ps); });
   if (dp_->sharded()) {
-    const StabilitySettings st = read_stability(cfg_);
+    const StabilitySettings& st = job_.stability;
     check_sharded(faults_->faults(), dp_->zero_stage(), st.enabled ? st.check_every : 0);
   }
 }
@@ -232,13 +228,11 @@ void Run::start_optimizer_and_checkpoints() {
                                   AdamW{s_.beta1, s_.beta2, s_.eps, s_.weight_decay, s_.grad_clip});
   ckpt::CheckpointerSetup setup;
   setup.settings = ckpt_settings_;
-  setup.precision = plugins::read_plugins(cfg_).slot("precision");
+  setup.precision = job_.plugins.slot("precision");
   setup.model = mc_, setup.selection = &sel_;
-  if (const plugins::SlotChoice* writer = sel_.slot("ckpt"))
-    setup.writer_options = plugins::options_for(cfg_, writer->found.desc->name);
+  if (const plugins::SlotChoice* writer = sel_.slot("ckpt")) setup.writer_options = writer->options;
   setup.world = world_.get(), setup.mesh = mesh_, setup.rank = env_.rank, setup.run_dir = run_dir_;
-  setup.config_text = cfg_.render(sel_.schemas),
-  setup.write_error_step = faults_->faults().ckpt_write_error_step;
+  setup.config_text = job_.text, setup.write_error_step = faults_->faults().ckpt_write_error_step;
   ckpt::TrainingState state = optimizer_->checkpoint_state();
   state.precision = precision_.get();
   checkpoints_ = std::make_unique<ckpt::Checkpointer>(std::move(setup), std::move(state));
@@ -253,7 +247,7 @@ void Run::start_optimizer_and_checkpoints() {
 void Run::start_reporters() {
   if (lead_) {
     fs::create_directories(run_dir_);
-    write_checked(run_dir_ / "config.toml", cfg_.render(sel_.schemas));
+    write_checked(run_dir_ / "config.toml", job_.text);
     write_plugins_record(run_dir_, sel_);
     if (!links_.empty()) write_links(run_dir_, hosts_.of_rank[0], links_);
     superseded_rows_ = first_step_ > 1 ? drop_rows_from(run_dir_ / "metrics.jsonl", first_step_,
@@ -266,8 +260,8 @@ void Run::start_reporters() {
       device_peak(device_, precision_ ? precision_->name() : "fp32", threads_, run_.peak_gflops);
   flops_per_token_ = mc_.flops_per_token();
   activation_bytes_ = model_->activation_bytes({nullptr, nullptr, s_.micro_batch, T_local_, 0.f});
-  stability_ =
-      std::make_unique<Stability>(cfg_, world_.get(), dp_.get(), lead_, run_dir_, first_step_ > 1);
+  stability_ = std::make_unique<Stability>(job_.stability, world_.get(), dp_.get(), lead_, run_dir_,
+                                           first_step_ > 1);
   // Where this run took over: metrics.jsonl's rows past it were the stopped run's.
   if (first_step_ > 1)
     stability_->log({first_step_ - 1,

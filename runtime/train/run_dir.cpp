@@ -86,10 +86,9 @@ void refuse_earlier_run(const fs::path& run_dir, const ckpt::CheckpointSettings&
 
 }  // namespace
 
-void claim_run_dir(const fs::path& run_dir, const config::Config& cfg) {
+void claim_run_dir(const fs::path& run_dir, const ckpt::CheckpointSettings& c) {
   if (std::getenv("LOOM_RUN_DIR_LOCKED")) return;
   lock_dir(run_dir, "run directory", "give this one another --run-dir");
-  const ckpt::CheckpointSettings c = ckpt::read_checkpoint(cfg);
   const fs::path root = c.dir.empty() ? run_dir / "checkpoints" : fs::path(c.dir);
   if (!c.dir.empty() && c.every > 0 && !same_dir(root, run_dir))  // a job that saves there owns it
     lock_dir(root, "checkpoint directory", "give this one another [checkpoint] dir");
@@ -110,10 +109,9 @@ void write_plugins_record(const fs::path& run_dir, const plugins::Selection& sel
   write_checked(run_dir / "plugins.json", out + "\n]}\n");
 }
 
-fs::path default_run_dir(const config::Config& cfg) {
-  const RunSettings run = read_run(cfg);
-  if (!run.dir.empty()) return run.dir;
-  return fs::path("runs") / (run.name.empty() ? cfg.stem() : run.name);
+fs::path default_run_dir(const JobSettings& job) {
+  if (!job.run.dir.empty()) return job.run.dir;
+  return fs::path("runs") / (job.run.name.empty() ? job.name : job.run.name);
 }
 
 }  // namespace loom::train

@@ -140,10 +140,9 @@ std::string printable(const std::string& bytes) {
 
 // The run's tokenizer, for text samples: [data] tokenizer, or tokenizer.json beside the shards.
 // Without one, samples are bytes, which only a 256-token vocabulary can print.
-std::unique_ptr<tok::Tokenizer> run_tokenizer(const config::Config& cfg, const model::Config& mc,
+std::unique_ptr<tok::Tokenizer> run_tokenizer(const fs::path& path, const model::Config& mc,
                                               bool sampling) {
   if (!sampling) return nullptr;  // only samples decode text
-  const fs::path path = data::run_tokenizer_path(cfg);
   if (!path.empty()) {
     auto t = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(path));
     check_tokenizer_fits(t->vocab_size(), path, mc.vocab_size);

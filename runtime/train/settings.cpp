@@ -46,20 +46,20 @@ config::SectionSpec run_section() {
           }};
 }
 
-RunSettings read_run(const config::Config& cfg) {
+RunSettings read_run(const config::Section& run) {
   RunSettings r;
-  r.name = cfg.str("run.name");
-  r.dir = cfg.str("run.dir");
-  r.device = cfg.str("run.device");
-  r.device_memory = static_cast<int64_t>(cfg.f64("run.device_memory_mib") * 1048576.0);
-  r.seed = static_cast<uint64_t>(cfg.i64("run.seed"));
-  r.threads = static_cast<int>(cfg.i64("run.threads"));
-  r.log_every = cfg.i64("run.log_every");
-  r.peak_gflops = cfg.f64("run.peak_gflops");
-  r.profile_layer = cfg.boolean("run.profile_layer");
-  r.tensorboard = cfg.boolean("run.tensorboard");
-  r.trace = cfg.boolean("run.trace");
-  r.plan_cluster = cfg.str("run.plan_cluster");
+  r.name = run.str("name");
+  r.dir = run.str("dir");
+  r.device = run.str("device");
+  r.device_memory = static_cast<int64_t>(run.f64("device_memory_mib") * 1048576.0);
+  r.seed = static_cast<uint64_t>(run.i64("seed"));
+  r.threads = static_cast<int>(run.i64("threads"));
+  r.log_every = run.i64("log_every");
+  r.peak_gflops = run.f64("peak_gflops");
+  r.profile_layer = run.boolean("profile_layer");
+  r.tensorboard = run.boolean("tensorboard");
+  r.trace = run.boolean("trace");
+  r.plan_cluster = run.str("plan_cluster");
   return r;
 }
 
@@ -99,28 +99,26 @@ config::SectionSpec train_section() {
       }};
 }
 
-Settings read_settings(const config::Config& cfg) {
-  const RunSettings run = read_run(cfg);
+Settings read_settings(const config::Section& train, const RunSettings& run) {
   Settings s;
-  s.steps = cfg.i64("train.steps");
-  s.exit_after = cfg.i64("train.exit_after");
-  s.global_batch = cfg.i64("train.global_batch");
-  s.micro_batch = cfg.i64("train.micro_batch");  // 0: the whole per-rank batch at once
+  s.steps = train.i64("steps");
+  s.exit_after = train.i64("exit_after");
+  s.global_batch = train.i64("global_batch");
+  s.micro_batch = train.i64("micro_batch");  // 0: the whole per-rank batch at once
   s.accum = 0;
-  s.eval_every = cfg.i64("train.eval_every");
-  s.eval_batches = cfg.i64("train.eval_batches");
-  s.sample_every = cfg.i64("train.sample_every");
-  s.sample_tokens = cfg.i64("train.sample_tokens");
-  s.sample_top_k = cfg.i64("train.sample_top_k");
-  s.sample_prompt = cfg.str("train.sample_prompt");
+  s.eval_every = train.i64("eval_every");
+  s.eval_batches = train.i64("eval_batches");
+  s.sample_every = train.i64("sample_every");
+  s.sample_tokens = train.i64("sample_tokens");
+  s.sample_top_k = train.i64("sample_top_k");
+  s.sample_prompt = train.str("sample_prompt");
   s.log_every = run.log_every;
-  s.beta1 = static_cast<float>(cfg.f64("train.beta1"));
-  s.beta2 = static_cast<float>(cfg.f64("train.beta2"));
-  s.eps = static_cast<float>(cfg.f64("train.eps"));
-  s.weight_decay = static_cast<float>(cfg.f64("train.weight_decay"));
-  s.grad_clip = static_cast<float>(cfg.f64("train.grad_clip"));
-  s.lr = {cfg.f64("train.lr"), cfg.f64("train.min_lr_ratio"), cfg.i64("train.warmup_steps"),
-          s.steps};
+  s.beta1 = static_cast<float>(train.f64("beta1"));
+  s.beta2 = static_cast<float>(train.f64("beta2"));
+  s.eps = static_cast<float>(train.f64("eps"));
+  s.weight_decay = static_cast<float>(train.f64("weight_decay"));
+  s.grad_clip = static_cast<float>(train.f64("grad_clip"));
+  s.lr = {train.f64("lr"), train.f64("min_lr_ratio"), train.i64("warmup_steps"), s.steps};
   s.seed = run.seed;
   return s;
 }
@@ -157,15 +155,15 @@ config::SectionSpec stability_section() {
       }};
 }
 
-StabilitySettings read_stability(const config::Config& cfg) {
+StabilitySettings read_stability(const config::Section& stability) {
   StabilitySettings s;
-  s.enabled = cfg.boolean("stability.enabled");
-  s.fail_on_nonfinite = cfg.str("stability.nonfinite") == "fail";
-  s.skip_spikes = cfg.str("stability.action") == "skip";
-  s.window = cfg.i64("stability.window");
-  s.min_steps = cfg.i64("stability.min_steps");
-  s.check_every = cfg.i64("stability.check_every");
-  s.zscore = cfg.f64("stability.zscore");
+  s.enabled = stability.boolean("enabled");
+  s.fail_on_nonfinite = stability.str("nonfinite") == "fail";
+  s.skip_spikes = stability.str("action") == "skip";
+  s.window = stability.i64("window");
+  s.min_steps = stability.i64("min_steps");
+  s.check_every = stability.i64("check_every");
+  s.zscore = stability.f64("zscore");
   if (s.min_steps > s.window)
     throw ConfigError("[stability] min_steps = " + std::to_string(s.min_steps) +
                       " exceeds window = " + std::to_string(s.window));
@@ -197,17 +195,17 @@ config::SectionSpec faults_section() {
       }};
 }
 
-Faults Faults::from(const config::Config& cfg) {
+Faults read_faults(const config::Section& faults) {
   Faults f;
-  f.inf_loss_step = cfg.i64("faults.inf_loss_step");
-  f.inf_loss_rank = cfg.i64("faults.inf_loss_rank");
-  f.nan_grad_step = cfg.i64("faults.nan_grad_step");
-  f.nan_grad_param = cfg.str("faults.nan_grad_param");
-  f.bad_batch_step = cfg.i64("faults.bad_batch_step");
-  f.perturb_step = cfg.i64("faults.perturb_step");
-  f.perturb_rank = cfg.i64("faults.perturb_rank");
-  f.ckpt_write_error_step = cfg.i64("faults.ckpt_write_error_step");
-  f.slow_step = cfg.f64("faults.slow_step");
+  f.inf_loss_step = faults.i64("inf_loss_step");
+  f.inf_loss_rank = faults.i64("inf_loss_rank");
+  f.nan_grad_step = faults.i64("nan_grad_step");
+  f.nan_grad_param = faults.str("nan_grad_param");
+  f.bad_batch_step = faults.i64("bad_batch_step");
+  f.perturb_step = faults.i64("perturb_step");
+  f.perturb_rank = faults.i64("perturb_rank");
+  f.ckpt_write_error_step = faults.i64("ckpt_write_error_step");
+  f.slow_step = faults.f64("slow_step");
   if (f.nan_grad_step > 0 && f.nan_grad_param.empty())
     throw ConfigError("[faults] nan_grad_step = " + std::to_string(f.nan_grad_step) +
                       " needs nan_grad_param");

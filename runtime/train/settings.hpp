@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "config/config.hpp"
 #include "config/schema.hpp"
+#include "config/section.hpp"
 #include "train/schedule.hpp"
 
 namespace loom::train {
@@ -22,7 +22,7 @@ struct RunSettings {
   double peak_gflops;
   bool profile_layer, trace, tensorboard;
 };
-RunSettings read_run(const config::Config& cfg);
+RunSettings read_run(const config::Section& run);
 
 struct Settings {
   int64_t steps, exit_after, global_batch, micro_batch, accum, eval_every, eval_batches;
@@ -33,14 +33,15 @@ struct Settings {
   uint64_t seed;
 };
 // accum is filled in by settle_layout (train/layout_rules.hpp), once the mesh is known.
-Settings read_settings(const config::Config& cfg);
+// log_every and seed come from [run].
+Settings read_settings(const config::Section& train, const RunSettings& run);
 
 struct StabilitySettings {
   bool enabled, fail_on_nonfinite, skip_spikes;
   int64_t window, min_steps, check_every;
   double zscore;
 };
-StabilitySettings read_stability(const config::Config& cfg);
+StabilitySettings read_stability(const config::Section& stability);
 
 struct Faults {
   int64_t inf_loss_step = 0, inf_loss_rank = 0, nan_grad_step = 0, bad_batch_step = 0,
@@ -48,8 +49,8 @@ struct Faults {
   std::string nan_grad_param;
   double slow_step =
       0;  // every step sleeps this fraction of its own time (a slower B for loom compare)
-  static Faults from(const config::Config& cfg);
 };
+Faults read_faults(const config::Section& faults);
 
 config::SectionSpec run_section();
 config::SectionSpec train_section();

@@ -52,10 +52,6 @@ std::string json_list(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-Stability::Stability(const config::Config& cfg, dist::CommWorld* world, DataParallel* dp, bool lead,
-                     const std::filesystem::path& run_dir, bool append)
-    : Stability(read_stability(cfg), world, dp, lead, run_dir, append) {}
-
 Stability::Stability(const StabilitySettings& s, dist::CommWorld* world, DataParallel* dp,
                      bool lead, const std::filesystem::path& run_dir, bool append)
     : enabled_(s.enabled),

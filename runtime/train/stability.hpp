@@ -17,7 +17,6 @@
 #include <utility>
 #include <vector>
 
-#include "config/config.hpp"
 #include "distributed/comm.hpp"
 #include "model/params.hpp"
 #include "train/settings.hpp"
@@ -36,8 +35,6 @@ struct Event {
 class Stability {
  public:
   // `append`: a resumed run adds to the events of the run it continues.
-  Stability(const config::Config& cfg, dist::CommWorld* world, DataParallel* dp, bool lead,
-            const std::filesystem::path& run_dir, bool append);
   Stability(const StabilitySettings& s, dist::CommWorld* world, DataParallel* dp, bool lead,
             const std::filesystem::path& run_dir, bool append);
 

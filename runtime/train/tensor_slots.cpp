@@ -12,23 +12,24 @@
 
 namespace loom::train {
 
-TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& sel,
-                         dist::CommWorld* world, const loom_ops* ops, GemmNumerics numerics)
+TensorSlots::TensorSlots(const model::Config& mc, const std::string& device,
+                         const plugins::Selection& sel, dist::CommWorld* world, const loom_ops* ops,
+                         GemmNumerics numerics)
     : world_(world), ops_(ops) {
   const int tp = world ? world->mesh().tp : 1;
   const plugins::SlotChoice* seq = sel.slot("sequence");  // without tp: layout_problem refused it
   if (tp == 1) {
     api_ = std::make_unique<LayerApi>(ops, numerics);
-    start_experts(cfg, sel);
-    start_context(cfg, sel);
+    start_experts(sel, mc.moe.experts);
+    start_context(sel, mc.seq_len);
     return;
   }
   const plugins::SlotChoice* tensor = sel.slot("tensor");
   if (!tensor) throw RuntimeError("tp > 1 without a tensor plugin got past layout_problem");
-  loom_options topts = plugins::options_for(cfg, tensor->found.desc->name);
+  loom_options topts = tensor->options;
   tensor_ = std::make_unique<plugins::Instance>(tensor->found, &topts);
   if (seq) {
-    loom_options sopts = plugins::options_for(cfg, seq->found.desc->name);
+    loom_options sopts = seq->options;
     sequence_ = std::make_unique<plugins::Instance>(seq->found, &sopts);
   }
   loom_tensor_context ctx{};
@@ -44,22 +45,21 @@ TensorSlots::TensorSlots(const config::Config& cfg, const plugins::Selection& se
   const char* mode = nullptr;
   int64_t chunks = 1;
   if (plugins::host().opt_str(&topts, "overlap", &mode) == LOOM_OK && mode)
-    overlap.on = std::string(mode) == "on" ||
-                 (std::string(mode) == "auto" && read_run(cfg).device == "cuda");
+    overlap.on = std::string(mode) == "on" || (std::string(mode) == "auto" && device == "cuda");
   if (overlap.on && plugins::host().opt_i64(&topts, "overlap_chunks", &chunks) == LOOM_OK)
     overlap.chunks = static_cast<int>(chunks);
   api_ = std::make_unique<PluginLayers>(ops, numerics, ctx, *tensor_, sequence_.get(), overlap);
-  start_experts(cfg, sel);
-  start_context(cfg, sel);
+  start_experts(sel, mc.moe.experts);
+  start_context(sel, mc.seq_len);
 }
 
 // cp > 1: the context slot splits every sequence over the cp group and runs attention across it.
-void TensorSlots::start_context(const config::Config& cfg, const plugins::Selection& sel) {
+void TensorSlots::start_context(const plugins::Selection& sel, int64_t seq_len) {
   const int cp = world_ ? world_->mesh().cp : 1;
   const plugins::SlotChoice* slot = sel.slot("context");
   if (cp == 1) return;
   if (!slot) throw RuntimeError("cp > 1 without a context plugin got past layout_problem");
-  loom_options opts = plugins::options_for(cfg, slot->found.desc->name);
+  loom_options opts = slot->options;
   context_plugin_ = std::make_unique<plugins::Instance>(slot->found, &opts);
   loom_context_context ctx{};
   ctx.v = LOOM_VERSION_OF(loom_context_context);
@@ -68,19 +68,18 @@ void TensorSlots::start_context(const config::Config& cfg, const plugins::Select
   ctx.cp = world_->axis(dist::Axis::CP).raw();
   ctx.ops = ops_;
   ctx.device = ops_->device;
-  context_ =
-      std::make_unique<ContextAttention>(ctx, *context_plugin_, model::from_config(cfg).seq_len);
+  context_ = std::make_unique<ContextAttention>(ctx, *context_plugin_, seq_len);
   api_->set_context(context_.get());
 }
 
 // ep > 1: the expert slot places each MoE layer's experts over the ep group.
-void TensorSlots::start_experts(const config::Config& cfg, const plugins::Selection& sel) {
+// experts > 0: layout_problem checked.
+void TensorSlots::start_experts(const plugins::Selection& sel, int64_t experts) {
   const int ep = world_ ? world_->mesh().ep : 1;
   if (ep == 1) return;
-  const int64_t experts = model::from_config(cfg).moe.experts;  // > 0: layout_problem checked
   const plugins::SlotChoice* slot = sel.slot("expert");
   if (!slot) throw RuntimeError("ep > 1 without an expert plugin got past layout_problem");
-  loom_options opts = plugins::options_for(cfg, slot->found.desc->name);
+  loom_options opts = slot->options;
   expert_ = std::make_unique<plugins::Instance>(slot->found, &opts);
   loom_expert_context ctx{};
   ctx.v = LOOM_VERSION_OF(loom_expert_context);

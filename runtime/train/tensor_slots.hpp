@@ -11,6 +11,7 @@
 
 #include "distributed/comm.hpp"
 #include "loader/selection.hpp"
+#include "model/config.hpp"
 #include "parallel/layer_api.hpp"
 
 namespace loom {
@@ -26,8 +27,9 @@ std::string layer_of(const std::string& param);
 
 class TensorSlots {
  public:
-  TensorSlots(const config::Config& cfg, const plugins::Selection& sel, dist::CommWorld* world,
-              const loom_ops* ops, GemmNumerics numerics);
+  // `device` is [run] device: a tensor plugin's overlap = "auto" overlaps on "cuda" only.
+  TensorSlots(const model::Config& mc, const std::string& device, const plugins::Selection& sel,
+              dist::CommWorld* world, const loom_ops* ops, GemmNumerics numerics);
   ~TensorSlots();
   LayerApi& api() { return *api_; }
   // The context slot (cp > 1), null otherwise.
@@ -48,8 +50,8 @@ class TensorSlots {
  private:
   double global_norm(ParamStore& params, Tensor Param::*which);
   double over_ep(double sum);
-  void start_experts(const config::Config& cfg, const plugins::Selection& sel);
-  void start_context(const config::Config& cfg, const plugins::Selection& sel);
+  void start_experts(const plugins::Selection& sel, int64_t experts);
+  void start_context(const plugins::Selection& sel, int64_t seq_len);
   dist::CommWorld* world_;
   const loom_ops* ops_;
   std::unique_ptr<plugins::Instance> tensor_, sequence_, expert_;

@@ -6,9 +6,9 @@ namespace fs = std::filesystem;
 
 namespace loom::train {
 
-TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
+TrainSummary train(const JobSettings& job, const plugins::Selection& selection,
                    const dist::RankEnv& env, const fs::path& run_dir) {
-  Run run(cfg, selection, env, run_dir);
+  Run run(job, selection, env, run_dir);
   return run.train();
 }
 

@@ -6,16 +6,16 @@
 
 #include <filesystem>
 
-#include "config/config.hpp"
 #include "distributed/launch.hpp"
 #include "loader/selection.hpp"
+#include "train/job_settings.hpp"
 #include "train/summary.hpp"
 
 namespace loom::train {
 
-// Trains as the config says, as rank env.rank of env.world. Rank 0 prints and writes
-// <run_dir>/metrics.jsonl and <run_dir>/config.toml.
-TrainSummary train(config::Config& cfg, const plugins::Selection& selection,
+// Trains as the job's settings say (read_job), as rank env.rank of env.world. Rank 0 prints and
+// writes <run_dir>/metrics.jsonl and <run_dir>/config.toml.
+TrainSummary train(const JobSettings& job, const plugins::Selection& selection,
                    const dist::RankEnv& env, const std::filesystem::path& run_dir);
 
 }  // namespace loom::train

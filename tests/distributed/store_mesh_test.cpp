@@ -4,6 +4,7 @@
 
 #include "cli/job_config.hpp"
 #include "config/config.hpp"
+#include "config/section.hpp"
 #include "core/errors.hpp"
 #include "distributed/launch.hpp"
 #include "distributed/mesh.hpp"
@@ -71,18 +72,18 @@ TEST_CASE("mesh coordinates put tp innermost and pp outermost") {
 TEST_CASE("mesh degrees come from [parallel], a mismatch with the world is an error") {
   config::Config auto_dp = config::Config::parse("[parallel]\ntp = 2\n", "m.toml");
   auto_dp.validate(loom::cli::runtime_schema());
-  CHECK(resolve_mesh(auto_dp, 8).dp == 4);
+  CHECK(resolve_mesh(read_parallel(auto_dp.section("parallel")), 8).dp == 4);
   config::Config fixed = config::Config::parse("[parallel]\ndp = 3\n", "m.toml");
   fixed.validate(loom::cli::runtime_schema());
   try {
-    resolve_mesh(fixed, 4);
+    resolve_mesh(read_parallel(fixed.section("parallel")), 4);
     FAIL("expected an error");
   } catch (const ConfigError& e) {
     CHECK(std::string(e.what()).find("dp=3 tp=1 pp=1 ep=1 needs 3 ranks, but the world has 4") !=
           std::string::npos);
   }
   try {
-    resolve_mesh(auto_dp, 3);
+    resolve_mesh(read_parallel(auto_dp.section("parallel")), 3);
     FAIL("expected an error");
   } catch (const ConfigError& e) {
     CHECK(std::string(e.what()).find("does not divide the world size 3") != std::string::npos);

@@ -8,6 +8,7 @@
 
 #include "cli/job_config.hpp"
 #include "config/config.hpp"
+#include "config/section.hpp"
 #include "gpt/gpt.hpp"
 #include "ops/cpu/kernels.hpp"
 #include "ops/ops.hpp"
@@ -251,7 +252,7 @@ namespace {
 model::Config preset(const std::string& name) {
   config::Config cfg = config::Config::parse("[model]\npreset = \"" + name + "\"\n", "t.toml");
   cfg.validate(loom::cli::runtime_schema());
-  return model::from_config(cfg);
+  return model::read_model(cfg.section("model"));
 }
 
 // Every parameter the model declares (global shapes), without allocating any of them.

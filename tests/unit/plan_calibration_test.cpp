@@ -23,7 +23,7 @@ plan::Workload llama(const std::string& preset, int64_t batch, const std::string
           "\n[plugins]\nprecision = \"bf16\"\n",
       "<test>");
   cfg.validate(loom::cli::runtime_schema());
-  plan::Workload w = plan::workload_of(cfg);
+  plan::Workload w = plan::workload_of(train::read_job(cfg));
   w.data_plugin = data;
   return w;
 }

@@ -24,7 +24,7 @@ plan::Workload workload() {
       "8192\n[train]\nglobal_batch = 16\n",
       "<test>");
   cfg.validate(loom::cli::runtime_schema());
-  return plan::workload_of(cfg);
+  return plan::workload_of(train::read_job(cfg));
 }
 
 // Two one-node groups of this-machine-core.toml, the second at `speed`.

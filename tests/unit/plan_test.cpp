@@ -40,7 +40,7 @@ plan::Workload llama3_workload(const std::string& preset, int64_t batch) {
           "\n[plugins]\nprecision = \"bf16\"\n",
       "<test>");
   cfg.validate(loom::cli::runtime_schema());
-  return plan::workload_of(cfg);
+  return plan::workload_of(train::read_job(cfg));
 }
 
 }  // namespace
@@ -154,13 +154,11 @@ TEST_CASE(
   q.d_model = 64, q.layers = 2;
   q.microbatches = 1, q.chunks = 1;
   bool has = false;
-  const config::Config defaults = config::Config::parse("[plugins]\n", "a.toml");
   const auto fp32 =
-      plan::PluginSources(plugins::Registry::default_dirs(), &defaults).costs()("ddp", q, has);
-  const config::Config narrow =
-      config::Config::parse("[plugins.ddp]\nreduce_dtype = \"bf16\"\noverlap = false\n", "b.toml");
+      plan::PluginSources(plugins::Registry::default_dirs(), "[plugins]\n").costs()("ddp", q, has);
+  const std::string narrow = "[plugins.ddp]\nreduce_dtype = \"bf16\"\noverlap = false\n";
   const auto bf16 =
-      plan::PluginSources(plugins::Registry::default_dirs(), &narrow).costs()("ddp", q, has);
+      plan::PluginSources(plugins::Registry::default_dirs(), narrow).costs()("ddp", q, has);
   REQUIRE(fp32.size() == 1);
   REQUIRE(bf16.size() == 1);
   CHECK(fp32[0].bytes == 4000000);

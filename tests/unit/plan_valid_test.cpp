@@ -11,6 +11,7 @@
 
 #include "cli/job_config.hpp"
 #include "config/config.hpp"
+#include "config/section.hpp"
 #include "core/errors.hpp"
 #include "distributed/mesh.hpp"
 #include "loader/registry.hpp"
@@ -55,8 +56,9 @@ TEST_CASE(
     }
     config::Config base = config::Config::load(file);
     base.validate(loom::cli::runtime_schema());
-    const plan::Workload w = plan::workload_of(base);
-    plan::PluginSources sources(plugins::Registry::default_dirs(), &base);
+    const train::JobSettings base_job = train::read_job(base);
+    const plan::Workload w = plan::workload_of(base_job);
+    plan::PluginSources sources(plugins::Registry::default_dirs(), base_job.plugins.tables);
     const plan::SearchResult r = plan::search(h100, w, job.devices, {}, sources.costs(),
                                               sources.pipes(), sources.problems());
     REQUIRE(r.ranked.size() > 100);
@@ -67,8 +69,10 @@ TEST_CASE(
       INFO(job.preset << " #" << i + 1 << ": " << l.name());
       config::Config cfg = cli::load_for_job(file.string(), plan::layout_sets(w, l), l.world());
       const plugins::Selection sel = plugins::resolve(cfg, registry);
-      CHECK_NOTHROW(train::check_layout(cfg, sel, dist::resolve_mesh(cfg, l.world())));
-      CHECK(plan::layout_of(cfg).name() == l.name());  // the config reads back as the layout
+      const train::JobSettings job_settings = train::read_job(cfg, sel);
+      CHECK_NOTHROW(train::check_layout(job_settings, sel,
+                                        dist::resolve_mesh(job_settings.parallel, l.world())));
+      CHECK(plan::layout_of(job_settings).name() == l.name());  // it reads back as the layout
       ++checked;
     }
     MESSAGE(std::string(job.preset)
@@ -83,8 +87,9 @@ TEST_CASE("the planner ranks ZeRO on a GPU, and leaves out a schedule's own refu
       "64\n[plugins]\nprecision = \"bf16\"\n",
       "<test>");
   cfg.validate(loom::cli::runtime_schema());
-  const plan::Workload w = plan::workload_of(cfg);
-  plan::PluginSources sources(plugins::Registry::default_dirs(), &cfg);
+  const train::JobSettings job = train::read_job(cfg);
+  const plan::Workload w = plan::workload_of(job);
+  plan::PluginSources sources(plugins::Registry::default_dirs(), job.plugins.tables);
   const plan::Cluster h100 =
       plan::load_cluster(fs::path(LOOM_SOURCE_DIR) / "clusters" / "h100-sxm.toml");
   const plan::SearchResult r =
@@ -105,7 +110,7 @@ TEST_CASE(
     "words") {
   config::Config cfg = config::Config::parse("[model]\npreset = \"llama-tiny\"\n", "<test>");
   cfg.validate(loom::cli::runtime_schema());
-  const model::Config mc = model::from_config(cfg);
+  const model::Config mc = model::read_model(cfg.section("model"));
   train::LayoutFacts f;
   f.model = &mc;
   f.mesh.dp = 2;
