@@ -96,7 +96,7 @@ void Run::check_and_settle() {
   local_batch_ = s_.micro_batch * s_.accum;             // sequences per rank per step
   if (lead_) claim_run_dir(run_dir_, job_.checkpoint);  // before anything is written there
   publish_placement(env_, mesh_);
-  tokenizer_ = run_tokenizer(job_.data.tokenizer_path(), mc_, s_.sample_every > 0);
+  tokenizer_ = run_tokenizer(job_.data, mc_, s_.sample_every > 0);
 }
 
 // Ranks on one machine share its cores unless told otherwise; [run] threads = 0 on one rank per

@@ -140,9 +140,10 @@ std::string printable(const std::string& bytes) {
 
 // The run's tokenizer, for text samples: [data] tokenizer, or tokenizer.json beside the shards.
 // Without one, samples are bytes, which only a 256-token vocabulary can print.
-std::unique_ptr<tok::Tokenizer> run_tokenizer(const fs::path& path, const model::Config& mc,
-                                              bool sampling) {
+std::unique_ptr<tok::Tokenizer> run_tokenizer(const data::DataSettings& data,
+                                              const model::Config& mc, bool sampling) {
   if (!sampling) return nullptr;  // only samples decode text
+  const fs::path path = data.tokenizer_path();
   if (!path.empty()) {
     auto t = std::make_unique<tok::Tokenizer>(tok::Tokenizer::from_json_file(path));
     check_tokenizer_fits(t->vocab_size(), path, mc.vocab_size);

@@ -3,12 +3,12 @@
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "data/data_settings.hpp"
 #include "model/model.hpp"
 
 namespace loom::tok {
@@ -52,10 +52,10 @@ std::string generate(model::Model& model, const tok::Tokenizer* tokenizer,
 // The bytes made printable for a terminal: control bytes other than newline become '.'.
 std::string printable(const std::string& bytes);
 
-// The run's tokenizer for text samples, from `path` (DataSettings::tokenizer_path; empty: none);
+// The run's tokenizer for text samples: [data] tokenizer, or tokenizer.json beside the shards;
 // null for bytes or when the run takes no samples. Refuses samples of a non-byte vocabulary
 // without one.
-std::unique_ptr<tok::Tokenizer> run_tokenizer(const std::filesystem::path& path,
+std::unique_ptr<tok::Tokenizer> run_tokenizer(const data::DataSettings& data,
                                               const model::Config& mc, bool sampling);
 
 }  // namespace loom::train

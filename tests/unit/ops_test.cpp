@@ -290,6 +290,38 @@ TEST_CASE(
   CHECK(max_abs_diff(dv_blk, dv) < 1e-4);
 }
 
+// A key block that reaches past the last query's position (context parallelism's zig-zag halves
+// do): the keys no query sees get zero gradients, and the rest is the attention over the keys
+// seen. 100 queries (a ragged last tile) over 300 keys spans two key tiles, the second unseen.
+TEST_CASE("attention over keys past every query: the unseen keys get zero gradients") {
+  const int64_t Tq = 100, Tk = 300, H = 2, Hkv = 1, D = 16, ldq = H * D, ldkv = Hkv * D;
+  const auto q = randn(Tq * ldq, 41), k = randn(Tk * ldkv, 42), v = randn(Tk * ldkv, 43),
+             dout = randn(Tq * ldq, 44);
+  std::vector<int64_t> pos(Tk);
+  for (int64_t t = 0; t < Tk; ++t) pos[t] = t;
+  std::vector<float> out(Tq * ldq), lse(H * Tq), whole(Tq * ldq), whole_lse(H * Tq);
+  cpu::attention_block_fwd(out.data(), lse.data(), q.data(), k.data(), v.data(), ldq, ldkv, 1, Tq,
+                           Tk, H, Hkv, D, pos.data(), pos.data());
+  cpu::attention_gqa_fwd(whole.data(), whole_lse.data(), q.data(), k.data(), v.data(), ldq, ldkv, 1,
+                         Tq, H, Hkv, D);
+  CHECK(max_abs_diff(out, whole) < 1e-5);
+  std::vector<float> dq(Tq * ldq), dk(Tk * ldkv, 1.f), dv(Tk * ldkv, 1.f), dq_whole(Tq * ldq),
+      dk_whole(Tq * ldkv), dv_whole(Tq * ldkv);
+  cpu::attention_block_bwd(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
+                           v.data(), out.data(), lse.data(), ldq, ldkv, 1, Tq, Tk, H, Hkv, D,
+                           pos.data(), pos.data());
+  cpu::attention_gqa_bwd(dq_whole.data(), dk_whole.data(), dv_whole.data(), dout.data(), q.data(),
+                         k.data(), v.data(), whole.data(), whole_lse.data(), ldq, ldkv, 1, Tq, H,
+                         Hkv, D);
+  CHECK(max_abs_diff(dq, dq_whole) < 1e-4);
+  CHECK(max_abs_diff(std::vector<float>(dk.begin(), dk.begin() + Tq * ldkv), dk_whole) < 1e-4);
+  CHECK(max_abs_diff(std::vector<float>(dv.begin(), dv.begin() + Tq * ldkv), dv_whole) < 1e-4);
+  for (int64_t i = Tq * ldkv; i < Tk * ldkv; ++i) {
+    REQUIRE(dk[i] == 0.f);
+    REQUIRE(dv[i] == 0.f);
+  }
+}
+
 TEST_CASE("attention backward matches finite differences") {
   const int64_t B = 1, T = 5, H = 2, D = 3, C = H * D;
   auto qkv = randn(B * T * 3 * C, 24), r = randn(B * T * C, 25);

@@ -188,6 +188,7 @@ void head_bwd(const Layout& L, const float* dO, const float* O, int64_t C, const
     const int64_t key_cols = std::min(kBc, Tk - j0);
     // The first query that sees key j0, rounded down to its tile.
     const int64_t first = std::upper_bound(visible.begin(), visible.end(), j0) - visible.begin();
+    if (first == Tq) break;  // no query sees key j0, nor any key after it
     const float *kj = kh + j0 * ldkv, *vj = vh + j0 * ldkv;
     for (int64_t i0 = (first / kBr) * kBr; i0 < Tq; i0 += kBr) {
       const int64_t rows = std::min(kBr, Tq - i0);
