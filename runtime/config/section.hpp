@@ -16,9 +16,7 @@ class Section {
  public:
   Section(const Config& cfg, std::string name) : cfg_(&cfg), name_(std::move(name)) {}
 
-  const std::string& name() const { return name_; }  // "train", "model.moe"
-  // [model.moe] from [model]: a table inside this section.
-  Section sub(std::string_view table) const;
+  const std::string& name() const { return name_; }  // "train"; a key may be "moe.experts"
 
   // Typed reads of validated keys, as Config's.
   int64_t i64(std::string_view key) const;
@@ -28,8 +26,8 @@ class Section {
   std::vector<std::string> str_list(std::string_view key) const;
   // The key's node, for a value of more than one type; nullptr when the key is absent.
   const toml::node* node(std::string_view key) const;
-  // The section as TOML text, its header and tables inside it included: for a part that hands
-  // tables on by name (plugins' option tables).
+  // The section as TOML text, its header and the tables inside it included: for a part that
+  // hands tables on by name (plugins' option tables).
   std::string toml() const;
 
  private:

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "cli/job_config.hpp"
+#include "config/section.hpp"
 #include "core/errors.hpp"
 
 using loom::ConfigError;
@@ -134,4 +135,21 @@ TEST_CASE("an integer key's range is written as integers") {
         "t.toml:2:11: [run] threads: expected integer in [0, 4096], got integer 100000");
   CHECK(error_of("[train]\nsteps = 0\n").find("expected integer >= 1, got integer 0") !=
         std::string::npos);
+}
+
+// A component's read function sees its own section: keys relative to it, a nested table by its
+// dotted key; and the section as TOML text, [plugins] with its option tables, reads back as the
+// same values (the planner's cost entries get the tables so).
+TEST_CASE("a section reads its own keys, and its TOML text reads back as the same tables") {
+  Config c = Config::parse(
+      "[train]\nsteps = 7\n[model]\nmoe.experts = 4\n[plugins]\ndata = \"ddp\"\n"
+      "[plugins.ddp]\nreduce_dtype = \"bf16\"\n",
+      "t.toml");
+  c.validate(loom::cli::runtime_schema());
+  CHECK(c.section("train").i64("steps") == 7);
+  CHECK(c.section("model").i64("moe.experts") == 4);
+  CHECK(c.section("plugins").node("missing") == nullptr);
+  const Config back = Config::parse(c.section("plugins").toml(), "plugins.toml");
+  CHECK(back.str("plugins.data") == "ddp");
+  CHECK(back.str("plugins.ddp.reduce_dtype") == "bf16");
 }
