@@ -104,12 +104,7 @@ class Run {
   const std::filesystem::path run_dir_;
   const bool lead_;
 
-  // job_'s, by the names the run's code uses; s_ with the layout's accum.
-  const RunSettings& run_ = job_.run;
-  Settings s_;
-  const model::Config& mc_ = job_.model;
-  const data::DataSettings& data_settings_ = job_.data;
-  const ckpt::CheckpointSettings& ckpt_settings_ = job_.checkpoint;
+  Settings s_;  // job_.train with the layout's accum (settle_layout)
   dist::MeshShape mesh_;
   int64_t local_batch_ = 0, first_sample_ = 0;
   int64_t T_ = 0, T_local_ = 0, max_rows_ = 0;

@@ -96,19 +96,19 @@ void Run::check_and_settle() {
   local_batch_ = s_.micro_batch * s_.accum;             // sequences per rank per step
   if (lead_) claim_run_dir(run_dir_, job_.checkpoint);  // before anything is written there
   publish_placement(env_, mesh_);
-  tokenizer_ = run_tokenizer(job_.data, mc_, s_.sample_every > 0);
+  tokenizer_ = run_tokenizer(job_.data, job_.model, s_.sample_every > 0);
 }
 
 // Ranks on one machine share its cores unless told otherwise; [run] threads = 0 on one rank per
 // machine: all the cores it may use while they are free, fewer while other processes take some.
 // "May use" is what a scheduler allows: the affinity mask, a cgroup quota, --cpus-per-task.
 void Run::start_devices() {
-  device_ = run_.device;
+  device_ = job_.run.device;
   ops_ = ops::for_device(device_);
-  ops::set_memory_cap(device_, run_.device_memory);
+  ops::set_memory_cap(device_, job_.run.device_memory);
   plugins::set_device_ops(ops_);
   plugins::set_native_streams(ops::native_streams(device_));
-  threads_ = run_.threads;
+  threads_ = job_.run.threads;
   if (threads_ == 0) {
     const CpuBudget budget = threads_per_rank(env_.local_world, env_.launcher == "slurm");
     threads_ = budget.cpus;
@@ -116,7 +116,7 @@ void Run::start_devices() {
   }
   threads_ = ops::set_threads(device_, threads_);
   thread_policy_ = std::make_unique<ThreadPolicy>(
-      device_, threads_, device_ == "cpu" && run_.threads == 0 && env_.local_world == 1, lead_);
+      device_, threads_, device_ == "cpu" && job_.run.threads == 0 && env_.local_world == 1, lead_);
 }
 
 // The precision slot decides GEMM operand numerics and loss scaling.
@@ -128,20 +128,20 @@ void Run::start_precision() {
 }
 
 void Run::open_data() {
-  const data::DataSettings& ds = data_settings_;
+  const data::DataSettings& ds = job_.data;
   std::vector<data::Source> sources;
   for (const auto& d : ds.sources()) {
     data::Source s;
     s.name = d.name, s.weight = d.weight;
-    s.train = data::TokenSplit(d.dir, "train", mc_.vocab_size);
+    s.train = data::TokenSplit(d.dir, "train", job_.model.vocab_size);
     if (s_.eval_every > 0 && d.weight > 0) {
-      s.val = data::TokenSplit(d.dir, "val", mc_.vocab_size);
-      if (s.val.size() <= mc_.seq_len)
+      s.val = data::TokenSplit(d.dir, "val", job_.model.vocab_size);
+      if (s.val.size() <= job_.model.seq_len)
         throw RuntimeError("the validation split in '" + d.dir + "' is shorter than one sequence");
     }
     sources.push_back(std::move(s));
   }
-  data_ = std::make_unique<data::Batches>(std::move(sources), mc_.seq_len, s_.seed,
+  data_ = std::make_unique<data::Batches>(std::move(sources), job_.model.seq_len, s_.seed,
                                           data::sampling_from(ds.sampling), s_.global_batch);
   if (const char* dir = std::getenv("LOOM_DATA_TRACE")) {
     const fs::path file = fs::path(dir) / ("rank" + std::to_string(env_.rank) + ".tsv");
@@ -173,10 +173,10 @@ void Run::start_processes() {
 // parallelism splits a decode's rows, a pipeline's stages hold no cache): under cp the
 // activations then also hold one full-length sequence.
 void Run::build_model() {
-  slots_ = std::make_unique<TensorSlots>(mc_, run_.device, sel_, world_.get(), ops_,
+  slots_ = std::make_unique<TensorSlots>(job_.model, job_.run.device, sel_, world_.get(), ops_,
                                          GemmNumerics{precision_.get()});
   const ContextAttention* cp = slots_->context();
-  T_ = mc_.seq_len;
+  T_ = job_.model.seq_len;
   T_local_ = cp ? cp->local_len() : T_;
   const bool full_context_samples =
       cp && s_.sample_every > 0 && (sel_.slot("sequence") || mesh_.pp > 1);
@@ -191,15 +191,16 @@ void Run::build_model() {
   PipelineLayout layout;
   std::vector<int> only;
   if (mesh_.pp > 1) {
-    layout = plan_pipeline(job_.parallel, sel_, mc_, mesh_.pp, static_cast<int>(s_.accum));
+    layout = plan_pipeline(job_.parallel, sel_, job_.model, mesh_.pp, static_cast<int>(s_.accum));
     only = layout.layers_of(world_->coord().pp, mesh_.pp);
   }
-  model_ = model::build(mc_, slots_->api(), params_, max_rows_, run_.profile_layer, only);
+  model_ =
+      model::build(job_.model, slots_->api(), params_, max_rows_, job_.run.profile_layer, only);
   if (mesh_.pp > 1)
     pipe_ = std::make_unique<Pipeline>(std::move(layout), *world_, *model_, max_rows_);
   params_.allocate(s_.seed);
   const std::string& src = job_.init_from;
-  if (!src.empty() && ckpt_settings_.may_start_fresh())
+  if (!src.empty() && job_.checkpoint.may_start_fresh())
     ckpt::init_from(
         src, params_,
         lead_);  // before the data plugin copies (and shards) the values; a resume overwrites
@@ -209,10 +210,11 @@ void Run::build_model() {
 }
 
 void Run::start_data_slot() {
-  faults_ = std::make_unique<FaultInjector>(job_.faults, env_.rank, mc_.vocab_size, params_);
+  faults_ = std::make_unique<FaultInjector>(job_.faults, env_.rank, job_.model.vocab_size, params_);
   if (mesh_.data_ranks() == 1) return;
-  const std::vector<std::string> own_unit =
-      pipe_ && mc_.tied_embeddings ? std::vector<std::string>{"wte"} : std::vector<std::string>{};
+  const std::vector<std::string> own_unit = pipe_ && job_.model.tied_embeddings
+                                                ? std::vector<std::string>{"wte"}
+                                                : std::vector<std::string>{};
   dp_ = std::make_unique<DataParallel>(
       sel_, *world_, params_, *model_, static_cast<int>(s_.accum), own_unit,
       [this](const std::vector<Param*>& ps) { on_grads_final(ps); });
@@ -227,9 +229,9 @@ void Run::start_optimizer_and_checkpoints() {
       std::make_unique<Optimizer>(params_, *slots_, dp_.get(), ops_,
                                   AdamW{s_.beta1, s_.beta2, s_.eps, s_.weight_decay, s_.grad_clip});
   ckpt::CheckpointerSetup setup;
-  setup.settings = ckpt_settings_;
+  setup.settings = job_.checkpoint;
   setup.precision = job_.plugins.slot("precision");
-  setup.model = mc_, setup.selection = &sel_;
+  setup.model = job_.model, setup.selection = &sel_;
   if (const plugins::SlotChoice* writer = sel_.slot("ckpt")) setup.writer_options = writer->options;
   setup.world = world_.get(), setup.mesh = mesh_, setup.rank = env_.rank, setup.run_dir = run_dir_;
   setup.config_text = job_.text, setup.write_error_step = faults_->faults().ckpt_write_error_step;
@@ -253,12 +255,13 @@ void Run::start_reporters() {
     superseded_rows_ = first_step_ > 1 ? drop_rows_from(run_dir_ / "metrics.jsonl", first_step_,
                                                         run_dir_ / "metrics.superseded.jsonl")
                                        : 0;
-    log_ = std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", first_step_ > 1,
-                                        run_.tensorboard ? run_dir_ / "tensorboard" : fs::path());
+    log_ =
+        std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", first_step_ > 1,
+                                     job_.run.tensorboard ? run_dir_ / "tensorboard" : fs::path());
   }
-  peak_ =
-      device_peak(device_, precision_ ? precision_->name() : "fp32", threads_, run_.peak_gflops);
-  flops_per_token_ = mc_.flops_per_token();
+  peak_ = device_peak(device_, precision_ ? precision_->name() : "fp32", threads_,
+                      job_.run.peak_gflops);
+  flops_per_token_ = job_.model.flops_per_token();
   activation_bytes_ = model_->activation_bytes({nullptr, nullptr, s_.micro_batch, T_local_, 0.f});
   stability_ = std::make_unique<Stability>(job_.stability, world_.get(), dp_.get(), lead_, run_dir_,
                                            first_step_ > 1);
@@ -285,7 +288,7 @@ void Run::start_reporters() {
   ContextAttention* cp = slots_->context();
   if (cp) reporters_.push_back([this, cp](Fields& f) { add_context_metrics(f, cp, world_.get()); });
   // Last: nothing after it may throw, or the plugins' span sink would outlive the trace.
-  if (run_.trace) {
+  if (job_.run.trace) {
     trace_ = std::make_unique<Trace>(
         run_dir_ / "trace" / ("rank" + std::to_string(env_.rank) + ".json"), env_.rank,
         "rank " + std::to_string(env_.rank) + " (" + mesh_.describe() + " coord pp " +
@@ -299,12 +302,13 @@ void Run::start_reporters() {
 
 void Run::print_banner() const {
   if (!lead_) return;
-  std::printf("model: %s: %s params (%s non-embedding)\n", mc_.describe().c_str(),
-              human_count(mc_.params()).c_str(), human_count(mc_.non_embedding_params()).c_str());
+  std::printf("model: %s: %s params (%s non-embedding)\n", job_.model.describe().c_str(),
+              human_count(job_.model.params()).c_str(),
+              human_count(job_.model.non_embedding_params()).c_str());
   std::printf(
       "data: %s training tokens from %s; batch %lld x %lld tokens (%lld micro-batches of %lld)\n",
-      human_count(data_->train_tokens()).c_str(), data_settings_.describe().c_str(),
-      (long long)s_.global_batch, (long long)mc_.seq_len, (long long)s_.accum,
+      human_count(data_->train_tokens()).c_str(), job_.data.describe().c_str(),
+      (long long)s_.global_batch, (long long)job_.model.seq_len, (long long)s_.accum,
       (long long)s_.micro_batch);
   std::printf("device: %s, %d threads%s, precision %s; MFU peak %.1f GFLOP/s from %s\n",
               device_.c_str(), threads_, device_ == "cpu" ? threads_from_.c_str() : "",

@@ -168,7 +168,7 @@ void Run::evaluating(bool on) {
 // run's throughput.
 void Run::finish_run(TrainSummary& sum, double total_time) {
   checkpoints_->close();
-  if (model_ && run_.profile_layer && lead_)
+  if (model_ && job_.run.profile_layer && lead_)
     print_profile(slots_->api().profile(), s_.steps * s_.accum);
   optimizer_->check_tp_replicas();  // norms and row-parallel biases stayed identical across tp
   optimizer_->check_replicas(

@@ -53,7 +53,7 @@ TrainSummary Run::train() {
     if (lead_) log_->write({{"step", 0.0}, {"val_loss", val}});
   }
   StopSignal stop_signal;
-  const bool save_on_signal = ckpt_settings_.save_on_signal && checkpoints_->enabled();
+  const bool save_on_signal = job_.checkpoint.save_on_signal && checkpoints_->enabled();
   double total_time = 0;
   for (int64_t step = first_step_; step <= last_step_; ++step) {
     const Clock::time_point t0 = Clock::now();
