@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -30,6 +31,16 @@ inline std::filesystem::path write_input(const std::string& name, const uint8_t*
       .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   return p;
 }
+
+// A property every input must keep: when it fails, the property is printed and the process traps,
+// which libFuzzer reports as a finding with the input that broke it.
+#define FUZZ_REQUIRE(cond)                                                                  \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      std::fprintf(stderr, "FUZZ_REQUIRE failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
+      __builtin_trap();                                                                     \
+    }                                                                                       \
+  } while (0)
 
 // Runs `f`; the runtime's own error types are the expected answer to bad input.
 template <class F>
