@@ -43,7 +43,7 @@ config::Config bench_config(const po::variables_map& vm) {
     config::Config c = vm.count("config")
                            ? config::Config::load(vm["config"].as<std::string>(), overrides)
                            : config::Config::parse("[plugins]\n", "--comm", overrides);
-    c.validate(runtime_schema());
+    c.validate(train::job_sections());
     return c;
   };
   config::Config cfg = load();

@@ -419,7 +419,7 @@ void name_sides(Sides& s, const po::variables_map& vm) {
 
 config::Config saved_config(const fs::path& dir) {
   config::Config cfg = config::Config::load(dir / "config.toml");
-  cfg.validate(runtime_schema());
+  cfg.validate(train::job_sections());
   return cfg;
 }
 
@@ -473,7 +473,7 @@ Sides sides_from_configs(const po::variables_map& vm, Plan& plan) {
     std::vector<std::string> all = plan.overrides;
     all.insert(all.end(), mine.begin(), mine.end());
     config::Config c = config::Config::load(file, all);
-    c.validate(runtime_schema());
+    c.validate(train::job_sections());
     return c;
   };
   config::Config ca = load(files[0], s.a.overrides), cb = load(files[1], s.b.overrides);

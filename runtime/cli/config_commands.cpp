@@ -50,7 +50,7 @@ int config(const Args& args) {
     return kExitOk;
   }
   config::Config cfg = config::Config::load(vm["file"].as<std::string>(), sets(vm));
-  cfg.validate(runtime_schema());
+  cfg.validate(train::job_sections());
   // As `loom train` would run it: [parallel] nproc ranks (on each of its groups' nodes), the
   // runtime's default plugins, and every check a rank makes before its first step.
   const std::vector<dist::NodeGroup> groups = dist::read_groups(cfg.section("parallel"));

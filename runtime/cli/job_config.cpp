@@ -2,10 +2,10 @@
 
 #include <cstdio>
 
-#include "cli/sections.hpp"
 #include "distributed/node_groups.hpp"
 #include "distributed/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
+#include "train/job_settings.hpp"
 
 namespace loom::cli {
 
@@ -16,12 +16,12 @@ plugins::SlotDegrees slot_degrees(const config::Config& cfg) {
 
 config::Config load_for_job(const std::string& file, std::vector<std::string> sets, int world) {
   config::Config cfg = config::Config::load(file, sets);
-  cfg.validate(runtime_schema());
+  cfg.validate(train::job_sections());
   const std::vector<std::string> defaults = plugins::default_plugins(cfg, world, slot_degrees(cfg));
   if (defaults.empty()) return cfg;
   sets.insert(sets.end(), defaults.begin(), defaults.end());
   cfg = config::Config::load(file, sets);
-  cfg.validate(runtime_schema());
+  cfg.validate(train::job_sections());
   return cfg;
 }
 

@@ -1,13 +1,12 @@
 // A job's config as the commands hand it down: loaded, checked against every section
-// (cli/sections.hpp), completed with the plugins its layout needs, its plugins resolved and its
-// settings read once (train::read_job). Commands below this take the typed settings.
+// (train::job_sections()), completed with the plugins its layout needs, its plugins resolved and
+// its settings read once (train::read_job). Commands below this take the typed settings.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "cli/sections.hpp"
 #include "config/config.hpp"
 #include "distributed/rank_env.hpp"
 #include "loader/registry.hpp"

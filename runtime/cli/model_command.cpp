@@ -127,7 +127,7 @@ int model(const Args& args) {
   const int64_t dp = vm["dp"].as<int64_t>();
   if (dp < 1) throw UsageError("--dp " + std::to_string(dp) + ": needs at least 1 rank");
   config::Config cfg = model_config(words[1], sets(vm));
-  cfg.validate(runtime_schema());
+  cfg.validate(train::job_sections());
   const model::Config m = model::read_model(cfg.section("model"));
   if (vm.count("json"))
     print_json(words[1], m, dp);

@@ -18,7 +18,7 @@ namespace loom::cli {
 
 config::Config external_model_config(const ckpt::ExternalModel& m, const std::string& where) {
   config::Config cfg = config::Config::parse("[model]\n" + m.model_toml, where);
-  cfg.validate(runtime_schema());
+  cfg.validate(train::job_sections());
   return cfg;
 }
 
@@ -41,7 +41,7 @@ ModelSource open_model_source(const fs::path& src, const fs::path& tokenizer) {
   const fs::path dir = ckpt::find_checkpoint(src), root = dir.parent_path();
   config::Config cfg =
       config::Config::parse(ckpt::read_manifest(dir).config, (dir / "manifest.json").string());
-  cfg.validate(runtime_schema());
+  cfg.validate(train::job_sections());
   s.model = model::read_model(cfg.section("model"));
   if (s.tokenizer_path.empty())
     s.tokenizer_path = fs::exists(root / "tokenizer.json")

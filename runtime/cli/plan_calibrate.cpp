@@ -323,7 +323,7 @@ std::pair<double, double> reference_run(const std::string& text, int ranks, int 
   const double measured = *std::min_element(steps.begin(), steps.end());
   config::Config cfg =
       config::Config::load(dir / "ref.toml", {"train.global_batch=" + std::to_string(16 * ranks)});
-  cfg.validate(runtime_schema());
+  cfg.validate(train::job_sections());
   const train::JobSettings job = train::read_job(cfg);
   const plan::Workload w = plan::workload_of(job);
   const plan::Layout l = plan::layout_of(job, ranks);

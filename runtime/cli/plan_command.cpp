@@ -206,7 +206,7 @@ int plan_cmd(const Args& args) {
   const std::optional<PlanOptions> o = plan_options(args);
   if (!o) return kExitOk;
   config::Config cfg = config::Config::load(o->file, o->sets);
-  cfg.validate(runtime_schema());
+  cfg.validate(train::job_sections());
   const train::JobSettings job = train::read_job(cfg);
   const std::unique_ptr<Ranking> ranking =
       plan::has_groups(o->cluster) ? mixed_ranking(*o, job) : uniform_ranking(*o, job);

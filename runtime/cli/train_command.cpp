@@ -218,7 +218,7 @@ int train(const Args& args) {
     return kExitOk;
   const std::string file = vm["file"].as<std::string>();
   config::Config cfg = config::Config::load(file, sets(vm));
-  cfg.validate(runtime_schema());
+  cfg.validate(train::job_sections());
   const int nproc = dist::read_parallel(cfg.section("parallel")).nproc;
   const dist::NodeSpec node = node_spec(vm, nproc);
   std::optional<dist::RankEnv> env = dist::rank_from_environment();

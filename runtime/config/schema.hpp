@@ -1,6 +1,6 @@
 // Declared schemas: how a section, its keys (type, default, help) and a plugin's options are
 // described. Validation, `loom config show` and `loom plugins info` all read these tables, so a
-// key exists exactly when a component declares it in its section (cli/sections.cpp gathers
+// key exists exactly when a component declares it in its section (train::job_sections() gathers
 // them) or a plugin in its loom_option_spec list.
 #pragma once
 

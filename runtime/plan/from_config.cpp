@@ -25,6 +25,8 @@ Workload workload_of(const train::JobSettings& job, const std::string& dtype) {
   w.sequence_plugin = own("sequence", "sp");
   w.context_plugin = own("context", "cp");
   w.expert_plugin = own("expert", "ep");
+  w.unfused_attention = job.plan.unfused_attention;
+  w.stage_split = job.plan.stage_split;
   w.device = job.run.device;
   w.comm = slots.slot("comm");
   return w;
@@ -46,7 +48,7 @@ Layout layout_of(const train::JobSettings& job, int world) {
     l.schedule = slots.slot("pipeline").empty() ? "1f1b" : slots.slot("pipeline");
     l.chunks = l.schedule == "interleaved" ? std::max<int>(2, par.pp_chunks) : 1;
   }
-  l.recompute = job.model.recompute;
+  l.recompute = job.plan.recompute.empty() ? job.model.recompute : job.plan.recompute;
   l.micro_batch =
       int(train.micro_batch > 0 ? train.micro_batch : train.global_batch / (int64_t(l.dp) * l.ep));
   return l;

@@ -1,18 +1,23 @@
-// Published large training runs, from their configurations alone, for checking the planner:
-// Narayanan et al. 2021 (SC21) Table 1 and later runs on A100, and runs on H100. Each row's layout
-// is the one the authors published; the planner predicts its throughput with one cluster file per
-// machine kind and no per-row settings.
+// Published large training runs, each planned from a config file in the tree
+// (configs/published/*.toml), for checking the planner: Narayanan et al. 2021 (SC21) Table 1 and
+// later runs on A100, and runs on H100. A file is an ordinary job config (the model, the batch,
+// the layout the authors published, the plugins' options where they differ from Loom's defaults,
+// and [plan]'s facts of how that framework ran it) with a [published] section: where the figure
+// comes from, which cluster file it ran on, and the figure itself. Nothing about a row is set
+// anywhere else.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "config/schema.hpp"
 #include "plan/estimate.hpp"
 #include "plan/sources.hpp"
 
 namespace loom::plan {
 
 struct PublishedRun {
+  std::string file;                   // configs/published/NAME.toml
   std::string name, source, cluster;  // cluster: the clusters/*.toml it ran on
   Workload workload;
   Layout layout;
@@ -22,14 +27,27 @@ struct PublishedRun {
   // T), "executed" (the tied head too: Korthikanti et al.), "megatron2021" (Narayanan et al. eq. 3,
   // recompute included: 96 B s l h^2 ...).
   std::string flops = "model";
-  // Plugin options of the published configuration where Loom's defaults differ ("[plugins.tp]
-  // overlap = "off": Megatron-LM 2021 did not overlap tp's collectives).
-  std::string plugin_options;
+  std::vector<std::string> plugin_path;  // [plugins] path
+  std::string plugin_tables;             // [plugins] and its option tables, as TOML
 };
 
+// [published]: the row's name, source, cluster, metric, value and FLOP count.
+config::SectionSpec published_section();
+
+// One file's run. ConfigError naming the file and key for a file that does not read.
+PublishedRun read_published(const std::string& text, const std::string& path);
+
+// The files under configs/published/, as the build found them.
+struct PublishedFile {
+  const char* path;
+  const char* text;
+};
+const std::vector<PublishedFile>& published_files();
+
+// Every file's run, read once.
 const std::vector<PublishedRun>& published_runs();
 // The cost entries and schedules a published run is planned with: the installed plugins under
-// its plugin_options.
+// its options.
 PluginSources published_sources(const PublishedRun& run);
 
 // FLOPs of one iteration as Narayanan et al. 2021 eq. 3 count them (with full recompute):

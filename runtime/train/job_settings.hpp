@@ -23,6 +23,7 @@ struct JobSettings {
   Settings train;  // accum is 0 here: settle_layout fills it once the mesh is known
   StabilitySettings stability;
   Faults faults;
+  PlanSettings plan;
   model::Config model;
   std::string init_from;  // [model] init_from: "" = weights from the seed
   dist::ParallelSettings parallel;
@@ -33,6 +34,9 @@ struct JobSettings {
   std::string name;  // the config's stem: "demo" for configs/demo.toml
   std::string text;  // the resolved config as TOML, each chosen plugin's table included
 };
+
+// Every section a job's config may hold, in the order `loom config show` prints them.
+const std::vector<config::SectionSpec>& job_sections();
 
 // Reads a validated config. Throws ConfigError naming the key of the first section that refuses.
 // Without a selection (the planner resolves no plugins), `text` stays empty.

@@ -212,4 +212,45 @@ Faults read_faults(const config::Section& faults) {
   return f;
 }
 
+config::SectionSpec plan_section() {
+  return {"plan",
+          "how the job runs where Loom does not choose: facts `loom plan` prices (docs/plan.md)",
+          {
+              {"attention",
+               ValueType::String,
+               "\"fused\"",
+               "fused (a flash kernel: Loom's, NeMo's) | unfused (the scores written out: "
+               "Megatron-LM 2021-22)",
+               -kInf,
+               kInf,
+               {"fused", "unfused"}},
+              {"stage_split",
+               ValueType::String,
+               "\"cost\"",
+               "how layers go to pipeline stages: cost (Loom: balanced by FLOPs) | blocks "
+               "(Megatron-LM: equal blocks, the ends on top) | count (Megatron-DeepSpeed: equal "
+               "layers, embedding and head among them)",
+               -kInf,
+               kInf,
+               {"cost", "blocks", "count"}},
+              {"recompute",
+               ValueType::String,
+               "\"\"",
+               "the recompute policy planned, where [model] recompute cannot say it: "
+               "selective-megatron (the attention core rerun) | selective-op (torchtitan: every "
+               "other matmul rerun); \"\" = [model] recompute",
+               -kInf,
+               kInf,
+               {"", "none", "selective", "full", "selective-megatron", "selective-op"}},
+          }};
+}
+
+PlanSettings read_plan(const config::Section& plan) {
+  PlanSettings p;
+  p.unfused_attention = plan.str("attention") == "unfused";
+  p.stage_split = plan.str("stage_split");
+  p.recompute = plan.str("recompute");
+  return p;
+}
+
 }  // namespace loom::train

@@ -1,5 +1,5 @@
-// The sections the trainer owns, [run], [train], [stability] and [faults]: each key declared
-// once, here (type, default, help), and read here into the typed settings the rest of the
+// The sections the trainer owns, [run], [train], [stability], [faults] and [plan]: each key
+// declared once, here (type, default, help), and read here into the typed settings the rest of the
 // runtime uses, so a key is spelled in this file and nowhere else.
 #pragma once
 
@@ -52,9 +52,20 @@ struct Faults {
 };
 Faults read_faults(const config::Section& faults);
 
+// [plan]: how the job runs where that is not Loom's choice to make, for `loom plan` and [run]
+// plan_cluster. A run of another framework (Megatron-LM's unfused attention, its equal-block
+// stages, its recompute policy) is planned from a config that states these facts.
+struct PlanSettings {
+  bool unfused_attention = false;    // attention = "unfused": the scores written out
+  std::string stage_split = "cost";  // cost | blocks | count (plan/costing.hpp, Workload)
+  std::string recompute;             // "" = [model] recompute; or a policy only the planner prices
+};
+PlanSettings read_plan(const config::Section& plan);
+
 config::SectionSpec run_section();
 config::SectionSpec train_section();
 config::SectionSpec stability_section();
 config::SectionSpec faults_section();
+config::SectionSpec plan_section();
 
 }  // namespace loom::train

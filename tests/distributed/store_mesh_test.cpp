@@ -71,10 +71,10 @@ TEST_CASE("mesh coordinates put tp innermost and pp outermost") {
 
 TEST_CASE("mesh degrees come from [parallel], a mismatch with the world is an error") {
   config::Config auto_dp = config::Config::parse("[parallel]\ntp = 2\n", "m.toml");
-  auto_dp.validate(loom::cli::runtime_schema());
+  auto_dp.validate(loom::train::job_sections());
   CHECK(resolve_mesh(read_parallel(auto_dp.section("parallel")), 8).dp == 4);
   config::Config fixed = config::Config::parse("[parallel]\ndp = 3\n", "m.toml");
-  fixed.validate(loom::cli::runtime_schema());
+  fixed.validate(loom::train::job_sections());
   try {
     resolve_mesh(read_parallel(fixed.section("parallel")), 4);
     FAIL("expected an error");

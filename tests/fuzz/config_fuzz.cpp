@@ -3,7 +3,6 @@
 // rendering the result back: the rendering of a valid config parses, validates and renders to
 // itself, and its settings read as the original's do (an exception or a difference there is a
 // finding).
-#include "cli/sections.hpp"
 #include "config/config.hpp"
 #include "fuzz_input.hpp"
 #include "train/job_settings.hpp"
@@ -32,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string rendered, settings;
   loom::fuzz::expect_clean([&] {
     loom::config::Config c = loom::config::Config::parse(rest, "fuzz.toml", {first});
-    c.validate(loom::cli::runtime_schema());
+    c.validate(loom::train::job_sections());
     settings = settings_of(c);
     rendered = c.render({});
   });
@@ -40,13 +39,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // whose settings read as the original's.
   if (!rendered.empty()) {
     loom::config::Config again = loom::config::Config::parse(rendered, "fuzz.toml");
-    again.validate(loom::cli::runtime_schema());
+    again.validate(loom::train::job_sections());
     FUZZ_REQUIRE(again.render({}) == rendered);
     FUZZ_REQUIRE(settings_of(again) == settings);
   }
   loom::fuzz::expect_clean([&] {
     loom::config::Config c = loom::config::Config::parse(text, "fuzz.toml");
-    c.validate(loom::cli::runtime_schema());
+    c.validate(loom::train::job_sections());
   });
   return 0;
 }

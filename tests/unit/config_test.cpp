@@ -15,7 +15,7 @@ namespace {
 std::string error_of(const std::string& text, const std::vector<std::string>& sets = {}) {
   try {
     Config c = Config::parse(text, "t.toml", sets);
-    c.validate(loom::cli::runtime_schema());
+    c.validate(loom::train::job_sections());
   } catch (const ConfigError& e) {
     return e.what();
   } catch (const UsageError& e) {
@@ -62,7 +62,7 @@ TEST_CASE("a value outside a key's choices lists them") {
 
 TEST_CASE("defaults are filled in for every declared key") {
   Config c = Config::parse("[run]\nseed = 7\n", "t.toml");
-  c.validate(loom::cli::runtime_schema());
+  c.validate(loom::train::job_sections());
   CHECK(c.i64("run.seed") == 7);
   CHECK(c.i64("run.threads") == 0);
   CHECK(c.str("run.device") == "cpu");
@@ -76,7 +76,7 @@ TEST_CASE("defaults are filled in for every declared key") {
 TEST_CASE("--set overrides any key, creating sections as needed") {
   Config c = Config::parse("[run]\nseed = 7\n", "t.toml",
                            {"run.seed=9", "run.name=plain words", "plugins.path=[\"/x\"]"});
-  c.validate(loom::cli::runtime_schema());
+  c.validate(loom::train::job_sections());
   CHECK(c.i64("run.seed") == 9);
   CHECK(c.str("run.name") == "plain words");
   CHECK(c.str_list("plugins.path") == std::vector<std::string>{"/x"});
@@ -93,7 +93,7 @@ TEST_CASE("--set errors name the assignment") {
 
 TEST_CASE("plugin option tables are checked against the plugin's schema") {
   Config c = Config::parse("[plugins.fp16]\ninitial_scal = 4\n", "t.toml");
-  c.validate(loom::cli::runtime_schema());
+  c.validate(loom::train::job_sections());
   std::vector<loom::config::KeySpec> keys = {
       {"initial_scale", loom::config::ValueType::Float, "65536.0", "first loss scale"},
       {"hysteresis", loom::config::ValueType::Int, "2", "overflows before backing off"}};
@@ -106,7 +106,7 @@ TEST_CASE("plugin option tables are checked against the plugin's schema") {
           "'initial_scale'?");
   }
   Config ok = Config::parse("[plugins.fp16]\ninitial_scale = 4\n", "t.toml");
-  ok.validate(loom::cli::runtime_schema());
+  ok.validate(loom::train::job_sections());
   ok.validate_plugin_options("fp16", keys);
   CHECK(ok.f64("plugins.fp16.initial_scale") == 4.0);  // an integer is accepted as a float
   CHECK(ok.i64("plugins.fp16.hysteresis") == 2);
@@ -145,7 +145,7 @@ TEST_CASE("a section reads its own keys, and its TOML text reads back as the sam
       "[train]\nsteps = 7\n[model]\nmoe.experts = 4\n[plugins]\ndata = \"ddp\"\n"
       "[plugins.ddp]\nreduce_dtype = \"bf16\"\n",
       "t.toml");
-  c.validate(loom::cli::runtime_schema());
+  c.validate(loom::train::job_sections());
   CHECK(c.section("train").i64("steps") == 7);
   CHECK(c.section("model").i64("moe.experts") == 4);
   CHECK(c.section("plugins").node("missing") == nullptr);

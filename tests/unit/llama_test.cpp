@@ -251,7 +251,7 @@ namespace {
 
 model::Config preset(const std::string& name) {
   config::Config cfg = config::Config::parse("[model]\npreset = \"" + name + "\"\n", "t.toml");
-  cfg.validate(loom::cli::runtime_schema());
+  cfg.validate(loom::train::job_sections());
   return model::read_model(cfg.section("model"));
 }
 

@@ -22,7 +22,7 @@ plan::Workload llama(const std::string& preset, int64_t batch, const std::string
       "[model]\npreset = \"" + preset + "\"\n[train]\nglobal_batch = " + std::to_string(batch) +
           "\n[plugins]\nprecision = \"bf16\"\n",
       "<test>");
-  cfg.validate(loom::cli::runtime_schema());
+  cfg.validate(loom::train::job_sections());
   plan::Workload w = plan::workload_of(train::read_job(cfg));
   w.data_plugin = data;
   return w;

@@ -23,7 +23,7 @@ plan::Workload workload() {
       "[model]\nn_layer = 8\nn_head = 4\nd_model = 128\nseq_len = 128\nvocab_size = "
       "8192\n[train]\nglobal_batch = 16\n",
       "<test>");
-  cfg.validate(loom::cli::runtime_schema());
+  cfg.validate(loom::train::job_sections());
   return plan::workload_of(train::read_job(cfg));
 }
 

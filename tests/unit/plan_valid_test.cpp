@@ -55,7 +55,7 @@ TEST_CASE(
           << "\n[plugins]\nprecision = \"bf16\"\n";
     }
     config::Config base = config::Config::load(file);
-    base.validate(loom::cli::runtime_schema());
+    base.validate(loom::train::job_sections());
     const train::JobSettings base_job = train::read_job(base);
     const plan::Workload w = plan::workload_of(base_job);
     plan::PluginSources sources(plugins::Registry::default_dirs(), base_job.plugins.tables);
@@ -86,7 +86,7 @@ TEST_CASE("the planner ranks ZeRO on a GPU, and leaves out a schedule's own refu
       "[run]\ndevice = \"cuda\"\n[model]\npreset = \"llama3-8b\"\n[train]\nglobal_batch = "
       "64\n[plugins]\nprecision = \"bf16\"\n",
       "<test>");
-  cfg.validate(loom::cli::runtime_schema());
+  cfg.validate(loom::train::job_sections());
   const train::JobSettings job = train::read_job(cfg);
   const plan::Workload w = plan::workload_of(job);
   plan::PluginSources sources(plugins::Registry::default_dirs(), job.plugins.tables);
@@ -109,7 +109,7 @@ TEST_CASE(
     "a sharded data plugin that does not declare device state is refused off the CPU, in train's "
     "words") {
   config::Config cfg = config::Config::parse("[model]\npreset = \"llama-tiny\"\n", "<test>");
-  cfg.validate(loom::cli::runtime_schema());
+  cfg.validate(loom::train::job_sections());
   const model::Config mc = model::read_model(cfg.section("model"));
   train::LayoutFacts f;
   f.model = &mc;
