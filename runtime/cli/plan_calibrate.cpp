@@ -233,7 +233,8 @@ std::string cluster_text(const Measured& m, double compute_scale, double rank_co
        "speed\n"
     << "# drifts with its neighbours: calibrate again before comparing predictions with runs.\n\n"
     << "[cluster]\nname = \"" << m.name << "\"\ndescription = \"this CPU machine, calibrated on "
-    << m.cores << (m.cores == 1 ? " core" : " cores") << "\"\nnodes = 1\n"
+    << m.cores << (m.cores == 1 ? " core" : " cores")
+    << "\"\nnodes = 1\ndevice = \"cpu\"\ncomm = \"gloo\"\n"
     << "sources = [\"loom plan calibrate: the runtime's CPU op table (OpenBLAS sgemm), loom bench "
        "comm, a reference training run\"]\n\n"
     << "[device]\nname = \"CPU core\"\nper_node = " << m.max_ranks << "\nshared_cores = " << m.cores

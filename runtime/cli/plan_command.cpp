@@ -23,98 +23,61 @@
 #include "loader/selection.hpp"
 #include "plan/from_config.hpp"
 #include "plan/mixed_cluster.hpp"
-#include "plan/published.hpp"
 #include "plan/sources.hpp"
+#include "train/data_check.hpp"
 #include "train/layout_rules.hpp"
 
 namespace loom::cli {
 
 int plan_calibrate(const Args& args);
+int plan_published(const Args& args);
 
 namespace {
 
-int published(const Args& args) {
-  po::options_description opts("loom plan published");
-  opts.add_options()("clusters", po::value<std::string>()->default_value("clusters"),
-                     "directory of cluster files")("json", po::bool_switch(),
-                                                   "one JSON object per run");
-  po::variables_map vm;
-  if (!parse(args, "loom plan published [--clusters DIR] [--json]", opts, {}, vm)) return kExitOk;
-  const bool json = vm["json"].as<bool>();
-  int run_w = 26, cluster_w = 10,
-      layout_w = 40;  // grown to the longest entry, so the columns stay in line
-  for (const auto& run : plan::published_runs()) {
-    run_w = std::max(run_w, static_cast<int>(run.name.size())),
-    layout_w = std::max(layout_w, static_cast<int>(run.layout.name().size()));
-    cluster_w = std::max(cluster_w, static_cast<int>(run.cluster.size()));
-  }
-  if (!json)
-    std::printf("%-*s %-*s %-*s %12s %12s %8s %14s\n", run_w, "run", cluster_w, "cluster", layout_w,
-                "layout", "published", "predicted", "error", "mem GiB / dev");
-  double worst = 0;
-  std::vector<double> errors;
-  int fit = 0;
-  std::map<std::string, plan::Cluster> clusters;
-  for (const auto& run : plan::published_runs()) {
-    if (!clusters.count(run.cluster))
-      clusters.emplace(run.cluster,
-                       plan::load_cluster(std::filesystem::path(vm["clusters"].as<std::string>()) /
-                                          (run.cluster + ".toml")));
-    const plan::Cluster& c = clusters.at(run.cluster);
-    plan::PluginSources sources = plan::published_sources(run);
-    const plan::Estimate e =
-        plan::estimate(c, run.workload, run.layout, sources.costs(), sources.pipes());
-    const double p = plan::predicted_metric(run, e), err = p / run.published - 1;
-    if (run.source.find("Table 1") != std::string::npos) worst = std::max(worst, std::fabs(err));
-    errors.push_back(std::fabs(err));
-    fit += e.memory.total() <= c.memory;  // they ran: their memory must fit the device
-    auto show = [&](double v) {
-      char b[32];
-      if (run.metric == "mfu")
-        std::snprintf(b, sizeof b, "%.1f%% MFU", 100 * v);
-      else if (run.metric == "tflops")
-        std::snprintf(b, sizeof b, "%.1f TF/s", v);
-      else
-        std::snprintf(b, sizeof b, "%.0f tok/s", v);
-      return std::string(b);
-    };
-    if (json) {
-      nlohmann::ordered_json j;
-      j["run"] = run.name, j["source"] = run.source, j["cluster"] = run.cluster,
-      j["layout"] = run.layout.name();
-      j["metric"] = run.metric, j["published"] = run.published, j["predicted"] = p,
-      j["error"] = err;
-      j["predicted_mem_bytes"] = e.memory.total(), j["device_mem_bytes"] = c.memory;
-      std::printf("%s\n", json_line(j).c_str());
-    } else
-      std::printf("%-*s %-*s %-*s %12s %12s %+7.1f%% %8.1f / %3.0f\n", run_w, run.name.c_str(),
-                  cluster_w, run.cluster.c_str(), layout_w, run.layout.name().c_str(),
-                  show(run.published).c_str(), show(p).c_str(), 100 * err,
-                  e.memory.total() / double(1ull << 30), c.memory / double(1ull << 30));
-  }
-  if (json) return kExitOk;
-  std::sort(errors.begin(), errors.end());
-  const long within =
-      std::count_if(errors.begin(), errors.end(), [](double e) { return e <= 0.15; });
-  std::printf("\nNarayanan et al. 2021 Table 1: largest error %.1f%% (target 15%%)\n", 100 * worst);
-  std::printf(
-      "all %zu runs: median |error| %.1f%% (target 10%%), %ld within 15%%; predicted memory within "
-      "the device for %d\n",
-      errors.size(), 100 * errors[errors.size() / 2], within, fit);
-  return kExitOk;
-}
-
 // --emit: the config with the row's overrides, as `loom config check` and `loom train` read it,
 // checked by the same check before it is written under its head.
+// For a GPU cluster, not this machine: checkpointing on where the config has none, a data
+// directory to fill in where it names the demo's (train refuses it until it is filled in), and a
+// timeout that rendezvous over many nodes fits in.
+std::vector<std::string> cluster_overrides(const PlanOptions& o, const Emitted& e,
+                                           std::string& head) {
+  config::Config cfg = config::Config::load(o.file, e.overrides);
+  const bool own_data =
+      bool(cfg.table().at_path("data.dir")) || bool(cfg.table().at_path("data.blend"));
+  cfg.validate(train::job_sections());
+  const train::JobSettings job = train::read_job(cfg);
+  std::vector<std::string> out = e.overrides;
+  if (job.run.device == "cpu" || job.run.device == "strict") return out;
+  if (job.checkpoint.every == 0) {
+    out.push_back("checkpoint.every=500");
+    if (job.plugins.slot("ckpt").empty()) out.push_back("plugins.ckpt=\"async\"");
+    head +=
+        "# Checkpoints every 500 steps ([checkpoint] every): set it to the steps you can lose.\n";
+  }
+  if (!own_data) {
+    out.push_back("data.dir=\"" + std::string(train::kDataPlaceholder) + "\"");
+    head +=
+        "# Fill in [data] dir: token shards for this model's tokenizer (loom data prepare);\n"
+        "# `loom config check` and `loom train` refuse the placeholder.\n";
+  }
+  if (job.parallel.timeout_s < 600) {
+    out.push_back("parallel.timeout_s=600");
+    head += "# timeout_s 600: rendezvous and first collectives over many nodes take minutes.\n";
+  }
+  return out;
+}
+
 void write_emitted(const PlanOptions& o, const Emitted& e) {
   const std::string& file = o.file;
   const int world = e.world;
-  const std::unique_ptr<Job> job = open_job(load_for_job(file, e.overrides, world));
+  std::string notes;
+  const std::vector<std::string> overrides = cluster_overrides(o, e, notes);
+  const std::unique_ptr<Job> job = open_job(load_for_job(file, overrides, world));
   const train::JobSettings& settings = job->settings;
   train::check_layout(settings, job->selection, dist::resolve_mesh(settings.parallel, world));
   std::string head = "# Written by `loom plan " + file + " --cluster " + o.cluster + " --emit \"" +
                      *o.emit + "\"` (its --set overrides included): " + e.head;
-  head += "# Check it with `loom config check`, run it with `loom train`.\n\n";
+  head += notes + "# Check it with `loom config check`, run it with `loom train`.\n\n";
   const std::string& out = *o.out;
   std::ofstream f(out);
   f << head << settings.text;
@@ -196,13 +159,16 @@ std::vector<std::string> emit_overrides(const PlanOptions& o, const plan::Worklo
   if (!o.dtype.empty()) overrides.push_back("plugins.precision=" + o.dtype);
   for (const std::string& s : plan::layout_sets(w, l)) overrides.push_back(s);
   overrides.push_back("run.plan_cluster=\"" + std::filesystem::absolute(o.cluster).string() + "\"");
+  if (w.device != "cpu") overrides.push_back("run.device=\"" + w.device + "\"");
+  if (!w.comm.empty() && l.world() > 1) overrides.push_back("plugins.comm=\"" + w.comm + "\"");
   return overrides;
 }
 
 int plan_cmd(const Args& args) {
   if (!args.empty() && args[0] == "calibrate")
     return plan_calibrate(Args(args.begin() + 1, args.end()));
-  if (!args.empty() && args[0] == "published") return published(Args(args.begin() + 1, args.end()));
+  if (!args.empty() && args[0] == "published")
+    return plan_published(Args(args.begin() + 1, args.end()));
   const std::optional<PlanOptions> o = plan_options(args);
   if (!o) return kExitOk;
   config::Config cfg = config::Config::load(o->file, o->sets);

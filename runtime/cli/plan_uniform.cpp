@@ -29,7 +29,7 @@ std::string band(const Estimate& e) {
   return b;
 }
 
-void print_table(const std::vector<Estimate>& rows, size_t top) {
+void print_table(const std::vector<Estimate>& rows, size_t top, double best_mfu) {
   int width =
       36;  // the layout column grows to its longest name, so the columns after it stay in line
   for (size_t i = 0; i < rows.size() && i < top; ++i)
@@ -39,28 +39,44 @@ void print_table(const std::vector<Estimate>& rows, size_t top) {
               "band", "region");
   for (size_t i = 0; i < rows.size() && i < top; ++i) {
     const Estimate& e = rows[i];
-    std::printf("%4zu  %-*s %10.1f %11.1f %5.1f%% %10.2f %9.2f %5s %7.1f%% %6.1f%% %13s %7s\n",
+    const bool above = best_mfu > 0 && e.mfu > best_mfu;  // nothing measured reached it here
+    std::printf("%4zu  %-*s %10.1f %11.1f %5.1f%%%s %9.2f %9.2f %5s %7.1f%% %6.1f%% %13s %7s\n",
                 i + 1, width, e.layout.name().c_str(), e.step_ms, e.tokens_per_s_per_device,
-                100 * e.mfu, e.tflops_per_device, gib(e.memory.total()), e.fits ? "yes" : "no",
-                100 * e.exposed_comm_ms / e.step_ms, 100 * e.bubble_ms / e.step_ms, band(e).c_str(),
+                100 * e.mfu, above ? "!" : " ", e.tflops_per_device, gib(e.memory.total()),
+                e.fits ? "yes" : "no", 100 * e.exposed_comm_ms / e.step_ms,
+                100 * e.bubble_ms / e.step_ms, band(e).c_str(),
                 e.extrapolated.empty() ? "in" : "extrap");
   }
 }
 
 // The ranking never puts an extrapolated layout first without saying so, and names the best one
 // inside the calibrated region.
-void print_region(const std::vector<Estimate>& rows, const plan::Calibration& cal) {
+void print_region(const std::vector<Estimate>& rows, size_t top, const plan::Calibration& cal) {
   if (cal.here.empty())
     std::printf(
         "\nband: none, as no run was measured on this cluster (RECORD=FILE bench/plan_accuracy.sh "
         "measures some)");
+  else if (!cal.band_source.empty())
+    std::printf("\nband: %+.1f%%..%+.1f%%, %s", 100 * cal.low, 100 * cal.high,
+                cal.band_source.c_str());
   else
     std::printf("\nband: measured step time over predicted on %zu calibration run%s here",
                 cal.here.size(), cal.here.size() == 1 ? "" : "s");
-  for (const auto& p : cal.here)
-    std::printf("%s %s %+.1f%%", &p == &cal.here.front() ? ":" : ",", p.what.c_str(),
-                100 * p.residual);
+  if (cal.band_source.empty())
+    for (const auto& p : cal.here)
+      std::printf("%s %s %+.1f%%", &p == &cal.here.front() ? ":" : ",", p.what.c_str(),
+                  100 * p.residual);
   std::printf("\n");
+  const bool marked =
+      std::any_of(rows.begin(), rows.begin() + std::min(top, rows.size()),
+                  [&](const Estimate& e) { return cal.best_mfu > 0 && e.mfu > cal.best_mfu; });
+  if (marked)
+    std::printf("MFU!: above the best published run here, %s at %.1f%% (Loom's count)\n",
+                cal.best_mfu_run.c_str(), 100 * cal.best_mfu);
+  if (!rows.empty() && !rows.front().extrapolated.empty())
+    std::printf(
+        "ranked: a layout in the calibrated region by its step, an extrapolated one by the "
+        "slow end of its band\n");
   if (rows.empty() || rows.front().extrapolated.empty()) return;
   std::printf("note: #1 %s is extrapolated: %s\n", rows.front().layout.name().c_str(),
               rows.front().extrapolated.c_str());
@@ -182,7 +198,7 @@ class UniformRanking final : public Ranking {
   UniformRanking(const PlanOptions& o, const train::JobSettings& job)
       : o_(o),
         c_(plan::load_cluster(o.cluster)),
-        w_(plan::workload_of(job, o.dtype)),
+        w_(plan::on_cluster(plan::workload_of(job, o.dtype), c_)),
         devices_(devices_to_plan(o, c_, job)),
         sources_(plugins::Registry::default_dirs(job.plugins.path), job.plugins.tables) {}
 
@@ -221,8 +237,8 @@ class UniformRanking final : public Ranking {
                 c_.name.c_str());
     std::printf("%ld layouts costed in %.2f s (those the named plugins can run)\n\n", r_.considered,
                 search_s_);
-    print_table(rows, top);
-    print_region(rows, calibration());
+    print_table(rows, top, calibration().best_mfu);
+    print_region(rows, top, calibration());
     std::printf("\nwhy: %s\n", plan::reason(r_).c_str());
     if (o_.versus) {
       const plan::Layout mine = named_layout("--versus", *o_.versus, devices_, w_, sources_);
@@ -253,6 +269,7 @@ class UniformRanking final : public Ranking {
     r_ = plan::search(c_, w_, devices_, fixed, sources_.costs(), sources_.pipes(),
                       sources_.problems());
     for (Estimate& e : r_.ranked) plan::judge(e, calibration(), w_);
+    plan::rank_plausibly(r_.ranked);
     search_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     searched_ = true;
     if (r_.ranked.empty())

@@ -230,6 +230,16 @@ int PipelinePlan::peak_in_flight(int rank) const {
   return peak;
 }
 
+int PipelinePlan::peak_deferred(int rank) const {
+  int pending = 0, peak = 0;
+  for (const auto& a : actions_[rank]) {
+    if (a.op == LOOM_PIPE_BACKWARD && split(rank, a.microbatch, a.chunk)) ++pending;
+    if (a.op == LOOM_PIPE_WEIGHT) --pending;
+    peak = std::max(peak, pending);
+  }
+  return peak;
+}
+
 double PipelinePlan::theoretical_bubble() const {
   const double p = shape_.stages, vm = double(shape_.chunks) * shape_.microbatches;
   return (p - 1) / (vm + p - 1);

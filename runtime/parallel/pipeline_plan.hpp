@@ -78,6 +78,9 @@ class PipelinePlan {
   // The most micro-batch chunks rank `rank` holds activations for at once (forwarded, not yet
   // backwarded; a split backward's weight action keeps only its GEMMs' operands).
   int peak_in_flight(int rank) const;
+  // The most backwards rank `rank` holds split at once (input gradient done, weight action not
+  // yet): each keeps copies of its GEMMs' operands until its weight action runs.
+  int peak_deferred(int rank) const;
   // The theoretical bubble fraction (p-1)/(v m + p-1) (REFERENCE.md, pipelines).
   double theoretical_bubble() const;
   // The timeline as text: one row per rank, one column per time unit, "F3" / "B3" / "W3" (".c" =

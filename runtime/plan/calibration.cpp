@@ -76,8 +76,9 @@ Calibration calibration_of(const Cluster& c) {
     if (run.cluster != c.name) continue;
     PluginSources sources = published_sources(run);
     const Estimate e = estimate(c, run.workload, run.layout, sources.costs(), sources.pipes());
-    cal.here.push_back({run.name, run.layout, run.workload.model.seq_len,
-                        predicted_metric(run, e) / run.published - 1});
+    const double ratio = predicted_metric(run, e) / run.published;
+    cal.here.push_back({run.name, run.layout, run.workload.model.seq_len, ratio - 1});
+    if (e.mfu / ratio > cal.best_mfu) cal.best_mfu = e.mfu / ratio, cal.best_mfu_run = run.name;
   }
   for (size_t i = 0; i < c.calibration.layouts.size(); ++i) {
     const Layout l = parse_layout(c.calibration.layouts[i]);
@@ -85,9 +86,20 @@ Calibration calibration_of(const Cluster& c) {
     cal.here.push_back(
         {"measured: " + l.name(), l, c.calibration.seq_len, c.calibration.residuals[i]});
   }
-  for (size_t i = 0; i < cal.here.size(); ++i) {
-    cal.low = i ? std::min(cal.low, cal.here[i].residual) : cal.here[i].residual;
-    cal.high = i ? std::max(cal.high, cal.here[i].residual) : cal.here[i].residual;
+  // The band: the leave-one-out residuals of the fit ([fit]), where the efficiencies were fitted
+  // (an in-sample residual flatters the model that was fitted to it), and the measured layouts.
+  const bool fitted = c.fit.band.size() == 2;
+  if (fitted) {
+    cal.low = c.fit.band[0], cal.high = c.fit.band[1];
+    cal.band_source = "the leave-one-out residuals of the " + std::to_string(c.fit.runs) +
+                      " published runs of kind '" + c.kind + "' its efficiencies are fitted to";
+  }
+  bool first = !fitted;
+  for (const CalibrationPoint& p : cal.here) {
+    if (fitted && p.what.rfind("measured: ", 0) != 0) continue;
+    cal.low = first ? p.residual : std::min(cal.low, p.residual);
+    cal.high = first ? p.residual : std::max(cal.high, p.residual);
+    first = false;
   }
   return cal;
 }
@@ -106,6 +118,15 @@ void judge(Estimate& e, const Calibration& cal, const Workload& w) {
   if (!cal.here.empty())
     e.band_low_ms = e.step_ms * (1 + cal.low), e.band_high_ms = e.step_ms * (1 + cal.high);
   e.extrapolated = extrapolation(cal, w, e.layout);
+}
+
+void rank_plausibly(std::vector<Estimate>& rows) {
+  auto key = [](const Estimate& e) {
+    return !e.extrapolated.empty() && e.band_high_ms > 0 ? e.band_high_ms : e.step_ms;
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](const Estimate& a, const Estimate& b) {
+    return a.fits != b.fits ? a.fits : key(a) < key(b);
+  });
 }
 
 Estimate predict(const Cluster& c, const train::JobSettings& job, int world) {

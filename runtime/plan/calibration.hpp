@@ -24,7 +24,14 @@ struct CalibrationPoint {
 struct Calibration {
   std::vector<CalibrationPoint> here;  // on this cluster: the band and the shapes it covers
   std::set<std::string> features;      // every feature of every published or measured run
-  double low = 0, high = 0;            // the smallest and largest residual here
+  // The smallest and largest residual: the fit's leave-one-out band ([fit]) and the measured
+  // layouts here; without a fit, every run's here.
+  double low = 0, high = 0;
+  std::string band_source;  // what the band comes from, for the table's note
+  // The highest MFU a published run here reached (its figure in Loom's count), and which run: a
+  // claim above it has nothing measured behind it.
+  double best_mfu = 0;
+  std::string best_mfu_run;
 };
 
 // The published runs on `c`'s machine kind (planned on `c`), and its [calibration] layouts.
@@ -41,6 +48,11 @@ std::string extrapolation(const Calibration& cal, const Workload& w, const Layou
 // Sets e's band (measured step time between step x (1 + low) and step x (1 + high)) and its
 // extrapolation.
 void judge(Estimate& e, const Calibration& cal, const Workload& w);
+
+// Orders a search's rows as the table ranks them, those that fit first: a layout inside the
+// calibrated region by its predicted step, an extrapolated one by the pessimistic end of its band
+// (stable otherwise).
+void rank_plausibly(std::vector<Estimate>& rows);
 
 // loom plan's prediction for a config as it stands, on `c`, with its plugins' options and the band
 // and extrapolation of c's calibration (`loom compare --cluster`, [run] plan_cluster).

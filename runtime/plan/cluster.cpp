@@ -29,9 +29,10 @@ struct Required {
   const char* key;
 };
 const Required kRequired[] = {
-    {"cluster", "name"},         {"cluster", "nodes"},     {"device", "name"},
-    {"device", "per_node"},      {"device", "memory_gib"}, {"device", "hbm_gbps"},
-    {"intra", "bandwidth_gbps"}, {"intra", "latency_us"},
+    {"cluster", "name"},      {"cluster", "nodes"},   {"cluster", "device"},
+    {"cluster", "comm"},      {"device", "name"},     {"device", "per_node"},
+    {"device", "memory_gib"}, {"device", "hbm_gbps"}, {"intra", "bandwidth_gbps"},
+    {"intra", "latency_us"},
 };
 const Required kRequiredAcrossNodes[] = {
     {"inter", "nics_per_node"}, {"inter", "nic_gbits"}, {"inter", "latency_us"}};
@@ -45,6 +46,21 @@ std::vector<SectionSpec> machine_sections() {
            {"name", ValueType::String, "\"\"", "short name, shown by loom plan"},
            {"description", ValueType::String, "\"\"", "one line"},
            {"nodes", ValueType::Int, "1", "nodes available; a plan for more is refused", 1, 1e7},
+           {"device",
+            ValueType::String,
+            "\"cpu\"",
+            "what a Loom run there names as [run] device: cuda (NVIDIA GPUs) | cpu; the search "
+            "ranks the layouts train accepts for it, and --emit writes it",
+            -kInf,
+            kInf,
+            {"cuda", "cpu", "strict"}},
+           {"comm",
+            ValueType::String,
+            "\"gloo\"",
+            "the comm plugin a run there uses: nccl (GPUs) | gloo | mpi",
+            -kInf,
+            kInf,
+            {"nccl", "gloo", "mpi"}},
            {"sources", ValueType::StringList, "[]",
             "where the figures come from (datasheets, papers, a calibration)"},
        }},
@@ -52,6 +68,9 @@ std::vector<SectionSpec> machine_sections() {
        "one accelerator (or, with shared_cores, one rank of a CPU machine)",
        {
            {"name", ValueType::String, "\"\"", "the part, as its vendor names it"},
+           {"kind", ValueType::String, "\"\"",
+            "the family whose efficiencies `loom plan published --fit` fits together (a100, "
+            "h100); \"\" = none"},
            {"per_node", ValueType::Int, "8", "devices (ranks) per node", 1, 4096},
            {"memory_gib", ValueType::Float, "0", "device memory, GiB", 0, kInf},
            {"hbm_gbps", ValueType::Float, "0", "memory bandwidth, GB/s", 0, kInf},
@@ -153,6 +172,10 @@ std::vector<SectionSpec> fitted_sections() {
             kInf},
            {"comm", ValueType::Float, "0.8", "collectives' bus bandwidth, fraction of the link", 0,
             1},
+           {"overlap_cost", ValueType::Float, "0",
+            "compute time lost per second of communication hidden behind it (the collectives' "
+            "kernels share the SMs and memory bandwidth)",
+            0, 1},
            {"compute_scale", ValueType::Float, "1",
             "a training step's measured compute over the modelled one (calibrated; 1 = trust the "
             "op figures)",
@@ -176,6 +199,18 @@ std::vector<SectionSpec> fitted_sections() {
             "measured over predicted step time, less 1, one per layout", -1, kInf},
            {"seq_len", ValueType::Int, "0", "their sequence length", 0, 1 << 30},
            {"source", ValueType::String, "\"\"", "what measured them, and when"},
+       }},
+      {"fit",
+       "how the fitted [efficiency] figures predict the published runs of this device kind, each "
+       "left out of its own fit (loom plan published --cross-validate)",
+       {
+           {"runs", ValueType::Int, "0",
+            "published runs of this kind the efficiencies are fitted to", 0, 1 << 20},
+           {"band", ValueType::FloatList, "[]",
+            "[low, high]: the smallest and largest leave-one-out residual (predicted over "
+            "published, less 1)",
+            -1, kInf},
+           {"median", ValueType::Float, "0", "the leave-one-out median |error|", 0, kInf},
        }}};
 }
 
@@ -296,6 +331,7 @@ void read_efficiency(const toml::table& root, const std::string& source, Cluster
   c.attention_eff = f64(root, "efficiency", "attention");
   c.memory_eff = f64(root, "efficiency", "memory");
   c.comm_eff = f64(root, "efficiency", "comm");
+  c.overlap_cost = f64(root, "efficiency", "overlap_cost");
   for (const char* k : {"gemm", "attention", "memory", "comm"})
     require_positive(root, "efficiency", k, source);
   c.gemm_overhead = f64(root, "efficiency", "gemm_overhead_us") * 1e-6;
@@ -374,6 +410,9 @@ Cluster parse_cluster(const std::string& text, const std::string& source) {
   c.name = str(root, "cluster", "name");
   c.nodes = static_cast<int>(i64(root, "cluster", "nodes"));
   c.device = str(root, "device", "name");
+  c.run_device = str(root, "cluster", "device");
+  c.comm = str(root, "cluster", "comm");
+  c.kind = str(root, "device", "kind");
   c.per_node = static_cast<int>(i64(root, "device", "per_node"));
   for (const char* k : {"memory_gib", "hbm_gbps"}) require_positive(root, "device", k, source);
   for (const char* k : {"bandwidth_gbps", "latency_us"}) require_positive(root, "intra", k, source);
@@ -387,6 +426,11 @@ Cluster parse_cluster(const std::string& text, const std::string& source) {
   require_positive(root, "efficiency", "compute_scale", source);
   c.process_bytes = f64(root, "efficiency", "process_mib") * (1ull << 20);
   read_calibration(root, source, c);
+  c.fit.runs = static_cast<int>(i64(root, "fit", "runs"));
+  c.fit.band = list(root, "fit", "band");
+  c.fit.median = f64(root, "fit", "median");
+  if (!c.fit.band.empty() && c.fit.band.size() != 2)
+    throw ConfigError(source + ": [fit] band must be [low, high]");
   return c;
 }
 

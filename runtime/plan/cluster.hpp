@@ -29,11 +29,14 @@ struct OpLinks {
 struct Cluster {
   std::string name, source;  // source: the file it came from
   int nodes = 1;             // nodes the cluster has; the planner refuses more
+  // What a run there names: [run] device ("cuda", "cpu") and [plugins] comm ("nccl", "gloo").
+  std::string run_device = "cpu", comm = "gloo";
 
   std::string device;
-  int per_node = 1;                                                  // devices (ranks) per node
-  double memory = 0;                                                 // bytes per device
-  double hbm = 0;                                                    // bytes/s per device
+  std::string kind;   // the device family fitted together ("a100", "h100"); "" = none
+  int per_node = 1;   // devices (ranks) per node
+  double memory = 0;  // bytes per device
+  double hbm = 0;     // bytes/s per device
   double peak_bf16 = 0, peak_fp16 = 0, peak_fp8 = 0, peak_fp32 = 0;  // FLOP/s, dense
   int shared_cores = 0;       // > 0: the node's devices share this many CPU cores (a CPU machine)
   double thread_scaling = 1;  // speed-up of shared_cores threads over one, for GEMMs
@@ -51,6 +54,9 @@ struct Cluster {
 
   // Achieved fractions of peak and fixed costs, calibrated (this machine) or chosen per kind.
   double gemm_eff = 0.7, attention_eff = 0.5, memory_eff = 0.7, comm_eff = 0.8;
+  // Compute time lost per second of communication hidden behind it: the collectives' kernels
+  // take SMs and memory bandwidth from the compute they overlap.
+  double overlap_cost = 0;
   double gemm_overhead = 0, attention_overhead = 0, elementwise_overhead = 0;  // seconds per call
   double step_overhead = 0;  // seconds per step outside the model (data, logging, grad norm)
   // Measured over modelled compute of a whole training step (calibrated): the runtime's own
@@ -72,6 +78,14 @@ struct Cluster {
     int64_t seq_len = 0;
     std::string source;
   } calibration;
+
+  // The published runs of this kind the [efficiency] figures were fitted to, and the band of
+  // their leave-one-out residuals ([fit]); runs 0 where nothing was fitted.
+  struct Fitted {
+    int runs = 0;
+    std::vector<double> band;  // [low, high]
+    double median = 0;
+  } fit;
 
   // Peak FLOP/s of one device for a training dtype (fp32, bf16, fp16, fp8).
   double peak(const std::string& dtype) const;

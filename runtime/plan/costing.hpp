@@ -59,6 +59,7 @@ struct Estimate {
   double pipeline_ms = 0, bubble_ms = 0;  // the micro-batch loop, and its idle part
   double optimizer_ms = 0, overhead_ms = 0;
   double comm_ms = 0, exposed_comm_ms = 0;
+  double contention_ms = 0;  // compute the hidden communication slows (Cluster::overlap_cost)
   double step_ms = 0;
   std::vector<CommItem> comms;
   Memory memory;
@@ -77,11 +78,13 @@ struct Estimate {
 using CostSource = std::function<std::vector<loom_cost_collective>(
     const std::string& plugin, const loom_cost_query& q, bool& has_entry)>;
 // Simulated pipeline makespan in forward units (a forward of one chunk = 1, backward = k), the
-// most micro-batch chunks in flight on the first rank, and the schedule plugin's split of the
-// layers (E, the blocks, L) into virtual stages, given each layer's cost (rank = stage % pp).
+// most micro-batch chunks in flight on the first rank, the most split backwards pending, and the
+// schedule plugin's split of the layers (E, the blocks, L) into virtual stages, given each layer's
+// cost (rank = stage % pp).
 struct PipeShape {
   double makespan = 1;
   int in_flight = 1;
+  int deferred = 0;  // split backwards whose weight action is pending at once, on any rank
   std::vector<int32_t> stage_of;
 };
 using PipeSource = std::function<PipeShape(const std::string& schedule, int pp, int m, int chunks,

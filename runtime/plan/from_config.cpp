@@ -32,6 +32,11 @@ Workload workload_of(const train::JobSettings& job, const std::string& dtype) {
   return w;
 }
 
+Workload on_cluster(Workload w, const Cluster& c) {
+  if (c.run_device != "cpu") w.device = c.run_device, w.comm = c.comm;
+  return w;
+}
+
 Layout layout_of(const train::JobSettings& job, int world) {
   Layout l;
   const dist::ParallelSettings& par = job.parallel;

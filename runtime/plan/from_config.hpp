@@ -2,6 +2,7 @@
 // layout its [parallel], [plugins] and [train] sections ask for.
 #pragma once
 
+#include "plan/cluster.hpp"
 #include "plan/estimate.hpp"
 #include "train/job_settings.hpp"
 
@@ -9,6 +10,9 @@ namespace loom::plan {
 
 // dtype "" = [plugins] precision. UsageError for a precision the planner does not know.
 Workload workload_of(const train::JobSettings& job, const std::string& dtype = "");
+// The workload as a run on `c` would be: a GPU cluster's device and comm ([cluster] device and
+// comm) replace the config's; a CPU cluster keeps the config's (cpu or strict, and its comm).
+Workload on_cluster(Workload w, const Cluster& c);
 // dp "auto" resolves from the world (0: [parallel] nproc); micro_batch 0 from the global batch.
 Layout layout_of(const train::JobSettings& job, int world = 0);
 

@@ -34,7 +34,7 @@ struct PluginSources::State {
   // plugin's refusal of that shape.
   struct Line {
     double at2 = 0, at3 = 0;
-    int in_flight = 0;
+    int in_flight = 0, deferred = 0;
     std::string refused;
   };
   std::map<std::tuple<std::string, int, int, int>, Line> lines;
@@ -84,6 +84,7 @@ struct PluginSources::State {
     try {
       const PipelinePlan p = plan(schedule, pp, m, chunks);
       line.in_flight = p.peak_in_flight(0);
+      for (int r = 0; r < pp; ++r) line.deferred = std::max(line.deferred, p.peak_deferred(r));
       if (m <= kSimulated)
         line.at2 = p.simulate(1.0, 2.0).makespan, line.at3 = p.simulate(1.0, 3.0).makespan;
     } catch (const ConfigError& e) {
@@ -147,12 +148,15 @@ PipeSource PluginSources::pipes() {
       s.in_flight = schedule == "gpipe"         ? m * v
                     : schedule == "interleaved" ? 2 * (pp - 1) + (v - 1) * pp + 1
                                                 : pp;
+      // Split backwards pending at once stop growing with m: the simulated shape's.
+      if (schedule == "zbh1") s.deferred = st->line(schedule, pp, kSimulated, chunks).deferred;
       return s;
     }
     const State::Line& line = st->line(schedule, pp, m, chunks);
     if (!line.refused.empty()) throw ConfigError(line.refused);
     s.makespan = line.at2 + (k - 2) * (line.at3 - line.at2);
     s.in_flight = line.in_flight;
+    s.deferred = line.deferred;
     return s;
   };
 }

@@ -95,9 +95,12 @@ const char* op_name(int op) {
 }
 
 // Ranks of one mesh axis are `stride` apart (tp innermost, then cp, ep, dp, pp). A group whose
-// span fits in a node stays on NVLink; otherwise `local` members share a node and the rest is
-// hierarchical: the node part first, then S / local over the network, NIC by NIC (rail-optimised),
-// slower by the oversubscription when the group spans more than a pod.
+// span fits in a node stays on NVLink; otherwise `local` members share a node and the bytes move
+// hierarchically: the node part first, then S / local over the network, NIC by NIC
+// (rail-optimised), slower by the oversubscription when the group spans more than a pod. NCCL
+// runs all-gather and reduce-scatter as one ring through every member, so their latency is n - 1
+// hops, each as slow as the slowest link the ring crosses; an all-reduce's tree pays the
+// hierarchical hops.
 double collective_time(const Cluster& c, int op, double S, int n, int stride, std::string& level) {
   if (n <= 1) return level = "-", 0.0;
   const Link& intra = c.intra_ops.has[op] ? c.intra_ops.op[op] : c.intra;
@@ -119,8 +122,12 @@ double collective_time(const Cluster& c, int op, double S, int n, int stride, st
   const int local = std::max(1, std::min(n, c.per_node / std::max(1, stride)));
   const int nodes = (n + local - 1) / local;
   level = local > 1 ? "node+network" : "network";
-  return ring_time(op, S, local, intra, c.comm_eff) +
-         ring_time(op, S / local, nodes, net, c.comm_eff);
+  double t =
+      ring_time(op, S, local, intra, c.comm_eff) + ring_time(op, S / local, nodes, net, c.comm_eff);
+  if (op == LOOM_COST_ALL_GATHER || op == LOOM_COST_REDUCE_SCATTER)  // one ring through all n
+    t += (n - 1) * std::max(intra.latency, net.latency) -
+         ((local - 1) * intra.latency + (nodes - 1) * net.latency);
+  return t;
 }
 
 Rates rates(const Cluster& c, const Workload& w, const Layout& l) {
@@ -360,19 +367,49 @@ void Step::loop(const PipeSource& pipes) {
 double Step::data_overlap() {
   double window_fwd = mbs * f * 1e3, window_bwd_all = mbs * b * 1e3,
          window_bwd_last = b / l.chunks * 1e3;
+  const auto phase_of = [](const CommItem& it) { return it.phase == "forward" ? 0 : 1; };
+  const auto paced = [&](const CommItem& it) {
+    return it.plugin == l.data_plugin(w) && l.zero >= 2 && it.phase != "step" && it.hidden > 0 &&
+           it.calls >= 2.0 * mbs;
+  };
+  // Per-unit traffic, phase by phase: one unit's hideable milliseconds, and units per pass.
+  double unit_ms[2] = {0, 0}, units[2] = {1, 1}, paced_ms[2] = {0, 0};
+  for (const CommItem& it : e.comms)
+    if (paced(it)) {
+      const int p = phase_of(it);
+      unit_ms[p] += it.hidden * it.ms / it.calls, units[p] = it.calls / mbs;
+      paced_ms[p] += it.hidden * it.ms;
+    }
+  double* windows[2] = {&window_fwd, &window_bwd_all};
+  double paced_exposed[2] = {0, 0};
+  for (int p = 0; p < 2; ++p) {
+    if (paced_ms[p] <= 0) continue;
+    const double compute_unit = *windows[p] / (mbs * units[p]);
+    paced_exposed[p] =
+        mbs * (unit_ms[p] + (units[p] - 1) * std::max(0.0, unit_ms[p] - compute_unit));
+    paced_exposed[p] = std::min(paced_exposed[p], paced_ms[p]);
+    *windows[p] -= paced_ms[p] - paced_exposed[p];
+  }
   double exposed = 0;
   for (CommItem& it : e.comms) {
     if (it.plugin != l.data_plugin(w)) continue;
-    double* window = it.phase == "forward"    ? &window_fwd
-                     : it.phase == "backward" ? (it.calls > 1 ? &window_bwd_all : &window_bwd_last)
-                                              : nullptr;
-    const double can_hide = window ? std::min(*window, it.hidden * it.ms) : 0;
-    if (window) *window -= can_hide;
-    it.exposed_ms = it.ms - can_hide;
+    if (paced(it)) {  // its share of its phase's exposure, and what it could not hide at all
+      const int p = phase_of(it);
+      it.exposed_ms = (1 - it.hidden) * it.ms + it.hidden * it.ms / paced_ms[p] * paced_exposed[p];
+    } else {
+      double* window = it.phase == "forward" ? &window_fwd
+                       : it.phase == "backward"
+                           ? (it.calls > 1 ? &window_bwd_all : &window_bwd_last)
+                           : nullptr;
+      const double can_hide = window ? std::min(*window, it.hidden * it.ms) : 0;
+      if (window) *window -= can_hide;
+      it.exposed_ms = it.ms - can_hide;
+    }
     exposed += it.exposed_ms;
   }
   for (const CommItem& it : e.comms) e.comm_ms += it.ms, e.exposed_comm_ms += it.exposed_ms;
-  return exposed;
+  e.contention_ms = c.overlap_cost * (e.comm_ms - e.exposed_comm_ms);
+  return exposed + e.contention_ms;
 }
 
 // AdamW over this rank's shard: read p, g, m, v, write p, m, v (7 x 4 bytes), the grad norm
@@ -406,6 +443,11 @@ void Step::memory() {
     acts = held * n_rows * m.d_model * act_bytes + per_layer + kept_scores;
   else if (l.recompute == "selective" || l.recompute == "selective-op")
     acts = held * (per_layer + kept_scores - drop) + drop;
+  // A split backward (zbh1) keeps its GEMMs' operands until its weight action: each GEMM's
+  // input and output gradient, on all rows (sp gathers them), for every chunk pending.
+  const double d = m.d_model, tp = l.tp, N = tokens;
+  const double operands = N * (4 * d + (d + m.d_ff + m.qkv_width() + m.fc_out()) / tp);
+  acts += double(shape.deferred) * layers / l.chunks * operands * act_bytes;
   // The head keeps its logits (fp32) on the last stage (the average rank is charged them too);
   // the embedding's output on the first.
   e.memory.activations =

@@ -96,9 +96,12 @@ struct Step {
   // rank's (its stages as the schedule plugin splits the layers); the rest is bubble.
   void loop(const PipeSource& pipes);
 
-  // The data slot's collectives overlap the backward they run in (the last micro-batch's for a
-  // once-a-step reduction, every one's for ZeRO-2/3) and ZeRO-3's gathers the forwards; what
-  // does not fit is exposed. Returns the exposed part.
+  // The data slot's collectives overlap the phase they run in (the last micro-batch's backward
+  // for a once-a-step reduction). ZeRO-2/3's per-unit collectives are paced unit by unit: the
+  // first unit's of each pass has nothing to hide behind, and each other unit's hides behind one
+  // unit's compute of that phase, shared with the phase's other per-unit traffic. Every hidden
+  // millisecond of any collective costs the cluster's overlap_cost of compute (contention_ms).
+  // Returns the exposed part and the contention.
   double data_overlap();
 
   // AdamW over this rank's shard: read p, g, m, v, write p, m, v (7 x 4 bytes), the grad norm

@@ -65,6 +65,11 @@ void check_data(const JobSettings& job) {
   const int64_t vocab = job.model.vocab_size;
   std::error_code ec;
   for (const auto& d : ds.sources())
+    if (d.dir == kDataPlaceholder)
+      throw ConfigError("[data] dir is the placeholder `loom plan --emit` left (\"" + d.dir +
+                        "\"): fill it in with a directory of token shards for this model's "
+                        "tokenizer (loom data prepare --jsonl FILE... --out DIR)");
+  for (const auto& d : ds.sources())
     if (!fs::is_directory(d.dir, ec))
       throw ConfigError((ds.blend.empty() ? "[data] dir = \"" + d.dir + "\" "
                                           : "[data] blend names \"" + d.dir + "\", which ") +

@@ -15,6 +15,8 @@ namespace loom::train {
 // training reads it).
 void check_data(const JobSettings& job);
 inline constexpr int64_t kDataCheckTokens = int64_t(16) << 20;
+// The [data] dir `loom plan --emit` writes for a cluster's config: refused until it is filled in.
+inline constexpr const char* kDataPlaceholder = "FILL-IN: a directory of token shards";
 
 // A tokenizer of `tokens` tokens read from `path` against [model] vocab_size.
 void check_tokenizer_fits(int64_t tokens, const std::filesystem::path& path, int64_t vocab);

@@ -71,7 +71,8 @@ TEST_CASE(
     "a cluster file's [calibration] gives its measured layouts, one residual each, and a cluster "
     "without any has no band") {
   const std::string base =
-      "[cluster]\nname = \"x\"\nnodes = 1\n[device]\nname = \"cpu\"\nper_node = 2\nmemory_gib = "
+      "[cluster]\nname = \"x\"\nnodes = 1\ndevice = \"cpu\"\ncomm = \"gloo\"\n[device]\nname = "
+      "\"cpu\"\nper_node = 2\nmemory_gib = "
       "8\nhbm_gbps = 20\n"
       "peak_tflops_fp32 = 0.1\nshared_cores = 2\n[intra]\nkind = \"loopback\"\nbandwidth_gbps = "
       "5\nlatency_us = 10\n"

@@ -13,6 +13,7 @@
 #include "config/config.hpp"
 #include "core/errors.hpp"
 #include "loader/registry.hpp"
+#include "plan/fit.hpp"
 #include "plan/from_config.hpp"
 #include "plan/mixed_cluster.hpp"
 #include "plan/published.hpp"
@@ -303,4 +304,28 @@ TEST_CASE("the planner's pipeline closed forms continue the simulated makespans,
     }
   CHECK(pipes("zbh1", 4, 257, 1, 2.0).makespan == doctest::Approx(257 * 3 + 3));        // (p - 1) F
   CHECK(pipes("zbh1", 4, 257, 1, 3.0).makespan == doctest::Approx(257 * 4 + 3 * 1.5));  // (p - 1) B
+}
+
+// The fitted cluster files say what the fit gives: `loom plan published --fit` and
+// --cross-validate, rerun here, reproduce each kind's [efficiency] figures and its [fit] band.
+TEST_CASE("each fitted cluster file holds its kind's fitted efficiencies and leave-one-out band") {
+  for (const plan::FitSet& set : plan::fit_sets(kClusters.string())) {
+    INFO(set.kind);
+    const plan::FitResult r = plan::fit(set);
+    const std::vector<double> loo = plan::leave_one_out(set);
+    const double low = std::min(0.0, *std::min_element(loo.begin(), loo.end())),
+                 high = std::max(0.0, *std::max_element(loo.begin(), loo.end()));
+    for (const auto& [name, c] : set.clusters) {
+      INFO(name);
+      const plan::FitValues held = plan::fit_values_of(c);
+      for (int k = 0; k < plan::kFitted; ++k) {
+        INFO(plan::kFittedKeys[k]);
+        CHECK(std::fabs(held.v[k] - r.values.v[k]) <= 0.0006);  // written to 3 decimals
+      }
+      CHECK(c.fit.runs == int(set.runs.size()));
+      REQUIRE(c.fit.band.size() == 2);
+      CHECK(std::fabs(c.fit.band[0] - low) <= 0.0006);
+      CHECK(std::fabs(c.fit.band[1] - high) <= 0.0006);
+    }
+  }
 }
