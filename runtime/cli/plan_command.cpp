@@ -23,6 +23,7 @@
 #include "loader/selection.hpp"
 #include "plan/from_config.hpp"
 #include "plan/mixed_cluster.hpp"
+#include "plan/published.hpp"
 #include "plan/sources.hpp"
 #include "train/data_check.hpp"
 #include "train/layout_rules.hpp"
@@ -172,7 +173,11 @@ int plan_cmd(const Args& args) {
   const std::optional<PlanOptions> o = plan_options(args);
   if (!o) return kExitOk;
   config::Config cfg = config::Config::load(o->file, o->sets);
-  cfg.validate(train::job_sections());
+  // A published run's file (configs/published/) plans as it is: its [published] section is the
+  // planner's own.
+  std::vector<config::SectionSpec> sections = train::job_sections();
+  sections.push_back(plan::published_section());
+  cfg.validate(sections);
   const train::JobSettings job = train::read_job(cfg);
   const std::unique_ptr<Ranking> ranking =
       plan::has_groups(o->cluster) ? mixed_ranking(*o, job) : uniform_ranking(*o, job);

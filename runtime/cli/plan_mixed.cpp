@@ -34,7 +34,9 @@ plan::MixedCluster checked_cluster(const PlanOptions& o) {
 class MixedRanking final : public Ranking {
  public:
   MixedRanking(const PlanOptions& o, const train::JobSettings& job)
-      : o_(o), mc_(checked_cluster(o)), w_(plan::workload_of(job, o.dtype)) {
+      : o_(o),
+        mc_(checked_cluster(o)),
+        w_(plan::on_cluster(plan::workload_of(job, o.dtype), mc_.groups.front().cluster)) {
     plan::PluginSources sources(plugins::Registry::default_dirs(job.plugins.path),
                                 job.plugins.tables);
     r_ = plan::search_mixed(mc_, w_, plan::parse_fixed(o.fix), sources.costs(), sources.pipes(),

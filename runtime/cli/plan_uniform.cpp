@@ -20,7 +20,7 @@ namespace {
 
 using plan::Estimate;
 
-// "-12%..+80%": where measured runs here put the step, relative to the prediction.
+// "-12%..+80%": where the calibration runs here put the step, relative to the prediction.
 std::string band(const Estimate& e) {
   if (e.band_high_ms <= 0) return "none";
   char b[48];
@@ -143,7 +143,7 @@ void print_explanation(const Estimate& e, const plan::Cluster& c) {
       gib(e.memory.buffers), gib(e.memory.process), gib(e.memory.total()), gib(c.memory),
       e.fits ? "fits" : e.why_not.c_str());
   if (e.band_high_ms > 0)
-    std::printf("band: measured runs here put the step between %.1f and %.1f ms\n", e.band_low_ms,
+    std::printf("band: the calibration runs here put the step between %.1f and %.1f ms\n", e.band_low_ms,
                 e.band_high_ms);
   if (!e.extrapolated.empty()) std::printf("extrapolated: %s\n", e.extrapolated.c_str());
   for (const auto& n : e.notes) std::printf("note: %s\n", n.c_str());
