@@ -143,8 +143,8 @@ void print_explanation(const Estimate& e, const plan::Cluster& c) {
       gib(e.memory.buffers), gib(e.memory.process), gib(e.memory.total()), gib(c.memory),
       e.fits ? "fits" : e.why_not.c_str());
   if (e.band_high_ms > 0)
-    std::printf("band: the calibration runs here put the step between %.1f and %.1f ms\n", e.band_low_ms,
-                e.band_high_ms);
+    std::printf("band: the calibration runs here put the step between %.1f and %.1f ms\n",
+                e.band_low_ms, e.band_high_ms);
   if (!e.extrapolated.empty()) std::printf("extrapolated: %s\n", e.extrapolated.c_str());
   for (const auto& n : e.notes) std::printf("note: %s\n", n.c_str());
 }
