@@ -175,9 +175,14 @@ int plan_cmd(const Args& args) {
   config::Config cfg = config::Config::load(o->file, o->sets);
   // A published run's file (configs/published/) plans as it is: its [published] section is the
   // planner's own.
+  const bool published = cfg.table().contains("published");  // before validate fills it in
   std::vector<config::SectionSpec> sections = train::job_sections();
   sections.push_back(plan::published_section());
   cfg.validate(sections);
+  if (o->emit && published)
+    throw ConfigError(o->file +
+                      ": a published run's record ([published]); --emit writes a config "
+                      "to train, so copy the file without that section and emit from the copy");
   const train::JobSettings job = train::read_job(cfg);
   const std::unique_ptr<Ranking> ranking =
       plan::has_groups(o->cluster) ? mixed_ranking(*o, job) : uniform_ranking(*o, job);

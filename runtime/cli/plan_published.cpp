@@ -9,6 +9,7 @@
 
 #include "cli/parse.hpp"
 #include "cli/plan_ranking.hpp"
+#include "core/errors.hpp"
 #include "core/json_line.hpp"
 #include "plan/fit.hpp"
 #include "plan/published.hpp"
@@ -88,8 +89,7 @@ void print_values(const plan::FitSet& set, const plan::FitResult& r) {
 }
 
 // Each run predicted without itself; the median and the worst, and each kind's band.
-void cross_validate(const std::vector<plan::FitSet>& sets,
-                    const std::vector<plan::FitResult>& full) {
+void cross_validate(const std::vector<plan::FitSet>& sets) {
   std::vector<double> all;
   std::printf("\nleave-one-out: each run predicted by its kind's fit without it\n");
   for (size_t s = 0; s < sets.size(); ++s) {
@@ -130,13 +130,13 @@ int plan_published(const Args& args) {
   const std::vector<plan::FitSet> sets = plan::fit_sets(vm["clusters"].as<std::string>());
   const bool fit = vm["fit"].as<bool>(), cv = vm["cross-validate"].as<bool>();
   if (!fit && !cv) return table(sets, vm["json"].as<bool>()), kExitOk;
-  std::vector<plan::FitResult> full;
+  if (vm["json"].as<bool>())
+    throw UsageError("--json writes the table's rows; --fit and --cross-validate print text");
   for (const plan::FitSet& set : sets) {
     std::fprintf(stderr, "fitting %s to %zu runs\n", set.kind.c_str(), set.runs.size());
-    full.push_back(plan::fit(set));
-    print_values(set, full.back());
+    print_values(set, plan::fit(set));
   }
-  if (cv) cross_validate(sets, full);
+  if (cv) cross_validate(sets);
   return kExitOk;
 }
 

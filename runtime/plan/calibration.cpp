@@ -124,9 +124,12 @@ void rank_plausibly(std::vector<Estimate>& rows) {
   auto key = [](const Estimate& e) {
     return !e.extrapolated.empty() && e.band_high_ms > 0 ? e.band_high_ms : e.step_ms;
   };
-  std::stable_sort(rows.begin(), rows.end(), [&](const Estimate& a, const Estimate& b) {
-    return a.fits != b.fits ? a.fits : key(a) < key(b);
-  });
+  // The search put the fitting layouts first; those that do not fit keep its order (smallest
+  // first).
+  const auto fitting =
+      std::stable_partition(rows.begin(), rows.end(), [](const Estimate& e) { return e.fits; });
+  std::stable_sort(rows.begin(), fitting,
+                   [&](const Estimate& a, const Estimate& b) { return key(a) < key(b); });
 }
 
 Estimate predict(const Cluster& c, const train::JobSettings& job, int world) {

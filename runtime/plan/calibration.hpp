@@ -49,7 +49,8 @@ std::string extrapolation(const Calibration& cal, const Workload& w, const Layou
 // extrapolation.
 void judge(Estimate& e, const Calibration& cal, const Workload& w);
 
-// Orders a search's rows as the table ranks them, those that fit first: a layout inside the
+// Orders a search's fitting rows as the table ranks them (the rest keep the search's order): a
+// layout inside the
 // calibrated region by its predicted step, an extrapolated one by the pessimistic end of its band
 // (stable otherwise).
 void rank_plausibly(std::vector<Estimate>& rows);

@@ -85,7 +85,8 @@ void normal_equations(const FitSet& set, const std::vector<const PublishedRun*>&
   std::vector<std::vector<double>> cols(kFitted);
   for (int k = 0; k < kFitted; ++k) {
     Theta moved = t;
-    const double h = 1e-3;
+    // At the upper bound a forward step is clamped away: difference backwards there.
+    const double h = to_value(k, t[k] + 1e-3) > to_value(k, t[k]) ? 1e-3 : -1e-3;
     moved[k] += h;
     cols[k] = residuals(set, runs, moved);
     for (size_t i = 0; i < r.size(); ++i) cols[k][i] = (cols[k][i] - r[i]) / h;
@@ -136,12 +137,10 @@ std::vector<FitSet> fit_sets(const std::string& dir) {
   std::vector<FitSet> sets;
   for (const PublishedRun& run : published_runs()) {
     Cluster c = load_cluster(std::filesystem::path(dir) / (run.cluster + ".toml"));
-    if (c.kind.empty())
-      throw ConfigError(c.source + ": [device] kind is not set; `" + run.file +
-                        "` ran on it, and the fit groups runs by kind");
+    const std::string kind = c.kind.empty() ? c.name : c.kind;  // a file is its own kind
     auto it =
-        std::find_if(sets.begin(), sets.end(), [&](const FitSet& s) { return s.kind == c.kind; });
-    if (it == sets.end()) it = sets.insert(sets.end(), FitSet{c.kind, {}, {}});
+        std::find_if(sets.begin(), sets.end(), [&](const FitSet& s) { return s.kind == kind; });
+    if (it == sets.end()) it = sets.insert(sets.end(), FitSet{kind, {}, {}});
     it->runs.push_back(&run);
     it->clusters.emplace(run.cluster, std::move(c));
   }

@@ -5,9 +5,9 @@
 // (memory), the collectives' bandwidth factor and the compute lost to overlapped communication.
 // The fit minimises sum_i log(predicted_i / published_i)^2 + lambda sum_k (theta_k - theta0_k)^2
 // by Levenberg-Marquardt from generic starting values over theta = log(efficiency) (overlap_cost:
-// the value itself), with forward-difference Jacobians. The ridge term (lambda = 0.02) holds an
-// efficiency that no run constrains at the cluster file's datasheet-derived starting value instead
-// of letting it drift.
+// the value itself), with finite-difference Jacobians, then a pattern search. The ridge term
+// (lambda = 0.02) holds an efficiency that no run constrains at its generic starting value
+// instead of letting it drift.
 #pragma once
 
 #include <functional>
@@ -37,7 +37,8 @@ struct FitSet {
   std::map<std::string, Cluster> clusters;
 };
 
-// Every published run, grouped by its cluster's device kind; clusters read from `dir`.
+// Every published run, grouped by its cluster's device kind ([device] kind; a file without one
+// is a kind of its own); clusters read from `dir`.
 std::vector<FitSet> fit_sets(const std::string& dir);
 
 // log(predicted / published) of each run in `runs` under `f`.

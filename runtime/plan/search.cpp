@@ -174,8 +174,14 @@ std::string versus(const Estimate& best, const Estimate& other) {
   std::ostringstream os;
   os.setf(std::ios::fixed);
   os.precision(1);
-  os << 100 * (other.step_ms / best.step_ms - 1) << "% slower, mostly " << worst->name << " ("
-     << worst->other << " ms against " << worst->best << " ms)";
+  const double slower = other.step_ms / best.step_ms - 1;
+  if (slower < 0) {  // ranked lower by the slow end of its band (calibration.hpp)
+    os << -100 * slower << "% faster as predicted, ranked lower as extrapolated";
+    if (!other.extrapolated.empty()) os << " (" << other.extrapolated << ")";
+  } else {
+    os << 100 * slower << "% slower, mostly " << worst->name << " (" << worst->other
+       << " ms against " << worst->best << " ms)";
+  }
   if (!other.fits) os << ", and it does not fit: " << other.why_not;
   return os.str();
 }

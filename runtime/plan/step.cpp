@@ -124,7 +124,7 @@ double collective_time(const Cluster& c, int op, double S, int n, int stride, st
   level = local > 1 ? "node+network" : "network";
   double t =
       ring_time(op, S, local, intra, c.comm_eff) + ring_time(op, S / local, nodes, net, c.comm_eff);
-  if (op == LOOM_COST_ALL_GATHER || op == LOOM_COST_REDUCE_SCATTER)  // one ring through all n
+  if (S > 0 && (op == LOOM_COST_ALL_GATHER || op == LOOM_COST_REDUCE_SCATTER))  // one ring, all n
     t += (n - 1) * std::max(intra.latency, net.latency) -
          ((local - 1) * intra.latency + (nodes - 1) * net.latency);
   return t;
@@ -395,7 +395,8 @@ double Step::data_overlap() {
     if (it.plugin != l.data_plugin(w)) continue;
     if (paced(it)) {  // its share of its phase's exposure, and what it could not hide at all
       const int p = phase_of(it);
-      it.exposed_ms = (1 - it.hidden) * it.ms + it.hidden * it.ms / paced_ms[p] * paced_exposed[p];
+      it.exposed_ms = (1 - it.hidden) * it.ms +
+                      (paced_ms[p] > 0 ? it.hidden * it.ms / paced_ms[p] * paced_exposed[p] : 0);
     } else {
       double* window = it.phase == "forward" ? &window_fwd
                        : it.phase == "backward"

@@ -105,8 +105,8 @@ TEST_CASE(
 // The sharded data kind and a wrapper through loom.plugins, from the last ABI 1 minor before 2.0's
 // split: zero2 and the counting comm over gloo, as ABI 1.7 built them, against today's builds.
 TEST_CASE(
-    "zero2 and a counting comm built against ABI 1.7 train 2 ranks bitwise as today's, and 1.3's "
-    "zero is refused") {
+    "zero2 and a counting comm built against ABI 1.7 train 2 ranks bitwise as today's, 1.3's zero "
+    "is refused, and --emit for an H100 cluster refuses 1.7's zero, which keeps no device state") {
   TempDir t;
   write_config(t, "nproc = 2\ndp = 2\n",
                "data = \"zero2\"\ncomm = \"counting\"\n[plugins.counting]\ninner = \"gloo\"\n");
@@ -125,6 +125,19 @@ TEST_CASE(
   CHECK(abis.find("zero2=1.7 ") != std::string::npos);
   CHECK(abis.find("counting=1.7 ") != std::string::npos);
   CHECK(old == today);
+  // ABI 1.7's zero predates LOOM_DATA_DEVICE: planned for an H100 cluster (cuda), --emit refuses
+  // its layout in train's words, naming the device, and writes nothing.
+  write_config(t, "nproc = 2\ndp = 2\n", "data = \"zero2\"\n");
+  const fs::path emitted = t.path / "gpu.toml";
+  auto gpu =
+      sh("LOOM_PLUGIN_PATH=" + (t.path / "1.7").string() + " " LOOM_BIN " plan " +
+         (t.path / "t.toml").string() + " --cluster " + LOOM_SOURCE_DIR +
+         "/clusters/h100-sxm.toml --devices 2 --emit \"dp2 zero2 mb1\" --out " + emitted.string());
+  INFO(gpu.out);
+  CHECK(gpu.rc == 2);
+  CHECK(gpu.out.find("does not declare LOOM_DATA_DEVICE") != std::string::npos);
+  CHECK(gpu.out.find("[run] device = \"cuda\"") != std::string::npos);
+  CHECK_FALSE(fs::exists(emitted));
 
   // ABI 1.3 had no capability declarations: its ZeRO cannot say it shards, so it does not run.
   build_plugins("37750d7^", {{"plugins/parallel/zero/zero.cpp", "libloom-parallel-zero.so"}},

@@ -125,3 +125,26 @@ TEST_CASE(
   f.data_caps |= LOOM_DATA_DEVICE;
   CHECK(train::layout_problem(f) == "");
 }
+
+// The check the search and --emit run is train's, with the cluster's device and comm: an H100
+// file plans cuda and nccl whatever the config names, and a CPU file keeps the config's.
+TEST_CASE("the planner checks a layout for the device and comm its cluster file names") {
+  config::Config cfg = config::Config::parse(
+      "[run]\ndevice = \"strict\"\n[model]\npreset = \"llama-tiny\"\n[plugins]\ncomm = \"gloo\"\n",
+      "<test>");
+  cfg.validate(loom::train::job_sections());
+  const plan::Workload w = plan::workload_of(train::read_job(cfg));
+  const fs::path clusters = fs::path(LOOM_SOURCE_DIR) / "clusters";
+  const plan::Cluster h100 = plan::load_cluster(clusters / "h100-sxm.toml");
+  const plan::Cluster cpu = plan::load_cluster(clusters / "this-machine.toml");
+  CHECK(h100.run_device == "cuda");
+  CHECK(h100.comm == "nccl");
+  const plan::Layout l = plan::parse_layout("dp2 zero1 mb1");
+  const train::LayoutFacts gpu = plan::layout_facts(plan::on_cluster(w, h100), l);
+  CHECK(gpu.device == "cuda");
+  CHECK(gpu.comm == "nccl");
+  CHECK_FALSE(gpu.device_host_memory);  // what a sharded plugin without device state is refused by
+  const train::LayoutFacts here = plan::layout_facts(plan::on_cluster(w, cpu), l);
+  CHECK(here.device == "strict");
+  CHECK(here.comm == "gloo");
+}
