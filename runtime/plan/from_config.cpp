@@ -1,5 +1,6 @@
 #include "plan/from_config.hpp"
 
+#include "config/config.hpp"
 #include "core/errors.hpp"
 
 namespace loom::plan {
@@ -29,6 +30,11 @@ Workload workload_of(const train::JobSettings& job, const std::string& dtype) {
   w.stage_split = job.plan.stage_split;
   w.device = job.run.device;
   w.comm = slots.slot("comm");
+  if (!slots.tables.empty()) {  // the plugin's option, as its run would read it
+    const config::Config tables = config::Config::parse(slots.tables, "<plan: [plugins]>");
+    if (auto depth = tables.table().at_path("plugins.zero3.prefetch_depth").value<int64_t>())
+      w.zero3_prefetch_depth = int(std::max<int64_t>(1, *depth));
+  }
   return w;
 }
 

@@ -459,15 +459,15 @@ void Step::memory() {
   // input, pre-activation, activation and expert output), the same size as what it saves.
   const double moe_scratch = moe_layers * m.moe.top_k * tokens *
                              (2.0 * m.d_model + double(m.fc_out() + m.d_ff) / l.tp) * act_bytes;
-  // ZeRO-3 holds a unit gathered while it computes and the next one prefetched (the plugin's
-  // default depth), and a unit's full gradient until its reduce-scatter.
+  // ZeRO-3 holds a unit gathered while it computes and the units it prefetches ([plugins.zero3]
+  // prefetch_depth), and a unit's full gradient until its reduce-scatter.
   double unit_gather = 0, unit_grads = 0;
   for (const CommItem& it : e.comms)
     if (it.plugin == l.data_plugin(w) && l.zero == 3 && it.calls >= 2.0 * mbs)
       (it.op == "all_gather" ? unit_gather : unit_grads) =
           std::max(it.op == "all_gather" ? unit_gather : unit_grads, it.bytes);
   e.memory.buffers = 2 * tokens * m.d_model * 4 + (data_group > 1 ? bucket : 0) + moe_scratch +
-                     2 * unit_gather + unit_grads;
+                     (1 + w.zero3_prefetch_depth) * unit_gather + unit_grads;
   e.memory.process = c.process_bytes;
   // A CPU machine's memory is shared by the ranks on it.
   const double ranks_here = c.shared_cores > 0 ? std::min(l.world(), c.per_node) : 1;

@@ -329,3 +329,31 @@ TEST_CASE("each fitted cluster file holds its kind's fitted efficiencies and lea
     }
   }
 }
+
+// ZeRO-3 holds one gathered copy per unit it prefetches: [plugins.zero3] prefetch_depth, as the
+// run reads it, adds a unit's gathered bytes per step of depth to the planned buffers.
+TEST_CASE("the planner's ZeRO-3 buffers grow by one gathered unit per step of prefetch_depth") {
+  auto buffers = [](const std::string& options) {
+    config::Config cfg = config::Config::parse(
+        "[model]\npreset = \"llama3-8b\"\n[train]\nglobal_batch = 16\n[plugins]\nprecision = "
+        "\"bf16\"\ndata = \"zero3\"\n" +
+            options,
+        "<test>");
+    cfg.validate(loom::train::job_sections());
+    const train::JobSettings job = train::read_job(cfg);
+    plan::PluginSources sources(plugins::Registry::default_dirs(), job.plugins.tables);
+    const plan::Cluster c = plan::load_cluster(kClusters / "h100-sxm.toml");
+    const plan::Estimate e =
+        plan::estimate(c, plan::workload_of(job), plan::parse_layout("dp8 zero3 mb2"),
+                       sources.costs(), sources.pipes());
+    double unit = 0;
+    for (const plan::CommItem& it : e.comms)
+      if (it.op == "all_gather") unit = std::max(unit, it.bytes);
+    return std::pair{e.memory.buffers, unit};
+  };
+  const auto [one, unit] = buffers("");
+  const auto [three, same_unit] = buffers("[plugins.zero3]\nprefetch_depth = 3\n");
+  REQUIRE(unit > 0);
+  CHECK(same_unit == unit);
+  CHECK(three - one == doctest::Approx(2 * unit));
+}
