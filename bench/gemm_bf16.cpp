@@ -7,57 +7,23 @@
 // Debian's OpenBLAS 0.3.21 has no sbgemm, so it is no candidate. bench/gemm_bf16.sh runs this
 // beside PyTorch's bf16 and fp32 matmuls on the same shapes.
 //   bench_gemm_bf16 [--threads N] [--d D] [--tokens T]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "gemm_shapes.hpp"
 #include "ops/cpu/kernels.hpp"
 
 namespace {
 
+using loom::bench::best_seconds;
+using loom::bench::flag;
+using loom::bench::GemmShape;
+
 using dnnl::memory;
-
-struct Shape {
-  int ta, tb;  // C[M, N] = op(A)[M, K] op(B)[K, N], row-major, as cpu::gemm takes them
-  int64_t M, N, K;
-};
-
-// y = x W^T, dx = dy W and dW = dy^T x for each linear layer [out, in] of a block.
-std::vector<Shape> block_shapes(int64_t d, int64_t tokens) {
-  const int64_t layers[][2] = {{3 * d, d}, {d, d}, {4 * d, d}, {d, 4 * d}};
-  std::vector<Shape> shapes;
-  for (const auto& l : layers) {
-    shapes.push_back({0, 1, tokens, l[0], l[1]});
-    shapes.push_back({0, 0, tokens, l[1], l[0]});
-    shapes.push_back({1, 0, l[0], l[1], tokens});
-  }
-  return shapes;
-}
-
-template <class F>
-double best_seconds(F&& f) {
-  for (int i = 0; i < 3; ++i) f();
-  double best = 1e30;
-  for (int i = 0; i < 15; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-
-int64_t flag(int argc, char** argv, const char* name, int64_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  return fallback;
-}
 
 // op(X) of a row-major [rows, cols] matrix stored transposed when `t`: strides of the [r, c] view.
 memory::desc view(int64_t r, int64_t c, int t, memory::data_type dt) {
@@ -65,7 +31,7 @@ memory::desc view(int64_t r, int64_t c, int t, memory::data_type dt) {
 }
 
 // One matmul of `s` on operands of type `in`, fp32 result, timed.
-double onednn_seconds(const Shape& s, memory::data_type in, bool fpmath_bf16, dnnl::engine& eng,
+double onednn_seconds(const GemmShape& s, memory::data_type in, bool fpmath_bf16, dnnl::engine& eng,
                       dnnl::stream& strm, std::string* impl = nullptr) {
   const auto a = view(s.M, s.K, s.ta, in), b = view(s.K, s.N, s.tb, in),
              c = memory::desc({s.M, s.N}, memory::data_type::f32, memory::dims{s.N, 1});
@@ -96,7 +62,7 @@ int main(int argc, char** argv) {
   std::printf("  op    M     N     K   fp32 Loom   bf16 oneDNN   fp32 fpmath=bf16  (GFLOP/s)\n");
   double fp32_s = 0, bf16_s = 0, fpmath_s = 0;
   std::set<std::string> impls;
-  for (const Shape& s : block_shapes(d, tokens)) {
+  for (const GemmShape& s : loom::bench::block_gemms(d, tokens, 0)) {
     std::vector<float> A(s.M * s.K, 0.5f), B(s.K * s.N, 0.25f), C(s.M * s.N, 0.f);
     const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
     const double loom = best_seconds([&] {

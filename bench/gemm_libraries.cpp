@@ -5,55 +5,15 @@
 // Per shape, GFLOP/s both ways; then the sum of the milliseconds and its ratio.
 #include <cblas.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 #include <vector>
 
+#include "gemm_shapes.hpp"
 #include "ops/cpu/kernels.hpp"
 
-namespace {
-
-struct Shape {
-  int ta, tb;
-  int64_t M, N, K;
-};
-
-// y = x W^T (N T), dx = dy W (N N) and dW = dy^T x (T N) for each linear layer [out, in].
-std::vector<Shape> block_shapes(int64_t d, int64_t tokens, int64_t vocab) {
-  const int64_t layers[][2] = {{3 * d, d}, {d, d}, {4 * d, d}, {d, 4 * d}, {vocab, d}};
-  std::vector<Shape> shapes;
-  for (const auto& l : layers) {
-    shapes.push_back({0, 1, tokens, l[0], l[1]});
-    shapes.push_back({0, 0, tokens, l[1], l[0]});
-    shapes.push_back({1, 0, l[0], l[1], tokens});
-  }
-  return shapes;
-}
-
-template <class F>
-double best_seconds(F&& f) {
-  for (int i = 0; i < 3; ++i) f();
-  double best = 1e30;
-  for (int i = 0; i < 15; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    best = std::min(best,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
-
-int64_t flag(int argc, char** argv, const char* name, int64_t fallback) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoll(argv[i + 1]);
-  return fallback;
-}
-
-}  // namespace
+using loom::bench::best_seconds;
+using loom::bench::flag;
+using loom::bench::GemmShape;
 
 int main(int argc, char** argv) {
   const int threads = loom::cpu::set_threads(static_cast<int>(flag(argc, argv, "--threads", 2)));
@@ -63,7 +23,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(tokens), static_cast<long long>(vocab), threads);
   std::printf("  op    M     N     K   Loom GFLOP/s   OpenBLAS GFLOP/s\n");
   double loom_s = 0, blas_s = 0;
-  for (const Shape& s : block_shapes(d, tokens, vocab)) {
+  for (const GemmShape& s : loom::bench::block_gemms(d, tokens, vocab)) {
     std::vector<float> A(s.M * s.K, 0.5f), B(s.K * s.N, 0.25f), C(s.M * s.N, 0.f);
     const int64_t lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
     const double loom = best_seconds([&] {
