@@ -38,32 +38,29 @@ TEST_CASE("loom plan ranks the layouts of one H100 node, as a table and as JSON"
   CHECK(has(table.out, "   3  "));
   CHECK_FALSE(has(table.out, "   4  "));
   CHECK(has(table.out, "why: "));
-  auto json = run_loom("plan " + cfg + " --cluster " + kClusters +
-                       "h100-sxm.toml --json --fix tp=2,recompute=full");
+  // The JSON lists the layouts in the table's order (plan::rank_plausibly, tested in unit_tests),
+  // the fitting ones first.
+  const std::string fixed = " --cluster " + kClusters + "h100-sxm.toml --fix tp=2,recompute=full";
+  auto json = run_loom("plan " + cfg + fixed + " --json");
+  auto top = run_loom("plan " + cfg + fixed + " --top 3");
   REQUIRE(json.rc == 0);
+  REQUIRE(top.rc == 0);
   std::istringstream lines(json.out);
   std::string line;
   int rows = 0;
-  double last_step_ms = 0;
   bool fitting = true;
   while (std::getline(lines, line)) {
     if (line.empty() || line[0] != '{') continue;
     auto j = nlohmann::json::parse(line);
     CHECK(j["tp"] == 2);
     CHECK(j["recompute"] == "full");
-    if (j["fits"] == true) {
-      // Fitting layouts come first: one in the calibrated region by its step, an extrapolated
-      // one by the slow end of its band.
+    if (rows < 3)
+      CHECK(has(top.out,
+                "   " + std::to_string(rows + 1) + "  " + j["layout"].get<std::string>() + " "));
+    if (j["fits"] == true)
       CHECK(fitting);
-      const bool extrapolated = !j["extrapolated"].get<std::string>().empty();
-      const double ranked_step_ms = extrapolated && j["band_high_ms"].get<double>() > 0
-                                        ? j["band_high_ms"].get<double>()
-                                        : j["step_ms"].get<double>();
-      CHECK(ranked_step_ms >= last_step_ms);
-      last_step_ms = ranked_step_ms;
-    } else {
+    else
       fitting = false;
-    }
     ++rows;
   }
   CHECK(rows > 10);

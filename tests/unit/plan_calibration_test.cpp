@@ -115,3 +115,26 @@ TEST_CASE(
     CHECK(std::string(e.what()).find("<x>: [calibration] layouts: ") == 0);
   }
 }
+
+// The table's order: fitting layouts first; among them one inside the calibrated region by its
+// step and an extrapolated one by the slow end of its band; the rest keep the search's order.
+TEST_CASE("rank_plausibly ranks an extrapolated layout by the slow end of its band") {
+  auto row = [](const char* name, double step, double high, bool extrapolated, bool fits) {
+    plan::Estimate e;
+    e.layout = plan::parse_layout(name);
+    e.step_ms = step, e.band_high_ms = high, e.fits = fits;
+    e.extrapolated = extrapolated ? "no calibration run uses pp zbh1" : "";
+    return e;
+  };
+  std::vector<plan::Estimate> rows = {
+      row("dp2 pp2 zbh1 mb1", 90, 110, true, true),  // fastest, but 110 at its slow end
+      row("dp4 mb1", 100, 120, false, true),         // inside the region: ranked by its 100
+      row("dp2 tp2 mb1", 105, 125, false, true),
+      row("dp1 tp4 mb1", 80, 90, false, false),  // does not fit: after every fitting layout
+      row("dp1 pp4 1f1b mb1", 70, 80, false, false)};
+  plan::rank_plausibly(rows);
+  std::vector<std::string> order;
+  for (const plan::Estimate& e : rows) order.push_back(e.layout.name());
+  CHECK(order == std::vector<std::string>{"dp4 mb1", "dp2 tp2 mb1", "dp2 pp2 zbh1 mb1",
+                                          "dp1 tp4 mb1", "dp1 pp4 1f1b mb1"});
+}
