@@ -35,20 +35,13 @@ int plan_published(const Args& args);
 
 namespace {
 
-// --emit: the config with the row's overrides, as `loom config check` and `loom train` read it,
-// checked by the same check before it is written under its head.
-// For a GPU cluster, not this machine: checkpointing on where the config has none, a data
-// directory to fill in where it names the demo's (train refuses it until it is filled in), and a
-// timeout that rendezvous over many nodes fits in.
-std::vector<std::string> cluster_overrides(const PlanOptions& o, const Emitted& e,
-                                           std::string& head) {
-  config::Config cfg = config::Config::load(o.file, e.overrides);
-  const bool own_data =
-      bool(cfg.table().at_path("data.dir")) || bool(cfg.table().at_path("data.blend"));
-  cfg.validate(train::job_sections());
-  const train::JobSettings job = train::read_job(cfg);
+// For a GPU cluster, not this machine: checkpointing on where the config planned (`job`) has
+// none, a data directory to fill in where it names none of its own (train refuses it until it is
+// filled in), and a timeout that rendezvous over many nodes fits in.
+std::vector<std::string> cluster_overrides(const train::JobSettings& job, bool own_data,
+                                           const Emitted& e, std::string& head) {
   std::vector<std::string> out = e.overrides;
-  if (job.run.device == "cpu" || job.run.device == "strict") return out;
+  if (e.device == "cpu" || e.device == "strict") return out;
   if (job.checkpoint.every == 0) {
     out.push_back("checkpoint.every=500");
     if (job.plugins.slot("ckpt").empty()) out.push_back("plugins.ckpt=\"async\"");
@@ -68,11 +61,14 @@ std::vector<std::string> cluster_overrides(const PlanOptions& o, const Emitted& 
   return out;
 }
 
-void write_emitted(const PlanOptions& o, const Emitted& e) {
+// --emit: the config with the row's overrides, as `loom config check` and `loom train` read it,
+// checked by the same check before it is written under its head.
+void write_emitted(const PlanOptions& o, const train::JobSettings& planned, bool own_data,
+                   const Emitted& e) {
   const std::string& file = o.file;
   const int world = e.world;
   std::string notes;
-  const std::vector<std::string> overrides = cluster_overrides(o, e, notes);
+  const std::vector<std::string> overrides = cluster_overrides(planned, own_data, e, notes);
   const std::unique_ptr<Job> job = open_job(load_for_job(file, overrides, world));
   const train::JobSettings& settings = job->settings;
   train::check_layout(settings, job->selection, dist::resolve_mesh(settings.parallel, world));
@@ -173,12 +169,12 @@ int plan_cmd(const Args& args) {
   const std::optional<PlanOptions> o = plan_options(args);
   if (!o) return kExitOk;
   config::Config cfg = config::Config::load(o->file, o->sets);
-  // A published run's file (configs/published/) plans as it is: its [published] section is the
-  // planner's own.
-  const bool published = cfg.table().contains("published");  // before validate fills it in
-  std::vector<config::SectionSpec> sections = train::job_sections();
-  sections.push_back(plan::published_section());
-  cfg.validate(sections);
+  // Read before validate fills the sections in with their defaults.
+  const bool published = cfg.table().contains("published");
+  const bool own_data =
+      bool(cfg.table().at_path("data.dir")) || bool(cfg.table().at_path("data.blend"));
+  // A published run's file (configs/published/) plans as it is: [published] is the planner's.
+  cfg.validate(plan::plan_sections());
   if (o->emit && published)
     throw ConfigError(o->file +
                       ": a published run's record ([published]); --emit writes a config "
@@ -193,7 +189,7 @@ int plan_cmd(const Args& args) {
     else
       ranking->explain(row);
   } else if (o->emit) {
-    write_emitted(*o, ranking->emitted(ranking->row("emit", *o->emit)));
+    write_emitted(*o, job, own_data, ranking->emitted(ranking->row("emit", *o->emit)));
   } else if (o->json) {
     for (size_t i = 0; i < ranking->size(); ++i)
       std::printf("%s\n", json_line(ranking->json(i)).c_str());

@@ -94,7 +94,8 @@ class MixedRanking final : public Ranking {
     return {e.layout, e.layout.world(), overrides,
             "layout " + e.layout.name() +
                 ", groups in node order as [parallel] groups lists them, split " + e.pp_layout +
-                ": " + steps + " on " + mc_.name + ".\n"};
+                ": " + steps + " on " + mc_.name + ".\n",
+            w_.device};
   }
 
   void table(size_t top) override {

@@ -33,6 +33,7 @@ struct Emitted {
   int world = 1;
   std::vector<std::string> overrides;
   std::string head;
+  std::string device;  // what the layout was planned for ([run] device: the cluster's on a GPU)
 };
 
 class Ranking {

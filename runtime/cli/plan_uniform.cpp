@@ -226,7 +226,7 @@ class UniformRanking final : public Ranking {
                   c_.name.c_str());
     std::string text = head;
     if (!e.extrapolated.empty()) text += "# Extrapolated: " + e.extrapolated + ".\n";
-    return {e.layout, e.layout.world(), emit_overrides(o_, w_, e.layout), text};
+    return {e.layout, e.layout.world(), emit_overrides(o_, w_, e.layout), text, w_.device};
   }
 
   void table(size_t top) override {

@@ -39,7 +39,7 @@ Workload workload_of(const train::JobSettings& job, const std::string& dtype) {
 }
 
 Workload on_cluster(Workload w, const Cluster& c) {
-  if (c.run_device != "cpu") w.device = c.run_device, w.comm = c.comm;
+  if (c.run_device != "cpu") w.device = c.run_device, w.comm = c.comm, w.comm_of_cluster = true;
   return w;
 }
 

@@ -41,11 +41,18 @@ config::SectionSpec published_section() {
       }};
 }
 
+const std::vector<config::SectionSpec>& plan_sections() {
+  static const std::vector<config::SectionSpec> sections = [] {
+    std::vector<config::SectionSpec> s = train::job_sections();
+    s.push_back(published_section());
+    return s;
+  }();
+  return sections;
+}
+
 PublishedRun read_published(const std::string& text, const std::string& path) {
   config::Config cfg = config::Config::parse(text, path);
-  std::vector<config::SectionSpec> sections = train::job_sections();
-  sections.push_back(published_section());
-  cfg.validate(sections);
+  cfg.validate(plan_sections());
   const config::Section p = cfg.section("published");
   PublishedRun run;
   run.file = path;

@@ -33,6 +33,9 @@ struct PublishedRun {
 
 // [published]: the row's name, source, cluster, metric, value and FLOP count.
 config::SectionSpec published_section();
+// What a published run's file may hold, and what `loom plan` reads: a job's sections and
+// [published].
+const std::vector<config::SectionSpec>& plan_sections();
 
 // One file's run. ConfigError naming the file and key for a file that does not read.
 PublishedRun read_published(const std::string& text, const std::string& path);

@@ -170,10 +170,10 @@ ProblemSource PluginSources::problems() {
     try {
       if (!f.comm.empty()) train::comm_facts(f, st->plugin(f.comm, LOOM_KIND_COMM));
     } catch (const std::runtime_error& e) {
-      // nccl is built only where CUDA and NCCL are: a GPU cluster's plan made on a machine
-      // without them takes it as it ships (send and recv declared). Another missing comm would
-      // fail the run too.
-      if (f.comm != "nccl") return std::string(e.what());
+      // The cluster's comm runs on the cluster's build (nccl needs CUDA and NCCL, which this one
+      // may lack): planned as it ships there, send and recv declared. The config's own comm
+      // would fail its run here too.
+      if (!w.comm_of_cluster) return std::string(e.what());
     }
     try {
       if (!f.data.empty()) train::data_facts(f, st->plugin(f.data, LOOM_KIND_PARALLEL));

@@ -369,8 +369,7 @@ double Step::data_overlap() {
          window_bwd_last = b / l.chunks * 1e3;
   const auto phase_of = [](const CommItem& it) { return it.phase == "forward" ? 0 : 1; };
   const auto paced = [&](const CommItem& it) {
-    return it.plugin == l.data_plugin(w) && l.zero >= 2 && it.phase != "step" && it.hidden > 0 &&
-           it.calls >= 2.0 * mbs;
+    return per_unit(it) && it.phase != "step" && it.hidden > 0;
   };
   // Per-unit traffic, phase by phase: one unit's hideable milliseconds, and units per pass.
   double unit_ms[2] = {0, 0}, units[2] = {1, 1}, paced_ms[2] = {0, 0};
@@ -411,6 +410,10 @@ double Step::data_overlap() {
   for (const CommItem& it : e.comms) e.comm_ms += it.ms, e.exposed_comm_ms += it.exposed_ms;
   e.contention_ms = c.overlap_cost * (e.comm_ms - e.exposed_comm_ms);
   return exposed + e.contention_ms;
+}
+
+bool Step::per_unit(const CommItem& it) const {
+  return it.plugin == l.data_plugin(w) && l.zero >= 2 && it.calls >= 2.0 * mbs;
 }
 
 // AdamW over this rank's shard: read p, g, m, v, write p, m, v (7 x 4 bytes), the grad norm
@@ -463,7 +466,7 @@ void Step::memory() {
   // prefetch_depth), and a unit's full gradient until its reduce-scatter.
   double unit_gather = 0, unit_grads = 0;
   for (const CommItem& it : e.comms)
-    if (it.plugin == l.data_plugin(w) && l.zero == 3 && it.calls >= 2.0 * mbs)
+    if (l.zero == 3 && per_unit(it))
       (it.op == "all_gather" ? unit_gather : unit_grads) =
           std::max(it.op == "all_gather" ? unit_gather : unit_grads, it.bytes);
   e.memory.buffers = 2 * tokens * m.d_model * 4 + (data_group > 1 ? bucket : 0) + moe_scratch +

@@ -103,6 +103,8 @@ struct Step {
   // millisecond of any collective costs the cluster's overlap_cost of compute (contention_ms).
   // Returns the exposed part and the contention.
   double data_overlap();
+  // A ZeRO-2/3 collective issued unit by unit (a block, or the ends) in each micro-batch.
+  bool per_unit(const CommItem& it) const;
 
   // AdamW over this rank's shard: read p, g, m, v, write p, m, v (7 x 4 bytes), the grad norm
   // (a read of the gradients) and zeroing them.
