@@ -98,6 +98,11 @@ const loom_native_streams* native_streams(const std::string& device) {
   return nullptr;
 }
 
+std::string bf16_gemm_instructions(const std::string& device) {
+  const char* isa = device == "cpu" || device == "strict" ? cpu::bf16_instructions() : nullptr;
+  return isa ? std::string("the CPU's ") + isa + " (" + cpu::gemm_library() + ")" : "";
+}
+
 int set_threads(const std::string& device, int threads) {
   if (device == "strict") {
     // The host's threads do no kernel work there; the stream workers do, with the same count.

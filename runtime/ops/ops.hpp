@@ -43,6 +43,10 @@ void set_memory_cap(const std::string& device, int64_t bytes);
 // nullptr on devices without them.
 const loom_native_streams* native_streams(const std::string& device);
 
+// What a device multiplies bf16 GEMM operands with when its table's gemm_operand_dtypes has
+// bf16 ("the CPU's AMX (oneDNN 2.6.3)"; strict's kernels are the CPU's); "" where nothing does.
+std::string bf16_gemm_instructions(const std::string& device);
+
 // Sets kernel threads for the device (CPU: OpenMP and OpenBLAS); 0 = all cores. Returns count.
 int set_threads(const std::string& device, int threads);
 

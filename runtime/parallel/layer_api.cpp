@@ -21,7 +21,7 @@ void LayerApi::linear(Tensor& y, const Tensor& x, const Param& W) const {
   int64_t N = x.dim(0), in = x.dim(-1), out = W.local_shape[0];
   Tensor xr = numerics_.operand(x, W.name + ".x", LOOM_OPERAND_ACTIVATION);
   Tensor wr = numerics_.operand(W.value, W.name, LOOM_OPERAND_WEIGHT);
-  ops_->gemm(0, 1, N, out, in, 1.f, xr.f32(), in, wr.f32(), in, 0.f, y.f32(), out);
+  operand_gemm(*ops_, 0, 1, N, out, in, 1.f, xr, in, wr, in, 0.f, y.f32(), out);
 }
 
 void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& W,
@@ -35,8 +35,8 @@ void LayerApi::linear_bwd(Tensor* dx, const Tensor& dy, const Tensor& x, Param& 
 void LayerApi::input_grad(Tensor& dx, const Tensor& dyr, const Param& W, bool accumulate) const {
   const int64_t N = dyr.dim(0), in = W.local_shape[1], out = W.local_shape[0];
   const Tensor wr = numerics_.operand(W.value, W.name, LOOM_OPERAND_WEIGHT);
-  ops_->gemm(0, 0, N, in, out, 1.f, dyr.f32(), out, wr.f32(), in, accumulate ? 1.f : 0.f, dx.f32(),
-             in);
+  operand_gemm(*ops_, 0, 0, N, in, out, 1.f, dyr, out, wr, in, accumulate ? 1.f : 0.f, dx.f32(),
+               in);
 }
 
 // dW += dyr^T x, now or set aside (a split backward's W, or tp overlap's collective).
@@ -57,7 +57,8 @@ void DeferredWeightGrads::add(Param& W, const Tensor& dy, const Tensor& x) {
   DeferredWeightGrad& d = items_[used_++];
   auto refill = [this](Tensor& into, const Tensor& from) {
     if (!copies_) return void(into = from);
-    if (!into.defined() || into.shape() != from.shape()) into = Tensor::empty(from.shape());
+    if (!into.defined() || into.shape() != from.shape() || into.dtype() != from.dtype())
+      into = Tensor::empty(from.shape(), from.dtype());
     copy_bytes(into.data(), from.data(), from.bytes());
   };
   d.W = &W;
@@ -73,7 +74,7 @@ int64_t DeferredWeightGrads::bytes() const {
 
 void LayerApi::weight_grad(const DeferredWeightGrad& d) const {
   const int64_t N = d.x.dim(0), in = d.x.dim(-1), out = d.W->local_shape[0];
-  ops_->gemm(1, 0, out, in, N, 1.f, d.dy.f32(), out, d.x.f32(), in, 1.f, d.W->grad.f32(), in);
+  operand_gemm(*ops_, 1, 0, out, in, N, 1.f, d.dy, out, d.x, in, 1.f, d.W->grad.f32(), in);
 }
 
 int64_t LayerApi::position(int64_t t) const {

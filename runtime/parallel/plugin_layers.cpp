@@ -172,8 +172,8 @@ Tensor PluginLayers::linear_exit(Tensor& y, const Tensor& x, const Param& W) {
       const int64_t c0 = c * n / k, c1 = (c + 1) * n / k, rows = c1 - c0;
       float* stage = staged.f32() + (seq_ ? parts * c0 : c0) * out;
       for (int r = 0; r < parts; ++r)
-        ops_->gemm(0, 1, rows, out, in, 1.f, xr.f32() + (r * n + c0) * in, in, wr.f32(), in, 0.f,
-                   stage + r * rows * out, out);
+        operand_gemm(*ops_, 0, 1, rows, out, in, 1.f, xr.rows(r * n + c0, r * n + c1), in, wr, in,
+                     0.f, stage + r * rows * out, out);
       Tensor chunk_in = Tensor::borrow(stage, {parts * rows, out});
       Tensor chunk_out = result.rows(c0, c1);
       works.push_back(issue_sum(chunk_in, chunk_out));

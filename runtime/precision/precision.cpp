@@ -12,7 +12,9 @@ namespace loom {
 Precision::Precision(const plugins::Found& found, const loom_options* options, const loom_ops* ops)
     : instance_(std::make_unique<plugins::Instance>(found, options)),
       table_(instance_->table<loom_precision_v2>()),
-      ops_(ops) {
+      ops_(ops),
+      narrow_bf16_(LOOM_HAS_FIELD(ops, loom_ops, gemm_typed) && ops->gemm_typed &&
+                   ops->quantize_into && (ops->gemm_operand_dtypes & (1u << LOOM_BF16))) {
   if (!exact() && (!LOOM_HAS_FIELD(ops_, loom_ops, quantize) || !ops_->quantize))
     throw RuntimeError(std::string("precision '") + name() + "' needs the op table's quantize");
 }
@@ -44,6 +46,15 @@ Tensor Precision::operand(const Tensor& t, const std::string& site, loom_operand
   const int32_t id = site_id(site, role);
   const loom_operand_format f = table_->site_format(instance_->self(), id);
   if (f.dtype == LOOM_F32) return t;  // this site stays fp32: no copy
+  // amax and the clip count go only to observe: a plugin without it (bf16) is spared the pass.
+  float amax = 0, *want_amax = table_->observe ? &amax : nullptr;
+  int64_t clipped = 0;
+  if (f.dtype == LOOM_BF16 && f.scale == 1.f && narrow_bf16_) {
+    Tensor narrow = Tensor::empty(t.shape(), LOOM_BF16);
+    ops_->quantize_into(narrow.data(), LOOM_BF16, t.f32(), t.numel(), 1.f, want_amax, &clipped);
+    if (table_->observe) table_->observe(instance_->self(), id, amax, clipped > 0);
+    return narrow;
+  }
   Tensor copy = Tensor::empty(t.shape());
   copy_bytes(copy.data(), t.data(), t.bytes());
   if (f.dtype == LOOM_FORMAT_PLUGIN) {
@@ -55,9 +66,7 @@ Tensor Precision::operand(const Tensor& t, const std::string& site, loom_operand
       fail("round GEMM operand '" + site + "'");
     return copy;
   }
-  float amax = 0;
-  int64_t clipped = 0;
-  ops_->quantize(copy.f32(), copy.numel(), f.dtype, f.scale, &amax, &clipped);
+  ops_->quantize(copy.f32(), copy.numel(), f.dtype, f.scale, want_amax, &clipped);
   if (table_->observe) table_->observe(instance_->self(), id, amax, clipped > 0);
   return copy;
 }
@@ -117,6 +126,15 @@ void Precision::load_state(const std::string& bytes) {
   }
   if (table_->load_state(instance_->self(), bytes.data(), bytes.size(), &err_) != LOOM_OK)
     fail("load its state");
+}
+
+void operand_gemm(const loom_ops& ops, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                  float alpha, const Tensor& A, int64_t lda, const Tensor& B, int64_t ldb,
+                  float beta, float* C, int64_t ldc) {
+  if (A.dtype() == LOOM_F32 && B.dtype() == LOOM_F32)
+    return ops.gemm(trans_a, trans_b, M, N, K, alpha, A.f32(), lda, B.f32(), ldb, beta, C, ldc);
+  ops.gemm_typed(trans_a, trans_b, M, N, K, alpha, A.data(), A.dtype(), lda, B.data(), B.dtype(),
+                 ldb, beta, C, ldc);
 }
 
 }  // namespace loom

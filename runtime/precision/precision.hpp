@@ -33,8 +33,13 @@ class Precision {
 
   // A copy of `t` as the GEMM operand `site` must see it (`t` itself when exact). Sites are named
   // "<param>" for a weight, "<param>.x" and "<param>.dy" for the activation and the gradient
-  // that meet it; the first use of a name registers it.
+  // that meet it; the first use of a name registers it. A bf16 site (scale 1) gets a real bf16
+  // copy where the device multiplies bf16 (as bf16_gemms() says); every other narrow site gets its
+  // rounded values in fp32 storage. Either way the GEMM sees the same values.
   Tensor operand(const Tensor& t, const std::string& site, loom_operand_role role);
+  // This run's GEMMs take bf16 operands (the plugin's compute dtype), and the device stores them
+  // in 16 bits and multiplies them with its own instructions.
+  bool bf16_gemms() const { return narrow_bf16_ && !exact() && compute_dtype() == LOOM_BF16; }
 
   // The factor the loss gradient carries this step (1 without loss scaling).
   double loss_scale() const;
@@ -55,8 +60,15 @@ class Precision {
   std::unique_ptr<plugins::Instance> instance_;
   const loom_precision_v2* table_;
   const loom_ops* ops_;
+  bool narrow_bf16_;
   std::unordered_map<std::string, int32_t> sites_;
   mutable loom_error err_;
 };
+
+// C[M, N] = alpha op(A) op(B) + beta C over GEMM operands as Precision::operand returns them:
+// fp32 through the op table's gemm, a narrow one through its gemm_typed.
+void operand_gemm(const loom_ops& ops, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+                  float alpha, const Tensor& A, int64_t lda, const Tensor& B, int64_t ldb,
+                  float beta, float* C, int64_t ldc);
 
 }  // namespace loom

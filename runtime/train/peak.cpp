@@ -14,16 +14,23 @@ namespace fs = std::filesystem;
 
 namespace loom::train {
 
-double measure_sgemm_gflops(int threads, int size, int repeats) {
+double measure_sgemm_gflops(int threads, int size, int repeats, bool bf16) {
   const int used = cpu::set_threads(threads);
   // One block of `size` rows per thread (at least two), so that a GEMM cut into blocks of rows
-  // (ops/cpu/gemm.cpp) has one for each thread.
+  // (ops/cpu/gemm_tiles.hpp) has one for each thread.
   const int64_t rows = int64_t{size} * std::clamp(used, 2, 16);
   std::vector<float> a(rows * size, 0.5f), b(int64_t{size} * size, 0.25f), c(rows * size, 0.f);
+  std::vector<uint16_t> a16(a.size()), b16(b.size());
+  cpu::to_bf16(a16.data(), a.data(), static_cast<int64_t>(a.size()));
+  cpu::to_bf16(b16.data(), b.data(), static_cast<int64_t>(b.size()));
   double best = 1e30;
   for (int r = 0; r < repeats + 1; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    cpu::gemm(0, 0, rows, size, size, 1.f, a.data(), size, b.data(), size, 0.f, c.data(), size);
+    if (bf16)
+      cpu::gemm_typed(0, 0, rows, size, size, 1.f, a16.data(), LOOM_BF16, size, b16.data(),
+                      LOOM_BF16, size, 0.f, c.data(), size);
+    else
+      cpu::gemm(0, 0, rows, size, size, 1.f, a.data(), size, b.data(), size, 0.f, c.data(), size);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (r > 0) best = std::min(best, s);  // the first call warms caches and threads
   }
@@ -49,7 +56,7 @@ fs::path cache_file() {
 
 }  // namespace
 
-Peak device_peak(const std::string& device, const std::string& dtype, int threads,
+Peak device_peak(const std::string& device, const std::string& dtype, bool bf16_gemms, int threads,
                  double configured_gflops) {
   if (configured_gflops > 0) return {configured_gflops, "configured ([run] peak_gflops)"};
   if (device == "cuda") {
@@ -57,9 +64,11 @@ Peak device_peak(const std::string& device, const std::string& dtype, int thread
     // so that MFU stays comparable across precisions. Without a device query we assume H100.
     return {989e3, "table: H100/H200 SXM dense bf16 989 TFLOP/s (" + dtype + ")"};
   }
-  // The GEMM library is in the key: a build with another one has another ceiling.
-  const std::string key =
-      cpu_model() + " | threads=" + std::to_string(threads) + " | " + cpu::gemm_library();
+  // The GEMM library and the operand dtype are in the key: each has its own ceiling.
+  const std::string probe = std::string(bf16_gemms ? "bf16 GEMM" : "sgemm") + " probe (" +
+                            cpu::gemm_library() + (bf16_gemms ? ", bf16 operands" : "") + "), ";
+  const std::string key = cpu_model() + " | threads=" + std::to_string(threads) + " | " +
+                          cpu::gemm_library() + (bf16_gemms ? " | bf16" : "");
   fs::path file = cache_file();
   {
     std::ifstream in(file);
@@ -67,17 +76,16 @@ Peak device_peak(const std::string& device, const std::string& dtype, int thread
     while (std::getline(in, line)) {
       size_t bar = line.rfind(" = ");
       if (bar != std::string::npos && line.substr(0, bar) == key)
-        return {std::stod(line.substr(bar + 3)),
-                "measured sgemm probe (" + std::string(cpu::gemm_library()) + "), " +
-                    std::to_string(threads) + " threads (cached in " + file.string() + ")"};
+        return {std::stod(line.substr(bar + 3)), "measured " + probe + std::to_string(threads) +
+                                                     " threads (cached in " + file.string() + ")"};
     }
   }
-  double g = measure_sgemm_gflops(threads);
+  double g = measure_sgemm_gflops(threads, 1024, 5, bf16_gemms);
   std::error_code ec;
   fs::create_directories(file.parent_path(), ec);
   std::ofstream(file, std::ios::app) << key << " = " << g << "\n";
-  return {g, "measured sgemm probe (" + std::string(cpu::gemm_library()) + "), " +
-                 std::to_string(threads) + " threads (now cached in " + file.string() + ")"};
+  return {g, "measured " + probe + std::to_string(threads) + " threads (now cached in " +
+                 file.string() + ")"};
 }
 
 }  // namespace loom::train

@@ -259,8 +259,8 @@ void Run::start_reporters() {
         std::make_unique<MetricsLog>(run_dir_ / "metrics.jsonl", first_step_ > 1,
                                      job_.run.tensorboard ? run_dir_ / "tensorboard" : fs::path());
   }
-  peak_ = device_peak(device_, precision_ ? precision_->name() : "fp32", threads_,
-                      job_.run.peak_gflops);
+  peak_ = device_peak(device_, precision_ ? precision_->name() : "fp32",
+                      precision_ && precision_->bf16_gemms(), threads_, job_.run.peak_gflops);
   flops_per_token_ = job_.model.flops_per_token();
   activation_bytes_ = model_->activation_bytes({nullptr, nullptr, s_.micro_batch, T_local_, 0.f});
   stability_ = std::make_unique<Stability>(job_.stability, world_.get(), dp_.get(), lead_, run_dir_,
@@ -300,6 +300,17 @@ void Run::start_reporters() {
   }
 }
 
+// Said once, at start-up: whether bf16 has its speed here, or only its rounding.
+std::string Run::bf16_gemms_line() const {
+  const std::string isa = ops::bf16_gemm_instructions(device_);
+  if (!precision_->bf16_gemms())
+    return "precision: this device has no bf16 GEMM instructions (the CPU's AMX or AVX512-BF16, "
+           "through oneDNN): bf16 is emulated, each GEMM operand rounded to bf16 and multiplied "
+           "in fp32 (the same values, at fp32's speed)";
+  return "precision: bf16 GEMM operands stored in 16 bits and multiplied on " +
+         (isa.empty() ? "the device's own bf16 instructions" : isa) + ", accumulating in fp32";
+}
+
 void Run::print_banner() const {
   if (!lead_) return;
   std::printf("model: %s: %s params (%s non-embedding)\n", job_.model.describe().c_str(),
@@ -313,6 +324,8 @@ void Run::print_banner() const {
   std::printf("device: %s, %d threads%s, precision %s; MFU peak %.1f GFLOP/s from %s\n",
               device_.c_str(), threads_, device_ == "cpu" ? threads_from_.c_str() : "",
               precision_ ? precision_->name() : "fp32", peak_.gflops, peak_.source.c_str());
+  if (precision_ && precision_->compute_dtype() == LOOM_BF16 && !precision_->exact())
+    std::printf("%s\n", bf16_gemms_line().c_str());
   if (world_) {
     std::printf("mesh: %d ranks (launched by %s), %s, %lld sequences per rank per step\n",
                 env_.world, env_.launcher.c_str(), mesh_.describe().c_str(),

@@ -77,6 +77,15 @@ std::string Run::eta_text(int64_t step) {
 }
 
 // Every run's fields; the slots' own follow (runtime/train/report_fields.hpp).
+// The device's peak less the model state this rank holds (parameters, gradients, optimizer
+// state, comm buffers): the activations, saved and transient, and whatever else a step holds.
+// Measured, where activation_bytes is the model's count of what it saves.
+int64_t Run::activation_peak_bytes() {
+  const std::vector<int64_t> acct = optimizer_->accounting();
+  return std::max<int64_t>(0,
+                           ops::device_peak_bytes(device_) - acct[0] - acct[1] - acct[2] - acct[3]);
+}
+
 Fields Run::common_fields(int64_t step, const StepResult& r, double step_s,
                           const PipeStepStats& pipe_stats) {
   const double tps = static_cast<double>(s_.global_batch * T_) / step_s;
@@ -91,6 +100,7 @@ Fields Run::common_fields(int64_t step, const StepResult& r, double step_s,
               {"mem_bytes", double(mem.rss_bytes)},
               {"peak_mem_bytes", double(mem.peak_bytes)},
               {"device_peak_bytes", double(ops::device_peak_bytes(device_))},
+              {"activation_peak_bytes", double(activation_peak_bytes())},
               {"host_waits", double(r.host_waits)},
               {"host_read_bytes", double(r.host_read_bytes)},
               {"activation_bytes", double(activation_bytes_)},

@@ -302,7 +302,7 @@ TEST_CASE(
   std::ifstream rec(std::filesystem::path(s.run_dir("r4")) / "plugins.json");
   const std::string run((std::istreambuf_iterator<char>(rec)), {});
   CHECK(run.find("\"slot\": \"precision\", \"name\": \"fp32\", \"version\": \"1.0.0\", \"abi\": "
-                 "\"2.6\", \"library\": \"") != std::string::npos);
+                 "\"2.7\", \"library\": \"") != std::string::npos);
   CHECK(run.find("libloom-precision-fp32.so\"") != std::string::npos);
   std::ifstream man(std::filesystem::path(ck) / "step-00000006" / "manifest.json");
   const std::string m((std::istreambuf_iterator<char>(man)), {});
@@ -383,4 +383,33 @@ TEST_CASE("data prepare refuses a validation share that is not a number from 0 u
     CHECK(r.rc == 2);
     CHECK(has(r.out, "--val-fraction must be in [0, 1)"));
   }
+}
+
+// bf16's GEMMs on the CPU's own instructions, or its emulation where there are none: said once at
+// start-up, and the two trace the same losses (the same operand values; the sums' order differs).
+// ONEDNN_MAX_CPU_ISA caps what oneDNN uses, as a CPU without AMX or AVX512-BF16 would.
+TEST_CASE("bf16 says at start-up whether the CPU multiplies bf16, and its emulation trains alike") {
+  TinySetup s;
+  const std::string bf16 = " --set plugins.precision=bf16 --set run.threads=2";
+  auto native = run_loom("train " + s.cfg + " --run-dir " + s.run_dir("native") + bf16);
+  REQUIRE_MESSAGE(native.rc == 0, native.out);
+  auto emulated = run_loom("train " + s.cfg + " --run-dir " + s.run_dir("emulated") + bf16,
+                           "ONEDNN_MAX_CPU_ISA=AVX2");
+  REQUIRE_MESSAGE(emulated.rc == 0, emulated.out);
+  const std::string emulation = "precision: this device has no bf16 GEMM instructions";
+  CHECK(has(emulated.out, emulation));
+  CHECK(has(emulated.out, "MFU peak 50.0 GFLOP/s"));  // a configured peak stays as configured
+  // This machine's own answer: AMX or AVX512-BF16 where the CPU has them.
+  const bool instructions = has(native.out, "precision: bf16 GEMM operands stored in 16 bits");
+  CHECK(instructions != has(native.out, emulation));
+  MESSAGE("bf16 here: " << (instructions ? "the CPU's instructions" : "emulated"));
+  const auto a = column(std::filesystem::path(s.run_dir("native")) / "metrics.jsonl", "loss");
+  const auto b = column(std::filesystem::path(s.run_dir("emulated")) / "metrics.jsonl", "loss");
+  REQUIRE(a.size() == 6);
+  REQUIRE(b.size() == 6);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-3));
+  // fp32 says nothing about bf16.
+  auto fp32 = run_loom("train " + s.cfg + " --run-dir " + s.run_dir("fp32"));
+  REQUIRE(fp32.rc == 0);
+  CHECK_FALSE(has(fp32.out, "precision: "));
 }

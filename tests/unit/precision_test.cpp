@@ -8,6 +8,7 @@
 #include <cmath>
 #include <loom/formats.hpp>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "core/errors.hpp"
@@ -186,22 +187,49 @@ TEST_CASE("fp8 most_recent uses the last amax only, bad options are config error
                        doctest::Contains("backoff_factor must be in (0, 1)"), ConfigError);
 }
 
-TEST_CASE("the runtime casts each operand through the op table and leaves the original alone") {
+namespace {
+
+// An operand's values, whichever storage the precision slot chose for it.
+std::vector<float> values(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  if (t.dtype() == LOOM_F32) return {t.f32(), t.f32() + t.numel()};
+  REQUIRE(t.dtype() == LOOM_BF16);
+  ops::cpu()->from_bf16(v.data(), static_cast<const uint16_t*>(t.data()), t.numel());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the runtime casts each operand through the op table and leaves the original alone: a bf16 "
+    "copy where the device multiplies bf16, the same values in fp32 where it does not") {
   Registry reg{{{Registry::install_dir(), "install"}}};
   config::Config cfg = config::Config::parse("[plugins]\nprecision = \"bf16\"\n", "t.toml");
   Selection sel = resolve(cfg, reg);
   loom_options opts = options_for(cfg, "bf16");
-  Precision prec(sel.slot("precision")->found, &opts, ops::cpu());
-  Tensor x = Tensor::empty({3});
-  x.f32()[0] = 1.f + std::ldexp(1.f, -8);  // a bf16 tie: rounds down to 1
-  x.f32()[1] = 1.f + std::ldexp(3.f, -8);
-  x.f32()[2] = -2.5f;
-  Tensor r = prec.operand(x, "w.x", LOOM_OPERAND_ACTIVATION);
-  CHECK(r.f32()[0] == 1.f);
-  CHECK(r.f32()[1] == 1.f + std::ldexp(1.f, -6));
-  CHECK(r.f32()[2] == -2.5f);
-  CHECK(x.f32()[0] == 1.f + std::ldexp(1.f, -8));  // the master copy is untouched
-  CHECK(prec.loss_scale() == 1.0);
-  CHECK_FALSE(prec.end_step(
-      false, [](float*, int64_t) {}, [](float*, int64_t) {}));
+  loom_ops emulating = *ops::cpu();  // the CPU's table as a device without bf16 GEMMs has it
+  emulating.gemm_operand_dtypes = 0;
+  for (const loom_ops* table : {ops::cpu(), static_cast<const loom_ops*>(&emulating)}) {
+    Precision prec(sel.slot("precision")->found, &opts, table);
+    const bool narrow = (table->gemm_operand_dtypes >> LOOM_BF16) & 1u;
+    INFO("the device multiplies bf16: " << narrow);
+    CHECK(prec.bf16_gemms() == narrow);
+    Tensor x = Tensor::empty({3});
+    x.f32()[0] = 1.f + std::ldexp(1.f, -8);  // a bf16 tie: rounds down to 1
+    x.f32()[1] = 1.f + std::ldexp(3.f, -8);
+    x.f32()[2] = -2.5f;
+    Tensor r = prec.operand(x, "w.x", LOOM_OPERAND_ACTIVATION);
+    CHECK(r.dtype() == (narrow ? LOOM_BF16 : LOOM_F32));
+    CHECK(values(r) == std::vector<float>{1.f, 1.f + std::ldexp(1.f, -6), -2.5f});
+    CHECK(x.f32()[0] == 1.f + std::ldexp(1.f, -8));  // the master copy is untouched
+    // The GEMM takes either storage: y = r . (1, 1, 1).
+    Tensor ones = Tensor::empty({3});
+    for (int i = 0; i < 3; ++i) ones.f32()[i] = 1.f;
+    float y = 0.f;
+    operand_gemm(*table, 0, 0, 1, 1, 3, 1.f, r, 3, ones, 1, 0.f, &y, 1);
+    CHECK(y == 1.f + (1.f + std::ldexp(1.f, -6)) - 2.5f);
+    CHECK(prec.loss_scale() == 1.0);
+    CHECK_FALSE(prec.end_step(
+        false, [](float*, int64_t) {}, [](float*, int64_t) {}));
+  }
 }

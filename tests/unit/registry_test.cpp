@@ -57,12 +57,12 @@ TEST_CASE("a plugin built for another ABI major names both versions") {
   std::string future = message_of<RuntimeError>(
       [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-future.so"); });
   CHECK(has(future,
-            "was built for Loom plugin ABI 99.3; this runtime speaks ABI 2.6 (and loads ABI 1 "
+            "was built for Loom plugin ABI 99.3; this runtime speaks ABI 2.7 (and loads ABI 1 "
             "through adapters)"));
   std::string next = message_of<RuntimeError>(
       [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-nextmajor.so"); });
   CHECK(has(next, "was built for Loom plugin ABI 3 (exports loom_plugin_entry_v3)"));
-  CHECK(has(next, "this runtime speaks ABI 2.6"));
+  CHECK(has(next, "this runtime speaks ABI 2.7"));
 }
 
 TEST_CASE("a descriptor smaller than its kind's table is refused, not read past its end") {

@@ -22,6 +22,9 @@ const loom_ops* op_table() {
     t.v = LOOM_VERSION_OF(loom_ops);
     t.device = {LOOM_DEVICE_CPU, 0};
     LOOM_OPS_KERNEL_ENTRIES(t, loom::cpu);
+    t.gemm_operand_dtypes = gemm_operand_dtypes();
+    t.quantize_into = &quantize_into;
+    t.gemm_typed = &gemm_typed;
     // The device contract on the host: every call is done when it returns, one stream.
     t.host_reachable = 1;
     t.copy = [](void* dst, const void* src, int64_t n) {

@@ -86,6 +86,16 @@ void adamw_multi(int64_t count, float* const* params, const float* const* grads,
                  float* const* v, const int64_t* numel, const float* weight_decay, float lr,
                  float beta1, float beta2, float eps, int64_t step);
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped);
+// Narrow GEMM operands (loom/ops.h, ABI 2.7): bf16 storage, and GEMMs on the CPU's bf16
+// instructions where gemm_operand_dtypes() has LOOM_BF16's bit (gemm_bf16.cpp).
+uint32_t gemm_operand_dtypes();
+// The instructions those GEMMs run on ("AMX", "AVX512-BF16"), nullptr where there are none.
+const char* bf16_instructions();
+void quantize_into(void* dst, int32_t dtype, const float* src, int64_t n, float scale, float* amax,
+                   int64_t* clipped);
+void gemm_typed(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const void* A, int32_t a_dtype, int64_t lda, const void* B, int32_t b_dtype,
+                int64_t ldb, float beta, float* C, int64_t ldc);
 
 // The wire codecs (loom/ops.h says what each writes).
 void to_bf16(uint16_t* dst, const float* src, int64_t n);

@@ -2,7 +2,9 @@
 #include <cfloat>
 #include <cmath>
 #include <loom/formats.hpp>
+#include <string>
 
+#include "core/errors.hpp"
 #include "ops/cpu/kernels.hpp"
 
 namespace loom::cpu {
@@ -41,22 +43,37 @@ inline float overflow_to_max(float x, float scale) {
   return std::isinf(v) && std::isfinite(x) ? std::copysign(FLT_MAX, v) : v;
 }
 
+// max |x[i]|, NaN when any x[i] is NaN: the caller must see a poisoned tensor. On the bits: |x|'s
+// bits order as |x| does, and every NaN's lie above inf's (0x7f800000), so one integer max, which
+// vectorises, finds both.
+float abs_max(const float* x, int64_t n) {
+  uint32_t top = 0;
+#pragma omp parallel for simd reduction(max : top) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t a = std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu;
+    top = a > top ? a : top;
+  }
+  return top > 0x7f800000u ? NAN : std::bit_cast<float>(top);
+}
+
+// loom/bf16.hpp's f32_to_bf16 without its branch, so the loop vectorises.
+inline uint16_t bf16_bits(float v) {
+  const uint32_t u = std::bit_cast<uint32_t>(v);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+}
+
 }  // namespace
 
 // x[i] = cast(x[i] * scale) * (1 / scale) through the narrow format (loom/formats.hpp), in place.
-// amax = max |x[i]| of the input (NaN when any is NaN: the caller must see a poisoned tensor),
-// clipped = finite elements that overflowed the format after scaling.
+// amax = max |x[i]| of the input, clipped = finite elements that overflowed the format after
+// scaling.
 void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int64_t* clipped) {
   const formats::Format* f = formats::format_of(dtype);
   const float inv = 1.f / scale;
-  float top = 0.f;
-  int64_t clips = 0, nans = 0;
-#pragma omp parallel for reduction(max : top) reduction(+ : nans) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    nans += a != a;
-    top = a > top ? a : top;  // NaN compares false and is counted instead
-  }
+  int64_t clips = 0;
+  if (amax) *amax = abs_max(x, n);
   if (f == &formats::kBf16) {
 #pragma omp parallel for reduction(+ : clips) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {
@@ -68,7 +85,28 @@ void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int6
 #pragma omp parallel for reduction(+ : clips) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) x[i] = cast_grid(*f, overflow_to_max(x[i], scale), clips) * inv;
   }
-  if (amax) *amax = nans ? NAN : top;
+  if (clipped) *clipped = clips;
+}
+
+// dst[i] = bf16(src[i] * scale): quantize's rounding and counts, kept in bf16's 16 bits.
+void quantize_into(void* dst, int32_t dtype, const float* src, int64_t n, float scale, float* amax,
+                   int64_t* clipped) {
+  if (dtype != LOOM_BF16)
+    throw RuntimeError("quantize_into on the CPU stores bf16 only, not dtype " +
+                       std::to_string(dtype));
+  uint16_t* out = static_cast<uint16_t*>(dst);
+  int64_t clips = 0;
+  uint32_t top = 0;  // abs_max's bits, in the same pass
+#pragma omp parallel for simd reduction(+ : clips) reduction(max : top) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t a = std::bit_cast<uint32_t>(src[i]) & 0x7fffffffu;
+    top = a > top ? a : top;
+    const float v = overflow_to_max(src[i], scale);
+    const uint16_t h = bf16_bits(v);
+    out[i] = h;
+    clips += (std::bit_cast<uint32_t>(v) & 0x7fffffffu) < 0x7f800000u && (h & 0x7fffu) == 0x7f80u;
+  }
+  if (amax) *amax = top > 0x7f800000u ? NAN : std::bit_cast<float>(top);
   if (clipped) *clipped = clips;
 }
 

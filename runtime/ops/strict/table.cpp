@@ -369,6 +369,30 @@ void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int6
   L.run([=] { cpu::quantize(xx, n, dtype, scale, am, cl); });
 }
 
+// Narrow GEMM operands: the CPU's kernels over device memory, so a bf16 run has the CPU's bits.
+void quantize_into(void* dst, int32_t dtype, const float* src, int64_t n, float scale, float* amax,
+                   int64_t* clipped) {
+  Launch L("quantize_into");
+  void* d = W(dst, n <= 0 ? 0 : static_cast<size_t>(n) * 2);
+  const float* x = R(src, floats(n));
+  float* am = L.staged(amax, kF, true, "amax");
+  int64_t* cl = L.staged(clipped, sizeof(int64_t), true, "clipped");
+  L.run([=] { cpu::quantize_into(d, dtype, x, n, scale, am, cl); });
+}
+
+void gemm_typed(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A,
+                int32_t a_dtype, int64_t lda, const void* B, int32_t b_dtype, int64_t ldb,
+                float beta, float* C, int64_t ldc) {
+  Launch L("gemm_typed");
+  const size_t ea = a_dtype == LOOM_F32 ? kF : 2, eb = b_dtype == LOOM_F32 ? kF : 2;
+  const void* a = R(A, ta ? span(K, lda, M, ea) : span(M, lda, K, ea));
+  const void* b = R(B, tb ? span(N, ldb, K, eb) : span(K, ldb, N, eb));
+  float* c = W(C, span(M, ldc, N));
+  L.run([=] {
+    cpu::gemm_typed(ta, tb, M, N, K, alpha, a, a_dtype, lda, b, b_dtype, ldb, beta, c, ldc);
+  });
+}
+
 // The wire codecs: each reads and writes only device memory (a plugin's buffers).
 void to_bf16(uint16_t* dst, const float* src, int64_t n) {
   Launch L("to_bf16");
@@ -539,6 +563,9 @@ const loom_ops* ops() {
     t.device = {LOOM_DEVICE_STRICT, 0};
     LOOM_OPS_KERNEL_ENTRIES(t, loom::strict);
     LOOM_OPS_CONTRACT_ENTRIES(t, loom::strict);
+    t.gemm_operand_dtypes = cpu::gemm_operand_dtypes();
+    t.quantize_into = &quantize_into;
+    t.gemm_typed = &gemm_typed;
     return t;
   }();
   return &table;

@@ -193,9 +193,12 @@ const loom_plugin* precision_plugin() {
     t.round_site = [](void* self, int32_t id, loom_tensor* x, loom_error* err) {
       return guarded(err, [&] { policy<Impl>(self)->round_site(id, *x); });
     };
-    t.observe = [](void* self, int32_t id, float amax, int32_t clipped) {
-      policy<Impl>(self)->observe(id, amax, clipped != 0);
-    };
+    // Only a policy that overrides observe gets the calls: without one, the device skips
+    // measuring amax over every operand.
+    if constexpr (!std::is_same_v<decltype(&Impl::observe), decltype(&PrecisionPlugin::observe)>)
+      t.observe = [](void* self, int32_t id, float amax, int32_t clipped) {
+        policy<Impl>(self)->observe(id, amax, clipped != 0);
+      };
     t.loss_scale = [](void* self) { return policy<Impl>(self)->loss_scale(); };
     t.step_stats = [](void* self, float** data, int64_t* n, loom_error* err) {
       return guarded(err, [&] { *data = policy<Impl>(self)->step_stats(*n); });

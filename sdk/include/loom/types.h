@@ -18,9 +18,10 @@ extern "C" {
  * added the device contract at the end of loom_ops (copies, streams, events) and
  * LOOM_DEVICE_STRICT; 2.3 adamw_multi; 2.4 sum_squares_multi, the comm table's group_start,
  * group_end and capabilities, and loom.native_streams; 2.5 the wire codecs and the vocab-parallel
- * loss's kernels in loom_ops, and LOOM_DATA_DEVICE; 2.6 the MoE routing kernels in loom_ops
+ * loss's kernels in loom_ops, and LOOM_DATA_DEVICE; 2.6 the MoE routing kernels in loom_ops;
+ * 2.7 narrow GEMM operands (gemm_operand_dtypes, quantize_into, gemm_typed) in loom_ops
  * (docs/plugins.md has the whole changelog). */
-#define LOOM_ABI_MINOR 6
+#define LOOM_ABI_MINOR 7
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)
