@@ -2,7 +2,9 @@
 // block's GEMMs, forward and backward, through
 //   - Loom's fp32 GEMM (ops/cpu/gemm.cpp), the baseline;
 //   - oneDNN's matmul on bf16 operands with an fp32 result, which dispatches to AMX or
-//     AVX512-BF16 where the CPU has them (Debian's libdnnl 2.6);
+//     AVX512-BF16 where the CPU has them (Debian's libdnnl 2.6), in one call;
+//   - Loom's bf16 GEMM (ops/cpu/gemm_bf16.cpp: that matmul, cut into single-threaded calls so
+//     its bits do not depend on the thread count), what a bf16 run uses;
 //   - oneDNN's matmul on fp32 operands under fpmath_mode bf16 (it may round them to bf16 inside).
 // Debian's OpenBLAS 0.3.21 has no sbgemm, so it is no candidate. bench/gemm_bf16.sh runs this
 // beside PyTorch's bf16 and fp32 matmuls on the same shapes.
@@ -59,8 +61,10 @@ int main(int argc, char** argv) {
   std::printf("d %lld, %lld tokens, %d threads; oneDNN %d.%d.%d\n", static_cast<long long>(d),
               static_cast<long long>(tokens), threads, dnnl_version()->major, dnnl_version()->minor,
               dnnl_version()->patch);
-  std::printf("  op    M     N     K   fp32 Loom   bf16 oneDNN   fp32 fpmath=bf16  (GFLOP/s)\n");
-  double fp32_s = 0, bf16_s = 0, fpmath_s = 0;
+  std::printf(
+      "  op    M     N     K   fp32 Loom   bf16 oneDNN   bf16 Loom   fp32 fpmath=bf16  "
+      "(GFLOP/s)\n");
+  double fp32_s = 0, bf16_s = 0, loom16_s = 0, fpmath_s = 0;
   std::set<std::string> impls;
   for (const GemmShape& s : loom::bench::block_gemms(d, tokens, 0)) {
     std::vector<float> A(s.M * s.K, 0.5f), B(s.K * s.N, 0.25f), C(s.M * s.N, 0.f);
@@ -69,19 +73,28 @@ int main(int argc, char** argv) {
       loom::cpu::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda, B.data(), ldb, 0.f, C.data(),
                       s.N);
     });
+    std::vector<uint16_t> A16(A.size()), B16(B.size());
+    loom::cpu::to_bf16(A16.data(), A.data(), static_cast<int64_t>(A.size()));
+    loom::cpu::to_bf16(B16.data(), B.data(), static_cast<int64_t>(B.size()));
+    const double loom16 = best_seconds([&] {
+      loom::cpu::gemm_typed(s.ta, s.tb, s.M, s.N, s.K, 1.f, A16.data(), LOOM_BF16, lda, B16.data(),
+                            LOOM_BF16, ldb, 0.f, C.data(), s.N);
+    });
     std::string bf16_impl, fpmath_impl;
     const double bf16 = onednn_seconds(s, memory::data_type::bf16, false, eng, strm, &bf16_impl);
     const double fpmath = onednn_seconds(s, memory::data_type::f32, true, eng, strm, &fpmath_impl);
     impls.insert("bf16: " + bf16_impl), impls.insert("fp32 fpmath=bf16: " + fpmath_impl);
     const double gflop = 2.0 * static_cast<double>(s.M) * s.N * s.K / 1e9;
-    std::printf("  %c%c %5lld %5lld %5lld   %9.1f   %11.1f   %16.1f\n", s.ta ? 'T' : 'N',
+    std::printf("  %c%c %5lld %5lld %5lld   %9.1f   %11.1f   %9.1f   %16.1f\n", s.ta ? 'T' : 'N',
                 s.tb ? 'T' : 'N', static_cast<long long>(s.M), static_cast<long long>(s.N),
-                static_cast<long long>(s.K), gflop / loom, gflop / bf16, gflop / fpmath);
-    fp32_s += loom, bf16_s += bf16, fpmath_s += fpmath;
+                static_cast<long long>(s.K), gflop / loom, gflop / bf16, gflop / loom16,
+                gflop / fpmath);
+    fp32_s += loom, bf16_s += bf16, loom16_s += loom16, fpmath_s += fpmath;
   }
   std::printf(
-      "all: fp32 Loom %.2f ms, bf16 oneDNN %.2f ms, fp32 fpmath=bf16 %.2f ms; "
-      "bf16 time / fp32's: %.2f\n",
-      fp32_s * 1e3, bf16_s * 1e3, fpmath_s * 1e3, bf16_s / fp32_s);
+      "all: fp32 Loom %.2f ms, bf16 oneDNN %.2f ms, bf16 Loom %.2f ms, fp32 fpmath=bf16 %.2f ms; "
+      "bf16 time / fp32's: %.2f (Loom's bf16: %.2f)\n",
+      fp32_s * 1e3, bf16_s * 1e3, loom16_s * 1e3, fpmath_s * 1e3, bf16_s / fp32_s,
+      loom16_s / fp32_s);
   for (const std::string& i : impls) std::printf("oneDNN kernel, %s\n", i.c_str());
 }

@@ -42,7 +42,7 @@ TEST_CASE("quantize_into keeps quantize's bf16 values, amax and clip count in 16
     x[0] = 1.f + std::ldexp(1.f, -8);  // a tie: rounds to even (1)
     x[1] = 3.4e38f;                    // past bf16's largest finite value: overflows, clipped
     x[2] = -std::numeric_limits<float>::infinity();  // inf stays inf, not clipped
-    x[3] = 1e-40f;                                    // an fp32 subnormal
+    x[3] = 1e-40f;                                   // an fp32 subnormal
     x[4] = -0.f;
     if (n > 7) x[n / 2] = 7.5e3f;  // the amax
     for (const float scale : {1.f, 2.f}) {
@@ -102,7 +102,8 @@ TEST_CASE(
           for (int64_t j = 0; j < s.N; ++j) {
             double mag = 0;
             for (int64_t k = 0; k < s.K; ++k)
-              mag += std::fabs(A[ta ? k * lda + i : i * lda + k] * B[tb ? j * ldb + k : k * ldb + j]);
+              mag +=
+                  std::fabs(A[ta ? k * lda + i : i * lda + k] * B[tb ? j * ldb + k : k * ldb + j]);
             const double bound = 2 * mag * s.K * 6e-8 + 1e-6;
             err = std::max(err, std::fabs(C[0][i * s.N + j] - want[i * s.N + j]) / bound);
           }

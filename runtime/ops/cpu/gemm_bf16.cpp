@@ -10,7 +10,6 @@
 // runs: right, but slower than the fp32 path, so the runtime keeps the emulation there instead
 // (gemm_operand_dtypes() says 0).
 #include <loom/bf16.hpp>
-
 #include <string>
 #include <vector>
 
@@ -44,7 +43,8 @@ dnnl::engine& engine() {
 
 // A matmul primitive is compiled for one shape, strides, alpha and beta: each thread keeps the
 // ones it has made (a run meets a few dozen shapes, every step the same ones).
-using Key = std::tuple<char, char, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
+using Key =
+    std::tuple<char, char, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
 
 dnnl::matmul& primitive(const Key& key) {
   thread_local std::map<Key, dnnl::matmul> made;
@@ -129,14 +129,12 @@ void gemm_typed(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float
                 int64_t ldb, float beta, float* C, int64_t ldc) {
 #ifdef LOOM_CPU_GEMM_ONEDNN
   if (a_dtype == LOOM_BF16 && b_dtype == LOOM_BF16 && gemm_operand_dtypes()) {
-    const int status =
-        tiles::run(bf16_serial, trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha,
-                   static_cast<const uint16_t*>(A), lda, static_cast<const uint16_t*>(B), ldb,
-                   beta, C, ldc);
+    const int status = tiles::run(bf16_serial, trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K,
+                                  alpha, static_cast<const uint16_t*>(A), lda,
+                                  static_cast<const uint16_t*>(B), ldb, beta, C, ldc);
     if (status != 0)
-      throw RuntimeError("oneDNN bf16 matmul failed (status " + std::to_string(status) +
-                         ") at M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
-                         std::to_string(K));
+      throw RuntimeError("oneDNN bf16 matmul failed (status " + std::to_string(status) + ") at M " +
+                         std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
     return;
   }
 #endif

@@ -92,8 +92,8 @@ int run_tiles(const Serial& serial, int64_t row_blocks, int64_t col_blocks, char
       const int64_t m = std::min(rows, M - i), n = std::min(cols, N - j);
       const T* a = ta == 'T' ? A + i : A + i * lda;  // rows i..i+m of op(A)
       const T* b = tb == 'T' ? B + j * ldb : B + j;  // columns j..j+n of op(B)
-      failed = std::max(failed, serial(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta,
-                                       C + i * ldc + j, ldc));
+      failed = std::max(failed,
+                        serial(ta, tb, m, n, K, alpha, a, lda, b, ldb, beta, C + i * ldc + j, ldc));
     }
   }
   return failed;
@@ -103,8 +103,8 @@ int run_tiles(const Serial& serial, int64_t row_blocks, int64_t col_blocks, char
 // P_c, and then C += P_1 + P_2 + ... in that order. No chunk is empty, for the reason no tile is.
 template <class T, class Serial>
 int run_chunks(const Serial& serial, int64_t chunks, char ta, char tb, int64_t M, int64_t N,
-               int64_t K, float alpha, const T* A, int64_t lda, const T* B, int64_t ldb,
-               float beta, float* C, int64_t ldc) {
+               int64_t K, float alpha, const T* A, int64_t lda, const T* B, int64_t ldb, float beta,
+               float* C, int64_t ldc) {
   const int64_t size = (K + chunks - 1) / chunks;
   thread_local std::vector<float> scratch;
   scratch.resize(static_cast<size_t>((chunks - 1) * M * N));
@@ -141,8 +141,8 @@ int run(const Serial& serial, char ta, char tb, int64_t M, int64_t N, int64_t K,
   if (small || std::max({M, N, K}) < 2 * min_block())
     return serial(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (K > std::max(M, N) && block_count(M) * block_count(N) == 1)
-    return run_chunks(serial, std::min(block_count(K), 1 + kMaxScratch / (M * N)), ta, tb, M, N,
-                      K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return run_chunks(serial, std::min(block_count(K), 1 + kMaxScratch / (M * N)), ta, tb, M, N, K,
+                      alpha, A, lda, B, ldb, beta, C, ldc);
   return run_tiles(serial, block_count(M), block_count(N), ta, tb, M, N, K, alpha, A, lda, B, ldb,
                    beta, C, ldc);
 }
