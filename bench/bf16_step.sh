@@ -4,8 +4,8 @@
 #   - per shape (L4 d128 T128 B16 and L6 d384 T256 B8, GPT-2, byte vocabulary): Loom's bf16 step
 #     over its fp32 step (goal <= 0.7); Loom's bf16 tokens/s over PyTorch autocast's (goal >= 1);
 #     the bf16 run's peak activation memory over the fp32 run's (goal <= 0.55), both measured as
-#     metrics.jsonl's activation_peak_bytes (the tensors' peak less what the first forward found
-#     held);
+#     metrics.jsonl's activation_peak_bytes (the tensors' peak from the first forward on, less the
+#     model state: parameters, gradients, optimizer state, comm buffers);
 #   - tracking: TRACK_STEPS steps of the small shape in fp32 and bf16 on the same corpus, on each
 #     side; the mean |loss_bf16 - loss_fp32| over steps 100 to TRACK_STEPS, Loom's over PyTorch's
 #     (goal <= 1.5).

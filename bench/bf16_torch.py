@@ -4,7 +4,7 @@ linear layers' GEMMs in bf16, master weights and optimizer in fp32), the mixed p
 users run on a CPU.
 
   bf16_torch.py speed L D H T B V THREADS STEPS
-      prints `fp32_ms X` and `bf16_ms Y`: the mean step (forward, backward, clip, AdamW) after one
+      prints `fp32_ms X` and `bf16_ms Y`: the median step (forward, backward, clip, AdamW) after one
       warm-up, on random tokens, the two precisions' steps interleaved.
   bf16_torch.py track L D H T B V THREADS STEPS CORPUS
       trains both from the same initial weights on the same byte-level batches of CORPUS (random

@@ -65,6 +65,22 @@ int64_t device_peak_bytes(const std::string& device) {
   return device == "cpu" ? heap_tensor_peak_bytes() : 0;
 }
 
+void mark_device_peak(const std::string& device) {
+  if (device == "strict") return strict::mark_peak();
+#ifdef LOOM_HAVE_CUDA
+  if (device == "cuda") return cuda::mark_peak();
+#endif
+  mark_heap_tensor_peak();
+}
+
+int64_t device_peak_since_mark(const std::string& device) {
+  if (device == "strict") return static_cast<int64_t>(strict::memory_stats().peak_since_mark);
+#ifdef LOOM_HAVE_CUDA
+  if (device == "cuda") return static_cast<int64_t>(cuda::memory_stats().peak_since_mark);
+#endif
+  return device == "cpu" ? heap_tensor_peak_since_mark() : 0;
+}
+
 int64_t device_host_waits(const std::string& device) {
   if (device == "strict") return strict::host_waits();
 #ifdef LOOM_HAVE_CUDA

@@ -25,6 +25,10 @@ std::string built_devices();
 // Peak bytes the device's tensors (and plugins' buffers from the host allocator) held at once;
 // on the CPU, the host-heap tensors: the run's own memory without the process's code and libraries.
 int64_t device_peak_bytes(const std::string& device);
+// The same since mark_device_peak, which starts it again from what is held now (the runtime
+// marks it before the first forward, past the setup's transient copies).
+void mark_device_peak(const std::string& device);
+int64_t device_peak_since_mark(const std::string& device);
 
 // How many times the host has blocked on the device so far (0 on the CPU, where nothing is
 // asynchronous): a step's count is the difference across it, the same on every run of a layout.

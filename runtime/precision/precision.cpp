@@ -46,12 +46,13 @@ Tensor Precision::operand(const Tensor& t, const std::string& site, loom_operand
   const int32_t id = site_id(site, role);
   const loom_operand_format f = table_->site_format(instance_->self(), id);
   if (f.dtype == LOOM_F32) return t;  // this site stays fp32: no copy
-  // amax and the clip count go only to observe: a plugin without it (bf16) is spared the pass.
+  // amax and the clip count go only to observe: a plugin without it (bf16) is spared the pass
+  // and, off the CPU, the host's wait for them.
   float amax = 0, *want_amax = table_->observe ? &amax : nullptr;
-  int64_t clipped = 0;
+  int64_t clipped = 0, *want_clipped = table_->observe ? &clipped : nullptr;
   if (f.dtype == LOOM_BF16 && f.scale == 1.f && narrow_bf16_) {
     Tensor narrow = Tensor::empty(t.shape(), LOOM_BF16);
-    ops_->quantize_into(narrow.data(), LOOM_BF16, t.f32(), t.numel(), 1.f, want_amax, &clipped);
+    ops_->quantize_into(narrow.data(), LOOM_BF16, t.f32(), t.numel(), 1.f, want_amax, want_clipped);
     if (table_->observe) table_->observe(instance_->self(), id, amax, clipped > 0);
     return narrow;
   }
@@ -66,7 +67,7 @@ Tensor Precision::operand(const Tensor& t, const std::string& site, loom_operand
       fail("round GEMM operand '" + site + "'");
     return copy;
   }
-  ops_->quantize(copy.f32(), copy.numel(), f.dtype, f.scale, want_amax, &clipped);
+  ops_->quantize(copy.f32(), copy.numel(), f.dtype, f.scale, want_amax, want_clipped);
   if (table_->observe) table_->observe(instance_->self(), id, amax, clipped > 0);
   return copy;
 }

@@ -83,17 +83,24 @@ void set_tensor_allocator(const TensorAllocator& a) { g_allocator = a; }
 const TensorAllocator& tensor_allocator() { return g_allocator; }
 
 namespace {
-std::atomic<int64_t> g_heap_live{0}, g_heap_peak{0};
+std::atomic<int64_t> g_heap_live{0}, g_heap_peak{0}, g_heap_mark_peak{0};
+
+void raise_to(std::atomic<int64_t>& peak, int64_t now) {
+  int64_t seen = peak.load();
+  while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+  }
+}
 }  // namespace
 
 void heap_bytes_held(int64_t delta) {
   const int64_t now = g_heap_live.fetch_add(delta) + delta;
-  int64_t peak = g_heap_peak.load();
-  while (now > peak && !g_heap_peak.compare_exchange_weak(peak, now)) {
-  }
+  raise_to(g_heap_peak, now);
+  raise_to(g_heap_mark_peak, now);
 }
 
 int64_t heap_tensor_peak_bytes() { return g_heap_peak.load(); }
+int64_t heap_tensor_peak_since_mark() { return g_heap_mark_peak.load(); }
+void mark_heap_tensor_peak() { g_heap_mark_peak.store(g_heap_live.load()); }
 
 namespace {
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {

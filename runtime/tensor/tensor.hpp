@@ -32,6 +32,9 @@ const TensorAllocator& tensor_allocator();
 // Host-heap tensors: the most bytes held at once so far (like a device allocator's peak, without
 // the process's code and libraries). heap_bytes_held records an allocation (+) or release (-).
 int64_t heap_tensor_peak_bytes();
+// The most held at once since mark_heap_tensor_peak(), which starts it again from what is held.
+int64_t heap_tensor_peak_since_mark();
+void mark_heap_tensor_peak();
 void heap_bytes_held(int64_t delta);
 
 // What the tensors this thread allocates while it lives are for ("the parameters", "block 3"):

@@ -68,7 +68,8 @@ Peak device_peak(const std::string& device, const std::string& dtype, bool bf16_
   const std::string probe = std::string(bf16_gemms ? "bf16 GEMM" : "sgemm") + " probe (" +
                             cpu::gemm_library() + (bf16_gemms ? ", bf16 operands" : "") + "), ";
   const std::string key = cpu_model() + " | threads=" + std::to_string(threads) + " | " +
-                          cpu::gemm_library() + (bf16_gemms ? " | bf16" : "");
+                          cpu::gemm_library() +
+                          (bf16_gemms ? std::string(" | bf16 on ") + cpu::bf16_instructions() : "");
   fs::path file = cache_file();
   {
     std::ifstream in(file);

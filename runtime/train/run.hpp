@@ -144,6 +144,7 @@ class Run {
   Peak peak_;
   double flops_per_token_ = 0;
   int64_t activation_bytes_ = 0;
+  bool peak_marked_ = false;  // the device's peak is marked before the first forward
   // Each slot's own metrics, added to every step's line after the common ones.
   std::vector<std::function<void(Fields&)>> reporters_;
 

@@ -303,6 +303,10 @@ void Run::start_reporters() {
 // Said once, at start-up: whether bf16 has its speed here, or only its rounding.
 std::string Run::bf16_gemms_line() const {
   const std::string isa = ops::bf16_gemm_instructions(device_);
+  if (!precision_->bf16_gemms() && device_ == "cuda")
+    return "precision: bf16 GEMMs on CUDA (cuBLASLt) are not built yet: bf16 is emulated, each "
+           "GEMM "
+           "operand rounded to bf16 and multiplied in fp32";
   if (!precision_->bf16_gemms())
     return "precision: this device has no bf16 GEMM instructions (the CPU's AMX or AVX512-BF16, "
            "through oneDNN): bf16 is emulated, each GEMM operand rounded to bf16 and multiplied "

@@ -76,16 +76,17 @@ std::string Run::eta_text(int64_t step) {
                     last_step_ - step);
 }
 
-// Every run's fields; the slots' own follow (runtime/train/report_fields.hpp).
-// The device's peak less the model state this rank holds (parameters, gradients, optimizer
-// state, comm buffers): the activations, saved and transient, and whatever else a step holds.
-// Measured, where activation_bytes is the model's count of what it saves.
+// The device's peak since the first forward less the model state this rank holds (parameters,
+// gradients, optimizer state, comm buffers): the activations, saved and transient, and whatever
+// else a step holds. Measured, where activation_bytes is the model's count of what it saves. The
+// setup's peak (a data plugin sharding the runtime's full buffers) is before the mark.
 int64_t Run::activation_peak_bytes() {
   const std::vector<int64_t> acct = optimizer_->accounting();
-  return std::max<int64_t>(0,
-                           ops::device_peak_bytes(device_) - acct[0] - acct[1] - acct[2] - acct[3]);
+  return std::max<int64_t>(
+      0, ops::device_peak_since_mark(device_) - acct[0] - acct[1] - acct[2] - acct[3]);
 }
 
+// Every run's fields; the slots' own follow (runtime/train/report_fields.hpp).
 Fields Run::common_fields(int64_t step, const StepResult& r, double step_s,
                           const PipeStepStats& pipe_stats) {
   const double tps = static_cast<double>(s_.global_batch * T_) / step_s;

@@ -213,3 +213,22 @@ TEST_CASE("zero3 prefetch_depth = 3 trains bitwise as depth 1 and holds more gat
   CHECK(bad.rc == 2);
   CHECK(has(bad.out, "prefetch_depth"));
 }
+
+// activation_peak_bytes is measured from the first forward on, less the model state the data
+// plugin accounts: sharding the state moves it, not the activations. (Measured from the start of
+// the run, ZeRO's setup, which copies the full buffers into its own before releasing them, counted
+// as activations.)
+TEST_CASE(
+    "the measured activation peak is the same under ddp, zero1 and zero3, and at least the "
+    "model's own count") {
+  LayoutRuns runs(kModel, "steps = 2\nglobal_batch = 8\nlr = 3e-3\nwarmup_steps = 1");
+  std::vector<double> peaks;
+  for (const char* data : {"ddp", "zero1", "zero3"}) {
+    Curves c = runs.run(std::string("--set parallel.nproc=2 --set plugins.data=") + data);
+    const double peak = column(c.metrics, "activation_peak_bytes").back();
+    INFO(data << ": activation_peak_bytes " << peak);
+    CHECK(peak >= column(c.metrics, "activation_bytes").back());
+    peaks.push_back(peak);
+  }
+  for (double p : peaks) CHECK(p == doctest::Approx(peaks[0]).epsilon(0.05));
+}

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <loom/formats.hpp>
+#include <loom/sdk.hpp>
 #include <string>
 #include <vector>
 
@@ -232,4 +233,43 @@ TEST_CASE(
     CHECK_FALSE(prec.end_step(
         false, [](float*, int64_t) {}, [](float*, int64_t) {}));
   }
+}
+
+namespace {
+
+// Three SDK precision policies: one overriding observe privately, one not at all, one through a
+// derived class. Only the second's table leaves observe NULL (the device then skips amax).
+struct PrivateObserve : sdk::PrecisionPlugin {
+  static constexpr sdk::About about{
+      .name = "private-observe", .version = "1", .summary = "s", .compute_dtype = LOOM_BF16};
+  explicit PrivateObserve(const sdk::Context&) {}
+  int32_t add_site(const std::string&, loom_operand_role) override { return 0; }
+  loom_operand_format site_format(int32_t) override { return {LOOM_BF16, 1.f}; }
+
+ private:
+  void observe(int32_t, float, bool) override {}
+};
+struct NoObserve : sdk::PrecisionPlugin {
+  static constexpr sdk::About about{
+      .name = "no-observe", .version = "1", .summary = "s", .compute_dtype = LOOM_BF16};
+  explicit NoObserve(const sdk::Context&) {}
+  int32_t add_site(const std::string&, loom_operand_role) override { return 0; }
+  loom_operand_format site_format(int32_t) override { return {LOOM_BF16, 1.f}; }
+};
+struct DerivedObserve : NoObserve {
+  using NoObserve::NoObserve;
+  void observe(int32_t, float, bool) override {}
+};
+
+template <class Impl>
+bool table_observes() {
+  return reinterpret_cast<const loom_precision_v2*>(sdk::precision_plugin<Impl>())->observe;
+}
+
+}  // namespace
+
+TEST_CASE("the SDK fills observe only for a policy that overrides it, privately or in a subclass") {
+  CHECK(table_observes<PrivateObserve>());
+  CHECK_FALSE(table_observes<NoObserve>());
+  CHECK(table_observes<DerivedObserve>());
 }

@@ -16,7 +16,16 @@
 #include "core/errors.hpp"
 #include "ops/cpu/kernels.hpp"
 
+// The matmul API used here (matmul::desc, output scales) is oneDNN 2's; oneDNN 3 replaced it.
+// Debian 12's is 2.6.3 (scripts/install-deps.sh); a build on oneDNN 3 keeps bf16 emulated.
 #ifdef LOOM_CPU_GEMM_ONEDNN
+#include <oneapi/dnnl/dnnl_version.h>
+#define LOOM_BF16_MATMUL (DNNL_VERSION_MAJOR == 2)
+#else
+#define LOOM_BF16_MATMUL 0
+#endif
+
+#if LOOM_BF16_MATMUL
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
@@ -28,7 +37,7 @@ namespace loom::cpu {
 
 namespace {
 
-#ifdef LOOM_CPU_GEMM_ONEDNN
+#if LOOM_BF16_MATMUL
 using dnnl::memory;
 
 // The row-major [r, c] view of op(X), X stored transposed when `t` (leading side ld).
@@ -102,7 +111,7 @@ const float* widened(std::vector<float>& into, const void* X, int32_t dtype, int
 }  // namespace
 
 uint32_t gemm_operand_dtypes() {
-#ifdef LOOM_CPU_GEMM_ONEDNN
+#if LOOM_BF16_MATMUL
   // oneDNN's own reading of the CPU (ONEDNN_MAX_CPU_ISA lowers it, as for a test of the fallback).
   static const bool native = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) &
                               static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16)) ==
@@ -114,7 +123,7 @@ uint32_t gemm_operand_dtypes() {
 }
 
 const char* bf16_instructions() {
-#ifdef LOOM_CPU_GEMM_ONEDNN
+#if LOOM_BF16_MATMUL
   if (!gemm_operand_dtypes()) return nullptr;
   const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
   return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx) == amx ? "AMX"
@@ -127,7 +136,7 @@ const char* bf16_instructions() {
 void gemm_typed(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const void* A, int32_t a_dtype, int64_t lda, const void* B, int32_t b_dtype,
                 int64_t ldb, float beta, float* C, int64_t ldc) {
-#ifdef LOOM_CPU_GEMM_ONEDNN
+#if LOOM_BF16_MATMUL
   if (a_dtype == LOOM_BF16 && b_dtype == LOOM_BF16 && gemm_operand_dtypes()) {
     const int status = tiles::run(bf16_serial, trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K,
                                   alpha, static_cast<const uint16_t*>(A), lda,

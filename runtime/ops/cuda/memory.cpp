@@ -1,5 +1,6 @@
 #include "ops/cuda/memory.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -129,6 +130,7 @@ void* device_alloc(size_t bytes) {
   p.live[ptr] = c;
   p.stats.in_use += c;
   if (p.stats.in_use > p.stats.peak) p.stats.peak = p.stats.in_use;
+  p.stats.peak_since_mark = std::max(p.stats.peak_since_mark, p.stats.in_use);
   return ptr;
 }
 
@@ -166,6 +168,12 @@ MemoryStats memory_stats() {
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.m);
   return p.stats;
+}
+
+void mark_peak() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.m);
+  p.stats.peak_since_mark = p.stats.in_use;
 }
 
 PinnedSlot::PinnedSlot(size_t bytes) : bytes_(bytes ? bytes : 1) {

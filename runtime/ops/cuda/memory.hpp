@@ -33,8 +33,11 @@ void set_memory_cap(size_t bytes);
 
 struct MemoryStats {
   size_t in_use = 0, peak = 0, reserved = 0;  // bytes handed out now, at most, and held in all
+  size_t peak_since_mark = 0;                 // the most in use since mark_peak()
 };
 MemoryStats memory_stats();
+// Starts peak_since_mark again from what is in use now.
+void mark_peak();
 
 // A pinned host block for one staged transfer, reused after the stream has passed `done`.
 class PinnedSlot {

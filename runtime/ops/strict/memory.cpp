@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -149,6 +150,7 @@ void* device_alloc(size_t bytes) {
   mem.live_device[p] = c;
   mem.stats.in_use += c;
   if (mem.stats.in_use > mem.stats.peak) mem.stats.peak = mem.stats.in_use;
+  mem.stats.peak_since_mark = std::max(mem.stats.peak_since_mark, mem.stats.in_use);
   return p;
 }
 
@@ -167,6 +169,12 @@ MemoryStats memory_stats() {
   Memory& mem = memory();
   std::lock_guard<std::mutex> lock(mem.m);
   return mem.stats;
+}
+
+void mark_peak() {
+  Memory& mem = memory();
+  std::lock_guard<std::mutex> lock(mem.m);
+  mem.stats.peak_since_mark = mem.stats.in_use;
 }
 
 bool is_device(const void* p) {

@@ -24,8 +24,11 @@ void device_free(void* p);
 
 struct MemoryStats {
   size_t in_use = 0, peak = 0, reserved = 0;  // bytes handed out now, at most, and mapped in all
+  size_t peak_since_mark = 0;                 // the most in use since mark_peak()
 };
 MemoryStats memory_stats();
+// Starts peak_since_mark again from what is in use now.
+void mark_peak();
 
 // Whether p lies in the device view (a live block or not).
 bool is_device(const void* p);

@@ -384,7 +384,8 @@ void gemm_typed(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, co
                 int32_t a_dtype, int64_t lda, const void* B, int32_t b_dtype, int64_t ldb,
                 float beta, float* C, int64_t ldc) {
   Launch L("gemm_typed");
-  const size_t ea = a_dtype == LOOM_F32 ? kF : 2, eb = b_dtype == LOOM_F32 ? kF : 2;
+  auto bytes = [](int32_t dt) -> size_t { return dt == LOOM_F32 ? kF : dt == LOOM_BF16 ? 2 : 1; };
+  const size_t ea = bytes(a_dtype), eb = bytes(b_dtype);
   const void* a = R(A, ta ? span(K, lda, M, ea) : span(M, lda, K, ea));
   const void* b = R(B, tb ? span(N, ldb, K, eb) : span(K, ldb, N, eb));
   float* c = W(C, span(M, ldc, N));

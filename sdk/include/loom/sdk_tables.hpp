@@ -194,8 +194,12 @@ const loom_plugin* precision_plugin() {
       return guarded(err, [&] { policy<Impl>(self)->round_site(id, *x); });
     };
     // Only a policy that overrides observe gets the calls: without one, the device skips
-    // measuring amax over every operand.
-    if constexpr (!std::is_same_v<decltype(&Impl::observe), decltype(&PrecisionPlugin::observe)>)
+    // measuring amax over every operand. A policy whose observe the SDK cannot name (private,
+    // overloaded) counts as overriding it.
+    constexpr bool inherited = requires {
+      requires std::is_same_v<decltype(&Impl::observe), decltype(&PrecisionPlugin::observe)>;
+    };
+    if constexpr (!inherited)
       t.observe = [](void* self, int32_t id, float amax, int32_t clipped) {
         policy<Impl>(self)->observe(id, amax, clipped != 0);
       };
