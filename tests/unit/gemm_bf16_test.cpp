@@ -11,6 +11,7 @@
 
 #include "ops/cpu/kernels.hpp"
 #include "support/gradcheck.hpp"
+#include "support/thread_counts.hpp"
 
 using namespace loom::test;
 namespace cpu = loom::cpu;
@@ -88,14 +89,10 @@ TEST_CASE(
         const int64_t lda = ta ? s.M : s.K, ldb = tb ? s.K : s.N;
         std::vector<float> want(s.M * s.N, 1.f);
         cpu::gemm(ta, tb, s.M, s.N, s.K, 2.f, A.data(), lda, B.data(), ldb, 0.5f, want.data(), s.N);
-        std::vector<std::vector<float>> C;
-        for (int threads : {1, 2, 8, 16}) {
-          cpu::set_threads(threads);
-          C.emplace_back(s.M * s.N, 1.f);
+        const auto C = at_thread_counts(s.M * s.N, 1.f, [&](float* c) {
           cpu::gemm_typed(ta, tb, s.M, s.N, s.K, 2.f, A16.data(), LOOM_BF16, lda, B16.data(),
-                          LOOM_BF16, ldb, 0.5f, C.back().data(), s.N);
-        }
-        cpu::set_threads(0);
+                          LOOM_BF16, ldb, 0.5f, c, s.N);
+        });
         // Each sum's rounding is at most K ulps of sum |a b|; a wrong tile is off by ~1.
         double err = 0;
         for (int64_t i = 0; i < s.M; ++i)

@@ -5,6 +5,7 @@
 #include "ops/cpu/kernels.hpp"
 #include "ops/cpu/vec_math.hpp"
 #include "support/gradcheck.hpp"
+#include "support/thread_counts.hpp"
 
 using namespace loom::test;
 namespace cpu = loom::cpu;
@@ -48,14 +49,9 @@ TEST_CASE(
       for (int tb = 0; tb < 2; ++tb) {
         const auto A = randn(s.M * s.K, 31), B = randn(s.K * s.N, 32);  // stored as op() wants
         const int64_t lda = ta ? s.M : s.K, ldb = tb ? s.K : s.N;
-        std::vector<std::vector<float>> C;
-        for (int threads : {1, 2, 8, 16}) {
-          cpu::set_threads(threads);
-          C.emplace_back(s.M * s.N, 1.f);
-          cpu::gemm(ta, tb, s.M, s.N, s.K, 2.f, A.data(), lda, B.data(), ldb, 0.5f, C.back().data(),
-                    s.N);
-        }
-        cpu::set_threads(0);
+        const auto C = at_thread_counts(s.M * s.N, 1.f, [&](float* c) {
+          cpu::gemm(ta, tb, s.M, s.N, s.K, 2.f, A.data(), lda, B.data(), ldb, 0.5f, c, s.N);
+        });
         double err = 0;
         for (int64_t i = 0; i < s.M; ++i)
           for (int64_t j = 0; j < s.N; ++j) {
