@@ -2,7 +2,8 @@
 // block's GEMMs, forward and backward, through
 //   - Loom's fp32 GEMM (ops/cpu/gemm.cpp), the baseline;
 //   - oneDNN's matmul on bf16 operands with an fp32 result, which dispatches to AMX or
-//     AVX512-BF16 where the CPU has them (Debian's libdnnl 2.6), in one call;
+//     AVX512-BF16 where the CPU has them (Debian's libdnnl 2.6), in one call (ONEDNN_MAX_CPU_ISA
+//     =AVX512_CORE_BF16 measures the AVX512-BF16 kernel on a CPU with AMX);
 //   - Loom's bf16 GEMM (ops/cpu/gemm_bf16.cpp: that matmul, cut into single-threaded calls so
 //     its bits do not depend on the thread count), what a bf16 run uses;
 //   - oneDNN's matmul on fp32 operands under fpmath_mode bf16 (it may round them to bf16 inside).

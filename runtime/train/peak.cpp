@@ -20,9 +20,9 @@ double measure_sgemm_gflops(int threads, int size, int repeats, bool bf16) {
   // (ops/cpu/gemm_tiles.hpp) has one for each thread.
   const int64_t rows = int64_t{size} * std::clamp(used, 2, 16);
   std::vector<float> a(rows * size, 0.5f), b(int64_t{size} * size, 0.25f), c(rows * size, 0.f);
-  std::vector<uint16_t> a16(a.size()), b16(b.size());
-  cpu::to_bf16(a16.data(), a.data(), static_cast<int64_t>(a.size()));
-  cpu::to_bf16(b16.data(), b.data(), static_cast<int64_t>(b.size()));
+  std::vector<uint16_t> a16(bf16 ? a.size() : 0), b16(bf16 ? b.size() : 0);
+  cpu::to_bf16(a16.data(), a.data(), static_cast<int64_t>(a16.size()));
+  cpu::to_bf16(b16.data(), b.data(), static_cast<int64_t>(b16.size()));
   double best = 1e30;
   for (int r = 0; r < repeats + 1; ++r) {
     auto t0 = std::chrono::steady_clock::now();
@@ -64,12 +64,14 @@ Peak device_peak(const std::string& device, const std::string& dtype, bool bf16_
     // so that MFU stays comparable across precisions. Without a device query we assume H100.
     return {989e3, "table: H100/H200 SXM dense bf16 989 TFLOP/s (" + dtype + ")"};
   }
-  // The GEMM library and the operand dtype are in the key: each has its own ceiling.
+  // The GEMM library, the operand dtype and the instructions are in the key: each has its own
+  // ceiling.
+  const char* isa = cpu::bf16_instructions() ? cpu::bf16_instructions() : "none";
   const std::string probe = std::string(bf16_gemms ? "bf16 GEMM" : "sgemm") + " probe (" +
                             cpu::gemm_library() + (bf16_gemms ? ", bf16 operands" : "") + "), ";
   const std::string key = cpu_model() + " | threads=" + std::to_string(threads) + " | " +
                           cpu::gemm_library() +
-                          (bf16_gemms ? std::string(" | bf16 on ") + cpu::bf16_instructions() : "");
+                          (bf16_gemms ? std::string(" | bf16 on ") + isa : "");
   fs::path file = cache_file();
   {
     std::ifstream in(file);

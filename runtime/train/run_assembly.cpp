@@ -302,17 +302,19 @@ void Run::start_reporters() {
 
 // Said once, at start-up: whether bf16 has its speed here, or only its rounding.
 std::string Run::bf16_gemms_line() const {
-  const std::string isa = ops::bf16_gemm_instructions(device_);
-  if (!precision_->bf16_gemms() && device_ == "cuda")
-    return "precision: bf16 GEMMs on CUDA (cuBLASLt) are not built yet: bf16 is emulated, each "
-           "GEMM "
-           "operand rounded to bf16 and multiplied in fp32";
-  if (!precision_->bf16_gemms())
-    return "precision: this device has no bf16 GEMM instructions (the CPU's AMX or AVX512-BF16, "
-           "through oneDNN): bf16 is emulated, each GEMM operand rounded to bf16 and multiplied "
-           "in fp32 (the same values, at fp32's speed)";
-  return "precision: bf16 GEMM operands stored in 16 bits and multiplied on " +
-         (isa.empty() ? "the device's own bf16 instructions" : isa) + ", accumulating in fp32";
+  if (precision_->bf16_gemms()) {
+    const std::string isa = ops::bf16_gemm_instructions(device_);
+    return "precision: bf16 GEMM operands stored in 16 bits and multiplied on " +
+           (isa.empty() ? "the device's own bf16 instructions" : isa) + ", accumulating in fp32";
+  }
+  const std::string emulated =
+      "bf16 is emulated, each GEMM operand rounded to bf16 and multiplied in fp32 (the same "
+      "values, at fp32's speed)";
+  if (device_ == "cuda")
+    return "precision: bf16 GEMMs on CUDA (cuBLASLt) are not built yet: " + emulated;
+  return "precision: this device has no bf16 GEMM instructions (the CPU's AMX, through oneDNN; "
+         "AVX512-BF16 alone is slower than fp32 there): " +
+         emulated;
 }
 
 void Run::print_banner() const {

@@ -103,7 +103,10 @@ Run::StepResult Run::step_once(int64_t step, PipeStepStats& pipe_stats) {
   const double carried_scale = loss_scale / data_ranks;
   const float dloss =
       faults_->loss_gradient(step, static_cast<float>(carried_scale / (local_batch_ * T_local_)));
-  if (!peak_marked_) ops::mark_device_peak(device_), peak_marked_ = true;
+  if (!peak_marked_) {  // activation_peak_bytes counts from here
+    ops::mark_device_peak(device_);
+    peak_marked_ = true;
+  }
   r.loss = forward_backward(step, dloss, pipe_stats) / static_cast<double>(local_batch_ * T_local_);
   reduce_gradients(r);
   r.grad_norm = optimizer_->grad_norm() / carried_scale;

@@ -387,7 +387,7 @@ TEST_CASE("data prepare refuses a validation share that is not a number from 0 u
 
 // bf16's GEMMs on the CPU's own instructions, or its emulation where there are none: said once at
 // start-up, and the two trace the same losses (the same operand values; the sums' order differs).
-// ONEDNN_MAX_CPU_ISA caps what oneDNN uses, as a CPU without AMX or AVX512-BF16 would.
+// ONEDNN_MAX_CPU_ISA caps what oneDNN uses, as a CPU without AMX would.
 TEST_CASE("bf16 says at start-up whether the CPU multiplies bf16, and its emulation trains alike") {
   TinySetup s;
   const std::string bf16 = " --set plugins.precision=bf16 --set run.threads=2";
@@ -399,7 +399,7 @@ TEST_CASE("bf16 says at start-up whether the CPU multiplies bf16, and its emulat
   const std::string emulation = "precision: this device has no bf16 GEMM instructions";
   CHECK(has(emulated.out, emulation));
   CHECK(has(emulated.out, "MFU peak 50.0 GFLOP/s"));  // a configured peak stays as configured
-  // This machine's own answer: AMX or AVX512-BF16 where the CPU has them.
+  // This machine's own answer: AMX where the CPU has it.
   const bool instructions = has(native.out, "precision: bf16 GEMM operands stored in 16 bits");
   CHECK(instructions != has(native.out, emulation));
   MESSAGE("bf16 here: " << (instructions ? "the CPU's instructions" : "emulated"));

@@ -1,13 +1,15 @@
-// GEMMs on bf16 operands, through oneDNN's matmul primitive, which runs them on the CPU's own bf16
-// instructions: AMX tiles (Sapphire Rapids and later) or AVX512-BF16 dot products (Cooper Lake,
-// Zen 4). Each product of two bf16 values (8-bit significands) is exact in fp32, and the sums are
-// fp32, so a bf16 GEMM equals the fp32 GEMM of the same values up to the order of the additions:
+// GEMMs on bf16 operands, through oneDNN's matmul primitive, which runs them on the CPU's AMX
+// tiles (Sapphire Rapids and later). Each product of two bf16 values (8-bit significands) is exact
+// in fp32, and the sums are fp32, so a bf16 GEMM equals the fp32 GEMM of the same values up to the
+// order of the additions:
 //   C[i, j] = alpha sum_k bf16(A)[i, k] bf16(B)[k, j] + beta C[i, j].
 // bench/gemm_bf16.sh chose oneDNN with numbers (Xeon with AMX, 2 threads: one GPT block's GEMMs at
-// d 384 in 13.8 ms against 70.9 ms in fp32; Debian's OpenBLAS 0.3.21 has no sbgemm). The GEMM is
-// cut as gemm_tiles.hpp says, so its bits do not depend on the thread count. Where the CPU lacks
-// those instructions, or oneDNN is not built in, operands are widened to fp32 and the fp32 GEMM
-// runs: right, but slower than the fp32 path, so the runtime keeps the emulation there instead
+// d 384 in 13.8 ms against 70.9 ms in fp32; Debian's OpenBLAS 0.3.21 has no sbgemm). The same
+// bench with oneDNN capped at AVX512-BF16 (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, the dot products
+// of Cooper Lake and Zen 4) took 106 ms, 1.57x fp32's, so only AMX counts as bf16 instructions
+// here. The GEMM is cut as gemm_tiles.hpp says, so its bits do not depend on the thread count.
+// Without AMX, or without oneDNN 2, operands are widened to fp32 and the fp32 GEMM runs: right,
+// but slower than the fp32 path, so the runtime keeps the emulation there instead
 // (gemm_operand_dtypes() says 0).
 #include <loom/bf16.hpp>
 #include <string>
@@ -113,25 +115,15 @@ const float* widened(std::vector<float>& into, const void* X, int32_t dtype, int
 uint32_t gemm_operand_dtypes() {
 #if LOOM_BF16_MATMUL
   // oneDNN's own reading of the CPU (ONEDNN_MAX_CPU_ISA lowers it, as for a test of the fallback).
-  static const bool native = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) &
-                              static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16)) ==
-                             static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+  static const bool native = (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx) == amx;
   return native ? 1u << LOOM_BF16 : 0u;
 #else
   return 0;
 #endif
 }
 
-const char* bf16_instructions() {
-#if LOOM_BF16_MATMUL
-  if (!gemm_operand_dtypes()) return nullptr;
-  const auto amx = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
-  return (static_cast<unsigned>(dnnl::get_effective_cpu_isa()) & amx) == amx ? "AMX"
-                                                                             : "AVX512-BF16";
-#else
-  return nullptr;
-#endif
-}
+const char* bf16_instructions() { return gemm_operand_dtypes() ? "AMX" : nullptr; }
 
 void gemm_typed(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const void* A, int32_t a_dtype, int64_t lda, const void* B, int32_t b_dtype,

@@ -89,7 +89,7 @@ void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int6
 // Narrow GEMM operands (loom/ops.h, ABI 2.7): bf16 storage, and GEMMs on the CPU's bf16
 // instructions where gemm_operand_dtypes() has LOOM_BF16's bit (gemm_bf16.cpp).
 uint32_t gemm_operand_dtypes();
-// The instructions those GEMMs run on ("AMX", "AVX512-BF16"), nullptr where there are none.
+// The instructions those GEMMs run on ("AMX"), nullptr where there are none.
 const char* bf16_instructions();
 void quantize_into(void* dst, int32_t dtype, const float* src, int64_t n, float scale, float* amax,
                    int64_t* clipped);

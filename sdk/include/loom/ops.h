@@ -265,7 +265,7 @@ typedef struct loom_ops {
 
   /* ---- added in ABI 2.7 (check LOOM_HAS_FIELD before use; a device may leave them 0/NULL) ----
    * GEMM operands stored narrower than fp32, for the precision slot's sites: half the bytes and
-   * the device's own narrow instructions (the CPU: AMX or AVX512-BF16, through oneDNN).
+   * the device's own narrow instructions (the CPU: AMX, through oneDNN).
    * gemm_operand_dtypes has bit (1 << dtype) set for each operand dtype gemm_typed runs on those
    * instructions here; 0 where there are none, and the runtime keeps quantize's emulation in fp32
    * storage. quantize_into: dst[i] = cast(src[i] * scale) in dtype's storage (LOOM_BF16: the
