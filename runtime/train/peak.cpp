@@ -66,12 +66,12 @@ Peak device_peak(const std::string& device, const std::string& dtype, bool bf16_
   }
   // The GEMM library, the operand dtype and the instructions are in the key: each has its own
   // ceiling.
-  const char* isa = cpu::bf16_instructions() ? cpu::bf16_instructions() : "none";
+  const char* isa = cpu::bf16_instructions();
   const std::string probe = std::string(bf16_gemms ? "bf16 GEMM" : "sgemm") + " probe (" +
                             cpu::gemm_library() + (bf16_gemms ? ", bf16 operands" : "") + "), ";
   const std::string key = cpu_model() + " | threads=" + std::to_string(threads) + " | " +
                           cpu::gemm_library() +
-                          (bf16_gemms ? std::string(" | bf16 on ") + isa : "");
+                          (bf16_gemms ? std::string(" | bf16 on ") + (isa ? isa : "none") : "");
   fs::path file = cache_file();
   {
     std::ifstream in(file);

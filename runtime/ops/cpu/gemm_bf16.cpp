@@ -53,12 +53,17 @@ dnnl::engine& engine() {
 }
 
 // A matmul primitive is compiled for one shape, strides, alpha and beta: each thread keeps the
-// ones it has made (a run meets a few dozen shapes, every step the same ones).
+// ones it has made (a run meets a few dozen shapes, every step the same ones), with the memory
+// descriptors its calls wrap the operands in.
 using Key =
     std::tuple<char, char, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, float>;
+struct Made {
+  memory::desc a, b, c;
+  dnnl::matmul mm;
+};
 
-dnnl::matmul& primitive(const Key& key) {
-  thread_local std::map<Key, dnnl::matmul> made;
+Made& primitive(const Key& key) {
+  thread_local std::map<Key, Made> made;
   auto it = made.find(key);
   if (it != made.end()) return it->second;
   const auto [ta, tb, M, N, K, lda, ldb, ldc, alpha, beta] = key;
@@ -73,7 +78,7 @@ dnnl::matmul& primitive(const Key& key) {
     attr.set_post_ops(sum);
   }
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine());
-  return made.emplace(key, dnnl::matmul(pd)).first->second;
+  return made.emplace(key, Made{a, b, c, dnnl::matmul(pd)}).first->second;
 }
 
 // One matmul on the calling thread alone; 0 on success (an exception may not leave the team).
@@ -82,13 +87,11 @@ int bf16_serial(char ta, char tb, int64_t M, int64_t N, int64_t K, float alpha, 
   const tiles::AsyncSignalsHeld held;
   const tiles::OneThread one;
   try {
-    dnnl::matmul& mm = primitive({ta, tb, M, N, K, lda, ldb, ldc, alpha, beta});
-    const memory::data_type bf16 = memory::data_type::bf16;
-    memory a(view(M, K, ta, lda, bf16), engine(), const_cast<uint16_t*>(A));
-    memory b(view(K, N, tb, ldb, bf16), engine(), const_cast<uint16_t*>(B));
-    memory c(memory::desc({M, N}, memory::data_type::f32, memory::dims{ldc, 1}), engine(), C);
+    Made& p = primitive({ta, tb, M, N, K, lda, ldb, ldc, alpha, beta});
+    memory a(p.a, engine(), const_cast<uint16_t*>(A)), b(p.b, engine(), const_cast<uint16_t*>(B)),
+        c(p.c, engine(), C);
     thread_local dnnl::stream stream(engine());
-    mm.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    p.mm.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
     stream.wait();
     return 0;
   } catch (const dnnl::error& e) {
