@@ -33,7 +33,8 @@ struct Workload {
   std::string stage_split = "cost";
   std::string comm;  // [plugins] comm ("" = gloo, the default of a job of several ranks)
   bool comm_of_cluster = false;  // the cluster file's comm (on_cluster), not the config's
-  // [plugins.zero3] prefetch_depth: the units ZeRO-3 gathers ahead, each a gathered copy held.
+  // [plugins.zero3] prefetch_depth: the units ZeRO-3 gathers ahead, each a gathered copy held
+  // (0 with prefetch = false).
   int zero3_prefetch_depth = 1;
 };
 

@@ -30,10 +30,13 @@ Workload workload_of(const train::JobSettings& job, const std::string& dtype) {
   w.stage_split = job.plan.stage_split;
   w.device = job.run.device;
   w.comm = slots.slot("comm");
-  if (!slots.tables.empty()) {  // the plugin's option, as its run would read it
+  if (!slots.tables.empty()) {  // the plugin's options, as its run reads them
     const config::Config tables = config::Config::parse(slots.tables, "<plan: [plugins]>");
-    if (auto depth = tables.table().at_path("plugins.zero3.prefetch_depth").value<int64_t>())
+    const auto& zero3 = tables.table();
+    if (auto depth = zero3.at_path("plugins.zero3.prefetch_depth").value<int64_t>())
       w.zero3_prefetch_depth = int(std::max<int64_t>(1, *depth));
+    if (!zero3.at_path("plugins.zero3.prefetch").value<bool>().value_or(true))
+      w.zero3_prefetch_depth = 0;  // no unit is gathered ahead
   }
   return w;
 }

@@ -331,8 +331,11 @@ TEST_CASE("each fitted cluster file holds its kind's fitted efficiencies and lea
 }
 
 // ZeRO-3 holds one gathered copy per unit it prefetches: [plugins.zero3] prefetch_depth, as the
-// run reads it, adds a unit's gathered bytes per step of depth to the planned buffers.
-TEST_CASE("the planner's ZeRO-3 buffers grow by one gathered unit per step of prefetch_depth") {
+// run reads it, adds a unit's gathered bytes per step of depth to the planned buffers, and
+// prefetch = false holds none ahead.
+TEST_CASE(
+    "the planner's ZeRO-3 buffers grow by one gathered unit per step of prefetch_depth, none "
+    "without prefetch") {
   auto buffers = [](const std::string& options) {
     config::Config cfg = config::Config::parse(
         "[model]\npreset = \"llama3-8b\"\n[train]\nglobal_batch = 16\n[plugins]\nprecision = "
@@ -353,7 +356,12 @@ TEST_CASE("the planner's ZeRO-3 buffers grow by one gathered unit per step of pr
   };
   const auto [one, unit] = buffers("");
   const auto [three, same_unit] = buffers("[plugins.zero3]\nprefetch_depth = 3\n");
-  REQUIRE(unit > 0);
+  const auto [none, unit_again] = buffers("[plugins.zero3]\nprefetch = false\n");
+  // ZeRO-3's unit as the planner prices it: an even share of Llama 3 8B's 8.03e9 published
+  // parameters over its 33 units (32 blocks and the embeddings), gathered in fp32.
+  REQUIRE(unit == doctest::Approx(4 * 8.03e9 / 33).epsilon(0.01));
   CHECK(same_unit == unit);
+  CHECK(unit_again == unit);
   CHECK(three - one == doctest::Approx(2 * unit));
+  CHECK(one - none == doctest::Approx(unit));  // without prefetch no unit is gathered ahead
 }
