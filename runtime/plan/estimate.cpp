@@ -92,9 +92,7 @@ StageEstimate estimate_stage(const Cluster& c, const Workload& w, const Layout& 
   s.compute();
   s.parameters();
   s.collectives(costs);
-  s.shape.in_flight = in_flight;
-  // zbh1 defers at most one weight action per micro-batch the stage holds.
-  s.shape.deferred = l.schedule == "zbh1" ? in_flight : 0;
+  s.shape.in_flight = in_flight;  // 1f1b or gpipe only (layout_costs): nothing deferred
   s.e.forward_ms = s.mbs * (s.f - s.loop_exposed[0]) * 1e3;
   s.e.recompute_ms = s.mbs * s.rc * 1e3;
   s.e.backward_ms = s.mbs * (s.b - s.loop_exposed[1] - s.rc) * 1e3;

@@ -39,6 +39,7 @@ struct PluginSources::State {
   };
   std::map<std::tuple<std::string, int, int, int>, Line> lines;
   std::map<std::pair<std::string, int>, const loom_plugin*> descs;
+  std::map<std::pair<std::string, int>, std::string> missing;
   std::map<std::tuple<std::string, int, int, std::vector<double>>, std::vector<int32_t>> splits;
   State(std::vector<plugins::SearchDir> dirs, const std::string& tables)
       : registry(std::move(dirs)),
@@ -71,9 +72,20 @@ struct PluginSources::State {
     return out;
   }
 
+  // A plugin found once, or why it was not: the search asks for each layout, and a failed find
+  // lists the plugin directories and builds a "did you mean".
   const loom_plugin* plugin(const std::string& name, loom_kind kind) {
-    const loom_plugin*& d = descs[{name, int(kind)}];
-    if (!d) d = registry.find(name, kind).desc;
+    const std::pair<std::string, int> key{name, int(kind)};
+    if (auto miss = missing.find(key); miss != missing.end()) throw ConfigError(miss->second);
+    const loom_plugin*& d = descs[key];
+    if (!d) {
+      try {
+        d = registry.find(name, kind).desc;
+      } catch (const std::runtime_error& e) {
+        missing[key] = e.what();
+        throw;
+      }
+    }
     return d;
   }
 
