@@ -29,13 +29,6 @@ std::string shown(const plan::PublishedRun& run, double v) {
   return b;
 }
 
-double median(std::vector<double> v) {
-  for (double& x : v) x = std::fabs(x);
-  std::sort(v.begin(), v.end());
-  if (v.empty()) return 0;
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-
 // The table: each run as its cluster file predicts it.
 void table(const std::vector<plan::FitSet>& sets, bool json) {
   int run_w = 26, layout_w = 40;  // grown to the longest entry, so the columns stay in line
@@ -78,7 +71,7 @@ void table(const std::vector<plan::FitSet>& sets, bool json) {
   std::printf(
       "\nall %zu runs, with the cluster files' efficiencies: median |error| %.1f%%, %ld within "
       "15%%; predicted memory within the device for %d\n",
-      errors.size(), 100 * median(errors), within, fit);
+      errors.size(), 100 * plan::median_abs(errors), within, fit);
 }
 
 void print_values(const plan::FitSet& set, const plan::FitResult& r) {
@@ -105,12 +98,12 @@ void cross_validate(const std::vector<plan::FitSet>& sets) {
       all.push_back(loo[i]);
     }
     std::printf("  %s band (leave-one-out residuals): %+.1f%%..%+.1f%%, median |error| %.1f%%\n",
-                set.kind.c_str(), 100 * low, 100 * high, 100 * median(loo));
+                set.kind.c_str(), 100 * low, 100 * high, 100 * plan::median_abs(loo));
   }
   const long over =
       std::count_if(all.begin(), all.end(), [](double e) { return std::fabs(e) > 0.25; });
   std::printf("\nall %zu runs, leave-one-out: median |error| %.1f%%, %ld over 25%%\n", all.size(),
-              100 * median(all), over);
+              100 * plan::median_abs(all), over);
 }
 
 }  // namespace

@@ -78,7 +78,7 @@ Theta solve(std::array<Theta, kFitted> a, Theta b) {
   return x;
 }
 
-// J^T J and J^T r, J by forward differences.
+// J^T J and J^T r, J by finite differences (forward, or backward at an upper bound).
 void normal_equations(const FitSet& set, const std::vector<const PublishedRun*>& runs,
                       const Theta& t, const std::vector<double>& r, std::array<Theta, kFitted>& jtj,
                       Theta& jtr) {
@@ -217,6 +217,14 @@ std::vector<double> leave_one_out(const FitSet& set, const std::function<void(si
     if (progress) progress(i + 1);
   }
   return out;
+}
+
+double median_abs(std::vector<double> errors) {
+  for (double& x : errors) x = std::fabs(x);
+  std::sort(errors.begin(), errors.end());
+  const size_t n = errors.size();
+  if (n == 0) return 0;
+  return n % 2 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2;
 }
 
 }  // namespace loom::plan

@@ -57,5 +57,7 @@ FitResult fit(const FitSet& set, int left_out = -1);
 // is called after each run.
 std::vector<double> leave_one_out(const FitSet& set,
                                   const std::function<void(size_t done)>& progress = {});
+// The median of |e| over the errors (0 for none): the [fit] median a cluster file states.
+double median_abs(std::vector<double> errors);
 
 }  // namespace loom::plan

@@ -14,6 +14,9 @@ namespace loom::plan {
 using config::kInf;
 using config::ValueType;
 
+namespace {
+
+// [published]: the row's name, source, cluster, metric, value and FLOP count.
 config::SectionSpec published_section() {
   return {
       "published",
@@ -40,6 +43,8 @@ config::SectionSpec published_section() {
            {"model", "executed", "megatron2021"}},
       }};
 }
+
+}  // namespace
 
 const std::vector<config::SectionSpec>& plan_sections() {
   static const std::vector<config::SectionSpec> sections = [] {

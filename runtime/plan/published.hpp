@@ -31,8 +31,6 @@ struct PublishedRun {
   std::string plugin_tables;             // [plugins] and its option tables, as TOML
 };
 
-// [published]: the row's name, source, cluster, metric, value and FLOP count.
-config::SectionSpec published_section();
 // What a published run's file may hold, and what `loom plan` reads: a job's sections and
 // [published].
 const std::vector<config::SectionSpec>& plan_sections();

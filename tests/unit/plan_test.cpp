@@ -307,8 +307,11 @@ TEST_CASE("the planner's pipeline closed forms continue the simulated makespans,
 }
 
 // The fitted cluster files say what the fit gives: `loom plan published --fit` and
-// --cross-validate, rerun here, reproduce each kind's [efficiency] figures and its [fit] band.
-TEST_CASE("each fitted cluster file holds its kind's fitted efficiencies and leave-one-out band") {
+// --cross-validate, rerun here, reproduce each kind's [efficiency] figures and its [fit] band
+// and median.
+TEST_CASE(
+    "each fitted cluster file holds its kind's fitted efficiencies, leave-one-out band and "
+    "median") {
   for (const plan::FitSet& set : plan::fit_sets(kClusters.string())) {
     INFO(set.kind);
     const plan::FitResult r = plan::fit(set);
@@ -326,6 +329,7 @@ TEST_CASE("each fitted cluster file holds its kind's fitted efficiencies and lea
       REQUIRE(c.fit.band.size() == 2);
       CHECK(std::fabs(c.fit.band[0] - low) <= 0.0006);
       CHECK(std::fabs(c.fit.band[1] - high) <= 0.0006);
+      CHECK(std::fabs(c.fit.median - plan::median_abs(loo)) <= 0.0006);
     }
   }
 }
