@@ -17,12 +17,10 @@ threads=${2:-2}
 steps=${3:-12}
 track_steps=${4:-300}
 root=$(cd "$(dirname "$0")/.." && pwd)
-python=$root/.venv-bench/bin/python  # PyPI's PyTorch 2.15
-"$python" -c 'import torch, transformers' 2>/dev/null ||
-  { echo "bf16_step: the PyTorch baseline is missing: run scripts/install-deps.sh --bench" >&2; exit 1; }
+source "$root/bench/corpus.sh"
+bench_torch bf16_step
 [ -x "$build/bin/loom" ] || { echo "bf16_step: $build/bin/loom is missing: build first" >&2; exit 1; }
-busy=$(pgrep -c -f 'bin/loom |cc1plus|ctest' || true)
-[ "$busy" -gt 0 ] && echo "bf16_step: warning: $busy loom, ctest or compiler processes are running; the figures will be noisy" >&2
+bench_warn_busy bf16_step
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1); $threads threads; PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
 
 work=$(mktemp -d)

@@ -12,12 +12,10 @@ build=${1:-build}
 threads=${2:-2}
 steps=${3:-10}
 root=$(cd "$(dirname "$0")/.." && pwd)
-python=$root/.venv-bench/bin/python  # PyPI's PyTorch 2.15, not Debian's generic 1.13 build
-"$python" -c 'import torch, transformers' 2>/dev/null ||
-  { echo "cpu_profile: the PyTorch baseline is missing: run scripts/install-deps.sh --bench" >&2; exit 1; }
+source "$root/bench/corpus.sh"
+bench_torch cpu_profile
 [ -x "$build/bin/bench_cpu_profile" ] || { echo "cpu_profile: $build/bin/bench_cpu_profile is missing: build first" >&2; exit 1; }
-busy=$(pgrep -c -f 'bin/loom |cc1plus|ctest' || true)
-[ "$busy" -gt 0 ] && echo "cpu_profile: warning: $busy loom, ctest or compiler processes are running; the figures will be noisy" >&2
+bench_warn_busy cpu_profile
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 echo "CPU: $cpu; $threads threads; $steps steps after one warm-up; PyTorch $("$python" -c 'import torch; print(torch.__version__)')"
 

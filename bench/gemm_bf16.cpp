@@ -35,7 +35,7 @@ memory::desc view(int64_t r, int64_t c, int t, memory::data_type dt) {
 
 // One matmul of `s` on operands of type `in`, fp32 result, timed.
 double onednn_seconds(const GemmShape& s, memory::data_type in, bool fpmath_bf16, dnnl::engine& eng,
-                      dnnl::stream& strm, std::string* impl = nullptr) {
+                      dnnl::stream& strm, std::string& impl) {
   const auto a = view(s.M, s.K, s.ta, in), b = view(s.K, s.N, s.tb, in),
              c = memory::desc({s.M, s.N}, memory::data_type::f32, memory::dims{s.N, 1});
   dnnl::primitive_attr attr;
@@ -44,7 +44,7 @@ double onednn_seconds(const GemmShape& s, memory::data_type in, bool fpmath_bf16
   memory A(pd.src_desc(), eng), B(pd.weights_desc(), eng), C(pd.dst_desc(), eng);
   std::memset(A.get_data_handle(), 0x3f, pd.src_desc().get_size());  // a finite value either way
   std::memset(B.get_data_handle(), 0x3f, pd.weights_desc().get_size());
-  if (impl) *impl = pd.impl_info_str();  // the kernel oneDNN chose: brg:avx512_core_amx, ...
+  impl = pd.impl_info_str();  // the kernel oneDNN chose: brg:avx512_core_amx, ...
   dnnl::matmul mm(pd);
   return best_seconds([&] {
     mm.execute(strm, {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
@@ -82,8 +82,8 @@ int main(int argc, char** argv) {
                             LOOM_BF16, ldb, 0.f, C.data(), s.N);
     });
     std::string bf16_impl, fpmath_impl;
-    const double bf16 = onednn_seconds(s, memory::data_type::bf16, false, eng, strm, &bf16_impl);
-    const double fpmath = onednn_seconds(s, memory::data_type::f32, true, eng, strm, &fpmath_impl);
+    const double bf16 = onednn_seconds(s, memory::data_type::bf16, false, eng, strm, bf16_impl);
+    const double fpmath = onednn_seconds(s, memory::data_type::f32, true, eng, strm, fpmath_impl);
     impls.insert("bf16: " + bf16_impl), impls.insert("fp32 fpmath=bf16: " + fpmath_impl);
     const double gflop = 2.0 * static_cast<double>(s.M) * s.N * s.K / 1e9;
     std::printf("  %c%c %5lld %5lld %5lld   %9.1f   %11.1f   %9.1f   %16.1f\n", s.ta ? 'T' : 'N',

@@ -10,18 +10,20 @@ threads=${2:-2}
 d=${3:-384}
 tokens=${4:-2048}
 root=$(cd "$(dirname "$0")/.." && pwd)
-py="$root/.venv-bench/bin/python"
-[ -x "$py" ] || { echo "PyTorch missing: bash scripts/install-deps.sh --bench" >&2; exit 2; }
+source "$root/bench/corpus.sh"
+bench_torch gemm_bf16
+bench_warn_busy gemm_bf16
 lscpu | grep -E "Model name|Flags" | sed -E 's/^(Flags:).*/\1 '"$(lscpu | grep -o -E 'amx_bf16|avx512_bf16' | sort -u | tr '\n' ' ')"'/'
 loom_out=$("$build/bin/bench_gemm_bf16" --threads "$threads" --d "$d" --tokens "$tokens")
 echo "$loom_out"
-"$py" - "$threads" "$d" "$tokens" "$loom_out" <<'PY'
+"$python" - "$threads" "$loom_out" <<'PY'
 import re, sys, time, torch
-threads, d, tokens, loom = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+threads, loom = int(sys.argv[1]), sys.argv[2]
 torch.set_num_threads(threads)
-shapes = []
-for out, inp in [(3 * d, d), (d, d), (4 * d, d), (d, 4 * d)]:
-    shapes += [(0, 1, tokens, out, inp), (0, 0, tokens, inp, out), (1, 0, out, inp, tokens)]
+# The shapes bench_gemm_bf16 ran (bench/gemm_shapes.hpp), from its rows: "  NT  2048  1152   384 ...".
+shapes = [(a == "T", b == "T", int(M), int(N), int(K))
+          for a, b, M, N, K in re.findall(r"^\s+([NT])([NT])\s+(\d+)\s+(\d+)\s+(\d+)\s", loom, re.M)]
+assert shapes, "no GEMM rows in bench_gemm_bf16's output"
 def best(f):
     for _ in range(3): f()
     b = 1e30
