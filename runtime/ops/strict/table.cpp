@@ -12,6 +12,7 @@
 #include "ops/strict/launch.hpp"
 #include "ops/strict/routing.hpp"
 #include "ops/strict/streams.hpp"
+#include "tensor/tensor.hpp"
 
 namespace loom::strict {
 
@@ -384,8 +385,8 @@ void gemm_typed(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, co
                 int32_t a_dtype, int64_t lda, const void* B, int32_t b_dtype, int64_t ldb,
                 float beta, float* C, int64_t ldc) {
   Launch L("gemm_typed");
-  auto bytes = [](int32_t dt) -> size_t { return dt == LOOM_F32 ? kF : dt == LOOM_BF16 ? 2 : 1; };
-  const size_t ea = bytes(a_dtype), eb = bytes(b_dtype);
+  const size_t ea = dtype_size(static_cast<loom_dtype>(a_dtype)),
+               eb = dtype_size(static_cast<loom_dtype>(b_dtype));
   const void* a = R(A, ta ? span(K, lda, M, ea) : span(M, lda, K, ea));
   const void* b = R(B, tb ? span(N, ldb, K, eb) : span(K, ldb, N, eb));
   float* c = W(C, span(M, ldc, N));
