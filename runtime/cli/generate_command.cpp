@@ -56,8 +56,8 @@ int generate(const Args& args) {
   // Like training: all the cores while they are free, fewer while other processes take some.
   const int64_t asked = vm["threads"].as<int64_t>();
   const int threads = inference_threads(asked);
-  train::ThreadPolicy policy("cpu", threads, asked == 0, false, 1,
-                             0.1);  // a token is a few ms: look every 0.1 s
+  // A token is a few ms: look after every one, and at most every 0.1 s (the policy's window).
+  train::ThreadPolicy policy("cpu", threads, asked == 0, false, 1);
   train::SampleOptions o{vm["max-tokens"].as<int64_t>(),     temperature,
                          vm["top-k"].as<int64_t>(),          top_p,
                          vm["seed"].as<uint64_t>(),          stop_ids(source, tokenizer.get()),

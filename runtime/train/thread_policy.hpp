@@ -17,10 +17,11 @@ class ThreadPolicy {
  public:
   // adaptive: [run] threads = 0 on a machine with one rank (with several ranks per node the
   // other ranks are "other processes" too, so the count stays fixed); threads: the count now.
-  // It looks every `every` steps, once `min_window_s` has passed since the last look (/proc/stat
-  // counts in 10 ms ticks, so short steps, such as generated tokens, need a longer window).
+  // It looks every `every` steps, once `min_window_s` has passed since the last look: /proc/stat
+  // counts in 10 ms ticks per core, so a window of a few ticks reads a busy core as free or a free
+  // one as busy, and the count would flap between looks; ten ticks keep the error near 0.2 cores.
   ThreadPolicy(std::string device, int threads, bool adaptive, bool verbose, int64_t every = 5,
-               double min_window_s = 0);
+               double min_window_s = 0.1);
   // After each step; may change the thread count for the next ones. Returns the count in use.
   int after_step();
 

@@ -1,6 +1,7 @@
 // `loom data prepare` and `loom train` end to end on a tiny model.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <thread>
@@ -347,7 +348,7 @@ TEST_CASE("beside busy processes a one-rank run trains on the cores left, with t
   const std::string cfg =
       t.write("f.toml", "[run]\npeak_gflops = 10\n[model]\npreset = \"tiny\"\n[data]\ndir = \"" +
                             (t.path / "d").string() +
-                            "\"\n[train]\nsteps = 15\nglobal_batch = 4\neval_every = 0\n");
+                            "\"\n[train]\nsteps = 30\nglobal_batch = 4\neval_every = 0\n");
   // As many spinning shells as cores: whatever else runs, the run sees other processes' load.
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   std::string pids;
@@ -364,7 +365,10 @@ TEST_CASE("beside busy processes a one-rank run trains on the cores left, with t
   CHECK(has(adaptive.out, "threads: " + std::to_string(cores) + " -> "));
   const std::vector<double> threads = column(t.path / "a" / "metrics.jsonl", "threads");
   CHECK(threads.front() == cores);
-  CHECK(threads.back() < cores);
+  // Some steps ran on fewer cores. Not necessarily the last: each look reads a window of 10 ms
+  // ticks, and a spinning shell the scheduler parked for a while reads as a free core.
+  REQUIRE(!threads.empty());
+  CHECK(*std::min_element(threads.begin(), threads.end()) < cores);
   // The kernels' results do not depend on the thread count: the same losses as one thread.
   auto one =
       run_loom("train " + cfg + " --run-dir " + (t.path / "b").string() + " --set run.threads=1");
