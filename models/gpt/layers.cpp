@@ -20,7 +20,7 @@ Tensor rows_of(const Tensor& t, int64_t rows) { return t.rows(0, rows); }
 // A [rows, cols] view of the front of a buffer allocated for the unsharded layer: under tensor
 // parallelism a rank's widths are a fraction of the buffer's.
 Tensor view(const Tensor& buf, int64_t rows, int64_t cols) {
-  return Tensor::borrow(buf.data(), {rows, cols});
+  return Tensor::borrow(buf.data(), {rows, cols}, buf.dtype());
 }
 
 Init normal(float std) { return {Init::Normal, std}; }
@@ -136,11 +136,13 @@ Block::Block(int index, const model::Config& c, LayerApi& api, ParamStore& ps, S
 
   // MoE blocks keep everything: a replay would route and exchange tokens again.
   if (recompute_) policy_ = c.recompute;
+  dtypes_ = operand_dtypes(api);
   if (recompute_)
-    acts_.init(
-        [&c, rows, this] { return std::make_unique<Acts>(c, rows, policy_, recompute_->acts); });
+    acts_.init([&c, rows, this] {
+      return std::make_unique<Acts>(c, rows, policy_, recompute_->acts, dtypes_);
+    });
   else
-    acts_.init([&c, rows] { return std::make_unique<Acts>(c, rows); });
+    acts_.init([&c, rows, this] { return std::make_unique<Acts>(c, rows, dtypes_); });
   tmp_ = Tensor::empty({rows, C});
 }
 
@@ -284,7 +286,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   Acts& a = *acts_;
   copy_bytes(a.x_in.data(), x.data(), n * C * sizeof(float));
 
-  ln1_.forward(o, a.ln1, x, n);
+  norm_forward(ln1_, a.ln1, x, n);
   marks("fwd norm");
   Tensor att = view(a.att, N, proj_w_->local_shape[1]), y = view(tmp_, N, C);
   project_qkv(mb, rows_of(a.ln1.out, n), a.qkv);  // f's gather and the GEMMs: one segment, as
@@ -302,7 +304,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   o->accumulate(x.f32(), y_out.f32(), n * C);
   copy_bytes(a.x_mid.data(), x.data(), n * C * sizeof(float));
 
-  ln2_.forward(o, a.ln2, x, n);
+  norm_forward(ln2_, a.ln2, x, n);
   marks("fwd norm");
   if (moe_) {  // routed experts on full rows, the same on every tp rank: no region to enter or
                // leave
@@ -315,13 +317,48 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   api_.enter_linears(rows_of(a.ln2.out, n), {{&fc, fc_w_}});
   marks("fwd f (enter)");
   if (fc_b_) o->bias_add(fc.f32(), fc_b_->value.f32(), N, local_dim0(*fc_w_));
-  activation_fwd(o, c_, act.f32(), fc.f32(), N, act.dim(1));
+  store_activation(act, fc.f32(), N);
   marks("fwd mlp");
   y_out = api_.linear_exit(y, act, *out_w_);
   marks("fwd g (exit)");
   if (out_b_) o->bias_add(y_out.f32(), out_b_->value.f32(), n, C);
   o->accumulate(x.f32(), y_out.f32(), n * C);
   marks("fwd residual");
+}
+
+// A norm's output is stored narrow only when every GEMM after it takes it so and sp does not
+// gather it (its collectives move fp32); MoE blocks keep theirs fp32 (the experts read ln2's).
+ActDtypes Block::operand_dtypes(const LayerApi& api) const {
+  auto all_bf16 = [&api](std::initializer_list<const Param*> readers) {
+    for (const Param* W : readers)
+      if (W && api.numerics().storage(W->name + ".x", LOOM_OPERAND_ACTIVATION) != LOOM_BF16)
+        return false;
+    return true;
+  };
+  ActDtypes d;
+  if (moe_) return d;
+  if (!api.region_gathers() && all_bf16({qkv_w_, q_w_, kv_w_}) && all_bf16({fc_w_}))
+    d.norm_out = LOOM_BF16;
+  if (all_bf16({out_w_})) d.act = LOOM_BF16;
+  return d;
+}
+
+void Block::norm_forward(const Norm& norm, NormActs& a, const Tensor& x, int64_t n) {
+  if (a.out.dtype() == LOOM_F32) return norm.forward(api_.ops(), a, x, n);
+  NormActs wide = a;
+  wide.out = view(tmp_, n, c_.d_model);  // free until the attention's output GEMM
+  norm.forward(api_.ops(), wide, x, n);
+  const Param* reader = &a == &acts_->ln2 ? fc_w_ : qkv_w_ ? qkv_w_ : q_w_;
+  Tensor out = view(a.out, n, c_.d_model);
+  api_.numerics().store(wide.out, reader->name + ".x", LOOM_OPERAND_ACTIVATION, out);
+}
+
+void Block::store_activation(Tensor& act, const float* fc, int64_t N) {
+  const int64_t F = act.dim(1);
+  if (act.dtype() == LOOM_F32) return activation_fwd(api_.ops(), c_, act.f32(), fc, N, F);
+  Tensor wide = view(s_.dact, N, F);  // free until this micro-batch's backward
+  activation_fwd(api_.ops(), c_, wide.f32(), fc, N, F);
+  api_.numerics().store(wide, out_w_->name + ".x", LOOM_OPERAND_ACTIVATION, act);
 }
 
 // Scratch is sized for the full layer; views take this rank's (possibly sharded) widths.
@@ -404,12 +441,18 @@ int64_t Block::saved_bytes(const Microbatch& mb) const {
   const int64_t N = mb.rows(), n = api_.local_rows(N), C = c_.d_model;
   const int64_t stats = ln1_.rms ? 2 * n : 4 * n;
   const int64_t qkv = (heads_ + 2 * kv_heads_) * c_.head_dim();
-  const int64_t attention = 4 * (4 * n * C + stats + N * (qkv + proj_w_->local_shape[1] + heads_));
+  // The norms' outputs and the MLP activation in their stored dtypes (ActDtypes), the rest fp32.
+  const int64_t norms = 2 * n * C * static_cast<int64_t>(dtype_size(dtypes_.norm_out)),
+                act = moe_ ? 0
+                           : N * out_w_->local_shape[1] *
+                                 static_cast<int64_t>(dtype_size(dtypes_.act));
+  const int64_t attention =
+      4 * (2 * n * C + stats + N * (qkv + proj_w_->local_shape[1] + heads_)) + norms;
   if (moe_) return attention + moe_->saved_bytes(N);
-  const int64_t all = attention + 4 * N * (local_dim0(*fc_w_) + out_w_->local_shape[1]);
+  const int64_t all = attention + 4 * N * local_dim0(*fc_w_) + act;
   // Recomputing blocks keep less; what they drop lives once in RecomputeScratch (Gpt counts it).
   if (policy_ == "full") return 4 * n * C;
-  if (policy_ == "selective") return all - 4 * (2 * n * C + N * out_w_->local_shape[1]);
+  if (policy_ == "selective") return all - norms - act;
   return all;
 }
 

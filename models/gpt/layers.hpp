@@ -49,6 +49,13 @@ struct RopeTables {
   explicit RopeTables(const model::Config& c);
 };
 
+// The dtypes of the activations that only meet GEMMs: LOOM_BF16 where the precision slot keeps
+// that GEMM's activation operand in bf16 (GemmNumerics::storage), so each is cast once and held
+// in half the bytes. norm_out: both norms' outputs (fp32 when sp gathers them); act: the MLP's.
+struct ActDtypes {
+  loom_dtype norm_out = LOOM_F32, act = LOOM_F32;
+};
+
 // What a block keeps from forward for backward: block input, residual after attention, both
 // norms, q/k/v (rotated), attention output and its log-sum-exp, MLP pre-activation and
 // activation. Under recomputation a block's slots own only what its policy keeps and alias the
@@ -57,10 +64,11 @@ struct BlockActs {
   Tensor x_in, x_mid, qkv, att, lse, fc, act;
   NormActs ln1, ln2;
   BlockActs() = default;
-  BlockActs(const model::Config& c, int64_t rows);
-  // Owns what `policy` keeps ("selective" or "full"), aliases the rest to `shared`.
+  BlockActs(const model::Config& c, int64_t rows, const ActDtypes& dtypes = {});
+  // Owns what `policy` keeps ("selective" or "full"), aliases the rest to `shared` (whose fp32
+  // tensors hold narrower ones as well).
   BlockActs(const model::Config& c, int64_t rows, const std::string& policy,
-            const BlockActs& shared);
+            const BlockActs& shared, const ActDtypes& dtypes = {});
   // Only what `policy` drops: the set its blocks share.
   static BlockActs dropped_by(const model::Config& c, int64_t rows, const std::string& policy);
 };
@@ -142,6 +150,7 @@ class Block : public Layer {
   int64_t heads_ = 0, kv_heads_ = 0;  // held on this rank
   std::unique_ptr<MoeMlp> moe_;
   KvCache* kv_ = nullptr;
+  ActDtypes dtypes_;
   Slots<Acts> acts_;
   void declare_attention(const std::string& p, ParamStore& ps, float resid_std);
   void project_qkv(const Microbatch& mb, const Tensor& x, Tensor& buf);
@@ -152,6 +161,12 @@ class Block : public Layer {
   void mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks);
   void attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks);
   void attend_cached(const Microbatch& mb, const Qkv& L, Tensor& att);
+  // act = gelu/swiglu(fc) over N rows: in place in fp32, or computed in the backward scratch
+  // and stored cast as the output GEMM's operand.
+  void store_activation(Tensor& act, const float* fc, int64_t N);
+  // a = norm(x) over n rows likewise, a.out stored cast as the GEMMs' after it.
+  void norm_forward(const Norm& norm, NormActs& a, const Tensor& x, int64_t n);
+  ActDtypes operand_dtypes(const LayerApi& api) const;
   Tensor tmp_;
 };
 

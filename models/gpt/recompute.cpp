@@ -34,19 +34,30 @@ void each_part(BlockActs& a, const model::Config& c, int64_t rows, F&& f) {
   }
 }
 
+// The dtype of each part: the norms' outputs and the MLP activation as `dtypes` says, the rest
+// fp32.
+loom_dtype dtype_of(const BlockActs& a, const Tensor& t, const ActDtypes& dtypes) {
+  if (&t == &a.act) return dtypes.act;
+  return &t == &a.ln1.out || &t == &a.ln2.out ? dtypes.norm_out : LOOM_F32;
+}
+
 }  // namespace
 
-BlockActs::BlockActs(const model::Config& c, int64_t rows) {
-  each_part(*this, c, rows, [](Tensor& t, std::vector<int64_t> shape, int) {
-    t = Tensor::empty(std::move(shape));
+BlockActs::BlockActs(const model::Config& c, int64_t rows, const ActDtypes& dtypes) {
+  each_part(*this, c, rows, [&](Tensor& t, std::vector<int64_t> shape, int) {
+    t = Tensor::empty(std::move(shape), dtype_of(*this, t, dtypes));
   });
 }
 
 BlockActs::BlockActs(const model::Config& c, int64_t rows, const std::string& policy,
-                     const BlockActs& shared)
+                     const BlockActs& shared, const ActDtypes& dtypes)
     : BlockActs(shared) {
   each_part(*this, c, rows, [&](Tensor& t, std::vector<int64_t> shape, int keeps) {
-    if (keeps >= level(policy)) t = Tensor::empty(std::move(shape));
+    const loom_dtype dtype = dtype_of(*this, t, dtypes);
+    if (keeps >= level(policy))
+      t = Tensor::empty(std::move(shape), dtype);
+    else if (dtype != t.dtype())  // the shared fp32 tensor has room for a narrower one
+      t = Tensor::borrow(t.data(), std::move(shape), dtype);
   });
 }
 
@@ -82,11 +93,10 @@ void Block::recompute(const Microbatch& mb) {
     replaying_ = false;
     return;
   }
-  ln1_.forward(o, a.ln1, a.x_in.rows(0, n), n);
-  ln2_.forward(o, a.ln2, a.x_mid.rows(0, n), n);
-  const int64_t F = out_w_->local_shape[1];
-  const float* fc = a.fc.f32();
-  activation_fwd(o, c_, a.act.f32(), fc, N, F);
+  norm_forward(ln1_, a.ln1, a.x_in.rows(0, n), n);
+  norm_forward(ln2_, a.ln2, a.x_mid.rows(0, n), n);
+  Tensor act = Tensor::borrow(a.act.data(), {N, out_w_->local_shape[1]}, a.act.dtype());
+  store_activation(act, a.fc.f32(), N);
 }
 
 }  // namespace loom::gpt

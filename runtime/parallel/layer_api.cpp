@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/errors.hpp"
 #include "parallel/context_attention.hpp"
 
 namespace loom {
@@ -14,6 +15,12 @@ std::vector<float> LayerApi::logits_row(const Tensor& logits, int64_t row) const
 }
 
 Slice LayerApi::shard(Role, const std::vector<int64_t>&, int) const { return {}; }
+
+void GemmNumerics::store(const Tensor& t, const std::string& site, loom_operand_role role,
+                         Tensor& dst) const {
+  if (!precision) throw RuntimeError("storing GEMM operand '" + site + "': no precision slot");
+  precision->store(t, site, role, dst);
+}
 
 // The precision slot sees three operands per linear layer, named after its weight: the weight
 // itself, the activation "<W>.x" and, in backward, the output gradient "<W>.dy".

@@ -28,6 +28,15 @@ struct GemmNumerics {
   Tensor operand(const Tensor& t, const std::string& site, loom_operand_role role) const {
     return precision ? precision->operand(t, site, role) : t;
   }
+  // false: activations stay fp32 and are cast at each GEMM, as before storage() existed (the
+  // runs are the same to the bit; the tests compare them).
+  bool store_narrow = true;
+  // The dtype a tensor that only meets GEMMs as `site` is kept in (Precision::storage_dtype).
+  loom_dtype storage(const std::string& site, loom_operand_role role) const {
+    return precision && store_narrow ? precision->storage_dtype(site, role) : LOOM_F32;
+  }
+  // dst (bf16, as storage() said) = t as `site`'s operand.
+  void store(const Tensor& t, const std::string& site, loom_operand_role role, Tensor& dst) const;
 };
 
 // A linear layer's weight-gradient GEMM set aside by a split backward (a zero-bubble schedule's
@@ -63,6 +72,7 @@ class LayerApi {
   LayerApi(const loom_ops* ops, GemmNumerics numerics = {}) : ops_(ops), numerics_(numerics) {}
   virtual ~LayerApi() = default;
   const loom_ops* ops() const { return ops_; }
+  const GemmNumerics& numerics() const { return numerics_; }
   // Segment timings of the profiled layer ([run] profile_layer).
   SegmentProfile& profile() const { return profile_; }
 
@@ -82,6 +92,8 @@ class LayerApi {
   virtual void finish_replicated_grads(const std::vector<Param*>& /*params*/) {}
   // Megatron's f (enter) and g (exit) around a column-parallel ... row-parallel pair.
   virtual Tensor region_enter(const Tensor& h) { return h; }
+  // region_enter gathers rows from other ranks (sequence parallelism), over fp32 tensors only.
+  virtual bool region_gathers() const { return false; }
   virtual Tensor region_enter_bwd(const Tensor& dh) { return dh; }
   virtual Tensor region_exit(const Tensor& y) { return y; }
   virtual Tensor region_exit_bwd(const Tensor& dy) { return dy; }

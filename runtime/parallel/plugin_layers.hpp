@@ -25,6 +25,7 @@ class PluginLayers : public LayerApi {
   Slice shard(Role role, const std::vector<int64_t>& global_shape, int fused) const override;
   int tp_size() const override { return tp_; }
   int64_t local_rows(int64_t rows) const override { return seq_ ? rows / tp_ : rows; }
+  bool region_gathers() const override { return seq_ != nullptr; }
   int64_t first_row(int64_t rows) const override { return seq_ ? rank_ * (rows / tp_) : 0; }
   void finish_replicated_grads(const std::vector<Param*>& params) override;
   std::vector<float> logits_row(const Tensor& logits, int64_t row) const override;

@@ -39,23 +39,54 @@ int32_t Precision::site_id(const std::string& site, loom_operand_role role) {
   return it->second;
 }
 
+bool Precision::real_bf16(const loom_operand_format& f) const {
+  return f.dtype == LOOM_BF16 && f.scale == 1.f && narrow_bf16_;
+}
+
+loom_dtype Precision::storage_dtype(const std::string& site, loom_operand_role role) {
+  if (!bf16_gemms()) return LOOM_F32;  // and the site is left to register at its first use
+  return real_bf16(table_->site_format(instance_->self(), site_id(site, role))) ? LOOM_BF16
+                                                                                : LOOM_F32;
+}
+
+// amax and the clip count go only to observe: a plugin without it (bf16) is spared the pass
+// and, off the CPU, the host's wait for them.
+void Precision::cast_bf16(int32_t id, const Tensor& t, Tensor& dst) {
+  float amax = 0, *want_amax = table_->observe ? &amax : nullptr;
+  int64_t clipped = 0, *want_clipped = table_->observe ? &clipped : nullptr;
+  ops_->quantize_into(dst.data(), LOOM_BF16, t.f32(), t.numel(), 1.f, want_amax, want_clipped);
+  if (table_->observe) table_->observe(instance_->self(), id, amax, clipped > 0);
+}
+
+void Precision::store(const Tensor& t, const std::string& site, loom_operand_role role,
+                      Tensor& dst) {
+  if (dst.dtype() != LOOM_BF16 || t.dtype() != LOOM_F32 || dst.numel() != t.numel())
+    throw RuntimeError("storing GEMM operand '" + site + "': a bf16 tensor of " +
+                       std::to_string(t.numel()) + " elements must take fp32 values");
+  cast_bf16(site_id(site, role), t, dst);
+}
+
 // The plugin picks the format of each site; the op table casts (or, for LOOM_FORMAT_PLUGIN, the
 // plugin rounds the copy itself).
 Tensor Precision::operand(const Tensor& t, const std::string& site, loom_operand_role role) {
   if (exact()) return t;
   const int32_t id = site_id(site, role);
   const loom_operand_format f = table_->site_format(instance_->self(), id);
+  if (t.dtype() == LOOM_BF16) {
+    if (real_bf16(f)) return t;  // cast (and observed) once, when store() wrote it
+    // The site's format changed since: its values, widened, are the operand to cast.
+    Tensor wide = Tensor::empty(t.shape());
+    ops_->from_bf16(wide.f32(), static_cast<const uint16_t*>(t.data()), t.numel());
+    return f.dtype == LOOM_F32 ? wide : operand(wide, site, role);
+  }
   if (f.dtype == LOOM_F32) return t;  // this site stays fp32: no copy
-  // amax and the clip count go only to observe: a plugin without it (bf16) is spared the pass
-  // and, off the CPU, the host's wait for them.
-  float amax = 0, *want_amax = table_->observe ? &amax : nullptr;
-  int64_t clipped = 0, *want_clipped = table_->observe ? &clipped : nullptr;
-  if (f.dtype == LOOM_BF16 && f.scale == 1.f && narrow_bf16_) {
+  if (real_bf16(f)) {
     Tensor narrow = Tensor::empty(t.shape(), LOOM_BF16);
-    ops_->quantize_into(narrow.data(), LOOM_BF16, t.f32(), t.numel(), 1.f, want_amax, want_clipped);
-    if (table_->observe) table_->observe(instance_->self(), id, amax, clipped > 0);
+    cast_bf16(id, t, narrow);
     return narrow;
   }
+  float amax = 0, *want_amax = table_->observe ? &amax : nullptr;
+  int64_t clipped = 0, *want_clipped = table_->observe ? &clipped : nullptr;
   Tensor copy = Tensor::empty(t.shape());
   copy_bytes(copy.data(), t.data(), t.bytes());
   if (f.dtype == LOOM_FORMAT_PLUGIN) {

@@ -36,7 +36,14 @@ class Precision {
   // that meet it; the first use of a name registers it. A bf16 site (scale 1) gets a real bf16
   // copy where the device multiplies bf16 (as bf16_gemms() says); every other narrow site gets its
   // rounded values in fp32 storage. Either way the GEMM sees the same values.
+  // A bf16 `t` is an operand store() wrote: it is returned as it is.
   Tensor operand(const Tensor& t, const std::string& site, loom_operand_role role);
+  // The dtype a tensor that only ever meets GEMMs as `site` can be kept in: LOOM_BF16 where
+  // operand() makes a real bf16 copy, LOOM_F32 otherwise. Kept so, it is cast once, not at
+  // each GEMM, and takes half the memory.
+  loom_dtype storage_dtype(const std::string& site, loom_operand_role role);
+  // dst (bf16, as storage_dtype said) = what operand(t, site, role) would return.
+  void store(const Tensor& t, const std::string& site, loom_operand_role role, Tensor& dst);
   // This run's GEMMs take bf16 operands (the plugin's compute dtype), and the device stores them
   // in 16 bits and multiplies them with its own instructions.
   bool bf16_gemms() const { return narrow_bf16_ && !exact() && compute_dtype() == LOOM_BF16; }
@@ -56,6 +63,8 @@ class Precision {
 
  private:
   int32_t site_id(const std::string& site, loom_operand_role role);
+  bool real_bf16(const loom_operand_format& f) const;  // a bf16 copy in 16 bits, not emulated
+  void cast_bf16(int32_t id, const Tensor& t, Tensor& dst);
   [[noreturn]] void fail(const std::string& what) const;
   std::unique_ptr<plugins::Instance> instance_;
   const loom_precision_v2* table_;
