@@ -63,8 +63,7 @@ Trained run_bf16(const loom_ops& table, const std::string& recompute, bool store
     ps.zero_grads();
     out.loss = model.forward(mb) / (B * T);
     model.backward(mb);
-    for (auto& p : ps.all())
-      out.grads.emplace_back(p.grad.f32(), p.grad.f32() + p.grad.numel());
+    for (auto& p : ps.all()) out.grads.emplace_back(p.grad.f32(), p.grad.f32() + p.grad.numel());
   }
   out.peak_bytes = heap_tensor_peak_since_mark();
   return out;

@@ -95,6 +95,11 @@ void quantize_into(void* dst, int32_t dtype, const float* src, int64_t n, float 
     throw RuntimeError("quantize_into on the CPU stores bf16 only, not dtype " +
                        std::to_string(dtype));
   uint16_t* out = static_cast<uint16_t*>(dst);
+  if (scale == 1.f && !amax && !clipped) {  // a bf16 GEMM operand: nothing to scale or count
+#pragma omp parallel for simd if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits(src[i]);
+    return;
+  }
   int64_t clips = 0;
   uint32_t top = 0;  // abs_max's bits, in the same pass
 #pragma omp parallel for simd reduction(+ : clips) reduction(max : top) if (n > 65536)
