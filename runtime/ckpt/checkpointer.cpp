@@ -60,7 +60,7 @@ Checkpointer::Checkpointer(CheckpointerSetup setup, TrainingState state)
   const plugins::SlotChoice* ckpt = sel.slot("ckpt");
   if (!ckpt)
     throw ConfigError("[checkpoint] every = " + std::to_string(every_) +
-                      " needs a writer: [plugins] ckpt = \"sync\" or \"async\"");
+                      " needs a checkpoint writer ([plugins] ckpt)");
   writer_ = std::make_unique<plugins::Instance>(ckpt->found, &setup.writer_options);
   table_ = writer_->table<loom_ckpt_v2>();
   if (table_->open) {

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "core/errors.hpp"
 #include "distributed/node_groups.hpp"
 #include "distributed/parallel_settings.hpp"
 #include "loader/plugin_settings.hpp"
@@ -37,6 +38,27 @@ std::vector<std::string> place_in_group(const config::Config& cfg, const dist::R
   return dist::group_overrides(groups, par.nproc, rank.rank);
 }
 
+namespace {
+
+// [checkpoint] every = N writes through the ckpt slot: without a writer, say where the setting
+// is and which writers there are (the built-ins and any a plugin path adds), before step 1.
+void check_writer(const Job& job) {
+  const int64_t every = job.settings.checkpoint.every;
+  if (every == 0 || job.selection.slot("ckpt")) return;
+  std::string writers;
+  for (const plugins::Found& f : job.registry->all())
+    if (f.desc->kind == LOOM_KIND_CKPT)
+      writers += std::string(writers.empty() ? "" : ", ") + "\"" + f.desc->name + "\"";
+  const toml::node* at = job.cfg.table().at_path("checkpoint.every").node();
+  throw ConfigError((at ? config::where(*at) + ": " : std::string()) +
+                    "[checkpoint] every = " + std::to_string(every) +
+                    " needs a checkpoint writer: set [plugins] ckpt to one of " +
+                    (writers.empty() ? "(none found on the plugin path)" : writers) +
+                    " (or set every = 0 to save nothing)");
+}
+
+}  // namespace
+
 std::unique_ptr<Job> open_job(config::Config cfg) {
   auto job = std::make_unique<Job>();
   job->cfg = std::move(cfg);
@@ -45,6 +67,7 @@ std::unique_ptr<Job> open_job(config::Config cfg) {
   plugins::set_plugin_source(job->registry.get(), &job->cfg);
   job->selection = plugins::resolve(job->cfg, *job->registry);
   job->settings = train::read_job(job->cfg, job->selection);
+  check_writer(*job);
   return job;
 }
 

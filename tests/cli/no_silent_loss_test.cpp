@@ -197,6 +197,30 @@ TEST_CASE(
   CHECK(has(demo, "tensorboard = true"));  // the demo's curves open in TensorBoard
 }
 
+TEST_CASE(
+    "[checkpoint] every without a writer is refused by config check as by train, naming the line "
+    "and every writer on the plugin path") {
+  Job j;
+  const std::string cfg = j.t.write(
+      "w.toml", read_text(j.cfg).substr(0, read_text(j.cfg).find("[plugins]")));  // no ckpt
+  const std::string at = cfg + ":14:9: [checkpoint] every = 2 needs a checkpoint writer";
+  // A third-party writer (the scramble example) is offered beside the built-ins.
+  const std::string path = "LOOM_PLUGIN_PATH=" LOOM_TEST_PLUGIN_DIR " ";
+  for (const std::string& command :
+       {"config check --no-data " + cfg, "train " + cfg + " --run-dir " + j.at("r").string()}) {
+    auto r = sh(path + LOOM_BIN " " + command + " 2>&1");
+    INFO(command << "\n" << r.out);
+    CHECK(r.rc == 2);
+    CHECK(has(r.out, at));
+    CHECK(has(r.out, "\"async\""));
+    CHECK(has(r.out, "\"sync\""));
+    CHECK(has(r.out, "\"scramble\""));
+  }
+  CHECK_FALSE(fs::exists(j.at("r") / "metrics.jsonl"));
+  auto off = run_loom("config check --no-data " + cfg + " --set checkpoint.every=0");
+  CHECK(off.rc == 0);
+}
+
 TEST_CASE("odd command-line values are refused naming the option and its range") {
   Job j;
   REQUIRE(j.train("a").rc == 0);

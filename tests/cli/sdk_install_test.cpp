@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -10,6 +11,29 @@
 
 using loom::test::sh;
 using loom::test::TempDir;
+
+namespace {
+
+// The names a shared object exports (its dynamic symbols defined in it), one per line.
+std::string exported(const std::string& library) {
+  std::string path = library;
+  while (!path.empty() && path.back() == '\n') path.pop_back();
+  return sh("nm -D --defined-only " + path + " | awk '{print $NF}'").out;
+}
+
+}  // namespace
+
+TEST_CASE("every built-in plugin exports its entry point and nothing else") {
+  auto list = sh("ls " LOOM_BINARY_DIR "/lib/loom/plugins/libloom-*.so");
+  REQUIRE(list.rc == 0);
+  int libraries = 0;
+  std::istringstream names(list.out);
+  for (std::string library; std::getline(names, library); ++libraries) {
+    INFO(library);
+    CHECK(exported(library) == "loom_plugin_entry_v2\n");
+  }
+  CHECK(libraries >= 10);  // fp32, bf16, fp16, fp8, ddp, zero, tp, sp, cp, pp, ep, gloo, ...
+}
 
 TEST_CASE("the installed examples build against the installed SDK alone and load") {
   TempDir t;
@@ -30,6 +54,7 @@ TEST_CASE("the installed examples build against the installed SDK alone and load
   REQUIRE_MESSAGE(configure.rc == 0, configure.out);
   auto compile = sh("cmake --build " + build);
   REQUIRE_MESSAGE(compile.rc == 0, compile.out);
+  CHECK(exported(build + "/libloom-precision-tf32.so") == "loom_plugin_entry_v2\n");
 
   // The only include directory is the installed one.
   auto commands = sh("cat " + build + "/compile_commands.json");
@@ -60,6 +85,8 @@ TEST_CASE("the installed examples build against the installed SDK alone and load
     REQUIRE_MESSAGE(conf.rc == 0, conf.out);
     auto made = sh("cmake --build " + out);
     REQUIRE_MESSAGE(made.rc == 0, made.out);
+    // loom_add_plugin's version script: libstdc++'s weak template copies are not exported.
+    CHECK(exported(sh("ls " + out + "/libloom-*.so").out) == "loom_plugin_entry_v2\n");
     auto about = sh("LOOM_PLUGIN_PATH=" + out + " " + prefix + "/bin/loom plugins info " + plugin);
     INFO(example << "\n" << about.out);
     CHECK(about.rc == 0);
@@ -167,7 +194,8 @@ TEST_CASE(
     for (const auto& [compiler, std, header, ext, says] : std::vector<std::array<std::string, 5>>{
              {cc, "c11", "plugin_parallel.h", ".c", "include <loom/plugin.h> instead"},
              {cxx, "c++20", "sdk_tables.hpp", ".cpp", "include <loom/sdk.hpp> instead"},
-             {cxx, "c++17", "sdk.hpp", ".cpp", "is the C++20 layer of the Loom plugin SDK"}}) {
+             {cxx, "c++17", "sdk.hpp", ".cpp", "is the C++20 layer of the Loom plugin SDK"},
+             {cxx, "c++17", "formats.hpp", ".cpp", "<loom/formats.hpp> needs C++20"}}) {
       auto r = compile(compiler, std, header, ext);
       INFO(compiler << " -std=" << std << " " << header << "\n" << r.out);
       CHECK(r.rc != 0);

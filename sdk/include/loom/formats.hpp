@@ -16,6 +16,11 @@
 // beats turning it into a non-finite value that poisons the whole GEMM.
 #pragma once
 
+#if !defined(__cplusplus) || __cplusplus < 202002L
+#error \
+    "<loom/formats.hpp> needs C++20 (std::bit_cast; compile with -std=c++20); <loom/bf16.hpp> converts bf16 under C++11 and later"
+#endif
+
 #include <loom/plugin.h>
 
 #include <bit>

@@ -110,7 +110,11 @@ typedef struct loom_data_context {
   const loom_comm_v2* comm;
   void* comm_self;
   loom_comm* dp; /* the data-parallel group */
-  float* values; /* initial values; a sharding plugin copies what it keeps during setup */
+  /* The live parameter buffer, not a copy: numel floats (device memory on a discrete device)
+   * that hold the initial values at setup, that the forward reads and that the optimizer
+   * updates in place, so what a plugin writes there is the model. A sharding plugin copies
+   * what it keeps during setup. */
+  float* values;
   float* grads;
   int64_t numel;
   const loom_param_info* params; /* in declaration order */
