@@ -159,6 +159,26 @@ TEST_CASE("a misspelt or mistyped optional member of a plugin is a compile error
         std::string::npos);
 }
 
+// A source written for ABI 1 derives from SDK 1's DataPlugin: its first error is the one that
+// says what replaced it, ahead of the overrides that no longer override.
+TEST_CASE("an ABI 1 data plugin's first compile error names SDK 2's two base classes") {
+  TempDir t;
+  const std::string src =
+      t.write("v1.cpp",
+              "#include <loom/sdk.hpp>\nclass Old : public loom::sdk::DataPlugin {\n public:\n"
+              "  void setup(const loom_data_context&) override {}\n};\n");
+  for (const std::string compiler : {"g++", "clang++"}) {
+    auto r = sh(compiler + " -std=c++20 -fsyntax-only -I" LOOM_SOURCE_DIR "/sdk/include " + src);
+    INFO(compiler << "\n" << r.out);
+    CHECK(r.rc != 0);
+    const size_t first = r.out.find("error");
+    REQUIRE(first != std::string::npos);
+    CHECK(r.out.find("loom::sdk::DataPlugin is SDK 1's", first) < r.out.find('\n', first));
+    CHECK(r.out.find("ReplicatedDataPlugin") != std::string::npos);
+    CHECK(r.out.find("ShardedDataPlugin") != std::string::npos);
+  }
+}
+
 TEST_CASE(
     "the installed headers compile warning-free as C11 and C++17 under gcc and clang, and a part "
     "alone names its header") {

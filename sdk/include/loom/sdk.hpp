@@ -482,6 +482,20 @@ class ShardedDataPlugin : public Plugin {
   virtual void pieces_loaded() = 0;
 };
 
+// SDK 1's data base class. SDK 2 split it by where the model state lives, so a source written
+// for ABI 1 stops at its base clause with this message, before the errors its overrides cause.
+namespace removed {
+template <bool Ported = false>
+struct DataPlugin {
+  static_assert(Ported,
+                "loom::sdk::DataPlugin is SDK 1's (plugin ABI 1): derive from "
+                "loom::sdk::ReplicatedDataPlugin (the runtime holds the model, the plugin reduces "
+                "gradients) or loom::sdk::ShardedDataPlugin (the plugin shards model state, ZeRO); "
+                "docs/plugins.md, 'Porting a source from ABI 1'");
+};
+}  // namespace removed
+using DataPlugin = removed::DataPlugin<>;
+
 // Tensor parallelism (the tensor slot).
 class TensorPlugin : public Plugin {
  public:
