@@ -420,8 +420,15 @@ void DataParallel::check_identical(const ParamStore& params, const std::string& 
   std::vector<int> odd = odd_replicas(params);
   if (!odd.empty())
     throw RuntimeError("data-parallel replicas' parameters differ " + when + ": " +
-                       describe_ranks(odd) +
-                       (odd.size() == 1 ? " differs from the other replicas" : " disagree"));
+                       describe_mismatch(odd));
+}
+
+std::string DataParallel::describe_mismatch(const std::vector<int>& odd) const {
+  return describe_ranks(odd) +
+         (odd.size() == 1 ? " differs from the other replicas" : " disagree") +
+         "; the data plugin '" + name() +
+         "' keeps them equal after every step, so suspect a corrupted reduction or a bad host, or "
+         "that plugin ([stability] check_every = 0 turns the comparison off)";
 }
 
 }  // namespace loom::train

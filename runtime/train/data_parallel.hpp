@@ -54,6 +54,9 @@ class DataParallel {
   bool has_replicas() const { return stage_ < 3; }
   // Fails, naming the odd ranks, when the replicas' parameters differ; `when` says at what point.
   void check_identical(const ParamStore& params, const std::string& when);
+  // "rank 1 differs from the other replicas; ...": which ranks, and what keeps replicas equal
+  // (the data plugin, by name) so what to suspect, for the failure's message.
+  std::string describe_mismatch(const std::vector<int>& odd) const;
 
   // The ZeRO stage of a sharded plugin; 0 = replicated model state (ddp).
   int zero_stage() const { return stage_; }

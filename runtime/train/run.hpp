@@ -141,6 +141,9 @@ class Run {
   std::unique_ptr<MetricsLog> log_;
   std::unique_ptr<Trace> trace_;
   std::unique_ptr<Stability> stability_;
+  // [stability] compares dp replicas (enabled, check_every > 0): at the start, every
+  // check_every steps and at the end; off, none of them runs.
+  bool replica_checks() const { return job_.stability.enabled && job_.stability.check_every > 0; }
   Peak peak_;
   double flops_per_token_ = 0;
   int64_t activation_bytes_ = 0;

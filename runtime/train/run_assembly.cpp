@@ -240,7 +240,7 @@ void Run::start_optimizer_and_checkpoints() {
   checkpoints_ = std::make_unique<ckpt::Checkpointer>(std::move(setup), std::move(state));
   first_step_ = checkpoints_->resume();
   last_step_ = s_.exit_after > 0 ? std::min(s_.exit_after, s_.steps) : s_.steps;
-  if (first_step_ <= last_step_)
+  if (first_step_ <= last_step_ && replica_checks())
     optimizer_->check_replicas(first_step_ > 1 ? "after resuming" : "at initialisation");
 }
 

@@ -182,8 +182,8 @@ void Run::finish_run(TrainSummary& sum, double total_time) {
   if (model_ && job_.run.profile_layer && lead_)
     print_profile(slots_->api().profile(), s_.steps * s_.accum);
   optimizer_->check_tp_replicas();  // norms and row-parallel biases stayed identical across tp
-  optimizer_->check_replicas(
-      "at the end of the run");  // every replica applied (or skipped) the same updates
+  if (replica_checks())             // every replica applied (or skipped) the same updates
+    optimizer_->check_replicas("at the end of the run");
   double peak_mem = static_cast<double>(process_memory().peak_bytes);
   std::vector<double> peaks(env_.world, peak_mem);
   if (world_)

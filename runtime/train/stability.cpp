@@ -237,9 +237,7 @@ void Stability::check(int64_t step, const ParamStore& params) {
   if (odd.empty()) return;
   log({step, "communication", "replica_mismatch", {{"ranks", "\"" + describe_ranks(odd) + "\""}}});
   throw RuntimeError("step " + std::to_string(step) +
-                     ": data-parallel replicas' parameters differ: " + describe_ranks(odd) +
-                     (odd.size() == 1 ? " differs from the other replicas" : " disagree") +
-                     " (a corrupted reduction or a bad host)");
+                     ": data-parallel replicas' parameters differ: " + dp_->describe_mismatch(odd));
 }
 
 }  // namespace loom::train

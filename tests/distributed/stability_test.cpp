@@ -106,11 +106,29 @@ TEST_CASE("a rank whose parameters drift off its replicas is named by the replic
   CHECK(has(
       r.out,
       "step 3: data-parallel replicas' parameters differ: rank 1 differs from the other replicas"));
+  CHECK(has(r.out, "the data plugin 'ddp' keeps them equal after every step"));
   CHECK(has(slurp(runs.raw_dir() / "events.jsonl"),
             "{\"step\": 3, \"layer\": \"communication\", \"event\": \"replica_mismatch\", "
             "\"ranks\": \"rank 1\"}"));
   CHECK(has(run_loom("doctor " + runs.raw_dir().string()).out,
             "LOOK  step 3: replicas' parameters differ: \"rank 1\""));
+  // Past the last periodic check the end of the run still compares them; check_every = 0 and
+  // enabled = false mean no comparison at all, as [stability] documents.
+  auto at_end = runs.raw(
+      "--set parallel.nproc=3 --set faults.perturb_step=3 --set faults.perturb_rank=1 "
+      "--set stability.check_every=100");
+  INFO(at_end.out);
+  CHECK(at_end.rc == 1);
+  CHECK(has(at_end.out, "data-parallel replicas' parameters differ at the end of the run: rank 1"));
+  for (const char* off : {"--set stability.check_every=0", "--set stability.enabled=false"}) {
+    auto quiet = runs.raw(
+        std::string(
+            "--set parallel.nproc=3 --set faults.perturb_step=3 --set faults.perturb_rank=1 ") +
+        off);
+    INFO(off << "\n" << quiet.out);
+    CHECK(quiet.rc == 0);
+    CHECK_FALSE(has(quiet.out, "replicas' parameters differ"));
+  }
   // Healthy replicas pass the same check every step, and the check collective agrees.
   Curves ok = runs.run("--set parallel.nproc=3 --set stability.check_every=1");
   CHECK(slurp(ok.metrics.parent_path() / "events.jsonl").empty());
