@@ -82,7 +82,6 @@ RecomputeScratch::RecomputeScratch(const model::Config& c, int64_t rows)
 // selective: ln1 = norm(x_in), ln2 = norm(x_mid), act = gelu/swiglu(fc) (writing the same
 // statistics again); full: forward once more from x_in on a copy of the residual stream.
 void Block::recompute(const Microbatch& mb) {
-  const loom_ops* o = api_.ops();
   Acts& a = *acts_;
   const int64_t n = api_.local_rows(mb.rows()), N = mb.rows(), C = c_.d_model;
   if (policy_ == "full") {

@@ -66,6 +66,7 @@ int config(const Args& args) {
   const plugins::Selection& sel = job->selection;
   const train::JobSettings& settings = job->settings;
   if (action == "check") {
+    check_writer(*job);
     train::check_layout(settings, sel, dist::resolve_mesh(settings.parallel, world));
     if (!vm["no-data"].as<bool>()) train::check_data(settings);  // as train does before step 1
   }

@@ -38,10 +38,6 @@ std::vector<std::string> place_in_group(const config::Config& cfg, const dist::R
   return dist::group_overrides(groups, par.nproc, rank.rank);
 }
 
-namespace {
-
-// [checkpoint] every = N writes through the ckpt slot: without a writer, say where the setting
-// is and which writers there are (the built-ins and any a plugin path adds), before step 1.
 void check_writer(const Job& job) {
   const int64_t every = job.settings.checkpoint.every;
   if (every == 0 || job.selection.slot("ckpt")) return;
@@ -57,8 +53,6 @@ void check_writer(const Job& job) {
                     " (or set every = 0 to save nothing)");
 }
 
-}  // namespace
-
 std::unique_ptr<Job> open_job(config::Config cfg) {
   auto job = std::make_unique<Job>();
   job->cfg = std::move(cfg);
@@ -67,7 +61,6 @@ std::unique_ptr<Job> open_job(config::Config cfg) {
   plugins::set_plugin_source(job->registry.get(), &job->cfg);
   job->selection = plugins::resolve(job->cfg, *job->registry);
   job->settings = train::read_job(job->cfg, job->selection);
-  check_writer(*job);
   return job;
 }
 

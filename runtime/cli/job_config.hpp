@@ -38,5 +38,9 @@ struct Job {
   train::JobSettings settings;
 };
 std::unique_ptr<Job> open_job(config::Config cfg);
+// [checkpoint] every = N writes through the ckpt slot: a job to train without a writer is
+// refused before step 1, naming where every is set and the writers the plugin path holds
+// (`config show` prints such a config all the same).
+void check_writer(const Job& job);
 
 }  // namespace loom::cli

@@ -44,10 +44,10 @@ std::vector<std::string> cluster_overrides(const train::JobSettings& job, bool o
   if (e.device == "cpu" || e.device == "strict") return out;
   if (job.checkpoint.every == 0) {
     out.push_back("checkpoint.every=500");
-    if (job.plugins.slot("ckpt").empty()) out.push_back("plugins.ckpt=\"async\"");
     head +=
         "# Checkpoints every 500 steps ([checkpoint] every): set it to the steps you can lose.\n";
   }
+  if (job.plugins.slot("ckpt").empty()) out.push_back("plugins.ckpt=\"async\"");
   if (!own_data) {
     out.push_back("data.dir=\"" + std::string(train::kDataPlaceholder) + "\"");
     head +=
@@ -70,6 +70,7 @@ void write_emitted(const PlanOptions& o, const train::JobSettings& planned, bool
   std::string notes;
   const std::vector<std::string> overrides = cluster_overrides(planned, own_data, e, notes);
   const std::unique_ptr<Job> job = open_job(load_for_job(file, overrides, world));
+  check_writer(*job);  // what train would refuse is not written
   const train::JobSettings& settings = job->settings;
   train::check_layout(settings, job->selection, dist::resolve_mesh(settings.parallel, world));
   std::string head = "# Written by `loom plan " + file + " --cluster " + o.cluster + " --emit \"" +

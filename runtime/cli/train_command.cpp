@@ -228,10 +228,16 @@ int train(const Args& args) {
   if (!env || env->rank == 0)  // once per job
     for (const std::string& n : plugins::idle_slots(cfg, slot_degrees(cfg)))
       std::fprintf(stderr, "loom: note: %s\n", n.c_str());
-  if (spawn) return launch_job(vm, *open_job(std::move(cfg)), node, nproc * node.nnodes);
+  if (spawn) {
+    const std::unique_ptr<Job> job = open_job(std::move(cfg));
+    check_writer(*job);
+    return launch_job(vm, *job, node, nproc * node.nnodes);
+  }
   const dist::RankEnv rank = env.value_or(dist::RankEnv{});
   for (const std::string& set : place_in_group(cfg, rank)) cfg.apply_set(set);
-  return run_rank(vm, *open_job(std::move(cfg)), rank);
+  const std::unique_ptr<Job> job = open_job(std::move(cfg));
+  check_writer(*job);
+  return run_rank(vm, *job, rank);
 }
 
 }  // namespace loom::cli

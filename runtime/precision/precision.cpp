@@ -44,9 +44,13 @@ bool Precision::real_bf16(const loom_operand_format& f) const {
 }
 
 loom_dtype Precision::storage_dtype(const std::string& site, loom_operand_role role) {
-  if (!bf16_gemms()) return LOOM_F32;  // and the site is left to register at its first use
-  return real_bf16(table_->site_format(instance_->self(), site_id(site, role))) ? LOOM_BF16
-                                                                                : LOOM_F32;
+  if (exact() || compute_dtype() != LOOM_BF16) return LOOM_F32;
+  // Registered here on every device, so the sites' order (the plugin's per-site stats, reduced
+  // across ranks, and its saved state follow it) does not depend on the hardware.
+  const int32_t id = site_id(site, role);
+  // A plugin that observes each operand's amax keeps seeing every GEMM's cast.
+  if (!narrow_bf16_ || table_->observe) return LOOM_F32;
+  return real_bf16(table_->site_format(instance_->self(), id)) ? LOOM_BF16 : LOOM_F32;
 }
 
 // amax and the clip count go only to observe: a plugin without it (bf16) is spared the pass

@@ -39,8 +39,8 @@ class Precision {
   // A bf16 `t` is an operand store() wrote: it is returned as it is.
   Tensor operand(const Tensor& t, const std::string& site, loom_operand_role role);
   // The dtype a tensor that only ever meets GEMMs as `site` can be kept in: LOOM_BF16 where
-  // operand() makes a real bf16 copy, LOOM_F32 otherwise. Kept so, it is cast once, not at
-  // each GEMM, and takes half the memory.
+  // operand() makes a real bf16 copy and the plugin does not observe amaxes, LOOM_F32
+  // otherwise. Kept so, it is cast once, not at each GEMM, and takes half the memory.
   loom_dtype storage_dtype(const std::string& site, loom_operand_role role);
   // dst (bf16, as storage_dtype said) = what operand(t, site, role) would return.
   void store(const Tensor& t, const std::string& site, loom_operand_role role, Tensor& dst);

@@ -219,6 +219,9 @@ TEST_CASE(
   CHECK_FALSE(fs::exists(j.at("r") / "metrics.jsonl"));
   auto off = run_loom("config check --no-data " + cfg + " --set checkpoint.every=0");
   CHECK(off.rc == 0);
+  auto show = run_loom("config show " + cfg);  // the config to fix is shown as it is
+  CHECK(show.rc == 0);
+  CHECK(has(show.out, "every = 2"));
 }
 
 TEST_CASE("odd command-line values are refused naming the option and its range") {
