@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -51,6 +52,11 @@ TEST_CASE("quantize_into keeps quantize's bf16 values, amax and clip count in 16
       float amax_e = 0, amax_n = 0;
       int64_t clipped_e = 0, clipped_n = 0;
       cpu::quantize(emulated.data(), n, LOOM_BF16, scale, &amax_e, &clipped_e);
+      // Without the counts (a policy that does not observe) quantize runs another loop, with the
+      // same bits.
+      std::vector<float> uncounted = x;
+      cpu::quantize(uncounted.data(), n, LOOM_BF16, scale, nullptr, nullptr);
+      CHECK(std::memcmp(uncounted.data(), emulated.data(), 4 * emulated.size()) == 0);
       std::vector<uint16_t> narrow(n);
       cpu::quantize_into(narrow.data(), LOOM_BF16, x.data(), n, scale, &amax_n, &clipped_n);
       const std::vector<float> got = widened(narrow);
