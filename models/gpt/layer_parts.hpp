@@ -23,6 +23,12 @@ void activation_fwd(const loom_ops* o, const model::Config& c, float* act, const
 void activation_bwd(const loom_ops* o, const model::Config& c, float* dfc, const float* fc,
                     const float* dact, int64_t N, int64_t F);
 
+// A [rows, cols] view of the front of a buffer allocated for the unsharded layer: under tensor
+// parallelism a rank's widths are a fraction of the buffer's.
+inline Tensor view(const Tensor& buf, int64_t rows, int64_t cols) {
+  return Tensor::borrow(buf.data(), {rows, cols}, buf.dtype());
+}
+
 // Per-micro-batch activation slots: slot k is allocated by `make` the first time it is used.
 template <class Acts>
 class Slots {

@@ -17,12 +17,6 @@ int64_t vocab_rows(const model::Config& c, const LayerApi& api) {
 
 Tensor rows_of(const Tensor& t, int64_t rows) { return t.rows(0, rows); }
 
-// A [rows, cols] view of the front of a buffer allocated for the unsharded layer: under tensor
-// parallelism a rank's widths are a fraction of the buffer's.
-Tensor view(const Tensor& buf, int64_t rows, int64_t cols) {
-  return Tensor::borrow(buf.data(), {rows, cols}, buf.dtype());
-}
-
 Init normal(float std) { return {Init::Normal, std}; }
 constexpr Init kZeros{Init::Zeros, 0.f};
 constexpr Init kOnes{Init::Ones, 0.f};

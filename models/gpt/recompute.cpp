@@ -94,7 +94,7 @@ void Block::recompute(const Microbatch& mb) {
   }
   norm_forward(ln1_, a.ln1, a.x_in.rows(0, n), n);
   norm_forward(ln2_, a.ln2, a.x_mid.rows(0, n), n);
-  Tensor act = Tensor::borrow(a.act.data(), {N, out_w_->local_shape[1]}, a.act.dtype());
+  Tensor act = view(a.act, N, out_w_->local_shape[1]);
   store_activation(act, a.fc.f32(), N);
 }
 

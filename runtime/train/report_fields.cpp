@@ -25,10 +25,12 @@ std::string human_count(double x) {
   return b;
 }
 
-void add_memory_metrics(Fields& f, const std::vector<int64_t>& acct) {
+void add_memory_metrics(Fields& f, const std::vector<int64_t>& acct, int64_t peak_since_mark) {
   const char* names[] = {"param_bytes", "grad_bytes", "optim_bytes", "comm_buffer_bytes",
                          "data_comm_bytes"};
   for (size_t i = 0; i < 5; ++i) f.push_back({names[i], double(acct[i])});
+  const int64_t state = acct[0] + acct[1] + acct[2] + acct[3];
+  f.push_back({"activation_peak_bytes", double(std::max<int64_t>(0, peak_since_mark - state))});
 }
 
 void add_moe_metrics(Fields& f, const model::Model& model, bool expert_parallel,

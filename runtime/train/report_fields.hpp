@@ -21,8 +21,12 @@ double value_of(const Fields& f, const std::string& name);
 // 1.2M, 3.4k, 512: counts in the log lines.
 std::string human_count(double x);
 
-// Model-state bytes this rank holds and bytes it sent: {param, grad, optim, comm buffer, comm}.
-void add_memory_metrics(Fields& f, const std::vector<int64_t>& accounting);
+// Model-state bytes this rank holds and bytes it sent: {param, grad, optim, comm buffer, comm};
+// and activation_peak_bytes, the device's peak since the first forward (`peak_since_mark`) less
+// that model state: the activations, saved and transient, and whatever else a step holds.
+// Measured, where activation_bytes is the model's count of what it saves. The setup's peak (a
+// data plugin sharding the runtime's full buffers) is before the mark.
+void add_memory_metrics(Fields& f, const std::vector<int64_t>& accounting, int64_t peak_since_mark);
 // Per MoE layer of this rank's stage: load balance, dropped share, the auxiliary losses and
 // expert loads, over the whole batch (`sum_over_data` adds up the ranks that split it).
 using SumOverData = std::function<void(double*, int64_t)>;

@@ -79,7 +79,6 @@ class Run {
   void start_reporters();
   void print_banner() const;
   std::string bf16_gemms_line() const;
-  int64_t activation_peak_bytes();
 
   // ---- steps (run_step.cpp) ----
   StepResult step_once(int64_t step, PipeStepStats& pipe_stats);

@@ -272,7 +272,9 @@ void Run::start_reporters() {
                      "resume",
                      {{"superseded_rows", std::to_string(superseded_rows_)}}});
   reporters_.push_back([this](Fields& f) { stability_->add_metrics(f); });
-  reporters_.push_back([this](Fields& f) { add_memory_metrics(f, optimizer_->accounting()); });
+  reporters_.push_back([this](Fields& f) {
+    add_memory_metrics(f, optimizer_->accounting(), ops::device_peak_since_mark(device_));
+  });
   SumOverData sum_over_data;
   if (mesh_.data_ranks() > 1)
     sum_over_data = [this](double* v, int64_t n) {

@@ -76,16 +76,6 @@ std::string Run::eta_text(int64_t step) {
                     last_step_ - step);
 }
 
-// The device's peak since the first forward less the model state this rank holds (parameters,
-// gradients, optimizer state, comm buffers): the activations, saved and transient, and whatever
-// else a step holds. Measured, where activation_bytes is the model's count of what it saves. The
-// setup's peak (a data plugin sharding the runtime's full buffers) is before the mark.
-int64_t Run::activation_peak_bytes() {
-  const std::vector<int64_t> acct = optimizer_->accounting();
-  return std::max<int64_t>(
-      0, ops::device_peak_since_mark(device_) - acct[0] - acct[1] - acct[2] - acct[3]);
-}
-
 // Every run's fields; the slots' own follow (runtime/train/report_fields.hpp).
 Fields Run::common_fields(int64_t step, const StepResult& r, double step_s,
                           const PipeStepStats& pipe_stats) {
@@ -101,7 +91,6 @@ Fields Run::common_fields(int64_t step, const StepResult& r, double step_s,
               {"mem_bytes", double(mem.rss_bytes)},
               {"peak_mem_bytes", double(mem.peak_bytes)},
               {"device_peak_bytes", double(ops::device_peak_bytes(device_))},
-              {"activation_peak_bytes", double(activation_peak_bytes())},
               {"host_waits", double(r.host_waits)},
               {"host_read_bytes", double(r.host_read_bytes)},
               {"activation_bytes", double(activation_bytes_)},

@@ -237,18 +237,9 @@ TEST_CASE(
 
 namespace {
 
-// Three SDK precision policies: one overriding observe privately, one not at all, one through a
-// derived class. Only the second's table leaves observe NULL (the device then skips amax).
-struct PrivateObserve : sdk::PrecisionPlugin {
-  static constexpr sdk::About about{
-      .name = "private-observe", .version = "1", .summary = "s", .compute_dtype = LOOM_BF16};
-  explicit PrivateObserve(const sdk::Context&) {}
-  int32_t add_site(const std::string&, loom_operand_role) override { return 0; }
-  loom_operand_format site_format(int32_t) override { return {LOOM_BF16, 1.f}; }
-
- private:
-  void observe(int32_t, float, bool) override {}
-};
+// Three SDK precision policies: one not overriding observe, one overriding it in a derived class,
+// one overriding it privately. Only the first's table leaves observe NULL (the device then skips
+// amax).
 struct NoObserve : sdk::PrecisionPlugin {
   static constexpr sdk::About about{
       .name = "no-observe", .version = "1", .summary = "s", .compute_dtype = LOOM_BF16};
@@ -258,6 +249,12 @@ struct NoObserve : sdk::PrecisionPlugin {
 };
 struct DerivedObserve : NoObserve {
   using NoObserve::NoObserve;
+  void observe(int32_t, float, bool) override {}
+};
+struct PrivateObserve : NoObserve {
+  using NoObserve::NoObserve;
+
+ private:
   void observe(int32_t, float, bool) override {}
 };
 

@@ -56,14 +56,6 @@ float abs_max(const float* x, int64_t n) {
   return top > 0x7f800000u ? NAN : std::bit_cast<float>(top);
 }
 
-// loom/bf16.hpp's f32_to_bf16 without its branch, so the loop vectorises.
-inline uint16_t bf16_bits(float v) {
-  const uint32_t u = std::bit_cast<uint32_t>(v);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t quiet_nan = (u >> 16) | 0x40u;
-  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
-}
-
 }  // namespace
 
 // x[i] = cast(x[i] * scale) * (1 / scale) through the narrow format (loom/formats.hpp), in place.
@@ -76,10 +68,7 @@ void quantize(float* x, int64_t n, int32_t dtype, float scale, float* amax, int6
   if (amax) *amax = abs_max(x, n);
   if (!clipped && f == &formats::kBf16) {  // nothing to count: a loop without the reduction
 #pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) {
-      const uint32_t h = bf16_bits(overflow_to_max(x[i], scale));
-      x[i] = std::bit_cast<float>(h << 16) * inv;
-    }
+    for (int64_t i = 0; i < n; ++i) x[i] = formats::round_bf16(overflow_to_max(x[i], scale)) * inv;
     return;
   }
   if (f == &formats::kBf16) {
@@ -105,7 +94,7 @@ void quantize_into(void* dst, int32_t dtype, const float* src, int64_t n, float 
   uint16_t* out = static_cast<uint16_t*>(dst);
   if (scale == 1.f && !amax && !clipped) {  // a bf16 GEMM operand: nothing to scale or count
 #pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits(src[i]);
+    for (int64_t i = 0; i < n; ++i) out[i] = sdk::f32_to_bf16(src[i]);
     return;
   }
   int64_t clips = 0;
@@ -115,7 +104,7 @@ void quantize_into(void* dst, int32_t dtype, const float* src, int64_t n, float 
     const uint32_t a = std::bit_cast<uint32_t>(src[i]) & 0x7fffffffu;
     top = a > top ? a : top;
     const float v = overflow_to_max(src[i], scale);
-    const uint16_t h = bf16_bits(v);
+    const uint16_t h = sdk::f32_to_bf16(v);
     out[i] = h;
     clips += (std::bit_cast<uint32_t>(v) & 0x7fffffffu) < 0x7f800000u && (h & 0x7fffu) == 0x7f80u;
   }
