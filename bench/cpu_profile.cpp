@@ -72,7 +72,7 @@ struct Update {
       numel.push_back(n), decay.push_back(0.1f);
     }
   }
-  void step(const loom_ops* o, int64_t t) {
+  void step(const loom_ops_v2* o, int64_t t) {
     const int64_t count = static_cast<int64_t>(value.size());
     std::vector<double> norms(count);
     o->sum_squares_multi(count, grad_in.data(), numel.data(), norms.data());
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   c.n_layer = a.layers, c.n_head = a.heads, c.d_model = a.d, c.d_ff = 4 * a.d,
   c.vocab_size = a.vocab, c.seq_len = a.T;
   cpu::set_threads(a.threads);
-  const loom_ops timed = bench::profiled(ops::cpu());
+  const loom_ops_v2 timed = bench::profiled(ops::cpu());
   LayerApi api(&timed);
   ParamStore ps;
   gpt::Gpt model(c, api, ps, static_cast<int64_t>(a.batch) * a.T);

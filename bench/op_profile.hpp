@@ -1,4 +1,4 @@
-// A loom_ops table that times every kernel entry of another one and adds the time to the entry's
+// A loom_ops_v2 table that times every kernel entry of another one and adds the time to the entry's
 // op family, for bench/cpu_profile. On the CPU every entry is done when it returns, so a call's
 // wall time is its kernel's (a device with queues would need events instead). Entries the base
 // table lacks stay null, as the base's.
@@ -41,15 +41,15 @@ inline OpProfile& op_profile() {
   static OpProfile p;
   return p;
 }
-inline const loom_ops*& profiled_base() {
-  static const loom_ops* base = nullptr;
+inline const loom_ops_v2*& profiled_base() {
+  static const loom_ops_v2* base = nullptr;
   return base;
 }
 
 // Entry `Field` of the base table, timed into `F`.
 template <auto Field, int F>
 struct Timed;
-template <class R, class... A, R (*loom_ops::*Field)(A...), int F>
+template <class R, class... A, R (*loom_ops_v2::*Field)(A...), int F>
 struct Timed<Field, F> {
   static R call(A... a) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -67,11 +67,11 @@ struct Timed<Field, F> {
 
 // `base` with its kernel entries timed (its device contract entries as they are). One base per
 // process: the bench profiles one table.
-inline loom_ops profiled(const loom_ops* base) {
+inline loom_ops_v2 profiled(const loom_ops_v2* base) {
   profiled_base() = base;
-  loom_ops t = *base;
+  loom_ops_v2 t = *base;
 #define LOOM_TIMED(field, family) \
-  if (base->field) t.field = &Timed<&loom_ops::field, family>::call
+  if (base->field) t.field = &Timed<&loom_ops_v2::field, family>::call
   LOOM_TIMED(gemm, kGemm);
   LOOM_TIMED(attention_fwd, kAttention);
   LOOM_TIMED(attention_bwd, kAttention);

@@ -6,17 +6,17 @@
 namespace loom::gpt {
 
 // The MLP's activation over N rows of F outputs (fc rows are 2F wide for SwiGLU's [gate | up]).
-void activation_fwd(const loom_ops* o, const model::Config& c, float* act, const float* fc,
+void activation_fwd(const loom_ops_v2* o, const model::Config& c, float* act, const float* fc,
                     int64_t N, int64_t F) {
   if (c.mlp == "swiglu") return o->swiglu_fwd(act, fc, N, F);
   if (c.mlp == "gelu") return o->gelu_fwd(act, fc, N * F);
-  if (!LOOM_HAS_FIELD(o, loom_ops, gelu_erf_fwd) || !o->gelu_erf_fwd)
+  if (!LOOM_HAS_FIELD(o, loom_ops_v2, gelu_erf_fwd) || !o->gelu_erf_fwd)
     throw RuntimeError(
         "[model] mlp = \"gelu_exact\": this device's op table has no exact GELU (ABI 1.8)");
   o->gelu_erf_fwd(act, fc, N * F);
 }
 
-void activation_bwd(const loom_ops* o, const model::Config& c, float* dfc, const float* fc,
+void activation_bwd(const loom_ops_v2* o, const model::Config& c, float* dfc, const float* fc,
                     const float* dact, int64_t N, int64_t F) {
   if (c.mlp == "swiglu") return o->swiglu_bwd(dfc, fc, dact, N, F);
   if (c.mlp == "gelu") return o->gelu_bwd(dfc, fc, dact, N * F);

@@ -18,9 +18,9 @@ Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, 
                      Role role, std::vector<int64_t> shape, Init init, bool decay, int fused = 1);
 
 // The MLP's activation ([model] mlp) over N rows of F outputs, forward and backward.
-void activation_fwd(const loom_ops* o, const model::Config& c, float* act, const float* fc,
+void activation_fwd(const loom_ops_v2* o, const model::Config& c, float* act, const float* fc,
                     int64_t N, int64_t F);
-void activation_bwd(const loom_ops* o, const model::Config& c, float* dfc, const float* fc,
+void activation_bwd(const loom_ops_v2* o, const model::Config& c, float* dfc, const float* fc,
                     const float* dact, int64_t N, int64_t F);
 
 // A [rows, cols] view of the front of a buffer allocated for the unsharded layer: under tensor

@@ -185,7 +185,7 @@ Block::Qkv Block::qkv_layout(const Tensor& buf, int64_t N) const {
 
 // q, k, v = f(x) W^T (+ b), then q and k rotated by their positions (RoPE).
 void Block::project_qkv(const Microbatch& mb, const Tensor& x, Tensor& buf) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   const int64_t N = mb.rows(), D = c_.head_dim();
   const Qkv L = qkv_layout(buf, N);
   if (qkv_w_) {
@@ -206,7 +206,7 @@ void Block::project_qkv(const Microbatch& mb, const Tensor& x, Tensor& buf) {
 // From the gradients of the rotated q, k and v: un-rotate, bias gradients, and
 // dh = dq W_q + dkv W_kv (one GEMM with the fused weight); the weights' gradients accumulate.
 void Block::project_qkv_bwd(const Microbatch& mb, Tensor& dqkv, const Tensor& x, Tensor& dh) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   const int64_t N = mb.rows(), D = c_.head_dim();
   const Qkv L = qkv_layout(dqkv, N);
   if (rope_) {
@@ -232,7 +232,7 @@ void Block::use_slot(int k) {
   if (moe_) moe_->use_slot(k);
 }
 
-void Norm::forward(const loom_ops* o, NormActs& a, const Tensor& x, int64_t rows) const {
+void Norm::forward(const loom_ops_v2* o, NormActs& a, const Tensor& x, int64_t rows) const {
   const int64_t C = w->local_shape[0];
   if (!rms)
     o->layernorm_fwd_eps(a.out.f32(), a.mean.f32(), a.rstd.f32(), x.f32(), w->value.f32(),
@@ -241,7 +241,7 @@ void Norm::forward(const loom_ops* o, NormActs& a, const Tensor& x, int64_t rows
     o->rmsnorm_fwd_eps(a.out.f32(), a.rstd.f32(), x.f32(), w->value.f32(), rows, C, eps);
 }
 
-void Norm::backward(const loom_ops* o, const NormActs& a, Tensor& dinp, const Tensor& dout,
+void Norm::backward(const loom_ops_v2* o, const NormActs& a, Tensor& dinp, const Tensor& dout,
                     const Tensor& x, int64_t rows) const {
   const int64_t C = w->local_shape[0];
   if (!rms)
@@ -274,7 +274,7 @@ void Block::attend_cached(const Microbatch& mb, const Qkv& L, Tensor& att) {
 
 // x_mid = x + proj(attn(qkv(ln1(x))));  x_out = x_mid + mlp_proj(act(fc(ln2(x_mid))))
 void Block::forward(const Microbatch& mb, Tensor& x) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;  // n: rows held here, N: all rows
   Marks marks(api_.profile(), profiled_ && !replaying_);
   Acts& a = *acts_;
@@ -357,7 +357,7 @@ void Block::store_activation(Tensor& act, const float* fc, int64_t N) {
 
 // Scratch is sized for the full layer; views take this rank's (possibly sharded) widths.
 void Block::backward(const Microbatch& mb, Tensor& dx) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   const int64_t n = dx.dim(0), C = c_.d_model;
   if (recompute_) recompute(mb);
   const Acts& a = *acts_;
@@ -378,7 +378,7 @@ void Block::backward(const Microbatch& mb, Tensor& dx) {
 
 // MLP branch: dx holds d(x_out); the residual passes it through unchanged.
 void Block::mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
   const Acts& a = *acts_;
   Tensor act = view(a.act, N, out_w_->local_shape[1]), fc = view(a.fc, N, local_dim0(*fc_w_));
@@ -403,7 +403,7 @@ void Block::mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks&
 }
 
 void Block::attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
   const Acts& a = *acts_;
 
@@ -478,7 +478,7 @@ Head::Head(const model::Config& c, LayerApi& api, ParamStore& ps, Param* tied_wt
 // logits = norm(x) W_head^T; loss_sum = sum over tokens of cross-entropy(logits, target).
 // In training the logits buffer is overwritten by dloss * (softmax - onehot) in the same pass.
 void Head::forward(const Microbatch& mb, Tensor& x) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;
   Acts& a = *acts_;
   copy_bytes(a.x_in.data(), x.data(), n * C * sizeof(float));
@@ -499,7 +499,7 @@ int64_t Head::saved_bytes(const Microbatch& mb) const {
 }
 
 void Head::backward(const Microbatch& mb, Tensor& dx) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
   const Acts& a = *acts_;
   Tensor dlogits = rows_of(a.logits, N), dh = rows_of(dh_, N);

@@ -37,9 +37,9 @@ struct Norm {
   Param *w = nullptr, *b = nullptr;
   bool rms = false;
   float eps = 1e-5f;
-  void forward(const loom_ops* o, NormActs& a, const Tensor& x, int64_t rows) const;
+  void forward(const loom_ops_v2* o, NormActs& a, const Tensor& x, int64_t rows) const;
   // dinp = d(norm)/dx of dout; accumulates the weight (and bias) gradients.
-  void backward(const loom_ops* o, const NormActs& a, Tensor& dinp, const Tensor& dout,
+  void backward(const loom_ops_v2* o, const NormActs& a, Tensor& dinp, const Tensor& dout,
                 const Tensor& x, int64_t rows) const;
 };
 

@@ -132,7 +132,7 @@ struct MoeMlp::Choices {
 // renormalised over the k (k = 1 keeps the raw probability, as Switch): the router GEMM and the
 // op table's router_topk, which writes the experts and the sequences' sums to the host.
 void MoeMlp::choose_experts(const Tensor& h, int64_t T, Acts& a) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   const int64_t N = h.dim(0), C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k;
   a.n = N;
   o->gemm(0, 1, N, E, C, 1.f, h.f32(), C, router_->value.f32(), C, 0.f, a.logits.f32(), E);
@@ -234,7 +234,7 @@ void MoeMlp::keep_within_capacity(const Choices& seqs, Acts& a) {
 }
 
 void MoeMlp::forward(const Tensor& h, Tensor& y, int64_t T) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   Acts& a = **acts_;
   route(h, T, a);
   const int64_t C = c_.d_model, E = c_.moe.experts, F = c_.d_ff;
@@ -292,7 +292,7 @@ void MoeMlp::record_stats(const Acts& a) {
 }
 
 void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   const Acts& a = **acts_;
   const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k, R = a.first[E];
   // Combine backward: d y_e(row) = w dy_t; d w_tk = <dy_t, y_e(row)>.
@@ -310,7 +310,7 @@ void MoeMlp::backward(const Tensor& h, const Tensor& dy, Tensor& dh, float dloss
 // Each local expert's MLP backward over its rows (under ep: the output gradients go to the
 // experts' ranks first, and the input gradients come back).
 void MoeMlp::experts_backward(const Acts& a, Tensor& dye, Tensor& dxin) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   const int64_t C = c_.d_model, F = c_.d_ff, FO = c_.mlp == "swiglu" ? 2 * F : F;
   ExpertDispatch* ex = api_.experts();
   const int64_t Rl = a.route.rows_local();
@@ -352,7 +352,7 @@ void MoeMlp::experts_backward(const Acts& a, Tensor& dye, Tensor& dxin) {
 // main loss does (dloss). router_topk_bwd runs it per token; the balance term is the host's.
 void MoeMlp::router_backward(const Tensor& h, const Acts& a, const Tensor& dw, Tensor& dh,
                              float dloss) {
-  const loom_ops* o = api_.ops();
+  const loom_ops_v2* o = api_.ops();
   const int64_t N = a.n, C = c_.d_model, E = c_.moe.experts, K = c_.moe.top_k;
   std::vector<double> balance(a.share.size());
   for (size_t i = 0; i < balance.size(); ++i) balance[i] = c_.moe.aux_coef * E * a.share[i] * dloss;

@@ -38,7 +38,7 @@ struct LoadedModel {
   LayerApi api;
   ParamStore params;
   std::unique_ptr<model::Model> model;
-  explicit LoadedModel(const loom_ops* ops) : api(ops) {}
+  explicit LoadedModel(const loom_ops_v2* ops) : api(ops) {}
 };
 
 // The model with the source's weights, for up to `max_rows` rows a forward; MoE routes dropless.

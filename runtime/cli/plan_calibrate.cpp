@@ -67,7 +67,7 @@ double best_time(F&& fn, int reps) {
   return best;
 }
 
-Fit fit_gemm(const loom_ops* o) {
+Fit fit_gemm(const loom_ops_v2* o) {
   std::vector<std::pair<double, double>> pts;
   // Shapes of the models this machine trains: rows = tokens of a micro-batch, columns = widths.
   const int64_t shapes[][3] = {{256, 64, 64},     {512, 128, 64},   {1024, 128, 128},
@@ -83,7 +83,7 @@ Fit fit_gemm(const loom_ops* o) {
   return fit(pts);
 }
 
-Fit fit_attention(const loom_ops* o) {
+Fit fit_attention(const loom_ops_v2* o) {
   std::vector<std::pair<double, double>> pts;
   const int64_t shapes[][4] = {
       {4, 64, 2, 32}, {8, 64, 4, 16}, {8, 128, 4, 32}, {16, 128, 4, 32}, {4, 256, 4, 32}};
@@ -106,7 +106,7 @@ Fit fit_attention(const loom_ops* o) {
   return fit(pts);
 }
 
-Fit fit_elementwise(const loom_ops* o) {
+Fit fit_elementwise(const loom_ops_v2* o) {
   std::vector<std::pair<double, double>> pts;
   for (int64_t n : {4096, 16384, 65536, 262144, 1048576}) {
     std::vector<float> a(n, 1.f), b(n, 2.f), y(n);
@@ -376,7 +376,7 @@ int plan_calibrate(const Args& args) {
   m.comm = vm["comm"].as<std::string>();
   m.max_ranks = vm["max-ranks"].as<int>();
   m.mem_total = mem_total_bytes();
-  const loom_ops* o = ops::cpu();
+  const loom_ops_v2* o = ops::cpu();
   std::fprintf(stderr, "calibrating on %d cores: sgemm peak...\n", m.cores);
   ops::set_threads("cpu", 1);
   m.peak1 = train::measure_sgemm_gflops(1) * 1e9;

@@ -145,7 +145,7 @@ CommWorld::CommWorld(const RankEnv& env, const MeshShape& mesh, const plugins::F
   const loom_comm_v2* backend = &full_;
   void* backend_self = plugin_->self();
   // A host-memory backend on a device the host cannot reach: its buffers go through pinned copies.
-  const loom_ops* device = tensor_allocator().ops;
+  const loom_ops_v2* device = tensor_allocator().ops;
   if (device && !device->host_reachable && !comm_takes_device(*plugin.desc, device->device)) {
     stage_comm(staged_, backend, backend_self, device);
     backend = &staged_.table;

@@ -23,13 +23,13 @@ int64_t bytes_of(const loom_tensor* t) {
 // a copy throws.
 class OnCommStream {
  public:
-  explicit OnCommStream(const loom_ops* ops) : ops_(ops) { ops_->set_stream(LOOM_STREAM_COMM); }
+  explicit OnCommStream(const loom_ops_v2* ops) : ops_(ops) { ops_->set_stream(LOOM_STREAM_COMM); }
   ~OnCommStream() { ops_->set_stream(LOOM_STREAM_COMPUTE); }
   OnCommStream(const OnCommStream&) = delete;
   OnCommStream& operator=(const OnCommStream&) = delete;
 
  private:
-  const loom_ops* ops_;
+  const loom_ops_v2* ops_;
 };
 
 // One operation's host copies of its device tensors.
@@ -37,7 +37,7 @@ class Staging {
  public:
   // `kept`: host copies that outlive the operation, one per device buffer, for a buffer the
   // backend will see again (LOOM_COMM_PERSISTENT: gloo keeps its algorithm per pointer).
-  Staging(const loom_ops* ops, PinnedCache* kept) : ops_(ops), kept_(kept) {}
+  Staging(const loom_ops_v2* ops, PinnedCache* kept) : ops_(ops), kept_(kept) {}
   // A copy back may still read the host copies: they are freed once it has run. After a failure
   // (of the device, or of the backend, which may still write them) they are left allocated.
   ~Staging() {
@@ -116,7 +116,7 @@ class Staging {
     return &copies_.back().host;
   }
 
-  const loom_ops* ops_;
+  const loom_ops_v2* ops_;
   PinnedCache* kept_;
   std::deque<Copy> copies_;
   int64_t copied_back_ = -1;  // the event after the copies back, once finish() has issued them
@@ -285,7 +285,8 @@ bool comm_takes_device(const loom_plugin& plugin, loom_device device) {
   return mask && (*static_cast<const uint32_t*>(mask) & (1u << device.kind));
 }
 
-void stage_comm(StagedComm& s, const loom_comm_v2* inner, void* inner_self, const loom_ops* ops) {
+void stage_comm(StagedComm& s, const loom_comm_v2* inner, void* inner_self,
+                const loom_ops_v2* ops) {
   s.inner = inner;
   s.inner_self = inner_self;
   s.ops = ops;

@@ -11,12 +11,14 @@
 #include <map>
 #include <utility>
 
+#include "tensor/ops_v2.h"
+
 namespace loom::dist {
 
 // The host copy of each device buffer the backend is told it will see again.
 class PinnedCache {
  public:
-  void* get(const loom_ops* ops, const void* device, int64_t bytes) {
+  void* get(const loom_ops_v2* ops, const void* device, int64_t bytes) {
     auto [it, fresh] = blocks_.try_emplace({device, bytes}, nullptr);
     if (fresh) it->second = ops->pinned_alloc(bytes);
     return it->second;
@@ -31,7 +33,7 @@ struct StagedComm {
   loom_comm_v2 table;  // forwards to `inner`, staging device tensors
   const loom_comm_v2* inner;
   void* inner_self;
-  const loom_ops* ops;
+  const loom_ops_v2* ops;
   PinnedCache kept;
 };
 
@@ -40,6 +42,6 @@ struct StagedComm {
 bool comm_takes_device(const loom_plugin& plugin, loom_device device);
 
 // Fills `s` to forward to (inner, inner_self), staging tensors on ops's device.
-void stage_comm(StagedComm& s, const loom_comm_v2* inner, void* inner_self, const loom_ops* ops);
+void stage_comm(StagedComm& s, const loom_comm_v2* inner, void* inner_self, const loom_ops_v2* ops);
 
 }  // namespace loom::dist

@@ -8,6 +8,8 @@
 
 #include <loom/plugin.h>
 
+#include "tensor/ops_v2.h"
+
 namespace loom::plugins::v1 {
 
 constexpr uint16_t kMajor = 1;
@@ -25,7 +27,7 @@ struct host {
   loom_status (*opt_str)(const loom_options*, const char*, const char**);
   void* (*alloc)(loom_device, size_t);
   void (*free)(loom_device, void*);
-  const loom_ops* ops;
+  const loom_ops_v2* ops;
   void* mesh;  // declared in 1.0 for subsystems that never came; always NULL
   void* params;
   void* hooks;
@@ -124,7 +126,7 @@ struct data_context {
   const loom_data_unit* units;  // 1.2
   int64_t n_units;
   const int32_t* param_flags;
-  const loom_ops* ops;
+  const loom_ops_v2* ops;
   loom_comm* expert_dp;  // 1.3
 };
 
@@ -153,7 +155,7 @@ struct tensor_context {
   const comm* comm_table;
   void* comm_self;
   loom_comm* tp;
-  const loom_ops* ops;
+  const loom_ops_v2* ops;
 };
 
 struct tensor {
@@ -203,7 +205,7 @@ struct context_context {  // 1.5
   const comm* comm_table;
   void* comm_self;
   loom_comm* cp;
-  const loom_ops* ops;
+  const loom_ops_v2* ops;
   loom_device device;
 };
 

@@ -287,11 +287,18 @@ std::string abi_of(const loom_version& v) {
 
 }  // namespace
 
-void check_descriptor(const loom_plugin* d, const std::string& library) {
-  if (d->v.major != LOOM_ABI_MAJOR)
-    throw RuntimeError("plugin in '" + library + "' was built for Loom plugin ABI " + abi_of(d->v) +
+void check_descriptor(const loom_plugin* d, const std::string& library, int major) {
+  if (d->v.major != major)
+    throw RuntimeError("plugin in '" + library + "' is returned by loom_plugin_entry_v" +
+                       std::to_string(major) + " but claims plugin ABI " + abi_of(d->v) +
                        "; this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
-                       std::to_string(LOOM_ABI_MINOR) + " (and loads ABI 1 through adapters)");
+                       std::to_string(LOOM_ABI_MINOR) +
+                       " (and loads ABI 1 and 2 through adapters)");
+  if (major == 2 && d->v.minor > kLastV2Minor)  // ABI 2 ended at 2.7: a later 2.x is unknown
+    throw RuntimeError("plugin in '" + library + "' was built for Loom plugin ABI " + abi_of(d->v) +
+                       "; ABI 2 ended at 2." + std::to_string(kLastV2Minor) +
+                       " and this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
+                       std::to_string(LOOM_ABI_MINOR));
   if (d->v.size < sizeof(loom_plugin) || !d->name || !d->create || !d->destroy)
     throw RuntimeError("plugin in '" + library + "' has an incomplete descriptor");
   const std::string who = check_head(d->name, d->kind, d->slot, library);

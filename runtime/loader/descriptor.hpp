@@ -16,10 +16,15 @@ const char* slot_name(int32_t slot);  // "data", "tensor", ... ("" for LOOM_SLOT
 // what a descriptor's v.size must at least cover.
 size_t table_size(int32_t kind, int32_t slot, uint64_t data_capabilities = 0);
 
-// The ABI major, a known kind and a slot that fits it, a table at least table_size(), a name,
-// create, destroy and every required entry, optional pairs set together, and an option schema of
-// named, typed entries with unique names. Throws RuntimeError naming `library` and what is wrong.
-void check_descriptor(const loom_plugin* d, const std::string& library);
+// ABI 2's last minor: ABI 2 binaries load with their tables as they are (ABI 3 kept every
+// plugin table's layout) and get ABI 2's op table.
+constexpr uint16_t kLastV2Minor = 7;
+
+// The ABI major the entry promised (`major`: 2 or 3), a known kind and a slot that fits it, a table
+// at least table_size(), a name, create, destroy and every required entry, optional pairs set
+// together, and an option schema of named, typed entries with unique names. Throws RuntimeError
+// naming `library` and what is wrong.
+void check_descriptor(const loom_plugin* d, const std::string& library, int major = LOOM_ABI_MAJOR);
 
 namespace v1 {
 struct plugin;

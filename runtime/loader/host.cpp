@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "loader/descriptor.hpp"
 #include "loader/services.hpp"
 #include "tensor/tensor.hpp"
 
@@ -122,6 +123,20 @@ loom_host& host() {
     return t;
   }();
   return h;
+}
+
+const loom_host& v2_host() {
+  static const loom_host h = [] {
+    loom_host t = host();
+    t.v = {2, kLastV2Minor, sizeof(loom_host)};  // ABI 3 kept the host table's layout
+    t.service = &find_declared_service_v2;
+    return t;
+  }();
+  return h;
+}
+
+const loom_host& host_for(const loom_plugin* desc) {
+  return desc && desc->v.major == 2 ? v2_host() : host();
 }
 
 const char* status_name(loom_status s) {

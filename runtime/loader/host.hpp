@@ -21,8 +21,12 @@ struct loom_options {
 
 namespace loom::plugins {
 
-// The one host table of this process, for ABI 2 plugins (ABI 1 ones get v1_host()).
+// The host table of this process for ABI 3 plugins (ABI 1 ones get v1_host()).
 loom_host& host();
+// The same for ABI 2 plugins: its services answer as ABI 2 did (loom.device is ABI 2's op table).
+const loom_host& v2_host();
+// The host of the ABI `desc` was built for (ABI 2's or ABI 3's; not for an ABI 1 original).
+const loom_host& host_for(const loom_plugin* desc);
 
 const char* status_name(loom_status s);
 

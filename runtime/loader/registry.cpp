@@ -136,10 +136,15 @@ std::vector<SearchDir> Registry::default_dirs(const std::vector<std::string>& co
 
 namespace {
 
+// The entries this runtime speaks, newest first: ABI 3's own, ABI 2's (whose tables ABI 3 kept),
+// and ABI 1's (through the adapter).
+constexpr const char* kEntryV2 = "loom_plugin_entry_v2";
+constexpr int kSpoken[] = {LOOM_ABI_MAJOR, 2, 1};
+
 // A library without an entry this runtime speaks: built for another major, damaged, or no plugin.
 [[noreturn]] void refuse_entryless(const fs::path& key) {
   const std::vector<int> majors = exported_abi_majors(key);
-  for (int major : {LOOM_ABI_MAJOR, 1})
+  for (int major : kSpoken)
     if (std::find(majors.begin(), majors.end(), major) != majors.end())
       throw RuntimeError("plugin library '" + key.string() + "' lists loom_plugin_entry_v" +
                          std::to_string(major) +
@@ -151,32 +156,37 @@ namespace {
                        std::to_string(majors.front()) + " (exports loom_plugin_entry_v" +
                        std::to_string(majors.front()) + "); this runtime speaks ABI " +
                        std::to_string(LOOM_ABI_MAJOR) + "." + std::to_string(LOOM_ABI_MINOR) +
-                       " (and 1 through adapters)");
+                       " (and 1 and 2 through adapters)");
   throw RuntimeError("'" + key.string() +
-                     "' is not a Loom plugin: it exports no loom_plugin_entry_v2 (or _v1) symbol");
+                     "' is not a Loom plugin: it exports no loom_plugin_entry_v3 (or _v2, _v1) "
+                     "symbol");
 }
 
-// Entry `i` of a library's list, checked (and adapted, for ABI 1). Throws RuntimeError naming it
-// and its library.
-const loom_plugin* checked_descriptor(const loom_plugin* raw, size_t i, bool v1,
+// Entry `i` of the list a library's loom_plugin_entry_v<major> returned, checked (and adapted,
+// for ABI 1). Throws RuntimeError naming it and its library.
+const loom_plugin* checked_descriptor(const loom_plugin* raw, size_t i, int major,
                                       const fs::path& key) {
   if (!raw)
-    throw RuntimeError(
-        "plugin library '" + key.string() + "': entry " + std::to_string(i) + " of the list its " +
-        (v1 ? "loom_plugin_entry_v1" : "loom_plugin_entry_v2") + " returned is NULL");
-  if (v1 && raw->v.major != v1::kMajor)  // what an ABI 1 entry returns has ABI 1's layout
+    throw RuntimeError("plugin library '" + key.string() + "': entry " + std::to_string(i) +
+                       " of the list its loom_plugin_entry_v" + std::to_string(major) +
+                       " returned is NULL");
+  if (major == 1 && raw->v.major != v1::kMajor)  // what an ABI 1 entry returns has ABI 1's layout
     throw RuntimeError("plugin in '" + key.string() +
                        "' is returned by loom_plugin_entry_v1 but claims plugin ABI " +
                        std::to_string(raw->v.major) + "." + std::to_string(raw->v.minor) +
                        "; this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
-                       std::to_string(LOOM_ABI_MINOR) + " (and 1 through adapters)");
-  const loom_plugin* d =
-      v1 ? adapt_v1(reinterpret_cast<const v1::plugin*>(raw), key.string()) : raw;
-  if (!v1) {
-    check_descriptor(d, key.string());
-    declare_services(d);  // what its host will hand it
-  }
-  return d;
+                       std::to_string(LOOM_ABI_MINOR) + " (and 1 and 2 through adapters)");
+  if (major == 1) return adapt_v1(reinterpret_cast<const v1::plugin*>(raw), key.string());
+  check_descriptor(raw, key.string(), major);
+  declare_services(raw);  // what its host will hand it
+  return raw;
+}
+
+// The newest entry `lib` exports that this runtime speaks, and that entry's major; 0 for none.
+int entry_major(const boost::dll::shared_library& lib) {
+  if (lib.has(LOOM_PLUGIN_ENTRY_V3)) return 3;
+  if (lib.has(kEntryV2)) return 2;
+  return lib.has(v1::kEntry) ? 1 : 0;
 }
 
 // dlopen, the entry and every descriptor's checks. Throws RuntimeError naming the library.
@@ -189,16 +199,18 @@ std::unique_ptr<Library> open_library(const fs::path& key) {
   } catch (const std::exception& e) {
     throw RuntimeError("cannot load plugin library '" + key.string() + "': " + e.what());
   }
-  const bool v2 = lib->lib.has(LOOM_PLUGIN_ENTRY_V2), v1 = !v2 && lib->lib.has(v1::kEntry);
-  if (!v2 && !v1) refuse_entryless(key);
+  const int major = entry_major(lib->lib);
+  if (major == 0) refuse_entryless(key);
   const loom_plugin* const* descs = nullptr;
   size_t count = 0;
   loom_error err;
+  using Entry = std::remove_pointer_t<loom_plugin_entry_v3_fn>;  // ABI 2's has the same type
   const loom_status s =
-      v2 ? lib->lib.get<std::remove_pointer_t<loom_plugin_entry_v2_fn>>(LOOM_PLUGIN_ENTRY_V2)(
-               &host(), &descs, &count, &err)
-         : lib->lib.get<std::remove_pointer_t<v1::entry_fn>>(v1::kEntry)(
-               &v1_host(), reinterpret_cast<const v1::plugin* const**>(&descs), &count, &err);
+      major == 1
+          ? lib->lib.get<std::remove_pointer_t<v1::entry_fn>>(v1::kEntry)(
+                &v1_host(), reinterpret_cast<const v1::plugin* const**>(&descs), &count, &err)
+          : lib->lib.get<Entry>(major == 3 ? LOOM_PLUGIN_ENTRY_V3 : kEntryV2)(
+                major == 3 ? &host() : &v2_host(), &descs, &count, &err);
   if (s != LOOM_OK)
     throw RuntimeError("plugin library '" + key.string() + "' failed to start: " + describe(err));
   if (count > 0 && !descs)
@@ -211,7 +223,7 @@ std::unique_ptr<Library> open_library(const fs::path& key) {
   // other plugins load. A library left with none is refused, with every reason.
   for (size_t i = 0; i < count; ++i) {
     try {
-      lib->plugins.push_back(checked_descriptor(descs[i], i, v1, key));
+      lib->plugins.push_back(checked_descriptor(descs[i], i, major, key));
     } catch (const RuntimeError& e) {
       lib->skipped.push_back(e.what());
     }

@@ -140,8 +140,22 @@ Source& source() {
   return s;
 }
 
-loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** desc, void** self,
-                          loom_error* err) {
+// A parallel plugin's setup context carries the op table of its wrapper's ABI, which is the
+// wrapped plugin's own only when both were built for the same major (ABI 1 counts as 2: its
+// adapter hands on ABI 2's table).
+void check_same_major(const loom_plugin* inner, int caller_major) {
+  const int inner_major = inner->v.major == 1 ? 2 : inner->v.major;
+  if (inner->kind != LOOM_KIND_PARALLEL || inner_major == caller_major) return;
+  throw ConfigError("loom.plugins: parallel plugin '" + std::string(inner->name) +
+                    "' was built for plugin ABI " + std::to_string(inner->v.major) + "." +
+                    std::to_string(inner->v.minor) + " and the plugin wrapping it for ABI " +
+                    std::to_string(caller_major) +
+                    ": the op table a wrapper passes on is its own, so rebuild the one against "
+                    "the other's headers");
+}
+
+loom_status create_plugin_as(int caller_major, const char* name, int32_t kind,
+                             const loom_plugin** desc, void** self, loom_error* err) {
   const loom_host& h = host();
   if (!source().registry || !source().cfg)
     return h.set_error(err, LOOM_UNAVAILABLE,
@@ -162,6 +176,7 @@ loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** de
       throw ConfigError("'" + wanted + "' is a " + kind_name(other.desc->kind) + " plugin, not a " +
                         kind_name(kind) + " plugin");
     }
+    check_same_major(f.desc, caller_major);
     check_options(*source().cfg, f.desc);
     loom_options opts = options_for(*source().cfg, f.desc->name);
     const char* why = nullptr;
@@ -184,13 +199,25 @@ void release_plugin(const loom_plugin* desc, void* self) {
   if (desc && self) destroy_plugin_instance(desc, self);
 }
 
+loom_status create_plugin(const char* name, int32_t kind, const loom_plugin** desc, void** self,
+                          loom_error* err) {
+  return create_plugin_as(LOOM_ABI_MAJOR, name, kind, desc, self, err);
+}
+loom_status create_plugin_v2(const char* name, int32_t kind, const loom_plugin** desc, void** self,
+                             loom_error* err) {
+  return create_plugin_as(2, name, kind, desc, self, err);
+}
+
 const loom_plugins kPlugins = {LOOM_VERSION_OF(loom_plugins), &create_plugin, &release_plugin};
+const loom_plugins kPluginsV2 = {
+    {2, kLastV2Minor, sizeof(loom_plugins)}, &create_plugin_v2, &release_plugin};
 
 }  // namespace
 
 void set_plugin_source(Registry* registry, config::Config* cfg) {
   source() = {registry, cfg};
-  set_plugins_service(registry ? &kPlugins : nullptr);  // the service exists while a registry does
+  // the service exists while a registry does
+  set_plugins_service(registry ? &kPlugins : nullptr, registry ? &kPluginsV2 : nullptr);
 }
 
 }  // namespace loom::plugins

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "core/bar_list.hpp"
+#include "loader/descriptor.hpp"
+#include "ops/typed_ops.hpp"
 
 namespace loom::plugins {
 namespace {
@@ -65,6 +67,10 @@ const loom_plugins*& plugins_table() {
   static const loom_plugins* table = nullptr;
   return table;
 }
+const loom_plugins*& v2_plugins_table() {
+  static const loom_plugins* table = nullptr;
+  return table;
+}
 
 // Each ABI 2 plugin's declared services (loom_plugin.services), by plugin name.
 struct Declared {
@@ -94,11 +100,14 @@ void set_span_sink(SpanSink sink) {
   t.open.clear();
 }
 
-void set_plugins_service(const loom_plugins* table) { plugins_table() = table; }
+void set_plugins_service(const loom_plugins* table, const loom_plugins* v2_table) {
+  plugins_table() = table;
+  v2_plugins_table() = v2_table;
+}
 
 namespace {
-const loom_ops*& device_ops() {
-  static const loom_ops* ops = nullptr;
+const loom_ops_v2*& device_ops() {
+  static const loom_ops_v2* ops = nullptr;
   return ops;
 }
 const loom_native_streams*& native_streams() {
@@ -107,7 +116,7 @@ const loom_native_streams*& native_streams() {
 }
 }  // namespace
 
-void set_device_ops(const loom_ops* ops) { device_ops() = ops; }
+void set_device_ops(const loom_ops_v2* ops) { device_ops() = ops; }
 void set_native_streams(const loom_native_streams* streams) { native_streams() = streams; }
 
 std::vector<std::string> declared_services(const loom_plugin* d) {
@@ -121,25 +130,39 @@ void declare_services(const loom_plugin* desc, bool created) {
   if (fresh || created) it->second = std::set<std::string>(names.begin(), names.end());
 }
 
+const loom_ops* ops_for(const loom_plugin* desc, const loom_ops_v2* kernels) {
+  if (!kernels || !desc || desc->v.major >= 3) return ops::typed(kernels);
+  return reinterpret_cast<const loom_ops*>(kernels);  // ABI 1 and 2 were built against this one
+}
+
+namespace {
+bool declares(const char* plugin, const char* name) {
+  if (!plugin || !name) return false;
+  std::lock_guard<std::mutex> lock(declared().m);
+  auto it = declared().of.find(plugin);
+  return it != declared().of.end() && it->second.count(name) > 0;
+}
+}  // namespace
+
 const void* find_declared_service(const char* plugin, const char* name, uint32_t min_minor) {
-  if (!plugin || !name) return nullptr;
-  {
-    std::lock_guard<std::mutex> lock(declared().m);
-    auto it = declared().of.find(plugin);
-    if (it == declared().of.end() || !it->second.count(name)) return nullptr;
-  }
-  return find_service(name, min_minor);
+  if (!declares(plugin, name) || min_minor > LOOM_ABI_MINOR) return nullptr;
+  if (std::strcmp(name, LOOM_SERVICE_DEVICE) == 0) return ops::typed(device_ops());
+  if (std::strcmp(name, LOOM_SERVICE_PLUGINS) == 0) return plugins_table();
+  return find_service(name, 0);
+}
+
+const void* find_declared_service_v2(const char* plugin, const char* name, uint32_t min_minor) {
+  return declares(plugin, name) ? find_service(name, min_minor) : nullptr;
 }
 
 const void* find_service(const char* name, uint32_t min_minor) {
-  if (!name || min_minor > LOOM_ABI_MINOR) return nullptr;
+  if (!name || min_minor > kLastV2Minor) return nullptr;
   if (std::strcmp(name, LOOM_SERVICE_PLACEMENT) == 0)
     return placement_state().set ? &placement_state().value : nullptr;
   if (std::strcmp(name, LOOM_SERVICE_TRACE) == 0) return &kTrace;
-  if (std::strcmp(name, LOOM_SERVICE_PLUGINS) == 0) return plugins_table();
+  if (std::strcmp(name, LOOM_SERVICE_PLUGINS) == 0) return v2_plugins_table();
   if (std::strcmp(name, LOOM_SERVICE_DEVICE) == 0) return device_ops();
-  if (std::strcmp(name, LOOM_SERVICE_NATIVE_STREAMS) == 0)
-    return min_minor <= LOOM_ABI_MINOR ? native_streams() : nullptr;
+  if (std::strcmp(name, LOOM_SERVICE_NATIVE_STREAMS) == 0) return native_streams();
   return nullptr;
 }
 

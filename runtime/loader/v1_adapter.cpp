@@ -181,6 +181,9 @@ loom_precision_v2 adapt_precision(const v1::precision* s) {
   return t;
 }
 
+// An adapted plugin's context carries ABI 2's op table (plugins::ops_for), which ABI 1's extends.
+const loom_ops_v2* v2_ops(const loom_ops* ops) { return reinterpret_cast<const loom_ops_v2*>(ops); }
+
 // The data context in ABI 1's layout, its comm table downgraded into the wrapper.
 loom_status data_setup(void* s, const loom_data_context* c, loom_error* err) {
   Wrapped* w = wrapped(s);
@@ -197,7 +200,7 @@ loom_status data_setup(void* s, const loom_data_context* c, loom_error* err) {
                      c->units,
                      c->n_units,
                      c->param_flags,
-                     c->ops,
+                     v2_ops(c->ops),
                      c->expert_dp};
   const auto* t = old_table<v1::data>(s);
   const loom_status st = t->setup(w->self, &d, err);
@@ -252,7 +255,7 @@ v1::tensor_context old_tensor_context(void* s, const loom_tensor_context* c) {
           &wrapped(s)->comm,
           c->comm_self,
           c->tp,
-          c->ops};
+          v2_ops(c->ops)};
 }
 loom_status tensor_setup(void* s, const loom_tensor_context* c, loom_error* err) {
   const v1::tensor_context d = old_tensor_context(s, c);
@@ -275,7 +278,7 @@ loom_status context_setup(void* s, const loom_context_context* c, loom_error* er
                               &wrapped(s)->comm,
                               c->comm_self,
                               c->cp,
-                              c->ops,
+                              v2_ops(c->ops),
                               c->device};
   return old_table<v1::context>(s)->setup(wrapped(s)->self, &d, err);
 }
@@ -399,7 +402,7 @@ int32_t score_plugin(const loom_plugin* desc, const char** why_not) {
   if (why_not) *why_not = "";
   if (const v1::plugin* old = v1_original(desc))
     return old->score ? old->score(&v1_host(), why_not) : 1;
-  return desc->score ? desc->score(&host(), why_not) : 1;
+  return desc->score ? desc->score(&host_for(desc), why_not) : 1;
 }
 
 loom_status create_plugin_instance(const loom_plugin* desc, const loom_options* opts, void** self,
@@ -407,7 +410,7 @@ loom_status create_plugin_instance(const loom_plugin* desc, const loom_options* 
   const v1::plugin* old = v1_original(desc);
   if (!old) {
     declare_services(desc, true);
-    return desc->create(&host(), opts, self, err);
+    return desc->create(&host_for(desc), opts, self, err);
   }
   void* inner = nullptr;
   const loom_status s = old->create(&v1_host(), opts, &inner, err);
@@ -429,7 +432,7 @@ loom_status validate_plugin_options(const loom_plugin* desc, const loom_options*
     const auto validate = proc<v1::validate_fn>(old, "loom_validate_options_v1");
     return validate ? validate(&v1_host(), opts, err) : LOOM_OK;
   }
-  return desc->validate_options ? desc->validate_options(&host(), opts, err) : LOOM_OK;
+  return desc->validate_options ? desc->validate_options(&host_for(desc), opts, err) : LOOM_OK;
 }
 
 // ---- the host of ABI 1 plugins ------------------------------------------------------------------

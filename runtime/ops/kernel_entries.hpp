@@ -1,4 +1,4 @@
-// The kernel entries of a loom_ops table, each pointed at the function of the same name in a
+// The kernel entries of a loom_ops_v2 table, each pointed at the function of the same name in a
 // namespace: every device (cpu, strict, cuda) fills its table from its own kernels this way, so a
 // kernel added to the ABI is added here once and a device missing it fails to compile.
 #pragma once

@@ -13,9 +13,9 @@
 
 namespace loom::ops {
 
-const loom_ops* cpu() { return loom::cpu::op_table(); }
+const loom_ops_v2* cpu() { return loom::cpu::op_table(); }
 
-const loom_ops* for_device(const std::string& device) {
+const loom_ops_v2* for_device(const std::string& device) {
   if (device == "cpu") return cpu();
   if (device == "cuda") {
 #ifdef LOOM_HAVE_CUDA

@@ -1,4 +1,4 @@
-// The op tables of each device. The trainer and the model only ever call through a loom_ops*,
+// The op tables of each device. The trainer and the model only ever call through a loom_ops_v2*,
 // so which device runs a step is decided once, by [run] device.
 #pragma once
 
@@ -7,14 +7,16 @@
 #include <cstdint>
 #include <string>
 
+#include "tensor/ops_v2.h"
+
 namespace loom::ops {
 
-const loom_ops* cpu();
+const loom_ops_v2* cpu();
 
 // The table for a [run] device name; throws ConfigError when that device is not built in.
-const loom_ops* for_device(const std::string& device);
+const loom_ops_v2* for_device(const std::string& device);
 
-// What a device's op table declares of its memory (loom_ops.host_reachable), known without the
+// What a device's op table declares of its memory (loom_ops_v2.host_reachable), known without the
 // device: config check and loom plan judge a CUDA layout on a machine without a GPU. A test holds
 // it equal to each built table's own field.
 bool declared_host_reachable(const std::string& device);

@@ -69,9 +69,9 @@ class DeferredWeightGrads {
 
 class LayerApi {
  public:
-  LayerApi(const loom_ops* ops, GemmNumerics numerics = {}) : ops_(ops), numerics_(numerics) {}
+  LayerApi(const loom_ops_v2* ops, GemmNumerics numerics = {}) : ops_(ops), numerics_(numerics) {}
   virtual ~LayerApi() = default;
-  const loom_ops* ops() const { return ops_; }
+  const loom_ops_v2* ops() const { return ops_; }
   const GemmNumerics& numerics() const { return numerics_; }
   // Segment timings of the profiled layer ([run] profile_layer).
   SegmentProfile& profile() const { return profile_; }
@@ -195,7 +195,7 @@ class LayerApi {
                      int64_t C) const;
   void add_to_positions(float* table, const float* rows, int64_t n, int64_t first, int64_t T,
                         int64_t C) const;
-  const loom_ops* ops_;
+  const loom_ops_v2* ops_;
   GemmNumerics numerics_;
   mutable SegmentProfile profile_;
   ExpertDispatch* experts_ = nullptr;

@@ -7,6 +7,7 @@
 
 #include "core/errors.hpp"
 #include "loader/host.hpp"
+#include "loader/services.hpp"
 
 namespace loom {
 
@@ -32,7 +33,7 @@ loom_role to_abi(Role r) {
 
 }  // namespace
 
-PluginLayers::PluginLayers(const loom_ops* ops, GemmNumerics numerics,
+PluginLayers::PluginLayers(const loom_ops_v2* ops, GemmNumerics numerics,
                            const loom_tensor_context& ctx, plugins::Instance& tensor,
                            plugins::Instance* sequence, Overlap overlap)
     : LayerApi(ops, numerics),
@@ -44,11 +45,14 @@ PluginLayers::PluginLayers(const loom_ops* ops, GemmNumerics numerics,
   overlap_ = overlap.on;
   chunks_ = std::max(1, overlap.chunks);
   loom_error e;
-  check(tensor_->setup(tensor_self_, &ctx, &e), e, "tensor plugin setup");
+  loom_tensor_context own = ctx;  // each plugin gets the op table of the ABI it was built for
+  own.ops = plugins::ops_for(tensor.desc(), ops);
+  check(tensor_->setup(tensor_self_, &own, &e), e, "tensor plugin setup");
   if (sequence) {
     seq_ = sequence->table<loom_sequence_v2>();
     seq_self_ = sequence->self();
-    check(seq_->setup(seq_self_, &ctx, &e), e, "sequence plugin setup");
+    own.ops = plugins::ops_for(sequence->desc(), ops);
+    check(seq_->setup(seq_self_, &own, &e), e, "sequence plugin setup");
   }
 }
 

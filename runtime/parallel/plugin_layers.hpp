@@ -19,7 +19,7 @@ class PluginLayers : public LayerApi {
     int chunks = 1;
   };
   // `sequence` may be null (tensor parallelism alone).
-  PluginLayers(const loom_ops* ops, GemmNumerics numerics, const loom_tensor_context& ctx,
+  PluginLayers(const loom_ops_v2* ops, GemmNumerics numerics, const loom_tensor_context& ctx,
                plugins::Instance& tensor, plugins::Instance* sequence, Overlap overlap);
 
   Slice shard(Role role, const std::vector<int64_t>& global_shape, int fused) const override;

@@ -9,13 +9,14 @@
 
 namespace loom {
 
-Precision::Precision(const plugins::Found& found, const loom_options* options, const loom_ops* ops)
+Precision::Precision(const plugins::Found& found, const loom_options* options,
+                     const loom_ops_v2* ops)
     : instance_(std::make_unique<plugins::Instance>(found, options)),
       table_(instance_->table<loom_precision_v2>()),
       ops_(ops),
-      narrow_bf16_(LOOM_HAS_FIELD(ops, loom_ops, gemm_typed) && ops->gemm_typed &&
+      narrow_bf16_(LOOM_HAS_FIELD(ops, loom_ops_v2, gemm_typed) && ops->gemm_typed &&
                    ops->quantize_into && (ops->gemm_operand_dtypes & (1u << LOOM_BF16))) {
-  if (!exact() && (!LOOM_HAS_FIELD(ops_, loom_ops, quantize) || !ops_->quantize))
+  if (!exact() && (!LOOM_HAS_FIELD(ops_, loom_ops_v2, quantize) || !ops_->quantize))
     throw RuntimeError(std::string("precision '") + name() + "' needs the op table's quantize");
 }
 
@@ -164,7 +165,7 @@ void Precision::load_state(const std::string& bytes) {
     fail("load its state");
 }
 
-void operand_gemm(const loom_ops& ops, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+void operand_gemm(const loom_ops_v2& ops, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                   float alpha, const Tensor& A, int64_t lda, const Tensor& B, int64_t ldb,
                   float beta, float* C, int64_t ldc) {
   if (A.dtype() == LOOM_F32 && B.dtype() == LOOM_F32)

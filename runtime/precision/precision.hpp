@@ -21,7 +21,7 @@ namespace loom {
 
 class Precision {
  public:
-  Precision(const plugins::Found& found, const loom_options* options, const loom_ops* ops);
+  Precision(const plugins::Found& found, const loom_options* options, const loom_ops_v2* ops);
   ~Precision();
   Precision(const Precision&) = delete;
   Precision& operator=(const Precision&) = delete;
@@ -68,7 +68,7 @@ class Precision {
   [[noreturn]] void fail(const std::string& what) const;
   std::unique_ptr<plugins::Instance> instance_;
   const loom_precision_v2* table_;
-  const loom_ops* ops_;
+  const loom_ops_v2* ops_;
   bool narrow_bf16_;
   std::unordered_map<std::string, int32_t> sites_;
   mutable loom_error err_;
@@ -76,7 +76,7 @@ class Precision {
 
 // C[M, N] = alpha op(A) op(B) + beta C over GEMM operands as Precision::operand returns them:
 // fp32 through the op table's gemm, a narrow one through its gemm_typed.
-void operand_gemm(const loom_ops& ops, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+void operand_gemm(const loom_ops_v2& ops, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
                   float alpha, const Tensor& A, int64_t lda, const Tensor& B, int64_t ldb,
                   float beta, float* C, int64_t ldc);
 

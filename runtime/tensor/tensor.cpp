@@ -197,7 +197,7 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
 
 namespace {
 // The device table that owns t's memory, or nullptr when the host may touch it.
-const loom_ops* device_table(const Tensor& t) {
+const loom_ops_v2* device_table(const Tensor& t) {
   const TensorAllocator& a = g_allocator;
   return a.ops && !a.ops->host_reachable && a.owns && a.owns(t.data()) ? a.ops : nullptr;
 }
@@ -217,7 +217,7 @@ std::vector<float> to_host(const Tensor& t) {
 
 void copy_bytes(void* dst, const void* src, size_t bytes) {
   const TensorAllocator& a = g_allocator;
-  const loom_ops* ops = a.ops;
+  const loom_ops_v2* ops = a.ops;
   if (ops && !ops->host_reachable && a.owns && (a.owns(dst) || a.owns(src)))
     ops->copy(dst, src, static_cast<int64_t>(bytes));
   else
@@ -225,7 +225,7 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
 }
 
 void Tensor::zero() {
-  if (const loom_ops* ops = device_table(*this))
+  if (const loom_ops_v2* ops = device_table(*this))
     ops->zero(data_, static_cast<int64_t>(bytes()));
   else
     std::memset(data_, 0, bytes());

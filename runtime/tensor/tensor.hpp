@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tensor/ops_v2.h"
+
 namespace loom {
 
 size_t dtype_size(loom_dtype dt);
@@ -24,7 +26,7 @@ struct TensorAllocator {
   void* (*alloc)(size_t bytes) = nullptr;
   void (*free)(void* p) = nullptr;
   loom_device device{LOOM_DEVICE_CPU, 0};
-  const loom_ops* ops = nullptr;          // the device's table; nullptr: the host heap
+  const loom_ops_v2* ops = nullptr;       // the device's table; nullptr: the host heap
   bool (*owns)(const void* p) = nullptr;  // whether p is this allocator's memory (views too)
 };
 void set_tensor_allocator(const TensorAllocator& a);

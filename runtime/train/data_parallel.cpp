@@ -5,6 +5,7 @@
 
 #include "core/errors.hpp"
 #include "loader/host.hpp"
+#include "loader/services.hpp"
 #include "parallel/layer_api.hpp"
 
 namespace loom::train {
@@ -236,7 +237,7 @@ void DataParallel::start_plugin(const plugins::SlotChoice& data, ParamStore& par
   ctx.units = units_.data();
   ctx.n_units = static_cast<int64_t>(units_.size());
   ctx.param_flags = flags_.data();
-  ctx.ops = model.api().ops();
+  ctx.ops = plugins::ops_for(data_->desc(), model.api().ops());
   ctx.expert_dp = ep ? world_->expert_data().raw() : nullptr;
   loom_error e;
   check(table_->setup(data_->self(), &ctx, &e), e, "data plugin setup");

@@ -2,8 +2,8 @@
 
 namespace loom::train {
 
-Optimizer::Optimizer(ParamStore& params, TensorSlots& slots, DataParallel* dp, const loom_ops* ops,
-                     AdamW hp)
+Optimizer::Optimizer(ParamStore& params, TensorSlots& slots, DataParallel* dp,
+                     const loom_ops_v2* ops, AdamW hp)
     : params_(params), slots_(slots), dp_(dp), ops_(ops), hp_(hp) {
   TensorPurpose purpose("AdamW's moments (m, v)");
   if (!sharded()) m_ = Tensor::zeros({params.numel()}), v_ = Tensor::zeros({params.numel()});

@@ -25,7 +25,7 @@ struct AdamW {
 class Optimizer {
  public:
   // `dp` may be null (one data rank).
-  Optimizer(ParamStore& params, TensorSlots& slots, DataParallel* dp, const loom_ops* ops,
+  Optimizer(ParamStore& params, TensorSlots& slots, DataParallel* dp, const loom_ops_v2* ops,
             AdamW hp);
 
   bool sharded() const { return dp_ && dp_->sharded(); }
@@ -59,7 +59,7 @@ class Optimizer {
   ParamStore& params_;
   TensorSlots& slots_;
   DataParallel* dp_;
-  const loom_ops* ops_;
+  const loom_ops_v2* ops_;
   AdamW hp_;
   Tensor m_, v_;
   int64_t applied_ = 0;

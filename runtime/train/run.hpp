@@ -112,7 +112,7 @@ class Run {
   std::unique_ptr<tok::Tokenizer> tokenizer_;
 
   std::string device_;
-  const loom_ops* ops_ = nullptr;
+  const loom_ops_v2* ops_ = nullptr;
   int threads_ = 1;
   std::string threads_from_;  // what set the count under [run] threads = 0, for the banner
   std::unique_ptr<ThreadPolicy> thread_policy_;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/errors.hpp"
+#include "loader/services.hpp"
 #include "model/model.hpp"
 #include "parallel/context_attention.hpp"
 #include "parallel/expert_dispatch.hpp"
@@ -13,8 +14,8 @@
 namespace loom::train {
 
 TensorSlots::TensorSlots(const model::Config& mc, const std::string& device,
-                         const plugins::Selection& sel, dist::CommWorld* world, const loom_ops* ops,
-                         GemmNumerics numerics)
+                         const plugins::Selection& sel, dist::CommWorld* world,
+                         const loom_ops_v2* ops, GemmNumerics numerics)
     : world_(world), ops_(ops) {
   const int tp = world ? world->mesh().tp : 1;
   const plugins::SlotChoice* seq = sel.slot("sequence");  // without tp: layout_problem refused it
@@ -36,8 +37,7 @@ TensorSlots::TensorSlots(const model::Config& mc, const std::string& device,
   ctx.v = LOOM_VERSION_OF(loom_tensor_context);
   ctx.comm = world->table();
   ctx.comm_self = world->self();
-  ctx.tp = world->axis(dist::Axis::TP).raw();
-  ctx.ops = ops;
+  ctx.tp = world->axis(dist::Axis::TP).raw();  // PluginLayers gives each plugin its op table
   // A tensor plugin without the options never overlaps: its regions may be its own. "auto"
   // overlaps on CUDA, where NCCL and the NIC move the bytes, and not on CPUs, where gloo's
   // threads would copy them on the cores the GEMMs use (docs/distributed.md, measured).
@@ -66,7 +66,7 @@ void TensorSlots::start_context(const plugins::Selection& sel, int64_t seq_len) 
   ctx.comm = world_->table();
   ctx.comm_self = world_->self();
   ctx.cp = world_->axis(dist::Axis::CP).raw();
-  ctx.ops = ops_;
+  ctx.ops = plugins::ops_for(context_plugin_->desc(), ops_);
   ctx.device = ops_->device;
   context_ = std::make_unique<ContextAttention>(ctx, *context_plugin_, seq_len);
   api_->set_context(context_.get());
@@ -114,7 +114,7 @@ double TensorSlots::global_norm(ParamStore& params, Tensor Param::*which) {
     n.push_back((p.*which).numel());
   }
   std::vector<double> ss(counted.size(), 0.0);
-  if (LOOM_HAS_FIELD(ops_, loom_ops, sum_squares_multi))
+  if (LOOM_HAS_FIELD(ops_, loom_ops_v2, sum_squares_multi))
     ops_->sum_squares_multi(static_cast<int64_t>(x.size()), x.data(), n.data(), ss.data());
   else
     for (size_t i = 0; i < x.size(); ++i) ss[i] = ops_->sum_squares(x[i], n[i]);

@@ -29,7 +29,7 @@ class TensorSlots {
  public:
   // `device` is [run] device: a tensor plugin's overlap = "auto" overlaps on "cuda" only.
   TensorSlots(const model::Config& mc, const std::string& device, const plugins::Selection& sel,
-              dist::CommWorld* world, const loom_ops* ops, GemmNumerics numerics);
+              dist::CommWorld* world, const loom_ops_v2* ops, GemmNumerics numerics);
   ~TensorSlots();
   LayerApi& api() { return *api_; }
   // The context slot (cp > 1), null otherwise.
@@ -53,7 +53,7 @@ class TensorSlots {
   void start_experts(const plugins::Selection& sel, int64_t experts);
   void start_context(const plugins::Selection& sel, int64_t seq_len);
   dist::CommWorld* world_;
-  const loom_ops* ops_;
+  const loom_ops_v2* ops_;
   std::unique_ptr<plugins::Instance> tensor_, sequence_, expert_;
   std::unique_ptr<ExpertDispatch> dispatch_;
   std::unique_ptr<plugins::Instance> context_plugin_;

@@ -1,7 +1,8 @@
 // The ABI promise, tested against history: plugins built from their own sources against the SDK
-// headers of an old commit (ABI 1.3: the last commit before 1.4; ABI 1.7: the last before 1.8)
-// load into today's ABI 2 runtime through its adapters and train 2 ranks bitwise as the plugins
-// built today do: the same loss and gradient norm, to the last digit metrics.jsonl writes.
+// headers of an old commit (ABI 1.3: the last commit before 1.4; ABI 1.7: the last before 1.8;
+// ABI 2.7: the last before 3.0) or against ABI 2's frozen headers (tests/abi2/include) load into
+// today's ABI 3 runtime through its adapters and train 2 ranks bitwise as the plugins built today
+// do: the same loss and gradient norm, to the last digit metrics.jsonl writes.
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -17,8 +18,10 @@ namespace {
 using Sources =
     std::vector<std::pair<std::string, std::string>>;  // {source in the tree, library name}
 
-// Builds `sources` as they were at REV against REV's headers into DIR; empty REV: today's.
-void build_plugins(const std::string& rev, const Sources& sources, const fs::path& dir) {
+// Builds `sources` as they were at REV against REV's headers into DIR; empty REV: today's. A
+// non-empty `include` is the SDK header root instead of REV's.
+void build_plugins(const std::string& rev, const Sources& sources, const fs::path& dir,
+                   const std::string& include = "") {
   fs::create_directories(dir / "src");
   const std::string flags = " -std=c++20 -O2 -shared -fPIC -fvisibility=hidden -I";
   std::string root = LOOM_SOURCE_DIR;
@@ -31,8 +34,8 @@ void build_plugins(const std::string& rev, const Sources& sources, const fs::pat
     root = (dir / "src").string();
   }
   for (const auto& [src, lib] : sources) {
-    auto built = sh("c++" + flags + root + "/sdk/include " + root + "/" + src + " -o " +
-                    (dir / lib).string());
+    auto built = sh("c++" + flags + (include.empty() ? root + "/sdk/include" : include) + " " +
+                    root + "/" + src + " -o " + (dir / lib).string());
     REQUIRE_MESSAGE(built.rc == 0, built.out);
   }
 }
@@ -149,4 +152,52 @@ TEST_CASE(
   CHECK(refused.rc == 2);
   CHECK(refused.out.find("reports ZeRO stage 2 but does not declare LOOM_DATA_SHARDED (it was "
                          "built against plugin ABI 1.3)") != std::string::npos);
+}
+
+// ABI 2's binaries: the four installed examples built from today's sources against ABI 2's frozen
+// headers, and ddp as ABI 2.7 left it (its bf16 wire calls ABI 2's to_bf16 and from_bf16, which
+// ABI 3's table replaced with convert). The runtime hands them ABI 2's op table.
+TEST_CASE(
+    "the installed examples built against ABI 2's frozen headers and ABI 2.7's ddp train 2 ranks "
+    "bitwise as today's builds, and as the recorded trace") {
+  TempDir t;
+  const std::string ck = (t.path / "ck").string();
+  write_config(t, "nproc = 2\ndp = 2\n",
+               "precision = \"tf32\"\ncomm = \"counting\"\nckpt = \"scramble\"\n"
+               "[plugins.counting]\ninner = \"gloo\"\n[plugins.ddp]\nreduce_dtype = \"bf16\"\n"
+               "[checkpoint]\nevery = 2\ndir = \"" +
+                   ck + "\"\n");
+  const Sources examples = {{"sdk/examples/tf32-precision/tf32.cpp", "libloom-precision-tf32.so"},
+                            {"sdk/examples/counting-comm/counting.cpp", "libloom-comm-counting.so"},
+                            {"sdk/examples/scramble-ckpt/scramble.cpp", "libloom-ckpt-scramble.so"},
+                            {"sdk/examples/ema-data/ema.cpp", "libloom-parallel-ema.so"}};
+  build_plugins("", examples, t.path / "today");
+  build_plugins("", examples, t.path / "2", LOOM_SOURCE_DIR "/tests/abi2/include");
+  build_plugins("773831a", {{"plugins/parallel/ddp/ddp.cpp", "libloom-parallel-ddp.so"}},
+                t.path / "2");
+  std::string today_abis, abis;
+  const std::vector<std::string> today = train(t, t.path / "today", "today", today_abis);
+  fs::remove_all(ck);
+  const std::vector<std::string> old = train(t, t.path / "2", "2", abis);
+  INFO(abis << " against " << today_abis);
+  for (const char* name : {"tf32=2.7 ", "counting=2.7 ", "scramble=2.7 ", "ddp=2.7 "})
+    CHECK(abis.find(name) != std::string::npos);
+  CHECK(today_abis.find("tf32=3.0 ") != std::string::npos);
+  CHECK(old == today);
+  // The example data plugin in place of ddp.
+  write_config(t, "nproc = 2\ndp = 2\n", "precision = \"tf32\"\ndata = \"ema\"\n");
+  std::string ema_abis, ema_today_abis;
+  const std::vector<std::string> ema_today =
+      train(t, t.path / "today", "ema-today", ema_today_abis);
+  CHECK(train(t, t.path / "2", "ema-2", ema_abis) == ema_today);
+  CHECK(ema_abis.find("ema=2.7 ") != std::string::npos);
+  // Recorded on an Intel Xeon (AMX) at 3.0's first commit; other CPUs' BLAS kernels round
+  // differently, so within 1e-4 relative.
+  const double recorded[4] = {5.50181881, 5.47599391, 5.45119311, 5.39133666};
+  REQUIRE(old.size() == 4);
+  for (size_t i = 0; i < 4; ++i) {
+    const double loss = std::stod(old[i].substr(0, old[i].find(' ')));
+    INFO("step " << i + 1 << ": " << old[i]);
+    CHECK(std::abs(loss - recorded[i]) <= 1e-4 * std::abs(recorded[i]));
+  }
 }

@@ -18,7 +18,7 @@ bool has(const std::string& text, const std::string& part) {
 TEST_CASE("version and help") {
   auto v = run_loom("version");
   CHECK(v.rc == 0);
-  CHECK(has(v.out, "plugin ABI 2.7"));
+  CHECK(has(v.out, "plugin ABI 3.0"));
   CHECK((has(v.out, "CPU GEMM: oneDNN ") || has(v.out, "CPU GEMM: OpenBLAS ")));
   auto h = run_loom("--help");
   CHECK(h.rc == 0);
@@ -42,7 +42,7 @@ TEST_CASE("loom plugins lists name, kind, versions and path, --json too") {
   auto j = run_loom("plugins --json");
   CHECK(j.rc == 0);
   CHECK(has(j.out, "\"name\": \"fp32\", \"kind\": \"precision\""));
-  CHECK(has(j.out, "\"abi\": \"2.7\""));  // what the SDK stamps into a plugin built now
+  CHECK(has(j.out, "\"abi\": \"3.0\""));  // what the SDK stamps into a plugin built now
 }
 
 TEST_CASE("loom plugins info prints options with types, defaults and help") {
@@ -102,7 +102,7 @@ TEST_CASE("plugin failures at the command line") {
   CHECK(has(not_found.out, "found:"));
   auto abi = run_loom("config check " + t.write("b.toml", "[plugins]\nprecision = \"future\"\n"));
   CHECK(abi.rc == 1);
-  CHECK(has(abi.out, "ABI 99.3; this runtime speaks ABI 2.7"));
+  CHECK(has(abi.out, "ABI 99.3; this runtime speaks ABI 3.0"));
   auto junk =
       run_loom("config check " + t.write("c.toml", "[plugins]\nprecision = \"notaplugin\"\n"));
   CHECK(junk.rc == 1);

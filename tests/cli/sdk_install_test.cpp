@@ -30,7 +30,7 @@ TEST_CASE("every built-in plugin exports its entry point and nothing else") {
   std::istringstream names(list.out);
   for (std::string library; std::getline(names, library); ++libraries) {
     INFO(library);
-    CHECK(exported(library) == "loom_plugin_entry_v2\n");
+    CHECK(exported(library) == "loom_plugin_entry_v3\n");
   }
   CHECK(libraries >= 10);  // fp32, bf16, fp16, fp8, ddp, zero, tp, sp, cp, pp, ep, gloo, ...
 }
@@ -54,7 +54,7 @@ TEST_CASE("the installed examples build against the installed SDK alone and load
   REQUIRE_MESSAGE(configure.rc == 0, configure.out);
   auto compile = sh("cmake --build " + build);
   REQUIRE_MESSAGE(compile.rc == 0, compile.out);
-  CHECK(exported(build + "/libloom-precision-tf32.so") == "loom_plugin_entry_v2\n");
+  CHECK(exported(build + "/libloom-precision-tf32.so") == "loom_plugin_entry_v3\n");
 
   // The only include directory is the installed one.
   auto commands = sh("cat " + build + "/compile_commands.json");
@@ -86,7 +86,7 @@ TEST_CASE("the installed examples build against the installed SDK alone and load
     auto made = sh("cmake --build " + out);
     REQUIRE_MESSAGE(made.rc == 0, made.out);
     // loom_add_plugin's version script: libstdc++'s weak template copies are not exported.
-    CHECK(exported(sh("ls " + out + "/libloom-*.so").out) == "loom_plugin_entry_v2\n");
+    CHECK(exported(sh("ls " + out + "/libloom-*.so").out) == "loom_plugin_entry_v3\n");
     auto about = sh("LOOM_PLUGIN_PATH=" + out + " " + prefix + "/bin/loom plugins info " + plugin);
     INFO(example << "\n" << about.out);
     CHECK(about.rc == 0);

@@ -303,7 +303,7 @@ TEST_CASE(
   std::ifstream rec(std::filesystem::path(s.run_dir("r4")) / "plugins.json");
   const std::string run((std::istreambuf_iterator<char>(rec)), {});
   CHECK(run.find("\"slot\": \"precision\", \"name\": \"fp32\", \"version\": \"1.0.0\", \"abi\": "
-                 "\"2.7\", \"library\": \"") != std::string::npos);
+                 "\"3.0\", \"library\": \"") != std::string::npos);
   CHECK(run.find("libloom-precision-fp32.so\"") != std::string::npos);
   std::ifstream man(std::filesystem::path(ck) / "step-00000006" / "manifest.json");
   const std::string m((std::istreambuf_iterator<char>(man)), {});

@@ -21,8 +21,8 @@
 
 namespace {
 
-const loom_ops& cpu() { return *loom::ops::cpu(); }
-const loom_ops& gpu() { return *loom::cuda::ops(); }
+const loom_ops_v2& cpu() { return *loom::ops::cpu(); }
+const loom_ops_v2& gpu() { return *loom::cuda::ops(); }
 
 std::vector<float> random(size_t n, float scale = 1.f, uint32_t seed = 1) {
   std::mt19937 rng(seed);
@@ -301,8 +301,8 @@ TEST_CASE("CUDA block attention with positions and merge match the CPU (ABI 1.5)
 TEST_CASE(
     "CUDA device contract (ABI 2.2): copies both ways, zero, events and pinned memory do what the "
     "CPU's do") {
-  const loom_ops& g = gpu();
-  REQUIRE(LOOM_HAS_FIELD(&g, loom_ops, pinned_free));
+  const loom_ops_v2& g = gpu();
+  REQUIRE(LOOM_HAS_FIELD(&g, loom_ops_v2, pinned_free));
   const std::vector<float> x = random(4097, 1.f, 11);
   Dev<float> d(filled(x.size()));
   g.copy(d.p, x.data(), static_cast<int64_t>(x.size() * sizeof(float)));  // host to device
@@ -325,7 +325,7 @@ TEST_CASE(
 TEST_CASE(
     "CUDA device contract (ABI 2.4): declared as config check reads it, streams ordered by events, "
     "host operands without a drain") {
-  const loom_ops& g = gpu();
+  const loom_ops_v2& g = gpu();
   CHECK(g.host_reachable == 0);
   CHECK(loom::ops::declared_host_reachable("cuda") == (g.host_reachable == 1));
   // A kernel on compute, a copy of its output on comm after compute's event, read after comm's.
@@ -358,7 +358,7 @@ TEST_CASE(
   cpu().embedding_fwd(out.data(), sent.data(), wte.data(), nullptr, B, T, C);
   CHECK(dout.host() == out);
   // Every tensor's sum of squares in one call, as one per tensor.
-  REQUIRE(LOOM_HAS_FIELD(&g, loom_ops, sum_squares_multi));
+  REQUIRE(LOOM_HAS_FIELD(&g, loom_ops_v2, sum_squares_multi));
   const std::vector<const float*> xs = {da.p, db.p};
   const std::vector<int64_t> n = {3001, 1000};
   std::vector<double> sums(2);

@@ -26,7 +26,7 @@ static const loom_precision_v2 impostor = {
     .exact = 0};
 static const loom_plugin* const list[] = {&impostor.base};
 
-LOOM_EXPORT loom_status loom_plugin_entry_v2(const loom_host* host, const loom_plugin* const** out,
+LOOM_EXPORT loom_status loom_plugin_entry_v3(const loom_host* host, const loom_plugin* const** out,
                                              size_t* count, loom_error* err) {
   (void)host;
   (void)err;

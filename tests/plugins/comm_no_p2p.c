@@ -171,7 +171,7 @@ static const loom_comm_v2 table = {
     .wait = wait_for};
 static const loom_plugin* const list[] = {&table.base};
 
-LOOM_EXPORT loom_status loom_plugin_entry_v2(const loom_host* host, const loom_plugin* const** out,
+LOOM_EXPORT loom_status loom_plugin_entry_v3(const loom_host* host, const loom_plugin* const** out,
                                              size_t* count, loom_error* err) {
   (void)host;
   (void)err;

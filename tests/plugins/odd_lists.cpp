@@ -4,8 +4,8 @@
 //                            data plugin ("v1quiet") whose save_state and load_state are there, as
 //                            ABI 1's SDK filled them for every plugin, and save nothing
 //   LOOM_TEST_V1_MINOR_9     an ABI 1 plugin claiming ABI 1.9, which never existed
-//   LOOM_TEST_EMPTY_LIST     an ABI 2 entry that returns OK and no plugins
-//   LOOM_TEST_ONE_BAD        an ABI 2 list of two: a good plugin ("boom") and one whose table is
+//   LOOM_TEST_EMPTY_LIST     an ABI 3 entry that returns OK and no plugins
+//   LOOM_TEST_ONE_BAD        an ABI 3 list of two: a good plugin ("boom") and one whose table is
 //                            incomplete (an fp32 impostor with no way to round an operand)
 // The ABI 1 ones use the layouts the runtime keeps for its adapters.
 #include "loader/abi_v1.hpp"
@@ -101,7 +101,7 @@ extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v1(const v1::host*,
   return LOOM_OK;
 }
 #else
-extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v2(const loom_host*,
+extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v3(const loom_host*,
                                                         const loom_plugin* const** out,
                                                         size_t* count, loom_error*) {
   *out = v2_list;

@@ -20,7 +20,7 @@ static const loom_plugin table = {.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(l
                                   .destroy = destroy};
 static const loom_plugin* const list[] = {&table};
 
-LOOM_EXPORT loom_status loom_plugin_entry_v2(const loom_host* host, const loom_plugin* const** out,
+LOOM_EXPORT loom_status loom_plugin_entry_v3(const loom_host* host, const loom_plugin* const** out,
                                              size_t* count, loom_error* err) {
   (void)host;
   (void)err;

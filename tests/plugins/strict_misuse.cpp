@@ -100,7 +100,7 @@ class Misuse : public loom::sdk::CommPlugin {
     (void)first;
 #else
     const int64_t n = loom::sdk::numel(buf);
-    ops_->scale(device, 1.f, n);  // on the compute stream
+    ops_->scale({device, LOOM_F32, 0}, 1.f, n);  // on the compute stream
     void* host = ops_->pinned_alloc(n * 4);
     ops_->set_stream(LOOM_STREAM_COMM);
     ops_->copy(host, device, n * 4);  // the bug: no wait_event on the compute stream's work first

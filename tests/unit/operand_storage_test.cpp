@@ -21,8 +21,8 @@ namespace {
 
 // The CPU's table as a device that multiplies bf16 has it (where the CPU has no AMX its
 // gemm_typed widens the operands: the values are the same).
-loom_ops bf16_table() {
-  loom_ops t = *ops::cpu();
+loom_ops_v2 bf16_table() {
+  loom_ops_v2 t = *ops::cpu();
   t.gemm_operand_dtypes |= 1u << LOOM_BF16;
   return t;
 }
@@ -35,7 +35,7 @@ struct Trained {
 
 // One forward and backward of a 2-block GPT with bf16 GEMM operands on `table`; `store_narrow`
 // false casts each GEMM's operands where it runs.
-Trained run_bf16(const loom_ops& table, const std::string& recompute, bool store_narrow = true) {
+Trained run_bf16(const loom_ops_v2& table, const std::string& recompute, bool store_narrow = true) {
   plugins::Registry reg{{{plugins::Registry::install_dir(), "install"}}};
   config::Config cfg = config::Config::parse("[plugins]\nprecision = \"bf16\"\n", "t.toml");
   const plugins::Selection sel = plugins::resolve(cfg, reg);
@@ -74,7 +74,7 @@ Trained run_bf16(const loom_ops& table, const std::string& recompute, bool store
 TEST_CASE(
     "bf16 GEMMs keep the norms' outputs and the MLP activation in 16 bits: the emulation's "
     "numbers in fewer bytes, and recomputation refills them bit for bit") {
-  const loom_ops table = bf16_table();
+  const loom_ops_v2 table = bf16_table();
   const Trained stored = run_bf16(table, "none"), cast = run_bf16(table, "none", false);
   CHECK(stored.loss == cast.loss);
   CHECK(stored.grads == cast.grads);

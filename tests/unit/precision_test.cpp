@@ -208,9 +208,9 @@ TEST_CASE(
   config::Config cfg = config::Config::parse("[plugins]\nprecision = \"bf16\"\n", "t.toml");
   Selection sel = resolve(cfg, reg);
   loom_options opts = options_for(cfg, "bf16");
-  loom_ops emulating = *ops::cpu();  // the CPU's table as a device without bf16 GEMMs has it
+  loom_ops_v2 emulating = *ops::cpu();  // the CPU's table as a device without bf16 GEMMs has it
   emulating.gemm_operand_dtypes = 0;
-  for (const loom_ops* table : {ops::cpu(), static_cast<const loom_ops*>(&emulating)}) {
+  for (const loom_ops_v2* table : {ops::cpu(), static_cast<const loom_ops_v2*>(&emulating)}) {
     Precision prec(sel.slot("precision")->found, &opts, table);
     const bool narrow = (table->gemm_operand_dtypes >> LOOM_BF16) & 1u;
     INFO("the device multiplies bf16: " << narrow);

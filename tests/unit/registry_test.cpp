@@ -57,12 +57,12 @@ TEST_CASE("a plugin built for another ABI major names both versions") {
   std::string future = message_of<RuntimeError>(
       [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-future.so"); });
   CHECK(has(future,
-            "was built for Loom plugin ABI 99.3; this runtime speaks ABI 2.7 (and loads ABI 1 "
-            "through adapters)"));
+            "is returned by loom_plugin_entry_v3 but claims plugin ABI 99.3; this runtime speaks "
+            "ABI 3.0 (and loads ABI 1 and 2 through adapters)"));
   std::string next = message_of<RuntimeError>(
       [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-nextmajor.so"); });
-  CHECK(has(next, "was built for Loom plugin ABI 3 (exports loom_plugin_entry_v3)"));
-  CHECK(has(next, "this runtime speaks ABI 2.7"));
+  CHECK(has(next, "was built for Loom plugin ABI 4 (exports loom_plugin_entry_v4)"));
+  CHECK(has(next, "this runtime speaks ABI 3.0"));
 }
 
 TEST_CASE("a descriptor smaller than its kind's table is refused, not read past its end") {
@@ -79,7 +79,9 @@ TEST_CASE("a shared library that is not a Loom plugin says so") {
   Registry reg = test_registry();
   std::string e = message_of<RuntimeError>(
       [&] { reg.load(std::string(LOOM_TEST_PLUGIN_DIR) + "/libloom-precision-notaplugin.so"); });
-  CHECK(has(e, "is not a Loom plugin: it exports no loom_plugin_entry_v2 (or _v1) symbol"));
+  CHECK(has(e,
+            "is not a Loom plugin: it exports no loom_plugin_entry_v3 (or _v2, _v1) "
+            "symbol"));
 }
 
 TEST_CASE("a plugin's own message from create() reaches the user") {

@@ -27,13 +27,13 @@ std::vector<float> random_floats(size_t n, unsigned seed) {
 }
 
 // A device copy of `host`, allocated through the table's own copies.
-float* to_device(const loom_ops* o, const std::vector<float>& host) {
+float* to_device(const loom_ops_v2* o, const std::vector<float>& host) {
   auto* p = static_cast<float*>(loom::strict::device_alloc(host.size() * sizeof(float)));
   o->copy(p, host.data(), static_cast<int64_t>(host.size() * sizeof(float)));
   return p;
 }
 
-std::vector<float> to_host(const loom_ops* o, const float* device, size_t n) {
+std::vector<float> to_host(const loom_ops_v2* o, const float* device, size_t n) {
   std::vector<float> v(n);
   o->copy(v.data(), device, static_cast<int64_t>(n * sizeof(float)));  // to pageable memory: waits
   return v;
@@ -62,7 +62,7 @@ bool has(const std::string& s, const std::string& part) {
 TEST_CASE(
     "strict device: a GEMM, a norm and AdamW through the stream workers equal the CPU kernels bit "
     "for bit") {
-  const loom_ops* o = loom::strict::ops();
+  const loom_ops_v2* o = loom::strict::ops();
   const int64_t M = 37, N = 29, K = 45;
   const auto A = random_floats(M * K, 1), B = random_floats(K * N, 2);
   std::vector<float> C(M * N, 0.f);
@@ -91,7 +91,7 @@ TEST_CASE(
 TEST_CASE(
     "strict device: sum_squares_multi equals one sum_squares per tensor, with one host wait for "
     "them all") {
-  const loom_ops* o = loom::strict::ops();
+  const loom_ops_v2* o = loom::strict::ops();
   const std::vector<std::vector<float>> xs = {random_floats(5000, 7), random_floats(1, 8),
                                               random_floats(333, 9)};
   std::vector<const float*> on_device;
@@ -113,7 +113,7 @@ TEST_CASE(
 TEST_CASE(
     "strict device: the MoE routing entries equal the CPU kernels bit for bit, handing the host "
     "only experts and sums") {
-  const loom_ops* o = loom::strict::ops();
+  const loom_ops_v2* o = loom::strict::ops();
   const int64_t N = 12, E = 5, K = 2, T = 4, B = N / T, C = 7;
   const auto z = random_floats(N * E, 11);
   std::vector<float> p(N * E), lse(N), w(N * K);
@@ -178,7 +178,7 @@ TEST_CASE(
 }
 
 TEST_CASE("strict device: a copy to a pinned block lands once the host has waited on its event") {
-  const loom_ops* o = loom::strict::ops();
+  const loom_ops_v2* o = loom::strict::ops();
   const auto x = random_floats(1000, 6);
   float* dx = to_device(o, x);
   auto* pinned = static_cast<float*>(o->pinned_alloc(1000 * sizeof(float)));
@@ -199,7 +199,7 @@ TEST_CASE("strict device: a copy to a pinned block lands once the host has waite
 TEST_CASE(
     "strict device: an op reading what another stream writes, without waiting on its event, is "
     "refused by name") {
-  const loom_ops* o = loom::strict::ops();
+  const loom_ops_v2* o = loom::strict::ops();
   float* buf = to_device(o, random_floats(256, 7));
   float* other = to_device(o, std::vector<float>(256, 0.f));
   o->synchronize();         // the uploads are done: only the scale below is unordered
@@ -227,7 +227,7 @@ TEST_CASE(
 
 // The faults, each in a process of its own (skipped unless a test above asks for it by name).
 TEST_CASE("strict child: host reads device memory" * doctest::skip()) {
-  const loom_ops* o = loom::strict::ops();
+  const loom_ops_v2* o = loom::strict::ops();
   float* d = to_device(o, std::vector<float>(16, 1.f));
   o->synchronize();
   volatile float x = d[3];
@@ -235,7 +235,7 @@ TEST_CASE("strict child: host reads device memory" * doctest::skip()) {
 }
 
 TEST_CASE("strict child: host reads a pinned block before waiting on the copy" * doctest::skip()) {
-  const loom_ops* o = loom::strict::ops();
+  const loom_ops_v2* o = loom::strict::ops();
   float* d = to_device(o, std::vector<float>(1 << 20, 1.f));
   auto* pinned = static_cast<float*>(o->pinned_alloc(4 << 20));
   o->gemm(0, 0, 1024, 1024, 1024, 1.f, d, 1024, d, 1024, 0.f, d, 1024);  // keeps the stream busy
@@ -245,7 +245,7 @@ TEST_CASE("strict child: host reads a pinned block before waiting on the copy" *
 }
 
 TEST_CASE("strict child: a kernel given host memory" * doctest::skip()) {
-  const loom_ops* o = loom::strict::ops();
+  const loom_ops_v2* o = loom::strict::ops();
   std::vector<float> host(16, 1.f);
   o->scale(host.data(), 2.f, 16);
 }

@@ -25,6 +25,7 @@ namespace {
 
 using loom::sdk::DeviceArray;
 using loom::sdk::ErrorBox;
+using loom::sdk::f32;
 using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
@@ -144,22 +145,12 @@ class Cp : public loom::sdk::ContextPlugin {
     int64_t q_elems() const { return B * T * H * D; }
   };
 
-  // Byte moves within this rank's buffers, through the device's copies when it has them:
-  // on a device the host cannot reach, a memcpy would fault.
+  // Byte moves within this rank's buffers, through the device's copies: on a device the host
+  // cannot reach, a memcpy would fault.
   void copy(void* dst, const void* src, size_t bytes) const {
-    const loom_ops* o = ctx_.ops;
-    if (LOOM_HAS_FIELD(o, loom_ops, copy) && o->copy)
-      o->copy(dst, src, static_cast<int64_t>(bytes));
-    else
-      std::memcpy(dst, src, bytes);
+    ctx_.ops->copy(dst, src, static_cast<int64_t>(bytes));
   }
-  void zero(void* dst, size_t bytes) const {
-    const loom_ops* o = ctx_.ops;
-    if (LOOM_HAS_FIELD(o, loom_ops, zero) && o->zero)
-      o->zero(dst, static_cast<int64_t>(bytes));
-    else
-      std::memset(dst, 0, bytes);
-  }
+  void zero(void* dst, size_t bytes) const { ctx_.ops->zero(dst, static_cast<int64_t>(bytes)); }
 
   int next() const { return (rank_ + 1) % n_; }
   int prev() const { return (rank_ + n_ - 1) % n_; }
@@ -188,14 +179,14 @@ class Cp : public loom::sdk::ContextPlugin {
     const int64_t W = s_.kv_width(), C = s_.Hkv * s_.D;
     auto t0 = Clock::now();
     if (first) {
-      o->attention_block_fwd(a.out, a.lse, a.q, kv, kv + C, a.ldq, W, s_.B, s_.T, s_.T, s_.H,
-                             s_.Hkv, s_.D, pos(rank_), pos(src));
+      o->attention_block_fwd(f32(a.out), a.lse, f32(a.q), f32(kv), f32(kv + C), a.ldq, W, s_.B,
+                             s_.T, s_.T, s_.H, s_.Hkv, s_.D, pos(rank_), pos(src));
     } else if (!masked(src)) {
       float* part = part_.at_least(s_.q_elems());
       float* part_lse = part_lse_.at_least(s_.B * s_.H * s_.T);
-      o->attention_block_fwd(part, part_lse, a.q, kv, kv + C, a.ldq, W, s_.B, s_.T, s_.T, s_.H,
-                             s_.Hkv, s_.D, pos(rank_), pos(src));
-      o->attention_merge(a.out, a.lse, part, part_lse, s_.B, s_.T, s_.H, s_.D);
+      o->attention_block_fwd(f32(part), part_lse, f32(a.q), f32(kv), f32(kv + C), a.ldq, W, s_.B,
+                             s_.T, s_.T, s_.H, s_.Hkv, s_.D, pos(rank_), pos(src));
+      o->attention_merge(f32(a.out), a.lse, f32(part), part_lse, s_.B, s_.T, s_.H, s_.D);
     }
     compute_ms_ += ms_since(t0);
   }
@@ -283,9 +274,10 @@ class Cp : public loom::sdk::ContextPlugin {
     const int64_t W = s_.kv_width(), C = s_.Hkv * s_.D, HD = s_.H * s_.D;
     float* dq = dq_block_.at_least(s_.q_elems());
     auto t0 = Clock::now();
-    o->attention_block_bwd(dq, dkv, dkv + C, a.dout, q_.data(), kv, kv + C, a.out, a.lse, HD, W,
-                           s_.B, s_.T, s_.T, s_.H, s_.Hkv, s_.D, pos(rank_), pos(src));
-    o->accumulate(dq_.data(), dq, s_.q_elems());
+    o->attention_block_bwd(f32(dq), f32(dkv), f32(dkv + C), f32(a.dout), f32(q_.data()), f32(kv),
+                           f32(kv + C), f32(a.out), a.lse, HD, W, s_.B, s_.T, s_.T, s_.H, s_.Hkv,
+                           s_.D, pos(rank_), pos(src));
+    o->accumulate(f32(dq_.data()), f32(dq), s_.q_elems());
     compute_ms_ += ms_since(t0);
     return true;
   }
@@ -331,7 +323,7 @@ class Cp : public loom::sdk::ContextPlugin {
       else if (i == 0)
         zero(sum_out, n * sizeof(float));
       else if (added)
-        ctx_.ops->add(sum_out, sum_in, mine, n);
+        ctx_.ops->add(f32(sum_out), f32(sum_in), f32(mine), n);
       else
         copy(sum_out, sum_in, n * sizeof(float));
       compute_ms_ += ms_since(t0);

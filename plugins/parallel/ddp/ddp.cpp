@@ -54,6 +54,8 @@ struct Bucket {
 };
 
 using loom::formats::block_bytes;
+using loom::sdk::bf16;
+using loom::sdk::f32;
 
 class Ddp : public loom::sdk::ReplicatedDataPlugin {
  public:
@@ -181,9 +183,10 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
         continue;
       }
       if (bf16_)
-        ctx_.ops->from_bf16(ctx_.grads + b.begin, b.staged.as<uint16_t>(), b.end - b.begin);
+        ctx_.ops->convert(f32(ctx_.grads + b.begin), bf16(b.staged.as<uint16_t>()), b.end - b.begin,
+                          1.f, nullptr, nullptr);
       if (b.expert)
-        ctx_.ops->scale(ctx_.grads + b.begin, expert_scale_,
+        ctx_.ops->scale(f32(ctx_.grads + b.begin), expert_scale_,
                         b.end - b.begin);  // the grads may be device memory
     }
     auto t1 = Clock::now();
@@ -277,7 +280,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     ctx_.ops->decode_blocks(sum_.data(), b.received.data(), width, width, n,
                             LOOM_BLOCKS_SUM | LOOM_BLOCKS_ADD);
     const float mean = (b.expert ? expert_scale_ : 1.f) / static_cast<float>(n);
-    ctx_.ops->scale(sum_.data(), mean, width);
+    ctx_.ops->scale(f32(sum_.data()), mean, width);
     const int64_t mine = std::max<int64_t>(0, std::min(width, count - r * width));
     ctx_.ops->encode_blocks(b.sent.data(), sum_.data(), mine, width, 1);
     loom_tensor in = loom::sdk::flat_tensor(b.sent.data(), LOOM_U8, stride);
@@ -300,7 +303,8 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     loom_tensor t = loom::sdk::flat_tensor(ctx_.grads + b.begin, LOOM_F32, b.end - b.begin);
     if (bf16_) {
       if (b.staged.size() == 0) b.staged = bytes(2 * (b.end - b.begin), "a bf16 gradient wire");
-      ctx_.ops->to_bf16(b.staged.as<uint16_t>(), ctx_.grads + b.begin, b.end - b.begin);
+      ctx_.ops->convert(bf16(b.staged.as<uint16_t>()), f32(ctx_.grads + b.begin), b.end - b.begin,
+                        1.f, nullptr, nullptr);
       t = loom::sdk::flat_tensor(b.staged.data(), LOOM_BF16, b.end - b.begin);
     }
     sent_ += 2 * (n - 1) * (b.end - b.begin) * (bf16_ ? 2 : 4) /

@@ -155,7 +155,7 @@ class Ep : public loom::sdk::ExpertPlugin {
   }
 
   void copy(void* dst, const void* src, size_t bytes) const {
-    if (device_ && LOOM_HAS_FIELD(device_, loom_ops, copy) && device_->copy)
+    if (device_)
       device_->copy(dst, src, static_cast<int64_t>(bytes));
     else
       std::memcpy(dst, src, bytes);

@@ -17,6 +17,7 @@ namespace {
 
 using loom::sdk::ConfigError;
 using loom::sdk::ErrorBox;
+using loom::sdk::f32;
 
 using loom::sdk::flat_tensor;
 
@@ -79,10 +80,6 @@ class Tp : public loom::sdk::TensorPlugin {
   explicit Tp(const loom::sdk::Context& ctx) : host_(ctx.host) {}
 
   void setup(const loom_tensor_context& ctx) override {
-    if (!LOOM_HAS_FIELD(ctx.ops, loom_ops, xent_grad))
-      throw loom::sdk::Error(LOOM_UNAVAILABLE,
-                             "tp's vocab-parallel loss runs as op-table kernels (ABI 2.5); this "
-                             "runtime's table is older");
     ctx_ = ctx;
     row_max_ = loom::sdk::DeviceArray<float>(host_.raw(), ctx.ops, 0, "the loss's row maxima");
     row_sums_ = loom::sdk::DeviceArray<float>(host_.raw(), ctx.ops, 0, "the loss's row sums");
@@ -135,7 +132,7 @@ class Tp : public loom::sdk::TensorPlugin {
       float* d = dwte + t * C;
       const float* g = dout + i * C;
       if (o) {
-        o->accumulate(d, g, C);  // in row order, as below: the same sums
+        o->accumulate(f32(d), f32(g), C);  // in row order, as below: the same sums
         continue;
       }
       for (int64_t c = 0; c < C; ++c) d[c] += g[c];
@@ -154,14 +151,14 @@ class Tp : public loom::sdk::TensorPlugin {
     const int64_t real = std::max<int64_t>(0, std::min(vl, vr - vb));
     float* mx = row_max_.at_least(N);
     float* sums = row_sums_.at_least(2 * N);
-    o->row_max(mx, z, N, vl, real);
+    o->row_max(mx, f32(z), N, vl, real);
     loom_tensor tm = flat_tensor(mx, LOOM_F32, N);
     all_reduce(tm, LOOM_REDUCE_MAX, "cross-entropy max");
-    o->xent_stats(sums, z, targets, mx, N, vl, real, vb);
+    o->xent_stats(sums, f32(z), targets, mx, N, vl, real, vb);
     loom_tensor ts = flat_tensor(sums, LOOM_F32, 2 * N);
     all_reduce(ts, LOOM_REDUCE_SUM, "cross-entropy sums");
     losses_.resize(static_cast<size_t>(N));
-    o->xent_grad(z, losses_.data(), targets, mx, sums, N, vl, real, vb, dloss);
+    o->xent_grad(f32(z), losses_.data(), targets, mx, sums, N, vl, real, vb, dloss);
     double total = 0;
     for (int64_t i = 0; i < N; ++i)
       if (targets[i] >= 0) total += losses_[i];
@@ -172,7 +169,7 @@ class Tp : public loom::sdk::TensorPlugin {
   // The op table when the host cannot dereference its memory, else nullptr.
   const loom_ops* device() const {
     const loom_ops* o = ctx_.ops;
-    return o && LOOM_HAS_FIELD(o, loom_ops, pinned_free) && !o->host_reachable ? o : nullptr;
+    return o && !o->host_reachable ? o : nullptr;
   }
 
   void all_reduce(loom_tensor& t, loom_reduce_op op, const char* what) {

@@ -51,6 +51,7 @@ namespace {
 using loom::sdk::Error;
 using Clock = std::chrono::steady_clock;
 using Floats = loom::sdk::DeviceArray<float>;
+using loom::sdk::f32;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -246,20 +247,20 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     // copy, so a norm does not make the gathers finish before the next forward.
     const bool in_flight =
         std::any_of(updates_.begin(), updates_.end(), [](loom_work* w) { return w != nullptr; });
-    std::vector<const float*> x;
+    std::vector<loom_cref> x;
     std::vector<int64_t> n;
     std::vector<int> part;
     for (const Segment& s : segments_) {
       if (s.flags & LOOM_PARAM_MIRROR) continue;
-      x.push_back(which == 0  ? grad_at(s.shard_at)
-                  : in_flight ? update_src_.data() + s.shard_at
-                              : value_at(s.shard_at));
+      x.push_back(f32(which == 0  ? grad_at(s.shard_at)
+                      : in_flight ? update_src_.data() + s.shard_at
+                                  : value_at(s.shard_at)));
       n.push_back(s.len);
       part.push_back((s.flags & LOOM_PARAM_TP_SHARDED) ? 1 : 0);
     }
     std::vector<double> sums(x.size(), 0.0);
     if (!x.empty())
-      ctx_.ops->sum_squares_multi(static_cast<int64_t>(x.size()), x.data(), n.data(), sums.data());
+      ctx_.ops->sum_squares(static_cast<int64_t>(x.size()), x.data(), n.data(), sums.data());
     out[0] = out[1] = 0;
     for (size_t i = 0; i < sums.size(); ++i) out[part[i]] += sums[i];
   }
@@ -270,15 +271,25 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     for (auto& [u, g] : gathers_)
       complete(u, g);  // no gather may still be reading the weights about to change
     await_updates();
+    // Every segment in one adamw call (one launch on a GPU); segments are disjoint, so this is
+    // each segment's own update.
+    std::vector<float*> p, m, v;
+    std::vector<const float*> g;
+    std::vector<int64_t> n;
+    std::vector<float> decay;
     for (const Segment& s : segments_) {
-      float* g = grad_at(s.shard_at);
-      if (hp.grad_scale != 1.0) ctx_.ops->scale(g, static_cast<float>(hp.grad_scale), s.len);
-      ctx_.ops->adamw(value_at(s.shard_at), g, m_.data() + s.shard_at, v_.data() + s.shard_at,
-                      s.len, static_cast<float>(hp.lr), static_cast<float>(hp.beta1),
-                      static_cast<float>(hp.beta2), static_cast<float>(hp.eps),
-                      (s.flags & LOOM_PARAM_DECAY) ? static_cast<float>(hp.weight_decay) : 0.f,
-                      hp.step);
+      float* grad = grad_at(s.shard_at);
+      if (hp.grad_scale != 1.0)
+        ctx_.ops->scale(f32(grad), static_cast<float>(hp.grad_scale), s.len);
+      p.push_back(value_at(s.shard_at)), g.push_back(grad), n.push_back(s.len);
+      m.push_back(m_.data() + s.shard_at), v.push_back(v_.data() + s.shard_at);
+      decay.push_back((s.flags & LOOM_PARAM_DECAY) ? static_cast<float>(hp.weight_decay) : 0.f);
     }
+    if (!p.empty())
+      ctx_.ops->adamw(static_cast<int64_t>(p.size()), p.data(), g.data(), m.data(), v.data(),
+                      n.data(), decay.data(), static_cast<float>(hp.lr),
+                      static_cast<float>(hp.beta1), static_cast<float>(hp.beta2),
+                      static_cast<float>(hp.eps), hp.step);
     if (stage_ == 3) {  // gathered copies are stale now; the next forward gathers again
       for (auto& [u, g] : gathers_) free_bufs_.push_back(std::move(g.buf));
       gathers_.clear();
@@ -463,11 +474,12 @@ class Zero : public loom::sdk::ShardedDataPlugin {
     const Group& g = group_[r.unit];
     const int64_t piece = piece_[r.unit];
     reduce_.reduced(g.n, r.piece.data(), piece, r.wire);
-    if (g.scale != 1.f) ctx_.ops->scale(r.piece.data(), g.scale, piece);
+    if (g.scale != 1.f) ctx_.ops->scale(f32(r.piece.data()), g.scale, piece);
     if (stage_ == 1)
       ctx_.ops->copy(full_grads_[r.unit].data() + g.rank * piece, r.piece.data(), 4 * piece);
     else
-      ctx_.ops->accumulate(shard_grads_.data() + shard_at_[r.unit], r.piece.data(), piece);
+      ctx_.ops->accumulate(f32(shard_grads_.data() + shard_at_[r.unit]), f32(r.piece.data()),
+                           piece);
     if (r.bucket >= 0) bucket_busy_[r.bucket] = false;
     free_pieces_.push_back(std::move(r.piece));
   }

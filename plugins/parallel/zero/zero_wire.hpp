@@ -56,7 +56,8 @@ class WireCodec {
     if (wire_ == Wire::BF16) {
       bufs.in = array(2 * piece * n, "a bf16 gradient wire"),
       bufs.out = array(2 * piece, "a bf16 gradient wire");
-      ctx_.ops->to_bf16(bufs.in.as<uint16_t>(), in, piece * n);
+      ctx_.ops->convert(loom::sdk::bf16(bufs.in.as<uint16_t>()), loom::sdk::f32(in), piece * n, 1.f,
+                        nullptr, nullptr);
       tin = flat(bufs.in.data(), LOOM_BF16, piece * n),
       tout = flat(bufs.out.data(), LOOM_BF16, piece);
     }
@@ -67,10 +68,12 @@ class WireCodec {
     return (n - 1) * wire_bytes(wire_, piece);
   }
   void reduced(int n, float* out, int64_t piece, WireBufs& bufs) const {
-    if (wire_ == Wire::BF16) ctx_.ops->from_bf16(out, bufs.out.as<uint16_t>(), piece);
+    if (wire_ == Wire::BF16)
+      ctx_.ops->convert(loom::sdk::f32(out), loom::sdk::bf16(bufs.out.as<uint16_t>()), piece, 1.f,
+                        nullptr, nullptr);
     if (wire_ != Wire::FP8) return;
     ctx_.ops->decode_blocks(out, bufs.out.data(), piece, piece, n, LOOM_BLOCKS_SUM);
-    ctx_.ops->scale(out, 1.f / static_cast<float>(n),
+    ctx_.ops->scale(loom::sdk::f32(out), 1.f / static_cast<float>(n),
                     piece);  // the sum of n blocks: their mean, as AVG
   }
 
@@ -91,7 +94,8 @@ class WireCodec {
     } else if (wire_ == Wire::BF16) {
       bufs.in = array(2 * piece, "a bf16 parameter wire"),
       bufs.out = array(2 * piece * n, "a bf16 parameter wire");
-      ctx_.ops->to_bf16(bufs.in.as<uint16_t>(), mine, piece);
+      ctx_.ops->convert(loom::sdk::bf16(bufs.in.as<uint16_t>()), loom::sdk::f32(mine), piece, 1.f,
+                        nullptr, nullptr);
       tin = flat(bufs.in.data(), LOOM_BF16, piece),
       tout = flat(bufs.out.data(), LOOM_BF16, piece * n);
     }
@@ -101,7 +105,9 @@ class WireCodec {
     return (n - 1) * wire_bytes(wire_, piece);
   }
   void gathered(int n, float* all, int64_t piece, WireBufs& bufs) const {
-    if (wire_ == Wire::BF16) ctx_.ops->from_bf16(all, bufs.out.as<uint16_t>(), piece * n);
+    if (wire_ == Wire::BF16)
+      ctx_.ops->convert(loom::sdk::f32(all), loom::sdk::bf16(bufs.out.as<uint16_t>()), piece * n,
+                        1.f, nullptr, nullptr);
     if (wire_ == Wire::FP8) ctx_.ops->decode_blocks(all, bufs.out.data(), piece * n, piece, n, 0);
     bufs = WireBufs{};
   }

@@ -16,10 +16,10 @@ int set_threads(int n) {
   return n;
 }
 
-const loom_ops* op_table() {
-  static const loom_ops table = [] {
-    loom_ops t{};
-    t.v = LOOM_VERSION_OF(loom_ops);
+const loom_ops_v2* op_table() {
+  static const loom_ops_v2 table = [] {
+    loom_ops_v2 t{};
+    t.v = LOOM_OPS_V2_VERSION;
     t.device = {LOOM_DEVICE_CPU, 0};
     LOOM_OPS_KERNEL_ENTRIES(t, loom::cpu);
     t.gemm_operand_dtypes = gemm_operand_dtypes();

@@ -1,11 +1,13 @@
-// CPU kernels behind the op table (loom_ops in plugin.h). Each function does one thing; the math
-// is in a comment above its definition. OpenMP parallelises over rows or (batch, head) pairs;
+// CPU kernels behind the op table (loom_ops_v2, tensor/ops_v2.h). Each function does one thing; the
+// math is in a comment above its definition. OpenMP parallelises over rows or (batch, head) pairs;
 // GEMMs go to OpenBLAS.
 #pragma once
 
 #include <loom/plugin.h>
 
 #include <cstdint>
+
+#include "tensor/ops_v2.h"
 
 namespace loom::cpu {
 
@@ -131,6 +133,6 @@ int set_threads(int n);
 const char* gemm_library();
 
 // The op table of these kernels, on the host's memory (ops::cpu() hands it out).
-const loom_ops* op_table();
+const loom_ops_v2* op_table();
 
 }  // namespace loom::cpu

@@ -1,4 +1,4 @@
-// The CUDA op table's entries (pointers are device memory), in the order of loom_ops. Each .cu
+// The CUDA op table's entries (pointers are device memory), in the order of loom_ops_v2. Each .cu
 // file holds a family; table.cpp assembles them into the table.
 #pragma once
 
@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tensor/ops_v2.h"
+
 namespace loom::cuda {
 
 // Whether a CUDA device can run here; `why` says why not (no driver, no device).
@@ -14,7 +16,7 @@ bool available(std::string* why = nullptr);
 // Makes GPU LOCAL_RANK % devices this process's (ranks on one node take one GPU each).
 void select_device();
 // The op table over device pointers. Throws when no device is available.
-const loom_ops* ops();
+const loom_ops_v2* ops();
 // The cudaStream_t of LOOM_STREAM_COMPUTE or _COMM, for the loom.native_streams service.
 void* native_stream(int32_t which);
 

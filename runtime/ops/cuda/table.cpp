@@ -1,4 +1,4 @@
-// The CUDA op table: the device check, the two streams and their events, and the loom_ops that
+// The CUDA op table: the device check, the two streams and their events, and the loom_ops_v2 that
 // points at the kernels of this folder. Pointers passed to it are device memory, which the host
 // does not touch (host_reachable = 0): the strict device's contract, kept on a GPU.
 #include <array>
@@ -135,12 +135,12 @@ cudaStream_t stream() { return stream_of(t_stream); }
 
 void* native_stream(int32_t which) { return stream_of(which); }
 
-const loom_ops* ops() {
+const loom_ops_v2* ops() {
   std::string why;
   if (!available(&why)) throw std::runtime_error("the CUDA op table needs a GPU: " + why);
-  static const loom_ops table = [] {
-    loom_ops t{};
-    t.v = LOOM_VERSION_OF(loom_ops);
+  static const loom_ops_v2 table = [] {
+    loom_ops_v2 t{};
+    t.v = LOOM_OPS_V2_VERSION;
     t.device = {LOOM_DEVICE_CUDA, 0};
     LOOM_OPS_KERNEL_ENTRIES(t, loom::cuda);
     LOOM_OPS_CONTRACT_ENTRIES(t, loom::cuda);

@@ -557,11 +557,11 @@ void pinned_free_entry(void* p) {
 
 int64_t host_read_bytes() { return g_host_read_bytes.load(std::memory_order_relaxed); }
 
-const loom_ops* ops() {
+const loom_ops_v2* ops() {
   install_fault_handler();
-  static const loom_ops table = [] {
-    loom_ops t{};
-    t.v = LOOM_VERSION_OF(loom_ops);
+  static const loom_ops_v2 table = [] {
+    loom_ops_v2 t{};
+    t.v = LOOM_OPS_V2_VERSION;
     t.device = {LOOM_DEVICE_STRICT, 0};
     LOOM_OPS_KERNEL_ENTRIES(t, loom::strict);
     LOOM_OPS_CONTRACT_ENTRIES(t, loom::strict);

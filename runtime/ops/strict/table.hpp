@@ -5,9 +5,11 @@
 
 #include <loom/plugin.h>
 
+#include "tensor/ops_v2.h"
+
 namespace loom::strict {
 
-const loom_ops* ops();
+const loom_ops_v2* ops();
 
 // Bytes `copy` has moved from device memory to the host on the compute stream so far: the data
 // round trips of host code (the comm stream's staging for gloo and MPI is left out).

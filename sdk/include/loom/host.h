@@ -1,5 +1,5 @@
 /*
- * Loom plugin ABI 2: the host table (what the runtime offers every plugin) and the services a
+ * Loom plugin ABI 3: the host table (what the runtime offers every plugin) and the services a
  * plugin asks for by name. Self-contained C11; <loom/plugin.h> includes it.
  */
 #ifndef LOOM_HOST_H
@@ -75,16 +75,16 @@ typedef struct loom_trace {
   void (*end)(int64_t token);
 } loom_trace;
 
-/* The op table of the device this process trains on (ABI 2.2), from create() on during `loom
- * train`: a comm plugin that takes device memory orders its copies against the compute stream
- * with it (loom_ops.record_event, wait_event, copy on LOOM_STREAM_COMM). The service is the
- * table itself. */
+/* The op table of the device this process trains on (<loom/ops.h>'s; an ABI 1 or 2 plugin gets
+ * ABI 2's), from create() on during `loom train`: a comm plugin that takes device memory orders its
+ * copies against the compute stream with it (loom_ops.record_event, wait_event, copy on
+ * LOOM_STREAM_COMM). The service is the table itself. */
 #define LOOM_SERVICE_DEVICE "loom.device"
 
-/* The device's own stream handles (ABI 2.4), for a plugin that issues work on them itself (NCCL
- * on the comm stream): stream(LOOM_STREAM_COMPUTE or _COMM) is a cudaStream_t on CUDA. NULL on
- * devices without native streams (cpu, strict). Order work against the table's own with
- * loom.device's record_event and wait_event. */
+/* The device's own stream handles (since ABI 2.4; min_minor 0 under ABI 3), for a plugin that
+ * issues work on them itself (NCCL on the comm stream): stream(LOOM_STREAM_COMPUTE or _COMM) is a
+ * cudaStream_t on CUDA. NULL on devices without native streams (cpu, strict). Order work against
+ * the table's own with loom.device's record_event and wait_event. */
 #define LOOM_SERVICE_NATIVE_STREAMS "loom.native_streams"
 typedef struct loom_native_streams {
   loom_version v;

@@ -1,5 +1,5 @@
 /*
- * Loom plugin ABI, version 2.
+ * Loom plugin ABI, version 3.
  *
  * The whole boundary between the Loom runtime and a strategy plugin. Plain C11: no C++ types, no
  * exceptions, no ownership of runtime memory crosses it. A plugin written in C++20 uses
@@ -13,16 +13,18 @@
  *                             context) and the planner's cost entry; included from here
  *
  * Rules that keep it stable:
- *  - Every table starts with a loom_plugin whose v = {2, minor, sizeof(table)}.
+ *  - Every table starts with a loom_plugin whose v = {3, minor, sizeof(table)}. The tables named
+ *    _v2 kept ABI 2's layout in ABI 3 (only the op table changed), so their names stay.
  *  - A table of this major is frozen: it never gains a field. A later feature is either a new
- *    major's table (exported by loom_plugin_entry_v3 beside v2) or an extension found by name
- *    through get_proc. The runtime keeps loading older majors' binaries through adapters.
+ *    major's table (exported by loom_plugin_entry_v4 beside v3) or an extension found by name
+ *    through get_proc. The runtime keeps loading older majors' binaries through adapters: an
+ *    ABI 1 or ABI 2 plugin receives ABI 2's op table, the one it was built against.
  *  - Entries marked "optional" may be NULL; every other entry must be set, and the runtime
  *    refuses a table that leaves one NULL, naming it, when the library is loaded.
  *  - Strings handed to the plugin are borrowed for the duration of the call unless said otherwise;
  *    strings and arrays the plugin hands back (names, help, schemas) must live as long as the
  *    library.
- *  - A library exports one symbol, loom_plugin_entry_v2.
+ *  - A library exports one symbol, loom_plugin_entry_v3.
  */
 #ifndef LOOM_PLUGIN_H
 #define LOOM_PLUGIN_H
@@ -273,11 +275,11 @@ typedef struct loom_comm_v2 {
 
 /* Returns the library's descriptors in *out (static storage, *count entries). Called once per
  * process; `host` stays valid for the life of the process. */
-typedef loom_status (*loom_plugin_entry_v2_fn)(const loom_host* host,
+typedef loom_status (*loom_plugin_entry_v3_fn)(const loom_host* host,
                                                const loom_plugin* const** out, size_t* count,
                                                loom_error* err);
 
-#define LOOM_PLUGIN_ENTRY_V2 "loom_plugin_entry_v2"
+#define LOOM_PLUGIN_ENTRY_V3 "loom_plugin_entry_v3"
 
 #ifdef __cplusplus
 }

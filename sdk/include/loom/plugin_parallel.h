@@ -1,5 +1,5 @@
 /*
- * Loom plugin ABI, version 2: the parallel slots (data, tensor, sequence, pipeline, expert,
+ * Loom plugin ABI, version 3: the parallel slots (data, tensor, sequence, pipeline, expert,
  * context), and the planner's cost entry that each of them may fill.
  * Included by <loom/plugin.h>, inside its extern "C" block; include that instead. The rules at
  * the top of plugin.h hold here too.
@@ -404,7 +404,7 @@ typedef struct loom_position_run {
 } loom_position_run;
 
 /* One attention call over this rank's T local positions of B sequences, in the layouts of the op
- * table's attention_gqa_fwd/_bwd: q rows ldq apart, k and v rows ldkv apart, out rows H*D, lse
+ * table's attention_fwd/_bwd: q rows ldq apart, k and v rows ldkv apart, out rows H*D, lse
  * [B, H, T]. Forward writes out and lse (over every rank's keys); backward reads them with dout
  * and writes dq, dk, dv (the gradients of this rank's q, k and v, summed over every rank's
  * queries). */

@@ -176,6 +176,20 @@ class ErrorBox {
   loom_error* e_;
 };
 
+// The op table's typed arguments (loom_ref, loom_cref) from pointers: fp32, or bf16 values held
+// as their 16 bits (loom/bf16.hpp): ops->scale(loom::sdk::f32(x), 0.5f, n).
+// A writable pointer passes where either is taken.
+struct TypedArg {
+  void* data;
+  int32_t dtype;
+  operator loom_ref() const { return {data, dtype, 0}; }
+  operator loom_cref() const { return {data, dtype, 0}; }
+};
+inline TypedArg f32(float* p) { return {p, LOOM_F32}; }
+inline loom_cref f32(const float* p) { return {p, LOOM_F32, 0}; }
+inline TypedArg bf16(uint16_t* p) { return {p, LOOM_BF16}; }
+inline loom_cref bf16(const uint16_t* p) { return {p, LOOM_BF16, 0}; }
+
 // n elements of T on the op table's device (host->alloc on ops->device: the host heap on the CPU,
 // counted with the tensors; device memory elsewhere, which host code reaches only through the
 // table's copies and kernels), zero-filled, freed with the object. For the model state, wire
@@ -566,9 +580,9 @@ class ContextPlugin : public Plugin {
 #include <loom/sdk_tables_parallel.hpp>
 #undef LOOM_SDK_TABLES_FROM_SDK
 
-// Generates loom_plugin_entry_v2 returning the listed descriptors.
+// Generates loom_plugin_entry_v3 returning the listed descriptors.
 #define LOOM_PLUGIN(...)                                                                       \
-  extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v2(                                     \
+  extern "C" LOOM_EXPORT loom_status loom_plugin_entry_v3(                                     \
       const loom_host* host, const loom_plugin* const** out, size_t* count, loom_error* err) { \
     ::loom::sdk::detail::host() = host;                                                        \
     return ::loom::sdk::detail::guarded(err, [&] {                                             \

@@ -1,5 +1,5 @@
 /*
- * Loom plugin ABI 2: the plain types every table uses (versions, statuses, tensors, options).
+ * Loom plugin ABI 3: the plain types every table uses (versions, statuses, tensors, options).
  * Self-contained C11; <loom/plugin.h> includes it.
  */
 #ifndef LOOM_TYPES_H
@@ -12,16 +12,12 @@
 extern "C" {
 #endif
 
-#define LOOM_ABI_MAJOR 2
-/* 2.0 froze ABI 1.8's features into one table per slot (see plugin.h); 2.1 added the pipeline
- * action LOOM_PIPE_WEIGHT (a backward split in two), which no table layout changed for; 2.2
- * added the device contract at the end of loom_ops (copies, streams, events) and
- * LOOM_DEVICE_STRICT; 2.3 adamw_multi; 2.4 sum_squares_multi, the comm table's group_start,
- * group_end and capabilities, and loom.native_streams; 2.5 the wire codecs and the vocab-parallel
- * loss's kernels in loom_ops, and LOOM_DATA_DEVICE; 2.6 the MoE routing kernels in loom_ops;
- * 2.7 narrow GEMM operands (gemm_operand_dtypes, quantize_into, gemm_typed) in loom_ops
- * (docs/plugins.md has the whole changelog). */
-#define LOOM_ABI_MINOR 7
+#define LOOM_ABI_MAJOR 3
+/* 3.0 typed the op table (loom_ref arguments, a dtype mask per operation, one entry per
+ * operation) and exports loom_plugin_entry_v3; every other table keeps ABI 2's layout and name.
+ * ABI 2 ended at 2.7 (narrow GEMM operands); ABI 1 and 2 binaries load through the runtime's
+ * adapters (docs/plugins.md has the whole changelog). */
+#define LOOM_ABI_MINOR 0
 
 #if defined(_WIN32)
 #define LOOM_EXPORT __declspec(dllexport)

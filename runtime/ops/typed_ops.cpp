@@ -1,0 +1,313 @@
+#include "ops/typed_ops.hpp"
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace loom::ops {
+namespace {
+
+// One typed table per ABI 2 table: the devices' own (cpu, strict, cuda) and the few a process
+// builds besides them (a profiler's wrapper, a test's).
+constexpr int kSlots = 8;
+std::array<const loom_ops_v2*, kSlots> g_inner{};
+
+constexpr uint32_t bit(int32_t dtype) { return dtype >= 0 && dtype < 32 ? 1u << dtype : 0u; }
+
+const char* dtype_name(int32_t d) {
+  static const char* names[] = {"f32", "f64", "bf16", "f16", "fp8_e4m3", "fp8_e5m2",
+                                "i32", "i64", "u8"};
+  return d >= 0 && d < 9 ? names[d] : "an unknown dtype";
+}
+
+// A typed argument outside the entry's mask: a bug in the caller, reported as a GPU reports an
+// illegal launch, since a kernel entry has no error channel.
+[[noreturn]] void refuse(const char* entry, const char* arg, int32_t dtype) {
+  std::fprintf(stderr,
+               "loom: loom_ops.%s was handed %s as %s (dtype %d), which this device's table does "
+               "not accept (see loom_ops.dtypes)\n",
+               entry, arg, dtype_name(dtype), dtype);
+  std::abort();
+}
+
+float* f32(loom_ref r, const char* entry, const char* arg) {
+  if (r.dtype != LOOM_F32) refuse(entry, arg, r.dtype);
+  return static_cast<float*>(r.data);
+}
+const float* f32(loom_cref r, const char* entry, const char* arg) {
+  if (r.dtype != LOOM_F32) refuse(entry, arg, r.dtype);
+  return static_cast<const float*>(r.data);
+}
+
+// The forwarding entries of slot Kind: each reads its ABI 2 table from g_inner[Kind].
+template <int Kind>
+struct Typed {
+  static const loom_ops_v2& in() { return *g_inner[Kind]; }
+
+  static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, loom_cref A,
+                   int64_t lda, loom_cref B, int64_t ldb, float beta, loom_ref C, int64_t ldc) {
+    float* c = f32(C, "gemm", "C");
+    if (A.dtype == LOOM_F32 && B.dtype == LOOM_F32)
+      return in().gemm(ta, tb, M, N, K, alpha, static_cast<const float*>(A.data), lda,
+                       static_cast<const float*>(B.data), ldb, beta, c, ldc);
+    const uint32_t ok = in().gemm_typed ? bit(LOOM_F32) | bit(LOOM_BF16) : bit(LOOM_F32);
+    if (!(ok & bit(A.dtype))) refuse("gemm", "A", A.dtype);
+    if (!(ok & bit(B.dtype))) refuse("gemm", "B", B.dtype);
+    in().gemm_typed(ta, tb, M, N, K, alpha, A.data, A.dtype, lda, B.data, B.dtype, ldb, beta, c,
+                    ldc);
+  }
+  static void embedding_fwd(loom_ref out, const int32_t* tok, const float* wte, const float* wpe,
+                            int64_t B, int64_t T, int64_t C) {
+    in().embedding_fwd(f32(out, "embedding_fwd", "out"), tok, wte, wpe, B, T, C);
+  }
+  static void embedding_bwd(float* dwte, float* dwpe, loom_cref dout, const int32_t* tok,
+                            int64_t B, int64_t T, int64_t C) {
+    in().embedding_bwd(dwte, dwpe, f32(dout, "embedding_bwd", "dout"), tok, B, T, C);
+  }
+  static void layernorm_fwd(loom_ref out, float* mean, float* rstd, loom_cref inp, const float* w,
+                            const float* b, int64_t N, int64_t C, float eps) {
+    in().layernorm_fwd_eps(f32(out, "layernorm_fwd", "out"), mean, rstd,
+                           f32(inp, "layernorm_fwd", "inp"), w, b, N, C, eps);
+  }
+  static void layernorm_bwd(loom_ref dinp, float* dw, float* db, loom_cref dout, loom_cref inp,
+                            const float* w, const float* mean, const float* rstd, int64_t N,
+                            int64_t C) {
+    const char* e = "layernorm_bwd";
+    in().layernorm_bwd(f32(dinp, e, "dinp"), dw, db, f32(dout, e, "dout"), f32(inp, e, "inp"), w,
+                       mean, rstd, N, C);
+  }
+  static void rmsnorm_fwd(loom_ref out, float* rstd, loom_cref inp, const float* w, int64_t N,
+                          int64_t C, float eps) {
+    in().rmsnorm_fwd_eps(f32(out, "rmsnorm_fwd", "out"), rstd, f32(inp, "rmsnorm_fwd", "inp"), w,
+                         N, C, eps);
+  }
+  static void rmsnorm_bwd(loom_ref dinp, float* dw, loom_cref dout, loom_cref inp, const float* w,
+                          const float* rstd, int64_t N, int64_t C) {
+    const char* e = "rmsnorm_bwd";
+    in().rmsnorm_bwd(f32(dinp, e, "dinp"), dw, f32(dout, e, "dout"), f32(inp, e, "inp"), w, rstd,
+                     N, C);
+  }
+  static void bias_add(loom_ref out, const float* bias, int64_t N, int64_t C) {
+    in().bias_add(f32(out, "bias_add", "out"), bias, N, C);
+  }
+  static void bias_bwd(float* dbias, loom_cref dout, int64_t N, int64_t C) {
+    in().bias_bwd(dbias, f32(dout, "bias_bwd", "dout"), N, C);
+  }
+  static void gelu_fwd(loom_ref out, loom_cref inp, int64_t n) {
+    in().gelu_fwd(f32(out, "gelu_fwd", "out"), f32(inp, "gelu_fwd", "inp"), n);
+  }
+  static void gelu_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t n) {
+    const char* e = "gelu_bwd";
+    in().gelu_bwd(f32(dinp, e, "dinp"), f32(inp, e, "inp"), f32(dout, e, "dout"), n);
+  }
+  static void gelu_erf_fwd(loom_ref out, loom_cref inp, int64_t n) {
+    in().gelu_erf_fwd(f32(out, "gelu_erf_fwd", "out"), f32(inp, "gelu_erf_fwd", "inp"), n);
+  }
+  static void gelu_erf_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t n) {
+    const char* e = "gelu_erf_bwd";
+    in().gelu_erf_bwd(f32(dinp, e, "dinp"), f32(inp, e, "inp"), f32(dout, e, "dout"), n);
+  }
+  static void swiglu_fwd(loom_ref out, loom_cref inp, int64_t N, int64_t F) {
+    in().swiglu_fwd(f32(out, "swiglu_fwd", "out"), f32(inp, "swiglu_fwd", "inp"), N, F);
+  }
+  static void swiglu_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t N, int64_t F) {
+    const char* e = "swiglu_bwd";
+    in().swiglu_bwd(f32(dinp, e, "dinp"), f32(inp, e, "inp"), f32(dout, e, "dout"), N, F);
+  }
+  static void attention_fwd(loom_ref out, float* lse, loom_cref q, loom_cref k, loom_cref v,
+                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H,
+                            int64_t Hkv, int64_t D) {
+    const char* e = "attention_fwd";
+    in().attention_gqa_fwd(f32(out, e, "out"), lse, f32(q, e, "q"), f32(k, e, "k"),
+                           f32(v, e, "v"), ldq, ldkv, B, T, H, Hkv, D);
+  }
+  static void attention_bwd(loom_ref dq, loom_ref dk, loom_ref dv, loom_cref dout, loom_cref q,
+                            loom_cref k, loom_cref v, loom_cref out, const float* lse, int64_t ldq,
+                            int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                            int64_t D) {
+    const char* e = "attention_bwd";
+    in().attention_gqa_bwd(f32(dq, e, "dq"), f32(dk, e, "dk"), f32(dv, e, "dv"),
+                           f32(dout, e, "dout"), f32(q, e, "q"), f32(k, e, "k"), f32(v, e, "v"),
+                           f32(out, e, "out"), lse, ldq, ldkv, B, T, H, Hkv, D);
+  }
+  static void attention_block_fwd(loom_ref out, float* lse, loom_cref q, loom_cref k, loom_cref v,
+                                  int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk,
+                                  int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
+                                  const int64_t* kpos) {
+    const char* e = "attention_block_fwd";
+    in().attention_block_fwd(f32(out, e, "out"), lse, f32(q, e, "q"), f32(k, e, "k"),
+                             f32(v, e, "v"), ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos, kpos);
+  }
+  static void attention_block_bwd(loom_ref dq, loom_ref dk, loom_ref dv, loom_cref dout,
+                                  loom_cref q, loom_cref k, loom_cref v, loom_cref out,
+                                  const float* lse, int64_t ldq, int64_t ldkv, int64_t B,
+                                  int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D,
+                                  const int64_t* qpos, const int64_t* kpos) {
+    const char* e = "attention_block_bwd";
+    in().attention_block_bwd(f32(dq, e, "dq"), f32(dk, e, "dk"), f32(dv, e, "dv"),
+                             f32(dout, e, "dout"), f32(q, e, "q"), f32(k, e, "k"),
+                             f32(v, e, "v"), f32(out, e, "out"), lse, ldq, ldkv, B, Tq, Tk, H,
+                             Hkv, D, qpos, kpos);
+  }
+  static void attention_merge(loom_ref out, float* lse, loom_cref part, const float* part_lse,
+                              int64_t B, int64_t T, int64_t H, int64_t D) {
+    const char* e = "attention_merge";
+    in().attention_merge(f32(out, e, "out"), lse, f32(part, e, "part"), part_lse, B, T, H, D);
+  }
+  static void rope_fwd(loom_ref x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+                       const float* cos, const float* sin, int64_t pos0) {
+    in().rope_fwd(f32(x, "rope_fwd", "x"), ld, B, T, heads, D, cos, sin, pos0);
+  }
+  static void rope_bwd(loom_ref dx, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
+                       const float* cos, const float* sin, int64_t pos0) {
+    in().rope_bwd(f32(dx, "rope_bwd", "dx"), ld, B, T, heads, D, cos, sin, pos0);
+  }
+  static void add(loom_ref y, loom_cref a, loom_cref b, int64_t n) {
+    in().add(f32(y, "add", "y"), f32(a, "add", "a"), f32(b, "add", "b"), n);
+  }
+  static void accumulate(loom_ref y, loom_cref x, int64_t n) {
+    in().accumulate(f32(y, "accumulate", "y"), f32(x, "accumulate", "x"), n);
+  }
+  static void scale(loom_ref x, float s, int64_t n) { in().scale(f32(x, "scale", "x"), s, n); }
+  static void sum_squares(int64_t count, const loom_cref* x, const int64_t* n, double* out) {
+    std::vector<const float*> p(static_cast<size_t>(count));
+    for (int64_t t = 0; t < count; ++t) p[static_cast<size_t>(t)] = f32(x[t], "sum_squares", "x");
+    in().sum_squares_multi(count, p.data(), n, out);
+  }
+  static void convert(loom_ref dst, loom_cref src, int64_t n, float scale, float* amax,
+                      int64_t* clipped) {
+    if (src.dtype == LOOM_F32 && dst.dtype == LOOM_BF16) {
+      const float* s = static_cast<const float*>(src.data);
+      if (in().quantize_into)
+        return in().quantize_into(dst.data, LOOM_BF16, s, n, scale, amax, clipped);
+      if (scale != 1.f || amax || clipped) refuse_scaled();
+      return in().to_bf16(static_cast<uint16_t*>(dst.data), s, n);
+    }
+    if (src.dtype == LOOM_BF16 && dst.dtype == LOOM_F32) {
+      if (amax || clipped) refuse_scaled();
+      float* d = static_cast<float*>(dst.data);
+      in().from_bf16(d, static_cast<const uint16_t*>(src.data), n);  // exact
+      if (scale != 1.f) in().scale(d, scale, n);                      // the one rounding
+      return;
+    }
+    refuse("convert", src.dtype == LOOM_F32 ? "dst" : "src",
+           src.dtype == LOOM_F32 ? dst.dtype : src.dtype);
+  }
+  [[noreturn]] static void refuse_scaled() {
+    std::fprintf(stderr,
+                 "loom: loom_ops.convert on %s measures amax and clipped only when narrowing, and "
+                 "narrows with a scale only where the device has a scaled cast (not CUDA yet)\n",
+                 in().device.kind == LOOM_DEVICE_CUDA ? "cuda" : "this device");
+    std::abort();
+  }
+  static void softmax_xent(loom_ref logits, float* losses, const int32_t* targets, int64_t N,
+                           int64_t V, int64_t V_real, float dloss) {
+    in().softmax_xent(f32(logits, "softmax_xent", "logits"), losses, targets, N, V, V_real, dloss);
+  }
+  static void row_max(float* mx, loom_cref z, int64_t N, int64_t ld, int64_t cols) {
+    in().row_max(mx, f32(z, "row_max", "z"), N, ld, cols);
+  }
+  static void xent_stats(float* stats, loom_cref z, const int32_t* targets, const float* mx,
+                         int64_t N, int64_t ld, int64_t cols, int64_t first) {
+    in().xent_stats(stats, f32(z, "xent_stats", "z"), targets, mx, N, ld, cols, first);
+  }
+  static void xent_grad(loom_ref z, float* losses, const int32_t* targets, const float* mx,
+                        const float* stats, int64_t N, int64_t ld, int64_t cols, int64_t first,
+                        float dloss) {
+    in().xent_grad(f32(z, "xent_grad", "z"), losses, targets, mx, stats, N, ld, cols, first,
+                   dloss);
+  }
+  static void gather_rows(loom_ref dst, loom_cref src, const int32_t* index, int64_t rows,
+                          int64_t C) {
+    in().gather_rows(f32(dst, "gather_rows", "dst"), f32(src, "gather_rows", "src"), index, rows,
+                     C);
+  }
+  static void combine_rows(loom_ref y, loom_cref rows, const float* w, const int32_t* slot,
+                           int64_t N, int64_t K, int64_t C) {
+    in().combine_rows(f32(y, "combine_rows", "y"), f32(rows, "combine_rows", "rows"), w, slot, N,
+                      K, C);
+  }
+  static void combine_rows_bwd(loom_ref drows, float* dw, loom_cref dy, loom_cref rows,
+                               const float* w, const int32_t* slot, int64_t N, int64_t K,
+                               int64_t C) {
+    const char* e = "combine_rows_bwd";
+    in().combine_rows_bwd(f32(drows, e, "drows"), dw, f32(dy, e, "dy"), f32(rows, e, "rows"), w,
+                          slot, N, K, C);
+  }
+
+  // Every entry: the device contract and the untyped kernels are the ABI 2 table's own.
+  static loom_ops build(const loom_ops_v2& i) {
+    loom_ops t{};
+    t.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof(loom_ops)};
+    t.device = i.device;
+    typed_dtypes(i, t.dtypes);
+    t.gemm_native_dtypes = i.gemm_operand_dtypes;
+    t.host_reachable = i.host_reachable;
+    t.copy = i.copy, t.zero = i.zero, t.set_stream = i.set_stream;
+    t.record_event = i.record_event, t.wait_event = i.wait_event, t.sync_event = i.sync_event;
+    t.synchronize = i.synchronize, t.pinned_alloc = i.pinned_alloc, t.pinned_free = i.pinned_free;
+    t.gemm = &gemm;
+    t.embedding_fwd = &embedding_fwd, t.embedding_bwd = &embedding_bwd;
+    t.layernorm_fwd = &layernorm_fwd, t.layernorm_bwd = &layernorm_bwd;
+    t.rmsnorm_fwd = &rmsnorm_fwd, t.rmsnorm_bwd = &rmsnorm_bwd;
+    t.bias_add = &bias_add, t.bias_bwd = &bias_bwd;
+    t.gelu_fwd = &gelu_fwd, t.gelu_bwd = &gelu_bwd;
+    t.gelu_erf_fwd = &gelu_erf_fwd, t.gelu_erf_bwd = &gelu_erf_bwd;
+    t.swiglu_fwd = &swiglu_fwd, t.swiglu_bwd = &swiglu_bwd;
+    t.attention_fwd = &attention_fwd, t.attention_bwd = &attention_bwd;
+    t.attention_block_fwd = &attention_block_fwd, t.attention_block_bwd = &attention_block_bwd;
+    t.attention_merge = &attention_merge;
+    t.rope_fwd = &rope_fwd, t.rope_bwd = &rope_bwd;
+    t.add = &add, t.accumulate = &accumulate, t.scale = &scale, t.sum_squares = &sum_squares;
+    t.convert = &convert, t.quantize = i.quantize;
+    t.softmax_xent = &softmax_xent;
+    t.row_max = &row_max, t.xent_stats = &xent_stats, t.xent_grad = &xent_grad;
+    t.adamw = i.adamw_multi;
+    t.encode_blocks = i.encode_blocks, t.decode_blocks = i.decode_blocks;
+    t.router_topk = i.router_topk, t.router_topk_bwd = i.router_topk_bwd;
+    t.gather_rows = &gather_rows, t.combine_rows = &combine_rows;
+    t.combine_rows_bwd = &combine_rows_bwd;
+    return t;
+  }
+};
+
+template <int Kind>
+const loom_ops* table_for(const loom_ops_v2* inner) {
+  static loom_ops table;
+  if (!g_inner[Kind]) {
+    g_inner[Kind] = inner;
+    table = Typed<Kind>::build(*inner);
+  }
+  return &table;
+}
+
+template <size_t... I>
+const loom_ops* table_in_slot(size_t slot, const loom_ops_v2* inner, std::index_sequence<I...>) {
+  const loom_ops* t = nullptr;
+  ((slot == I ? (t = table_for<static_cast<int>(I)>(inner), 0) : 0), ...);
+  return t;
+}
+
+}  // namespace
+
+void typed_dtypes(const loom_ops_v2& inner, uint32_t (&dtypes)[LOOM_OP_COUNT]) {
+  for (uint32_t& d : dtypes) d = bit(LOOM_F32);
+  if (inner.gemm_typed) dtypes[LOOM_OP_GEMM] |= bit(LOOM_BF16);
+  dtypes[LOOM_OP_CONVERT] |= bit(LOOM_BF16);
+}
+
+const loom_ops* typed(const loom_ops_v2* inner) {
+  if (!inner) return nullptr;
+  static std::mutex m;
+  std::lock_guard<std::mutex> lock(m);
+  for (size_t slot = 0; slot < kSlots; ++slot)
+    if (!g_inner[slot] || g_inner[slot] == inner)
+      return table_in_slot(slot, inner, std::make_index_sequence<kSlots>());
+  std::fprintf(stderr, "loom: more than %d op tables asked for a typed table\n", kSlots);
+  std::abort();
+}
+
+}  // namespace loom::ops

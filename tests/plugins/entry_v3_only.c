@@ -1,4 +1,0 @@
-/* A library from a later major: it exports only loom_plugin_entry_v3. */
-#include <loom/plugin.h>
-
-LOOM_EXPORT int loom_plugin_entry_v3(void) { return 0; }

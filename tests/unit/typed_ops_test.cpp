@@ -1,0 +1,140 @@
+// ABI 3's typed op table (ops/typed_ops.hpp) over the CPU's and the strict device's ABI 2
+// tables: each entry gives the ABI 2 kernel's bits for fp32 arguments and for the bf16 ones its
+// mask admits, and a dtype outside the mask stops the process naming the entry.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ops/ops.hpp"
+#include "ops/typed_ops.hpp"
+#include "support/gradcheck.hpp"
+
+namespace {
+
+using loom::test::randn;
+
+loom_ref ref(std::vector<float>& v) { return {v.data(), LOOM_F32, 0}; }
+loom_cref cref(const std::vector<float>& v) { return {v.data(), LOOM_F32, 0}; }
+
+// What a child process printed to stderr before it died, and how it died.
+std::string child_stderr(void (*body)(), int& signal) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    body();
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the typed table is ABI 3.0's, with fp32 everywhere and bf16 where ABI 2 has kernels") {
+  for (const loom_ops_v2* inner : {loom::ops::cpu(), loom::ops::for_device("strict")}) {
+    const loom_ops* t = loom::ops::typed(inner);
+    REQUIRE(t);
+    CHECK(t == loom::ops::typed(inner));  // one table per device, kept
+    CHECK(t->v.major == 3);
+    CHECK(t->v.size == sizeof(loom_ops));
+    CHECK(t->device.kind == inner->device.kind);
+    CHECK(t->host_reachable == inner->host_reachable);
+    CHECK(t->gemm_native_dtypes == inner->gemm_operand_dtypes);
+    for (int op = 0; op < LOOM_OP_COUNT; ++op) CHECK((t->dtypes[op] & (1u << LOOM_F32)) != 0);
+    CHECK((t->dtypes[LOOM_OP_GEMM] & (1u << LOOM_BF16)) != 0);
+    CHECK((t->dtypes[LOOM_OP_CONVERT] & (1u << LOOM_BF16)) != 0);
+    CHECK((t->dtypes[LOOM_OP_NORM] & (1u << LOOM_BF16)) == 0);  // no bf16 norm kernel yet
+    // Every entry from copy on is a function pointer, and every one is set: an entry added to
+    // loom_ops and forgotten where the table is built fails here.
+    const auto* first = reinterpret_cast<const char*>(&t->copy);
+    const auto* end = reinterpret_cast<const char*>(t) + sizeof(loom_ops);
+    for (const char* p = first; p < end; p += sizeof(void*)) {
+      void* entry = nullptr;
+      std::memcpy(&entry, p, sizeof entry);
+      INFO("entry at byte " << p - reinterpret_cast<const char*>(t));
+      CHECK(entry != nullptr);
+    }
+  }
+}
+
+TEST_CASE("typed entries give the ABI 2 kernels' bits") {
+  const loom_ops_v2* in = loom::ops::cpu();
+  const loom_ops* t = loom::ops::typed(in);
+  const int64_t N = 8, C = 32;
+  const std::vector<float> x = randn(N * C, 1), w = randn(C, 2), b = randn(C, 3);
+  std::vector<float> out(N * C), mean(N), rstd(N), want(N * C), wmean(N), wrstd(N);
+  t->layernorm_fwd(ref(out), mean.data(), rstd.data(), cref(x), w.data(), b.data(), N, C, 1e-6f);
+  in->layernorm_fwd_eps(want.data(), wmean.data(), wrstd.data(), x.data(), w.data(), b.data(), N,
+                        C, 1e-6f);
+  CHECK(out == want);
+  CHECK(rstd == wrstd);
+
+  // gemm: fp32 operands, then bf16 ones (convert's rounding) against gemm_typed.
+  const std::vector<float> a = randn(N * C, 4), bm = randn(C * N, 5);
+  std::vector<float> c(N * N), cw(N * N);
+  t->gemm(0, 0, N, N, C, 1.f, cref(a), C, cref(bm), N, 0.f, ref(c), N);
+  in->gemm(0, 0, N, N, C, 1.f, a.data(), C, bm.data(), N, 0.f, cw.data(), N);
+  CHECK(c == cw);
+  std::vector<uint16_t> a16(a.size()), b16(bm.size());
+  t->convert({a16.data(), LOOM_BF16, 0}, cref(a), N * C, 1.f, nullptr, nullptr);
+  t->convert({b16.data(), LOOM_BF16, 0}, cref(bm), C * N, 1.f, nullptr, nullptr);
+  t->gemm(0, 0, N, N, C, 1.f, {a16.data(), LOOM_BF16, 0}, C, {b16.data(), LOOM_BF16, 0}, N, 0.f,
+          ref(c), N);
+  in->gemm_typed(0, 0, N, N, C, 1.f, a16.data(), LOOM_BF16, C, b16.data(), LOOM_BF16, N, 0.f,
+                 cw.data(), N);
+  CHECK(c == cw);
+  // convert back: bf16 widens exactly to what quantize leaves in fp32
+  std::vector<float> back(a.size()), q = a;
+  t->convert(ref(back), {a16.data(), LOOM_BF16, 0}, N * C, 1.f, nullptr, nullptr);
+  float amax = 0;
+  int64_t clipped = 0;
+  t->quantize(q.data(), N * C, LOOM_BF16, 1.f, &amax, &clipped);
+  CHECK(back == q);
+
+  // adamw and sum_squares take lists: one tensor of each equals ABI 2's single calls
+  std::vector<float> p = randn(64, 6), g = randn(64, 7), m(64), v(64), p2 = p, m2(64), v2(64);
+  float* ps[] = {p.data()};
+  const float* gs[] = {g.data()};
+  float* ms[] = {m.data()};
+  float* vs[] = {v.data()};
+  const int64_t n[] = {64};
+  const float wd[] = {0.1f};
+  t->adamw(1, ps, gs, ms, vs, n, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 3);
+  in->adamw(p2.data(), g.data(), m2.data(), v2.data(), 64, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
+  CHECK(p == p2);
+  CHECK(v == v2);
+  const loom_cref xs[] = {cref(g)};
+  double ss = 0;
+  t->sum_squares(1, xs, n, &ss);
+  CHECK(ss == in->sum_squares(g.data(), 64));
+}
+
+TEST_CASE("a dtype outside an entry's mask stops the process, naming the entry and the dtype") {
+  int sig = 0;
+  const std::string err = child_stderr(
+      [] {
+        const loom_ops* t = loom::ops::typed(loom::ops::cpu());
+        std::vector<uint16_t> x(16);
+        t->scale({x.data(), LOOM_BF16, 0}, 2.f, 16);
+      },
+      sig);
+  CHECK(sig == SIGABRT);
+  CHECK(err.find("loom_ops.scale was handed x as bf16") != std::string::npos);
+  CHECK(err.find("loom_ops.dtypes") != std::string::npos);
+}
