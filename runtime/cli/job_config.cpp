@@ -50,7 +50,8 @@ void check_writer(const Job& job) {
                     "[checkpoint] every = " + std::to_string(every) +
                     " needs a checkpoint writer: set [plugins] ckpt to one of " +
                     (writers.empty() ? "(none found on the plugin path)" : writers) +
-                    " (or set every = 0 to save nothing)");
+                    " (or set every = 0 to save nothing); `loom plugins` lists every writer on "
+                    "the plugin path, third-party ones included");
 }
 
 std::unique_ptr<Job> open_job(config::Config cfg) {

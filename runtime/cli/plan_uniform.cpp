@@ -122,7 +122,7 @@ void print_explanation(const Estimate& e, const plan::Cluster& c) {
   if (e.layout.pp > 1) line("pipeline bubble (" + e.layout.schedule + ")", e.bubble_ms);
   for (const auto& it : e.comms) {
     char what[160];
-    std::snprintf(what, sizeof what, "%s: %s, %s %.3g MB x %.0f over %d (%s), exposed",
+    std::snprintf(what, sizeof what, "%s: %s, %s %.3g MB x %.3g over %d (%s), exposed",
                   it.plugin.c_str(), it.what.c_str(), it.op.c_str(), it.bytes / 1e6, it.calls,
                   it.group, it.level.c_str());
     line(what, it.exposed_ms);

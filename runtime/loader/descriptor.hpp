@@ -19,6 +19,11 @@ size_t table_size(int32_t kind, int32_t slot, uint64_t data_capabilities = 0);
 // ABI 2's last minor: ABI 2 binaries load with their tables as they are (ABI 3 kept every
 // plugin table's layout) and get ABI 2's op table.
 constexpr uint16_t kLastV2Minor = 7;
+// The size of ABI 1's and 2's loom_cost_collective, which ended before 3.0's `every`: what an
+// older cost entry writes per element.
+constexpr size_t kCostV2Size =
+    (offsetof(loom_cost_collective, every) + alignof(loom_cost_collective) - 1) /
+    alignof(loom_cost_collective) * alignof(loom_cost_collective);
 
 // The ABI major the entry promised (`major`: 2 or 3), a known kind and a slot that fits it, a table
 // at least table_size(), a name, create, destroy and every required entry, optional pairs set

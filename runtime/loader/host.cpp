@@ -200,7 +200,8 @@ std::string capability_names(const loom_plugin* d) {
     names = {{LOOM_DATA_EXPERTS, "experts"},
              {LOOM_DATA_PIPELINE, "pipeline"},
              {LOOM_DATA_SHARDED, "sharded state"},
-             {LOOM_DATA_DEVICE, "device state"}};
+             {LOOM_DATA_DEVICE, "device state"},
+             {LOOM_DATA_DIVERGES, "replicas diverge between syncs"}};
   } else if (d->kind == LOOM_KIND_COMM) {
     caps = comm_capabilities(d);
     names = {{LOOM_COMM_P2P, "point-to-point"}};

@@ -208,6 +208,39 @@ loom_status create_plugin_v2(const char* name, int32_t kind, const loom_plugin**
   return create_plugin_as(2, name, kind, desc, self, err);
 }
 
+// loom.config: typed reads of the configuration plugins are created from, by "section.key".
+template <class T, class Read>
+loom_status read_config(const char* key, T* out, loom_error* err, Read read) {
+  const loom_host& h = host();
+  if (!source().cfg)
+    return h.set_error(err, LOOM_BAD_CONFIG, "loom.config: no configuration in this command");
+  try {
+    *out = read(*source().cfg, std::string(key ? key : ""));
+    return LOOM_OK;
+  } catch (const std::exception& e) {
+    return h.set_error(
+        err, LOOM_BAD_CONFIG,
+        ("loom.config: " + std::string(key ? key : "(null)") + ": " + e.what()).c_str());
+  }
+}
+loom_status config_i64(const char* key, int64_t* out, loom_error* err) {
+  return read_config(key, out, err,
+                     [](const config::Config& c, const std::string& k) { return c.i64(k); });
+}
+loom_status config_f64(const char* key, double* out, loom_error* err) {
+  return read_config(key, out, err,
+                     [](const config::Config& c, const std::string& k) { return c.f64(k); });
+}
+loom_status config_str(const char* key, const char** out, loom_error* err) {
+  static thread_local std::string held;  // borrowed by the caller until its next read
+  return read_config(key, out, err, [](const config::Config& c, const std::string& k) {
+    held = c.str(k);
+    return held.c_str();
+  });
+}
+const loom_config_reader kConfig = {LOOM_VERSION_OF(loom_config_reader), &config_i64, &config_f64,
+                                    &config_str};
+
 const loom_plugins kPlugins = {LOOM_VERSION_OF(loom_plugins), &create_plugin, &release_plugin};
 const loom_plugins kPluginsV2 = {
     {2, kLastV2Minor, sizeof(loom_plugins)}, &create_plugin_v2, &release_plugin};
@@ -218,6 +251,7 @@ void set_plugin_source(Registry* registry, config::Config* cfg) {
   source() = {registry, cfg};
   // the service exists while a registry does
   set_plugins_service(registry ? &kPlugins : nullptr, registry ? &kPluginsV2 : nullptr);
+  set_config_service(cfg ? &kConfig : nullptr);
 }
 
 }  // namespace loom::plugins

@@ -72,6 +72,21 @@ const loom_plugins*& v2_plugins_table() {
   return table;
 }
 
+// ---- loom.step and loom.config (ABI 3) ----
+
+struct StepState {
+  bool set = false;
+  loom_step_info value{};
+};
+StepState& step_state() {
+  static StepState s;
+  return s;
+}
+const loom_config_reader*& config_reader() {
+  static const loom_config_reader* reader = nullptr;
+  return reader;
+}
+
 // Each ABI 2 plugin's declared services (loom_plugin.services), by plugin name.
 struct Declared {
   std::mutex m;
@@ -99,6 +114,22 @@ void set_span_sink(SpanSink sink) {
   t.sink = std::move(sink);
   t.open.clear();
 }
+
+void start_steps(uint64_t seed, int32_t micro_batches) {
+  StepState& s = step_state();
+  s.value = {};
+  s.value.v = LOOM_VERSION_OF(loom_step_info);
+  s.value.seed = seed;
+  s.value.micro_batches = micro_batches;
+  s.value.micro_batch = -1;
+  s.value.training = 1;
+  s.set = true;
+}
+void set_step(int64_t step) { step_state().value.step = step, step_state().value.micro_batch = -1; }
+void set_micro_batch(int32_t micro_batch) { step_state().value.micro_batch = micro_batch; }
+void set_training(bool training) { step_state().value.training = training ? 1 : 0; }
+const loom_step_info* step_info() { return step_state().set ? &step_state().value : nullptr; }
+void set_config_service(const loom_config_reader* reader) { config_reader() = reader; }
 
 void set_plugins_service(const loom_plugins* table, const loom_plugins* v2_table) {
   plugins_table() = table;
@@ -148,6 +179,8 @@ const void* find_declared_service(const char* plugin, const char* name, uint32_t
   if (!declares(plugin, name) || min_minor > LOOM_ABI_MINOR) return nullptr;
   if (std::strcmp(name, LOOM_SERVICE_DEVICE) == 0) return ops::typed(device_ops());
   if (std::strcmp(name, LOOM_SERVICE_PLUGINS) == 0) return plugins_table();
+  if (std::strcmp(name, LOOM_SERVICE_STEP) == 0) return step_info();
+  if (std::strcmp(name, LOOM_SERVICE_CONFIG) == 0) return config_reader();
   return find_service(name, 0);
 }
 

@@ -21,6 +21,18 @@ void set_device_ops(const loom_ops_v2* ops);
 // The device's native streams (loom.native_streams), or nullptr (cpu, strict).
 void set_native_streams(const loom_native_streams* streams);
 
+// loom.step (ABI 3): started by `loom train` with [run] seed and the micro-batches per step, then
+// kept current by the step as it goes (set_step at its start, set_micro_batch around each
+// forward and backward, set_training around evaluation).
+void start_steps(uint64_t seed, int32_t micro_batches);
+void set_step(int64_t step);
+void set_micro_batch(int32_t micro_batch);
+void set_training(bool training);
+// The struct loom.step hands out, or nullptr before start_steps.
+const loom_step_info* step_info();
+// loom.config (ABI 3): installed with the configuration plugins are created from (selection.hpp).
+void set_config_service(const loom_config_reader* reader);
+
 // Where plugins' spans go while a run traces; an empty function stops them.
 using SpanSink = std::function<void(const std::string& name, const std::string& category,
                                     std::chrono::steady_clock::time_point begin,

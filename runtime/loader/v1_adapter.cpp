@@ -105,10 +105,15 @@ loom_plugin adapt_base(const v1::plugin* d, uint32_t size) {
 // 1.7's cost entry took no options: the adapted entry finds the old one through the descriptor.
 loom_status v1_cost(const loom_plugin* plugin, const loom_options*, const loom_cost_query* q,
                     loom_cost_collective* out, int64_t cap, int64_t* n, loom_error* err) {
-  const loom_status s = proc<v1::cost_fn>(v1_original(plugin), "loom_cost_v1")(q, out, cap, n, err);
-  // 1.7 had no axis: its what[] ran 4 bytes longer, over where axis now lies.
+  // 1.7 wrote elements of ABI 2's size (kCostV2Size), with no axis: its what[] ran 4 bytes
+  // longer, over where axis lies. They are copied into ABI 3's, axis and every 0.
+  std::vector<unsigned char> raw(static_cast<size_t>(out ? cap : 0) * kCostV2Size);
+  const loom_status s = proc<v1::cost_fn>(v1_original(plugin), "loom_cost_v1")(
+      q, out ? reinterpret_cast<loom_cost_collective*>(raw.data()) : nullptr, cap, n, err);
   for (int64_t i = 0; s == LOOM_OK && out && i < std::min(*n, cap); ++i) {
-    out[i].axis = 0;
+    out[i] = loom_cost_collective{};
+    std::memcpy(&out[i], raw.data() + static_cast<size_t>(i) * kCostV2Size,
+                offsetof(loom_cost_collective, axis));
     out[i].what[sizeof out[i].what - 1] = '\0';
   }
   return s;

@@ -18,8 +18,8 @@ std::array<const loom_ops_v2*, kSlots> g_inner{};
 constexpr uint32_t bit(int32_t dtype) { return dtype >= 0 && dtype < 32 ? 1u << dtype : 0u; }
 
 const char* dtype_name(int32_t d) {
-  static const char* names[] = {"f32", "f64", "bf16", "f16", "fp8_e4m3", "fp8_e5m2",
-                                "i32", "i64", "u8"};
+  static const char* names[] = {"f32",      "f64", "bf16", "f16", "fp8_e4m3",
+                                "fp8_e5m2", "i32", "i64",  "u8"};
   return d >= 0 && d < 9 ? names[d] : "an unknown dtype";
 }
 
@@ -63,8 +63,8 @@ struct Typed {
                             int64_t B, int64_t T, int64_t C) {
     in().embedding_fwd(f32(out, "embedding_fwd", "out"), tok, wte, wpe, B, T, C);
   }
-  static void embedding_bwd(float* dwte, float* dwpe, loom_cref dout, const int32_t* tok,
-                            int64_t B, int64_t T, int64_t C) {
+  static void embedding_bwd(float* dwte, float* dwpe, loom_cref dout, const int32_t* tok, int64_t B,
+                            int64_t T, int64_t C) {
     in().embedding_bwd(dwte, dwpe, f32(dout, "embedding_bwd", "dout"), tok, B, T, C);
   }
   static void layernorm_fwd(loom_ref out, float* mean, float* rstd, loom_cref inp, const float* w,
@@ -81,14 +81,14 @@ struct Typed {
   }
   static void rmsnorm_fwd(loom_ref out, float* rstd, loom_cref inp, const float* w, int64_t N,
                           int64_t C, float eps) {
-    in().rmsnorm_fwd_eps(f32(out, "rmsnorm_fwd", "out"), rstd, f32(inp, "rmsnorm_fwd", "inp"), w,
-                         N, C, eps);
+    in().rmsnorm_fwd_eps(f32(out, "rmsnorm_fwd", "out"), rstd, f32(inp, "rmsnorm_fwd", "inp"), w, N,
+                         C, eps);
   }
   static void rmsnorm_bwd(loom_ref dinp, float* dw, loom_cref dout, loom_cref inp, const float* w,
                           const float* rstd, int64_t N, int64_t C) {
     const char* e = "rmsnorm_bwd";
-    in().rmsnorm_bwd(f32(dinp, e, "dinp"), dw, f32(dout, e, "dout"), f32(inp, e, "inp"), w, rstd,
-                     N, C);
+    in().rmsnorm_bwd(f32(dinp, e, "dinp"), dw, f32(dout, e, "dout"), f32(inp, e, "inp"), w, rstd, N,
+                     C);
   }
   static void bias_add(loom_ref out, const float* bias, int64_t N, int64_t C) {
     in().bias_add(f32(out, "bias_add", "out"), bias, N, C);
@@ -118,16 +118,15 @@ struct Typed {
     in().swiglu_bwd(f32(dinp, e, "dinp"), f32(inp, e, "inp"), f32(dout, e, "dout"), N, F);
   }
   static void attention_fwd(loom_ref out, float* lse, loom_cref q, loom_cref k, loom_cref v,
-                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H,
-                            int64_t Hkv, int64_t D) {
+                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                            int64_t D) {
     const char* e = "attention_fwd";
-    in().attention_gqa_fwd(f32(out, e, "out"), lse, f32(q, e, "q"), f32(k, e, "k"),
-                           f32(v, e, "v"), ldq, ldkv, B, T, H, Hkv, D);
+    in().attention_gqa_fwd(f32(out, e, "out"), lse, f32(q, e, "q"), f32(k, e, "k"), f32(v, e, "v"),
+                           ldq, ldkv, B, T, H, Hkv, D);
   }
   static void attention_bwd(loom_ref dq, loom_ref dk, loom_ref dv, loom_cref dout, loom_cref q,
                             loom_cref k, loom_cref v, loom_cref out, const float* lse, int64_t ldq,
-                            int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                            int64_t D) {
+                            int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
     const char* e = "attention_bwd";
     in().attention_gqa_bwd(f32(dq, e, "dq"), f32(dk, e, "dk"), f32(dv, e, "dv"),
                            f32(dout, e, "dout"), f32(q, e, "q"), f32(k, e, "k"), f32(v, e, "v"),
@@ -148,9 +147,8 @@ struct Typed {
                                   const int64_t* qpos, const int64_t* kpos) {
     const char* e = "attention_block_bwd";
     in().attention_block_bwd(f32(dq, e, "dq"), f32(dk, e, "dk"), f32(dv, e, "dv"),
-                             f32(dout, e, "dout"), f32(q, e, "q"), f32(k, e, "k"),
-                             f32(v, e, "v"), f32(out, e, "out"), lse, ldq, ldkv, B, Tq, Tk, H,
-                             Hkv, D, qpos, kpos);
+                             f32(dout, e, "dout"), f32(q, e, "q"), f32(k, e, "k"), f32(v, e, "v"),
+                             f32(out, e, "out"), lse, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos, kpos);
   }
   static void attention_merge(loom_ref out, float* lse, loom_cref part, const float* part_lse,
                               int64_t B, int64_t T, int64_t H, int64_t D) {
@@ -190,7 +188,7 @@ struct Typed {
       if (amax || clipped) refuse_scaled();
       float* d = static_cast<float*>(dst.data);
       in().from_bf16(d, static_cast<const uint16_t*>(src.data), n);  // exact
-      if (scale != 1.f) in().scale(d, scale, n);                      // the one rounding
+      if (scale != 1.f) in().scale(d, scale, n);                     // the one rounding
       return;
     }
     refuse("convert", src.dtype == LOOM_F32 ? "dst" : "src",
@@ -217,8 +215,7 @@ struct Typed {
   static void xent_grad(loom_ref z, float* losses, const int32_t* targets, const float* mx,
                         const float* stats, int64_t N, int64_t ld, int64_t cols, int64_t first,
                         float dloss) {
-    in().xent_grad(f32(z, "xent_grad", "z"), losses, targets, mx, stats, N, ld, cols, first,
-                   dloss);
+    in().xent_grad(f32(z, "xent_grad", "z"), losses, targets, mx, stats, N, ld, cols, first, dloss);
   }
   static void gather_rows(loom_ref dst, loom_cref src, const int32_t* index, int64_t rows,
                           int64_t C) {
@@ -227,8 +224,8 @@ struct Typed {
   }
   static void combine_rows(loom_ref y, loom_cref rows, const float* w, const int32_t* slot,
                            int64_t N, int64_t K, int64_t C) {
-    in().combine_rows(f32(y, "combine_rows", "y"), f32(rows, "combine_rows", "rows"), w, slot, N,
-                      K, C);
+    in().combine_rows(f32(y, "combine_rows", "y"), f32(rows, "combine_rows", "rows"), w, slot, N, K,
+                      C);
   }
   static void combine_rows_bwd(loom_ref drows, float* dw, loom_cref dy, loom_cref rows,
                                const float* w, const int32_t* slot, int64_t N, int64_t K,

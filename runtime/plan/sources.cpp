@@ -1,6 +1,8 @@
 #include "plan/sources.hpp"
 
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <tuple>
 
 #include "config/config.hpp"
@@ -106,6 +108,24 @@ struct PluginSources::State {
   }
 };
 
+// An ABI 2 entry writes elements of ABI 2's size (plugins::kCostV2Size), copied into ABI 3's with
+// every = 0 (each step); the ABI 1 adapter's entry writes ABI 3's.
+
+loom_status call_cost(const loom_plugin* desc, loom_cost_fn fn, const loom_options& opts,
+                      const loom_cost_query& q, std::vector<loom_cost_collective>& out, int64_t& n,
+                      loom_error& e) {
+  if (desc->v.major != 2) return fn(desc, &opts, &q, out.data(), n, &n, &e);
+  using plugins::kCostV2Size;
+  std::vector<unsigned char> raw(static_cast<size_t>(n) * kCostV2Size);
+  const loom_status s =
+      fn(desc, &opts, &q, reinterpret_cast<loom_cost_collective*>(raw.data()), n, &n, &e);
+  for (size_t i = 0; s == LOOM_OK && i < out.size(); ++i) {
+    out[i] = loom_cost_collective{};
+    std::memcpy(&out[i], raw.data() + i * kCostV2Size, offsetof(loom_cost_collective, every));
+  }
+  return s;
+}
+
 PluginSources::PluginSources(std::vector<plugins::SearchDir> dirs, const std::string& plugin_tables)
     : state_(std::make_shared<State>(std::move(dirs), plugin_tables)) {}
 PluginSources::~PluginSources() = default;
@@ -122,13 +142,14 @@ CostSource PluginSources::costs() {
     if (cost.fn(cost.desc, &cost.options, &q, nullptr, 0, &n, &e) != LOOM_OK || n < 0 || n > 4096)
       throw RuntimeError("plugin '" + plugin + "': its cost entry failed: " + plugins::describe(e));
     out.resize(size_t(n));
-    if (n && cost.fn(cost.desc, &cost.options, &q, out.data(), n, &n, &e) != LOOM_OK)
+    if (n && call_cost(cost.desc, cost.fn, cost.options, q, out, n, e) != LOOM_OK)
       throw RuntimeError("plugin '" + plugin + "': its cost entry failed: " + plugins::describe(e));
     for (loom_cost_collective& c : out) {
       c.what[sizeof c.what - 1] = '\0';
       if (c.op < LOOM_COST_ALL_REDUCE || c.op > LOOM_COST_SEND_RECV ||
           c.phase < LOOM_COST_FORWARD || c.phase > LOOM_COST_STEP || c.bytes < 0 || c.calls < 0 ||
-          !(c.hidden >= 0 && c.hidden <= 1) || c.group < 0 || c.axis < 0 || c.axis > LOOM_AXES)
+          !(c.hidden >= 0 && c.hidden <= 1) || c.group < 0 || c.axis < 0 || c.axis > LOOM_AXES ||
+          c.every < 0)
         throw RuntimeError("plugin '" + plugin +
                            "': its cost entry gave an impossible collective ('" + c.what +
                            "': op " + std::to_string(c.op) + ", phase " + std::to_string(c.phase) +

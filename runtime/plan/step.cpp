@@ -320,7 +320,7 @@ void Step::collectives(const CostSource& costs) {
                                                   : "step";
       it.group = cc.group > 0 ? cc.group : a.size;
       it.bytes = double(cc.bytes);
-      it.calls = double(cc.calls);
+      it.calls = double(cc.calls) / std::max(1, cc.every);  // every k steps: 1 / k per step
       it.hidden = cc.hidden;
       // A sub-group of the axis (ddp's expert gradients over expert_dp) spans as far as the axis;
       // a collective on another axis (a pipeline's all-gather over tp) spans that axis.

@@ -144,6 +144,7 @@ DataParallel::DataParallel(const plugins::Selection& sel, dist::CommWorld& world
     sharded_ = data_->table<loom_data_sharded_v2>();
   else
     replicated_ = data_->table<loom_data_replicated_v2>();
+  find_hooks();
   describe_params(params,
                   world.mesh().ep > 1);  // the plugin declares LOOM_DATA_EXPERTS (layout_problem)
   std::vector<size_t> first_user;
@@ -424,11 +425,56 @@ void DataParallel::check_identical(const ParamStore& params, const std::string& 
                        describe_mismatch(odd));
 }
 
+// An ABI 3 plugin's hooks, by name through get_proc; LOOM_DATA_DIVERGES needs replicas_synced.
+void DataParallel::find_hooks() {
+  const loom_plugin* d = data_->desc();
+  if (d->v.major >= 3 && d->get_proc)
+    hooks_ = static_cast<const loom_data_hooks*>(d->get_proc(LOOM_DATA_HOOKS));
+  if (!diverges()) return;
+  if (sharded_)
+    throw ConfigError("data plugin '" + name() +
+                      "' declares LOOM_DATA_DIVERGES and LOOM_DATA_SHARDED: replicas that "
+                      "diverge must be whole, so a diverging plugin is replicated");
+  if (!hooks_ || !hooks_->replicas_synced)
+    throw ConfigError("data plugin '" + name() +
+                      "' declares LOOM_DATA_DIVERGES without LOOM_DATA_HOOKS' replicas_synced: "
+                      "the runtime cannot tell when its replicas should be equal");
+}
+
+namespace {
+// loom.step's struct, or zeros where no run started the steps (a test's bare data slot).
+const loom_step_info* current_step() {
+  static const loom_step_info none{LOOM_VERSION_OF(loom_step_info), 0, 0, -1, 1, 1, 0};
+  const loom_step_info* s = plugins::step_info();
+  return s ? s : &none;
+}
+}  // namespace
+
+void DataParallel::before_forward() {
+  if (!hooks_ || !hooks_->before_forward) return;
+  loom_error e;
+  check(hooks_->before_forward(data_->self(), current_step(), &e), e, "data plugin before_forward");
+}
+
+void DataParallel::after_update(bool updated, float* adam_m, float* adam_v, int64_t numel) {
+  if (!hooks_ || !hooks_->after_update) return;
+  const loom_optimizer_state o{LOOM_VERSION_OF(loom_optimizer_state), adam_m, adam_v, numel};
+  loom_error e;
+  check(hooks_->after_update(data_->self(), current_step(), updated ? 1 : 0,
+                             replicated_ ? &o : nullptr, &e),
+        e, "data plugin after_update");
+}
+
+bool DataParallel::replicas_synced(int64_t step) const {
+  return !diverges() || step == 0 || hooks_->replicas_synced(data_->self(), step) != 0;
+}
+
 std::string DataParallel::describe_mismatch(const std::vector<int>& odd) const {
   return describe_ranks(odd) +
          (odd.size() == 1 ? " differs from the other replicas" : " disagree") +
-         "; the data plugin '" + name() +
-         "' keeps them equal after every step, so suspect a corrupted reduction or a bad host, or "
+         "; the data plugin '" + name() + "' keeps them equal after every " +
+         (diverges() ? "sync step" : "step") +
+         ", so suspect a corrupted reduction or a bad host, or "
          "that plugin ([stability] check_every = 0 turns the comparison off)";
 }
 

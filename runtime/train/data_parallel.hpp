@@ -58,6 +58,16 @@ class DataParallel {
   // (the data plugin, by name) so what to suspect, for the failure's message.
   std::string describe_mismatch(const std::vector<int>& odd) const;
 
+  // The plugin's LOOM_DATA_HOOKS (ABI 3), each called when the plugin has it: before the step's
+  // first forward, and after the update with the runtime's AdamW moments (replicated plugins).
+  void before_forward();
+  void after_update(bool updated, float* adam_m, float* adam_v, int64_t numel);
+  // LOOM_DATA_DIVERGES: the replicas differ between the plugin's syncs.
+  bool diverges() const { return (table_->capabilities & LOOM_DATA_DIVERGES) != 0; }
+  // Whether the replicas' parameters should be equal after `step`: always, but for a diverging
+  // plugin, only at its sync steps (0: before the first step).
+  bool replicas_synced(int64_t step) const;
+
   // The ZeRO stage of a sharded plugin; 0 = replicated model state (ddp).
   int zero_stage() const { return stage_; }
   bool sharded() const { return stage_ > 0; }
@@ -92,11 +102,13 @@ class DataParallel {
                                    const std::vector<size_t>& first_user,
                                    const std::vector<std::string>& own_unit);
   void start_plugin(const plugins::SlotChoice& data, ParamStore& params, model::Model& model);
+  void find_hooks();
   dist::CommWorld* world_;
   std::unique_ptr<plugins::Instance> data_;
   const loom_data_v2* table_ = nullptr;                  // the head both kinds share
   const loom_data_replicated_v2* replicated_ = nullptr;  // the kind this plugin is
   const loom_data_sharded_v2* sharded_ = nullptr;
+  const loom_data_hooks* hooks_ = nullptr;  // LOOM_DATA_HOOKS, from an ABI 3 plugin
   std::vector<loom_param_info> infos_;
   std::vector<std::vector<int64_t>> final_after_;  // layer -> params whose gradient it completes
   std::vector<loom_data_unit> units_;

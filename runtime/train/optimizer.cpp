@@ -46,6 +46,12 @@ void Optimizer::apply(double lr, double grad_norm, double carried_scale) {
                     hp_.beta2, hp_.eps, applied_);
 }
 
+void Optimizer::after_update(bool updated) {
+  if (!dp_) return;
+  if (sharded()) return dp_->after_update(updated, nullptr, nullptr, 0);
+  dp_->after_update(updated, m_.f32(), v_.f32(), params_.numel());
+}
+
 std::vector<int64_t> Optimizer::accounting() {
   std::vector<int64_t> acct = dp_ ? dp_->accounting() : std::vector<int64_t>(5, 0);
   if (!sharded()) acct[0] = acct[1] = 4 * params_.numel(), acct[2] = 8 * params_.numel();

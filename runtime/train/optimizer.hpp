@@ -39,6 +39,12 @@ class Optimizer {
   // (`grad_norm` is already unscaled) and takes an AdamW step at `lr`. A sharding plugin gets the
   // one factor as the ABI's grad_scale, which multiplies.
   void apply(double lr, double grad_norm, double carried_scale);
+  // The data slot's hooks around a step: before its first forward, and after the update (taken
+  // or skipped), where a replicated plugin sees the AdamW moments here and may rewrite them.
+  void before_forward() {
+    if (dp_) dp_->before_forward();
+  }
+  void after_update(bool updated);
   // Optimizer steps taken (a skipped step does not advance AdamW's bias correction).
   int64_t& applied() { return applied_; }
   // {parameter, gradient, optimizer-state, comm-buffer bytes held; bytes sent last step}.

@@ -6,6 +6,7 @@
 #include "core/errors.hpp"
 #include "distributed/parallel_settings.hpp"
 #include "loader/host.hpp"
+#include "loader/services.hpp"
 #include "parallel/layer_api.hpp"
 
 namespace loom::train {
@@ -311,6 +312,7 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
     exchanges_before(k);
     current_action_ = k;
     const loom_pipe_action& a = actions[k];
+    plugins::set_micro_batch(a.microbatch);  // loom.step: the micro-batch this action runs
     model::Microbatch mb{tokens_[a.microbatch].data(), targets_[a.microbatch].data(), B, T, dloss};
     int& slot = slot_of_[static_cast<size_t>(a.chunk) * m + a.microbatch];
     std::string name = "FBW"[a.op] + std::to_string(a.microbatch);
@@ -339,6 +341,7 @@ double Pipeline::train_step(const BatchFn& batch, int64_t B, int64_t T, float dl
       live_bytes_ -= ch.bytes;
     }
   }
+  plugins::set_micro_batch(-1);
   exchanges_before(actions.size());
   deferring_ = false;
   auto t0 = Clock::now();

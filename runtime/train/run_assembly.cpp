@@ -93,7 +93,8 @@ void Run::check_and_settle() {
   // The data, as `config check` checks it, after the layout as there. A local launcher checked it
   // once for the ranks it started; a rank srun or mpirun started checks it itself.
   if (!std::getenv("LOOM_LAUNCHED")) check_data(job_);
-  local_batch_ = s_.micro_batch * s_.accum;             // sequences per rank per step
+  local_batch_ = s_.micro_batch * s_.accum;  // sequences per rank per step
+  plugins::start_steps(s_.seed, static_cast<int32_t>(s_.accum));
   if (lead_) claim_run_dir(run_dir_, job_.checkpoint);  // before anything is written there
   publish_placement(env_, mesh_);
   tokenizer_ = run_tokenizer(job_.data, job_.model, s_.sample_every > 0);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/json.hpp"
+#include "loader/services.hpp"
 #include "ops/ops.hpp"
 #include "parallel/context_attention.hpp"
 #include "parallel/layer_api.hpp"
@@ -160,6 +161,7 @@ double Run::validation_loss() {
 // Evaluation and samples route MoE tokens dropless, so the result does not depend on how many
 // sequences a layout puts in a micro-batch, and stay out of the per-layer profile.
 void Run::evaluating(bool on) {
+  plugins::set_training(!on);
   for (auto& [name, routed] : model_->routed_layers()) routed->use_capacity(!on);
   slots_->api().profile().paused = on;  // [run] profile_layer counts training steps only
 }
@@ -171,7 +173,7 @@ void Run::finish_run(TrainSummary& sum, double total_time) {
   if (model_ && job_.run.profile_layer && lead_)
     print_profile(slots_->api().profile(), s_.steps * s_.accum);
   optimizer_->check_tp_replicas();  // norms and row-parallel biases stayed identical across tp
-  if (replica_checks())             // every replica applied (or skipped) the same updates
+  if (replica_checks() && dp_ && dp_->replicas_synced(current_step_))  // the same updates
     optimizer_->check_replicas("at the end of the run");
   double peak_mem = static_cast<double>(process_memory().peak_bytes);
   std::vector<double> peaks(env_.world, peak_mem);

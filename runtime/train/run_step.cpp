@@ -6,6 +6,7 @@
 #include "ckpt/checkpoint_settings.hpp"
 #include "core/errors.hpp"
 #include "core/json.hpp"
+#include "loader/services.hpp"
 #include "ops/ops.hpp"
 #include "parallel/context_attention.hpp"
 #include "train/context_positions.hpp"
@@ -92,6 +93,7 @@ TrainSummary Run::train() {
 Run::StepResult Run::step_once(int64_t step, PipeStepStats& pipe_stats) {
   const Clock::time_point t0 = Clock::now();
   current_step_ = step;
+  plugins::set_step(step);
   const int64_t waits0 = ops::device_host_waits(device_),
                 reads0 = ops::device_host_read_bytes(device_);
   StepResult r;
@@ -107,6 +109,7 @@ Run::StepResult Run::step_once(int64_t step, PipeStepStats& pipe_stats) {
     ops::mark_device_peak(device_);
     peak_marked_ = true;
   }
+  optimizer_->before_forward();
   r.loss = forward_backward(step, dloss, pipe_stats) / static_cast<double>(local_batch_ * T_local_);
   reduce_gradients(r);
   r.grad_norm = optimizer_->grad_norm() / carried_scale;
@@ -115,6 +118,7 @@ Run::StepResult Run::step_once(int64_t step, PipeStepStats& pipe_stats) {
     ++skipped_steps_;
   else
     optimizer_->apply(r.lr, r.grad_norm, carried_scale);
+  optimizer_->after_update(!r.skipped);
   if (trace_) trace_->span("step " + std::to_string(step), "step", t0, Clock::now());
   faults_->after_update(step, *optimizer_);
   stability_->check(step, params_);
@@ -143,6 +147,7 @@ double Run::forward_backward(int64_t step, float dloss, PipeStepStats& pipe_stat
   double loss_sum = 0;
   for (int64_t a = 0; a < s_.accum; ++a) {
     batch(static_cast<int>(a), tok_.data(), tgt_.data());
+    plugins::set_micro_batch(static_cast<int32_t>(a));
     model::Microbatch mb{tok_.data(), tgt_.data(), s_.micro_batch, T_local_, dloss};
     const Clock::time_point f0 = Clock::now();
     loss_sum += model_->forward(mb);
@@ -153,6 +158,7 @@ double Run::forward_backward(int64_t step, float dloss, PipeStepStats& pipe_stat
       trace_->span("B" + std::to_string(a), "backward", b0, Clock::now());
     }
   }
+  plugins::set_micro_batch(-1);
   return loss_sum;
 }
 
@@ -192,8 +198,13 @@ void Run::reduce_gradients(StepResult& r) {
 
 // Whether to skip the update: the precision slot's verdict (an fp16 overflow on any rank), a
 // non-finite loss or gradient norm, or a spike the stability watch skips.
+// A data plugin whose replicas diverge (local SGD) leaves each rank its own gradient norm, so
+// the verdicts are agreed over the world: every rank takes the same branch (a non-finite step's
+// report is a collective) and skips the same updates (AdamW's step count).
 bool Run::judge(int64_t step, StepResult& r, double carried_scale) {
-  const bool found_inf = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
+  const bool apart = dp_ && dp_->diverges();
+  bool found_inf = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
+  if (apart) found_inf = on_any_rank(found_inf);
   const bool overflow =
       precision_ &&
       precision_->end_step(
@@ -222,8 +233,17 @@ bool Run::judge(int64_t step, StepResult& r, double carried_scale) {
     offsets_[i] = offset;
     if (data_->sources() > 1) sources.push_back(data_->source_name(source));
   }
-  return stability_->on_step(step, r.loss, r.grad_norm, offsets_, sources,
-                             [&] { return optimizer_->layer_grad_norms(carried_scale); });
+  const bool spike = stability_->on_step(step, r.loss, r.grad_norm, offsets_, sources, [&] {
+    return optimizer_->layer_grad_norms(carried_scale);
+  });
+  return apart ? on_any_rank(spike) : spike;
+}
+
+// Whether `v` holds on any rank of the world.
+bool Run::on_any_rank(bool v) {
+  double x = v ? 1.0 : 0.0;
+  world_->world().all_reduce(flat_view(&x, LOOM_F64, 1), LOOM_REDUCE_MAX);
+  return x != 0;
 }
 
 // The ranks of one pipeline stage name the same GEMM operands: tp, then the data group.

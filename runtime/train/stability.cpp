@@ -201,12 +201,10 @@ void Stability::add_metrics(std::vector<std::pair<std::string, double>>& fields)
   fields.push_back({"collective_check", checked_collective_ ? 1.0 : 0.0});
 }
 
-void Stability::check(int64_t step, const ParamStore& params) {
-  checked_replicas_ = checked_collective_ = false;
-  if (!enabled_ || check_every_ == 0 || step % check_every_ != 0 || !world_) return;
+// Hardware: every rank adds i mod 7 + 1; the sum n (i mod 7 + 1) is exact in fp32 up to
+// 2^24 / 7 ranks.
+void Stability::check_collective(int64_t step) {
   checked_collective_ = true;
-  // Hardware: every rank adds i mod 7 + 1; the sum n (i mod 7 + 1) is exact in fp32 up to
-  // 2^24 / 7 ranks.
   dist::Communicator& w = world_->world();
   const int n = w.size();
   std::vector<float> probe(1024);
@@ -221,17 +219,22 @@ void Stability::check(int64_t step, const ParamStore& params) {
   std::vector<int> wrong;
   for (int r = 0; r < n; ++r)
     if (flags[r] != 0) wrong.push_back(r);
-  if (!wrong.empty()) {
-    log({step,
-         "hardware",
-         "collective_mismatch",
-         {{"ranks", "\"" + describe_ranks(wrong) + "\""}}});
-    throw RuntimeError("step " + std::to_string(step) +
-                       ": a check all-reduce with a known answer came out wrong on " +
-                       describe_ranks(wrong) + " (suspect that host's memory, CPU or network)");
-  }
-  // Communication: replicas must hold identical parameters.
-  if (!dp_ || !dp_->has_replicas()) return;
+  if (wrong.empty()) return;
+  log({step, "hardware", "collective_mismatch", {{"ranks", "\"" + describe_ranks(wrong) + "\""}}});
+  throw RuntimeError("step " + std::to_string(step) +
+                     ": a check all-reduce with a known answer came out wrong on " +
+                     describe_ranks(wrong) + " (suspect that host's memory, CPU or network)");
+}
+
+// Every check_every steps the collective check, and the replicas' parameters, which must be
+// identical; a data plugin whose replicas diverge between syncs has them compared at every sync.
+void Stability::check(int64_t step, const ParamStore& params) {
+  checked_replicas_ = checked_collective_ = false;
+  if (!enabled_ || check_every_ == 0 || !world_) return;
+  const bool due = step % check_every_ == 0;
+  const bool sync = dp_ && dp_->diverges() && dp_->replicas_synced(step);
+  if (due) check_collective(step);
+  if (!(due || sync) || !dp_ || !dp_->has_replicas() || !dp_->replicas_synced(step)) return;
   checked_replicas_ = true;
   std::vector<int> odd = dp_->odd_replicas(params);
   if (odd.empty()) return;

@@ -51,8 +51,9 @@ class Stability {
   bool on_step(int64_t step, double loss, double grad_norm, const std::vector<int64_t>& offsets,
                const std::vector<std::string>& sources,
                const std::function<std::vector<std::pair<std::string, double>>()>& layer_norms);
-  // Every check_every steps: replicas compared over dp, and a collective re-run over the world.
-  // A mismatch throws, naming the ranks.
+  // Every check_every steps: replicas compared over dp, and a collective re-run over the world;
+  // a diverging data plugin's replicas at each of its sync steps. A mismatch throws, naming the
+  // ranks.
   void check(int64_t step, const ParamStore& params);
   // What the last check() ran, for the step's metrics (replica_check, collective_check), so
   // `loom doctor` can tell "no mismatch" from "not checked".
@@ -61,6 +62,7 @@ class Stability {
   void log(const Event& e);
 
  private:
+  void check_collective(int64_t step);
   bool enabled_, fail_on_nonfinite_, skip_spikes_;
   bool checked_replicas_ = false, checked_collective_ = false;  // by the last check()
   int64_t window_, min_steps_, check_every_;

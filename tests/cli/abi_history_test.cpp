@@ -81,8 +81,8 @@ std::vector<std::string> train(const TempDir& t, const fs::path& plugins, const 
 }  // namespace
 
 TEST_CASE(
-    "ddp and tf32 built against the ABI 1.3 and 1.7 headers from git history train 2 ranks bitwise "
-    "as today's") {
+    "ddp and tf32 built against the ABI 1.3, 1.7 and 1.8 headers from git history train 2 ranks "
+    "bitwise as today's") {
   TempDir t;
   write_config(t, "nproc = 2\ndp = 2\n", "precision = \"tf32\"\n");
   build_plugins("", {{"sdk/examples/tf32-precision/tf32.cpp", "libloom-precision-tf32.so"}},
@@ -90,8 +90,9 @@ TEST_CASE(
   std::string today_abis;
   const std::vector<std::string> today = train(t, t.path / "today", "today", today_abis);
   REQUIRE(today.size() == 4);
-  for (const auto& [rev, abi] :
-       {std::pair<std::string, std::string>{"37750d7^", "1.3"}, {"9453c5d^", "1.7"}}) {
+  for (const auto& [rev, abi] : {std::pair<std::string, std::string>{"37750d7^", "1.3"},
+                                 {"9453c5d^", "1.7"},
+                                 {"1f4b515^", "1.8"}}) {
     build_plugins(rev,
                   {{"plugins/parallel/ddp/ddp.cpp", "libloom-parallel-ddp.so"},
                    {"sdk/examples/tf32-precision/tf32.cpp", "libloom-precision-tf32.so"}},
@@ -156,10 +157,11 @@ TEST_CASE(
 
 // ABI 2's binaries: the four installed examples built from today's sources against ABI 2's frozen
 // headers, and ddp as ABI 2.7 left it (its bf16 wire calls ABI 2's to_bf16 and from_bf16, which
-// ABI 3's table replaced with convert). The runtime hands them ABI 2's op table.
+// ABI 3's table replaced with convert); then all five as ABI 2.2 built them. The runtime hands
+// them ABI 2's op table.
 TEST_CASE(
-    "the installed examples built against ABI 2's frozen headers and ABI 2.7's ddp train 2 ranks "
-    "bitwise as today's builds, and as the recorded trace") {
+    "the installed examples built against ABI 2's frozen headers with ABI 2.7's ddp, and all five "
+    "as ABI 2.2 built them, train 2 ranks bitwise as today's builds, and as the recorded trace") {
   TempDir t;
   const std::string ck = (t.path / "ck").string();
   write_config(t, "nproc = 2\ndp = 2\n",
@@ -184,6 +186,15 @@ TEST_CASE(
     CHECK(abis.find(name) != std::string::npos);
   CHECK(today_abis.find("tf32=3.0 ") != std::string::npos);
   CHECK(old == today);
+  // The same four and ddp as ABI 2.2 built them (the last commit before 2.3), from git history.
+  Sources at22 = examples;
+  at22.push_back({"plugins/parallel/ddp/ddp.cpp", "libloom-parallel-ddp.so"});
+  build_plugins("fa28f79^", at22, t.path / "2.2");
+  fs::remove_all(ck);
+  std::string abis22;
+  CHECK(train(t, t.path / "2.2", "2.2", abis22) == today);
+  for (const char* name : {"tf32=2.2 ", "counting=2.2 ", "scramble=2.2 ", "ddp=2.2 "})
+    CHECK(abis22.find(name) != std::string::npos);
   // The example data plugin in place of ddp.
   write_config(t, "nproc = 2\ndp = 2\n", "precision = \"tf32\"\ndata = \"ema\"\n");
   std::string ema_abis, ema_today_abis;

@@ -215,6 +215,7 @@ TEST_CASE(
     CHECK(has(r.out, "\"async\""));
     CHECK(has(r.out, "\"sync\""));
     CHECK(has(r.out, "\"scramble\""));
+    CHECK(has(r.out, "`loom plugins` lists every writer on the plugin path"));
   }
   CHECK_FALSE(fs::exists(j.at("r") / "metrics.jsonl"));
   auto off = run_loom("config check --no-data " + cfg + " --set checkpoint.every=0");

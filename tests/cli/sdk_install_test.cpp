@@ -77,7 +77,9 @@ TEST_CASE("the installed examples build against the installed SDK alone and load
   for (const auto& [example, plugin, provides] : std::vector<std::array<std::string, 3>>{
            {"ema-data", "ema", "cost entry, state save and load"},
            {"scramble-ckpt", "scramble", "read path"},
-           {"counting-comm", "counting", "validate hook"}}) {
+           {"counting-comm", "counting", "validate hook"},
+           {"local-sgd-data", "local_sgd", "replicas diverge between syncs"},
+           {"stochastic-bf16-precision", "sr_bf16", "uses:      loom.step"}}) {
     const std::string copy = (t.path / example).string(),
                       out = (t.path / (example + "-build")).string();
     REQUIRE(sh("cp -r " + prefix + "/share/loom/examples/" + example + " " + copy).rc == 0);

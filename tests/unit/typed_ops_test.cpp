@@ -1,6 +1,8 @@
 // ABI 3's typed op table (ops/typed_ops.hpp) over the CPU's and the strict device's ABI 2
 // tables: each entry gives the ABI 2 kernel's bits for fp32 arguments and for the bf16 ones its
 // mask admits, and a dtype outside the mask stops the process naming the entry.
+#include "ops/typed_ops.hpp"
+
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include "ops/ops.hpp"
-#include "ops/typed_ops.hpp"
 #include "support/gradcheck.hpp"
 
 namespace {
@@ -80,8 +81,8 @@ TEST_CASE("typed entries give the ABI 2 kernels' bits") {
   const std::vector<float> x = randn(N * C, 1), w = randn(C, 2), b = randn(C, 3);
   std::vector<float> out(N * C), mean(N), rstd(N), want(N * C), wmean(N), wrstd(N);
   t->layernorm_fwd(ref(out), mean.data(), rstd.data(), cref(x), w.data(), b.data(), N, C, 1e-6f);
-  in->layernorm_fwd_eps(want.data(), wmean.data(), wrstd.data(), x.data(), w.data(), b.data(), N,
-                        C, 1e-6f);
+  in->layernorm_fwd_eps(want.data(), wmean.data(), wrstd.data(), x.data(), w.data(), b.data(), N, C,
+                        1e-6f);
   CHECK(out == want);
   CHECK(rstd == wrstd);
 

@@ -105,6 +105,34 @@ typedef struct loom_plugins {
   void (*release)(const struct loom_plugin* desc, void* self);
 } loom_plugins;
 
+/* Where the run is (ABI 3.0), for every slot that acts per step: the service is the struct
+ * itself, which the runtime keeps current, so read it during any call. NULL outside `loom train`.
+ * step counts optimizer steps from 1 (0 before the first); micro_batch is the index within the
+ * step of the forward or backward running now (-1 between them); training is 0 while the model
+ * evaluates (validation, samples). seed is [run] seed. */
+#define LOOM_SERVICE_STEP "loom.step"
+typedef struct loom_step_info {
+  loom_version v;
+  int64_t step;
+  uint64_t seed;
+  int32_t micro_batch;
+  int32_t micro_batches; /* per step on this rank */
+  int32_t training;
+  int32_t reserved;
+} loom_step_info;
+
+/* The job's configuration beyond the plugin's own table (ABI 3.0): a validate hook or create()
+ * reads other sections' values by their dotted key ("train.steps", "parallel.dp"), so a rule
+ * such as "k divides [train] steps" can be said. Each returns LOOM_OK with the value, or
+ * LOOM_BAD_CONFIG when the key is unknown or of another type (the message names it). */
+#define LOOM_SERVICE_CONFIG "loom.config"
+typedef struct loom_config_reader {
+  loom_version v;
+  loom_status (*get_i64)(const char* key, int64_t* out, loom_error* err);
+  loom_status (*get_f64)(const char* key, double* out, loom_error* err);
+  loom_status (*get_str)(const char* key, const char** out, loom_error* err); /* borrowed */
+} loom_config_reader;
+
 #ifdef __cplusplus
 }
 #endif

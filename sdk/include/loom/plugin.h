@@ -14,7 +14,8 @@
  *
  * Rules that keep it stable:
  *  - Every table starts with a loom_plugin whose v = {3, minor, sizeof(table)}. The tables named
- *    _v2 kept ABI 2's layout in ABI 3 (only the op table changed), so their names stay.
+ *    _v2 kept ABI 2's layout in ABI 3 (the op table and the cost entry's element changed; new
+ *    features came as services and get_proc extensions), so their names stay.
  *  - A table of this major is frozen: it never gains a field. A later feature is either a new
  *    major's table (exported by loom_plugin_entry_v4 beside v3) or an extension found by name
  *    through get_proc. The runtime keeps loading older majors' binaries through adapters: an

@@ -68,6 +68,8 @@ typedef struct loom_cost_collective {
   char what[40]; /* "gradient all-reduce", shown by loom plan --explain */
   int32_t axis;  /* another mesh axis it runs on, LOOM_AXIS_* + 1 (a pipeline's all-gather over tp);
                   * 0: the strategy's own */
+  int32_t every; /* (3.0) steps between two issues of it (local SGD's average every k steps): the
+                  * planner counts calls / every per step; 0 or 1: every step */
 } loom_cost_collective;
 
 /* The step's collectives for `q`, *n of them, written to out when *n <= cap (call with cap 0 to
@@ -213,6 +215,32 @@ typedef struct loom_data_sharded_v2 {
   loom_status (*pieces_loaded)(void* self, loom_error* err);
 } loom_data_sharded_v2;
 
+/* The moments of the runtime's AdamW (a replicated plugin's model state), live: numel floats each
+ * beside loom_data_context.values, on ops->device. A plugin may read and write them; the next
+ * update uses what they hold. */
+typedef struct loom_optimizer_state {
+  loom_version v;
+  float* adam_m;
+  float* adam_v;
+  int64_t numel;
+} loom_optimizer_state;
+
+/* Hooks around a replicated data plugin's step (ABI 3.0), found through its get_proc as
+ * LOOM_DATA_HOOKS, each optional. s is the loom.step service's struct. */
+#define LOOM_DATA_HOOKS "loom_data_hooks"
+typedef struct loom_data_hooks {
+  loom_version v;
+  /* Before the step's first forward. */
+  loom_status (*before_forward)(void* self, const loom_step_info* s, loom_error* err);
+  /* After the optimizer's update (also after a skipped one: *updated = 0). The plugin may rewrite
+   * the parameters (loom_data_context.values) and the moments. */
+  loom_status (*after_update)(void* self, const loom_step_info* s, int32_t updated,
+                              const loom_optimizer_state* o, loom_error* err);
+  /* With LOOM_DATA_DIVERGES: 1 when the replicas' parameters are equal after step `step` (a sync
+   * step), 0 between syncs. The runtime checks the replicas at sync steps only. */
+  int32_t (*replicas_synced)(void* self, int64_t step);
+} loom_data_hooks;
+
 /* loom_data_v2.capabilities */
 #define LOOM_DATA_EXPERTS 1 /* ep > 1: the expert-gradient rule of loom_data_context.expert_dp */
 #define LOOM_DATA_PIPELINE                                           \
@@ -224,6 +252,11 @@ typedef struct loom_data_sharded_v2 {
   8 /* (ABI 2.5) the model state it owns lives on ops->device (host->alloc) \
      * and is touched only by ops' kernels and copies: a sharded plugin     \
      * without it is refused on a device the host cannot reach */
+#define LOOM_DATA_DIVERGES                                                  \
+  16 /* (ABI 3.0) the replicas differ between syncs (local SGD): a          \
+      * replicated plugin with LOOM_DATA_HOOKS' replicas_synced, whose      \
+      * parameters the runtime compares at sync steps only; the logged grad \
+      * norm is rank 0's, and the verdicts to skip a step are agreed */
 
 /* ---- the tensor and sequence slots (parallel kind, LOOM_SLOT_TENSOR / LOOM_SLOT_SEQUENCE) ---- */
 

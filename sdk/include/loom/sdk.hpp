@@ -86,6 +86,19 @@ class Host {
   const loom_placement* placement() const {
     return service<loom_placement>(LOOM_SERVICE_PLACEMENT);
   }
+  // Where the run is, kept current (nullptr outside `loom train`); needs "loom.step".
+  const loom_step_info* step() const { return service<loom_step_info>(LOOM_SERVICE_STEP); }
+  // Another section's value by dotted key ("train.steps"); needs "loom.config". Throws
+  // ConfigError naming the key when it is unknown, of another type, or the service is absent.
+  int64_t config_i64(const char* key) const {
+    return config<int64_t>(&loom_config_reader::get_i64, key);
+  }
+  double config_f64(const char* key) const {
+    return config<double>(&loom_config_reader::get_f64, key);
+  }
+  std::string config_str(const char* key) const {
+    return config<const char*>(&loom_config_reader::get_str, key);
+  }
   void log(loom_log_level level, const std::string& msg) const {
     h_->log(level, plugin_, msg.c_str());
   }
@@ -93,6 +106,18 @@ class Host {
   void warn(const std::string& msg) const { log(LOOM_LOG_WARN, msg); }
 
  private:
+  template <class T, class Entry>
+  T config(Entry entry, const char* key) const {
+    const auto* c = service<loom_config_reader>(LOOM_SERVICE_CONFIG);
+    if (!c) throw ConfigError(std::string("reading ") + key + ": no loom.config service here");
+    T out{};
+    loom_error* e = h_->error_new();
+    const loom_status s = (c->*entry)(key, &out, e);
+    const std::string why = s == LOOM_OK ? "" : h_->error_message(e);
+    h_->error_free(e);
+    if (s != LOOM_OK) throw ConfigError(why);
+    return out;
+  }
   const loom_host* h_;
   const char* plugin_;
 };
@@ -395,13 +420,21 @@ class PrecisionPlugin : public Plugin {
 // site is LOOM_FORMAT_PLUGIN and comes back to round_operand with its role.
 class RoundingPrecision : public PrecisionPlugin {
  public:
-  virtual void round_operand(loom_tensor& t, loom_operand_role role) = 0;
+  // Rounds one operand in place. Override one of the two: round_at_site when the rounding
+  // depends on the site (`site`: the operand's id, the same on every rank and step, for per-site
+  // seeds), round_operand otherwise.
+  virtual void round_at_site(loom_tensor& t, loom_operand_role role, int32_t /*site*/) {
+    round_operand(t, role);
+  }
+  virtual void round_operand(loom_tensor&, loom_operand_role) {
+    throw Error(LOOM_INTERNAL, "a RoundingPrecision overrides round_operand or round_at_site");
+  }
   int32_t add_site(const std::string&, loom_operand_role role) override {
     roles_.push_back(role);
     return static_cast<int32_t>(roles_.size() - 1);
   }
   loom_operand_format site_format(int32_t) override { return {LOOM_FORMAT_PLUGIN, 1.f}; }
-  void round_site(int32_t id, loom_tensor& t) override { round_operand(t, roles_.at(id)); }
+  void round_site(int32_t id, loom_tensor& t) override { round_at_site(t, roles_.at(id), id); }
 
  private:
   std::vector<loom_operand_role> roles_;
@@ -476,6 +509,14 @@ class ReplicatedDataPlugin : public Plugin {
   virtual void finish_grads(double& comm_ms, double& exposed_comm_ms) = 0;
   // Bytes held (params, grads, optimizer states: 0 here; comm buffers) and sent last step.
   virtual void accounting(int64_t out[5]) { std::fill(out, out + 5, 0); }
+  // The step's hooks (LOOM_DATA_HOOKS): before its first forward; after the update, taken or
+  // skipped, with the runtime's AdamW moments, which the plugin may rewrite as it may the
+  // parameters (loom_data_context.values); and, for a plugin that declares LOOM_DATA_DIVERGES,
+  // whether the replicas are equal after `step` (the runtime compares them then).
+  virtual void before_forward(const loom_step_info& /*step*/) {}
+  virtual void after_update(const loom_step_info& /*step*/, bool /*updated*/,
+                            const loom_optimizer_state& /*moments*/) {}
+  virtual bool replicas_synced(int64_t /*step*/) { return true; }
 };
 
 // A data-parallel strategy that owns and shards parameters, gradients and optimizer states

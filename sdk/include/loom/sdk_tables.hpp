@@ -398,11 +398,38 @@ void fill_data_head(loom_data_v2& h, uint64_t capabilities) {
   fill_state<Impl>(h);
 }
 
+// A replicated plugin's get_proc: its LOOM_DATA_HOOKS, then About::get_proc's extensions.
+template <class Impl>
+const void* replicated_proc(const char* name) {
+  static const loom_data_hooks hooks = [] {
+    loom_data_hooks h{};
+    h.v = {LOOM_ABI_MAJOR, LOOM_ABI_MINOR, sizeof h};
+    h.before_forward = [](void* self, const loom_step_info* s, loom_error* e) {
+      return guarded(e, [&] { self_of<Impl>(self)->before_forward(*s); });
+    };
+    h.after_update = [](void* self, const loom_step_info* s, int32_t updated,
+                        const loom_optimizer_state* o, loom_error* e) {
+      return guarded(e, [&] { self_of<Impl>(self)->after_update(*s, updated != 0, *o); });
+    };
+    h.replicas_synced = [](void* self, int64_t step) -> int32_t {
+      try {
+        return self_of<Impl>(self)->replicas_synced(step) ? 1 : 0;
+      } catch (...) {
+        return 1;  // compared, so a plugin that cannot say is checked rather than trusted
+      }
+    };
+    return h;
+  }();
+  if (name && std::strcmp(name, LOOM_DATA_HOOKS) == 0) return &hooks;
+  return Impl::about.get_proc ? Impl::about.get_proc(name) : nullptr;
+}
+
 template <class Impl>
 const loom_plugin* replicated_data_plugin() {
   static const loom_data_replicated_v2 table = [] {
     loom_data_replicated_v2 t{};
     fill_data_head<Impl, loom_data_replicated_v2>(t.data, Impl::about.capabilities);
+    t.data.base.get_proc = &replicated_proc<Impl>;
     t.grad_ready = [](void* self, int64_t p, loom_error* e) {
       return guarded(e, [&] { self_of<Impl>(self)->grad_ready(p); });
     };

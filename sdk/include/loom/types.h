@@ -14,7 +14,9 @@ extern "C" {
 
 #define LOOM_ABI_MAJOR 3
 /* 3.0 typed the op table (loom_ref arguments, a dtype mask per operation, one entry per
- * operation) and exports loom_plugin_entry_v3; every other table keeps ABI 2's layout and name.
+ * operation), gave loom_cost_collective `every`, added the loom.step and loom.config services and
+ * the data hooks, and exports loom_plugin_entry_v3; every plugin table keeps ABI 2's layout and
+ * name.
  * ABI 2 ended at 2.7 (narrow GEMM operands); ABI 1 and 2 binaries load through the runtime's
  * adapters (docs/plugins.md has the whole changelog). */
 #define LOOM_ABI_MINOR 0
