@@ -1,9 +1,9 @@
 // The layouts of plugin ABI 1 (1.0 to 1.8) as a plugin binary built against them sees its tables,
 // frozen here for the adapters that load those binaries (v1_adapter.cpp). Nothing else in the
-// runtime uses them. The types ABI 2 kept unchanged (tensors, options, the op table, the services
-// but loom.plugins, the store, shard pieces, slices, pipeline actions) are shared with
-// <loom/plugin.h>. A table of minor m holds the entries up to m's; read base.v.size before a later
-// one.
+// runtime uses them. The types ABI 2 kept unchanged (tensors, options, the services but
+// loom.plugins, the store, shard pieces, slices, pipeline actions) are shared with
+// <loom/plugin.h>; the op table is ABI 2's (tensor/ops_v2.h), whose prefix ABI 1's is. A table of
+// minor m holds the entries up to m's; read base.v.size before a later one.
 #pragma once
 
 #include <loom/plugin.h>

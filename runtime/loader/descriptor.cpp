@@ -287,18 +287,28 @@ std::string abi_of(const loom_version& v) {
 
 }  // namespace
 
+std::string runtime_abi() {
+  return "this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
+         std::to_string(LOOM_ABI_MINOR) + " (and loads ABI 1 and 2 through adapters)";
+}
+
+void widen_costs(const unsigned char* raw, int64_t n, size_t prefix, loom_cost_collective* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = loom_cost_collective{};
+    std::memcpy(&out[i], raw + static_cast<size_t>(i) * kCostV2Size, prefix);
+    out[i].what[sizeof out[i].what - 1] = '\0';
+  }
+}
+
 void check_descriptor(const loom_plugin* d, const std::string& library, int major) {
   if (d->v.major != major)
     throw RuntimeError("plugin in '" + library + "' is returned by loom_plugin_entry_v" +
-                       std::to_string(major) + " but claims plugin ABI " + abi_of(d->v) +
-                       "; this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
-                       std::to_string(LOOM_ABI_MINOR) +
-                       " (and loads ABI 1 and 2 through adapters)");
+                       std::to_string(major) + " but claims plugin ABI " + abi_of(d->v) + "; " +
+                       runtime_abi());
   if (major == 2 && d->v.minor > kLastV2Minor)  // ABI 2 ended at 2.7: a later 2.x is unknown
     throw RuntimeError("plugin in '" + library + "' was built for Loom plugin ABI " + abi_of(d->v) +
-                       "; ABI 2 ended at 2." + std::to_string(kLastV2Minor) +
-                       " and this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
-                       std::to_string(LOOM_ABI_MINOR));
+                       "; ABI 2 ended at 2." + std::to_string(kLastV2Minor) + ", and " +
+                       runtime_abi());
   if (d->v.size < sizeof(loom_plugin) || !d->name || !d->create || !d->destroy)
     throw RuntimeError("plugin in '" + library + "' has an incomplete descriptor");
   const std::string who = check_head(d->name, d->kind, d->slot, library);

@@ -25,6 +25,15 @@ constexpr size_t kCostV2Size =
     (offsetof(loom_cost_collective, every) + alignof(loom_cost_collective) - 1) /
     alignof(loom_cost_collective) * alignof(loom_cost_collective);
 
+// "this runtime speaks ABI 3.0 (and loads ABI 1 and 2 through adapters)": the runtime's half of a
+// message that names both ABI versions.
+std::string runtime_abi();
+
+// Copies n elements an ABI 1 or 2 cost entry wrote (kCostV2Size apart) into ABI 3's: the first
+// `prefix` bytes of each, the rest zero (every = 0; axis = 0 too when ABI 1.7's prefix ends
+// before it), with `what` terminated.
+void widen_costs(const unsigned char* raw, int64_t n, size_t prefix, loom_cost_collective* out);
+
 // The ABI major the entry promised (`major`: 2 or 3), a known kind and a slot that fits it, a table
 // at least table_size(), a name, create, destroy and every required entry, optional pairs set
 // together, and an option schema of named, typed entries with unique names. Throws RuntimeError

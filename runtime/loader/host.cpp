@@ -183,7 +183,7 @@ loom_comm_v2 full_comm_table(const loom_comm_v2* t) {
 std::string declared_note(const loom_plugin* d) {
   if (d->kind == LOOM_KIND_COMM && d->v.major == 2 && d->v.minor < 4)
     return " (it was built against plugin ABI 2." + std::to_string(d->v.minor) +
-           ", before comm plugins declared capabilities: rebuild it against ABI 2.4 and declare "
+           ", before comm plugins declared capabilities: rebuild it against ABI 3 and declare "
            "LOOM_COMM_P2P)";
   if (d->kind == LOOM_KIND_COMM && d->v.major == 1)
     return " (it was built against plugin ABI 1, before comm plugins declared capabilities)";

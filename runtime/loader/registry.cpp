@@ -154,9 +154,7 @@ constexpr int kSpoken[] = {LOOM_ABI_MAJOR, 2, 1};
   if (!majors.empty())
     throw RuntimeError("plugin library '" + key.string() + "' was built for Loom plugin ABI " +
                        std::to_string(majors.front()) + " (exports loom_plugin_entry_v" +
-                       std::to_string(majors.front()) + "); this runtime speaks ABI " +
-                       std::to_string(LOOM_ABI_MAJOR) + "." + std::to_string(LOOM_ABI_MINOR) +
-                       " (and 1 and 2 through adapters)");
+                       std::to_string(majors.front()) + "); " + runtime_abi());
   throw RuntimeError("'" + key.string() +
                      "' is not a Loom plugin: it exports no loom_plugin_entry_v3 (or _v2, _v1) "
                      "symbol");
@@ -173,9 +171,8 @@ const loom_plugin* checked_descriptor(const loom_plugin* raw, size_t i, int majo
   if (major == 1 && raw->v.major != v1::kMajor)  // what an ABI 1 entry returns has ABI 1's layout
     throw RuntimeError("plugin in '" + key.string() +
                        "' is returned by loom_plugin_entry_v1 but claims plugin ABI " +
-                       std::to_string(raw->v.major) + "." + std::to_string(raw->v.minor) +
-                       "; this runtime speaks ABI " + std::to_string(LOOM_ABI_MAJOR) + "." +
-                       std::to_string(LOOM_ABI_MINOR) + " (and 1 and 2 through adapters)");
+                       std::to_string(raw->v.major) + "." + std::to_string(raw->v.minor) + "; " +
+                       runtime_abi());
   if (major == 1) return adapt_v1(reinterpret_cast<const v1::plugin*>(raw), key.string());
   check_descriptor(raw, key.string(), major);
   declare_services(raw);  // what its host will hand it

@@ -76,7 +76,7 @@ const loom_plugins*& v2_plugins_table() {
 
 struct StepState {
   bool set = false;
-  loom_step_info value{};
+  loom_step_info value{LOOM_VERSION_OF(loom_step_info), 0, 0, -1, 1, 1, 0};
 };
 StepState& step_state() {
   static StepState s;
@@ -87,7 +87,7 @@ const loom_config_reader*& config_reader() {
   return reader;
 }
 
-// Each ABI 2 plugin's declared services (loom_plugin.services), by plugin name.
+// Each ABI 2 and 3 plugin's declared services (loom_plugin.services), by plugin name.
 struct Declared {
   std::mutex m;
   std::map<std::string, std::set<std::string>> of;
@@ -117,18 +117,16 @@ void set_span_sink(SpanSink sink) {
 
 void start_steps(uint64_t seed, int32_t micro_batches) {
   StepState& s = step_state();
-  s.value = {};
-  s.value.v = LOOM_VERSION_OF(loom_step_info);
+  s.value = StepState{}.value;
   s.value.seed = seed;
   s.value.micro_batches = micro_batches;
-  s.value.micro_batch = -1;
-  s.value.training = 1;
   s.set = true;
 }
 void set_step(int64_t step) { step_state().value.step = step, step_state().value.micro_batch = -1; }
 void set_micro_batch(int32_t micro_batch) { step_state().value.micro_batch = micro_batch; }
 void set_training(bool training) { step_state().value.training = training ? 1 : 0; }
 const loom_step_info* step_info() { return step_state().set ? &step_state().value : nullptr; }
+const loom_step_info& step_now() { return step_state().value; }
 void set_config_service(const loom_config_reader* reader) { config_reader() = reader; }
 
 void set_plugins_service(const loom_plugins* table, const loom_plugins* v2_table) {

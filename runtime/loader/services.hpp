@@ -28,8 +28,10 @@ void start_steps(uint64_t seed, int32_t micro_batches);
 void set_step(int64_t step);
 void set_micro_batch(int32_t micro_batch);
 void set_training(bool training);
-// The struct loom.step hands out, or nullptr before start_steps.
+// The struct loom.step hands out, or nullptr before start_steps; step_now() is the same struct
+// at any time (step 0, one micro-batch, training, before start_steps).
 const loom_step_info* step_info();
+const loom_step_info& step_now();
 // loom.config (ABI 3): installed with the configuration plugins are created from (selection.hpp).
 void set_config_service(const loom_config_reader* reader);
 
@@ -54,8 +56,8 @@ const void* find_service(const char* name, uint32_t min_minor);
 const void* find_declared_service(const char* plugin, const char* name, uint32_t min_minor);
 // The same for ABI 2's host: as find_service answers.
 const void* find_declared_service_v2(const char* plugin, const char* name, uint32_t min_minor);
-// Records what an ABI 2 plugin declared, by name: when its library is loaded (the first library
-// holding the name, in search order, which is the one a run would pick), and again when an
+// Records what an ABI 2 or 3 plugin declared, by name: when its library is loaded (the first
+// library holding the name, in search order, which is the one a run would pick), and again when an
 // instance is created (`created`), from the descriptor actually used.
 void declare_services(const loom_plugin* desc, bool created = false);
 // The op table a plugin's setup context carries: ABI 3's typed table over `kernels` for an ABI 3

@@ -110,12 +110,8 @@ loom_status v1_cost(const loom_plugin* plugin, const loom_options*, const loom_c
   std::vector<unsigned char> raw(static_cast<size_t>(out ? cap : 0) * kCostV2Size);
   const loom_status s = proc<v1::cost_fn>(v1_original(plugin), "loom_cost_v1")(
       q, out ? reinterpret_cast<loom_cost_collective*>(raw.data()) : nullptr, cap, n, err);
-  for (int64_t i = 0; s == LOOM_OK && out && i < std::min(*n, cap); ++i) {
-    out[i] = loom_cost_collective{};
-    std::memcpy(&out[i], raw.data() + static_cast<size_t>(i) * kCostV2Size,
-                offsetof(loom_cost_collective, axis));
-    out[i].what[sizeof out[i].what - 1] = '\0';
-  }
+  if (s == LOOM_OK && out)
+    widen_costs(raw.data(), std::min(*n, cap), offsetof(loom_cost_collective, axis), out);
   return s;
 }
 loom_cost_fn cost_of(const v1::plugin* d) {
@@ -459,7 +455,7 @@ loom_status v1_create_wrapped(const char* name, int32_t kind, const v1::plugin**
   if (kind != LOOM_KIND_COMM)
     return host().set_error(
         err, LOOM_BAD_CONFIG,
-        "a plugin built against ABI 1 can wrap comm plugins only; rebuild it against ABI 2");
+        "a plugin built against ABI 1 can wrap comm plugins only; rebuild it against ABI 3");
   const auto* plugins = static_cast<const loom_plugins*>(find_service(LOOM_SERVICE_PLUGINS, 0));
   if (!plugins)
     return host().set_error(

@@ -8,8 +8,8 @@
 
 namespace loom::ops {
 
-// The typed table over `inner` (one per device kind, built on first use and kept for the
-// process); nullptr for nullptr.
+// The typed table over `inner` (one per ABI 2 table, up to 8 in a process, built on first use
+// and kept); nullptr for nullptr.
 const loom_ops* typed(const loom_ops_v2* inner);
 
 // The dtype mask typed() publishes for each loom_op_id over `inner`: LOOM_F32 everywhere, and

@@ -7,6 +7,7 @@
 
 #include "config/config.hpp"
 #include "core/errors.hpp"
+#include "loader/descriptor.hpp"
 #include "loader/host.hpp"
 #include "loader/selection.hpp"
 #include "parallel/pipeline_plan.hpp"
@@ -119,10 +120,9 @@ loom_status call_cost(const loom_plugin* desc, loom_cost_fn fn, const loom_optio
   std::vector<unsigned char> raw(static_cast<size_t>(n) * kCostV2Size);
   const loom_status s =
       fn(desc, &opts, &q, reinterpret_cast<loom_cost_collective*>(raw.data()), n, &n, &e);
-  for (size_t i = 0; s == LOOM_OK && i < out.size(); ++i) {
-    out[i] = loom_cost_collective{};
-    std::memcpy(&out[i], raw.data() + i * kCostV2Size, offsetof(loom_cost_collective, every));
-  }
+  if (s == LOOM_OK)
+    plugins::widen_costs(raw.data(), std::min<int64_t>(n, static_cast<int64_t>(out.size())),
+                         offsetof(loom_cost_collective, every), out.data());
   return s;
 }
 

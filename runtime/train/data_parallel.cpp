@@ -428,7 +428,7 @@ void DataParallel::check_identical(const ParamStore& params, const std::string& 
 // An ABI 3 plugin's hooks, by name through get_proc; LOOM_DATA_DIVERGES needs replicas_synced.
 void DataParallel::find_hooks() {
   const loom_plugin* d = data_->desc();
-  if (d->v.major >= 3 && d->get_proc)
+  if (replicated_ && d->v.major >= 3 && d->get_proc)
     hooks_ = static_cast<const loom_data_hooks*>(d->get_proc(LOOM_DATA_HOOKS));
   if (!diverges()) return;
   if (sharded_)
@@ -441,26 +441,18 @@ void DataParallel::find_hooks() {
                       "the runtime cannot tell when its replicas should be equal");
 }
 
-namespace {
-// loom.step's struct, or zeros where no run started the steps (a test's bare data slot).
-const loom_step_info* current_step() {
-  static const loom_step_info none{LOOM_VERSION_OF(loom_step_info), 0, 0, -1, 1, 1, 0};
-  const loom_step_info* s = plugins::step_info();
-  return s ? s : &none;
-}
-}  // namespace
-
 void DataParallel::before_forward() {
   if (!hooks_ || !hooks_->before_forward) return;
   loom_error e;
-  check(hooks_->before_forward(data_->self(), current_step(), &e), e, "data plugin before_forward");
+  check(hooks_->before_forward(data_->self(), &plugins::step_now(), &e), e,
+        "data plugin before_forward");
 }
 
 void DataParallel::after_update(bool updated, float* adam_m, float* adam_v, int64_t numel) {
   if (!hooks_ || !hooks_->after_update) return;
   const loom_optimizer_state o{LOOM_VERSION_OF(loom_optimizer_state), adam_m, adam_v, numel};
   loom_error e;
-  check(hooks_->after_update(data_->self(), current_step(), updated ? 1 : 0,
+  check(hooks_->after_update(data_->self(), &plugins::step_now(), updated ? 1 : 0,
                              replicated_ ? &o : nullptr, &e),
         e, "data plugin after_update");
 }

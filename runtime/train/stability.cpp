@@ -232,9 +232,9 @@ void Stability::check(int64_t step, const ParamStore& params) {
   checked_replicas_ = checked_collective_ = false;
   if (!enabled_ || check_every_ == 0 || !world_) return;
   const bool due = step % check_every_ == 0;
-  const bool sync = dp_ && dp_->diverges() && dp_->replicas_synced(step);
+  const bool synced = dp_ && dp_->replicas_synced(step);  // always, unless replicas diverge
   if (due) check_collective(step);
-  if (!(due || sync) || !dp_ || !dp_->has_replicas() || !dp_->replicas_synced(step)) return;
+  if (!synced || !(due || dp_->diverges()) || !dp_->has_replicas()) return;
   checked_replicas_ = true;
   std::vector<int> odd = dp_->odd_replicas(params);
   if (odd.empty()) return;

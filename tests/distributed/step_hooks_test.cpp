@@ -45,18 +45,21 @@ TEST_CASE(
     "local SGD's validate hook reads [train] steps through loom.config: a k that does not divide "
     "it is refused by config check, before any rank starts") {
   LayoutRuns runs(kModel, "steps = 10\nglobal_batch = 4");
-  auto r = run_loom("config check --no-data " + runs.config() +
-                    " --set parallel.nproc=2 --set plugins.data=local_sgd --set plugins.local_sgd.k=4");
+  auto r =
+      run_loom("config check --no-data " + runs.config() +
+               " --set parallel.nproc=2 --set plugins.data=local_sgd --set plugins.local_sgd.k=4");
   INFO(r.out);
   CHECK(r.rc == 2);
   CHECK(has(r.out, "[plugins.local_sgd] k = 4 does not divide train.steps = 10"));
-  auto save = run_loom("config check --no-data " + runs.config() +
-                       " --set parallel.nproc=2 --set plugins.data=local_sgd --set plugins.local_sgd.k=5"
-                       " --set plugins.ckpt=sync --set checkpoint.every=4");
+  auto save =
+      run_loom("config check --no-data " + runs.config() +
+               " --set parallel.nproc=2 --set plugins.data=local_sgd --set plugins.local_sgd.k=5"
+               " --set plugins.ckpt=sync --set checkpoint.every=4");
   CHECK(save.rc == 2);
   CHECK(has(save.out, "does not divide checkpoint.every = 4"));
-  auto ok = run_loom("config check --no-data " + runs.config() +
-                     " --set parallel.nproc=2 --set plugins.data=local_sgd --set plugins.local_sgd.k=5");
+  auto ok =
+      run_loom("config check --no-data " + runs.config() +
+               " --set parallel.nproc=2 --set plugins.data=local_sgd --set plugins.local_sgd.k=5");
   CHECK(ok.rc == 0);
 }
 
@@ -69,8 +72,9 @@ TEST_CASE(
   CHECK(sr.loss != runs.run("--set plugins.precision=bf16").loss);
   CHECK(sr.loss != runs.run("--set plugins.precision=sr_bf16 --set run.seed=7").loss);
   CHECK(sr.loss == runs.run("--set plugins.precision=sr_bf16").loss);  // the same draws
-  const std::string common = "--set plugins.precision=sr_bf16 --set plugins.ckpt=sync "
-                             "--set checkpoint.every=4";
+  const std::string common =
+      "--set plugins.precision=sr_bf16 --set plugins.ckpt=sync "
+      "--set checkpoint.every=4";
   REQUIRE(runs.raw(common + " --set train.exit_after=4").rc == 0);
   auto resumed = runs.raw(common + " --set checkpoint.resume=latest");
   INFO(resumed.out);

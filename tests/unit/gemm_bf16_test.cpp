@@ -1,7 +1,8 @@
-// bf16 GEMM operands on the CPU (loom/ops.h, ABI 2.7): quantize_into stores quantize's values in
-// 16 bits, and gemm_typed on bf16 operands equals the fp32 GEMM of the same values up to the order
-// of its additions, with the same bits at any thread count. On a CPU without bf16 instructions
-// gemm_typed widens the operands and the checks hold trivially; the INFO line says which ran.
+// bf16 GEMM operands on the CPU (the runtime's op table, tensor/ops_v2.h): quantize_into stores
+// quantize's values in 16 bits, and gemm_typed on bf16 operands equals the fp32 GEMM of the same
+// values up to the order of its additions, with the same bits at any thread count. On a CPU without
+// bf16 instructions gemm_typed widens the operands and the checks hold trivially; the INFO line
+// says which ran.
 #include <doctest/doctest.h>
 
 #include <bit>

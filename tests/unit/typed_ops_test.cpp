@@ -120,6 +120,7 @@ TEST_CASE("typed entries give the ABI 2 kernels' bits") {
   in->adamw(p2.data(), g.data(), m2.data(), v2.data(), 64, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 3);
   CHECK(p == p2);
   CHECK(v == v2);
+  CHECK(m == m2);
   const loom_cref xs[] = {cref(g)};
   double ss = 0;
   t->sum_squares(1, xs, n, &ss);

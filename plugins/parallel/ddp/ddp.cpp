@@ -54,7 +54,6 @@ struct Bucket {
 };
 
 using loom::formats::block_bytes;
-using loom::sdk::bf16;
 using loom::sdk::f32;
 
 class Ddp : public loom::sdk::ReplicatedDataPlugin {
@@ -114,11 +113,6 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
 
   void setup(const loom_data_context& ctx) override {
     ctx_ = ctx;
-    if ((bf16_ || fp8_) && !LOOM_HAS_FIELD(ctx.ops, loom_ops, decode_blocks))
-      throw loom::sdk::Error(
-          LOOM_UNAVAILABLE,
-          std::string("[plugins.ddp] reduce_dtype = \"") + (bf16_ ? "bf16" : "fp8") +
-              "\" needs the op table's wire kernels (ABI 2.5); this runtime's is older");
     if (fp8_)
       sum_ =
           loom::sdk::DeviceArray<float>(host_.raw(), ctx.ops, 0, "an fp8 bucket's reduced block");
@@ -183,8 +177,8 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
         continue;
       }
       if (bf16_)
-        ctx_.ops->convert(f32(ctx_.grads + b.begin), bf16(b.staged.as<uint16_t>()), b.end - b.begin,
-                          1.f, nullptr, nullptr);
+        loom::sdk::from_bf16(ctx_.ops, ctx_.grads + b.begin, b.staged.as<uint16_t>(),
+                             b.end - b.begin);
       if (b.expert)
         ctx_.ops->scale(f32(ctx_.grads + b.begin), expert_scale_,
                         b.end - b.begin);  // the grads may be device memory
@@ -303,8 +297,7 @@ class Ddp : public loom::sdk::ReplicatedDataPlugin {
     loom_tensor t = loom::sdk::flat_tensor(ctx_.grads + b.begin, LOOM_F32, b.end - b.begin);
     if (bf16_) {
       if (b.staged.size() == 0) b.staged = bytes(2 * (b.end - b.begin), "a bf16 gradient wire");
-      ctx_.ops->convert(bf16(b.staged.as<uint16_t>()), f32(ctx_.grads + b.begin), b.end - b.begin,
-                        1.f, nullptr, nullptr);
+      loom::sdk::to_bf16(ctx_.ops, b.staged.as<uint16_t>(), ctx_.grads + b.begin, b.end - b.begin);
       t = loom::sdk::flat_tensor(b.staged.data(), LOOM_BF16, b.end - b.begin);
     }
     sent_ += 2 * (n - 1) * (b.end - b.begin) * (bf16_ ? 2 : 4) /

@@ -58,7 +58,8 @@ class Tp : public loom::sdk::TensorPlugin {
       {"overlap", LOOM_OPT_STRING, "\"auto\"",
        "on: f's backward collective behind the weight-gradient GEMMs, g's forward one (and sp's "
        "gather) in row "
-       "chunks behind the GEMMs (the runtime issues them as ABI 2 defines f and g); off; auto: on "
+       "chunks behind the GEMMs (the runtime issues them as the ABI defines f and g); off; auto: "
+       "on "
        "for CUDA, off on "
        "CPUs, whose comm threads would take the compute's cores"},
       {"overlap_chunks", LOOM_OPT_INT, "4", "row chunks of a row-parallel GEMM under overlap"},

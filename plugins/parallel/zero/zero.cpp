@@ -112,10 +112,6 @@ class Zero : public loom::sdk::ShardedDataPlugin {
 
   void setup(const loom_data_context& ctx) override {
     if (!ctx.units) throw Error(LOOM_INTERNAL, "zero needs the model's units in its setup context");
-    if (!LOOM_HAS_FIELD(ctx.ops, loom_ops, decode_blocks))
-      throw Error(LOOM_UNAVAILABLE,
-                  "zero keeps its shards with the op table's copies and wire kernels (ABI 2.5); "
-                  "this runtime's table is older");
     ctx_ = ctx;
     const int64_t U = ctx.n_units;
     loom_comm* expert_dp = ctx.expert_dp;

@@ -3,7 +3,7 @@
 // this says how it crosses.
 //
 //   fp32  the collective reads and writes the fp32 buffers themselves.
-//   bf16  to_bf16 into a wire buffer, the collective in bf16, from_bf16 back (half the bytes).
+//   bf16  convert into a bf16 wire buffer, the collective in bf16, convert back (half the bytes).
 //   fp8   loom/formats.hpp's E4M3 blocks, a scale each. No collective sums in 8 bits, so a
 //         reduce-scatter is an all-to-all of every rank's n blocks (block j to rank j), summed in
 //         fp32 on arrival and divided by n; a gather sends one block per rank.
@@ -56,8 +56,7 @@ class WireCodec {
     if (wire_ == Wire::BF16) {
       bufs.in = array(2 * piece * n, "a bf16 gradient wire"),
       bufs.out = array(2 * piece, "a bf16 gradient wire");
-      ctx_.ops->convert(loom::sdk::bf16(bufs.in.as<uint16_t>()), loom::sdk::f32(in), piece * n, 1.f,
-                        nullptr, nullptr);
+      loom::sdk::to_bf16(ctx_.ops, bufs.in.as<uint16_t>(), in, piece * n);
       tin = flat(bufs.in.data(), LOOM_BF16, piece * n),
       tout = flat(bufs.out.data(), LOOM_BF16, piece);
     }
@@ -68,9 +67,7 @@ class WireCodec {
     return (n - 1) * wire_bytes(wire_, piece);
   }
   void reduced(int n, float* out, int64_t piece, WireBufs& bufs) const {
-    if (wire_ == Wire::BF16)
-      ctx_.ops->convert(loom::sdk::f32(out), loom::sdk::bf16(bufs.out.as<uint16_t>()), piece, 1.f,
-                        nullptr, nullptr);
+    if (wire_ == Wire::BF16) loom::sdk::from_bf16(ctx_.ops, out, bufs.out.as<uint16_t>(), piece);
     if (wire_ != Wire::FP8) return;
     ctx_.ops->decode_blocks(out, bufs.out.data(), piece, piece, n, LOOM_BLOCKS_SUM);
     ctx_.ops->scale(loom::sdk::f32(out), 1.f / static_cast<float>(n),
@@ -94,8 +91,7 @@ class WireCodec {
     } else if (wire_ == Wire::BF16) {
       bufs.in = array(2 * piece, "a bf16 parameter wire"),
       bufs.out = array(2 * piece * n, "a bf16 parameter wire");
-      ctx_.ops->convert(loom::sdk::bf16(bufs.in.as<uint16_t>()), loom::sdk::f32(mine), piece, 1.f,
-                        nullptr, nullptr);
+      loom::sdk::to_bf16(ctx_.ops, bufs.in.as<uint16_t>(), mine, piece);
       tin = flat(bufs.in.data(), LOOM_BF16, piece),
       tout = flat(bufs.out.data(), LOOM_BF16, piece * n);
     }
@@ -106,8 +102,7 @@ class WireCodec {
   }
   void gathered(int n, float* all, int64_t piece, WireBufs& bufs) const {
     if (wire_ == Wire::BF16)
-      ctx_.ops->convert(loom::sdk::f32(all), loom::sdk::bf16(bufs.out.as<uint16_t>()), piece * n,
-                        1.f, nullptr, nullptr);
+      loom::sdk::from_bf16(ctx_.ops, all, bufs.out.as<uint16_t>(), piece * n);
     if (wire_ == Wire::FP8) ctx_.ops->decode_blocks(all, bufs.out.data(), piece * n, piece, n, 0);
     bufs = WireBufs{};
   }

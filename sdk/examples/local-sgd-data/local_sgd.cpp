@@ -21,7 +21,8 @@ class LocalSgd : public loom::sdk::ReplicatedDataPlugin {
       {"k", LOOM_OPT_INT, "4", "steps between two averages of the replicas"},
       {nullptr, 0, nullptr, nullptr},
   };
-  static constexpr loom_option_rule kRules[] = {{"k", 1, 1e9, nullptr, 0}, {nullptr, 0, 0, nullptr, 0}};
+  static constexpr loom_option_rule kRules[] = {{"k", 1, 1e9, nullptr, 0},
+                                                {nullptr, 0, 0, nullptr, 0}};
   // Every k steps, an all-reduce of the parameters and of both moments, after the update.
   static std::vector<loom_cost_collective> cost(const loom_cost_query& q,
                                                 const loom::sdk::Options& o) {
@@ -43,8 +44,9 @@ class LocalSgd : public loom::sdk::ReplicatedDataPlugin {
                                      ": the run would end or save between two averages");
     }
     if (host.config_i64("parallel.cp") > 1)
-      throw loom::sdk::ConfigError("[plugins.local_sgd] runs without context parallelism: the "
-                                   "cp ranks of a sequence share one model");
+      throw loom::sdk::ConfigError(
+          "[plugins.local_sgd] runs without context parallelism: the "
+          "cp ranks of a sequence share one model");
   }
   static constexpr loom::sdk::About about{
       .name = "local_sgd",

@@ -40,10 +40,10 @@ class StochasticBf16 : public loom::sdk::RoundingPrecision {
   void round_at_site(loom_tensor& t, loom_operand_role, int32_t site) override {
     if (t.dtype != LOOM_F32) throw loom::sdk::Error(LOOM_INTERNAL, "sr_bf16 rounds fp32 tensors");
     const loom_step_info* s = host_.step();
-    const uint64_t stream = mix(mix(mix((s ? s->seed : 0) ^ 0x5352424631360000ull) ^
-                                    uint64_t(s ? s->step : 0)) ^
-                                (uint64_t(uint32_t(s ? s->micro_batch : -1)) << 32 |
-                                 uint64_t(uint32_t(site)) << 1 | uint64_t(s && s->training)));
+    const uint64_t stream =
+        mix(mix(mix((s ? s->seed : 0) ^ 0x5352424631360000ull) ^ uint64_t(s ? s->step : 0)) ^
+            (uint64_t(uint32_t(s ? s->micro_batch : -1)) << 32 | uint64_t(uint32_t(site)) << 1 |
+             uint64_t(s && s->training)));
     float* x = static_cast<float*>(t.data);
     const int64_t n = loom::sdk::numel(t);
     for (int64_t i = 0; i < n; ++i) {

@@ -107,7 +107,8 @@ typedef struct loom_plugins {
 
 /* Where the run is (ABI 3.0), for every slot that acts per step: the service is the struct
  * itself, which the runtime keeps current, so read it during any call. NULL outside `loom train`.
- * step counts optimizer steps from 1 (0 before the first); micro_batch is the index within the
+ * step counts training steps from 1 (0 before the first; a skipped update counts, unlike AdamW's
+ * own count); micro_batch is the index within the
  * step of the forward or backward running now (-1 between them); training is 0 while the model
  * evaluates (validation, samples). seed is [run] seed. */
 #define LOOM_SERVICE_STEP "loom.step"
@@ -130,7 +131,8 @@ typedef struct loom_config_reader {
   loom_version v;
   loom_status (*get_i64)(const char* key, int64_t* out, loom_error* err);
   loom_status (*get_f64)(const char* key, double* out, loom_error* err);
-  loom_status (*get_str)(const char* key, const char** out, loom_error* err); /* borrowed */
+  /* *out is borrowed until this thread's next get_str */
+  loom_status (*get_str)(const char* key, const char** out, loom_error* err);
 } loom_config_reader;
 
 #ifdef __cplusplus

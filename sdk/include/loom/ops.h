@@ -181,7 +181,8 @@ typedef struct loom_ops {
   /* out[t] = sum of x[t][i]^2 over i < n[t], accumulated in double, for `count` tensors; x, n
    * and out are host arrays; one host wait for all of them. */
   void (*sum_squares)(int64_t count, const loom_cref* x, const int64_t* n, double* out);
-  /* Between fp32 and a narrower dtype of dtypes[LOOM_OP_CONVERT] (bf16 on every device so far).
+  /* Between fp32 and a narrower dtype of dtypes[LOOM_OP_CONVERT] (bf16 on every device so far):
+   * exactly one side is fp32.
    * Narrowing: dst[i] = cast(src[i] * scale), rounded to nearest-even (bf16, fp16: a finite
    * value whose product overflows becomes infinity; a NaN stays a NaN); *amax = max |src[i]|
    * (NaN when any is NaN) and *clipped = how many finite values overflowed, each written when

@@ -226,13 +226,14 @@ typedef struct loom_optimizer_state {
 } loom_optimizer_state;
 
 /* Hooks around a replicated data plugin's step (ABI 3.0), found through its get_proc as
- * LOOM_DATA_HOOKS, each optional. s is the loom.step service's struct. */
+ * LOOM_DATA_HOOKS, each optional (a sharded plugin's are not called). s is the loom.step
+ * service's struct. */
 #define LOOM_DATA_HOOKS "loom_data_hooks"
 typedef struct loom_data_hooks {
   loom_version v;
   /* Before the step's first forward. */
   loom_status (*before_forward)(void* self, const loom_step_info* s, loom_error* err);
-  /* After the optimizer's update (also after a skipped one: *updated = 0). The plugin may rewrite
+  /* After the optimizer's update (also after a skipped one: updated = 0). The plugin may rewrite
    * the parameters (loom_data_context.values) and the moments. */
   loom_status (*after_update)(void* self, const loom_step_info* s, int32_t updated,
                               const loom_optimizer_state* o, loom_error* err);

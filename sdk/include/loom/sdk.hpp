@@ -1,4 +1,4 @@
-// Loom plugin SDK: a header-only C++20 layer over <loom/plugin.h> (plugin ABI 2).
+// Loom plugin SDK: a header-only C++20 layer over <loom/plugin.h> (plugin ABI 3).
 //
 // A plugin writes a class per strategy, derives it from the base class of its kind, says what it
 // is in one `about` aggregate, and lists the classes in LOOM_PLUGIN(...). The macro generates the
@@ -199,76 +199,6 @@ class ErrorBox {
  private:
   const loom_host* h_;
   loom_error* e_;
-};
-
-// The op table's typed arguments (loom_ref, loom_cref) from pointers: fp32, or bf16 values held
-// as their 16 bits (loom/bf16.hpp): ops->scale(loom::sdk::f32(x), 0.5f, n).
-// A writable pointer passes where either is taken.
-struct TypedArg {
-  void* data;
-  int32_t dtype;
-  operator loom_ref() const { return {data, dtype, 0}; }
-  operator loom_cref() const { return {data, dtype, 0}; }
-};
-inline TypedArg f32(float* p) { return {p, LOOM_F32}; }
-inline loom_cref f32(const float* p) { return {p, LOOM_F32, 0}; }
-inline TypedArg bf16(uint16_t* p) { return {p, LOOM_BF16}; }
-inline loom_cref bf16(const uint16_t* p) { return {p, LOOM_BF16, 0}; }
-
-// n elements of T on the op table's device (host->alloc on ops->device: the host heap on the CPU,
-// counted with the tensors; device memory elsewhere, which host code reaches only through the
-// table's copies and kernels), zero-filled, freed with the object. For the model state, wire
-// buffers and scratch of a plugin that runs where the tensors live (LOOM_DATA_DEVICE).
-template <class T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  // `what` names the buffer in an out-of-memory error; a string literal (it is kept).
-  DeviceArray(const loom_host* host, const loom_ops* ops, int64_t n, const char* what)
-      : host_(host), ops_(ops), what_(what), n_(n) {
-    const size_t bytes = static_cast<size_t>(n > 0 ? n : 1) * sizeof(T);
-    p_ = static_cast<T*>(host->alloc(ops->device, bytes));
-    if (!p_)
-      throw Error(LOOM_SYSTEM, std::string("out of memory for ") + what + " (" +
-                                   std::to_string(bytes) + " bytes)");
-    if (n > 0) ops->zero(p_, static_cast<int64_t>(bytes));
-  }
-  ~DeviceArray() { release(); }
-  DeviceArray(DeviceArray&& o) noexcept { take(o); }
-  DeviceArray& operator=(DeviceArray&& o) noexcept {
-    if (this != &o) release(), take(o);
-    return *this;
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* data() const { return p_; }
-  // The same bytes as another element type (a bf16 wire held as bytes).
-  template <class U>
-  U* as() const {
-    return reinterpret_cast<U*>(p_);
-  }
-  int64_t size() const { return n_; }
-  int64_t bytes() const { return n_ * static_cast<int64_t>(sizeof(T)); }
-  // At least n elements: reallocated, zero-filled, when it holds fewer (its contents are lost).
-  T* at_least(int64_t n) {
-    if (n > n_) *this = DeviceArray(host_, ops_, n, what_);
-    return p_;
-  }
-
- private:
-  void release() {
-    if (p_) host_->free(ops_->device, p_);
-    p_ = nullptr, n_ = 0;
-  }
-  void take(DeviceArray& o) {
-    host_ = o.host_, ops_ = o.ops_, what_ = o.what_, p_ = o.p_, n_ = o.n_;
-    o.p_ = nullptr, o.n_ = 0;
-  }
-  const loom_host* host_ = nullptr;
-  const loom_ops* ops_ = nullptr;
-  const char* what_ = "";
-  T* p_ = nullptr;
-  int64_t n_ = 0;
 };
 
 // ---- wrapping another plugin (the loom.plugins service) ---------------------------------------
@@ -615,8 +545,10 @@ class ContextPlugin : public Plugin {
 
 }  // namespace loom::sdk
 
-// The C tables behind the base classes: kind_plugin<Impl>() descriptor helpers.
+// The op table's typed arguments and device buffers, then the C tables behind the base classes:
+// kind_plugin<Impl>() descriptor helpers.
 #define LOOM_SDK_TABLES_FROM_SDK
+#include <loom/sdk_ops.hpp>
 #include <loom/sdk_tables.hpp>
 #include <loom/sdk_tables_parallel.hpp>
 #undef LOOM_SDK_TABLES_FROM_SDK
