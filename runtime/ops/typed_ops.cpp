@@ -3,6 +3,8 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
+#include <loom/bf16.hpp>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -42,10 +44,76 @@ const float* f32(loom_cref r, const char* entry, const char* arg) {
   return static_cast<const float*>(r.data);
 }
 
+// The bf16 form of an element-wise or activation entry on a device whose memory the host reaches
+// (the CPU): widen each narrow input, run the fp32 kernel, round each narrow output once. So it is
+// the fp32 kernel's math on the inputs' values, with one rounding per element written.
+class Widened {
+ public:
+  Widened(loom_cref r, int64_t n) {
+    if (r.dtype == LOOM_F32) {
+      p_ = static_cast<const float*>(r.data);
+      return;
+    }
+    const auto* h = static_cast<const uint16_t*>(r.data);
+    copy_.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) copy_[static_cast<size_t>(i)] = sdk::bf16_to_f32(h[i]);
+    p_ = copy_.data();
+  }
+  const float* get() const { return p_; }
+
+ private:
+  std::vector<float> copy_;
+  const float* p_ = nullptr;
+};
+
+// An output (`load`: also an input, as accumulate's y), rounded back when it goes out of scope.
+class Narrowed {
+ public:
+  Narrowed(loom_ref r, int64_t n, bool load) : r_(r), n_(n) {
+    if (r.dtype == LOOM_F32) {
+      p_ = static_cast<float*>(r.data);
+      return;
+    }
+    if (load) {
+      const Widened w({r.data, r.dtype, 0}, n);
+      copy_.assign(w.get(), w.get() + n);
+    } else {
+      copy_.resize(static_cast<size_t>(n));
+    }
+    p_ = copy_.data();
+  }
+  ~Narrowed() {
+    if (r_.dtype == LOOM_F32) return;
+    auto* h = static_cast<uint16_t*>(r_.data);
+    for (int64_t i = 0; i < n_; ++i) h[i] = sdk::f32_to_bf16(copy_[static_cast<size_t>(i)]);
+  }
+  Narrowed(const Narrowed&) = delete;
+  Narrowed& operator=(const Narrowed&) = delete;
+  float* get() { return p_; }
+
+ private:
+  loom_ref r_;
+  int64_t n_;
+  std::vector<float> copy_;
+  float* p_ = nullptr;
+};
+
 // The forwarding entries of slot Kind: each reads its ABI 2 table from g_inner[Kind].
 template <int Kind>
 struct Typed {
   static const loom_ops_v2& in() { return *g_inner[Kind]; }
+
+  // Whether every argument is fp32 (the ABI 2 kernel takes them as they are); otherwise each
+  // must be fp32 or bf16 on a device the host reaches, which the bf16 forms need.
+  static bool all_f32(const char* entry, std::initializer_list<std::pair<const char*, int32_t>> a) {
+    bool f32_only = true;
+    for (const auto& [arg, dtype] : a) {
+      if (dtype == LOOM_F32) continue;
+      if (dtype != LOOM_BF16 || !in().host_reachable) refuse(entry, arg, dtype);
+      f32_only = false;
+    }
+    return f32_only;
+  }
 
   static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, loom_cref A,
                    int64_t lda, loom_cref B, int64_t ldb, float beta, loom_ref C, int64_t ldc) {
@@ -96,26 +164,56 @@ struct Typed {
   static void bias_bwd(float* dbias, loom_cref dout, int64_t N, int64_t C) {
     in().bias_bwd(dbias, f32(dout, "bias_bwd", "dout"), N, C);
   }
+  // out = f(inp) and dinp = f'(inp) dout over n elements (ABI 2's unary activation kernels),
+  // for fp32 arguments or, on the CPU, bf16 ones.
+  using Unary = void (*)(float*, const float*, int64_t);
+  using UnaryBwd = void (*)(float*, const float*, const float*, int64_t);
+  static void unary(const char* e, Unary k, loom_ref out, loom_cref inp, int64_t n) {
+    if (all_f32(e, {{"out", out.dtype}, {"inp", inp.dtype}}))
+      return k(static_cast<float*>(out.data), static_cast<const float*>(inp.data), n);
+    Widened x(inp, n);
+    Narrowed y(out, n, false);
+    k(y.get(), x.get(), n);
+  }
+  static void unary_bwd(const char* e, UnaryBwd k, loom_ref dinp, loom_cref inp, loom_cref dout,
+                        int64_t n) {
+    if (all_f32(e, {{"dinp", dinp.dtype}, {"inp", inp.dtype}, {"dout", dout.dtype}}))
+      return k(static_cast<float*>(dinp.data), static_cast<const float*>(inp.data),
+               static_cast<const float*>(dout.data), n);
+    Widened x(inp, n), dy(dout, n);
+    Narrowed dx(dinp, n, false);
+    k(dx.get(), x.get(), dy.get(), n);
+  }
   static void gelu_fwd(loom_ref out, loom_cref inp, int64_t n) {
-    in().gelu_fwd(f32(out, "gelu_fwd", "out"), f32(inp, "gelu_fwd", "inp"), n);
+    unary("gelu_fwd", in().gelu_fwd, out, inp, n);
   }
   static void gelu_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t n) {
-    const char* e = "gelu_bwd";
-    in().gelu_bwd(f32(dinp, e, "dinp"), f32(inp, e, "inp"), f32(dout, e, "dout"), n);
+    unary_bwd("gelu_bwd", in().gelu_bwd, dinp, inp, dout, n);
   }
   static void gelu_erf_fwd(loom_ref out, loom_cref inp, int64_t n) {
-    in().gelu_erf_fwd(f32(out, "gelu_erf_fwd", "out"), f32(inp, "gelu_erf_fwd", "inp"), n);
+    unary("gelu_erf_fwd", in().gelu_erf_fwd, out, inp, n);
   }
   static void gelu_erf_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t n) {
-    const char* e = "gelu_erf_bwd";
-    in().gelu_erf_bwd(f32(dinp, e, "dinp"), f32(inp, e, "inp"), f32(dout, e, "dout"), n);
+    unary_bwd("gelu_erf_bwd", in().gelu_erf_bwd, dinp, inp, dout, n);
   }
+  // SwiGLU's rows are [gate | up] (2F) in, F out.
   static void swiglu_fwd(loom_ref out, loom_cref inp, int64_t N, int64_t F) {
-    in().swiglu_fwd(f32(out, "swiglu_fwd", "out"), f32(inp, "swiglu_fwd", "inp"), N, F);
+    const char* e = "swiglu_fwd";
+    if (all_f32(e, {{"out", out.dtype}, {"inp", inp.dtype}}))
+      return in().swiglu_fwd(static_cast<float*>(out.data), static_cast<const float*>(inp.data), N,
+                             F);
+    Widened x(inp, 2 * N * F);
+    Narrowed y(out, N * F, false);
+    in().swiglu_fwd(y.get(), x.get(), N, F);
   }
   static void swiglu_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t N, int64_t F) {
     const char* e = "swiglu_bwd";
-    in().swiglu_bwd(f32(dinp, e, "dinp"), f32(inp, e, "inp"), f32(dout, e, "dout"), N, F);
+    if (all_f32(e, {{"dinp", dinp.dtype}, {"inp", inp.dtype}, {"dout", dout.dtype}}))
+      return in().swiglu_bwd(static_cast<float*>(dinp.data), static_cast<const float*>(inp.data),
+                             static_cast<const float*>(dout.data), N, F);
+    Widened x(inp, 2 * N * F), dy(dout, N * F);
+    Narrowed dx(dinp, 2 * N * F, false);
+    in().swiglu_bwd(dx.get(), x.get(), dy.get(), N, F);
   }
   static void attention_fwd(loom_ref out, float* lse, loom_cref q, loom_cref k, loom_cref v,
                             int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
@@ -164,15 +262,33 @@ struct Typed {
     in().rope_bwd(f32(dx, "rope_bwd", "dx"), ld, B, T, heads, D, cos, sin, pos0);
   }
   static void add(loom_ref y, loom_cref a, loom_cref b, int64_t n) {
-    in().add(f32(y, "add", "y"), f32(a, "add", "a"), f32(b, "add", "b"), n);
+    if (all_f32("add", {{"y", y.dtype}, {"a", a.dtype}, {"b", b.dtype}}))
+      return in().add(static_cast<float*>(y.data), static_cast<const float*>(a.data),
+                      static_cast<const float*>(b.data), n);
+    Widened wa(a, n), wb(b, n);
+    Narrowed wy(y, n, false);
+    in().add(wy.get(), wa.get(), wb.get(), n);
   }
   static void accumulate(loom_ref y, loom_cref x, int64_t n) {
-    in().accumulate(f32(y, "accumulate", "y"), f32(x, "accumulate", "x"), n);
+    if (all_f32("accumulate", {{"y", y.dtype}, {"x", x.dtype}}))
+      return in().accumulate(static_cast<float*>(y.data), static_cast<const float*>(x.data), n);
+    Widened wx(x, n);
+    Narrowed wy(y, n, true);
+    in().accumulate(wy.get(), wx.get(), n);
   }
-  static void scale(loom_ref x, float s, int64_t n) { in().scale(f32(x, "scale", "x"), s, n); }
+  static void scale(loom_ref x, float s, int64_t n) {
+    if (all_f32("scale", {{"x", x.dtype}})) return in().scale(static_cast<float*>(x.data), s, n);
+    Narrowed wx(x, n, true);
+    in().scale(wx.get(), s, n);
+  }
   static void sum_squares(int64_t count, const loom_cref* x, const int64_t* n, double* out) {
-    std::vector<const float*> p(static_cast<size_t>(count));
-    for (int64_t t = 0; t < count; ++t) p[static_cast<size_t>(t)] = f32(x[t], "sum_squares", "x");
+    std::vector<Widened> w;
+    w.reserve(static_cast<size_t>(count));
+    std::vector<const float*> p;
+    for (int64_t t = 0; t < count; ++t) {
+      all_f32("sum_squares", {{"x", x[t].dtype}});
+      p.push_back(w.emplace_back(x[t], n[t]).get());
+    }
     in().sum_squares_multi(count, p.data(), n, out);
   }
   static void convert(loom_ref dst, loom_cref src, int64_t n, float scale, float* amax,
@@ -294,6 +410,8 @@ void typed_dtypes(const loom_ops_v2& inner, uint32_t (&dtypes)[LOOM_OP_COUNT]) {
   for (uint32_t& d : dtypes) d = bit(LOOM_F32);
   if (inner.gemm_typed) dtypes[LOOM_OP_GEMM] |= bit(LOOM_BF16);
   dtypes[LOOM_OP_CONVERT] |= bit(LOOM_BF16);
+  if (inner.host_reachable)  // the bf16 forms widen and round on the host
+    dtypes[LOOM_OP_ELEMENTWISE] |= bit(LOOM_BF16), dtypes[LOOM_OP_ACTIVATION] |= bit(LOOM_BF16);
 }
 
 const loom_ops* typed(const loom_ops_v2* inner) {

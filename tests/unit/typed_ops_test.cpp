@@ -9,6 +9,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <loom/bf16.hpp>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,10 @@ TEST_CASE("the typed table is ABI 3.0's, with fp32 everywhere and bf16 where ABI
     CHECK((t->dtypes[LOOM_OP_GEMM] & (1u << LOOM_BF16)) != 0);
     CHECK((t->dtypes[LOOM_OP_CONVERT] & (1u << LOOM_BF16)) != 0);
     CHECK((t->dtypes[LOOM_OP_NORM] & (1u << LOOM_BF16)) == 0);  // no bf16 norm kernel yet
+    // bf16 element-wise and activation forms widen on the host: the CPU's, not strict's
+    const bool host = inner->host_reachable != 0;
+    CHECK(((t->dtypes[LOOM_OP_ELEMENTWISE] & (1u << LOOM_BF16)) != 0) == host);
+    CHECK(((t->dtypes[LOOM_OP_ACTIVATION] & (1u << LOOM_BF16)) != 0) == host);
     // Every entry from copy on is a function pointer, and every one is set: an entry added to
     // loom_ops and forgotten where the table is built fails here.
     const auto* first = reinterpret_cast<const char*>(&t->copy);
@@ -127,16 +132,81 @@ TEST_CASE("typed entries give the ABI 2 kernels' bits") {
   CHECK(ss == in->sum_squares(g.data(), 64));
 }
 
+// bf16 storage of values, and the values it holds.
+std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = loom::sdk::f32_to_bf16(x[i]);
+  return h;
+}
+std::vector<float> widen(const std::vector<uint16_t>& h) {
+  std::vector<float> x(h.size());
+  for (size_t i = 0; i < h.size(); ++i) x[i] = loom::sdk::bf16_to_f32(h[i]);
+  return x;
+}
+
+TEST_CASE(
+    "the CPU's bf16 element-wise and activation entries are the fp32 kernels on the widened "
+    "values, each output rounded once") {
+  const loom_ops_v2* in = loom::ops::cpu();
+  const loom_ops* t = loom::ops::typed(in);
+  const int64_t N = 4, F = 24, n = N * F;
+  const std::vector<uint16_t> a16 = to_bf16(randn(n, 11)), b16 = to_bf16(randn(n, 12)),
+                              g16 = to_bf16(randn(2 * n, 13));
+  const std::vector<float> a = widen(a16), b = widen(b16), g = widen(g16);
+  auto ref16 = [](std::vector<uint16_t>& h) { return loom_ref{h.data(), LOOM_BF16, 0}; };
+  auto cref16 = [](const std::vector<uint16_t>& h) { return loom_cref{h.data(), LOOM_BF16, 0}; };
+
+  std::vector<uint16_t> y16(n);
+  std::vector<float> want(n);
+  t->add(ref16(y16), cref16(a16), cref(b), n);  // mixed: a bf16, b fp32
+  in->add(want.data(), a.data(), b.data(), n);
+  CHECK(y16 == to_bf16(want));
+
+  y16 = a16;
+  want = a;
+  t->accumulate(ref16(y16), cref16(b16), n);
+  in->accumulate(want.data(), b.data(), n);
+  CHECK(y16 == to_bf16(want));
+  t->scale(ref16(y16), 0.37f, n);
+  std::vector<float> again = widen(to_bf16(want));
+  in->scale(again.data(), 0.37f, n);
+  CHECK(y16 == to_bf16(again));
+
+  t->gelu_fwd(ref16(y16), cref16(a16), n);
+  in->gelu_fwd(want.data(), a.data(), n);
+  CHECK(y16 == to_bf16(want));
+  t->gelu_bwd(ref16(y16), cref16(a16), cref16(b16), n);
+  in->gelu_bwd(want.data(), a.data(), b.data(), n);
+  CHECK(y16 == to_bf16(want));
+  t->swiglu_fwd(ref16(y16), cref16(g16), N, F);
+  in->swiglu_fwd(want.data(), g.data(), N, F);
+  CHECK(y16 == to_bf16(want));
+  std::vector<uint16_t> dg16(2 * n);
+  std::vector<float> dg(2 * n);
+  t->swiglu_bwd(ref16(dg16), cref16(g16), cref16(b16), N, F);
+  in->swiglu_bwd(dg.data(), g.data(), b.data(), N, F);
+  CHECK(dg16 == to_bf16(dg));
+
+  const loom_cref xs[] = {cref16(a16), cref(b)};
+  const int64_t ns[] = {n, n};
+  double ss[2] = {0, 0};
+  t->sum_squares(2, xs, ns, ss);
+  CHECK(ss[0] == in->sum_squares(a.data(), n));
+  CHECK(ss[1] == in->sum_squares(b.data(), n));
+}
+
 TEST_CASE("a dtype outside an entry's mask stops the process, naming the entry and the dtype") {
   int sig = 0;
   const std::string err = child_stderr(
       [] {
         const loom_ops* t = loom::ops::typed(loom::ops::cpu());
         std::vector<uint16_t> x(16);
-        t->scale({x.data(), LOOM_BF16, 0}, 2.f, 16);
+        t->layernorm_fwd({x.data(), LOOM_BF16, 0}, nullptr, nullptr, {x.data(), LOOM_BF16, 0},
+                         nullptr, nullptr, 1, 16, 1e-5f);
       },
       sig);
   CHECK(sig == SIGABRT);
-  CHECK(err.find("loom_ops.scale was handed x as bf16") != std::string::npos);
+  CHECK(err.find("loom_ops.layernorm_fwd was handed ") != std::string::npos);
+  CHECK(err.find(" as bf16 (dtype 2)") != std::string::npos);
   CHECK(err.find("loom_ops.dtypes") != std::string::npos);
 }
