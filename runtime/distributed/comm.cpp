@@ -59,6 +59,12 @@ void Communicator::all_reduce(loom_tensor t, loom_reduce_op op) {
   check(t_->all_reduce(self_, c_, &t, op, nullptr, &e), e, "all_reduce");
 }
 
+bool Communicator::any(bool v) {
+  double flag = v ? 1.0 : 0.0;
+  all_reduce(flat_view(&flag, LOOM_F64, 1), LOOM_REDUCE_MAX);
+  return flag > 0;
+}
+
 void Communicator::all_gather(const loom_tensor& in, loom_tensor out) {
   loom_error e;
   check(t_->all_gather(self_, c_, &in, &out, nullptr, &e), e, "all_gather");

@@ -31,6 +31,8 @@ class Communicator {
   loom_comm* raw() const { return c_; }
 
   void all_reduce(loom_tensor t, loom_reduce_op op);
+  // Whether `v` holds on any rank (a collective: every rank calls it, and all get the answer).
+  bool any(bool v);
   void all_gather(const loom_tensor& in, loom_tensor out);
   void barrier();
   // Point to point (pp activations): send returns at once, its buffer must stay untouched until

@@ -47,16 +47,16 @@ const float* f32(loom_cref r, const char* entry, const char* arg) {
 // The bf16 form of an element-wise or activation entry on a device whose memory the host reaches
 // (the CPU): widen each narrow input, run the fp32 kernel, round each narrow output once. So it is
 // the fp32 kernel's math on the inputs' values, with one rounding per element written.
+// The casts are the device's own codec kernels (from_bf16, to_bf16).
 class Widened {
  public:
-  Widened(loom_cref r, int64_t n) {
+  Widened(const loom_ops_v2& ops, loom_cref r, int64_t n) {
     if (r.dtype == LOOM_F32) {
       p_ = static_cast<const float*>(r.data);
       return;
     }
-    const auto* h = static_cast<const uint16_t*>(r.data);
     copy_.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) copy_[static_cast<size_t>(i)] = sdk::bf16_to_f32(h[i]);
+    ops.from_bf16(copy_.data(), static_cast<const uint16_t*>(r.data), n);
     p_ = copy_.data();
   }
   const float* get() const { return p_; }
@@ -69,29 +69,24 @@ class Widened {
 // An output (`load`: also an input, as accumulate's y), rounded back when it goes out of scope.
 class Narrowed {
  public:
-  Narrowed(loom_ref r, int64_t n, bool load) : r_(r), n_(n) {
+  Narrowed(const loom_ops_v2& ops, loom_ref r, int64_t n, bool load) : ops_(ops), r_(r), n_(n) {
     if (r.dtype == LOOM_F32) {
       p_ = static_cast<float*>(r.data);
       return;
     }
-    if (load) {
-      const Widened w({r.data, r.dtype, 0}, n);
-      copy_.assign(w.get(), w.get() + n);
-    } else {
-      copy_.resize(static_cast<size_t>(n));
-    }
+    copy_.resize(static_cast<size_t>(n));
+    if (load) ops.from_bf16(copy_.data(), static_cast<const uint16_t*>(r.data), n);
     p_ = copy_.data();
   }
   ~Narrowed() {
-    if (r_.dtype == LOOM_F32) return;
-    auto* h = static_cast<uint16_t*>(r_.data);
-    for (int64_t i = 0; i < n_; ++i) h[i] = sdk::f32_to_bf16(copy_[static_cast<size_t>(i)]);
+    if (r_.dtype != LOOM_F32) ops_.to_bf16(static_cast<uint16_t*>(r_.data), copy_.data(), n_);
   }
   Narrowed(const Narrowed&) = delete;
   Narrowed& operator=(const Narrowed&) = delete;
   float* get() { return p_; }
 
  private:
+  const loom_ops_v2& ops_;
   loom_ref r_;
   int64_t n_;
   std::vector<float> copy_;
@@ -171,8 +166,8 @@ struct Typed {
   static void unary(const char* e, Unary k, loom_ref out, loom_cref inp, int64_t n) {
     if (all_f32(e, {{"out", out.dtype}, {"inp", inp.dtype}}))
       return k(static_cast<float*>(out.data), static_cast<const float*>(inp.data), n);
-    Widened x(inp, n);
-    Narrowed y(out, n, false);
+    Widened x(in(), inp, n);
+    Narrowed y(in(), out, n, false);
     k(y.get(), x.get(), n);
   }
   static void unary_bwd(const char* e, UnaryBwd k, loom_ref dinp, loom_cref inp, loom_cref dout,
@@ -180,8 +175,8 @@ struct Typed {
     if (all_f32(e, {{"dinp", dinp.dtype}, {"inp", inp.dtype}, {"dout", dout.dtype}}))
       return k(static_cast<float*>(dinp.data), static_cast<const float*>(inp.data),
                static_cast<const float*>(dout.data), n);
-    Widened x(inp, n), dy(dout, n);
-    Narrowed dx(dinp, n, false);
+    Widened x(in(), inp, n), dy(in(), dout, n);
+    Narrowed dx(in(), dinp, n, false);
     k(dx.get(), x.get(), dy.get(), n);
   }
   static void gelu_fwd(loom_ref out, loom_cref inp, int64_t n) {
@@ -202,8 +197,8 @@ struct Typed {
     if (all_f32(e, {{"out", out.dtype}, {"inp", inp.dtype}}))
       return in().swiglu_fwd(static_cast<float*>(out.data), static_cast<const float*>(inp.data), N,
                              F);
-    Widened x(inp, 2 * N * F);
-    Narrowed y(out, N * F, false);
+    Widened x(in(), inp, 2 * N * F);
+    Narrowed y(in(), out, N * F, false);
     in().swiglu_fwd(y.get(), x.get(), N, F);
   }
   static void swiglu_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t N, int64_t F) {
@@ -211,8 +206,8 @@ struct Typed {
     if (all_f32(e, {{"dinp", dinp.dtype}, {"inp", inp.dtype}, {"dout", dout.dtype}}))
       return in().swiglu_bwd(static_cast<float*>(dinp.data), static_cast<const float*>(inp.data),
                              static_cast<const float*>(dout.data), N, F);
-    Widened x(inp, 2 * N * F), dy(dout, N * F);
-    Narrowed dx(dinp, 2 * N * F, false);
+    Widened x(in(), inp, 2 * N * F), dy(in(), dout, N * F);
+    Narrowed dx(in(), dinp, 2 * N * F, false);
     in().swiglu_bwd(dx.get(), x.get(), dy.get(), N, F);
   }
   static void attention_fwd(loom_ref out, float* lse, loom_cref q, loom_cref k, loom_cref v,
@@ -265,20 +260,20 @@ struct Typed {
     if (all_f32("add", {{"y", y.dtype}, {"a", a.dtype}, {"b", b.dtype}}))
       return in().add(static_cast<float*>(y.data), static_cast<const float*>(a.data),
                       static_cast<const float*>(b.data), n);
-    Widened wa(a, n), wb(b, n);
-    Narrowed wy(y, n, false);
+    Widened wa(in(), a, n), wb(in(), b, n);
+    Narrowed wy(in(), y, n, false);
     in().add(wy.get(), wa.get(), wb.get(), n);
   }
   static void accumulate(loom_ref y, loom_cref x, int64_t n) {
     if (all_f32("accumulate", {{"y", y.dtype}, {"x", x.dtype}}))
       return in().accumulate(static_cast<float*>(y.data), static_cast<const float*>(x.data), n);
-    Widened wx(x, n);
-    Narrowed wy(y, n, true);
+    Widened wx(in(), x, n);
+    Narrowed wy(in(), y, n, true);
     in().accumulate(wy.get(), wx.get(), n);
   }
   static void scale(loom_ref x, float s, int64_t n) {
     if (all_f32("scale", {{"x", x.dtype}})) return in().scale(static_cast<float*>(x.data), s, n);
-    Narrowed wx(x, n, true);
+    Narrowed wx(in(), x, n, true);
     in().scale(wx.get(), s, n);
   }
   static void sum_squares(int64_t count, const loom_cref* x, const int64_t* n, double* out) {
@@ -287,7 +282,7 @@ struct Typed {
     std::vector<const float*> p;
     for (int64_t t = 0; t < count; ++t) {
       all_f32("sum_squares", {{"x", x[t].dtype}});
-      p.push_back(w.emplace_back(x[t], n[t]).get());
+      p.push_back(w.emplace_back(in(), x[t], n[t]).get());
     }
     in().sum_squares_multi(count, p.data(), n, out);
   }

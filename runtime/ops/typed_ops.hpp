@@ -4,6 +4,8 @@
 // the ABI 2 kernel of that dtype; a dtype outside the mask stops the process naming the entry.
 #pragma once
 
+#include <loom/ops.h>
+
 #include "tensor/ops_v2.h"
 
 namespace loom::ops {

@@ -9,7 +9,7 @@
 #ifndef LOOM_RUNTIME_OPS_V2_H
 #define LOOM_RUNTIME_OPS_V2_H
 
-#include <loom/ops.h>
+#include <loom/types.h>
 
 #ifdef __cplusplus
 extern "C" {

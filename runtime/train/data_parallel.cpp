@@ -452,9 +452,8 @@ void DataParallel::after_update(bool updated, float* adam_m, float* adam_v, int6
   if (!hooks_ || !hooks_->after_update) return;
   const loom_optimizer_state o{LOOM_VERSION_OF(loom_optimizer_state), adam_m, adam_v, numel};
   loom_error e;
-  check(hooks_->after_update(data_->self(), &plugins::step_now(), updated ? 1 : 0,
-                             replicated_ ? &o : nullptr, &e),
-        e, "data plugin after_update");
+  check(hooks_->after_update(data_->self(), &plugins::step_now(), updated ? 1 : 0, &o, &e), e,
+        "data plugin after_update");
 }
 
 bool DataParallel::replicas_synced(int64_t step) const {

@@ -47,9 +47,7 @@ void Optimizer::apply(double lr, double grad_norm, double carried_scale) {
 }
 
 void Optimizer::after_update(bool updated) {
-  if (!dp_) return;
-  if (sharded()) return dp_->after_update(updated, nullptr, nullptr, 0);
-  dp_->after_update(updated, m_.f32(), v_.f32(), params_.numel());
+  if (dp_ && !sharded()) dp_->after_update(updated, m_.f32(), v_.f32(), params_.numel());
 }
 
 std::vector<int64_t> Optimizer::accounting() {

@@ -40,7 +40,8 @@ class Optimizer {
   // one factor as the ABI's grad_scale, which multiplies.
   void apply(double lr, double grad_norm, double carried_scale);
   // The data slot's hooks around a step: before its first forward, and after the update (taken
-  // or skipped), where a replicated plugin sees the AdamW moments here and may rewrite them.
+  // or skipped), where a replicated plugin sees the AdamW moments here and may rewrite them (a
+  // sharded plugin owns its moments and gets no hooks).
   void before_forward() {
     if (dp_) dp_->before_forward();
   }

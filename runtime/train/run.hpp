@@ -87,7 +87,6 @@ class Run {
   void on_grads_final(const std::vector<Param*>& params);
   void reduce_gradients(StepResult& r);
   bool judge(int64_t step, StepResult& r, double carried_scale);
-  bool on_any_rank(bool v);
   void reduce_over_sharers(float* v, int64_t n);
 
   // ---- after each step and at the end (run_report.cpp) ----

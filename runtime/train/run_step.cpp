@@ -204,7 +204,7 @@ void Run::reduce_gradients(StepResult& r) {
 bool Run::judge(int64_t step, StepResult& r, double carried_scale) {
   const bool apart = dp_ && dp_->diverges();
   bool found_inf = !std::isfinite(r.grad_norm) || !std::isfinite(r.loss);
-  if (apart) found_inf = on_any_rank(found_inf);
+  if (apart) found_inf = world_->world().any(found_inf);
   const bool overflow =
       precision_ &&
       precision_->end_step(
@@ -236,14 +236,7 @@ bool Run::judge(int64_t step, StepResult& r, double carried_scale) {
   const bool spike = stability_->on_step(step, r.loss, r.grad_norm, offsets_, sources, [&] {
     return optimizer_->layer_grad_norms(carried_scale);
   });
-  return apart ? on_any_rank(spike) : spike;
-}
-
-// Whether `v` holds on any rank of the world.
-bool Run::on_any_rank(bool v) {
-  double x = v ? 1.0 : 0.0;
-  world_->world().all_reduce(flat_view(&x, LOOM_F64, 1), LOOM_REDUCE_MAX);
-  return x != 0;
+  return apart ? world_->world().any(spike) : spike;
 }
 
 // The ranks of one pipeline stage name the same GEMM operands: tp, then the data group.

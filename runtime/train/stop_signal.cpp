@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include "distributed/comm.hpp"
-#include "tensor/tensor.hpp"
 
 namespace loom::train {
 namespace {
@@ -42,9 +41,8 @@ StopSignal::~StopSignal() {
 }
 
 bool StopSignal::agreed(dist::CommWorld* world) {
-  double flag = g_signal != 0 ? 1.0 : 0.0;
-  if (world) world->world().all_reduce(flat_view(&flag, LOOM_F64, 1), LOOM_REDUCE_MAX);
-  return flag > 0;
+  const bool signalled = g_signal != 0;
+  return world ? world->world().any(signalled) : signalled;
 }
 
 std::string StopSignal::name() const {

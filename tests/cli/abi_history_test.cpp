@@ -19,7 +19,7 @@ using Sources =
     std::vector<std::pair<std::string, std::string>>;  // {source in the tree, library name}
 
 // Builds `sources` as they were at REV against REV's headers into DIR; empty REV: today's. A
-// non-empty `include` is the SDK header root instead of REV's.
+// non-empty `include` is the SDK header root instead of REV's (roots, "-I"-separated).
 void build_plugins(const std::string& rev, const Sources& sources, const fs::path& dir,
                    const std::string& include = "") {
   fs::create_directories(dir / "src");
@@ -174,7 +174,10 @@ TEST_CASE(
                             {"sdk/examples/scramble-ckpt/scramble.cpp", "libloom-ckpt-scramble.so"},
                             {"sdk/examples/ema-data/ema.cpp", "libloom-parallel-ema.so"}};
   build_plugins("", examples, t.path / "today");
-  build_plugins("", examples, t.path / "2", LOOM_SOURCE_DIR "/tests/abi2/include");
+  // tests/abi2/include holds the ABI 2.7 headers ABI 3 changed; the SDK's C++ helpers it did not
+  // change (loom/bf16.hpp, formats.hpp, sdk_tables_parallel.hpp) come from sdk/include after it.
+  build_plugins("", examples, t.path / "2",
+                LOOM_SOURCE_DIR "/tests/abi2/include -I" LOOM_SOURCE_DIR "/sdk/include");
   build_plugins("773831a", {{"plugins/parallel/ddp/ddp.cpp", "libloom-parallel-ddp.so"}},
                 t.path / "2");
   std::string today_abis, abis;
