@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "tensor/host_blocks.hpp"
 
 namespace loom {
 
@@ -141,12 +142,13 @@ Tensor Tensor::empty(std::vector<int64_t> shape, loom_dtype dtype) {
     t.device_ = g_allocator.device;
     return t;
   }
-  void* p = std::aligned_alloc(64, bytes ? bytes : 64);
+  if (!bytes) bytes = 64;
+  void* p = host_blocks::take(bytes);
   if (!p) throw RuntimeError("out of memory allocating " + std::to_string(bytes) + " bytes");
   Tensor t = borrow(p, std::move(shape), dtype);
   heap_bytes_held(static_cast<int64_t>(bytes));
   t.owner_ = std::shared_ptr<void>(p, [bytes](void* q) {
-    std::free(q);
+    host_blocks::give(q, bytes);
     heap_bytes_held(-static_cast<int64_t>(bytes));
   });
   return t;

@@ -1,0 +1,83 @@
+#include "tensor/host_blocks.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace loom::host_blocks {
+
+namespace {
+
+// The cache may hold up to 1/16 of the machine's memory, at most 1 GiB: enough for a step's
+// temporaries at the sizes a CPU trains, little beside what the run itself holds.
+size_t limit() {
+  static const size_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    const size_t ram = pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t{1} << 34;
+    return std::min(ram / 16, size_t{1} << 30);
+  }();
+  return bytes;
+}
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free_by_size;
+  size_t held = 0;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache;  // never destroyed: tensors may be freed during exit
+  return *c;
+}
+
+}  // namespace
+
+void* take(size_t bytes) {
+  if (bytes >= kMinCached) {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.free_by_size.find(bytes);
+    if (it != c.free_by_size.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      c.held -= bytes;
+      return p;
+    }
+  }
+  return std::aligned_alloc(64, bytes);
+}
+
+void give(void* p, size_t bytes) {
+  if (!p) return;
+  if (bytes >= kMinCached) {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.held + bytes <= limit()) {
+      c.free_by_size[bytes].push_back(p);
+      c.held += bytes;
+      return;
+    }
+  }
+  std::free(p);
+}
+
+int64_t cached_bytes() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return static_cast<int64_t>(c.held);
+}
+
+void release_cached() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  for (auto& [bytes, blocks] : c.free_by_size)
+    for (void* p : blocks) std::free(p);
+  c.free_by_size.clear();
+  c.held = 0;
+}
+
+}  // namespace loom::host_blocks
