@@ -1,6 +1,7 @@
 #include "gpt/layer_parts.hpp"
 
 #include "core/errors.hpp"
+#include "ops/typed_ops.hpp"
 #include "parallel/expert_dispatch.hpp"
 
 namespace loom::gpt {
@@ -21,6 +22,31 @@ void activation_bwd(const loom_ops_v2* o, const model::Config& c, float* dfc, co
   if (c.mlp == "swiglu") return o->swiglu_bwd(dfc, fc, dact, N, F);
   if (c.mlp == "gelu") return o->gelu_bwd(dfc, fc, dact, N * F);
   o->gelu_erf_bwd(dfc, fc, dact, N * F);
+}
+
+bool activation_takes_bf16(const loom_ops_v2* o) {
+  return (ops::typed(o)->dtypes[LOOM_OP_ACTIVATION] & (1u << LOOM_BF16)) != 0;
+}
+
+void activation_fwd(const loom_ops_v2* o, const model::Config& c, const Tensor& act,
+                    const Tensor& fc, int64_t N, int64_t F) {
+  if (act.dtype() == LOOM_F32 && fc.dtype() == LOOM_F32)
+    return activation_fwd(o, c, static_cast<float*>(act.data()), fc.f32(), N, F);
+  const loom_ops* t = ops::typed(o);
+  const loom_ref out{act.data(), act.dtype(), 0};
+  const loom_cref inp{fc.data(), fc.dtype(), 0};
+  if (c.mlp == "swiglu") return t->swiglu_fwd(out, inp, N, F);
+  (c.mlp == "gelu" ? t->gelu_fwd : t->gelu_erf_fwd)(out, inp, N * F);
+}
+
+void activation_bwd(const loom_ops_v2* o, const model::Config& c, float* dfc, const Tensor& fc,
+                    const float* dact, int64_t N, int64_t F) {
+  if (fc.dtype() == LOOM_F32) return activation_bwd(o, c, dfc, fc.f32(), dact, N, F);
+  const loom_ops* t = ops::typed(o);
+  const loom_ref dinp{dfc, LOOM_F32, 0};
+  const loom_cref inp{fc.data(), fc.dtype(), 0}, dout{dact, LOOM_F32, 0};
+  if (c.mlp == "swiglu") return t->swiglu_bwd(dinp, inp, dout, N, F);
+  (c.mlp == "gelu" ? t->gelu_bwd : t->gelu_erf_bwd)(dinp, inp, dout, N * F);
 }
 
 Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,

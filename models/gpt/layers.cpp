@@ -283,14 +283,20 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   norm_forward(ln1_, a.ln1, x, n);
   marks("fwd norm");
   Tensor att = view(a.att, N, proj_w_->local_shape[1]), y = view(tmp_, N, C);
+  // The attention writes fp32: into att, or into the backward's scratch when att is kept bf16.
+  Tensor att_out = att.dtype() == LOOM_F32 ? att : view(s_.datt, N, att.dim(1));
   project_qkv(mb, rows_of(a.ln1.out, n), a.qkv);  // f's gather and the GEMMs: one segment, as
   marks("fwd f (enter)");                         // tp overlap runs them interleaved
   const Qkv L = qkv_layout(a.qkv, N);
   if (kv_)
-    attend_cached(mb, L, att);
+    attend_cached(mb, L, att_out);
   else
-    api_.attention({att.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_,
+    api_.attention({att_out.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_,
                     kv_heads_, c_.head_dim(), nullptr, nullptr, nullptr, nullptr});
+  if (att_out.data() != att.data())
+    api_.numerics().store(att_out, proj_w_->name + ".x", LOOM_OPERAND_ACTIVATION, att);
+  else if (dtypes_.bf16_att)
+    o->quantize(att.f32(), att.numel(), LOOM_BF16, 1.f, nullptr, nullptr);
   marks("fwd attention");
   Tensor y_out = api_.linear_exit(y, att, *proj_w_);  // the proj GEMM is in the exit's segment:
   marks("fwd g (exit)");                              // tp overlap runs them interleaved
@@ -308,10 +314,16 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
     return;
   }
   Tensor fc = view(a.fc, N, local_dim0(*fc_w_)), act = view(a.act, N, out_w_->local_shape[1]);
-  api_.enter_linears(rows_of(a.ln2.out, n), {{&fc, fc_w_}});
+  // The GEMM writes fp32: into fc, or into the backward's scratch when fc is kept bf16.
+  Tensor fc_out = fc.dtype() == LOOM_F32 ? fc : view(s_.dfc, N, fc.dim(1));
+  api_.enter_linears(rows_of(a.ln2.out, n), {{&fc_out, fc_w_}});
   marks("fwd f (enter)");
-  if (fc_b_) o->bias_add(fc.f32(), fc_b_->value.f32(), N, local_dim0(*fc_w_));
-  store_activation(act, fc.f32(), N);
+  if (fc_b_) o->bias_add(fc_out.f32(), fc_b_->value.f32(), N, fc.dim(1));
+  if (fc_out.data() != fc.data())
+    o->quantize_into(fc.data(), LOOM_BF16, fc_out.f32(), fc.numel(), 1.f, nullptr, nullptr);
+  else if (dtypes_.bf16_fc)
+    o->quantize(fc.f32(), fc.numel(), LOOM_BF16, 1.f, nullptr, nullptr);
+  store_activation(act, fc, N);
   marks("fwd mlp");
   y_out = api_.linear_exit(y, act, *out_w_);
   marks("fwd g (exit)");
@@ -334,6 +346,11 @@ ActDtypes Block::operand_dtypes(const LayerApi& api) const {
   if (!api.region_gathers() && all_bf16({qkv_w_, q_w_, kv_w_}) && all_bf16({fc_w_}))
     d.norm_out = LOOM_BF16;
   if (all_bf16({out_w_})) d.act = LOOM_BF16;
+  if (all_bf16({proj_w_})) d.att = LOOM_BF16;
+  const GemmNumerics& num = api.numerics();
+  d.bf16_fc = num.plain_bf16(out_w_->name + ".x", LOOM_OPERAND_ACTIVATION);
+  d.bf16_att = num.plain_bf16(proj_w_->name + ".x", LOOM_OPERAND_ACTIVATION);
+  if (d.bf16_fc && d.act == LOOM_BF16 && activation_takes_bf16(api.ops())) d.fc = LOOM_BF16;
   return d;
 }
 
@@ -347,11 +364,12 @@ void Block::norm_forward(const Norm& norm, NormActs& a, const Tensor& x, int64_t
   api_.numerics().store(wide.out, reader->name + ".x", LOOM_OPERAND_ACTIVATION, out);
 }
 
-void Block::store_activation(Tensor& act, const float* fc, int64_t N) {
+void Block::store_activation(Tensor& act, const Tensor& fc, int64_t N) {
   const int64_t F = act.dim(1);
-  if (act.dtype() == LOOM_F32) return activation_fwd(api_.ops(), c_, act.f32(), fc, N, F);
+  if (act.dtype() == LOOM_F32 || fc.dtype() == LOOM_BF16)
+    return activation_fwd(api_.ops(), c_, act, fc, N, F);
   Tensor wide = view(s_.dact, N, F);  // free until this micro-batch's backward
-  activation_fwd(api_.ops(), c_, wide.f32(), fc, N, F);
+  activation_fwd(api_.ops(), c_, wide, fc, N, F);
   api_.numerics().store(wide, out_w_->name + ".x", LOOM_OPERAND_ACTIVATION, act);
 }
 
@@ -388,7 +406,7 @@ void Block::mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks&
   api_.exit_bwd_linear(dact, dx, act, *out_w_);
   marks("bwd g (exit)");
   Tensor dfc = view(s_.dfc, N, fc.dim(1));
-  activation_bwd(o, c_, dfc.f32(), fc.f32(), dact.f32(), N, act.dim(1));
+  activation_bwd(o, c_, dfc.f32(), fc, dact.f32(), N, act.dim(1));
   if (fc_b_) o->bias_bwd(fc_b_->grad.f32(), dfc.f32(), N, fc.dim(1));
   marks("bwd mlp");
   Tensor dh2 = view(s_.dh, N, C);
@@ -413,10 +431,16 @@ void Block::attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, 
   Tensor datt = view(s_.datt, N, att.dim(1));
   api_.exit_bwd_linear(datt, dx, att, *proj_w_);
   marks("bwd g (exit)");
+  // The attention's backward reads its output in fp32: a bf16 att widened into dnorm's buffer,
+  // free until ln1's backward.
+  Tensor out = att;
+  if (att.dtype() != LOOM_F32) {
+    out = view(tmp_, N, att.dim(1));
+    o->from_bf16(out.f32(), static_cast<const uint16_t*>(att.data()), att.numel());
+  }
   const Qkv L = qkv_layout(a.qkv, N), dL = qkv_layout(s_.dqkv, N);
-  api_.attention_bwd({const_cast<float*>(att.f32()), const_cast<float*>(a.lse.f32()), L.q, L.k, L.v,
-                      L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_, c_.head_dim(), datt.f32(), dL.q,
-                      dL.k, dL.v});
+  api_.attention_bwd({out.f32(), const_cast<float*>(a.lse.f32()), L.q, L.k, L.v, L.ldq, L.ldkv,
+                      mb.B, mb.T, heads_, kv_heads_, c_.head_dim(), datt.f32(), dL.q, dL.k, dL.v});
   marks("bwd attention");
   Tensor dh1 = view(s_.dh, N, C);
   project_qkv_bwd(mb, s_.dqkv, rows_of(a.ln1.out, n), dh1);
@@ -435,15 +459,15 @@ int64_t Block::saved_bytes(const Microbatch& mb) const {
   const int64_t N = mb.rows(), n = api_.local_rows(N), C = c_.d_model;
   const int64_t stats = ln1_.rms ? 2 * n : 4 * n;
   const int64_t qkv = (heads_ + 2 * kv_heads_) * c_.head_dim();
-  // The norms' outputs and the MLP activation in their stored dtypes (ActDtypes), the rest fp32.
-  const int64_t norms = 2 * n * C * static_cast<int64_t>(dtype_size(dtypes_.norm_out)),
-                act = moe_ ? 0
-                           : N * out_w_->local_shape[1] *
-                                 static_cast<int64_t>(dtype_size(dtypes_.act));
-  const int64_t attention =
-      4 * (2 * n * C + stats + N * (qkv + proj_w_->local_shape[1] + heads_)) + norms;
+  auto size = [](loom_dtype d) { return static_cast<int64_t>(dtype_size(d)); };
+  // The norms' outputs, the attention output and the MLP's tensors in their kept dtypes
+  // (ActDtypes), the rest fp32.
+  const int64_t norms = 2 * n * C * size(dtypes_.norm_out),
+                act = moe_ ? 0 : N * out_w_->local_shape[1] * size(dtypes_.act);
+  const int64_t attention = 4 * (2 * n * C + stats + N * (qkv + heads_)) +
+                            N * proj_w_->local_shape[1] * size(dtypes_.att) + norms;
   if (moe_) return attention + moe_->saved_bytes(N);
-  const int64_t all = attention + 4 * N * local_dim0(*fc_w_) + act;
+  const int64_t all = attention + N * local_dim0(*fc_w_) * size(dtypes_.fc) + act;
   // Recomputing blocks keep less; what they drop lives once in RecomputeScratch (Gpt counts it).
   if (policy_ == "full") return 4 * n * C;
   if (policy_ == "selective") return all - norms - act;

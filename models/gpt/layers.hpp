@@ -49,11 +49,17 @@ struct RopeTables {
   explicit RopeTables(const model::Config& c);
 };
 
-// The dtypes of the activations that only meet GEMMs: LOOM_BF16 where the precision slot keeps
-// that GEMM's activation operand in bf16 (GemmNumerics::storage), so each is cast once and held
-// in half the bytes. norm_out: both norms' outputs (fp32 when sp gathers them); act: the MLP's.
+// The dtypes a block keeps its activations in: LOOM_BF16 where the precision slot keeps the GEMM
+// operand they are (or become) in bf16 (GemmNumerics::storage), so each is rounded once and held
+// in half the bytes. norm_out: both norms' outputs (fp32 when sp gathers them); act: the MLP's
+// activation; fc: the MLP's pre-activation, where act is bf16 and the device's activations read
+// bf16; att: the attention's output, the projection's operand, widened again for the attention's
+// backward. bf16_fc and bf16_att: fc and att hold bf16 values, as PyTorch's autocast keeps a bf16
+// linear's output, whichever their dtype (fp32 storage rounded in place on a device without bf16
+// storage), so every device computes the same values.
 struct ActDtypes {
-  loom_dtype norm_out = LOOM_F32, act = LOOM_F32;
+  loom_dtype norm_out = LOOM_F32, act = LOOM_F32, fc = LOOM_F32, att = LOOM_F32;
+  bool bf16_fc = false, bf16_att = false;
 };
 
 // What a block keeps from forward for backward: block input, residual after attention, both
@@ -161,9 +167,9 @@ class Block : public Layer {
   void mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks);
   void attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks& marks);
   void attend_cached(const Microbatch& mb, const Qkv& L, Tensor& att);
-  // act = gelu/swiglu(fc) over N rows: in place in fp32, or computed in the backward scratch
-  // and stored cast as the output GEMM's operand.
-  void store_activation(Tensor& act, const float* fc, int64_t N);
+  // act = gelu/swiglu(fc) over N rows, written in act's dtype by the kernel, or computed in the
+  // backward scratch and stored cast as the output GEMM's operand (fc fp32, act bf16).
+  void store_activation(Tensor& act, const Tensor& fc, int64_t N);
   // a = norm(x) over n rows likewise, a.out stored cast as the GEMMs' after it.
   void norm_forward(const Norm& norm, NormActs& a, const Tensor& x, int64_t n);
   ActDtypes operand_dtypes(const LayerApi& api) const;

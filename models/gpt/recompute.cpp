@@ -34,10 +34,12 @@ void each_part(BlockActs& a, const model::Config& c, int64_t rows, F&& f) {
   }
 }
 
-// The dtype of each part: the norms' outputs and the MLP activation as `dtypes` says, the rest
-// fp32.
+// The dtype of each part: the norms' outputs, the MLP's pre-activation and activation and the
+// attention's output as `dtypes` says, the rest fp32.
 loom_dtype dtype_of(const BlockActs& a, const Tensor& t, const ActDtypes& dtypes) {
   if (&t == &a.act) return dtypes.act;
+  if (&t == &a.fc) return dtypes.fc;
+  if (&t == &a.att) return dtypes.att;
   return &t == &a.ln1.out || &t == &a.ln2.out ? dtypes.norm_out : LOOM_F32;
 }
 
@@ -95,7 +97,7 @@ void Block::recompute(const Microbatch& mb) {
   norm_forward(ln1_, a.ln1, a.x_in.rows(0, n), n);
   norm_forward(ln2_, a.ln2, a.x_mid.rows(0, n), n);
   Tensor act = view(a.act, N, out_w_->local_shape[1]);
-  store_activation(act, a.fc.f32(), N);
+  store_activation(act, view(a.fc, N, fc_w_->local_shape[0]), N);
 }
 
 }  // namespace loom::gpt

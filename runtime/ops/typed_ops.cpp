@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "ops/cpu/kernels.hpp"
+
 namespace loom::ops {
 namespace {
 
@@ -93,6 +95,28 @@ class Narrowed {
   float* p_ = nullptr;
 };
 
+// The CPU's activation kernels read and write bf16 storage themselves (ops/cpu/activations.cpp):
+// where an ABI 2 table's kernel is the CPU's, its typed form runs instead of widening into copies,
+// with the same bits.
+using Unary = void (*)(float*, const float*, int64_t);
+using UnaryBwd = void (*)(float*, const float*, const float*, int64_t);
+using UnaryTyped = void (*)(loom_ref, loom_cref, int64_t);
+using UnaryBwdTyped = void (*)(loom_ref, loom_cref, loom_cref, int64_t);
+UnaryTyped cpu_typed(Unary k) {
+  if (k == static_cast<Unary>(&cpu::gelu_fwd)) return &cpu::gelu_fwd;
+  if (k == static_cast<Unary>(&cpu::gelu_erf_fwd)) return &cpu::gelu_erf_fwd;
+  return nullptr;
+}
+UnaryBwdTyped cpu_typed(UnaryBwd k) {
+  if (k == static_cast<UnaryBwd>(&cpu::gelu_bwd)) return &cpu::gelu_bwd;
+  if (k == static_cast<UnaryBwd>(&cpu::gelu_erf_bwd)) return &cpu::gelu_erf_bwd;
+  return nullptr;
+}
+using Swiglu = void (*)(float*, const float*, int64_t, int64_t);
+using SwigluBwd = void (*)(float*, const float*, const float*, int64_t, int64_t);
+bool cpu_own(Swiglu k) { return k == static_cast<Swiglu>(&cpu::swiglu_fwd); }
+bool cpu_own(SwigluBwd k) { return k == static_cast<SwigluBwd>(&cpu::swiglu_bwd); }
+
 // The forwarding entries of slot Kind: each reads its ABI 2 table from g_inner[Kind].
 template <int Kind>
 struct Typed {
@@ -161,11 +185,10 @@ struct Typed {
   }
   // out = f(inp) and dinp = f'(inp) dout over n elements (ABI 2's unary activation kernels),
   // for fp32 arguments or, on the CPU, bf16 ones.
-  using Unary = void (*)(float*, const float*, int64_t);
-  using UnaryBwd = void (*)(float*, const float*, const float*, int64_t);
   static void unary(const char* e, Unary k, loom_ref out, loom_cref inp, int64_t n) {
     if (all_f32(e, {{"out", out.dtype}, {"inp", inp.dtype}}))
       return k(static_cast<float*>(out.data), static_cast<const float*>(inp.data), n);
+    if (UnaryTyped own = cpu_typed(k)) return own(out, inp, n);
     Widened x(in(), inp, n);
     Narrowed y(in(), out, n, false);
     k(y.get(), x.get(), n);
@@ -175,6 +198,7 @@ struct Typed {
     if (all_f32(e, {{"dinp", dinp.dtype}, {"inp", inp.dtype}, {"dout", dout.dtype}}))
       return k(static_cast<float*>(dinp.data), static_cast<const float*>(inp.data),
                static_cast<const float*>(dout.data), n);
+    if (UnaryBwdTyped own = cpu_typed(k)) return own(dinp, inp, dout, n);
     Widened x(in(), inp, n), dy(in(), dout, n);
     Narrowed dx(in(), dinp, n, false);
     k(dx.get(), x.get(), dy.get(), n);
@@ -197,6 +221,7 @@ struct Typed {
     if (all_f32(e, {{"out", out.dtype}, {"inp", inp.dtype}}))
       return in().swiglu_fwd(static_cast<float*>(out.data), static_cast<const float*>(inp.data), N,
                              F);
+    if (cpu_own(in().swiglu_fwd)) return cpu::swiglu_fwd(out, inp, N, F);
     Widened x(in(), inp, 2 * N * F);
     Narrowed y(in(), out, N * F, false);
     in().swiglu_fwd(y.get(), x.get(), N, F);
@@ -206,6 +231,7 @@ struct Typed {
     if (all_f32(e, {{"dinp", dinp.dtype}, {"inp", inp.dtype}, {"dout", dout.dtype}}))
       return in().swiglu_bwd(static_cast<float*>(dinp.data), static_cast<const float*>(inp.data),
                              static_cast<const float*>(dout.data), N, F);
+    if (cpu_own(in().swiglu_bwd)) return cpu::swiglu_bwd(dinp, inp, dout, N, F);
     Widened x(in(), inp, 2 * N * F), dy(in(), dout, N * F);
     Narrowed dx(in(), dinp, 2 * N * F, false);
     in().swiglu_bwd(dx.get(), x.get(), dy.get(), N, F);

@@ -35,6 +35,10 @@ struct GemmNumerics {
   loom_dtype storage(const std::string& site, loom_operand_role role) const {
     return precision && store_narrow ? precision->storage_dtype(site, role) : LOOM_F32;
   }
+  // Whether a tensor kept for `site` holds bf16 values on every device (Precision::plain_bf16).
+  bool plain_bf16(const std::string& site, loom_operand_role role) const {
+    return precision && store_narrow && precision->plain_bf16(site, role);
+  }
   // dst (bf16, as storage() said) = t as `site`'s operand.
   void store(const Tensor& t, const std::string& site, loom_operand_role role, Tensor& dst) const;
 };

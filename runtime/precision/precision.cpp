@@ -45,13 +45,18 @@ bool Precision::real_bf16(const loom_operand_format& f) const {
 }
 
 loom_dtype Precision::storage_dtype(const std::string& site, loom_operand_role role) {
-  if (exact() || compute_dtype() != LOOM_BF16) return LOOM_F32;
+  return plain_bf16(site, role) && narrow_bf16_ ? LOOM_BF16 : LOOM_F32;
+}
+
+bool Precision::plain_bf16(const std::string& site, loom_operand_role role) {
+  if (exact() || compute_dtype() != LOOM_BF16) return false;
   // Registered here on every device, so the sites' order (the plugin's per-site stats, reduced
   // across ranks, and its saved state follow it) does not depend on the hardware.
   const int32_t id = site_id(site, role);
   // A plugin that observes each operand's amax keeps seeing every GEMM's cast.
-  if (!narrow_bf16_ || table_->observe) return LOOM_F32;
-  return real_bf16(table_->site_format(instance_->self(), id)) ? LOOM_BF16 : LOOM_F32;
+  if (table_->observe) return false;
+  const loom_operand_format f = table_->site_format(instance_->self(), id);
+  return f.dtype == LOOM_BF16 && f.scale == 1.f;
 }
 
 // amax and the clip count go only to observe: a plugin without it (bf16) is spared the pass

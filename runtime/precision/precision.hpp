@@ -42,6 +42,10 @@ class Precision {
   // operand() makes a real bf16 copy and the plugin does not observe amaxes, LOOM_F32
   // otherwise. Kept so, it is cast once, not at each GEMM, and takes half the memory.
   loom_dtype storage_dtype(const std::string& site, loom_operand_role role);
+  // Whether `site`'s operand is plain bf16 (scale 1) and the plugin does not observe amaxes: the
+  // values a tensor kept for it holds are bf16's on every device (in 16 bits where storage_dtype
+  // says LOOM_BF16, rounded in fp32 storage elsewhere), so devices agree.
+  bool plain_bf16(const std::string& site, loom_operand_role role);
   // dst (bf16, as storage_dtype said) = what operand(t, site, role) would return.
   void store(const Tensor& t, const std::string& site, loom_operand_role role, Tensor& dst);
   // This run's GEMMs take bf16 operands (the plugin's compute dtype), and the device stores them

@@ -1,8 +1,9 @@
 // Host tensors' blocks kept for reuse (tensor/host_blocks.hpp): a step's temporaries come back
 // at the same addresses, already faulted in, and the tensors' accounting counts only what is held.
+#include "tensor/host_blocks.hpp"
+
 #include <doctest/doctest.h>
 
-#include "tensor/host_blocks.hpp"
 #include "tensor/tensor.hpp"
 
 using namespace loom;

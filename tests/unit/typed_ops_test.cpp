@@ -195,6 +195,52 @@ TEST_CASE(
   CHECK(ss[1] == in->sum_squares(b.data(), n));
 }
 
+TEST_CASE(
+    "the CPU's activations read and write bf16 storage themselves: mixed dtypes, every kind, the "
+    "bits of widening, the fp32 kernel and one rounding") {
+  const loom_ops_v2* in = loom::ops::cpu();
+  const loom_ops* t = loom::ops::typed(in);
+  const int64_t N = 37, F = 129, n = N * F;  // odd sizes: the vector loops' remainders too
+  const std::vector<uint16_t> x16 = to_bf16(randn(2 * n, 21)), d16 = to_bf16(randn(n, 22));
+  const std::vector<float> x = widen(x16), d = widen(d16);
+  auto ref16 = [](std::vector<uint16_t>& h) { return loom_ref{h.data(), LOOM_BF16, 0}; };
+  auto cref16 = [](const std::vector<uint16_t>& h) { return loom_cref{h.data(), LOOM_BF16, 0}; };
+  auto reff = [](std::vector<float>& h) { return loom_ref{h.data(), LOOM_F32, 0}; };
+  using Fwd = void (*)(loom_ref, loom_cref, int64_t);
+  using Bwd = void (*)(loom_ref, loom_cref, loom_cref, int64_t);
+  using Fwd2 = void (*)(float*, const float*, int64_t);
+  using Bwd2 = void (*)(float*, const float*, const float*, int64_t);
+  const struct {
+    const char* name;
+    Fwd fwd;
+    Bwd bwd;
+    Fwd2 fwd2;
+    Bwd2 bwd2;
+  } kinds[] = {{"gelu", t->gelu_fwd, t->gelu_bwd, in->gelu_fwd, in->gelu_bwd},
+               {"gelu_erf", t->gelu_erf_fwd, t->gelu_erf_bwd, in->gelu_erf_fwd, in->gelu_erf_bwd}};
+  for (const auto& k : kinds) {
+    INFO(k.name);
+    std::vector<float> want(n), got(n);
+    std::vector<uint16_t> got16(n);
+    k.fwd2(want.data(), x.data(), n);
+    k.fwd(reff(got), cref16(x16), n);  // bf16 in, fp32 out: no rounding
+    CHECK(got == want);
+    k.fwd(ref16(got16), cref16(x16), n);
+    CHECK(got16 == to_bf16(want));
+    k.bwd2(want.data(), x.data(), d.data(), n);
+    k.bwd(reff(got), cref16(x16), cref(d), n);  // the model's backward: fc bf16, the rest fp32
+    CHECK(got == want);
+  }
+  std::vector<float> want(2 * n), got(2 * n);
+  std::vector<uint16_t> got16(n);
+  in->swiglu_fwd(want.data(), x.data(), N, F);
+  t->swiglu_fwd(ref16(got16), cref16(x16), N, F);
+  CHECK(got16 == to_bf16(std::vector<float>(want.begin(), want.begin() + n)));
+  in->swiglu_bwd(want.data(), x.data(), d.data(), N, F);
+  t->swiglu_bwd(reff(got), cref16(x16), cref(d), N, F);
+  CHECK(got == want);
+}
+
 TEST_CASE("a dtype outside an entry's mask stops the process, naming the entry and the dtype") {
   int sig = 0;
   const std::string err = child_stderr(

@@ -3,6 +3,7 @@
 // GEMMs go to OpenBLAS.
 #pragma once
 
+#include <loom/ops.h>
 #include <loom/plugin.h>
 
 #include <cstdint>
@@ -39,6 +40,14 @@ void gelu_erf_fwd(float* out, const float* inp, int64_t n);
 void gelu_erf_bwd(float* dinp, const float* inp, const float* dout, int64_t n);
 void swiglu_fwd(float* out, const float* inp, int64_t N, int64_t F);
 void swiglu_bwd(float* dinp, const float* inp, const float* dout, int64_t N, int64_t F);
+// The same activations on typed tensors, each fp32 or bf16 (activations.cpp): the fp32 kernels'
+// arithmetic, each bf16 value widened as it is loaded and rounded once as it is stored.
+void gelu_fwd(loom_ref out, loom_cref inp, int64_t n);
+void gelu_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t n);
+void gelu_erf_fwd(loom_ref out, loom_cref inp, int64_t n);
+void gelu_erf_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t n);
+void swiglu_fwd(loom_ref out, loom_cref inp, int64_t N, int64_t F);
+void swiglu_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t N, int64_t F);
 
 void attention_fwd(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H,
                    int64_t D);
