@@ -5,6 +5,7 @@
 
 #include "core/errors.hpp"
 #include "gpt/moe.hpp"
+#include "ops/typed_ops.hpp"
 
 namespace loom::gpt {
 
@@ -183,6 +184,15 @@ Block::Qkv Block::qkv_layout(const Tensor& buf, int64_t N) const {
   return {base, kv, kv + hkv, hq, 2 * hkv};
 }
 
+Block::QkvRefs Block::qkv_refs(const Tensor& buf, int64_t N) const {
+  const int64_t D = c_.head_dim(), hq = heads_ * D, hkv = kv_heads_ * D;
+  const int32_t dtype = buf.dtype();
+  const auto* base = static_cast<const char*>(buf.data());
+  auto at = [&](int64_t i) { return loom_cref{base + i * dtype_size(buf.dtype()), dtype, 0}; };
+  if (qkv_w_) return {at(0), at(hq), at(2 * hq), 3 * hq, 3 * hq};
+  return {at(0), at(N * hq), at(N * hq + hkv), hq, 2 * hkv};
+}
+
 // q, k, v = f(x) W^T (+ b), then q and k rotated by their positions (RoPE).
 void Block::project_qkv(const Microbatch& mb, const Tensor& x, Tensor& buf) {
   const loom_ops_v2* o = api_.ops();
@@ -272,6 +282,28 @@ void Block::attend_cached(const Microbatch& mb, const Qkv& L, Tensor& att) {
                                   nullptr);
 }
 
+// q, k and v kept as dtypes_ says (rounded once), then att_out = attention(q, k, v): the
+// device's typed entry reads bf16 ones as they are kept.
+void Block::attend(const Microbatch& mb, Tensor& qkv_out, Tensor& att_out) {
+  const loom_ops_v2* o = api_.ops();
+  Acts& a = *acts_;
+  const int64_t N = mb.rows(), D = c_.head_dim();
+  const bool narrow = qkv_out.data() != a.qkv.data();
+  if (dtypes_.bf16_qkv && (!narrow || kv_))  // the cache reads fp32: rounded where it is
+    o->quantize(qkv_out.f32(), qkv_count(N), LOOM_BF16, 1.f, nullptr, nullptr);
+  if (narrow)
+    o->quantize_into(a.qkv.data(), LOOM_BF16, qkv_out.f32(), qkv_count(N), 1.f, nullptr, nullptr);
+  if (kv_) return attend_cached(mb, qkv_layout(qkv_out, N), att_out);
+  if (!narrow) {
+    const Qkv L = qkv_layout(a.qkv, N);
+    return api_.attention({att_out.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T,
+                           heads_, kv_heads_, D, nullptr, nullptr, nullptr, nullptr});
+  }
+  const QkvRefs L = qkv_refs(a.qkv, N);
+  ops::typed(o)->attention_fwd(loom_ref{att_out.f32(), LOOM_F32, 0}, a.lse.f32(), L.q, L.k, L.v,
+                               L.ldq, L.ldkv, mb.B, mb.T, heads_, kv_heads_, D);
+}
+
 // x_mid = x + proj(attn(qkv(ln1(x))));  x_out = x_mid + mlp_proj(act(fc(ln2(x_mid))))
 void Block::forward(const Microbatch& mb, Tensor& x) {
   const loom_ops_v2* o = api_.ops();
@@ -285,14 +317,11 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   Tensor att = view(a.att, N, proj_w_->local_shape[1]), y = view(tmp_, N, C);
   // The attention writes fp32: into att, or into the backward's scratch when att is kept bf16.
   Tensor att_out = att.dtype() == LOOM_F32 ? att : view(s_.datt, N, att.dim(1));
-  project_qkv(mb, rows_of(a.ln1.out, n), a.qkv);  // f's gather and the GEMMs: one segment, as
-  marks("fwd f (enter)");                         // tp overlap runs them interleaved
-  const Qkv L = qkv_layout(a.qkv, N);
-  if (kv_)
-    attend_cached(mb, L, att_out);
-  else
-    api_.attention({att_out.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T, heads_,
-                    kv_heads_, c_.head_dim(), nullptr, nullptr, nullptr, nullptr});
+  // The GEMMs write fp32: into qkv, or into the backward's scratch when qkv is kept bf16.
+  Tensor qkv_out = a.qkv.dtype() == LOOM_F32 ? a.qkv : view(s_.dqkv, N, c_.qkv_width());
+  project_qkv(mb, rows_of(a.ln1.out, n), qkv_out);  // f's gather and the GEMMs: one segment, as
+  marks("fwd f (enter)");                           // tp overlap runs them interleaved
+  attend(mb, qkv_out, att_out);
   if (att_out.data() != att.data())
     api_.numerics().store(att_out, proj_w_->name + ".x", LOOM_OPERAND_ACTIVATION, att);
   else if (dtypes_.bf16_att)
@@ -351,6 +380,10 @@ ActDtypes Block::operand_dtypes(const LayerApi& api) const {
   d.bf16_fc = num.plain_bf16(out_w_->name + ".x", LOOM_OPERAND_ACTIVATION);
   d.bf16_att = num.plain_bf16(proj_w_->name + ".x", LOOM_OPERAND_ACTIVATION);
   if (d.bf16_fc && d.act == LOOM_BF16 && activation_takes_bf16(api.ops())) d.fc = LOOM_BF16;
+  const Param* qkv_reader = qkv_w_ ? qkv_w_ : q_w_;
+  d.bf16_qkv = !api.context() && num.plain_bf16(qkv_reader->name + ".x", LOOM_OPERAND_ACTIVATION);
+  if (d.bf16_qkv && (ops::typed(api.ops())->dtypes[LOOM_OP_ATTENTION] & (1u << LOOM_BF16)))
+    d.qkv = LOOM_BF16;
   return d;
 }
 
@@ -438,9 +471,20 @@ void Block::attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, 
     out = view(tmp_, N, att.dim(1));
     o->from_bf16(out.f32(), static_cast<const uint16_t*>(att.data()), att.numel());
   }
-  const Qkv L = qkv_layout(a.qkv, N), dL = qkv_layout(s_.dqkv, N);
-  api_.attention_bwd({out.f32(), const_cast<float*>(a.lse.f32()), L.q, L.k, L.v, L.ldq, L.ldkv,
-                      mb.B, mb.T, heads_, kv_heads_, c_.head_dim(), datt.f32(), dL.q, dL.k, dL.v});
+  const Qkv dL = qkv_layout(s_.dqkv, N);
+  if (a.qkv.dtype() == LOOM_F32) {
+    const Qkv L = qkv_layout(a.qkv, N);
+    api_.attention_bwd({out.f32(), const_cast<float*>(a.lse.f32()), L.q, L.k, L.v, L.ldq, L.ldkv,
+                        mb.B, mb.T, heads_, kv_heads_, c_.head_dim(), datt.f32(), dL.q, dL.k,
+                        dL.v});
+  } else {
+    const QkvRefs L = qkv_refs(a.qkv, N);
+    auto f32 = [](const float* p) { return loom_cref{p, LOOM_F32, 0}; };
+    auto out32 = [](float* p) { return loom_ref{p, LOOM_F32, 0}; };
+    ops::typed(o)->attention_bwd(out32(dL.q), out32(dL.k), out32(dL.v), f32(datt.f32()), L.q, L.k,
+                                 L.v, f32(out.f32()), a.lse.f32(), L.ldq, L.ldkv, mb.B, mb.T,
+                                 heads_, kv_heads_, c_.head_dim());
+  }
   marks("bwd attention");
   Tensor dh1 = view(s_.dh, N, C);
   project_qkv_bwd(mb, s_.dqkv, rows_of(a.ln1.out, n), dh1);
@@ -464,7 +508,7 @@ int64_t Block::saved_bytes(const Microbatch& mb) const {
   // (ActDtypes), the rest fp32.
   const int64_t norms = 2 * n * C * size(dtypes_.norm_out),
                 act = moe_ ? 0 : N * out_w_->local_shape[1] * size(dtypes_.act);
-  const int64_t attention = 4 * (2 * n * C + stats + N * (qkv + heads_)) +
+  const int64_t attention = 4 * (2 * n * C + stats + N * heads_) + N * qkv * size(dtypes_.qkv) +
                             N * proj_w_->local_shape[1] * size(dtypes_.att) + norms;
   if (moe_) return attention + moe_->saved_bytes(N);
   const int64_t all = attention + N * local_dim0(*fc_w_) * size(dtypes_.fc) + act;

@@ -54,12 +54,13 @@ struct RopeTables {
 // in half the bytes. norm_out: both norms' outputs (fp32 when sp gathers them); act: the MLP's
 // activation; fc: the MLP's pre-activation, where act is bf16 and the device's activations read
 // bf16; att: the attention's output, the projection's operand, widened again for the attention's
-// backward. bf16_fc and bf16_att: fc and att hold bf16 values, as PyTorch's autocast keeps a bf16
-// linear's output, whichever their dtype (fp32 storage rounded in place on a device without bf16
-// storage), so every device computes the same values.
+// backward; qkv: q, k and v, where the device's attention reads bf16 and no cp plugin exchanges
+// them (its attention takes fp32). bf16_fc, bf16_att and bf16_qkv: those hold bf16 values, as
+// PyTorch's autocast keeps a bf16 linear's output, whichever their dtype (fp32 storage rounded in
+// place on a device without bf16 storage), so every device computes the same values.
 struct ActDtypes {
-  loom_dtype norm_out = LOOM_F32, act = LOOM_F32, fc = LOOM_F32, att = LOOM_F32;
-  bool bf16_fc = false, bf16_att = false;
+  loom_dtype norm_out = LOOM_F32, act = LOOM_F32, fc = LOOM_F32, att = LOOM_F32, qkv = LOOM_F32;
+  bool bf16_fc = false, bf16_att = false, bf16_qkv = false;
 };
 
 // What a block keeps from forward for backward: block input, residual after attention, both
@@ -140,6 +141,15 @@ class Block : public Layer {
     int64_t ldq, ldkv;
   };
   Qkv qkv_layout(const Tensor& buf, int64_t N) const;
+  // The same places as typed arguments, for a buffer of either dtype.
+  struct QkvRefs {
+    loom_cref q, k, v;
+    int64_t ldq, ldkv;
+  };
+  QkvRefs qkv_refs(const Tensor& buf, int64_t N) const;
+  // Elements of q, k and v this rank holds for N rows.
+  int64_t qkv_count(int64_t N) const { return N * (heads_ + 2 * kv_heads_) * c_.head_dim(); }
+  void attend(const Microbatch& mb, Tensor& qkv_out, Tensor& att_out);
   std::string name_;
   const model::Config& c_;
   LayerApi& api_;

@@ -40,6 +40,7 @@ loom_dtype dtype_of(const BlockActs& a, const Tensor& t, const ActDtypes& dtypes
   if (&t == &a.act) return dtypes.act;
   if (&t == &a.fc) return dtypes.fc;
   if (&t == &a.att) return dtypes.att;
+  if (&t == &a.qkv) return dtypes.qkv;
   return &t == &a.ln1.out || &t == &a.ln2.out ? dtypes.norm_out : LOOM_F32;
 }
 

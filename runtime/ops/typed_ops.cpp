@@ -236,28 +236,48 @@ struct Typed {
     Narrowed dx(in(), dinp, 2 * N * F, false);
     in().swiglu_bwd(dx.get(), x.get(), dy.get(), N, F);
   }
-  static void attention_fwd(loom_ref out, float* lse, loom_cref q, loom_cref k, loom_cref v,
-                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
-                            int64_t D) {
-    const char* e = "attention_fwd";
-    in().attention_gqa_fwd(f32(out, e, "out"), lse, f32(q, e, "q"), f32(k, e, "k"), f32(v, e, "v"),
-                           ldq, ldkv, B, T, H, Hkv, D);
+  // Attention with any of its tensors bf16, on a device the host reaches: q, k and v go to the
+  // CPU's own kernel as they are where all three share a dtype, else each is widened; the other
+  // tensors are widened, and narrowed back, whole. Rows of ld elements: the extent of n rows.
+  static int64_t extent(int64_t rows, int64_t ld, int64_t width) {
+    return rows > 0 ? (rows - 1) * ld + width : 0;
   }
-  static void attention_bwd(loom_ref dq, loom_ref dk, loom_ref dv, loom_cref dout, loom_cref q,
-                            loom_cref k, loom_cref v, loom_cref out, const float* lse, int64_t ldq,
-                            int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
-    const char* e = "attention_bwd";
-    in().attention_gqa_bwd(f32(dq, e, "dq"), f32(dk, e, "dk"), f32(dv, e, "dv"),
-                           f32(dout, e, "dout"), f32(q, e, "q"), f32(k, e, "k"), f32(v, e, "v"),
-                           f32(out, e, "out"), lse, ldq, ldkv, B, T, H, Hkv, D);
-  }
+  struct Qkv {
+    Widened q, k, v;
+    int32_t dtype;
+    const void *qp, *kp, *vp;
+    Qkv(loom_cref q_, loom_cref k_, loom_cref v_, int64_t nq, int64_t nkv)
+        : q(in(), native(q_, k_, v_) ? loom_cref{nullptr, LOOM_F32, 0} : q_, nq),
+          k(in(), native(q_, k_, v_) ? loom_cref{nullptr, LOOM_F32, 0} : k_, nkv),
+          v(in(), native(q_, k_, v_) ? loom_cref{nullptr, LOOM_F32, 0} : v_, nkv),
+          dtype(native(q_, k_, v_) ? q_.dtype : LOOM_F32),
+          qp(dtype == LOOM_F32 ? q.get() : q_.data),
+          kp(dtype == LOOM_F32 ? k.get() : k_.data),
+          vp(dtype == LOOM_F32 ? v.get() : v_.data) {}
+    static bool native(loom_cref q_, loom_cref k_, loom_cref v_) {
+      return q_.dtype == LOOM_BF16 && k_.dtype == LOOM_BF16 && v_.dtype == LOOM_BF16 &&
+             in().attention_block_fwd == static_cast<decltype(loom_ops_v2::attention_block_fwd)>(
+                                             &cpu::attention_block_fwd) &&
+             in().attention_block_bwd ==
+                 static_cast<decltype(loom_ops_v2::attention_block_bwd)>(&cpu::attention_block_bwd);
+    }
+  };
   static void attention_block_fwd(loom_ref out, float* lse, loom_cref q, loom_cref k, loom_cref v,
                                   int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk,
                                   int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
                                   const int64_t* kpos) {
     const char* e = "attention_block_fwd";
-    in().attention_block_fwd(f32(out, e, "out"), lse, f32(q, e, "q"), f32(k, e, "k"),
-                             f32(v, e, "v"), ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos, kpos);
+    if (all_f32(e, {{"out", out.dtype}, {"q", q.dtype}, {"k", k.dtype}, {"v", v.dtype}}))
+      return in().attention_block_fwd(f32(out, e, "out"), lse, f32(q, e, "q"), f32(k, e, "k"),
+                                      f32(v, e, "v"), ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos, kpos);
+    const Qkv x(q, k, v, extent(B * Tq, ldq, H * D), extent(B * Tk, ldkv, Hkv * D));
+    Narrowed o(in(), out, B * Tq * H * D, false);
+    if (x.dtype == LOOM_BF16)
+      return cpu::attention_block_fwd(o.get(), lse, x.qp, x.kp, x.vp, x.dtype, ldq, ldkv, B, Tq, Tk,
+                                      H, Hkv, D, qpos, kpos);
+    in().attention_block_fwd(o.get(), lse, static_cast<const float*>(x.qp),
+                             static_cast<const float*>(x.kp), static_cast<const float*>(x.vp), ldq,
+                             ldkv, B, Tq, Tk, H, Hkv, D, qpos, kpos);
   }
   static void attention_block_bwd(loom_ref dq, loom_ref dk, loom_ref dv, loom_cref dout,
                                   loom_cref q, loom_cref k, loom_cref v, loom_cref out,
@@ -265,14 +285,71 @@ struct Typed {
                                   int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D,
                                   const int64_t* qpos, const int64_t* kpos) {
     const char* e = "attention_block_bwd";
-    in().attention_block_bwd(f32(dq, e, "dq"), f32(dk, e, "dk"), f32(dv, e, "dv"),
-                             f32(dout, e, "dout"), f32(q, e, "q"), f32(k, e, "k"), f32(v, e, "v"),
-                             f32(out, e, "out"), lse, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos, kpos);
+    if (all_f32(e, {{"dq", dq.dtype},
+                    {"dk", dk.dtype},
+                    {"dv", dv.dtype},
+                    {"dout", dout.dtype},
+                    {"q", q.dtype},
+                    {"k", k.dtype},
+                    {"v", v.dtype},
+                    {"out", out.dtype}}))
+      return in().attention_block_bwd(f32(dq, e, "dq"), f32(dk, e, "dk"), f32(dv, e, "dv"),
+                                      f32(dout, e, "dout"), f32(q, e, "q"), f32(k, e, "k"),
+                                      f32(v, e, "v"), f32(out, e, "out"), lse, ldq, ldkv, B, Tq, Tk,
+                                      H, Hkv, D, qpos, kpos);
+    const int64_t nq = extent(B * Tq, ldq, H * D), nkv = extent(B * Tk, ldkv, Hkv * D);
+    const Qkv x(q, k, v, nq, nkv);
+    const Widened dy(in(), dout, B * Tq * H * D), o(in(), out, B * Tq * H * D);
+    // Loaded too: a fused layout interleaves dq, dk and dv, and a narrowed copy writes it all.
+    Narrowed gq(in(), dq, nq, true), gk(in(), dk, nkv, true), gv(in(), dv, nkv, true);
+    if (x.dtype == LOOM_BF16)
+      return cpu::attention_block_bwd(gq.get(), gk.get(), gv.get(), dy.get(), x.qp, x.kp, x.vp,
+                                      x.dtype, o.get(), lse, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos,
+                                      kpos);
+    in().attention_block_bwd(gq.get(), gk.get(), gv.get(), dy.get(),
+                             static_cast<const float*>(x.qp), static_cast<const float*>(x.kp),
+                             static_cast<const float*>(x.vp), o.get(), lse, ldq, ldkv, B, Tq, Tk, H,
+                             Hkv, D, qpos, kpos);
+  }
+  static void attention_fwd(loom_ref out, float* lse, loom_cref q, loom_cref k, loom_cref v,
+                            int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                            int64_t D) {
+    const char* e = "attention_fwd";
+    if (all_f32(e, {{"out", out.dtype}, {"q", q.dtype}, {"k", k.dtype}, {"v", v.dtype}}))
+      return in().attention_gqa_fwd(static_cast<float*>(out.data), lse,
+                                    static_cast<const float*>(q.data),
+                                    static_cast<const float*>(k.data),
+                                    static_cast<const float*>(v.data), ldq, ldkv, B, T, H, Hkv, D);
+    attention_block_fwd(out, lse, q, k, v, ldq, ldkv, B, T, T, H, Hkv, D, nullptr, nullptr);
+  }
+  static void attention_bwd(loom_ref dq, loom_ref dk, loom_ref dv, loom_cref dout, loom_cref q,
+                            loom_cref k, loom_cref v, loom_cref out, const float* lse, int64_t ldq,
+                            int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+    const char* e = "attention_bwd";
+    if (all_f32(e, {{"dq", dq.dtype},
+                    {"dk", dk.dtype},
+                    {"dv", dv.dtype},
+                    {"dout", dout.dtype},
+                    {"q", q.dtype},
+                    {"k", k.dtype},
+                    {"v", v.dtype},
+                    {"out", out.dtype}}))
+      return in().attention_gqa_bwd(
+          static_cast<float*>(dq.data), static_cast<float*>(dk.data), static_cast<float*>(dv.data),
+          static_cast<const float*>(dout.data), static_cast<const float*>(q.data),
+          static_cast<const float*>(k.data), static_cast<const float*>(v.data),
+          static_cast<const float*>(out.data), lse, ldq, ldkv, B, T, H, Hkv, D);
+    attention_block_bwd(dq, dk, dv, dout, q, k, v, out, lse, ldq, ldkv, B, T, T, H, Hkv, D, nullptr,
+                        nullptr);
   }
   static void attention_merge(loom_ref out, float* lse, loom_cref part, const float* part_lse,
                               int64_t B, int64_t T, int64_t H, int64_t D) {
-    const char* e = "attention_merge";
-    in().attention_merge(f32(out, e, "out"), lse, f32(part, e, "part"), part_lse, B, T, H, D);
+    if (all_f32("attention_merge", {{"out", out.dtype}, {"part", part.dtype}}))
+      return in().attention_merge(static_cast<float*>(out.data), lse,
+                                  static_cast<const float*>(part.data), part_lse, B, T, H, D);
+    const Widened p(in(), part, B * T * H * D);
+    Narrowed o(in(), out, B * T * H * D, true);
+    in().attention_merge(o.get(), lse, p.get(), part_lse, B, T, H, D);
   }
   static void rope_fwd(loom_ref x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
                        const float* cos, const float* sin, int64_t pos0) {
@@ -432,7 +509,8 @@ void typed_dtypes(const loom_ops_v2& inner, uint32_t (&dtypes)[LOOM_OP_COUNT]) {
   if (inner.gemm_typed) dtypes[LOOM_OP_GEMM] |= bit(LOOM_BF16);
   dtypes[LOOM_OP_CONVERT] |= bit(LOOM_BF16);
   if (inner.host_reachable)  // the bf16 forms widen and round on the host
-    dtypes[LOOM_OP_ELEMENTWISE] |= bit(LOOM_BF16), dtypes[LOOM_OP_ACTIVATION] |= bit(LOOM_BF16);
+    for (int op : {LOOM_OP_ELEMENTWISE, LOOM_OP_ACTIVATION, LOOM_OP_ATTENTION})
+      dtypes[op] |= bit(LOOM_BF16);
 }
 
 const loom_ops* typed(const loom_ops_v2* inner) {

@@ -62,10 +62,11 @@ TEST_CASE("the typed table is ABI 3.0's, with fp32 everywhere and bf16 where ABI
     CHECK((t->dtypes[LOOM_OP_GEMM] & (1u << LOOM_BF16)) != 0);
     CHECK((t->dtypes[LOOM_OP_CONVERT] & (1u << LOOM_BF16)) != 0);
     CHECK((t->dtypes[LOOM_OP_NORM] & (1u << LOOM_BF16)) == 0);  // no bf16 norm kernel yet
-    // bf16 element-wise and activation forms widen on the host: the CPU's, not strict's
+    // bf16 element-wise, activation and attention forms run on the host: the CPU's, not strict's
     const bool host = inner->host_reachable != 0;
     CHECK(((t->dtypes[LOOM_OP_ELEMENTWISE] & (1u << LOOM_BF16)) != 0) == host);
     CHECK(((t->dtypes[LOOM_OP_ACTIVATION] & (1u << LOOM_BF16)) != 0) == host);
+    CHECK(((t->dtypes[LOOM_OP_ATTENTION] & (1u << LOOM_BF16)) != 0) == host);
     // Every entry from copy on is a function pointer, and every one is set: an entry added to
     // loom_ops and forgotten where the table is built fails here.
     const auto* first = reinterpret_cast<const char*>(&t->copy);
@@ -239,6 +240,47 @@ TEST_CASE(
   in->swiglu_bwd(want.data(), x.data(), d.data(), N, F);
   t->swiglu_bwd(reff(got), cref16(x16), cref(d), N, F);
   CHECK(got == want);
+}
+
+TEST_CASE(
+    "the CPU's attention reads bf16 q, k and v as they are stored: the fp32 kernel's bits on "
+    "their values, fused and grouped-query layouts, bf16 outputs rounded once") {
+  const loom_ops_v2* in = loom::ops::cpu();
+  const loom_ops* t = loom::ops::typed(in);
+  const int64_t B = 2, T = 80, D = 16;  // T: a query tile and part of another
+  for (const auto [H, Hkv] : {std::pair<int64_t, int64_t>{2, 2}, {4, 2}}) {
+    INFO("H " << H << ", Hkv " << Hkv);
+    // Multi-head: one fused [q | k | v] row; grouped-query: q rows, then [k | v] rows.
+    const bool fused = H == Hkv;
+    const int64_t ldq = fused ? 3 * H * D : H * D, ldkv = fused ? ldq : 2 * Hkv * D;
+    const int64_t nq = B * T * ldq, nkv = fused ? 0 : B * T * ldkv;
+    const std::vector<uint16_t> x16 = to_bf16(randn(nq + nkv, 31)),
+                                dy16 = to_bf16(randn(B * T * H * D, 32));
+    const std::vector<float> x = widen(x16), dy = widen(dy16);
+    const int64_t k_at = fused ? H * D : nq, v_at = fused ? 2 * H * D : nq + Hkv * D;
+    auto c16 = [&](int64_t at) { return loom_cref{x16.data() + at, LOOM_BF16, 0}; };
+    std::vector<float> out(B * T * H * D), lse(B * H * T), want(out.size()), want_lse(lse.size());
+    in->attention_gqa_fwd(want.data(), want_lse.data(), x.data(), x.data() + k_at, x.data() + v_at,
+                          ldq, ldkv, B, T, H, Hkv, D);
+    t->attention_fwd(loom_ref{out.data(), LOOM_F32, 0}, lse.data(), c16(0), c16(k_at), c16(v_at),
+                     ldq, ldkv, B, T, H, Hkv, D);
+    CHECK(out == want);
+    CHECK(lse == want_lse);
+    std::vector<uint16_t> out16(out.size());
+    t->attention_fwd(loom_ref{out16.data(), LOOM_BF16, 0}, lse.data(), c16(0), c16(k_at), c16(v_at),
+                     ldq, ldkv, B, T, H, Hkv, D);
+    CHECK(out16 == to_bf16(want));
+
+    std::vector<float> g(x.size(), 7.f), want_g(x.size(), 7.f);  // 7: what lies between stays
+    in->attention_gqa_bwd(want_g.data(), want_g.data() + k_at, want_g.data() + v_at, dy.data(),
+                          x.data(), x.data() + k_at, x.data() + v_at, want.data(), want_lse.data(),
+                          ldq, ldkv, B, T, H, Hkv, D);
+    auto r32 = [&](int64_t at) { return loom_ref{g.data() + at, LOOM_F32, 0}; };
+    t->attention_bwd(r32(0), r32(k_at), r32(v_at), loom_cref{dy.data(), LOOM_F32, 0}, c16(0),
+                     c16(k_at), c16(v_at), loom_cref{want.data(), LOOM_F32, 0}, want_lse.data(),
+                     ldq, ldkv, B, T, H, Hkv, D);
+    CHECK(g == want_g);
+  }
 }
 
 TEST_CASE("a dtype outside an entry's mask stops the process, naming the entry and the dtype") {

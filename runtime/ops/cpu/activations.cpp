@@ -3,9 +3,8 @@
 // result rounded to nearest-even once as it is stored, the arithmetic between is fp32's. So the
 // fp32 entries are the <float> forms, and a bf16 form gives the bits of widening its inputs,
 // running the fp32 kernel and rounding its output, reading and writing half the bytes.
-#include <loom/bf16.hpp>
-
 #include <cmath>
+#include <loom/bf16.hpp>
 
 #include "ops/cpu/kernels.hpp"
 #include "ops/cpu/vec_math.hpp"
@@ -134,7 +133,8 @@ void gelu_fwd(loom_ref out, loom_cref inp, int64_t n) {
 }
 void gelu_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t n) {
   with(dinp, [&](auto* dx) {
-    with(inp, [&](const auto* x) { with(dout, [&](const auto* dy) { gelu_bwd_t(dx, x, dy, n); }); });
+    with(inp,
+         [&](const auto* x) { with(dout, [&](const auto* dy) { gelu_bwd_t(dx, x, dy, n); }); });
   });
 }
 void gelu_erf_fwd(loom_ref out, loom_cref inp, int64_t n) {
@@ -142,7 +142,8 @@ void gelu_erf_fwd(loom_ref out, loom_cref inp, int64_t n) {
 }
 void gelu_erf_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t n) {
   with(dinp, [&](auto* dx) {
-    with(inp, [&](const auto* x) { with(dout, [&](const auto* dy) { gelu_erf_bwd_t(dx, x, dy, n); }); });
+    with(inp,
+         [&](const auto* x) { with(dout, [&](const auto* dy) { gelu_erf_bwd_t(dx, x, dy, n); }); });
   });
 }
 void swiglu_fwd(loom_ref out, loom_cref inp, int64_t N, int64_t F) {
@@ -150,7 +151,9 @@ void swiglu_fwd(loom_ref out, loom_cref inp, int64_t N, int64_t F) {
 }
 void swiglu_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t N, int64_t F) {
   with(dinp, [&](auto* dx) {
-    with(inp, [&](const auto* x) { with(dout, [&](const auto* dy) { swiglu_bwd_t(dx, x, dy, N, F); }); });
+    with(inp, [&](const auto* x) {
+      with(dout, [&](const auto* dy) { swiglu_bwd_t(dx, x, dy, N, F); });
+    });
   });
 }
 

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <loom/bf16.hpp>
 #include <vector>
 
 #include "ops/cpu/kernels.hpp"
@@ -26,17 +27,46 @@ namespace {
 constexpr int64_t kBr = 64;   // query rows per tile
 constexpr int64_t kBc = 256;  // key columns per tile
 
-// Where one (sequence, query head) pair's rows lie: the GEMMs read Q, K and V in place, through
-// their leading dimensions, so no head is copied. Row t of query head h of sequence b is at
-// q_head(b, h) + t * ldq; a query head reads its group's key/value head.
+// Where one (sequence, query head) pair's rows lie. fp32 Q, K and V are read in place, through
+// their leading dimensions, so no head is copied: row t of query head h of sequence b is at
+// q_head(b, h) + t * ldq, and a query head reads its group's key/value head. bf16 ones (`dtype`)
+// are widened a head at a time into the thread's own rows (Head), so the products are fp32's on
+// the stored values.
 struct Layout {
-  const float *q, *k, *v;
+  const void *q, *k, *v;
+  int32_t dtype;
   int64_t ldq, ldkv, Tq, Tk, H, Hkv, D;
   int64_t group(int64_t h) const { return h / (H / Hkv); }
-  const float* q_head(int64_t b, int64_t h) const { return q + b * Tq * ldq + h * D; }
-  const float* k_head(int64_t b, int64_t h) const { return k + b * Tk * ldkv + group(h) * D; }
-  const float* v_head(int64_t b, int64_t h) const { return v + b * Tk * ldkv + group(h) * D; }
+  int64_t q_at(int64_t b, int64_t h) const { return b * Tq * ldq + h * D; }
+  int64_t kv_at(int64_t b, int64_t h) const { return b * Tk * ldkv + group(h) * D; }
 };
+
+// One pair's q, k and v as fp32 rows: in place (fp32), or widened into `rows` (bf16, stride D).
+struct Head {
+  const float *q, *k, *v;
+  int64_t ldq, ldkv;
+};
+
+const float* widen_rows(std::vector<float>& into, const void* base, int64_t at, int64_t n,
+                        int64_t ld, int64_t D) {
+  const uint16_t* from = static_cast<const uint16_t*>(base) + at;
+  into.resize(static_cast<size_t>(n * D));
+  for (int64_t t = 0; t < n; ++t)
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) into[t * D + d] = sdk::bf16_to_f32(from[t * ld + d]);
+  return into.data();
+}
+
+Head head(const Layout& L, int64_t b, int64_t h, std::vector<float> (&rows)[3]) {
+  if (L.dtype != LOOM_BF16) {
+    const auto* q = static_cast<const float*>(L.q);
+    const auto *k = static_cast<const float*>(L.k), *v = static_cast<const float*>(L.v);
+    return {q + L.q_at(b, h), k + L.kv_at(b, h), v + L.kv_at(b, h), L.ldq, L.ldkv};
+  }
+  return {widen_rows(rows[0], L.q, L.q_at(b, h), L.Tq, L.ldq, L.D),
+          widen_rows(rows[1], L.k, L.kv_at(b, h), L.Tk, L.ldkv, L.D),
+          widen_rows(rows[2], L.v, L.kv_at(b, h), L.Tk, L.ldkv, L.D), L.D, L.D};
+}
 
 // visible[i]: how many keys query i sees. Positions ascend, so they are a prefix: the keys whose
 // position is at most the query's (causal). Without positions, query i and key i share position i.
@@ -80,20 +110,22 @@ void sum_group_shares(float* dk, float* dv, const float* shares, int64_t ldkv, i
 // computed in one pass over key tiles by rescaling the running (m, l, acc) whenever m grows.
 // lse_i = m_i + log l_i is saved for backward. A query that sees no key gets out_i = 0 and
 // lse_i = -inf, which attention_merge treats as an empty part.
-void attention_block_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
-                         int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
-                         int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos) {
+void attention_block_fwd(float* out, float* lse, const void* q, const void* k, const void* v,
+                         int32_t qkv_dtype, int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq,
+                         int64_t Tk, int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
+                         const int64_t* kpos) {
   const int64_t C = H * D;
-  const Layout L{q, k, v, ldq, ldkv, Tq, Tk, H, Hkv, D};
+  const Layout L{q, k, v, qkv_dtype, ldq, ldkv, Tq, Tk, H, Hkv, D};
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   const std::vector<int64_t> visible = visible_keys(Tq, Tk, qpos, kpos);
 #pragma omp parallel
   {
-    std::vector<float> S(kBr * kBc), acc(kBr * D), m(kBr), l(kBr);
+    std::vector<float> S(kBr * kBc), acc(kBr * D), m(kBr), l(kBr), rows_of[3];
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
-        const float *qh = L.q_head(b, h), *kh = L.k_head(b, h), *vh = L.v_head(b, h);
+        const Head hd = head(L, b, h, rows_of);
+        const float *qh = hd.q, *kh = hd.k, *vh = hd.v;
         for (int64_t i0 = 0; i0 < Tq; i0 += kBr) {
           int64_t rows = std::min(kBr, Tq - i0);
           const int64_t keys = visible[i0 + rows - 1];  // the tile's last row sees the most
@@ -103,8 +135,8 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
           for (int64_t j0 = 0; j0 < keys; j0 += kBc) {
             int64_t cols = std::min(kBc, keys - j0);
             // S = Q_i K_j^T / sqrt(D)
-            gemm(0, 1, rows, cols, D, scale, qh + i0 * ldq, ldq, kh + j0 * ldkv, ldkv, 0.f,
-                 S.data(), kBc);
+            gemm(0, 1, rows, cols, D, scale, qh + i0 * hd.ldq, hd.ldq, kh + j0 * hd.ldkv, hd.ldkv,
+                 0.f, S.data(), kBc);
             for (int64_t r = 0; r < rows; ++r) {
               float* s = S.data() + r * kBc;
               int64_t valid =
@@ -130,7 +162,8 @@ void attention_block_fwd(float* out, float* lse, const float* q, const float* k,
               for (int64_t d = 0; d < D; ++d) a[d] *= alpha;
             }
             // acc += P V_j
-            gemm(0, 0, rows, D, cols, 1.f, S.data(), kBc, vh + j0 * ldkv, ldkv, 1.f, acc.data(), D);
+            gemm(0, 0, rows, D, cols, 1.f, S.data(), kBc, vh + j0 * hd.ldkv, hd.ldkv, 1.f,
+                 acc.data(), D);
           }
           for (int64_t r = 0; r < rows; ++r) {
             int64_t t = i0 + r;
@@ -176,12 +209,12 @@ struct HeadGrads {
   int64_t ldkv;
 };
 
-void head_bwd(const Layout& L, const float* dO, const float* O, int64_t C, const float* lse,
-              const std::vector<int64_t>& visible, int64_t b, int64_t h, const HeadGrads& g,
+void head_bwd(const Layout& L, const Head& hd, const float* dO, const float* O, int64_t C,
+              const float* lse, const std::vector<int64_t>& visible, const HeadGrads& g,
               std::vector<float>& S, std::vector<float>& dP, std::vector<float>& delta) {
-  const int64_t Tq = L.Tq, Tk = L.Tk, D = L.D, ldq = L.ldq, ldkv = L.ldkv;
+  const int64_t Tq = L.Tq, Tk = L.Tk, D = L.D, ldq = L.ldq, ldkv = hd.ldkv;
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
-  const float *qh = L.q_head(b, h), *kh = L.k_head(b, h), *vh = L.v_head(b, h);
+  const float *qh = hd.q, *kh = hd.k, *vh = hd.v;
   row_deltas(dO, O, C, Tq, D, delta.data());
   zero_rows(g.dq, ldq, Tq, D), zero_rows(g.dk, g.ldkv, Tk, D), zero_rows(g.dv, g.ldkv, Tk, D);
   for (int64_t j0 = 0; j0 < Tk; j0 += kBc) {
@@ -194,9 +227,9 @@ void head_bwd(const Layout& L, const float* dO, const float* O, int64_t C, const
       const int64_t rows = std::min(kBr, Tq - i0);
       // Keys past what the tile's last row sees are zero in P and dS: leave them out.
       const int64_t cols = std::min(key_cols, visible[i0 + rows - 1] - j0);
-      const float *qi = qh + i0 * ldq, *go = dO + i0 * C;
+      const float *qi = qh + i0 * hd.ldq, *go = dO + i0 * C;
       // S = Q_i K_j^T / sqrt(D), dP = dO_i V_j^T
-      gemm(0, 1, rows, cols, D, scale, qi, ldq, kj, ldkv, 0.f, S.data(), kBc);
+      gemm(0, 1, rows, cols, D, scale, qi, hd.ldq, kj, ldkv, 0.f, S.data(), kBc);
       gemm(0, 1, rows, cols, D, 1.f, go, C, vj, ldkv, 0.f, dP.data(), kBc);
       // S becomes P, dP becomes dS; 0 past the causal limit
       for (int64_t r = 0; r < rows; ++r) {
@@ -212,7 +245,7 @@ void head_bwd(const Layout& L, const float* dO, const float* O, int64_t C, const
       }
       // dV_j += P^T dO_i, dK_j += dS^T Q_i / sqrt(D), dQ_i += dS K_j / sqrt(D)
       gemm(1, 0, cols, D, rows, 1.f, S.data(), kBc, go, C, 1.f, g.dv + j0 * g.ldkv, g.ldkv);
-      gemm(1, 0, cols, D, rows, scale, dP.data(), kBc, qi, ldq, 1.f, g.dk + j0 * g.ldkv, g.ldkv);
+      gemm(1, 0, cols, D, rows, scale, dP.data(), kBc, qi, hd.ldq, 1.f, g.dk + j0 * g.ldkv, g.ldkv);
       gemm(0, 0, rows, D, cols, scale, dP.data(), kBc, kj, ldkv, 1.f, g.dq + i0 * ldq, ldq);
     }
   }
@@ -230,17 +263,17 @@ void head_bwd(const Layout& L, const float* dO, const float* O, int64_t C, const
 // afterwards, so the result does not depend on the thread count. With one head per group they go
 // straight to dk and dv.
 void attention_block_bwd(float* dq_out, float* dk_out, float* dv_out, const float* dout,
-                         const float* q, const float* k, const float* v, const float* out,
-                         const float* lse, int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq,
-                         int64_t Tk, int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
-                         const int64_t* kpos) {
+                         const void* q, const void* k, const void* v, int32_t qkv_dtype,
+                         const float* out, const float* lse, int64_t ldq, int64_t ldkv, int64_t B,
+                         int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D,
+                         const int64_t* qpos, const int64_t* kpos) {
   const int64_t C = H * D, per_group = H / Hkv;
-  const Layout layout{q, k, v, ldq, ldkv, Tq, Tk, H, Hkv, D};
+  const Layout layout{q, k, v, qkv_dtype, ldq, ldkv, Tq, Tk, H, Hkv, D};
   const std::vector<int64_t> visible = visible_keys(Tq, Tk, qpos, kpos);
   std::vector<float> shares(per_group > 1 ? 2 * B * H * Tk * D : 0);
 #pragma omp parallel
   {
-    std::vector<float> S(kBr * kBc), dP(kBr * kBc), delta(Tq);
+    std::vector<float> S(kBr * kBc), dP(kBr * kBc), delta(Tq), rows_of[3];
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
@@ -251,12 +284,26 @@ void attention_block_bwd(float* dq_out, float* dk_out, float* dv_out, const floa
           float* share = shares.data() + 2 * (b * H + h) * Tk * D;
           g.dk = share, g.dv = share + Tk * D, g.ldkv = D;
         }
-        head_bwd(layout, dout + at, out + at, C, lse + (b * H + h) * Tq, visible, b, h, g, S, dP,
-                 delta);
+        head_bwd(layout, head(layout, b, h, rows_of), dout + at, out + at, C,
+                 lse + (b * H + h) * Tq, visible, g, S, dP, delta);
       }
     }
   }
   if (per_group > 1) sum_group_shares(dk_out, dv_out, shares.data(), ldkv, B, Tk, H, Hkv, D);
+}
+
+void attention_block_fwd(float* out, float* lse, const float* q, const float* k, const float* v,
+                         int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
+                         int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos) {
+  attention_block_fwd(out, lse, q, k, v, LOOM_F32, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos, kpos);
+}
+
+void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                         const float* k, const float* v, const float* out, const float* lse,
+                         int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
+                         int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos) {
+  attention_block_bwd(dq, dk, dv, dout, q, k, v, LOOM_F32, out, lse, ldq, ldkv, B, Tq, Tk, H, Hkv,
+                      D, qpos, kpos);
 }
 
 void attention_gqa_fwd(float* out, float* lse, const float* q, const float* k, const float* v,

@@ -67,6 +67,18 @@ void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, con
                          const float* k, const float* v, const float* out, const float* lse,
                          int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk, int64_t H,
                          int64_t Hkv, int64_t D, const int64_t* qpos, const int64_t* kpos);
+// The same with q, k and v in fp32 or bf16 (`qkv_dtype`, all three alike): a bf16 head is
+// widened into the thread's own rows as it is reached, so the result is the fp32 kernel's on the
+// stored values, without an fp32 copy of q, k and v.
+void attention_block_fwd(float* out, float* lse, const void* q, const void* k, const void* v,
+                         int32_t qkv_dtype, int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq,
+                         int64_t Tk, int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
+                         const int64_t* kpos);
+void attention_block_bwd(float* dq, float* dk, float* dv, const float* dout, const void* q,
+                         const void* k, const void* v, int32_t qkv_dtype, const float* out,
+                         const float* lse, int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq,
+                         int64_t Tk, int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
+                         const int64_t* kpos);
 void attention_merge(float* out, float* lse, const float* part, const float* part_lse, int64_t B,
                      int64_t T, int64_t H, int64_t D);
 void rope_fwd(float* x, int64_t ld, int64_t B, int64_t T, int64_t heads, int64_t D,
