@@ -53,6 +53,7 @@ Scratch::Scratch(const model::Config& c, int64_t rows) {
   datt = Tensor::empty({rows, c.d_model});
   dfc = Tensor::empty({rows, c.fc_out()});
   dact = Tensor::empty({rows, c.d_ff});
+  this->rows = Tensor::empty({rows, c.d_model});
 }
 
 // cos/sin of t * inv_freq_i, in fp32 as the reference implementations compute them.
@@ -138,7 +139,6 @@ Block::Block(int index, const model::Config& c, LayerApi& api, ParamStore& ps, S
     });
   else
     acts_.init([&c, rows, this] { return std::make_unique<Acts>(c, rows, dtypes_); });
-  tmp_ = Tensor::empty({rows, C});
 }
 
 // Multi-head attention keeps GPT-2's fused QKV weight (three stacked matrices, tp splits each by
@@ -314,7 +314,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
 
   norm_forward(ln1_, a.ln1, x, n);
   marks("fwd norm");
-  Tensor att = view(a.att, N, proj_w_->local_shape[1]), y = view(tmp_, N, C);
+  Tensor att = view(a.att, N, proj_w_->local_shape[1]), y = view(s_.rows, N, C);
   // The attention writes fp32: into att, or into the backward's scratch when att is kept bf16.
   Tensor att_out = att.dtype() == LOOM_F32 ? att : view(s_.datt, N, att.dim(1));
   // The GEMMs write fp32: into qkv, or into the backward's scratch when qkv is kept bf16.
@@ -390,7 +390,7 @@ ActDtypes Block::operand_dtypes(const LayerApi& api) const {
 void Block::norm_forward(const Norm& norm, NormActs& a, const Tensor& x, int64_t n) {
   if (a.out.dtype() == LOOM_F32) return norm.forward(api_.ops(), a, x, n);
   NormActs wide = a;
-  wide.out = view(tmp_, n, c_.d_model);  // free until the attention's output GEMM
+  wide.out = view(s_.rows, n, c_.d_model);  // free until the attention's output GEMM
   norm.forward(api_.ops(), wide, x, n);
   const Param* reader = &a == &acts_->ln2 ? fc_w_ : qkv_w_ ? qkv_w_ : q_w_;
   Tensor out = view(a.out, n, c_.d_model);
@@ -412,7 +412,7 @@ void Block::backward(const Microbatch& mb, Tensor& dx) {
   const int64_t n = dx.dim(0), C = c_.d_model;
   if (recompute_) recompute(mb);
   const Acts& a = *acts_;
-  Tensor dnorm = rows_of(tmp_, n);
+  Tensor dnorm = rows_of(s_.rows, n);
   Marks marks(api_.profile(), profiled_);
   if (moe_) {
     Tensor dh2 = view(s_.dh, n, C);
@@ -468,7 +468,7 @@ void Block::attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, 
   // free until ln1's backward.
   Tensor out = att;
   if (att.dtype() != LOOM_F32) {
-    out = view(tmp_, N, att.dim(1));
+    out = view(s_.rows, N, att.dim(1));
     o->from_bf16(out.f32(), static_cast<const uint16_t*>(att.data()), att.numel());
   }
   const Qkv dL = qkv_layout(s_.dqkv, N);

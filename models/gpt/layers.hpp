@@ -18,9 +18,11 @@ namespace loom::gpt {
 class MoeMlp;
 struct Marks;  // the profiled block's segment timer
 
-// Backward temporaries shared by every block (only one block runs backward at a time).
+// Temporaries shared by every block: backward's, which forward borrows too (one block runs at a
+// time), and rows, [rows, C] within one call (a norm's fp32 output before it is stored, the
+// projections' outputs, dnorm, the attention output widened for its backward).
 struct Scratch {
-  Tensor dh, dqkv, datt, dfc, dact;
+  Tensor dh, dqkv, datt, dfc, dact, rows;
   Scratch(const model::Config& c, int64_t rows);
 };
 
@@ -183,7 +185,6 @@ class Block : public Layer {
   // a = norm(x) over n rows likewise, a.out stored cast as the GEMMs' after it.
   void norm_forward(const Norm& norm, NormActs& a, const Tensor& x, int64_t n);
   ActDtypes operand_dtypes(const LayerApi& api) const;
-  Tensor tmp_;
 };
 
 class Head : public Layer {
