@@ -262,6 +262,17 @@ struct Typed {
                  static_cast<decltype(loom_ops_v2::attention_block_bwd)>(&cpu::attention_block_bwd);
     }
   };
+  static bool bwd_f32(const char* e, loom_ref dq, loom_ref dk, loom_ref dv, loom_cref dout,
+                      loom_cref q, loom_cref k, loom_cref v, loom_cref out) {
+    return all_f32(e, {{"dq", dq.dtype},
+                       {"dk", dk.dtype},
+                       {"dv", dv.dtype},
+                       {"dout", dout.dtype},
+                       {"q", q.dtype},
+                       {"k", k.dtype},
+                       {"v", v.dtype},
+                       {"out", out.dtype}});
+  }
   static void attention_block_fwd(loom_ref out, float* lse, loom_cref q, loom_cref k, loom_cref v,
                                   int64_t ldq, int64_t ldkv, int64_t B, int64_t Tq, int64_t Tk,
                                   int64_t H, int64_t Hkv, int64_t D, const int64_t* qpos,
@@ -285,14 +296,7 @@ struct Typed {
                                   int64_t Tq, int64_t Tk, int64_t H, int64_t Hkv, int64_t D,
                                   const int64_t* qpos, const int64_t* kpos) {
     const char* e = "attention_block_bwd";
-    if (all_f32(e, {{"dq", dq.dtype},
-                    {"dk", dk.dtype},
-                    {"dv", dv.dtype},
-                    {"dout", dout.dtype},
-                    {"q", q.dtype},
-                    {"k", k.dtype},
-                    {"v", v.dtype},
-                    {"out", out.dtype}}))
+    if (bwd_f32(e, dq, dk, dv, dout, q, k, v, out))
       return in().attention_block_bwd(f32(dq, e, "dq"), f32(dk, e, "dk"), f32(dv, e, "dv"),
                                       f32(dout, e, "dout"), f32(q, e, "q"), f32(k, e, "k"),
                                       f32(v, e, "v"), f32(out, e, "out"), lse, ldq, ldkv, B, Tq, Tk,
@@ -326,14 +330,7 @@ struct Typed {
                             loom_cref k, loom_cref v, loom_cref out, const float* lse, int64_t ldq,
                             int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
     const char* e = "attention_bwd";
-    if (all_f32(e, {{"dq", dq.dtype},
-                    {"dk", dk.dtype},
-                    {"dv", dv.dtype},
-                    {"dout", dout.dtype},
-                    {"q", q.dtype},
-                    {"k", k.dtype},
-                    {"v", v.dtype},
-                    {"out", out.dtype}}))
+    if (bwd_f32(e, dq, dk, dv, dout, q, k, v, out))
       return in().attention_gqa_bwd(
           static_cast<float*>(dq.data), static_cast<float*>(dk.data), static_cast<float*>(dv.data),
           static_cast<const float*>(dout.data), static_cast<const float*>(q.data),

@@ -111,6 +111,14 @@ void with(loom_cref r, F&& f) {
   f(static_cast<const float*>(r.data));
 }
 
+// Calls f with the storage of a backward's dinp, inp and dout.
+template <class F>
+void with(loom_ref dinp, loom_cref inp, loom_cref dout, F&& f) {
+  with(dinp, [&](auto* dx) {
+    with(inp, [&](const auto* x) { with(dout, [&](const auto* dy) { f(dx, x, dy); }); });
+  });
+}
+
 }  // namespace
 
 void gelu_fwd(float* out, const float* inp, int64_t n) { gelu_fwd_t(out, inp, n); }
@@ -132,29 +140,21 @@ void gelu_fwd(loom_ref out, loom_cref inp, int64_t n) {
   with(out, [&](auto* o) { with(inp, [&](const auto* x) { gelu_fwd_t(o, x, n); }); });
 }
 void gelu_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t n) {
-  with(dinp, [&](auto* dx) {
-    with(inp,
-         [&](const auto* x) { with(dout, [&](const auto* dy) { gelu_bwd_t(dx, x, dy, n); }); });
-  });
+  with(dinp, inp, dout, [&](auto* dx, const auto* x, const auto* dy) { gelu_bwd_t(dx, x, dy, n); });
 }
 void gelu_erf_fwd(loom_ref out, loom_cref inp, int64_t n) {
   with(out, [&](auto* o) { with(inp, [&](const auto* x) { gelu_erf_fwd_t(o, x, n); }); });
 }
 void gelu_erf_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t n) {
-  with(dinp, [&](auto* dx) {
-    with(inp,
-         [&](const auto* x) { with(dout, [&](const auto* dy) { gelu_erf_bwd_t(dx, x, dy, n); }); });
-  });
+  with(dinp, inp, dout,
+       [&](auto* dx, const auto* x, const auto* dy) { gelu_erf_bwd_t(dx, x, dy, n); });
 }
 void swiglu_fwd(loom_ref out, loom_cref inp, int64_t N, int64_t F) {
   with(out, [&](auto* o) { with(inp, [&](const auto* x) { swiglu_fwd_t(o, x, N, F); }); });
 }
 void swiglu_bwd(loom_ref dinp, loom_cref inp, loom_cref dout, int64_t N, int64_t F) {
-  with(dinp, [&](auto* dx) {
-    with(inp, [&](const auto* x) {
-      with(dout, [&](const auto* dy) { swiglu_bwd_t(dx, x, dy, N, F); });
-    });
-  });
+  with(dinp, inp, dout,
+       [&](auto* dx, const auto* x, const auto* dy) { swiglu_bwd_t(dx, x, dy, N, F); });
 }
 
 }  // namespace loom::cpu
