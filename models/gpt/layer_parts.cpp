@@ -24,10 +24,6 @@ void activation_bwd(const loom_ops_v2* o, const model::Config& c, float* dfc, co
   o->gelu_erf_bwd(dfc, fc, dact, N * F);
 }
 
-bool activation_takes_bf16(const loom_ops_v2* o) {
-  return (ops::typed(o)->dtypes[LOOM_OP_ACTIVATION] & (1u << LOOM_BF16)) != 0;
-}
-
 void activation_fwd(const loom_ops_v2* o, const model::Config& c, const Tensor& act,
                     const Tensor& fc, int64_t N, int64_t F) {
   if (act.dtype() == LOOM_F32 && fc.dtype() == LOOM_F32)

@@ -379,18 +379,23 @@ ActDtypes Block::operand_dtypes(const LayerApi& api) const {
   const GemmNumerics& num = api.numerics();
   d.bf16_fc = num.plain_bf16(out_w_->name + ".x", LOOM_OPERAND_ACTIVATION);
   d.bf16_att = num.plain_bf16(proj_w_->name + ".x", LOOM_OPERAND_ACTIVATION);
-  if (d.bf16_fc && d.act == LOOM_BF16 && activation_takes_bf16(api.ops())) d.fc = LOOM_BF16;
   const Param* qkv_reader = qkv_w_ ? qkv_w_ : q_w_;
   d.bf16_qkv = !api.context() && num.plain_bf16(qkv_reader->name + ".x", LOOM_OPERAND_ACTIVATION);
-  if (d.bf16_qkv && (ops::typed(api.ops())->dtypes[LOOM_OP_ATTENTION] & (1u << LOOM_BF16)))
-    d.qkv = LOOM_BF16;
+  // Kept in 16 bits where the device narrows (quantize_into) and its typed kernels read bf16.
+  const loom_ops_v2* o = api.ops();
+  uint32_t takes[LOOM_OP_COUNT];
+  ops::typed_dtypes(*o, takes);
+  const bool narrows = LOOM_HAS_FIELD(o, loom_ops_v2, quantize_into) && o->quantize_into;
+  auto reads_bf16 = [&](int op) { return narrows && (takes[op] & (1u << LOOM_BF16)) != 0; };
+  if (d.bf16_fc && d.act == LOOM_BF16 && reads_bf16(LOOM_OP_ACTIVATION)) d.fc = LOOM_BF16;
+  if (d.bf16_qkv && reads_bf16(LOOM_OP_ATTENTION)) d.qkv = LOOM_BF16;
   return d;
 }
 
 void Block::norm_forward(const Norm& norm, NormActs& a, const Tensor& x, int64_t n) {
   if (a.out.dtype() == LOOM_F32) return norm.forward(api_.ops(), a, x, n);
   NormActs wide = a;
-  wide.out = view(s_.rows, n, c_.d_model);  // free until the attention's output GEMM
+  wide.out = view(s_.rows, n, c_.d_model);  // free until the next projection writes its output
   norm.forward(api_.ops(), wide, x, n);
   const Param* reader = &a == &acts_->ln2 ? fc_w_ : qkv_w_ ? qkv_w_ : q_w_;
   Tensor out = view(a.out, n, c_.d_model);
@@ -401,7 +406,7 @@ void Block::store_activation(Tensor& act, const Tensor& fc, int64_t N) {
   const int64_t F = act.dim(1);
   if (act.dtype() == LOOM_F32 || fc.dtype() == LOOM_BF16)
     return activation_fwd(api_.ops(), c_, act, fc, N, F);
-  Tensor wide = view(s_.dact, N, F);  // free until this micro-batch's backward
+  Tensor wide = view(s_.dact, N, F);  // scratch: nothing in it outlives this call
   activation_fwd(api_.ops(), c_, wide, fc, N, F);
   api_.numerics().store(wide, out_w_->name + ".x", LOOM_OPERAND_ACTIVATION, act);
 }

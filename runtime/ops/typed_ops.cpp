@@ -69,19 +69,27 @@ class Widened {
 };
 
 // An output (`load`: also an input, as accumulate's y), rounded back when it goes out of scope.
+// A strided one (rows of `width` elements, `ld` apart) is loaded whole and written back row by
+// row, its own columns only: a fused layout interleaves other tensors' columns between them.
 class Narrowed {
  public:
-  Narrowed(const loom_ops_v2& ops, loom_ref r, int64_t n, bool load) : ops_(ops), r_(r), n_(n) {
+  Narrowed(const loom_ops_v2& ops, loom_ref r, int64_t n, bool load)
+      : Narrowed(ops, r, 1, n, n, load) {}
+  Narrowed(const loom_ops_v2& ops, loom_ref r, int64_t rows, int64_t ld, int64_t width, bool load)
+      : ops_(ops), r_(r), rows_(rows), ld_(ld), width_(width) {
     if (r.dtype == LOOM_F32) {
       p_ = static_cast<float*>(r.data);
       return;
     }
+    const int64_t n = rows > 0 ? (rows - 1) * ld + width : 0;
     copy_.resize(static_cast<size_t>(n));
     if (load) ops.from_bf16(copy_.data(), static_cast<const uint16_t*>(r.data), n);
     p_ = copy_.data();
   }
   ~Narrowed() {
-    if (r_.dtype != LOOM_F32) ops_.to_bf16(static_cast<uint16_t*>(r_.data), copy_.data(), n_);
+    if (r_.dtype == LOOM_F32) return;
+    for (int64_t i = 0; i < rows_; ++i)
+      ops_.to_bf16(static_cast<uint16_t*>(r_.data) + i * ld_, copy_.data() + i * ld_, width_);
   }
   Narrowed(const Narrowed&) = delete;
   Narrowed& operator=(const Narrowed&) = delete;
@@ -90,7 +98,7 @@ class Narrowed {
  private:
   const loom_ops_v2& ops_;
   loom_ref r_;
-  int64_t n_;
+  int64_t rows_, ld_, width_;
   std::vector<float> copy_;
   float* p_ = nullptr;
 };
@@ -237,8 +245,9 @@ struct Typed {
     in().swiglu_bwd(dx.get(), x.get(), dy.get(), N, F);
   }
   // Attention with any of its tensors bf16, on a device the host reaches: q, k and v go to the
-  // CPU's own kernel as they are where all three share a dtype, else each is widened; the other
-  // tensors are widened, and narrowed back, whole. Rows of ld elements: the extent of n rows.
+  // CPU's own kernel as they are where all three are bf16 and the kernels are the CPU's, else each
+  // is widened; the other tensors are widened, and narrowed back (dq, dk, dv row by row, as they
+  // may share rows). Rows of ld elements: the extent of n rows.
   static int64_t extent(int64_t rows, int64_t ld, int64_t width) {
     return rows > 0 ? (rows - 1) * ld + width : 0;
   }
@@ -304,8 +313,8 @@ struct Typed {
     const int64_t nq = extent(B * Tq, ldq, H * D), nkv = extent(B * Tk, ldkv, Hkv * D);
     const Qkv x(q, k, v, nq, nkv);
     const Widened dy(in(), dout, B * Tq * H * D), o(in(), out, B * Tq * H * D);
-    // Loaded too: a fused layout interleaves dq, dk and dv, and a narrowed copy writes it all.
-    Narrowed gq(in(), dq, nq, true), gk(in(), dk, nkv, true), gv(in(), dv, nkv, true);
+    Narrowed gq(in(), dq, B * Tq, ldq, H * D, true), gk(in(), dk, B * Tk, ldkv, Hkv * D, true),
+        gv(in(), dv, B * Tk, ldkv, Hkv * D, true);
     if (x.dtype == LOOM_BF16)
       return cpu::attention_block_bwd(gq.get(), gk.get(), gv.get(), dy.get(), x.qp, x.kp, x.vp,
                                       x.dtype, o.get(), lse, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos,

@@ -34,6 +34,13 @@ Cache& cache() {
   return *c;
 }
 
+void release_locked(Cache& c) {
+  for (auto& [bytes, blocks] : c.free_by_size)
+    for (void* p : blocks) std::free(p);
+  c.free_by_size.clear();
+  c.held = 0;
+}
+
 }  // namespace
 
 void* take(size_t bytes) {
@@ -48,6 +55,8 @@ void* take(size_t bytes) {
       return p;
     }
   }
+  if (void* p = std::aligned_alloc(64, bytes)) return p;
+  release_cached();  // the heap is short: what the cache holds goes back first
   return std::aligned_alloc(64, bytes);
 }
 
@@ -56,7 +65,10 @@ void give(void* p, size_t bytes) {
   if (bytes >= kMinCached) {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
-    if (c.held + bytes <= limit()) {
+    // Full: the sizes it holds may be ones no step asks for any more (an evaluation's, a sample's),
+    // so they go back to the heap and the cache starts again from this block.
+    if (c.held + bytes > limit()) release_locked(c);
+    if (bytes <= limit()) {
       c.free_by_size[bytes].push_back(p);
       c.held += bytes;
       return;
@@ -74,10 +86,7 @@ int64_t cached_bytes() {
 void release_cached() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  for (auto& [bytes, blocks] : c.free_by_size)
-    for (void* p : blocks) std::free(p);
-  c.free_by_size.clear();
-  c.held = 0;
+  release_locked(c);
 }
 
 }  // namespace loom::host_blocks

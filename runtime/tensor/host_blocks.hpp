@@ -15,8 +15,9 @@ constexpr size_t kMinCached = size_t{256} << 10;
 // A 64-byte-aligned block of `bytes` (a multiple of 64): a cached one of that size, or a new one;
 // nullptr when the heap is out of memory.
 void* take(size_t bytes);
-// `p` (from take, of `bytes`) is free: kept for the next take of its size while the cache holds
-// less than its limit, else returned to the heap.
+// `p` (from take, of `bytes`) is free: kept for the next take of its size. A cache it would take
+// past its limit returns what it holds to the heap first. take releases the cache and tries again
+// when the heap is short.
 void give(void* p, size_t bytes);
 // Bytes held in the cache now (free blocks, counted in no tensor's peak).
 int64_t cached_bytes();

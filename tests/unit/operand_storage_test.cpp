@@ -25,10 +25,14 @@ using namespace loom::gpt;
 namespace {
 
 // The CPU's table as a device that multiplies bf16 has it (where the CPU has no AMX its
-// gemm_typed widens the operands: the values are the same).
-loom_ops_v2 bf16_table() {
-  loom_ops_v2 t = *ops::cpu();
-  t.gemm_operand_dtypes |= 1u << LOOM_BF16;
+// gemm_typed widens the operands: the values are the same). The tables here are static: the
+// typed table a run builds over one keeps its address for the process.
+const loom_ops_v2& bf16_table() {
+  static const loom_ops_v2 t = [] {
+    loom_ops_v2 c = *ops::cpu();
+    c.gemm_operand_dtypes |= 1u << LOOM_BF16;
+    return c;
+  }();
   return t;
 }
 
@@ -100,7 +104,7 @@ TEST_CASE(
     "bf16 GEMMs keep the norms' outputs, the attention output and the MLP's tensors in 16 bits: "
     "the emulation's numbers within bf16 rounding in fewer bytes, and recomputation refills them "
     "bit for bit") {
-  const loom_ops_v2 table = bf16_table();
+  const loom_ops_v2& table = bf16_table();
   const Trained stored = run_bf16(table, "none"), cast = run_bf16(table, "none", false);
   // The pre-activation, q, k, v and the attention output rounded once more: bf16's 2^-9 relative
   // on those values: 4.8e-6 of the loss and at most 3.4e-3 of a gradient's norm here (Xeon).
@@ -132,7 +136,7 @@ TEST_CASE(
 TEST_CASE(
     "a device without bf16 storage rounds the pre-activation, q, k, v and the attention output "
     "in fp32: the values a device with it stores") {
-  loom_ops_v2 emulating = *ops::cpu(), storing = bf16_table();
+  static loom_ops_v2 emulating = *ops::cpu(), storing = bf16_table();
   emulating.gemm_operand_dtypes &= ~(1u << LOOM_BF16);
   storing.gemm_typed = &widened_gemm;  // the same additions as fp32's GEMM, bf16 storage kept
   const Trained stored = run_bf16(storing, "none"), rounded = run_bf16(emulating, "none");

@@ -244,7 +244,7 @@ TEST_CASE(
 
 TEST_CASE(
     "the CPU's attention reads bf16 q, k and v as they are stored: the fp32 kernel's bits on "
-    "their values, fused and grouped-query layouts, bf16 outputs rounded once") {
+    "their values, fused and grouped-query layouts, bf16 outputs and gradients rounded once") {
   const loom_ops_v2* in = loom::ops::cpu();
   const loom_ops* t = loom::ops::typed(in);
   const int64_t B = 2, T = 80, D = 16;  // T: a query tile and part of another
@@ -280,6 +280,14 @@ TEST_CASE(
                      c16(k_at), c16(v_at), loom_cref{want.data(), LOOM_F32, 0}, want_lse.data(),
                      ldq, ldkv, B, T, H, Hkv, D);
     CHECK(g == want_g);
+    // bf16 gradients, rounded once each, every tensor's own columns only: a fused row
+    // interleaves dq, dk and dv.
+    std::vector<uint16_t> g16 = to_bf16(std::vector<float>(x.size(), 7.f));
+    auto r16 = [&](int64_t at) { return loom_ref{g16.data() + at, LOOM_BF16, 0}; };
+    t->attention_bwd(r16(0), r16(k_at), r16(v_at), loom_cref{dy.data(), LOOM_F32, 0}, c16(0),
+                     c16(k_at), c16(v_at), loom_cref{want.data(), LOOM_F32, 0}, want_lse.data(),
+                     ldq, ldkv, B, T, H, Hkv, D);
+    CHECK(g16 == to_bf16(want_g));
   }
 }
 
