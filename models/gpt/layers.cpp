@@ -175,22 +175,31 @@ void Block::declare_attention(const std::string& p, ParamStore& ps, float resid_
         &declare_param(ps, api_, params_, p + "attn.proj.b", Role::Replicated, {C}, kZeros, false);
 }
 
-Block::Qkv Block::qkv_layout(const Tensor& buf, int64_t N) const {
-  const int64_t D = c_.head_dim(), hq = heads_ * D, hkv = kv_heads_ * D;
-  float* base =
-      const_cast<Tensor&>(buf).f32();  // the saved activations are read, the scratch written
-  if (qkv_w_) return {base, base + hq, base + 2 * hq, 3 * hq, 3 * hq};
-  float* kv = base + N * hq;
-  return {base, kv, kv + hkv, hq, 2 * hkv};
-}
-
 Block::QkvRefs Block::qkv_refs(const Tensor& buf, int64_t N) const {
   const int64_t D = c_.head_dim(), hq = heads_ * D, hkv = kv_heads_ * D;
   const int32_t dtype = buf.dtype();
+  const size_t size = dtype_size(buf.dtype());
   const auto* base = static_cast<const char*>(buf.data());
-  auto at = [&](int64_t i) { return loom_cref{base + i * dtype_size(buf.dtype()), dtype, 0}; };
+  auto at = [&](int64_t i) { return loom_cref{base + i * size, dtype, 0}; };
   if (qkv_w_) return {at(0), at(hq), at(2 * hq), 3 * hq, 3 * hq};
   return {at(0), at(N * hq), at(N * hq + hkv), hq, 2 * hkv};
+}
+
+Block::Qkv Block::qkv_layout(const Tensor& buf, int64_t N) const {
+  buf.f32();  // an fp32 buffer: the saved activations are read, the scratch written
+  const QkvRefs r = qkv_refs(buf, N);
+  auto f32 = [](loom_cref c) { return static_cast<float*>(const_cast<void*>(c.data)); };
+  return {f32(r.q), f32(r.k), f32(r.v), r.ldq, r.ldkv};
+}
+
+// kept = wide rounded to bf16 values, once: cast into kept where it is bf16, else rounded where
+// it lies (kept is wide) when `rounds` (Precision::plain_bf16).
+void Block::keep_rounded(const Tensor& wide, Tensor& kept, bool rounds, int64_t count) const {
+  const loom_ops_v2* o = api_.ops();
+  if (wide.data() != kept.data())
+    o->quantize_into(kept.data(), LOOM_BF16, wide.f32(), count, 1.f, nullptr, nullptr);
+  else if (rounds)
+    o->quantize(const_cast<float*>(wide.f32()), count, LOOM_BF16, 1.f, nullptr, nullptr);
 }
 
 // q, k, v = f(x) W^T (+ b), then q and k rotated by their positions (RoPE).
@@ -289,11 +298,11 @@ void Block::attend(const Microbatch& mb, Tensor& qkv_out, Tensor& att_out) {
   Acts& a = *acts_;
   const int64_t N = mb.rows(), D = c_.head_dim();
   const bool narrow = qkv_out.data() != a.qkv.data();
-  if (dtypes_.bf16_qkv && (!narrow || kv_))  // the cache reads fp32: rounded where it is
-    o->quantize(qkv_out.f32(), qkv_count(N), LOOM_BF16, 1.f, nullptr, nullptr);
-  if (narrow)
-    o->quantize_into(a.qkv.data(), LOOM_BF16, qkv_out.f32(), qkv_count(N), 1.f, nullptr, nullptr);
-  if (kv_) return attend_cached(mb, qkv_layout(qkv_out, N), att_out);
+  if (kv_) {  // the cache reads fp32: rounded where the GEMMs wrote it
+    keep_rounded(qkv_out, qkv_out, dtypes_.bf16_qkv, qkv_count(N));
+    return attend_cached(mb, qkv_layout(qkv_out, N), att_out);
+  }
+  keep_rounded(qkv_out, a.qkv, dtypes_.bf16_qkv, qkv_count(N));
   if (!narrow) {
     const Qkv L = qkv_layout(a.qkv, N);
     return api_.attention({att_out.f32(), a.lse.f32(), L.q, L.k, L.v, L.ldq, L.ldkv, mb.B, mb.T,
@@ -322,10 +331,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   project_qkv(mb, rows_of(a.ln1.out, n), qkv_out);  // f's gather and the GEMMs: one segment, as
   marks("fwd f (enter)");                           // tp overlap runs them interleaved
   attend(mb, qkv_out, att_out);
-  if (att_out.data() != att.data())
-    api_.numerics().store(att_out, proj_w_->name + ".x", LOOM_OPERAND_ACTIVATION, att);
-  else if (dtypes_.bf16_att)
-    o->quantize(att.f32(), att.numel(), LOOM_BF16, 1.f, nullptr, nullptr);
+  keep_rounded(att_out, att, dtypes_.bf16_att, att.numel());
   marks("fwd attention");
   Tensor y_out = api_.linear_exit(y, att, *proj_w_);  // the proj GEMM is in the exit's segment:
   marks("fwd g (exit)");                              // tp overlap runs them interleaved
@@ -348,10 +354,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   api_.enter_linears(rows_of(a.ln2.out, n), {{&fc_out, fc_w_}});
   marks("fwd f (enter)");
   if (fc_b_) o->bias_add(fc_out.f32(), fc_b_->value.f32(), N, fc.dim(1));
-  if (fc_out.data() != fc.data())
-    o->quantize_into(fc.data(), LOOM_BF16, fc_out.f32(), fc.numel(), 1.f, nullptr, nullptr);
-  else if (dtypes_.bf16_fc)
-    o->quantize(fc.f32(), fc.numel(), LOOM_BF16, 1.f, nullptr, nullptr);
+  keep_rounded(fc_out, fc, dtypes_.bf16_fc, fc.numel());
   store_activation(act, fc, N);
   marks("fwd mlp");
   y_out = api_.linear_exit(y, act, *out_w_);

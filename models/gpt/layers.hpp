@@ -152,6 +152,7 @@ class Block : public Layer {
   // Elements of q, k and v this rank holds for N rows.
   int64_t qkv_count(int64_t N) const { return N * (heads_ + 2 * kv_heads_) * c_.head_dim(); }
   void attend(const Microbatch& mb, Tensor& qkv_out, Tensor& att_out);
+  void keep_rounded(const Tensor& wide, Tensor& kept, bool rounds, int64_t count) const;
   std::string name_;
   const model::Config& c_;
   LayerApi& api_;

@@ -251,26 +251,14 @@ struct Typed {
   static int64_t extent(int64_t rows, int64_t ld, int64_t width) {
     return rows > 0 ? (rows - 1) * ld + width : 0;
   }
-  struct Qkv {
-    Widened q, k, v;
-    int32_t dtype;
-    const void *qp, *kp, *vp;
-    Qkv(loom_cref q_, loom_cref k_, loom_cref v_, int64_t nq, int64_t nkv)
-        : q(in(), native(q_, k_, v_) ? loom_cref{nullptr, LOOM_F32, 0} : q_, nq),
-          k(in(), native(q_, k_, v_) ? loom_cref{nullptr, LOOM_F32, 0} : k_, nkv),
-          v(in(), native(q_, k_, v_) ? loom_cref{nullptr, LOOM_F32, 0} : v_, nkv),
-          dtype(native(q_, k_, v_) ? q_.dtype : LOOM_F32),
-          qp(dtype == LOOM_F32 ? q.get() : q_.data),
-          kp(dtype == LOOM_F32 ? k.get() : k_.data),
-          vp(dtype == LOOM_F32 ? v.get() : v_.data) {}
-    static bool native(loom_cref q_, loom_cref k_, loom_cref v_) {
-      return q_.dtype == LOOM_BF16 && k_.dtype == LOOM_BF16 && v_.dtype == LOOM_BF16 &&
-             in().attention_block_fwd == static_cast<decltype(loom_ops_v2::attention_block_fwd)>(
-                                             &cpu::attention_block_fwd) &&
-             in().attention_block_bwd ==
-                 static_cast<decltype(loom_ops_v2::attention_block_bwd)>(&cpu::attention_block_bwd);
-    }
-  };
+  // q, k and v the CPU's own attention reads in bf16 as they are.
+  static bool cpu_reads(loom_cref q, loom_cref k, loom_cref v) {
+    using Fwd = decltype(loom_ops_v2::attention_block_fwd);
+    using Bwd = decltype(loom_ops_v2::attention_block_bwd);
+    return q.dtype == LOOM_BF16 && k.dtype == LOOM_BF16 && v.dtype == LOOM_BF16 &&
+           in().attention_block_fwd == static_cast<Fwd>(&cpu::attention_block_fwd) &&
+           in().attention_block_bwd == static_cast<Bwd>(&cpu::attention_block_bwd);
+  }
   static bool bwd_f32(const char* e, loom_ref dq, loom_ref dk, loom_ref dv, loom_cref dout,
                       loom_cref q, loom_cref k, loom_cref v, loom_cref out) {
     return all_f32(e, {{"dq", dq.dtype},
@@ -290,14 +278,14 @@ struct Typed {
     if (all_f32(e, {{"out", out.dtype}, {"q", q.dtype}, {"k", k.dtype}, {"v", v.dtype}}))
       return in().attention_block_fwd(f32(out, e, "out"), lse, f32(q, e, "q"), f32(k, e, "k"),
                                       f32(v, e, "v"), ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos, kpos);
-    const Qkv x(q, k, v, extent(B * Tq, ldq, H * D), extent(B * Tk, ldkv, Hkv * D));
     Narrowed o(in(), out, B * Tq * H * D, false);
-    if (x.dtype == LOOM_BF16)
-      return cpu::attention_block_fwd(o.get(), lse, x.qp, x.kp, x.vp, x.dtype, ldq, ldkv, B, Tq, Tk,
-                                      H, Hkv, D, qpos, kpos);
-    in().attention_block_fwd(o.get(), lse, static_cast<const float*>(x.qp),
-                             static_cast<const float*>(x.kp), static_cast<const float*>(x.vp), ldq,
-                             ldkv, B, Tq, Tk, H, Hkv, D, qpos, kpos);
+    if (cpu_reads(q, k, v))
+      return cpu::attention_block_fwd(o.get(), lse, q.data, k.data, v.data, LOOM_BF16, ldq, ldkv, B,
+                                      Tq, Tk, H, Hkv, D, qpos, kpos);
+    const int64_t nkv = extent(B * Tk, ldkv, Hkv * D);
+    const Widened wq(in(), q, extent(B * Tq, ldq, H * D)), wk(in(), k, nkv), wv(in(), v, nkv);
+    in().attention_block_fwd(o.get(), lse, wq.get(), wk.get(), wv.get(), ldq, ldkv, B, Tq, Tk, H,
+                             Hkv, D, qpos, kpos);
   }
   static void attention_block_bwd(loom_ref dq, loom_ref dk, loom_ref dv, loom_cref dout,
                                   loom_cref q, loom_cref k, loom_cref v, loom_cref out,
@@ -310,19 +298,17 @@ struct Typed {
                                       f32(dout, e, "dout"), f32(q, e, "q"), f32(k, e, "k"),
                                       f32(v, e, "v"), f32(out, e, "out"), lse, ldq, ldkv, B, Tq, Tk,
                                       H, Hkv, D, qpos, kpos);
-    const int64_t nq = extent(B * Tq, ldq, H * D), nkv = extent(B * Tk, ldkv, Hkv * D);
-    const Qkv x(q, k, v, nq, nkv);
     const Widened dy(in(), dout, B * Tq * H * D), o(in(), out, B * Tq * H * D);
     Narrowed gq(in(), dq, B * Tq, ldq, H * D, true), gk(in(), dk, B * Tk, ldkv, Hkv * D, true),
         gv(in(), dv, B * Tk, ldkv, Hkv * D, true);
-    if (x.dtype == LOOM_BF16)
-      return cpu::attention_block_bwd(gq.get(), gk.get(), gv.get(), dy.get(), x.qp, x.kp, x.vp,
-                                      x.dtype, o.get(), lse, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos,
-                                      kpos);
-    in().attention_block_bwd(gq.get(), gk.get(), gv.get(), dy.get(),
-                             static_cast<const float*>(x.qp), static_cast<const float*>(x.kp),
-                             static_cast<const float*>(x.vp), o.get(), lse, ldq, ldkv, B, Tq, Tk, H,
-                             Hkv, D, qpos, kpos);
+    if (cpu_reads(q, k, v))
+      return cpu::attention_block_bwd(gq.get(), gk.get(), gv.get(), dy.get(), q.data, k.data,
+                                      v.data, LOOM_BF16, o.get(), lse, ldq, ldkv, B, Tq, Tk, H, Hkv,
+                                      D, qpos, kpos);
+    const int64_t nkv = extent(B * Tk, ldkv, Hkv * D);
+    const Widened wq(in(), q, extent(B * Tq, ldq, H * D)), wk(in(), k, nkv), wv(in(), v, nkv);
+    in().attention_block_bwd(gq.get(), gk.get(), gv.get(), dy.get(), wq.get(), wk.get(), wv.get(),
+                             o.get(), lse, ldq, ldkv, B, Tq, Tk, H, Hkv, D, qpos, kpos);
   }
   static void attention_fwd(loom_ref out, float* lse, loom_cref q, loom_cref k, loom_cref v,
                             int64_t ldq, int64_t ldkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,

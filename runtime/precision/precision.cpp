@@ -40,9 +40,11 @@ int32_t Precision::site_id(const std::string& site, loom_operand_role role) {
   return it->second;
 }
 
-bool Precision::real_bf16(const loom_operand_format& f) const {
-  return f.dtype == LOOM_BF16 && f.scale == 1.f && narrow_bf16_;
-}
+namespace {
+bool plain(const loom_operand_format& f) { return f.dtype == LOOM_BF16 && f.scale == 1.f; }
+}  // namespace
+
+bool Precision::real_bf16(const loom_operand_format& f) const { return plain(f) && narrow_bf16_; }
 
 loom_dtype Precision::storage_dtype(const std::string& site, loom_operand_role role) {
   return plain_bf16(site, role) && narrow_bf16_ ? LOOM_BF16 : LOOM_F32;
@@ -55,8 +57,7 @@ bool Precision::plain_bf16(const std::string& site, loom_operand_role role) {
   const int32_t id = site_id(site, role);
   // A plugin that observes each operand's amax keeps seeing every GEMM's cast.
   if (table_->observe) return false;
-  const loom_operand_format f = table_->site_format(instance_->self(), id);
-  return f.dtype == LOOM_BF16 && f.scale == 1.f;
+  return plain(table_->site_format(instance_->self(), id));
 }
 
 // amax and the clip count go only to observe: a plugin without it (bf16) is spared the pass

@@ -41,10 +41,19 @@ struct Layout {
   int64_t kv_at(int64_t b, int64_t h) const { return b * Tk * ldkv + group(h) * D; }
 };
 
-// One pair's q, k and v as fp32 rows: in place (fp32), or widened into `rows` (bf16, stride D).
+// One pair's q, k and v as fp32 rows: in place (fp32), or widened into the thread's HeadRows
+// (bf16, stride D).
 struct Head {
   const float *q, *k, *v;
   int64_t ldq, ldkv;
+};
+
+// A thread's widened rows: q of its pair, k and v of the key/value head it widened last. A
+// group's query heads are consecutive in a thread's share of the pairs, so each key/value head is
+// widened once per run of them.
+struct HeadRows {
+  std::vector<float> q, k, v;
+  int64_t kv_at = -1;
 };
 
 const float* widen_rows(std::vector<float>& into, const void* base, int64_t at, int64_t n,
@@ -57,15 +66,20 @@ const float* widen_rows(std::vector<float>& into, const void* base, int64_t at, 
   return into.data();
 }
 
-Head head(const Layout& L, int64_t b, int64_t h, std::vector<float> (&rows)[3]) {
+Head head(const Layout& L, int64_t b, int64_t h, HeadRows& rows) {
+  const int64_t kv = L.kv_at(b, h);
   if (L.dtype != LOOM_BF16) {
     const auto* q = static_cast<const float*>(L.q);
     const auto *k = static_cast<const float*>(L.k), *v = static_cast<const float*>(L.v);
-    return {q + L.q_at(b, h), k + L.kv_at(b, h), v + L.kv_at(b, h), L.ldq, L.ldkv};
+    return {q + L.q_at(b, h), k + kv, v + kv, L.ldq, L.ldkv};
   }
-  return {widen_rows(rows[0], L.q, L.q_at(b, h), L.Tq, L.ldq, L.D),
-          widen_rows(rows[1], L.k, L.kv_at(b, h), L.Tk, L.ldkv, L.D),
-          widen_rows(rows[2], L.v, L.kv_at(b, h), L.Tk, L.ldkv, L.D), L.D, L.D};
+  if (rows.kv_at != kv) {
+    widen_rows(rows.k, L.k, kv, L.Tk, L.ldkv, L.D);
+    widen_rows(rows.v, L.v, kv, L.Tk, L.ldkv, L.D);
+    rows.kv_at = kv;
+  }
+  return {widen_rows(rows.q, L.q, L.q_at(b, h), L.Tq, L.ldq, L.D), rows.k.data(), rows.v.data(),
+          L.D, L.D};
 }
 
 // visible[i]: how many keys query i sees. Positions ascend, so they are a prefix: the keys whose
@@ -120,7 +134,8 @@ void attention_block_fwd(float* out, float* lse, const void* q, const void* k, c
   const std::vector<int64_t> visible = visible_keys(Tq, Tk, qpos, kpos);
 #pragma omp parallel
   {
-    std::vector<float> S(kBr * kBc), acc(kBr * D), m(kBr), l(kBr), rows_of[3];
+    std::vector<float> S(kBr * kBc), acc(kBr * D), m(kBr), l(kBr);
+    HeadRows rows_of;
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
@@ -212,6 +227,7 @@ struct HeadGrads {
 void head_bwd(const Layout& L, const Head& hd, const float* dO, const float* O, int64_t C,
               const float* lse, const std::vector<int64_t>& visible, const HeadGrads& g,
               std::vector<float>& S, std::vector<float>& dP, std::vector<float>& delta) {
+  // q, k and v are read through hd's strides; dq is written in q's own layout (L.ldq).
   const int64_t Tq = L.Tq, Tk = L.Tk, D = L.D, ldq = L.ldq, ldkv = hd.ldkv;
   const float scale = 1.f / std::sqrt(static_cast<float>(D));
   const float *qh = hd.q, *kh = hd.k, *vh = hd.v;
@@ -273,7 +289,8 @@ void attention_block_bwd(float* dq_out, float* dk_out, float* dv_out, const floa
   std::vector<float> shares(per_group > 1 ? 2 * B * H * Tk * D : 0);
 #pragma omp parallel
   {
-    std::vector<float> S(kBr * kBc), dP(kBr * kBc), delta(Tq), rows_of[3];
+    std::vector<float> S(kBr * kBc), dP(kBr * kBc), delta(Tq);
+    HeadRows rows_of;
 #pragma omp for schedule(static) collapse(2)
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t h = 0; h < H; ++h) {
