@@ -35,11 +35,12 @@ void activation_fwd(const loom_ops_v2* o, const model::Config& c, const Tensor& 
   (c.mlp == "gelu" ? t->gelu_fwd : t->gelu_erf_fwd)(out, inp, N * F);
 }
 
-void activation_bwd(const loom_ops_v2* o, const model::Config& c, float* dfc, const Tensor& fc,
-                    const float* dact, int64_t N, int64_t F) {
-  if (fc.dtype() == LOOM_F32) return activation_bwd(o, c, dfc, fc.f32(), dact, N, F);
+void activation_bwd(const loom_ops_v2* o, const model::Config& c, const Tensor& dfc,
+                    const Tensor& fc, const float* dact, int64_t N, int64_t F) {
+  if (dfc.dtype() == LOOM_F32 && fc.dtype() == LOOM_F32)
+    return activation_bwd(o, c, static_cast<float*>(dfc.data()), fc.f32(), dact, N, F);
   const loom_ops* t = ops::typed(o);
-  const loom_ref dinp{dfc, LOOM_F32, 0};
+  const loom_ref dinp{dfc.data(), dfc.dtype(), 0};
   const loom_cref inp{fc.data(), fc.dtype(), 0}, dout{dact, LOOM_F32, 0};
   if (c.mlp == "swiglu") return t->swiglu_bwd(dinp, inp, dout, N, F);
   (c.mlp == "gelu" ? t->gelu_bwd : t->gelu_erf_bwd)(dinp, inp, dout, N * F);

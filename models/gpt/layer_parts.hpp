@@ -22,13 +22,13 @@ void activation_fwd(const loom_ops_v2* o, const model::Config& c, float* act, co
                     int64_t N, int64_t F);
 void activation_bwd(const loom_ops_v2* o, const model::Config& c, float* dfc, const float* fc,
                     const float* dact, int64_t N, int64_t F);
-// The same with the pre-activation `fc` and the activation `act` each fp32 or bf16: a bf16 one
-// goes through the device's typed table, which takes it where its dtypes[LOOM_OP_ACTIVATION]
-// has bf16.
+// The same with the pre-activation `fc`, the activation `act` and the gradient `dfc` each fp32
+// or bf16: a bf16 one goes through the device's typed table, which takes it where its
+// dtypes[LOOM_OP_ACTIVATION] has bf16.
 void activation_fwd(const loom_ops_v2* o, const model::Config& c, const Tensor& act,
                     const Tensor& fc, int64_t N, int64_t F);
-void activation_bwd(const loom_ops_v2* o, const model::Config& c, float* dfc, const Tensor& fc,
-                    const float* dact, int64_t N, int64_t F);
+void activation_bwd(const loom_ops_v2* o, const model::Config& c, const Tensor& dfc,
+                    const Tensor& fc, const float* dact, int64_t N, int64_t F);
 
 // A [rows, cols] view of the front of a buffer allocated for the unsharded layer: under tensor
 // parallelism a rank's widths are a fraction of the buffer's.

@@ -56,6 +56,14 @@ Scratch::Scratch(const model::Config& c, int64_t rows) {
   this->rows = Tensor::empty({rows, c.d_model});
 }
 
+void Scratch::use_dfc(loom_dtype dtype) {
+  wide_dfc_ = wide_dfc_ || dtype != LOOM_BF16;
+  const loom_dtype want = wide_dfc_ ? LOOM_F32 : LOOM_BF16;
+  if (dfc.dtype() == want) return;
+  TensorPurpose purpose("the layers' shared scratch");
+  dfc = Tensor::empty(dfc.shape(), want);
+}
+
 // cos/sin of t * inv_freq_i, in fp32 as the reference implementations compute them.
 RopeTables::RopeTables(const model::Config& c) {
   const int64_t half = c.head_dim() / 2, T = c.seq_len;
@@ -133,6 +141,7 @@ Block::Block(int index, const model::Config& c, LayerApi& api, ParamStore& ps, S
   // MoE blocks keep everything: a replay would route and exchange tokens again.
   if (recompute_) policy_ = c.recompute;
   dtypes_ = operand_dtypes(api);
+  if (!moe_) s_.use_dfc(dtypes_.dfc);
   if (recompute_)
     acts_.init([&c, rows, this] {
       return std::make_unique<Acts>(c, rows, policy_, recompute_->acts, dtypes_);
@@ -251,11 +260,23 @@ void Block::use_slot(int k) {
   if (moe_) moe_->use_slot(k);
 }
 
+// An fp32 output goes to the ABI 2 kernel; a bf16 one to the device's typed entry, which the
+// block asks for only where the device writes bf16 norms (ActDtypes::norm_writes).
 void Norm::forward(const loom_ops_v2* o, NormActs& a, const Tensor& x, int64_t rows) const {
   const int64_t C = w->local_shape[0];
+  const float* bias = b ? b->value.f32() : nullptr;
+  if (a.out.dtype() != LOOM_F32) {
+    const loom_ops* t = ops::typed(o);
+    const loom_ref out{a.out.data(), a.out.dtype(), 0};
+    const loom_cref inp{x.f32(), LOOM_F32, 0};
+    if (!rms)
+      return t->layernorm_fwd(out, a.mean.f32(), a.rstd.f32(), inp, w->value.f32(), bias, rows, C,
+                              eps);
+    return t->rmsnorm_fwd(out, a.rstd.f32(), inp, w->value.f32(), rows, C, eps);
+  }
   if (!rms)
-    o->layernorm_fwd_eps(a.out.f32(), a.mean.f32(), a.rstd.f32(), x.f32(), w->value.f32(),
-                         b ? b->value.f32() : nullptr, rows, C, eps);
+    o->layernorm_fwd_eps(a.out.f32(), a.mean.f32(), a.rstd.f32(), x.f32(), w->value.f32(), bias,
+                         rows, C, eps);
   else
     o->rmsnorm_fwd_eps(a.out.f32(), a.rstd.f32(), x.f32(), w->value.f32(), rows, C, eps);
 }
@@ -349,8 +370,10 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
     return;
   }
   Tensor fc = view(a.fc, N, local_dim0(*fc_w_)), act = view(a.act, N, out_w_->local_shape[1]);
-  // The GEMM writes fp32: into fc, or into the backward's scratch when fc is kept bf16.
-  Tensor fc_out = fc.dtype() == LOOM_F32 ? fc : view(s_.dfc, N, fc.dim(1));
+  // The GEMM writes fp32: into fc, or into the backward's scratch when fc is kept bf16 (dact's,
+  // whose rows are as wide but for SwiGLU's).
+  const Tensor& wide = c_.mlp == "swiglu" ? s_.dfc : s_.dact;
+  Tensor fc_out = fc.dtype() == LOOM_F32 ? fc : view(wide, N, fc.dim(1));
   api_.enter_linears(rows_of(a.ln2.out, n), {{&fc_out, fc_w_}});
   marks("fwd f (enter)");
   if (fc_b_) o->bias_add(fc_out.f32(), fc_b_->value.f32(), N, fc.dim(1));
@@ -392,11 +415,18 @@ ActDtypes Block::operand_dtypes(const LayerApi& api) const {
   auto reads_bf16 = [&](int op) { return narrows && (takes[op] & (1u << LOOM_BF16)) != 0; };
   if (d.bf16_fc && d.act == LOOM_BF16 && reads_bf16(LOOM_OP_ACTIVATION)) d.fc = LOOM_BF16;
   if (d.bf16_qkv && reads_bf16(LOOM_OP_ATTENTION)) d.qkv = LOOM_BF16;
+  const bool plain_norms = d.norm_out == LOOM_BF16 &&
+                           num.plain_bf16(qkv_reader->name + ".x", LOOM_OPERAND_ACTIVATION) &&
+                           num.plain_bf16(fc_w_->name + ".x", LOOM_OPERAND_ACTIVATION);
+  d.norm_writes = plain_norms && reads_bf16(LOOM_OP_NORM);
+  d.bf16_dfc = d.bf16_fc && num.plain_bf16(fc_w_->name + ".dy", LOOM_OPERAND_GRADIENT);
+  if (d.bf16_dfc && d.fc == LOOM_BF16 && c_.mlp != "swiglu" && (!fc_b_ || reads_bf16(LOOM_OP_BIAS)))
+    d.dfc = LOOM_BF16;
   return d;
 }
 
 void Block::norm_forward(const Norm& norm, NormActs& a, const Tensor& x, int64_t n) {
-  if (a.out.dtype() == LOOM_F32) return norm.forward(api_.ops(), a, x, n);
+  if (a.out.dtype() == LOOM_F32 || dtypes_.norm_writes) return norm.forward(api_.ops(), a, x, n);
   NormActs wide = a;
   wide.out = view(s_.rows, n, c_.d_model);  // free until the next projection writes its output
   norm.forward(api_.ops(), wide, x, n);
@@ -447,8 +477,9 @@ void Block::mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks&
   api_.exit_bwd_linear(dact, dx, act, *out_w_);
   marks("bwd g (exit)");
   Tensor dfc = view(s_.dfc, N, fc.dim(1));
-  activation_bwd(o, c_, dfc.f32(), fc, dact.f32(), N, act.dim(1));
-  if (fc_b_) o->bias_bwd(fc_b_->grad.f32(), dfc.f32(), N, fc.dim(1));
+  activation_bwd(o, c_, dfc, fc, dact.f32(), N, act.dim(1));
+  keep_rounded(dfc, dfc, dtypes_.bf16_dfc && dfc.dtype() == LOOM_F32, dfc.numel());
+  if (fc_b_) ops::typed(o)->bias_bwd(fc_b_->grad.f32(), {dfc.data(), dfc.dtype(), 0}, N, fc.dim(1));
   marks("bwd mlp");
   Tensor dh2 = view(s_.dh, N, C);
   api_.linears_bwd_regather(dh2, rows_of(a.ln2.out, n),

@@ -20,10 +20,15 @@ struct Marks;  // the profiled block's segment timer
 
 // Temporaries shared by every block: backward's, which forward borrows too (one block runs at a
 // time), and rows, [rows, C] within one call (a norm's fp32 output before it is stored, the
-// projections' outputs, dnorm, the attention output widened for its backward).
+// projections' outputs, dnorm, the attention output widened for its backward). dfc is bf16
+// while every block that uses it asks for bf16 (use_dfc, from each dense block's constructor).
 struct Scratch {
   Tensor dh, dqkv, datt, dfc, dact, rows;
   Scratch(const model::Config& c, int64_t rows);
+  void use_dfc(loom_dtype dtype);
+
+ private:
+  bool wide_dfc_ = false;
 };
 
 // What a norm keeps from forward for backward: its output and row statistics.
@@ -57,12 +62,19 @@ struct RopeTables {
 // activation; fc: the MLP's pre-activation, where act is bf16 and the device's activations read
 // bf16; att: the attention's output, the projection's operand, widened again for the attention's
 // backward; qkv: q, k and v, where the device's attention reads bf16 and no cp plugin exchanges
-// them (its attention takes fp32). bf16_fc, bf16_att and bf16_qkv: those hold bf16 values, as
-// PyTorch's autocast keeps a bf16 linear's output, whichever their dtype (fp32 storage rounded in
-// place on a device without bf16 storage), so every device computes the same values.
+// them (its attention takes fp32); dfc: the MLP's pre-activation gradient, asked of the scratch
+// in bf16 where the GEMM takes it as a plain bf16 gradient operand, fc is kept bf16 and the
+// device's activation and bias kernels write and read bf16 (not SwiGLU: its forward GEMM output
+// borrows dfc's scratch). bf16_fc, bf16_att, bf16_qkv and bf16_dfc: those hold bf16 values, as
+// PyTorch's autocast keeps a bf16 linear's output and its gradient, whichever their dtype (fp32
+// storage rounded in place on a device without bf16 storage), so every device computes the same
+// values. norm_writes: the norms write their bf16 outputs themselves (the device's norms write
+// bf16 and the GEMMs after them take plain bf16), instead of an fp32 output cast after.
 struct ActDtypes {
-  loom_dtype norm_out = LOOM_F32, act = LOOM_F32, fc = LOOM_F32, att = LOOM_F32, qkv = LOOM_F32;
-  bool bf16_fc = false, bf16_att = false, bf16_qkv = false;
+  loom_dtype norm_out = LOOM_F32, act = LOOM_F32, fc = LOOM_F32, att = LOOM_F32, qkv = LOOM_F32,
+             dfc = LOOM_F32;
+  bool bf16_fc = false, bf16_att = false, bf16_qkv = false, bf16_dfc = false;
+  bool norm_writes = false;
 };
 
 // What a block keeps from forward for backward: block input, residual after attention, both

@@ -162,34 +162,79 @@ struct Typed {
                             int64_t T, int64_t C) {
     in().embedding_bwd(dwte, dwpe, f32(dout, "embedding_bwd", "dout"), tok, B, T, C);
   }
+  // The norms with any tensor bf16, on a device the host reaches: the CPU's own kernels read and
+  // write it (cpu_norms), another device's fp32 kernel runs on widened copies.
+  static bool cpu_norms() {
+    using LnF = decltype(loom_ops_v2::layernorm_fwd_eps);
+    using LnB = decltype(loom_ops_v2::layernorm_bwd);
+    using RmsF = decltype(loom_ops_v2::rmsnorm_fwd_eps);
+    using RmsB = decltype(loom_ops_v2::rmsnorm_bwd);
+    return in().layernorm_fwd_eps == static_cast<LnF>(&cpu::layernorm_fwd_eps) &&
+           in().layernorm_bwd == static_cast<LnB>(&cpu::layernorm_bwd) &&
+           in().rmsnorm_fwd_eps == static_cast<RmsF>(&cpu::rmsnorm_fwd_eps) &&
+           in().rmsnorm_bwd == static_cast<RmsB>(&cpu::rmsnorm_bwd);
+  }
   static void layernorm_fwd(loom_ref out, float* mean, float* rstd, loom_cref inp, const float* w,
                             const float* b, int64_t N, int64_t C, float eps) {
-    in().layernorm_fwd_eps(f32(out, "layernorm_fwd", "out"), mean, rstd,
-                           f32(inp, "layernorm_fwd", "inp"), w, b, N, C, eps);
+    const char* e = "layernorm_fwd";
+    if (all_f32(e, {{"out", out.dtype}, {"inp", inp.dtype}}))
+      return in().layernorm_fwd_eps(f32(out, e, "out"), mean, rstd, f32(inp, e, "inp"), w, b, N, C,
+                                    eps);
+    if (cpu_norms()) return cpu::layernorm_fwd(out, mean, rstd, inp, w, b, N, C, eps);
+    Widened x(in(), inp, N * C);
+    Narrowed y(in(), out, N * C, false);
+    in().layernorm_fwd_eps(y.get(), mean, rstd, x.get(), w, b, N, C, eps);
   }
   static void layernorm_bwd(loom_ref dinp, float* dw, float* db, loom_cref dout, loom_cref inp,
                             const float* w, const float* mean, const float* rstd, int64_t N,
                             int64_t C) {
     const char* e = "layernorm_bwd";
-    in().layernorm_bwd(f32(dinp, e, "dinp"), dw, db, f32(dout, e, "dout"), f32(inp, e, "inp"), w,
-                       mean, rstd, N, C);
+    if (all_f32(e, {{"dinp", dinp.dtype}, {"dout", dout.dtype}, {"inp", inp.dtype}}))
+      return in().layernorm_bwd(f32(dinp, e, "dinp"), dw, db, f32(dout, e, "dout"),
+                                f32(inp, e, "inp"), w, mean, rstd, N, C);
+    if (cpu_norms()) return cpu::layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    Widened x(in(), inp, N * C), dy(in(), dout, N * C);
+    Narrowed dx(in(), dinp, N * C, false);
+    in().layernorm_bwd(dx.get(), dw, db, dy.get(), x.get(), w, mean, rstd, N, C);
   }
   static void rmsnorm_fwd(loom_ref out, float* rstd, loom_cref inp, const float* w, int64_t N,
                           int64_t C, float eps) {
-    in().rmsnorm_fwd_eps(f32(out, "rmsnorm_fwd", "out"), rstd, f32(inp, "rmsnorm_fwd", "inp"), w, N,
-                         C, eps);
+    const char* e = "rmsnorm_fwd";
+    if (all_f32(e, {{"out", out.dtype}, {"inp", inp.dtype}}))
+      return in().rmsnorm_fwd_eps(f32(out, e, "out"), rstd, f32(inp, e, "inp"), w, N, C, eps);
+    if (cpu_norms()) return cpu::rmsnorm_fwd(out, rstd, inp, w, N, C, eps);
+    Widened x(in(), inp, N * C);
+    Narrowed y(in(), out, N * C, false);
+    in().rmsnorm_fwd_eps(y.get(), rstd, x.get(), w, N, C, eps);
   }
   static void rmsnorm_bwd(loom_ref dinp, float* dw, loom_cref dout, loom_cref inp, const float* w,
                           const float* rstd, int64_t N, int64_t C) {
     const char* e = "rmsnorm_bwd";
-    in().rmsnorm_bwd(f32(dinp, e, "dinp"), dw, f32(dout, e, "dout"), f32(inp, e, "inp"), w, rstd, N,
-                     C);
+    if (all_f32(e, {{"dinp", dinp.dtype}, {"dout", dout.dtype}, {"inp", inp.dtype}}))
+      return in().rmsnorm_bwd(f32(dinp, e, "dinp"), dw, f32(dout, e, "dout"), f32(inp, e, "inp"), w,
+                              rstd, N, C);
+    if (cpu_norms()) return cpu::rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C);
+    Widened x(in(), inp, N * C), dy(in(), dout, N * C);
+    Narrowed dx(in(), dinp, N * C, false);
+    in().rmsnorm_bwd(dx.get(), dw, dy.get(), x.get(), w, rstd, N, C);
   }
+  // A bias on bf16 rows, on a device the host reaches: the CPU's own kernels, or another
+  // device's fp32 kernel on a widened copy.
   static void bias_add(loom_ref out, const float* bias, int64_t N, int64_t C) {
-    in().bias_add(f32(out, "bias_add", "out"), bias, N, C);
+    using Add = decltype(loom_ops_v2::bias_add);
+    if (all_f32("bias_add", {{"out", out.dtype}}))
+      return in().bias_add(static_cast<float*>(out.data), bias, N, C);
+    if (in().bias_add == static_cast<Add>(&cpu::bias_add)) return cpu::bias_add(out, bias, N, C);
+    Narrowed y(in(), out, N * C, true);
+    in().bias_add(y.get(), bias, N, C);
   }
   static void bias_bwd(float* dbias, loom_cref dout, int64_t N, int64_t C) {
-    in().bias_bwd(dbias, f32(dout, "bias_bwd", "dout"), N, C);
+    using Bwd = decltype(loom_ops_v2::bias_bwd);
+    if (all_f32("bias_bwd", {{"dout", dout.dtype}}))
+      return in().bias_bwd(dbias, static_cast<const float*>(dout.data), N, C);
+    if (in().bias_bwd == static_cast<Bwd>(&cpu::bias_bwd)) return cpu::bias_bwd(dbias, dout, N, C);
+    Widened dy(in(), dout, N * C);
+    in().bias_bwd(dbias, dy.get(), N, C);
   }
   // out = f(inp) and dinp = f'(inp) dout over n elements (ABI 2's unary activation kernels),
   // for fp32 arguments or, on the CPU, bf16 ones.
@@ -501,7 +546,8 @@ void typed_dtypes(const loom_ops_v2& inner, uint32_t (&dtypes)[LOOM_OP_COUNT]) {
   if (inner.gemm_typed) dtypes[LOOM_OP_GEMM] |= bit(LOOM_BF16);
   dtypes[LOOM_OP_CONVERT] |= bit(LOOM_BF16);
   if (inner.host_reachable)  // the bf16 forms widen and round on the host
-    for (int op : {LOOM_OP_ELEMENTWISE, LOOM_OP_ACTIVATION, LOOM_OP_ATTENTION})
+    for (int op :
+         {LOOM_OP_NORM, LOOM_OP_BIAS, LOOM_OP_ELEMENTWISE, LOOM_OP_ACTIVATION, LOOM_OP_ATTENTION})
       dtypes[op] |= bit(LOOM_BF16);
 }
 

@@ -61,9 +61,12 @@ TEST_CASE("the typed table is ABI 3.0's, with fp32 everywhere and bf16 where ABI
     for (int op = 0; op < LOOM_OP_COUNT; ++op) CHECK((t->dtypes[op] & (1u << LOOM_F32)) != 0);
     CHECK((t->dtypes[LOOM_OP_GEMM] & (1u << LOOM_BF16)) != 0);
     CHECK((t->dtypes[LOOM_OP_CONVERT] & (1u << LOOM_BF16)) != 0);
-    CHECK((t->dtypes[LOOM_OP_NORM] & (1u << LOOM_BF16)) == 0);  // no bf16 norm kernel yet
-    // bf16 element-wise, activation and attention forms run on the host: the CPU's, not strict's
+    CHECK((t->dtypes[LOOM_OP_XENT] & (1u << LOOM_BF16)) == 0);  // no bf16 logits yet
+    // bf16 norm, bias, element-wise, activation and attention forms run on the host: the CPU's,
+    // not strict's
     const bool host = inner->host_reachable != 0;
+    CHECK(((t->dtypes[LOOM_OP_NORM] & (1u << LOOM_BF16)) != 0) == host);
+    CHECK(((t->dtypes[LOOM_OP_BIAS] & (1u << LOOM_BF16)) != 0) == host);
     CHECK(((t->dtypes[LOOM_OP_ELEMENTWISE] & (1u << LOOM_BF16)) != 0) == host);
     CHECK(((t->dtypes[LOOM_OP_ACTIVATION] & (1u << LOOM_BF16)) != 0) == host);
     CHECK(((t->dtypes[LOOM_OP_ATTENTION] & (1u << LOOM_BF16)) != 0) == host);
@@ -291,18 +294,76 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "the CPU's norms and bias read and write bf16 storage themselves: the fp32 kernels' bits on "
+    "the widened values, each output rounded once") {
+  const loom_ops_v2* in = loom::ops::cpu();
+  const loom_ops* t = loom::ops::typed(in);
+  const int64_t N = 37, C = 44;  // C: a vector of 8 lanes and a remainder
+  const int64_t n = N * C;
+  std::vector<float> x0 = randn(n, 41);
+  for (float& v : x0) v = 3.f + 2.f * v;  // a mean far from 0, as a residual stream has
+  const std::vector<uint16_t> x16 = to_bf16(x0), d16 = to_bf16(randn(n, 42));
+  const std::vector<float> x = widen(x16), d = widen(d16), w = randn(C, 43), b = randn(C, 44);
+  auto ref16 = [](std::vector<uint16_t>& h) { return loom_ref{h.data(), LOOM_BF16, 0}; };
+  auto cref16 = [](const std::vector<uint16_t>& h) { return loom_cref{h.data(), LOOM_BF16, 0}; };
+  for (const bool rms : {false, true}) {
+    INFO((rms ? "rmsnorm" : "layernorm"));
+    std::vector<float> want(n), mean(N), rstd(N), got_mean(N), got_rstd(N);
+    std::vector<uint16_t> got16(n);
+    if (!rms) {
+      in->layernorm_fwd_eps(want.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
+                            C, 1e-5f);
+      t->layernorm_fwd(ref16(got16), got_mean.data(), got_rstd.data(), cref16(x16), w.data(),
+                       b.data(), N, C, 1e-5f);
+      CHECK(got_mean == mean);
+    } else {
+      in->rmsnorm_fwd_eps(want.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+      t->rmsnorm_fwd(ref16(got16), got_rstd.data(), cref16(x16), w.data(), N, C, 1e-5f);
+    }
+    CHECK(got_rstd == rstd);
+    CHECK(got16 == to_bf16(want));
+    // The model's backward: the kept input bf16, the gradients fp32.
+    std::vector<float> dx(n), want_dx(n), dw(C, 0.5f), want_dw(C, 0.5f), db(C, 0.25f),
+        want_db(C, 0.25f);
+    if (!rms) {
+      in->layernorm_bwd(want_dx.data(), want_dw.data(), want_db.data(), d.data(), x.data(),
+                        w.data(), mean.data(), rstd.data(), N, C);
+      t->layernorm_bwd(loom_ref{dx.data(), LOOM_F32, 0}, dw.data(), db.data(), cref(d), cref16(x16),
+                       w.data(), mean.data(), rstd.data(), N, C);
+      CHECK(db == want_db);
+    } else {
+      in->rmsnorm_bwd(want_dx.data(), want_dw.data(), d.data(), x.data(), w.data(), rstd.data(), N,
+                      C);
+      t->rmsnorm_bwd(loom_ref{dx.data(), LOOM_F32, 0}, dw.data(), cref(d), cref16(x16), w.data(),
+                     rstd.data(), N, C);
+    }
+    CHECK(dx == want_dx);
+    CHECK(dw == want_dw);
+  }
+  std::vector<uint16_t> y16 = x16;
+  std::vector<float> want = x, db(C, 0.5f), want_db(C, 0.5f);
+  t->bias_add(ref16(y16), b.data(), N, C);
+  in->bias_add(want.data(), b.data(), N, C);
+  CHECK(y16 == to_bf16(want));
+  t->bias_bwd(db.data(), cref16(d16), N, C);
+  in->bias_bwd(want_db.data(), d.data(), N, C);
+  CHECK(db == want_db);
+}
+
 TEST_CASE("a dtype outside an entry's mask stops the process, naming the entry and the dtype") {
   int sig = 0;
   const std::string err = child_stderr(
       [] {
         const loom_ops* t = loom::ops::typed(loom::ops::cpu());
         std::vector<uint16_t> x(16);
-        t->layernorm_fwd({x.data(), LOOM_BF16, 0}, nullptr, nullptr, {x.data(), LOOM_BF16, 0},
-                         nullptr, nullptr, 1, 16, 1e-5f);
+        std::vector<float> losses(1);
+        std::vector<int32_t> targets(1);
+        t->softmax_xent({x.data(), LOOM_BF16, 0}, losses.data(), targets.data(), 1, 16, 16, 1.f);
       },
       sig);
   CHECK(sig == SIGABRT);
-  CHECK(err.find("loom_ops.layernorm_fwd was handed ") != std::string::npos);
+  CHECK(err.find("loom_ops.softmax_xent was handed ") != std::string::npos);
   CHECK(err.find(" as bf16 (dtype 2)") != std::string::npos);
   CHECK(err.find("loom_ops.dtypes") != std::string::npos);
 }

@@ -4,19 +4,14 @@
 // fp32 entries are the <float> forms, and a bf16 form gives the bits of widening its inputs,
 // running the fp32 kernel and rounding its output, reading and writing half the bytes.
 #include <cmath>
-#include <loom/bf16.hpp>
 
 #include "ops/cpu/kernels.hpp"
+#include "ops/cpu/storage.hpp"
 #include "ops/cpu/vec_math.hpp"
 
 namespace loom::cpu {
 
 namespace {
-
-inline float load(const float* p, int64_t i) { return p[i]; }
-inline float load(const uint16_t* p, int64_t i) { return sdk::bf16_to_f32(p[i]); }
-inline void put(float* p, int64_t i, float v) { p[i] = v; }
-inline void put(uint16_t* p, int64_t i, float v) { p[i] = sdk::f32_to_bf16(v); }
 
 // gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
 template <class O, class I>
@@ -97,26 +92,6 @@ void swiglu_bwd_t(O* dinp, const I* inp, const D* dout, int64_t N, int64_t F) {
       put(du, j, dj * gj * s);
     }
   }
-}
-
-// Calls f with r's storage: float* for fp32, uint16_t* for bf16 (the typed table checked which).
-template <class F>
-void with(loom_ref r, F&& f) {
-  if (r.dtype == LOOM_BF16) return f(static_cast<uint16_t*>(r.data));
-  f(static_cast<float*>(r.data));
-}
-template <class F>
-void with(loom_cref r, F&& f) {
-  if (r.dtype == LOOM_BF16) return f(static_cast<const uint16_t*>(r.data));
-  f(static_cast<const float*>(r.data));
-}
-
-// Calls f with the storage of a backward's dinp, inp and dout.
-template <class F>
-void with(loom_ref dinp, loom_cref inp, loom_cref dout, F&& f) {
-  with(dinp, [&](auto* dx) {
-    with(inp, [&](const auto* x) { with(dout, [&](const auto* dy) { f(dx, x, dy); }); });
-  });
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "ops/cpu/column_reduce.hpp"
 #include "ops/cpu/kernels.hpp"
+#include "ops/cpu/storage.hpp"
 #include "ops/cpu/vec_math.hpp"
 
 namespace loom::cpu {
@@ -40,18 +42,33 @@ void embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* t
   }
 }
 
-void bias_add(float* out, const float* bias, int64_t N, int64_t C) {
+// out[i, c] += bias[c]; dbias[c] += sum_i dout[i, c] (each dtype fp32 or bf16, storage.hpp)
+template <class O>
+void bias_add_t(O* out, const float* bias, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; ++i) {
-    float* o = out + i * C;
+    O* o = out + i * C;
 #pragma omp simd
-    for (int64_t c = 0; c < C; ++c) o[c] += bias[c];
+    for (int64_t c = 0; c < C; ++c) put(o, c, load(o, c) + bias[c]);
   }
 }
 
+template <class D>
+void bias_bwd_t(float* dbias, const D* dout, int64_t N, int64_t C) {
+  column_reduce<1>(N, C, {dbias}, [&](int64_t i, int64_t c) {
+    return std::array<float, 1>{load(dout, i * C + c)};
+  });
+}
+
+void bias_add(float* out, const float* bias, int64_t N, int64_t C) { bias_add_t(out, bias, N, C); }
 void bias_bwd(float* dbias, const float* dout, int64_t N, int64_t C) {
-  column_reduce<1>(N, C, {dbias},
-                   [&](int64_t i, int64_t c) { return std::array<float, 1>{dout[i * C + c]}; });
+  bias_bwd_t(dbias, dout, N, C);
+}
+void bias_add(loom_ref out, const float* bias, int64_t N, int64_t C) {
+  with(out, [&](auto* o) { bias_add_t(o, bias, N, C); });
+}
+void bias_bwd(float* dbias, loom_cref dout, int64_t N, int64_t C) {
+  with(dout, [&](const auto* d) { bias_bwd_t(dbias, d, N, C); });
 }
 
 void add(float* y, const float* a, const float* b, int64_t n) {
@@ -69,17 +86,27 @@ void scale(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
-// sum x^2 in fixed blocks (double), blocks added in order: the same bits for any thread count.
+// sum of x_i^2 in double: blocks of 4096 summed on their own (in parallel) and added in block
+// order; within a block, element i goes to lane i % 8 of eight independent sums folded pairwise
+// at the end, so no add waits on the one before it. The order depends on n alone.
 double sum_squares(const float* x, int64_t n) {
+  using Lanes = double __attribute__((vector_size(64)));
   constexpr int64_t kBlock = 4096;
   int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partial(static_cast<size_t>(blocks), 0.0);
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < blocks; ++b) {
-    double s = 0.0;
-    int64_t end = std::min(n, (b + 1) * kBlock);
-    for (int64_t i = b * kBlock; i < end; ++i) s += static_cast<double>(x[i]) * x[i];
-    partial[b] = s;
+    const int64_t start = b * kBlock, end = std::min(n, start + kBlock);
+    Lanes acc = {};
+    int64_t i = start;
+    for (; i + 8 <= end; i += 8) {
+      const Lanes v = {x[i], x[i + 1], x[i + 2], x[i + 3], x[i + 4], x[i + 5], x[i + 6], x[i + 7]};
+      acc += v * v;
+    }
+    double s[8];
+    std::memcpy(s, &acc, sizeof s);
+    for (; i < end; ++i) s[(i - start) % 8] += static_cast<double>(x[i]) * x[i];
+    partial[b] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
   }
   double total = 0.0;
   for (double p : partial) total += p;

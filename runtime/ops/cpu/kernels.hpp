@@ -31,9 +31,20 @@ void rmsnorm_fwd_eps(float* out, float* rstd, const float* inp, const float* w, 
                      int64_t C, float eps);
 void rmsnorm_bwd(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                  const float* rstd, int64_t N, int64_t C);
+// The same norms on typed tensors, each fp32 or bf16 (norms.cpp), as the activations below.
+void layernorm_fwd(loom_ref out, float* mean, float* rstd, loom_cref inp, const float* w,
+                   const float* b, int64_t N, int64_t C, float eps);
+void layernorm_bwd(loom_ref dinp, float* dw, float* db, loom_cref dout, loom_cref inp,
+                   const float* w, const float* mean, const float* rstd, int64_t N, int64_t C);
+void rmsnorm_fwd(loom_ref out, float* rstd, loom_cref inp, const float* w, int64_t N, int64_t C,
+                 float eps);
+void rmsnorm_bwd(loom_ref dinp, float* dw, loom_cref dout, loom_cref inp, const float* w,
+                 const float* rstd, int64_t N, int64_t C);
 
 void bias_add(float* out, const float* bias, int64_t N, int64_t C);
 void bias_bwd(float* dbias, const float* dout, int64_t N, int64_t C);
+void bias_add(loom_ref out, const float* bias, int64_t N, int64_t C);  // fp32 or bf16 (typed)
+void bias_bwd(float* dbias, loom_cref dout, int64_t N, int64_t C);
 void gelu_fwd(float* out, const float* inp, int64_t n);
 void gelu_bwd(float* dinp, const float* inp, const float* dout, int64_t n);
 void gelu_erf_fwd(float* out, const float* inp, int64_t n);
