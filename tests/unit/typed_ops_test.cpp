@@ -294,11 +294,44 @@ TEST_CASE(
   }
 }
 
+namespace {
+
+// The CPU's table with its norm and bias kernels behind wrappers: a host-reachable device whose
+// kernels are not the CPU's own, so its typed table widens bf16 tensors into fp32 copies.
+const loom_ops_v2* wrapped_cpu() {
+  static const loom_ops_v2 t = [] {
+    loom_ops_v2 w = *loom::ops::cpu();
+    w.layernorm_fwd_eps = [](float* o, float* m, float* r, const float* x, const float* g,
+                             const float* b, int64_t N, int64_t C, float eps) {
+      loom::ops::cpu()->layernorm_fwd_eps(o, m, r, x, g, b, N, C, eps);
+    };
+    w.layernorm_bwd = [](float* dx, float* dw, float* db, const float* dy, const float* x,
+                         const float* g, const float* m, const float* r, int64_t N, int64_t C) {
+      loom::ops::cpu()->layernorm_bwd(dx, dw, db, dy, x, g, m, r, N, C);
+    };
+    w.rmsnorm_fwd_eps = [](float* o, float* r, const float* x, const float* g, int64_t N, int64_t C,
+                           float eps) { loom::ops::cpu()->rmsnorm_fwd_eps(o, r, x, g, N, C, eps); };
+    w.rmsnorm_bwd = [](float* dx, float* dw, const float* dy, const float* x, const float* g,
+                       const float* r, int64_t N,
+                       int64_t C) { loom::ops::cpu()->rmsnorm_bwd(dx, dw, dy, x, g, r, N, C); };
+    w.bias_add = [](float* o, const float* b, int64_t N, int64_t C) {
+      loom::ops::cpu()->bias_add(o, b, N, C);
+    };
+    w.bias_bwd = [](float* db, const float* dy, int64_t N, int64_t C) {
+      loom::ops::cpu()->bias_bwd(db, dy, N, C);
+    };
+    return w;
+  }();
+  return &t;
+}
+
+}  // namespace
+
 TEST_CASE(
-    "the CPU's norms and bias read and write bf16 storage themselves: the fp32 kernels' bits on "
-    "the widened values, each output rounded once") {
+    "bf16 norms and bias give the fp32 kernels' bits on the widened values, each output rounded "
+    "once: the CPU's own kernels reading and writing 16 bits, and another host table's widened "
+    "copies") {
   const loom_ops_v2* in = loom::ops::cpu();
-  const loom_ops* t = loom::ops::typed(in);
   const int64_t N = 37, C = 44;  // C: a vector of 8 lanes and a remainder
   const int64_t n = N * C;
   std::vector<float> x0 = randn(n, 41);
@@ -307,48 +340,52 @@ TEST_CASE(
   const std::vector<float> x = widen(x16), d = widen(d16), w = randn(C, 43), b = randn(C, 44);
   auto ref16 = [](std::vector<uint16_t>& h) { return loom_ref{h.data(), LOOM_BF16, 0}; };
   auto cref16 = [](const std::vector<uint16_t>& h) { return loom_cref{h.data(), LOOM_BF16, 0}; };
-  for (const bool rms : {false, true}) {
-    INFO((rms ? "rmsnorm" : "layernorm"));
-    std::vector<float> want(n), mean(N), rstd(N), got_mean(N), got_rstd(N);
-    std::vector<uint16_t> got16(n);
-    if (!rms) {
-      in->layernorm_fwd_eps(want.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
-                            C, 1e-5f);
-      t->layernorm_fwd(ref16(got16), got_mean.data(), got_rstd.data(), cref16(x16), w.data(),
-                       b.data(), N, C, 1e-5f);
-      CHECK(got_mean == mean);
-    } else {
-      in->rmsnorm_fwd_eps(want.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
-      t->rmsnorm_fwd(ref16(got16), got_rstd.data(), cref16(x16), w.data(), N, C, 1e-5f);
+  for (const loom_ops_v2* table : {in, wrapped_cpu()}) {
+    INFO((table == in ? "the CPU's table" : "a wrapped one"));
+    const loom_ops* t = loom::ops::typed(table);
+    for (const bool rms : {false, true}) {
+      INFO((rms ? "rmsnorm" : "layernorm"));
+      std::vector<float> want(n), mean(N), rstd(N), got_mean(N), got_rstd(N);
+      std::vector<uint16_t> got16(n);
+      if (!rms) {
+        in->layernorm_fwd_eps(want.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(),
+                              N, C, 1e-5f);
+        t->layernorm_fwd(ref16(got16), got_mean.data(), got_rstd.data(), cref16(x16), w.data(),
+                         b.data(), N, C, 1e-5f);
+        CHECK(got_mean == mean);
+      } else {
+        in->rmsnorm_fwd_eps(want.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+        t->rmsnorm_fwd(ref16(got16), got_rstd.data(), cref16(x16), w.data(), N, C, 1e-5f);
+      }
+      CHECK(got_rstd == rstd);
+      CHECK(got16 == to_bf16(want));
+      // bf16 input and output gradient, fp32 input gradient
+      std::vector<float> dx(n), want_dx(n), dw(C, 0.5f), want_dw(C, 0.5f), db(C, 0.25f),
+          want_db(C, 0.25f);
+      if (!rms) {
+        in->layernorm_bwd(want_dx.data(), want_dw.data(), want_db.data(), d.data(), x.data(),
+                          w.data(), mean.data(), rstd.data(), N, C);
+        t->layernorm_bwd(loom_ref{dx.data(), LOOM_F32, 0}, dw.data(), db.data(), cref16(d16),
+                         cref16(x16), w.data(), mean.data(), rstd.data(), N, C);
+        CHECK(db == want_db);
+      } else {
+        in->rmsnorm_bwd(want_dx.data(), want_dw.data(), d.data(), x.data(), w.data(), rstd.data(),
+                        N, C);
+        t->rmsnorm_bwd(loom_ref{dx.data(), LOOM_F32, 0}, dw.data(), cref16(d16), cref16(x16),
+                       w.data(), rstd.data(), N, C);
+      }
+      CHECK(dx == want_dx);
+      CHECK(dw == want_dw);
     }
-    CHECK(got_rstd == rstd);
-    CHECK(got16 == to_bf16(want));
-    // The model's backward: the kept input bf16, the gradients fp32.
-    std::vector<float> dx(n), want_dx(n), dw(C, 0.5f), want_dw(C, 0.5f), db(C, 0.25f),
-        want_db(C, 0.25f);
-    if (!rms) {
-      in->layernorm_bwd(want_dx.data(), want_dw.data(), want_db.data(), d.data(), x.data(),
-                        w.data(), mean.data(), rstd.data(), N, C);
-      t->layernorm_bwd(loom_ref{dx.data(), LOOM_F32, 0}, dw.data(), db.data(), cref(d), cref16(x16),
-                       w.data(), mean.data(), rstd.data(), N, C);
-      CHECK(db == want_db);
-    } else {
-      in->rmsnorm_bwd(want_dx.data(), want_dw.data(), d.data(), x.data(), w.data(), rstd.data(), N,
-                      C);
-      t->rmsnorm_bwd(loom_ref{dx.data(), LOOM_F32, 0}, dw.data(), cref(d), cref16(x16), w.data(),
-                     rstd.data(), N, C);
-    }
-    CHECK(dx == want_dx);
-    CHECK(dw == want_dw);
+    std::vector<uint16_t> y16 = x16;
+    std::vector<float> want = x, db(C, 0.5f), want_db(C, 0.5f);
+    t->bias_add(ref16(y16), b.data(), N, C);
+    in->bias_add(want.data(), b.data(), N, C);
+    CHECK(y16 == to_bf16(want));
+    t->bias_bwd(db.data(), cref16(d16), N, C);
+    in->bias_bwd(want_db.data(), d.data(), N, C);
+    CHECK(db == want_db);
   }
-  std::vector<uint16_t> y16 = x16;
-  std::vector<float> want = x, db(C, 0.5f), want_db(C, 0.5f);
-  t->bias_add(ref16(y16), b.data(), N, C);
-  in->bias_add(want.data(), b.data(), N, C);
-  CHECK(y16 == to_bf16(want));
-  t->bias_bwd(db.data(), cref16(d16), N, C);
-  in->bias_bwd(want_db.data(), d.data(), N, C);
-  CHECK(db == want_db);
 }
 
 TEST_CASE("a dtype outside an entry's mask stops the process, naming the entry and the dtype") {

@@ -3,10 +3,10 @@
 // it is stored, so the arithmetic between is fp32's whatever the tensors hold.
 #pragma once
 
-#include <loom/bf16.hpp>
 #include <loom/ops.h>
 
 #include <cstdint>
+#include <loom/bf16.hpp>
 
 namespace loom::cpu {
 

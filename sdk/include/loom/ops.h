@@ -59,10 +59,10 @@ typedef enum loom_op_id {
  * rstd, lse). A typed argument is any dtype whose bit (1u << dtype) is set in dtypes[its op]; an
  * entry handed another dtype stops the process with a message naming the entry and the dtype,
  * as an illegal launch would. Every device accepts LOOM_F32 everywhere; the CPU also takes bf16
- * for the element-wise, activation and attention entries (each computes on the widened values as
- * its fp32 form does and rounds what it writes once). Narrow arguments are read as their fp32
- * values and written rounded to nearest-even. "_bwd" kernels ACCUMULATE into parameter gradients
- * (dw, db, dwte) and WRITE input gradients (dinp). */
+ * for the norm, bias, element-wise, activation and attention entries (each computes on the
+ * widened values as its fp32 form does and rounds what it writes once). Narrow arguments are read
+ * as their fp32 values and written rounded to nearest-even. "_bwd" kernels ACCUMULATE into
+ * parameter gradients (dw, db, dwte) and WRITE input gradients (dinp). */
 typedef struct loom_ops {
   loom_version v;
   loom_device device;
