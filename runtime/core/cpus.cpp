@@ -5,9 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "core/cgroup.hpp"
 
 namespace loom {
 
@@ -20,30 +21,14 @@ int affinity_cpus() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-// This process's cgroup v2 directory, from /proc/self/cgroup's "0::/path" line.
-std::string own_cgroup(const std::string& root) {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("0::", 0) == 0) return root + line.substr(3);
-  return root;
-}
-
 // cpu.max is "QUOTA PERIOD" (or "max PERIOD"); the tightest over this cgroup and its parents.
 double quota_cpus(const std::string& root) {
-  double tightest = 0;
-  for (std::string dir = own_cgroup(root); dir.size() >= root.size();
-       dir = dir.substr(0, dir.rfind('/'))) {
-    std::ifstream in(dir + "/cpu.max");
+  return tightest_limit(root, "cpu.max", [](std::istream& in) {
     std::string quota;
     double period = 0;
-    if (in >> quota >> period && quota != "max" && period > 0) {
-      const double cpus = std::atof(quota.c_str()) / period;
-      if (cpus > 0 && (tightest == 0 || cpus < tightest)) tightest = cpus;
-    }
-    if (dir == root || dir.rfind('/') == std::string::npos) break;
-  }
-  return tightest;
+    return in >> quota >> period && quota != "max" && period > 0 ? std::atof(quota.c_str()) / period
+                                                                 : 0.0;
+  });
 }
 
 }  // namespace

@@ -1,26 +1,24 @@
 #include "tensor/host_blocks.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "core/memory_budget.hpp"
+
 namespace loom::host_blocks {
 
 namespace {
 
-// The cache may hold up to 1/16 of the machine's memory, at most 1 GiB: enough for a step's
-// temporaries at the sizes a CPU trains, little beside what the run itself holds.
+std::atomic<int> g_ranks{1};
+
+// limit_for this process's memory and the ranks sharing it (read under the cache's lock).
 size_t limit() {
-  static const size_t bytes = [] {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    const size_t ram = pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t{1} << 34;
-    return std::min(ram / 16, size_t{1} << 30);
-  }();
-  return bytes;
+  static const int64_t usable = usable_memory_bytes();
+  return limit_for(usable, g_ranks.load());
 }
 
 struct Cache {
@@ -42,6 +40,13 @@ void release_locked(Cache& c) {
 }
 
 }  // namespace
+
+size_t limit_for(int64_t usable_bytes, int ranks) {
+  const int64_t share = usable_bytes / std::max(1, ranks) / 16;
+  return static_cast<size_t>(std::clamp<int64_t>(share, 0, int64_t{1} << 30));
+}
+
+void share_memory(int ranks) { g_ranks = std::max(1, ranks); }
 
 void* take(size_t bytes) {
   if (bytes >= kMinCached) {

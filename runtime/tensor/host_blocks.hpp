@@ -19,6 +19,13 @@ void* take(size_t bytes);
 // past its limit returns what it holds to the heap first. take releases the cache and tries again
 // when the heap is short.
 void give(void* p, size_t bytes);
+// The most the cache holds: 1/16 of the memory this process may use (physical memory, or a cgroup
+// v2 memory.max below it: core/memory_budget.hpp) shared by `ranks` ranks on the machine, at most
+// 1 GiB: enough for a step's temporaries at the sizes a CPU trains, little beside what the run
+// itself holds.
+size_t limit_for(int64_t usable_bytes, int ranks);
+// The ranks sharing this machine's memory (a run's local world); 1 until a run says.
+void share_memory(int ranks);
 // Bytes held in the cache now (free blocks, counted in no tensor's peak).
 int64_t cached_bytes();
 // Returns every cached block to the heap.

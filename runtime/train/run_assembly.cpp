@@ -17,6 +17,7 @@
 #include "ops/ops.hpp"
 #include "parallel/context_attention.hpp"
 #include "parallel/layer_api.hpp"
+#include "tensor/host_blocks.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "train/context_positions.hpp"
 #include "train/data_check.hpp"
@@ -109,6 +110,7 @@ void Run::start_devices() {
   ops::set_memory_cap(device_, job_.run.device_memory);
   plugins::set_device_ops(ops_);
   plugins::set_native_streams(ops::native_streams(device_));
+  host_blocks::share_memory(env_.local_world);
   threads_ = job_.run.threads;
   if (threads_ == 0) {
     const CpuBudget budget = threads_per_rank(env_.local_world, env_.launcher == "slurm");

@@ -10,18 +10,14 @@
 #include <fstream>
 #include <string>
 
+#include "support/cgroup.hpp"
 #include "support/process.hpp"
 
 namespace {
 
 // A cgroup v2 tree under `root` whose directory for this process holds `cpu_max`.
 void fake_cgroup(const std::filesystem::path& root, const std::string& cpu_max) {
-  std::ifstream in("/proc/self/cgroup");
-  std::string line, own = "/";
-  while (std::getline(in, line))
-    if (line.rfind("0::", 0) == 0) own = line.substr(3);
-  std::filesystem::create_directories(root.string() + own);
-  std::ofstream(root.string() + own + "/cpu.max") << cpu_max << "\n";
+  loom::test::fake_cgroup_file(root, "", "cpu.max", cpu_max);
 }
 
 int affinity() {
