@@ -9,6 +9,7 @@
 
 #include "gpt/layer.hpp"
 #include "gpt/layer_parts.hpp"
+#include "gpt/norm.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
 #include "parallel/layer_api.hpp"
@@ -29,25 +30,6 @@ struct Scratch {
 
  private:
   bool wide_dfc_ = false;
-};
-
-// What a norm keeps from forward for backward: its output and row statistics.
-struct NormActs {
-  Tensor out, mean, rstd;
-  NormActs() = default;
-  NormActs(int64_t rows, int64_t C);
-};
-
-// A LayerNorm (weight, and bias unless [model] bias = false) or RMSNorm (weight only) over rows
-// of C channels.
-struct Norm {
-  Param *w = nullptr, *b = nullptr;
-  bool rms = false;
-  float eps = 1e-5f;
-  void forward(const loom_ops_v2* o, NormActs& a, const Tensor& x, int64_t rows) const;
-  // dinp = d(norm)/dx of dout; accumulates the weight (and bias) gradients.
-  void backward(const loom_ops_v2* o, const NormActs& a, Tensor& dinp, const Tensor& dout,
-                const Tensor& x, int64_t rows) const;
 };
 
 // RoPE's cos and sin of every position's angles, [seq_len, head_dim / 2] each, shared by blocks.

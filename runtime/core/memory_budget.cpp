@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <istream>
 
@@ -18,7 +17,7 @@ int64_t usable_memory_bytes(const std::string& cgroup_root) {
     std::string v;
     return in >> v && v != "max" ? std::atof(v.c_str()) : 0.0;
   });
-  return limit > 0 ? std::min(ram, static_cast<int64_t>(limit)) : ram;
+  return limit > 0 && limit < static_cast<double>(ram) ? static_cast<int64_t>(limit) : ram;
 }
 
 }  // namespace loom

@@ -29,7 +29,8 @@ struct GemmNumerics {
     return precision ? precision->operand(t, site, role) : t;
   }
   // false: activations stay fp32 and are cast at each GEMM, as before storage() existed (the
-  // runs are the same to the bit; the tests compare them).
+  // runs agree within bf16's rounding of what a stored run keeps rounded: q, k, v, the attention
+  // output, fc and dfc; tests/unit/operand_storage_test.cpp compares them).
   bool store_narrow = true;
   // The dtype a tensor that only meets GEMMs as `site` is kept in (Precision::storage_dtype).
   loom_dtype storage(const std::string& site, loom_operand_role role) const {

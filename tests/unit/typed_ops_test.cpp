@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <loom/bf16.hpp>
@@ -359,6 +360,14 @@ TEST_CASE(
       }
       CHECK(got_rstd == rstd);
       CHECK(got16 == to_bf16(want));
+      // The model's forward: the residual stream fp32 in, the output bf16.
+      std::fill(got16.begin(), got16.end(), 0);
+      if (!rms)
+        t->layernorm_fwd(ref16(got16), got_mean.data(), got_rstd.data(), cref(x), w.data(),
+                         b.data(), N, C, 1e-5f);
+      else
+        t->rmsnorm_fwd(ref16(got16), got_rstd.data(), cref(x), w.data(), N, C, 1e-5f);
+      CHECK(got16 == to_bf16(want));
       // bf16 input and output gradient, fp32 input gradient
       std::vector<float> dx(n), want_dx(n), dw(C, 0.5f), want_dw(C, 0.5f), db(C, 0.25f),
           want_db(C, 0.25f);
@@ -376,6 +385,15 @@ TEST_CASE(
       }
       CHECK(dx == want_dx);
       CHECK(dw == want_dw);
+      // A bf16 input gradient: the same values, rounded once.
+      std::vector<uint16_t> dx16(n);
+      if (!rms)
+        t->layernorm_bwd(ref16(dx16), dw.data(), db.data(), cref16(d16), cref16(x16), w.data(),
+                         mean.data(), rstd.data(), N, C);
+      else
+        t->rmsnorm_bwd(ref16(dx16), dw.data(), cref16(d16), cref16(x16), w.data(), rstd.data(), N,
+                       C);
+      CHECK(dx16 == to_bf16(want_dx));
     }
     std::vector<uint16_t> y16 = x16;
     std::vector<float> want = x, db(C, 0.5f), want_db(C, 0.5f);
