@@ -199,12 +199,13 @@ Block::Qkv Block::qkv_layout(const Tensor& buf, int64_t N) const {
 }
 
 // kept = wide rounded to bf16 values, once: cast into kept where it is bf16, else rounded where
-// it lies (kept is wide) when `rounds` (Precision::plain_bf16).
+// it lies (kept is wide, fp32) when `rounds` (Precision::plain_bf16); a bf16 tensor in place
+// already holds them.
 void Block::keep_rounded(const Tensor& wide, Tensor& kept, bool rounds, int64_t count) const {
   const loom_ops_v2* o = api_.ops();
   if (wide.data() != kept.data())
     o->quantize_into(kept.data(), LOOM_BF16, wide.f32(), count, 1.f, nullptr, nullptr);
-  else if (rounds)
+  else if (rounds && kept.dtype() == LOOM_F32)
     o->quantize(const_cast<float*>(wide.f32()), count, LOOM_BF16, 1.f, nullptr, nullptr);
 }
 
@@ -368,10 +369,14 @@ ActDtypes Block::operand_dtypes(const LayerApi& api) const {
   if (all_bf16({out_w_})) d.act = LOOM_BF16;
   if (all_bf16({proj_w_})) d.att = LOOM_BF16;
   const GemmNumerics& num = api.numerics();
-  d.bf16_fc = num.plain_bf16(out_w_->name + ".x", LOOM_OPERAND_ACTIVATION);
-  d.bf16_att = num.plain_bf16(proj_w_->name + ".x", LOOM_OPERAND_ACTIVATION);
-  const Param* qkv_reader = qkv_w_ ? qkv_w_ : q_w_;
-  d.bf16_qkv = !api.context() && num.plain_bf16(qkv_reader->name + ".x", LOOM_OPERAND_ACTIVATION);
+  auto plain = [&num](std::initializer_list<const Param*> readers) {  // their operand sites
+    for (const Param* W : readers)
+      if (W && !num.plain_bf16(W->name + ".x", LOOM_OPERAND_ACTIVATION)) return false;
+    return true;
+  };
+  d.bf16_fc = plain({out_w_});
+  d.bf16_att = plain({proj_w_});
+  d.bf16_qkv = !api.context() && plain({qkv_w_ ? qkv_w_ : q_w_});
   // Kept in 16 bits where the device narrows (quantize_into) and its typed kernels read bf16.
   const loom_ops_v2* o = api.ops();
   uint32_t takes[LOOM_OP_COUNT];
@@ -380,10 +385,8 @@ ActDtypes Block::operand_dtypes(const LayerApi& api) const {
   auto reads_bf16 = [&](int op) { return narrows && (takes[op] & (1u << LOOM_BF16)) != 0; };
   if (d.bf16_fc && d.act == LOOM_BF16 && reads_bf16(LOOM_OP_ACTIVATION)) d.fc = LOOM_BF16;
   if (d.bf16_qkv && reads_bf16(LOOM_OP_ATTENTION)) d.qkv = LOOM_BF16;
-  const bool plain_norms = d.norm_out == LOOM_BF16 &&
-                           num.plain_bf16(qkv_reader->name + ".x", LOOM_OPERAND_ACTIVATION) &&
-                           num.plain_bf16(fc_w_->name + ".x", LOOM_OPERAND_ACTIVATION);
-  d.norm_writes = plain_norms && reads_bf16(LOOM_OP_NORM);
+  d.norm_writes =
+      d.norm_out == LOOM_BF16 && plain({qkv_w_, q_w_, kv_w_, fc_w_}) && reads_bf16(LOOM_OP_NORM);
   d.bf16_dfc = d.bf16_fc && num.plain_bf16(fc_w_->name + ".dy", LOOM_OPERAND_GRADIENT);
   if (d.bf16_dfc && d.fc == LOOM_BF16 && c_.mlp != "swiglu" && (!fc_b_ || reads_bf16(LOOM_OP_BIAS)))
     d.dfc = LOOM_BF16;
@@ -443,7 +446,7 @@ void Block::mlp_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, Marks&
   marks("bwd g (exit)");
   Tensor dfc = view(s_.dfc, N, fc.dim(1));
   activation_bwd(o, c_, dfc, fc, dact.f32(), N, act.dim(1));
-  keep_rounded(dfc, dfc, dtypes_.bf16_dfc && dfc.dtype() == LOOM_F32, dfc.numel());
+  keep_rounded(dfc, dfc, dtypes_.bf16_dfc, dfc.numel());
   if (fc_b_) ops::typed(o)->bias_bwd(fc_b_->grad.f32(), {dfc.data(), dfc.dtype(), 0}, N, fc.dim(1));
   marks("bwd mlp");
   Tensor dh2 = view(s_.dh, N, C);

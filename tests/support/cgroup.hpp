@@ -2,6 +2,8 @@
 // (core/cgroup.hpp): the same path as this process's own cgroup, with the files a test writes.
 #pragma once
 
+#include <doctest/doctest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -23,7 +25,10 @@ inline void fake_cgroup_file(const std::filesystem::path& root, const std::strin
                              const std::string& file, const std::string& content) {
   const std::string where = root.string() + (dir.empty() ? own_cgroup_path() : dir);
   std::filesystem::create_directories(where);
-  std::ofstream(where + "/" + file) << content << "\n";
+  std::ofstream out(where + "/" + file);
+  out << content << "\n";
+  out.close();
+  REQUIRE(!out.fail());  // a limit the test meant to set, not a missing file read as "none"
 }
 
 }  // namespace loom::test
