@@ -15,7 +15,8 @@ Precision::Precision(const plugins::Found& found, const loom_options* options,
       table_(instance_->table<loom_precision_v2>()),
       ops_(ops),
       narrow_bf16_(LOOM_HAS_FIELD(ops, loom_ops_v2, gemm_typed) && ops->gemm_typed &&
-                   ops->quantize_into && (ops->gemm_operand_dtypes & (1u << LOOM_BF16))) {
+                   ops->quantize_into),
+      native_bf16_(narrow_bf16_ && (ops->gemm_operand_dtypes & (1u << LOOM_BF16))) {
   if (!exact() && (!LOOM_HAS_FIELD(ops_, loom_ops_v2, quantize) || !ops_->quantize))
     throw RuntimeError(std::string("precision '") + name() + "' needs the op table's quantize");
 }

@@ -34,9 +34,9 @@ class Precision {
   // A copy of `t` as the GEMM operand `site` must see it (`t` itself when exact). Sites are named
   // "<param>" for a weight, "<param>.x" and "<param>.dy" for the activation and the gradient
   // that meet it; the first use of a name registers it. A bf16 site (scale 1) gets a real bf16
-  // copy where the device multiplies bf16 (as bf16_gemms() says); every other narrow site gets its
-  // rounded values in fp32 storage. Either way the GEMM sees the same values.
-  // A bf16 `t` is an operand store() wrote: it is returned as it is.
+  // copy where the device stores bf16 operands (as bf16_storage() says); every other narrow site
+  // gets its rounded values in fp32 storage. Either way the GEMM sees the same values. A bf16 `t`
+  // is an operand store() wrote: it is returned as it is.
   Tensor operand(const Tensor& t, const std::string& site, loom_operand_role role);
   // The dtype a tensor that only ever meets GEMMs as `site` can be kept in: LOOM_BF16 where
   // operand() makes a real bf16 copy and the plugin does not observe amaxes, LOOM_F32
@@ -48,9 +48,12 @@ class Precision {
   bool plain_bf16(const std::string& site, loom_operand_role role);
   // dst (bf16, as storage_dtype said) = what operand(t, site, role) would return.
   void store(const Tensor& t, const std::string& site, loom_operand_role role, Tensor& dst);
-  // This run's GEMMs take bf16 operands (the plugin's compute dtype), and the device stores them
-  // in 16 bits and multiplies them with its own instructions.
-  bool bf16_gemms() const { return narrow_bf16_ && !exact() && compute_dtype() == LOOM_BF16; }
+  // This run's GEMMs take bf16 operands (the plugin's compute dtype) and the device stores them
+  // in 16 bits: its gemm_typed takes them, on its own bf16 instructions or widened to fp32 as it
+  // goes (a CPU without AMX), with the emulation's values either way.
+  bool bf16_storage() const { return narrow_bf16_ && !exact() && compute_dtype() == LOOM_BF16; }
+  // ... and multiplies them with its own instructions (gemm_operand_dtypes has bf16).
+  bool bf16_gemms() const { return native_bf16_ && bf16_storage(); }
 
   // The factor the loss gradient carries this step (1 without loss scaling).
   double loss_scale() const;
@@ -73,7 +76,8 @@ class Precision {
   std::unique_ptr<plugins::Instance> instance_;
   const loom_precision_v2* table_;
   const loom_ops_v2* ops_;
-  bool narrow_bf16_;
+  bool narrow_bf16_;  // the device's gemm_typed takes bf16 operands, stored by quantize_into
+  bool native_bf16_;  // ... and multiplies them on bf16 instructions
   std::unordered_map<std::string, int32_t> sites_;
   mutable loom_error err_;
 };

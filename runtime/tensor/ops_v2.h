@@ -269,15 +269,18 @@ typedef struct loom_ops_v2 {
    * GEMM operands stored narrower than fp32, for the precision slot's sites: half the bytes and
    * the device's own narrow instructions (the CPU: AMX, through oneDNN).
    * gemm_operand_dtypes has bit (1 << dtype) set for each operand dtype gemm_typed runs on those
-   * instructions here; 0 where there are none, and the runtime keeps quantize's emulation in fp32
-   * storage. quantize_into: dst[i] = cast(src[i] * scale) in dtype's storage (LOOM_BF16: the
-   * upper 16 bits of the rounded fp32), rounded, counted (*clipped) and measured (*amax) exactly
-   * as quantize; so with scale 1 it holds, bit for bit, the values quantize leaves in fp32. */
+   * instructions here; 0 where there are none. The runtime stores bf16 operands wherever
+   * gemm_typed is set (it widens what it has no instructions for), and keeps quantize's
+   * emulation in fp32 storage where it is NULL. quantize_into: dst[i] = cast(src[i] * scale) in
+   * dtype's storage (LOOM_BF16: the upper 16 bits of the rounded fp32), rounded, counted (*clipped)
+   * and measured (*amax) exactly as quantize; so with scale 1 it holds, bit for bit, the values
+   * quantize leaves in fp32. */
   uint32_t gemm_operand_dtypes;
   void (*quantize_into)(void* dst, int32_t dtype, const float* src, int64_t n, float scale,
                         float* amax, int64_t* clipped);
   /* gemm with A of a_dtype and B of b_dtype, each LOOM_F32 or LOOM_BF16 (whatever
-   * gemm_operand_dtypes says: a dtype without its bit is widened to fp32 first, slowly), C fp32.
+   * gemm_operand_dtypes says: a dtype without its bit is widened to fp32 as the GEMM goes, at
+   * fp32's speed), C fp32.
    * Products of bf16 values are exact in fp32 and are accumulated in fp32, so the result equals
    * gemm on the widened operands up to the order of the additions. */
   void (*gemm_typed)(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,

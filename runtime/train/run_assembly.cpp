@@ -312,14 +312,17 @@ std::string Run::bf16_gemms_line() const {
     return "precision: bf16 GEMM operands stored in 16 bits and multiplied on " +
            (isa.empty() ? "the device's own bf16 instructions" : isa) + ", accumulating in fp32";
   }
+  if (precision_->bf16_storage())
+    return "precision: this device has no bf16 GEMM instructions (the CPU's AMX, through oneDNN; "
+           "AVX512-BF16 alone is slower than fp32 there): bf16 operands and activations are "
+           "stored in 16 bits (half the memory) and widened to fp32 for each GEMM (the same "
+           "values, at fp32's speed)";
   const std::string emulated =
-      "bf16 is emulated, each GEMM operand rounded to bf16 and multiplied in fp32 (the same "
-      "values, at fp32's speed)";
+      "bf16 is emulated, each GEMM operand rounded to bf16 in fp32 storage and multiplied in fp32 "
+      "(the same values, at fp32's speed and memory)";
   if (device_ == "cuda")
     return "precision: bf16 GEMMs on CUDA (cuBLASLt) are not built yet: " + emulated;
-  return "precision: this device has no bf16 GEMM instructions (the CPU's AMX, through oneDNN; "
-         "AVX512-BF16 alone is slower than fp32 there): " +
-         emulated;
+  return "precision: this device's op table takes no bf16 GEMM operands: " + emulated;
 }
 
 void Run::print_banner() const {

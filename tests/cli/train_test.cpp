@@ -389,8 +389,9 @@ TEST_CASE("data prepare refuses a validation share that is not a number from 0 u
   }
 }
 
-// bf16's GEMMs on the CPU's own instructions, or its emulation where there are none: said once at
-// start-up, and the two trace the same losses (the same operand values; the sums' order differs).
+// bf16's GEMMs on the CPU's own instructions, or widened to fp32 where there are none: said once
+// at start-up, and the two trace the same losses (the same operand values; the sums' order
+// differs) from the same activations, stored in 16 bits either way.
 // ONEDNN_MAX_CPU_ISA caps what oneDNN uses, as a CPU without AMX would.
 TEST_CASE("bf16 says at start-up whether the CPU multiplies bf16, and its emulation trains alike") {
   TinySetup s;
@@ -402,6 +403,8 @@ TEST_CASE("bf16 says at start-up whether the CPU multiplies bf16, and its emulat
   REQUIRE_MESSAGE(emulated.rc == 0, emulated.out);
   const std::string emulation = "precision: this device has no bf16 GEMM instructions";
   CHECK(has(emulated.out, emulation));
+  // Without the instructions bf16 still keeps its memory: operands stored in 16 bits, widened.
+  CHECK(has(emulated.out, "stored in 16 bits (half the memory) and widened to fp32"));
   CHECK(has(emulated.out, "MFU peak 50.0 GFLOP/s"));  // a configured peak stays as configured
   // This machine's own answer: AMX where the CPU has it.
   const bool instructions = has(native.out, "precision: bf16 GEMM operands stored in 16 bits");
@@ -412,8 +415,16 @@ TEST_CASE("bf16 says at start-up whether the CPU multiplies bf16, and its emulat
   REQUIRE(a.size() == 6);
   REQUIRE(b.size() == 6);
   for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-3));
-  // fp32 says nothing about bf16.
+  // fp32 says nothing about bf16, and holds more activations than either bf16 run.
   auto fp32 = run_loom("train " + s.cfg + " --run-dir " + s.run_dir("fp32"));
   REQUIRE(fp32.rc == 0);
   CHECK_FALSE(has(fp32.out, "precision: "));
+  const auto peak = [&s](const char* run) {
+    return column(std::filesystem::path(s.run_dir(run)) / "metrics.jsonl", "activation_peak_bytes")
+        .back();
+  };
+  INFO("activation peaks: fp32 " << peak("fp32") << ", bf16 " << peak("native") << ", bf16 widened "
+                                 << peak("emulated"));
+  CHECK(peak("emulated") < peak("fp32"));
+  CHECK(peak("native") == peak("emulated"));
 }

@@ -137,3 +137,33 @@ TEST_CASE("gemm_typed widens an fp32 operand's partner: mixed operands give fp32
   CHECK_THROWS(cpu::gemm_typed(0, 0, M, N, K, 1.f, A.data(), LOOM_FP8_E4M3, K, B16.data(),
                                LOOM_BF16, N, 0.f, got.data(), N));
 }
+
+TEST_CASE(
+    "gemm_widening (a CPU without bf16 instructions) gives fp32 gemm's bits on the widened "
+    "operands, strided ones too, at 1, 2, 8, 16 threads") {
+  struct Shape {
+    int64_t M, N, K;
+  };
+  // Serial, cut along C's rows, its columns and along K; the last with rows padded past their
+  // width (a view of a wider tensor).
+  for (const Shape s : {Shape{5, 7, 3}, Shape{2100, 40, 30}, Shape{30, 2100, 40},
+                        Shape{40, 30, 2100}, Shape{2048, 1152, 384}}) {
+    for (int ta = 0; ta < 2; ++ta) {
+      for (int tb = 0; tb < 2; ++tb) {
+        const int64_t pad = s.M == 2048 ? 3 : 0;
+        const int64_t lda = (ta ? s.M : s.K) + pad, ldb = (tb ? s.K : s.N) + pad;
+        const auto A16 = to_bf16(randn((ta ? s.K : s.M) * lda, 71)),
+                   B16 = to_bf16(randn((tb ? s.N : s.K) * ldb, 72));
+        const auto A = widened(A16), B = widened(B16);
+        std::vector<float> want(s.M * s.N, 1.f);
+        cpu::gemm(ta, tb, s.M, s.N, s.K, 2.f, A.data(), lda, B.data(), ldb, 0.5f, want.data(), s.N);
+        const auto C = at_thread_counts(s.M * s.N, 1.f, [&](float* c) {
+          cpu::gemm_widening(ta, tb, s.M, s.N, s.K, 2.f, A16.data(), lda, B16.data(), ldb, 0.5f, c,
+                             s.N);
+        });
+        INFO("M " << s.M << " N " << s.N << " K " << s.K << " ta " << ta << " tb " << tb);
+        for (const auto& got : C) CHECK(got == want);
+      }
+    }
+  }
+}

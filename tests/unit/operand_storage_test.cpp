@@ -70,7 +70,7 @@ Trained run_bf16(const loom_ops_v2& table, const std::string& recompute, bool st
   const plugins::Selection sel = plugins::resolve(cfg, reg);
   const loom_options opts = plugins::options_for(cfg, "bf16");
   Precision prec(sel.slot("precision")->found, &opts, &table);
-  REQUIRE(prec.bf16_gemms() == ((table.gemm_operand_dtypes >> LOOM_BF16) & 1u));
+  REQUIRE(prec.bf16_storage() == (table.gemm_typed != nullptr));
   model::Config c;
   c.n_layer = 2, c.n_head = 2, c.d_model = 32, c.d_ff = 128, c.vocab_size = 64, c.seq_len = 16;
   c.recompute = recompute;
@@ -137,7 +137,7 @@ TEST_CASE(
     "a device without bf16 storage rounds the pre-activation, q, k, v and the attention output "
     "in fp32: the values a device with it stores") {
   static loom_ops_v2 emulating = *ops::cpu(), storing = bf16_table();
-  emulating.gemm_operand_dtypes &= ~(1u << LOOM_BF16);
+  emulating.gemm_typed = nullptr;
   storing.gemm_typed = &widened_gemm;  // the same additions as fp32's GEMM, bf16 storage kept
   const Trained stored = run_bf16(storing, "none"), rounded = run_bf16(emulating, "none");
   CHECK(stored.loss == rounded.loss);

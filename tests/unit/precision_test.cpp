@@ -203,18 +203,21 @@ std::vector<float> values(const Tensor& t) {
 
 TEST_CASE(
     "the runtime casts each operand through the op table and leaves the original alone: a bf16 "
-    "copy where the device multiplies bf16, the same values in fp32 where it does not") {
+    "copy where the device's GEMM takes bf16, the same values in fp32 where it does not") {
   Registry reg{{{Registry::install_dir(), "install"}}};
   config::Config cfg = config::Config::parse("[plugins]\nprecision = \"bf16\"\n", "t.toml");
   Selection sel = resolve(cfg, reg);
   loom_options opts = options_for(cfg, "bf16");
-  loom_ops_v2 emulating = *ops::cpu();  // the CPU's table as a device without bf16 GEMMs has it
-  emulating.gemm_operand_dtypes = 0;
+  // The CPU's table as a device without a typed GEMM has it (CUDA's, for now).
+  loom_ops_v2 emulating = *ops::cpu();
+  emulating.gemm_typed = nullptr;
   for (const loom_ops_v2* table : {ops::cpu(), static_cast<const loom_ops_v2*>(&emulating)}) {
     Precision prec(sel.slot("precision")->found, &opts, table);
-    const bool narrow = (table->gemm_operand_dtypes >> LOOM_BF16) & 1u;
-    INFO("the device multiplies bf16: " << narrow);
-    CHECK(prec.bf16_gemms() == narrow);
+    const bool narrow = table->gemm_typed != nullptr;
+    INFO("the device's GEMM takes bf16: " << narrow);
+    CHECK(prec.bf16_storage() == narrow);
+    // Its own instructions only where the table has them: without, bf16 is widened as it goes.
+    CHECK(prec.bf16_gemms() == (narrow && ((table->gemm_operand_dtypes >> LOOM_BF16) & 1u)));
     Tensor x = Tensor::empty({3});
     x.f32()[0] = 1.f + std::ldexp(1.f, -8);  // a bf16 tie: rounds down to 1
     x.f32()[1] = 1.f + std::ldexp(3.f, -8);

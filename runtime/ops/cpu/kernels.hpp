@@ -127,6 +127,10 @@ uint32_t gemm_operand_dtypes();
 const char* bf16_instructions();
 void quantize_into(void* dst, int32_t dtype, const float* src, int64_t n, float scale, float* amax,
                    int64_t* clipped);
+// gemm on bf16 operands widened to fp32 as it goes: gemm's bits on the widened values.
+void gemm_widening(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
+                   float* C, int64_t ldc);
 void gemm_typed(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const void* A, int32_t a_dtype, int64_t lda, const void* B, int32_t b_dtype,
                 int64_t ldb, float beta, float* C, int64_t ldc);

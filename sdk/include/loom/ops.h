@@ -68,8 +68,8 @@ typedef struct loom_ops {
   loom_device device;
   uint32_t dtypes[LOOM_OP_COUNT]; /* per loom_op_id, bit (1u << dtype) for each accepted dtype */
   /* Bits of the GEMM operand dtypes this device multiplies on its own narrow instructions (the
-   * CPU: AMX or AVX512-BF16, through oneDNN); an accepted dtype without its bit is widened to
-   * fp32 first, slowly. 0 where there are none. */
+   * CPU: AMX, through oneDNN); an accepted dtype without its bit is widened to fp32 as the GEMM
+   * goes, at fp32's speed. 0 where there are none. */
   uint32_t gemm_native_dtypes;
 
   /* ---- the device contract ----
