@@ -139,6 +139,13 @@ Block::Block(int index, const model::Config& c, LayerApi& api, ParamStore& ps, S
   if (recompute_) policy_ = c.recompute;
   dtypes_ = operand_dtypes(api);
   if (!moe_) s_.use_dfc(dtypes_.dfc);
+  if (dtypes_.bf16_residual && c.norm != "rmsnorm") {
+    const std::vector<float> ones(static_cast<size_t>(C), 1.f);
+    for (Norm* norm : {&ln1_, &ln2_}) {
+      norm->ones = Tensor::empty({C});
+      upload(norm->ones, ones.data());
+    }
+  }
   if (recompute_)
     acts_.init([&c, rows, this] {
       return std::make_unique<Acts>(c, rows, policy_, recompute_->acts, dtypes_);
@@ -306,9 +313,10 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;  // n: rows held here, N: all rows
   Marks marks(api_.profile(), profiled_ && !replaying_);
   Acts& a = *acts_;
-  copy_bytes(a.x_in.data(), x.data(), n * C * sizeof(float));
-
   norm_forward(ln1_, a.ln1, x, n);
+  // A recomputing block keeps x_in exact for the replay, which rounds it (and x_mid) as it goes.
+  const bool rounds = dtypes_.bf16_residual && (!recompute_ || replaying_);
+  ln1_.keep_input(o, a.ln1, x, a.x_in, view(s_.rows, n, C), n, rounds);
   marks("fwd norm");
   Tensor att = view(a.att, N, proj_w_->local_shape[1]), y = view(s_.rows, N, C);
   // The attention writes fp32: into att, or into the backward's scratch when att is kept bf16.
@@ -324,9 +332,8 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   marks("fwd g (exit)");                              // tp overlap runs them interleaved
   if (proj_b_) o->bias_add(y_out.f32(), proj_b_->value.f32(), n, C);
   o->accumulate(x.f32(), y_out.f32(), n * C);
-  copy_bytes(a.x_mid.data(), x.data(), n * C * sizeof(float));
-
   norm_forward(ln2_, a.ln2, x, n);
+  ln2_.keep_input(o, a.ln2, x, a.x_mid, view(s_.rows, n, C), n, rounds);
   marks("fwd norm");
   if (moe_) {  // routed experts on full rows, the same on every tp rank: no region to enter or
                // leave
@@ -387,6 +394,10 @@ ActDtypes Block::operand_dtypes(const LayerApi& api) const {
   if (d.bf16_qkv && reads_bf16(LOOM_OP_ATTENTION)) d.qkv = LOOM_BF16;
   d.norm_writes =
       d.norm_out == LOOM_BF16 && plain({qkv_w_, q_w_, kv_w_, fc_w_}) && reads_bf16(LOOM_OP_NORM);
+  // Under recomputation x_in and x_mid stay fp32 until backward's replay has read them, and are
+  // rounded where they lie then (Block::recompute).
+  d.bf16_residual = plain({qkv_w_, q_w_, kv_w_, fc_w_});
+  if (d.bf16_residual && !recompute_ && reads_bf16(LOOM_OP_NORM)) d.residual = LOOM_BF16;
   d.bf16_dfc = d.bf16_fc && num.plain_bf16(fc_w_->name + ".dy", LOOM_OPERAND_GRADIENT);
   if (d.bf16_dfc && d.fc == LOOM_BF16 && c_.mlp != "swiglu" && (!fc_b_ || reads_bf16(LOOM_OP_BIAS)))
     d.dfc = LOOM_BF16;
@@ -515,7 +526,8 @@ int64_t Block::saved_bytes(const Microbatch& mb) const {
   // (ActDtypes), the rest fp32.
   const int64_t norms = 2 * n * C * size(dtypes_.norm_out),
                 act = moe_ ? 0 : N * out_w_->local_shape[1] * size(dtypes_.act);
-  const int64_t attention = 4 * (2 * n * C + stats + N * heads_) + N * qkv * size(dtypes_.qkv) +
+  const int64_t attention = 2 * n * C * size(dtypes_.residual) + 4 * (stats + N * heads_) +
+                            N * qkv * size(dtypes_.qkv) +
                             N * proj_w_->local_shape[1] * size(dtypes_.att) + norms;
   if (moe_) return attention + moe_->saved_bytes(N);
   const int64_t all = attention + N * local_dim0(*fc_w_) * size(dtypes_.fc) + act;

@@ -54,9 +54,12 @@ struct RopeTables {
 // bf16 and the GEMMs after them take plain bf16), instead of an fp32 output cast after.
 struct ActDtypes {
   loom_dtype norm_out = LOOM_F32, act = LOOM_F32, fc = LOOM_F32, att = LOOM_F32, qkv = LOOM_F32,
-             dfc = LOOM_F32;
+             dfc = LOOM_F32, residual = LOOM_F32;
   bool bf16_fc = false, bf16_att = false, bf16_qkv = false, bf16_dfc = false;
   bool norm_writes = false;
+  // The residual stream's copies the norms' backward reads (x_in, x_mid) hold bf16 values
+  // (Norm::keep_input): in `residual`'s storage, 16 bits where the device's norms read bf16.
+  bool bf16_residual = false;
 };
 
 // What a block keeps from forward for backward: block input, residual after attention, both

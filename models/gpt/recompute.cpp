@@ -34,13 +34,14 @@ void each_part(BlockActs& a, const model::Config& c, int64_t rows, F&& f) {
   }
 }
 
-// The dtype of each part: the norms' outputs, the MLP's pre-activation and activation and the
-// attention's output as `dtypes` says, the rest fp32.
+// The dtype of each part: the norms' outputs and inputs, the MLP's pre-activation and activation,
+// q, k, v and the attention's output as `dtypes` says, the rest fp32.
 loom_dtype dtype_of(const BlockActs& a, const Tensor& t, const ActDtypes& dtypes) {
   if (&t == &a.act) return dtypes.act;
   if (&t == &a.fc) return dtypes.fc;
   if (&t == &a.att) return dtypes.att;
   if (&t == &a.qkv) return dtypes.qkv;
+  if (&t == &a.x_in || &t == &a.x_mid) return dtypes.residual;
   return &t == &a.ln1.out || &t == &a.ln2.out ? dtypes.norm_out : LOOM_F32;
 }
 
@@ -97,6 +98,10 @@ void Block::recompute(const Microbatch& mb) {
   }
   norm_forward(ln1_, a.ln1, a.x_in.rows(0, n), n);
   norm_forward(ln2_, a.ln2, a.x_mid.rows(0, n), n);
+  // The norms' inputs as forward would have kept them without recomputation, where they lie.
+  const Tensor work = view(s_.rows, n, C);
+  ln1_.keep_input(api_.ops(), a.ln1, a.x_in, a.x_in, work, n, dtypes_.bf16_residual);
+  ln2_.keep_input(api_.ops(), a.ln2, a.x_mid, a.x_mid, work, n, dtypes_.bf16_residual);
   Tensor act = view(a.act, N, out_w_->local_shape[1]);
   store_activation(act, view(a.fc, N, fc_w_->local_shape[0]), N);
 }

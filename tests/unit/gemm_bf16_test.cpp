@@ -37,6 +37,20 @@ const char* instructions() {
   return isa ? isa : "none: widened to fp32";
 }
 
+struct Shape {
+  int64_t M, N, K;
+};
+
+// f(shape, ta, tb) for every transpose pair of a serial GEMM, and ones cut along C's rows, its
+// columns and along K, then `last`.
+template <class F>
+void each_case(const Shape& last, F&& f) {
+  for (const Shape s :
+       {Shape{5, 7, 3}, Shape{2100, 40, 30}, Shape{30, 2100, 40}, Shape{40, 30, 2100}, last})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) f(s, ta, tb);
+}
+
 }  // namespace
 
 TEST_CASE("quantize_into keeps quantize's bf16 values, amax and clip count in 16 bits") {
@@ -88,40 +102,30 @@ TEST_CASE(
     "gemm_typed on bf16 operands is the fp32 GEMM of the same values up to summation order, "
     "with the same bits at 1, 2, 8, 16 threads") {
   INFO("bf16 instructions: " << instructions());
-  struct Shape {
-    int64_t M, N, K;
-  };
-  // Serial, cut along C's rows, its columns, and along K.
-  for (const Shape s : {Shape{5, 7, 3}, Shape{2100, 40, 30}, Shape{30, 2100, 40},
-                        Shape{40, 30, 2100}, Shape{64, 384, 1536}}) {
-    for (int ta = 0; ta < 2; ++ta) {
-      for (int tb = 0; tb < 2; ++tb) {
-        const auto A16 = to_bf16(randn(s.M * s.K, 51)), B16 = to_bf16(randn(s.K * s.N, 52));
-        const auto A = widened(A16), B = widened(B16);
-        const int64_t lda = ta ? s.M : s.K, ldb = tb ? s.K : s.N;
-        std::vector<float> want(s.M * s.N, 1.f);
-        cpu::gemm(ta, tb, s.M, s.N, s.K, 2.f, A.data(), lda, B.data(), ldb, 0.5f, want.data(), s.N);
-        const auto C = at_thread_counts(s.M * s.N, 1.f, [&](float* c) {
-          cpu::gemm_typed(ta, tb, s.M, s.N, s.K, 2.f, A16.data(), LOOM_BF16, lda, B16.data(),
-                          LOOM_BF16, ldb, 0.5f, c, s.N);
-        });
-        // Each sum's rounding is at most K ulps of sum |a b|; a wrong tile is off by ~1.
-        double err = 0;
-        for (int64_t i = 0; i < s.M; ++i)
-          for (int64_t j = 0; j < s.N; ++j) {
-            double mag = 0;
-            for (int64_t k = 0; k < s.K; ++k)
-              mag +=
-                  std::fabs(A[ta ? k * lda + i : i * lda + k] * B[tb ? j * ldb + k : k * ldb + j]);
-            const double bound = 2 * mag * s.K * 6e-8 + 1e-6;
-            err = std::max(err, std::fabs(C[0][i * s.N + j] - want[i * s.N + j]) / bound);
-          }
-        INFO("M " << s.M << " N " << s.N << " K " << s.K << " ta " << ta << " tb " << tb);
-        CHECK(err <= 1.0);
-        for (size_t t = 1; t < C.size(); ++t) CHECK(C[t] == C[0]);
+  each_case(Shape{64, 384, 1536}, [](const Shape& s, int ta, int tb) {
+    const auto A16 = to_bf16(randn(s.M * s.K, 51)), B16 = to_bf16(randn(s.K * s.N, 52));
+    const auto A = widened(A16), B = widened(B16);
+    const int64_t lda = ta ? s.M : s.K, ldb = tb ? s.K : s.N;
+    std::vector<float> want(s.M * s.N, 1.f);
+    cpu::gemm(ta, tb, s.M, s.N, s.K, 2.f, A.data(), lda, B.data(), ldb, 0.5f, want.data(), s.N);
+    const auto C = at_thread_counts(s.M * s.N, 1.f, [&](float* c) {
+      cpu::gemm_typed(ta, tb, s.M, s.N, s.K, 2.f, A16.data(), LOOM_BF16, lda, B16.data(), LOOM_BF16,
+                      ldb, 0.5f, c, s.N);
+    });
+    // Each sum's rounding is at most K ulps of sum |a b|; a wrong tile is off by ~1.
+    double err = 0;
+    for (int64_t i = 0; i < s.M; ++i)
+      for (int64_t j = 0; j < s.N; ++j) {
+        double mag = 0;
+        for (int64_t k = 0; k < s.K; ++k)
+          mag += std::fabs(A[ta ? k * lda + i : i * lda + k] * B[tb ? j * ldb + k : k * ldb + j]);
+        const double bound = 2 * mag * s.K * 6e-8 + 1e-6;
+        err = std::max(err, std::fabs(C[0][i * s.N + j] - want[i * s.N + j]) / bound);
       }
-    }
-  }
+    INFO("M " << s.M << " N " << s.N << " K " << s.K << " ta " << ta << " tb " << tb);
+    CHECK(err <= 1.0);
+    for (size_t t = 1; t < C.size(); ++t) CHECK(C[t] == C[0]);
+  });
 }
 
 TEST_CASE("gemm_typed widens an fp32 operand's partner: mixed operands give fp32's GEMM exactly") {
@@ -141,29 +145,20 @@ TEST_CASE("gemm_typed widens an fp32 operand's partner: mixed operands give fp32
 TEST_CASE(
     "gemm_widening (a CPU without bf16 instructions) gives fp32 gemm's bits on the widened "
     "operands, strided ones too, at 1, 2, 8, 16 threads") {
-  struct Shape {
-    int64_t M, N, K;
-  };
-  // Serial, cut along C's rows, its columns and along K; the last with rows padded past their
-  // width (a view of a wider tensor).
-  for (const Shape s : {Shape{5, 7, 3}, Shape{2100, 40, 30}, Shape{30, 2100, 40},
-                        Shape{40, 30, 2100}, Shape{2048, 1152, 384}}) {
-    for (int ta = 0; ta < 2; ++ta) {
-      for (int tb = 0; tb < 2; ++tb) {
-        const int64_t pad = s.M == 2048 ? 3 : 0;
-        const int64_t lda = (ta ? s.M : s.K) + pad, ldb = (tb ? s.K : s.N) + pad;
-        const auto A16 = to_bf16(randn((ta ? s.K : s.M) * lda, 71)),
-                   B16 = to_bf16(randn((tb ? s.N : s.K) * ldb, 72));
-        const auto A = widened(A16), B = widened(B16);
-        std::vector<float> want(s.M * s.N, 1.f);
-        cpu::gemm(ta, tb, s.M, s.N, s.K, 2.f, A.data(), lda, B.data(), ldb, 0.5f, want.data(), s.N);
-        const auto C = at_thread_counts(s.M * s.N, 1.f, [&](float* c) {
-          cpu::gemm_widening(ta, tb, s.M, s.N, s.K, 2.f, A16.data(), lda, B16.data(), ldb, 0.5f, c,
-                             s.N);
-        });
-        INFO("M " << s.M << " N " << s.N << " K " << s.K << " ta " << ta << " tb " << tb);
-        for (const auto& got : C) CHECK(got == want);
-      }
-    }
-  }
+  // The last with rows padded past their width (a view of a wider tensor).
+  each_case(Shape{2048, 1152, 384}, [](const Shape& s, int ta, int tb) {
+    const int64_t pad = s.M == 2048 ? 3 : 0;
+    const int64_t lda = (ta ? s.M : s.K) + pad, ldb = (tb ? s.K : s.N) + pad;
+    const auto A16 = to_bf16(randn((ta ? s.K : s.M) * lda, 71)),
+               B16 = to_bf16(randn((tb ? s.N : s.K) * ldb, 72));
+    const auto A = widened(A16), B = widened(B16);
+    std::vector<float> want(s.M * s.N, 1.f);
+    cpu::gemm(ta, tb, s.M, s.N, s.K, 2.f, A.data(), lda, B.data(), ldb, 0.5f, want.data(), s.N);
+    const auto C = at_thread_counts(s.M * s.N, 1.f, [&](float* c) {
+      cpu::gemm_widening(ta, tb, s.M, s.N, s.K, 2.f, A16.data(), lda, B16.data(), ldb, 0.5f, c,
+                         s.N);
+    });
+    INFO("M " << s.M << " N " << s.N << " K " << s.K << " ta " << ta << " tb " << tb);
+    for (const auto& got : C) CHECK(got == want);
+  });
 }

@@ -106,8 +106,9 @@ TEST_CASE(
     "bit for bit") {
   const loom_ops_v2& table = bf16_table();
   const Trained stored = run_bf16(table, "none"), cast = run_bf16(table, "none", false);
-  // The pre-activation, q, k, v and the attention output rounded once more: bf16's 2^-9 relative
-  // on those values: 4.8e-6 of the loss and at most 3.4e-3 of a gradient's norm here (Xeon).
+  // The pre-activation, q, k, v and the attention output rounded once more, and the norms' inputs
+  // kept centred in bf16: bf16's 2^-9 relative on those values. This model's rows reach
+  // |mean| / std = 58: the norms' inputs rounded uncentred moved gradients 1% to 7% of their norms.
   CHECK(std::abs(stored.loss - cast.loss) <= 1e-4 * cast.loss);
   REQUIRE(stored.grads.size() == cast.grads.size());
   for (size_t i = 0; i < cast.grads.size(); ++i) {
