@@ -1,5 +1,8 @@
 #include "gpt/layer_parts.hpp"
 
+#include <cmath>
+#include <vector>
+
 #include "core/errors.hpp"
 #include "ops/typed_ops.hpp"
 #include "parallel/expert_dispatch.hpp"
@@ -55,6 +58,47 @@ Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, 
   Param& p = ps.declare(std::move(name), role, std::move(shape), init, decay, s);
   owner.push_back(&p);
   return p;
+}
+
+Scratch::Scratch(const model::Config& c, int64_t rows) {
+  dh = Tensor::empty({rows, c.d_model});
+  dqkv = Tensor::empty({rows, c.qkv_width()});
+  datt = Tensor::empty({rows, c.d_model});
+  dfc = Tensor::empty({rows, c.fc_out()});
+  dact = Tensor::empty({rows, c.d_ff});
+  this->rows = Tensor::empty({rows, c.d_model});
+}
+
+void Scratch::use_dfc(loom_dtype dtype) {
+  wide_dfc_ = wide_dfc_ || dtype != LOOM_BF16;
+  const loom_dtype want = wide_dfc_ ? LOOM_F32 : LOOM_BF16;
+  if (dfc.dtype() == want) return;
+  TensorPurpose purpose("the layers' shared scratch");
+  dfc = Tensor::empty(dfc.shape(), want);
+}
+
+const Tensor& Scratch::ones() {
+  if (ones_.defined()) return ones_;
+  const std::vector<float> host(static_cast<size_t>(dh.shape()[1]), 1.f);
+  TensorPurpose purpose("the layers' shared scratch");
+  ones_ = Tensor::empty({dh.shape()[1]});
+  upload(ones_, host.data());
+  return ones_;
+}
+
+// cos/sin of t * inv_freq_i, in fp32 as the reference implementations compute them.
+RopeTables::RopeTables(const model::Config& c) {
+  const int64_t half = c.head_dim() / 2, T = c.seq_len;
+  std::vector<double> inv = c.rope_inv_freq();
+  std::vector<float> cs(T * half), sn(T * half);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(t) * static_cast<float>(inv[i]);
+      cs[t * half + i] = std::cos(angle), sn[t * half + i] = std::sin(angle);
+    }
+  cos = Tensor::empty({T, half}), sin = Tensor::empty({T, half});
+  upload(cos, cs.data());
+  upload(sin, sn.data());
 }
 
 }  // namespace loom::gpt

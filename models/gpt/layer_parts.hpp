@@ -1,5 +1,6 @@
 // What the GPT's layers (embedding, blocks, head, the MoE MLP) are built from: a parameter
-// declared with its role and shard, the MLP's activation, and per-micro-batch activation slots.
+// declared with its role and shard, the MLP's activation, per-micro-batch activation slots, and the
+// temporaries and tables the blocks share.
 #pragma once
 
 #include <functional>
@@ -56,6 +57,27 @@ class Slots {
   std::function<std::unique_ptr<Acts>()> make_;
   std::vector<std::unique_ptr<Acts>> all_;
   Acts* cur_ = nullptr;
+};
+
+// Temporaries shared by every block: backward's, which forward borrows too (one block runs at a
+// time), and rows, [rows, C] within one call (a norm's fp32 output before it is stored, the
+// projections' outputs, dnorm, the attention output widened for its backward). dfc is bf16
+// while every block that uses it asks for bf16 (use_dfc, from each dense block's constructor).
+struct Scratch {
+  Tensor dh, dqkv, datt, dfc, dact, rows;
+  Scratch(const model::Config& c, int64_t rows);
+  void use_dfc(loom_dtype dtype);
+  const Tensor& ones();  // d_model ones, made on first use (Norm::ones)
+
+ private:
+  bool wide_dfc_ = false;
+  Tensor ones_;
+};
+
+// RoPE's cos and sin of every position's angles, [seq_len, head_dim / 2] each, shared by blocks.
+struct RopeTables {
+  Tensor cos, sin;
+  explicit RopeTables(const model::Config& c);
 };
 
 }  // namespace loom::gpt

@@ -44,38 +44,6 @@ struct Marks {
 Head::Acts::Acts(int64_t rows, int64_t C, int64_t vocab_local)
     : x_in(Tensor::empty({rows, C})), logits(Tensor::empty({rows, vocab_local})), norm(rows, C) {}
 
-Scratch::Scratch(const model::Config& c, int64_t rows) {
-  dh = Tensor::empty({rows, c.d_model});
-  dqkv = Tensor::empty({rows, c.qkv_width()});
-  datt = Tensor::empty({rows, c.d_model});
-  dfc = Tensor::empty({rows, c.fc_out()});
-  dact = Tensor::empty({rows, c.d_ff});
-  this->rows = Tensor::empty({rows, c.d_model});
-}
-
-void Scratch::use_dfc(loom_dtype dtype) {
-  wide_dfc_ = wide_dfc_ || dtype != LOOM_BF16;
-  const loom_dtype want = wide_dfc_ ? LOOM_F32 : LOOM_BF16;
-  if (dfc.dtype() == want) return;
-  TensorPurpose purpose("the layers' shared scratch");
-  dfc = Tensor::empty(dfc.shape(), want);
-}
-
-// cos/sin of t * inv_freq_i, in fp32 as the reference implementations compute them.
-RopeTables::RopeTables(const model::Config& c) {
-  const int64_t half = c.head_dim() / 2, T = c.seq_len;
-  std::vector<double> inv = c.rope_inv_freq();
-  std::vector<float> cs(T * half), sn(T * half);
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(t) * static_cast<float>(inv[i]);
-      cs[t * half + i] = std::cos(angle), sn[t * half + i] = std::sin(angle);
-    }
-  cos = Tensor::empty({T, half}), sin = Tensor::empty({T, half});
-  upload(cos, cs.data());
-  upload(sin, sn.data());
-}
-
 // ---- embedding --------------------------------------------------------------------------------
 
 // A learned position table has max_positions rows (a checkpoint's 1024 can train at T = 256);
@@ -139,13 +107,7 @@ Block::Block(int index, const model::Config& c, LayerApi& api, ParamStore& ps, S
   if (recompute_) policy_ = c.recompute;
   dtypes_ = operand_dtypes(api);
   if (!moe_) s_.use_dfc(dtypes_.dfc);
-  if (dtypes_.bf16_residual && c.norm != "rmsnorm") {
-    const std::vector<float> ones(static_cast<size_t>(C), 1.f);
-    for (Norm* norm : {&ln1_, &ln2_}) {
-      norm->ones = Tensor::empty({C});
-      upload(norm->ones, ones.data());
-    }
-  }
+  if (dtypes_.bf16_residual && c.norm != "rmsnorm") ln1_.ones = ln2_.ones = s_.ones();
   if (recompute_)
     acts_.init([&c, rows, this] {
       return std::make_unique<Acts>(c, rows, policy_, recompute_->acts, dtypes_);

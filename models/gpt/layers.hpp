@@ -19,25 +19,6 @@ namespace loom::gpt {
 class MoeMlp;
 struct Marks;  // the profiled block's segment timer
 
-// Temporaries shared by every block: backward's, which forward borrows too (one block runs at a
-// time), and rows, [rows, C] within one call (a norm's fp32 output before it is stored, the
-// projections' outputs, dnorm, the attention output widened for its backward). dfc is bf16
-// while every block that uses it asks for bf16 (use_dfc, from each dense block's constructor).
-struct Scratch {
-  Tensor dh, dqkv, datt, dfc, dact, rows;
-  Scratch(const model::Config& c, int64_t rows);
-  void use_dfc(loom_dtype dtype);
-
- private:
-  bool wide_dfc_ = false;
-};
-
-// RoPE's cos and sin of every position's angles, [seq_len, head_dim / 2] each, shared by blocks.
-struct RopeTables {
-  Tensor cos, sin;
-  explicit RopeTables(const model::Config& c);
-};
-
 // The dtypes a block keeps its activations in: LOOM_BF16 where the precision slot keeps the GEMM
 // operand they are (or become) in bf16 (GemmNumerics::storage), so each is rounded once and held
 // in half the bytes. norm_out: both norms' outputs (fp32 when sp gathers them); act: the MLP's

@@ -23,7 +23,8 @@ struct Norm {
   Param *w = nullptr, *b = nullptr;
   bool rms = false;
   float eps = 1e-5f;
-  Tensor ones;  // C ones on the device, for a LayerNorm whose input is kept centred (keep_input)
+  Tensor ones;  // C ones on the device (the blocks share one), for a LayerNorm whose input is kept
+                // centred (keep_input)
   void forward(const loom_ops_v2* o, NormActs& a, const Tensor& x, int64_t rows) const;
   // kept = the input x that forward just normalised, for backward. `rounds` (a bf16 run): kept
   // holds bf16 values, in 16 bits where it is bf16, rounded in fp32 storage elsewhere; a

@@ -47,8 +47,25 @@ int widened_serial(char ta, char tb, int64_t M, int64_t N, int64_t K, float alph
   return sgemm_serial(ta, tb, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
 }
 
+// Failures come only from arguments no caller should pass (a short leading side).
+void check_status(int status, int64_t M, int64_t N, int64_t K) {
+  if (status != dnnl_success)
+    throw RuntimeError("oneDNN sgemm failed (status " + std::to_string(status) + ") at M " +
+                       std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
+}
+
 }  // namespace
 #endif
+
+// A [rows x cols] bf16 operand (row stride ld) widened into `into`, from its first row to the last
+// one's last column, so the row stride is kept.
+const float* widen_strided(std::vector<float>& into, const uint16_t* X, int64_t rows, int64_t ld,
+                           int64_t cols) {
+  const int64_t n = rows <= 0 || cols <= 0 ? 0 : (rows - 1) * ld + cols;
+  into.resize(static_cast<size_t>(n));
+  from_bf16(into.data(), X, n);
+  return into.data();
+}
 
 // C = alpha * op(A) @ op(B) + beta * C, row-major, transposes handled by the library without
 // copies. With oneDNN (CMake's LOOM_CPU_GEMM; auto takes it when installed), the GEMM is cut into
@@ -59,9 +76,7 @@ void gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha
 #ifdef LOOM_CPU_GEMM_ONEDNN
   const int status = tiles::run(sgemm_serial, trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K,
                                 alpha, A, lda, B, ldb, beta, C, ldc);
-  if (status != dnnl_success)  // only for arguments no caller should pass (a short leading side)
-    throw RuntimeError("oneDNN sgemm failed (status " + std::to_string(status) + ") at M " +
-                       std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
+  check_status(status, M, N, K);
 #else
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
@@ -80,19 +95,12 @@ void gemm_widening(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, fl
 #ifdef LOOM_CPU_GEMM_ONEDNN
   const int status = tiles::run(widened_serial, trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K,
                                 alpha, A, lda, B, ldb, beta, C, ldc);
-  if (status != dnnl_success)
-    throw RuntimeError("oneDNN sgemm failed (status " + std::to_string(status) + ") at M " +
-                       std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K));
+  check_status(status, M, N, K);
 #else
-  // Each spans from its first row to the last one's last column, row stride kept.
-  auto span = [](int64_t rows, int64_t ld, int64_t cols) {
-    return static_cast<size_t>(rows <= 0 || cols <= 0 ? 0 : (rows - 1) * ld + cols);
-  };
-  std::vector<float> a(span(trans_a ? K : M, lda, trans_a ? M : K)),
-      b(span(trans_b ? N : K, ldb, trans_b ? K : N));
-  from_bf16(a.data(), A, static_cast<int64_t>(a.size()));
-  from_bf16(b.data(), B, static_cast<int64_t>(b.size()));
-  gemm(trans_a, trans_b, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+  std::vector<float> wa, wb;
+  const float* a = widen_strided(wa, A, trans_a ? K : M, lda, trans_a ? M : K);
+  const float* b = widen_strided(wb, B, trans_b ? N : K, ldb, trans_b ? K : N);
+  gemm(trans_a, trans_b, M, N, K, alpha, a, lda, b, ldb, beta, C, ldc);
 #endif
 }
 

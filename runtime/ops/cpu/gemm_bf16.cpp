@@ -108,10 +108,7 @@ const float* widened(std::vector<float>& into, const void* X, int32_t dtype, int
   if (dtype != LOOM_BF16)
     throw RuntimeError("gemm_typed on the CPU takes fp32 or bf16 operands, not dtype " +
                        std::to_string(dtype));
-  const int64_t n = rows <= 0 ? 0 : (rows - 1) * ld + cols;
-  into.resize(static_cast<size_t>(n));
-  from_bf16(into.data(), static_cast<const uint16_t*>(X), n);
-  return into.data();
+  return widen_strided(into, static_cast<const uint16_t*>(X), rows, ld, cols);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <loom/plugin.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "tensor/ops_v2.h"
 
@@ -127,6 +128,9 @@ uint32_t gemm_operand_dtypes();
 const char* bf16_instructions();
 void quantize_into(void* dst, int32_t dtype, const float* src, int64_t n, float scale, float* amax,
                    int64_t* clipped);
+// A [rows x cols] bf16 operand (row stride ld) widened into `into`, row stride kept.
+const float* widen_strided(std::vector<float>& into, const uint16_t* X, int64_t rows, int64_t ld,
+                           int64_t cols);
 // gemm on bf16 operands widened to fp32 as it goes: gemm's bits on the widened values.
 void gemm_widening(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                    const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb, float beta,
