@@ -1,5 +1,6 @@
 #include "gpt/layer_parts.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -65,25 +66,40 @@ Scratch::Scratch(const model::Config& c, int64_t rows) {
   dqkv = Tensor::empty({rows, c.qkv_width()});
   datt = Tensor::empty({rows, c.d_model});
   dfc = Tensor::empty({rows, c.fc_out()});
-  dact = Tensor::empty({rows, c.d_ff});
+  dact = Tensor::empty({rows, std::max(c.d_ff, c.qkv_width())});
   this->rows = Tensor::empty({rows, c.d_model});
 }
 
-void Scratch::use_dfc(loom_dtype dtype) {
-  wide_dfc_ = wide_dfc_ || dtype != LOOM_BF16;
-  const loom_dtype want = wide_dfc_ ? LOOM_F32 : LOOM_BF16;
-  if (dfc.dtype() == want) return;
+// t becomes bf16 while every asker wants bf16, and fp32 for good once one does not.
+static void narrow_while_all_ask(Tensor& t, bool& wide, loom_dtype dtype) {
+  wide = wide || dtype != LOOM_BF16;
+  const loom_dtype want = wide ? LOOM_F32 : LOOM_BF16;
+  if (t.dtype() == want) return;
   TensorPurpose purpose("the layers' shared scratch");
-  dfc = Tensor::empty(dfc.shape(), want);
+  t = Tensor::empty(t.shape(), want);
 }
 
+void Scratch::use_dfc(loom_dtype dtype) { narrow_while_all_ask(dfc, wide_dfc_, dtype); }
+void Scratch::use_dqkv(loom_dtype dtype) { narrow_while_all_ask(dqkv, wide_dqkv_, dtype); }
+
 const Tensor& Scratch::ones() {
-  if (ones_.defined()) return ones_;
-  const std::vector<float> host(static_cast<size_t>(dh.shape()[1]), 1.f);
   TensorPurpose purpose("the layers' shared scratch");
-  ones_ = Tensor::empty({dh.shape()[1]});
-  upload(ones_, host.data());
+  if (!ones_.defined()) ones_ = ones_vector(dh.shape()[1]);
   return ones_;
+}
+
+Tensor ones_vector(int64_t C) {
+  const std::vector<float> host(static_cast<size_t>(C), 1.f);
+  Tensor ones = Tensor::empty({C});
+  upload(ones, host.data());
+  return ones;
+}
+
+bool device_reads_bf16(const loom_ops_v2* o, int op) {
+  uint32_t takes[LOOM_OP_COUNT];
+  ops::typed_dtypes(*o, takes);
+  const bool narrows = LOOM_HAS_FIELD(o, loom_ops_v2, quantize_into) && o->quantize_into;
+  return narrows && (takes[op] & (1u << LOOM_BF16)) != 0;
 }
 
 // cos/sin of t * inv_freq_i, in fp32 as the reference implementations compute them.

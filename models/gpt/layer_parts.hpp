@@ -14,6 +14,24 @@
 
 namespace loom::gpt {
 
+// The vocabulary is padded to a multiple of 64 per tensor-parallel rank.
+inline int64_t vocab_rows(const model::Config& c, const LayerApi& api) {
+  return c.padded_vocab(64 * api.tp_size());
+}
+
+inline Tensor rows_of(const Tensor& t, int64_t rows) { return t.rows(0, rows); }
+
+inline Init normal(float std) { return {Init::Normal, std}; }
+inline constexpr Init kZeros{Init::Zeros, 0.f};
+inline constexpr Init kOnes{Init::Ones, 0.f};
+
+// Whether the device stores bf16 (quantize_into) and its typed entries for `op` (loom_op_id) read
+// and write it.
+bool device_reads_bf16(const loom_ops_v2* o, int op);
+
+// C ones on the device (Norm::ones).
+Tensor ones_vector(int64_t C);
+
 // Declares a parameter with its role, sharded as the layer API says, and lists it in `owner`.
 Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
                      Role role, std::vector<int64_t> shape, Init init, bool decay, int fused = 1);
@@ -61,16 +79,19 @@ class Slots {
 
 // Temporaries shared by every block: backward's, which forward borrows too (one block runs at a
 // time), and rows, [rows, C] within one call (a norm's fp32 output before it is stored, the
-// projections' outputs, dnorm, the attention output widened for its backward). dfc is bf16
-// while every block that uses it asks for bf16 (use_dfc, from each dense block's constructor).
+// projections' outputs, dnorm, the attention output widened for its backward). dact is fp32 and
+// at least as wide as q, k and v, whose GEMMs write into it where qkv is kept bf16. dfc and dqkv
+// are bf16 while every block that uses them asks for bf16 (use_dfc, use_dqkv, from the blocks'
+// constructors).
 struct Scratch {
   Tensor dh, dqkv, datt, dfc, dact, rows;
   Scratch(const model::Config& c, int64_t rows);
   void use_dfc(loom_dtype dtype);
-  const Tensor& ones();  // d_model ones, made on first use (Norm::ones)
+  void use_dqkv(loom_dtype dtype);  // as use_dfc, for dqkv (every block's attention writes it)
+  const Tensor& ones();             // d_model ones, made on first use (Norm::ones)
 
  private:
-  bool wide_dfc_ = false;
+  bool wide_dfc_ = false, wide_dqkv_ = false;
   Tensor ones_;
 };
 

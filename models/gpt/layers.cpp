@@ -11,17 +11,6 @@ namespace loom::gpt {
 
 namespace {
 
-// The vocabulary is padded to a multiple of 64 per tensor-parallel rank.
-int64_t vocab_rows(const model::Config& c, const LayerApi& api) {
-  return c.padded_vocab(64 * api.tp_size());
-}
-
-Tensor rows_of(const Tensor& t, int64_t rows) { return t.rows(0, rows); }
-
-Init normal(float std) { return {Init::Normal, std}; }
-constexpr Init kZeros{Init::Zeros, 0.f};
-constexpr Init kOnes{Init::Ones, 0.f};
-
 int64_t local_dim0(const Param& p) { return p.local_shape[0]; }
 
 }  // namespace
@@ -40,9 +29,6 @@ struct Marks {
     if (on) p.mark(name);
   }
 };
-
-Head::Acts::Acts(int64_t rows, int64_t C, int64_t vocab_local)
-    : x_in(Tensor::empty({rows, C})), logits(Tensor::empty({rows, vocab_local})), norm(rows, C) {}
 
 // ---- embedding --------------------------------------------------------------------------------
 
@@ -107,6 +93,7 @@ Block::Block(int index, const model::Config& c, LayerApi& api, ParamStore& ps, S
   if (recompute_) policy_ = c.recompute;
   dtypes_ = operand_dtypes(api);
   if (!moe_) s_.use_dfc(dtypes_.dfc);
+  s_.use_dqkv(dtypes_.dqkv);
   if (dtypes_.bf16_residual && c.norm != "rmsnorm") ln1_.ones = ln2_.ones = s_.ones();
   if (recompute_)
     acts_.init([&c, rows, this] {
@@ -200,23 +187,26 @@ void Block::project_qkv(const Microbatch& mb, const Tensor& x, Tensor& buf) {
 
 // From the gradients of the rotated q, k and v: un-rotate, bias gradients, and
 // dh = dq W_q + dkv W_kv (one GEMM with the fused weight); the weights' gradients accumulate.
+// dqkv is bf16 or holds bf16 values where dtypes_.dqkv or bf16_dqkv say so (the values the GEMMs
+// take as operands, and the bias gradients' terms, as autocast's bf16 linear has them).
 void Block::project_qkv_bwd(const Microbatch& mb, Tensor& dqkv, const Tensor& x, Tensor& dh) {
-  const loom_ops_v2* o = api_.ops();
   const int64_t N = mb.rows(), D = c_.head_dim();
-  const Qkv L = qkv_layout(dqkv, N);
   if (rope_) {
+    const Qkv L = qkv_layout(dqkv, N);
     api_.rope(L.q, L.ldq, mb.B, mb.T, heads_, D, rope_->cos.f32(), rope_->sin.f32(), true);
     api_.rope(L.k, L.ldkv, mb.B, mb.T, kv_heads_, D, rope_->cos.f32(), rope_->sin.f32(), true);
   }
+  keep_rounded(dqkv, dqkv, dtypes_.bf16_dqkv, qkv_count(N));
+  const QkvRefs R = qkv_refs(dqkv, N);
+  auto rows = [&](loom_cref at, int64_t ld, Param* b) {  // and their bias's gradient
+    if (b) ops::typed(api_.ops())->bias_bwd(b->grad.f32(), at, N, ld);
+    return Tensor::borrow(const_cast<void*>(at.data), {N, ld}, dqkv.dtype());
+  };
   if (qkv_w_) {
-    Tensor dqkv_all = Tensor::borrow(L.q, {N, L.ldq});
-    if (qkv_b_) o->bias_bwd(qkv_b_->grad.f32(), L.q, N, L.ldq);
-    api_.linears_bwd_regather(dh, x, {{&dqkv_all, qkv_w_}});
-    return;
+    Tensor dqkv_all = rows(R.q, R.ldq, qkv_b_);
+    return api_.linears_bwd_regather(dh, x, {{&dqkv_all, qkv_w_}});
   }
-  Tensor dq = Tensor::borrow(L.q, {N, L.ldq}), dkv = Tensor::borrow(L.k, {N, L.ldkv});
-  if (q_b_) o->bias_bwd(q_b_->grad.f32(), L.q, N, L.ldq);
-  if (kv_b_) o->bias_bwd(kv_b_->grad.f32(), L.k, N, L.ldkv);
+  Tensor dq = rows(R.q, R.ldq, q_b_), dkv = rows(R.k, R.ldkv, kv_b_);
   api_.linears_bwd_regather(dh, x, {{&dq, q_w_}, {&dkv, kv_w_}});
 }
 
@@ -284,7 +274,7 @@ void Block::forward(const Microbatch& mb, Tensor& x) {
   // The attention writes fp32: into att, or into the backward's scratch when att is kept bf16.
   Tensor att_out = att.dtype() == LOOM_F32 ? att : view(s_.datt, N, att.dim(1));
   // The GEMMs write fp32: into qkv, or into the backward's scratch when qkv is kept bf16.
-  Tensor qkv_out = a.qkv.dtype() == LOOM_F32 ? a.qkv : view(s_.dqkv, N, c_.qkv_width());
+  Tensor qkv_out = a.qkv.dtype() == LOOM_F32 ? a.qkv : view(s_.dact, N, c_.qkv_width());
   project_qkv(mb, rows_of(a.ln1.out, n), qkv_out);  // f's gather and the GEMMs: one segment, as
   marks("fwd f (enter)");                           // tp overlap runs them interleaved
   attend(mb, qkv_out, att_out);
@@ -338,20 +328,17 @@ ActDtypes Block::operand_dtypes(const LayerApi& api) const {
   if (all_bf16({out_w_})) d.act = LOOM_BF16;
   if (all_bf16({proj_w_})) d.att = LOOM_BF16;
   const GemmNumerics& num = api.numerics();
-  auto plain = [&num](std::initializer_list<const Param*> readers) {  // their operand sites
+  auto plain = [&num](std::initializer_list<const Param*> readers,  // their operand sites
+                      const char* site = ".x", loom_operand_role role = LOOM_OPERAND_ACTIVATION) {
     for (const Param* W : readers)
-      if (W && !num.plain_bf16(W->name + ".x", LOOM_OPERAND_ACTIVATION)) return false;
+      if (W && !num.plain_bf16(W->name + site, role)) return false;
     return true;
   };
   d.bf16_fc = plain({out_w_});
   d.bf16_att = plain({proj_w_});
   d.bf16_qkv = !api.context() && plain({qkv_w_ ? qkv_w_ : q_w_});
   // Kept in 16 bits where the device narrows (quantize_into) and its typed kernels read bf16.
-  const loom_ops_v2* o = api.ops();
-  uint32_t takes[LOOM_OP_COUNT];
-  ops::typed_dtypes(*o, takes);
-  const bool narrows = LOOM_HAS_FIELD(o, loom_ops_v2, quantize_into) && o->quantize_into;
-  auto reads_bf16 = [&](int op) { return narrows && (takes[op] & (1u << LOOM_BF16)) != 0; };
+  auto reads_bf16 = [o = api.ops()](int op) { return device_reads_bf16(o, op); };
   if (d.bf16_fc && d.act == LOOM_BF16 && reads_bf16(LOOM_OP_ACTIVATION)) d.fc = LOOM_BF16;
   if (d.bf16_qkv && reads_bf16(LOOM_OP_ATTENTION)) d.qkv = LOOM_BF16;
   d.norm_writes =
@@ -363,6 +350,10 @@ ActDtypes Block::operand_dtypes(const LayerApi& api) const {
   d.bf16_dfc = d.bf16_fc && num.plain_bf16(fc_w_->name + ".dy", LOOM_OPERAND_GRADIENT);
   if (d.bf16_dfc && d.fc == LOOM_BF16 && c_.mlp != "swiglu" && (!fc_b_ || reads_bf16(LOOM_OP_BIAS)))
     d.dfc = LOOM_BF16;
+  d.bf16_dqkv = d.bf16_qkv && !rope_ && plain({qkv_w_, q_w_, kv_w_}, ".dy", LOOM_OPERAND_GRADIENT);
+  const bool qkv_bias = qkv_b_ || q_b_ || kv_b_;
+  if (d.bf16_dqkv && d.qkv == LOOM_BF16 && (!qkv_bias || reads_bf16(LOOM_OP_BIAS)))
+    d.dqkv = LOOM_BF16;
   return d;
 }
 
@@ -451,19 +442,18 @@ void Block::attention_backward(const Microbatch& mb, Tensor& dx, Tensor& dnorm, 
     out = view(s_.rows, N, att.dim(1));
     o->from_bf16(out.f32(), static_cast<const uint16_t*>(att.data()), att.numel());
   }
-  const Qkv dL = qkv_layout(s_.dqkv, N);
   if (a.qkv.dtype() == LOOM_F32) {
-    const Qkv L = qkv_layout(a.qkv, N);
+    const Qkv L = qkv_layout(a.qkv, N), dL = qkv_layout(s_.dqkv, N);
     api_.attention_bwd({out.f32(), const_cast<float*>(a.lse.f32()), L.q, L.k, L.v, L.ldq, L.ldkv,
                         mb.B, mb.T, heads_, kv_heads_, c_.head_dim(), datt.f32(), dL.q, dL.k,
                         dL.v});
   } else {
-    const QkvRefs L = qkv_refs(a.qkv, N);
+    const QkvRefs L = qkv_refs(a.qkv, N), dL = qkv_refs(s_.dqkv, N);  // dqkv: fp32 or bf16
     auto f32 = [](const float* p) { return loom_cref{p, LOOM_F32, 0}; };
-    auto out32 = [](float* p) { return loom_ref{p, LOOM_F32, 0}; };
-    ops::typed(o)->attention_bwd(out32(dL.q), out32(dL.k), out32(dL.v), f32(datt.f32()), L.q, L.k,
-                                 L.v, f32(out.f32()), a.lse.f32(), L.ldq, L.ldkv, mb.B, mb.T,
-                                 heads_, kv_heads_, c_.head_dim());
+    auto ref = [](loom_cref c) { return loom_ref{const_cast<void*>(c.data), c.dtype, 0}; };
+    ops::typed(o)->attention_bwd(ref(dL.q), ref(dL.k), ref(dL.v), f32(datt.f32()), L.q, L.k, L.v,
+                                 f32(out.f32()), a.lse.f32(), L.ldq, L.ldkv, mb.B, mb.T, heads_,
+                                 kv_heads_, c_.head_dim());
   }
   marks("bwd attention");
   Tensor dh1 = view(s_.dh, N, C);
@@ -497,65 +487,6 @@ int64_t Block::saved_bytes(const Microbatch& mb) const {
   if (policy_ == "full") return 4 * n * C;
   if (policy_ == "selective") return all - norms - act;
   return all;
-}
-
-// ---- head -------------------------------------------------------------------------------------
-
-Head::Head(const model::Config& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows)
-    : c_(c), api_(api) {
-  const int64_t C = c.d_model;
-  norm_.rms = c.norm == "rmsnorm", norm_.eps = static_cast<float>(c.norm_eps);
-  norm_.w = &declare_param(ps, api, params_, "ln_f.w", Role::Replicated, {C}, kOnes, false);
-  if (!norm_.rms && c.bias)
-    norm_.b = &declare_param(ps, api, params_, "ln_f.b", Role::Replicated, {C}, kZeros, false);
-  if (tied_wte) {
-    params_.push_back(tied_wte);
-    head_w_ = tied_wte;
-  } else if (c.tied_embeddings) {  // the embedding is on another pipeline stage
-    head_w_ = &declare_param(ps, api, params_, "wte", Role::Vocab, {vocab_rows(c, api), C},
-                             normal(c.init_std), false);
-    head_w_->mirror = true;
-  } else {
-    head_w_ = &declare_param(ps, api, params_, "lm_head.w", Role::Vocab, {vocab_rows(c, api), C},
-                             normal(c.init_std), true);
-  }
-  const int64_t vocab_local = head_w_->local_shape[0];
-  acts_.init([rows, C, vocab_local] { return std::make_unique<Acts>(rows, C, vocab_local); });
-  dh_ = Tensor::empty({rows, C});
-}
-
-// logits = norm(x) W_head^T; loss_sum = sum over tokens of cross-entropy(logits, target).
-// In training the logits buffer is overwritten by dloss * (softmax - onehot) in the same pass.
-void Head::forward(const Microbatch& mb, Tensor& x) {
-  const loom_ops_v2* o = api_.ops();
-  const int64_t n = x.dim(0), N = mb.rows(), C = c_.d_model;
-  Acts& a = *acts_;
-  copy_bytes(a.x_in.data(), x.data(), n * C * sizeof(float));
-  Tensor logits = rows_of(a.logits, N);
-  norm_.forward(o, a.norm, x, n);
-  // The head is column-parallel over the vocabulary: f on the way in.
-  api_.enter_linears(rows_of(a.norm.out, n), {{&logits, head_w_}});
-  const int64_t vocab_begin = head_w_->slice.length >= 0 ? head_w_->slice.begin : 0;
-  loss_sum_ = mb.targets
-                  ? api_.cross_entropy(logits, mb.targets, vocab_begin, c_.vocab_size, mb.dloss)
-                  : 0.0;
-}
-
-int64_t Head::saved_bytes(const Microbatch& mb) const {
-  const int64_t N = mb.rows(), n = api_.local_rows(N), C = c_.d_model;
-  const int64_t full = n == N ? 0 : N * C;  // the gathered rows, under sequence parallelism
-  return 4 * (2 * n * C + 2 * n + full + N * head_w_->local_shape[0]);
-}
-
-void Head::backward(const Microbatch& mb, Tensor& dx) {
-  const loom_ops_v2* o = api_.ops();
-  const int64_t n = dx.dim(0), N = mb.rows(), C = c_.d_model;
-  const Acts& a = *acts_;
-  Tensor dlogits = rows_of(a.logits, N), dh = rows_of(dh_, N);
-  api_.linears_bwd_regather(dh, rows_of(a.norm.out, n),
-                            {{&dlogits, head_w_}});  // sp gathers the rows again
-  Tensor dh_local = api_.region_enter_bwd(dh);
-  norm_.backward(o, a.norm, dx, dh_local, rows_of(a.x_in, n), n);
 }
 
 }  // namespace loom::gpt

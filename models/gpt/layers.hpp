@@ -28,15 +28,18 @@ struct Marks;  // the profiled block's segment timer
 // them (its attention takes fp32); dfc: the MLP's pre-activation gradient, asked of the scratch
 // in bf16 where the GEMM takes it as a plain bf16 gradient operand, fc is kept bf16 and the
 // device's activation and bias kernels write and read bf16 (not SwiGLU: its forward GEMM output
-// borrows dfc's scratch). bf16_fc, bf16_att, bf16_qkv and bf16_dfc: those hold bf16 values, as
+// borrows dfc's scratch). dqkv: q, k and v's gradients, asked of the scratch in bf16 where qkv is
+// kept bf16, their GEMMs take plain bf16 gradient operands, no RoPE turns them after the attention
+// writes them and the device's bias kernels read bf16. bf16_fc, bf16_att, bf16_qkv, bf16_dfc and
+// bf16_dqkv: those hold bf16 values, as
 // PyTorch's autocast keeps a bf16 linear's output and its gradient, whichever their dtype (fp32
 // storage rounded in place on a device without bf16 storage), so every device computes the same
 // values. norm_writes: the norms write their bf16 outputs themselves (the device's norms write
 // bf16 and the GEMMs after them take plain bf16), instead of an fp32 output cast after.
 struct ActDtypes {
   loom_dtype norm_out = LOOM_F32, act = LOOM_F32, fc = LOOM_F32, att = LOOM_F32, qkv = LOOM_F32,
-             dfc = LOOM_F32, residual = LOOM_F32;
-  bool bf16_fc = false, bf16_att = false, bf16_qkv = false, bf16_dfc = false;
+             dfc = LOOM_F32, dqkv = LOOM_F32, residual = LOOM_F32;
+  bool bf16_fc = false, bf16_att = false, bf16_qkv = false, bf16_dfc = false, bf16_dqkv = false;
   bool norm_writes = false;
   // The residual stream's copies the norms' backward reads (x_in, x_mid) hold bf16 values
   // (Norm::keep_input): in `residual`'s storage, 16 bits where the device's norms read bf16.
@@ -186,7 +189,7 @@ class Head : public Layer {
   struct Acts {
     Tensor x_in, logits;
     NormActs norm;
-    Acts(int64_t rows, int64_t C, int64_t vocab_local);
+    Acts(int64_t rows, int64_t C, int64_t vocab_local, loom_dtype norm_out, loom_dtype residual);
   };
   std::string name_ = "head";
   const model::Config& c_;
@@ -195,6 +198,7 @@ class Head : public Layer {
   Param* head_w_;
   Slots<Acts> acts_;
   Tensor dh_;
+  bool bf16_residual_ = false;  // x_in holds bf16 values (Norm::keep_input)
   double loss_sum_ = 0;
 };
 

@@ -4,9 +4,9 @@
 // q, k and v too. The norms' outputs and the activation meet their GEMMs with the values a cast
 // at each GEMM gives; the pre-activation (the activation's input), q, k, v and the attention
 // output (read again by the attention's backward) are rounded as PyTorch's autocast rounds a
-// bf16 linear's output. So the
-// numbers stay within bf16's rounding of the cast-at-each-GEMM run, in fewer bytes, and
-// recomputation refills them bit for bit.
+// bf16 linear's output, and so are q, k and v's gradients (the attention's backward writes them
+// in bf16). So the numbers stay within bf16's rounding of the cast-at-each-GEMM run, in fewer
+// bytes, and recomputation refills them bit for bit.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -122,8 +122,10 @@ TEST_CASE(
   }
   // Per block, rows x (C + C + F) values that were 4 bytes are 2 (the norms' outputs and the
   // activation), and so are rows x (C + F + 3C) (the attention output, the pre-activation, and
-  // q, k and v), and the bf16 copies each GEMM made of them are gone.
-  const int64_t rows = 2 * 16, slots = 2 * rows * (32 + 32 + 128 + 32 + 128 + 96) * 2;
+  // q, k and v), and the bf16 copies each GEMM made of them are gone; once, so are the head
+  // norm's output (rows x C) and the shared scratch for q, k and v's gradients (rows x 3C).
+  const int64_t rows = 2 * 16,
+                slots = 2 * rows * (32 + 32 + 128 + 32 + 128 + 96) * 2 + rows * (32 + 96) * 2;
   INFO("peak bytes: stored " << stored.peak_bytes << ", cast at each GEMM " << cast.peak_bytes);
   CHECK(cast.peak_bytes - stored.peak_bytes >= slots);
   for (const char* policy : {"selective", "full"}) {
@@ -135,8 +137,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a device without bf16 storage rounds the pre-activation, q, k, v and the attention output "
-    "in fp32: the values a device with it stores") {
+    "a device without bf16 storage rounds the pre-activation, q, k, v, their gradients and the "
+    "attention output in fp32: the values a device with it stores") {
   static loom_ops_v2 emulating = *ops::cpu(), storing = bf16_table();
   emulating.gemm_typed = nullptr;
   storing.gemm_typed = &widened_gemm;  // the same additions as fp32's GEMM, bf16 storage kept
