@@ -53,7 +53,7 @@ Gpt::Gpt(const model::Config& c, LayerApi& api, ParamStore& ps, int64_t max_rows
     }
   if (builds(last)) {
     TensorPurpose purpose("the head's buffers (logits)");
-    auto head = std::make_unique<Head>(c_, api, ps, tied, max_rows);
+    auto head = std::make_unique<Head>(c_, api, ps, tied, *scratch_, max_rows);
     head_ = head.get();
     layers_.push_back(std::move(head));
     numbers_.push_back(last);

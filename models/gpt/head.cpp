@@ -13,8 +13,9 @@ Head::Acts::Acts(int64_t rows, int64_t C, int64_t vocab_local, loom_dtype norm_o
   if (norm_out != LOOM_F32) norm.out = Tensor::empty({rows, C}, norm_out);
 }
 
-Head::Head(const model::Config& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows)
-    : c_(c), api_(api) {
+Head::Head(const model::Config& c, LayerApi& api, ParamStore& ps, Param* tied_wte, Scratch& s,
+           int64_t rows)
+    : c_(c), api_(api), dh_(s.dh) {
   const int64_t C = c.d_model;
   norm_.rms = c.norm == "rmsnorm", norm_.eps = static_cast<float>(c.norm_eps);
   norm_.w = &declare_param(ps, api, params_, "ln_f.w", Role::Replicated, {C}, kOnes, false);
@@ -37,10 +38,9 @@ Head::Head(const model::Config& c, LayerApi& api, ParamStore& ps, Param* tied_wt
   bf16_residual_ = api.numerics().plain_bf16(site, LOOM_OPERAND_ACTIVATION);
   const loom_dtype residual =
       bf16_residual_ && device_reads_bf16(api.ops(), LOOM_OP_NORM) ? LOOM_BF16 : LOOM_F32;
-  if (bf16_residual_ && !norm_.rms) norm_.ones = ones_vector(C);
+  if (bf16_residual_ && !norm_.rms) norm_.ones = s.ones();
   const int64_t vocab_local = head_w_->local_shape[0];
   acts_.init([=] { return std::make_unique<Acts>(rows, C, vocab_local, norm_out, residual); });
-  dh_ = Tensor::empty({rows, C});
 }
 
 // logits = norm(x) W_head^T; loss_sum = sum over tokens of cross-entropy(logits, target).
@@ -70,8 +70,7 @@ int64_t Head::saved_bytes(const Microbatch& mb) const {
   const int64_t N = mb.rows(), n = api_.local_rows(N), C = c_.d_model;
   const int64_t full = n == N ? 0 : N * C;  // the gathered rows, under sequence parallelism
   const Acts& a = *acts_;
-  return static_cast<int64_t>(dtype_size(a.x_in.dtype()) + dtype_size(a.norm.out.dtype())) * n *
-             C +
+  return static_cast<int64_t>(dtype_size(a.x_in.dtype()) + dtype_size(a.norm.out.dtype())) * n * C +
          4 * (2 * n + full + N * head_w_->local_shape[0]);
 }
 

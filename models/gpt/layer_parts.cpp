@@ -83,16 +83,12 @@ void Scratch::use_dfc(loom_dtype dtype) { narrow_while_all_ask(dfc, wide_dfc_, d
 void Scratch::use_dqkv(loom_dtype dtype) { narrow_while_all_ask(dqkv, wide_dqkv_, dtype); }
 
 const Tensor& Scratch::ones() {
+  if (ones_.defined()) return ones_;
+  const std::vector<float> host(static_cast<size_t>(dh.shape()[1]), 1.f);
   TensorPurpose purpose("the layers' shared scratch");
-  if (!ones_.defined()) ones_ = ones_vector(dh.shape()[1]);
+  ones_ = Tensor::empty({dh.shape()[1]});
+  upload(ones_, host.data());
   return ones_;
-}
-
-Tensor ones_vector(int64_t C) {
-  const std::vector<float> host(static_cast<size_t>(C), 1.f);
-  Tensor ones = Tensor::empty({C});
-  upload(ones, host.data());
-  return ones;
 }
 
 bool device_reads_bf16(const loom_ops_v2* o, int op) {

@@ -29,9 +29,6 @@ inline constexpr Init kOnes{Init::Ones, 0.f};
 // and write it.
 bool device_reads_bf16(const loom_ops_v2* o, int op);
 
-// C ones on the device (Norm::ones).
-Tensor ones_vector(int64_t C);
-
 // Declares a parameter with its role, sharded as the layer API says, and lists it in `owner`.
 Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,
                      Role role, std::vector<int64_t> shape, Init init, bool decay, int fused = 1);

@@ -173,7 +173,9 @@ class Head : public Layer {
  public:
   // With tied embeddings the head reads the embedding's table: `tied_wte` when this rank builds
   // the embedding too, otherwise a mirror of it that the pipeline keeps equal (Param::mirror).
-  Head(const model::Config& c, LayerApi& api, ParamStore& ps, Param* tied_wte, int64_t rows);
+  // Borrows the blocks' scratch: dh (the head runs while no block does), and the ones.
+  Head(const model::Config& c, LayerApi& api, ParamStore& ps, Param* tied_wte, Scratch& s,
+       int64_t rows);
   const std::string& name() const override { return name_; }
   void forward(const Microbatch& mb, Tensor& x) override;
   void backward(const Microbatch& mb, Tensor& dx) override;
@@ -197,7 +199,7 @@ class Head : public Layer {
   Norm norm_;
   Param* head_w_;
   Slots<Acts> acts_;
-  Tensor dh_;
+  Tensor dh_;                   // the scratch's dh
   bool bf16_residual_ = false;  // x_in holds bf16 values (Norm::keep_input)
   double loss_sum_ = 0;
 };
