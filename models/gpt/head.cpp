@@ -36,8 +36,9 @@ Head::Head(const model::Config& c, LayerApi& api, ParamStore& ps, Param* tied_wt
   const loom_dtype norm_out =
       api.region_gathers() ? LOOM_F32 : api.numerics().storage(site, LOOM_OPERAND_ACTIVATION);
   bf16_residual_ = api.numerics().plain_bf16(site, LOOM_OPERAND_ACTIVATION);
-  const loom_dtype residual =
-      bf16_residual_ && device_reads_bf16(api.ops(), LOOM_OP_NORM) ? LOOM_BF16 : LOOM_F32;
+  // The device's norms read and write bf16: the input is kept, and the output written, in 16 bits.
+  norm_writes_ = bf16_residual_ && device_reads_bf16(api.ops(), LOOM_OP_NORM);
+  const loom_dtype residual = norm_writes_ ? LOOM_BF16 : LOOM_F32;
   if (bf16_residual_ && !norm_.rms) norm_.ones = s.ones();
   const int64_t vocab_local = head_w_->local_shape[0];
   acts_.init([=] { return std::make_unique<Acts>(rows, C, vocab_local, norm_out, residual); });
@@ -50,13 +51,7 @@ void Head::forward(const Microbatch& mb, Tensor& x) {
   const int64_t n = x.dim(0), N = mb.rows();
   Acts& a = *acts_;
   Tensor logits = rows_of(a.logits, N);
-  NormActs wide = a.norm;  // a bf16 output is written in fp32 into dh_, free until backward
-  if (a.norm.out.dtype() != LOOM_F32) wide.out = rows_of(dh_, n);
-  norm_.forward(o, wide, x, n);
-  if (wide.out.data() != a.norm.out.data()) {
-    Tensor out = rows_of(a.norm.out, n);
-    api_.numerics().store(wide.out, head_w_->name + ".x", LOOM_OPERAND_ACTIVATION, out);
-  }
+  norm_stored(api_, norm_, a.norm, x, n, dh_, *head_w_, norm_writes_);  // dh_: free until backward
   norm_.keep_input(o, a.norm, x, a.x_in, rows_of(dh_, n), n, bf16_residual_);
   // The head is column-parallel over the vocabulary: f on the way in.
   api_.enter_linears(rows_of(a.norm.out, n), {{&logits, head_w_}});

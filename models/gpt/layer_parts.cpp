@@ -91,6 +91,17 @@ const Tensor& Scratch::ones() {
   return ones_;
 }
 
+void norm_stored(const LayerApi& api, const Norm& norm, NormActs& a, const Tensor& x, int64_t n,
+                 const Tensor& staging, const Param& reader, bool writes) {
+  if (a.out.dtype() == LOOM_F32 || writes) return norm.forward(api.ops(), a, x, n);
+  const int64_t C = a.out.dim(1);
+  NormActs wide = a;
+  wide.out = Tensor::borrow(staging.data(), {n, C});
+  norm.forward(api.ops(), wide, x, n);
+  Tensor out = a.out.rows(0, n);
+  api.numerics().store(wide.out, reader.name + ".x", LOOM_OPERAND_ACTIVATION, out);
+}
+
 bool device_reads_bf16(const loom_ops_v2* o, int op) {
   uint32_t takes[LOOM_OP_COUNT];
   ops::typed_dtypes(*o, takes);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gpt/norm.hpp"
 #include "model/config.hpp"
 #include "model/params.hpp"
 #include "parallel/layer_api.hpp"
@@ -28,6 +29,12 @@ inline constexpr Init kOnes{Init::Ones, 0.f};
 // Whether the device stores bf16 (quantize_into) and its typed entries for `op` (loom_op_id) read
 // and write it.
 bool device_reads_bf16(const loom_ops_v2* o, int op);
+
+// a.out = norm(x) over n rows: written by the norm itself where a.out is fp32 or the device's norm
+// writes its bf16 (`writes`), else computed into the fp32 `staging` and stored as `reader`'s GEMM
+// operand, cast once (the same bits).
+void norm_stored(const LayerApi& api, const Norm& norm, NormActs& a, const Tensor& x, int64_t n,
+                 const Tensor& staging, const Param& reader, bool writes);
 
 // Declares a parameter with its role, sharded as the layer API says, and lists it in `owner`.
 Param& declare_param(ParamStore& ps, LayerApi& api, std::vector<Param*>& owner, std::string name,

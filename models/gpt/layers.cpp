@@ -358,13 +358,9 @@ ActDtypes Block::operand_dtypes(const LayerApi& api) const {
 }
 
 void Block::norm_forward(const Norm& norm, NormActs& a, const Tensor& x, int64_t n) {
-  if (a.out.dtype() == LOOM_F32 || dtypes_.norm_writes) return norm.forward(api_.ops(), a, x, n);
-  NormActs wide = a;
-  wide.out = view(s_.rows, n, c_.d_model);  // free until the next projection writes its output
-  norm.forward(api_.ops(), wide, x, n);
   const Param* reader = &a == &acts_->ln2 ? fc_w_ : qkv_w_ ? qkv_w_ : q_w_;
-  Tensor out = view(a.out, n, c_.d_model);
-  api_.numerics().store(wide.out, reader->name + ".x", LOOM_OPERAND_ACTIVATION, out);
+  // s_.rows is free until the next projection writes its output.
+  norm_stored(api_, norm, a, x, n, s_.rows, *reader, dtypes_.norm_writes);
 }
 
 void Block::store_activation(Tensor& act, const Tensor& fc, int64_t N) {

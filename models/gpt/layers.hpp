@@ -201,6 +201,7 @@ class Head : public Layer {
   Slots<Acts> acts_;
   Tensor dh_;                   // the scratch's dh
   bool bf16_residual_ = false;  // x_in holds bf16 values (Norm::keep_input)
+  bool norm_writes_ = false;    // the norm writes its bf16 output itself (ActDtypes::norm_writes)
   double loss_sum_ = 0;
 };
 
